@@ -1,0 +1,1 @@
+//! Shared helpers for the mrc example binaries.

@@ -1,0 +1,1 @@
+//! End-to-end tests across the mrc crates live in `tests/tests/`.
