@@ -13,8 +13,8 @@
 //!   accessor can index out of bounds), with getters, and setters when `T: AsMut<[u8]>`;
 //! - a `XxxRepr` with `parse(&view)`, `emit(&self, &mut view)` and `buffer_len()`.
 //!
-//! The entry points for the transport core are `PacketRepr::parse` and
-//! `PacketRepr::emit`. Parsing untrusted bytes never panics: every failure is a
+//! The entry points for the transport core are [`PacketRepr::parse`] and
+//! [`PacketRepr::emit`]. Parsing untrusted bytes never panics: every failure is a
 //! [`WireError`], and every packet that parses re-emits byte-identical (reserved and unknown
 //! bits are kept in the `Repr`).
 //!
@@ -22,15 +22,25 @@
 //! typed error on emit, and upper bits set in a 32-bit slot that holds a 24-bit PSN are a typed
 //! error on parse. Wrap-aware PSN arithmetic is not done here.
 
-#![allow(dead_code)] // interim: helpers used by the headers still to come
-
 mod bth;
+mod cnp;
+mod data;
 mod error;
 mod mrceth;
+mod nack;
+mod packet;
+mod probe;
+mod sack;
 
 pub use bth::{Bth, BthFlags, BthRepr, BthSpare, Opcode};
+pub use cnp::{Cnp, CnpRepr};
+pub use data::{DataRepr, ImmDt, Msgeth, MsgethRepr, Reth, RethRepr};
 pub use error::{HeaderKind, PsnField, WireError};
 pub use mrceth::{Mrceth, MrcethRepr};
+pub use nack::{Nack, NackReason, NackRepr};
+pub use packet::{Body, PacketRepr};
+pub use probe::{Probe, ProbeReply, ProbeReplyRepr, ProbeRepr};
+pub use sack::{Sack, SackRepr};
 
 /// Largest value a 24-bit field (PSN, destination QPN) can hold.
 pub const MAX_24BIT: u32 = 0x00FF_FFFF;
