@@ -11,7 +11,9 @@ pub struct FixedWindowConfig {
 
 impl Default for FixedWindowConfig {
     fn default() -> Self {
-        Self { cwnd_bytes: 4 << 20 }
+        Self {
+            cwnd_bytes: 4 << 20,
+        }
     }
 }
 

@@ -8,7 +8,12 @@
 #![forbid(unsafe_code)]
 
 mod controller;
+pub mod dcqcn;
+mod error;
 mod fixed;
+mod rtt;
 
 pub use controller::{AckSample, Controller, Metrics};
+pub use dcqcn::{Dcqcn, DcqcnConfig};
+pub use error::{ConfigError, ParseCcKindError};
 pub use fixed::{FixedWindow, FixedWindowConfig};
