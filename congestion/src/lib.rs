@@ -7,13 +7,19 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod any;
 mod controller;
 pub mod dcqcn;
 mod error;
 mod fixed;
+pub mod nscc;
 mod rtt;
+pub mod swift;
 
+pub use any::{AnyController, CcKind, LinkParams};
 pub use controller::{AckSample, Controller, Metrics};
 pub use dcqcn::{Dcqcn, DcqcnConfig};
 pub use error::{ConfigError, ParseCcKindError};
 pub use fixed::{FixedWindow, FixedWindowConfig};
+pub use nscc::{Nscc, NsccConfig, Quadrant};
+pub use swift::{Swift, SwiftConfig};
