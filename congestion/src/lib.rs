@@ -15,6 +15,7 @@ mod fixed;
 pub mod nscc;
 mod rtt;
 pub mod swift;
+pub mod trace;
 
 pub use any::{AnyController, CcKind, LinkParams};
 pub use controller::{AckSample, Controller, Metrics};
