@@ -2,7 +2,8 @@
 //! [`AnyController`], an enum that dispatches to the chosen controller.
 //!
 //! The hot path can stay generic over `C: Controller`; `AnyController` is for code that
-//! picks the controller from configuration at run time (one `match` per call, no boxing).
+//! picks the controller from configuration at run time (one `match` per call, static calls
+//! in each arm, no boxing).
 
 use core::fmt;
 use core::str::FromStr;
@@ -134,24 +135,19 @@ impl AnyController {
             AnyController::Fixed(_) => CcKind::None,
         }
     }
+}
 
-    fn inner(&self) -> &dyn Controller {
-        match self {
-            AnyController::Dcqcn(c) => c,
-            AnyController::Swift(c) => c,
-            AnyController::Nscc(c) => c,
-            AnyController::Fixed(c) => c,
+/// Calls `$body` with `$c` bound to the controller inside `$self`: a plain `match`, so each
+/// arm is a static call.
+macro_rules! dispatch {
+    ($self:expr, $c:ident => $body:expr) => {
+        match $self {
+            AnyController::Dcqcn($c) => $body,
+            AnyController::Swift($c) => $body,
+            AnyController::Nscc($c) => $body,
+            AnyController::Fixed($c) => $body,
         }
-    }
-
-    fn inner_mut(&mut self) -> &mut dyn Controller {
-        match self {
-            AnyController::Dcqcn(c) => c,
-            AnyController::Swift(c) => c,
-            AnyController::Nscc(c) => c,
-            AnyController::Fixed(c) => c,
-        }
-    }
+    };
 }
 
 impl From<Dcqcn> for AnyController {
@@ -180,38 +176,37 @@ impl From<FixedWindow> for AnyController {
 
 impl Controller for AnyController {
     fn on_packet_sent(&mut self, now_ns: u64, bytes: u64, bytes_in_flight: u64) {
-        self.inner_mut()
-            .on_packet_sent(now_ns, bytes, bytes_in_flight);
+        dispatch!(self, c => c.on_packet_sent(now_ns, bytes, bytes_in_flight))
     }
     fn on_ack(&mut self, now_ns: u64, ack: &AckSample) {
-        self.inner_mut().on_ack(now_ns, ack);
+        dispatch!(self, c => c.on_ack(now_ns, ack))
     }
     fn on_trim(&mut self, now_ns: u64, bytes: u64) {
-        self.inner_mut().on_trim(now_ns, bytes);
+        dispatch!(self, c => c.on_trim(now_ns, bytes))
     }
     fn on_loss(&mut self, now_ns: u64, bytes: u64) {
-        self.inner_mut().on_loss(now_ns, bytes);
+        dispatch!(self, c => c.on_loss(now_ns, bytes))
     }
     fn on_spurious_loss(&mut self, now_ns: u64) {
-        self.inner_mut().on_spurious_loss(now_ns);
+        dispatch!(self, c => c.on_spurious_loss(now_ns))
     }
     fn on_cnp(&mut self, now_ns: u64) {
-        self.inner_mut().on_cnp(now_ns);
+        dispatch!(self, c => c.on_cnp(now_ns))
     }
     fn on_timer(&mut self, now_ns: u64) {
-        self.inner_mut().on_timer(now_ns);
+        dispatch!(self, c => c.on_timer(now_ns))
     }
     fn next_timer_ns(&self) -> Option<u64> {
-        self.inner().next_timer_ns()
+        dispatch!(self, c => c.next_timer_ns())
     }
     fn cwnd_bytes(&self) -> u64 {
-        self.inner().cwnd_bytes()
+        dispatch!(self, c => c.cwnd_bytes())
     }
     fn pacing_rate_bps(&self) -> u64 {
-        self.inner().pacing_rate_bps()
+        dispatch!(self, c => c.pacing_rate_bps())
     }
     fn metrics(&self) -> Metrics {
-        self.inner().metrics()
+        dispatch!(self, c => c.metrics())
     }
 }
 

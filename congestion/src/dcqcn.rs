@@ -1,9 +1,12 @@
 //! DCQCN, the RoCEv2 reaction point (RP) rate controller.
 //!
 //! Source: Y. Zhu et al., "Congestion Control for Large-Scale RDMA Deployments",
-//! SIGCOMM 2015 (DCQCN), section 3.1 (the RP algorithm, Figure 5) and section 5 (parameter
-//! values); the increase machinery (fast recovery, additive and hyper increase, byte counter
-//! and timer) comes from QCN (IEEE 802.1Qau), which section 3.1 reuses.
+//! SIGCOMM 2015 (DCQCN): the "DCQCN algorithm" section, reaction point (RP) part (rate
+//! cut and alpha update on a CNP, the alpha timer, the rate-increase state machine), and the
+//! parameter values the paper recommends (listed at [`DcqcnConfig::paper`]). The increase
+//! machinery (fast recovery, additive and hyper increase, byte counter and timer) is QCN's
+//! (IEEE 802.1Qau), which DCQCN reuses. (Section titles, not numbers, are cited: we could not
+//! check the numbering against the paper.)
 //!
 //! DCQCN is rate-based: [`Controller::cwnd_bytes`] is `u64::MAX` and
 //! [`Controller::pacing_rate_bps`] is the current rate R_C. It reacts to CNPs only; ACKs,
@@ -93,7 +96,7 @@ pub struct DcqcnConfig {
 }
 
 impl DcqcnConfig {
-    /// The parameters of Zhu et al., SIGCOMM 2015, section 5 ("Parameters"): g = 1/256,
+    /// The parameters recommended by Zhu et al., SIGCOMM 2015: g = 1/256,
     /// K = T = 55 us, B = 10 MB (taken as 10 000 000 bytes), F = 5, R_AI = 40 Mb/s,
     /// R_HAI = 200 Mb/s, CNP interval 50 us, alpha starting at 1.
     ///
@@ -129,6 +132,11 @@ impl DcqcnConfig {
     ///   [`rpg_byte_reset` = 32767]; F = 1 [`rpg_threshold` = 1]; R_AI = 5 Mb/s
     ///   [`rpg_ai_rate` = 5]; R_HAI = 50 Mb/s [`rpg_hai_rate` = 50];
     /// * CNP interval 4 us [`min_time_between_cnps` = 4, notification point].
+    ///
+    /// The alpha and rate-decrease values were checked against the NVIDIA table; the stored
+    /// copy we read was cut before the rate-increase rows, so those five (`rpg_time_reset`,
+    /// `rpg_byte_reset`, `rpg_threshold`, `rpg_ai_rate`, `rpg_hai_rate`) are the commonly
+    /// documented mlx5 defaults, to be checked against the firmware in use.
     ///
     /// The firmware updates alpha once per period (up if a CNP came in it, down otherwise);
     /// this controller keeps the paper's order (cut, then alpha up at the CNP itself) for

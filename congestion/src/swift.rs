@@ -1,10 +1,12 @@
 //! A Swift-style delay-based window controller.
 //!
 //! Source: G. Kumar et al., "Swift: Delay is Simple and Effective for Congestion Control in
-//! the Datacenter", SIGCOMM 2020: section 3.1 and Algorithm 1 (AIMD on delay against a
-//! target, multiplicative decrease at most once per RTT, retransmit handling, pacing below
-//! one packet), section 3.2 (topology-based scaling: a per-hop term in the target) and
-//! section 3.3 (flow-based scaling: a target term that grows as the window shrinks).
+//! the Datacenter", SIGCOMM 2020: the design section's Algorithm 1 (AIMD on delay against a
+//! target, multiplicative decrease at most once per RTT, retransmit-timeout and
+//! fast-recovery handling, pacing when the window is below one packet) and its target-delay
+//! scaling (topology-based: a per-hop term; flow-based: a term that grows as the window
+//! shrinks, `fs_range`, `fs_min_cwnd`, `fs_max_cwnd`). Section titles, not numbers, are
+//! cited: we could not check the numbering against the paper.
 //!
 //! # Per acknowledgement with an RTT sample
 //!
@@ -39,7 +41,7 @@
 //! The window is kept in bytes (as `f64`, for fractions below one packet) within
 //! `[min_cwnd_bytes, max_cwnd_bytes]`. [`Controller::cwnd_bytes`] reports at least one MSS
 //! so that one packet may always be outstanding; below one MSS the sending rate is set by
-//! pacing instead (section 3.1: one packet per `rtt / cwnd`): [`Controller::pacing_rate_bps`]
+//! pacing instead (Algorithm 1: one packet per `rtt / cwnd`): [`Controller::pacing_rate_bps`]
 //! is `cwnd * 8 / rtt` (capped at the line rate, at least 1 b/s) and `u64::MAX` (no pacing)
 //! at or above one MSS. `rtt` is the latest RTT sample, or the target delay before the
 //! first sample.
@@ -60,14 +62,14 @@ pub struct SwiftConfig {
     pub mss_bytes: u64,
     /// Line rate, the cap of the pacing rate, bits per second.
     pub line_rate_bps: u64,
-    /// Base target delay, ns (section 3.2).
+    /// Base target delay, ns.
     pub base_target_delay_ns: u64,
-    /// Target added per hop of the path, ns (section 3.2, topology-based scaling).
+    /// Target added per hop of the path, ns (topology-based scaling).
     pub per_hop_delay_ns: u64,
     /// Hops of the path (switches traversed).
     pub hops: u32,
-    /// Flow-based scaling range: the most the target grows for tiny windows, ns (section
-    /// 3.3). 0 disables flow scaling.
+    /// Flow-based scaling range: the most the target grows for tiny windows, ns. 0 disables
+    /// flow scaling.
     pub fs_range_ns: u64,
     /// Window, in packets, at and below which flow scaling adds the full `fs_range_ns`.
     pub fs_min_cwnd_packets: f64,
