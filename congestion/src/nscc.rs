@@ -14,8 +14,9 @@
 //! # Signals
 //!
 //! Each SACK gives newly acknowledged bytes, how many of its packets carried ECN CE, and an
-//! RTT sample. The queuing delay is `rtt - base_rtt`, with `base_rtt` the smaller of the
-//! configured base RTT and the smallest RTT seen. Without a valid RTT sample the smoothed
+//! RTT sample. The queuing delay is `rtt - base_rtt` (0 if negative), with `base_rtt` the
+//! smaller of the configured base RTT and the smallest RTT seen, but not below
+//! `min_base_rtt_ns`. Without a valid RTT sample the smoothed
 //! delay stands in (and the sample is counted as rejected).
 //!
 //! # The four quadrants (per SACK)
@@ -84,6 +85,9 @@ pub struct NsccConfig {
     pub line_rate_bps: u64,
     /// Configured base (unloaded) RTT, ns.
     pub base_rtt_ns: u64,
+    /// Floor of the base RTT learnt from samples, ns: one bogus tiny RTT sample (a forged
+    /// echo equal to `now`) cannot make every later delay look like queuing.
+    pub min_base_rtt_ns: u64,
     /// Target queuing delay, ns.
     pub target_qdelay_ns: u64,
     /// Smallest window, bytes.
@@ -132,7 +136,9 @@ impl NsccConfig {
     ///   target`, `fi = 5 * mtu * a`, `eta = 0.15 * mtu * a`, `fi_scale = 0.25 * a`;
     /// * gamma 0.8, max decrease 0.5, delay EWMA gain 0.0125, fast increase under 1 us;
     /// * adjust every base RTT or 8 packets; quick adapt on, threshold 4 targets, gate
-    ///   `max_cwnd >> 3`.
+    ///   `max_cwnd >> 3`;
+    /// * the learnt base RTT never drops below half the configured one (our choice; htsim
+    ///   has no floor).
     pub fn for_link(
         line_rate_bps: u64,
         base_rtt_ns: u64,
@@ -154,6 +160,7 @@ impl NsccConfig {
             mtu_bytes,
             line_rate_bps,
             base_rtt_ns,
+            min_base_rtt_ns: base_rtt_ns / 2,
             target_qdelay_ns,
             min_cwnd_bytes: mtu_bytes,
             max_cwnd_bytes: max_cwnd,
@@ -191,6 +198,12 @@ impl NsccConfig {
         check_nonzero("base_rtt_ns", self.base_rtt_ns)?;
         check_nonzero("target_qdelay_ns", self.target_qdelay_ns)?;
         check_nonzero("min_cwnd_bytes", self.min_cwnd_bytes)?;
+        check_order(
+            "min_base_rtt_ns",
+            self.min_base_rtt_ns,
+            "base_rtt_ns",
+            self.base_rtt_ns,
+        )?;
         check_order(
             "min_cwnd_bytes",
             self.min_cwnd_bytes,
@@ -474,8 +487,8 @@ impl Controller for Nscc {
         let delay_ns = match rtt_sample_ns(now_ns, ack) {
             Some(rtt_ns) => {
                 self.metrics.last_rtt_ns = rtt_ns;
-                self.base_rtt_ns = self.base_rtt_ns.min(rtt_ns);
-                let delay = rtt_ns - self.base_rtt_ns;
+                self.base_rtt_ns = self.base_rtt_ns.min(rtt_ns.max(self.cfg.min_base_rtt_ns));
+                let delay = rtt_ns.saturating_sub(self.base_rtt_ns);
                 self.update_avg_delay(delay, ecn);
                 delay
             }
@@ -765,6 +778,29 @@ mod tests {
         feed(&mut cc, ack(1_031_000, 60_000, 4096, 1, 1));
         assert_eq!(cc.window_bytes(), 4096.0);
         assert_eq!(cc.metrics().decreases, 1);
+    }
+
+    #[test]
+    fn learnt_base_rtt_is_floored() {
+        let mut cc = plain().build().unwrap();
+        // 8 us sample: the base RTT drops to 8 us.
+        feed(&mut cc, ack(1_000_000, 8_000, 4096, 1, 0));
+        assert_eq!(cc.base_rtt_ns(), 8_000);
+        // A forged 0 ns sample only reaches the 5 us floor (half the configured 10 us).
+        feed(&mut cc, ack(1_001_000, 0, 4096, 1, 0));
+        assert_eq!(cc.base_rtt_ns(), 5_000);
+        assert_eq!(
+            NsccConfig {
+                min_base_rtt_ns: 20_000,
+                ..plain()
+            }
+            .build()
+            .unwrap_err(),
+            ConfigError::Inverted {
+                low: "min_base_rtt_ns",
+                high: "base_rtt_ns"
+            }
+        );
     }
 
     #[test]

@@ -239,7 +239,7 @@ fn check_nscc(cc: &Nscc) {
     assert!((cfg.min_cwnd_bytes..=cfg.max_cwnd_bytes).contains(&cc.cwnd_bytes()));
     let d = cc.avg_delay_ns();
     assert!(d.is_finite() && d >= 0.0, "smoothed delay {d}");
-    assert!(cc.base_rtt_ns() <= cfg.base_rtt_ns);
+    assert!((cfg.min_base_rtt_ns..=cfg.base_rtt_ns).contains(&cc.base_rtt_ns()));
     assert_eq!(cc.pacing_rate_bps(), u64::MAX);
 }
 
