@@ -29,7 +29,7 @@
 //! # Alpha timer
 //!
 //! Every `alpha_timer_ns` (K = 55 us) without a CNP, alpha := (1 - g) * alpha. The period
-//! restarts at each CNP. Periods that passed while the controller was idle are applied when
+//! restarts at each CNP; before the first CNP alpha stays at `initial_alpha`. Periods that passed while the controller was idle are applied when
 //! it is next touched, so the result does not depend on how often the caller polls.
 //!
 //! # Rate increase
