@@ -4,4 +4,6 @@
 //! IPv6/UDP packet building, pcap output, and (later) the simulator and the datapaths.
 #![warn(missing_docs)]
 
+pub mod packet;
+pub mod pcap;
 pub mod srv6;
