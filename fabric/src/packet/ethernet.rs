@@ -10,6 +10,7 @@
 use pnet_packet::ethernet::{EtherTypes, EthernetPacket, MutableEthernetPacket};
 
 use super::{Ipv6UdpRepr, PacketError};
+use crate::srv6::SrhContext;
 
 /// Bytes of the Ethernet II header.
 pub const ETHERNET_HEADER_LEN: usize = 14;
@@ -35,6 +36,17 @@ impl EthernetFrameRepr {
     ///
     /// Errors: [`PacketError::BufferTooSmall`] and those of [`Ipv6UdpRepr::emit`].
     pub fn emit(&self, buf: &mut [u8], payload: &[u8]) -> Result<usize, PacketError> {
+        self.emit_in(buf, payload, SrhContext::Local)
+    }
+
+    /// As [`EthernetFrameRepr::emit`] with the SRH checked in `ctx` (see
+    /// [`Ipv6UdpRepr::emit_in`]).
+    pub fn emit_in(
+        &self,
+        buf: &mut [u8],
+        payload: &[u8],
+        ctx: SrhContext,
+    ) -> Result<usize, PacketError> {
         let needed = self.buffer_len(payload.len());
         let available = buf.len();
         if available < needed {
@@ -44,7 +56,7 @@ impl EthernetFrameRepr {
             });
         }
         let (eth, rest) = buf.split_at_mut(ETHERNET_HEADER_LEN);
-        let ip_len = self.packet.emit(rest, payload)?;
+        let ip_len = self.packet.emit_in(rest, payload, ctx)?;
         let mut frame = MutableEthernetPacket::new(eth).ok_or(PacketError::BufferTooSmall {
             needed_bytes: needed,
             available_bytes: available,
