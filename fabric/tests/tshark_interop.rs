@@ -1,4 +1,5 @@
-//! Interop proof (issue 2 item 5): frames we build (Ethernet / IPv6 / SRH / UDP / RoCE BTH)
+//! Interop proof (issue 2 item 5): frames we build (Ethernet / IPv6 / SRH / UDP / mrc packets
+//! from `mrc_transport::wire`, whose base header is the RoCEv2 BTH)
 //! are written as a pcap and decoded by tshark, which must read back exactly what we wrote.
 //!
 //! tshark is required: `.ci/run` installs it. Without it this test fails (never skips).
@@ -10,6 +11,10 @@ use std::process::Command;
 use mrc_fabric::packet::{EthernetFrameRepr, Ipv6UdpRepr};
 use mrc_fabric::pcap::EthernetPcapWriter;
 use mrc_fabric::srv6::{SrhContext, SrhRepr};
+use mrc_transport::wire::{
+    Body, BthFlags, BthRepr, BthSpare, CnpRepr, DataRepr, MrcethRepr, MsgethRepr, NackReason,
+    NackRepr, Opcode, PacketRepr, RethRepr, SackRepr,
+};
 use pnet_packet::ip::IpNextHeaderProtocols;
 
 /// Our UDP port in these captures (not 4791, where tshark decodes RoCEv2 by default).
@@ -88,28 +93,6 @@ fn decode(pcap: &Path, fields: &[&str]) -> Vec<Vec<String>> {
         .collect()
 }
 
-/// A 12-byte RoCEv2 BTH (IBA vol. 1 section 9.2): opcode, SE/M/PadCnt/TVer = 0, P_Key,
-/// reserved, destination QP (24), A bit + reserved, PSN (24).
-fn bth(opcode: u8, p_key: u16, dest_qp: u32, ack_req: bool, psn: u32) -> [u8; 12] {
-    let qp = dest_qp.to_be_bytes();
-    let psn = psn.to_be_bytes();
-    let pk = p_key.to_be_bytes();
-    [
-        opcode,
-        0,
-        pk[0],
-        pk[1],
-        0,
-        qp[1],
-        qp[2],
-        qp[3],
-        u8::from(ack_req) << 7,
-        psn[1],
-        psn[2],
-        psn[3],
-    ]
-}
-
 struct Case {
     frame: EthernetFrameRepr,
     payload: Vec<u8>,
@@ -125,12 +108,108 @@ fn frame(packet: Ipv6UdpRepr) -> EthernetFrameRepr {
     }
 }
 
-/// BTH + 8 bytes of data + 4-byte ICRC field (zero: we do not compute the RoCE ICRC).
-fn roce_payload(opcode: u8, dest_qp: u32, psn: u32) -> Vec<u8> {
-    let mut p = bth(opcode, 0xffff, dest_qp, true, psn).to_vec();
-    p.extend_from_slice(&[0xd0, 0xd1, 0xd2, 0xd3, 0xd4, 0xd5, 0xd6, 0xd7]);
-    p.extend_from_slice(&[0, 0, 0, 0]);
-    p
+/// The mrc packet kinds the interop frames carry, all emitted by `mrc_transport::wire`.
+#[derive(Clone, Copy)]
+enum Kind {
+    /// RDMA_WRITE_ONLY data packet with 8 payload bytes.
+    WriteOnly,
+    /// SEND_ONLY data packet with 8 payload bytes.
+    SendOnly,
+    /// SACK.
+    Sack,
+    /// NACK with reason TRIMMED.
+    NackTrimmed,
+    /// CNP.
+    Cnp,
+}
+
+const DATA: [u8; 8] = [0xd0, 0xd1, 0xd2, 0xd3, 0xd4, 0xd5, 0xd6, 0xd7];
+
+/// An mrc datagram (the UDP payload) of `kind` for destination QPN `dest_qpn` and `psn`.
+fn mrc_payload(kind: Kind, dest_qpn: u32, psn: u32) -> Vec<u8> {
+    let (opcode, body) = match kind {
+        Kind::WriteOnly => (
+            Opcode::RdmaWriteOnly,
+            Body::Data(DataRepr {
+                msgeth: MsgethRepr {
+                    message_len: 8,
+                    offset: 0,
+                },
+                reth: Some(RethRepr {
+                    virtual_addr: 0x7f00_0000_1000,
+                    rkey: 0x1234,
+                    dma_len: 8,
+                }),
+                imm: None,
+                payload: &DATA,
+            }),
+        ),
+        Kind::SendOnly => (
+            Opcode::SendOnly,
+            Body::Data(DataRepr {
+                msgeth: MsgethRepr {
+                    message_len: 8,
+                    offset: 0,
+                },
+                reth: None,
+                imm: None,
+                payload: &DATA,
+            }),
+        ),
+        Kind::Sack => (
+            Opcode::Sack,
+            Body::Sack(SackRepr {
+                cumulative_psn: psn,
+                bitmap_base_psn: psn,
+                bitmap: 0b1011,
+                echo_ev: 3,
+                echo_ts_ns: 1000,
+                ecn_ce_count: 1,
+                credit: 0,
+            }),
+        ),
+        Kind::NackTrimmed => (
+            Opcode::Nack,
+            Body::Nack(NackRepr {
+                psn,
+                reason: NackReason::Trimmed,
+                reserved: 0,
+                echo_ev: 9,
+            }),
+        ),
+        Kind::Cnp => (
+            Opcode::Cnp,
+            Body::Cnp(CnpRepr {
+                echo_ev: 5,
+                reserved: [0; 12],
+            }),
+        ),
+    };
+    let packet = PacketRepr {
+        bth: BthRepr {
+            opcode,
+            pkey: BthRepr::DEFAULT_PKEY,
+            dest_qpn,
+            psn,
+            flags: BthFlags {
+                ack_req: true,
+                ..BthFlags::default()
+            },
+            spare: BthSpare::default(),
+        },
+        mrceth: MrcethRepr {
+            ev: 7,
+            msn: 1,
+            send_ts_ns: 123,
+            generation: 1,
+            reserved: 0,
+        },
+        body,
+    };
+    let mut buf = vec![0u8; packet.buffer_len()];
+    let len = packet.emit(&mut buf).expect("mrc packet emits");
+    assert_eq!(PacketRepr::parse(&buf[..len]), Ok(packet));
+    buf
 }
 
 fn cases() -> Vec<Case> {
@@ -141,7 +220,7 @@ fn cases() -> Vec<Case> {
     let p = Ipv6UdpRepr::with_segment_path(src, &[addr("2001:db8::200")], 49152, MRC_PORT).unwrap();
     out.push(Case {
         frame: frame(p),
-        payload: roce_payload(0x04, 0x00_0011, 0),
+        payload: mrc_payload(Kind::SendOnly, 0x00_0011, 0),
         ctx: SrhContext::Local,
     });
 
@@ -154,7 +233,7 @@ fn cases() -> Vec<Case> {
     let p = Ipv6UdpRepr::with_segment_path(src, &path3, 49153, MRC_PORT).unwrap();
     out.push(Case {
         frame: frame(p),
-        payload: roce_payload(0x0a, 0x12_3456, 0xab_cdef),
+        payload: mrc_payload(Kind::WriteOnly, 0x12_3456, 0xab_cdef),
         ctx: SrhContext::Local,
     });
 
@@ -173,7 +252,7 @@ fn cases() -> Vec<Case> {
     p.dst_addr = srh.active_segment().unwrap();
     out.push(Case {
         frame: frame(p),
-        payload: roce_payload(0x11, 0xff_fffe, 0xff_ffff),
+        payload: mrc_payload(Kind::Sack, 0xff_fffe, 0xff_ffff),
         ctx: SrhContext::Local,
     });
 
@@ -191,7 +270,7 @@ fn cases() -> Vec<Case> {
     srh.segments_left = 1;
     out.push(Case {
         frame: frame(p),
-        payload: roce_payload(0x06, 0x00_0100, 0x00_1000),
+        payload: mrc_payload(Kind::NackTrimmed, 0x00_0100, 0x00_1000),
         ctx: SrhContext::Received,
     });
 
@@ -208,7 +287,7 @@ fn cases() -> Vec<Case> {
     };
     out.push(Case {
         frame: frame(p),
-        payload: roce_payload(0x04, 0x00_0001, 1),
+        payload: mrc_payload(Kind::Cnp, 0x00_0001, 1),
         ctx: SrhContext::Local,
     });
     out
@@ -265,10 +344,13 @@ fn tshark_decodes_srh_udp_and_bth_exactly() {
         ],
     );
     // udp.checksum.status 1 = Good (tshark's PROTO_CHECKSUM_E_GOOD); destqp prints in hex.
+    // UDP lengths: 8 + mrc datagram = BTH 12 + MRCETH 16 + body: SEND_ONLY MSGETH 8 + 8 data
+    // (52), RDMA_WRITE_ONLY + RETH 16 (68), SACK 28 (64), NACK 12 (48), CNP 16 (52).
+    // Opcodes: SEND_ONLY 4, RDMA_WRITE_ONLY 10, SACK 0xE0, NACK 0xE1, CNP 0x81.
     let expected: Vec<Vec<&str>> = vec![
         vec![
             "0.001000005",
-            "56",
+            "76",
             "2001:db8::200",
             "4",
             "0",
@@ -276,7 +358,7 @@ fn tshark_decodes_srh_udp_and_bth_exactly() {
             "2001:db8::200",
             "49152",
             "4792",
-            "32",
+            "52",
             "1",
             "4",
             "0x000011",
@@ -285,7 +367,7 @@ fn tshark_decodes_srh_udp_and_bth_exactly() {
         ],
         vec![
             "0.002000005",
-            "88",
+            "124",
             "2001:db8:a::1",
             "4",
             "2",
@@ -293,7 +375,7 @@ fn tshark_decodes_srh_udp_and_bth_exactly() {
             "2001:db8:c::3,2001:db8:b::2,2001:db8:a::1",
             "49153",
             "4792",
-            "32",
+            "68",
             "1",
             "10",
             "0x123456",
@@ -302,7 +384,7 @@ fn tshark_decodes_srh_udp_and_bth_exactly() {
         ],
         vec![
             "0.003000005",
-            "136",
+            "168",
             "fc00:0:4::",
             "4",
             "2",
@@ -310,16 +392,16 @@ fn tshark_decodes_srh_udp_and_bth_exactly() {
             "2001:db8::200,fc00:0:5::,fc00:0:4::,fc00:0:3::,fc00:0:2::,fc00:0:1::",
             "49154",
             "4792",
-            "32",
+            "64",
             "1",
-            "17",
+            "224",
             "0xfffffe",
             "16777215",
             "65535",
         ],
         vec![
             "0.004000005",
-            "56",
+            "72",
             "fc00:0:1::",
             "4",
             "1",
@@ -327,16 +409,16 @@ fn tshark_decodes_srh_udp_and_bth_exactly() {
             "2001:db8::200",
             "49156",
             "4792",
-            "32",
+            "48",
             "1",
-            "6",
+            "225",
             "0x000100",
             "4096",
             "65535",
         ],
         vec![
             "0.005000005",
-            "32",
+            "52",
             "2001:db8::200",
             "",
             "",
@@ -344,9 +426,9 @@ fn tshark_decodes_srh_udp_and_bth_exactly() {
             "",
             "49155",
             "4792",
-            "32",
+            "52",
             "1",
-            "4",
+            "129",
             "0x000001",
             "1",
             "65535",
@@ -374,7 +456,7 @@ fn tshark_decode_matches_builder_three_segments() {
     assert_eq!(packet.dst_addr, da);
     let case = Case {
         frame: frame(packet),
-        payload: roce_payload(0x04, 5, 6),
+        payload: mrc_payload(Kind::WriteOnly, 5, 6),
         ctx: SrhContext::Local,
     };
     let pcap = write_pcap(&dir.0, std::slice::from_ref(&case));
