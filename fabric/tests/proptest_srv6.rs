@@ -158,6 +158,43 @@ proptest! {
     }
 
     #[test]
+    fn any_repr_emit_accepts_parses_back_equal(
+        nh in any::<u8>(),
+        segments_left in any::<u8>(),
+        segments in prop::collection::vec(arb_addr(), 0..4),
+        tlvs in prop::collection::vec(prop_oneof![
+            (any::<u8>(), prop::collection::vec(any::<u8>(), 0..10))
+                .prop_map(|(tlv_type, value)| Tlv::Unknown { tlv_type, value }),
+            (any::<bool>(), any::<u16>(), any::<u32>(), prop::collection::vec(any::<u8>(), 0..40))
+                .prop_map(|(d, reserved, key_id, hmac)| Tlv::Hmac(HmacTlv {
+                    destination_check_disabled: d, reserved, key_id, hmac,
+                })),
+            Just(Tlv::Pad1),
+            prop::collection::vec(any::<u8>(), 0..8).prop_map(|padding| Tlv::PadN { padding }),
+        ], 0..4),
+    ) {
+        let repr = SrhRepr {
+            next_header: IpNextHeaderProtocol(nh),
+            segments_left,
+            flags: 0,
+            tag: 0,
+            segments,
+            tlvs,
+        };
+        for ctx in [SrhContext::Received, SrhContext::Local] {
+            let mut buf = vec![0u8; repr.buffer_len()];
+            if let Ok(len) = repr.emit(&mut buf, ctx) {
+                prop_assert_eq!(len, buf.len());
+                let parsed = SrhRepr::parse_bytes(&buf, ctx).unwrap();
+                prop_assert_eq!(&parsed, &repr);
+                prop_assert_eq!(repr.validate(ctx), Ok(()));
+            } else {
+                prop_assert!(repr.validate(ctx).is_err());
+            }
+        }
+    }
+
+    #[test]
     fn any_bytes_parse_ok_or_typed_error_and_reemit_identical(
         bytes in prop::collection::vec(any::<u8>(), 0..300),
         force_srh in any::<bool>(),

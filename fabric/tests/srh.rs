@@ -433,3 +433,30 @@ fn bytes_after_the_header_are_ignored() {
     assert_eq!(repr.buffer_len(), 24);
     assert!(repr.tlvs.is_empty());
 }
+
+#[test]
+fn tlv_reprs_that_would_not_round_trip_are_refused() {
+    let (mut repr, _) =
+        SrhRepr::for_path(IpNextHeaderProtocols::Udp, &path(&["2001:db8::1"])).unwrap();
+    // Unknown claiming type 4 (PadN) with 6 value bytes: 8-byte TLV area, but refused.
+    repr.tlvs = vec![Tlv::Unknown {
+        tlv_type: 4,
+        value: vec![0; 6],
+    }];
+    assert_eq!(
+        repr.validate(SrhContext::Received),
+        Err(SrhError::InvalidTlvRepr { tlv_type: 4 })
+    );
+    // HMAC reserved needs 16 bits: refused rather than silently masked.
+    repr.tlvs = vec![Tlv::Hmac(HmacTlv {
+        destination_check_disabled: false,
+        reserved: 0x8000,
+        key_id: 1,
+        hmac: vec![0; 8],
+    })];
+    assert_eq!(repr.buffer_len(), 8 + 16 + 16);
+    assert_eq!(
+        repr.validate(SrhContext::Received),
+        Err(SrhError::InvalidTlvRepr { tlv_type: 5 })
+    );
+}

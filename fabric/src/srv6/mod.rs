@@ -149,6 +149,13 @@ pub enum SrhError {
         /// Length in bytes the header would have.
         len_bytes: usize,
     },
+    /// An owned TLV that cannot be written as given: [`Tlv::Unknown`] carrying type 0, 4 or 5
+    /// (it would parse back as Pad1, PadN or HMAC), or an HMAC `reserved` above 15 bits.
+    #[error("TLV of type {tlv_type} cannot be written as given")]
+    InvalidTlvRepr {
+        /// The TLV type.
+        tlv_type: u8,
+    },
     /// A TLV value longer than its 8-bit Length field can state (255).
     #[error("TLV value of {len_bytes} bytes exceeds 255")]
     TlvValueTooLong {

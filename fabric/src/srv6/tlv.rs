@@ -265,8 +265,25 @@ impl Tlv {
     ///
     /// Errors: [`SrhError::TlvValueTooLong`] for a value above 255 octets,
     /// [`SrhError::HmacLength`] for an HMAC that is not 8/16/24/32 octets,
-    /// [`SrhError::BufferTooSmall`] when `buf` is shorter than [`Tlv::buffer_len`].
+    /// [`SrhError::InvalidTlvRepr`] for an `Unknown` with type 0, 4 or 5 or an HMAC reserved
+    /// value above 15 bits, [`SrhError::BufferTooSmall`] when `buf` is shorter than
+    /// [`Tlv::buffer_len`].
     pub fn emit(&self, buf: &mut [u8]) -> Result<usize, SrhError> {
+        match self {
+            Tlv::Unknown { tlv_type, .. }
+                if !matches!(TlvType::from(*tlv_type), TlvType::Unknown(_)) =>
+            {
+                return Err(SrhError::InvalidTlvRepr {
+                    tlv_type: *tlv_type,
+                });
+            }
+            Tlv::Hmac(h) if h.reserved > 0x7fff => {
+                return Err(SrhError::InvalidTlvRepr {
+                    tlv_type: TLV_TYPE_HMAC,
+                });
+            }
+            _ => {}
+        }
         let needed = self.buffer_len();
         let value_len = self.value_len_bytes();
         let length = u8::try_from(value_len).map_err(|_| SrhError::TlvValueTooLong {
@@ -291,7 +308,7 @@ impl Tlv {
             }
             Tlv::Hmac(h) => {
                 out[1] = length;
-                let flags = (u16::from(h.destination_check_disabled) << 15) | (h.reserved & 0x7fff);
+                let flags = (u16::from(h.destination_check_disabled) << 15) | h.reserved;
                 out[2..4].copy_from_slice(&flags.to_be_bytes());
                 out[4..8].copy_from_slice(&h.key_id.to_be_bytes());
                 out[8..].copy_from_slice(&h.hmac);
