@@ -4,7 +4,7 @@
 //! the wire format ([`wire`]), 24-bit PSNs ([`psn`]), memory regions ([`region`]), the
 //! receive window ([`recv`]), the sender state ([`send`]), RTT/RTO/RACK loss detection
 //! ([`loss`]), paths named by entropy values ([`path`]), completions ([`completion`]) and
-//! counters ([`stats`]).
+//! counters ([`stats`]), and the [`conn::Connection`] that ties them together.
 //!
 //! This crate never reads a clock, a socket or a global RNG: time (`now`, nanoseconds) and
 //! randomness (a seed) come from the caller, so every run is reproducible.
@@ -12,6 +12,7 @@
 #![forbid(unsafe_code)]
 
 pub mod completion;
+pub mod conn;
 pub mod loss;
 pub mod path;
 pub mod psn;
@@ -20,3 +21,8 @@ pub mod region;
 pub mod send;
 pub mod stats;
 pub mod wire;
+
+pub use completion::{Completion, WcOpcode, WcStatus};
+pub use conn::{ConnConfig, ConnState, Connection, Ecn, PeerParams, PostError, Sge, Transmit};
+pub use psn::Psn;
+pub use region::{Access, MrKey, RegionTable};

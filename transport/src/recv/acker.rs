@@ -187,11 +187,7 @@ impl Acker {
             self.deadline_ns = None;
             self.far_blocks.retain(|&b| (b << 6) + 64 > rcv_nxt + 64);
         }
-        if self.far_blocks.is_empty() {
-            self.immediate = false;
-        } else {
-            self.immediate = true;
-        }
+        self.immediate = !self.far_blocks.is_empty();
         Some(out)
     }
 
