@@ -12,3 +12,4 @@
 pub mod packet;
 pub mod pcap;
 pub mod srv6;
+pub mod udp;
