@@ -9,6 +9,7 @@
 //! - (later) the simulator and the datapaths.
 #![warn(missing_docs)]
 
+pub mod engine;
 pub mod packet;
 pub mod pcap;
 pub mod srv6;
