@@ -32,10 +32,12 @@ pub enum DropReason {
     InvalidAck,
     /// Go-back-N mode: a data PSN other than `rcv_nxt`.
     OutOfOrderGoBackN,
+    /// A probe reply that answers no outstanding probe (late, duplicated or forged).
+    StaleProbeReply,
 }
 
 /// Number of [`DropReason`] variants.
-pub const DROP_REASONS: usize = 14;
+pub const DROP_REASONS: usize = 15;
 
 /// Drop counters indexed by [`DropReason`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -144,6 +146,6 @@ mod tests {
         assert_eq!(d.get(DropReason::OutOfOrderGoBackN), 1);
         assert_eq!(d.get(DropReason::Malformed), 0);
         assert_eq!(d.total(), 3);
-        assert_eq!(DropReason::OutOfOrderGoBackN as usize, DROP_REASONS - 1);
+        assert_eq!(DropReason::StaleProbeReply as usize, DROP_REASONS - 1);
     }
 }

@@ -86,7 +86,7 @@ impl<C: Controller> Connection<C> {
                         self.paths.on_rtt_sample(i, rtt);
                     }
                 } else {
-                    self.stats.drops.add(DropReason::InvalidAck);
+                    self.stats.drops.add(DropReason::StaleProbeReply);
                 }
             }
             Body::Unknown { .. } => self.stats.drops.add(DropReason::UnknownOpcode),

@@ -196,6 +196,9 @@ pub struct SendState {
     rack: Rack,
     rack_timer_ns: Option<u64>,
     rto_backoff: u32,
+    /// Time of the latest acknowledgement of new data, ns (RFC 6298 5.3 restarts the
+    /// retransmission timer there).
+    last_progress_ns: u64,
     completions: VecDeque<Completion>,
     failed: bool,
 }
@@ -219,6 +222,7 @@ impl SendState {
             rack: Rack::default(),
             rack_timer_ns: None,
             rto_backoff: 0,
+            last_progress_ns: 0,
             completions: VecDeque::new(),
             failed: false,
         }
@@ -445,6 +449,7 @@ impl SendState {
         }
         if out.acked_packets > 0 {
             self.rto_backoff = 0;
+            self.last_progress_ns = now_ns;
             self.complete_messages();
         }
         Ok(out)
@@ -607,14 +612,16 @@ impl SendState {
         best
     }
 
-    /// When the RTO fires: the oldest in-flight packet's send time plus the RTO with
-    /// back-off; `None` when nothing is in flight.
+    /// When the RTO fires: the RTO with back-off after the later of the oldest in-flight
+    /// packet's send time and the latest acknowledgement of new data (RFC 6298 5.3: the
+    /// timer restarts whenever new data is acknowledged, so a standing queue that still
+    /// drains does not fire it); `None` when nothing is in flight.
     pub fn rto_deadline_ns(&self) -> Option<u64> {
         if self.failed {
             return None;
         }
         self.oldest_in_flight_ns()
-            .map(|t| t.saturating_add(self.rto_ns()))
+            .map(|t| t.max(self.last_progress_ns).saturating_add(self.rto_ns()))
     }
 
     /// The RTO timer at `now_ns`: if it expired, every in-flight packet sent at least one
