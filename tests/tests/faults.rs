@@ -6,7 +6,6 @@ use mrc_tests::harness::{Action, Faults, NetConfig, Pair, Side, conn_config};
 use mrc_transport::path::PathState;
 use mrc_transport::{WcOpcode, WcStatus};
 
-
 fn pair(n_evs: u32, net: NetConfig) -> Pair<FixedWindow> {
     let cc = || FixedWindowConfig::default().build();
     Pair::new(

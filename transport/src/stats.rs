@@ -128,6 +128,8 @@ pub struct ConnStats {
     pub sacks_received: u64,
     /// NACKs received (valid ones).
     pub nacks_received: u64,
+    /// EV probes received (each answered with a probe reply while the reply queue has room).
+    pub probes_received: u64,
     /// Incoming datagrams dropped, by reason.
     pub drops: DropCounts,
 }

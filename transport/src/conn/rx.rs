@@ -71,6 +71,7 @@ impl<C: Controller> Connection<C> {
                 self.cc.on_cnp(now_ns);
             }
             Body::Probe(p) => {
+                self.stats.probes_received += 1;
                 if self.probe_replies.len() < self.paths.len().max(16) {
                     self.probe_replies.push_back((
                         pkt.mrceth.ev,
