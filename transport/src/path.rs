@@ -73,6 +73,8 @@ pub struct PathTable {
     selection: Selection,
     rng: ChaCha8Rng,
     next_probe_seq: u32,
+    /// Number of `AssumedBad` paths (so the per-packet probe check is O(1) when zero).
+    n_bad: usize,
 }
 
 impl PathTable {
@@ -103,6 +105,7 @@ impl PathTable {
             selection,
             rng: ChaCha8Rng::seed_from_u64(seed),
             next_probe_seq: 1,
+            n_bad: 0,
         }
     }
 
@@ -260,6 +263,15 @@ impl PathTable {
                 p.next_probe_ns = now_ns;
             }
         }
+        self.recount_bad();
+    }
+
+    fn recount_bad(&mut self) {
+        self.n_bad = self
+            .paths
+            .iter()
+            .filter(|p| p.state == PathState::AssumedBad)
+            .count();
     }
 
     /// A loss on `idx` proved spurious: an `AssumedBad` EV goes back to `Good`.
@@ -270,6 +282,7 @@ impl PathTable {
                 p.probe_seq = None;
             }
         }
+        self.recount_bad();
     }
 
     /// The datapath reports `ev` down (`true`) or up again (`false`, back to `Good`).
@@ -281,12 +294,16 @@ impl PathTable {
                 p.state = PathState::Good;
             }
         }
+        self.recount_bad();
     }
 
     /// The next probe to send at `now_ns`: `(index, probe sequence)` of an `AssumedBad` EV
     /// whose probe time has come; schedules its next probe `interval_ns << k` later, `k`
     /// the probes of this episode so far (at most 6: exponential back-off to 64x).
     pub fn next_probe(&mut self, now_ns: u64, interval_ns: u64) -> Option<(usize, u32)> {
+        if self.n_bad == 0 {
+            return None;
+        }
         let seq = self.next_probe_seq;
         let (i, p) = self
             .paths
@@ -304,6 +321,9 @@ impl PathTable {
 
     /// Earliest time a probe is due, if any EV is `AssumedBad`.
     pub fn next_probe_time(&self) -> Option<u64> {
+        if self.n_bad == 0 {
+            return None;
+        }
         self.paths
             .iter()
             .filter(|p| p.state == PathState::AssumedBad)
@@ -329,6 +349,7 @@ impl PathTable {
         if p.state == PathState::AssumedBad {
             p.state = PathState::Good;
         }
+        self.recount_bad();
         true
     }
 
