@@ -8,9 +8,9 @@
 //! Criterion's throughput figure (elements/s) is packets per second on one core.
 //!
 //! Two variants: `1MiB write` copies through 1 MiB regions (the copies run at memory
-//! speed); `256 x 4KiB writes, hot buffers` sends 256 one-packet WRITEs of the same 4 KiB
-//! source to the same 4 KiB destination, so the payload copies stay in L1 and the figure
-//! is closer to the state machines alone.
+//! speed); `16 x 64KiB writes, hot buffers` sends 16 WRITEs of 16 packets from the same
+//! 64 KiB source to the same 64 KiB destination, so the payload copies stay in cache and
+//! the figure is closer to the state machines alone.
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use mrc_congestion::{FixedWindow, FixedWindowConfig};
@@ -143,7 +143,7 @@ fn bench(c: &mut Criterion) {
         bch.iter(|| s.one_message())
     });
     let mut s = setup();
-    g.bench_function("256 x 4KiB writes, hot buffers", |bch| {
+    g.bench_function("16 x 64KiB writes, hot buffers", |bch| {
         bch.iter(|| s.hot_writes())
     });
     g.finish();
