@@ -110,6 +110,16 @@ fn acceptance_9_hostile_datagrams_are_counted_and_nothing_is_written() {
     assert_eq!(d.get(DropReason::Malformed), 4);
     assert_eq!(d.get(DropReason::UnknownOpcode), 1);
     assert_eq!(d.total(), 11);
+    // per EV: the crafted packets name EV 0; the 4 that do not parse name no EV
+    assert_eq!(p.b.paths().paths()[0].stats.drops.total(), 7);
+    assert_eq!(
+        p.b.paths().paths()[0]
+            .stats
+            .drops
+            .get(DropReason::OutOfBounds),
+        2
+    );
+    assert_eq!(p.b.paths().paths()[1].stats.drops.total(), 0);
     // nothing was written anywhere, nothing was accepted
     assert!(
         p.b.regions()

@@ -85,6 +85,8 @@ pub struct EvStats {
     pub probes_sent: u64,
     /// Probe replies received for this EV.
     pub probes_answered: u64,
+    /// Received datagrams dropped whose MRCETH names this EV, by reason.
+    pub drops: DropCounts,
 }
 
 /// Counters of one connection.
