@@ -33,8 +33,20 @@ pub struct Metrics {
     pub last_rtt_ns: u64,
     /// Acknowledgements whose echoed timestamp was zero or missing and so gave no RTT sample.
     pub rejected_rtt_samples: u64,
-    /// Number of multiplicative decreases applied so far.
+    /// Number of multiplicative decreases applied so far (rate cuts for DCQCN, window cuts
+    /// for Swift and NSCC, quick adapts included).
     pub decreases: u64,
+    /// Bytes in flight as last reported by the caller (`on_packet_sent`, `on_ack`), minus the
+    /// bytes of later `on_trim` / `on_loss` reports.
+    pub bytes_in_flight: u64,
+    /// DCQCN target rate R_T in bits per second; 0 for controllers without one.
+    pub target_rate_bps: u64,
+    /// CNPs received so far.
+    pub cnps_received: u64,
+    /// NACK(TRIMMED) reports received so far.
+    pub trims_received: u64,
+    /// Bytes declared lost so far (sum of `on_loss` arguments).
+    pub lost_bytes: u64,
 }
 
 /// A congestion controller for one connection.

@@ -1,5 +1,6 @@
 //! A fixed congestion window: no reaction to any signal. The baseline ("`--cc none`").
 
+use crate::rtt::rtt_sample_ns;
 use crate::{AckSample, Controller, Metrics};
 
 /// Configuration of [`FixedWindow`].
@@ -11,30 +12,57 @@ pub struct FixedWindowConfig {
 
 impl Default for FixedWindowConfig {
     fn default() -> Self {
-        Self { cwnd_bytes: 4 << 20 }
+        Self {
+            cwnd_bytes: 4 << 20,
+        }
     }
 }
 
 impl FixedWindowConfig {
     /// Builds the controller.
     pub fn build(&self) -> FixedWindow {
-        FixedWindow { cfg: *self }
+        FixedWindow {
+            cfg: *self,
+            metrics: Metrics {
+                cwnd_bytes: self.cwnd_bytes,
+                pacing_rate_bps: u64::MAX,
+                ..Metrics::default()
+            },
+        }
     }
 }
 
-/// A controller whose window never changes and which does not pace.
+/// A controller whose window never changes and which does not pace. It still keeps the
+/// counting fields of [`Metrics`] (bytes in flight, CNPs, trims, lost bytes, RTT samples).
 #[derive(Clone, Debug)]
 pub struct FixedWindow {
     cfg: FixedWindowConfig,
+    metrics: Metrics,
 }
 
 impl Controller for FixedWindow {
-    fn on_packet_sent(&mut self, _now_ns: u64, _bytes: u64, _bytes_in_flight: u64) {}
-    fn on_ack(&mut self, _now_ns: u64, _ack: &AckSample) {}
-    fn on_trim(&mut self, _now_ns: u64, _bytes: u64) {}
-    fn on_loss(&mut self, _now_ns: u64, _bytes: u64) {}
+    fn on_packet_sent(&mut self, _now_ns: u64, _bytes: u64, bytes_in_flight: u64) {
+        self.metrics.bytes_in_flight = bytes_in_flight;
+    }
+    fn on_ack(&mut self, now_ns: u64, ack: &AckSample) {
+        self.metrics.bytes_in_flight = ack.bytes_in_flight;
+        match rtt_sample_ns(now_ns, ack) {
+            Some(rtt_ns) => self.metrics.last_rtt_ns = rtt_ns,
+            None => self.metrics.rejected_rtt_samples += 1,
+        }
+    }
+    fn on_trim(&mut self, _now_ns: u64, bytes: u64) {
+        self.metrics.trims_received += 1;
+        self.metrics.bytes_in_flight = self.metrics.bytes_in_flight.saturating_sub(bytes);
+    }
+    fn on_loss(&mut self, _now_ns: u64, bytes: u64) {
+        self.metrics.lost_bytes = self.metrics.lost_bytes.saturating_add(bytes);
+        self.metrics.bytes_in_flight = self.metrics.bytes_in_flight.saturating_sub(bytes);
+    }
     fn on_spurious_loss(&mut self, _now_ns: u64) {}
-    fn on_cnp(&mut self, _now_ns: u64) {}
+    fn on_cnp(&mut self, _now_ns: u64) {
+        self.metrics.cnps_received += 1;
+    }
     fn on_timer(&mut self, _now_ns: u64) {}
     fn next_timer_ns(&self) -> Option<u64> {
         None
@@ -46,11 +74,7 @@ impl Controller for FixedWindow {
         u64::MAX
     }
     fn metrics(&self) -> Metrics {
-        Metrics {
-            cwnd_bytes: self.cfg.cwnd_bytes,
-            pacing_rate_bps: u64::MAX,
-            ..Metrics::default()
-        }
+        self.metrics
     }
 }
 
@@ -67,5 +91,11 @@ mod tests {
         assert_eq!(cc.cwnd_bytes(), 65536);
         assert_eq!(cc.pacing_rate_bps(), u64::MAX);
         assert_eq!(cc.next_timer_ns(), None);
+        let m = cc.metrics();
+        assert_eq!(
+            (m.cnps_received, m.trims_received, m.lost_bytes),
+            (1, 1, 4096)
+        );
+        assert_eq!(m.cwnd_bytes, 65536);
     }
 }

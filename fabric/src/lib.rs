@@ -1,7 +1,14 @@
 //! # mrc-fabric
 //!
-//! Everything in mrc that touches a network or a model of one: SRv6 headers ([`srv6`]),
-//! IPv6/UDP packet building, pcap output, and (later) the simulator and the datapaths.
+//! Everything in mrc that touches a network or a model of one:
+//!
+//! - [`srv6`]: the Segment Routing Header (RFC 8754) and uSID containers (RFC 9800);
+//! - [`packet`]: Ethernet / IPv6 / optional SRH / UDP build and parse, lengths and checksum
+//!   computed;
+//! - [`pcap`]: pcap output (Ethernet link type) that tshark reads;
+//! - (later) the simulator and the datapaths.
 #![warn(missing_docs)]
 
+pub mod packet;
+pub mod pcap;
 pub mod srv6;

@@ -1,0 +1,97 @@
+//! Ethernet II framing (IEEE 802.3) around [`Ipv6UdpRepr`] packets.
+//!
+//! ```text
+//! +-------------------+-------------------+-------------+---------------------+
+//! | destination (6)   | source (6)        | EtherType(2)| IPv6 packet ...     |
+//! +-------------------+-------------------+-------------+---------------------+
+//!                                           0x86DD
+//! ```
+
+use pnet_packet::ethernet::{EtherTypes, EthernetPacket, MutableEthernetPacket};
+
+use super::{Ipv6UdpRepr, PacketError};
+use crate::srv6::SrhContext;
+
+/// Bytes of the Ethernet II header.
+pub const ETHERNET_HEADER_LEN: usize = 14;
+
+/// An Ethernet frame carrying an IPv6 + optional SRH + UDP packet.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct EthernetFrameRepr {
+    /// Destination MAC address.
+    pub dst_mac: [u8; 6],
+    /// Source MAC address.
+    pub src_mac: [u8; 6],
+    /// The IPv6 packet.
+    pub packet: Ipv6UdpRepr,
+}
+
+impl EthernetFrameRepr {
+    /// Bytes of the frame (without FCS) with a `payload_len_bytes` UDP payload.
+    pub fn buffer_len(&self, payload_len_bytes: usize) -> usize {
+        ETHERNET_HEADER_LEN + self.packet.buffer_len(payload_len_bytes)
+    }
+
+    /// Write the frame at the start of `buf`; returns its length in bytes.
+    ///
+    /// Errors: [`PacketError::BufferTooSmall`] and those of [`Ipv6UdpRepr::emit`].
+    pub fn emit(&self, buf: &mut [u8], payload: &[u8]) -> Result<usize, PacketError> {
+        self.emit_in(buf, payload, SrhContext::Local)
+    }
+
+    /// As [`EthernetFrameRepr::emit`] with the SRH checked in `ctx` (see
+    /// [`Ipv6UdpRepr::emit_in`]).
+    pub fn emit_in(
+        &self,
+        buf: &mut [u8],
+        payload: &[u8],
+        ctx: SrhContext,
+    ) -> Result<usize, PacketError> {
+        let needed = self.buffer_len(payload.len());
+        let available = buf.len();
+        if available < needed {
+            return Err(PacketError::BufferTooSmall {
+                needed_bytes: needed,
+                available_bytes: available,
+            });
+        }
+        let (eth, rest) = buf.split_at_mut(ETHERNET_HEADER_LEN);
+        let ip_len = self.packet.emit_in(rest, payload, ctx)?;
+        let mut frame = MutableEthernetPacket::new(eth).ok_or(PacketError::BufferTooSmall {
+            needed_bytes: needed,
+            available_bytes: available,
+        })?;
+        frame.set_destination(self.dst_mac.into());
+        frame.set_source(self.src_mac.into());
+        frame.set_ethertype(EtherTypes::Ipv6);
+        Ok(ETHERNET_HEADER_LEN + ip_len)
+    }
+
+    /// Parse a frame; returns the Repr and the UDP payload.
+    ///
+    /// Errors: [`PacketError::Truncated`], [`PacketError::NotIpv6EtherType`] and those of
+    /// [`Ipv6UdpRepr::parse`].
+    pub fn parse(bytes: &[u8]) -> Result<(EthernetFrameRepr, &[u8]), PacketError> {
+        let frame = EthernetPacket::new(bytes).ok_or(PacketError::Truncated {
+            header: "Ethernet",
+            needed_bytes: ETHERNET_HEADER_LEN,
+            available_bytes: bytes.len(),
+        })?;
+        let ethertype = frame.get_ethertype();
+        if ethertype != EtherTypes::Ipv6 {
+            return Err(PacketError::NotIpv6EtherType {
+                ethertype: ethertype.0,
+            });
+        }
+        let ip_bytes = bytes.get(ETHERNET_HEADER_LEN..).unwrap_or(&[]);
+        let (packet, payload) = Ipv6UdpRepr::parse(ip_bytes)?;
+        Ok((
+            EthernetFrameRepr {
+                dst_mac: frame.get_destination().octets(),
+                src_mac: frame.get_source().octets(),
+                packet,
+            },
+            payload,
+        ))
+    }
+}

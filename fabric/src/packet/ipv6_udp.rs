@@ -1,0 +1,285 @@
+//! IPv6 (RFC 8200) + optional SRH (RFC 8754) + UDP (RFC 768) headers.
+//!
+//! ```text
+//! offset 0        IPv6 fixed header, 40 bytes
+//!  +-------+---------------+--------------------------------------+
+//!  |Ver=6  | Traffic Class |          Flow Label (20)             |
+//!  +-------+---------------+------+---------------+---------------+
+//!  |     Payload Length (16)      | Next Header   |   Hop Limit   |
+//!  +------------------------------+---------------+---------------+
+//!  |                 Source Address (128)                         |
+//!  |               Destination Address (128)                      |
+//!  +--------------------------------------------------------------+
+//! offset 40       SRH, (hdr_ext_len + 1) * 8 bytes, if Next Header = 43
+//! then            UDP header, 8 bytes
+//!  +------------------------------+-------------------------------+
+//!  |     Source Port (16)         |    Destination Port (16)      |
+//!  |     Length (16)              |    Checksum (16)              |
+//!  +------------------------------+-------------------------------+
+//! then            UDP payload
+//! ```
+//!
+//! Payload Length = SRH + 8 + payload bytes; UDP Length = 8 + payload bytes; the UDP checksum
+//! uses the final destination in its pseudo-header (RFC 8200 section 8.1): Segment List\[0\]
+//! of the SRH when there is one, else the destination address. A computed 0 is sent as
+//! 0xFFFF and a received 0 is an error (RFC 8200 section 8.1, RFC 768).
+
+use std::net::Ipv6Addr;
+
+use pnet_packet::ip::{IpNextHeaderProtocol, IpNextHeaderProtocols};
+use pnet_packet::ipv6::{Ipv6Packet, MutableIpv6Packet};
+use pnet_packet::udp::{self, MutableUdpPacket, UdpPacket};
+
+use super::PacketError;
+use crate::srv6::{NEXT_HEADER_ROUTING, Srh, SrhContext, SrhRepr};
+
+/// Bytes of the IPv6 fixed header.
+pub const IPV6_HEADER_LEN: usize = 40;
+/// Bytes of the UDP header.
+pub const UDP_HEADER_LEN: usize = 8;
+/// Largest flow label (20 bits).
+pub const FLOW_LABEL_MAX: u32 = 0x000f_ffff;
+
+/// IPv6 + optional SRH + UDP header fields, in parsed form. Lengths and the checksum are not
+/// fields: they are computed by [`Ipv6UdpRepr::emit`] and checked by [`Ipv6UdpRepr::parse`].
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Ipv6UdpRepr {
+    /// Source address.
+    pub src_addr: Ipv6Addr,
+    /// Destination address as on the wire: with an SRH, the active segment (a source puts
+    /// the first segment here, RFC 8754 section 4.1).
+    pub dst_addr: Ipv6Addr,
+    /// Traffic Class: DSCP (high 6 bits) and ECN (low 2 bits).
+    pub traffic_class: u8,
+    /// Flow label, 20 bits.
+    pub flow_label: u32,
+    /// Hop limit.
+    pub hop_limit: u8,
+    /// The SRH, if any; its `next_header` must be UDP.
+    pub srh: Option<SrhRepr>,
+    /// UDP source port.
+    pub src_port: u16,
+    /// UDP destination port.
+    pub dst_port: u16,
+}
+
+impl Ipv6UdpRepr {
+    /// A packet from `src_addr` steered along `path` (travel order) with an SRH built by
+    /// [`SrhRepr::for_path`]: the destination address is `path[0]`. Traffic class 0, flow
+    /// label 0, hop limit 64.
+    ///
+    /// Errors: [`PacketError::Srh`] for an empty or over-long path.
+    pub fn with_segment_path(
+        src_addr: Ipv6Addr,
+        path: &[Ipv6Addr],
+        src_port: u16,
+        dst_port: u16,
+    ) -> Result<Self, PacketError> {
+        let (srh, dst_addr) = SrhRepr::for_path(IpNextHeaderProtocols::Udp, path)?;
+        Ok(Ipv6UdpRepr {
+            src_addr,
+            dst_addr,
+            traffic_class: 0,
+            flow_label: 0,
+            hop_limit: 64,
+            srh: Some(srh),
+            src_port,
+            dst_port,
+        })
+    }
+
+    /// The final destination: Segment List\[0\] with an SRH, else `dst_addr`.
+    pub fn final_destination(&self) -> Ipv6Addr {
+        self.srh
+            .as_ref()
+            .and_then(SrhRepr::final_destination)
+            .unwrap_or(self.dst_addr)
+    }
+
+    /// Bytes of all headers: 40 + SRH + 8.
+    pub fn header_len(&self) -> usize {
+        IPV6_HEADER_LEN + self.srh.as_ref().map_or(0, SrhRepr::buffer_len) + UDP_HEADER_LEN
+    }
+
+    /// Bytes of the whole packet with a `payload_len_bytes` payload.
+    pub fn buffer_len(&self, payload_len_bytes: usize) -> usize {
+        self.header_len() + payload_len_bytes
+    }
+
+    /// Write headers and `payload` at the start of `buf`; returns the packet length in bytes.
+    /// The SRH is checked in [`SrhContext::Local`].
+    ///
+    /// Errors: [`PacketError::FlowLabelOutOfRange`], [`PacketError::SrhNextHeaderNotUdp`],
+    /// [`PacketError::PayloadTooLong`], [`PacketError::BufferTooSmall`], [`PacketError::Srh`].
+    pub fn emit(&self, buf: &mut [u8], payload: &[u8]) -> Result<usize, PacketError> {
+        self.emit_in(buf, payload, SrhContext::Local)
+    }
+
+    /// As [`Ipv6UdpRepr::emit`] with the SRH checked in `ctx` (use
+    /// [`SrhContext::Received`] to re-emit a packet as it was received, e.g. a reduced SRH).
+    pub fn emit_in(
+        &self,
+        buf: &mut [u8],
+        payload: &[u8],
+        ctx: SrhContext,
+    ) -> Result<usize, PacketError> {
+        if self.flow_label > FLOW_LABEL_MAX {
+            return Err(PacketError::FlowLabelOutOfRange {
+                flow_label: self.flow_label,
+            });
+        }
+        if let Some(srh) = &self.srh {
+            if srh.next_header != IpNextHeaderProtocols::Udp {
+                return Err(PacketError::SrhNextHeaderNotUdp {
+                    next_header: srh.next_header.0,
+                });
+            }
+        }
+        let total = self.buffer_len(payload.len());
+        let ip_payload_len = total - IPV6_HEADER_LEN;
+        let ip_payload_len_u16 =
+            u16::try_from(ip_payload_len).map_err(|_| PacketError::PayloadTooLong {
+                len_bytes: ip_payload_len,
+            })?;
+        let available = buf.len();
+        let out = buf.get_mut(..total).ok_or(PacketError::BufferTooSmall {
+            needed_bytes: total,
+            available_bytes: available,
+        })?;
+        let (ip_bytes, rest) = out.split_at_mut(IPV6_HEADER_LEN);
+        let srh_len = match &self.srh {
+            Some(srh) => srh.emit(rest, ctx)?,
+            None => 0,
+        };
+        let udp_bytes = &mut rest[srh_len..];
+        let udp_len = u16::try_from(udp_bytes.len()).map_err(|_| PacketError::PayloadTooLong {
+            len_bytes: ip_payload_len,
+        })?;
+        {
+            let mut ip = MutableIpv6Packet::new(ip_bytes).ok_or(PacketError::BufferTooSmall {
+                needed_bytes: total,
+                available_bytes: available,
+            })?;
+            ip.set_version(6);
+            ip.set_traffic_class(self.traffic_class);
+            ip.set_flow_label(self.flow_label);
+            ip.set_payload_length(ip_payload_len_u16);
+            ip.set_next_header(if self.srh.is_some() {
+                IpNextHeaderProtocol(NEXT_HEADER_ROUTING)
+            } else {
+                IpNextHeaderProtocols::Udp
+            });
+            ip.set_hop_limit(self.hop_limit);
+            ip.set_source(self.src_addr);
+            ip.set_destination(self.dst_addr);
+        }
+        let mut udp = MutableUdpPacket::new(udp_bytes).ok_or(PacketError::BufferTooSmall {
+            needed_bytes: total,
+            available_bytes: available,
+        })?;
+        udp.set_source(self.src_port);
+        udp.set_destination(self.dst_port);
+        udp.set_length(udp_len);
+        udp.set_checksum(0);
+        udp.set_payload(payload);
+        let checksum = udp_checksum(
+            &udp.to_immutable(),
+            &self.src_addr,
+            &self.final_destination(),
+        );
+        udp.set_checksum(checksum);
+        Ok(total)
+    }
+
+    /// Parse a packet that starts with the IPv6 header. Bytes past payload_len (e.g. Ethernet
+    /// padding) are ignored. The SRH is validated in [`SrhContext::Received`].
+    /// Returns the Repr and the UDP payload.
+    ///
+    /// Errors: [`PacketError::Truncated`], [`PacketError::NotIpv6`],
+    /// [`PacketError::PayloadLenBeyondBuffer`], [`PacketError::UnsupportedNextHeader`] (only
+    /// SRH then UDP, or UDP, are carried), [`PacketError::Srh`] (including a Routing header
+    /// of another type: `SrhError::NotSrh`), [`PacketError::UdpLengthMismatch`],
+    /// [`PacketError::UdpZeroChecksum`], [`PacketError::UdpChecksumMismatch`].
+    pub fn parse(bytes: &[u8]) -> Result<(Ipv6UdpRepr, &[u8]), PacketError> {
+        let ip = Ipv6Packet::new(bytes).ok_or(PacketError::Truncated {
+            header: "IPv6",
+            needed_bytes: IPV6_HEADER_LEN,
+            available_bytes: bytes.len(),
+        })?;
+        let version = ip.get_version();
+        if version != 6 {
+            return Err(PacketError::NotIpv6 { version });
+        }
+        let payload_len = ip.get_payload_length();
+        let after_header = bytes.get(IPV6_HEADER_LEN..).unwrap_or(&[]);
+        let ip_payload = after_header.get(..usize::from(payload_len)).ok_or(
+            PacketError::PayloadLenBeyondBuffer {
+                payload_len_bytes: payload_len,
+                available_bytes: after_header.len(),
+            },
+        )?;
+        let src_addr = ip.get_source();
+        let dst_addr = ip.get_destination();
+        let (srh, udp_bytes) = match ip.get_next_header() {
+            IpNextHeaderProtocols::Udp => (None, ip_payload),
+            IpNextHeaderProtocol(NEXT_HEADER_ROUTING) => {
+                let view = Srh::new_checked(ip_payload, SrhContext::Received)?;
+                let repr = SrhRepr::parse(&view, SrhContext::Received)?;
+                if repr.next_header != IpNextHeaderProtocols::Udp {
+                    return Err(PacketError::UnsupportedNextHeader {
+                        next_header: repr.next_header.0,
+                    });
+                }
+                let rest = ip_payload.get(view.header_len()..).unwrap_or(&[]);
+                (Some(repr), rest)
+            }
+            other => {
+                return Err(PacketError::UnsupportedNextHeader {
+                    next_header: other.0,
+                });
+            }
+        };
+        let udp = UdpPacket::new(udp_bytes).ok_or(PacketError::Truncated {
+            header: "UDP",
+            needed_bytes: UDP_HEADER_LEN,
+            available_bytes: udp_bytes.len(),
+        })?;
+        let udp_len = udp.get_length();
+        if usize::from(udp_len) != udp_bytes.len() {
+            return Err(PacketError::UdpLengthMismatch {
+                udp_len_bytes: udp_len,
+                ip_remaining_bytes: udp_bytes.len(),
+            });
+        }
+        let found = udp.get_checksum();
+        if found == 0 {
+            return Err(PacketError::UdpZeroChecksum);
+        }
+        let repr = Ipv6UdpRepr {
+            src_addr,
+            dst_addr,
+            traffic_class: ip.get_traffic_class(),
+            flow_label: ip.get_flow_label(),
+            hop_limit: ip.get_hop_limit(),
+            srh,
+            src_port: udp.get_source(),
+            dst_port: udp.get_destination(),
+        };
+        let expected = udp_checksum(&udp, &src_addr, &repr.final_destination());
+        if expected != found {
+            return Err(PacketError::UdpChecksumMismatch { expected, found });
+        }
+        let payload = udp_bytes.get(UDP_HEADER_LEN..).unwrap_or(&[]);
+        Ok((repr, payload))
+    }
+}
+
+/// UDP checksum over the IPv6 pseudo-header (source, final destination, length, next header
+/// 17) and the datagram, its checksum field skipped; a computed 0 becomes 0xFFFF (RFC 768,
+/// RFC 8200 section 8.1).
+fn udp_checksum(udp: &UdpPacket<'_>, src: &Ipv6Addr, final_dst: &Ipv6Addr) -> u16 {
+    match udp::ipv6_checksum(udp, src, final_dst) {
+        0 => 0xffff,
+        sum => sum,
+    }
+}
