@@ -24,7 +24,8 @@ pub enum DropReason {
     OutOfBounds,
     /// The region lacks REMOTE_WRITE (or LOCAL_WRITE for a SEND's receive buffer).
     AccessDenied,
-    /// The packet disagrees with earlier packets of its message (length, opcode, MSN).
+    /// The packet disagrees with earlier packets of its message (length, kind, a second
+    /// last packet) or names a message that already completed.
     InconsistentMessage,
     /// A SEND does not fit the posted receive buffer.
     RecvBufferTooSmall,
@@ -34,10 +35,13 @@ pub enum DropReason {
     OutOfOrderGoBackN,
     /// A probe reply that answers no outstanding probe (late, duplicated or forged).
     StaleProbeReply,
+    /// The packet's MSN is too far ahead of the next message to complete (the receiver
+    /// tracks at most `max_rx_messages`; e.g. SENDs waiting for `post_recv`).
+    MessageWindowFull,
 }
 
 /// Number of [`DropReason`] variants.
-pub const DROP_REASONS: usize = 15;
+pub const DROP_REASONS: usize = 16;
 
 /// Drop counters indexed by [`DropReason`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -150,6 +154,6 @@ mod tests {
         assert_eq!(d.get(DropReason::OutOfOrderGoBackN), 1);
         assert_eq!(d.get(DropReason::Malformed), 0);
         assert_eq!(d.total(), 3);
-        assert_eq!(DropReason::StaleProbeReply as usize, DROP_REASONS - 1);
+        assert_eq!(DropReason::MessageWindowFull as usize, DROP_REASONS - 1);
     }
 }
