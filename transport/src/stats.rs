@@ -118,6 +118,8 @@ pub struct ConnStats {
     pub rack_losses: u64,
     /// Losses later found spurious (original acknowledged).
     pub spurious: u64,
+    /// Tail loss probes sent (RFC 8985 section 7).
+    pub tail_loss_probes: u64,
     /// Data packets received and accepted (first copies).
     pub received: u64,
     /// Payload bytes placed.

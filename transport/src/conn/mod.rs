@@ -54,7 +54,11 @@ impl<C: Controller> Connection<C> {
     /// A connection in state `Init` with congestion controller `cc`.
     pub fn new(cfg: ConnConfig, cc: C) -> Self {
         let paths = PathTable::new(&cfg.evs, cfg.selection, cfg.seed);
-        let send = SendState::new(cfg.initial_psn, cfg.send);
+        let mut send_cfg = cfg.send;
+        // A go-back-N receiver drops everything after a hole, so a probe of the highest
+        // in-flight packet tells nothing: go-back-N relies on NACK and RTO, like RoCE RC.
+        send_cfg.tlp &= !cfg.go_back_n;
+        let send = SendState::new(cfg.initial_psn, send_cfg);
         let rwin = RecvWindow::new(crate::psn::Psn::new(0), cfg.recv_window_packets);
         let rx = RxMessages::new(cfg.max_rx_messages);
         let acker = Acker::new(cfg.ack);
@@ -313,6 +317,7 @@ impl<C: Controller> Connection<C> {
         min(self.acker.timeout_ns());
         min(self.send.rack_timer_ns());
         min(self.send.rto_deadline_ns());
+        min(self.send.tlp_deadline_ns());
         min(self.paths.next_probe_time());
         min(self.cc.next_timer_ns());
         if self.next_send_ns > 0 && self.send.next_tx(self.cc.cwnd_bytes()).is_some() {
@@ -337,6 +342,7 @@ impl<C: Controller> Connection<C> {
                 self.cc.on_loss(now_ns, l.lost_bytes);
             }
         }
+        self.send.on_tlp(now_ns, &mut self.stats);
         let l = self.send.on_rto(now_ns, &mut self.paths, &mut self.stats);
         if l.failed {
             self.fail(WcStatus::RetryExceeded);
