@@ -10,7 +10,7 @@
 
 use mrc_congestion::Controller;
 use mrc_transport::wire::{Body, Opcode, PacketRepr};
-use mrc_transport::{Access, Completion, ConnConfig, Connection, Ecn, MrKey, PeerParams, Sge};
+use mrc_transport::{Access, Completion, ConnConfig, Connection, Ecn, MrKey, Sge};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::cmp::Reverse;
@@ -205,18 +205,9 @@ impl<C: Controller> Pair<C> {
     /// Builds both endpoints and connects them (each learns the other's QPN, initial PSN
     /// and generation).
     pub fn new(a_cfg: ConnConfig, ca: C, b_cfg: ConnConfig, cb: C, net: NetConfig) -> Self {
-        let pa = PeerParams {
-            qpn: a_cfg.local_qpn,
-            initial_psn: a_cfg.initial_psn,
-            generation: a_cfg.generation,
-        };
-        let pb = PeerParams {
-            qpn: b_cfg.local_qpn,
-            initial_psn: b_cfg.initial_psn,
-            generation: b_cfg.generation,
-        };
         let mut a = Connection::new(a_cfg, ca);
         let mut b = Connection::new(b_cfg, cb);
+        let (pa, pb) = (a.local_params(), b.local_params());
         a.connect(pb).expect("fresh connection");
         b.connect(pa).expect("fresh connection");
         let rng = ChaCha8Rng::seed_from_u64(net.seed);

@@ -1,6 +1,6 @@
 //! Sender state of one connection: segmentation, PSN and MSN assignment, the retransmit
-//! queue, bytes in flight, acknowledgement processing, RACK-style loss detection, the RTO
-//! with back-off and retry limit, and spurious-loss detection.
+//! queue, bytes in flight, acknowledgement processing, RACK-style loss detection, tail loss
+//! probes, the RTO with back-off and retry limit, and spurious-loss detection.
 //!
 //! Sequence numbers are 64-bit (`seq`, low 24 bits = PSN). `snd_una` is the lowest
 //! sequence not yet acknowledged, `snd_nxt` the next new one. New data is sent only while
