@@ -6,9 +6,11 @@
 //! - [`packet`]: Ethernet / IPv6 / optional SRH / UDP build and parse, lengths and checksum
 //!   computed;
 //! - [`pcap`]: pcap output (Ethernet link type) that tshark reads;
-//! - (later) the simulator and the datapaths.
+//! - [`sim`]: the deterministic packet-level fabric simulator and the spine-leaf designer;
+//! - (later) the datapaths.
 #![warn(missing_docs)]
 
 pub mod packet;
 pub mod pcap;
+pub mod sim;
 pub mod srv6;
