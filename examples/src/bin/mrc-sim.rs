@@ -341,7 +341,7 @@ fn run(cli: Cli) -> Result<bool, String> {
             let r = sim.run_with(&mut |p| bar.update("run", p));
             bar.finish();
             sim.finish_pcap().map_err(|e| e.to_string())?;
-            let mut t = ResultTable::new(format!("run {}", scenario.display()));
+            let mut t = ResultTable::new(format!("run {}: flows", scenario.display()));
             for f in &r.flows {
                 t.row(
                     format!("flow {} host{}->host{}", f.id, f.src, f.dst),
@@ -361,19 +361,35 @@ fn run(cli: Cli) -> Result<bool, String> {
                     ],
                 );
             }
+            let mut ports = ResultTable::new("ports (transmitting side)");
             for p in &r.ports {
-                t.row(
-                    format!("port {}:{} -> {}", p.node, p.port, p.peer),
+                ports.row(
+                    format!("{}:{} -> {}", p.node, p.port, p.peer),
                     &[
                         ("utilisation", p.utilisation),
                         ("tx_packets", p.stats.tx_packets as f64),
                         ("drops", p.stats.drops as f64),
-                        ("trim_count", p.stats.trims as f64),
+                        ("trims", p.stats.trims as f64),
                         ("ecn_marks", p.stats.ecn_marks as f64),
+                        ("queue_p50_bytes", p.queue_p50_bytes as f64),
                         ("queue_p99_bytes", p.queue_p99_bytes as f64),
+                        ("queue_max_bytes", p.stats.max_queue_bytes as f64),
                     ],
                 );
             }
+            print!("{}", ports.render());
+            println!(
+                "events {}  packet hops {}  virtual time {:.1} us  losses: random {} black hole {} link down {} no route {}  corrupted {}  duplicated {}",
+                r.counters.events,
+                r.counters.hops,
+                r.end_ns as f64 / 1e3,
+                r.counters.loss_drops,
+                r.counters.black_hole_drops,
+                r.counters.link_down_drops,
+                r.counters.no_route_drops,
+                r.counters.corrupted,
+                r.counters.duplicated
+            );
             t.plot_column = Some("goodput_gbps".into());
             emit(&t, &out, &r)?;
             Ok(r.flows.iter().all(|f| f.done_ns.is_some()))

@@ -198,40 +198,54 @@ fn draw<B: plotters::prelude::DrawingBackend>(
         .fold(0.0f64, f64::max)
         .max(1e-9)
         * 1.15;
-    let n = bars.len().max(1);
+    let n = bars.len().max(1) as i32;
     let mut chart = ChartBuilder::on(&root)
-        .caption(title, ("sans-serif", 22))
+        .caption(title, ("sans-serif", 18))
         .margin(15)
-        .x_label_area_size(60)
+        .x_label_area_size(50)
         .y_label_area_size(80)
-        .build_cartesian_2d(0f64..n as f64, 0f64..max)
+        .build_cartesian_2d((0..n - 1).into_segmented(), 0f64..max)
         .map_err(|x| e(&x))?;
     let labels: Vec<String> = bars.iter().map(|(l, _)| l.clone()).collect();
     chart
         .configure_mesh()
         .disable_x_mesh()
-        .x_labels(n)
-        .x_label_formatter(&|x| {
-            let i = x.floor() as usize;
-            labels.get(i).cloned().unwrap_or_default()
+        .x_labels(n as usize)
+        .x_label_formatter(&|x| match x {
+            SegmentValue::CenterOf(i) | SegmentValue::Exact(i) => {
+                labels.get(*i as usize).cloned().unwrap_or_default()
+            }
+            SegmentValue::Last => String::new(),
         })
         .y_desc(y_label)
         .draw()
         .map_err(|x| e(&x))?;
     chart
         .draw_series(bars.iter().enumerate().map(|(i, (_, v))| {
-            let x0 = i as f64 + 0.15;
-            Rectangle::new([(x0, 0.0), (x0 + 0.7, *v)], BLUE.mix(0.7).filled())
+            let mut r = Rectangle::new(
+                [
+                    (SegmentValue::Exact(i as i32), 0.0),
+                    (SegmentValue::Exact(i as i32 + 1), *v),
+                ],
+                BLUE.mix(0.7).filled(),
+            );
+            r.set_margin(0, 0, 20, 20);
+            r
         }))
         .map_err(|x| e(&x))?;
     if let Some(r) = reference {
         chart
-            .draw_series(LineSeries::new(vec![(0.0, r), (n as f64, r)], &RED))
+            .draw_series(LineSeries::new(
+                vec![(SegmentValue::Exact(0), r), (SegmentValue::Last, r)],
+                &RED,
+            ))
             .map_err(|x| e(&x))?
             .label("ideal")
             .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], RED));
         chart
             .configure_series_labels()
+            .position(SeriesLabelPosition::LowerRight)
+            .background_style(WHITE)
             .border_style(BLACK)
             .draw()
             .map_err(|x| e(&x))?;

@@ -139,9 +139,13 @@ pub struct Topology {
     pub leaves: Vec<u32>,
     /// Spine node ids.
     pub spines: Vec<u32>,
-    /// `next_hops[node][target]`: egress ports of `node` on shortest paths to `target`.
+    /// `hop_sets[next_hop[node * nodes + target]]`: egress ports of `node` on shortest
+    /// paths to `target` (port sets are shared: every host of a leaf has the same set).
     #[serde(skip)]
-    next_hops: Vec<Vec<Vec<u16>>>,
+    next_hop: Vec<u32>,
+    /// Distinct port sets.
+    #[serde(skip)]
+    hop_sets: Vec<Vec<u16>>,
 }
 
 impl Topology {
@@ -218,7 +222,8 @@ impl Topology {
             hosts: s.hosts,
             leaves: (leaf0..spine0).collect(),
             spines: (spine0..spine0 + s.spines).collect(),
-            next_hops: Vec::new(),
+            next_hop: Vec::new(),
+            hop_sets: Vec::new(),
         };
         t.route(&[]);
         Ok(t)
@@ -229,7 +234,10 @@ impl Topology {
     /// Hosts do not forward (they are never transit nodes).
     pub fn route(&mut self, down: &[u32]) {
         let n = self.nodes.len();
-        let mut next = vec![vec![Vec::new(); n]; n];
+        let mut sets: Vec<Vec<u16>> = vec![Vec::new()];
+        let mut index: std::collections::HashMap<Vec<u16>, u32> =
+            std::iter::once((Vec::new(), 0)).collect();
+        let mut next = vec![0u32; n * n];
         let mut dist = vec![u32::MAX; n];
         let mut frontier = Vec::new();
         for target in 0..n {
@@ -260,7 +268,7 @@ impl Topology {
                 if dist[u] == u32::MAX || dist[u] == 0 {
                     continue;
                 }
-                next[u][target] = node
+                let set: Vec<u16> = node
                     .ports
                     .iter()
                     .enumerate()
@@ -270,16 +278,26 @@ impl Topology {
                     })
                     .map(|(i, _)| i as u16)
                     .collect();
+                let id = *index.entry(set.clone()).or_insert_with(|| {
+                    sets.push(set);
+                    (sets.len() - 1) as u32
+                });
+                next[u * n + target] = id;
             }
         }
-        self.next_hops = next;
+        self.next_hop = next;
+        self.hop_sets = sets;
     }
 
     /// Egress ports of `node` toward `target` (empty when unreachable or out of range).
     pub fn next_hops(&self, node: u32, target: u32) -> &[u16] {
-        self.next_hops
-            .get(node as usize)
-            .and_then(|t| t.get(target as usize))
+        let n = self.nodes.len();
+        if node as usize >= n || target as usize >= n {
+            return &[];
+        }
+        self.next_hop
+            .get(node as usize * n + target as usize)
+            .and_then(|&i| self.hop_sets.get(i as usize))
             .map_or(&[], Vec::as_slice)
     }
 
