@@ -298,7 +298,10 @@ impl<C: Controller> Connection<C> {
                     self.cc.on_trim(now_ns, u64::from(len));
                 }
             }
-            NackReason::PsnOutOfWindow | NackReason::NoPktBuffer => {
+            NackReason::PsnOutOfWindow => {
+                self.send.on_out_of_window(seq);
+            }
+            NackReason::NoPktBuffer => {
                 self.send.queue_retransmit(seq);
             }
             NackReason::NoBitmap => {
