@@ -11,7 +11,8 @@ fn receiver(initial_psn: u32) -> (Connection<FixedWindow>, MrKey) {
     let mut b = Connection::new(
         conn_config(0xB, 0, 1, 4, 2),
         FixedWindowConfig::default().build(),
-    );
+    )
+    .unwrap();
     b.connect(PeerParams {
         qpn: 0xA,
         initial_psn: Psn::new(initial_psn),

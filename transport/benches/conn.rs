@@ -42,8 +42,8 @@ fn setup() -> Bench {
         }
         .build()
     };
-    let mut a = Connection::new(cfg(1, 16), cc());
-    let mut b = Connection::new(cfg(2, 16), cc());
+    let mut a = Connection::new(cfg(1, 16), cc()).unwrap();
+    let mut b = Connection::new(cfg(2, 16), cc()).unwrap();
     a.connect(PeerParams {
         qpn: 2,
         initial_psn: Psn::new(0),
