@@ -153,31 +153,38 @@ impl RecvWindow {
                 Arrival::OldDuplicate(seq)
             }
             WindowPos::Beyond(seq) => Arrival::OutOfWindow(seq),
-            WindowPos::InWindow(seq) => {
-                if self.bit(seq) {
-                    self.duplicates += 1;
-                    return Arrival::Duplicate(seq);
-                }
-                let in_order = seq == self.rcv_nxt;
-                let gap_filled = in_order && self.highest_end > seq + 1;
-                let gap_opened = seq > self.rcv_nxt && seq >= self.highest_end;
-                self.highest_end = self.highest_end.max(seq + 1);
-                if in_order {
-                    self.rcv_nxt += 1;
-                    while self.rcv_nxt < self.highest_end && self.bit(self.rcv_nxt) {
-                        self.set(self.rcv_nxt, false);
-                        self.rcv_nxt += 1;
-                    }
-                } else {
-                    self.set(seq, true);
-                }
-                Arrival::New {
-                    seq,
-                    in_order,
-                    gap_filled,
-                    gap_opened,
-                }
+            WindowPos::InWindow(seq) => self.on_arrival_seq(seq),
+        }
+    }
+
+    /// Records the arrival of `seq`, already classified `InWindow` by
+    /// [`RecvWindow::classify`] (no window change since).
+    pub fn on_arrival_seq(&mut self, seq: u64) -> Arrival {
+        if seq < self.rcv_nxt || seq - self.rcv_nxt >= u64::from(self.window) {
+            return Arrival::OutOfWindow(seq);
+        }
+        if self.bit(seq) {
+            self.duplicates += 1;
+            return Arrival::Duplicate(seq);
+        }
+        let in_order = seq == self.rcv_nxt;
+        let gap_filled = in_order && self.highest_end > seq + 1;
+        let gap_opened = seq > self.rcv_nxt && seq >= self.highest_end;
+        self.highest_end = self.highest_end.max(seq + 1);
+        if in_order {
+            self.rcv_nxt += 1;
+            while self.rcv_nxt < self.highest_end && self.bit(self.rcv_nxt) {
+                self.set(self.rcv_nxt, false);
+                self.rcv_nxt += 1;
             }
+        } else {
+            self.set(seq, true);
+        }
+        Arrival::New {
+            seq,
+            in_order,
+            gap_filled,
+            gap_opened,
         }
     }
 
