@@ -516,8 +516,10 @@ impl Simulator {
         };
         let seed_a = self.rng.random::<u64>();
         let seed_b = self.rng.random::<u64>();
-        let mut a = Connection::new(mk(qa, psn_a, seed_a), cc()?);
-        let mut b = Connection::new(mk(qb, psn_b, seed_b), cc()?);
+        let mut a = Connection::new(mk(qa, psn_a, seed_a), cc()?)
+            .map_err(|e| SimError::Transport(e.to_string()))?;
+        let mut b = Connection::new(mk(qb, psn_b, seed_b), cc()?)
+            .map_err(|e| SimError::Transport(e.to_string()))?;
         let terr = |e: String| SimError::Transport(e);
         a.connect(PeerParams {
             qpn: qb,
