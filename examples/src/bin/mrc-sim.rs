@@ -118,7 +118,7 @@ enum Cmd {
     Run {
         /// The scenario.
         scenario: PathBuf,
-        /// Write the frames leaving NODE:PORT (e.g. leaf0:4) to a pcap file (--pcap-file).
+        /// Write the frames leaving NODE:PORT (e.g. leaf0:4) to the pcap file given by --pcap.
         #[arg(long, value_name = "NODE:PORT")]
         pcap_port: Option<String>,
         /// The pcap file.
@@ -127,7 +127,8 @@ enum Cmd {
         #[command(flatten)]
         out: Out,
     },
-    /// Run a built-in experiment; `list` lists them.
+    /// Run a built-in experiment; `list` lists them. Exit status 1 when a requirement of
+    /// the issue is missed, 2 on an error.
     Experiment {
         /// spray-vs-ecmp | loss | failover | incast | allreduce | cc | speed | list.
         name: String,
