@@ -140,6 +140,21 @@ enum Cmd {
     },
 }
 
+/// Writes to stdout; a closed pipe (e.g. `| head`) is not an error worth a panic.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stdout().lock(), $($arg)*);
+    }};
+}
+
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout().lock(), $($arg)*);
+    }};
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli) {
@@ -194,11 +209,11 @@ impl Bar {
 }
 
 fn emit(t: &ResultTable, out: &Out, json: &impl serde::Serialize) -> Result<(), String> {
-    print!("{}", t.render());
+    out!("{}", t.render());
     if let Some(p) = &out.json {
         let s = serde_json::to_string_pretty(json).map_err(|e| e.to_string())?;
         if p.as_os_str() == "-" {
-            println!("{s}");
+            outln!("{s}");
         } else {
             std::fs::write(p, s).map_err(|e| format!("{}: {e}", p.display()))?;
         }
@@ -291,7 +306,7 @@ fn run(cli: Cli) -> Result<bool, String> {
                         (None, _) => h.node.clone(),
                     })
                     .collect();
-                println!(
+                outln!(
                     "EV {ev:>3} (UDP src port {}): {}",
                     mrc_fabric::sim::host::ev_src_port(ev),
                     path.join(" -> ")
@@ -378,8 +393,10 @@ fn run(cli: Cli) -> Result<bool, String> {
                     ],
                 );
             }
-            print!("{}", ports.render());
-            println!(
+            t.plot_column = Some("goodput_gbps".into());
+            emit(&t, &out, &r)?;
+            out!("{}", ports.render());
+            outln!(
                 "events {}  packet hops {}  virtual time {:.1} us  losses: random {} black hole {} link down {} no route {}  corrupted {}  duplicated {}",
                 r.counters.events,
                 r.counters.hops,
@@ -391,14 +408,12 @@ fn run(cli: Cli) -> Result<bool, String> {
                 r.counters.corrupted,
                 r.counters.duplicated
             );
-            t.plot_column = Some("goodput_gbps".into());
-            emit(&t, &out, &r)?;
             Ok(r.flows.iter().all(|f| f.done_ns.is_some()))
         }
         Cmd::Experiment { name, seed, out } => {
             if name == "list" {
                 for (n, d) in EXPERIMENTS {
-                    println!("{n:<14} {d}");
+                    outln!("{n:<14} {d}");
                 }
                 return Ok(true);
             }

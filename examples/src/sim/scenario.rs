@@ -526,3 +526,23 @@ p = 0.01
         assert!(matches!(bad.build(), Err(ScenarioError::Design(_))));
     }
 }
+
+#[cfg(test)]
+mod shipped {
+    use super::*;
+
+    #[test]
+    fn shipped_scenarios_build() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios");
+        let mut n = 0;
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            let b = Scenario::parse(&std::fs::read_to_string(&p).unwrap())
+                .and_then(|s| s.build())
+                .unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+            assert!(!b.flows.is_empty());
+            n += 1;
+        }
+        assert_eq!(n, 3);
+    }
+}
