@@ -68,10 +68,11 @@ fn random_loss_is_recovered_and_counted() {
     let r = run(lossy(3), &[flow(0, 5, 1 << 20)]);
     let f = &r.flows[0];
     assert!(f.done_ns.is_some());
-    assert!(r.counters.loss_drops > 0);
-    // Every retransmission answers a loss or a spurious detection; data lost on the way
-    // is never more than what was retransmitted.
-    assert!(f.retransmitted > 0);
+    // Seed 3: 39 frames (data and SACKs) lost on the way, 18 data packets resent, 274
+    // data packets sent in all (256 + 18), every PSN eventually arrived.
+    assert_eq!(r.counters.loss_drops, 39);
+    assert_eq!((f.packets_sent, f.retransmitted), (274, 18));
+    assert_eq!(f.packets_sent, 256 + f.retransmitted);
     assert_eq!(f.lost, 0, "every PSN eventually arrived");
 }
 
@@ -87,7 +88,7 @@ fn corruption_is_caught_by_the_udp_checksum() {
     };
     let r = run(cfg, &[flow(0, 5, 1 << 20)]);
     assert!(r.flows[0].done_ns.is_some());
-    assert!(r.counters.corrupted > 0);
+    assert_eq!(r.counters.corrupted, 23); // seed 5
     // Each corrupted frame (one flipped bit in UDP header or payload) fails the checksum.
     assert_eq!(r.host_bad_frames, r.counters.corrupted);
 }
@@ -105,8 +106,11 @@ fn reordering_by_jitter_is_not_loss() {
     let r = run(cfg, &[flow(0, 5, 1 << 20)]);
     let f = &r.flows[0];
     assert!(f.done_ns.is_some());
-    assert!(f.out_of_order > 0);
+    // Seed 9: 157 of the 256 data packets arrive below the highest PSN seen; none is lost,
+    // and the sender never resends one (reordering is not loss at either end).
+    assert_eq!(f.out_of_order, 157);
     assert_eq!(f.lost, 0);
+    assert_eq!(f.retransmitted, 0);
     assert_eq!(r.counters.loss_drops + r.counters.black_hole_drops, 0);
 }
 
@@ -123,9 +127,11 @@ fn duplicates_are_counted_not_harmful() {
     let r = run(cfg, &[flow(0, 5, 1 << 20)]);
     let f = &r.flows[0];
     assert!(f.done_ns.is_some());
-    assert!(r.counters.duplicated > 0);
-    assert!(f.duplicates > 0);
-    assert_eq!(f.lost, 0);
+    // Seed 9: 33 frames duplicated on the fabric, 25 of them data packets the receiver saw
+    // twice (the rest SACKs); nothing resent, nothing lost.
+    assert_eq!(r.counters.duplicated, 33);
+    assert_eq!(f.duplicates, 25);
+    assert_eq!((f.retransmitted, f.lost), (0, 0));
 }
 
 #[test]
@@ -145,10 +151,14 @@ fn link_down_reroutes() {
         .iter()
         .find(|p| p.node == "leaf0" && p.peer == "spine2")
         .unwrap();
-    let sent_before = leaf0_spine2.stats.tx_packets;
-    assert!(sent_before > 0);
-    // Nothing is routed to it after the failure except what was queued.
-    assert!(r.counters.link_down_drops <= 2);
+    // 24 packets used leaf0 -> spine2 in the first 20 us; routing converged at the failure,
+    // nothing was queued on it then, so nothing was lost or resent.
+    assert_eq!(leaf0_spine2.stats.tx_packets, 24);
+    assert_eq!(r.counters.link_down_drops, 0);
+    assert_eq!(
+        (r.flows[0].packets_sent, r.flows[0].retransmitted),
+        (256, 0)
+    );
 }
 
 #[test]
