@@ -1,5 +1,17 @@
 //! `mrc-sim`: design spine-leaf fabrics and run the deterministic packet-level simulator
 //! with real mrc transport endpoints.
+//!
+//! ```text
+//! mrc-sim design --gpus 1024                       # the issue's reference switches
+//! mrc-sim trace --gpus 64 --src 0 --dst 40 --evs 8 --forwarding srv6
+//! mrc-sim run examples/scenarios/incast-trim.toml --pcap in.pcap --pcap-port leaf0:0
+//! mrc-sim experiment list
+//! mrc-sim experiment incast --json incast.json --plot incast.svg
+//! ```
+//!
+//! Exit status: 0 when everything ran (and every experiment requirement was met, every
+//! scenario flow finished), 1 when a requirement was missed or a flow did not finish, 2 on
+//! an error (bad arguments, bad scenario file, unknown experiment).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -118,7 +130,8 @@ enum Cmd {
     Run {
         /// The scenario.
         scenario: PathBuf,
-        /// Write the frames leaving NODE:PORT (e.g. leaf0:4) to the pcap file given by --pcap.
+        /// The port whose outgoing frames --pcap records, NODE:PORT (e.g. leaf0:4; default
+        /// host0:0). Read with `tshark -r FILE -d udp.port==4792,infiniband`.
         #[arg(long, value_name = "NODE:PORT")]
         pcap_port: Option<String>,
         /// The pcap file.
@@ -334,7 +347,8 @@ fn run(cli: Cli) -> Result<bool, String> {
                 sim.add_flow(*f).map_err(|e| e.to_string())?;
             }
             match (pcap_port, pcap) {
-                (Some(np), Some(file)) => {
+                (np, Some(file)) => {
+                    let np = np.unwrap_or_else(|| "host0:0".to_owned());
                     let (n, p) = np
                         .split_once(':')
                         .ok_or_else(|| format!("--pcap-port {np:?}: expected NODE:PORT"))?;
@@ -351,7 +365,7 @@ fn run(cli: Cli) -> Result<bool, String> {
                         .map_err(|e| e.to_string())?;
                 }
                 (None, None) => {}
-                _ => return Err("--pcap and --pcap-port go together".into()),
+                (Some(_), None) => return Err("--pcap-port needs --pcap FILE".into()),
             }
             let mut bar = Bar::new();
             let r = sim.run_with(&mut |p| bar.update("run", p));
