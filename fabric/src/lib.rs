@@ -6,9 +6,12 @@
 //! - [`packet`]: Ethernet / IPv6 / optional SRH / UDP build and parse, lengths and checksum
 //!   computed;
 //! - [`pcap`]: pcap output (Ethernet link type) that tshark reads;
-//! - (later) the simulator and the datapaths.
+//! - [`verbs`]: the RDMA UD datapath; its pure parts (buffer pools, GRH, signalling,
+//!   address exchange, EV to UDP source port) always, the device half with feature `verbs`;
+//! - (later) the simulator and the other datapaths.
 #![warn(missing_docs)]
 
 pub mod packet;
 pub mod pcap;
 pub mod srv6;
+pub mod verbs;

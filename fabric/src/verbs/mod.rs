@@ -1,0 +1,19 @@
+//! The RDMA UD datapath (DESIGN.md section 7): one unreliable-datagram QP per EV, an
+//! address handle per remote (and EV), registered send and receive buffer pools, batched
+//! `post_send` with selective signalling, receive replenishment and completion polling.
+//!
+//! The pure parts build and test everywhere, with or without the `verbs` feature:
+//! - [`pool`]: slot accounting of the registered buffer pools;
+//! - [`grh`]: the 40-byte GRH in front of every UD receive (source GID, ECN);
+//! - [`batch`]: work-request chains and selective signalling of a send queue;
+//! - [`addr`]: the endpoint address (GID, LID, Q_Key, QPNs) exchanged out of band;
+//! - [`sport`]: how an EV becomes the RoCEv2 UDP source port that ECMP hashes.
+//!
+//! The device half (feature `verbs`, links libibverbs through `rdma-sys`) opens a device by
+//! name and uses them.
+
+pub mod addr;
+pub mod batch;
+pub mod grh;
+pub mod pool;
+pub mod sport;
