@@ -6,6 +6,7 @@
 //! - [`packet`]: Ethernet / IPv6 / optional SRH / UDP build and parse, lengths and checksum
 //!   computed;
 //! - [`pcap`]: pcap output (Ethernet link type) that tshark reads;
+//! - [`udp`]: the UDP datapath (io_uring) behind the burst [`udp::Datapath`] trait;
 //! - [`verbs`]: the RDMA UD datapath; its pure parts (buffer pools, GRH, signalling,
 //!   address exchange, EV to UDP source port) always, the device half with feature `verbs`;
 //! - (later) the simulator and the other datapaths.
@@ -14,4 +15,5 @@
 pub mod packet;
 pub mod pcap;
 pub mod srv6;
+pub mod udp;
 pub mod verbs;

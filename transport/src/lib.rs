@@ -1,12 +1,28 @@
 //! # mrc-transport
 //!
 //! The sans-IO core of mrc, a multipath reliable transport in the style of OCP MRC 1.0:
-//! the wire format ([`wire`]), and (later) PSN/SACK/NACK state, paths named by entropy
-//! values (EVs), connections, memory regions and completions.
+//! the wire format ([`wire`]), 24-bit PSNs ([`psn`]), memory regions ([`region`]), the
+//! receive window ([`recv`]), the sender state ([`send`]), RTT/RTO/RACK loss detection
+//! ([`loss`]), paths named by entropy values ([`path`]), completions ([`completion`]) and
+//! counters ([`stats`]), and the [`conn::Connection`] that ties them together.
 //!
 //! This crate never reads a clock, a socket or a global RNG: time (`now`, nanoseconds) and
-//! randomness come from the caller, so every run is reproducible.
+//! randomness (a seed) come from the caller, so every run is reproducible.
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod completion;
+pub mod conn;
+pub mod loss;
+pub mod path;
+pub mod psn;
+pub mod recv;
+pub mod region;
+pub mod send;
+pub mod stats;
 pub mod wire;
+
+pub use completion::{Completion, WcOpcode, WcStatus};
+pub use conn::{ConnConfig, ConnState, Connection, Ecn, PeerParams, PostError, Sge, Transmit};
+pub use psn::Psn;
+pub use region::{Access, MrKey, RegionTable};

@@ -1,0 +1,161 @@
+//! Connection configuration, peer parameters, states and small shared types.
+
+use crate::path::Selection;
+use crate::psn::Psn;
+use crate::recv::{AckConfig, DEFAULT_RECV_WINDOW_PACKETS};
+use crate::send::SendConfig;
+use thiserror::Error;
+
+/// Configuration of one connection (the local half of what RDMA CM exchanges).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConnConfig {
+    /// Local QPN (24 bits): incoming packets must carry it as BTH destination QP.
+    pub local_qpn: u32,
+    /// First PSN this side sends.
+    pub initial_psn: Psn,
+    /// This side's generation; a restarted endpoint must use another one.
+    pub generation: u16,
+    /// The EVs (paths) this side sprays over. Default `0..16`.
+    pub evs: Vec<u32>,
+    /// EV selection. Default round-robin.
+    pub selection: Selection,
+    /// Seed of the selection RNG (and of the rkey salt).
+    pub seed: u64,
+    /// Sender parameters (MTU payload, RTO, reorder window, retry limit).
+    pub send: SendConfig,
+    /// Acknowledgement policy (coalescing, CNP interval).
+    pub ack: AckConfig,
+    /// Receive window in packets. Default 1024.
+    pub recv_window_packets: u32,
+    /// Messages tracked ahead of the next to complete at the receiver. Default 4096.
+    pub max_rx_messages: u32,
+    /// Interval between probes of an `AssumedBad` EV, ns. Default 100 us.
+    pub probe_interval_ns: u64,
+    /// Go-back-N (RoCE RC behaviour): the receiver keeps no bitmap, accepts only `rcv_nxt`
+    /// and answers a gap with one NACK(NO_BITMAP); the sender resends everything from the
+    /// NACKed PSN. Both ends must agree. Default off (selective repeat).
+    pub go_back_n: bool,
+    /// BTH P_Key sent. Default 0xFFFF.
+    pub pkey: u16,
+}
+
+impl Default for ConnConfig {
+    fn default() -> Self {
+        ConnConfig {
+            local_qpn: 1,
+            initial_psn: Psn::new(0),
+            generation: 1,
+            evs: (0..16).collect(),
+            selection: Selection::RoundRobin,
+            seed: 0,
+            send: SendConfig::default(),
+            ack: AckConfig::default(),
+            recv_window_packets: DEFAULT_RECV_WINDOW_PACKETS,
+            max_rx_messages: 4096,
+            probe_interval_ns: 100_000,
+            go_back_n: false,
+            pkey: 0xFFFF,
+        }
+    }
+}
+
+/// What the peer told us at setup.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PeerParams {
+    /// The peer's QPN (our packets' destination QP).
+    pub qpn: u32,
+    /// The first PSN the peer sends.
+    pub initial_psn: Psn,
+    /// The peer's generation.
+    pub generation: u16,
+}
+
+/// Connection state (a reduced IBA QP state machine: INIT, RTS, draining SQD, closed, ERR).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConnState {
+    /// Created; regions may be registered and receives posted; nothing is sent or accepted.
+    Init,
+    /// Connected: sends, receives, acknowledgements.
+    Ready,
+    /// `close()` was called: no new work requests; outstanding ones finish.
+    Draining,
+    /// Every outstanding work request finished after `close()`; packets are dropped.
+    Closed,
+    /// A fatal error (retry limit, remote access error, peer generation changed): every
+    /// outstanding work request completed with an error.
+    Error,
+}
+
+/// Why a work request was refused at posting (nothing was queued).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Error)]
+pub enum PostError {
+    /// The connection is not in a state that accepts this work request.
+    #[error("connection is in state {0:?}")]
+    BadState(ConnState),
+    /// The local buffer is not a registered range (lkey or bounds).
+    #[error("local buffer not registered: {0}")]
+    LocalAccess(crate::region::AccessError),
+}
+
+/// Why a state change was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Error)]
+#[error("transition not allowed from state {0:?}")]
+pub struct StateError(pub ConnState);
+
+/// A local buffer: lkey, virtual address and length (verbs `ibv_sge`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sge {
+    /// lkey of the region.
+    pub lkey: u32,
+    /// Virtual address in the region.
+    pub addr: u64,
+    /// Length in bytes.
+    pub len: u32,
+}
+
+/// ECN codepoint of the IP header (RFC 3168 section 5).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Ecn {
+    /// 0b00: not ECN-capable.
+    #[default]
+    NotEct,
+    /// 0b01: ECT(1).
+    Ect1,
+    /// 0b10: ECT(0).
+    Ect0,
+    /// 0b11: congestion experienced.
+    Ce,
+}
+
+impl Ecn {
+    /// From the two ECN bits of the traffic class / TOS byte.
+    pub fn from_bits(bits: u8) -> Ecn {
+        match bits & 3 {
+            0 => Ecn::NotEct,
+            1 => Ecn::Ect1,
+            2 => Ecn::Ect0,
+            _ => Ecn::Ce,
+        }
+    }
+
+    /// The two ECN bits.
+    pub fn bits(self) -> u8 {
+        match self {
+            Ecn::NotEct => 0,
+            Ecn::Ect1 => 1,
+            Ecn::Ect0 => 2,
+            Ecn::Ce => 3,
+        }
+    }
+}
+
+/// One datagram for the datapath: `buf[..len]` goes out on EV `ev` with ECN codepoint `ecn`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Transmit {
+    /// The EV to send on.
+    pub ev: u32,
+    /// Bytes written to the buffer.
+    pub len: usize,
+    /// ECN codepoint for the IP header.
+    pub ecn: Ecn,
+}

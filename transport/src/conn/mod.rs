@@ -1,0 +1,353 @@
+//! A connection in the sans-IO manner of quinn-proto: work requests in (`post_*`),
+//! datagrams in (`handle_datagram`), datagrams out (`poll_transmit`), timers
+//! (`poll_timeout` / `handle_timeout`), completions out (`poll_completion`). Time is passed
+//! in as `now_ns`; nothing here reads a clock, a socket or a global RNG.
+//!
+//! Setup and teardown (a reduced IBA QP state machine, see [`ConnState`]):
+//! `new` -> `Init` --`connect(peer)`--> `Ready` --`close()`--> `Draining` --(all work
+//! requests done)--> `Closed`; any state --fatal error--> `Error`. Peer parameters (QPN,
+//! initial PSN, generation) are exchanged out of band, as with RDMA CM. A packet whose
+//! MRCETH generation is not the peer's means the peer restarted: it is dropped and
+//! counted, answered with NACK(GENERATION_MISMATCH), and this connection fails every
+//! outstanding work request with [`WcStatus::GenerationMismatch`] (no silent corruption).
+//! A NACK(GENERATION_MISMATCH) from the peer does the same.
+
+mod config;
+mod rx;
+mod tx;
+
+pub use config::{ConnConfig, ConnState, Ecn, PeerParams, PostError, Sge, StateError, Transmit};
+pub use tx::{MAX_DATA_HEADER_BYTES, data_opcode};
+
+use crate::completion::{Completion, WcStatus};
+use crate::path::PathTable;
+use crate::recv::{Acker, RecvWindow, RecvWr, RxMessages};
+use crate::region::RegionTable;
+use crate::send::{MsgKind, MsgSpec, SendState};
+use crate::stats::ConnStats;
+use mrc_congestion::Controller;
+use std::collections::VecDeque;
+
+/// One reliable multipath connection with congestion controller `C`.
+#[derive(Debug)]
+pub struct Connection<C: Controller> {
+    cfg: ConnConfig,
+    state: ConnState,
+    peer: Option<PeerParams>,
+    regions: RegionTable,
+    send: SendState,
+    paths: PathTable,
+    cc: C,
+    rwin: RecvWindow,
+    rx: RxMessages,
+    acker: Acker,
+    completions: VecDeque<Completion>,
+    stats: ConnStats,
+    /// Go-back-N receiver: the `rcv_nxt` a NACK(NO_BITMAP) was last sent for.
+    gbn_nacked: Option<u64>,
+    /// Pacing: earliest time the next data packet may leave, ns.
+    next_send_ns: u64,
+    probe_replies: VecDeque<(u32, u32, u32)>,
+}
+
+impl<C: Controller> Connection<C> {
+    /// A connection in state `Init` with congestion controller `cc`.
+    pub fn new(cfg: ConnConfig, cc: C) -> Self {
+        let paths = PathTable::new(&cfg.evs, cfg.selection, cfg.seed);
+        let send = SendState::new(cfg.initial_psn, cfg.send);
+        let rwin = RecvWindow::new(crate::psn::Psn::new(0), cfg.recv_window_packets);
+        let rx = RxMessages::new(cfg.max_rx_messages);
+        let acker = Acker::new(cfg.ack);
+        let regions = RegionTable::new((cfg.seed as u32) ^ (cfg.local_qpn << 8));
+        Connection {
+            cfg,
+            state: ConnState::Init,
+            peer: None,
+            regions,
+            send,
+            paths,
+            cc,
+            rwin,
+            rx,
+            acker,
+            completions: VecDeque::new(),
+            stats: ConnStats::default(),
+            gbn_nacked: None,
+            next_send_ns: 0,
+            probe_replies: VecDeque::new(),
+        }
+    }
+
+    /// `Init` -> `Ready` with the peer's parameters.
+    ///
+    /// # Errors
+    /// [`StateError`] unless in `Init`.
+    pub fn connect(&mut self, peer: PeerParams) -> Result<(), StateError> {
+        if self.state != ConnState::Init {
+            return Err(StateError(self.state));
+        }
+        self.peer = Some(peer);
+        self.rwin = RecvWindow::new(peer.initial_psn, self.cfg.recv_window_packets);
+        self.state = ConnState::Ready;
+        Ok(())
+    }
+
+    /// `Ready` -> `Draining` (no new work requests; `Closed` once all finished).
+    ///
+    /// # Errors
+    /// [`StateError`] unless in `Ready`.
+    pub fn close(&mut self) -> Result<(), StateError> {
+        if self.state != ConnState::Ready {
+            return Err(StateError(self.state));
+        }
+        self.state = ConnState::Draining;
+        self.maybe_closed();
+        Ok(())
+    }
+
+    fn maybe_closed(&mut self) {
+        if self.state == ConnState::Draining && self.send.is_idle() {
+            self.state = ConnState::Closed;
+            self.rx.flush(&mut self.completions);
+        }
+    }
+
+    /// Fails the connection: every outstanding send work request completes with `status`
+    /// (the oldest) or `Flushed`, every posted receive with `Flushed`.
+    fn fail(&mut self, status: WcStatus) {
+        if matches!(self.state, ConnState::Error | ConnState::Closed) {
+            return;
+        }
+        self.state = ConnState::Error;
+        self.send.fail_all(status);
+        self.drain_send_completions();
+        self.rx.flush(&mut self.completions);
+    }
+
+    fn drain_send_completions(&mut self) {
+        while let Some(c) = self.send.poll_completion() {
+            self.completions.push_back(c);
+        }
+    }
+
+    /// Current state.
+    pub fn state(&self) -> ConnState {
+        self.state
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ConnConfig {
+        &self.cfg
+    }
+
+    /// Memory regions of this connection (register buffers here).
+    pub fn regions(&self) -> &RegionTable {
+        &self.regions
+    }
+
+    /// Memory regions, mutable (register, fill, deregister).
+    pub fn regions_mut(&mut self) -> &mut RegionTable {
+        &mut self.regions
+    }
+
+    /// Connection counters.
+    pub fn stats(&self) -> &ConnStats {
+        &self.stats
+    }
+
+    /// The path table (EV states, RTTs, per-EV counters).
+    pub fn paths(&self) -> &PathTable {
+        &self.paths
+    }
+
+    /// The datapath reports `ev` down (`true`) or up (`false`).
+    pub fn set_ev_denied(&mut self, ev: u32, denied: bool) {
+        self.paths.set_denied(ev, denied);
+    }
+
+    /// The congestion controller.
+    pub fn controller(&self) -> &C {
+        &self.cc
+    }
+
+    /// Sender state (snd_una, snd_nxt, bytes in flight, retransmit queue).
+    pub fn send_state(&self) -> &SendState {
+        &self.send
+    }
+
+    /// Receive window (rcv_nxt, bitmap).
+    pub fn recv_window(&self) -> &RecvWindow {
+        &self.rwin
+    }
+
+    fn post(&mut self, spec: MsgSpec) -> Result<(), PostError> {
+        if self.state != ConnState::Ready {
+            return Err(PostError::BadState(self.state));
+        }
+        self.regions
+            .read(spec.local_lkey, spec.local_addr, u64::from(spec.len))
+            .map_err(PostError::LocalAccess)?;
+        self.send.post(spec);
+        Ok(())
+    }
+
+    /// Posts an RDMA WRITE of `local` to `remote_addr` in the peer region `rkey`.
+    ///
+    /// # Errors
+    /// [`PostError::BadState`] unless `Ready`; [`PostError::LocalAccess`] for a bad `local`.
+    pub fn post_write(
+        &mut self,
+        wr_id: u64,
+        local: Sge,
+        remote_addr: u64,
+        rkey: u32,
+    ) -> Result<(), PostError> {
+        self.post(MsgSpec {
+            wr_id,
+            kind: MsgKind::Write { remote_addr, rkey },
+            imm: None,
+            local_lkey: local.lkey,
+            local_addr: local.addr,
+            len: local.len,
+        })
+    }
+
+    /// Posts an RDMA WRITE with immediate data `imm`; the peer completes it into a posted
+    /// receive (`RecvRdmaWithImm`) once it and every earlier message arrived.
+    ///
+    /// # Errors
+    /// As [`Connection::post_write`].
+    pub fn post_write_with_imm(
+        &mut self,
+        wr_id: u64,
+        local: Sge,
+        remote_addr: u64,
+        rkey: u32,
+        imm: u32,
+    ) -> Result<(), PostError> {
+        self.post(MsgSpec {
+            wr_id,
+            kind: MsgKind::Write { remote_addr, rkey },
+            imm: Some(imm),
+            local_lkey: local.lkey,
+            local_addr: local.addr,
+            len: local.len,
+        })
+    }
+
+    /// Posts a SEND of `local` (into the peer's next posted receive).
+    ///
+    /// # Errors
+    /// As [`Connection::post_write`].
+    pub fn post_send(&mut self, wr_id: u64, local: Sge) -> Result<(), PostError> {
+        self.post(MsgSpec {
+            wr_id,
+            kind: MsgKind::Send,
+            imm: None,
+            local_lkey: local.lkey,
+            local_addr: local.addr,
+            len: local.len,
+        })
+    }
+
+    /// Posts a SEND with immediate data.
+    ///
+    /// # Errors
+    /// As [`Connection::post_write`].
+    pub fn post_send_with_imm(
+        &mut self,
+        wr_id: u64,
+        local: Sge,
+        imm: u32,
+    ) -> Result<(), PostError> {
+        self.post(MsgSpec {
+            wr_id,
+            kind: MsgKind::Send,
+            imm: Some(imm),
+            local_lkey: local.lkey,
+            local_addr: local.addr,
+            len: local.len,
+        })
+    }
+
+    /// Posts a receive buffer for an incoming SEND or WRITE_WITH_IMM (allowed in `Init`).
+    ///
+    /// # Errors
+    /// [`PostError::BadState`] in `Draining`, `Closed`, `Error`;
+    /// [`PostError::LocalAccess`] if `buf` is not a registered range.
+    pub fn post_recv(&mut self, wr_id: u64, buf: Sge) -> Result<(), PostError> {
+        if !matches!(self.state, ConnState::Init | ConnState::Ready) {
+            return Err(PostError::BadState(self.state));
+        }
+        self.regions
+            .read(buf.lkey, buf.addr, u64::from(buf.len))
+            .map_err(PostError::LocalAccess)?;
+        self.rx.post_recv(RecvWr {
+            wr_id,
+            lkey: buf.lkey,
+            addr: buf.addr,
+            len: buf.len,
+        });
+        self.rx.advance(&mut self.regions, &mut self.completions);
+        Ok(())
+    }
+
+    /// Next completion (sender side in posting order, receiver side in message order).
+    pub fn poll_completion(&mut self) -> Option<Completion> {
+        self.drain_send_completions();
+        self.completions.pop_front()
+    }
+
+    /// The earliest time [`Connection::handle_timeout`] (or `poll_transmit`, for a delayed
+    /// SACK, a probe or pacing) needs calling, ns.
+    pub fn poll_timeout(&self) -> Option<u64> {
+        if !matches!(self.state, ConnState::Ready | ConnState::Draining) {
+            return None;
+        }
+        let mut t: Option<u64> = None;
+        let mut min = |x: Option<u64>| {
+            if let Some(x) = x {
+                t = Some(t.map_or(x, |t| t.min(x)));
+            }
+        };
+        min(self.acker.timeout_ns());
+        min(self.send.rack_timer_ns());
+        min(self.send.rto_deadline_ns());
+        min(self.paths.next_probe_time());
+        min(self.cc.next_timer_ns());
+        if self.next_send_ns > 0 && self.send.next_tx(self.cc.cwnd_bytes()).is_some() {
+            min(Some(self.next_send_ns));
+        }
+        t
+    }
+
+    /// Runs the timers due at `now_ns`: RACK loss detection, the RTO, the controller timer.
+    pub fn handle_timeout(&mut self, now_ns: u64) {
+        if !matches!(self.state, ConnState::Ready | ConnState::Draining) {
+            return;
+        }
+        if self.cc.next_timer_ns().is_some_and(|t| t <= now_ns) {
+            self.cc.on_timer(now_ns);
+        }
+        if self.send.rack_timer_ns().is_some_and(|t| t <= now_ns) {
+            let l = self
+                .send
+                .detect_losses(now_ns, &mut self.paths, &mut self.stats);
+            if l.lost_bytes > 0 {
+                self.cc.on_loss(now_ns, l.lost_bytes);
+            }
+        }
+        let l = self.send.on_rto(now_ns, &mut self.paths, &mut self.stats);
+        if l.failed {
+            self.fail(WcStatus::RetryExceeded);
+            return;
+        }
+        if l.lost_packets > 0 {
+            self.cc.on_loss(now_ns, l.lost_bytes);
+        }
+        self.drain_send_completions();
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,301 @@
+//! Incoming datagrams: parse (untrusted), check, place, acknowledge, and act on SACK, NACK,
+//! CNP and probe packets.
+
+use super::{ConnState, Connection, Ecn};
+use crate::completion::WcStatus;
+use crate::psn::Psn;
+use crate::recv::{Arrival, NackOut, RxData, RxKind, WindowPos};
+use crate::send::SackInfo;
+use crate::stats::DropReason;
+use crate::wire::{Body, DataRepr, MrcethRepr, NackReason, NackRepr, Opcode, PacketRepr, SackRepr};
+use mrc_congestion::{AckSample, Controller};
+
+/// Reconstructs a full ns timestamp from its low 32 bits, assuming it is at most ~4.29 s
+/// before `now_ns`.
+pub(crate) fn widen_ts(now_ns: u64, ts32: u32) -> u64 {
+    let back = u64::from((now_ns as u32).wrapping_sub(ts32));
+    now_ns.saturating_sub(back)
+}
+
+impl<C: Controller> Connection<C> {
+    /// Handles one received datagram (`bytes` = the UDP payload) at `now_ns`. `ev` is the
+    /// EV the datapath received it on (informational; the MRCETH EV is what is echoed);
+    /// `ecn` the IP ECN codepoint. Never panics on any input; every rejected datagram is
+    /// counted in [`crate::stats::ConnStats::drops`] by reason.
+    pub fn handle_datagram(&mut self, now_ns: u64, ev: u32, ecn: Ecn, bytes: &[u8]) {
+        let _ = ev;
+        let pkt = match PacketRepr::parse(bytes) {
+            Ok(p) => p,
+            Err(_) => {
+                self.stats.drops.add(DropReason::Malformed);
+                return;
+            }
+        };
+        if pkt.bth.dest_qpn != self.cfg.local_qpn {
+            self.stats.drops.add(DropReason::WrongQpn);
+            return;
+        }
+        let Some(peer) = self.peer else {
+            self.stats.drops.add(DropReason::NotConnected);
+            return;
+        };
+        if !matches!(self.state, ConnState::Ready | ConnState::Draining) {
+            self.stats.drops.add(DropReason::NotConnected);
+            return;
+        }
+        if let Opcode::Unknown(_) = pkt.bth.opcode {
+            self.stats.drops.add(DropReason::UnknownOpcode);
+            return;
+        }
+        if pkt.mrceth.generation != peer.generation {
+            self.stats.drops.add(DropReason::GenerationMismatch);
+            let is_gen_nack = matches!(
+                pkt.body,
+                Body::Nack(NackRepr {
+                    reason: NackReason::GenerationMismatch,
+                    ..
+                })
+            );
+            if !is_gen_nack {
+                self.queue_nack(pkt.bth.psn, NackReason::GenerationMismatch, pkt.mrceth.ev);
+                self.fail(WcStatus::GenerationMismatch);
+            }
+            return;
+        }
+        match pkt.body {
+            Body::Data(d) => self.on_data(now_ns, &pkt, &d, ecn == Ecn::Ce),
+            Body::Sack(s) => self.on_sack(now_ns, &s),
+            Body::Nack(n) => self.on_nack(now_ns, &n),
+            Body::Cnp(_) => {
+                self.stats.cnps_received += 1;
+                self.cc.on_cnp(now_ns);
+            }
+            Body::Probe(p) => {
+                if self.probe_replies.len() < self.paths.len().max(16) {
+                    self.probe_replies.push_back((
+                        pkt.mrceth.ev,
+                        p.probe_seq,
+                        pkt.mrceth.send_ts_ns,
+                    ));
+                }
+            }
+            Body::ProbeReply(r) => {
+                if self.paths.on_probe_reply(r.echo_ev, r.probe_seq) {
+                    if let Some(i) = self.paths.index_of(r.echo_ev) {
+                        let rtt = now_ns.saturating_sub(widen_ts(now_ns, r.echo_ts_ns));
+                        self.paths.on_rtt_sample(i, rtt);
+                    }
+                } else {
+                    self.stats.drops.add(DropReason::InvalidAck);
+                }
+            }
+            Body::Unknown { .. } => self.stats.drops.add(DropReason::UnknownOpcode),
+        }
+        self.drain_send_completions();
+        self.maybe_closed();
+    }
+
+    pub(super) fn queue_nack(&mut self, psn: u32, reason: NackReason, echo_ev: u32) {
+        if self.acker.nack(NackOut {
+            psn,
+            reason: reason.into(),
+            echo_ev,
+        }) {
+            self.stats.nacks_sent += 1;
+        }
+    }
+
+    fn on_data(&mut self, now_ns: u64, pkt: &PacketRepr<'_>, d: &DataRepr<'_>, ce: bool) {
+        let psn = Psn::new(pkt.bth.psn);
+        let m: &MrcethRepr = &pkt.mrceth;
+        let ts32 = if pkt.bth.flags.ts { m.send_ts_ns } else { 0 };
+        let seq = match self.rwin.classify(psn) {
+            WindowPos::Old(seq) => {
+                self.on_duplicate(now_ns, seq, ce, m.ev, ts32);
+                return;
+            }
+            WindowPos::Beyond(_) => {
+                self.stats.drops.add(DropReason::PsnOutOfWindow);
+                self.queue_nack(psn.value(), NackReason::PsnOutOfWindow, m.ev);
+                return;
+            }
+            WindowPos::InWindow(seq) => seq,
+        };
+        if self.rwin.is_received(seq) {
+            self.on_duplicate(now_ns, seq, ce, m.ev, ts32);
+            return;
+        }
+        if self.cfg.go_back_n && seq != self.rwin.rcv_nxt() {
+            self.stats.drops.add(DropReason::OutOfOrderGoBackN);
+            let nxt = self.rwin.rcv_nxt();
+            if self.gbn_nacked != Some(nxt) {
+                self.gbn_nacked = Some(nxt);
+                self.queue_nack(Psn::from_seq(nxt).value(), NackReason::NoBitmap, m.ev);
+            }
+            return;
+        }
+        if pkt.bth.flags.trimmed {
+            self.stats.trimmed_received += 1;
+            self.queue_nack(psn.value(), NackReason::Trimmed, m.ev);
+            return;
+        }
+        let op = pkt.bth.opcode;
+        let kind = match d.reth {
+            Some(r) => RxKind::Write {
+                addr: r.virtual_addr,
+                rkey: r.rkey,
+            },
+            None => RxKind::Send,
+        };
+        let rd = RxData {
+            msn32: m.msn,
+            kind,
+            msg_len: d.msgeth.message_len,
+            offset: d.msgeth.offset,
+            last: op.is_last(),
+            imm: d.imm,
+            payload: d.payload,
+        };
+        let msn = match self.rx.check(&rd, &self.regions) {
+            Ok(msn) => msn,
+            Err(reason) => {
+                self.stats.drops.add(reason);
+                if matches!(
+                    reason,
+                    DropReason::BadRkey | DropReason::OutOfBounds | DropReason::AccessDenied
+                ) {
+                    self.queue_nack(psn.value(), NackReason::AccessError, m.ev);
+                }
+                return;
+            }
+        };
+        let arrival = self.rwin.on_arrival(psn);
+        let Arrival::New {
+            in_order,
+            gap_filled,
+            ..
+        } = arrival
+        else {
+            return;
+        };
+        if let Err(reason) = self.rx.commit(msn, &rd, &mut self.regions) {
+            self.stats.drops.add(reason);
+            return;
+        }
+        self.stats.received += 1;
+        self.stats.received_bytes += d.payload.len() as u64;
+        if ce {
+            self.stats.ecn_ce_received += 1;
+        }
+        let urgent = !in_order || gap_filled || pkt.bth.flags.ack_req;
+        self.acker.on_data(
+            now_ns,
+            seq,
+            self.rwin.rcv_nxt(),
+            true,
+            urgent,
+            ce,
+            m.ev,
+            ts32,
+        );
+        self.rx.advance(&mut self.regions, &mut self.completions);
+    }
+
+    fn on_duplicate(&mut self, now_ns: u64, seq: u64, ce: bool, ev: u32, ts32: u32) {
+        self.stats.drops.add(DropReason::Duplicate);
+        self.acker
+            .on_data(now_ns, seq, self.rwin.rcv_nxt(), false, true, ce, ev, ts32);
+    }
+
+    fn on_sack(&mut self, now_ns: u64, s: &SackRepr) {
+        let echo_idx = self.paths.index_of(s.echo_ev);
+        let info = SackInfo {
+            cum: Psn::new(s.cumulative_psn),
+            base: Psn::new(s.bitmap_base_psn),
+            bitmap: s.bitmap,
+            echo: echo_idx.map(|i| (i, s.echo_ts_ns)),
+        };
+        let out = match self
+            .send
+            .on_sack(now_ns, info, &mut self.paths, &mut self.stats)
+        {
+            Ok(o) => o,
+            Err(_) => {
+                self.stats.drops.add(DropReason::InvalidAck);
+                return;
+            }
+        };
+        self.stats.sacks_received += 1;
+        if s.ecn_ce_count > 0 {
+            self.stats.ecn_marked += u64::from(s.ecn_ce_count);
+            if let Some(i) = echo_idx {
+                if let Some(p) = self.paths.get_mut(i) {
+                    p.stats.ecn_marked += u64::from(s.ecn_ce_count);
+                }
+                self.paths.on_congestion(i);
+            }
+        }
+        if out.acked_packets > 0 || s.ecn_ce_count > 0 {
+            let echoed = (s.echo_ts_ns != 0).then(|| widen_ts(now_ns, s.echo_ts_ns));
+            self.cc.on_ack(
+                now_ns,
+                &AckSample {
+                    acked_bytes: out.acked_bytes,
+                    echoed_send_ts_ns: echoed,
+                    ecn_ce_count: u32::from(s.ecn_ce_count),
+                    acked_packets: out.acked_packets,
+                    bytes_in_flight: self.send.bytes_in_flight(),
+                },
+            );
+        }
+        for _ in 0..out.spurious {
+            self.cc.on_spurious_loss(now_ns);
+        }
+        let l = self
+            .send
+            .detect_losses(now_ns, &mut self.paths, &mut self.stats);
+        if l.lost_bytes > 0 || l.lost_packets > 0 {
+            self.cc.on_loss(now_ns, l.lost_bytes);
+        }
+    }
+
+    fn on_nack(&mut self, now_ns: u64, n: &NackRepr) {
+        if n.reason == NackReason::GenerationMismatch {
+            // The peer does not know our generation (it restarted): its PSN is in its
+            // own space, so it is not checked against ours.
+            self.stats.nacks_received += 1;
+            self.fail(WcStatus::GenerationMismatch);
+            return;
+        }
+        let seq = Psn::new(n.psn).unwrap(self.send.snd_una());
+        if seq >= self.send.snd_nxt() {
+            self.stats.drops.add(DropReason::InvalidAck);
+            return;
+        }
+        self.stats.nacks_received += 1;
+        if seq < self.send.snd_una() {
+            return; // already acknowledged: changes nothing
+        }
+        match n.reason {
+            NackReason::Trimmed | NackReason::TrimmedLasthop => {
+                if let Some((len, ev)) = self.send.queue_retransmit(seq) {
+                    self.stats.trimmed += 1;
+                    if let Some(p) = self.paths.get_mut(ev) {
+                        p.stats.trimmed += 1;
+                    }
+                    self.paths.on_congestion(ev);
+                    self.cc.on_trim(now_ns, u64::from(len));
+                }
+            }
+            NackReason::PsnOutOfWindow | NackReason::NoPktBuffer => {
+                self.send.queue_retransmit(seq);
+            }
+            NackReason::NoBitmap => {
+                self.send.go_back(seq);
+            }
+            NackReason::AccessError => self.fail(WcStatus::RemoteAccessError),
+            NackReason::GenerationMismatch => {}
+            NackReason::Unknown(_) => self.stats.drops.add(DropReason::InvalidAck),
+        }
+    }
+}

@@ -1,0 +1,463 @@
+use super::*;
+use crate::completion::WcOpcode;
+use crate::psn::Psn;
+use crate::region::{Access, MrKey};
+use crate::stats::DropReason;
+use crate::wire::{Body, Opcode, PacketRepr};
+use mrc_congestion::{FixedWindow, FixedWindowConfig};
+
+type Conn = Connection<FixedWindow>;
+/// Drops (None) or rewrites a datagram, with the ECN codepoint it arrives with.
+type Filter<'a> = dyn FnMut(&[u8]) -> Option<(Vec<u8>, Ecn)> + 'a;
+
+fn cfg(qpn: u32, psn: u32, generation: u16) -> ConnConfig {
+    ConnConfig {
+        local_qpn: qpn,
+        initial_psn: Psn::new(psn),
+        generation,
+        evs: vec![100, 101, 102, 103],
+        seed: u64::from(qpn),
+        ..ConnConfig::default()
+    }
+}
+
+fn pair() -> (Conn, Conn) {
+    let cc = || FixedWindowConfig::default().build();
+    let mut a = Connection::new(cfg(0x11, 0xFF_FFF0, 1), cc());
+    let mut b = Connection::new(cfg(0x22, 100, 7), cc());
+    a.connect(PeerParams {
+        qpn: 0x22,
+        initial_psn: Psn::new(100),
+        generation: 7,
+    })
+    .unwrap();
+    b.connect(PeerParams {
+        qpn: 0x11,
+        initial_psn: Psn::new(0xFF_FFF0),
+        generation: 1,
+    })
+    .unwrap();
+    (a, b)
+}
+
+/// Moves every datagram both ways (zero delay) until both are quiet; `filter` may drop
+/// (return None) or rewrite a datagram from a to b. Returns the opcodes a sent.
+fn exchange(now: u64, a: &mut Conn, b: &mut Conn, filter: &mut Filter<'_>) -> Vec<Opcode> {
+    let mut buf = vec![0u8; 8192];
+    let mut sent = Vec::new();
+    loop {
+        let mut moved = false;
+        while let Some(t) = a.poll_transmit(now, &mut buf) {
+            moved = true;
+            let bytes = &buf[..t.len];
+            sent.push(PacketRepr::parse(bytes).unwrap().bth.opcode);
+            if let Some((out, ecn)) = filter(bytes) {
+                b.handle_datagram(now, t.ev, ecn, &out);
+            }
+        }
+        while let Some(t) = b.poll_transmit(now, &mut buf) {
+            moved = true;
+            a.handle_datagram(now, t.ev, t.ecn, &buf[..t.len]);
+        }
+        if !moved {
+            return sent;
+        }
+    }
+}
+
+fn pass(b: &[u8]) -> Option<(Vec<u8>, Ecn)> {
+    Some((b.to_vec(), Ecn::Ect0))
+}
+
+fn fill(c: &mut Conn, len: usize, seed: u8) -> MrKey {
+    let k = c.regions_mut().register(len, Access::LOCAL_WRITE).unwrap();
+    for (i, b) in c
+        .regions_mut()
+        .bytes_mut(k.lkey)
+        .unwrap()
+        .iter_mut()
+        .enumerate()
+    {
+        *b = (i as u8).wrapping_mul(31).wrapping_add(seed);
+    }
+    k
+}
+
+fn completions(c: &mut Conn) -> Vec<Completion> {
+    std::iter::from_fn(|| c.poll_completion()).collect()
+}
+
+#[test]
+fn write_with_imm_end_to_end_across_the_psn_wrap() {
+    let (mut a, mut b) = pair();
+    let src = fill(&mut a, 40_000, 3);
+    let dst = b
+        .regions_mut()
+        .register(40_000, Access::REMOTE_WRITE)
+        .unwrap();
+    let rbuf = b.regions_mut().register(16, Access::LOCAL_WRITE).unwrap();
+    b.post_recv(
+        9,
+        Sge {
+            lkey: rbuf.lkey,
+            addr: rbuf.addr,
+            len: 16,
+        },
+    )
+    .unwrap();
+    a.post_write_with_imm(
+        1,
+        Sge {
+            lkey: src.lkey,
+            addr: src.addr,
+            len: 40_000,
+        },
+        dst.addr,
+        dst.rkey,
+        0xABCD,
+    )
+    .unwrap();
+    let ops = exchange(0, &mut a, &mut b, &mut pass);
+    // 40000 bytes = 9 full packets + 3136
+    assert_eq!(ops.len(), 10);
+    assert_eq!(ops[0], Opcode::RdmaWriteFirst);
+    assert_eq!(ops[9], Opcode::RdmaWriteLastWithImmediate);
+    assert_eq!(
+        b.regions().bytes(dst.lkey).unwrap(),
+        a.regions().bytes(src.lkey).unwrap()
+    );
+    assert_eq!(
+        completions(&mut a),
+        vec![Completion {
+            wr_id: 1,
+            opcode: WcOpcode::WriteWithImm,
+            status: WcStatus::Success,
+            byte_len: 40_000,
+            imm: None
+        }]
+    );
+    assert_eq!(
+        completions(&mut b),
+        vec![Completion {
+            wr_id: 9,
+            opcode: WcOpcode::RecvRdmaWithImm,
+            status: WcStatus::Success,
+            byte_len: 40_000,
+            imm: Some(0xABCD)
+        }]
+    );
+    // PSNs 0xFFFFF0..=0xFFFFF9: rcv_nxt at 0xFFFFFA
+    assert_eq!(b.recv_window().rcv_nxt_psn(), Psn::new(0xFF_FFFA));
+    assert_eq!(a.send_state().bytes_in_flight(), 0);
+    assert_eq!(a.stats().sent, 10);
+    assert_eq!(a.stats().acked, 10);
+    assert_eq!(b.stats().received_bytes, 40_000);
+    // 4 EVs round-robin: 3, 3, 2, 2 packets
+    let per_ev: Vec<u64> = a.paths().paths().iter().map(|p| p.stats.sent).collect();
+    assert_eq!(per_ev, vec![3, 3, 2, 2]);
+    assert_eq!(b.stats().drops.total(), 0);
+    assert_eq!(a.stats().drops.total(), 0);
+}
+
+#[test]
+fn send_lands_in_the_posted_receive_and_zero_length_works() {
+    let (mut a, mut b) = pair();
+    let src = fill(&mut a, 5000, 1);
+    let rbuf = b.regions_mut().register(8192, Access::LOCAL_WRITE).unwrap();
+    a.post_send(
+        1,
+        Sge {
+            lkey: src.lkey,
+            addr: src.addr,
+            len: 5000,
+        },
+    )
+    .unwrap();
+    a.post_send_with_imm(
+        2,
+        Sge {
+            lkey: src.lkey,
+            addr: src.addr,
+            len: 0,
+        },
+        77,
+    )
+    .unwrap();
+    exchange(0, &mut a, &mut b, &mut pass);
+    // no receive posted yet: data acknowledged, completions wait
+    assert_eq!(completions(&mut a).len(), 2);
+    assert_eq!(completions(&mut b), vec![]);
+    b.post_recv(
+        10,
+        Sge {
+            lkey: rbuf.lkey,
+            addr: rbuf.addr,
+            len: 8192,
+        },
+    )
+    .unwrap();
+    b.post_recv(
+        11,
+        Sge {
+            lkey: rbuf.lkey,
+            addr: rbuf.addr + 6000,
+            len: 100,
+        },
+    )
+    .unwrap();
+    let got: Vec<(u64, WcOpcode, u32, Option<u32>)> = completions(&mut b)
+        .iter()
+        .map(|c| (c.wr_id, c.opcode, c.byte_len, c.imm))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (10, WcOpcode::Recv, 5000, None),
+            (11, WcOpcode::Recv, 0, Some(77))
+        ]
+    );
+    assert_eq!(
+        &b.regions().bytes(rbuf.lkey).unwrap()[..5000],
+        a.regions().bytes(src.lkey).unwrap()
+    );
+}
+
+#[test]
+fn state_machine_and_post_checks() {
+    let cc = FixedWindowConfig::default().build();
+    let mut a = Connection::new(cfg(1, 0, 1), cc);
+    let k = fill(&mut a, 100, 0);
+    let sge = Sge {
+        lkey: k.lkey,
+        addr: k.addr,
+        len: 100,
+    };
+    assert_eq!(a.state(), ConnState::Init);
+    assert_eq!(
+        a.post_write(1, sge, 0, 0),
+        Err(PostError::BadState(ConnState::Init))
+    );
+    assert_eq!(a.post_recv(1, sge), Ok(()));
+    assert_eq!(a.close(), Err(StateError(ConnState::Init)));
+    a.connect(PeerParams {
+        qpn: 2,
+        initial_psn: Psn::new(0),
+        generation: 1,
+    })
+    .unwrap();
+    assert_eq!(
+        a.connect(PeerParams {
+            qpn: 2,
+            initial_psn: Psn::new(0),
+            generation: 1
+        }),
+        Err(StateError(ConnState::Ready))
+    );
+    assert!(matches!(
+        a.post_write(1, Sge { len: 101, ..sge }, 0, 0),
+        Err(PostError::LocalAccess(_))
+    ));
+    a.close().unwrap();
+    // nothing outstanding: closed at once, the posted receive flushed
+    assert_eq!(a.state(), ConnState::Closed);
+    assert_eq!(
+        completions(&mut a),
+        vec![Completion {
+            wr_id: 1,
+            opcode: WcOpcode::Recv,
+            status: WcStatus::Flushed,
+            byte_len: 0,
+            imm: None
+        }]
+    );
+    assert_eq!(
+        a.post_send(2, sge),
+        Err(PostError::BadState(ConnState::Closed))
+    );
+}
+
+#[test]
+fn draining_finishes_outstanding_work_then_closes() {
+    let (mut a, mut b) = pair();
+    let src = fill(&mut a, 4096, 0);
+    let dst = b
+        .regions_mut()
+        .register(4096, Access::REMOTE_WRITE)
+        .unwrap();
+    a.post_write(
+        5,
+        Sge {
+            lkey: src.lkey,
+            addr: src.addr,
+            len: 4096,
+        },
+        dst.addr,
+        dst.rkey,
+    )
+    .unwrap();
+    a.close().unwrap();
+    assert_eq!(a.state(), ConnState::Draining);
+    exchange(0, &mut a, &mut b, &mut pass);
+    assert_eq!(a.state(), ConnState::Closed);
+    assert_eq!(
+        completions(&mut a)
+            .iter()
+            .map(|c| (c.wr_id, c.status))
+            .collect::<Vec<_>>(),
+        vec![(5, WcStatus::Success)]
+    );
+}
+
+#[test]
+fn restarted_peer_gives_error_completions() {
+    let (mut a, mut b) = pair();
+    let src = fill(&mut a, 8192, 0);
+    let dst = b
+        .regions_mut()
+        .register(8192, Access::REMOTE_WRITE)
+        .unwrap();
+    a.post_write(
+        1,
+        Sge {
+            lkey: src.lkey,
+            addr: src.addr,
+            len: 8192,
+        },
+        dst.addr,
+        dst.rkey,
+    )
+    .unwrap();
+    a.post_write(
+        2,
+        Sge {
+            lkey: src.lkey,
+            addr: src.addr,
+            len: 8192,
+        },
+        dst.addr,
+        dst.rkey,
+    )
+    .unwrap();
+    // b restarts as generation 8 (same QPN, fresh state) before anything arrives
+    let mut b2 = Connection::new(cfg(0x22, 100, 8), FixedWindowConfig::default().build());
+    b2.connect(PeerParams {
+        qpn: 0x11,
+        initial_psn: Psn::new(0xFF_FFF0),
+        generation: 1,
+    })
+    .unwrap();
+    let dst2 = b2
+        .regions_mut()
+        .register(8192, Access::REMOTE_WRITE)
+        .unwrap();
+    assert_eq!(dst2.rkey, dst.rkey);
+    // a's packets reach b2, whose generation a does not know: b2 accepts them (a is
+    // generation 1 as expected) -- but a sees b2's SACK with generation 8 and fails.
+    exchange(0, &mut a, &mut b2, &mut pass);
+    assert_eq!(a.state(), ConnState::Error);
+    let got: Vec<(u64, WcStatus)> = completions(&mut a)
+        .iter()
+        .map(|c| (c.wr_id, c.status))
+        .collect();
+    assert_eq!(
+        got,
+        vec![(1, WcStatus::GenerationMismatch), (2, WcStatus::Flushed)]
+    );
+    assert_eq!(a.stats().drops.get(DropReason::GenerationMismatch), 1);
+    // a answered with NACK(GENERATION_MISMATCH): b2 fails too
+    assert_eq!(b2.state(), ConnState::Error);
+    drop(b);
+}
+
+#[test]
+fn trimmed_packet_is_nacked_and_resent_on_another_ev() {
+    let (mut a, mut b) = pair();
+    let src = fill(&mut a, 3 * 4096, 0);
+    let dst = b
+        .regions_mut()
+        .register(3 * 4096, Access::REMOTE_WRITE)
+        .unwrap();
+    a.post_write(
+        1,
+        Sge {
+            lkey: src.lkey,
+            addr: src.addr,
+            len: 3 * 4096,
+        },
+        dst.addr,
+        dst.rkey,
+    )
+    .unwrap();
+    let mut n = 0;
+    let mut trim_second = |bytes: &[u8]| {
+        n += 1;
+        if n == 2 {
+            // a switch cuts the payload and sets the trim flag
+            let mut p = PacketRepr::parse(bytes).unwrap();
+            p.bth.flags.trimmed = true;
+            if let Body::Data(ref mut d) = p.body {
+                d.payload = &[];
+            }
+            let mut out = vec![0u8; p.buffer_len()];
+            p.emit(&mut out).unwrap();
+            return Some((out, Ecn::Ect0));
+        }
+        pass(bytes)
+    };
+    exchange(0, &mut a, &mut b, &mut trim_second);
+    assert_eq!(b.stats().trimmed_received, 1);
+    assert_eq!(a.stats().trimmed, 1);
+    assert_eq!(a.stats().retransmitted, 1);
+    assert_eq!(a.stats().timeouts, 0);
+    // PSN 0xFFFFF1 went on EV 101 first, then on another EV; EV 101 was put in SKIP
+    let evs = a.paths().paths();
+    assert_eq!(evs[1].stats.trimmed, 1);
+    assert_eq!(evs[1].stats.retransmitted, 0);
+    assert_eq!(evs.iter().map(|p| p.stats.retransmitted).sum::<u64>(), 1);
+    assert_eq!(
+        b.regions().bytes(dst.lkey).unwrap(),
+        a.regions().bytes(src.lkey).unwrap()
+    );
+    assert_eq!(completions(&mut a).len(), 1);
+}
+
+#[test]
+fn ecn_ce_is_echoed_and_cnps_are_rate_limited() {
+    let (mut a, mut b) = pair();
+    let src = fill(&mut a, 4 * 4096, 0);
+    let dst = b
+        .regions_mut()
+        .register(4 * 4096, Access::REMOTE_WRITE)
+        .unwrap();
+    a.post_write(
+        1,
+        Sge {
+            lkey: src.lkey,
+            addr: src.addr,
+            len: 4 * 4096,
+        },
+        dst.addr,
+        dst.rkey,
+    )
+    .unwrap();
+    let mut ce = |bytes: &[u8]| Some((bytes.to_vec(), Ecn::Ce));
+    exchange(0, &mut a, &mut b, &mut ce);
+    assert_eq!(b.stats().ecn_ce_received, 4);
+    assert_eq!(b.stats().cnps_sent, 1);
+    assert_eq!(a.stats().cnps_received, 1);
+    assert_eq!(a.stats().ecn_marked, 4);
+    // 50 us later a CE mark gives the next CNP
+    a.post_write(
+        2,
+        Sge {
+            lkey: src.lkey,
+            addr: src.addr,
+            len: 4096,
+        },
+        dst.addr,
+        dst.rkey,
+    )
+    .unwrap();
+    exchange(50_000, &mut a, &mut b, &mut ce);
+    assert_eq!(b.stats().cnps_sent, 2);
+}

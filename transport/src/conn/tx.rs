@@ -1,0 +1,232 @@
+//! Outgoing datagrams: control first (NACK, CNP, probe replies, SACK), then EV probes,
+//! then data (retransmissions before new data, within the congestion window and pacing).
+
+use super::{ConnState, Connection, Ecn, Transmit};
+use crate::completion::WcStatus;
+use crate::psn::Psn;
+use crate::send::{MsgKind, TxPacket};
+use crate::wire::{
+    Body, BthFlags, BthRepr, BthSpare, CnpRepr, DataRepr, MrcethRepr, MsgethRepr, NackReason,
+    NackRepr, Opcode, PacketRepr, ProbeReplyRepr, ProbeRepr, RethRepr, SackRepr,
+};
+use mrc_congestion::Controller;
+
+/// Bytes of headers before the payload of the largest data packet: BTH 12 + MRCETH 16 +
+/// MSGETH 8 + RETH 16 + ImmDt 4.
+pub const MAX_DATA_HEADER_BYTES: usize = 56;
+
+/// The data opcode for a packet of a message.
+pub fn data_opcode(kind: MsgKind, imm: bool, first: bool, last: bool) -> Opcode {
+    let write = matches!(kind, MsgKind::Write { .. });
+    match (write, first, last, imm) {
+        (true, true, true, false) => Opcode::RdmaWriteOnly,
+        (true, true, true, true) => Opcode::RdmaWriteOnlyWithImmediate,
+        (true, true, false, _) => Opcode::RdmaWriteFirst,
+        (true, false, false, _) => Opcode::RdmaWriteMiddle,
+        (true, false, true, false) => Opcode::RdmaWriteLast,
+        (true, false, true, true) => Opcode::RdmaWriteLastWithImmediate,
+        (false, true, true, false) => Opcode::SendOnly,
+        (false, true, true, true) => Opcode::SendOnlyWithImmediate,
+        (false, true, false, _) => Opcode::SendFirst,
+        (false, false, false, _) => Opcode::SendMiddle,
+        (false, false, true, false) => Opcode::SendLast,
+        (false, false, true, true) => Opcode::SendLastWithImmediate,
+    }
+}
+
+impl<C: Controller> Connection<C> {
+    fn header(
+        &self,
+        opcode: Opcode,
+        psn: u32,
+        ev: u32,
+        now_ns: u64,
+        msn: u32,
+    ) -> (BthRepr, MrcethRepr) {
+        let dest_qpn = self.peer.map_or(0, |p| p.qpn);
+        (
+            BthRepr {
+                opcode,
+                pkey: self.cfg.pkey,
+                dest_qpn,
+                psn,
+                flags: BthFlags {
+                    ack_req: false,
+                    rtx: false,
+                    ts: true,
+                    trimmed: false,
+                },
+                spare: BthSpare::default(),
+            },
+            MrcethRepr {
+                ev,
+                msn,
+                send_ts_ns: now_ns as u32,
+                generation: self.cfg.generation,
+                reserved: 0,
+            },
+        )
+    }
+
+    fn emit_control(
+        &self,
+        buf: &mut [u8],
+        opcode: Opcode,
+        psn: u32,
+        ev: u32,
+        now_ns: u64,
+        body: Body<'_>,
+    ) -> Option<Transmit> {
+        let (bth, mrceth) = self.header(opcode, psn, ev, now_ns, 0);
+        let len = PacketRepr { bth, mrceth, body }.emit(buf).ok()?;
+        Some(Transmit {
+            ev,
+            len,
+            ecn: Ecn::NotEct,
+        })
+    }
+
+    /// Writes the next datagram to send at `now_ns` into `buf` (which must hold
+    /// `mtu_payload_bytes + 56` bytes) and says on which EV it goes; `None` when nothing
+    /// is ready now (see [`Connection::poll_timeout`]).
+    pub fn poll_transmit(&mut self, now_ns: u64, buf: &mut [u8]) -> Option<Transmit> {
+        self.peer?;
+        if let Some(n) = self.acker.poll_nack() {
+            let body = Body::Nack(NackRepr {
+                psn: n.psn,
+                reason: NackReason::from(n.reason),
+                reserved: 0,
+                echo_ev: n.echo_ev,
+            });
+            return self.emit_control(buf, Opcode::Nack, n.psn, n.echo_ev, now_ns, body);
+        }
+        if !matches!(self.state, ConnState::Ready | ConnState::Draining) {
+            return None;
+        }
+        if let Some(ev) = self.acker.poll_cnp() {
+            self.stats.cnps_sent += 1;
+            let body = Body::Cnp(CnpRepr {
+                echo_ev: ev,
+                reserved: [0; 12],
+            });
+            let psn = self.rwin.rcv_nxt_psn().value();
+            return self.emit_control(buf, Opcode::Cnp, psn, ev, now_ns, body);
+        }
+        if let Some((ev, probe_seq, ts)) = self.probe_replies.pop_front() {
+            let body = Body::ProbeReply(ProbeReplyRepr {
+                probe_seq,
+                echo_ev: ev,
+                echo_ts_ns: ts,
+            });
+            let psn = self.rwin.rcv_nxt_psn().value();
+            return self.emit_control(buf, Opcode::EvProbeReply, psn, ev, now_ns, body);
+        }
+        if let Some(s) = self.acker.poll_sack(now_ns, self.rwin.rcv_nxt()) {
+            self.stats.sacks_sent += 1;
+            let cum = Psn::from_seq(s.cum_seq).value();
+            let body = Body::Sack(SackRepr {
+                cumulative_psn: cum,
+                bitmap_base_psn: Psn::from_seq(s.base_seq).value(),
+                bitmap: self.rwin.bitmap64(s.base_seq),
+                echo_ev: s.echo_ev,
+                echo_ts_ns: s.echo_ts32,
+                ecn_ce_count: s.ecn_ce_count,
+                credit: 0,
+            });
+            return self.emit_control(buf, Opcode::Sack, cum, s.echo_ev, now_ns, body);
+        }
+        if let Some((idx, probe_seq)) = self.paths.next_probe(now_ns, self.cfg.probe_interval_ns) {
+            let ev = self.paths.get(idx).map_or(0, |p| p.ev);
+            let body = Body::Probe(ProbeRepr {
+                probe_seq,
+                reserved: 0,
+            });
+            let psn = Psn::from_seq(self.send.snd_nxt()).value();
+            return self.emit_control(buf, Opcode::EvProbe, psn, ev, now_ns, body);
+        }
+        self.poll_data(now_ns, buf)
+    }
+
+    fn poll_data(&mut self, now_ns: u64, buf: &mut [u8]) -> Option<Transmit> {
+        if now_ns < self.next_send_ns {
+            return None;
+        }
+        let tx = self.send.next_tx(self.cc.cwnd_bytes())?;
+        let idx = self.paths.select(tx.avoid_ev)?;
+        let ev = self.paths.get(idx).map_or(0, |p| p.ev);
+        let len = match self.emit_data(now_ns, &tx, ev, buf) {
+            Ok(len) => len,
+            Err(status) => {
+                self.fail(status);
+                return None;
+            }
+        };
+        self.send.on_transmit(&tx, now_ns, idx, now_ns as u32);
+        self.stats.sent += 1;
+        if let Some(p) = self.paths.get_mut(idx) {
+            p.stats.sent += 1;
+            if tx.retransmit {
+                p.stats.retransmitted += 1;
+            }
+        }
+        if tx.retransmit {
+            self.stats.retransmitted += 1;
+        } else {
+            self.stats.sent_bytes += u64::from(tx.len);
+            self.cc
+                .on_packet_sent(now_ns, u64::from(tx.len), self.send.bytes_in_flight());
+        }
+        let rate = self.cc.pacing_rate_bps();
+        if rate != u64::MAX && rate > 0 {
+            let gap = (len as u128 * 8 * 1_000_000_000 / u128::from(rate)) as u64;
+            self.next_send_ns = now_ns.max(self.next_send_ns).saturating_add(gap);
+        }
+        Some(Transmit {
+            ev,
+            len,
+            ecn: Ecn::Ect0,
+        })
+    }
+
+    fn emit_data(
+        &self,
+        now_ns: u64,
+        tx: &TxPacket,
+        ev: u32,
+        buf: &mut [u8],
+    ) -> Result<usize, WcStatus> {
+        let m = tx.msg;
+        let payload = self
+            .regions
+            .read(
+                m.local_lkey,
+                m.local_addr.saturating_add(u64::from(tx.offset)),
+                u64::from(tx.len),
+            )
+            .map_err(|_| WcStatus::LocalProtectionError)?;
+        let opcode = data_opcode(m.kind, m.imm.is_some(), tx.first, tx.last);
+        let (mut bth, mrceth) = self.header(opcode, tx.psn().value(), ev, now_ns, tx.msn as u32);
+        bth.flags.ack_req = tx.last;
+        bth.flags.rtx = tx.retransmit;
+        let reth = match m.kind {
+            MsgKind::Write { remote_addr, rkey } => Some(RethRepr {
+                virtual_addr: remote_addr.wrapping_add(u64::from(tx.offset)),
+                rkey,
+                dma_len: tx.len,
+            }),
+            MsgKind::Send => None,
+        };
+        let body = Body::Data(DataRepr {
+            msgeth: MsgethRepr {
+                message_len: m.len,
+                offset: tx.offset,
+            },
+            reth,
+            imm: if tx.last { m.imm } else { None },
+            payload,
+        });
+        PacketRepr { bth, mrceth, body }
+            .emit(buf)
+            .map_err(|_| WcStatus::LocalLengthError)
+    }
+}

@@ -1,0 +1,158 @@
+//! RTT estimation, RTO computation and RACK-style time-based loss detection.
+//!
+//! - [`RttEstimator`]: RFC 6298 section 2 (SRTT, RTTVAR, `RTO = SRTT + 4 RTTVAR`, clamped
+//!   to `[min_rto_ns, max_rto_ns]`) plus the minimum RTT seen.
+//! - [`Rack`]: RFC 8985 (RACK-TLP) reduced to its core rule: a packet is lost when a packet
+//!   *sent after it* has been acknowledged and more than `rtt + reorder_window` has passed
+//!   since it was sent. Because the rule compares send times, not sequence numbers, a packet
+//!   that is merely slower (on a longer EV) is not declared lost while it is still within
+//!   the reorder window, which is what spraying over paths of different delay needs. The
+//!   reorder window is `max(min_reorder_window_ns, min_rtt / 4)` (RFC 8985 6.2 uses
+//!   `min_rtt / 4`; the floor keeps it meaningful before the first RTT sample).
+
+/// Smoothed RTT state (RFC 6298).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RttEstimator {
+    /// Smoothed RTT in ns (0 before the first sample).
+    pub srtt_ns: u64,
+    /// RTT variation in ns.
+    pub rttvar_ns: u64,
+    /// Smallest sample seen in ns (`u64::MAX` before the first).
+    pub min_rtt_ns: u64,
+    /// Most recent sample in ns.
+    pub latest_ns: u64,
+    initial_rto_ns: u64,
+}
+
+impl RttEstimator {
+    /// No samples yet; the RTO is `initial_rto_ns` until the first sample.
+    pub fn new(initial_rto_ns: u64) -> Self {
+        RttEstimator {
+            srtt_ns: 0,
+            rttvar_ns: 0,
+            min_rtt_ns: u64::MAX,
+            latest_ns: 0,
+            initial_rto_ns,
+        }
+    }
+
+    /// Whether any sample was taken.
+    pub fn has_sample(&self) -> bool {
+        self.min_rtt_ns != u64::MAX
+    }
+
+    /// Feeds one RTT sample (ns); RFC 6298 2.2 / 2.3 with alpha 1/8, beta 1/4.
+    pub fn on_sample(&mut self, rtt_ns: u64) {
+        self.latest_ns = rtt_ns;
+        if !self.has_sample() {
+            self.srtt_ns = rtt_ns;
+            self.rttvar_ns = rtt_ns / 2;
+        } else {
+            let err = self.srtt_ns.abs_diff(rtt_ns);
+            self.rttvar_ns = (3 * self.rttvar_ns + err) / 4;
+            self.srtt_ns = (7 * self.srtt_ns + rtt_ns) / 8;
+        }
+        self.min_rtt_ns = self.min_rtt_ns.min(rtt_ns);
+    }
+
+    /// `SRTT + 4 RTTVAR` clamped to `[min_rto_ns, max_rto_ns]` (before back-off).
+    pub fn rto_ns(&self, min_rto_ns: u64, max_rto_ns: u64) -> u64 {
+        let raw = if self.has_sample() {
+            self.srtt_ns
+                .saturating_add(self.rttvar_ns.saturating_mul(4))
+        } else {
+            self.initial_rto_ns
+        };
+        raw.clamp(min_rto_ns, max_rto_ns.max(min_rto_ns))
+    }
+}
+
+/// RACK state: the send time of the most recently *sent* packet that has been acknowledged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Rack {
+    /// Send time (ns) of the latest-sent acknowledged packet; 0 if none.
+    pub xmit_ns: u64,
+    /// Its sequence number (breaks ties between packets sent at the same ns).
+    pub seq: u64,
+    /// RTT (ns) measured on that packet (`now - sent` at its acknowledgement).
+    pub rtt_ns: u64,
+}
+
+impl Rack {
+    /// A packet sent at `sent_ns` with sequence `seq` was acknowledged at `now_ns`.
+    /// `retransmitted`: it was sent more than once, so its RTT is ambiguous (Karn) and
+    /// only a send time after the newest retransmission would update (we skip it).
+    pub fn on_ack(&mut self, sent_ns: u64, seq: u64, now_ns: u64, retransmitted: bool) {
+        if retransmitted {
+            return;
+        }
+        if (sent_ns, seq) > (self.xmit_ns, self.seq) {
+            self.xmit_ns = sent_ns;
+            self.seq = seq;
+            self.rtt_ns = now_ns.saturating_sub(sent_ns);
+        }
+    }
+
+    /// Whether a packet sent at `sent_ns` (sequence `seq`) was overtaken by an
+    /// acknowledged one.
+    pub fn overtaken(&self, sent_ns: u64, seq: u64) -> bool {
+        (sent_ns, seq) < (self.xmit_ns, self.seq)
+    }
+
+    /// When an overtaken packet sent at `sent_ns` counts as lost.
+    pub fn deadline_ns(&self, sent_ns: u64, reorder_window_ns: u64) -> u64 {
+        sent_ns
+            .saturating_add(self.rtt_ns)
+            .saturating_add(reorder_window_ns)
+    }
+}
+
+/// The reorder window for a minimum RTT: `max(floor_ns, min_rtt_ns / 4)` (RFC 8985 6.2).
+pub fn reorder_window_ns(floor_ns: u64, rtt: &RttEstimator) -> u64 {
+    if rtt.has_sample() {
+        floor_ns.max(rtt.min_rtt_ns / 4)
+    } else {
+        floor_ns
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfc6298_estimator_exact() {
+        let mut r = RttEstimator::new(1_000_000);
+        assert_eq!(r.rto_ns(10_000, 1_000_000_000), 1_000_000);
+        r.on_sample(100_000);
+        assert_eq!((r.srtt_ns, r.rttvar_ns), (100_000, 50_000));
+        assert_eq!(r.rto_ns(10_000, 1_000_000_000), 300_000);
+        r.on_sample(20_000);
+        // rttvar = (3*50000 + 80000)/4 = 57500; srtt = (700000 + 20000)/8 = 90000
+        assert_eq!(
+            (r.srtt_ns, r.rttvar_ns, r.min_rtt_ns),
+            (90_000, 57_500, 20_000)
+        );
+        assert_eq!(r.rto_ns(10_000, 200_000), 200_000);
+        assert_eq!(reorder_window_ns(1_000, &r), 5_000);
+        assert_eq!(reorder_window_ns(8_000, &r), 8_000);
+    }
+
+    #[test]
+    fn rack_compares_send_times() {
+        let mut k = Rack::default();
+        k.on_ack(5_000, 4, 25_000, false);
+        assert_eq!((k.xmit_ns, k.seq, k.rtt_ns), (5_000, 4, 20_000));
+        // an older packet acked later does not move RACK back
+        k.on_ack(1_000, 0, 30_000, false);
+        assert_eq!(k.seq, 4);
+        // retransmitted packets give no sample
+        k.on_ack(9_000, 1, 30_000, true);
+        assert_eq!(k.seq, 4);
+        assert!(k.overtaken(4_000, 3));
+        assert!(k.overtaken(5_000, 3));
+        assert!(!k.overtaken(5_000, 4));
+        assert!(!k.overtaken(6_000, 5));
+        assert_eq!(k.deadline_ns(4_000, 2_000), 26_000);
+    }
+}

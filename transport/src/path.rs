@@ -1,0 +1,421 @@
+//! The path table: one entry per entropy value (EV) with its state, RTT and counters, and
+//! the per-packet EV selection (DESIGN.md section 5).
+//!
+//! States: `Good` (in rotation); `Skip` (an ECN mark or a trim: left out for one rotation,
+//! i.e. the next `n_paths` selections); `AssumedBad` (a loss or timeout: left out until an
+//! EV probe on it is answered); `Denied` (the datapath says it is down; only
+//! [`PathTable::set_denied`] brings it back).
+//!
+//! Selection: round-robin over `Good` EVs, or power-of-two-choices on smoothed RTT (two
+//! random `Good` EVs, the lower RTT wins; Mitzenmacher 2001) with the caller-seeded RNG.
+//! When no EV is `Good`, `Skip` EVs are used, then `AssumedBad` ones (so a connection never
+//! stalls while any path is not denied); `None` only when every EV is denied.
+
+use crate::stats::EvStats;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::collections::HashMap;
+
+/// State of one EV.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PathState {
+    /// In rotation.
+    Good,
+    /// Out of rotation until the selection counter reaches `until_pick`.
+    Skip {
+        /// Selection count at which the EV is `Good` again.
+        until_pick: u64,
+    },
+    /// Out of rotation until a probe is answered.
+    AssumedBad,
+    /// Down according to the datapath.
+    Denied,
+}
+
+/// How the next EV is chosen among `Good` ones.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Selection {
+    /// Round-robin (default).
+    #[default]
+    RoundRobin,
+    /// Power-of-two-choices on smoothed RTT.
+    PowerOfTwo,
+}
+
+/// One path.
+#[derive(Clone, Debug)]
+pub struct Path {
+    /// The entropy value.
+    pub ev: u32,
+    /// Current state.
+    pub state: PathState,
+    /// Smoothed RTT in ns (RFC 6298 gains 1/8), 0 before the first sample.
+    pub srtt_ns: u64,
+    /// Counters.
+    pub stats: EvStats,
+    /// Sequence number of the outstanding probe, if one was sent.
+    pub probe_seq: Option<u32>,
+    /// When the next probe may be sent (ns), for `AssumedBad` EVs.
+    pub next_probe_ns: u64,
+}
+
+/// All paths of a connection.
+#[derive(Clone, Debug)]
+pub struct PathTable {
+    paths: Vec<Path>,
+    by_ev: HashMap<u32, usize>,
+    cursor: usize,
+    picks: u64,
+    selection: Selection,
+    rng: ChaCha8Rng,
+    next_probe_seq: u32,
+}
+
+impl PathTable {
+    /// A table over `evs` (duplicates ignored), all `Good`; `seed` seeds the selection RNG.
+    pub fn new(evs: &[u32], selection: Selection, seed: u64) -> Self {
+        let mut paths = Vec::with_capacity(evs.len());
+        let mut by_ev = HashMap::with_capacity(evs.len());
+        for &ev in evs {
+            if by_ev.contains_key(&ev) {
+                continue;
+            }
+            by_ev.insert(ev, paths.len());
+            paths.push(Path {
+                ev,
+                state: PathState::Good,
+                srtt_ns: 0,
+                stats: EvStats::default(),
+                probe_seq: None,
+                next_probe_ns: 0,
+            });
+        }
+        PathTable {
+            paths,
+            by_ev,
+            cursor: 0,
+            picks: 0,
+            selection,
+            rng: ChaCha8Rng::seed_from_u64(seed),
+            next_probe_seq: 1,
+        }
+    }
+
+    /// Number of paths.
+    pub fn len(&self) -> usize {
+        self.paths.len()
+    }
+
+    /// Whether the table has no paths.
+    pub fn is_empty(&self) -> bool {
+        self.paths.is_empty()
+    }
+
+    /// All paths, in EV registration order.
+    pub fn paths(&self) -> &[Path] {
+        &self.paths
+    }
+
+    /// Path index of `ev`.
+    pub fn index_of(&self, ev: u32) -> Option<usize> {
+        self.by_ev.get(&ev).copied()
+    }
+
+    /// The path at `idx`.
+    pub fn get(&self, idx: usize) -> Option<&Path> {
+        self.paths.get(idx)
+    }
+
+    /// The path at `idx`, mutable (for counters).
+    pub fn get_mut(&mut self, idx: usize) -> Option<&mut Path> {
+        self.paths.get_mut(idx)
+    }
+
+    /// The state of `ev`, if it is in the table.
+    pub fn state_of(&self, ev: u32) -> Option<PathState> {
+        self.index_of(ev)
+            .and_then(|i| self.paths.get(i))
+            .map(|p| p.state)
+    }
+
+    fn refresh(&mut self, idx: usize) -> PathState {
+        let picks = self.picks;
+        match self.paths.get_mut(idx) {
+            Some(p) => {
+                if let PathState::Skip { until_pick } = p.state {
+                    if picks >= until_pick {
+                        p.state = PathState::Good;
+                    }
+                }
+                p.state
+            }
+            None => PathState::Denied,
+        }
+    }
+
+    /// Chooses the EV for the next packet; returns its index, `None` if every EV is denied.
+    /// `avoid`: an index to avoid if any other usable one exists (retransmit on another EV).
+    pub fn select(&mut self, avoid: Option<usize>) -> Option<usize> {
+        let n = self.paths.len();
+        if n == 0 {
+            return None;
+        }
+        self.picks += 1;
+        let chosen = match self.selection {
+            Selection::RoundRobin => self.select_rr(avoid),
+            Selection::PowerOfTwo => self.select_p2c(avoid),
+        };
+        chosen.or_else(|| self.fallback(avoid))
+    }
+
+    fn select_rr(&mut self, avoid: Option<usize>) -> Option<usize> {
+        let n = self.paths.len();
+        for k in 0..n {
+            let i = (self.cursor + k) % n;
+            if Some(i) == avoid {
+                continue;
+            }
+            if self.refresh(i) == PathState::Good {
+                self.cursor = (i + 1) % n;
+                return Some(i);
+            }
+        }
+        None
+    }
+
+    fn select_p2c(&mut self, avoid: Option<usize>) -> Option<usize> {
+        let n = self.paths.len();
+        for i in 0..n {
+            self.refresh(i);
+        }
+        let good = self
+            .paths
+            .iter()
+            .enumerate()
+            .filter(|(i, p)| p.state == PathState::Good && Some(*i) != avoid)
+            .count();
+        if good == 0 {
+            return None;
+        }
+        let nth = |t: &PathTable, k: usize| {
+            t.paths
+                .iter()
+                .enumerate()
+                .filter(|(i, p)| p.state == PathState::Good && Some(*i) != avoid)
+                .nth(k)
+                .map(|(i, _)| i)
+        };
+        let ka = self.rng.random_range(0..good);
+        let kb = self.rng.random_range(0..good);
+        let a = nth(self, ka)?;
+        let b = nth(self, kb)?;
+        let (ra, rb) = (self.paths[a].srtt_ns, self.paths[b].srtt_ns);
+        Some(if rb < ra { b } else { a })
+    }
+
+    fn fallback(&mut self, avoid: Option<usize>) -> Option<usize> {
+        let n = self.paths.len();
+        let rank = |s: PathState| match s {
+            PathState::Good => 0,
+            PathState::Skip { .. } => 1,
+            PathState::AssumedBad => 2,
+            PathState::Denied => 3,
+        };
+        let mut best: Option<(u8, usize)> = None;
+        for k in 0..n {
+            let i = (self.cursor + k) % n;
+            let r = rank(self.paths[i].state) + if Some(i) == avoid { 4 } else { 0 };
+            if self.paths[i].state != PathState::Denied && best.is_none_or(|(br, _)| r < br) {
+                best = Some((r, i));
+            }
+        }
+        let (_, i) = best?;
+        self.cursor = (i + 1) % n;
+        Some(i)
+    }
+
+    /// An ECN mark or a trim on `idx`: `Skip` for one rotation (if it was `Good`).
+    pub fn on_congestion(&mut self, idx: usize) {
+        let until_pick = self.picks + self.paths.len() as u64;
+        if let Some(p) = self.paths.get_mut(idx) {
+            if matches!(p.state, PathState::Good | PathState::Skip { .. }) {
+                p.state = PathState::Skip { until_pick };
+            }
+        }
+    }
+
+    /// A loss or timeout on `idx`: `AssumedBad` (unless denied); the first probe may go at
+    /// `now_ns`.
+    pub fn on_loss(&mut self, idx: usize, now_ns: u64) {
+        if let Some(p) = self.paths.get_mut(idx) {
+            if p.state != PathState::Denied && p.state != PathState::AssumedBad {
+                p.state = PathState::AssumedBad;
+                p.probe_seq = None;
+                p.next_probe_ns = now_ns;
+            }
+        }
+    }
+
+    /// A loss on `idx` proved spurious: an `AssumedBad` EV goes back to `Good`.
+    pub fn undo_loss(&mut self, idx: usize) {
+        if let Some(p) = self.paths.get_mut(idx) {
+            if p.state == PathState::AssumedBad {
+                p.state = PathState::Good;
+                p.probe_seq = None;
+            }
+        }
+    }
+
+    /// The datapath reports `ev` down (`true`) or up again (`false`, back to `Good`).
+    pub fn set_denied(&mut self, ev: u32, denied: bool) {
+        if let Some(p) = self.index_of(ev).and_then(|i| self.paths.get_mut(i)) {
+            if denied {
+                p.state = PathState::Denied;
+            } else if p.state == PathState::Denied {
+                p.state = PathState::Good;
+            }
+        }
+    }
+
+    /// The next probe to send at `now_ns`: `(index, probe sequence)` of an `AssumedBad` EV
+    /// whose probe time has come; schedules its next probe `interval_ns` later.
+    pub fn next_probe(&mut self, now_ns: u64, interval_ns: u64) -> Option<(usize, u32)> {
+        let seq = self.next_probe_seq;
+        let (i, p) = self
+            .paths
+            .iter_mut()
+            .enumerate()
+            .find(|(_, p)| p.state == PathState::AssumedBad && p.next_probe_ns <= now_ns)?;
+        p.probe_seq = Some(seq);
+        p.next_probe_ns = now_ns.saturating_add(interval_ns.max(1));
+        p.stats.probes_sent += 1;
+        self.next_probe_seq = self.next_probe_seq.wrapping_add(1).max(1);
+        Some((i, seq))
+    }
+
+    /// Earliest time a probe is due, if any EV is `AssumedBad`.
+    pub fn next_probe_time(&self) -> Option<u64> {
+        self.paths
+            .iter()
+            .filter(|p| p.state == PathState::AssumedBad)
+            .map(|p| p.next_probe_ns)
+            .min()
+    }
+
+    /// A probe reply for `ev` with `probe_seq`: if it answers the outstanding probe, the
+    /// EV is `Good` again. Returns whether it did.
+    pub fn on_probe_reply(&mut self, ev: u32, probe_seq: u32) -> bool {
+        let Some(p) = self.index_of(ev).and_then(|i| self.paths.get_mut(i)) else {
+            return false;
+        };
+        if p.probe_seq != Some(probe_seq) {
+            return false;
+        }
+        p.probe_seq = None;
+        p.stats.probes_answered += 1;
+        if p.state == PathState::AssumedBad {
+            p.state = PathState::Good;
+        }
+        true
+    }
+
+    /// An RTT sample (ns) for `idx`: `srtt = 7/8 srtt + 1/8 sample` (RFC 6298 2.3).
+    pub fn on_rtt_sample(&mut self, idx: usize, rtt_ns: u64) {
+        if let Some(p) = self.paths.get_mut(idx) {
+            p.srtt_ns = if p.srtt_ns == 0 {
+                rtt_ns
+            } else {
+                (p.srtt_ns * 7 + rtt_ns) / 8
+            };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn picks(t: &mut PathTable, n: usize) -> Vec<u32> {
+        (0..n)
+            .map(|_| {
+                let i = t.select(None).unwrap();
+                t.paths()[i].ev
+            })
+            .collect()
+    }
+
+    #[test]
+    fn round_robin_over_good_evs() {
+        let mut t = PathTable::new(&[10, 11, 12, 13], Selection::RoundRobin, 1);
+        assert_eq!(picks(&mut t, 6), vec![10, 11, 12, 13, 10, 11]);
+        t.on_loss(3, 0); // EV 13 assumed bad
+        assert_eq!(picks(&mut t, 4), vec![12, 10, 11, 12]);
+        assert_eq!(t.state_of(13), Some(PathState::AssumedBad));
+    }
+
+    #[test]
+    fn skip_lasts_one_rotation() {
+        let mut t = PathTable::new(&[0, 1, 2, 3], Selection::RoundRobin, 1);
+        t.on_congestion(1);
+        // picks: 0, (1 skipped) 2, 3, 0, then 1 is back after 4 selections
+        assert_eq!(picks(&mut t, 6), vec![0, 2, 3, 0, 1, 2]);
+        assert_eq!(t.state_of(1), Some(PathState::Good));
+    }
+
+    #[test]
+    fn avoid_and_fallback() {
+        let mut t = PathTable::new(&[0, 1], Selection::RoundRobin, 1);
+        assert_eq!(t.select(Some(0)), Some(1));
+        assert_eq!(t.select(Some(1)), Some(0));
+        t.on_loss(0, 0);
+        t.on_loss(1, 0);
+        // nothing good: fall back to an assumed-bad one
+        assert!(t.select(None).is_some());
+        t.set_denied(0, true);
+        t.set_denied(1, true);
+        assert_eq!(t.select(None), None);
+        t.set_denied(1, false);
+        assert_eq!(t.select(None), Some(1));
+    }
+
+    #[test]
+    fn probes_bring_an_ev_back() {
+        let mut t = PathTable::new(&[5, 6], Selection::RoundRobin, 1);
+        t.on_loss(1, 1_000);
+        assert_eq!(t.next_probe_time(), Some(1_000));
+        assert_eq!(t.next_probe(999, 500), None);
+        assert_eq!(t.next_probe(1_000, 500), Some((1, 1)));
+        assert_eq!(t.next_probe(1_200, 500), None);
+        assert_eq!(t.next_probe_time(), Some(1_500));
+        assert!(!t.on_probe_reply(6, 99)); // wrong sequence
+        assert_eq!(t.state_of(6), Some(PathState::AssumedBad));
+        assert_eq!(t.next_probe(1_500, 500), Some((1, 2)));
+        assert!(!t.on_probe_reply(6, 1)); // stale probe
+        assert!(t.on_probe_reply(6, 2));
+        assert_eq!(t.state_of(6), Some(PathState::Good));
+        assert_eq!(t.paths()[1].stats.probes_sent, 2);
+        assert_eq!(t.paths()[1].stats.probes_answered, 1);
+        assert_eq!(t.next_probe_time(), None);
+    }
+
+    #[test]
+    fn power_of_two_prefers_lower_rtt_and_is_seeded() {
+        let mut t = PathTable::new(&[0, 1, 2, 3], Selection::PowerOfTwo, 42);
+        t.on_rtt_sample(0, 10_000);
+        t.on_rtt_sample(1, 10_000);
+        t.on_rtt_sample(2, 10_000);
+        t.on_rtt_sample(3, 1_000);
+        let a = picks(&mut t, 200);
+        let mut t2 = PathTable::new(&[0, 1, 2, 3], Selection::PowerOfTwo, 42);
+        for (i, r) in [10_000, 10_000, 10_000, 1_000].into_iter().enumerate() {
+            t2.on_rtt_sample(i, r);
+        }
+        assert_eq!(a, picks(&mut t2, 200));
+        // EV 3 wins whenever it is one of the two draws: P = 1 - (3/4)^2 = 7/16
+        let n3 = a.iter().filter(|&&e| e == 3).count();
+        // (expectation 87.5 of 200; with seed 42 exactly 97)
+        assert_eq!(n3, 97);
+        t.on_rtt_sample(0, 2_000);
+        assert_eq!(t.paths()[0].srtt_ns, (10_000 * 7 + 2_000) / 8);
+    }
+}

@@ -1,0 +1,433 @@
+//! Receiver-side messages: placement checks, placement in any order, completions in
+//! message order.
+//!
+//! Every data packet names its message by MSN and carries the message length and its own
+//! offset. RDMA WRITE payload goes straight into the registered region named by the RETH
+//! (checked first); SEND payload is staged per packet and copied into the next posted
+//! receive buffer when the message completes in order (the n-th SEND or WRITE_WITH_IMM
+//! consumes the n-th posted receive, as in IBA RC). A message completes when its last
+//! packet and all its bytes have arrived **and** every earlier message has completed; a
+//! message that needs a receive buffer waits for `post_recv` (an unbounded receiver-not-ready
+//! wait; the data is already acknowledged).
+
+use crate::completion::{Completion, WcOpcode, WcStatus};
+use crate::region::{AccessError, RegionTable};
+use crate::stats::DropReason;
+use std::collections::VecDeque;
+
+/// A posted receive buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecvWr {
+    /// Caller's id, returned in the completion.
+    pub wr_id: u64,
+    /// lkey of the local region (needs `Access::LOCAL_WRITE`).
+    pub lkey: u32,
+    /// Virtual address of the buffer.
+    pub addr: u64,
+    /// Buffer length in bytes.
+    pub len: u32,
+}
+
+/// WRITE or SEND, as the packet's opcode says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RxKind {
+    /// RDMA_WRITE_*: placed at the RETH address.
+    Write {
+        /// RETH virtual address of this packet's payload.
+        addr: u64,
+        /// RETH rkey.
+        rkey: u32,
+    },
+    /// SEND_*: staged, delivered into a posted receive.
+    Send,
+}
+
+/// The parts of a data packet the message layer needs.
+#[derive(Clone, Copy, Debug)]
+pub struct RxData<'a> {
+    /// MSN from the MRCETH (32 bits on the wire).
+    pub msn32: u32,
+    /// WRITE (with RETH fields) or SEND.
+    pub kind: RxKind,
+    /// MSGETH message length, bytes.
+    pub msg_len: u32,
+    /// MSGETH offset of this payload, bytes.
+    pub offset: u32,
+    /// Opcode says last (or only) packet of the message.
+    pub last: bool,
+    /// Immediate data (on *_WITH_IMMEDIATE).
+    pub imm: Option<u32>,
+    /// Payload.
+    pub payload: &'a [u8],
+}
+
+#[derive(Clone, Debug)]
+struct RxMsg {
+    is_send: bool,
+    len: u32,
+    received_bytes: u64,
+    last_seen: bool,
+    imm: Option<u32>,
+    staged: Vec<(u32, Vec<u8>)>,
+}
+
+/// Messages being received.
+#[derive(Debug)]
+pub struct RxMessages {
+    /// MSN of the next message to complete (`msgs[0]`).
+    next_msn: u64,
+    msgs: VecDeque<Option<RxMsg>>,
+    max_msgs: u32,
+    recvs: VecDeque<RecvWr>,
+}
+
+impl RxMessages {
+    /// Tracks at most `max_msgs` messages ahead of the next to complete.
+    pub fn new(max_msgs: u32) -> Self {
+        RxMessages {
+            next_msn: 0,
+            msgs: VecDeque::new(),
+            max_msgs: max_msgs.max(1),
+            recvs: VecDeque::new(),
+        }
+    }
+
+    /// MSN of the next message to complete.
+    pub fn next_msn(&self) -> u64 {
+        self.next_msn
+    }
+
+    /// Posted receives not yet consumed.
+    pub fn posted_recvs(&self) -> usize {
+        self.recvs.len()
+    }
+
+    /// Posts a receive buffer.
+    pub fn post_recv(&mut self, wr: RecvWr) {
+        self.recvs.push_back(wr);
+    }
+
+    fn unwrap_msn(&self, msn32: u32) -> Option<u64> {
+        let d = msn32.wrapping_sub(self.next_msn as u32);
+        (d < self.max_msgs).then_some(self.next_msn + u64::from(d))
+    }
+
+    /// Checks a data packet against its message and the regions, without changing
+    /// anything. Returns the 64-bit MSN.
+    ///
+    /// # Errors
+    /// The drop reason: `InconsistentMessage` (MSN outside the tracked range, or length /
+    /// kind disagreeing with earlier packets), `BadRkey`, `OutOfBounds`, `AccessDenied`.
+    pub fn check(&self, p: &RxData<'_>, regions: &RegionTable) -> Result<u64, DropReason> {
+        let msn = self
+            .unwrap_msn(p.msn32)
+            .ok_or(DropReason::InconsistentMessage)?;
+        let idx = (msn - self.next_msn) as usize;
+        if let Some(Some(m)) = self.msgs.get(idx) {
+            let is_send = matches!(p.kind, RxKind::Send);
+            if m.len != p.msg_len || m.is_send != is_send || (m.last_seen && p.last) {
+                return Err(DropReason::InconsistentMessage);
+            }
+        }
+        if let RxKind::Write { addr, rkey } = p.kind {
+            regions
+                .check_remote_write(rkey, addr, p.payload.len() as u64)
+                .map_err(access_reason)?;
+        }
+        Ok(msn)
+    }
+
+    /// Places a packet that passed [`RxMessages::check`] (same `regions`, no change in
+    /// between) and whose PSN was new.
+    ///
+    /// # Errors
+    /// The drop reason if placement fails after all (it cannot when `check` passed).
+    pub fn commit(
+        &mut self,
+        msn: u64,
+        p: &RxData<'_>,
+        regions: &mut RegionTable,
+    ) -> Result<(), DropReason> {
+        if let RxKind::Write { addr, rkey } = p.kind {
+            regions
+                .place_remote(rkey, addr, p.payload)
+                .map_err(access_reason)?;
+        }
+        let idx = msn
+            .checked_sub(self.next_msn)
+            .and_then(|d| usize::try_from(d).ok())
+            .ok_or(DropReason::InconsistentMessage)?;
+        if self.msgs.len() <= idx {
+            self.msgs.resize(idx + 1, None);
+        }
+        let slot = self
+            .msgs
+            .get_mut(idx)
+            .ok_or(DropReason::InconsistentMessage)?;
+        let m = slot.get_or_insert_with(|| RxMsg {
+            is_send: matches!(p.kind, RxKind::Send),
+            len: p.msg_len,
+            received_bytes: 0,
+            last_seen: false,
+            imm: None,
+            staged: Vec::new(),
+        });
+        m.received_bytes += p.payload.len() as u64;
+        if p.last {
+            m.last_seen = true;
+            m.imm = p.imm;
+        }
+        if m.is_send && !p.payload.is_empty() {
+            m.staged.push((p.offset, p.payload.to_vec()));
+        }
+        Ok(())
+    }
+
+    /// Completes every message at the front that is whole, in order, pushing receiver
+    /// completions (SEND -> `Recv`, WRITE_WITH_IMM -> `RecvRdmaWithImm`; plain WRITE gives
+    /// none). Stops at a message that needs a receive buffer while none is posted.
+    pub fn advance(&mut self, regions: &mut RegionTable, out: &mut VecDeque<Completion>) {
+        loop {
+            let Some(Some(m)) = self.msgs.front() else {
+                return;
+            };
+            if !m.last_seen || m.received_bytes < u64::from(m.len) {
+                return;
+            }
+            let needs_recv = m.is_send || m.imm.is_some();
+            if needs_recv && self.recvs.is_empty() {
+                return;
+            }
+            let Some(Some(m)) = self.msgs.pop_front() else {
+                return;
+            };
+            self.next_msn += 1;
+            if !needs_recv {
+                continue;
+            }
+            let Some(wr) = self.recvs.pop_front() else {
+                return;
+            };
+            let (opcode, status) = if m.is_send {
+                (WcOpcode::Recv, deliver(&m, &wr, regions))
+            } else {
+                (WcOpcode::RecvRdmaWithImm, WcStatus::Success)
+            };
+            out.push_back(Completion {
+                wr_id: wr.wr_id,
+                opcode,
+                status,
+                byte_len: if status == WcStatus::Success {
+                    m.len
+                } else {
+                    0
+                },
+                imm: m.imm,
+            });
+        }
+    }
+
+    /// Flushes every posted receive (connection error/close): one `Flushed` completion each.
+    pub fn flush(&mut self, out: &mut VecDeque<Completion>) {
+        while let Some(wr) = self.recvs.pop_front() {
+            out.push_back(Completion {
+                wr_id: wr.wr_id,
+                opcode: WcOpcode::Recv,
+                status: WcStatus::Flushed,
+                byte_len: 0,
+                imm: None,
+            });
+        }
+        self.msgs.clear();
+    }
+}
+
+fn deliver(m: &RxMsg, wr: &RecvWr, regions: &mut RegionTable) -> WcStatus {
+    if m.len > wr.len {
+        return WcStatus::LocalLengthError;
+    }
+    if regions
+        .check_local_write(wr.lkey, wr.addr, u64::from(m.len))
+        .is_err()
+    {
+        return WcStatus::LocalProtectionError;
+    }
+    for (off, bytes) in &m.staged {
+        let Some(addr) = wr.addr.checked_add(u64::from(*off)) else {
+            return WcStatus::LocalProtectionError;
+        };
+        if u64::from(*off) + bytes.len() as u64 > u64::from(m.len)
+            || regions.place_local(wr.lkey, addr, bytes).is_err()
+        {
+            return WcStatus::LocalProtectionError;
+        }
+    }
+    WcStatus::Success
+}
+
+fn access_reason(e: AccessError) -> DropReason {
+    match e {
+        AccessError::UnknownKey(_) => DropReason::BadRkey,
+        AccessError::OutOfBounds { .. } => DropReason::OutOfBounds,
+        AccessError::NoAccess => DropReason::AccessDenied,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::region::Access;
+
+    fn write(
+        msn32: u32,
+        addr: u64,
+        rkey: u32,
+        msg_len: u32,
+        offset: u32,
+        last: bool,
+        payload: &[u8],
+    ) -> RxData<'_> {
+        RxData {
+            msn32,
+            kind: RxKind::Write { addr, rkey },
+            msg_len,
+            offset,
+            last,
+            imm: None,
+            payload,
+        }
+    }
+
+    #[test]
+    fn writes_place_in_any_order_and_complete_in_order() {
+        let mut regions = RegionTable::new(0x1200);
+        let mr = regions.register(8, Access::REMOTE_WRITE).unwrap();
+        let buf = regions.register(16, Access::LOCAL_WRITE).unwrap();
+        let mut rx = RxMessages::new(64);
+        let mut out = VecDeque::new();
+        // message 1 (WRITE_WITH_IMM, 4 bytes) arrives before message 0 (WRITE, 2 packets)
+        let mut p1 = write(1, mr.addr + 4, mr.rkey, 4, 0, true, b"WXYZ");
+        p1.imm = Some(0xC0FFEE);
+        let msn = rx.check(&p1, &regions).unwrap();
+        assert_eq!(msn, 1);
+        rx.commit(msn, &p1, &mut regions).unwrap();
+        rx.advance(&mut regions, &mut out);
+        assert!(out.is_empty());
+        let p0b = write(0, mr.addr + 2, mr.rkey, 4, 2, true, b"cd");
+        rx.commit(rx.check(&p0b, &regions).unwrap(), &p0b, &mut regions)
+            .unwrap();
+        rx.advance(&mut regions, &mut out);
+        assert!(out.is_empty());
+        let p0a = write(0, mr.addr, mr.rkey, 4, 0, false, b"ab");
+        rx.commit(rx.check(&p0a, &regions).unwrap(), &p0a, &mut regions)
+            .unwrap();
+        rx.advance(&mut regions, &mut out);
+        // message 0 done (no completion); message 1 waits for a receive buffer
+        assert_eq!(rx.next_msn(), 1);
+        assert!(out.is_empty());
+        rx.post_recv(RecvWr {
+            wr_id: 77,
+            lkey: buf.lkey,
+            addr: buf.addr,
+            len: 16,
+        });
+        rx.advance(&mut regions, &mut out);
+        assert_eq!(
+            out.pop_front(),
+            Some(Completion {
+                wr_id: 77,
+                opcode: WcOpcode::RecvRdmaWithImm,
+                status: WcStatus::Success,
+                byte_len: 4,
+                imm: Some(0xC0FFEE)
+            })
+        );
+        assert_eq!(regions.bytes(mr.lkey).unwrap(), b"abcdWXYZ");
+    }
+
+    #[test]
+    fn bad_writes_are_refused_before_anything_is_written() {
+        let mut regions = RegionTable::new(0x1200);
+        let mr = regions.register(8, Access::REMOTE_WRITE).unwrap();
+        let rx = RxMessages::new(64);
+        let oob = write(0, mr.addr + 6, mr.rkey, 4, 0, true, b"abcd");
+        assert_eq!(rx.check(&oob, &regions), Err(DropReason::OutOfBounds));
+        let badkey = write(0, mr.addr, mr.rkey ^ 0x100, 4, 0, true, b"abcd");
+        assert_eq!(rx.check(&badkey, &regions), Err(DropReason::BadRkey));
+        let far = write(64, mr.addr, mr.rkey, 4, 0, true, b"abcd");
+        assert_eq!(
+            rx.check(&far, &regions),
+            Err(DropReason::InconsistentMessage)
+        );
+        let old = write(u32::MAX, mr.addr, mr.rkey, 4, 0, true, b"abcd");
+        assert_eq!(
+            rx.check(&old, &regions),
+            Err(DropReason::InconsistentMessage)
+        );
+        assert!(regions.bytes(mr.lkey).unwrap().iter().all(|&b| b == 0));
+    }
+
+    #[test]
+    fn sends_are_staged_and_delivered_in_order() {
+        let mut regions = RegionTable::new(0);
+        let small = regions.register(4, Access::LOCAL_WRITE).unwrap();
+        let big = regions.register(16, Access::LOCAL_WRITE).unwrap();
+        let mut rx = RxMessages::new(64);
+        let mut out = VecDeque::new();
+        let s = |msn32, offset, last, payload| RxData {
+            msn32,
+            kind: RxKind::Send,
+            msg_len: 6,
+            offset,
+            last,
+            imm: None,
+            payload,
+        };
+        for p in [
+            s(0, 3, true, &b"def"[..]),
+            s(0, 0, false, &b"abc"[..]),
+            s(1, 0, true, &b"uvwxyz"[..]),
+        ] {
+            let msn = rx.check(&p, &regions).unwrap();
+            rx.commit(msn, &p, &mut regions).unwrap();
+        }
+        // a length mismatch with the message is inconsistent
+        assert_eq!(
+            rx.check(
+                &RxData {
+                    msg_len: 7,
+                    ..s(1, 0, true, &b"uvwxyz"[..])
+                },
+                &regions
+            ),
+            Err(DropReason::InconsistentMessage)
+        );
+        rx.post_recv(RecvWr {
+            wr_id: 1,
+            lkey: big.lkey,
+            addr: big.addr + 2,
+            len: 14,
+        });
+        rx.post_recv(RecvWr {
+            wr_id: 2,
+            lkey: small.lkey,
+            addr: small.addr,
+            len: 4,
+        });
+        rx.advance(&mut regions, &mut out);
+        let got: Vec<(u64, WcStatus, u32)> = out
+            .iter()
+            .map(|c| (c.wr_id, c.status, c.byte_len))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (1, WcStatus::Success, 6),
+                (2, WcStatus::LocalLengthError, 0)
+            ]
+        );
+        assert_eq!(&regions.bytes(big.lkey).unwrap()[..8], b"\0\0abcdef");
+        assert_eq!(regions.bytes(small.lkey).unwrap(), b"\0\0\0\0");
+        assert_eq!(rx.next_msn(), 2);
+    }
+}

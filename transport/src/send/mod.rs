@@ -1,0 +1,10 @@
+//! The sending half of a connection: messages cut into packets, the retransmit queue,
+//! acknowledgement processing and loss detection.
+
+pub mod msg;
+pub mod state;
+
+pub use msg::{MsgKind, MsgSpec};
+pub use state::{
+    AckOutcome, InvalidAck, LossOutcome, PktState, SackInfo, SendConfig, SendState, TxPacket,
+};

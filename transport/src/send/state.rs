@@ -1,0 +1,709 @@
+//! Sender state of one connection: segmentation, PSN and MSN assignment, the retransmit
+//! queue, bytes in flight, acknowledgement processing, RACK-style loss detection, the RTO
+//! with back-off and retry limit, and spurious-loss detection.
+//!
+//! Sequence numbers are 64-bit (`seq`, low 24 bits = PSN). `snd_una` is the lowest
+//! sequence not yet acknowledged, `snd_nxt` the next new one. New data is sent only while
+//! `snd_nxt - snd_una < max_outstanding_packets` (the peer's receive window), so every PSN
+//! sent lies inside the receiver's window.
+//!
+//! Bytes in flight: payload bytes of every sent, unacknowledged packet, each counted once
+//! whether queued for retransmission or not (a retransmission does not add, a loss
+//! declaration does not subtract; the acknowledgement subtracts). Retransmissions are not
+//! held back by the congestion window (their bytes are already counted).
+//!
+//! Spurious losses: when a packet declared lost (by RACK or the RTO) is acknowledged by a
+//! SACK whose echoed (EV, timestamp) is that of the packet's *original* transmission, the
+//! original arrived: the loss was spurious, the EV penalty is undone and the caller tells
+//! the controller (`on_spurious_loss`). The receiver SACKs at once on every out-of-order
+//! arrival, so a late original triggers a SACK that echoes it.
+
+use super::msg::{MsgKind, MsgSpec, packets_for, segment_len};
+use crate::completion::{Completion, WcOpcode, WcStatus};
+use crate::loss::{Rack, RttEstimator, reorder_window_ns};
+use crate::path::PathTable;
+use crate::psn::Psn;
+use crate::stats::ConnStats;
+use std::collections::{BTreeSet, VecDeque};
+
+/// Sender configuration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SendConfig {
+    /// Payload bytes per packet. Default 4096.
+    pub mtu_payload_bytes: u32,
+    /// At most this many packets outstanding (`snd_nxt - snd_una`); must not exceed the
+    /// peer's receive window. Default 1024.
+    pub max_outstanding_packets: u32,
+    /// Floor of the RACK reorder window, ns. Default 50 us (a few datacenter RTTs of
+    /// path-delay skew).
+    pub min_reorder_window_ns: u64,
+    /// RTO before the first RTT sample, ns. Default 1 ms.
+    pub initial_rto_ns: u64,
+    /// Lower clamp of the RTO, ns. Default 200 us.
+    pub min_rto_ns: u64,
+    /// Upper clamp of the RTO (after back-off), ns. Default 100 ms.
+    pub max_rto_ns: u64,
+    /// Consecutive RTO expiries without progress tolerated; one more fails the work
+    /// request (verbs `retry_cnt`, default 7).
+    pub retry_limit: u32,
+}
+
+impl Default for SendConfig {
+    fn default() -> Self {
+        SendConfig {
+            mtu_payload_bytes: 4096,
+            max_outstanding_packets: 1024,
+            min_reorder_window_ns: 50_000,
+            initial_rto_ns: 1_000_000,
+            min_rto_ns: 200_000,
+            max_rto_ns: 100_000_000,
+            retry_limit: 7,
+        }
+    }
+}
+
+/// State of one sent packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PktState {
+    /// Sent, not acknowledged, not queued.
+    InFlight,
+    /// Waiting in the retransmit queue.
+    Queued,
+    /// Acknowledged.
+    Acked,
+}
+
+/// Record of one sent packet.
+#[derive(Clone, Copy, Debug)]
+pub struct SentPacket {
+    /// Message sequence number.
+    pub msn: u64,
+    /// Offset of the payload in the message, bytes.
+    pub offset: u32,
+    /// Payload bytes.
+    pub len: u32,
+    /// Time of the latest transmission, ns.
+    pub last_sent_ns: u64,
+    /// EV index of the first transmission.
+    pub orig_ev: u16,
+    /// EV index of the latest transmission.
+    pub last_ev: u16,
+    /// Send timestamp (low 32 bits of ns) of the first transmission.
+    pub orig_ts32: u32,
+    /// Transmissions so far.
+    pub transmissions: u16,
+    /// State.
+    pub state: PktState,
+    /// A loss was declared for it (RACK or RTO) at least once.
+    pub loss_declared: bool,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct SendMsg {
+    spec: MsgSpec,
+    n_packets: u32,
+    acked_packets: u32,
+}
+
+/// The next packet the sender wants to transmit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TxPacket {
+    /// Sequence number (PSN = low 24 bits).
+    pub seq: u64,
+    /// Message sequence number.
+    pub msn: u64,
+    /// The message.
+    pub msg: MsgSpec,
+    /// Payload offset in the message, bytes.
+    pub offset: u32,
+    /// Payload bytes.
+    pub len: u32,
+    /// First packet of its message.
+    pub first: bool,
+    /// Last packet of its message.
+    pub last: bool,
+    /// A retransmission.
+    pub retransmit: bool,
+    /// EV index to avoid (the one the previous copy went on).
+    pub avoid_ev: Option<usize>,
+}
+
+impl TxPacket {
+    /// The PSN of this packet.
+    pub fn psn(&self) -> Psn {
+        Psn::from_seq(self.seq)
+    }
+}
+
+/// What one SACK did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AckOutcome {
+    /// Packets newly acknowledged.
+    pub acked_packets: u32,
+    /// Payload bytes newly acknowledged.
+    pub acked_bytes: u64,
+    /// Of those, packets whose loss declaration proved spurious.
+    pub spurious: u32,
+    /// RTT sample from the latest-sent newly acknowledged packet sent once, ns.
+    pub rtt_sample_ns: Option<u64>,
+}
+
+/// The fields of a SACK the sender acts on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SackInfo {
+    /// Cumulative PSN: every earlier PSN was received.
+    pub cum: Psn,
+    /// First PSN of the bitmap.
+    pub base: Psn,
+    /// Bit `i` set: `base + i` received.
+    pub bitmap: u64,
+    /// (EV index, send timestamp low 32 bits) of the packet that triggered the SACK.
+    pub echo: Option<(usize, u32)>,
+}
+
+/// A SACK or NACK named PSNs that were never sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InvalidAck;
+
+/// What loss detection or an RTO did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LossOutcome {
+    /// Packets newly declared lost.
+    pub lost_packets: u32,
+    /// Their payload bytes.
+    pub lost_bytes: u64,
+    /// The retry limit was exceeded: every work request failed.
+    pub failed: bool,
+}
+
+/// Sender state.
+#[derive(Debug)]
+pub struct SendState {
+    cfg: SendConfig,
+    snd_una: u64,
+    snd_nxt: u64,
+    pkts: VecDeque<SentPacket>,
+    msgs: VecDeque<SendMsg>,
+    /// MSN of `msgs[0]`.
+    msgs_base: u64,
+    /// MSN and offset of the next new segment.
+    seg_msn: u64,
+    seg_offset: u32,
+    rtx: BTreeSet<u64>,
+    bytes_in_flight: u64,
+    /// Estimator of the RTT.
+    pub rtt: RttEstimator,
+    rack: Rack,
+    rack_timer_ns: Option<u64>,
+    rto_backoff: u32,
+    completions: VecDeque<Completion>,
+    failed: bool,
+}
+
+impl SendState {
+    /// Empty sender state whose first PSN is `initial_psn`.
+    pub fn new(initial_psn: Psn, cfg: SendConfig) -> Self {
+        let start = u64::from(initial_psn.value());
+        SendState {
+            cfg,
+            snd_una: start,
+            snd_nxt: start,
+            pkts: VecDeque::new(),
+            msgs: VecDeque::new(),
+            msgs_base: 0,
+            seg_msn: 0,
+            seg_offset: 0,
+            rtx: BTreeSet::new(),
+            bytes_in_flight: 0,
+            rtt: RttEstimator::new(cfg.initial_rto_ns),
+            rack: Rack::default(),
+            rack_timer_ns: None,
+            rto_backoff: 0,
+            completions: VecDeque::new(),
+            failed: false,
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &SendConfig {
+        &self.cfg
+    }
+
+    /// Lowest unacknowledged sequence number.
+    pub fn snd_una(&self) -> u64 {
+        self.snd_una
+    }
+
+    /// Next new sequence number.
+    pub fn snd_nxt(&self) -> u64 {
+        self.snd_nxt
+    }
+
+    /// Payload bytes sent and not yet acknowledged.
+    pub fn bytes_in_flight(&self) -> u64 {
+        self.bytes_in_flight
+    }
+
+    /// Sequence numbers waiting in the retransmit queue, ascending.
+    pub fn retransmit_queue(&self) -> impl Iterator<Item = u64> + '_ {
+        self.rtx.iter().copied()
+    }
+
+    /// The record of `seq` if it is still tracked (`snd_una <= seq < snd_nxt`).
+    pub fn packet(&self, seq: u64) -> Option<&SentPacket> {
+        seq.checked_sub(self.snd_una)
+            .and_then(|i| self.pkts.get(usize::try_from(i).ok()?))
+    }
+
+    fn packet_mut(&mut self, seq: u64) -> Option<&mut SentPacket> {
+        let i = usize::try_from(seq.checked_sub(self.snd_una)?).ok()?;
+        self.pkts.get_mut(i)
+    }
+
+    /// Work requests posted and not yet completed.
+    pub fn outstanding_messages(&self) -> usize {
+        self.msgs.len()
+    }
+
+    /// Whether every posted work request has completed.
+    pub fn is_idle(&self) -> bool {
+        self.msgs.is_empty()
+    }
+
+    /// Whether the retry limit was exceeded.
+    pub fn has_failed(&self) -> bool {
+        self.failed
+    }
+
+    /// Current RTO including back-off, ns.
+    pub fn rto_ns(&self) -> u64 {
+        let base = self.rtt.rto_ns(self.cfg.min_rto_ns, self.cfg.max_rto_ns);
+        base.checked_shl(self.rto_backoff.min(32))
+            .unwrap_or(u64::MAX)
+            .min(self.cfg.max_rto_ns.max(base))
+    }
+
+    /// Posts a message; returns its MSN.
+    pub fn post(&mut self, spec: MsgSpec) -> u64 {
+        let msn = self.msgs_base + self.msgs.len() as u64;
+        self.msgs.push_back(SendMsg {
+            spec,
+            n_packets: packets_for(spec.len, self.cfg.mtu_payload_bytes),
+            acked_packets: 0,
+        });
+        msn
+    }
+
+    fn msg(&self, msn: u64) -> Option<&SendMsg> {
+        self.msgs
+            .get(usize::try_from(msn.checked_sub(self.msgs_base)?).ok()?)
+    }
+
+    fn msg_mut(&mut self, msn: u64) -> Option<&mut SendMsg> {
+        let i = usize::try_from(msn.checked_sub(self.msgs_base)?).ok()?;
+        self.msgs.get_mut(i)
+    }
+
+    /// The packet to send next, if any: the lowest queued retransmission first, then new
+    /// data if the peer window allows and `bytes_in_flight + len <= cwnd_bytes` (or
+    /// nothing is in flight).
+    pub fn next_tx(&self, cwnd_bytes: u64) -> Option<TxPacket> {
+        if self.failed {
+            return None;
+        }
+        let mtu = self.cfg.mtu_payload_bytes;
+        if let Some(&seq) = self.rtx.iter().next() {
+            let p = self.packet(seq)?;
+            let m = self.msg(p.msn)?;
+            return Some(TxPacket {
+                seq,
+                msn: p.msn,
+                msg: m.spec,
+                offset: p.offset,
+                len: p.len,
+                first: p.offset == 0,
+                last: p.offset.saturating_add(p.len) >= m.spec.len,
+                retransmit: true,
+                avoid_ev: Some(usize::from(p.last_ev)),
+            });
+        }
+        if self.snd_nxt - self.snd_una >= u64::from(self.cfg.max_outstanding_packets) {
+            return None;
+        }
+        let m = self.msg(self.seg_msn)?;
+        let len = segment_len(m.spec.len, self.seg_offset, mtu);
+        if self.bytes_in_flight > 0 && self.bytes_in_flight + u64::from(len) > cwnd_bytes {
+            return None;
+        }
+        Some(TxPacket {
+            seq: self.snd_nxt,
+            msn: self.seg_msn,
+            msg: m.spec,
+            offset: self.seg_offset,
+            len,
+            first: self.seg_offset == 0,
+            last: self.seg_offset.saturating_add(len) >= m.spec.len,
+            retransmit: false,
+            avoid_ev: None,
+        })
+    }
+
+    /// Records that `tx` (from [`SendState::next_tx`]) left at `now_ns` on EV index
+    /// `ev` with send timestamp `ts32`.
+    pub fn on_transmit(&mut self, tx: &TxPacket, now_ns: u64, ev: usize, ts32: u32) {
+        let ev16 = u16::try_from(ev).unwrap_or(u16::MAX);
+        if tx.retransmit {
+            self.rtx.remove(&tx.seq);
+            if let Some(p) = self.packet_mut(tx.seq) {
+                p.state = PktState::InFlight;
+                p.transmissions = p.transmissions.saturating_add(1);
+                p.last_sent_ns = now_ns;
+                p.last_ev = ev16;
+            }
+            return;
+        }
+        debug_assert_eq!(tx.seq, self.snd_nxt);
+        self.pkts.push_back(SentPacket {
+            msn: tx.msn,
+            offset: tx.offset,
+            len: tx.len,
+            last_sent_ns: now_ns,
+            orig_ev: ev16,
+            last_ev: ev16,
+            orig_ts32: ts32,
+            transmissions: 1,
+            state: PktState::InFlight,
+            loss_declared: false,
+        });
+        self.snd_nxt += 1;
+        self.bytes_in_flight += u64::from(tx.len);
+        if tx.last {
+            self.seg_msn += 1;
+            self.seg_offset = 0;
+        } else {
+            self.seg_offset += tx.len;
+        }
+    }
+
+    /// Applies a SACK (see [`SackInfo`]). Per-EV counters in `paths` and `stats` are
+    /// updated.
+    ///
+    /// # Errors
+    /// [`InvalidAck`] when it acknowledges a PSN at or beyond `snd_nxt`; nothing changes.
+    pub fn on_sack(
+        &mut self,
+        now_ns: u64,
+        sack: SackInfo,
+        paths: &mut PathTable,
+        stats: &mut ConnStats,
+    ) -> Result<AckOutcome, InvalidAck> {
+        let SackInfo {
+            cum,
+            base,
+            bitmap,
+            echo,
+        } = sack;
+        let cum_seq = cum.unwrap(self.snd_una);
+        let base_seq = base.unwrap(self.snd_una);
+        if cum_seq > self.snd_nxt {
+            return Err(InvalidAck);
+        }
+        if bitmap != 0 {
+            let top = base_seq + 63 - u64::from(bitmap.leading_zeros());
+            if top >= self.snd_nxt {
+                return Err(InvalidAck);
+            }
+        }
+        let mut out = AckOutcome::default();
+        let mut latest: Option<(u64, u64, usize)> = None; // (sent, seq, ev)
+        for seq in self.snd_una..cum_seq {
+            self.ack_one(seq, now_ns, echo, paths, stats, &mut out, &mut latest);
+        }
+        let mut bits = bitmap;
+        while bits != 0 {
+            let i = u64::from(bits.trailing_zeros());
+            bits &= bits - 1;
+            let seq = base_seq + i;
+            if seq >= self.snd_una {
+                self.ack_one(seq, now_ns, echo, paths, stats, &mut out, &mut latest);
+            }
+        }
+        if let Some((sent, seq, ev)) = latest {
+            let rtt = now_ns.saturating_sub(sent);
+            self.rtt.on_sample(rtt);
+            paths.on_rtt_sample(ev, rtt);
+            self.rack.on_ack(sent, seq, now_ns, false);
+            out.rtt_sample_ns = Some(rtt);
+        }
+        while self
+            .pkts
+            .front()
+            .is_some_and(|p| p.state == PktState::Acked)
+        {
+            self.pkts.pop_front();
+            self.snd_una += 1;
+        }
+        if out.acked_packets > 0 {
+            self.rto_backoff = 0;
+            self.complete_messages();
+        }
+        Ok(out)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn ack_one(
+        &mut self,
+        seq: u64,
+        now_ns: u64,
+        echo: Option<(usize, u32)>,
+        paths: &mut PathTable,
+        stats: &mut ConnStats,
+        out: &mut AckOutcome,
+        latest: &mut Option<(u64, u64, usize)>,
+    ) {
+        let Some(p) = self.packet_mut(seq) else {
+            return;
+        };
+        if p.state == PktState::Acked {
+            return;
+        }
+        let was = p.state;
+        p.state = PktState::Acked;
+        let p = *p;
+        if was == PktState::Queued {
+            self.rtx.remove(&seq);
+        }
+        self.bytes_in_flight -= u64::from(p.len);
+        out.acked_packets += 1;
+        out.acked_bytes += u64::from(p.len);
+        stats.acked += 1;
+        if let Some(path) = paths.get_mut(usize::from(p.last_ev)) {
+            path.stats.acked += 1;
+        }
+        if p.loss_declared && echo == Some((usize::from(p.orig_ev), p.orig_ts32)) {
+            out.spurious += 1;
+            stats.spurious += 1;
+            if let Some(path) = paths.get_mut(usize::from(p.orig_ev)) {
+                path.stats.spurious += 1;
+            }
+            paths.undo_loss(usize::from(p.orig_ev));
+        }
+        if p.transmissions == 1 && latest.is_none_or(|(s, q, _)| (p.last_sent_ns, seq) > (s, q)) {
+            *latest = Some((p.last_sent_ns, seq, usize::from(p.last_ev)));
+        } else if p.transmissions > 1 {
+            self.rack.on_ack(p.last_sent_ns, seq, now_ns, true);
+        }
+        if let Some(m) = self.msg_mut(p.msn) {
+            m.acked_packets += 1;
+        }
+    }
+
+    fn complete_messages(&mut self) {
+        while let Some(m) = self.msgs.front() {
+            if m.acked_packets < m.n_packets || self.seg_msn <= self.msgs_base {
+                break;
+            }
+            let m = *m;
+            self.msgs.pop_front();
+            self.msgs_base += 1;
+            self.completions.push_back(Completion {
+                wr_id: m.spec.wr_id,
+                opcode: send_opcode(&m.spec),
+                status: WcStatus::Success,
+                byte_len: m.spec.len,
+                imm: None,
+            });
+        }
+    }
+
+    /// Queues `seq` for retransmission if it is in flight (a NACK). Returns its payload
+    /// bytes and the EV index it was last sent on; `None` (nothing changes) if it is
+    /// acknowledged, already queued, or unknown.
+    pub fn queue_retransmit(&mut self, seq: u64) -> Option<(u32, usize)> {
+        let p = self.packet_mut(seq)?;
+        if p.state != PktState::InFlight {
+            return None;
+        }
+        p.state = PktState::Queued;
+        let r = (p.len, usize::from(p.last_ev));
+        self.rtx.insert(seq);
+        Some(r)
+    }
+
+    /// Go-back-N: queues every in-flight packet from `seq` on. Returns how many.
+    pub fn go_back(&mut self, seq: u64) -> u32 {
+        let mut n = 0;
+        for s in seq.max(self.snd_una)..self.snd_nxt {
+            if self.queue_retransmit(s).is_some() {
+                n += 1;
+            }
+        }
+        n
+    }
+
+    /// Whether `seq` is in `[snd_una, snd_nxt)`.
+    pub fn is_outstanding(&self, seq: u64) -> bool {
+        seq >= self.snd_una && seq < self.snd_nxt
+    }
+
+    /// RACK: declares lost every in-flight packet overtaken by an acknowledged one more
+    /// than `rtt + reorder window` after it was sent; queues them for retransmission and
+    /// marks their EVs `AssumedBad`. Also computes the next RACK timer.
+    pub fn detect_losses(
+        &mut self,
+        now_ns: u64,
+        paths: &mut PathTable,
+        stats: &mut ConnStats,
+    ) -> LossOutcome {
+        let mut out = LossOutcome::default();
+        self.rack_timer_ns = None;
+        let reo = reorder_window_ns(self.cfg.min_reorder_window_ns, &self.rtt);
+        let end = self.rack.seq.min(self.snd_nxt);
+        let rack = self.rack;
+        for seq in self.snd_una..end {
+            let Some(p) = self.packet_mut(seq) else { break };
+            if p.state != PktState::InFlight || !rack.overtaken(p.last_sent_ns, seq) {
+                continue;
+            }
+            let deadline = rack.deadline_ns(p.last_sent_ns, reo);
+            if deadline <= now_ns {
+                p.state = PktState::Queued;
+                p.loss_declared = true;
+                let (len, ev) = (p.len, usize::from(p.last_ev));
+                self.rtx.insert(seq);
+                out.lost_packets += 1;
+                out.lost_bytes += u64::from(len);
+                stats.rack_losses += 1;
+                if let Some(path) = paths.get_mut(ev) {
+                    path.stats.lost += 1;
+                }
+                paths.on_loss(ev, now_ns);
+            } else {
+                self.rack_timer_ns = Some(self.rack_timer_ns.map_or(deadline, |t| t.min(deadline)));
+            }
+        }
+        out
+    }
+
+    /// When RACK next needs [`SendState::detect_losses`], if ever.
+    pub fn rack_timer_ns(&self) -> Option<u64> {
+        self.rack_timer_ns
+    }
+
+    /// Earliest latest-transmission time of an in-flight packet, ns.
+    fn oldest_in_flight_ns(&self) -> Option<u64> {
+        let mut best: Option<u64> = None;
+        for p in &self.pkts {
+            if p.state != PktState::InFlight {
+                continue;
+            }
+            best = Some(best.map_or(p.last_sent_ns, |b| b.min(p.last_sent_ns)));
+            if p.transmissions == 1 {
+                // First transmissions leave in sequence order and every retransmission of
+                // a later packet left after this one: nothing further is older.
+                break;
+            }
+        }
+        best
+    }
+
+    /// When the RTO fires: the oldest in-flight packet's send time plus the RTO with
+    /// back-off; `None` when nothing is in flight.
+    pub fn rto_deadline_ns(&self) -> Option<u64> {
+        if self.failed {
+            return None;
+        }
+        self.oldest_in_flight_ns()
+            .map(|t| t.saturating_add(self.rto_ns()))
+    }
+
+    /// The RTO timer at `now_ns`: if it expired, every in-flight packet sent at least one
+    /// RTO ago is declared lost (queued, its EV `AssumedBad`, a timeout counted per EV), the
+    /// back-off doubles, and past the retry limit every work request fails
+    /// ([`WcStatus::RetryExceeded`] for the oldest, [`WcStatus::Flushed`] for the rest).
+    pub fn on_rto(
+        &mut self,
+        now_ns: u64,
+        paths: &mut PathTable,
+        stats: &mut ConnStats,
+    ) -> LossOutcome {
+        let mut out = LossOutcome::default();
+        let Some(deadline) = self.rto_deadline_ns() else {
+            return out;
+        };
+        if now_ns < deadline {
+            return out;
+        }
+        let rto = self.rto_ns();
+        stats.timeouts += 1;
+        self.rto_backoff += 1;
+        if self.rto_backoff > self.cfg.retry_limit {
+            self.fail_all(WcStatus::RetryExceeded);
+            out.failed = true;
+            return out;
+        }
+        for seq in self.snd_una..self.snd_nxt {
+            let Some(p) = self.packet_mut(seq) else { break };
+            if p.state != PktState::InFlight || p.last_sent_ns.saturating_add(rto) > now_ns {
+                continue;
+            }
+            p.state = PktState::Queued;
+            p.loss_declared = true;
+            let (len, ev) = (p.len, usize::from(p.last_ev));
+            self.rtx.insert(seq);
+            out.lost_packets += 1;
+            out.lost_bytes += u64::from(len);
+            if let Some(path) = paths.get_mut(ev) {
+                path.stats.timeouts += 1;
+            }
+            paths.on_loss(ev, now_ns);
+        }
+        out
+    }
+
+    /// Fails every outstanding work request: the oldest with `first_status`, the rest
+    /// [`WcStatus::Flushed`]; clears all packet state. Later posts fail at once.
+    pub fn fail_all(&mut self, first_status: WcStatus) {
+        let mut first = true;
+        while let Some(m) = self.msgs.pop_front() {
+            self.completions.push_back(Completion {
+                wr_id: m.spec.wr_id,
+                opcode: send_opcode(&m.spec),
+                status: if first {
+                    first_status
+                } else {
+                    WcStatus::Flushed
+                },
+                byte_len: 0,
+                imm: None,
+            });
+            first = false;
+            self.msgs_base += 1;
+        }
+        self.seg_msn = self.msgs_base;
+        self.seg_offset = 0;
+        self.pkts.clear();
+        self.rtx.clear();
+        self.snd_una = self.snd_nxt;
+        self.bytes_in_flight = 0;
+        self.rack_timer_ns = None;
+        self.failed = true;
+    }
+
+    /// Next sender-side completion, in posting order.
+    pub fn poll_completion(&mut self) -> Option<Completion> {
+        self.completions.pop_front()
+    }
+}
+
+/// The completion opcode of a send-side message.
+pub fn send_opcode(spec: &MsgSpec) -> WcOpcode {
+    match (spec.kind, spec.imm) {
+        (MsgKind::Write { .. }, None) => WcOpcode::Write,
+        (MsgKind::Write { .. }, Some(_)) => WcOpcode::WriteWithImm,
+        (MsgKind::Send, _) => WcOpcode::Send,
+    }
+}
+
+#[cfg(test)]
+mod tests;

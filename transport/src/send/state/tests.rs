@@ -1,0 +1,309 @@
+use super::*;
+use crate::path::{PathState, Selection};
+
+const MTU: u32 = 4096;
+
+fn spec(wr_id: u64, len: u32) -> MsgSpec {
+    MsgSpec {
+        wr_id,
+        kind: MsgKind::Write {
+            remote_addr: 0x10_0000,
+            rkey: 7,
+        },
+        imm: None,
+        local_lkey: 1,
+        local_addr: 0x1_0000,
+        len,
+    }
+}
+
+fn sinfo(cum: u64, base: u64, bitmap: u64, echo: Option<(usize, u32)>) -> SackInfo {
+    SackInfo {
+        cum: Psn::from_seq(cum),
+        base: Psn::from_seq(base),
+        bitmap,
+        echo,
+    }
+}
+
+struct Rig {
+    st: SendState,
+    paths: PathTable,
+    stats: ConnStats,
+}
+
+impl Rig {
+    fn new(initial: u32, evs: &[u32]) -> Rig {
+        Rig {
+            st: SendState::new(Psn::new(initial), SendConfig::default()),
+            paths: PathTable::new(evs, Selection::RoundRobin, 1),
+            stats: ConnStats::default(),
+        }
+    }
+
+    /// Sends up to `n` packets at `now`; returns (seq, ev index) of each.
+    fn send(&mut self, now: u64, n: usize) -> Vec<(u64, usize)> {
+        let mut out = Vec::new();
+        for _ in 0..n {
+            let Some(tx) = self.st.next_tx(u64::MAX) else {
+                break;
+            };
+            let ev = self.paths.select(tx.avoid_ev).unwrap();
+            self.st.on_transmit(&tx, now, ev, now as u32);
+            out.push((tx.seq, ev));
+        }
+        out
+    }
+
+    fn sack(
+        &mut self,
+        now: u64,
+        cum: u64,
+        base: u64,
+        bits: u64,
+        echo: Option<(usize, u32)>,
+    ) -> AckOutcome {
+        self.st
+            .on_sack(
+                now,
+                sinfo(cum, base, bits, echo),
+                &mut self.paths,
+                &mut self.stats,
+            )
+            .unwrap()
+    }
+}
+
+#[test]
+fn segmentation_psns_and_msns_across_the_wrap() {
+    let mut r = Rig::new(0xFF_FFFE, &[0]);
+    r.st.post(spec(1, 10_000));
+    assert_eq!(r.st.post(spec(2, 0)), 1);
+    let mut txs = Vec::new();
+    while let Some(tx) = r.st.next_tx(u64::MAX) {
+        r.st.on_transmit(&tx, 0, 0, 0);
+        txs.push(tx);
+    }
+    let got: Vec<(u32, u64, u32, u32, bool, bool)> = txs
+        .iter()
+        .map(|t| (t.psn().value(), t.msn, t.offset, t.len, t.first, t.last))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (0xFF_FFFE, 0, 0, 4096, true, false),
+            (0xFF_FFFF, 0, 4096, 4096, false, false),
+            (0x00_0000, 0, 8192, 1808, false, true),
+            (0x00_0001, 1, 0, 0, true, true),
+        ]
+    );
+    assert_eq!(r.st.bytes_in_flight(), 10_000);
+    assert_eq!(r.st.snd_nxt(), 0x100_0002);
+}
+
+#[test]
+fn congestion_window_and_peer_window_gate_new_data() {
+    let mut st = SendState::new(
+        Psn::new(0),
+        SendConfig {
+            max_outstanding_packets: 3,
+            ..SendConfig::default()
+        },
+    );
+    st.post(spec(1, 5 * MTU));
+    let tx = st.next_tx(8192).unwrap();
+    st.on_transmit(&tx, 0, 0, 0);
+    let tx = st.next_tx(8192).unwrap();
+    st.on_transmit(&tx, 0, 0, 0);
+    assert_eq!(st.next_tx(8192), None); // 8192 + 4096 > cwnd
+    let tx = st.next_tx(1 << 20).unwrap();
+    st.on_transmit(&tx, 0, 0, 0);
+    assert_eq!(st.next_tx(1 << 20), None); // 3 outstanding = peer window
+}
+
+#[test]
+fn acceptance_6_sack_of_original_empties_the_queue() {
+    let mut r = Rig::new(0, &[0, 1]);
+    r.st.post(spec(1, 10 * MTU));
+    r.send(1_000, 10);
+    assert_eq!(r.st.bytes_in_flight(), 40_960);
+    // NACK for 5: queued
+    assert_eq!(r.st.queue_retransmit(5), Some((4096, 1)));
+    assert_eq!(r.st.retransmit_queue().collect::<Vec<_>>(), vec![5]);
+    assert_eq!(r.st.bytes_in_flight(), 40_960);
+    // SACK for the original arrives before the resend
+    let out = r.sack(2_000, 0, 0, 1 << 5, Some((1, 1_000)));
+    assert_eq!(out.acked_packets, 1);
+    assert_eq!(out.acked_bytes, 4096);
+    assert_eq!(out.spurious, 0);
+    assert_eq!(r.st.retransmit_queue().count(), 0);
+    assert_eq!(r.st.bytes_in_flight(), 40_960 - 4096);
+    // 5 is never resent: nothing left to send
+    assert_eq!(r.st.next_tx(u64::MAX), None);
+    // a NACK for an already acknowledged PSN changes nothing
+    assert_eq!(r.st.queue_retransmit(5), None);
+    assert_eq!(r.st.retransmit_queue().count(), 0);
+    assert_eq!(r.st.bytes_in_flight(), 40_960 - 4096);
+    assert_eq!(r.stats.acked, 1);
+}
+
+#[test]
+fn invalid_sacks_change_nothing() {
+    let mut r = Rig::new(100, &[0]);
+    r.st.post(spec(1, 4 * MTU));
+    r.send(0, 4);
+    let e =
+        r.st.on_sack(1, sinfo(105, 100, 0, None), &mut r.paths, &mut r.stats);
+    assert_eq!(e, Err(InvalidAck));
+    let e =
+        r.st.on_sack(1, sinfo(100, 100, 1 << 4, None), &mut r.paths, &mut r.stats);
+    assert_eq!(e, Err(InvalidAck));
+    assert_eq!(r.st.bytes_in_flight(), 4 * 4096);
+    assert_eq!(r.st.snd_una(), 100);
+}
+
+#[test]
+fn acceptance_5_reordering_within_the_window_is_not_loss() {
+    // two EVs; 0 goes on EV 0 (slow), 1..=4 alternate; the SACKs for 1..=4 arrive first
+    let mut r = Rig::new(0, &[0, 1]);
+    r.st.post(spec(1, 5 * MTU));
+    for (i, t) in [0u64, 1_000, 2_000, 3_000, 4_000].iter().enumerate() {
+        let s = r.send(*t, 1);
+        assert_eq!(s, vec![(i as u64, i % 2)]);
+    }
+    // 1..=4 acked at 14_000 (RTT 10 us for packet 4)
+    let out = r.sack(14_000, 0, 0, 0b11110, Some((0, 4_000)));
+    assert_eq!(out.acked_packets, 4);
+    assert_eq!(out.rtt_sample_ns, Some(10_000));
+    // reorder window = max(50 us floor, min_rtt/4) = 50 us: 0 lost only at 0 + 10 + 50 us
+    let l = r.st.detect_losses(14_000, &mut r.paths, &mut r.stats);
+    assert_eq!(l, LossOutcome::default());
+    assert_eq!(r.st.rack_timer_ns(), Some(60_000));
+    // 0 arrives on the slow EV 30 us late and is acked at 40 us
+    let out = r.sack(40_000, 5, 0, 0, Some((0, 0)));
+    assert_eq!(out.acked_packets, 1);
+    assert_eq!(out.spurious, 0);
+    let l = r.st.detect_losses(40_000, &mut r.paths, &mut r.stats);
+    assert_eq!(l.lost_packets, 0);
+    assert_eq!(r.stats.rack_losses, 0);
+    assert_eq!(r.stats.retransmitted, 0);
+    assert_eq!(r.st.next_tx(u64::MAX), None);
+    assert_eq!(
+        r.st.poll_completion().map(|c| (c.wr_id, c.status)),
+        Some((1, WcStatus::Success))
+    );
+}
+
+#[test]
+fn acceptance_5_early_loss_then_late_original_is_spurious() {
+    let mut r = Rig::new(0, &[0, 1]);
+    r.st.post(spec(1, 5 * MTU));
+    for t in [0u64, 1_000, 2_000, 3_000, 4_000] {
+        r.send(t, 1);
+    }
+    r.sack(14_000, 0, 0, 0b11110, Some((0, 4_000)));
+    // the original of 0 is later than the reorder window: declared lost at 60 us
+    let l = r.st.detect_losses(60_000, &mut r.paths, &mut r.stats);
+    assert_eq!(
+        l,
+        LossOutcome {
+            lost_packets: 1,
+            lost_bytes: 4096,
+            failed: false
+        }
+    );
+    assert_eq!(r.paths.state_of(0), Some(PathState::AssumedBad));
+    let tx = r.st.next_tx(u64::MAX).unwrap();
+    assert_eq!((tx.seq, tx.retransmit, tx.avoid_ev), (0, true, Some(0)));
+    r.st.on_transmit(&tx, 60_000, 1, 60_000);
+    // the original's late SACK echoes EV 0 and timestamp 0: spurious
+    let out = r.sack(61_000, 5, 0, 0, Some((0, 0)));
+    assert_eq!(out.acked_packets, 1);
+    assert_eq!(out.spurious, 1);
+    assert_eq!(r.stats.spurious, 1);
+    assert_eq!(r.paths.paths()[0].stats.spurious, 1);
+    assert_eq!(r.paths.state_of(0), Some(PathState::Good));
+    // a SACK echoing the retransmission would not have been spurious
+    let mut r2 = Rig::new(0, &[0, 1]);
+    r2.st.post(spec(1, 2 * MTU));
+    r2.send(0, 2);
+    r2.sack(10_000, 0, 0, 0b10, Some((1, 0)));
+    r2.st.detect_losses(60_000, &mut r2.paths, &mut r2.stats);
+    let tx = r2.st.next_tx(u64::MAX).unwrap();
+    r2.st.on_transmit(&tx, 60_000, 1, 60_000);
+    let out = r2.sack(70_000, 2, 0, 0, Some((1, 60_000)));
+    assert_eq!((out.acked_packets, out.spurious), (1, 0));
+}
+
+#[test]
+fn rto_backs_off_and_retry_limit_fails_the_work_request() {
+    let mut r = Rig::new(0, &[0, 1]);
+    r.st.post(spec(7, MTU));
+    r.st.post(spec(8, MTU));
+    r.send(0, 1);
+    assert_eq!(r.st.rto_deadline_ns(), Some(1_000_000));
+    assert_eq!(
+        r.st.on_rto(999_999, &mut r.paths, &mut r.stats),
+        LossOutcome::default()
+    );
+    let l = r.st.on_rto(1_000_000, &mut r.paths, &mut r.stats);
+    assert_eq!(
+        l,
+        LossOutcome {
+            lost_packets: 1,
+            lost_bytes: 4096,
+            failed: false
+        }
+    );
+    assert_eq!(r.paths.state_of(0), Some(PathState::AssumedBad));
+    assert_eq!(r.paths.paths()[0].stats.timeouts, 1);
+    // resend at 1 ms on EV 1; back-off 2: deadline 1 ms + 2 ms
+    let s = r.send(1_000_000, 1);
+    assert_eq!(s, vec![(0, 1)]);
+    assert_eq!(r.st.rto_deadline_ns(), Some(3_000_000));
+    let mut now = 3_000_000;
+    for k in 2..=7u32 {
+        let l = r.st.on_rto(now, &mut r.paths, &mut r.stats);
+        assert_eq!(l.lost_packets, 1, "rto {k}");
+        r.send(now, 1);
+        now += (1_000_000u64 << k).min(100_000_000);
+        assert_eq!(r.st.rto_deadline_ns(), Some(now));
+    }
+    let l = r.st.on_rto(now, &mut r.paths, &mut r.stats);
+    assert!(l.failed);
+    assert_eq!(r.stats.timeouts, 8);
+    let c1 = r.st.poll_completion().unwrap();
+    let c2 = r.st.poll_completion().unwrap();
+    assert_eq!((c1.wr_id, c1.status), (7, WcStatus::RetryExceeded));
+    assert_eq!((c2.wr_id, c2.status), (8, WcStatus::Flushed));
+    assert_eq!(r.st.poll_completion(), None);
+    assert_eq!(r.st.bytes_in_flight(), 0);
+    assert_eq!(r.st.rto_deadline_ns(), None);
+    assert_eq!(r.st.next_tx(u64::MAX), None);
+}
+
+#[test]
+fn completions_in_posting_order() {
+    let mut r = Rig::new(0, &[0]);
+    r.st.post(spec(1, MTU));
+    r.st.post(spec(2, MTU));
+    r.send(0, 2);
+    // second message acked first: no completion yet
+    r.sack(10, 0, 0, 0b10, None);
+    assert_eq!(r.st.poll_completion(), None);
+    r.sack(20, 2, 0, 0, None);
+    assert_eq!(r.st.poll_completion().map(|c| c.wr_id), Some(1));
+    assert_eq!(r.st.poll_completion().map(|c| c.wr_id), Some(2));
+    assert!(r.st.is_idle());
+}
+
+#[test]
+fn go_back_n_requeues_everything_from_the_psn() {
+    let mut r = Rig::new(0, &[0]);
+    r.st.post(spec(1, 6 * MTU));
+    r.send(0, 6);
+    r.sack(10, 2, 0, 0, None);
+    assert_eq!(r.st.go_back(3), 3);
+    assert_eq!(r.st.retransmit_queue().collect::<Vec<_>>(), vec![3, 4, 5]);
+    assert_eq!(r.st.go_back(0), 1); // 2 is the only in-flight one left before 3
+}

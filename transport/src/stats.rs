@@ -1,0 +1,149 @@
+//! Counters per connection and per EV. Plain `u64`s, never reset by the transport.
+
+/// Why an incoming datagram (or part of it) was dropped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(usize)]
+pub enum DropReason {
+    /// The datagram did not parse (truncated, bad length fields, bad sizes).
+    Malformed = 0,
+    /// Opcode not known to this version (`Opcode::Unknown`).
+    UnknownOpcode,
+    /// BTH destination QPN is not this connection's.
+    WrongQpn,
+    /// MRCETH generation is not the peer's current one.
+    GenerationMismatch,
+    /// The connection is not established (or already closed / in error).
+    NotConnected,
+    /// Data PSN at or beyond `rcv_nxt + window`.
+    PsnOutOfWindow,
+    /// A copy of a data PSN already received.
+    Duplicate,
+    /// RETH rkey unknown.
+    BadRkey,
+    /// RETH address/length outside the region.
+    OutOfBounds,
+    /// The region lacks REMOTE_WRITE (or LOCAL_WRITE for a SEND's receive buffer).
+    AccessDenied,
+    /// The packet disagrees with earlier packets of its message (length, opcode, MSN).
+    InconsistentMessage,
+    /// A SEND does not fit the posted receive buffer.
+    RecvBufferTooSmall,
+    /// An acknowledgement (SACK/NACK/probe reply) that names PSNs never sent.
+    InvalidAck,
+    /// Go-back-N mode: a data PSN other than `rcv_nxt`.
+    OutOfOrderGoBackN,
+}
+
+/// Number of [`DropReason`] variants.
+pub const DROP_REASONS: usize = 14;
+
+/// Drop counters indexed by [`DropReason`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DropCounts([u64; DROP_REASONS]);
+
+impl DropCounts {
+    /// Adds one drop for `reason`.
+    pub fn add(&mut self, reason: DropReason) {
+        if let Some(c) = self.0.get_mut(reason as usize) {
+            *c += 1;
+        }
+    }
+
+    /// Drops counted for `reason`.
+    pub fn get(&self, reason: DropReason) -> u64 {
+        self.0.get(reason as usize).copied().unwrap_or(0)
+    }
+
+    /// Drops over all reasons.
+    pub fn total(&self) -> u64 {
+        self.0.iter().sum()
+    }
+}
+
+/// Counters of one EV (path).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EvStats {
+    /// Data packets sent on this EV (first transmissions and retransmissions).
+    pub sent: u64,
+    /// Retransmissions sent on this EV.
+    pub retransmitted: u64,
+    /// Data packets acknowledged whose latest transmission went out on this EV.
+    pub acked: u64,
+    /// NACK(TRIMMED) received for packets sent on this EV.
+    pub trimmed: u64,
+    /// Data packets sent on this EV that arrived with ECN CE (from SACK ECN-CE counts).
+    pub ecn_marked: u64,
+    /// Packets sent on this EV declared lost by the RTO.
+    pub timeouts: u64,
+    /// Packets sent on this EV declared lost by time-based (RACK) detection.
+    pub lost: u64,
+    /// Losses on this EV later found spurious.
+    pub spurious: u64,
+    /// Probes sent on this EV.
+    pub probes_sent: u64,
+    /// Probe replies received for this EV.
+    pub probes_answered: u64,
+}
+
+/// Counters of one connection.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ConnStats {
+    /// Data packets sent (first transmissions and retransmissions).
+    pub sent: u64,
+    /// Payload bytes sent in first transmissions.
+    pub sent_bytes: u64,
+    /// Retransmitted data packets.
+    pub retransmitted: u64,
+    /// Data packets acknowledged (each PSN once).
+    pub acked: u64,
+    /// NACK(TRIMMED) received (sender side).
+    pub trimmed: u64,
+    /// Trimmed data packets that arrived (receiver side).
+    pub trimmed_received: u64,
+    /// Data packets received with ECN CE (receiver side).
+    pub ecn_ce_received: u64,
+    /// ECN-CE marks reported back by SACKs (sender side).
+    pub ecn_marked: u64,
+    /// RTO expiries.
+    pub timeouts: u64,
+    /// Packets declared lost by RACK-style time detection.
+    pub rack_losses: u64,
+    /// Losses later found spurious (original acknowledged).
+    pub spurious: u64,
+    /// Data packets received and accepted (first copies).
+    pub received: u64,
+    /// Payload bytes placed.
+    pub received_bytes: u64,
+    /// SACKs sent.
+    pub sacks_sent: u64,
+    /// NACKs sent.
+    pub nacks_sent: u64,
+    /// CNPs sent.
+    pub cnps_sent: u64,
+    /// CNPs received.
+    pub cnps_received: u64,
+    /// SACKs received (valid ones).
+    pub sacks_received: u64,
+    /// NACKs received (valid ones).
+    pub nacks_received: u64,
+    /// Incoming datagrams dropped, by reason.
+    pub drops: DropCounts,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn drop_counts_by_reason() {
+        let mut d = DropCounts::default();
+        d.add(DropReason::BadRkey);
+        d.add(DropReason::BadRkey);
+        d.add(DropReason::OutOfOrderGoBackN);
+        assert_eq!(d.get(DropReason::BadRkey), 2);
+        assert_eq!(d.get(DropReason::OutOfOrderGoBackN), 1);
+        assert_eq!(d.get(DropReason::Malformed), 0);
+        assert_eq!(d.total(), 3);
+        assert_eq!(DropReason::OutOfOrderGoBackN as usize, DROP_REASONS - 1);
+    }
+}
