@@ -14,6 +14,33 @@
 
 pub mod addr;
 pub mod batch;
+pub mod config;
 pub mod grh;
 pub mod pool;
 pub mod sport;
+
+#[cfg(feature = "verbs")]
+mod sys;
+
+pub use config::{DEFAULT_QKEY, VerbsConfig, VerbsError};
+
+#[cfg(feature = "verbs")]
+mod datapath;
+#[cfg(feature = "verbs")]
+pub use datapath::{VerbsDatapath, VerbsStats, gid_to_ip, ip_to_gid};
+
+/// Names of the RDMA devices libibverbs lists (what `ibv_devices` prints).
+///
+/// # Errors
+/// [`VerbsError::NoDevices`] when libibverbs cannot list devices (no kernel RDMA support);
+/// [`VerbsError::NotCompiled`] without the `verbs` feature.
+pub fn device_names() -> Result<Vec<String>, VerbsError> {
+    #[cfg(feature = "verbs")]
+    {
+        sys::device_names()
+    }
+    #[cfg(not(feature = "verbs"))]
+    {
+        Err(VerbsError::NotCompiled)
+    }
+}
