@@ -25,9 +25,11 @@ use super::addr::EndpointAddr;
 use super::batch::{PlannedWr, SendQueue, WrId};
 use super::config::{VerbsConfig, VerbsError};
 use super::grh::{GRH_BYTES, GrhError, split_receive};
+use super::nic::{Nic, PortInfo, RecvWr, SendWr, WC_SUCCESS, WC_WR_FLUSH_ERR, Wc};
 use super::pool::{SlotId, SlotPool};
 use super::sport::{ROCEV2_DPORT, flow_label_for_ev, flow_label_to_udp_sport};
-use super::sys::{Device, EventFd, PortInfo, RecvWr, SendWr, Wc};
+#[cfg(feature = "verbs")]
+use super::sys::Device;
 use crate::udp::{
     ConnId, Datapath, DatapathError, DatapathStats, PathMap, RxDatagram, TxBatch, TxReport, Waker,
 };
@@ -37,8 +39,6 @@ use std::io;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 
-/// `IBV_WC_WR_FLUSH_ERR`: the QP went to the error state; its buffers come back flushed.
-const WC_WR_FLUSH_ERR: u32 = 5;
 /// Completions reaped per poll call.
 const POLL_BATCH: usize = 64;
 
@@ -82,20 +82,11 @@ struct VConn {
     ports: Vec<u16>,
 }
 
-struct VerbsWaker {
-    efd: EventFd,
-}
-
-impl Waker for VerbsWaker {
-    fn wake(&self) {
-        self.efd.signal();
-    }
-}
-
-/// The RDMA UD datapath.
-pub struct VerbsDatapath {
+/// The RDMA UD datapath over a [`Nic`]: the libibverbs `Device` ([`VerbsDatapath::open`],
+/// feature `verbs`) or a [`super::FakeNic`] ([`VerbsDatapath::with_nic`]).
+pub struct VerbsDatapath<N: Nic> {
     cfg: VerbsConfig,
-    dev: Device,
+    dev: N,
     port: PortInfo,
     local: EndpointAddr,
     send_region: usize,
@@ -109,7 +100,6 @@ pub struct VerbsDatapath {
     ahs: HashMap<(Ipv6Addr, u32), usize>,
     conns: HashMap<ConnId, VConn>,
     next_conn: u32,
-    waker: Arc<VerbsWaker>,
     stats: DatapathStats,
     vstats: VerbsStats,
     // Scratch, reused between bursts.
@@ -122,7 +112,7 @@ pub struct VerbsDatapath {
     reposts: Vec<Vec<RecvWr>>,
 }
 
-impl std::fmt::Debug for VerbsDatapath {
+impl<N: Nic> std::fmt::Debug for VerbsDatapath<N> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("VerbsDatapath")
             .field("device", &self.cfg.device)
@@ -154,7 +144,21 @@ fn io_err(what: &'static str, kind: io::ErrorKind) -> DatapathError {
     }
 }
 
-impl VerbsDatapath {
+/// Checks `cfg` as [`VerbsDatapath::open`] does.
+fn check_config(cfg: &VerbsConfig) -> Result<(), VerbsError> {
+    cfg.check()?;
+    if u64::from(cfg.send_slots) < u64::from(cfg.qps) * u64::from(cfg.signal_every) {
+        return Err(VerbsError::BadConfig(format!(
+            "send_slots {} below qps * signal_every = {}",
+            cfg.send_slots,
+            u64::from(cfg.qps) * u64::from(cfg.signal_every)
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(feature = "verbs")]
+impl VerbsDatapath<Device> {
     /// Opens `cfg.device` and sets everything up: PD, CQs, `cfg.qps` UD QPs in RTS, the
     /// send and receive regions, and every receive buffer posted.
     ///
@@ -162,16 +166,32 @@ impl VerbsDatapath {
     /// [`VerbsError::BadConfig`] (also when `send_slots < qps * signal_every`, which could
     /// starve sends behind unsignalled tails), [`VerbsError::NoDevices`],
     /// [`VerbsError::DeviceNotFound`], port/GID/MTU errors, [`VerbsError::Call`].
-    pub fn open(cfg: VerbsConfig) -> Result<VerbsDatapath, VerbsError> {
-        cfg.check()?;
-        if u64::from(cfg.send_slots) < u64::from(cfg.qps) * u64::from(cfg.signal_every) {
-            return Err(VerbsError::BadConfig(format!(
-                "send_slots {} below qps * signal_every = {}",
-                cfg.send_slots,
-                u64::from(cfg.qps) * u64::from(cfg.signal_every)
-            )));
+    pub fn open(cfg: VerbsConfig) -> Result<VerbsDatapath<Device>, VerbsError> {
+        check_config(&cfg)?;
+        let (dev, port, gid) = Device::open(&cfg)?;
+        VerbsDatapath::with_nic(dev, port, gid, cfg)
+    }
+}
+
+impl<N: Nic> VerbsDatapath<N> {
+    /// Sets the datapath up on an opened NIC whose port is `port` and GID `gid`: `cfg.qps`
+    /// UD QPs, the send and receive regions, every receive buffer posted.
+    ///
+    /// # Errors
+    /// [`VerbsError::BadConfig`], [`VerbsError::MtuTooSmall`], what the NIC's calls return.
+    pub fn with_nic(
+        mut dev: N,
+        port: PortInfo,
+        gid: Ipv6Addr,
+        cfg: VerbsConfig,
+    ) -> Result<VerbsDatapath<N>, VerbsError> {
+        check_config(&cfg)?;
+        if cfg.max_datagram_bytes > port.active_mtu_bytes {
+            return Err(VerbsError::MtuTooSmall {
+                asked: cfg.max_datagram_bytes,
+                mtu_bytes: port.active_mtu_bytes,
+            });
         }
-        let (mut dev, port, gid) = Device::open(&cfg)?;
         let send_pool = SlotPool::new(cfg.send_slots, cfg.max_datagram_bytes as usize)?;
         let recv_slots = cfg.qps.checked_mul(cfg.rq_depth).ok_or_else(|| {
             VerbsError::BadConfig(format!("qps {} * rq_depth {}", cfg.qps, cfg.rq_depth))
@@ -210,9 +230,6 @@ impl VerbsDatapath {
             qkey: cfg.qkey,
             qpns,
         };
-        let waker = Arc::new(VerbsWaker {
-            efd: EventFd::new()?,
-        });
         let n = cfg.qps as usize;
         Ok(VerbsDatapath {
             rq_posted: vec![cfg.rq_depth; n],
@@ -229,7 +246,6 @@ impl VerbsDatapath {
             ahs: HashMap::new(),
             conns: HashMap::new(),
             next_conn: 0,
-            waker,
             stats: DatapathStats::default(),
             vstats: VerbsStats::default(),
             wcs: Vec::with_capacity(POLL_BATCH),
@@ -357,7 +373,7 @@ impl VerbsDatapath {
     }
 }
 
-impl Datapath for VerbsDatapath {
+impl<N: Nic> Datapath for VerbsDatapath<N> {
     fn local_addr(&self) -> SocketAddr {
         SocketAddr::new(gid_to_ip(self.local.gid), ROCEV2_DPORT)
     }
@@ -570,7 +586,7 @@ impl Datapath for VerbsDatapath {
                 }
             };
             self.rq_posted[qp] = self.rq_posted[qp].saturating_sub(1);
-            if wc.status != 0 {
+            if wc.status != WC_SUCCESS {
                 self.vstats.rx_error_completions += 1;
                 self.stats.rx_errors += 1;
                 if wc.status == WC_WR_FLUSH_ERR {
@@ -627,24 +643,16 @@ impl Datapath for VerbsDatapath {
         if !self.pending_rx.is_empty() {
             return Ok(());
         }
-        let err = |e: VerbsError| DatapathError::Io {
-            what: "verbs wait",
-            source: io::Error::other(e.to_string()),
-        };
-        self.dev.arm_recv().map_err(err)?;
-        // A completion that arrived before arming raises no event: look once more.
-        let mut got = Vec::new();
-        self.dev.poll_recv(POLL_BATCH, &mut got).map_err(err)?;
-        if !got.is_empty() {
-            self.pending_rx.append(&mut got);
-            return Ok(());
-        }
-        let ms = timeout_ns.div_ceil(1_000_000).min(i32::MAX as u64) as i32;
-        self.dev.block(ms, self.waker.efd.raw()).map_err(err)
+        self.dev
+            .wait_recv(timeout_ns, &mut self.pending_rx)
+            .map_err(|e| DatapathError::Io {
+                what: "verbs wait",
+                source: io::Error::other(e.to_string()),
+            })
     }
 
     fn waker(&self) -> Arc<dyn Waker> {
-        self.waker.clone()
+        self.dev.waker()
     }
 
     fn stats(&self) -> DatapathStats {

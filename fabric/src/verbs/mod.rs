@@ -24,10 +24,15 @@ mod sys;
 
 pub use config::{DEFAULT_QKEY, VerbsConfig, VerbsError};
 
-#[cfg(feature = "verbs")]
 mod datapath;
-#[cfg(feature = "verbs")]
+mod fake;
+pub mod nic;
+
 pub use datapath::{VerbsDatapath, VerbsStats, gid_to_ip, ip_to_gid};
+pub use fake::{FakeFabric, FakeNic, FakeNicStats, FakePacket};
+pub use nic::Nic;
+#[cfg(feature = "verbs")]
+pub use sys::Device;
 
 /// Names of the RDMA devices libibverbs lists (what `ibv_devices` prints).
 ///

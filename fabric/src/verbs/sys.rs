@@ -8,6 +8,8 @@
 //! receive slot's bytes are read only between its completion and its repost.
 
 use super::config::{VerbsConfig, VerbsError};
+use super::nic::{Nic, PortInfo, PostError, RecvWr, SendWr, Wc};
+use crate::udp::Waker;
 use rdma_sys::*;
 use std::alloc::{Layout, alloc_zeroed, dealloc};
 use std::ffi::CStr;
@@ -16,6 +18,7 @@ use std::net::Ipv6Addr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::raw::c_int;
 use std::ptr::{self, NonNull};
+use std::sync::Arc;
 
 /// `IBV_LINK_LAYER_ETHERNET` (verbs.h; an anonymous enum rdma-sys does not bind).
 const LINK_LAYER_ETHERNET: u8 = 2;
@@ -66,67 +69,15 @@ pub(crate) fn device_names() -> Result<Vec<String>, VerbsError> {
     Ok(names)
 }
 
-/// What the port query found.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct PortInfo {
-    /// Ethernet (RoCE) rather than InfiniBand.
-    pub(crate) ethernet: bool,
-    /// Active MTU, bytes.
-    pub(crate) active_mtu_bytes: u32,
-    /// The port's LID (0 on RoCE).
-    pub(crate) lid: u16,
-}
-
-/// A completion, copied out of `ibv_wc`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Wc {
-    pub(crate) wr_id: u64,
-    /// `ibv_wc_status` (0 = success).
-    pub(crate) status: u32,
-    pub(crate) byte_len: u32,
-    pub(crate) qp_num: u32,
-    pub(crate) src_qp: u32,
-    /// `IBV_WC_GRH`: the first 40 bytes of the buffer hold a GRH.
-    pub(crate) has_grh: bool,
-}
-
-/// One UD send: `len` bytes at `offset` of `region`, to `remote_qpn` through AH `ah`.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct SendWr {
-    pub(crate) wr_id: u64,
-    pub(crate) region: usize,
-    pub(crate) offset: usize,
-    pub(crate) len: u32,
-    pub(crate) ah: usize,
-    pub(crate) remote_qpn: u32,
-    pub(crate) remote_qkey: u32,
-    pub(crate) signalled: bool,
-}
-
-/// One receive buffer: `len` bytes at `offset` of `region`.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct RecvWr {
-    pub(crate) wr_id: u64,
-    pub(crate) region: usize,
-    pub(crate) offset: usize,
-    pub(crate) len: u32,
-}
-
-/// A post that the provider refused from WR `accepted` on (earlier ones are posted).
-#[derive(Debug)]
-pub(crate) struct PostError {
-    pub(crate) accepted: usize,
-    pub(crate) source: io::Error,
-}
-
 struct Region {
     ptr: NonNull<u8>,
     layout: Layout,
     mr: NonNull<ibv_mr>,
 }
 
-/// An opened device with everything the datapath created on it.
-pub(crate) struct Device {
+/// An opened RDMA device with everything the datapath created on it (only
+/// [`super::VerbsDatapath::open`] makes one).
+pub struct Device {
     ctx: NonNull<ibv_context>,
     pd: NonNull<ibv_pd>,
     channel: NonNull<ibv_comp_channel>,
@@ -145,6 +96,7 @@ pub(crate) struct Device {
     recv_wrs: Vec<ibv_recv_wr>,
     recv_sges: Vec<ibv_sge>,
     wcs: Box<[ibv_wc]>,
+    waker: Arc<DeviceWaker>,
 }
 
 // SAFETY: libibverbs objects may be used from any thread (verbs are thread-safe per
@@ -234,6 +186,9 @@ impl Device {
             recv_wrs: Vec::new(),
             recv_sges: Vec::new(),
             wcs: Box::new([]),
+            waker: Arc::new(DeviceWaker {
+                efd: EventFd::new()?,
+            }),
         };
         let (port, gid) = dev.build(cfg)?;
         Ok((dev, port, gid))
@@ -328,7 +283,7 @@ impl Device {
     ///
     /// # Errors
     /// [`VerbsError::BadConfig`] for a zero or unrepresentable size, [`VerbsError::Call`].
-    pub(crate) fn register(&mut self, len: usize) -> Result<usize, VerbsError> {
+    fn register_impl(&mut self, len: usize) -> Result<usize, VerbsError> {
         let layout = Layout::from_size_align(len, REGION_ALIGN)
             .ok()
             .filter(|l| l.size() > 0)
@@ -370,7 +325,7 @@ impl Device {
     }
 
     /// Bytes `offset..offset + len` of a region, if inside it.
-    pub(crate) fn bytes(&self, region: usize, offset: usize, len: usize) -> Option<&[u8]> {
+    fn bytes_impl(&self, region: usize, offset: usize, len: usize) -> Option<&[u8]> {
         let (p, _) = self.range(region, offset, len)?;
         // SAFETY: in bounds (checked); the datapath reads only slots the NIC is not
         // writing (completed, not reposted).
@@ -378,12 +333,7 @@ impl Device {
     }
 
     /// Mutable bytes `offset..offset + len` of a region, if inside it.
-    pub(crate) fn bytes_mut(
-        &mut self,
-        region: usize,
-        offset: usize,
-        len: usize,
-    ) -> Option<&mut [u8]> {
+    fn bytes_mut_impl(&mut self, region: usize, offset: usize, len: usize) -> Option<&mut [u8]> {
         let (p, _) = self.range(region, offset, len)?;
         // SAFETY: in bounds (checked); `&mut self` excludes other Rust borrows; the
         // datapath writes only send slots that are not posted.
@@ -395,7 +345,7 @@ impl Device {
     ///
     /// # Errors
     /// [`VerbsError::Call`].
-    pub(crate) fn create_ud_qp(
+    fn create_ud_qp_impl(
         &mut self,
         sq_depth: u32,
         rq_depth: u32,
@@ -458,7 +408,7 @@ impl Device {
     /// # Errors
     /// [`VerbsError::Call`] (on RoCE, also when the destination cannot be resolved to a
     /// MAC address).
-    pub(crate) fn create_ah(
+    fn create_ah_impl(
         &mut self,
         dgid: Ipv6Addr,
         dlid: u16,
@@ -488,11 +438,8 @@ impl Device {
     /// # Errors
     /// [`PostError`] with `accepted = 0` and `InvalidInput` when an index or byte range is
     /// bad (nothing posted); with the provider's error and the number it took otherwise.
-    pub(crate) fn post_send(&mut self, qp: usize, wrs: &[SendWr]) -> Result<(), PostError> {
-        let invalid = || PostError {
-            accepted: 0,
-            source: io::Error::from(io::ErrorKind::InvalidInput),
-        };
+    fn post_send_impl(&mut self, qp: usize, wrs: &[SendWr]) -> Result<(), PostError> {
+        let invalid = PostError::invalid;
         let qp_ptr = self.qps.get(qp).ok_or_else(invalid)?.as_ptr();
         if wrs.is_empty() {
             return Ok(());
@@ -561,12 +508,9 @@ impl Device {
     /// Posts `wrs` as receive buffers of QP `qp`, one chain.
     ///
     /// # Errors
-    /// As [`Device::post_send`].
-    pub(crate) fn post_recv(&mut self, qp: usize, wrs: &[RecvWr]) -> Result<(), PostError> {
-        let invalid = || PostError {
-            accepted: 0,
-            source: io::Error::from(io::ErrorKind::InvalidInput),
-        };
+    /// As `post_send_impl`.
+    fn post_recv_impl(&mut self, qp: usize, wrs: &[RecvWr]) -> Result<(), PostError> {
+        let invalid = PostError::invalid;
         let qp_ptr = self.qps.get(qp).ok_or_else(invalid)?.as_ptr();
         if wrs.is_empty() {
             return Ok(());
@@ -654,7 +598,7 @@ impl Device {
     ///
     /// # Errors
     /// [`VerbsError::Call`] when polling fails.
-    pub(crate) fn poll_send(&mut self, max: usize, out: &mut Vec<Wc>) -> Result<usize, VerbsError> {
+    fn poll_send_impl(&mut self, max: usize, out: &mut Vec<Wc>) -> Result<usize, VerbsError> {
         self.poll(self.send_cq, max, out)
     }
 
@@ -662,16 +606,16 @@ impl Device {
     ///
     /// # Errors
     /// [`VerbsError::Call`] when polling fails.
-    pub(crate) fn poll_recv(&mut self, max: usize, out: &mut Vec<Wc>) -> Result<usize, VerbsError> {
+    fn poll_recv_impl(&mut self, max: usize, out: &mut Vec<Wc>) -> Result<usize, VerbsError> {
         self.poll(self.recv_cq, max, out)
     }
 
     /// Asks for an event on the next receive completion (poll the CQ once more after this,
-    /// then [`Device::block`]).
+    /// then `block`).
     ///
     /// # Errors
     /// [`VerbsError::Call`].
-    pub(crate) fn arm_recv(&mut self) -> Result<(), VerbsError> {
+    fn arm_recv(&mut self) -> Result<(), VerbsError> {
         // SAFETY: live CQ.
         let rc = unsafe { ibv_req_notify_cq(self.recv_cq.as_ptr(), 0) };
         if rc != 0 {
@@ -684,7 +628,7 @@ impl Device {
     ///
     /// # Errors
     /// [`VerbsError::Call`] when `poll(2)` or `ibv_get_cq_event` fail.
-    pub(crate) fn block(&mut self, timeout_ms: c_int, wake_fd: RawFd) -> Result<(), VerbsError> {
+    fn block(&mut self, timeout_ms: c_int, wake_fd: RawFd) -> Result<(), VerbsError> {
         // SAFETY: live channel.
         let ch_fd = unsafe { (*self.channel.as_ptr()).fd };
         let mut fds = [
@@ -732,6 +676,67 @@ impl Device {
             unsafe { libc::read(wake_fd, (&mut v as *mut u64).cast(), 8) };
         }
         Ok(())
+    }
+}
+
+/// Wakes [`Device`]'s `wait_recv` through an eventfd.
+struct DeviceWaker {
+    efd: EventFd,
+}
+
+impl Waker for DeviceWaker {
+    fn wake(&self) {
+        self.efd.signal();
+    }
+}
+
+impl Nic for Device {
+    fn register(&mut self, len: usize) -> Result<usize, VerbsError> {
+        self.register_impl(len)
+    }
+    fn bytes(&self, region: usize, offset: usize, len: usize) -> Option<&[u8]> {
+        self.bytes_impl(region, offset, len)
+    }
+    fn bytes_mut(&mut self, region: usize, offset: usize, len: usize) -> Option<&mut [u8]> {
+        self.bytes_mut_impl(region, offset, len)
+    }
+    fn create_ud_qp(&mut self, sq_depth: u32, rq_depth: u32, qkey: u32) -> Result<u32, VerbsError> {
+        self.create_ud_qp_impl(sq_depth, rq_depth, qkey)
+    }
+    fn create_ah(
+        &mut self,
+        dgid: Ipv6Addr,
+        dlid: u16,
+        flow_label: u32,
+        traffic_class: u8,
+        hop_limit: u8,
+    ) -> Result<usize, VerbsError> {
+        self.create_ah_impl(dgid, dlid, flow_label, traffic_class, hop_limit)
+    }
+    fn post_send(&mut self, qp: usize, wrs: &[SendWr]) -> Result<(), PostError> {
+        self.post_send_impl(qp, wrs)
+    }
+    fn post_recv(&mut self, qp: usize, wrs: &[RecvWr]) -> Result<(), PostError> {
+        self.post_recv_impl(qp, wrs)
+    }
+    fn poll_send(&mut self, max: usize, out: &mut Vec<Wc>) -> Result<usize, VerbsError> {
+        self.poll_send_impl(max, out)
+    }
+    fn poll_recv(&mut self, max: usize, out: &mut Vec<Wc>) -> Result<usize, VerbsError> {
+        self.poll_recv_impl(max, out)
+    }
+    fn wait_recv(&mut self, timeout_ns: u64, early: &mut Vec<Wc>) -> Result<(), VerbsError> {
+        self.arm_recv()?;
+        // A completion that arrived before arming raises no event: look once more.
+        if self.poll_recv_impl(64, early)? > 0 {
+            return Ok(());
+        }
+        let ms = timeout_ns.div_ceil(1_000_000).min(i32::MAX as u64) as c_int;
+        let fd = self.waker.efd.raw();
+        self.block(ms, fd)
+    }
+    fn waker(&self) -> Arc<dyn Waker> {
+        self.waker.clone()
     }
 }
 
@@ -795,9 +800,9 @@ impl Drop for Device {
     }
 }
 
-/// An eventfd that ends a [`Device::block`] early from another thread.
+/// An eventfd that ends a `block` early from another thread.
 #[derive(Debug)]
-pub(crate) struct EventFd {
+struct EventFd {
     fd: OwnedFd,
 }
 
@@ -806,7 +811,7 @@ impl EventFd {
     ///
     /// # Errors
     /// [`VerbsError::Call`].
-    pub(crate) fn new() -> Result<EventFd, VerbsError> {
+    fn new() -> Result<EventFd, VerbsError> {
         // SAFETY: plain eventfd creation; the result is checked before use.
         let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
         if fd < 0 {
@@ -818,13 +823,13 @@ impl EventFd {
         })
     }
 
-    /// The descriptor, for [`Device::block`].
-    pub(crate) fn raw(&self) -> RawFd {
+    /// The descriptor, for `block`.
+    fn raw(&self) -> RawFd {
         self.fd.as_raw_fd()
     }
 
     /// Makes the descriptor readable.
-    pub(crate) fn signal(&self) {
+    fn signal(&self) {
         let one: u64 = 1;
         // SAFETY: writes 8 bytes from a live u64 to an eventfd we own; a failure (counter
         // overflow) only means a wake-up is pending already.
