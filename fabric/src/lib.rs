@@ -12,6 +12,7 @@
 //! - (later) the simulator and the other datapaths.
 #![warn(missing_docs)]
 
+pub mod engine;
 pub mod packet;
 pub mod pcap;
 pub mod srv6;
