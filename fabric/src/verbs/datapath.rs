@@ -279,6 +279,26 @@ impl<N: Nic> VerbsDatapath<N> {
         self.vstats
     }
 
+    /// The NIC (for its own counters, e.g. [`super::FakeNic::stats`]).
+    pub fn nic(&self) -> &N {
+        &self.dev
+    }
+
+    /// Books of the send buffer pool (slots held by posted, unretired sends).
+    pub fn send_pool(&self) -> &SlotPool {
+        &self.send_pool
+    }
+
+    /// Books of the receive buffer pool (slots posted as receive buffers).
+    pub fn recv_pool(&self) -> &SlotPool {
+        &self.recv_pool
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &VerbsConfig {
+        &self.cfg
+    }
+
     fn ah_for(&mut self, gid: Ipv6Addr, lid: u16, flow_label: u32) -> Result<usize, VerbsError> {
         if let Some(&a) = self.ahs.get(&(gid, flow_label)) {
             return Ok(a);
