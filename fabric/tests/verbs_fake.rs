@@ -280,11 +280,16 @@ fn engine_writes_over_the_verbs_datapath_exact_bytes() {
     let fab = FakeFabric::new();
     let mut vc = cfg(16, 64, 256, 16, 4096);
     vc.max_datagram_bytes = 4096;
-    let mut a = dp(&fab, "::ffff:10.0.0.1", vc.clone());
+    let a = dp(&fab, "::ffff:10.0.0.1", vc.clone());
     let mut b = dp(&fab, "::ffff:10.0.0.2", vc);
-    exchange(&mut a, &mut b);
-    let (a_addr, b_addr) = (a.local_addr(), b.local_addr());
+    b.add_peer(a.local_endpoint().clone());
+    let a_addr = a.local_addr();
+    // a learns b's address after its datapath moved into the engine, under the IP of a
+    // control connection rather than the GID.
+    let (a_book, b_endpoint) = (a.peer_book(), b.local_endpoint().clone());
+    let b_addr: SocketAddr = "192.0.2.2:4791".parse().unwrap();
     let ca = Context::with_datapath(a, EngineConfig::default());
+    a_book.insert(b_addr.ip(), b_endpoint);
     let cb = Context::with_datapath(b, EngineConfig::default());
     let mut qc = QpConfig::default();
     // A UD datagram is at most the port MTU (4096): leave room for mrc's headers.

@@ -37,7 +37,7 @@ use mrc_transport::Ecn;
 use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// Completions reaped per poll call.
 const POLL_BATCH: usize = 64;
@@ -69,6 +69,32 @@ pub struct VerbsStats {
     pub rx_reposted: u64,
 }
 
+/// Where [`Datapath::open_conn`] finds a peer's [`EndpointAddr`]: a table from the IP the
+/// caller will pass (normally the peer's GID as an IP; any IP that names the peer, such as
+/// its control-connection address, works) to the address. Cheap to clone and shareable
+/// with other threads, so peers can be added after the datapath moved into an engine.
+#[derive(Clone, Debug, Default)]
+pub struct PeerBook {
+    inner: Arc<Mutex<HashMap<Ipv6Addr, EndpointAddr>>>,
+}
+
+impl PeerBook {
+    /// Registers `addr` under `ip` (replacing an earlier entry).
+    pub fn insert(&self, ip: IpAddr, addr: EndpointAddr) {
+        self.lock().insert(ip_to_gid(ip), addr);
+    }
+
+    /// The address registered under `ip`.
+    pub fn get(&self, ip: IpAddr) -> Option<EndpointAddr> {
+        self.lock().get(&ip_to_gid(ip)).cloned()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Ipv6Addr, EndpointAddr>> {
+        // The map stays consistent whatever panicked while holding it: keep using it.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
 struct Route {
     qp: u32,
     ah: usize,
@@ -96,7 +122,7 @@ pub struct VerbsDatapath<N: Nic> {
     sqs: Vec<SendQueue>,
     /// Receive buffers posted per QP.
     rq_posted: Vec<u32>,
-    peers: HashMap<Ipv6Addr, EndpointAddr>,
+    peers: PeerBook,
     ahs: HashMap<(Ipv6Addr, u32), usize>,
     conns: HashMap<ConnId, VConn>,
     next_conn: u32,
@@ -242,7 +268,7 @@ impl<N: Nic> VerbsDatapath<N> {
             recv_region,
             recv_pool,
             sqs,
-            peers: HashMap::new(),
+            peers: PeerBook::default(),
             ahs: HashMap::new(),
             conns: HashMap::new(),
             next_conn: 0,
@@ -268,10 +294,15 @@ impl<N: Nic> VerbsDatapath<N> {
         self.port.ethernet
     }
 
-    /// Registers a peer's endpoint address (from the out-of-band exchange); `open_conn`
-    /// to its GID (as an IP) uses it. A later call for the same GID replaces it.
+    /// Registers a peer's endpoint address (from the out-of-band exchange) under its GID:
+    /// `open_conn` to that GID as an IP uses it. A later call for the same GID replaces it.
     pub fn add_peer(&mut self, peer: EndpointAddr) {
-        self.peers.insert(peer.gid, peer);
+        self.peers.insert(gid_to_ip(peer.gid), peer);
+    }
+
+    /// The peer table, to add peers (under any IP) from another thread.
+    pub fn peer_book(&self) -> PeerBook {
+        self.peers.clone()
     }
 
     /// Verbs counters.
@@ -410,10 +441,9 @@ impl<N: Nic> Datapath for VerbsDatapath<N> {
                 "a segment list per EV needs the udp or raw datapath, not verbs".into(),
             ));
         }
-        let gid = ip_to_gid(peer.ip());
-        let remote = self.peers.get(&gid).cloned().ok_or_else(|| {
+        let remote = self.peers.get(peer.ip()).ok_or_else(|| {
             io_err(
-                "verbs open_conn: no endpoint address for this peer GID (add_peer first)",
+                "verbs open_conn: no endpoint address registered for this peer (add_peer)",
                 io::ErrorKind::NotFound,
             )
         })?;

@@ -28,7 +28,7 @@ mod datapath;
 mod fake;
 pub mod nic;
 
-pub use datapath::{VerbsDatapath, VerbsStats, gid_to_ip, ip_to_gid};
+pub use datapath::{PeerBook, VerbsDatapath, VerbsStats, gid_to_ip, ip_to_gid};
 pub use fake::{FakeFabric, FakeNic, FakeNicStats, FakePacket};
 pub use nic::Nic;
 #[cfg(feature = "verbs")]
