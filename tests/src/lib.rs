@@ -1,1 +1,7 @@
-//! End-to-end tests across the mrc crates live in `tests/tests/`.
+//! End-to-end tests across the mrc crates live in `tests/tests/`; this library holds what
+//! they share: a two-endpoint harness on a virtual clock with scripted and seeded network
+//! faults ([`harness`]), and test controllers ([`ctl`]).
+#![warn(missing_docs)]
+
+pub mod ctl;
+pub mod harness;

@@ -53,8 +53,12 @@ pub struct Path {
     pub srtt_ns: u64,
     /// Counters.
     pub stats: EvStats,
-    /// Sequence number of the outstanding probe, if one was sent.
-    pub probe_seq: Option<u32>,
+    /// Sequence numbers `(first, latest)` of the probes sent in the current `AssumedBad`
+    /// episode; a reply to any of them brings the EV back.
+    pub probe_seq: Option<(u32, u32)>,
+    /// Probes sent in this episode without a reply (the probe interval doubles with each,
+    /// up to 64 times the configured interval).
+    pub probes_unanswered: u32,
     /// When the next probe may be sent (ns), for `AssumedBad` EVs.
     pub next_probe_ns: u64,
 }
@@ -69,6 +73,8 @@ pub struct PathTable {
     selection: Selection,
     rng: ChaCha8Rng,
     next_probe_seq: u32,
+    /// Number of `AssumedBad` paths (so the per-packet probe check is O(1) when zero).
+    n_bad: usize,
 }
 
 impl PathTable {
@@ -87,6 +93,7 @@ impl PathTable {
                 srtt_ns: 0,
                 stats: EvStats::default(),
                 probe_seq: None,
+                probes_unanswered: 0,
                 next_probe_ns: 0,
             });
         }
@@ -98,6 +105,7 @@ impl PathTable {
             selection,
             rng: ChaCha8Rng::seed_from_u64(seed),
             next_probe_seq: 1,
+            n_bad: 0,
         }
     }
 
@@ -251,9 +259,19 @@ impl PathTable {
             if p.state != PathState::Denied && p.state != PathState::AssumedBad {
                 p.state = PathState::AssumedBad;
                 p.probe_seq = None;
+                p.probes_unanswered = 0;
                 p.next_probe_ns = now_ns;
             }
         }
+        self.recount_bad();
+    }
+
+    fn recount_bad(&mut self) {
+        self.n_bad = self
+            .paths
+            .iter()
+            .filter(|p| p.state == PathState::AssumedBad)
+            .count();
     }
 
     /// A loss on `idx` proved spurious: an `AssumedBad` EV goes back to `Good`.
@@ -264,6 +282,7 @@ impl PathTable {
                 p.probe_seq = None;
             }
         }
+        self.recount_bad();
     }
 
     /// The datapath reports `ev` down (`true`) or up again (`false`, back to `Good`).
@@ -275,19 +294,26 @@ impl PathTable {
                 p.state = PathState::Good;
             }
         }
+        self.recount_bad();
     }
 
     /// The next probe to send at `now_ns`: `(index, probe sequence)` of an `AssumedBad` EV
-    /// whose probe time has come; schedules its next probe `interval_ns` later.
+    /// whose probe time has come; schedules its next probe `interval_ns << k` later, `k`
+    /// the probes of this episode so far (at most 6: exponential back-off to 64x).
     pub fn next_probe(&mut self, now_ns: u64, interval_ns: u64) -> Option<(usize, u32)> {
+        if self.n_bad == 0 {
+            return None;
+        }
         let seq = self.next_probe_seq;
         let (i, p) = self
             .paths
             .iter_mut()
             .enumerate()
             .find(|(_, p)| p.state == PathState::AssumedBad && p.next_probe_ns <= now_ns)?;
-        p.probe_seq = Some(seq);
-        p.next_probe_ns = now_ns.saturating_add(interval_ns.max(1));
+        p.probe_seq = Some((p.probe_seq.map_or(seq, |(first, _)| first), seq));
+        p.probes_unanswered = p.probes_unanswered.saturating_add(1);
+        let wait = interval_ns.max(1) << p.probes_unanswered.min(6);
+        p.next_probe_ns = now_ns.saturating_add(wait);
         p.stats.probes_sent += 1;
         self.next_probe_seq = self.next_probe_seq.wrapping_add(1).max(1);
         Some((i, seq))
@@ -295,6 +321,9 @@ impl PathTable {
 
     /// Earliest time a probe is due, if any EV is `AssumedBad`.
     pub fn next_probe_time(&self) -> Option<u64> {
+        if self.n_bad == 0 {
+            return None;
+        }
         self.paths
             .iter()
             .filter(|p| p.state == PathState::AssumedBad)
@@ -302,20 +331,25 @@ impl PathTable {
             .min()
     }
 
-    /// A probe reply for `ev` with `probe_seq`: if it answers the outstanding probe, the
-    /// EV is `Good` again. Returns whether it did.
+    /// A probe reply for `ev` with `probe_seq`: if it answers a probe of the current
+    /// episode, the EV is `Good` again. Returns whether it did.
     pub fn on_probe_reply(&mut self, ev: u32, probe_seq: u32) -> bool {
         let Some(p) = self.index_of(ev).and_then(|i| self.paths.get_mut(i)) else {
             return false;
         };
-        if p.probe_seq != Some(probe_seq) {
+        let Some((first, latest)) = p.probe_seq else {
+            return false;
+        };
+        if latest.wrapping_sub(probe_seq) > latest.wrapping_sub(first) {
             return false;
         }
         p.probe_seq = None;
+        p.probes_unanswered = 0;
         p.stats.probes_answered += 1;
         if p.state == PathState::AssumedBad {
             p.state = PathState::Good;
         }
+        self.recount_bad();
         true
     }
 
@@ -385,17 +419,26 @@ mod tests {
         assert_eq!(t.next_probe_time(), Some(1_000));
         assert_eq!(t.next_probe(999, 500), None);
         assert_eq!(t.next_probe(1_000, 500), Some((1, 1)));
+        // back-off: the second probe waits 2 x 500
         assert_eq!(t.next_probe(1_200, 500), None);
-        assert_eq!(t.next_probe_time(), Some(1_500));
-        assert!(!t.on_probe_reply(6, 99)); // wrong sequence
+        assert_eq!(t.next_probe_time(), Some(2_000));
+        assert!(!t.on_probe_reply(6, 99)); // never sent
+        assert!(!t.on_probe_reply(5, 1)); // EV 5 was not probed
         assert_eq!(t.state_of(6), Some(PathState::AssumedBad));
-        assert_eq!(t.next_probe(1_500, 500), Some((1, 2)));
-        assert!(!t.on_probe_reply(6, 1)); // stale probe
-        assert!(t.on_probe_reply(6, 2));
+        assert_eq!(t.next_probe(2_000, 500), Some((1, 2)));
+        assert_eq!(t.next_probe_time(), Some(4_000));
+        // a late reply to the first probe of the episode still counts
+        assert!(t.on_probe_reply(6, 1));
         assert_eq!(t.state_of(6), Some(PathState::Good));
+        assert!(!t.on_probe_reply(6, 2)); // episode over
         assert_eq!(t.paths()[1].stats.probes_sent, 2);
         assert_eq!(t.paths()[1].stats.probes_answered, 1);
         assert_eq!(t.next_probe_time(), None);
+        // a new episode does not accept replies to the old one
+        t.on_loss(1, 5_000);
+        assert_eq!(t.next_probe(5_000, 500), Some((1, 3)));
+        assert!(!t.on_probe_reply(6, 2));
+        assert!(t.on_probe_reply(6, 3));
     }
 
     #[test]

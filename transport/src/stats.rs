@@ -24,7 +24,8 @@ pub enum DropReason {
     OutOfBounds,
     /// The region lacks REMOTE_WRITE (or LOCAL_WRITE for a SEND's receive buffer).
     AccessDenied,
-    /// The packet disagrees with earlier packets of its message (length, opcode, MSN).
+    /// The packet disagrees with earlier packets of its message (length, kind, a second
+    /// last packet) or names a message that already completed.
     InconsistentMessage,
     /// A SEND does not fit the posted receive buffer.
     RecvBufferTooSmall,
@@ -32,10 +33,15 @@ pub enum DropReason {
     InvalidAck,
     /// Go-back-N mode: a data PSN other than `rcv_nxt`.
     OutOfOrderGoBackN,
+    /// A probe reply that answers no outstanding probe (late, duplicated or forged).
+    StaleProbeReply,
+    /// The packet's MSN is too far ahead of the next message to complete (the receiver
+    /// tracks at most `max_rx_messages`; e.g. SENDs waiting for `post_recv`).
+    MessageWindowFull,
 }
 
 /// Number of [`DropReason`] variants.
-pub const DROP_REASONS: usize = 14;
+pub const DROP_REASONS: usize = 16;
 
 /// Drop counters indexed by [`DropReason`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -83,6 +89,8 @@ pub struct EvStats {
     pub probes_sent: u64,
     /// Probe replies received for this EV.
     pub probes_answered: u64,
+    /// Received datagrams dropped whose MRCETH names this EV, by reason.
+    pub drops: DropCounts,
 }
 
 /// Counters of one connection.
@@ -110,6 +118,8 @@ pub struct ConnStats {
     pub rack_losses: u64,
     /// Losses later found spurious (original acknowledged).
     pub spurious: u64,
+    /// Tail loss probes sent (RFC 8985 section 7).
+    pub tail_loss_probes: u64,
     /// Data packets received and accepted (first copies).
     pub received: u64,
     /// Payload bytes placed.
@@ -126,6 +136,8 @@ pub struct ConnStats {
     pub sacks_received: u64,
     /// NACKs received (valid ones).
     pub nacks_received: u64,
+    /// EV probes received (each answered with a probe reply while the reply queue has room).
+    pub probes_received: u64,
     /// Incoming datagrams dropped, by reason.
     pub drops: DropCounts,
 }
@@ -144,6 +156,6 @@ mod tests {
         assert_eq!(d.get(DropReason::OutOfOrderGoBackN), 1);
         assert_eq!(d.get(DropReason::Malformed), 0);
         assert_eq!(d.total(), 3);
-        assert_eq!(DropReason::OutOfOrderGoBackN as usize, DROP_REASONS - 1);
+        assert_eq!(DropReason::MessageWindowFull as usize, DROP_REASONS - 1);
     }
 }

@@ -271,7 +271,11 @@ pub fn accept(
     exchange(s, local, timeout)
 }
 
-fn exchange(
+/// Either side, on an already connected stream: sends `local`, reads the peer's.
+///
+/// # Errors
+/// [`BootstrapError::Io`], decode errors.
+pub fn exchange(
     mut s: TcpStream,
     local: &QpInfo,
     timeout: Duration,

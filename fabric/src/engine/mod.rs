@@ -696,6 +696,26 @@ impl Qp {
         })
     }
 
+    /// The bootstrap on a TCP stream the application already opened (either side):
+    /// exchanges [`QpInfo`], then [`Qp::connect`]s.
+    ///
+    /// # Errors
+    /// As [`Qp::connect_tcp`].
+    pub fn connect_on(
+        &self,
+        stream: TcpStream,
+        timeout: Duration,
+    ) -> Result<Connected, EngineError> {
+        let (remote, udp, stream) = bootstrap::exchange(stream, &self.local_info(), timeout)?;
+        let source_ports = self.connect(&remote, udp)?;
+        Ok(Connected {
+            remote,
+            udp,
+            stream,
+            source_ports,
+        })
+    }
+
     fn check_sge(&self, sge: &Sge, need: Option<Access>) -> Result<(), PostError> {
         let mrs = self
             .mrs

@@ -11,6 +11,45 @@
 //! counted, answered with NACK(GENERATION_MISMATCH), and this connection fails every
 //! outstanding work request with [`WcStatus::GenerationMismatch`] (no silent corruption).
 //! A NACK(GENERATION_MISMATCH) from the peer does the same.
+//!
+//! ```
+//! use mrc_congestion::FixedWindowConfig;
+//! use mrc_transport::{Access, ConnConfig, Connection, Psn, Sge, WcStatus};
+//!
+//! let cc = || FixedWindowConfig::default().build();
+//! let mut a = Connection::new(ConnConfig { local_qpn: 1, ..ConnConfig::default() }, cc());
+//! let mut b = Connection::new(
+//!     ConnConfig { local_qpn: 2, initial_psn: Psn::new(77), ..ConnConfig::default() },
+//!     cc(),
+//! );
+//! a.connect(b.local_params()).unwrap();
+//! b.connect(a.local_params()).unwrap();
+//! let src = a.regions_mut().register(10_000, Access::LOCAL_WRITE).unwrap();
+//! let dst = b.regions_mut().register(10_000, Access::REMOTE_WRITE).unwrap();
+//! a.regions_mut().bytes_mut(src.lkey).unwrap().fill(7);
+//! let sge = Sge { lkey: src.lkey, addr: src.addr, len: 10_000 };
+//! a.post_write(42, sge, dst.addr, dst.rkey).unwrap();
+//!
+//! // a zero-delay "network": move datagrams both ways until both are quiet
+//! let (mut buf, now) = (vec![0u8; 4096 + 56], 1_000);
+//! loop {
+//!     let mut moved = false;
+//!     while let Some(t) = a.poll_transmit(now, &mut buf) {
+//!         b.handle_datagram(now, t.ev, t.ecn, &buf[..t.len]);
+//!         moved = true;
+//!     }
+//!     while let Some(t) = b.poll_transmit(now, &mut buf) {
+//!         a.handle_datagram(now, t.ev, t.ecn, &buf[..t.len]);
+//!         moved = true;
+//!     }
+//!     if !moved {
+//!         break;
+//!     }
+//! }
+//! let c = a.poll_completion().unwrap();
+//! assert_eq!((c.wr_id, c.status, c.byte_len), (42, WcStatus::Success, 10_000));
+//! assert!(b.regions().bytes(dst.lkey).unwrap().iter().all(|&x| x == 7));
+//! ```
 
 mod config;
 mod rx;
@@ -54,7 +93,11 @@ impl<C: Controller> Connection<C> {
     /// A connection in state `Init` with congestion controller `cc`.
     pub fn new(cfg: ConnConfig, cc: C) -> Self {
         let paths = PathTable::new(&cfg.evs, cfg.selection, cfg.seed);
-        let send = SendState::new(cfg.initial_psn, cfg.send);
+        let mut send_cfg = cfg.send;
+        // A go-back-N receiver drops everything after a hole, so a probe of the highest
+        // in-flight packet tells nothing: go-back-N relies on NACK and RTO, like RoCE RC.
+        send_cfg.tlp &= !cfg.go_back_n;
+        let send = SendState::new(cfg.initial_psn, send_cfg);
         let rwin = RecvWindow::new(crate::psn::Psn::new(0), cfg.recv_window_packets);
         let rx = RxMessages::new(cfg.max_rx_messages);
         let acker = Acker::new(cfg.ack);
@@ -75,6 +118,15 @@ impl<C: Controller> Connection<C> {
             gbn_nacked: None,
             next_send_ns: 0,
             probe_replies: VecDeque::new(),
+        }
+    }
+
+    /// What the peer needs to connect to this side: local QPN, initial PSN, generation.
+    pub fn local_params(&self) -> PeerParams {
+        PeerParams {
+            qpn: self.cfg.local_qpn,
+            initial_psn: self.cfg.initial_psn,
+            generation: self.cfg.generation,
         }
     }
 
@@ -313,6 +365,7 @@ impl<C: Controller> Connection<C> {
         min(self.acker.timeout_ns());
         min(self.send.rack_timer_ns());
         min(self.send.rto_deadline_ns());
+        min(self.send.tlp_deadline_ns());
         min(self.paths.next_probe_time());
         min(self.cc.next_timer_ns());
         if self.next_send_ns > 0 && self.send.next_tx(self.cc.cwnd_bytes()).is_some() {
@@ -337,6 +390,7 @@ impl<C: Controller> Connection<C> {
                 self.cc.on_loss(now_ns, l.lost_bytes);
             }
         }
+        self.send.on_tlp(now_ns, &mut self.stats);
         let l = self.send.on_rto(now_ns, &mut self.paths, &mut self.stats);
         if l.failed {
             self.fail(WcStatus::RetryExceeded);

@@ -31,24 +31,25 @@ impl<C: Controller> Connection<C> {
                 return;
             }
         };
+        let ev_in = pkt.mrceth.ev;
         if pkt.bth.dest_qpn != self.cfg.local_qpn {
-            self.stats.drops.add(DropReason::WrongQpn);
+            self.drop_pkt(ev_in, DropReason::WrongQpn);
             return;
         }
         let Some(peer) = self.peer else {
-            self.stats.drops.add(DropReason::NotConnected);
+            self.drop_pkt(ev_in, DropReason::NotConnected);
             return;
         };
         if !matches!(self.state, ConnState::Ready | ConnState::Draining) {
-            self.stats.drops.add(DropReason::NotConnected);
+            self.drop_pkt(ev_in, DropReason::NotConnected);
             return;
         }
         if let Opcode::Unknown(_) = pkt.bth.opcode {
-            self.stats.drops.add(DropReason::UnknownOpcode);
+            self.drop_pkt(ev_in, DropReason::UnknownOpcode);
             return;
         }
         if pkt.mrceth.generation != peer.generation {
-            self.stats.drops.add(DropReason::GenerationMismatch);
+            self.drop_pkt(ev_in, DropReason::GenerationMismatch);
             let is_gen_nack = matches!(
                 pkt.body,
                 Body::Nack(NackRepr {
@@ -64,13 +65,14 @@ impl<C: Controller> Connection<C> {
         }
         match pkt.body {
             Body::Data(d) => self.on_data(now_ns, &pkt, &d, ecn == Ecn::Ce),
-            Body::Sack(s) => self.on_sack(now_ns, &s),
-            Body::Nack(n) => self.on_nack(now_ns, &n),
+            Body::Sack(s) => self.on_sack(now_ns, ev_in, &s),
+            Body::Nack(n) => self.on_nack(now_ns, ev_in, &n),
             Body::Cnp(_) => {
                 self.stats.cnps_received += 1;
                 self.cc.on_cnp(now_ns);
             }
             Body::Probe(p) => {
+                self.stats.probes_received += 1;
                 if self.probe_replies.len() < self.paths.len().max(16) {
                     self.probe_replies.push_back((
                         pkt.mrceth.ev,
@@ -86,13 +88,22 @@ impl<C: Controller> Connection<C> {
                         self.paths.on_rtt_sample(i, rtt);
                     }
                 } else {
-                    self.stats.drops.add(DropReason::InvalidAck);
+                    self.drop_pkt(ev_in, DropReason::StaleProbeReply);
                 }
             }
-            Body::Unknown { .. } => self.stats.drops.add(DropReason::UnknownOpcode),
+            Body::Unknown { .. } => self.drop_pkt(ev_in, DropReason::UnknownOpcode),
         }
         self.drain_send_completions();
         self.maybe_closed();
+    }
+
+    /// Counts a dropped datagram by reason, for the connection and for the EV named in its
+    /// MRCETH (when that EV is one of ours).
+    fn drop_pkt(&mut self, ev: u32, reason: DropReason) {
+        self.stats.drops.add(reason);
+        if let Some(p) = self.paths.index_of(ev).and_then(|i| self.paths.get_mut(i)) {
+            p.stats.drops.add(reason);
+        }
     }
 
     pub(super) fn queue_nack(&mut self, psn: u32, reason: NackReason, echo_ev: u32) {
@@ -115,7 +126,7 @@ impl<C: Controller> Connection<C> {
                 return;
             }
             WindowPos::Beyond(_) => {
-                self.stats.drops.add(DropReason::PsnOutOfWindow);
+                self.drop_pkt(m.ev, DropReason::PsnOutOfWindow);
                 self.queue_nack(psn.value(), NackReason::PsnOutOfWindow, m.ev);
                 return;
             }
@@ -126,7 +137,7 @@ impl<C: Controller> Connection<C> {
             return;
         }
         if self.cfg.go_back_n && seq != self.rwin.rcv_nxt() {
-            self.stats.drops.add(DropReason::OutOfOrderGoBackN);
+            self.drop_pkt(m.ev, DropReason::OutOfOrderGoBackN);
             let nxt = self.rwin.rcv_nxt();
             if self.gbn_nacked != Some(nxt) {
                 self.gbn_nacked = Some(nxt);
@@ -159,7 +170,7 @@ impl<C: Controller> Connection<C> {
         let msn = match self.rx.check(&rd, &self.regions) {
             Ok(msn) => msn,
             Err(reason) => {
-                self.stats.drops.add(reason);
+                self.drop_pkt(m.ev, reason);
                 if matches!(
                     reason,
                     DropReason::BadRkey | DropReason::OutOfBounds | DropReason::AccessDenied
@@ -179,7 +190,7 @@ impl<C: Controller> Connection<C> {
             return;
         };
         if let Err(reason) = self.rx.commit(msn, &rd, &mut self.regions) {
-            self.stats.drops.add(reason);
+            self.drop_pkt(m.ev, reason);
             return;
         }
         self.stats.received += 1;
@@ -202,12 +213,12 @@ impl<C: Controller> Connection<C> {
     }
 
     fn on_duplicate(&mut self, now_ns: u64, seq: u64, ce: bool, ev: u32, ts32: u32) {
-        self.stats.drops.add(DropReason::Duplicate);
+        self.drop_pkt(ev, DropReason::Duplicate);
         self.acker
             .on_data(now_ns, seq, self.rwin.rcv_nxt(), false, true, ce, ev, ts32);
     }
 
-    fn on_sack(&mut self, now_ns: u64, s: &SackRepr) {
+    fn on_sack(&mut self, now_ns: u64, ev_in: u32, s: &SackRepr) {
         let echo_idx = self.paths.index_of(s.echo_ev);
         let info = SackInfo {
             cum: Psn::new(s.cumulative_psn),
@@ -221,7 +232,7 @@ impl<C: Controller> Connection<C> {
         {
             Ok(o) => o,
             Err(_) => {
-                self.stats.drops.add(DropReason::InvalidAck);
+                self.drop_pkt(ev_in, DropReason::InvalidAck);
                 return;
             }
         };
@@ -259,7 +270,7 @@ impl<C: Controller> Connection<C> {
         }
     }
 
-    fn on_nack(&mut self, now_ns: u64, n: &NackRepr) {
+    fn on_nack(&mut self, now_ns: u64, ev_in: u32, n: &NackRepr) {
         if n.reason == NackReason::GenerationMismatch {
             // The peer does not know our generation (it restarted): its PSN is in its
             // own space, so it is not checked against ours.
@@ -269,7 +280,7 @@ impl<C: Controller> Connection<C> {
         }
         let seq = Psn::new(n.psn).unwrap(self.send.snd_una());
         if seq >= self.send.snd_nxt() {
-            self.stats.drops.add(DropReason::InvalidAck);
+            self.drop_pkt(ev_in, DropReason::InvalidAck);
             return;
         }
         self.stats.nacks_received += 1;
@@ -295,7 +306,7 @@ impl<C: Controller> Connection<C> {
             }
             NackReason::AccessError => self.fail(WcStatus::RemoteAccessError),
             NackReason::GenerationMismatch => {}
-            NackReason::Unknown(_) => self.stats.drops.add(DropReason::InvalidAck),
+            NackReason::Unknown(_) => self.drop_pkt(ev_in, DropReason::InvalidAck),
         }
     }
 }

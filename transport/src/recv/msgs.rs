@@ -107,21 +107,29 @@ impl RxMessages {
         self.recvs.push_back(wr);
     }
 
-    fn unwrap_msn(&self, msn32: u32) -> Option<u64> {
+    /// The 64-bit MSN of `msn32`, or why it cannot be tracked: behind the next message to
+    /// complete (by the equal-distance rule of [`crate::psn`], over 32 bits) means that
+    /// message already completed; ahead by `max_msgs` or more means the table is full.
+    fn unwrap_msn(&self, msn32: u32) -> Result<u64, DropReason> {
         let d = msn32.wrapping_sub(self.next_msn as u32);
-        (d < self.max_msgs).then_some(self.next_msn + u64::from(d))
+        if d >= 1 << 31 {
+            Err(DropReason::InconsistentMessage)
+        } else if d >= self.max_msgs {
+            Err(DropReason::MessageWindowFull)
+        } else {
+            Ok(self.next_msn + u64::from(d))
+        }
     }
 
     /// Checks a data packet against its message and the regions, without changing
     /// anything. Returns the 64-bit MSN.
     ///
     /// # Errors
-    /// The drop reason: `InconsistentMessage` (MSN outside the tracked range, or length /
-    /// kind disagreeing with earlier packets), `BadRkey`, `OutOfBounds`, `AccessDenied`.
+    /// The drop reason: `InconsistentMessage` (a completed message, or length / kind
+    /// disagreeing with earlier packets), `MessageWindowFull`, `BadRkey`, `OutOfBounds`,
+    /// `AccessDenied`.
     pub fn check(&self, p: &RxData<'_>, regions: &RegionTable) -> Result<u64, DropReason> {
-        let msn = self
-            .unwrap_msn(p.msn32)
-            .ok_or(DropReason::InconsistentMessage)?;
+        let msn = self.unwrap_msn(p.msn32)?;
         let idx = (msn - self.next_msn) as usize;
         if let Some(Some(m)) = self.msgs.get(idx) {
             let is_send = matches!(p.kind, RxKind::Send);
@@ -355,10 +363,9 @@ mod tests {
         let badkey = write(0, mr.addr, mr.rkey ^ 0x100, 4, 0, true, b"abcd");
         assert_eq!(rx.check(&badkey, &regions), Err(DropReason::BadRkey));
         let far = write(64, mr.addr, mr.rkey, 4, 0, true, b"abcd");
-        assert_eq!(
-            rx.check(&far, &regions),
-            Err(DropReason::InconsistentMessage)
-        );
+        assert_eq!(rx.check(&far, &regions), Err(DropReason::MessageWindowFull));
+        let edge = write(63, mr.addr, mr.rkey, 4, 0, true, b"abcd");
+        assert_eq!(rx.check(&edge, &regions), Ok(63));
         let old = write(u32::MAX, mr.addr, mr.rkey, 4, 0, true, b"abcd");
         assert_eq!(
             rx.check(&old, &regions),

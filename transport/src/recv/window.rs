@@ -185,8 +185,54 @@ impl RecvWindow {
     }
 
     /// The 64-bit SACK bitmap starting at `base_seq`: bit `i` (LSB = 0) set when
-    /// `base_seq + i` has been received.
+    /// `base_seq + i` has been received. Word-level: at most two ring words are read.
     pub fn bitmap64(&self, base_seq: u64) -> u64 {
+        let end = self.rcv_nxt + u64::from(self.window);
+        if base_seq + 64 <= self.rcv_nxt {
+            return u64::MAX;
+        }
+        if base_seq >= end {
+            return 0;
+        }
+        // part before rcv_nxt: all received
+        let (low_ones, start) = if base_seq < self.rcv_nxt {
+            let k = self.rcv_nxt - base_seq;
+            ((1u64 << k) - 1, self.rcv_nxt)
+        } else {
+            (0, base_seq)
+        };
+        let shift = start - base_seq;
+        let avail = 64 - shift;
+        let mut bits = self.ring_bits64(start);
+        // drop positions at or beyond the window end (their ring slots alias old PSNs)
+        let in_window = (end - start).min(avail);
+        if in_window < 64 {
+            bits &= (1u64 << in_window) - 1;
+        }
+        if shift > 0 {
+            bits = (bits << shift) & !((1u64 << shift) - 1);
+        }
+        low_ones | bits
+    }
+
+    /// 64 ring bits starting at the slot of `seq` (wrapping around the ring).
+    fn ring_bits64(&self, seq: u64) -> u64 {
+        let cap = self.cap();
+        let i = seq % cap;
+        let w = (i / 64) as usize;
+        let b = (i % 64) as u32;
+        let words = self.bits.len();
+        let lo = self.bits.get(w).copied().unwrap_or(0);
+        if b == 0 {
+            return lo;
+        }
+        let hi = self.bits.get((w + 1) % words).copied().unwrap_or(0);
+        (lo >> b) | (hi << (64 - b))
+    }
+
+    /// Reference implementation of [`RecvWindow::bitmap64`], bit by bit (tests).
+    #[cfg(test)]
+    fn bitmap64_slow(&self, base_seq: u64) -> u64 {
         let mut out = 0u64;
         for i in 0..64u64 {
             if self.is_received(base_seq + i) {
@@ -297,6 +343,11 @@ mod tests {
         assert_eq!(w.bitmap64(0), 0b101011);
         assert_eq!(w.bitmap64(64), 1 << 6);
         assert_eq!(w.missing().count(), 70 - 2 - 2);
+        for base in [
+            0u64, 1, 2, 3, 6, 7, 60, 64, 65, 69, 70, 71, 127, 128, 130, 200,
+        ] {
+            assert_eq!(w.bitmap64(base), w.bitmap64_slow(base), "base {base}");
+        }
         // ring reuse: after rcv_nxt passes the window start, bits are clear again
         for p in 2..=200u32 {
             w.on_arrival(Psn::new(p));
@@ -305,7 +356,35 @@ mod tests {
         assert_eq!(w.missing().count(), 0);
         assert_eq!(w.bitmap64(201), 0);
         assert_eq!(w.bitmap64(190), (1 << 11) - 1);
+        for p in [203u32, 250, 260, 328, 329] {
+            w.on_arrival(Psn::new(p));
+        }
+        for base in [
+            137u64, 190, 200, 201, 202, 203, 240, 264, 265, 300, 328, 329, 330, 400,
+        ] {
+            assert_eq!(w.bitmap64(base), w.bitmap64_slow(base), "base {base}");
+        }
         // old duplicates 3, 5 and 70 in the loop, plus the in-window 5 before
         assert_eq!(w.duplicates(), 1 + 3);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn bitmap64_matches_bit_by_bit(
+            start in 0u32..0x100_0000,
+            window in 1u32..300,
+            arrivals in proptest::collection::vec(0u32..400, 0..300),
+            bases in proptest::collection::vec(0u64..500, 1..20),
+        ) {
+            let mut w = RecvWindow::new(Psn::new(start), window);
+            for a in arrivals {
+                w.on_arrival(Psn::new(start).add(a));
+            }
+            let s0 = u64::from(start);
+            for b in bases {
+                let base = (s0 + b).saturating_sub(100);
+                proptest::prop_assert_eq!(w.bitmap64(base), w.bitmap64_slow(base));
+            }
+        }
     }
 }

@@ -1,6 +1,6 @@
 //! Sender state of one connection: segmentation, PSN and MSN assignment, the retransmit
-//! queue, bytes in flight, acknowledgement processing, RACK-style loss detection, the RTO
-//! with back-off and retry limit, and spurious-loss detection.
+//! queue, bytes in flight, acknowledgement processing, RACK-style loss detection, tail loss
+//! probes, the RTO with back-off and retry limit, and spurious-loss detection.
 //!
 //! Sequence numbers are 64-bit (`seq`, low 24 bits = PSN). `snd_una` is the lowest
 //! sequence not yet acknowledged, `snd_nxt` the next new one. New data is sent only while
@@ -46,6 +46,13 @@ pub struct SendConfig {
     /// Consecutive RTO expiries without progress tolerated; one more fails the work
     /// request (verbs `retry_cnt`, default 7).
     pub retry_limit: u32,
+    /// Tail loss probes (RFC 8985 section 7): when nothing has been acknowledged for a
+    /// probe timeout after the latest transmission, the highest in-flight packet is resent
+    /// so a loss at the tail is found by RACK instead of the RTO. Default on.
+    pub tlp: bool,
+    /// The longest the peer delays a SACK, ns (its `AckConfig::max_ack_delay_ns`); added to
+    /// the probe timeout. Default 10 us.
+    pub peer_max_ack_delay_ns: u64,
 }
 
 impl Default for SendConfig {
@@ -58,6 +65,8 @@ impl Default for SendConfig {
             min_rto_ns: 200_000,
             max_rto_ns: 100_000_000,
             retry_limit: 7,
+            tlp: true,
+            peer_max_ack_delay_ns: 10_000,
         }
     }
 }
@@ -90,6 +99,8 @@ pub struct SentPacket {
     pub last_ev: u16,
     /// Send timestamp (low 32 bits of ns) of the first transmission.
     pub orig_ts32: u32,
+    /// Send timestamp (low 32 bits of ns) of the latest transmission.
+    pub last_ts32: u32,
     /// Transmissions so far.
     pub transmissions: u16,
     /// State.
@@ -196,6 +207,15 @@ pub struct SendState {
     rack: Rack,
     rack_timer_ns: Option<u64>,
     rto_backoff: u32,
+    /// Time of the latest acknowledgement of new data, ns (RFC 6298 5.3 restarts the
+    /// retransmission timer there).
+    last_progress_ns: u64,
+    /// Packets in state `InFlight`.
+    in_flight_pkts: u64,
+    /// Time of the latest transmission (first or retransmission), ns.
+    last_transmit_ns: u64,
+    /// A tail loss probe was sent and nothing new has been acknowledged since.
+    tlp_outstanding: bool,
     completions: VecDeque<Completion>,
     failed: bool,
 }
@@ -219,6 +239,10 @@ impl SendState {
             rack: Rack::default(),
             rack_timer_ns: None,
             rto_backoff: 0,
+            last_progress_ns: 0,
+            in_flight_pkts: 0,
+            last_transmit_ns: 0,
+            tlp_outstanding: false,
             completions: VecDeque::new(),
             failed: false,
         }
@@ -359,7 +383,10 @@ impl SendState {
                 p.transmissions = p.transmissions.saturating_add(1);
                 p.last_sent_ns = now_ns;
                 p.last_ev = ev16;
+                p.last_ts32 = ts32;
             }
+            self.in_flight_pkts += 1;
+            self.last_transmit_ns = now_ns;
             return;
         }
         debug_assert_eq!(tx.seq, self.snd_nxt);
@@ -371,12 +398,15 @@ impl SendState {
             orig_ev: ev16,
             last_ev: ev16,
             orig_ts32: ts32,
+            last_ts32: ts32,
             transmissions: 1,
             state: PktState::InFlight,
             loss_declared: false,
         });
         self.snd_nxt += 1;
         self.bytes_in_flight += u64::from(tx.len);
+        self.in_flight_pkts += 1;
+        self.last_transmit_ns = now_ns;
         if tx.last {
             self.seg_msn += 1;
             self.seg_offset = 0;
@@ -417,7 +447,7 @@ impl SendState {
         let mut out = AckOutcome::default();
         let mut latest: Option<(u64, u64, usize)> = None; // (sent, seq, ev)
         for seq in self.snd_una..cum_seq {
-            self.ack_one(seq, now_ns, echo, paths, stats, &mut out, &mut latest);
+            self.ack_one(seq, echo, paths, stats, &mut out, &mut latest);
         }
         let mut bits = bitmap;
         while bits != 0 {
@@ -425,7 +455,7 @@ impl SendState {
             bits &= bits - 1;
             let seq = base_seq + i;
             if seq >= self.snd_una {
-                self.ack_one(seq, now_ns, echo, paths, stats, &mut out, &mut latest);
+                self.ack_one(seq, echo, paths, stats, &mut out, &mut latest);
             }
         }
         if let Some((sent, seq, ev)) = latest {
@@ -445,6 +475,8 @@ impl SendState {
         }
         if out.acked_packets > 0 {
             self.rto_backoff = 0;
+            self.last_progress_ns = now_ns;
+            self.tlp_outstanding = false;
             self.complete_messages();
         }
         Ok(out)
@@ -454,7 +486,6 @@ impl SendState {
     fn ack_one(
         &mut self,
         seq: u64,
-        now_ns: u64,
         echo: Option<(usize, u32)>,
         paths: &mut PathTable,
         stats: &mut ConnStats,
@@ -472,6 +503,8 @@ impl SendState {
         let p = *p;
         if was == PktState::Queued {
             self.rtx.remove(&seq);
+        } else {
+            self.in_flight_pkts -= 1;
         }
         self.bytes_in_flight -= u64::from(p.len);
         out.acked_packets += 1;
@@ -488,10 +521,12 @@ impl SendState {
             }
             paths.undo_loss(usize::from(p.orig_ev));
         }
-        if p.transmissions == 1 && latest.is_none_or(|(s, q, _)| (p.last_sent_ns, seq) > (s, q)) {
+        // Sent once, or the SACK echoes its latest transmission: the send time is known
+        // (Karn's ambiguity resolved by the echoed EV and timestamp).
+        let unambiguous = was == PktState::InFlight
+            && (p.transmissions == 1 || echo == Some((usize::from(p.last_ev), p.last_ts32)));
+        if unambiguous && latest.is_none_or(|(s, q, _)| (p.last_sent_ns, seq) > (s, q)) {
             *latest = Some((p.last_sent_ns, seq, usize::from(p.last_ev)));
-        } else if p.transmissions > 1 {
-            self.rack.on_ack(p.last_sent_ns, seq, now_ns, true);
         }
         if let Some(m) = self.msg_mut(p.msn) {
             m.acked_packets += 1;
@@ -527,6 +562,7 @@ impl SendState {
         p.state = PktState::Queued;
         let r = (p.len, usize::from(p.last_ev));
         self.rtx.insert(seq);
+        self.in_flight_pkts -= 1;
         Some(r)
     }
 
@@ -571,6 +607,7 @@ impl SendState {
                 p.loss_declared = true;
                 let (len, ev) = (p.len, usize::from(p.last_ev));
                 self.rtx.insert(seq);
+                self.in_flight_pkts -= 1;
                 out.lost_packets += 1;
                 out.lost_bytes += u64::from(len);
                 stats.rack_losses += 1;
@@ -607,14 +644,16 @@ impl SendState {
         best
     }
 
-    /// When the RTO fires: the oldest in-flight packet's send time plus the RTO with
-    /// back-off; `None` when nothing is in flight.
+    /// When the RTO fires: the RTO with back-off after the later of the oldest in-flight
+    /// packet's send time and the latest acknowledgement of new data (RFC 6298 5.3: the
+    /// timer restarts whenever new data is acknowledged, so a standing queue that still
+    /// drains does not fire it); `None` when nothing is in flight.
     pub fn rto_deadline_ns(&self) -> Option<u64> {
         if self.failed {
             return None;
         }
         self.oldest_in_flight_ns()
-            .map(|t| t.saturating_add(self.rto_ns()))
+            .map(|t| t.max(self.last_progress_ns).saturating_add(self.rto_ns()))
     }
 
     /// The RTO timer at `now_ns`: if it expired, every in-flight packet sent at least one
@@ -651,6 +690,7 @@ impl SendState {
             p.loss_declared = true;
             let (len, ev) = (p.len, usize::from(p.last_ev));
             self.rtx.insert(seq);
+            self.in_flight_pkts -= 1;
             out.lost_packets += 1;
             out.lost_bytes += u64::from(len);
             if let Some(path) = paths.get_mut(ev) {
@@ -659,6 +699,64 @@ impl SendState {
             paths.on_loss(ev, now_ns);
         }
         out
+    }
+
+    /// The probe timeout: `max(2 SRTT, SRTT + reorder window) + peer_max_ack_delay_ns`
+    /// (RFC 8985 7.2 uses `2 SRTT` plus the delayed-ACK allowance; the reorder-window term
+    /// keeps a merely slower EV from being probed). `None` before the first RTT sample.
+    pub fn pto_ns(&self) -> Option<u64> {
+        if !self.rtt.has_sample() {
+            return None;
+        }
+        let srtt = self.rtt.srtt_ns;
+        let reo = reorder_window_ns(self.cfg.min_reorder_window_ns, &self.rtt);
+        Some(
+            srtt.saturating_mul(2)
+                .max(srtt.saturating_add(reo))
+                .saturating_add(self.cfg.peer_max_ack_delay_ns),
+        )
+    }
+
+    /// When a tail loss probe is due: one PTO after the latest transmission, if packets
+    /// are in flight, no retransmission is queued, no probe is outstanding, and it comes
+    /// before the RTO.
+    pub fn tlp_deadline_ns(&self) -> Option<u64> {
+        if !self.cfg.tlp || self.failed || self.tlp_outstanding || self.in_flight_pkts == 0 {
+            return None;
+        }
+        if !self.rtx.is_empty() {
+            return None;
+        }
+        let t = self.last_transmit_ns.saturating_add(self.pto_ns()?);
+        match self.rto_deadline_ns() {
+            Some(rto) if t >= rto => None,
+            _ => Some(t),
+        }
+    }
+
+    /// Sends a tail loss probe if one is due at `now_ns`: the highest in-flight packet is
+    /// queued for retransmission (not declared lost). Returns whether it did.
+    pub fn on_tlp(&mut self, now_ns: u64, stats: &mut ConnStats) -> bool {
+        if self.tlp_deadline_ns().is_none_or(|t| t > now_ns) {
+            return false;
+        }
+        let Some(i) = self
+            .pkts
+            .iter()
+            .rposition(|p| p.state == PktState::InFlight)
+        else {
+            return false;
+        };
+        let seq = self.snd_una + i as u64;
+        self.queue_retransmit(seq);
+        self.tlp_outstanding = true;
+        stats.tail_loss_probes += 1;
+        true
+    }
+
+    /// Packets in flight (sent, not acknowledged, not queued for retransmission).
+    pub fn in_flight_packets(&self) -> u64 {
+        self.in_flight_pkts
     }
 
     /// Fails every outstanding work request: the oldest with `first_status`, the rest
@@ -686,6 +784,7 @@ impl SendState {
         self.rtx.clear();
         self.snd_una = self.snd_nxt;
         self.bytes_in_flight = 0;
+        self.in_flight_pkts = 0;
         self.rack_timer_ns = None;
         self.failed = true;
     }

@@ -307,3 +307,37 @@ fn go_back_n_requeues_everything_from_the_psn() {
     assert_eq!(r.st.retransmit_queue().collect::<Vec<_>>(), vec![3, 4, 5]);
     assert_eq!(r.st.go_back(0), 1); // 2 is the only in-flight one left before 3
 }
+
+#[test]
+fn tail_loss_probe_deadline_and_probe() {
+    let mut r = Rig::new(0, &[0, 1]);
+    r.st.post(spec(1, 3 * MTU));
+    r.send(0, 1);
+    // no RTT sample yet: no probe (the RTO covers it)
+    assert_eq!(r.st.tlp_deadline_ns(), None);
+    r.sack(10_000, 1, 0, 0, Some((0, 0)));
+    r.send(20_000, 2);
+    // PTO = max(2 x 10 us, 10 us + 50 us reorder window) + 10 us ack delay = 70 us
+    assert_eq!(r.st.pto_ns(), Some(70_000));
+    assert_eq!(r.st.tlp_deadline_ns(), Some(90_000));
+    assert_eq!(r.st.rto_deadline_ns(), Some(220_000));
+    assert!(!r.st.on_tlp(89_999, &mut r.stats));
+    assert!(r.st.on_tlp(90_000, &mut r.stats));
+    // the highest in-flight packet is queued, not declared lost
+    assert_eq!(r.st.retransmit_queue().collect::<Vec<_>>(), vec![2]);
+    assert!(!r.st.packet(2).unwrap().loss_declared);
+    assert_eq!(r.st.in_flight_packets(), 1);
+    assert_eq!(r.stats.tail_loss_probes, 1);
+    assert_eq!(r.st.tlp_deadline_ns(), None);
+    // the probe goes out; still no second probe until something is acknowledged
+    r.send(90_000, 1);
+    assert_eq!(r.st.tlp_deadline_ns(), None);
+    // its SACK echoes the probe's transmission: an unambiguous RACK sample that
+    // overtakes PSN 1
+    let out = r.sack(100_000, 1, 1, 0b10, Some((1, 90_000)));
+    assert_eq!(out.rtt_sample_ns, Some(10_000));
+    let l =
+        r.st.detect_losses(100_000 + 60_000, &mut r.paths, &mut r.stats);
+    assert_eq!(l.lost_packets, 1);
+    assert_eq!(r.st.retransmit_queue().collect::<Vec<_>>(), vec![1]);
+}
