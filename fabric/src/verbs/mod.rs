@@ -15,6 +15,7 @@
 pub mod addr;
 pub mod batch;
 pub mod config;
+pub mod exchange;
 pub mod grh;
 pub mod pool;
 pub mod sport;
@@ -46,6 +47,44 @@ pub fn device_names() -> Result<Vec<String>, VerbsError> {
     }
     #[cfg(not(feature = "verbs"))]
     {
+        Err(VerbsError::NotCompiled)
+    }
+}
+
+/// An engine running on the verbs datapath, with what the control connection needs.
+#[derive(Debug)]
+pub struct VerbsEngine {
+    /// The engine.
+    pub ctx: crate::engine::Context,
+    /// Where to register the peer's address before connecting a QP.
+    pub peers: PeerBook,
+    /// This side's address, to send to the peer ([`exchange::write_endpoint`]).
+    pub local: addr::EndpointAddr,
+}
+
+/// Opens `cfg.device` ([`VerbsDatapath::open`]) and starts an engine on it. Always
+/// available, so a binary needs no feature of its own to offer `--fabric verbs`.
+///
+/// # Errors
+/// What [`VerbsDatapath::open`] returns; [`VerbsError::NotCompiled`] without the `verbs`
+/// feature.
+pub fn start_engine(
+    cfg: VerbsConfig,
+    engine: crate::engine::EngineConfig,
+) -> Result<VerbsEngine, VerbsError> {
+    #[cfg(feature = "verbs")]
+    {
+        let dp = VerbsDatapath::open(cfg)?;
+        let (peers, local) = (dp.peer_book(), dp.local_endpoint().clone());
+        Ok(VerbsEngine {
+            ctx: crate::engine::Context::with_datapath(dp, engine),
+            peers,
+            local,
+        })
+    }
+    #[cfg(not(feature = "verbs"))]
+    {
+        let _ = (cfg, engine);
         Err(VerbsError::NotCompiled)
     }
 }
