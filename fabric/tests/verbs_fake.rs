@@ -361,3 +361,77 @@ fn engine_writes_over_the_verbs_datapath_exact_bytes() {
         assert_eq!(pattern::count_bad(&bytes, 5, last), 0, "slot {s}");
     }
 }
+
+/// What `mrc-perf --fabric verbs` does on its control connection: swap UD endpoint
+/// addresses, register the peer under the control connection's IP, then the engine's own
+/// bootstrap on the same stream; then data flows.
+#[test]
+fn control_stream_exchange_then_engine_bootstrap() {
+    use mrc_fabric::verbs::exchange::{read_endpoint, write_endpoint};
+    use std::net::{TcpListener, TcpStream};
+    let t = Duration::from_secs(10);
+    let fab = FakeFabric::new();
+    let mut vc = cfg(4, 64, 256, 16, 1024);
+    vc.max_datagram_bytes = 4096;
+    let a = dp(&fab, "fd00::a", vc.clone());
+    let b = dp(&fab, "fd00::b", vc);
+    let (book_a, addr_a) = (a.peer_book(), a.local_endpoint().clone());
+    let (book_b, addr_b) = (b.peer_book(), b.local_endpoint().clone());
+    let ca = Context::with_datapath(a, EngineConfig::default());
+    let cb = Context::with_datapath(b, EngineConfig::default());
+    let mut qc = QpConfig::default();
+    qc.conn.send.mtu_payload_bytes = 4000;
+    qc.conn.evs = (0..4).collect();
+    let qa = ca.create_qp(qc.clone()).unwrap();
+    let qb = cb.create_qp(qc).unwrap();
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let server_addr = l.local_addr().unwrap();
+    let server = std::thread::spawn(move || {
+        let (mut s, peer) = l.accept().unwrap();
+        write_endpoint(&mut s, &addr_b).unwrap();
+        book_b.insert(peer.ip(), read_endpoint(&mut s).unwrap());
+        let c = qb.connect_on(s, t).unwrap();
+        (qb, c.source_ports)
+    });
+    let mut s = TcpStream::connect(server_addr).unwrap();
+    write_endpoint(&mut s, &addr_a).unwrap();
+    book_a.insert(server_addr.ip(), read_endpoint(&mut s).unwrap());
+    let c = qa.connect_on(s, t).unwrap();
+    let (qb, b_ports) = server.join().unwrap();
+    // 4 EVs, one QP and one flow-labelled AH each: ports 0xC000..=0xC003 on both sides.
+    assert_eq!(c.source_ports, vec![0xC000, 0xC001, 0xC002, 0xC003]);
+    assert_eq!(b_ports, c.source_ports);
+    let src = qa.reg_mr(16384, Access::LOCAL_WRITE).unwrap();
+    let dst = qb
+        .reg_mr(16384, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+        .unwrap();
+    qa.fill_pattern(src.lkey, 0, 16384, 3, 0).unwrap();
+    qb.post_recv(
+        0,
+        Sge {
+            lkey: dst.lkey,
+            addr: dst.addr,
+            len: 0,
+        },
+    )
+    .unwrap();
+    let sge = Sge {
+        lkey: src.lkey,
+        addr: src.addr,
+        len: 16384,
+    };
+    qa.post_write_with_imm(1, sge, dst.addr, dst.rkey, 77)
+        .unwrap();
+    let sc = qa
+        .wait_send_cq(t)
+        .unwrap()
+        .expect("send completion in 10 s");
+    assert_eq!((sc.wr_id, sc.status), (1, WcStatus::Success));
+    let rc = qb
+        .wait_recv_cq(t)
+        .unwrap()
+        .expect("recv completion in 10 s");
+    assert_eq!((rc.status, rc.imm), (WcStatus::Success, Some(77)));
+    let bytes = qb.read_mr(dst.lkey, 0, 16384).unwrap();
+    assert_eq!(pattern::count_bad(&bytes, 3, 0), 0);
+}
