@@ -120,6 +120,9 @@ impl Device {
     /// [`VerbsError::PortNotActive`], [`VerbsError::BadGid`], [`VerbsError::NotRoceV2`],
     /// [`VerbsError::MtuTooSmall`], [`VerbsError::Call`].
     pub(crate) fn open(cfg: &VerbsConfig) -> Result<(Device, PortInfo, Ipv6Addr), VerbsError> {
+        let waker = Arc::new(DeviceWaker {
+            efd: EventFd::new()?,
+        });
         let mut n: c_int = 0;
         // SAFETY: as in `device_names`.
         let list = unsafe { ibv_get_device_list(&mut n) };
@@ -186,9 +189,7 @@ impl Device {
             recv_wrs: Vec::new(),
             recv_sges: Vec::new(),
             wcs: Box::new([]),
-            waker: Arc::new(DeviceWaker {
-                efd: EventFd::new()?,
-            }),
+            waker,
         };
         let (port, gid) = dev.build(cfg)?;
         Ok((dev, port, gid))
@@ -252,6 +253,42 @@ impl Device {
                 mtu_bytes: port.active_mtu_bytes,
             });
         }
+        // SAFETY: plain data, filled by the call.
+        let mut dattr: ibv_device_attr = unsafe { std::mem::zeroed() };
+        // SAFETY: live context, live out-pointer.
+        let rc = unsafe { ibv_query_device(ctx, &mut dattr) };
+        if rc != 0 {
+            return Err(rc_err("ibv_query_device", rc));
+        }
+        // Completions outstanding on the send CQ: at most one per `signal_every` WRs per
+        // QP, plus a forced tail signal per QP.
+        let send_cqe = u64::from(cfg.qps) * u64::from(cfg.sq_depth / cfg.signal_every.max(1) + 1);
+        let recv_cqe = u64::from(cfg.qps) * u64::from(cfg.rq_depth);
+        let limits = [
+            ("qps", u64::from(cfg.qps), dattr.max_qp, "max_qp"),
+            (
+                "sq_depth",
+                u64::from(cfg.sq_depth),
+                dattr.max_qp_wr,
+                "max_qp_wr",
+            ),
+            (
+                "rq_depth",
+                u64::from(cfg.rq_depth),
+                dattr.max_qp_wr,
+                "max_qp_wr",
+            ),
+            ("qps * rq_depth", recv_cqe, dattr.max_cqe, "max_cqe"),
+            ("send CQ", send_cqe, dattr.max_cqe, "max_cqe"),
+        ];
+        for (what, asked, limit, name) in limits {
+            if asked > u64::try_from(limit).unwrap_or(0) {
+                return Err(VerbsError::BadConfig(format!(
+                    "{what} = {asked} exceeds the device's {name} of {limit}"
+                )));
+            }
+        }
+        let (send_cqe, recv_cqe) = (send_cqe as c_int, recv_cqe as c_int);
         // SAFETY: live context; results checked for NULL.
         self.pd =
             NonNull::new(unsafe { ibv_alloc_pd(ctx) }).ok_or_else(|| call_err("ibv_alloc_pd"))?;
@@ -259,8 +296,6 @@ impl Device {
         self.channel = NonNull::new(unsafe { ibv_create_comp_channel(ctx) })
             .ok_or_else(|| call_err("ibv_create_comp_channel"))?;
         self.built.channel = true;
-        let send_cqe = cfg.qps.saturating_mul(cfg.sq_depth).min(i32::MAX as u32) as c_int;
-        let recv_cqe = cfg.qps.saturating_mul(cfg.rq_depth).min(i32::MAX as u32) as c_int;
         // SAFETY: live context; no channel for sends, our channel for receives.
         self.send_cq = NonNull::new(unsafe {
             ibv_create_cq(ctx, send_cqe, ptr::null_mut(), ptr::null_mut(), 0)
