@@ -108,7 +108,7 @@ struct VConn {
     ports: Vec<u16>,
 }
 
-/// The RDMA UD datapath over a [`Nic`]: the libibverbs `Device` ([`VerbsDatapath::open`],
+/// The RDMA UD datapath over a [`Nic`]: the libibverbs `Device` (`VerbsDatapath::open`,
 /// feature `verbs`) or a [`super::FakeNic`] ([`VerbsDatapath::with_nic`]).
 pub struct VerbsDatapath<N: Nic> {
     cfg: VerbsConfig,
@@ -170,7 +170,7 @@ fn io_err(what: &'static str, kind: io::ErrorKind) -> DatapathError {
     }
 }
 
-/// Checks `cfg` as [`VerbsDatapath::open`] does.
+/// Checks `cfg` as `VerbsDatapath::open` does.
 fn check_config(cfg: &VerbsConfig) -> Result<(), VerbsError> {
     cfg.check()?;
     if u64::from(cfg.send_slots) < u64::from(cfg.qps) * u64::from(cfg.signal_every) {

@@ -62,11 +62,11 @@ pub struct VerbsEngine {
     pub local: addr::EndpointAddr,
 }
 
-/// Opens `cfg.device` ([`VerbsDatapath::open`]) and starts an engine on it. Always
+/// Opens `cfg.device` (`VerbsDatapath::open`) and starts an engine on it. Always
 /// available, so a binary needs no feature of its own to offer `--fabric verbs`.
 ///
 /// # Errors
-/// What [`VerbsDatapath::open`] returns; [`VerbsError::NotCompiled`] without the `verbs`
+/// What `VerbsDatapath::open` returns; [`VerbsError::NotCompiled`] without the `verbs`
 /// feature.
 pub fn start_engine(
     cfg: VerbsConfig,
