@@ -244,7 +244,14 @@ pub fn tcp(ip: IpAddr, p: &TestParams) -> Result<BaselineResult, String> {
 
 fn iperf3(ip: IpAddr, secs: f64) -> Option<BaselineResult> {
     use std::process::{Command, Stdio};
-    let port = "18599";
+    // A port the kernel just handed out (and we released), so a lingering server of an
+    // earlier run cannot be in the way.
+    let port = TcpListener::bind(SocketAddr::new(ip, 0))
+        .and_then(|l| l.local_addr())
+        .ok()?
+        .port()
+        .to_string();
+    let port = port.as_str();
     let host = ip.to_string();
     let mut server = Command::new("iperf3")
         .args(["-s", "-1", "-B", &host, "-p", port])
@@ -253,28 +260,31 @@ fn iperf3(ip: IpAddr, secs: f64) -> Option<BaselineResult> {
         .spawn()
         .ok()?;
     let mut out = None;
+    // The server needs a moment to listen: try the client up to 50 times, 20 ms apart.
     for _ in 0..50 {
         let o = Command::new("iperf3")
-            .args([
-                "-c",
-                &host,
-                "-p",
-                port,
-                "-t",
-                &format!("{}", secs.ceil().max(1.0)),
-                "-J",
-            ])
+            .args(["-c", &host, "-p", port, "--connect-timeout", "1000"])
+            .args(["-t", &format!("{}", secs.ceil().max(1.0)), "-J"])
+            .stdin(Stdio::null())
+            .stderr(Stdio::null())
             .output()
             .ok()?;
-        if o.status.success() {
-            out = Some(o);
+        // iperf3 -J exits 0 with an "error" member when the server is not up yet.
+        let v: Option<serde_json::Value> = serde_json::from_slice(&o.stdout).ok();
+        if o.status.success()
+            && v.as_ref()
+                .is_some_and(|v| v["end"]["sum_received"]["bytes"].is_u64())
+        {
+            out = v;
             break;
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+    // Never wait on the one-off server: it may still wait for a client (after a failed
+    // attempt) or be closing.
+    let _ = server.kill();
     let _ = server.wait();
-    let out = out?;
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+    let v = out?;
     let recv = &v["end"]["sum_received"];
     let bytes = recv["bytes"].as_u64()?;
     let secs = recv["seconds"].as_f64()?;

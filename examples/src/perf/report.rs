@@ -271,6 +271,17 @@ impl<'a> Report<'a> {
             c.rack_losses,
             c.drops.total()
         );
+        let d = &self.r.engine.datapath;
+        o += &format!(
+            " datapath: {} datagrams in {} sends ({} refused), {} datagrams in {} receives ({} failed), {} engine sleeps\n",
+            d.tx_datagrams,
+            d.tx_calls,
+            d.tx_errors,
+            d.rx_datagrams,
+            d.rx_calls,
+            d.rx_errors,
+            self.r.engine.sleeps
+        );
         let pr = &self.r.peer_recv;
         o += &format!(
             " receiver: {} completions, {} bytes\n",

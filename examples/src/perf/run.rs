@@ -82,6 +82,16 @@ pub struct Side {
     )>,
 }
 
+/// Packets in flight and receive window: 4096 (16 MiB of 4 KiB packets; a userspace
+/// engine on loopback has RTTs of hundreds of microseconds under load).
+pub const OUTSTANDING_PACKETS: u32 = 4096;
+/// RTO floor, ns: 2 ms. The transport's 200 us default suits a NIC; an engine thread that
+/// shares its core with others is descheduled for longer than that, which would fire
+/// spurious RTOs.
+pub const MIN_RTO_NS: u64 = 2_000_000;
+/// RACK reorder window floor and assumed peer ACK delay, ns: 500 us (scheduling jitter).
+pub const REORDER_WINDOW_NS: u64 = 500_000;
+
 fn qp_config(p: &TestParams) -> Result<QpConfig, String> {
     let cc: CcKind = p.cc.parse().map_err(|e| format!("--cc: {e}"))?;
     Ok(QpConfig {
@@ -89,14 +99,20 @@ fn qp_config(p: &TestParams) -> Result<QpConfig, String> {
             evs: (0..p.paths).collect(),
             send: SendConfig {
                 mtu_payload_bytes: p.mtu,
+                max_outstanding_packets: OUTSTANDING_PACKETS,
+                min_reorder_window_ns: REORDER_WINDOW_NS,
+                initial_rto_ns: 4 * MIN_RTO_NS,
+                min_rto_ns: MIN_RTO_NS,
+                peer_max_ack_delay_ns: REORDER_WINDOW_NS,
                 ..SendConfig::default()
             },
+            recv_window_packets: OUTSTANDING_PACKETS,
             ..ConnConfig::default()
         },
         cc,
         link: LinkParams {
             line_rate_bps: 100_000_000_000,
-            base_rtt_ns: 50_000,
+            base_rtt_ns: 200_000,
             mtu_bytes: u64::from(p.mtu),
             trimming_enabled: false,
         },
@@ -116,6 +132,7 @@ pub fn make_side(
 ) -> Result<Side, String> {
     let ecfg = EngineConfig {
         slot_bytes: p.mtu as usize + 64,
+        tx_batch: 256,
         ..EngineConfig::default()
     };
     let (ctx, verbs) = match local {
@@ -605,6 +622,8 @@ pub struct EndResult {
     pub conn: mrc_transport::stats::ConnStats,
     /// Process CPU seconds over the test.
     pub cpu_s: f64,
+    /// This side's engine counters (datapath calls, errors, sleeps).
+    pub engine: mrc_fabric::engine::EngineStats,
 }
 
 /// Runs one end of the test on a connected side. `active`: the client (sender in bw,
@@ -686,7 +705,7 @@ pub fn run_end(
     }
     let send = send?;
     let mut recv = recv?;
-    let (qs, _) = side.qp.stats().map_err(|e| e.to_string())?;
+    let (qs, engine) = side.qp.stats().map_err(|e| e.to_string())?;
     recv.verified_messages = qs.verify.checked_messages;
     recv.verified_bytes = qs.verify.checked_bytes;
     recv.bad_bytes = qs.verify.bad_bytes;
@@ -717,6 +736,7 @@ pub fn run_end(
         evs,
         conn: qs.conn,
         cpu_s,
+        engine,
     })
 }
 
