@@ -17,8 +17,9 @@ pub struct VerbsConfig {
     pub device: String,
     /// Port number, from 1. Default 1.
     pub port: u8,
-    /// GID table index; on RoCE pick the RoCEv2 entry (`show_gids` lists them). Default 0
-    /// would usually be RoCEv1 on ConnectX; 3 is the common IPv4 RoCEv2 entry. Default 1.
+    /// GID table index; on RoCE it must be a RoCEv2 entry (`show_gids` lists them; on
+    /// ConnectX 0/1 are the link-local RoCEv1/RoCEv2 entries and 3 is usually the IPv4
+    /// RoCEv2 one; on Soft-RoCE every entry is RoCEv2, 1 usually the IPv4 one). Default 1.
     pub gid_index: u8,
     /// UD QPs (one per EV; a connection's EV `i` uses QP `i % qps`). Default 16.
     pub qps: u32,
