@@ -12,7 +12,9 @@
 //!   behind one burst interface;
 //! - [`engine`]: the engine thread that drives transport connections over a datapath, and
 //!   the verbs-shaped embedding API (context, QPs, memory regions, TCP bootstrap, CQs);
-//! - (later) the verbs and raw datapaths.
+//! - [`verbs`]: the RDMA UD datapath; its pure parts (buffer pools, GRH, signalling,
+//!   address exchange, EV to UDP source port) always, the device half with feature `verbs`;
+//! - (later) the raw (pnet) datapath.
 #![warn(missing_docs)]
 
 pub mod engine;
@@ -21,3 +23,4 @@ pub mod pcap;
 pub mod sim;
 pub mod srv6;
 pub mod udp;
+pub mod verbs;

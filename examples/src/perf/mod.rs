@@ -6,6 +6,7 @@ pub mod baseline;
 pub mod opts;
 pub mod report;
 pub mod run;
+pub mod verbs;
 
 use clap::Parser;
 use opts::{Cli, Command, TestKind};
@@ -20,6 +21,17 @@ pub fn run_cli(cli: Cli) -> Result<String, String> {
     let p = cli.test.params()?;
     let timeout = Duration::from_secs_f64(cli.test.timeout);
     let progress = !cli.test.json;
+    let local = match cli.test.fabric {
+        opts::Fabric::Udp => run::LocalFabric::Udp,
+        opts::Fabric::Verbs => run::LocalFabric::Verbs(verbs::VerbsOpts {
+            device: cli.test.ib_dev.clone(),
+            port: cli.test.ib_port,
+            gid_index: cli.test.gid_index,
+        }),
+    };
+    if let run::LocalFabric::Verbs(o) = &local {
+        verbs::precheck(o).map_err(|e| format!("--fabric verbs: {e}"))?;
+    }
     match cli.cmd {
         Command::Loopback { ipv6 } => {
             let ip: IpAddr = if ipv6 {
@@ -31,11 +43,18 @@ pub fn run_cli(cli: Cli) -> Result<String, String> {
                 TcpListener::bind(SocketAddr::new(ip, 0)).map_err(|e| format!("bind {ip}: {e}"))?;
             let server_addr = listener.local_addr().map_err(|e| e.to_string())?;
             let udp = SocketAddr::new(ip, cli.test.udp_port.unwrap_or(0));
+            let server_local = local.clone();
             let server = std::thread::spawn(move || {
-                run::serve_one(&listener, udp, timeout, Some(timeout)).map(|_| ())
+                run::serve_one(&listener, udp, timeout, Some(timeout), &server_local).map(|_| ())
             });
-            let client =
-                run::run_client(server_addr, SocketAddr::new(ip, 0), &p, timeout, progress);
+            let client = run::run_client(
+                server_addr,
+                SocketAddr::new(ip, 0),
+                &p,
+                timeout,
+                progress,
+                &local,
+            );
             let srv = server
                 .join()
                 .unwrap_or_else(|_| Err("server thread panicked".into()));
@@ -61,7 +80,7 @@ pub fn run_cli(cli: Cli) -> Result<String, String> {
                 Ipv4Addr::UNSPECIFIED.into()
             };
             let udp = SocketAddr::new(any, cli.test.udp_port.unwrap_or(0));
-            let (r, _) = run::run_client(addr, udp, &p, timeout, progress)?;
+            let (r, _) = run::run_client(addr, udp, &p, timeout, progress, &local)?;
             finish(
                 &p,
                 &r,
@@ -84,7 +103,7 @@ pub fn run_cli(cli: Cli) -> Result<String, String> {
                 "mrc-perf server: waiting for a client on TCP {}:{}, UDP {udp}",
                 ip, cli.test.port
             );
-            let (sp, r) = run::serve_one(&listener, udp, timeout, None)?;
+            let (sp, r) = run::serve_one(&listener, udp, timeout, None, &local)?;
             let mut o = String::new();
             o += &format!(
                 " server: {} messages received ({} bytes) of size {}; test {:?}\n",

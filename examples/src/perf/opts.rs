@@ -48,6 +48,17 @@ pub enum Command {
     },
 }
 
+/// Which datapath carries the datagrams.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Fabric {
+    /// UDP sockets through io_uring; the EV is the UDP source port.
+    #[default]
+    Udp,
+    /// RDMA UD QPs (libibverbs; RoCEv2 or InfiniBand), one per EV group (`-d DEV`).
+    Verbs,
+}
+
 /// Which test.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
 pub enum TestKind {
@@ -126,6 +137,19 @@ pub struct TestOpts {
     /// Seconds to wait for the server (connect) and for any progress.
     #[arg(long, default_value_t = 5.0, global = true)]
     pub timeout: f64,
+    /// Datapath: udp (io_uring sockets) or verbs (RDMA UD QPs; both ends must agree).
+    #[arg(long, value_enum, default_value_t = Fabric::Udp, global = true)]
+    pub fabric: Fabric,
+    /// RDMA device for --fabric verbs, as ibv_devices lists it [default: the only one].
+    #[arg(short = 'd', long = "ib-dev", global = true)]
+    pub ib_dev: Option<String>,
+    /// Port of the RDMA device, from 1.
+    #[arg(short = 'i', long = "ib-port", default_value_t = 1, global = true)]
+    pub ib_port: u8,
+    /// GID index on that port: a RoCEv2 entry (`show_gids`; often 3 for IPv4 on ConnectX,
+    /// 1 on Soft-RoCE).
+    #[arg(short = 'x', long = "gid-index", default_value_t = 1, global = true)]
+    pub gid_index: u8,
 }
 
 /// The test as both ends run it (sent from client to server as JSON).
@@ -162,6 +186,9 @@ pub struct TestParams {
     /// Engine spin before sleeping, us.
     #[serde(default)]
     pub spin_us: u64,
+    /// Datapath (the server refuses a client that asks for another).
+    #[serde(default)]
+    pub fabric: Fabric,
 }
 
 /// Largest message, bytes (the transport's message length is 32 bits; 1 GiB keeps the
@@ -267,6 +294,7 @@ impl TestOpts {
             region_size,
             seed: 0x6d72_632d_7065_7266,
             spin_us: self.spin_us,
+            fabric: self.fabric,
         })
     }
 }

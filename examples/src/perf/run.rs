@@ -1,8 +1,9 @@
 //! The test loops of `mrc-perf`: sender (bw), receiver (bw), ping and pong (lat), the
 //! control messages on the bootstrap TCP stream, and the server/client/loopback roles.
 
-use super::opts::{TestKind, TestParams};
+use super::opts::{Fabric, TestKind, TestParams};
 use super::report::{self, EvLine, Progress, Report};
+use super::verbs::{self, VerbsOpts};
 use mrc_congestion::{CcKind, LinkParams};
 use mrc_fabric::engine::bootstrap::RemoteMr;
 use mrc_fabric::engine::{Context, EngineConfig, Qp, QpConfig, VerifySpec};
@@ -44,6 +45,26 @@ pub struct RecvResult {
     pub bad_bytes: u64,
 }
 
+/// How this host opens its datapath (not sent to the peer).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum LocalFabric {
+    /// io_uring UDP.
+    #[default]
+    Udp,
+    /// RDMA UD QPs on this device.
+    Verbs(VerbsOpts),
+}
+
+impl LocalFabric {
+    /// The fabric both ends must agree on.
+    pub fn kind(&self) -> Fabric {
+        match self {
+            LocalFabric::Udp => Fabric::Udp,
+            LocalFabric::Verbs(_) => Fabric::Verbs,
+        }
+    }
+}
+
 /// One end: engine, QP and its two regions.
 pub struct Side {
     /// The engine.
@@ -54,6 +75,11 @@ pub struct Side {
     pub src: MrKey,
     /// Region the peer writes into.
     pub dst: MrKey,
+    /// With `--fabric verbs`: the peer table and this side's UD endpoint address.
+    pub verbs: Option<(
+        mrc_fabric::verbs::PeerBook,
+        mrc_fabric::verbs::addr::EndpointAddr,
+    )>,
 }
 
 /// Packets in flight and receive window: 4096 (16 MiB of 4 KiB packets; a userspace
@@ -95,19 +121,32 @@ fn qp_config(p: &TestParams) -> Result<QpConfig, String> {
     })
 }
 
-/// Builds one end bound to `udp_bind`.
+/// Builds one end: UDP bound to `udp_bind`, or verbs on the device of `local`.
 ///
 /// # Errors
 /// The engine's setup error, as text.
-pub fn make_side(p: &TestParams, udp_bind: SocketAddr) -> Result<Side, String> {
+pub fn make_side(
+    p: &TestParams,
+    udp_bind: SocketAddr,
+    local: &LocalFabric,
+) -> Result<Side, String> {
     let ecfg = EngineConfig {
         slot_bytes: p.mtu as usize + 64,
         tx_batch: 256,
         spin_ns: p.spin_us.saturating_mul(1000),
         ..EngineConfig::default()
     };
-    let ctx = Context::new(UdpConfig::bind(udp_bind), ecfg)
-        .map_err(|e| format!("cannot open UDP datapath on {udp_bind}: {e}"))?;
+    let (ctx, verbs) = match local {
+        LocalFabric::Udp => (
+            Context::new(UdpConfig::bind(udp_bind), ecfg)
+                .map_err(|e| format!("cannot open UDP datapath on {udp_bind}: {e}"))?,
+            None,
+        ),
+        LocalFabric::Verbs(o) => {
+            let e = verbs::start(p, o, ecfg).map_err(|e| format!("--fabric verbs: {e}"))?;
+            (e.ctx, Some((e.peers, e.local)))
+        }
+    };
     let qp = ctx.create_qp(qp_config(p)?).map_err(|e| e.to_string())?;
     let region = usize::try_from(p.region_size).map_err(|_| "region too large".to_string())?;
     let src = qp
@@ -125,7 +164,13 @@ pub fn make_side(p: &TestParams, udp_bind: SocketAddr) -> Result<Side, String> {
         })
         .map_err(|e| e.to_string())?;
     }
-    Ok(Side { ctx, qp, src, dst })
+    Ok(Side {
+        ctx,
+        qp,
+        src,
+        dst,
+        verbs,
+    })
 }
 
 /// The control stream: a writer and a reader thread feeding a channel.
@@ -733,6 +778,7 @@ pub fn serve_one(
     udp_bind: SocketAddr,
     timeout: Duration,
     accept_timeout: Option<Duration>,
+    local: &LocalFabric,
 ) -> Result<(TestParams, EndResult), String> {
     if let Some(t) = accept_timeout {
         listener.set_nonblocking(true).map_err(|e| e.to_string())?;
@@ -741,7 +787,7 @@ pub fn serve_one(
             match listener.accept() {
                 Ok((s, _)) => {
                     s.set_nonblocking(false).map_err(|e| e.to_string())?;
-                    return serve_stream(s, udp_bind, timeout);
+                    return serve_stream(s, udp_bind, timeout, local);
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                     if start.elapsed() > t {
@@ -754,16 +800,27 @@ pub fn serve_one(
         }
     }
     let (s, _) = listener.accept().map_err(|e| format!("accept: {e}"))?;
-    serve_stream(s, udp_bind, timeout)
+    serve_stream(s, udp_bind, timeout, local)
 }
 
 fn serve_stream(
-    s: TcpStream,
+    mut s: TcpStream,
     udp_bind: SocketAddr,
     timeout: Duration,
+    local: &LocalFabric,
 ) -> Result<(TestParams, EndResult), String> {
     let p = read_params(&s, timeout)?;
-    let side = make_side(&p, udp_bind)?;
+    if p.fabric != local.kind() {
+        return Err(format!(
+            "the client runs --fabric {:?} but this server runs --fabric {:?}",
+            p.fabric,
+            local.kind()
+        ));
+    }
+    let side = make_side(&p, udp_bind, local)?;
+    if let Some((book, addr)) = &side.verbs {
+        verbs::exchange(&mut s, book, addr, timeout)?;
+    }
     let c = side.qp.connect_on(s, timeout).map_err(|e| e.to_string())?;
     let remote = *c
         .remote
@@ -785,6 +842,7 @@ pub fn run_client(
     p: &TestParams,
     timeout: Duration,
     progress: bool,
+    local: &LocalFabric,
 ) -> Result<(EndResult, Vec<u16>), String> {
     let mut s = TcpStream::connect_timeout(&server, timeout)
         .map_err(|e| format!("cannot reach server {server}: {e}"))?;
@@ -792,7 +850,10 @@ pub fn run_client(
     line.push('\n');
     s.write_all(line.as_bytes())
         .map_err(|e| format!("sending test parameters: {e}"))?;
-    let side = make_side(p, udp_bind)?;
+    let side = make_side(p, udp_bind, local)?;
+    if let Some((book, addr)) = &side.verbs {
+        verbs::exchange(&mut s, book, addr, timeout)?;
+    }
     let c = side.qp.connect_on(s, timeout).map_err(|e| e.to_string())?;
     let remote = *c
         .remote
