@@ -69,7 +69,7 @@ fn pass(b: &[u8]) -> Option<(Vec<u8>, Ecn)> {
     Some((b.to_vec(), Ecn::Ect0))
 }
 
-fn fill(c: &mut Conn, len: usize, seed: u8) -> MrKey {
+fn fill<C: Controller>(c: &mut Connection<C>, len: usize, seed: u8) -> MrKey {
     let k = c.regions_mut().register(len, Access::LOCAL_WRITE).unwrap();
     for (i, b) in c
         .regions_mut()
@@ -460,4 +460,44 @@ fn ecn_ce_is_echoed_and_cnps_are_rate_limited() {
     .unwrap();
     exchange(50_000, &mut a, &mut b, &mut ce);
     assert_eq!(b.stats().cnps_sent, 2);
+}
+
+/// Found by the `transfer` fuzz target: with pacing on and every EV denied, a queued
+/// packet kept the pacing release time (by then in the past) in `poll_timeout` although
+/// `poll_transmit` could not send it, so a caller driving timers spun at one instant.
+#[test]
+fn pacing_release_is_no_timer_while_every_ev_is_denied() {
+    use mrc_congestion::DcqcnConfig;
+    let cc = DcqcnConfig::paper(10_000_000_000).build().unwrap();
+    let mut a = Connection::new(cfg(0x11, 5, 1), cc);
+    a.connect(PeerParams {
+        qpn: 0x22,
+        initial_psn: Psn::new(100),
+        generation: 7,
+    })
+    .unwrap();
+    let src = fill(&mut a, 3 * 4096, 9);
+    let sge = Sge {
+        lkey: src.lkey,
+        addr: src.addr,
+        len: 3 * 4096,
+    };
+    a.post_write(1, sge, 0x1000, 0x77).unwrap();
+    let mut buf = vec![0u8; 8192];
+    let t = a.poll_transmit(1_000, &mut buf).unwrap();
+    assert_eq!(t.len, 4096 + 52); // BTH 12 + MRCETH 16 + MSGETH 8 + RETH 16
+    // paced at 10 Gb/s: the second packet may leave 4148 * 8 / 10 ns later
+    assert!(a.poll_transmit(1_000, &mut buf).is_none());
+    assert_eq!(a.poll_timeout(), Some(1_000 + 4148 * 8 / 10));
+    for ev in 100..104 {
+        a.set_ev_denied(ev, true);
+    }
+    let now = 500_000;
+    assert!(a.poll_transmit(now, &mut buf).is_none());
+    // only the RTO of the packet in flight (initial RTO 1 ms) is left
+    assert_eq!(a.poll_timeout(), Some(1_000 + 1_000_000));
+    a.set_ev_denied(101, false);
+    assert_eq!(a.poll_timeout(), Some(1_000 + 4148 * 8 / 10));
+    let t = a.poll_transmit(now, &mut buf).unwrap();
+    assert_eq!(t.ev, 101);
 }
