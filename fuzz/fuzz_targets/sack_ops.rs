@@ -46,9 +46,9 @@ const MTU: u32 = 1024;
 #[derive(Arbitrary, Debug, Clone, Copy)]
 enum PsnSel {
     /// `snd_una + d`.
-    FromUna(i16),
+    FromUna(i8),
     /// `snd_nxt + d`.
-    FromNxt(i16),
+    FromNxt(i8),
     /// Any 24-bit value.
     Abs(u32),
 }

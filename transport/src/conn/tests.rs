@@ -501,3 +501,90 @@ fn pacing_release_is_no_timer_while_every_ev_is_denied() {
     let t = a.poll_transmit(now, &mut buf).unwrap();
     assert_eq!(t.ev, 101);
 }
+
+/// A control packet from the peer (generation 7) to `a` (QPN 0x11).
+fn from_peer(opcode: Opcode, psn: u32, body: Body<'_>) -> Vec<u8> {
+    use crate::wire::{BthFlags, BthRepr, BthSpare, MrcethRepr};
+    let p = PacketRepr {
+        bth: BthRepr {
+            opcode,
+            pkey: 0xFFFF,
+            dest_qpn: 0x11,
+            psn,
+            flags: BthFlags::default(),
+            spare: BthSpare::default(),
+        },
+        mrceth: MrcethRepr {
+            ev: 100,
+            msn: 0,
+            send_ts_ns: 0,
+            generation: 7,
+            reserved: 0,
+        },
+        body,
+    };
+    let mut out = vec![0u8; p.buffer_len()];
+    p.emit(&mut out).unwrap();
+    out
+}
+
+/// A NACK naming a PSN the SACK bitmap already acknowledged is stale (a receiver never
+/// NACKs what it accepted): whatever its reason, it changes nothing, as one naming a PSN
+/// below `snd_una` does. Before, NACK(ACCESS_ERROR) for such a PSN failed the connection.
+#[test]
+fn nack_for_a_sacked_psn_changes_nothing() {
+    use crate::wire::{NackReason, NackRepr, SackRepr};
+    let (mut a, _b) = pair();
+    let src = fill(&mut a, 3 * 4096, 1);
+    let sge = Sge {
+        lkey: src.lkey,
+        addr: src.addr,
+        len: 3 * 4096,
+    };
+    a.post_write(1, sge, 0x1000, 0x77).unwrap();
+    let mut buf = vec![0u8; 8192];
+    for _ in 0..3 {
+        a.poll_transmit(1_000, &mut buf).unwrap();
+    }
+    // initial PSN 0xFF_FFF0: PSNs 0xFF_FFF0..=0xFF_FFF2 are in flight; SACK the middle one
+    let sack = SackRepr {
+        cumulative_psn: 0xFF_FFF0,
+        bitmap_base_psn: 0xFF_FFF0,
+        bitmap: 0b010,
+        echo_ev: 100,
+        echo_ts_ns: 0,
+        ecn_ce_count: 0,
+        credit: 0,
+    };
+    a.handle_datagram(
+        2_000,
+        100,
+        Ecn::Ect0,
+        &from_peer(Opcode::Sack, 0xFF_FFF0, Body::Sack(sack)),
+    );
+    assert_eq!(a.send_state().bytes_in_flight(), 2 * 4096);
+    for reason in [
+        NackReason::AccessError,
+        NackReason::Trimmed,
+        NackReason::NoBitmap,
+        NackReason::PsnOutOfWindow,
+    ] {
+        let nack = NackRepr {
+            psn: 0xFF_FFF1,
+            reason,
+            reserved: 0,
+            echo_ev: 100,
+        };
+        a.handle_datagram(
+            2_000,
+            100,
+            Ecn::Ect0,
+            &from_peer(Opcode::Nack, 0xFF_FFF1, Body::Nack(nack)),
+        );
+        assert_eq!(a.state(), ConnState::Ready, "{reason:?}");
+        assert_eq!(a.send_state().retransmit_queue().count(), 0, "{reason:?}");
+        assert_eq!(a.send_state().bytes_in_flight(), 2 * 4096);
+    }
+    assert_eq!(a.stats().nacks_received, 4);
+    assert!(a.poll_completion().is_none());
+}
