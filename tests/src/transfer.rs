@@ -360,7 +360,9 @@ pub fn run(sched: &Schedule) -> Result<Report, String> {
             ]
         })
         .collect();
-    toggles.sort_unstable();
+    // At equal times an EV goes down before it comes back up, so a zero-length denial
+    // is no denial (not one that never ends).
+    toggles.sort_unstable_by_key(|&(t, ev, down)| (t, !down, ev));
     let mut down = vec![0u32; s.n_evs as usize];
     let mut next_toggle = 0usize;
 

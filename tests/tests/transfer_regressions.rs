@@ -3,7 +3,7 @@
 //! or RetryExceeded/Flushed when every EV is dark for good, and never a hang).
 
 use mrc_congestion::CcKind;
-use mrc_tests::transfer::{MsgKind, Outage, OutageKind, Schedule, run};
+use mrc_tests::transfer::{MsgKind, NetAct, Outage, OutageKind, Schedule, run};
 
 /// Found by `transfer`: the only EV black-holed for good from 0 and denied from
 /// 31.097 ms to 32.498 ms; DCQCN paces. While the EV was denied, `poll_timeout` kept
@@ -40,4 +40,35 @@ fn denied_only_ev_with_pacing_does_not_spin() {
     let r = run(&s).unwrap();
     assert_eq!(r.succeeded, 0);
     assert_eq!(r.dark_from_ns, Some(0));
+}
+
+/// Found by `transfer` (a bug of the runner, not of the transport): a zero-length denial
+/// at 0 ns sorted its "up" before its "down", so the only EV stayed denied for good and
+/// the runner reported a hang. Replayed here with go-back-N, a 60 KiB WRITE, a double
+/// delay and the first SACK dropped: it must complete.
+#[test]
+fn zero_length_denial_is_no_denial() {
+    let s = Schedule {
+        n_evs: 1,
+        mtu_payload_bytes: 4096,
+        cc: CcKind::Dcqcn,
+        go_back_n: true,
+        initial_psns: (4_294_901_760, 4_294_967_295),
+        msgs: vec![(MsgKind::Write, 61_937)],
+        a_acts: vec![
+            NetAct::Deliver,
+            NetAct::DelayTwice(98, 158),
+            NetAct::Deliver,
+        ],
+        b_acts: vec![NetAct::Drop],
+        outages: vec![Outage {
+            ev: 0,
+            start_ns: 0,
+            len_ns: 0,
+            kind: OutageKind::Denied,
+        }],
+        permanent: vec![],
+    };
+    let r = run(&s).unwrap();
+    assert_eq!((r.succeeded, r.dark_from_ns), (1, None));
 }
