@@ -54,6 +54,7 @@ mod controller;
 pub mod dcqcn;
 mod error;
 mod fixed;
+pub mod model;
 pub mod nscc;
 mod rtt;
 pub mod swift;

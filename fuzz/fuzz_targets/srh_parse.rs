@@ -20,7 +20,11 @@ fuzz_target!(|data: &[u8]| {
         }
     }
     let view = Srh::new_unchecked(data);
-    let _ = (view.active_segment(), view.segment(u8::MAX), view.tlvs().count());
+    let _ = (
+        view.active_segment(),
+        view.segment(u8::MAX),
+        view.tlvs().count(),
+    );
 
     if let Ok((repr, payload)) = Ipv6UdpRepr::parse(data) {
         let mut out = vec![0u8; repr.buffer_len(payload.len())];

@@ -249,7 +249,9 @@ impl<C: Controller> Pair<C> {
         self.queue.len()
     }
 
-    fn pump(&mut self) {
+    /// Hands every datagram both endpoints want to send now to the network (what
+    /// [`Pair::step`] does first).
+    pub fn pump(&mut self) {
         for side in [Side::A, Side::B] {
             loop {
                 let mut buf = std::mem::take(&mut self.buf);
@@ -417,19 +419,24 @@ impl<C: Controller> Pair<C> {
         }
     }
 
-    /// Sends what both endpoints have, then advances the clock to the next delivery or
-    /// timer and handles it. Returns false when nothing is left to happen.
-    pub fn step(&mut self) -> bool {
-        self.pump();
-        let next = [
+    /// The earliest pending delivery or endpoint timer, ns (call [`Pair::pump`] first so
+    /// what the endpoints want to send now is in the network).
+    pub fn next_event_ns(&self) -> Option<u64> {
+        [
             self.queue.peek().map(|Reverse(f)| f.at_ns),
             self.a.poll_timeout(),
             self.b.poll_timeout(),
         ]
         .into_iter()
         .flatten()
-        .min();
-        let Some(next) = next else {
+        .min()
+    }
+
+    /// Sends what both endpoints have, then advances the clock to the next delivery or
+    /// timer and handles it. Returns false when nothing is left to happen.
+    pub fn step(&mut self) -> bool {
+        self.pump();
+        let Some(next) = self.next_event_ns() else {
             return false;
         };
         self.now_ns = self.now_ns.max(next);

@@ -161,6 +161,11 @@ impl PathTable {
         }
     }
 
+    /// Whether [`PathTable::select`] can return an EV (some EV is not denied).
+    pub fn any_usable(&self) -> bool {
+        self.paths.iter().any(|p| p.state != PathState::Denied)
+    }
+
     /// Chooses the EV for the next packet; returns its index, `None` if every EV is denied.
     /// `avoid`: an index to avoid if any other usable one exists (retransmit on another EV).
     pub fn select(&mut self, avoid: Option<usize>) -> Option<usize> {

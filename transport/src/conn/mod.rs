@@ -375,7 +375,13 @@ impl<C: Controller> Connection<C> {
         min(self.send.tlp_deadline_ns());
         min(self.paths.next_probe_time());
         min(self.cc.next_timer_ns());
-        if self.next_send_ns > 0 && self.send.next_tx(self.cc.cwnd_bytes()).is_some() {
+        // The pacing release time is a timer only while a data packet could leave then:
+        // with every EV denied nothing can, and a release time in the past would be
+        // returned forever (the caller would spin).
+        if self.next_send_ns > 0
+            && self.paths.any_usable()
+            && self.send.next_tx(self.cc.cwnd_bytes()).is_some()
+        {
             min(Some(self.next_send_ns));
         }
         t

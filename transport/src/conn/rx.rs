@@ -5,7 +5,7 @@ use super::{ConnState, Connection, Ecn};
 use crate::completion::WcStatus;
 use crate::psn::Psn;
 use crate::recv::{Arrival, NackOut, RxData, RxKind, WindowPos};
-use crate::send::SackInfo;
+use crate::send::{PktState, SackInfo};
 use crate::stats::DropReason;
 use crate::wire::{Body, DataRepr, MrcethRepr, NackReason, NackRepr, Opcode, PacketRepr, SackRepr};
 use mrc_congestion::{AckSample, Controller};
@@ -277,8 +277,14 @@ impl<C: Controller> Connection<C> {
             return;
         }
         self.stats.nacks_received += 1;
-        if seq < self.send.snd_una() {
-            return; // already acknowledged: changes nothing
+        let acked = self
+            .send
+            .packet(seq)
+            .is_none_or(|p| p.state == PktState::Acked);
+        if seq < self.send.snd_una() || acked {
+            // Already acknowledged (cumulatively or by the SACK bitmap): a receiver never
+            // NACKs what it accepted, so the NACK is stale and changes nothing.
+            return;
         }
         match n.reason {
             NackReason::Trimmed | NackReason::TrimmedLasthop => {

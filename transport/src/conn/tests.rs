@@ -69,7 +69,7 @@ fn pass(b: &[u8]) -> Option<(Vec<u8>, Ecn)> {
     Some((b.to_vec(), Ecn::Ect0))
 }
 
-fn fill(c: &mut Conn, len: usize, seed: u8) -> MrKey {
+fn fill<C: Controller>(c: &mut Connection<C>, len: usize, seed: u8) -> MrKey {
     let k = c.regions_mut().register(len, Access::LOCAL_WRITE).unwrap();
     for (i, b) in c
         .regions_mut()
@@ -507,4 +507,131 @@ fn invalid_configs_are_typed_errors() {
             max_ns: 1
         })
     );
+}
+
+/// Found by the `transfer` fuzz target: with pacing on and every EV denied, a queued
+/// packet kept the pacing release time (by then in the past) in `poll_timeout` although
+/// `poll_transmit` could not send it, so a caller driving timers spun at one instant.
+#[test]
+fn pacing_release_is_no_timer_while_every_ev_is_denied() {
+    use mrc_congestion::DcqcnConfig;
+    let cc = DcqcnConfig::paper(10_000_000_000).build().unwrap();
+    let mut a = Connection::new(cfg(0x11, 5, 1), cc).unwrap();
+    a.connect(PeerParams {
+        qpn: 0x22,
+        initial_psn: Psn::new(100),
+        generation: 7,
+    })
+    .unwrap();
+    let src = fill(&mut a, 3 * 4096, 9);
+    let sge = Sge {
+        lkey: src.lkey,
+        addr: src.addr,
+        len: 3 * 4096,
+    };
+    a.post_write(1, sge, 0x1000, 0x77).unwrap();
+    let mut buf = vec![0u8; 8192];
+    let t = a.poll_transmit(1_000, &mut buf).unwrap();
+    assert_eq!(t.len, 4096 + 52); // BTH 12 + MRCETH 16 + MSGETH 8 + RETH 16
+    // paced at 10 Gb/s: the second packet may leave 4148 * 8 / 10 ns later
+    assert!(a.poll_transmit(1_000, &mut buf).is_none());
+    assert_eq!(a.poll_timeout(), Some(1_000 + 4148 * 8 / 10));
+    for ev in 100..104 {
+        a.set_ev_denied(ev, true);
+    }
+    let now = 500_000;
+    assert!(a.poll_transmit(now, &mut buf).is_none());
+    // only the RTO of the packet in flight (initial RTO 1 ms) is left
+    assert_eq!(a.poll_timeout(), Some(1_000 + 1_000_000));
+    a.set_ev_denied(101, false);
+    assert_eq!(a.poll_timeout(), Some(1_000 + 4148 * 8 / 10));
+    let t = a.poll_transmit(now, &mut buf).unwrap();
+    assert_eq!(t.ev, 101);
+}
+
+/// A control packet from the peer (generation 7) to `a` (QPN 0x11).
+fn from_peer(opcode: Opcode, psn: u32, body: Body<'_>) -> Vec<u8> {
+    use crate::wire::{BthFlags, BthRepr, BthSpare, MrcethRepr};
+    let p = PacketRepr {
+        bth: BthRepr {
+            opcode,
+            pkey: 0xFFFF,
+            dest_qpn: 0x11,
+            psn,
+            flags: BthFlags::default(),
+            spare: BthSpare::default(),
+        },
+        mrceth: MrcethRepr {
+            ev: 100,
+            msn: 0,
+            send_ts_ns: 0,
+            generation: 7,
+            reserved: 0,
+        },
+        body,
+    };
+    let mut out = vec![0u8; p.buffer_len()];
+    p.emit(&mut out).unwrap();
+    out
+}
+
+/// A NACK naming a PSN the SACK bitmap already acknowledged is stale (a receiver never
+/// NACKs what it accepted): whatever its reason, it changes nothing, as one naming a PSN
+/// below `snd_una` does. Before, NACK(ACCESS_ERROR) for such a PSN failed the connection.
+#[test]
+fn nack_for_a_sacked_psn_changes_nothing() {
+    use crate::wire::{NackReason, NackRepr, SackRepr};
+    let (mut a, _b) = pair();
+    let src = fill(&mut a, 3 * 4096, 1);
+    let sge = Sge {
+        lkey: src.lkey,
+        addr: src.addr,
+        len: 3 * 4096,
+    };
+    a.post_write(1, sge, 0x1000, 0x77).unwrap();
+    let mut buf = vec![0u8; 8192];
+    for _ in 0..3 {
+        a.poll_transmit(1_000, &mut buf).unwrap();
+    }
+    // initial PSN 0xFF_FFF0: PSNs 0xFF_FFF0..=0xFF_FFF2 are in flight; SACK the middle one
+    let sack = SackRepr {
+        cumulative_psn: 0xFF_FFF0,
+        bitmap_base_psn: 0xFF_FFF0,
+        bitmap: 0b010,
+        echo_ev: 100,
+        echo_ts_ns: 0,
+        ecn_ce_count: 0,
+        credit: 0,
+    };
+    a.handle_datagram(
+        2_000,
+        100,
+        Ecn::Ect0,
+        &from_peer(Opcode::Sack, 0xFF_FFF0, Body::Sack(sack)),
+    );
+    assert_eq!(a.send_state().bytes_in_flight(), 2 * 4096);
+    for reason in [
+        NackReason::AccessError,
+        NackReason::Trimmed,
+        NackReason::NoBitmap,
+        NackReason::PsnOutOfWindow,
+    ] {
+        let nack = NackRepr {
+            psn: 0xFF_FFF1,
+            reason,
+            reserved: 0,
+            echo_ev: 100,
+        };
+        a.handle_datagram(
+            2_000,
+            100,
+            Ecn::Ect0,
+            &from_peer(Opcode::Nack, 0xFF_FFF1, Body::Nack(nack)),
+        );
+        assert_eq!(a.state(), ConnState::Ready, "{reason:?}");
+        assert_eq!(a.send_state().retransmit_queue().count(), 0, "{reason:?}");
+        assert_eq!(a.send_state().bytes_in_flight(), 2 * 4096);
+    }
+    assert_eq!(a.stats().nacks_received, 4);
+    assert!(a.poll_completion().is_none());
 }
