@@ -4,12 +4,27 @@ use serde_json::Value;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
+/// Upper bound on one mrc-perf run in these tests: a hang fails the test instead of CI.
+const RUN_LIMIT_S: &str = "180";
+
 fn perf(args: &[&str]) -> (Output, Duration) {
     let t = Instant::now();
-    let o = Command::new(env!("CARGO_BIN_EXE_mrc-perf"))
+    // coreutils `timeout` kills a hung run (exit 124), so a test can never wait forever.
+    let o = Command::new("timeout")
+        .args([
+            "--kill-after=5",
+            RUN_LIMIT_S,
+            env!("CARGO_BIN_EXE_mrc-perf"),
+        ])
         .args(args)
         .output()
-        .expect("run mrc-perf");
+        .expect("run mrc-perf under timeout(1)");
+    assert_ne!(
+        o.status.code(),
+        Some(124),
+        "mrc-perf {args:?} still running after {RUN_LIMIT_S} s: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     (o, t.elapsed())
 }
 

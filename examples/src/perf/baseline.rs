@@ -262,7 +262,11 @@ fn iperf3(ip: IpAddr, secs: f64) -> Option<BaselineResult> {
     let mut out = None;
     // The server needs a moment to listen: try the client up to 50 times, 20 ms apart.
     for _ in 0..50 {
-        let o = Command::new("iperf3")
+        // Bounded: a client that outlives its test time by 10 s is killed (coreutils
+        // `timeout`), so a wedged iperf3 can never hang the baseline.
+        let limit_s = format!("{}", secs.ceil().max(1.0) + 10.0);
+        let o = Command::new("timeout")
+            .args(["--kill-after=2", &limit_s, "iperf3"])
             .args(["-c", &host, "-p", port, "--connect-timeout", "1000"])
             .args(["-t", &format!("{}", secs.ceil().max(1.0)), "-J"])
             .stdin(Stdio::null())
