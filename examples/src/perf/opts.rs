@@ -123,6 +123,11 @@ pub struct TestOpts {
     /// Seconds to wait for the server (connect) and for any progress.
     #[arg(long, default_value_t = 5.0, global = true)]
     pub timeout: f64,
+    /// Steer each EV socket through one spine of the testbed (testbed/mrc-testbed.sh):
+    /// `srh` (SRH segment list) or `usid` (uSID container as active segment). Client only,
+    /// IPv6 server address of a testbed host. Without it, plain routing.
+    #[arg(long, value_enum, global = true)]
+    pub srv6: Option<super::srv6::Srv6Mode>,
 }
 
 /// The test as both ends run it (sent from client to server as JSON).
@@ -156,6 +161,10 @@ pub struct TestParams {
     pub region_size: u64,
     /// Pattern seed.
     pub seed: u64,
+    /// Sticky SRH per EV socket of this side (`--srv6`, client only: never sent to the
+    /// server, which routes its ACKs plainly).
+    #[serde(skip)]
+    pub srh: Vec<mrc_fabric::srv6::SrhRepr>,
 }
 
 /// Largest message, bytes (the transport's message length is 32 bits; 1 GiB keeps the
@@ -260,6 +269,7 @@ impl TestOpts {
             tx_depth,
             region_size,
             seed: 0x6d72_632d_7065_7266,
+            srh: Vec::new(),
         })
     }
 }

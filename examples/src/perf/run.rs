@@ -91,7 +91,7 @@ fn qp_config(p: &TestParams) -> Result<QpConfig, String> {
             trimming_enabled: false,
         },
         evs_per_socket: p.burst_size as usize,
-        srh: Vec::new(),
+        srh: p.srh.clone(),
     })
 }
 
@@ -674,7 +674,13 @@ pub fn run_end(
     let evs = qs
         .evs
         .iter()
-        .map(|(ev, port, s)| EvLine {
+        .zip(
+            qs.ev_states
+                .iter()
+                .map(|s| super::srv6::state_name(*s))
+                .chain(std::iter::repeat("")),
+        )
+        .map(|((ev, port, s), state)| EvLine {
             ev: *ev,
             port: *port,
             packets: s.sent,
@@ -682,6 +688,7 @@ pub fn run_end(
             trims: s.trimmed,
             ecn_marks: s.ecn_marked,
             timeouts: s.timeouts,
+            state,
         })
         .collect();
     Ok(EndResult {
