@@ -124,8 +124,9 @@ pub struct TestOpts {
     #[arg(long, default_value_t = 5.0, global = true)]
     pub timeout: f64,
     /// Steer each EV socket through one spine of the testbed (testbed/mrc-testbed.sh):
-    /// `srh` (SRH segment list) or `usid` (uSID container as active segment). Client only,
-    /// IPv6 server address of a testbed host. Without it, plain routing.
+    /// `srh` (SRH segment list) or `usid` (uSID container as active segment). Given to the
+    /// client (an IPv6 testbed host as server); the server steers its EV sockets back
+    /// through the same spines. Without it, plain routing.
     #[arg(long, value_enum, global = true)]
     pub srv6: Option<super::srv6::Srv6Mode>,
 }
@@ -161,8 +162,12 @@ pub struct TestParams {
     pub region_size: u64,
     /// Pattern seed.
     pub seed: u64,
-    /// Sticky SRH per EV socket of this side (`--srv6`, client only: never sent to the
-    /// server, which routes its ACKs plainly).
+    /// `--srv6` of the client: the server steers its EV sockets (ACKs, and data in
+    /// bidirectional runs) back through the same spine as the client's EV socket.
+    #[serde(default)]
+    pub srv6: Option<super::srv6::Srv6Mode>,
+    /// Sticky SRH per EV socket of this side, computed locally from `srv6` and the peer's
+    /// address (not sent).
     #[serde(skip)]
     pub srh: Vec<mrc_fabric::srv6::SrhRepr>,
 }
@@ -269,6 +274,7 @@ impl TestOpts {
             tx_depth,
             region_size,
             seed: 0x6d72_632d_7065_7266,
+            srv6: self.srv6,
             srh: Vec::new(),
         })
     }

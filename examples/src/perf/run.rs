@@ -768,7 +768,11 @@ fn serve_stream(
     udp_bind: SocketAddr,
     timeout: Duration,
 ) -> Result<(TestParams, EndResult), String> {
-    let p = read_params(&s, timeout)?;
+    let mut p = read_params(&s, timeout)?;
+    if let Some(mode) = p.srv6 {
+        let peer = s.peer_addr().map_err(|e| e.to_string())?;
+        p.srh = super::srv6::segment_lists(mode, peer.ip(), p.paths, p.burst_size)?;
+    }
     let side = make_side(&p, udp_bind)?;
     let c = side.qp.connect_on(s, timeout).map_err(|e| e.to_string())?;
     let remote = *c

@@ -17,10 +17,12 @@ use clap::ValueEnum;
 use mrc_fabric::srv6::{LocatorBlock, SrhRepr, UsidContainer};
 use mrc_transport::path::PathState;
 use pnet_packet::ip::IpNextHeaderProtocols;
+use serde::{Deserialize, Serialize};
 use std::net::{IpAddr, Ipv6Addr};
 
 /// How EVs are steered.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Srv6Mode {
     /// SRH segment list of classic 128-bit SIDs.
     Srh,
