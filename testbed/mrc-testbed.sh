@@ -8,6 +8,7 @@
 #   mrc-testbed.sh link SPINE LEAF up|down   take a leaf-spine link down or up again
 #   mrc-testbed.sh loss PCT|off              random loss on the leaf1 -> host1 link (nftables)
 #   mrc-testbed.sh exec NODE CMD...          run CMD in namespace mrctb-NODE
+#   (MRCTB_PREFIX=mrctbX- selects another set of namespaces, for concurrent runs)
 #
 # Topology (derived here: the 2-host/2-leaf/4-spine case of the spine-leaf designer):
 #   h0 - l0,  h1 - l1,  every leaf to every spine s0..s3. Namespaces are named mrctb-NODE;
@@ -24,7 +25,10 @@
 # fd00:75:e00j:e10i:: as active segment before the host pins a packet to spine j.
 set -Eeuo pipefail
 
-PFX=mrctb-
+# Namespace prefix; MRCTB_PREFIX lets concurrent runs (tests, CI) use their own fabric. It
+# must start with "mrctb" and be at most 10 characters, so nothing else is ever touched.
+PFX=${MRCTB_PREFIX:-mrctb-}
+[[ "$PFX" =~ ^mrctb[A-Za-z0-9_-]{0,5}$ ]] || { echo "mrc-testbed: MRCTB_PREFIX must match mrctb[A-Za-z0-9_-]{0,5}" >&2; exit 1; }
 P=fd00:6d72:63
 UB=fd00:75
 # Jumbo frames as in a datacenter fabric: a 4096-byte mrc payload plus SRH fits unfragmented.
