@@ -72,6 +72,9 @@ link() {
 }
 
 addr() { nsx "$1" ip -6 addr add "$3" dev "$2" nodad; }
+# pin A IFA ADDR B IFB: in A, a permanent neighbour entry for ADDR (B's end of the link) with
+# B's MAC, so no packet of a run waits on (or is dropped during) neighbour discovery.
+pin() { nsx "$1" ip -6 neigh replace "$3" lladdr "$(nsx "$4" cat "/sys/class/net/$5/address")" dev "$2" nud permanent; }
 route() { local n=$1; shift; nsx "$n" ip -6 route add "$@"; }
 
 # ECMP over the four spines from leaf i.
@@ -89,10 +92,14 @@ build() {
     addr "h$i" l "$P:1$i::2/64"
     addr "l$i" h "$P:1$i::1/64"
     route "h$i" fd00::/8 via "$P:1$i::1" dev l
+    pin "h$i" l "$P:1$i::1" "l$i" h
+    pin "l$i" h "$P:1$i::2" "h$i" l
     for j in 0 1 2 3; do
       link "l$i" "s$j" "s$j" "l$i"
       addr "l$i" "s$j" "$P:2$i$j::1/64"
       addr "s$j" "l$i" "$P:2$i$j::2/64"
+      pin "l$i" "s$j" "$P:2$i$j::2" "s$j" "l$i"
+      pin "s$j" "l$i" "$P:2$i$j::1" "l$i" "s$j"
     done
   done
   for i in 0 1; do
@@ -196,7 +203,7 @@ loss() {
   [[ "$pct" =~ ^[0-9]+$ && "$pct" -le 100 ]] || die "loss PCT (0..100) or off"
   nsx l1 nft -f - <<EOF
 table inet mrctb {
-  chain fwd {
+  chain loss {
     type filter hook forward priority 0; policy accept;
     oifname "h" numgen random mod 100 < $pct counter drop
   }
