@@ -120,6 +120,9 @@ pub struct TestOpts {
     /// UDP port of the receive socket (0: any) [default: 4792 for server, 0 otherwise].
     #[arg(long = "udp-port", global = true)]
     pub udp_port: Option<u16>,
+    /// Engine busy-poll time after the last work before it sleeps in io_uring, us.
+    #[arg(long = "spin-us", default_value_t = 50, global = true)]
+    pub spin_us: u64,
     /// Seconds to wait for the server (connect) and for any progress.
     #[arg(long, default_value_t = 5.0, global = true)]
     pub timeout: f64,
@@ -170,6 +173,9 @@ pub struct TestParams {
     /// address (not sent).
     #[serde(skip)]
     pub srh: Vec<mrc_fabric::srv6::SrhRepr>,
+    /// Engine spin before sleeping, us.
+    #[serde(default)]
+    pub spin_us: u64,
 }
 
 /// Largest message, bytes (the transport's message length is 32 bits; 1 GiB keeps the
@@ -276,6 +282,7 @@ impl TestOpts {
             seed: 0x6d72_632d_7065_7266,
             srv6: self.srv6,
             srh: Vec::new(),
+            spin_us: self.spin_us,
         })
     }
 }

@@ -103,6 +103,7 @@ pub fn make_side(p: &TestParams, udp_bind: SocketAddr) -> Result<Side, String> {
     let ecfg = EngineConfig {
         slot_bytes: p.mtu as usize + 64,
         tx_batch: 256,
+        spin_ns: p.spin_us.saturating_mul(1000),
         ..EngineConfig::default()
     };
     let ctx = Context::new(UdpConfig::bind(udp_bind), ecfg)

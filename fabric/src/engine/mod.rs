@@ -409,7 +409,8 @@ impl Context {
     /// QPNs count up from 1 per context; the initial PSN and the generation are random.
     ///
     /// # Errors
-    /// [`EngineError::Stopped`].
+    /// [`EngineError::Refused`] for a configuration the transport or the controller
+    /// rejects; [`EngineError::Stopped`].
     pub fn create_qp(&self, cfg: QpConfig) -> Result<Qp, EngineError> {
         let qpn = self.shared.next_qpn.fetch_add(1, Ordering::Relaxed) & 0xFF_FFFF;
         let r = splitmix(self.shared.salt ^ u64::from(qpn));
@@ -420,7 +421,8 @@ impl Context {
         conn_cfg.seed = r;
         let cc = AnyController::new(cfg.cc, &cfg.link)
             .map_err(|e| EngineError::Refused(format!("congestion control: {e}")))?;
-        let conn = mrc_transport::Connection::new(conn_cfg.clone(), cc);
+        let conn = mrc_transport::Connection::new(conn_cfg.clone(), cc)
+            .map_err(|e| EngineError::Refused(format!("QP configuration: {e}")))?;
         let (send_tx, send_rx) = crossbeam_channel::unbounded();
         let (recv_tx, recv_rx) = crossbeam_channel::unbounded();
         let paths = PathMap {
