@@ -48,7 +48,7 @@ spread() {
     for j in 0 1 2 3; do d+=($((b[j] - a[j]))); done
     printf '%-6s s0 %11d  s1 %11d  s2 %11d  s3 %11d  ' "$mode" "${d[@]}"
     printf '%s\n' "${d[@]}" | awk '{s+=$1; v[NR]=$1} END {m=s/NR; w=0; for(i in v){x=(v[i]-m)/m*100; if(x<0)x=-x; if(x>w)w=x}; printf "mean %d  worst deviation %.2f%%\n", m, w}'
-    grep -E '^ verify:' /tmp/mrctb-cli.out
+    grep -E '^ (verify|total):' /tmp/mrctb-cli.out
   done
 }
 
