@@ -6,6 +6,7 @@ pub mod baseline;
 pub mod opts;
 pub mod report;
 pub mod run;
+pub mod srv6;
 pub mod verbs;
 
 use clap::Parser;
@@ -80,6 +81,10 @@ pub fn run_cli(cli: Cli) -> Result<String, String> {
                 Ipv4Addr::UNSPECIFIED.into()
             };
             let udp = SocketAddr::new(any, cli.test.udp_port.unwrap_or(0));
+            let mut p = p;
+            if let Some(mode) = p.srv6 {
+                p.srh = srv6::segment_lists(mode, addr.ip(), p.paths, p.burst_size)?;
+            }
             let (r, _) = run::run_client(addr, udp, &p, timeout, progress, &local)?;
             finish(
                 &p,

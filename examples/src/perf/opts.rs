@@ -150,6 +150,12 @@ pub struct TestOpts {
     /// 1 on Soft-RoCE).
     #[arg(short = 'x', long = "gid-index", default_value_t = 1, global = true)]
     pub gid_index: u8,
+    /// Steer each EV socket through one spine of the testbed (testbed/mrc-testbed.sh):
+    /// `srh` (SRH segment list) or `usid` (uSID container as active segment). Given to the
+    /// client (an IPv6 testbed host as server); the server steers its EV sockets back
+    /// through the same spines. Without it, plain routing.
+    #[arg(long, value_enum, global = true)]
+    pub srv6: Option<super::srv6::Srv6Mode>,
 }
 
 /// The test as both ends run it (sent from client to server as JSON).
@@ -183,6 +189,14 @@ pub struct TestParams {
     pub region_size: u64,
     /// Pattern seed.
     pub seed: u64,
+    /// `--srv6` of the client: the server steers its EV sockets (ACKs, and data in
+    /// bidirectional runs) back through the same spine as the client's EV socket.
+    #[serde(default)]
+    pub srv6: Option<super::srv6::Srv6Mode>,
+    /// Sticky SRH per EV socket of this side, computed locally from `srv6` and the peer's
+    /// address (not sent).
+    #[serde(skip)]
+    pub srh: Vec<mrc_fabric::srv6::SrhRepr>,
     /// Engine spin before sleeping, us.
     #[serde(default)]
     pub spin_us: u64,
@@ -293,6 +307,8 @@ impl TestOpts {
             tx_depth,
             region_size,
             seed: 0x6d72_632d_7065_7266,
+            srv6: self.srv6,
+            srh: Vec::new(),
             spin_us: self.spin_us,
             fabric: self.fabric,
         })

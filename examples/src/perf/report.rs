@@ -39,6 +39,9 @@ pub struct EvLine {
     pub ecn_marks: u64,
     /// RTO losses on it.
     pub timeouts: u64,
+    /// Its path state at the end of the run: `GOOD`, `SKIP`, `ASSUMED_BAD` or `DENIED`
+    /// (empty when unknown).
+    pub state: &'static str,
 }
 
 /// The progress line (stderr), once a second on runs longer than 2 s.
@@ -253,11 +256,11 @@ impl<'a> Report<'a> {
         o += RULE;
         o += "\n";
         o += " Per-EV summary (this side's sender)\n";
-        o += "   EV  src_port       packets   retransmits       trims    ECN_marks    timeouts\n";
+        o += "   EV  src_port       packets   retransmits       trims    ECN_marks    timeouts  state\n";
         for e in &self.r.evs {
             o += &format!(
-                " {:>4}  {:>8}  {:>12}  {:>12}  {:>10}  {:>11}  {:>10}\n",
-                e.ev, e.port, e.packets, e.retransmits, e.trims, e.ecn_marks, e.timeouts
+                " {:>4}  {:>8}  {:>12}  {:>12}  {:>10}  {:>11}  {:>10}  {}\n",
+                e.ev, e.port, e.packets, e.retransmits, e.trims, e.ecn_marks, e.timeouts, e.state
             );
         }
         let c = &self.r.conn;
@@ -314,7 +317,7 @@ impl<'a> Report<'a> {
             .iter()
             .map(|e| {
                 json!({"ev": e.ev, "src_port": e.port, "packets": e.packets, "retransmits": e.retransmits,
-                       "trims": e.trims, "ecn_marks": e.ecn_marks, "timeouts": e.timeouts})
+                       "trims": e.trims, "ecn_marks": e.ecn_marks, "timeouts": e.timeouts, "state": e.state})
             })
             .collect();
         let v = json!({

@@ -117,7 +117,7 @@ fn qp_config(p: &TestParams) -> Result<QpConfig, String> {
             trimming_enabled: false,
         },
         evs_per_socket: p.burst_size as usize,
-        srh: Vec::new(),
+        srh: p.srh.clone(),
     })
 }
 
@@ -720,7 +720,13 @@ pub fn run_end(
     let evs = qs
         .evs
         .iter()
-        .map(|(ev, port, s)| EvLine {
+        .zip(
+            qs.ev_states
+                .iter()
+                .map(|s| super::srv6::state_name(*s))
+                .chain(std::iter::repeat("")),
+        )
+        .map(|((ev, port, s), state)| EvLine {
             ev: *ev,
             port: *port,
             packets: s.sent,
@@ -728,6 +734,7 @@ pub fn run_end(
             trims: s.trimmed,
             ecn_marks: s.ecn_marked,
             timeouts: s.timeouts,
+            state,
         })
         .collect();
     Ok(EndResult {
@@ -809,13 +816,17 @@ fn serve_stream(
     timeout: Duration,
     local: &LocalFabric,
 ) -> Result<(TestParams, EndResult), String> {
-    let p = read_params(&s, timeout)?;
+    let mut p = read_params(&s, timeout)?;
     if p.fabric != local.kind() {
         return Err(format!(
             "the client runs --fabric {:?} but this server runs --fabric {:?}",
             p.fabric,
             local.kind()
         ));
+    }
+    if let Some(mode) = p.srv6 {
+        let peer = s.peer_addr().map_err(|e| e.to_string())?;
+        p.srh = super::srv6::segment_lists(mode, peer.ip(), p.paths, p.burst_size)?;
     }
     let side = make_side(&p, udp_bind, local)?;
     if let Some((book, addr)) = &side.verbs {

@@ -163,6 +163,8 @@ pub struct QpStats {
     pub conn: ConnStats,
     /// Per EV: the EV, its source port (0 before connect) and its counters.
     pub evs: Vec<(u32, u16, EvStats)>,
+    /// Per EV, in the order of `evs`: its path state (Good, Skip, AssumedBad, Denied).
+    pub ev_states: Vec<mrc_transport::path::PathState>,
     /// `--verify` results.
     pub verify: VerifyStats,
     /// Smoothed RTT, ns.

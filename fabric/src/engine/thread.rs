@@ -358,6 +358,7 @@ impl<D: Datapath> Engine<D> {
                                 (p.ev, port, p.stats)
                             })
                             .collect(),
+                        ev_states: e.conn.paths().paths().iter().map(|p| p.state).collect(),
                         verify: e.vstats,
                         srtt_ns: e.conn.send_state().rtt.srtt_ns,
                     }

@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# proof.sh: the measurements of issue 8 on the namespace fabric of mrc-testbed.sh, by
+# interface counters (/sys/class/net/*/statistics in the spine namespaces).
+#
+#   testbed/proof.sh [spread|failure|loss|all]   (root; builds mrc-perf --release first)
+#
+# spread:  16 EVs, plain ECMP routing vs --srv6 srh vs --srv6 usid: bytes each spine
+#          received from leaf0 (the data direction), mean and worst deviation.
+# failure: --srv6 srh --verify; the leaf0-spine1 link goes down once spine1 has carried
+#          8 MB; the run must finish exact, EVs 1, 5, 9, 13 ASSUMED_BAD.
+# loss:    nftables drops PCT% of the packets leaf1 sends to host1; mrc (plain and srh)
+#          goodput beside iperf3 TCP over the same path, for each PCT.
+# Everything runs under `timeout`; the fabric is torn down on exit, even on failure.
+set -Eeuo pipefail
+cd "$(dirname "$0")/.."
+T=$PWD/testbed/mrc-testbed.sh
+B=$PWD/target/release/mrc-perf
+H1=fd00:6d72:63:11::2
+N=${N:-2000}
+LOSSES=${LOSSES:-"0 1 2 5"}
+DUR=${DUR:-4}
+[ "$(id -u)" = 0 ] || { echo "proof.sh: must run as root" >&2; exit 1; }
+cargo build -q --release -p mrc-examples --bin mrc-perf
+trap '"$T" down >/dev/null' EXIT
+"$T" down >/dev/null
+"$T" up
+
+spine_rx() { local j; for j in 0 1 2 3; do "$T" exec "s$j" cat /sys/class/net/l0/statistics/rx_bytes; done; }
+
+# run_mrc ARGS...: one server on host1, one client on host0; client output in /tmp/mrctb-cli.out
+run_mrc() {
+  timeout 120 "$T" exec h1 "$B" server --bind "$H1" >/tmp/mrctb-srv.out 2>&1 &
+  local sp=$! rc=0
+  for _ in $(seq 50); do "$T" exec h1 ss -ltn | grep -q 18515 && break; sleep 0.1; done
+  timeout 120 "$T" exec h0 "$B" client "$H1" "$@" >/tmp/mrctb-cli.out 2>&1 || rc=$?
+  wait $sp || rc=$((rc + 100))
+  return $rc
+}
+
+spread() {
+  local mode a b j
+  echo "== spread: 16 EVs, $N x 64 KiB, --verify; bytes each spine received from leaf0"
+  for mode in plain srh usid; do
+    mapfile -t a < <(spine_rx)
+    if [ $mode = plain ]; then run_mrc --verify -n "$N"; else run_mrc --verify -n "$N" --srv6 $mode; fi
+    mapfile -t b < <(spine_rx)
+    local d=() 
+    for j in 0 1 2 3; do d+=($((b[j] - a[j]))); done
+    printf '%-6s s0 %11d  s1 %11d  s2 %11d  s3 %11d  ' "$mode" "${d[@]}"
+    printf '%s\n' "${d[@]}" | awk '{s+=$1; v[NR]=$1} END {m=s/NR; w=0; for(i in v){x=(v[i]-m)/m*100; if(x<0)x=-x; if(x>w)w=x}; printf "mean %d  worst deviation %.2f%%\n", m, w}'
+    grep -E '^ (verify|total):' /tmp/mrctb-cli.out
+  done
+}
+
+failure() {
+  echo "== failure: --srv6 srh --verify -n 6000, leaf0-spine1 link down after 8 MB on spine1"
+  local base
+  base=$("$T" exec s1 cat /sys/class/net/l0/statistics/rx_bytes)
+  (
+    for _ in $(seq 400); do
+      now=$("$T" exec s1 cat /sys/class/net/l0/statistics/rx_bytes)
+      if [ $((now - base)) -gt 8000000 ]; then "$T" link s1 l0 down; echo "link s1-l0 down after $((now - base)) bytes"; exit 0; fi
+      sleep 0.02
+    done
+    echo "spine1 never carried 8 MB"
+  ) &
+  local wp=$! rc=0
+  run_mrc --verify -n 6000 --srv6 srh --timeout 10 || rc=$?
+  wait $wp
+  "$T" link s1 l0 up
+  sed -n '/Per-EV/,$p' /tmp/mrctb-cli.out
+  echo "client+server exit: $rc"
+}
+
+loss() {
+  command -v nft >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nftables >/dev/null
+  command -v iperf3 >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iperf3 >/dev/null
+  echo "== loss on leaf1 -> host1 (nft numgen random mod 100 < PCT drop), ${DUR}s each, MB/s of goodput"
+  printf '%5s %12s %12s %12s %16s\n' loss% mrc-plain mrc-srh tcp-iperf3 tcp-retransmits
+  local pct m1 m2 tcp
+  for pct in $LOSSES; do
+    "$T" loss "$pct"
+    run_mrc -D "$DUR" --timeout 10 || true
+    m1=$(awk '/^ 65536/ {print $4}' /tmp/mrctb-cli.out)
+    run_mrc -D "$DUR" --timeout 10 --srv6 srh || true
+    m2=$(awk '/^ 65536/ {print $4}' /tmp/mrctb-cli.out)
+    timeout 30 "$T" exec h1 iperf3 -s -1 -B "$H1" -p 5299 >/dev/null 2>&1 &
+    local ip=$!
+    sleep 0.5
+    timeout 30 "$T" exec h0 iperf3 -c "$H1" -p 5299 -t "$DUR" -J >/tmp/mrctb-iperf.json 2>&1 || true
+    wait $ip || true
+    tcp=$(python3 -c 'import json,sys; j=json.load(open("/tmp/mrctb-iperf.json")); e=j["end"]; print("%.2f %d" % (e["sum_received"]["bits_per_second"]/8e6, e["sum_sent"].get("retransmits",0)))' 2>/dev/null || echo "failed -")
+    printf '%5s %12s %12s %12s %16s\n' "$pct" "${m1:-failed}" "${m2:-failed}" $tcp
+  done
+  "$T" loss off
+}
+
+case "${1:-all}" in
+  spread) spread ;;
+  failure) failure ;;
+  loss) loss ;;
+  all) spread; failure; loss ;;
+  *) echo "usage: $0 [spread|failure|loss|all]" >&2; exit 2 ;;
+esac
