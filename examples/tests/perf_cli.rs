@@ -233,3 +233,57 @@ fn baseline_udp_pingpong() {
     assert_eq!(b["sent"], 100);
     assert!(b["lat_us"]["typical"].as_f64().unwrap() > 0.0);
 }
+
+/// A server in a duration (`-D`) test whose client dies mid-run exits non-zero at once with
+/// a clear message; it used to wait forever for the client's message count.
+#[test]
+fn server_exits_when_its_duration_client_dies() {
+    use std::io::{BufRead, BufReader, Read};
+    use std::process::Stdio;
+    let bin = env!("CARGO_BIN_EXE_mrc-perf");
+    let mut server = Command::new("timeout")
+        .args([
+            "--kill-after=5",
+            RUN_LIMIT_S,
+            bin,
+            "server",
+            "--bind",
+            "127.0.0.1",
+        ])
+        .args(["-p", "28611", "--udp-port", "5911"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start server");
+    // The server prints its "waiting" line (stderr) once it listens.
+    let mut server_err = BufReader::new(server.stderr.take().unwrap());
+    let mut line = String::new();
+    server_err.read_line(&mut line).unwrap();
+    assert!(line.contains("waiting for a client"), "{line}");
+    let mut client = Command::new(bin)
+        .args(["client", "127.0.0.1", "-p", "28611", "-D", "30"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start client");
+    // The first progress line (stderr, after 2 s of sending) shows data is flowing.
+    let mut err = client.stderr.take().unwrap();
+    let mut seen = Vec::new();
+    let mut byte = [0u8; 1];
+    while !String::from_utf8_lossy(&seen).contains("Gb/s") {
+        assert_eq!(err.read(&mut byte).unwrap(), 1, "client ended early");
+        seen.push(byte[0]);
+    }
+    client.kill().unwrap();
+    client.wait().unwrap();
+    let t = Instant::now();
+    let status = server.wait().unwrap();
+    let mut stderr = String::new();
+    server_err.read_to_string(&mut stderr).unwrap();
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("control stream closed") && stderr.contains("peer gone?"),
+        "{stderr}"
+    );
+    assert!(t.elapsed() < Duration::from_secs(20), "{:?}", t.elapsed());
+}

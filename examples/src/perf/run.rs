@@ -392,10 +392,22 @@ pub fn recv_bw(
     let mut r = RecvResult::default();
     let mut target: Option<u64> = None;
     let mut last = Instant::now();
+    let started = Instant::now();
+    // In duration mode the sender's count arrives only at the end; past duration + timeout
+    // the no-progress timeout applies as it does in iteration mode.
+    let run_for = p.duration_s.map(Duration::from_secs_f64);
     let mut got = Vec::with_capacity(256);
     loop {
-        if let Ok(n) = peer_done.try_recv() {
-            target = Some(n);
+        match peer_done.try_recv() {
+            Ok(n) => target = Some(n),
+            Err(crossbeam_channel::TryRecvError::Disconnected) if target.is_none() => {
+                return Err(format!(
+                    "receiver: the peer's control stream closed after {} messages, before it \
+                     reported its message count (peer gone?)",
+                    r.completions
+                ));
+            }
+            Err(_) => {}
         }
         if target == Some(r.completions) {
             break;
@@ -410,7 +422,8 @@ pub fn recv_bw(
             side.qp.poll_recv_cq(&mut got, 4096);
         }
         if got.is_empty() {
-            if last.elapsed() > timeout && (target.is_some() || p.duration_s.is_none()) {
+            let past_run = run_for.is_none_or(|d| started.elapsed() > d + timeout);
+            if last.elapsed() > timeout && (target.is_some() || past_run) {
                 return Err(format!(
                     "receiver: no message for {:.1} s after {} messages",
                     timeout.as_secs_f64(),
