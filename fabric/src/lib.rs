@@ -6,9 +6,21 @@
 //! - [`packet`]: Ethernet / IPv6 / optional SRH / UDP build and parse, lengths and checksum
 //!   computed;
 //! - [`pcap`]: pcap output (Ethernet link type) that tshark reads;
-//! - (later) the simulator and the datapaths.
+//! - [`sim`]: the deterministic packet-level fabric simulator and the spine-leaf designer;
+//! - [`udp`]: the io_uring UDP datapath (one socket and source port per EV, GSO/GRO bursts,
+//!   ECN through the traffic class, optional sticky SRH) and a fake in-memory datapath,
+//!   behind one burst interface;
+//! - [`engine`]: the engine thread that drives transport connections over a datapath, and
+//!   the verbs-shaped embedding API (context, QPs, memory regions, TCP bootstrap, CQs);
+//! - [`verbs`]: the RDMA UD datapath; its pure parts (buffer pools, GRH, signalling,
+//!   address exchange, EV to UDP source port) always, the device half with feature `verbs`;
+//! - (later) the raw (pnet) datapath.
 #![warn(missing_docs)]
 
+pub mod engine;
 pub mod packet;
 pub mod pcap;
+pub mod sim;
 pub mod srv6;
+pub mod udp;
+pub mod verbs;

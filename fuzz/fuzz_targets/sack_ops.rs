@@ -239,7 +239,7 @@ fuzz_target!(|input: Input| {
         cwnd_bytes: 1 << 20,
     }
     .build();
-    let mut conn = Connection::new(cfg, cc);
+    let mut conn = Connection::new(cfg, cc).expect("the fixed config is valid");
     conn.connect(PeerParams {
         qpn: PEER_QPN,
         initial_psn: Psn::new(0),

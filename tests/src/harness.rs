@@ -205,8 +205,8 @@ impl<C: Controller> Pair<C> {
     /// Builds both endpoints and connects them (each learns the other's QPN, initial PSN
     /// and generation).
     pub fn new(a_cfg: ConnConfig, ca: C, b_cfg: ConnConfig, cb: C, net: NetConfig) -> Self {
-        let mut a = Connection::new(a_cfg, ca);
-        let mut b = Connection::new(b_cfg, cb);
+        let mut a = Connection::new(a_cfg, ca).expect("valid config");
+        let mut b = Connection::new(b_cfg, cb).expect("valid config");
         let (pa, pb) = (a.local_params(), b.local_params());
         a.connect(pb).expect("fresh connection");
         b.connect(pa).expect("fresh connection");

@@ -105,3 +105,45 @@ fn ecn_marked_ev_is_skipped_for_one_rotation() {
     assert!(p.dst_matches(&r));
     assert_eq!(p.a_completions().len(), 2);
 }
+
+#[test]
+fn sender_window_larger_than_the_receivers_converges() {
+    let cc = || FixedWindowConfig::default().build();
+    let mut ca = conn_config(0xA, 0, 1, 4, 1);
+    ca.send.max_outstanding_packets = 2048;
+    let mut cb = conn_config(0xB, 0, 1, 4, 2);
+    cb.recv_window_packets = 256;
+    let mut p = Pair::new(ca, cc(), cb, cc(), NetConfig::default());
+    let r = p.regions(4 << 20, 4);
+    // PSN 0 is lost once, so rcv_nxt stays 0 while the sender's burst runs past 256
+    p.script(|i| {
+        if i.from == Side::A && i.is_data && i.psn == 0 && i.copy == 0 {
+            Action::Drop
+        } else {
+            Action::Deliver
+        }
+    });
+    p.a.post_write(1, r.src_sge(0, 4 << 20), r.dst.addr, r.dst.rkey)
+        .unwrap();
+    let mut done = Vec::new();
+    assert!(p.run_until(1_000_000_000, |p| {
+        done.extend(p.a_completions());
+        !done.is_empty()
+    }));
+    assert_eq!(done[0].status, WcStatus::Success);
+    assert!(p.dst_matches(&r));
+    // the burst's PSNs 256..=1023 were refused once each (768), the sender learnt the
+    // window of 256 and resent them as the window moved, with no further refusals
+    let oow =
+        p.b.stats()
+            .drops
+            .get(mrc_transport::stats::DropReason::PsnOutOfWindow);
+    assert_eq!(oow, 768);
+    assert_eq!(p.a.send_state().config().max_outstanding_packets, 256);
+    assert_eq!(p.a.stats().retransmitted, 1 + 768);
+    // the 1024-packet burst needs 340 us on the 100 Gb/s link, more than the 200 us RTO:
+    // one RTO expiry while the burst's tail is still queued in the link (those packets are
+    // refused as out of window when they arrive and resent once, within the 768)
+    assert_eq!(p.a.stats().timeouts, 1);
+    assert_eq!(p.a.stats().rack_losses, 1);
+}

@@ -23,6 +23,8 @@ pub mod stats;
 pub mod wire;
 
 pub use completion::{Completion, WcOpcode, WcStatus};
-pub use conn::{ConnConfig, ConnState, Connection, Ecn, PeerParams, PostError, Sge, Transmit};
+pub use conn::{
+    ConfigError, ConnConfig, ConnState, Connection, Ecn, PeerParams, PostError, Sge, Transmit,
+};
 pub use psn::Psn;
 pub use region::{Access, MrKey, RegionTable};

@@ -184,12 +184,12 @@ impl PathTable {
     fn select_rr(&mut self, avoid: Option<usize>) -> Option<usize> {
         let n = self.paths.len();
         for k in 0..n {
-            let i = (self.cursor + k) % n;
+            let i = wrap(self.cursor + k, n);
             if Some(i) == avoid {
                 continue;
             }
             if self.refresh(i) == PathState::Good {
-                self.cursor = (i + 1) % n;
+                self.cursor = wrap(i + 1, n);
                 return Some(i);
             }
         }
@@ -236,14 +236,14 @@ impl PathTable {
         };
         let mut best: Option<(u8, usize)> = None;
         for k in 0..n {
-            let i = (self.cursor + k) % n;
+            let i = wrap(self.cursor + k, n);
             let r = rank(self.paths[i].state) + if Some(i) == avoid { 4 } else { 0 };
             if self.paths[i].state != PathState::Denied && best.is_none_or(|(br, _)| r < br) {
                 best = Some((r, i));
             }
         }
         let (_, i) = best?;
-        self.cursor = (i + 1) % n;
+        self.cursor = wrap(i + 1, n);
         Some(i)
     }
 
@@ -368,6 +368,12 @@ impl PathTable {
             };
         }
     }
+}
+
+/// `i mod n` for `i < 2n` without a division (the round-robin cursor is always below `n`).
+#[inline]
+fn wrap(i: usize, n: usize) -> usize {
+    if i >= n { i - n } else { i }
 }
 
 #[cfg(test)]

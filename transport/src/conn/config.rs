@@ -59,6 +59,76 @@ impl Default for ConnConfig {
     }
 }
 
+/// Why a [`ConnConfig`] was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Error)]
+pub enum ConfigError {
+    /// `evs` is empty (nothing to send on) or longer than 65535.
+    #[error("need 1..=65535 EVs, got {0}")]
+    EvCount(usize),
+    /// `local_qpn` does not fit 24 bits.
+    #[error("QPN {0:#x} does not fit 24 bits")]
+    Qpn(u32),
+    /// `send.mtu_payload_bytes` outside `1..=65000` (a datagram must fit a UDP payload).
+    #[error("MTU payload {0} bytes outside 1..=65000")]
+    Mtu(u32),
+    /// `recv_window_packets` outside `1..=2^22`.
+    #[error("receive window {0} packets outside 1..=4194304")]
+    RecvWindow(u32),
+    /// `send.max_outstanding_packets` outside `1..=2^22` (PSN unwrapping needs less than
+    /// half the 24-bit space in flight).
+    #[error("outstanding limit {0} packets outside 1..=4194304")]
+    Outstanding(u32),
+    /// `max_rx_messages` or `ack.sack_every_packets` is 0.
+    #[error("{0} must be at least 1")]
+    Zero(&'static str),
+    /// `send.min_rto_ns` exceeds `send.max_rto_ns`, or `send.min_rto_ns` is 0.
+    #[error("RTO bounds invalid: min {min_ns} ns, max {max_ns} ns")]
+    RtoBounds {
+        /// `min_rto_ns`.
+        min_ns: u64,
+        /// `max_rto_ns`.
+        max_ns: u64,
+    },
+}
+
+impl ConnConfig {
+    /// Checks the configuration.
+    ///
+    /// # Errors
+    /// The first [`ConfigError`] found.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        const MAX_WINDOW: u32 = 1 << 22;
+        if self.evs.is_empty() || self.evs.len() > usize::from(u16::MAX) {
+            return Err(ConfigError::EvCount(self.evs.len()));
+        }
+        if self.local_qpn > 0x00FF_FFFF {
+            return Err(ConfigError::Qpn(self.local_qpn));
+        }
+        if !(1..=65_000).contains(&self.send.mtu_payload_bytes) {
+            return Err(ConfigError::Mtu(self.send.mtu_payload_bytes));
+        }
+        if !(1..=MAX_WINDOW).contains(&self.recv_window_packets) {
+            return Err(ConfigError::RecvWindow(self.recv_window_packets));
+        }
+        if !(1..=MAX_WINDOW).contains(&self.send.max_outstanding_packets) {
+            return Err(ConfigError::Outstanding(self.send.max_outstanding_packets));
+        }
+        if self.max_rx_messages == 0 {
+            return Err(ConfigError::Zero("max_rx_messages"));
+        }
+        if self.ack.sack_every_packets == 0 {
+            return Err(ConfigError::Zero("ack.sack_every_packets"));
+        }
+        if self.send.min_rto_ns == 0 || self.send.min_rto_ns > self.send.max_rto_ns {
+            return Err(ConfigError::RtoBounds {
+                min_ns: self.send.min_rto_ns,
+                max_ns: self.send.max_rto_ns,
+            });
+        }
+        Ok(())
+    }
+}
+
 /// What the peer told us at setup.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PeerParams {

@@ -17,11 +17,11 @@
 //! use mrc_transport::{Access, ConnConfig, Connection, Psn, Sge, WcStatus};
 //!
 //! let cc = || FixedWindowConfig::default().build();
-//! let mut a = Connection::new(ConnConfig { local_qpn: 1, ..ConnConfig::default() }, cc());
+//! let mut a = Connection::new(ConnConfig { local_qpn: 1, ..ConnConfig::default() }, cc())?;
 //! let mut b = Connection::new(
 //!     ConnConfig { local_qpn: 2, initial_psn: Psn::new(77), ..ConnConfig::default() },
 //!     cc(),
-//! );
+//! )?;
 //! a.connect(b.local_params()).unwrap();
 //! b.connect(a.local_params()).unwrap();
 //! let src = a.regions_mut().register(10_000, Access::LOCAL_WRITE).unwrap();
@@ -49,13 +49,16 @@
 //! let c = a.poll_completion().unwrap();
 //! assert_eq!((c.wr_id, c.status, c.byte_len), (42, WcStatus::Success, 10_000));
 //! assert!(b.regions().bytes(dst.lkey).unwrap().iter().all(|&x| x == 7));
+//! # Ok::<(), mrc_transport::conn::ConfigError>(())
 //! ```
 
 mod config;
 mod rx;
 mod tx;
 
-pub use config::{ConnConfig, ConnState, Ecn, PeerParams, PostError, Sge, StateError, Transmit};
+pub use config::{
+    ConfigError, ConnConfig, ConnState, Ecn, PeerParams, PostError, Sge, StateError, Transmit,
+};
 pub use tx::{MAX_DATA_HEADER_BYTES, data_opcode};
 
 use crate::completion::{Completion, WcStatus};
@@ -91,7 +94,11 @@ pub struct Connection<C: Controller> {
 
 impl<C: Controller> Connection<C> {
     /// A connection in state `Init` with congestion controller `cc`.
-    pub fn new(cfg: ConnConfig, cc: C) -> Self {
+    ///
+    /// # Errors
+    /// [`ConfigError`] from [`ConnConfig::validate`].
+    pub fn new(cfg: ConnConfig, cc: C) -> Result<Self, ConfigError> {
+        cfg.validate()?;
         let paths = PathTable::new(&cfg.evs, cfg.selection, cfg.seed);
         let mut send_cfg = cfg.send;
         // A go-back-N receiver drops everything after a hole, so a probe of the highest
@@ -102,7 +109,7 @@ impl<C: Controller> Connection<C> {
         let rx = RxMessages::new(cfg.max_rx_messages);
         let acker = Acker::new(cfg.ack);
         let regions = RegionTable::new((cfg.seed as u32) ^ (cfg.local_qpn << 8));
-        Connection {
+        Ok(Connection {
             cfg,
             state: ConnState::Init,
             peer: None,
@@ -118,7 +125,7 @@ impl<C: Controller> Connection<C> {
             gbn_nacked: None,
             next_send_ns: 0,
             probe_replies: VecDeque::new(),
-        }
+        })
     }
 
     /// What the peer needs to connect to this side: local QPN, initial PSN, generation.

@@ -167,32 +167,25 @@ impl<C: Controller> Connection<C> {
             imm: d.imm,
             payload: d.payload,
         };
-        let msn = match self.rx.check(&rd, &self.regions) {
-            Ok(msn) => msn,
-            Err(reason) => {
-                self.drop_pkt(m.ev, reason);
-                if matches!(
-                    reason,
-                    DropReason::BadRkey | DropReason::OutOfBounds | DropReason::AccessDenied
-                ) {
-                    self.queue_nack(psn.value(), NackReason::AccessError, m.ev);
-                }
-                return;
+        // check and place (nothing is written on error), then record the PSN
+        if let Err(reason) = self.rx.place(&rd, &mut self.regions) {
+            self.drop_pkt(m.ev, reason);
+            if matches!(
+                reason,
+                DropReason::BadRkey | DropReason::OutOfBounds | DropReason::AccessDenied
+            ) {
+                self.queue_nack(psn.value(), NackReason::AccessError, m.ev);
             }
-        };
-        let arrival = self.rwin.on_arrival(psn);
+            return;
+        }
         let Arrival::New {
             in_order,
             gap_filled,
             ..
-        } = arrival
+        } = self.rwin.on_arrival_seq(seq)
         else {
             return;
         };
-        if let Err(reason) = self.rx.commit(msn, &rd, &mut self.regions) {
-            self.drop_pkt(m.ev, reason);
-            return;
-        }
         self.stats.received += 1;
         self.stats.received_bytes += d.payload.len() as u64;
         if ce {
@@ -304,7 +297,10 @@ impl<C: Controller> Connection<C> {
                     self.cc.on_trim(now_ns, u64::from(len));
                 }
             }
-            NackReason::PsnOutOfWindow | NackReason::NoPktBuffer => {
+            NackReason::PsnOutOfWindow => {
+                self.send.on_out_of_window(seq);
+            }
+            NackReason::NoPktBuffer => {
                 self.send.queue_retransmit(seq);
             }
             NackReason::NoBitmap => {

@@ -23,8 +23,8 @@ fn cfg(qpn: u32, psn: u32, generation: u16) -> ConnConfig {
 
 fn pair() -> (Conn, Conn) {
     let cc = || FixedWindowConfig::default().build();
-    let mut a = Connection::new(cfg(0x11, 0xFF_FFF0, 1), cc());
-    let mut b = Connection::new(cfg(0x22, 100, 7), cc());
+    let mut a = Connection::new(cfg(0x11, 0xFF_FFF0, 1), cc()).unwrap();
+    let mut b = Connection::new(cfg(0x22, 100, 7), cc()).unwrap();
     a.connect(PeerParams {
         qpn: 0x22,
         initial_psn: Psn::new(100),
@@ -225,7 +225,7 @@ fn send_lands_in_the_posted_receive_and_zero_length_works() {
 #[test]
 fn state_machine_and_post_checks() {
     let cc = FixedWindowConfig::default().build();
-    let mut a = Connection::new(cfg(1, 0, 1), cc);
+    let mut a = Connection::new(cfg(1, 0, 1), cc).unwrap();
     let k = fill(&mut a, 100, 0);
     let sge = Sge {
         lkey: k.lkey,
@@ -339,7 +339,7 @@ fn restarted_peer_gives_error_completions() {
     )
     .unwrap();
     // b restarts as generation 8 (same QPN, fresh state) before anything arrives
-    let mut b2 = Connection::new(cfg(0x22, 100, 8), FixedWindowConfig::default().build());
+    let mut b2 = Connection::new(cfg(0x22, 100, 8), FixedWindowConfig::default().build()).unwrap();
     b2.connect(PeerParams {
         qpn: 0x11,
         initial_psn: Psn::new(0xFF_FFF0),
@@ -462,6 +462,53 @@ fn ecn_ce_is_echoed_and_cnps_are_rate_limited() {
     assert_eq!(b.stats().cnps_sent, 2);
 }
 
+#[test]
+fn invalid_configs_are_typed_errors() {
+    let new = |c: ConnConfig| Connection::new(c, FixedWindowConfig::default().build()).map(|_| ());
+    let ok = cfg(1, 0, 1);
+    assert_eq!(new(ok.clone()), Ok(()));
+    assert_eq!(
+        new(ConnConfig {
+            evs: vec![],
+            ..ok.clone()
+        }),
+        Err(ConfigError::EvCount(0))
+    );
+    assert_eq!(
+        new(ConnConfig {
+            local_qpn: 1 << 24,
+            ..ok.clone()
+        }),
+        Err(ConfigError::Qpn(1 << 24))
+    );
+    let mut c = ok.clone();
+    c.send.mtu_payload_bytes = 0;
+    assert_eq!(new(c), Err(ConfigError::Mtu(0)));
+    assert_eq!(
+        new(ConnConfig {
+            recv_window_packets: 0,
+            ..ok.clone()
+        }),
+        Err(ConfigError::RecvWindow(0))
+    );
+    let mut c = ok.clone();
+    c.send.max_outstanding_packets = (1 << 22) + 1;
+    assert_eq!(new(c), Err(ConfigError::Outstanding((1 << 22) + 1)));
+    let mut c = ok.clone();
+    c.ack.sack_every_packets = 0;
+    assert_eq!(new(c), Err(ConfigError::Zero("ack.sack_every_packets")));
+    let mut c = ok;
+    c.send.min_rto_ns = 2;
+    c.send.max_rto_ns = 1;
+    assert_eq!(
+        new(c),
+        Err(ConfigError::RtoBounds {
+            min_ns: 2,
+            max_ns: 1
+        })
+    );
+}
+
 /// Found by the `transfer` fuzz target: with pacing on and every EV denied, a queued
 /// packet kept the pacing release time (by then in the past) in `poll_timeout` although
 /// `poll_transmit` could not send it, so a caller driving timers spun at one instant.
@@ -469,7 +516,7 @@ fn ecn_ce_is_echoed_and_cnps_are_rate_limited() {
 fn pacing_release_is_no_timer_while_every_ev_is_denied() {
     use mrc_congestion::DcqcnConfig;
     let cc = DcqcnConfig::paper(10_000_000_000).build().unwrap();
-    let mut a = Connection::new(cfg(0x11, 5, 1), cc);
+    let mut a = Connection::new(cfg(0x11, 5, 1), cc).unwrap();
     a.connect(PeerParams {
         qpn: 0x22,
         initial_psn: Psn::new(100),
@@ -599,7 +646,7 @@ fn go_back_n_nack_takes_the_losing_ev_out_of_rotation() {
     let cc = || FixedWindowConfig::default().build();
     let mut c = cfg(0x11, 0xFF_FFF0, 1);
     c.go_back_n = true;
-    let mut a = Connection::new(c, cc());
+    let mut a = Connection::new(c, cc()).unwrap();
     a.connect(PeerParams {
         qpn: 0x22,
         initial_psn: Psn::new(100),

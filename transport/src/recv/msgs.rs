@@ -145,6 +145,18 @@ impl RxMessages {
         Ok(msn)
     }
 
+    /// Checks and places a data packet whose PSN is new: [`RxMessages::check`] then
+    /// [`RxMessages::commit`]. On error nothing was written and nothing changed. Returns the
+    /// 64-bit MSN.
+    ///
+    /// # Errors
+    /// As [`RxMessages::check`].
+    pub fn place(&mut self, p: &RxData<'_>, regions: &mut RegionTable) -> Result<u64, DropReason> {
+        let msn = self.check(p, regions)?;
+        self.commit(msn, p, regions)?;
+        Ok(msn)
+    }
+
     /// Places a packet that passed [`RxMessages::check`] (same `regions`, no change in
     /// between) and whose PSN was new.
     ///

@@ -61,7 +61,8 @@ impl RecvWindow {
     /// A window of `window_packets` (at least 1; at most `2^22`) expecting `initial_psn`.
     pub fn new(initial_psn: Psn, window_packets: u32) -> Self {
         let window = window_packets.clamp(1, 1 << 22);
-        let words = (window as usize).div_ceil(64);
+        // ring of a power-of-two number of 64-bit words, so slot = seq & mask
+        let words = (window as usize).div_ceil(64).next_power_of_two();
         let start = u64::from(initial_psn.value());
         RecvWindow {
             rcv_nxt: start,
@@ -97,19 +98,20 @@ impl RecvWindow {
         self.duplicates
     }
 
+    /// Ring capacity in bits (a power of two, at least the window).
     fn cap(&self) -> u64 {
         self.bits.len() as u64 * 64
     }
 
     fn bit(&self, seq: u64) -> bool {
-        let i = seq % self.cap();
+        let i = seq & (self.cap() - 1);
         self.bits
             .get((i / 64) as usize)
             .is_some_and(|w| w & (1u64 << (i % 64)) != 0)
     }
 
     fn set(&mut self, seq: u64, on: bool) {
-        let i = seq % self.cap();
+        let i = seq & (self.cap() - 1);
         if let Some(w) = self.bits.get_mut((i / 64) as usize) {
             if on {
                 *w |= 1u64 << (i % 64);
@@ -151,31 +153,38 @@ impl RecvWindow {
                 Arrival::OldDuplicate(seq)
             }
             WindowPos::Beyond(seq) => Arrival::OutOfWindow(seq),
-            WindowPos::InWindow(seq) => {
-                if self.bit(seq) {
-                    self.duplicates += 1;
-                    return Arrival::Duplicate(seq);
-                }
-                let in_order = seq == self.rcv_nxt;
-                let gap_filled = in_order && self.highest_end > seq + 1;
-                let gap_opened = seq > self.rcv_nxt && seq >= self.highest_end;
-                self.highest_end = self.highest_end.max(seq + 1);
-                if in_order {
-                    self.rcv_nxt += 1;
-                    while self.rcv_nxt < self.highest_end && self.bit(self.rcv_nxt) {
-                        self.set(self.rcv_nxt, false);
-                        self.rcv_nxt += 1;
-                    }
-                } else {
-                    self.set(seq, true);
-                }
-                Arrival::New {
-                    seq,
-                    in_order,
-                    gap_filled,
-                    gap_opened,
-                }
+            WindowPos::InWindow(seq) => self.on_arrival_seq(seq),
+        }
+    }
+
+    /// Records the arrival of `seq`, already classified `InWindow` by
+    /// [`RecvWindow::classify`] (no window change since).
+    pub fn on_arrival_seq(&mut self, seq: u64) -> Arrival {
+        if seq < self.rcv_nxt || seq - self.rcv_nxt >= u64::from(self.window) {
+            return Arrival::OutOfWindow(seq);
+        }
+        if self.bit(seq) {
+            self.duplicates += 1;
+            return Arrival::Duplicate(seq);
+        }
+        let in_order = seq == self.rcv_nxt;
+        let gap_filled = in_order && self.highest_end > seq + 1;
+        let gap_opened = seq > self.rcv_nxt && seq >= self.highest_end;
+        self.highest_end = self.highest_end.max(seq + 1);
+        if in_order {
+            self.rcv_nxt += 1;
+            while self.rcv_nxt < self.highest_end && self.bit(self.rcv_nxt) {
+                self.set(self.rcv_nxt, false);
+                self.rcv_nxt += 1;
             }
+        } else {
+            self.set(seq, true);
+        }
+        Arrival::New {
+            seq,
+            in_order,
+            gap_filled,
+            gap_opened,
         }
     }
 
@@ -217,8 +226,7 @@ impl RecvWindow {
 
     /// 64 ring bits starting at the slot of `seq` (wrapping around the ring).
     fn ring_bits64(&self, seq: u64) -> u64 {
-        let cap = self.cap();
-        let i = seq % cap;
+        let i = seq & (self.cap() - 1);
         let w = (i / 64) as usize;
         let b = (i % 64) as u32;
         let words = self.bits.len();
@@ -226,7 +234,7 @@ impl RecvWindow {
         if b == 0 {
             return lo;
         }
-        let hi = self.bits.get((w + 1) % words).copied().unwrap_or(0);
+        let hi = self.bits.get((w + 1) & (words - 1)).copied().unwrap_or(0);
         (lo >> b) | (hi << (64 - b))
     }
 

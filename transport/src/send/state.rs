@@ -337,6 +337,10 @@ impl SendState {
         }
         let mtu = self.cfg.mtu_payload_bytes;
         if let Some(&seq) = self.rtx.iter().next() {
+            if seq - self.snd_una >= u64::from(self.cfg.max_outstanding_packets) {
+                // beyond the (learnt) peer window: wait until snd_una moves
+                return None;
+            }
             let p = self.packet(seq)?;
             let m = self.msg(p.msn)?;
             return Some(TxPacket {
@@ -564,6 +568,19 @@ impl SendState {
         self.rtx.insert(seq);
         self.in_flight_pkts -= 1;
         Some(r)
+    }
+
+    /// NACK(PSN_OUT_OF_WINDOW) for `seq`: the peer's window ends at or before `seq`, so
+    /// at most `seq - snd_una` packets may be outstanding from now on (never below 1), and
+    /// `seq` waits in the retransmit queue until `snd_una` has moved far enough. Returns
+    /// the new limit.
+    pub fn on_out_of_window(&mut self, seq: u64) -> u32 {
+        let limit = u32::try_from(seq.saturating_sub(self.snd_una))
+            .unwrap_or(u32::MAX)
+            .max(1);
+        self.cfg.max_outstanding_packets = self.cfg.max_outstanding_packets.min(limit);
+        self.queue_retransmit(seq);
+        self.cfg.max_outstanding_packets
     }
 
     /// Go-back-N: queues every in-flight packet from `seq` on. Returns how many.

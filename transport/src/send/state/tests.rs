@@ -341,3 +341,22 @@ fn tail_loss_probe_deadline_and_probe() {
     assert_eq!(l.lost_packets, 1);
     assert_eq!(r.st.retransmit_queue().collect::<Vec<_>>(), vec![1]);
 }
+
+#[test]
+fn out_of_window_nack_shrinks_the_outstanding_limit_and_holds_the_resend() {
+    let mut r = Rig::new(0, &[0]);
+    r.st.post(spec(1, 20 * MTU));
+    r.send(0, 20);
+    // the peer's window ends at 16: NACK(PSN_OUT_OF_WINDOW) for 16
+    assert_eq!(r.st.on_out_of_window(16), 16);
+    assert_eq!(r.st.config().max_outstanding_packets, 16);
+    assert_eq!(r.st.retransmit_queue().collect::<Vec<_>>(), vec![16]);
+    // not resent while snd_una is 0
+    assert_eq!(r.st.next_tx(u64::MAX), None);
+    // 0..=3 acknowledged: 16 - 4 < 16, the resend goes
+    r.sack(10, 4, 4, 0, None);
+    let tx = r.st.next_tx(u64::MAX).unwrap();
+    assert_eq!((tx.seq, tx.retransmit), (16, true));
+    // a later NACK never raises the limit
+    assert_eq!(r.st.on_out_of_window(19), 15);
+}

@@ -1,0 +1,442 @@
+//! `mrc-sim`: design spine-leaf fabrics and run the deterministic packet-level simulator
+//! with real mrc transport endpoints.
+//!
+//! ```text
+//! mrc-sim design --gpus 1024                       # the issue's reference switches
+//! mrc-sim trace --gpus 64 --src 0 --dst 40 --evs 8 --forwarding srv6
+//! mrc-sim run examples/scenarios/incast-trim.toml --pcap in.pcap --pcap-port leaf0:0
+//! mrc-sim experiment list
+//! mrc-sim experiment incast --json incast.json --plot incast.svg
+//! ```
+//!
+//! Exit status: 0 when everything ran (and every experiment requirement was met, every
+//! scenario flow finished), 1 when a requirement was missed or a flow did not finish, 2 on
+//! an error (bad arguments, bad scenario file, unknown experiment).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use clap::{Parser, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+use mrc_examples::sim::experiments::{self, EXPERIMENTS};
+use mrc_examples::sim::output::ResultTable;
+use mrc_examples::sim::scenario::{Scenario, parse_forwarding};
+use mrc_fabric::sim::net::Progress;
+use mrc_fabric::sim::{
+    DesignInput, FabricDesign, Oversubscription, SimConfig, Simulator, SpineLeafSpec, Topology,
+    design,
+};
+
+#[derive(Parser)]
+#[command(
+    name = "mrc-sim",
+    version,
+    about = "Spine-leaf fabric designer and deterministic mrc simulator"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(clap::Args, Clone)]
+struct Out {
+    /// Write the numbers as JSON to this file ("-" for stdout).
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Draw the figure to this file (.svg or .png).
+    #[arg(long)]
+    plot: Option<PathBuf>,
+}
+
+#[derive(clap::Args, Clone)]
+struct DesignArgs {
+    /// GPUs (one NIC each).
+    #[arg(long, default_value_t = 1024)]
+    gpus: u32,
+    /// GPUs per server.
+    #[arg(long, default_value_t = 8)]
+    gpus_per_server: u32,
+    /// NIC speed, Gb/s.
+    #[arg(long, default_value_t = 200)]
+    nic_gbps: u32,
+    /// Leaf switch ports.
+    #[arg(long, default_value_t = 32)]
+    leaf_radix: u32,
+    /// Leaf port speed, Gb/s.
+    #[arg(long, default_value_t = 400)]
+    leaf_port_gbps: u32,
+    /// Spine switch ports.
+    #[arg(long, default_value_t = 32)]
+    spine_radix: u32,
+    /// Spine port speed, Gb/s.
+    #[arg(long, default_value_t = 400)]
+    spine_port_gbps: u32,
+    /// Oversubscription down:up, e.g. 1:1, 2:1.
+    #[arg(long, default_value = "1:1")]
+    oversubscription: String,
+    /// Parallel planes each NIC is split into.
+    #[arg(long, default_value_t = 1)]
+    planes: u32,
+}
+
+impl DesignArgs {
+    fn input(&self) -> Result<DesignInput, String> {
+        let o: Oversubscription = self.oversubscription.parse().map_err(|e| format!("{e}"))?;
+        Ok(DesignInput {
+            gpus: self.gpus,
+            gpus_per_server: self.gpus_per_server,
+            nic_gbps: self.nic_gbps,
+            leaf_radix: self.leaf_radix,
+            leaf_port_gbps: self.leaf_port_gbps,
+            spine_radix: self.spine_radix,
+            spine_port_gbps: self.spine_port_gbps,
+            oversubscription: o,
+            planes: self.planes,
+        })
+    }
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Size a two-tier spine-leaf fabric: servers, leaves, spines, links, cables, optics.
+    Design {
+        #[command(flatten)]
+        d: DesignArgs,
+        #[command(flatten)]
+        out: Out,
+    },
+    /// Print the hop-by-hop path of a flow on one EV (same-leaf vs cross-leaf; the spine
+    /// chosen by the ECMP hash or by the segment list).
+    Trace {
+        #[command(flatten)]
+        d: DesignArgs,
+        /// Source host.
+        #[arg(long)]
+        src: u32,
+        /// Destination host.
+        #[arg(long)]
+        dst: u32,
+        /// EVs to trace (0..evs).
+        #[arg(long, default_value_t = 4)]
+        evs: u32,
+        /// ecmp | srv6 | usid.
+        #[arg(long, default_value = "ecmp")]
+        forwarding: String,
+        #[command(flatten)]
+        out: Out,
+    },
+    /// Run a scenario file (TOML; see the mrc_examples::sim::scenario docs for the keys).
+    Run {
+        /// The scenario.
+        scenario: PathBuf,
+        /// The port whose outgoing frames --pcap records, NODE:PORT (e.g. leaf0:4; default
+        /// host0:0). Read with `tshark -r FILE -d udp.port==4792,infiniband`.
+        #[arg(long, value_name = "NODE:PORT")]
+        pcap_port: Option<String>,
+        /// The pcap file.
+        #[arg(long, value_name = "FILE")]
+        pcap: Option<PathBuf>,
+        #[command(flatten)]
+        out: Out,
+    },
+    /// Run a built-in experiment; `list` lists them. Exit status 1 when a requirement of
+    /// the issue is missed, 2 on an error.
+    Experiment {
+        /// spray-vs-ecmp | loss | failover | incast | allreduce | cc | speed | list.
+        name: String,
+        /// Seed.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        #[command(flatten)]
+        out: Out,
+    },
+}
+
+/// Writes to stdout; a closed pipe (e.g. `| head`) is not an error worth a panic.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stdout().lock(), $($arg)*);
+    }};
+}
+
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout().lock(), $($arg)*);
+    }};
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("mrc-sim: error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// A progress bar that appears once a run has taken a second of wall time.
+struct Bar {
+    start: Instant,
+    bar: Option<ProgressBar>,
+}
+
+impl Bar {
+    fn new() -> Bar {
+        Bar {
+            start: Instant::now(),
+            bar: None,
+        }
+    }
+
+    fn update(&mut self, label: &str, p: Progress) {
+        if self.bar.is_none() && self.start.elapsed() >= Duration::from_secs(1) {
+            let b = ProgressBar::new(u64::from(p.flows));
+            b.set_style(
+                ProgressStyle::with_template("{spinner} {msg} [{bar:30}] {pos}/{len} flows")
+                    .unwrap_or_else(|_| ProgressStyle::default_bar()),
+            );
+            self.bar = Some(b);
+        }
+        if let Some(b) = &self.bar {
+            b.set_length(u64::from(p.flows));
+            b.set_position(u64::from(p.flows_done));
+            b.set_message(format!(
+                "{label}: {:.1} us virtual, {} events",
+                p.now_ns as f64 / 1e3,
+                p.events
+            ));
+        }
+    }
+
+    fn finish(self) {
+        if let Some(b) = self.bar {
+            b.finish_and_clear();
+        }
+    }
+}
+
+fn emit(t: &ResultTable, out: &Out, json: &impl serde::Serialize) -> Result<(), String> {
+    out!("{}", t.render());
+    if let Some(p) = &out.json {
+        let s = serde_json::to_string_pretty(json).map_err(|e| e.to_string())?;
+        if p.as_os_str() == "-" {
+            outln!("{s}");
+        } else {
+            std::fs::write(p, s).map_err(|e| format!("{}: {e}", p.display()))?;
+        }
+    }
+    if let Some(p) = &out.plot {
+        t.plot(p)
+            .map_err(|e| format!("plot {}: {e}", p.display()))?;
+    }
+    Ok(())
+}
+
+fn design_table(d: &FabricDesign) -> ResultTable {
+    let mut t = ResultTable::new(format!(
+        "design: {} GPUs, {} per server, {}G NICs, {}x{}G leaves, {}x{}G spines, {}, {} plane(s)",
+        d.input.gpus,
+        d.input.gpus_per_server,
+        d.input.nic_gbps,
+        d.input.leaf_radix,
+        d.input.leaf_port_gbps,
+        d.input.spine_radix,
+        d.input.spine_port_gbps,
+        d.input.oversubscription,
+        d.input.planes
+    ));
+    let p = &d.plane;
+    t.row(
+        "fabric",
+        &[
+            ("servers", f64::from(d.servers)),
+            ("nics", f64::from(d.nics)),
+            ("leaves", f64::from(d.leaves)),
+            ("spines", f64::from(d.spines)),
+            ("down_per_leaf", f64::from(p.downlinks_per_leaf)),
+            ("up_per_leaf", f64::from(p.uplinks_per_leaf)),
+            ("links_leaf_spine", f64::from(p.links_per_leaf_spine)),
+            ("lane_gbps", f64::from(p.lane_gbps)),
+            ("cables", f64::from(d.cables)),
+            ("optics", f64::from(d.optics)),
+            ("oversubscription", d.actual_oversubscription),
+        ],
+    );
+    t.plot_column = Some("leaves".into());
+    t
+}
+
+fn run(cli: Cli) -> Result<bool, String> {
+    match cli.cmd {
+        Cmd::Design { d, out } => {
+            let des = design(&d.input()?).map_err(|e| e.to_string())?;
+            let t = design_table(&des);
+            emit(&t, &out, &des)?;
+            Ok(true)
+        }
+        Cmd::Trace {
+            d,
+            src,
+            dst,
+            evs,
+            forwarding,
+            out,
+        } => {
+            let des = design(&d.input()?).map_err(|e| e.to_string())?;
+            let spec = SpineLeafSpec::from_design(&des, 500);
+            let topo = Topology::spine_leaf(&spec).map_err(|e| e.to_string())?;
+            let cfg = SimConfig {
+                forwarding: parse_forwarding(&forwarding).map_err(|e| e.to_string())?,
+                ..SimConfig::default()
+            };
+            let sim = Simulator::new(topo, cfg).map_err(|e| e.to_string())?;
+            let mut t = ResultTable::new(format!(
+                "trace host{src} -> host{dst} ({forwarding}): {}",
+                if spec.hosts_per_leaf == 0
+                    || src / spec.hosts_per_leaf == dst / spec.hosts_per_leaf
+                {
+                    "same leaf"
+                } else {
+                    "cross leaf"
+                }
+            ));
+            let mut all = Vec::new();
+            for ev in 0..evs {
+                let hops = sim.trace(src, dst, ev).map_err(|e| e.to_string())?;
+                let path: Vec<String> = hops
+                    .iter()
+                    .map(|h| match (h.port, h.segments_left) {
+                        (Some(p), Some(sl)) => {
+                            format!("{}:{} [SL={sl} DA={}]", h.node, p, h.dst_addr)
+                        }
+                        (Some(p), None) => format!("{}:{}", h.node, p),
+                        (None, _) => h.node.clone(),
+                    })
+                    .collect();
+                outln!(
+                    "EV {ev:>3} (UDP src port {}): {}",
+                    mrc_fabric::sim::host::ev_src_port(ev),
+                    path.join(" -> ")
+                );
+                t.row(format!("EV {ev}"), &[("hops", hops.len() as f64 - 1.0)]);
+                all.push((ev, hops));
+            }
+            emit(&t, &out, &all)?;
+            Ok(true)
+        }
+        Cmd::Run {
+            scenario,
+            pcap_port,
+            pcap,
+            out,
+        } => {
+            let text = std::fs::read_to_string(&scenario)
+                .map_err(|e| format!("{}: {e}", scenario.display()))?;
+            let built = Scenario::parse(&text)
+                .and_then(|s| s.build())
+                .map_err(|e| format!("{}: {e}", scenario.display()))?;
+            let topo = Topology::spine_leaf(&built.spec).map_err(|e| e.to_string())?;
+            let mut sim = Simulator::new(topo, built.cfg.clone()).map_err(|e| e.to_string())?;
+            for f in &built.flows {
+                sim.add_flow(*f).map_err(|e| e.to_string())?;
+            }
+            match (pcap_port, pcap) {
+                (np, Some(file)) => {
+                    let np = np.unwrap_or_else(|| "host0:0".to_owned());
+                    let (n, p) = np
+                        .split_once(':')
+                        .ok_or_else(|| format!("--pcap-port {np:?}: expected NODE:PORT"))?;
+                    let node = sim
+                        .topology()
+                        .node_by_name(n)
+                        .ok_or_else(|| format!("--pcap-port: no node {n:?}"))?;
+                    let port: u16 = p
+                        .parse()
+                        .map_err(|_| format!("--pcap-port: bad port {p:?}"))?;
+                    let f = std::fs::File::create(&file)
+                        .map_err(|e| format!("{}: {e}", file.display()))?;
+                    sim.set_pcap(node, port, Box::new(std::io::BufWriter::new(f)))
+                        .map_err(|e| e.to_string())?;
+                }
+                (None, None) => {}
+                (Some(_), None) => return Err("--pcap-port needs --pcap FILE".into()),
+            }
+            let mut bar = Bar::new();
+            let r = sim.run_with(&mut |p| bar.update("run", p));
+            bar.finish();
+            sim.finish_pcap().map_err(|e| e.to_string())?;
+            let mut t = ResultTable::new(format!("run {}: flows", scenario.display()));
+            for f in &r.flows {
+                t.row(
+                    format!("flow {} host{}->host{}", f.id, f.src, f.dst),
+                    &[
+                        ("bytes", f.bytes as f64),
+                        (
+                            "fct_us",
+                            f.done_ns
+                                .map_or(f64::NAN, |d| (d - f.start_ns) as f64 / 1e3),
+                        ),
+                        ("goodput_gbps", f.goodput_bps / 1e9),
+                        ("retransmitted", f.retransmitted as f64),
+                        ("trims", f.trims as f64),
+                        ("timeouts", f.timeouts as f64),
+                        ("out_of_order", f.out_of_order as f64),
+                        ("lost", f.lost as f64),
+                    ],
+                );
+            }
+            let mut ports = ResultTable::new("ports (transmitting side)");
+            for p in &r.ports {
+                ports.row(
+                    format!("{}:{} -> {}", p.node, p.port, p.peer),
+                    &[
+                        ("utilisation", p.utilisation),
+                        ("tx_packets", p.stats.tx_packets as f64),
+                        ("drops", p.stats.drops as f64),
+                        ("trims", p.stats.trims as f64),
+                        ("ecn_marks", p.stats.ecn_marks as f64),
+                        ("queue_p50_bytes", p.queue_p50_bytes as f64),
+                        ("queue_p99_bytes", p.queue_p99_bytes as f64),
+                        ("queue_max_bytes", p.stats.max_queue_bytes as f64),
+                    ],
+                );
+            }
+            t.plot_column = Some("goodput_gbps".into());
+            emit(&t, &out, &r)?;
+            out!("{}", ports.render());
+            outln!(
+                "events {}  packet hops {}  virtual time {:.1} us  losses: random {} black hole {} link down {} no route {}  corrupted {}  duplicated {}",
+                r.counters.events,
+                r.counters.hops,
+                r.end_ns as f64 / 1e3,
+                r.counters.loss_drops,
+                r.counters.black_hole_drops,
+                r.counters.link_down_drops,
+                r.counters.no_route_drops,
+                r.counters.corrupted,
+                r.counters.duplicated
+            );
+            Ok(r.flows.iter().all(|f| f.done_ns.is_some()))
+        }
+        Cmd::Experiment { name, seed, out } => {
+            if name == "list" {
+                for (n, d) in EXPERIMENTS {
+                    outln!("{n:<14} {d}");
+                }
+                return Ok(true);
+            }
+            let mut bar = Bar::new();
+            let t = experiments::run(&name, seed, &mut |l, p| bar.update(l, p))
+                .map_err(|e| e.to_string())?;
+            bar.finish();
+            emit(&t, &out, &t)?;
+            Ok(t.all_pass())
+        }
+    }
+}

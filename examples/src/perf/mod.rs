@@ -1,0 +1,166 @@
+//! `mrc-perf`: the two-host benchmark in the manner of perftest's `ib_write_bw` /
+//! `ib_write_lat`, over the io_uring UDP datapath. Subcommands `server`, `client HOST`,
+//! `loopback` (both ends in this process) and `baseline` (raw UDP and kernel TCP ceilings).
+
+pub mod baseline;
+pub mod opts;
+pub mod report;
+pub mod run;
+pub mod verbs;
+
+use clap::Parser;
+use opts::{Cli, Command, TestKind};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, ToSocketAddrs};
+use std::time::Duration;
+
+/// Runs the command line `args`; returns the text for stdout, or an error message.
+///
+/// # Errors
+/// Any failure, as the message to print.
+pub fn run_cli(cli: Cli) -> Result<String, String> {
+    let p = cli.test.params()?;
+    let timeout = Duration::from_secs_f64(cli.test.timeout);
+    let progress = !cli.test.json;
+    let local = match cli.test.fabric {
+        opts::Fabric::Udp => run::LocalFabric::Udp,
+        opts::Fabric::Verbs => run::LocalFabric::Verbs(verbs::VerbsOpts {
+            device: cli.test.ib_dev.clone(),
+            port: cli.test.ib_port,
+            gid_index: cli.test.gid_index,
+        }),
+    };
+    if let run::LocalFabric::Verbs(o) = &local {
+        verbs::precheck(o).map_err(|e| format!("--fabric verbs: {e}"))?;
+    }
+    match cli.cmd {
+        Command::Loopback { ipv6 } => {
+            let ip: IpAddr = if ipv6 {
+                Ipv6Addr::LOCALHOST.into()
+            } else {
+                Ipv4Addr::LOCALHOST.into()
+            };
+            let listener =
+                TcpListener::bind(SocketAddr::new(ip, 0)).map_err(|e| format!("bind {ip}: {e}"))?;
+            let server_addr = listener.local_addr().map_err(|e| e.to_string())?;
+            let udp = SocketAddr::new(ip, cli.test.udp_port.unwrap_or(0));
+            let server_local = local.clone();
+            let server = std::thread::spawn(move || {
+                run::serve_one(&listener, udp, timeout, Some(timeout), &server_local).map(|_| ())
+            });
+            let client = run::run_client(
+                server_addr,
+                SocketAddr::new(ip, 0),
+                &p,
+                timeout,
+                progress,
+                &local,
+            );
+            let srv = server
+                .join()
+                .unwrap_or_else(|_| Err("server thread panicked".into()));
+            let (r, _) = client?;
+            srv.map_err(|e| format!("server: {e}"))?;
+            finish(
+                &p,
+                &r,
+                cli.test.report_gbits,
+                cli.test.json,
+                &format!("loopback {ip}"),
+            )
+        }
+        Command::Client { host } => {
+            let addr = (host.as_str(), cli.test.port)
+                .to_socket_addrs()
+                .map_err(|e| format!("cannot resolve {host}: {e}"))?
+                .next()
+                .ok_or_else(|| format!("{host} resolves to no address"))?;
+            let any: IpAddr = if addr.is_ipv6() {
+                Ipv6Addr::UNSPECIFIED.into()
+            } else {
+                Ipv4Addr::UNSPECIFIED.into()
+            };
+            let udp = SocketAddr::new(any, cli.test.udp_port.unwrap_or(0));
+            let (r, _) = run::run_client(addr, udp, &p, timeout, progress, &local)?;
+            finish(
+                &p,
+                &r,
+                cli.test.report_gbits,
+                cli.test.json,
+                &format!("client of {addr}"),
+            )
+        }
+        Command::Server { bind } => {
+            let ip: IpAddr = bind.parse().map_err(|e| format!("--bind {bind}: {e}"))?;
+            let listener = TcpListener::bind(SocketAddr::new(ip, cli.test.port))
+                .map_err(|e| format!("cannot listen on {ip}:{}: {e}", cli.test.port))?;
+            let udp = SocketAddr::new(
+                ip,
+                cli.test
+                    .udp_port
+                    .unwrap_or(mrc_fabric::udp::DEFAULT_RX_PORT),
+            );
+            eprintln!(
+                "mrc-perf server: waiting for a client on TCP {}:{}, UDP {udp}",
+                ip, cli.test.port
+            );
+            let (sp, r) = run::serve_one(&listener, udp, timeout, None, &local)?;
+            let mut o = String::new();
+            o += &format!(
+                " server: {} messages received ({} bytes) of size {}; test {:?}\n",
+                r.recv.completions, r.recv.bytes, sp.size, sp.test
+            );
+            if sp.verify {
+                o += &format!(
+                    " verify: {} messages, {} bytes checked, {} bad bytes\n",
+                    r.recv.verified_messages, r.recv.verified_bytes, r.recv.bad_bytes
+                );
+            }
+            if r.recv.bad_bytes > 0 {
+                return Err(format!("{o}verify failed: {} bad bytes", r.recv.bad_bytes));
+            }
+            Ok(o)
+        }
+        Command::Baseline { ipv6 } => {
+            let ip: IpAddr = if ipv6 {
+                Ipv6Addr::LOCALHOST.into()
+            } else {
+                Ipv4Addr::LOCALHOST.into()
+            };
+            let results = match p.test {
+                TestKind::Bw => vec![baseline::udp_blast(ip, &p)?, baseline::tcp(ip, &p)?],
+                TestKind::Lat => vec![baseline::udp_pingpong(ip, &p)?],
+            };
+            Ok(baseline::render(&results, cli.test.json))
+        }
+    }
+}
+
+fn finish(
+    p: &opts::TestParams,
+    r: &run::EndResult,
+    gbits: bool,
+    json: bool,
+    mode: &str,
+) -> Result<String, String> {
+    let out = run::client_report(p, r, gbits, json, mode);
+    let bad = r.peer_recv.bad_bytes + r.recv.bad_bytes;
+    if bad > 0 {
+        return Err(format!("{out}verify failed: {bad} bad bytes"));
+    }
+    Ok(out)
+}
+
+/// Entry point of the binary: parses `std::env::args`, prints, returns the exit code.
+pub fn main() -> i32 {
+    let cli = Cli::parse();
+    match run_cli(cli) {
+        Ok(out) => {
+            print!("{out}");
+            0
+        }
+        Err(e) => {
+            eprintln!("mrc-perf: error: {e}");
+            1
+        }
+    }
+}

@@ -1,0 +1,300 @@
+//! Command line of `mrc-perf` (clap) and its checks.
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use mrc_congestion::CcKind;
+use serde::{Deserialize, Serialize};
+
+/// perftest's default TCP port for the bootstrap exchange.
+pub const DEFAULT_TCP_PORT: u16 = 18515;
+
+/// mrc-perf: a perftest-style benchmark of mrc over UDP (io_uring).
+#[derive(Debug, Parser)]
+#[command(name = "mrc-perf", version, about, long_about = None)]
+pub struct Cli {
+    /// What to run.
+    #[command(subcommand)]
+    pub cmd: Command,
+    /// Test parameters (the client's count; the server takes them from the client).
+    #[command(flatten)]
+    pub test: TestOpts,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Wait for one client, run its test, exit.
+    Server {
+        /// Address to listen on (TCP bootstrap and UDP).
+        #[arg(long, default_value = "0.0.0.0")]
+        bind: String,
+    },
+    /// Connect to a server and run the test.
+    Client {
+        /// Server host name or address.
+        host: String,
+    },
+    /// Both ends in this process over loopback.
+    Loopback {
+        /// Use ::1 instead of 127.0.0.1.
+        #[arg(long = "ipv6", short = '6')]
+        ipv6: bool,
+    },
+    /// The ceilings: a raw UDP blast (bw) or ping-pong (lat) on the same sockets, batching
+    /// and packet size with no reliability, and kernel TCP over loopback.
+    Baseline {
+        /// Use ::1 instead of 127.0.0.1.
+        #[arg(long = "ipv6", short = '6')]
+        ipv6: bool,
+    },
+}
+
+/// Which datapath carries the datagrams.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Fabric {
+    /// UDP sockets through io_uring; the EV is the UDP source port.
+    #[default]
+    Udp,
+    /// RDMA UD QPs (libibverbs; RoCEv2 or InfiniBand), one per EV group (`-d DEV`).
+    Verbs,
+}
+
+/// Which test.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+pub enum TestKind {
+    /// Bandwidth (ib_write_bw).
+    Bw,
+    /// Latency (ib_write_lat).
+    Lat,
+}
+
+fn parse_cc(s: &str) -> Result<CcKind, String> {
+    s.parse::<CcKind>().map_err(|e| e.to_string())
+}
+
+/// Test options (global: they may follow the subcommand).
+#[derive(Clone, Debug, Args)]
+pub struct TestOpts {
+    /// Message size in bytes [default: 65536 for bw, 8 for lat].
+    #[arg(short = 's', long = "size", global = true)]
+    pub size: Option<u64>,
+    /// Messages to send [default: 5000 for bw, 1000 for lat].
+    #[arg(
+        short = 'n',
+        long = "iters",
+        global = true,
+        conflicts_with = "duration"
+    )]
+    pub iters: Option<u64>,
+    /// Run for this many seconds instead of a number of messages.
+    #[arg(short = 'D', long = "duration", global = true)]
+    pub duration: Option<f64>,
+    /// Number of paths (EVs); one UDP source port each.
+    #[arg(long, default_value_t = 16, global = true)]
+    pub paths: u32,
+    /// Payload bytes per packet.
+    #[arg(long, default_value_t = 4096, global = true)]
+    pub mtu: u32,
+    /// Congestion control: dcqcn, swift, nscc or none.
+    #[arg(long, default_value = "none", value_parser = parse_cc, global = true)]
+    pub cc: CcKind,
+    /// bw or lat.
+    #[arg(long = "test", value_enum, default_value_t = TestKind::Bw, global = true)]
+    pub test: TestKind,
+    /// Both sides send at once (bw).
+    #[arg(long, global = true)]
+    pub bidirectional: bool,
+    /// Check every byte of every message at the receiver.
+    #[arg(long, global = true)]
+    pub verify: bool,
+    /// Cap the sending rate, Gb/s.
+    #[arg(long = "rate-limit", global = true)]
+    pub rate_limit: Option<f64>,
+    /// Consecutive packets per EV (one GSO send); 1 = pure per-packet spraying.
+    #[arg(long = "burst-size", default_value_t = 1, global = true)]
+    pub burst_size: u32,
+    /// Report bandwidth in Gb/s instead of MB/s.
+    #[arg(long = "report-gbits", global = true)]
+    pub report_gbits: bool,
+    /// Print one JSON object instead of the table.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// Messages in flight [default: enough for 8 MiB, 2..=128; 1 for lat].
+    #[arg(short = 't', long = "tx-depth", global = true)]
+    pub tx_depth: Option<u64>,
+    /// Registered region per side, bytes [default: size x tx-depth].
+    #[arg(long = "region-size", global = true)]
+    pub region_size: Option<u64>,
+    /// TCP port of the bootstrap exchange.
+    #[arg(short = 'p', long = "port", default_value_t = DEFAULT_TCP_PORT, global = true)]
+    pub port: u16,
+    /// UDP port of the receive socket (0: any) [default: 4792 for server, 0 otherwise].
+    #[arg(long = "udp-port", global = true)]
+    pub udp_port: Option<u16>,
+    /// Engine busy-poll time after the last work before it sleeps in io_uring, us.
+    #[arg(long = "spin-us", default_value_t = 50, global = true)]
+    pub spin_us: u64,
+    /// Seconds to wait for the server (connect) and for any progress.
+    #[arg(long, default_value_t = 5.0, global = true)]
+    pub timeout: f64,
+    /// Datapath: udp (io_uring sockets) or verbs (RDMA UD QPs; both ends must agree).
+    #[arg(long, value_enum, default_value_t = Fabric::Udp, global = true)]
+    pub fabric: Fabric,
+    /// RDMA device for --fabric verbs, as ibv_devices lists it [default: the only one].
+    #[arg(short = 'd', long = "ib-dev", global = true)]
+    pub ib_dev: Option<String>,
+    /// Port of the RDMA device, from 1.
+    #[arg(short = 'i', long = "ib-port", default_value_t = 1, global = true)]
+    pub ib_port: u8,
+    /// GID index on that port: a RoCEv2 entry (`show_gids`; often 3 for IPv4 on ConnectX,
+    /// 1 on Soft-RoCE).
+    #[arg(short = 'x', long = "gid-index", default_value_t = 1, global = true)]
+    pub gid_index: u8,
+}
+
+/// The test as both ends run it (sent from client to server as JSON).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TestParams {
+    /// bw or lat.
+    pub test: TestKind,
+    /// Message size, bytes.
+    pub size: u64,
+    /// Messages, or `None` with `duration_s`.
+    pub iters: Option<u64>,
+    /// Seconds, or `None` with `iters`.
+    pub duration_s: Option<f64>,
+    /// EVs.
+    pub paths: u32,
+    /// Payload bytes per packet.
+    pub mtu: u32,
+    /// `--cc` spelling.
+    pub cc: String,
+    /// Both directions.
+    pub bidirectional: bool,
+    /// Check every byte.
+    pub verify: bool,
+    /// Gb/s cap.
+    pub rate_limit_gbps: Option<f64>,
+    /// Packets per EV burst.
+    pub burst_size: u32,
+    /// Messages in flight.
+    pub tx_depth: u64,
+    /// Region bytes (slots = region / size).
+    pub region_size: u64,
+    /// Pattern seed.
+    pub seed: u64,
+    /// Engine spin before sleeping, us.
+    #[serde(default)]
+    pub spin_us: u64,
+    /// Datapath (the server refuses a client that asks for another).
+    #[serde(default)]
+    pub fabric: Fabric,
+}
+
+/// Largest message, bytes (the transport's message length is 32 bits; 1 GiB keeps the
+/// regions in memory).
+pub const MAX_SIZE: u64 = 1 << 30;
+
+impl TestOpts {
+    /// Checks the options and fills in the defaults.
+    ///
+    /// # Errors
+    /// A message naming the bad option.
+    pub fn params(&self) -> Result<TestParams, String> {
+        let size = self.size.unwrap_or(match self.test {
+            TestKind::Bw => 65536,
+            TestKind::Lat => 8,
+        });
+        if size == 0 {
+            return Err("--size must be at least 1 byte".into());
+        }
+        if size > MAX_SIZE {
+            return Err(format!(
+                "--size {size} is larger than the maximum of {MAX_SIZE} bytes"
+            ));
+        }
+        let (iters, duration_s) = match (self.iters, self.duration) {
+            (_, Some(d)) if !(d > 0.0 && d.is_finite()) => {
+                return Err(format!(
+                    "--duration must be a positive number of seconds, got {d}"
+                ));
+            }
+            (_, Some(d)) => (None, Some(d)),
+            (Some(0), None) => return Err("--iters must be at least 1".into()),
+            (Some(n), None) => (Some(n), None),
+            (None, None) => (
+                Some(match self.test {
+                    TestKind::Bw => 5000,
+                    TestKind::Lat => 1000,
+                }),
+                None,
+            ),
+        };
+        if self.paths == 0 || self.paths > 4096 {
+            return Err(format!("--paths must be in 1..=4096, got {}", self.paths));
+        }
+        if !(64..=9000).contains(&self.mtu) {
+            return Err(format!(
+                "--mtu must be in 64..=9000 bytes, got {}",
+                self.mtu
+            ));
+        }
+        if self.burst_size == 0 || self.burst_size > self.paths {
+            return Err(format!(
+                "--burst-size must be in 1..=--paths ({}), got {}",
+                self.paths, self.burst_size
+            ));
+        }
+        if let Some(r) = self.rate_limit
+            && !(r > 0.0 && r.is_finite())
+        {
+            return Err(format!(
+                "--rate-limit must be a positive number of Gb/s, got {r}"
+            ));
+        }
+        if !(self.timeout > 0.0 && self.timeout.is_finite()) {
+            return Err(format!("--timeout must be positive, got {}", self.timeout));
+        }
+        let depth_default = match self.test {
+            TestKind::Lat => 1,
+            TestKind::Bw => ((8u64 << 20) / size).clamp(2, 128),
+        };
+        let mut tx_depth = self.tx_depth.unwrap_or(depth_default);
+        if tx_depth == 0 {
+            return Err("--tx-depth must be at least 1".into());
+        }
+        let region_size = match self.region_size {
+            Some(r) => r,
+            None => size.saturating_mul(tx_depth),
+        };
+        if size > region_size {
+            return Err(format!(
+                "--size {size} is larger than the region ({region_size} bytes, --region-size)"
+            ));
+        }
+        if region_size > 4 * MAX_SIZE {
+            return Err(format!(
+                "region of {region_size} bytes is larger than 4 GiB"
+            ));
+        }
+        tx_depth = tx_depth.min(region_size / size);
+        Ok(TestParams {
+            test: self.test,
+            size,
+            iters,
+            duration_s,
+            paths: self.paths,
+            mtu: self.mtu,
+            cc: self.cc.as_str().to_string(),
+            bidirectional: self.bidirectional,
+            verify: self.verify,
+            rate_limit_gbps: self.rate_limit,
+            burst_size: self.burst_size,
+            tx_depth,
+            region_size,
+            seed: 0x6d72_632d_7065_7266,
+            spin_us: self.spin_us,
+            fabric: self.fabric,
+        })
+    }
+}

@@ -1,0 +1,404 @@
+//! Output of `mrc-perf`: perftest's columns, the per-EV summary, JSON, the progress line.
+
+use super::opts::{TestKind, TestParams};
+use super::run::EndResult;
+use serde_json::json;
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+/// perftest's separator line.
+pub const RULE: &str =
+    "---------------------------------------------------------------------------------------";
+
+/// Process CPU time (user + system), seconds (`getrusage(RUSAGE_SELF)`).
+pub fn process_cpu_s() -> f64 {
+    // SAFETY: getrusage writes into the zeroed struct we pass.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: valid `who` and out pointer.
+    unsafe {
+        libc::getrusage(libc::RUSAGE_SELF, &mut ru);
+    }
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// One line of the per-EV summary.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EvLine {
+    /// The EV.
+    pub ev: u32,
+    /// Its UDP source port.
+    pub port: u16,
+    /// Data packets sent on it.
+    pub packets: u64,
+    /// Retransmissions sent on it.
+    pub retransmits: u64,
+    /// Trims (NACK TRIMMED) of its packets.
+    pub trims: u64,
+    /// ECN CE marks on its packets.
+    pub ecn_marks: u64,
+    /// RTO losses on it.
+    pub timeouts: u64,
+}
+
+/// The progress line (stderr), once a second on runs longer than 2 s.
+#[derive(Debug)]
+pub struct Progress {
+    start: Instant,
+    last: Instant,
+    last_bytes: u64,
+    shown: bool,
+    duration_s: Option<f64>,
+}
+
+impl Progress {
+    /// Starts the clock.
+    pub fn new(duration_s: Option<f64>) -> Self {
+        let now = Instant::now();
+        Progress {
+            start: now,
+            last: now,
+            last_bytes: 0,
+            shown: false,
+            duration_s,
+        }
+    }
+
+    /// Called with running totals; prints at most once a second, from 2 s on.
+    pub fn update(&mut self, msgs: u64, bytes: u64) {
+        let now = Instant::now();
+        if now.duration_since(self.start) < Duration::from_secs(2) && !self.shown {
+            if now.duration_since(self.last) >= Duration::from_secs(1) {
+                self.last = now;
+                self.last_bytes = bytes;
+            }
+            return;
+        }
+        let dt = now.duration_since(self.last);
+        if dt < Duration::from_secs(1) {
+            return;
+        }
+        let gbps = (bytes - self.last_bytes) as f64 * 8.0 / dt.as_secs_f64() / 1e9;
+        let t = now.duration_since(self.start).as_secs_f64();
+        let of = self
+            .duration_s
+            .map(|d| format!("/{d:.0}"))
+            .unwrap_or_default();
+        eprint!("\r[{t:6.1}{of} s] {msgs:>12} msgs {bytes:>16} bytes {gbps:8.2} Gb/s   ");
+        let _ = std::io::stderr().flush();
+        self.shown = true;
+        self.last = now;
+        self.last_bytes = bytes;
+    }
+
+    /// Ends the line if one was printed.
+    pub fn finish(&mut self) {
+        if self.shown {
+            eprintln!();
+        }
+    }
+}
+
+/// Latency figures, us.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct LatStats {
+    /// Minimum.
+    pub min: f64,
+    /// Maximum.
+    pub max: f64,
+    /// Median (perftest's t_typical).
+    pub typical: f64,
+    /// Mean.
+    pub avg: f64,
+    /// Standard deviation.
+    pub stdev: f64,
+    /// 99th percentile.
+    pub p99: f64,
+    /// 99.9th percentile.
+    pub p999: f64,
+}
+
+impl LatStats {
+    /// From samples in ns (sorted here); `None` when empty.
+    pub fn from_ns(samples: &[u64]) -> Option<LatStats> {
+        if samples.is_empty() {
+            return None;
+        }
+        let mut s = samples.to_vec();
+        s.sort_unstable();
+        let n = s.len();
+        let us = |x: u64| x as f64 / 1000.0;
+        let pct = |q: f64| us(s[((n as f64 * q).ceil() as usize).clamp(1, n) - 1]);
+        let avg = s.iter().map(|&x| x as f64).sum::<f64>() / n as f64;
+        let var = s.iter().map(|&x| (x as f64 - avg).powi(2)).sum::<f64>() / n as f64;
+        Some(LatStats {
+            min: us(s[0]),
+            max: us(s[n - 1]),
+            typical: us(s[n / 2]),
+            avg: avg / 1000.0,
+            stdev: var.sqrt() / 1000.0,
+            p99: pct(0.99),
+            p999: pct(0.999),
+        })
+    }
+}
+
+/// The final report of the client.
+#[derive(Debug)]
+pub struct Report<'a> {
+    p: &'a TestParams,
+    r: &'a EndResult,
+    mode: &'a str,
+}
+
+impl<'a> Report<'a> {
+    /// Wraps the results.
+    pub fn new(p: &'a TestParams, r: &'a EndResult, mode: &'a str) -> Self {
+        Report { p, r, mode }
+    }
+
+    fn title(&self) -> String {
+        let what = match self.p.test {
+            TestKind::Bw => "RDMA_Write BW Test",
+            TestKind::Lat => "RDMA_Write Latency Test",
+        };
+        let bi = if self.p.bidirectional {
+            " (bidirectional)"
+        } else {
+            ""
+        };
+        format!("{what}{bi}: mrc over UDP/io_uring, {}", self.mode)
+    }
+
+    fn bytes_moved(&self) -> u64 {
+        let s = self.r.send.as_ref().map_or(0, |s| s.bytes);
+        s + if self.p.bidirectional {
+            self.r.recv.bytes
+        } else {
+            0
+        }
+    }
+
+    /// CPU seconds per GB (1e9 bytes) moved, whole process.
+    pub fn cpu_s_per_gb(&self) -> f64 {
+        let b = self.bytes_moved();
+        if b == 0 {
+            0.0
+        } else {
+            self.r.cpu_s / (b as f64 / 1e9)
+        }
+    }
+
+    /// perftest-style text.
+    pub fn table(&self, gbits: bool) -> String {
+        let p = self.p;
+        let mut o = String::new();
+        o += RULE;
+        o += "\n";
+        o += &format!("                    {}\n", self.title());
+        o += &format!(
+            " Paths (EVs)     : {:<8} MTU payload : {} bytes   Burst/EV : {}\n CC              : {:<8} TX depth    : {:<8}     Verify   : {}\n",
+            p.paths,
+            p.mtu,
+            p.burst_size,
+            p.cc,
+            p.tx_depth,
+            if p.verify { "on" } else { "off" }
+        );
+        o += RULE;
+        o += "\n";
+        let s = self.r.send.clone().unwrap_or_default();
+        match p.test {
+            TestKind::Bw => {
+                let unit = if gbits { "Gb/sec" } else { "MB/sec" };
+                let conv = |bps: f64| {
+                    if gbits {
+                        bps * 8.0 / 1e9
+                    } else {
+                        bps / (1u64 << 20) as f64
+                    }
+                };
+                let bytes = self.bytes_moved();
+                let avg = bytes as f64 / s.elapsed_s.max(1e-9);
+                let peak = s.peak_bps.max(avg);
+                let msgs = s.completions
+                    + if p.bidirectional {
+                        self.r.recv.completions
+                    } else {
+                        0
+                    };
+                let rate = msgs as f64 / s.elapsed_s.max(1e-9) / 1e6;
+                o += &format!(
+                    " #bytes     #iterations    BW peak[{unit}]    BW average[{unit}]   MsgRate[Mpps]   CPU[s/GB]\n"
+                );
+                o += &format!(
+                    " {:<10} {:<14} {:<18.2} {:<20.2} {:<15.6} {:.3}\n",
+                    p.size,
+                    msgs,
+                    conv(peak),
+                    conv(avg),
+                    rate,
+                    self.cpu_s_per_gb()
+                );
+            }
+            TestKind::Lat => {
+                let l = LatStats::from_ns(&s.lat_ns).unwrap_or_default();
+                o += " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec]\n";
+                o += &format!(
+                    " {:<6} {:<11} {:<14.2} {:<14.2} {:<16.2} {:<14.2} {:<15.2} {:<22.2} {:.2}\n",
+                    p.size, s.completions, l.min, l.max, l.typical, l.avg, l.stdev, l.p99, l.p999
+                );
+            }
+        }
+        o += RULE;
+        o += "\n";
+        o += " Per-EV summary (this side's sender)\n";
+        o += "   EV  src_port       packets   retransmits       trims    ECN_marks    timeouts\n";
+        for e in &self.r.evs {
+            o += &format!(
+                " {:>4}  {:>8}  {:>12}  {:>12}  {:>10}  {:>11}  {:>10}\n",
+                e.ev, e.port, e.packets, e.retransmits, e.trims, e.ecn_marks, e.timeouts
+            );
+        }
+        let c = &self.r.conn;
+        o += &format!(
+            " total: {} packets sent, {} retransmitted, {} trimmed, {} ECN marks, {} RTO, {} RACK losses, {} dropped on receive\n",
+            c.sent,
+            c.retransmitted,
+            c.trimmed,
+            c.ecn_marked,
+            c.timeouts,
+            c.rack_losses,
+            c.drops.total()
+        );
+        let d = &self.r.engine.datapath;
+        o += &format!(
+            " datapath: {} datagrams in {} sends ({} refused), {} datagrams in {} receives ({} failed), {} engine sleeps\n",
+            d.tx_datagrams,
+            d.tx_calls,
+            d.tx_errors,
+            d.rx_datagrams,
+            d.rx_calls,
+            d.rx_errors,
+            self.r.engine.sleeps
+        );
+        let pr = &self.r.peer_recv;
+        o += &format!(
+            " receiver: {} completions, {} bytes\n",
+            pr.completions, pr.bytes
+        );
+        if p.verify {
+            let mine = &self.r.recv;
+            o += &format!(
+                " verify: {} messages, {} bytes checked, {} bad bytes\n",
+                pr.verified_messages + mine.verified_messages,
+                pr.verified_bytes + mine.verified_bytes,
+                pr.bad_bytes + mine.bad_bytes
+            );
+        }
+        o += RULE;
+        o += "\n";
+        o
+    }
+
+    /// One JSON object.
+    pub fn json(&self) -> String {
+        let p = self.p;
+        let s = self.r.send.clone().unwrap_or_default();
+        let bytes = self.bytes_moved();
+        let avg = bytes as f64 / s.elapsed_s.max(1e-9);
+        let lat = LatStats::from_ns(&s.lat_ns);
+        let evs: Vec<_> = self
+            .r
+            .evs
+            .iter()
+            .map(|e| {
+                json!({"ev": e.ev, "src_port": e.port, "packets": e.packets, "retransmits": e.retransmits,
+                       "trims": e.trims, "ecn_marks": e.ecn_marks, "timeouts": e.timeouts})
+            })
+            .collect();
+        let v = json!({
+            "test": match p.test { TestKind::Bw => "bw", TestKind::Lat => "lat" },
+            "mode": self.mode,
+            "bytes": p.size,
+            "iterations": s.completions,
+            "elapsed_s": s.elapsed_s,
+            "bytes_moved": bytes,
+            "bw_peak_gbps": s.peak_bps.max(avg) * 8.0 / 1e9,
+            "bw_avg_gbps": avg * 8.0 / 1e9,
+            "bw_avg_mbps": avg / (1u64 << 20) as f64,
+            "msg_rate_mpps": s.completions as f64 / s.elapsed_s.max(1e-9) / 1e6,
+            "cpu_s": self.r.cpu_s,
+            "cpu_s_per_gb": self.cpu_s_per_gb(),
+            "lat_us": lat.map(|l| json!({"min": l.min, "max": l.max, "typical": l.typical, "avg": l.avg,
+                                         "stdev": l.stdev, "p99": l.p99, "p999": l.p999})),
+            "paths": p.paths, "mtu": p.mtu, "cc": p.cc, "burst_size": p.burst_size,
+            "tx_depth": p.tx_depth, "verify": p.verify, "bidirectional": p.bidirectional,
+            "sent_packets": self.r.conn.sent,
+            "retransmitted": self.r.conn.retransmitted,
+            "receiver": {
+                "completions": self.r.peer_recv.completions,
+                "bytes": self.r.peer_recv.bytes,
+                "verified_messages": self.r.peer_recv.verified_messages + self.r.recv.verified_messages,
+                "verified_bytes": self.r.peer_recv.verified_bytes + self.r.recv.verified_bytes,
+                "bad_bytes": self.r.peer_recv.bad_bytes + self.r.recv.bad_bytes,
+            },
+            "evs": evs,
+        });
+        format!("{v}\n")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn latency_figures_exact() {
+        let ns: Vec<u64> = (1..=1000).map(|i| i * 1000).collect();
+        let l = LatStats::from_ns(&ns).unwrap();
+        assert_eq!((l.min, l.max, l.typical), (1.0, 1000.0, 501.0));
+        assert_eq!((l.p99, l.p999), (990.0, 999.0));
+        assert!((l.avg - 500.5).abs() < 1e-9);
+        assert!(LatStats::from_ns(&[]).is_none());
+    }
+
+    #[test]
+    fn counts_beyond_2_pow_32_print_exactly() {
+        use crate::perf::opts::{Cli, Command};
+        use crate::perf::run::{EndResult, RecvResult, SendResult};
+        use clap::Parser;
+        let cli = Cli::parse_from(["mrc-perf", "loopback", "-s", "8", "-n", "5000000000"]);
+        assert!(matches!(cli.cmd, Command::Loopback { ipv6: false }));
+        let p = cli.test.params().unwrap();
+        assert_eq!(p.iters, Some(5_000_000_000));
+        let n = 5_000_000_000u64;
+        let r = EndResult {
+            send: Some(SendResult {
+                completions: n,
+                bytes: n * 8,
+                elapsed_s: 1000.0,
+                peak_bps: 0.0,
+                lat_ns: Vec::new(),
+            }),
+            peer_recv: RecvResult {
+                completions: n,
+                bytes: n * 8,
+                ..RecvResult::default()
+            },
+            ..EndResult::default()
+        };
+        let rep = Report::new(&p, &r, "test");
+        let t = rep.table(false);
+        assert!(t.contains(" 8          5000000000 "), "{t}");
+        assert!(
+            t.contains(" receiver: 5000000000 completions, 40000000000 bytes"),
+            "{t}"
+        );
+        let v: serde_json::Value = serde_json::from_str(&rep.json()).unwrap();
+        assert_eq!(v["iterations"], 5_000_000_000u64);
+        // 40e9 bytes in 1000 s = 0.32 Gb/s, 5 Mpps.
+        assert!((v["bw_avg_gbps"].as_f64().unwrap() - 0.32).abs() < 1e-9);
+        assert!((v["msg_rate_mpps"].as_f64().unwrap() - 5.0).abs() < 1e-9);
+    }
+}

@@ -1,0 +1,872 @@
+//! The test loops of `mrc-perf`: sender (bw), receiver (bw), ping and pong (lat), the
+//! control messages on the bootstrap TCP stream, and the server/client/loopback roles.
+
+use super::opts::{Fabric, TestKind, TestParams};
+use super::report::{self, EvLine, Progress, Report};
+use super::verbs::{self, VerbsOpts};
+use mrc_congestion::{CcKind, LinkParams};
+use mrc_fabric::engine::bootstrap::RemoteMr;
+use mrc_fabric::engine::{Context, EngineConfig, Qp, QpConfig, VerifySpec};
+use mrc_fabric::udp::UdpConfig;
+use mrc_transport::completion::{Completion, WcOpcode, WcStatus};
+use mrc_transport::region::MrKey;
+use mrc_transport::send::SendConfig;
+use mrc_transport::{Access, ConnConfig, Sge};
+use serde::{Deserialize, Serialize};
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+/// A message on the bootstrap stream after the QpInfo exchange (one JSON object a line).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Ctl {
+    /// This side's sender posted its last message; `sent` messages in all.
+    Done {
+        /// Messages sent.
+        sent: u64,
+    },
+    /// This side's receiver finished.
+    Result(RecvResult),
+}
+
+/// What a receiver saw.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecvResult {
+    /// Receive completions (messages).
+    pub completions: u64,
+    /// Bytes in them.
+    pub bytes: u64,
+    /// Messages whose every byte was checked.
+    pub verified_messages: u64,
+    /// Bytes checked.
+    pub verified_bytes: u64,
+    /// Bytes that differed.
+    pub bad_bytes: u64,
+}
+
+/// How this host opens its datapath (not sent to the peer).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum LocalFabric {
+    /// io_uring UDP.
+    #[default]
+    Udp,
+    /// RDMA UD QPs on this device.
+    Verbs(VerbsOpts),
+}
+
+impl LocalFabric {
+    /// The fabric both ends must agree on.
+    pub fn kind(&self) -> Fabric {
+        match self {
+            LocalFabric::Udp => Fabric::Udp,
+            LocalFabric::Verbs(_) => Fabric::Verbs,
+        }
+    }
+}
+
+/// One end: engine, QP and its two regions.
+pub struct Side {
+    /// The engine.
+    pub ctx: Context,
+    /// The QP.
+    pub qp: Qp,
+    /// Region data is sent from.
+    pub src: MrKey,
+    /// Region the peer writes into.
+    pub dst: MrKey,
+    /// With `--fabric verbs`: the peer table and this side's UD endpoint address.
+    pub verbs: Option<(
+        mrc_fabric::verbs::PeerBook,
+        mrc_fabric::verbs::addr::EndpointAddr,
+    )>,
+}
+
+/// Packets in flight and receive window: 4096 (16 MiB of 4 KiB packets; a userspace
+/// engine on loopback has RTTs of hundreds of microseconds under load).
+pub const OUTSTANDING_PACKETS: u32 = 4096;
+/// RTO floor, ns: 2 ms. The transport's 200 us default suits a NIC; an engine thread that
+/// shares its core with others is descheduled for longer than that, which would fire
+/// spurious RTOs.
+pub const MIN_RTO_NS: u64 = 2_000_000;
+/// RACK reorder window floor and assumed peer ACK delay, ns: 500 us (scheduling jitter).
+pub const REORDER_WINDOW_NS: u64 = 500_000;
+
+fn qp_config(p: &TestParams) -> Result<QpConfig, String> {
+    let cc: CcKind = p.cc.parse().map_err(|e| format!("--cc: {e}"))?;
+    Ok(QpConfig {
+        conn: ConnConfig {
+            evs: (0..p.paths).collect(),
+            send: SendConfig {
+                mtu_payload_bytes: p.mtu,
+                max_outstanding_packets: OUTSTANDING_PACKETS,
+                min_reorder_window_ns: REORDER_WINDOW_NS,
+                initial_rto_ns: 4 * MIN_RTO_NS,
+                min_rto_ns: MIN_RTO_NS,
+                peer_max_ack_delay_ns: REORDER_WINDOW_NS,
+                ..SendConfig::default()
+            },
+            recv_window_packets: OUTSTANDING_PACKETS,
+            ..ConnConfig::default()
+        },
+        cc,
+        link: LinkParams {
+            line_rate_bps: 100_000_000_000,
+            base_rtt_ns: 200_000,
+            mtu_bytes: u64::from(p.mtu),
+            trimming_enabled: false,
+        },
+        evs_per_socket: p.burst_size as usize,
+        srh: Vec::new(),
+    })
+}
+
+/// Builds one end: UDP bound to `udp_bind`, or verbs on the device of `local`.
+///
+/// # Errors
+/// The engine's setup error, as text.
+pub fn make_side(
+    p: &TestParams,
+    udp_bind: SocketAddr,
+    local: &LocalFabric,
+) -> Result<Side, String> {
+    let ecfg = EngineConfig {
+        slot_bytes: p.mtu as usize + 64,
+        tx_batch: 256,
+        spin_ns: p.spin_us.saturating_mul(1000),
+        ..EngineConfig::default()
+    };
+    let (ctx, verbs) = match local {
+        LocalFabric::Udp => (
+            Context::new(UdpConfig::bind(udp_bind), ecfg)
+                .map_err(|e| format!("cannot open UDP datapath on {udp_bind}: {e}"))?,
+            None,
+        ),
+        LocalFabric::Verbs(o) => {
+            let e = verbs::start(p, o, ecfg).map_err(|e| format!("--fabric verbs: {e}"))?;
+            (e.ctx, Some((e.peers, e.local)))
+        }
+    };
+    let qp = ctx.create_qp(qp_config(p)?).map_err(|e| e.to_string())?;
+    let region = usize::try_from(p.region_size).map_err(|_| "region too large".to_string())?;
+    let src = qp
+        .reg_mr(region, Access::LOCAL_WRITE)
+        .map_err(|e| format!("register {region} bytes: {e}"))?;
+    let dst = qp
+        .reg_mr(region, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+        .map_err(|e| format!("register {region} bytes: {e}"))?;
+    if p.verify {
+        qp.set_verify(VerifySpec {
+            lkey: dst.lkey,
+            slot_bytes: p.size,
+            slots: p.region_size / p.size,
+            seed: p.seed,
+        })
+        .map_err(|e| e.to_string())?;
+    }
+    Ok(Side {
+        ctx,
+        qp,
+        src,
+        dst,
+        verbs,
+    })
+}
+
+/// The control stream: a writer and a reader thread feeding a channel.
+pub struct CtlStream {
+    w: TcpStream,
+    rx: crossbeam_channel::Receiver<Result<Ctl, String>>,
+}
+
+impl CtlStream {
+    /// Wraps the bootstrap stream.
+    ///
+    /// # Errors
+    /// `try_clone` failure.
+    pub fn new(s: TcpStream) -> Result<Self, String> {
+        let r = s.try_clone().map_err(|e| e.to_string())?;
+        r.set_read_timeout(None).map_err(|e| e.to_string())?;
+        let (tx, rx) = crossbeam_channel::unbounded();
+        std::thread::spawn(move || {
+            let mut lines = BufReader::new(r).lines();
+            loop {
+                let msg = match lines.next() {
+                    Some(Ok(l)) => serde_json::from_str::<Ctl>(&l)
+                        .map_err(|e| format!("bad control message: {e}")),
+                    Some(Err(e)) => Err(format!("control stream: {e}")),
+                    None => Err("peer closed the control stream".into()),
+                };
+                let end = msg.is_err();
+                if tx.send(msg).is_err() || end {
+                    return;
+                }
+            }
+        });
+        Ok(CtlStream { w: s, rx })
+    }
+
+    /// Sends one message.
+    ///
+    /// # Errors
+    /// The write error.
+    pub fn send(&mut self, m: &Ctl) -> Result<(), String> {
+        let mut l = serde_json::to_string(m).map_err(|e| e.to_string())?;
+        l.push('\n');
+        self.w
+            .write_all(l.as_bytes())
+            .map_err(|e| format!("control stream: {e}"))
+    }
+}
+
+/// What the local sender did.
+#[derive(Clone, Debug, Default)]
+pub struct SendResult {
+    /// Messages completed.
+    pub completions: u64,
+    /// Bytes in them.
+    pub bytes: u64,
+    /// Seconds from the first post to the last completion.
+    pub elapsed_s: f64,
+    /// Highest rate over 100 ms windows, bytes/s.
+    pub peak_bps: f64,
+    /// Latency samples (lat test), ns, one way (half the round trip).
+    pub lat_ns: Vec<u64>,
+}
+
+fn check(c: &Completion) -> Result<(), String> {
+    if c.status != WcStatus::Success {
+        return Err(format!(
+            "work request {} ({:?}) failed: {:?}",
+            c.wr_id, c.opcode, c.status
+        ));
+    }
+    Ok(())
+}
+
+/// Sender of the bw test: WRITE_WITH_IMM of message `i` (immediate `i mod 2^32`) into
+/// slot `i mod slots` of the peer's region, `tx_depth` in flight, until `iters` messages or
+/// `duration_s` passed.
+///
+/// # Errors
+/// A failed completion, or no progress for `timeout`.
+pub fn send_bw(
+    side: &Side,
+    remote: RemoteMr,
+    p: &TestParams,
+    timeout: Duration,
+    mut progress: Option<&mut Progress>,
+) -> Result<SendResult, String> {
+    let slots = p.region_size / p.size;
+    let start = Instant::now();
+    let end = p.duration_s.map(|d| start + Duration::from_secs_f64(d));
+    let (mut posted, mut done) = (0u64, 0u64);
+    let mut last_progress = Instant::now();
+    let mut win_start = start;
+    let mut win_done = 0u64;
+    let mut peak_bps = 0f64;
+    let mut got = Vec::with_capacity(256);
+    let mut finished_posting = false;
+    loop {
+        let now = Instant::now();
+        if !finished_posting {
+            finished_posting = match (p.iters, end) {
+                (Some(n), _) => posted >= n,
+                (None, Some(e)) => now >= e,
+                (None, None) => true,
+            };
+        }
+        while !finished_posting && posted - done < p.tx_depth && p.iters.is_none_or(|n| posted < n)
+        {
+            if let Some(r) = p.rate_limit_gbps {
+                let due = start
+                    + Duration::from_secs_f64(posted as f64 * p.size as f64 * 8.0 / (r * 1e9));
+                if Instant::now() < due {
+                    break;
+                }
+            }
+            let off = (posted % slots) * p.size;
+            if p.verify {
+                side.qp
+                    .fill_pattern(
+                        side.src.lkey,
+                        off,
+                        p.size as usize,
+                        p.seed,
+                        u64::from(posted as u32),
+                    )
+                    .map_err(|e| e.to_string())?;
+            }
+            let sge = Sge {
+                lkey: side.src.lkey,
+                addr: side.src.addr + off,
+                len: p.size as u32,
+            };
+            side.qp
+                .post_write_with_imm(posted, sge, remote.addr + off, remote.rkey, posted as u32)
+                .map_err(|e| format!("post: {e}"))?;
+            posted += 1;
+        }
+        if finished_posting && done == posted {
+            break;
+        }
+        let wait = if p.rate_limit_gbps.is_some() {
+            Duration::from_micros(200)
+        } else {
+            Duration::from_millis(20)
+        };
+        got.clear();
+        if let Some(c) = side.qp.wait_send_cq(wait).map_err(|e| e.to_string())? {
+            got.push(c);
+            side.qp.poll_send_cq(&mut got, 4096);
+        }
+        let now = Instant::now();
+        if got.is_empty() {
+            if done < posted && now.duration_since(last_progress) > timeout {
+                return Err(format!(
+                    "no completion for {:.1} s ({done} of {posted} messages done): peer unreachable?",
+                    timeout.as_secs_f64()
+                ));
+            }
+            continue;
+        }
+        last_progress = now;
+        for c in &got {
+            check(c)?;
+            done += 1;
+        }
+        let w = now.duration_since(win_start);
+        if w >= Duration::from_millis(100) {
+            peak_bps = peak_bps.max((done - win_done) as f64 * p.size as f64 / w.as_secs_f64());
+            win_start = now;
+            win_done = done;
+        }
+        if let Some(pr) = progress.as_deref_mut() {
+            pr.update(done, done * p.size);
+        }
+    }
+    let elapsed_s = start.elapsed().as_secs_f64();
+    let bytes = done * p.size;
+    let avg = bytes as f64 / elapsed_s.max(1e-9);
+    if peak_bps < avg {
+        peak_bps = avg;
+    }
+    Ok(SendResult {
+        completions: done,
+        bytes,
+        elapsed_s,
+        peak_bps,
+        lat_ns: Vec::new(),
+    })
+}
+
+fn post_recvs(side: &Side, n: u64, base: u64) -> Result<(), String> {
+    for i in 0..n {
+        side.qp
+            .post_recv(
+                base + i,
+                Sge {
+                    lkey: side.dst.lkey,
+                    addr: side.dst.addr,
+                    len: 0,
+                },
+            )
+            .map_err(|e| format!("post_recv: {e}"))?;
+    }
+    Ok(())
+}
+
+/// Receiver of the bw test: counts `RecvRdmaWithImm` completions (immediates in order)
+/// until the peer's `Done` count is reached.
+///
+/// # Errors
+/// A failed or out-of-order completion, no progress for `timeout`, or a broken stream.
+pub fn recv_bw(
+    side: &Side,
+    p: &TestParams,
+    peer_done: &crossbeam_channel::Receiver<u64>,
+    timeout: Duration,
+) -> Result<RecvResult, String> {
+    let depth = 2 * p.tx_depth + 16;
+    post_recvs(side, depth, 0)?;
+    let mut r = RecvResult::default();
+    let mut target: Option<u64> = None;
+    let mut last = Instant::now();
+    let mut got = Vec::with_capacity(256);
+    loop {
+        if let Ok(n) = peer_done.try_recv() {
+            target = Some(n);
+        }
+        if target == Some(r.completions) {
+            break;
+        }
+        got.clear();
+        if let Some(c) = side
+            .qp
+            .wait_recv_cq(Duration::from_millis(20))
+            .map_err(|e| e.to_string())?
+        {
+            got.push(c);
+            side.qp.poll_recv_cq(&mut got, 4096);
+        }
+        if got.is_empty() {
+            if last.elapsed() > timeout && (target.is_some() || p.duration_s.is_none()) {
+                return Err(format!(
+                    "receiver: no message for {:.1} s after {} messages",
+                    timeout.as_secs_f64(),
+                    r.completions
+                ));
+            }
+            continue;
+        }
+        last = Instant::now();
+        for c in &got {
+            check(c)?;
+            if c.opcode != WcOpcode::RecvRdmaWithImm || c.imm != Some(r.completions as u32) {
+                return Err(format!(
+                    "receiver: expected message {} got {:?} imm {:?}",
+                    r.completions, c.opcode, c.imm
+                ));
+            }
+            r.completions += 1;
+            r.bytes += u64::from(c.byte_len);
+        }
+        post_recvs(side, got.len() as u64, depth + r.completions)?;
+    }
+    Ok(r)
+}
+
+/// Ping side of the lat test: WRITE_WITH_IMM of `size` bytes, wait for the peer's echo,
+/// one sample per round trip (half of it, as perftest reports).
+///
+/// # Errors
+/// A failed completion or no echo within `timeout`.
+pub fn ping(
+    side: &Side,
+    remote: RemoteMr,
+    p: &TestParams,
+    timeout: Duration,
+    mut progress: Option<&mut Progress>,
+) -> Result<SendResult, String> {
+    post_recvs(side, 64, 0)?;
+    let start = Instant::now();
+    let end = p.duration_s.map(|d| start + Duration::from_secs_f64(d));
+    let mut lat = Vec::with_capacity(p.iters.unwrap_or(100_000).min(10_000_000) as usize);
+    let mut sent = 0u64;
+    let mut scratch = Vec::new();
+    loop {
+        match (p.iters, end) {
+            (Some(n), _) if sent >= n => break,
+            (None, Some(e)) if Instant::now() >= e => break,
+            _ => {}
+        }
+        if p.verify {
+            side.qp
+                .fill_pattern(
+                    side.src.lkey,
+                    0,
+                    p.size as usize,
+                    p.seed,
+                    u64::from(sent as u32),
+                )
+                .map_err(|e| e.to_string())?;
+        }
+        let t0 = Instant::now();
+        let sge = Sge {
+            lkey: side.src.lkey,
+            addr: side.src.addr,
+            len: p.size as u32,
+        };
+        side.qp
+            .post_write_with_imm(sent, sge, remote.addr, remote.rkey, sent as u32)
+            .map_err(|e| format!("post: {e}"))?;
+        let c = side
+            .qp
+            .wait_recv_cq(timeout)
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| {
+                format!(
+                    "no echo of message {sent} within {:.1} s: peer unreachable?",
+                    timeout.as_secs_f64()
+                )
+            })?;
+        let rtt = t0.elapsed().as_nanos() as u64;
+        check(&c)?;
+        if c.imm != Some(sent as u32) {
+            return Err(format!("echo of message {sent} carried imm {:?}", c.imm));
+        }
+        lat.push(rtt / 2);
+        sent += 1;
+        side.qp
+            .post_recv(
+                64 + sent,
+                Sge {
+                    lkey: side.dst.lkey,
+                    addr: side.dst.addr,
+                    len: 0,
+                },
+            )
+            .map_err(|e| format!("post_recv: {e}"))?;
+        scratch.clear();
+        side.qp.poll_send_cq(&mut scratch, 64);
+        for c in &scratch {
+            check(c)?;
+        }
+        if let Some(pr) = progress.as_deref_mut() {
+            pr.update(sent, sent * p.size);
+        }
+    }
+    Ok(SendResult {
+        completions: sent,
+        bytes: sent * p.size,
+        elapsed_s: start.elapsed().as_secs_f64(),
+        peak_bps: 0.0,
+        lat_ns: lat,
+    })
+}
+
+/// Pong side of the lat test: echoes every message until the peer's `Done` count.
+///
+/// # Errors
+/// As [`recv_bw`].
+pub fn pong(
+    side: &Side,
+    remote: RemoteMr,
+    p: &TestParams,
+    peer_done: &crossbeam_channel::Receiver<u64>,
+    timeout: Duration,
+) -> Result<RecvResult, String> {
+    post_recvs(side, 64, 0)?;
+    let mut r = RecvResult::default();
+    let mut target = None;
+    let mut last = Instant::now();
+    let mut scratch = Vec::new();
+    loop {
+        if let Ok(n) = peer_done.try_recv() {
+            target = Some(n);
+        }
+        if target == Some(r.completions) {
+            break;
+        }
+        let Some(c) = side
+            .qp
+            .wait_recv_cq(Duration::from_millis(20))
+            .map_err(|e| e.to_string())?
+        else {
+            if last.elapsed() > timeout {
+                return Err(format!(
+                    "no ping for {:.1} s after {}",
+                    timeout.as_secs_f64(),
+                    r.completions
+                ));
+            }
+            continue;
+        };
+        last = Instant::now();
+        check(&c)?;
+        let i = r.completions;
+        if c.imm != Some(i as u32) {
+            return Err(format!("expected ping {i}, got imm {:?}", c.imm));
+        }
+        if p.verify {
+            side.qp
+                .fill_pattern(
+                    side.src.lkey,
+                    0,
+                    p.size as usize,
+                    p.seed,
+                    u64::from(i as u32),
+                )
+                .map_err(|e| e.to_string())?;
+        }
+        let sge = Sge {
+            lkey: side.src.lkey,
+            addr: side.src.addr,
+            len: p.size as u32,
+        };
+        side.qp
+            .post_write_with_imm(i, sge, remote.addr, remote.rkey, i as u32)
+            .map_err(|e| format!("post: {e}"))?;
+        r.completions += 1;
+        r.bytes += u64::from(c.byte_len);
+        side.qp
+            .post_recv(
+                64 + r.completions,
+                Sge {
+                    lkey: side.dst.lkey,
+                    addr: side.dst.addr,
+                    len: 0,
+                },
+            )
+            .map_err(|e| format!("post_recv: {e}"))?;
+        scratch.clear();
+        side.qp.poll_send_cq(&mut scratch, 64);
+        for c in &scratch {
+            check(c)?;
+        }
+    }
+    Ok(r)
+}
+
+/// Everything one end measured.
+#[derive(Debug, Default)]
+pub struct EndResult {
+    /// Its sender (bw, or ping for lat; empty on a passive end).
+    pub send: Option<SendResult>,
+    /// Its receiver.
+    pub recv: RecvResult,
+    /// What the peer's receiver reported.
+    pub peer_recv: RecvResult,
+    /// Per-EV lines of its QP.
+    pub evs: Vec<EvLine>,
+    /// Connection counters.
+    pub conn: mrc_transport::stats::ConnStats,
+    /// Process CPU seconds over the test.
+    pub cpu_s: f64,
+    /// This side's engine counters (datapath calls, errors, sleeps).
+    pub engine: mrc_fabric::engine::EngineStats,
+}
+
+/// Runs one end of the test on a connected side. `active`: the client (sender in bw,
+/// pinger in lat); in bidirectional bw both send.
+///
+/// # Errors
+/// Any test error, as text.
+pub fn run_end(
+    side: &Side,
+    remote: RemoteMr,
+    ctl: CtlStream,
+    p: &TestParams,
+    active: bool,
+    timeout: Duration,
+    show_progress: bool,
+) -> Result<EndResult, String> {
+    let CtlStream { w, rx } = ctl;
+    let mut w = CtlStream {
+        w,
+        rx: crossbeam_channel::never(),
+    };
+    let (done_tx, done_rx) = crossbeam_channel::unbounded();
+    let (result_tx, result_rx) = crossbeam_channel::unbounded();
+    let (err_tx, err_rx) = crossbeam_channel::unbounded::<String>();
+    // Demultiplex the peer's control messages.
+    std::thread::spawn(move || {
+        while let Ok(m) = rx.recv() {
+            match m {
+                Ok(Ctl::Done { sent }) => {
+                    let _ = done_tx.send(sent);
+                }
+                Ok(Ctl::Result(r)) => {
+                    let _ = result_tx.send(r);
+                }
+                Err(e) => {
+                    let _ = err_tx.send(e);
+                    return;
+                }
+            }
+        }
+    });
+    let cpu0 = report::process_cpu_s();
+    let sends = active || (p.bidirectional && p.test == TestKind::Bw);
+    let receives = !active || (p.bidirectional && p.test == TestKind::Bw);
+    let mut progress = (show_progress && sends).then(|| Progress::new(p.duration_s));
+    let (send, recv) = std::thread::scope(|s| {
+        let recv_h = (receives && p.test == TestKind::Bw)
+            .then(|| s.spawn(|| recv_bw(side, p, &done_rx, timeout)));
+        let mut pong_result = None;
+        let send = if p.test == TestKind::Lat {
+            if active {
+                ping(side, remote, p, timeout, progress.as_mut()).map(Some)
+            } else {
+                pong(side, remote, p, &done_rx, timeout).map(|r| {
+                    pong_result = Some(r);
+                    None
+                })
+            }
+        } else if sends {
+            send_bw(side, remote, p, timeout, progress.as_mut()).map(Some)
+        } else {
+            Ok(None)
+        };
+        if let Ok(Some(s)) = &send {
+            let _ = w.send(&Ctl::Done {
+                sent: s.completions,
+            });
+        }
+        let recv = match recv_h {
+            Some(h) => h
+                .join()
+                .unwrap_or_else(|_| Err("receiver thread panicked".into())),
+            None => Ok(pong_result.unwrap_or_default()),
+        };
+        (send, recv)
+    });
+    if let Some(pr) = progress.as_mut() {
+        pr.finish();
+    }
+    let send = send?;
+    let mut recv = recv?;
+    let (qs, engine) = side.qp.stats().map_err(|e| e.to_string())?;
+    recv.verified_messages = qs.verify.checked_messages;
+    recv.verified_bytes = qs.verify.checked_bytes;
+    recv.bad_bytes = qs.verify.bad_bytes;
+    w.send(&Ctl::Result(recv))?;
+    let peer_recv = crossbeam_channel::select! {
+        recv(result_rx) -> r => r.map_err(|_| "peer closed the control stream".to_string())?,
+        recv(err_rx) -> e => return Err(e.unwrap_or_else(|_| "control stream closed".into())),
+        default(timeout) => return Err(format!("peer sent no result within {:.1} s", timeout.as_secs_f64())),
+    };
+    let cpu_s = report::process_cpu_s() - cpu0;
+    let evs = qs
+        .evs
+        .iter()
+        .map(|(ev, port, s)| EvLine {
+            ev: *ev,
+            port: *port,
+            packets: s.sent,
+            retransmits: s.retransmitted,
+            trims: s.trimmed,
+            ecn_marks: s.ecn_marked,
+            timeouts: s.timeouts,
+        })
+        .collect();
+    Ok(EndResult {
+        send,
+        recv,
+        peer_recv,
+        evs,
+        conn: qs.conn,
+        cpu_s,
+        engine,
+    })
+}
+
+/// Parses the params line the client sends first.
+fn read_params(s: &TcpStream, timeout: Duration) -> Result<TestParams, String> {
+    s.set_read_timeout(Some(timeout))
+        .map_err(|e| e.to_string())?;
+    let mut line = String::new();
+    let mut r = BufReader::new(s);
+    // Read byte by byte up to the newline so nothing of the bootstrap is buffered away.
+    let mut b = [0u8; 1];
+    loop {
+        use std::io::Read;
+        let n = r
+            .get_mut()
+            .read(&mut b)
+            .map_err(|e| format!("reading test parameters: {e}"))?;
+        if n == 0 {
+            return Err("client closed before sending test parameters".into());
+        }
+        if b[0] == b'\n' {
+            break;
+        }
+        line.push(b[0] as char);
+        if line.len() > 65536 {
+            return Err("test parameters too long".into());
+        }
+    }
+    serde_json::from_str(&line).map_err(|e| format!("bad test parameters: {e}"))
+}
+
+/// Server role: accepts one client on `listener`, takes its parameters, runs, returns.
+///
+/// # Errors
+/// Any setup or test error.
+pub fn serve_one(
+    listener: &TcpListener,
+    udp_bind: SocketAddr,
+    timeout: Duration,
+    accept_timeout: Option<Duration>,
+    local: &LocalFabric,
+) -> Result<(TestParams, EndResult), String> {
+    if let Some(t) = accept_timeout {
+        listener.set_nonblocking(true).map_err(|e| e.to_string())?;
+        let start = Instant::now();
+        loop {
+            match listener.accept() {
+                Ok((s, _)) => {
+                    s.set_nonblocking(false).map_err(|e| e.to_string())?;
+                    return serve_stream(s, udp_bind, timeout, local);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    if start.elapsed() > t {
+                        return Err("no client connected".into());
+                    }
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(e) => return Err(format!("accept: {e}")),
+            }
+        }
+    }
+    let (s, _) = listener.accept().map_err(|e| format!("accept: {e}"))?;
+    serve_stream(s, udp_bind, timeout, local)
+}
+
+fn serve_stream(
+    mut s: TcpStream,
+    udp_bind: SocketAddr,
+    timeout: Duration,
+    local: &LocalFabric,
+) -> Result<(TestParams, EndResult), String> {
+    let p = read_params(&s, timeout)?;
+    if p.fabric != local.kind() {
+        return Err(format!(
+            "the client runs --fabric {:?} but this server runs --fabric {:?}",
+            p.fabric,
+            local.kind()
+        ));
+    }
+    let side = make_side(&p, udp_bind, local)?;
+    if let Some((book, addr)) = &side.verbs {
+        verbs::exchange(&mut s, book, addr, timeout)?;
+    }
+    let c = side.qp.connect_on(s, timeout).map_err(|e| e.to_string())?;
+    let remote = *c
+        .remote
+        .regions
+        .first()
+        .ok_or("client advertised no region")?;
+    let ctl = CtlStream::new(c.stream)?;
+    let r = run_end(&side, remote, ctl, &p, false, timeout, false)?;
+    Ok((p, r))
+}
+
+/// Client role: connects to `server`, sends the parameters, runs.
+///
+/// # Errors
+/// Unreachable server, any setup or test error.
+pub fn run_client(
+    server: SocketAddr,
+    udp_bind: SocketAddr,
+    p: &TestParams,
+    timeout: Duration,
+    progress: bool,
+    local: &LocalFabric,
+) -> Result<(EndResult, Vec<u16>), String> {
+    let mut s = TcpStream::connect_timeout(&server, timeout)
+        .map_err(|e| format!("cannot reach server {server}: {e}"))?;
+    let mut line = serde_json::to_string(p).map_err(|e| e.to_string())?;
+    line.push('\n');
+    s.write_all(line.as_bytes())
+        .map_err(|e| format!("sending test parameters: {e}"))?;
+    let side = make_side(p, udp_bind, local)?;
+    if let Some((book, addr)) = &side.verbs {
+        verbs::exchange(&mut s, book, addr, timeout)?;
+    }
+    let c = side.qp.connect_on(s, timeout).map_err(|e| e.to_string())?;
+    let remote = *c
+        .remote
+        .regions
+        .first()
+        .ok_or("server advertised no region")?;
+    let ctl = CtlStream::new(c.stream)?;
+    let r = run_end(&side, remote, ctl, p, true, timeout, progress)?;
+    Ok((r, c.source_ports))
+}
+
+/// Prints (or returns for JSON) the client's report.
+pub fn client_report(p: &TestParams, r: &EndResult, gbits: bool, json: bool, mode: &str) -> String {
+    let rep = Report::new(p, r, mode);
+    if json { rep.json() } else { rep.table(gbits) }
+}

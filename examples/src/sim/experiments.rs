@@ -1,0 +1,705 @@
+//! The built-in experiments of `mrc-sim experiment NAME` (issue 5). Each builds its
+//! two-tier fabric from the designer, runs the simulator with real transport endpoints and
+//! controllers, compares against the ideal computed from the topology, and checks the
+//! issue's requirement.
+//!
+//! Ideal goodput of a flow limited by its 100 Gb/s NIC: the line rate times the payload share
+//! of a full data frame, `100 x 4096 / 4210 = 97.29 Gb/s` (4210 = 4096 payload + 114 bytes of
+//! Ethernet, IPv6, UDP, BTH, MRCETH, MSGETH, RETH).
+
+use mrc_congestion::CcKind;
+use mrc_fabric::sim::net::Progress;
+use mrc_fabric::sim::{
+    DesignInput, EcnConfig, Fault, FaultKind, FlowSpec, LinkSelector, Oversubscription,
+    QueueConfig, SimConfig, SimReport, Simulator, SpineLeafSpec, Topology, TransportSpec, design,
+};
+
+use mrc_fabric::sim::Forwarding;
+use mrc_fabric::sim::host::{Datagram, build_frame};
+
+use super::output::ResultTable;
+use super::scenario::permutation;
+
+/// Names and one-line descriptions of the built-in experiments.
+pub const EXPERIMENTS: &[(&str, &str)] = &[
+    (
+        "spray-vs-ecmp",
+        "permutation, 16 hosts / 4 leaves / 4 spines, 8 MiB per flow: spraying over 16 EVs vs single-path ECMP",
+    ),
+    (
+        "loss",
+        "1% random loss on every link: selective repeat vs go-back-N vs lossless",
+    ),
+    (
+        "failover",
+        "a spine-leaf link black-holed mid-transfer: completion vs no failure, last packet into the hole",
+    ),
+    (
+        "incast",
+        "16 senders to one receiver: trimming vs drop-tail",
+    ),
+    (
+        "allreduce",
+        "ring allreduce over 8 hosts at 1:1, 2:1 and 4:1 oversubscription",
+    ),
+    (
+        "cc",
+        "DCQCN vs Swift vs NSCC on the incast and the permutation: goodput and p99 queue depth",
+    ),
+    (
+        "speed",
+        "simulator speed: events per second, and a 1024-GPU permutation of 1 MiB per host",
+    ),
+];
+
+/// Why an experiment could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum ExperimentError {
+    /// No experiment of that name.
+    #[error("unknown experiment {0:?}; known: {1}")]
+    Unknown(String, String),
+    /// The simulator refused the setup.
+    #[error("simulator: {0}")]
+    Sim(#[from] mrc_fabric::sim::SimError),
+    /// The designer refused the topology.
+    #[error("designer: {0}")]
+    Design(#[from] mrc_fabric::sim::DesignError),
+    /// The topology could not be built.
+    #[error("topology: {0}")]
+    Topo(#[from] mrc_fabric::sim::topo::TopoError),
+}
+
+/// Called with a run label and its progress.
+pub type ProgressFn<'a> = &'a mut dyn FnMut(&str, Progress);
+
+const GBPS: f64 = 1e9;
+const LINK_BPS: u64 = 100_000_000_000;
+const PROP_NS: u64 = 500;
+const PAYLOAD: f64 = 4096.0;
+const FRAME: f64 = 4210.0;
+
+/// Ideal goodput of one NIC-limited flow on 100 Gb/s, bit/s.
+pub fn ideal_goodput_bps() -> f64 {
+    LINK_BPS as f64 * PAYLOAD / FRAME
+}
+
+/// Runs experiment `name` with `seed`.
+///
+/// Errors: [`ExperimentError`].
+pub fn run(
+    name: &str,
+    seed: u64,
+    progress: ProgressFn<'_>,
+) -> Result<ResultTable, ExperimentError> {
+    match name {
+        "spray-vs-ecmp" => spray_vs_ecmp(seed, progress),
+        "loss" => loss(seed, progress),
+        "failover" => failover(seed, progress),
+        "incast" => incast(seed, progress),
+        "allreduce" => allreduce(seed, progress),
+        "cc" => cc(seed, progress),
+        "speed" => speed(seed, progress),
+        other => Err(ExperimentError::Unknown(
+            other.to_owned(),
+            EXPERIMENTS
+                .iter()
+                .map(|(n, _)| *n)
+                .collect::<Vec<_>>()
+                .join(", "),
+        )),
+    }
+}
+
+/// A 100 Gb/s fabric from the designer: `gpus` hosts, `gps` per server, leaves of
+/// `leaf_radix` ports, spines of `spine_radix` ports.
+pub fn fabric(
+    gpus: u32,
+    gps: u32,
+    leaf_radix: u32,
+    spine_radix: u32,
+    over: Oversubscription,
+) -> Result<(SpineLeafSpec, Topology), ExperimentError> {
+    let d = design(&DesignInput {
+        gpus,
+        gpus_per_server: gps,
+        nic_gbps: 100,
+        leaf_radix,
+        leaf_port_gbps: 100,
+        spine_radix,
+        spine_port_gbps: 100,
+        oversubscription: over,
+        planes: 1,
+    })?;
+    let spec = SpineLeafSpec::from_design(&d, PROP_NS);
+    Ok((spec, Topology::spine_leaf(&spec)?))
+}
+
+/// 16 hosts, 4 leaves (4 down, 4 up), 4 spines.
+fn fabric16() -> Result<(SpineLeafSpec, Topology), ExperimentError> {
+    fabric(16, 4, 8, 4, Oversubscription::NON_BLOCKING)
+}
+
+fn sim_run(
+    label: &str,
+    topo: Topology,
+    cfg: SimConfig,
+    flows: &[FlowSpec],
+    progress: ProgressFn<'_>,
+) -> Result<SimReport, ExperimentError> {
+    let mut sim = Simulator::new(topo, cfg)?;
+    for f in flows {
+        sim.add_flow(*f)?;
+    }
+    Ok(sim.run_with(&mut |p| progress(label, p)))
+}
+
+fn flows_of(pairs: &[(u32, u32)], bytes: u64, evs: Option<u32>) -> Vec<FlowSpec> {
+    pairs
+        .iter()
+        .map(|&(src, dst)| FlowSpec {
+            src,
+            dst,
+            bytes,
+            start_ns: 0,
+            evs,
+        })
+        .collect()
+}
+
+/// Goodput summary of a report: (mean per-flow, min per-flow, aggregate = bytes / last
+/// completion), bit/s; unfinished flows count 0.
+fn goodputs(r: &SimReport) -> (f64, f64, f64) {
+    let mean = r.mean_goodput_bps();
+    let min = r
+        .flows
+        .iter()
+        .map(|f| f.goodput_bps)
+        .fold(f64::INFINITY, f64::min);
+    let bytes: u64 = r.flows.iter().map(|f| f.bytes).sum();
+    let agg = r
+        .completion_ns()
+        .map_or(0.0, |c| bytes as f64 * 8e9 / c.max(1) as f64);
+    (mean, if min.is_finite() { min } else { 0.0 }, agg)
+}
+
+fn sum_flows(r: &SimReport, f: impl Fn(&mrc_fabric::sim::stats::FlowStats) -> u64) -> u64 {
+    r.flows.iter().map(f).sum()
+}
+
+/// Largest p99 queue depth over switch ports, bytes.
+fn p99_queue(r: &SimReport) -> u64 {
+    r.ports
+        .iter()
+        .filter(|p| !p.node.starts_with("host"))
+        .map(|p| p.queue_p99_bytes)
+        .max()
+        .unwrap_or(0)
+}
+
+fn base_cfg(seed: u64) -> SimConfig {
+    SimConfig {
+        seed,
+        ..SimConfig::default()
+    }
+}
+
+fn spray_vs_ecmp(seed: u64, progress: ProgressFn<'_>) -> Result<ResultTable, ExperimentError> {
+    let (spec, topo) = fabric16()?;
+    let pairs = permutation(spec.hosts, spec.hosts_per_leaf);
+    let ideal = ideal_goodput_bps();
+    let mut t = ResultTable::new(format!(
+        "spray-vs-ecmp: permutation of {} flows x 8 MiB, {} leaves, {} spines, 100 Gb/s (ideal {:.2} Gb/s per flow)",
+        pairs.len(),
+        spec.leaves,
+        spec.spines,
+        ideal / GBPS
+    ));
+    let mut spray_mean: f64 = 0.0;
+    let mut spray_label = "";
+    let mut ecmp_mean = 0.0;
+    for (label, evs, fwd) in [
+        ("spray 16 EVs, ECMP hash", 16, Forwarding::Ecmp),
+        ("spray 32 EVs, ECMP hash", 32, Forwarding::Ecmp),
+        ("spray 16 EVs, SRv6 spine list", 16, Forwarding::Srv6),
+        ("single path: ECMP 1 EV", 1, Forwarding::Ecmp),
+    ] {
+        let cfg = SimConfig {
+            forwarding: fwd,
+            ..base_cfg(seed)
+        };
+        let r = sim_run(
+            label,
+            topo.clone(),
+            cfg,
+            &flows_of(&pairs, 8 << 20, Some(evs)),
+            progress,
+        )?;
+        let (mean, min, agg) = goodputs(&r);
+        let max_util = r
+            .ports
+            .iter()
+            .filter(|p| p.node.starts_with("leaf") && p.peer.starts_with("spine"))
+            .map(|p| p.stats.tx_bytes)
+            .max()
+            .unwrap_or(0);
+        let min_util = r
+            .ports
+            .iter()
+            .filter(|p| p.node.starts_with("leaf") && p.peer.starts_with("spine"))
+            .map(|p| p.stats.tx_bytes)
+            .min()
+            .unwrap_or(0);
+        t.row(
+            label,
+            &[
+                ("mean_goodput_gbps", mean / GBPS),
+                ("min_goodput_gbps", min / GBPS),
+                ("pct_of_ideal", 100.0 * mean / ideal),
+                ("aggregate_gbps", agg / GBPS),
+                ("completion_us", r.completion_ns().unwrap_or(0) as f64 / 1e3),
+                (
+                    "uplink_bytes_max_over_min",
+                    max_util as f64 / min_util.max(1) as f64,
+                ),
+                ("drops", r.sum_ports(|p| p.drops) as f64),
+                ("ecn_marks", r.sum_ports(|p| p.ecn_marks) as f64),
+                ("retransmitted", sum_flows(&r, |f| f.retransmitted) as f64),
+                ("p99_queue_bytes", p99_queue(&r) as f64),
+            ],
+        );
+        if evs >= 16 && mean > spray_mean {
+            spray_mean = mean;
+            spray_label = label;
+        }
+        if evs == 1 {
+            ecmp_mean = mean;
+        }
+    }
+    t.plot_column = Some("mean_goodput_gbps".into());
+    t.plot_reference = Some(ideal / GBPS);
+    t.check(
+        "spraying over 16+ EVs reaches >= 95% of ideal goodput (best spraying variant)",
+        format!(
+            "{spray_label}: {:.2}% ({:.2} of {:.2} Gb/s)",
+            100.0 * spray_mean / ideal,
+            spray_mean / GBPS,
+            ideal / GBPS
+        ),
+        spray_mean >= 0.95 * ideal,
+    );
+    t.check(
+        "single-path ECMP suffers hash collisions (below spraying)",
+        format!(
+            "ECMP {:.2} Gb/s vs spray {:.2} Gb/s",
+            ecmp_mean / GBPS,
+            spray_mean / GBPS
+        ),
+        ecmp_mean < spray_mean,
+    );
+    Ok(t)
+}
+
+fn loss(seed: u64, progress: ProgressFn<'_>) -> Result<ResultTable, ExperimentError> {
+    let (spec, topo) = fabric16()?;
+    let pairs = permutation(spec.hosts, spec.hosts_per_leaf);
+    let flows = flows_of(&pairs, 8 << 20, None);
+    let lossy = |go_back_n: bool| SimConfig {
+        faults: vec![Fault {
+            at_ns: 0,
+            links: LinkSelector::All,
+            kind: FaultKind::Loss { p: 0.01 },
+        }],
+        transport: TransportSpec {
+            go_back_n,
+            ..TransportSpec::default()
+        },
+        ..base_cfg(seed)
+    };
+    let mut t =
+        ResultTable::new("loss: permutation, 16 flows x 8 MiB, 1% random loss on every link");
+    let mut means = Vec::new();
+    for (label, cfg) in [
+        ("lossless, selective", base_cfg(seed)),
+        ("1% loss, selective", lossy(false)),
+        ("1% loss, go-back-N", lossy(true)),
+    ] {
+        let r = sim_run(label, topo.clone(), cfg, &flows, progress)?;
+        let (mean, min, _) = goodputs(&r);
+        means.push(mean);
+        t.row(
+            label,
+            &[
+                ("mean_goodput_gbps", mean / GBPS),
+                ("min_goodput_gbps", min / GBPS),
+                ("pct_of_lossless", 100.0 * mean / means[0].max(1.0)),
+                ("completion_us", r.completion_ns().unwrap_or(0) as f64 / 1e3),
+                ("frames_lost", r.counters.loss_drops as f64),
+                ("retransmitted", sum_flows(&r, |f| f.retransmitted) as f64),
+                ("timeouts", sum_flows(&r, |f| f.timeouts) as f64),
+                (
+                    "flows_done",
+                    r.flows.iter().filter(|f| f.done_ns.is_some()).count() as f64,
+                ),
+            ],
+        );
+    }
+    t.plot_column = Some("mean_goodput_gbps".into());
+    t.check(
+        "selective retransmit keeps >= 90% of lossless goodput",
+        format!("{:.2}%", 100.0 * means[1] / means[0].max(1.0)),
+        means[1] >= 0.9 * means[0],
+    );
+    Ok(t)
+}
+
+fn failover(seed: u64, progress: ProgressFn<'_>) -> Result<ResultTable, ExperimentError> {
+    let (spec, topo) = fabric16()?;
+    let pairs = permutation(spec.hosts, spec.hosts_per_leaf);
+    let flows = flows_of(&pairs, 8 << 20, None);
+    let base = sim_run("no failure", topo.clone(), base_cfg(seed), &flows, progress)?;
+    let t0 = base.completion_ns().unwrap_or(0);
+    let fail_at = t0 / 2;
+    let cfg = SimConfig {
+        faults: vec![Fault {
+            at_ns: fail_at,
+            links: LinkSelector::Between("leaf0".into(), "spine1".into()),
+            kind: FaultKind::BlackHole,
+        }],
+        ..base_cfg(seed)
+    };
+    let rto_ns = cfg.transport.send.min_rto_ns;
+    let r = sim_run("black hole", topo, cfg, &flows, progress)?;
+    let t1 = r.completion_ns();
+    let mut t = ResultTable::new(format!(
+        "failover: permutation 16 x 8 MiB, leaf0-spine1 black-holed at {:.1} us (half the no-failure time)",
+        fail_at as f64 / 1e3
+    ));
+    for (label, rep) in [("no failure", &base), ("black hole", &r)] {
+        let (mean, _, _) = goodputs(rep);
+        t.row(
+            label,
+            &[
+                (
+                    "completion_us",
+                    rep.completion_ns().unwrap_or(0) as f64 / 1e3,
+                ),
+                ("mean_goodput_gbps", mean / GBPS),
+                ("black_holed_frames", rep.counters.black_hole_drops as f64),
+                ("timeouts", sum_flows(rep, |f| f.timeouts) as f64),
+                ("rack_losses", sum_flows(rep, |f| f.rack_losses) as f64),
+                ("retransmitted", sum_flows(rep, |f| f.retransmitted) as f64),
+            ],
+        );
+    }
+    t.plot_column = Some("completion_us".into());
+    let ratio = t1.map_or(f64::INFINITY, |c| c as f64 / t0.max(1) as f64);
+    t.check(
+        "completion <= 1.10 x the no-failure time",
+        format!(
+            "{:.3}x ({} vs {} ns)",
+            ratio,
+            t1.map_or("unfinished".into(), |c| c.to_string()),
+            t0
+        ),
+        ratio <= 1.10,
+    );
+    let last = r.counters.last_black_hole_data_ns;
+    let after = last.map_or(0, |l| l.saturating_sub(fail_at));
+    t.check(
+        "no data packet sent into the dead path later than one RTO (min RTO) after the failure",
+        format!(
+            "last data frame into the hole {:.1} us after the failure, RTO {:.1} us",
+            after as f64 / 1e3,
+            rto_ns as f64 / 1e3
+        ),
+        after <= rto_ns,
+    );
+    Ok(t)
+}
+
+/// 32 hosts, 4 leaves of 8 down / 8 up, 4 spines (2 links per leaf-spine pair).
+fn fabric32() -> Result<(SpineLeafSpec, Topology), ExperimentError> {
+    fabric(32, 8, 16, 8, Oversubscription::NON_BLOCKING)
+}
+
+fn incast_flows(spec: &SpineLeafSpec, senders: u32, bytes: u64) -> Vec<FlowSpec> {
+    // Receiver host 0; senders from the other leaves first, so every flow crosses spines.
+    let mut order: Vec<u32> = (spec.hosts_per_leaf..spec.hosts).collect();
+    order.extend(1..spec.hosts_per_leaf);
+    flows_of(
+        &order
+            .into_iter()
+            .take(senders as usize)
+            .map(|s| (s, 0))
+            .collect::<Vec<_>>(),
+        bytes,
+        None,
+    )
+}
+
+fn trim_queue() -> QueueConfig {
+    QueueConfig {
+        trim_threshold_bytes: Some(64 << 10),
+        ..QueueConfig::default()
+    }
+}
+
+fn incast(seed: u64, progress: ProgressFn<'_>) -> Result<ResultTable, ExperimentError> {
+    let (spec, topo) = fabric32()?;
+    let bytes = 1u64 << 20;
+    let flows = incast_flows(&spec, 16, bytes);
+    let total = bytes * flows.len() as u64;
+    let ideal_ns = total as f64 * 8e9 / LINK_BPS as f64;
+    let mut t = ResultTable::new(format!(
+        "incast: 16 senders x 1 MiB -> host0, 32 hosts / 4 leaves / 4 spines; ideal {:.1} us (bytes / link rate)",
+        ideal_ns / 1e3
+    ));
+    let mut res = Vec::new();
+    for (label, queue) in [
+        ("trimming (64 KiB)", trim_queue()),
+        ("drop-tail (1 MiB)", QueueConfig::default()),
+    ] {
+        let cfg = SimConfig {
+            queue,
+            ..base_cfg(seed)
+        };
+        let r = sim_run(label, topo.clone(), cfg, &flows, progress)?;
+        let c = r.completion_ns();
+        let rtos = sum_flows(&r, |f| f.timeouts);
+        res.push((c, rtos));
+        t.row(
+            label,
+            &[
+                ("completion_us", c.unwrap_or(0) as f64 / 1e3),
+                ("x_ideal", c.map_or(f64::INFINITY, |c| c as f64 / ideal_ns)),
+                ("rtos", rtos as f64),
+                ("trims", r.sum_ports(|p| p.trims) as f64),
+                ("drops", r.sum_ports(|p| p.drops) as f64),
+                ("retransmitted", sum_flows(&r, |f| f.retransmitted) as f64),
+                ("p99_queue_bytes", p99_queue(&r) as f64),
+            ],
+        );
+    }
+    t.plot_column = Some("completion_us".into());
+    t.plot_reference = Some(ideal_ns / 1e3);
+    let (c, rtos) = res[0];
+    t.check("trimming: zero RTOs", format!("{rtos} RTOs"), rtos == 0);
+    let x = c.map_or(f64::INFINITY, |c| c as f64 / ideal_ns);
+    t.check(
+        "trimming: completion within 1.10 x ideal",
+        format!("{x:.3} x ideal"),
+        x <= 1.10,
+    );
+    Ok(t)
+}
+
+fn allreduce(seed: u64, progress: ProgressFn<'_>) -> Result<ResultTable, ExperimentError> {
+    let n = 8u32;
+    let size: u64 = 8 << 20;
+    let chunk = size / u64::from(n);
+    let steps = 2 * (n - 1);
+    let theory_ns = 2.0 * f64::from(n - 1) / f64::from(n) * size as f64 * 8e9 / LINK_BPS as f64;
+    let mut t = ResultTable::new(format!(
+        "allreduce: ring over {n} hosts (2 leaves, neighbours on different leaves), {} MiB; theory 2(N-1)/N x size / 100 Gb/s = {:.1} us",
+        size >> 20,
+        theory_ns / 1e3
+    ));
+    let mut completions = Vec::new();
+    for over in ["1:1", "2:1", "4:1"] {
+        let o: Oversubscription = over.parse()?;
+        let (spec, topo) = fabric(n, 4, 8, 2, o)?;
+        // Ring order alternates leaves: 0, 4, 1, 5, 2, 6, 3, 7.
+        let half = n / 2;
+        let ring: Vec<u32> = (0..half).flat_map(|i| [i, i + half]).collect();
+        let mut sim = Simulator::new(topo, base_cfg(seed))?;
+        let label = format!("allreduce {over}");
+        let mut now = 0;
+        for _ in 0..steps {
+            for i in 0..n as usize {
+                sim.add_flow(FlowSpec {
+                    src: ring[i],
+                    dst: ring[(i + 1) % n as usize],
+                    bytes: chunk,
+                    start_ns: now,
+                    evs: None,
+                })?;
+            }
+            sim.run_with(&mut |p| progress(&label, p));
+            now = sim.now_ns();
+        }
+        let r = sim.report();
+        let crossing: u64 = r
+            .ports
+            .iter()
+            .filter(|p| p.node.starts_with("leaf") && p.peer.starts_with("spine"))
+            .map(|p| p.stats.tx_packets)
+            .sum();
+        let unfinished = r.flows.iter().filter(|f| f.done_ns.is_none()).count();
+        let up_bw = f64::from(spec.uplinks_per_leaf) / f64::from(spec.hosts_per_leaf).max(1.0);
+        let theory_over = theory_ns / up_bw.min(1.0);
+        completions.push(now);
+        t.row(
+            format!("{over} ({} uplinks/leaf)", spec.uplinks_per_leaf),
+            &[
+                ("completion_us", now as f64 / 1e3),
+                ("theory_1to1_us", theory_ns / 1e3),
+                ("theory_at_oversub_us", theory_over / 1e3),
+                ("x_theory_at_oversub", now as f64 / theory_over),
+                (
+                    "spine_packets_per_round",
+                    crossing as f64 / f64::from(steps),
+                ),
+                ("unfinished_flows", unfinished as f64),
+            ],
+        );
+    }
+    t.plot_column = Some("completion_us".into());
+    t.plot_reference = Some(theory_ns / 1e3);
+    t.check(
+        "completion reported at 1:1, 2:1 and 4:1 against 2(N-1)/N x size / bandwidth",
+        format!(
+            "{:.1} / {:.1} / {:.1} us vs {:.1} us",
+            completions[0] as f64 / 1e3,
+            completions[1] as f64 / 1e3,
+            completions[2] as f64 / 1e3,
+            theory_ns / 1e3
+        ),
+        completions.iter().all(|&c| c > 0),
+    );
+    Ok(t)
+}
+
+fn cc(seed: u64, progress: ProgressFn<'_>) -> Result<ResultTable, ExperimentError> {
+    let mut t = ResultTable::new(
+        "cc: DCQCN vs Swift vs NSCC; incast 16 x 1 MiB (32 hosts) and permutation 16 x 8 MiB; ECN RED 100-400 KiB, drop-tail 1 MiB",
+    );
+    let (s32, topo32) = fabric32()?;
+    let (s16, topo16) = fabric16()?;
+    let incast_flows = incast_flows(&s32, 16, 1 << 20);
+    let perm = flows_of(&permutation(s16.hosts, s16.hosts_per_leaf), 8 << 20, None);
+    for kind in [CcKind::Dcqcn, CcKind::Swift, CcKind::Nscc] {
+        for (workload, topo, flows) in [
+            ("incast", &topo32, &incast_flows),
+            ("permutation", &topo16, &perm),
+        ] {
+            let cfg = SimConfig {
+                queue: QueueConfig {
+                    ecn: EcnConfig::Red {
+                        kmin_bytes: 100 << 10,
+                        kmax_bytes: 400 << 10,
+                        pmax: 0.2,
+                    },
+                    ..QueueConfig::default()
+                },
+                transport: TransportSpec {
+                    cc: kind,
+                    ..TransportSpec::default()
+                },
+                ..base_cfg(seed)
+            };
+            let label = format!("{workload} / {kind}");
+            let r = sim_run(&label, topo.clone(), cfg, flows, progress)?;
+            let (mean, _, agg) = goodputs(&r);
+            t.row(
+                label,
+                &[
+                    ("aggregate_goodput_gbps", agg / GBPS),
+                    ("mean_flow_goodput_gbps", mean / GBPS),
+                    ("p99_queue_bytes", p99_queue(&r) as f64),
+                    ("drops", r.sum_ports(|p| p.drops) as f64),
+                    ("ecn_marks", r.sum_ports(|p| p.ecn_marks) as f64),
+                    ("timeouts", sum_flows(&r, |f| f.timeouts) as f64),
+                ],
+            );
+        }
+    }
+    t.plot_column = Some("aggregate_goodput_gbps".into());
+    Ok(t)
+}
+
+fn speed(seed: u64, progress: ProgressFn<'_>) -> Result<ResultTable, ExperimentError> {
+    let d = design(&DesignInput::reference(1024))?;
+    let spec = SpineLeafSpec::from_design(&d, PROP_NS);
+    let topo = Topology::spine_leaf(&spec)?;
+    let pairs = permutation(spec.hosts, spec.hosts_per_leaf);
+    let flows = flows_of(&pairs, 1 << 20, None);
+    let start = std::time::Instant::now();
+    let r = sim_run(
+        "1024-GPU permutation",
+        topo,
+        base_cfg(seed),
+        &flows,
+        progress,
+    )?;
+    let wall = start.elapsed().as_secs_f64();
+    let mut t = ResultTable::new(format!(
+        "speed: 1024-GPU designer fabric ({} leaves, {} spines, {} Gb/s links), permutation of 1 MiB per host",
+        spec.leaves, spec.spines, d.plane.lane_gbps
+    ));
+    t.row(
+        "1024-GPU permutation",
+        &[
+            ("wall_s", wall),
+            ("events", r.counters.events as f64),
+            ("packet_hops", r.counters.hops as f64),
+            ("events_per_s", r.counters.events as f64 / wall.max(1e-9)),
+            ("hops_per_s", r.counters.hops as f64 / wall.max(1e-9)),
+            ("virtual_us", r.end_ns as f64 / 1e3),
+            (
+                "flows_done",
+                r.flows.iter().filter(|f| f.done_ns.is_some()).count() as f64,
+            ),
+        ],
+    );
+    // The switching core alone: raw 4210-byte frames (no transport), 32 per host per round
+    // on the same permutation, 16 rounds.
+    let topo = Topology::spine_leaf(&spec)?;
+    let mut sim = Simulator::new(topo, base_cfg(seed))?;
+    let payload = vec![0u8; 4096 + 52];
+    let mut frames = Vec::new();
+    for &(src, dst) in &pairs {
+        for ev in 0..32 {
+            let mut f = Vec::new();
+            let d = Datagram {
+                src,
+                dst,
+                ev,
+                ecn: 2,
+            };
+            if build_frame(sim.topology(), Forwarding::Ecmp, d, &payload, &mut f) {
+                frames.push((src, f));
+            }
+        }
+    }
+    let start = std::time::Instant::now();
+    let mut events = 0;
+    let mut hops = 0;
+    for _ in 0..16 {
+        for (src, f) in &frames {
+            sim.inject(*src, f.clone())?;
+        }
+        let r = sim.run_with(&mut |p| progress("raw switching", p));
+        events = r.counters.events;
+        hops = r.counters.hops;
+    }
+    let raw_wall = start.elapsed().as_secs_f64();
+    t.row(
+        "raw frames (switching core)",
+        &[
+            ("wall_s", raw_wall),
+            ("events", events as f64),
+            ("packet_hops", hops as f64),
+            ("events_per_s", events as f64 / raw_wall.max(1e-9)),
+            ("hops_per_s", hops as f64 / raw_wall.max(1e-9)),
+            ("virtual_us", sim.now_ns() as f64 / 1e3),
+        ],
+    );
+    t.plot_column = Some("events_per_s".into());
+    let eps = events as f64 / raw_wall.max(1e-9);
+    t.check(
+        ">= 5 million packet-hop events per second on one core (switching core, raw frames)",
+        format!("{:.2} M events/s", eps / 1e6),
+        eps >= 5e6,
+    );
+    Ok(t)
+}

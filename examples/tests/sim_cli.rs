@@ -1,0 +1,136 @@
+//! `mrc-sim` end to end: exact designer numbers, typed errors with non-zero exits, pcap
+//! readable by tshark.
+
+use std::process::Command;
+
+fn mrc_sim(args: &[&str]) -> (i32, String, String) {
+    let o = Command::new(env!("CARGO_BIN_EXE_mrc-sim"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+fn tmp(name: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("mrc-sim-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d.join(name)
+}
+
+#[test]
+fn design_json_gives_the_issue_table() {
+    for (gpus, servers, leaves, down, up, spines) in [
+        (16, 2, 1, 16, 16, 1),
+        (64, 8, 2, 32, 32, 1),
+        (128, 16, 4, 32, 32, 2),
+        (1024, 128, 32, 32, 32, 16),
+    ] {
+        let (code, out, _) = mrc_sim(&["design", "--gpus", &gpus.to_string(), "--json", "-"]);
+        assert_eq!(code, 0);
+        let json = &out[out.find('{').unwrap()..];
+        let v: serde_json::Value = serde_json::from_str(json).unwrap();
+        assert_eq!(v["servers"], servers);
+        assert_eq!(v["leaves"], leaves);
+        assert_eq!(v["plane"]["downlinks_per_leaf"], down);
+        assert_eq!(v["plane"]["uplinks_per_leaf"], up);
+        assert_eq!(v["spines"], spines);
+        assert_eq!(v["optics"], 2 * (gpus + leaves * up));
+    }
+}
+
+#[test]
+fn bad_speed_ratio_is_a_clear_error() {
+    let (code, _, err) = mrc_sim(&["design", "--gpus", "64", "--leaf-port-gbps", "300"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("not an integer multiple"), "{err}");
+    assert!(!err.contains("panicked"));
+}
+
+#[test]
+fn unknown_experiment_is_a_clear_error() {
+    let (code, _, err) = mrc_sim(&["experiment", "warp-drive"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("unknown experiment \"warp-drive\""), "{err}");
+    assert!(err.contains("spray-vs-ecmp"));
+}
+
+#[test]
+fn bad_toml_is_a_clear_error() {
+    let p = tmp("bad.toml");
+    std::fs::write(&p, "seed = [\n").unwrap();
+    let (code, _, err) = mrc_sim(&["run", p.to_str().unwrap()]);
+    assert_eq!(code, 2);
+    assert!(err.contains("bad.toml"), "{err}");
+    assert!(!err.contains("panicked"));
+    let (code, _, err) = mrc_sim(&["run", "/nonexistent/x.toml"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("x.toml"), "{err}");
+}
+
+const SCENARIO: &str = r#"
+seed = 1
+[topology]
+gpus = 16
+gpus_per_server = 4
+nic_gbps = 100
+leaf_radix = 8
+leaf_port_gbps = 100
+spine_radix = 4
+spine_port_gbps = 100
+[[flows]]
+src = 0
+dst = 5
+bytes = 65536
+"#;
+
+#[test]
+fn run_writes_json_and_a_pcap_tshark_reads() {
+    let sc = tmp("one.toml");
+    std::fs::write(&sc, SCENARIO).unwrap();
+    let pcap = tmp("leaf0.pcap");
+    let json = tmp("one.json");
+    let (code, out, err) = mrc_sim(&[
+        "run",
+        sc.to_str().unwrap(),
+        "--pcap-port",
+        "host0:0",
+        "--pcap",
+        pcap.to_str().unwrap(),
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(v["flows"][0]["bytes"], 65536);
+    assert_eq!(v["flows"][0]["packets_sent"], 16);
+    // host0's NIC sent the 16 data packets of the flow (64 KiB / 4096) and nothing else.
+    let t = Command::new("tshark")
+        .args([
+            "-r",
+            pcap.to_str().unwrap(),
+            "-d",
+            "udp.port==4792,infiniband",
+            "-T",
+            "fields",
+            "-e",
+            "infiniband.bth.psn",
+            "-e",
+            "udp.length",
+        ])
+        .output();
+    let Ok(t) = t else {
+        panic!("tshark is needed for this test");
+    };
+    let lines: Vec<String> = String::from_utf8_lossy(&t.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(lines.len(), 16, "{lines:?}");
+    // UDP length: 8 + 12 BTH + 16 MRCETH + 8 MSGETH + 16 RETH + 4096.
+    assert!(lines.iter().all(|l| l.ends_with("\t4156")), "{lines:?}");
+}

@@ -1,0 +1,363 @@
+//! The TCP bootstrap that sets up a connection, as perftest does before an RDMA test: each
+//! side sends its [`QpInfo`] (QPN, initial PSN, generation, UDP receive port, receive
+//! window and remote-writable regions) and reads the peer's. The UDP address of the peer
+//! is the TCP peer's IP with the advertised port.
+//!
+//! ```text
+//!  0                   1                   2                   3
+//!  0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1
+//! +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//! |                       magic "MRCB"                            |
+//! +---------------+---------------+-------------------------------+
+//! |   version=1   |  go_back_n    |        udp_port               |
+//! +---------------+---------------+-------------------------------+
+//! |                            QPN                                |
+//! +---------------------------------------------------------------+
+//! |                        initial PSN                            |
+//! +-------------------------------+-------------------------------+
+//! |          generation           |         region count          |
+//! +-------------------------------+-------------------------------+
+//! |                   receive window (packets)                    |
+//! +---------------------------------------------------------------+
+//! |                MTU payload bytes                              |
+//! +---------------------------------------------------------------+
+//! |  region count x { addr u64, len u64, rkey u32 } (20 bytes)    |
+//! ```
+//! All fields big-endian. Every field is checked on receipt (untrusted input).
+
+use mrc_transport::region::MrKey;
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::time::Duration;
+use thiserror::Error;
+
+/// `"MRCB"`.
+pub const MAGIC: [u8; 4] = *b"MRCB";
+/// Version of this layout.
+pub const VERSION: u8 = 1;
+/// Bytes of the fixed part.
+pub const FIXED_LEN: usize = 28;
+/// Bytes per region entry.
+pub const REGION_LEN: usize = 20;
+/// Most regions one side may advertise.
+pub const MAX_REGIONS: usize = 1024;
+
+/// A remote-writable region as the peer advertises it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RemoteMr {
+    /// Virtual address of the first byte.
+    pub addr: u64,
+    /// Length in bytes.
+    pub len: u64,
+    /// rkey to put in RETH.
+    pub rkey: u32,
+}
+
+impl From<MrKey> for RemoteMr {
+    fn from(k: MrKey) -> Self {
+        RemoteMr {
+            addr: k.addr,
+            len: k.len,
+            rkey: k.rkey,
+        }
+    }
+}
+
+/// What one side of a connection tells the other.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QpInfo {
+    /// QPN (24 bits).
+    pub qpn: u32,
+    /// First PSN it sends (24 bits).
+    pub initial_psn: u32,
+    /// Its generation.
+    pub generation: u16,
+    /// UDP port of its receive socket.
+    pub udp_port: u16,
+    /// Its receive window, packets (the other side keeps at most this many outstanding).
+    pub recv_window_packets: u32,
+    /// Payload bytes per packet it sends.
+    pub mtu_payload_bytes: u32,
+    /// Whether it runs go-back-N (both sides must agree).
+    pub go_back_n: bool,
+    /// Regions it lets the peer write.
+    pub regions: Vec<RemoteMr>,
+}
+
+/// Why the bootstrap failed.
+#[derive(Debug, Error)]
+pub enum BootstrapError {
+    /// The TCP connection or a read/write failed (refused, timed out, closed early).
+    #[error("bootstrap {what}: {source}")]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// The peer spoke another protocol.
+    #[error("bootstrap: bad magic {0:02x?}")]
+    BadMagic([u8; 4]),
+    /// The peer speaks another version.
+    #[error("bootstrap: unsupported version {0}")]
+    BadVersion(u8),
+    /// A field is out of range.
+    #[error("bootstrap: bad field {0}")]
+    BadField(&'static str),
+    /// No address to connect to.
+    #[error("bootstrap: {0} resolves to no address")]
+    NoAddress(String),
+}
+
+fn io_err(what: &'static str) -> impl FnOnce(io::Error) -> BootstrapError {
+    move |source| BootstrapError::Io { what, source }
+}
+
+impl QpInfo {
+    /// The encoded message.
+    ///
+    /// # Errors
+    /// [`BootstrapError::BadField`] for more than [`MAX_REGIONS`] regions.
+    pub fn encode(&self) -> Result<Vec<u8>, BootstrapError> {
+        if self.regions.len() > MAX_REGIONS {
+            return Err(BootstrapError::BadField("region count"));
+        }
+        let mut b = Vec::with_capacity(FIXED_LEN + REGION_LEN * self.regions.len());
+        b.extend_from_slice(&MAGIC);
+        b.push(VERSION);
+        b.push(u8::from(self.go_back_n));
+        b.extend_from_slice(&self.udp_port.to_be_bytes());
+        b.extend_from_slice(&self.qpn.to_be_bytes());
+        b.extend_from_slice(&self.initial_psn.to_be_bytes());
+        b.extend_from_slice(&self.generation.to_be_bytes());
+        b.extend_from_slice(&(self.regions.len() as u16).to_be_bytes());
+        b.extend_from_slice(&self.recv_window_packets.to_be_bytes());
+        b.extend_from_slice(&self.mtu_payload_bytes.to_be_bytes());
+        for r in &self.regions {
+            b.extend_from_slice(&r.addr.to_be_bytes());
+            b.extend_from_slice(&r.len.to_be_bytes());
+            b.extend_from_slice(&r.rkey.to_be_bytes());
+        }
+        Ok(b)
+    }
+
+    /// Parses the fixed part; returns the info without regions and the region count.
+    ///
+    /// # Errors
+    /// [`BootstrapError::BadMagic`], [`BootstrapError::BadVersion`],
+    /// [`BootstrapError::BadField`].
+    pub fn decode_fixed(b: &[u8; FIXED_LEN]) -> Result<(QpInfo, usize), BootstrapError> {
+        let u16_at = |i: usize| u16::from_be_bytes([b[i], b[i + 1]]);
+        let u32_at = |i: usize| u32::from_be_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+        let magic = [b[0], b[1], b[2], b[3]];
+        if magic != MAGIC {
+            return Err(BootstrapError::BadMagic(magic));
+        }
+        if b[4] != VERSION {
+            return Err(BootstrapError::BadVersion(b[4]));
+        }
+        let go_back_n = match b[5] {
+            0 => false,
+            1 => true,
+            _ => return Err(BootstrapError::BadField("go_back_n")),
+        };
+        let udp_port = u16_at(6);
+        let qpn = u32_at(8);
+        let initial_psn = u32_at(12);
+        let generation = u16_at(16);
+        let n = usize::from(u16_at(18));
+        let recv_window_packets = u32_at(20);
+        let mtu_payload_bytes = u32_at(24);
+        if udp_port == 0 {
+            return Err(BootstrapError::BadField("udp_port"));
+        }
+        if qpn > 0xFF_FFFF {
+            return Err(BootstrapError::BadField("qpn"));
+        }
+        if initial_psn > 0xFF_FFFF {
+            return Err(BootstrapError::BadField("initial_psn"));
+        }
+        if n > MAX_REGIONS {
+            return Err(BootstrapError::BadField("region count"));
+        }
+        if recv_window_packets == 0 {
+            return Err(BootstrapError::BadField("recv_window_packets"));
+        }
+        if mtu_payload_bytes == 0 || mtu_payload_bytes > 65_000 {
+            return Err(BootstrapError::BadField("mtu_payload_bytes"));
+        }
+        Ok((
+            QpInfo {
+                qpn,
+                initial_psn,
+                generation,
+                udp_port,
+                recv_window_packets,
+                mtu_payload_bytes,
+                go_back_n,
+                regions: Vec::with_capacity(n),
+            },
+            n,
+        ))
+    }
+
+    /// Reads one message from `r`.
+    ///
+    /// # Errors
+    /// [`BootstrapError::Io`] on a short read, or a decode error.
+    pub fn read_from(r: &mut impl Read) -> Result<QpInfo, BootstrapError> {
+        let mut fixed = [0u8; FIXED_LEN];
+        r.read_exact(&mut fixed).map_err(io_err("read"))?;
+        let (mut info, n) = QpInfo::decode_fixed(&fixed)?;
+        for _ in 0..n {
+            let mut e = [0u8; REGION_LEN];
+            r.read_exact(&mut e).map_err(io_err("read"))?;
+            let addr = u64::from_be_bytes([e[0], e[1], e[2], e[3], e[4], e[5], e[6], e[7]]);
+            let len = u64::from_be_bytes([e[8], e[9], e[10], e[11], e[12], e[13], e[14], e[15]]);
+            let rkey = u32::from_be_bytes([e[16], e[17], e[18], e[19]]);
+            if addr.checked_add(len).is_none() {
+                return Err(BootstrapError::BadField("region bounds"));
+            }
+            info.regions.push(RemoteMr { addr, len, rkey });
+        }
+        Ok(info)
+    }
+}
+
+/// Client side: connects to `server` (within `timeout`), sends `local`, reads the peer's.
+/// Returns the peer's info, the UDP address to send to, and the open stream (for the
+/// application's own end-of-test exchange).
+///
+/// # Errors
+/// [`BootstrapError::NoAddress`], [`BootstrapError::Io`] (refused, timed out), decode errors.
+pub fn connect(
+    server: impl ToSocketAddrs + std::fmt::Debug,
+    local: &QpInfo,
+    timeout: Duration,
+) -> Result<(QpInfo, SocketAddr, TcpStream), BootstrapError> {
+    let label = format!("{server:?}");
+    let addrs: Vec<SocketAddr> = server
+        .to_socket_addrs()
+        .map_err(io_err("resolve"))?
+        .collect();
+    let mut last = None;
+    for a in &addrs {
+        match TcpStream::connect_timeout(a, timeout) {
+            Ok(s) => {
+                return exchange(s, local, timeout);
+            }
+            Err(e) => last = Some(e),
+        }
+    }
+    match last {
+        Some(e) => Err(BootstrapError::Io {
+            what: "connect",
+            source: e,
+        }),
+        None => Err(BootstrapError::NoAddress(label)),
+    }
+}
+
+/// Server side: accepts one connection on `listener`, reads the peer's info, sends `local`.
+///
+/// # Errors
+/// [`BootstrapError::Io`], decode errors.
+pub fn accept(
+    listener: &TcpListener,
+    local: &QpInfo,
+    timeout: Duration,
+) -> Result<(QpInfo, SocketAddr, TcpStream), BootstrapError> {
+    let (s, _) = listener.accept().map_err(io_err("accept"))?;
+    exchange(s, local, timeout)
+}
+
+/// Either side, on an already connected stream: sends `local`, reads the peer's.
+///
+/// # Errors
+/// [`BootstrapError::Io`], decode errors.
+pub fn exchange(
+    mut s: TcpStream,
+    local: &QpInfo,
+    timeout: Duration,
+) -> Result<(QpInfo, SocketAddr, TcpStream), BootstrapError> {
+    s.set_read_timeout(Some(timeout))
+        .map_err(io_err("set timeout"))?;
+    s.set_write_timeout(Some(timeout))
+        .map_err(io_err("set timeout"))?;
+    s.set_nodelay(true).map_err(io_err("set nodelay"))?;
+    s.write_all(&local.encode()?).map_err(io_err("write"))?;
+    let remote = QpInfo::read_from(&mut s)?;
+    let peer_ip = s.peer_addr().map_err(io_err("peer address"))?.ip();
+    Ok((remote.clone(), SocketAddr::new(peer_ip, remote.udp_port), s))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info() -> QpInfo {
+        QpInfo {
+            qpn: 0x12_3456,
+            initial_psn: 0xAB_CDEF,
+            generation: 9,
+            udp_port: 4792,
+            recv_window_packets: 1024,
+            mtu_payload_bytes: 4096,
+            go_back_n: false,
+            regions: vec![RemoteMr {
+                addr: 0x1_0000,
+                len: 1 << 20,
+                rkey: 0xDEAD_BE01,
+            }],
+        }
+    }
+
+    #[test]
+    fn encode_decode_round_trip_exact_bytes() {
+        let b = info().encode().unwrap();
+        assert_eq!(b.len(), FIXED_LEN + REGION_LEN);
+        assert_eq!(&b[..8], b"MRCB\x01\x00\x12\xb8");
+        assert_eq!(&b[8..12], &[0x00, 0x12, 0x34, 0x56]);
+        assert_eq!(QpInfo::read_from(&mut b.as_slice()).unwrap(), info());
+    }
+
+    #[test]
+    fn hostile_messages_are_typed_errors() {
+        let good = info().encode().unwrap();
+        let mut b = good.clone();
+        b[0] = b'X';
+        assert!(matches!(
+            QpInfo::read_from(&mut b.as_slice()),
+            Err(BootstrapError::BadMagic(_))
+        ));
+        let mut b = good.clone();
+        b[4] = 2;
+        assert!(matches!(
+            QpInfo::read_from(&mut b.as_slice()),
+            Err(BootstrapError::BadVersion(2))
+        ));
+        let mut b = good.clone();
+        b[8] = 1; // QPN above 24 bits
+        assert!(matches!(
+            QpInfo::read_from(&mut b.as_slice()),
+            Err(BootstrapError::BadField("qpn"))
+        ));
+        let mut b = good.clone();
+        b[18] = 0xFF; // region count 65280 > MAX_REGIONS
+        assert!(matches!(
+            QpInfo::read_from(&mut b.as_slice()),
+            Err(BootstrapError::BadField("region count"))
+        ));
+        // Truncated region entry.
+        assert!(matches!(
+            QpInfo::read_from(&mut &good[..good.len() - 1]),
+            Err(BootstrapError::Io { .. })
+        ));
+        let mut b = good.clone();
+        b[FIXED_LEN..FIXED_LEN + 8].copy_from_slice(&u64::MAX.to_be_bytes());
+        assert!(matches!(
+            QpInfo::read_from(&mut b.as_slice()),
+            Err(BootstrapError::BadField("region bounds"))
+        ));
+    }
+}

@@ -1,0 +1,882 @@
+//! The engine and the embedding API (DESIGN.md section 7).
+//!
+//! An engine is a thread that owns the transport endpoints ([`mrc_transport::Connection`]s,
+//! one per QP) and one [`Datapath`]; it busy-polls while there is work and sleeps in the
+//! datapath when idle. Applications talk to it over crossbeam channels, in the shape of
+//! verbs:
+//!
+//! | verbs                         | mrc                                              |
+//! |-------------------------------|--------------------------------------------------|
+//! | `ibv_open_device` + PD        | [`Context::new`] (io_uring UDP) / [`Context::with_datapath`] |
+//! | `ibv_create_qp`               | [`Context::create_qp`] -> [`Qp`]                  |
+//! | `ibv_reg_mr`                  | [`Qp::reg_mr`] (memory lives in the engine)       |
+//! | perftest's TCP exchange + `ibv_modify_qp` to RTR/RTS | [`Qp::connect_tcp`] / [`Qp::accept`] |
+//! | `ibv_post_send` / `ibv_post_recv` | [`Qp::post_write`], [`Qp::post_write_with_imm`], [`Qp::post_send`], [`Qp::post_recv`] |
+//! | `ibv_poll_cq` (send / recv CQ) | [`Qp::poll_send_cq`], [`Qp::poll_recv_cq`], [`Qp::wait_send_cq`], [`Qp::wait_recv_cq`] |
+//!
+//! Posting does not wait for the engine: a work request the transport refuses comes back
+//! as an error completion (`Flushed` for a bad state, `LocalProtectionError` for a bad
+//! local buffer); a local buffer outside every region registered through this handle is
+//! refused at once with [`PostError::LocalAccess`].
+//!
+//! The registered memory belongs to the engine thread (the transport is safe Rust and owns
+//! region bytes); applications fill and read it with [`Qp::write_mr`] / [`Qp::read_mr`],
+//! or, for benchmarks, with [`Qp::fill_pattern`] and [`Qp::set_verify`], which make and check
+//! the `--verify` pattern inside the engine without copying.
+
+pub mod bootstrap;
+pub mod pattern;
+mod thread;
+
+use crate::udp::{
+    Datapath, DatapathError, DatapathStats, PathMap, UdpConfig, UringDatapath, Waker,
+};
+use bootstrap::{BootstrapError, QpInfo, RemoteMr};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use mrc_congestion::{AnyController, CcKind, LinkParams};
+use mrc_transport::completion::Completion;
+use mrc_transport::region::{AccessError, MrKey};
+use mrc_transport::stats::{ConnStats, EvStats};
+use mrc_transport::{Access, ConnConfig, ConnState, PeerParams, PostError, Psn, Sge};
+use std::collections::HashMap;
+use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+use thiserror::Error;
+use thread::{Engine, QpEntry};
+
+/// Engine tuning.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EngineConfig {
+    /// Datagrams per `tx_burst`. Default 64.
+    pub tx_batch: usize,
+    /// Bytes per send slot; must hold `mtu_payload_bytes + 56`. Default 9216.
+    pub slot_bytes: usize,
+    /// Datagrams per `rx_burst` call, about. Default 256.
+    pub rx_burst: usize,
+    /// Keep polling this long after the last work before sleeping, ns. Default 50 us.
+    pub spin_ns: u64,
+    /// Longest sleep when idle, ns (commands and datagrams wake the engine earlier).
+    /// Default 50 ms.
+    pub max_sleep_ns: u64,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            tx_batch: 64,
+            slot_bytes: 9216,
+            rx_burst: 256,
+            spin_ns: 50_000,
+            max_sleep_ns: 50_000_000,
+        }
+    }
+}
+
+/// Configuration of one QP.
+#[derive(Clone, Debug)]
+pub struct QpConfig {
+    /// Transport configuration; `local_qpn`, `initial_psn`, `generation` and `seed` are
+    /// chosen by [`Context::create_qp`].
+    pub conn: ConnConfig,
+    /// Congestion controller.
+    pub cc: CcKind,
+    /// What the controller presets assume about the path.
+    pub link: LinkParams,
+    /// EVs sharing one socket (packets-per-EV burst; 1 = one source port per EV).
+    pub evs_per_socket: usize,
+    /// Optional sticky SRH per socket (IPv6).
+    pub srh: Vec<crate::srv6::SrhRepr>,
+}
+
+impl Default for QpConfig {
+    fn default() -> Self {
+        QpConfig {
+            conn: ConnConfig::default(),
+            cc: CcKind::None,
+            link: LinkParams {
+                line_rate_bps: 100_000_000_000,
+                base_rtt_ns: 100_000,
+                mtu_bytes: 4096,
+                trimming_enabled: false,
+            },
+            evs_per_socket: 1,
+            srh: Vec::new(),
+        }
+    }
+}
+
+/// The `--verify` check a receiver runs on every `RecvRdmaWithImm`: immediate `i` names
+/// slot `i % slots` of region `lkey`, which must hold [`pattern::fill`] of message `i`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VerifySpec {
+    /// Region checked.
+    pub lkey: u32,
+    /// Bytes per slot (the message size).
+    pub slot_bytes: u64,
+    /// Slots in the region.
+    pub slots: u64,
+    /// Pattern seed.
+    pub seed: u64,
+}
+
+/// Results of the `--verify` checks, 64-bit.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct VerifyStats {
+    /// Messages checked.
+    pub checked_messages: u64,
+    /// Bytes checked.
+    pub checked_bytes: u64,
+    /// Bytes that differed from the pattern.
+    pub bad_bytes: u64,
+}
+
+/// Counters of an engine thread.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EngineStats {
+    /// Loop iterations.
+    pub loops: u64,
+    /// Times it slept in the datapath.
+    pub sleeps: u64,
+    /// `tx_burst` calls.
+    pub tx_bursts: u64,
+    /// Datagrams sent.
+    pub tx_datagrams: u64,
+    /// Datagrams for no known QP (or too short to name one).
+    pub rx_unknown_qpn: u64,
+    /// Datapath calls that failed.
+    pub datapath_errors: u64,
+    /// The datapath's counters.
+    pub datapath: DatapathStats,
+    /// CPU time the engine thread used so far, ns.
+    pub cpu_ns: u64,
+}
+
+/// A snapshot of one QP.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QpStats {
+    /// Connection state.
+    pub state: ConnState,
+    /// Connection counters.
+    pub conn: ConnStats,
+    /// Per EV: the EV, its source port (0 before connect) and its counters.
+    pub evs: Vec<(u32, u16, EvStats)>,
+    /// `--verify` results.
+    pub verify: VerifyStats,
+    /// Smoothed RTT, ns.
+    pub srtt_ns: u64,
+}
+
+/// A work request.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Wr {
+    Write {
+        wr_id: u64,
+        sge: Sge,
+        remote_addr: u64,
+        rkey: u32,
+        imm: Option<u32>,
+    },
+    Send {
+        wr_id: u64,
+        sge: Sge,
+        imm: Option<u32>,
+    },
+    Recv {
+        wr_id: u64,
+        sge: Sge,
+    },
+}
+
+type Reply<T> = Sender<Result<T, String>>;
+
+pub(crate) enum Cmd {
+    Shutdown,
+    CreateQp {
+        qpn: u32,
+        entry: Box<QpEntry>,
+    },
+    DestroyQp {
+        qpn: u32,
+    },
+    RegMr {
+        qpn: u32,
+        len: usize,
+        access: Access,
+        reply: Reply<MrKey>,
+    },
+    WriteMr {
+        qpn: u32,
+        lkey: u32,
+        offset: u64,
+        data: Vec<u8>,
+        reply: Reply<()>,
+    },
+    ReadMr {
+        qpn: u32,
+        lkey: u32,
+        offset: u64,
+        len: usize,
+        reply: Reply<Vec<u8>>,
+    },
+    FillPattern {
+        qpn: u32,
+        lkey: u32,
+        offset: u64,
+        len: usize,
+        seed: u64,
+        msg: u64,
+    },
+    SetVerify {
+        qpn: u32,
+        spec: VerifySpec,
+    },
+    Connect {
+        qpn: u32,
+        peer: PeerParams,
+        udp: SocketAddr,
+        reply: Reply<Vec<u16>>,
+    },
+    Post {
+        qpn: u32,
+        wr: Wr,
+    },
+    Close {
+        qpn: u32,
+    },
+    Stats {
+        qpn: u32,
+        reply: Sender<(Option<QpStats>, EngineStats)>,
+    },
+}
+
+/// Why an embedding call failed.
+#[derive(Debug, Error)]
+pub enum EngineError {
+    /// The datapath could not be set up.
+    #[error(transparent)]
+    Datapath(#[from] DatapathError),
+    /// The bootstrap exchange failed.
+    #[error(transparent)]
+    Bootstrap(#[from] BootstrapError),
+    /// The engine refused the request (the message says why).
+    #[error("{0}")]
+    Refused(String),
+    /// The engine thread is gone.
+    #[error("engine thread stopped")]
+    Stopped,
+    /// The peer's parameters do not fit this QP.
+    #[error("incompatible peer: {0}")]
+    Incompatible(String),
+}
+
+struct Shared {
+    cmds: Sender<Cmd>,
+    waker: Arc<dyn Waker>,
+    sleeping: Arc<AtomicBool>,
+    udp_addr: SocketAddr,
+    next_qpn: AtomicU32,
+    salt: u64,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Shared {
+    fn send(&self, cmd: Cmd) -> Result<(), EngineError> {
+        self.cmds.send(cmd).map_err(|_| EngineError::Stopped)?;
+        if self.sleeping.load(Ordering::SeqCst) {
+            self.waker.wake();
+        }
+        Ok(())
+    }
+
+    fn call<T>(&self, make: impl FnOnce(Reply<T>) -> Cmd) -> Result<T, EngineError> {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        self.send(make(tx))?;
+        rx.recv()
+            .map_err(|_| EngineError::Stopped)?
+            .map_err(EngineError::Refused)
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        let _ = self.cmds.send(Cmd::Shutdown);
+        self.waker.wake();
+        if let Some(t) = self.thread.lock().ok().and_then(|mut g| g.take()) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A device context: one engine thread with its datapath. Clone to share; the thread
+/// stops when the last clone and every [`Qp`] are dropped.
+#[derive(Clone)]
+pub struct Context {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("udp_addr", &self.shared.udp_addr)
+            .finish()
+    }
+}
+
+fn splitmix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+impl Context {
+    /// A context on the io_uring UDP datapath.
+    ///
+    /// # Errors
+    /// [`EngineError::Datapath`] when the receive socket or the rings cannot be set up.
+    pub fn new(udp: UdpConfig, cfg: EngineConfig) -> Result<Context, EngineError> {
+        // The datapath is built on the engine thread (it holds raw pointers into itself);
+        // the setup result comes back over a channel.
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let (cmd_tx, cmd_rx) = crossbeam_channel::unbounded();
+        let sleeping = Arc::new(AtomicBool::new(false));
+        let sl = Arc::clone(&sleeping);
+        let t = std::thread::Builder::new()
+            .name("mrc-engine".into())
+            .spawn(move || match UringDatapath::new(udp) {
+                Ok(dp) => {
+                    let _ = tx.send(Ok((dp.local_addr(), dp.waker())));
+                    run_engine(dp, cfg, cmd_rx, sl);
+                }
+                Err(e) => {
+                    let _ = tx.send(Err(e));
+                }
+            })
+            .map_err(|e| EngineError::Refused(format!("spawn: {e}")))?;
+        let (udp_addr, waker) = rx.recv().map_err(|_| EngineError::Stopped)??;
+        Ok(Context::from_parts(cmd_tx, waker, sleeping, udp_addr, t))
+    }
+
+    /// A context on any datapath (e.g. [`crate::udp::FakeDatapath`]).
+    pub fn with_datapath<D: Datapath + Send + 'static>(dp: D, cfg: EngineConfig) -> Context {
+        let (cmd_tx, cmd_rx) = crossbeam_channel::unbounded();
+        let sleeping = Arc::new(AtomicBool::new(false));
+        let sl = Arc::clone(&sleeping);
+        let udp_addr = dp.local_addr();
+        let waker = dp.waker();
+        let t = std::thread::spawn(move || run_engine(dp, cfg, cmd_rx, sl));
+        Context::from_parts(cmd_tx, waker, sleeping, udp_addr, t)
+    }
+
+    fn from_parts(
+        cmds: Sender<Cmd>,
+        waker: Arc<dyn Waker>,
+        sleeping: Arc<AtomicBool>,
+        udp_addr: SocketAddr,
+        t: JoinHandle<()>,
+    ) -> Context {
+        let salt = splitmix(
+            u64::from(std::process::id())
+                ^ std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos() as u64)
+                ^ (u64::from(udp_addr.port()) << 32),
+        );
+        Context {
+            shared: Arc::new(Shared {
+                cmds,
+                waker,
+                sleeping,
+                udp_addr,
+                next_qpn: AtomicU32::new(1),
+                salt,
+                thread: Mutex::new(Some(t)),
+            }),
+        }
+    }
+
+    /// Address of the receive socket.
+    pub fn udp_addr(&self) -> SocketAddr {
+        self.shared.udp_addr
+    }
+
+    /// Creates a QP in state `Init` (regions may be registered and receives posted).
+    /// QPNs count up from 1 per context; the initial PSN and the generation are random.
+    ///
+    /// # Errors
+    /// [`EngineError::Refused`] for a configuration the transport or the controller
+    /// rejects; [`EngineError::Stopped`].
+    pub fn create_qp(&self, cfg: QpConfig) -> Result<Qp, EngineError> {
+        let qpn = self.shared.next_qpn.fetch_add(1, Ordering::Relaxed) & 0xFF_FFFF;
+        let r = splitmix(self.shared.salt ^ u64::from(qpn));
+        let mut conn_cfg = cfg.conn.clone();
+        conn_cfg.local_qpn = qpn;
+        conn_cfg.initial_psn = Psn::new((r & 0xFF_FFFF) as u32);
+        conn_cfg.generation = ((r >> 24) as u16).max(1);
+        conn_cfg.seed = r;
+        let cc = AnyController::new(cfg.cc, &cfg.link)
+            .map_err(|e| EngineError::Refused(format!("congestion control: {e}")))?;
+        let conn = mrc_transport::Connection::new(conn_cfg.clone(), cc)
+            .map_err(|e| EngineError::Refused(format!("QP configuration: {e}")))?;
+        let (send_tx, send_rx) = crossbeam_channel::unbounded();
+        let (recv_tx, recv_rx) = crossbeam_channel::unbounded();
+        let paths = PathMap {
+            evs: conn_cfg.evs.clone(),
+            evs_per_socket: cfg.evs_per_socket.max(1),
+            srh: cfg.srh.clone(),
+        };
+        self.shared.send(Cmd::CreateQp {
+            qpn,
+            entry: Box::new(QpEntry {
+                conn,
+                dp_conn: None,
+                paths,
+                send_cq: send_tx,
+                recv_cq: recv_tx,
+                verify: None,
+                vstats: VerifyStats::default(),
+            }),
+        })?;
+        Ok(Qp {
+            shared: Arc::clone(&self.shared),
+            qpn,
+            cfg: conn_cfg,
+            send_cq: send_rx,
+            recv_cq: recv_rx,
+            mrs: Mutex::new(HashMap::new()),
+        })
+    }
+}
+
+fn run_engine<D: Datapath>(
+    dp: D,
+    cfg: EngineConfig,
+    cmds: Receiver<Cmd>,
+    sleeping: Arc<AtomicBool>,
+) {
+    Engine {
+        dp,
+        cfg,
+        cmds,
+        sleeping,
+        qps: HashMap::new(),
+        start: Instant::now(),
+        stats: EngineStats::default(),
+    }
+    .run();
+}
+
+/// A queue pair: one reliable multipath connection, its regions and its two CQs.
+pub struct Qp {
+    shared: Arc<Shared>,
+    qpn: u32,
+    cfg: ConnConfig,
+    send_cq: Receiver<Completion>,
+    recv_cq: Receiver<Completion>,
+    mrs: Mutex<HashMap<u32, (MrKey, Access)>>,
+}
+
+impl std::fmt::Debug for Qp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Qp").field("qpn", &self.qpn).finish()
+    }
+}
+
+impl Drop for Qp {
+    fn drop(&mut self) {
+        let _ = self.shared.send(Cmd::DestroyQp { qpn: self.qpn });
+    }
+}
+
+/// The outcome of a bootstrap: what the peer said, where its UDP socket is, and the TCP
+/// stream (still open, for the application's own messages).
+#[derive(Debug)]
+pub struct Connected {
+    /// The peer's parameters and regions.
+    pub remote: QpInfo,
+    /// The peer's UDP receive address.
+    pub udp: SocketAddr,
+    /// The bootstrap stream.
+    pub stream: TcpStream,
+    /// Source ports of this side's EV sockets.
+    pub source_ports: Vec<u16>,
+}
+
+impl Qp {
+    /// The QPN.
+    pub fn qpn(&self) -> u32 {
+        self.qpn
+    }
+
+    /// The transport configuration in force (with the chosen QPN, PSN, generation).
+    pub fn config(&self) -> &ConnConfig {
+        &self.cfg
+    }
+
+    /// Registers a zero-filled region of `len` bytes.
+    ///
+    /// # Errors
+    /// [`EngineError::Refused`] (table full), [`EngineError::Stopped`].
+    pub fn reg_mr(&self, len: usize, access: Access) -> Result<MrKey, EngineError> {
+        let qpn = self.qpn;
+        let k = self.shared.call(|reply| Cmd::RegMr {
+            qpn,
+            len,
+            access,
+            reply,
+        })?;
+        self.mrs
+            .lock()
+            .map_err(|_| EngineError::Stopped)?
+            .insert(k.lkey, (k, access));
+        Ok(k)
+    }
+
+    /// Copies `data` into region `lkey` at byte `offset`.
+    ///
+    /// # Errors
+    /// [`EngineError::Refused`] for a range outside the region.
+    pub fn write_mr(&self, lkey: u32, offset: u64, data: &[u8]) -> Result<(), EngineError> {
+        let qpn = self.qpn;
+        let data = data.to_vec();
+        self.shared.call(|reply| Cmd::WriteMr {
+            qpn,
+            lkey,
+            offset,
+            data,
+            reply,
+        })
+    }
+
+    /// Copies `len` bytes of region `lkey` from byte `offset`.
+    ///
+    /// # Errors
+    /// [`EngineError::Refused`] for a range outside the region.
+    pub fn read_mr(&self, lkey: u32, offset: u64, len: usize) -> Result<Vec<u8>, EngineError> {
+        let qpn = self.qpn;
+        self.shared.call(|reply| Cmd::ReadMr {
+            qpn,
+            lkey,
+            offset,
+            len,
+            reply,
+        })
+    }
+
+    /// Fills `len` bytes of region `lkey` at `offset` with the [`pattern`] of message `msg`
+    /// (inside the engine, ordered before later posts). A bad range is ignored.
+    ///
+    /// # Errors
+    /// [`EngineError::Stopped`].
+    pub fn fill_pattern(
+        &self,
+        lkey: u32,
+        offset: u64,
+        len: usize,
+        seed: u64,
+        msg: u64,
+    ) -> Result<(), EngineError> {
+        self.shared.send(Cmd::FillPattern {
+            qpn: self.qpn,
+            lkey,
+            offset,
+            len,
+            seed,
+            msg,
+        })
+    }
+
+    /// Checks every `RecvRdmaWithImm` from now on against `spec` (see [`VerifySpec`]).
+    ///
+    /// # Errors
+    /// [`EngineError::Stopped`].
+    pub fn set_verify(&self, spec: VerifySpec) -> Result<(), EngineError> {
+        self.shared.send(Cmd::SetVerify {
+            qpn: self.qpn,
+            spec,
+        })
+    }
+
+    /// What this side tells a peer: QPN, PSN, generation, UDP port, window, and every
+    /// region registered with `REMOTE_WRITE`.
+    pub fn local_info(&self) -> QpInfo {
+        let mut regions: Vec<RemoteMr> = self
+            .mrs
+            .lock()
+            .map(|m| {
+                m.values()
+                    .filter(|(_, a)| a.contains(Access::REMOTE_WRITE))
+                    .map(|(k, _)| RemoteMr::from(*k))
+                    .collect()
+            })
+            .unwrap_or_default();
+        regions.sort_by_key(|r| r.addr);
+        QpInfo {
+            qpn: self.qpn,
+            initial_psn: self.cfg.initial_psn.value(),
+            generation: self.cfg.generation,
+            udp_port: self.shared.udp_addr.port(),
+            recv_window_packets: self.cfg.recv_window_packets,
+            mtu_payload_bytes: self.cfg.send.mtu_payload_bytes,
+            go_back_n: self.cfg.go_back_n,
+            regions,
+        }
+    }
+
+    /// Moves the QP to `Ready` with the peer's parameters and opens the EV sockets to
+    /// `udp` (verbs RTR + RTS). Returns the EV sockets' source ports.
+    ///
+    /// # Errors
+    /// [`EngineError::Incompatible`] (go-back-N disagreement, or our outstanding limit
+    /// above the peer's window), [`EngineError::Refused`] (state, ports, sockets).
+    pub fn connect(&self, remote: &QpInfo, udp: SocketAddr) -> Result<Vec<u16>, EngineError> {
+        if remote.go_back_n != self.cfg.go_back_n {
+            return Err(EngineError::Incompatible(
+                "go-back-N setting differs".into(),
+            ));
+        }
+        if self.cfg.send.max_outstanding_packets > remote.recv_window_packets {
+            return Err(EngineError::Incompatible(format!(
+                "{} outstanding packets exceed the peer's window of {}",
+                self.cfg.send.max_outstanding_packets, remote.recv_window_packets
+            )));
+        }
+        let peer = PeerParams {
+            qpn: remote.qpn,
+            initial_psn: Psn::new(remote.initial_psn),
+            generation: remote.generation,
+        };
+        let qpn = self.qpn;
+        self.shared.call(|reply| Cmd::Connect {
+            qpn,
+            peer,
+            udp,
+            reply,
+        })
+    }
+
+    /// Client side of the TCP bootstrap: connects to `server`, exchanges [`QpInfo`], then
+    /// [`Qp::connect`]s.
+    ///
+    /// # Errors
+    /// [`EngineError::Bootstrap`] (refused, timed out, bad peer), as [`Qp::connect`].
+    pub fn connect_tcp(
+        &self,
+        server: impl ToSocketAddrs + std::fmt::Debug,
+        timeout: Duration,
+    ) -> Result<Connected, EngineError> {
+        let (remote, udp, stream) = bootstrap::connect(server, &self.local_info(), timeout)?;
+        let source_ports = self.connect(&remote, udp)?;
+        Ok(Connected {
+            remote,
+            udp,
+            stream,
+            source_ports,
+        })
+    }
+
+    /// Server side of the TCP bootstrap: accepts one client on `listener`, exchanges
+    /// [`QpInfo`], then [`Qp::connect`]s.
+    ///
+    /// # Errors
+    /// As [`Qp::connect_tcp`].
+    pub fn accept(
+        &self,
+        listener: &TcpListener,
+        timeout: Duration,
+    ) -> Result<Connected, EngineError> {
+        let (remote, udp, stream) = bootstrap::accept(listener, &self.local_info(), timeout)?;
+        let source_ports = self.connect(&remote, udp)?;
+        Ok(Connected {
+            remote,
+            udp,
+            stream,
+            source_ports,
+        })
+    }
+
+    /// The bootstrap on a TCP stream the application already opened (either side):
+    /// exchanges [`QpInfo`], then [`Qp::connect`]s.
+    ///
+    /// # Errors
+    /// As [`Qp::connect_tcp`].
+    pub fn connect_on(
+        &self,
+        stream: TcpStream,
+        timeout: Duration,
+    ) -> Result<Connected, EngineError> {
+        let (remote, udp, stream) = bootstrap::exchange(stream, &self.local_info(), timeout)?;
+        let source_ports = self.connect(&remote, udp)?;
+        Ok(Connected {
+            remote,
+            udp,
+            stream,
+            source_ports,
+        })
+    }
+
+    fn check_sge(&self, sge: &Sge, need: Option<Access>) -> Result<(), PostError> {
+        let mrs = self
+            .mrs
+            .lock()
+            .map_err(|_| PostError::LocalAccess(AccessError::UnknownKey(sge.lkey)))?;
+        let (k, access) = mrs
+            .get(&sge.lkey)
+            .ok_or(PostError::LocalAccess(AccessError::UnknownKey(sge.lkey)))?;
+        let end = sge.addr.checked_add(u64::from(sge.len));
+        if sge.addr < k.addr || end.is_none_or(|e| e > k.addr + k.len) {
+            return Err(PostError::LocalAccess(AccessError::OutOfBounds {
+                addr: sge.addr,
+                len: u64::from(sge.len),
+            }));
+        }
+        if let Some(n) = need
+            && !access.contains(n)
+        {
+            return Err(PostError::LocalAccess(AccessError::NoAccess));
+        }
+        Ok(())
+    }
+
+    fn post(&self, wr: Wr) -> Result<(), PostError> {
+        self.shared
+            .send(Cmd::Post { qpn: self.qpn, wr })
+            .map_err(|_| PostError::BadState(ConnState::Error))
+    }
+
+    /// Posts an RDMA WRITE of `sge` to `remote_addr` in the peer region `rkey`.
+    ///
+    /// # Errors
+    /// [`PostError::LocalAccess`] when `sge` is outside every region of this QP;
+    /// [`PostError::BadState`] when the engine is gone.
+    pub fn post_write(
+        &self,
+        wr_id: u64,
+        sge: Sge,
+        remote_addr: u64,
+        rkey: u32,
+    ) -> Result<(), PostError> {
+        self.check_sge(&sge, None)?;
+        self.post(Wr::Write {
+            wr_id,
+            sge,
+            remote_addr,
+            rkey,
+            imm: None,
+        })
+    }
+
+    /// Posts an RDMA WRITE with immediate data (the peer gets a `RecvRdmaWithImm`).
+    ///
+    /// # Errors
+    /// As [`Qp::post_write`].
+    pub fn post_write_with_imm(
+        &self,
+        wr_id: u64,
+        sge: Sge,
+        remote_addr: u64,
+        rkey: u32,
+        imm: u32,
+    ) -> Result<(), PostError> {
+        self.check_sge(&sge, None)?;
+        self.post(Wr::Write {
+            wr_id,
+            sge,
+            remote_addr,
+            rkey,
+            imm: Some(imm),
+        })
+    }
+
+    /// Posts a SEND (optionally with immediate data) into the peer's next posted receive.
+    ///
+    /// # Errors
+    /// As [`Qp::post_write`].
+    pub fn post_send(&self, wr_id: u64, sge: Sge, imm: Option<u32>) -> Result<(), PostError> {
+        self.check_sge(&sge, None)?;
+        self.post(Wr::Send { wr_id, sge, imm })
+    }
+
+    /// Posts a receive buffer (needs `LOCAL_WRITE` unless zero-length).
+    ///
+    /// # Errors
+    /// As [`Qp::post_write`], plus [`AccessError::NoAccess`] without `LOCAL_WRITE`.
+    pub fn post_recv(&self, wr_id: u64, sge: Sge) -> Result<(), PostError> {
+        let need = (sge.len > 0).then_some(Access::LOCAL_WRITE);
+        self.check_sge(&sge, need)?;
+        self.post(Wr::Recv { wr_id, sge })
+    }
+
+    /// Starts draining: no new work requests; outstanding ones finish.
+    ///
+    /// # Errors
+    /// [`EngineError::Stopped`].
+    pub fn close(&self) -> Result<(), EngineError> {
+        self.shared.send(Cmd::Close { qpn: self.qpn })
+    }
+
+    /// Moves up to `max` send-side completions into `out` without blocking; returns how many.
+    pub fn poll_send_cq(&self, out: &mut Vec<Completion>, max: usize) -> usize {
+        poll(&self.send_cq, out, max)
+    }
+
+    /// Moves up to `max` receive-side completions into `out` without blocking.
+    pub fn poll_recv_cq(&self, out: &mut Vec<Completion>, max: usize) -> usize {
+        poll(&self.recv_cq, out, max)
+    }
+
+    /// Waits up to `timeout` for the next send-side completion.
+    ///
+    /// # Errors
+    /// [`EngineError::Stopped`] when the engine is gone; `Ok(None)` on timeout.
+    pub fn wait_send_cq(&self, timeout: Duration) -> Result<Option<Completion>, EngineError> {
+        wait(&self.send_cq, timeout)
+    }
+
+    /// Waits up to `timeout` for the next receive-side completion.
+    ///
+    /// # Errors
+    /// As [`Qp::wait_send_cq`].
+    pub fn wait_recv_cq(&self, timeout: Duration) -> Result<Option<Completion>, EngineError> {
+        wait(&self.recv_cq, timeout)
+    }
+
+    /// Counters of this QP and of the engine.
+    ///
+    /// # Errors
+    /// [`EngineError::Stopped`]; [`EngineError::Refused`] if the QP is gone.
+    pub fn stats(&self) -> Result<(QpStats, EngineStats), EngineError> {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        self.shared.send(Cmd::Stats {
+            qpn: self.qpn,
+            reply: tx,
+        })?;
+        let (q, e) = rx.recv().map_err(|_| EngineError::Stopped)?;
+        Ok((q.ok_or_else(|| EngineError::Refused("QP gone".into()))?, e))
+    }
+}
+
+fn poll(rx: &Receiver<Completion>, out: &mut Vec<Completion>, max: usize) -> usize {
+    let mut n = 0;
+    while n < max {
+        match rx.try_recv() {
+            Ok(c) => {
+                out.push(c);
+                n += 1;
+            }
+            Err(_) => break,
+        }
+    }
+    n
+}
+
+fn wait(rx: &Receiver<Completion>, timeout: Duration) -> Result<Option<Completion>, EngineError> {
+    match rx.recv_timeout(timeout) {
+        Ok(c) => Ok(Some(c)),
+        Err(RecvTimeoutError::Timeout) => Ok(None),
+        Err(RecvTimeoutError::Disconnected) => Err(EngineError::Stopped),
+    }
+}

@@ -1,0 +1,424 @@
+//! Two-tier spine-leaf designer: from the GPU count, the NICs and the switches to servers,
+//! leaves, spines, links, cables and optics.
+//!
+//! Model (the usual breakout arithmetic of GPU back-end fabrics):
+//! - one NIC per GPU; with `planes = P` each NIC is split into P ports of `nic_gbps / P`
+//!   (the *lane* speed), each port on its own, identical fabric (plane);
+//! - a switch port of `port_gbps` breaks out into `port_gbps / lane` logical ports of lane
+//!   speed (400G -> 2 x 200G); a speed that is not an integer multiple of the lane is a
+//!   [`DesignError::SpeedNotMultiple`];
+//! - a leaf has `leaf_radix x breakout` logical ports, split down:up by the oversubscription
+//!   `down:up` (`down = floor(L x down / (down + up))`); whole servers are kept on one leaf
+//!   when a server's NICs fit one leaf;
+//! - leaves = ceil(NICs / NICs per leaf); uplinks per leaf = ceil(down x up / down), rounded up
+//!   to a multiple of the spine count when the radix allows, so that every leaf reaches every
+//!   spine over the same number of links; spines = ceil(leaves x uplinks / spine logical ports);
+//! - cables = NIC links + leaf-spine links (every logical link is one cable); optics are
+//!   counted at both ends: `optics = 2 x (NICs + uplinks)` per plane.
+
+use serde::Serialize;
+
+/// Oversubscription of a leaf: downlink capacity : uplink capacity (`1:1`, `2:1`, ...).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Oversubscription {
+    /// Downlink share (> 0).
+    pub down: u32,
+    /// Uplink share (> 0).
+    pub up: u32,
+}
+
+impl Oversubscription {
+    /// Non-blocking, 1:1.
+    pub const NON_BLOCKING: Oversubscription = Oversubscription { down: 1, up: 1 };
+}
+
+impl std::str::FromStr for Oversubscription {
+    type Err = DesignError;
+
+    /// Parses `D:U` (e.g. `2:1`) or a bare `D` (meaning `D:1`).
+    ///
+    /// Errors: [`DesignError::BadOversubscription`] for anything else or a zero share.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = || DesignError::BadOversubscription { text: s.to_owned() };
+        let (d, u) = match s.split_once(':') {
+            Some((d, u)) => (d.trim(), u.trim()),
+            None => (s.trim(), "1"),
+        };
+        let down: u32 = d.parse().map_err(|_| bad())?;
+        let up: u32 = u.parse().map_err(|_| bad())?;
+        if down == 0 || up == 0 {
+            return Err(bad());
+        }
+        Ok(Oversubscription { down, up })
+    }
+}
+
+impl std::fmt::Display for Oversubscription {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.down, self.up)
+    }
+}
+
+/// What the designer is asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct DesignInput {
+    /// GPUs (one NIC each), > 0.
+    pub gpus: u32,
+    /// GPUs per server, > 0.
+    pub gpus_per_server: u32,
+    /// NIC speed, Gb/s.
+    pub nic_gbps: u32,
+    /// Leaf switch ports (physical).
+    pub leaf_radix: u32,
+    /// Leaf port speed, Gb/s.
+    pub leaf_port_gbps: u32,
+    /// Spine switch ports (physical).
+    pub spine_radix: u32,
+    /// Spine port speed, Gb/s.
+    pub spine_port_gbps: u32,
+    /// Leaf oversubscription.
+    pub oversubscription: Oversubscription,
+    /// Parallel planes each NIC is split into (1 = a single fabric).
+    pub planes: u32,
+}
+
+impl DesignInput {
+    /// The reference case of the issue: 8 GPUs per server, 200G NICs, 32-port 400G leaves
+    /// and spines, 1:1, one plane.
+    pub fn reference(gpus: u32) -> DesignInput {
+        DesignInput {
+            gpus,
+            gpus_per_server: 8,
+            nic_gbps: 200,
+            leaf_radix: 32,
+            leaf_port_gbps: 400,
+            spine_radix: 32,
+            spine_port_gbps: 400,
+            oversubscription: Oversubscription::NON_BLOCKING,
+            planes: 1,
+        }
+    }
+}
+
+/// Why no design exists.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DesignError {
+    /// A count or speed that must be positive is 0.
+    #[error("{field} must be > 0")]
+    Zero {
+        /// The input field.
+        field: &'static str,
+    },
+    /// The NIC speed does not split into `planes` equal integer lanes.
+    #[error("NIC speed {nic_gbps} Gb/s does not split into {planes} integer planes")]
+    PlanesNotDivisor {
+        /// NIC speed, Gb/s.
+        nic_gbps: u32,
+        /// Planes asked for.
+        planes: u32,
+    },
+    /// A switch port speed is not an integer multiple of the lane (NIC / planes) speed.
+    #[error(
+        "{switch} port speed {port_gbps} Gb/s is not an integer multiple of the {lane_gbps} Gb/s NIC lane"
+    )]
+    SpeedNotMultiple {
+        /// "leaf" or "spine".
+        switch: &'static str,
+        /// The port speed, Gb/s.
+        port_gbps: u32,
+        /// The lane speed (NIC speed / planes), Gb/s.
+        lane_gbps: u32,
+    },
+    /// The leaf has no room for a downlink and an uplink at this oversubscription.
+    #[error(
+        "a leaf of {logical_ports} logical ports cannot hold downlinks and uplinks at {oversubscription}"
+    )]
+    LeafTooSmall {
+        /// Logical ports of a leaf.
+        logical_ports: u32,
+        /// The oversubscription asked for.
+        oversubscription: Oversubscription,
+    },
+    /// More leaves than a spine has logical ports: two tiers are not enough.
+    #[error(
+        "{leaves} leaves exceed the {spine_logical_ports} logical ports of a spine (needs a third tier)"
+    )]
+    TooManyLeaves {
+        /// Leaves needed.
+        leaves: u32,
+        /// Logical ports of a spine.
+        spine_logical_ports: u32,
+    },
+    /// Text that is not `D:U`.
+    #[error("oversubscription {text:?} is not D:U with positive integers (e.g. 2:1)")]
+    BadOversubscription {
+        /// The text given.
+        text: String,
+    },
+}
+
+/// One plane (or the single fabric) of a design. All links run at the lane speed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct PlaneDesign {
+    /// Link (lane) speed, Gb/s: NIC speed / planes.
+    pub lane_gbps: u32,
+    /// Logical ports of a leaf (radix x breakout).
+    pub leaf_logical_ports: u32,
+    /// Logical ports of a spine.
+    pub spine_logical_ports: u32,
+    /// Leaves.
+    pub leaves: u32,
+    /// Spines.
+    pub spines: u32,
+    /// Downlinks (NIC ports) of the fullest leaf.
+    pub downlinks_per_leaf: u32,
+    /// Uplinks of each leaf.
+    pub uplinks_per_leaf: u32,
+    /// Links from each leaf to each spine (uplinks_per_leaf / spines, rounded up).
+    pub links_per_leaf_spine: u32,
+    /// NIC ports in this plane (= GPUs).
+    pub nic_links: u32,
+    /// Leaf-spine links in this plane (leaves x uplinks_per_leaf).
+    pub uplinks: u32,
+}
+
+/// The designer's answer.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct FabricDesign {
+    /// The input.
+    pub input: DesignInput,
+    /// Servers: ceil(GPUs / GPUs per server).
+    pub servers: u32,
+    /// NICs (= GPUs).
+    pub nics: u32,
+    /// One plane; every plane is identical.
+    pub plane: PlaneDesign,
+    /// Leaves over all planes.
+    pub leaves: u32,
+    /// Spines over all planes.
+    pub spines: u32,
+    /// Cables over all planes: planes x (NIC links + uplinks).
+    pub cables: u32,
+    /// Optics (transceivers) over all planes, both ends: 2 x cables.
+    pub optics: u32,
+    /// Actual oversubscription of the fullest leaf: downlinks / uplinks.
+    pub actual_oversubscription: f64,
+}
+
+fn nonzero(field: &'static str, v: u32) -> Result<u32, DesignError> {
+    if v == 0 {
+        Err(DesignError::Zero { field })
+    } else {
+        Ok(v)
+    }
+}
+
+fn breakout(switch: &'static str, port_gbps: u32, lane_gbps: u32) -> Result<u32, DesignError> {
+    if port_gbps % lane_gbps != 0 {
+        return Err(DesignError::SpeedNotMultiple {
+            switch,
+            port_gbps,
+            lane_gbps,
+        });
+    }
+    Ok(port_gbps / lane_gbps)
+}
+
+/// Designs the fabric for `input` (see the module docs for the model).
+///
+/// Errors: [`DesignError::Zero`], [`DesignError::PlanesNotDivisor`],
+/// [`DesignError::SpeedNotMultiple`], [`DesignError::LeafTooSmall`],
+/// [`DesignError::TooManyLeaves`].
+pub fn design(input: &DesignInput) -> Result<FabricDesign, DesignError> {
+    let gpus = nonzero("gpus", input.gpus)?;
+    let gps = nonzero("gpus_per_server", input.gpus_per_server)?;
+    let nic = nonzero("nic_gbps", input.nic_gbps)?;
+    nonzero("leaf_radix", input.leaf_radix)?;
+    nonzero("spine_radix", input.spine_radix)?;
+    nonzero("leaf_port_gbps", input.leaf_port_gbps)?;
+    nonzero("spine_port_gbps", input.spine_port_gbps)?;
+    let planes = nonzero("planes", input.planes)?;
+    nonzero("oversubscription.down", input.oversubscription.down)?;
+    nonzero("oversubscription.up", input.oversubscription.up)?;
+    if nic % planes != 0 {
+        return Err(DesignError::PlanesNotDivisor {
+            nic_gbps: nic,
+            planes,
+        });
+    }
+    let lane = nic / planes;
+    let leaf_ports = input.leaf_radix * breakout("leaf", input.leaf_port_gbps, lane)?;
+    let spine_ports = input.spine_radix * breakout("spine", input.spine_port_gbps, lane)?;
+    let o = input.oversubscription;
+    let down_max = (u64::from(leaf_ports) * u64::from(o.down) / u64::from(o.down + o.up)) as u32;
+    let too_small = DesignError::LeafTooSmall {
+        logical_ports: leaf_ports,
+        oversubscription: o,
+    };
+    if down_max == 0 {
+        return Err(too_small);
+    }
+    // Keep servers whole on a leaf when a server fits.
+    let per_leaf = if gps <= down_max {
+        down_max / gps * gps
+    } else {
+        down_max
+    };
+    let leaves = gpus.div_ceil(per_leaf);
+    let down = gpus.div_ceil(leaves);
+    let down = if gps <= down_max {
+        down.div_ceil(gps) * gps
+    } else {
+        down
+    }
+    .min(per_leaf);
+    let mut up = (u64::from(down) * u64::from(o.up)).div_ceil(u64::from(o.down)) as u32;
+    if down + up > leaf_ports || up == 0 {
+        return Err(too_small);
+    }
+    let mut spines = (leaves * up).div_ceil(spine_ports);
+    if up % spines != 0 {
+        let rounded = up.div_ceil(spines) * spines;
+        if down + rounded <= leaf_ports {
+            up = rounded;
+            spines = (leaves * up).div_ceil(spine_ports);
+        }
+    }
+    if leaves > spine_ports {
+        return Err(DesignError::TooManyLeaves {
+            leaves,
+            spine_logical_ports: spine_ports,
+        });
+    }
+    let plane = PlaneDesign {
+        lane_gbps: lane,
+        leaf_logical_ports: leaf_ports,
+        spine_logical_ports: spine_ports,
+        leaves,
+        spines,
+        downlinks_per_leaf: down,
+        uplinks_per_leaf: up,
+        links_per_leaf_spine: up.div_ceil(spines),
+        nic_links: gpus,
+        uplinks: leaves * up,
+    };
+    let cables = planes * (gpus + leaves * up);
+    Ok(FabricDesign {
+        input: *input,
+        servers: gpus.div_ceil(gps),
+        nics: gpus,
+        plane,
+        leaves: planes * leaves,
+        spines: planes * spines,
+        cables,
+        optics: 2 * cables,
+        actual_oversubscription: f64::from(down) / f64::from(up),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(gpus: u32) -> (u32, u32, u32, u32, u32) {
+        let d = design(&DesignInput::reference(gpus)).unwrap();
+        (
+            d.servers,
+            d.leaves,
+            d.plane.downlinks_per_leaf,
+            d.plane.uplinks_per_leaf,
+            d.spines,
+        )
+    }
+
+    #[test]
+    fn issue_reference_table() {
+        assert_eq!(row(16), (2, 1, 16, 16, 1));
+        assert_eq!(row(64), (8, 2, 32, 32, 1));
+        assert_eq!(row(128), (16, 4, 32, 32, 2));
+        assert_eq!(row(1024), (128, 32, 32, 32, 16));
+    }
+
+    #[test]
+    fn optics_are_twice_nics_plus_uplinks() {
+        for (gpus, uplinks) in [(16, 16), (64, 64), (128, 128), (1024, 1024)] {
+            let d = design(&DesignInput::reference(gpus)).unwrap();
+            assert_eq!(d.plane.uplinks, uplinks);
+            assert_eq!(d.cables, gpus + uplinks);
+            assert_eq!(d.optics, 2 * (gpus + uplinks));
+            assert_eq!(d.actual_oversubscription, 1.0);
+        }
+        assert_eq!(design(&DesignInput::reference(1024)).unwrap().optics, 4096);
+    }
+
+    #[test]
+    fn non_integer_speed_ratio_is_an_error() {
+        let mut i = DesignInput::reference(64);
+        i.leaf_port_gbps = 300;
+        assert_eq!(
+            design(&i),
+            Err(DesignError::SpeedNotMultiple {
+                switch: "leaf",
+                port_gbps: 300,
+                lane_gbps: 200
+            })
+        );
+        let mut i = DesignInput::reference(64);
+        i.spine_port_gbps = 500;
+        assert!(matches!(
+            design(&i),
+            Err(DesignError::SpeedNotMultiple {
+                switch: "spine",
+                ..
+            })
+        ));
+        let mut i = DesignInput::reference(64);
+        i.planes = 3;
+        assert_eq!(
+            design(&i),
+            Err(DesignError::PlanesNotDivisor {
+                nic_gbps: 200,
+                planes: 3
+            })
+        );
+    }
+
+    #[test]
+    fn oversubscription_two_to_one_and_planes() {
+        let mut i = DesignInput::reference(1024);
+        i.oversubscription = "2:1".parse().unwrap();
+        let d = design(&i).unwrap();
+        // 64 logical ports: 42 down max, 40 with whole 8-GPU servers -> 26 leaves,
+        // 40 down (ceil(1024/26) = 40 after rounding to whole servers), 20 up -> 520 uplinks,
+        // 9 spines (ceil(520/64)); 20 up is not a multiple of 9: 27 does not fit 64-40.
+        assert_eq!(d.plane.leaves, 26);
+        assert_eq!(d.plane.downlinks_per_leaf, 40);
+        assert_eq!(d.plane.uplinks_per_leaf, 20);
+        assert_eq!(d.plane.spines, 9);
+        assert_eq!(d.actual_oversubscription, 2.0);
+        let mut i = DesignInput::reference(1024);
+        i.planes = 2;
+        let d = design(&i).unwrap();
+        // 100G lanes: 128 logical ports per switch, 64 down / 64 up, 16 leaves, 8 spines
+        // per plane; 2 planes.
+        assert_eq!(d.plane.lane_gbps, 100);
+        assert_eq!((d.plane.leaves, d.plane.spines), (16, 8));
+        assert_eq!((d.leaves, d.spines), (32, 16));
+        assert_eq!(d.cables, 2 * (1024 + 1024));
+    }
+
+    #[test]
+    fn bad_inputs_are_typed_errors() {
+        assert!("0:1".parse::<Oversubscription>().is_err());
+        assert!("x".parse::<Oversubscription>().is_err());
+        assert_eq!(
+            "3".parse::<Oversubscription>(),
+            Ok(Oversubscription { down: 3, up: 1 })
+        );
+        let mut i = DesignInput::reference(64);
+        i.gpus = 0;
+        assert_eq!(design(&i), Err(DesignError::Zero { field: "gpus" }));
+        let i = DesignInput::reference(100_000);
+        assert!(matches!(design(&i), Err(DesignError::TooManyLeaves { .. })));
+    }
+}

@@ -1,0 +1,219 @@
+//! What a switch reads and rewrites in a frame, at fixed offsets and with every length
+//! checked (frames are untrusted: a malformed one is a counted drop, never a panic).
+//!
+//! ```text
+//! 0      Ethernet II, 14 bytes (ETH_LEN)
+//! 14     IPv6, 40 bytes: traffic class straddles bytes 14-15 (ECN = bits 4-5 of byte 15),
+//!        next header at 20, source address 22..38, destination address 38..54
+//! 54     SRH if next header = 43: (hdr_ext_len + 1) x 8 bytes (segments_left at +3)
+//! then   UDP, 8 bytes: source port, destination port, length, checksum
+//! then   mrc: BTH (opcode at +0, byte 4 bit 0x20 = trimmed, destination QP at +5..+8,
+//!        PSN at +9..+12), MRCETH, ...
+//! ```
+
+use std::net::Ipv6Addr;
+
+use mrc_transport::wire::{Body, PacketRepr};
+
+use crate::packet::EthernetFrameRepr;
+use crate::srv6::{NEXT_HEADER_ROUTING, Srh, SrhContext, UsidContainer};
+
+/// Ethernet header bytes.
+pub const ETH_LEN: usize = 14;
+/// Offset of the IPv6 header.
+pub const IPV6_OFF: usize = ETH_LEN;
+/// Offset of the IPv6 next header field.
+pub const NEXT_HEADER_OFF: usize = IPV6_OFF + 6;
+/// Offset of the IPv6 source address.
+pub const SRC_ADDR_OFF: usize = IPV6_OFF + 8;
+/// Offset of the IPv6 destination address.
+pub const DST_ADDR_OFF: usize = IPV6_OFF + 24;
+/// Offset of the first extension header (or UDP).
+pub const EXT_OFF: usize = IPV6_OFF + 40;
+/// UDP next header value.
+pub const NEXT_HEADER_UDP: u8 = 17;
+/// The BTH trimmed flag: byte 4, bit 0x20 (docs/WIRE.md).
+pub const BTH_TRIMMED_BIT: u8 = 0x20;
+/// Offset of the flags byte holding the trimmed bit inside the BTH.
+pub const BTH_TRIMMED_BYTE: usize = 4;
+
+/// Offsets and fields a switch needs, read once per hop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FrameInfo {
+    /// IPv6 source address.
+    pub src: u128,
+    /// IPv6 destination address (the active segment with an SRH).
+    pub dst: u128,
+    /// Offset of the SRH, if there is one.
+    pub srh_off: Option<usize>,
+    /// Offset of the UDP header.
+    pub udp_off: usize,
+    /// UDP source port (the EV's entropy).
+    pub src_port: u16,
+    /// UDP destination port.
+    pub dst_port: u16,
+}
+
+impl FrameInfo {
+    /// Offset of the UDP payload (the BTH).
+    pub fn payload_off(&self) -> usize {
+        self.udp_off + 8
+    }
+}
+
+fn addr_at(b: &[u8], off: usize) -> Option<u128> {
+    let a: [u8; 16] = b.get(off..off + 16)?.try_into().ok()?;
+    Some(u128::from_be_bytes(a))
+}
+
+fn u16_at(b: &[u8], off: usize) -> Option<u16> {
+    Some(u16::from_be_bytes(b.get(off..off + 2)?.try_into().ok()?))
+}
+
+/// Reads the fields a switch forwards on; `None` for a frame too short or not IPv6 /
+/// (SRH) / UDP.
+pub fn inspect(b: &[u8]) -> Option<FrameInfo> {
+    if u16_at(b, 12)? != 0x86DD || b.get(IPV6_OFF)? >> 4 != 6 {
+        return None;
+    }
+    let src = addr_at(b, SRC_ADDR_OFF)?;
+    let dst = addr_at(b, DST_ADDR_OFF)?;
+    let (srh_off, udp_off) = match *b.get(NEXT_HEADER_OFF)? {
+        NEXT_HEADER_UDP => (None, EXT_OFF),
+        NEXT_HEADER_ROUTING => {
+            let len = (usize::from(*b.get(EXT_OFF + 1)?) + 1) * 8;
+            if *b.get(EXT_OFF)? != NEXT_HEADER_UDP {
+                return None;
+            }
+            (Some(EXT_OFF), EXT_OFF + len)
+        }
+        _ => return None,
+    };
+    Some(FrameInfo {
+        src,
+        dst,
+        srh_off,
+        udp_off,
+        src_port: u16_at(b, udp_off)?,
+        dst_port: u16_at(b, udp_off + 2)?,
+    })
+}
+
+/// ECN codepoint (low 2 bits of the traffic class).
+pub fn ecn_bits(b: &[u8]) -> u8 {
+    b.get(IPV6_OFF + 1).map_or(0, |x| (x >> 4) & 3)
+}
+
+/// Sets ECN to CE (0b11). Does not change the UDP checksum (the traffic class is not in the
+/// pseudo-header).
+pub fn set_ce(b: &mut [u8]) {
+    if let Some(x) = b.get_mut(IPV6_OFF + 1) {
+        *x |= 0x30;
+    }
+}
+
+/// Whether the mrc packet in the frame is already trimmed.
+pub fn is_trimmed(b: &[u8], info: &FrameInfo) -> bool {
+    b.get(info.payload_off() + BTH_TRIMMED_BYTE)
+        .is_some_and(|x| x & BTH_TRIMMED_BIT != 0)
+}
+
+/// BTH opcode and PSN of the mrc packet, if present.
+pub fn bth_opcode_psn(b: &[u8], info: &FrameInfo) -> Option<(u8, u32)> {
+    let p = info.payload_off();
+    let op = *b.get(p)?;
+    let psn = u32::from_be_bytes(b.get(p + 8..p + 12)?.try_into().ok()?) & 0x00FF_FFFF;
+    Some((op, psn))
+}
+
+/// BTH destination QP, if present.
+pub fn bth_dest_qpn(b: &[u8], info: &FrameInfo) -> Option<u32> {
+    let p = info.payload_off();
+    Some(u32::from_be_bytes(b.get(p + 4..p + 8)?.try_into().ok()?) & 0x00FF_FFFF)
+}
+
+/// Writes a new IPv6 destination address.
+pub fn set_dst(b: &mut [u8], dst: u128) {
+    if let Some(s) = b.get_mut(DST_ADDR_OFF..DST_ADDR_OFF + 16) {
+        s.copy_from_slice(&dst.to_be_bytes());
+    }
+}
+
+/// SRv6 End behaviour (RFC 8754 section 4.3.1.1) at the node owning the destination
+/// address: decrement segments_left, copy Segment List\[segments_left\] to the destination.
+/// Returns the new destination; `None` when there is no SRH, segments_left is 0 or the SRH
+/// is malformed (the caller drops and counts).
+pub fn srv6_end(b: &mut [u8], info: &FrameInfo) -> Option<u128> {
+    let off = info.srh_off?;
+    let slice = b.get_mut(off..info.udp_off)?;
+    let mut srh = Srh::new_checked(slice, SrhContext::Received).ok()?;
+    let sl = srh.segments_left();
+    if sl == 0 {
+        return None;
+    }
+    let next = srh.segment(sl - 1)?;
+    srh.set_segments_left(sl - 1);
+    let dst = u128::from(next);
+    set_dst(b, dst);
+    Some(dst)
+}
+
+/// uSID shift (RFC 9800 NEXT-C-SID) of the destination container behind a
+/// `block_len_bits` block; returns the new destination.
+pub fn usid_shift(b: &mut [u8], dst: u128, block_len_bits: u8) -> Option<u128> {
+    let c = UsidContainer::from_address(Ipv6Addr::from(dst), block_len_bits).ok()?;
+    let n = u128::from(c.shift().ok()?.address());
+    set_dst(b, n);
+    Some(n)
+}
+
+/// The last container a uSID destination becomes (shifted until its active uSID is the
+/// last), i.e. the address the final node sees and the UDP checksum is computed over.
+pub fn usid_final(dst: u128, block_len_bits: u8) -> u128 {
+    let Ok(mut c) = UsidContainer::from_address(Ipv6Addr::from(dst), block_len_bits) else {
+        return dst;
+    };
+    while !c.is_last() {
+        match c.shift() {
+            Ok(n) if !n.is_exhausted() => c = n,
+            _ => break,
+        }
+    }
+    u128::from(c.address())
+}
+
+/// Trims the frame in place: the mrc data payload is cut off, the BTH trimmed flag set, the
+/// IPv6 payload length, UDP length and UDP checksum recomputed. `usid_block_len_bits` is
+/// `Some` when the destination is a uSID container (the checksum is then over its final
+/// form). Returns `false` (frame unchanged) when it is not an untrimmed mrc data packet with
+/// a payload.
+pub fn trim(b: &mut Vec<u8>, usid_block_len_bits: Option<u8>) -> bool {
+    let Ok((mut repr, payload)) = EthernetFrameRepr::parse(b) else {
+        return false;
+    };
+    let Ok(pkt) = PacketRepr::parse(payload) else {
+        return false;
+    };
+    let Body::Data(d) = pkt.body else {
+        return false;
+    };
+    if pkt.bth.flags.trimmed || d.payload.is_empty() {
+        return false;
+    }
+    let hdr_len = payload.len() - d.payload.len();
+    let mut head = payload[..hdr_len].to_vec();
+    if let Some(x) = head.get_mut(BTH_TRIMMED_BYTE) {
+        *x |= BTH_TRIMMED_BIT;
+    }
+    let on_wire_dst = repr.packet.dst_addr;
+    if let Some(bits) = usid_block_len_bits {
+        repr.packet.dst_addr = Ipv6Addr::from(usid_final(u128::from(on_wire_dst), bits));
+    }
+    let mut out = vec![0u8; repr.buffer_len(head.len())];
+    if repr.emit_in(&mut out, &head, SrhContext::Received).is_err() {
+        return false;
+    }
+    set_dst(&mut out, u128::from(on_wire_dst));
+    *b = out;
+    true
+}

@@ -1,0 +1,1253 @@
+//! The simulator: topology + ports + hosts + the event loop.
+//!
+//! Per hop a frame costs two events: `TxDone` when its port finishes serialising it (the
+//! port then starts the next frame) and `Arrive` at the next node (serialisation +
+//! propagation + jitter later). Switches forward on arrival (cut-through of the decision,
+//! store-and-forward of the bytes) and queue on the egress port. Hosts pull: when the NIC is
+//! idle it asks its endpoints, round-robin, for the next datagram (`poll_transmit`), so the
+//! transport's pacing and windows decide, and there is no host queue.
+
+use std::io::Write;
+
+use mrc_congestion::{AnyController, CcKind, LinkParams};
+use mrc_transport::conn::{ConnConfig, PeerParams, Sge};
+use mrc_transport::region::Access;
+use mrc_transport::send::SendConfig;
+use mrc_transport::{Connection, Ecn, Psn, WcStatus};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::Serialize;
+
+use super::event::{EventKind, EventQueue};
+use super::fault::{Fault, FaultKind, LinkFaults, LinkSelector};
+use super::frame;
+use super::host::{Datagram, Endpoint, Forwarding, Host, build_frame, ev_of_port};
+use super::link::{SerialClock, serialisation_ns_ceil};
+use super::queue::{Admit, Arrival, PortQueue, PortStats, QueueConfig};
+use super::stats::FlowStats;
+use super::topo::{Role, Topology, USID_BLOCK, USID_BLOCK_BITS};
+use crate::pcap::EthernetPcapWriter;
+use crate::srv6::UsidContainer;
+
+/// Transport settings every flow uses unless the flow overrides them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TransportSpec {
+    /// Congestion controller.
+    pub cc: CcKind,
+    /// EVs per connection (0..evs).
+    pub evs: u32,
+    /// Go-back-N instead of selective repeat.
+    pub go_back_n: bool,
+    /// Sender parameters (MTU payload, RTO, ...).
+    pub send: SendConfig,
+}
+
+impl Default for TransportSpec {
+    /// NSCC, 16 EVs, selective repeat, default sender parameters.
+    fn default() -> Self {
+        TransportSpec {
+            cc: CcKind::Nscc,
+            evs: 16,
+            go_back_n: false,
+            send: SendConfig::default(),
+        }
+    }
+}
+
+/// Simulator parameters.
+#[derive(Clone, Debug)]
+pub struct SimConfig {
+    /// Seed of every random draw (faults, RED marking, connection seeds, initial PSNs).
+    pub seed: u64,
+    /// Seed of the switches' ECMP hash (per-switch salts derive from it).
+    pub ecmp_seed: u64,
+    /// Switch port queues.
+    pub queue: QueueConfig,
+    /// EV -> route.
+    pub forwarding: Forwarding,
+    /// Transport defaults.
+    pub transport: TransportSpec,
+    /// Scripted faults.
+    pub faults: Vec<Fault>,
+    /// Stop at this time even if flows are unfinished, ns (0: no limit).
+    pub stop_ns: u64,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            seed: 1,
+            ecmp_seed: 0,
+            queue: QueueConfig::default(),
+            forwarding: Forwarding::Ecmp,
+            transport: TransportSpec::default(),
+            faults: Vec::new(),
+            stop_ns: 0,
+        }
+    }
+}
+
+/// A flow: one RDMA WRITE of `bytes` from host `src` to host `dst` posted at `start_ns`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FlowSpec {
+    /// Sender host.
+    pub src: u32,
+    /// Receiver host.
+    pub dst: u32,
+    /// Bytes (> 0, < 4 GiB).
+    pub bytes: u64,
+    /// When the WRITE is posted, ns.
+    pub start_ns: u64,
+    /// EVs of this flow (overrides [`TransportSpec::evs`]).
+    pub evs: Option<u32>,
+}
+
+/// Why the simulator refused something.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    /// A host id beyond the topology.
+    #[error("host {0} does not exist")]
+    NoSuchHost(u32),
+    /// A flow from a host to itself.
+    #[error("flow from host {0} to itself")]
+    SelfFlow(u32),
+    /// A flow size of 0 or 4 GiB and more.
+    #[error("flow size {0} bytes is not in 1..4 GiB")]
+    BadFlowSize(u64),
+    /// Zero EVs.
+    #[error("a flow needs at least one EV")]
+    NoEvs,
+    /// The congestion controller rejected its configuration.
+    #[error("congestion controller: {0}")]
+    Controller(String),
+    /// The transport refused the work request or region.
+    #[error("transport: {0}")]
+    Transport(String),
+    /// A fault names a node that does not exist.
+    #[error("fault: no node named {0:?}")]
+    NoSuchNode(String),
+    /// A node/port that does not exist (pcap).
+    #[error("no port {port} on node {node}")]
+    NoSuchPort {
+        /// Node.
+        node: u32,
+        /// Port.
+        port: u16,
+    },
+    /// Writing the pcap failed.
+    #[error("pcap: {0}")]
+    Pcap(String),
+}
+
+/// Simulator-wide counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct SimCounters {
+    /// Events processed.
+    pub events: u64,
+    /// Frames delivered over a link (packet hops).
+    pub hops: u64,
+    /// Frames with no route (or unparseable at a switch), dropped.
+    pub no_route_drops: u64,
+    /// Frames lost to random loss.
+    pub loss_drops: u64,
+    /// Frames lost to black holes.
+    pub black_hole_drops: u64,
+    /// Frames lost on down links.
+    pub link_down_drops: u64,
+    /// Frames corrupted.
+    pub corrupted: u64,
+    /// Frames duplicated.
+    pub duplicated: u64,
+    /// Data frames lost to a black hole: time of the last one, ns.
+    pub last_black_hole_data_ns: Option<u64>,
+}
+
+#[derive(Debug)]
+struct PortRt {
+    q: PortQueue,
+    busy: bool,
+    clock: SerialClock,
+    stats: PortStats,
+    rate_bps: u64,
+    prop_ns: u64,
+    link: u32,
+    peer_node: u32,
+    peer_port: u16,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct FlowRt {
+    spec: FlowSpec,
+    src_ep: usize,
+    dst_ep: usize,
+    done_ns: Option<u64>,
+    failed: bool,
+}
+
+/// Progress of a run, handed to the progress callback.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Progress {
+    /// Virtual time, ns.
+    pub now_ns: u64,
+    /// Flows finished.
+    pub flows_done: u32,
+    /// Flows.
+    pub flows: u32,
+    /// Events processed.
+    pub events: u64,
+}
+
+/// A port's line in the report.
+#[derive(Clone, Debug, Serialize)]
+pub struct PortReport {
+    /// Node name.
+    pub node: String,
+    /// Port number.
+    pub port: u16,
+    /// Name of the node at the other end.
+    pub peer: String,
+    /// Counters.
+    pub stats: PortStats,
+    /// busy_ns / run time.
+    pub utilisation: f64,
+    /// Median queue depth sampled at arrivals, bytes.
+    pub queue_p50_bytes: u64,
+    /// 99th percentile queue depth, bytes.
+    pub queue_p99_bytes: u64,
+}
+
+/// Everything a run measured.
+#[derive(Clone, Debug, Serialize)]
+pub struct SimReport {
+    /// Virtual time at the end, ns.
+    pub end_ns: u64,
+    /// Counters.
+    pub counters: SimCounters,
+    /// Per flow.
+    pub flows: Vec<FlowStats>,
+    /// Per transmitting port with traffic.
+    pub ports: Vec<PortReport>,
+    /// Frames hosts dropped as malformed (checksum, lengths).
+    pub host_bad_frames: u64,
+}
+
+impl SimReport {
+    /// Last completion time over all flows, ns (None if any flow did not finish).
+    pub fn completion_ns(&self) -> Option<u64> {
+        self.flows
+            .iter()
+            .map(|f| f.done_ns.map(|d| d - f.start_ns))
+            .try_fold(0u64, |m, d| d.map(|d| m.max(d)))
+    }
+
+    /// Sum over flows of bytes / sum of completion times... the mean per-flow goodput, bit/s.
+    pub fn mean_goodput_bps(&self) -> f64 {
+        if self.flows.is_empty() {
+            return 0.0;
+        }
+        self.flows.iter().map(|f| f.goodput_bps).sum::<f64>() / self.flows.len() as f64
+    }
+
+    /// Total of a per-port counter over switch ports (`f` picks it).
+    pub fn sum_ports(&self, f: impl Fn(&PortStats) -> u64) -> u64 {
+        self.ports.iter().map(|p| f(&p.stats)).sum()
+    }
+}
+
+/// Hash of the flow 5-tuple (source and destination address, protocol UDP, ports) with a
+/// per-switch `salt`: splitmix64 steps over the 64-bit words (Steele et al., "Fast
+/// splittable pseudorandom number generators", OOPSLA 2014).
+pub fn ecmp_hash(src: u128, dst: u128, src_port: u16, dst_port: u16, salt: u64) -> u64 {
+    let mut h = salt ^ 0x9E37_79B9_7F4A_7C15;
+    for w in [
+        src as u64,
+        (src >> 64) as u64,
+        dst as u64,
+        (dst >> 64) as u64,
+        (u64::from(src_port) << 16) | u64::from(dst_port) | (17 << 32),
+    ] {
+        h = splitmix(h ^ w);
+    }
+    h
+}
+
+fn splitmix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// Why a switch could not forward a frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ForwardError {
+    /// Not Ethernet/IPv6/(SRH)/UDP or too short.
+    Malformed,
+    /// The SRH could not be advanced.
+    BadSrh,
+    /// No route to the destination.
+    NoRoute,
+}
+
+/// One hop of a traced path.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct TraceHop {
+    /// Node name.
+    pub node: String,
+    /// Egress port (None at the destination).
+    pub port: Option<u16>,
+    /// Destination address as the node sees it on arrival.
+    pub dst_addr: String,
+    /// SRH segments_left on arrival, if there is an SRH.
+    pub segments_left: Option<u8>,
+}
+
+/// A pcap writer on `(node, port)`.
+type PcapTap = (u32, u16, EthernetPcapWriter<Box<dyn Write>>);
+
+/// The simulator.
+pub struct Simulator {
+    cfg: SimConfig,
+    topo: Topology,
+    ports: Vec<Vec<PortRt>>,
+    link_faults: Vec<LinkFaults>,
+    hosts: Vec<Host>,
+    flows: Vec<FlowRt>,
+    q: EventQueue,
+    pkts: Vec<Vec<u8>>,
+    free: Vec<u32>,
+    rng: ChaCha8Rng,
+    now_ns: u64,
+    counters: SimCounters,
+    flows_done: u32,
+    tx_buf: Vec<u8>,
+    pcap: Option<PcapTap>,
+    pcap_error: Option<String>,
+    mrc_header_bytes: usize,
+}
+
+impl std::fmt::Debug for Simulator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Simulator")
+            .field("now_ns", &self.now_ns)
+            .field("flows", &self.flows.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Simulator {
+    /// A simulator over `topo` with `cfg`; the faults are scheduled.
+    ///
+    /// Errors: [`SimError::NoSuchNode`] for a fault naming an unknown node.
+    pub fn new(topo: Topology, cfg: SimConfig) -> Result<Simulator, SimError> {
+        let ports = topo
+            .nodes
+            .iter()
+            .map(|n| {
+                n.ports
+                    .iter()
+                    .map(|p| {
+                        let l = topo.links[p.link as usize].spec;
+                        PortRt {
+                            q: PortQueue::default(),
+                            busy: false,
+                            clock: SerialClock::default(),
+                            stats: PortStats::default(),
+                            rate_bps: l.rate_bps,
+                            prop_ns: l.propagation_ns,
+                            link: p.link,
+                            peer_node: p.peer_node,
+                            peer_port: p.peer_port,
+                        }
+                    })
+                    .collect()
+            })
+            .collect();
+        let mut q = EventQueue::new();
+        for (i, f) in cfg.faults.iter().enumerate() {
+            if let LinkSelector::Between(a, b) = &f.links {
+                for n in [a, b] {
+                    if topo.node_by_name(n).is_none() {
+                        return Err(SimError::NoSuchNode(n.clone()));
+                    }
+                }
+            }
+            q.push(f.at_ns, EventKind::Fault { index: i as u32 });
+        }
+        let mtu = cfg.transport.send.mtu_payload_bytes as usize;
+        Ok(Simulator {
+            link_faults: vec![LinkFaults::default(); topo.links.len()],
+            hosts: (0..topo.hosts).map(|_| Host::default()).collect(),
+            rng: ChaCha8Rng::seed_from_u64(cfg.seed),
+            cfg,
+            topo,
+            ports,
+            flows: Vec::new(),
+            q,
+            pkts: Vec::new(),
+            free: Vec::new(),
+            now_ns: 0,
+            counters: SimCounters::default(),
+            flows_done: 0,
+            tx_buf: vec![0; mtu + 256],
+            pcap: None,
+            pcap_error: None,
+            mrc_header_bytes: mrc_transport::conn::MAX_DATA_HEADER_BYTES,
+        })
+    }
+
+    /// The topology.
+    pub fn topology(&self) -> &Topology {
+        &self.topo
+    }
+
+    /// Virtual time, ns.
+    pub fn now_ns(&self) -> u64 {
+        self.now_ns
+    }
+
+    /// Counters so far.
+    pub fn counters(&self) -> &SimCounters {
+        &self.counters
+    }
+
+    /// A host (endpoints, captured frames).
+    pub fn host(&self, h: u32) -> Option<&Host> {
+        self.hosts.get(h as usize)
+    }
+
+    /// Keep frames that reach host `h` for no endpoint (raw tests).
+    pub fn set_capture(&mut self, h: u32, on: bool) {
+        if let Some(host) = self.hosts.get_mut(h as usize) {
+            host.capture = on;
+        }
+    }
+
+    /// Counters of port `port` of `node`.
+    pub fn port_stats(&self, node: u32, port: u16) -> Option<&PortStats> {
+        self.ports
+            .get(node as usize)?
+            .get(usize::from(port))
+            .map(|p| &p.stats)
+    }
+
+    /// Writes every frame leaving `port` of `node` to `out` as pcap.
+    ///
+    /// Errors: [`SimError::NoSuchPort`], [`SimError::Pcap`].
+    pub fn set_pcap(&mut self, node: u32, port: u16, out: Box<dyn Write>) -> Result<(), SimError> {
+        if self
+            .ports
+            .get(node as usize)
+            .and_then(|p| p.get(usize::from(port)))
+            .is_none()
+        {
+            return Err(SimError::NoSuchPort { node, port });
+        }
+        let w = EthernetPcapWriter::new(out).map_err(|e| SimError::Pcap(e.to_string()))?;
+        self.pcap = Some((node, port, w));
+        Ok(())
+    }
+
+    /// Base RTT of a cross-leaf path for a full packet and a SACK back, ns: 4 hops each
+    /// way of propagation plus serialisation of a full frame out and a 128-byte frame back.
+    pub fn base_rtt_ns(&self) -> u64 {
+        let l = self.topo.links.first().map(|l| l.spec);
+        let (rate, prop) = l.map_or((100_000_000_000, 1_000), |s| (s.rate_bps, s.propagation_ns));
+        let full = self.cfg.transport.send.mtu_payload_bytes as usize + self.frame_overhead();
+        8 * prop + 4 * serialisation_ns_ceil(full, rate) + 4 * serialisation_ns_ceil(128, rate)
+    }
+
+    /// Header bytes of a full data frame: Ethernet 14 + IPv6 40 + UDP 8 + mrc data headers.
+    pub fn frame_overhead(&self) -> usize {
+        14 + 40 + 8 + self.mrc_header_bytes
+    }
+
+    fn host_rate_bps(&self, h: u32) -> u64 {
+        self.ports
+            .get(h as usize)
+            .and_then(|p| p.first())
+            .map_or(1, |p| p.rate_bps)
+    }
+
+    /// Adds a flow; its WRITE is posted at `spec.start_ns`. Returns its index.
+    ///
+    /// Errors: [`SimError::NoSuchHost`], [`SimError::SelfFlow`], [`SimError::BadFlowSize`],
+    /// [`SimError::NoEvs`], [`SimError::Controller`], [`SimError::Transport`].
+    pub fn add_flow(&mut self, spec: FlowSpec) -> Result<u32, SimError> {
+        for h in [spec.src, spec.dst] {
+            if h >= self.topo.hosts {
+                return Err(SimError::NoSuchHost(h));
+            }
+        }
+        if spec.src == spec.dst {
+            return Err(SimError::SelfFlow(spec.src));
+        }
+        let len = u32::try_from(spec.bytes)
+            .ok()
+            .filter(|&l| l > 0)
+            .ok_or(SimError::BadFlowSize(spec.bytes))?;
+        let evs = spec.evs.unwrap_or(self.cfg.transport.evs);
+        if evs == 0 {
+            return Err(SimError::NoEvs);
+        }
+        let id = self.flows.len() as u32;
+        let t = self.cfg.transport.clone();
+        let link = LinkParams {
+            line_rate_bps: self.host_rate_bps(spec.src),
+            base_rtt_ns: self.base_rtt_ns(),
+            mtu_bytes: u64::from(t.send.mtu_payload_bytes),
+            trimming_enabled: self.cfg.queue.trim_threshold_bytes.is_some(),
+        };
+        let cc =
+            || AnyController::new(t.cc, &link).map_err(|e| SimError::Controller(e.to_string()));
+        // QPNs: 2 id + 1 (sender) and 2 id + 2 (receiver), unique in the run.
+        let (qa, qb) = (2 * id + 1, 2 * id + 2);
+        let psn_a = self.rng.random::<u32>() & 0x00FF_FFFF;
+        let psn_b = self.rng.random::<u32>() & 0x00FF_FFFF;
+        let mk = |qpn: u32, psn: u32, seed: u64| ConnConfig {
+            local_qpn: qpn,
+            initial_psn: Psn::new(psn),
+            generation: 1,
+            evs: (0..evs).collect(),
+            seed,
+            send: t.send,
+            go_back_n: t.go_back_n,
+            ..ConnConfig::default()
+        };
+        let seed_a = self.rng.random::<u64>();
+        let seed_b = self.rng.random::<u64>();
+        let mut a = Connection::new(mk(qa, psn_a, seed_a), cc()?)
+            .map_err(|e| SimError::Transport(e.to_string()))?;
+        let mut b = Connection::new(mk(qb, psn_b, seed_b), cc()?)
+            .map_err(|e| SimError::Transport(e.to_string()))?;
+        let terr = |e: String| SimError::Transport(e);
+        a.connect(PeerParams {
+            qpn: qb,
+            initial_psn: Psn::new(psn_b),
+            generation: 1,
+        })
+        .map_err(|e| terr(e.to_string()))?;
+        b.connect(PeerParams {
+            qpn: qa,
+            initial_psn: Psn::new(psn_a),
+            generation: 1,
+        })
+        .map_err(|e| terr(e.to_string()))?;
+        let src_mr = a
+            .regions_mut()
+            .register(len as usize, Access::LOCAL_WRITE)
+            .map_err(|e| terr(e.to_string()))?;
+        let dst_mr = b
+            .regions_mut()
+            .register(len as usize, Access::REMOTE_WRITE)
+            .map_err(|e| terr(e.to_string()))?;
+        // The WRITE is posted now; the sender's NIC is first asked at start_ns.
+        a.post_write(
+            u64::from(id),
+            Sge {
+                lkey: src_mr.lkey,
+                addr: src_mr.addr,
+                len,
+            },
+            dst_mr.addr,
+            dst_mr.rkey,
+        )
+        .map_err(|e| terr(e.to_string()))?;
+        let src_ep = self.attach(spec.src, a, id, true, spec.dst, psn_b);
+        let dst_ep = self.attach(spec.dst, b, id, false, spec.src, psn_a);
+        self.flows.push(FlowRt {
+            spec,
+            src_ep,
+            dst_ep,
+            done_ns: None,
+            failed: false,
+        });
+        self.q
+            .push(spec.start_ns, EventKind::FlowStart { flow: id });
+        Ok(id)
+    }
+
+    fn attach(
+        &mut self,
+        h: u32,
+        conn: Connection<AnyController>,
+        flow: u32,
+        is_sender: bool,
+        peer: u32,
+        peer_psn: u32,
+    ) -> usize {
+        let host = &mut self.hosts[h as usize];
+        let idx = host.endpoints.len();
+        host.by_qpn.insert(conn.config().local_qpn, idx);
+        host.endpoints.push(Endpoint {
+            conn,
+            flow,
+            is_sender,
+            peer,
+            peer_initial_psn: peer_psn,
+            tracker: Default::default(),
+        });
+        idx
+    }
+
+    /// Hands a raw frame to host `h`'s NIC at `at_ns` (tests, pcap replays); it is queued
+    /// behind whatever the NIC is sending.
+    ///
+    /// Errors: [`SimError::NoSuchHost`].
+    pub fn inject(&mut self, h: u32, frame: Vec<u8>) -> Result<(), SimError> {
+        if h >= self.topo.hosts {
+            return Err(SimError::NoSuchHost(h));
+        }
+        let pkt = self.alloc(frame);
+        let len = self.pkts[pkt as usize].len() as u32;
+        let port = &mut self.ports[h as usize][0];
+        port.q.push_normal(pkt, len, &mut port.stats);
+        if !port.busy {
+            self.start_tx(h, 0);
+        }
+        Ok(())
+    }
+
+    fn alloc(&mut self, bytes: Vec<u8>) -> u32 {
+        if let Some(i) = self.free.pop() {
+            self.pkts[i as usize] = bytes;
+            i
+        } else {
+            self.pkts.push(bytes);
+            (self.pkts.len() - 1) as u32
+        }
+    }
+
+    fn release(&mut self, pkt: u32) {
+        // Keep the allocation for reuse.
+        if let Some(p) = self.pkts.get_mut(pkt as usize) {
+            p.clear();
+        }
+        self.free.push(pkt);
+    }
+
+    fn take_buf(&mut self) -> (u32, Vec<u8>) {
+        if let Some(i) = self.free.pop() {
+            (i, std::mem::take(&mut self.pkts[i as usize]))
+        } else {
+            self.pkts.push(Vec::new());
+            ((self.pkts.len() - 1) as u32, Vec::new())
+        }
+    }
+
+    fn salt(&self, node: u32) -> u64 {
+        splitmix(self.cfg.ecmp_seed ^ u64::from(node).wrapping_mul(0xA24B_AED4_963E_E407))
+    }
+
+    /// The forwarding decision of switch `node` for `bytes` (which it may rewrite: SRv6
+    /// End, uSID shift): the egress port.
+    ///
+    /// Errors: [`ForwardError`].
+    pub fn forward(&self, node: u32, bytes: &mut [u8]) -> Result<u16, ForwardError> {
+        let info = frame::inspect(bytes).ok_or(ForwardError::Malformed)?;
+        let mut dst = info.dst;
+        if dst == self.topo.addr(node) {
+            dst = frame::srv6_end(bytes, &info).ok_or(ForwardError::BadSrh)?;
+        }
+        let target = if dst >> 96 == USID_BLOCK >> 96 {
+            let c = UsidContainer::from_address(dst.into(), USID_BLOCK_BITS)
+                .map_err(|_| ForwardError::Malformed)?;
+            let mut active = c.active_usid();
+            if active.is_some() && active == self.topo.usid(node) {
+                dst = frame::usid_shift(bytes, dst, USID_BLOCK_BITS).ok_or(ForwardError::BadSrh)?;
+                active = UsidContainer::from_address(dst.into(), USID_BLOCK_BITS)
+                    .ok()
+                    .and_then(|c| c.active_usid());
+            }
+            active.and_then(|u| self.topo.node_of_usid(u))
+        } else {
+            self.topo.node_of_addr(dst)
+        }
+        .ok_or(ForwardError::NoRoute)?;
+        let hops = self.topo.next_hops(node, target);
+        match hops.len() {
+            0 => Err(ForwardError::NoRoute),
+            1 => Ok(hops[0]),
+            n => {
+                let h = ecmp_hash(info.src, dst, info.src_port, info.dst_port, self.salt(node));
+                Ok(hops[(h % n as u64) as usize])
+            }
+        }
+    }
+
+    /// The hop-by-hop path a packet from host `src` to host `dst` on `ev` takes (switch
+    /// decisions only, no queues, no faults).
+    pub fn trace(&self, src: u32, dst: u32, ev: u32) -> Result<Vec<TraceHop>, SimError> {
+        for h in [src, dst] {
+            if h >= self.topo.hosts {
+                return Err(SimError::NoSuchHost(h));
+            }
+        }
+        let mut bytes = Vec::new();
+        let payload = [0u8; 64];
+        let d = Datagram {
+            src,
+            dst,
+            ev,
+            ecn: 2,
+        };
+        if !build_frame(&self.topo, self.cfg.forwarding, d, &payload, &mut bytes) {
+            return Err(SimError::Transport("route cannot be encoded".into()));
+        }
+        let mut hops = Vec::new();
+        let mut node = src;
+        let mut port = 0u16;
+        for _ in 0..16 {
+            let info = frame::inspect(&bytes);
+            let seg_left = info
+                .and_then(|i| i.srh_off)
+                .and_then(|o| bytes.get(o + 3).copied());
+            let dst_addr = info.map_or(String::new(), |i| {
+                std::net::Ipv6Addr::from(i.dst).to_string()
+            });
+            if node != src {
+                if self.topo.nodes[node as usize].role == Role::Host {
+                    hops.push(TraceHop {
+                        node: self.topo.name(node),
+                        port: None,
+                        dst_addr,
+                        segments_left: seg_left,
+                    });
+                    break;
+                }
+                port = match self.forward(node, &mut bytes) {
+                    Ok(p) => p,
+                    Err(_) => {
+                        hops.push(TraceHop {
+                            node: self.topo.name(node),
+                            port: None,
+                            dst_addr,
+                            segments_left: seg_left,
+                        });
+                        break;
+                    }
+                };
+            }
+            hops.push(TraceHop {
+                node: self.topo.name(node),
+                port: Some(port),
+                dst_addr,
+                segments_left: seg_left,
+            });
+            node = self.topo.nodes[node as usize].ports[usize::from(port)].peer_node;
+        }
+        Ok(hops)
+    }
+
+    /// Runs until every flow finished, `stop_ns`, or no event is left.
+    pub fn run(&mut self) -> SimReport {
+        self.run_with(&mut |_| {})
+    }
+
+    /// As [`Simulator::run`], calling `progress` every 2^16 events.
+    pub fn run_with(&mut self, progress: &mut dyn FnMut(Progress)) -> SimReport {
+        while let Some(e) = self.q.pop() {
+            if self.cfg.stop_ns > 0 && e.time_ns > self.cfg.stop_ns {
+                self.now_ns = self.cfg.stop_ns;
+                break;
+            }
+            self.now_ns = e.time_ns;
+            self.counters.events += 1;
+            match e.kind {
+                EventKind::Arrive { node, port, pkt } => self.on_arrive(node, port, pkt),
+                EventKind::TxDone { node, port } => self.on_tx_done(node, port),
+                EventKind::HostWake { host } => self.on_wake(host, e.time_ns),
+                EventKind::Fault { index } => self.on_fault(index),
+                EventKind::FlowStart { flow } => {
+                    if let Some(f) = self.flows.get(flow as usize) {
+                        let h = f.spec.src;
+                        self.host_activity(h);
+                    }
+                }
+            }
+            if self.counters.events & 0xFFFF == 0 {
+                progress(self.progress());
+            }
+            if !self.flows.is_empty() && self.flows_done as usize == self.flows.len() {
+                break;
+            }
+        }
+        progress(self.progress());
+        self.report()
+    }
+
+    fn progress(&self) -> Progress {
+        Progress {
+            now_ns: self.now_ns,
+            flows_done: self.flows_done,
+            flows: self.flows.len() as u32,
+            events: self.counters.events,
+        }
+    }
+
+    fn on_fault(&mut self, index: u32) {
+        let Some(f) = self.cfg.faults.get(index as usize).cloned() else {
+            return;
+        };
+        let links: Vec<u32> = match &f.links {
+            LinkSelector::All => (0..self.topo.links.len() as u32).collect(),
+            LinkSelector::Link(l) => vec![*l],
+            LinkSelector::Fabric => self
+                .topo
+                .links
+                .iter()
+                .enumerate()
+                .filter(|(_, l)| l.a >= self.topo.hosts)
+                .map(|(i, _)| i as u32)
+                .collect(),
+            LinkSelector::Between(a, b) => {
+                match (self.topo.node_by_name(a), self.topo.node_by_name(b)) {
+                    (Some(a), Some(b)) => self.topo.links_between(a, b),
+                    _ => Vec::new(),
+                }
+            }
+        };
+        for &l in &links {
+            if let Some(s) = self.link_faults.get_mut(l as usize) {
+                s.apply(f.kind);
+            }
+        }
+        if matches!(f.kind, FaultKind::LinkDown | FaultKind::LinkUp) {
+            let down: Vec<u32> = self
+                .link_faults
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| s.down)
+                .map(|(i, _)| i as u32)
+                .collect();
+            self.topo.route(&down);
+        }
+    }
+
+    fn on_tx_done(&mut self, node: u32, port: u16) {
+        self.start_tx(node, port);
+        if (node as usize) < self.hosts.len() {
+            self.host_activity(node);
+        }
+    }
+
+    /// Starts serialising the next queued frame of `(node, port)`, if any.
+    fn start_tx(&mut self, node: u32, port: u16) {
+        let now = self.now_ns;
+        let p = &mut self.ports[node as usize][usize::from(port)];
+        let Some(pkt) = p.q.pop() else {
+            p.busy = false;
+            return;
+        };
+        p.busy = true;
+        let len = self.pkts[pkt as usize].len();
+        let ser = p.clock.next_ns(len, p.rate_bps);
+        p.stats.tx_packets += 1;
+        p.stats.tx_bytes += len as u64;
+        p.stats.busy_ns += ser;
+        let (link, peer_node, peer_port, prop) = (p.link, p.peer_node, p.peer_port, p.prop_ns);
+        self.q.push(now + ser, EventKind::TxDone { node, port });
+        if let Some((pn, pp, w)) = &mut self.pcap {
+            if *pn == node && *pp == port {
+                if let Err(e) = w.write_frame(now, &self.pkts[pkt as usize]) {
+                    self.pcap_error.get_or_insert(e.to_string());
+                }
+            }
+        }
+        let arrive = now + ser + prop;
+        let faults = self.link_faults[link as usize];
+        if faults.is_clean() {
+            self.q.push(
+                arrive,
+                EventKind::Arrive {
+                    node: peer_node,
+                    port: peer_port,
+                    pkt,
+                },
+            );
+            return;
+        }
+        if faults.down {
+            self.counters.link_down_drops += 1;
+            self.release(pkt);
+            return;
+        }
+        if faults.black_hole {
+            self.counters.black_hole_drops += 1;
+            if self.is_data(pkt) {
+                self.counters.last_black_hole_data_ns = Some(now);
+            }
+            self.release(pkt);
+            return;
+        }
+        if faults.loss_p > 0.0 && self.rng.random::<f64>() < faults.loss_p {
+            self.counters.loss_drops += 1;
+            self.release(pkt);
+            return;
+        }
+        if faults.corrupt_p > 0.0 && self.rng.random::<f64>() < faults.corrupt_p {
+            // A bit from the UDP header on, which the UDP checksum covers (the IPv6 traffic
+            // class, flow label and hop limit are not checksummed).
+            let b = &mut self.pkts[pkt as usize];
+            let from = frame::inspect(b).map_or(frame::ETH_LEN, |i| i.udp_off);
+            if from < b.len() {
+                let i = self.rng.random_range(from..b.len());
+                b[i] ^= 1 << self.rng.random_range(0..8);
+                self.counters.corrupted += 1;
+            }
+        }
+        let jitter = |rng: &mut ChaCha8Rng| {
+            if faults.jitter_max_ns > 0 {
+                rng.random_range(0..=faults.jitter_max_ns)
+            } else {
+                0
+            }
+        };
+        if faults.duplicate_p > 0.0 && self.rng.random::<f64>() < faults.duplicate_p {
+            let copy = self.pkts[pkt as usize].clone();
+            let dup = self.alloc(copy);
+            self.counters.duplicated += 1;
+            let j = jitter(&mut self.rng);
+            self.q.push(
+                arrive + j,
+                EventKind::Arrive {
+                    node: peer_node,
+                    port: peer_port,
+                    pkt: dup,
+                },
+            );
+        }
+        let j = jitter(&mut self.rng);
+        self.q.push(
+            arrive + j,
+            EventKind::Arrive {
+                node: peer_node,
+                port: peer_port,
+                pkt,
+            },
+        );
+    }
+
+    fn is_data(&self, pkt: u32) -> bool {
+        let b = &self.pkts[pkt as usize];
+        frame::inspect(b)
+            .and_then(|i| frame::bth_opcode_psn(b, &i))
+            .is_some_and(|(op, _)| mrc_transport::wire::Opcode::from(op).is_data())
+    }
+
+    fn on_arrive(&mut self, node: u32, _in_port: u16, pkt: u32) {
+        self.counters.hops += 1;
+        if (node as usize) < self.hosts.len() {
+            self.deliver(node, pkt);
+            return;
+        }
+        let mut bytes = std::mem::take(&mut self.pkts[pkt as usize]);
+        let out = self.forward(node, &mut bytes);
+        let Ok(out) = out else {
+            self.pkts[pkt as usize] = bytes;
+            self.counters.no_route_drops += 1;
+            self.release(pkt);
+            return;
+        };
+        let info = frame::inspect(&bytes);
+        let (data, trimmed) =
+            match info.and_then(|i| frame::bth_opcode_psn(&bytes, &i).map(|o| (i, o))) {
+                Some((i, (op, _))) => (
+                    mrc_transport::wire::Opcode::from(op).is_data(),
+                    frame::is_trimmed(&bytes, &i),
+                ),
+                None => (false, false),
+            };
+        let trimmable = data && !trimmed;
+        let control = !trimmable;
+        let ect = frame::ecn_bits(&bytes) != 0;
+        let coin = match self.cfg.queue.ecn {
+            super::queue::EcnConfig::Red { .. } => self.rng.random::<f64>(),
+            _ => 0.0,
+        };
+        let cfg = self.cfg.queue;
+        let port = &mut self.ports[node as usize][usize::from(out)];
+        let len = bytes.len() as u64;
+        let a = Arrival {
+            len,
+            trimmable,
+            control,
+            ect,
+            coin,
+        };
+        match port.q.admit(&cfg, a, &mut port.stats) {
+            Admit::Normal { mark_ce } => {
+                if mark_ce {
+                    frame::set_ce(&mut bytes);
+                    port.stats.ecn_marks += 1;
+                }
+                port.q.push_normal(pkt, len as u32, &mut port.stats);
+            }
+            Admit::Priority => port.q.push_priority(pkt, len as u32),
+            Admit::Trim => {
+                let usid = info.is_some_and(|i| i.dst >> 96 == USID_BLOCK >> 96);
+                if frame::trim(&mut bytes, usid.then_some(USID_BLOCK_BITS))
+                    && port.q.priority_bytes() + bytes.len() as u64 <= cfg.priority_buffer_bytes
+                {
+                    port.stats.trims += 1;
+                    port.q.push_priority(pkt, bytes.len() as u32);
+                } else {
+                    port.stats.drops += 1;
+                    self.pkts[pkt as usize] = bytes;
+                    self.release(pkt);
+                    return;
+                }
+            }
+            Admit::Drop => {
+                port.stats.drops += 1;
+                self.pkts[pkt as usize] = bytes;
+                self.release(pkt);
+                return;
+            }
+        }
+        let busy = port.busy;
+        self.pkts[pkt as usize] = bytes;
+        if !busy {
+            self.start_tx(node, out);
+        }
+    }
+
+    fn deliver(&mut self, h: u32, pkt: u32) {
+        let bytes = std::mem::take(&mut self.pkts[pkt as usize]);
+        self.deliver_bytes(h, &bytes);
+        self.pkts[pkt as usize] = bytes;
+        self.release(pkt);
+        self.host_activity(h);
+    }
+
+    fn deliver_bytes(&mut self, h: u32, bytes: &[u8]) {
+        let now = self.now_ns;
+        let host = &mut self.hosts[h as usize];
+        let Ok((repr, payload)) = crate::packet::EthernetFrameRepr::parse(bytes) else {
+            host.rx_bad_frames += 1;
+            return;
+        };
+        let qpn = payload
+            .get(5..8)
+            .map(|b| u32::from_be_bytes([0, b[0], b[1], b[2]]));
+        let Some(&ep) = qpn.and_then(|q| host.by_qpn.get(&q)) else {
+            host.rx_unclaimed += 1;
+            if host.capture {
+                host.captured.push((now, bytes.to_vec()));
+            }
+            return;
+        };
+        let e = &mut host.endpoints[ep];
+        let ev = ev_of_port(repr.packet.src_port);
+        let ecn = Ecn::from_bits(repr.packet.traffic_class);
+        // Receiver-side arrival order of untrimmed data PSNs.
+        if let (Some(&op), Some(&flags), Some(psn)) = (
+            payload.first(),
+            payload.get(frame::BTH_TRIMMED_BYTE),
+            payload.get(9..12),
+        ) {
+            if mrc_transport::wire::Opcode::from(op).is_data()
+                && flags & frame::BTH_TRIMMED_BIT == 0
+            {
+                let psn = u32::from_be_bytes([0, psn[0], psn[1], psn[2]]);
+                let off = psn.wrapping_sub(e.peer_initial_psn) & 0x00FF_FFFF;
+                e.tracker.on_arrival(u64::from(off));
+            }
+        }
+        e.conn.handle_datagram(now, ev, ecn, payload);
+        if e.is_sender {
+            while let Some(c) = e.conn.poll_completion() {
+                let f = &mut self.flows[e.flow as usize];
+                if f.done_ns.is_none() && !f.failed {
+                    if c.status == WcStatus::Success {
+                        f.done_ns = Some(now);
+                    } else {
+                        f.failed = true;
+                    }
+                    self.flows_done += 1;
+                }
+            }
+        } else {
+            while e.conn.poll_completion().is_some() {}
+        }
+    }
+
+    fn on_wake(&mut self, h: u32, t: u64) {
+        let host = &mut self.hosts[h as usize];
+        if host.wake_at != Some(t) {
+            return;
+        }
+        host.wake_at = None;
+        self.host_activity(h);
+    }
+
+    /// Runs the due timers of host `h`'s endpoints and collects sender completions.
+    fn host_timers(&mut self, h: u32) {
+        let now = self.now_ns;
+        let host = &mut self.hosts[h as usize];
+        for e in &mut host.endpoints {
+            if e.conn.poll_timeout().is_some_and(|d| d <= now) {
+                e.conn.handle_timeout(now);
+                // Timeouts may fail a flow (retry limit).
+                if e.is_sender {
+                    while let Some(c) = e.conn.poll_completion() {
+                        let f = &mut self.flows[e.flow as usize];
+                        if f.done_ns.is_none() && !f.failed {
+                            if c.status == WcStatus::Success {
+                                f.done_ns = Some(now);
+                            } else {
+                                f.failed = true;
+                            }
+                            self.flows_done += 1;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Lets host `h` send if its NIC is idle, then (re)schedules its wake-up.
+    fn host_activity(&mut self, h: u32) {
+        let now = self.now_ns;
+        self.host_timers(h);
+        if !self.ports[h as usize][0].busy {
+            let n = self.hosts[h as usize].endpoints.len();
+            let start = self.hosts[h as usize].rr;
+            for k in 0..n {
+                let i = (start + k) % n;
+                let e = &mut self.hosts[h as usize].endpoints[i];
+                // Flows not yet started stay silent.
+                if e.is_sender && self.flows[e.flow as usize].spec.start_ns > now {
+                    continue;
+                }
+                let Some(t) = e.conn.poll_transmit(now, &mut self.tx_buf) else {
+                    continue;
+                };
+                let peer = e.peer;
+                let (idx, mut out) = self.take_buf();
+                let d = Datagram {
+                    src: h,
+                    dst: peer,
+                    ev: t.ev,
+                    ecn: t.ecn.bits(),
+                };
+                let ok = build_frame(
+                    &self.topo,
+                    self.cfg.forwarding,
+                    d,
+                    &self.tx_buf[..t.len],
+                    &mut out,
+                );
+                self.pkts[idx as usize] = out;
+                if !ok {
+                    self.counters.no_route_drops += 1;
+                    self.release(idx);
+                    continue;
+                }
+                self.hosts[h as usize].rr = (i + 1) % n;
+                let len = self.pkts[idx as usize].len() as u32;
+                let port = &mut self.ports[h as usize][0];
+                port.q.push_normal(idx, len, &mut port.stats);
+                self.start_tx(h, 0);
+                break;
+            }
+        }
+        let host = &mut self.hosts[h as usize];
+        let next = host
+            .endpoints
+            .iter()
+            .filter_map(|e| e.conn.poll_timeout())
+            .min();
+        let nic_busy = self.ports[h as usize][0].busy;
+        if let Some(t) = next {
+            // A deadline already due while the NIC is busy is pacing or a packet waiting
+            // for the NIC: the NIC's TxDone asks again. Otherwise wake at least 1 ns later
+            // (a deadline the transport keeps in the past must not stall virtual time).
+            if t <= now && nic_busy {
+                return;
+            }
+            let t = t.max(now + 1);
+            if host.wake_at.is_none_or(|w| t < w) {
+                host.wake_at = Some(t);
+                self.q.push(t, EventKind::HostWake { host: h });
+            }
+        }
+    }
+
+    /// The report of the run so far.
+    pub fn report(&self) -> SimReport {
+        let end = self.now_ns.max(1);
+        let mut ports = Vec::new();
+        for (n, ps) in self.ports.iter().enumerate() {
+            for (i, p) in ps.iter().enumerate() {
+                if p.stats.tx_packets == 0 && p.stats.drops == 0 {
+                    continue;
+                }
+                ports.push(PortReport {
+                    node: self.topo.name(n as u32),
+                    port: i as u16,
+                    peer: self.topo.name(p.peer_node),
+                    utilisation: p.stats.busy_ns as f64 / end as f64,
+                    queue_p50_bytes: p.stats.queue_quantile_bytes(0.5),
+                    queue_p99_bytes: p.stats.queue_quantile_bytes(0.99),
+                    stats: p.stats.clone(),
+                });
+            }
+        }
+        let flows = self
+            .flows
+            .iter()
+            .enumerate()
+            .map(|(id, f)| {
+                let s = &self.hosts[f.spec.src as usize].endpoints[f.src_ep];
+                let r = &self.hosts[f.spec.dst as usize].endpoints[f.dst_ep];
+                let st = s.conn.stats();
+                let goodput_bps = f.done_ns.map_or(0.0, |d| {
+                    f.spec.bytes as f64 * 8e9 / (d - f.spec.start_ns).max(1) as f64
+                });
+                FlowStats {
+                    id: id as u32,
+                    src: f.spec.src,
+                    dst: f.spec.dst,
+                    bytes: f.spec.bytes,
+                    start_ns: f.spec.start_ns,
+                    done_ns: f.done_ns,
+                    goodput_bps,
+                    packets_sent: st.sent,
+                    retransmitted: st.retransmitted,
+                    trims: st.trimmed,
+                    timeouts: st.timeouts,
+                    rack_losses: st.rack_losses,
+                    ecn_marked: st.ecn_marked,
+                    out_of_order: r.tracker.out_of_order(),
+                    lost: r.tracker.lost(),
+                    duplicates: r.tracker.duplicates(),
+                }
+            })
+            .collect();
+        SimReport {
+            end_ns: self.now_ns,
+            counters: self.counters,
+            flows,
+            ports,
+            host_bad_frames: self.hosts.iter().map(|h| h.rx_bad_frames).sum(),
+        }
+    }
+
+    /// The first pcap write error, if any.
+    pub fn pcap_error(&self) -> Option<&str> {
+        self.pcap_error.as_deref()
+    }
+
+    /// Flushes and drops the pcap writer.
+    pub fn finish_pcap(&mut self) -> Result<(), SimError> {
+        if let Some((_, _, w)) = self.pcap.take() {
+            let mut inner = w.into_inner();
+            inner.flush().map_err(|e| SimError::Pcap(e.to_string()))?;
+        }
+        match &self.pcap_error {
+            Some(e) => Err(SimError::Pcap(e.clone())),
+            None => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,396 @@
+//! Output-queued switch ports: admission (drop-tail, ECN marking, trimming) and counters.
+//!
+//! A port has two FIFOs: the normal queue and a strict-priority queue that carries trimmed
+//! headers and (when `control_priority` is on) mrc control packets (SACK, NACK, CNP, probes),
+//! as NDP / UEC trimming switches do. Admission of a data packet of `len` bytes with `q`
+//! bytes already in the normal queue:
+//! 1. trimming on and `q + len > trim_threshold_bytes`: trim, then into the priority queue;
+//! 2. else `q + len > buffer_bytes`: drop-tail;
+//! 3. else enqueue; ECN-capable packets are CE-marked with probability `p(q)`:
+//!    [`EcnConfig::Threshold`] `p = 1` when `q >= k_bytes`; [`EcnConfig::Red`] (DCQCN's
+//!    Kmin/Kmax/Pmax, Zhu et al. SIGCOMM 2015 section 3) `p = 0` below Kmin,
+//!    `Pmax (q - Kmin) / (Kmax - Kmin)` between, `1` from Kmax.
+//!
+//! The priority queue drops tail above `priority_buffer_bytes`.
+
+use std::collections::VecDeque;
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+/// ECN marking policy of a port.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub enum EcnConfig {
+    /// No marking.
+    Off,
+    /// Mark every ECN-capable packet when the queue holds at least `k_bytes`.
+    Threshold {
+        /// Marking threshold, bytes.
+        k_bytes: u64,
+    },
+    /// RED-style marking between Kmin and Kmax with probability up to Pmax.
+    Red {
+        /// Kmin, bytes.
+        kmin_bytes: u64,
+        /// Kmax, bytes (> Kmin).
+        kmax_bytes: u64,
+        /// Marking probability at Kmax, 0..=1.
+        pmax: f64,
+    },
+}
+
+impl EcnConfig {
+    /// Marking probability with `q` bytes queued.
+    pub fn probability(&self, q: u64) -> f64 {
+        match *self {
+            EcnConfig::Off => 0.0,
+            EcnConfig::Threshold { k_bytes } => {
+                if q >= k_bytes {
+                    1.0
+                } else {
+                    0.0
+                }
+            }
+            EcnConfig::Red {
+                kmin_bytes,
+                kmax_bytes,
+                pmax,
+            } => {
+                if q < kmin_bytes {
+                    0.0
+                } else if q >= kmax_bytes {
+                    1.0
+                } else {
+                    pmax * (q - kmin_bytes) as f64 / (kmax_bytes - kmin_bytes).max(1) as f64
+                }
+            }
+        }
+    }
+}
+
+/// Queue parameters of a switch port.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct QueueConfig {
+    /// Normal-queue buffer, bytes.
+    pub buffer_bytes: u64,
+    /// ECN marking.
+    pub ecn: EcnConfig,
+    /// Trim data packets that would push the normal queue above this many bytes; `None`
+    /// disables trimming (drop-tail).
+    pub trim_threshold_bytes: Option<u64>,
+    /// Priority-queue buffer, bytes.
+    pub priority_buffer_bytes: u64,
+    /// Put mrc control packets (not data) in the priority queue.
+    pub control_priority: bool,
+}
+
+impl Default for QueueConfig {
+    /// 1 MiB per port, ECN threshold at 100 KiB, no trimming, 256 KiB priority buffer,
+    /// control packets prioritised.
+    fn default() -> Self {
+        QueueConfig {
+            buffer_bytes: 1 << 20,
+            ecn: EcnConfig::Threshold { k_bytes: 100 << 10 },
+            trim_threshold_bytes: None,
+            priority_buffer_bytes: 256 << 10,
+            control_priority: true,
+        }
+    }
+}
+
+/// What admission decided.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Admit {
+    /// Into the normal queue; `mark_ce` when the packet must be CE-marked.
+    Normal {
+        /// CE-mark it.
+        mark_ce: bool,
+    },
+    /// Trim it, then into the priority queue.
+    Trim,
+    /// Into the priority queue as it is.
+    Priority,
+    /// Drop it.
+    Drop,
+}
+
+/// Counters of one transmitting port (one direction of a link).
+#[derive(Clone, Debug, Serialize)]
+pub struct PortStats {
+    /// Frames sent.
+    pub tx_packets: u64,
+    /// Bytes sent.
+    pub tx_bytes: u64,
+    /// Time spent serialising, ns (utilisation = busy / run time).
+    pub busy_ns: u64,
+    /// Frames dropped at admission (drop-tail, priority overflow).
+    pub drops: u64,
+    /// Frames trimmed.
+    pub trims: u64,
+    /// Frames CE-marked.
+    pub ecn_marks: u64,
+    /// Largest normal-queue occupancy seen, bytes.
+    pub max_queue_bytes: u64,
+    /// Normal-queue occupancy sampled at every arrival, bytes.
+    #[serde(skip)]
+    pub queue_hist: Histogram<u64>,
+}
+
+impl Default for PortStats {
+    fn default() -> Self {
+        PortStats {
+            tx_packets: 0,
+            tx_bytes: 0,
+            busy_ns: 0,
+            drops: 0,
+            trims: 0,
+            ecn_marks: 0,
+            max_queue_bytes: 0,
+            queue_hist: Histogram::new(2).expect("2 significant figures is a valid histogram"),
+        }
+    }
+}
+
+impl PortStats {
+    /// Queue depth at quantile `q` (0..=1), bytes.
+    pub fn queue_quantile_bytes(&self, q: f64) -> u64 {
+        self.queue_hist.value_at_quantile(q)
+    }
+}
+
+/// A packet asking for admission.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Arrival {
+    /// Frame bytes.
+    pub len: u64,
+    /// An untrimmed mrc data packet with a payload.
+    pub trimmable: bool,
+    /// An mrc control packet or a trimmed header.
+    pub control: bool,
+    /// ECN-capable (ECT(0), ECT(1) or already CE).
+    pub ect: bool,
+    /// A uniform draw in `[0, 1)` for RED marking.
+    pub coin: f64,
+}
+
+/// The two FIFOs of a port (packet handles) and their occupancy.
+#[derive(Clone, Debug, Default)]
+pub struct PortQueue {
+    normal: VecDeque<(u32, u32)>,
+    priority: VecDeque<(u32, u32)>,
+    normal_bytes: u64,
+    priority_bytes: u64,
+}
+
+impl PortQueue {
+    /// Bytes in the normal queue.
+    pub fn normal_bytes(&self) -> u64 {
+        self.normal_bytes
+    }
+
+    /// Bytes in the priority queue.
+    pub fn priority_bytes(&self) -> u64 {
+        self.priority_bytes
+    }
+
+    /// Whether both queues are empty.
+    pub fn is_empty(&self) -> bool {
+        self.normal.is_empty() && self.priority.is_empty()
+    }
+
+    /// Decides admission of packet `a`. Records the occupancy.
+    pub fn admit(&self, cfg: &QueueConfig, a: Arrival, stats: &mut PortStats) -> Admit {
+        let Arrival {
+            len,
+            trimmable,
+            control,
+            ect,
+            coin,
+        } = a;
+        let q = self.normal_bytes;
+        let _ = stats.queue_hist.record(q);
+        if control && cfg.control_priority {
+            return if self.priority_bytes + len > cfg.priority_buffer_bytes {
+                Admit::Drop
+            } else {
+                Admit::Priority
+            };
+        }
+        if trimmable {
+            if let Some(t) = cfg.trim_threshold_bytes {
+                if q + len > t {
+                    return Admit::Trim;
+                }
+            }
+        }
+        if q + len > cfg.buffer_bytes {
+            return Admit::Drop;
+        }
+        let p = cfg.ecn.probability(q);
+        Admit::Normal {
+            mark_ce: ect && p > 0.0 && (p >= 1.0 || coin < p),
+        }
+    }
+
+    /// Appends a packet handle of `len` bytes to the normal queue.
+    pub fn push_normal(&mut self, pkt: u32, len: u32, stats: &mut PortStats) {
+        self.normal.push_back((pkt, len));
+        self.normal_bytes += u64::from(len);
+        stats.max_queue_bytes = stats.max_queue_bytes.max(self.normal_bytes);
+    }
+
+    /// Appends a packet handle to the priority queue.
+    pub fn push_priority(&mut self, pkt: u32, len: u32) {
+        self.priority.push_back((pkt, len));
+        self.priority_bytes += u64::from(len);
+    }
+
+    /// The next packet to send: the priority queue first.
+    pub fn pop(&mut self) -> Option<u32> {
+        if let Some((p, l)) = self.priority.pop_front() {
+            self.priority_bytes -= u64::from(l);
+            return Some(p);
+        }
+        let (p, l) = self.normal.pop_front()?;
+        self.normal_bytes -= u64::from(l);
+        Some(p)
+    }
+
+    /// Removes every packet (link down); returns the handles.
+    pub fn drain(&mut self) -> Vec<u32> {
+        self.normal_bytes = 0;
+        self.priority_bytes = 0;
+        self.priority
+            .drain(..)
+            .chain(self.normal.drain(..))
+            .map(|(p, _)| p)
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn red_probability_is_linear_between_kmin_and_kmax() {
+        let e = EcnConfig::Red {
+            kmin_bytes: 100,
+            kmax_bytes: 300,
+            pmax: 0.2,
+        };
+        assert_eq!(e.probability(99), 0.0);
+        assert_eq!(e.probability(100), 0.0);
+        assert_eq!(e.probability(200), 0.1);
+        assert_eq!(e.probability(300), 1.0);
+    }
+
+    #[test]
+    fn admission_drop_tail_trim_and_marking() {
+        let mut st = PortStats::default();
+        let mut q = PortQueue::default();
+        let cfg = QueueConfig {
+            buffer_bytes: 10_000,
+            ecn: EcnConfig::Threshold { k_bytes: 4_000 },
+            trim_threshold_bytes: None,
+            priority_buffer_bytes: 1_000,
+            control_priority: true,
+        };
+        assert_eq!(
+            q.admit(
+                &cfg,
+                Arrival {
+                    len: 4_000,
+                    trimmable: true,
+                    control: false,
+                    ect: true,
+                    coin: 0.5
+                },
+                &mut st
+            ),
+            Admit::Normal { mark_ce: false }
+        );
+        q.push_normal(1, 4_000, &mut st);
+        assert_eq!(
+            q.admit(
+                &cfg,
+                Arrival {
+                    len: 4_000,
+                    trimmable: true,
+                    control: false,
+                    ect: true,
+                    coin: 0.5
+                },
+                &mut st
+            ),
+            Admit::Normal { mark_ce: true }
+        );
+        assert_eq!(
+            q.admit(
+                &cfg,
+                Arrival {
+                    len: 4_000,
+                    trimmable: true,
+                    control: false,
+                    ect: false,
+                    coin: 0.5
+                },
+                &mut st
+            ),
+            Admit::Normal { mark_ce: false }
+        );
+        q.push_normal(2, 4_000, &mut st);
+        assert_eq!(
+            q.admit(
+                &cfg,
+                Arrival {
+                    len: 4_000,
+                    trimmable: true,
+                    control: false,
+                    ect: true,
+                    coin: 0.5
+                },
+                &mut st
+            ),
+            Admit::Drop
+        );
+        let trim = QueueConfig {
+            trim_threshold_bytes: Some(8_000),
+            ..cfg
+        };
+        assert_eq!(
+            q.admit(
+                &trim,
+                Arrival {
+                    len: 4_000,
+                    trimmable: true,
+                    control: false,
+                    ect: true,
+                    coin: 0.5
+                },
+                &mut st
+            ),
+            Admit::Trim
+        );
+        assert_eq!(
+            q.admit(
+                &trim,
+                Arrival {
+                    len: 100,
+                    trimmable: false,
+                    control: true,
+                    ect: true,
+                    coin: 0.5
+                },
+                &mut st
+            ),
+            Admit::Priority
+        );
+        q.push_priority(3, 100);
+        assert_eq!(q.pop(), Some(3));
+        assert_eq!(q.pop(), Some(1));
+        assert_eq!(q.normal_bytes(), 4_000);
+        assert_eq!(st.max_queue_bytes, 8_000);
+        assert_eq!(st.queue_hist.len(), 6);
+    }
+}

@@ -1,0 +1,434 @@
+//! Topologies: nodes (hosts and switches), ports, links, addresses and shortest-path
+//! next-hop tables. [`Topology::spine_leaf`] builds the two-tier fabric of a
+//! [`FabricDesign`](super::design::FabricDesign) plane.
+//!
+//! Node ids: hosts `0..hosts`, then leaves, then spines. Host `h` has one port (its NIC),
+//! to leaf `h / downlinks_per_leaf`. Leaf ports: `0..downlinks` to its hosts, then its
+//! uplinks, uplink `j` to spine `j % spines`. Addresses (IPv6): host `h` is
+//! `fd00::1:0:h` (`HOST_PREFIX | h`), switch `s` (node id) is `fd00::2:0:s`; a switch with
+//! node id `n` owns uSID `n + 1` under the `fd00:5::/32` block, a host uSID `h + 1`.
+
+use serde::Serialize;
+
+use super::design::FabricDesign;
+use super::link::LinkSpec;
+
+/// High bits of host addresses: `fd00::1:0:0/96`.
+pub const HOST_PREFIX: u128 = (0xfd00u128 << 112) | (1u128 << 32);
+/// High bits of switch addresses: `fd00::2:0:0/96`.
+pub const SWITCH_PREFIX: u128 = (0xfd00u128 << 112) | (2u128 << 32);
+/// The uSID locator block `fd00:5::/32`.
+pub const USID_BLOCK: u128 = (0xfd00u128 << 112) | (5u128 << 96);
+/// Length of the uSID block, bits.
+pub const USID_BLOCK_BITS: u8 = 32;
+const LOW32: u128 = 0xffff_ffff;
+
+/// Role of a node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum Role {
+    /// An end host (one NIC port).
+    Host,
+    /// A leaf (top-of-rack) switch; the index among leaves.
+    Leaf(u32),
+    /// A spine switch; the index among spines.
+    Spine(u32),
+}
+
+/// One port: where it leads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct PortSpec {
+    /// Node at the other end.
+    pub peer_node: u32,
+    /// Port number at the other end.
+    pub peer_port: u16,
+    /// Link id (index into [`Topology::links`]).
+    pub link: u32,
+}
+
+/// One node.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct NodeSpec {
+    /// Role.
+    pub role: Role,
+    /// Ports in order.
+    pub ports: Vec<PortSpec>,
+}
+
+/// One bidirectional link between `(a, a_port)` and `(b, b_port)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct LinkEnds {
+    /// First node (the lower tier: host or leaf).
+    pub a: u32,
+    /// Its port.
+    pub a_port: u16,
+    /// Second node.
+    pub b: u32,
+    /// Its port.
+    pub b_port: u16,
+    /// Rate and delay.
+    pub spec: LinkSpec,
+}
+
+/// Shape of a two-tier fabric.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct SpineLeafSpec {
+    /// Hosts (NIC ports).
+    pub hosts: u32,
+    /// Leaves.
+    pub leaves: u32,
+    /// Spines.
+    pub spines: u32,
+    /// Host ports per leaf (the last leaf may hold fewer).
+    pub hosts_per_leaf: u32,
+    /// Uplinks of each leaf (uplink `j` goes to spine `j % spines`).
+    pub uplinks_per_leaf: u32,
+    /// Host-leaf links.
+    pub host_link: LinkSpec,
+    /// Leaf-spine links.
+    pub fabric_link: LinkSpec,
+}
+
+impl SpineLeafSpec {
+    /// The fabric of one plane of `design`, links of the lane speed and `propagation_ns`.
+    pub fn from_design(design: &FabricDesign, propagation_ns: u64) -> SpineLeafSpec {
+        let p = &design.plane;
+        let link = LinkSpec::gbps(u64::from(p.lane_gbps), propagation_ns);
+        SpineLeafSpec {
+            hosts: p.nic_links,
+            leaves: p.leaves,
+            spines: p.spines,
+            hosts_per_leaf: p.downlinks_per_leaf,
+            uplinks_per_leaf: p.uplinks_per_leaf,
+            host_link: link,
+            fabric_link: link,
+        }
+    }
+}
+
+/// Why a topology cannot be built.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TopoError {
+    /// A count that must be positive is 0.
+    #[error("{0} must be > 0")]
+    Zero(&'static str),
+    /// The leaves cannot hold the hosts.
+    #[error("{leaves} leaves x {per_leaf} ports cannot hold {hosts} hosts")]
+    TooManyHosts {
+        /// Hosts.
+        hosts: u32,
+        /// Leaves.
+        leaves: u32,
+        /// Host ports per leaf.
+        per_leaf: u32,
+    },
+    /// More than 65535 ports on a node.
+    #[error("a node would have more than 65535 ports")]
+    TooManyPorts,
+}
+
+/// Nodes, links and next-hop tables.
+#[derive(Clone, Debug, Serialize)]
+pub struct Topology {
+    /// Nodes by id.
+    pub nodes: Vec<NodeSpec>,
+    /// Links by id.
+    pub links: Vec<LinkEnds>,
+    /// Hosts (ids `0..hosts`).
+    pub hosts: u32,
+    /// Leaf node ids.
+    pub leaves: Vec<u32>,
+    /// Spine node ids.
+    pub spines: Vec<u32>,
+    /// `hop_sets[next_hop[node * nodes + target]]`: egress ports of `node` on shortest
+    /// paths to `target` (port sets are shared: every host of a leaf has the same set).
+    #[serde(skip)]
+    next_hop: Vec<u32>,
+    /// Distinct port sets.
+    #[serde(skip)]
+    hop_sets: Vec<Vec<u16>>,
+}
+
+impl Topology {
+    /// A two-tier spine-leaf fabric.
+    ///
+    /// Errors: [`TopoError::Zero`], [`TopoError::TooManyHosts`], [`TopoError::TooManyPorts`].
+    pub fn spine_leaf(s: &SpineLeafSpec) -> Result<Topology, TopoError> {
+        for (name, v) in [
+            ("hosts", s.hosts),
+            ("leaves", s.leaves),
+            ("spines", s.spines),
+            ("hosts_per_leaf", s.hosts_per_leaf),
+            ("uplinks_per_leaf", s.uplinks_per_leaf),
+        ] {
+            if v == 0 {
+                return Err(TopoError::Zero(name));
+            }
+        }
+        if u64::from(s.leaves) * u64::from(s.hosts_per_leaf) < u64::from(s.hosts) {
+            return Err(TopoError::TooManyHosts {
+                hosts: s.hosts,
+                leaves: s.leaves,
+                per_leaf: s.hosts_per_leaf,
+            });
+        }
+        let leaf0 = s.hosts;
+        let spine0 = s.hosts + s.leaves;
+        let mut nodes: Vec<NodeSpec> = (0..s.hosts)
+            .map(|_| Role::Host)
+            .chain((0..s.leaves).map(Role::Leaf))
+            .chain((0..s.spines).map(Role::Spine))
+            .map(|role| NodeSpec {
+                role,
+                ports: Vec::new(),
+            })
+            .collect();
+        let mut links = Vec::new();
+        let mut connect = |nodes: &mut Vec<NodeSpec>, a: u32, b: u32, spec: LinkSpec| {
+            let id = links.len() as u32;
+            let a_port = u16::try_from(nodes[a as usize].ports.len())
+                .map_err(|_| TopoError::TooManyPorts)?;
+            let b_port = u16::try_from(nodes[b as usize].ports.len())
+                .map_err(|_| TopoError::TooManyPorts)?;
+            nodes[a as usize].ports.push(PortSpec {
+                peer_node: b,
+                peer_port: b_port,
+                link: id,
+            });
+            nodes[b as usize].ports.push(PortSpec {
+                peer_node: a,
+                peer_port: a_port,
+                link: id,
+            });
+            links.push(LinkEnds {
+                a,
+                a_port,
+                b,
+                b_port,
+                spec,
+            });
+            Ok::<(), TopoError>(())
+        };
+        for h in 0..s.hosts {
+            connect(&mut nodes, h, leaf0 + h / s.hosts_per_leaf, s.host_link)?;
+        }
+        for l in 0..s.leaves {
+            for j in 0..s.uplinks_per_leaf {
+                connect(&mut nodes, leaf0 + l, spine0 + j % s.spines, s.fabric_link)?;
+            }
+        }
+        let mut t = Topology {
+            nodes,
+            links,
+            hosts: s.hosts,
+            leaves: (leaf0..spine0).collect(),
+            spines: (spine0..spine0 + s.spines).collect(),
+            next_hop: Vec::new(),
+            hop_sets: Vec::new(),
+        };
+        t.route(&[]);
+        Ok(t)
+    }
+
+    /// Recomputes the next-hop tables over the links not in `down` (sorted link ids):
+    /// BFS distances from every target, then every port whose peer is one hop closer.
+    /// Hosts do not forward (they are never transit nodes).
+    pub fn route(&mut self, down: &[u32]) {
+        let n = self.nodes.len();
+        let mut sets: Vec<Vec<u16>> = vec![Vec::new()];
+        let mut index: std::collections::HashMap<Vec<u16>, u32> =
+            std::iter::once((Vec::new(), 0)).collect();
+        let mut next = vec![0u32; n * n];
+        let mut dist = vec![u32::MAX; n];
+        let mut frontier = Vec::new();
+        for target in 0..n {
+            dist.iter_mut().for_each(|d| *d = u32::MAX);
+            dist[target] = 0;
+            frontier.clear();
+            frontier.push(target);
+            let mut head = 0;
+            while head < frontier.len() {
+                let u = frontier[head];
+                head += 1;
+                // Hosts are leaves of the BFS tree unless they are the target.
+                if u != target && self.nodes[u].role == Role::Host {
+                    continue;
+                }
+                for p in &self.nodes[u].ports {
+                    if down.binary_search(&p.link).is_ok() {
+                        continue;
+                    }
+                    let v = p.peer_node as usize;
+                    if dist[v] == u32::MAX {
+                        dist[v] = dist[u] + 1;
+                        frontier.push(v);
+                    }
+                }
+            }
+            for (u, node) in self.nodes.iter().enumerate() {
+                if dist[u] == u32::MAX || dist[u] == 0 {
+                    continue;
+                }
+                let set: Vec<u16> = node
+                    .ports
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, p)| {
+                        down.binary_search(&p.link).is_err()
+                            && dist[p.peer_node as usize] == dist[u] - 1
+                    })
+                    .map(|(i, _)| i as u16)
+                    .collect();
+                let id = *index.entry(set.clone()).or_insert_with(|| {
+                    sets.push(set);
+                    (sets.len() - 1) as u32
+                });
+                next[u * n + target] = id;
+            }
+        }
+        self.next_hop = next;
+        self.hop_sets = sets;
+    }
+
+    /// Egress ports of `node` toward `target` (empty when unreachable or out of range).
+    pub fn next_hops(&self, node: u32, target: u32) -> &[u16] {
+        let n = self.nodes.len();
+        if node as usize >= n || target as usize >= n {
+            return &[];
+        }
+        self.next_hop
+            .get(node as usize * n + target as usize)
+            .and_then(|&i| self.hop_sets.get(i as usize))
+            .map_or(&[], Vec::as_slice)
+    }
+
+    /// IPv6 address of `node` as a `u128`.
+    pub fn addr(&self, node: u32) -> u128 {
+        if node < self.hosts {
+            HOST_PREFIX | u128::from(node)
+        } else {
+            SWITCH_PREFIX | u128::from(node)
+        }
+    }
+
+    /// The node owning address `a` (host or switch address), if any.
+    pub fn node_of_addr(&self, a: u128) -> Option<u32> {
+        let low = (a & LOW32) as u32;
+        let n = self.nodes.len() as u32;
+        match a & !LOW32 {
+            HOST_PREFIX if low < self.hosts => Some(low),
+            SWITCH_PREFIX if low >= self.hosts && low < n => Some(low),
+            _ => None,
+        }
+    }
+
+    /// The uSID of `node` (`node + 1`), if it fits 16 bits.
+    pub fn usid(&self, node: u32) -> Option<u16> {
+        u16::try_from(node + 1).ok()
+    }
+
+    /// The node owning uSID `u`.
+    pub fn node_of_usid(&self, u: u16) -> Option<u32> {
+        let n = u32::from(u).checked_sub(1)?;
+        (n < self.nodes.len() as u32).then_some(n)
+    }
+
+    /// The leaf of host `h`.
+    pub fn leaf_of(&self, h: u32) -> Option<u32> {
+        self.nodes
+            .get(h as usize)
+            .filter(|n| n.role == Role::Host)
+            .and_then(|n| n.ports.first())
+            .map(|p| p.peer_node)
+    }
+
+    /// Printable name: `host3`, `leaf1`, `spine0`.
+    pub fn name(&self, node: u32) -> String {
+        match self.nodes.get(node as usize).map(|n| n.role) {
+            Some(Role::Host) => format!("host{node}"),
+            Some(Role::Leaf(i)) => format!("leaf{i}"),
+            Some(Role::Spine(i)) => format!("spine{i}"),
+            None => format!("node{node}"),
+        }
+    }
+
+    /// The node named `host3` / `leaf1` / `spine0`.
+    pub fn node_by_name(&self, name: &str) -> Option<u32> {
+        let (kind, idx) = if let Some(i) = name.strip_prefix("host") {
+            (0, i)
+        } else if let Some(i) = name.strip_prefix("leaf") {
+            (1, i)
+        } else if let Some(i) = name.strip_prefix("spine") {
+            (2, i)
+        } else {
+            return None;
+        };
+        let i: u32 = idx.parse().ok()?;
+        match kind {
+            0 => (i < self.hosts).then_some(i),
+            1 => self.leaves.get(i as usize).copied(),
+            _ => self.spines.get(i as usize).copied(),
+        }
+    }
+
+    /// Links between `a` and `b` (either order).
+    pub fn links_between(&self, a: u32, b: u32) -> Vec<u32> {
+        self.links
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| (l.a == a && l.b == b) || (l.a == b && l.b == a))
+            .map(|(i, _)| i as u32)
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn small() -> Topology {
+        Topology::spine_leaf(&SpineLeafSpec {
+            hosts: 16,
+            leaves: 4,
+            spines: 4,
+            hosts_per_leaf: 4,
+            uplinks_per_leaf: 4,
+            host_link: LinkSpec::gbps(100, 500),
+            fabric_link: LinkSpec::gbps(100, 500),
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn spine_leaf_wiring_and_next_hops() {
+        let t = small();
+        assert_eq!(t.nodes.len(), 24);
+        assert_eq!(t.links.len(), 16 + 16);
+        assert_eq!(t.leaf_of(5), Some(17));
+        // Same leaf: one port down to the host.
+        assert_eq!(t.next_hops(16, 2), &[2]);
+        // Cross leaf: the four uplinks.
+        assert_eq!(t.next_hops(16, 5), &[4, 5, 6, 7]);
+        // Spine 0 to host 5: its port toward leaf 1.
+        assert_eq!(t.next_hops(20, 5), &[1]);
+        // Leaf to a spine: the one uplink.
+        assert_eq!(t.next_hops(16, 22), &[6]);
+        assert_eq!(t.name(22), "spine2");
+        assert_eq!(t.node_by_name("leaf3"), Some(19));
+        assert_eq!(t.node_of_addr(t.addr(7)), Some(7));
+        assert_eq!(t.node_of_addr(t.addr(21)), Some(21));
+        assert_eq!(t.node_of_addr(HOST_PREFIX | 99), None);
+    }
+
+    #[test]
+    fn routing_avoids_down_links() {
+        let mut t = small();
+        // leaf0 (16) - spine0 (20) is link 16.
+        assert_eq!(t.links_between(16, 20), vec![16]);
+        t.route(&[16]);
+        assert_eq!(t.next_hops(16, 5), &[5, 6, 7]);
+        // spine0 reaches leaf0's hosts only through another leaf and spine (4 hops).
+        assert_eq!(t.next_hops(20, 0), &[1, 2, 3]);
+        // Other leaves never send leaf0's traffic to spine0.
+        assert_eq!(t.next_hops(17, 0), &[5, 6, 7]);
+    }
+}

@@ -1,0 +1,310 @@
+//! [`FakeDatapath`]: the [`Datapath`] over an in-memory network ([`FakeNet`]), so the
+//! engine and everything above it build and test without sockets (eRPC's fake transport).
+//! Delivery is immediate and in order per sender unless a filter drops or CE-marks a
+//! datagram.
+
+use super::{
+    ConnId, Datapath, DatapathError, DatapathStats, PathMap, PortAllocator, PortLease, RxDatagram,
+    TxBatch, TxReport, Waker,
+};
+use mrc_transport::Ecn;
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Duration;
+
+/// What the [`FakeNet`] filter does with a datagram.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FakeVerdict {
+    /// Deliver unchanged.
+    Deliver,
+    /// Lose it.
+    Drop,
+    /// Deliver with ECN CE.
+    MarkCe,
+}
+
+/// The filter: sees (source, destination, bytes) of every datagram.
+type Filter = Box<dyn FnMut(SocketAddr, SocketAddr, &[u8]) -> FakeVerdict + Send>;
+
+struct Queue {
+    datagrams: VecDeque<(SocketAddr, Ecn, Vec<u8>)>,
+    woken: bool,
+}
+
+struct NetState {
+    queues: HashMap<SocketAddr, Queue>,
+    filter: Option<Filter>,
+    dropped: u64,
+}
+
+struct NetInner {
+    state: Mutex<NetState>,
+    cv: Condvar,
+}
+
+/// An in-memory network of [`FakeDatapath`]s addressed by socket address. Cheap to clone.
+#[derive(Clone)]
+pub struct FakeNet {
+    inner: Arc<NetInner>,
+    ports: PortAllocator,
+}
+
+impl std::fmt::Debug for FakeNet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FakeNet").finish_non_exhaustive()
+    }
+}
+
+impl Default for FakeNet {
+    fn default() -> Self {
+        FakeNet::new()
+    }
+}
+
+impl FakeNet {
+    /// An empty network; EV source ports come from its own allocator over 10000..=19999.
+    pub fn new() -> Self {
+        FakeNet {
+            inner: Arc::new(NetInner {
+                state: Mutex::new(NetState {
+                    queues: HashMap::new(),
+                    filter: None,
+                    dropped: 0,
+                }),
+                cv: Condvar::new(),
+            }),
+            ports: PortAllocator::new(10000..=19999).unwrap_or_else(|_| unreachable!()),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, NetState> {
+        self.inner.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Installs `filter`, called for every datagram sent from then on.
+    pub fn set_filter(
+        &self,
+        filter: impl FnMut(SocketAddr, SocketAddr, &[u8]) -> FakeVerdict + Send + 'static,
+    ) {
+        self.lock().filter = Some(Box::new(filter));
+    }
+
+    /// Datagrams dropped (by the filter or for want of a receiver).
+    pub fn dropped(&self) -> u64 {
+        self.lock().dropped
+    }
+}
+
+struct FakeConn {
+    peer: SocketAddr,
+    leases: Vec<PortLease>,
+    socket_of: HashMap<u32, usize>,
+}
+
+struct FakeWaker {
+    net: FakeNet,
+    addr: SocketAddr,
+}
+
+impl Waker for FakeWaker {
+    fn wake(&self) {
+        let mut st = self.net.lock();
+        if let Some(q) = st.queues.get_mut(&self.addr) {
+            q.woken = true;
+        }
+        drop(st);
+        self.net.inner.cv.notify_all();
+    }
+}
+
+/// One endpoint on a [`FakeNet`].
+pub struct FakeDatapath {
+    net: FakeNet,
+    addr: SocketAddr,
+    conns: HashMap<ConnId, FakeConn>,
+    next_conn: u32,
+    stats: DatapathStats,
+    scratch: Vec<(SocketAddr, Ecn, Vec<u8>)>,
+}
+
+impl std::fmt::Debug for FakeDatapath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FakeDatapath")
+            .field("addr", &self.addr)
+            .finish()
+    }
+}
+
+impl FakeDatapath {
+    /// An endpoint receiving at `addr` on `net`.
+    pub fn new(net: &FakeNet, addr: SocketAddr) -> Self {
+        net.lock().queues.insert(
+            addr,
+            Queue {
+                datagrams: VecDeque::new(),
+                woken: false,
+            },
+        );
+        FakeDatapath {
+            net: net.clone(),
+            addr,
+            conns: HashMap::new(),
+            next_conn: 0,
+            stats: DatapathStats::default(),
+            scratch: Vec::new(),
+        }
+    }
+}
+
+impl Drop for FakeDatapath {
+    fn drop(&mut self) {
+        self.net.lock().queues.remove(&self.addr);
+    }
+}
+
+impl Datapath for FakeDatapath {
+    fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    fn open_conn(&mut self, peer: SocketAddr, paths: &PathMap) -> Result<ConnId, DatapathError> {
+        paths.check()?;
+        if peer.is_ipv6() != self.addr.is_ipv6() {
+            return Err(DatapathError::FamilyMismatch(peer));
+        }
+        let leases = (0..paths.sockets())
+            .map(|_| self.net.ports.alloc())
+            .collect::<Result<Vec<_>, _>>()?;
+        let id = ConnId(self.next_conn);
+        self.next_conn = self.next_conn.wrapping_add(1);
+        self.conns.insert(
+            id,
+            FakeConn {
+                peer,
+                leases,
+                socket_of: paths.socket_of(),
+            },
+        );
+        Ok(id)
+    }
+
+    fn close_conn(&mut self, conn: ConnId) {
+        self.conns.remove(&conn);
+    }
+
+    fn source_ports(&self, conn: ConnId) -> Option<Vec<u16>> {
+        self.conns
+            .get(&conn)
+            .map(|c| c.leases.iter().map(PortLease::port).collect())
+    }
+
+    fn tx_burst(&mut self, batch: &TxBatch) -> Result<TxReport, DatapathError> {
+        // Resolve everything first: an unknown conn/EV sends nothing.
+        let mut resolved = Vec::with_capacity(batch.len());
+        for i in 0..batch.len() {
+            let Some((m, bytes)) = batch.get(i) else {
+                continue;
+            };
+            let c = self
+                .conns
+                .get(&m.conn)
+                .ok_or(DatapathError::UnknownConn(m.conn))?;
+            let s = *c.socket_of.get(&m.ev).ok_or(DatapathError::UnknownEv {
+                conn: m.conn,
+                ev: m.ev,
+            })?;
+            let port = c.leases.get(s).map_or(0, PortLease::port);
+            resolved.push((SocketAddr::new(self.addr.ip(), port), c.peer, m.ecn, bytes));
+        }
+        let mut report = TxReport::default();
+        let mut st = self.net.lock();
+        for (from, to, ecn, bytes) in resolved {
+            report.send_calls += 1;
+            let verdict = match st.filter.as_mut() {
+                Some(f) => f(from, to, bytes),
+                None => FakeVerdict::Deliver,
+            };
+            let ecn = match verdict {
+                FakeVerdict::Drop => {
+                    st.dropped += 1;
+                    report.datagrams += 1;
+                    continue;
+                }
+                FakeVerdict::MarkCe => Ecn::Ce,
+                FakeVerdict::Deliver => ecn,
+            };
+            match st.queues.get_mut(&to) {
+                Some(q) => q.datagrams.push_back((from, ecn, bytes.to_vec())),
+                None => st.dropped += 1,
+            }
+            report.datagrams += 1;
+        }
+        drop(st);
+        self.net.inner.cv.notify_all();
+        self.stats.tx_datagrams += report.datagrams;
+        self.stats.tx_calls += report.send_calls;
+        Ok(report)
+    }
+
+    fn rx_burst(
+        &mut self,
+        max: usize,
+        f: &mut dyn FnMut(RxDatagram<'_>),
+    ) -> Result<usize, DatapathError> {
+        self.scratch.clear();
+        {
+            let mut st = self.net.lock();
+            if let Some(q) = st.queues.get_mut(&self.addr) {
+                let n = q.datagrams.len().min(max);
+                self.scratch.extend(q.datagrams.drain(..n));
+            }
+        }
+        for (from, ecn, bytes) in &self.scratch {
+            f(RxDatagram {
+                from: *from,
+                ecn: *ecn,
+                bytes,
+            });
+        }
+        let n = self.scratch.len();
+        self.stats.rx_datagrams += n as u64;
+        self.stats.rx_calls += n as u64;
+        Ok(n)
+    }
+
+    fn wait(&mut self, timeout_ns: u64) -> Result<(), DatapathError> {
+        let mut st = self.net.lock();
+        let ready = |st: &mut NetState, addr: &SocketAddr| {
+            st.queues
+                .get_mut(addr)
+                .is_none_or(|q| !q.datagrams.is_empty() || std::mem::take(&mut q.woken))
+        };
+        if ready(&mut st, &self.addr) {
+            return Ok(());
+        }
+        let (mut st, _) = self
+            .inner_cv()
+            .wait_timeout(st, Duration::from_nanos(timeout_ns))
+            .unwrap_or_else(|e| e.into_inner());
+        let _ = ready(&mut st, &self.addr);
+        Ok(())
+    }
+
+    fn waker(&self) -> Arc<dyn Waker> {
+        Arc::new(FakeWaker {
+            net: self.net.clone(),
+            addr: self.addr,
+        })
+    }
+
+    fn stats(&self) -> DatapathStats {
+        self.stats
+    }
+}
+
+impl FakeDatapath {
+    fn inner_cv(&self) -> &Condvar {
+        &self.net.inner.cv
+    }
+}

@@ -1,0 +1,266 @@
+//! Socket setup and ancillary data (cmsg) for the UDP datapath: socket options
+//! (`IP_RECVTOS`, `IPV6_RECVTCLASS`, `UDP_GRO`, `IPV6_RTHDR`), the send-side cmsgs
+//! (`IP_TOS` / `IPV6_TCLASS` and `UDP_SEGMENT`) and the receive-side ones (TOS/TCLASS,
+//! `UDP_GRO`). Linux only; the constants are those of `ip(7)`, `ipv6(7)` and `udp(7)`.
+
+use crate::srv6::{SrhContext, SrhRepr};
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+use std::io;
+use std::mem::size_of;
+use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
+
+/// Bytes reserved for the ancillary data of one message (two cmsgs of at most 4 bytes of
+/// data each need 2 * 24 bytes on 64-bit Linux).
+pub(crate) const CMSG_BYTES: usize = 64;
+
+/// Ancillary data buffer aligned for `cmsghdr`.
+#[derive(Clone, Copy)]
+#[repr(C, align(8))]
+pub(crate) struct CmsgBuf(pub(crate) [u8; CMSG_BYTES]);
+
+impl Default for CmsgBuf {
+    fn default() -> Self {
+        CmsgBuf([0; CMSG_BYTES])
+    }
+}
+
+fn setsockopt_int(
+    s: &Socket,
+    level: libc::c_int,
+    name: libc::c_int,
+    val: libc::c_int,
+) -> io::Result<()> {
+    // SAFETY: the fd is a live socket owned by `s`; `val` outlives the call and its size is
+    // passed.
+    let rc = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            level,
+            name,
+            (&val as *const libc::c_int).cast(),
+            size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// A UDP socket of `addr`'s family, `SO_RCVBUF`/`SO_SNDBUF` at least `buf_bytes` (forced
+/// above `rmem_max`/`wmem_max` when the process may), not yet bound.
+pub(crate) fn udp_socket(addr: &SocketAddr, buf_bytes: usize) -> io::Result<Socket> {
+    let s = Socket::new(Domain::for_address(*addr), Type::DGRAM, Some(Protocol::UDP))?;
+    if addr.is_ipv6() {
+        s.set_only_v6(true)?;
+    }
+    s.set_cloexec(true)?;
+    if buf_bytes > 0 {
+        let n = libc::c_int::try_from(buf_bytes).unwrap_or(libc::c_int::MAX);
+        // SO_*BUFFORCE needs CAP_NET_ADMIN; fall back to the capped plain option.
+        if setsockopt_int(&s, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, n).is_err() {
+            s.set_recv_buffer_size(buf_bytes)?;
+        }
+        if setsockopt_int(&s, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, n).is_err() {
+            s.set_send_buffer_size(buf_bytes)?;
+        }
+    }
+    Ok(s)
+}
+
+/// The receive socket: bound to `addr`, reporting the TOS/TCLASS byte of every datagram,
+/// and coalescing with `UDP_GRO` when `gro`.
+pub(crate) fn rx_socket(addr: &SocketAddr, gro: bool, buf_bytes: usize) -> io::Result<Socket> {
+    let s = udp_socket(addr, buf_bytes)?;
+    if addr.is_ipv6() {
+        setsockopt_int(&s, libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS, 1)?;
+    } else {
+        setsockopt_int(&s, libc::IPPROTO_IP, libc::IP_RECVTOS, 1)?;
+    }
+    if gro {
+        setsockopt_int(&s, libc::SOL_UDP, libc::UDP_GRO, 1)?;
+    }
+    s.bind(&SockAddr::from(*addr))?;
+    Ok(s)
+}
+
+/// Sets the sticky routing header of an IPv6 socket (`IPV6_RTHDR`, RFC 3542 section 7;
+/// Linux accepts routing type 4, the SRH, and checks it with `seg6_validate_srh`). Needs
+/// `CAP_NET_RAW`.
+pub(crate) fn set_sticky_rthdr(s: &Socket, srh: &[u8]) -> io::Result<()> {
+    let len = libc::socklen_t::try_from(srh.len())
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: the fd is live; `srh` is valid for `len` bytes during the call.
+    let rc = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::IPPROTO_IPV6,
+            libc::IPV6_RTHDR,
+            srh.as_ptr().cast(),
+            len,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Reads back the sticky routing header of an IPv6 socket (empty when none is set).
+///
+/// # Errors
+/// The `getsockopt` error.
+pub fn read_sticky_rthdr(s: &impl AsRawFd) -> io::Result<Vec<u8>> {
+    let mut buf = vec![0u8; 2048];
+    let mut len = buf.len() as libc::socklen_t;
+    // SAFETY: `buf` is valid for `len` bytes, `len` is a valid in/out pointer.
+    let rc = unsafe {
+        libc::getsockopt(
+            s.as_raw_fd(),
+            libc::IPPROTO_IPV6,
+            libc::IPV6_RTHDR,
+            buf.as_mut_ptr().cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    buf.truncate(len as usize);
+    Ok(buf)
+}
+
+/// The bytes of `srh` as `IPV6_RTHDR` takes them (emitted and checked in
+/// [`SrhContext::Local`]; the kernel rewrites next header and segment 0, the final
+/// destination, on every packet).
+///
+/// # Errors
+/// The [`crate::srv6::SrhError`] of [`SrhRepr::emit`], as text.
+pub fn srh_bytes(srh: &SrhRepr) -> Result<Vec<u8>, String> {
+    let mut buf = vec![0u8; srh.buffer_len()];
+    srh.emit(&mut buf, SrhContext::Local)
+        .map_err(|e| e.to_string())?;
+    Ok(buf)
+}
+
+/// Writes the send cmsgs into `buf`: the ECN codepoint (`IP_TOS` or `IPV6_TCLASS`, the
+/// DSCP bits zero) and, with `gso_segment_bytes`, `UDP_SEGMENT`. Returns the control
+/// length to put in `msg_controllen`.
+pub(crate) fn encode_tx_cmsgs(
+    buf: &mut CmsgBuf,
+    v6: bool,
+    ecn_bits: u8,
+    gso_segment_bytes: Option<u16>,
+) -> usize {
+    buf.0 = [0; CMSG_BYTES];
+    // SAFETY: a zeroed msghdr pointing at our aligned buffer lets the CMSG_* helpers walk it;
+    // CMSG_BYTES holds both cmsgs (checked by the assertion on the total below).
+    unsafe {
+        let mut hdr: libc::msghdr = std::mem::zeroed();
+        hdr.msg_control = buf.0.as_mut_ptr().cast();
+        hdr.msg_controllen = CMSG_BYTES as _;
+        let mut total = 0usize;
+        let mut c = libc::CMSG_FIRSTHDR(&hdr);
+        let (level, ty) = if v6 {
+            (libc::IPPROTO_IPV6, libc::IPV6_TCLASS)
+        } else {
+            (libc::IPPROTO_IP, libc::IP_TOS)
+        };
+        (*c).cmsg_level = level;
+        (*c).cmsg_type = ty;
+        (*c).cmsg_len = libc::CMSG_LEN(size_of::<libc::c_int>() as u32) as _;
+        std::ptr::write_unaligned(
+            libc::CMSG_DATA(c).cast::<libc::c_int>(),
+            libc::c_int::from(ecn_bits & 3),
+        );
+        total += libc::CMSG_SPACE(size_of::<libc::c_int>() as u32) as usize;
+        if let Some(seg) = gso_segment_bytes {
+            c = libc::CMSG_NXTHDR(&hdr, c);
+            (*c).cmsg_level = libc::SOL_UDP;
+            (*c).cmsg_type = libc::UDP_SEGMENT;
+            (*c).cmsg_len = libc::CMSG_LEN(size_of::<u16>() as u32) as _;
+            std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), seg);
+            total += libc::CMSG_SPACE(size_of::<u16>() as u32) as usize;
+        }
+        debug_assert!(total <= CMSG_BYTES);
+        total
+    }
+}
+
+/// What the receive cmsgs said.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct RxCmsgs {
+    /// The two ECN bits of the TOS / traffic class byte.
+    pub ecn_bits: u8,
+    /// `UDP_GRO` segment size when the receive holds coalesced datagrams.
+    pub gro_segment_bytes: Option<usize>,
+}
+
+/// Reads the cmsgs of a completed `recvmsg` (`hdr.msg_controllen` as the kernel left it).
+///
+/// # Safety
+/// `hdr.msg_control` must point at a buffer of at least `hdr.msg_controllen` bytes filled
+/// by the kernel.
+pub(crate) unsafe fn decode_rx_cmsgs(hdr: &libc::msghdr) -> RxCmsgs {
+    let mut out = RxCmsgs::default();
+    // SAFETY: per the contract, the kernel wrote well-formed cmsgs within msg_controllen;
+    // CMSG_FIRSTHDR/CMSG_NXTHDR never step past it, data reads are unaligned-safe.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(hdr);
+        while !c.is_null() {
+            let level = (*c).cmsg_level;
+            let ty = (*c).cmsg_type;
+            let data = libc::CMSG_DATA(c);
+            let data_len = ((*c).cmsg_len as usize).saturating_sub(libc::CMSG_LEN(0) as usize);
+            match (level, ty) {
+                (libc::IPPROTO_IP, libc::IP_TOS) if data_len >= 1 => {
+                    out.ecn_bits = *data & 3;
+                }
+                (libc::IPPROTO_IPV6, libc::IPV6_TCLASS) if data_len >= 4 => {
+                    out.ecn_bits = (std::ptr::read_unaligned(data.cast::<libc::c_int>()) & 3) as u8;
+                }
+                (libc::SOL_UDP, libc::UDP_GRO) if data_len >= 4 => {
+                    let seg = std::ptr::read_unaligned(data.cast::<libc::c_int>());
+                    if seg > 0 {
+                        out.gro_segment_bytes = Some(seg as usize);
+                    }
+                }
+                _ => {}
+            }
+            c = libc::CMSG_NXTHDR(hdr, c);
+        }
+    }
+    out
+}
+
+/// The address in a `sockaddr_storage` the kernel filled with `len` bytes, if it is an
+/// IPv4 or IPv6 one.
+pub(crate) fn sockaddr_to_std(
+    ss: &libc::sockaddr_storage,
+    len: libc::socklen_t,
+) -> Option<SocketAddr> {
+    let len = len as usize;
+    match libc::c_int::from(ss.ss_family) {
+        libc::AF_INET if len >= size_of::<libc::sockaddr_in>() => {
+            // SAFETY: family and length say it is a sockaddr_in; storage is aligned for it.
+            let a = unsafe { &*(ss as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+            let ip = std::net::Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr));
+            Some(SocketAddr::new(ip.into(), u16::from_be(a.sin_port)))
+        }
+        libc::AF_INET6 if len >= size_of::<libc::sockaddr_in6>() => {
+            // SAFETY: as above for sockaddr_in6.
+            let a = unsafe { &*(ss as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
+            let ip = std::net::Ipv6Addr::from(a.sin6_addr.s6_addr);
+            Some(SocketAddr::V6(std::net::SocketAddrV6::new(
+                ip,
+                u16::from_be(a.sin6_port),
+                a.sin6_flowinfo,
+                a.sin6_scope_id,
+            )))
+        }
+        _ => None,
+    }
+}

@@ -1,0 +1,616 @@
+//! [`UringDatapath`]: the [`Datapath`] on Linux UDP sockets driven through two io_urings,
+//! one for sends (a burst is one submission, waited for) and one for receives (a fixed set
+//! of `recvmsg`s kept outstanding on the receive socket, plus a read on an eventfd that
+//! [`Waker::wake`] writes to).
+
+use super::sock::{self, CMSG_BYTES, CmsgBuf};
+use super::{
+    ConnId, DEFAULT_RX_PORT, Datapath, DatapathError, DatapathStats, MAX_GSO_BYTES,
+    MAX_GSO_SEGMENTS, PathMap, PortAllocator, PortLease, RxDatagram, TxBatch, TxReport, Waker,
+};
+use io_uring::{IoUring, opcode, types};
+use mrc_transport::Ecn;
+use socket2::{SockAddr, Socket};
+use std::collections::HashMap;
+use std::io;
+use std::mem::size_of;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::Arc;
+
+/// Configuration of a [`UringDatapath`].
+#[derive(Clone, Debug)]
+pub struct UdpConfig {
+    /// Address of the receive socket. Default `127.0.0.1:4792` ([`DEFAULT_RX_PORT`]); port
+    /// 0 lets the kernel choose. EV sockets bind to the same IP.
+    pub bind: SocketAddr,
+    /// Where EV source ports come from. Default the process-wide allocator.
+    pub ports: PortAllocator,
+    /// Coalesce same-size datagrams of one socket into `UDP_SEGMENT` sends. Default on.
+    pub gso: bool,
+    /// `UDP_GRO` on the receive socket. Default on.
+    pub gro: bool,
+    /// `recvmsg`s kept outstanding. Default 32.
+    pub rx_slots: usize,
+    /// Bytes of each receive buffer (a GRO receive holds up to 64 KiB). Default 65536.
+    pub rx_buffer_bytes: usize,
+    /// `SO_RCVBUF`/`SO_SNDBUF` of every socket, bytes. Default 8 MiB.
+    pub socket_buffer_bytes: usize,
+    /// Submission queue entries of the send ring. Default 256.
+    pub tx_ring_entries: u32,
+}
+
+impl Default for UdpConfig {
+    fn default() -> Self {
+        UdpConfig {
+            bind: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), DEFAULT_RX_PORT),
+            ports: PortAllocator::global().clone(),
+            gso: true,
+            gro: true,
+            rx_slots: 32,
+            rx_buffer_bytes: 65536,
+            socket_buffer_bytes: 8 << 20,
+            tx_ring_entries: 256,
+        }
+    }
+}
+
+impl UdpConfig {
+    /// The defaults with the receive socket on `bind`.
+    pub fn bind(bind: SocketAddr) -> Self {
+        UdpConfig {
+            bind,
+            ..UdpConfig::default()
+        }
+    }
+}
+
+/// One outstanding receive: its buffer, address, cmsg space and the `msghdr` pointing at
+/// them. Lives in a boxed slice that never moves while the receive is in flight.
+struct RxSlot {
+    buf: Vec<u8>,
+    iov: libc::iovec,
+    addr: libc::sockaddr_storage,
+    cmsg: CmsgBuf,
+    hdr: libc::msghdr,
+}
+
+struct EvSocket {
+    sock: Socket,
+    lease: PortLease,
+}
+
+struct UConn {
+    sockets: Vec<EvSocket>,
+    socket_of: HashMap<u32, usize>,
+}
+
+/// One GSO group of a burst: datagrams `order[start..start+count]` on one socket.
+#[derive(Clone, Copy)]
+struct Group {
+    fd: i32,
+    start: usize,
+    count: usize,
+    segment_bytes: usize,
+    ecn: Ecn,
+}
+
+/// Wakes the receive ring through an eventfd.
+struct EventFdWaker {
+    fd: OwnedFd,
+}
+
+impl Waker for EventFdWaker {
+    fn wake(&self) {
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a live u64 to an eventfd we own; a failure (counter
+        // overflow) only means a wake-up is pending already.
+        unsafe {
+            libc::write(self.fd.as_raw_fd(), (&one as *const u64).cast(), 8);
+        }
+    }
+}
+
+const EVENTFD_USER_DATA: u64 = u64::MAX;
+
+/// The io_uring UDP datapath.
+pub struct UringDatapath {
+    cfg: UdpConfig,
+    rx_ring: IoUring,
+    tx_ring: IoUring,
+    rx_sock: Socket,
+    local: SocketAddr,
+    slots: Box<[RxSlot]>,
+    waker: Arc<EventFdWaker>,
+    eventfd_buf: Box<u64>,
+    conns: HashMap<ConnId, UConn>,
+    next_conn: u32,
+    // Send scratch, reused between bursts.
+    order: Vec<(u64, u32)>,
+    groups: Vec<Group>,
+    iovs: Vec<libc::iovec>,
+    hdrs: Vec<libc::msghdr>,
+    cmsgs: Vec<CmsgBuf>,
+    cqes: Vec<(u64, i32)>,
+    stats: DatapathStats,
+}
+
+// SAFETY: the raw pointers inside (iovecs, msghdrs of the receive slots and send scratch)
+// point only into memory this struct owns; moving the struct to another thread moves that
+// memory's owner with it, and the rings are used from one thread at a time (`&mut self`).
+unsafe impl Send for UringDatapath {}
+
+impl std::fmt::Debug for UringDatapath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UringDatapath")
+            .field("local", &self.local)
+            .field("conns", &self.conns.len())
+            .field("stats", &self.stats)
+            .finish()
+    }
+}
+
+impl UringDatapath {
+    /// Opens the receive socket and both rings, and arms the receives.
+    ///
+    /// # Errors
+    /// [`DatapathError::Io`] when a socket, option, bind or ring setup fails (e.g. the
+    /// receive port is taken, or io_uring is not permitted).
+    pub fn new(cfg: UdpConfig) -> Result<Self, DatapathError> {
+        let rx_sock = sock::rx_socket(&cfg.bind, cfg.gro, cfg.socket_buffer_bytes)
+            .map_err(DatapathError::io("receive socket"))?;
+        let local = rx_sock
+            .local_addr()
+            .ok()
+            .and_then(|a| a.as_socket())
+            .ok_or_else(|| DatapathError::Io {
+                what: "receive socket address",
+                source: io::Error::from(io::ErrorKind::AddrNotAvailable),
+            })?;
+        let rx_entries = (cfg.rx_slots as u32 + 1).next_power_of_two().max(8);
+        let rx_ring = IoUring::builder()
+            .setup_cqsize(rx_entries * 2)
+            .build(rx_entries)
+            .map_err(DatapathError::io("io_uring setup (receive)"))?;
+        let tx_ring = IoUring::new(cfg.tx_ring_entries.max(8))
+            .map_err(DatapathError::io("io_uring setup (send)"))?;
+        // SAFETY: plain eventfd creation; the result is checked before use.
+        let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+        if efd < 0 {
+            return Err(DatapathError::Io {
+                what: "eventfd",
+                source: io::Error::last_os_error(),
+            });
+        }
+        // SAFETY: `efd` is a fresh descriptor nobody else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(efd) };
+        let slots: Box<[RxSlot]> = (0..cfg.rx_slots.max(1))
+            .map(|_| RxSlot {
+                buf: vec![0u8; cfg.rx_buffer_bytes.max(2048)],
+                // SAFETY: iovec, sockaddr_storage and msghdr are plain C structs for which
+                // all-zero is a valid value.
+                iov: unsafe { std::mem::zeroed() },
+                addr: unsafe { std::mem::zeroed() },
+                cmsg: CmsgBuf::default(),
+                hdr: unsafe { std::mem::zeroed() },
+            })
+            .collect();
+        let mut dp = UringDatapath {
+            cfg,
+            rx_ring,
+            tx_ring,
+            rx_sock,
+            local,
+            slots,
+            waker: Arc::new(EventFdWaker { fd }),
+            eventfd_buf: Box::new(0),
+            conns: HashMap::new(),
+            next_conn: 0,
+            order: Vec::new(),
+            groups: Vec::new(),
+            iovs: Vec::new(),
+            hdrs: Vec::new(),
+            cmsgs: Vec::new(),
+            cqes: Vec::new(),
+            stats: DatapathStats::default(),
+        };
+        for i in 0..dp.slots.len() {
+            dp.arm_slot(i)?;
+        }
+        dp.arm_eventfd()?;
+        dp.rx_ring
+            .submit()
+            .map_err(DatapathError::io("io_uring submit (receive)"))?;
+        Ok(dp)
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &UdpConfig {
+        &self.cfg
+    }
+
+    fn push_rx(&mut self, e: io_uring::squeue::Entry) -> Result<(), DatapathError> {
+        // SAFETY (for the caller's entries): every entry points into `self.slots` or
+        // `self.eventfd_buf`, heap memory that lives as long as the ring.
+        unsafe {
+            if self.rx_ring.submission().push(&e).is_err() {
+                self.rx_ring
+                    .submit()
+                    .map_err(DatapathError::io("io_uring submit (receive)"))?;
+                self.rx_ring
+                    .submission()
+                    .push(&e)
+                    .map_err(|_| DatapathError::Io {
+                        what: "io_uring receive queue full",
+                        source: io::Error::from(io::ErrorKind::WouldBlock),
+                    })?;
+            }
+        }
+        Ok(())
+    }
+
+    fn arm_slot(&mut self, i: usize) -> Result<(), DatapathError> {
+        let fd = self.rx_sock.as_raw_fd();
+        let s = &mut self.slots[i];
+        s.iov = libc::iovec {
+            iov_base: s.buf.as_mut_ptr().cast(),
+            iov_len: s.buf.len(),
+        };
+        s.hdr.msg_name = (&mut s.addr as *mut libc::sockaddr_storage).cast();
+        s.hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        s.hdr.msg_iov = &mut s.iov;
+        s.hdr.msg_iovlen = 1;
+        s.hdr.msg_control = s.cmsg.0.as_mut_ptr().cast();
+        s.hdr.msg_controllen = CMSG_BYTES as _;
+        s.hdr.msg_flags = 0;
+        let e = opcode::RecvMsg::new(types::Fd(fd), &mut s.hdr)
+            .build()
+            .user_data(i as u64);
+        self.push_rx(e)
+    }
+
+    fn arm_eventfd(&mut self) -> Result<(), DatapathError> {
+        let e = opcode::Read::new(
+            types::Fd(self.waker.fd.as_raw_fd()),
+            (&mut *self.eventfd_buf as *mut u64).cast(),
+            8,
+        )
+        .build()
+        .user_data(EVENTFD_USER_DATA);
+        self.push_rx(e)
+    }
+
+    fn open_socket(&self, peer: SocketAddr, srh: Option<&[u8]>) -> Result<EvSocket, DatapathError> {
+        let ip = self.local.ip();
+        let buf_bytes = self.cfg.socket_buffer_bytes;
+        let (lease, sock) = self.cfg.ports.alloc_with(|port| {
+            let addr = SocketAddr::new(ip, port);
+            let s = sock::udp_socket(&addr, buf_bytes)?;
+            s.bind(&SockAddr::from(addr))?;
+            Ok(s)
+        })?;
+        if let Some(srh) = srh {
+            sock::set_sticky_rthdr(&sock, srh).map_err(DatapathError::io("IPV6_RTHDR"))?;
+        }
+        sock.connect(&SockAddr::from(peer))
+            .map_err(DatapathError::io("connect EV socket"))?;
+        Ok(EvSocket { sock, lease })
+    }
+
+    /// The sticky routing header of socket `socket` of `conn` as the kernel holds it.
+    ///
+    /// # Errors
+    /// [`DatapathError::UnknownConn`], or the `getsockopt` error.
+    pub fn sticky_rthdr(&self, conn: ConnId, socket: usize) -> Result<Vec<u8>, DatapathError> {
+        let c = self
+            .conns
+            .get(&conn)
+            .ok_or(DatapathError::UnknownConn(conn))?;
+        let s = c
+            .sockets
+            .get(socket)
+            .ok_or(DatapathError::UnknownConn(conn))?;
+        sock::read_sticky_rthdr(&s.sock).map_err(DatapathError::io("getsockopt IPV6_RTHDR"))
+    }
+
+    fn build_groups(&mut self, batch: &TxBatch) -> Result<(), DatapathError> {
+        self.order.clear();
+        self.groups.clear();
+        for i in 0..batch.len() {
+            let Some((m, _)) = batch.get(i) else { continue };
+            let c = self
+                .conns
+                .get(&m.conn)
+                .ok_or(DatapathError::UnknownConn(m.conn))?;
+            let s = *c.socket_of.get(&m.ev).ok_or(DatapathError::UnknownEv {
+                conn: m.conn,
+                ev: m.ev,
+            })?;
+            self.order
+                .push(((u64::from(m.conn.0) << 32) | s as u64, i as u32));
+        }
+        // Stable: order within a socket is kept.
+        self.order.sort_by_key(|&(k, _)| k);
+        let max_segs = if self.cfg.gso { MAX_GSO_SEGMENTS } else { 1 };
+        let mut pos = 0;
+        while pos < self.order.len() {
+            let (key, first) = self.order[pos];
+            let Some((m0, _)) = batch.get(first as usize) else {
+                break;
+            };
+            let conn = ConnId((key >> 32) as u32);
+            let sidx = (key & 0xFFFF_FFFF) as usize;
+            let fd = self
+                .conns
+                .get(&conn)
+                .and_then(|c| c.sockets.get(sidx))
+                .map(|s| s.sock.as_raw_fd())
+                .ok_or(DatapathError::UnknownConn(conn))?;
+            let seg = m0.len;
+            let mut count = 1;
+            let mut bytes = seg;
+            while pos + count < self.order.len() && count < max_segs {
+                let (k, idx) = self.order[pos + count];
+                let Some((m, _)) = batch.get(idx as usize) else {
+                    break;
+                };
+                if k != key || m.ecn != m0.ecn || m.len > seg || bytes + m.len > MAX_GSO_BYTES {
+                    break;
+                }
+                count += 1;
+                bytes += m.len;
+                if m.len < seg {
+                    break; // a shorter datagram ends a GSO group
+                }
+            }
+            self.groups.push(Group {
+                fd,
+                start: pos,
+                count,
+                segment_bytes: seg,
+                ecn: m0.ecn,
+            });
+            pos += count;
+        }
+        Ok(())
+    }
+}
+
+impl Datapath for UringDatapath {
+    fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    fn open_conn(&mut self, peer: SocketAddr, paths: &PathMap) -> Result<ConnId, DatapathError> {
+        paths.check()?;
+        if peer.is_ipv6() != self.local.is_ipv6() {
+            return Err(DatapathError::FamilyMismatch(peer));
+        }
+        if !paths.srh.is_empty() && !peer.is_ipv6() {
+            return Err(DatapathError::BadPathMap("an SRH needs IPv6".into()));
+        }
+        let srh_bytes: Vec<Vec<u8>> = paths
+            .srh
+            .iter()
+            .map(sock::srh_bytes)
+            .collect::<Result<_, _>>()
+            .map_err(DatapathError::BadPathMap)?;
+        let mut sockets = Vec::with_capacity(paths.sockets());
+        for s in 0..paths.sockets() {
+            let srh = if srh_bytes.is_empty() {
+                None
+            } else {
+                Some(srh_bytes[s % srh_bytes.len()].as_slice())
+            };
+            sockets.push(self.open_socket(peer, srh)?);
+        }
+        let id = ConnId(self.next_conn);
+        self.next_conn = self.next_conn.wrapping_add(1);
+        self.conns.insert(
+            id,
+            UConn {
+                sockets,
+                socket_of: paths.socket_of(),
+            },
+        );
+        Ok(id)
+    }
+
+    fn close_conn(&mut self, conn: ConnId) {
+        self.conns.remove(&conn);
+    }
+
+    fn source_ports(&self, conn: ConnId) -> Option<Vec<u16>> {
+        self.conns
+            .get(&conn)
+            .map(|c| c.sockets.iter().map(|s| s.lease.port()).collect())
+    }
+
+    fn tx_burst(&mut self, batch: &TxBatch) -> Result<TxReport, DatapathError> {
+        let mut report = TxReport::default();
+        if batch.is_empty() {
+            return Ok(report);
+        }
+        self.build_groups(batch)?;
+        let v6 = self.local.is_ipv6();
+        // Every vector is filled completely before any pointer into it is taken.
+        self.iovs.clear();
+        for &(_, idx) in &self.order {
+            if let Some((_, bytes)) = batch.get(idx as usize) {
+                self.iovs.push(libc::iovec {
+                    iov_base: bytes.as_ptr() as *mut libc::c_void,
+                    iov_len: bytes.len(),
+                });
+            }
+        }
+        self.cmsgs.clear();
+        self.cmsgs.resize(self.groups.len(), CmsgBuf::default());
+        self.hdrs.clear();
+        for (g, cm) in self.groups.iter().zip(self.cmsgs.iter_mut()) {
+            let gso = (g.count > 1).then_some(g.segment_bytes as u16);
+            let clen = sock::encode_tx_cmsgs(cm, v6, g.ecn.bits(), gso);
+            // SAFETY: zero is a valid msghdr.
+            let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
+            h.msg_iov = self.iovs[g.start..].as_ptr() as *mut libc::iovec;
+            h.msg_iovlen = g.count as _;
+            h.msg_control = cm.0.as_mut_ptr().cast();
+            h.msg_controllen = clen as _;
+            self.hdrs.push(h);
+        }
+        let cap = self.tx_ring.params().sq_entries() as usize;
+        let mut next = 0;
+        while next < self.groups.len() {
+            let end = (next + cap).min(self.groups.len());
+            for gi in next..end {
+                let e = opcode::SendMsg::new(types::Fd(self.groups[gi].fd), &self.hdrs[gi])
+                    .build()
+                    .user_data(gi as u64);
+                // SAFETY: the msghdr, its iovecs, cmsgs and the datagram bytes (borrowed
+                // from `batch`) all live until the completions are reaped below, before
+                // this function returns.
+                unsafe {
+                    // Cannot fail: at most `cap` entries are pushed per round.
+                    let _ = self.tx_ring.submission().push(&e);
+                }
+            }
+            let want = end - next;
+            let mut done = 0;
+            while done < want {
+                match self.tx_ring.submit_and_wait(want - done) {
+                    Ok(_) => {}
+                    Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
+                    Err(e) => {
+                        return Err(DatapathError::Io {
+                            what: "io_uring submit (send)",
+                            source: e,
+                        });
+                    }
+                }
+                for cqe in self.tx_ring.completion() {
+                    done += 1;
+                    let g = self.groups.get(cqe.user_data() as usize).copied();
+                    let n = g.map_or(0, |g| g.count as u64);
+                    if cqe.result() < 0 {
+                        report.errors += n;
+                    } else {
+                        report.datagrams += n;
+                    }
+                    report.send_calls += 1;
+                }
+            }
+            next = end;
+        }
+        self.stats.tx_datagrams += report.datagrams;
+        self.stats.tx_calls += report.send_calls;
+        self.stats.tx_errors += report.errors;
+        Ok(report)
+    }
+
+    fn rx_burst(
+        &mut self,
+        max: usize,
+        f: &mut dyn FnMut(RxDatagram<'_>),
+    ) -> Result<usize, DatapathError> {
+        let mut handed = 0;
+        let mut cqes = std::mem::take(&mut self.cqes);
+        while handed < max {
+            cqes.clear();
+            cqes.extend(
+                self.rx_ring
+                    .completion()
+                    .map(|c| (c.user_data(), c.result())),
+            );
+            if cqes.is_empty() {
+                break;
+            }
+            for &(ud, res) in &cqes {
+                if ud == EVENTFD_USER_DATA {
+                    self.arm_eventfd()?;
+                    continue;
+                }
+                let i = ud as usize;
+                let Some(s) = self.slots.get(i) else { continue };
+                if res < 0 || s.hdr.msg_flags & libc::MSG_TRUNC != 0 {
+                    self.stats.rx_errors += 1;
+                } else {
+                    self.stats.rx_calls += 1;
+                    // SAFETY: the kernel filled msg_control up to msg_controllen.
+                    let cm = unsafe { sock::decode_rx_cmsgs(&s.hdr) };
+                    let from = sock::sockaddr_to_std(&s.addr, s.hdr.msg_namelen);
+                    let len = (res as usize).min(s.buf.len());
+                    let data = &s.buf[..len];
+                    let seg = cm.gro_segment_bytes.unwrap_or(len).max(1);
+                    if let Some(from) = from {
+                        for chunk in data.chunks(seg) {
+                            handed += 1;
+                            f(RxDatagram {
+                                from,
+                                ecn: Ecn::from_bits(cm.ecn_bits),
+                                bytes: chunk,
+                            });
+                        }
+                        self.stats.rx_datagrams += len.div_ceil(seg) as u64;
+                    }
+                }
+                self.arm_slot(i)?;
+            }
+            self.rx_ring
+                .submit()
+                .map_err(DatapathError::io("io_uring submit (receive)"))?;
+        }
+        self.cqes = cqes;
+        Ok(handed)
+    }
+
+    fn wait(&mut self, timeout_ns: u64) -> Result<(), DatapathError> {
+        if !self.rx_ring.completion().is_empty() {
+            return Ok(());
+        }
+        let ts = types::Timespec::new()
+            .sec(timeout_ns / 1_000_000_000)
+            .nsec((timeout_ns % 1_000_000_000) as u32);
+        let args = types::SubmitArgs::new().timespec(&ts);
+        match self.rx_ring.submitter().submit_with_args(1, &args) {
+            Ok(_) => Ok(()),
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::ETIME) | Some(libc::EINTR) | Some(libc::EBUSY)
+                ) =>
+            {
+                Ok(())
+            }
+            Err(e) => Err(DatapathError::Io {
+                what: "io_uring wait",
+                source: e,
+            }),
+        }
+    }
+
+    fn waker(&self) -> Arc<dyn Waker> {
+        self.waker.clone()
+    }
+
+    fn stats(&self) -> DatapathStats {
+        self.stats
+    }
+}
+
+impl Drop for UringDatapath {
+    /// Completes every outstanding receive before the buffers are freed: the receive
+    /// socket is shut down (pending `recvmsg`s complete at once) and the eventfd written
+    /// (its read completes); then the completions are reaped, for at most about 1 s.
+    fn drop(&mut self) {
+        let _ = self.rx_sock.shutdown(std::net::Shutdown::Both);
+        self.waker.wake();
+        let mut outstanding = self.slots.len() + 1;
+        let mut rounds = 0;
+        while outstanding > 0 && rounds < 100 {
+            rounds += 1;
+            let ts = types::Timespec::new().nsec(10_000_000);
+            let args = types::SubmitArgs::new().timespec(&ts);
+            let _ = self.rx_ring.submitter().submit_with_args(1, &args);
+            outstanding = outstanding.saturating_sub(self.rx_ring.completion().count());
+        }
+    }
+}

@@ -1,0 +1,90 @@
+//! The RDMA UD datapath (DESIGN.md section 7): one unreliable-datagram QP per EV, an
+//! address handle per remote (and EV), registered send and receive buffer pools, batched
+//! `post_send` with selective signalling, receive replenishment and completion polling.
+//!
+//! The pure parts build and test everywhere, with or without the `verbs` feature:
+//! - [`pool`]: slot accounting of the registered buffer pools;
+//! - [`grh`]: the 40-byte GRH in front of every UD receive (source GID, ECN);
+//! - [`batch`]: work-request chains and selective signalling of a send queue;
+//! - [`addr`]: the endpoint address (GID, LID, Q_Key, QPNs) exchanged out of band;
+//! - [`sport`]: how an EV becomes the RoCEv2 UDP source port that ECMP hashes.
+//!
+//! The device half (feature `verbs`, links libibverbs through `rdma-sys`) opens a device by
+//! name and uses them.
+
+pub mod addr;
+pub mod batch;
+pub mod config;
+pub mod exchange;
+pub mod grh;
+pub mod pool;
+pub mod sport;
+
+#[cfg(feature = "verbs")]
+mod sys;
+
+pub use config::{DEFAULT_QKEY, VerbsConfig, VerbsError};
+
+mod datapath;
+mod fake;
+pub mod nic;
+
+pub use datapath::{PeerBook, VerbsDatapath, VerbsStats, gid_to_ip, ip_to_gid};
+pub use fake::{FakeFabric, FakeNic, FakeNicStats, FakePacket};
+pub use nic::Nic;
+#[cfg(feature = "verbs")]
+pub use sys::Device;
+
+/// Names of the RDMA devices libibverbs lists (what `ibv_devices` prints).
+///
+/// # Errors
+/// [`VerbsError::NoDevices`] when libibverbs cannot list devices (no kernel RDMA support);
+/// [`VerbsError::NotCompiled`] without the `verbs` feature.
+pub fn device_names() -> Result<Vec<String>, VerbsError> {
+    #[cfg(feature = "verbs")]
+    {
+        sys::device_names()
+    }
+    #[cfg(not(feature = "verbs"))]
+    {
+        Err(VerbsError::NotCompiled)
+    }
+}
+
+/// An engine running on the verbs datapath, with what the control connection needs.
+#[derive(Debug)]
+pub struct VerbsEngine {
+    /// The engine.
+    pub ctx: crate::engine::Context,
+    /// Where to register the peer's address before connecting a QP.
+    pub peers: PeerBook,
+    /// This side's address, to send to the peer ([`exchange::write_endpoint`]).
+    pub local: addr::EndpointAddr,
+}
+
+/// Opens `cfg.device` (`VerbsDatapath::open`) and starts an engine on it. Always
+/// available, so a binary needs no feature of its own to offer `--fabric verbs`.
+///
+/// # Errors
+/// What `VerbsDatapath::open` returns; [`VerbsError::NotCompiled`] without the `verbs`
+/// feature.
+pub fn start_engine(
+    cfg: VerbsConfig,
+    engine: crate::engine::EngineConfig,
+) -> Result<VerbsEngine, VerbsError> {
+    #[cfg(feature = "verbs")]
+    {
+        let dp = VerbsDatapath::open(cfg)?;
+        let (peers, local) = (dp.peer_book(), dp.local_endpoint().clone());
+        Ok(VerbsEngine {
+            ctx: crate::engine::Context::with_datapath(dp, engine),
+            peers,
+            local,
+        })
+    }
+    #[cfg(not(feature = "verbs"))]
+    {
+        let _ = (cfg, engine);
+        Err(VerbsError::NotCompiled)
+    }
+}

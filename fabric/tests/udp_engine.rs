@@ -1,0 +1,387 @@
+//! The engine and the embedding API: over the fake in-memory datapath (no sockets) and over
+//! io_uring UDP on loopback (127.0.0.1 and ::1) with the TCP bootstrap on loopback.
+
+use mrc_fabric::engine::{Context, EngineConfig, Qp, QpConfig, VerifySpec, pattern};
+use mrc_fabric::udp::{FakeDatapath, FakeNet, FakeVerdict, PortAllocator, UdpConfig};
+use mrc_transport::completion::{WcOpcode, WcStatus};
+use mrc_transport::region::MrKey;
+use mrc_transport::{Access, Sge};
+use std::net::{SocketAddr, TcpListener};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+const T: Duration = Duration::from_secs(10);
+
+fn qp_cfg() -> QpConfig {
+    QpConfig::default()
+}
+
+/// Connects two QPs directly (no TCP) over the fake net.
+fn fake_pair(net: &FakeNet) -> (Context, Context, Qp, Qp) {
+    let a_addr: SocketAddr = "10.0.0.1:4792".parse().unwrap();
+    let b_addr: SocketAddr = "10.0.0.2:4792".parse().unwrap();
+    let ca = Context::with_datapath(FakeDatapath::new(net, a_addr), EngineConfig::default());
+    let cb = Context::with_datapath(FakeDatapath::new(net, b_addr), EngineConfig::default());
+    let qa = ca.create_qp(qp_cfg()).unwrap();
+    let qb = cb.create_qp(qp_cfg()).unwrap();
+    (ca, cb, qa, qb)
+}
+
+fn connect_direct(qa: &Qp, qb: &Qp, a_addr: SocketAddr, b_addr: SocketAddr) {
+    let ia = qa.local_info();
+    let ib = qb.local_info();
+    assert_eq!(qa.connect(&ib, b_addr).unwrap().len(), 16);
+    assert_eq!(qb.connect(&ia, a_addr).unwrap().len(), 16);
+}
+
+/// Writes `iters` messages of `size` bytes from `qa` into slots of `qb` with immediates
+/// 0..iters, pattern-filled; returns (send completions, recv completions).
+fn regs(qa: &Qp, qb: &Qp, size: usize, slots: usize) -> (MrKey, MrKey) {
+    let src = qa.reg_mr(size * slots, Access::LOCAL_WRITE).unwrap();
+    let dst = qb
+        .reg_mr(size * slots, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+        .unwrap();
+    (src, dst)
+}
+
+fn write_iters(qa: &Qp, qb: &Qp, size: usize, slots: usize, iters: u64) -> (u64, u64) {
+    let (src, dst) = regs(qa, qb, size, slots);
+    write_iters_in(qa, qb, src, dst, size, slots, iters)
+}
+
+fn write_iters_in(
+    qa: &Qp,
+    qb: &Qp,
+    src: MrKey,
+    dst: MrKey,
+    size: usize,
+    slots: usize,
+    iters: u64,
+) -> (u64, u64) {
+    qb.set_verify(VerifySpec {
+        lkey: dst.lkey,
+        slot_bytes: size as u64,
+        slots: slots as u64,
+        seed: 99,
+    })
+    .unwrap();
+    for i in 0..(2 * slots as u64) {
+        qb.post_recv(
+            i,
+            Sge {
+                lkey: dst.lkey,
+                addr: dst.addr,
+                len: 0,
+            },
+        )
+        .unwrap();
+    }
+    let (mut posted, mut done, mut recvd) = (0u64, 0u64, 0u64);
+    while done < iters || recvd < iters {
+        while posted < iters && posted - done < slots as u64 {
+            let slot = (posted % slots as u64) * size as u64;
+            qa.fill_pattern(src.lkey, slot, size, 99, posted).unwrap();
+            let sge = Sge {
+                lkey: src.lkey,
+                addr: src.addr + slot,
+                len: size as u32,
+            };
+            qa.post_write_with_imm(posted, sge, dst.addr + slot, dst.rkey, posted as u32)
+                .unwrap();
+            posted += 1;
+        }
+        if done < iters {
+            let c = qa
+                .wait_send_cq(T)
+                .unwrap()
+                .expect("send completion within 10 s");
+            assert_eq!(
+                (c.wr_id, c.opcode, c.status, c.byte_len),
+                (done, WcOpcode::WriteWithImm, WcStatus::Success, size as u32)
+            );
+            done += 1;
+        }
+        let mut got = Vec::new();
+        qb.poll_recv_cq(&mut got, usize::MAX);
+        for c in got {
+            assert_eq!(
+                (c.opcode, c.status, c.imm),
+                (
+                    WcOpcode::RecvRdmaWithImm,
+                    WcStatus::Success,
+                    Some(recvd as u32)
+                )
+            );
+            qb.post_recv(
+                1000 + recvd,
+                Sge {
+                    lkey: dst.lkey,
+                    addr: dst.addr,
+                    len: 0,
+                },
+            )
+            .unwrap();
+            recvd += 1;
+        }
+        if done == iters && recvd < iters {
+            let c = qb
+                .wait_recv_cq(T)
+                .unwrap()
+                .expect("recv completion within 10 s");
+            assert_eq!(c.imm, Some(recvd as u32));
+            qb.post_recv(
+                1000 + recvd,
+                Sge {
+                    lkey: dst.lkey,
+                    addr: dst.addr,
+                    len: 0,
+                },
+            )
+            .unwrap();
+            recvd += 1;
+        }
+    }
+    // The destination region holds the last message of every slot.
+    for s in 0..slots as u64 {
+        let last = (0..iters).rev().find(|i| i % slots as u64 == s).unwrap();
+        let bytes = qb.read_mr(dst.lkey, s * size as u64, size).unwrap();
+        assert_eq!(pattern::count_bad(&bytes, 99, last), 0, "slot {s}");
+    }
+    (done, recvd)
+}
+
+#[test]
+fn fake_net_write_with_imm_exact_completions_and_bytes() {
+    let net = FakeNet::new();
+    let (_ca, _cb, qa, qb) = fake_pair(&net);
+    connect_direct(
+        &qa,
+        &qb,
+        "10.0.0.1:4792".parse().unwrap(),
+        "10.0.0.2:4792".parse().unwrap(),
+    );
+    assert_eq!(write_iters(&qa, &qb, 64 * 1024, 4, 12), (12, 12));
+    let (sb, _) = qb.stats().unwrap();
+    assert_eq!(sb.verify.checked_messages, 12);
+    assert_eq!(sb.verify.checked_bytes, 12 * 64 * 1024);
+    assert_eq!(sb.verify.bad_bytes, 0);
+    assert_eq!(sb.conn.received_bytes, 12 * 64 * 1024);
+    assert_eq!(sb.conn.received, 12 * 16);
+}
+
+#[test]
+fn fake_net_losses_are_recovered_exactly() {
+    let net = FakeNet::new();
+    let (_ca, _cb, qa, qb) = fake_pair(&net);
+    let a: SocketAddr = "10.0.0.1:4792".parse().unwrap();
+    let dropped = Arc::new(AtomicU64::new(0));
+    let d2 = Arc::clone(&dropped);
+    let mut n = 0u64;
+    // Every 7th data datagram from a to b (first transmissions and retransmissions) is
+    // lost; data opcodes are the RC ones, below 0x20.
+    net.set_filter(move |from, _to, b| {
+        if from.ip() == a.ip() && b.first().is_some_and(|&op| op < 0x20) {
+            n += 1;
+            if n % 7 == 0 {
+                d2.fetch_add(1, Ordering::Relaxed);
+                return FakeVerdict::Drop;
+            }
+        }
+        FakeVerdict::Deliver
+    });
+    connect_direct(&qa, &qb, a, "10.0.0.2:4792".parse().unwrap());
+    assert_eq!(write_iters(&qa, &qb, 32 * 1024, 4, 10), (10, 10));
+    let (sa, _) = qa.stats().unwrap();
+    let (sb, _) = qb.stats().unwrap();
+    assert_eq!(sb.verify.bad_bytes, 0);
+    assert_eq!(sb.verify.checked_messages, 10);
+    assert_eq!(sb.conn.received, 10 * 8);
+    let lost = dropped.load(Ordering::Relaxed);
+    assert!(lost >= 11, "every 7th of >= 80 datagrams: {lost}");
+    // Each lost data packet was sent again at least once.
+    assert!(
+        sa.conn.retransmitted >= lost,
+        "retransmitted {} lost {lost}",
+        sa.conn.retransmitted
+    );
+    // a sent every packet once plus its retransmissions; b saw all but the lost ones.
+    assert_eq!(sa.conn.sent, 80 + sa.conn.retransmitted);
+}
+
+#[test]
+fn fake_net_ce_marks_reach_the_receiver_and_come_back_in_sacks() {
+    let net = FakeNet::new();
+    let (_ca, _cb, qa, qb) = fake_pair(&net);
+    let a: SocketAddr = "10.0.0.1:4792".parse().unwrap();
+    net.set_filter(move |from, _, _| {
+        if from.ip() == a.ip() {
+            FakeVerdict::MarkCe
+        } else {
+            FakeVerdict::Deliver
+        }
+    });
+    connect_direct(&qa, &qb, a, "10.0.0.2:4792".parse().unwrap());
+    assert_eq!(write_iters(&qa, &qb, 16 * 1024, 2, 4), (4, 4));
+    let (sb, _) = qb.stats().unwrap();
+    assert_eq!(sb.conn.received, 16);
+    assert_eq!(sb.conn.ecn_ce_received, 16);
+    let (sa, _) = qa.stats().unwrap();
+    // Every first copy was marked; a spurious retransmission (scheduling delay beyond the
+    // RTO) arrives marked too and is echoed as well, so at least 16.
+    assert!(sa.conn.ecn_marked >= 16, "{}", sa.conn.ecn_marked);
+    assert_eq!(
+        sa.evs.iter().map(|(_, _, s)| s.ecn_marked).sum::<u64>(),
+        sa.conn.ecn_marked
+    );
+}
+
+#[test]
+fn bad_posts_fail_at_once_or_as_error_completions() {
+    let net = FakeNet::new();
+    let (_ca, _cb, qa, _qb) = fake_pair(&net);
+    let mr = qa.reg_mr(4096, Access::NONE).unwrap();
+    // Outside the region: refused synchronously.
+    let e = qa.post_send(
+        1,
+        Sge {
+            lkey: mr.lkey,
+            addr: mr.addr + 1,
+            len: 4096,
+        },
+        None,
+    );
+    assert!(matches!(e, Err(mrc_transport::PostError::LocalAccess(_))));
+    assert!(
+        qa.post_send(
+            1,
+            Sge {
+                lkey: 0xBAD,
+                addr: 0,
+                len: 1
+            },
+            None
+        )
+        .is_err()
+    );
+    // A receive into a region without LOCAL_WRITE: refused synchronously.
+    assert!(
+        qa.post_recv(
+            2,
+            Sge {
+                lkey: mr.lkey,
+                addr: mr.addr,
+                len: 16
+            }
+        )
+        .is_err()
+    );
+    // Valid buffer but the QP is not connected: a Flushed completion.
+    qa.post_send(
+        7,
+        Sge {
+            lkey: mr.lkey,
+            addr: mr.addr,
+            len: 16,
+        },
+        None,
+    )
+    .unwrap();
+    let c = qa.wait_send_cq(T).unwrap().unwrap();
+    assert_eq!((c.wr_id, c.status), (7, WcStatus::Flushed));
+}
+
+fn udp_ctx(bind: &str, range: std::ops::RangeInclusive<u16>) -> Context {
+    let mut u = UdpConfig::bind(bind.parse().unwrap());
+    u.ports = PortAllocator::new(range).unwrap();
+    Context::new(u, EngineConfig::default()).unwrap()
+}
+
+fn loopback_verify(
+    ip: &str,
+    range_a: std::ops::RangeInclusive<u16>,
+    range_b: std::ops::RangeInclusive<u16>,
+) {
+    let ca = udp_ctx(&format!("{ip}:0"), range_a.clone());
+    let cb = udp_ctx(&format!("{ip}:0"), range_b);
+    let listener = TcpListener::bind(format!("{ip}:0")).unwrap();
+    let server_addr = listener.local_addr().unwrap();
+    let qa = ca.create_qp(qp_cfg()).unwrap();
+    let qb = cb.create_qp(qp_cfg()).unwrap();
+    // Regions first (advertised in the bootstrap), then connect.
+    let size = 256 * 1024;
+    let slots = 4;
+    let (src, dst) = regs(&qa, &qb, size, slots);
+    let server = std::thread::spawn(move || {
+        let c = qb.accept(&listener, T).unwrap();
+        (qb, c)
+    });
+    let ca_conn = qa.connect_tcp(server_addr, T).unwrap();
+    let (qb, cb_conn) = server.join().unwrap();
+    assert_eq!(ca_conn.remote.regions.len(), 1);
+    assert_eq!(ca_conn.remote.regions[0].rkey, dst.rkey);
+    assert_eq!(ca_conn.remote.qpn, qb.qpn());
+    assert_eq!(cb_conn.remote.qpn, qa.qpn());
+    assert_eq!(ca_conn.udp, cb.udp_addr());
+    // 16 EV sockets, source ports from the range in order.
+    let first = *range_a.start();
+    assert_eq!(
+        ca_conn.source_ports,
+        (first..first + 16).collect::<Vec<u16>>()
+    );
+    assert_eq!(
+        write_iters_in(&qa, &qb, src, dst, size, slots, 20),
+        (20, 20)
+    );
+    let (sb, eb) = qb.stats().unwrap();
+    assert_eq!(sb.verify.checked_messages, 20);
+    assert_eq!(sb.verify.checked_bytes, 20 * size as u64);
+    assert_eq!(sb.verify.bad_bytes, 0);
+    assert_eq!(sb.conn.received_bytes, 20 * size as u64);
+    assert!(eb.datapath.rx_datagrams >= 20 * 64);
+    let (sa, _) = qa.stats().unwrap();
+    // Every EV carried data; per-EV sent counts add up to the connection's.
+    assert_eq!(sa.evs.len(), 16);
+    assert!(
+        sa.evs
+            .iter()
+            .all(|(_, port, s)| *port >= first && s.sent > 0)
+    );
+    assert_eq!(
+        sa.evs.iter().map(|(_, _, s)| s.sent).sum::<u64>(),
+        sa.conn.sent
+    );
+}
+
+#[test]
+fn loopback_ipv4_bootstrap_and_verified_writes() {
+    loopback_verify("127.0.0.1", 22000..=22099, 22100..=22199);
+}
+
+#[test]
+fn loopback_ipv6_bootstrap_and_verified_writes() {
+    loopback_verify("[::1]", 22200..=22299, 22300..=22399);
+}
+
+#[test]
+fn idle_engine_sleeps() {
+    let ctx = udp_ctx("127.0.0.1:0", 22400..=22499);
+    let qp = ctx.create_qp(qp_cfg()).unwrap();
+    let (_, e0) = qp.stats().unwrap();
+    // 300 ms with nothing to do (a receive-CQ wait that must time out).
+    assert!(
+        qp.wait_recv_cq(Duration::from_millis(300))
+            .unwrap()
+            .is_none()
+    );
+    let (_, e1) = qp.stats().unwrap();
+    let cpu_ms = (e1.cpu_ns - e0.cpu_ns) / 1_000_000;
+    assert!(cpu_ms < 30, "idle engine used {cpu_ms} ms of CPU in 300 ms");
+    assert!(e1.sleeps > e0.sleeps);
+    // At most one wake-up per max_sleep (50 ms) plus the spin after the first query.
+    assert!(
+        e1.sleeps - e0.sleeps <= 10,
+        "{} sleeps",
+        e1.sleeps - e0.sleeps
+    );
+}

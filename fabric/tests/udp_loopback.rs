@@ -1,0 +1,280 @@
+//! The io_uring UDP datapath on loopback (127.0.0.1 and ::1 only): exact datagram counts,
+//! GSO grouping, source ports per EV, ECN read back, sticky SRH.
+
+use mrc_fabric::srv6::SrhRepr;
+use mrc_fabric::udp::{
+    ConnId, Datapath, DatapathError, PathMap, PortAllocator, PortError, TxBatch, UdpConfig,
+    UringDatapath,
+};
+use mrc_transport::Ecn;
+use pnet_packet::ip::IpNextHeaderProtocols;
+use std::collections::BTreeMap;
+use std::net::{Ipv6Addr, SocketAddr};
+
+/// Received datagrams: source, ECN, bytes.
+type Got = Vec<(SocketAddr, Ecn, Vec<u8>)>;
+
+fn dp(bind: &str, ports: &PortAllocator, gso: bool) -> UringDatapath {
+    let mut cfg = UdpConfig::bind(bind.parse().unwrap());
+    cfg.ports = ports.clone();
+    cfg.gso = gso;
+    UringDatapath::new(cfg).unwrap()
+}
+
+/// Receives until `n` datagrams arrived (bounded: 500 waits of 10 ms).
+fn recv_n(d: &mut UringDatapath, n: usize) -> Got {
+    let mut got = Vec::new();
+    for _ in 0..500 {
+        d.rx_burst(usize::MAX, &mut |r| {
+            got.push((r.from, r.ecn, r.bytes.to_vec()))
+        })
+        .unwrap();
+        if got.len() >= n {
+            break;
+        }
+        d.wait(10_000_000).unwrap();
+    }
+    got
+}
+
+fn blast(
+    family_bind: &str,
+    range: std::ops::RangeInclusive<u16>,
+    gso: bool,
+) -> (u64, Vec<u16>, Got) {
+    let ports = PortAllocator::new(range).unwrap();
+    let mut a = dp(family_bind, &ports, gso);
+    let mut b = dp(family_bind, &ports, gso);
+    let evs: Vec<u32> = (0..16).collect();
+    let c = a.open_conn(b.local_addr(), &PathMap::per_ev(evs)).unwrap();
+    let src = a.source_ports(c).unwrap();
+    let mut batch = TxBatch::new(64, 2048);
+    for i in 0..64u32 {
+        let mut payload = vec![0u8; 1000];
+        payload[..4].copy_from_slice(&i.to_be_bytes());
+        assert!(batch.push(c, i % 16, Ecn::Ect0, &payload));
+    }
+    assert!(batch.is_full());
+    let rep = a.tx_burst(&batch).unwrap();
+    assert_eq!(rep.datagrams, 64);
+    assert_eq!(rep.errors, 0);
+    let got = recv_n(&mut b, 64);
+    (rep.send_calls, src, got)
+}
+
+fn check_blast(src: &[u16], got: &[(SocketAddr, Ecn, Vec<u8>)]) {
+    assert_eq!(got.len(), 64);
+    let mut seen: Vec<u32> = got
+        .iter()
+        .map(|(_, _, b)| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    seen.sort_unstable();
+    assert_eq!(seen, (0..64).collect::<Vec<u32>>());
+    let mut per_port: BTreeMap<u16, usize> = BTreeMap::new();
+    for (from, ecn, bytes) in got {
+        assert_eq!(*ecn, Ecn::Ect0);
+        assert_eq!(bytes.len(), 1000);
+        *per_port.entry(from.port()).or_default() += 1;
+        // Datagram i went out on EV i % 16, i.e. socket i % 16.
+        let i = u32::from_be_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+        assert_eq!(from.port(), src[(i % 16) as usize]);
+    }
+    assert_eq!(per_port.len(), 16);
+    assert!(per_port.values().all(|&n| n == 4));
+}
+
+#[test]
+fn ipv4_sixteen_evs_sixteen_source_ports_exact_counts_with_gso() {
+    let (calls, src, got) = blast("127.0.0.1:0", 21000..=21099, true);
+    // 64 datagrams of equal size over 16 sockets: one GSO send of 4 per socket.
+    assert_eq!(calls, 16);
+    assert_eq!(src, (21000..21016).collect::<Vec<u16>>());
+    check_blast(&src, &got);
+}
+
+#[test]
+fn ipv6_sixteen_evs_exact_counts_with_gso() {
+    let (calls, src, got) = blast("[::1]:0", 21100..=21199, true);
+    assert_eq!(calls, 16);
+    assert_eq!(src, (21100..21116).collect::<Vec<u16>>());
+    check_blast(&src, &got);
+}
+
+#[test]
+fn without_gso_one_send_per_datagram() {
+    let (calls, src, got) = blast("127.0.0.1:0", 21200..=21299, false);
+    assert_eq!(calls, 64);
+    check_blast(&src, &got);
+}
+
+#[test]
+fn shorter_datagram_closes_a_gso_group_and_ecn_splits_groups() {
+    let ports = PortAllocator::new(21300..=21399).unwrap();
+    let mut a = dp("127.0.0.1:0", &ports, true);
+    let mut b = dp("127.0.0.1:0", &ports, true);
+    let c = a
+        .open_conn(b.local_addr(), &PathMap::per_ev(vec![7]))
+        .unwrap();
+    let mut batch = TxBatch::new(8, 2048);
+    // [1000, 1000, 500] one group; [1000] next (after a short one); [1000 CE] own ECN group.
+    for (len, ecn) in [
+        (1000, Ecn::Ect0),
+        (1000, Ecn::Ect0),
+        (500, Ecn::Ect0),
+        (1000, Ecn::Ect0),
+        (1000, Ecn::Ce),
+    ] {
+        assert!(batch.push(c, 7, ecn, &vec![len as u8; len]));
+    }
+    let rep = a.tx_burst(&batch).unwrap();
+    assert_eq!((rep.datagrams, rep.send_calls, rep.errors), (5, 3, 0));
+    let got = recv_n(&mut b, 5);
+    let lens: Vec<(usize, Ecn)> = got.iter().map(|(_, e, b)| (b.len(), *e)).collect();
+    assert_eq!(
+        lens,
+        vec![
+            (1000, Ecn::Ect0),
+            (1000, Ecn::Ect0),
+            (500, Ecn::Ect0),
+            (1000, Ecn::Ect0),
+            (1000, Ecn::Ce)
+        ]
+    );
+}
+
+fn ecn_round_trip(bind: &str, range: std::ops::RangeInclusive<u16>) {
+    let ports = PortAllocator::new(range).unwrap();
+    let mut a = dp(bind, &ports, true);
+    let mut b = dp(bind, &ports, true);
+    let c = a
+        .open_conn(b.local_addr(), &PathMap::per_ev(vec![1, 2, 3, 4]))
+        .unwrap();
+    let mut batch = TxBatch::new(4, 256);
+    let marks = [Ecn::Ce, Ecn::Ect0, Ecn::Ect1, Ecn::NotEct];
+    for (ev, ecn) in (1u32..).zip(marks) {
+        assert!(batch.push(c, ev, ecn, &[ev as u8; 64]));
+    }
+    assert_eq!(a.tx_burst(&batch).unwrap().datagrams, 4);
+    let got = recv_n(&mut b, 4);
+    let mut by_ev: Vec<(u8, Ecn)> = got.iter().map(|(_, e, b)| (b[0], *e)).collect();
+    by_ev.sort_by_key(|x| x.0);
+    assert_eq!(
+        by_ev,
+        vec![
+            (1, Ecn::Ce),
+            (2, Ecn::Ect0),
+            (3, Ecn::Ect1),
+            (4, Ecn::NotEct)
+        ]
+    );
+}
+
+#[test]
+fn ce_marked_send_is_read_back_as_ce_ipv4() {
+    ecn_round_trip("127.0.0.1:0", 21400..=21499);
+}
+
+#[test]
+fn ce_marked_send_is_read_back_as_ce_ipv6() {
+    ecn_round_trip("[::1]:0", 21500..=21599);
+}
+
+#[test]
+fn ports_distinct_across_connections_and_exhaustion_is_typed() {
+    let ports = PortAllocator::new(21600..=21619).unwrap();
+    let mut a = dp("127.0.0.1:0", &ports, true);
+    let b = dp("127.0.0.1:0", &ports, true);
+    let paths = PathMap {
+        evs: (0..16).collect(),
+        evs_per_socket: 4,
+        srh: Vec::new(),
+    };
+    let c1 = a.open_conn(b.local_addr(), &paths).unwrap();
+    let c2 = a
+        .open_conn(b.local_addr(), &PathMap::per_ev((0..16).collect()))
+        .unwrap();
+    assert_eq!(
+        a.source_ports(c1).unwrap(),
+        vec![21600, 21601, 21602, 21603]
+    );
+    assert_eq!(
+        a.source_ports(c2).unwrap(),
+        (21604..21620).collect::<Vec<u16>>()
+    );
+    assert_eq!(ports.leased(), 20);
+    match a.open_conn(b.local_addr(), &PathMap::per_ev(vec![0])) {
+        Err(DatapathError::Port(PortError::Exhausted { first, last })) => {
+            assert_eq!((first, last), (21600, 21619));
+        }
+        other => panic!("expected exhaustion, got {other:?}"),
+    }
+    a.close_conn(c1);
+    assert_eq!(ports.leased(), 16);
+    // Next-fit: the cursor wrapped to 21600, which is free again.
+    let c3 = a
+        .open_conn(b.local_addr(), &PathMap::per_ev(vec![0]))
+        .unwrap();
+    assert_eq!(a.source_ports(c3).unwrap(), vec![21600]);
+    // A datagram on an EV the connection does not have is refused whole.
+    let mut batch = TxBatch::new(2, 64);
+    batch.push(c3, 0, Ecn::Ect0, b"ok");
+    batch.push(c3, 99, Ecn::Ect0, b"no");
+    assert!(matches!(
+        a.tx_burst(&batch),
+        Err(DatapathError::UnknownEv {
+            conn: ConnId(2),
+            ev: 99
+        })
+    ));
+}
+
+#[test]
+fn a_port_bound_by_someone_else_is_skipped() {
+    let ports = PortAllocator::new(21700..=21703).unwrap();
+    let _squatter = std::net::UdpSocket::bind("127.0.0.1:21700").unwrap();
+    let mut a = dp("127.0.0.1:0", &ports, true);
+    let b = dp("127.0.0.1:0", &ports, true);
+    let c = a
+        .open_conn(b.local_addr(), &PathMap::per_ev(vec![0, 1]))
+        .unwrap();
+    assert_eq!(a.source_ports(c).unwrap(), vec![21701, 21702]);
+}
+
+#[test]
+fn sticky_srh_is_set_per_socket() {
+    let ports = PortAllocator::new(21800..=21899).unwrap();
+    let mut a = dp("[::1]:0", &ports, true);
+    let b = dp("[::1]:0", &ports, true);
+    let way1: Ipv6Addr = "fc00::1".parse().unwrap();
+    let way2: Ipv6Addr = "fc00::2".parse().unwrap();
+    let (s1, _) =
+        SrhRepr::for_path(IpNextHeaderProtocols::Udp, &[way1, Ipv6Addr::LOCALHOST]).unwrap();
+    let (s2, _) =
+        SrhRepr::for_path(IpNextHeaderProtocols::Udp, &[way2, Ipv6Addr::LOCALHOST]).unwrap();
+    let paths = PathMap {
+        evs: vec![0, 1, 2],
+        evs_per_socket: 1,
+        srh: vec![s1.clone(), s2.clone()],
+    };
+    let c = a.open_conn(b.local_addr(), &paths).unwrap();
+    let want1 = mrc_fabric::udp::srh_bytes(&s1).unwrap();
+    let want2 = mrc_fabric::udp::srh_bytes(&s2).unwrap();
+    assert_eq!(want1.len(), 40); // 8 + 2 segments of 16
+    assert_eq!(a.sticky_rthdr(c, 0).unwrap(), want1);
+    assert_eq!(a.sticky_rthdr(c, 1).unwrap(), want2);
+    assert_eq!(a.sticky_rthdr(c, 2).unwrap(), want1);
+    // An SRH on IPv4 is refused.
+    let mut v4 = dp("127.0.0.1:0", &ports, true);
+    let bv4 = dp("127.0.0.1:0", &ports, true);
+    assert!(matches!(
+        v4.open_conn(
+            bv4.local_addr(),
+            &PathMap {
+                evs: vec![0],
+                evs_per_socket: 1,
+                srh: vec![s1]
+            }
+        ),
+        Err(DatapathError::BadPathMap(_))
+    ));
+}

@@ -1,0 +1,437 @@
+//! The verbs UD datapath over the in-memory fake NIC (no device needed): routing of EVs to
+//! QPs and AHs, GRH handling on receive, selective signalling and buffer accounting,
+//! receive replenishment, and the engine end to end.
+
+use mrc_fabric::engine::{Context, EngineConfig, QpConfig, VerifySpec, pattern};
+use mrc_fabric::udp::{ConnId, Datapath, DatapathError, PathMap, TxBatch};
+use mrc_fabric::verbs::addr::EndpointAddr;
+use mrc_fabric::verbs::grh::GrhRepr;
+use mrc_fabric::verbs::nic::PortInfo;
+use mrc_fabric::verbs::pool::PoolStats;
+use mrc_fabric::verbs::{FakeFabric, FakeNic, VerbsConfig, VerbsDatapath, VerbsStats};
+use mrc_transport::completion::{WcOpcode, WcStatus};
+use mrc_transport::{Access, Ecn, Sge};
+use std::net::{Ipv6Addr, SocketAddr};
+use std::time::Duration;
+
+const PORT: PortInfo = PortInfo {
+    ethernet: true,
+    active_mtu_bytes: 4096,
+    lid: 0,
+};
+
+fn cfg(qps: u32, rq_depth: u32, sq_depth: u32, signal_every: u32, send_slots: u32) -> VerbsConfig {
+    let mut c = VerbsConfig::new("fake0");
+    c.qps = qps;
+    c.rq_depth = rq_depth;
+    c.sq_depth = sq_depth;
+    c.signal_every = signal_every;
+    c.send_slots = send_slots;
+    c.max_datagram_bytes = 1024;
+    c
+}
+
+fn dp(fab: &FakeFabric, gid: &str, c: VerbsConfig) -> VerbsDatapath<FakeNic> {
+    let gid: Ipv6Addr = gid.parse().unwrap();
+    VerbsDatapath::with_nic(fab.nic(gid), PORT, gid, c).unwrap()
+}
+
+/// Registers each side's address with the other through the wire encoding.
+fn exchange(a: &mut VerbsDatapath<FakeNic>, b: &mut VerbsDatapath<FakeNic>) {
+    let ea = a.local_endpoint().encode().unwrap();
+    let eb = b.local_endpoint().encode().unwrap();
+    a.add_peer(EndpointAddr::decode(&eb).unwrap());
+    b.add_peer(EndpointAddr::decode(&ea).unwrap());
+}
+
+fn drain(b: &mut VerbsDatapath<FakeNic>) -> Vec<(SocketAddr, Ecn, Vec<u8>)> {
+    let mut got = Vec::new();
+    b.rx_burst(1024, &mut |d| got.push((d.from, d.ecn, d.bytes.to_vec())))
+        .unwrap();
+    got
+}
+
+#[test]
+fn evs_route_to_qps_and_arrive_with_grh_source_and_ecn() {
+    let fab = FakeFabric::new();
+    let mut a = dp(&fab, "::ffff:10.0.0.1", cfg(4, 8, 64, 16, 256));
+    let mut b = dp(&fab, "::ffff:10.0.0.2", cfg(4, 8, 64, 16, 256));
+    assert_eq!(a.local_endpoint().qpns, vec![0x11, 0x12, 0x13, 0x14]);
+    assert_eq!(b.local_endpoint().qpns, vec![0x15, 0x16, 0x17, 0x18]);
+    assert_eq!(b.local_addr(), "10.0.0.2:4791".parse().unwrap());
+    exchange(&mut a, &mut b);
+    let conn = a
+        .open_conn(b.local_addr(), &PathMap::per_ev((0..8).collect()))
+        .unwrap();
+    // Flow-label NICs send EV e from UDP port 0xC000 + e.
+    assert_eq!(
+        a.source_ports(conn).unwrap(),
+        (0..8).map(|e| 0xC000 + e).collect::<Vec<u16>>()
+    );
+    let mut batch = TxBatch::new(8, 1024);
+    for ev in 0..8u32 {
+        assert!(batch.push(conn, ev, Ecn::Ect0, &vec![ev as u8; 100 + ev as usize]));
+    }
+    let r = a.tx_burst(&batch).unwrap();
+    assert_eq!((r.datagrams, r.send_calls, r.errors), (8, 4, 0));
+    let got = drain(&mut b);
+    assert_eq!(got.len(), 8);
+    // QP order: EVs 0 and 4 on QP 0, 1 and 5 on QP 1, ...
+    let evs: Vec<u8> = got.iter().map(|g| g.2[0]).collect();
+    assert_eq!(evs, vec![0, 4, 1, 5, 2, 6, 3, 7]);
+    for (from, ecn, bytes) in &got {
+        let ev = bytes[0];
+        assert_eq!(*from, "10.0.0.1:4791".parse().unwrap());
+        assert_eq!(*ecn, Ecn::Ect0); // traffic class 0x02 from the config
+        assert_eq!(bytes.len(), 100 + ev as usize);
+        assert!(bytes.iter().all(|&x| x == ev));
+    }
+    // Every buffer went back to its QP.
+    for qp in 0..4 {
+        assert_eq!(b.nic().posted_recvs(qp), Some(8));
+    }
+    assert_eq!(b.verbs_stats().rx_reposted, 8);
+    assert_eq!(b.recv_pool().in_use(), 32);
+    // 2 WRs per QP, signal every 16, 248 slots free: nothing signalled, tails hold slots.
+    assert_eq!(a.verbs_stats().tx_signalled, 0);
+    assert_eq!(a.send_pool().in_use(), 8);
+    assert_eq!(b.nic().stats().delivered, 8);
+}
+
+#[test]
+fn batch_of_64_on_one_qp_signals_4_wrs_and_frees_every_slot() {
+    let fab = FakeFabric::new();
+    let mut a = dp(&fab, "fd00::1", cfg(1, 64, 128, 16, 128));
+    let mut b = dp(&fab, "fd00::2", cfg(1, 64, 128, 16, 128));
+    exchange(&mut a, &mut b);
+    let conn = a
+        .open_conn(b.local_addr(), &PathMap::per_ev(vec![7]))
+        .unwrap();
+    let mut batch = TxBatch::new(64, 1024);
+    for i in 0..64u32 {
+        batch.push(conn, 7, Ecn::NotEct, &i.to_be_bytes());
+    }
+    let r = a.tx_burst(&batch).unwrap();
+    assert_eq!((r.datagrams, r.send_calls, r.errors), (64, 1, 0));
+    assert_eq!(a.verbs_stats().tx_signalled, 4);
+    assert_eq!(a.send_pool().in_use(), 64);
+    // The next burst reaps the 4 completions: all 64 slots come back.
+    a.tx_burst(&TxBatch::new(1, 1024)).unwrap();
+    assert_eq!(a.send_pool().in_use(), 0);
+    assert_eq!(
+        a.send_pool().stats(),
+        PoolStats {
+            allocs: 64,
+            frees: 64,
+            exhausted: 0,
+            double_frees: 0
+        }
+    );
+    let got = drain(&mut b);
+    let seq: Vec<u32> = got
+        .iter()
+        .map(|g| u32::from_be_bytes([g.2[0], g.2[1], g.2[2], g.2[3]]))
+        .collect();
+    assert_eq!(seq, (0..64).collect::<Vec<_>>());
+    assert!(got.iter().all(|g| g.0 == "[fd00::1]:4791".parse().unwrap()));
+}
+
+#[test]
+fn send_pool_exhaustion_is_counted_and_a_forced_tail_signal_frees_the_slots() {
+    let fab = FakeFabric::new();
+    let mut a = dp(&fab, "fd00::1", cfg(1, 16, 8, 4, 4));
+    let mut b = dp(&fab, "fd00::2", cfg(1, 16, 8, 4, 4));
+    exchange(&mut a, &mut b);
+    let conn = a
+        .open_conn(b.local_addr(), &PathMap::per_ev(vec![0]))
+        .unwrap();
+    // Three datagrams leave 1 slot free (< signal_every 4): the tail is signalled.
+    let mut batch = TxBatch::new(10, 64);
+    for _ in 0..3 {
+        batch.push(conn, 0, Ecn::NotEct, b"abc");
+    }
+    assert_eq!(a.tx_burst(&batch).unwrap().datagrams, 3);
+    assert_eq!(a.verbs_stats().tx_signalled, 1);
+    // Ten more: the reap frees 3, so 4 slots: 4 sent, 6 refused for want of a buffer.
+    batch.clear();
+    for _ in 0..10 {
+        batch.push(conn, 0, Ecn::NotEct, b"defg");
+    }
+    let r = a.tx_burst(&batch).unwrap();
+    assert_eq!((r.datagrams, r.errors), (4, 6));
+    let v = a.verbs_stats();
+    assert_eq!((v.tx_no_buffer, v.tx_signalled), (6, 2));
+    assert_eq!(a.send_pool().stats().exhausted, 6);
+    assert_eq!(a.stats().tx_errors, 6);
+    assert_eq!(drain(&mut b).len(), 7);
+}
+
+#[test]
+fn short_receive_and_unknown_grh_are_counted_drops_and_ce_reaches_the_transport() {
+    let fab = FakeFabric::new();
+    let mut a = dp(&fab, "fd00::1", cfg(1, 4, 16, 4, 16));
+    let mut b = dp(&fab, "fd00::2", cfg(1, 4, 16, 4, 16));
+    exchange(&mut a, &mut b);
+    let mut n = 0;
+    fab.set_filter(move |p| {
+        n += 1;
+        match n {
+            1 => p.byte_len_override = Some(20),
+            2 => p.grh = [0x50; 40],
+            3 => {
+                let mut g = GrhRepr::parse(&p.grh).unwrap();
+                g.traffic_class |= 0b11;
+                g.emit(p.payload.len() as u16, &mut p.grh);
+            }
+            _ => {}
+        }
+        true
+    });
+    let conn = a
+        .open_conn(b.local_addr(), &PathMap::per_ev(vec![1]))
+        .unwrap();
+    let mut batch = TxBatch::new(4, 64);
+    for i in 0..4u8 {
+        batch.push(conn, 1, Ecn::Ect0, &[i; 10]);
+    }
+    a.tx_burst(&batch).unwrap();
+    let got = drain(&mut b);
+    assert_eq!(
+        got.iter().map(|g| (g.1, g.2[0])).collect::<Vec<_>>(),
+        vec![(Ecn::Ce, 2), (Ecn::Ect0, 3)]
+    );
+    let v = b.verbs_stats();
+    assert_eq!((v.rx_short_grh, v.rx_bad_grh, v.rx_reposted), (1, 1, 4));
+    assert_eq!(b.stats().rx_errors, 2);
+    assert_eq!(b.stats().rx_datagrams, 2);
+    assert_eq!(b.nic().posted_recvs(0), Some(4));
+}
+
+#[test]
+fn wrong_qkey_is_dropped_by_the_receiver_and_oversize_refused_by_the_sender() {
+    let fab = FakeFabric::new();
+    let mut a = dp(&fab, "fd00::1", cfg(1, 4, 16, 4, 16));
+    let b = dp(&fab, "fd00::2", cfg(1, 4, 16, 4, 16));
+    let mut wrong = b.local_endpoint().clone();
+    wrong.qkey ^= 1;
+    a.add_peer(wrong);
+    let conn = a
+        .open_conn(b.local_addr(), &PathMap::per_ev(vec![3]))
+        .unwrap();
+    let mut batch = TxBatch::new(2, 2048);
+    batch.push(conn, 3, Ecn::NotEct, &[1; 1024]);
+    batch.push(conn, 3, Ecn::NotEct, &[1; 1025]);
+    let r = a.tx_burst(&batch).unwrap();
+    assert_eq!((r.datagrams, r.errors), (1, 1));
+    assert_eq!(a.verbs_stats().tx_oversize, 1);
+    let mut b = b;
+    assert_eq!(drain(&mut b).len(), 0);
+    assert_eq!(b.nic().stats().dropped_qkey, 1);
+    assert_eq!(b.verbs_stats(), VerbsStats::default());
+}
+
+#[test]
+fn unknown_peer_srh_maps_and_unknown_evs_are_typed_errors() {
+    let fab = FakeFabric::new();
+    let mut a = dp(&fab, "fd00::1", cfg(1, 4, 16, 4, 16));
+    let b = dp(&fab, "fd00::2", cfg(1, 4, 16, 4, 16));
+    match a.open_conn(b.local_addr(), &PathMap::per_ev(vec![0])) {
+        Err(DatapathError::Io { source, .. }) => {
+            assert_eq!(source.kind(), std::io::ErrorKind::NotFound)
+        }
+        other => panic!("{other:?}"),
+    }
+    a.add_peer(b.local_endpoint().clone());
+    let mut srh_map = PathMap::per_ev(vec![0]);
+    let (srh, _) = mrc_fabric::srv6::SrhRepr::for_path(
+        pnet_packet::ip::IpNextHeaderProtocols::Udp,
+        &["fd00::9".parse().unwrap()],
+    )
+    .unwrap();
+    srh_map.srh.push(srh);
+    assert!(matches!(
+        a.open_conn(b.local_addr(), &srh_map),
+        Err(DatapathError::BadPathMap(_))
+    ));
+    let conn = a
+        .open_conn(b.local_addr(), &PathMap::per_ev(vec![0]))
+        .unwrap();
+    let mut batch = TxBatch::new(1, 64);
+    batch.push(conn, 9, Ecn::NotEct, b"x");
+    assert!(matches!(
+        a.tx_burst(&batch),
+        Err(DatapathError::UnknownEv { ev: 9, .. })
+    ));
+    batch.clear();
+    batch.push(ConnId(77), 0, Ecn::NotEct, b"x");
+    assert!(matches!(
+        a.tx_burst(&batch),
+        Err(DatapathError::UnknownConn(ConnId(77)))
+    ));
+    assert_eq!(a.send_pool().in_use(), 0);
+}
+
+#[test]
+fn engine_writes_over_the_verbs_datapath_exact_bytes() {
+    const SIZE: usize = 64 * 1024;
+    const SLOTS: usize = 4;
+    const ITERS: u64 = 12;
+    let t = Duration::from_secs(10);
+    let fab = FakeFabric::new();
+    let mut vc = cfg(16, 64, 256, 16, 4096);
+    vc.max_datagram_bytes = 4096;
+    let a = dp(&fab, "::ffff:10.0.0.1", vc.clone());
+    let mut b = dp(&fab, "::ffff:10.0.0.2", vc);
+    b.add_peer(a.local_endpoint().clone());
+    let a_addr = a.local_addr();
+    // a learns b's address after its datapath moved into the engine, under the IP of a
+    // control connection rather than the GID.
+    let (a_book, b_endpoint) = (a.peer_book(), b.local_endpoint().clone());
+    let b_addr: SocketAddr = "192.0.2.2:4791".parse().unwrap();
+    let ca = Context::with_datapath(a, EngineConfig::default());
+    a_book.insert(b_addr.ip(), b_endpoint);
+    let cb = Context::with_datapath(b, EngineConfig::default());
+    let mut qc = QpConfig::default();
+    // A UD datagram is at most the port MTU (4096): leave room for mrc's headers.
+    qc.conn.send.mtu_payload_bytes = 4000;
+    let qa = ca.create_qp(qc.clone()).unwrap();
+    let qb = cb.create_qp(qc).unwrap();
+    let (ia, ib) = (qa.local_info(), qb.local_info());
+    assert_eq!(qa.connect(&ib, b_addr).unwrap().len(), 16);
+    assert_eq!(qb.connect(&ia, a_addr).unwrap().len(), 16);
+    let src = qa.reg_mr(SIZE * SLOTS, Access::LOCAL_WRITE).unwrap();
+    let dst = qb
+        .reg_mr(SIZE * SLOTS, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+        .unwrap();
+    qb.set_verify(VerifySpec {
+        lkey: dst.lkey,
+        slot_bytes: SIZE as u64,
+        slots: SLOTS as u64,
+        seed: 5,
+    })
+    .unwrap();
+    let recv_sge = Sge {
+        lkey: dst.lkey,
+        addr: dst.addr,
+        len: 0,
+    };
+    for i in 0..ITERS {
+        qb.post_recv(i, recv_sge).unwrap();
+    }
+    let (mut posted, mut done) = (0u64, 0u64);
+    while done < ITERS {
+        while posted < ITERS && posted - done < SLOTS as u64 {
+            let off = (posted % SLOTS as u64) * SIZE as u64;
+            qa.fill_pattern(src.lkey, off, SIZE, 5, posted).unwrap();
+            let sge = Sge {
+                lkey: src.lkey,
+                addr: src.addr + off,
+                len: SIZE as u32,
+            };
+            qa.post_write_with_imm(posted, sge, dst.addr + off, dst.rkey, posted as u32)
+                .unwrap();
+            posted += 1;
+        }
+        let c = qa
+            .wait_send_cq(t)
+            .unwrap()
+            .expect("send completion in 10 s");
+        assert_eq!(
+            (c.wr_id, c.opcode, c.status),
+            (done, WcOpcode::WriteWithImm, WcStatus::Success)
+        );
+        done += 1;
+    }
+    for i in 0..ITERS {
+        let c = qb
+            .wait_recv_cq(t)
+            .unwrap()
+            .expect("recv completion in 10 s");
+        assert_eq!((c.status, c.imm), (WcStatus::Success, Some(i as u32)));
+    }
+    let (sb, _) = qb.stats().unwrap();
+    assert_eq!(sb.verify.checked_messages, ITERS);
+    assert_eq!(sb.verify.bad_bytes, 0);
+    assert_eq!(sb.conn.received_bytes, ITERS * SIZE as u64);
+    // 64 KiB in 4000-byte packets: 17 packets per message.
+    assert_eq!(sb.conn.received, ITERS * 17);
+    for s in 0..SLOTS as u64 {
+        let last = (0..ITERS).rev().find(|i| i % SLOTS as u64 == s).unwrap();
+        let bytes = qb.read_mr(dst.lkey, s * SIZE as u64, SIZE).unwrap();
+        assert_eq!(pattern::count_bad(&bytes, 5, last), 0, "slot {s}");
+    }
+}
+
+/// What `mrc-perf --fabric verbs` does on its control connection: swap UD endpoint
+/// addresses, register the peer under the control connection's IP, then the engine's own
+/// bootstrap on the same stream; then data flows.
+#[test]
+fn control_stream_exchange_then_engine_bootstrap() {
+    use mrc_fabric::verbs::exchange::{read_endpoint, write_endpoint};
+    use std::net::{TcpListener, TcpStream};
+    let t = Duration::from_secs(10);
+    let fab = FakeFabric::new();
+    let mut vc = cfg(4, 64, 256, 16, 1024);
+    vc.max_datagram_bytes = 4096;
+    let a = dp(&fab, "fd00::a", vc.clone());
+    let b = dp(&fab, "fd00::b", vc);
+    let (book_a, addr_a) = (a.peer_book(), a.local_endpoint().clone());
+    let (book_b, addr_b) = (b.peer_book(), b.local_endpoint().clone());
+    let ca = Context::with_datapath(a, EngineConfig::default());
+    let cb = Context::with_datapath(b, EngineConfig::default());
+    let mut qc = QpConfig::default();
+    qc.conn.send.mtu_payload_bytes = 4000;
+    qc.conn.evs = (0..4).collect();
+    let qa = ca.create_qp(qc.clone()).unwrap();
+    let qb = cb.create_qp(qc).unwrap();
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let server_addr = l.local_addr().unwrap();
+    let server = std::thread::spawn(move || {
+        let (mut s, peer) = l.accept().unwrap();
+        write_endpoint(&mut s, &addr_b).unwrap();
+        book_b.insert(peer.ip(), read_endpoint(&mut s).unwrap());
+        let c = qb.connect_on(s, t).unwrap();
+        (qb, c.source_ports)
+    });
+    let mut s = TcpStream::connect(server_addr).unwrap();
+    write_endpoint(&mut s, &addr_a).unwrap();
+    book_a.insert(server_addr.ip(), read_endpoint(&mut s).unwrap());
+    let c = qa.connect_on(s, t).unwrap();
+    let (qb, b_ports) = server.join().unwrap();
+    // 4 EVs, one QP and one flow-labelled AH each: ports 0xC000..=0xC003 on both sides.
+    assert_eq!(c.source_ports, vec![0xC000, 0xC001, 0xC002, 0xC003]);
+    assert_eq!(b_ports, c.source_ports);
+    let src = qa.reg_mr(16384, Access::LOCAL_WRITE).unwrap();
+    let dst = qb
+        .reg_mr(16384, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+        .unwrap();
+    qa.fill_pattern(src.lkey, 0, 16384, 3, 0).unwrap();
+    qb.post_recv(
+        0,
+        Sge {
+            lkey: dst.lkey,
+            addr: dst.addr,
+            len: 0,
+        },
+    )
+    .unwrap();
+    let sge = Sge {
+        lkey: src.lkey,
+        addr: src.addr,
+        len: 16384,
+    };
+    qa.post_write_with_imm(1, sge, dst.addr, dst.rkey, 77)
+        .unwrap();
+    let sc = qa
+        .wait_send_cq(t)
+        .unwrap()
+        .expect("send completion in 10 s");
+    assert_eq!((sc.wr_id, sc.status), (1, WcStatus::Success));
+    let rc = qb
+        .wait_recv_cq(t)
+        .unwrap()
+        .expect("recv completion in 10 s");
+    assert_eq!((rc.status, rc.imm), (WcStatus::Success, Some(77)));
+    let bytes = qb.read_mr(dst.lkey, 0, 16384).unwrap();
+    assert_eq!(pattern::count_bad(&bytes, 3, 0), 0);
+}
