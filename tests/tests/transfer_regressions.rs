@@ -72,3 +72,39 @@ fn zero_length_denial_is_no_denial() {
     let r = run(&s).unwrap();
     assert_eq!((r.succeeded, r.dark_from_ns), (1, None));
 }
+
+/// Found by `transfer` (5-minute run, two inputs): go-back-N over 4 EVs, EVs 0 and 2
+/// black-holed for good from the start, EVs 1 and 3 fine. A NACK(NO_BITMAP) did not mark
+/// the EV that lost the packet at the hole, so round-robin put the hole packet of every
+/// go-back round on a dead EV again; the RTO then marked the live EVs (whose packets the
+/// go-back-N receiver had discarded) bad too, and the work requests failed with
+/// RetryExceeded although half the paths worked.
+#[test]
+fn go_back_n_routes_around_dead_evs() {
+    let one = Schedule {
+        n_evs: 4,
+        mtu_payload_bytes: 256,
+        cc: CcKind::None,
+        go_back_n: true,
+        initial_psns: (4_294_967_295, 4_294_967_295),
+        msgs: vec![(MsgKind::Send, 3872)],
+        a_acts: vec![],
+        b_acts: vec![NetAct::DelayTwice(0, 46)],
+        outages: vec![],
+        permanent: vec![(2, 0), (0, 0)],
+    };
+    let r = run(&one).unwrap();
+    assert_eq!((r.succeeded, r.dark_from_ns), (1, None));
+    let two = Schedule {
+        initial_psns: (2_099_744, 32),
+        msgs: vec![
+            (MsgKind::WriteImm, 3584),
+            (MsgKind::WriteImm, 2817),
+            (MsgKind::Write, 0),
+        ],
+        b_acts: vec![],
+        ..one
+    };
+    let r = run(&two).unwrap();
+    assert_eq!((r.succeeded, r.dark_from_ns), (3, None));
+}

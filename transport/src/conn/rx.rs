@@ -304,6 +304,21 @@ impl<C: Controller> Connection<C> {
                 self.send.queue_retransmit(seq);
             }
             NackReason::NoBitmap => {
+                // Go-back-N: the receiver got something after `seq` but not `seq`, so the
+                // EV it last went on lost it (as RACK would conclude): take that EV out of
+                // rotation until a probe answers, or every go-back round may start on the
+                // same dead EV again.
+                if let Some(p) = self
+                    .send
+                    .packet(seq)
+                    .filter(|p| p.state == PktState::InFlight)
+                {
+                    let ev = usize::from(p.last_ev);
+                    if let Some(path) = self.paths.get_mut(ev) {
+                        path.stats.lost += 1;
+                    }
+                    self.paths.on_loss(ev, now_ns);
+                }
                 self.send.go_back(seq);
             }
             NackReason::AccessError => self.fail(WcStatus::RemoteAccessError),

@@ -635,3 +635,69 @@ fn nack_for_a_sacked_psn_changes_nothing() {
     assert_eq!(a.stats().nacks_received, 4);
     assert!(a.poll_completion().is_none());
 }
+
+/// Go-back-N: a NACK(NO_BITMAP) names the hole, so the EV its packet last went on lost
+/// it and leaves the rotation (regression of the `transfer` fuzz finding replayed in
+/// `tests/tests/transfer_regressions.rs::go_back_n_routes_around_dead_evs`).
+#[test]
+fn go_back_n_nack_takes_the_losing_ev_out_of_rotation() {
+    use crate::path::PathState;
+    use crate::wire::{NackReason, NackRepr};
+    let cc = || FixedWindowConfig::default().build();
+    let mut c = cfg(0x11, 0xFF_FFF0, 1);
+    c.go_back_n = true;
+    let mut a = Connection::new(c, cc()).unwrap();
+    a.connect(PeerParams {
+        qpn: 0x22,
+        initial_psn: Psn::new(100),
+        generation: 7,
+    })
+    .unwrap();
+    let src = fill(&mut a, 3 * 4096, 2);
+    let sge = Sge {
+        lkey: src.lkey,
+        addr: src.addr,
+        len: 3 * 4096,
+    };
+    a.post_write(1, sge, 0x1000, 0x77).unwrap();
+    let mut buf = vec![0u8; 8192];
+    let evs: Vec<u32> = (0..3)
+        .map(|_| a.poll_transmit(1_000, &mut buf).unwrap().ev)
+        .collect();
+    assert_eq!(evs, vec![100, 101, 102]);
+    // the receiver got 0xFF_FFF1 but not 0xFF_FFF0 (sent on EV 100)
+    let nack = NackRepr {
+        psn: 0xFF_FFF0,
+        reason: NackReason::NoBitmap,
+        reserved: 0,
+        echo_ev: 101,
+    };
+    a.handle_datagram(
+        3_000,
+        101,
+        Ecn::Ect0,
+        &from_peer(Opcode::Nack, 0xFF_FFF0, Body::Nack(nack)),
+    );
+    assert_eq!(a.paths().state_of(100), Some(PathState::AssumedBad));
+    assert_eq!(a.paths().state_of(101), Some(PathState::Good));
+    assert_eq!(a.paths().get(0).unwrap().stats.lost, 1);
+    assert_eq!(
+        a.send_state().retransmit_queue().collect::<Vec<_>>(),
+        vec![0xFF_FFF0, 0xFF_FFF1, 0xFF_FFF2]
+    );
+    // EV 100 is probed, and the go-back round leaves it out (each retransmission also
+    // avoids the EV of its previous copy)
+    let mut sent = Vec::new();
+    while let Some(t) = a.poll_transmit(3_000, &mut buf) {
+        sent.push((PacketRepr::parse(&buf[..t.len]).unwrap().bth.opcode, t.ev));
+    }
+    assert_eq!(
+        sent,
+        vec![
+            (Opcode::EvProbe, 100),
+            (Opcode::RdmaWriteFirst, 103),
+            (Opcode::RdmaWriteMiddle, 102),
+            (Opcode::RdmaWriteLast, 103),
+        ]
+    );
+}
