@@ -70,9 +70,15 @@ pub trait Controller: core::fmt::Debug + Send {
     fn on_cnp(&mut self, now_ns: u64);
     /// The timer returned by [`Controller::next_timer_ns`] fired (called with `now_ns` at or
     /// after it).
-    fn on_timer(&mut self, now_ns: u64);
-    /// When the controller next needs [`Controller::on_timer`], if ever.
-    fn next_timer_ns(&self) -> Option<u64>;
+    /// The default does nothing, for controllers without timers.
+    fn on_timer(&mut self, now_ns: u64) {
+        let _ = now_ns;
+    }
+    /// When the controller next needs [`Controller::on_timer`], if ever. The default is
+    /// `None`: no timer.
+    fn next_timer_ns(&self) -> Option<u64> {
+        None
+    }
     /// Congestion window in bytes; `u64::MAX` for a purely rate-based controller.
     fn cwnd_bytes(&self) -> u64;
     /// Pacing rate in bits per second; `u64::MAX` when the controller does not pace.

@@ -63,10 +63,6 @@ impl Controller for FixedWindow {
     fn on_cnp(&mut self, _now_ns: u64) {
         self.metrics.cnps_received += 1;
     }
-    fn on_timer(&mut self, _now_ns: u64) {}
-    fn next_timer_ns(&self) -> Option<u64> {
-        None
-    }
     fn cwnd_bytes(&self) -> u64 {
         self.cfg.cwnd_bytes
     }

@@ -336,12 +336,6 @@ impl Controller for Swift {
         self.metrics.cnps_received += 1;
     }
 
-    fn on_timer(&mut self, _now_ns: u64) {}
-
-    fn next_timer_ns(&self) -> Option<u64> {
-        None
-    }
-
     fn cwnd_bytes(&self) -> u64 {
         (self.cwnd_bytes as u64).max(self.cfg.mss_bytes)
     }
