@@ -111,7 +111,7 @@ pub fn run_cli(cli: Cli) -> Result<String, String> {
             let (sp, r) = run::serve_one(&listener, udp, timeout, None, &local)?;
             let mut o = String::new();
             o += &format!(
-                " server: {} messages received ({} bytes) of size {}; test {:?}\n",
+                " server: {} messages received ({} bytes) of size {}; test {}\n",
                 r.recv.completions, r.recv.bytes, sp.size, sp.test
             );
             if sp.verify {

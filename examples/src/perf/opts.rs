@@ -7,9 +7,9 @@ use serde::{Deserialize, Serialize};
 /// perftest's default TCP port for the bootstrap exchange.
 pub const DEFAULT_TCP_PORT: u16 = 18515;
 
-/// mrc-perf: a perftest-style benchmark of mrc over UDP (io_uring).
+/// mrc-perf: a perftest-style benchmark of mrc over UDP (io_uring) or RDMA UD QPs (verbs).
 #[derive(Debug, Parser)]
-#[command(name = "mrc-perf", version, about, long_about = None)]
+#[command(name = "mrc-perf", version, long_about = None)]
 pub struct Cli {
     /// What to run.
     #[command(subcommand)]
@@ -67,6 +67,22 @@ pub enum TestKind {
     /// Latency (ib_write_lat).
     Lat,
 }
+
+/// The command-line name (`bw`, `lat`, `udp`, `verbs`), as `--test`/`--fabric` take it.
+macro_rules! display_as_value {
+    ($t:ty) => {
+        impl std::fmt::Display for $t {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                match self.to_possible_value() {
+                    Some(v) => f.write_str(v.get_name()),
+                    None => write!(f, "{self:?}"),
+                }
+            }
+        }
+    };
+}
+display_as_value!(TestKind);
+display_as_value!(Fabric);
 
 fn parse_cc(s: &str) -> Result<CcKind, String> {
     s.parse::<CcKind>().map_err(|e| e.to_string())

@@ -832,7 +832,7 @@ fn serve_stream(
     let mut p = read_params(&s, timeout)?;
     if p.fabric != local.kind() {
         return Err(format!(
-            "the client runs --fabric {:?} but this server runs --fabric {:?}",
+            "the client runs --fabric {} but this server runs --fabric {}",
             p.fabric,
             local.kind()
         ));

@@ -95,6 +95,13 @@ pub enum BootstrapError {
         /// The OS error.
         source: io::Error,
     },
+    /// The peer accepted the TCP connection but sent nothing within the timeout (a read or
+    /// write reported `WouldBlock`/`TimedOut`): a stuck or foreign peer.
+    #[error("bootstrap {what}: the peer did not answer within the timeout")]
+    TimedOut {
+        /// What was being done.
+        what: &'static str,
+    },
     /// The peer spoke another protocol.
     #[error("bootstrap: bad magic {0:02x?}")]
     BadMagic([u8; 4]),
@@ -110,7 +117,10 @@ pub enum BootstrapError {
 }
 
 fn io_err(what: &'static str) -> impl FnOnce(io::Error) -> BootstrapError {
-    move |source| BootstrapError::Io { what, source }
+    move |source| match source.kind() {
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => BootstrapError::TimedOut { what },
+        _ => BootstrapError::Io { what, source },
+    }
 }
 
 impl QpInfo {
@@ -359,5 +369,22 @@ mod tests {
             QpInfo::read_from(&mut b.as_slice()),
             Err(BootstrapError::BadField("region bounds"))
         ));
+    }
+
+    #[test]
+    fn silent_peer_is_a_timeout_not_an_os_error() {
+        // A peer that accepts the TCP connection and never answers.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let client = TcpStream::connect(addr).unwrap();
+        let (_held_open, _) = listener.accept().unwrap();
+        let r = exchange(client, &info(), Duration::from_millis(50));
+        match r {
+            Err(e @ BootstrapError::TimedOut { what: "read" }) => assert_eq!(
+                e.to_string(),
+                "bootstrap read: the peer did not answer within the timeout"
+            ),
+            other => panic!("want TimedOut {{ what: \"read\" }}, got {other:?}"),
+        }
     }
 }
