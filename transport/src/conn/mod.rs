@@ -104,6 +104,7 @@ impl<C: Controller> Connection<C> {
         // A go-back-N receiver drops everything after a hole, so a probe of the highest
         // in-flight packet tells nothing: go-back-N relies on NACK and RTO, like RoCE RC.
         send_cfg.tlp &= !cfg.go_back_n;
+        send_cfg.go_back_n = cfg.go_back_n;
         let send = SendState::new(cfg.initial_psn, send_cfg);
         let rwin = RecvWindow::new(crate::psn::Psn::new(0), cfg.recv_window_packets);
         let rx = RxMessages::new(cfg.max_rx_messages);

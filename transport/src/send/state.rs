@@ -53,6 +53,12 @@ pub struct SendConfig {
     /// The longest the peer delays a SACK, ns (its `AckConfig::max_ack_delay_ns`); added to
     /// the probe timeout. Default 10 us.
     pub peer_max_ack_delay_ns: u64,
+    /// The peer is a go-back-N receiver (it discards everything behind a hole), so an RTO
+    /// resends every packet in flight (RoCE RC: retransmit from the oldest unacknowledged
+    /// PSN) and blames only the EV of the lowest one: the silence about later packets says
+    /// nothing about their EVs. The connection sets it from `ConnConfig::go_back_n`.
+    /// Default off.
+    pub go_back_n: bool,
 }
 
 impl Default for SendConfig {
@@ -67,6 +73,7 @@ impl Default for SendConfig {
             retry_limit: 7,
             tlp: true,
             peer_max_ack_delay_ns: 10_000,
+            go_back_n: false,
         }
     }
 }
@@ -674,7 +681,9 @@ impl SendState {
     }
 
     /// The RTO timer at `now_ns`: if it expired, every in-flight packet sent at least one
-    /// RTO ago is declared lost (queued, its EV `AssumedBad`, a timeout counted per EV), the
+    /// RTO ago is declared lost (queued, its EV `AssumedBad`, a timeout counted per EV;
+    /// with [`SendConfig::go_back_n`] every in-flight packet, and only the lowest one's EV
+    /// is blamed), the
     /// back-off doubles, and past the retry limit every work request fails
     /// ([`WcStatus::RetryExceeded`] for the oldest, [`WcStatus::Flushed`] for the rest).
     pub fn on_rto(
@@ -698,9 +707,14 @@ impl SendState {
             out.failed = true;
             return out;
         }
+        let go_back_n = self.cfg.go_back_n;
         for seq in self.snd_una..self.snd_nxt {
             let Some(p) = self.packet_mut(seq) else { break };
-            if p.state != PktState::InFlight || p.last_sent_ns.saturating_add(rto) > now_ns {
+            // Go-back-N: the receiver dropped everything behind the hole, so every packet
+            // in flight goes back, not only those sent an RTO ago (with pacing, one per
+            // expiry would leave at the doubling RTO until the retry limit).
+            let young = !go_back_n && p.last_sent_ns.saturating_add(rto) > now_ns;
+            if p.state != PktState::InFlight || young {
                 continue;
             }
             p.state = PktState::Queued;
@@ -708,12 +722,18 @@ impl SendState {
             let (len, ev) = (p.len, usize::from(p.last_ev));
             self.rtx.insert(seq);
             self.in_flight_pkts -= 1;
+            // Go-back-N: the receiver dropped every packet behind the hole whatever EV
+            // carried it, so only the lowest expired packet's EV is suspect; blaming the
+            // others would take live EVs out of rotation and leave the next round only
+            // dead or unproven ones to start on.
+            if out.lost_packets == 0 || !go_back_n {
+                if let Some(path) = paths.get_mut(ev) {
+                    path.stats.timeouts += 1;
+                }
+                paths.on_loss(ev, now_ns);
+            }
             out.lost_packets += 1;
             out.lost_bytes += u64::from(len);
-            if let Some(path) = paths.get_mut(ev) {
-                path.stats.timeouts += 1;
-            }
-            paths.on_loss(ev, now_ns);
         }
         out
     }
