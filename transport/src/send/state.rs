@@ -223,6 +223,9 @@ pub struct SendState {
     last_transmit_ns: u64,
     /// A tail loss probe was sent and nothing new has been acknowledged since.
     tlp_outstanding: bool,
+    /// Since when work has waited that no EV can carry (every EV denied): the RTO runs
+    /// from here while nothing is in flight, so the retry limit still applies.
+    blocked_since_ns: Option<u64>,
     completions: VecDeque<Completion>,
     failed: bool,
 }
@@ -250,6 +253,7 @@ impl SendState {
             in_flight_pkts: 0,
             last_transmit_ns: 0,
             tlp_outstanding: false,
+            blocked_since_ns: None,
             completions: VecDeque::new(),
             failed: false,
         }
@@ -387,6 +391,7 @@ impl SendState {
     /// `ev` with send timestamp `ts32`.
     pub fn on_transmit(&mut self, tx: &TxPacket, now_ns: u64, ev: usize, ts32: u32) {
         let ev16 = u16::try_from(ev).unwrap_or(u16::MAX);
+        self.blocked_since_ns = None;
         if tx.retransmit {
             self.rtx.remove(&tx.seq);
             if let Some(p) = self.packet_mut(tx.seq) {
@@ -668,16 +673,48 @@ impl SendState {
         best
     }
 
-    /// When the RTO fires: the RTO with back-off after the later of the oldest in-flight
-    /// packet's send time and the latest acknowledgement of new data (RFC 6298 5.3: the
-    /// timer restarts whenever new data is acknowledged, so a standing queue that still
-    /// drains does not fire it); `None` when nothing is in flight.
+    /// When the RTO fires: the RTO with back-off after the later of the timer's start and
+    /// the latest acknowledgement of new data (RFC 6298 5.3: the timer restarts whenever
+    /// new data is acknowledged, so a standing queue that still drains does not fire it).
+    /// The timer starts at the oldest in-flight packet's send time or, with nothing in
+    /// flight, when work began to wait for an EV (see [`SendState::on_blocked`]); `None`
+    /// when neither holds.
     pub fn rto_deadline_ns(&self) -> Option<u64> {
         if self.failed {
             return None;
         }
-        self.oldest_in_flight_ns()
-            .map(|t| t.max(self.last_progress_ns).saturating_add(self.rto_ns()))
+        let start = match (self.oldest_in_flight_ns(), self.blocked_since_ns) {
+            (Some(a), Some(b)) => a.min(b),
+            (a, b) => a.or(b)?,
+        };
+        Some(
+            start
+                .max(self.last_progress_ns)
+                .saturating_add(self.rto_ns()),
+        )
+    }
+
+    /// Work is waiting ([`SendState::next_tx`] has a packet) but no EV can carry it (the
+    /// datapath denied every EV) at `now_ns`. From the first such call until a packet
+    /// leaves (or [`SendState::on_unblocked`]) the RTO runs although nothing is in flight,
+    /// as an RC QP's retry timer runs while its port is down: each expiry counts against
+    /// the retry limit, and past it the work requests fail with
+    /// [`WcStatus::RetryExceeded`] instead of waiting for good.
+    pub fn on_blocked(&mut self, now_ns: u64) {
+        if !self.failed && self.blocked_since_ns.is_none() {
+            self.blocked_since_ns = Some(now_ns);
+        }
+    }
+
+    /// An EV can carry packets again: the wait that [`SendState::on_blocked`] started is
+    /// over (the RTO runs from the next transmission again).
+    pub fn on_unblocked(&mut self) {
+        self.blocked_since_ns = None;
+    }
+
+    /// Since when work has waited for an EV ([`SendState::on_blocked`]), ns.
+    pub fn blocked_since_ns(&self) -> Option<u64> {
+        self.blocked_since_ns
     }
 
     /// The RTO timer at `now_ns`: if it expired, every in-flight packet sent at least one
@@ -702,6 +739,10 @@ impl SendState {
         let rto = self.rto_ns();
         stats.timeouts += 1;
         self.rto_backoff += 1;
+        if self.blocked_since_ns.is_some() {
+            // still nothing can leave: the next expiry is one (backed-off) RTO from now
+            self.blocked_since_ns = Some(now_ns);
+        }
         if self.rto_backoff > self.cfg.retry_limit {
             self.fail_all(WcStatus::RetryExceeded);
             out.failed = true;
@@ -823,6 +864,7 @@ impl SendState {
         self.bytes_in_flight = 0;
         self.in_flight_pkts = 0;
         self.rack_timer_ns = None;
+        self.blocked_since_ns = None;
         self.failed = true;
     }
 
