@@ -720,9 +720,10 @@ impl SendState {
     /// The RTO timer at `now_ns`: if it expired, every in-flight packet sent at least one
     /// RTO ago is declared lost (queued, its EV `AssumedBad`, a timeout counted per EV;
     /// with [`SendConfig::go_back_n`] every in-flight packet, and only the lowest one's EV
-    /// is blamed), the
-    /// back-off doubles, and past the retry limit every work request fails
+    /// is blamed), the back-off doubles, and past the retry limit every work request fails
     /// ([`WcStatus::RetryExceeded`] for the oldest, [`WcStatus::Flushed`] for the rest).
+    /// An expiry with nothing in flight (every EV denied, see [`SendState::on_blocked`])
+    /// declares nothing lost but counts against the retry limit all the same.
     pub fn on_rto(
         &mut self,
         now_ns: u64,
