@@ -89,7 +89,7 @@ fuzz_target!(|input: Input| {
         FSize::MtusMinusOne(k) => (u32::from(k % 16) + 1) * mtu - 1,
         FSize::Bytes(b) => u32::from(b),
     };
-    let mut sched = Schedule {
+    let sched = Schedule {
         n_evs: u32::from(input.n_evs % 4) + 1,
         mtu_payload_bytes: mtu,
         cc: CcKind::ALL[usize::from(input.cc % 4)],
@@ -132,15 +132,6 @@ fuzz_target!(|input: Input| {
             .map(|&(ev, t)| (u32::from(ev), u64::from(t) * 1_000))
             .collect(),
     };
-    // KNOWN BUG, open: in go-back-N mode, EVs that die for good part-way through (e.g. 4 EVs,
-    // EV 0 dark from 0 and EV 2 from 4 us, one SACK/NACK from B dropped, 64 KiB WRITE_IMM)
-    // can exhaust the retry limit although two EVs still work; selective repeat delivers the
-    // same schedule. Until that is fixed, go-back-N runs here without permanent black holes
-    // (its finite outages are still fuzzed); tests/tests/transfer_regressions.rs keeps
-    // go-back-N with EVs dead from the start.
-    if sched.go_back_n {
-        sched.permanent.clear();
-    }
     if let Err(e) = run(&sched) {
         panic!("{e}\nschedule: {:?}", sched.normalised());
     }

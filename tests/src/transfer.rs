@@ -39,7 +39,9 @@
 
 use crate::harness::{Action, Faults, NetConfig, PacketInfo, Pair, Side, conn_config, pattern};
 use mrc_congestion::{AnyController, CcKind, LinkParams};
+use mrc_transport::path::PathState;
 use mrc_transport::send::msg::packets_for;
+use mrc_transport::stats::{ConnStats, EvStats};
 use mrc_transport::{Access, Completion, ConnState, Sge, WcOpcode, WcStatus};
 
 /// Consecutive control datagrams of one side the schedule may drop.
@@ -136,6 +138,14 @@ pub struct Report {
     pub succeeded: usize,
     /// Whether the schedule made delivery impossible (`t_dark`, ns).
     pub dark_from_ns: Option<u64>,
+    /// A's connection counters 10 ms after the verdict.
+    pub a_stats: ConnStats,
+    /// B's connection counters 10 ms after the verdict.
+    pub b_stats: ConnStats,
+    /// A's per-EV counters then, by EV.
+    pub a_ev_stats: Vec<EvStats>,
+    /// A's EV states then, by EV.
+    pub a_ev_states: Vec<PathState>,
 }
 
 impl Schedule {
@@ -526,5 +536,9 @@ pub fn run(sched: &Schedule) -> Result<Report, String> {
         end_ns,
         succeeded,
         dark_from_ns: dark_from,
+        a_stats: *p.a.stats(),
+        b_stats: *p.b.stats(),
+        a_ev_stats: p.a.paths().paths().iter().map(|e| e.stats).collect(),
+        a_ev_states: p.a.paths().paths().iter().map(|e| e.state).collect(),
     })
 }

@@ -55,6 +55,40 @@ fn all_paths_black_holed_fails_with_retry_exceeded_then_flushed() {
     );
 }
 
+/// Every EV denied by the datapath (at both ends) before anything is posted: nothing is
+/// sent, yet the RTO runs from the first attempt to send and the retry limit fails the
+/// work requests at exactly the time a black hole would (never a hang).
+#[test]
+fn all_evs_denied_fails_with_retry_exceeded_like_a_black_hole() {
+    let mut p = pair(NetConfig::default(), 4);
+    for ev in 0..4 {
+        p.a.set_ev_denied(ev, true);
+        p.b.set_ev_denied(ev, true);
+    }
+    let r = p.regions(2 * 4096, 1);
+    p.a.post_write(1, r.src_sge(0, 4096), r.dst.addr, r.dst.rkey)
+        .unwrap();
+    p.a.post_write(2, r.src_sge(4096, 4096), r.dst.addr + 4096, r.dst.rkey)
+        .unwrap();
+    let mut done = Vec::new();
+    assert!(p.run_until(10_000_000_000, |p| {
+        done.extend(p.a_completions());
+        done.len() == 2
+    }));
+    let got: Vec<(u64, WcStatus)> = done.iter().map(|c| (c.wr_id, c.status)).collect();
+    assert_eq!(
+        got,
+        vec![(1, WcStatus::RetryExceeded), (2, WcStatus::Flushed)]
+    );
+    assert_eq!(p.a.state(), ConnState::Error);
+    // 1 + 2 + 4 + 8 ms: the 4th expiry exceeds retry limit 3
+    assert_eq!(p.now_ns, 15_000_000);
+    assert_eq!(p.a.stats().timeouts, 4);
+    assert_eq!((p.a.stats().sent, p.net.sent), (0, 0));
+    assert_eq!(p.a.poll_timeout(), None);
+    assert_eq!(p.b.stats().received, 0);
+}
+
 #[test]
 fn a_denied_ev_carries_nothing() {
     let mut p = pair(NetConfig::default(), 4);

@@ -4,6 +4,8 @@
 
 use mrc_congestion::CcKind;
 use mrc_tests::transfer::{MsgKind, NetAct, Outage, OutageKind, Schedule, run};
+use mrc_transport::path::PathState;
+use mrc_transport::stats::DropReason;
 
 /// Found by `transfer`: the only EV black-holed for good from 0 and denied from
 /// 31.097 ms to 32.498 ms; DCQCN paces. While the EV was denied, `poll_timeout` kept
@@ -107,4 +109,72 @@ fn go_back_n_routes_around_dead_evs() {
     };
     let r = run(&two).unwrap();
     assert_eq!((r.succeeded, r.dark_from_ns), (3, None));
+}
+
+/// Found by `transfer` (go-back-N with permanent black holes, the fuzz restriction
+/// lifted): 4 EVs, EV 0 dark for good from 0 and EV 2 from 4 us, B's first datagram (its
+/// only NACK(NO_BITMAP)) lost, 64 KiB WRITE_IMM + 1-byte SEND + empty WRITE_IMM; every
+/// controller failed it with RetryExceeded, for two reasons:
+/// * the go-back-N receiver discards everything behind the hole, so the first RTO found
+///   all 258 packets unacknowledged and marked every EV that carried one `AssumedBad`,
+///   live EVs 1 and 3 included; with no `Good` EV left, the hole packet of every round
+///   went on a dead EV (avoiding the previous one: 2, 0, 2, ...) until the retry limit;
+/// * with pacing (DCQCN) the first round left over 6 us, and an RTO only resent packets
+///   sent an RTO ago: one packet per expiry, the RTO doubling each time.
+///
+/// Now an RTO in go-back-N mode resends everything in flight and blames only the lowest
+/// packet's EV: round 2 puts the hole on EV 2 (dark since 4 us), the second RTO blames
+/// EV 2, round 3 goes on EV 1 and everything is delivered.
+#[test]
+fn go_back_n_rto_goes_back_and_blames_only_the_hole_ev() {
+    let one = Schedule {
+        n_evs: 4,
+        mtu_payload_bytes: 256,
+        cc: CcKind::None,
+        go_back_n: true,
+        initial_psns: (4_261_367_328, 4_291_904_039),
+        msgs: vec![
+            (MsgKind::WriteImm, 65_535),
+            (MsgKind::Send, 1),
+            (MsgKind::WriteImm, 0),
+        ],
+        a_acts: vec![],
+        b_acts: vec![NetAct::Drop, NetAct::Deliver],
+        outages: vec![],
+        permanent: vec![(2, 4_000), (0, 0)],
+    };
+    for cc in CcKind::ALL {
+        let r = run(&Schedule { cc, ..one.clone() }).unwrap();
+        assert_eq!((r.succeeded, r.dark_from_ns), (3, None), "{cc:?}");
+        // RTO at 1 ms (initial), again 2 ms later (back-off), then the last round's SACKs
+        assert_eq!(r.end_ns, 3_010_158, "{cc:?}");
+        // 258 packets (256 + 1 + 1), three go-back rounds of all of them
+        assert_eq!(
+            (r.a_stats.sent, r.a_stats.retransmitted, r.a_stats.acked),
+            (774, 516, 258),
+            "{cc:?}"
+        );
+        assert_eq!(r.a_stats.sent_bytes, 65_536);
+        assert_eq!(r.a_stats.timeouts, 2, "{cc:?}");
+        assert_eq!(
+            (r.b_stats.received, r.b_stats.received_bytes),
+            (258, 65_536)
+        );
+        assert_eq!(r.b_stats.nacks_sent, 1, "{cc:?}");
+        assert_eq!(
+            r.b_stats.drops.get(DropReason::OutOfOrderGoBackN),
+            r.b_stats.drops.total()
+        );
+        // Behind the hole: round 1's 193 packets on EVs 1-3 and round 2's 161 not on EV 2;
+        // DCQCN paces round 1 over 6 us, so EV 2's packets after 4 us (22) never arrive.
+        let behind_hole = if cc == CcKind::Dcqcn { 332 } else { 354 };
+        assert_eq!(r.b_stats.drops.total(), behind_hole, "{cc:?}");
+        // one timeout blamed per RTO: EV 0, then EV 2
+        let timeouts: Vec<u64> = r.a_ev_stats.iter().map(|e| e.timeouts).collect();
+        assert_eq!(timeouts, vec![1, 0, 1, 0], "{cc:?}");
+        let acked: Vec<u64> = r.a_ev_stats.iter().map(|e| e.acked).collect();
+        assert_eq!(acked, vec![0, 162, 0, 96], "{cc:?}");
+        use PathState::{AssumedBad, Good};
+        assert_eq!(r.a_ev_states, vec![AssumedBad, Good, AssumedBad, Good]);
+    }
 }

@@ -79,7 +79,8 @@ pub struct EvStats {
     pub trimmed: u64,
     /// Data packets sent on this EV that arrived with ECN CE (from SACK ECN-CE counts).
     pub ecn_marked: u64,
-    /// Packets sent on this EV declared lost by the RTO.
+    /// Packets sent on this EV declared lost by the RTO (go-back-N: only the lowest packet
+    /// of each expiry, the one whose loss the silence implies).
     pub timeouts: u64,
     /// Packets sent on this EV declared lost by time-based (RACK) detection.
     pub lost: u64,

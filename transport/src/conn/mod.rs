@@ -104,6 +104,7 @@ impl<C: Controller> Connection<C> {
         // A go-back-N receiver drops everything after a hole, so a probe of the highest
         // in-flight packet tells nothing: go-back-N relies on NACK and RTO, like RoCE RC.
         send_cfg.tlp &= !cfg.go_back_n;
+        send_cfg.go_back_n = cfg.go_back_n;
         let send = SendState::new(cfg.initial_psn, send_cfg);
         let rwin = RecvWindow::new(crate::psn::Psn::new(0), cfg.recv_window_packets);
         let rx = RxMessages::new(cfg.max_rx_messages);
@@ -219,9 +220,24 @@ impl<C: Controller> Connection<C> {
         &self.paths
     }
 
-    /// The datapath reports `ev` down (`true`) or up (`false`).
+    /// The datapath reports `ev` down (`true`) or up (`false`). While every EV is down
+    /// nothing is sent, but the RTO keeps running from when work began to wait (the next
+    /// `poll_transmit` or `handle_timeout` notes it): after the retry limit the work
+    /// requests fail with [`WcStatus::RetryExceeded`] and the connection goes to `Error`,
+    /// as with every EV black-holed.
     pub fn set_ev_denied(&mut self, ev: u32, denied: bool) {
         self.paths.set_denied(ev, denied);
+        if self.paths.any_usable() {
+            self.send.on_unblocked();
+        }
+    }
+
+    /// Notes at `now_ns` that work waits which no EV can carry (every EV denied), so the
+    /// RTO runs (see [`SendState::on_blocked`]).
+    pub(super) fn note_blocked(&mut self, now_ns: u64) {
+        if !self.paths.any_usable() && self.send.next_tx(self.cc.cwnd_bytes()).is_some() {
+            self.send.on_blocked(now_ns);
+        }
     }
 
     /// The congestion controller.
@@ -412,6 +428,7 @@ impl<C: Controller> Connection<C> {
         if l.lost_packets > 0 {
             self.cc.on_loss(now_ns, l.lost_bytes);
         }
+        self.note_blocked(now_ns);
         self.drain_send_completions();
     }
 }

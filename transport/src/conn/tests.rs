@@ -701,3 +701,147 @@ fn go_back_n_nack_takes_the_losing_ev_out_of_rotation() {
         ]
     );
 }
+
+/// Drives `a` alone by its timers (every datagram it sends is lost) until `poll_timeout`
+/// is `None`; returns the times `handle_timeout` ran and the data packets sent.
+fn run_timers_alone(a: &mut Conn, mut now: u64) -> (Vec<u64>, u64) {
+    let mut buf = vec![0u8; 8192];
+    let mut fired = Vec::new();
+    let mut data = 0;
+    loop {
+        while let Some(t) = a.poll_transmit(now, &mut buf) {
+            if PacketRepr::parse(&buf[..t.len])
+                .unwrap()
+                .bth
+                .opcode
+                .is_data()
+            {
+                data += 1;
+            }
+        }
+        let Some(t) = a.poll_timeout() else {
+            return (fired, data);
+        };
+        assert!(t >= now, "timer in the past: {t} < {now}");
+        now = t;
+        a.handle_timeout(now);
+        fired.push(now);
+        assert!(fired.len() < 100, "timers keep firing: {fired:?}");
+    }
+}
+
+#[test]
+fn every_ev_denied_before_posting_fails_after_the_retry_limit() {
+    let (mut a, _b) = pair();
+    for ev in 100..104 {
+        a.set_ev_denied(ev, true);
+    }
+    let src = fill(&mut a, 2 * 4096, 3);
+    for (wr_id, off) in [(1, 0), (2, 4096)] {
+        let sge = Sge {
+            lkey: src.lkey,
+            addr: src.addr + off,
+            len: 4096,
+        };
+        a.post_write(wr_id, sge, 0x1000, 0x77).unwrap();
+    }
+    // nothing waits before the first poll notes it
+    assert_eq!(a.poll_timeout(), None);
+    let t0 = 250_000;
+    let (fired, data) = run_timers_alone(&mut a, t0);
+    // initial RTO 1 ms from t0, back-off 2, 4, ... 64 ms; the 8th expiry (retry limit 7)
+    // fails: t0 + (1 + 2 + 4 + 8 + 16 + 32 + 64 + 100) ms, the last clamped to max_rto
+    let want: Vec<u64> = [1, 3, 7, 15, 31, 63, 127, 227]
+        .iter()
+        .map(|ms| t0 + ms * 1_000_000)
+        .collect();
+    assert_eq!(fired, want);
+    assert_eq!(data, 0);
+    assert_eq!(a.stats().timeouts, 8);
+    assert_eq!(a.stats().sent, 0);
+    assert_eq!(a.state(), ConnState::Error);
+    let got: Vec<(u64, WcStatus)> = std::iter::from_fn(|| a.poll_completion())
+        .map(|c| (c.wr_id, c.status))
+        .collect();
+    assert_eq!(
+        got,
+        vec![(1, WcStatus::RetryExceeded), (2, WcStatus::Flushed)]
+    );
+    assert_eq!(a.poll_timeout(), None);
+}
+
+#[test]
+fn denial_after_sending_keeps_the_rto_running_into_the_retry_limit() {
+    let mut cfg_a = cfg(0x11, 0xFF_FFF0, 1);
+    cfg_a.send.retry_limit = 2;
+    let mut a = Connection::new(cfg_a, FixedWindowConfig::default().build()).unwrap();
+    a.connect(PeerParams {
+        qpn: 0x22,
+        initial_psn: Psn::new(100),
+        generation: 7,
+    })
+    .unwrap();
+    let src = fill(&mut a, 4096, 4);
+    let sge = Sge {
+        lkey: src.lkey,
+        addr: src.addr,
+        len: 4096,
+    };
+    a.post_write(9, sge, 0x1000, 0x77).unwrap();
+    let mut buf = vec![0u8; 8192];
+    assert!(a.poll_transmit(10_000, &mut buf).is_some());
+    assert!(a.poll_transmit(10_000, &mut buf).is_none());
+    for ev in 100..104 {
+        a.set_ev_denied(ev, true);
+    }
+    // the packet in flight (lost) expires at 10 us + 1 ms; the retransmission cannot
+    // leave, so the next expiries are 2 ms and 4 ms later; the third fails (limit 2)
+    let (fired, data) = run_timers_alone(&mut a, 10_000);
+    assert_eq!(fired, vec![1_010_000, 3_010_000, 7_010_000]);
+    assert_eq!(data, 0);
+    assert_eq!(a.stats().timeouts, 3);
+    assert_eq!((a.stats().sent, a.stats().retransmitted), (1, 0));
+    let c = a.poll_completion().unwrap();
+    assert_eq!((c.wr_id, c.status), (9, WcStatus::RetryExceeded));
+    assert_eq!(a.state(), ConnState::Error);
+}
+
+#[test]
+fn an_ev_back_up_before_the_limit_resumes_and_completes() {
+    let (mut a, mut b) = pair();
+    for ev in 100..104 {
+        a.set_ev_denied(ev, true);
+    }
+    let src = fill(&mut a, 4096, 5);
+    let dst = b
+        .regions_mut()
+        .register(4096, Access::REMOTE_WRITE)
+        .unwrap();
+    let sge = Sge {
+        lkey: src.lkey,
+        addr: src.addr,
+        len: 4096,
+    };
+    a.post_write(3, sge, dst.addr, dst.rkey).unwrap();
+    let mut buf = vec![0u8; 8192];
+    assert!(a.poll_transmit(0, &mut buf).is_none());
+    assert_eq!(a.send_state().blocked_since_ns(), Some(0));
+    assert_eq!(a.poll_timeout(), Some(1_000_000));
+    a.handle_timeout(1_000_000);
+    assert_eq!(a.stats().timeouts, 1);
+    // backed off: the next expiry 2 ms after the first
+    assert_eq!(a.poll_timeout(), Some(3_000_000));
+    a.set_ev_denied(102, false);
+    assert_eq!(a.send_state().blocked_since_ns(), None);
+    assert_eq!(a.poll_timeout(), None);
+    let sent = exchange(2_000_000, &mut a, &mut b, &mut pass);
+    assert_eq!(sent, vec![Opcode::RdmaWriteOnly]);
+    let c = a.poll_completion().unwrap();
+    assert_eq!(
+        (c.wr_id, c.status, c.byte_len),
+        (3, WcStatus::Success, 4096)
+    );
+    assert_eq!(a.paths().get(2).unwrap().stats.sent, 1);
+    assert_eq!(a.state(), ConnState::Ready);
+    assert_eq!(a.poll_timeout(), None);
+}

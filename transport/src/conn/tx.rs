@@ -148,6 +148,12 @@ impl<C: Controller> Connection<C> {
     }
 
     fn poll_data(&mut self, now_ns: u64, buf: &mut [u8]) -> Option<Transmit> {
+        if !self.paths.any_usable() {
+            // before the pacing check: a release time in the future is no timer while
+            // every EV is denied, so the wait must start now
+            self.note_blocked(now_ns);
+            return None;
+        }
         if now_ns < self.next_send_ns {
             return None;
         }

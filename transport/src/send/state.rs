@@ -53,6 +53,12 @@ pub struct SendConfig {
     /// The longest the peer delays a SACK, ns (its `AckConfig::max_ack_delay_ns`); added to
     /// the probe timeout. Default 10 us.
     pub peer_max_ack_delay_ns: u64,
+    /// The peer is a go-back-N receiver (it discards everything behind a hole), so an RTO
+    /// resends every packet in flight (RoCE RC: retransmit from the oldest unacknowledged
+    /// PSN) and blames only the EV of the lowest one: the silence about later packets says
+    /// nothing about their EVs. The connection sets it from `ConnConfig::go_back_n`.
+    /// Default off.
+    pub go_back_n: bool,
 }
 
 impl Default for SendConfig {
@@ -67,6 +73,7 @@ impl Default for SendConfig {
             retry_limit: 7,
             tlp: true,
             peer_max_ack_delay_ns: 10_000,
+            go_back_n: false,
         }
     }
 }
@@ -216,6 +223,9 @@ pub struct SendState {
     last_transmit_ns: u64,
     /// A tail loss probe was sent and nothing new has been acknowledged since.
     tlp_outstanding: bool,
+    /// Since when work has waited that no EV can carry (every EV denied): the RTO runs
+    /// from here while nothing is in flight, so the retry limit still applies.
+    blocked_since_ns: Option<u64>,
     completions: VecDeque<Completion>,
     failed: bool,
 }
@@ -243,6 +253,7 @@ impl SendState {
             in_flight_pkts: 0,
             last_transmit_ns: 0,
             tlp_outstanding: false,
+            blocked_since_ns: None,
             completions: VecDeque::new(),
             failed: false,
         }
@@ -380,6 +391,7 @@ impl SendState {
     /// `ev` with send timestamp `ts32`.
     pub fn on_transmit(&mut self, tx: &TxPacket, now_ns: u64, ev: usize, ts32: u32) {
         let ev16 = u16::try_from(ev).unwrap_or(u16::MAX);
+        self.blocked_since_ns = None;
         if tx.retransmit {
             self.rtx.remove(&tx.seq);
             if let Some(p) = self.packet_mut(tx.seq) {
@@ -661,22 +673,57 @@ impl SendState {
         best
     }
 
-    /// When the RTO fires: the RTO with back-off after the later of the oldest in-flight
-    /// packet's send time and the latest acknowledgement of new data (RFC 6298 5.3: the
-    /// timer restarts whenever new data is acknowledged, so a standing queue that still
-    /// drains does not fire it); `None` when nothing is in flight.
+    /// When the RTO fires: the RTO with back-off after the later of the timer's start and
+    /// the latest acknowledgement of new data (RFC 6298 5.3: the timer restarts whenever
+    /// new data is acknowledged, so a standing queue that still drains does not fire it).
+    /// The timer starts at the oldest in-flight packet's send time or, with nothing in
+    /// flight, when work began to wait for an EV (see [`SendState::on_blocked`]); `None`
+    /// when neither holds.
     pub fn rto_deadline_ns(&self) -> Option<u64> {
         if self.failed {
             return None;
         }
-        self.oldest_in_flight_ns()
-            .map(|t| t.max(self.last_progress_ns).saturating_add(self.rto_ns()))
+        let start = match (self.oldest_in_flight_ns(), self.blocked_since_ns) {
+            (Some(a), Some(b)) => a.min(b),
+            (a, b) => a.or(b)?,
+        };
+        Some(
+            start
+                .max(self.last_progress_ns)
+                .saturating_add(self.rto_ns()),
+        )
+    }
+
+    /// Work is waiting ([`SendState::next_tx`] has a packet) but no EV can carry it (the
+    /// datapath denied every EV) at `now_ns`. From the first such call until a packet
+    /// leaves (or [`SendState::on_unblocked`]) the RTO runs although nothing is in flight,
+    /// as an RC QP's retry timer runs while its port is down: each expiry counts against
+    /// the retry limit, and past it the work requests fail with
+    /// [`WcStatus::RetryExceeded`] instead of waiting for good.
+    pub fn on_blocked(&mut self, now_ns: u64) {
+        if !self.failed && self.blocked_since_ns.is_none() {
+            self.blocked_since_ns = Some(now_ns);
+        }
+    }
+
+    /// An EV can carry packets again: the wait that [`SendState::on_blocked`] started is
+    /// over (the RTO runs from the next transmission again).
+    pub fn on_unblocked(&mut self) {
+        self.blocked_since_ns = None;
+    }
+
+    /// Since when work has waited for an EV ([`SendState::on_blocked`]), ns.
+    pub fn blocked_since_ns(&self) -> Option<u64> {
+        self.blocked_since_ns
     }
 
     /// The RTO timer at `now_ns`: if it expired, every in-flight packet sent at least one
-    /// RTO ago is declared lost (queued, its EV `AssumedBad`, a timeout counted per EV), the
-    /// back-off doubles, and past the retry limit every work request fails
+    /// RTO ago is declared lost (queued, its EV `AssumedBad`, a timeout counted per EV;
+    /// with [`SendConfig::go_back_n`] every in-flight packet, and only the lowest one's EV
+    /// is blamed), the back-off doubles, and past the retry limit every work request fails
     /// ([`WcStatus::RetryExceeded`] for the oldest, [`WcStatus::Flushed`] for the rest).
+    /// An expiry with nothing in flight (every EV denied, see [`SendState::on_blocked`])
+    /// declares nothing lost but counts against the retry limit all the same.
     pub fn on_rto(
         &mut self,
         now_ns: u64,
@@ -693,14 +740,23 @@ impl SendState {
         let rto = self.rto_ns();
         stats.timeouts += 1;
         self.rto_backoff += 1;
+        if self.blocked_since_ns.is_some() {
+            // still nothing can leave: the next expiry is one (backed-off) RTO from now
+            self.blocked_since_ns = Some(now_ns);
+        }
         if self.rto_backoff > self.cfg.retry_limit {
             self.fail_all(WcStatus::RetryExceeded);
             out.failed = true;
             return out;
         }
+        let go_back_n = self.cfg.go_back_n;
         for seq in self.snd_una..self.snd_nxt {
             let Some(p) = self.packet_mut(seq) else { break };
-            if p.state != PktState::InFlight || p.last_sent_ns.saturating_add(rto) > now_ns {
+            // Go-back-N: the receiver dropped everything behind the hole, so every packet
+            // in flight goes back, not only those sent an RTO ago (with pacing, one per
+            // expiry would leave at the doubling RTO until the retry limit).
+            let young = !go_back_n && p.last_sent_ns.saturating_add(rto) > now_ns;
+            if p.state != PktState::InFlight || young {
                 continue;
             }
             p.state = PktState::Queued;
@@ -708,12 +764,18 @@ impl SendState {
             let (len, ev) = (p.len, usize::from(p.last_ev));
             self.rtx.insert(seq);
             self.in_flight_pkts -= 1;
+            // Go-back-N: the receiver dropped every packet behind the hole whatever EV
+            // carried it, so only the lowest expired packet's EV is suspect; blaming the
+            // others would take live EVs out of rotation and leave the next round only
+            // dead or unproven ones to start on.
+            if out.lost_packets == 0 || !go_back_n {
+                if let Some(path) = paths.get_mut(ev) {
+                    path.stats.timeouts += 1;
+                }
+                paths.on_loss(ev, now_ns);
+            }
             out.lost_packets += 1;
             out.lost_bytes += u64::from(len);
-            if let Some(path) = paths.get_mut(ev) {
-                path.stats.timeouts += 1;
-            }
-            paths.on_loss(ev, now_ns);
         }
         out
     }
@@ -803,6 +865,7 @@ impl SendState {
         self.bytes_in_flight = 0;
         self.in_flight_pkts = 0;
         self.rack_timer_ns = None;
+        self.blocked_since_ns = None;
         self.failed = true;
     }
 

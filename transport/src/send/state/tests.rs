@@ -360,3 +360,66 @@ fn out_of_window_nack_shrinks_the_outstanding_limit_and_holds_the_resend() {
     // a later NACK never raises the limit
     assert_eq!(r.st.on_out_of_window(19), 15);
 }
+
+#[test]
+fn go_back_n_rto_resends_everything_in_flight_and_blames_the_lowest_ev() {
+    let mut r = Rig::new(0, &[0, 1, 2, 3]);
+    r.st = SendState::new(
+        Psn::new(0),
+        SendConfig {
+            go_back_n: true,
+            ..SendConfig::default()
+        },
+    );
+    r.st.post(spec(1, 4 * MTU));
+    // paced: one packet every 100 us on EVs 0, 1, 2, 3
+    for k in 0..4u64 {
+        assert_eq!(r.send(k * 100_000, 1), vec![(k, k as usize)]);
+    }
+    assert_eq!(r.st.rto_deadline_ns(), Some(1_000_000));
+    let l = r.st.on_rto(1_000_000, &mut r.paths, &mut r.stats);
+    // all four go back although three were sent less than an RTO ago
+    assert_eq!(
+        l,
+        LossOutcome {
+            lost_packets: 4,
+            lost_bytes: 4 * 4096,
+            failed: false
+        }
+    );
+    assert_eq!(
+        r.st.retransmit_queue().collect::<Vec<_>>(),
+        vec![0, 1, 2, 3]
+    );
+    assert_eq!(r.st.in_flight_packets(), 0);
+    // only EV 0 (the hole's) is blamed
+    let states: Vec<_> = r.paths.paths().iter().map(|p| p.state).collect();
+    assert_eq!(
+        states,
+        vec![
+            PathState::AssumedBad,
+            PathState::Good,
+            PathState::Good,
+            PathState::Good
+        ]
+    );
+    let timeouts: Vec<u64> = r.paths.paths().iter().map(|p| p.stats.timeouts).collect();
+    assert_eq!(timeouts, vec![1, 0, 0, 0]);
+    assert_eq!(r.stats.timeouts, 1);
+    // the hole avoids EV 0: round-robin resumes at EV 1
+    assert_eq!(r.send(1_000_000, 4), vec![(0, 1), (1, 2), (2, 3), (3, 1)]);
+}
+
+#[test]
+fn selective_repeat_rto_resends_only_packets_an_rto_old() {
+    let mut r = Rig::new(0, &[0, 1, 2, 3]);
+    r.st.post(spec(1, 4 * MTU));
+    for k in 0..4u64 {
+        r.send(k * 100_000, 1);
+    }
+    let l = r.st.on_rto(1_000_000, &mut r.paths, &mut r.stats);
+    assert_eq!(l.lost_packets, 1);
+    assert_eq!(r.st.retransmit_queue().collect::<Vec<_>>(), vec![0]);
+    assert_eq!(r.paths.state_of(0), Some(PathState::AssumedBad));
+    assert_eq!(r.paths.state_of(1), Some(PathState::Good));
+}
