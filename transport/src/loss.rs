@@ -3,7 +3,8 @@
 //! - [`RttEstimator`]: RFC 6298 section 2 (SRTT, RTTVAR, `RTO = SRTT + 4 RTTVAR`, clamped
 //!   to `[min_rto_ns, max_rto_ns]`) plus the minimum RTT seen.
 //! - [`Rack`]: RFC 8985 (RACK-TLP) reduced to its core rule: a packet is lost when a packet
-//!   *sent after it* has been acknowledged and more than `rtt + reorder_window` has passed
+//!   *sent after it* (at a later ns: packets of one burst, handed out at the same `now`, may
+//!   leave in any order) has been acknowledged and more than `rtt + reorder_window` has passed
 //!   since it was sent. Because the rule compares send times, not sequence numbers, a packet
 //!   that is merely slower (on a longer EV) is not declared lost while it is still within
 //!   the reorder window, which is what spraying over paths of different delay needs. The
@@ -72,7 +73,8 @@ impl RttEstimator {
 pub struct Rack {
     /// Send time (ns) of the latest-sent acknowledged packet; 0 if none.
     pub xmit_ns: u64,
-    /// Its sequence number (breaks ties between packets sent at the same ns).
+    /// Its sequence number (orders acknowledged packets sent at the same ns, so `seq` is
+    /// the highest of its burst; it bounds the scan of [`Rack::overtaken`] candidates).
     pub seq: u64,
     /// RTT (ns) measured on that packet (`now - sent` at its acknowledgement).
     pub rtt_ns: u64,
@@ -93,10 +95,18 @@ impl Rack {
         }
     }
 
-    /// Whether a packet sent at `sent_ns` (sequence `seq`) was overtaken by an
-    /// acknowledged one.
-    pub fn overtaken(&self, sent_ns: u64, seq: u64) -> bool {
-        (sent_ns, seq) < (self.xmit_ns, self.seq)
+    /// Whether a packet sent at `sent_ns` was overtaken by an acknowledged one: the
+    /// acknowledged packet was sent *strictly later*.
+    ///
+    /// Packets handed out at the same `now` form one burst, and a datapath may emit a
+    /// burst in another order than its sequence order: the UDP datapath groups a burst per
+    /// EV socket (one `UDP_SEGMENT` send each), so with 16 EVs the last packet of the
+    /// burst can leave first. Unlike RFC 8985's tie-break on the sequence number (right
+    /// for TCP, whose TSO segments leave in order), a packet is therefore never overtaken
+    /// by one of its own burst; the next burst's packets, which the datapath emits after
+    /// the whole burst, overtake it.
+    pub fn overtaken(&self, sent_ns: u64) -> bool {
+        sent_ns < self.xmit_ns
     }
 
     /// When an overtaken packet sent at `sent_ns` counts as lost.
@@ -149,10 +159,19 @@ mod tests {
         // retransmitted packets give no sample
         k.on_ack(9_000, 1, 30_000, true);
         assert_eq!(k.seq, 4);
-        assert!(k.overtaken(4_000, 3));
-        assert!(k.overtaken(5_000, 3));
-        assert!(!k.overtaken(5_000, 4));
-        assert!(!k.overtaken(6_000, 5));
+        assert!(k.overtaken(4_000));
+        assert!(!k.overtaken(6_000));
         assert_eq!(k.deadline_ns(4_000, 2_000), 26_000);
+    }
+
+    #[test]
+    fn a_packet_is_not_overtaken_by_one_of_its_own_burst() {
+        // Sequences 3 and 4 were handed out at the same ns (one datapath burst, which the
+        // UDP datapath may emit as 4 before 3): the acknowledgement of 4 overtakes
+        // nothing of that burst, only packets sent strictly earlier.
+        let mut k = Rack::default();
+        k.on_ack(5_000, 4, 25_000, false);
+        assert!(!k.overtaken(5_000));
+        assert!(k.overtaken(4_999));
     }
 }

@@ -615,7 +615,7 @@ impl SendState {
         let rack = self.rack;
         for seq in self.snd_una..end {
             let Some(p) = self.packet_mut(seq) else { break };
-            if p.state != PktState::InFlight || !rack.overtaken(p.last_sent_ns, seq) {
+            if p.state != PktState::InFlight || !rack.overtaken(p.last_sent_ns) {
                 continue;
             }
             let deadline = rack.deadline_ns(p.last_sent_ns, reo);

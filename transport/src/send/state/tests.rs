@@ -226,8 +226,9 @@ fn acceptance_5_early_loss_then_late_original_is_spurious() {
     // a SACK echoing the retransmission would not have been spurious
     let mut r2 = Rig::new(0, &[0, 1]);
     r2.st.post(spec(1, 2 * MTU));
-    r2.send(0, 2);
-    r2.sack(10_000, 0, 0, 0b10, Some((1, 0)));
+    r2.send(0, 1);
+    r2.send(1_000, 1);
+    r2.sack(10_000, 0, 0, 0b10, Some((1, 1_000)));
     r2.st.detect_losses(60_000, &mut r2.paths, &mut r2.stats);
     let tx = r2.st.next_tx(u64::MAX).unwrap();
     r2.st.on_transmit(&tx, 60_000, 1, 60_000);
@@ -359,4 +360,30 @@ fn out_of_window_nack_shrinks_the_outstanding_limit_and_holds_the_resend() {
     assert_eq!((tx.seq, tx.retransmit), (16, true));
     // a later NACK never raises the limit
     assert_eq!(r.st.on_out_of_window(19), 15);
+}
+
+#[test]
+fn a_burst_reordered_by_the_datapath_declares_no_loss() {
+    // 16 packets handed out at the same ns (one engine burst over 16 EVs); the UDP
+    // datapath groups them per EV socket, so packet 15 can arrive and be SACKed first.
+    let evs: Vec<u32> = (0..16).collect();
+    let mut r = Rig::new(0, &evs);
+    r.st.post(spec(1, 32 * MTU));
+    assert_eq!(r.send(10_000, 16).len(), 16);
+    // Only PSN 15 arrived so far; long after every deadline, nothing of its burst is lost.
+    r.sack(20_000, 0, 0, 1 << 15, Some((15, 10_000)));
+    let l = r.st.detect_losses(10_000_000, &mut r.paths, &mut r.stats);
+    assert_eq!(l, LossOutcome::default());
+    assert_eq!(r.st.rack_timer_ns(), None);
+    assert_eq!(r.stats.rack_losses, 0);
+    // A packet of the next burst (sent 1 us later) SACKed at 30 us overtakes the 15 still
+    // unacknowledged ones: lost at their send time 10 us + 19 us (the RTT of PSN 16) +
+    // 50 us (reorder window).
+    assert_eq!(r.send(11_000, 1), vec![(16, 0)]);
+    r.sack(30_000, 0, 0, (1 << 15) | (1 << 16), Some((0, 11_000)));
+    let l = r.st.detect_losses(78_999, &mut r.paths, &mut r.stats);
+    assert_eq!(l.lost_packets, 0);
+    assert_eq!(r.st.rack_timer_ns(), Some(79_000));
+    let l = r.st.detect_losses(79_000, &mut r.paths, &mut r.stats);
+    assert_eq!((l.lost_packets, l.lost_bytes), (15, 15 * 4096));
 }
