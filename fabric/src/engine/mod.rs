@@ -660,8 +660,10 @@ impl Qp {
         })
     }
 
-    /// Client side of the TCP bootstrap: connects to `server`, exchanges [`QpInfo`], then
-    /// [`Qp::connect`]s.
+    /// Client side of the TCP bootstrap: connects to `server`, exchanges [`QpInfo`],
+    /// [`Qp::connect`]s, then waits until the peer's QP is connected too
+    /// ([`bootstrap::ready`]), so a work request posted after it returns is not lost to
+    /// an unconnected peer.
     ///
     /// # Errors
     /// [`EngineError::Bootstrap`] (refused, timed out, bad peer), as [`Qp::connect`].
@@ -670,8 +672,9 @@ impl Qp {
         server: impl ToSocketAddrs + std::fmt::Debug,
         timeout: Duration,
     ) -> Result<Connected, EngineError> {
-        let (remote, udp, stream) = bootstrap::connect(server, &self.local_info(), timeout)?;
+        let (remote, udp, mut stream) = bootstrap::connect(server, &self.local_info(), timeout)?;
         let source_ports = self.connect(&remote, udp)?;
+        bootstrap::ready(&mut stream)?;
         Ok(Connected {
             remote,
             udp,
@@ -681,7 +684,7 @@ impl Qp {
     }
 
     /// Server side of the TCP bootstrap: accepts one client on `listener`, exchanges
-    /// [`QpInfo`], then [`Qp::connect`]s.
+    /// [`QpInfo`], [`Qp::connect`]s, then waits for the peer's [`bootstrap::ready`].
     ///
     /// # Errors
     /// As [`Qp::connect_tcp`].
@@ -690,8 +693,9 @@ impl Qp {
         listener: &TcpListener,
         timeout: Duration,
     ) -> Result<Connected, EngineError> {
-        let (remote, udp, stream) = bootstrap::accept(listener, &self.local_info(), timeout)?;
+        let (remote, udp, mut stream) = bootstrap::accept(listener, &self.local_info(), timeout)?;
         let source_ports = self.connect(&remote, udp)?;
+        bootstrap::ready(&mut stream)?;
         Ok(Connected {
             remote,
             udp,
@@ -701,7 +705,8 @@ impl Qp {
     }
 
     /// The bootstrap on a TCP stream the application already opened (either side):
-    /// exchanges [`QpInfo`], then [`Qp::connect`]s.
+    /// exchanges [`QpInfo`], [`Qp::connect`]s, then waits for the peer's
+    /// [`bootstrap::ready`].
     ///
     /// # Errors
     /// As [`Qp::connect_tcp`].
@@ -710,8 +715,9 @@ impl Qp {
         stream: TcpStream,
         timeout: Duration,
     ) -> Result<Connected, EngineError> {
-        let (remote, udp, stream) = bootstrap::exchange(stream, &self.local_info(), timeout)?;
+        let (remote, udp, mut stream) = bootstrap::exchange(stream, &self.local_info(), timeout)?;
         let source_ports = self.connect(&remote, udp)?;
+        bootstrap::ready(&mut stream)?;
         Ok(Connected {
             remote,
             udp,
