@@ -4,12 +4,14 @@
 #
 #   testbed/proof.sh [spread|failure|loss|all]   (root; builds mrc-perf --release first)
 #
-# spread:  16 EVs, plain ECMP routing vs --srv6 srh vs --srv6 usid: bytes each spine
-#          received from leaf0 (the data direction), mean and worst deviation.
+# spread:  16 EVs, plain ECMP routing vs --srv6 srh vs --srv6 usid (header from the
+#          socket, and from the host's steering route with --srv6-via route): bytes each
+#          spine received from leaf0 (the data direction), mean and worst deviation;
+#          RUNS (default 3) runs of each.
 # failure: --srv6 srh --verify; the leaf0-spine1 link goes down once spine1 has carried
 #          8 MB; the run must finish exact, EVs 1, 5, 9, 13 ASSUMED_BAD.
-# loss:    nftables drops PCT% of the packets leaf1 sends to host1; mrc (plain and srh)
-#          goodput beside iperf3 TCP over the same path, for each PCT.
+# loss:    nftables drops PCT% of the packets leaf1 sends to host1; mrc (plain, srh via
+#          socket, srh via route) goodput beside iperf3 TCP over the same path, for each PCT.
 # Everything runs under `timeout`; the fabric is torn down on exit, even on failure.
 set -Eeuo pipefail
 cd "$(dirname "$0")/.."
@@ -20,7 +22,9 @@ N=${N:-2000}
 LOSSES=${LOSSES:-"0 1 2 5"}
 DUR=${DUR:-4}
 [ "$(id -u)" = 0 ] || { echo "proof.sh: must run as root" >&2; exit 1; }
-cargo build -q --release -p mrc-examples --bin mrc-perf
+RUNS=${RUNS:-3}
+cargo build -q --release -p mrc-examples --bin mrc-perf --bin mrc-sim
+export MRCTB_SIM=$PWD/target/release/mrc-sim
 trap '"$T" down >/dev/null' EXIT
 "$T" down >/dev/null
 "$T" up
@@ -38,17 +42,24 @@ run_mrc() {
 }
 
 spread() {
-  local mode a b j
+  local mode a b j r args
   echo "== spread: 16 EVs, $N x 64 KiB, --verify; bytes each spine received from leaf0"
-  for mode in plain srh usid; do
+  for mode in plain srh usid srh-route usid-route; do
+   for r in $(seq "$RUNS"); do
+    case $mode in
+      plain) args=() ;;
+      *-route) args=(--srv6 "${mode%-route}" --srv6-via route) ;;
+      *) args=(--srv6 "$mode") ;;
+    esac
     mapfile -t a < <(spine_rx)
-    if [ $mode = plain ]; then run_mrc --verify -n "$N"; else run_mrc --verify -n "$N" --srv6 $mode; fi
+    run_mrc --verify -n "$N" "${args[@]}"
     mapfile -t b < <(spine_rx)
     local d=() 
     for j in 0 1 2 3; do d+=($((b[j] - a[j]))); done
-    printf '%-6s s0 %11d  s1 %11d  s2 %11d  s3 %11d  ' "$mode" "${d[@]}"
+    printf '%-10s s0 %11d  s1 %11d  s2 %11d  s3 %11d  ' "$mode" "${d[@]}"
     printf '%s\n' "${d[@]}" | awk '{s+=$1; v[NR]=$1} END {m=s/NR; w=0; for(i in v){x=(v[i]-m)/m*100; if(x<0)x=-x; if(x>w)w=x}; printf "mean %d  worst deviation %.2f%%\n", m, w}'
-    grep -E '^ (verify|total):' /tmp/mrctb-cli.out
+    grep -E '^ (verify|total):|^ 65536' /tmp/mrctb-cli.out
+   done
   done
 }
 
@@ -76,21 +87,24 @@ loss() {
   command -v nft >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nftables >/dev/null
   command -v iperf3 >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iperf3 >/dev/null
   echo "== loss on leaf1 -> host1 (nft numgen random mod 100 < PCT drop), ${DUR}s each, MB/s of goodput"
-  printf '%5s %12s %12s %12s %16s\n' loss% mrc-plain mrc-srh tcp-iperf3 tcp-retransmits
-  local pct m1 m2 tcp
+  printf '%5s %12s %12s %14s %12s %16s\n' loss% mrc-plain mrc-srh mrc-srh-route tcp-iperf3 tcp-retransmits
+  local pct m1 m2 m3 tcp
   for pct in $LOSSES; do
     "$T" loss "$pct"
     run_mrc -D "$DUR" --timeout 10 || true
     m1=$(awk '/^ 65536/ {print $4}' /tmp/mrctb-cli.out)
     run_mrc -D "$DUR" --timeout 10 --srv6 srh || true
     m2=$(awk '/^ 65536/ {print $4}' /tmp/mrctb-cli.out)
+    grep -q "RetryExceeded" /tmp/mrctb-cli.out /tmp/mrctb-srv.out && echo "srh at $pct%: RetryExceeded" >&2
+    run_mrc -D "$DUR" --timeout 10 --srv6 srh --srv6-via route || true
+    m3=$(awk '/^ 65536/ {print $4}' /tmp/mrctb-cli.out)
     timeout 30 "$T" exec h1 iperf3 -s -1 -B "$H1" -p 5299 >/dev/null 2>&1 &
     local ip=$!
     sleep 0.5
     timeout 30 "$T" exec h0 iperf3 -c "$H1" -p 5299 -t "$DUR" -J >/tmp/mrctb-iperf.json 2>&1 || true
     wait $ip || true
     tcp=$(python3 -c 'import json,sys; j=json.load(open("/tmp/mrctb-iperf.json")); e=j["end"]; print("%.2f %d" % (e["sum_received"]["bits_per_second"]/8e6, e["sum_sent"].get("retransmits",0)))' 2>/dev/null || echo "failed -")
-    printf '%5s %12s %12s %12s %16s\n' "$pct" "${m1:-failed}" "${m2:-failed}" $tcp
+    printf '%5s %12s %12s %14s %12s %16s\n' "$pct" "${m1:-failed}" "${m2:-failed}" "${m3:-failed}" $tcp
   done
   "$T" loss off
 }

@@ -188,6 +188,7 @@ fn ports_distinct_across_connections_and_exhaustion_is_typed() {
         evs: (0..16).collect(),
         evs_per_socket: 4,
         srh: Vec::new(),
+        marks: Vec::new(),
     };
     let c1 = a.open_conn(b.local_addr(), &paths).unwrap();
     let c2 = a
@@ -255,6 +256,7 @@ fn sticky_srh_is_set_per_socket() {
         evs: vec![0, 1, 2],
         evs_per_socket: 1,
         srh: vec![s1.clone(), s2.clone()],
+        marks: Vec::new(),
     };
     let c = a.open_conn(b.local_addr(), &paths).unwrap();
     let want1 = mrc_fabric::udp::srh_bytes(&s1).unwrap();
@@ -272,7 +274,8 @@ fn sticky_srh_is_set_per_socket() {
             &PathMap {
                 evs: vec![0],
                 evs_per_socket: 1,
-                srh: vec![s1]
+                srh: vec![s1],
+                marks: Vec::new(),
             }
         ),
         Err(DatapathError::BadPathMap(_))

@@ -156,6 +156,12 @@ pub struct TestOpts {
     /// through the same spines. Without it, plain routing.
     #[arg(long, value_enum, global = true)]
     pub srv6: Option<super::srv6::Srv6Mode>,
+    /// Where --srv6 puts the header on: `socket` (a sticky IPV6_RTHDR per EV socket) or
+    /// `route` (the EV socket's firewall mark selects the host's steering table, whose
+    /// route adds it: `encap seg6 mode inline`, installed by mrc-testbed.sh; keeps UDP GSO
+    /// and checksum offload).
+    #[arg(long = "srv6-via", value_enum, default_value_t = super::srv6::Srv6Via::Socket, global = true)]
+    pub srv6_via: super::srv6::Srv6Via,
     /// RTO floor, us (the transport's RFC 6298 clamp; the initial RTO is 4 times it). An
     /// engine sharing its cores with other work is descheduled for milliseconds, which
     /// fires spurious RTOs below that.
@@ -201,10 +207,13 @@ pub struct TestParams {
     /// bidirectional runs) back through the same spine as the client's EV socket.
     #[serde(default)]
     pub srv6: Option<super::srv6::Srv6Mode>,
-    /// Sticky SRH per EV socket of this side, computed locally from `srv6` and the peer's
-    /// address (not sent).
+    /// Where `srv6` puts the header on (both ends).
+    #[serde(default)]
+    pub srv6_via: super::srv6::Srv6Via,
+    /// Sticky SRH or mark per EV socket of this side, computed locally from `srv6` and the
+    /// peer's address (not sent).
     #[serde(skip)]
-    pub srh: Vec<mrc_fabric::srv6::SrhRepr>,
+    pub steering: super::srv6::Steering,
     /// Engine spin before sleeping, us.
     #[serde(default)]
     pub spin_us: u64,
@@ -342,7 +351,8 @@ impl TestOpts {
             region_size,
             seed: 0x6d72_632d_7065_7266,
             srv6: self.srv6,
-            srh: Vec::new(),
+            srv6_via: self.srv6_via,
+            steering: super::srv6::Steering::default(),
             spin_us: self.spin_us,
             fabric: self.fabric,
             min_rto_us: self.min_rto_us,

@@ -120,7 +120,8 @@ fn qp_config(p: &TestParams) -> Result<QpConfig, String> {
             trimming_enabled: false,
         },
         evs_per_socket: p.burst_size as usize,
-        srh: p.srh.clone(),
+        srh: p.steering.srh.clone(),
+        marks: p.steering.marks.clone(),
     })
 }
 
@@ -842,7 +843,7 @@ fn serve_stream(
     }
     if let Some(mode) = p.srv6 {
         let peer = s.peer_addr().map_err(|e| e.to_string())?;
-        p.srh = super::srv6::segment_lists(mode, peer.ip(), p.paths, p.burst_size)?;
+        p.steering = super::srv6::steering(mode, p.srv6_via, peer.ip(), p.paths, p.burst_size)?;
     }
     let side = make_side(&p, udp_bind, local)?;
     if let Some((book, addr)) = &side.verbs {

@@ -89,6 +89,8 @@ pub struct QpConfig {
     pub evs_per_socket: usize,
     /// Optional sticky SRH per socket (IPv6).
     pub srh: Vec<crate::srv6::SrhRepr>,
+    /// Optional firewall mark per socket ([`crate::udp::PathMap::marks`]).
+    pub marks: Vec<u32>,
 }
 
 impl Default for QpConfig {
@@ -104,6 +106,7 @@ impl Default for QpConfig {
             },
             evs_per_socket: 1,
             srh: Vec::new(),
+            marks: Vec::new(),
         }
     }
 }
@@ -429,6 +432,7 @@ impl Context {
             evs: conn_cfg.evs.clone(),
             evs_per_socket: cfg.evs_per_socket.max(1),
             srh: cfg.srh.clone(),
+            marks: cfg.marks.clone(),
         };
         self.shared.send(Cmd::CreateQp {
             qpn,

@@ -109,6 +109,11 @@ pub struct PathMap {
     /// Optional sticky SRH per socket (IPv6 only), cycled over the sockets: socket `s`
     /// carries `srh[s % srh.len()]`. Empty: no SRH.
     pub srh: Vec<SrhRepr>,
+    /// Optional firewall mark per socket (`SO_MARK`, needs `CAP_NET_ADMIN`), cycled like
+    /// `srh`: socket `s` marks its packets `marks[s % marks.len()]`, so a policy route
+    /// (`ip -6 rule add fwmark M lookup T`) can steer them, e.g. through a table whose
+    /// route adds the SRH in the kernel (`encap seg6 mode inline`). Empty: no mark.
+    pub marks: Vec<u32>,
 }
 
 impl PathMap {
@@ -118,6 +123,7 @@ impl PathMap {
             evs,
             evs_per_socket: 1,
             srh: Vec::new(),
+            marks: Vec::new(),
         }
     }
 
