@@ -19,7 +19,10 @@
 //! consecutive datagrams of one socket with the same length and ECN go out in one
 //! `sendmsg` with `UDP_SEGMENT` (GSO, up to [`MAX_GSO_SEGMENTS`] segments, 64 KiB), and the
 //! receive socket coalesces with `UDP_GRO`. All `sendmsg`s of a burst are one io_uring
-//! submission.
+//! submission. The grouping reorders a burst (with 16 EVs the burst's last PSN can leave
+//! first); the engine hands the transport one `now` per burst, and RACK
+//! (`mrc_transport::loss::Rack::overtaken`) never lets a packet of a burst overtake
+//! another of the same burst.
 //!
 //! EV to socket: a connection's EV list is cut into groups of `evs_per_socket` consecutive
 //! EVs that share one socket ([`PathMap`]). With the transport's round-robin selection,
