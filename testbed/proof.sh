@@ -2,7 +2,7 @@
 # proof.sh: the measurements of issue 8 on the namespace fabric of mrc-testbed.sh, by
 # interface counters (/sys/class/net/*/statistics in the spine namespaces).
 #
-#   testbed/proof.sh [spread|failure|loss|all]   (root; builds mrc-perf --release first)
+#   testbed/proof.sh [spread|failure|loss|bootstrap|all]   (root; builds mrc-perf --release first)
 #
 # spread:  16 EVs, plain ECMP routing vs --srv6 srh vs --srv6 usid (header from the
 #          socket, and from the host's steering route with --srv6-via route): bytes each
@@ -12,6 +12,10 @@
 #          8 MB; the run must finish exact, EVs 1, 5, 9, 13 ASSUMED_BAD.
 # loss:    nftables drops PCT% of the packets leaf1 sends to host1; mrc (plain, srh via
 #          socket, srh via route) goodput beside iperf3 TCP over the same path, for each PCT.
+# bootstrap: nftables in leaf1 drops the client's 48-byte QpInfo segment (IPv6 payload
+#          80 bytes to the bootstrap port) for 1.5 s, so the server connects its QP late;
+#          the client must not post before (before the ready barrier it failed with
+#          RetryExceeded after its ~520 ms of RTOs).
 # Everything runs under `timeout`; the fabric is torn down on exit, even on failure.
 set -Eeuo pipefail
 cd "$(dirname "$0")/.."
@@ -109,10 +113,31 @@ loss() {
   "$T" loss off
 }
 
+bootstrap() {
+  echo "== bootstrap: the client's QpInfo to the server held back 1.5 s, --srv6 srh -n 200"
+  "$T" exec l1 nft -f - <<EOF
+table inet mrctbrace {
+  chain f {
+    type filter hook forward priority 0; policy accept;
+    oifname "h1" tcp dport 18515 ip6 length 80 counter drop
+  }
+}
+EOF
+  run_mrc -n 200 --timeout 10 --srv6 srh &
+  local p=$! rc=0
+  sleep 1.5
+  "$T" exec l1 nft list table inet mrctbrace | grep -o 'counter packets [0-9]*'
+  "$T" exec l1 nft delete table inet mrctbrace
+  wait $p || rc=$?
+  grep -E '^ 65536|error' /tmp/mrctb-cli.out || true
+  echo "client+server exit: $rc"
+}
+
 case "${1:-all}" in
   spread) spread ;;
   failure) failure ;;
   loss) loss ;;
-  all) spread; failure; loss ;;
-  *) echo "usage: $0 [spread|failure|loss|all]" >&2; exit 2 ;;
+  bootstrap) bootstrap ;;
+  all) spread; failure; loss; bootstrap ;;
+  *) echo "usage: $0 [spread|failure|loss|bootstrap|all]" >&2; exit 2 ;;
 esac
