@@ -281,3 +281,28 @@ fn sticky_srh_is_set_per_socket() {
         Err(DatapathError::BadPathMap(_))
     ));
 }
+
+#[test]
+fn a_burst_leaves_grouped_per_socket_and_the_datapath_says_so() {
+    let ports = PortAllocator::new(21900..=21999).unwrap();
+    let mut a = dp("127.0.0.1:0", &ports, true);
+    let mut b = dp("127.0.0.1:0", &ports, true);
+    // The engine reads this to set SendConfig::burst_may_reorder.
+    assert!(a.reorders_bursts());
+    let c = a
+        .open_conn(b.local_addr(), &PathMap::per_ev((0..4).collect()))
+        .unwrap();
+    let mut batch = TxBatch::new(8, 2048);
+    for i in 0..8u32 {
+        assert!(batch.push(c, i % 4, Ecn::Ect0, &i.to_be_bytes()));
+    }
+    assert_eq!(a.tx_burst(&batch).unwrap().send_calls, 4);
+    let got = recv_n(&mut b, 8);
+    let order: Vec<u32> = got
+        .iter()
+        .map(|(_, _, d)| u32::from_be_bytes([d[0], d[1], d[2], d[3]]))
+        .collect();
+    // Handed over as 0..8 on EVs 0,1,2,3,0,1,2,3; on the wire per socket: 4 leaves
+    // before 1.
+    assert_eq!(order, vec![0, 4, 1, 5, 2, 6, 3, 7]);
+}

@@ -3,8 +3,9 @@
 //! - [`RttEstimator`]: RFC 6298 section 2 (SRTT, RTTVAR, `RTO = SRTT + 4 RTTVAR`, clamped
 //!   to `[min_rto_ns, max_rto_ns]`) plus the minimum RTT seen.
 //! - [`Rack`]: RFC 8985 (RACK-TLP) reduced to its core rule: a packet is lost when a packet
-//!   *sent after it* (at a later ns: packets of one burst, handed out at the same `now`, may
-//!   leave in any order) has been acknowledged and more than `rtt + reorder_window` has passed
+//!   *sent after it* (send time, then sequence number; or, for a datapath that reorders
+//!   the packets handed out at one `now`, a strictly later send time) has been
+//!   acknowledged and more than `rtt + reorder_window` has passed
 //!   since it was sent. Because the rule compares send times, not sequence numbers, a packet
 //!   that is merely slower (on a longer EV) is not declared lost while it is still within
 //!   the reorder window, which is what spraying over paths of different delay needs. The
@@ -95,18 +96,24 @@ impl Rack {
         }
     }
 
-    /// Whether a packet sent at `sent_ns` was overtaken by an acknowledged one: the
-    /// acknowledged packet was sent *strictly later*.
+    /// Whether a packet sent at `sent_ns` (sequence `seq`) was overtaken by an
+    /// acknowledged one.
     ///
-    /// Packets handed out at the same `now` form one burst, and a datapath may emit a
-    /// burst in another order than its sequence order: the UDP datapath groups a burst per
-    /// EV socket (one `UDP_SEGMENT` send each), so with 16 EVs the last packet of the
-    /// burst can leave first. Unlike RFC 8985's tie-break on the sequence number (right
-    /// for TCP, whose TSO segments leave in order), a packet is therefore never overtaken
-    /// by one of its own burst; the next burst's packets, which the datapath emits after
-    /// the whole burst, overtake it.
-    pub fn overtaken(&self, sent_ns: u64) -> bool {
-        sent_ns < self.xmit_ns
+    /// `burst_may_reorder = false`: RFC 8985's order, send time then sequence number
+    /// (packets handed out at the same ns leave in sequence order, like TCP's TSO
+    /// segments). `true`: only a packet sent *strictly later* overtakes. Packets handed
+    /// out at the same `now` form one burst, and a datapath may emit a burst in another
+    /// order: the UDP datapath groups a burst per EV socket (one `UDP_SEGMENT` send each),
+    /// so with 16 EVs the burst's last packet can leave first, and the sequence tie-break
+    /// would declare the rest of the burst lost whenever the receiver takes longer than
+    /// the reorder window to get from the first group to the last. The next burst, which
+    /// leaves after the whole burst, still overtakes it.
+    pub fn overtaken(&self, sent_ns: u64, seq: u64, burst_may_reorder: bool) -> bool {
+        if burst_may_reorder {
+            sent_ns < self.xmit_ns
+        } else {
+            (sent_ns, seq) < (self.xmit_ns, self.seq)
+        }
     }
 
     /// When an overtaken packet sent at `sent_ns` counts as lost.
@@ -159,8 +166,10 @@ mod tests {
         // retransmitted packets give no sample
         k.on_ack(9_000, 1, 30_000, true);
         assert_eq!(k.seq, 4);
-        assert!(k.overtaken(4_000));
-        assert!(!k.overtaken(6_000));
+        assert!(k.overtaken(4_000, 3, false));
+        assert!(k.overtaken(5_000, 3, false));
+        assert!(!k.overtaken(5_000, 4, false));
+        assert!(!k.overtaken(6_000, 5, false));
         assert_eq!(k.deadline_ns(4_000, 2_000), 26_000);
     }
 
@@ -171,7 +180,9 @@ mod tests {
         // nothing of that burst, only packets sent strictly earlier.
         let mut k = Rack::default();
         k.on_ack(5_000, 4, 25_000, false);
-        assert!(!k.overtaken(5_000));
-        assert!(k.overtaken(4_999));
+        assert!(!k.overtaken(5_000, 3, true));
+        assert!(k.overtaken(4_999, 5, true));
+        // without the flag, the sequence number breaks the tie
+        assert!(k.overtaken(5_000, 3, false));
     }
 }

@@ -282,6 +282,8 @@ struct Shared {
     waker: Arc<dyn Waker>,
     sleeping: Arc<AtomicBool>,
     udp_addr: SocketAddr,
+    /// The datapath's [`Datapath::reorders_bursts`].
+    reorders_bursts: bool,
     next_qpn: AtomicU32,
     salt: u64,
     thread: Mutex<Option<JoinHandle<()>>>,
@@ -353,7 +355,7 @@ impl Context {
             .name("mrc-engine".into())
             .spawn(move || match UringDatapath::new(udp) {
                 Ok(dp) => {
-                    let _ = tx.send(Ok((dp.local_addr(), dp.waker())));
+                    let _ = tx.send(Ok((dp.local_addr(), dp.waker(), dp.reorders_bursts())));
                     run_engine(dp, cfg, cmd_rx, sl);
                 }
                 Err(e) => {
@@ -361,8 +363,10 @@ impl Context {
                 }
             })
             .map_err(|e| EngineError::Refused(format!("spawn: {e}")))?;
-        let (udp_addr, waker) = rx.recv().map_err(|_| EngineError::Stopped)??;
-        Ok(Context::from_parts(cmd_tx, waker, sleeping, udp_addr, t))
+        let (udp_addr, waker, reorders) = rx.recv().map_err(|_| EngineError::Stopped)??;
+        Ok(Context::from_parts(
+            cmd_tx, waker, sleeping, udp_addr, reorders, t,
+        ))
     }
 
     /// A context on any datapath (e.g. [`crate::udp::FakeDatapath`]).
@@ -372,8 +376,9 @@ impl Context {
         let sl = Arc::clone(&sleeping);
         let udp_addr = dp.local_addr();
         let waker = dp.waker();
+        let reorders = dp.reorders_bursts();
         let t = std::thread::spawn(move || run_engine(dp, cfg, cmd_rx, sl));
-        Context::from_parts(cmd_tx, waker, sleeping, udp_addr, t)
+        Context::from_parts(cmd_tx, waker, sleeping, udp_addr, reorders, t)
     }
 
     fn from_parts(
@@ -381,6 +386,7 @@ impl Context {
         waker: Arc<dyn Waker>,
         sleeping: Arc<AtomicBool>,
         udp_addr: SocketAddr,
+        reorders_bursts: bool,
         t: JoinHandle<()>,
     ) -> Context {
         let salt = splitmix(
@@ -396,6 +402,7 @@ impl Context {
                 waker,
                 sleeping,
                 udp_addr,
+                reorders_bursts,
                 next_qpn: AtomicU32::new(1),
                 salt,
                 thread: Mutex::new(Some(t)),
@@ -422,6 +429,7 @@ impl Context {
         conn_cfg.initial_psn = Psn::new((r & 0xFF_FFFF) as u32);
         conn_cfg.generation = ((r >> 24) as u16).max(1);
         conn_cfg.seed = r;
+        conn_cfg.send.burst_may_reorder |= self.shared.reorders_bursts;
         let cc = AnyController::new(cfg.cc, &cfg.link)
             .map_err(|e| EngineError::Refused(format!("congestion control: {e}")))?;
         let conn = mrc_transport::Connection::new(conn_cfg.clone(), cc)

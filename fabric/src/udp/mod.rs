@@ -20,7 +20,8 @@
 //! `sendmsg` with `UDP_SEGMENT` (GSO, up to [`MAX_GSO_SEGMENTS`] segments, 64 KiB), and the
 //! receive socket coalesces with `UDP_GRO`. All `sendmsg`s of a burst are one io_uring
 //! submission. The grouping reorders a burst (with 16 EVs the burst's last PSN can leave
-//! first); the engine hands the transport one `now` per burst, and RACK
+//! first): [`Datapath::reorders_bursts`] says so, the engine hands the transport one `now`
+//! per burst and sets `SendConfig::burst_may_reorder`, so RACK
 //! (`mrc_transport::loss::Rack::overtaken`) never lets a packet of a burst overtake
 //! another of the same burst.
 //!
@@ -342,6 +343,13 @@ pub trait Datapath {
 
     /// A handle other threads use to end a [`Datapath::wait`] early.
     fn waker(&self) -> Arc<dyn Waker>;
+
+    /// Whether [`Datapath::tx_burst`] may emit a batch in another order than the batch's
+    /// (the engine then sets `SendConfig::burst_may_reorder` on its connections, so RACK
+    /// does not take the reordering for loss). Default false.
+    fn reorders_bursts(&self) -> bool {
+        false
+    }
 
     /// Counters.
     fn stats(&self) -> DatapathStats;

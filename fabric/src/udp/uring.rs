@@ -435,6 +435,11 @@ impl Datapath for UringDatapath {
             .map(|c| c.sockets.iter().map(|s| s.lease.port()).collect())
     }
 
+    /// Yes: a batch goes out grouped per socket (one `UDP_SEGMENT` send per run).
+    fn reorders_bursts(&self) -> bool {
+        true
+    }
+
     fn tx_burst(&mut self, batch: &TxBatch) -> Result<TxReport, DatapathError> {
         let mut report = TxReport::default();
         if batch.is_empty() {

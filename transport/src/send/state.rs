@@ -53,6 +53,12 @@ pub struct SendConfig {
     /// The longest the peer delays a SACK, ns (its `AckConfig::max_ack_delay_ns`); added to
     /// the probe timeout. Default 10 us.
     pub peer_max_ack_delay_ns: u64,
+    /// The datapath may emit the packets handed out at one `now` in another order than
+    /// their PSNs (the UDP datapath groups a burst per EV socket), so RACK lets only a
+    /// packet sent at a later ns overtake ([`crate::loss::Rack::overtaken`]). Default
+    /// false: send time, then sequence number (RFC 8985). The engine sets it for a
+    /// datapath that reorders bursts.
+    pub burst_may_reorder: bool,
 }
 
 impl Default for SendConfig {
@@ -67,6 +73,7 @@ impl Default for SendConfig {
             retry_limit: 7,
             tlp: true,
             peer_max_ack_delay_ns: 10_000,
+            burst_may_reorder: false,
         }
     }
 }
@@ -613,9 +620,10 @@ impl SendState {
         let reo = reorder_window_ns(self.cfg.min_reorder_window_ns, &self.rtt);
         let end = self.rack.seq.min(self.snd_nxt);
         let rack = self.rack;
+        let reorders = self.cfg.burst_may_reorder;
         for seq in self.snd_una..end {
             let Some(p) = self.packet_mut(seq) else { break };
-            if p.state != PktState::InFlight || !rack.overtaken(p.last_sent_ns) {
+            if p.state != PktState::InFlight || !rack.overtaken(p.last_sent_ns, seq, reorders) {
                 continue;
             }
             let deadline = rack.deadline_ns(p.last_sent_ns, reo);

@@ -226,9 +226,8 @@ fn acceptance_5_early_loss_then_late_original_is_spurious() {
     // a SACK echoing the retransmission would not have been spurious
     let mut r2 = Rig::new(0, &[0, 1]);
     r2.st.post(spec(1, 2 * MTU));
-    r2.send(0, 1);
-    r2.send(1_000, 1);
-    r2.sack(10_000, 0, 0, 0b10, Some((1, 1_000)));
+    r2.send(0, 2);
+    r2.sack(10_000, 0, 0, 0b10, Some((1, 0)));
     r2.st.detect_losses(60_000, &mut r2.paths, &mut r2.stats);
     let tx = r2.st.next_tx(u64::MAX).unwrap();
     r2.st.on_transmit(&tx, 60_000, 1, 60_000);
@@ -368,6 +367,13 @@ fn a_burst_reordered_by_the_datapath_declares_no_loss() {
     // datapath groups them per EV socket, so packet 15 can arrive and be SACKed first.
     let evs: Vec<u32> = (0..16).collect();
     let mut r = Rig::new(0, &evs);
+    r.st = SendState::new(
+        Psn::new(0),
+        SendConfig {
+            burst_may_reorder: true,
+            ..SendConfig::default()
+        },
+    );
     r.st.post(spec(1, 32 * MTU));
     assert_eq!(r.send(10_000, 16).len(), 16);
     // Only PSN 15 arrived so far; long after every deadline, nothing of its burst is lost.
@@ -386,4 +392,12 @@ fn a_burst_reordered_by_the_datapath_declares_no_loss() {
     assert_eq!(r.st.rack_timer_ns(), Some(79_000));
     let l = r.st.detect_losses(79_000, &mut r.paths, &mut r.stats);
     assert_eq!((l.lost_packets, l.lost_bytes), (15, 15 * 4096));
+    // Without the flag (RFC 8985's sequence tie-break), the SACK of PSN 15 alone declares
+    // PSNs 0..=14 lost once the reorder window has passed.
+    let mut r = Rig::new(0, &evs);
+    r.st.post(spec(1, 32 * MTU));
+    r.send(10_000, 16);
+    r.sack(20_000, 0, 0, 1 << 15, Some((15, 10_000)));
+    let l = r.st.detect_losses(10_000_000, &mut r.paths, &mut r.stats);
+    assert_eq!(l.lost_packets, 15);
 }
