@@ -1,54 +1,82 @@
 #!/usr/bin/env bash
-# mrc-testbed.sh: a real-kernel SRv6 leaf-spine fabric of network namespaces (issue 8).
+# mrc-testbed.sh: a real-kernel SRv6 leaf-spine fabric of network namespaces (issue 8),
+# built from the spine-leaf designer's output.
 #
-#   mrc-testbed.sh up        build it (idempotent: a complete fabric is left as it is)
+#   mrc-testbed.sh up [DESIGN FLAGS]  build it (idempotent: a complete fabric is left as it
+#                                     is); DESIGN FLAGS go to `mrc-sim testbed-plan`
+#                                     (--gpus, --gpus-per-server, --leaf-radix, ...)
 #   mrc-testbed.sh down      remove every namespace it made (idempotent)
 #   mrc-testbed.sh status    namespaces, links, SIDs; exit 1 when the fabric is not complete
+#   mrc-testbed.sh plan      the plan it was built from (JSON)
 #   mrc-testbed.sh counters  bytes (rx, tx) of every spine interface, one line each
 #   mrc-testbed.sh link SPINE LEAF up|down   take a leaf-spine link down or up again
-#   mrc-testbed.sh loss PCT|off              random loss on the leaf1 -> host1 link (nftables)
+#   mrc-testbed.sh loss PCT|off [HOST]       random loss on the leaf -> HOST link (nftables;
+#                                            default the last host)
 #   mrc-testbed.sh exec NODE CMD...          run CMD in namespace mrctb-NODE
 #   (MRCTB_PREFIX=mrctbX- selects another set of namespaces, for concurrent runs)
 #
-# Topology (derived here: the 2-host/2-leaf/4-spine case of the spine-leaf designer):
-#   h0 - l0,  h1 - l1,  every leaf to every spine s0..s3. Namespaces are named mrctb-NODE;
-#   nothing outside them is touched.
-# Addresses (unique-local only):
-#   host link i        fd00:6d72:63:1i::/64    leaf ::1, host ::2 (host0 = fd00:6d72:63:10::2)
-#   leaf i - spine j   fd00:6d72:63:2ij::/64   leaf ::1, spine ::2
-#   End SID of spine j fd00:6d72:63:e0j::/64,  of leaf i fd00:6d72:63:e1i::/64
-#   uSID block fd00:75::/32 (16-bit uSIDs, NEXT-C-SID flavour, RFC 9800):
-#     spine j uSID 0xe00j (fd00:75:e00j::/48), leaf i uSID 0xe10i (fd00:75:e10i::/48)
-# Routes are static: a leaf reaches the other host's prefix by an ECMP route over the four
-# spines hashed on the L4 5-tuple (fib_multipath_hash_policy=1): "plain routing".
-# Steering: an SRH [spine j SID, leaf SID, host] or a uSID container
-# fd00:75:e00j:e10i:: as active segment before the host pins a packet to spine j.
+# The plan: `mrc-sim testbed-plan --json -` (examples/src/testbed.rs) turns the designer's
+# output (default: 8 GPUs, 4 per server, 8-port leaves, 2-port spines -> 2 hosts, 2
+# leaves, 4 spines) into namespaces, links, addresses, SIDs and steering tables; this
+# script builds exactly that (jq reads it). mrc-sim is $MRCTB_SIM, else the newer of
+# target/release and target/debug of this checkout; MRCTB_PLAN=FILE takes a plan file instead. `up` keeps the
+# plan in /run/mrctb/PREFIXplan.json for the other commands.
+# Addresses are unique-local only (fd00:6d72:63::/48, uSID block fd00:75::/32); routes
+# are static. Plain routing: a leaf reaches every other leaf's hosts by an ECMP route over
+# all spines hashed on the L4 5-tuple (fib_multipath_hash_policy=1). Steering: an SRH
+# [spine SID, leaf SID, host] or a uSID container fd00:75:<spine>:<leaf>:: before the host
+# pins a packet to one spine; End (and End with NEXT-C-SID for uSIDs) on every switch.
+# In each host, the plan's steering tables (one per mode and spine, selected by a
+# firewall mark) add that header in the kernel: `mrc-perf --srv6 MODE --srv6-via route`.
 set -Eeuo pipefail
 
 # Namespace prefix; MRCTB_PREFIX lets concurrent runs (tests, CI) use their own fabric. It
 # must start with "mrctb" and be at most 10 characters, so nothing else is ever touched.
 PFX=${MRCTB_PREFIX:-mrctb-}
 [[ "$PFX" =~ ^mrctb[A-Za-z0-9_-]{0,5}$ ]] || { echo "mrc-testbed: MRCTB_PREFIX must match mrctb[A-Za-z0-9_-]{0,5}" >&2; exit 1; }
-P=fd00:6d72:63
-UB=fd00:75
-# Jumbo frames as in a datacenter fabric: a 4096-byte mrc payload plus SRH fits unfragmented.
-MTU=9000
-HOSTS=(h0 h1)
-LEAVES=(l0 l1)
-SPINES=(s0 s1 s2 s3)
-NODES=("${HOSTS[@]}" "${LEAVES[@]}" "${SPINES[@]}")
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+STATE=/run/mrctb
+SAVED=$STATE/${PFX}plan.json
 
 die() { echo "mrc-testbed: $*" >&2; exit 1; }
 need_root() { [ "$(id -u)" = 0 ] || die "must run as root (network namespaces, veth, seg6local)"; }
 nsx() { local n=$1; shift; ip netns exec "$PFX$n" "$@"; }
-
 exists() { [ -e "/run/netns/$PFX$1" ]; }
+command -v jq >/dev/null || die "jq not installed (apt-get install -y jq)"
 
+# make_plan [DESIGN FLAGS]: the plan JSON on stdout.
+make_plan() {
+  if [ -n "${MRCTB_PLAN:-}" ]; then cat "$MRCTB_PLAN"; return; fi
+  local sim=${MRCTB_SIM:-}
+  if [ -z "$sim" ]; then
+    # The newer of the release and debug builds.
+    sim=$(ls -t "$ROOT/target/release/mrc-sim" "$ROOT/target/debug/mrc-sim" 2>/dev/null | head -1 || true)
+  fi
+  [ -n "$sim" ] || die "no mrc-sim (cargo build -p mrc-examples --bin mrc-sim, or MRCTB_SIM=PATH)"
+  "$sim" testbed-plan --json - "$@"
+}
+
+# PLAN holds the plan's JSON; q FILTER runs jq -r on it.
+PLAN=""
+q() { jq -r "$1" <<<"$PLAN"; }
+load_saved() { [ -f "$SAVED" ] || die "no fabric with prefix $PFX (run up first)"; PLAN=$(cat "$SAVED"); load_names; }
+load_names() {
+  mapfile -t HOSTS < <(q '.hosts[].name')
+  mapfile -t LEAVES < <(q '.leaves[].name')
+  mapfile -t SPINES < <(q '.spines[].name')
+  NODES=("${HOSTS[@]}" "${LEAVES[@]}" "${SPINES[@]}")
+}
+
+# down: every namespace of this prefix named like a plan node (h<n>, l<n>, s<n>), with or
+# without a saved plan, then the saved plan.
 down() {
-  local n
-  for n in "${NODES[@]}"; do
-    if exists "$n"; then ip netns del "$PFX$n"; fi
+  local f
+  for f in /run/netns/"$PFX"*; do
+    [ -e "$f" ] || continue
+    f=${f##*/}
+    [[ "${f#"$PFX"}" =~ ^[hls][0-9]+$ ]] && ip netns del "$f"
   done
+  rm -f "$SAVED"
 }
 
 sysctls() {
@@ -77,87 +105,116 @@ addr() { nsx "$1" ip -6 addr add "$3" dev "$2" nodad; }
 pin() { nsx "$1" ip -6 neigh replace "$3" lladdr "$(nsx "$4" cat "/sys/class/net/$5/address")" dev "$2" nud permanent; }
 route() { local n=$1; shift; nsx "$n" ip -6 route add "$@"; }
 
-# ECMP over the four spines from leaf i.
+# ECMP from leaf i over every spine.
 via_spines() {
-  local i=$1 j args=()
-  for j in 0 1 2 3; do args+=(nexthop via "$P:2$i$j::2" dev "s$j"); done
-  echo "${args[@]}"
+  q ".links[] | select(.leaf == $1) | \"nexthop via \(.spine_addr) dev \(.leaf_ifname)\"" | tr '\n' ' '
 }
 
 build() {
-  local n i j o
+  local n h leaf ifn a gw lif i j la sa lif2 sif sid us mark table dst segs
+  MTU=$(q .mtu_bytes)
   for n in "${NODES[@]}"; do ip netns add "$PFX$n"; sysctls "$n"; done
-  for i in 0 1; do
-    link "h$i" l "l$i" h
-    addr "h$i" l "$P:1$i::2/64"
-    addr "l$i" h "$P:1$i::1/64"
-    route "h$i" fd00::/8 via "$P:1$i::1" dev l
-    pin "h$i" l "$P:1$i::1" "l$i" h
-    pin "l$i" h "$P:1$i::2" "h$i" l
-    for j in 0 1 2 3; do
-      link "l$i" "s$j" "s$j" "l$i"
-      addr "l$i" "s$j" "$P:2$i$j::1/64"
-      addr "s$j" "l$i" "$P:2$i$j::2/64"
-      pin "l$i" "s$j" "$P:2$i$j::2" "s$j" "l$i"
-      pin "s$j" "l$i" "$P:2$i$j::1" "l$i" "s$j"
-    done
+  # Hosts: one link to their leaf, a default route into the fabric.
+  while read -r h leaf ifn a gw lif; do
+    link "$h" "$ifn" "l$leaf" "$lif"
+    addr "$h" "$ifn" "$a/64"
+    addr "l$leaf" "$lif" "$gw/64"
+    route "$h" fd00::/8 via "$gw" dev "$ifn"
+    pin "$h" "$ifn" "$gw" "l$leaf" "$lif"
+    pin "l$leaf" "$lif" "$a" "$h" "$ifn"
+  done < <(q '.hosts[] | "\(.name) \(.leaf) \(.ifname) \(.addr) \(.gateway) \(.leaf_ifname)"')
+  # Leaf-spine links.
+  while read -r i j lif la sif sa; do
+    link "l$i" "$lif" "s$j" "$sif"
+    addr "l$i" "$lif" "$la/64"
+    addr "s$j" "$sif" "$sa/64"
+    pin "l$i" "$lif" "$sa" "s$j" "$sif"
+    pin "s$j" "$sif" "$la" "l$i" "$lif"
+  done < <(q '.links[] | "\(.leaf) \(.spine) \(.leaf_ifname) \(.leaf_addr) \(.spine_ifname) \(.spine_addr)"')
+  # Leaves: other leaves' hosts and SIDs by ECMP over the spines; each spine's SIDs over
+  # its link; their own SIDs as End towards (any of) their hosts.
+  local nl ns
+  nl=$(q '.leaves | length'); ns=$(q '.spines | length')
+  for ((i = 0; i < nl; i++)); do
+    local first_host
+    first_host=$(q "[.hosts[] | select(.leaf == $i)][0].leaf_ifname")
+    while read -r h a; do
+      route "l$i" "$a/64" $(via_spines "$i")
+    done < <(q ".hosts[] | select(.leaf != $i) | \"\(.name) \(.addr)\"")
+    while read -r sid us; do
+      route "l$i" "$sid/64" $(via_spines "$i")
+      route "l$i" "$us/48" $(via_spines "$i")
+    done < <(q ".leaves[] | select(.name != \"l$i\") | \"\(.sid) \(.usid_prefix)\"")
+    while read -r j sa lif; do
+      route "l$i" "$(q ".spines[$j].sid")/64" via "$sa" dev "$lif"
+      route "l$i" "$(q ".spines[$j].usid_prefix")/48" via "$sa" dev "$lif"
+    done < <(q ".links[] | select(.leaf == $i) | \"\(.spine) \(.spine_addr) \(.leaf_ifname)\"")
+    route "l$i" "$(q ".leaves[$i].sid")/64" encap seg6local action End dev "$first_host"
+    route "l$i" "$(q ".leaves[$i].usid_prefix")/48" encap seg6local action End flavors next-csid lblen 32 nflen 16 dev "$first_host"
   done
-  for i in 0 1; do
-    o=$((1 - i))
-    # shellcheck disable=SC2046
-    route "l$i" "$P:1$o::/64" $(via_spines "$i")
-    route "l$i" "$P:e1$o::/64" $(via_spines "$i")
-    route "l$i" "$UB:e10$o::/48" $(via_spines "$i")
-    for j in 0 1 2 3; do
-      route "l$i" "$P:e0$j::/64" via "$P:2$i$j::2" dev "s$j"
-      route "l$i" "$UB:e00$j::/48" via "$P:2$i$j::2" dev "s$j"
+  # Spines: every host and leaf SID over the link to its leaf; their own SIDs as End.
+  for ((j = 0; j < ns; j++)); do
+    while read -r a leaf; do
+      route "s$j" "$a/64" via "$(q ".links[] | select(.leaf == $leaf and .spine == $j) | .leaf_addr")" dev "l$leaf"
+    done < <(q '.hosts[] | "\(.addr) \(.leaf)"')
+    for ((i = 0; i < nl; i++)); do
+      la=$(q ".links[] | select(.leaf == $i and .spine == $j) | .leaf_addr")
+      route "s$j" "$(q ".leaves[$i].sid")/64" via "$la" dev "l$i"
+      route "s$j" "$(q ".leaves[$i].usid_prefix")/48" via "$la" dev "l$i"
     done
-    route "l$i" "$P:e1$i::/64" encap seg6local action End dev h
-    route "l$i" "$UB:e10$i::/48" encap seg6local action End flavors next-csid lblen 32 nflen 16 dev h
+    route "s$j" "$(q ".spines[$j].sid")/64" encap seg6local action End dev l0
+    route "s$j" "$(q ".spines[$j].usid_prefix")/48" encap seg6local action End flavors next-csid lblen 32 nflen 16 dev l0
   done
-  for j in 0 1 2 3; do
-    for i in 0 1; do
-      route "s$j" "$P:1$i::/64" via "$P:2$i$j::1" dev "l$i"
-      route "s$j" "$P:e1$i::/64" via "$P:2$i$j::1" dev "l$i"
-      route "s$j" "$UB:e10$i::/48" via "$P:2$i$j::1" dev "l$i"
-    done
-    route "s$j" "$P:e0$j::/64" encap seg6local action End dev l0
-    route "s$j" "$UB:e00$j::/48" encap seg6local action End flavors next-csid lblen 32 nflen 16 dev l0
-  done
-  # Prove the plain path and both steered forms before declaring success.
-  local d
-  for d in "$P:11::2" "$P:10::2"; do reach "$d" || die "no route to $d over the fabric"; done
+  # Hosts: steering tables (mrc-perf --srv6-via route): mark -> table -> inline SRH.
+  while read -r h mark table dst segs; do
+    gw=$(q ".hosts[$h].gateway")
+    route "h$h" "$dst/128" encap seg6 mode inline segs "$segs" via "$gw" dev "$(q ".hosts[$h].ifname")" table "$table"
+    nsx "h$h" ip -6 rule list fwmark "$mark" | grep -q . || nsx "h$h" ip -6 rule add fwmark "$mark" lookup "$table"
+  done < <(q '.steering[] | "\(.host) \(.mark) \(.table) \(.dst) \(.segments | join(","))"')
+  # Prove the plain path between every pair of hosts before declaring success.
+  local src
+  while read -r src a; do
+    reach "$src" "$a" || die "no route from $src to $a over the fabric"
+  done < <(q '.hosts[] as $s | .hosts[] | select(.name != $s.name) | "\($s.name) \(.addr)"')
 }
 
-# reach ADDR: a TCP connect from host0 (host1 for host0's address) to a closed port is
-# answered by a RST ("refused") only if the packet got there and the answer came back.
-# Bounded: 3 tries of 2 s.
+# reach SRC ADDR: a TCP connect from host SRC to a closed port of ADDR is answered by a
+# RST ("refused") only if the packet got there and the answer came back. Bounded: 3 tries
+# of 2 s.
 reach() {
-  local src=h0 t out
-  [ "$1" = "$P:10::2" ] && src=h1
+  local src=$1 t out
   for t in 1 2 3; do
-    out=$(nsx "$src" timeout 2 bash -c "echo > /dev/tcp/$1/9" 2>&1 || true)
+    out=$(nsx "$src" timeout 2 bash -c "echo > /dev/tcp/$2/9" 2>&1 || true)
     case "$out" in *refused*) return 0 ;; esac
   done
-  echo "mrc-testbed: $src -> $1: ${out:-timeout}" >&2
+  echo "mrc-testbed: $src -> $2: ${out:-timeout}" >&2
   return 1
 }
 
 complete() {
   local n
   for n in "${NODES[@]}"; do exists "$n" || return 1; done
-  nsx h0 ip -6 route show fd00::/8 | grep -q via || return 1
-  for n in "${SPINES[@]}"; do nsx "$n" ip -6 route show "$UB:e00${n#s}::/48" | grep -q seg6local || return 1; done
+  nsx "${HOSTS[0]}" ip -6 route show fd00::/8 | grep -q via || return 1
+  for n in "${SPINES[@]}"; do
+    nsx "$n" ip -6 route show "$(q ".spines[${n#s}].usid_prefix")/48" | grep -q seg6local || return 1
+  done
+  nsx "${HOSTS[0]}" ip -6 rule list | grep -q fwmark || return 1
 }
 
 up() {
-  if complete; then echo "mrc-testbed: already up"; return 0; fi
+  PLAN=$(make_plan "$@") || die "no plan"
+  load_names
+  if [ -f "$SAVED" ] && [ "$(cat "$SAVED")" = "$PLAN" ] && complete; then
+    echo "mrc-testbed: already up"; return 0
+  fi
   down
   trap 'rc=$?; echo "mrc-testbed: build failed (exit $rc), cleaning up" >&2; down; exit $rc' ERR
   trap 'rc=$?; if [ $rc != 0 ]; then echo "mrc-testbed: build failed (exit $rc), cleaning up" >&2; down; fi' EXIT
+  mkdir -p "$STATE"
+  printf '%s\n' "$PLAN" >"$SAVED"
   build
   trap - ERR EXIT
-  echo "mrc-testbed: up (${#NODES[@]} namespaces ${PFX}*)"
+  echo "mrc-testbed: up (${#HOSTS[@]} hosts, ${#LEAVES[@]} leaves, ${#SPINES[@]} spines: ${#NODES[@]} namespaces ${PFX}*)"
 }
 
 status() {
@@ -181,12 +238,10 @@ status() {
 
 counters() {
   local j i d
-  for j in 0 1 2 3; do
-    for i in 0 1; do
-      d=/sys/class/net/l$i/statistics
-      echo "s$j l$i rx_bytes $(nsx "s$j" cat $d/rx_bytes) tx_bytes $(nsx "s$j" cat $d/tx_bytes)"
-    done
-  done
+  while read -r j i; do
+    d=/sys/class/net/l$i/statistics
+    echo "s$j l$i rx_bytes $(nsx "s$j" cat $d/rx_bytes) tx_bytes $(nsx "s$j" cat $d/tx_bytes)"
+  done < <(q '.links[] | "\(.spine) \(.leaf)"' | sort -n -k1,1 -k2,2)
 }
 
 setlink() {
@@ -195,17 +250,20 @@ setlink() {
   nsx "$l" ip link set dev "$s" "$state"
 }
 
+# loss PCT|off [HOST]: nftables in HOST's leaf drops PCT% of what it forwards to HOST.
 loss() {
-  local pct=$1
+  local pct=$1 h=${2:-${HOSTS[-1]}} leaf lif
   command -v nft >/dev/null || die "nft not installed (apt-get install -y nftables)"
-  nsx l1 nft delete table inet mrctb 2>/dev/null || true
+  [[ " ${HOSTS[*]} " == *" $h "* ]] || die "loss: no host $h"
+  leaf=l$(q ".hosts[${h#h}].leaf"); lif=$(q ".hosts[${h#h}].leaf_ifname")
+  nsx "$leaf" nft delete table inet mrctb 2>/dev/null || true
   [ "$pct" = off ] && return 0
   [[ "$pct" =~ ^[0-9]+$ && "$pct" -le 100 ]] || die "loss PCT (0..100) or off"
-  nsx l1 nft -f - <<EOF
+  nsx "$leaf" nft -f - <<EOF
 table inet mrctb {
   chain loss {
     type filter hook forward priority 0; policy accept;
-    oifname "h" numgen random mod 100 < $pct counter drop
+    oifname "$lif" numgen random mod 100 < $pct counter drop
   }
 }
 EOF
@@ -215,12 +273,13 @@ need_root
 cmd=${1:-}
 shift || true
 case "$cmd" in
-  up) up ;;
+  up) up "$@" ;;
   down) down; echo "mrc-testbed: down" ;;
-  status) status ;;
-  counters) counters ;;
-  link) [ $# = 3 ] || die "link SPINE LEAF up|down"; setlink "$@" ;;
-  loss) [ $# = 1 ] || die "loss PCT|off"; loss "$1" ;;
+  status) [ -f "$SAVED" ] || { echo "mrc-testbed: not up"; exit 1; }; load_saved; status ;;
+  plan) load_saved; printf '%s\n' "$PLAN" ;;
+  counters) load_saved; counters ;;
+  link) [ $# = 3 ] || die "link SPINE LEAF up|down"; load_saved; setlink "$@" ;;
+  loss) [ $# -ge 1 ] && [ $# -le 2 ] || die "loss PCT|off [HOST]"; load_saved; loss "$@" ;;
   exec) [ $# -ge 2 ] || die "exec NODE CMD..."; n=$1; shift; nsx "$n" "$@" ;;
-  *) die "usage: $0 up|down|status|counters|link SPINE LEAF up|down|loss PCT|off|exec NODE CMD..." ;;
+  *) die "usage: $0 up [DESIGN FLAGS]|down|status|plan|counters|link SPINE LEAF up|down|loss PCT|off [HOST]|exec NODE CMD..." ;;
 esac

@@ -2,14 +2,20 @@
 # proof.sh: the measurements of issue 8 on the namespace fabric of mrc-testbed.sh, by
 # interface counters (/sys/class/net/*/statistics in the spine namespaces).
 #
-#   testbed/proof.sh [spread|failure|loss|all]   (root; builds mrc-perf --release first)
+#   testbed/proof.sh [spread|failure|loss|bootstrap|all]   (root; builds mrc-perf --release first)
 #
-# spread:  16 EVs, plain ECMP routing vs --srv6 srh vs --srv6 usid: bytes each spine
-#          received from leaf0 (the data direction), mean and worst deviation.
+# spread:  16 EVs, plain ECMP routing vs --srv6 srh vs --srv6 usid (header from the
+#          socket, and from the host's steering route with --srv6-via route): bytes each
+#          spine received from leaf0 (the data direction), mean and worst deviation;
+#          RUNS (default 3) runs of each.
 # failure: --srv6 srh --verify; the leaf0-spine1 link goes down once spine1 has carried
 #          8 MB; the run must finish exact, EVs 1, 5, 9, 13 ASSUMED_BAD.
-# loss:    nftables drops PCT% of the packets leaf1 sends to host1; mrc (plain and srh)
-#          goodput beside iperf3 TCP over the same path, for each PCT.
+# loss:    nftables drops PCT% of the packets leaf1 sends to host1; mrc (plain, srh via
+#          socket, srh via route) goodput beside iperf3 TCP over the same path, for each PCT.
+# bootstrap: nftables in leaf1 drops the client's 48-byte QpInfo segment (IPv6 payload
+#          80 bytes to the bootstrap port) for 1.5 s, so the server connects its QP late;
+#          the client must not post before (before the ready barrier it failed with
+#          RetryExceeded after its ~520 ms of RTOs).
 # Everything runs under `timeout`; the fabric is torn down on exit, even on failure.
 set -Eeuo pipefail
 cd "$(dirname "$0")/.."
@@ -20,7 +26,9 @@ N=${N:-2000}
 LOSSES=${LOSSES:-"0 1 2 5"}
 DUR=${DUR:-4}
 [ "$(id -u)" = 0 ] || { echo "proof.sh: must run as root" >&2; exit 1; }
-cargo build -q --release -p mrc-examples --bin mrc-perf
+RUNS=${RUNS:-3}
+cargo build -q --release -p mrc-examples --bin mrc-perf --bin mrc-sim
+export MRCTB_SIM=$PWD/target/release/mrc-sim
 trap '"$T" down >/dev/null' EXIT
 "$T" down >/dev/null
 "$T" up
@@ -38,17 +46,24 @@ run_mrc() {
 }
 
 spread() {
-  local mode a b j
+  local mode a b j r args
   echo "== spread: 16 EVs, $N x 64 KiB, --verify; bytes each spine received from leaf0"
-  for mode in plain srh usid; do
+  for mode in plain srh usid srh-route usid-route; do
+   for r in $(seq "$RUNS"); do
+    case $mode in
+      plain) args=() ;;
+      *-route) args=(--srv6 "${mode%-route}" --srv6-via route) ;;
+      *) args=(--srv6 "$mode") ;;
+    esac
     mapfile -t a < <(spine_rx)
-    if [ $mode = plain ]; then run_mrc --verify -n "$N"; else run_mrc --verify -n "$N" --srv6 $mode; fi
+    run_mrc --verify -n "$N" "${args[@]}"
     mapfile -t b < <(spine_rx)
     local d=() 
     for j in 0 1 2 3; do d+=($((b[j] - a[j]))); done
-    printf '%-6s s0 %11d  s1 %11d  s2 %11d  s3 %11d  ' "$mode" "${d[@]}"
+    printf '%-10s s0 %11d  s1 %11d  s2 %11d  s3 %11d  ' "$mode" "${d[@]}"
     printf '%s\n' "${d[@]}" | awk '{s+=$1; v[NR]=$1} END {m=s/NR; w=0; for(i in v){x=(v[i]-m)/m*100; if(x<0)x=-x; if(x>w)w=x}; printf "mean %d  worst deviation %.2f%%\n", m, w}'
-    grep -E '^ (verify|total):' /tmp/mrctb-cli.out
+    grep -E '^ (verify|total):|^ 65536' /tmp/mrctb-cli.out
+   done
   done
 }
 
@@ -76,29 +91,53 @@ loss() {
   command -v nft >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nftables >/dev/null
   command -v iperf3 >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iperf3 >/dev/null
   echo "== loss on leaf1 -> host1 (nft numgen random mod 100 < PCT drop), ${DUR}s each, MB/s of goodput"
-  printf '%5s %12s %12s %12s %16s\n' loss% mrc-plain mrc-srh tcp-iperf3 tcp-retransmits
-  local pct m1 m2 tcp
+  printf '%5s %12s %12s %14s %12s %16s\n' loss% mrc-plain mrc-srh mrc-srh-route tcp-iperf3 tcp-retransmits
+  local pct m1 m2 m3 tcp
   for pct in $LOSSES; do
     "$T" loss "$pct"
     run_mrc -D "$DUR" --timeout 10 || true
     m1=$(awk '/^ 65536/ {print $4}' /tmp/mrctb-cli.out)
     run_mrc -D "$DUR" --timeout 10 --srv6 srh || true
     m2=$(awk '/^ 65536/ {print $4}' /tmp/mrctb-cli.out)
+    grep -q "RetryExceeded" /tmp/mrctb-cli.out /tmp/mrctb-srv.out && echo "srh at $pct%: RetryExceeded" >&2
+    run_mrc -D "$DUR" --timeout 10 --srv6 srh --srv6-via route || true
+    m3=$(awk '/^ 65536/ {print $4}' /tmp/mrctb-cli.out)
     timeout 30 "$T" exec h1 iperf3 -s -1 -B "$H1" -p 5299 >/dev/null 2>&1 &
     local ip=$!
     sleep 0.5
     timeout 30 "$T" exec h0 iperf3 -c "$H1" -p 5299 -t "$DUR" -J >/tmp/mrctb-iperf.json 2>&1 || true
     wait $ip || true
     tcp=$(python3 -c 'import json,sys; j=json.load(open("/tmp/mrctb-iperf.json")); e=j["end"]; print("%.2f %d" % (e["sum_received"]["bits_per_second"]/8e6, e["sum_sent"].get("retransmits",0)))' 2>/dev/null || echo "failed -")
-    printf '%5s %12s %12s %12s %16s\n' "$pct" "${m1:-failed}" "${m2:-failed}" $tcp
+    printf '%5s %12s %12s %14s %12s %16s\n' "$pct" "${m1:-failed}" "${m2:-failed}" "${m3:-failed}" $tcp
   done
   "$T" loss off
+}
+
+bootstrap() {
+  echo "== bootstrap: the client's QpInfo to the server held back 1.5 s, --srv6 srh -n 200"
+  "$T" exec l1 nft -f - <<EOF
+table inet mrctbrace {
+  chain f {
+    type filter hook forward priority 0; policy accept;
+    oifname "h1" tcp dport 18515 ip6 length 80 counter drop
+  }
+}
+EOF
+  run_mrc -n 200 --timeout 10 --srv6 srh &
+  local p=$! rc=0
+  sleep 1.5
+  "$T" exec l1 nft list table inet mrctbrace | grep -o 'counter packets [0-9]*'
+  "$T" exec l1 nft delete table inet mrctbrace
+  wait $p || rc=$?
+  grep -E '^ 65536|error' /tmp/mrctb-cli.out || true
+  echo "client+server exit: $rc"
 }
 
 case "${1:-all}" in
   spread) spread ;;
   failure) failure ;;
   loss) loss ;;
-  all) spread; failure; loss ;;
-  *) echo "usage: $0 [spread|failure|loss|all]" >&2; exit 2 ;;
+  bootstrap) bootstrap ;;
+  all) spread; failure; loss; bootstrap ;;
+  *) echo "usage: $0 [spread|failure|loss|bootstrap|all]" >&2; exit 2 ;;
 esac

@@ -1,8 +1,10 @@
 //! Shared helpers for the mrc example binaries.
 //!
 //! - [`sim`]: the pieces of `mrc-sim`: scenario files, built-in experiments, tables and plots;
-//! - [`perf`]: the pieces of `mrc-perf`: options, test loops, reports, baselines.
+//! - [`perf`]: the pieces of `mrc-perf`: options, test loops, reports, baselines;
+//! - [`testbed`]: the plan of the real-kernel SRv6 testbed, from the fabric designer.
 #![warn(missing_docs)]
 
 pub mod perf;
 pub mod sim;
+pub mod testbed;

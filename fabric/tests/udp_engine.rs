@@ -385,3 +385,67 @@ fn idle_engine_sleeps() {
         e1.sleeps - e0.sleeps
     );
 }
+
+/// A QP whose retry budget runs out 7 ms after the first unanswered packet (RTO 1 ms,
+/// doubling, capped at 2 ms; the third expiry fails the work request).
+fn short_retry_cfg() -> QpConfig {
+    let mut c = qp_cfg();
+    c.conn.send.initial_rto_ns = 1_000_000;
+    c.conn.send.min_rto_ns = 1_000_000;
+    c.conn.send.max_rto_ns = 2_000_000;
+    c.conn.send.retry_limit = 2;
+    c
+}
+
+#[test]
+fn the_bootstrap_returns_only_once_the_peer_qp_is_connected() {
+    use mrc_fabric::engine::bootstrap;
+    // The peer answers the QpInfo exchange at once but connects its QP only when told:
+    // the window in which a lost TCP segment (its copy of our QpInfo) kept the server of
+    // a lossy `mrc-perf --srv6 srh` run unconnected while the client's RTOs ran out.
+    let ca = udp_ctx("127.0.0.1:0", 22500..=22599);
+    let cb = udp_ctx("127.0.0.1:0", 22600..=22699);
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let server_addr = listener.local_addr().unwrap();
+    let qa = ca.create_qp(short_retry_cfg()).unwrap();
+    let qb = cb.create_qp(short_retry_cfg()).unwrap();
+    let (src, dst) = regs(&qa, &qb, 4096, 1);
+    let (go_tx, go_rx) = crossbeam_channel::bounded::<()>(1);
+    let server = std::thread::spawn(move || {
+        let (s, _) = listener.accept().unwrap();
+        let (remote, udp, mut s) = bootstrap::exchange(s, &qb.local_info(), T).unwrap();
+        go_rx.recv().unwrap();
+        qb.connect(&remote, udp).unwrap();
+        bootstrap::ready(&mut s).unwrap();
+        qb
+    });
+    let (done_tx, done_rx) = crossbeam_channel::bounded(1);
+    let client = std::thread::spawn(move || {
+        let c = qa.connect_tcp(server_addr, T).unwrap();
+        done_tx.send(()).unwrap();
+        (qa, c)
+    });
+    // 20 retry budgets later the client is still waiting for the peer's ready.
+    assert_eq!(
+        done_rx.recv_timeout(Duration::from_millis(140)),
+        Err(crossbeam_channel::RecvTimeoutError::Timeout)
+    );
+    go_tx.send(()).unwrap();
+    done_rx.recv_timeout(T).unwrap();
+    let (qa, _conn) = client.join().unwrap();
+    let _qb = server.join().unwrap();
+    // The first write after the bootstrap completes.
+    qa.post_write(
+        1,
+        Sge {
+            lkey: src.lkey,
+            addr: src.addr,
+            len: 4096,
+        },
+        dst.addr,
+        dst.rkey,
+    )
+    .unwrap();
+    let c = qa.wait_send_cq(T).unwrap().unwrap();
+    assert_eq!((c.wr_id, c.status), (1, WcStatus::Success));
+}

@@ -188,6 +188,7 @@ fn ports_distinct_across_connections_and_exhaustion_is_typed() {
         evs: (0..16).collect(),
         evs_per_socket: 4,
         srh: Vec::new(),
+        marks: Vec::new(),
     };
     let c1 = a.open_conn(b.local_addr(), &paths).unwrap();
     let c2 = a
@@ -255,6 +256,7 @@ fn sticky_srh_is_set_per_socket() {
         evs: vec![0, 1, 2],
         evs_per_socket: 1,
         srh: vec![s1.clone(), s2.clone()],
+        marks: Vec::new(),
     };
     let c = a.open_conn(b.local_addr(), &paths).unwrap();
     let want1 = mrc_fabric::udp::srh_bytes(&s1).unwrap();
@@ -272,9 +274,35 @@ fn sticky_srh_is_set_per_socket() {
             &PathMap {
                 evs: vec![0],
                 evs_per_socket: 1,
-                srh: vec![s1]
+                srh: vec![s1],
+                marks: Vec::new(),
             }
         ),
         Err(DatapathError::BadPathMap(_))
     ));
+}
+
+#[test]
+fn a_burst_leaves_grouped_per_socket_and_the_datapath_says_so() {
+    let ports = PortAllocator::new(21900..=21999).unwrap();
+    let mut a = dp("127.0.0.1:0", &ports, true);
+    let mut b = dp("127.0.0.1:0", &ports, true);
+    // The engine reads this to set SendConfig::burst_may_reorder.
+    assert!(a.reorders_bursts());
+    let c = a
+        .open_conn(b.local_addr(), &PathMap::per_ev((0..4).collect()))
+        .unwrap();
+    let mut batch = TxBatch::new(8, 2048);
+    for i in 0..8u32 {
+        assert!(batch.push(c, i % 4, Ecn::Ect0, &i.to_be_bytes()));
+    }
+    assert_eq!(a.tx_burst(&batch).unwrap().send_calls, 4);
+    let got = recv_n(&mut b, 8);
+    let order: Vec<u32> = got
+        .iter()
+        .map(|(_, _, d)| u32::from_be_bytes([d[0], d[1], d[2], d[3]]))
+        .collect();
+    // Handed over as 0..8 on EVs 0,1,2,3,0,1,2,3; on the wire per socket: 4 leaves
+    // before 1.
+    assert_eq!(order, vec![0, 4, 1, 5, 2, 6, 3, 7]);
 }

@@ -3,7 +3,9 @@
 //! - [`RttEstimator`]: RFC 6298 section 2 (SRTT, RTTVAR, `RTO = SRTT + 4 RTTVAR`, clamped
 //!   to `[min_rto_ns, max_rto_ns]`) plus the minimum RTT seen.
 //! - [`Rack`]: RFC 8985 (RACK-TLP) reduced to its core rule: a packet is lost when a packet
-//!   *sent after it* has been acknowledged and more than `rtt + reorder_window` has passed
+//!   *sent after it* (send time, then sequence number; or, for a datapath that reorders
+//!   the packets handed out at one `now`, a strictly later send time) has been
+//!   acknowledged and more than `rtt + reorder_window` has passed
 //!   since it was sent. Because the rule compares send times, not sequence numbers, a packet
 //!   that is merely slower (on a longer EV) is not declared lost while it is still within
 //!   the reorder window, which is what spraying over paths of different delay needs. The
@@ -72,7 +74,8 @@ impl RttEstimator {
 pub struct Rack {
     /// Send time (ns) of the latest-sent acknowledged packet; 0 if none.
     pub xmit_ns: u64,
-    /// Its sequence number (breaks ties between packets sent at the same ns).
+    /// Its sequence number (orders acknowledged packets sent at the same ns, so `seq` is
+    /// the highest of its burst; it bounds the scan of [`Rack::overtaken`] candidates).
     pub seq: u64,
     /// RTT (ns) measured on that packet (`now - sent` at its acknowledgement).
     pub rtt_ns: u64,
@@ -95,8 +98,22 @@ impl Rack {
 
     /// Whether a packet sent at `sent_ns` (sequence `seq`) was overtaken by an
     /// acknowledged one.
-    pub fn overtaken(&self, sent_ns: u64, seq: u64) -> bool {
-        (sent_ns, seq) < (self.xmit_ns, self.seq)
+    ///
+    /// `burst_may_reorder = false`: RFC 8985's order, send time then sequence number
+    /// (packets handed out at the same ns leave in sequence order, like TCP's TSO
+    /// segments). `true`: only a packet sent *strictly later* overtakes. Packets handed
+    /// out at the same `now` form one burst, and a datapath may emit a burst in another
+    /// order: the UDP datapath groups a burst per EV socket (one `UDP_SEGMENT` send each),
+    /// so with 16 EVs the burst's last packet can leave first, and the sequence tie-break
+    /// would declare the rest of the burst lost whenever the receiver takes longer than
+    /// the reorder window to get from the first group to the last. The next burst, which
+    /// leaves after the whole burst, still overtakes it.
+    pub fn overtaken(&self, sent_ns: u64, seq: u64, burst_may_reorder: bool) -> bool {
+        if burst_may_reorder {
+            sent_ns < self.xmit_ns
+        } else {
+            (sent_ns, seq) < (self.xmit_ns, self.seq)
+        }
     }
 
     /// When an overtaken packet sent at `sent_ns` counts as lost.
@@ -149,10 +166,23 @@ mod tests {
         // retransmitted packets give no sample
         k.on_ack(9_000, 1, 30_000, true);
         assert_eq!(k.seq, 4);
-        assert!(k.overtaken(4_000, 3));
-        assert!(k.overtaken(5_000, 3));
-        assert!(!k.overtaken(5_000, 4));
-        assert!(!k.overtaken(6_000, 5));
+        assert!(k.overtaken(4_000, 3, false));
+        assert!(k.overtaken(5_000, 3, false));
+        assert!(!k.overtaken(5_000, 4, false));
+        assert!(!k.overtaken(6_000, 5, false));
         assert_eq!(k.deadline_ns(4_000, 2_000), 26_000);
+    }
+
+    #[test]
+    fn a_packet_is_not_overtaken_by_one_of_its_own_burst() {
+        // Sequences 3 and 4 were handed out at the same ns (one datapath burst, which the
+        // UDP datapath may emit as 4 before 3): the acknowledgement of 4 overtakes
+        // nothing of that burst, only packets sent strictly earlier.
+        let mut k = Rack::default();
+        k.on_ack(5_000, 4, 25_000, false);
+        assert!(!k.overtaken(5_000, 3, true));
+        assert!(k.overtaken(4_999, 5, true));
+        // without the flag, the sequence number breaks the tie
+        assert!(k.overtaken(5_000, 3, false));
     }
 }

@@ -3,6 +3,7 @@
 //!
 //! ```text
 //! mrc-sim design --gpus 1024                       # the issue's reference switches
+//! mrc-sim testbed-plan --json -                    # what testbed/mrc-testbed.sh builds
 //! mrc-sim trace --gpus 64 --src 0 --dst 40 --evs 8 --forwarding srv6
 //! mrc-sim run examples/scenarios/incast-trim.toml --pcap in.pcap --pcap-port leaf0:0
 //! mrc-sim experiment list
@@ -97,6 +98,57 @@ impl DesignArgs {
     }
 }
 
+/// The designer's input for `testbed-plan`: every field defaults to the testbed's
+/// design (`mrc_examples::testbed::default_input`: 8 GPUs, 4 per server, 100G NICs,
+/// 8x100G leaves, 2x100G spines, 1:1, one plane -> 2 hosts, 2 leaves, 4 spines).
+#[derive(clap::Args, Clone)]
+struct TestbedArgs {
+    /// GPUs (one NIC each) [default: 8].
+    #[arg(long)]
+    gpus: Option<u32>,
+    /// GPUs per server (a server is a host namespace) [default: 4].
+    #[arg(long)]
+    gpus_per_server: Option<u32>,
+    /// NIC speed, Gb/s [default: 100].
+    #[arg(long)]
+    nic_gbps: Option<u32>,
+    /// Leaf switch ports [default: 8].
+    #[arg(long)]
+    leaf_radix: Option<u32>,
+    /// Leaf port speed, Gb/s [default: 100].
+    #[arg(long)]
+    leaf_port_gbps: Option<u32>,
+    /// Spine switch ports [default: 2].
+    #[arg(long)]
+    spine_radix: Option<u32>,
+    /// Spine port speed, Gb/s [default: 100].
+    #[arg(long)]
+    spine_port_gbps: Option<u32>,
+    /// Oversubscription down:up [default: 1:1].
+    #[arg(long)]
+    oversubscription: Option<String>,
+}
+
+impl TestbedArgs {
+    fn input(&self) -> Result<DesignInput, String> {
+        let d = mrc_examples::testbed::default_input();
+        Ok(DesignInput {
+            gpus: self.gpus.unwrap_or(d.gpus),
+            gpus_per_server: self.gpus_per_server.unwrap_or(d.gpus_per_server),
+            nic_gbps: self.nic_gbps.unwrap_or(d.nic_gbps),
+            leaf_radix: self.leaf_radix.unwrap_or(d.leaf_radix),
+            leaf_port_gbps: self.leaf_port_gbps.unwrap_or(d.leaf_port_gbps),
+            spine_radix: self.spine_radix.unwrap_or(d.spine_radix),
+            spine_port_gbps: self.spine_port_gbps.unwrap_or(d.spine_port_gbps),
+            oversubscription: match &self.oversubscription {
+                Some(o) => o.parse().map_err(|e| format!("{e}"))?,
+                None => d.oversubscription,
+            },
+            planes: 1,
+        })
+    }
+}
+
 #[derive(Subcommand)]
 enum Cmd {
     /// Size a two-tier spine-leaf fabric: servers, leaves, spines, links, cables, optics.
@@ -105,6 +157,16 @@ enum Cmd {
         d: DesignArgs,
         #[command(flatten)]
         out: Out,
+    },
+    /// The plan of the real-kernel SRv6 testbed (testbed/mrc-testbed.sh) from the design:
+    /// namespaces, links, addresses, SIDs, uSIDs and steering tables. With `--json -` the
+    /// JSON the script reads.
+    TestbedPlan {
+        #[command(flatten)]
+        d: TestbedArgs,
+        /// Write the plan as JSON to this file ("-" for stdout, alone).
+        #[arg(long)]
+        json: Option<PathBuf>,
     },
     /// Print the hop-by-hop path of a flow on one EV (same-leaf vs cross-leaf; the spine
     /// chosen by the ECMP hash or by the segment list).
@@ -278,6 +340,31 @@ fn run(cli: Cli) -> Result<bool, String> {
             let des = design(&d.input()?).map_err(|e| e.to_string())?;
             let t = design_table(&des);
             emit(&t, &out, &des)?;
+            Ok(true)
+        }
+        Cmd::TestbedPlan { d, json } => {
+            let des = design(&d.input()?).map_err(|e| e.to_string())?;
+            let plan =
+                mrc_examples::testbed::TestbedPlan::from_design(&des).map_err(|e| e.to_string())?;
+            let s = serde_json::to_string_pretty(&plan).map_err(|e| e.to_string())?;
+            match json {
+                Some(p) if p.as_os_str() == "-" => outln!("{s}"),
+                Some(p) => std::fs::write(&p, s).map_err(|e| format!("{}: {e}", p.display()))?,
+                None => {
+                    outln!(
+                        "testbed: {} hosts ({} per leaf), {} leaves, {} spines, {} leaf-spine links, {} steering routes",
+                        plan.hosts.len(),
+                        plan.design.servers_per_leaf,
+                        plan.leaves.len(),
+                        plan.spines.len(),
+                        plan.links.len(),
+                        plan.steering.len()
+                    );
+                    for h in &plan.hosts {
+                        outln!("  {} {} behind l{}", h.name, h.addr, h.leaf);
+                    }
+                }
+            }
             Ok(true)
         }
         Cmd::Trace {

@@ -56,6 +56,7 @@ pub fn udp_blast(ip: IpAddr, p: &TestParams) -> Result<BaselineResult, String> {
         evs: (0..p.paths).collect(),
         evs_per_socket: p.burst_size as usize,
         srh: Vec::new(),
+        marks: Vec::new(),
     };
     let c = a
         .open_conn(b.local_addr(), &paths)

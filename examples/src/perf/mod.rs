@@ -83,7 +83,7 @@ pub fn run_cli(cli: Cli) -> Result<String, String> {
             let udp = SocketAddr::new(any, cli.test.udp_port.unwrap_or(0));
             let mut p = p;
             if let Some(mode) = p.srv6 {
-                p.srh = srv6::segment_lists(mode, addr.ip(), p.paths, p.burst_size)?;
+                p.steering = srv6::steering(mode, p.srv6_via, addr.ip(), p.paths, p.burst_size)?;
             }
             let (r, _) = run::run_client(addr, udp, &p, timeout, progress, &local)?;
             finish(

@@ -172,6 +172,20 @@ pub struct TestOpts {
     /// through the same spines. Without it, plain routing.
     #[arg(long, value_enum, global = true)]
     pub srv6: Option<super::srv6::Srv6Mode>,
+    /// Where --srv6 puts the header on: `socket` (a sticky IPV6_RTHDR per EV socket) or
+    /// `route` (the EV socket's firewall mark selects the host's steering table, whose
+    /// route adds it: `encap seg6 mode inline`, installed by mrc-testbed.sh; keeps UDP GSO
+    /// and checksum offload).
+    #[arg(long = "srv6-via", value_enum, default_value_t = super::srv6::Srv6Via::Socket, global = true)]
+    pub srv6_via: super::srv6::Srv6Via,
+    /// RTO floor, us (the transport's RFC 6298 clamp; the initial RTO is 4 times it). An
+    /// engine sharing its cores with other work is descheduled for milliseconds, which
+    /// fires spurious RTOs below that.
+    #[arg(long = "min-rto-us", default_value_t = super::run::MIN_RTO_NS / 1000, global = true)]
+    pub min_rto_us: u64,
+    /// Floor of the RACK reorder window and the peer's assumed SACK delay, us.
+    #[arg(long = "reorder-window-us", default_value_t = super::run::REORDER_WINDOW_NS / 1000, global = true)]
+    pub reorder_window_us: u64,
 }
 
 /// The test as both ends run it (sent from client to server as JSON).
@@ -209,16 +223,33 @@ pub struct TestParams {
     /// bidirectional runs) back through the same spine as the client's EV socket.
     #[serde(default)]
     pub srv6: Option<super::srv6::Srv6Mode>,
-    /// Sticky SRH per EV socket of this side, computed locally from `srv6` and the peer's
-    /// address (not sent).
+    /// Where `srv6` puts the header on (both ends).
+    #[serde(default)]
+    pub srv6_via: super::srv6::Srv6Via,
+    /// Sticky SRH or mark per EV socket of this side, computed locally from `srv6` and the
+    /// peer's address (not sent).
     #[serde(skip)]
-    pub srh: Vec<mrc_fabric::srv6::SrhRepr>,
+    pub steering: super::srv6::Steering,
     /// Engine spin before sleeping, us.
     #[serde(default)]
     pub spin_us: u64,
     /// Datapath (the server refuses a client that asks for another).
     #[serde(default)]
     pub fabric: Fabric,
+    /// RTO floor, us (both ends).
+    #[serde(default = "default_min_rto_us")]
+    pub min_rto_us: u64,
+    /// RACK reorder window floor, us (both ends).
+    #[serde(default = "default_reorder_window_us")]
+    pub reorder_window_us: u64,
+}
+
+fn default_min_rto_us() -> u64 {
+    super::run::MIN_RTO_NS / 1000
+}
+
+fn default_reorder_window_us() -> u64 {
+    super::run::REORDER_WINDOW_NS / 1000
 }
 
 /// Largest message, bytes (the transport's message length is 32 bits; 1 GiB keeps the
@@ -282,6 +313,18 @@ impl TestOpts {
                 "--rate-limit must be a positive number of Gb/s, got {r}"
             ));
         }
+        if self.min_rto_us == 0 || self.min_rto_us > 10_000_000 {
+            return Err(format!(
+                "--min-rto-us must be in 1..=10000000, got {}",
+                self.min_rto_us
+            ));
+        }
+        if self.reorder_window_us > 10_000_000 {
+            return Err(format!(
+                "--reorder-window-us must be at most 10000000, got {}",
+                self.reorder_window_us
+            ));
+        }
         if !(self.timeout > 0.0 && self.timeout.is_finite()) {
             return Err(format!("--timeout must be positive, got {}", self.timeout));
         }
@@ -324,9 +367,12 @@ impl TestOpts {
             region_size,
             seed: 0x6d72_632d_7065_7266,
             srv6: self.srv6,
-            srh: Vec::new(),
+            srv6_via: self.srv6_via,
+            steering: super::srv6::Steering::default(),
             spin_us: self.spin_us,
             fabric: self.fabric,
+            min_rto_us: self.min_rto_us,
+            reorder_window_us: self.reorder_window_us,
         })
     }
 }

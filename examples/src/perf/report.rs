@@ -265,13 +265,15 @@ impl<'a> Report<'a> {
         }
         let c = &self.r.conn;
         o += &format!(
-            " total: {} packets sent, {} retransmitted, {} trimmed, {} ECN marks, {} RTO, {} RACK losses, {} dropped on receive\n",
+            " total: {} packets sent, {} retransmitted, {} trimmed, {} ECN marks, {} RTO, {} RACK losses ({} spurious), {} tail loss probes, {} dropped on receive\n",
             c.sent,
             c.retransmitted,
             c.trimmed,
             c.ecn_marked,
             c.timeouts,
             c.rack_losses,
+            c.spurious,
+            c.tail_loss_probes,
             c.drops.total()
         );
         let d = &self.r.engine.datapath;

@@ -85,10 +85,13 @@ pub struct Side {
 /// Packets in flight and receive window: 4096 (16 MiB of 4 KiB packets; a userspace
 /// engine on loopback has RTTs of hundreds of microseconds under load).
 pub const OUTSTANDING_PACKETS: u32 = 4096;
-/// RTO floor, ns: 2 ms. The transport's 200 us default suits a NIC; an engine thread that
-/// shares its core with others is descheduled for longer than that, which would fire
-/// spurious RTOs.
-pub const MIN_RTO_NS: u64 = 2_000_000;
+/// RTO floor, ns: 20 ms. The transport's 200 us default suits a NIC; an engine thread that
+/// shares its cores with other work is descheduled for longer. Measured on the testbed
+/// (2 cores, load average 5-7): with a 2 ms floor about one run in four fired 1-6
+/// spurious RTOs, each resending the whole flight (hundreds of packets) with every EV
+/// ASSUMED_BAD; with 20 ms, none. Losses are found by RACK and tail loss probes first;
+/// the RTO is the last resort (`--min-rto-us` sets it).
+pub const MIN_RTO_NS: u64 = 20_000_000;
 /// RACK reorder window floor and assumed peer ACK delay, ns: 500 us (scheduling jitter).
 pub const REORDER_WINDOW_NS: u64 = 500_000;
 
@@ -100,10 +103,13 @@ fn qp_config(p: &TestParams) -> Result<QpConfig, String> {
             send: SendConfig {
                 mtu_payload_bytes: p.mtu,
                 max_outstanding_packets: OUTSTANDING_PACKETS,
-                min_reorder_window_ns: REORDER_WINDOW_NS,
-                initial_rto_ns: 4 * MIN_RTO_NS,
-                min_rto_ns: MIN_RTO_NS,
-                peer_max_ack_delay_ns: REORDER_WINDOW_NS,
+                min_reorder_window_ns: p.reorder_window_us.saturating_mul(1000),
+                initial_rto_ns: 4 * p.min_rto_us.saturating_mul(1000),
+                min_rto_ns: p.min_rto_us.saturating_mul(1000),
+                max_rto_ns: SendConfig::default()
+                    .max_rto_ns
+                    .max(4 * p.min_rto_us.saturating_mul(1000)),
+                peer_max_ack_delay_ns: p.reorder_window_us.saturating_mul(1000),
                 ..SendConfig::default()
             },
             recv_window_packets: OUTSTANDING_PACKETS,
@@ -117,7 +123,8 @@ fn qp_config(p: &TestParams) -> Result<QpConfig, String> {
             trimming_enabled: false,
         },
         evs_per_socket: p.burst_size as usize,
-        srh: p.srh.clone(),
+        srh: p.steering.srh.clone(),
+        marks: p.steering.marks.clone(),
     })
 }
 
@@ -839,7 +846,7 @@ fn serve_stream(
     }
     if let Some(mode) = p.srv6 {
         let peer = s.peer_addr().map_err(|e| e.to_string())?;
-        p.srh = super::srv6::segment_lists(mode, peer.ip(), p.paths, p.burst_size)?;
+        p.steering = super::srv6::steering(mode, p.srv6_via, peer.ip(), p.paths, p.burst_size)?;
     }
     let side = make_side(&p, udp_bind, local)?;
     if let Some((book, addr)) = &side.verbs {

@@ -1,20 +1,30 @@
-//! `--srv6 srh|usid`: the segment list of every EV socket of a client on the testbed of
-//! `testbed/mrc-testbed.sh` (2 hosts, 2 leaves, 4 spines), so EV socket `s` crosses spine
-//! `s % 4` (with `--burst-size 1`: EV `i` through spine `i % 4`). The addressing plan below
-//! mirrors the script's header; both must change together.
+//! `--srv6 srh|usid`: the steering of every EV socket of a client on the testbed of
+//! `testbed/mrc-testbed.sh`, from the same plan the script builds
+//! ([`crate::testbed::TestbedPlan`], the designer's default testbed: 2 hosts, 2 leaves, 4
+//! spines), so EV socket `s` crosses spine `s % spines` (with `--burst-size 1`: EV `i`
+//! through spine `i % spines`).
 //!
-//! - `srh`: an SRH with path `[spine SID, destination leaf SID, server]` (RFC 8754), each SID
-//!   a seg6local `End` on its switch.
+//! - `srh`: an SRH with path `[spine SID, destination leaf SID, server]` (RFC 8754), each
+//!   SID a seg6local `End` on its switch.
 //! - `usid`: the uSID container `fd00:75:<spine uSID>:<leaf uSID>::` (RFC 9800, 32-bit
 //!   block, 16-bit uSIDs, `End` with the NEXT-C-SID flavour) as the active segment, the
 //!   server as the only other entry (the leaf ends the container and takes the next SRH
 //!   segment, so the UDP checksum's final destination is the server).
 //!
-//! The kernel takes the header as a sticky `IPV6_RTHDR` and writes the connected address
-//! (the server) into segment 0 of every packet.
+//! Two ways to put the header on (`--srv6-via`):
+//! - `socket`: a sticky `IPV6_RTHDR` per EV socket; the kernel writes the connected address
+//!   (the server) into segment 0 of every packet. With an extension header the kernel
+//!   neither offloads the UDP checksum nor keeps a `UDP_SEGMENT` send whole: it checksums
+//!   in software and cuts every GSO send into single packets at the first hop, so each
+//!   hop forwards 8-16 times more packets than without (testbed/README.md).
+//! - `route`: the EV socket only sets a firewall mark (`SO_MARK`) of its spine; the host's
+//!   steering table of that mark adds the same segment list in the kernel (`encap seg6
+//!   mode inline`, after the UDP layer set up checksum offload), so GSO sends cross the
+//!   fabric whole.
 
+use crate::testbed::{SteerMode, TestbedPlan};
 use clap::ValueEnum;
-use mrc_fabric::srv6::{LocatorBlock, SrhRepr, UsidContainer};
+use mrc_fabric::srv6::SrhRepr;
 use mrc_transport::path::PathState;
 use pnet_packet::ip::IpNextHeaderProtocols;
 use serde::{Deserialize, Serialize};
@@ -30,96 +40,105 @@ pub enum Srv6Mode {
     Usid,
 }
 
-/// Spines of the testbed.
-pub const SPINES: u16 = 4;
-/// Leaves (one host each) of the testbed.
-pub const LEAVES: u16 = 2;
-/// The testbed's /48: host `i` is `fd00:6d72:63:1i::2`.
-const PLAN: [u16; 3] = [0xfd00, 0x6d72, 0x63];
-/// uSID locator block, 32 bits: `fd00:75::/32`.
-const USID_BLOCK: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x75, 0, 0, 0, 0, 0, 0);
-
-/// End SID of spine `j`: `fd00:6d72:63:e0j::`.
-pub fn spine_sid(j: u16) -> Ipv6Addr {
-    Ipv6Addr::new(PLAN[0], PLAN[1], PLAN[2], 0xe00 + j, 0, 0, 0, 0)
+impl Srv6Mode {
+    /// The plan's name of it.
+    pub fn steer(self) -> SteerMode {
+        match self {
+            Srv6Mode::Srh => SteerMode::Srh,
+            Srv6Mode::Usid => SteerMode::Usid,
+        }
+    }
 }
 
-/// End SID of leaf `i`: `fd00:6d72:63:e1i::`.
-pub fn leaf_sid(i: u16) -> Ipv6Addr {
-    Ipv6Addr::new(PLAN[0], PLAN[1], PLAN[2], 0xe10 + i, 0, 0, 0, 0)
+/// Where the SRv6 header is added.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Srv6Via {
+    /// A sticky `IPV6_RTHDR` on each EV socket.
+    #[default]
+    Socket,
+    /// The host's steering route, selected by the EV socket's firewall mark.
+    Route,
 }
 
-/// uSID of spine `j` (`0xe00j`) and of leaf `i` (`0xe10i`).
-pub fn spine_usid(j: u16) -> u16 {
-    0xe000 + j
+/// Per EV socket of one end: the sticky headers or the marks (one of them is empty).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Steering {
+    /// Sticky SRH per socket, cycled.
+    pub srh: Vec<SrhRepr>,
+    /// Firewall mark per socket, cycled.
+    pub marks: Vec<u32>,
 }
 
-/// uSID of leaf `i`.
-pub fn leaf_usid(i: u16) -> u16 {
-    0xe100 + i
+fn plan() -> Result<TestbedPlan, String> {
+    TestbedPlan::default_plan().map_err(|e| format!("--srv6: testbed plan: {e}"))
 }
 
-/// The leaf a testbed host address hangs off: `fd00:6d72:63:1i::2` -> `i`.
+/// The testbed host `server` is: its leaf.
 ///
 /// # Errors
-/// A message when `server` is not a testbed host.
-pub fn leaf_of(server: IpAddr) -> Result<u16, String> {
+/// A message when `server` is not a host of the plan.
+pub fn leaf_of(plan: &TestbedPlan, server: IpAddr) -> Result<u16, String> {
     let IpAddr::V6(a) = server else {
         return Err(format!("--srv6 needs an IPv6 server address, got {server}"));
     };
-    let s = a.segments();
-    let host = Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 2);
-    if s[..3] != PLAN || !(0x10..0x10 + LEAVES).contains(&s[3]) || host != a {
-        return Err(format!(
-            "--srv6: {a} is not a testbed host (fd00:6d72:63:10::2 or fd00:6d72:63:11::2)"
-        ));
-    }
-    Ok(s[3] - 0x10)
+    let hosts: Vec<String> = plan.hosts.iter().map(|h| h.addr.to_string()).collect();
+    plan.host_by_addr(a)
+        .map(|h| h.leaf)
+        .ok_or_else(|| format!("--srv6: {a} is not a testbed host ({})", hosts.join(" or ")))
 }
 
-/// The header of spine `j` towards `server` behind leaf `leaf`.
+/// The sticky header of spine `j` towards `server` behind leaf `leaf`.
 ///
 /// # Errors
-/// The SRH or uSID error, as text.
+/// The SRH error, as text.
 pub fn segment_list(
+    plan: &TestbedPlan,
     mode: Srv6Mode,
     server: Ipv6Addr,
     leaf: u16,
     j: u16,
 ) -> Result<SrhRepr, String> {
-    let path = match mode {
-        Srv6Mode::Srh => vec![spine_sid(j), leaf_sid(leaf), server],
-        Srv6Mode::Usid => {
-            let block = LocatorBlock::new(USID_BLOCK, 32).map_err(|e| e.to_string())?;
-            let c = UsidContainer::build(block, &[spine_usid(j), leaf_usid(leaf)])
-                .map_err(|e| e.to_string())?;
-            vec![c.address(), server]
-        }
-    };
+    let mut path = plan.segments(mode.steer(), j, leaf);
+    path.push(server);
     SrhRepr::for_path(IpNextHeaderProtocols::Udp, &path)
         .map(|(r, _)| r)
         .map_err(|e| e.to_string())
 }
 
-/// One header per spine, in spine order, for the EV sockets of a client of `server`
-/// (`paths` EVs, `burst` EVs a socket): socket `s` takes entry `s % len`. Fewer sockets
-/// than spines use only the first spines.
+/// The steering of the EV sockets of an end talking to `peer` (`paths` EVs, `burst` EVs
+/// a socket): one entry per spine, in spine order; socket `s` takes entry
+/// `s % len`. Fewer sockets than spines use only the first spines.
 ///
 /// # Errors
-/// `server` is not a testbed host, or a header does not build.
-pub fn segment_lists(
+/// `peer` is not a testbed host, or a header does not build.
+pub fn steering(
     mode: Srv6Mode,
-    server: IpAddr,
+    via: Srv6Via,
+    peer: IpAddr,
     paths: u32,
     burst: u32,
-) -> Result<Vec<SrhRepr>, String> {
-    let leaf = leaf_of(server)?;
-    let IpAddr::V6(dst) = server else {
+) -> Result<Steering, String> {
+    let plan = plan()?;
+    let leaf = leaf_of(&plan, peer)?;
+    let IpAddr::V6(dst) = peer else {
         return Err("unreachable: leaf_of checked IPv6".into());
     };
+    let spines = u32::try_from(plan.spines.len()).unwrap_or(u32::MAX);
     let sockets = paths.div_ceil(burst.max(1));
-    let n = u16::try_from(sockets.min(u32::from(SPINES))).unwrap_or(SPINES);
-    (0..n).map(|j| segment_list(mode, dst, leaf, j)).collect()
+    let n = u16::try_from(sockets.min(spines)).unwrap_or(u16::MAX);
+    Ok(match via {
+        Srv6Via::Socket => Steering {
+            srh: (0..n)
+                .map(|j| segment_list(&plan, mode, dst, leaf, j))
+                .collect::<Result<_, _>>()?,
+            marks: Vec::new(),
+        },
+        Srv6Via::Route => Steering {
+            srh: Vec::new(),
+            marks: (0..n).map(|j| mode.steer().mark(j)).collect(),
+        },
+    })
 }
 
 /// The report's name of a path state.
@@ -140,9 +159,15 @@ mod tests {
         s.parse().unwrap()
     }
 
+    fn lists(mode: Srv6Mode, server: &str, paths: u32, burst: u32) -> Vec<SrhRepr> {
+        steering(mode, Srv6Via::Socket, a(server).into(), paths, burst)
+            .unwrap()
+            .srh
+    }
+
     #[test]
     fn srh_lists_name_each_spine_then_the_leaf() {
-        let l = segment_lists(Srv6Mode::Srh, a("fd00:6d72:63:11::2").into(), 16, 1).unwrap();
+        let l = lists(Srv6Mode::Srh, "fd00:6d72:63:11::2", 16, 1);
         assert_eq!(l.len(), 4);
         for (j, r) in l.iter().enumerate() {
             // Stored reversed (RFC 8754 section 2): final destination first.
@@ -164,7 +189,7 @@ mod tests {
 
     #[test]
     fn usid_lists_carry_one_container_per_spine() {
-        let l = segment_lists(Srv6Mode::Usid, a("fd00:6d72:63:10::2").into(), 16, 2).unwrap();
+        let l = lists(Srv6Mode::Usid, "fd00:6d72:63:10::2", 16, 2);
         assert_eq!(l.len(), 4);
         assert_eq!(
             l[3].segments,
@@ -175,9 +200,34 @@ mod tests {
     }
 
     #[test]
+    fn route_steering_marks_each_socket_with_its_spine_table() {
+        let s = steering(
+            Srv6Mode::Usid,
+            Srv6Via::Route,
+            a("fd00:6d72:63:11::2").into(),
+            16,
+            1,
+        )
+        .unwrap();
+        assert!(s.srh.is_empty());
+        assert_eq!(
+            s.marks,
+            vec![0x6d72_0010, 0x6d72_0011, 0x6d72_0012, 0x6d72_0013]
+        );
+        let s = steering(
+            Srv6Mode::Srh,
+            Srv6Via::Route,
+            a("fd00:6d72:63:10::2").into(),
+            4,
+            2,
+        )
+        .unwrap();
+        assert_eq!(s.marks, vec![0x6d72_0000, 0x6d72_0001]);
+    }
+
+    #[test]
     fn few_sockets_use_the_first_spines() {
-        let l = segment_lists(Srv6Mode::Srh, a("fd00:6d72:63:11::2").into(), 4, 2).unwrap();
-        assert_eq!(l.len(), 2);
+        assert_eq!(lists(Srv6Mode::Srh, "fd00:6d72:63:11::2", 4, 2).len(), 2);
     }
 
     #[test]
@@ -188,7 +238,8 @@ mod tests {
             "fd00:6d72:63:12::2",
             "fd00:6d72:63:11::3",
         ] {
-            let e = segment_lists(Srv6Mode::Srh, s.parse().unwrap(), 16, 1).unwrap_err();
+            let e =
+                steering(Srv6Mode::Srh, Srv6Via::Socket, s.parse().unwrap(), 16, 1).unwrap_err();
             assert!(e.contains("--srv6"), "{s}: {e}");
         }
     }

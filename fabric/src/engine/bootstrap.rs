@@ -9,7 +9,7 @@
 //! +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
 //! |                       magic "MRCB"                            |
 //! +---------------+---------------+-------------------------------+
-//! |   version=1   |  go_back_n    |        udp_port               |
+//! |   version=2   |  go_back_n    |        udp_port               |
 //! +---------------+---------------+-------------------------------+
 //! |                            QPN                                |
 //! +---------------------------------------------------------------+
@@ -24,6 +24,9 @@
 //! |  region count x { addr u64, len u64, rkey u32 } (20 bytes)    |
 //! ```
 //! All fields big-endian. Every field is checked on receipt (untrusted input).
+//!
+//! Then each side connects its QP and writes the 4 bytes `MRCR` ([`READY`]); neither posts
+//! before it has read the peer's (version 2; version 1 had no ready barrier).
 
 use mrc_transport::region::MrKey;
 use std::io::{self, Read, Write};
@@ -34,7 +37,7 @@ use thiserror::Error;
 /// `"MRCB"`.
 pub const MAGIC: [u8; 4] = *b"MRCB";
 /// Version of this layout.
-pub const VERSION: u8 = 1;
+pub const VERSION: u8 = 2;
 /// Bytes of the fixed part.
 pub const FIXED_LEN: usize = 28;
 /// Bytes per region entry.
@@ -301,6 +304,28 @@ pub fn exchange(
     Ok((remote.clone(), SocketAddr::new(peer_ip, remote.udp_port), s))
 }
 
+/// The ready marker each side writes once its QP is connected (4 bytes, ASCII `MRCR`).
+pub const READY: [u8; 4] = *b"MRCR";
+
+/// The barrier after both sides [`exchange`]d and connected their QPs (perftest's final
+/// `ctx_hand_shake`): writes [`READY`], then reads the peer's. A side must not post before
+/// it returns: the peer's QP may still be unconnected (its copy of our [`QpInfo`] can be
+/// late by a TCP retransmission, 200 ms and more), drop every packet, and our RTOs run
+/// out the retry limit (`RetryExceeded` at the start of a run on a lossy path).
+///
+/// # Errors
+/// [`BootstrapError::Io`] (timed out, closed: the peer failed to connect),
+/// [`BootstrapError::BadMagic`] for anything but [`READY`].
+pub fn ready(s: &mut TcpStream) -> Result<(), BootstrapError> {
+    s.write_all(&READY).map_err(io_err("write ready"))?;
+    let mut b = [0u8; 4];
+    s.read_exact(&mut b).map_err(io_err("read ready"))?;
+    if b != READY {
+        return Err(BootstrapError::BadMagic(b));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -326,7 +351,7 @@ mod tests {
     fn encode_decode_round_trip_exact_bytes() {
         let b = info().encode().unwrap();
         assert_eq!(b.len(), FIXED_LEN + REGION_LEN);
-        assert_eq!(&b[..8], b"MRCB\x01\x00\x12\xb8");
+        assert_eq!(&b[..8], b"MRCB\x02\x00\x12\xb8");
         assert_eq!(&b[8..12], &[0x00, 0x12, 0x34, 0x56]);
         assert_eq!(QpInfo::read_from(&mut b.as_slice()).unwrap(), info());
     }
@@ -341,10 +366,10 @@ mod tests {
             Err(BootstrapError::BadMagic(_))
         ));
         let mut b = good.clone();
-        b[4] = 2;
+        b[4] = 3;
         assert!(matches!(
             QpInfo::read_from(&mut b.as_slice()),
-            Err(BootstrapError::BadVersion(2))
+            Err(BootstrapError::BadVersion(3))
         ));
         let mut b = good.clone();
         b[8] = 1; // QPN above 24 bits

@@ -89,6 +89,8 @@ pub struct QpConfig {
     pub evs_per_socket: usize,
     /// Optional sticky SRH per socket (IPv6).
     pub srh: Vec<crate::srv6::SrhRepr>,
+    /// Optional firewall mark per socket ([`crate::udp::PathMap::marks`]).
+    pub marks: Vec<u32>,
 }
 
 impl Default for QpConfig {
@@ -104,6 +106,7 @@ impl Default for QpConfig {
             },
             evs_per_socket: 1,
             srh: Vec::new(),
+            marks: Vec::new(),
         }
     }
 }
@@ -279,6 +282,8 @@ struct Shared {
     waker: Arc<dyn Waker>,
     sleeping: Arc<AtomicBool>,
     udp_addr: SocketAddr,
+    /// The datapath's [`Datapath::reorders_bursts`].
+    reorders_bursts: bool,
     next_qpn: AtomicU32,
     salt: u64,
     thread: Mutex<Option<JoinHandle<()>>>,
@@ -350,7 +355,7 @@ impl Context {
             .name("mrc-engine".into())
             .spawn(move || match UringDatapath::new(udp) {
                 Ok(dp) => {
-                    let _ = tx.send(Ok((dp.local_addr(), dp.waker())));
+                    let _ = tx.send(Ok((dp.local_addr(), dp.waker(), dp.reorders_bursts())));
                     run_engine(dp, cfg, cmd_rx, sl);
                 }
                 Err(e) => {
@@ -358,8 +363,10 @@ impl Context {
                 }
             })
             .map_err(|e| EngineError::Refused(format!("spawn: {e}")))?;
-        let (udp_addr, waker) = rx.recv().map_err(|_| EngineError::Stopped)??;
-        Ok(Context::from_parts(cmd_tx, waker, sleeping, udp_addr, t))
+        let (udp_addr, waker, reorders) = rx.recv().map_err(|_| EngineError::Stopped)??;
+        Ok(Context::from_parts(
+            cmd_tx, waker, sleeping, udp_addr, reorders, t,
+        ))
     }
 
     /// A context on any datapath (e.g. [`crate::udp::FakeDatapath`]).
@@ -369,8 +376,9 @@ impl Context {
         let sl = Arc::clone(&sleeping);
         let udp_addr = dp.local_addr();
         let waker = dp.waker();
+        let reorders = dp.reorders_bursts();
         let t = std::thread::spawn(move || run_engine(dp, cfg, cmd_rx, sl));
-        Context::from_parts(cmd_tx, waker, sleeping, udp_addr, t)
+        Context::from_parts(cmd_tx, waker, sleeping, udp_addr, reorders, t)
     }
 
     fn from_parts(
@@ -378,6 +386,7 @@ impl Context {
         waker: Arc<dyn Waker>,
         sleeping: Arc<AtomicBool>,
         udp_addr: SocketAddr,
+        reorders_bursts: bool,
         t: JoinHandle<()>,
     ) -> Context {
         let salt = splitmix(
@@ -393,6 +402,7 @@ impl Context {
                 waker,
                 sleeping,
                 udp_addr,
+                reorders_bursts,
                 next_qpn: AtomicU32::new(1),
                 salt,
                 thread: Mutex::new(Some(t)),
@@ -419,6 +429,7 @@ impl Context {
         conn_cfg.initial_psn = Psn::new((r & 0xFF_FFFF) as u32);
         conn_cfg.generation = ((r >> 24) as u16).max(1);
         conn_cfg.seed = r;
+        conn_cfg.send.burst_may_reorder |= self.shared.reorders_bursts;
         let cc = AnyController::new(cfg.cc, &cfg.link)
             .map_err(|e| EngineError::Refused(format!("congestion control: {e}")))?;
         let conn = mrc_transport::Connection::new(conn_cfg.clone(), cc)
@@ -429,6 +440,7 @@ impl Context {
             evs: conn_cfg.evs.clone(),
             evs_per_socket: cfg.evs_per_socket.max(1),
             srh: cfg.srh.clone(),
+            marks: cfg.marks.clone(),
         };
         self.shared.send(Cmd::CreateQp {
             qpn,
@@ -660,8 +672,10 @@ impl Qp {
         })
     }
 
-    /// Client side of the TCP bootstrap: connects to `server`, exchanges [`QpInfo`], then
-    /// [`Qp::connect`]s.
+    /// Client side of the TCP bootstrap: connects to `server`, exchanges [`QpInfo`],
+    /// [`Qp::connect`]s, then waits until the peer's QP is connected too
+    /// ([`bootstrap::ready`]), so a work request posted after it returns is not lost to
+    /// an unconnected peer.
     ///
     /// # Errors
     /// [`EngineError::Bootstrap`] (refused, timed out, bad peer), as [`Qp::connect`].
@@ -670,8 +684,9 @@ impl Qp {
         server: impl ToSocketAddrs + std::fmt::Debug,
         timeout: Duration,
     ) -> Result<Connected, EngineError> {
-        let (remote, udp, stream) = bootstrap::connect(server, &self.local_info(), timeout)?;
+        let (remote, udp, mut stream) = bootstrap::connect(server, &self.local_info(), timeout)?;
         let source_ports = self.connect(&remote, udp)?;
+        bootstrap::ready(&mut stream)?;
         Ok(Connected {
             remote,
             udp,
@@ -681,7 +696,7 @@ impl Qp {
     }
 
     /// Server side of the TCP bootstrap: accepts one client on `listener`, exchanges
-    /// [`QpInfo`], then [`Qp::connect`]s.
+    /// [`QpInfo`], [`Qp::connect`]s, then waits for the peer's [`bootstrap::ready`].
     ///
     /// # Errors
     /// As [`Qp::connect_tcp`].
@@ -690,8 +705,9 @@ impl Qp {
         listener: &TcpListener,
         timeout: Duration,
     ) -> Result<Connected, EngineError> {
-        let (remote, udp, stream) = bootstrap::accept(listener, &self.local_info(), timeout)?;
+        let (remote, udp, mut stream) = bootstrap::accept(listener, &self.local_info(), timeout)?;
         let source_ports = self.connect(&remote, udp)?;
+        bootstrap::ready(&mut stream)?;
         Ok(Connected {
             remote,
             udp,
@@ -701,7 +717,8 @@ impl Qp {
     }
 
     /// The bootstrap on a TCP stream the application already opened (either side):
-    /// exchanges [`QpInfo`], then [`Qp::connect`]s.
+    /// exchanges [`QpInfo`], [`Qp::connect`]s, then waits for the peer's
+    /// [`bootstrap::ready`].
     ///
     /// # Errors
     /// As [`Qp::connect_tcp`].
@@ -710,8 +727,9 @@ impl Qp {
         stream: TcpStream,
         timeout: Duration,
     ) -> Result<Connected, EngineError> {
-        let (remote, udp, stream) = bootstrap::exchange(stream, &self.local_info(), timeout)?;
+        let (remote, udp, mut stream) = bootstrap::exchange(stream, &self.local_info(), timeout)?;
         let source_ports = self.connect(&remote, udp)?;
+        bootstrap::ready(&mut stream)?;
         Ok(Connected {
             remote,
             udp,

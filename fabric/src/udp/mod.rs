@@ -19,7 +19,11 @@
 //! consecutive datagrams of one socket with the same length and ECN go out in one
 //! `sendmsg` with `UDP_SEGMENT` (GSO, up to [`MAX_GSO_SEGMENTS`] segments, 64 KiB), and the
 //! receive socket coalesces with `UDP_GRO`. All `sendmsg`s of a burst are one io_uring
-//! submission.
+//! submission. The grouping reorders a burst (with 16 EVs the burst's last PSN can leave
+//! first): [`Datapath::reorders_bursts`] says so, the engine hands the transport one `now`
+//! per burst and sets `SendConfig::burst_may_reorder`, so RACK
+//! (`mrc_transport::loss::Rack::overtaken`) never lets a packet of a burst overtake
+//! another of the same burst.
 //!
 //! EV to socket: a connection's EV list is cut into groups of `evs_per_socket` consecutive
 //! EVs that share one socket ([`PathMap`]). With the transport's round-robin selection,
@@ -109,6 +113,11 @@ pub struct PathMap {
     /// Optional sticky SRH per socket (IPv6 only), cycled over the sockets: socket `s`
     /// carries `srh[s % srh.len()]`. Empty: no SRH.
     pub srh: Vec<SrhRepr>,
+    /// Optional firewall mark per socket (`SO_MARK`, needs `CAP_NET_ADMIN`), cycled like
+    /// `srh`: socket `s` marks its packets `marks[s % marks.len()]`, so a policy route
+    /// (`ip -6 rule add fwmark M lookup T`) can steer them, e.g. through a table whose
+    /// route adds the SRH in the kernel (`encap seg6 mode inline`). Empty: no mark.
+    pub marks: Vec<u32>,
 }
 
 impl PathMap {
@@ -118,6 +127,7 @@ impl PathMap {
             evs,
             evs_per_socket: 1,
             srh: Vec::new(),
+            marks: Vec::new(),
         }
     }
 
@@ -333,6 +343,13 @@ pub trait Datapath {
 
     /// A handle other threads use to end a [`Datapath::wait`] early.
     fn waker(&self) -> Arc<dyn Waker>;
+
+    /// Whether [`Datapath::tx_burst`] may emit a batch in another order than the batch's
+    /// (the engine then sets `SendConfig::burst_may_reorder` on its connections, so RACK
+    /// does not take the reordering for loss). Default false.
+    fn reorders_bursts(&self) -> bool {
+        false
+    }
 
     /// Counters.
     fn stats(&self) -> DatapathStats;

@@ -86,6 +86,26 @@ pub(crate) fn rx_socket(addr: &SocketAddr, gro: bool, buf_bytes: usize) -> io::R
     Ok(s)
 }
 
+/// Sets the firewall mark of every packet the socket sends (`SO_MARK`, socket(7)); needs
+/// `CAP_NET_ADMIN`.
+pub(crate) fn set_mark(s: &Socket, mark: u32) -> io::Result<()> {
+    // SAFETY: the fd is live; `mark` is valid for 4 bytes during the call.
+    let rc = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_MARK,
+            (&raw const mark).cast(),
+            std::mem::size_of::<u32>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 /// Sets the sticky routing header of an IPv6 socket (`IPV6_RTHDR`, RFC 3542 section 7;
 /// Linux accepts routing type 4, the SRH, and checks it with `seg6_validate_srh`). Needs
 /// `CAP_NET_RAW`.

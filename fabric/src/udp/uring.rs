@@ -280,7 +280,12 @@ impl UringDatapath {
         self.push_rx(e)
     }
 
-    fn open_socket(&self, peer: SocketAddr, srh: Option<&[u8]>) -> Result<EvSocket, DatapathError> {
+    fn open_socket(
+        &self,
+        peer: SocketAddr,
+        srh: Option<&[u8]>,
+        mark: Option<u32>,
+    ) -> Result<EvSocket, DatapathError> {
         let ip = self.local.ip();
         let buf_bytes = self.cfg.socket_buffer_bytes;
         let (lease, sock) = self.cfg.ports.alloc_with(|port| {
@@ -291,6 +296,9 @@ impl UringDatapath {
         })?;
         if let Some(srh) = srh {
             sock::set_sticky_rthdr(&sock, srh).map_err(DatapathError::io("IPV6_RTHDR"))?;
+        }
+        if let Some(mark) = mark {
+            sock::set_mark(&sock, mark).map_err(DatapathError::io("SO_MARK"))?;
         }
         sock.connect(&SockAddr::from(peer))
             .map_err(DatapathError::io("connect EV socket"))?;
@@ -402,7 +410,8 @@ impl Datapath for UringDatapath {
             } else {
                 Some(srh_bytes[s % srh_bytes.len()].as_slice())
             };
-            sockets.push(self.open_socket(peer, srh)?);
+            let mark = (!paths.marks.is_empty()).then(|| paths.marks[s % paths.marks.len()]);
+            sockets.push(self.open_socket(peer, srh, mark)?);
         }
         let id = ConnId(self.next_conn);
         self.next_conn = self.next_conn.wrapping_add(1);
@@ -424,6 +433,11 @@ impl Datapath for UringDatapath {
         self.conns
             .get(&conn)
             .map(|c| c.sockets.iter().map(|s| s.lease.port()).collect())
+    }
+
+    /// Yes: a batch goes out grouped per socket (one `UDP_SEGMENT` send per run).
+    fn reorders_bursts(&self) -> bool {
+        true
     }
 
     fn tx_burst(&mut self, batch: &TxBatch) -> Result<TxReport, DatapathError> {

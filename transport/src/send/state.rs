@@ -59,6 +59,12 @@ pub struct SendConfig {
     /// nothing about their EVs. The connection sets it from `ConnConfig::go_back_n`.
     /// Default off.
     pub go_back_n: bool,
+    /// The datapath may emit the packets handed out at one `now` in another order than
+    /// their PSNs (the UDP datapath groups a burst per EV socket), so RACK lets only a
+    /// packet sent at a later ns overtake ([`crate::loss::Rack::overtaken`]). Default
+    /// false: send time, then sequence number (RFC 8985). The engine sets it for a
+    /// datapath that reorders bursts.
+    pub burst_may_reorder: bool,
 }
 
 impl Default for SendConfig {
@@ -74,6 +80,7 @@ impl Default for SendConfig {
             tlp: true,
             peer_max_ack_delay_ns: 10_000,
             go_back_n: false,
+            burst_may_reorder: false,
         }
     }
 }
@@ -625,9 +632,10 @@ impl SendState {
         let reo = reorder_window_ns(self.cfg.min_reorder_window_ns, &self.rtt);
         let end = self.rack.seq.min(self.snd_nxt);
         let rack = self.rack;
+        let reorders = self.cfg.burst_may_reorder;
         for seq in self.snd_una..end {
             let Some(p) = self.packet_mut(seq) else { break };
-            if p.state != PktState::InFlight || !rack.overtaken(p.last_sent_ns, seq) {
+            if p.state != PktState::InFlight || !rack.overtaken(p.last_sent_ns, seq, reorders) {
                 continue;
             }
             let deadline = rack.deadline_ns(p.last_sent_ns, reo);

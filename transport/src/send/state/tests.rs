@@ -423,3 +423,44 @@ fn selective_repeat_rto_resends_only_packets_an_rto_old() {
     assert_eq!(r.paths.state_of(0), Some(PathState::AssumedBad));
     assert_eq!(r.paths.state_of(1), Some(PathState::Good));
 }
+
+#[test]
+fn a_burst_reordered_by_the_datapath_declares_no_loss() {
+    // 16 packets handed out at the same ns (one engine burst over 16 EVs); the UDP
+    // datapath groups them per EV socket, so packet 15 can arrive and be SACKed first.
+    let evs: Vec<u32> = (0..16).collect();
+    let mut r = Rig::new(0, &evs);
+    r.st = SendState::new(
+        Psn::new(0),
+        SendConfig {
+            burst_may_reorder: true,
+            ..SendConfig::default()
+        },
+    );
+    r.st.post(spec(1, 32 * MTU));
+    assert_eq!(r.send(10_000, 16).len(), 16);
+    // Only PSN 15 arrived so far; long after every deadline, nothing of its burst is lost.
+    r.sack(20_000, 0, 0, 1 << 15, Some((15, 10_000)));
+    let l = r.st.detect_losses(10_000_000, &mut r.paths, &mut r.stats);
+    assert_eq!(l, LossOutcome::default());
+    assert_eq!(r.st.rack_timer_ns(), None);
+    assert_eq!(r.stats.rack_losses, 0);
+    // A packet of the next burst (sent 1 us later) SACKed at 30 us overtakes the 15 still
+    // unacknowledged ones: lost at their send time 10 us + 19 us (the RTT of PSN 16) +
+    // 50 us (reorder window).
+    assert_eq!(r.send(11_000, 1), vec![(16, 0)]);
+    r.sack(30_000, 0, 0, (1 << 15) | (1 << 16), Some((0, 11_000)));
+    let l = r.st.detect_losses(78_999, &mut r.paths, &mut r.stats);
+    assert_eq!(l.lost_packets, 0);
+    assert_eq!(r.st.rack_timer_ns(), Some(79_000));
+    let l = r.st.detect_losses(79_000, &mut r.paths, &mut r.stats);
+    assert_eq!((l.lost_packets, l.lost_bytes), (15, 15 * 4096));
+    // Without the flag (RFC 8985's sequence tie-break), the SACK of PSN 15 alone declares
+    // PSNs 0..=14 lost once the reorder window has passed.
+    let mut r = Rig::new(0, &evs);
+    r.st.post(spec(1, 32 * MTU));
+    r.send(10_000, 16);
+    r.sack(20_000, 0, 0, 1 << 15, Some((15, 10_000)));
+    let l = r.st.detect_losses(10_000_000, &mut r.paths, &mut r.stats);
+    assert_eq!(l.lost_packets, 15);
+}
