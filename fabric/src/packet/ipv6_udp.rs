@@ -26,9 +26,10 @@
 
 use std::net::Ipv6Addr;
 
+use pnet_packet::Packet;
 use pnet_packet::ip::{IpNextHeaderProtocol, IpNextHeaderProtocols};
 use pnet_packet::ipv6::{Ipv6Packet, MutableIpv6Packet};
-use pnet_packet::udp::{self, MutableUdpPacket, UdpPacket};
+use pnet_packet::udp::{MutableUdpPacket, UdpPacket};
 
 use super::PacketError;
 use crate::srv6::{NEXT_HEADER_ROUTING, Srh, SrhContext, SrhRepr};
@@ -278,8 +279,5 @@ impl Ipv6UdpRepr {
 /// 17) and the datagram, its checksum field skipped; a computed 0 becomes 0xFFFF (RFC 768,
 /// RFC 8200 section 8.1).
 fn udp_checksum(udp: &UdpPacket<'_>, src: &Ipv6Addr, final_dst: &Ipv6Addr) -> u16 {
-    match udp::ipv6_checksum(udp, src, final_dst) {
-        0 => 0xffff,
-        sum => sum,
-    }
+    super::checksum::udp_ipv6_checksum(udp.packet(), src, final_dst)
 }
