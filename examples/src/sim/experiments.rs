@@ -671,18 +671,17 @@ fn speed(seed: u64, progress: ProgressFn<'_>) -> Result<ResultTable, ExperimentE
             }
         }
     }
+    // Timed: injection (a copy into the simulator's recycled buffers) and the events; the
+    // report is built once, after.
     let start = std::time::Instant::now();
-    let mut events = 0;
-    let mut hops = 0;
     for _ in 0..16 {
         for (src, f) in &frames {
-            sim.inject(*src, f.clone())?;
+            sim.inject_slice(*src, f)?;
         }
-        let r = sim.run_with(&mut |p| progress("raw switching", p));
-        events = r.counters.events;
-        hops = r.counters.hops;
+        sim.run_events(&mut |p| progress("raw switching", p));
     }
     let raw_wall = start.elapsed().as_secs_f64();
+    let (events, hops) = (sim.counters().events, sim.counters().hops);
     t.row(
         "raw frames (switching core)",
         &[
@@ -695,11 +694,14 @@ fn speed(seed: u64, progress: ProgressFn<'_>) -> Result<ResultTable, ExperimentE
         ],
     );
     t.plot_column = Some("events_per_s".into());
-    let eps = events as f64 / raw_wall.max(1e-9);
+    // A packet-hop event is one frame crossing one link (queued, serialised, propagated,
+    // received): `packet_hops` counts them; `events` counts the simulator's queue events,
+    // two per hop here (TxDone and Arrive).
+    let hps = hops as f64 / raw_wall.max(1e-9);
     t.check(
         ">= 5 million packet-hop events per second on one core (switching core, raw frames)",
-        format!("{:.2} M events/s", eps / 1e6),
-        eps >= 5e6,
+        format!("{:.2} M packet hops/s", hps / 1e6),
+        hps >= 5e6,
     );
     Ok(t)
 }

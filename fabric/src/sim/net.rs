@@ -175,6 +175,20 @@ struct PortRt {
     peer_port: u16,
 }
 
+/// A frame in the simulator's slab: its bytes and their [`frame::Header`].
+#[derive(Debug, Default)]
+struct Pkt {
+    bytes: Vec<u8>,
+    hdr: frame::Header,
+}
+
+impl Pkt {
+    /// Re-reads the header after the bytes changed.
+    fn refresh(&mut self) {
+        self.hdr = frame::header(&self.bytes);
+    }
+}
+
 #[derive(Debug, Clone, Copy)]
 struct FlowRt {
     spec: FlowSpec,
@@ -314,7 +328,7 @@ pub struct Simulator {
     hosts: Vec<Host>,
     flows: Vec<FlowRt>,
     q: EventQueue,
-    pkts: Vec<Vec<u8>>,
+    pkts: Vec<Pkt>,
     free: Vec<u32>,
     rng: ChaCha8Rng,
     now_ns: u64,
@@ -599,21 +613,46 @@ impl Simulator {
             return Err(SimError::NoSuchHost(h));
         }
         let pkt = self.alloc(frame);
-        let len = self.pkts[pkt as usize].len() as u32;
+        self.enqueue_injected(h, pkt);
+        Ok(())
+    }
+
+    /// As [`Simulator::inject`], copying `frame` into a buffer the simulator recycles (no
+    /// allocation once the slab is warm).
+    ///
+    /// Errors: [`SimError::NoSuchHost`].
+    pub fn inject_slice(&mut self, h: u32, frame: &[u8]) -> Result<(), SimError> {
+        if h >= self.topo.hosts {
+            return Err(SimError::NoSuchHost(h));
+        }
+        let (pkt, mut buf) = self.take_buf();
+        buf.extend_from_slice(frame);
+        let p = &mut self.pkts[pkt as usize];
+        p.bytes = buf;
+        p.refresh();
+        self.enqueue_injected(h, pkt);
+        Ok(())
+    }
+
+    fn enqueue_injected(&mut self, h: u32, pkt: u32) {
+        let len = self.pkts[pkt as usize].bytes.len() as u32;
         let port = &mut self.ports[h as usize][0];
         port.q.push_normal(pkt, len, &mut port.stats);
         if !port.busy {
             self.start_tx(h, 0);
         }
-        Ok(())
     }
 
     fn alloc(&mut self, bytes: Vec<u8>) -> u32 {
+        let p = Pkt {
+            hdr: frame::header(&bytes),
+            bytes,
+        };
         if let Some(i) = self.free.pop() {
-            self.pkts[i as usize] = bytes;
+            self.pkts[i as usize] = p;
             i
         } else {
-            self.pkts.push(bytes);
+            self.pkts.push(p);
             (self.pkts.len() - 1) as u32
         }
     }
@@ -621,16 +660,16 @@ impl Simulator {
     fn release(&mut self, pkt: u32) {
         // Keep the allocation for reuse.
         if let Some(p) = self.pkts.get_mut(pkt as usize) {
-            p.clear();
+            p.bytes.clear();
         }
         self.free.push(pkt);
     }
 
     fn take_buf(&mut self) -> (u32, Vec<u8>) {
         if let Some(i) = self.free.pop() {
-            (i, std::mem::take(&mut self.pkts[i as usize]))
+            (i, std::mem::take(&mut self.pkts[i as usize].bytes))
         } else {
-            self.pkts.push(Vec::new());
+            self.pkts.push(Pkt::default());
             ((self.pkts.len() - 1) as u32, Vec::new())
         }
     }
@@ -645,9 +684,22 @@ impl Simulator {
     /// Errors: [`ForwardError`].
     pub fn forward(&self, node: u32, bytes: &mut [u8]) -> Result<u16, ForwardError> {
         let info = frame::inspect(bytes).ok_or(ForwardError::Malformed)?;
+        self.forward_info(node, bytes, &info).map(|(p, _)| p)
+    }
+
+    /// [`Simulator::forward`] of a frame whose fields `info` were already read; also says
+    /// whether the bytes were rewritten (SRv6 End, uSID shift).
+    fn forward_info(
+        &self,
+        node: u32,
+        bytes: &mut [u8],
+        info: &frame::FrameInfo,
+    ) -> Result<(u16, bool), ForwardError> {
         let mut dst = info.dst;
+        let mut rewritten = false;
         if dst == self.topo.addr(node) {
-            dst = frame::srv6_end(bytes, &info).ok_or(ForwardError::BadSrh)?;
+            dst = frame::srv6_end(bytes, info).ok_or(ForwardError::BadSrh)?;
+            rewritten = true;
         }
         let target = if dst >> 96 == USID_BLOCK >> 96 {
             let c = UsidContainer::from_address(dst.into(), USID_BLOCK_BITS)
@@ -655,6 +707,7 @@ impl Simulator {
             let mut active = c.active_usid();
             if active.is_some() && active == self.topo.usid(node) {
                 dst = frame::usid_shift(bytes, dst, USID_BLOCK_BITS).ok_or(ForwardError::BadSrh)?;
+                rewritten = true;
                 active = UsidContainer::from_address(dst.into(), USID_BLOCK_BITS)
                     .ok()
                     .and_then(|c| c.active_usid());
@@ -665,14 +718,15 @@ impl Simulator {
         }
         .ok_or(ForwardError::NoRoute)?;
         let hops = self.topo.next_hops(node, target);
-        match hops.len() {
-            0 => Err(ForwardError::NoRoute),
-            1 => Ok(hops[0]),
+        let port = match hops.len() {
+            0 => return Err(ForwardError::NoRoute),
+            1 => hops[0],
             n => {
                 let h = ecmp_hash(info.src, dst, info.src_port, info.dst_port, self.salt(node));
-                Ok(hops[(h % n as u64) as usize])
+                hops[(h % n as u64) as usize]
             }
-        }
+        };
+        Ok((port, rewritten))
     }
 
     /// The hop-by-hop path a packet from host `src` to host `dst` on `ev` takes (switch
@@ -746,6 +800,12 @@ impl Simulator {
 
     /// As [`Simulator::run`], calling `progress` every 2^16 events.
     pub fn run_with(&mut self, progress: &mut dyn FnMut(Progress)) -> SimReport {
+        self.run_events(progress);
+        self.report()
+    }
+
+    /// Processes events as [`Simulator::run_with`] does, without building the report.
+    pub fn run_events(&mut self, progress: &mut dyn FnMut(Progress)) {
         while let Some(e) = self.q.pop() {
             if self.cfg.stop_ns > 0 && e.time_ns > self.cfg.stop_ns {
                 self.now_ns = self.cfg.stop_ns;
@@ -773,7 +833,6 @@ impl Simulator {
             }
         }
         progress(self.progress());
-        self.report()
     }
 
     fn progress(&self) -> Progress {
@@ -840,7 +899,7 @@ impl Simulator {
             return;
         };
         p.busy = true;
-        let len = self.pkts[pkt as usize].len();
+        let len = self.pkts[pkt as usize].bytes.len();
         let ser = p.clock.next_ns(len, p.rate_bps);
         p.stats.tx_packets += 1;
         p.stats.tx_bytes += len as u64;
@@ -849,7 +908,7 @@ impl Simulator {
         self.q.push(now + ser, EventKind::TxDone { node, port });
         if let Some((pn, pp, w)) = &mut self.pcap {
             if *pn == node && *pp == port {
-                if let Err(e) = w.write_frame(now, &self.pkts[pkt as usize]) {
+                if let Err(e) = w.write_frame(now, &self.pkts[pkt as usize].bytes) {
                     self.pcap_error.get_or_insert(e.to_string());
                 }
             }
@@ -888,11 +947,12 @@ impl Simulator {
         if faults.corrupt_p > 0.0 && self.rng.random::<f64>() < faults.corrupt_p {
             // A bit from the UDP header on, which the UDP checksum covers (the IPv6 traffic
             // class, flow label and hop limit are not checksummed).
-            let b = &mut self.pkts[pkt as usize];
-            let from = frame::inspect(b).map_or(frame::ETH_LEN, |i| i.udp_off);
-            if from < b.len() {
-                let i = self.rng.random_range(from..b.len());
-                b[i] ^= 1 << self.rng.random_range(0..8);
+            let p = &mut self.pkts[pkt as usize];
+            let from = p.hdr.info.map_or(frame::ETH_LEN, |i| i.udp_off);
+            if from < p.bytes.len() {
+                let i = self.rng.random_range(from..p.bytes.len());
+                p.bytes[i] ^= 1 << self.rng.random_range(0..8);
+                p.refresh();
                 self.counters.corrupted += 1;
             }
         }
@@ -904,7 +964,7 @@ impl Simulator {
             }
         };
         if faults.duplicate_p > 0.0 && self.rng.random::<f64>() < faults.duplicate_p {
-            let copy = self.pkts[pkt as usize].clone();
+            let copy = self.pkts[pkt as usize].bytes.clone();
             let dup = self.alloc(copy);
             self.counters.duplicated += 1;
             let j = jitter(&mut self.rng);
@@ -929,10 +989,7 @@ impl Simulator {
     }
 
     fn is_data(&self, pkt: u32) -> bool {
-        let b = &self.pkts[pkt as usize];
-        frame::inspect(b)
-            .and_then(|i| frame::bth_opcode_psn(b, &i))
-            .is_some_and(|(op, _)| mrc_transport::wire::Opcode::from(op).is_data())
+        self.pkts[pkt as usize].hdr.data
     }
 
     fn on_arrive(&mut self, node: u32, _in_port: u16, pkt: u32) {
@@ -941,26 +998,26 @@ impl Simulator {
             self.deliver(node, pkt);
             return;
         }
-        let mut bytes = std::mem::take(&mut self.pkts[pkt as usize]);
-        let out = self.forward(node, &mut bytes);
-        let Ok(out) = out else {
-            self.pkts[pkt as usize] = bytes;
+        let p = &mut self.pkts[pkt as usize];
+        let mut bytes = std::mem::take(&mut p.bytes);
+        let mut hdr = p.hdr;
+        let out = match &hdr.info {
+            Some(info) => self.forward_info(node, &mut bytes, info),
+            None => Err(ForwardError::Malformed),
+        };
+        let Ok((out, rewritten)) = out else {
+            self.pkts[pkt as usize].bytes = bytes;
             self.counters.no_route_drops += 1;
             self.release(pkt);
             return;
         };
-        let info = frame::inspect(&bytes);
-        let (data, trimmed) =
-            match info.and_then(|i| frame::bth_opcode_psn(&bytes, &i).map(|o| (i, o))) {
-                Some((i, (op, _))) => (
-                    mrc_transport::wire::Opcode::from(op).is_data(),
-                    frame::is_trimmed(&bytes, &i),
-                ),
-                None => (false, false),
-            };
-        let trimmable = data && !trimmed;
+        if rewritten {
+            hdr = frame::header(&bytes);
+        }
+        let info = hdr.info;
+        let trimmable = hdr.data && !hdr.trimmed;
         let control = !trimmable;
-        let ect = frame::ecn_bits(&bytes) != 0;
+        let ect = hdr.ect;
         let coin = match self.cfg.queue.ecn {
             super::queue::EcnConfig::Red { .. } => self.rng.random::<f64>(),
             _ => 0.0,
@@ -991,31 +1048,32 @@ impl Simulator {
                 {
                     port.stats.trims += 1;
                     port.q.push_priority(pkt, bytes.len() as u32);
+                    hdr = frame::header(&bytes);
                 } else {
                     port.stats.drops += 1;
-                    self.pkts[pkt as usize] = bytes;
+                    self.pkts[pkt as usize].bytes = bytes;
                     self.release(pkt);
                     return;
                 }
             }
             Admit::Drop => {
                 port.stats.drops += 1;
-                self.pkts[pkt as usize] = bytes;
+                self.pkts[pkt as usize].bytes = bytes;
                 self.release(pkt);
                 return;
             }
         }
         let busy = port.busy;
-        self.pkts[pkt as usize] = bytes;
+        self.pkts[pkt as usize] = Pkt { bytes, hdr };
         if !busy {
             self.start_tx(node, out);
         }
     }
 
     fn deliver(&mut self, h: u32, pkt: u32) {
-        let bytes = std::mem::take(&mut self.pkts[pkt as usize]);
+        let bytes = std::mem::take(&mut self.pkts[pkt as usize].bytes);
         self.deliver_bytes(h, &bytes);
-        self.pkts[pkt as usize] = bytes;
+        self.pkts[pkt as usize].bytes = bytes;
         self.release(pkt);
         self.host_activity(h);
     }
@@ -1138,14 +1196,16 @@ impl Simulator {
                     &self.tx_buf[..t.len],
                     &mut out,
                 );
-                self.pkts[idx as usize] = out;
+                let p = &mut self.pkts[idx as usize];
+                p.bytes = out;
+                p.refresh();
                 if !ok {
                     self.counters.no_route_drops += 1;
                     self.release(idx);
                     continue;
                 }
                 self.hosts[h as usize].rr = (i + 1) % n;
-                let len = self.pkts[idx as usize].len() as u32;
+                let len = self.pkts[idx as usize].bytes.len() as u32;
                 let port = &mut self.ports[h as usize][0];
                 port.q.push_normal(idx, len, &mut port.stats);
                 self.start_tx(h, 0);
