@@ -14,7 +14,7 @@ pub mod ethernet;
 pub mod ipv6_udp;
 
 pub use ethernet::EthernetFrameRepr;
-pub use ipv6_udp::Ipv6UdpRepr;
+pub use ipv6_udp::{ChecksumCheck, Ipv6UdpRepr};
 
 use crate::srv6::SrhError;
 

@@ -26,6 +26,7 @@ use super::link::{SerialClock, serialisation_ns_ceil};
 use super::queue::{Admit, Arrival, PortQueue, PortStats, QueueConfig};
 use super::stats::FlowStats;
 use super::topo::{Role, Topology, USID_BLOCK, USID_BLOCK_BITS};
+use crate::packet::ChecksumCheck;
 use crate::pcap::EthernetPcapWriter;
 use crate::srv6::UsidContainer;
 
@@ -180,6 +181,11 @@ struct PortRt {
 struct Pkt {
     bytes: Vec<u8>,
     hdr: frame::Header,
+    /// The UDP checksum was computed over these bytes by the simulator (a host built the
+    /// frame or a switch trimmed it) and no byte it covers changed since: the receiving
+    /// host need not sum the datagram again. Injected, corrupted and SRv6-rewritten frames
+    /// are verified in full.
+    checksum_known: bool,
 }
 
 impl Pkt {
@@ -630,6 +636,7 @@ impl Simulator {
         let p = &mut self.pkts[pkt as usize];
         p.bytes = buf;
         p.refresh();
+        p.checksum_known = false;
         self.enqueue_injected(h, pkt);
         Ok(())
     }
@@ -647,6 +654,7 @@ impl Simulator {
         let p = Pkt {
             hdr: frame::header(&bytes),
             bytes,
+            checksum_known: false,
         };
         if let Some(i) = self.free.pop() {
             self.pkts[i as usize] = p;
@@ -953,6 +961,7 @@ impl Simulator {
                 let i = self.rng.random_range(from..p.bytes.len());
                 p.bytes[i] ^= 1 << self.rng.random_range(0..8);
                 p.refresh();
+                p.checksum_known = false;
                 self.counters.corrupted += 1;
             }
         }
@@ -965,7 +974,9 @@ impl Simulator {
         };
         if faults.duplicate_p > 0.0 && self.rng.random::<f64>() < faults.duplicate_p {
             let copy = self.pkts[pkt as usize].bytes.clone();
+            let known = self.pkts[pkt as usize].checksum_known;
             let dup = self.alloc(copy);
+            self.pkts[dup as usize].checksum_known = known;
             self.counters.duplicated += 1;
             let j = jitter(&mut self.rng);
             self.q.push(
@@ -1001,6 +1012,7 @@ impl Simulator {
         let p = &mut self.pkts[pkt as usize];
         let mut bytes = std::mem::take(&mut p.bytes);
         let mut hdr = p.hdr;
+        let mut checksum_known = p.checksum_known;
         let out = match &hdr.info {
             Some(info) => self.forward_info(node, &mut bytes, info),
             None => Err(ForwardError::Malformed),
@@ -1013,6 +1025,7 @@ impl Simulator {
         };
         if rewritten {
             hdr = frame::header(&bytes);
+            checksum_known = false;
         }
         let info = hdr.info;
         let trimmable = hdr.data && !hdr.trimmed;
@@ -1049,6 +1062,8 @@ impl Simulator {
                     port.stats.trims += 1;
                     port.q.push_priority(pkt, bytes.len() as u32);
                     hdr = frame::header(&bytes);
+                    // Trimming emitted the frame anew with its checksum.
+                    checksum_known = true;
                 } else {
                     port.stats.drops += 1;
                     self.pkts[pkt as usize].bytes = bytes;
@@ -1064,7 +1079,11 @@ impl Simulator {
             }
         }
         let busy = port.busy;
-        self.pkts[pkt as usize] = Pkt { bytes, hdr };
+        self.pkts[pkt as usize] = Pkt {
+            bytes,
+            hdr,
+            checksum_known,
+        };
         if !busy {
             self.start_tx(node, out);
         }
@@ -1072,16 +1091,21 @@ impl Simulator {
 
     fn deliver(&mut self, h: u32, pkt: u32) {
         let bytes = std::mem::take(&mut self.pkts[pkt as usize].bytes);
-        self.deliver_bytes(h, &bytes);
+        let check = if self.pkts[pkt as usize].checksum_known {
+            ChecksumCheck::Known
+        } else {
+            ChecksumCheck::Verify
+        };
+        self.deliver_bytes(h, &bytes, check);
         self.pkts[pkt as usize].bytes = bytes;
         self.release(pkt);
         self.host_activity(h);
     }
 
-    fn deliver_bytes(&mut self, h: u32, bytes: &[u8]) {
+    fn deliver_bytes(&mut self, h: u32, bytes: &[u8], check: ChecksumCheck) {
         let now = self.now_ns;
         let host = &mut self.hosts[h as usize];
-        let Ok((repr, payload)) = crate::packet::EthernetFrameRepr::parse(bytes) else {
+        let Ok((repr, payload)) = crate::packet::EthernetFrameRepr::parse_with(bytes, check) else {
             host.rx_bad_frames += 1;
             return;
         };
@@ -1199,6 +1223,8 @@ impl Simulator {
                 let p = &mut self.pkts[idx as usize];
                 p.bytes = out;
                 p.refresh();
+                // build_frame computed the UDP checksum over exactly these bytes.
+                p.checksum_known = ok;
                 if !ok {
                     self.counters.no_route_drops += 1;
                     self.release(idx);
