@@ -196,6 +196,15 @@ impl EventQueue {
         Some(e)
     }
 
+    /// The `k`-th next event of the current instant (`k = 0`: the next one), when it waits
+    /// in the wheel slot of the last popped time: a cheap look-ahead for prefetching, which
+    /// ignores the heap (so it may miss an event, never invents one).
+    pub fn peek_now(&self, k: usize) -> Option<&EventKind> {
+        let i = (self.base_ns as usize) & (WHEEL_SLOTS - 1);
+        let slot = &self.slots[i];
+        slot.items.get(slot.head + k).map(|(_, kind)| kind)
+    }
+
     /// Time of the earliest event.
     pub fn peek_time(&self) -> Option<u64> {
         let w = self.first_slot().map(|(_, t)| t);

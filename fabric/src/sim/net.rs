@@ -204,6 +204,20 @@ struct FlowRt {
     failed: bool,
 }
 
+/// Hints the CPU to load the cache line at `p` (no effect on results; never dereferences).
+#[inline(always)]
+fn prefetch<T>(p: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        // SAFETY: SSE is part of the x86_64 baseline, and a prefetch is a hint that never
+        // faults nor reads into the program, whatever the address.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.cast::<i8>()) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
 /// Progress of a run, handed to the progress callback.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Progress {
@@ -821,6 +835,7 @@ impl Simulator {
             }
             self.now_ns = e.time_ns;
             self.counters.events += 1;
+            self.prefetch_ahead();
             match e.kind {
                 EventKind::Arrive { node, port, pkt } => self.on_arrive(node, port, pkt),
                 EventKind::TxDone { node, port } => self.on_tx_done(node, port),
@@ -841,6 +856,39 @@ impl Simulator {
             }
         }
         progress(self.progress());
+    }
+
+    /// Asks the CPU to start loading what the next events of this instant will touch: the
+    /// slab slot of the packet two events ahead, and for the next event the bytes of a
+    /// packet a host receives (its slot was fetched one event earlier) or the port that
+    /// finished a frame. Only a hint: the outcome is the same without it.
+    fn prefetch_ahead(&self) {
+        if let Some(EventKind::Arrive { pkt, .. }) = self.q.peek_now(1) {
+            prefetch(self.pkts.as_ptr().wrapping_add(*pkt as usize));
+        }
+        match self.q.peek_now(0) {
+            Some(&EventKind::Arrive { node, pkt, .. }) => {
+                if let Some(p) = self.pkts.get(pkt as usize) {
+                    if (node as usize) < self.hosts.len() {
+                        prefetch(p.bytes.as_ptr());
+                        prefetch(p.bytes.as_ptr().wrapping_add(64));
+                    }
+                }
+            }
+            Some(&EventKind::TxDone { node, port }) => {
+                if let Some(p) = self
+                    .ports
+                    .get(node as usize)
+                    .and_then(|ps| ps.get(usize::from(port)))
+                {
+                    let base = (p as *const PortRt).cast::<u8>();
+                    for line in 0..std::mem::size_of::<PortRt>().div_ceil(64) {
+                        prefetch(base.wrapping_add(line * 64));
+                    }
+                }
+            }
+            _ => {}
+        }
     }
 
     fn progress(&self) -> Progress {
