@@ -172,6 +172,8 @@ struct PortRt {
     rate_bps: u64,
     prop_ns: u64,
     link: u32,
+    /// `link_faults[link].is_clean()`, kept here so the fast path reads no other table.
+    link_clean: bool,
     peer_node: u32,
     peer_port: u16,
 }
@@ -390,6 +392,7 @@ impl Simulator {
                             rate_bps: l.rate_bps,
                             prop_ns: l.propagation_ns,
                             link: p.link,
+                            link_clean: true,
                             peer_node: p.peer_node,
                             peer_port: p.peer_port,
                         }
@@ -858,21 +861,34 @@ impl Simulator {
         progress(self.progress());
     }
 
-    /// Asks the CPU to start loading what the next events of this instant will touch: the
-    /// slab slot of the packet two events ahead, and for the next event the bytes of a
-    /// packet a host receives (its slot was fetched one event earlier) or the port that
-    /// finished a frame. Only a hint: the outcome is the same without it.
+    /// Asks the CPU to start loading what the next events of this instant will touch:
+    /// two events ahead the packet's slab slot (arrivals) or the port (end of a
+    /// transmission); one event ahead, through those, the received frame's header bytes or
+    /// the port's queue head. Only a hint: a run is the same without it.
     fn prefetch_ahead(&self) {
-        if let Some(EventKind::Arrive { pkt, .. }) = self.q.peek_now(1) {
-            prefetch(self.pkts.as_ptr().wrapping_add(*pkt as usize));
-        }
-        match self.q.peek_now(0) {
-            Some(&EventKind::Arrive { node, pkt, .. }) => {
-                if let Some(p) = self.pkts.get(pkt as usize) {
-                    if (node as usize) < self.hosts.len() {
-                        prefetch(p.bytes.as_ptr());
-                        prefetch(p.bytes.as_ptr().wrapping_add(64));
+        // Two events ahead: first-level state.
+        match self.q.peek_now(1) {
+            Some(&EventKind::Arrive { pkt, .. }) => {
+                let p = self.pkts.as_ptr().wrapping_add(pkt as usize).cast::<u8>();
+                prefetch(p);
+                prefetch(p.wrapping_add(64));
+            }
+            Some(&EventKind::TxDone { node, port }) => {
+                if let Some(ps) = self.ports.get(node as usize) {
+                    let p = ps.as_ptr().wrapping_add(usize::from(port)).cast::<u8>();
+                    for line in 0..std::mem::size_of::<PortRt>().div_ceil(64) {
+                        prefetch(p.wrapping_add(line * 64));
                     }
+                }
+            }
+            _ => {}
+        }
+        // The next event: what the state fetched one event ago points to.
+        match self.q.peek_now(0) {
+            Some(&EventKind::Arrive { node, pkt, .. }) if (node as usize) < self.hosts.len() => {
+                if let Some(p) = self.pkts.get(pkt as usize) {
+                    prefetch(p.bytes.as_ptr());
+                    prefetch(p.bytes.as_ptr().wrapping_add(64));
                 }
             }
             Some(&EventKind::TxDone { node, port }) => {
@@ -881,9 +897,8 @@ impl Simulator {
                     .get(node as usize)
                     .and_then(|ps| ps.get(usize::from(port)))
                 {
-                    let base = (p as *const PortRt).cast::<u8>();
-                    for line in 0..std::mem::size_of::<PortRt>().div_ceil(64) {
-                        prefetch(base.wrapping_add(line * 64));
+                    if let Some(e) = p.q.peek() {
+                        prefetch(e);
                     }
                 }
             }
@@ -925,6 +940,14 @@ impl Simulator {
         for &l in &links {
             if let Some(s) = self.link_faults.get_mut(l as usize) {
                 s.apply(f.kind);
+                let clean = s.is_clean();
+                if let Some(ends) = self.topo.links.get(l as usize) {
+                    for (n, p) in [(ends.a, ends.a_port), (ends.b, ends.b_port)] {
+                        if let Some(port) = self.ports[n as usize].get_mut(usize::from(p)) {
+                            port.link_clean = clean;
+                        }
+                    }
+                }
             }
         }
         if matches!(f.kind, FaultKind::LinkDown | FaultKind::LinkUp) {
@@ -950,12 +973,14 @@ impl Simulator {
     fn start_tx(&mut self, node: u32, port: u16) {
         let now = self.now_ns;
         let p = &mut self.ports[node as usize][usize::from(port)];
-        let Some(pkt) = p.q.pop() else {
+        let Some((pkt, len)) = p.q.pop_with_len() else {
             p.busy = false;
             return;
         };
         p.busy = true;
-        let len = self.pkts[pkt as usize].bytes.len();
+        // The queued length is the frame's (a frame is never resized while queued).
+        let len = len as usize;
+        debug_assert_eq!(len, self.pkts[pkt as usize].bytes.len());
         let ser = p.clock.next_ns(len, p.rate_bps);
         p.stats.tx_packets += 1;
         p.stats.tx_bytes += len as u64;
@@ -970,8 +995,7 @@ impl Simulator {
             }
         }
         let arrive = now + ser + prop;
-        let faults = self.link_faults[link as usize];
-        if faults.is_clean() {
+        if p.link_clean {
             self.q.push(
                 arrive,
                 EventKind::Arrive {
@@ -982,6 +1006,7 @@ impl Simulator {
             );
             return;
         }
+        let faults = self.link_faults[link as usize];
         if faults.down {
             self.counters.link_down_drops += 1;
             self.release(pkt);

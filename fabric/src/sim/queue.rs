@@ -289,13 +289,23 @@ impl PortQueue {
 
     /// The next packet to send: the priority queue first.
     pub fn pop(&mut self) -> Option<u32> {
+        self.pop_with_len().map(|(p, _)| p)
+    }
+
+    /// As [`PortQueue::pop`], with the length in bytes the packet was queued with.
+    pub fn pop_with_len(&mut self) -> Option<(u32, u32)> {
         if let Some((p, l)) = self.priority.pop_front() {
             self.priority_bytes -= u64::from(l);
-            return Some(p);
+            return Some((p, l));
         }
         let (p, l) = self.normal.pop_front()?;
         self.normal_bytes -= u64::from(l);
-        Some(p)
+        Some((p, l))
+    }
+
+    /// The `(packet, length)` entry [`PortQueue::pop_with_len`] would return next.
+    pub fn peek(&self) -> Option<&(u32, u32)> {
+        self.priority.front().or_else(|| self.normal.front())
     }
 
     /// Removes every packet (link down); returns the handles.
@@ -429,8 +439,10 @@ mod tests {
             Admit::Priority
         );
         q.push_priority(3, 100);
+        assert_eq!(q.peek(), Some(&(3, 100)));
         assert_eq!(q.pop(), Some(3));
-        assert_eq!(q.pop(), Some(1));
+        assert_eq!(q.peek(), Some(&(1, 4_000)));
+        assert_eq!(q.pop_with_len(), Some((1, 4_000)));
         assert_eq!(q.normal_bytes(), 4_000);
         assert_eq!(st.max_queue_bytes, 8_000);
         assert_eq!(st.queue_histogram().len(), 6);
