@@ -220,6 +220,14 @@ fn prefetch<T>(p: *const T) {
     let _ = p;
 }
 
+/// Prefetches every cache line of a port's state.
+fn prefetch_port(p: *const PortRt) {
+    let p = p.cast::<u8>();
+    for line in 0..std::mem::size_of::<PortRt>().div_ceil(64) {
+        prefetch(p.wrapping_add(line * 64));
+    }
+}
+
 /// Progress of a run, handed to the progress callback.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Progress {
@@ -742,16 +750,41 @@ impl Simulator {
             self.topo.node_of_addr(dst)
         }
         .ok_or(ForwardError::NoRoute)?;
+        let port = self
+            .choose_port(node, target, info, dst)
+            .ok_or(ForwardError::NoRoute)?;
+        Ok((port, rewritten))
+    }
+
+    /// The egress port of `node` toward node `target` for a frame with fields `info` whose
+    /// destination is now `dst`: the only next hop, or the ECMP hash's pick among several.
+    fn choose_port(
+        &self,
+        node: u32,
+        target: u32,
+        info: &frame::FrameInfo,
+        dst: u128,
+    ) -> Option<u16> {
         let hops = self.topo.next_hops(node, target);
-        let port = match hops.len() {
-            0 => return Err(ForwardError::NoRoute),
-            1 => hops[0],
+        match hops.len() {
+            0 => None,
+            1 => Some(hops[0]),
             n => {
                 let h = ecmp_hash(info.src, dst, info.src_port, info.dst_port, self.salt(node));
-                hops[(h % n as u64) as usize]
+                hops.get((h % n as u64) as usize).copied()
             }
-        };
-        Ok((port, rewritten))
+        }
+    }
+
+    /// The egress port [`Simulator::forward_info`] will pick for a frame that needs no
+    /// rewriting (plain destination, not this node's address, not a uSID container);
+    /// `None` otherwise. Used only to prefetch.
+    fn plain_egress(&self, node: u32, info: &frame::FrameInfo) -> Option<u16> {
+        if info.dst == self.topo.addr(node) || info.dst >> 96 == USID_BLOCK >> 96 {
+            return None;
+        }
+        let target = self.topo.node_of_addr(info.dst)?;
+        self.choose_port(node, target, info, info.dst)
     }
 
     /// The hop-by-hop path a packet from host `src` to host `dst` on `ev` takes (switch
@@ -875,20 +908,27 @@ impl Simulator {
             }
             Some(&EventKind::TxDone { node, port }) => {
                 if let Some(ps) = self.ports.get(node as usize) {
-                    let p = ps.as_ptr().wrapping_add(usize::from(port)).cast::<u8>();
-                    for line in 0..std::mem::size_of::<PortRt>().div_ceil(64) {
-                        prefetch(p.wrapping_add(line * 64));
-                    }
+                    prefetch_port(ps.as_ptr().wrapping_add(usize::from(port)));
                 }
             }
             _ => {}
         }
         // The next event: what the state fetched one event ago points to.
         match self.q.peek_now(0) {
-            Some(&EventKind::Arrive { node, pkt, .. }) if (node as usize) < self.hosts.len() => {
-                if let Some(p) = self.pkts.get(pkt as usize) {
+            Some(&EventKind::Arrive { node, pkt, .. }) => {
+                let Some(p) = self.pkts.get(pkt as usize) else {
+                    return;
+                };
+                if (node as usize) < self.hosts.len() {
                     prefetch(p.bytes.as_ptr());
                     prefetch(p.bytes.as_ptr().wrapping_add(64));
+                } else if let Some(port) = p
+                    .hdr
+                    .info
+                    .and_then(|info| self.plain_egress(node, &info))
+                    .and_then(|out| self.ports.get(node as usize)?.get(usize::from(out)))
+                {
+                    prefetch_port(port);
                 }
             }
             Some(&EventKind::TxDone { node, port }) => {
