@@ -163,20 +163,27 @@ pub struct SimCounters {
     pub last_black_hole_data_ns: Option<u64>,
 }
 
+/// A transmitting port's state, cache-line aligned and in declaration order: the queue
+/// and the link parameters fill the first two 64-byte lines, the counters the third, the
+/// pending queue-depth samples the fourth ([`PORT_HOT_LINES`]); the histogram follows.
 #[derive(Debug)]
+#[repr(C, align(64))]
 struct PortRt {
     q: PortQueue,
-    busy: bool,
     clock: SerialClock,
-    stats: PortStats,
     rate_bps: u64,
     prop_ns: u64,
     link: u32,
-    /// `link_faults[link].is_clean()`, kept here so the fast path reads no other table.
-    link_clean: bool,
     peer_node: u32,
     peer_port: u16,
+    busy: bool,
+    /// `link_faults[link].is_clean()`, kept here so the fast path reads no other table.
+    link_clean: bool,
+    stats: PortStats,
 }
+
+/// Cache lines of [`PortRt`] a packet touches (what is prefetched).
+const PORT_HOT_LINES: usize = 4;
 
 /// A frame in the simulator's slab: its bytes and their [`frame::Header`].
 #[derive(Debug, Default)]
@@ -223,7 +230,7 @@ fn prefetch<T>(p: *const T) {
 /// Prefetches every cache line of a port's state.
 fn prefetch_port(p: *const PortRt) {
     let p = p.cast::<u8>();
-    for line in 0..std::mem::size_of::<PortRt>().div_ceil(64) {
+    for line in 0..PORT_HOT_LINES {
         prefetch(p.wrapping_add(line * 64));
     }
 }
@@ -1448,5 +1455,24 @@ impl Simulator {
             Some(e) => Err(SimError::Pcap(e.clone())),
             None => Ok(()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The fields a packet touches sit in the first [`PORT_HOT_LINES`] lines of a port.
+    #[test]
+    fn port_hot_fields_fit_the_prefetched_lines() {
+        use std::mem::{align_of, offset_of, size_of};
+        assert_eq!(align_of::<PortRt>(), 64);
+        assert!(offset_of!(PortRt, link_clean) < 128);
+        assert_eq!(offset_of!(PortRt, stats), 128);
+        // Counters and pending_len in line 2, the samples in line 3.
+        let pending_end = offset_of!(PortRt, stats)
+            + size_of::<[u64; 8]>() // 7 counters and pending_len
+            + size_of::<[u64; crate::sim::queue::PENDING_SAMPLES]>();
+        assert_eq!(pending_end, PORT_HOT_LINES * 64);
     }
 }

@@ -115,7 +115,12 @@ pub enum Admit {
 }
 
 /// Counters of one transmitting port (one direction of a link).
+///
+/// Laid out in declaration order (`repr(C)`) so the per-packet fields share cache lines:
+/// the counters and `pending_len` fill one 64-byte line, the pending samples the next,
+/// and the histogram (touched once per [`PENDING_SAMPLES`] samples) comes last.
 #[derive(Clone, Debug, Serialize)]
+#[repr(C)]
 pub struct PortStats {
     /// Frames sent.
     pub tx_packets: u64,
@@ -131,20 +136,21 @@ pub struct PortStats {
     pub ecn_marks: u64,
     /// Largest normal-queue occupancy seen, bytes.
     pub max_queue_bytes: u64,
-    /// Normal-queue occupancy sampled at every arrival, bytes, except the last samples
-    /// still in `pending` (read through [`PortStats::queue_histogram`]).
     #[serde(skip)]
-    queue_hist: Histogram<u64>,
+    pending_len: usize,
     /// Samples not yet folded into `queue_hist`: recording in batches keeps the
     /// histogram's counts (kilobytes per port) out of the cache on the per-packet path.
     #[serde(skip)]
     pending: [u64; PENDING_SAMPLES],
+    /// Normal-queue occupancy sampled at every arrival, bytes, except the last samples
+    /// still in `pending` (read through [`PortStats::queue_histogram`]).
     #[serde(skip)]
-    pending_len: usize,
+    queue_hist: Histogram<u64>,
 }
 
-/// Queue-depth samples a port batches before recording them in its histogram.
-const PENDING_SAMPLES: usize = 16;
+/// Queue-depth samples a port batches before recording them in its histogram (one cache
+/// line of them).
+pub const PENDING_SAMPLES: usize = 8;
 
 impl Default for PortStats {
     fn default() -> Self {
@@ -156,9 +162,9 @@ impl Default for PortStats {
             trims: 0,
             ecn_marks: 0,
             max_queue_bytes: 0,
-            queue_hist: Histogram::new(2).expect("2 significant figures is a valid histogram"),
-            pending: [0; PENDING_SAMPLES],
             pending_len: 0,
+            pending: [0; PENDING_SAMPLES],
+            queue_hist: Histogram::new(2).expect("2 significant figures is a valid histogram"),
         }
     }
 }
@@ -450,7 +456,7 @@ mod tests {
         assert_eq!(st.queue_quantile_bytes(1.0), 8_031);
     }
 
-    /// Batched samples (flushed every 16, the rest pending) give the histogram that
+    /// Batched samples (flushed every 8, the rest pending) give the histogram that
     /// recording each sample directly gives.
     #[test]
     fn batched_queue_samples_equal_direct_recording() {
@@ -462,7 +468,7 @@ mod tests {
             direct.record(q).unwrap();
             assert_eq!(st.queue_histogram(), direct);
         }
-        assert_eq!(st.pending_len, 5);
+        assert_eq!(st.pending_len, 5); // 37 = 4 x 8 + 5
         assert_eq!(st.queue_histogram().len(), 37);
         assert_eq!(st.queue_quantile_bytes(0.5), direct.value_at_quantile(0.5));
         assert_eq!(
