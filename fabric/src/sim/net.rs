@@ -898,6 +898,9 @@ impl Simulator {
                 break;
             }
         }
+        for p in self.ports.iter_mut().flatten() {
+            p.stats.flush_pending();
+        }
         progress(self.progress());
     }
 

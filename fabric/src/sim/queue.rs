@@ -179,7 +179,9 @@ impl PortStats {
         }
     }
 
-    fn flush_pending(&mut self) {
+    /// Records the batched samples in the histogram now (the simulator does this when it
+    /// stops, so reading the quantiles needs no copy of the histogram).
+    pub fn flush_pending(&mut self) {
         for &q in &self.pending[..self.pending_len] {
             let _ = self.queue_hist.record(q);
         }
