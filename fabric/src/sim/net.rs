@@ -363,6 +363,10 @@ pub struct Simulator {
     ports: Vec<Vec<PortRt>>,
     link_faults: Vec<LinkFaults>,
     hosts: Vec<Host>,
+    /// `(host, endpoint)` owning each QPN (QPNs are unique in a run and dense: flow `i`
+    /// has `2 i + 1` and `2 i + 2`); `u32::MAX` hosts mark unused entries. One flat table
+    /// instead of a hash lookup per host on every received frame.
+    qpn_owner: Vec<(u32, u32)>,
     flows: Vec<FlowRt>,
     q: EventQueue,
     pkts: Vec<Pkt>,
@@ -430,6 +434,7 @@ impl Simulator {
         Ok(Simulator {
             link_faults: vec![LinkFaults::default(); topo.links.len()],
             hosts: (0..topo.hosts).map(|_| Host::default()).collect(),
+            qpn_owner: Vec::new(),
             rng: ChaCha8Rng::seed_from_u64(cfg.seed),
             cfg,
             topo,
@@ -630,7 +635,13 @@ impl Simulator {
     ) -> usize {
         let host = &mut self.hosts[h as usize];
         let idx = host.endpoints.len();
-        host.by_qpn.insert(conn.config().local_qpn, idx);
+        let qpn = conn.config().local_qpn;
+        host.by_qpn.insert(qpn, idx);
+        let q = qpn as usize;
+        if self.qpn_owner.len() <= q {
+            self.qpn_owner.resize(q + 1, (u32::MAX, 0));
+        }
+        self.qpn_owner[q] = (h, idx as u32);
         host.endpoints.push(Endpoint {
             conn,
             flow,
@@ -1235,7 +1246,8 @@ impl Simulator {
         let qpn = payload
             .get(5..8)
             .map(|b| u32::from_be_bytes([0, b[0], b[1], b[2]]));
-        let Some(&ep) = qpn.and_then(|q| host.by_qpn.get(&q)) else {
+        let owner = qpn.and_then(|q| self.qpn_owner.get(q as usize));
+        let Some(ep) = owner.filter(|o| o.0 == h).map(|o| o.1 as usize) else {
             host.rx_unclaimed += 1;
             if host.capture {
                 host.captured.push((now, bytes.to_vec()));
