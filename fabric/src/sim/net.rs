@@ -684,6 +684,35 @@ impl Simulator {
         Ok(())
     }
 
+    /// Hands host `d.src`'s NIC the UDP payload `payload` for host `d.dst` on EV `d.ev`:
+    /// framed as the transport's datagrams are ([`build_frame`]: Ethernet / IPv6 / SRH or
+    /// uSID per the forwarding mode / UDP with its checksum) into a recycled buffer, and
+    /// queued behind whatever the NIC is sending. Like the transport's frames, and unlike
+    /// [`Simulator::inject`]ed ones, the receiver need not re-sum the checksum unless the
+    /// frame is corrupted on the way.
+    ///
+    /// Errors: [`SimError::NoSuchHost`]; [`SimError::Transport`] when the route cannot be
+    /// encoded.
+    pub fn send_datagram(&mut self, d: Datagram, payload: &[u8]) -> Result<(), SimError> {
+        for h in [d.src, d.dst] {
+            if h >= self.topo.hosts {
+                return Err(SimError::NoSuchHost(h));
+            }
+        }
+        let (pkt, mut buf) = self.take_buf();
+        let ok = build_frame(&self.topo, self.cfg.forwarding, d, payload, &mut buf);
+        let p = &mut self.pkts[pkt as usize];
+        p.bytes = buf;
+        if !ok {
+            self.release(pkt);
+            return Err(SimError::Transport("route cannot be encoded".into()));
+        }
+        p.refresh();
+        p.checksum_known = true;
+        self.enqueue_injected(d.src, pkt);
+        Ok(())
+    }
+
     fn enqueue_injected(&mut self, h: u32, pkt: u32) {
         let len = self.pkts[pkt as usize].bytes.len() as u32;
         let port = &mut self.ports[h as usize][0];
