@@ -310,3 +310,37 @@ fn ethernet_frame_round_trip_and_errors() {
         })
     );
 }
+
+/// `ChecksumCheck::Known` skips only the sum: a payload bit flip parses (the caller vouched
+/// for the bytes), a zero checksum and bad lengths are still errors; `Verify` is `parse`.
+#[test]
+fn known_checksum_skips_only_the_sum() {
+    use mrc_fabric::packet::ChecksumCheck;
+    let repr = srh_packet();
+    let mut buf = [0u8; 256];
+    let len = repr.emit(&mut buf, b"abcd").unwrap();
+    let good = buf[..len].to_vec();
+    let mut flipped = good.clone();
+    flipped[len - 1] ^= 0x01;
+    let (r, payload) = Ipv6UdpRepr::parse_with(&flipped, ChecksumCheck::Known).unwrap();
+    assert_eq!(r, repr);
+    assert_eq!(payload, b"abce");
+    assert!(matches!(
+        Ipv6UdpRepr::parse_with(&flipped, ChecksumCheck::Verify),
+        Err(PacketError::UdpChecksumMismatch { .. })
+    ));
+    let mut zero = good.clone();
+    zero[96 + 6] = 0;
+    zero[96 + 7] = 0;
+    assert_eq!(
+        Ipv6UdpRepr::parse_with(&zero, ChecksumCheck::Known).err(),
+        Some(PacketError::UdpZeroChecksum)
+    );
+    assert_eq!(
+        Ipv6UdpRepr::parse_with(&good[..len - 1], ChecksumCheck::Known).err(),
+        Some(PacketError::PayloadLenBeyondBuffer {
+            payload_len_bytes: 56 + 8 + 4,
+            available_bytes: 56 + 8 + 3
+        })
+    );
+}

@@ -15,10 +15,11 @@ use mrc_fabric::sim::{
 };
 
 use mrc_fabric::sim::Forwarding;
-use mrc_fabric::sim::host::{Datagram, build_frame};
+use mrc_fabric::sim::host::Datagram;
 
 use super::output::ResultTable;
 use super::scenario::permutation;
+use crate::perf::report::process_cpu_s;
 
 /// Names and one-line descriptions of the built-in experiments.
 pub const EXPERIMENTS: &[(&str, &str)] = &[
@@ -623,6 +624,9 @@ fn speed(seed: u64, progress: ProgressFn<'_>) -> Result<ResultTable, ExperimentE
     let topo = Topology::spine_leaf(&spec)?;
     let pairs = permutation(spec.hosts, spec.hosts_per_leaf);
     let flows = flows_of(&pairs, 1 << 20, None);
+    // Wall time, and the process's CPU time (user + system), which a loaded machine does
+    // not inflate.
+    let cpu0 = process_cpu_s();
     let start = std::time::Instant::now();
     let r = sim_run(
         "1024-GPU permutation",
@@ -632,6 +636,7 @@ fn speed(seed: u64, progress: ProgressFn<'_>) -> Result<ResultTable, ExperimentE
         progress,
     )?;
     let wall = start.elapsed().as_secs_f64();
+    let cpu = process_cpu_s() - cpu0;
     let mut t = ResultTable::new(format!(
         "speed: 1024-GPU designer fabric ({} leaves, {} spines, {} Gb/s links), permutation of 1 MiB per host",
         spec.leaves, spec.spines, d.plane.lane_gbps
@@ -640,10 +645,12 @@ fn speed(seed: u64, progress: ProgressFn<'_>) -> Result<ResultTable, ExperimentE
         "1024-GPU permutation",
         &[
             ("wall_s", wall),
+            ("cpu_s", cpu),
             ("events", r.counters.events as f64),
             ("packet_hops", r.counters.hops as f64),
             ("events_per_s", r.counters.events as f64 / wall.max(1e-9)),
             ("hops_per_s", r.counters.hops as f64 / wall.max(1e-9)),
+            ("hops_per_cpu_s", r.counters.hops as f64 / cpu.max(1e-9)),
             ("virtual_us", r.end_ns as f64 / 1e3),
             (
                 "flows_done",
@@ -651,55 +658,56 @@ fn speed(seed: u64, progress: ProgressFn<'_>) -> Result<ResultTable, ExperimentE
             ),
         ],
     );
-    // The switching core alone: raw 4210-byte frames (no transport), 32 per host per round
-    // on the same permutation, 16 rounds.
+    // The switching core alone: 4210-byte frames without transport endpoints, 32 per host
+    // per round on the same permutation, 16 rounds. Each frame is built by its host's NIC
+    // framing (`send_datagram`: headers, UDP checksum, a copy of the 4148-byte UDP
+    // payload), as the transport's datagrams are, then forwarded over 4 links, and parsed
+    // by the receiving host (which owns no endpoint for it).
     let topo = Topology::spine_leaf(&spec)?;
     let mut sim = Simulator::new(topo, base_cfg(seed))?;
     let payload = vec![0u8; 4096 + 52];
-    let mut frames = Vec::new();
-    for &(src, dst) in &pairs {
-        for ev in 0..32 {
-            let mut f = Vec::new();
-            let d = Datagram {
-                src,
-                dst,
-                ev,
-                ecn: 2,
-            };
-            if build_frame(sim.topology(), Forwarding::Ecmp, d, &payload, &mut f) {
-                frames.push((src, f));
+    // Timed: framing and the events; the report is built once, after.
+    let cpu0 = process_cpu_s();
+    let start = std::time::Instant::now();
+    for _ in 0..16 {
+        for &(src, dst) in &pairs {
+            for ev in 0..32 {
+                let d = Datagram {
+                    src,
+                    dst,
+                    ev,
+                    ecn: 2,
+                };
+                sim.send_datagram(d, &payload)?;
             }
         }
-    }
-    let start = std::time::Instant::now();
-    let mut events = 0;
-    let mut hops = 0;
-    for _ in 0..16 {
-        for (src, f) in &frames {
-            sim.inject(*src, f.clone())?;
-        }
-        let r = sim.run_with(&mut |p| progress("raw switching", p));
-        events = r.counters.events;
-        hops = r.counters.hops;
+        sim.run_events(&mut |p| progress("raw switching", p));
     }
     let raw_wall = start.elapsed().as_secs_f64();
+    let raw_cpu = process_cpu_s() - cpu0;
+    let (events, hops) = (sim.counters().events, sim.counters().hops);
     t.row(
         "raw frames (switching core)",
         &[
             ("wall_s", raw_wall),
+            ("cpu_s", raw_cpu),
             ("events", events as f64),
             ("packet_hops", hops as f64),
             ("events_per_s", events as f64 / raw_wall.max(1e-9)),
             ("hops_per_s", hops as f64 / raw_wall.max(1e-9)),
+            ("hops_per_cpu_s", hops as f64 / raw_cpu.max(1e-9)),
             ("virtual_us", sim.now_ns() as f64 / 1e3),
         ],
     );
     t.plot_column = Some("events_per_s".into());
-    let eps = events as f64 / raw_wall.max(1e-9);
+    // A packet-hop event is one frame crossing one link (queued, serialised, propagated,
+    // received): `packet_hops` counts them; `events` counts the simulator's queue events,
+    // two per hop here (TxDone and Arrive).
+    let hps = hops as f64 / raw_wall.max(1e-9);
     t.check(
         ">= 5 million packet-hop events per second on one core (switching core, raw frames)",
-        format!("{:.2} M events/s", eps / 1e6),
-        eps >= 5e6,
+        format!("{:.2} M packet hops/s", hps / 1e6),
+        hps >= 5e6,
     );
     Ok(t)
 }

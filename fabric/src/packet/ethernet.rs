@@ -9,7 +9,7 @@
 
 use pnet_packet::ethernet::{EtherTypes, EthernetPacket, MutableEthernetPacket};
 
-use super::{Ipv6UdpRepr, PacketError};
+use super::{ChecksumCheck, Ipv6UdpRepr, PacketError};
 use crate::srv6::SrhContext;
 
 /// Bytes of the Ethernet II header.
@@ -72,6 +72,17 @@ impl EthernetFrameRepr {
     /// Errors: [`PacketError::Truncated`], [`PacketError::NotIpv6EtherType`] and those of
     /// [`Ipv6UdpRepr::parse`].
     pub fn parse(bytes: &[u8]) -> Result<(EthernetFrameRepr, &[u8]), PacketError> {
+        Self::parse_with(bytes, ChecksumCheck::Verify)
+    }
+
+    /// [`EthernetFrameRepr::parse`] with the UDP checksum recomputed only for
+    /// [`ChecksumCheck::Verify`] (see [`Ipv6UdpRepr::parse_with`]).
+    ///
+    /// Errors: those of [`EthernetFrameRepr::parse`].
+    pub fn parse_with(
+        bytes: &[u8],
+        check: ChecksumCheck,
+    ) -> Result<(EthernetFrameRepr, &[u8]), PacketError> {
         let frame = EthernetPacket::new(bytes).ok_or(PacketError::Truncated {
             header: "Ethernet",
             needed_bytes: ETHERNET_HEADER_LEN,
@@ -84,7 +95,7 @@ impl EthernetFrameRepr {
             });
         }
         let ip_bytes = bytes.get(ETHERNET_HEADER_LEN..).unwrap_or(&[]);
-        let (packet, payload) = Ipv6UdpRepr::parse(ip_bytes)?;
+        let (packet, payload) = Ipv6UdpRepr::parse_with(ip_bytes, check)?;
         Ok((
             EthernetFrameRepr {
                 dst_mac: frame.get_destination().octets(),

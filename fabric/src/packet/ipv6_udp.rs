@@ -26,12 +26,24 @@
 
 use std::net::Ipv6Addr;
 
+use pnet_packet::Packet;
 use pnet_packet::ip::{IpNextHeaderProtocol, IpNextHeaderProtocols};
 use pnet_packet::ipv6::{Ipv6Packet, MutableIpv6Packet};
-use pnet_packet::udp::{self, MutableUdpPacket, UdpPacket};
+use pnet_packet::udp::{MutableUdpPacket, UdpPacket};
 
 use super::PacketError;
 use crate::srv6::{NEXT_HEADER_ROUTING, Srh, SrhContext, SrhRepr};
+
+/// Whether parsing recomputes the UDP checksum.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChecksumCheck {
+    /// Recompute it and compare (any bytes from the network).
+    Verify,
+    /// The caller computed the checksum over these very bytes itself and knows that no
+    /// covered byte changed since (a simulator delivering a frame it built and never
+    /// corrupted): the sum over the whole datagram is skipped.
+    Known,
+}
 
 /// Bytes of the IPv6 fixed header.
 pub const IPV6_HEADER_LEN: usize = 40;
@@ -201,6 +213,18 @@ impl Ipv6UdpRepr {
     /// of another type: `SrhError::NotSrh`), [`PacketError::UdpLengthMismatch`],
     /// [`PacketError::UdpZeroChecksum`], [`PacketError::UdpChecksumMismatch`].
     pub fn parse(bytes: &[u8]) -> Result<(Ipv6UdpRepr, &[u8]), PacketError> {
+        Self::parse_with(bytes, ChecksumCheck::Verify)
+    }
+
+    /// [`Ipv6UdpRepr::parse`], recomputing the UDP checksum only with
+    /// [`ChecksumCheck::Verify`]; every other check (lengths, headers, a zero checksum) is
+    /// made either way.
+    ///
+    /// Errors: those of [`Ipv6UdpRepr::parse`].
+    pub fn parse_with(
+        bytes: &[u8],
+        check: ChecksumCheck,
+    ) -> Result<(Ipv6UdpRepr, &[u8]), PacketError> {
         let ip = Ipv6Packet::new(bytes).ok_or(PacketError::Truncated {
             header: "IPv6",
             needed_bytes: IPV6_HEADER_LEN,
@@ -265,9 +289,11 @@ impl Ipv6UdpRepr {
             src_port: udp.get_source(),
             dst_port: udp.get_destination(),
         };
-        let expected = udp_checksum(&udp, &src_addr, &repr.final_destination());
-        if expected != found {
-            return Err(PacketError::UdpChecksumMismatch { expected, found });
+        if check == ChecksumCheck::Verify {
+            let expected = udp_checksum(&udp, &src_addr, &repr.final_destination());
+            if expected != found {
+                return Err(PacketError::UdpChecksumMismatch { expected, found });
+            }
         }
         let payload = udp_bytes.get(UDP_HEADER_LEN..).unwrap_or(&[]);
         Ok((repr, payload))
@@ -278,8 +304,5 @@ impl Ipv6UdpRepr {
 /// 17) and the datagram, its checksum field skipped; a computed 0 becomes 0xFFFF (RFC 768,
 /// RFC 8200 section 8.1).
 fn udp_checksum(udp: &UdpPacket<'_>, src: &Ipv6Addr, final_dst: &Ipv6Addr) -> u16 {
-    match udp::ipv6_checksum(udp, src, final_dst) {
-        0 => 0xffff,
-        sum => sum,
-    }
+    super::checksum::udp_ipv6_checksum(udp.packet(), src, final_dst)
 }

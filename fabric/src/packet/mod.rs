@@ -3,16 +3,18 @@
 //!
 //! - [`ipv6_udp`]: [`Ipv6UdpRepr`], IPv6 + optional SRH + UDP with payload_len, UDP length and
 //!   UDP checksum computed (never copied from the caller).
+//! - [`checksum`]: the UDP-over-IPv6 checksum (RFC 1071 deferred-carry sum).
 //! - [`ethernet`]: [`EthernetFrameRepr`], the same behind a 14-byte Ethernet II header.
 //!
 //! Field access goes through `pnet_packet` views; every length is checked before use, and
 //! every malformed input gives a typed [`PacketError`].
 
+pub mod checksum;
 pub mod ethernet;
 pub mod ipv6_udp;
 
 pub use ethernet::EthernetFrameRepr;
-pub use ipv6_udp::Ipv6UdpRepr;
+pub use ipv6_udp::{ChecksumCheck, Ipv6UdpRepr};
 
 use crate::srv6::SrhError;
 

@@ -99,6 +99,39 @@ pub fn inspect(b: &[u8]) -> Option<FrameInfo> {
     })
 }
 
+/// What the simulator keeps beside a frame's bytes so a switch does not read them again at
+/// every hop: refreshed whenever the bytes are built, injected or rewritten (SRv6 End, uSID
+/// shift, trimming, corruption), so it always equals [`header`] of the current bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Header {
+    /// The forwarding fields; `None` for a frame a switch cannot parse.
+    pub info: Option<FrameInfo>,
+    /// It carries an mrc data opcode.
+    pub data: bool,
+    /// Its BTH trimmed flag is set.
+    pub trimmed: bool,
+    /// ECN-capable (ECT(0), ECT(1) or CE).
+    pub ect: bool,
+}
+
+/// Reads the [`Header`] of frame `b`.
+pub fn header(b: &[u8]) -> Header {
+    let info = inspect(b);
+    let (data, trimmed) = match info.and_then(|i| bth_opcode_psn(b, &i).map(|o| (i, o))) {
+        Some((i, (op, _))) => (
+            mrc_transport::wire::Opcode::from(op).is_data(),
+            is_trimmed(b, &i),
+        ),
+        None => (false, false),
+    };
+    Header {
+        info,
+        data,
+        trimmed,
+        ect: ecn_bits(b) != 0,
+    }
+}
+
 /// ECN codepoint (low 2 bits of the traffic class).
 pub fn ecn_bits(b: &[u8]) -> u8 {
     b.get(IPV6_OFF + 1).map_or(0, |x| (x >> 4) & 3)

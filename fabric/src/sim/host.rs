@@ -3,6 +3,7 @@
 //! or uSID container) and the Ethernet / IPv6 / UDP framing.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::net::Ipv6Addr;
 
 use mrc_congestion::AnyController;
@@ -142,6 +143,34 @@ pub fn build_frame(
     true
 }
 
+/// Hasher of the QPN table: Fibonacci hashing (one multiply by 2^64 / phi, Knuth, TAOCP
+/// vol. 3 section 6.4) instead of SipHash, which costs more than the rest of the lookup.
+/// Keys are the host's own QPNs (a received packet's QPN is only looked up, never
+/// inserted), so there is no collision flooding to defend against.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct QpnHasher(u64);
+
+const FIB_MUL: u64 = 0x9E37_79B9_7F4A_7C15;
+
+impl Hasher for QpnHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(FIB_MUL);
+        }
+    }
+
+    fn write_u32(&mut self, n: u32) {
+        self.0 = (self.0 ^ u64::from(n)).wrapping_mul(FIB_MUL);
+    }
+}
+
+/// A map keyed by QPN.
+pub type QpnMap<V> = HashMap<u32, V, BuildHasherDefault<QpnHasher>>;
+
 /// One end of a flow on a host.
 #[derive(Debug)]
 pub struct Endpoint {
@@ -165,7 +194,7 @@ pub struct Host {
     /// Endpoints.
     pub endpoints: Vec<Endpoint>,
     /// Endpoint index by local QPN.
-    pub by_qpn: HashMap<u32, usize>,
+    pub by_qpn: QpnMap<usize>,
     /// Next endpoint the NIC asks first (round-robin).
     pub rr: usize,
     /// The wake-up currently scheduled, ns.

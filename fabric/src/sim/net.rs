@@ -26,6 +26,7 @@ use super::link::{SerialClock, serialisation_ns_ceil};
 use super::queue::{Admit, Arrival, PortQueue, PortStats, QueueConfig};
 use super::stats::FlowStats;
 use super::topo::{Role, Topology, USID_BLOCK, USID_BLOCK_BITS};
+use crate::packet::ChecksumCheck;
 use crate::pcap::EthernetPcapWriter;
 use crate::srv6::UsidContainer;
 
@@ -162,17 +163,45 @@ pub struct SimCounters {
     pub last_black_hole_data_ns: Option<u64>,
 }
 
+/// A transmitting port's state, cache-line aligned and in declaration order: the queue
+/// and the link parameters fill the first two 64-byte lines, the counters the third, the
+/// pending queue-depth samples the fourth ([`PORT_HOT_LINES`]); the histogram follows.
 #[derive(Debug)]
+#[repr(C, align(64))]
 struct PortRt {
     q: PortQueue,
-    busy: bool,
     clock: SerialClock,
-    stats: PortStats,
     rate_bps: u64,
     prop_ns: u64,
     link: u32,
     peer_node: u32,
     peer_port: u16,
+    busy: bool,
+    /// `link_faults[link].is_clean()`, kept here so the fast path reads no other table.
+    link_clean: bool,
+    stats: PortStats,
+}
+
+/// Cache lines of [`PortRt`] a packet touches (what is prefetched).
+const PORT_HOT_LINES: usize = 4;
+
+/// A frame in the simulator's slab: its bytes and their [`frame::Header`].
+#[derive(Debug, Default)]
+struct Pkt {
+    bytes: Vec<u8>,
+    hdr: frame::Header,
+    /// The UDP checksum was computed over these bytes by the simulator (a host built the
+    /// frame or a switch trimmed it) and no byte it covers changed since: the receiving
+    /// host need not sum the datagram again. Injected, corrupted and SRv6-rewritten frames
+    /// are verified in full.
+    checksum_known: bool,
+}
+
+impl Pkt {
+    /// Re-reads the header after the bytes changed.
+    fn refresh(&mut self) {
+        self.hdr = frame::header(&self.bytes);
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -182,6 +211,28 @@ struct FlowRt {
     dst_ep: usize,
     done_ns: Option<u64>,
     failed: bool,
+}
+
+/// Hints the CPU to load the cache line at `p` (no effect on results; never dereferences).
+#[inline(always)]
+fn prefetch<T>(p: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        // SAFETY: SSE is part of the x86_64 baseline, and a prefetch is a hint that never
+        // faults nor reads into the program, whatever the address.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.cast::<i8>()) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
+/// Prefetches every cache line of a port's state.
+fn prefetch_port(p: *const PortRt) {
+    let p = p.cast::<u8>();
+    for line in 0..PORT_HOT_LINES {
+        prefetch(p.wrapping_add(line * 64));
+    }
 }
 
 /// Progress of a run, handed to the progress callback.
@@ -312,9 +363,13 @@ pub struct Simulator {
     ports: Vec<Vec<PortRt>>,
     link_faults: Vec<LinkFaults>,
     hosts: Vec<Host>,
+    /// `(host, endpoint)` owning each QPN (QPNs are unique in a run and dense: flow `i`
+    /// has `2 i + 1` and `2 i + 2`); `u32::MAX` hosts mark unused entries. One flat table
+    /// instead of a hash lookup per host on every received frame.
+    qpn_owner: Vec<(u32, u32)>,
     flows: Vec<FlowRt>,
     q: EventQueue,
-    pkts: Vec<Vec<u8>>,
+    pkts: Vec<Pkt>,
     free: Vec<u32>,
     rng: ChaCha8Rng,
     now_ns: u64,
@@ -356,6 +411,7 @@ impl Simulator {
                             rate_bps: l.rate_bps,
                             prop_ns: l.propagation_ns,
                             link: p.link,
+                            link_clean: true,
                             peer_node: p.peer_node,
                             peer_port: p.peer_port,
                         }
@@ -378,6 +434,7 @@ impl Simulator {
         Ok(Simulator {
             link_faults: vec![LinkFaults::default(); topo.links.len()],
             hosts: (0..topo.hosts).map(|_| Host::default()).collect(),
+            qpn_owner: Vec::new(),
             rng: ChaCha8Rng::seed_from_u64(cfg.seed),
             cfg,
             topo,
@@ -578,7 +635,13 @@ impl Simulator {
     ) -> usize {
         let host = &mut self.hosts[h as usize];
         let idx = host.endpoints.len();
-        host.by_qpn.insert(conn.config().local_qpn, idx);
+        let qpn = conn.config().local_qpn;
+        host.by_qpn.insert(qpn, idx);
+        let q = qpn as usize;
+        if self.qpn_owner.len() <= q {
+            self.qpn_owner.resize(q + 1, (u32::MAX, 0));
+        }
+        self.qpn_owner[q] = (h, idx as u32);
         host.endpoints.push(Endpoint {
             conn,
             flow,
@@ -599,21 +662,77 @@ impl Simulator {
             return Err(SimError::NoSuchHost(h));
         }
         let pkt = self.alloc(frame);
-        let len = self.pkts[pkt as usize].len() as u32;
+        self.enqueue_injected(h, pkt);
+        Ok(())
+    }
+
+    /// As [`Simulator::inject`], copying `frame` into a buffer the simulator recycles (no
+    /// allocation once the slab is warm).
+    ///
+    /// Errors: [`SimError::NoSuchHost`].
+    pub fn inject_slice(&mut self, h: u32, frame: &[u8]) -> Result<(), SimError> {
+        if h >= self.topo.hosts {
+            return Err(SimError::NoSuchHost(h));
+        }
+        let (pkt, mut buf) = self.take_buf();
+        buf.extend_from_slice(frame);
+        let p = &mut self.pkts[pkt as usize];
+        p.bytes = buf;
+        p.refresh();
+        p.checksum_known = false;
+        self.enqueue_injected(h, pkt);
+        Ok(())
+    }
+
+    /// Hands host `d.src`'s NIC the UDP payload `payload` for host `d.dst` on EV `d.ev`:
+    /// framed as the transport's datagrams are ([`build_frame`]: Ethernet / IPv6 / SRH or
+    /// uSID per the forwarding mode / UDP with its checksum) into a recycled buffer, and
+    /// queued behind whatever the NIC is sending. Like the transport's frames, and unlike
+    /// [`Simulator::inject`]ed ones, the receiver need not re-sum the checksum unless the
+    /// frame is corrupted on the way.
+    ///
+    /// Errors: [`SimError::NoSuchHost`]; [`SimError::Transport`] when the route cannot be
+    /// encoded.
+    pub fn send_datagram(&mut self, d: Datagram, payload: &[u8]) -> Result<(), SimError> {
+        for h in [d.src, d.dst] {
+            if h >= self.topo.hosts {
+                return Err(SimError::NoSuchHost(h));
+            }
+        }
+        let (pkt, mut buf) = self.take_buf();
+        let ok = build_frame(&self.topo, self.cfg.forwarding, d, payload, &mut buf);
+        let p = &mut self.pkts[pkt as usize];
+        p.bytes = buf;
+        if !ok {
+            self.release(pkt);
+            return Err(SimError::Transport("route cannot be encoded".into()));
+        }
+        p.refresh();
+        p.checksum_known = true;
+        self.enqueue_injected(d.src, pkt);
+        Ok(())
+    }
+
+    fn enqueue_injected(&mut self, h: u32, pkt: u32) {
+        let len = self.pkts[pkt as usize].bytes.len() as u32;
         let port = &mut self.ports[h as usize][0];
         port.q.push_normal(pkt, len, &mut port.stats);
         if !port.busy {
             self.start_tx(h, 0);
         }
-        Ok(())
     }
 
     fn alloc(&mut self, bytes: Vec<u8>) -> u32 {
+        let p = Pkt {
+            hdr: frame::header(&bytes),
+            bytes,
+            checksum_known: false,
+        };
         if let Some(i) = self.free.pop() {
-            self.pkts[i as usize] = bytes;
+            self.pkts[i as usize] = p;
             i
         } else {
-            self.pkts.push(bytes);
+            self.pkts.push(p);
             (self.pkts.len() - 1) as u32
         }
     }
@@ -621,16 +740,16 @@ impl Simulator {
     fn release(&mut self, pkt: u32) {
         // Keep the allocation for reuse.
         if let Some(p) = self.pkts.get_mut(pkt as usize) {
-            p.clear();
+            p.bytes.clear();
         }
         self.free.push(pkt);
     }
 
     fn take_buf(&mut self) -> (u32, Vec<u8>) {
         if let Some(i) = self.free.pop() {
-            (i, std::mem::take(&mut self.pkts[i as usize]))
+            (i, std::mem::take(&mut self.pkts[i as usize].bytes))
         } else {
-            self.pkts.push(Vec::new());
+            self.pkts.push(Pkt::default());
             ((self.pkts.len() - 1) as u32, Vec::new())
         }
     }
@@ -645,9 +764,22 @@ impl Simulator {
     /// Errors: [`ForwardError`].
     pub fn forward(&self, node: u32, bytes: &mut [u8]) -> Result<u16, ForwardError> {
         let info = frame::inspect(bytes).ok_or(ForwardError::Malformed)?;
+        self.forward_info(node, bytes, &info).map(|(p, _)| p)
+    }
+
+    /// [`Simulator::forward`] of a frame whose fields `info` were already read; also says
+    /// whether the bytes were rewritten (SRv6 End, uSID shift).
+    fn forward_info(
+        &self,
+        node: u32,
+        bytes: &mut [u8],
+        info: &frame::FrameInfo,
+    ) -> Result<(u16, bool), ForwardError> {
         let mut dst = info.dst;
+        let mut rewritten = false;
         if dst == self.topo.addr(node) {
-            dst = frame::srv6_end(bytes, &info).ok_or(ForwardError::BadSrh)?;
+            dst = frame::srv6_end(bytes, info).ok_or(ForwardError::BadSrh)?;
+            rewritten = true;
         }
         let target = if dst >> 96 == USID_BLOCK >> 96 {
             let c = UsidContainer::from_address(dst.into(), USID_BLOCK_BITS)
@@ -655,6 +787,7 @@ impl Simulator {
             let mut active = c.active_usid();
             if active.is_some() && active == self.topo.usid(node) {
                 dst = frame::usid_shift(bytes, dst, USID_BLOCK_BITS).ok_or(ForwardError::BadSrh)?;
+                rewritten = true;
                 active = UsidContainer::from_address(dst.into(), USID_BLOCK_BITS)
                     .ok()
                     .and_then(|c| c.active_usid());
@@ -664,15 +797,41 @@ impl Simulator {
             self.topo.node_of_addr(dst)
         }
         .ok_or(ForwardError::NoRoute)?;
+        let port = self
+            .choose_port(node, target, info, dst)
+            .ok_or(ForwardError::NoRoute)?;
+        Ok((port, rewritten))
+    }
+
+    /// The egress port of `node` toward node `target` for a frame with fields `info` whose
+    /// destination is now `dst`: the only next hop, or the ECMP hash's pick among several.
+    fn choose_port(
+        &self,
+        node: u32,
+        target: u32,
+        info: &frame::FrameInfo,
+        dst: u128,
+    ) -> Option<u16> {
         let hops = self.topo.next_hops(node, target);
         match hops.len() {
-            0 => Err(ForwardError::NoRoute),
-            1 => Ok(hops[0]),
+            0 => None,
+            1 => Some(hops[0]),
             n => {
                 let h = ecmp_hash(info.src, dst, info.src_port, info.dst_port, self.salt(node));
-                Ok(hops[(h % n as u64) as usize])
+                hops.get((h % n as u64) as usize).copied()
             }
         }
+    }
+
+    /// The egress port [`Simulator::forward_info`] will pick for a frame that needs no
+    /// rewriting (plain destination, not this node's address, not a uSID container);
+    /// `None` otherwise. Used only to prefetch.
+    fn plain_egress(&self, node: u32, info: &frame::FrameInfo) -> Option<u16> {
+        if info.dst == self.topo.addr(node) || info.dst >> 96 == USID_BLOCK >> 96 {
+            return None;
+        }
+        let target = self.topo.node_of_addr(info.dst)?;
+        self.choose_port(node, target, info, info.dst)
     }
 
     /// The hop-by-hop path a packet from host `src` to host `dst` on `ev` takes (switch
@@ -746,6 +905,12 @@ impl Simulator {
 
     /// As [`Simulator::run`], calling `progress` every 2^16 events.
     pub fn run_with(&mut self, progress: &mut dyn FnMut(Progress)) -> SimReport {
+        self.run_events(progress);
+        self.report()
+    }
+
+    /// Processes events as [`Simulator::run_with`] does, without building the report.
+    pub fn run_events(&mut self, progress: &mut dyn FnMut(Progress)) {
         while let Some(e) = self.q.pop() {
             if self.cfg.stop_ns > 0 && e.time_ns > self.cfg.stop_ns {
                 self.now_ns = self.cfg.stop_ns;
@@ -753,6 +918,7 @@ impl Simulator {
             }
             self.now_ns = e.time_ns;
             self.counters.events += 1;
+            self.prefetch_ahead();
             match e.kind {
                 EventKind::Arrive { node, port, pkt } => self.on_arrive(node, port, pkt),
                 EventKind::TxDone { node, port } => self.on_tx_done(node, port),
@@ -772,8 +938,62 @@ impl Simulator {
                 break;
             }
         }
+        for p in self.ports.iter_mut().flatten() {
+            p.stats.flush_pending();
+        }
         progress(self.progress());
-        self.report()
+    }
+
+    /// Asks the CPU to start loading what the next events of this instant will touch:
+    /// two events ahead the packet's slab slot (arrivals) or the port (end of a
+    /// transmission); one event ahead, through those, the received frame's header bytes or
+    /// the port's queue head. Only a hint: a run is the same without it.
+    fn prefetch_ahead(&self) {
+        // Two events ahead: first-level state.
+        match self.q.peek_now(1) {
+            Some(&EventKind::Arrive { pkt, .. }) => {
+                let p = self.pkts.as_ptr().wrapping_add(pkt as usize).cast::<u8>();
+                prefetch(p);
+                prefetch(p.wrapping_add(64));
+            }
+            Some(&EventKind::TxDone { node, port }) => {
+                if let Some(ps) = self.ports.get(node as usize) {
+                    prefetch_port(ps.as_ptr().wrapping_add(usize::from(port)));
+                }
+            }
+            _ => {}
+        }
+        // The next event: what the state fetched one event ago points to.
+        match self.q.peek_now(0) {
+            Some(&EventKind::Arrive { node, pkt, .. }) => {
+                let Some(p) = self.pkts.get(pkt as usize) else {
+                    return;
+                };
+                if (node as usize) < self.hosts.len() {
+                    prefetch(p.bytes.as_ptr());
+                    prefetch(p.bytes.as_ptr().wrapping_add(64));
+                } else if let Some(port) = p
+                    .hdr
+                    .info
+                    .and_then(|info| self.plain_egress(node, &info))
+                    .and_then(|out| self.ports.get(node as usize)?.get(usize::from(out)))
+                {
+                    prefetch_port(port);
+                }
+            }
+            Some(&EventKind::TxDone { node, port }) => {
+                if let Some(p) = self
+                    .ports
+                    .get(node as usize)
+                    .and_then(|ps| ps.get(usize::from(port)))
+                {
+                    if let Some(e) = p.q.peek() {
+                        prefetch(e);
+                    }
+                }
+            }
+            _ => {}
+        }
     }
 
     fn progress(&self) -> Progress {
@@ -810,6 +1030,14 @@ impl Simulator {
         for &l in &links {
             if let Some(s) = self.link_faults.get_mut(l as usize) {
                 s.apply(f.kind);
+                let clean = s.is_clean();
+                if let Some(ends) = self.topo.links.get(l as usize) {
+                    for (n, p) in [(ends.a, ends.a_port), (ends.b, ends.b_port)] {
+                        if let Some(port) = self.ports[n as usize].get_mut(usize::from(p)) {
+                            port.link_clean = clean;
+                        }
+                    }
+                }
             }
         }
         if matches!(f.kind, FaultKind::LinkDown | FaultKind::LinkUp) {
@@ -835,12 +1063,14 @@ impl Simulator {
     fn start_tx(&mut self, node: u32, port: u16) {
         let now = self.now_ns;
         let p = &mut self.ports[node as usize][usize::from(port)];
-        let Some(pkt) = p.q.pop() else {
+        let Some((pkt, len)) = p.q.pop_with_len() else {
             p.busy = false;
             return;
         };
         p.busy = true;
-        let len = self.pkts[pkt as usize].len();
+        // The queued length is the frame's (a frame is never resized while queued).
+        let len = len as usize;
+        debug_assert_eq!(len, self.pkts[pkt as usize].bytes.len());
         let ser = p.clock.next_ns(len, p.rate_bps);
         p.stats.tx_packets += 1;
         p.stats.tx_bytes += len as u64;
@@ -849,14 +1079,13 @@ impl Simulator {
         self.q.push(now + ser, EventKind::TxDone { node, port });
         if let Some((pn, pp, w)) = &mut self.pcap {
             if *pn == node && *pp == port {
-                if let Err(e) = w.write_frame(now, &self.pkts[pkt as usize]) {
+                if let Err(e) = w.write_frame(now, &self.pkts[pkt as usize].bytes) {
                     self.pcap_error.get_or_insert(e.to_string());
                 }
             }
         }
         let arrive = now + ser + prop;
-        let faults = self.link_faults[link as usize];
-        if faults.is_clean() {
+        if p.link_clean {
             self.q.push(
                 arrive,
                 EventKind::Arrive {
@@ -867,6 +1096,7 @@ impl Simulator {
             );
             return;
         }
+        let faults = self.link_faults[link as usize];
         if faults.down {
             self.counters.link_down_drops += 1;
             self.release(pkt);
@@ -888,11 +1118,13 @@ impl Simulator {
         if faults.corrupt_p > 0.0 && self.rng.random::<f64>() < faults.corrupt_p {
             // A bit from the UDP header on, which the UDP checksum covers (the IPv6 traffic
             // class, flow label and hop limit are not checksummed).
-            let b = &mut self.pkts[pkt as usize];
-            let from = frame::inspect(b).map_or(frame::ETH_LEN, |i| i.udp_off);
-            if from < b.len() {
-                let i = self.rng.random_range(from..b.len());
-                b[i] ^= 1 << self.rng.random_range(0..8);
+            let p = &mut self.pkts[pkt as usize];
+            let from = p.hdr.info.map_or(frame::ETH_LEN, |i| i.udp_off);
+            if from < p.bytes.len() {
+                let i = self.rng.random_range(from..p.bytes.len());
+                p.bytes[i] ^= 1 << self.rng.random_range(0..8);
+                p.refresh();
+                p.checksum_known = false;
                 self.counters.corrupted += 1;
             }
         }
@@ -904,8 +1136,10 @@ impl Simulator {
             }
         };
         if faults.duplicate_p > 0.0 && self.rng.random::<f64>() < faults.duplicate_p {
-            let copy = self.pkts[pkt as usize].clone();
+            let copy = self.pkts[pkt as usize].bytes.clone();
+            let known = self.pkts[pkt as usize].checksum_known;
             let dup = self.alloc(copy);
+            self.pkts[dup as usize].checksum_known = known;
             self.counters.duplicated += 1;
             let j = jitter(&mut self.rng);
             self.q.push(
@@ -929,10 +1163,7 @@ impl Simulator {
     }
 
     fn is_data(&self, pkt: u32) -> bool {
-        let b = &self.pkts[pkt as usize];
-        frame::inspect(b)
-            .and_then(|i| frame::bth_opcode_psn(b, &i))
-            .is_some_and(|(op, _)| mrc_transport::wire::Opcode::from(op).is_data())
+        self.pkts[pkt as usize].hdr.data
     }
 
     fn on_arrive(&mut self, node: u32, _in_port: u16, pkt: u32) {
@@ -941,26 +1172,28 @@ impl Simulator {
             self.deliver(node, pkt);
             return;
         }
-        let mut bytes = std::mem::take(&mut self.pkts[pkt as usize]);
-        let out = self.forward(node, &mut bytes);
-        let Ok(out) = out else {
-            self.pkts[pkt as usize] = bytes;
+        let p = &mut self.pkts[pkt as usize];
+        let mut bytes = std::mem::take(&mut p.bytes);
+        let mut hdr = p.hdr;
+        let mut checksum_known = p.checksum_known;
+        let out = match &hdr.info {
+            Some(info) => self.forward_info(node, &mut bytes, info),
+            None => Err(ForwardError::Malformed),
+        };
+        let Ok((out, rewritten)) = out else {
+            self.pkts[pkt as usize].bytes = bytes;
             self.counters.no_route_drops += 1;
             self.release(pkt);
             return;
         };
-        let info = frame::inspect(&bytes);
-        let (data, trimmed) =
-            match info.and_then(|i| frame::bth_opcode_psn(&bytes, &i).map(|o| (i, o))) {
-                Some((i, (op, _))) => (
-                    mrc_transport::wire::Opcode::from(op).is_data(),
-                    frame::is_trimmed(&bytes, &i),
-                ),
-                None => (false, false),
-            };
-        let trimmable = data && !trimmed;
+        if rewritten {
+            hdr = frame::header(&bytes);
+            checksum_known = false;
+        }
+        let info = hdr.info;
+        let trimmable = hdr.data && !hdr.trimmed;
         let control = !trimmable;
-        let ect = frame::ecn_bits(&bytes) != 0;
+        let ect = hdr.ect;
         let coin = match self.cfg.queue.ecn {
             super::queue::EcnConfig::Red { .. } => self.rng.random::<f64>(),
             _ => 0.0,
@@ -991,46 +1224,59 @@ impl Simulator {
                 {
                     port.stats.trims += 1;
                     port.q.push_priority(pkt, bytes.len() as u32);
+                    hdr = frame::header(&bytes);
+                    // Trimming emitted the frame anew with its checksum.
+                    checksum_known = true;
                 } else {
                     port.stats.drops += 1;
-                    self.pkts[pkt as usize] = bytes;
+                    self.pkts[pkt as usize].bytes = bytes;
                     self.release(pkt);
                     return;
                 }
             }
             Admit::Drop => {
                 port.stats.drops += 1;
-                self.pkts[pkt as usize] = bytes;
+                self.pkts[pkt as usize].bytes = bytes;
                 self.release(pkt);
                 return;
             }
         }
         let busy = port.busy;
-        self.pkts[pkt as usize] = bytes;
+        self.pkts[pkt as usize] = Pkt {
+            bytes,
+            hdr,
+            checksum_known,
+        };
         if !busy {
             self.start_tx(node, out);
         }
     }
 
     fn deliver(&mut self, h: u32, pkt: u32) {
-        let bytes = std::mem::take(&mut self.pkts[pkt as usize]);
-        self.deliver_bytes(h, &bytes);
-        self.pkts[pkt as usize] = bytes;
+        let bytes = std::mem::take(&mut self.pkts[pkt as usize].bytes);
+        let check = if self.pkts[pkt as usize].checksum_known {
+            ChecksumCheck::Known
+        } else {
+            ChecksumCheck::Verify
+        };
+        self.deliver_bytes(h, &bytes, check);
+        self.pkts[pkt as usize].bytes = bytes;
         self.release(pkt);
         self.host_activity(h);
     }
 
-    fn deliver_bytes(&mut self, h: u32, bytes: &[u8]) {
+    fn deliver_bytes(&mut self, h: u32, bytes: &[u8], check: ChecksumCheck) {
         let now = self.now_ns;
         let host = &mut self.hosts[h as usize];
-        let Ok((repr, payload)) = crate::packet::EthernetFrameRepr::parse(bytes) else {
+        let Ok((repr, payload)) = crate::packet::EthernetFrameRepr::parse_with(bytes, check) else {
             host.rx_bad_frames += 1;
             return;
         };
         let qpn = payload
             .get(5..8)
             .map(|b| u32::from_be_bytes([0, b[0], b[1], b[2]]));
-        let Some(&ep) = qpn.and_then(|q| host.by_qpn.get(&q)) else {
+        let owner = qpn.and_then(|q| self.qpn_owner.get(q as usize));
+        let Some(ep) = owner.filter(|o| o.0 == h).map(|o| o.1 as usize) else {
             host.rx_unclaimed += 1;
             if host.capture {
                 host.captured.push((now, bytes.to_vec()));
@@ -1138,14 +1384,18 @@ impl Simulator {
                     &self.tx_buf[..t.len],
                     &mut out,
                 );
-                self.pkts[idx as usize] = out;
+                let p = &mut self.pkts[idx as usize];
+                p.bytes = out;
+                p.refresh();
+                // build_frame computed the UDP checksum over exactly these bytes.
+                p.checksum_known = ok;
                 if !ok {
                     self.counters.no_route_drops += 1;
                     self.release(idx);
                     continue;
                 }
                 self.hosts[h as usize].rr = (i + 1) % n;
-                let len = self.pkts[idx as usize].len() as u32;
+                let len = self.pkts[idx as usize].bytes.len() as u32;
                 let port = &mut self.ports[h as usize][0];
                 port.q.push_normal(idx, len, &mut port.stats);
                 self.start_tx(h, 0);
@@ -1249,5 +1499,24 @@ impl Simulator {
             Some(e) => Err(SimError::Pcap(e.clone())),
             None => Ok(()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The fields a packet touches sit in the first [`PORT_HOT_LINES`] lines of a port.
+    #[test]
+    fn port_hot_fields_fit_the_prefetched_lines() {
+        use std::mem::{align_of, offset_of, size_of};
+        assert_eq!(align_of::<PortRt>(), 64);
+        assert!(offset_of!(PortRt, link_clean) < 128);
+        assert_eq!(offset_of!(PortRt, stats), 128);
+        // Counters and pending_len in line 2, the samples in line 3.
+        let pending_end = offset_of!(PortRt, stats)
+            + size_of::<[u64; 8]>() // 7 counters and pending_len
+            + size_of::<[u64; crate::sim::queue::PENDING_SAMPLES]>();
+        assert_eq!(pending_end, PORT_HOT_LINES * 64);
     }
 }

@@ -36,7 +36,12 @@ impl ReorderTracker {
         if self.distinct == 0 {
             self.contiguous = first;
         }
-        if seq < first || seq < self.contiguous || self.above.contains(&seq) {
+        // `above` never holds `contiguous` itself, so an arrival of exactly `contiguous`
+        // (the common in-order case) needs no set lookup.
+        if seq < first
+            || seq < self.contiguous
+            || (seq != self.contiguous && self.above.contains(&seq))
+        {
             self.duplicates += 1;
             return;
         }
@@ -47,7 +52,8 @@ impl ReorderTracker {
         }
         if seq == self.contiguous {
             self.contiguous += 1;
-            while self.above.remove(&self.contiguous) {
+            while self.above.first() == Some(&self.contiguous) {
+                self.above.pop_first();
                 self.contiguous += 1;
             }
         } else {
