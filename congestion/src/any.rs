@@ -261,7 +261,7 @@ mod tests {
 
         let nscc = AnyController::new(CcKind::Nscc, &LINK).unwrap();
         assert_eq!(nscc.kind(), CcKind::Nscc);
-        assert_eq!(nscc.cwnd_bytes(), 225_000); // 1.5 BDP
+        assert_eq!(nscc.cwnd_bytes(), 300_000); // BDP at base RTT + target = 2 BDP
 
         let none = AnyController::new(CcKind::None, &LINK).unwrap();
         assert_eq!(none.kind(), CcKind::None);

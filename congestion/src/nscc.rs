@@ -49,9 +49,15 @@
 //!
 //! A NACK(TRIMMED) (`on_trim`) feeds a delay sample of one base RTT, arms quick adapt and,
 //! unless quick adapt fires or is still draining, takes the trimmed bytes off the window.
-//! A loss (`on_loss`) arms quick adapt and takes the lost bytes off the window;
-//! `on_spurious_loss` gives the last such reduction back. CNPs are not an NSCC signal and
-//! are only counted.
+//! A loss (`on_loss`) that comes with a congestion signal (the latest RTT sample's queuing
+//! delay at or above the target, or an ECN mark within the last `base_rtt + target`) arms
+//! quick adapt and takes the lost bytes off the window, like a trim (htsim's
+//! `updateCwndOnNack_NSCC`); an isolated loss, with low delay and no mark, is not
+//! congestion (a bit error, a frame dropped by a failing link, a black hole) and leaves the
+//! window alone: at 1% loss per link a 4-hop path loses 4% of its packets, and a window cut
+//! for each would hold the flow far below the rate the uncongested path carries.
+//! `on_spurious_loss` gives the last reduction back. CNPs are not an NSCC signal and are
+//! only counted.
 //!
 //! # Where we chose
 //!
@@ -131,7 +137,11 @@ impl NsccConfig {
     /// `mtu_bytes`, after htsim's `initNsccParams` (UEC reference simulator):
     ///
     /// * target queuing delay = base RTT, or 3/4 of it when switches trim;
-    /// * window from one packet to 1.5 BDP, starting at 1.5 BDP;
+    /// * window from one packet to the BDP at the target delay, `line rate x (base RTT +
+    ///   target)` (2 BDP without trimming, 1.75 BDP with), starting there: a flow whose
+    ///   queuing delay sits at the target needs that much in flight to keep its line rate,
+    ///   and spraying over paths of unequal load raises the mean delay that far (htsim's
+    ///   `initNscc` caps at 1.5 BDP, one of its earlier versions at 2 BDP; our choice);
     /// * with `a = BDP / 150 000 B` and `b = target / 12 us`: `alpha = 4 * mtu * a * b /
     ///   target`, `fi = 5 * mtu * a`, `eta = 0.15 * mtu * a`, `fi_scale = 0.25 * a`;
     /// * gamma 0.8, max decrease 0.5, delay EWMA gain 0.0125, fast increase under 1 us;
@@ -155,7 +165,8 @@ impl NsccConfig {
         let a = bdp as f64 / reference_bdp;
         let b = target_qdelay_ns as f64 / REFERENCE_RTT_NS as f64;
         let mtu = mtu_bytes as f64;
-        let max_cwnd = (bdp.saturating_add(bdp / 2)).max(mtu_bytes);
+        let max_cwnd =
+            bdp_bytes(line_rate_bps, base_rtt_ns.saturating_add(target_qdelay_ns)).max(mtu_bytes);
         Self {
             mtu_bytes,
             line_rate_bps,
@@ -267,7 +278,10 @@ impl NsccConfig {
             fast_count_bytes: 0,
             fast_increasing: false,
             loss_reduction_bytes: None,
+            last_delay_ns: 0,
+            last_ecn_ns: None,
             quick_adapts: 0,
+            isolated_losses: 0,
             last_quadrant: None,
             metrics: Metrics {
                 cwnd_bytes: self.initial_cwnd_bytes,
@@ -322,7 +336,12 @@ pub struct Nscc {
     fast_increasing: bool,
     /// Window taken off by the last loss, for `on_spurious_loss`.
     loss_reduction_bytes: Option<f64>,
+    /// Queuing delay of the latest RTT sample, ns.
+    last_delay_ns: u64,
+    /// Time of the latest SACK that reported an ECN CE mark, ns.
+    last_ecn_ns: Option<u64>,
     quick_adapts: u64,
+    isolated_losses: u64,
     last_quadrant: Option<Quadrant>,
     metrics: Metrics,
 }
@@ -346,6 +365,11 @@ impl Nscc {
     /// How many times quick adapt cut the window.
     pub fn quick_adapts(&self) -> u64 {
         self.quick_adapts
+    }
+
+    /// How many losses came without a congestion signal and left the window alone.
+    pub fn isolated_losses(&self) -> u64 {
+        self.isolated_losses
     }
 
     /// The quadrant of the latest SACK that reached the quadrant logic (`None` before, or
@@ -419,6 +443,16 @@ impl Nscc {
         false
     }
 
+    /// Whether a loss at `now_ns` comes with a congestion signal: the latest queuing delay
+    /// at or above the target, or an ECN mark within the last `base_rtt + target`.
+    fn loss_is_congestion(&self, now_ns: u64) -> bool {
+        let window = self.base_rtt_ns.saturating_add(self.cfg.target_qdelay_ns);
+        self.last_delay_ns >= self.cfg.target_qdelay_ns
+            || self
+                .last_ecn_ns
+                .is_some_and(|t| now_ns.saturating_sub(t) <= window)
+    }
+
     fn multiplicative_decrease(&mut self, now_ns: u64) {
         self.fast_increasing = false;
         self.fast_count_bytes = 0;
@@ -476,6 +510,9 @@ impl Controller for Nscc {
 
         let ce = u64::from(ack.ecn_ce_count);
         let ecn = ce > 0;
+        if ecn {
+            self.last_ecn_ns = Some(now_ns);
+        }
         let packets = u64::from(ack.acked_packets).max(ce);
         let marked_bytes = if packets == 0 {
             0
@@ -490,6 +527,7 @@ impl Controller for Nscc {
                 self.base_rtt_ns = self.base_rtt_ns.min(rtt_ns.max(self.cfg.min_base_rtt_ns));
                 let delay = rtt_ns.saturating_sub(self.base_rtt_ns);
                 self.update_avg_delay(delay, ecn);
+                self.last_delay_ns = delay;
                 delay
             }
             None => {
@@ -544,9 +582,14 @@ impl Controller for Nscc {
         self.clamp_and_sync();
     }
 
-    fn on_loss(&mut self, _now_ns: u64, bytes: u64) {
+    fn on_loss(&mut self, now_ns: u64, bytes: u64) {
         self.metrics.lost_bytes = self.metrics.lost_bytes.saturating_add(bytes);
         self.metrics.bytes_in_flight = self.metrics.bytes_in_flight.saturating_sub(bytes);
+        if !self.loss_is_congestion(now_ns) {
+            self.isolated_losses += 1;
+            self.loss_reduction_bytes = Some(0.0);
+            return;
+        }
         self.trigger_qa = true;
         let before = self.cwnd_bytes;
         self.cwnd_bytes -= bytes as f64;
@@ -625,13 +668,17 @@ mod tests {
     fn defaults_scale_with_the_link() {
         // 100 Gb/s, 12 us: the reference network, a = b = 1.
         let cfg = NsccConfig::for_link(100_000_000_000, 12_000, 4096, false);
-        assert_eq!(cfg.max_cwnd_bytes, 225_000);
+        // Window up to the BDP at base RTT + target (12 + 12 us): 2 x 150 000 bytes.
+        assert_eq!(cfg.max_cwnd_bytes, 300_000);
+        assert_eq!(cfg.initial_cwnd_bytes, 300_000);
         assert_eq!(cfg.fair_increase_bytes, 5.0 * 4096.0);
         assert_eq!(cfg.eta_bytes, 0.15 * 4096.0);
         assert_eq!(cfg.qa_threshold_ns, 48_000);
         // 400 Gb/s, 12 us with trimming: a = 4, target 9 us, b = 0.75.
         let cfg = NsccConfig::for_link(400_000_000_000, 12_000, 4096, true);
         assert_eq!(cfg.target_qdelay_ns, 9_000);
+        // 400 Gb/s x (12 + 9) us = 1.75 BDP.
+        assert_eq!(cfg.max_cwnd_bytes, 1_050_000);
         assert_eq!(cfg.fast_increase_scale, 1.0);
         assert_eq!(
             cfg.proportional_gain_bytes_per_ns,
@@ -798,13 +845,50 @@ mod tests {
     }
 
     #[test]
-    fn loss_reduces_and_spurious_loss_restores() {
+    fn isolated_loss_leaves_the_window_alone() {
         let mut cc = plain().build().unwrap();
+        // No sample yet: no delay, no mark: an isolated loss.
         cc.on_loss(1_000, 4096);
-        assert_eq!(cc.window_bytes(), 95_904.0);
-        cc.on_spurious_loss(2_000);
         assert_eq!(cc.window_bytes(), 100_000.0);
+        assert_eq!((cc.isolated_losses(), cc.metrics().lost_bytes), (1, 4096));
+        // RTT 14 us: delay 4 us, below the 10 us target; the loss is still isolated and
+        // does not arm quick adapt.
+        feed(&mut cc, ack(1_000_000, 14_000, 4096, 1, 0));
+        let w = cc.window_bytes();
+        cc.on_loss(1_001_000, 4096);
+        assert_eq!(cc.window_bytes(), w);
+        assert_eq!(cc.isolated_losses(), 2);
+        assert_eq!(cc.metrics().decreases, 0);
+    }
+
+    #[test]
+    fn loss_with_high_delay_reduces_and_spurious_loss_restores() {
+        let mut cc = plain().build().unwrap();
+        // RTT 30 us: delay 20 us >= 10 us target (fair increase: + 41.94304 bytes).
+        feed(&mut cc, ack(1_000_000, 30_000, 4096, 1, 0));
+        let w = 100_000.0 + 1024.0 * 4096.0 / 100_000.0;
+        assert_eq!(cc.window_bytes(), w);
+        cc.on_loss(1_001_000, 4096);
+        assert_eq!(cc.window_bytes(), w - 4096.0);
+        assert_eq!(cc.isolated_losses(), 0);
+        cc.on_spurious_loss(1_002_000);
+        assert_eq!(cc.window_bytes(), w);
         assert_eq!(cc.metrics().lost_bytes, 4096);
+    }
+
+    #[test]
+    fn loss_within_base_rtt_plus_target_of_a_mark_reduces() {
+        let mut cc = plain().build().unwrap();
+        // Low delay (2 us) but one CE mark at 1 ms: hold quadrant, no window change.
+        feed(&mut cc, ack(1_000_000, 12_000, 4096, 1, 1));
+        assert_eq!(cc.window_bytes(), 100_000.0);
+        // 20 us later (= base RTT 10 us + target 10 us): still congestion.
+        cc.on_loss(1_020_000, 4096);
+        assert_eq!(cc.window_bytes(), 95_904.0);
+        // 1 ns beyond: isolated.
+        cc.on_loss(1_020_001, 4096);
+        assert_eq!(cc.window_bytes(), 95_904.0);
+        assert_eq!(cc.isolated_losses(), 1);
     }
 
     #[test]

@@ -83,12 +83,13 @@ fn nscc_on_canonical_trace() {
     assert_eq!(m.rejected_rtt_samples, 1);
     assert_eq!(m.cnps_received, 7);
     assert_eq!(m.bytes_in_flight, 0);
-    // Starts at 1.5 BDP; never leaves [one MTU, 1.5 BDP].
-    assert_eq!(t.points[0].cwnd_bytes, 225_000);
+    // Starts at the BDP at base RTT + target (12 + 9 us with trimming: 1.75 BDP); never
+    // leaves [one MTU, 1.75 BDP].
+    assert_eq!(t.points[0].cwnd_bytes, 262_500);
     assert!(
         t.points
             .iter()
-            .all(|p| (4096..=225_000).contains(&p.cwnd_bytes))
+            .all(|p| (4096..=262_500).contains(&p.cwnd_bytes))
     );
 }
 

@@ -65,11 +65,15 @@ fn random_loss_side_by_side() {
     };
     let (sr, _, sr_ns) = transfer(false, net(), None);
     let (gbn, _, gbn_ns) = transfer(true, net(), None);
-    // seed 77, 1% loss each way: 2 resends and 143 us selectively; 117 resends and
+    // seed 77, 1% loss each way: 2 resends and 209 us selectively; 117 resends and
     // 127 us with go-back-N (a NACK(NO_BITMAP) takes the EV that lost the hole out of
-    // rotation until a probe answers; before that, 215 resends and 332 us)
+    // rotation until a probe answers; before that, 215 resends and 332 us). The fixed
+    // 1 MiB window (no congestion control) queues the whole transfer at the sender's
+    // link, so the RTT samples spread over tens of us and the RACK reorder window, which
+    // follows the measured delay variation, waits that out before declaring the two
+    // losses (143 us with the former fixed 50 us window).
     assert_eq!(
         (sr.retransmitted, gbn.retransmitted, sr_ns, gbn_ns),
-        (2, 117, 143_414, 127_469)
+        (2, 117, 208_883, 127_469)
     );
 }

@@ -9,8 +9,11 @@
 //!   since it was sent. Because the rule compares send times, not sequence numbers, a packet
 //!   that is merely slower (on a longer EV) is not declared lost while it is still within
 //!   the reorder window, which is what spraying over paths of different delay needs. The
-//!   reorder window is `max(min_reorder_window_ns, min_rtt / 4)` (RFC 8985 6.2 uses
-//!   `min_rtt / 4`; the floor keeps it meaningful before the first RTT sample).
+//!   reorder window is `max(min_reorder_window_ns, min_rtt / 4, (srtt - min_rtt) + 4
+//!   rttvar)`: RFC 8985 6.2 starts from `min_rtt / 4`; the last term bounds the skew between
+//!   paths by what the connection measures (its mean queuing delay plus four deviations, the
+//!   RFC 6298 margin), since a sprayed packet on a path with a longer queue is only late,
+//!   not lost, while it is within that skew.
 
 /// Smoothed RTT state (RFC 6298).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -124,10 +127,16 @@ impl Rack {
     }
 }
 
-/// The reorder window for a minimum RTT: `max(floor_ns, min_rtt_ns / 4)` (RFC 8985 6.2).
+/// The reorder window: `max(floor_ns, min_rtt / 4, (srtt - min_rtt) + 4 rttvar)` (RFC 8985
+/// 6.2 plus the measured delay variation, see the module docs); `floor_ns` before the first
+/// sample.
 pub fn reorder_window_ns(floor_ns: u64, rtt: &RttEstimator) -> u64 {
     if rtt.has_sample() {
-        floor_ns.max(rtt.min_rtt_ns / 4)
+        let skew = rtt
+            .srtt_ns
+            .saturating_sub(rtt.min_rtt_ns)
+            .saturating_add(rtt.rttvar_ns.saturating_mul(4));
+        floor_ns.max(rtt.min_rtt_ns / 4).max(skew)
     } else {
         floor_ns
     }
@@ -151,8 +160,23 @@ mod tests {
             (90_000, 57_500, 20_000)
         );
         assert_eq!(r.rto_ns(10_000, 200_000), 200_000);
-        assert_eq!(reorder_window_ns(1_000, &r), 5_000);
-        assert_eq!(reorder_window_ns(8_000, &r), 8_000);
+        // skew = (srtt - min_rtt) + 4 rttvar = 70 000 + 230 000 = 300 000 > min_rtt / 4
+        assert_eq!(reorder_window_ns(1_000, &r), 300_000);
+        assert_eq!(reorder_window_ns(400_000, &r), 400_000);
+        // steady samples: the skew term shrinks to the deviation, min_rtt / 4 takes over
+        let mut s = RttEstimator::new(1_000_000);
+        for _ in 0..40 {
+            s.on_sample(20_000);
+        }
+        // rttvar 10 000 decays by 3/4 per sample, in integer steps, to 0
+        assert_eq!((s.srtt_ns, s.rttvar_ns, s.min_rtt_ns), (20_000, 0, 20_000));
+        assert_eq!(reorder_window_ns(0, &s), 5_000);
+        s.on_sample(28_000);
+        // srtt 21 000, rttvar 2 000: skew 1 000 + 8 000 = 9 000
+        assert_eq!((s.srtt_ns, s.rttvar_ns), (21_000, 2_000));
+        assert_eq!(reorder_window_ns(0, &s), 9_000);
+        // before any sample: the floor
+        assert_eq!(reorder_window_ns(3_000, &RttEstimator::new(1)), 3_000);
     }
 
     #[test]

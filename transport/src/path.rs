@@ -2,11 +2,23 @@
 //! the per-packet EV selection (DESIGN.md section 5).
 //!
 //! States: `Good` (in rotation); `Skip` (an ECN mark or a trim: left out for one rotation,
-//! i.e. the next `n_paths` selections); `AssumedBad` (a loss or timeout: left out until an
-//! EV probe on it is answered); `Denied` (the datapath says it is down; only
-//! [`PathTable::set_denied`] brings it back).
+//! i.e. the next `n_paths` selections); `AssumedBad` (evidence of a path failure: a timeout,
+//! or [`BAD_AFTER_CONSECUTIVE_LOSSES`] losses on the EV with no delivery on it in between;
+//! left out until an EV probe on it is answered); `Denied` (the datapath says it is down;
+//! only [`PathTable::set_denied`] brings it back). One loss alone does not take an EV out:
+//! with random loss (a bit error, a dropped frame) every EV loses now and then, and taking
+//! each out until a probe returns only shrinks the set of paths; a dead path loses every
+//! packet sent on it, so its second loss in a row condemns it.
 //!
-//! Selection: round-robin over `Good` EVs, or power-of-two-choices on smoothed RTT (two
+//! Selection: recycled entropy (default; REPS, Bonato et al., "REPS: Recycled Entropy Packet
+//! Spraying for Adaptive Load Balancing and Failure Mitigation", 2024): the EV of a packet
+//! acknowledged without an ECN CE mark goes into a FIFO of recycled EVs, and the next packet
+//! takes the oldest recycled EV that is still `Good`; only when the FIFO is empty is an EV
+//! chosen round-robin ("explored"). Each EV then carries as many packets as its path returns
+//! per RTT: a path with a longer queue returns its EVs later and so gets fewer packets, a
+//! marked or lost packet's EV is not reused, a dead path's EVs never come back. (Plain
+//! round-robin keeps sending `1/n` of the packets into an overloaded or failed path.)
+//! Alternatives: round-robin over `Good` EVs, or power-of-two-choices on smoothed RTT (two
 //! random `Good` EVs, the lower RTT wins; Mitzenmacher 2001) with the caller-seeded RNG.
 //! When no EV is `Good`, `Skip` EVs are used, then `AssumedBad` ones (so a connection never
 //! stalls while any path is not denied); `None` only when every EV is denied.
@@ -14,7 +26,7 @@
 use crate::stats::EvStats;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 
 /// State of one EV.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -35,8 +47,11 @@ pub enum PathState {
 /// How the next EV is chosen among `Good` ones.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Selection {
-    /// Round-robin (default).
+    /// Recycled entropy (REPS, default): the oldest EV acknowledged without ECN CE; when
+    /// none is waiting, round-robin over `Good` EVs.
     #[default]
+    Recycle,
+    /// Round-robin.
     RoundRobin,
     /// Power-of-two-choices on smoothed RTT.
     PowerOfTwo,
@@ -61,7 +76,19 @@ pub struct Path {
     pub probes_unanswered: u32,
     /// When the next probe may be sent (ns), for `AssumedBad` EVs.
     pub next_probe_ns: u64,
+    /// Losses declared on this EV since its latest delivery (an acknowledged packet whose
+    /// latest transmission went on it).
+    pub consecutive_losses: u32,
 }
+
+/// Consecutive losses on one EV (no delivery on it in between) that make it `AssumedBad`.
+/// Two: a dead path loses every packet, so the second loss in a row names it at once, while
+/// with 4% random loss two in a row on one EV happen for about 1 loss in 25.
+pub const BAD_AFTER_CONSECUTIVE_LOSSES: u32 = 2;
+
+/// Most EVs kept in the recycle FIFO (when full, the oldest is dropped and a later packet
+/// explores instead): a window of 1 MiB of 4 KiB packets.
+pub const RECYCLE_CAPACITY: usize = 256;
 
 /// All paths of a connection.
 #[derive(Clone, Debug)]
@@ -75,6 +102,10 @@ pub struct PathTable {
     next_probe_seq: u32,
     /// Number of `AssumedBad` paths (so the per-packet probe check is O(1) when zero).
     n_bad: usize,
+    /// Recycled EV indices, oldest first (at most [`RECYCLE_CAPACITY`]).
+    recycled: VecDeque<usize>,
+    /// EV indices of the packets acknowledged by the SACK being applied.
+    delivered: Vec<usize>,
 }
 
 impl PathTable {
@@ -95,6 +126,7 @@ impl PathTable {
                 probe_seq: None,
                 probes_unanswered: 0,
                 next_probe_ns: 0,
+                consecutive_losses: 0,
             });
         }
         PathTable {
@@ -106,6 +138,8 @@ impl PathTable {
             rng: ChaCha8Rng::seed_from_u64(seed),
             next_probe_seq: 1,
             n_bad: 0,
+            recycled: VecDeque::new(),
+            delivered: Vec::new(),
         }
     }
 
@@ -175,10 +209,26 @@ impl PathTable {
         }
         self.picks += 1;
         let chosen = match self.selection {
+            Selection::Recycle => self.select_recycled(avoid),
             Selection::RoundRobin => self.select_rr(avoid),
             Selection::PowerOfTwo => self.select_p2c(avoid),
         };
         chosen.or_else(|| self.fallback(avoid))
+    }
+
+    /// The oldest recycled EV that is still `Good` (stale entries are dropped); round-robin
+    /// when none is waiting or the oldest is `avoid` (which then stays for the next packet).
+    fn select_recycled(&mut self, avoid: Option<usize>) -> Option<usize> {
+        while let Some(&i) = self.recycled.front() {
+            if Some(i) == avoid {
+                break;
+            }
+            self.recycled.pop_front();
+            if self.refresh(i) == PathState::Good {
+                return Some(i);
+            }
+        }
+        self.select_rr(avoid)
     }
 
     fn select_rr(&mut self, avoid: Option<usize>) -> Option<usize> {
@@ -247,6 +297,48 @@ impl PathTable {
         Some(i)
     }
 
+    /// A packet whose latest transmission went on `idx` was acknowledged by the SACK being
+    /// applied: the EV delivers (its consecutive-loss count restarts), and with
+    /// [`Selection::Recycle`] it is a candidate for recycling ([`PathTable::end_ack`]).
+    pub fn on_delivered(&mut self, idx: usize) {
+        if let Some(p) = self.paths.get_mut(idx) {
+            p.consecutive_losses = 0;
+            if self.selection == Selection::Recycle {
+                self.delivered.push(idx);
+            }
+        }
+    }
+
+    /// The SACK whose deliveries [`PathTable::on_delivered`] reported is applied; it carried
+    /// `ecn_ce_count` CE marks and echoed EV index `echo`. No mark: every delivered EV is
+    /// recycled, in acknowledgement order. One mark: all but the echoed EV (the receiver
+    /// SACKs at once on a CE arrival, so the echoed packet is the marked one). More marks:
+    /// none (which were marked is not known). Only `Good` EVs are recycled.
+    pub fn end_ack(&mut self, ecn_ce_count: u32, echo: Option<usize>) {
+        let mut delivered = std::mem::take(&mut self.delivered);
+        if ecn_ce_count <= 1 {
+            for &i in &delivered {
+                if ecn_ce_count == 1 && Some(i) == echo {
+                    continue;
+                }
+                if self.refresh(i) != PathState::Good {
+                    continue;
+                }
+                if self.recycled.len() >= RECYCLE_CAPACITY {
+                    self.recycled.pop_front();
+                }
+                self.recycled.push_back(i);
+            }
+        }
+        delivered.clear();
+        self.delivered = delivered;
+    }
+
+    /// Recycled EV indices waiting, oldest first.
+    pub fn recycled(&self) -> impl Iterator<Item = usize> + '_ {
+        self.recycled.iter().copied()
+    }
+
     /// An ECN mark or a trim on `idx`: `Skip` for one rotation (if it was `Good`).
     pub fn on_congestion(&mut self, idx: usize) {
         let until_pick = self.picks + self.paths.len() as u64;
@@ -257,9 +349,23 @@ impl PathTable {
         }
     }
 
-    /// A loss or timeout on `idx`: `AssumedBad` (unless denied); the first probe may go at
-    /// `now_ns`.
+    /// A loss declared on `idx` by time-based detection: counted; the
+    /// [`BAD_AFTER_CONSECUTIVE_LOSSES`]-th loss without a delivery in between makes the EV
+    /// `AssumedBad` (see [`PathTable::assume_bad`]).
     pub fn on_loss(&mut self, idx: usize, now_ns: u64) {
+        let Some(p) = self.paths.get_mut(idx) else {
+            return;
+        };
+        p.consecutive_losses = p.consecutive_losses.saturating_add(1);
+        if p.consecutive_losses >= BAD_AFTER_CONSECUTIVE_LOSSES {
+            self.assume_bad(idx, now_ns);
+        }
+    }
+
+    /// Evidence of a path failure on `idx` (an RTO declared a packet sent on it lost, a
+    /// go-back-N NACK named a packet lost on it, or [`BAD_AFTER_CONSECUTIVE_LOSSES`] losses
+    /// in a row): `AssumedBad` (unless denied); the first probe may go at `now_ns`.
+    pub fn assume_bad(&mut self, idx: usize, now_ns: u64) {
         if let Some(p) = self.paths.get_mut(idx) {
             if p.state != PathState::Denied && p.state != PathState::AssumedBad {
                 p.state = PathState::AssumedBad;
@@ -282,6 +388,7 @@ impl PathTable {
     /// A loss on `idx` proved spurious: an `AssumedBad` EV goes back to `Good`.
     pub fn undo_loss(&mut self, idx: usize) {
         if let Some(p) = self.paths.get_mut(idx) {
+            p.consecutive_losses = 0;
             if p.state == PathState::AssumedBad {
                 p.state = PathState::Good;
                 p.probe_seq = None;
@@ -350,6 +457,7 @@ impl PathTable {
         }
         p.probe_seq = None;
         p.probes_unanswered = 0;
+        p.consecutive_losses = 0;
         p.stats.probes_answered += 1;
         if p.state == PathState::AssumedBad {
             p.state = PathState::Good;
@@ -393,7 +501,7 @@ mod tests {
     fn round_robin_over_good_evs() {
         let mut t = PathTable::new(&[10, 11, 12, 13], Selection::RoundRobin, 1);
         assert_eq!(picks(&mut t, 6), vec![10, 11, 12, 13, 10, 11]);
-        t.on_loss(3, 0); // EV 13 assumed bad
+        t.assume_bad(3, 0); // EV 13 assumed bad
         assert_eq!(picks(&mut t, 4), vec![12, 10, 11, 12]);
         assert_eq!(t.state_of(13), Some(PathState::AssumedBad));
     }
@@ -412,8 +520,8 @@ mod tests {
         let mut t = PathTable::new(&[0, 1], Selection::RoundRobin, 1);
         assert_eq!(t.select(Some(0)), Some(1));
         assert_eq!(t.select(Some(1)), Some(0));
-        t.on_loss(0, 0);
-        t.on_loss(1, 0);
+        t.assume_bad(0, 0);
+        t.assume_bad(1, 0);
         // nothing good: fall back to an assumed-bad one
         assert!(t.select(None).is_some());
         t.set_denied(0, true);
@@ -426,7 +534,7 @@ mod tests {
     #[test]
     fn probes_bring_an_ev_back() {
         let mut t = PathTable::new(&[5, 6], Selection::RoundRobin, 1);
-        t.on_loss(1, 1_000);
+        t.assume_bad(1, 1_000);
         assert_eq!(t.next_probe_time(), Some(1_000));
         assert_eq!(t.next_probe(999, 500), None);
         assert_eq!(t.next_probe(1_000, 500), Some((1, 1)));
@@ -446,7 +554,7 @@ mod tests {
         assert_eq!(t.paths()[1].stats.probes_answered, 1);
         assert_eq!(t.next_probe_time(), None);
         // a new episode does not accept replies to the old one
-        t.on_loss(1, 5_000);
+        t.assume_bad(1, 5_000);
         assert_eq!(t.next_probe(5_000, 500), Some((1, 3)));
         assert!(!t.on_probe_reply(6, 2));
         assert!(t.on_probe_reply(6, 3));
@@ -471,5 +579,71 @@ mod tests {
         assert_eq!(n3, 97);
         t.on_rtt_sample(0, 2_000);
         assert_eq!(t.paths()[0].srtt_ns, (10_000 * 7 + 2_000) / 8);
+    }
+
+    #[test]
+    fn one_random_loss_keeps_an_ev_good_consecutive_losses_make_it_bad() {
+        let mut t = PathTable::new(&[10, 11, 12, 13], Selection::RoundRobin, 1);
+        t.on_loss(1, 1_000);
+        assert_eq!(t.state_of(11), Some(PathState::Good));
+        assert_eq!(t.paths()[1].consecutive_losses, 1);
+        assert_eq!(t.next_probe_time(), None);
+        // a delivery on EV 11 restarts the count: the next loss is again a first one
+        t.on_delivered(1);
+        assert_eq!(t.paths()[1].consecutive_losses, 0);
+        t.on_loss(1, 2_000);
+        assert_eq!(t.state_of(11), Some(PathState::Good));
+        assert_eq!(picks(&mut t, 4), vec![10, 11, 12, 13]);
+        // the second loss in a row at 3 us: AssumedBad, first probe due at 3 us
+        t.on_loss(1, 3_000);
+        assert_eq!(BAD_AFTER_CONSECUTIVE_LOSSES, 2);
+        assert_eq!(t.state_of(11), Some(PathState::AssumedBad));
+        assert_eq!(t.next_probe_time(), Some(3_000));
+        assert_eq!(picks(&mut t, 3), vec![10, 12, 13]);
+        // a probe reply clears the count with the state
+        assert_eq!(t.next_probe(3_000, 500), Some((1, 1)));
+        assert!(t.on_probe_reply(11, 1));
+        assert_eq!(t.state_of(11), Some(PathState::Good));
+        assert_eq!(t.paths()[1].consecutive_losses, 0);
+        // an RTO is conclusive at once
+        t.assume_bad(2, 4_000);
+        assert_eq!(t.state_of(12), Some(PathState::AssumedBad));
+    }
+
+    #[test]
+    fn recycle_reuses_unmarked_evs_in_ack_order_and_explores_when_empty() {
+        let mut t = PathTable::new(&[0, 1, 2, 3], Selection::Recycle, 1);
+        // nothing recycled yet: round-robin
+        assert_eq!(picks(&mut t, 4), vec![0, 1, 2, 3]);
+        // a SACK acknowledges the packets sent on EVs 2, 0, 3 (in that order), no mark
+        for i in [2, 0, 3] {
+            t.on_delivered(i);
+        }
+        t.end_ack(0, Some(3));
+        assert_eq!(t.recycled().collect::<Vec<_>>(), vec![2, 0, 3]);
+        // the next packets take them oldest first, then explore round-robin from EV 0
+        assert_eq!(picks(&mut t, 5), vec![2, 0, 3, 0, 1]);
+        // one CE mark: the echoed EV (1) is the marked one and is not recycled
+        for i in [3, 1] {
+            t.on_delivered(i);
+        }
+        t.end_ack(1, Some(1));
+        assert_eq!(t.recycled().collect::<Vec<_>>(), vec![3]);
+        // two marks: which were marked is unknown, none is recycled
+        for i in [2, 0] {
+            t.on_delivered(i);
+        }
+        t.end_ack(2, Some(0));
+        assert_eq!(t.recycled().collect::<Vec<_>>(), vec![3]);
+        // an EV that left Good is dropped when its turn comes; `avoid` leaves it waiting
+        t.on_delivered(2);
+        t.end_ack(0, Some(2));
+        assert_eq!(t.recycled().collect::<Vec<_>>(), vec![3, 2]);
+        t.assume_bad(3, 0);
+        // EV 3 is dropped (AssumedBad), EV 2 is the one to avoid and stays; round-robin
+        // from the cursor (EV 2) skips 2 (avoided) and 3 (bad): EV 0
+        assert_eq!(t.select(Some(2)), Some(0));
+        assert_eq!(t.recycled().collect::<Vec<_>>(), vec![2]);
+        assert_eq!(t.select(None), Some(2));
     }
 }

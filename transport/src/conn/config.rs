@@ -17,7 +17,7 @@ pub struct ConnConfig {
     pub generation: u16,
     /// The EVs (paths) this side sprays over. Default `0..16`.
     pub evs: Vec<u32>,
-    /// EV selection. Default round-robin.
+    /// EV selection. Default recycled entropy (REPS).
     pub selection: Selection,
     /// Seed of the selection RNG (and of the rkey salt).
     pub seed: u64,
@@ -46,7 +46,7 @@ impl Default for ConnConfig {
             initial_psn: Psn::new(0),
             generation: 1,
             evs: (0..16).collect(),
-            selection: Selection::RoundRobin,
+            selection: Selection::Recycle,
             seed: 0,
             send: SendConfig::default(),
             ack: AckConfig::default(),

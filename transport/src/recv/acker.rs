@@ -1,8 +1,10 @@
 //! When and what the receiver acknowledges: SACK coalescing, NACKs, CNPs.
 //!
 //! A SACK is due after every `sack_every_packets` new data packets, at once on anything
-//! unusual (an out-of-order arrival, a hole filled, a duplicate, an ECN-CE mark, an
-//! ack-request), and at the latest `max_ack_delay_ns` after the first unacknowledged
+//! unusual (an arrival the caller calls urgent: the connection does for one that fills the
+//! hole at `rcv_nxt` or carries an ack-request; a duplicate; an ECN-CE mark; an arrival more
+//! than `max_ack_delay_ns / sack_every_packets` after the previous one, since at that rate
+//! the packets to coalesce do not come before the delay timer), and at the latest `max_ack_delay_ns` after the first unacknowledged
 //! arrival. One SACK carries `rcv_nxt` and the 64-bit bitmap from `rcv_nxt`; arrivals that
 //! lie beyond `rcv_nxt + 64` are reported in extra SACKs, one per 64-PSN block that saw a
 //! new arrival since the previous SACK, so the sender learns of every arrival.
@@ -75,6 +77,8 @@ pub struct Acker {
     last_cnp_ns: Option<u64>,
     cnp_echo: Option<u32>,
     nacks: VecDeque<NackOut>,
+    /// Time of the latest data arrival, ns.
+    last_arrival_ns: Option<u64>,
     /// NACKs dropped because the queue was full.
     pub nacks_dropped: u64,
 }
@@ -93,13 +97,15 @@ impl Acker {
             last_cnp_ns: None,
             cnp_echo: None,
             nacks: VecDeque::new(),
+            last_arrival_ns: None,
             nacks_dropped: 0,
         }
     }
 
     /// A data packet was accepted (`new`) or was a duplicate (`!new`) at `now_ns`.
-    /// `seq`: its sequence; `rcv_nxt`: after the arrival; `urgent`: out of order, hole
-    /// filled, or ack-request set; `ce`: it carried ECN CE.
+    /// `seq`: its sequence; `rcv_nxt`: after the arrival; `urgent`: SACK at once (the
+    /// connection sets it when the hole at `rcv_nxt` was filled or ack-request is set);
+    /// `ce`: it carried ECN CE.
     #[allow(clippy::too_many_arguments)]
     pub fn on_data(
         &mut self,
@@ -113,6 +119,15 @@ impl Acker {
         ts32: u32,
     ) {
         self.echo = (ev, ts32);
+        // Sparse arrivals: when the previous one came more than `max_ack_delay /
+        // sack_every` ago, `sack_every` packets will not gather before the delay timer
+        // fires, so waiting only delays the sender (a window-limited flow stalls on it).
+        let sparse_after_ns =
+            self.cfg.max_ack_delay_ns / u64::from(self.cfg.sack_every_packets.max(1));
+        let sparse = self
+            .last_arrival_ns
+            .is_some_and(|t| now_ns.saturating_sub(t) > sparse_after_ns);
+        self.last_arrival_ns = Some(now_ns);
         if new {
             self.unacked += 1;
             if seq >= rcv_nxt + 64 {
@@ -122,7 +137,7 @@ impl Acker {
                 }
             }
         }
-        if !new || urgent || ce || self.unacked >= self.cfg.sack_every_packets {
+        if !new || urgent || ce || sparse || self.unacked >= self.cfg.sack_every_packets {
             self.immediate = true;
         }
         if self.deadline_ns.is_none() {
@@ -249,6 +264,23 @@ mod tests {
         assert_eq!(a.poll_cnp(), Some(5));
         let s = a.poll_sack(50_002, 3).unwrap();
         assert_eq!(s.ecn_ce_count, 2);
+    }
+
+    #[test]
+    fn sparse_arrivals_are_acked_at_once() {
+        // defaults: 4 packets or 10 us; arrivals more than 10 us / 4 = 2.5 us apart
+        let mut a = Acker::new(AckConfig::default());
+        a.on_data(0, 0, 1, true, false, false, 9, 0);
+        assert_eq!(a.poll_sack(0, 1), None);
+        a.on_data(2_500, 1, 2, true, false, false, 9, 2_500);
+        assert_eq!(a.poll_sack(2_500, 2), None);
+        a.on_data(5_001, 2, 3, true, false, false, 9, 5_001);
+        let s = a.poll_sack(5_001, 3).unwrap();
+        assert_eq!((s.cum_seq, s.echo_ts32), (3, 5_001));
+        // back-to-back arrivals coalesce again
+        a.on_data(5_400, 3, 4, true, false, false, 9, 5_400);
+        assert_eq!(a.poll_sack(5_400, 4), None);
+        assert_eq!(a.timeout_ns(), Some(15_400));
     }
 
     #[test]

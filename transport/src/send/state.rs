@@ -15,8 +15,9 @@
 //! Spurious losses: when a packet declared lost (by RACK or the RTO) is acknowledged by a
 //! SACK whose echoed (EV, timestamp) is that of the packet's *original* transmission, the
 //! original arrived: the loss was spurious, the EV penalty is undone and the caller tells
-//! the controller (`on_spurious_loss`). The receiver SACKs at once on every out-of-order
-//! arrival, so a late original triggers a SACK that echoes it.
+//! the controller (`on_spurious_loss`). The receiver SACKs at once on a duplicate and on an
+//! arrival that fills the hole at `rcv_nxt`, so a late original that arrives after its
+//! retransmission, or fills the lowest hole, triggers a SACK that echoes it.
 
 use super::msg::{MsgKind, MsgSpec, packets_for, segment_len};
 use crate::completion::{Completion, WcOpcode, WcStatus};
@@ -34,8 +35,9 @@ pub struct SendConfig {
     /// At most this many packets outstanding (`snd_nxt - snd_una`); must not exceed the
     /// peer's receive window. Default 1024.
     pub max_outstanding_packets: u32,
-    /// Floor of the RACK reorder window, ns. Default 50 us (a few datacenter RTTs of
-    /// path-delay skew).
+    /// Floor of the RACK reorder window, ns (the window itself follows the measured RTTs,
+    /// see [`crate::loss::reorder_window_ns`]; a floor is for datapaths with a known
+    /// skew the RTT samples do not show). Default 0.
     pub min_reorder_window_ns: u64,
     /// RTO before the first RTT sample, ns. Default 1 ms.
     pub initial_rto_ns: u64,
@@ -72,7 +74,7 @@ impl Default for SendConfig {
         SendConfig {
             mtu_payload_bytes: 4096,
             max_outstanding_packets: 1024,
-            min_reorder_window_ns: 50_000,
+            min_reorder_window_ns: 0,
             initial_rto_ns: 1_000_000,
             min_rto_ns: 200_000,
             max_rto_ns: 100_000_000,
@@ -548,6 +550,7 @@ impl SendState {
         // (Karn's ambiguity resolved by the echoed EV and timestamp).
         let unambiguous = was == PktState::InFlight
             && (p.transmissions == 1 || echo == Some((usize::from(p.last_ev), p.last_ts32)));
+        paths.on_delivered(usize::from(p.last_ev));
         if unambiguous && latest.is_none_or(|(s, q, _)| (p.last_sent_ns, seq) > (s, q)) {
             *latest = Some((p.last_sent_ns, seq, usize::from(p.last_ev)));
         }
@@ -620,7 +623,7 @@ impl SendState {
 
     /// RACK: declares lost every in-flight packet overtaken by an acknowledged one more
     /// than `rtt + reorder window` after it was sent; queues them for retransmission and
-    /// marks their EVs `AssumedBad`. Also computes the next RACK timer.
+    /// reports each to its EV ([`PathTable::on_loss`]). Also computes the next RACK timer.
     pub fn detect_losses(
         &mut self,
         now_ns: u64,
@@ -726,9 +729,10 @@ impl SendState {
     }
 
     /// The RTO timer at `now_ns`: if it expired, every in-flight packet sent at least one
-    /// RTO ago is declared lost (queued, its EV `AssumedBad`, a timeout counted per EV;
-    /// with [`SendConfig::go_back_n`] every in-flight packet, and only the lowest one's EV
-    /// is blamed), the back-off doubles, and past the retry limit every work request fails
+    /// RTO ago is declared lost (queued, its EV `AssumedBad` via [`PathTable::assume_bad`], a
+    /// timeout counted per EV; with [`SendConfig::go_back_n`] every in-flight packet, and
+    /// only the lowest one's EV is blamed), the back-off doubles, and past the retry limit
+    /// every work request fails
     /// ([`WcStatus::RetryExceeded`] for the oldest, [`WcStatus::Flushed`] for the rest).
     /// An expiry with nothing in flight (every EV denied, see [`SendState::on_blocked`])
     /// declares nothing lost but counts against the retry limit all the same.
@@ -780,7 +784,7 @@ impl SendState {
                 if let Some(path) = paths.get_mut(ev) {
                     path.stats.timeouts += 1;
                 }
-                paths.on_loss(ev, now_ns);
+                paths.assume_bad(ev, now_ns);
             }
             out.lost_packets += 1;
             out.lost_bytes += u64::from(len);
