@@ -26,9 +26,11 @@
 //! another of the same burst.
 //!
 //! EV to socket: a connection's EV list is cut into groups of `evs_per_socket` consecutive
-//! EVs that share one socket ([`PathMap`]). With the transport's round-robin selection,
-//! `evs_per_socket = k` sends `k` consecutive packets on one source port (one GSO send):
-//! the packets-per-EV burst knob of DESIGN.md section 7 (1 = pure per-packet spraying).
+//! EVs that share one socket ([`PathMap`]). Consecutive EVs go to one socket, so when the
+//! transport walks its EVs in order (round-robin, or recycled EVs coming back in the order
+//! they were sent, `mrc_transport::path::Selection`), `evs_per_socket = k` sends about `k`
+//! consecutive packets on one source port (one GSO send): the packets-per-EV burst knob of
+//! DESIGN.md section 7 (1 = pure per-packet spraying).
 
 mod fake;
 pub mod ports;
