@@ -1,6 +1,6 @@
 //! The plan of the real-kernel SRv6 testbed (`testbed/mrc-testbed.sh`, issue 8): network
 //! namespaces, veth links, addresses, SIDs and steering tables, derived from the
-//! spine-leaf designer's output ([`mrc_fabric::sim::design`]). `mrc-sim testbed-plan
+//! spine-leaf designer's output ([`mrc_fabric::sim::design`](mod@mrc_fabric::sim::design)). `mrc-sim testbed-plan
 //! --json -` prints it; the script builds exactly what it lists, and `mrc-perf --srv6`
 //! takes its segment lists and marks from the same plan.
 //!

@@ -1,6 +1,6 @@
 //! The deterministic packet-level fabric simulator (DESIGN.md section 7).
 //!
-//! - [`design`]: the two-tier spine-leaf designer;
+//! - [`design`](mod@design): the two-tier spine-leaf designer;
 //! - [`topo`]: nodes, ports, links, addresses, next-hop tables built from a design;
 //! - [`event`]: the `(time_ns, seq)` event queue;
 //! - [`link`]: rates, delays and exact serialisation;

@@ -1,6 +1,6 @@
 //! Topologies: nodes (hosts and switches), ports, links, addresses and shortest-path
 //! next-hop tables. [`Topology::spine_leaf`] builds the two-tier fabric of a
-//! [`FabricDesign`](super::design::FabricDesign) plane.
+//! [`FabricDesign`] plane.
 //!
 //! Node ids: hosts `0..hosts`, then leaves, then spines. Host `h` has one port (its NIC),
 //! to leaf `h / downlinks_per_leaf`. Leaf ports: `0..downlinks` to its hosts, then its
