@@ -276,3 +276,35 @@ fn send_datagram_frames_like_build_frame() {
         Err(mrc_fabric::sim::SimError::NoSuchHost(16))
     ));
 }
+
+/// A recycled buffer's old bytes never show: `build_frame` into a buffer holding a stale
+/// frame (0xFF-filled, longer, as long, or shorter than the new frame) gives exactly the
+/// bytes it gives into an empty one, in every forwarding mode, same-leaf and cross-leaf.
+#[test]
+fn build_frame_into_a_stale_buffer_equals_a_fresh_one() {
+    let sim = sim16(cfg(1));
+    let dgram = write_datagram(9, 1000);
+    for forwarding in [Forwarding::Ecmp, Forwarding::Srv6, Forwarding::Usid] {
+        for dst in [1, 9] {
+            let d = Datagram {
+                src: 0,
+                dst,
+                ev: 5,
+                ecn: 1,
+            };
+            let mut fresh = Vec::new();
+            assert!(build_frame(
+                sim.topology(),
+                forwarding,
+                d,
+                &dgram,
+                &mut fresh
+            ));
+            for stale_len in [fresh.len() + 300, fresh.len(), fresh.len() - 200, 0] {
+                let mut out = vec![0xFF; stale_len];
+                assert!(build_frame(sim.topology(), forwarding, d, &dgram, &mut out));
+                assert_eq!(out, fresh, "{forwarding:?} dst {dst} stale {stale_len}");
+            }
+        }
+    }
+}

@@ -63,7 +63,8 @@ pub struct Datagram {
     pub ecn: u8,
 }
 
-/// Builds the frame for a datagram `payload` (addressing `d`) into `out` (resized).
+/// Builds the frame for a datagram `payload` (addressing `d`) into `out` (resized; its old
+/// bytes, if any, do not matter: the result is the same as from an empty `out`).
 /// Returns `false` when the route cannot be expressed (e.g. a node id beyond the uSID space).
 pub fn build_frame(
     topo: &Topology,
@@ -131,8 +132,15 @@ pub fn build_frame(
         src_mac: mac_of(src),
         packet,
     };
-    out.clear();
-    out.resize(repr.buffer_len(payload.len()), 0);
+    // A recycled buffer keeps the bytes of its last frame. The headers are zeroed before
+    // they are written (as in a fresh buffer) and `emit` copies the payload over every byte
+    // after them (no padding: the payload ends the frame), so the frame is byte for byte
+    // the one a zeroed buffer gives, without first zeroing the ~4 KB about to be copied.
+    let len = repr.buffer_len(payload.len());
+    out.resize(len, 0);
+    if let Some(headers) = out.get_mut(..len.saturating_sub(payload.len())) {
+        headers.fill(0);
+    }
     if repr.emit(out, payload).is_err() {
         return false;
     }

@@ -675,6 +675,7 @@ impl Simulator {
             return Err(SimError::NoSuchHost(h));
         }
         let (pkt, mut buf) = self.take_buf();
+        buf.clear();
         buf.extend_from_slice(frame);
         let p = &mut self.pkts[pkt as usize];
         p.bytes = buf;
@@ -738,13 +739,13 @@ impl Simulator {
     }
 
     fn release(&mut self, pkt: u32) {
-        // Keep the allocation for reuse.
-        if let Some(p) = self.pkts.get_mut(pkt as usize) {
-            p.bytes.clear();
-        }
+        // Keep the allocation, and its length, for reuse: [`build_frame`] overwrites the
+        // bytes of a buffer already as long as the frame instead of zeroing them first.
         self.free.push(pkt);
     }
 
+    /// A free slab slot and its buffer, holding the stale bytes of the frame it last held
+    /// (callers overwrite or clear them).
     fn take_buf(&mut self) -> (u32, Vec<u8>) {
         if let Some(i) = self.free.pop() {
             (i, std::mem::take(&mut self.pkts[i as usize].bytes))
