@@ -174,6 +174,7 @@ fn fails_with(args: &[&str], msg: &str) {
     assert!(!o.status.success(), "mrc-perf {args:?} should fail");
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains(msg), "stderr of {args:?}: {err}");
+    assert!(!err.contains("panicked"), "stderr of {args:?}: {err}");
     assert!(t < Duration::from_secs(8), "took {t:?}");
 }
 
@@ -193,6 +194,208 @@ fn bad_arguments_exit_non_zero_with_a_message() {
         &["loopback", "--burst-size", "17"],
         "--burst-size must be in 1..=--paths (16), got 17",
     );
+}
+
+/// Values past what `Duration`/`Instant` hold used to panic in `Duration::from_secs_f64`;
+/// a rate limit spacing messages beyond `--timeout` used to end in "no completion"
+/// (sender) or "no message" (receiver) half-way; lat with --bidirectional was ignored.
+#[test]
+fn extreme_arguments_are_clear_errors_not_panics() {
+    fails_with(
+        &["loopback", "-D", "1e300"],
+        "--duration 1e300 s is longer than the maximum of 1000000 s",
+    );
+    fails_with(
+        &["loopback", "--timeout", "1e300"],
+        "--timeout 1e300 s is longer than the maximum of 1000000 s",
+    );
+    fails_with(
+        &["loopback", "--rate-limit", "0.001", "-s", "1048576"],
+        "--rate-limit 0.001 Gb/s posts a 1048576-byte message every 8.388608 s, not within \
+         --timeout 5 s (the peer would look dead): raise the rate or --timeout",
+    );
+    fails_with(
+        &["loopback", "--rate-limit", "1e-300", "-s", "8"],
+        "--rate-limit 1e-300 Gb/s posts a 8-byte message every 6.400000000000001e292 s",
+    );
+    fails_with(
+        &["loopback", "--test", "lat", "--bidirectional"],
+        "--bidirectional is only for --test bw",
+    );
+    fails_with(
+        &["loopback", "-t", "18446744073709551615"],
+        "--size 65536 x --tx-depth 18446744073709551615 is larger than the 4 GiB region limit",
+    );
+    fails_with(
+        &["loopback", "-s", "1099511627776"],
+        "--size 1099511627776 is larger than the maximum of 1073741824 bytes",
+    );
+    // --srv6 on loopback: the server's reason reaches the client (it used to print
+    // "bootstrap read: failed to fill whole buffer").
+    fails_with(
+        &["loopback", "--srv6", "srh", "-n", "5"],
+        "refused the test: --srv6 needs an IPv6 server address, got 127.0.0.1",
+    );
+}
+
+/// Starts `mrc-perf server` on 127.0.0.1 with `args`; returns it once it listens.
+fn start_server(
+    args: &[&str],
+) -> (
+    std::process::Child,
+    std::io::BufReader<std::process::ChildStderr>,
+) {
+    use std::io::BufRead;
+    let mut server = Command::new("timeout")
+        .args([
+            "--kill-after=5",
+            RUN_LIMIT_S,
+            env!("CARGO_BIN_EXE_mrc-perf"),
+            "server",
+            "--bind",
+            "127.0.0.1",
+        ])
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start server");
+    let mut err = std::io::BufReader::new(server.stderr.take().unwrap());
+    let mut line = String::new();
+    err.read_line(&mut line).unwrap();
+    assert!(line.contains("waiting for a client"), "{line}");
+    (server, err)
+}
+
+/// A client's parameters are untrusted: a hand-written JSON line with size 0 used to
+/// panic the server ("attempt to divide by zero"), a 4 EiB region aborted it on the
+/// allocation. Now the server answers the reason on the stream and exits 1.
+#[test]
+fn server_checks_the_clients_parameters_and_answers_the_reason() {
+    use std::io::{BufRead, Read, Write};
+    let base = serde_json::json!({
+        "test": "Bw", "size": 65536, "iters": 5, "duration_s": null, "paths": 16,
+        "mtu": 4096, "cc": "none", "bidirectional": false, "verify": true,
+        "rate_limit_gbps": null, "burst_size": 1, "tx_depth": 2, "region_size": 131072,
+        "seed": 1
+    });
+    for (port, over, why) in [
+        (28631, r#"{"size": 0}"#, "--size must be at least 1 byte"),
+        (
+            28632,
+            r#"{"region_size": 4611686018427387904}"#,
+            "--region-size 4611686018427387904 is larger than 4 GiB",
+        ),
+        (
+            28633,
+            r#"{"duration_s": 1.5}"#,
+            "exactly one of --iters and --duration is needed",
+        ),
+        (
+            28634,
+            r#"{"duration_s": 1e300, "iters": null}"#,
+            "--duration 1e300 s is longer than the maximum of 1000000 s",
+        ),
+        (
+            28635,
+            r#"{"mtu": 0}"#,
+            "--mtu must be in 64..=9000 bytes, got 0",
+        ),
+        (
+            28636,
+            r#"{"tx_depth": 3}"#,
+            "--tx-depth must be in 1..=2 (messages that fit the region), got 3",
+        ),
+        (28637, r#"{"cc": "warp"}"#, "--cc: "),
+    ] {
+        let p = port.to_string();
+        let udp = (port - 20000).to_string();
+        let (mut server, mut err) = start_server(&["-p", &p, "--udp-port", &udp]);
+        let mut v = base.clone();
+        let over: serde_json::Map<String, Value> = serde_json::from_str(over).unwrap();
+        v.as_object_mut().unwrap().extend(over);
+        let line = format!("{v}\n");
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.write_all(line.as_bytes()).unwrap();
+        let mut reply = String::new();
+        std::io::BufReader::new(&s).read_line(&mut reply).unwrap();
+        assert!(
+            reply.starts_with(&format!("mrc-perf error: client's test parameters: {why}")),
+            "{reply}"
+        );
+        let status = server.wait().unwrap();
+        let mut stderr = String::new();
+        err.read_to_string(&mut stderr).unwrap();
+        assert_eq!(status.code(), Some(1), "{stderr}");
+        assert!(
+            stderr.starts_with(&format!("mrc-perf: error: client's test parameters: {why}")),
+            "{stderr}"
+        );
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(!stderr.contains("panicked"));
+    }
+}
+
+/// Garbage on the server's TCP port: a clear error, exit 1, no hang.
+#[test]
+fn server_receiving_garbage_exits_with_a_message() {
+    use std::io::{Read, Write};
+    let (mut server, mut err) =
+        start_server(&["-p", "28641", "--udp-port", "8641", "--timeout", "2"]);
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", 28641)).unwrap();
+    s.write_all(b"\x00\xffGET / HTTP/1.1\r\n").unwrap();
+    let t = Instant::now();
+    let status = server.wait().unwrap();
+    let mut stderr = String::new();
+    err.read_to_string(&mut stderr).unwrap();
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr
+            .starts_with("mrc-perf: error: bad test parameters: expected value at line 1 column 1"),
+        "{stderr}"
+    );
+    assert!(t.elapsed() < Duration::from_secs(8));
+    // A silent client: the server gives up after --timeout with a message saying so.
+    let (mut server, mut err) =
+        start_server(&["-p", "28642", "--udp-port", "8642", "--timeout", "1"]);
+    let _s = std::net::TcpStream::connect(("127.0.0.1", 28642)).unwrap();
+    let status = server.wait().unwrap();
+    let mut stderr = String::new();
+    err.read_to_string(&mut stderr).unwrap();
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert_eq!(
+        stderr,
+        "mrc-perf: error: no test parameters from the client within 1.0 s\n"
+    );
+}
+
+/// A client against something that is not an mrc-perf server, and against a server that
+/// cannot open its UDP port: the reason, exit 1, within seconds.
+#[test]
+fn client_reports_what_the_server_said() {
+    use std::io::Write;
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port().to_string();
+    let web = std::thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        let _ = s.write_all(b"HTTP/1.1 400 Bad Request\r\n\r\n");
+    });
+    fails_with(
+        &["client", "127.0.0.1", "-p", &port, "-n", "3"],
+        "is not an mrc-perf server (or runs another version): it answered \"HTTP/1.1 400 Bad Request\\r\"",
+    );
+    web.join().unwrap();
+    let taken = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let udp = taken.local_addr().unwrap().port().to_string();
+    let (mut server, _err) = start_server(&["-p", "28651", "--udp-port", &udp]);
+    fails_with(
+        &["client", "127.0.0.1", "-p", "28651", "-n", "3"],
+        &format!(
+            "mrc-perf: error: server 127.0.0.1:28651 refused the test: cannot open UDP \
+             datapath on 127.0.0.1:{udp}: receive socket: Address already in use (os error 98)"
+        ),
+    );
+    assert_eq!(server.wait().unwrap().code(), Some(1));
 }
 
 #[test]

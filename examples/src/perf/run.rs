@@ -312,6 +312,11 @@ pub fn send_bw(
             side.qp
                 .post_write_with_imm(posted, sge, remote.addr + off, remote.rkey, posted as u32)
                 .map_err(|e| format!("post: {e}"))?;
+            if posted == done {
+                // Nothing was outstanding (a rate limit spaced the posts): the no-progress
+                // clock starts now, not at the last completion.
+                last_progress = Instant::now();
+            }
             posted += 1;
         }
         if finished_posting && done == posted {
@@ -768,32 +773,111 @@ pub fn run_end(
     })
 }
 
-/// Parses the params line the client sends first.
-fn read_params(s: &TcpStream, timeout: Duration) -> Result<TestParams, String> {
-    s.set_read_timeout(Some(timeout))
-        .map_err(|e| e.to_string())?;
-    let mut line = String::new();
-    let mut r = BufReader::new(s);
-    // Read byte by byte up to the newline so nothing of the bootstrap is buffered away.
+/// First line of the server's answer to the test parameters when it accepted them and its
+/// side is ready; otherwise [`REPLY_ERROR`] and the reason.
+pub const REPLY_OK: &str = "mrc-perf ok";
+/// Prefix of the server's answer when it refused the test parameters or could not set up.
+pub const REPLY_ERROR: &str = "mrc-perf error: ";
+
+/// Why [`read_line`] found no line.
+enum LineError {
+    /// The peer closed the stream after these bytes (no newline).
+    Closed(Vec<u8>),
+    /// Nothing complete within the timeout.
+    TimedOut,
+    /// Longer than the limit without a newline (these bytes, truncated).
+    TooLong(Vec<u8>),
+    /// Another read error.
+    Io(std::io::Error),
+}
+
+/// Reads one line (without the newline) byte by byte, so nothing after it is buffered
+/// away from the binary bootstrap that follows.
+fn read_line(s: &TcpStream, timeout: Duration, max_bytes: usize) -> Result<Vec<u8>, LineError> {
+    use std::io::Read;
+    s.set_read_timeout(Some(timeout)).map_err(LineError::Io)?;
+    let deadline = Instant::now() + timeout;
+    let mut line = Vec::new();
     let mut b = [0u8; 1];
+    let mut r = s;
     loop {
-        use std::io::Read;
-        let n = r
-            .get_mut()
-            .read(&mut b)
-            .map_err(|e| format!("reading test parameters: {e}"))?;
-        if n == 0 {
-            return Err("client closed before sending test parameters".into());
+        if Instant::now() > deadline {
+            return Err(LineError::TimedOut);
         }
-        if b[0] == b'\n' {
-            break;
-        }
-        line.push(b[0] as char);
-        if line.len() > 65536 {
-            return Err("test parameters too long".into());
+        match r.read(&mut b) {
+            Ok(0) => return Err(LineError::Closed(line)),
+            Ok(_) if b[0] == b'\n' => return Ok(line),
+            Ok(_) => {
+                line.push(b[0]);
+                if line.len() > max_bytes {
+                    line.truncate(64);
+                    return Err(LineError::TooLong(line));
+                }
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return Err(LineError::TimedOut);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(LineError::Io(e)),
         }
     }
-    serde_json::from_str(&line).map_err(|e| format!("bad test parameters: {e}"))
+}
+
+/// Parses the params line the client sends first.
+fn read_params(s: &TcpStream, timeout: Duration) -> Result<TestParams, String> {
+    let line = read_line(s, timeout, 65536).map_err(|e| match e {
+        LineError::Closed(b) if b.is_empty() => {
+            "client closed before sending test parameters".to_string()
+        }
+        LineError::Closed(b) => format!(
+            "client closed after {} bytes of test parameters (no newline)",
+            b.len()
+        ),
+        LineError::TimedOut => format!(
+            "no test parameters from the client within {:.1} s",
+            timeout.as_secs_f64()
+        ),
+        LineError::TooLong(_) => "test parameters too long".into(),
+        LineError::Io(e) => format!("reading test parameters: {e}"),
+    })?;
+    serde_json::from_slice(&line).map_err(|e| format!("bad test parameters: {e}"))
+}
+
+/// Reads the server's answer to the test parameters ([`REPLY_OK`] or [`REPLY_ERROR`]).
+fn read_reply(s: &TcpStream, server: SocketAddr, timeout: Duration) -> Result<(), String> {
+    let not_mrc = |b: &[u8]| {
+        format!(
+            "{server} is not an mrc-perf server (or runs another version): it answered {:?}",
+            String::from_utf8_lossy(&b[..b.len().min(64)])
+        )
+    };
+    let line = read_line(s, timeout, 4096).map_err(|e| match e {
+        LineError::Closed(b) if b.is_empty() => format!(
+            "server {server} closed the connection without answering the test parameters \
+             (not an mrc-perf server?)"
+        ),
+        LineError::Closed(b) | LineError::TooLong(b) => not_mrc(&b),
+        LineError::TimedOut => format!(
+            "server {server} did not answer the test parameters within {:.1} s",
+            timeout.as_secs_f64()
+        ),
+        LineError::Io(e) => format!("server {server}: {e}"),
+    })?;
+    if line == REPLY_OK.as_bytes() {
+        return Ok(());
+    }
+    match line.strip_prefix(REPLY_ERROR.as_bytes()) {
+        Some(why) => Err(format!(
+            "server {server} refused the test: {}",
+            String::from_utf8_lossy(why)
+        )),
+        None => Err(not_mrc(&line)),
+    }
 }
 
 /// Server role: accepts one client on `listener`, takes its parameters, runs, returns.
@@ -836,19 +920,31 @@ fn serve_stream(
     timeout: Duration,
     local: &LocalFabric,
 ) -> Result<(TestParams, EndResult), String> {
-    let mut p = read_params(&s, timeout)?;
-    if p.fabric != local.kind() {
-        return Err(format!(
-            "the client runs --fabric {} but this server runs --fabric {}",
-            p.fabric,
-            local.kind()
-        ));
-    }
-    if let Some(mode) = p.srv6 {
-        let peer = s.peer_addr().map_err(|e| e.to_string())?;
-        p.steering = super::srv6::steering(mode, p.srv6_via, peer.ip(), p.paths, p.burst_size)?;
-    }
-    let side = make_side(&p, udp_bind, local)?;
+    let setup = read_params(&s, timeout).and_then(|mut p| {
+        p.check(timeout.as_secs_f64())
+            .map_err(|e| format!("client's test parameters: {e}"))?;
+        if p.fabric != local.kind() {
+            return Err(format!(
+                "the client runs --fabric {} but this server runs --fabric {}",
+                p.fabric,
+                local.kind()
+            ));
+        }
+        if let Some(mode) = p.srv6 {
+            let peer = s.peer_addr().map_err(|e| e.to_string())?;
+            p.steering = super::srv6::steering(mode, p.srv6_via, peer.ip(), p.paths, p.burst_size)?;
+        }
+        let side = make_side(&p, udp_bind, local)?;
+        Ok((p, side))
+    });
+    // Tell the client, so it reports the reason instead of a broken bootstrap.
+    let reply = match &setup {
+        Ok(_) => format!("{REPLY_OK}\n"),
+        Err(e) => format!("{REPLY_ERROR}{}\n", e.replace('\n', " ")),
+    };
+    let sent = s.write_all(reply.as_bytes());
+    let (p, side) = setup?;
+    sent.map_err(|e| format!("answering the client: {e}"))?;
     if let Some((book, addr)) = &side.verbs {
         verbs::exchange(&mut s, book, addr, timeout)?;
     }
@@ -881,6 +977,7 @@ pub fn run_client(
     line.push('\n');
     s.write_all(line.as_bytes())
         .map_err(|e| format!("sending test parameters: {e}"))?;
+    read_reply(&s, server, timeout)?;
     let side = make_side(p, udp_bind, local)?;
     if let Some((book, addr)) = &side.verbs {
         verbs::exchange(&mut s, book, addr, timeout)?;
