@@ -490,3 +490,89 @@ fn server_exits_when_its_duration_client_dies() {
     );
     assert!(t.elapsed() < Duration::from_secs(20), "{:?}", t.elapsed());
 }
+
+/// Hostile datagrams from a raw UDP socket into a server's receive socket during a
+/// `--verify` run: the run completes with every byte right, and each datagram is counted
+/// by reason on both reports (the server's drops were not reported before).
+#[test]
+fn hostile_datagrams_into_a_running_server_are_counted_and_harmless() {
+    use std::io::Read;
+    use std::process::Stdio;
+    let (mut server, mut server_err) = start_server(&["-p", "28661", "--udp-port", "8661"]);
+    let mut client = Command::new("timeout")
+        .args([
+            "--kill-after=5",
+            RUN_LIMIT_S,
+            env!("CARGO_BIN_EXE_mrc-perf"),
+        ])
+        .args(["client", "127.0.0.1", "-p", "28661", "-D", "3"])
+        .args(["--rate-limit", "1", "--verify"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start client");
+    // The first progress line (after 2 s of sending): the QPs are connected.
+    let mut err = client.stderr.take().unwrap();
+    let mut seen = Vec::new();
+    let mut byte = [0u8; 1];
+    while !String::from_utf8_lossy(&seen).contains("Gb/s") {
+        assert_eq!(err.read(&mut byte).unwrap(), 1, "client ended early");
+        seen.push(byte[0]);
+    }
+    // BTH: opcode, flags, P_Key 0xffff, byte 4, QPN (24 bits), byte 8, PSN 5.
+    let bth = |qpn: u32, op: u8| {
+        let q = qpn.to_be_bytes();
+        vec![op, 0, 0xff, 0xff, 0, q[1], q[2], q[3], 0, 0, 0, 5]
+    };
+    let with = |mut b: Vec<u8>, extra: usize| {
+        b.resize(b.len() + extra, 0);
+        b
+    };
+    let u = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let send = |d: &[u8], n: usize| {
+        for _ in 0..n {
+            u.send_to(d, "127.0.0.1:8661").unwrap();
+        }
+    };
+    send(&[1, 2], 4); // shorter than a BTH: no QP
+    send(&with(bth(0xffff, 0x0a), 16), 3); // a QPN nobody has: no QP
+    send(&with(bth(1, 0x0a), 8), 5); // the server's QP 1, truncated MRCETH: Malformed
+    send(&with(bth(1, 0x55), 16), 6); // unknown opcode
+    send(&with(bth(1, 0x0a), 65507 - 12), 2); // larger than a receive slot: Malformed
+    let mut out = String::new();
+    client
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    assert!(client.wait().unwrap().success(), "{out}");
+    assert!(server.wait().unwrap().success());
+    let mut server_out = String::new();
+    server_err.read_to_string(&mut server_out).unwrap();
+    let line = out
+        .lines()
+        .find(|l| l.contains("datagrams dropped"))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(line.contains("Malformed 7"), "{line}");
+    assert!(line.contains("UnknownOpcode 6"), "{line}");
+    assert!(line.ends_with("), 7 for no QP"), "{line}");
+    assert!(
+        !line.contains("BadRkey") && !line.contains("OutOfBounds"),
+        "{line}"
+    );
+    let n: u64 = out
+        .lines()
+        .find_map(|l| l.strip_prefix(" receiver: "))
+        .and_then(|l| l.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(n > 0);
+    assert!(
+        out.contains(&format!(
+            " verify: {n} messages, {} bytes checked, 0 bad bytes",
+            n * 65536
+        )),
+        "{out}"
+    );
+}

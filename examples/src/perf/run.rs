@@ -31,7 +31,7 @@ pub enum Ctl {
 }
 
 /// What a receiver saw.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RecvResult {
     /// Receive completions (messages).
     pub completions: u64,
@@ -43,6 +43,56 @@ pub struct RecvResult {
     pub verified_bytes: u64,
     /// Bytes that differed.
     pub bad_bytes: u64,
+    /// Datagrams this end's connection dropped (hostile, stale or duplicate), by
+    /// [`mrc_transport::stats::DropReason`] name; reasons with none are left out.
+    #[serde(default)]
+    pub drops: std::collections::BTreeMap<String, u64>,
+    /// Datagrams this end's engine found no QP for (shorter than a BTH, or another QPN).
+    #[serde(default)]
+    pub unknown_qpn: u64,
+}
+
+/// Every [`mrc_transport::stats::DropReason`], for reports.
+pub const DROP_REASONS: [mrc_transport::stats::DropReason; mrc_transport::stats::DROP_REASONS] = {
+    use mrc_transport::stats::DropReason as D;
+    [
+        D::Malformed,
+        D::UnknownOpcode,
+        D::WrongQpn,
+        D::GenerationMismatch,
+        D::NotConnected,
+        D::PsnOutOfWindow,
+        D::Duplicate,
+        D::BadRkey,
+        D::OutOfBounds,
+        D::AccessDenied,
+        D::InconsistentMessage,
+        D::RecvBufferTooSmall,
+        D::InvalidAck,
+        D::OutOfOrderGoBackN,
+        D::StaleProbeReply,
+        D::MessageWindowFull,
+    ]
+};
+
+impl RecvResult {
+    /// Datagrams dropped in all: by the connection and for no QP.
+    pub fn dropped(&self) -> u64 {
+        self.drops.values().sum::<u64>() + self.unknown_qpn
+    }
+
+    /// `12 (Duplicate 10, BadRkey 2), 3 for no QP`.
+    pub fn drops_text(&self) -> String {
+        let by: Vec<String> = self.drops.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        let mut o = format!("{} datagrams dropped", self.dropped());
+        if !by.is_empty() {
+            o += &format!(" ({})", by.join(", "));
+        }
+        if self.unknown_qpn > 0 {
+            o += &format!(", {} for no QP", self.unknown_qpn);
+        }
+        o
+    }
 }
 
 /// How this host opens its datapath (not sent to the peer).
@@ -735,7 +785,13 @@ pub fn run_end(
     recv.verified_messages = qs.verify.checked_messages;
     recv.verified_bytes = qs.verify.checked_bytes;
     recv.bad_bytes = qs.verify.bad_bytes;
-    w.send(&Ctl::Result(recv))?;
+    recv.drops = DROP_REASONS
+        .iter()
+        .filter(|r| qs.conn.drops.get(**r) > 0)
+        .map(|r| (format!("{r:?}"), qs.conn.drops.get(*r)))
+        .collect();
+    recv.unknown_qpn = engine.rx_unknown_qpn;
+    w.send(&Ctl::Result(recv.clone()))?;
     let peer_recv = crossbeam_channel::select! {
         recv(result_rx) -> r => r.map_err(|_| "peer closed the control stream".to_string())?,
         recv(err_rx) -> e => return Err(e.unwrap_or_else(|_| "control stream closed".into())),
