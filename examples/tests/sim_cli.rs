@@ -134,3 +134,70 @@ fn run_writes_json_and_a_pcap_tshark_reads() {
     // UDP length: 8 + 12 BTH + 16 MRCETH + 8 MSGETH + 16 RETH + 4096.
     assert!(lines.iter().all(|l| l.ends_with("\t4156")), "{lines:?}");
 }
+
+/// A scenario whose flow cannot finish (every fabric link loses every packet) exits 1 and
+/// says why on stderr; it used to exit 1 silently.
+#[test]
+fn unfinished_flows_exit_1_with_a_message() {
+    let sc = tmp("lossy.toml");
+    std::fs::write(
+        &sc,
+        format!("{SCENARIO}[[faults]]\nat_ns = 0\nkind = \"loss\"\nlinks = \"all\"\np = 1.0\n"),
+    )
+    .unwrap();
+    let (code, out, err) = mrc_sim(&["run", sc.to_str().unwrap()]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert_eq!(
+        err,
+        "mrc-sim: 1 of 1 flows did not finish (fct_us NaN) by virtual time 100002.4 us\n"
+    );
+}
+
+/// Hostile numbers: a propagation delay near 2^64 ns wrapped event times (the flow
+/// "finished" in 7.5 us), 2^32 - 1 GPUs panicked the designer on a division by zero.
+#[test]
+fn absurd_numbers_are_clear_errors() {
+    let sc = tmp("prop.toml");
+    std::fs::write(
+        &sc,
+        SCENARIO.replace(
+            "spine_port_gbps = 100\n",
+            "spine_port_gbps = 100\npropagation_ns = 18446744073709551615\n",
+        ),
+    )
+    .unwrap();
+    let (code, _, err) = mrc_sim(&["run", sc.to_str().unwrap()]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains(
+            "topology.propagation_ns = 18446744073709551615 is more than 1000000000 (1 s)"
+        ),
+        "{err}"
+    );
+    let sc = tmp("jitter.toml");
+    std::fs::write(
+        &sc,
+        format!(
+            "{SCENARIO}[[faults]]\nat_ns = 0\nkind = \"jitter\"\nlinks = \"all\"\nmax_ns = 18446744073709551615\n"
+        ),
+    )
+    .unwrap();
+    let (code, _, err) = mrc_sim(&["run", sc.to_str().unwrap()]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("fault jitter: max_ns = 18446744073709551615 is more than 1000000000 (1 s)"),
+        "{err}"
+    );
+    let (code, _, err) = mrc_sim(&["design", "--gpus", "4294967295"]);
+    assert_eq!(code, 2);
+    assert_eq!(
+        err,
+        "mrc-sim: error: 134217728 leaves exceed the 64 logical ports of a spine (needs a third tier)\n"
+    );
+    let (code, _, err) = mrc_sim(&["design", "--gpus", "64", "--leaf-radix", "4294967295"]);
+    assert_eq!(code, 2);
+    assert_eq!(
+        err,
+        "mrc-sim: error: leaf logical ports of this design do not fit in 32 bits: the inputs are out of range\n"
+    );
+}

@@ -216,6 +216,11 @@ pub struct FaultToml {
     pub max_ns: Option<u64>,
 }
 
+/// Largest link propagation delay and jitter a scenario may ask for, ns (1 s: a
+/// datacenter link has microseconds; this bound keeps every event time far from u64
+/// wrap-around).
+pub const MAX_DELAY_NS: u64 = 1_000_000_000;
+
 /// Why a scenario cannot be built.
 #[derive(Debug, thiserror::Error)]
 pub enum ScenarioError {
@@ -260,6 +265,14 @@ impl Scenario {
     /// Errors: [`ScenarioError::Invalid`], [`ScenarioError::Design`].
     pub fn build(&self) -> Result<Built, ScenarioError> {
         let t = &self.topology;
+        if t.propagation_ns > MAX_DELAY_NS {
+            // Event times are u64 ns: a delay near 2^64 wrapped, and packets arrived
+            // before they were sent.
+            return Err(invalid(format!(
+                "topology.propagation_ns = {} is more than {MAX_DELAY_NS} (1 s)",
+                t.propagation_ns
+            )));
+        }
         let input = DesignInput {
             gpus: t.gpus,
             gpus_per_server: t.gpus_per_server,
@@ -447,9 +460,15 @@ fn parse_fault(f: &FaultToml) -> Result<Fault, ScenarioError> {
         "corrupt" => FaultKind::Corrupt { p: p()? },
         "duplicate" => FaultKind::Duplicate { p: p()? },
         "jitter" => FaultKind::Jitter {
-            max_ns: f
-                .max_ns
-                .ok_or_else(|| invalid("fault jitter: needs max_ns"))?,
+            max_ns: match f.max_ns {
+                None => return Err(invalid("fault jitter: needs max_ns")),
+                Some(m) if m > MAX_DELAY_NS => {
+                    return Err(invalid(format!(
+                        "fault jitter: max_ns = {m} is more than {MAX_DELAY_NS} (1 s)"
+                    )));
+                }
+                Some(m) => m,
+            },
         },
         o => return Err(invalid(format!("fault kind {o:?} unknown"))),
     };
