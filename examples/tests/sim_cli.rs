@@ -201,3 +201,34 @@ fn absurd_numbers_are_clear_errors() {
         "mrc-sim: error: leaf logical ports of this design do not fit in 32 bits: the inputs are out of range\n"
     );
 }
+
+/// A trim threshold below one data frame trims every packet: the run used to spin
+/// forever (the transport retransmits each trimmed packet at once, without limit); a flow
+/// start or fault time near 2^64 ns wrapped (the flow "finished" in 5.4 us).
+#[test]
+fn scenarios_that_cannot_run_are_refused() {
+    for (name, extra, why) in [
+        (
+            "trim0.toml",
+            "[queue]\ntrim_threshold_bytes = 100\n",
+            "queue.trim_threshold_bytes = 100 is less than one data frame (4352 bytes: \
+             mtu_payload_bytes 4096 + 256): every data packet would be trimmed",
+        ),
+        (
+            "late-fault.toml",
+            "[[faults]]\nat_ns = 18446744073709551615\nkind = \"link-down\"\nlinks = \"all\"\n",
+            "fault link-down: at_ns = 18446744073709551615 is later than 3600000000000 (1 hour)",
+        ),
+        (
+            "late-flow.toml",
+            "[[flows]]\nsrc = 1\ndst = 6\nbytes = 100\nstart_ns = 18446744073709551615\n",
+            "flow 1 -> 6: start_ns = 18446744073709551615 is later than 3600000000000 (1 hour)",
+        ),
+    ] {
+        let sc = tmp(name);
+        std::fs::write(&sc, format!("{SCENARIO}{extra}")).unwrap();
+        let (code, out, err) = mrc_sim(&["run", sc.to_str().unwrap()]);
+        assert_eq!(code, 2, "{out}{err}");
+        assert!(err.contains(why), "{err}");
+    }
+}
