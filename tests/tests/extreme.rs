@@ -177,3 +177,63 @@ fn thousands_of_one_byte_messages_with_trims_and_loss() {
         go_back_n: false,
     });
 }
+
+/// A network that trims every data packet (a switch whose trim threshold is below one
+/// frame): each copy is answered by NACK(TRIMMED) and used to be resent at once, forever
+/// (the RTO retry limit never runs out while NACKs answer). Now the first packet's 256th
+/// NACK fails the work request with `RetryExceeded` and the rest `Flushed`.
+#[test]
+fn a_network_that_trims_everything_fails_instead_of_spinning() {
+    let cc = || mrc_congestion::FixedWindowConfig::default().build();
+    let net = NetConfig {
+        faults: Faults {
+            trim: 1.0,
+            ..Faults::default()
+        },
+        seed: 3,
+        ..NetConfig::default()
+    };
+    let mut p = Pair::new(
+        conn_config(0xA, 0, 1, 4, 1),
+        cc(),
+        conn_config(0xB, 0, 2, 4, 2),
+        cc(),
+        net,
+    );
+    let r = p.regions(3 * 8192, 5);
+    for k in 0..3u64 {
+        p.b.post_recv(k, r.recv_sge(0)).unwrap();
+        p.a.post_write_with_imm(
+            k,
+            r.src_sge(k * 8192, 8192),
+            r.dst.addr + k * 8192,
+            r.dst.rkey,
+            k as u32,
+        )
+        .unwrap();
+    }
+    let mut a = Vec::new();
+    let ok = p.run_until(10_000_000, |p| {
+        a.extend(p.a_completions());
+        a.len() == 3
+    });
+    assert!(ok, "still spinning at {} ns: {a:?}", p.now_ns);
+    let st: Vec<(u64, WcStatus)> = a.iter().map(|c| (c.wr_id, c.status)).collect();
+    assert_eq!(
+        st,
+        [
+            (0, WcStatus::RetryExceeded),
+            (1, WcStatus::Flushed),
+            (2, WcStatus::Flushed)
+        ]
+    );
+    // Nothing was placed: every copy arrived trimmed.
+    assert_eq!(p.b.stats().received, 0);
+    assert_eq!(p.a.state(), mrc_transport::ConnState::Error);
+    // The 6 packets go round in lockstep: each sent 256 times (255 retransmissions, each
+    // answering a trim) before the 256th trim of the first ends it, 1.1 ms in.
+    let s = p.a.stats();
+    assert_eq!((s.sent, s.retransmitted, s.trimmed), (1536, 1530, 1530));
+    assert_eq!(p.b.stats().trimmed_received, 1536);
+    assert!(p.now_ns < 1_200_000, "{}", p.now_ns);
+}
