@@ -230,6 +230,12 @@ fn extreme_arguments_are_clear_errors_not_panics() {
         &["loopback", "-s", "1099511627776"],
         "--size 1099511627776 is larger than the maximum of 1073741824 bytes",
     );
+    // A ping larger than one UDP datagram never left ("UDP ping 0 not echoed within 1 s").
+    fails_with(
+        &["baseline", "--test", "lat", "-s", "1048576"],
+        "baseline --test lat sends each ping as one UDP datagram: --size must be at most \
+         65451 bytes, got 1048576",
+    );
     // --srv6 on loopback: the server's reason reaches the client (it used to print
     // "bootstrap read: failed to fill whole buffer").
     fails_with(
