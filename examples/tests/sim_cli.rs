@@ -232,3 +232,17 @@ fn scenarios_that_cannot_run_are_refused() {
         assert!(err.contains(why), "{err}");
     }
 }
+
+/// `trace` from a host to itself printed a host0 -> leaf0 -> host0 -> ... loop of 16
+/// hops per EV; `--evs 0` printed a header and no path.
+#[test]
+fn trace_refuses_a_self_path_and_zero_evs() {
+    let (code, out, err) = mrc_sim(&["trace", "--gpus", "64", "--src", "0", "--dst", "0"]);
+    assert_eq!(code, 2, "{out}");
+    assert_eq!(err, "mrc-sim: error: flow from host 0 to itself\n");
+    let (code, out, err) = mrc_sim(&[
+        "trace", "--gpus", "64", "--src", "0", "--dst", "40", "--evs", "0",
+    ]);
+    assert_eq!(code, 2, "{out}");
+    assert_eq!(err, "mrc-sim: error: --evs must be at least 1\n");
+}

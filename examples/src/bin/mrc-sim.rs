@@ -375,6 +375,9 @@ fn run(cli: Cli) -> Result<bool, String> {
             forwarding,
             out,
         } => {
+            if evs == 0 {
+                return Err("--evs must be at least 1".into());
+            }
             let des = design(&d.input()?).map_err(|e| e.to_string())?;
             let spec = SpineLeafSpec::from_design(&des, 500);
             let topo = Topology::spine_leaf(&spec).map_err(|e| e.to_string())?;
