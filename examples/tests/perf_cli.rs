@@ -552,10 +552,13 @@ fn hostile_datagrams_into_a_running_server_are_counted_and_harmless() {
         .unwrap()
         .read_to_string(&mut out)
         .unwrap();
-    assert!(client.wait().unwrap().success(), "{out}");
-    assert!(server.wait().unwrap().success());
+    let mut client_err = String::new();
+    err.read_to_string(&mut client_err).unwrap();
     let mut server_out = String::new();
+    let server_ok = server.wait().unwrap().success();
     server_err.read_to_string(&mut server_out).unwrap();
+    assert!(client.wait().unwrap().success(), "{out}{client_err}");
+    assert!(server_ok, "{server_out}");
     let line = out
         .lines()
         .find(|l| l.contains("datagrams dropped"))
@@ -581,4 +584,62 @@ fn hostile_datagrams_into_a_running_server_are_counted_and_harmless() {
         )),
         "{out}"
     );
+}
+
+/// A peer advertising a region smaller than the test's (or ending near 2^64): the client
+/// refuses before sending (every WRITE goes to `addr + slot offset`, which would overflow
+/// or be answered by remote access errors).
+#[test]
+fn client_refuses_a_server_region_too_small_for_the_test() {
+    use mrc_fabric::engine::bootstrap::{QpInfo, READY, RemoteMr};
+    use std::io::{BufRead, Read, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port().to_string();
+    let fake = std::thread::spawn(move || {
+        let (s, _) = l.accept().unwrap();
+        let mut r = std::io::BufReader::new(s.try_clone().unwrap());
+        let mut params = String::new();
+        r.read_line(&mut params).unwrap();
+        let mut w = s;
+        w.write_all(b"mrc-perf ok\n").unwrap();
+        QpInfo::read_from(&mut r).unwrap();
+        let info = QpInfo {
+            qpn: 1,
+            initial_psn: 0,
+            generation: 1,
+            udp_port: 9,
+            recv_window_packets: 4096,
+            mtu_payload_bytes: 4096,
+            go_back_n: false,
+            regions: vec![RemoteMr {
+                addr: u64::MAX - 4096,
+                len: 4096,
+                rkey: 1,
+            }],
+        };
+        w.write_all(&info.encode().unwrap()).unwrap();
+        let mut b = [0u8; 4];
+        r.read_exact(&mut b).unwrap();
+        w.write_all(&READY).unwrap();
+        params
+    });
+    fails_with(
+        &[
+            "client",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-n",
+            "3",
+            "-s",
+            "65536",
+            "-t",
+            "2",
+        ],
+        &format!(
+            "server advertised a region of 4096 bytes at {:#x}; the test needs 131072 bytes",
+            u64::MAX - 4096
+        ),
+    );
+    assert!(fake.join().unwrap().contains("\"region_size\":131072"));
 }

@@ -936,6 +936,22 @@ fn read_reply(s: &TcpStream, server: SocketAddr, timeout: Duration) -> Result<()
     }
 }
 
+/// The peer's first advertised region, if it holds the test's `region_size` bytes (every
+/// WRITE goes to `addr + slot offset`: a shorter region, or one ending near 2^64, would
+/// fail the run with remote access errors or overflow the address).
+fn remote_region(regions: &[RemoteMr], p: &TestParams, who: &str) -> Result<RemoteMr, String> {
+    let r = *regions
+        .first()
+        .ok_or_else(|| format!("{who} advertised no region"))?;
+    if r.len < p.region_size || r.addr.checked_add(p.region_size).is_none() {
+        return Err(format!(
+            "{who} advertised a region of {} bytes at {:#x}; the test needs {} bytes",
+            r.len, r.addr, p.region_size
+        ));
+    }
+    Ok(r)
+}
+
 /// Server role: accepts one client on `listener`, takes its parameters, runs, returns.
 ///
 /// # Errors
@@ -1005,11 +1021,7 @@ fn serve_stream(
         verbs::exchange(&mut s, book, addr, timeout)?;
     }
     let c = side.qp.connect_on(s, timeout).map_err(|e| e.to_string())?;
-    let remote = *c
-        .remote
-        .regions
-        .first()
-        .ok_or("client advertised no region")?;
+    let remote = remote_region(&c.remote.regions, &p, "client")?;
     let ctl = CtlStream::new(c.stream)?;
     let r = run_end(&side, remote, ctl, &p, false, timeout, false)?;
     Ok((p, r))
@@ -1039,11 +1051,7 @@ pub fn run_client(
         verbs::exchange(&mut s, book, addr, timeout)?;
     }
     let c = side.qp.connect_on(s, timeout).map_err(|e| e.to_string())?;
-    let remote = *c
-        .remote
-        .regions
-        .first()
-        .ok_or("server advertised no region")?;
+    let remote = remote_region(&c.remote.regions, p, "server")?;
     let ctl = CtlStream::new(c.stream)?;
     let r = run_end(&side, remote, ctl, p, true, timeout, progress)?;
     Ok((r, c.source_ports))
