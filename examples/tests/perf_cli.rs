@@ -174,6 +174,7 @@ fn fails_with(args: &[&str], msg: &str) {
     assert!(!o.status.success(), "mrc-perf {args:?} should fail");
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains(msg), "stderr of {args:?}: {err}");
+    assert!(!err.contains("panicked"), "stderr of {args:?}: {err}");
     assert!(t < Duration::from_secs(8), "took {t:?}");
 }
 
@@ -193,6 +194,214 @@ fn bad_arguments_exit_non_zero_with_a_message() {
         &["loopback", "--burst-size", "17"],
         "--burst-size must be in 1..=--paths (16), got 17",
     );
+}
+
+/// Values past what `Duration`/`Instant` hold used to panic in `Duration::from_secs_f64`;
+/// a rate limit spacing messages beyond `--timeout` used to end in "no completion"
+/// (sender) or "no message" (receiver) half-way; lat with --bidirectional was ignored.
+#[test]
+fn extreme_arguments_are_clear_errors_not_panics() {
+    fails_with(
+        &["loopback", "-D", "1e300"],
+        "--duration 1e300 s is longer than the maximum of 1000000 s",
+    );
+    fails_with(
+        &["loopback", "--timeout", "1e300"],
+        "--timeout 1e300 s is longer than the maximum of 1000000 s",
+    );
+    fails_with(
+        &["loopback", "--rate-limit", "0.001", "-s", "1048576"],
+        "--rate-limit 0.001 Gb/s posts a 1048576-byte message every 8.388608 s, not within \
+         --timeout 5 s (the peer would look dead): raise the rate or --timeout",
+    );
+    fails_with(
+        &["loopback", "--rate-limit", "1e-300", "-s", "8"],
+        "--rate-limit 1e-300 Gb/s posts a 8-byte message every 6.400000000000001e292 s",
+    );
+    fails_with(
+        &["loopback", "--test", "lat", "--bidirectional"],
+        "--bidirectional is only for --test bw",
+    );
+    fails_with(
+        &["loopback", "-t", "18446744073709551615"],
+        "--size 65536 x --tx-depth 18446744073709551615 is larger than the 4 GiB region limit",
+    );
+    fails_with(
+        &["loopback", "-s", "1099511627776"],
+        "--size 1099511627776 is larger than the maximum of 1073741824 bytes",
+    );
+    // A ping larger than one UDP datagram never left ("UDP ping 0 not echoed within 1 s").
+    fails_with(
+        &["baseline", "--test", "lat", "-s", "1048576"],
+        "baseline --test lat sends each ping as one UDP datagram: --size must be at most \
+         65451 bytes, got 1048576",
+    );
+    // --srv6 on loopback: the server's reason reaches the client (it used to print
+    // "bootstrap read: failed to fill whole buffer").
+    fails_with(
+        &["loopback", "--srv6", "srh", "-n", "5"],
+        "refused the test: --srv6 needs an IPv6 server address, got 127.0.0.1",
+    );
+}
+
+/// Starts `mrc-perf server` on 127.0.0.1 with `args`; returns it once it listens.
+fn start_server(
+    args: &[&str],
+) -> (
+    std::process::Child,
+    std::io::BufReader<std::process::ChildStderr>,
+) {
+    use std::io::BufRead;
+    let mut server = Command::new("timeout")
+        .args([
+            "--kill-after=5",
+            RUN_LIMIT_S,
+            env!("CARGO_BIN_EXE_mrc-perf"),
+            "server",
+            "--bind",
+            "127.0.0.1",
+        ])
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start server");
+    let mut err = std::io::BufReader::new(server.stderr.take().unwrap());
+    let mut line = String::new();
+    err.read_line(&mut line).unwrap();
+    assert!(line.contains("waiting for a client"), "{line}");
+    (server, err)
+}
+
+/// A client's parameters are untrusted: a hand-written JSON line with size 0 used to
+/// panic the server ("attempt to divide by zero"), a 4 EiB region aborted it on the
+/// allocation. Now the server answers the reason on the stream and exits 1.
+#[test]
+fn server_checks_the_clients_parameters_and_answers_the_reason() {
+    use std::io::{BufRead, Read, Write};
+    let base = serde_json::json!({
+        "test": "Bw", "size": 65536, "iters": 5, "duration_s": null, "paths": 16,
+        "mtu": 4096, "cc": "none", "bidirectional": false, "verify": true,
+        "rate_limit_gbps": null, "burst_size": 1, "tx_depth": 2, "region_size": 131072,
+        "seed": 1
+    });
+    for (port, over, why) in [
+        (28631, r#"{"size": 0}"#, "--size must be at least 1 byte"),
+        (
+            28632,
+            r#"{"region_size": 4611686018427387904}"#,
+            "--region-size 4611686018427387904 is larger than 4 GiB",
+        ),
+        (
+            28633,
+            r#"{"duration_s": 1.5}"#,
+            "exactly one of --iters and --duration is needed",
+        ),
+        (
+            28634,
+            r#"{"duration_s": 1e300, "iters": null}"#,
+            "--duration 1e300 s is longer than the maximum of 1000000 s",
+        ),
+        (
+            28635,
+            r#"{"mtu": 0}"#,
+            "--mtu must be in 64..=9000 bytes, got 0",
+        ),
+        (
+            28636,
+            r#"{"tx_depth": 3}"#,
+            "--tx-depth must be in 1..=2 (messages that fit the region), got 3",
+        ),
+        (28637, r#"{"cc": "warp"}"#, "--cc: "),
+    ] {
+        let p = port.to_string();
+        let udp = (port - 20000).to_string();
+        let (mut server, mut err) = start_server(&["-p", &p, "--udp-port", &udp]);
+        let mut v = base.clone();
+        let over: serde_json::Map<String, Value> = serde_json::from_str(over).unwrap();
+        v.as_object_mut().unwrap().extend(over);
+        let line = format!("{v}\n");
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.write_all(line.as_bytes()).unwrap();
+        let mut reply = String::new();
+        std::io::BufReader::new(&s).read_line(&mut reply).unwrap();
+        assert!(
+            reply.starts_with(&format!("mrc-perf error: client's test parameters: {why}")),
+            "{reply}"
+        );
+        let status = server.wait().unwrap();
+        let mut stderr = String::new();
+        err.read_to_string(&mut stderr).unwrap();
+        assert_eq!(status.code(), Some(1), "{stderr}");
+        assert!(
+            stderr.starts_with(&format!("mrc-perf: error: client's test parameters: {why}")),
+            "{stderr}"
+        );
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(!stderr.contains("panicked"));
+    }
+}
+
+/// Garbage on the server's TCP port: a clear error, exit 1, no hang.
+#[test]
+fn server_receiving_garbage_exits_with_a_message() {
+    use std::io::{Read, Write};
+    let (mut server, mut err) =
+        start_server(&["-p", "28641", "--udp-port", "8641", "--timeout", "2"]);
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", 28641)).unwrap();
+    s.write_all(b"\x00\xffGET / HTTP/1.1\r\n").unwrap();
+    let t = Instant::now();
+    let status = server.wait().unwrap();
+    let mut stderr = String::new();
+    err.read_to_string(&mut stderr).unwrap();
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr
+            .starts_with("mrc-perf: error: bad test parameters: expected value at line 1 column 1"),
+        "{stderr}"
+    );
+    assert!(t.elapsed() < Duration::from_secs(8));
+    // A silent client: the server gives up after --timeout with a message saying so.
+    let (mut server, mut err) =
+        start_server(&["-p", "28642", "--udp-port", "8642", "--timeout", "1"]);
+    let _s = std::net::TcpStream::connect(("127.0.0.1", 28642)).unwrap();
+    let status = server.wait().unwrap();
+    let mut stderr = String::new();
+    err.read_to_string(&mut stderr).unwrap();
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert_eq!(
+        stderr,
+        "mrc-perf: error: no test parameters from the client within 1.0 s\n"
+    );
+}
+
+/// A client against something that is not an mrc-perf server, and against a server that
+/// cannot open its UDP port: the reason, exit 1, within seconds.
+#[test]
+fn client_reports_what_the_server_said() {
+    use std::io::Write;
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port().to_string();
+    let web = std::thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        let _ = s.write_all(b"HTTP/1.1 400 Bad Request\r\n\r\n");
+    });
+    fails_with(
+        &["client", "127.0.0.1", "-p", &port, "-n", "3"],
+        "is not an mrc-perf server (or runs another version): it answered \"HTTP/1.1 400 Bad Request\\r\"",
+    );
+    web.join().unwrap();
+    let taken = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let udp = taken.local_addr().unwrap().port().to_string();
+    let (mut server, _err) = start_server(&["-p", "28651", "--udp-port", &udp]);
+    fails_with(
+        &["client", "127.0.0.1", "-p", "28651", "-n", "3"],
+        &format!(
+            "mrc-perf: error: server 127.0.0.1:28651 refused the test: cannot open UDP \
+             datapath on 127.0.0.1:{udp}: receive socket: Address already in use (os error 98)"
+        ),
+    );
+    assert_eq!(server.wait().unwrap().code(), Some(1));
 }
 
 #[test]
@@ -286,4 +495,151 @@ fn server_exits_when_its_duration_client_dies() {
         "{stderr}"
     );
     assert!(t.elapsed() < Duration::from_secs(20), "{:?}", t.elapsed());
+}
+
+/// Hostile datagrams from a raw UDP socket into a server's receive socket during a
+/// `--verify` run: the run completes with every byte right, and each datagram is counted
+/// by reason on both reports (the server's drops were not reported before).
+#[test]
+fn hostile_datagrams_into_a_running_server_are_counted_and_harmless() {
+    use std::io::Read;
+    use std::process::Stdio;
+    let (mut server, mut server_err) = start_server(&["-p", "28661", "--udp-port", "8661"]);
+    let mut client = Command::new("timeout")
+        .args([
+            "--kill-after=5",
+            RUN_LIMIT_S,
+            env!("CARGO_BIN_EXE_mrc-perf"),
+        ])
+        .args(["client", "127.0.0.1", "-p", "28661", "-D", "3"])
+        .args(["--rate-limit", "1", "--verify"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start client");
+    // The first progress line (after 2 s of sending): the QPs are connected.
+    let mut err = client.stderr.take().unwrap();
+    let mut seen = Vec::new();
+    let mut byte = [0u8; 1];
+    while !String::from_utf8_lossy(&seen).contains("Gb/s") {
+        assert_eq!(err.read(&mut byte).unwrap(), 1, "client ended early");
+        seen.push(byte[0]);
+    }
+    // BTH: opcode, flags, P_Key 0xffff, byte 4, QPN (24 bits), byte 8, PSN 5.
+    let bth = |qpn: u32, op: u8| {
+        let q = qpn.to_be_bytes();
+        vec![op, 0, 0xff, 0xff, 0, q[1], q[2], q[3], 0, 0, 0, 5]
+    };
+    let with = |mut b: Vec<u8>, extra: usize| {
+        b.resize(b.len() + extra, 0);
+        b
+    };
+    let u = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let send = |d: &[u8], n: usize| {
+        for _ in 0..n {
+            u.send_to(d, "127.0.0.1:8661").unwrap();
+        }
+    };
+    send(&[1, 2], 4); // shorter than a BTH: no QP
+    send(&with(bth(0xffff, 0x0a), 16), 3); // a QPN nobody has: no QP
+    send(&with(bth(1, 0x0a), 8), 5); // the server's QP 1, truncated MRCETH: Malformed
+    send(&with(bth(1, 0x55), 16), 6); // unknown opcode
+    send(&with(bth(1, 0x0a), 65507 - 12), 2); // larger than a receive slot: Malformed
+    let mut out = String::new();
+    client
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    let mut client_err = String::new();
+    err.read_to_string(&mut client_err).unwrap();
+    let mut server_out = String::new();
+    let server_ok = server.wait().unwrap().success();
+    server_err.read_to_string(&mut server_out).unwrap();
+    assert!(client.wait().unwrap().success(), "{out}{client_err}");
+    assert!(server_ok, "{server_out}");
+    let line = out
+        .lines()
+        .find(|l| l.contains("datagrams dropped"))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(line.contains("Malformed 7"), "{line}");
+    assert!(line.contains("UnknownOpcode 6"), "{line}");
+    assert!(line.ends_with("), 7 for no QP"), "{line}");
+    assert!(
+        !line.contains("BadRkey") && !line.contains("OutOfBounds"),
+        "{line}"
+    );
+    let n: u64 = out
+        .lines()
+        .find_map(|l| l.strip_prefix(" receiver: "))
+        .and_then(|l| l.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(n > 0);
+    assert!(
+        out.contains(&format!(
+            " verify: {n} messages, {} bytes checked, 0 bad bytes",
+            n * 65536
+        )),
+        "{out}"
+    );
+}
+
+/// A peer advertising a region smaller than the test's (or ending near 2^64): the client
+/// refuses before sending (every WRITE goes to `addr + slot offset`, which would overflow
+/// or be answered by remote access errors).
+#[test]
+fn client_refuses_a_server_region_too_small_for_the_test() {
+    use mrc_fabric::engine::bootstrap::{QpInfo, READY, RemoteMr};
+    use std::io::{BufRead, Read, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port().to_string();
+    let fake = std::thread::spawn(move || {
+        let (s, _) = l.accept().unwrap();
+        let mut r = std::io::BufReader::new(s.try_clone().unwrap());
+        let mut params = String::new();
+        r.read_line(&mut params).unwrap();
+        let mut w = s;
+        w.write_all(b"mrc-perf ok\n").unwrap();
+        QpInfo::read_from(&mut r).unwrap();
+        let info = QpInfo {
+            qpn: 1,
+            initial_psn: 0,
+            generation: 1,
+            udp_port: 9,
+            recv_window_packets: 4096,
+            mtu_payload_bytes: 4096,
+            go_back_n: false,
+            regions: vec![RemoteMr {
+                addr: u64::MAX - 4096,
+                len: 4096,
+                rkey: 1,
+            }],
+        };
+        w.write_all(&info.encode().unwrap()).unwrap();
+        let mut b = [0u8; 4];
+        r.read_exact(&mut b).unwrap();
+        w.write_all(&READY).unwrap();
+        params
+    });
+    fails_with(
+        &[
+            "client",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-n",
+            "3",
+            "-s",
+            "65536",
+            "-t",
+            "2",
+        ],
+        &format!(
+            "server advertised a region of 4096 bytes at {:#x}; the test needs 131072 bytes",
+            u64::MAX - 4096
+        ),
+    );
+    assert!(fake.join().unwrap().contains("\"region_size\":131072"));
 }

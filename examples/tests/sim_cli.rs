@@ -134,3 +134,115 @@ fn run_writes_json_and_a_pcap_tshark_reads() {
     // UDP length: 8 + 12 BTH + 16 MRCETH + 8 MSGETH + 16 RETH + 4096.
     assert!(lines.iter().all(|l| l.ends_with("\t4156")), "{lines:?}");
 }
+
+/// A scenario whose flow cannot finish (every fabric link loses every packet) exits 1 and
+/// says why on stderr; it used to exit 1 silently.
+#[test]
+fn unfinished_flows_exit_1_with_a_message() {
+    let sc = tmp("lossy.toml");
+    std::fs::write(
+        &sc,
+        format!("{SCENARIO}[[faults]]\nat_ns = 0\nkind = \"loss\"\nlinks = \"all\"\np = 1.0\n"),
+    )
+    .unwrap();
+    let (code, out, err) = mrc_sim(&["run", sc.to_str().unwrap()]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert_eq!(
+        err,
+        "mrc-sim: 1 of 1 flows did not finish (fct_us NaN) by virtual time 100002.4 us\n"
+    );
+}
+
+/// Hostile numbers: a propagation delay near 2^64 ns wrapped event times (the flow
+/// "finished" in 7.5 us), 2^32 - 1 GPUs panicked the designer on a division by zero.
+#[test]
+fn absurd_numbers_are_clear_errors() {
+    let sc = tmp("prop.toml");
+    std::fs::write(
+        &sc,
+        SCENARIO.replace(
+            "spine_port_gbps = 100\n",
+            "spine_port_gbps = 100\npropagation_ns = 18446744073709551615\n",
+        ),
+    )
+    .unwrap();
+    let (code, _, err) = mrc_sim(&["run", sc.to_str().unwrap()]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains(
+            "topology.propagation_ns = 18446744073709551615 is more than 1000000000 (1 s)"
+        ),
+        "{err}"
+    );
+    let sc = tmp("jitter.toml");
+    std::fs::write(
+        &sc,
+        format!(
+            "{SCENARIO}[[faults]]\nat_ns = 0\nkind = \"jitter\"\nlinks = \"all\"\nmax_ns = 18446744073709551615\n"
+        ),
+    )
+    .unwrap();
+    let (code, _, err) = mrc_sim(&["run", sc.to_str().unwrap()]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("fault jitter: max_ns = 18446744073709551615 is more than 1000000000 (1 s)"),
+        "{err}"
+    );
+    let (code, _, err) = mrc_sim(&["design", "--gpus", "4294967295"]);
+    assert_eq!(code, 2);
+    assert_eq!(
+        err,
+        "mrc-sim: error: 134217728 leaves exceed the 64 logical ports of a spine (needs a third tier)\n"
+    );
+    let (code, _, err) = mrc_sim(&["design", "--gpus", "64", "--leaf-radix", "4294967295"]);
+    assert_eq!(code, 2);
+    assert_eq!(
+        err,
+        "mrc-sim: error: leaf logical ports of this design do not fit in 32 bits: the inputs are out of range\n"
+    );
+}
+
+/// A trim threshold below one data frame trims every packet: the run used to spin
+/// forever (the transport retransmits each trimmed packet at once, without limit); a flow
+/// start or fault time near 2^64 ns wrapped (the flow "finished" in 5.4 us).
+#[test]
+fn scenarios_that_cannot_run_are_refused() {
+    for (name, extra, why) in [
+        (
+            "trim0.toml",
+            "[queue]\ntrim_threshold_bytes = 100\n",
+            "queue.trim_threshold_bytes = 100 is less than one data frame (4352 bytes: \
+             mtu_payload_bytes 4096 + 256): every data packet would be trimmed",
+        ),
+        (
+            "late-fault.toml",
+            "[[faults]]\nat_ns = 18446744073709551615\nkind = \"link-down\"\nlinks = \"all\"\n",
+            "fault link-down: at_ns = 18446744073709551615 is later than 3600000000000 (1 hour)",
+        ),
+        (
+            "late-flow.toml",
+            "[[flows]]\nsrc = 1\ndst = 6\nbytes = 100\nstart_ns = 18446744073709551615\n",
+            "flow 1 -> 6: start_ns = 18446744073709551615 is later than 3600000000000 (1 hour)",
+        ),
+    ] {
+        let sc = tmp(name);
+        std::fs::write(&sc, format!("{SCENARIO}{extra}")).unwrap();
+        let (code, out, err) = mrc_sim(&["run", sc.to_str().unwrap()]);
+        assert_eq!(code, 2, "{out}{err}");
+        assert!(err.contains(why), "{err}");
+    }
+}
+
+/// `trace` from a host to itself printed a host0 -> leaf0 -> host0 -> ... loop of 16
+/// hops per EV; `--evs 0` printed a header and no path.
+#[test]
+fn trace_refuses_a_self_path_and_zero_evs() {
+    let (code, out, err) = mrc_sim(&["trace", "--gpus", "64", "--src", "0", "--dst", "0"]);
+    assert_eq!(code, 2, "{out}");
+    assert_eq!(err, "mrc-sim: error: flow from host 0 to itself\n");
+    let (code, out, err) = mrc_sim(&[
+        "trace", "--gpus", "64", "--src", "0", "--dst", "40", "--evs", "0",
+    ]);
+    assert_eq!(code, 2, "{out}");
+    assert_eq!(err, "mrc-sim: error: --evs must be at least 1\n");
+}

@@ -375,6 +375,9 @@ fn run(cli: Cli) -> Result<bool, String> {
             forwarding,
             out,
         } => {
+            if evs == 0 {
+                return Err("--evs must be at least 1".into());
+            }
             let des = design(&d.input()?).map_err(|e| e.to_string())?;
             let spec = SpineLeafSpec::from_design(&des, 500);
             let topo = Topology::spine_leaf(&spec).map_err(|e| e.to_string())?;
@@ -509,7 +512,16 @@ fn run(cli: Cli) -> Result<bool, String> {
                 r.counters.corrupted,
                 r.counters.duplicated
             );
-            Ok(r.flows.iter().all(|f| f.done_ns.is_some()))
+            let unfinished = r.flows.iter().filter(|f| f.done_ns.is_none()).count();
+            if unfinished > 0 {
+                // Exit 1 with the reason on stderr (the table shows their fct_us as NaN).
+                eprintln!(
+                    "mrc-sim: {unfinished} of {} flows did not finish (fct_us NaN) by virtual time {:.1} us",
+                    r.flows.len(),
+                    r.end_ns as f64 / 1e3
+                );
+            }
+            Ok(unfinished == 0)
         }
         Cmd::Experiment { name, seed, out } => {
             if name == "list" {

@@ -138,6 +138,16 @@ pub fn udp_pingpong(ip: IpAddr, p: &TestParams) -> Result<BaselineResult, String
     let cb = b
         .open_conn(a.local_addr(), &paths)
         .map_err(|e| e.to_string())?;
+    // One ping is one UDP datagram (at most 65507 bytes over IPv4); a larger one never
+    // leaves and used to end in "UDP ping 0 not echoed within 1 s".
+    let max_size = 65507 - MAX_DATA_HEADER_BYTES;
+    if p.size > max_size as u64 {
+        return Err(format!(
+            "baseline --test lat sends each ping as one UDP datagram: --size must be at most \
+             {max_size} bytes, got {}",
+            p.size
+        ));
+    }
     let len = p.size as usize + MAX_DATA_HEADER_BYTES;
     let iters = p.iters.unwrap_or(1000);
     let stop = Arc::new(AtomicBool::new(false));

@@ -114,6 +114,7 @@ pub fn run_cli(cli: Cli) -> Result<String, String> {
                 " server: {} messages received ({} bytes) of size {}; test {}\n",
                 r.recv.completions, r.recv.bytes, sp.size, sp.test
             );
+            o += &format!(" server: {}\n", r.recv.drops_text());
             if sp.verify {
                 o += &format!(
                     " verify: {} messages, {} bytes checked, {} bad bytes\n",

@@ -256,12 +256,38 @@ fn default_reorder_window_us() -> u64 {
 /// regions in memory).
 pub const MAX_SIZE: u64 = 1 << 30;
 
+/// Longest `--duration` and `--timeout`, seconds (about 11.6 days): far beyond any test,
+/// and far below what `std::time::Duration` and `Instant` arithmetic can hold.
+pub const MAX_SECONDS: f64 = 1e6;
+
+/// `x` as a person writes it: plain for ordinary magnitudes, `1e300` for extreme ones
+/// (an error message quoting a hostile value stays one line).
+fn num(x: f64) -> String {
+    if x == 0.0 || !x.is_finite() || (1e-4..1e9).contains(&x.abs()) {
+        format!("{x}")
+    } else {
+        format!("{x:e}")
+    }
+}
+
 impl TestOpts {
     /// Checks the options and fills in the defaults.
     ///
     /// # Errors
     /// A message naming the bad option.
     pub fn params(&self) -> Result<TestParams, String> {
+        if !(self.timeout > 0.0 && self.timeout.is_finite()) {
+            return Err(format!(
+                "--timeout must be positive, got {}",
+                num(self.timeout)
+            ));
+        }
+        if self.timeout > MAX_SECONDS {
+            return Err(format!(
+                "--timeout {} s is longer than the maximum of {MAX_SECONDS} s",
+                num(self.timeout)
+            ));
+        }
         let size = self.size.unwrap_or(match self.test {
             TestKind::Bw => 65536,
             TestKind::Lat => 8,
@@ -275,22 +301,100 @@ impl TestOpts {
             ));
         }
         let (iters, duration_s) = match (self.iters, self.duration) {
-            (_, Some(d)) if !(d > 0.0 && d.is_finite()) => {
-                return Err(format!(
-                    "--duration must be a positive number of seconds, got {d}"
-                ));
-            }
             (_, Some(d)) => (None, Some(d)),
-            (Some(0), None) => return Err("--iters must be at least 1".into()),
-            (Some(n), None) => (Some(n), None),
-            (None, None) => (
-                Some(match self.test {
+            (n, None) => (
+                Some(n.unwrap_or(match self.test {
                     TestKind::Bw => 5000,
                     TestKind::Lat => 1000,
-                }),
+                })),
                 None,
             ),
         };
+        let depth_default = match self.test {
+            TestKind::Lat => 1,
+            TestKind::Bw => ((8u64 << 20) / size).clamp(2, 128),
+        };
+        let tx_depth = self.tx_depth.unwrap_or(depth_default);
+        if tx_depth == 0 {
+            return Err("--tx-depth must be at least 1".into());
+        }
+        let region_size = match self.region_size {
+            Some(r) => r,
+            None => size.saturating_mul(tx_depth),
+        };
+        if self.region_size.is_none() && region_size > 4 * MAX_SIZE {
+            return Err(format!(
+                "--size {size} x --tx-depth {tx_depth} is larger than the 4 GiB region limit"
+            ));
+        }
+        let p = TestParams {
+            test: self.test,
+            size,
+            iters,
+            duration_s,
+            paths: self.paths,
+            mtu: self.mtu,
+            cc: self.cc.as_str().to_string(),
+            bidirectional: self.bidirectional,
+            verify: self.verify,
+            rate_limit_gbps: self.rate_limit,
+            burst_size: self.burst_size,
+            tx_depth: tx_depth.min(region_size / size).max(1),
+            region_size,
+            seed: 0x6d72_632d_7065_7266,
+            srv6: self.srv6,
+            srv6_via: self.srv6_via,
+            steering: super::srv6::Steering::default(),
+            spin_us: self.spin_us,
+            fabric: self.fabric,
+            min_rto_us: self.min_rto_us,
+            reorder_window_us: self.reorder_window_us,
+        };
+        p.check(self.timeout)?;
+        Ok(p)
+    }
+}
+
+impl TestParams {
+    /// Checks every field, as the client's options ([`TestOpts::params`]) and as the server
+    /// receives them from a client (untrusted: the server runs nothing it did not check).
+    /// `timeout_s` is this end's `--timeout`: a rate limit that spaces messages further
+    /// apart than it would look like a dead peer.
+    ///
+    /// # Errors
+    /// A message naming the bad option.
+    pub fn check(&self, timeout_s: f64) -> Result<(), String> {
+        let size = self.size;
+        if size == 0 {
+            return Err("--size must be at least 1 byte".into());
+        }
+        if size > MAX_SIZE {
+            return Err(format!(
+                "--size {size} is larger than the maximum of {MAX_SIZE} bytes"
+            ));
+        }
+        match (self.iters, self.duration_s) {
+            (Some(_), Some(_)) | (None, None) => {
+                return Err("exactly one of --iters and --duration is needed".into());
+            }
+            (_, Some(d)) if !(d > 0.0 && d.is_finite()) => {
+                return Err(format!(
+                    "--duration must be a positive number of seconds, got {}",
+                    num(d)
+                ));
+            }
+            (_, Some(d)) if d > MAX_SECONDS => {
+                return Err(format!(
+                    "--duration {} s is longer than the maximum of {MAX_SECONDS} s",
+                    num(d)
+                ));
+            }
+            (Some(0), _) => return Err("--iters must be at least 1".into()),
+            _ => {}
+        }
+        if self.test == TestKind::Lat && self.bidirectional {
+            return Err("--bidirectional is only for --test bw".into());
+        }
         if self.paths == 0 || self.paths > 4096 {
             return Err(format!("--paths must be in 1..=4096, got {}", self.paths));
         }
@@ -306,12 +410,27 @@ impl TestOpts {
                 self.paths, self.burst_size
             ));
         }
-        if let Some(r) = self.rate_limit
-            && !(r > 0.0 && r.is_finite())
-        {
-            return Err(format!(
-                "--rate-limit must be a positive number of Gb/s, got {r}"
-            ));
+        self.cc
+            .parse::<CcKind>()
+            .map_err(|e| format!("--cc: {e}"))?;
+        if let Some(r) = self.rate_limit_gbps {
+            if !(r > 0.0 && r.is_finite()) {
+                return Err(format!(
+                    "--rate-limit must be a positive number of Gb/s, got {}",
+                    num(r)
+                ));
+            }
+            let gap_s = size as f64 * 8.0 / (r * 1e9);
+            if gap_s >= timeout_s {
+                return Err(format!(
+                    "--rate-limit {} Gb/s posts a {size}-byte message every {} s, not \
+                     within --timeout {} s (the peer would look dead): raise the rate or \
+                     --timeout",
+                    num(r),
+                    num(gap_s),
+                    num(timeout_s)
+                ));
+            }
         }
         if self.min_rto_us == 0 || self.min_rto_us > 10_000_000 {
             return Err(format!(
@@ -325,54 +444,25 @@ impl TestOpts {
                 self.reorder_window_us
             ));
         }
-        if !(self.timeout > 0.0 && self.timeout.is_finite()) {
-            return Err(format!("--timeout must be positive, got {}", self.timeout));
-        }
-        let depth_default = match self.test {
-            TestKind::Lat => 1,
-            TestKind::Bw => ((8u64 << 20) / size).clamp(2, 128),
-        };
-        let mut tx_depth = self.tx_depth.unwrap_or(depth_default);
-        if tx_depth == 0 {
-            return Err("--tx-depth must be at least 1".into());
-        }
-        let region_size = match self.region_size {
-            Some(r) => r,
-            None => size.saturating_mul(tx_depth),
-        };
-        if size > region_size {
+        if size > self.region_size {
             return Err(format!(
-                "--size {size} is larger than the region ({region_size} bytes, --region-size)"
+                "--size {size} is larger than the region ({} bytes, --region-size)",
+                self.region_size
             ));
         }
-        if region_size > 4 * MAX_SIZE {
+        if self.region_size > 4 * MAX_SIZE {
             return Err(format!(
-                "region of {region_size} bytes is larger than 4 GiB"
+                "--region-size {} is larger than 4 GiB",
+                self.region_size
             ));
         }
-        tx_depth = tx_depth.min(region_size / size);
-        Ok(TestParams {
-            test: self.test,
-            size,
-            iters,
-            duration_s,
-            paths: self.paths,
-            mtu: self.mtu,
-            cc: self.cc.as_str().to_string(),
-            bidirectional: self.bidirectional,
-            verify: self.verify,
-            rate_limit_gbps: self.rate_limit,
-            burst_size: self.burst_size,
-            tx_depth,
-            region_size,
-            seed: 0x6d72_632d_7065_7266,
-            srv6: self.srv6,
-            srv6_via: self.srv6_via,
-            steering: super::srv6::Steering::default(),
-            spin_us: self.spin_us,
-            fabric: self.fabric,
-            min_rto_us: self.min_rto_us,
-            reorder_window_us: self.reorder_window_us,
-        })
+        if self.tx_depth == 0 || self.tx_depth > self.region_size / size {
+            return Err(format!(
+                "--tx-depth must be in 1..={} (messages that fit the region), got {}",
+                self.region_size / size,
+                self.tx_depth
+            ));
+        }
+        Ok(())
     }
 }

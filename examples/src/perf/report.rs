@@ -289,8 +289,10 @@ impl<'a> Report<'a> {
         );
         let pr = &self.r.peer_recv;
         o += &format!(
-            " receiver: {} completions, {} bytes\n",
-            pr.completions, pr.bytes
+            " receiver: {} completions, {} bytes\n receiver: {}\n",
+            pr.completions,
+            pr.bytes,
+            pr.drops_text()
         );
         if p.verify {
             let mine = &self.r.recv;
@@ -347,6 +349,9 @@ impl<'a> Report<'a> {
                 "verified_messages": self.r.peer_recv.verified_messages + self.r.recv.verified_messages,
                 "verified_bytes": self.r.peer_recv.verified_bytes + self.r.recv.verified_bytes,
                 "bad_bytes": self.r.peer_recv.bad_bytes + self.r.recv.bad_bytes,
+                "dropped": self.r.peer_recv.dropped(),
+                "drops": self.r.peer_recv.drops,
+                "unknown_qpn": self.r.peer_recv.unknown_qpn,
             },
             "evs": evs,
         });

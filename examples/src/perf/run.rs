@@ -31,7 +31,7 @@ pub enum Ctl {
 }
 
 /// What a receiver saw.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RecvResult {
     /// Receive completions (messages).
     pub completions: u64,
@@ -43,6 +43,56 @@ pub struct RecvResult {
     pub verified_bytes: u64,
     /// Bytes that differed.
     pub bad_bytes: u64,
+    /// Datagrams this end's connection dropped (hostile, stale or duplicate), by
+    /// [`mrc_transport::stats::DropReason`] name; reasons with none are left out.
+    #[serde(default)]
+    pub drops: std::collections::BTreeMap<String, u64>,
+    /// Datagrams this end's engine found no QP for (shorter than a BTH, or another QPN).
+    #[serde(default)]
+    pub unknown_qpn: u64,
+}
+
+/// Every [`mrc_transport::stats::DropReason`], for reports.
+pub const DROP_REASONS: [mrc_transport::stats::DropReason; mrc_transport::stats::DROP_REASONS] = {
+    use mrc_transport::stats::DropReason as D;
+    [
+        D::Malformed,
+        D::UnknownOpcode,
+        D::WrongQpn,
+        D::GenerationMismatch,
+        D::NotConnected,
+        D::PsnOutOfWindow,
+        D::Duplicate,
+        D::BadRkey,
+        D::OutOfBounds,
+        D::AccessDenied,
+        D::InconsistentMessage,
+        D::RecvBufferTooSmall,
+        D::InvalidAck,
+        D::OutOfOrderGoBackN,
+        D::StaleProbeReply,
+        D::MessageWindowFull,
+    ]
+};
+
+impl RecvResult {
+    /// Datagrams dropped in all: by the connection and for no QP.
+    pub fn dropped(&self) -> u64 {
+        self.drops.values().sum::<u64>() + self.unknown_qpn
+    }
+
+    /// `12 (Duplicate 10, BadRkey 2), 3 for no QP`.
+    pub fn drops_text(&self) -> String {
+        let by: Vec<String> = self.drops.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        let mut o = format!("{} datagrams dropped", self.dropped());
+        if !by.is_empty() {
+            o += &format!(" ({})", by.join(", "));
+        }
+        if self.unknown_qpn > 0 {
+            o += &format!(", {} for no QP", self.unknown_qpn);
+        }
+        o
+    }
 }
 
 /// How this host opens its datapath (not sent to the peer).
@@ -312,6 +362,11 @@ pub fn send_bw(
             side.qp
                 .post_write_with_imm(posted, sge, remote.addr + off, remote.rkey, posted as u32)
                 .map_err(|e| format!("post: {e}"))?;
+            if posted == done {
+                // Nothing was outstanding (a rate limit spaced the posts): the no-progress
+                // clock starts now, not at the last completion.
+                last_progress = Instant::now();
+            }
             posted += 1;
         }
         if finished_posting && done == posted {
@@ -730,7 +785,13 @@ pub fn run_end(
     recv.verified_messages = qs.verify.checked_messages;
     recv.verified_bytes = qs.verify.checked_bytes;
     recv.bad_bytes = qs.verify.bad_bytes;
-    w.send(&Ctl::Result(recv))?;
+    recv.drops = DROP_REASONS
+        .iter()
+        .filter(|r| qs.conn.drops.get(**r) > 0)
+        .map(|r| (format!("{r:?}"), qs.conn.drops.get(*r)))
+        .collect();
+    recv.unknown_qpn = engine.rx_unknown_qpn;
+    w.send(&Ctl::Result(recv.clone()))?;
     let peer_recv = crossbeam_channel::select! {
         recv(result_rx) -> r => r.map_err(|_| "peer closed the control stream".to_string())?,
         recv(err_rx) -> e => return Err(e.unwrap_or_else(|_| "control stream closed".into())),
@@ -768,32 +829,127 @@ pub fn run_end(
     })
 }
 
-/// Parses the params line the client sends first.
-fn read_params(s: &TcpStream, timeout: Duration) -> Result<TestParams, String> {
-    s.set_read_timeout(Some(timeout))
-        .map_err(|e| e.to_string())?;
-    let mut line = String::new();
-    let mut r = BufReader::new(s);
-    // Read byte by byte up to the newline so nothing of the bootstrap is buffered away.
+/// First line of the server's answer to the test parameters when it accepted them and its
+/// side is ready; otherwise [`REPLY_ERROR`] and the reason.
+pub const REPLY_OK: &str = "mrc-perf ok";
+/// Prefix of the server's answer when it refused the test parameters or could not set up.
+pub const REPLY_ERROR: &str = "mrc-perf error: ";
+
+/// Why [`read_line`] found no line.
+enum LineError {
+    /// The peer closed the stream after these bytes (no newline).
+    Closed(Vec<u8>),
+    /// Nothing complete within the timeout.
+    TimedOut,
+    /// Longer than the limit without a newline (these bytes, truncated).
+    TooLong(Vec<u8>),
+    /// Another read error.
+    Io(std::io::Error),
+}
+
+/// Reads one line (without the newline) byte by byte, so nothing after it is buffered
+/// away from the binary bootstrap that follows.
+fn read_line(s: &TcpStream, timeout: Duration, max_bytes: usize) -> Result<Vec<u8>, LineError> {
+    use std::io::Read;
+    s.set_read_timeout(Some(timeout)).map_err(LineError::Io)?;
+    let deadline = Instant::now() + timeout;
+    let mut line = Vec::new();
     let mut b = [0u8; 1];
+    let mut r = s;
     loop {
-        use std::io::Read;
-        let n = r
-            .get_mut()
-            .read(&mut b)
-            .map_err(|e| format!("reading test parameters: {e}"))?;
-        if n == 0 {
-            return Err("client closed before sending test parameters".into());
+        if Instant::now() > deadline {
+            return Err(LineError::TimedOut);
         }
-        if b[0] == b'\n' {
-            break;
-        }
-        line.push(b[0] as char);
-        if line.len() > 65536 {
-            return Err("test parameters too long".into());
+        match r.read(&mut b) {
+            Ok(0) => return Err(LineError::Closed(line)),
+            Ok(_) if b[0] == b'\n' => return Ok(line),
+            Ok(_) => {
+                line.push(b[0]);
+                if line.len() > max_bytes {
+                    line.truncate(64);
+                    return Err(LineError::TooLong(line));
+                }
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return Err(LineError::TimedOut);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(LineError::Io(e)),
         }
     }
-    serde_json::from_str(&line).map_err(|e| format!("bad test parameters: {e}"))
+}
+
+/// Parses the params line the client sends first.
+fn read_params(s: &TcpStream, timeout: Duration) -> Result<TestParams, String> {
+    let line = read_line(s, timeout, 65536).map_err(|e| match e {
+        LineError::Closed(b) if b.is_empty() => {
+            "client closed before sending test parameters".to_string()
+        }
+        LineError::Closed(b) => format!(
+            "client closed after {} bytes of test parameters (no newline)",
+            b.len()
+        ),
+        LineError::TimedOut => format!(
+            "no test parameters from the client within {:.1} s",
+            timeout.as_secs_f64()
+        ),
+        LineError::TooLong(_) => "test parameters too long".into(),
+        LineError::Io(e) => format!("reading test parameters: {e}"),
+    })?;
+    serde_json::from_slice(&line).map_err(|e| format!("bad test parameters: {e}"))
+}
+
+/// Reads the server's answer to the test parameters ([`REPLY_OK`] or [`REPLY_ERROR`]).
+fn read_reply(s: &TcpStream, server: SocketAddr, timeout: Duration) -> Result<(), String> {
+    let not_mrc = |b: &[u8]| {
+        format!(
+            "{server} is not an mrc-perf server (or runs another version): it answered {:?}",
+            String::from_utf8_lossy(&b[..b.len().min(64)])
+        )
+    };
+    let line = read_line(s, timeout, 4096).map_err(|e| match e {
+        LineError::Closed(b) if b.is_empty() => format!(
+            "server {server} closed the connection without answering the test parameters \
+             (not an mrc-perf server?)"
+        ),
+        LineError::Closed(b) | LineError::TooLong(b) => not_mrc(&b),
+        LineError::TimedOut => format!(
+            "server {server} did not answer the test parameters within {:.1} s",
+            timeout.as_secs_f64()
+        ),
+        LineError::Io(e) => format!("server {server}: {e}"),
+    })?;
+    if line == REPLY_OK.as_bytes() {
+        return Ok(());
+    }
+    match line.strip_prefix(REPLY_ERROR.as_bytes()) {
+        Some(why) => Err(format!(
+            "server {server} refused the test: {}",
+            String::from_utf8_lossy(why)
+        )),
+        None => Err(not_mrc(&line)),
+    }
+}
+
+/// The peer's first advertised region, if it holds the test's `region_size` bytes (every
+/// WRITE goes to `addr + slot offset`: a shorter region, or one ending near 2^64, would
+/// fail the run with remote access errors or overflow the address).
+fn remote_region(regions: &[RemoteMr], p: &TestParams, who: &str) -> Result<RemoteMr, String> {
+    let r = *regions
+        .first()
+        .ok_or_else(|| format!("{who} advertised no region"))?;
+    if r.len < p.region_size || r.addr.checked_add(p.region_size).is_none() {
+        return Err(format!(
+            "{who} advertised a region of {} bytes at {:#x}; the test needs {} bytes",
+            r.len, r.addr, p.region_size
+        ));
+    }
+    Ok(r)
 }
 
 /// Server role: accepts one client on `listener`, takes its parameters, runs, returns.
@@ -836,28 +992,36 @@ fn serve_stream(
     timeout: Duration,
     local: &LocalFabric,
 ) -> Result<(TestParams, EndResult), String> {
-    let mut p = read_params(&s, timeout)?;
-    if p.fabric != local.kind() {
-        return Err(format!(
-            "the client runs --fabric {} but this server runs --fabric {}",
-            p.fabric,
-            local.kind()
-        ));
-    }
-    if let Some(mode) = p.srv6 {
-        let peer = s.peer_addr().map_err(|e| e.to_string())?;
-        p.steering = super::srv6::steering(mode, p.srv6_via, peer.ip(), p.paths, p.burst_size)?;
-    }
-    let side = make_side(&p, udp_bind, local)?;
+    let setup = read_params(&s, timeout).and_then(|mut p| {
+        p.check(timeout.as_secs_f64())
+            .map_err(|e| format!("client's test parameters: {e}"))?;
+        if p.fabric != local.kind() {
+            return Err(format!(
+                "the client runs --fabric {} but this server runs --fabric {}",
+                p.fabric,
+                local.kind()
+            ));
+        }
+        if let Some(mode) = p.srv6 {
+            let peer = s.peer_addr().map_err(|e| e.to_string())?;
+            p.steering = super::srv6::steering(mode, p.srv6_via, peer.ip(), p.paths, p.burst_size)?;
+        }
+        let side = make_side(&p, udp_bind, local)?;
+        Ok((p, side))
+    });
+    // Tell the client, so it reports the reason instead of a broken bootstrap.
+    let reply = match &setup {
+        Ok(_) => format!("{REPLY_OK}\n"),
+        Err(e) => format!("{REPLY_ERROR}{}\n", e.replace('\n', " ")),
+    };
+    let sent = s.write_all(reply.as_bytes());
+    let (p, side) = setup?;
+    sent.map_err(|e| format!("answering the client: {e}"))?;
     if let Some((book, addr)) = &side.verbs {
         verbs::exchange(&mut s, book, addr, timeout)?;
     }
     let c = side.qp.connect_on(s, timeout).map_err(|e| e.to_string())?;
-    let remote = *c
-        .remote
-        .regions
-        .first()
-        .ok_or("client advertised no region")?;
+    let remote = remote_region(&c.remote.regions, &p, "client")?;
     let ctl = CtlStream::new(c.stream)?;
     let r = run_end(&side, remote, ctl, &p, false, timeout, false)?;
     Ok((p, r))
@@ -881,16 +1045,13 @@ pub fn run_client(
     line.push('\n');
     s.write_all(line.as_bytes())
         .map_err(|e| format!("sending test parameters: {e}"))?;
+    read_reply(&s, server, timeout)?;
     let side = make_side(p, udp_bind, local)?;
     if let Some((book, addr)) = &side.verbs {
         verbs::exchange(&mut s, book, addr, timeout)?;
     }
     let c = side.qp.connect_on(s, timeout).map_err(|e| e.to_string())?;
-    let remote = *c
-        .remote
-        .regions
-        .first()
-        .ok_or("server advertised no region")?;
+    let remote = remote_region(&c.remote.regions, p, "server")?;
     let ctl = CtlStream::new(c.stream)?;
     let r = run_end(&side, remote, ctl, p, true, timeout, progress)?;
     Ok((r, c.source_ports))

@@ -216,6 +216,21 @@ pub struct FaultToml {
     pub max_ns: Option<u64>,
 }
 
+/// Largest link propagation delay and jitter a scenario may ask for, ns (1 s: a
+/// datacenter link has microseconds; this bound keeps every event time far from u64
+/// wrap-around).
+pub const MAX_DELAY_NS: u64 = 1_000_000_000;
+
+/// Latest flow start and fault time a scenario may ask for, ns (1 hour of virtual time;
+/// a start near 2^64 wrapped and the flow "finished" in microseconds).
+pub const MAX_TIME_NS: u64 = 3_600_000_000_000;
+
+/// Smallest trim threshold beyond the payload, bytes: the switch trims when the queue plus
+/// the frame exceeds the threshold, so a threshold below one full data frame (payload plus
+/// Ethernet, IPv6, SRH, UDP and mrc headers, under 256 bytes) trims every data packet
+/// and nothing is ever delivered.
+pub const TRIM_HEADROOM_BYTES: u64 = 256;
+
 /// Why a scenario cannot be built.
 #[derive(Debug, thiserror::Error)]
 pub enum ScenarioError {
@@ -260,6 +275,14 @@ impl Scenario {
     /// Errors: [`ScenarioError::Invalid`], [`ScenarioError::Design`].
     pub fn build(&self) -> Result<Built, ScenarioError> {
         let t = &self.topology;
+        if t.propagation_ns > MAX_DELAY_NS {
+            // Event times are u64 ns: a delay near 2^64 wrapped, and packets arrived
+            // before they were sent.
+            return Err(invalid(format!(
+                "topology.propagation_ns = {} is more than {MAX_DELAY_NS} (1 s)",
+                t.propagation_ns
+            )));
+        }
         let input = DesignInput {
             gpus: t.gpus,
             gpus_per_server: t.gpus_per_server,
@@ -309,6 +332,19 @@ impl Scenario {
         };
         let tr = &self.transport;
         let mut transport = TransportSpec::default();
+        let mtu = tr
+            .mtu_payload_bytes
+            .unwrap_or(transport.send.mtu_payload_bytes);
+        if let Some(t) = q.trim_threshold_bytes
+            && t < u64::from(mtu) + TRIM_HEADROOM_BYTES
+        {
+            return Err(invalid(format!(
+                "queue.trim_threshold_bytes = {t} is less than one data frame ({} bytes: \
+                 mtu_payload_bytes {mtu} + {TRIM_HEADROOM_BYTES}): every data packet would \
+                 be trimmed",
+                u64::from(mtu) + TRIM_HEADROOM_BYTES
+            )));
+        }
         if let Some(cc) = &tr.cc {
             transport.cc = cc.parse::<CcKind>().map_err(|e| invalid(e.to_string()))?;
         }
@@ -335,6 +371,12 @@ impl Scenario {
                 return Err(invalid(format!(
                     "flow {} -> {}: hosts are 0..{hosts} and must differ",
                     f.src, f.dst
+                )));
+            }
+            if f.start_ns > MAX_TIME_NS {
+                return Err(invalid(format!(
+                    "flow {} -> {}: start_ns = {} is later than {MAX_TIME_NS} (1 hour)",
+                    f.src, f.dst, f.start_ns
                 )));
             }
             flows.push(FlowSpec {
@@ -447,9 +489,15 @@ fn parse_fault(f: &FaultToml) -> Result<Fault, ScenarioError> {
         "corrupt" => FaultKind::Corrupt { p: p()? },
         "duplicate" => FaultKind::Duplicate { p: p()? },
         "jitter" => FaultKind::Jitter {
-            max_ns: f
-                .max_ns
-                .ok_or_else(|| invalid("fault jitter: needs max_ns"))?,
+            max_ns: match f.max_ns {
+                None => return Err(invalid("fault jitter: needs max_ns")),
+                Some(m) if m > MAX_DELAY_NS => {
+                    return Err(invalid(format!(
+                        "fault jitter: max_ns = {m} is more than {MAX_DELAY_NS} (1 s)"
+                    )));
+                }
+                Some(m) => m,
+            },
         },
         o => return Err(invalid(format!("fault kind {o:?} unknown"))),
     };
@@ -468,6 +516,12 @@ fn parse_fault(f: &FaultToml) -> Result<Fault, ScenarioError> {
             }
         }
     };
+    if f.at_ns > MAX_TIME_NS {
+        return Err(invalid(format!(
+            "fault {}: at_ns = {} is later than {MAX_TIME_NS} (1 hour)",
+            f.kind, f.at_ns
+        )));
+    }
     Ok(Fault {
         at_ns: f.at_ns,
         links,

@@ -139,6 +139,12 @@ pub enum DesignError {
         /// The oversubscription asked for.
         oversubscription: Oversubscription,
     },
+    /// A count of the design does not fit 32 bits (absurd inputs such as 2^32 - 1 GPUs).
+    #[error("{what} of this design do not fit in 32 bits: the inputs are out of range")]
+    TooLarge {
+        /// The count that overflowed.
+        what: &'static str,
+    },
     /// More leaves than a spine has logical ports: two tiers are not enough.
     #[error(
         "{leaves} leaves exceed the {spine_logical_ports} logical ports of a spine (needs a third tier)"
@@ -213,6 +219,16 @@ fn nonzero(field: &'static str, v: u32) -> Result<u32, DesignError> {
     }
 }
 
+/// `a * b`, or [`DesignError::TooLarge`] naming `what`.
+fn mul(a: u32, b: u32, what: &'static str) -> Result<u32, DesignError> {
+    a.checked_mul(b).ok_or(DesignError::TooLarge { what })
+}
+
+/// `a + b`, or [`DesignError::TooLarge`] naming `what`.
+fn add(a: u32, b: u32, what: &'static str) -> Result<u32, DesignError> {
+    a.checked_add(b).ok_or(DesignError::TooLarge { what })
+}
+
 fn breakout(switch: &'static str, port_gbps: u32, lane_gbps: u32) -> Result<u32, DesignError> {
     if port_gbps % lane_gbps != 0 {
         return Err(DesignError::SpeedNotMultiple {
@@ -228,7 +244,7 @@ fn breakout(switch: &'static str, port_gbps: u32, lane_gbps: u32) -> Result<u32,
 ///
 /// Errors: [`DesignError::Zero`], [`DesignError::PlanesNotDivisor`],
 /// [`DesignError::SpeedNotMultiple`], [`DesignError::LeafTooSmall`],
-/// [`DesignError::TooManyLeaves`].
+/// [`DesignError::TooManyLeaves`], [`DesignError::TooLarge`].
 pub fn design(input: &DesignInput) -> Result<FabricDesign, DesignError> {
     let gpus = nonzero("gpus", input.gpus)?;
     let gps = nonzero("gpus_per_server", input.gpus_per_server)?;
@@ -247,10 +263,19 @@ pub fn design(input: &DesignInput) -> Result<FabricDesign, DesignError> {
         });
     }
     let lane = nic / planes;
-    let leaf_ports = input.leaf_radix * breakout("leaf", input.leaf_port_gbps, lane)?;
-    let spine_ports = input.spine_radix * breakout("spine", input.spine_port_gbps, lane)?;
+    let leaf_ports = mul(
+        input.leaf_radix,
+        breakout("leaf", input.leaf_port_gbps, lane)?,
+        "leaf logical ports",
+    )?;
+    let spine_ports = mul(
+        input.spine_radix,
+        breakout("spine", input.spine_port_gbps, lane)?,
+        "spine logical ports",
+    )?;
     let o = input.oversubscription;
-    let down_max = (u64::from(leaf_ports) * u64::from(o.down) / u64::from(o.down + o.up)) as u32;
+    let down_max =
+        (u64::from(leaf_ports) * u64::from(o.down) / (u64::from(o.down) + u64::from(o.up))) as u32;
     let too_small = DesignError::LeafTooSmall {
         logical_ports: leaf_ports,
         oversubscription: o,
@@ -272,23 +297,25 @@ pub fn design(input: &DesignInput) -> Result<FabricDesign, DesignError> {
         down
     }
     .min(per_leaf);
-    let mut up = (u64::from(down) * u64::from(o.up)).div_ceil(u64::from(o.down)) as u32;
-    if down + up > leaf_ports || up == 0 {
+    let up = (u64::from(down) * u64::from(o.up)).div_ceil(u64::from(o.down));
+    if u64::from(down) + up > u64::from(leaf_ports) || up == 0 {
         return Err(too_small);
     }
-    let mut spines = (leaves * up).div_ceil(spine_ports);
-    if up % spines != 0 {
-        let rounded = up.div_ceil(spines) * spines;
-        if down + rounded <= leaf_ports {
-            up = rounded;
-            spines = (leaves * up).div_ceil(spine_ports);
-        }
-    }
+    // up <= leaf_ports - down: fits.
+    let mut up = up as u32;
     if leaves > spine_ports {
         return Err(DesignError::TooManyLeaves {
             leaves,
             spine_logical_ports: spine_ports,
         });
+    }
+    let mut spines = mul(leaves, up, "uplinks")?.div_ceil(spine_ports);
+    if up % spines != 0 {
+        let rounded = up.div_ceil(spines) * spines;
+        if u64::from(down) + u64::from(rounded) <= u64::from(leaf_ports) {
+            up = rounded;
+            spines = mul(leaves, up, "uplinks")?.div_ceil(spine_ports);
+        }
     }
     let plane = PlaneDesign {
         lane_gbps: lane,
@@ -302,16 +329,16 @@ pub fn design(input: &DesignInput) -> Result<FabricDesign, DesignError> {
         nic_links: gpus,
         uplinks: leaves * up,
     };
-    let cables = planes * (gpus + leaves * up);
+    let cables = mul(planes, add(gpus, leaves * up, "cables")?, "cables")?;
     Ok(FabricDesign {
         input: *input,
         servers: gpus.div_ceil(gps),
         nics: gpus,
         plane,
-        leaves: planes * leaves,
-        spines: planes * spines,
+        leaves: mul(planes, leaves, "leaves")?,
+        spines: mul(planes, spines, "spines")?,
         cables,
-        optics: 2 * cables,
+        optics: mul(2, cables, "optics")?,
         actual_oversubscription: f64::from(down) / f64::from(up),
     })
 }
@@ -329,6 +356,43 @@ mod tests {
             d.plane.uplinks_per_leaf,
             d.spines,
         )
+    }
+
+    /// 2^32 - 1 GPUs made `leaves * up` wrap to 0 and panicked on `up % spines`; huge
+    /// radixes overflowed the port counts.
+    #[test]
+    fn absurd_inputs_are_errors_not_overflows() {
+        let e = design(&DesignInput::reference(u32::MAX)).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "134217728 leaves exceed the 64 logical ports of a spine (needs a third tier)"
+        );
+        let mut i = DesignInput::reference(u32::MAX);
+        i.leaf_radix = u32::MAX;
+        assert!(matches!(
+            design(&i),
+            Err(DesignError::TooLarge {
+                what: "leaf logical ports"
+            })
+        ));
+        let mut i = DesignInput::reference(64);
+        i.spine_radix = u32::MAX / 2 + 1;
+        assert!(matches!(
+            design(&i),
+            Err(DesignError::TooLarge {
+                what: "spine logical ports"
+            })
+        ));
+        let mut i = DesignInput::reference(64);
+        i.oversubscription = Oversubscription {
+            down: u32::MAX,
+            up: u32::MAX,
+        };
+        let d = design(&i).unwrap();
+        assert_eq!(
+            (d.plane.downlinks_per_leaf, d.plane.uplinks_per_leaf),
+            (32, 32)
+        );
     }
 
     #[test]

@@ -837,11 +837,17 @@ impl Simulator {
 
     /// The hop-by-hop path a packet from host `src` to host `dst` on `ev` takes (switch
     /// decisions only, no queues, no faults).
+    ///
+    /// Errors: [`SimError::NoSuchHost`], [`SimError::SelfFlow`] (`src == dst`: it used to
+    /// print a host0 -> leaf0 -> host0 -> ... loop), [`SimError::Transport`].
     pub fn trace(&self, src: u32, dst: u32, ev: u32) -> Result<Vec<TraceHop>, SimError> {
         for h in [src, dst] {
             if h >= self.topo.hosts {
                 return Err(SimError::NoSuchHost(h));
             }
+        }
+        if src == dst {
+            return Err(SimError::SelfFlow(src));
         }
         let mut bytes = Vec::new();
         let payload = [0u8; 64];

@@ -287,6 +287,21 @@ impl<C: Controller> Connection<C> {
             // NACKs what it accepted, so the NACK is stale and changes nothing.
             return;
         }
+        let resend_nack = matches!(
+            n.reason,
+            NackReason::Trimmed | NackReason::TrimmedLasthop | NackReason::NoPktBuffer
+        );
+        if resend_nack
+            && self.send.packet(seq).is_some_and(|p| {
+                p.state == PktState::InFlight
+                    && p.transmissions >= self.send.config().nack_retry_limit
+            })
+        {
+            // The path answers every copy of this packet with a NACK: it will never carry
+            // it (see `SendConfig::nack_retry_limit`).
+            self.fail(WcStatus::RetryExceeded);
+            return;
+        }
         match n.reason {
             NackReason::Trimmed | NackReason::TrimmedLasthop => {
                 if let Some((len, ev)) = self.send.queue_retransmit(seq) {

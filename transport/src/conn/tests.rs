@@ -421,6 +421,64 @@ fn trimmed_packet_is_nacked_and_resent_on_another_ev() {
     assert_eq!(completions(&mut a).len(), 1);
 }
 
+/// A path that trims every copy: the packet is resent `nack_retry_limit - 1` times, and
+/// the NACK of its `nack_retry_limit`-th copy fails the work request (it used to be resent
+/// forever, never reaching the RTO retry limit).
+#[test]
+fn packet_trimmed_every_time_fails_after_the_nack_retry_limit() {
+    let cc = || FixedWindowConfig::default().build();
+    let mut ca = cfg(0x11, 0xFF_FFF0, 1);
+    ca.send.nack_retry_limit = 5;
+    let mut a = Connection::new(ca, cc()).unwrap();
+    let mut b = Connection::new(cfg(0x22, 100, 7), cc()).unwrap();
+    a.connect(PeerParams {
+        qpn: 0x22,
+        initial_psn: Psn::new(100),
+        generation: 7,
+    })
+    .unwrap();
+    b.connect(PeerParams {
+        qpn: 0x11,
+        initial_psn: Psn::new(0xFF_FFF0),
+        generation: 1,
+    })
+    .unwrap();
+    let src = fill(&mut a, 4096, 0);
+    let dst = b
+        .regions_mut()
+        .register(4096, Access::REMOTE_WRITE)
+        .unwrap();
+    let sge = Sge {
+        lkey: src.lkey,
+        addr: src.addr,
+        len: 4096,
+    };
+    a.post_write(1, sge, dst.addr, dst.rkey).unwrap();
+    a.post_write(2, sge, dst.addr, dst.rkey).unwrap();
+    let mut trim_all = |bytes: &[u8]| {
+        let mut p = PacketRepr::parse(bytes).unwrap();
+        p.bth.flags.trimmed = true;
+        if let Body::Data(ref mut d) = p.body {
+            d.payload = &[];
+        }
+        let mut out = vec![0u8; p.buffer_len()];
+        p.emit(&mut out).unwrap();
+        Some((out, Ecn::Ect0))
+    };
+    exchange(0, &mut a, &mut b, &mut trim_all);
+    // Two packets, each sent 5 times (4 retransmissions); the 5th trim of the first ends it.
+    assert_eq!(b.stats().trimmed_received, 10);
+    assert_eq!(a.stats().sent, 10);
+    assert_eq!(a.stats().retransmitted, 8);
+    assert_eq!(a.stats().trimmed, 8);
+    assert_eq!(a.state(), ConnState::Error);
+    let c: Vec<(u64, WcStatus)> = completions(&mut a)
+        .iter()
+        .map(|c| (c.wr_id, c.status))
+        .collect();
+    assert_eq!(c, [(1, WcStatus::RetryExceeded), (2, WcStatus::Flushed)]);
+}
+
 #[test]
 fn ecn_ce_is_echoed_and_cnps_are_rate_limited() {
     let (mut a, mut b) = pair();

@@ -67,6 +67,13 @@ pub struct SendConfig {
     /// false: send time, then sequence number (RFC 8985). The engine sets it for a
     /// datapath that reorders bursts.
     pub burst_may_reorder: bool,
+    /// A NACK (TRIMMED, TRIMMED_LASTHOP, NO_PKT_BUFFER) for a packet already sent this
+    /// many times fails the work request with `RetryExceeded` instead of sending it again.
+    /// Without it a switch that trims every packet (a trim threshold below one frame, a
+    /// broken switch) keeps the sender retransmitting at line rate forever: a NACK is an
+    /// answer, so the RTO's `retry_limit` never runs out. Default 256 (an incast trims one
+    /// packet a few times; 256 in a row means the path never carries it).
+    pub nack_retry_limit: u16,
 }
 
 impl Default for SendConfig {
@@ -83,6 +90,7 @@ impl Default for SendConfig {
             peer_max_ack_delay_ns: 10_000,
             go_back_n: false,
             burst_may_reorder: false,
+            nack_retry_limit: 256,
         }
     }
 }
