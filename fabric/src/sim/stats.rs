@@ -19,7 +19,7 @@ const BITMAP_WINDOW_WORDS: u64 = 1 << 14;
 ///
 /// The arrivals above the contiguous prefix are kept as a bitmap of 64-bit words from the
 /// prefix's word on (one bit test per arrival, a word at a time to advance the prefix), and
-/// in an ordered set only for numbers more than [`BITMAP_WINDOW_WORDS`] words ahead, so a
+/// in an ordered set only for numbers more than `BITMAP_WINDOW_WORDS` (2^14) words ahead, so a
 /// far jump costs a set entry, not memory in proportion to the distance.
 #[derive(Clone, Debug, Default)]
 pub struct ReorderTracker {

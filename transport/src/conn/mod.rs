@@ -7,10 +7,16 @@
 //! `new` -> `Init` --`connect(peer)`--> `Ready` --`close()`--> `Draining` --(all work
 //! requests done)--> `Closed`; any state --fatal error--> `Error`. Peer parameters (QPN,
 //! initial PSN, generation) are exchanged out of band, as with RDMA CM. A packet whose
-//! MRCETH generation is not the peer's means the peer restarted: it is dropped and
-//! counted, answered with NACK(GENERATION_MISMATCH), and this connection fails every
-//! outstanding work request with [`WcStatus::GenerationMismatch`] (no silent corruption).
-//! A NACK(GENERATION_MISMATCH) from the peer does the same.
+//! MRCETH generation is not the peer's may mean the peer restarted: it is dropped and
+//! counted and answered with NACK(GENERATION_MISMATCH). One such packet proves nothing (it
+//! may be forged: QPNs are easy to guess), so the connection fails every outstanding work
+//! request with [`WcStatus::GenerationMismatch`] (no silent corruption) only when the
+//! evidence persists: another mismatched packet (or a NACK(GENERATION_MISMATCH) from the
+//! peer) arrives at least one RTO ([`crate::send::SendState::base_rto_ns`], without back-off)
+//! after the first,
+//! with no packet of the peer's generation in between. A restarted peer keeps answering
+//! with its new generation, so it is detected about one RTO after its first answer; a
+//! forger must outlast the real peer's traffic for a whole RTO.
 //!
 //! ```
 //! use mrc_congestion::FixedWindowConfig;
@@ -90,6 +96,9 @@ pub struct Connection<C: Controller> {
     /// Pacing: earliest time the next data packet may leave, ns.
     next_send_ns: u64,
     probe_replies: VecDeque<(u32, u32, u32)>,
+    /// Evidence that the peer restarted: when the first packet of another generation (or a
+    /// NACK(GENERATION_MISMATCH)) arrived since the last packet of the peer's generation.
+    gen_mismatch_since_ns: Option<u64>,
 }
 
 impl<C: Controller> Connection<C> {
@@ -126,6 +135,7 @@ impl<C: Controller> Connection<C> {
             gbn_nacked: None,
             next_send_ns: 0,
             probe_replies: VecDeque::new(),
+            gen_mismatch_since_ns: None,
         })
     }
 

@@ -59,9 +59,20 @@ impl<C: Controller> Connection<C> {
             );
             if !is_gen_nack {
                 self.queue_nack(pkt.bth.psn, NackReason::GenerationMismatch, pkt.mrceth.ev);
-                self.fail(WcStatus::GenerationMismatch);
+                self.note_generation_mismatch(now_ns);
             }
             return;
+        }
+        let is_gen_nack = matches!(
+            pkt.body,
+            Body::Nack(NackRepr {
+                reason: NackReason::GenerationMismatch,
+                ..
+            })
+        );
+        if !is_gen_nack {
+            // A packet of the peer's generation: the peer has not restarted.
+            self.gen_mismatch_since_ns = None;
         }
         match pkt.body {
             Body::Data(d) => self.on_data(now_ns, &pkt, &d, ecn == Ecn::Ce),
@@ -99,6 +110,18 @@ impl<C: Controller> Connection<C> {
 
     /// Counts a dropped datagram by reason, for the connection and for the EV named in its
     /// MRCETH (when that EV is one of ours).
+    /// One piece of evidence that the peer restarted (see the module docs of
+    /// [`crate::conn`]): fails the connection when the evidence is at least one RTO old.
+    fn note_generation_mismatch(&mut self, now_ns: u64) {
+        match self.gen_mismatch_since_ns {
+            None => self.gen_mismatch_since_ns = Some(now_ns),
+            Some(since) if now_ns.saturating_sub(since) >= self.send.base_rto_ns() => {
+                self.fail(WcStatus::GenerationMismatch);
+            }
+            Some(_) => {}
+        }
+    }
+
     fn drop_pkt(&mut self, ev: u32, reason: DropReason) {
         self.stats.drops.add(reason);
         if let Some(p) = self.paths.index_of(ev).and_then(|i| self.paths.get_mut(i)) {
@@ -269,7 +292,7 @@ impl<C: Controller> Connection<C> {
             // The peer does not know our generation (it restarted): its PSN is in its
             // own space, so it is not checked against ours.
             self.stats.nacks_received += 1;
-            self.fail(WcStatus::GenerationMismatch);
+            self.note_generation_mismatch(now_ns);
             return;
         }
         let seq = Psn::new(n.psn).unwrap(self.send.snd_una());

@@ -327,6 +327,12 @@ impl SendState {
         self.failed
     }
 
+    /// The RTO without back-off, ns: RFC 6298 `SRTT + 4 RTTVAR` (the initial RTO before the
+    /// first sample), clamped to `[min_rto_ns, max_rto_ns]`.
+    pub fn base_rto_ns(&self) -> u64 {
+        self.rtt.rto_ns(self.cfg.min_rto_ns, self.cfg.max_rto_ns)
+    }
+
     /// Current RTO including back-off, ns.
     pub fn rto_ns(&self) -> u64 {
         let base = self.rtt.rto_ns(self.cfg.min_rto_ns, self.cfg.max_rto_ns);
