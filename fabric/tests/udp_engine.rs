@@ -449,3 +449,16 @@ fn the_bootstrap_returns_only_once_the_peer_qp_is_connected() {
     let c = qa.wait_send_cq(T).unwrap().unwrap();
     assert_eq!((c.wr_id, c.status), (1, WcStatus::Success));
 }
+
+#[test]
+fn qp_defaults_use_the_software_datapath_timers() {
+    // An engine thread can be descheduled for milliseconds: the transport's 1 ms initial
+    // RTO fired on the first 1 MiB burst on loopback (examples/embed.rs resent 64 of 257).
+    let c = QpConfig::default();
+    assert_eq!(c.conn.send.min_rto_ns, 20_000_000);
+    assert_eq!(c.conn.send.initial_rto_ns, 80_000_000);
+    assert_eq!(c.conn.send.max_rto_ns, 100_000_000);
+    assert_eq!(c.conn.send.min_reorder_window_ns, 500_000);
+    assert_eq!(c.conn.send.peer_max_ack_delay_ns, 500_000);
+    assert_eq!(c.conn.evs.len(), 16);
+}

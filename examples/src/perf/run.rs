@@ -135,15 +135,12 @@ pub struct Side {
 /// Packets in flight and receive window: 4096 (16 MiB of 4 KiB packets; a userspace
 /// engine on loopback has RTTs of hundreds of microseconds under load).
 pub const OUTSTANDING_PACKETS: u32 = 4096;
-/// RTO floor, ns: 20 ms. The transport's 200 us default suits a NIC; an engine thread that
-/// shares its cores with other work is descheduled for longer. Measured on the testbed
-/// (2 cores, load average 5-7): with a 2 ms floor about one run in four fired 1-6
-/// spurious RTOs, each resending the whole flight (hundreds of packets) with every EV
-/// ASSUMED_BAD; with 20 ms, none. Losses are found by RACK and tail loss probes first;
-/// the RTO is the last resort (`--min-rto-us` sets it).
-pub const MIN_RTO_NS: u64 = 20_000_000;
-/// RACK reorder window floor and assumed peer ACK delay, ns: 500 us (scheduling jitter).
-pub const REORDER_WINDOW_NS: u64 = 500_000;
+/// RTO floor, ns: the engine's [`mrc_fabric::engine::SOFTWARE_MIN_RTO_NS`] (20 ms; why there).
+/// `--min-rto-us` sets it.
+pub const MIN_RTO_NS: u64 = mrc_fabric::engine::SOFTWARE_MIN_RTO_NS;
+/// RACK reorder window floor and assumed peer ACK delay, ns: the engine's
+/// [`mrc_fabric::engine::SOFTWARE_REORDER_WINDOW_NS`] (500 us, scheduling jitter).
+pub const REORDER_WINDOW_NS: u64 = mrc_fabric::engine::SOFTWARE_REORDER_WINDOW_NS;
 
 fn qp_config(p: &TestParams) -> Result<QpConfig, String> {
     let cc: CcKind = p.cc.parse().map_err(|e| format!("--cc: {e}"))?;

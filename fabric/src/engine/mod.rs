@@ -36,6 +36,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use mrc_congestion::{AnyController, CcKind, LinkParams};
 use mrc_transport::completion::Completion;
 use mrc_transport::region::{AccessError, MrKey};
+use mrc_transport::send::SendConfig;
 use mrc_transport::stats::{ConnStats, EvStats};
 use mrc_transport::{Access, ConnConfig, ConnState, PeerParams, PostError, Psn, Sge};
 use std::collections::HashMap;
@@ -93,10 +94,44 @@ pub struct QpConfig {
     pub marks: Vec<u32>,
 }
 
+/// RTO floor of a QP on a software datapath, ns: 20 ms. The transport's own default (200 us,
+/// with a 1 ms initial RTO) suits a fabric whose endpoints answer within microseconds, such
+/// as the simulator's; an engine thread on a shared core can be descheduled for
+/// milliseconds, and its first 1 MiB burst on loopback took more than 1 ms to be
+/// acknowledged (`examples/embed.rs` then resent 64 of 257 packets on every run). Measured
+/// on the SRv6 testbed (2 cores, load average 5-7): with a 2 ms floor about one run in four
+/// fired spurious RTOs, with 20 ms none. Losses are found by RACK and tail loss probes
+/// first; the RTO is the last resort.
+pub const SOFTWARE_MIN_RTO_NS: u64 = 20_000_000;
+
+/// RACK reorder-window floor and assumed peer ACK delay of a QP on a software datapath,
+/// ns: 500 us (scheduling jitter of the engine threads).
+pub const SOFTWARE_REORDER_WINDOW_NS: u64 = 500_000;
+
+/// The transport's send configuration with the timers of a software datapath:
+/// [`SOFTWARE_MIN_RTO_NS`] as RTO floor, four times it as initial RTO (before the first RTT
+/// sample), [`SOFTWARE_REORDER_WINDOW_NS`] as reorder-window floor and peer ACK delay; the
+/// rest as [`SendConfig::default`].
+pub fn software_send_config() -> SendConfig {
+    let d = SendConfig::default();
+    SendConfig {
+        min_rto_ns: SOFTWARE_MIN_RTO_NS,
+        initial_rto_ns: 4 * SOFTWARE_MIN_RTO_NS,
+        max_rto_ns: d.max_rto_ns.max(4 * SOFTWARE_MIN_RTO_NS),
+        min_reorder_window_ns: SOFTWARE_REORDER_WINDOW_NS,
+        peer_max_ack_delay_ns: SOFTWARE_REORDER_WINDOW_NS,
+        ..d
+    }
+}
+
 impl Default for QpConfig {
+    /// 16 EVs, no congestion control, and the timers of [`software_send_config`].
     fn default() -> Self {
         QpConfig {
-            conn: ConnConfig::default(),
+            conn: ConnConfig {
+                send: software_send_config(),
+                ..ConnConfig::default()
+            },
             cc: CcKind::None,
             link: LinkParams {
                 line_rate_bps: 100_000_000_000,
