@@ -652,7 +652,12 @@ impl SendState {
         let reorders = self.cfg.burst_may_reorder;
         for seq in self.snd_una..end {
             let Some(p) = self.packet_mut(seq) else { break };
-            if p.state != PktState::InFlight || !rack.overtaken(p.last_sent_ns, seq, reorders) {
+            // The sequence tie-break (RFC 8985) orders packets sent at the same ns by PSN,
+            // which is their transmission order only for first transmissions: a
+            // retransmission leaves after every higher PSN's original, so it is overtaken
+            // only by a packet sent at a strictly later ns.
+            let strict = reorders || p.transmissions > 1;
+            if p.state != PktState::InFlight || !rack.overtaken(p.last_sent_ns, seq, strict) {
                 continue;
             }
             let deadline = rack.deadline_ns(p.last_sent_ns, reo);

@@ -476,3 +476,33 @@ fn a_burst_reordered_by_the_datapath_declares_no_loss() {
     let l = r.st.detect_losses(10_000_000, &mut r.paths, &mut r.stats);
     assert_eq!(l.lost_packets, 15);
 }
+
+#[test]
+fn a_retransmission_is_not_overtaken_by_an_original_sent_at_the_same_ns() {
+    // PSN 0 is resent at 1 ms in the same burst as PSN 1's first transmission; PSN 1 is
+    // SACKed. The PSN tie-break would call the retransmission of 0 overtaken (0 < 1), but it
+    // left after 1's original: only a packet sent at a later ns overtakes it.
+    let mut r = Rig::new(0, &[0, 1]);
+    r.st.post(spec(1, 2 * MTU));
+    assert_eq!(r.send(0, 1), vec![(0, 0)]);
+    let l = r.st.on_rto(1_000_000, &mut r.paths, &mut r.stats);
+    assert_eq!(l.lost_packets, 1);
+    let sent = r.send(1_000_000, 2);
+    assert_eq!(sent.iter().map(|s| s.0).collect::<Vec<_>>(), vec![0, 1]);
+    let ev1 = sent[1].1;
+    r.sack(1_010_000, 0, 1, 1, Some((ev1, 1_000_000)));
+    let l = r.st.detect_losses(50_000_000, &mut r.paths, &mut r.stats);
+    assert_eq!(l, LossOutcome::default());
+    assert_eq!(r.st.rack_timer_ns(), None);
+    // A packet sent at a later ns and SACKed does overtake it: lost at 1 ms + RTT of the
+    // later packet (10 us) + the 50 us reorder window of the rig.
+    r.st.post(spec(2, MTU));
+    let sent = r.send(1_001_000, 1);
+    assert_eq!(sent[0].0, 2);
+    r.sack(1_011_000, 0, 1, 0b11, Some((sent[0].1, 1_001_000)));
+    let l = r.st.detect_losses(1_059_999, &mut r.paths, &mut r.stats);
+    assert_eq!(l.lost_packets, 0);
+    assert_eq!(r.st.rack_timer_ns(), Some(1_060_000));
+    let l = r.st.detect_losses(1_060_000, &mut r.paths, &mut r.stats);
+    assert_eq!(l.lost_packets, 1);
+}
