@@ -204,6 +204,24 @@ impl Pkt {
     }
 }
 
+/// Drains a sender endpoint's completions: the first one ends its flow at `now_ns`
+/// (done on success, failed otherwise) and counts it in `flows_done`.
+fn record_completions(e: &mut Endpoint, flows: &mut [FlowRt], flows_done: &mut u32, now_ns: u64) {
+    while let Some(c) = e.conn.poll_completion() {
+        let Some(f) = flows.get_mut(e.flow as usize) else {
+            continue;
+        };
+        if f.done_ns.is_none() && !f.failed {
+            if c.status == WcStatus::Success {
+                f.done_ns = Some(now_ns);
+            } else {
+                f.failed = true;
+            }
+            *flows_done += 1;
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy)]
 struct FlowRt {
     spec: FlowSpec,
@@ -1279,6 +1297,8 @@ impl Simulator {
             host.rx_bad_frames += 1;
             return;
         };
+        // The QPN needs only the BTH's first 8 bytes: a shorter datagram for a known QP is
+        // the QP's to count as malformed.
         let qpn = payload
             .get(5..8)
             .map(|b| u32::from_be_bytes([0, b[0], b[1], b[2]]));
@@ -1294,32 +1314,14 @@ impl Simulator {
         let ev = ev_of_port(repr.packet.src_port);
         let ecn = Ecn::from_bits(repr.packet.traffic_class);
         // Receiver-side arrival order of untrimmed data PSNs.
-        if let (Some(&op), Some(&flags), Some(psn)) = (
-            payload.first(),
-            payload.get(frame::BTH_TRIMMED_BYTE),
-            payload.get(9..12),
-        ) {
-            if mrc_transport::wire::Opcode::from(op).is_data()
-                && flags & frame::BTH_TRIMMED_BIT == 0
-            {
-                let psn = u32::from_be_bytes([0, psn[0], psn[1], psn[2]]);
-                let off = psn.wrapping_sub(e.peer_initial_psn) & 0x00FF_FFFF;
-                e.tracker.on_arrival(u64::from(off));
-            }
+        let bth = mrc_transport::wire::Bth::new_checked(payload).ok();
+        if let Some(b) = bth.filter(|b| b.opcode().is_data() && !b.trimmed()) {
+            let off = b.psn().wrapping_sub(e.peer_initial_psn) & 0x00FF_FFFF;
+            e.tracker.on_arrival(u64::from(off));
         }
         e.conn.handle_datagram(now, ev, ecn, payload);
         if e.is_sender {
-            while let Some(c) = e.conn.poll_completion() {
-                let f = &mut self.flows[e.flow as usize];
-                if f.done_ns.is_none() && !f.failed {
-                    if c.status == WcStatus::Success {
-                        f.done_ns = Some(now);
-                    } else {
-                        f.failed = true;
-                    }
-                    self.flows_done += 1;
-                }
-            }
+            record_completions(e, &mut self.flows, &mut self.flows_done, now);
         } else {
             while e.conn.poll_completion().is_some() {}
         }
@@ -1343,17 +1345,7 @@ impl Simulator {
                 e.conn.handle_timeout(now);
                 // Timeouts may fail a flow (retry limit).
                 if e.is_sender {
-                    while let Some(c) = e.conn.poll_completion() {
-                        let f = &mut self.flows[e.flow as usize];
-                        if f.done_ns.is_none() && !f.failed {
-                            if c.status == WcStatus::Success {
-                                f.done_ns = Some(now);
-                            } else {
-                                f.failed = true;
-                            }
-                            self.flows_done += 1;
-                        }
-                    }
+                    record_completions(e, &mut self.flows, &mut self.flows_done, now);
                 }
             }
         }
