@@ -269,22 +269,16 @@ impl TestbedPlan {
                 leaf_ifname: format!("h{h}"),
             })
             .collect();
-        let leaves: Vec<Switch> = (0..n(p.leaves))
-            .map(|i| Switch {
-                name: format!("l{i}"),
-                sid: a48(0xe10 + i, 0),
-                usid: 0xe100 + i,
-                usid_prefix: usid_container(0xe100 + i, 0),
-            })
-            .collect();
-        let spines: Vec<Switch> = (0..n(p.spines))
-            .map(|j| Switch {
-                name: format!("s{j}"),
-                sid: a48(0xe00 + j, 0),
-                usid: 0xe000 + j,
-                usid_prefix: usid_container(0xe000 + j, 0),
-            })
-            .collect();
+        // Switch `i` of a tier: name `{prefix}{i}`, uSID `usid_base + i`, End SID in
+        // subnet `usid_base / 16 + i` of the plan's /48 (leaves 0xe10i, spines 0xe00i).
+        let switch = |prefix: char, usid_base: u16, i: u16| Switch {
+            name: format!("{prefix}{i}"),
+            sid: a48((usid_base >> 4) + i, 0),
+            usid: usid_base + i,
+            usid_prefix: usid_container(usid_base + i, 0),
+        };
+        let leaves: Vec<Switch> = (0..n(p.leaves)).map(|i| switch('l', 0xe100, i)).collect();
+        let spines: Vec<Switch> = (0..n(p.spines)).map(|j| switch('s', 0xe000, j)).collect();
         let mut links = Vec::new();
         for i in 0..n(p.leaves) {
             for j in 0..n(p.spines) {
