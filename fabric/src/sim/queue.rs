@@ -345,6 +345,28 @@ mod tests {
         assert_eq!(e.probability(300), 1.0);
     }
 
+    /// A 4000-byte trimmable data packet, ECN-capable or not (RED coin 0.5).
+    fn data(ect: bool) -> Arrival {
+        Arrival {
+            len: 4_000,
+            trimmable: true,
+            control: false,
+            ect,
+            coin: 0.5,
+        }
+    }
+
+    /// A 100-byte control packet (SACK/NACK), ECN-capable.
+    fn control() -> Arrival {
+        Arrival {
+            len: 100,
+            trimmable: false,
+            control: true,
+            ect: true,
+            coin: 0.5,
+        }
+    }
+
     #[test]
     fn admission_drop_tail_trim_and_marking() {
         let mut st = PortStats::default();
@@ -357,95 +379,26 @@ mod tests {
             control_priority: true,
         };
         assert_eq!(
-            q.admit(
-                &cfg,
-                Arrival {
-                    len: 4_000,
-                    trimmable: true,
-                    control: false,
-                    ect: true,
-                    coin: 0.5
-                },
-                &mut st
-            ),
+            q.admit(&cfg, data(true), &mut st),
             Admit::Normal { mark_ce: false }
         );
         q.push_normal(1, 4_000, &mut st);
         assert_eq!(
-            q.admit(
-                &cfg,
-                Arrival {
-                    len: 4_000,
-                    trimmable: true,
-                    control: false,
-                    ect: true,
-                    coin: 0.5
-                },
-                &mut st
-            ),
+            q.admit(&cfg, data(true), &mut st),
             Admit::Normal { mark_ce: true }
         );
         assert_eq!(
-            q.admit(
-                &cfg,
-                Arrival {
-                    len: 4_000,
-                    trimmable: true,
-                    control: false,
-                    ect: false,
-                    coin: 0.5
-                },
-                &mut st
-            ),
+            q.admit(&cfg, data(false), &mut st),
             Admit::Normal { mark_ce: false }
         );
         q.push_normal(2, 4_000, &mut st);
-        assert_eq!(
-            q.admit(
-                &cfg,
-                Arrival {
-                    len: 4_000,
-                    trimmable: true,
-                    control: false,
-                    ect: true,
-                    coin: 0.5
-                },
-                &mut st
-            ),
-            Admit::Drop
-        );
+        assert_eq!(q.admit(&cfg, data(true), &mut st), Admit::Drop);
         let trim = QueueConfig {
             trim_threshold_bytes: Some(8_000),
             ..cfg
         };
-        assert_eq!(
-            q.admit(
-                &trim,
-                Arrival {
-                    len: 4_000,
-                    trimmable: true,
-                    control: false,
-                    ect: true,
-                    coin: 0.5
-                },
-                &mut st
-            ),
-            Admit::Trim
-        );
-        assert_eq!(
-            q.admit(
-                &trim,
-                Arrival {
-                    len: 100,
-                    trimmable: false,
-                    control: true,
-                    ect: true,
-                    coin: 0.5
-                },
-                &mut st
-            ),
-            Admit::Priority
-        );
+        assert_eq!(q.admit(&trim, data(true), &mut st), Admit::Trim);
+        assert_eq!(q.admit(&trim, control(), &mut st), Admit::Priority);
         q.push_priority(3, 100);
         assert_eq!(q.peek(), Some(&(3, 100)));
         assert_eq!(q.pop(), Some(3));
