@@ -83,6 +83,16 @@ fn fill<C: Controller>(c: &mut Connection<C>, len: usize, seed: u8) -> MrKey {
     k
 }
 
+/// Posts an RDMA WRITE of `len` bytes from the start of `src` to the start of `dst`.
+fn write_whole(c: &mut Conn, wr_id: u64, src: &MrKey, dst: &MrKey, len: u32) {
+    let sge = Sge {
+        lkey: src.lkey,
+        addr: src.addr,
+        len,
+    };
+    c.post_write(wr_id, sge, dst.addr, dst.rkey).unwrap();
+}
+
 fn completions(c: &mut Conn) -> Vec<Completion> {
     std::iter::from_fn(|| c.poll_completion()).collect()
 }
@@ -284,17 +294,7 @@ fn draining_finishes_outstanding_work_then_closes() {
         .regions_mut()
         .register(4096, Access::REMOTE_WRITE)
         .unwrap();
-    a.post_write(
-        5,
-        Sge {
-            lkey: src.lkey,
-            addr: src.addr,
-            len: 4096,
-        },
-        dst.addr,
-        dst.rkey,
-    )
-    .unwrap();
+    write_whole(&mut a, 5, &src, &dst, 4096);
     a.close().unwrap();
     assert_eq!(a.state(), ConnState::Draining);
     exchange(0, &mut a, &mut b, &mut pass);
@@ -316,28 +316,8 @@ fn restarted_peer_gives_error_completions() {
         .regions_mut()
         .register(8192, Access::REMOTE_WRITE)
         .unwrap();
-    a.post_write(
-        1,
-        Sge {
-            lkey: src.lkey,
-            addr: src.addr,
-            len: 8192,
-        },
-        dst.addr,
-        dst.rkey,
-    )
-    .unwrap();
-    a.post_write(
-        2,
-        Sge {
-            lkey: src.lkey,
-            addr: src.addr,
-            len: 8192,
-        },
-        dst.addr,
-        dst.rkey,
-    )
-    .unwrap();
+    write_whole(&mut a, 1, &src, &dst, 8192);
+    write_whole(&mut a, 2, &src, &dst, 8192);
     // b restarts as generation 8 (same QPN, fresh state) before anything arrives
     let mut b2 = Connection::new(cfg(0x22, 100, 8), FixedWindowConfig::default().build()).unwrap();
     b2.connect(PeerParams {
@@ -398,17 +378,7 @@ fn one_forged_generation_does_not_kill_the_connection() {
         .regions_mut()
         .register(64 * 1024, Access::REMOTE_WRITE)
         .unwrap();
-    a.post_write(
-        9,
-        Sge {
-            lkey: src.lkey,
-            addr: src.addr,
-            len: 64 * 1024,
-        },
-        dst.addr,
-        dst.rkey,
-    )
-    .unwrap();
+    write_whole(&mut a, 9, &src, &dst, 64 * 1024);
     let mut forged = 0;
     let mut forge = |bytes: &[u8]| {
         if forged < 3 {
@@ -455,17 +425,7 @@ fn trimmed_packet_is_nacked_and_resent_on_another_ev() {
         .regions_mut()
         .register(3 * 4096, Access::REMOTE_WRITE)
         .unwrap();
-    a.post_write(
-        1,
-        Sge {
-            lkey: src.lkey,
-            addr: src.addr,
-            len: 3 * 4096,
-        },
-        dst.addr,
-        dst.rkey,
-    )
-    .unwrap();
+    write_whole(&mut a, 1, &src, &dst, 3 * 4096);
     let mut n = 0;
     let mut trim_second = |bytes: &[u8]| {
         n += 1;
@@ -565,17 +525,7 @@ fn ecn_ce_is_echoed_and_cnps_are_rate_limited() {
         .regions_mut()
         .register(4 * 4096, Access::REMOTE_WRITE)
         .unwrap();
-    a.post_write(
-        1,
-        Sge {
-            lkey: src.lkey,
-            addr: src.addr,
-            len: 4 * 4096,
-        },
-        dst.addr,
-        dst.rkey,
-    )
-    .unwrap();
+    write_whole(&mut a, 1, &src, &dst, 4 * 4096);
     let mut ce = |bytes: &[u8]| Some((bytes.to_vec(), Ecn::Ce));
     exchange(0, &mut a, &mut b, &mut ce);
     assert_eq!(b.stats().ecn_ce_received, 4);
@@ -583,17 +533,7 @@ fn ecn_ce_is_echoed_and_cnps_are_rate_limited() {
     assert_eq!(a.stats().cnps_received, 1);
     assert_eq!(a.stats().ecn_marked, 4);
     // 50 us later a CE mark gives the next CNP
-    a.post_write(
-        2,
-        Sge {
-            lkey: src.lkey,
-            addr: src.addr,
-            len: 4096,
-        },
-        dst.addr,
-        dst.rkey,
-    )
-    .unwrap();
+    write_whole(&mut a, 2, &src, &dst, 4096);
     exchange(50_000, &mut a, &mut b, &mut ce);
     assert_eq!(b.stats().cnps_sent, 2);
 }
