@@ -2,7 +2,7 @@
 //! carries nothing; ECN-marked EVs are skipped for a rotation.
 
 use mrc_congestion::{FixedWindow, FixedWindowConfig};
-use mrc_tests::harness::{Action, Faults, NetConfig, Pair, Side, conn_config};
+use mrc_tests::harness::{Action, Faults, NetConfig, Pair, Regions, Side, conn_config};
 use mrc_transport::path::PathState;
 use mrc_transport::send::SendConfig;
 use mrc_transport::{ConnState, WcStatus};
@@ -17,17 +17,9 @@ fn pair(net: NetConfig, n_evs: u32) -> Pair<FixedWindow> {
     Pair::new(ca, cc(), conn_config(0xB, 0, 1, n_evs, 2), cc(), net)
 }
 
-#[test]
-fn all_paths_black_holed_fails_with_retry_exceeded_then_flushed() {
-    let net = NetConfig {
-        faults: Faults {
-            black_holes: (0..4).map(|ev| (ev, 0)).collect(),
-            ..Faults::default()
-        },
-        ..NetConfig::default()
-    };
-    let mut p = pair(net, 4);
-    let r = p.regions(3 * 4096, 1);
+/// Posts two 4096-byte WRITEs (wr_id 1, 2) that cannot get through, runs until both
+/// complete: the first with RetryExceeded, the second Flushed, the connection in Error.
+fn two_writes_fail(p: &mut Pair<FixedWindow>, r: &Regions) {
     p.a.post_write(1, r.src_sge(0, 4096), r.dst.addr, r.dst.rkey)
         .unwrap();
     p.a.post_write(2, r.src_sge(4096, 4096), r.dst.addr + 4096, r.dst.rkey)
@@ -43,6 +35,20 @@ fn all_paths_black_holed_fails_with_retry_exceeded_then_flushed() {
         vec![(1, WcStatus::RetryExceeded), (2, WcStatus::Flushed)]
     );
     assert_eq!(p.a.state(), ConnState::Error);
+}
+
+#[test]
+fn all_paths_black_holed_fails_with_retry_exceeded_then_flushed() {
+    let net = NetConfig {
+        faults: Faults {
+            black_holes: (0..4).map(|ev| (ev, 0)).collect(),
+            ..Faults::default()
+        },
+        ..NetConfig::default()
+    };
+    let mut p = pair(net, 4);
+    let r = p.regions(3 * 4096, 1);
+    two_writes_fail(&mut p, &r);
     // initial RTO 1 ms, back-off 2, 4, 8 ms, the 4th expiry fails: 1 + 2 + 4 + 8 = 15 ms
     assert_eq!(p.now_ns, 15_000_000);
     assert_eq!(p.a.stats().timeouts, 4);
@@ -66,21 +72,7 @@ fn all_evs_denied_fails_with_retry_exceeded_like_a_black_hole() {
         p.b.set_ev_denied(ev, true);
     }
     let r = p.regions(2 * 4096, 1);
-    p.a.post_write(1, r.src_sge(0, 4096), r.dst.addr, r.dst.rkey)
-        .unwrap();
-    p.a.post_write(2, r.src_sge(4096, 4096), r.dst.addr + 4096, r.dst.rkey)
-        .unwrap();
-    let mut done = Vec::new();
-    assert!(p.run_until(10_000_000_000, |p| {
-        done.extend(p.a_completions());
-        done.len() == 2
-    }));
-    let got: Vec<(u64, WcStatus)> = done.iter().map(|c| (c.wr_id, c.status)).collect();
-    assert_eq!(
-        got,
-        vec![(1, WcStatus::RetryExceeded), (2, WcStatus::Flushed)]
-    );
-    assert_eq!(p.a.state(), ConnState::Error);
+    two_writes_fail(&mut p, &r);
     // 1 + 2 + 4 + 8 ms: the 4th expiry exceeds retry limit 3
     assert_eq!(p.now_ns, 15_000_000);
     assert_eq!(p.a.stats().timeouts, 4);
