@@ -150,14 +150,10 @@ fn qp_config(p: &TestParams) -> Result<QpConfig, String> {
             send: SendConfig {
                 mtu_payload_bytes: p.mtu,
                 max_outstanding_packets: OUTSTANDING_PACKETS,
-                min_reorder_window_ns: p.reorder_window_us.saturating_mul(1000),
-                initial_rto_ns: 4 * p.min_rto_us.saturating_mul(1000),
-                min_rto_ns: p.min_rto_us.saturating_mul(1000),
-                max_rto_ns: SendConfig::default()
-                    .max_rto_ns
-                    .max(4 * p.min_rto_us.saturating_mul(1000)),
-                peer_max_ack_delay_ns: p.reorder_window_us.saturating_mul(1000),
-                ..SendConfig::default()
+                ..mrc_fabric::engine::software_send_config(
+                    p.min_rto_us.saturating_mul(1000),
+                    p.reorder_window_us.saturating_mul(1000),
+                )
             },
             recv_window_packets: OUTSTANDING_PACKETS,
             ..ConnConfig::default()

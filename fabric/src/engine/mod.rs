@@ -108,28 +108,31 @@ pub const SOFTWARE_MIN_RTO_NS: u64 = 20_000_000;
 /// ns: 500 us (scheduling jitter of the engine threads).
 pub const SOFTWARE_REORDER_WINDOW_NS: u64 = 500_000;
 
-/// The transport's send configuration with the timers of a software datapath:
-/// [`SOFTWARE_MIN_RTO_NS`] as RTO floor, four times it as initial RTO (before the first RTT
-/// sample), [`SOFTWARE_REORDER_WINDOW_NS`] as reorder-window floor and peer ACK delay; the
-/// rest as [`SendConfig::default`].
-pub fn software_send_config() -> SendConfig {
+/// The transport's send configuration with the timers of a software datapath: RTO floor
+/// `min_rto_ns`, four times it as initial RTO (before the first RTT sample) and at least as
+/// the RTO ceiling, `reorder_window_ns` as reorder-window floor and as the peer's assumed
+/// ACK delay; the rest as [`SendConfig::default`]. [`QpConfig::default`] passes
+/// [`SOFTWARE_MIN_RTO_NS`] and [`SOFTWARE_REORDER_WINDOW_NS`].
+pub fn software_send_config(min_rto_ns: u64, reorder_window_ns: u64) -> SendConfig {
     let d = SendConfig::default();
+    let initial_rto_ns = min_rto_ns.saturating_mul(4);
     SendConfig {
-        min_rto_ns: SOFTWARE_MIN_RTO_NS,
-        initial_rto_ns: 4 * SOFTWARE_MIN_RTO_NS,
-        max_rto_ns: d.max_rto_ns.max(4 * SOFTWARE_MIN_RTO_NS),
-        min_reorder_window_ns: SOFTWARE_REORDER_WINDOW_NS,
-        peer_max_ack_delay_ns: SOFTWARE_REORDER_WINDOW_NS,
+        min_rto_ns,
+        initial_rto_ns,
+        max_rto_ns: d.max_rto_ns.max(initial_rto_ns),
+        min_reorder_window_ns: reorder_window_ns,
+        peer_max_ack_delay_ns: reorder_window_ns,
         ..d
     }
 }
 
 impl Default for QpConfig {
-    /// 16 EVs, no congestion control, and the timers of [`software_send_config`].
+    /// 16 EVs, no congestion control, and the timers of [`software_send_config`] with
+    /// [`SOFTWARE_MIN_RTO_NS`] and [`SOFTWARE_REORDER_WINDOW_NS`].
     fn default() -> Self {
         QpConfig {
             conn: ConnConfig {
-                send: software_send_config(),
+                send: software_send_config(SOFTWARE_MIN_RTO_NS, SOFTWARE_REORDER_WINDOW_NS),
                 ..ConnConfig::default()
             },
             cc: CcKind::None,

@@ -48,21 +48,6 @@ impl<C: Controller> Connection<C> {
             self.drop_pkt(ev_in, DropReason::UnknownOpcode);
             return;
         }
-        if pkt.mrceth.generation != peer.generation {
-            self.drop_pkt(ev_in, DropReason::GenerationMismatch);
-            let is_gen_nack = matches!(
-                pkt.body,
-                Body::Nack(NackRepr {
-                    reason: NackReason::GenerationMismatch,
-                    ..
-                })
-            );
-            if !is_gen_nack {
-                self.queue_nack(pkt.bth.psn, NackReason::GenerationMismatch, pkt.mrceth.ev);
-                self.note_generation_mismatch(now_ns);
-            }
-            return;
-        }
         let is_gen_nack = matches!(
             pkt.body,
             Body::Nack(NackRepr {
@@ -70,6 +55,14 @@ impl<C: Controller> Connection<C> {
                 ..
             })
         );
+        if pkt.mrceth.generation != peer.generation {
+            self.drop_pkt(ev_in, DropReason::GenerationMismatch);
+            if !is_gen_nack {
+                self.queue_nack(pkt.bth.psn, NackReason::GenerationMismatch, pkt.mrceth.ev);
+                self.note_generation_mismatch(now_ns);
+            }
+            return;
+        }
         if !is_gen_nack {
             // A packet of the peer's generation: the peer has not restarted.
             self.gen_mismatch_since_ns = None;
