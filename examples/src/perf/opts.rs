@@ -129,7 +129,7 @@ pub struct TestOpts {
     /// Consecutive packets per EV (one GSO send); 1 = pure per-packet spraying.
     #[arg(long = "burst-size", default_value_t = 1, global = true)]
     pub burst_size: u32,
-    /// Report bandwidth in Gb/s instead of MB/s.
+    /// Report bandwidth in Gb/s (10^9 bits) instead of MB/s (perftest's MB: 2^20 bytes).
     #[arg(long = "report-gbits", global = true)]
     pub report_gbits: bool,
     /// Print one JSON object instead of the table.

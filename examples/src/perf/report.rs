@@ -333,7 +333,8 @@ impl<'a> Report<'a> {
             "bytes_moved": bytes,
             "bw_peak_gbps": s.peak_bps.max(avg) * 8.0 / 1e9,
             "bw_avg_gbps": avg * 8.0 / 1e9,
-            "bw_avg_mbps": avg / (1u64 << 20) as f64,
+            // perftest's "BW average[MB/sec]" is MiB/s (2^20 bytes); the name says so.
+            "bw_avg_mib_per_s": avg / (1u64 << 20) as f64,
             "msg_rate_mpps": s.completions as f64 / s.elapsed_s.max(1e-9) / 1e6,
             "cpu_s": self.r.cpu_s,
             "cpu_s_per_gb": self.cpu_s_per_gb(),
@@ -410,5 +411,8 @@ mod tests {
         // 40e9 bytes in 1000 s = 0.32 Gb/s, 5 Mpps.
         assert!((v["bw_avg_gbps"].as_f64().unwrap() - 0.32).abs() < 1e-9);
         assert!((v["msg_rate_mpps"].as_f64().unwrap() - 5.0).abs() < 1e-9);
+        // 40e9 bytes / 1000 s / 2^20 = 38.14697265625 MiB/s.
+        assert!((v["bw_avg_mib_per_s"].as_f64().unwrap() - 38.146_972_656_25).abs() < 1e-9);
+        assert!(v.get("bw_avg_mbps").is_none());
     }
 }
