@@ -89,6 +89,43 @@ fn loopback_ipv6_verify_text() {
 }
 
 #[test]
+fn latency_path_selection_recycle_keeps_one_ev_round_robin_spreads_exactly() {
+    // One 8-byte ping in flight: REPS reuses the EV of the last acknowledged packet, so all
+    // 32 first transmissions go on EV 0; round-robin puts 8 on each of the 4 EVs.
+    let first_sends = |v: &Value| -> Vec<u64> {
+        v["evs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["packets"].as_u64().unwrap() - e["retransmits"].as_u64().unwrap())
+            .collect()
+    };
+    let args = |sel| {
+        [
+            "loopback",
+            "--test",
+            "lat",
+            "-n",
+            "32",
+            "--paths",
+            "4",
+            "--path-selection",
+            sel,
+            "--json",
+        ]
+    };
+    let v = json(&args("recycle"));
+    assert_eq!(v["path_selection"], "recycle");
+    assert_eq!(first_sends(&v), [32, 0, 0, 0]);
+    let v = json(&args("round-robin"));
+    assert_eq!(v["path_selection"], "round-robin");
+    assert_eq!(first_sends(&v), [8, 8, 8, 8]);
+    let (o, _) = perf(&["loopback", "--path-selection", "random"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("invalid value 'random'"));
+}
+
+#[test]
 fn loopback_latency_exact_iterations() {
     let v = json(&[
         "loopback", "--test", "lat", "-n", "200", "--verify", "--json",

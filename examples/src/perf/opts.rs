@@ -81,8 +81,35 @@ macro_rules! display_as_value {
         }
     };
 }
+/// How the sender picks the EV of each packet (the transport's
+/// `mrc_transport::path::Selection`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PathSelection {
+    /// Recycled entropy (REPS): reuse the EV of the oldest packet acknowledged without ECN
+    /// CE; round-robin when none is waiting. With one packet in flight (`--test lat`) this
+    /// keeps reusing one EV while it stays good.
+    #[default]
+    Recycle,
+    /// Round-robin over the good EVs.
+    RoundRobin,
+    /// Power of two choices on each EV's smoothed RTT.
+    PowerOfTwo,
+}
+
+impl From<PathSelection> for mrc_transport::path::Selection {
+    fn from(s: PathSelection) -> Self {
+        match s {
+            PathSelection::Recycle => Self::Recycle,
+            PathSelection::RoundRobin => Self::RoundRobin,
+            PathSelection::PowerOfTwo => Self::PowerOfTwo,
+        }
+    }
+}
+
 display_as_value!(TestKind);
 display_as_value!(Fabric);
+display_as_value!(PathSelection);
 
 fn parse_cc(s: &str) -> Result<CcKind, String> {
     s.parse::<CcKind>().map_err(|e| e.to_string())
@@ -129,6 +156,10 @@ pub struct TestOpts {
     /// Consecutive packets per EV (one GSO send); 1 = pure per-packet spraying.
     #[arg(long = "burst-size", default_value_t = 1, global = true)]
     pub burst_size: u32,
+    /// How each side picks the EV of a packet: recycle (REPS), round-robin or
+    /// power-of-two (both ends use the client's choice).
+    #[arg(long = "path-selection", value_enum, default_value_t = PathSelection::Recycle, global = true)]
+    pub path_selection: PathSelection,
     /// Report bandwidth in Gb/s (10^9 bits) instead of MB/s (perftest's MB: 2^20 bytes).
     #[arg(long = "report-gbits", global = true)]
     pub report_gbits: bool,
@@ -242,6 +273,9 @@ pub struct TestParams {
     /// RACK reorder window floor, us (both ends).
     #[serde(default = "default_reorder_window_us")]
     pub reorder_window_us: u64,
+    /// EV selection (both ends).
+    #[serde(default)]
+    pub path_selection: PathSelection,
 }
 
 fn default_min_rto_us() -> u64 {
@@ -349,6 +383,7 @@ impl TestOpts {
             fabric: self.fabric,
             min_rto_us: self.min_rto_us,
             reorder_window_us: self.reorder_window_us,
+            path_selection: self.path_selection,
         };
         p.check(self.timeout)?;
         Ok(p)

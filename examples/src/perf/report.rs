@@ -200,13 +200,14 @@ impl<'a> Report<'a> {
         o += "\n";
         o += &format!("                    {}\n", self.title());
         o += &format!(
-            " Paths (EVs)     : {:<8} MTU payload : {} bytes   Burst/EV : {}\n CC              : {:<8} TX depth    : {:<8}     Verify   : {}\n",
+            " Paths (EVs)     : {:<8} MTU payload : {} bytes   Burst/EV : {}\n CC              : {:<8} TX depth    : {:<8}     Verify   : {}\n EV selection    : {}\n",
             p.paths,
             p.mtu,
             p.burst_size,
             p.cc,
             p.tx_depth,
-            if p.verify { "on" } else { "off" }
+            if p.verify { "on" } else { "off" },
+            p.path_selection
         );
         o += RULE;
         o += "\n";
@@ -341,6 +342,7 @@ impl<'a> Report<'a> {
             "lat_us": lat.map(|l| json!({"min": l.min, "max": l.max, "typical": l.typical, "avg": l.avg,
                                          "stdev": l.stdev, "p99": l.p99, "p999": l.p999})),
             "paths": p.paths, "mtu": p.mtu, "cc": p.cc, "burst_size": p.burst_size,
+            "path_selection": p.path_selection.to_string(),
             "tx_depth": p.tx_depth, "verify": p.verify, "bidirectional": p.bidirectional,
             "sent_packets": self.r.conn.sent,
             "retransmitted": self.r.conn.retransmitted,

@@ -156,6 +156,7 @@ fn qp_config(p: &TestParams) -> Result<QpConfig, String> {
                 )
             },
             recv_window_packets: OUTSTANDING_PACKETS,
+            selection: p.path_selection.into(),
             ..ConnConfig::default()
         },
         cc,
