@@ -4,8 +4,8 @@
 //! datagram.
 
 use super::{
-    ConnId, Datapath, DatapathError, DatapathStats, PathMap, PortAllocator, PortLease, RxDatagram,
-    TxBatch, TxReport, Waker,
+    ConnId, ConnTable, Datapath, DatapathError, DatapathStats, PathMap, PortAllocator, PortLease,
+    RxDatagram, TxBatch, TxReport, Waker,
 };
 use mrc_transport::Ecn;
 use std::collections::{HashMap, VecDeque};
@@ -99,7 +99,6 @@ impl FakeNet {
 struct FakeConn {
     peer: SocketAddr,
     leases: Vec<PortLease>,
-    socket_of: HashMap<u32, usize>,
 }
 
 struct FakeWaker {
@@ -122,8 +121,8 @@ impl Waker for FakeWaker {
 pub struct FakeDatapath {
     net: FakeNet,
     addr: SocketAddr,
-    conns: HashMap<ConnId, FakeConn>,
-    next_conn: u32,
+    /// Route of an EV: its socket index.
+    conns: ConnTable<FakeConn, usize>,
     stats: DatapathStats,
     scratch: Vec<(SocketAddr, Ecn, Vec<u8>)>,
 }
@@ -149,8 +148,7 @@ impl FakeDatapath {
         FakeDatapath {
             net: net.clone(),
             addr,
-            conns: HashMap::new(),
-            next_conn: 0,
+            conns: ConnTable::default(),
             stats: DatapathStats::default(),
             scratch: Vec::new(),
         }
@@ -169,54 +167,33 @@ impl Datapath for FakeDatapath {
     }
 
     fn open_conn(&mut self, peer: SocketAddr, paths: &PathMap) -> Result<ConnId, DatapathError> {
-        paths.check()?;
-        if peer.is_ipv6() != self.addr.is_ipv6() {
-            return Err(DatapathError::FamilyMismatch(peer));
-        }
+        paths.check_peer(self.addr, peer)?;
         let leases = (0..paths.sockets())
             .map(|_| self.net.ports.alloc())
             .collect::<Result<Vec<_>, _>>()?;
-        let id = ConnId(self.next_conn);
-        self.next_conn = self.next_conn.wrapping_add(1);
-        self.conns.insert(
-            id,
-            FakeConn {
-                peer,
-                leases,
-                socket_of: paths.socket_of(),
-            },
-        );
-        Ok(id)
+        Ok(self
+            .conns
+            .insert(FakeConn { peer, leases }, paths.socket_of()))
     }
 
     fn close_conn(&mut self, conn: ConnId) {
-        self.conns.remove(&conn);
+        self.conns.remove(conn);
     }
 
     fn source_ports(&self, conn: ConnId) -> Option<Vec<u16>> {
         self.conns
-            .get(&conn)
+            .get(conn)
             .map(|c| c.leases.iter().map(PortLease::port).collect())
     }
 
     fn tx_burst(&mut self, batch: &TxBatch) -> Result<TxReport, DatapathError> {
         // Resolve everything first: an unknown conn/EV sends nothing.
         let mut resolved = Vec::with_capacity(batch.len());
-        for i in 0..batch.len() {
-            let Some((m, bytes)) = batch.get(i) else {
-                continue;
-            };
-            let c = self
-                .conns
-                .get(&m.conn)
-                .ok_or(DatapathError::UnknownConn(m.conn))?;
-            let s = *c.socket_of.get(&m.ev).ok_or(DatapathError::UnknownEv {
-                conn: m.conn,
-                ev: m.ev,
-            })?;
+        let ip = self.addr.ip();
+        self.conns.resolve(batch, |_, m, bytes, c, &s| {
             let port = c.leases.get(s).map_or(0, PortLease::port);
-            resolved.push((SocketAddr::new(self.addr.ip(), port), c.peer, m.ecn, bytes));
-        }
+            resolved.push((SocketAddr::new(ip, port), c.peer, m.ecn, bytes));
+        })?;
         let mut report = TxReport::default();
         let mut st = self.net.lock();
         for (from, to, ecn, bytes) in resolved {
@@ -242,8 +219,7 @@ impl Datapath for FakeDatapath {
         }
         drop(st);
         self.net.inner.cv.notify_all();
-        self.stats.tx_datagrams += report.datagrams;
-        self.stats.tx_calls += report.send_calls;
+        self.stats.count_tx(&report);
         Ok(report)
     }
 

@@ -32,6 +32,7 @@
 //! consecutive packets on one source port (one GSO send): the packets-per-EV burst knob of
 //! DESIGN.md section 7 (1 = pure per-packet spraying).
 
+mod conns;
 mod fake;
 pub mod ports;
 mod sock;
@@ -41,6 +42,8 @@ pub use fake::{FakeDatapath, FakeNet, FakeVerdict};
 pub use ports::{DEFAULT_PORT_RANGE, PortAllocator, PortError, PortLease};
 pub use sock::{read_sticky_rthdr, srh_bytes};
 pub use uring::{UdpConfig, UringDatapath};
+
+pub(crate) use conns::ConnTable;
 
 use crate::srv6::SrhRepr;
 use mrc_transport::Ecn;
@@ -144,6 +147,20 @@ impl PathMap {
         }
         if self.evs_per_socket == 0 {
             return Err(DatapathError::BadPathMap("evs_per_socket is 0".into()));
+        }
+        Ok(())
+    }
+
+    /// [`PathMap::check`], and that `peer` is of the address family of `local` (the
+    /// receive socket's address).
+    pub(crate) fn check_peer(
+        &self,
+        local: SocketAddr,
+        peer: SocketAddr,
+    ) -> Result<(), DatapathError> {
+        self.check()?;
+        if peer.is_ipv6() != local.is_ipv6() {
+            return Err(DatapathError::FamilyMismatch(peer));
         }
         Ok(())
     }
@@ -292,6 +309,15 @@ pub struct DatapathStats {
     pub rx_calls: u64,
     /// Receives that failed or were truncated.
     pub rx_errors: u64,
+}
+
+impl DatapathStats {
+    /// Adds what one [`Datapath::tx_burst`] did to the send counters.
+    pub(crate) fn count_tx(&mut self, report: &TxReport) {
+        self.tx_datagrams += report.datagrams;
+        self.tx_calls += report.send_calls;
+        self.tx_errors += report.errors;
+    }
 }
 
 /// Wakes a datapath blocked in [`Datapath::wait`] from another thread.

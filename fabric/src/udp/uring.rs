@@ -5,13 +5,12 @@
 
 use super::sock::{self, CMSG_BYTES, CmsgBuf};
 use super::{
-    ConnId, DEFAULT_RX_PORT, Datapath, DatapathError, DatapathStats, MAX_GSO_BYTES,
+    ConnId, ConnTable, DEFAULT_RX_PORT, Datapath, DatapathError, DatapathStats, MAX_GSO_BYTES,
     MAX_GSO_SEGMENTS, PathMap, PortAllocator, PortLease, RxDatagram, TxBatch, TxReport, Waker,
 };
 use io_uring::{IoUring, opcode, types};
 use mrc_transport::Ecn;
 use socket2::{SockAddr, Socket};
-use std::collections::HashMap;
 use std::io;
 use std::mem::size_of;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -82,7 +81,6 @@ struct EvSocket {
 
 struct UConn {
     sockets: Vec<EvSocket>,
-    socket_of: HashMap<u32, usize>,
 }
 
 /// One GSO group of a burst: datagrams `order[start..start+count]` on one socket.
@@ -123,8 +121,8 @@ pub struct UringDatapath {
     slots: Box<[RxSlot]>,
     waker: Arc<EventFdWaker>,
     eventfd_buf: Box<u64>,
-    conns: HashMap<ConnId, UConn>,
-    next_conn: u32,
+    /// Route of an EV: its socket index in [`UConn::sockets`].
+    conns: ConnTable<UConn, usize>,
     // Send scratch, reused between bursts.
     order: Vec<(u64, u32)>,
     groups: Vec<Group>,
@@ -204,8 +202,7 @@ impl UringDatapath {
             slots,
             waker: Arc::new(EventFdWaker { fd }),
             eventfd_buf: Box::new(0),
-            conns: HashMap::new(),
-            next_conn: 0,
+            conns: ConnTable::default(),
             order: Vec::new(),
             groups: Vec::new(),
             iovs: Vec::new(),
@@ -312,7 +309,7 @@ impl UringDatapath {
     pub fn sticky_rthdr(&self, conn: ConnId, socket: usize) -> Result<Vec<u8>, DatapathError> {
         let c = self
             .conns
-            .get(&conn)
+            .get(conn)
             .ok_or(DatapathError::UnknownConn(conn))?;
         let s = c
             .sockets
@@ -324,19 +321,10 @@ impl UringDatapath {
     fn build_groups(&mut self, batch: &TxBatch) -> Result<(), DatapathError> {
         self.order.clear();
         self.groups.clear();
-        for i in 0..batch.len() {
-            let Some((m, _)) = batch.get(i) else { continue };
-            let c = self
-                .conns
-                .get(&m.conn)
-                .ok_or(DatapathError::UnknownConn(m.conn))?;
-            let s = *c.socket_of.get(&m.ev).ok_or(DatapathError::UnknownEv {
-                conn: m.conn,
-                ev: m.ev,
-            })?;
-            self.order
-                .push(((u64::from(m.conn.0) << 32) | s as u64, i as u32));
-        }
+        let order = &mut self.order;
+        self.conns.resolve(batch, |i, m, _, _, &s| {
+            order.push(((u64::from(m.conn.0) << 32) | s as u64, i as u32));
+        })?;
         // Stable: order within a socket is kept.
         self.order.sort_by_key(|&(k, _)| k);
         let max_segs = if self.cfg.gso { MAX_GSO_SEGMENTS } else { 1 };
@@ -350,7 +338,7 @@ impl UringDatapath {
             let sidx = (key & 0xFFFF_FFFF) as usize;
             let fd = self
                 .conns
-                .get(&conn)
+                .get(conn)
                 .and_then(|c| c.sockets.get(sidx))
                 .map(|s| s.sock.as_raw_fd())
                 .ok_or(DatapathError::UnknownConn(conn))?;
@@ -390,10 +378,7 @@ impl Datapath for UringDatapath {
     }
 
     fn open_conn(&mut self, peer: SocketAddr, paths: &PathMap) -> Result<ConnId, DatapathError> {
-        paths.check()?;
-        if peer.is_ipv6() != self.local.is_ipv6() {
-            return Err(DatapathError::FamilyMismatch(peer));
-        }
+        paths.check_peer(self.local, peer)?;
         if !paths.srh.is_empty() && !peer.is_ipv6() {
             return Err(DatapathError::BadPathMap("an SRH needs IPv6".into()));
         }
@@ -413,25 +398,16 @@ impl Datapath for UringDatapath {
             let mark = (!paths.marks.is_empty()).then(|| paths.marks[s % paths.marks.len()]);
             sockets.push(self.open_socket(peer, srh, mark)?);
         }
-        let id = ConnId(self.next_conn);
-        self.next_conn = self.next_conn.wrapping_add(1);
-        self.conns.insert(
-            id,
-            UConn {
-                sockets,
-                socket_of: paths.socket_of(),
-            },
-        );
-        Ok(id)
+        Ok(self.conns.insert(UConn { sockets }, paths.socket_of()))
     }
 
     fn close_conn(&mut self, conn: ConnId) {
-        self.conns.remove(&conn);
+        self.conns.remove(conn);
     }
 
     fn source_ports(&self, conn: ConnId) -> Option<Vec<u16>> {
         self.conns
-            .get(&conn)
+            .get(conn)
             .map(|c| c.sockets.iter().map(|s| s.lease.port()).collect())
     }
 
@@ -514,9 +490,7 @@ impl Datapath for UringDatapath {
             }
             next = end;
         }
-        self.stats.tx_datagrams += report.datagrams;
-        self.stats.tx_calls += report.send_calls;
-        self.stats.tx_errors += report.errors;
+        self.stats.count_tx(&report);
         Ok(report)
     }
 

@@ -31,7 +31,8 @@ use super::sport::{ROCEV2_DPORT, flow_label_for_ev, flow_label_to_udp_sport};
 #[cfg(feature = "verbs")]
 use super::sys::Device;
 use crate::udp::{
-    ConnId, Datapath, DatapathError, DatapathStats, PathMap, RxDatagram, TxBatch, TxReport, Waker,
+    ConnId, ConnTable, Datapath, DatapathError, DatapathStats, PathMap, RxDatagram, TxBatch,
+    TxReport, Waker,
 };
 use mrc_transport::Ecn;
 use std::collections::HashMap;
@@ -103,7 +104,6 @@ struct Route {
 }
 
 struct VConn {
-    routes: HashMap<u32, Route>,
     /// Predicted UDP source port per QP group (flow-label NICs).
     ports: Vec<u16>,
 }
@@ -124,8 +124,7 @@ pub struct VerbsDatapath<N: Nic> {
     rq_posted: Vec<u32>,
     peers: PeerBook,
     ahs: HashMap<(Ipv6Addr, u32), usize>,
-    conns: HashMap<ConnId, VConn>,
-    next_conn: u32,
+    conns: ConnTable<VConn, Route>,
     stats: DatapathStats,
     vstats: VerbsStats,
     // Scratch, reused between bursts.
@@ -270,8 +269,7 @@ impl<N: Nic> VerbsDatapath<N> {
             sqs,
             peers: PeerBook::default(),
             ahs: HashMap::new(),
-            conns: HashMap::new(),
-            next_conn: 0,
+            conns: ConnTable::default(),
             stats: DatapathStats::default(),
             vstats: VerbsStats::default(),
             wcs: Vec::with_capacity(POLL_BATCH),
@@ -430,12 +428,7 @@ impl<N: Nic> Datapath for VerbsDatapath<N> {
     }
 
     fn open_conn(&mut self, peer: SocketAddr, paths: &PathMap) -> Result<ConnId, DatapathError> {
-        if paths.evs.is_empty() {
-            return Err(DatapathError::BadPathMap("no EVs".into()));
-        }
-        if paths.evs_per_socket == 0 {
-            return Err(DatapathError::BadPathMap("evs_per_socket is 0".into()));
-        }
+        paths.check()?;
         if !paths.srh.is_empty() {
             return Err(DatapathError::BadPathMap(
                 "a segment list per EV needs the udp or raw datapath, not verbs".into(),
@@ -480,20 +473,17 @@ impl<N: Nic> Datapath for VerbsDatapath<N> {
                 },
             );
         }
-        let id = ConnId(self.next_conn);
-        self.next_conn += 1;
-        self.conns.insert(id, VConn { routes, ports });
-        Ok(id)
+        Ok(self.conns.insert(VConn { ports }, routes))
     }
 
     fn close_conn(&mut self, conn: ConnId) {
-        self.conns.remove(&conn);
+        self.conns.remove(conn);
     }
 
     /// The UDP source port each QP group leaves on from a flow-label NIC (0 when
     /// `flow_label_per_ev` is off: the NIC chooses).
     fn source_ports(&self, conn: ConnId) -> Option<Vec<u16>> {
-        self.conns.get(&conn).map(|c| c.ports.clone())
+        self.conns.get(conn).map(|c| c.ports.clone())
     }
 
     fn tx_burst(&mut self, batch: &TxBatch) -> Result<TxReport, DatapathError> {
@@ -504,18 +494,9 @@ impl<N: Nic> Datapath for VerbsDatapath<N> {
         for q in &mut self.per_qp {
             q.clear();
         }
-        for i in 0..batch.len() {
-            let Some((m, _)) = batch.get(i) else { continue };
-            let conn = self
-                .conns
-                .get(&m.conn)
-                .ok_or(DatapathError::UnknownConn(m.conn))?;
-            let r = conn.routes.get(&m.ev).ok_or(DatapathError::UnknownEv {
-                conn: m.conn,
-                ev: m.ev,
-            })?;
-            self.per_qp[r.qp as usize].push(i);
-        }
+        let per_qp = &mut self.per_qp;
+        self.conns
+            .resolve(batch, |i, _, _, _, r| per_qp[r.qp as usize].push(i))?;
         let mut report = TxReport::default();
         let max = self.cfg.max_datagram_bytes as usize;
         for qp in 0..self.per_qp.len() {
@@ -549,7 +530,7 @@ impl<N: Nic> Datapath for VerbsDatapath<N> {
                         continue;
                     }
                 }
-                let Some(r) = self.conns.get(&m.conn).and_then(|c| c.routes.get(&m.ev)) else {
+                let Ok((_, r)) = self.conns.route(m.conn, m.ev) else {
                     let _ = self.send_pool.free(slot);
                     continue;
                 };
@@ -598,9 +579,7 @@ impl<N: Nic> Datapath for VerbsDatapath<N> {
             report.datagrams += posted as u64;
             report.send_calls += 1;
         }
-        self.stats.tx_datagrams += report.datagrams;
-        self.stats.tx_calls += report.send_calls;
-        self.stats.tx_errors += report.errors;
+        self.stats.count_tx(&report);
         Ok(report)
     }
 

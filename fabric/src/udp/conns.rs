@@ -1,0 +1,162 @@
+//! [`ConnTable`]: the open connections of one datapath and the route of each of their EVs,
+//! the bookkeeping the fake, io_uring and verbs datapaths share. A datapath keeps its own
+//! per-connection state `C` (peer and port leases, EV sockets, predicted source ports) and
+//! per-EV route `R` (a socket index, a QP and address handle); the table hands out
+//! [`ConnId`]s and resolves a [`TxBatch`] datagram's `(conn, ev)` to them.
+
+use super::{ConnId, DatapathError, TxBatch, TxMeta};
+use std::collections::HashMap;
+
+struct Entry<C, R> {
+    conn: C,
+    routes: HashMap<u32, R>,
+}
+
+/// Connections by [`ConnId`], each with its EV -> route map. Ids count up from 0 and wrap
+/// at `u32::MAX`.
+pub(crate) struct ConnTable<C, R> {
+    conns: HashMap<ConnId, Entry<C, R>>,
+    next: u32,
+}
+
+impl<C, R> Default for ConnTable<C, R> {
+    fn default() -> Self {
+        ConnTable {
+            conns: HashMap::new(),
+            next: 0,
+        }
+    }
+}
+
+impl<C, R> ConnTable<C, R> {
+    /// Adds a connection with the route of each of its EVs; returns its new id.
+    pub(crate) fn insert(&mut self, conn: C, routes: HashMap<u32, R>) -> ConnId {
+        let id = ConnId(self.next);
+        self.next = self.next.wrapping_add(1);
+        self.conns.insert(id, Entry { conn, routes });
+        id
+    }
+
+    /// Forgets a connection (dropping its state: sockets close, port leases return).
+    pub(crate) fn remove(&mut self, id: ConnId) {
+        self.conns.remove(&id);
+    }
+
+    /// The state of connection `id`.
+    pub(crate) fn get(&self, id: ConnId) -> Option<&C> {
+        self.conns.get(&id).map(|e| &e.conn)
+    }
+
+    /// Connections open.
+    pub(crate) fn len(&self) -> usize {
+        self.conns.len()
+    }
+
+    /// The state of connection `id` and the route of its EV `ev`.
+    ///
+    /// # Errors
+    /// [`DatapathError::UnknownConn`] when `id` is not open, else
+    /// [`DatapathError::UnknownEv`] when `ev` is not one of its EVs.
+    pub(crate) fn route(&self, id: ConnId, ev: u32) -> Result<(&C, &R), DatapathError> {
+        let e = self.conns.get(&id).ok_or(DatapathError::UnknownConn(id))?;
+        let r = e
+            .routes
+            .get(&ev)
+            .ok_or(DatapathError::UnknownEv { conn: id, ev })?;
+        Ok((&e.conn, r))
+    }
+
+    /// Resolves every datagram of `batch` in order, calling `f(index, meta, bytes, conn,
+    /// route)` for each.
+    ///
+    /// # Errors
+    /// As [`ConnTable::route`], at the first datagram that names an unknown connection or
+    /// EV (`f` has seen the datagrams before it; the caller sends nothing of the batch).
+    pub(crate) fn resolve<'b>(
+        &self,
+        batch: &'b TxBatch,
+        mut f: impl FnMut(usize, TxMeta, &'b [u8], &C, &R),
+    ) -> Result<(), DatapathError> {
+        for i in 0..batch.len() {
+            let Some((m, bytes)) = batch.get(i) else {
+                continue;
+            };
+            let (c, r) = self.route(m.conn, m.ev)?;
+            f(i, m, bytes, c, r);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mrc_transport::Ecn;
+
+    fn table() -> ConnTable<&'static str, usize> {
+        let mut t = ConnTable::default();
+        assert_eq!(t.insert("a", HashMap::from([(7, 0), (9, 1)])), ConnId(0));
+        assert_eq!(t.insert("b", HashMap::from([(7, 2)])), ConnId(1));
+        t
+    }
+
+    #[test]
+    fn ids_count_up_and_survive_removal() {
+        let mut t = table();
+        t.remove(ConnId(0));
+        assert_eq!(t.len(), 1);
+        assert_eq!(t.get(ConnId(0)), None);
+        assert_eq!(t.get(ConnId(1)), Some(&"b"));
+        assert_eq!(t.insert("c", HashMap::new()), ConnId(2));
+    }
+
+    #[test]
+    fn route_names_conn_before_ev() {
+        let t = table();
+        assert_eq!(t.route(ConnId(0), 9).ok(), Some((&"a", &1)));
+        assert_eq!(t.route(ConnId(1), 7).ok(), Some((&"b", &2)));
+        assert!(matches!(
+            t.route(ConnId(5), 7),
+            Err(DatapathError::UnknownConn(ConnId(5)))
+        ));
+        assert!(matches!(
+            t.route(ConnId(1), 9),
+            Err(DatapathError::UnknownEv {
+                conn: ConnId(1),
+                ev: 9
+            })
+        ));
+    }
+
+    #[test]
+    fn resolve_stops_at_first_unknown() {
+        let t = table();
+        let mut batch = TxBatch::new(4, 8);
+        assert!(batch.push(ConnId(1), 7, Ecn::NotEct, b"xy"));
+        assert!(batch.push(ConnId(0), 9, Ecn::Ect0, b"z"));
+        let mut seen = Vec::new();
+        let r = t.resolve(&batch, |i, m, bytes, c, r| {
+            seen.push((i, m.ev, bytes.to_vec(), *c, *r))
+        });
+        assert!(r.is_ok());
+        assert_eq!(
+            seen,
+            vec![
+                (0, 7, b"xy".to_vec(), "b", 2),
+                (1, 9, b"z".to_vec(), "a", 1)
+            ]
+        );
+        assert!(batch.push(ConnId(0), 8, Ecn::NotEct, b"w"));
+        assert!(batch.push(ConnId(0), 7, Ecn::NotEct, b"v"));
+        seen.clear();
+        let r = t.resolve(&batch, |i, _, _, _, _| seen.push((i, 0, Vec::new(), "", 0)));
+        assert!(matches!(
+            r,
+            Err(DatapathError::UnknownEv {
+                conn: ConnId(0),
+                ev: 8
+            })
+        ));
+        assert_eq!(seen.len(), 2);
+    }
+}
