@@ -722,15 +722,8 @@ impl Qp {
         server: impl ToSocketAddrs + std::fmt::Debug,
         timeout: Duration,
     ) -> Result<Connected, EngineError> {
-        let (remote, udp, mut stream) = bootstrap::connect(server, &self.local_info(), timeout)?;
-        let source_ports = self.connect(&remote, udp)?;
-        bootstrap::ready(&mut stream)?;
-        Ok(Connected {
-            remote,
-            udp,
-            stream,
-            source_ports,
-        })
+        let (remote, udp, stream) = bootstrap::connect(server, &self.local_info(), timeout)?;
+        self.finish_bootstrap(remote, udp, stream)
     }
 
     /// Server side of the TCP bootstrap: accepts one client on `listener`, exchanges
@@ -743,15 +736,8 @@ impl Qp {
         listener: &TcpListener,
         timeout: Duration,
     ) -> Result<Connected, EngineError> {
-        let (remote, udp, mut stream) = bootstrap::accept(listener, &self.local_info(), timeout)?;
-        let source_ports = self.connect(&remote, udp)?;
-        bootstrap::ready(&mut stream)?;
-        Ok(Connected {
-            remote,
-            udp,
-            stream,
-            source_ports,
-        })
+        let (remote, udp, stream) = bootstrap::accept(listener, &self.local_info(), timeout)?;
+        self.finish_bootstrap(remote, udp, stream)
     }
 
     /// The bootstrap on a TCP stream the application already opened (either side):
@@ -765,7 +751,18 @@ impl Qp {
         stream: TcpStream,
         timeout: Duration,
     ) -> Result<Connected, EngineError> {
-        let (remote, udp, mut stream) = bootstrap::exchange(stream, &self.local_info(), timeout)?;
+        let (remote, udp, stream) = bootstrap::exchange(stream, &self.local_info(), timeout)?;
+        self.finish_bootstrap(remote, udp, stream)
+    }
+
+    /// The end of every TCP bootstrap: [`Qp::connect`] to what the peer sent, then
+    /// [`bootstrap::ready`] on the stream.
+    fn finish_bootstrap(
+        &self,
+        remote: QpInfo,
+        udp: SocketAddr,
+        mut stream: TcpStream,
+    ) -> Result<Connected, EngineError> {
         let source_ports = self.connect(&remote, udp)?;
         bootstrap::ready(&mut stream)?;
         Ok(Connected {
@@ -817,14 +814,7 @@ impl Qp {
         remote_addr: u64,
         rkey: u32,
     ) -> Result<(), PostError> {
-        self.check_sge(&sge, None)?;
-        self.post(Wr::Write {
-            wr_id,
-            sge,
-            remote_addr,
-            rkey,
-            imm: None,
-        })
+        self.write(wr_id, sge, remote_addr, rkey, None)
     }
 
     /// Posts an RDMA WRITE with immediate data (the peer gets a `RecvRdmaWithImm`).
@@ -839,13 +829,24 @@ impl Qp {
         rkey: u32,
         imm: u32,
     ) -> Result<(), PostError> {
+        self.write(wr_id, sge, remote_addr, rkey, Some(imm))
+    }
+
+    fn write(
+        &self,
+        wr_id: u64,
+        sge: Sge,
+        remote_addr: u64,
+        rkey: u32,
+        imm: Option<u32>,
+    ) -> Result<(), PostError> {
         self.check_sge(&sge, None)?;
         self.post(Wr::Write {
             wr_id,
             sge,
             remote_addr,
             rkey,
-            imm: Some(imm),
+            imm,
         })
     }
 
