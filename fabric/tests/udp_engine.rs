@@ -1,10 +1,12 @@
 //! The engine and the embedding API: over the fake in-memory datapath (no sockets) and over
 //! io_uring UDP on loopback (127.0.0.1 and ::1) with the TCP bootstrap on loopback.
 
-use mrc_fabric::engine::{Context, EngineConfig, Qp, QpConfig, VerifySpec, pattern};
+mod engine_common;
+
+use engine_common::PatternWrites;
+use mrc_fabric::engine::{Context, EngineConfig, Qp, QpConfig};
 use mrc_fabric::udp::{FakeDatapath, FakeNet, FakeVerdict, PortAllocator, UdpConfig};
 use mrc_transport::completion::{WcOpcode, WcStatus};
-use mrc_transport::region::MrKey;
 use mrc_transport::{Access, Sge};
 use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
@@ -37,60 +39,19 @@ fn connect_direct(qa: &Qp, qb: &Qp, a_addr: SocketAddr, b_addr: SocketAddr) {
 
 /// Writes `iters` messages of `size` bytes from `qa` into slots of `qb` with immediates
 /// 0..iters, pattern-filled; returns (send completions, recv completions).
-fn regs(qa: &Qp, qb: &Qp, size: usize, slots: usize) -> (MrKey, MrKey) {
-    let src = qa.reg_mr(size * slots, Access::LOCAL_WRITE).unwrap();
-    let dst = qb
-        .reg_mr(size * slots, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
-        .unwrap();
-    (src, dst)
-}
-
 fn write_iters(qa: &Qp, qb: &Qp, size: usize, slots: usize, iters: u64) -> (u64, u64) {
-    let (src, dst) = regs(qa, qb, size, slots);
-    write_iters_in(qa, qb, src, dst, size, slots, iters)
+    write_iters_in(qa, qb, &PatternWrites::new(qa, qb, size, slots, 99), iters)
 }
 
-fn write_iters_in(
-    qa: &Qp,
-    qb: &Qp,
-    src: MrKey,
-    dst: MrKey,
-    size: usize,
-    slots: usize,
-    iters: u64,
-) -> (u64, u64) {
-    qb.set_verify(VerifySpec {
-        lkey: dst.lkey,
-        slot_bytes: size as u64,
-        slots: slots as u64,
-        seed: 99,
-    })
-    .unwrap();
-    for i in 0..(2 * slots as u64) {
-        qb.post_recv(
-            i,
-            Sge {
-                lkey: dst.lkey,
-                addr: dst.addr,
-                len: 0,
-            },
-        )
-        .unwrap();
+/// As [`write_iters`], in regions registered already.
+fn write_iters_in(qa: &Qp, qb: &Qp, w: &PatternWrites, iters: u64) -> (u64, u64) {
+    w.set_verify(qb);
+    for i in 0..(2 * w.slots as u64) {
+        qb.post_recv(i, w.recv_sge()).unwrap();
     }
     let (mut posted, mut done, mut recvd) = (0u64, 0u64, 0u64);
     while done < iters || recvd < iters {
-        while posted < iters && posted - done < slots as u64 {
-            let slot = (posted % slots as u64) * size as u64;
-            qa.fill_pattern(src.lkey, slot, size, 99, posted).unwrap();
-            let sge = Sge {
-                lkey: src.lkey,
-                addr: src.addr + slot,
-                len: size as u32,
-            };
-            qa.post_write_with_imm(posted, sge, dst.addr + slot, dst.rkey, posted as u32)
-                .unwrap();
-            posted += 1;
-        }
+        w.post(qa, iters, &mut posted, done);
         if done < iters {
             let c = qa
                 .wait_send_cq(T)
@@ -98,7 +59,12 @@ fn write_iters_in(
                 .expect("send completion within 10 s");
             assert_eq!(
                 (c.wr_id, c.opcode, c.status, c.byte_len),
-                (done, WcOpcode::WriteWithImm, WcStatus::Success, size as u32)
+                (
+                    done,
+                    WcOpcode::WriteWithImm,
+                    WcStatus::Success,
+                    w.size as u32
+                )
             );
             done += 1;
         }
@@ -113,15 +79,7 @@ fn write_iters_in(
                     Some(recvd as u32)
                 )
             );
-            qb.post_recv(
-                1000 + recvd,
-                Sge {
-                    lkey: dst.lkey,
-                    addr: dst.addr,
-                    len: 0,
-                },
-            )
-            .unwrap();
+            qb.post_recv(1000 + recvd, w.recv_sge()).unwrap();
             recvd += 1;
         }
         if done == iters && recvd < iters {
@@ -130,24 +88,12 @@ fn write_iters_in(
                 .unwrap()
                 .expect("recv completion within 10 s");
             assert_eq!(c.imm, Some(recvd as u32));
-            qb.post_recv(
-                1000 + recvd,
-                Sge {
-                    lkey: dst.lkey,
-                    addr: dst.addr,
-                    len: 0,
-                },
-            )
-            .unwrap();
+            qb.post_recv(1000 + recvd, w.recv_sge()).unwrap();
             recvd += 1;
         }
     }
     // The destination region holds the last message of every slot.
-    for s in 0..slots as u64 {
-        let last = (0..iters).rev().find(|i| i % slots as u64 == s).unwrap();
-        let bytes = qb.read_mr(dst.lkey, s * size as u64, size).unwrap();
-        assert_eq!(pattern::count_bad(&bytes, 99, last), 0, "slot {s}");
-    }
+    w.assert_slots_hold_last(qb, iters);
     (done, recvd)
 }
 
@@ -311,7 +257,7 @@ fn loopback_verify(
     // Regions first (advertised in the bootstrap), then connect.
     let size = 256 * 1024;
     let slots = 4;
-    let (src, dst) = regs(&qa, &qb, size, slots);
+    let w = PatternWrites::new(&qa, &qb, size, slots, 99);
     let server = std::thread::spawn(move || {
         let c = qb.accept(&listener, T).unwrap();
         (qb, c)
@@ -319,7 +265,7 @@ fn loopback_verify(
     let ca_conn = qa.connect_tcp(server_addr, T).unwrap();
     let (qb, cb_conn) = server.join().unwrap();
     assert_eq!(ca_conn.remote.regions.len(), 1);
-    assert_eq!(ca_conn.remote.regions[0].rkey, dst.rkey);
+    assert_eq!(ca_conn.remote.regions[0].rkey, w.dst.rkey);
     assert_eq!(ca_conn.remote.qpn, qb.qpn());
     assert_eq!(cb_conn.remote.qpn, qa.qpn());
     assert_eq!(ca_conn.udp, cb.udp_addr());
@@ -329,10 +275,7 @@ fn loopback_verify(
         ca_conn.source_ports,
         (first..first + 16).collect::<Vec<u16>>()
     );
-    assert_eq!(
-        write_iters_in(&qa, &qb, src, dst, size, slots, 20),
-        (20, 20)
-    );
+    assert_eq!(write_iters_in(&qa, &qb, &w, 20), (20, 20));
     let (sb, eb) = qb.stats().unwrap();
     assert_eq!(sb.verify.checked_messages, 20);
     assert_eq!(sb.verify.checked_bytes, 20 * size as u64);
@@ -409,7 +352,7 @@ fn the_bootstrap_returns_only_once_the_peer_qp_is_connected() {
     let server_addr = listener.local_addr().unwrap();
     let qa = ca.create_qp(short_retry_cfg()).unwrap();
     let qb = cb.create_qp(short_retry_cfg()).unwrap();
-    let (src, dst) = regs(&qa, &qb, 4096, 1);
+    let w = PatternWrites::new(&qa, &qb, 4096, 1, 99);
     let (go_tx, go_rx) = crossbeam_channel::bounded::<()>(1);
     let server = std::thread::spawn(move || {
         let (s, _) = listener.accept().unwrap();
@@ -438,12 +381,12 @@ fn the_bootstrap_returns_only_once_the_peer_qp_is_connected() {
     qa.post_write(
         1,
         Sge {
-            lkey: src.lkey,
-            addr: src.addr,
+            lkey: w.src.lkey,
+            addr: w.src.addr,
             len: 4096,
         },
-        dst.addr,
-        dst.rkey,
+        w.dst.addr,
+        w.dst.rkey,
     )
     .unwrap();
     let c = qa.wait_send_cq(T).unwrap().unwrap();

@@ -2,7 +2,10 @@
 //! QPs and AHs, GRH handling on receive, selective signalling and buffer accounting,
 //! receive replenishment, and the engine end to end.
 
-use mrc_fabric::engine::{Context, EngineConfig, QpConfig, VerifySpec, pattern};
+mod engine_common;
+
+use engine_common::PatternWrites;
+use mrc_fabric::engine::{Context, EngineConfig, QpConfig, pattern};
 use mrc_fabric::udp::{ConnId, Datapath, DatapathError, PathMap, TxBatch};
 use mrc_fabric::verbs::addr::EndpointAddr;
 use mrc_fabric::verbs::grh::GrhRepr;
@@ -10,7 +13,7 @@ use mrc_fabric::verbs::nic::PortInfo;
 use mrc_fabric::verbs::pool::PoolStats;
 use mrc_fabric::verbs::{FakeFabric, FakeNic, VerbsConfig, VerbsDatapath, VerbsStats};
 use mrc_transport::completion::{WcOpcode, WcStatus};
-use mrc_transport::{Access, Ecn, Sge};
+use mrc_transport::{Ecn, Sge};
 use std::net::{Ipv6Addr, SocketAddr};
 use std::time::Duration;
 
@@ -34,6 +37,27 @@ fn cfg(qps: u32, rq_depth: u32, sq_depth: u32, signal_every: u32, send_slots: u3
 fn dp(fab: &FakeFabric, gid: &str, c: VerbsConfig) -> VerbsDatapath<FakeNic> {
     let gid: Ipv6Addr = gid.parse().unwrap();
     VerbsDatapath::with_nic(fab.nic(gid), PORT, gid, c).unwrap()
+}
+
+/// Two datapaths on `fab` at `fd00::1` (a) and `fd00::2` (b), both configured `c`, not
+/// introduced to each other.
+fn pair(fab: &FakeFabric, c: VerbsConfig) -> (VerbsDatapath<FakeNic>, VerbsDatapath<FakeNic>) {
+    (dp(fab, "fd00::1", c.clone()), dp(fab, "fd00::2", c))
+}
+
+/// [`pair`], each registered with the other ([`exchange`]), and a connection from a to b
+/// on the one EV `ev`.
+fn linked(
+    fab: &FakeFabric,
+    c: VerbsConfig,
+    ev: u32,
+) -> (VerbsDatapath<FakeNic>, VerbsDatapath<FakeNic>, ConnId) {
+    let (mut a, mut b) = pair(fab, c);
+    exchange(&mut a, &mut b);
+    let conn = a
+        .open_conn(b.local_addr(), &PathMap::per_ev(vec![ev]))
+        .unwrap();
+    (a, b, conn)
 }
 
 /// Registers each side's address with the other through the wire encoding.
@@ -101,12 +125,7 @@ fn evs_route_to_qps_and_arrive_with_grh_source_and_ecn() {
 #[test]
 fn batch_of_64_on_one_qp_signals_4_wrs_and_frees_every_slot() {
     let fab = FakeFabric::new();
-    let mut a = dp(&fab, "fd00::1", cfg(1, 64, 128, 16, 128));
-    let mut b = dp(&fab, "fd00::2", cfg(1, 64, 128, 16, 128));
-    exchange(&mut a, &mut b);
-    let conn = a
-        .open_conn(b.local_addr(), &PathMap::per_ev(vec![7]))
-        .unwrap();
+    let (mut a, mut b, conn) = linked(&fab, cfg(1, 64, 128, 16, 128), 7);
     let mut batch = TxBatch::new(64, 1024);
     for i in 0..64u32 {
         batch.push(conn, 7, Ecn::NotEct, &i.to_be_bytes());
@@ -139,12 +158,7 @@ fn batch_of_64_on_one_qp_signals_4_wrs_and_frees_every_slot() {
 #[test]
 fn send_pool_exhaustion_is_counted_and_a_forced_tail_signal_frees_the_slots() {
     let fab = FakeFabric::new();
-    let mut a = dp(&fab, "fd00::1", cfg(1, 16, 8, 4, 4));
-    let mut b = dp(&fab, "fd00::2", cfg(1, 16, 8, 4, 4));
-    exchange(&mut a, &mut b);
-    let conn = a
-        .open_conn(b.local_addr(), &PathMap::per_ev(vec![0]))
-        .unwrap();
+    let (mut a, mut b, conn) = linked(&fab, cfg(1, 16, 8, 4, 4), 0);
     // Three datagrams leave 1 slot free (< signal_every 4): the tail is signalled.
     let mut batch = TxBatch::new(10, 64);
     for _ in 0..3 {
@@ -169,9 +183,7 @@ fn send_pool_exhaustion_is_counted_and_a_forced_tail_signal_frees_the_slots() {
 #[test]
 fn short_receive_and_unknown_grh_are_counted_drops_and_ce_reaches_the_transport() {
     let fab = FakeFabric::new();
-    let mut a = dp(&fab, "fd00::1", cfg(1, 4, 16, 4, 16));
-    let mut b = dp(&fab, "fd00::2", cfg(1, 4, 16, 4, 16));
-    exchange(&mut a, &mut b);
+    let (mut a, mut b, conn) = linked(&fab, cfg(1, 4, 16, 4, 16), 1);
     let mut n = 0;
     fab.set_filter(move |p| {
         n += 1;
@@ -187,9 +199,6 @@ fn short_receive_and_unknown_grh_are_counted_drops_and_ce_reaches_the_transport(
         }
         true
     });
-    let conn = a
-        .open_conn(b.local_addr(), &PathMap::per_ev(vec![1]))
-        .unwrap();
     let mut batch = TxBatch::new(4, 64);
     for i in 0..4u8 {
         batch.push(conn, 1, Ecn::Ect0, &[i; 10]);
@@ -210,8 +219,7 @@ fn short_receive_and_unknown_grh_are_counted_drops_and_ce_reaches_the_transport(
 #[test]
 fn wrong_qkey_is_dropped_by_the_receiver_and_oversize_refused_by_the_sender() {
     let fab = FakeFabric::new();
-    let mut a = dp(&fab, "fd00::1", cfg(1, 4, 16, 4, 16));
-    let b = dp(&fab, "fd00::2", cfg(1, 4, 16, 4, 16));
+    let (mut a, b) = pair(&fab, cfg(1, 4, 16, 4, 16));
     let mut wrong = b.local_endpoint().clone();
     wrong.qkey ^= 1;
     a.add_peer(wrong);
@@ -233,8 +241,7 @@ fn wrong_qkey_is_dropped_by_the_receiver_and_oversize_refused_by_the_sender() {
 #[test]
 fn unknown_peer_srh_maps_and_unknown_evs_are_typed_errors() {
     let fab = FakeFabric::new();
-    let mut a = dp(&fab, "fd00::1", cfg(1, 4, 16, 4, 16));
-    let b = dp(&fab, "fd00::2", cfg(1, 4, 16, 4, 16));
+    let (mut a, b) = pair(&fab, cfg(1, 4, 16, 4, 16));
     match a.open_conn(b.local_addr(), &PathMap::per_ev(vec![0])) {
         Err(DatapathError::Io { source, .. }) => {
             assert_eq!(source.kind(), std::io::ErrorKind::NotFound)
@@ -299,39 +306,14 @@ fn engine_writes_over_the_verbs_datapath_exact_bytes() {
     let (ia, ib) = (qa.local_info(), qb.local_info());
     assert_eq!(qa.connect(&ib, b_addr).unwrap().len(), 16);
     assert_eq!(qb.connect(&ia, a_addr).unwrap().len(), 16);
-    let src = qa.reg_mr(SIZE * SLOTS, Access::LOCAL_WRITE).unwrap();
-    let dst = qb
-        .reg_mr(SIZE * SLOTS, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
-        .unwrap();
-    qb.set_verify(VerifySpec {
-        lkey: dst.lkey,
-        slot_bytes: SIZE as u64,
-        slots: SLOTS as u64,
-        seed: 5,
-    })
-    .unwrap();
-    let recv_sge = Sge {
-        lkey: dst.lkey,
-        addr: dst.addr,
-        len: 0,
-    };
+    let w = PatternWrites::new(&qa, &qb, SIZE, SLOTS, 5);
+    w.set_verify(&qb);
     for i in 0..ITERS {
-        qb.post_recv(i, recv_sge).unwrap();
+        qb.post_recv(i, w.recv_sge()).unwrap();
     }
     let (mut posted, mut done) = (0u64, 0u64);
     while done < ITERS {
-        while posted < ITERS && posted - done < SLOTS as u64 {
-            let off = (posted % SLOTS as u64) * SIZE as u64;
-            qa.fill_pattern(src.lkey, off, SIZE, 5, posted).unwrap();
-            let sge = Sge {
-                lkey: src.lkey,
-                addr: src.addr + off,
-                len: SIZE as u32,
-            };
-            qa.post_write_with_imm(posted, sge, dst.addr + off, dst.rkey, posted as u32)
-                .unwrap();
-            posted += 1;
-        }
+        w.post(&qa, ITERS, &mut posted, done);
         let c = qa
             .wait_send_cq(t)
             .unwrap()
@@ -355,11 +337,7 @@ fn engine_writes_over_the_verbs_datapath_exact_bytes() {
     assert_eq!(sb.conn.received_bytes, ITERS * SIZE as u64);
     // 64 KiB in 4000-byte packets: 17 packets per message.
     assert_eq!(sb.conn.received, ITERS * 17);
-    for s in 0..SLOTS as u64 {
-        let last = (0..ITERS).rev().find(|i| i % SLOTS as u64 == s).unwrap();
-        let bytes = qb.read_mr(dst.lkey, s * SIZE as u64, SIZE).unwrap();
-        assert_eq!(pattern::count_bad(&bytes, 5, last), 0, "slot {s}");
-    }
+    w.assert_slots_hold_last(&qb, ITERS);
 }
 
 /// What `mrc-perf --fabric verbs` does on its control connection: swap UD endpoint
@@ -401,20 +379,10 @@ fn control_stream_exchange_then_engine_bootstrap() {
     // 4 EVs, one QP and one flow-labelled AH each: ports 0xC000..=0xC003 on both sides.
     assert_eq!(c.source_ports, vec![0xC000, 0xC001, 0xC002, 0xC003]);
     assert_eq!(b_ports, c.source_ports);
-    let src = qa.reg_mr(16384, Access::LOCAL_WRITE).unwrap();
-    let dst = qb
-        .reg_mr(16384, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
-        .unwrap();
+    let w = PatternWrites::new(&qa, &qb, 16384, 1, 3);
+    let (src, dst) = (w.src, w.dst);
     qa.fill_pattern(src.lkey, 0, 16384, 3, 0).unwrap();
-    qb.post_recv(
-        0,
-        Sge {
-            lkey: dst.lkey,
-            addr: dst.addr,
-            len: 0,
-        },
-    )
-    .unwrap();
+    qb.post_recv(0, w.recv_sge()).unwrap();
     let sge = Sge {
         lkey: src.lkey,
         addr: src.addr,
