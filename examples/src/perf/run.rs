@@ -337,25 +337,8 @@ pub fn send_bw(
                 }
             }
             let off = (posted % slots) * p.size;
-            if p.verify {
-                side.qp
-                    .fill_pattern(
-                        side.src.lkey,
-                        off,
-                        p.size as usize,
-                        p.seed,
-                        u64::from(posted as u32),
-                    )
-                    .map_err(|e| e.to_string())?;
-            }
-            let sge = Sge {
-                lkey: side.src.lkey,
-                addr: side.src.addr + off,
-                len: p.size as u32,
-            };
-            side.qp
-                .post_write_with_imm(posted, sge, remote.addr + off, remote.rkey, posted as u32)
-                .map_err(|e| format!("post: {e}"))?;
+            fill_message(side, p, posted, off)?;
+            post_message(side, remote, p, posted, off)?;
             if posted == done {
                 // Nothing was outstanding (a rate limit spaced the posts): the no-progress
                 // clock starts now, not at the last completion.
@@ -416,6 +399,50 @@ pub fn send_bw(
     })
 }
 
+/// Under `--verify`, fills `p.size` bytes at offset `off` of this side's source region with
+/// the pattern of message `i mod 2^32`.
+fn fill_message(side: &Side, p: &TestParams, i: u64, off: u64) -> Result<(), String> {
+    if p.verify {
+        side.qp
+            .fill_pattern(
+                side.src.lkey,
+                off,
+                p.size as usize,
+                p.seed,
+                u64::from(i as u32),
+            )
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+/// Posts message `i`: WRITE_WITH_IMM (wr_id `i`, immediate `i mod 2^32`) of `p.size` bytes
+/// from offset `off` of this side's source region to offset `off` of the peer's region.
+fn post_message(
+    side: &Side,
+    remote: RemoteMr,
+    p: &TestParams,
+    i: u64,
+    off: u64,
+) -> Result<(), String> {
+    let sge = Sge {
+        lkey: side.src.lkey,
+        addr: side.src.addr + off,
+        len: p.size as u32,
+    };
+    side.qp
+        .post_write_with_imm(i, sge, remote.addr + off, remote.rkey, i as u32)
+        .map_err(|e| format!("post: {e}"))
+}
+
+/// Takes up to 64 send completions into `scratch` and fails on the first unsuccessful one.
+fn reap_sends(side: &Side, scratch: &mut Vec<Completion>) -> Result<(), String> {
+    scratch.clear();
+    side.qp.poll_send_cq(scratch, 64);
+    scratch.iter().try_for_each(check)
+}
+
+/// Posts `n` zero-length receives into the destination region, wr_ids `base..base + n`.
 fn post_recvs(side: &Side, n: u64, base: u64) -> Result<(), String> {
     for i in 0..n {
         side.qp
@@ -529,26 +556,9 @@ pub fn ping(
             (None, Some(e)) if Instant::now() >= e => break,
             _ => {}
         }
-        if p.verify {
-            side.qp
-                .fill_pattern(
-                    side.src.lkey,
-                    0,
-                    p.size as usize,
-                    p.seed,
-                    u64::from(sent as u32),
-                )
-                .map_err(|e| e.to_string())?;
-        }
+        fill_message(side, p, sent, 0)?;
         let t0 = Instant::now();
-        let sge = Sge {
-            lkey: side.src.lkey,
-            addr: side.src.addr,
-            len: p.size as u32,
-        };
-        side.qp
-            .post_write_with_imm(sent, sge, remote.addr, remote.rkey, sent as u32)
-            .map_err(|e| format!("post: {e}"))?;
+        post_message(side, remote, p, sent, 0)?;
         let c = side
             .qp
             .wait_recv_cq(timeout)
@@ -566,21 +576,8 @@ pub fn ping(
         }
         lat.push(rtt / 2);
         sent += 1;
-        side.qp
-            .post_recv(
-                64 + sent,
-                Sge {
-                    lkey: side.dst.lkey,
-                    addr: side.dst.addr,
-                    len: 0,
-                },
-            )
-            .map_err(|e| format!("post_recv: {e}"))?;
-        scratch.clear();
-        side.qp.poll_send_cq(&mut scratch, 64);
-        for c in &scratch {
-            check(c)?;
-        }
+        post_recvs(side, 1, 64 + sent)?;
+        reap_sends(side, &mut scratch)?;
         if let Some(pr) = progress.as_deref_mut() {
             pr.update(sent, sent * p.size);
         }
@@ -637,42 +634,12 @@ pub fn pong(
         if c.imm != Some(i as u32) {
             return Err(format!("expected ping {i}, got imm {:?}", c.imm));
         }
-        if p.verify {
-            side.qp
-                .fill_pattern(
-                    side.src.lkey,
-                    0,
-                    p.size as usize,
-                    p.seed,
-                    u64::from(i as u32),
-                )
-                .map_err(|e| e.to_string())?;
-        }
-        let sge = Sge {
-            lkey: side.src.lkey,
-            addr: side.src.addr,
-            len: p.size as u32,
-        };
-        side.qp
-            .post_write_with_imm(i, sge, remote.addr, remote.rkey, i as u32)
-            .map_err(|e| format!("post: {e}"))?;
+        fill_message(side, p, i, 0)?;
+        post_message(side, remote, p, i, 0)?;
         r.completions += 1;
         r.bytes += u64::from(c.byte_len);
-        side.qp
-            .post_recv(
-                64 + r.completions,
-                Sge {
-                    lkey: side.dst.lkey,
-                    addr: side.dst.addr,
-                    len: 0,
-                },
-            )
-            .map_err(|e| format!("post_recv: {e}"))?;
-        scratch.clear();
-        side.qp.poll_send_cq(&mut scratch, 64);
-        for c in &scratch {
-            check(c)?;
-        }
+        post_recvs(side, 1, 64 + r.completions)?;
+        reap_sends(side, &mut scratch)?;
     }
     Ok(r)
 }
