@@ -7,15 +7,21 @@ use std::time::{Duration, Instant};
 /// Upper bound on one mrc-perf run in these tests: a hang fails the test instead of CI.
 const RUN_LIMIT_S: &str = "180";
 
+/// `mrc-perf` under coreutils `timeout`, which kills a hung run (exit 124), so a test can
+/// never wait forever.
+fn perf_cmd() -> Command {
+    let mut c = Command::new("timeout");
+    c.args([
+        "--kill-after=5",
+        RUN_LIMIT_S,
+        env!("CARGO_BIN_EXE_mrc-perf"),
+    ]);
+    c
+}
+
 fn perf(args: &[&str]) -> (Output, Duration) {
     let t = Instant::now();
-    // coreutils `timeout` kills a hung run (exit 124), so a test can never wait forever.
-    let o = Command::new("timeout")
-        .args([
-            "--kill-after=5",
-            RUN_LIMIT_S,
-            env!("CARGO_BIN_EXE_mrc-perf"),
-        ])
+    let o = perf_cmd()
         .args(args)
         .output()
         .expect("run mrc-perf under timeout(1)");
@@ -289,15 +295,8 @@ fn start_server(
     std::io::BufReader<std::process::ChildStderr>,
 ) {
     use std::io::BufRead;
-    let mut server = Command::new("timeout")
-        .args([
-            "--kill-after=5",
-            RUN_LIMIT_S,
-            env!("CARGO_BIN_EXE_mrc-perf"),
-            "server",
-            "--bind",
-            "127.0.0.1",
-        ])
+    let mut server = perf_cmd()
+        .args(["server", "--bind", "127.0.0.1"])
         .args(args)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
@@ -310,12 +309,49 @@ fn start_server(
     (server, err)
 }
 
+/// Waits for a server of [`start_server`] to end; asserts that it exited 1 and returns the
+/// rest of its stderr.
+fn server_failure(
+    server: &mut std::process::Child,
+    err: &mut std::io::BufReader<std::process::ChildStderr>,
+) -> String {
+    use std::io::Read;
+    let status = server.wait().unwrap();
+    let mut stderr = String::new();
+    err.read_to_string(&mut stderr).unwrap();
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    stderr
+}
+
+/// A TCP server on an ephemeral 127.0.0.1 port that hands its first connection to
+/// `serve`; returns the port (as an argument) and the thread.
+fn fake_server<T: Send + 'static>(
+    serve: impl FnOnce(std::net::TcpStream) -> T + Send + 'static,
+) -> (String, std::thread::JoinHandle<T>) {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port().to_string();
+    let h = std::thread::spawn(move || serve(l.accept().unwrap().0));
+    (port, h)
+}
+
+/// Reads a client's stderr up to its first progress line (printed after 2 s of sending:
+/// the QPs are connected and data flows).
+fn await_progress(err: &mut std::process::ChildStderr) {
+    use std::io::Read;
+    let mut seen = Vec::new();
+    let mut byte = [0u8; 1];
+    while !String::from_utf8_lossy(&seen).contains("Gb/s") {
+        assert_eq!(err.read(&mut byte).unwrap(), 1, "client ended early");
+        seen.push(byte[0]);
+    }
+}
+
 /// A client's parameters are untrusted: a hand-written JSON line with size 0 used to
 /// panic the server ("attempt to divide by zero"), a 4 EiB region aborted it on the
 /// allocation. Now the server answers the reason on the stream and exits 1.
 #[test]
 fn server_checks_the_clients_parameters_and_answers_the_reason() {
-    use std::io::{BufRead, Read, Write};
+    use std::io::{BufRead, Write};
     let base = serde_json::json!({
         "test": "Bw", "size": 65536, "iters": 5, "duration_s": null, "paths": 16,
         "mtu": 4096, "cc": "none", "bidirectional": false, "verify": true,
@@ -366,10 +402,7 @@ fn server_checks_the_clients_parameters_and_answers_the_reason() {
             reply.starts_with(&format!("mrc-perf error: client's test parameters: {why}")),
             "{reply}"
         );
-        let status = server.wait().unwrap();
-        let mut stderr = String::new();
-        err.read_to_string(&mut stderr).unwrap();
-        assert_eq!(status.code(), Some(1), "{stderr}");
+        let stderr = server_failure(&mut server, &mut err);
         assert!(
             stderr.starts_with(&format!("mrc-perf: error: client's test parameters: {why}")),
             "{stderr}"
@@ -382,16 +415,13 @@ fn server_checks_the_clients_parameters_and_answers_the_reason() {
 /// Garbage on the server's TCP port: a clear error, exit 1, no hang.
 #[test]
 fn server_receiving_garbage_exits_with_a_message() {
-    use std::io::{Read, Write};
+    use std::io::Write;
     let (mut server, mut err) =
         start_server(&["-p", "28641", "--udp-port", "8641", "--timeout", "2"]);
     let mut s = std::net::TcpStream::connect(("127.0.0.1", 28641)).unwrap();
     s.write_all(b"\x00\xffGET / HTTP/1.1\r\n").unwrap();
     let t = Instant::now();
-    let status = server.wait().unwrap();
-    let mut stderr = String::new();
-    err.read_to_string(&mut stderr).unwrap();
-    assert_eq!(status.code(), Some(1), "{stderr}");
+    let stderr = server_failure(&mut server, &mut err);
     assert!(
         stderr
             .starts_with("mrc-perf: error: bad test parameters: expected value at line 1 column 1"),
@@ -402,10 +432,7 @@ fn server_receiving_garbage_exits_with_a_message() {
     let (mut server, mut err) =
         start_server(&["-p", "28642", "--udp-port", "8642", "--timeout", "1"]);
     let _s = std::net::TcpStream::connect(("127.0.0.1", 28642)).unwrap();
-    let status = server.wait().unwrap();
-    let mut stderr = String::new();
-    err.read_to_string(&mut stderr).unwrap();
-    assert_eq!(status.code(), Some(1), "{stderr}");
+    let stderr = server_failure(&mut server, &mut err);
     assert_eq!(
         stderr,
         "mrc-perf: error: no test parameters from the client within 1.0 s\n"
@@ -417,10 +444,7 @@ fn server_receiving_garbage_exits_with_a_message() {
 #[test]
 fn client_reports_what_the_server_said() {
     use std::io::Write;
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = l.local_addr().unwrap().port().to_string();
-    let web = std::thread::spawn(move || {
-        let (mut s, _) = l.accept().unwrap();
+    let (port, web) = fake_server(|mut s| {
         let _ = s.write_all(b"HTTP/1.1 400 Bad Request\r\n\r\n");
     });
     fails_with(
@@ -484,29 +508,10 @@ fn baseline_udp_pingpong() {
 /// a clear message; it used to wait forever for the client's message count.
 #[test]
 fn server_exits_when_its_duration_client_dies() {
-    use std::io::{BufRead, BufReader, Read};
     use std::process::Stdio;
-    let bin = env!("CARGO_BIN_EXE_mrc-perf");
-    let mut server = Command::new("timeout")
-        .args([
-            "--kill-after=5",
-            RUN_LIMIT_S,
-            bin,
-            "server",
-            "--bind",
-            "127.0.0.1",
-        ])
-        .args(["-p", "28611", "--udp-port", "5911"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start server");
-    // The server prints its "waiting" line (stderr) once it listens.
-    let mut server_err = BufReader::new(server.stderr.take().unwrap());
-    let mut line = String::new();
-    server_err.read_line(&mut line).unwrap();
-    assert!(line.contains("waiting for a client"), "{line}");
-    let mut client = Command::new(bin)
+    let (mut server, mut server_err) = start_server(&["-p", "28611", "--udp-port", "5911"]);
+    // Not under `timeout`: killing the client must end mrc-perf itself.
+    let mut client = Command::new(env!("CARGO_BIN_EXE_mrc-perf"))
         .args(["client", "127.0.0.1", "-p", "28611", "-D", "30"])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -514,19 +519,11 @@ fn server_exits_when_its_duration_client_dies() {
         .expect("start client");
     // The first progress line (stderr, after 2 s of sending) shows data is flowing.
     let mut err = client.stderr.take().unwrap();
-    let mut seen = Vec::new();
-    let mut byte = [0u8; 1];
-    while !String::from_utf8_lossy(&seen).contains("Gb/s") {
-        assert_eq!(err.read(&mut byte).unwrap(), 1, "client ended early");
-        seen.push(byte[0]);
-    }
+    await_progress(&mut err);
     client.kill().unwrap();
     client.wait().unwrap();
     let t = Instant::now();
-    let status = server.wait().unwrap();
-    let mut stderr = String::new();
-    server_err.read_to_string(&mut stderr).unwrap();
-    assert_eq!(status.code(), Some(1), "{stderr}");
+    let stderr = server_failure(&mut server, &mut server_err);
     assert!(
         stderr.contains("control stream closed") && stderr.contains("peer gone?"),
         "{stderr}"
@@ -542,12 +539,7 @@ fn hostile_datagrams_into_a_running_server_are_counted_and_harmless() {
     use std::io::Read;
     use std::process::Stdio;
     let (mut server, mut server_err) = start_server(&["-p", "28661", "--udp-port", "8661"]);
-    let mut client = Command::new("timeout")
-        .args([
-            "--kill-after=5",
-            RUN_LIMIT_S,
-            env!("CARGO_BIN_EXE_mrc-perf"),
-        ])
+    let mut client = perf_cmd()
         .args(["client", "127.0.0.1", "-p", "28661", "-D", "3"])
         .args(["--rate-limit", "1", "--verify"])
         .stdout(Stdio::piped())
@@ -556,12 +548,7 @@ fn hostile_datagrams_into_a_running_server_are_counted_and_harmless() {
         .expect("start client");
     // The first progress line (after 2 s of sending): the QPs are connected.
     let mut err = client.stderr.take().unwrap();
-    let mut seen = Vec::new();
-    let mut byte = [0u8; 1];
-    while !String::from_utf8_lossy(&seen).contains("Gb/s") {
-        assert_eq!(err.read(&mut byte).unwrap(), 1, "client ended early");
-        seen.push(byte[0]);
-    }
+    await_progress(&mut err);
     // BTH: opcode, flags, P_Key 0xffff, byte 4, QPN (24 bits), byte 8, PSN 5.
     let bth = |qpn: u32, op: u8| {
         let q = qpn.to_be_bytes();
@@ -630,10 +617,7 @@ fn hostile_datagrams_into_a_running_server_are_counted_and_harmless() {
 fn client_refuses_a_server_region_too_small_for_the_test() {
     use mrc_fabric::engine::bootstrap::{QpInfo, READY, RemoteMr};
     use std::io::{BufRead, Read, Write};
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = l.local_addr().unwrap().port().to_string();
-    let fake = std::thread::spawn(move || {
-        let (s, _) = l.accept().unwrap();
+    let (port, fake) = fake_server(|s| {
         let mut r = std::io::BufReader::new(s.try_clone().unwrap());
         let mut params = String::new();
         r.read_line(&mut params).unwrap();
