@@ -71,21 +71,12 @@ fn bad_toml_is_a_clear_error() {
     assert!(err.contains("x.toml"), "{err}");
 }
 
-const SCENARIO: &str = r#"
-seed = 1
-[topology]
-gpus = 16
-gpus_per_server = 4
-nic_gbps = 100
-leaf_radix = 8
-leaf_port_gbps = 100
-spine_radix = 4
-spine_port_gbps = 100
-[[flows]]
-src = 0
-dst = 5
-bytes = 65536
-"#;
+/// One 64 KiB flow from host 0 to host 5 of the 16-GPU test fabric.
+const SCENARIO: &str = concat!(
+    "seed = 1\n",
+    include_str!("fixtures/topology16.toml"),
+    "[[flows]]\nsrc = 0\ndst = 5\nbytes = 65536\n"
+);
 
 #[test]
 fn run_writes_json_and_a_pcap_tshark_reads() {

@@ -533,17 +533,10 @@ fn parse_fault(f: &FaultToml) -> Result<Fault, ScenarioError> {
 mod tests {
     use super::*;
 
-    const OK: &str = r#"
-seed = 3
-[topology]
-gpus = 16
-gpus_per_server = 4
-nic_gbps = 100
-leaf_radix = 8
-leaf_port_gbps = 100
-spine_radix = 4
-spine_port_gbps = 100
-[traffic]
+    const OK: &str = concat!(
+        "seed = 3\n",
+        include_str!("../../tests/fixtures/topology16.toml"),
+        r#"[traffic]
 pattern = "permutation"
 bytes = 65536
 [[faults]]
@@ -551,7 +544,8 @@ at_ns = 10
 kind = "loss"
 links = "all"
 p = 0.01
-"#;
+"#
+    );
 
     #[test]
     fn parses_and_builds() {
