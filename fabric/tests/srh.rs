@@ -24,6 +24,33 @@ fn srh_bytes(hdr_ext_len: u8, segments_left: u8, last_entry: u8, n_segments: usi
     b
 }
 
+/// [`srh_bytes`]`(3, 0, 0, 1)` (one segment) with `tlvs` as its 8-byte TLV area (bytes
+/// 24..32).
+fn srh_with_tlv_area(tlvs: [u8; 8]) -> Vec<u8> {
+    let mut b = srh_bytes(3, 0, 0, 1);
+    b[24..32].copy_from_slice(&tlvs);
+    b
+}
+
+/// Asserts that parsing `bytes` fails with `expected` in both contexts.
+fn assert_rejected_in_both_contexts(bytes: &[u8], expected: SrhError) {
+    assert_eq!(
+        SrhRepr::parse_bytes(bytes, SrhContext::Received),
+        Err(expected)
+    );
+    assert_eq!(
+        SrhRepr::parse_bytes(bytes, SrhContext::Local),
+        Err(expected)
+    );
+}
+
+/// Asserts that `repr` emits in `ctx` exactly `bytes`.
+fn assert_emits(repr: &SrhRepr, ctx: SrhContext, bytes: &[u8]) {
+    let mut out = vec![0u8; bytes.len()];
+    assert_eq!(repr.emit(&mut out, ctx), Ok(bytes.len()));
+    assert_eq!(&out[..], bytes);
+}
+
 #[test]
 fn reduced_srh_hdr_ext_len_2_last_entry_0_segments_left_1_accepted_from_wire() {
     let bytes = srh_bytes(2, 1, 0, 1);
@@ -40,9 +67,7 @@ fn reduced_srh_hdr_ext_len_2_last_entry_0_segments_left_1_accepted_from_wire() {
     let view = Srh::new_checked(&bytes[..], SrhContext::Received).unwrap();
     assert_eq!(view.active_segment(), None);
     // It re-emits byte-identical in the received context.
-    let mut out = [0u8; 24];
-    assert_eq!(repr.emit(&mut out, SrhContext::Received), Ok(24));
-    assert_eq!(&out[..], &bytes[..]);
+    assert_emits(&repr, SrhContext::Received, &bytes);
 }
 
 #[test]
@@ -86,14 +111,7 @@ fn hdr_ext_len_2_last_entry_1_rejected() {
         last_entry: 1,
         hdr_ext_len: 2,
     };
-    assert_eq!(
-        SrhRepr::parse_bytes(&bytes, SrhContext::Received),
-        Err(expected)
-    );
-    assert_eq!(
-        SrhRepr::parse_bytes(&bytes, SrhContext::Local),
-        Err(expected)
-    );
+    assert_rejected_in_both_contexts(&bytes, expected);
 }
 
 #[test]
@@ -123,21 +141,13 @@ fn hdr_ext_len_4_last_entry_3_rejected() {
         last_entry: 3,
         hdr_ext_len: 4,
     };
-    assert_eq!(
-        SrhRepr::parse_bytes(&bytes, SrhContext::Received),
-        Err(expected)
-    );
-    assert_eq!(
-        SrhRepr::parse_bytes(&bytes, SrhContext::Local),
-        Err(expected)
-    );
+    assert_rejected_in_both_contexts(&bytes, expected);
 }
 
 #[test]
 fn hdr_ext_len_3_last_entry_0_two_padn_of_length_2_valid() {
-    let mut bytes = srh_bytes(3, 0, 0, 1);
     // TLV area: bytes 24..32 = PadN(len 2) PadN(len 2).
-    bytes[24..32].copy_from_slice(&[4, 2, 0, 0, 4, 2, 0, 0]);
+    let bytes = srh_with_tlv_area([4, 2, 0, 0, 4, 2, 0, 0]);
     let repr = SrhRepr::parse_bytes(&bytes, SrhContext::Received).expect("valid");
     assert_eq!(
         repr.tlvs,
@@ -150,9 +160,7 @@ fn hdr_ext_len_3_last_entry_0_two_padn_of_length_2_valid() {
             }
         ]
     );
-    let mut out = [0u8; 32];
-    assert_eq!(repr.emit(&mut out, SrhContext::Received), Ok(32));
-    assert_eq!(&out[..], &bytes[..]);
+    assert_emits(&repr, SrhContext::Received, &bytes);
     // A local sender must not put padding TLVs back to back (RFC 8754 section 2.1.1).
     assert_eq!(
         SrhRepr::parse_bytes(&bytes, SrhContext::Local),
@@ -162,20 +170,12 @@ fn hdr_ext_len_3_last_entry_0_two_padn_of_length_2_valid() {
 
 #[test]
 fn hdr_ext_len_3_second_padn_of_length_3_runs_past_header_rejected() {
-    let mut bytes = srh_bytes(3, 0, 0, 1);
-    bytes[24..32].copy_from_slice(&[4, 2, 0, 0, 4, 3, 0, 0]);
+    let mut bytes = srh_with_tlv_area([4, 2, 0, 0, 4, 3, 0, 0]);
     let expected = SrhError::TlvOverrun {
         offset: 28,
         header_len_bytes: 32,
     };
-    assert_eq!(
-        SrhRepr::parse_bytes(&bytes, SrhContext::Received),
-        Err(expected)
-    );
-    assert_eq!(
-        SrhRepr::parse_bytes(&bytes, SrhContext::Local),
-        Err(expected)
-    );
+    assert_rejected_in_both_contexts(&bytes, expected);
     // Even with bytes following the header in the buffer, the TLV may not use them.
     bytes.extend_from_slice(&[0; 8]);
     assert_eq!(
@@ -192,14 +192,7 @@ fn hdr_ext_len_6_with_only_40_bytes_is_truncated() {
         needed_bytes: 56,
         available_bytes: 40,
     };
-    assert_eq!(
-        SrhRepr::parse_bytes(&bytes, SrhContext::Received),
-        Err(expected)
-    );
-    assert_eq!(
-        SrhRepr::parse_bytes(&bytes, SrhContext::Local),
-        Err(expected)
-    );
+    assert_rejected_in_both_contexts(&bytes, expected);
 }
 
 #[test]
@@ -218,14 +211,7 @@ fn routing_type_0_is_not_an_srh() {
     let mut bytes = srh_bytes(2, 0, 0, 1);
     bytes[2] = 0;
     let expected = SrhError::NotSrh { routing_type: 0 };
-    assert_eq!(
-        SrhRepr::parse_bytes(&bytes, SrhContext::Received),
-        Err(expected)
-    );
-    assert_eq!(
-        SrhRepr::parse_bytes(&bytes, SrhContext::Local),
-        Err(expected)
-    );
+    assert_rejected_in_both_contexts(&bytes, expected);
     assert_eq!(
         Srh::new_checked(&bytes[..], SrhContext::Received).err(),
         Some(expected)
@@ -242,9 +228,7 @@ fn check_builder(addrs: &[&str], expected_hex: &str) {
     let (repr, da) = SrhRepr::for_path(IpNextHeaderProtocols::Udp, &p).unwrap();
     assert_eq!(da, p[0], "destination address = first segment");
     let expected = hex(expected_hex);
-    let mut out = vec![0u8; expected.len()];
-    assert_eq!(repr.emit(&mut out, SrhContext::Local), Ok(expected.len()));
-    assert_eq!(out, expected);
+    assert_emits(&repr, SrhContext::Local, &expected);
     assert_eq!(repr.active_segment(), Some(p[0]));
     assert_eq!(repr.final_destination(), Some(p[p.len() - 1]));
     assert_eq!(
@@ -358,8 +342,7 @@ fn hmac_tlv_emits_exact_bytes_and_round_trips() {
 #[test]
 fn hmac_tlv_with_bad_length_rejected() {
     // hdr_ext_len 3: one segment + 8-byte TLV area holding an HMAC TLV of length 6 (no HMAC).
-    let mut bytes = srh_bytes(3, 0, 0, 1);
-    bytes[24..32].copy_from_slice(&[5, 6, 0, 0, 0, 0, 0, 1]);
+    let bytes = srh_with_tlv_area([5, 6, 0, 0, 0, 0, 0, 1]);
     assert_eq!(
         SrhRepr::parse_bytes(&bytes, SrhContext::Received),
         Err(SrhError::HmacLength {
@@ -371,9 +354,8 @@ fn hmac_tlv_with_bad_length_rejected() {
 
 #[test]
 fn unknown_tlv_carried_opaque_and_pad1_recognised() {
-    let mut bytes = srh_bytes(3, 0, 0, 1);
     // Unknown type 0x80 with 4 value bytes, then PadN(0) is 2 bytes: 6 + 2 = 8.
-    bytes[24..32].copy_from_slice(&[0x80, 4, 0xde, 0xad, 0xbe, 0xef, 4, 0]);
+    let bytes = srh_with_tlv_area([0x80, 4, 0xde, 0xad, 0xbe, 0xef, 4, 0]);
     let repr = SrhRepr::parse_bytes(&bytes, SrhContext::Local).unwrap();
     assert_eq!(
         repr.tlvs,
@@ -386,7 +368,7 @@ fn unknown_tlv_carried_opaque_and_pad1_recognised() {
         ]
     );
     // Unknown type 0x81 with 5 value bytes, then Pad1: 7 + 1 = 8.
-    bytes[24..32].copy_from_slice(&[0x81, 5, 1, 2, 3, 4, 5, 0]);
+    let bytes = srh_with_tlv_area([0x81, 5, 1, 2, 3, 4, 5, 0]);
     let repr = SrhRepr::parse_bytes(&bytes, SrhContext::Local).unwrap();
     assert_eq!(
         repr.tlvs,
@@ -398,16 +380,13 @@ fn unknown_tlv_carried_opaque_and_pad1_recognised() {
             Tlv::Pad1
         ]
     );
-    let mut out = [0u8; 32];
-    assert_eq!(repr.emit(&mut out, SrhContext::Local), Ok(32));
-    assert_eq!(&out[..], &bytes[..]);
+    assert_emits(&repr, SrhContext::Local, &bytes);
 }
 
 #[test]
 fn local_sender_rules_on_padding() {
     // hdr_ext_len 3, TLV area of one PadN with length 6: accepted received, too long locally.
-    let mut bytes = srh_bytes(3, 0, 0, 1);
-    bytes[24..32].copy_from_slice(&[4, 6, 0, 0, 0, 0, 0, 0]);
+    let bytes = srh_with_tlv_area([4, 6, 0, 0, 0, 0, 0, 0]);
     assert!(SrhRepr::parse_bytes(&bytes, SrhContext::Received).is_ok());
     assert_eq!(
         SrhRepr::parse_bytes(&bytes, SrhContext::Local),
@@ -417,7 +396,7 @@ fn local_sender_rules_on_padding() {
         })
     );
     // Non-zero padding: ignored on receipt, refused from a local sender.
-    bytes[24..32].copy_from_slice(&[0x80, 0, 4, 4, 0, 0, 0, 9]);
+    let bytes = srh_with_tlv_area([0x80, 0, 4, 4, 0, 0, 0, 9]);
     assert!(SrhRepr::parse_bytes(&bytes, SrhContext::Received).is_ok());
     assert_eq!(
         SrhRepr::parse_bytes(&bytes, SrhContext::Local),
