@@ -405,3 +405,97 @@ fn qp_defaults_use_the_software_datapath_timers() {
     assert_eq!(c.conn.send.peer_max_ack_delay_ns, 500_000);
     assert_eq!(c.conn.evs.len(), 16);
 }
+
+/// Two QPs over the fake net whose EV lists differ (nothing in [`QpInfo`] makes them
+/// agree): `qa` sprays on EVs 0..16, `qb` has EVs 100 and 101 only.
+fn fake_pair_with_evs(net: &FakeNet, b_evs: Vec<u32>) -> (Context, Context, Qp, Qp) {
+    let a_addr: SocketAddr = "10.0.0.1:4792".parse().unwrap();
+    let b_addr: SocketAddr = "10.0.0.2:4792".parse().unwrap();
+    let ca = Context::with_datapath(FakeDatapath::new(net, a_addr), EngineConfig::default());
+    let cb = Context::with_datapath(FakeDatapath::new(net, b_addr), EngineConfig::default());
+    let qa = ca.create_qp(qp_cfg()).unwrap();
+    let mut cfg_b = qp_cfg();
+    cfg_b.conn.evs = b_evs;
+    let qb = cb.create_qp(cfg_b).unwrap();
+    let (ia, ib) = (qa.local_info(), qb.local_info());
+    assert_eq!(qa.connect(&ib, b_addr).unwrap().len(), 16);
+    assert_eq!(qb.connect(&ia, a_addr).unwrap().len(), 2);
+    (ca, cb, qa, qb)
+}
+
+#[test]
+fn sacks_echoing_a_peer_ev_the_receiver_lacks_still_leave() {
+    // b's SACKs echo a's EVs (0..16), none of which is one of b's: the datapath has no
+    // socket for them. They must still reach a (on one of b's own sockets), and no
+    // burst may fail.
+    let net = FakeNet::new();
+    let (_ca, _cb, qa, qb) = fake_pair_with_evs(&net, vec![100, 101]);
+    assert_eq!(write_iters(&qa, &qb, 16 * 1024, 2, 6), (6, 6));
+    let (sa, ea) = qa.stats().unwrap();
+    let (sb, eb) = qb.stats().unwrap();
+    assert_eq!(sb.verify.checked_messages, 6);
+    assert_eq!(sb.verify.bad_bytes, 0);
+    assert_eq!(sb.conn.received, 6 * 4);
+    assert_eq!(sa.conn.retransmitted, 0);
+    assert_eq!((ea.datapath_errors, eb.datapath_errors), (0, 0));
+    // Every datagram of b (all SACKs) echoed one of a's EVs; a echoed b's 100 and 101.
+    assert_eq!(eb.tx_foreign_ev, sb.conn.sacks_sent);
+    assert_eq!(ea.tx_foreign_ev, 0);
+    assert_eq!(net.dropped(), 0);
+}
+
+#[test]
+fn a_hostile_probe_on_an_unknown_ev_fails_no_burst() {
+    use mrc_fabric::udp::{ConnId, Datapath, PathMap, TxBatch};
+    use mrc_transport::Ecn;
+    use mrc_transport::stats::DropReason;
+    use mrc_transport::wire::{
+        Body, BthFlags, BthRepr, BthSpare, MrcethRepr, Opcode, PacketRepr, ProbeRepr,
+    };
+    let net = FakeNet::new();
+    let (_ca, _cb, qa, qb) = fake_pair(&net);
+    let a: SocketAddr = "10.0.0.1:4792".parse().unwrap();
+    let b: SocketAddr = "10.0.0.2:4792".parse().unwrap();
+    connect_direct(&qa, &qb, a, b);
+    // Someone on the network who knows b's QPN and a's generation sends b an EV probe
+    // on EV 0xDEAD_BEEF, one of nobody's EVs: b's probe reply echoes it.
+    let probe = PacketRepr {
+        bth: BthRepr {
+            opcode: Opcode::EvProbe,
+            pkey: qb.config().pkey,
+            dest_qpn: qb.qpn(),
+            psn: 0,
+            flags: BthFlags::default(),
+            spare: BthSpare::default(),
+        },
+        mrceth: MrcethRepr {
+            ev: 0xDEAD_BEEF,
+            msn: 0,
+            send_ts_ns: 0,
+            generation: qa.local_info().generation,
+            reserved: 0,
+        },
+        body: Body::Probe(ProbeRepr {
+            probe_seq: 7,
+            reserved: 0,
+        }),
+    };
+    let mut bytes = vec![0u8; probe.buffer_len()];
+    probe.emit(&mut bytes).unwrap();
+    let mut hostile = FakeDatapath::new(&net, "10.0.0.66:4792".parse().unwrap());
+    let id: ConnId = hostile.open_conn(b, &PathMap::per_ev(vec![1])).unwrap();
+    let mut batch = TxBatch::new(1, 256);
+    assert!(batch.push(id, 1, Ecn::NotEct, &bytes));
+    assert_eq!(hostile.tx_burst(&batch).unwrap().datagrams, 1);
+    // The transfer after it is exact, and b's reply (on one of b's own sockets) reached
+    // a, which never sent that probe.
+    assert_eq!(write_iters(&qa, &qb, 16 * 1024, 2, 4), (4, 4));
+    let (sa, ea) = qa.stats().unwrap();
+    let (sb, eb) = qb.stats().unwrap();
+    assert_eq!(sb.conn.probes_received, 1);
+    assert_eq!(sb.verify.checked_messages, 4);
+    assert_eq!(sb.verify.bad_bytes, 0);
+    assert_eq!(sa.conn.drops.get(DropReason::StaleProbeReply), 1);
+    assert_eq!((ea.datapath_errors, eb.datapath_errors), (0, 0));
+    assert_eq!((ea.tx_foreign_ev, eb.tx_foreign_ev), (0, 1));
+}

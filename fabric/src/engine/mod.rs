@@ -187,6 +187,10 @@ pub struct EngineStats {
     pub tx_datagrams: u64,
     /// Datagrams for no known QP (or too short to name one).
     pub rx_unknown_qpn: u64,
+    /// Datagrams the transport put on an EV that is none of the QP's (control packets
+    /// echoing a peer's EV: the peer's EV list differs, or a hostile packet named it),
+    /// sent on one of the QP's own EVs instead.
+    pub tx_foreign_ev: u64,
     /// Datapath calls that failed.
     pub datapath_errors: u64,
     /// The datapath's counters.
@@ -485,6 +489,7 @@ impl Context {
             entry: Box::new(QpEntry {
                 conn,
                 dp_conn: None,
+                own_evs: paths.evs.iter().copied().collect(),
                 paths,
                 send_cq: send_tx,
                 recv_cq: recv_tx,

@@ -11,7 +11,7 @@ use crossbeam_channel::{Receiver, Sender};
 use mrc_congestion::AnyController;
 use mrc_transport::completion::{Completion, WcOpcode, WcStatus};
 use mrc_transport::{Connection, PostError};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
@@ -20,6 +20,8 @@ pub(crate) struct QpEntry {
     pub conn: Connection<AnyController>,
     pub dp_conn: Option<ConnId>,
     pub paths: PathMap,
+    /// The EVs of `paths`, the ones the datapath has a route for.
+    pub own_evs: HashSet<u32>,
     pub send_cq: Sender<Completion>,
     pub recv_cq: Sender<Completion>,
     pub verify: Option<VerifySpec>,
@@ -47,6 +49,21 @@ pub(crate) fn thread_cpu_ns() -> u64 {
         libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts);
     }
     (ts.tv_sec as u64) * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// The EV a datagram the transport put on `ev` leaves on: `ev` itself when it is one of
+/// the QP's (`own`, the EVs of `evs`); else (a NACK, CNP, SACK or probe reply echoing an
+/// EV of the peer's, which a peer with another EV list or a hostile packet names) EV
+/// `evs[ev % evs.len()]`, counted in `foreign`. The datagram's MRCETH still names the
+/// echoed EV; only its socket changes, so the datapath never refuses the burst with
+/// [`crate::udp::DatapathError::UnknownEv`].
+fn route_ev(own: &HashSet<u32>, evs: &[u32], ev: u32, foreign: &mut u64) -> u32 {
+    if own.contains(&ev) {
+        return ev;
+    }
+    *foreign += 1;
+    let i = usize::try_from(ev).unwrap_or(0) % evs.len().max(1);
+    evs.get(i).copied().unwrap_or(ev)
 }
 
 fn post_error_status(e: PostError) -> WcStatus {
@@ -125,8 +142,11 @@ impl<D: Datapath> Engine<D> {
                 for e in self.qps.values_mut() {
                     let Some(id) = e.dp_conn else { continue };
                     let conn = &mut e.conn;
+                    let (own, evs) = (&e.own_evs, &e.paths.evs);
+                    let foreign = &mut self.stats.tx_foreign_ev;
                     while batch.push_with(id, |buf| {
-                        conn.poll_transmit(now, buf).map(|t| (t.ev, t.len, t.ecn))
+                        conn.poll_transmit(now, buf)
+                            .map(|t| (route_ev(own, evs, t.ev, foreign), t.len, t.ecn))
                     }) {}
                 }
                 if batch.is_empty() {
