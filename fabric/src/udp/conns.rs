@@ -13,7 +13,8 @@ struct Entry<C, R> {
 }
 
 /// Connections by [`ConnId`], each with its EV -> route map. Ids count up from 0 and wrap
-/// at `u32::MAX`.
+/// at `u32::MAX`; after the wrap an id still open is skipped (a long-lived connection is
+/// never handed the id, and with it the sockets, of a new one).
 pub(crate) struct ConnTable<C, R> {
     conns: HashMap<ConnId, Entry<C, R>>,
     next: u32,
@@ -29,8 +30,14 @@ impl<C, R> Default for ConnTable<C, R> {
 }
 
 impl<C, R> ConnTable<C, R> {
-    /// Adds a connection with the route of each of its EVs; returns its new id.
+    /// Adds a connection with the route of each of its EVs; returns its new id: the next
+    /// in the count that is not open. (All 2^32 ids open at once cannot happen: a fake or
+    /// UDP connection holds at least one of 65536 source ports, a verbs one a route per
+    /// EV; the table would outgrow any process.)
     pub(crate) fn insert(&mut self, conn: C, routes: HashMap<u32, R>) -> ConnId {
+        while self.conns.contains_key(&ConnId(self.next)) {
+            self.next = self.next.wrapping_add(1);
+        }
         let id = ConnId(self.next);
         self.next = self.next.wrapping_add(1);
         self.conns.insert(id, Entry { conn, routes });
@@ -108,6 +115,23 @@ mod tests {
         assert_eq!(t.get(ConnId(0)), None);
         assert_eq!(t.get(ConnId(1)), Some(&"b"));
         assert_eq!(t.insert("c", HashMap::new()), ConnId(2));
+    }
+
+    #[test]
+    fn wrapped_ids_skip_the_ones_still_open() {
+        let mut t = table();
+        t.next = u32::MAX - 1;
+        assert_eq!(t.insert("x", HashMap::new()), ConnId(u32::MAX - 1));
+        t.remove(ConnId(u32::MAX - 1));
+        assert_eq!(t.insert("y", HashMap::new()), ConnId(u32::MAX));
+        // 0 and 1 are still open ("a", "b"): the next id is 2, and "a" keeps its routes.
+        assert_eq!(t.insert("z", HashMap::new()), ConnId(2));
+        assert_eq!(t.len(), 4);
+        assert_eq!(t.route(ConnId(0), 9).ok(), Some((&"a", &1)));
+        assert_eq!(t.get(ConnId(1)), Some(&"b"));
+        assert_eq!(t.get(ConnId(u32::MAX)), Some(&"y"));
+        // The freed u32::MAX - 1 comes round again only after every other id.
+        assert_eq!(t.insert("w", HashMap::new()), ConnId(3));
     }
 
     #[test]
