@@ -269,6 +269,23 @@ fn extreme_arguments_are_clear_errors_not_panics() {
         &["loopback", "-t", "18446744073709551615"],
         "--size 65536 x --tx-depth 18446744073709551615 is larger than the 4 GiB region limit",
     );
+    // 1-byte messages in a region of as many bytes: the receiver posted 2 x tx-depth
+    // receives before the first message (40 million here: minutes; a client asking for
+    // 2^32 of them hung the server for hours and ran it out of memory).
+    fails_with(
+        &[
+            "loopback",
+            "-s",
+            "1",
+            "--tx-depth",
+            "20000000",
+            "--region-size",
+            "20000000",
+            "-n",
+            "10",
+        ],
+        "--tx-depth must be at most 65536, got 20000000",
+    );
     fails_with(
         &["loopback", "-s", "1099511627776"],
         "--size 1099511627776 is larger than the maximum of 1073741824 bytes",
@@ -386,7 +403,29 @@ fn server_checks_the_clients_parameters_and_answers_the_reason() {
             "--tx-depth must be in 1..=2 (messages that fit the region), got 3",
         ),
         (28637, r#"{"cc": "warp"}"#, "--cc: "),
+        (
+            28638,
+            r#"{"size": 1, "region_size": 4294967296, "tx_depth": 4294967296}"#,
+            "--tx-depth must be at most 65536, got 4294967296",
+        ),
+        // Fields serde refuses: the same answer, from the parser.
+        (
+            28639,
+            r#"{"path_selection": "bogus"}"#,
+            "bad test parameters: unknown variant `bogus`, expected one of `recycle`, \
+             `round-robin`, `power-of-two`",
+        ),
+        (
+            28640,
+            r#"{"paths": 4294967296}"#,
+            "bad test parameters: invalid value: integer `4294967296`, expected u32",
+        ),
     ] {
+        let why = if why.starts_with("bad test parameters") {
+            why.to_string()
+        } else {
+            format!("client's test parameters: {why}")
+        };
         let p = port.to_string();
         let udp = (port - 20000).to_string();
         let (mut server, mut err) = start_server(&["-p", &p, "--udp-port", &udp]);
@@ -399,12 +438,12 @@ fn server_checks_the_clients_parameters_and_answers_the_reason() {
         let mut reply = String::new();
         std::io::BufReader::new(&s).read_line(&mut reply).unwrap();
         assert!(
-            reply.starts_with(&format!("mrc-perf error: client's test parameters: {why}")),
+            reply.starts_with(&format!("mrc-perf error: {why}")),
             "{reply}"
         );
         let stderr = server_failure(&mut server, &mut err);
         assert!(
-            stderr.starts_with(&format!("mrc-perf: error: client's test parameters: {why}")),
+            stderr.starts_with(&format!("mrc-perf: error: {why}")),
             "{stderr}"
         );
         assert_eq!(stderr.lines().count(), 1, "{stderr}");

@@ -166,7 +166,7 @@ pub struct TestOpts {
     /// Print one JSON object instead of the table.
     #[arg(long, global = true)]
     pub json: bool,
-    /// Messages in flight [default: enough for 8 MiB, 2..=128; 1 for lat].
+    /// Messages in flight, at most 65536 [default: enough for 8 MiB, 2..=128; 1 for lat].
     #[arg(short = 't', long = "tx-depth", global = true)]
     pub tx_depth: Option<u64>,
     /// Registered region per side, bytes [default: size x tx-depth].
@@ -289,6 +289,12 @@ fn default_reorder_window_us() -> u64 {
 /// Largest message, bytes (the transport's message length is 32 bits; 1 GiB keeps the
 /// regions in memory).
 pub const MAX_SIZE: u64 = 1 << 30;
+
+/// Most messages in flight (`--tx-depth`): twice a ConnectX QP's 32768 work requests. A
+/// receiver posts `2 x tx-depth` receives before the first message, so an unbounded depth
+/// (up to 2^32 with 1-byte messages in a 4 GiB region) stalled the start for hours and
+/// ran the host out of memory.
+pub const MAX_TX_DEPTH: u64 = 65536;
 
 /// Longest `--duration` and `--timeout`, seconds (about 11.6 days): far beyond any test,
 /// and far below what `std::time::Duration` and `Instant` arithmetic can hold.
@@ -489,6 +495,12 @@ impl TestParams {
             return Err(format!(
                 "--region-size {} is larger than 4 GiB",
                 self.region_size
+            ));
+        }
+        if self.tx_depth > MAX_TX_DEPTH {
+            return Err(format!(
+                "--tx-depth must be at most {MAX_TX_DEPTH}, got {}",
+                self.tx_depth
             ));
         }
         if self.tx_depth == 0 || self.tx_depth > self.region_size / size {
