@@ -499,3 +499,118 @@ fn a_hostile_probe_on_an_unknown_ev_fails_no_burst() {
     assert_eq!((ea.datapath_errors, eb.datapath_errors), (0, 0));
     assert_eq!((ea.tx_foreign_ev, eb.tx_foreign_ev), (0, 1));
 }
+
+#[test]
+fn fake_net_duplicates_and_reordering_deliver_every_byte_once() {
+    use mrc_transport::stats::DropReason;
+    let net = FakeNet::new();
+    let (_ca, _cb, qa, qb) = fake_pair(&net);
+    let a: SocketAddr = "10.0.0.1:4792".parse().unwrap();
+    // a -> b data: every 3rd datagram twice, every 5th held back behind the next one
+    // (15th: held). b -> a: every 4th datagram (SACKs) twice.
+    let (mut n_ab, mut n_ba) = (0u64, 0u64);
+    let dups = Arc::new(AtomicU64::new(0));
+    let d2 = Arc::clone(&dups);
+    net.set_filter(move |from, _, b| {
+        if from.ip() == a.ip() && b.first().is_some_and(|&op| op < 0x20) {
+            n_ab += 1;
+            if n_ab % 5 == 0 {
+                return FakeVerdict::Hold;
+            }
+            if n_ab % 3 == 0 {
+                d2.fetch_add(1, Ordering::Relaxed);
+                return FakeVerdict::Duplicate;
+            }
+        } else if from.ip() != a.ip() {
+            n_ba += 1;
+            if n_ba % 4 == 0 {
+                return FakeVerdict::Duplicate;
+            }
+        }
+        FakeVerdict::Deliver
+    });
+    connect_direct(&qa, &qb, a, "10.0.0.2:4792".parse().unwrap());
+    assert_eq!(write_iters(&qa, &qb, 32 * 1024, 4, 10), (10, 10));
+    let (sa, ea) = qa.stats().unwrap();
+    let (sb, eb) = qb.stats().unwrap();
+    assert_eq!(sb.verify.checked_messages, 10);
+    assert_eq!(sb.verify.checked_bytes, 10 * 32 * 1024);
+    assert_eq!(sb.verify.bad_bytes, 0);
+    // Every packet once (a retransmission, as the second copy, is a duplicate).
+    assert_eq!(sb.conn.received, 10 * 8);
+    // Each second copy of a data packet is dropped as a duplicate, once.
+    assert_eq!(
+        sb.conn.drops.get(DropReason::Duplicate),
+        dups.load(Ordering::Relaxed) + sa.conn.retransmitted
+    );
+    assert_eq!(sb.conn.received_bytes, 10 * 32 * 1024);
+    assert_eq!((ea.datapath_errors, eb.datapath_errors), (0, 0));
+    assert_eq!(net.dropped(), 0);
+}
+
+#[test]
+fn a_destroyed_peer_qp_counts_the_datagrams_then_a_new_pair_runs_exactly() {
+    let net = FakeNet::new();
+    let a: SocketAddr = "10.0.0.1:4792".parse().unwrap();
+    let b: SocketAddr = "10.0.0.2:4792".parse().unwrap();
+    let ca = Context::with_datapath(FakeDatapath::new(&net, a), EngineConfig::default());
+    let cb = Context::with_datapath(FakeDatapath::new(&net, b), EngineConfig::default());
+    let qa = ca.create_qp(short_retry_cfg()).unwrap();
+    let qb = cb.create_qp(short_retry_cfg()).unwrap();
+    connect_direct(&qa, &qb, a, b);
+    let w = PatternWrites::new(&qa, &qb, 4096, 1, 99);
+    assert_eq!(write_iters_in(&qa, &qb, &w, 3), (3, 3));
+    let (_, eb0) = qb.stats().unwrap();
+    let (sa0, ea0) = qa.stats().unwrap();
+    drop(qb);
+    // a's next WRITE finds no QP at b: every copy (first and retries) is counted there,
+    // and the work request fails with RetryExceeded.
+    qa.post_write(
+        7,
+        Sge {
+            lkey: w.src.lkey,
+            addr: w.src.addr,
+            len: 4096,
+        },
+        w.dst.addr,
+        w.dst.rkey,
+    )
+    .unwrap();
+    let c = qa.wait_send_cq(T).unwrap().unwrap();
+    assert_eq!((c.wr_id, c.status), (7, WcStatus::RetryExceeded));
+    let (sa, ea) = qa.stats().unwrap();
+    // The engine of b is still there: ask through a QP created for the purpose.
+    let probe = cb.create_qp(qp_cfg()).unwrap();
+    // One packet, sent once and retransmitted (RTOs, a tail loss probe) until it failed,
+    // and EV probes for the paths its losses took out: a (failed, silent now) sent them
+    // all, b counts each once it has read them.
+    let copies = sa.conn.sent - sa0.conn.sent;
+    assert_eq!(copies, 1 + sa.conn.retransmitted - sa0.conn.retransmitted);
+    assert!(copies >= 3, "{copies}");
+    let sent = ea.tx_datagrams - ea0.tx_datagrams;
+    assert!(sent >= copies, "{sent} {copies}");
+    let deadline = std::time::Instant::now() + T;
+    let eb = loop {
+        let (_, eb) = probe.stats().unwrap();
+        if eb.rx_unknown_qpn - eb0.rx_unknown_qpn >= sent || std::time::Instant::now() > deadline {
+            break eb;
+        }
+        std::thread::yield_now();
+    };
+    assert_eq!(eb.rx_unknown_qpn - eb0.rx_unknown_qpn, sent);
+    assert_eq!(qa.stats().unwrap().1.tx_datagrams, ea.tx_datagrams);
+    assert_eq!((ea.datapath_errors, eb.datapath_errors), (0, 0));
+    drop(probe);
+    drop(qa);
+    // A new pair on the same engines (new QPNs, new datapath connection ids) runs exactly.
+    let qa2 = ca.create_qp(qp_cfg()).unwrap();
+    let qb2 = cb.create_qp(qp_cfg()).unwrap();
+    connect_direct(&qa2, &qb2, a, b);
+    assert_eq!(write_iters(&qa2, &qb2, 16 * 1024, 2, 5), (5, 5));
+    let (sb2, eb2) = qb2.stats().unwrap();
+    assert_eq!(sb2.verify.checked_messages, 5);
+    assert_eq!(sb2.verify.bad_bytes, 0);
+    assert_eq!(sb2.conn.received, 5 * 4);
+    assert_eq!(eb2.datapath_errors, 0);
+    assert_eq!(net.dropped(), 0);
+}

@@ -1,7 +1,7 @@
 //! [`FakeDatapath`]: the [`Datapath`] over an in-memory network ([`FakeNet`]), so the
 //! engine and everything above it build and test without sockets (eRPC's fake transport).
-//! Delivery is immediate and in order per sender unless a filter drops or CE-marks a
-//! datagram.
+//! Delivery is immediate and in order per sender unless a filter drops, CE-marks,
+//! duplicates or holds back (reorders) a datagram.
 
 use super::{
     ConnId, ConnTable, Datapath, DatapathError, DatapathStats, PathMap, PortAllocator, PortLease,
@@ -22,6 +22,11 @@ pub enum FakeVerdict {
     Drop,
     /// Deliver with ECN CE.
     MarkCe,
+    /// Deliver twice, back to back.
+    Duplicate,
+    /// Hold back: delivered right after the next datagram to the same destination (so the
+    /// two swap places), or after any later one if several are held.
+    Hold,
 }
 
 /// The filter: sees (source, destination, bytes) of every datagram.
@@ -36,6 +41,23 @@ struct NetState {
     queues: HashMap<SocketAddr, Queue>,
     filter: Option<Filter>,
     dropped: u64,
+    /// Datagrams held back ([`FakeVerdict::Hold`]) per destination, in order.
+    held: HashMap<SocketAddr, Vec<(SocketAddr, Ecn, Vec<u8>)>>,
+}
+
+impl NetState {
+    /// Queues `d` for `to` (counted dropped when `to` has no endpoint), then whatever was
+    /// held back for `to`.
+    fn deliver(&mut self, to: SocketAddr, d: (SocketAddr, Ecn, Vec<u8>)) {
+        let held = self.held.remove(&to).unwrap_or_default();
+        match self.queues.get_mut(&to) {
+            Some(q) => {
+                q.datagrams.push_back(d);
+                q.datagrams.extend(held);
+            }
+            None => self.dropped += 1 + held.len() as u64,
+        }
+    }
 }
 
 struct NetInner {
@@ -71,6 +93,7 @@ impl FakeNet {
                     queues: HashMap::new(),
                     filter: None,
                     dropped: 0,
+                    held: HashMap::new(),
                 }),
                 cv: Condvar::new(),
             }),
@@ -202,20 +225,22 @@ impl Datapath for FakeDatapath {
                 Some(f) => f(from, to, bytes),
                 None => FakeVerdict::Deliver,
             };
-            let ecn = match verdict {
-                FakeVerdict::Drop => {
-                    st.dropped += 1;
-                    report.datagrams += 1;
-                    continue;
-                }
-                FakeVerdict::MarkCe => Ecn::Ce,
-                FakeVerdict::Deliver => ecn,
-            };
-            match st.queues.get_mut(&to) {
-                Some(q) => q.datagrams.push_back((from, ecn, bytes.to_vec())),
-                None => st.dropped += 1,
-            }
             report.datagrams += 1;
+            match verdict {
+                FakeVerdict::Drop => st.dropped += 1,
+                FakeVerdict::MarkCe => st.deliver(to, (from, Ecn::Ce, bytes.to_vec())),
+                FakeVerdict::Deliver => st.deliver(to, (from, ecn, bytes.to_vec())),
+                FakeVerdict::Duplicate => {
+                    st.deliver(to, (from, ecn, bytes.to_vec()));
+                    st.deliver(to, (from, ecn, bytes.to_vec()));
+                }
+                FakeVerdict::Hold => {
+                    st.held
+                        .entry(to)
+                        .or_default()
+                        .push((from, ecn, bytes.to_vec()))
+                }
+            }
         }
         drop(st);
         self.net.inner.cv.notify_all();
@@ -282,5 +307,52 @@ impl Datapath for FakeDatapath {
 impl FakeDatapath {
     fn inner_cv(&self) -> &Condvar {
         &self.net.inner.cv
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Sends datagrams `[i]` for each `i` of `ids` from a to b; returns what b receives.
+    fn run(verdict: impl FnMut(u8) -> FakeVerdict + Send + 'static, ids: &[u8]) -> Vec<u8> {
+        let net = FakeNet::new();
+        let mut verdict = verdict;
+        net.set_filter(move |_, _, b| verdict(b[0]));
+        let b_addr: SocketAddr = "10.0.0.2:4792".parse().unwrap();
+        let mut a = FakeDatapath::new(&net, "10.0.0.1:4792".parse().unwrap());
+        let mut b = FakeDatapath::new(&net, b_addr);
+        let id = a.open_conn(b_addr, &PathMap::per_ev(vec![0])).unwrap();
+        let mut batch = TxBatch::new(ids.len(), 1);
+        for &i in ids {
+            assert!(batch.push(id, 0, Ecn::NotEct, &[i]));
+        }
+        assert_eq!(a.tx_burst(&batch).unwrap().datagrams, ids.len() as u64);
+        let mut got = Vec::new();
+        b.rx_burst(usize::MAX, &mut |d| got.push(d.bytes[0]))
+            .unwrap();
+        got
+    }
+
+    #[test]
+    fn hold_swaps_with_the_next_datagram_duplicate_delivers_twice() {
+        let hold_1 = |i| match i {
+            1 => FakeVerdict::Hold,
+            4 => FakeVerdict::Duplicate,
+            _ => FakeVerdict::Deliver,
+        };
+        assert_eq!(run(hold_1, &[0, 1, 2, 3, 4]), vec![0, 2, 1, 3, 4, 4]);
+        // Two held in a row come out after the next delivered one, in order.
+        let hold_12 = |i| match i {
+            1 | 2 => FakeVerdict::Hold,
+            _ => FakeVerdict::Deliver,
+        };
+        assert_eq!(run(hold_12, &[0, 1, 2, 3]), vec![0, 3, 1, 2]);
+        // The last one held stays held (it leaves with the next datagram to b).
+        let hold_last = |i| match i {
+            2 => FakeVerdict::Hold,
+            _ => FakeVerdict::Deliver,
+        };
+        assert_eq!(run(hold_last, &[0, 1, 2]), vec![0, 1]);
     }
 }
