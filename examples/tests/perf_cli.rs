@@ -287,6 +287,10 @@ fn extreme_arguments_are_clear_errors_not_panics() {
         "--tx-depth must be at most 65536, got 20000000",
     );
     fails_with(
+        &["loopback", "--spin-us", "1000001"],
+        "--spin-us must be at most 1000000, got 1000001",
+    );
+    fails_with(
         &["loopback", "-s", "1099511627776"],
         "--size 1099511627776 is larger than the maximum of 1073741824 bytes",
     );
@@ -407,6 +411,11 @@ fn server_checks_the_clients_parameters_and_answers_the_reason() {
             28638,
             r#"{"size": 1, "region_size": 4294967296, "tx_depth": 4294967296}"#,
             "--tx-depth must be at most 65536, got 4294967296",
+        ),
+        (
+            28643,
+            r#"{"spin_us": 18446744073709551615}"#,
+            "--spin-us must be at most 1000000, got 18446744073709551615",
         ),
         // Fields serde refuses: the same answer, from the parser.
         (

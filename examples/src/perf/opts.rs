@@ -178,7 +178,8 @@ pub struct TestOpts {
     /// UDP port of the receive socket (0: any) [default: 4792 for server, 0 otherwise].
     #[arg(long = "udp-port", global = true)]
     pub udp_port: Option<u16>,
-    /// Engine busy-poll time after the last work before it sleeps in io_uring, us.
+    /// Engine busy-poll time after the last work before it sleeps in io_uring, us
+    /// (at most 1000000).
     #[arg(long = "spin-us", default_value_t = 50, global = true)]
     pub spin_us: u64,
     /// Seconds to wait for the server (connect) and for any progress.
@@ -295,6 +296,10 @@ pub const MAX_SIZE: u64 = 1 << 30;
 /// (up to 2^32 with 1-byte messages in a 4 GiB region) stalled the start for hours and
 /// ran the host out of memory.
 pub const MAX_TX_DEPTH: u64 = 65536;
+
+/// Longest `--spin-us`, us (1 s): the engine busy-polls this long after its last work, so
+/// a client asking the server for `u64::MAX` kept a server core spinning for good.
+pub const MAX_SPIN_US: u64 = 1_000_000;
 
 /// Longest `--duration` and `--timeout`, seconds (about 11.6 days): far beyond any test,
 /// and far below what `std::time::Duration` and `Instant` arithmetic can hold.
@@ -495,6 +500,12 @@ impl TestParams {
             return Err(format!(
                 "--region-size {} is larger than 4 GiB",
                 self.region_size
+            ));
+        }
+        if self.spin_us > MAX_SPIN_US {
+            return Err(format!(
+                "--spin-us must be at most {MAX_SPIN_US}, got {}",
+                self.spin_us
             ));
         }
         if self.tx_depth > MAX_TX_DEPTH {
