@@ -165,7 +165,7 @@ pub struct SimCounters {
 
 /// A transmitting port's state, cache-line aligned and in declaration order: the queue
 /// and the link parameters fill the first two 64-byte lines, the counters the third, the
-/// pending queue-depth samples the fourth ([`PORT_HOT_LINES`]); the histogram follows.
+/// queue-depth sample cache the fourth ([`PORT_HOT_LINES`]); the histogram follows.
 #[derive(Debug)]
 #[repr(C, align(64))]
 struct PortRt {
@@ -1512,10 +1512,10 @@ mod tests {
         assert_eq!(align_of::<PortRt>(), 64);
         assert!(offset_of!(PortRt, link_clean) < 128);
         assert_eq!(offset_of!(PortRt, stats), 128);
-        // Counters and pending_len in line 2, the samples in line 3.
+        // The 7 counters in line 2, the sample cache in line 3.
         let pending_end = offset_of!(PortRt, stats)
-            + size_of::<[u64; 8]>() // 7 counters and pending_len
-            + size_of::<[u64; crate::sim::queue::PENDING_SAMPLES]>();
+            + 64 // 7 counters, padded to the cache's alignment
+            + size_of::<[(u32, u32); crate::sim::queue::PENDING_SAMPLES]>();
         assert_eq!(pending_end, PORT_HOT_LINES * 64);
     }
 }
