@@ -78,25 +78,56 @@ fn fold(mut acc: u64) -> u16 {
     acc as u16
 }
 
-/// UDP checksum of `udp` (header and payload; the checksum field's current value is
-/// ignored) between `src` and `final_dst`. A computed 0 is returned as 0xFFFF (RFC 768,
-/// RFC 8200 section 8.1). `udp` shorter than 8 bytes is summed as it is.
-pub fn udp_ipv6_checksum(udp: &[u8], src: &Ipv6Addr, final_dst: &Ipv6Addr) -> u16 {
+/// [`udp_ipv6_checksum`] of the datagram `udp_header` followed by `payload`, without the
+/// two being contiguous (a caller that writes the payload elsewhere, or later); the
+/// header's checksum field (bytes 6..8) is ignored.
+pub fn udp_ipv6_checksum_parts(
+    udp_header: &[u8; UDP_HEADER_LEN],
+    payload: &[u8],
+    src: &Ipv6Addr,
+    final_dst: &Ipv6Addr,
+) -> u16 {
+    let mut header = *udp_header;
+    header[UDP_CHECKSUM_OFF..].fill(0);
+    // The header is a whole number of 32-bit words, so the payload's words line up as in
+    // the contiguous datagram.
+    let acc = pseudo_header_sum(UDP_HEADER_LEN + payload.len(), src, final_dst)
+        + partial_sum(&header)
+        + partial_sum(payload);
+    finish(acc)
+}
+
+/// Partial sum of the pseudo-header for a datagram of `udp_len` bytes.
+fn pseudo_header_sum(udp_len: usize, src: &Ipv6Addr, final_dst: &Ipv6Addr) -> u64 {
     let mut pseudo = [0u8; 40];
     pseudo[..16].copy_from_slice(&src.octets());
     pseudo[16..32].copy_from_slice(&final_dst.octets());
-    pseudo[32..36].copy_from_slice(&(udp.len() as u32).to_be_bytes());
+    pseudo[32..36].copy_from_slice(&(udp_len as u32).to_be_bytes());
     pseudo[39] = NEXT_HEADER_UDP;
-    let (head, payload) = udp.split_at(udp.len().min(UDP_HEADER_LEN));
-    let mut header = [0u8; UDP_HEADER_LEN];
-    header[..head.len()].copy_from_slice(head);
-    header[UDP_CHECKSUM_OFF..].fill(0);
-    let acc = partial_sum(&pseudo) + partial_sum(&header) + partial_sum(payload);
+    partial_sum(&pseudo)
+}
+
+/// The checksum from a partial sum: folded, swapped back to network order, complemented;
+/// 0 sent as 0xFFFF.
+fn finish(acc: u64) -> u16 {
     let sum = u16::from_be_bytes(fold(acc).to_ne_bytes());
     match !sum {
         0 => 0xFFFF,
         c => c,
     }
+}
+
+/// UDP checksum of `udp` (header and payload; the checksum field's current value is
+/// ignored) between `src` and `final_dst`. A computed 0 is returned as 0xFFFF (RFC 768,
+/// RFC 8200 section 8.1). `udp` shorter than 8 bytes is summed as it is.
+pub fn udp_ipv6_checksum(udp: &[u8], src: &Ipv6Addr, final_dst: &Ipv6Addr) -> u16 {
+    let (head, payload) = udp.split_at(udp.len().min(UDP_HEADER_LEN));
+    let mut header = [0u8; UDP_HEADER_LEN];
+    header[..head.len()].copy_from_slice(head);
+    header[UDP_CHECKSUM_OFF..].fill(0);
+    let acc =
+        pseudo_header_sum(udp.len(), src, final_dst) + partial_sum(&header) + partial_sum(payload);
+    finish(acc)
 }
 
 #[cfg(test)]
@@ -176,6 +207,21 @@ mod tests {
     }
 
     proptest! {
+        /// The header and payload summed apart equal the contiguous datagram.
+        #[test]
+        fn parts_match_the_contiguous_datagram(
+            body in proptest::collection::vec(any::<u8>(), 8..5_000),
+            src in any::<u128>(),
+            dst in any::<u128>(),
+        ) {
+            let (s, d) = (Ipv6Addr::from(src), Ipv6Addr::from(dst));
+            let header: [u8; UDP_HEADER_LEN] = body[..8].try_into().unwrap();
+            prop_assert_eq!(
+                udp_ipv6_checksum_parts(&header, &body[8..], &s, &d),
+                udp_ipv6_checksum(&body, &s, &d)
+            );
+        }
+
         /// Equal to the word-by-word sum for datagrams up to a jumbo frame's size.
         #[test]
         fn matches_word_by_word_up_to_9000_bytes(

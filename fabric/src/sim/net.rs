@@ -719,14 +719,14 @@ impl Simulator {
             }
         }
         let (pkt, mut buf) = self.take_buf();
-        let ok = build_frame(&self.topo, self.cfg.forwarding, d, payload, &mut buf);
+        let hdr = build_frame(&self.topo, self.cfg.forwarding, d, payload, &mut buf);
         let p = &mut self.pkts[pkt as usize];
         p.bytes = buf;
-        if !ok {
+        let Some(hdr) = hdr else {
             self.release(pkt);
             return Err(SimError::Transport("route cannot be encoded".into()));
-        }
-        p.refresh();
+        };
+        p.hdr = hdr;
         p.checksum_known = true;
         self.enqueue_injected(d.src, pkt);
         Ok(())
@@ -875,7 +875,7 @@ impl Simulator {
             ev,
             ecn: 2,
         };
-        if !build_frame(&self.topo, self.cfg.forwarding, d, &payload, &mut bytes) {
+        if build_frame(&self.topo, self.cfg.forwarding, d, &payload, &mut bytes).is_none() {
             return Err(SimError::Transport("route cannot be encoded".into()));
         }
         let mut hops = Vec::new();
@@ -1376,7 +1376,7 @@ impl Simulator {
                     ev: t.ev,
                     ecn: t.ecn.bits(),
                 };
-                let ok = build_frame(
+                let hdr = build_frame(
                     &self.topo,
                     self.cfg.forwarding,
                     d,
@@ -1385,14 +1385,14 @@ impl Simulator {
                 );
                 let p = &mut self.pkts[idx as usize];
                 p.bytes = out;
-                p.refresh();
-                // build_frame computed the UDP checksum over exactly these bytes.
-                p.checksum_known = ok;
-                if !ok {
+                let Some(hdr) = hdr else {
                     self.counters.no_route_drops += 1;
                     self.release(idx);
                     continue;
-                }
+                };
+                p.hdr = hdr;
+                // build_frame computed the UDP checksum over exactly these bytes.
+                p.checksum_known = true;
                 self.hosts[h as usize].rr = (i + 1) % n;
                 let len = self.pkts[idx as usize].bytes.len() as u32;
                 let port = &mut self.ports[h as usize][0];
