@@ -340,6 +340,22 @@ pub fn ecmp_hash(src: u128, dst: u128, src_port: u16, dst_port: u16, salt: u64) 
     h
 }
 
+/// The ECMP salt of `node` under `ecmp_seed`.
+fn salt_of(ecmp_seed: u64, node: u32) -> u64 {
+    splitmix(ecmp_seed ^ u64::from(node).wrapping_mul(0xA24B_AED4_963E_E407))
+}
+
+/// `h mod n` (n > 0), with a mask when `n` is a power of two (the same value, without a
+/// division: ECMP groups are usually 2^k uplinks).
+fn reduce(h: u64, n: usize) -> usize {
+    let n = n as u64;
+    if n.is_power_of_two() {
+        (h & (n - 1)) as usize
+    } else {
+        (h % n) as usize
+    }
+}
+
 fn splitmix(mut z: u64) -> u64 {
     z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -385,6 +401,8 @@ pub struct Simulator {
     /// has `2 i + 1` and `2 i + 2`); `u32::MAX` hosts mark unused entries. One flat table
     /// instead of a hash lookup per host on every received frame.
     qpn_owner: Vec<(u32, u32)>,
+    /// ECMP hash salt per node ([`salt_of`]).
+    salts: Vec<u64>,
     flows: Vec<FlowRt>,
     q: EventQueue,
     pkts: Vec<Pkt>,
@@ -453,6 +471,9 @@ impl Simulator {
             link_faults: vec![LinkFaults::default(); topo.links.len()],
             hosts: (0..topo.hosts).map(|_| Host::default()).collect(),
             qpn_owner: Vec::new(),
+            salts: (0..topo.nodes.len() as u32)
+                .map(|n| salt_of(cfg.ecmp_seed, n))
+                .collect(),
             rng: ChaCha8Rng::seed_from_u64(cfg.seed),
             cfg,
             topo,
@@ -766,6 +787,11 @@ impl Simulator {
     /// (callers overwrite or clear them).
     fn take_buf(&mut self) -> (u32, Vec<u8>) {
         if let Some(i) = self.free.pop() {
+            // The next call's slot: frames are often built in bursts (a round of sends),
+            // from slots freed long before.
+            if let Some(&next) = self.free.last() {
+                prefetch(self.pkts.as_ptr().wrapping_add(next as usize));
+            }
             (i, std::mem::take(&mut self.pkts[i as usize].bytes))
         } else {
             self.pkts.push(Pkt::default());
@@ -773,8 +799,12 @@ impl Simulator {
         }
     }
 
+    /// The ECMP hash salt of switch `node` (computed once per node in [`Simulator::new`]).
     fn salt(&self, node: u32) -> u64 {
-        splitmix(self.cfg.ecmp_seed ^ u64::from(node).wrapping_mul(0xA24B_AED4_963E_E407))
+        self.salts
+            .get(node as usize)
+            .copied()
+            .unwrap_or_else(|| salt_of(self.cfg.ecmp_seed, node))
     }
 
     /// The forwarding decision of switch `node` for `bytes` (which it may rewrite: SRv6
@@ -837,7 +867,7 @@ impl Simulator {
             1 => Some(hops[0]),
             n => {
                 let h = ecmp_hash(info.src, dst, info.src_port, info.dst_port, self.salt(node));
-                hops.get((h % n as u64) as usize).copied()
+                hops.get(reduce(h, n)).copied()
             }
         }
     }
