@@ -58,13 +58,8 @@ fn frame(sim: &mrc_fabric::sim::Simulator, src: u32, dst: u32, ev: u32, dgram: &
         ev,
         ecn: 2,
     };
-    assert!(build_frame(
-        sim.topology(),
-        Forwarding::Ecmp,
-        d,
-        dgram,
-        &mut out
-    ));
+    let hdr = build_frame(sim.topology(), Forwarding::Ecmp, d, dgram, &mut out);
+    assert_eq!(hdr, Some(mrc_fabric::sim::frame::header(&out)));
     out
 }
 
@@ -293,18 +288,40 @@ fn build_frame_into_a_stale_buffer_equals_a_fresh_one() {
                 ecn: 1,
             };
             let mut fresh = Vec::new();
-            assert!(build_frame(
-                sim.topology(),
-                forwarding,
-                d,
-                &dgram,
-                &mut fresh
-            ));
+            let hdr = build_frame(sim.topology(), forwarding, d, &dgram, &mut fresh);
+            assert_eq!(hdr, Some(mrc_fabric::sim::frame::header(&fresh)));
             for stale_len in [fresh.len() + 300, fresh.len(), fresh.len() - 200, 0] {
                 let mut out = vec![0xFF; stale_len];
-                assert!(build_frame(sim.topology(), forwarding, d, &dgram, &mut out));
+                let again = build_frame(sim.topology(), forwarding, d, &dgram, &mut out);
                 assert_eq!(out, fresh, "{forwarding:?} dst {dst} stale {stale_len}");
+                assert_eq!(again, hdr);
             }
+        }
+    }
+}
+
+/// The header `build_frame` returns, read from the stack copy of the headers and the first
+/// payload bytes, is the header of the frame it wrote: payloads shorter than, as long as
+/// and longer than the bytes it peeks (a BTH's first 12), in every forwarding mode.
+#[test]
+fn build_frame_header_equals_the_written_frames() {
+    let sim = sim16(cfg(1));
+    let full = write_datagram(3, 600);
+    for forwarding in [Forwarding::Ecmp, Forwarding::Srv6, Forwarding::Usid] {
+        for len in [0, 4, 5, 11, 12, 13, 40, full.len()] {
+            let d = Datagram {
+                src: 1,
+                dst: 12,
+                ev: 3,
+                ecn: 2,
+            };
+            let mut out = vec![0xAB; 7];
+            let hdr = build_frame(sim.topology(), forwarding, d, &full[..len], &mut out);
+            assert_eq!(
+                hdr,
+                Some(mrc_fabric::sim::frame::header(&out)),
+                "{forwarding:?} payload {len}"
+            );
         }
     }
 }

@@ -57,14 +57,43 @@ impl EthernetFrameRepr {
         }
         let (eth, rest) = buf.split_at_mut(ETHERNET_HEADER_LEN);
         let ip_len = self.packet.emit_in(rest, payload, ctx)?;
-        let mut frame = MutableEthernetPacket::new(eth).ok_or(PacketError::BufferTooSmall {
-            needed_bytes: needed,
-            available_bytes: available,
-        })?;
-        frame.set_destination(self.dst_mac.into());
-        frame.set_source(self.src_mac.into());
-        frame.set_ethertype(EtherTypes::Ipv6);
+        self.write_ethernet(eth);
         Ok(ETHERNET_HEADER_LEN + ip_len)
+    }
+
+    /// Writes only the frame's headers ([`EthernetFrameRepr::buffer_len`]`(0)` bytes at the
+    /// start of `head`) for `payload`, lengths and UDP checksum included (see
+    /// [`Ipv6UdpRepr::emit_headers`]); the headers followed by `payload` are the frame
+    /// [`EthernetFrameRepr::emit_in`] writes. Returns the header length in bytes.
+    ///
+    /// Errors: those of [`EthernetFrameRepr::emit_in`].
+    pub fn emit_headers(
+        &self,
+        head: &mut [u8],
+        payload: &[u8],
+        ctx: SrhContext,
+    ) -> Result<usize, PacketError> {
+        let needed = self.buffer_len(0);
+        let available = head.len();
+        if available < needed {
+            return Err(PacketError::BufferTooSmall {
+                needed_bytes: needed,
+                available_bytes: available,
+            });
+        }
+        let (eth, rest) = head.split_at_mut(ETHERNET_HEADER_LEN);
+        let ip_len = self.packet.emit_headers(rest, payload, ctx)?;
+        self.write_ethernet(eth);
+        Ok(ETHERNET_HEADER_LEN + ip_len)
+    }
+
+    /// Writes the 14-byte Ethernet header at the start of `eth` (at least that long).
+    fn write_ethernet(&self, eth: &mut [u8]) {
+        if let Some(mut frame) = MutableEthernetPacket::new(eth) {
+            frame.set_destination(self.dst_mac.into());
+            frame.set_source(self.src_mac.into());
+            frame.set_ethertype(EtherTypes::Ipv6);
+        }
     }
 
     /// Parse a frame; returns the Repr and the UDP payload.

@@ -32,6 +32,7 @@ use pnet_packet::ipv6::{Ipv6Packet, MutableIpv6Packet};
 use pnet_packet::udp::{MutableUdpPacket, UdpPacket};
 
 use super::PacketError;
+use super::checksum::UDP_CHECKSUM_OFF;
 use crate::srv6::{NEXT_HEADER_ROUTING, Srh, SrhContext, SrhRepr};
 
 /// Whether parsing recomputes the UDP checksum.
@@ -135,6 +136,46 @@ impl Ipv6UdpRepr {
         payload: &[u8],
         ctx: SrhContext,
     ) -> Result<usize, PacketError> {
+        let total = self.checked_len(payload.len())?;
+        let available = buf.len();
+        let out = buf.get_mut(..total).ok_or(PacketError::BufferTooSmall {
+            needed_bytes: total,
+            available_bytes: available,
+        })?;
+        let (head, body) = out.split_at_mut(self.header_len());
+        self.write_headers(head, payload, ctx)?;
+        body.copy_from_slice(payload);
+        Ok(total)
+    }
+
+    /// Writes only the headers ([`Ipv6UdpRepr::header_len`] bytes at the start of `head`)
+    /// of the packet carrying `payload`: lengths and UDP checksum included, the payload
+    /// itself not written. The headers followed by `payload` are byte for byte what
+    /// [`Ipv6UdpRepr::emit_in`] writes (for a caller that places the payload itself).
+    /// Returns the header length in bytes.
+    ///
+    /// Errors: those of [`Ipv6UdpRepr::emit_in`] ([`PacketError::BufferTooSmall`] when
+    /// `head` is shorter than the headers).
+    pub fn emit_headers(
+        &self,
+        head: &mut [u8],
+        payload: &[u8],
+        ctx: SrhContext,
+    ) -> Result<usize, PacketError> {
+        self.checked_len(payload.len())?;
+        let len = self.header_len();
+        let available = head.len();
+        let head = head.get_mut(..len).ok_or(PacketError::BufferTooSmall {
+            needed_bytes: len,
+            available_bytes: available,
+        })?;
+        self.write_headers(head, payload, ctx)?;
+        Ok(len)
+    }
+
+    /// The packet length with a `payload_len_bytes` payload, after the checks that need no
+    /// buffer: flow label, SRH next header, IPv6 payload length.
+    fn checked_len(&self, payload_len_bytes: usize) -> Result<usize, PacketError> {
         if self.flow_label > FLOW_LABEL_MAX {
             return Err(PacketError::FlowLabelOutOfRange {
                 flow_label: self.flow_label,
@@ -147,31 +188,44 @@ impl Ipv6UdpRepr {
                 });
             }
         }
-        let total = self.buffer_len(payload.len());
+        let total = self.buffer_len(payload_len_bytes);
         let ip_payload_len = total - IPV6_HEADER_LEN;
-        let ip_payload_len_u16 =
-            u16::try_from(ip_payload_len).map_err(|_| PacketError::PayloadTooLong {
-                len_bytes: ip_payload_len,
-            })?;
-        let available = buf.len();
-        let out = buf.get_mut(..total).ok_or(PacketError::BufferTooSmall {
-            needed_bytes: total,
-            available_bytes: available,
+        u16::try_from(ip_payload_len).map_err(|_| PacketError::PayloadTooLong {
+            len_bytes: ip_payload_len,
         })?;
-        let (ip_bytes, rest) = out.split_at_mut(IPV6_HEADER_LEN);
+        Ok(total)
+    }
+
+    /// Writes the headers into `head` (exactly [`Ipv6UdpRepr::header_len`] bytes) for a
+    /// payload `payload` whose length [`Ipv6UdpRepr::checked_len`] accepted.
+    fn write_headers(
+        &self,
+        head: &mut [u8],
+        payload: &[u8],
+        ctx: SrhContext,
+    ) -> Result<(), PacketError> {
+        let ip_payload_len = head.len() - IPV6_HEADER_LEN + payload.len();
+        let too_long = || PacketError::PayloadTooLong {
+            len_bytes: ip_payload_len,
+        };
+        let ip_payload_len_u16 = u16::try_from(ip_payload_len).map_err(|_| too_long())?;
+        let needed = head.len() + payload.len();
+        let too_small = || PacketError::BufferTooSmall {
+            needed_bytes: needed,
+            available_bytes: needed,
+        };
+        let (ip_bytes, rest) = head.split_at_mut(IPV6_HEADER_LEN);
         let srh_len = match &self.srh {
             Some(srh) => srh.emit(rest, ctx)?,
             None => 0,
         };
-        let udp_bytes = &mut rest[srh_len..];
-        let udp_len = u16::try_from(udp_bytes.len()).map_err(|_| PacketError::PayloadTooLong {
-            len_bytes: ip_payload_len,
-        })?;
+        let udp_header: &mut [u8; UDP_HEADER_LEN] = rest
+            .get_mut(srh_len..)
+            .and_then(|u| u.try_into().ok())
+            .ok_or_else(too_small)?;
+        let udp_len = u16::try_from(UDP_HEADER_LEN + payload.len()).map_err(|_| too_long())?;
         {
-            let mut ip = MutableIpv6Packet::new(ip_bytes).ok_or(PacketError::BufferTooSmall {
-                needed_bytes: total,
-                available_bytes: available,
-            })?;
+            let mut ip = MutableIpv6Packet::new(ip_bytes).ok_or_else(too_small)?;
             ip.set_version(6);
             ip.set_traffic_class(self.traffic_class);
             ip.set_flow_label(self.flow_label);
@@ -185,22 +239,21 @@ impl Ipv6UdpRepr {
             ip.set_source(self.src_addr);
             ip.set_destination(self.dst_addr);
         }
-        let mut udp = MutableUdpPacket::new(udp_bytes).ok_or(PacketError::BufferTooSmall {
-            needed_bytes: total,
-            available_bytes: available,
-        })?;
-        udp.set_source(self.src_port);
-        udp.set_destination(self.dst_port);
-        udp.set_length(udp_len);
-        udp.set_checksum(0);
-        udp.set_payload(payload);
-        let checksum = udp_checksum(
-            &udp.to_immutable(),
+        {
+            let mut udp = MutableUdpPacket::new(udp_header).ok_or_else(too_small)?;
+            udp.set_source(self.src_port);
+            udp.set_destination(self.dst_port);
+            udp.set_length(udp_len);
+            udp.set_checksum(0);
+        }
+        let checksum = super::checksum::udp_ipv6_checksum_parts(
+            udp_header,
+            payload,
             &self.src_addr,
             &self.final_destination(),
         );
-        udp.set_checksum(checksum);
-        Ok(total)
+        udp_header[UDP_CHECKSUM_OFF..].copy_from_slice(&checksum.to_be_bytes());
+        Ok(())
     }
 
     /// Parse a packet that starts with the IPv6 header. Bytes past payload_len (e.g. Ethernet

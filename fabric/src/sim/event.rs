@@ -167,6 +167,28 @@ impl EventQueue {
 
     /// The earliest event, removed.
     pub fn pop(&mut self) -> Option<Event> {
+        // Fast path: more events at the last popped instant, none due from the heap first
+        // (a heap event at this instant was scheduled before any wheel event of it, when
+        // the instant was beyond the horizon, so it has the smaller `seq`).
+        let i = (self.base_ns as usize) & (WHEEL_SLOTS - 1);
+        let slot = &mut self.slots[i];
+        if slot.head < slot.items.len() && self.far.peek().is_none_or(|f| f.time_ns > self.base_ns)
+        {
+            let (seq, kind) = slot.items[slot.head];
+            slot.head += 1;
+            if slot.head == slot.items.len() {
+                slot.items.clear();
+                slot.head = 0;
+                self.occupied[i / 64] &= !(1 << (i % 64));
+            }
+            self.wheel_len -= 1;
+            self.popped += 1;
+            return Some(Event {
+                time_ns: self.base_ns,
+                seq,
+                kind,
+            });
+        }
         let wheel = self.first_slot();
         let from_far = match (wheel, self.far.peek()) {
             (None, None) => return None,

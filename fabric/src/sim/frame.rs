@@ -114,6 +114,11 @@ pub struct Header {
     pub ect: bool,
 }
 
+/// Bytes of the UDP payload [`header`] reads: the BTH's first 12 (opcode, flags, PSN). A
+/// prefix of a frame holding its headers and this many payload bytes (or all of them) has
+/// the frame's [`Header`].
+pub const HEADER_PAYLOAD_BYTES: usize = 12;
+
 /// Reads the [`Header`] of frame `b`.
 pub fn header(b: &[u8]) -> Header {
     let info = inspect(b);

@@ -13,7 +13,7 @@ use super::frame::{self, ETH_LEN};
 use super::stats::ReorderTracker;
 use super::topo::{Topology, USID_BLOCK, USID_BLOCK_BITS};
 use crate::packet::{EthernetFrameRepr, Ipv6UdpRepr};
-use crate::srv6::{LocatorBlock, UsidContainer};
+use crate::srv6::{LocatorBlock, SrhContext, UsidContainer};
 
 /// UDP destination port of mrc in the simulator (not 4791, DESIGN.md section 4).
 pub const MRC_UDP_PORT: u16 = 4792;
@@ -64,15 +64,20 @@ pub struct Datagram {
 }
 
 /// Builds the frame for a datagram `payload` (addressing `d`) into `out` (resized; its old
-/// bytes, if any, do not matter: the result is the same as from an empty `out`).
-/// Returns `false` when the route cannot be expressed (e.g. a node id beyond the uSID space).
+/// bytes, if any, do not matter: the result is the same as from an empty `out`), and
+/// returns its [`frame::Header`] (equal to `frame::header(out)`, read from the headers
+/// before they are written out). Returns `None` when the route cannot be expressed (e.g. a
+/// node id beyond the uSID space).
+///
+/// The headers are built on the stack, then copied with the payload into `out`, which is
+/// neither zeroed first nor read back.
 pub fn build_frame(
     topo: &Topology,
     forwarding: Forwarding,
     d: Datagram,
     payload: &[u8],
     out: &mut Vec<u8>,
-) -> bool {
+) -> Option<frame::Header> {
     let Datagram { src, dst, ev, ecn } = d;
     let src_addr = Ipv6Addr::from(topo.addr(src));
     let dst_addr = Ipv6Addr::from(topo.addr(dst));
@@ -101,22 +106,14 @@ pub fn build_frame(
                     p.traffic_class = ecn & 3;
                     p
                 }
-                Err(_) => return false,
+                Err(_) => return None,
             }
         }
         (Forwarding::Usid, true, Some(s)) => {
-            let (Some(us), Some(ud)) = (topo.usid(s), topo.usid(dst)) else {
-                return false;
-            };
-            let Ok(block) = LocatorBlock::new(Ipv6Addr::from(USID_BLOCK), USID_BLOCK_BITS) else {
-                return false;
-            };
-            let (Ok(first), Ok(last)) = (
-                UsidContainer::build(block, &[us, ud]),
-                UsidContainer::build(block, &[ud]),
-            ) else {
-                return false;
-            };
+            let (us, ud) = (topo.usid(s)?, topo.usid(dst)?);
+            let block = LocatorBlock::new(Ipv6Addr::from(USID_BLOCK), USID_BLOCK_BITS).ok()?;
+            let first = UsidContainer::build(block, &[us, ud]).ok()?;
+            let last = UsidContainer::build(block, &[ud]).ok()?;
             // The checksum is over the address the destination will see (the last
             // container); the wire carries the first.
             patch_dst = Some(u128::from(first.address()));
@@ -132,24 +129,44 @@ pub fn build_frame(
         src_mac: mac_of(src),
         packet,
     };
-    // A recycled buffer keeps the bytes of its last frame. The headers are zeroed before
-    // they are written (as in a fresh buffer) and `emit` copies the payload over every byte
-    // after them (no padding: the payload ends the frame), so the frame is byte for byte
-    // the one a zeroed buffer gives, without first zeroing the ~4 KB about to be copied.
-    let len = repr.buffer_len(payload.len());
-    out.resize(len, 0);
-    if let Some(headers) = out.get_mut(..len.saturating_sub(payload.len())) {
-        headers.fill(0);
-    }
-    if repr.emit(out, payload).is_err() {
-        return false;
-    }
+    let head_len = repr.buffer_len(0);
+    let len = head_len + payload.len();
+    let peek = payload.len().min(frame::HEADER_PAYLOAD_BYTES);
+    let mut head = [0u8; HEAD_MAX_BYTES];
+    let Some(head) = head.get_mut(..head_len + peek) else {
+        // Headers too long for the stack buffer (a long segment list): emitted in place.
+        out.clear();
+        out.resize(len, 0);
+        repr.emit(out, payload).ok()?;
+        if let Some(d) = patch_dst {
+            frame::set_dst(out, d);
+        }
+        return Some(frame::header(out));
+    };
+    let (headers, peeked) = head.split_at_mut(head_len);
+    repr.emit_headers(headers, payload, SrhContext::Local)
+        .ok()?;
     if let Some(d) = patch_dst {
-        frame::set_dst(out, d);
+        frame::set_dst(headers, d);
+    }
+    if let Some((h, p)) = (out.len() == len).then(|| out.split_at_mut(head_len)) {
+        // A recycled buffer of the frame's length: overwritten, not zeroed first.
+        h.copy_from_slice(headers);
+        p.copy_from_slice(payload);
+    } else {
+        out.clear();
+        out.extend_from_slice(headers);
+        out.extend_from_slice(payload);
     }
     debug_assert!(out.len() > ETH_LEN);
-    true
+    // The header reads only the headers and the payload's first bytes.
+    peeked.copy_from_slice(payload.get(..peek)?);
+    Some(frame::header(head))
 }
+
+/// Headers (and peeked payload bytes) [`build_frame`] builds on the stack: Ethernet 14 +
+/// IPv6 40 + UDP 8 + an SRH of up to 11 segments + [`frame::HEADER_PAYLOAD_BYTES`].
+const HEAD_MAX_BYTES: usize = 256;
 
 /// Hasher of the QPN table: Fibonacci hashing (one multiply by 2^64 / phi, Knuth, TAOCP
 /// vol. 3 section 6.4) instead of SipHash, which costs more than the rest of the lookup.

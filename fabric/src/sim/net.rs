@@ -165,7 +165,7 @@ pub struct SimCounters {
 
 /// A transmitting port's state, cache-line aligned and in declaration order: the queue
 /// and the link parameters fill the first two 64-byte lines, the counters the third, the
-/// pending queue-depth samples the fourth ([`PORT_HOT_LINES`]); the histogram follows.
+/// queue-depth sample cache the fourth ([`PORT_HOT_LINES`]); the histogram follows.
 #[derive(Debug)]
 #[repr(C, align(64))]
 struct PortRt {
@@ -340,6 +340,22 @@ pub fn ecmp_hash(src: u128, dst: u128, src_port: u16, dst_port: u16, salt: u64) 
     h
 }
 
+/// The ECMP salt of `node` under `ecmp_seed`.
+fn salt_of(ecmp_seed: u64, node: u32) -> u64 {
+    splitmix(ecmp_seed ^ u64::from(node).wrapping_mul(0xA24B_AED4_963E_E407))
+}
+
+/// `h mod n` (n > 0), with a mask when `n` is a power of two (the same value, without a
+/// division: ECMP groups are usually 2^k uplinks).
+fn reduce(h: u64, n: usize) -> usize {
+    let n = n as u64;
+    if n.is_power_of_two() {
+        (h & (n - 1)) as usize
+    } else {
+        (h % n) as usize
+    }
+}
+
 fn splitmix(mut z: u64) -> u64 {
     z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -385,6 +401,8 @@ pub struct Simulator {
     /// has `2 i + 1` and `2 i + 2`); `u32::MAX` hosts mark unused entries. One flat table
     /// instead of a hash lookup per host on every received frame.
     qpn_owner: Vec<(u32, u32)>,
+    /// ECMP hash salt per node ([`salt_of`]).
+    salts: Vec<u64>,
     flows: Vec<FlowRt>,
     q: EventQueue,
     pkts: Vec<Pkt>,
@@ -453,6 +471,9 @@ impl Simulator {
             link_faults: vec![LinkFaults::default(); topo.links.len()],
             hosts: (0..topo.hosts).map(|_| Host::default()).collect(),
             qpn_owner: Vec::new(),
+            salts: (0..topo.nodes.len() as u32)
+                .map(|n| salt_of(cfg.ecmp_seed, n))
+                .collect(),
             rng: ChaCha8Rng::seed_from_u64(cfg.seed),
             cfg,
             topo,
@@ -719,14 +740,14 @@ impl Simulator {
             }
         }
         let (pkt, mut buf) = self.take_buf();
-        let ok = build_frame(&self.topo, self.cfg.forwarding, d, payload, &mut buf);
+        let hdr = build_frame(&self.topo, self.cfg.forwarding, d, payload, &mut buf);
         let p = &mut self.pkts[pkt as usize];
         p.bytes = buf;
-        if !ok {
+        let Some(hdr) = hdr else {
             self.release(pkt);
             return Err(SimError::Transport("route cannot be encoded".into()));
-        }
-        p.refresh();
+        };
+        p.hdr = hdr;
         p.checksum_known = true;
         self.enqueue_injected(d.src, pkt);
         Ok(())
@@ -766,6 +787,11 @@ impl Simulator {
     /// (callers overwrite or clear them).
     fn take_buf(&mut self) -> (u32, Vec<u8>) {
         if let Some(i) = self.free.pop() {
+            // The next call's slot: frames are often built in bursts (a round of sends),
+            // from slots freed long before.
+            if let Some(&next) = self.free.last() {
+                prefetch(self.pkts.as_ptr().wrapping_add(next as usize));
+            }
             (i, std::mem::take(&mut self.pkts[i as usize].bytes))
         } else {
             self.pkts.push(Pkt::default());
@@ -773,8 +799,12 @@ impl Simulator {
         }
     }
 
+    /// The ECMP hash salt of switch `node` (computed once per node in [`Simulator::new`]).
     fn salt(&self, node: u32) -> u64 {
-        splitmix(self.cfg.ecmp_seed ^ u64::from(node).wrapping_mul(0xA24B_AED4_963E_E407))
+        self.salts
+            .get(node as usize)
+            .copied()
+            .unwrap_or_else(|| salt_of(self.cfg.ecmp_seed, node))
     }
 
     /// The forwarding decision of switch `node` for `bytes` (which it may rewrite: SRv6
@@ -837,7 +867,7 @@ impl Simulator {
             1 => Some(hops[0]),
             n => {
                 let h = ecmp_hash(info.src, dst, info.src_port, info.dst_port, self.salt(node));
-                hops.get((h % n as u64) as usize).copied()
+                hops.get(reduce(h, n)).copied()
             }
         }
     }
@@ -875,7 +905,7 @@ impl Simulator {
             ev,
             ecn: 2,
         };
-        if !build_frame(&self.topo, self.cfg.forwarding, d, &payload, &mut bytes) {
+        if build_frame(&self.topo, self.cfg.forwarding, d, &payload, &mut bytes).is_none() {
             return Err(SimError::Transport("route cannot be encoded".into()));
         }
         let mut hops = Vec::new();
@@ -1376,7 +1406,7 @@ impl Simulator {
                     ev: t.ev,
                     ecn: t.ecn.bits(),
                 };
-                let ok = build_frame(
+                let hdr = build_frame(
                     &self.topo,
                     self.cfg.forwarding,
                     d,
@@ -1385,14 +1415,14 @@ impl Simulator {
                 );
                 let p = &mut self.pkts[idx as usize];
                 p.bytes = out;
-                p.refresh();
-                // build_frame computed the UDP checksum over exactly these bytes.
-                p.checksum_known = ok;
-                if !ok {
+                let Some(hdr) = hdr else {
                     self.counters.no_route_drops += 1;
                     self.release(idx);
                     continue;
-                }
+                };
+                p.hdr = hdr;
+                // build_frame computed the UDP checksum over exactly these bytes.
+                p.checksum_known = true;
                 self.hosts[h as usize].rr = (i + 1) % n;
                 let len = self.pkts[idx as usize].bytes.len() as u32;
                 let port = &mut self.ports[h as usize][0];
@@ -1512,10 +1542,10 @@ mod tests {
         assert_eq!(align_of::<PortRt>(), 64);
         assert!(offset_of!(PortRt, link_clean) < 128);
         assert_eq!(offset_of!(PortRt, stats), 128);
-        // Counters and pending_len in line 2, the samples in line 3.
+        // The 7 counters in line 2, the sample cache in line 3.
         let pending_end = offset_of!(PortRt, stats)
-            + size_of::<[u64; 8]>() // 7 counters and pending_len
-            + size_of::<[u64; crate::sim::queue::PENDING_SAMPLES]>();
+            + 64 // 7 counters, padded to the cache's alignment
+            + size_of::<[(u32, u32); crate::sim::queue::PENDING_SAMPLES]>();
         assert_eq!(pending_end, PORT_HOT_LINES * 64);
     }
 }

@@ -117,8 +117,8 @@ pub enum Admit {
 /// Counters of one transmitting port (one direction of a link).
 ///
 /// Laid out in declaration order (`repr(C)`) so the per-packet fields share cache lines:
-/// the counters and `pending_len` fill one 64-byte line, the pending samples the next,
-/// and the histogram (touched once per [`PENDING_SAMPLES`] samples) comes last.
+/// the seven counters fill most of one 64-byte line, the queue-depth sample cache the next,
+/// and the histogram (touched only when the cache evicts a value) comes last.
 #[derive(Clone, Debug, Serialize)]
 #[repr(C)]
 pub struct PortStats {
@@ -136,21 +136,39 @@ pub struct PortStats {
     pub ecn_marks: u64,
     /// Largest normal-queue occupancy seen, bytes.
     pub max_queue_bytes: u64,
+    /// Queue-depth samples not yet in `queue_hist`, as `(value, count)` pairs (see
+    /// [`SampleCache`]).
     #[serde(skip)]
-    pending_len: usize,
-    /// Samples not yet folded into `queue_hist`: recording in batches keeps the
-    /// histogram's counts (kilobytes per port) out of the cache on the per-packet path.
-    #[serde(skip)]
-    pending: [u64; PENDING_SAMPLES],
-    /// Normal-queue occupancy sampled at every arrival, bytes, except the last samples
-    /// still in `pending` (read through [`PortStats::queue_histogram`]).
+    pending: SampleCache,
+    /// Normal-queue occupancy sampled at every arrival, bytes, except the samples still in
+    /// `pending` (read through [`PortStats::queue_histogram`]).
     #[serde(skip)]
     queue_hist: Histogram<u64>,
 }
 
-/// Queue-depth samples a port batches before recording them in its histogram (one cache
-/// line of them).
+/// Distinct queue-depth values a port counts before they reach its histogram.
 pub const PENDING_SAMPLES: usize = 8;
+
+/// A direct-mapped cache of queue-depth samples: [`PENDING_SAMPLES`] `(value, count)`
+/// entries in one cache line, the entry chosen by a multiplicative hash of the value
+/// (Knuth, TAOCP vol. 3 section 6.4). A sample equal to its entry's value only counts;
+/// another value evicts the entry into the histogram (`record_n(value, count)`, exactly
+/// `count` recordings of `value`). A port's queue depths repeat (multiples of its frame
+/// sizes), so most samples stay in this line, and the histogram's counts (kilobytes per
+/// port, cold) are touched once per eviction instead of once per sample.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(C, align(64))]
+struct SampleCache {
+    /// `(value, count)`; count 0 marks an empty entry.
+    entries: [(u32, u32); PENDING_SAMPLES],
+}
+
+impl SampleCache {
+    /// The entry of value `v`.
+    fn slot(v: u32) -> usize {
+        (u64::from(v).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 61) as usize % PENDING_SAMPLES
+    }
+}
 
 impl Default for PortStats {
     fn default() -> Self {
@@ -162,45 +180,63 @@ impl Default for PortStats {
             trims: 0,
             ecn_marks: 0,
             max_queue_bytes: 0,
-            pending_len: 0,
-            pending: [0; PENDING_SAMPLES],
+            pending: SampleCache::default(),
             queue_hist: Histogram::new(2).expect("2 significant figures is a valid histogram"),
         }
     }
 }
 
+/// Records `count` samples of `value` in `h` (the histogram resizes itself; recording
+/// cannot fail).
+fn record_n(h: &mut Histogram<u64>, value: u32, count: u32) {
+    let _ = h.record_n(u64::from(value), u64::from(count));
+}
+
 impl PortStats {
     /// Records a normal-queue depth sample, bytes.
     pub fn record_queue_bytes(&mut self, q: u64) {
-        self.pending[self.pending_len] = q;
-        self.pending_len += 1;
-        if self.pending_len == PENDING_SAMPLES {
-            self.flush_pending();
+        let Ok(v) = u32::try_from(q) else {
+            // Beyond the cache's 32-bit values (a queue of 4 GiB and more): straight in.
+            let _ = self.queue_hist.record(q);
+            return;
+        };
+        let e = &mut self.pending.entries[SampleCache::slot(v)];
+        if e.0 == v && e.1 > 0 && e.1 < u32::MAX {
+            e.1 += 1;
+            return;
+        }
+        let (old_v, old_n) = std::mem::replace(e, (v, 1));
+        if old_n > 0 {
+            record_n(&mut self.queue_hist, old_v, old_n);
         }
     }
 
-    /// Records the batched samples in the histogram now (the simulator does this when it
+    /// Records the cached samples in the histogram now (the simulator does this when it
     /// stops, so reading the quantiles needs no copy of the histogram).
     pub fn flush_pending(&mut self) {
-        for &q in &self.pending[..self.pending_len] {
-            let _ = self.queue_hist.record(q);
+        for e in &mut self.pending.entries {
+            let (v, n) = std::mem::take(e);
+            if n > 0 {
+                record_n(&mut self.queue_hist, v, n);
+            }
         }
-        self.pending_len = 0;
     }
 
     /// Histogram of the normal-queue depth sampled at every arrival, bytes (2 significant
     /// figures).
     pub fn queue_histogram(&self) -> Histogram<u64> {
         let mut h = self.queue_hist.clone();
-        for &q in &self.pending[..self.pending_len] {
-            let _ = h.record(q);
+        for &(v, n) in &self.pending.entries {
+            if n > 0 {
+                record_n(&mut h, v, n);
+            }
         }
         h
     }
 
     /// Queue depth at quantile `q` (0..=1), bytes.
     pub fn queue_quantile_bytes(&self, q: f64) -> u64 {
-        if self.pending_len == 0 {
+        if self.pending == SampleCache::default() {
             self.queue_hist.value_at_quantile(q)
         } else {
             self.queue_histogram().value_at_quantile(q)
@@ -411,21 +447,35 @@ mod tests {
         assert_eq!(st.queue_quantile_bytes(1.0), 8_031);
     }
 
-    /// Batched samples (flushed every 8, the rest pending) give the histogram that
-    /// recording each sample directly gives.
+    /// Cached samples (counted per value, evicted into the histogram on a collision,
+    /// the rest pending) give the histogram that recording each sample directly gives:
+    /// repeated values, colliding values, a value beyond 32 bits.
     #[test]
-    fn batched_queue_samples_equal_direct_recording() {
+    fn cached_queue_samples_equal_direct_recording() {
         let mut st = PortStats::default();
         let mut direct = Histogram::<u64>::new(2).unwrap();
-        for i in 0..37u64 {
-            let q = (i * 7919) % 200_000;
+        let mut samples: Vec<u64> = (0..300u64).map(|i| (i % 13) * 4_210).collect();
+        samples.extend((0..200u64).map(|i| (i * 7919) % 200_000));
+        samples.push(5 << 32);
+        samples.extend([0, 0, 8_420]);
+        for (i, &q) in samples.iter().enumerate() {
             st.record_queue_bytes(q);
             direct.record(q).unwrap();
-            assert_eq!(st.queue_histogram(), direct);
+            if i % 50 == 0 {
+                assert_eq!(st.queue_histogram(), direct);
+            }
         }
-        assert_eq!(st.pending_len, 5); // 37 = 4 x 8 + 5
-        assert_eq!(st.queue_histogram().len(), 37);
+        assert_eq!(st.queue_histogram(), direct);
+        assert_eq!(st.queue_histogram().len(), 504);
+        assert!(st.pending != SampleCache::default());
         assert_eq!(st.queue_quantile_bytes(0.5), direct.value_at_quantile(0.5));
+        assert_eq!(
+            st.queue_quantile_bytes(0.99),
+            direct.value_at_quantile(0.99)
+        );
+        st.flush_pending();
+        assert_eq!(st.pending, SampleCache::default());
+        assert_eq!(st.queue_hist, direct);
         assert_eq!(
             st.queue_quantile_bytes(0.99),
             direct.value_at_quantile(0.99)
