@@ -86,6 +86,9 @@ pub struct Path {
     /// Time of the latest evidence that the EV carries packets: a delivery on it
     /// ([`PathTable::on_delivered`]) or an answered probe, ns; `None` before any.
     pub proof_ns: Option<u64>,
+    /// The table's evidence count ([`PathTable::evidence_count`]) at this EV's latest
+    /// evidence (0 before any).
+    pub proof_count: u64,
     /// Time of the latest SACK or probe reply that echoed this EV ([`PathTable::on_echo`]):
     /// a round trip on it, both directions, worked then, ns; `None` before any.
     pub echo_ns: Option<u64>,
@@ -124,7 +127,18 @@ pub struct PathTable {
     first_proof_ns: Option<u64>,
     /// Time of the latest evidence on any EV, ns.
     latest_proof_ns: Option<u64>,
+    /// Pieces of evidence (deliveries, answered probes) on all EVs so far.
+    proofs: u64,
 }
+
+/// Rotations' worth of evidence on the other EVs (this many times the number of EVs) that
+/// an EV must also have missed before it is revalidated: a slow flow (an incast sender with
+/// a sixteenth of a link) uses each of its EVs only every few tens of microseconds, and its
+/// EVs are not stale for that (with 4 rotations the incast experiment revalidated 169 EVs
+/// per run, mostly ones the recycle FIFO had not needed yet, and finished 1% later; with 16,
+/// 256 deliveries for 16 EVs, a 1 MiB flow's worth, none), while a flow at line rate has
+/// 256 deliveries in under 100 us, so for it the time bound governs.
+pub const REVALIDATE_AFTER_ROTATIONS: u64 = 16;
 
 impl PathTable {
     /// A table over `evs` (duplicates ignored), all `Good`; `seed` seeds the selection RNG.
@@ -146,6 +160,7 @@ impl PathTable {
                 next_probe_ns: 0,
                 consecutive_losses: 0,
                 proof_ns: None,
+                proof_count: 0,
                 echo_ns: None,
             });
         }
@@ -160,6 +175,7 @@ impl PathTable {
             revalidate_after_ns: u64::MAX,
             first_proof_ns: None,
             latest_proof_ns: None,
+            proofs: 0,
             n_bad: 0,
             recycled: VecDeque::new(),
             delivered: Vec::new(),
@@ -233,17 +249,26 @@ impl PathTable {
 
     /// Whether `idx` has had no evidence ([`Path::proof_ns`], or the table's first evidence
     /// for an EV never proven) for more than `revalidate_after_ns` before the latest
-    /// evidence on any EV.
+    /// evidence on any EV, and the table has had more than [`REVALIDATE_AFTER_ROTATIONS`]
+    /// x the number of EVs pieces of evidence since.
     fn is_stale(&self, idx: usize) -> bool {
         let (Some(latest), Some(p)) = (self.latest_proof_ns, self.paths.get(idx)) else {
             return false;
         };
         let since = p.proof_ns.or(self.first_proof_ns).unwrap_or(latest);
+        let rotations = REVALIDATE_AFTER_ROTATIONS.saturating_mul(self.paths.len() as u64);
         latest.saturating_sub(since) > self.revalidate_after_ns
+            && self.proofs.saturating_sub(p.proof_count) > rotations
+    }
+
+    /// Pieces of evidence (deliveries, answered probes) on all EVs so far.
+    pub fn evidence_count(&self) -> u64 {
+        self.proofs
     }
 
     /// An EV that has shown no evidence of carrying packets (no delivery, no answered
-    /// probe) for more than `ns` while another EV of the table had some is not given data
+    /// probe) for more than `ns` while the other EVs of the table had some (more than
+    /// [`REVALIDATE_AFTER_ROTATIONS`] rotations' worth) is not given data
     /// again until a probe on it is answered: when it would be selected it becomes
     /// `AssumedBad` with its first probe due at once, and the packet takes another EV.
     /// With recycled entropy an EV that drops out of the recycle FIFO (a loss, an ECN mark)
@@ -259,6 +284,8 @@ impl PathTable {
     fn note_proof(&mut self, idx: usize, now_ns: u64) {
         if let Some(p) = self.paths.get_mut(idx) {
             p.proof_ns = Some(p.proof_ns.map_or(now_ns, |t| t.max(now_ns)));
+            self.proofs += 1;
+            p.proof_count = self.proofs;
             self.first_proof_ns.get_or_insert(now_ns);
             self.latest_proof_ns = Some(self.latest_proof_ns.map_or(now_ns, |t| t.max(now_ns)));
         }
@@ -789,27 +816,37 @@ mod tests {
 
     #[test]
     fn an_ev_unproven_for_the_revalidation_time_is_probed_before_data() {
-        let mut t = PathTable::new(&[0, 1, 2], Selection::Recycle, 1);
-        t.set_revalidate_after_ns(100_000);
-        assert_eq!(picks(&mut t, 3), vec![0, 1, 2]);
-        // all three deliver at 10 us; then only EVs 0 and 1, until 110 us
-        for i in [0, 1, 2] {
-            t.on_delivered(i, 10_000);
-        }
-        t.end_ack(0, None);
-        assert_eq!(picks(&mut t, 3), vec![0, 1, 2]);
-        t.on_delivered(0, 110_000);
-        t.on_delivered(1, 110_000);
-        t.end_ack(0, None);
-        // the recycled EVs, then round-robin from the cursor (EV 0); 100 us without
-        // evidence on EV 2 is not more than 100 us: still Good
-        assert_eq!(picks(&mut t, 5), vec![0, 1, 0, 1, 2]);
+        // 3 EVs: stale after 100 us and more than 16 x 3 = 48 pieces of evidence elsewhere
+        let table = || {
+            let mut t = PathTable::new(&[0, 1, 2], Selection::Recycle, 1);
+            t.set_revalidate_after_ns(100_000);
+            assert_eq!(picks(&mut t, 3), vec![0, 1, 2]);
+            for i in [0, 1, 2] {
+                t.on_delivered(i, 10_000);
+            }
+            t.end_ack(0, None);
+            assert_eq!(picks(&mut t, 3), vec![0, 1, 2]);
+            t
+        };
+        let deliver = |t: &mut PathTable, n: usize, now: u64| {
+            for k in 0..n {
+                t.on_delivered(k % 2, now);
+            }
+            t.end_ack(0, None);
+        };
+        let mut t = table();
+        // 48 deliveries on EVs 0 and 1 at 110.001 us: more than 100 us after EV 2's, but
+        // only 16 rotations' worth: the recycled EVs, then round-robin from EV 0 reaches
+        // EV 2
+        deliver(&mut t, 48, 110_001);
+        assert_eq!(t.evidence_count(), 51);
+        let mut want = [0, 1].repeat(24);
+        want.extend([0, 1, 2]);
+        assert_eq!(picks(&mut t, 51), want);
         assert_eq!(t.paths()[2].stats.revalidations, 0);
-        t.on_delivered(0, 110_001);
-        t.on_delivered(1, 110_001);
-        t.end_ack(0, None);
-        // 100.001 us: when exploration reaches EV 2 it needs a probe first; data on EV 0
-        assert_eq!(picks(&mut t, 5), vec![0, 1, 0, 1, 0]);
+        // the 49th: when exploration reaches EV 2 it needs a probe first; data on EV 0
+        deliver(&mut t, 1, 110_001);
+        assert_eq!(picks(&mut t, 4), vec![0, 0, 1, 0]);
         assert_eq!(t.state_of(2), Some(PathState::AssumedBad));
         assert_eq!(t.paths()[2].stats.revalidations, 1);
         assert_eq!(t.next_probe_time(), Some(0));
@@ -817,8 +854,14 @@ mod tests {
         assert!(t.on_probe_reply(2, 1, 118_000));
         assert_eq!(t.state_of(2), Some(PathState::Good));
         assert_eq!(t.paths()[2].proof_ns, Some(118_000));
+        assert_eq!(t.paths()[2].proof_count, 53);
         assert_eq!(t.paths()[2].echo_ns, Some(118_000));
         assert_eq!(picks(&mut t, 3), vec![1, 2, 0]);
+        // 49 deliveries but only 100 us after EV 2's: not stale either
+        let mut t = table();
+        deliver(&mut t, 49, 110_000);
+        assert_eq!(picks(&mut t, 52)[49..], [0, 1, 2]);
+        assert_eq!(t.paths()[2].stats.revalidations, 0);
         // an idle table revalidates nothing: the reference is the latest evidence on any
         // EV, not the clock
         let mut idle = PathTable::new(&[0, 1], Selection::Recycle, 1);

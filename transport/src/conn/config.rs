@@ -32,8 +32,10 @@ pub struct ConnConfig {
     /// Interval between probes of an `AssumedBad` EV, ns. Default 100 us.
     pub probe_interval_ns: u64,
     /// An EV without evidence of carrying packets (a delivery, an answered probe) for this
-    /// long while other EVs had some gets no data until a probe on it is answered
-    /// ([`crate::path::PathTable::set_revalidate_after_ns`]), ns. Default 100 us: half the
+    /// long while the other EVs had some (more than
+    /// [`crate::path::REVALIDATE_AFTER_ROTATIONS`] rotations' worth) gets no data until a
+    /// probe on it is answered ([`crate::path::PathTable::set_revalidate_after_ns`]), ns.
+    /// Default 100 us: half the
     /// default minimum RTO, so an EV last proven before a path failure is probed instead
     /// of fed data later than one RTO after it (100 us plus the SACK delay of the other
     /// EVs' evidence), and an EV out of the recycle rotation that long is not trusted on
