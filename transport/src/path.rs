@@ -14,7 +14,11 @@
 //! Spraying for Adaptive Load Balancing and Failure Mitigation", 2024): the EV of a packet
 //! acknowledged without an ECN CE mark goes into a FIFO of recycled EVs, and the next packet
 //! takes the oldest recycled EV that is still `Good`; only when the FIFO is empty is an EV
-//! chosen round-robin ("explored"). Each EV then carries as many packets as its path returns
+//! chosen round-robin ("explored"), and exploration passes over EVs whose latest outcome
+//! was a loss (consecutive-loss count above 0) while a `Good` EV without one exists, so a
+//! dead path's EV that lost one packet is not fed more long after the failure just because
+//! its turn came (a live EV's count is cleared by its next delivery). Each EV then carries
+//! as many packets as its path returns
 //! per RTT: a path with a longer queue returns its EVs later and so gets fewer packets, a
 //! marked or lost packet's EV is not reused, a dead path's EVs never come back. (Plain
 //! round-robin keeps sending `1/n` of the packets into an overloaded or failed path.)
@@ -79,6 +83,15 @@ pub struct Path {
     /// Losses declared on this EV since its latest delivery (an acknowledged packet whose
     /// latest transmission went on it).
     pub consecutive_losses: u32,
+    /// Time of the latest evidence that the EV carries packets: a delivery on it
+    /// ([`PathTable::on_delivered`]) or an answered probe, ns; `None` before any.
+    pub proof_ns: Option<u64>,
+    /// The table's evidence count ([`PathTable::evidence_count`]) at this EV's latest
+    /// evidence (0 before any).
+    pub proof_count: u64,
+    /// Time of the latest SACK or probe reply that echoed this EV ([`PathTable::on_echo`]):
+    /// a round trip on it, both directions, worked then, ns; `None` before any.
+    pub echo_ns: Option<u64>,
 }
 
 /// Consecutive losses on one EV (no delivery on it in between) that make it `AssumedBad`.
@@ -106,7 +119,26 @@ pub struct PathTable {
     recycled: VecDeque<usize>,
     /// EV indices of the packets acknowledged by the SACK being applied.
     delivered: Vec<usize>,
+    /// A `Good` EV without evidence ([`Path::proof_ns`]) for this long while another EV
+    /// had some is revalidated ([`PathTable::set_revalidate_after_ns`]), ns.
+    revalidate_after_ns: u64,
+    /// Time of the table's first evidence on any EV (stands in for the evidence of EVs
+    /// never proven), ns.
+    first_proof_ns: Option<u64>,
+    /// Time of the latest evidence on any EV, ns.
+    latest_proof_ns: Option<u64>,
+    /// Pieces of evidence (deliveries, answered probes) on all EVs so far.
+    proofs: u64,
 }
+
+/// Rotations' worth of evidence on the other EVs (this many times the number of EVs) that
+/// an EV must also have missed before it is revalidated: a slow flow (an incast sender with
+/// a sixteenth of a link) uses each of its EVs only every few tens of microseconds, and its
+/// EVs are not stale for that (with 4 rotations the incast experiment revalidated 169 EVs
+/// per run, mostly ones the recycle FIFO had not needed yet, and finished 1% later; with 16,
+/// 256 deliveries for 16 EVs, a 1 MiB flow's worth, none), while a flow at line rate has
+/// 256 deliveries in under 100 us, so for it the time bound governs.
+pub const REVALIDATE_AFTER_ROTATIONS: u64 = 16;
 
 impl PathTable {
     /// A table over `evs` (duplicates ignored), all `Good`; `seed` seeds the selection RNG.
@@ -127,6 +159,9 @@ impl PathTable {
                 probes_unanswered: 0,
                 next_probe_ns: 0,
                 consecutive_losses: 0,
+                proof_ns: None,
+                proof_count: 0,
+                echo_ns: None,
             });
         }
         PathTable {
@@ -137,6 +172,10 @@ impl PathTable {
             selection,
             rng: ChaCha8Rng::seed_from_u64(seed),
             next_probe_seq: 1,
+            revalidate_after_ns: u64::MAX,
+            first_proof_ns: None,
+            latest_proof_ns: None,
+            proofs: 0,
             n_bad: 0,
             recycled: VecDeque::new(),
             delivered: Vec::new(),
@@ -180,8 +219,11 @@ impl PathTable {
             .map(|p| p.state)
     }
 
+    /// The state of `idx` now: a `Skip` whose rotation is over is `Good` again, and a
+    /// `Good` EV gone stale is revalidated (see [`PathTable::set_revalidate_after_ns`]).
     fn refresh(&mut self, idx: usize) -> PathState {
         let picks = self.picks;
+        let stale = self.is_stale(idx);
         match self.paths.get_mut(idx) {
             Some(p) => {
                 if let PathState::Skip { until_pick } = p.state {
@@ -189,9 +231,63 @@ impl PathTable {
                         p.state = PathState::Good;
                     }
                 }
+                if p.state == PathState::Good && stale {
+                    // no evidence for a while: an answered probe must show the path still
+                    // carries packets before data goes on it again; the probe is due now
+                    p.state = PathState::AssumedBad;
+                    p.probe_seq = None;
+                    p.probes_unanswered = 0;
+                    p.next_probe_ns = 0;
+                    p.stats.revalidations += 1;
+                    self.n_bad += 1;
+                }
                 p.state
             }
             None => PathState::Denied,
+        }
+    }
+
+    /// Whether `idx` has had no evidence ([`Path::proof_ns`], or the table's first evidence
+    /// for an EV never proven) for more than `revalidate_after_ns` before the latest
+    /// evidence on any EV, and the table has had more than [`REVALIDATE_AFTER_ROTATIONS`]
+    /// x the number of EVs pieces of evidence since.
+    fn is_stale(&self, idx: usize) -> bool {
+        let (Some(latest), Some(p)) = (self.latest_proof_ns, self.paths.get(idx)) else {
+            return false;
+        };
+        let since = p.proof_ns.or(self.first_proof_ns).unwrap_or(latest);
+        let rotations = REVALIDATE_AFTER_ROTATIONS.saturating_mul(self.paths.len() as u64);
+        latest.saturating_sub(since) > self.revalidate_after_ns
+            && self.proofs.saturating_sub(p.proof_count) > rotations
+    }
+
+    /// Pieces of evidence (deliveries, answered probes) on all EVs so far.
+    pub fn evidence_count(&self) -> u64 {
+        self.proofs
+    }
+
+    /// An EV that has shown no evidence of carrying packets (no delivery, no answered
+    /// probe) for more than `ns` while the other EVs of the table had some (more than
+    /// [`REVALIDATE_AFTER_ROTATIONS`] rotations' worth) is not given data
+    /// again until a probe on it is answered: when it would be selected it becomes
+    /// `AssumedBad` with its first probe due at once, and the packet takes another EV.
+    /// With recycled entropy an EV that drops out of the recycle FIFO (a loss, an ECN mark)
+    /// may sit unused for a long time; a path that failed meanwhile would otherwise get a
+    /// packet whenever exploration comes round to it, long after the failure. The
+    /// reference is the latest evidence on any EV, not the clock, so an idle connection
+    /// revalidates nothing. Default (for a new table) `u64::MAX`: never; a connection sets
+    /// `ConnConfig::revalidate_ev_after_ns`.
+    pub fn set_revalidate_after_ns(&mut self, ns: u64) {
+        self.revalidate_after_ns = ns;
+    }
+
+    fn note_proof(&mut self, idx: usize, now_ns: u64) {
+        if let Some(p) = self.paths.get_mut(idx) {
+            p.proof_ns = Some(p.proof_ns.map_or(now_ns, |t| t.max(now_ns)));
+            self.proofs += 1;
+            p.proof_count = self.proofs;
+            self.first_proof_ns.get_or_insert(now_ns);
+            self.latest_proof_ns = Some(self.latest_proof_ns.map_or(now_ns, |t| t.max(now_ns)));
         }
     }
 
@@ -216,8 +312,9 @@ impl PathTable {
         chosen.or_else(|| self.fallback(avoid))
     }
 
-    /// The oldest recycled EV that is still `Good` (stale entries are dropped); round-robin
-    /// when none is waiting or the oldest is `avoid` (which then stays for the next packet).
+    /// The oldest recycled EV that is still `Good` (stale entries are dropped); when none is
+    /// waiting or the oldest is `avoid` (which then stays for the next packet), round-robin
+    /// over `Good` EVs without a loss since their latest delivery, then over all `Good` ones.
     fn select_recycled(&mut self, avoid: Option<usize>) -> Option<usize> {
         while let Some(&i) = self.recycled.front() {
             if Some(i) == avoid {
@@ -228,14 +325,20 @@ impl PathTable {
                 return Some(i);
             }
         }
-        self.select_rr(avoid)
+        self.select_rr_where(avoid, |p| p.consecutive_losses == 0)
+            .or_else(|| self.select_rr(avoid))
     }
 
     fn select_rr(&mut self, avoid: Option<usize>) -> Option<usize> {
+        self.select_rr_where(avoid, |_| true)
+    }
+
+    /// Round-robin from the cursor over `Good` EVs other than `avoid` that satisfy `ok`.
+    fn select_rr_where(&mut self, avoid: Option<usize>, ok: fn(&Path) -> bool) -> Option<usize> {
         let n = self.paths.len();
         for k in 0..n {
             let i = wrap(self.cursor + k, n);
-            if Some(i) == avoid {
+            if Some(i) == avoid || !ok(&self.paths[i]) {
                 continue;
             }
             if self.refresh(i) == PathState::Good {
@@ -297,10 +400,12 @@ impl PathTable {
         Some(i)
     }
 
-    /// A packet whose latest transmission went on `idx` was acknowledged by the SACK being
-    /// applied: the EV delivers (its consecutive-loss count restarts), and with
+    /// A packet whose copy on `idx` arrived was acknowledged at `now_ns` by the SACK being
+    /// applied (see [`crate::send::state::SentPacket::delivered_ev`]): the EV delivers (its
+    /// consecutive-loss count restarts, it has evidence at `now_ns`), and with
     /// [`Selection::Recycle`] it is a candidate for recycling ([`PathTable::end_ack`]).
-    pub fn on_delivered(&mut self, idx: usize) {
+    pub fn on_delivered(&mut self, idx: usize, now_ns: u64) {
+        self.note_proof(idx, now_ns);
         if let Some(p) = self.paths.get_mut(idx) {
             p.consecutive_losses = 0;
             if self.selection == Selection::Recycle {
@@ -445,8 +550,11 @@ impl PathTable {
 
     /// A probe reply for `ev` with `probe_seq`: if it answers a probe of the current
     /// episode, the EV is `Good` again. Returns whether it did.
-    pub fn on_probe_reply(&mut self, ev: u32, probe_seq: u32) -> bool {
-        let Some(p) = self.index_of(ev).and_then(|i| self.paths.get_mut(i)) else {
+    pub fn on_probe_reply(&mut self, ev: u32, probe_seq: u32, now_ns: u64) -> bool {
+        let Some(idx) = self.index_of(ev) else {
+            return false;
+        };
+        let Some(p) = self.paths.get_mut(idx) else {
             return false;
         };
         let Some((first, latest)) = p.probe_seq else {
@@ -462,8 +570,48 @@ impl PathTable {
         if p.state == PathState::AssumedBad {
             p.state = PathState::Good;
         }
+        self.note_proof(idx, now_ns);
+        self.on_echo(idx, now_ns);
         self.recount_bad();
         true
+    }
+
+    /// A SACK or probe reply echoing `idx` arrived at `now_ns`: the EV's round trip works
+    /// (the echoed packet went out on it and the answer came back on it; the peer sends
+    /// its answer on the EV it echoes).
+    pub fn on_echo(&mut self, idx: usize, now_ns: u64) {
+        if let Some(p) = self.paths.get_mut(idx) {
+            p.echo_ns = Some(p.echo_ns.map_or(now_ns, |t| t.max(now_ns)));
+        }
+    }
+
+    /// The EV for a tail loss probe: the `Good` EV other than `avoid` whose round trip
+    /// worked most recently ([`Path::echo_ns`]; the lowest index on a tie), counted as a
+    /// selection; [`PathTable::select`] when none has worked yet. The probe is the last
+    /// packet of a flight whose answer did not come: its answer travels back on the EV it
+    /// goes on, and an EV that merely delivered (acknowledged by a SACK that came back on
+    /// another EV) may have a dead return path, which would cost the probe and leave the
+    /// tail to the RTO.
+    pub fn select_for_probe(&mut self, avoid: Option<usize>) -> Option<usize> {
+        let mut best: Option<(u64, usize)> = None;
+        for i in 0..self.paths.len() {
+            let Some(t) = self.paths[i].echo_ns else {
+                continue;
+            };
+            if Some(i) == avoid || best.is_some_and(|(bt, _)| t <= bt) {
+                continue;
+            }
+            if self.refresh(i) == PathState::Good {
+                best = Some((t, i));
+            }
+        }
+        match best {
+            Some((_, i)) => {
+                self.picks += 1;
+                Some(i)
+            }
+            None => self.select(avoid),
+        }
     }
 
     /// An RTT sample (ns) for `idx`: `srtt = 7/8 srtt + 1/8 sample` (RFC 6298 2.3).
@@ -541,23 +689,23 @@ mod tests {
         // back-off: the second probe waits 2 x 500
         assert_eq!(t.next_probe(1_200, 500), None);
         assert_eq!(t.next_probe_time(), Some(2_000));
-        assert!(!t.on_probe_reply(6, 99)); // never sent
-        assert!(!t.on_probe_reply(5, 1)); // EV 5 was not probed
+        assert!(!t.on_probe_reply(6, 99, 0)); // never sent
+        assert!(!t.on_probe_reply(5, 1, 0)); // EV 5 was not probed
         assert_eq!(t.state_of(6), Some(PathState::AssumedBad));
         assert_eq!(t.next_probe(2_000, 500), Some((1, 2)));
         assert_eq!(t.next_probe_time(), Some(4_000));
         // a late reply to the first probe of the episode still counts
-        assert!(t.on_probe_reply(6, 1));
+        assert!(t.on_probe_reply(6, 1, 0));
         assert_eq!(t.state_of(6), Some(PathState::Good));
-        assert!(!t.on_probe_reply(6, 2)); // episode over
+        assert!(!t.on_probe_reply(6, 2, 0)); // episode over
         assert_eq!(t.paths()[1].stats.probes_sent, 2);
         assert_eq!(t.paths()[1].stats.probes_answered, 1);
         assert_eq!(t.next_probe_time(), None);
         // a new episode does not accept replies to the old one
         t.assume_bad(1, 5_000);
         assert_eq!(t.next_probe(5_000, 500), Some((1, 3)));
-        assert!(!t.on_probe_reply(6, 2));
-        assert!(t.on_probe_reply(6, 3));
+        assert!(!t.on_probe_reply(6, 2, 0));
+        assert!(t.on_probe_reply(6, 3, 0));
     }
 
     #[test]
@@ -589,7 +737,7 @@ mod tests {
         assert_eq!(t.paths()[1].consecutive_losses, 1);
         assert_eq!(t.next_probe_time(), None);
         // a delivery on EV 11 restarts the count: the next loss is again a first one
-        t.on_delivered(1);
+        t.on_delivered(1, 0);
         assert_eq!(t.paths()[1].consecutive_losses, 0);
         t.on_loss(1, 2_000);
         assert_eq!(t.state_of(11), Some(PathState::Good));
@@ -602,7 +750,7 @@ mod tests {
         assert_eq!(picks(&mut t, 3), vec![10, 12, 13]);
         // a probe reply clears the count with the state
         assert_eq!(t.next_probe(3_000, 500), Some((1, 1)));
-        assert!(t.on_probe_reply(11, 1));
+        assert!(t.on_probe_reply(11, 1, 0));
         assert_eq!(t.state_of(11), Some(PathState::Good));
         assert_eq!(t.paths()[1].consecutive_losses, 0);
         // an RTO is conclusive at once
@@ -617,7 +765,7 @@ mod tests {
         assert_eq!(picks(&mut t, 4), vec![0, 1, 2, 3]);
         // a SACK acknowledges the packets sent on EVs 2, 0, 3 (in that order), no mark
         for i in [2, 0, 3] {
-            t.on_delivered(i);
+            t.on_delivered(i, 0);
         }
         t.end_ack(0, Some(3));
         assert_eq!(t.recycled().collect::<Vec<_>>(), vec![2, 0, 3]);
@@ -625,18 +773,18 @@ mod tests {
         assert_eq!(picks(&mut t, 5), vec![2, 0, 3, 0, 1]);
         // one CE mark: the echoed EV (1) is the marked one and is not recycled
         for i in [3, 1] {
-            t.on_delivered(i);
+            t.on_delivered(i, 0);
         }
         t.end_ack(1, Some(1));
         assert_eq!(t.recycled().collect::<Vec<_>>(), vec![3]);
         // two marks: which were marked is unknown, none is recycled
         for i in [2, 0] {
-            t.on_delivered(i);
+            t.on_delivered(i, 0);
         }
         t.end_ack(2, Some(0));
         assert_eq!(t.recycled().collect::<Vec<_>>(), vec![3]);
         // an EV that left Good is dropped when its turn comes; `avoid` leaves it waiting
-        t.on_delivered(2);
+        t.on_delivered(2, 0);
         t.end_ack(0, Some(2));
         assert_eq!(t.recycled().collect::<Vec<_>>(), vec![3, 2]);
         t.assume_bad(3, 0);
@@ -645,5 +793,102 @@ mod tests {
         assert_eq!(t.select(Some(2)), Some(0));
         assert_eq!(t.recycled().collect::<Vec<_>>(), vec![2]);
         assert_eq!(t.select(None), Some(2));
+    }
+
+    #[test]
+    fn exploration_passes_over_an_ev_whose_latest_outcome_was_a_loss() {
+        let mut t = PathTable::new(&[0, 1, 2, 3], Selection::Recycle, 1);
+        t.on_loss(1, 1_000);
+        // the FIFO is empty: round-robin from EV 0, passing over EV 1 (one loss)
+        assert_eq!(picks(&mut t, 5), vec![0, 2, 3, 0, 2]);
+        assert_eq!(t.state_of(1), Some(PathState::Good));
+        // every other EV lost one too: EV 1 takes its turn again
+        for i in [0, 2, 3] {
+            t.on_loss(i, 2_000);
+        }
+        assert_eq!(picks(&mut t, 4), vec![3, 0, 1, 2]);
+        // a delivery clears the count, and the EV is recycled
+        t.on_delivered(1, 3_000);
+        t.end_ack(0, Some(1));
+        assert_eq!(t.paths()[1].consecutive_losses, 0);
+        assert_eq!(picks(&mut t, 1), vec![1]);
+    }
+
+    #[test]
+    fn an_ev_unproven_for_the_revalidation_time_is_probed_before_data() {
+        // 3 EVs: stale after 100 us and more than 16 x 3 = 48 pieces of evidence elsewhere
+        let table = || {
+            let mut t = PathTable::new(&[0, 1, 2], Selection::Recycle, 1);
+            t.set_revalidate_after_ns(100_000);
+            assert_eq!(picks(&mut t, 3), vec![0, 1, 2]);
+            for i in [0, 1, 2] {
+                t.on_delivered(i, 10_000);
+            }
+            t.end_ack(0, None);
+            assert_eq!(picks(&mut t, 3), vec![0, 1, 2]);
+            t
+        };
+        let deliver = |t: &mut PathTable, n: usize, now: u64| {
+            for k in 0..n {
+                t.on_delivered(k % 2, now);
+            }
+            t.end_ack(0, None);
+        };
+        let mut t = table();
+        // 48 deliveries on EVs 0 and 1 at 110.001 us: more than 100 us after EV 2's, but
+        // only 16 rotations' worth: the recycled EVs, then round-robin from EV 0 reaches
+        // EV 2
+        deliver(&mut t, 48, 110_001);
+        assert_eq!(t.evidence_count(), 51);
+        let mut want = [0, 1].repeat(24);
+        want.extend([0, 1, 2]);
+        assert_eq!(picks(&mut t, 51), want);
+        assert_eq!(t.paths()[2].stats.revalidations, 0);
+        // the 49th: when exploration reaches EV 2 it needs a probe first; data on EV 0
+        deliver(&mut t, 1, 110_001);
+        assert_eq!(picks(&mut t, 4), vec![0, 0, 1, 0]);
+        assert_eq!(t.state_of(2), Some(PathState::AssumedBad));
+        assert_eq!(t.paths()[2].stats.revalidations, 1);
+        assert_eq!(t.next_probe_time(), Some(0));
+        assert_eq!(t.next_probe(110_500, 100_000), Some((2, 1)));
+        assert!(t.on_probe_reply(2, 1, 118_000));
+        assert_eq!(t.state_of(2), Some(PathState::Good));
+        assert_eq!(t.paths()[2].proof_ns, Some(118_000));
+        assert_eq!(t.paths()[2].proof_count, 53);
+        assert_eq!(t.paths()[2].echo_ns, Some(118_000));
+        assert_eq!(picks(&mut t, 3), vec![1, 2, 0]);
+        // 49 deliveries but only 100 us after EV 2's: not stale either
+        let mut t = table();
+        deliver(&mut t, 49, 110_000);
+        assert_eq!(picks(&mut t, 52)[49..], [0, 1, 2]);
+        assert_eq!(t.paths()[2].stats.revalidations, 0);
+        // an idle table revalidates nothing: the reference is the latest evidence on any
+        // EV, not the clock
+        let mut idle = PathTable::new(&[0, 1], Selection::Recycle, 1);
+        idle.set_revalidate_after_ns(100_000);
+        idle.on_delivered(0, 10_000);
+        idle.on_delivered(1, 10_000);
+        idle.end_ack(0, None);
+        assert_eq!(picks(&mut idle, 4), vec![0, 1, 0, 1]);
+        assert_eq!(idle.next_probe_time(), None);
+    }
+
+    #[test]
+    fn a_tail_loss_probe_takes_the_ev_whose_round_trip_worked_last() {
+        let mut t = PathTable::new(&[10, 11, 12, 13], Selection::Recycle, 1);
+        // nothing echoed yet: an ordinary selection
+        assert_eq!(t.select_for_probe(Some(0)), Some(1));
+        t.on_echo(2, 5_000);
+        t.on_echo(0, 7_000);
+        t.on_echo(3, 6_000);
+        assert_eq!(t.select_for_probe(None), Some(0));
+        // the probe avoids the EV its packet last went on: the next latest echo
+        assert_eq!(t.select_for_probe(Some(0)), Some(3));
+        // an EV out of rotation is passed over
+        t.assume_bad(3, 8_000);
+        assert_eq!(t.select_for_probe(Some(0)), Some(2));
+        // an older echo does not move the time back
+        t.on_echo(2, 1_000);
+        assert_eq!(t.paths()[2].echo_ns, Some(5_000));
     }
 }

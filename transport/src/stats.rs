@@ -90,6 +90,9 @@ pub struct EvStats {
     pub probes_sent: u64,
     /// Probe replies received for this EV.
     pub probes_answered: u64,
+    /// Times the EV went unproven for too long and was taken out until a probe answers
+    /// ([`crate::path::PathTable::set_revalidate_after_ns`]).
+    pub revalidations: u64,
     /// Received datagrams dropped whose MRCETH names this EV, by reason.
     pub drops: DropCounts,
 }

@@ -200,9 +200,14 @@ fn p99_queue(r: &SimReport) -> u64 {
         .unwrap_or(0)
 }
 
+/// The simulator settings every experiment starts from: `seed` seeds both the random draws
+/// and the switches' ECMP hash (`ecmp_seed = seed`), so a sweep over `--seed` also sweeps
+/// which EVs (and which single-path flows) collide on an uplink and which land on a failed
+/// link, not only the loss and marking draws.
 fn base_cfg(seed: u64) -> SimConfig {
     SimConfig {
         seed,
+        ecmp_seed: seed,
         ..SimConfig::default()
     }
 }

@@ -31,6 +31,16 @@ pub struct ConnConfig {
     pub max_rx_messages: u32,
     /// Interval between probes of an `AssumedBad` EV, ns. Default 100 us.
     pub probe_interval_ns: u64,
+    /// An EV without evidence of carrying packets (a delivery, an answered probe) for this
+    /// long while the other EVs had some (more than
+    /// [`crate::path::REVALIDATE_AFTER_ROTATIONS`] rotations' worth) gets no data until a
+    /// probe on it is answered ([`crate::path::PathTable::set_revalidate_after_ns`]), ns.
+    /// Default 100 us: half the
+    /// default minimum RTO, so an EV last proven before a path failure is probed instead
+    /// of fed data later than one RTO after it (100 us plus the SACK delay of the other
+    /// EVs' evidence), and an EV out of the recycle rotation that long is not trusted on
+    /// knowledge from more than a few hundred RTTs of a data-centre fabric ago.
+    pub revalidate_ev_after_ns: u64,
     /// Go-back-N (RoCE RC behaviour): the receiver keeps no bitmap, accepts only `rcv_nxt`
     /// and answers a gap with one NACK(NO_BITMAP); the sender resends everything from the
     /// NACKed PSN. Both ends must agree. Default off (selective repeat).
@@ -53,6 +63,7 @@ impl Default for ConnConfig {
             recv_window_packets: DEFAULT_RECV_WINDOW_PACKETS,
             max_rx_messages: 4096,
             probe_interval_ns: 100_000,
+            revalidate_ev_after_ns: 100_000,
             go_back_n: false,
             pkey: 0xFFFF,
         }

@@ -108,7 +108,8 @@ impl<C: Controller> Connection<C> {
     /// [`ConfigError`] from [`ConnConfig::validate`].
     pub fn new(cfg: ConnConfig, cc: C) -> Result<Self, ConfigError> {
         cfg.validate()?;
-        let paths = PathTable::new(&cfg.evs, cfg.selection, cfg.seed);
+        let mut paths = PathTable::new(&cfg.evs, cfg.selection, cfg.seed);
+        paths.set_revalidate_after_ns(cfg.revalidate_ev_after_ns);
         let mut send_cfg = cfg.send;
         // A go-back-N receiver drops everything after a hole, so a probe of the highest
         // in-flight packet tells nothing: go-back-N relies on NACK and RTO, like RoCE RC.

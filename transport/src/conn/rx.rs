@@ -86,7 +86,7 @@ impl<C: Controller> Connection<C> {
                 }
             }
             Body::ProbeReply(r) => {
-                if self.paths.on_probe_reply(r.echo_ev, r.probe_seq) {
+                if self.paths.on_probe_reply(r.echo_ev, r.probe_seq, now_ns) {
                     if let Some(i) = self.paths.index_of(r.echo_ev) {
                         let rtt = now_ns.saturating_sub(widen_ts(now_ns, r.echo_ts_ns));
                         self.paths.on_rtt_sample(i, rtt);
@@ -246,6 +246,9 @@ impl<C: Controller> Connection<C> {
             }
         };
         self.stats.sacks_received += 1;
+        if let Some(i) = echo_idx {
+            self.paths.on_echo(i, now_ns);
+        }
         self.paths.end_ack(u32::from(s.ecn_ce_count), echo_idx);
         if s.ecn_ce_count > 0 {
             self.stats.ecn_marked += u64::from(s.ecn_ce_count);

@@ -921,3 +921,48 @@ fn an_ev_back_up_before_the_limit_resumes_and_completes() {
     assert_eq!(a.state(), ConnState::Ready);
     assert_eq!(a.poll_timeout(), None);
 }
+
+/// The tail of a WRITE is lost; the tail loss probe goes on the EV whose SACK came back
+/// last (its answer returns on the EV it goes on), not on the next recycled EV.
+#[test]
+fn the_tail_loss_probe_goes_on_the_ev_whose_round_trip_worked_last() {
+    let (mut a, mut b) = pair();
+    let src = fill(&mut a, 4 * 4096, 0);
+    let dst = b
+        .regions_mut()
+        .register(4 * 4096, Access::REMOTE_WRITE)
+        .unwrap();
+    write_whole(&mut a, 1, &src, &dst, 4 * 4096);
+    let mut n = 0;
+    let mut drop_fourth = |bytes: &[u8]| {
+        n += 1;
+        if n == 4 { None } else { pass(bytes) }
+    };
+    // packets on EVs 100..103 at 0; the fourth is lost; b's delayed SACK (for the
+    // first three, echoing EV 102) leaves at 10 us
+    exchange(0, &mut a, &mut b, &mut drop_fourth);
+    exchange(10_000, &mut a, &mut b, &mut pass);
+    let evs = a.paths().paths();
+    assert_eq!(
+        evs.iter().map(|p| p.echo_ns).collect::<Vec<_>>(),
+        vec![None, None, Some(10_000), None]
+    );
+    // the recycle FIFO holds EVs 100, 101, 102 (in that order), so an ordinary pick
+    // avoiding EV 103 would take EV 100
+    assert_eq!(a.paths().recycled().collect::<Vec<_>>(), vec![0, 1, 2]);
+    // PTO = max(2 x 10 us, 10 us + 20 us reorder window) + 10 us ack delay, after the
+    // transmission at 0
+    assert_eq!(a.send_state().tlp_deadline_ns(), Some(40_000));
+    a.handle_timeout(40_000);
+    assert_eq!(a.stats().tail_loss_probes, 1);
+    let mut buf = vec![0u8; 8192];
+    let t = a.poll_transmit(40_000, &mut buf).unwrap();
+    assert_eq!(t.ev, 102);
+    let probe = PacketRepr::parse(&buf[..t.len]).unwrap();
+    assert_eq!(probe.bth.psn, 0xFF_FFF3);
+    assert!(probe.bth.flags.rtx);
+    b.handle_datagram(40_000, t.ev, t.ecn, &buf[..t.len]);
+    exchange(40_000, &mut a, &mut b, &mut pass);
+    assert_eq!(a.stats().timeouts, 0);
+    assert_eq!(completions(&mut a).len(), 1);
+}

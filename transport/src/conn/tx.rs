@@ -158,7 +158,11 @@ impl<C: Controller> Connection<C> {
             return None;
         }
         let tx = self.send.next_tx(self.cc.cwnd_bytes())?;
-        let idx = self.paths.select(tx.avoid_ev)?;
+        let idx = if tx.probe {
+            self.paths.select_for_probe(tx.avoid_ev)?
+        } else {
+            self.paths.select(tx.avoid_ev)?
+        };
         let ev = self.paths.get(idx).map_or(0, |p| p.ev);
         let len = match self.emit_data(now_ns, &tx, ev, buf) {
             Ok(len) => len,

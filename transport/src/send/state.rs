@@ -133,6 +133,33 @@ pub struct SentPacket {
     pub loss_declared: bool,
 }
 
+impl SentPacket {
+    /// The EV index credited with delivering this packet when a SACK echoing `echo` (EV
+    /// index, timestamp low 32 bits) acknowledges it at `now_ns`: the EV of its latest
+    /// transmission, unless that copy cannot be the one that arrived: the SACK echoes the
+    /// original transmission (the original arrived first: a spurious loss), or the latest
+    /// copy left less than `min_rtt_ns` (the smallest RTT sample) ago, too recently to have
+    /// arrived and been acknowledged, so an earlier copy did. Crediting such a
+    /// retransmission's EV would clear a dead EV's consecutive losses and recycle it onto
+    /// the dead path. The late original's EV is not credited either: the spurious-loss
+    /// undo clears its losses, but a path so slow that its packet was declared lost is not
+    /// recycled (REPS recycles EVs whose packets come back promptly and unmarked).
+    pub fn delivered_ev(
+        &self,
+        echo: Option<(usize, u32)>,
+        now_ns: u64,
+        min_rtt_ns: u64,
+    ) -> Option<usize> {
+        let (orig, last) = (usize::from(self.orig_ev), usize::from(self.last_ev));
+        if self.transmissions <= 1 || echo == Some((last, self.last_ts32)) {
+            return Some(last);
+        }
+        let original_arrived = echo == Some((orig, self.orig_ts32));
+        let too_recent = now_ns.saturating_sub(self.last_sent_ns) < min_rtt_ns;
+        (!original_arrived && !too_recent).then_some(last)
+    }
+}
+
 #[derive(Clone, Copy, Debug)]
 struct SendMsg {
     spec: MsgSpec,
@@ -161,6 +188,10 @@ pub struct TxPacket {
     pub retransmit: bool,
     /// EV index to avoid (the one the previous copy went on).
     pub avoid_ev: Option<usize>,
+    /// A tail loss probe ([`SendState::on_tlp`]): the caller sends it on an EV whose round
+    /// trip worked lately ([`PathTable::select_for_probe`]), since its answer comes back on
+    /// the EV it goes on.
+    pub probe: bool,
 }
 
 impl TxPacket {
@@ -240,6 +271,8 @@ pub struct SendState {
     last_transmit_ns: u64,
     /// A tail loss probe was sent and nothing new has been acknowledged since.
     tlp_outstanding: bool,
+    /// Sequence number of the tail loss probe queued and not yet sent.
+    tlp_seq: Option<u64>,
     /// Since when work has waited that no EV can carry (every EV denied): the RTO runs
     /// from here while nothing is in flight, so the retry limit still applies.
     blocked_since_ns: Option<u64>,
@@ -270,6 +303,7 @@ impl SendState {
             in_flight_pkts: 0,
             last_transmit_ns: 0,
             tlp_outstanding: false,
+            tlp_seq: None,
             blocked_since_ns: None,
             completions: VecDeque::new(),
             failed: false,
@@ -387,6 +421,7 @@ impl SendState {
                 last: p.offset.saturating_add(p.len) >= m.spec.len,
                 retransmit: true,
                 avoid_ev: Some(usize::from(p.last_ev)),
+                probe: self.tlp_seq == Some(seq),
             });
         }
         if self.snd_nxt - self.snd_una >= u64::from(self.cfg.max_outstanding_packets) {
@@ -407,6 +442,7 @@ impl SendState {
             last: self.seg_offset.saturating_add(len) >= m.spec.len,
             retransmit: false,
             avoid_ev: None,
+            probe: false,
         })
     }
 
@@ -417,6 +453,9 @@ impl SendState {
         self.blocked_since_ns = None;
         if tx.retransmit {
             self.rtx.remove(&tx.seq);
+            if self.tlp_seq == Some(tx.seq) {
+                self.tlp_seq = None;
+            }
             if let Some(p) = self.packet_mut(tx.seq) {
                 p.state = PktState::InFlight;
                 p.transmissions = p.transmissions.saturating_add(1);
@@ -486,7 +525,7 @@ impl SendState {
         let mut out = AckOutcome::default();
         let mut latest: Option<(u64, u64, usize)> = None; // (sent, seq, ev)
         for seq in self.snd_una..cum_seq {
-            self.ack_one(seq, echo, paths, stats, &mut out, &mut latest);
+            self.ack_one(now_ns, seq, echo, paths, stats, &mut out, &mut latest);
         }
         let mut bits = bitmap;
         while bits != 0 {
@@ -494,7 +533,7 @@ impl SendState {
             bits &= bits - 1;
             let seq = base_seq + i;
             if seq >= self.snd_una {
-                self.ack_one(seq, echo, paths, stats, &mut out, &mut latest);
+                self.ack_one(now_ns, seq, echo, paths, stats, &mut out, &mut latest);
             }
         }
         if let Some((sent, seq, ev)) = latest {
@@ -524,6 +563,7 @@ impl SendState {
     #[allow(clippy::too_many_arguments)]
     fn ack_one(
         &mut self,
+        now_ns: u64,
         seq: u64,
         echo: Option<(usize, u32)>,
         paths: &mut PathTable,
@@ -564,7 +604,9 @@ impl SendState {
         // (Karn's ambiguity resolved by the echoed EV and timestamp).
         let unambiguous = was == PktState::InFlight
             && (p.transmissions == 1 || echo == Some((usize::from(p.last_ev), p.last_ts32)));
-        paths.on_delivered(usize::from(p.last_ev));
+        if let Some(ev) = p.delivered_ev(echo, now_ns, self.rtt.min_rtt_ns) {
+            paths.on_delivered(ev, now_ns);
+        }
         if unambiguous && latest.is_none_or(|(s, q, _)| (p.last_sent_ns, seq) > (s, q)) {
             *latest = Some((p.last_sent_ns, seq, usize::from(p.last_ev)));
         }
@@ -860,6 +902,7 @@ impl SendState {
         let seq = self.snd_una + i as u64;
         self.queue_retransmit(seq);
         self.tlp_outstanding = true;
+        self.tlp_seq = Some(seq);
         stats.tail_loss_probes += 1;
         true
     }

@@ -506,3 +506,75 @@ fn a_retransmission_is_not_overtaken_by_an_original_sent_at_the_same_ns() {
     let l = r.st.detect_losses(1_060_000, &mut r.paths, &mut r.stats);
     assert_eq!(l.lost_packets, 1);
 }
+
+/// Packets 0, 1, 2 on EVs 0, 1, 2 at 0, 1 and 2 us; a SACK at 10 us for 1 and 2 (min RTT
+/// 8 us); RACK declares 0 lost at 60 us; EV 1 has a loss of its own standing; 0 goes again
+/// on EV 1 at 60 us.
+fn resent_on_a_suspect_ev() -> Rig {
+    let mut r = Rig::new(0, &[0, 1, 2]);
+    r.st.post(spec(1, 3 * MTU));
+    for t in [0u64, 1_000, 2_000] {
+        r.send(t, 1);
+    }
+    r.sack(10_000, 0, 0, 0b110, Some((2, 2_000)));
+    assert_eq!(r.st.rtt.min_rtt_ns, 8_000);
+    let l = r.st.detect_losses(60_000, &mut r.paths, &mut r.stats);
+    assert_eq!(l.lost_packets, 1);
+    r.paths.on_loss(1, 60_000);
+    assert_eq!(r.send(60_000, 1), vec![(0, 1)]);
+    assert_eq!(r.paths.paths()[1].consecutive_losses, 1);
+    r
+}
+
+#[test]
+fn a_retransmission_that_cannot_have_arrived_is_not_credited_to_its_ev() {
+    // the SACK echoes the original (EV 0, sent at 0): the original arrived late, a
+    // spurious loss; EV 0 is cleared by the undo, EV 1 gets no credit for the copy
+    let mut r = resent_on_a_suspect_ev();
+    let p = *r.st.packet(0).unwrap();
+    assert_eq!(p.delivered_ev(Some((0, 0)), 60_500, 8_000), None);
+    let out = r.sack(60_500, 3, 0, 0, Some((0, 0)));
+    assert_eq!((out.acked_packets, out.spurious), (1, 1));
+    assert_eq!(r.paths.paths()[0].consecutive_losses, 0);
+    assert_eq!(r.paths.paths()[1].consecutive_losses, 1);
+    // a SACK echoing neither copy 0.5 us after the retransmission (less than the 8 us min
+    // RTT): an earlier copy arrived, EV 1 gets no credit
+    let mut r = resent_on_a_suspect_ev();
+    let p = *r.st.packet(0).unwrap();
+    assert_eq!(p.delivered_ev(None, 60_500, 8_000), None);
+    r.sack(60_500, 3, 0, 0, None);
+    assert_eq!(r.paths.paths()[1].consecutive_losses, 1);
+    // the same SACK 8 us after the retransmission: the copy on EV 1 may have arrived, and
+    // is credited (its loss count restarts)
+    let mut r = resent_on_a_suspect_ev();
+    let p = *r.st.packet(0).unwrap();
+    assert_eq!(p.delivered_ev(None, 68_000, 8_000), Some(1));
+    assert_eq!(p.delivered_ev(Some((1, 60_000)), 60_500, 8_000), Some(1));
+    r.sack(68_000, 3, 0, 0, None);
+    assert_eq!(r.paths.paths()[1].consecutive_losses, 0);
+}
+
+#[test]
+fn the_tail_loss_probe_is_marked_until_it_leaves() {
+    let mut r = Rig::new(0, &[0, 1]);
+    r.st.post(spec(1, 3 * MTU));
+    r.send(0, 1);
+    r.sack(10_000, 1, 0, 0, Some((0, 0)));
+    r.send(20_000, 2);
+    // PTO 70 us after the latest transmission (see tail_loss_probe_deadline_and_probe)
+    assert!(r.st.on_tlp(90_000, &mut r.stats));
+    let tx = r.st.next_tx(u64::MAX).unwrap();
+    assert_eq!(
+        (tx.seq, tx.retransmit, tx.probe, tx.avoid_ev),
+        (2, true, true, Some(0))
+    );
+    r.st.on_transmit(&tx, 90_000, 1, 90_000);
+    // a later retransmission of the same packet (a NACK) is no probe
+    assert_eq!(r.st.queue_retransmit(2), Some((4096, 1)));
+    let tx = r.st.next_tx(u64::MAX).unwrap();
+    assert_eq!((tx.seq, tx.probe), (2, false));
+    // new data is no probe either
+    let mut r = Rig::new(0, &[0]);
+    r.st.post(spec(1, MTU));
+    assert!(!r.st.next_tx(u64::MAX).unwrap().probe);
+}
