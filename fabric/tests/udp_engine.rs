@@ -403,6 +403,8 @@ fn qp_defaults_use_the_software_datapath_timers() {
     assert_eq!(c.conn.send.max_rto_ns, 100_000_000);
     assert_eq!(c.conn.send.min_reorder_window_ns, 500_000);
     assert_eq!(c.conn.send.peer_max_ack_delay_ns, 500_000);
+    // EVs are revalidated after half the RTO floor, not the fabric's 100 us.
+    assert_eq!(c.conn.revalidate_ev_after_ns, 10_000_000);
     assert_eq!(c.conn.evs.len(), 16);
 }
 

@@ -144,20 +144,21 @@ pub const REORDER_WINDOW_NS: u64 = mrc_fabric::engine::SOFTWARE_REORDER_WINDOW_N
 
 fn qp_config(p: &TestParams) -> Result<QpConfig, String> {
     let cc: CcKind = p.cc.parse().map_err(|e| format!("--cc: {e}"))?;
+    let software = mrc_fabric::engine::software_conn_config(
+        p.min_rto_us.saturating_mul(1000),
+        p.reorder_window_us.saturating_mul(1000),
+    );
     Ok(QpConfig {
         conn: ConnConfig {
             evs: (0..p.paths).collect(),
             send: SendConfig {
                 mtu_payload_bytes: p.mtu,
                 max_outstanding_packets: OUTSTANDING_PACKETS,
-                ..mrc_fabric::engine::software_send_config(
-                    p.min_rto_us.saturating_mul(1000),
-                    p.reorder_window_us.saturating_mul(1000),
-                )
+                ..software.send
             },
             recv_window_packets: OUTSTANDING_PACKETS,
             selection: p.path_selection.into(),
-            ..ConnConfig::default()
+            ..software
         },
         cc,
         link: LinkParams {
