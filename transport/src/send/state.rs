@@ -74,6 +74,18 @@ pub struct SendConfig {
     /// answer, so the RTO's `retry_limit` never runs out. Default 256 (an incast trims one
     /// packet a few times; 256 in a row means the path never carries it).
     pub nack_retry_limit: u16,
+    /// Retransmissions wait for the congestion window like new data: a queued packet
+    /// goes out only when the bytes actually in the network (in flight minus the packets
+    /// waiting in the retransmit queue) plus its own fit in `cwnd_bytes`, or nothing is
+    /// in the network. A trimmed packet's NACK says the queue is at its threshold, so a
+    /// copy sent at once lands in the same full queue and is trimmed again; the
+    /// controller has just taken the trimmed bytes off the window (UEC NSCC: on a NACK
+    /// both the in-flight count and the window drop by the NACKed bytes and the resend
+    /// waits for window space, as htsim's `UecSrc` sends from its retransmit queue only
+    /// when `can_send` allows; NDP, Handley et al. SIGCOMM 2017 section 3, resends a
+    /// trimmed packet only when a pull, clocked at the receiver's line rate, asks for it).
+    /// Tail loss probes are exempt. Default on; off sends every retransmission at once.
+    pub rtx_within_cwnd: bool,
 }
 
 impl Default for SendConfig {
@@ -91,6 +103,7 @@ impl Default for SendConfig {
             go_back_n: false,
             burst_may_reorder: false,
             nack_retry_limit: 256,
+            rtx_within_cwnd: true,
         }
     }
 }
@@ -330,6 +343,16 @@ impl SendState {
         self.bytes_in_flight
     }
 
+    /// Payload bytes of the packets waiting in the retransmit queue (counted in
+    /// [`SendState::bytes_in_flight`] but not in the network).
+    pub fn queued_bytes(&self) -> u64 {
+        self.rtx
+            .iter()
+            .filter_map(|&seq| self.packet(seq))
+            .map(|p| u64::from(p.len))
+            .sum()
+    }
+
     /// Sequence numbers waiting in the retransmit queue, ascending.
     pub fn retransmit_queue(&self) -> impl Iterator<Item = u64> + '_ {
         self.rtx.iter().copied()
@@ -410,6 +433,13 @@ impl SendState {
                 return None;
             }
             let p = self.packet(seq)?;
+            let probe = self.tlp_seq == Some(seq);
+            if self.cfg.rtx_within_cwnd && !probe {
+                let in_network = self.bytes_in_flight.saturating_sub(self.queued_bytes());
+                if in_network > 0 && in_network + u64::from(p.len) > cwnd_bytes {
+                    return None;
+                }
+            }
             let m = self.msg(p.msn)?;
             return Some(TxPacket {
                 seq,
@@ -421,7 +451,7 @@ impl SendState {
                 last: p.offset.saturating_add(p.len) >= m.spec.len,
                 retransmit: true,
                 avoid_ev: Some(usize::from(p.last_ev)),
-                probe: self.tlp_seq == Some(seq),
+                probe,
             });
         }
         if self.snd_nxt - self.snd_una >= u64::from(self.cfg.max_outstanding_packets) {

@@ -578,3 +578,53 @@ fn the_tail_loss_probe_is_marked_until_it_leaves() {
     r.st.post(spec(1, MTU));
     assert!(!r.st.next_tx(u64::MAX).unwrap().probe);
 }
+
+#[test]
+fn a_trimmed_packet_waits_for_window_space() {
+    // 10 packets in flight, window 10 packets; NACKs for 3 and 5 (trimmed), the
+    // controller took them off the window: 8 packets.
+    let mut r = Rig::new(0, &[0]);
+    r.st.post(spec(1, 12 * MTU));
+    r.send(0, 10);
+    assert_eq!(r.st.queue_retransmit(3), Some((4096, 0)));
+    assert_eq!(r.st.queue_retransmit(5), Some((4096, 0)));
+    assert_eq!(r.st.queued_bytes(), 2 * 4096);
+    assert_eq!(r.st.bytes_in_flight(), 10 * 4096);
+    let cwnd = 8 * 4096;
+    // 8 packets are in the network: the resend of 3 would make 9
+    assert_eq!(r.st.next_tx(cwnd), None);
+    // the window grows by one packet: 3 goes, then 5 waits again
+    let tx = r.st.next_tx(cwnd + 4096).unwrap();
+    assert_eq!((tx.seq, tx.retransmit), (3, true));
+    r.st.on_transmit(&tx, 1_000, 0, 1_000);
+    assert_eq!(r.st.queued_bytes(), 4096);
+    assert_eq!(r.st.next_tx(cwnd + 4096), None);
+    // SACK for 0 and 1: 7 packets in the network, 5 goes
+    let out = r.sack(2_000, 2, 2, 0, Some((0, 0)));
+    assert_eq!(out.acked_packets, 2);
+    let tx = r.st.next_tx(cwnd).unwrap();
+    assert_eq!((tx.seq, tx.retransmit), (5, true));
+    r.st.on_transmit(&tx, 2_000, 0, 2_000);
+    assert_eq!(r.st.queued_bytes(), 0);
+    // the old behaviour: every retransmission at once, whatever the window
+    let mut r = Rig::new(0, &[0]);
+    r.st.post(spec(1, 12 * MTU));
+    r.st.cfg.rtx_within_cwnd = false;
+    r.send(0, 10);
+    assert_eq!(r.st.queue_retransmit(3), Some((4096, 0)));
+    assert_eq!(r.st.next_tx(4096).map(|t| t.seq), Some(3));
+}
+
+#[test]
+fn with_nothing_in_the_network_a_retransmission_always_goes() {
+    // both packets trimmed, window at its floor below one packet's worth
+    let mut r = Rig::new(0, &[0]);
+    r.st.post(spec(1, 2 * MTU));
+    r.send(0, 2);
+    assert_eq!(r.st.queue_retransmit(0), Some((4096, 0)));
+    assert_eq!(r.st.queue_retransmit(1), Some((4096, 0)));
+    let tx = r.st.next_tx(1).unwrap();
+    assert_eq!((tx.seq, tx.retransmit), (0, true));
+    r.st.on_transmit(&tx, 1_000, 0, 1_000);
+    assert_eq!(r.st.next_tx(1), None);
+}
