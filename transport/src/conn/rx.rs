@@ -323,7 +323,7 @@ impl<C: Controller> Connection<C> {
         }
         match n.reason {
             NackReason::Trimmed | NackReason::TrimmedLasthop => {
-                if let Some((len, ev)) = self.send.queue_retransmit(seq) {
+                if let Some((len, ev)) = self.send.queue_nacked_retransmit(seq) {
                     self.stats.trimmed += 1;
                     if let Some(p) = self.paths.get_mut(ev) {
                         p.stats.trimmed += 1;
@@ -336,7 +336,7 @@ impl<C: Controller> Connection<C> {
                 self.send.on_out_of_window(seq);
             }
             NackReason::NoPktBuffer => {
-                self.send.queue_retransmit(seq);
+                self.send.queue_nacked_retransmit(seq);
             }
             NackReason::NoBitmap => {
                 // Go-back-N: the receiver got something after `seq` but not `seq`, so the

@@ -586,8 +586,8 @@ fn a_trimmed_packet_waits_for_window_space() {
     let mut r = Rig::new(0, &[0]);
     r.st.post(spec(1, 12 * MTU));
     r.send(0, 10);
-    assert_eq!(r.st.queue_retransmit(3), Some((4096, 0)));
-    assert_eq!(r.st.queue_retransmit(5), Some((4096, 0)));
+    assert_eq!(r.st.queue_nacked_retransmit(3), Some((4096, 0)));
+    assert_eq!(r.st.queue_nacked_retransmit(5), Some((4096, 0)));
     assert_eq!(r.st.queued_bytes(), 2 * 4096);
     assert_eq!(r.st.bytes_in_flight(), 10 * 4096);
     let cwnd = 8 * 4096;
@@ -611,8 +611,30 @@ fn a_trimmed_packet_waits_for_window_space() {
     r.st.post(spec(1, 12 * MTU));
     r.st.cfg.rtx_within_cwnd = false;
     r.send(0, 10);
-    assert_eq!(r.st.queue_retransmit(3), Some((4096, 0)));
+    assert_eq!(r.st.queue_nacked_retransmit(3), Some((4096, 0)));
     assert_eq!(r.st.next_tx(4096).map(|t| t.seq), Some(3));
+}
+
+#[test]
+fn a_packet_declared_lost_is_resent_whatever_the_window() {
+    // 10 packets in flight, window 8: a loss (RACK/RTO) retransmission is not gated, a
+    // trimmed one is.
+    let mut r = Rig::new(0, &[0]);
+    r.st.post(spec(1, 12 * MTU));
+    r.send(0, 10);
+    assert_eq!(r.st.queue_retransmit(3), Some((4096, 0)));
+    assert!(!r.st.packet(3).unwrap().cwnd_gated);
+    let tx = r.st.next_tx(8 * 4096).unwrap();
+    assert_eq!((tx.seq, tx.retransmit), (3, true));
+    r.st.on_transmit(&tx, 1_000, 0, 1_000);
+    assert_eq!(r.st.queue_nacked_retransmit(5), Some((4096, 0)));
+    assert!(r.st.packet(5).unwrap().cwnd_gated);
+    assert_eq!(r.st.next_tx(8 * 4096), None);
+    // sent once the window allows; the flag goes with the send
+    let tx = r.st.next_tx(11 * 4096).unwrap();
+    assert_eq!((tx.seq, tx.retransmit), (5, true));
+    r.st.on_transmit(&tx, 2_000, 0, 2_000);
+    assert!(!r.st.packet(5).unwrap().cwnd_gated);
 }
 
 #[test]
@@ -621,8 +643,8 @@ fn with_nothing_in_the_network_a_retransmission_always_goes() {
     let mut r = Rig::new(0, &[0]);
     r.st.post(spec(1, 2 * MTU));
     r.send(0, 2);
-    assert_eq!(r.st.queue_retransmit(0), Some((4096, 0)));
-    assert_eq!(r.st.queue_retransmit(1), Some((4096, 0)));
+    assert_eq!(r.st.queue_nacked_retransmit(0), Some((4096, 0)));
+    assert_eq!(r.st.queue_nacked_retransmit(1), Some((4096, 0)));
     let tx = r.st.next_tx(1).unwrap();
     assert_eq!((tx.seq, tx.retransmit), (0, true));
     r.st.on_transmit(&tx, 1_000, 0, 1_000);
