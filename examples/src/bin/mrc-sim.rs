@@ -2,7 +2,7 @@
 //! with real mrc transport endpoints.
 //!
 //! ```text
-//! mrc-sim design --gpus 1024                       # the issue's reference switches
+//! mrc-sim design --gpus 1024                       # 8 GPUs/server, 200G NICs, 32x400G switches
 //! mrc-sim testbed-plan --json -                    # what testbed/mrc-testbed.sh builds
 //! mrc-sim trace --gpus 64 --src 0 --dst 40 --evs 8 --forwarding srv6
 //! mrc-sim run examples/scenarios/incast-trim.toml --pcap in.pcap --pcap-port leaf0:0
@@ -202,12 +202,14 @@ enum Cmd {
         #[command(flatten)]
         out: Out,
     },
-    /// Run a built-in experiment; `list` lists them. Exit status 1 when a requirement of
-    /// the issue is missed, 2 on an error.
+    /// Run a built-in experiment; `list` lists them. Each prints its checks as
+    /// [PASS]/[MISS] lines (the targets the project set for it, e.g. spraying >= 95% of
+    /// ideal goodput); exit status 1 when one is missed, 2 on an error.
     Experiment {
         /// spray-vs-ecmp | loss | failover | incast | allreduce | cc | speed | list.
         name: String,
-        /// Seed.
+        /// Seed of every random draw (loss, marking, initial PSNs) and of the switches'
+        /// ECMP hash: another seed gives other hash collisions.
         #[arg(long, default_value_t = 1)]
         seed: u64,
         #[command(flatten)]
