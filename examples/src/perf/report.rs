@@ -266,7 +266,7 @@ impl<'a> Report<'a> {
         }
         let c = &self.r.conn;
         o += &format!(
-            " total: {} packets sent, {} retransmitted, {} trimmed, {} ECN marks, {} RTO, {} RACK losses ({} spurious), {} tail loss probes, {} dropped on receive\n",
+            " total: {} packets sent, {} retransmitted, {} trimmed, {} ECN marks, {} RTO, {} RACK losses ({} spurious), {} tail loss probes, {} dropped on receive (SACKs and NACKs at this sender)\n",
             c.sent,
             c.retransmitted,
             c.trimmed,
@@ -346,6 +346,22 @@ impl<'a> Report<'a> {
             "tx_depth": p.tx_depth, "verify": p.verify, "bidirectional": p.bidirectional,
             "sent_packets": self.r.conn.sent,
             "retransmitted": self.r.conn.retransmitted,
+            "trimmed": self.r.conn.trimmed,
+            "ecn_marked": self.r.conn.ecn_marked,
+            "rtos": self.r.conn.timeouts,
+            "rack_losses": self.r.conn.rack_losses,
+            "spurious_losses": self.r.conn.spurious,
+            "tail_loss_probes": self.r.conn.tail_loss_probes,
+            "sender_rx_dropped": self.r.conn.drops.total(),
+            "datapath": {
+                "tx_datagrams": self.r.engine.datapath.tx_datagrams,
+                "tx_calls": self.r.engine.datapath.tx_calls,
+                "tx_errors": self.r.engine.datapath.tx_errors,
+                "rx_datagrams": self.r.engine.datapath.rx_datagrams,
+                "rx_calls": self.r.engine.datapath.rx_calls,
+                "rx_errors": self.r.engine.datapath.rx_errors,
+                "engine_sleeps": self.r.engine.sleeps,
+            },
             "receiver": {
                 "completions": self.r.peer_recv.completions,
                 "bytes": self.r.peer_recv.bytes,
@@ -416,5 +432,37 @@ mod tests {
         // 40e9 bytes / 1000 s / 2^20 = 38.14697265625 MiB/s.
         assert!((v["bw_avg_mib_per_s"].as_f64().unwrap() - 38.146_972_656_25).abs() < 1e-9);
         assert!(v.get("bw_avg_mbps").is_none());
+    }
+
+    #[test]
+    fn json_has_the_tables_loss_and_datapath_counters() {
+        use crate::perf::opts::{Cli, Command};
+        use crate::perf::run::EndResult;
+        use clap::Parser;
+        let cli = Cli::parse_from(["mrc-perf", "loopback", "-n", "1"]);
+        assert!(matches!(cli.cmd, Command::Loopback { .. }));
+        let p = cli.test.params().unwrap();
+        let mut r = EndResult::default();
+        r.conn.timeouts = 2;
+        r.conn.rack_losses = 7;
+        r.conn.spurious = 3;
+        r.conn.tail_loss_probes = 5;
+        r.conn.trimmed = 11;
+        r.engine.datapath.tx_datagrams = 1000;
+        r.engine.datapath.tx_calls = 40;
+        r.engine.sleeps = 9;
+        let v: serde_json::Value = serde_json::from_str(&Report::new(&p, &r, "t").json()).unwrap();
+        assert_eq!(
+            (&v["rtos"], &v["rack_losses"], &v["spurious_losses"]),
+            (&2.into(), &7.into(), &3.into())
+        );
+        assert_eq!(
+            (&v["tail_loss_probes"], &v["trimmed"]),
+            (&5.into(), &11.into())
+        );
+        assert_eq!(v["sender_rx_dropped"], 0);
+        assert_eq!(v["datapath"]["tx_datagrams"], 1000);
+        assert_eq!(v["datapath"]["tx_calls"], 40);
+        assert_eq!(v["datapath"]["engine_sleeps"], 9);
     }
 }
