@@ -237,3 +237,20 @@ fn trace_refuses_a_self_path_and_zero_evs() {
     assert_eq!(code, 2, "{out}");
     assert_eq!(err, "mrc-sim: error: --evs must be at least 1\n");
 }
+
+/// `trace` takes hosts as the output names them (`hostN`) or by index, and names the
+/// expected form when given something else.
+#[test]
+fn trace_takes_host_names_or_indices() {
+    let by_index = mrc_sim(&["trace", "--gpus", "64", "--src", "0", "--dst", "40"]);
+    let by_name = mrc_sim(&["trace", "--gpus", "64", "--src", "host0", "--dst", "host40"]);
+    assert_eq!(by_index.0, 0, "{}", by_index.2);
+    assert_eq!(by_index, by_name);
+    assert!(by_name.1.contains("host0:0 -> leaf0:"), "{}", by_name.1);
+    let (code, _, err) = mrc_sim(&["trace", "--gpus", "64", "--src", "leaf0", "--dst", "40"]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("invalid value 'leaf0' for '--src <SRC>': expected a host index (N or hostN)"),
+        "{err}"
+    );
+}

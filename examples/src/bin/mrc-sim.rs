@@ -173,11 +173,12 @@ enum Cmd {
     Trace {
         #[command(flatten)]
         d: DesignArgs,
-        /// Source host.
-        #[arg(long)]
+        /// Source host: its index 0..gpus/planes-1 (one host per NIC), or `hostN` as the
+        /// output names it.
+        #[arg(long, value_parser = parse_host)]
         src: u32,
-        /// Destination host.
-        #[arg(long)]
+        /// Destination host, as --src.
+        #[arg(long, value_parser = parse_host)]
         dst: u32,
         /// EVs to trace (0..evs).
         #[arg(long, default_value_t = 4)]
@@ -540,4 +541,12 @@ fn run(cli: Cli) -> Result<bool, String> {
             Ok(t.all_pass())
         }
     }
+}
+
+/// A host of `trace`: `N` or `hostN` (the name the output prints).
+fn parse_host(s: &str) -> Result<u32, String> {
+    s.strip_prefix("host")
+        .unwrap_or(s)
+        .parse::<u32>()
+        .map_err(|e| format!("expected a host index (N or hostN): {e}"))
 }
