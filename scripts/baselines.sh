@@ -12,38 +12,41 @@ DUR=${2:-3}
 cd "$(dirname "$0")/.."
 cargo build --release -q -p mrc-examples --bin mrc-perf
 P=target/release/mrc-perf
+# Per-run figures go to a private directory, removed on exit.
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
-: >/tmp/mrc_bw; : >/tmp/mrc_cpu; : >/tmp/udp_bw; : >/tmp/udp_cpu; : >/tmp/tcp_bw; : >/tmp/tcp_cpu
-: >/tmp/mrc_lat50; : >/tmp/mrc_lat99; : >/tmp/udp_lat50; : >/tmp/udp_lat99
+: >"$T/mrc_bw"; : >"$T/mrc_cpu"; : >"$T/udp_bw"; : >"$T/udp_cpu"; : >"$T/tcp_bw"; : >"$T/tcp_cpu"
+: >"$T/mrc_lat50"; : >"$T/mrc_lat99"; : >"$T/udp_lat50"; : >"$T/udp_lat99"
 for i in $(seq "$RUNS"); do
   # 4096-byte payload, 16 EVs, 1 MiB messages, every byte checked.
   j=$($P loopback -s 1048576 --paths 16 --mtu 4096 -D "$DUR" --verify --json 2>/dev/null)
   bad=$(jq -r '.receiver.bad_bytes' <<<"$j")
   [ "$bad" = 0 ] || { echo "verify failed: $bad bad bytes" >&2; exit 1; }
-  jq -r '.bw_avg_gbps' <<<"$j" >>/tmp/mrc_bw
-  jq -r '.cpu_s_per_gb' <<<"$j" >>/tmp/mrc_cpu
+  jq -r '.bw_avg_gbps' <<<"$j" >>"$T/mrc_bw"
+  jq -r '.cpu_s_per_gb' <<<"$j" >>"$T/mrc_cpu"
   b=$($P baseline -s 1048576 --paths 16 --mtu 4096 -D "$DUR" --json 2>/dev/null)
-  jq -r '.baselines[0].gbps' <<<"$b" >>/tmp/udp_bw
-  jq -r '.baselines[0].cpu_s_per_gb' <<<"$b" >>/tmp/udp_cpu
-  jq -r '.baselines[1].gbps' <<<"$b" >>/tmp/tcp_bw
-  jq -r '.baselines[1].cpu_s_per_gb' <<<"$b" >>/tmp/tcp_cpu
+  jq -r '.baselines[0].gbps' <<<"$b" >>"$T/udp_bw"
+  jq -r '.baselines[0].cpu_s_per_gb' <<<"$b" >>"$T/udp_cpu"
+  jq -r '.baselines[1].gbps' <<<"$b" >>"$T/tcp_bw"
+  jq -r '.baselines[1].cpu_s_per_gb' <<<"$b" >>"$T/tcp_cpu"
   tcp_name=$(jq -r '.baselines[1].name' <<<"$b")
   l=$($P loopback --test lat -s 8 -n 20000 --verify --json 2>/dev/null)
-  jq -r '.lat_us.typical' <<<"$l" >>/tmp/mrc_lat50
-  jq -r '.lat_us.p99' <<<"$l" >>/tmp/mrc_lat99
+  jq -r '.lat_us.typical' <<<"$l" >>"$T/mrc_lat50"
+  jq -r '.lat_us.p99' <<<"$l" >>"$T/mrc_lat99"
   u=$($P baseline --test lat -s 8 -n 20000 --json 2>/dev/null)
-  jq -r '.baselines[0].lat_us.typical' <<<"$u" >>/tmp/udp_lat50
-  jq -r '.baselines[0].lat_us.p99' <<<"$u" >>/tmp/udp_lat99
+  jq -r '.baselines[0].lat_us.typical' <<<"$u" >>"$T/udp_lat50"
+  jq -r '.baselines[0].lat_us.p99' <<<"$u" >>"$T/udp_lat99"
 done
 m() { median <"$1"; }
-mrc=$(m /tmp/mrc_bw); udp=$(m /tmp/udp_bw)
+mrc=$(m "$T/mrc_bw"); udp=$(m "$T/udp_bw")
 echo "runs: $RUNS x ${DUR}s, loopback 127.0.0.1, $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 printf '%-44s %10s %12s\n' "bw (1 MiB msgs, 4096 B payload, 16 EVs)" "Gb/s" "CPU s/GB"
-printf '%-44s %10.2f %12.3f\n' "mrc --verify" "$mrc" "$(m /tmp/mrc_cpu)"
-printf '%-44s %10.2f %12.3f\n' "raw UDP blast (same datapath)" "$udp" "$(m /tmp/udp_cpu)"
-printf '%-44s %10.2f %12.3f\n' "$tcp_name" "$(m /tmp/tcp_bw)" "$(m /tmp/tcp_cpu)"
+printf '%-44s %10.2f %12.3f\n' "mrc --verify" "$mrc" "$(m "$T/mrc_cpu")"
+printf '%-44s %10.2f %12.3f\n' "raw UDP blast (same datapath)" "$udp" "$(m "$T/udp_cpu")"
+printf '%-44s %10.2f %12.3f\n' "$tcp_name" "$(m "$T/tcp_bw")" "$(m "$T/tcp_cpu")"
 awk -v a="$mrc" -v b="$udp" 'BEGIN {printf "mrc / raw UDP ceiling: %.0f%%\n", 100*a/b}'
 printf '%-44s %10s %12s\n' "lat (8 B, one way = RTT/2)" "median us" "p99 us"
-printf '%-44s %10.2f %12.2f\n' "mrc --verify" "$(m /tmp/mrc_lat50)" "$(m /tmp/mrc_lat99)"
-printf '%-44s %10.2f %12.2f\n' "UDP ping-pong (same datapath)" "$(m /tmp/udp_lat50)" "$(m /tmp/udp_lat99)"
-echo "per run (mrc bw): $(tr '\n' ' ' </tmp/mrc_bw)  (raw UDP): $(tr '\n' ' ' </tmp/udp_bw)"
+printf '%-44s %10.2f %12.2f\n' "mrc --verify" "$(m "$T/mrc_lat50")" "$(m "$T/mrc_lat99")"
+printf '%-44s %10.2f %12.2f\n' "UDP ping-pong (same datapath)" "$(m "$T/udp_lat50")" "$(m "$T/udp_lat99")"
+echo "per run (mrc bw): $(tr '\n' ' ' <"$T/mrc_bw")  (raw UDP): $(tr '\n' ' ' <"$T/udp_bw")"
