@@ -378,17 +378,7 @@ fn the_bootstrap_returns_only_once_the_peer_qp_is_connected() {
     let (qa, _conn) = client.join().unwrap();
     let _qb = server.join().unwrap();
     // The first write after the bootstrap completes.
-    qa.post_write(
-        1,
-        Sge {
-            lkey: w.src.lkey,
-            addr: w.src.addr,
-            len: 4096,
-        },
-        w.dst.addr,
-        w.dst.rkey,
-    )
-    .unwrap();
+    w.post_first(&qa, 1, 4096);
     let c = qa.wait_send_cq(T).unwrap().unwrap();
     assert_eq!((c.wr_id, c.status), (1, WcStatus::Success));
 }
@@ -567,17 +557,7 @@ fn a_destroyed_peer_qp_counts_the_datagrams_then_a_new_pair_runs_exactly() {
     drop(qb);
     // a's next WRITE finds no QP at b: every copy (first and retries) is counted there,
     // and the work request fails with RetryExceeded.
-    qa.post_write(
-        7,
-        Sge {
-            lkey: w.src.lkey,
-            addr: w.src.addr,
-            len: 4096,
-        },
-        w.dst.addr,
-        w.dst.rkey,
-    )
-    .unwrap();
+    w.post_first(&qa, 7, 4096);
     let c = qa.wait_send_cq(T).unwrap().unwrap();
     assert_eq!((c.wr_id, c.status), (7, WcStatus::RetryExceeded));
     let (sa, ea) = qa.stats().unwrap();

@@ -165,6 +165,22 @@ impl EventQueue {
         Some((found, self.base_ns + offset as u64))
     }
 
+    /// Removes the next event of wheel slot `i`, which holds one (clearing the slot and its
+    /// bit when it was the last).
+    #[inline(always)]
+    fn take_from_slot(&mut self, i: usize) -> (u64, EventKind) {
+        let slot = &mut self.slots[i];
+        let e = slot.items[slot.head];
+        slot.head += 1;
+        if slot.head == slot.items.len() {
+            slot.items.clear();
+            slot.head = 0;
+            self.occupied[i / 64] &= !(1 << (i % 64));
+        }
+        self.wheel_len -= 1;
+        e
+    }
+
     /// The earliest event, removed.
     pub fn pop(&mut self) -> Option<Event> {
         // Fast path: more events at the last popped instant, none due from the heap first
@@ -174,14 +190,7 @@ impl EventQueue {
         let slot = &mut self.slots[i];
         if slot.head < slot.items.len() && self.far.peek().is_none_or(|f| f.time_ns > self.base_ns)
         {
-            let (seq, kind) = slot.items[slot.head];
-            slot.head += 1;
-            if slot.head == slot.items.len() {
-                slot.items.clear();
-                slot.head = 0;
-                self.occupied[i / 64] &= !(1 << (i % 64));
-            }
-            self.wheel_len -= 1;
+            let (seq, kind) = self.take_from_slot(i);
             self.popped += 1;
             return Some(Event {
                 time_ns: self.base_ns,
@@ -202,15 +211,7 @@ impl EventQueue {
             self.far.pop()?
         } else {
             let (i, time_ns) = wheel?;
-            let slot = &mut self.slots[i];
-            let (seq, kind) = slot.items[slot.head];
-            slot.head += 1;
-            if slot.head == slot.items.len() {
-                slot.items.clear();
-                slot.head = 0;
-                self.occupied[i / 64] &= !(1 << (i % 64));
-            }
-            self.wheel_len -= 1;
+            let (seq, kind) = self.take_from_slot(i);
             Event { time_ns, seq, kind }
         };
         self.base_ns = self.base_ns.max(e.time_ns);

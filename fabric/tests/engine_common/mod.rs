@@ -84,6 +84,18 @@ impl PatternWrites {
         }
     }
 
+    /// Posts one plain WRITE (no immediate) of `len` bytes from the start of the source
+    /// region to the start of the destination region.
+    pub fn post_first(&self, qa: &Qp, wr_id: u64, len: u32) {
+        let sge = Sge {
+            lkey: self.src.lkey,
+            addr: self.src.addr,
+            len,
+        };
+        qa.post_write(wr_id, sge, self.dst.addr, self.dst.rkey)
+            .unwrap();
+    }
+
     /// Asserts that each destination slot holds the pattern of the last of `iters` messages
     /// written to it.
     pub fn assert_slots_hold_last(&self, qb: &Qp, iters: u64) {
