@@ -55,10 +55,15 @@ impl EthernetFrameRepr {
                 available_bytes: available,
             });
         }
-        let (eth, rest) = buf.split_at_mut(ETHERNET_HEADER_LEN);
-        let ip_len = self.packet.emit_in(rest, payload, ctx)?;
-        self.write_ethernet(eth);
-        Ok(ETHERNET_HEADER_LEN + ip_len)
+        let head_len = self.emit_headers(buf, payload, ctx)?;
+        let body = buf
+            .get_mut(head_len..needed)
+            .ok_or(PacketError::BufferTooSmall {
+                needed_bytes: needed,
+                available_bytes: available,
+            })?;
+        body.copy_from_slice(payload);
+        Ok(needed)
     }
 
     /// Writes only the frame's headers ([`EthernetFrameRepr::buffer_len`]`(0)` bytes at the
