@@ -280,6 +280,10 @@ pub struct SendState {
     seg_msn: u64,
     seg_offset: u32,
     rtx: BTreeSet<u64>,
+    /// Payload bytes of the packets in `rtx` (kept beside it: `next_tx` needs it for every
+    /// window-gated retransmission, and summing a queue of 1024 per call made a mass trim
+    /// quadratic).
+    rtx_bytes: u64,
     bytes_in_flight: u64,
     /// Estimator of the RTT.
     pub rtt: RttEstimator,
@@ -318,6 +322,7 @@ impl SendState {
             seg_msn: 0,
             seg_offset: 0,
             rtx: BTreeSet::new(),
+            rtx_bytes: 0,
             bytes_in_flight: 0,
             rtt: RttEstimator::new(cfg.initial_rto_ns),
             rack: Rack::default(),
@@ -355,13 +360,31 @@ impl SendState {
     }
 
     /// Payload bytes of the packets waiting in the retransmit queue (counted in
-    /// [`SendState::bytes_in_flight`] but not in the network).
+    /// [`SendState::bytes_in_flight`] but not in the network). O(1): a running count.
     pub fn queued_bytes(&self) -> u64 {
-        self.rtx
-            .iter()
-            .filter_map(|&seq| self.packet(seq))
-            .map(|p| u64::from(p.len))
-            .sum()
+        debug_assert_eq!(
+            self.rtx_bytes,
+            self.rtx
+                .iter()
+                .filter_map(|&seq| self.packet(seq))
+                .map(|p| u64::from(p.len))
+                .sum::<u64>()
+        );
+        self.rtx_bytes
+    }
+
+    /// Puts `seq` (payload `len` bytes) into the retransmit queue.
+    fn rtx_insert(&mut self, seq: u64, len: u32) {
+        if self.rtx.insert(seq) {
+            self.rtx_bytes += u64::from(len);
+        }
+    }
+
+    /// Takes `seq` (payload `len` bytes) out of the retransmit queue, if there.
+    fn rtx_remove(&mut self, seq: u64, len: u32) {
+        if self.rtx.remove(&seq) {
+            self.rtx_bytes -= u64::from(len);
+        }
     }
 
     /// Sequence numbers waiting in the retransmit queue, ascending.
@@ -493,7 +516,7 @@ impl SendState {
         let ev16 = u16::try_from(ev).unwrap_or(u16::MAX);
         self.blocked_since_ns = None;
         if tx.retransmit {
-            self.rtx.remove(&tx.seq);
+            self.rtx_remove(tx.seq, tx.len);
             if self.tlp_seq == Some(tx.seq) {
                 self.tlp_seq = None;
             }
@@ -624,7 +647,7 @@ impl SendState {
         p.state = PktState::Acked;
         let p = *p;
         if was == PktState::Queued {
-            self.rtx.remove(&seq);
+            self.rtx_remove(seq, p.len);
         } else {
             self.in_flight_pkts -= 1;
         }
@@ -686,7 +709,7 @@ impl SendState {
         }
         p.state = PktState::Queued;
         let r = (p.len, usize::from(p.last_ev));
-        self.rtx.insert(seq);
+        self.rtx_insert(seq, r.0);
         self.in_flight_pkts -= 1;
         Some(r)
     }
@@ -761,7 +784,7 @@ impl SendState {
                 p.state = PktState::Queued;
                 p.loss_declared = true;
                 let (len, ev) = (p.len, usize::from(p.last_ev));
-                self.rtx.insert(seq);
+                self.rtx_insert(seq, len);
                 self.in_flight_pkts -= 1;
                 out.lost_packets += 1;
                 out.lost_bytes += u64::from(len);
@@ -889,7 +912,7 @@ impl SendState {
             p.state = PktState::Queued;
             p.loss_declared = true;
             let (len, ev) = (p.len, usize::from(p.last_ev));
-            self.rtx.insert(seq);
+            self.rtx_insert(seq, len);
             self.in_flight_pkts -= 1;
             // Go-back-N: the receiver dropped every packet behind the hole whatever EV
             // carried it, so only the lowest expired packet's EV is suspect; blaming the
@@ -989,6 +1012,7 @@ impl SendState {
         self.seg_offset = 0;
         self.pkts.clear();
         self.rtx.clear();
+        self.rtx_bytes = 0;
         self.snd_una = self.snd_nxt;
         self.bytes_in_flight = 0;
         self.in_flight_pkts = 0;
