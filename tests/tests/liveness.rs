@@ -432,3 +432,75 @@ fn a_mass_trim_queues_1024_window_gated_retransmissions() {
     assert_eq!(p.b.stats().received, 2048);
     assert_eq!(p.now_ns, 1_053_898);
 }
+
+/// A 2-packet WRITE after a warm-up: PSN 0 (relative) is trimmed and PSN 1 silently lost
+/// the first time. The trim cuts the window to one MTU, so the NACKed resend of PSN 0
+/// waits for PSN 1 to leave the network; only a tail loss probe or the RTO can find PSN 1.
+fn trim_then_tail_loss(gate: bool) -> (mrc_transport::stats::ConnStats, u64) {
+    let cc = || TrimCut {
+        cwnd_bytes: 8192,
+        max_bytes: 8192,
+    };
+    let mut ca = conn_config(0xA, 0, 1, 4, 5);
+    ca.send.rtx_within_cwnd = gate;
+    let mut p = Pair::new(
+        ca,
+        cc(),
+        conn_config(0xB, 0, 1, 4, 6),
+        cc(),
+        NetConfig::default(),
+    );
+    let r = p.regions(2 * 4096, 1);
+    p.a.post_write(0, r.src_sge(0, 4096), r.dst.addr, r.dst.rkey)
+        .unwrap();
+    p.run_to_quiet(1_000_000);
+    assert_eq!(p.a_completions().len(), 1);
+    p.script(|i: &PacketInfo| match (i.from, i.is_data, i.psn, i.copy) {
+        (Side::A, true, 1, 0) => Action::Trim,
+        (Side::A, true, 2, 0) => Action::Drop,
+        _ => Action::Deliver,
+    });
+    let start = p.now_ns;
+    p.a.post_write(1, r.src_sge(0, 2 * 4096), r.dst.addr, r.dst.rkey)
+        .unwrap();
+    let mut done = Vec::new();
+    assert!(p.run_until(1_000_000_000, |p| {
+        done.extend(p.a_completions().iter().map(|c| (c.wr_id, c.status)));
+        !done.is_empty()
+    }));
+    assert_eq!(done, vec![(1, WcStatus::Success)]);
+    assert!(p.dst_matches(&r));
+    (*p.a.stats(), p.now_ns - start)
+}
+
+#[test]
+fn a_window_gated_resend_does_not_turn_a_tail_loss_into_an_rto() {
+    // the probe resends PSN 2 (the queue holds only the waiting resend of PSN 1), its
+    // SACK empties the network, PSN 1 follows: done in 27.7 us, no RTO (before the fix
+    // the waiting resend held the probe back: one RTO, 204.7 us)
+    let (s, took) = trim_then_tail_loss(true);
+    assert_eq!(
+        (
+            s.sent,
+            s.retransmitted,
+            s.trimmed,
+            s.tail_loss_probes,
+            s.timeouts
+        ),
+        (5, 2, 1, 1, 0)
+    );
+    assert_eq!(took, 27_669);
+    // every resend at once: the same recovery (PSN 1 leaves first, then the probe)
+    let (s0, took0) = trim_then_tail_loss(false);
+    assert_eq!(
+        (
+            s0.sent,
+            s0.retransmitted,
+            s0.trimmed,
+            s0.tail_loss_probes,
+            s0.timeouts
+        ),
+        (5, 2, 1, 1, 0)
+    );
+    assert_eq!(took0, 29_504);
+}

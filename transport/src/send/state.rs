@@ -89,8 +89,10 @@ pub struct SendConfig {
     /// gated: a lost packet says nothing about the queue that a RACK wait has not
     /// already paid for, and holding it behind undetected losses that still count as in
     /// the network turned recoveries into RTOs (NSCC drop-tail incast of the `cc`
-    /// experiment, seeds 1-8: 44 RTOs gated, 27 not). Default on; off sends every
-    /// retransmission at once.
+    /// experiment, seeds 1-8: 44 RTOs gated, 27 not); they, and the probe, go ahead of a
+    /// gated resend that waits, and a queue of only waiting resends does not hold back
+    /// the probe (else a lost tail behind a trim is left to the RTO). Default on; off
+    /// sends every retransmission at once.
     pub rtx_within_cwnd: bool,
 }
 
@@ -284,6 +286,9 @@ pub struct SendState {
     /// window-gated retransmission, and summing a queue of 1024 per call made a mass trim
     /// quadratic).
     rtx_bytes: u64,
+    /// The entries of `rtx` not [`SentPacket::cwnd_gated`] (loss retransmissions, the tail
+    /// loss probe): they go at once even while a gated one ahead of them waits.
+    rtx_free: BTreeSet<u64>,
     bytes_in_flight: u64,
     /// Estimator of the RTT.
     pub rtt: RttEstimator,
@@ -323,6 +328,7 @@ impl SendState {
             seg_offset: 0,
             rtx: BTreeSet::new(),
             rtx_bytes: 0,
+            rtx_free: BTreeSet::new(),
             bytes_in_flight: 0,
             rtt: RttEstimator::new(cfg.initial_rto_ns),
             rack: Rack::default(),
@@ -377,6 +383,7 @@ impl SendState {
     fn rtx_insert(&mut self, seq: u64, len: u32) {
         if self.rtx.insert(seq) {
             self.rtx_bytes += u64::from(len);
+            self.rtx_free.insert(seq);
         }
     }
 
@@ -384,6 +391,7 @@ impl SendState {
     fn rtx_remove(&mut self, seq: u64, len: u32) {
         if self.rtx.remove(&seq) {
             self.rtx_bytes -= u64::from(len);
+            self.rtx_free.remove(&seq);
         }
     }
 
@@ -453,27 +461,44 @@ impl SendState {
         self.msgs.get_mut(i)
     }
 
-    /// The packet to send next, if any: the lowest queued retransmission first, then new
-    /// data if the peer window allows and `bytes_in_flight + len <= cwnd_bytes` (or
-    /// nothing is in flight).
+    /// Whether queued `seq` waits for window space now ([`SendConfig::rtx_within_cwnd`]):
+    /// it is [`SentPacket::cwnd_gated`], not the tail loss probe, and the bytes in the
+    /// network (in flight minus queued) are above 0 and leave no room for it in
+    /// `cwnd_bytes`.
+    fn waits_for_window(&self, seq: u64, cwnd_bytes: u64) -> bool {
+        let Some(p) = self.packet(seq) else {
+            return false;
+        };
+        if !self.cfg.rtx_within_cwnd || !p.cwnd_gated || self.tlp_seq == Some(seq) {
+            return false;
+        }
+        let in_network = self.bytes_in_flight.saturating_sub(self.queued_bytes());
+        in_network > 0 && in_network + u64::from(p.len) > cwnd_bytes
+    }
+
+    /// The packet to send next, if any: the lowest queued retransmission first (when it
+    /// waits for window space, the lowest one that does not wait: a loss retransmission or
+    /// the tail loss probe), then new data if the peer window allows and
+    /// `bytes_in_flight + len <= cwnd_bytes` (or nothing is in flight).
     pub fn next_tx(&self, cwnd_bytes: u64) -> Option<TxPacket> {
         if self.failed {
             return None;
         }
         let mtu = self.cfg.mtu_payload_bytes;
-        if let Some(&seq) = self.rtx.iter().next() {
+        if let Some(&head) = self.rtx.first() {
+            let seq = if self.waits_for_window(head, cwnd_bytes) {
+                // a gated resend waits; what was declared lost (or probes the tail) need
+                // not wait behind it (or for the RTO to empty the network)
+                *self.rtx_free.first()?
+            } else {
+                head
+            };
             if seq - self.snd_una >= u64::from(self.cfg.max_outstanding_packets) {
                 // beyond the (learnt) peer window: wait until snd_una moves
                 return None;
             }
             let p = self.packet(seq)?;
             let probe = self.tlp_seq == Some(seq);
-            if self.cfg.rtx_within_cwnd && p.cwnd_gated && !probe {
-                let in_network = self.bytes_in_flight.saturating_sub(self.queued_bytes());
-                if in_network > 0 && in_network + u64::from(p.len) > cwnd_bytes {
-                    return None;
-                }
-            }
             let m = self.msg(p.msn)?;
             return Some(TxPacket {
                 seq,
@@ -722,6 +747,7 @@ impl SendState {
         if let Some(p) = self.packet_mut(seq) {
             p.cwnd_gated = true;
         }
+        self.rtx_free.remove(&seq);
         Some(r)
     }
 
@@ -947,13 +973,22 @@ impl SendState {
     }
 
     /// When a tail loss probe is due: one PTO after the latest transmission, if packets
-    /// are in flight, no retransmission is queued, no probe is outstanding, and it comes
+    /// are in flight, no retransmission is queued (with [`SendConfig::rtx_within_cwnd`],
+    /// none but window-gated ones: they wait for the packets in flight, and if those are
+    /// lost only the probe or the RTO finds it), no probe is outstanding, and it comes
     /// before the RTO.
     pub fn tlp_deadline_ns(&self) -> Option<u64> {
         if !self.cfg.tlp || self.failed || self.tlp_outstanding || self.in_flight_pkts == 0 {
             return None;
         }
-        if !self.rtx.is_empty() {
+        // a queued retransmission that can go would go first; window-gated ones wait for
+        // the packets in the network, which only the probe (or the RTO) can find lost
+        let waiting = if self.cfg.rtx_within_cwnd {
+            &self.rtx_free
+        } else {
+            &self.rtx
+        };
+        if !waiting.is_empty() {
             return None;
         }
         let t = self.last_transmit_ns.saturating_add(self.pto_ns()?);
@@ -1013,6 +1048,7 @@ impl SendState {
         self.pkts.clear();
         self.rtx.clear();
         self.rtx_bytes = 0;
+        self.rtx_free.clear();
         self.snd_una = self.snd_nxt;
         self.bytes_in_flight = 0;
         self.in_flight_pkts = 0;
