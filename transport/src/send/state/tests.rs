@@ -689,3 +689,16 @@ fn a_loss_retransmission_and_the_probe_pass_a_waiting_trimmed_resend() {
     assert_eq!(r.st.queue_nacked_retransmit(3), Some((4096, 0)));
     assert_eq!(r.st.tlp_deadline_ns(), None);
 }
+
+#[test]
+fn towards_a_go_back_n_peer_a_trimmed_resend_does_not_wait() {
+    let mut r = Rig::new(0, &[0]);
+    r.st.cfg.go_back_n = true;
+    r.st.post(spec(1, 12 * MTU));
+    r.send(0, 10);
+    assert_eq!(r.st.queue_nacked_retransmit(3), Some((4096, 0)));
+    assert!(!r.st.packet(3).unwrap().cwnd_gated);
+    // 9 packets in the network, window 1: it goes all the same
+    let tx = r.st.next_tx(4096).unwrap();
+    assert_eq!((tx.seq, tx.retransmit), (3, true));
+}
