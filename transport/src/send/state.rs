@@ -371,15 +371,28 @@ impl SendState {
     /// Payload bytes of the packets waiting in the retransmit queue (counted in
     /// [`SendState::bytes_in_flight`] but not in the network). O(1): a running count.
     pub fn queued_bytes(&self) -> u64 {
-        debug_assert_eq!(
-            self.rtx_bytes,
-            self.rtx
+        self.debug_check_rtx();
+        self.rtx_bytes
+    }
+
+    /// Debug builds: the running counts beside the retransmit queue agree with it (its
+    /// bytes, its entries not window-gated).
+    fn debug_check_rtx(&self) {
+        if cfg!(debug_assertions) {
+            let bytes: u64 = self
+                .rtx
                 .iter()
                 .filter_map(|&seq| self.packet(seq))
                 .map(|p| u64::from(p.len))
-                .sum::<u64>()
-        );
-        self.rtx_bytes
+                .sum();
+            assert_eq!(self.rtx_bytes, bytes, "queued bytes");
+            let free = self
+                .rtx
+                .iter()
+                .copied()
+                .filter(|&seq| self.packet(seq).is_some_and(|p| !p.cwnd_gated));
+            assert!(free.eq(self.rtx_free.iter().copied()), "ungated queue");
+        }
     }
 
     /// Puts `seq` (payload `len` bytes) into the retransmit queue.
@@ -645,6 +658,7 @@ impl SendState {
             self.pkts.pop_front();
             self.snd_una += 1;
         }
+        self.debug_check_rtx();
         if out.acked_packets > 0 {
             self.rto_backoff = 0;
             self.last_progress_ns = now_ns;
@@ -757,6 +771,7 @@ impl SendState {
             p.cwnd_gated = true;
         }
         self.rtx_free.remove(&seq);
+        self.debug_check_rtx();
         Some(r)
     }
 
