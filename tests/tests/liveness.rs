@@ -650,3 +650,41 @@ fn go_back_n_trimmed_resends_do_not_wait_for_the_window() {
     let swift = (15, 11_618, 3_426, 13_486_237);
     assert_eq!(totals, [nscc, nscc, swift, swift]);
 }
+
+/// Answers come back only on EVs 13..16 of 16, every data packet's first copy is
+/// trimmed (so 13 in 16 NACKs are lost too) and half the data is delayed up to 20 us: the
+/// window controllers deliver every byte once, each after one RTO.
+#[test]
+fn dead_return_paths_trims_and_reordering_together() {
+    let mut got = Vec::new();
+    for kind in [CcKind::Nscc, CcKind::Swift, CcKind::None] {
+        let mut p = pair(kind, 16, NetConfig::default());
+        p.script(|i: &PacketInfo| {
+            if i.from == Side::B {
+                if i.ev < 13 {
+                    Action::Drop
+                } else {
+                    Action::Deliver
+                }
+            } else if i.is_data && i.copy == 0 {
+                Action::Trim
+            } else if coin(i.nth) {
+                Action::Delay(i.nth.wrapping_mul(7919) % 20_000 + 1)
+            } else {
+                Action::Deliver
+            }
+        });
+        let r = p.regions(2 * MIB as usize, 9);
+        let o = transfer(&mut p, &r, 2, MIB);
+        assert_eq!((o.done, o.exact, o.received), (ok(2), true, 512));
+        got.push((o.sent, o.timeouts, o.probes_sent, o.took_ns));
+    }
+    assert_eq!(
+        got,
+        [
+            (1024, 1, 65, 5_486_869),
+            (1024, 1, 78, 9_845_121),
+            (1024, 1, 26, 1_342_915)
+        ]
+    );
+}
