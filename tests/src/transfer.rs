@@ -15,8 +15,11 @@
 //! that without a permanent outage at most 6 expiries can pass without progress:
 //! * per-datagram drops and trims hit only the first transmission of a data PSN
 //!   (`copy == 0`): at most one RTO round lost per PSN;
-//! * at most [`MAX_CONTROL_DROPS_IN_A_ROW`] consecutive control datagrams of a side are
-//!   dropped (a third in a row is delivered): at most two rounds lose their SACKs;
+//! * at most [`MAX_CONTROL_DROPS_IN_A_ROW`] consecutive acknowledgements (SACK, NACK) of
+//!   a side are dropped (a third in a row is delivered, whatever other control datagrams
+//!   went between): at most two rounds lose their SACKs (counting every control datagram
+//!   let a probe reply take the delivered turn each round: the SACK of every RTO round
+//!   could be dropped, and the retry limit ran out on a deliverable schedule);
 //! * while every EV is dark (finite outages overlapping), the total time is at most
 //!   [`MAX_FINITE_DARK_NS`] (outages late in the list are discarded until it holds): with
 //!   RTOs of at least 200 us doubling, at most three expiries fall in 1 ms;
@@ -42,9 +45,10 @@ use mrc_congestion::{AnyController, CcKind, LinkParams};
 use mrc_transport::path::PathState;
 use mrc_transport::send::msg::packets_for;
 use mrc_transport::stats::{ConnStats, EvStats};
+use mrc_transport::wire::Opcode;
 use mrc_transport::{Access, Completion, ConnState, Sge, WcOpcode, WcStatus};
 
-/// Consecutive control datagrams of one side the schedule may drop.
+/// Consecutive acknowledgements (SACK, NACK) of one side the schedule may drop.
 pub const MAX_CONTROL_DROPS_IN_A_ROW: u32 = 2;
 /// Longest total time every EV may be dark by finite outages, ns.
 pub const MAX_FINITE_DARK_NS: u64 = 1_000_000;
@@ -247,12 +251,11 @@ impl Script {
             .copied()
             .unwrap_or(NetAct::Deliver);
         let us = |x: u8| u64::from(x) * 1_000;
+        let ack = matches!(info.opcode, Opcode::Sack | Opcode::Nack);
         let action = match act {
             NetAct::Deliver => Action::Deliver,
             NetAct::Drop if info.is_data && info.copy > 0 => Action::Deliver,
-            NetAct::Drop
-                if !info.is_data && self.drops_in_a_row[side] >= MAX_CONTROL_DROPS_IN_A_ROW =>
-            {
+            NetAct::Drop if ack && self.drops_in_a_row[side] >= MAX_CONTROL_DROPS_IN_A_ROW => {
                 Action::Deliver
             }
             NetAct::Drop => Action::Drop,
@@ -263,7 +266,7 @@ impl Script {
             NetAct::Trim => Action::Trim,
             NetAct::MarkCe => Action::MarkCe,
         };
-        if !info.is_data {
+        if ack {
             if action == Action::Drop {
                 self.drops_in_a_row[side] += 1;
             } else {

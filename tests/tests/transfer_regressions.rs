@@ -178,3 +178,40 @@ fn go_back_n_rto_goes_back_and_blames_only_the_hole_ev() {
         assert_eq!(r.a_ev_states, vec![AssumedBad, Good, AssumedBad, Good]);
     }
 }
+
+/// Found by `transfer` (a bug of the runner's limits, not of the transport): go-back-N,
+/// 2 EVs, one zero-length WRITE whose first copy is dropped; B's first 20 datagrams are
+/// to be dropped. Each RTO makes the EV of the lost copy `AssumedBad`, so every round B
+/// answers a probe, then SACKs the resend, then answers the next probe. With "at most 2
+/// control datagrams dropped in a row" the delivered turn always fell on a probe reply and
+/// every SACK was lost for 7 rounds: `RetryExceeded` on a schedule the runner promised
+/// deliverable. The cap now counts acknowledgements only: the third SACK is delivered.
+#[test]
+fn probe_replies_do_not_take_the_delivered_turn_of_dropped_sacks() {
+    use NetAct::{Deliver, Drop, MarkCe};
+    let s = Schedule {
+        n_evs: 2,
+        mtu_payload_bytes: 256,
+        cc: CcKind::Swift,
+        go_back_n: true,
+        initial_psns: (1_162_167_621, 3_204_465_989),
+        msgs: vec![(MsgKind::Write, 0)],
+        a_acts: vec![Drop, Drop, Drop, Drop, MarkCe],
+        b_acts: [vec![Drop; 20], vec![MarkCe, Deliver, Deliver]].concat(),
+        outages: vec![],
+        permanent: vec![],
+    };
+    let r = run(&s).unwrap();
+    assert_eq!(r.succeeded, 1);
+    // two SACKs lost, the third (the third RTO round's) delivered: done at 7.004 ms
+    assert_eq!(r.end_ns, 7_004_008);
+    assert_eq!(
+        (
+            r.a_stats.timeouts,
+            r.a_stats.retransmitted,
+            r.a_stats.sacks_received
+        ),
+        (3, 3, 1)
+    );
+    assert_eq!((r.b_stats.received, r.b_stats.sacks_sent), (1, 3));
+}

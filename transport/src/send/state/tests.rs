@@ -650,3 +650,55 @@ fn with_nothing_in_the_network_a_retransmission_always_goes() {
     r.st.on_transmit(&tx, 1_000, 0, 1_000);
     assert_eq!(r.st.next_tx(1), None);
 }
+
+#[test]
+fn a_loss_retransmission_and_the_probe_pass_a_waiting_trimmed_resend() {
+    // 10 packets in flight, window 6: 3 trimmed (waits), then 6 declared lost: 6 goes
+    // at once although 3 is ahead of it in the queue
+    let mut r = Rig::new(0, &[0]);
+    r.st.post(spec(1, 12 * MTU));
+    r.send(0, 10);
+    let cwnd = 6 * 4096;
+    assert_eq!(r.st.queue_nacked_retransmit(3), Some((4096, 0)));
+    assert_eq!(r.st.queue_retransmit(6), Some((4096, 0)));
+    assert_eq!(r.st.retransmit_queue().collect::<Vec<_>>(), vec![3, 6]);
+    assert_eq!(r.st.queued_bytes(), 2 * 4096);
+    let tx = r.st.next_tx(cwnd).unwrap();
+    assert_eq!((tx.seq, tx.retransmit, tx.probe), (6, true, false));
+    r.st.on_transmit(&tx, 1_000, 0, 1_000);
+    assert_eq!(r.st.queued_bytes(), 4096);
+    assert_eq!(r.st.next_tx(cwnd), None);
+    // with only the waiting resend queued the tail loss probe is still due: PTO 70 us
+    // (SRTT 10 us, 50 us reorder floor, 10 us ACK delay) after the latest transmission
+    r.sack(10_000, 1, 0, 0, Some((0, 0)));
+    assert_eq!(r.st.tlp_deadline_ns(), Some(71_000));
+    assert!(r.st.on_tlp(71_000, &mut r.stats));
+    // the probe (the highest in flight, 9) passes the waiting 3 (7 packets in the
+    // network)
+    let tx = r.st.next_tx(cwnd).unwrap();
+    assert_eq!((tx.seq, tx.retransmit, tx.probe), (9, true, true));
+    r.st.on_transmit(&tx, 71_000, 0, 71_000);
+    assert_eq!(r.st.next_tx(cwnd), None);
+    assert_eq!(r.st.tlp_deadline_ns(), None);
+    // without the window gate a queued resend can go, so no probe is due
+    let mut r = Rig::new(0, &[0]);
+    r.st.cfg.rtx_within_cwnd = false;
+    r.st.post(spec(1, 12 * MTU));
+    r.send(0, 10);
+    r.sack(10_000, 1, 0, 0, Some((0, 0)));
+    assert_eq!(r.st.queue_nacked_retransmit(3), Some((4096, 0)));
+    assert_eq!(r.st.tlp_deadline_ns(), None);
+}
+
+#[test]
+fn towards_a_go_back_n_peer_a_trimmed_resend_does_not_wait() {
+    let mut r = Rig::new(0, &[0]);
+    r.st.cfg.go_back_n = true;
+    r.st.post(spec(1, 12 * MTU));
+    r.send(0, 10);
+    assert_eq!(r.st.queue_nacked_retransmit(3), Some((4096, 0)));
+    assert!(!r.st.packet(3).unwrap().cwnd_gated);
+    // 9 packets in the network, window 1: it goes all the same
+    let tx = r.st.next_tx(4096).unwrap();
+    assert_eq!((tx.seq, tx.retransmit), (3, true));
+}

@@ -1,0 +1,690 @@
+//! Liveness under hostile schedules aimed at the failover rules (stale-EV revalidation,
+//! tail loss probes on the EV whose round trip worked last, exploration passing over EVs
+//! whose latest outcome was a loss) and at the window-gated retransmission of NACKed
+//! packets: every byte arrives exactly once, or the work requests fail cleanly with
+//! `RetryExceeded` within the retry limit; nothing panics, nothing hangs.
+
+use mrc_congestion::{
+    AckSample, AnyController, CcKind, Controller, FixedWindow, FixedWindowConfig, LinkParams,
+    Metrics,
+};
+use mrc_tests::harness::{Action, NetConfig, PacketInfo, Pair, Regions, Side, conn_config};
+use mrc_transport::WcStatus;
+
+const MIB: u32 = 1 << 20;
+
+fn pair(kind: CcKind, n_evs: u32, net: NetConfig) -> Pair<AnyController> {
+    let link = LinkParams {
+        line_rate_bps: 100_000_000_000,
+        base_rtt_ns: 8_000,
+        mtu_bytes: 4096,
+        trimming_enabled: true,
+    };
+    let cc = || AnyController::new(kind, &link).expect("valid preset");
+    Pair::new(
+        conn_config(0xA, 0xFF_FF00, 1, n_evs, 5),
+        cc(),
+        conn_config(0xB, 0x12_3456, 3, n_evs, 6),
+        cc(),
+        net,
+    )
+}
+
+/// What a run did, for exact comparison.
+#[derive(Debug, PartialEq, Eq)]
+struct Outcome {
+    /// Sender completions: (wr_id, status).
+    done: Vec<(u64, WcStatus)>,
+    /// The destination equals the source byte for byte.
+    exact: bool,
+    /// Data packets the receiver accepted (first copies).
+    received: u64,
+    /// Data packets the sender sent, retransmissions included.
+    sent: u64,
+    retransmitted: u64,
+    timeouts: u64,
+    rack_losses: u64,
+    tail_loss_probes: u64,
+    /// Sum over EVs of revalidations and probes sent.
+    revalidations: u64,
+    probes_sent: u64,
+    /// Virtual time from posting to the last completion, ns.
+    took_ns: u64,
+}
+
+/// Posts `n_wr` WRITEs of `wr_bytes` each and runs until each has completed (or 10 s of
+/// virtual time pass: a hang).
+fn transfer<C: Controller>(p: &mut Pair<C>, r: &Regions, n_wr: u32, wr_bytes: u32) -> Outcome {
+    let start = p.now_ns;
+    for k in 0..n_wr {
+        let off = u64::from(k) * u64::from(wr_bytes);
+        p.a.post_write(
+            u64::from(k),
+            r.src_sge(off, wr_bytes),
+            r.dst.addr + off,
+            r.dst.rkey,
+        )
+        .unwrap();
+    }
+    let mut done = Vec::new();
+    let finished = p.run_until(start + 10_000_000_000, |p| {
+        done.extend(p.a_completions().iter().map(|c| (c.wr_id, c.status)));
+        done.len() == n_wr as usize
+    });
+    assert!(finished, "hang: {} of {n_wr} completed", done.len());
+    let s = *p.a.stats();
+    let evs = p.a.paths().paths();
+    Outcome {
+        done,
+        exact: p.dst_matches(r),
+        received: p.b.stats().received,
+        sent: s.sent,
+        retransmitted: s.retransmitted,
+        timeouts: s.timeouts,
+        rack_losses: s.rack_losses,
+        tail_loss_probes: s.tail_loss_probes,
+        revalidations: evs.iter().map(|e| e.stats.revalidations).sum(),
+        probes_sent: evs.iter().map(|e| e.stats.probes_sent).sum(),
+        took_ns: p.now_ns - start,
+    }
+}
+
+fn fixed_pair(cwnd_bytes: u64, n_evs: u32) -> Pair<FixedWindow> {
+    let cc = || FixedWindowConfig { cwnd_bytes }.build();
+    Pair::new(
+        conn_config(0xA, 0xFF_FF00, 1, n_evs, 5),
+        cc(),
+        conn_config(0xB, 0x12_3456, 3, n_evs, 6),
+        cc(),
+        NetConfig::default(),
+    )
+}
+
+fn ok(n: u64) -> Vec<(u64, WcStatus)> {
+    (0..n).map(|k| (k, WcStatus::Success)).collect()
+}
+
+/// A deterministic coin: the `nth` datagram's fate under loss rate 1/2.
+fn coin(nth: u64) -> bool {
+    let mut x = nth.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0xD1B5_4A32_D192_ED03;
+    x ^= x >> 31;
+    x = x.wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x ^= x >> 29;
+    x & 1 == 1
+}
+
+#[test]
+fn all_but_one_ev_black_holed_mid_transfer() {
+    // 16 EVs; from 20 us on (mid-transfer) every EV but 7 loses everything, both ways
+    let mut p = pair(CcKind::None, 16, NetConfig::default());
+    for ev in (0..16).filter(|&e| e != 7) {
+        p.faults_mut().black_holes.push((ev, 20_000));
+    }
+    let r = p.regions(8 * MIB as usize, 1);
+    let o = transfer(&mut p, &r, 8, MIB);
+    assert_eq!(
+        o,
+        Outcome {
+            done: ok(8),
+            exact: true,
+            received: 2048,
+            sent: 2099,
+            retransmitted: 51,
+            timeouts: 0,
+            rack_losses: 51,
+            tail_loss_probes: 0,
+            revalidations: 0,
+            probes_sent: 45,
+            took_ns: 704331,
+        }
+    );
+}
+
+#[test]
+fn half_the_sacks_lost_on_the_return_path_only() {
+    let mut p = pair(CcKind::None, 8, NetConfig::default());
+    p.script(|i: &PacketInfo| {
+        if i.from == Side::B && coin(i.nth) {
+            Action::Drop
+        } else {
+            Action::Deliver
+        }
+    });
+    let r = p.regions(8 * MIB as usize, 2);
+    let o = transfer(&mut p, &r, 8, MIB);
+    assert_eq!(
+        o,
+        Outcome {
+            done: ok(8),
+            exact: true,
+            received: 2048,
+            sent: 2056,
+            retransmitted: 8,
+            timeouts: 1,
+            rack_losses: 0,
+            tail_loss_probes: 1,
+            revalidations: 0,
+            probes_sent: 7,
+            took_ns: 883657,
+        }
+    );
+}
+
+#[test]
+fn every_first_copy_trimmed_with_a_shrinking_window() {
+    // NSCC takes trimmed bytes off its window, so the NACKed retransmissions wait for
+    // window space (cwnd_gated) behind one another: 1024 outstanding, all trimmed once
+    let mut p = pair(CcKind::Nscc, 8, NetConfig::default());
+    p.script(|i: &PacketInfo| {
+        if i.from == Side::A && i.is_data && i.copy == 0 {
+            Action::Trim
+        } else {
+            Action::Deliver
+        }
+    });
+    let r = p.regions(4 * MIB as usize, 3);
+    let o = transfer(&mut p, &r, 4, MIB);
+    assert_eq!(
+        o,
+        Outcome {
+            done: ok(4),
+            exact: true,
+            received: 1024,
+            sent: 2048,
+            retransmitted: 1024,
+            timeouts: 0,
+            rack_losses: 0,
+            tail_loss_probes: 0,
+            revalidations: 20,
+            probes_sent: 20,
+            took_ns: 6364451,
+        }
+    );
+}
+
+#[test]
+fn sacks_lost_on_half_the_evs_return_paths() {
+    // the forward path works on every EV; the answers sent on EVs 0..8 are lost
+    let mut p = pair(CcKind::None, 16, NetConfig::default());
+    p.script(|i: &PacketInfo| {
+        if i.from == Side::B && i.ev < 8 {
+            Action::Drop
+        } else {
+            Action::Deliver
+        }
+    });
+    let r = p.regions(8 * MIB as usize, 4);
+    let o = transfer(&mut p, &r, 8, MIB);
+    assert_eq!(
+        o,
+        Outcome {
+            done: ok(8),
+            exact: true,
+            received: 2048,
+            sent: 2048,
+            retransmitted: 0,
+            timeouts: 0,
+            rack_losses: 0,
+            tail_loss_probes: 0,
+            revalidations: 0,
+            probes_sent: 0,
+            took_ns: 681892,
+        }
+    );
+}
+
+#[test]
+fn only_one_return_path_works_and_data_is_reordered() {
+    // answers only come back on EV 3; data packets are delayed up to 30 us at random
+    let mut p = pair(CcKind::None, 8, NetConfig::default());
+    p.script(|i: &PacketInfo| {
+        if i.from == Side::B {
+            if i.ev == 3 {
+                Action::Deliver
+            } else {
+                Action::Drop
+            }
+        } else if coin(i.nth) {
+            Action::Delay(i.nth.wrapping_mul(7919) % 30_000 + 1)
+        } else {
+            Action::Deliver
+        }
+    });
+    let r = p.regions(4 * MIB as usize, 5);
+    let o = transfer(&mut p, &r, 4, MIB);
+    assert_eq!(
+        o,
+        Outcome {
+            done: ok(4),
+            exact: true,
+            received: 1024,
+            sent: 1158,
+            retransmitted: 134,
+            timeouts: 0,
+            rack_losses: 134,
+            tail_loss_probes: 0,
+            revalidations: 0,
+            probes_sent: 27,
+            took_ns: 494657,
+        }
+    );
+}
+
+#[test]
+fn every_ev_dies_and_probes_are_lost_fails_within_the_retry_limit() {
+    // everything works until 30 us, then nothing on any EV in either direction: the stale
+    // EVs are AssumedBad and their probes vanish, yet the RTO still runs out
+    let mut p = pair(CcKind::None, 4, NetConfig::default());
+    for ev in 0..4 {
+        p.faults_mut().black_holes.push((ev, 30_000));
+    }
+    let r = p.regions(8 * MIB as usize, 6);
+    let o = transfer(&mut p, &r, 8, MIB);
+    let mut want = vec![(0, WcStatus::RetryExceeded)];
+    want.extend((1..8).map(|k| (k, WcStatus::Flushed)));
+    // the eighth RTO expiry (retry limit 7) fails the work requests: 34.07 ms, within the
+    // sum of the backed-off RTOs from the 200 us minimum (200 us x 255 = 51 ms)
+    assert_eq!(
+        o,
+        Outcome {
+            done: want,
+            exact: false,
+            received: 124,
+            sent: 324,
+            retransmitted: 192,
+            timeouts: 8,
+            rack_losses: 0,
+            tail_loss_probes: 1,
+            revalidations: 0,
+            probes_sent: 40,
+            took_ns: 34_074_056,
+        }
+    );
+}
+
+#[test]
+fn a_slow_flow_does_not_flap_its_evs() {
+    // one packet at a time (a window of one MTU) over 16 EVs for 4 MiB: the recycle FIFO
+    // keeps reusing the EV that just delivered, the others sit unused
+    let mut p = fixed_pair(3 * 4096, 16);
+    let r = p.regions(4 * MIB as usize, 7);
+    let o = transfer(&mut p, &r, 4, MIB);
+    assert_eq!(
+        o,
+        Outcome {
+            done: ok(4),
+            exact: true,
+            received: 1024,
+            sent: 1024,
+            retransmitted: 0,
+            timeouts: 0,
+            rack_losses: 0,
+            tail_loss_probes: 0,
+            revalidations: 0,
+            probes_sent: 0,
+            took_ns: 2229520,
+        }
+    );
+}
+
+/// A window that loses each trimmed packet's bytes (never below one MTU) and regains each
+/// acknowledged byte (never above its start), as NSCC does on a NACK, without NSCC's
+/// other reactions: a mass trim leaves a large retransmit queue waiting for the window.
+#[derive(Clone, Debug)]
+struct TrimCut {
+    cwnd_bytes: u64,
+    max_bytes: u64,
+}
+
+impl Controller for TrimCut {
+    fn on_packet_sent(&mut self, _now_ns: u64, _bytes: u64, _bytes_in_flight: u64) {}
+    fn on_ack(&mut self, _now_ns: u64, ack: &AckSample) {
+        self.cwnd_bytes = (self.cwnd_bytes + ack.acked_bytes).min(self.max_bytes);
+    }
+    fn on_trim(&mut self, _now_ns: u64, bytes: u64) {
+        self.cwnd_bytes = self.cwnd_bytes.saturating_sub(bytes).max(4096);
+    }
+    fn on_loss(&mut self, _now_ns: u64, _bytes: u64) {}
+    fn on_spurious_loss(&mut self, _now_ns: u64) {}
+    fn on_cnp(&mut self, _now_ns: u64) {}
+    fn on_timer(&mut self, _now_ns: u64) {}
+    fn next_timer_ns(&self) -> Option<u64> {
+        None
+    }
+    fn cwnd_bytes(&self) -> u64 {
+        self.cwnd_bytes
+    }
+    fn pacing_rate_bps(&self) -> u64 {
+        u64::MAX
+    }
+    fn metrics(&self) -> Metrics {
+        Metrics {
+            cwnd_bytes: self.cwnd_bytes,
+            pacing_rate_bps: u64::MAX,
+            ..Metrics::default()
+        }
+    }
+}
+
+/// 1024 packets outstanding, every one trimmed once: the window falls to one MTU and the
+/// retransmit queue holds all 1024, each waiting for window space. `next_tx` looks at the
+/// queued bytes for the gated head on every poll (the harness polls at least once per
+/// step), so they are a running count ([`mrc_transport::send::SendState::queued_bytes`];
+/// summing the queue cost 1.38 million packet lookups for this run, about 1350 per
+/// packet sent).
+#[test]
+fn a_mass_trim_queues_1024_window_gated_retransmissions() {
+    let cc = || TrimCut {
+        cwnd_bytes: 4 << 20,
+        max_bytes: 4 << 20,
+    };
+    let mut p = Pair::new(
+        conn_config(0xA, 0xFF_FF00, 1, 8, 5),
+        cc(),
+        conn_config(0xB, 0x12_3456, 3, 8, 6),
+        cc(),
+        NetConfig::default(),
+    );
+    p.script(|i: &PacketInfo| {
+        if i.from == Side::A && i.is_data && i.copy == 0 && i.nth_data < 1024 {
+            Action::Trim
+        } else {
+            Action::Deliver
+        }
+    });
+    let r = p.regions(8 * MIB as usize, 3);
+    for k in 0..8u64 {
+        let off = k * u64::from(MIB);
+        p.a.post_write(k, r.src_sge(off, MIB), r.dst.addr + off, r.dst.rkey)
+            .unwrap();
+    }
+    // steps whose retransmit queue head waits for the window, and the sum of the queue
+    // lengths at those steps (what summing the queue per poll would cost at least)
+    let (mut gated_steps, mut summed, mut max_queue) = (0u64, 0u64, 0usize);
+    let mut done = Vec::new();
+    assert!(p.run_until(10_000_000_000, |p| {
+        let s = p.a.send_state();
+        let q = s.retransmit_queue().count();
+        max_queue = max_queue.max(q);
+        if let Some(h) = s.retransmit_queue().next() {
+            if s.packet(h).is_some_and(|x| x.cwnd_gated) {
+                gated_steps += 1;
+                summed += q as u64;
+            }
+        }
+        done.extend(p.a_completions().iter().map(|c| (c.wr_id, c.status)));
+        done.len() == 8
+    }));
+    assert_eq!(done, ok(8));
+    assert!(p.dst_matches(&r));
+    assert_eq!((max_queue, gated_steps, summed), (1024, 2691, 1_381_897));
+    let s = p.a.stats();
+    assert_eq!(
+        (
+            s.sent,
+            s.retransmitted,
+            s.trimmed,
+            s.timeouts,
+            s.rack_losses
+        ),
+        (3072, 1024, 1024, 0, 0)
+    );
+    assert_eq!(p.b.stats().received, 2048);
+    assert_eq!(p.now_ns, 1_053_898);
+}
+
+/// A 2-packet WRITE after a warm-up: PSN 0 (relative) is trimmed and PSN 1 silently lost
+/// the first time. The trim cuts the window to one MTU, so the NACKed resend of PSN 0
+/// waits for PSN 1 to leave the network; only a tail loss probe or the RTO can find PSN 1.
+fn trim_then_tail_loss(gate: bool) -> (mrc_transport::stats::ConnStats, u64) {
+    let cc = || TrimCut {
+        cwnd_bytes: 8192,
+        max_bytes: 8192,
+    };
+    let mut ca = conn_config(0xA, 0, 1, 4, 5);
+    ca.send.rtx_within_cwnd = gate;
+    let mut p = Pair::new(
+        ca,
+        cc(),
+        conn_config(0xB, 0, 1, 4, 6),
+        cc(),
+        NetConfig::default(),
+    );
+    let r = p.regions(2 * 4096, 1);
+    p.a.post_write(0, r.src_sge(0, 4096), r.dst.addr, r.dst.rkey)
+        .unwrap();
+    p.run_to_quiet(1_000_000);
+    assert_eq!(p.a_completions().len(), 1);
+    p.script(|i: &PacketInfo| match (i.from, i.is_data, i.psn, i.copy) {
+        (Side::A, true, 1, 0) => Action::Trim,
+        (Side::A, true, 2, 0) => Action::Drop,
+        _ => Action::Deliver,
+    });
+    let start = p.now_ns;
+    p.a.post_write(1, r.src_sge(0, 2 * 4096), r.dst.addr, r.dst.rkey)
+        .unwrap();
+    let mut done = Vec::new();
+    assert!(p.run_until(1_000_000_000, |p| {
+        done.extend(p.a_completions().iter().map(|c| (c.wr_id, c.status)));
+        !done.is_empty()
+    }));
+    assert_eq!(done, vec![(1, WcStatus::Success)]);
+    assert!(p.dst_matches(&r));
+    (*p.a.stats(), p.now_ns - start)
+}
+
+#[test]
+fn a_window_gated_resend_does_not_turn_a_tail_loss_into_an_rto() {
+    // the probe resends PSN 2 (the queue holds only the waiting resend of PSN 1), its
+    // SACK empties the network, PSN 1 follows: done in 27.7 us, no RTO (before the fix
+    // the waiting resend held the probe back: one RTO, 204.7 us)
+    let (s, took) = trim_then_tail_loss(true);
+    assert_eq!(
+        (
+            s.sent,
+            s.retransmitted,
+            s.trimmed,
+            s.tail_loss_probes,
+            s.timeouts
+        ),
+        (5, 2, 1, 1, 0)
+    );
+    assert_eq!(took, 27_669);
+    // every resend at once: the same recovery (PSN 1 leaves first, then the probe)
+    let (s0, took0) = trim_then_tail_loss(false);
+    assert_eq!(
+        (
+            s0.sent,
+            s0.retransmitted,
+            s0.trimmed,
+            s0.tail_loss_probes,
+            s0.timeouts
+        ),
+        (5, 2, 1, 1, 0)
+    );
+    assert_eq!(took0, 29_504);
+}
+
+/// A slow flow (a window of two packets) over 16 EVs for 16 MiB, every 20th data packet
+/// lost and every 13th marked: exploration passes over the EVs that lost one, so they go
+/// stale and are revalidated; each revalidation costs one probe, answered at once, and no
+/// EV flaps (4 to 6 revalidations per EV over 12.4 ms, 76 probes beside 4311 data
+/// packets).
+#[test]
+fn a_slow_lossy_flow_revalidates_each_ev_a_few_times() {
+    let mut p = fixed_pair(2 * 4096, 16);
+    p.script(move |i: &PacketInfo| {
+        if i.from == Side::A && i.is_data && i.nth_data % 20 == 19 {
+            Action::Drop
+        } else if i.from == Side::A && i.is_data && i.nth_data % 13 == 12 {
+            Action::MarkCe
+        } else {
+            Action::Deliver
+        }
+    });
+    let r = p.regions(16 * MIB as usize, 7);
+    let o = transfer(&mut p, &r, 16, MIB);
+    assert_eq!(
+        o,
+        Outcome {
+            done: ok(16),
+            exact: true,
+            received: 4096,
+            sent: 4311,
+            retransmitted: 215,
+            timeouts: 0,
+            rack_losses: 215,
+            tail_loss_probes: 0,
+            revalidations: 76,
+            probes_sent: 76,
+            took_ns: 12_393_701,
+        }
+    );
+    let per_ev: Vec<u64> =
+        p.a.paths()
+            .paths()
+            .iter()
+            .map(|e| e.stats.revalidations)
+            .collect();
+    assert_eq!(per_ev, [4, 5, 4, 5, 4, 5, 5, 4, 4, 4, 6, 5, 6, 5, 5, 5]);
+}
+
+/// Twelve seeds of 1% drops, 5% trims and 5% reordering (up to 10 us) under the window
+/// controllers, retransmissions of trimmed packets within the window: every transfer
+/// completes byte-exact. The one RTO (Swift, seed 2) is a tail loss probe trimmed, its
+/// resend then dropped: one probe per episode (RFC 8985 7), the RTO finds the rest.
+#[test]
+fn seeded_trims_drops_and_reordering_under_nscc_and_swift() {
+    use mrc_tests::harness::Faults;
+    let link = LinkParams {
+        line_rate_bps: 100_000_000_000,
+        base_rtt_ns: 8_000,
+        mtu_bytes: 4096,
+        trimming_enabled: true,
+    };
+    let mut totals = Vec::new();
+    for kind in [CcKind::Nscc, CcKind::Swift] {
+        // (timeouts, tail loss probes, revalidations, summed transfer times in ns)
+        let mut tot = (0, 0, 0, 0);
+        for seed in 1..=12u64 {
+            let cc = || AnyController::new(kind, &link).expect("valid preset");
+            let net = NetConfig {
+                faults: Faults {
+                    drop: 0.01,
+                    trim: 0.05,
+                    reorder: 0.05,
+                    reorder_max_ns: 10_000,
+                    ..Faults::default()
+                },
+                seed,
+                ..NetConfig::default()
+            };
+            let mut p = Pair::new(
+                conn_config(0xA, 0xFF_FF00, 1, 8, seed),
+                cc(),
+                conn_config(0xB, 0x12_3456, 3, 8, seed + 100),
+                cc(),
+                net,
+            );
+            let r = p.regions(4 * MIB as usize, seed);
+            let o = transfer(&mut p, &r, 4, MIB);
+            assert_eq!((o.done, o.exact, o.received), (ok(4), true, 1024));
+            tot.0 += o.timeouts;
+            tot.1 += o.tail_loss_probes;
+            tot.2 += o.revalidations;
+            tot.3 += o.took_ns;
+        }
+        totals.push(tot);
+    }
+    assert_eq!(totals, [(0, 0, 0, 4_475_208), (1, 5, 23, 16_128_475)]);
+}
+
+/// Go-back-N with 1% drops and 5% trims, 8 seeds under NSCC and Swift: a trimmed
+/// packet's resend does not wait for the window, since the packets in flight behind it
+/// are discarded by the receiver and only the RTO would find them. The default
+/// (`rtx_within_cwnd` on) runs exactly as with the gate off; with the wait it took 24 and
+/// 43 RTOs (12.0 and 20.3 ms summed), with the wait passed by loss resends 23 and 63.
+#[test]
+fn go_back_n_trimmed_resends_do_not_wait_for_the_window() {
+    use mrc_tests::harness::Faults;
+    let link = LinkParams {
+        line_rate_bps: 100_000_000_000,
+        base_rtt_ns: 8_000,
+        mtu_bytes: 4096,
+        trimming_enabled: true,
+    };
+    let mut totals = Vec::new();
+    for kind in [CcKind::Nscc, CcKind::Swift] {
+        for gate in [true, false] {
+            // (timeouts, data packets sent, retransmitted, summed transfer times in ns)
+            let mut tot = (0, 0, 0, 0);
+            for seed in 1..=8u64 {
+                let cc = || AnyController::new(kind, &link).expect("valid preset");
+                let net = NetConfig {
+                    faults: Faults {
+                        drop: 0.01,
+                        trim: 0.05,
+                        ..Faults::default()
+                    },
+                    seed,
+                    ..NetConfig::default()
+                };
+                let mut ca = conn_config(0xA, 0xFF_FF00, 1, 8, seed);
+                ca.go_back_n = true;
+                ca.send.rtx_within_cwnd = gate;
+                let mut cb = conn_config(0xB, 0x12_3456, 3, 8, seed + 100);
+                cb.go_back_n = true;
+                let mut p = Pair::new(ca, cc(), cb, cc(), net);
+                let r = p.regions(4 * MIB as usize, seed);
+                let o = transfer(&mut p, &r, 4, MIB);
+                assert_eq!((o.done, o.exact, o.received), (ok(4), true, 1024));
+                tot.0 += o.timeouts;
+                tot.1 += o.sent;
+                tot.2 += o.retransmitted;
+                tot.3 += o.took_ns;
+            }
+            totals.push(tot);
+        }
+    }
+    let nscc = (6, 16_828, 8_636, 7_695_259);
+    let swift = (15, 11_618, 3_426, 13_486_237);
+    assert_eq!(totals, [nscc, nscc, swift, swift]);
+}
+
+/// Answers come back only on EVs 13..16 of 16, every data packet's first copy is
+/// trimmed (so 13 in 16 NACKs are lost too) and half the data is delayed up to 20 us: the
+/// window controllers deliver every byte once, each after one RTO.
+#[test]
+fn dead_return_paths_trims_and_reordering_together() {
+    let mut got = Vec::new();
+    for kind in [CcKind::Nscc, CcKind::Swift, CcKind::None] {
+        let mut p = pair(kind, 16, NetConfig::default());
+        p.script(|i: &PacketInfo| {
+            if i.from == Side::B {
+                if i.ev < 13 {
+                    Action::Drop
+                } else {
+                    Action::Deliver
+                }
+            } else if i.is_data && i.copy == 0 {
+                Action::Trim
+            } else if coin(i.nth) {
+                Action::Delay(i.nth.wrapping_mul(7919) % 20_000 + 1)
+            } else {
+                Action::Deliver
+            }
+        });
+        let r = p.regions(2 * MIB as usize, 9);
+        let o = transfer(&mut p, &r, 2, MIB);
+        assert_eq!((o.done, o.exact, o.received), (ok(2), true, 512));
+        got.push((o.sent, o.timeouts, o.probes_sent, o.took_ns));
+    }
+    assert_eq!(
+        got,
+        [
+            (1024, 1, 65, 5_486_869),
+            (1024, 1, 78, 9_845_121),
+            (1024, 1, 26, 1_342_915)
+        ]
+    );
+}
