@@ -204,7 +204,7 @@ enum Cmd {
         out: Out,
     },
     /// Run a built-in experiment; `list` lists them. Each prints its checks as
-    /// [PASS]/[MISS] lines (the targets the project set for it, e.g. spraying >= 95% of
+    /// `[PASS]`/`[MISS]` lines (the targets the project set for it, e.g. spraying >= 95% of
     /// ideal goodput); exit status 1 when one is missed, 2 on an error.
     Experiment {
         /// spray-vs-ecmp | loss | failover | incast | allreduce | cc | speed | list.
