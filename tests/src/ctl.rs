@@ -2,7 +2,26 @@
 //! window that halves on loss and is restored on a spurious loss (so "the window is
 //! restored" can be asserted without depending on a particular production controller).
 
-use mrc_congestion::{AckSample, Controller, Metrics};
+use mrc_congestion::{AckSample, AnyController, CcKind, Controller, LinkParams, Metrics};
+
+/// The link the scenario tests give production controllers: 100 Gb/s, 8 us base RTT,
+/// 4096-byte MTU, trimming on.
+pub fn test_link() -> LinkParams {
+    LinkParams {
+        line_rate_bps: 100_000_000_000,
+        base_rtt_ns: 8_000,
+        mtu_bytes: 4096,
+        trimming_enabled: true,
+    }
+}
+
+/// The production controller `kind` with its presets for `link`.
+///
+/// # Panics
+/// If the presets reject `link` (a test bug).
+pub fn preset(kind: CcKind, link: &LinkParams) -> AnyController {
+    AnyController::new(kind, link).expect("valid preset")
+}
 
 /// Counts of the hooks a controller received.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

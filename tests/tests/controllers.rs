@@ -2,18 +2,14 @@
 //! window): transfers complete byte-exact under trims, CE marks and loss, and the
 //! controller receives every trim and CNP exactly once.
 
-use mrc_congestion::{AnyController, CcKind, Controller, LinkParams};
+use mrc_congestion::{CcKind, Controller};
+use mrc_tests::ctl::{preset, test_link};
 use mrc_tests::harness::{Faults, NetConfig, Pair, conn_config};
 use mrc_transport::WcStatus;
 
 fn run(kind: CcKind) {
-    let link = LinkParams {
-        line_rate_bps: 100_000_000_000,
-        base_rtt_ns: 8_000,
-        mtu_bytes: 4096,
-        trimming_enabled: true,
-    };
-    let cc = || AnyController::new(kind, &link).expect("valid preset");
+    let link = test_link();
+    let cc = || preset(kind, &link);
     let net = NetConfig {
         faults: Faults {
             drop: 0.002,

@@ -3,7 +3,8 @@
 //! messages, thousands of one-byte messages. Every work request completes exactly once,
 //! in order, byte-exact, and the receiver accepts every data PSN exactly once.
 
-use mrc_congestion::{AnyController, CcKind, LinkParams};
+use mrc_congestion::{CcKind, LinkParams};
+use mrc_tests::ctl::{preset, test_link};
 use mrc_tests::harness::{Faults, NetConfig, Pair, conn_config};
 use mrc_transport::send::msg::packets_for;
 use mrc_transport::{WcOpcode, WcStatus};
@@ -22,12 +23,10 @@ struct Case {
 /// Plays `c`; returns (virtual end time ns, packets the receiver accepted).
 fn play(c: &Case) -> (u64, u64) {
     let link = LinkParams {
-        line_rate_bps: 100_000_000_000,
-        base_rtt_ns: 8_000,
         mtu_bytes: u64::from(c.mtu),
-        trimming_enabled: true,
+        ..test_link()
     };
-    let cc = || AnyController::new(c.cc, &link).unwrap();
+    let cc = || preset(c.cc, &link);
     let net = NetConfig {
         faults: c.faults.clone(),
         seed: c.seed,

@@ -5,29 +5,26 @@
 //! `RetryExceeded` within the retry limit; nothing panics, nothing hangs.
 
 use mrc_congestion::{
-    AckSample, AnyController, CcKind, Controller, FixedWindow, FixedWindowConfig, LinkParams,
-    Metrics,
+    AckSample, AnyController, CcKind, Controller, FixedWindow, FixedWindowConfig, Metrics,
 };
+use mrc_tests::ctl::{preset, test_link};
 use mrc_tests::harness::{Action, NetConfig, PacketInfo, Pair, Regions, Side, conn_config};
-use mrc_transport::WcStatus;
+use mrc_transport::{ConnConfig, WcStatus};
 
 const MIB: u32 = 1 << 20;
 
-fn pair(kind: CcKind, n_evs: u32, net: NetConfig) -> Pair<AnyController> {
-    let link = LinkParams {
-        line_rate_bps: 100_000_000_000,
-        base_rtt_ns: 8_000,
-        mtu_bytes: 4096,
-        trimming_enabled: true,
-    };
-    let cc = || AnyController::new(kind, &link).expect("valid preset");
-    Pair::new(
-        conn_config(0xA, 0xFF_FF00, 1, n_evs, 5),
-        cc(),
-        conn_config(0xB, 0x12_3456, 3, n_evs, 6),
-        cc(),
-        net,
+/// The two ends' configurations: `n_evs` EVs, selection seeds `seed_a` and `seed_b`.
+fn configs(n_evs: u32, seed_a: u64, seed_b: u64) -> (ConnConfig, ConnConfig) {
+    (
+        conn_config(0xA, 0xFF_FF00, 1, n_evs, seed_a),
+        conn_config(0xB, 0x12_3456, 3, n_evs, seed_b),
     )
+}
+
+fn pair(kind: CcKind, n_evs: u32, net: NetConfig) -> Pair<AnyController> {
+    let link = test_link();
+    let (ca, cb) = configs(n_evs, 5, 6);
+    Pair::new(ca, preset(kind, &link), cb, preset(kind, &link), net)
 }
 
 /// What a run did, for exact comparison.
@@ -91,13 +88,8 @@ fn transfer<C: Controller>(p: &mut Pair<C>, r: &Regions, n_wr: u32, wr_bytes: u3
 
 fn fixed_pair(cwnd_bytes: u64, n_evs: u32) -> Pair<FixedWindow> {
     let cc = || FixedWindowConfig { cwnd_bytes }.build();
-    Pair::new(
-        conn_config(0xA, 0xFF_FF00, 1, n_evs, 5),
-        cc(),
-        conn_config(0xB, 0x12_3456, 3, n_evs, 6),
-        cc(),
-        NetConfig::default(),
-    )
+    let (ca, cb) = configs(n_evs, 5, 6);
+    Pair::new(ca, cc(), cb, cc(), NetConfig::default())
 }
 
 fn ok(n: u64) -> Vec<(u64, WcStatus)> {
@@ -378,13 +370,8 @@ fn a_mass_trim_queues_1024_window_gated_retransmissions() {
         cwnd_bytes: 4 << 20,
         max_bytes: 4 << 20,
     };
-    let mut p = Pair::new(
-        conn_config(0xA, 0xFF_FF00, 1, 8, 5),
-        cc(),
-        conn_config(0xB, 0x12_3456, 3, 8, 6),
-        cc(),
-        NetConfig::default(),
-    );
+    let (ca, cb) = configs(8, 5, 6);
+    let mut p = Pair::new(ca, cc(), cb, cc(), NetConfig::default());
     p.script(|i: &PacketInfo| {
         if i.from == Side::A && i.is_data && i.copy == 0 && i.nth_data < 1024 {
             Action::Trim
@@ -556,18 +543,13 @@ fn a_slow_lossy_flow_revalidates_each_ev_a_few_times() {
 #[test]
 fn seeded_trims_drops_and_reordering_under_nscc_and_swift() {
     use mrc_tests::harness::Faults;
-    let link = LinkParams {
-        line_rate_bps: 100_000_000_000,
-        base_rtt_ns: 8_000,
-        mtu_bytes: 4096,
-        trimming_enabled: true,
-    };
+    let link = test_link();
     let mut totals = Vec::new();
     for kind in [CcKind::Nscc, CcKind::Swift] {
         // (timeouts, tail loss probes, revalidations, summed transfer times in ns)
         let mut tot = (0, 0, 0, 0);
         for seed in 1..=12u64 {
-            let cc = || AnyController::new(kind, &link).expect("valid preset");
+            let cc = || preset(kind, &link);
             let net = NetConfig {
                 faults: Faults {
                     drop: 0.01,
@@ -579,13 +561,8 @@ fn seeded_trims_drops_and_reordering_under_nscc_and_swift() {
                 seed,
                 ..NetConfig::default()
             };
-            let mut p = Pair::new(
-                conn_config(0xA, 0xFF_FF00, 1, 8, seed),
-                cc(),
-                conn_config(0xB, 0x12_3456, 3, 8, seed + 100),
-                cc(),
-                net,
-            );
+            let (ca, cb) = configs(8, seed, seed + 100);
+            let mut p = Pair::new(ca, cc(), cb, cc(), net);
             let r = p.regions(4 * MIB as usize, seed);
             let o = transfer(&mut p, &r, 4, MIB);
             assert_eq!((o.done, o.exact, o.received), (ok(4), true, 1024));
@@ -607,19 +584,14 @@ fn seeded_trims_drops_and_reordering_under_nscc_and_swift() {
 #[test]
 fn go_back_n_trimmed_resends_do_not_wait_for_the_window() {
     use mrc_tests::harness::Faults;
-    let link = LinkParams {
-        line_rate_bps: 100_000_000_000,
-        base_rtt_ns: 8_000,
-        mtu_bytes: 4096,
-        trimming_enabled: true,
-    };
+    let link = test_link();
     let mut totals = Vec::new();
     for kind in [CcKind::Nscc, CcKind::Swift] {
         for gate in [true, false] {
             // (timeouts, data packets sent, retransmitted, summed transfer times in ns)
             let mut tot = (0, 0, 0, 0);
             for seed in 1..=8u64 {
-                let cc = || AnyController::new(kind, &link).expect("valid preset");
+                let cc = || preset(kind, &link);
                 let net = NetConfig {
                     faults: Faults {
                         drop: 0.01,
@@ -629,10 +601,9 @@ fn go_back_n_trimmed_resends_do_not_wait_for_the_window() {
                     seed,
                     ..NetConfig::default()
                 };
-                let mut ca = conn_config(0xA, 0xFF_FF00, 1, 8, seed);
+                let (mut ca, mut cb) = configs(8, seed, seed + 100);
                 ca.go_back_n = true;
                 ca.send.rtx_within_cwnd = gate;
-                let mut cb = conn_config(0xB, 0x12_3456, 3, 8, seed + 100);
                 cb.go_back_n = true;
                 let mut p = Pair::new(ca, cc(), cb, cc(), net);
                 let r = p.regions(4 * MIB as usize, seed);

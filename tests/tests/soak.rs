@@ -2,20 +2,16 @@
 //! up to 50 us, one EV black-holed from the start and one from 200 us, several seeds:
 //! every work request completes exactly once, in order, byte-exact, on both sides.
 
-use mrc_congestion::{AnyController, CcKind, LinkParams};
+use mrc_congestion::CcKind;
+use mrc_tests::ctl::{preset, test_link};
 use mrc_tests::harness::{Faults, NetConfig, Pair, conn_config};
 use mrc_transport::WcStatus;
 #[test]
 fn soak_every_controller_under_harsh_faults() {
-    let link = LinkParams {
-        line_rate_bps: 100_000_000_000,
-        base_rtt_ns: 8_000,
-        mtu_bytes: 4096,
-        trimming_enabled: true,
-    };
+    let link = test_link();
     for seed in 0..16u64 {
         let kind = CcKind::ALL[(seed % 4) as usize];
-        let cc = || AnyController::new(kind, &link).unwrap();
+        let cc = || preset(kind, &link);
         let net = NetConfig {
             faults: Faults {
                 drop: 0.03,
