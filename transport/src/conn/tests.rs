@@ -84,6 +84,14 @@ fn fill<C: Controller>(c: &mut Connection<C>, len: usize, seed: u8) -> MrKey {
 }
 
 /// Posts an RDMA WRITE of `len` bytes from the start of `src` to the start of `dst`.
+/// A `len`-byte source region on `a` filled with pattern `seed` ([`fill`]), and a
+/// `len`-byte destination region on `b` open to remote writes.
+fn write_regions(a: &mut Conn, b: &mut Conn, len: usize, seed: u8) -> (MrKey, MrKey) {
+    let src = fill(a, len, seed);
+    let dst = b.regions_mut().register(len, Access::REMOTE_WRITE).unwrap();
+    (src, dst)
+}
+
 fn write_whole(c: &mut Conn, wr_id: u64, src: &MrKey, dst: &MrKey, len: u32) {
     let sge = Sge {
         lkey: src.lkey,
@@ -100,11 +108,7 @@ fn completions(c: &mut Conn) -> Vec<Completion> {
 #[test]
 fn write_with_imm_end_to_end_across_the_psn_wrap() {
     let (mut a, mut b) = pair();
-    let src = fill(&mut a, 40_000, 3);
-    let dst = b
-        .regions_mut()
-        .register(40_000, Access::REMOTE_WRITE)
-        .unwrap();
+    let (src, dst) = write_regions(&mut a, &mut b, 40_000, 3);
     let rbuf = b.regions_mut().register(16, Access::LOCAL_WRITE).unwrap();
     b.post_recv(
         9,
@@ -289,11 +293,7 @@ fn state_machine_and_post_checks() {
 #[test]
 fn draining_finishes_outstanding_work_then_closes() {
     let (mut a, mut b) = pair();
-    let src = fill(&mut a, 4096, 0);
-    let dst = b
-        .regions_mut()
-        .register(4096, Access::REMOTE_WRITE)
-        .unwrap();
+    let (src, dst) = write_regions(&mut a, &mut b, 4096, 0);
     write_whole(&mut a, 5, &src, &dst, 4096);
     a.close().unwrap();
     assert_eq!(a.state(), ConnState::Draining);
@@ -311,11 +311,7 @@ fn draining_finishes_outstanding_work_then_closes() {
 #[test]
 fn restarted_peer_gives_error_completions() {
     let (mut a, mut b) = pair();
-    let src = fill(&mut a, 8192, 0);
-    let dst = b
-        .regions_mut()
-        .register(8192, Access::REMOTE_WRITE)
-        .unwrap();
+    let (src, dst) = write_regions(&mut a, &mut b, 8192, 0);
     write_whole(&mut a, 1, &src, &dst, 8192);
     write_whole(&mut a, 2, &src, &dst, 8192);
     // b restarts as generation 8 (same QPN, fresh state) before anything arrives
@@ -373,11 +369,7 @@ fn one_forged_generation_does_not_kill_the_connection() {
     // generation in the middle of a transfer: it is dropped and counted, and the transfer
     // completes; the real peer's packets keep the evidence from ever growing old.
     let (mut a, mut b) = pair();
-    let src = fill(&mut a, 64 * 1024, 3);
-    let dst = b
-        .regions_mut()
-        .register(64 * 1024, Access::REMOTE_WRITE)
-        .unwrap();
+    let (src, dst) = write_regions(&mut a, &mut b, 64 * 1024, 3);
     write_whole(&mut a, 9, &src, &dst, 64 * 1024);
     let mut forged = 0;
     let mut forge = |bytes: &[u8]| {
@@ -420,11 +412,7 @@ fn one_forged_generation_does_not_kill_the_connection() {
 #[test]
 fn trimmed_packet_is_nacked_and_resent_on_another_ev() {
     let (mut a, mut b) = pair();
-    let src = fill(&mut a, 3 * 4096, 0);
-    let dst = b
-        .regions_mut()
-        .register(3 * 4096, Access::REMOTE_WRITE)
-        .unwrap();
+    let (src, dst) = write_regions(&mut a, &mut b, 3 * 4096, 0);
     write_whole(&mut a, 1, &src, &dst, 3 * 4096);
     let mut n = 0;
     let mut trim_second = |bytes: &[u8]| {
@@ -481,11 +469,7 @@ fn packet_trimmed_every_time_fails_after_the_nack_retry_limit() {
         generation: 1,
     })
     .unwrap();
-    let src = fill(&mut a, 4096, 0);
-    let dst = b
-        .regions_mut()
-        .register(4096, Access::REMOTE_WRITE)
-        .unwrap();
+    let (src, dst) = write_regions(&mut a, &mut b, 4096, 0);
     let sge = Sge {
         lkey: src.lkey,
         addr: src.addr,
@@ -520,11 +504,7 @@ fn packet_trimmed_every_time_fails_after_the_nack_retry_limit() {
 #[test]
 fn ecn_ce_is_echoed_and_cnps_are_rate_limited() {
     let (mut a, mut b) = pair();
-    let src = fill(&mut a, 4 * 4096, 0);
-    let dst = b
-        .regions_mut()
-        .register(4 * 4096, Access::REMOTE_WRITE)
-        .unwrap();
+    let (src, dst) = write_regions(&mut a, &mut b, 4 * 4096, 0);
     write_whole(&mut a, 1, &src, &dst, 4 * 4096);
     let mut ce = |bytes: &[u8]| Some((bytes.to_vec(), Ecn::Ce));
     exchange(0, &mut a, &mut b, &mut ce);
@@ -888,11 +868,7 @@ fn an_ev_back_up_before_the_limit_resumes_and_completes() {
     for ev in 100..104 {
         a.set_ev_denied(ev, true);
     }
-    let src = fill(&mut a, 4096, 5);
-    let dst = b
-        .regions_mut()
-        .register(4096, Access::REMOTE_WRITE)
-        .unwrap();
+    let (src, dst) = write_regions(&mut a, &mut b, 4096, 5);
     let sge = Sge {
         lkey: src.lkey,
         addr: src.addr,
@@ -927,11 +903,7 @@ fn an_ev_back_up_before_the_limit_resumes_and_completes() {
 #[test]
 fn the_tail_loss_probe_goes_on_the_ev_whose_round_trip_worked_last() {
     let (mut a, mut b) = pair();
-    let src = fill(&mut a, 4 * 4096, 0);
-    let dst = b
-        .regions_mut()
-        .register(4 * 4096, Access::REMOTE_WRITE)
-        .unwrap();
+    let (src, dst) = write_regions(&mut a, &mut b, 4 * 4096, 0);
     write_whole(&mut a, 1, &src, &dst, 4 * 4096);
     let mut n = 0;
     let mut drop_fourth = |bytes: &[u8]| {
