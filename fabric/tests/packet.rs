@@ -344,3 +344,101 @@ fn known_checksum_skips_only_the_sum() {
         })
     );
 }
+
+/// Frames of 0..3 segments and 0..600 payload bytes, then damaged: one byte changed at a
+/// chosen offset (headers or payload) and the tail cut at a chosen length, or neither.
+fn damaged_frame() -> impl proptest::strategy::Strategy<Value = Vec<u8>> {
+    use proptest::prelude::*;
+    (
+        0usize..4,
+        proptest::collection::vec(any::<u8>(), 0..600),
+        any::<bool>(),
+        any::<usize>(),
+        any::<u8>(),
+        any::<usize>(),
+    )
+        .prop_map(|(segments, payload, damage, at, xor, cut)| {
+            let path: Vec<Ipv6Addr> = (0..segments)
+                .map(|i| addr(&format!("fc00:0:{}::", i + 1)))
+                .chain(std::iter::once(addr("2001:db8::200")))
+                .collect();
+            let mut repr =
+                Ipv6UdpRepr::with_segment_path(addr("2001:db8::100"), &path, 49152, 4792).unwrap();
+            if segments == 0 {
+                repr.srh = None;
+                repr.dst_addr = addr("2001:db8::200");
+            }
+            let frame = EthernetFrameRepr {
+                dst_mac: [2, 0, 0, 0, 0, 1],
+                src_mac: [2, 0, 0, 0, 0, 2],
+                packet: repr,
+            };
+            let mut buf = vec![0u8; frame.buffer_len(payload.len())];
+            frame.emit(&mut buf, &payload).unwrap();
+            if damage {
+                let i = at % buf.len();
+                buf[i] ^= xor;
+                buf.truncate(cut % (buf.len() + 1));
+            }
+            buf
+        })
+}
+
+proptest::proptest! {
+    /// Parsing a frame in two parts, cut where its UDP payload starts, gives exactly what
+    /// parsing it whole gives (the same Repr and payload, or the same error), with and
+    /// without the checksum check; cut anywhere else, a frame that parses whole is an error
+    /// in two parts. Never a panic.
+    #[test]
+    fn split_parse_equals_whole_parse(bytes in damaged_frame(), cut in proptest::prelude::any::<usize>()) {
+        use mrc_fabric::packet::ChecksumCheck;
+        for check in [ChecksumCheck::Known, ChecksumCheck::Verify] {
+            let whole = EthernetFrameRepr::parse_with(&bytes, check);
+            // Where the payload starts by the headers (even when the sum is wrong).
+            let start = EthernetFrameRepr::parse_with(&bytes, ChecksumCheck::Known)
+                .ok()
+                .map(|(_, p)| p.as_ptr() as usize - bytes.as_ptr() as usize);
+            if let Some(p) = start {
+                let (head, tail) = bytes.split_at(p);
+                let split = EthernetFrameRepr::parse_split(head, tail, check);
+                proptest::prop_assert_eq!(&split, &whole);
+            }
+            let k = cut % (bytes.len() + 1);
+            let (head, tail) = bytes.split_at(k);
+            let split = EthernetFrameRepr::parse_split(head, tail, check);
+            if Some(k) != start {
+                proptest::prop_assert!(split.is_err() || whole.is_err());
+                if whole.is_ok() {
+                    proptest::prop_assert!(split.is_err());
+                }
+            }
+        }
+    }
+}
+
+/// The two-part parse of the frame `srh_packet()` with payload "abcd": the Repr and payload
+/// come back; a cut 1 byte early is `SplitNotAtPayload` at the exact offsets.
+#[test]
+fn split_parse_exact() {
+    use mrc_fabric::packet::ChecksumCheck;
+    let frame = EthernetFrameRepr {
+        dst_mac: [2, 0, 0, 0, 0, 1],
+        src_mac: [2, 0, 0, 0, 0, 2],
+        packet: srh_packet(),
+    };
+    let mut buf = [0u8; 256];
+    let len = frame.emit(&mut buf, b"abcd").unwrap();
+    // Ethernet 14 + IPv6 40 + SRH 8 + 3 x 16 + UDP 8 = 118.
+    assert_eq!(len, 118 + 4);
+    let (r, p) =
+        EthernetFrameRepr::parse_split(&buf[..118], &buf[118..len], ChecksumCheck::Verify).unwrap();
+    assert_eq!(r, frame);
+    assert_eq!(p, b"abcd");
+    assert_eq!(
+        EthernetFrameRepr::parse_split(&buf[..117], &buf[117..len], ChecksumCheck::Verify).err(),
+        Some(PacketError::SplitNotAtPayload {
+            head_bytes: 117 - 14,
+            payload_off: 118 - 14
+        })
+    );
+}

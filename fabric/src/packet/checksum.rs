@@ -87,14 +87,56 @@ pub fn udp_ipv6_checksum_parts(
     src: &Ipv6Addr,
     final_dst: &Ipv6Addr,
 ) -> u16 {
+    udp_ipv6_checksum_summed(udp_header, &PayloadSum::of(payload), src, final_dst)
+}
+
+/// [`udp_ipv6_checksum_parts`] with the payload's partial sum computed beforehand
+/// ([`PayloadSum::of`]): the payload bytes are not read again (RFC 1071 section 2 (D),
+/// incremental update: the sum of a datagram is the sum of its parts' sums).
+pub fn udp_ipv6_checksum_summed(
+    udp_header: &[u8; UDP_HEADER_LEN],
+    payload: &PayloadSum,
+    src: &Ipv6Addr,
+    final_dst: &Ipv6Addr,
+) -> u16 {
     let mut header = *udp_header;
     header[UDP_CHECKSUM_OFF..].fill(0);
     // The header is a whole number of 32-bit words, so the payload's words line up as in
     // the contiguous datagram.
-    let acc = pseudo_header_sum(UDP_HEADER_LEN + payload.len(), src, final_dst)
+    let acc = pseudo_header_sum(UDP_HEADER_LEN + payload.len_bytes, src, final_dst)
         + partial_sum(&header)
-        + partial_sum(payload);
+        + u64::from(payload.sum);
     finish(acc)
+}
+
+/// The ones' complement partial sum of a UDP payload and its length, for a caller that
+/// sends the same payload bytes in many datagrams (a registered buffer posted again and
+/// again): summed once by [`PayloadSum::of`], then added to each datagram's header sum by
+/// [`udp_ipv6_checksum_summed`] without reading the payload again. The payload sits after
+/// the 8-byte UDP header, at an even offset, so its 16-bit words line up with the
+/// datagram's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PayloadSum {
+    /// Native-order sum, folded to 16 bits (end-around carries do not change a ones'
+    /// complement sum).
+    sum: u16,
+    /// Payload length, bytes (it enters the pseudo-header's UDP length).
+    len_bytes: usize,
+}
+
+impl PayloadSum {
+    /// Sums `payload` (RFC 1071 section 2).
+    pub fn of(payload: &[u8]) -> PayloadSum {
+        PayloadSum {
+            sum: fold(partial_sum(payload)),
+            len_bytes: payload.len(),
+        }
+    }
+
+    /// The summed payload's length, bytes.
+    pub fn len_bytes(&self) -> usize {
+        self.len_bytes
+    }
 }
 
 /// Partial sum of the pseudo-header for a datagram of `udp_len` bytes.

@@ -9,6 +9,7 @@
 
 use pnet_packet::ethernet::{EtherTypes, EthernetPacket, MutableEthernetPacket};
 
+use super::checksum::PayloadSum;
 use super::{ChecksumCheck, Ipv6UdpRepr, PacketError};
 use crate::srv6::SrhContext;
 
@@ -78,6 +79,19 @@ impl EthernetFrameRepr {
         payload: &[u8],
         ctx: SrhContext,
     ) -> Result<usize, PacketError> {
+        self.emit_headers_summed(head, &PayloadSum::of(payload), ctx)
+    }
+
+    /// [`EthernetFrameRepr::emit_headers`] for a payload known by its length and partial
+    /// sum only ([`PayloadSum::of`], computed once for a payload sent many times).
+    ///
+    /// Errors: those of [`EthernetFrameRepr::emit_in`].
+    pub fn emit_headers_summed(
+        &self,
+        head: &mut [u8],
+        payload: &PayloadSum,
+        ctx: SrhContext,
+    ) -> Result<usize, PacketError> {
         let needed = self.buffer_len(0);
         let available = head.len();
         if available < needed {
@@ -87,7 +101,7 @@ impl EthernetFrameRepr {
             });
         }
         let (eth, rest) = head.split_at_mut(ETHERNET_HEADER_LEN);
-        let ip_len = self.packet.emit_headers(rest, payload, ctx)?;
+        let ip_len = self.packet.emit_headers_summed(rest, payload, ctx)?;
         self.write_ethernet(eth);
         Ok(ETHERNET_HEADER_LEN + ip_len)
     }
@@ -117,26 +131,61 @@ impl EthernetFrameRepr {
         bytes: &[u8],
         check: ChecksumCheck,
     ) -> Result<(EthernetFrameRepr, &[u8]), PacketError> {
-        let frame = EthernetPacket::new(bytes).ok_or(PacketError::Truncated {
-            header: "Ethernet",
-            needed_bytes: ETHERNET_HEADER_LEN,
-            available_bytes: bytes.len(),
-        })?;
-        let ethertype = frame.get_ethertype();
-        if ethertype != EtherTypes::Ipv6 {
-            return Err(PacketError::NotIpv6EtherType {
-                ethertype: ethertype.0,
-            });
-        }
+        let (dst_mac, src_mac) = parse_ethernet(bytes)?;
         let ip_bytes = bytes.get(ETHERNET_HEADER_LEN..).unwrap_or(&[]);
         let (packet, payload) = Ipv6UdpRepr::parse_with(ip_bytes, check)?;
         Ok((
             EthernetFrameRepr {
-                dst_mac: frame.get_destination().octets(),
-                src_mac: frame.get_source().octets(),
+                dst_mac,
+                src_mac,
                 packet,
             },
             payload,
         ))
     }
+
+    /// [`EthernetFrameRepr::parse_with`] of a frame held in two parts: `head`, every header
+    /// up to the end of the UDP header, and `payload`, the rest (see
+    /// [`Ipv6UdpRepr::parse_split`]).
+    ///
+    /// Errors: those of [`EthernetFrameRepr::parse`], and
+    /// [`PacketError::SplitNotAtPayload`].
+    pub fn parse_split<'a>(
+        head: &[u8],
+        payload: &'a [u8],
+        check: ChecksumCheck,
+    ) -> Result<(EthernetFrameRepr, &'a [u8]), PacketError> {
+        let (dst_mac, src_mac) = parse_ethernet(head)?;
+        let ip_head = head.get(ETHERNET_HEADER_LEN..).unwrap_or(&[]);
+        let (packet, payload) = Ipv6UdpRepr::parse_split(ip_head, payload, check)?;
+        Ok((
+            EthernetFrameRepr {
+                dst_mac,
+                src_mac,
+                packet,
+            },
+            payload,
+        ))
+    }
+}
+
+/// The destination and source MAC addresses of an Ethernet II header carrying IPv6.
+///
+/// Errors: [`PacketError::Truncated`], [`PacketError::NotIpv6EtherType`].
+fn parse_ethernet(bytes: &[u8]) -> Result<([u8; 6], [u8; 6]), PacketError> {
+    let frame = EthernetPacket::new(bytes).ok_or(PacketError::Truncated {
+        header: "Ethernet",
+        needed_bytes: ETHERNET_HEADER_LEN,
+        available_bytes: bytes.len(),
+    })?;
+    let ethertype = frame.get_ethertype();
+    if ethertype != EtherTypes::Ipv6 {
+        return Err(PacketError::NotIpv6EtherType {
+            ethertype: ethertype.0,
+        });
+    }
+    Ok((
+        frame.get_destination().octets(),
+        frame.get_source().octets(),
+    ))
 }

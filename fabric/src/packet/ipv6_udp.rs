@@ -26,13 +26,12 @@
 
 use std::net::Ipv6Addr;
 
-use pnet_packet::Packet;
 use pnet_packet::ip::{IpNextHeaderProtocol, IpNextHeaderProtocols};
 use pnet_packet::ipv6::{Ipv6Packet, MutableIpv6Packet};
 use pnet_packet::udp::{MutableUdpPacket, UdpPacket};
 
 use super::PacketError;
-use super::checksum::UDP_CHECKSUM_OFF;
+use super::checksum::{PayloadSum, UDP_CHECKSUM_OFF};
 use crate::srv6::{NEXT_HEADER_ROUTING, Srh, SrhContext, SrhRepr};
 
 /// Whether parsing recomputes the UDP checksum.
@@ -143,7 +142,7 @@ impl Ipv6UdpRepr {
             available_bytes: available,
         })?;
         let (head, body) = out.split_at_mut(self.header_len());
-        self.write_headers(head, payload, ctx)?;
+        self.write_headers(head, &PayloadSum::of(payload), ctx)?;
         body.copy_from_slice(payload);
         Ok(total)
     }
@@ -162,7 +161,20 @@ impl Ipv6UdpRepr {
         payload: &[u8],
         ctx: SrhContext,
     ) -> Result<usize, PacketError> {
-        self.checked_len(payload.len())?;
+        self.emit_headers_summed(head, &PayloadSum::of(payload), ctx)
+    }
+
+    /// [`Ipv6UdpRepr::emit_headers`] for a payload known only by its length and partial
+    /// sum ([`PayloadSum::of`], computed once for a payload sent many times).
+    ///
+    /// Errors: those of [`Ipv6UdpRepr::emit_headers`].
+    pub fn emit_headers_summed(
+        &self,
+        head: &mut [u8],
+        payload: &PayloadSum,
+        ctx: SrhContext,
+    ) -> Result<usize, PacketError> {
+        self.checked_len(payload.len_bytes())?;
         let len = self.header_len();
         let available = head.len();
         let head = head.get_mut(..len).ok_or(PacketError::BufferTooSmall {
@@ -197,19 +209,20 @@ impl Ipv6UdpRepr {
     }
 
     /// Writes the headers into `head` (exactly [`Ipv6UdpRepr::header_len`] bytes) for a
-    /// payload `payload` whose length [`Ipv6UdpRepr::checked_len`] accepted.
+    /// payload summed as `payload`, whose length [`Ipv6UdpRepr::checked_len`] accepted.
     fn write_headers(
         &self,
         head: &mut [u8],
-        payload: &[u8],
+        payload: &PayloadSum,
         ctx: SrhContext,
     ) -> Result<(), PacketError> {
-        let ip_payload_len = head.len() - IPV6_HEADER_LEN + payload.len();
+        let payload_len = payload.len_bytes();
+        let ip_payload_len = head.len() - IPV6_HEADER_LEN + payload_len;
         let too_long = || PacketError::PayloadTooLong {
             len_bytes: ip_payload_len,
         };
         let ip_payload_len_u16 = u16::try_from(ip_payload_len).map_err(|_| too_long())?;
-        let needed = head.len() + payload.len();
+        let needed = head.len() + payload_len;
         let too_small = || PacketError::BufferTooSmall {
             needed_bytes: needed,
             available_bytes: needed,
@@ -223,7 +236,7 @@ impl Ipv6UdpRepr {
             .get_mut(srh_len..)
             .and_then(|u| u.try_into().ok())
             .ok_or_else(too_small)?;
-        let udp_len = u16::try_from(UDP_HEADER_LEN + payload.len()).map_err(|_| too_long())?;
+        let udp_len = u16::try_from(UDP_HEADER_LEN + payload_len).map_err(|_| too_long())?;
         {
             let mut ip = MutableIpv6Packet::new(ip_bytes).ok_or_else(too_small)?;
             ip.set_version(6);
@@ -246,7 +259,7 @@ impl Ipv6UdpRepr {
             udp.set_length(udp_len);
             udp.set_checksum(0);
         }
-        let checksum = super::checksum::udp_ipv6_checksum_parts(
+        let checksum = super::checksum::udp_ipv6_checksum_summed(
             udp_header,
             payload,
             &self.src_addr,
@@ -278,6 +291,68 @@ impl Ipv6UdpRepr {
         bytes: &[u8],
         check: ChecksumCheck,
     ) -> Result<(Ipv6UdpRepr, &[u8]), PacketError> {
+        let h = Self::parse_headers(bytes, bytes.len())?;
+        let udp = bytes.get(h.udp_off..h.udp_off + h.udp_len).unwrap_or(&[]);
+        if check == ChecksumCheck::Verify {
+            let expected = super::checksum::udp_ipv6_checksum(
+                udp,
+                &h.repr.src_addr,
+                &h.repr.final_destination(),
+            );
+            if expected != h.checksum {
+                return Err(PacketError::UdpChecksumMismatch {
+                    expected,
+                    found: h.checksum,
+                });
+            }
+        }
+        Ok((h.repr, udp.get(UDP_HEADER_LEN..).unwrap_or(&[])))
+    }
+
+    /// [`Ipv6UdpRepr::parse_with`] of a packet held in two parts: `head`, every header up
+    /// to the end of the UDP header, and `payload`, the UDP payload and any padding after
+    /// it (a frame kept as rewritable headers beside shared payload bytes). The checks and
+    /// the result are those of `parse_with` on `head` followed by `payload`.
+    ///
+    /// Errors: those of [`Ipv6UdpRepr::parse`], and [`PacketError::SplitNotAtPayload`] when
+    /// `head` does not end where the UDP payload starts.
+    pub fn parse_split<'a>(
+        head: &[u8],
+        payload: &'a [u8],
+        check: ChecksumCheck,
+    ) -> Result<(Ipv6UdpRepr, &'a [u8]), PacketError> {
+        let h = Self::parse_headers(head, head.len() + payload.len())?;
+        let payload_off = h.udp_off + UDP_HEADER_LEN;
+        let udp_header: &[u8; UDP_HEADER_LEN] = head
+            .get(h.udp_off..)
+            .and_then(|u| u.try_into().ok())
+            .ok_or(PacketError::SplitNotAtPayload {
+                head_bytes: head.len(),
+                payload_off,
+            })?;
+        // The length checks above bound the UDP payload by the bytes present.
+        let payload = payload.get(..h.udp_len - UDP_HEADER_LEN).unwrap_or(&[]);
+        if check == ChecksumCheck::Verify {
+            let expected = super::checksum::udp_ipv6_checksum_parts(
+                udp_header,
+                payload,
+                &h.repr.src_addr,
+                &h.repr.final_destination(),
+            );
+            if expected != h.checksum {
+                return Err(PacketError::UdpChecksumMismatch {
+                    expected,
+                    found: h.checksum,
+                });
+            }
+        }
+        Ok((h.repr, payload))
+    }
+
+    /// Reads and checks every header of a packet of `total_len` bytes whose first bytes
+    /// are `bytes` (at least its headers): all the checks of
+    /// [`Ipv6UdpRepr::parse_with`] but the checksum's.
+    fn parse_headers(bytes: &[u8], total_len: usize) -> Result<ParsedHeaders, PacketError> {
         let ip = Ipv6Packet::new(bytes).ok_or(PacketError::Truncated {
             header: "IPv6",
             needed_bytes: IPV6_HEADER_LEN,
@@ -288,17 +363,20 @@ impl Ipv6UdpRepr {
             return Err(PacketError::NotIpv6 { version });
         }
         let payload_len = ip.get_payload_length();
-        let after_header = bytes.get(IPV6_HEADER_LEN..).unwrap_or(&[]);
-        let ip_payload = after_header.get(..usize::from(payload_len)).ok_or(
-            PacketError::PayloadLenBeyondBuffer {
+        let after_header = total_len.saturating_sub(IPV6_HEADER_LEN);
+        if usize::from(payload_len) > after_header {
+            return Err(PacketError::PayloadLenBeyondBuffer {
                 payload_len_bytes: payload_len,
-                available_bytes: after_header.len(),
-            },
-        )?;
+                available_bytes: after_header,
+            });
+        }
+        // The IPv6 payload's bytes that `bytes` holds.
+        let ip_end = (IPV6_HEADER_LEN + usize::from(payload_len)).min(bytes.len());
+        let ip_payload = bytes.get(IPV6_HEADER_LEN..ip_end).unwrap_or(&[]);
         let src_addr = ip.get_source();
         let dst_addr = ip.get_destination();
-        let (srh, udp_bytes) = match ip.get_next_header() {
-            IpNextHeaderProtocols::Udp => (None, ip_payload),
+        let (srh, srh_len) = match ip.get_next_header() {
+            IpNextHeaderProtocols::Udp => (None, 0),
             IpNextHeaderProtocol(NEXT_HEADER_ROUTING) => {
                 let view = Srh::new_checked(ip_payload, SrhContext::Received)?;
                 let repr = SrhRepr::parse(&view, SrhContext::Received)?;
@@ -307,8 +385,7 @@ impl Ipv6UdpRepr {
                         next_header: repr.next_header.0,
                     });
                 }
-                let rest = ip_payload.get(view.header_len()..).unwrap_or(&[]);
-                (Some(repr), rest)
+                (Some(repr), view.header_len())
             }
             other => {
                 return Err(PacketError::UnsupportedNextHeader {
@@ -316,20 +393,33 @@ impl Ipv6UdpRepr {
                 });
             }
         };
-        let udp = UdpPacket::new(udp_bytes).ok_or(PacketError::Truncated {
-            header: "UDP",
-            needed_bytes: UDP_HEADER_LEN,
-            available_bytes: udp_bytes.len(),
-        })?;
+        // Bytes of the UDP datagram, by the IPv6 payload length.
+        let udp_total = usize::from(payload_len).saturating_sub(srh_len);
+        let udp_off = IPV6_HEADER_LEN + srh_len;
+        let udp = UdpPacket::new(ip_payload.get(srh_len..).unwrap_or(&[])).ok_or(
+            if udp_total >= UDP_HEADER_LEN {
+                // The packet has the header, `bytes` (the first part of a split) does not.
+                PacketError::SplitNotAtPayload {
+                    head_bytes: bytes.len(),
+                    payload_off: udp_off + UDP_HEADER_LEN,
+                }
+            } else {
+                PacketError::Truncated {
+                    header: "UDP",
+                    needed_bytes: UDP_HEADER_LEN,
+                    available_bytes: udp_total,
+                }
+            },
+        )?;
         let udp_len = udp.get_length();
-        if usize::from(udp_len) != udp_bytes.len() {
+        if usize::from(udp_len) != udp_total {
             return Err(PacketError::UdpLengthMismatch {
                 udp_len_bytes: udp_len,
-                ip_remaining_bytes: udp_bytes.len(),
+                ip_remaining_bytes: udp_total,
             });
         }
-        let found = udp.get_checksum();
-        if found == 0 {
+        let checksum = udp.get_checksum();
+        if checksum == 0 {
             return Err(PacketError::UdpZeroChecksum);
         }
         let repr = Ipv6UdpRepr {
@@ -342,20 +432,22 @@ impl Ipv6UdpRepr {
             src_port: udp.get_source(),
             dst_port: udp.get_destination(),
         };
-        if check == ChecksumCheck::Verify {
-            let expected = udp_checksum(&udp, &src_addr, &repr.final_destination());
-            if expected != found {
-                return Err(PacketError::UdpChecksumMismatch { expected, found });
-            }
-        }
-        let payload = udp_bytes.get(UDP_HEADER_LEN..).unwrap_or(&[]);
-        Ok((repr, payload))
+        Ok(ParsedHeaders {
+            repr,
+            udp_off,
+            udp_len: udp_total,
+            checksum,
+        })
     }
 }
 
-/// UDP checksum over the IPv6 pseudo-header (source, final destination, length, next header
-/// 17) and the datagram, its checksum field skipped; a computed 0 becomes 0xFFFF (RFC 768,
-/// RFC 8200 section 8.1).
-fn udp_checksum(udp: &UdpPacket<'_>, src: &Ipv6Addr, final_dst: &Ipv6Addr) -> u16 {
-    super::checksum::udp_ipv6_checksum(udp.packet(), src, final_dst)
+/// The headers of a packet as [`Ipv6UdpRepr::parse_headers`] read them.
+struct ParsedHeaders {
+    repr: Ipv6UdpRepr,
+    /// Offset of the UDP header from the IPv6 header's start.
+    udp_off: usize,
+    /// Bytes of the UDP datagram (header and payload).
+    udp_len: usize,
+    /// The UDP checksum field (not zero).
+    checksum: u16,
 }

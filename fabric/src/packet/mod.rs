@@ -68,6 +68,15 @@ pub enum PacketError {
         /// Bytes of the IPv6 payload after the extension headers.
         ip_remaining_bytes: usize,
     },
+    /// A packet given in two parts whose first part does not end where the UDP payload
+    /// starts ([`Ipv6UdpRepr::parse_split`]).
+    #[error("split after {head_bytes} bytes, but the UDP payload starts at {payload_off}")]
+    SplitNotAtPayload {
+        /// Bytes of the first part.
+        head_bytes: usize,
+        /// Offset of the UDP payload the headers give.
+        payload_off: usize,
+    },
     /// UDP checksum 0, which IPv6 receivers must discard (RFC 8200 section 8.1).
     #[error("UDP checksum is zero")]
     UdpZeroChecksum,
