@@ -15,7 +15,10 @@ use std::net::Ipv6Addr;
 
 use mrc_transport::wire::{Body, PacketRepr};
 
-use crate::packet::EthernetFrameRepr;
+use bytes::BytesMut;
+
+use super::buf::{FrameBuf, Head};
+use crate::packet::{ChecksumCheck, EthernetFrameRepr};
 use crate::srv6::{NEXT_HEADER_ROUTING, Srh, SrhContext, UsidContainer};
 
 /// Ethernet header bytes.
@@ -121,11 +124,23 @@ pub const HEADER_PAYLOAD_BYTES: usize = 12;
 
 /// Reads the [`Header`] of frame `b`.
 pub fn header(b: &[u8]) -> Header {
-    let info = inspect(b);
-    let (data, trimmed) = match info.and_then(|i| bth_opcode_psn(b, &i).map(|o| (i, o))) {
-        Some((i, (op, _))) => (
+    let split = inspect(b)
+        .map(|i| i.payload_off())
+        .filter(|&off| off <= b.len())
+        .unwrap_or(b.len());
+    let (head, payload) = b.split_at(split);
+    header_split(head, payload)
+}
+
+/// [`header`] of the frame `head` followed by `payload`, where `head` ends where the UDP
+/// payload starts (or holds the whole frame, when it does not parse that far) and `payload`
+/// holds the UDP payload, or at least its first [`HEADER_PAYLOAD_BYTES`].
+pub fn header_split(head: &[u8], payload: &[u8]) -> Header {
+    let info = inspect(head);
+    let (data, trimmed) = match info.and(bth_opcode_psn(payload)) {
+        Some((op, _)) => (
             mrc_transport::wire::Opcode::from(op).is_data(),
-            is_trimmed(b, &i),
+            is_trimmed(payload),
         ),
         None => (false, false),
     };
@@ -133,7 +148,7 @@ pub fn header(b: &[u8]) -> Header {
         info,
         data,
         trimmed,
-        ect: ecn_bits(b) != 0,
+        ect: ecn_bits(head) != 0,
     }
 }
 
@@ -150,24 +165,23 @@ pub fn set_ce(b: &mut [u8]) {
     }
 }
 
-/// Whether the mrc packet in the frame is already trimmed.
-pub fn is_trimmed(b: &[u8], info: &FrameInfo) -> bool {
-    b.get(info.payload_off() + BTH_TRIMMED_BYTE)
+/// Whether the mrc packet `udp_payload` (a frame's UDP payload) is already trimmed.
+pub fn is_trimmed(udp_payload: &[u8]) -> bool {
+    udp_payload
+        .get(BTH_TRIMMED_BYTE)
         .is_some_and(|x| x & BTH_TRIMMED_BIT != 0)
 }
 
-/// BTH opcode and PSN of the mrc packet, if present.
-pub fn bth_opcode_psn(b: &[u8], info: &FrameInfo) -> Option<(u8, u32)> {
-    let p = info.payload_off();
-    let op = *b.get(p)?;
-    let psn = u32::from_be_bytes(b.get(p + 8..p + 12)?.try_into().ok()?) & 0x00FF_FFFF;
+/// BTH opcode and PSN of the mrc packet `udp_payload`, if it is that long.
+pub fn bth_opcode_psn(udp_payload: &[u8]) -> Option<(u8, u32)> {
+    let op = *udp_payload.first()?;
+    let psn = u32::from_be_bytes(udp_payload.get(8..12)?.try_into().ok()?) & 0x00FF_FFFF;
     Some((op, psn))
 }
 
-/// BTH destination QP, if present.
-pub fn bth_dest_qpn(b: &[u8], info: &FrameInfo) -> Option<u32> {
-    let p = info.payload_off();
-    Some(u32::from_be_bytes(b.get(p + 4..p + 8)?.try_into().ok()?) & 0x00FF_FFFF)
+/// BTH destination QP of the mrc packet `udp_payload`, if it is that long.
+pub fn bth_dest_qpn(udp_payload: &[u8]) -> Option<u32> {
+    Some(u32::from_be_bytes(udp_payload.get(4..8)?.try_into().ok()?) & 0x00FF_FFFF)
 }
 
 /// Writes a new IPv6 destination address.
@@ -221,12 +235,14 @@ pub fn usid_final(dst: u128, block_len_bits: u8) -> u128 {
 }
 
 /// Trims the frame in place: the mrc data payload is cut off, the BTH trimmed flag set, the
-/// IPv6 payload length, UDP length and UDP checksum recomputed. `usid_block_len_bits` is
-/// `Some` when the destination is a uSID container (the checksum is then over its final
-/// form). Returns `false` (frame unchanged) when it is not an untrimmed mrc data packet with
-/// a payload.
-pub fn trim(b: &mut Vec<u8>, usid_block_len_bits: Option<u8>) -> bool {
-    let Ok((mut repr, payload)) = EthernetFrameRepr::parse(b) else {
+/// IPv6 payload length, UDP length and UDP checksum recomputed. `check` says whether the
+/// checksum is first verified (a corrupted frame is not trimmed, so that trimming never
+/// launders it). `usid_block_len_bits` is `Some` when the destination is a uSID container
+/// (the checksum is then over its final form). Returns `false` (frame unchanged) when it is
+/// not an intact, untrimmed mrc data packet with a payload.
+pub fn trim(f: &mut FrameBuf, check: ChecksumCheck, usid_block_len_bits: Option<u8>) -> bool {
+    let Ok((mut repr, payload)) = EthernetFrameRepr::parse_split(f.head(), f.payload(), check)
+    else {
         return false;
     };
     let Ok(pkt) = PacketRepr::parse(payload) else {
@@ -239,19 +255,22 @@ pub fn trim(b: &mut Vec<u8>, usid_block_len_bits: Option<u8>) -> bool {
         return false;
     }
     let hdr_len = payload.len() - d.payload.len();
-    let mut head = payload[..hdr_len].to_vec();
-    if let Some(x) = head.get_mut(BTH_TRIMMED_BYTE) {
+    let mut mrc = BytesMut::from(&payload[..hdr_len]);
+    if let Some(x) = mrc.get_mut(BTH_TRIMMED_BYTE) {
         *x |= BTH_TRIMMED_BIT;
     }
     let on_wire_dst = repr.packet.dst_addr;
     if let Some(bits) = usid_block_len_bits {
         repr.packet.dst_addr = Ipv6Addr::from(usid_final(u128::from(on_wire_dst), bits));
     }
-    let mut out = vec![0u8; repr.buffer_len(head.len())];
-    if repr.emit_in(&mut out, &head, SrhContext::Received).is_err() {
+    let mut head = Head::from_elem(0, repr.buffer_len(0));
+    if repr
+        .emit_headers(&mut head, &mrc, SrhContext::Received)
+        .is_err()
+    {
         return false;
     }
-    set_dst(&mut out, u128::from(on_wire_dst));
-    *b = out;
+    set_dst(&mut head, u128::from(on_wire_dst));
+    f.set(&head, mrc.freeze());
     true
 }

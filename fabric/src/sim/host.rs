@@ -9,9 +9,11 @@ use std::net::Ipv6Addr;
 use mrc_congestion::AnyController;
 use mrc_transport::Connection;
 
+use super::buf::Head;
 use super::frame::{self, ETH_LEN};
 use super::stats::ReorderTracker;
 use super::topo::{Topology, USID_BLOCK, USID_BLOCK_BITS};
+use crate::packet::checksum::PayloadSum;
 use crate::packet::{EthernetFrameRepr, Ipv6UdpRepr};
 use crate::srv6::{LocatorBlock, SrhContext, UsidContainer};
 
@@ -63,20 +65,45 @@ pub struct Datagram {
     pub ecn: u8,
 }
 
-/// Builds the frame for a datagram `payload` (addressing `d`) into `out` (resized; its old
-/// bytes, if any, do not matter: the result is the same as from an empty `out`), and
-/// returns its [`frame::Header`] (equal to `frame::header(out)`, read from the headers
-/// before they are written out). Returns `None` when the route cannot be expressed (e.g. a
-/// node id beyond the uSID space).
-///
-/// The headers are built on the stack, then copied with the payload into `out`, which is
-/// neither zeroed first nor read back.
+/// Builds the frame for a datagram `payload` (addressing `d`) into `out` (replaced), and
+/// returns its [`frame::Header`] (equal to `frame::header(out)`). Returns `None` when the
+/// route cannot be expressed (e.g. a node id beyond the uSID space). The frame is
+/// [`build_headers`] followed by `payload`.
 pub fn build_frame(
     topo: &Topology,
     forwarding: Forwarding,
     d: Datagram,
     payload: &[u8],
     out: &mut Vec<u8>,
+) -> Option<frame::Header> {
+    let mut head = Head::new();
+    let hdr = build_headers(
+        topo,
+        forwarding,
+        d,
+        &PayloadSum::of(payload),
+        payload,
+        &mut head,
+    );
+    out.clear();
+    out.extend_from_slice(&head);
+    out.extend_from_slice(payload);
+    hdr
+}
+
+/// Writes into `head` (replaced) the headers of the frame of a datagram (addressing `d`)
+/// whose payload has the partial sum `sum` and starts with `peek` (at least its first
+/// [`frame::HEADER_PAYLOAD_BYTES`], or all of it): Ethernet / IPv6 / SRH or uSID per
+/// `forwarding` / UDP with its length and checksum. The payload itself is neither read nor
+/// copied. Returns the frame's [`frame::Header`], or `None` when the route cannot be
+/// expressed (e.g. a node id beyond the uSID space).
+pub fn build_headers(
+    topo: &Topology,
+    forwarding: Forwarding,
+    d: Datagram,
+    sum: &PayloadSum,
+    peek: &[u8],
+    head: &mut Head,
 ) -> Option<frame::Header> {
     let Datagram { src, dst, ev, ecn } = d;
     let src_addr = Ipv6Addr::from(topo.addr(src));
@@ -129,44 +156,16 @@ pub fn build_frame(
         src_mac: mac_of(src),
         packet,
     };
-    let head_len = repr.buffer_len(0);
-    let len = head_len + payload.len();
-    let peek = payload.len().min(frame::HEADER_PAYLOAD_BYTES);
-    let mut head = [0u8; HEAD_MAX_BYTES];
-    let Some(head) = head.get_mut(..head_len + peek) else {
-        // Headers too long for the stack buffer (a long segment list): emitted in place.
-        out.clear();
-        out.resize(len, 0);
-        repr.emit(out, payload).ok()?;
-        if let Some(d) = patch_dst {
-            frame::set_dst(out, d);
-        }
-        return Some(frame::header(out));
-    };
-    let (headers, peeked) = head.split_at_mut(head_len);
-    repr.emit_headers(headers, payload, SrhContext::Local)
+    // Written in full below: the stale bytes of a reused head do not matter.
+    head.resize(repr.buffer_len(0), 0);
+    repr.emit_headers_summed(head, sum, SrhContext::Local)
         .ok()?;
     if let Some(d) = patch_dst {
-        frame::set_dst(headers, d);
+        frame::set_dst(head, d);
     }
-    if let Some((h, p)) = (out.len() == len).then(|| out.split_at_mut(head_len)) {
-        // A recycled buffer of the frame's length: overwritten, not zeroed first.
-        h.copy_from_slice(headers);
-        p.copy_from_slice(payload);
-    } else {
-        out.clear();
-        out.extend_from_slice(headers);
-        out.extend_from_slice(payload);
-    }
-    debug_assert!(out.len() > ETH_LEN);
-    // The header reads only the headers and the payload's first bytes.
-    peeked.copy_from_slice(payload.get(..peek)?);
-    Some(frame::header(head))
+    debug_assert!(head.len() > ETH_LEN);
+    Some(frame::header_split(head, peek))
 }
-
-/// Headers (and peeked payload bytes) [`build_frame`] builds on the stack: Ethernet 14 +
-/// IPv6 40 + UDP 8 + an SRH of up to 11 segments + [`frame::HEADER_PAYLOAD_BYTES`].
-const HEAD_MAX_BYTES: usize = 256;
 
 /// Hasher of the QPN table: Fibonacci hashing (one multiply by 2^64 / phi, Knuth, TAOCP
 /// vol. 3 section 6.4) instead of SipHash, which costs more than the rest of the lookup.

@@ -5,6 +5,7 @@
 //! - [`event`]: the `(time_ns, seq)` event queue;
 //! - [`link`]: rates, delays and exact serialisation;
 //! - [`queue`]: output-queued switch ports (drop-tail, ECN, trimming) and their counters;
+//! - [`buf`]: a frame as stored: rewritable headers beside a shared payload;
 //! - [`frame`]: what switches read and rewrite in a frame (ECN, SRv6 End, uSID shift, trim);
 //! - [`fault`]: scripted, seeded link faults;
 //! - [`host`]: hosts running real transport endpoints, EV -> route, framing;
@@ -14,6 +15,7 @@
 //! One seed reproduces a run exactly: randomness comes from one ChaCha8 stream seeded by
 //! [`SimConfig::seed`], and events at the same nanosecond run in scheduling order.
 
+pub mod buf;
 pub mod design;
 pub mod event;
 pub mod fault;

@@ -9,6 +9,8 @@
 
 use std::io::Write;
 
+use bytes::Bytes;
+
 use mrc_congestion::{AnyController, CcKind, LinkParams};
 use mrc_transport::conn::{ConnConfig, PeerParams, Sge};
 use mrc_transport::region::Access;
@@ -18,15 +20,16 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 
+use super::buf::{FrameBuf, SharedPayload};
 use super::event::{EventKind, EventQueue};
 use super::fault::{Fault, FaultKind, LinkFaults, LinkSelector};
 use super::frame;
-use super::host::{Datagram, Endpoint, Forwarding, Host, build_frame, ev_of_port};
+use super::host::{Datagram, Endpoint, Forwarding, Host, build_frame, build_headers, ev_of_port};
 use super::link::{SerialClock, serialisation_ns_ceil};
 use super::queue::{Admit, Arrival, PortQueue, PortStats, QueueConfig};
 use super::stats::FlowStats;
 use super::topo::{Role, Topology, USID_BLOCK, USID_BLOCK_BITS};
-use crate::packet::ChecksumCheck;
+use crate::packet::{ChecksumCheck, EthernetFrameRepr};
 use crate::pcap::EthernetPcapWriter;
 use crate::srv6::UsidContainer;
 
@@ -188,8 +191,8 @@ const PORT_HOT_LINES: usize = 4;
 /// A frame in the simulator's slab: its bytes and their [`frame::Header`].
 #[derive(Debug, Default)]
 struct Pkt {
-    bytes: Vec<u8>,
     hdr: frame::Header,
+    frame: FrameBuf,
     /// The UDP checksum was computed over these bytes by the simulator (a host built the
     /// frame or a switch trimmed it) and no byte it covers changed since: the receiving
     /// host need not sum the datagram again. Injected, corrupted and SRv6-rewritten frames
@@ -200,7 +203,7 @@ struct Pkt {
 impl Pkt {
     /// Re-reads the header after the bytes changed.
     fn refresh(&mut self) {
-        self.hdr = frame::header(&self.bytes);
+        self.hdr = frame::header_split(self.frame.head(), self.frame.payload());
     }
 }
 
@@ -700,7 +703,7 @@ impl Simulator {
         if h >= self.topo.hosts {
             return Err(SimError::NoSuchHost(h));
         }
-        let pkt = self.alloc(frame);
+        let pkt = self.alloc(FrameBuf::from_vec(frame));
         self.enqueue_injected(h, pkt);
         Ok(())
     }
@@ -713,11 +716,9 @@ impl Simulator {
         if h >= self.topo.hosts {
             return Err(SimError::NoSuchHost(h));
         }
-        let (pkt, mut buf) = self.take_buf();
-        buf.clear();
-        buf.extend_from_slice(frame);
+        let pkt = self.take_slot();
         let p = &mut self.pkts[pkt as usize];
-        p.bytes = buf;
+        p.frame.copy_from_slice(frame);
         p.refresh();
         p.checksum_known = false;
         self.enqueue_injected(h, pkt);
@@ -725,36 +726,63 @@ impl Simulator {
     }
 
     /// Hands host `d.src`'s NIC the UDP payload `payload` for host `d.dst` on EV `d.ev`:
-    /// framed as the transport's datagrams are ([`build_frame`]: Ethernet / IPv6 / SRH or
-    /// uSID per the forwarding mode / UDP with its checksum) into a recycled buffer, and
-    /// queued behind whatever the NIC is sending. Like the transport's frames, and unlike
-    /// [`Simulator::inject`]ed ones, the receiver need not re-sum the checksum unless the
-    /// frame is corrupted on the way.
+    /// framed as the transport's datagrams are ([`build_headers`]: Ethernet / IPv6 / SRH or
+    /// uSID per the forwarding mode / UDP with its checksum) in front of a copy of
+    /// `payload`, and queued behind whatever the NIC is sending. Like the transport's
+    /// frames, and unlike [`Simulator::inject`]ed ones, the receiver need not re-sum the
+    /// checksum unless the frame is corrupted on the way.
     ///
     /// Errors: [`SimError::NoSuchHost`]; [`SimError::Transport`] when the route cannot be
     /// encoded.
     pub fn send_datagram(&mut self, d: Datagram, payload: &[u8]) -> Result<(), SimError> {
+        self.send_shared(d, &SharedPayload::new(Bytes::copy_from_slice(payload)))
+    }
+
+    /// As [`Simulator::send_datagram`], for a payload sent many times (a registered buffer
+    /// posted again and again, as `ib_write_bw` does): every frame carries the same shared
+    /// bytes, and the UDP checksum adds their partial sum computed once. Only the headers
+    /// are built per frame.
+    ///
+    /// Errors: those of [`Simulator::send_datagram`].
+    pub fn send_shared(&mut self, d: Datagram, payload: &SharedPayload) -> Result<(), SimError> {
         for h in [d.src, d.dst] {
             if h >= self.topo.hosts {
                 return Err(SimError::NoSuchHost(h));
             }
         }
-        let (pkt, mut buf) = self.take_buf();
-        let hdr = build_frame(&self.topo, self.cfg.forwarding, d, payload, &mut buf);
-        let p = &mut self.pkts[pkt as usize];
-        p.bytes = buf;
-        let Some(hdr) = hdr else {
+        let pkt = self.take_slot();
+        if !self.frame_datagram(pkt, d, payload) {
             self.release(pkt);
             return Err(SimError::Transport("route cannot be encoded".into()));
-        };
-        p.hdr = hdr;
-        p.checksum_known = true;
+        }
         self.enqueue_injected(d.src, pkt);
         Ok(())
     }
 
+    /// Builds in slab slot `pkt` the frame of `payload` sent as `d`; `false` when the route
+    /// cannot be encoded.
+    fn frame_datagram(&mut self, pkt: u32, d: Datagram, payload: &SharedPayload) -> bool {
+        let p = &mut self.pkts[pkt as usize];
+        let hdr = build_headers(
+            &self.topo,
+            self.cfg.forwarding,
+            d,
+            payload.sum(),
+            payload.bytes(),
+            p.frame.head_mut(),
+        );
+        let Some(hdr) = hdr else {
+            return false;
+        };
+        p.frame.set_payload(payload.bytes().clone());
+        p.hdr = hdr;
+        // build_headers computed the UDP checksum over exactly these bytes.
+        p.checksum_known = true;
+        true
+    }
+
     fn enqueue_injected(&mut self, h: u32, pkt: u32) {
-        let len = self.pkts[pkt as usize].bytes.len() as u32;
+        let len = self.pkts[pkt as usize].frame.len() as u32;
         let port = &mut self.ports[h as usize][0];
         port.q.push_normal(pkt, len, &mut port.stats);
         if !port.busy {
@@ -762,10 +790,10 @@ impl Simulator {
         }
     }
 
-    fn alloc(&mut self, bytes: Vec<u8>) -> u32 {
+    fn alloc(&mut self, frame: FrameBuf) -> u32 {
         let p = Pkt {
-            hdr: frame::header(&bytes),
-            bytes,
+            hdr: frame::header_split(frame.head(), frame.payload()),
+            frame,
             checksum_known: false,
         };
         if let Some(i) = self.free.pop() {
@@ -778,24 +806,24 @@ impl Simulator {
     }
 
     fn release(&mut self, pkt: u32) {
-        // Keep the allocation, and its length, for reuse: [`build_frame`] overwrites the
-        // bytes of a buffer already as long as the frame instead of zeroing them first.
+        // The payload goes (its last reference frees it); the slot and its head stay for
+        // reuse.
+        self.pkts[pkt as usize].frame.clear_payload();
         self.free.push(pkt);
     }
 
-    /// A free slab slot and its buffer, holding the stale bytes of the frame it last held
-    /// (callers overwrite or clear them).
-    fn take_buf(&mut self) -> (u32, Vec<u8>) {
+    /// A free slab slot (holding stale bytes the caller overwrites).
+    fn take_slot(&mut self) -> u32 {
         if let Some(i) = self.free.pop() {
             // The next call's slot: frames are often built in bursts (a round of sends),
             // from slots freed long before.
             if let Some(&next) = self.free.last() {
                 prefetch(self.pkts.as_ptr().wrapping_add(next as usize));
             }
-            (i, std::mem::take(&mut self.pkts[i as usize].bytes))
+            i
         } else {
             self.pkts.push(Pkt::default());
-            ((self.pkts.len() - 1) as u32, Vec::new())
+            (self.pkts.len() - 1) as u32
         }
     }
 
@@ -1025,8 +1053,9 @@ impl Simulator {
                     return;
                 };
                 if (node as usize) < self.hosts.len() {
-                    prefetch(p.bytes.as_ptr());
-                    prefetch(p.bytes.as_ptr().wrapping_add(64));
+                    // The mrc headers the transport reads first.
+                    prefetch(p.frame.payload().as_ptr());
+                    prefetch(p.frame.payload().as_ptr().wrapping_add(64));
                 } else if let Some(port) = p
                     .hdr
                     .info
@@ -1125,7 +1154,7 @@ impl Simulator {
         p.busy = true;
         // The queued length is the frame's (a frame is never resized while queued).
         let len = len as usize;
-        debug_assert_eq!(len, self.pkts[pkt as usize].bytes.len());
+        debug_assert_eq!(len, self.pkts[pkt as usize].frame.len());
         let ser = p.clock.next_ns(len, p.rate_bps);
         p.stats.tx_packets += 1;
         p.stats.tx_bytes += len as u64;
@@ -1134,7 +1163,7 @@ impl Simulator {
         self.q.push(now + ser, EventKind::TxDone { node, port });
         if let Some((pn, pp, w)) = &mut self.pcap {
             if *pn == node && *pp == port {
-                if let Err(e) = w.write_frame(now, &self.pkts[pkt as usize].bytes) {
+                if let Err(e) = w.write_frame(now, &self.pkts[pkt as usize].frame.to_vec()) {
                     self.pcap_error.get_or_insert(e.to_string());
                 }
             }
@@ -1175,9 +1204,9 @@ impl Simulator {
             // class, flow label and hop limit are not checksummed).
             let p = &mut self.pkts[pkt as usize];
             let from = p.hdr.info.map_or(frame::ETH_LEN, |i| i.udp_off);
-            if from < p.bytes.len() {
-                let i = self.rng.random_range(from..p.bytes.len());
-                p.bytes[i] ^= 1 << self.rng.random_range(0..8);
+            if from < p.frame.len() {
+                let i = self.rng.random_range(from..p.frame.len());
+                p.frame.flip(i, 1 << self.rng.random_range(0..8));
                 p.refresh();
                 p.checksum_known = false;
                 self.counters.corrupted += 1;
@@ -1191,7 +1220,7 @@ impl Simulator {
             }
         };
         if faults.duplicate_p > 0.0 && self.rng.random::<f64>() < faults.duplicate_p {
-            let copy = self.pkts[pkt as usize].bytes.clone();
+            let copy = self.pkts[pkt as usize].frame.clone();
             let known = self.pkts[pkt as usize].checksum_known;
             let dup = self.alloc(copy);
             self.pkts[dup as usize].checksum_known = known;
@@ -1227,103 +1256,111 @@ impl Simulator {
             self.deliver(node, pkt);
             return;
         }
-        let p = &mut self.pkts[pkt as usize];
-        let mut bytes = std::mem::take(&mut p.bytes);
-        let mut hdr = p.hdr;
-        let mut checksum_known = p.checksum_known;
-        let out = match &hdr.info {
-            Some(info) => self.forward_info(node, &mut bytes, info),
+        let out = match self.pkts[pkt as usize].hdr.info {
+            // A plain destination: no byte to rewrite.
+            Some(info) => match self.plain_egress(node, &info) {
+                Some(out) => Ok((out, false)),
+                None => {
+                    let mut f = std::mem::take(&mut self.pkts[pkt as usize].frame);
+                    let r = self.forward_info(node, f.head_mut(), &info);
+                    self.pkts[pkt as usize].frame = f;
+                    r
+                }
+            },
             None => Err(ForwardError::Malformed),
         };
         let Ok((out, rewritten)) = out else {
-            self.pkts[pkt as usize].bytes = bytes;
             self.counters.no_route_drops += 1;
             self.release(pkt);
             return;
         };
+        let p = &mut self.pkts[pkt as usize];
         if rewritten {
-            hdr = frame::header(&bytes);
-            checksum_known = false;
+            p.refresh();
+            p.checksum_known = false;
         }
-        let info = hdr.info;
+        let hdr = p.hdr;
         let trimmable = hdr.data && !hdr.trimmed;
         let control = !trimmable;
-        let ect = hdr.ect;
         let coin = match self.cfg.queue.ecn {
             super::queue::EcnConfig::Red { .. } => self.rng.random::<f64>(),
             _ => 0.0,
         };
         let cfg = self.cfg.queue;
         let port = &mut self.ports[node as usize][usize::from(out)];
-        let len = bytes.len() as u64;
+        let len = p.frame.len() as u64;
         let a = Arrival {
             len,
             trimmable,
             control,
-            ect,
+            ect: hdr.ect,
             coin,
         };
         match port.q.admit(&cfg, a, &mut port.stats) {
             Admit::Normal { mark_ce } => {
                 if mark_ce {
-                    frame::set_ce(&mut bytes);
+                    frame::set_ce(p.frame.head_mut());
                     port.stats.ecn_marks += 1;
                 }
                 port.q.push_normal(pkt, len as u32, &mut port.stats);
             }
             Admit::Priority => port.q.push_priority(pkt, len as u32),
             Admit::Trim => {
-                let usid = info.is_some_and(|i| i.dst >> 96 == USID_BLOCK >> 96);
-                if frame::trim(&mut bytes, usid.then_some(USID_BLOCK_BITS))
-                    && port.q.priority_bytes() + bytes.len() as u64 <= cfg.priority_buffer_bytes
+                let usid = hdr.info.is_some_and(|i| i.dst >> 96 == USID_BLOCK >> 96);
+                let check = if p.checksum_known {
+                    ChecksumCheck::Known
+                } else {
+                    ChecksumCheck::Verify
+                };
+                if frame::trim(&mut p.frame, check, usid.then_some(USID_BLOCK_BITS))
+                    && port.q.priority_bytes() + p.frame.len() as u64 <= cfg.priority_buffer_bytes
                 {
                     port.stats.trims += 1;
-                    port.q.push_priority(pkt, bytes.len() as u32);
-                    hdr = frame::header(&bytes);
+                    port.q.push_priority(pkt, p.frame.len() as u32);
+                    p.refresh();
                     // Trimming emitted the frame anew with its checksum.
-                    checksum_known = true;
+                    p.checksum_known = true;
                 } else {
                     port.stats.drops += 1;
-                    self.pkts[pkt as usize].bytes = bytes;
                     self.release(pkt);
                     return;
                 }
             }
             Admit::Drop => {
                 port.stats.drops += 1;
-                self.pkts[pkt as usize].bytes = bytes;
                 self.release(pkt);
                 return;
             }
         }
-        let busy = port.busy;
-        self.pkts[pkt as usize] = Pkt {
-            bytes,
-            hdr,
-            checksum_known,
-        };
-        if !busy {
+        if !port.busy {
             self.start_tx(node, out);
         }
     }
 
     fn deliver(&mut self, h: u32, pkt: u32) {
-        let bytes = std::mem::take(&mut self.pkts[pkt as usize].bytes);
+        let f = std::mem::take(&mut self.pkts[pkt as usize].frame);
         let check = if self.pkts[pkt as usize].checksum_known {
             ChecksumCheck::Known
         } else {
             ChecksumCheck::Verify
         };
-        self.deliver_bytes(h, &bytes, check);
-        self.pkts[pkt as usize].bytes = bytes;
+        self.deliver_frame(h, &f, check);
+        self.pkts[pkt as usize].frame = f;
         self.release(pkt);
         self.host_activity(h);
     }
 
-    fn deliver_bytes(&mut self, h: u32, bytes: &[u8], check: ChecksumCheck) {
+    fn deliver_frame(&mut self, h: u32, f: &FrameBuf, check: ChecksumCheck) {
         let now = self.now_ns;
         let host = &mut self.hosts[h as usize];
-        let Ok((repr, payload)) = crate::packet::EthernetFrameRepr::parse_with(bytes, check) else {
+        // A frame kept whole in its head (it does not parse as far as a UDP payload) is
+        // parsed whole, for the same typed error.
+        let parsed = if f.payload().is_empty() {
+            EthernetFrameRepr::parse_with(f.head(), check)
+        } else {
+            EthernetFrameRepr::parse_split(f.head(), f.payload(), check)
+        };
+        let Ok((repr, payload)) = parsed else {
             host.rx_bad_frames += 1;
             return;
         };
@@ -1336,7 +1373,7 @@ impl Simulator {
         let Some(ep) = owner.filter(|o| o.0 == h).map(|o| o.1 as usize) else {
             host.rx_unclaimed += 1;
             if host.capture {
-                host.captured.push((now, bytes.to_vec()));
+                host.captured.push((now, f.to_vec()));
             }
             return;
         };
@@ -1399,32 +1436,21 @@ impl Simulator {
                     continue;
                 };
                 let peer = e.peer;
-                let (idx, mut out) = self.take_buf();
                 let d = Datagram {
                     src: h,
                     dst: peer,
                     ev: t.ev,
                     ecn: t.ecn.bits(),
                 };
-                let hdr = build_frame(
-                    &self.topo,
-                    self.cfg.forwarding,
-                    d,
-                    &self.tx_buf[..t.len],
-                    &mut out,
-                );
-                let p = &mut self.pkts[idx as usize];
-                p.bytes = out;
-                let Some(hdr) = hdr else {
+                let payload = SharedPayload::new(Bytes::copy_from_slice(&self.tx_buf[..t.len]));
+                let idx = self.take_slot();
+                if !self.frame_datagram(idx, d, &payload) {
                     self.counters.no_route_drops += 1;
                     self.release(idx);
                     continue;
-                };
-                p.hdr = hdr;
-                // build_frame computed the UDP checksum over exactly these bytes.
-                p.checksum_known = true;
+                }
                 self.hosts[h as usize].rr = (i + 1) % n;
-                let len = self.pkts[idx as usize].bytes.len() as u32;
+                let len = self.pkts[idx as usize].frame.len() as u32;
                 let port = &mut self.ports[h as usize][0];
                 port.q.push_normal(idx, len, &mut port.stats);
                 self.start_tx(h, 0);

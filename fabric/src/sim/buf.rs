@@ -1,0 +1,218 @@
+//! A frame as the simulator stores it: the headers a switch reads and rewrites, inline and
+//! writable, beside the UDP payload, shared and never written in place (a NIC's
+//! scatter-gather list of a header buffer and a payload buffer).
+//!
+//! ```text
+//!   head (inline, up to HEAD_INLINE_BYTES)           payload (Bytes, reference counted)
+//!   | Ethernet | IPv6 | SRH? | UDP |    +    | BTH | MRCETH | ... | data ... |
+//!   0                         payload_off
+//! ```
+//!
+//! Every hop's work (forwarding, SRv6 End, uSID shift, ECN CE, trimming) touches the head
+//! only, so a frame's hops cost the same whatever its size, and a payload sent many times
+//! (a registered buffer posted again and again) is stored once. The logical frame is always
+//! `head` followed by `payload`; a frame that does not parse as IPv6 / (SRH) / UDP keeps all
+//! its bytes in `head`.
+
+use bytes::{Bytes, BytesMut};
+use smallvec::SmallVec;
+
+use super::frame;
+use crate::packet::checksum::PayloadSum;
+
+/// Header bytes kept inline: Ethernet 14 + IPv6 40 + an SRH of two segments (40) + UDP 8
+/// = 102 fit; longer headers spill to the heap.
+pub const HEAD_INLINE_BYTES: usize = 112;
+
+/// The headers of a frame, inline up to [`HEAD_INLINE_BYTES`].
+pub type Head = SmallVec<[u8; HEAD_INLINE_BYTES]>;
+
+/// A frame: `head` then `payload` (see the module doc).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FrameBuf {
+    head: Head,
+    payload: Bytes,
+}
+
+impl FrameBuf {
+    /// The frame `bytes`, cut where its UDP payload starts ([`frame::inspect`]); all in the
+    /// head when it does not parse that far.
+    pub fn from_vec(bytes: Vec<u8>) -> FrameBuf {
+        let split = payload_split(&bytes);
+        let mut payload = Bytes::from(bytes);
+        let head = payload.split_to(split);
+        FrameBuf {
+            head: Head::from_slice(&head),
+            payload,
+        }
+    }
+
+    /// Replaces this frame by a copy of `bytes` (keeping the head's allocation).
+    pub fn copy_from_slice(&mut self, bytes: &[u8]) {
+        let (head, payload) = bytes.split_at(payload_split(bytes));
+        self.head.clear();
+        self.head.extend_from_slice(head);
+        self.payload = Bytes::copy_from_slice(payload);
+    }
+
+    /// Replaces this frame by `head` then `payload`.
+    pub fn set(&mut self, head: &[u8], payload: Bytes) {
+        self.head.clear();
+        self.head.extend_from_slice(head);
+        self.payload = payload;
+    }
+
+    /// Replaces the payload (the head stays).
+    pub fn set_payload(&mut self, payload: Bytes) {
+        self.payload = payload;
+    }
+
+    /// Drops the payload (its last reference frees it); the head keeps its bytes and its
+    /// allocation.
+    pub fn clear_payload(&mut self) {
+        self.payload = Bytes::new();
+    }
+
+    /// The head, to be rewritten in place ([`FrameBuf::set`] replaces the whole frame).
+    pub fn head_mut(&mut self) -> &mut Head {
+        &mut self.head
+    }
+
+    /// Length of the frame, bytes.
+    pub fn len(&self) -> usize {
+        self.head.len() + self.payload.len()
+    }
+
+    /// Whether the frame has no byte.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The headers (everything, for a frame that does not parse as IPv6 / UDP).
+    pub fn head(&self) -> &[u8] {
+        &self.head
+    }
+
+    /// The UDP payload (and any padding after it).
+    pub fn payload(&self) -> &Bytes {
+        &self.payload
+    }
+
+    /// The frame's bytes in one buffer.
+    pub fn to_vec(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(self.len());
+        v.extend_from_slice(&self.head);
+        v.extend_from_slice(&self.payload);
+        v
+    }
+
+    /// Flips the bits `mask` of byte `i` of the frame (a corruption); the payload is copied
+    /// first when it is shared. Returns `false` (nothing changed) for `i` beyond the frame.
+    pub fn flip(&mut self, i: usize, mask: u8) -> bool {
+        if let Some(b) = self.head.get_mut(i) {
+            *b ^= mask;
+            return true;
+        }
+        let j = i - self.head.len();
+        if j >= self.payload.len() {
+            return false;
+        }
+        let mut copy = BytesMut::from(&self.payload[..]);
+        copy[j] ^= mask;
+        self.payload = copy.freeze();
+        true
+    }
+}
+
+/// Where `bytes` is cut: at its UDP payload when the headers parse and fit, else its end.
+fn payload_split(bytes: &[u8]) -> usize {
+    frame::inspect(bytes)
+        .map(|i| i.payload_off())
+        .filter(|&off| off <= bytes.len())
+        .unwrap_or(bytes.len())
+}
+
+/// A datagram payload sent many times: its bytes, shared by every frame that carries them,
+/// and their checksum partial sum ([`PayloadSum`]), computed once.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SharedPayload {
+    bytes: Bytes,
+    sum: PayloadSum,
+}
+
+impl SharedPayload {
+    /// `bytes`, summed once.
+    pub fn new(bytes: Bytes) -> SharedPayload {
+        let sum = PayloadSum::of(&bytes);
+        SharedPayload { bytes, sum }
+    }
+
+    /// The payload bytes.
+    pub fn bytes(&self) -> &Bytes {
+        &self.bytes
+    }
+
+    /// Their partial sum.
+    pub fn sum(&self) -> &PayloadSum {
+        &self.sum
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A plain frame: Ethernet 14 + IPv6 40 + UDP 8 headers, then `payload`.
+    fn plain(payload: &[u8]) -> Vec<u8> {
+        let repr = crate::packet::EthernetFrameRepr {
+            dst_mac: [2, 0, 0, 0, 0, 1],
+            src_mac: [2, 0, 0, 0, 0, 2],
+            packet: crate::packet::Ipv6UdpRepr {
+                src_addr: "2001:db8::1".parse().expect("address"),
+                dst_addr: "2001:db8::2".parse().expect("address"),
+                traffic_class: 0,
+                flow_label: 0,
+                hop_limit: 64,
+                srh: None,
+                src_port: 49152,
+                dst_port: 4792,
+            },
+        };
+        let mut v = vec![0u8; repr.buffer_len(payload.len())];
+        repr.emit(&mut v, payload).expect("fits");
+        v
+    }
+
+    #[test]
+    fn a_frame_is_cut_at_its_udp_payload_and_comes_back_whole() {
+        let bytes = plain(b"0123456789");
+        let f = FrameBuf::from_vec(bytes.clone());
+        assert_eq!(f.head().len(), 62);
+        assert_eq!(&f.payload()[..], b"0123456789");
+        assert_eq!(f.len(), 72);
+        assert_eq!(f.to_vec(), bytes);
+        let mut g = FrameBuf::default();
+        g.copy_from_slice(&bytes);
+        assert_eq!(g, f);
+        // Not IPv6: all in the head.
+        let h = FrameBuf::from_vec(vec![7u8; 20]);
+        assert_eq!((h.head().len(), h.payload().len()), (20, 0));
+        // Cut inside the UDP header: all in the head.
+        let t = FrameBuf::from_vec(bytes[..60].to_vec());
+        assert_eq!((t.head().len(), t.payload().len()), (60, 0));
+    }
+
+    #[test]
+    fn a_flip_in_a_shared_payload_copies_it_first() {
+        let bytes = plain(b"abcd");
+        let f = FrameBuf::from_vec(bytes.clone());
+        let mut g = f.clone();
+        assert!(g.flip(62, 0x01));
+        assert!(g.flip(15, 0x30));
+        assert!(!g.flip(66, 0x01));
+        assert_eq!(&g.payload()[..], b"`bcd");
+        assert_eq!(g.head()[15], bytes[15] ^ 0x30);
+        // The original still holds its bytes.
+        assert_eq!(f.to_vec(), bytes);
+    }
+}
