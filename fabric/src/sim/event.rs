@@ -23,6 +23,8 @@
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
+use smallvec::SmallVec;
+
 /// What happens at an event. Node, port and packet handles are indices into the simulator.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EventKind {
@@ -87,10 +89,17 @@ impl PartialOrd for Event {
 pub const WHEEL_SLOTS: usize = 1 << 13;
 const WORDS: usize = WHEEL_SLOTS / 64;
 
-/// One instant's events in scheduling order; `head` is the next to pop.
+/// Events a wheel slot holds inline before it spills to the heap: most instants have one
+/// or two.
+const SLOT_INLINE: usize = 2;
+
+/// One instant's events in scheduling order; `head` is the next to pop. One cache line,
+/// its events inline: popping walks the slots in time order, so the hardware prefetcher
+/// brings in the events themselves, not just pointers to them.
 #[derive(Debug, Default)]
+#[repr(align(64))]
 struct Slot {
-    items: Vec<(u64, EventKind)>,
+    items: SmallVec<[(u64, EventKind); SLOT_INLINE]>,
     head: usize,
 }
 
@@ -130,12 +139,36 @@ impl EventQueue {
 
     /// Schedules `kind` at `time_ns`.
     pub fn push(&mut self, time_ns: u64, kind: EventKind) {
+        let seq = self.reserve_seq();
+        self.push_reserved(time_ns, seq, kind);
+    }
+
+    /// Takes the next scheduling order number without scheduling anything: an event that
+    /// may or may not be needed later (a port's end of transmission) keeps its place among
+    /// the events of its instant, as if it had been pushed now, by being pushed later with
+    /// [`EventQueue::push_reserved`].
+    pub fn reserve_seq(&mut self) -> u64 {
         let seq = self.next_seq;
         self.next_seq += 1;
+        seq
+    }
+
+    /// Schedules `kind` at `time_ns` with the order number `seq` from
+    /// [`EventQueue::reserve_seq`]. The event must come after the last one popped (by
+    /// `(time_ns, seq)`); it is placed among the events of its instant by `seq`.
+    pub fn push_reserved(&mut self, time_ns: u64, seq: u64, kind: EventKind) {
         match time_ns.checked_sub(self.base_ns) {
             Some(d) if d < WHEEL_SLOTS as u64 => {
                 let i = (time_ns as usize) & (WHEEL_SLOTS - 1);
-                self.slots[i].items.push((seq, kind));
+                let slot = &mut self.slots[i];
+                // Usually the newest: appended. Otherwise inserted in `seq` order among
+                // the slot's events still to pop.
+                if slot.items.last().is_none_or(|&(last, _)| last < seq) {
+                    slot.items.push((seq, kind));
+                } else {
+                    let at = slot.head + slot.items[slot.head..].partition_point(|e| e.0 < seq);
+                    slot.items.insert(at, (seq, kind));
+                }
                 self.occupied[i / 64] |= 1 << (i % 64);
                 self.wheel_len += 1;
             }
@@ -173,7 +206,12 @@ impl EventQueue {
         let e = slot.items[slot.head];
         slot.head += 1;
         if slot.head == slot.items.len() {
-            slot.items.clear();
+            if slot.items.spilled() {
+                // A crowded instant: back to inline storage for the next time round.
+                slot.items = SmallVec::new();
+            } else {
+                slot.items.clear();
+            }
             slot.head = 0;
             self.occupied[i / 64] &= !(1 << (i % 64));
         }
@@ -259,6 +297,11 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_slot_is_one_cache_line() {
+        assert_eq!(std::mem::size_of::<Slot>(), 64);
+    }
+
+    #[test]
     fn pops_by_time_then_scheduling_order() {
         let mut q = EventQueue::new();
         q.push(10, EventKind::HostWake { host: 1 });
@@ -324,5 +367,42 @@ mod tests {
         assert!(q.is_empty());
         assert_eq!(q.pop(), None);
         assert_eq!(q.processed(), popped);
+    }
+
+    /// Events pushed late with order numbers reserved early pop where a push at
+    /// reservation time would have put them, on the wheel and in the heap alike.
+    #[test]
+    fn reserved_order_numbers_keep_their_place() {
+        let mut q = EventQueue::new();
+        let far = WHEEL_SLOTS as u64 + 5;
+        let early = q.reserve_seq(); // 0
+        let early_far = q.reserve_seq(); // 1
+        q.push(10, EventKind::HostWake { host: 1 }); // seq 2
+        q.push(10, EventKind::HostWake { host: 2 }); // seq 3
+        q.push(far, EventKind::HostWake { host: 3 }); // seq 4, in the heap
+        q.push_reserved(10, early, EventKind::HostWake { host: 0 });
+        let e = q.pop().expect("an event");
+        assert_eq!(
+            (e.time_ns, e.seq, e.kind),
+            (10, 0, EventKind::HostWake { host: 0 })
+        );
+        // Reserved before host 5's push, pushed after the first pop: still before it.
+        let mid = q.reserve_seq(); // 5
+        q.push(10, EventKind::HostWake { host: 5 }); // seq 6
+        q.push_reserved(10, mid, EventKind::HostWake { host: 4 });
+        q.push_reserved(far, early_far, EventKind::HostWake { host: 9 });
+        let order: Vec<(u64, u64, EventKind)> =
+            std::iter::from_fn(|| q.pop().map(|e| (e.time_ns, e.seq, e.kind))).collect();
+        assert_eq!(
+            order,
+            vec![
+                (10, 2, EventKind::HostWake { host: 1 }),
+                (10, 3, EventKind::HostWake { host: 2 }),
+                (10, 5, EventKind::HostWake { host: 4 }),
+                (10, 6, EventKind::HostWake { host: 5 }),
+                (far, 1, EventKind::HostWake { host: 9 }),
+                (far, 4, EventKind::HostWake { host: 3 }),
+            ]
+        );
     }
 }

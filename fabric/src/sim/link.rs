@@ -35,17 +35,31 @@ impl LinkSpec {
 /// remainder. `carry` is in units of `1 / rate_bps` ns (always `< rate_bps`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SerialClock {
-    carry: u128,
+    carry: u64,
 }
 
 impl SerialClock {
     /// Serialisation time of the next `bytes`-byte frame at `rate_bps` (> 0), ns, carrying
     /// the fraction to the next call.
     pub fn next_ns(&mut self, bytes: usize, rate_bps: u64) -> u64 {
-        let rate = u128::from(rate_bps.max(1));
-        let num = bytes as u128 * 8 * NS_PER_S + self.carry;
-        self.carry = num % rate;
-        (num / rate) as u64
+        let rate = rate_bps.max(1);
+        // In 64 bits when it fits (any frame), else in 128.
+        match (bytes as u64)
+            .checked_mul(8 * NS_PER_S as u64)
+            .and_then(|n| n.checked_add(self.carry))
+        {
+            Some(num) => {
+                self.carry = num % rate;
+                num / rate
+            }
+            None => {
+                let num = bytes as u128 * 8 * NS_PER_S + u128::from(self.carry);
+                let rate = u128::from(rate);
+                // The remainder is below `rate`, a u64.
+                self.carry = (num % rate) as u64;
+                (num / rate) as u64
+            }
+        }
     }
 }
 
@@ -66,6 +80,21 @@ mod tests {
         assert_eq!(c.next_ns(4148, 100_000_000_000), 331);
         assert_eq!(c.next_ns(4148, 100_000_000_000), 332); // 663.68 total -> 663
         assert_eq!(serialisation_ns_ceil(4148, 100_000_000_000), 332);
+    }
+
+    /// A size whose bit-nanoseconds overflow 64 bits takes the 128-bit path, exactly.
+    #[test]
+    fn a_huge_frame_is_timed_in_128_bits() {
+        let mut c = SerialClock::default();
+        // 2^62 bytes at 3 Gb/s: 2^65 x 1e9 / 3e9 = 2^65 / 3 ns.
+        assert_eq!(
+            c.next_ns(1 << 62, 3_000_000_000),
+            ((1u128 << 65) / 3) as u64
+        );
+        assert_eq!(
+            c.carry,
+            ((1u128 << 65) * 1_000_000_000 % 3_000_000_000) as u64
+        );
     }
 
     #[test]

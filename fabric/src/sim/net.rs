@@ -168,7 +168,8 @@ pub struct SimCounters {
 
 /// A transmitting port's state, cache-line aligned and in declaration order: the queue
 /// and the link parameters fill the first two 64-byte lines, the counters the third, the
-/// queue-depth sample cache the fourth ([`PORT_HOT_LINES`]); the histogram follows.
+/// queue-depth sample cache the fourth ([`PORT_HOT_LINES`]); the histogram and the link
+/// index (read only on a faulty link) follow.
 #[derive(Debug)]
 #[repr(C, align(64))]
 struct PortRt {
@@ -176,34 +177,48 @@ struct PortRt {
     clock: SerialClock,
     rate_bps: u64,
     prop_ns: u64,
-    link: u32,
+    /// When the frame on the wire (if any) is fully serialised, ns.
+    free_at_ns: u64,
+    /// The order number ([`EventQueue::reserve_seq`]) of that frame's end of transmission:
+    /// a TxDone pushed only later, when a frame arrives while the port is busy, runs in
+    /// the same order among the events of its instant as one pushed when it started.
+    free_seq: u64,
     peer_node: u32,
     peer_port: u16,
+    /// A TxDone event is scheduled for this port. A host's NIC schedules one for every
+    /// frame (the host pulls its next datagram then); a switch port only when frames wait
+    /// behind the one on the wire, or arrive while it is on the wire (`free_at_ns`).
     busy: bool,
     /// `link_faults[link].is_clean()`, kept here so the fast path reads no other table.
     link_clean: bool,
     stats: PortStats,
+    link: u32,
 }
 
 /// Cache lines of [`PortRt`] a packet touches (what is prefetched).
 const PORT_HOT_LINES: usize = 4;
 
-/// A frame in the simulator's slab: its bytes and their [`frame::Header`].
+/// A frame in the simulator's slab: its bytes and their [`frame::Header`]. What a switch
+/// reads (header, length) comes first, in the two cache lines the event loop prefetches.
 #[derive(Debug, Default)]
+#[repr(C)]
 struct Pkt {
     hdr: frame::Header,
-    frame: FrameBuf,
+    /// `frame.len()`, bytes.
+    len: u32,
     /// The UDP checksum was computed over these bytes by the simulator (a host built the
     /// frame or a switch trimmed it) and no byte it covers changed since: the receiving
     /// host need not sum the datagram again. Injected, corrupted and SRv6-rewritten frames
     /// are verified in full.
     checksum_known: bool,
+    frame: FrameBuf,
 }
 
 impl Pkt {
-    /// Re-reads the header after the bytes changed.
+    /// Re-reads the header and length after the bytes changed.
     fn refresh(&mut self) {
         self.hdr = frame::header_split(self.frame.head(), self.frame.payload());
+        self.len = self.frame.len() as u32;
     }
 }
 
@@ -412,6 +427,8 @@ pub struct Simulator {
     free: Vec<u32>,
     rng: ChaCha8Rng,
     now_ns: u64,
+    /// Order number of the event being processed (with `now_ns`, its place in the run).
+    now_seq: u64,
     counters: SimCounters,
     flows_done: u32,
     tx_buf: Vec<u8>,
@@ -445,6 +462,8 @@ impl Simulator {
                         PortRt {
                             q: PortQueue::default(),
                             busy: false,
+                            free_at_ns: 0,
+                            free_seq: 0,
                             clock: SerialClock::default(),
                             stats: PortStats::default(),
                             rate_bps: l.rate_bps,
@@ -486,6 +505,7 @@ impl Simulator {
             pkts: Vec::new(),
             free: Vec::new(),
             now_ns: 0,
+            now_seq: 0,
             counters: SimCounters::default(),
             flows_done: 0,
             tx_buf: vec![0; mtu + 256],
@@ -776,13 +796,14 @@ impl Simulator {
         };
         p.frame.set_payload(payload.bytes().clone());
         p.hdr = hdr;
+        p.len = p.frame.len() as u32;
         // build_headers computed the UDP checksum over exactly these bytes.
         p.checksum_known = true;
         true
     }
 
     fn enqueue_injected(&mut self, h: u32, pkt: u32) {
-        let len = self.pkts[pkt as usize].frame.len() as u32;
+        let len = self.pkts[pkt as usize].len;
         let port = &mut self.ports[h as usize][0];
         port.q.push_normal(pkt, len, &mut port.stats);
         if !port.busy {
@@ -793,8 +814,9 @@ impl Simulator {
     fn alloc(&mut self, frame: FrameBuf) -> u32 {
         let p = Pkt {
             hdr: frame::header_split(frame.head(), frame.payload()),
-            frame,
+            len: frame.len() as u32,
             checksum_known: false,
+            frame,
         };
         if let Some(i) = self.free.pop() {
             self.pkts[i as usize] = p;
@@ -1000,6 +1022,7 @@ impl Simulator {
                 break;
             }
             self.now_ns = e.time_ns;
+            self.now_seq = e.seq;
             self.counters.events += 1;
             self.prefetch_ahead();
             match e.kind {
@@ -1143,24 +1166,34 @@ impl Simulator {
         }
     }
 
-    /// Starts serialising the next queued frame of `(node, port)`, if any.
+    /// Starts serialising the next queued frame of `(node, port)`, if any, and schedules
+    /// the port's TxDone when it must run: always at a host's NIC, at a switch port only
+    /// when more frames wait (one arriving later schedules it, see
+    /// [`Simulator::on_arrive`]).
     fn start_tx(&mut self, node: u32, port: u16) {
         let now = self.now_ns;
+        let is_host = (node as usize) < self.hosts.len();
         let p = &mut self.ports[node as usize][usize::from(port)];
         let Some((pkt, len)) = p.q.pop_with_len() else {
             p.busy = false;
             return;
         };
-        p.busy = true;
+        p.busy = is_host || !p.q.is_empty();
         // The queued length is the frame's (a frame is never resized while queued).
         let len = len as usize;
         debug_assert_eq!(len, self.pkts[pkt as usize].frame.len());
+        debug_assert_eq!(len as u32, self.pkts[pkt as usize].len);
         let ser = p.clock.next_ns(len, p.rate_bps);
         p.stats.tx_packets += 1;
         p.stats.tx_bytes += len as u64;
         p.stats.busy_ns += ser;
+        p.free_at_ns = now + ser;
+        p.free_seq = self.q.reserve_seq();
         let (link, peer_node, peer_port, prop) = (p.link, p.peer_node, p.peer_port, p.prop_ns);
-        self.q.push(now + ser, EventKind::TxDone { node, port });
+        if p.busy {
+            self.q
+                .push_reserved(now + ser, p.free_seq, EventKind::TxDone { node, port });
+        }
         if let Some((pn, pp, w)) = &mut self.pcap {
             if *pn == node && *pp == port {
                 if let Err(e) = w.write_frame(now, &self.pkts[pkt as usize].frame.to_vec()) {
@@ -1288,7 +1321,7 @@ impl Simulator {
         };
         let cfg = self.cfg.queue;
         let port = &mut self.ports[node as usize][usize::from(out)];
-        let len = p.frame.len() as u64;
+        let len = u64::from(p.len);
         let a = Arrival {
             len,
             trimmable,
@@ -1316,8 +1349,8 @@ impl Simulator {
                     && port.q.priority_bytes() + p.frame.len() as u64 <= cfg.priority_buffer_bytes
                 {
                     port.stats.trims += 1;
-                    port.q.push_priority(pkt, p.frame.len() as u32);
                     p.refresh();
+                    port.q.push_priority(pkt, p.len);
                     // Trimming emitted the frame anew with its checksum.
                     p.checksum_known = true;
                 } else {
@@ -1333,7 +1366,17 @@ impl Simulator {
             }
         }
         if !port.busy {
-            self.start_tx(node, out);
+            if (port.free_at_ns, port.free_seq) < (self.now_ns, self.now_seq) {
+                // Idle: its last frame's end of transmission (had it been scheduled) is
+                // past.
+                self.start_tx(node, out);
+            } else {
+                // Still sending a frame no other waited behind: its TxDone, in its place.
+                port.busy = true;
+                let (at, seq) = (port.free_at_ns, port.free_seq);
+                self.q
+                    .push_reserved(at, seq, EventKind::TxDone { node, port: out });
+            }
         }
     }
 
@@ -1450,7 +1493,7 @@ impl Simulator {
                     continue;
                 }
                 self.hosts[h as usize].rr = (i + 1) % n;
-                let len = self.pkts[idx as usize].frame.len() as u32;
+                let len = self.pkts[idx as usize].len;
                 let port = &mut self.ports[h as usize][0];
                 port.q.push_normal(idx, len, &mut port.stats);
                 self.start_tx(h, 0);
