@@ -48,7 +48,7 @@ struct Out {
     /// Draw the table's main column as a bar chart to this file (.svg or .png): leaves
     /// (design), links crossed per EV (trace), goodput per flow (run), the experiment's
     /// measure (experiment).
-    #[arg(long)]
+    #[arg(long, value_name = "FILE")]
     plot: Option<PathBuf>,
 }
 
@@ -172,7 +172,7 @@ enum Cmd {
         #[command(flatten)]
         d: TestbedArgs,
         /// Write the plan as JSON to this file ("-" for stdout, alone).
-        #[arg(long)]
+        #[arg(long, value_name = "FILE")]
         json: Option<PathBuf>,
     },
     /// Print the hop-by-hop path of a flow on one EV (same-leaf vs cross-leaf; the spine
@@ -214,7 +214,8 @@ enum Cmd {
         /// The scenario.
         scenario: PathBuf,
         /// The port whose outgoing frames --pcap records, NODE:PORT (e.g. leaf0:4; default
-        /// host0:0). Read with `tshark -r FILE -d udp.port==4792,infiniband`.
+        /// host0:0), PORT the simulator's port number as the ports table and `trace` print
+        /// it. Read with `tshark -r FILE -d udp.port==4792,infiniband`.
         #[arg(long, value_name = "NODE:PORT")]
         pcap_port: Option<String>,
         /// The pcap file.
