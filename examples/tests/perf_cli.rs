@@ -356,12 +356,12 @@ fn fake_server<T: Send + 'static>(
 }
 
 /// Reads a client's stderr up to its first progress line (printed after 2 s of sending:
-/// the QPs are connected and data flows).
+/// the QPs are connected and data flows), whose rate is in the table's default unit.
 fn await_progress(err: &mut std::process::ChildStderr) {
     use std::io::Read;
     let mut seen = Vec::new();
     let mut byte = [0u8; 1];
-    while !String::from_utf8_lossy(&seen).contains("Gb/s") {
+    while !String::from_utf8_lossy(&seen).contains(" MB/sec (MB = 2^20 bytes)") {
         assert_eq!(err.read(&mut byte).unwrap(), 1, "client ended early");
         seen.push(byte[0]);
     }

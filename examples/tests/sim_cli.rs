@@ -42,6 +42,76 @@ fn design_json_gives_the_issue_table() {
     }
 }
 
+/// The design text says what it counts: 200G lanes and the 400G ports carrying them.
+#[test]
+fn design_text_counts_lanes_and_physical_ports() {
+    let (code, out, err) = mrc_sim(&["design", "--gpus", "16"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        out,
+        "\
+design: 16 GPUs, 8 per server, 200G NICs, 32x400G leaves, 32x400G spines, 1:1, 1 plane
+        servers  nics  leaves  spines  lane_gbps  cables  optics  oversubscription
+fabric        2    16       1       1        200      32      64                 1
+per switch, one plane: links in 200G lanes and in physical ports (leaf 400G = 2 x 200G, spine 400G = 2 x 200G)
+                   down  up  per_leaf_spine_pair  in_use  of
+leaf, 200G lanes     16  16                   16      32  64
+leaf, 400G ports      8   8                    -      16  32
+spine, 200G lanes    16   -                   16      16  64
+spine, 400G ports     8   -                    -       8  32
+cables: 32 = (16 NIC links + 16 leaf-spine links), one per 200G lane; optics: 64 = 2 x cables (one per link end)
+"
+    );
+    let (code, out, _) = mrc_sim(&["design", "--gpus", "1024", "--json", "-"]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&out[out.find('{').unwrap()..]).unwrap();
+    assert_eq!(
+        (&v["plane"]["leaf_breakout"], &v["plane"]["spine_breakout"]),
+        (&2.into(), &2.into())
+    );
+    assert_eq!(v["plane"]["downlinks_per_spine"], 64);
+    assert_eq!(v["plane"]["leaf_logical_ports"], 64);
+}
+
+/// Trace ports above the radix (leaf0:55 on a 32-port switch) are lanes: each switch hop
+/// names its front-panel port and lane too, in the text and the JSON.
+#[test]
+fn trace_names_physical_port_and_lane() {
+    let (code, out, err) = mrc_sim(&[
+        "trace", "--gpus", "64", "--src", "0", "--dst", "40", "--evs", "2",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        out,
+        "\
+trace host0 -> host40 (ecmp, cross leaf)
+  switch egress ports: NODE:PORT (pP/L), PORT = simulator port (0..63) = 200G lane, P = 400G front-panel port (1..32), L = its lane (1..2); PORT = (P - 1) x 2 + L - 1
+EV   0 (UDP src port 49152): host0:0 -> leaf0:55 (p28/2) -> spine0:50 (p26/1) -> leaf1:8 (p5/1) -> host40
+EV   1 (UDP src port 49153): host0:0 -> leaf0:32 (p17/1) -> spine0:47 (p24/2) -> leaf1:8 (p5/1) -> host40
+links crossed per EV
+      hops
+EV 0     4
+EV 1     4
+"
+    );
+    let (code, out, _) = mrc_sim(&[
+        "trace", "--gpus", "64", "--src", "0", "--dst", "40", "--evs", "1", "--json", "-",
+    ]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&out[out.find("[\n").unwrap()..]).unwrap();
+    let hops = &v[0][1];
+    assert_eq!(
+        (&hops[1]["node"], &hops[1]["port"]),
+        (&"leaf0".into(), &55.into())
+    );
+    assert_eq!(
+        hops[1]["switch_port"],
+        serde_json::json!({"port": 28, "lane": 2, "breakout": 2})
+    );
+    assert!(hops[0]["switch_port"].is_null());
+    assert!(hops[4]["switch_port"].is_null());
+}
+
 #[test]
 fn bad_speed_ratio_is_a_clear_error() {
     let (code, _, err) = mrc_sim(&["design", "--gpus", "64", "--leaf-port-gbps", "300"]);

@@ -20,13 +20,13 @@ use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
+use mrc_examples::sim::design as sim_design;
 use mrc_examples::sim::experiments::{self, EXPERIMENTS};
 use mrc_examples::sim::output::ResultTable;
 use mrc_examples::sim::scenario::{Scenario, parse_forwarding};
 use mrc_fabric::sim::net::Progress;
 use mrc_fabric::sim::{
-    DesignInput, FabricDesign, Oversubscription, SimConfig, Simulator, SpineLeafSpec, Topology,
-    design,
+    DesignInput, Oversubscription, SimConfig, Simulator, SpineLeafSpec, Topology, design,
 };
 
 #[derive(Parser)]
@@ -42,11 +42,13 @@ struct Cli {
 
 #[derive(clap::Args, Clone)]
 struct Out {
-    /// Write the numbers as JSON to this file ("-" for stdout).
-    #[arg(long)]
+    /// Write the numbers as JSON to this file ("-" for stdout, after the table).
+    #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
-    /// Draw the figure to this file (.svg or .png).
-    #[arg(long)]
+    /// Draw the table's main column as a bar chart to this file (.svg or .png): leaves
+    /// (design), links crossed per EV (trace), goodput per flow (run), the experiment's
+    /// measure (experiment).
+    #[arg(long, value_name = "FILE")]
     plot: Option<PathBuf>,
 }
 
@@ -61,13 +63,13 @@ struct DesignArgs {
     /// NIC speed, Gb/s.
     #[arg(long, default_value_t = 200)]
     nic_gbps: u32,
-    /// Leaf switch ports.
+    /// Leaf switch ports (physical; each breaks out into port speed / lane speed lanes).
     #[arg(long, default_value_t = 32)]
     leaf_radix: u32,
     /// Leaf port speed, Gb/s.
     #[arg(long, default_value_t = 400)]
     leaf_port_gbps: u32,
-    /// Spine switch ports.
+    /// Spine switch ports (physical).
     #[arg(long, default_value_t = 32)]
     spine_radix: u32,
     /// Spine port speed, Gb/s.
@@ -76,7 +78,7 @@ struct DesignArgs {
     /// Oversubscription down:up, e.g. 1:1, 2:1.
     #[arg(long, default_value = "1:1")]
     oversubscription: String,
-    /// Parallel planes each NIC is split into.
+    /// Parallel planes each NIC is split into (lane speed = NIC speed / planes).
     #[arg(long, default_value_t = 1)]
     planes: u32,
 }
@@ -152,6 +154,11 @@ impl TestbedArgs {
 #[derive(Subcommand)]
 enum Cmd {
     /// Size a two-tier spine-leaf fabric: servers, leaves, spines, links, cables, optics.
+    ///
+    /// Links are counted in lanes of the NIC speed / planes (200G with the defaults): a
+    /// 400G switch port broken out 2 x 200G carries 2 lanes, so a 32-port leaf has 64. The
+    /// second table gives each switch's links both in lanes and in physical ports; cables
+    /// and optics count one cable per lane, optics = 2 x cables.
     Design {
         #[command(flatten)]
         d: DesignArgs,
@@ -165,16 +172,27 @@ enum Cmd {
         #[command(flatten)]
         d: TestbedArgs,
         /// Write the plan as JSON to this file ("-" for stdout, alone).
-        #[arg(long)]
+        #[arg(long, value_name = "FILE")]
         json: Option<PathBuf>,
     },
     /// Print the hop-by-hop path of a flow on one EV (same-leaf vs cross-leaf; the spine
     /// chosen by the ECMP hash or by the segment list).
+    ///
+    /// Each hop is the node and the port it sends on. Switch ports print as
+    /// `NODE:PORT (pP/L)`: PORT is the simulator's port number, one per lane (it counts
+    /// up to radix x breakout - 1, e.g. 0..63 on a 32-port 400G switch broken out 2 x
+    /// 200G; `run --pcap-port` takes it), P the physical front-panel port (1..radix) and
+    /// L the lane of its breakout (1..breakout): PORT = (P - 1) x breakout + L - 1, so
+    /// leaf0:55 (p28/2) is lane 2 of leaf0's port 28. Without breakout (port speed = lane
+    /// speed) it is `pP`. Leaf ports: the hosts' lanes first, then the uplinks, uplink j
+    /// to spine j % spines. The source prints as `hostN:0` (its NIC), the destination
+    /// bare. With srv6/usid each hop shows the SRH's segments left (SL) and the destination
+    /// address (DA) as the node receives the packet.
     Trace {
         #[command(flatten)]
         d: DesignArgs,
-        /// Source host: its index 0..gpus/planes-1 (one host per NIC), or `hostN` as the
-        /// output names it.
+        /// Source host: its index 0..gpus-1 (one host per NIC; the trace is of one plane),
+        /// or `hostN` as the output names it.
         #[arg(long, value_parser = parse_host)]
         src: u32,
         /// Destination host, as --src.
@@ -183,18 +201,21 @@ enum Cmd {
         /// EVs to trace (0..evs).
         #[arg(long, default_value_t = 4)]
         evs: u32,
-        /// ecmp | srv6 | usid.
+        /// ecmp (switches hash the 5-tuple; the EV is the UDP source port) | srv6 (an SRH
+        /// through spine EV % spines) | usid (a uSID container through that spine).
         #[arg(long, default_value = "ecmp")]
         forwarding: String,
         #[command(flatten)]
         out: Out,
     },
-    /// Run a scenario file (TOML; see the mrc_examples::sim::scenario docs for the keys).
+    /// Run a scenario file (TOML: examples/scenarios/*.toml; every key is in the docs of
+    /// `mrc_examples::sim::scenario`, `cargo doc -p mrc-examples --open`).
     Run {
         /// The scenario.
         scenario: PathBuf,
         /// The port whose outgoing frames --pcap records, NODE:PORT (e.g. leaf0:4; default
-        /// host0:0). Read with `tshark -r FILE -d udp.port==4792,infiniband`.
+        /// host0:0), PORT the simulator's port number as the ports table and `trace` print
+        /// it. Read with `tshark -r FILE -d udp.port==4792,infiniband`.
         #[arg(long, value_name = "NODE:PORT")]
         pcap_port: Option<String>,
         /// The pcap file.
@@ -288,6 +309,11 @@ impl Bar {
 
 fn emit(t: &ResultTable, out: &Out, json: &impl serde::Serialize) -> Result<(), String> {
     out!("{}", t.render());
+    emit_json_plot(t, out, json)
+}
+
+/// `--json` and `--plot` of `emit`, without printing the table.
+fn emit_json_plot(t: &ResultTable, out: &Out, json: &impl serde::Serialize) -> Result<(), String> {
     if let Some(p) = &out.json {
         let s = serde_json::to_string_pretty(json).map_err(|e| e.to_string())?;
         if p.as_os_str() == "-" {
@@ -303,46 +329,12 @@ fn emit(t: &ResultTable, out: &Out, json: &impl serde::Serialize) -> Result<(), 
     Ok(())
 }
 
-fn design_table(d: &FabricDesign) -> ResultTable {
-    let mut t = ResultTable::new(format!(
-        "design: {} GPUs, {} per server, {}G NICs, {}x{}G leaves, {}x{}G spines, {}, {} plane(s)",
-        d.input.gpus,
-        d.input.gpus_per_server,
-        d.input.nic_gbps,
-        d.input.leaf_radix,
-        d.input.leaf_port_gbps,
-        d.input.spine_radix,
-        d.input.spine_port_gbps,
-        d.input.oversubscription,
-        d.input.planes
-    ));
-    let p = &d.plane;
-    t.row(
-        "fabric",
-        &[
-            ("servers", f64::from(d.servers)),
-            ("nics", f64::from(d.nics)),
-            ("leaves", f64::from(d.leaves)),
-            ("spines", f64::from(d.spines)),
-            ("down_per_leaf", f64::from(p.downlinks_per_leaf)),
-            ("up_per_leaf", f64::from(p.uplinks_per_leaf)),
-            ("links_leaf_spine", f64::from(p.links_per_leaf_spine)),
-            ("lane_gbps", f64::from(p.lane_gbps)),
-            ("cables", f64::from(d.cables)),
-            ("optics", f64::from(d.optics)),
-            ("oversubscription", d.actual_oversubscription),
-        ],
-    );
-    t.plot_column = Some("leaves".into());
-    t
-}
-
 fn run(cli: Cli) -> Result<bool, String> {
     match cli.cmd {
         Cmd::Design { d, out } => {
             let des = design(&d.input()?).map_err(|e| e.to_string())?;
-            let t = design_table(&des);
-            emit(&t, &out, &des)?;
+            out!("{}", sim_design::design_text(&des));
+            emit_json_plot(&sim_design::fabric_table(&des), &out, &des)?;
             Ok(true)
         }
         Cmd::TestbedPlan { d, json } => {
@@ -389,28 +381,20 @@ fn run(cli: Cli) -> Result<bool, String> {
                 ..SimConfig::default()
             };
             let sim = Simulator::new(topo, cfg).map_err(|e| e.to_string())?;
-            let mut t = ResultTable::new(format!(
-                "trace host{src} -> host{dst} ({forwarding}): {}",
-                if spec.hosts_per_leaf == 0
-                    || src / spec.hosts_per_leaf == dst / spec.hosts_per_leaf
-                {
-                    "same leaf"
-                } else {
-                    "cross leaf"
-                }
-            ));
+            let same_leaf =
+                spec.hosts_per_leaf == 0 || src / spec.hosts_per_leaf == dst / spec.hosts_per_leaf;
+            out!(
+                "trace host{src} -> host{dst} ({forwarding}, {})\n{}",
+                if same_leaf { "same leaf" } else { "cross leaf" },
+                sim_design::port_legend(&des)
+            );
+            let mut t = ResultTable::new("links crossed per EV");
             let mut all = Vec::new();
             for ev in 0..evs {
                 let hops = sim.trace(src, dst, ev).map_err(|e| e.to_string())?;
                 let path: Vec<String> = hops
                     .iter()
-                    .map(|h| match (h.port, h.segments_left) {
-                        (Some(p), Some(sl)) => {
-                            format!("{}:{} [SL={sl} DA={}]", h.node, p, h.dst_addr)
-                        }
-                        (Some(p), None) => format!("{}:{}", h.node, p),
-                        (None, _) => h.node.clone(),
-                    })
+                    .map(|h| sim_design::hop_text(sim.topology(), &des, h))
                     .collect();
                 outln!(
                     "EV {ev:>3} (UDP src port {}): {}",
@@ -418,6 +402,10 @@ fn run(cli: Cli) -> Result<bool, String> {
                     path.join(" -> ")
                 );
                 t.row(format!("EV {ev}"), &[("hops", hops.len() as f64 - 1.0)]);
+                let hops: Vec<serde_json::Value> = hops
+                    .iter()
+                    .map(|h| sim_design::hop_json(sim.topology(), &des, h))
+                    .collect();
                 all.push((ev, hops));
             }
             emit(&t, &out, &all)?;

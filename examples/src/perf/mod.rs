@@ -21,7 +21,8 @@ use std::time::Duration;
 pub fn run_cli(cli: Cli) -> Result<String, String> {
     let p = cli.test.params()?;
     let timeout = Duration::from_secs_f64(cli.test.timeout);
-    let progress = !cli.test.json;
+    let progress =
+        (!cli.test.json).then(|| report::BwUnit::from_report_gbits(cli.test.report_gbits));
     let local = match cli.test.fabric {
         opts::Fabric::Udp => run::LocalFabric::Udp,
         opts::Fabric::Verbs => run::LocalFabric::Verbs(verbs::VerbsOpts {

@@ -119,24 +119,25 @@ fn parse_cc(s: &str) -> Result<CcKind, String> {
 #[derive(Clone, Debug, Args)]
 pub struct TestOpts {
     /// Message size in bytes [default: 65536 for bw, 8 for lat].
-    #[arg(short = 's', long = "size", global = true)]
+    #[arg(short = 's', long = "size", value_name = "BYTES", global = true)]
     pub size: Option<u64>,
     /// Messages to send [default: 5000 for bw, 1000 for lat].
     #[arg(
         short = 'n',
         long = "iters",
+        value_name = "COUNT",
         global = true,
         conflicts_with = "duration"
     )]
     pub iters: Option<u64>,
     /// Run for this many seconds instead of a number of messages.
-    #[arg(short = 'D', long = "duration", global = true)]
+    #[arg(short = 'D', long = "duration", value_name = "SECONDS", global = true)]
     pub duration: Option<f64>,
     /// Number of paths (EVs); one UDP source port each.
     #[arg(long, default_value_t = 16, global = true)]
     pub paths: u32,
-    /// Payload bytes per packet.
-    #[arg(long, default_value_t = 4096, global = true)]
+    /// Payload bytes per packet (mrc payload, not the link MTU: headers come on top).
+    #[arg(long, value_name = "BYTES", default_value_t = 4096, global = true)]
     pub mtu: u32,
     /// Congestion control: dcqcn, swift, nscc or none.
     #[arg(long, default_value = "none", value_parser = parse_cc, global = true)]
@@ -150,8 +151,8 @@ pub struct TestOpts {
     /// Check every byte of every message at the receiver.
     #[arg(long, global = true)]
     pub verify: bool,
-    /// Cap the sending rate, Gb/s.
-    #[arg(long = "rate-limit", global = true)]
+    /// Cap the sending rate, Gb/s (10^9 bits/s of message bytes).
+    #[arg(long = "rate-limit", value_name = "GBPS", global = true)]
     pub rate_limit: Option<f64>,
     /// Consecutive packets per EV (one GSO send); 1 = pure per-packet spraying.
     #[arg(long = "burst-size", default_value_t = 1, global = true)]
@@ -160,7 +161,8 @@ pub struct TestOpts {
     /// power-of-two (both ends use the client's choice).
     #[arg(long = "path-selection", value_enum, default_value_t = PathSelection::Recycle, global = true)]
     pub path_selection: PathSelection,
-    /// Report bandwidth in Gb/s (10^9 bits) instead of MB/s (perftest's MB: 2^20 bytes).
+    /// Report bandwidth (table and progress line) in Gb/sec (10^9 bits/s) instead of MB/sec
+    /// (perftest's MB: 2^20 bytes). The JSON has both: `bw_*_gbps` and `bw_avg_mib_per_s`.
     #[arg(long = "report-gbits", global = true)]
     pub report_gbits: bool,
     /// Print one JSON object instead of the table.
@@ -170,7 +172,7 @@ pub struct TestOpts {
     #[arg(short = 't', long = "tx-depth", global = true)]
     pub tx_depth: Option<u64>,
     /// Registered region per side, bytes [default: size x tx-depth].
-    #[arg(long = "region-size", global = true)]
+    #[arg(long = "region-size", value_name = "BYTES", global = true)]
     pub region_size: Option<u64>,
     /// TCP port of the bootstrap exchange.
     #[arg(short = 'p', long = "port", default_value_t = DEFAULT_TCP_PORT, global = true)]
@@ -183,7 +185,7 @@ pub struct TestOpts {
     #[arg(long = "spin-us", default_value_t = 50, global = true)]
     pub spin_us: u64,
     /// Seconds to wait for the server (connect) and for any progress.
-    #[arg(long, default_value_t = 5.0, global = true)]
+    #[arg(long, value_name = "SECONDS", default_value_t = 5.0, global = true)]
     pub timeout: f64,
     /// Datapath: udp (io_uring sockets) or verbs (RDMA UD QPs; both ends must agree).
     #[arg(long, value_enum, default_value_t = Fabric::Udp, global = true)]
@@ -204,7 +206,7 @@ pub struct TestOpts {
     /// through the same spines. Without it, plain routing.
     #[arg(long, value_enum, global = true)]
     pub srv6: Option<super::srv6::Srv6Mode>,
-    /// Where --srv6 puts the header on: `socket` (a sticky IPV6_RTHDR per EV socket) or
+    /// Where the --srv6 header is added: `socket` (a sticky IPV6_RTHDR per EV socket) or
     /// `route` (the EV socket's firewall mark selects the host's steering table, whose
     /// route adds it: `encap seg6 mode inline`, installed by mrc-testbed.sh; keeps UDP GSO
     /// and checksum offload).

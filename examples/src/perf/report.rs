@@ -44,6 +44,72 @@ pub struct EvLine {
     pub state: &'static str,
 }
 
+/// The unit of the bandwidth figures, in the table and on the progress line alike.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BwUnit {
+    /// perftest's default `MB/sec`: MiB/s, 2^20 bytes per second (the JSON field
+    /// `bw_avg_mib_per_s`).
+    MibPerS,
+    /// `Gb/sec` of `--report-gbits`: 10^9 bits per second (the JSON fields `bw_*_gbps`).
+    Gbits,
+}
+
+impl BwUnit {
+    /// `Gbits` when `--report-gbits` was given, `MibPerS` otherwise.
+    pub fn from_report_gbits(gbits: bool) -> Self {
+        if gbits {
+            BwUnit::Gbits
+        } else {
+            BwUnit::MibPerS
+        }
+    }
+
+    /// perftest's column label: `MB/sec` or `Gb/sec`.
+    pub fn label(self) -> &'static str {
+        match self {
+            BwUnit::MibPerS => "MB/sec",
+            BwUnit::Gbits => "Gb/sec",
+        }
+    }
+
+    /// What the label means: `MB = 2^20 bytes` or `Gb = 10^9 bits`.
+    pub fn meaning(self) -> &'static str {
+        match self {
+            BwUnit::MibPerS => "MB = 2^20 bytes",
+            BwUnit::Gbits => "Gb = 10^9 bits",
+        }
+    }
+
+    /// `bytes_per_s` in this unit.
+    pub fn convert(self, bytes_per_s: f64) -> f64 {
+        match self {
+            BwUnit::MibPerS => bytes_per_s / (1u64 << 20) as f64,
+            BwUnit::Gbits => bytes_per_s * 8.0 / 1e9,
+        }
+    }
+}
+
+/// The text of one progress line (without the leading `\r`): `elapsed_s` since the start
+/// (of `duration_s` with `-D`), running totals sent by this side, and the rate of the
+/// last interval (`interval_bytes` in `interval_s`) in `unit`.
+pub fn progress_line(
+    elapsed_s: f64,
+    duration_s: Option<f64>,
+    msgs: u64,
+    bytes: u64,
+    interval_bytes: u64,
+    interval_s: f64,
+    unit: BwUnit,
+) -> String {
+    let of = duration_s.map(|d| format!("/{d:.0}")).unwrap_or_default();
+    let bw = unit.convert(interval_bytes as f64 / interval_s.max(1e-9));
+    format!(
+        "[{elapsed_s:6.1}{of} s] sent {msgs:>12} msgs {bytes:>16} bytes, last {interval_s:.1} s: {bw:10.2} {} ({})",
+        unit.label(),
+        unit.meaning()
+    )
+}
+
 /// The progress line (stderr), once a second on runs longer than 2 s.
 #[derive(Debug)]
 pub struct Progress {
@@ -52,11 +118,12 @@ pub struct Progress {
     last_bytes: u64,
     shown: bool,
     duration_s: Option<f64>,
+    unit: BwUnit,
 }
 
 impl Progress {
-    /// Starts the clock.
-    pub fn new(duration_s: Option<f64>) -> Self {
+    /// Starts the clock; the rate is shown in `unit` (the table's).
+    pub fn new(duration_s: Option<f64>, unit: BwUnit) -> Self {
         let now = Instant::now();
         Progress {
             start: now,
@@ -64,6 +131,7 @@ impl Progress {
             last_bytes: 0,
             shown: false,
             duration_s,
+            unit,
         }
     }
 
@@ -81,13 +149,16 @@ impl Progress {
         if dt < Duration::from_secs(1) {
             return;
         }
-        let gbps = (bytes - self.last_bytes) as f64 * 8.0 / dt.as_secs_f64() / 1e9;
-        let t = now.duration_since(self.start).as_secs_f64();
-        let of = self
-            .duration_s
-            .map(|d| format!("/{d:.0}"))
-            .unwrap_or_default();
-        eprint!("\r[{t:6.1}{of} s] {msgs:>12} msgs {bytes:>16} bytes {gbps:8.2} Gb/s   ");
+        let line = progress_line(
+            now.duration_since(self.start).as_secs_f64(),
+            self.duration_s,
+            msgs,
+            bytes,
+            bytes - self.last_bytes,
+            dt.as_secs_f64(),
+            self.unit,
+        );
+        eprint!("\r{line}   ");
         let _ = std::io::stderr().flush();
         self.shown = true;
         self.last = now;
@@ -214,14 +285,8 @@ impl<'a> Report<'a> {
         let s = self.r.send.clone().unwrap_or_default();
         match p.test {
             TestKind::Bw => {
-                let unit = if gbits { "Gb/sec" } else { "MB/sec" };
-                let conv = |bps: f64| {
-                    if gbits {
-                        bps * 8.0 / 1e9
-                    } else {
-                        bps / (1u64 << 20) as f64
-                    }
-                };
+                let u = BwUnit::from_report_gbits(gbits);
+                let unit = u.label();
                 let bytes = self.bytes_moved();
                 let avg = bytes as f64 / s.elapsed_s.max(1e-9);
                 let peak = s.peak_bps.max(avg);
@@ -239,11 +304,22 @@ impl<'a> Report<'a> {
                     " {:<10} {:<14} {:<18.2} {:<20.2} {:<15.6} {:.3}\n",
                     p.size,
                     msgs,
-                    conv(peak),
-                    conv(avg),
+                    u.convert(peak),
+                    u.convert(avg),
                     rate,
                     self.cpu_s_per_gb()
                 );
+                o += &format!(
+                    " {unit}: {}{}; BW peak: best 100 ms window; CPU[s/GB]: GB = 10^9 bytes\n",
+                    u.meaning(),
+                    match u {
+                        BwUnit::MibPerS => " (perftest's; --report-gbits for Gb/sec)",
+                        BwUnit::Gbits => " (--report-gbits)",
+                    }
+                );
+                if p.bidirectional {
+                    o += " bidirectional: #iterations, BW average and MsgRate count both directions, BW peak this side's sends (at least the average)\n";
+                }
             }
             TestKind::Lat => {
                 let l = LatStats::from_ns(&s.lat_ns).unwrap_or_default();
@@ -390,6 +466,72 @@ mod tests {
         assert_eq!((l.p99, l.p999), (990.0, 999.0));
         assert!((l.avg - 500.5).abs() < 1e-9);
         assert!(LatStats::from_ns(&[]).is_none());
+    }
+
+    #[test]
+    fn progress_line_uses_the_tables_unit_and_says_what_it_is() {
+        // 3 x 2^20 bytes in 1 s = 3.00 MiB/s = 0.025165824 Gb/s.
+        let mib = progress_line(3.04, Some(10.0), 48, 7 << 20, 3 << 20, 1.0, BwUnit::MibPerS);
+        assert_eq!(
+            mib,
+            "[   3.0/10 s] sent           48 msgs          7340032 bytes, last 1.0 s:       3.00 MB/sec (MB = 2^20 bytes)"
+        );
+        let gb = progress_line(12.0, None, 48, 7 << 20, 3 << 20, 1.0, BwUnit::Gbits);
+        assert_eq!(
+            gb,
+            "[  12.0 s] sent           48 msgs          7340032 bytes, last 1.0 s:       0.03 Gb/sec (Gb = 10^9 bits)"
+        );
+        assert_eq!(BwUnit::MibPerS.convert(3.0 * 1048576.0), 3.0);
+        assert_eq!(BwUnit::Gbits.convert(125_000_000.0), 1.0);
+    }
+
+    #[test]
+    fn table_bw_figures_and_their_unit_line() {
+        use crate::perf::opts::Cli;
+        use crate::perf::run::{EndResult, SendResult};
+        use clap::Parser;
+        // 100 messages of 1 MiB in 2 s: 50 MiB/s = 0.4194304 Gb/s; peak 80 MiB/s.
+        let r = EndResult {
+            send: Some(SendResult {
+                completions: 100,
+                bytes: 100 << 20,
+                elapsed_s: 2.0,
+                peak_bps: (80u64 << 20) as f64,
+                lat_ns: Vec::new(),
+            }),
+            ..EndResult::default()
+        };
+        let p = Cli::parse_from(["mrc-perf", "loopback", "-s", "1048576", "-n", "100"])
+            .test
+            .params()
+            .unwrap();
+        let t = Report::new(&p, &r, "t").table(false);
+        assert!(
+            t.contains(
+                " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]   CPU[s/GB]\n 1048576    100            80.00              50.00                0.000050        0.000\n MB/sec: MB = 2^20 bytes (perftest's; --report-gbits for Gb/sec); BW peak: best 100 ms window; CPU[s/GB]: GB = 10^9 bytes\n"
+            ),
+            "{t}"
+        );
+        assert!(!t.contains("bidirectional:"), "{t}");
+        let bi = Cli::parse_from(["mrc-perf", "loopback", "-n", "100", "--bidirectional"])
+            .test
+            .params()
+            .unwrap();
+        let t = Report::new(&bi, &r, "t").table(false);
+        assert!(
+            t.contains(" bidirectional: #iterations, BW average and MsgRate count both directions, BW peak this side's sends (at least the average)\n"),
+            "{t}"
+        );
+        let t = Report::new(&p, &r, "t").table(true);
+        assert!(
+            t.contains(
+                " 1048576    100            0.67               0.42                 0.000050        0.000\n Gb/sec: Gb = 10^9 bits (--report-gbits); BW peak"
+            ),
+            "{t}"
+        );
+        let v: serde_json::Value = serde_json::from_str(&Report::new(&p, &r, "t").json()).unwrap();
+        assert_eq!(v["bw_avg_mib_per_s"], 50.0);
+        assert_eq!(v["bw_avg_gbps"], 0.4194304);
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! control messages on the bootstrap TCP stream, and the server/client/loopback roles.
 
 use super::opts::{Fabric, TestKind, TestParams};
-use super::report::{self, EvLine, Progress, Report};
+use super::report::{self, BwUnit, EvLine, Progress, Report};
 use super::verbs::{self, VerbsOpts};
 use mrc_congestion::{CcKind, LinkParams};
 use mrc_fabric::engine::bootstrap::RemoteMr;
@@ -665,7 +665,8 @@ pub struct EndResult {
 }
 
 /// Runs one end of the test on a connected side. `active`: the client (sender in bw,
-/// pinger in lat); in bidirectional bw both send.
+/// pinger in lat); in bidirectional bw both send. `show_progress`: print the progress line
+/// on stderr, its rate in this unit (the table's).
 ///
 /// # Errors
 /// Any test error, as text.
@@ -676,7 +677,7 @@ pub fn run_end(
     p: &TestParams,
     active: bool,
     timeout: Duration,
-    show_progress: bool,
+    show_progress: Option<BwUnit>,
 ) -> Result<EndResult, String> {
     let CtlStream { w, rx } = ctl;
     let mut w = CtlStream {
@@ -706,7 +707,9 @@ pub fn run_end(
     let cpu0 = report::process_cpu_s();
     let sends = active || (p.bidirectional && p.test == TestKind::Bw);
     let receives = !active || (p.bidirectional && p.test == TestKind::Bw);
-    let mut progress = (show_progress && sends).then(|| Progress::new(p.duration_s));
+    let mut progress = show_progress
+        .filter(|_| sends)
+        .map(|unit| Progress::new(p.duration_s, unit));
     let (send, recv) = std::thread::scope(|s| {
         let recv_h = (receives && p.test == TestKind::Bw)
             .then(|| s.spawn(|| recv_bw(side, p, &done_rx, timeout)));
@@ -985,11 +988,12 @@ fn serve_stream(
     let c = side.qp.connect_on(s, timeout).map_err(|e| e.to_string())?;
     let remote = remote_region(&c.remote.regions, &p, "client")?;
     let ctl = CtlStream::new(c.stream)?;
-    let r = run_end(&side, remote, ctl, &p, false, timeout, false)?;
+    let r = run_end(&side, remote, ctl, &p, false, timeout, None)?;
     Ok((p, r))
 }
 
-/// Client role: connects to `server`, sends the parameters, runs.
+/// Client role: connects to `server`, sends the parameters, runs; `progress` as in
+/// [`run_end`].
 ///
 /// # Errors
 /// Unreachable server, any setup or test error.
@@ -998,7 +1002,7 @@ pub fn run_client(
     udp_bind: SocketAddr,
     p: &TestParams,
     timeout: Duration,
-    progress: bool,
+    progress: Option<BwUnit>,
     local: &LocalFabric,
 ) -> Result<(EndResult, Vec<u16>), String> {
     let mut s = TcpStream::connect_timeout(&server, timeout)

@@ -1,6 +1,7 @@
 //! `mrc-sim`: scenario files ([`scenario`]), built-in experiments ([`experiments`]), result
-//! tables, JSON and plots ([`output`]).
+//! tables, JSON and plots ([`output`]), the text of `design` and `trace` ([`design`](mod@design)).
 
+pub mod design;
 pub mod experiments;
 pub mod output;
 pub mod scenario;

@@ -15,6 +15,12 @@
 //!   spine over the same number of links; spines = ceil(leaves x uplinks / spine logical ports);
 //! - cables = NIC links + leaf-spine links (every logical link is one cable); optics are
 //!   counted at both ends: `optics = 2 x (NICs + uplinks)` per plane.
+//!
+//! Every count of links and ports in [`PlaneDesign`] is in lanes (logical ports), not
+//! physical switch ports: with 200G NICs on 400G switches, a leaf with 32 downlinks uses 16
+//! physical ports for them. [`SwitchPort`] names a lane as the physical switch does: lane
+//! (simulator port) `n` of a switch whose ports break out into `B` lanes is front-panel
+//! port `n / B + 1`, lane `n % B + 1`.
 
 use serde::Serialize;
 
@@ -163,25 +169,33 @@ pub enum DesignError {
     },
 }
 
-/// One plane (or the single fabric) of a design. All links run at the lane speed.
+/// One plane (or the single fabric) of a design. All links run at the lane speed; every
+/// count of links or ports is in lanes (logical ports of `lane_gbps`), a physical switch
+/// port carrying `leaf_breakout` (`spine_breakout`) of them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct PlaneDesign {
     /// Link (lane) speed, Gb/s: NIC speed / planes.
     pub lane_gbps: u32,
-    /// Logical ports of a leaf (radix x breakout).
+    /// Lanes per physical leaf port: leaf port speed / lane speed (400G / 200G = 2).
+    pub leaf_breakout: u32,
+    /// Lanes per physical spine port.
+    pub spine_breakout: u32,
+    /// Logical ports (lanes) of a leaf (radix x breakout).
     pub leaf_logical_ports: u32,
-    /// Logical ports of a spine.
+    /// Logical ports (lanes) of a spine.
     pub spine_logical_ports: u32,
     /// Leaves.
     pub leaves: u32,
     /// Spines.
     pub spines: u32,
-    /// Downlinks (NIC ports) of the fullest leaf.
+    /// Downlinks (NIC ports, lanes) of the fullest leaf.
     pub downlinks_per_leaf: u32,
-    /// Uplinks of each leaf.
+    /// Uplinks (lanes) of each leaf.
     pub uplinks_per_leaf: u32,
-    /// Links from each leaf to each spine (uplinks_per_leaf / spines, rounded up).
+    /// Links (lanes) from each leaf to each spine (uplinks_per_leaf / spines, rounded up).
     pub links_per_leaf_spine: u32,
+    /// Downlinks (lanes to leaves) of the fullest spine: leaves x links_per_leaf_spine.
+    pub downlinks_per_spine: u32,
     /// NIC ports in this plane (= GPUs).
     pub nic_links: u32,
     /// Leaf-spine links in this plane (leaves x uplinks_per_leaf).
@@ -209,6 +223,49 @@ pub struct FabricDesign {
     pub optics: u32,
     /// Actual oversubscription of the fullest leaf: downlinks / uplinks.
     pub actual_oversubscription: f64,
+}
+
+/// A switch lane (simulator port) as the physical switch names it: front-panel port and
+/// breakout lane, both counted from 1. Lane `n` of a switch whose ports carry `breakout`
+/// lanes each is port `n / breakout + 1`, lane `n % breakout + 1`: with 400G ports split
+/// 2 x 200G, simulator port 40 is port 21 lane 1, port 41 is port 21 lane 2.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct SwitchPort {
+    /// Front-panel port, 1..=radix.
+    pub port: u32,
+    /// Lane of that port, 1..=breakout.
+    pub lane: u32,
+    /// Lanes per port (1: no breakout).
+    pub breakout: u32,
+}
+
+impl SwitchPort {
+    /// The physical port and lane of simulator port `sim_port` on a switch with `breakout`
+    /// lanes per port (0 is taken as 1).
+    pub fn from_sim_port(sim_port: u32, breakout: u32) -> SwitchPort {
+        let breakout = breakout.max(1);
+        SwitchPort {
+            port: sim_port / breakout + 1,
+            lane: sim_port % breakout + 1,
+            breakout,
+        }
+    }
+
+    /// The simulator port (lane index from 0) this names.
+    pub fn sim_port(&self) -> u32 {
+        (self.port - 1) * self.breakout + (self.lane - 1)
+    }
+}
+
+impl std::fmt::Display for SwitchPort {
+    /// `pP/L` (port P, lane L), or `pP` without breakout.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.breakout == 1 {
+            write!(f, "p{}", self.port)
+        } else {
+            write!(f, "p{}/{}", self.port, self.lane)
+        }
+    }
 }
 
 fn nonzero(field: &'static str, v: u32) -> Result<u32, DesignError> {
@@ -317,15 +374,21 @@ pub fn design(input: &DesignInput) -> Result<FabricDesign, DesignError> {
             spines = mul(leaves, up, "uplinks")?.div_ceil(spine_ports);
         }
     }
+    // Uplink j goes to spine j % spines: the fullest spine has ceil(up / spines) per leaf,
+    // at most leaves x up <= spines x spine_ports lanes in all.
+    let links_per_leaf_spine = up.div_ceil(spines);
     let plane = PlaneDesign {
         lane_gbps: lane,
+        leaf_breakout: input.leaf_port_gbps / lane,
+        spine_breakout: input.spine_port_gbps / lane,
         leaf_logical_ports: leaf_ports,
         spine_logical_ports: spine_ports,
         leaves,
         spines,
         downlinks_per_leaf: down,
         uplinks_per_leaf: up,
-        links_per_leaf_spine: up.div_ceil(spines),
+        links_per_leaf_spine,
+        downlinks_per_spine: mul(leaves, links_per_leaf_spine, "spine downlinks")?,
         nic_links: gpus,
         uplinks: leaves * up,
     };
@@ -401,6 +464,34 @@ mod tests {
         assert_eq!(row(64), (8, 2, 32, 32, 1));
         assert_eq!(row(128), (16, 4, 32, 32, 2));
         assert_eq!(row(1024), (128, 32, 32, 32, 16));
+    }
+
+    #[test]
+    fn lanes_breakouts_and_physical_ports() {
+        // 200G lanes on 400G ports: 2 lanes per port; 1024 GPUs fill every spine lane.
+        let d = design(&DesignInput::reference(1024)).unwrap();
+        let p = d.plane;
+        assert_eq!(
+            (p.lane_gbps, p.leaf_breakout, p.spine_breakout),
+            (200, 2, 2)
+        );
+        assert_eq!((p.leaf_logical_ports, p.spine_logical_ports), (64, 64));
+        assert_eq!((p.links_per_leaf_spine, p.downlinks_per_spine), (2, 64));
+        let d = design(&DesignInput::reference(16)).unwrap();
+        assert_eq!(
+            (d.plane.links_per_leaf_spine, d.plane.downlinks_per_spine),
+            (16, 16)
+        );
+        let mut i = DesignInput::reference(1024);
+        i.planes = 2;
+        assert_eq!(design(&i).unwrap().plane.leaf_breakout, 4);
+        let sp = SwitchPort::from_sim_port(40, 2);
+        assert_eq!((sp.port, sp.lane, sp.sim_port()), (21, 1, 40));
+        assert_eq!(sp.to_string(), "p21/1");
+        assert_eq!(SwitchPort::from_sim_port(63, 2).to_string(), "p32/2");
+        assert_eq!(SwitchPort::from_sim_port(0, 4).to_string(), "p1/1");
+        assert_eq!(SwitchPort::from_sim_port(7, 1).to_string(), "p8");
+        assert_eq!(SwitchPort::from_sim_port(7, 0).to_string(), "p8");
     }
 
     #[test]

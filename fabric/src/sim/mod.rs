@@ -27,7 +27,7 @@ pub mod queue;
 pub mod stats;
 pub mod topo;
 
-pub use design::{DesignError, DesignInput, FabricDesign, Oversubscription, design};
+pub use design::{DesignError, DesignInput, FabricDesign, Oversubscription, SwitchPort, design};
 pub use fault::{Fault, FaultKind, LinkSelector};
 pub use host::Forwarding;
 pub use link::LinkSpec;
