@@ -52,6 +52,10 @@ pub const EXPERIMENTS: &[(&str, &str)] = &[
         "speed",
         "simulator speed: events per second, and a 1024-GPU permutation of 1 MiB per host",
     ),
+    (
+        "speed-raw",
+        "the switching-core half of `speed` alone (raw frames, no transport): quick, for profiling",
+    ),
 ];
 
 /// Why an experiment could not run.
@@ -103,7 +107,8 @@ pub fn run(
         "incast" => incast(seed, progress),
         "allreduce" => allreduce(seed, progress),
         "cc" => cc(seed, progress),
-        "speed" => speed(seed, progress),
+        "speed" => speed(seed, progress, true),
+        "speed-raw" => speed(seed, progress, false),
         other => Err(ExperimentError::Unknown(
             other.to_owned(),
             EXPERIMENTS
@@ -652,46 +657,23 @@ fn cc(seed: u64, progress: ProgressFn<'_>) -> Result<ResultTable, ExperimentErro
     Ok(t)
 }
 
-fn speed(seed: u64, progress: ProgressFn<'_>) -> Result<ResultTable, ExperimentError> {
+/// The `speed` experiment; without `transport`, only its raw-frame rows and check
+/// (`speed-raw`).
+fn speed(
+    seed: u64,
+    progress: ProgressFn<'_>,
+    transport: bool,
+) -> Result<ResultTable, ExperimentError> {
     let d = design(&DesignInput::reference(1024))?;
     let spec = SpineLeafSpec::from_design(&d, PROP_NS);
-    let topo = Topology::spine_leaf(&spec)?;
     let pairs = permutation(spec.hosts, spec.hosts_per_leaf);
-    let flows = flows_of(&pairs, 1 << 20, None);
-    // Wall time, and the process's CPU time (user + system), which a loaded machine does
-    // not inflate.
-    let cpu0 = process_cpu_s();
-    let start = std::time::Instant::now();
-    let r = sim_run(
-        "1024-GPU permutation",
-        topo,
-        base_cfg(seed),
-        &flows,
-        progress,
-    )?;
-    let wall = start.elapsed().as_secs_f64();
-    let cpu = process_cpu_s() - cpu0;
     let mut t = ResultTable::new(format!(
         "speed: 1024-GPU designer fabric ({} leaves, {} spines, {} Gb/s links), permutation of 1 MiB per host",
         spec.leaves, spec.spines, d.plane.lane_gbps
     ));
-    t.row(
-        "1024-GPU permutation",
-        &[
-            ("wall_s", wall),
-            ("cpu_s", cpu),
-            ("events", r.counters.events as f64),
-            ("packet_hops", r.counters.hops as f64),
-            ("events_per_s", r.counters.events as f64 / wall.max(1e-9)),
-            ("hops_per_s", r.counters.hops as f64 / wall.max(1e-9)),
-            ("hops_per_cpu_s", r.counters.hops as f64 / cpu.max(1e-9)),
-            ("virtual_us", r.end_ns as f64 / 1e3),
-            (
-                "flows_done",
-                r.flows.iter().filter(|f| f.done_ns.is_some()).count() as f64,
-            ),
-        ],
-    );
+    if transport {
+        speed_transport(&mut t, &spec, &pairs, seed, progress)?;
+    }
     // The switching core alone: 4210-byte frames without transport endpoints, 32 per host
     // per round on the same permutation, 16 rounds. Each frame is built by its host's NIC
     // framing (`send_shared`: Ethernet / IPv6 / UDP headers with the UDP checksum, in front
@@ -739,6 +721,49 @@ fn speed(seed: u64, progress: ProgressFn<'_>) -> Result<ResultTable, ExperimentE
         hps >= 5e6,
     );
     Ok(t)
+}
+
+/// The transport half of [`speed`]: the 1024-GPU permutation of 1 MiB per host with real
+/// endpoints, its row added to `t`.
+fn speed_transport(
+    t: &mut ResultTable,
+    spec: &SpineLeafSpec,
+    pairs: &[(u32, u32)],
+    seed: u64,
+    progress: ProgressFn<'_>,
+) -> Result<(), ExperimentError> {
+    let flows = flows_of(pairs, 1 << 20, None);
+    // Wall time, and the process's CPU time (user + system), which a loaded machine does
+    // not inflate.
+    let cpu0 = process_cpu_s();
+    let start = std::time::Instant::now();
+    let r = sim_run(
+        "1024-GPU permutation",
+        Topology::spine_leaf(spec)?,
+        base_cfg(seed),
+        &flows,
+        progress,
+    )?;
+    let wall = start.elapsed().as_secs_f64();
+    let cpu = process_cpu_s() - cpu0;
+    t.row(
+        "1024-GPU permutation",
+        &[
+            ("wall_s", wall),
+            ("cpu_s", cpu),
+            ("events", r.counters.events as f64),
+            ("packet_hops", r.counters.hops as f64),
+            ("events_per_s", r.counters.events as f64 / wall.max(1e-9)),
+            ("hops_per_s", r.counters.hops as f64 / wall.max(1e-9)),
+            ("hops_per_cpu_s", r.counters.hops as f64 / cpu.max(1e-9)),
+            ("virtual_us", r.end_ns as f64 / 1e3),
+            (
+                "flows_done",
+                r.flows.iter().filter(|f| f.done_ns.is_some()).count() as f64,
+            ),
+        ],
+    );
+    Ok(())
 }
 
 /// One run of the switching core in [`speed`]: `rounds` rounds of `per_host` frames from

@@ -139,36 +139,12 @@ impl EventQueue {
 
     /// Schedules `kind` at `time_ns`.
     pub fn push(&mut self, time_ns: u64, kind: EventKind) {
-        let seq = self.reserve_seq();
-        self.push_reserved(time_ns, seq, kind);
-    }
-
-    /// Takes the next scheduling order number without scheduling anything: an event that
-    /// may or may not be needed later (a port's end of transmission) keeps its place among
-    /// the events of its instant, as if it had been pushed now, by being pushed later with
-    /// [`EventQueue::push_reserved`].
-    pub fn reserve_seq(&mut self) -> u64 {
         let seq = self.next_seq;
         self.next_seq += 1;
-        seq
-    }
-
-    /// Schedules `kind` at `time_ns` with the order number `seq` from
-    /// [`EventQueue::reserve_seq`]. The event must come after the last one popped (by
-    /// `(time_ns, seq)`); it is placed among the events of its instant by `seq`.
-    pub fn push_reserved(&mut self, time_ns: u64, seq: u64, kind: EventKind) {
         match time_ns.checked_sub(self.base_ns) {
             Some(d) if d < WHEEL_SLOTS as u64 => {
                 let i = (time_ns as usize) & (WHEEL_SLOTS - 1);
-                let slot = &mut self.slots[i];
-                // Usually the newest: appended. Otherwise inserted in `seq` order among
-                // the slot's events still to pop.
-                if slot.items.last().is_none_or(|&(last, _)| last < seq) {
-                    slot.items.push((seq, kind));
-                } else {
-                    let at = slot.head + slot.items[slot.head..].partition_point(|e| e.0 < seq);
-                    slot.items.insert(at, (seq, kind));
-                }
+                self.slots[i].items.push((seq, kind));
                 self.occupied[i / 64] |= 1 << (i % 64);
                 self.wheel_len += 1;
             }
@@ -206,12 +182,9 @@ impl EventQueue {
         let e = slot.items[slot.head];
         slot.head += 1;
         if slot.head == slot.items.len() {
-            if slot.items.spilled() {
-                // A crowded instant: back to inline storage for the next time round.
-                slot.items = SmallVec::new();
-            } else {
-                slot.items.clear();
-            }
+            // A slot that once spilled keeps its heap buffer: crowded instants recur (hosts
+            // in step send frames of one size), and reallocating each time costs more.
+            slot.items.clear();
             slot.head = 0;
             self.occupied[i / 64] &= !(1 << (i % 64));
         }
@@ -367,42 +340,5 @@ mod tests {
         assert!(q.is_empty());
         assert_eq!(q.pop(), None);
         assert_eq!(q.processed(), popped);
-    }
-
-    /// Events pushed late with order numbers reserved early pop where a push at
-    /// reservation time would have put them, on the wheel and in the heap alike.
-    #[test]
-    fn reserved_order_numbers_keep_their_place() {
-        let mut q = EventQueue::new();
-        let far = WHEEL_SLOTS as u64 + 5;
-        let early = q.reserve_seq(); // 0
-        let early_far = q.reserve_seq(); // 1
-        q.push(10, EventKind::HostWake { host: 1 }); // seq 2
-        q.push(10, EventKind::HostWake { host: 2 }); // seq 3
-        q.push(far, EventKind::HostWake { host: 3 }); // seq 4, in the heap
-        q.push_reserved(10, early, EventKind::HostWake { host: 0 });
-        let e = q.pop().expect("an event");
-        assert_eq!(
-            (e.time_ns, e.seq, e.kind),
-            (10, 0, EventKind::HostWake { host: 0 })
-        );
-        // Reserved before host 5's push, pushed after the first pop: still before it.
-        let mid = q.reserve_seq(); // 5
-        q.push(10, EventKind::HostWake { host: 5 }); // seq 6
-        q.push_reserved(10, mid, EventKind::HostWake { host: 4 });
-        q.push_reserved(far, early_far, EventKind::HostWake { host: 9 });
-        let order: Vec<(u64, u64, EventKind)> =
-            std::iter::from_fn(|| q.pop().map(|e| (e.time_ns, e.seq, e.kind))).collect();
-        assert_eq!(
-            order,
-            vec![
-                (10, 2, EventKind::HostWake { host: 1 }),
-                (10, 3, EventKind::HostWake { host: 2 }),
-                (10, 5, EventKind::HostWake { host: 4 }),
-                (10, 6, EventKind::HostWake { host: 5 }),
-                (far, 1, EventKind::HostWake { host: 9 }),
-                (far, 4, EventKind::HostWake { host: 3 }),
-            ]
-        );
     }
 }

@@ -177,17 +177,8 @@ struct PortRt {
     clock: SerialClock,
     rate_bps: u64,
     prop_ns: u64,
-    /// When the frame on the wire (if any) is fully serialised, ns.
-    free_at_ns: u64,
-    /// The order number ([`EventQueue::reserve_seq`]) of that frame's end of transmission:
-    /// a TxDone pushed only later, when a frame arrives while the port is busy, runs in
-    /// the same order among the events of its instant as one pushed when it started.
-    free_seq: u64,
     peer_node: u32,
     peer_port: u16,
-    /// A TxDone event is scheduled for this port. A host's NIC schedules one for every
-    /// frame (the host pulls its next datagram then); a switch port only when frames wait
-    /// behind the one on the wire, or arrive while it is on the wire (`free_at_ns`).
     busy: bool,
     /// `link_faults[link].is_clean()`, kept here so the fast path reads no other table.
     link_clean: bool,
@@ -427,8 +418,6 @@ pub struct Simulator {
     free: Vec<u32>,
     rng: ChaCha8Rng,
     now_ns: u64,
-    /// Order number of the event being processed (with `now_ns`, its place in the run).
-    now_seq: u64,
     counters: SimCounters,
     flows_done: u32,
     tx_buf: Vec<u8>,
@@ -462,8 +451,6 @@ impl Simulator {
                         PortRt {
                             q: PortQueue::default(),
                             busy: false,
-                            free_at_ns: 0,
-                            free_seq: 0,
                             clock: SerialClock::default(),
                             stats: PortStats::default(),
                             rate_bps: l.rate_bps,
@@ -505,7 +492,6 @@ impl Simulator {
             pkts: Vec::new(),
             free: Vec::new(),
             now_ns: 0,
-            now_seq: 0,
             counters: SimCounters::default(),
             flows_done: 0,
             tx_buf: vec![0; mtu + 256],
@@ -1022,7 +1008,6 @@ impl Simulator {
                 break;
             }
             self.now_ns = e.time_ns;
-            self.now_seq = e.seq;
             self.counters.events += 1;
             self.prefetch_ahead();
             match e.kind {
@@ -1166,19 +1151,15 @@ impl Simulator {
         }
     }
 
-    /// Starts serialising the next queued frame of `(node, port)`, if any, and schedules
-    /// the port's TxDone when it must run: always at a host's NIC, at a switch port only
-    /// when more frames wait (one arriving later schedules it, see
-    /// [`Simulator::on_arrive`]).
+    /// Starts serialising the next queued frame of `(node, port)`, if any.
     fn start_tx(&mut self, node: u32, port: u16) {
         let now = self.now_ns;
-        let is_host = (node as usize) < self.hosts.len();
         let p = &mut self.ports[node as usize][usize::from(port)];
         let Some((pkt, len)) = p.q.pop_with_len() else {
             p.busy = false;
             return;
         };
-        p.busy = is_host || !p.q.is_empty();
+        p.busy = true;
         // The queued length is the frame's (a frame is never resized while queued).
         let len = len as usize;
         debug_assert_eq!(len, self.pkts[pkt as usize].frame.len());
@@ -1187,13 +1168,8 @@ impl Simulator {
         p.stats.tx_packets += 1;
         p.stats.tx_bytes += len as u64;
         p.stats.busy_ns += ser;
-        p.free_at_ns = now + ser;
-        p.free_seq = self.q.reserve_seq();
         let (link, peer_node, peer_port, prop) = (p.link, p.peer_node, p.peer_port, p.prop_ns);
-        if p.busy {
-            self.q
-                .push_reserved(now + ser, p.free_seq, EventKind::TxDone { node, port });
-        }
+        self.q.push(now + ser, EventKind::TxDone { node, port });
         if let Some((pn, pp, w)) = &mut self.pcap {
             if *pn == node && *pp == port {
                 if let Err(e) = w.write_frame(now, &self.pkts[pkt as usize].frame.to_vec()) {
@@ -1366,17 +1342,7 @@ impl Simulator {
             }
         }
         if !port.busy {
-            if (port.free_at_ns, port.free_seq) < (self.now_ns, self.now_seq) {
-                // Idle: its last frame's end of transmission (had it been scheduled) is
-                // past.
-                self.start_tx(node, out);
-            } else {
-                // Still sending a frame no other waited behind: its TxDone, in its place.
-                port.busy = true;
-                let (at, seq) = (port.free_at_ns, port.free_seq);
-                self.q
-                    .push_reserved(at, seq, EventKind::TxDone { node, port: out });
-            }
+            self.start_tx(node, out);
         }
     }
 
