@@ -82,7 +82,8 @@ pub struct EvStats {
     /// Packets sent on this EV declared lost by the RTO (go-back-N: only the lowest packet
     /// of each expiry, the one whose loss the silence implies).
     pub timeouts: u64,
-    /// Packets sent on this EV declared lost by time-based (RACK) detection.
+    /// Packets sent on this EV declared lost by time-based (RACK) detection, including
+    /// those an RTO expiry finds overdue by RACK's deadline (RFC 8985 section 6.3).
     pub lost: u64,
     /// Losses on this EV later found spurious.
     pub spurious: u64,
@@ -118,7 +119,8 @@ pub struct ConnStats {
     pub ecn_marked: u64,
     /// RTO expiries.
     pub timeouts: u64,
-    /// Packets declared lost by RACK-style time detection.
+    /// Packets declared lost by RACK-style time detection, including those an RTO expiry
+    /// finds overdue by RACK's deadline though younger than the RTO (RFC 8985 section 6.3).
     pub rack_losses: u64,
     /// Losses later found spurious (original acknowledged).
     pub spurious: u64,
