@@ -197,7 +197,12 @@ fn run_writes_json_and_a_pcap_tshark_reads() {
 }
 
 /// A scenario whose flow cannot finish (every fabric link loses every packet) exits 1 and
-/// says why on stderr; it used to exit 1 silently.
+/// says why on stderr; it used to exit 1 silently. The work request fails at the eighth
+/// RTO expiry (retry limit 7), 1 + 2 + 4 + ... + 64 + 100 ms = 227 ms after the first
+/// packet left: each expiry resends every packet in flight (RFC 8985 section 6.3), so the
+/// next backed-off RTO runs from that resend. (When an expiry resent only the packets one
+/// RTO old, the 16 packets the NIC serialised went one per expiry, the timer kept running
+/// from the oldest packet not yet resent, and the limit came at 100 ms.)
 #[test]
 fn unfinished_flows_exit_1_with_a_message() {
     let sc = tmp("lossy.toml");
@@ -210,7 +215,7 @@ fn unfinished_flows_exit_1_with_a_message() {
     assert_eq!(code, 1, "{out}{err}");
     assert_eq!(
         err,
-        "mrc-sim: 1 of 1 flows did not finish (fct_us NaN) by virtual time 100002.4 us\n"
+        "mrc-sim: 1 of 1 flows did not finish (fct_us NaN) by virtual time 227000.1 us\n"
     );
 }
 

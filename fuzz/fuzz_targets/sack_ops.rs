@@ -21,8 +21,9 @@
 //!    `snd_nxt`; a NACK whose PSN unwraps to `snd_nxt` or beyond; or
 //! 2. it names only PSNs already acknowledged: a SACK whose cumulative PSN is at or below
 //!    `snd_una` and whose set bitmap bits all name PSNs below `snd_una` or acknowledged
-//!    ones; a NACK (other than GENERATION_MISMATCH, which means "I restarted" and fails
-//!    the connection by design) whose PSN is below `snd_una` or acknowledged; or
+//!    ones; a NACK whose PSN is below `snd_una` or acknowledged (GENERATION_MISMATCH
+//!    included: it is evidence of a peer restart only when it names a PSN in flight,
+//!    see `mrc_transport::conn`); or
 //! 3. it is addressed to another QPN.
 //!
 //! After a bogus frame nothing may be declared lost (the RACK and timeout counters and
@@ -189,9 +190,6 @@ fn sack_is_bogus(c: &Connection<FixedWindow>, s: &SackRepr) -> bool {
 }
 
 fn nack_is_bogus(c: &Connection<FixedWindow>, n: &NackRepr) -> bool {
-    if n.reason == NackReason::GenerationMismatch {
-        return false;
-    }
     let st = c.send_state();
     let seq = Psn::new(n.psn).unwrap(st.snd_una());
     seq >= st.snd_nxt() || is_acked(c, seq)

@@ -197,3 +197,127 @@ fn acceptance_9_random_bytes_and_bit_flips_never_panic_and_are_counted() {
     // whatever was written lies inside the registered destination region
     assert_eq!(p.b.regions().bytes(r.dst.lkey).unwrap().len(), 16 << 10);
 }
+
+/// Blind forging of the MRCETH generation (RFC 5961 style), end to end over the 2 us
+/// network: after a 1 MiB WRITE both ends are idle, and an off-path attacker who knows
+/// both QPNs and generations but sees no traffic sends each end, every 200 us (A's base
+/// RTO; B, which never sent data, has no RTT sample and the 1 ms initial RTO) for 1000
+/// rounds, five packets in its peer's name with random PSNs: a WRITE, a SACK and a
+/// NACK(TRIMMED) of random other generations, and NACK(GENERATION_MISMATCH)s of the
+/// peer's generation and of another one. Nothing is in flight, so none is evidence of a
+/// restart: each end drops and counts its 5000, and answers the 3000 that are neither
+/// NACK(GENERATION_MISMATCH) nor of its peer's generation with a NACK(GENERATION_MISMATCH)
+/// of its own, which the other end rejects too: 8000 rejected on each side, both stay up
+/// and a second WRITE completes byte-exact.
+#[test]
+fn blind_generation_forging_on_idle_ends_is_counted_and_never_tears_down() {
+    use mrc_transport::wire::{NackReason, NackRepr, SackRepr};
+    use rand::{Rng, SeedableRng};
+    let mut p = pair();
+    let r = p.regions(2 << 20, 4);
+    p.a.post_write(1, r.src_sge(0, 1 << 20), r.dst.addr, r.dst.rkey)
+        .unwrap();
+    p.run_to_quiet(1_000_000_000);
+    let done: Vec<(u64, WcStatus)> = p
+        .a_completions()
+        .iter()
+        .map(|c| (c.wr_id, c.status))
+        .collect();
+    assert_eq!(done, vec![(1, WcStatus::Success)]);
+    let rto = p.a.send_state().base_rto_ns();
+    assert_eq!((rto, p.b.send_state().base_rto_ns()), (200_000, 1_000_000));
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5961);
+    // (target, its QPN, the generation the target expects from its peer)
+    let ends = [(Side::A, 0xA, 2u16), (Side::B, 0xB, 1u16)];
+    for _ in 0..1000 {
+        let t = p.now_ns + rto;
+        p.run_until(t, |_| false);
+        p.now_ns = p.now_ns.max(t);
+        for (side, qpn, peer_gen) in ends {
+            let mut other_gen = || loop {
+                let g: u16 = rng.random();
+                if g != peer_gen {
+                    break g;
+                }
+            };
+            let (g1, g2, g3, g4) = (other_gen(), other_gen(), other_gen(), other_gen());
+            let psn = |rng: &mut rand_chacha::ChaCha8Rng| rng.random_range(0..1u32 << 24);
+            let (p1, p2, p3, p4) = (psn(&mut rng), psn(&mut rng), psn(&mut rng), psn(&mut rng));
+            let nack = |psn, reason| {
+                Body::Nack(NackRepr {
+                    psn,
+                    reason,
+                    reserved: 0,
+                    echo_ev: 0,
+                })
+            };
+            let sack = Body::Sack(SackRepr {
+                cumulative_psn: p2,
+                bitmap_base_psn: p2,
+                bitmap: rng.random(),
+                echo_ev: 0,
+                echo_ts_ns: 0,
+                ecn_ce_count: 0,
+                credit: 0,
+            });
+            let data = Body::Data(DataRepr {
+                msgeth: MsgethRepr {
+                    message_len: 8,
+                    offset: 0,
+                },
+                reth: Some(RethRepr {
+                    virtual_addr: r.dst.addr,
+                    rkey: r.dst.rkey,
+                    dma_len: 8,
+                }),
+                imm: None,
+                payload: &[0xEE; 8],
+            });
+            let gen_nack = NackReason::GenerationMismatch;
+            let forged = [
+                craft(Opcode::RdmaWriteOnly, qpn, p1, 0, 0, g1, 0, data),
+                craft(Opcode::Sack, qpn, p2, 0, 0, g2, 0, sack),
+                craft(
+                    Opcode::Nack,
+                    qpn,
+                    p3,
+                    0,
+                    0,
+                    g3,
+                    0,
+                    nack(p3, NackReason::Trimmed),
+                ),
+                craft(Opcode::Nack, qpn, p4, 0, 0, peer_gen, 0, nack(p4, gen_nack)),
+                craft(Opcode::Nack, qpn, p1, 0, 0, g4, 0, nack(p1, gen_nack)),
+            ];
+            for f in &forged {
+                p.inject(side, 0, Ecn::Ect0, f);
+            }
+        }
+    }
+    p.run_to_quiet(p.now_ns + 1_000_000);
+    for c in [&p.a, &p.b] {
+        let s = c.stats();
+        assert_eq!(c.state(), ConnState::Ready);
+        assert_eq!(s.restart_evidence_rejected, 8000);
+        assert_eq!(s.drops.get(DropReason::GenerationMismatch), 4000);
+        assert_eq!(s.drops.get(DropReason::InvalidAck), 4000);
+    }
+    // B placed nothing of the forged WRITEs (1 MiB from the first WRITE only)
+    assert_eq!(p.b.stats().received_bytes, 1 << 20);
+    p.a.post_write(
+        2,
+        r.src_sge(1 << 20, 1 << 20),
+        r.dst.addr + (1 << 20),
+        r.dst.rkey,
+    )
+    .unwrap();
+    p.run_to_quiet(p.now_ns + 1_000_000_000);
+    let done: Vec<(u64, WcStatus)> = p
+        .a_completions()
+        .iter()
+        .map(|c| (c.wr_id, c.status))
+        .collect();
+    assert_eq!(done, vec![(2, WcStatus::Success)]);
+    assert!(p.dst_matches(&r));
+}

@@ -134,6 +134,8 @@ fn all_but_one_ev_black_holed_mid_transfer() {
 
 #[test]
 fn half_the_sacks_lost_on_the_return_path_only() {
+    // the RTO also declares lost the one packet younger than the RTO but overdue by
+    // RACK's deadline (RFC 8985 6.3; before that rule: 2056 sent, 8 resent, no RACK loss)
     let mut p = pair(CcKind::None, 8, NetConfig::default());
     p.script(|i: &PacketInfo| {
         if i.from == Side::B && coin(i.nth) {
@@ -150,10 +152,10 @@ fn half_the_sacks_lost_on_the_return_path_only() {
             done: ok(8),
             exact: true,
             received: 2048,
-            sent: 2056,
-            retransmitted: 8,
+            sent: 2057,
+            retransmitted: 9,
             timeouts: 1,
-            rack_losses: 0,
+            rack_losses: 1,
             tail_loss_probes: 1,
             revalidations: 0,
             probes_sent: 7,
@@ -274,22 +276,26 @@ fn every_ev_dies_and_probes_are_lost_fails_within_the_retry_limit() {
     let o = transfer(&mut p, &r, 8, MIB);
     let mut want = vec![(0, WcStatus::RetryExceeded)];
     want.extend((1..8).map(|k| (k, WcStatus::Flushed)));
-    // the eighth RTO expiry (retry limit 7) fails the work requests: 34.07 ms, within the
-    // sum of the backed-off RTOs from the 200 us minimum (200 us x 255 = 51 ms)
+    // the eighth RTO expiry (retry limit 7) fails the work requests: 51.03 ms, the sum of
+    // the backed-off RTOs from the 200 us minimum (200 us x 255 = 51 ms) after the oldest
+    // packet left. Each expiry declares lost everything in flight that is overdue (RFC 8985
+    // 6.3), so each backed-off RTO runs from the resend of the whole flight; when an
+    // expiry resent only what was one RTO old, the next ran from older, unsent packets and
+    // the limit came at 34.07 ms with 192 resends instead of 337.
     assert_eq!(
         o,
         Outcome {
             done: want,
             exact: false,
             received: 124,
-            sent: 324,
-            retransmitted: 192,
+            sent: 469,
+            retransmitted: 337,
             timeouts: 8,
-            rack_losses: 0,
+            rack_losses: 1,
             tail_loss_probes: 1,
             revalidations: 0,
-            probes_sent: 40,
-            took_ns: 34_074_056,
+            probes_sent: 48,
+            took_ns: 51_031_808,
         }
     );
 }
@@ -624,7 +630,9 @@ fn go_back_n_trimmed_resends_do_not_wait_for_the_window() {
 
 /// Answers come back only on EVs 13..16 of 16, every data packet's first copy is
 /// trimmed (so 13 in 16 NACKs are lost too) and half the data is delayed up to 20 us: the
-/// window controllers deliver every byte once, each after one RTO.
+/// window controllers deliver every byte once, each after one RTO. (With the fixed
+/// window, 9 packets go a third time: the RTO also declares lost the second copies
+/// younger than the RTO but overdue by RACK's deadline, RFC 8985 6.3.)
 #[test]
 fn dead_return_paths_trims_and_reordering_together() {
     let mut got = Vec::new();
@@ -655,7 +663,64 @@ fn dead_return_paths_trims_and_reordering_together() {
         [
             (1024, 1, 65, 5_486_869),
             (1024, 1, 78, 9_845_121),
-            (1024, 1, 26, 1_342_915)
+            (1033, 1, 26, 1_342_915)
         ]
     );
+}
+
+/// The scenario above under DCQCN, which paces at its rate and has no window: all 512
+/// first copies leave within 192 us, long before the first RTO (1 ms: no acknowledgement
+/// ever came back, so there is no RTT sample and no tail loss probe). The 60 trims whose
+/// NACKs come back (EVs 13..16) are resent at once, but each on an EV whose answers are
+/// lost, so nothing is acknowledged. The RTO used to declare lost only packets sent one
+/// (backed-off) RTO before it, which under pacing is one packet per expiry: RetryExceeded
+/// after 100 ms (8 expiries, 67 retransmissions, 67 of 512 packets delivered). It now
+/// also declares lost every packet sent at least `rack.rtt + reorder window` ago (RFC
+/// 8985 section 6.3; both 0 before an RTT sample): the one expiry at 1 ms takes all 512
+/// in flight, the copies sent on EVs 13..16 are answered, and RACK finds the rest.
+#[test]
+fn dead_return_paths_and_trims_under_dcqcn_one_rto_resends_everything_in_flight() {
+    let mut p = pair(CcKind::Dcqcn, 16, NetConfig::default());
+    p.script(|i: &PacketInfo| {
+        if i.from == Side::B {
+            if i.ev < 13 {
+                Action::Drop
+            } else {
+                Action::Deliver
+            }
+        } else if i.is_data && i.copy == 0 {
+            Action::Trim
+        } else if coin(i.nth) {
+            Action::Delay(i.nth.wrapping_mul(7919) % 20_000 + 1)
+        } else {
+            Action::Deliver
+        }
+    });
+    let r = p.regions(2 * MIB as usize, 9);
+    let o = transfer(&mut p, &r, 2, MIB);
+    assert_eq!(
+        o,
+        Outcome {
+            done: ok(2),
+            exact: true,
+            received: 512,
+            sent: 1100,
+            retransmitted: 588,
+            timeouts: 1,
+            rack_losses: 574,
+            tail_loss_probes: 0,
+            revalidations: 0,
+            probes_sent: 21,
+            took_ns: 1_191_345,
+        }
+    );
+    // the expiry declared 512 lost: 1 sent an RTO before it (a timeout on its EV), 511
+    // younger (RACK losses); RACK found 63 more after it
+    let s = p.a.stats();
+    assert_eq!(
+        (s.trimmed, s.nacks_received, s.sacks_received),
+        (60, 60, 185)
+    );
+    let ev_timeouts: u64 = p.a.paths().paths().iter().map(|e| e.stats.timeouts).sum();
+    assert_eq!(ev_timeouts, 1);
 }

@@ -29,7 +29,8 @@ pub enum DropReason {
     InconsistentMessage,
     /// A SEND does not fit the posted receive buffer.
     RecvBufferTooSmall,
-    /// An acknowledgement (SACK/NACK/probe reply) that names PSNs never sent.
+    /// An acknowledgement (SACK/NACK/probe reply) that names PSNs never sent, or a
+    /// NACK(GENERATION_MISMATCH) that names no PSN in flight and unacknowledged.
     InvalidAck,
     /// Go-back-N mode: a data PSN other than `rcv_nxt`.
     OutOfOrderGoBackN,
@@ -82,7 +83,8 @@ pub struct EvStats {
     /// Packets sent on this EV declared lost by the RTO (go-back-N: only the lowest packet
     /// of each expiry, the one whose loss the silence implies).
     pub timeouts: u64,
-    /// Packets sent on this EV declared lost by time-based (RACK) detection.
+    /// Packets sent on this EV declared lost by time-based (RACK) detection, including
+    /// those an RTO expiry finds overdue by RACK's deadline (RFC 8985 section 6.3).
     pub lost: u64,
     /// Losses on this EV later found spurious.
     pub spurious: u64,
@@ -118,7 +120,8 @@ pub struct ConnStats {
     pub ecn_marked: u64,
     /// RTO expiries.
     pub timeouts: u64,
-    /// Packets declared lost by RACK-style time detection.
+    /// Packets declared lost by RACK-style time detection, including those an RTO expiry
+    /// finds overdue by RACK's deadline though younger than the RTO (RFC 8985 section 6.3).
     pub rack_losses: u64,
     /// Losses later found spurious (original acknowledged).
     pub spurious: u64,
@@ -142,6 +145,12 @@ pub struct ConnStats {
     pub nacks_received: u64,
     /// EV probes received (each answered with a probe reply while the reply queue has room).
     pub probes_received: u64,
+    /// Packets of another MRCETH generation (each also a
+    /// [`DropReason::GenerationMismatch`] drop) and NACK(GENERATION_MISMATCH)s (each also a
+    /// [`DropReason::InvalidAck`] drop) not taken as evidence of a peer restart because
+    /// they echo no PSN this side has in flight: what an off-path forger sends unless it
+    /// guesses such a PSN (RFC 5961 section 3 style; see [`crate::conn`]).
+    pub restart_evidence_rejected: u64,
     /// Incoming datagrams dropped, by reason.
     pub drops: DropCounts,
 }

@@ -6,17 +6,42 @@
 //! Setup and teardown (a reduced IBA QP state machine, see [`ConnState`]):
 //! `new` -> `Init` --`connect(peer)`--> `Ready` --`close()`--> `Draining` --(all work
 //! requests done)--> `Closed`; any state --fatal error--> `Error`. Peer parameters (QPN,
-//! initial PSN, generation) are exchanged out of band, as with RDMA CM. A packet whose
-//! MRCETH generation is not the peer's may mean the peer restarted: it is dropped and
-//! counted and answered with NACK(GENERATION_MISMATCH). One such packet proves nothing (it
-//! may be forged: QPNs are easy to guess), so the connection fails every outstanding work
-//! request with [`WcStatus::GenerationMismatch`] (no silent corruption) only when the
-//! evidence persists: another mismatched packet (or a NACK(GENERATION_MISMATCH) from the
-//! peer) arrives at least one RTO ([`crate::send::SendState::base_rto_ns`], without back-off)
-//! after the first,
-//! with no packet of the peer's generation in between. A restarted peer keeps answering
-//! with its new generation, so it is detected about one RTO after its first answer; a
-//! forger must outlast the real peer's traffic for a whole RTO.
+//! initial PSN, generation) are exchanged out of band, as with RDMA CM.
+//!
+//! Peer restart. A packet whose MRCETH generation is not the peer's may mean the peer
+//! restarted: it is dropped and counted ([`DropReason::GenerationMismatch`]) and, unless
+//! it is itself a NACK(GENERATION_MISMATCH), answered with one that echoes its PSN. The
+//! connection fails every outstanding work request with [`WcStatus::GenerationMismatch`]
+//! (no silent corruption) only on evidence an off-path attacker cannot produce blind, in
+//! the manner of RFC 5961 (section 3.2: a RST counts only inside the receive window):
+//! * only a packet that echoes a PSN this side has in flight and not yet acknowledged
+//!   counts: a NACK (of any reason, of another generation; or a
+//!   NACK(GENERATION_MISMATCH) of the peer's generation, the peer's answer to a packet of
+//!   ours) whose PSN names such a packet, or a SACK of another generation that
+//!   acknowledges such a packet and names no PSN never sent. A forger must guess one of
+//!   the `snd_nxt - snd_una` PSNs in flight out of 2^24; on an idle connection there is
+//!   none to guess. Everything else of another generation (data, CNPs, probes, SACKs and
+//!   NACKs naming nothing in flight) is a counted drop and
+//!   [`ConnStats::restart_evidence_rejected`], never a teardown; a
+//!   NACK(GENERATION_MISMATCH) naming nothing in flight is a [`DropReason::InvalidAck`]
+//!   drop and counted there too. Data of another generation never counts: its PSN lies
+//!   in the sender's own, new PSN space, which this side cannot check (so a SYN never
+//!   resets a synchronized TCP connection, RFC 5961 section 4); the NACK it is answered
+//!   with is the challenge, and a restarted peer with that PSN in flight takes the NACK as
+//!   evidence on its side;
+//! * one such packet proves nothing either (a forger may guess right), so the evidence
+//!   must persist: another counting packet arrives at least one RTO
+//!   ([`crate::send::SendState::base_rto_ns`], without back-off) after the first, with no
+//!   packet of the peer's generation in between.
+//!
+//! A restarted peer answers the packets of ours in flight with its new generation,
+//! echoing their PSNs; with nothing acknowledged our RTO resends the flight one RTO after
+//! it left, and the peer answers the resends as it answered the originals, so the restart
+//! is detected one base RTO after its first answer (1 ms, the initial RTO, in the test
+//! `restarted_peer_gives_error_completions`). A connection with nothing in flight has
+//! nothing to fail and notices the restart once it sends again. (A restarted peer not
+//! yet connected answers nothing: the RTO's retry limit ends the work requests with
+//! [`WcStatus::RetryExceeded`].)
 //!
 //! ```
 //! use mrc_congestion::FixedWindowConfig;
@@ -73,6 +98,8 @@ use crate::recv::{Acker, RecvWindow, RecvWr, RxMessages};
 use crate::region::RegionTable;
 use crate::send::{MsgKind, MsgSpec, SendState};
 use crate::stats::ConnStats;
+#[cfg(doc)]
+use crate::stats::DropReason;
 use mrc_congestion::Controller;
 use std::collections::VecDeque;
 

@@ -59,7 +59,11 @@ impl<C: Controller> Connection<C> {
             self.drop_pkt(ev_in, DropReason::GenerationMismatch);
             if !is_gen_nack {
                 self.queue_nack(pkt.bth.psn, NackReason::GenerationMismatch, pkt.mrceth.ev);
+            }
+            if self.echoes_psn_in_flight(&pkt.body) {
                 self.note_generation_mismatch(now_ns);
+            } else {
+                self.stats.restart_evidence_rejected += 1;
             }
             return;
         }
@@ -101,8 +105,36 @@ impl<C: Controller> Connection<C> {
         self.maybe_closed();
     }
 
-    /// Counts a dropped datagram by reason, for the connection and for the EV named in its
-    /// MRCETH (when that EV is one of ours).
+    /// Whether `body` (of a packet of another generation) echoes a PSN this side has in
+    /// flight and not yet acknowledged, the only packets that count as evidence of a peer
+    /// restart (see the module docs of [`crate::conn`]): a NACK naming such a PSN, or a
+    /// SACK that acknowledges one (its cumulative PSN beyond `snd_una`, or a bitmap bit)
+    /// and names none never sent. Data, CNPs and probes echo nothing of ours.
+    fn echoes_psn_in_flight(&self, body: &Body<'_>) -> bool {
+        let (una, nxt) = (self.send.snd_una(), self.send.snd_nxt());
+        // `packet` knows exactly the sequence numbers in [snd_una, snd_nxt)
+        let unacked = |seq: u64| {
+            self.send
+                .packet(seq)
+                .is_some_and(|p| p.state != PktState::Acked)
+        };
+        match body {
+            Body::Nack(n) => unacked(Psn::new(n.psn).unwrap(una)),
+            Body::Sack(s) => {
+                let cum = Psn::new(s.cumulative_psn).unwrap(una);
+                let base = Psn::new(s.bitmap_base_psn).unwrap(una);
+                let mut bits = (0..64u64)
+                    .filter(|i| s.bitmap >> i & 1 == 1)
+                    .map(|i| base + i);
+                if cum > nxt || bits.clone().any(|seq| seq >= nxt) {
+                    return false;
+                }
+                cum > una || bits.any(unacked)
+            }
+            _ => false,
+        }
+    }
+
     /// One piece of evidence that the peer restarted (see the module docs of
     /// [`crate::conn`]): fails the connection when the evidence is at least one RTO old.
     fn note_generation_mismatch(&mut self, now_ns: u64) {
@@ -115,6 +147,8 @@ impl<C: Controller> Connection<C> {
         }
     }
 
+    /// Counts a dropped datagram by reason, for the connection and for the EV named in its
+    /// MRCETH (when that EV is one of ours).
     fn drop_pkt(&mut self, ev: u32, reason: DropReason) {
         self.stats.drops.add(reason);
         if let Some(p) = self.paths.index_of(ev).and_then(|i| self.paths.get_mut(i)) {
@@ -285,8 +319,15 @@ impl<C: Controller> Connection<C> {
 
     fn on_nack(&mut self, now_ns: u64, ev_in: u32, n: &NackRepr) {
         if n.reason == NackReason::GenerationMismatch {
-            // The peer does not know our generation (it restarted): its PSN is in its
-            // own space, so it is not checked against ours.
+            // The peer says a packet of ours carried a generation it does not expect; its
+            // PSN echoes that packet's. Only a PSN we have in flight makes it evidence: an
+            // off-path forger has to guess one (RFC 5961 section 3.2 accepts a RST only in
+            // the receive window for the same reason).
+            if !self.echoes_psn_in_flight(&Body::Nack(*n)) {
+                self.stats.restart_evidence_rejected += 1;
+                self.drop_pkt(ev_in, DropReason::InvalidAck);
+                return;
+            }
             self.stats.nacks_received += 1;
             self.note_generation_mismatch(now_ns);
             return;

@@ -356,10 +356,19 @@ fn restarted_peer_gives_error_completions() {
         got,
         vec![(1, WcStatus::GenerationMismatch), (2, WcStatus::Flushed)]
     );
-    assert_eq!(a.stats().drops.get(DropReason::GenerationMismatch), 2);
-    // b2 got a's NACK(GENERATION_MISMATCH)s but also a's data of its own expected
-    // generation in between: no proof of a restart of a, and b2 has no work to fail.
+    // at 1 ms a probes its four EVs (the RTO made them AssumedBad) before resending; b2's
+    // four probe replies of generation 8 echo no PSN (probe sequence numbers are easy to
+    // guess), so they are dropped without counting as evidence; the SACK of the resent
+    // packets that follows echoes a's PSNs in flight and fails a. (Before probe replies
+    // stopped counting: the first probe reply failed a, 2 drops in all.)
+    assert_eq!(a.stats().drops.get(DropReason::GenerationMismatch), 6);
+    assert_eq!(a.stats().restart_evidence_rejected, 4);
+    // b2 got a's NACK(GENERATION_MISMATCH)s, but it has nothing in flight for them to
+    // echo: no evidence of a restart of a (and no work to fail).
     assert_eq!(b2.state(), ConnState::Ready);
+    assert_eq!(a.stats().nacks_sent, 6);
+    assert_eq!(b2.stats().restart_evidence_rejected, 6);
+    assert_eq!(b2.stats().drops.get(DropReason::InvalidAck), 6);
     drop(b);
 }
 
@@ -607,6 +616,11 @@ fn pacing_release_is_no_timer_while_every_ev_is_denied() {
 
 /// A control packet from the peer (generation 7) to `a` (QPN 0x11).
 fn from_peer(opcode: Opcode, psn: u32, body: Body<'_>) -> Vec<u8> {
+    from_peer_gen(opcode, psn, 7, body)
+}
+
+/// A packet from the peer's QPN to `a` (QPN 0x11) with MRCETH generation `generation`.
+fn from_peer_gen(opcode: Opcode, psn: u32, generation: u16, body: Body<'_>) -> Vec<u8> {
     use crate::wire::{BthFlags, BthRepr, BthSpare, MrcethRepr};
     let p = PacketRepr {
         bth: BthRepr {
@@ -621,7 +635,7 @@ fn from_peer(opcode: Opcode, psn: u32, body: Body<'_>) -> Vec<u8> {
             ev: 100,
             msn: 0,
             send_ts_ns: 0,
-            generation: 7,
+            generation,
             reserved: 0,
         },
         body,
@@ -629,6 +643,249 @@ fn from_peer(opcode: Opcode, psn: u32, body: Body<'_>) -> Vec<u8> {
     let mut out = vec![0u8; p.buffer_len()];
     p.emit(&mut out).unwrap();
     out
+}
+
+/// What an off-path attacker who knows the QPNs (they are easy to guess) but sees no
+/// traffic can send to kill `a`, one of each kind; PSNs as a sent them (0xFF_FFF0..=
+/// 0xFF_FFF2, all acknowledged) or the next (0xFF_FFF3, never sent): a 1-byte RDMA WRITE
+/// at `a`'s `rcv_nxt` (PSN 100, inside its receive window), a SACK acknowledging all a
+/// sent, a NACK(TRIMMED) of the last PSN sent, and a CNP and a probe reply, all of
+/// generation 0xBAD; and NACK(GENERATION_MISMATCH)s of the peer's generation 7 (naming
+/// the last PSN sent) and of 0xBAD (naming the next one).
+fn forgeries() -> Vec<Vec<u8>> {
+    use crate::wire::{
+        CnpRepr, DataRepr, MsgethRepr, NackReason, NackRepr, ProbeReplyRepr, RethRepr, SackRepr,
+    };
+    let bad = 0xBAD;
+    let nack = |psn, reason| {
+        Body::Nack(NackRepr {
+            psn,
+            reason,
+            reserved: 0,
+            echo_ev: 100,
+        })
+    };
+    let data = DataRepr {
+        msgeth: MsgethRepr {
+            message_len: 1,
+            offset: 0,
+        },
+        reth: Some(RethRepr {
+            virtual_addr: 0,
+            rkey: 1,
+            dma_len: 1,
+        }),
+        imm: None,
+        payload: &[0xEE],
+    };
+    let sack = SackRepr {
+        cumulative_psn: 0xFF_FFF3,
+        bitmap_base_psn: 0xFF_FFF3,
+        bitmap: 0,
+        echo_ev: 100,
+        echo_ts_ns: 0,
+        ecn_ce_count: 0,
+        credit: 0,
+    };
+    let cnp = CnpRepr {
+        echo_ev: 100,
+        reserved: [0; 12],
+    };
+    let reply = ProbeReplyRepr {
+        probe_seq: 1,
+        echo_ev: 100,
+        echo_ts_ns: 0,
+    };
+    vec![
+        from_peer_gen(Opcode::RdmaWriteOnly, 100, bad, Body::Data(data)),
+        from_peer_gen(Opcode::Sack, 0xFF_FFF3, bad, Body::Sack(sack)),
+        from_peer_gen(
+            Opcode::Nack,
+            0xFF_FFF2,
+            bad,
+            nack(0xFF_FFF2, NackReason::Trimmed),
+        ),
+        from_peer_gen(Opcode::Cnp, 0, bad, Body::Cnp(cnp)),
+        from_peer_gen(Opcode::EvProbeReply, 0, bad, Body::ProbeReply(reply)),
+        from_peer_gen(
+            Opcode::Nack,
+            0xFF_FFF2,
+            7,
+            nack(0xFF_FFF2, NackReason::GenerationMismatch),
+        ),
+        from_peer_gen(
+            Opcode::Nack,
+            0xFF_FFF3,
+            bad,
+            nack(0xFF_FFF3, NackReason::GenerationMismatch),
+        ),
+    ]
+}
+
+/// Blind generation forging (RFC 5961 style): on an idle connection nothing is in flight,
+/// so no forged packet echoes a PSN in flight and none is evidence of a peer restart.
+/// Seven forgeries one base RTO apart for 100 RTOs: `a` stays up, every one is dropped and
+/// counted, and a new WRITE completes. (Before, the second batch, one RTO after the
+/// first, failed `a` with GenerationMismatch.) `a`'s NACK(GENERATION_MISMATCH) answers
+/// reach `b`, which has nothing in flight either: rejected there too, `b` stays up.
+#[test]
+fn forged_generations_on_an_idle_connection_for_100_rtos_are_counted_drops() {
+    let (mut a, mut b) = pair();
+    let (src, dst) = write_regions(&mut a, &mut b, 3 * 4096, 5);
+    write_whole(&mut a, 1, &src, &dst, 3 * 4096);
+    exchange(1_000, &mut a, &mut b, &mut pass);
+    assert_eq!(
+        completions(&mut a)
+            .iter()
+            .map(|c| (c.wr_id, c.status))
+            .collect::<Vec<_>>(),
+        vec![(1, WcStatus::Success)]
+    );
+    assert_eq!(
+        (a.send_state().snd_una(), a.send_state().snd_nxt()),
+        (0xFF_FFF3, 0xFF_FFF3)
+    );
+    // zero-delay RTT samples: the RTO is its 200 us floor
+    let rto = a.send_state().base_rto_ns();
+    assert_eq!(rto, 200_000);
+    let forged = forgeries();
+    let mut now = 0;
+    for k in 0..100u64 {
+        now = 10_000 + k * rto;
+        for f in &forged {
+            a.handle_datagram(now, 100, Ecn::Ect0, f);
+        }
+        a.handle_timeout(now);
+        exchange(now, &mut a, &mut b, &mut pass);
+        assert_eq!(a.state(), ConnState::Ready, "after batch {k}");
+    }
+    let s = a.stats();
+    assert_eq!(s.restart_evidence_rejected, 700);
+    assert_eq!(s.drops.get(DropReason::GenerationMismatch), 600);
+    assert_eq!(s.drops.get(DropReason::InvalidAck), 100);
+    assert_eq!(s.drops.total(), 700);
+    // every forgery but the two NACK(GENERATION_MISMATCH)s is answered with one
+    assert_eq!(s.nacks_sent, 500);
+    assert_eq!(b.state(), ConnState::Ready);
+    assert_eq!(b.stats().restart_evidence_rejected, 500);
+    assert_eq!(b.stats().drops.get(DropReason::InvalidAck), 500);
+    // nothing was written, nothing delivered, and the connection still carries data
+    assert_eq!(s.received, 0);
+    write_whole(&mut a, 2, &src, &dst, 3 * 4096);
+    exchange(now + 1_000, &mut a, &mut b, &mut pass);
+    assert_eq!(
+        completions(&mut a)
+            .iter()
+            .map(|c| (c.wr_id, c.status))
+            .collect::<Vec<_>>(),
+        vec![(2, WcStatus::Success)]
+    );
+}
+
+/// What a forger has to guess: with PSNs 0xFF_FFF0..=0xFF_FFF2 in flight, a packet that
+/// echoes one of them is evidence, and the same packet again one base RTO later (1 ms,
+/// the initial RTO) fails `a`; one that echoes none is a counted drop however often it
+/// comes. Each case on a fresh connection.
+#[test]
+fn only_packets_echoing_a_psn_in_flight_are_restart_evidence() {
+    use crate::wire::{NackReason, NackRepr, SackRepr};
+    let nack = |psn, reason| {
+        Body::Nack(NackRepr {
+            psn,
+            reason,
+            reserved: 0,
+            echo_ev: 100,
+        })
+    };
+    let sack = |cum, bitmap| {
+        Body::Sack(SackRepr {
+            cumulative_psn: cum,
+            bitmap_base_psn: 0xFF_FFF0,
+            bitmap,
+            echo_ev: 100,
+            echo_ts_ns: 0,
+            ecn_ce_count: 0,
+            credit: 0,
+        })
+    };
+    let gen_nack = NackReason::GenerationMismatch;
+    let cases: Vec<(&str, Vec<u8>, bool)> = vec![
+        (
+            "NACK(GEN) of PSN in flight",
+            from_peer_gen(Opcode::Nack, 0xFF_FFF1, 7, nack(0xFF_FFF1, gen_nack)),
+            true,
+        ),
+        (
+            "NACK(GEN) of PSN never sent",
+            from_peer_gen(Opcode::Nack, 0xFF_FFF3, 7, nack(0xFF_FFF3, gen_nack)),
+            false,
+        ),
+        (
+            "NACK(GEN) of PSN below snd_una",
+            from_peer_gen(Opcode::Nack, 0xFF_FFEF, 7, nack(0xFF_FFEF, gen_nack)),
+            false,
+        ),
+        (
+            "0xBAD NACK(TRIMMED) of PSN in flight",
+            from_peer_gen(
+                Opcode::Nack,
+                0xFF_FFF2,
+                0xBAD,
+                nack(0xFF_FFF2, NackReason::Trimmed),
+            ),
+            true,
+        ),
+        (
+            "0xBAD SACK cumulative",
+            from_peer_gen(Opcode::Sack, 0xFF_FFF2, 0xBAD, sack(0xFF_FFF2, 0)),
+            true,
+        ),
+        (
+            "0xBAD SACK bitmap",
+            from_peer_gen(Opcode::Sack, 0xFF_FFF0, 0xBAD, sack(0xFF_FFF0, 0b100)),
+            true,
+        ),
+        (
+            "0xBAD SACK of nothing",
+            from_peer_gen(Opcode::Sack, 0xFF_FFF0, 0xBAD, sack(0xFF_FFF0, 0)),
+            false,
+        ),
+        (
+            "0xBAD SACK beyond snd_nxt",
+            from_peer_gen(Opcode::Sack, 0xFF_FFF4, 0xBAD, sack(0xFF_FFF4, 0)),
+            false,
+        ),
+        (
+            "0xBAD SACK bitmap beyond snd_nxt",
+            from_peer_gen(Opcode::Sack, 0xFF_FFF2, 0xBAD, sack(0xFF_FFF2, 0b1000)),
+            false,
+        ),
+    ];
+    let mut got = Vec::new();
+    for (name, pkt, _) in &cases {
+        let (mut a, _b) = pair();
+        let src = fill(&mut a, 3 * 4096, 1);
+        let sge = Sge {
+            lkey: src.lkey,
+            addr: src.addr,
+            len: 3 * 4096,
+        };
+        a.post_write(1, sge, 0x1000, 0x77).unwrap();
+        let mut buf = vec![0u8; 8192];
+        for _ in 0..3 {
+            a.poll_transmit(1_000, &mut buf).unwrap();
+        }
+        a.handle_datagram(2_000, 100, Ecn::Ect0, pkt);
+        a.handle_datagram(1_001_999, 100, Ecn::Ect0, pkt);
+        assert_eq!(a.state(), ConnState::Ready, "{name}: not yet one RTO");
+        a.handle_datagram(1_002_000, 100, Ecn::Ect0, pkt);
+        let failed = a.state() == ConnState::Error;
+        let rejected = a.stats().restart_evidence_rejected;
+        assert_eq!(rejected, if failed { 0 } else { 3 }, "{name}");
+        got.push((*name, failed));
+    }
+    let want: Vec<(&str, bool)> = cases.iter().map(|(n, _, f)| (*n, *f)).collect();
+    assert_eq!(got, want);
 }
 
 /// A NACK naming a PSN the SACK bitmap already acknowledged is stale (a receiver never

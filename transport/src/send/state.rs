@@ -917,10 +917,18 @@ impl SendState {
     }
 
     /// The RTO timer at `now_ns`: if it expired, every in-flight packet sent at least one
-    /// RTO ago is declared lost (queued, its EV `AssumedBad` via [`PathTable::assume_bad`], a
-    /// timeout counted per EV; with [`SendConfig::go_back_n`] every in-flight packet, and
-    /// only the lowest one's EV is blamed), the back-off doubles, and past the retry limit
-    /// every work request fails
+    /// (backed-off) RTO ago is declared lost (queued, its EV `AssumedBad` via
+    /// [`PathTable::assume_bad`], a timeout counted per EV; with [`SendConfig::go_back_n`]
+    /// every in-flight packet, and only the lowest one's EV is blamed), and so is every
+    /// other in-flight packet sent at least `rack.rtt + reorder window` before `now_ns`
+    /// (RFC 8985 section 6.3; both terms are 0 before the first RTT sample, so then every
+    /// packet sent before `now_ns`): its answer is overdue just as if RACK had seen a later
+    /// packet acknowledged, so it counts as a RACK loss (`rack_losses`, the EV's `lost`,
+    /// [`PathTable::on_loss`]). Without that, a paced sender (DCQCN: no window holds the
+    /// packets back, so they leave spread over time) resent one packet per expiry, the
+    /// back-off doubling each time, while the rest waited for later expiries; with every
+    /// answer lost on the way back that ran into the retry limit. Then the back-off
+    /// doubles, and past the retry limit every work request fails
     /// ([`WcStatus::RetryExceeded`] for the oldest, [`WcStatus::Flushed`] for the rest).
     /// An expiry with nothing in flight (every EV denied, see [`SendState::on_blocked`])
     /// declares nothing lost but counts against the retry limit all the same.
@@ -950,13 +958,24 @@ impl SendState {
             return out;
         }
         let go_back_n = self.cfg.go_back_n;
+        // RFC 8985 6.3: a packet sent at least `rack.rtt + reorder window` ago would have
+        // been acknowledged by now had it arrived (the same deadline RACK applies once a
+        // later packet is acknowledged), so the expiry declares it lost too; not one sent
+        // at this very ns (before any RTT sample its deadline is its send time).
+        let reo = reorder_window_ns(self.cfg.min_reorder_window_ns, &self.rtt);
+        let rack = self.rack;
         for seq in self.snd_una..self.snd_nxt {
             let Some(p) = self.packet_mut(seq) else { break };
+            if p.state != PktState::InFlight {
+                continue;
+            }
             // Go-back-N: the receiver dropped everything behind the hole, so every packet
             // in flight goes back, not only those sent an RTO ago (with pacing, one per
             // expiry would leave at the doubling RTO until the retry limit).
-            let young = !go_back_n && p.last_sent_ns.saturating_add(rto) > now_ns;
-            if p.state != PktState::InFlight || young {
+            let expired = go_back_n || p.last_sent_ns.saturating_add(rto) <= now_ns;
+            let overdue =
+                p.last_sent_ns < now_ns && rack.deadline_ns(p.last_sent_ns, reo) <= now_ns;
+            if !expired && !overdue {
                 continue;
             }
             p.state = PktState::Queued;
@@ -964,11 +983,19 @@ impl SendState {
             let (len, ev) = (p.len, usize::from(p.last_ev));
             self.rtx_insert(seq, len);
             self.in_flight_pkts -= 1;
-            // Go-back-N: the receiver dropped every packet behind the hole whatever EV
-            // carried it, so only the lowest expired packet's EV is suspect; blaming the
-            // others would take live EVs out of rotation and leave the next round only
-            // dead or unproven ones to start on.
-            if out.lost_packets == 0 || !go_back_n {
+            if !expired {
+                // younger than the RTO: lost by RACK's deadline, not by a timeout of its
+                // own, so its EV is charged a loss as RACK would charge it
+                stats.rack_losses += 1;
+                if let Some(path) = paths.get_mut(ev) {
+                    path.stats.lost += 1;
+                }
+                paths.on_loss(ev, now_ns);
+            } else if out.lost_packets == 0 || !go_back_n {
+                // Go-back-N: the receiver dropped every packet behind the hole whatever EV
+                // carried it, so only the lowest expired packet's EV is suspect; blaming
+                // the others would take live EVs out of rotation and leave the next round
+                // only dead or unproven ones to start on.
                 if let Some(path) = paths.get_mut(ev) {
                     path.stats.timeouts += 1;
                 }

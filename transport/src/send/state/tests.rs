@@ -421,18 +421,87 @@ fn go_back_n_rto_resends_everything_in_flight_and_blames_the_lowest_ev() {
     assert_eq!(r.send(1_000_000, 4), vec![(0, 1), (1, 2), (2, 3), (3, 1)]);
 }
 
+/// RFC 8985 6.3 before any RTT sample: `rack.rtt` is 0 and the reorder window its 50 us
+/// floor, so the expiry at 1 ms declares lost every packet sent by 950 us, not only the
+/// one sent an RTO before it (paced packets used to go one per expiry); a packet sent at
+/// the expiry's own ns stays in flight. Only the RTO-old packet's EV is blamed for a
+/// timeout; the others are charged one loss each, as RACK charges them.
 #[test]
-fn selective_repeat_rto_resends_only_packets_an_rto_old() {
+fn selective_repeat_rto_declares_every_overdue_packet_lost() {
     let mut r = Rig::new(0, &[0, 1, 2, 3]);
-    r.st.post(spec(1, 4 * MTU));
+    r.st.post(spec(1, 5 * MTU));
     for k in 0..4u64 {
-        r.send(k * 100_000, 1);
+        assert_eq!(r.send(k * 100_000, 1), vec![(k, k as usize)]);
     }
+    assert_eq!(r.send(1_000_000, 1), vec![(4, 0)]);
+    assert_eq!(r.st.rto_deadline_ns(), Some(1_000_000));
     let l = r.st.on_rto(1_000_000, &mut r.paths, &mut r.stats);
-    assert_eq!(l.lost_packets, 1);
-    assert_eq!(r.st.retransmit_queue().collect::<Vec<_>>(), vec![0]);
-    assert_eq!(r.paths.state_of(0), Some(PathState::AssumedBad));
-    assert_eq!(r.paths.state_of(1), Some(PathState::Good));
+    assert_eq!(
+        l,
+        LossOutcome {
+            lost_packets: 4,
+            lost_bytes: 4 * 4096,
+            failed: false
+        }
+    );
+    assert_eq!(
+        r.st.retransmit_queue().collect::<Vec<_>>(),
+        vec![0, 1, 2, 3]
+    );
+    assert_eq!(r.st.in_flight_packets(), 1);
+    assert_eq!((r.stats.timeouts, r.stats.rack_losses), (1, 3));
+    let evs = r.paths.paths();
+    let states: Vec<_> = evs.iter().map(|p| p.state).collect();
+    assert_eq!(
+        states,
+        vec![
+            PathState::AssumedBad,
+            PathState::Good,
+            PathState::Good,
+            PathState::Good
+        ]
+    );
+    let per_ev: Vec<(u64, u64, u32)> = evs
+        .iter()
+        .map(|p| (p.stats.timeouts, p.stats.lost, p.consecutive_losses))
+        .collect();
+    assert_eq!(per_ev, vec![(1, 0, 0), (0, 1, 1), (0, 1, 1), (0, 1, 1)]);
+}
+
+/// RFC 8985 6.3 with an RTT sample: PSN 0 sent at 1 us and acknowledged at 11 us gives
+/// `rack.rtt` 10 us, SRTT 10 us, RTTVAR 5 us, so the RTO is its 200 us floor and the reorder window its
+/// 50 us floor. The expiry at 220 us (PSN 1, sent at 20 us, plus 200 us) declares lost
+/// PSN 1 (an RTO old) and every packet sent by 220 - 10 - 50 = 160 us; PSN 4, sent at
+/// 161 us, could still be acknowledged in time and stays in flight.
+#[test]
+fn selective_repeat_rto_keeps_packets_younger_than_rack_rtt_plus_reorder_window() {
+    let mut r = Rig::new(0, &[0, 1, 2, 3]);
+    r.st.post(spec(1, 5 * MTU));
+    assert_eq!(r.send(1_000, 1), vec![(0, 0)]);
+    let out = r.sack(11_000, 1, 0, 0, Some((0, 1_000)));
+    assert_eq!(out.rtt_sample_ns, Some(10_000));
+    assert_eq!(r.st.base_rto_ns(), 200_000);
+    assert_eq!(r.st.rack.rtt_ns, 10_000);
+    let mut sent = Vec::new();
+    for t in [20_000, 100_000, 160_000, 161_000] {
+        sent.extend(r.send(t, 1));
+    }
+    assert_eq!(sent, vec![(1, 1), (2, 2), (3, 3), (4, 0)]);
+    assert_eq!(r.st.rto_deadline_ns(), Some(220_000));
+    let l = r.st.on_rto(220_000, &mut r.paths, &mut r.stats);
+    assert_eq!((l.lost_packets, l.lost_bytes), (3, 3 * 4096));
+    assert_eq!(r.st.retransmit_queue().collect::<Vec<_>>(), vec![1, 2, 3]);
+    assert_eq!(r.st.in_flight_packets(), 1);
+    assert_eq!(r.st.packet(4).map(|p| p.state), Some(PktState::InFlight));
+    assert_eq!((r.stats.timeouts, r.stats.rack_losses), (1, 2));
+    let per_ev: Vec<(u64, u64)> = r
+        .paths
+        .paths()
+        .iter()
+        .map(|p| (p.stats.timeouts, p.stats.lost))
+        .collect();
+    assert_eq!(per_ev, vec![(0, 0), (1, 0), (0, 1), (0, 1)]);
+    assert_eq!(r.paths.state_of(1), Some(PathState::AssumedBad));
 }
 
 #[test]
