@@ -71,6 +71,21 @@ cables: 32 = (16 NIC links + 16 leaf-spine links), one per 200G lane; optics: 64
     );
     assert_eq!(v["plane"]["downlinks_per_spine"], 64);
     assert_eq!(v["plane"]["leaf_logical_ports"], 64);
+    // 2:1: 20 uplinks per leaf rotate over 9 spines, the fullest takes 58 of its 64 lanes.
+    let (code, out, err) = mrc_sim(&[
+        "design",
+        "--gpus",
+        "1024",
+        "--oversubscription",
+        "2:1",
+        "--json",
+        "-",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("spines 0-6 carry 58 lanes, spines 7-8 carry 57, of 64 each\n"));
+    let v: serde_json::Value = serde_json::from_str(&out[out.find('{').unwrap()..]).unwrap();
+    assert_eq!(v["plane"]["downlinks_per_spine"], 58);
+    assert_eq!(v["plane"]["links_per_leaf_spine"], 3);
 }
 
 /// Trace ports above the radix (leaf0:55 on a 32-port switch) are lanes: each switch hop

@@ -157,8 +157,11 @@ enum Cmd {
     ///
     /// Links are counted in lanes of the NIC speed / planes (200G with the defaults): a
     /// 400G switch port broken out 2 x 200G carries 2 lanes, so a 32-port leaf has 64. The
-    /// second table gives each switch's links both in lanes and in physical ports; cables
-    /// and optics count one cable per lane, optics = 2 x cables.
+    /// second table gives each switch's links both in lanes and in physical ports (the
+    /// spine rows: the fullest spine); cables and optics count one cable per lane, optics
+    /// = 2 x cables. When the uplinks per leaf are not a multiple of the spines, they
+    /// rotate over the spines (uplink j of leaf l to spine (l x uplinks + j) % spines) and
+    /// a last line gives the lanes per leaf-spine pair and per spine.
     Design {
         #[command(flatten)]
         d: DesignArgs,
@@ -185,8 +188,9 @@ enum Cmd {
     /// L the lane of its breakout (1..breakout): PORT = (P - 1) x breakout + L - 1, so
     /// leaf0:55 (p28/2) is lane 2 of leaf0's port 28. Without breakout (port speed = lane
     /// speed) it is `pP`. Leaf ports: the hosts' lanes first, then the uplinks, uplink j
-    /// to spine j % spines. The source prints as `hostN:0` (its NIC), the destination
-    /// bare. With srv6/usid each hop shows the SRH's segments left (SL) and the destination
+    /// of leaf l to spine (l x uplinks + j) % spines (j % spines when the uplinks are a
+    /// multiple of the spines; `design` shows the spread). The source prints as `hostN:0`
+    /// (its NIC), the destination bare. With srv6/usid each hop shows the SRH's segments left (SL) and the destination
     /// address (DA) as the node receives the packet.
     Trace {
         #[command(flatten)]

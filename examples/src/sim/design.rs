@@ -121,13 +121,59 @@ pub fn design_text(d: &FabricDesign) -> String {
         p.lane_gbps,
         d.optics
     );
-    if p.downlinks_per_spine > p.spine_logical_ports {
-        s += &format!(
-            "warning: uplink j of every leaf goes to spine j % {}, so the fullest spine needs {} lanes of its {} ({} uplinks per leaf do not spread evenly over {} spines)\n",
-            p.spines, p.downlinks_per_spine, p.spine_logical_ports, p.uplinks_per_leaf, p.spines
-        );
-    }
+    s += &rotation_text(d);
     s
+}
+
+/// `spine 3 carries` or `spines 3-8 carry` (`first..first + n`, `n >= 1`).
+fn spines_carry(first: u32, n: u32) -> String {
+    match n {
+        1 => format!("spine {first} carries"),
+        _ => format!("spines {first}-{} carry", first + n - 1),
+    }
+}
+
+/// `1 spine` or `n spines`.
+fn spine_count(n: u32) -> String {
+    match n {
+        1 => "1 spine".into(),
+        _ => format!("{n} spines"),
+    }
+}
+
+/// How the uplinks spread when they are not a multiple of the spines (empty otherwise:
+/// then uplink j of every leaf goes to spine j % spines, `per_leaf_spine_pair` lanes each):
+/// the rotation rule of [`UplinkWiring`](mrc_fabric::sim::UplinkWiring), the lanes per
+/// leaf-spine pair and per spine, ending in `\n`.
+pub fn rotation_text(d: &FabricDesign) -> String {
+    let p = &d.plane;
+    let w = p.wiring();
+    if p.spines == 0 || p.uplinks_per_leaf % p.spines == 0 {
+        return String::new();
+    }
+    let fullest = w.fullest_spines();
+    let spines = if fullest == p.spines {
+        format!("every spine carries {} lanes", w.max_spine_lanes())
+    } else {
+        format!(
+            "{} {} lanes, {} {}",
+            spines_carry(0, fullest),
+            w.max_spine_lanes(),
+            spines_carry(fullest, p.spines - fullest),
+            w.min_spine_lanes()
+        )
+    };
+    let pairs = w.fullest_pairs_per_leaf();
+    format!(
+        "uplinks rotate: uplink j of leaf l goes to spine (l x {} + j) mod {}; each leaf has {} lanes to {} and {} to the other {}; {spines}, of {} each\n",
+        p.uplinks_per_leaf,
+        p.spines,
+        w.max_leaf_spine_lanes(),
+        spine_count(pairs),
+        w.min_leaf_spine_lanes(),
+        p.spines - pairs,
+        p.spine_logical_ports
+    )
 }
 
 /// What `NODE:PORT (pP/L)` in a trace means for the switches of `d`: one line per tier
@@ -253,15 +299,7 @@ cables: 2048 = (1024 NIC links + 1024 leaf-spine links), one per 200G lane; opti
             assert_eq!(v(2, "down"), Some(spine_lanes));
             assert_eq!(v(3, "in_use"), Some(spine_ports));
         }
-        // 2:1: 20 uplinks over 9 spines, 3 per pair on spines 0 and 1: 26 x 3 = 78 lanes on
-        // a 64-lane spine; the text says so.
-        let mut i = DesignInput::reference(1024);
-        i.oversubscription = "2:1".parse().unwrap();
-        let text = design_text(&design(&i).unwrap());
-        assert!(text.ends_with(
-            "\nwarning: uplink j of every leaf goes to spine j % 9, so the fullest spine needs 78 lanes of its 64 (20 uplinks per leaf do not spread evenly over 9 spines)\n"
-        ), "{text}");
-        assert!(!design_text(&design(&DesignInput::reference(1024)).unwrap()).contains("warning"));
+        assert!(!design_text(&design(&DesignInput::reference(1024)).unwrap()).contains("rotate"));
         // 2 planes of 100G lanes: 4 lanes per 400G port.
         let mut i = DesignInput::reference(1024);
         i.planes = 2;
@@ -273,6 +311,46 @@ cables: 2048 = (1024 NIC links + 1024 leaf-spine links), one per 200G lane; opti
         assert!(text.contains(
             "cables: 4096 = (1024 NIC links + 1024 leaf-spine links) per plane, x 2 planes, one per 100G lane; optics: 8192"
         ), "{text}");
+    }
+
+    /// 1024 GPUs at 2:1: 20 uplinks per leaf over 9 spines rotate, 58 or 57 lanes per
+    /// 64-lane spine (uplink j -> spine j % 9 needed 78 on spines 0 and 1).
+    #[test]
+    fn design_text_of_1024_at_2_to_1_shows_the_rotation() {
+        let mut i = DesignInput::reference(1024);
+        i.oversubscription = "2:1".parse().unwrap();
+        assert_eq!(
+            design_text(&design(&i).unwrap()),
+            "\
+design: 1024 GPUs, 8 per server, 200G NICs, 32x400G leaves, 32x400G spines, 2:1, 1 plane
+        servers  nics  leaves  spines  lane_gbps  cables  optics  oversubscription
+fabric      128  1024      26       9        200    1544    3088                 2
+per switch, one plane: links in 200G lanes and in physical ports (leaf 400G = 2 x 200G, spine 400G = 2 x 200G)
+                   down  up  per_leaf_spine_pair  in_use  of
+leaf, 200G lanes     40  20                    3      60  64
+leaf, 400G ports     20  10                    -      30  32
+spine, 200G lanes    58   -                    3      58  64
+spine, 400G ports    29   -                    -      29  32
+cables: 1544 = (1024 NIC links + 520 leaf-spine links), one per 200G lane; optics: 3088 = 2 x cables (one per link end)
+uplinks rotate: uplink j of leaf l goes to spine (l x 20 + j) mod 9; each leaf has 3 lanes to 2 spines and 2 to the other 7; spines 0-6 carry 58 lanes, spines 7-8 carry 57, of 64 each
+"
+        );
+        i.oversubscription = "4:1".parse().unwrap();
+        let d = design(&i).unwrap();
+        assert_eq!(
+            rotation_text(&d),
+            "uplinks rotate: uplink j of leaf l goes to spine (l x 15 + j) mod 6; each leaf has 3 lanes to 3 spines and 2 to the other 3; every spine carries 55 lanes, of 64 each\n"
+        );
+        let t = switch_table(&d);
+        assert_eq!(t.rows[2].values[0], ("down".to_string(), 55.0));
+        assert_eq!(t.rows[3].values[1], ("in_use".to_string(), 28.0));
+        // A hand-made plane of 3 leaves x 3 uplinks over 2 spines: one spine above the other.
+        let mut d = design(&DesignInput::reference(64)).unwrap();
+        (d.plane.leaves, d.plane.uplinks_per_leaf, d.plane.spines) = (3, 3, 2);
+        assert_eq!(
+            rotation_text(&d),
+            "uplinks rotate: uplink j of leaf l goes to spine (l x 3 + j) mod 2; each leaf has 2 lanes to 1 spine and 1 to the other 1; spine 0 carries 5 lanes, spine 1 carries 4, of 64 each\n"
+        );
     }
 
     #[test]

@@ -13,6 +13,10 @@
 //! - leaves = ceil(NICs / NICs per leaf); uplinks per leaf = ceil(down x up / down), rounded up
 //!   to a multiple of the spine count when the radix allows, so that every leaf reaches every
 //!   spine over the same number of links; spines = ceil(leaves x uplinks / spine logical ports);
+//! - when the uplinks are still not a multiple of the spines, they rotate over the spines
+//!   ([`UplinkWiring`]: uplink `j` of leaf `l` to spine `(l x uplinks + j) mod spines`), so
+//!   the fullest spine carries `ceil(leaves x uplinks / spines)` lanes, within its logical
+//!   ports by the choice of the spine count ([`DesignError::UplinksExceedSpines`] otherwise);
 //! - cables = NIC links + leaf-spine links (every logical link is one cable); optics are
 //!   counted at both ends: `optics = 2 x (NICs + uplinks)` per plane.
 //!
@@ -23,6 +27,8 @@
 //! port `n / B + 1`, lane `n % B + 1`.
 
 use serde::Serialize;
+
+use super::wiring::UplinkWiring;
 
 /// Oversubscription of a leaf: downlink capacity : uplink capacity (`1:1`, `2:1`, ...).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -161,6 +167,19 @@ pub enum DesignError {
         /// Logical ports of a spine.
         spine_logical_ports: u32,
     },
+    /// The spines cannot take the leaves' uplinks: more uplink lanes than spines x spine
+    /// lanes, so some spine would need more lanes than it has, however they are wired.
+    #[error(
+        "{uplink_lanes} leaf uplink lanes do not fit {spines} spines x {spine_logical_ports} lanes"
+    )]
+    UplinksExceedSpines {
+        /// Uplink lanes of all leaves (leaves x uplinks per leaf).
+        uplink_lanes: u64,
+        /// Spines.
+        spines: u32,
+        /// Logical ports (lanes) of a spine.
+        spine_logical_ports: u32,
+    },
     /// Text that is not `D:U`.
     #[error("oversubscription {text:?} is not D:U with positive integers (e.g. 2:1)")]
     BadOversubscription {
@@ -192,14 +211,50 @@ pub struct PlaneDesign {
     pub downlinks_per_leaf: u32,
     /// Uplinks (lanes) of each leaf.
     pub uplinks_per_leaf: u32,
-    /// Links (lanes) from each leaf to each spine (uplinks_per_leaf / spines, rounded up).
+    /// Most links (lanes) between one leaf and one spine: `ceil(uplinks_per_leaf / spines)`
+    /// (exactly `uplinks_per_leaf / spines` for every pair when the uplinks are a multiple
+    /// of the spines; otherwise each leaf has one lane fewer to some spines, see
+    /// [`UplinkWiring`]).
     pub links_per_leaf_spine: u32,
-    /// Downlinks (lanes to leaves) of the fullest spine: leaves x links_per_leaf_spine.
+    /// Downlinks (lanes to leaves) of the fullest spine: `ceil(leaves x uplinks_per_leaf /
+    /// spines)` (the uplinks rotate over the spines, [`UplinkWiring`]); at most
+    /// `spine_logical_ports`.
     pub downlinks_per_spine: u32,
     /// NIC ports in this plane (= GPUs).
     pub nic_links: u32,
     /// Leaf-spine links in this plane (leaves x uplinks_per_leaf).
     pub uplinks: u32,
+}
+
+impl PlaneDesign {
+    /// Which spine each leaf uplink goes to (the rule [`Topology::spine_leaf`] wires).
+    ///
+    /// [`Topology::spine_leaf`]: super::Topology::spine_leaf
+    pub fn wiring(&self) -> UplinkWiring {
+        UplinkWiring {
+            leaves: self.leaves,
+            uplinks_per_leaf: self.uplinks_per_leaf,
+            spines: self.spines,
+        }
+    }
+
+    /// Checks that every spine has a lane for each link the wiring puts on it: the fullest
+    /// spine's `ceil(leaves x uplinks_per_leaf / spines)` lanes are at most
+    /// `spine_logical_ports` (the same as: uplink lanes <= spines x spine lanes). Every
+    /// design from [`design()`] passes; a plane edited by hand may not.
+    ///
+    /// Errors: [`DesignError::UplinksExceedSpines`].
+    pub fn check_spines(&self) -> Result<(), DesignError> {
+        let w = self.wiring();
+        if w.max_spine_lanes() > u64::from(self.spine_logical_ports) {
+            return Err(DesignError::UplinksExceedSpines {
+                uplink_lanes: w.total_lanes(),
+                spines: self.spines,
+                spine_logical_ports: self.spine_logical_ports,
+            });
+        }
+        Ok(())
+    }
 }
 
 /// The designer's answer.
@@ -301,7 +356,8 @@ fn breakout(switch: &'static str, port_gbps: u32, lane_gbps: u32) -> Result<u32,
 ///
 /// Errors: [`DesignError::Zero`], [`DesignError::PlanesNotDivisor`],
 /// [`DesignError::SpeedNotMultiple`], [`DesignError::LeafTooSmall`],
-/// [`DesignError::TooManyLeaves`], [`DesignError::TooLarge`].
+/// [`DesignError::TooManyLeaves`], [`DesignError::TooLarge`],
+/// [`DesignError::UplinksExceedSpines`] (not reached: the spine count is chosen to fit).
 pub fn design(input: &DesignInput) -> Result<FabricDesign, DesignError> {
     let gpus = nonzero("gpus", input.gpus)?;
     let gps = nonzero("gpus_per_server", input.gpus_per_server)?;
@@ -374,9 +430,17 @@ pub fn design(input: &DesignInput) -> Result<FabricDesign, DesignError> {
             spines = mul(leaves, up, "uplinks")?.div_ceil(spine_ports);
         }
     }
-    // Uplink j goes to spine j % spines: the fullest spine has ceil(up / spines) per leaf,
-    // at most leaves x up <= spines x spine_ports lanes in all.
-    let links_per_leaf_spine = up.div_ceil(spines);
+    // The uplinks rotate over the spines (UplinkWiring): the fullest spine has
+    // ceil(leaves x up / spines) <= spine_ports lanes, as spines = ceil(leaves x up / spine_ports).
+    let wiring = UplinkWiring {
+        leaves,
+        uplinks_per_leaf: up,
+        spines,
+    };
+    let downlinks_per_spine =
+        u32::try_from(wiring.max_spine_lanes()).map_err(|_| DesignError::TooLarge {
+            what: "spine downlinks",
+        })?;
     let plane = PlaneDesign {
         lane_gbps: lane,
         leaf_breakout: input.leaf_port_gbps / lane,
@@ -387,11 +451,12 @@ pub fn design(input: &DesignInput) -> Result<FabricDesign, DesignError> {
         spines,
         downlinks_per_leaf: down,
         uplinks_per_leaf: up,
-        links_per_leaf_spine,
-        downlinks_per_spine: mul(leaves, links_per_leaf_spine, "spine downlinks")?,
+        links_per_leaf_spine: wiring.max_leaf_spine_lanes(),
+        downlinks_per_spine,
         nic_links: gpus,
         uplinks: leaves * up,
     };
+    plane.check_spines()?;
     let cables = mul(planes, add(gpus, leaves * up, "cables")?, "cables")?;
     Ok(FabricDesign {
         input: *input,
@@ -560,6 +625,93 @@ mod tests {
         assert_eq!((d.plane.leaves, d.plane.spines), (16, 8));
         assert_eq!((d.leaves, d.spines), (32, 16));
         assert_eq!(d.cables, 2 * (1024 + 1024));
+    }
+
+    fn over(gpus: u32, o: &str) -> FabricDesign {
+        let mut i = DesignInput::reference(gpus);
+        i.oversubscription = o.parse().unwrap();
+        design(&i).unwrap()
+    }
+
+    /// 1024 GPUs at 2:1 (26 leaves x 20 uplinks over 9 spines) and 4:1 (22 x 15 over 6):
+    /// the uplinks rotate, so the fullest spine has 58 (55) of its 64 lanes, not the
+    /// 26 x 3 = 78 (22 x 3 = 66) that uplink j -> spine j % spines gave.
+    #[test]
+    fn oversubscribed_uplinks_rotate_within_the_spine_lanes() {
+        let p = over(1024, "2:1").plane;
+        assert_eq!((p.leaves, p.uplinks_per_leaf, p.spines), (26, 20, 9));
+        assert_eq!((p.links_per_leaf_spine, p.downlinks_per_spine), (3, 58));
+        assert_eq!(p.spine_logical_ports, 64);
+        assert_eq!(p.check_spines(), Ok(()));
+        let p = over(1024, "4:1").plane;
+        assert_eq!((p.leaves, p.uplinks_per_leaf, p.spines), (22, 15, 6));
+        assert_eq!((p.links_per_leaf_spine, p.downlinks_per_spine), (3, 55));
+        assert_eq!(p.check_spines(), Ok(()));
+    }
+
+    /// A plane with fewer spines than its uplinks need is a typed error, not a warning.
+    #[test]
+    fn plane_whose_uplinks_exceed_the_spines_is_an_error() {
+        let mut p = over(1024, "2:1").plane;
+        p.spines = 8;
+        let e = p.check_spines().unwrap_err();
+        assert_eq!(
+            e,
+            DesignError::UplinksExceedSpines {
+                uplink_lanes: 520,
+                spines: 8,
+                spine_logical_ports: 64
+            }
+        );
+        assert_eq!(
+            e.to_string(),
+            "520 leaf uplink lanes do not fit 8 spines x 64 lanes"
+        );
+        // 32 leaves x 16 = 512 lanes on 8 spines of 64: exactly full; one more each, not.
+        (p.leaves, p.uplinks_per_leaf) = (32, 16);
+        assert_eq!(p.check_spines(), Ok(()));
+        p.uplinks_per_leaf = 17;
+        assert!(matches!(
+            p.check_spines(),
+            Err(DesignError::UplinksExceedSpines {
+                uplink_lanes: 544,
+                ..
+            })
+        ));
+        let mut p = over(1024, "2:1").plane;
+        p.spine_logical_ports = 57;
+        assert!(matches!(
+            p.check_spines(),
+            Err(DesignError::UplinksExceedSpines { .. })
+        ));
+        p.spine_logical_ports = 58;
+        assert_eq!(p.check_spines(), Ok(()));
+    }
+
+    /// Over many GPU counts, oversubscriptions and planes: the fullest spine fits its
+    /// lanes, `downlinks_per_spine` is the wiring's fullest spine, and every leaf reaches
+    /// every spine.
+    #[test]
+    fn every_design_fits_its_spines() {
+        let mut checked = 0;
+        for o in ["1:1", "3:2", "2:1", "3:1", "4:1", "5:1", "7:2"] {
+            for planes in [1, 2, 4] {
+                for gpus in (8..=2048).step_by(24) {
+                    let mut i = DesignInput::reference(gpus);
+                    i.oversubscription = o.parse().unwrap();
+                    i.planes = planes;
+                    let Ok(d) = design(&i) else { continue };
+                    let (p, w) = (d.plane, d.plane.wiring());
+                    assert!(p.downlinks_per_spine <= p.spine_logical_ports, "{i:?}");
+                    let fullest = (0..p.spines).map(|s| w.spine_lanes(s)).max().unwrap();
+                    assert_eq!(u64::from(p.downlinks_per_spine), fullest, "{i:?}");
+                    assert!(w.min_leaf_spine_lanes() >= 1, "{i:?}");
+                    assert_eq!(p.uplinks, p.leaves * p.uplinks_per_leaf);
+                    checked += 1;
+                }
+            }
+        }
+        assert_eq!(checked, 7 * 3 * 86);
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The deterministic packet-level fabric simulator (DESIGN.md section 7).
 //!
 //! - [`design`](mod@design): the two-tier spine-leaf designer;
+//! - [`wiring`]: which spine each leaf uplink goes to (the uplinks rotate over the spines);
 //! - [`topo`]: nodes, ports, links, addresses, next-hop tables built from a design;
 //! - [`event`]: the `(time_ns, seq)` event queue;
 //! - [`link`]: rates, delays and exact serialisation;
@@ -26,6 +27,7 @@ pub mod net;
 pub mod queue;
 pub mod stats;
 pub mod topo;
+pub mod wiring;
 
 pub use design::{DesignError, DesignInput, FabricDesign, Oversubscription, SwitchPort, design};
 pub use fault::{Fault, FaultKind, LinkSelector};
@@ -34,3 +36,4 @@ pub use link::LinkSpec;
 pub use net::{FlowSpec, SimConfig, SimError, SimReport, Simulator, TransportSpec};
 pub use queue::{EcnConfig, QueueConfig};
 pub use topo::{SpineLeafSpec, Topology};
+pub use wiring::UplinkWiring;

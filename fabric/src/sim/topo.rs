@@ -4,7 +4,11 @@
 //!
 //! Node ids: hosts `0..hosts`, then leaves, then spines. Host `h` has one port (its NIC),
 //! to leaf `h / downlinks_per_leaf`. Leaf ports: `0..downlinks` to its hosts, then its
-//! uplinks, uplink `j` to spine `j % spines`. Addresses (IPv6): host `h` is
+//! uplinks, uplink `j` of leaf `l` to spine `(l x uplinks_per_leaf + j) % spines`
+//! ([`UplinkWiring`]: `j % spines` when the uplinks are a multiple of the spines; otherwise
+//! the uplinks rotate so that no spine carries more than `ceil(leaves x uplinks / spines)`
+//! lanes). Spine ports: one per lane, leaf 0's first, then leaf 1's, in uplink order.
+//! Addresses (IPv6): host `h` is
 //! `fd00::1:0:h` (`HOST_PREFIX | h`), switch `s` (node id) is `fd00::2:0:s`; a switch with
 //! node id `n` owns uSID `n + 1` under the `fd00:5::/32` block, a host uSID `h + 1`.
 
@@ -12,6 +16,7 @@ use serde::Serialize;
 
 use super::design::FabricDesign;
 use super::link::LinkSpec;
+use super::wiring::UplinkWiring;
 
 /// High bits of host addresses: `fd00::1:0:0/96`.
 pub const HOST_PREFIX: u128 = (0xfd00u128 << 112) | (1u128 << 32);
@@ -80,7 +85,8 @@ pub struct SpineLeafSpec {
     pub spines: u32,
     /// Host ports per leaf (the last leaf may hold fewer).
     pub hosts_per_leaf: u32,
-    /// Uplinks of each leaf (uplink `j` goes to spine `j % spines`).
+    /// Uplinks of each leaf (uplink `j` of leaf `l` goes to spine
+    /// `(l x uplinks_per_leaf + j) % spines`, see [`UplinkWiring`]).
     pub uplinks_per_leaf: u32,
     /// Host-leaf links.
     pub host_link: LinkSpec,
@@ -101,6 +107,15 @@ impl SpineLeafSpec {
             uplinks_per_leaf: p.uplinks_per_leaf,
             host_link: link,
             fabric_link: link,
+        }
+    }
+
+    /// Which spine each leaf uplink goes to.
+    pub fn wiring(&self) -> UplinkWiring {
+        UplinkWiring {
+            leaves: self.leaves,
+            uplinks_per_leaf: self.uplinks_per_leaf,
+            spines: self.spines,
         }
     }
 }
@@ -211,9 +226,12 @@ impl Topology {
         for h in 0..s.hosts {
             connect(&mut nodes, h, leaf0 + h / s.hosts_per_leaf, s.host_link)?;
         }
+        let wiring = s.wiring();
         for l in 0..s.leaves {
             for j in 0..s.uplinks_per_leaf {
-                connect(&mut nodes, leaf0 + l, spine0 + j % s.spines, s.fabric_link)?;
+                // Some: l < leaves, j < uplinks_per_leaf and spines > 0 (checked above).
+                let spine = wiring.spine_of(l, j).ok_or(TopoError::Zero("spines"))?;
+                connect(&mut nodes, leaf0 + l, spine0 + spine, s.fabric_link)?;
             }
         }
         let mut t = Topology {
@@ -430,5 +448,103 @@ mod tests {
         assert_eq!(t.next_hops(20, 0), &[1, 2, 3]);
         // Other leaves never send leaf0's traffic to spine0.
         assert_eq!(t.next_hops(17, 0), &[5, 6, 7]);
+    }
+
+    /// 3 leaves x 3 uplinks over 2 spines: lane k = 3l + j goes to spine k % 2, so leaf 1
+    /// has two lanes to spine 1 and spine 0 takes 5 lanes, spine 1 4 (uplink j -> spine
+    /// j % 2 gave every leaf two lanes to spine 0: 6 and 3).
+    #[test]
+    fn uneven_uplinks_rotate_over_the_spines() {
+        let t = Topology::spine_leaf(&SpineLeafSpec {
+            hosts: 6,
+            leaves: 3,
+            spines: 2,
+            hosts_per_leaf: 2,
+            uplinks_per_leaf: 3,
+            host_link: LinkSpec::gbps(100, 500),
+            fabric_link: LinkSpec::gbps(100, 500),
+        })
+        .unwrap();
+        // Leaves are nodes 6, 7, 8; spines 9, 10. (leaf, leaf port, spine, spine port):
+        let up: Vec<(u32, u16, u32, u16)> = t.links[6..]
+            .iter()
+            .map(|l| (l.a, l.a_port, l.b, l.b_port))
+            .collect();
+        assert_eq!(
+            up,
+            [
+                (6, 2, 9, 0),
+                (6, 3, 10, 0),
+                (6, 4, 9, 1),
+                (7, 2, 10, 1),
+                (7, 3, 9, 2),
+                (7, 4, 10, 2),
+                (8, 2, 9, 3),
+                (8, 3, 10, 3),
+                (8, 4, 9, 4),
+            ]
+        );
+        let mut pairs: Vec<(u32, u32)> = up.iter().map(|&(l, _, s, _)| (l, s)).collect();
+        pairs.sort_unstable();
+        assert_eq!(
+            pairs,
+            [
+                (6, 9),
+                (6, 9),
+                (6, 10),
+                (7, 9),
+                (7, 10),
+                (7, 10),
+                (8, 9),
+                (8, 9),
+                (8, 10)
+            ]
+        );
+        assert_eq!((t.nodes[9].ports.len(), t.nodes[10].ports.len()), (5, 4));
+        // Leaf 1 reaches spine 0 on its one lane, spine 1 on two; spine 1 reaches leaf 1's
+        // hosts on both.
+        assert_eq!(t.next_hops(7, 9), &[3]);
+        assert_eq!(t.next_hops(7, 10), &[2, 4]);
+        assert_eq!(t.next_hops(10, 2), &[1, 2]);
+        assert_eq!(t.next_hops(6, 2), &[2, 3, 4]);
+    }
+
+    /// 1024 GPUs on 32x400G switches at 2:1 and 4:1: every spine's lanes, counted on the
+    /// built topology, are the wiring's and within the spine's 64; every leaf reaches every
+    /// spine.
+    #[test]
+    fn oversubscribed_1024_spines_within_their_lanes() {
+        for (o, lanes) in [
+            ("2:1", vec![58, 58, 58, 58, 58, 58, 58, 57, 57]),
+            ("4:1", vec![55; 6]),
+        ] {
+            let mut i = crate::sim::DesignInput::reference(1024);
+            i.oversubscription = o.parse().unwrap();
+            let d = crate::sim::design(&i).unwrap();
+            let (p, w) = (d.plane, d.plane.wiring());
+            let t = Topology::spine_leaf(&SpineLeafSpec::from_design(&d, 500)).unwrap();
+            let got: Vec<usize> = t
+                .spines
+                .iter()
+                .map(|&s| t.nodes[s as usize].ports.len())
+                .collect();
+            assert_eq!(got, lanes, "{o}");
+            assert_eq!(
+                got.iter().max().copied(),
+                Some(p.downlinks_per_spine as usize)
+            );
+            assert!(got.iter().all(|&n| n <= p.spine_logical_ports as usize));
+            for (s, &n) in got.iter().enumerate() {
+                assert_eq!(w.spine_lanes(s as u32), n as u64);
+            }
+            for (l, &leaf) in t.leaves.iter().enumerate() {
+                assert!(t.nodes[leaf as usize].ports.len() <= p.leaf_logical_ports as usize);
+                for (s, &spine) in t.spines.iter().enumerate() {
+                    let n = t.links_between(leaf, spine).len() as u64;
+                    assert_eq!(n, w.leaf_spine_lanes(l as u32, s as u32), "{o} {l} {s}");
+                    assert!(n >= 2, "{o} leaf {l} spine {s}");
+                }
+            }
+        }
     }
 }
