@@ -187,7 +187,7 @@ struct PortRt {
 }
 
 /// Cache lines of [`PortRt`] a packet touches (what is prefetched).
-const PORT_HOT_LINES: usize = 4;
+const PORT_HOT_LINES: usize = 5;
 
 /// A frame in the simulator's slab: its bytes and their [`frame::Header`]. What a switch
 /// reads (header, length) comes first, in the two cache lines the event loop prefetches.

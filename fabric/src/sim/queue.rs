@@ -147,7 +147,7 @@ pub struct PortStats {
 }
 
 /// Distinct queue-depth values a port counts before they reach its histogram.
-pub const PENDING_SAMPLES: usize = 8;
+pub const PENDING_SAMPLES: usize = 16;
 
 /// A direct-mapped cache of queue-depth samples: [`PENDING_SAMPLES`] `(value, count)`
 /// entries in one cache line, the entry chosen by a multiplicative hash of the value
@@ -166,7 +166,7 @@ struct SampleCache {
 impl SampleCache {
     /// The entry of value `v`.
     fn slot(v: u32) -> usize {
-        (u64::from(v).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 61) as usize % PENDING_SAMPLES
+        (u64::from(v).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - PENDING_SAMPLES.trailing_zeros())) as usize
     }
 }
 
