@@ -10,11 +10,12 @@
 //!
 //! Every hop's work (forwarding, SRv6 End, uSID shift, ECN CE, trimming) touches the head
 //! only, so a frame's hops cost the same whatever its size, and a payload sent many times
-//! (a registered buffer posted again and again) is stored once. The logical frame is always
-//! `head` followed by `payload`; a frame that does not parse as IPv6 / (SRH) / UDP keeps all
-//! its bytes in `head`.
+//! (a registered buffer posted again and again) is stored once and shared. A transport
+//! datagram is copied once into a payload buffer the slab recycles, as the frame buffers of
+//! a NIC's ring are. The logical frame is always `head` followed by `payload`; a frame that
+//! does not parse as IPv6 / (SRH) / UDP keeps all its bytes in `head`.
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use smallvec::SmallVec;
 
 use super::frame;
@@ -27,60 +28,128 @@ pub const HEAD_INLINE_BYTES: usize = 112;
 /// The headers of a frame, inline up to [`HEAD_INLINE_BYTES`].
 pub type Head = SmallVec<[u8; HEAD_INLINE_BYTES]>;
 
+/// The payload of a frame: bytes of its own, in a buffer the simulator's slab recycles
+/// (a transport datagram, copied once), or bytes shared with other frames (a payload
+/// posted many times).
+#[derive(Clone, Debug)]
+enum Payload {
+    /// Owned; the buffer's capacity is kept when the frame is released.
+    Owned(Vec<u8>),
+    /// Shared, reference counted; copied before any write.
+    Shared(Bytes),
+}
+
+impl Default for Payload {
+    fn default() -> Self {
+        Payload::Owned(Vec::new())
+    }
+}
+
+impl Payload {
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            Payload::Owned(v) => v,
+            Payload::Shared(b) => b,
+        }
+    }
+
+    /// The bytes, owned (a shared payload is copied first).
+    fn make_owned(&mut self) -> &mut Vec<u8> {
+        if let Payload::Shared(b) = self {
+            *self = Payload::Owned(b.to_vec());
+        }
+        match self {
+            Payload::Owned(v) => v,
+            Payload::Shared(_) => unreachable!("made owned above"),
+        }
+    }
+
+    /// Replaces the bytes by a copy of `bytes`, in the owned buffer when there is one.
+    fn copy_from(&mut self, bytes: &[u8]) {
+        match self {
+            Payload::Owned(v) => {
+                v.clear();
+                v.extend_from_slice(bytes);
+            }
+            Payload::Shared(_) => *self = Payload::Owned(bytes.to_vec()),
+        }
+    }
+}
+
 /// A frame: `head` then `payload` (see the module doc).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default)]
 pub struct FrameBuf {
     head: Head,
-    payload: Bytes,
+    payload: Payload,
 }
+
+impl PartialEq for FrameBuf {
+    fn eq(&self, other: &Self) -> bool {
+        self.head == other.head && self.payload() == other.payload()
+    }
+}
+
+impl Eq for FrameBuf {}
 
 impl FrameBuf {
     /// The frame `bytes`, cut where its UDP payload starts ([`frame::inspect`]); all in the
     /// head when it does not parse that far.
-    pub fn from_vec(bytes: Vec<u8>) -> FrameBuf {
+    pub fn from_vec(mut bytes: Vec<u8>) -> FrameBuf {
         let split = payload_split(&bytes);
-        let mut payload = Bytes::from(bytes);
-        let head = payload.split_to(split);
+        let head = Head::from_slice(&bytes[..split]);
+        bytes.drain(..split);
         FrameBuf {
-            head: Head::from_slice(&head),
-            payload,
+            head,
+            payload: Payload::Owned(bytes),
         }
     }
 
-    /// Replaces this frame by a copy of `bytes` (keeping the head's allocation).
+    /// Replaces this frame by a copy of `bytes` (keeping the head's and the owned
+    /// payload's buffers).
     pub fn copy_from_slice(&mut self, bytes: &[u8]) {
         let (head, payload) = bytes.split_at(payload_split(bytes));
         self.head.clear();
         self.head.extend_from_slice(head);
-        self.payload = Bytes::copy_from_slice(payload);
+        self.payload.copy_from(payload);
     }
 
-    /// Replaces this frame by `head` then `payload`.
-    pub fn set(&mut self, head: &[u8], payload: Bytes) {
+    /// Replaces this frame by `head` then a copy of `payload` (in the owned payload
+    /// buffer when there is one).
+    pub fn set_copy(&mut self, head: &[u8], payload: &[u8]) {
         self.head.clear();
         self.head.extend_from_slice(head);
-        self.payload = payload;
+        self.payload.copy_from(payload);
     }
 
-    /// Replaces the payload (the head stays).
-    pub fn set_payload(&mut self, payload: Bytes) {
-        self.payload = payload;
+    /// Replaces the payload by a copy of `payload`, in the owned buffer when there is one
+    /// (the head stays).
+    pub fn set_payload_copy(&mut self, payload: &[u8]) {
+        self.payload.copy_from(payload);
     }
 
-    /// Drops the payload (its last reference frees it); the head keeps its bytes and its
-    /// allocation.
+    /// Replaces the payload by shared bytes (the head stays).
+    pub fn set_payload_shared(&mut self, payload: Bytes) {
+        self.payload = Payload::Shared(payload);
+    }
+
+    /// Empties the payload: an owned buffer keeps its capacity for the slot's next frame,
+    /// a shared one is let go (its last reference frees it).
     pub fn clear_payload(&mut self) {
-        self.payload = Bytes::new();
+        match &mut self.payload {
+            Payload::Owned(v) => v.clear(),
+            Payload::Shared(_) => self.payload = Payload::default(),
+        }
     }
 
-    /// The head, to be rewritten in place ([`FrameBuf::set`] replaces the whole frame).
+    /// The head, to be rewritten in place ([`FrameBuf::set_copy`] replaces the whole
+    /// frame).
     pub fn head_mut(&mut self) -> &mut Head {
         &mut self.head
     }
 
     /// Length of the frame, bytes.
     pub fn len(&self) -> usize {
-        self.head.len() + self.payload.len()
+        self.head.len() + self.payload().len()
     }
 
     /// Whether the frame has no byte.
@@ -94,32 +163,30 @@ impl FrameBuf {
     }
 
     /// The UDP payload (and any padding after it).
-    pub fn payload(&self) -> &Bytes {
-        &self.payload
+    pub fn payload(&self) -> &[u8] {
+        self.payload.as_slice()
     }
 
     /// The frame's bytes in one buffer.
     pub fn to_vec(&self) -> Vec<u8> {
         let mut v = Vec::with_capacity(self.len());
         v.extend_from_slice(&self.head);
-        v.extend_from_slice(&self.payload);
+        v.extend_from_slice(self.payload());
         v
     }
 
-    /// Flips the bits `mask` of byte `i` of the frame (a corruption); the payload is copied
-    /// first when it is shared. Returns `false` (nothing changed) for `i` beyond the frame.
+    /// Flips the bits `mask` of byte `i` of the frame (a corruption); a shared payload is
+    /// copied first. Returns `false` (nothing changed) for `i` beyond the frame.
     pub fn flip(&mut self, i: usize, mask: u8) -> bool {
         if let Some(b) = self.head.get_mut(i) {
             *b ^= mask;
             return true;
         }
         let j = i - self.head.len();
-        if j >= self.payload.len() {
+        if j >= self.payload().len() {
             return false;
         }
-        let mut copy = BytesMut::from(&self.payload[..]);
-        copy[j] ^= mask;
-        self.payload = copy.freeze();
+        self.payload.make_owned()[j] ^= mask;
         true
     }
 }
@@ -188,7 +255,7 @@ mod tests {
         let bytes = plain(b"0123456789");
         let f = FrameBuf::from_vec(bytes.clone());
         assert_eq!(f.head().len(), 62);
-        assert_eq!(&f.payload()[..], b"0123456789");
+        assert_eq!(f.payload(), b"0123456789");
         assert_eq!(f.len(), 72);
         assert_eq!(f.to_vec(), bytes);
         let mut g = FrameBuf::default();
@@ -205,12 +272,15 @@ mod tests {
     #[test]
     fn a_flip_in_a_shared_payload_copies_it_first() {
         let bytes = plain(b"abcd");
-        let f = FrameBuf::from_vec(bytes.clone());
+        let mut f = FrameBuf::default();
+        f.set_copy(&bytes[..62], b"");
+        f.set_payload_shared(Bytes::from_static(b"abcd"));
+        assert_eq!(f.to_vec(), bytes);
         let mut g = f.clone();
         assert!(g.flip(62, 0x01));
         assert!(g.flip(15, 0x30));
         assert!(!g.flip(66, 0x01));
-        assert_eq!(&g.payload()[..], b"`bcd");
+        assert_eq!(g.payload(), b"`bcd");
         assert_eq!(g.head()[15], bytes[15] ^ 0x30);
         // The original still holds its bytes.
         assert_eq!(f.to_vec(), bytes);

@@ -15,7 +15,7 @@ use std::net::Ipv6Addr;
 
 use mrc_transport::wire::{Body, PacketRepr};
 
-use bytes::BytesMut;
+use smallvec::SmallVec;
 
 use super::buf::{FrameBuf, Head};
 use crate::packet::{ChecksumCheck, EthernetFrameRepr};
@@ -255,7 +255,7 @@ pub fn trim(f: &mut FrameBuf, check: ChecksumCheck, usid_block_len_bits: Option<
         return false;
     }
     let hdr_len = payload.len() - d.payload.len();
-    let mut mrc = BytesMut::from(&payload[..hdr_len]);
+    let mut mrc: SmallVec<[u8; 128]> = SmallVec::from_slice(&payload[..hdr_len]);
     if let Some(x) = mrc.get_mut(BTH_TRIMMED_BYTE) {
         *x |= BTH_TRIMMED_BIT;
     }
@@ -271,6 +271,6 @@ pub fn trim(f: &mut FrameBuf, check: ChecksumCheck, usid_block_len_bits: Option<
         return false;
     }
     set_dst(&mut head, u128::from(on_wire_dst));
-    f.set(&head, mrc.freeze());
+    f.set_copy(&head, &mrc);
     true
 }

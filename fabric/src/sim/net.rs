@@ -9,8 +9,6 @@
 
 use std::io::Write;
 
-use bytes::Bytes;
-
 use mrc_congestion::{AnyController, CcKind, LinkParams};
 use mrc_transport::conn::{ConnConfig, PeerParams, Sge};
 use mrc_transport::region::Access;
@@ -29,6 +27,7 @@ use super::link::{SerialClock, serialisation_ns_ceil};
 use super::queue::{Admit, Arrival, PortQueue, PortStats, QueueConfig};
 use super::stats::FlowStats;
 use super::topo::{Role, Topology, USID_BLOCK, USID_BLOCK_BITS};
+use crate::packet::checksum::PayloadSum;
 use crate::packet::{ChecksumCheck, EthernetFrameRepr};
 use crate::pcap::EthernetPcapWriter;
 use crate::srv6::UsidContainer;
@@ -741,7 +740,16 @@ impl Simulator {
     /// Errors: [`SimError::NoSuchHost`]; [`SimError::Transport`] when the route cannot be
     /// encoded.
     pub fn send_datagram(&mut self, d: Datagram, payload: &[u8]) -> Result<(), SimError> {
-        self.send_shared(d, &SharedPayload::new(Bytes::copy_from_slice(payload)))
+        self.check_hosts(d)?;
+        let pkt = self.take_slot();
+        if !self.frame_datagram(pkt, d, &PayloadSum::of(payload), payload) {
+            self.release(pkt);
+            return Err(SimError::Transport("route cannot be encoded".into()));
+        }
+        self.pkts[pkt as usize].frame.set_payload_copy(payload);
+        self.finish_framing(pkt);
+        self.enqueue_injected(d.src, pkt);
+        Ok(())
     }
 
     /// As [`Simulator::send_datagram`], for a payload sent many times (a registered buffer
@@ -751,41 +759,54 @@ impl Simulator {
     ///
     /// Errors: those of [`Simulator::send_datagram`].
     pub fn send_shared(&mut self, d: Datagram, payload: &SharedPayload) -> Result<(), SimError> {
-        for h in [d.src, d.dst] {
-            if h >= self.topo.hosts {
-                return Err(SimError::NoSuchHost(h));
-            }
-        }
+        self.check_hosts(d)?;
         let pkt = self.take_slot();
-        if !self.frame_datagram(pkt, d, payload) {
+        if !self.frame_datagram(pkt, d, payload.sum(), payload.bytes()) {
             self.release(pkt);
             return Err(SimError::Transport("route cannot be encoded".into()));
         }
+        self.pkts[pkt as usize]
+            .frame
+            .set_payload_shared(payload.bytes().clone());
+        self.finish_framing(pkt);
         self.enqueue_injected(d.src, pkt);
         Ok(())
     }
 
-    /// Builds in slab slot `pkt` the frame of `payload` sent as `d`; `false` when the route
-    /// cannot be encoded.
-    fn frame_datagram(&mut self, pkt: u32, d: Datagram, payload: &SharedPayload) -> bool {
+    /// [`SimError::NoSuchHost`] unless both ends of `d` are hosts.
+    fn check_hosts(&self, d: Datagram) -> Result<(), SimError> {
+        match [d.src, d.dst].into_iter().find(|&h| h >= self.topo.hosts) {
+            Some(h) => Err(SimError::NoSuchHost(h)),
+            None => Ok(()),
+        }
+    }
+
+    /// Builds in slab slot `pkt` the headers of a datagram sent as `d` whose payload sums
+    /// to `sum` and starts with `peek`; `false` when the route cannot be encoded. The
+    /// caller then sets the payload and calls [`Simulator::finish_framing`].
+    fn frame_datagram(&mut self, pkt: u32, d: Datagram, sum: &PayloadSum, peek: &[u8]) -> bool {
         let p = &mut self.pkts[pkt as usize];
         let hdr = build_headers(
             &self.topo,
             self.cfg.forwarding,
             d,
-            payload.sum(),
-            payload.bytes(),
+            sum,
+            peek,
             p.frame.head_mut(),
         );
         let Some(hdr) = hdr else {
             return false;
         };
-        p.frame.set_payload(payload.bytes().clone());
         p.hdr = hdr;
-        p.len = p.frame.len() as u32;
-        // build_headers computed the UDP checksum over exactly these bytes.
-        p.checksum_known = true;
         true
+    }
+
+    /// Records the length of the frame framed in slot `pkt`, whose checksum the simulator
+    /// computed over exactly these bytes.
+    fn finish_framing(&mut self, pkt: u32) {
+        let p = &mut self.pkts[pkt as usize];
+        p.len = p.frame.len() as u32;
+        p.checksum_known = true;
     }
 
     fn enqueue_injected(&mut self, h: u32, pkt: u32) {
@@ -1451,9 +1472,17 @@ impl Simulator {
                     ev: t.ev,
                     ecn: t.ecn.bits(),
                 };
-                let payload = SharedPayload::new(Bytes::copy_from_slice(&self.tx_buf[..t.len]));
+                let tx = std::mem::take(&mut self.tx_buf);
+                let payload = &tx[..t.len];
                 let idx = self.take_slot();
-                if !self.frame_datagram(idx, d, &payload) {
+                let framed = self.frame_datagram(idx, d, &PayloadSum::of(payload), payload);
+                if framed {
+                    // Copied once, into the slot's recycled payload buffer.
+                    self.pkts[idx as usize].frame.set_payload_copy(payload);
+                    self.finish_framing(idx);
+                }
+                self.tx_buf = tx;
+                if !framed {
                     self.counters.no_route_drops += 1;
                     self.release(idx);
                     continue;

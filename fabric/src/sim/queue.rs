@@ -166,7 +166,8 @@ struct SampleCache {
 impl SampleCache {
     /// The entry of value `v`.
     fn slot(v: u32) -> usize {
-        (u64::from(v).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - PENDING_SAMPLES.trailing_zeros())) as usize
+        (u64::from(v).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            >> (64 - PENDING_SAMPLES.trailing_zeros())) as usize
     }
 }
 
