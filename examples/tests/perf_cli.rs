@@ -106,7 +106,7 @@ fn latency_path_selection_recycle_keeps_one_ev_round_robin_spreads_exactly() {
             .map(|e| e["packets"].as_u64().unwrap() - e["retransmits"].as_u64().unwrap())
             .collect()
     };
-    let args = |sel| {
+    let args = |sel: &'static str| {
         [
             "loopback",
             "--test",
@@ -120,12 +120,26 @@ fn latency_path_selection_recycle_keeps_one_ev_round_robin_spreads_exactly() {
             "--json",
         ]
     };
-    let v = json(&args("recycle"));
-    assert_eq!(v["path_selection"], "recycle");
-    assert_eq!(first_sends(&v), [32, 0, 0, 0]);
-    let v = json(&args("round-robin"));
-    assert_eq!(v["path_selection"], "round-robin");
-    assert_eq!(first_sends(&v), [8, 8, 8, 8]);
+    // Over real loopback sockets a loaded machine can delay a reply past the tail loss
+    // probe, whose copy (on another EV) may be the one acknowledged: recycling then moves
+    // on, legitimately. The exact split is asserted on a run with no probe and no
+    // retransmission; one in five such runs is asked for.
+    let clean = |sel: &'static str| -> Value {
+        for _ in 0..5 {
+            let v = json(&args(sel));
+            assert_eq!(v["path_selection"], sel);
+            assert_eq!(
+                v["sent_packets"].as_u64().unwrap(),
+                32 + v["retransmitted"].as_u64().unwrap()
+            );
+            if v["tail_loss_probes"] == 0 && v["retransmitted"] == 0 && v["rtos"] == 0 {
+                return v;
+            }
+        }
+        panic!("5 runs of --path-selection {sel}, each with a probe or a retransmission");
+    };
+    assert_eq!(first_sends(&clean("recycle")), [32, 0, 0, 0]);
+    assert_eq!(first_sends(&clean("round-robin")), [8, 8, 8, 8]);
     let (o, _) = perf(&["loopback", "--path-selection", "random"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("invalid value 'random'"));
