@@ -261,6 +261,14 @@ fn prefetch_port(p: *const PortRt) {
     }
 }
 
+/// The egress port of frame `pkt` arriving at switch `node`, computed one event early.
+#[derive(Clone, Copy, Debug)]
+struct EgressHint {
+    node: u32,
+    pkt: u32,
+    out: u16,
+}
+
 /// Progress of a run, handed to the progress callback.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Progress {
@@ -1023,6 +1031,8 @@ impl Simulator {
 
     /// Processes events as [`Simulator::run_with`] does, without building the report.
     pub fn run_events(&mut self, progress: &mut dyn FnMut(Progress)) {
+        // The egress port `prefetch_ahead` found for the event after the current one.
+        let mut hint: Option<EgressHint> = None;
         while let Some(e) = self.q.pop() {
             if self.cfg.stop_ns > 0 && e.time_ns > self.cfg.stop_ns {
                 self.now_ns = self.cfg.stop_ns;
@@ -1030,12 +1040,22 @@ impl Simulator {
             }
             self.now_ns = e.time_ns;
             self.counters.events += 1;
-            self.prefetch_ahead();
+            let mine = hint.take();
+            hint = self.prefetch_ahead();
             match e.kind {
-                EventKind::Arrive { node, port, pkt } => self.on_arrive(node, port, pkt),
+                EventKind::Arrive { node, port, pkt } => {
+                    let out = mine
+                        .filter(|h| (h.node, h.pkt) == (node, pkt))
+                        .map(|h| h.out);
+                    self.on_arrive(node, port, pkt, out);
+                }
                 EventKind::TxDone { node, port } => self.on_tx_done(node, port),
                 EventKind::HostWake { host } => self.on_wake(host, e.time_ns),
-                EventKind::Fault { index } => self.on_fault(index),
+                EventKind::Fault { index } => {
+                    // Routes may change: a port found before is stale.
+                    hint = None;
+                    self.on_fault(index);
+                }
                 EventKind::FlowStart { flow } => {
                     if let Some(f) = self.flows.get(flow as usize) {
                         let h = f.spec.src;
@@ -1060,7 +1080,9 @@ impl Simulator {
     /// two events ahead the packet's slab slot (arrivals) or the port (end of a
     /// transmission); one event ahead, through those, the received frame's header bytes or
     /// the port's queue head. Only a hint: a run is the same without it.
-    fn prefetch_ahead(&self) {
+    /// Returns the egress port it computed for the next event, an arrival at a switch of a
+    /// frame that needs no rewrite, so that arrival need not compute it again.
+    fn prefetch_ahead(&self) -> Option<EgressHint> {
         // Two events ahead: first-level state.
         match self.q.peek_now(1) {
             Some(&EventKind::Arrive { pkt, .. }) => {
@@ -1078,20 +1100,17 @@ impl Simulator {
         // The next event: what the state fetched one event ago points to.
         match self.q.peek_now(0) {
             Some(&EventKind::Arrive { node, pkt, .. }) => {
-                let Some(p) = self.pkts.get(pkt as usize) else {
-                    return;
-                };
+                let p = self.pkts.get(pkt as usize)?;
                 if (node as usize) < self.hosts.len() {
                     // The mrc headers the transport reads first.
                     prefetch(p.frame.payload().as_ptr());
                     prefetch(p.frame.payload().as_ptr().wrapping_add(64));
-                } else if let Some(port) = p
-                    .hdr
-                    .info
-                    .and_then(|info| self.plain_egress(node, &info))
-                    .and_then(|out| self.ports.get(node as usize)?.get(usize::from(out)))
-                {
-                    prefetch_port(port);
+                } else {
+                    let out = self.plain_egress(node, &p.hdr.info?)?;
+                    if let Some(port) = self.ports.get(node as usize)?.get(usize::from(out)) {
+                        prefetch_port(port);
+                    }
+                    return Some(EgressHint { node, pkt, out });
                 }
             }
             Some(&EventKind::TxDone { node, port }) => {
@@ -1107,6 +1126,7 @@ impl Simulator {
             }
             _ => {}
         }
+        None
     }
 
     fn progress(&self) -> Progress {
@@ -1280,7 +1300,9 @@ impl Simulator {
         self.pkts[pkt as usize].hdr.data
     }
 
-    fn on_arrive(&mut self, node: u32, _in_port: u16, pkt: u32) {
+    /// Frame `pkt` arrives at `node`; `egress` is its egress port when already computed
+    /// (by [`Simulator::plain_egress`], for a frame that needs no rewrite).
+    fn on_arrive(&mut self, node: u32, _in_port: u16, pkt: u32, egress: Option<u16>) {
         self.counters.hops += 1;
         if (node as usize) < self.hosts.len() {
             self.deliver(node, pkt);
@@ -1288,7 +1310,7 @@ impl Simulator {
         }
         let out = match self.pkts[pkt as usize].hdr.info {
             // A plain destination: no byte to rewrite.
-            Some(info) => match self.plain_egress(node, &info) {
+            Some(info) => match egress.or_else(|| self.plain_egress(node, &info)) {
                 Some(out) => Ok((out, false)),
                 None => {
                     let mut f = std::mem::take(&mut self.pkts[pkt as usize].frame);
