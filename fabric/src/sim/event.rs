@@ -23,8 +23,6 @@
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
-use smallvec::SmallVec;
-
 /// What happens at an event. Node, port and packet handles are indices into the simulator.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EventKind {
@@ -89,17 +87,10 @@ impl PartialOrd for Event {
 pub const WHEEL_SLOTS: usize = 1 << 13;
 const WORDS: usize = WHEEL_SLOTS / 64;
 
-/// Events a wheel slot holds inline before it spills to the heap: most instants have one
-/// or two.
-const SLOT_INLINE: usize = 2;
-
-/// One instant's events in scheduling order; `head` is the next to pop. One cache line,
-/// its events inline: popping walks the slots in time order, so the hardware prefetcher
-/// brings in the events themselves, not just pointers to them.
+/// One instant's events in scheduling order; `head` is the next to pop.
 #[derive(Debug, Default)]
-#[repr(align(64))]
 struct Slot {
-    items: SmallVec<[(u64, EventKind); SLOT_INLINE]>,
+    items: Vec<(u64, EventKind)>,
     head: usize,
 }
 
@@ -268,11 +259,6 @@ impl EventQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_slot_is_one_cache_line() {
-        assert_eq!(std::mem::size_of::<Slot>(), 64);
-    }
 
     #[test]
     fn pops_by_time_then_scheduling_order() {
