@@ -6,6 +6,10 @@
 //! store-and-forward of the bytes) and queue on the egress port. Hosts pull: when the NIC is
 //! idle it asks its endpoints, round-robin, for the next datagram (`poll_transmit`), so the
 //! transport's pacing and windows decide, and there is no host queue.
+//!
+//! Frames live in a slab of [`FrameBuf`]s (headers inline, payload beside them), indexed
+//! by the `u32` handles that queues and events carry; a released slot keeps its buffers
+//! for the next frame, so a warm run allocates nothing per frame.
 
 use std::io::Write;
 
