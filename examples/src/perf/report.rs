@@ -37,7 +37,8 @@ pub struct EvLine {
     pub trims: u64,
     /// ECN CE marks on its packets.
     pub ecn_marks: u64,
-    /// RTO losses on it.
+    /// Its packets declared lost by RTO expiries (one expiry can declare a whole window
+    /// on every EV; the connection's count of expiries is `rtos`). Shown as `RTO_lost`.
     pub timeouts: u64,
     /// Its path state at the end of the run: `GOOD`, `SKIP`, `ASSUMED_BAD` or `DENIED`
     /// (empty when unknown).
@@ -333,7 +334,7 @@ impl<'a> Report<'a> {
         o += RULE;
         o += "\n";
         o += " Per-EV summary (this side's sender)\n";
-        o += "   EV  src_port       packets   retransmits       trims    ECN_marks    timeouts  state\n";
+        o += "   EV  src_port       packets   retransmits       trims    ECN_marks    RTO_lost  state\n";
         for e in &self.r.evs {
             o += &format!(
                 " {:>4}  {:>8}  {:>12}  {:>12}  {:>10}  {:>11}  {:>10}  {}\n",
@@ -342,7 +343,7 @@ impl<'a> Report<'a> {
         }
         let c = &self.r.conn;
         o += &format!(
-            " total: {} packets sent, {} retransmitted, {} trimmed, {} ECN marks, {} RTO, {} RACK losses ({} spurious), {} tail loss probes, {} dropped on receive (SACKs and NACKs at this sender)\n",
+            " total: {} packets sent, {} retransmitted, {} trimmed, {} ECN marks, {} RTO expiries, {} RACK losses ({} spurious), {} tail loss probes, {} dropped on receive (SACKs and NACKs at this sender)\n",
             c.sent,
             c.retransmitted,
             c.trimmed,
