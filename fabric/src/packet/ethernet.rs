@@ -131,17 +131,7 @@ impl EthernetFrameRepr {
         bytes: &[u8],
         check: ChecksumCheck,
     ) -> Result<(EthernetFrameRepr, &[u8]), PacketError> {
-        let (dst_mac, src_mac) = parse_ethernet(bytes)?;
-        let ip_bytes = bytes.get(ETHERNET_HEADER_LEN..).unwrap_or(&[]);
-        let (packet, payload) = Ipv6UdpRepr::parse_with(ip_bytes, check)?;
-        Ok((
-            EthernetFrameRepr {
-                dst_mac,
-                src_mac,
-                packet,
-            },
-            payload,
-        ))
+        with_ethernet(bytes, |ip| Ipv6UdpRepr::parse_with(ip, check))
     }
 
     /// [`EthernetFrameRepr::parse_with`] of a frame held in two parts: `head`, every header
@@ -155,18 +145,29 @@ impl EthernetFrameRepr {
         payload: &'a [u8],
         check: ChecksumCheck,
     ) -> Result<(EthernetFrameRepr, &'a [u8]), PacketError> {
-        let (dst_mac, src_mac) = parse_ethernet(head)?;
-        let ip_head = head.get(ETHERNET_HEADER_LEN..).unwrap_or(&[]);
-        let (packet, payload) = Ipv6UdpRepr::parse_split(ip_head, payload, check)?;
-        Ok((
-            EthernetFrameRepr {
-                dst_mac,
-                src_mac,
-                packet,
-            },
-            payload,
-        ))
+        with_ethernet(head, |ip| Ipv6UdpRepr::parse_split(ip, payload, check))
     }
+}
+
+/// Parses the Ethernet II header at the start of `bytes`, then the IPv6 packet after it
+/// with `parse_ip`.
+///
+/// Errors: [`PacketError::Truncated`], [`PacketError::NotIpv6EtherType`], and those of
+/// `parse_ip`.
+fn with_ethernet<'a, 'b>(
+    bytes: &'b [u8],
+    parse_ip: impl FnOnce(&'b [u8]) -> Result<(Ipv6UdpRepr, &'a [u8]), PacketError>,
+) -> Result<(EthernetFrameRepr, &'a [u8]), PacketError> {
+    let (dst_mac, src_mac) = parse_ethernet(bytes)?;
+    let (packet, payload) = parse_ip(bytes.get(ETHERNET_HEADER_LEN..).unwrap_or(&[]))?;
+    Ok((
+        EthernetFrameRepr {
+            dst_mac,
+            src_mac,
+            packet,
+        },
+        payload,
+    ))
 }
 
 /// The destination and source MAC addresses of an Ethernet II header carrying IPv6.

@@ -292,21 +292,9 @@ impl Ipv6UdpRepr {
         check: ChecksumCheck,
     ) -> Result<(Ipv6UdpRepr, &[u8]), PacketError> {
         let h = Self::parse_headers(bytes, bytes.len())?;
-        let udp = bytes.get(h.udp_off..h.udp_off + h.udp_len).unwrap_or(&[]);
-        if check == ChecksumCheck::Verify {
-            let expected = super::checksum::udp_ipv6_checksum(
-                udp,
-                &h.repr.src_addr,
-                &h.repr.final_destination(),
-            );
-            if expected != h.checksum {
-                return Err(PacketError::UdpChecksumMismatch {
-                    expected,
-                    found: h.checksum,
-                });
-            }
-        }
-        Ok((h.repr, udp.get(UDP_HEADER_LEN..).unwrap_or(&[])))
+        // The headers were checked to lie within `bytes`.
+        let (head, rest) = bytes.split_at((h.udp_off + UDP_HEADER_LEN).min(bytes.len()));
+        Self::finish_split(h, head, rest, check)
     }
 
     /// [`Ipv6UdpRepr::parse_with`] of a packet held in two parts: `head`, every header up
@@ -322,6 +310,17 @@ impl Ipv6UdpRepr {
         check: ChecksumCheck,
     ) -> Result<(Ipv6UdpRepr, &'a [u8]), PacketError> {
         let h = Self::parse_headers(head, head.len() + payload.len())?;
+        Self::finish_split(h, head, payload, check)
+    }
+
+    /// The end of [`Ipv6UdpRepr::parse_split`] once the headers `h` are read from `head`:
+    /// the split checked, the payload cut to the UDP length, the checksum verified.
+    fn finish_split<'a>(
+        h: ParsedHeaders,
+        head: &[u8],
+        payload: &'a [u8],
+        check: ChecksumCheck,
+    ) -> Result<(Ipv6UdpRepr, &'a [u8]), PacketError> {
         let payload_off = h.udp_off + UDP_HEADER_LEN;
         let udp_header: &[u8; UDP_HEADER_LEN] = head
             .get(h.udp_off..)
@@ -330,7 +329,7 @@ impl Ipv6UdpRepr {
                 head_bytes: head.len(),
                 payload_off,
             })?;
-        // The length checks above bound the UDP payload by the bytes present.
+        // The length checks of the headers bound the UDP payload by the bytes present.
         let payload = payload.get(..h.udp_len - UDP_HEADER_LEN).unwrap_or(&[]);
         if check == ChecksumCheck::Verify {
             let expected = super::checksum::udp_ipv6_checksum_parts(
