@@ -82,8 +82,9 @@ cables: 32 = (16 NIC links + 16 leaf-spine links), one per 200G lane; optics: 64
         "-",
     ]);
     assert_eq!(code, 0, "{err}");
-    assert!(out.contains("spines 0-6 carry 58 lanes, spines 7-8 carry 57, of 64 each\n"));
-    let v: serde_json::Value = serde_json::from_str(&out[out.find('{').unwrap()..]).unwrap();
+    // With `--json -` the text goes to stderr and stdout is the JSON alone.
+    assert!(err.contains("spines 0-6 carry 58 lanes, spines 7-8 carry 57, of 64 each\n"));
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["plane"]["downlinks_per_spine"], 58);
     assert_eq!(v["plane"]["links_per_leaf_spine"], 3);
 }
@@ -343,4 +344,84 @@ fn trace_takes_host_names_or_indices() {
         err.contains("invalid value 'leaf0' for '--src <SRC>': expected a host index (N or hostN)"),
         "{err}"
     );
+}
+
+/// `--json -` makes stdout one JSON document (`| jq .` works): the human table goes to
+/// stderr. Checked for design, trace and run.
+#[test]
+fn json_to_stdout_is_pure_json() {
+    let sc = tmp("pure.toml");
+    std::fs::write(&sc, SCENARIO).unwrap();
+    let sc = sc.to_str().unwrap().to_owned();
+    for args in [
+        vec!["design", "--gpus", "16", "--json", "-"],
+        vec![
+            "trace", "--gpus", "16", "--src", "0", "--dst", "9", "--json", "-",
+        ],
+        vec!["run", &sc, "--json", "-"],
+    ] {
+        let (code, out, err) = mrc_sim(&args);
+        assert_eq!(code, 0, "{args:?}: {err}");
+        let v: Result<serde_json::Value, _> = serde_json::from_str(&out);
+        assert!(v.is_ok(), "{args:?}: stdout is not JSON: {out}");
+        assert!(!err.is_empty(), "{args:?}: the table goes to stderr");
+    }
+    let (_, out, err) = mrc_sim(&["design", "--gpus", "16", "--json", "-"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["servers"], 2);
+    assert!(err.starts_with("design: 16 GPUs, 8 per server"), "{err}");
+}
+
+/// `--plot` and `--json` paths are checked before anything runs: exit 2 with a message
+/// naming the allowed extensions or the missing directory, never a Debug dump.
+#[test]
+fn bad_output_paths_are_refused_up_front() {
+    for (args, msg) in [
+        (
+            vec!["design", "--gpus", "16", "--plot", "x.pdf"],
+            "mrc-sim: error: --plot x.pdf: unsupported file type (allowed: .svg, .png)\n",
+        ),
+        (
+            vec!["design", "--gpus", "16", "--plot", "noext"],
+            "mrc-sim: error: --plot noext: unsupported file type (allowed: .svg, .png)\n",
+        ),
+        (
+            vec![
+                "trace",
+                "--gpus",
+                "16",
+                "--src",
+                "0",
+                "--dst",
+                "1",
+                "--plot",
+                "/no/such/dir/t.svg",
+            ],
+            "mrc-sim: error: --plot /no/such/dir/t.svg: directory /no/such/dir does not exist\n",
+        ),
+        (
+            vec!["experiment", "incast", "--plot", "/no/such/dir/i.png"],
+            "mrc-sim: error: --plot /no/such/dir/i.png: directory /no/such/dir does not exist\n",
+        ),
+        (
+            vec!["design", "--gpus", "16", "--json", "/no/such/dir/d.json"],
+            "mrc-sim: error: --json /no/such/dir/d.json: directory /no/such/dir does not exist\n",
+        ),
+    ] {
+        let (code, out, err) = mrc_sim(&args);
+        assert_eq!((code, out.as_str(), err.as_str()), (2, "", msg), "{args:?}");
+    }
+    // An unwritable PNG reads as an I/O error, not `ImageError(IoError(..))`.
+    let (code, _, err) = mrc_sim(&["design", "--gpus", "16", "--plot", "/proc/x.png"]);
+    assert_eq!(
+        (code, err.as_str()),
+        (
+            2,
+            "mrc-sim: error: plot /proc/x.png: No such file or directory (os error 2)\n"
+        )
+    );
+    let png = tmp("d.png");
+    let (code, _, err) = mrc_sim(&["design", "--gpus", "16", "--plot", png.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(&std::fs::read(&png).unwrap()[..4], b"\x89PNG");
 }

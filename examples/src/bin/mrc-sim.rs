@@ -18,11 +18,13 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use mrc_examples::sim::design as sim_design;
 use mrc_examples::sim::experiments::{self, EXPERIMENTS};
-use mrc_examples::sim::output::ResultTable;
+use mrc_examples::sim::output::{ResultTable, check_output_dir, check_plot_path};
 use mrc_examples::sim::scenario::{Scenario, parse_forwarding};
 use mrc_fabric::sim::net::Progress;
 use mrc_fabric::sim::{
@@ -42,14 +44,33 @@ struct Cli {
 
 #[derive(clap::Args, Clone)]
 struct Out {
-    /// Write the numbers as JSON to this file ("-" for stdout, after the table).
+    /// Write the numbers as JSON to this file ("-" for stdout: then stdout is only the
+    /// JSON and the table goes to stderr). Its directory must exist.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
     /// Draw the table's main column as a bar chart to this file (.svg or .png): leaves
     /// (design), links crossed per EV (trace), goodput per flow (run), the experiment's
-    /// measure (experiment).
+    /// measure (experiment). Its directory must exist.
     #[arg(long, value_name = "FILE")]
     plot: Option<PathBuf>,
+}
+
+impl Out {
+    /// Checks `--json` and `--plot` before anything runs (directory exists, plot
+    /// extension `.svg` or `.png`) and sends the human text to stderr under `--json -`.
+    fn check(&self) -> Result<(), String> {
+        if let Some(p) = &self.json {
+            if p.as_os_str() == "-" {
+                HUMAN_TO_STDERR.store(true, Ordering::Relaxed);
+            } else {
+                check_output_dir("--json", p)?;
+            }
+        }
+        if let Some(p) = &self.plot {
+            check_plot_path(p)?;
+        }
+        Ok(())
+    }
 }
 
 #[derive(clap::Args, Clone)]
@@ -243,19 +264,34 @@ enum Cmd {
     },
 }
 
-/// Writes to stdout; a closed pipe (e.g. `| head`) is not an error worth a panic.
+/// Set when `--json -` puts the JSON on stdout: the human text then goes to stderr, so
+/// stdout is one JSON document (`mrc-sim ... --json - | jq .`).
+static HUMAN_TO_STDERR: AtomicBool = AtomicBool::new(false);
+
+/// Writes the human text to stdout (stderr under `--json -`); a closed pipe (e.g.
+/// `| head`) is not an error worth a panic.
 macro_rules! out {
     ($($arg:tt)*) => {{
         use std::io::Write as _;
-        let _ = write!(std::io::stdout().lock(), $($arg)*);
+        if HUMAN_TO_STDERR.load(Ordering::Relaxed) {
+            let _ = write!(std::io::stderr().lock(), $($arg)*);
+        } else {
+            let _ = write!(std::io::stdout().lock(), $($arg)*);
+        }
     }};
 }
 
 macro_rules! outln {
     ($($arg:tt)*) => {{
-        use std::io::Write as _;
-        let _ = writeln!(std::io::stdout().lock(), $($arg)*);
+        out!($($arg)*);
+        out!("\n");
     }};
+}
+
+/// Writes a JSON document and a newline to stdout.
+fn json_to_stdout(s: &str) {
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stdout().lock(), "{s}");
 }
 
 fn main() -> ExitCode {
@@ -321,7 +357,7 @@ fn emit_json_plot(t: &ResultTable, out: &Out, json: &impl serde::Serialize) -> R
     if let Some(p) = &out.json {
         let s = serde_json::to_string_pretty(json).map_err(|e| e.to_string())?;
         if p.as_os_str() == "-" {
-            outln!("{s}");
+            json_to_stdout(&s);
         } else {
             std::fs::write(p, s).map_err(|e| format!("{}: {e}", p.display()))?;
         }
@@ -336,6 +372,7 @@ fn emit_json_plot(t: &ResultTable, out: &Out, json: &impl serde::Serialize) -> R
 fn run(cli: Cli) -> Result<bool, String> {
     match cli.cmd {
         Cmd::Design { d, out } => {
+            out.check()?;
             let des = design(&d.input()?).map_err(|e| e.to_string())?;
             out!("{}", sim_design::design_text(&des));
             emit_json_plot(&sim_design::fabric_table(&des), &out, &des)?;
@@ -347,7 +384,7 @@ fn run(cli: Cli) -> Result<bool, String> {
                 mrc_examples::testbed::TestbedPlan::from_design(&des).map_err(|e| e.to_string())?;
             let s = serde_json::to_string_pretty(&plan).map_err(|e| e.to_string())?;
             match json {
-                Some(p) if p.as_os_str() == "-" => outln!("{s}"),
+                Some(p) if p.as_os_str() == "-" => json_to_stdout(&s),
                 Some(p) => std::fs::write(&p, s).map_err(|e| format!("{}: {e}", p.display()))?,
                 None => {
                     outln!(
@@ -374,6 +411,7 @@ fn run(cli: Cli) -> Result<bool, String> {
             forwarding,
             out,
         } => {
+            out.check()?;
             if evs == 0 {
                 return Err("--evs must be at least 1".into());
             }
@@ -421,6 +459,7 @@ fn run(cli: Cli) -> Result<bool, String> {
             pcap,
             out,
         } => {
+            out.check()?;
             let text = std::fs::read_to_string(&scenario)
                 .map_err(|e| format!("{}: {e}", scenario.display()))?;
             let built = Scenario::parse(&text)
@@ -525,6 +564,7 @@ fn run(cli: Cli) -> Result<bool, String> {
                 }
                 return Ok(true);
             }
+            out.check()?;
             let mut bar = Bar::new();
             let t = experiments::run(&name, seed, &mut |l, p| bar.update(l, p))
                 .map_err(|e| e.to_string())?;
