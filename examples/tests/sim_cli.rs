@@ -320,8 +320,11 @@ fn scenarios_that_cannot_run_are_refused() {
 #[test]
 fn trace_refuses_a_self_path_and_zero_evs() {
     let (code, out, err) = mrc_sim(&["trace", "--gpus", "64", "--src", "0", "--dst", "0"]);
-    assert_eq!(code, 2, "{out}");
-    assert_eq!(err, "mrc-sim: error: flow from host 0 to itself\n");
+    assert_eq!((code, out.as_str()), (2, ""));
+    assert_eq!(
+        err,
+        "mrc-sim: error: --src and --dst are both host0: a trace needs two different hosts\n"
+    );
     let (code, out, err) = mrc_sim(&[
         "trace", "--gpus", "64", "--src", "0", "--dst", "40", "--evs", "0",
     ]);
@@ -424,4 +427,37 @@ fn bad_output_paths_are_refused_up_front() {
     let (code, _, err) = mrc_sim(&["design", "--gpus", "16", "--plot", png.to_str().unwrap()]);
     assert_eq!(code, 0, "{err}");
     assert_eq!(&std::fs::read(&png).unwrap()[..4], b"\x89PNG");
+}
+
+/// A host beyond the design and an unknown forwarding mode are refused before the trace
+/// header is printed (stdout stays empty), naming the host range and the flag.
+#[test]
+fn trace_checks_hosts_and_forwarding_before_printing() {
+    let (code, out, err) = mrc_sim(&["trace", "--src", "0", "--dst", "1024"]);
+    assert_eq!(
+        (code, out.as_str(), err.as_str()),
+        (
+            2,
+            "",
+            "mrc-sim: error: --dst 1024: no such host (this design has hosts 0..1023 = host0..host1023)\n"
+        )
+    );
+    let (code, out, err) = mrc_sim(&["trace", "--gpus", "16", "--src", "16", "--dst", "1"]);
+    assert_eq!(
+        (code, out.as_str(), err.as_str()),
+        (
+            2,
+            "",
+            "mrc-sim: error: --src 16: no such host (this design has hosts 0..15 = host0..host15)\n"
+        )
+    );
+    let (code, out, err) = mrc_sim(&["trace", "--src", "0", "--dst", "1", "--forwarding", "foo"]);
+    assert_eq!(
+        (code, out.as_str(), err.as_str()),
+        (
+            2,
+            "",
+            "mrc-sim: error: --forwarding \"foo\": expected ecmp, srv6 or usid\n"
+        )
+    );
 }

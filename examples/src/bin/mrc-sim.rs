@@ -418,11 +418,30 @@ fn run(cli: Cli) -> Result<bool, String> {
             let des = design(&d.input()?).map_err(|e| e.to_string())?;
             let spec = SpineLeafSpec::from_design(&des, 500);
             let topo = Topology::spine_leaf(&spec).map_err(|e| e.to_string())?;
+            let forwarding_mode = parse_forwarding(&forwarding)
+                .map_err(|_| format!("--forwarding {forwarding:?}: expected ecmp, srv6 or usid"))?;
+            // The hosts are checked before anything is printed.
+            for (flag, h) in [("--src", src), ("--dst", dst)] {
+                if h >= spec.hosts {
+                    return Err(format!(
+                        "{flag} {h}: no such host (this design has hosts 0..{} = host0..host{0})",
+                        spec.hosts - 1
+                    ));
+                }
+            }
+            if src == dst {
+                return Err(format!(
+                    "--src and --dst are both host{src}: a trace needs two different hosts"
+                ));
+            }
             let cfg = SimConfig {
-                forwarding: parse_forwarding(&forwarding).map_err(|e| e.to_string())?,
+                forwarding: forwarding_mode,
                 ..SimConfig::default()
             };
             let sim = Simulator::new(topo, cfg).map_err(|e| e.to_string())?;
+            let traces = (0..evs)
+                .map(|ev| sim.trace(src, dst, ev).map_err(|e| e.to_string()))
+                .collect::<Result<Vec<_>, String>>()?;
             let same_leaf =
                 spec.hosts_per_leaf == 0 || src / spec.hosts_per_leaf == dst / spec.hosts_per_leaf;
             out!(
@@ -432,8 +451,7 @@ fn run(cli: Cli) -> Result<bool, String> {
             );
             let mut t = ResultTable::new("links crossed per EV");
             let mut all = Vec::new();
-            for ev in 0..evs {
-                let hops = sim.trace(src, dst, ev).map_err(|e| e.to_string())?;
+            for (ev, hops) in (0..evs).zip(traces) {
                 let path: Vec<String> = hops
                     .iter()
                     .map(|h| sim_design::hop_text(sim.topology(), &des, h))
