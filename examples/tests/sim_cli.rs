@@ -461,3 +461,33 @@ fn trace_checks_hosts_and_forwarding_before_printing() {
         )
     );
 }
+
+/// A `--pcap-port` beyond the node's ports names the node as given and its port range
+/// (it said `no port 999 on node 16`), before the run and before the pcap file exists.
+#[test]
+fn pcap_port_out_of_range_names_node_and_ports() {
+    let sc = tmp("pcap-range.toml");
+    std::fs::write(&sc, SCENARIO).unwrap();
+    let pcap = tmp("never.pcap");
+    for (np, msg) in [
+        (
+            "leaf0:999",
+            "mrc-sim: error: --pcap-port leaf0:999: leaf0 has no port \"999\" (leaf0 has ports 0..7)\n",
+        ),
+        (
+            "host3:1",
+            "mrc-sim: error: --pcap-port host3:1: host3 has no port \"1\" (host3 has only port 0)\n",
+        ),
+    ] {
+        let (code, out, err) = mrc_sim(&[
+            "run",
+            sc.to_str().unwrap(),
+            "--pcap-port",
+            np,
+            "--pcap",
+            pcap.to_str().unwrap(),
+        ]);
+        assert_eq!((code, out.as_str(), err.as_str()), (2, "", msg));
+        assert!(!pcap.exists());
+    }
+}

@@ -498,9 +498,23 @@ fn run(cli: Cli) -> Result<bool, String> {
                         .topology()
                         .node_by_name(n)
                         .ok_or_else(|| format!("--pcap-port: no node {n:?}"))?;
-                    let port: u16 = p
-                        .parse()
-                        .map_err(|_| format!("--pcap-port: bad port {p:?}"))?;
+                    let ports = sim
+                        .topology()
+                        .nodes
+                        .get(node as usize)
+                        .map_or(0, |s| s.ports.len());
+                    let range = match ports {
+                        0 => "no ports".to_owned(),
+                        1 => "only port 0".to_owned(),
+                        n => format!("ports 0..{}", n - 1),
+                    };
+                    let port = p
+                        .parse::<u16>()
+                        .ok()
+                        .filter(|&x| usize::from(x) < ports)
+                        .ok_or_else(|| {
+                            format!("--pcap-port {np}: {n} has no port {p:?} ({n} has {range})")
+                        })?;
                     let f = std::fs::File::create(&file)
                         .map_err(|e| format!("{}: {e}", file.display()))?;
                     sim.set_pcap(node, port, Box::new(std::io::BufWriter::new(f)))
