@@ -491,3 +491,20 @@ fn pcap_port_out_of_range_names_node_and_ports() {
         assert!(!pcap.exists());
     }
 }
+
+/// `experiment --help` lists exactly the names `experiment list` prints (it missed
+/// `speed-raw`), then `list`.
+#[test]
+fn experiment_help_lists_every_experiment() {
+    let (code, list, _) = mrc_sim(&["experiment", "list"]);
+    assert_eq!(code, 0);
+    let names: Vec<&str> = list
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert!(names.contains(&"speed-raw"), "{list}");
+    let (code, help, _) = mrc_sim(&["experiment", "--help"]);
+    assert_eq!(code, 0);
+    let want = format!("  <NAME>  {} | list\n", names.join(" | "));
+    assert!(help.contains(&want), "{help}");
+}

@@ -253,7 +253,8 @@ enum Cmd {
     /// `[PASS]`/`[MISS]` lines (the targets the project set for it, e.g. spraying >= 95% of
     /// ideal goodput); exit status 1 when one is missed, 2 on an error.
     Experiment {
-        /// spray-vs-ecmp | loss | failover | incast | allreduce | cc | speed | list.
+        /// The experiment (names from the table `experiment list` prints) or `list`.
+        #[arg(help = experiment_names_help())]
         name: String,
         /// Seed of every random draw (loss, marking, initial PSNs) and of the switches'
         /// ECMP hash: another seed gives other hash collisions.
@@ -605,6 +606,13 @@ fn run(cli: Cli) -> Result<bool, String> {
             Ok(t.all_pass())
         }
     }
+}
+
+/// `experiment NAME`'s help: every name of [`EXPERIMENTS`] (the table `experiment list`
+/// prints), then `list`.
+fn experiment_names_help() -> String {
+    let names: Vec<&str> = EXPERIMENTS.iter().map(|(n, _)| *n).collect();
+    format!("{} | list", names.join(" | "))
 }
 
 /// A host of `trace`: `N` or `hostN` (the name the output prints).
