@@ -762,3 +762,65 @@ fn host_port_and_srv6_without_ipv6_are_clear_errors() {
         );
     }
 }
+
+/// `scripts/baselines.sh` with a bad run count or a failing mrc-perf: a message (with
+/// mrc-perf's stderr) and exit 1, not `seq: invalid ...`, an unbound variable or a silent
+/// exit. `MRC_PERF` points it at a stand-in mrc-perf that fails, so nothing is built.
+#[test]
+fn baselines_script_failures_are_clear() {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/baselines.sh");
+    let dir = std::env::temp_dir().join(format!("mrc-baselines-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let fake = dir.join("mrc-perf");
+    std::fs::write(
+        &fake,
+        "#!/bin/sh\necho 'mrc-perf: error: bind 127.0.0.1: Address already in use' >&2\nexit 3\n",
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let run = |args: &[&str]| {
+        let o = Command::new("bash")
+            .arg(script)
+            .args(args)
+            .env("MRC_PERF", &fake)
+            .output()
+            .unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    let usage = "usage: scripts/baselines.sh [RUNS] [DURATION_S] (RUNS a positive integer, DURATION_S positive seconds; defaults 3 3)\n";
+    for (args, first) in [
+        (
+            vec!["x"],
+            "baselines.sh: RUNS must be a positive integer, got 'x'\n",
+        ),
+        (
+            vec!["0"],
+            "baselines.sh: RUNS must be a positive integer, got '0'\n",
+        ),
+        (
+            vec!["2", "0"],
+            "baselines.sh: DURATION_S must be a positive number of seconds, got '0'\n",
+        ),
+    ] {
+        assert_eq!(
+            run(&args),
+            (Some(1), String::new(), format!("{first}{usage}")),
+            "{args:?}"
+        );
+    }
+    assert_eq!(
+        run(&["1", "1"]),
+        (
+            Some(1),
+            String::new(),
+            "baselines.sh: mrc-perf loopback -s 1048576 --paths 16 --mtu 4096 -D 1 --verify --json failed (exit code 3):\n\
+             mrc-perf: error: bind 127.0.0.1: Address already in use\n"
+                .to_owned()
+        )
+    );
+}
