@@ -5,36 +5,66 @@
 # Each figure is the median of RUNS runs (default 3), runs interleaved so that a change in
 # machine load hits all of them alike.
 #
-# Usage: scripts/baselines.sh [RUNS] [DURATION_S]
+# Usage: scripts/baselines.sh [RUNS] [DURATION_S]   (RUNS >= 1, DURATION_S > 0 seconds)
+# MRC_PERF=PATH runs that mrc-perf binary instead of building target/release/mrc-perf.
+# Any failure prints a message (with mrc-perf's stderr) and exits 1.
 set -euo pipefail
+usage="usage: scripts/baselines.sh [RUNS] [DURATION_S] (RUNS a positive integer, DURATION_S positive seconds; defaults 3 3)"
 RUNS=${1:-3}
 DUR=${2:-3}
+if ! [[ $RUNS =~ ^[1-9][0-9]*$ ]]; then
+  echo "baselines.sh: RUNS must be a positive integer, got '$RUNS'" >&2
+  echo "$usage" >&2
+  exit 1
+fi
+if ! [[ $DUR =~ ^[0-9]*\.?[0-9]+$ && $DUR =~ [1-9] ]]; then
+  echo "baselines.sh: DURATION_S must be a positive number of seconds, got '$DUR'" >&2
+  echo "$usage" >&2
+  exit 1
+fi
+command -v jq >/dev/null 2>&1 || { echo "baselines.sh: needs jq (apt-get install jq)" >&2; exit 1; }
 cd "$(dirname "$0")/.."
-cargo build --release -q -p mrc-examples --bin mrc-perf
-P=target/release/mrc-perf
+if [ -n "${MRC_PERF:-}" ]; then
+  P=$MRC_PERF
+else
+  cargo build --release -q -p mrc-examples --bin mrc-perf \
+    || { echo "baselines.sh: cargo build of mrc-perf failed" >&2; exit 1; }
+  P=target/release/mrc-perf
+fi
 # Per-run figures go to a private directory, removed on exit.
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
+# mrc-perf ARGS...: its JSON on stdout; on failure its stderr and exit 1 (the caller's
+# `x=$(perf ...)` then stops the script under set -e).
+perf() {
+  local rc=0
+  "$P" "$@" 2>"$T/stderr" || rc=$?
+  if [ "$rc" != 0 ]; then
+    echo "baselines.sh: mrc-perf $* failed (exit code $rc):" >&2
+    cat "$T/stderr" >&2
+    exit 1
+  fi
+}
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 : >"$T/mrc_bw"; : >"$T/mrc_cpu"; : >"$T/udp_bw"; : >"$T/udp_cpu"; : >"$T/tcp_bw"; : >"$T/tcp_cpu"
 : >"$T/mrc_lat50"; : >"$T/mrc_lat99"; : >"$T/udp_lat50"; : >"$T/udp_lat99"
 for i in $(seq "$RUNS"); do
   # 4096-byte payload, 16 EVs, 1 MiB messages, every byte checked.
-  j=$($P loopback -s 1048576 --paths 16 --mtu 4096 -D "$DUR" --verify --json 2>/dev/null)
+  j=$(perf loopback -s 1048576 --paths 16 --mtu 4096 -D "$DUR" --verify --json)
   bad=$(jq -r '.receiver.bad_bytes' <<<"$j")
   [ "$bad" = 0 ] || { echo "verify failed: $bad bad bytes" >&2; exit 1; }
   jq -r '.bw_avg_gbps' <<<"$j" >>"$T/mrc_bw"
   jq -r '.cpu_s_per_gb' <<<"$j" >>"$T/mrc_cpu"
-  b=$($P baseline -s 1048576 --paths 16 --mtu 4096 -D "$DUR" --json 2>/dev/null)
+  b=$(perf baseline -s 1048576 --paths 16 --mtu 4096 -D "$DUR" --json)
   jq -r '.baselines[0].gbps' <<<"$b" >>"$T/udp_bw"
   jq -r '.baselines[0].cpu_s_per_gb' <<<"$b" >>"$T/udp_cpu"
   jq -r '.baselines[1].gbps' <<<"$b" >>"$T/tcp_bw"
   jq -r '.baselines[1].cpu_s_per_gb' <<<"$b" >>"$T/tcp_cpu"
   tcp_name=$(jq -r '.baselines[1].name' <<<"$b")
-  l=$($P loopback --test lat -s 8 -n 20000 --verify --json 2>/dev/null)
+  l=$(perf loopback --test lat -s 8 -n 20000 --verify --json)
   jq -r '.lat_us.typical' <<<"$l" >>"$T/mrc_lat50"
   jq -r '.lat_us.p99' <<<"$l" >>"$T/mrc_lat99"
-  u=$($P baseline --test lat -s 8 -n 20000 --json 2>/dev/null)
+  u=$(perf baseline --test lat -s 8 -n 20000 --json)
   jq -r '.baselines[0].lat_us.typical' <<<"$u" >>"$T/udp_lat50"
   jq -r '.baselines[0].lat_us.p99' <<<"$u" >>"$T/udp_lat99"
 done

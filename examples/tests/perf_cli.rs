@@ -315,10 +315,14 @@ fn extreme_arguments_are_clear_errors_not_panics() {
          65451 bytes, got 1048576",
     );
     // --srv6 on loopback: the server's reason reaches the client (it used to print
-    // "bootstrap read: failed to fill whole buffer").
+    // "bootstrap read: failed to fill whole buffer"). Without -6 the client refuses first.
+    fails_with(
+        &["loopback", "-6", "--srv6", "srh", "-n", "5"],
+        "refused the test: --srv6: ::1 is not a testbed host (fd00:6d72:63:10::2 or fd00:6d72:63:11::2)",
+    );
     fails_with(
         &["loopback", "--srv6", "srh", "-n", "5"],
-        "refused the test: --srv6 needs an IPv6 server address, got 127.0.0.1",
+        "--srv6 needs IPv6: add -6 (--ipv6)",
     );
 }
 
@@ -725,4 +729,98 @@ fn client_refuses_a_server_region_too_small_for_the_test() {
         ),
     );
     assert!(fake.join().unwrap().contains("\"region_size\":131072"));
+}
+
+/// `client HOST:PORT` says the port goes in `-p PORT` (it said "cannot resolve"); a bare
+/// IPv6 address is still a host. `loopback --srv6` without `-6` says to add `-6` before
+/// any test starts (it said the server refused the test).
+#[test]
+fn host_port_and_srv6_without_ipv6_are_clear_errors() {
+    for (args, msg) in [
+        (
+            vec!["client", "127.0.0.1:99999"],
+            "mrc-perf: error: 127.0.0.1:99999: host:port is not supported; give the host alone and the port with -p PORT (mrc-perf client 127.0.0.1 -p PORT, PORT 0..65535)\n",
+        ),
+        (
+            vec!["client", "[::1]:5000"],
+            "mrc-perf: error: [::1]:5000: host:port is not supported; give the host alone and the port with -p PORT (mrc-perf client ::1 -p 5000)\n",
+        ),
+        (
+            vec!["loopback", "--srv6", "srh"],
+            "mrc-perf: error: --srv6 needs IPv6: add -6 (--ipv6)\n",
+        ),
+    ] {
+        let (o, _) = perf(&args);
+        assert_eq!(
+            (
+                o.status.code(),
+                o.stdout.as_slice(),
+                String::from_utf8_lossy(&o.stderr).as_ref()
+            ),
+            (Some(1), b"".as_slice(), msg),
+            "{args:?}"
+        );
+    }
+}
+
+/// `scripts/baselines.sh` with a bad run count or a failing mrc-perf: a message (with
+/// mrc-perf's stderr) and exit 1, not `seq: invalid ...`, an unbound variable or a silent
+/// exit. `MRC_PERF` points it at a stand-in mrc-perf that fails, so nothing is built.
+#[test]
+fn baselines_script_failures_are_clear() {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/baselines.sh");
+    let dir = std::env::temp_dir().join(format!("mrc-baselines-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let fake = dir.join("mrc-perf");
+    std::fs::write(
+        &fake,
+        "#!/bin/sh\necho 'mrc-perf: error: bind 127.0.0.1: Address already in use' >&2\nexit 3\n",
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let run = |args: &[&str]| {
+        let o = Command::new("bash")
+            .arg(script)
+            .args(args)
+            .env("MRC_PERF", &fake)
+            .output()
+            .unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    let usage = "usage: scripts/baselines.sh [RUNS] [DURATION_S] (RUNS a positive integer, DURATION_S positive seconds; defaults 3 3)\n";
+    for (args, first) in [
+        (
+            vec!["x"],
+            "baselines.sh: RUNS must be a positive integer, got 'x'\n",
+        ),
+        (
+            vec!["0"],
+            "baselines.sh: RUNS must be a positive integer, got '0'\n",
+        ),
+        (
+            vec!["2", "0"],
+            "baselines.sh: DURATION_S must be a positive number of seconds, got '0'\n",
+        ),
+    ] {
+        assert_eq!(
+            run(&args),
+            (Some(1), String::new(), format!("{first}{usage}")),
+            "{args:?}"
+        );
+    }
+    assert_eq!(
+        run(&["1", "1"]),
+        (
+            Some(1),
+            String::new(),
+            "baselines.sh: mrc-perf loopback -s 1048576 --paths 16 --mtu 4096 -D 1 --verify --json failed (exit code 3):\n\
+             mrc-perf: error: bind 127.0.0.1: Address already in use\n"
+                .to_owned()
+        )
+    );
 }

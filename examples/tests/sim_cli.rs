@@ -82,8 +82,9 @@ cables: 32 = (16 NIC links + 16 leaf-spine links), one per 200G lane; optics: 64
         "-",
     ]);
     assert_eq!(code, 0, "{err}");
-    assert!(out.contains("spines 0-6 carry 58 lanes, spines 7-8 carry 57, of 64 each\n"));
-    let v: serde_json::Value = serde_json::from_str(&out[out.find('{').unwrap()..]).unwrap();
+    // With `--json -` the text goes to stderr and stdout is the JSON alone.
+    assert!(err.contains("spines 0-6 carry 58 lanes, spines 7-8 carry 57, of 64 each\n"));
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["plane"]["downlinks_per_spine"], 58);
     assert_eq!(v["plane"]["links_per_leaf_spine"], 3);
 }
@@ -319,8 +320,11 @@ fn scenarios_that_cannot_run_are_refused() {
 #[test]
 fn trace_refuses_a_self_path_and_zero_evs() {
     let (code, out, err) = mrc_sim(&["trace", "--gpus", "64", "--src", "0", "--dst", "0"]);
-    assert_eq!(code, 2, "{out}");
-    assert_eq!(err, "mrc-sim: error: flow from host 0 to itself\n");
+    assert_eq!((code, out.as_str()), (2, ""));
+    assert_eq!(
+        err,
+        "mrc-sim: error: --src and --dst are both host0: a trace needs two different hosts\n"
+    );
     let (code, out, err) = mrc_sim(&[
         "trace", "--gpus", "64", "--src", "0", "--dst", "40", "--evs", "0",
     ]);
@@ -343,4 +347,164 @@ fn trace_takes_host_names_or_indices() {
         err.contains("invalid value 'leaf0' for '--src <SRC>': expected a host index (N or hostN)"),
         "{err}"
     );
+}
+
+/// `--json -` makes stdout one JSON document (`| jq .` works): the human table goes to
+/// stderr. Checked for design, trace and run.
+#[test]
+fn json_to_stdout_is_pure_json() {
+    let sc = tmp("pure.toml");
+    std::fs::write(&sc, SCENARIO).unwrap();
+    let sc = sc.to_str().unwrap().to_owned();
+    for args in [
+        vec!["design", "--gpus", "16", "--json", "-"],
+        vec![
+            "trace", "--gpus", "16", "--src", "0", "--dst", "9", "--json", "-",
+        ],
+        vec!["run", &sc, "--json", "-"],
+    ] {
+        let (code, out, err) = mrc_sim(&args);
+        assert_eq!(code, 0, "{args:?}: {err}");
+        let v: Result<serde_json::Value, _> = serde_json::from_str(&out);
+        assert!(v.is_ok(), "{args:?}: stdout is not JSON: {out}");
+        assert!(!err.is_empty(), "{args:?}: the table goes to stderr");
+    }
+    let (_, out, err) = mrc_sim(&["design", "--gpus", "16", "--json", "-"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["servers"], 2);
+    assert!(err.starts_with("design: 16 GPUs, 8 per server"), "{err}");
+}
+
+/// `--plot` and `--json` paths are checked before anything runs: exit 2 with a message
+/// naming the allowed extensions or the missing directory, never a Debug dump.
+#[test]
+fn bad_output_paths_are_refused_up_front() {
+    for (args, msg) in [
+        (
+            vec!["design", "--gpus", "16", "--plot", "x.pdf"],
+            "mrc-sim: error: --plot x.pdf: unsupported file type (allowed: .svg, .png)\n",
+        ),
+        (
+            vec!["design", "--gpus", "16", "--plot", "noext"],
+            "mrc-sim: error: --plot noext: unsupported file type (allowed: .svg, .png)\n",
+        ),
+        (
+            vec![
+                "trace",
+                "--gpus",
+                "16",
+                "--src",
+                "0",
+                "--dst",
+                "1",
+                "--plot",
+                "/no/such/dir/t.svg",
+            ],
+            "mrc-sim: error: --plot /no/such/dir/t.svg: directory /no/such/dir does not exist\n",
+        ),
+        (
+            vec!["experiment", "incast", "--plot", "/no/such/dir/i.png"],
+            "mrc-sim: error: --plot /no/such/dir/i.png: directory /no/such/dir does not exist\n",
+        ),
+        (
+            vec!["design", "--gpus", "16", "--json", "/no/such/dir/d.json"],
+            "mrc-sim: error: --json /no/such/dir/d.json: directory /no/such/dir does not exist\n",
+        ),
+    ] {
+        let (code, out, err) = mrc_sim(&args);
+        assert_eq!((code, out.as_str(), err.as_str()), (2, "", msg), "{args:?}");
+    }
+    // An unwritable PNG reads as an I/O error, not `ImageError(IoError(..))`.
+    let (code, _, err) = mrc_sim(&["design", "--gpus", "16", "--plot", "/proc/x.png"]);
+    assert_eq!(
+        (code, err.as_str()),
+        (
+            2,
+            "mrc-sim: error: plot /proc/x.png: No such file or directory (os error 2)\n"
+        )
+    );
+    let png = tmp("d.png");
+    let (code, _, err) = mrc_sim(&["design", "--gpus", "16", "--plot", png.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(&std::fs::read(&png).unwrap()[..4], b"\x89PNG");
+}
+
+/// A host beyond the design and an unknown forwarding mode are refused before the trace
+/// header is printed (stdout stays empty), naming the host range and the flag.
+#[test]
+fn trace_checks_hosts_and_forwarding_before_printing() {
+    let (code, out, err) = mrc_sim(&["trace", "--src", "0", "--dst", "1024"]);
+    assert_eq!(
+        (code, out.as_str(), err.as_str()),
+        (
+            2,
+            "",
+            "mrc-sim: error: --dst 1024: no such host (this design has hosts 0..1023 = host0..host1023)\n"
+        )
+    );
+    let (code, out, err) = mrc_sim(&["trace", "--gpus", "16", "--src", "16", "--dst", "1"]);
+    assert_eq!(
+        (code, out.as_str(), err.as_str()),
+        (
+            2,
+            "",
+            "mrc-sim: error: --src 16: no such host (this design has hosts 0..15 = host0..host15)\n"
+        )
+    );
+    let (code, out, err) = mrc_sim(&["trace", "--src", "0", "--dst", "1", "--forwarding", "foo"]);
+    assert_eq!(
+        (code, out.as_str(), err.as_str()),
+        (
+            2,
+            "",
+            "mrc-sim: error: --forwarding \"foo\": expected ecmp, srv6 or usid\n"
+        )
+    );
+}
+
+/// A `--pcap-port` beyond the node's ports names the node as given and its port range
+/// (it said `no port 999 on node 16`), before the run and before the pcap file exists.
+#[test]
+fn pcap_port_out_of_range_names_node_and_ports() {
+    let sc = tmp("pcap-range.toml");
+    std::fs::write(&sc, SCENARIO).unwrap();
+    let pcap = tmp("never.pcap");
+    for (np, msg) in [
+        (
+            "leaf0:999",
+            "mrc-sim: error: --pcap-port leaf0:999: leaf0 has no port \"999\" (leaf0 has ports 0..7)\n",
+        ),
+        (
+            "host3:1",
+            "mrc-sim: error: --pcap-port host3:1: host3 has no port \"1\" (host3 has only port 0)\n",
+        ),
+    ] {
+        let (code, out, err) = mrc_sim(&[
+            "run",
+            sc.to_str().unwrap(),
+            "--pcap-port",
+            np,
+            "--pcap",
+            pcap.to_str().unwrap(),
+        ]);
+        assert_eq!((code, out.as_str(), err.as_str()), (2, "", msg));
+        assert!(!pcap.exists());
+    }
+}
+
+/// `experiment --help` lists exactly the names `experiment list` prints (it missed
+/// `speed-raw`), then `list`.
+#[test]
+fn experiment_help_lists_every_experiment() {
+    let (code, list, _) = mrc_sim(&["experiment", "list"]);
+    assert_eq!(code, 0);
+    let names: Vec<&str> = list
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert!(names.contains(&"speed-raw"), "{list}");
+    let (code, help, _) = mrc_sim(&["experiment", "--help"]);
+    assert_eq!(code, 0);
+    let want = format!("  <NAME>  {} | list\n", names.join(" | "));
+    assert!(help.contains(&want), "{help}");
 }

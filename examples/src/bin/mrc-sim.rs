@@ -18,11 +18,13 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use mrc_examples::sim::design as sim_design;
 use mrc_examples::sim::experiments::{self, EXPERIMENTS};
-use mrc_examples::sim::output::ResultTable;
+use mrc_examples::sim::output::{ResultTable, check_output_dir, check_plot_path};
 use mrc_examples::sim::scenario::{Scenario, parse_forwarding};
 use mrc_fabric::sim::net::Progress;
 use mrc_fabric::sim::{
@@ -42,14 +44,33 @@ struct Cli {
 
 #[derive(clap::Args, Clone)]
 struct Out {
-    /// Write the numbers as JSON to this file ("-" for stdout, after the table).
+    /// Write the numbers as JSON to this file ("-" for stdout: then stdout is only the
+    /// JSON and the table goes to stderr). Its directory must exist.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
     /// Draw the table's main column as a bar chart to this file (.svg or .png): leaves
     /// (design), links crossed per EV (trace), goodput per flow (run), the experiment's
-    /// measure (experiment).
+    /// measure (experiment). Its directory must exist.
     #[arg(long, value_name = "FILE")]
     plot: Option<PathBuf>,
+}
+
+impl Out {
+    /// Checks `--json` and `--plot` before anything runs (directory exists, plot
+    /// extension `.svg` or `.png`) and sends the human text to stderr under `--json -`.
+    fn check(&self) -> Result<(), String> {
+        if let Some(p) = &self.json {
+            if p.as_os_str() == "-" {
+                HUMAN_TO_STDERR.store(true, Ordering::Relaxed);
+            } else {
+                check_output_dir("--json", p)?;
+            }
+        }
+        if let Some(p) = &self.plot {
+            check_plot_path(p)?;
+        }
+        Ok(())
+    }
 }
 
 #[derive(clap::Args, Clone)]
@@ -232,7 +253,8 @@ enum Cmd {
     /// `[PASS]`/`[MISS]` lines (the targets the project set for it, e.g. spraying >= 95% of
     /// ideal goodput); exit status 1 when one is missed, 2 on an error.
     Experiment {
-        /// spray-vs-ecmp | loss | failover | incast | allreduce | cc | speed | list.
+        /// The experiment (names from the table `experiment list` prints) or `list`.
+        #[arg(help = experiment_names_help())]
         name: String,
         /// Seed of every random draw (loss, marking, initial PSNs) and of the switches'
         /// ECMP hash: another seed gives other hash collisions.
@@ -243,19 +265,34 @@ enum Cmd {
     },
 }
 
-/// Writes to stdout; a closed pipe (e.g. `| head`) is not an error worth a panic.
+/// Set when `--json -` puts the JSON on stdout: the human text then goes to stderr, so
+/// stdout is one JSON document (`mrc-sim ... --json - | jq .`).
+static HUMAN_TO_STDERR: AtomicBool = AtomicBool::new(false);
+
+/// Writes the human text to stdout (stderr under `--json -`); a closed pipe (e.g.
+/// `| head`) is not an error worth a panic.
 macro_rules! out {
     ($($arg:tt)*) => {{
         use std::io::Write as _;
-        let _ = write!(std::io::stdout().lock(), $($arg)*);
+        if HUMAN_TO_STDERR.load(Ordering::Relaxed) {
+            let _ = write!(std::io::stderr().lock(), $($arg)*);
+        } else {
+            let _ = write!(std::io::stdout().lock(), $($arg)*);
+        }
     }};
 }
 
 macro_rules! outln {
     ($($arg:tt)*) => {{
-        use std::io::Write as _;
-        let _ = writeln!(std::io::stdout().lock(), $($arg)*);
+        out!($($arg)*);
+        out!("\n");
     }};
+}
+
+/// Writes a JSON document and a newline to stdout.
+fn json_to_stdout(s: &str) {
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stdout().lock(), "{s}");
 }
 
 fn main() -> ExitCode {
@@ -321,7 +358,7 @@ fn emit_json_plot(t: &ResultTable, out: &Out, json: &impl serde::Serialize) -> R
     if let Some(p) = &out.json {
         let s = serde_json::to_string_pretty(json).map_err(|e| e.to_string())?;
         if p.as_os_str() == "-" {
-            outln!("{s}");
+            json_to_stdout(&s);
         } else {
             std::fs::write(p, s).map_err(|e| format!("{}: {e}", p.display()))?;
         }
@@ -336,6 +373,7 @@ fn emit_json_plot(t: &ResultTable, out: &Out, json: &impl serde::Serialize) -> R
 fn run(cli: Cli) -> Result<bool, String> {
     match cli.cmd {
         Cmd::Design { d, out } => {
+            out.check()?;
             let des = design(&d.input()?).map_err(|e| e.to_string())?;
             out!("{}", sim_design::design_text(&des));
             emit_json_plot(&sim_design::fabric_table(&des), &out, &des)?;
@@ -347,7 +385,7 @@ fn run(cli: Cli) -> Result<bool, String> {
                 mrc_examples::testbed::TestbedPlan::from_design(&des).map_err(|e| e.to_string())?;
             let s = serde_json::to_string_pretty(&plan).map_err(|e| e.to_string())?;
             match json {
-                Some(p) if p.as_os_str() == "-" => outln!("{s}"),
+                Some(p) if p.as_os_str() == "-" => json_to_stdout(&s),
                 Some(p) => std::fs::write(&p, s).map_err(|e| format!("{}: {e}", p.display()))?,
                 None => {
                     outln!(
@@ -374,17 +412,37 @@ fn run(cli: Cli) -> Result<bool, String> {
             forwarding,
             out,
         } => {
+            out.check()?;
             if evs == 0 {
                 return Err("--evs must be at least 1".into());
             }
             let des = design(&d.input()?).map_err(|e| e.to_string())?;
             let spec = SpineLeafSpec::from_design(&des, 500);
             let topo = Topology::spine_leaf(&spec).map_err(|e| e.to_string())?;
+            let forwarding_mode = parse_forwarding(&forwarding)
+                .map_err(|_| format!("--forwarding {forwarding:?}: expected ecmp, srv6 or usid"))?;
+            // The hosts are checked before anything is printed.
+            for (flag, h) in [("--src", src), ("--dst", dst)] {
+                if h >= spec.hosts {
+                    return Err(format!(
+                        "{flag} {h}: no such host (this design has hosts 0..{} = host0..host{0})",
+                        spec.hosts - 1
+                    ));
+                }
+            }
+            if src == dst {
+                return Err(format!(
+                    "--src and --dst are both host{src}: a trace needs two different hosts"
+                ));
+            }
             let cfg = SimConfig {
-                forwarding: parse_forwarding(&forwarding).map_err(|e| e.to_string())?,
+                forwarding: forwarding_mode,
                 ..SimConfig::default()
             };
             let sim = Simulator::new(topo, cfg).map_err(|e| e.to_string())?;
+            let traces = (0..evs)
+                .map(|ev| sim.trace(src, dst, ev).map_err(|e| e.to_string()))
+                .collect::<Result<Vec<_>, String>>()?;
             let same_leaf =
                 spec.hosts_per_leaf == 0 || src / spec.hosts_per_leaf == dst / spec.hosts_per_leaf;
             out!(
@@ -394,8 +452,7 @@ fn run(cli: Cli) -> Result<bool, String> {
             );
             let mut t = ResultTable::new("links crossed per EV");
             let mut all = Vec::new();
-            for ev in 0..evs {
-                let hops = sim.trace(src, dst, ev).map_err(|e| e.to_string())?;
+            for (ev, hops) in (0..evs).zip(traces) {
                 let path: Vec<String> = hops
                     .iter()
                     .map(|h| sim_design::hop_text(sim.topology(), &des, h))
@@ -421,6 +478,7 @@ fn run(cli: Cli) -> Result<bool, String> {
             pcap,
             out,
         } => {
+            out.check()?;
             let text = std::fs::read_to_string(&scenario)
                 .map_err(|e| format!("{}: {e}", scenario.display()))?;
             let built = Scenario::parse(&text)
@@ -441,9 +499,23 @@ fn run(cli: Cli) -> Result<bool, String> {
                         .topology()
                         .node_by_name(n)
                         .ok_or_else(|| format!("--pcap-port: no node {n:?}"))?;
-                    let port: u16 = p
-                        .parse()
-                        .map_err(|_| format!("--pcap-port: bad port {p:?}"))?;
+                    let ports = sim
+                        .topology()
+                        .nodes
+                        .get(node as usize)
+                        .map_or(0, |s| s.ports.len());
+                    let range = match ports {
+                        0 => "no ports".to_owned(),
+                        1 => "only port 0".to_owned(),
+                        n => format!("ports 0..{}", n - 1),
+                    };
+                    let port = p
+                        .parse::<u16>()
+                        .ok()
+                        .filter(|&x| usize::from(x) < ports)
+                        .ok_or_else(|| {
+                            format!("--pcap-port {np}: {n} has no port {p:?} ({n} has {range})")
+                        })?;
                     let f = std::fs::File::create(&file)
                         .map_err(|e| format!("{}: {e}", file.display()))?;
                     sim.set_pcap(node, port, Box::new(std::io::BufWriter::new(f)))
@@ -525,6 +597,7 @@ fn run(cli: Cli) -> Result<bool, String> {
                 }
                 return Ok(true);
             }
+            out.check()?;
             let mut bar = Bar::new();
             let t = experiments::run(&name, seed, &mut |l, p| bar.update(l, p))
                 .map_err(|e| e.to_string())?;
@@ -533,6 +606,13 @@ fn run(cli: Cli) -> Result<bool, String> {
             Ok(t.all_pass())
         }
     }
+}
+
+/// `experiment NAME`'s help: every name of [`EXPERIMENTS`] (the table `experiment list`
+/// prints), then `list`.
+fn experiment_names_help() -> String {
+    let names: Vec<&str> = EXPERIMENTS.iter().map(|(n, _)| *n).collect();
+    format!("{} | list", names.join(" | "))
 }
 
 /// A host of `trace`: `N` or `hostN` (the name the output prints).

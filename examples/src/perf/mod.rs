@@ -36,6 +36,9 @@ pub fn run_cli(cli: Cli) -> Result<String, String> {
     }
     match cli.cmd {
         Command::Loopback { ipv6 } => {
+            if p.srv6.is_some() && !ipv6 {
+                return Err("--srv6 needs IPv6: add -6 (--ipv6)".into());
+            }
             let ip: IpAddr = if ipv6 {
                 Ipv6Addr::LOCALHOST.into()
             } else {
@@ -71,6 +74,7 @@ pub fn run_cli(cli: Cli) -> Result<String, String> {
             )
         }
         Command::Client { host } => {
+            check_host_without_port(&host)?;
             let addr = (host.as_str(), cli.test.port)
                 .to_socket_addrs()
                 .map_err(|e| format!("cannot resolve {host}: {e}"))?
@@ -168,6 +172,51 @@ pub fn main() -> i32 {
         Err(e) => {
             eprintln!("mrc-perf: error: {e}");
             1
+        }
+    }
+}
+
+/// Refuses `HOST:PORT` (and `[V6]:PORT`) as the client's host: the port is `-p PORT`.
+/// A bare IPv6 address (`::1`, `fe80::1`) is a host.
+///
+/// Errors: a message naming the host and `-p PORT`.
+fn check_host_without_port(host: &str) -> Result<(), String> {
+    if host.parse::<Ipv6Addr>().is_ok() {
+        return Ok(());
+    }
+    let port_suffix = host.rsplit_once(':').is_some_and(|(h, p)| {
+        !h.is_empty() && !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit())
+    });
+    if port_suffix {
+        let (h, p) = host.rsplit_once(':').unwrap_or((host, ""));
+        let h = h.trim_start_matches('[').trim_end_matches(']');
+        let example = match p.parse::<u16>() {
+            Ok(port) => format!("mrc-perf client {h} -p {port}"),
+            Err(_) => format!("mrc-perf client {h} -p PORT, PORT 0..65535"),
+        };
+        return Err(format!(
+            "{host}: host:port is not supported; give the host alone and the port with -p PORT \
+             ({example})"
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod host_tests {
+    use super::check_host_without_port;
+
+    #[test]
+    fn bare_hosts_pass_host_port_is_refused() {
+        for ok in ["127.0.0.1", "::1", "fe80::1", "localhost", "h1.example"] {
+            assert_eq!(check_host_without_port(ok), Ok(()), "{ok}");
+        }
+        for bad in ["localhost:18515", "10.0.0.1:1", "[fd00::1]:18515"] {
+            assert!(
+                check_host_without_port(bad)
+                    .is_err_and(|e| e.contains("host:port is not supported")),
+                "{bad}"
+            );
         }
     }
 }

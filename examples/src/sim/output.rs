@@ -144,10 +144,15 @@ impl ResultTable {
         out
     }
 
-    /// Draws the plot column as bars (SVG for `.svg`, PNG otherwise).
+    /// Draws the plot column as bars (SVG for `.svg`, PNG for `.png`).
     ///
-    /// Errors: a message when the column is missing or drawing fails.
+    /// Errors: a message when the extension is neither, the directory is missing, the
+    /// column is missing or drawing fails.
     pub fn plot(&self, path: &Path) -> Result<(), String> {
+        check_plot_path(path)?;
+        // Open the file here so an I/O error reads as one (plotters' PNG backend reports
+        // it as a Debug dump of the image crate's error).
+        std::fs::File::create(path).map_err(|e| e.to_string())?;
         let col = self
             .plot_column
             .clone()
@@ -178,6 +183,44 @@ impl ResultTable {
             draw(root, &self.title, &col, &bars, self.plot_reference)
         }
     }
+}
+
+/// Checks that `path`'s directory exists (a bare file name is in the current directory),
+/// so a run does not end with an unwritable output. `flag` names the option in the error.
+///
+/// Errors: `FLAG PATH: directory DIR does not exist` (or is not a directory).
+pub fn check_output_dir(flag: &str, path: &Path) -> Result<(), String> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => return Ok(()),
+    };
+    if dir.is_dir() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{flag} {}: directory {} does not exist",
+            path.display(),
+            dir.display()
+        ))
+    }
+}
+
+/// Checks a `--plot` path before a run: extension `.svg` or `.png` (any case) and an
+/// existing directory.
+///
+/// Errors: `--plot PATH: unsupported file type (allowed: .svg, .png)` or the directory
+/// error of [`check_output_dir`].
+pub fn check_plot_path(path: &Path) -> Result<(), String> {
+    let ok = path
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("svg") || e.eq_ignore_ascii_case("png"));
+    if !ok {
+        return Err(format!(
+            "--plot {}: unsupported file type (allowed: .svg, .png)",
+            path.display()
+        ));
+    }
+    check_output_dir("--plot", path)
 }
 
 fn draw<B: plotters::prelude::DrawingBackend>(
