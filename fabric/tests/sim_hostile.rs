@@ -446,3 +446,312 @@ fn trimming_a_shared_payload_frame_copies_its_headers_and_pcap_sees_whole_frames
     assert_eq!(frames, received);
     assert_eq!(frames[0], frame(Forwarding::Ecmp, 0, 3, 0, &dgrams[0]));
 }
+
+/// Where one injected frame ended: dropped by a switch (no route, unparseable, bad SRH),
+/// dropped by a queue, counted bad by host `h`, or received by host `h`.
+#[derive(Debug, PartialEq, Eq)]
+enum Fate {
+    NoRoute,
+    QueueDrop,
+    Bad(u32),
+    Received(u32),
+}
+
+/// Injects `bytes` at host 0 of a fresh simulator forwarding `fwd` and says where it ended.
+fn fate(fwd: Forwarding, bytes: &[u8]) -> Fate {
+    let mut sim = sim16(SimConfig {
+        forwarding: fwd,
+        ..cfg(1)
+    });
+    for h in 0..16 {
+        sim.set_capture(h, true);
+    }
+    sim.inject_slice(0, bytes).unwrap();
+    let r = sim.run();
+    assert_eq!(accounted(&sim), 1);
+    if r.counters.no_route_drops == 1 {
+        return Fate::NoRoute;
+    }
+    if r.ports.iter().any(|p| p.stats.drops == 1) {
+        return Fate::QueueDrop;
+    }
+    for h in 0..16 {
+        let host = sim.host(h).unwrap();
+        if host.rx_bad_frames == 1 {
+            return Fate::Bad(h);
+        }
+        if host.captured.len() == 1 {
+            return Fate::Received(h);
+        }
+    }
+    unreachable!("accounted")
+}
+
+/// Every prefix of a cross-leaf frame, in every forwarding mode: shorter than its UDP
+/// ports, a switch cannot forward it (no route); longer, the receiver counts it bad (its
+/// lengths say more bytes); whole, it is received; with Ethernet padding after it, too.
+#[test]
+fn every_prefix_of_a_frame_is_dropped_or_counted() {
+    // (mode, frame length, UDP header offset)
+    for (fwd, len, udp_off) in [
+        (Forwarding::Ecmp, 178, 54),
+        (Forwarding::Srv6, 218, 94),
+        (Forwarding::Usid, 178, 54),
+    ] {
+        let f = frame(fwd, 0, 5, 2, &write_datagram(7, 64));
+        assert_eq!(f.len(), len);
+        let mut counts = [0u32; 3];
+        for cut in 0..=len + 64 {
+            let mut bytes = f[..cut.min(len)].to_vec();
+            bytes.resize(cut, 0);
+            let i = match fate(fwd, &bytes) {
+                Fate::NoRoute => 0,
+                Fate::Bad(5) => 1,
+                Fate::Received(5) => 2,
+                other => panic!("{fwd:?} cut {cut}: {other:?}"),
+            };
+            counts[i] += 1;
+            // The fate changes at the UDP ports (udp_off + 4) and at the whole frame.
+            let expect = if cut < udp_off + 4 {
+                0
+            } else if cut < len {
+                1
+            } else {
+                2
+            };
+            assert_eq!(i, expect, "{fwd:?} cut {cut}");
+        }
+        assert_eq!(
+            counts.map(|c| c as usize),
+            [udp_off + 4, len - udp_off - 4, 65]
+        );
+    }
+}
+
+/// `bytes` with `f` applied.
+fn with(bytes: &[u8], f: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
+    let mut v = bytes.to_vec();
+    f(&mut v);
+    v
+}
+
+/// Writes the IPv6 address `a` at `off`.
+fn put_addr(v: &mut [u8], off: usize, a: &str) {
+    let a: std::net::Ipv6Addr = a.parse().unwrap();
+    v[off..off + 16].copy_from_slice(&a.octets());
+}
+
+/// Hostile header fields: each frame (host 0 to host 5 on EV 2, the SRH's path through
+/// spine2) ends where RFC 8754 / RFC 9800 / RFC 8200 say, counted, never a panic.
+#[test]
+fn hostile_header_fields_are_counted_where_they_fail() {
+    let srv6 = frame(Forwarding::Srv6, 0, 5, 2, &write_datagram(7, 64));
+    let usid = frame(Forwarding::Usid, 0, 5, 2, &write_datagram(7, 64));
+    let plain = frame(Forwarding::Ecmp, 0, 5, 2, &write_datagram(7, 64));
+    // SRH at 54: next header, hdr_ext_len (4), routing type (4), segments_left (1),
+    // last_entry (1), flags, tag; Segment List[0] = host5 at 62, [1] = spine2 at 78.
+    assert_eq!(srv6[54..59], [17, 4, 4, 1, 1]);
+    let cases: Vec<(&str, Forwarding, Vec<u8>, Fate)> = vec![
+        (
+            "intact SRv6",
+            Forwarding::Srv6,
+            srv6.clone(),
+            Fate::Received(5),
+        ),
+        // segments_left > last_entry + 1: the spine's End refuses it.
+        (
+            "segments_left 3",
+            Forwarding::Srv6,
+            with(&srv6, |v| v[57] = 3),
+            Fate::NoRoute,
+        ),
+        // segments_left 0 at the node owning the destination: no End to do.
+        (
+            "segments_left 0",
+            Forwarding::Srv6,
+            with(&srv6, |v| v[57] = 0),
+            Fate::NoRoute,
+        ),
+        // segments_left = last_entry + 1: End copies Segment List[1], the spine itself,
+        // which has no route to itself.
+        (
+            "segments_left 2",
+            Forwarding::Srv6,
+            with(&srv6, |v| v[57] = 2),
+            Fate::NoRoute,
+        ),
+        (
+            "last_entry 2 beyond the header",
+            Forwarding::Srv6,
+            with(&srv6, |v| v[58] = 2),
+            Fate::NoRoute,
+        ),
+        (
+            "hdr_ext_len 0",
+            Forwarding::Srv6,
+            with(&srv6, |v| v[55] = 0),
+            Fate::NoRoute,
+        ),
+        (
+            "hdr_ext_len 255 beyond the frame",
+            Forwarding::Srv6,
+            with(&srv6, |v| v[55] = 255),
+            Fate::NoRoute,
+        ),
+        (
+            "hdr_ext_len 6 over the UDP header",
+            Forwarding::Srv6,
+            with(&srv6, |v| v[55] = 6),
+            Fate::NoRoute,
+        ),
+        (
+            "routing type 3",
+            Forwarding::Srv6,
+            with(&srv6, |v| v[56] = 3),
+            Fate::NoRoute,
+        ),
+        (
+            "SRH next header TCP",
+            Forwarding::Srv6,
+            with(&srv6, |v| v[54] = 6),
+            Fate::NoRoute,
+        ),
+        // Segment List[0] rewritten to host4: End sends it there, and host4's checksum
+        // (over the final segment the sender put, host5) fails.
+        (
+            "final segment rewritten",
+            Forwarding::Srv6,
+            with(&srv6, |v| v[77] ^= 1),
+            Fate::Bad(4),
+        ),
+        (
+            "IPv4 EtherType",
+            Forwarding::Ecmp,
+            with(&plain, |v| v[12] = 8),
+            Fate::NoRoute,
+        ),
+        (
+            "IP version 4",
+            Forwarding::Ecmp,
+            with(&plain, |v| v[14] = 0x40),
+            Fate::NoRoute,
+        ),
+        (
+            "next header TCP",
+            Forwarding::Ecmp,
+            with(&plain, |v| v[20] = 6),
+            Fate::NoRoute,
+        ),
+        (
+            "payload_len beyond the frame",
+            Forwarding::Ecmp,
+            with(&plain, |v| v[19] += 1),
+            Fate::Bad(5),
+        ),
+        (
+            "payload_len short of the UDP length",
+            Forwarding::Ecmp,
+            with(&plain, |v| v[19] -= 1),
+            Fate::Bad(5),
+        ),
+        (
+            "UDP length short",
+            Forwarding::Ecmp,
+            with(&plain, |v| v[59] -= 1),
+            Fate::Bad(5),
+        ),
+        (
+            "UDP checksum zero",
+            Forwarding::Ecmp,
+            with(&plain, |v| v[60..62].fill(0)),
+            Fate::Bad(5),
+        ),
+        (
+            "intact uSID",
+            Forwarding::Usid,
+            usid.clone(),
+            Fate::Received(5),
+        ),
+        // Active uSID of no node.
+        (
+            "uSID ffff",
+            Forwarding::Usid,
+            with(&usid, |v| put_addr(v, 38, "fd00:5:ffff:6::")),
+            Fate::NoRoute,
+        ),
+        // No active uSID at all.
+        (
+            "empty container",
+            Forwarding::Usid,
+            with(&usid, |v| put_addr(v, 38, "fd00:5::")),
+            Fate::NoRoute,
+        ),
+        // leaf0's uSID (node 16, uSID 0x11) first: leaf0 shifts it to fd00:5:6::, the
+        // final container the checksum is over.
+        (
+            "leaf0 then host5",
+            Forwarding::Usid,
+            with(&usid, |v| put_addr(v, 38, "fd00:5:11:6::")),
+            Fate::Received(5),
+        ),
+        // Host0's own uSID: back to host0, whose checksum (not over fd00:5:1::) fails.
+        (
+            "the sender's uSID",
+            Forwarding::Usid,
+            with(&usid, |v| put_addr(v, 38, "fd00:5:1::")),
+            Fate::Bad(0),
+        ),
+        // A uSID after host5's: host5 receives a container the checksum is not over.
+        (
+            "a uSID after the host's",
+            Forwarding::Usid,
+            with(&usid, |v| put_addr(v, 38, "fd00:5:17:6:7::")),
+            Fate::Bad(5),
+        ),
+    ];
+    for (name, fwd, bytes, expect) in cases {
+        assert_eq!(fate(fwd, &bytes), expect, "{name}");
+    }
+}
+
+/// Frames at the edges of size: no UDP payload at all (the frame ends where its payload
+/// would start), the largest UDP datagram (65,535 bytes), 512 KiB of padding after a
+/// frame, and a frame longer than a port's whole buffer.
+#[test]
+fn frames_at_the_size_edges() {
+    use mrc_fabric::packet::Ipv6UdpRepr;
+    let repr = |dst: &str| EthernetFrameRepr {
+        dst_mac: [2, 0, 0, 0, 0, 1],
+        src_mac: [2, 0, 0, 0, 0, 2],
+        packet: Ipv6UdpRepr {
+            src_addr: "fd00::1:0:0".parse().unwrap(),
+            dst_addr: dst.parse().unwrap(),
+            traffic_class: 2,
+            flow_label: 0,
+            hop_limit: 64,
+            srh: None,
+            src_port: 49152,
+            dst_port: 4791,
+        },
+    };
+    let host5 = "fd00::1:0:5";
+    let emit = |payload: &[u8]| {
+        let r = repr(host5);
+        let mut v = vec![0u8; r.buffer_len(payload.len())];
+        r.emit(&mut v, payload).unwrap();
+        v
+    };
+    let empty = emit(&[]);
+    assert_eq!(empty.len(), 62);
+    assert_eq!(fate(Forwarding::Ecmp, &empty), Fate::Received(5));
+    let largest = emit(&vec![0x5A; 65_535 - 8]);
+    assert_eq!(largest.len(), 14 + 40 + 65_535);
+    assert_eq!(fate(Forwarding::Ecmp, &largest), Fate::Received(5));
+    let mut padded = frame(Forwarding::Ecmp, 0, 5, 2, &write_datagram(7, 64));
+    padded.resize(padded.len() + (512 << 10), 0xEE);
+    assert_eq!(fate(Forwarding::Ecmp, &padded), Fate::Received(5));
+    let mut huge = frame(Forwarding::Ecmp, 0, 5, 2, &write_datagram(7, 64));
+    huge.resize(huge.len() + (1 << 20), 0xEE);
+    assert_eq!(fate(Forwarding::Ecmp, &huge), Fate::QueueDrop);
+    assert_eq!(fate(Forwarding::Ecmp, &[]), Fate::NoRoute);
+}
