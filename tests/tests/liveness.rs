@@ -724,3 +724,58 @@ fn dead_return_paths_and_trims_under_dcqcn_one_rto_resends_everything_in_flight(
     let ev_timeouts: u64 = p.a.paths().paths().iter().map(|e| e.stats.timeouts).sum();
     assert_eq!(ev_timeouts, 1);
 }
+
+/// Everything lost both ways from 20 us on, for 3 ms, then a clean network: under every
+/// controller the transfer resumes after the outage and completes byte-exact after four
+/// RTO expiries (at 0.22, 0.62, 1.42 and 3.02 ms, the RTO doubling from 200 us; the
+/// fourth, just after the outage, resends the flight); for 40 ms instead, longer than the retry limit's backed-off RTO sum, the work
+/// requests fail cleanly with RetryExceeded then Flushed at 51.02 ms (the eighth expiry),
+/// except under Swift, which is below one packet of window from the fifth expiry on and
+/// paces its resends (4 Mb/s): its RTO restarts later each time (the seventh expiry at
+/// 27.26 ms, not 25.42 ms), so it outlives the outage and completes at 55.7 ms after seven
+/// expiries.
+#[test]
+fn a_total_outage_shorter_than_the_retry_limit_is_survived() {
+    let mut got = Vec::new();
+    for outage_ns in [3_000_000u64, 40_000_000] {
+        for kind in [CcKind::None, CcKind::Nscc, CcKind::Swift, CcKind::Dcqcn] {
+            let mut p = pair(kind, 16, NetConfig::default());
+            p.script(move |i: &PacketInfo| {
+                if (20_000..20_000 + outage_ns).contains(&i.now_ns) {
+                    Action::Drop
+                } else {
+                    Action::Deliver
+                }
+            });
+            let r = p.regions(MIB as usize, 3);
+            let o = transfer(&mut p, &r, 4, MIB / 4);
+            let ok = o.done == ok(4);
+            assert_eq!(o.exact, ok, "{kind:?} {outage_ns}");
+            if !ok {
+                assert_eq!(
+                    o.done,
+                    [
+                        (0, WcStatus::RetryExceeded),
+                        (1, WcStatus::Flushed),
+                        (2, WcStatus::Flushed),
+                        (3, WcStatus::Flushed)
+                    ]
+                );
+            }
+            got.push((ok, o.timeouts, o.retransmitted, o.took_ns));
+        }
+    }
+    assert_eq!(
+        got,
+        [
+            (true, 4, 193, 3_092_744),
+            (true, 4, 169, 3_092_744),
+            (true, 4, 101, 3_093_833),
+            (true, 4, 817, 3_092_744),
+            (false, 8, 337, 51_021_216),
+            (false, 8, 295, 51_021_216),
+            (true, 7, 111, 55_713_361),
+            (false, 8, 1429, 51_021_216),
+        ]
+    );
+}

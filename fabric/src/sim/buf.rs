@@ -176,10 +176,14 @@ impl FrameBuf {
     }
 
     /// Flips the bits `mask` of byte `i` of the frame (a corruption); a shared payload is
-    /// copied first. Returns `false` (nothing changed) for `i` beyond the frame.
+    /// copied first. A flip in the headers that moves where the UDP payload starts (or
+    /// makes the frame parse, or no longer parse, that far) re-cuts the frame there, so
+    /// that it stays cut as [`FrameBuf::from_vec`] cuts its bytes. Returns `false`
+    /// (nothing changed) for `i` beyond the frame.
     pub fn flip(&mut self, i: usize, mask: u8) -> bool {
         if let Some(b) = self.head.get_mut(i) {
             *b ^= mask;
+            self.recut();
             return true;
         }
         let j = i - self.head.len();
@@ -188,6 +192,21 @@ impl FrameBuf {
         }
         self.payload.make_owned()[j] ^= mask;
         true
+    }
+
+    /// Cuts the frame again where its UDP payload now starts, after a byte of the head
+    /// changed. The fields that say where (EtherType, version, next headers, SRH length)
+    /// lie before the UDP header, so a head that still parses as ending there is cut right.
+    fn recut(&mut self) {
+        let cut_right = if self.payload().is_empty() {
+            payload_split(&self.head) == self.head.len()
+        } else {
+            frame::inspect(&self.head).is_some_and(|i| i.payload_off() == self.head.len())
+        };
+        if !cut_right {
+            let bytes = self.to_vec();
+            self.copy_from_slice(&bytes);
+        }
     }
 }
 

@@ -34,8 +34,9 @@ pub enum FaultKind {
         /// Probability, 0..=1.
         p: f64,
     },
-    /// Each frame has one byte flipped with probability `p` (the receiver's UDP checksum
-    /// catches it).
+    /// Each frame has one bit of its UDP header or payload flipped with probability `p`
+    /// (the receiver's UDP checksum catches it); a frame already corrupted on an earlier
+    /// link is not corrupted again (two flips could cancel out in the checksum).
     Corrupt {
         /// Probability, 0..=1.
         p: f64,

@@ -18,6 +18,8 @@ use mrc_transport::wire::{Body, PacketRepr};
 use smallvec::SmallVec;
 
 use super::buf::{FrameBuf, Head};
+use crate::packet::checksum::{UDP_CHECKSUM_OFF, udp_ipv6_checksum_parts};
+use crate::packet::ipv6_udp::UDP_HEADER_LEN;
 use crate::packet::{ChecksumCheck, EthernetFrameRepr};
 use crate::srv6::{NEXT_HEADER_ROUTING, Srh, SrhContext, UsidContainer};
 
@@ -241,10 +243,20 @@ pub fn usid_final(dst: u128, block_len_bits: u8) -> u128 {
 /// (the checksum is then over its final form). Returns `false` (frame unchanged) when it is
 /// not an intact, untrimmed mrc data packet with a payload.
 pub fn trim(f: &mut FrameBuf, check: ChecksumCheck, usid_block_len_bits: Option<u8>) -> bool {
-    let Ok((mut repr, payload)) = EthernetFrameRepr::parse_split(f.head(), f.payload(), check)
+    // Parsed without the checksum, which is then verified over the final destination: for
+    // a uSID container that is its last form, not the one on the wire.
+    let Ok((mut repr, payload)) =
+        EthernetFrameRepr::parse_split(f.head(), f.payload(), ChecksumCheck::Known)
     else {
         return false;
     };
+    let on_wire_dst = repr.packet.dst_addr;
+    if let Some(bits) = usid_block_len_bits {
+        repr.packet.dst_addr = Ipv6Addr::from(usid_final(u128::from(on_wire_dst), bits));
+    }
+    if check == ChecksumCheck::Verify && !checksum_ok(f.head(), payload, &repr) {
+        return false;
+    }
     let Ok(pkt) = PacketRepr::parse(payload) else {
         return false;
     };
@@ -259,10 +271,6 @@ pub fn trim(f: &mut FrameBuf, check: ChecksumCheck, usid_block_len_bits: Option<
     if let Some(x) = mrc.get_mut(BTH_TRIMMED_BYTE) {
         *x |= BTH_TRIMMED_BIT;
     }
-    let on_wire_dst = repr.packet.dst_addr;
-    if let Some(bits) = usid_block_len_bits {
-        repr.packet.dst_addr = Ipv6Addr::from(usid_final(u128::from(on_wire_dst), bits));
-    }
     let mut head = Head::from_elem(0, repr.buffer_len(0));
     if repr
         .emit_headers(&mut head, &mrc, SrhContext::Received)
@@ -273,4 +281,29 @@ pub fn trim(f: &mut FrameBuf, check: ChecksumCheck, usid_block_len_bits: Option<
     set_dst(&mut head, u128::from(on_wire_dst));
     f.set_copy(&head, &mrc);
     true
+}
+
+/// Whether the UDP checksum of the frame `head` (ending with the UDP header, as
+/// [`EthernetFrameRepr::parse_split`] accepted it) followed by the UDP payload `payload`
+/// matches its datagram between `repr`'s source and final destination.
+fn checksum_ok(head: &[u8], payload: &[u8], repr: &EthernetFrameRepr) -> bool {
+    let Some(udp_header) = head
+        .len()
+        .checked_sub(UDP_HEADER_LEN)
+        .and_then(|off| head.get(off..))
+        .and_then(|h| <&[u8; UDP_HEADER_LEN]>::try_from(h).ok())
+    else {
+        return false;
+    };
+    let found = u16::from_be_bytes([
+        udp_header[UDP_CHECKSUM_OFF],
+        udp_header[UDP_CHECKSUM_OFF + 1],
+    ]);
+    let expected = udp_ipv6_checksum_parts(
+        udp_header,
+        payload,
+        &repr.packet.src_addr,
+        &repr.packet.final_destination(),
+    );
+    expected == found
 }

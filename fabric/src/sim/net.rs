@@ -161,7 +161,8 @@ pub struct SimCounters {
     pub black_hole_drops: u64,
     /// Frames lost on down links.
     pub link_down_drops: u64,
-    /// Frames corrupted.
+    /// Frames corrupted: one bit flipped, by the first corrupting link that hit the frame
+    /// (a corrupted frame is not corrupted again).
     pub corrupted: u64,
     /// Frames duplicated.
     pub duplicated: u64,
@@ -205,6 +206,12 @@ struct Pkt {
     /// host need not sum the datagram again. Injected, corrupted and SRv6-rewritten frames
     /// are verified in full.
     checksum_known: bool,
+    /// A corrupting link flipped one of its bits: no later link flips another. One flipped
+    /// bit always fails the UDP checksum, two can cancel out in the ones' complement sum
+    /// (+2^k in one word, -2^k in another: RFC 1071) and deliver a damaged datagram as
+    /// intact; a real switch's FCS check would have dropped the frame at the next hop
+    /// before it could pick up a second error.
+    corrupted: bool,
     frame: FrameBuf,
 }
 
@@ -738,6 +745,7 @@ impl Simulator {
         p.frame.copy_from_slice(frame);
         p.refresh();
         p.checksum_known = false;
+        p.corrupted = false;
         self.enqueue_injected(h, pkt);
         Ok(())
     }
@@ -819,6 +827,7 @@ impl Simulator {
         let p = &mut self.pkts[pkt as usize];
         p.len = p.frame.len() as u32;
         p.checksum_known = true;
+        p.corrupted = false;
     }
 
     fn enqueue_injected(&mut self, h: u32, pkt: u32) {
@@ -835,6 +844,7 @@ impl Simulator {
             hdr: frame::header_split(frame.head(), frame.payload()),
             len: frame.len() as u32,
             checksum_known: false,
+            corrupted: false,
             frame,
         };
         if let Some(i) = self.free.pop() {
@@ -1256,14 +1266,20 @@ impl Simulator {
         if faults.corrupt_p > 0.0 && self.rng.random::<f64>() < faults.corrupt_p {
             // A bit from the UDP header on, which the UDP checksum covers (the IPv6 traffic
             // class, flow label and hop limit are not checksummed).
+            // A frame already corrupted keeps its one flipped bit (the draws are made all
+            // the same, so that the rest of the run does not depend on it).
             let p = &mut self.pkts[pkt as usize];
             let from = p.hdr.info.map_or(frame::ETH_LEN, |i| i.udp_off);
             if from < p.frame.len() {
                 let i = self.rng.random_range(from..p.frame.len());
-                p.frame.flip(i, 1 << self.rng.random_range(0..8));
-                p.refresh();
-                p.checksum_known = false;
-                self.counters.corrupted += 1;
+                let mask = 1 << self.rng.random_range(0..8);
+                if !p.corrupted {
+                    p.frame.flip(i, mask);
+                    p.refresh();
+                    p.checksum_known = false;
+                    p.corrupted = true;
+                    self.counters.corrupted += 1;
+                }
             }
         }
         let jitter = |rng: &mut ChaCha8Rng| {
@@ -1275,9 +1291,13 @@ impl Simulator {
         };
         if faults.duplicate_p > 0.0 && self.rng.random::<f64>() < faults.duplicate_p {
             let copy = self.pkts[pkt as usize].frame.clone();
-            let known = self.pkts[pkt as usize].checksum_known;
+            let (known, corrupted) = {
+                let p = &self.pkts[pkt as usize];
+                (p.checksum_known, p.corrupted)
+            };
             let dup = self.alloc(copy);
             self.pkts[dup as usize].checksum_known = known;
+            self.pkts[dup as usize].corrupted = corrupted;
             self.counters.duplicated += 1;
             let j = jitter(&mut self.rng);
             self.q.push(
