@@ -285,7 +285,8 @@ fn absurd_numbers_are_clear_errors() {
 }
 
 /// A trim threshold below one data frame trims every packet: the run used to spin
-/// forever (the transport retransmits each trimmed packet at once, without limit); a flow
+/// forever (the transport retransmits each trimmed packet at once, without limit); a buffer
+/// below one data frame drops every packet (every flow failed after its retry limit); a flow
 /// start or fault time near 2^64 ns wrapped (the flow "finished" in 5.4 us).
 #[test]
 fn scenarios_that_cannot_run_are_refused() {
@@ -295,6 +296,17 @@ fn scenarios_that_cannot_run_are_refused() {
             "[queue]\ntrim_threshold_bytes = 100\n",
             "queue.trim_threshold_bytes = 100 is less than one data frame (4352 bytes: \
              mtu_payload_bytes 4096 + 256): every data packet would be trimmed",
+        ),
+        (
+            "buffer0.toml",
+            "[queue]\nbuffer_bytes = 0\n",
+            "queue.buffer_bytes = 0 is less than one data frame (4352 bytes: \
+             mtu_payload_bytes 4096 + 256): every data packet would be dropped",
+        ),
+        (
+            "bytes0.toml",
+            "[[flows]]\nsrc = 1\ndst = 6\nbytes = 0\n",
+            "bytes0.toml: flow 1 -> 6: flow size 0 bytes is not in 1..4 GiB",
         ),
         (
             "late-fault.toml",

@@ -487,7 +487,9 @@ fn run(cli: Cli) -> Result<bool, String> {
             let topo = Topology::spine_leaf(&built.spec).map_err(|e| e.to_string())?;
             let mut sim = Simulator::new(topo, built.cfg.clone()).map_err(|e| e.to_string())?;
             for f in &built.flows {
-                sim.add_flow(*f).map_err(|e| e.to_string())?;
+                sim.add_flow(*f).map_err(|e| {
+                    format!("{}: flow {} -> {}: {e}", scenario.display(), f.src, f.dst)
+                })?;
             }
             match (pcap_port, pcap) {
                 (np, Some(file)) => {

@@ -335,14 +335,22 @@ impl Scenario {
         let mtu = tr
             .mtu_payload_bytes
             .unwrap_or(transport.send.mtu_payload_bytes);
+        let frame_bytes = u64::from(mtu) + TRIM_HEADROOM_BYTES;
+        if queue.buffer_bytes < frame_bytes {
+            return Err(invalid(format!(
+                "queue.buffer_bytes = {} is less than one data frame ({frame_bytes} bytes: \
+                 mtu_payload_bytes {mtu} + {TRIM_HEADROOM_BYTES}): every data packet would \
+                 be dropped",
+                queue.buffer_bytes
+            )));
+        }
         if let Some(t) = q.trim_threshold_bytes
-            && t < u64::from(mtu) + TRIM_HEADROOM_BYTES
+            && t < frame_bytes
         {
             return Err(invalid(format!(
-                "queue.trim_threshold_bytes = {t} is less than one data frame ({} bytes: \
-                 mtu_payload_bytes {mtu} + {TRIM_HEADROOM_BYTES}): every data packet would \
-                 be trimmed",
-                u64::from(mtu) + TRIM_HEADROOM_BYTES
+                "queue.trim_threshold_bytes = {t} is less than one data frame ({frame_bytes} \
+                 bytes: mtu_payload_bytes {mtu} + {TRIM_HEADROOM_BYTES}): every data packet \
+                 would be trimmed"
             )));
         }
         if let Some(cc) = &tr.cc {
