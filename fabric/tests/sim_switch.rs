@@ -6,48 +6,12 @@ use common::*;
 use mrc_fabric::packet::EthernetFrameRepr;
 use mrc_fabric::sim::host::{Datagram, Forwarding, build_frame};
 use mrc_fabric::sim::{QueueConfig, SimConfig};
-use mrc_transport::wire::{
-    Body, BthFlags, BthRepr, BthSpare, DataRepr, MrcethRepr, MsgethRepr, Opcode, PacketRepr,
-    RethRepr,
-};
+use mrc_transport::wire::{Body, PacketRepr};
 
 /// An mrc RDMA_WRITE_ONLY datagram with `len` payload bytes and PSN `psn` for QPN 0x77
 /// (no endpoint in these tests has it, so hosts capture the frames).
 fn write_datagram(psn: u32, len: usize) -> Vec<u8> {
-    let payload = vec![0xA5u8; len];
-    let p = PacketRepr {
-        bth: BthRepr {
-            opcode: Opcode::RdmaWriteOnly,
-            pkey: 0xFFFF,
-            dest_qpn: 0x77,
-            psn,
-            flags: BthFlags::default(),
-            spare: BthSpare::default(),
-        },
-        mrceth: MrcethRepr {
-            ev: 3,
-            msn: 1,
-            send_ts_ns: 0,
-            generation: 1,
-            reserved: 0,
-        },
-        body: Body::Data(DataRepr {
-            msgeth: MsgethRepr {
-                message_len: len as u32,
-                offset: 0,
-            },
-            reth: Some(RethRepr {
-                virtual_addr: 0x1_0000,
-                rkey: 0x1234,
-                dma_len: len as u32,
-            }),
-            imm: None,
-            payload: &payload,
-        }),
-    };
-    let mut buf = vec![0u8; p.buffer_len()];
-    p.emit(&mut buf).unwrap();
-    buf
+    write_datagram_of(psn, &vec![0xA5u8; len])
 }
 
 fn frame(sim: &mrc_fabric::sim::Simulator, src: u32, dst: u32, ev: u32, dgram: &[u8]) -> Vec<u8> {

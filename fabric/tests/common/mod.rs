@@ -27,3 +27,46 @@ pub fn cfg(seed: u64) -> SimConfig {
         ..SimConfig::default()
     }
 }
+
+/// An mrc RDMA_WRITE_ONLY datagram carrying `payload` with PSN `psn` for QPN 0x77 (no
+/// endpoint in the simulator tests has it, so hosts capture the frames).
+pub fn write_datagram_of(psn: u32, payload: &[u8]) -> Vec<u8> {
+    use mrc_transport::wire::{
+        Body, BthFlags, BthRepr, BthSpare, DataRepr, MrcethRepr, MsgethRepr, Opcode, PacketRepr,
+        RethRepr,
+    };
+    let len = payload.len() as u32;
+    let p = PacketRepr {
+        bth: BthRepr {
+            opcode: Opcode::RdmaWriteOnly,
+            pkey: 0xFFFF,
+            dest_qpn: 0x77,
+            psn,
+            flags: BthFlags::default(),
+            spare: BthSpare::default(),
+        },
+        mrceth: MrcethRepr {
+            ev: 3,
+            msn: 1,
+            send_ts_ns: 0,
+            generation: 1,
+            reserved: 0,
+        },
+        body: Body::Data(DataRepr {
+            msgeth: MsgethRepr {
+                message_len: len,
+                offset: 0,
+            },
+            reth: Some(RethRepr {
+                virtual_addr: 0x1_0000,
+                rkey: 0x1234,
+                dma_len: len,
+            }),
+            imm: None,
+            payload,
+        }),
+    };
+    let mut buf = vec![0u8; p.buffer_len()];
+    p.emit(&mut buf).unwrap();
+    buf
+}
