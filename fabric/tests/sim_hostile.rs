@@ -7,7 +7,7 @@ use common::*;
 use mrc_fabric::packet::{ChecksumCheck, EthernetFrameRepr};
 use mrc_fabric::sim::host::{Datagram, Forwarding, build_frame};
 use mrc_fabric::sim::{QueueConfig, SimConfig};
-use mrc_transport::wire::{Body, PacketRepr};
+use mrc_transport::wire::PacketRepr;
 
 /// An mrc RDMA_WRITE_ONLY datagram with `len` payload bytes and PSN `psn` for QPN 0x77
 /// (no endpoint has it: hosts capture the frames).
@@ -48,18 +48,7 @@ fn injected_usid_frame_is_trimmed_before_the_shift() {
         sim.inject(h, f).unwrap();
     }
     let r = sim.run();
-    let got = &sim.host(5).unwrap().captured;
-    let summary: Vec<(u32, bool, usize)> = got
-        .iter()
-        .map(|(_, f)| {
-            let (_, dgram) = EthernetFrameRepr::parse(f).unwrap();
-            let p = PacketRepr::parse(dgram).unwrap();
-            let Body::Data(d) = p.body else {
-                panic!("not data")
-            };
-            (p.bth.psn, p.bth.flags.trimmed, d.payload.len())
-        })
-        .collect();
+    let summary = captured_data(&sim, 5);
     assert_eq!(r.host_bad_frames, 0);
     assert_eq!(
         summary,
@@ -382,17 +371,7 @@ fn trimming_a_shared_payload_frame_copies_its_headers_and_pcap_sees_whole_frames
     }
     assert_eq!(r.host_bad_frames, 0);
     let got = &sim.host(3).unwrap().captured;
-    let summary: Vec<(u32, bool, usize)> = got
-        .iter()
-        .map(|(_, f)| {
-            let (_, dgram) = EthernetFrameRepr::parse(f).unwrap();
-            let p = PacketRepr::parse(dgram).unwrap();
-            let Body::Data(d) = p.body else {
-                panic!("not data")
-            };
-            (p.bth.psn, p.bth.flags.trimmed, d.payload.len())
-        })
-        .collect();
+    let summary = captured_data(&sim, 3);
     assert_eq!(
         summary,
         [

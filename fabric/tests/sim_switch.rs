@@ -3,10 +3,8 @@
 mod common;
 
 use common::*;
-use mrc_fabric::packet::EthernetFrameRepr;
 use mrc_fabric::sim::host::{Datagram, Forwarding, build_frame};
 use mrc_fabric::sim::{QueueConfig, SimConfig};
-use mrc_transport::wire::{Body, PacketRepr};
 
 /// An mrc RDMA_WRITE_ONLY datagram with `len` payload bytes and PSN `psn` for QPN 0x77
 /// (no endpoint in these tests has it, so hosts capture the frames).
@@ -140,17 +138,7 @@ fn trimming_cuts_the_payload_and_sets_the_flag() {
     // queued), PSN 12 would make 8420 > 8000 B: trimmed, and the priority queue sends it
     // before PSN 11.
     let got = &sim.host(3).unwrap().captured;
-    let summary: Vec<(u32, bool, usize)> = got
-        .iter()
-        .map(|(_, f)| {
-            let (_, dgram) = EthernetFrameRepr::parse(f).unwrap();
-            let p = PacketRepr::parse(dgram).unwrap();
-            let Body::Data(d) = p.body else {
-                panic!("not data")
-            };
-            (p.bth.psn, p.bth.flags.trimmed, d.payload.len())
-        })
-        .collect();
+    let summary = captured_data(&sim, 3);
     assert_eq!(
         summary,
         [(10, false, 4096), (12, true, 0), (11, false, 4096)]

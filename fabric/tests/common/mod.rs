@@ -70,3 +70,23 @@ pub fn write_datagram_of(psn: u32, payload: &[u8]) -> Vec<u8> {
     p.emit(&mut buf).unwrap();
     buf
 }
+
+/// `(PSN, trimmed, data payload bytes)` of every mrc data frame host `h` captured, in
+/// arrival order.
+pub fn captured_data(sim: &Simulator, h: u32) -> Vec<(u32, bool, usize)> {
+    use mrc_fabric::packet::EthernetFrameRepr;
+    use mrc_transport::wire::{Body, PacketRepr};
+    sim.host(h)
+        .unwrap()
+        .captured
+        .iter()
+        .map(|(_, f)| {
+            let (_, dgram) = EthernetFrameRepr::parse(f).unwrap();
+            let p = PacketRepr::parse(dgram).unwrap();
+            let Body::Data(d) = p.body else {
+                panic!("not data")
+            };
+            (p.bth.psn, p.bth.flags.trimmed, d.payload.len())
+        })
+        .collect()
+}
