@@ -628,6 +628,24 @@ fn go_back_n_trimmed_resends_do_not_wait_for_the_window() {
     assert_eq!(totals, [nscc, nscc, swift, swift]);
 }
 
+/// The fate of each datagram in the two tests below: answers come back only on EVs 13..16,
+/// every data packet's first copy is trimmed, and half the rest is delayed up to 20 us.
+fn dead_returns_trims_and_reordering(i: &PacketInfo) -> Action {
+    if i.from == Side::B {
+        if i.ev < 13 {
+            Action::Drop
+        } else {
+            Action::Deliver
+        }
+    } else if i.is_data && i.copy == 0 {
+        Action::Trim
+    } else if coin(i.nth) {
+        Action::Delay(i.nth.wrapping_mul(7919) % 20_000 + 1)
+    } else {
+        Action::Deliver
+    }
+}
+
 /// Answers come back only on EVs 13..16 of 16, every data packet's first copy is
 /// trimmed (so 13 in 16 NACKs are lost too) and half the data is delayed up to 20 us: the
 /// window controllers deliver every byte once, each after one RTO. (With the fixed
@@ -638,21 +656,7 @@ fn dead_return_paths_trims_and_reordering_together() {
     let mut got = Vec::new();
     for kind in [CcKind::Nscc, CcKind::Swift, CcKind::None] {
         let mut p = pair(kind, 16, NetConfig::default());
-        p.script(|i: &PacketInfo| {
-            if i.from == Side::B {
-                if i.ev < 13 {
-                    Action::Drop
-                } else {
-                    Action::Deliver
-                }
-            } else if i.is_data && i.copy == 0 {
-                Action::Trim
-            } else if coin(i.nth) {
-                Action::Delay(i.nth.wrapping_mul(7919) % 20_000 + 1)
-            } else {
-                Action::Deliver
-            }
-        });
+        p.script(dead_returns_trims_and_reordering);
         let r = p.regions(2 * MIB as usize, 9);
         let o = transfer(&mut p, &r, 2, MIB);
         assert_eq!((o.done, o.exact, o.received), (ok(2), true, 512));
@@ -681,21 +685,7 @@ fn dead_return_paths_trims_and_reordering_together() {
 #[test]
 fn dead_return_paths_and_trims_under_dcqcn_one_rto_resends_everything_in_flight() {
     let mut p = pair(CcKind::Dcqcn, 16, NetConfig::default());
-    p.script(|i: &PacketInfo| {
-        if i.from == Side::B {
-            if i.ev < 13 {
-                Action::Drop
-            } else {
-                Action::Deliver
-            }
-        } else if i.is_data && i.copy == 0 {
-            Action::Trim
-        } else if coin(i.nth) {
-            Action::Delay(i.nth.wrapping_mul(7919) % 20_000 + 1)
-        } else {
-            Action::Deliver
-        }
-    });
+    p.script(dead_returns_trims_and_reordering);
     let r = p.regions(2 * MIB as usize, 9);
     let o = transfer(&mut p, &r, 2, MIB);
     assert_eq!(
