@@ -1,6 +1,5 @@
-//! The event queue, ordered by `(time_ns, seq)`, where `seq` is the order of scheduling, so
-//! events at the same nanosecond run in the order they were scheduled and a run is
-//! reproducible.
+//! The event queue, ordered by `(time_ns, scheduling order)`: events at the same
+//! nanosecond run in the order they were scheduled, so a run is reproducible.
 //!
 //! Most events of a packet simulation fall a few hundred ns ahead of now (serialisation and
 //! propagation), so the queue is a timing wheel of [`WHEEL_SLOTS`] one-nanosecond slots
@@ -10,15 +9,22 @@
 //! ```text
 //!   base_ns                       base_ns + WHEEL_SLOTS
 //!      |  slot (t mod WHEEL_SLOTS)     |
-//!      v  FIFO of (seq, kind)          v
-//!      [..][..][..][..] ... [..][..][..]    far: BinaryHeap of events at t >= base+W
-//!      bitmap: one bit per non-empty slot   (or before base_ns)
+//!      v  (head, tail) of a FIFO list  v
+//!      [..][..][..][..] ... [..][..][..]    far: BinaryHeap of (time_ns, seq, kind) at
+//!      bitmap: one bit per non-empty slot    t >= base+W (or before base_ns)
+//!
+//!   nodes: [kind | next] ...   one pool for every slot's list; freed nodes are reused
+//!                              first (LIFO), so the nodes in use stay in cache
 //! ```
 //!
 //! Every wheel event has `base_ns <= time_ns < base_ns + WHEEL_SLOTS`, so a slot holds
-//! events of one instant only, in scheduling order. `pop` takes the earlier of the first
-//! non-empty slot (found through the bitmap) and the heap top, comparing `(time_ns, seq)`:
-//! the order is exactly the one a single heap would give.
+//! events of one instant only, in scheduling order. A heap event at time `t` was always
+//! scheduled before every wheel event at `t`: it went to the heap because `t` was beyond
+//! the horizon (which only moves forward) or already past (and then no wheel event can
+//! be at `t`). So `pop` takes the heap top when its time is at most the first non-empty
+//! slot's, the slot's head otherwise, and no wheel event needs a sequence number: the
+//! order is exactly the one a single heap ordered by `(time_ns, seq)` gives (tested
+//! against one below).
 
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
@@ -59,25 +65,31 @@ pub enum EventKind {
     },
 }
 
-/// One scheduled event.
+/// One scheduled event, as [`EventQueue::pop`] returns it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Event {
     /// When, ns of virtual time.
     pub time_ns: u64,
-    /// Scheduling order (tie-breaker).
-    pub seq: u64,
     /// What.
     pub kind: EventKind,
 }
 
-impl Ord for Event {
+/// An event beyond the wheel's horizon: `seq` orders the heap's events of one instant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct FarEvent {
+    time_ns: u64,
+    seq: u64,
+    kind: EventKind,
+}
+
+impl Ord for FarEvent {
     fn cmp(&self, other: &Self) -> Ordering {
         // Reversed: BinaryHeap is a max-heap, we pop the earliest.
         (other.time_ns, other.seq).cmp(&(self.time_ns, self.seq))
     }
 }
 
-impl PartialOrd for Event {
+impl PartialOrd for FarEvent {
     fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
         Some(self.cmp(other))
     }
@@ -86,37 +98,58 @@ impl PartialOrd for Event {
 /// Slots of the timing wheel (one ns each): the horizon of the wheel, ns.
 pub const WHEEL_SLOTS: usize = 1 << 13;
 const WORDS: usize = WHEEL_SLOTS / 64;
+/// End of a list.
+const NIL: u32 = u32::MAX;
 
-/// One instant's events in scheduling order; `head` is the next to pop.
-#[derive(Debug, Default)]
-struct Slot {
-    items: Vec<(u64, EventKind)>,
-    head: usize,
+/// A wheel event in the node pool: its kind and the next node of its slot's list (or of
+/// the free list).
+#[derive(Clone, Copy, Debug)]
+struct Node {
+    kind: EventKind,
+    next: u32,
 }
 
-/// Min-queue of events by `(time_ns, seq)`: a timing wheel with a heap behind it.
+/// First and last node of one instant's events, [`NIL`] when empty.
+#[derive(Clone, Copy, Debug)]
+struct Slot {
+    head: u32,
+    tail: u32,
+}
+
+const EMPTY: Slot = Slot {
+    head: NIL,
+    tail: NIL,
+};
+
+/// Min-queue of events by `(time_ns, scheduling order)`: a timing wheel with a heap
+/// behind it.
 #[derive(Debug)]
 pub struct EventQueue {
     slots: Vec<Slot>,
+    nodes: Vec<Node>,
+    /// First free node, [`NIL`] when every node is in use.
+    free: u32,
     /// Bit `i` set: slot `i` holds events.
     occupied: [u64; WORDS],
     /// Earliest time a wheel event can have, ns (the last popped time).
     base_ns: u64,
     wheel_len: usize,
-    far: BinaryHeap<Event>,
-    next_seq: u64,
+    far: BinaryHeap<FarEvent>,
+    far_seq: u64,
     popped: u64,
 }
 
 impl Default for EventQueue {
     fn default() -> Self {
         EventQueue {
-            slots: (0..WHEEL_SLOTS).map(|_| Slot::default()).collect(),
+            slots: vec![EMPTY; WHEEL_SLOTS],
+            nodes: Vec::new(),
+            free: NIL,
             occupied: [0; WORDS],
             base_ns: 0,
             wheel_len: 0,
             far: BinaryHeap::new(),
-            next_seq: 0,
+            far_seq: 0,
             popped: 0,
         }
     }
@@ -129,17 +162,45 @@ impl EventQueue {
     }
 
     /// Schedules `kind` at `time_ns`.
+    #[inline]
     pub fn push(&mut self, time_ns: u64, kind: EventKind) {
-        let seq = self.next_seq;
-        self.next_seq += 1;
         match time_ns.checked_sub(self.base_ns) {
             Some(d) if d < WHEEL_SLOTS as u64 => {
                 let i = (time_ns as usize) & (WHEEL_SLOTS - 1);
-                self.slots[i].items.push((seq, kind));
-                self.occupied[i / 64] |= 1 << (i % 64);
+                let n = self.new_node(kind);
+                let slot = &mut self.slots[i];
+                if slot.tail == NIL {
+                    slot.head = n;
+                    self.occupied[i / 64] |= 1 << (i % 64);
+                } else {
+                    self.nodes[slot.tail as usize].next = n;
+                }
+                slot.tail = n;
                 self.wheel_len += 1;
             }
-            _ => self.far.push(Event { time_ns, seq, kind }),
+            _ => {
+                let seq = self.far_seq;
+                self.far_seq += 1;
+                self.far.push(FarEvent { time_ns, seq, kind });
+            }
+        }
+    }
+
+    /// A node holding `kind` and no successor: the last freed one, or a new one.
+    #[inline(always)]
+    fn new_node(&mut self, kind: EventKind) -> u32 {
+        let node = Node { kind, next: NIL };
+        match self.nodes.get_mut(self.free as usize) {
+            Some(n) => {
+                let i = self.free;
+                self.free = n.next;
+                *n = node;
+                i
+            }
+            None => {
+                self.nodes.push(node);
+                (self.nodes.len() - 1) as u32
+            }
         }
     }
 
@@ -165,56 +226,62 @@ impl EventQueue {
         Some((found, self.base_ns + offset as u64))
     }
 
-    /// Removes the next event of wheel slot `i`, which holds one (clearing the slot and its
-    /// bit when it was the last).
+    /// Removes the first event of wheel slot `i`, whose head is node `n` (clearing the
+    /// slot and its bit when it was the last); the node goes to the free list.
     #[inline(always)]
-    fn take_from_slot(&mut self, i: usize) -> (u64, EventKind) {
+    fn take_head(&mut self, i: usize, n: u32) -> EventKind {
+        let node = self.nodes[n as usize];
         let slot = &mut self.slots[i];
-        let e = slot.items[slot.head];
-        slot.head += 1;
-        if slot.head == slot.items.len() {
-            // A slot that once spilled keeps its heap buffer: crowded instants recur (hosts
-            // in step send frames of one size), and reallocating each time costs more.
-            slot.items.clear();
-            slot.head = 0;
+        slot.head = node.next;
+        if node.next == NIL {
+            slot.tail = NIL;
             self.occupied[i / 64] &= !(1 << (i % 64));
         }
+        self.nodes[n as usize].next = self.free;
+        self.free = n;
         self.wheel_len -= 1;
-        e
+        node.kind
     }
 
     /// The earliest event, removed.
+    #[inline]
     pub fn pop(&mut self) -> Option<Event> {
         // Fast path: more events at the last popped instant, none due from the heap first
-        // (a heap event at this instant was scheduled before any wheel event of it, when
-        // the instant was beyond the horizon, so it has the smaller `seq`).
+        // (a heap event at this instant was scheduled before every wheel event of it).
         let i = (self.base_ns as usize) & (WHEEL_SLOTS - 1);
-        let slot = &mut self.slots[i];
-        if slot.head < slot.items.len() && self.far.peek().is_none_or(|f| f.time_ns > self.base_ns)
-        {
-            let (seq, kind) = self.take_from_slot(i);
+        let head = self.slots[i].head;
+        if head != NIL && self.far.peek().is_none_or(|f| f.time_ns > self.base_ns) {
+            let kind = self.take_head(i, head);
             self.popped += 1;
             return Some(Event {
                 time_ns: self.base_ns,
-                seq,
                 kind,
             });
         }
+        self.pop_slow()
+    }
+
+    /// [`EventQueue::pop`] when the current instant has no wheel event left first.
+    #[inline(never)]
+    fn pop_slow(&mut self) -> Option<Event> {
         let wheel = self.first_slot();
         let from_far = match (wheel, self.far.peek()) {
             (None, None) => return None,
             (None, Some(_)) => true,
             (Some(_), None) => false,
-            (Some((i, t)), Some(f)) => {
-                (f.time_ns, f.seq) < (t, self.slots[i].items[self.slots[i].head].0)
-            }
+            // At one instant the heap's events came first (see the module docs).
+            (Some((_, t)), Some(f)) => f.time_ns <= t,
         };
         let e = if from_far {
-            self.far.pop()?
+            let f = self.far.pop()?;
+            Event {
+                time_ns: f.time_ns,
+                kind: f.kind,
+            }
         } else {
             let (i, time_ns) = wheel?;
-            let (seq, kind) = self.take_from_slot(i);
-            Event { time_ns, seq, kind }
+            let kind = self.take_head(i, self.slots[i].head);
+            Event { time_ns, kind }
         };
         self.base_ns = self.base_ns.max(e.time_ns);
         self.popped += 1;
@@ -224,10 +291,14 @@ impl EventQueue {
     /// The `k`-th next event of the current instant (`k = 0`: the next one), when it waits
     /// in the wheel slot of the last popped time: a cheap look-ahead for prefetching, which
     /// ignores the heap (so it may miss an event, never invents one).
+    #[inline]
     pub fn peek_now(&self, k: usize) -> Option<&EventKind> {
         let i = (self.base_ns as usize) & (WHEEL_SLOTS - 1);
-        let slot = &self.slots[i];
-        slot.items.get(slot.head + k).map(|(_, kind)| kind)
+        let mut n = self.slots[i].head;
+        for _ in 0..k {
+            n = self.nodes.get(n as usize)?.next;
+        }
+        self.nodes.get(n as usize).map(|node| &node.kind)
     }
 
     /// Time of the earliest event.
@@ -282,6 +353,37 @@ mod tests {
         assert!(q.is_empty());
     }
 
+    /// The look-ahead sees the current instant's wheel events in order, and nothing past
+    /// them.
+    #[test]
+    fn peek_now_walks_the_current_instant() {
+        let mut q = EventQueue::new();
+        q.push(3, EventKind::HostWake { host: 0 });
+        for host in 1..4 {
+            q.push(7, EventKind::HostWake { host });
+        }
+        q.push(9, EventKind::HostWake { host: 9 });
+        assert_eq!(q.peek_now(0), None);
+        assert_eq!(q.pop().map(|e| e.time_ns), Some(3));
+        // Base now 3: the slot of 3 is empty.
+        assert_eq!(q.peek_now(0), None);
+        assert_eq!(
+            q.pop(),
+            Some(Event {
+                time_ns: 7,
+                kind: EventKind::HostWake { host: 1 }
+            })
+        );
+        assert_eq!(q.peek_now(0), Some(&EventKind::HostWake { host: 2 }));
+        assert_eq!(q.peek_now(1), Some(&EventKind::HostWake { host: 3 }));
+        assert_eq!(q.peek_now(2), None);
+        // Freed nodes are reused: the pool never grew past the 5 events pushed.
+        q.push(7, EventKind::HostWake { host: 4 });
+        assert_eq!(q.peek_now(2), Some(&EventKind::HostWake { host: 4 }));
+        assert_eq!(q.nodes.len(), 5);
+        assert_eq!(q.len(), 4);
+    }
+
     /// Pops of the wheel must equal those of a plain heap ordered by `(time_ns, seq)`, for
     /// events near now, beyond the wheel's horizon, exactly at it, and in the past.
     #[test]
@@ -306,12 +408,18 @@ mod tests {
                 };
                 let kind = EventKind::HostWake { host: step };
                 q.push(time_ns, kind);
-                model.push(Event { time_ns, seq, kind });
+                model.push(FarEvent { time_ns, seq, kind });
                 seq += 1;
             } else {
                 assert_eq!(q.peek_time(), model.peek().map(|e| e.time_ns));
                 let got = q.pop();
-                assert_eq!(got, model.pop());
+                assert_eq!(
+                    got,
+                    model.pop().map(|f| Event {
+                        time_ns: f.time_ns,
+                        kind: f.kind
+                    })
+                );
                 if let Some(e) = got {
                     now = now.max(e.time_ns);
                     popped += 1;
@@ -319,7 +427,11 @@ mod tests {
             }
             assert_eq!(q.len(), model.len());
         }
-        while let Some(e) = model.pop() {
+        while let Some(f) = model.pop() {
+            let e = Event {
+                time_ns: f.time_ns,
+                kind: f.kind,
+            };
             assert_eq!(q.pop(), Some(e));
             popped += 1;
         }

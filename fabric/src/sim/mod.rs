@@ -3,7 +3,7 @@
 //! - [`design`](mod@design): the two-tier spine-leaf designer;
 //! - [`wiring`]: which spine each leaf uplink goes to (the uplinks rotate over the spines);
 //! - [`topo`]: nodes, ports, links, addresses, next-hop tables built from a design;
-//! - [`event`]: the `(time_ns, seq)` event queue;
+//! - [`event`]: the event queue, by time then scheduling order;
 //! - [`link`]: rates, delays and exact serialisation;
 //! - [`queue`]: output-queued switch ports (drop-tail, ECN, trimming) and their counters;
 //! - [`buf`]: a frame as stored: rewritable headers beside a shared payload;

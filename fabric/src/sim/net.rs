@@ -250,6 +250,65 @@ struct FlowRt {
     failed: bool,
 }
 
+/// What a host's arrival needs of the simulator, borrowed apart from the frame slab so
+/// that a frame is parsed where it lies.
+struct Receiver<'a> {
+    /// Receiving host index.
+    h: u32,
+    host: &'a mut Host,
+    qpn_owner: &'a [(u32, u32)],
+    flows: &'a mut [FlowRt],
+    flows_done: &'a mut u32,
+    now_ns: u64,
+}
+
+impl Receiver<'_> {
+    /// Host `h` receives frame `f`: parsed, then handed to the endpoint owning its QPN
+    /// (counted as a bad or unclaimed frame otherwise).
+    fn deliver_frame(self, f: &FrameBuf, check: ChecksumCheck) {
+        let (h, now, host) = (self.h, self.now_ns, self.host);
+        // A frame kept whole in its head (it does not parse as far as a UDP payload) is
+        // parsed whole, for the same typed error.
+        let parsed = if f.payload().is_empty() {
+            EthernetFrameRepr::parse_with(f.head(), check)
+        } else {
+            EthernetFrameRepr::parse_split(f.head(), f.payload(), check)
+        };
+        let Ok((repr, payload)) = parsed else {
+            host.rx_bad_frames += 1;
+            return;
+        };
+        // The QPN needs only the BTH's first 8 bytes: a shorter datagram for a known QP is
+        // the QP's to count as malformed.
+        let qpn = payload
+            .get(5..8)
+            .map(|b| u32::from_be_bytes([0, b[0], b[1], b[2]]));
+        let owner = qpn.and_then(|q| self.qpn_owner.get(q as usize));
+        let Some(ep) = owner.filter(|o| o.0 == h).map(|o| o.1 as usize) else {
+            host.rx_unclaimed += 1;
+            if host.capture {
+                host.captured.push((now, f.to_vec()));
+            }
+            return;
+        };
+        let e = &mut host.endpoints[ep];
+        let ev = ev_of_port(repr.packet.src_port);
+        let ecn = Ecn::from_bits(repr.packet.traffic_class);
+        // Receiver-side arrival order of untrimmed data PSNs.
+        let bth = mrc_transport::wire::Bth::new_checked(payload).ok();
+        if let Some(b) = bth.filter(|b| b.opcode().is_data() && !b.trimmed()) {
+            let off = b.psn().wrapping_sub(e.peer_initial_psn) & 0x00FF_FFFF;
+            e.tracker.on_arrival(u64::from(off));
+        }
+        e.conn.handle_datagram(now, ev, ecn, payload);
+        if e.is_sender {
+            record_completions(e, self.flows, self.flows_done, now);
+        } else {
+            while e.conn.poll_completion().is_some() {}
+        }
+    }
+}
+
 /// Hints the CPU to load the cache line at `p` (no effect on results; never dereferences).
 #[inline(always)]
 fn prefetch<T>(p: *const T) {
@@ -1040,6 +1099,13 @@ impl Simulator {
     /// As [`Simulator::run`], calling `progress` every 2^16 events.
     pub fn run_with(&mut self, progress: &mut dyn FnMut(Progress)) -> SimReport {
         self.run_events(progress);
+        // The queue-depth samples still cached go into the histograms once, here: the
+        // report reads quantiles without copying a histogram. (`run_events` leaves them
+        // cached: a caller running in rounds would otherwise pay one cold histogram
+        // update per cached value and port after every round.)
+        for p in self.ports.iter_mut().flatten() {
+            p.stats.flush_pending();
+        }
         self.report()
     }
 
@@ -1083,9 +1149,6 @@ impl Simulator {
             if !self.flows.is_empty() && self.flows_done as usize == self.flows.len() {
                 break;
             }
-        }
-        for p in self.ports.iter_mut().flatten() {
-            p.stats.flush_pending();
         }
         progress(self.progress());
     }
@@ -1414,60 +1477,33 @@ impl Simulator {
     }
 
     fn deliver(&mut self, h: u32, pkt: u32) {
-        let f = std::mem::take(&mut self.pkts[pkt as usize].frame);
-        let check = if self.pkts[pkt as usize].checksum_known {
+        // Disjoint borrows: the frame stays in its slot while the host reads it.
+        let Simulator {
+            pkts,
+            hosts,
+            qpn_owner,
+            flows,
+            flows_done,
+            now_ns,
+            ..
+        } = self;
+        let p = &pkts[pkt as usize];
+        let check = if p.checksum_known {
             ChecksumCheck::Known
         } else {
             ChecksumCheck::Verify
         };
-        self.deliver_frame(h, &f, check);
-        self.pkts[pkt as usize].frame = f;
+        let rx = Receiver {
+            h,
+            host: &mut hosts[h as usize],
+            qpn_owner,
+            flows,
+            flows_done,
+            now_ns: *now_ns,
+        };
+        rx.deliver_frame(&p.frame, check);
         self.release(pkt);
         self.host_activity(h);
-    }
-
-    fn deliver_frame(&mut self, h: u32, f: &FrameBuf, check: ChecksumCheck) {
-        let now = self.now_ns;
-        let host = &mut self.hosts[h as usize];
-        // A frame kept whole in its head (it does not parse as far as a UDP payload) is
-        // parsed whole, for the same typed error.
-        let parsed = if f.payload().is_empty() {
-            EthernetFrameRepr::parse_with(f.head(), check)
-        } else {
-            EthernetFrameRepr::parse_split(f.head(), f.payload(), check)
-        };
-        let Ok((repr, payload)) = parsed else {
-            host.rx_bad_frames += 1;
-            return;
-        };
-        // The QPN needs only the BTH's first 8 bytes: a shorter datagram for a known QP is
-        // the QP's to count as malformed.
-        let qpn = payload
-            .get(5..8)
-            .map(|b| u32::from_be_bytes([0, b[0], b[1], b[2]]));
-        let owner = qpn.and_then(|q| self.qpn_owner.get(q as usize));
-        let Some(ep) = owner.filter(|o| o.0 == h).map(|o| o.1 as usize) else {
-            host.rx_unclaimed += 1;
-            if host.capture {
-                host.captured.push((now, f.to_vec()));
-            }
-            return;
-        };
-        let e = &mut host.endpoints[ep];
-        let ev = ev_of_port(repr.packet.src_port);
-        let ecn = Ecn::from_bits(repr.packet.traffic_class);
-        // Receiver-side arrival order of untrimmed data PSNs.
-        let bth = mrc_transport::wire::Bth::new_checked(payload).ok();
-        if let Some(b) = bth.filter(|b| b.opcode().is_data() && !b.trimmed()) {
-            let off = b.psn().wrapping_sub(e.peer_initial_psn) & 0x00FF_FFFF;
-            e.tracker.on_arrival(u64::from(off));
-        }
-        e.conn.handle_datagram(now, ev, ecn, payload);
-        if e.is_sender {
-            record_completions(e, &mut self.flows, &mut self.flows_done, now);
-        } else {
-            while e.conn.poll_completion().is_some() {}
-        }
     }
 
     fn on_wake(&mut self, h: u32, t: u64) {
