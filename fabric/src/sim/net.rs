@@ -1160,8 +1160,9 @@ impl Simulator {
     /// Returns the egress port it computed for the next event, an arrival at a switch of a
     /// frame that needs no rewrite, so that arrival need not compute it again.
     fn prefetch_ahead(&self) -> Option<EgressHint> {
+        let [next, after] = self.q.peek_now();
         // Two events ahead: first-level state.
-        match self.q.peek_now(1) {
+        match after {
             Some(&EventKind::Arrive { pkt, .. }) => {
                 let p = self.pkts.as_ptr().wrapping_add(pkt as usize).cast::<u8>();
                 prefetch(p);
@@ -1175,7 +1176,7 @@ impl Simulator {
             _ => {}
         }
         // The next event: what the state fetched one event ago points to.
-        match self.q.peek_now(0) {
+        match next {
             Some(&EventKind::Arrive { node, pkt, .. }) => {
                 let p = self.pkts.get(pkt as usize)?;
                 if (node as usize) < self.hosts.len() {
