@@ -176,7 +176,7 @@ impl EventQueue {
     }
 
     /// Schedules `kind` at `time_ns`.
-    #[inline]
+    #[inline(always)]
     pub fn push(&mut self, time_ns: u64, kind: EventKind) {
         match time_ns.checked_sub(self.base_ns) {
             Some(d) if d < WHEEL_SLOTS as u64 => {

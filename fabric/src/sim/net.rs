@@ -1533,6 +1533,10 @@ impl Simulator {
 
     /// Lets host `h` send if its NIC is idle, then (re)schedules its wake-up.
     fn host_activity(&mut self, h: u32) {
+        if self.hosts[h as usize].endpoints.is_empty() {
+            // Nothing to send, no timer: the NIC's state (a cold line on arrival) is not read.
+            return;
+        }
         let now = self.now_ns;
         self.host_timers(h);
         if !self.ports[h as usize][0].busy {
