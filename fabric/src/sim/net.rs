@@ -1287,7 +1287,8 @@ impl Simulator {
         p.stats.tx_packets += 1;
         p.stats.tx_bytes += len as u64;
         p.stats.busy_ns += ser;
-        let (link, peer_node, peer_port, prop) = (p.link, p.peer_node, p.peer_port, p.prop_ns);
+        let (peer_node, peer_port, prop, clean) =
+            (p.peer_node, p.peer_port, p.prop_ns, p.link_clean);
         self.q.push(now + ser, EventKind::TxDone { node, port });
         if let Some((pn, pp, w)) = &mut self.pcap {
             if *pn == node && *pp == port {
@@ -1297,7 +1298,7 @@ impl Simulator {
             }
         }
         let arrive = now + ser + prop;
-        if p.link_clean {
+        if clean {
             self.q.push(
                 arrive,
                 EventKind::Arrive {
@@ -1308,6 +1309,8 @@ impl Simulator {
             );
             return;
         }
+        // The link index sits past the prefetched lines: read only on a faulty link.
+        let link = self.ports[node as usize][usize::from(port)].link;
         let faults = self.link_faults[link as usize];
         if faults.down {
             self.counters.link_down_drops += 1;

@@ -154,8 +154,11 @@ pub struct Topology {
     pub leaves: Vec<u32>,
     /// Spine node ids.
     pub spines: Vec<u32>,
-    /// `hop_sets[next_hop[node * nodes + target]]`: egress ports of `node` on shortest
-    /// paths to `target` (port sets are shared: every host of a leaf has the same set).
+    /// `hop_sets[next_hop[(node - hosts) * nodes + target]]`: egress ports of switch
+    /// `node` on shortest paths to `target` (port sets are shared: every host of a leaf has
+    /// the same set). Hosts do not forward and have no row, which keeps the table small
+    /// enough to stay in cache (48 switches x 1,072 targets x 4 bytes = 206 KB for the
+    /// 1024-GPU designer fabric, instead of 4.6 MB with the hosts' rows).
     #[serde(skip)]
     next_hop: Vec<u32>,
     /// Distinct port sets.
@@ -249,13 +252,14 @@ impl Topology {
 
     /// Recomputes the next-hop tables over the links not in `down` (sorted link ids):
     /// BFS distances from every target, then every port whose peer is one hop closer.
-    /// Hosts do not forward (they are never transit nodes).
+    /// Hosts do not forward (they are never transit nodes) and get no table row.
     pub fn route(&mut self, down: &[u32]) {
         let n = self.nodes.len();
+        let first_switch = self.hosts as usize;
         let mut sets: Vec<Vec<u16>> = vec![Vec::new()];
         let mut index: std::collections::HashMap<Vec<u16>, u32> =
             std::iter::once((Vec::new(), 0)).collect();
-        let mut next = vec![0u32; n * n];
+        let mut next = vec![0u32; n.saturating_sub(first_switch) * n];
         let mut dist = vec![u32::MAX; n];
         let mut frontier = Vec::new();
         for target in 0..n {
@@ -282,7 +286,7 @@ impl Topology {
                     }
                 }
             }
-            for (u, node) in self.nodes.iter().enumerate() {
+            for (u, node) in self.nodes.iter().enumerate().skip(first_switch) {
                 if dist[u] == u32::MAX || dist[u] == 0 {
                     continue;
                 }
@@ -300,21 +304,22 @@ impl Topology {
                     sets.push(set);
                     (sets.len() - 1) as u32
                 });
-                next[u * n + target] = id;
+                next[(u - first_switch) * n + target] = id;
             }
         }
         self.next_hop = next;
         self.hop_sets = sets;
     }
 
-    /// Egress ports of `node` toward `target` (empty when unreachable or out of range).
+    /// Egress ports of switch `node` toward `target` (empty when unreachable, out of range,
+    /// or `node` is a host: hosts send on their NIC and never forward).
     pub fn next_hops(&self, node: u32, target: u32) -> &[u16] {
         let n = self.nodes.len();
-        if node as usize >= n || target as usize >= n {
+        if node as usize >= n || target as usize >= n || node < self.hosts {
             return &[];
         }
         self.next_hop
-            .get(node as usize * n + target as usize)
+            .get((node - self.hosts) as usize * n + target as usize)
             .and_then(|&i| self.hop_sets.get(i as usize))
             .map_or(&[], Vec::as_slice)
     }
@@ -424,6 +429,8 @@ mod tests {
         assert_eq!(t.leaf_of(5), Some(17));
         // Same leaf: one port down to the host.
         assert_eq!(t.next_hops(16, 2), &[2]);
+        // Hosts have no row: they never forward.
+        assert_eq!(t.next_hops(2, 5), &[] as &[u16]);
         // Cross leaf: the four uplinks.
         assert_eq!(t.next_hops(16, 5), &[4, 5, 6, 7]);
         // Spine 0 to host 5: its port toward leaf 1.
