@@ -1154,15 +1154,16 @@ impl Simulator {
     }
 
     /// Asks the CPU to start loading what the next events of this instant will touch:
-    /// two events ahead the packet's slab slot (arrivals) or the port (end of a
-    /// transmission); one event ahead, through those, the received frame's header bytes or
-    /// the port's queue head. Only a hint: a run is the same without it.
+    /// four events ahead the packet's slab slot (arrivals) or the port (end of a
+    /// transmission), so that memory has three events' time to answer; one event ahead,
+    /// through those, the received frame's header bytes or the port's queue head. Only a
+    /// hint: a run is the same without it.
     /// Returns the egress port it computed for the next event, an arrival at a switch of a
     /// frame that needs no rewrite, so that arrival need not compute it again.
     fn prefetch_ahead(&self) -> Option<EgressHint> {
-        let [next, after] = self.q.peek_now();
-        // Two events ahead: first-level state.
-        match after {
+        let [next, _, _, ahead] = self.q.peek_now();
+        // Four events ahead: first-level state.
+        match ahead {
             Some(&EventKind::Arrive { pkt, .. }) => {
                 let p = self.pkts.as_ptr().wrapping_add(pkt as usize).cast::<u8>();
                 prefetch(p);
