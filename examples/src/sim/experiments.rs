@@ -76,6 +76,9 @@ pub enum ExperimentError {
     /// The topology has no link between two nodes an experiment needs.
     #[error("no link between {0} and {1}")]
     NoLink(&'static str, &'static str),
+    /// Two runs of one seed differed (a determinism bug): the run's name and what differed.
+    #[error("{0}: runs of one seed differ ({1})")]
+    NotReproducible(String, String),
 }
 
 /// Called with a run label and its progress.
@@ -679,10 +682,12 @@ fn speed(
     // framing (`send_shared`: Ethernet / IPv6 / UDP headers with the UDP checksum, in front
     // of one shared 4148-byte payload, as a NIC posts one registered buffer again and
     // again), then forwarded over 4 links, and parsed by the receiving host (which owns no
-    // endpoint for it). `hops_per_s` (checked) times
-    // framing and events; `framing_s` is the framing's share of `wall_s`, and
-    // `hops_per_s_events_only` the hops over the event loop's time alone (frames built and
-    // queued at their NICs before it runs), for information, not checked.
+    // endpoint for it). Each row is run `RAW_REPEATS` times and shows the run of median
+    // wall time. `hops_per_s` (checked) times framing and events; `hops_per_s_min` and
+    // `_max` are the slowest and fastest runs, `_first` the first (the only one whose
+    // memory is touched for the first time); `framing_s` is the framing's share of
+    // `wall_s`, and `hops_per_s_events_only` the hops over the event loop's time alone
+    // (frames built and queued at their NICs before it runs), for information, not checked.
     let (raw_wall, hops) = raw_switching(
         &mut t,
         "raw frames (switching core)",
@@ -776,24 +781,39 @@ struct RawRun<'a> {
     per_host: u32,
 }
 
-/// Runs `r`, adds its row `name` to `t`; returns its wall time, s, and packet hops.
-fn raw_switching(
-    t: &mut ResultTable,
+/// Times of one [`RawRun`], s, and its counters.
+#[derive(Clone, Copy, Debug)]
+struct RawTiming {
+    /// Framing and events, wall clock.
+    wall_s: f64,
+    /// The process's CPU time over the same span.
+    cpu_s: f64,
+    /// The event loop's share of `wall_s`.
+    events_wall_s: f64,
+    events: u64,
+    hops: u64,
+    end_ns: u64,
+}
+
+/// Times of the raw-frame runs [`raw_switching`] repeats; the rows show the median run.
+const RAW_REPEATS: usize = 5;
+
+/// Runs `r` once on a new simulator: framing and events timed, the build before not.
+fn raw_once(
     name: &str,
-    r: RawRun<'_>,
+    r: &RawRun<'_>,
     progress: ProgressFn<'_>,
-) -> Result<(f64, u64), ExperimentError> {
+) -> Result<RawTiming, ExperimentError> {
     let topo = Topology::spine_leaf(r.spec)?;
     let mut sim = Simulator::new(topo, base_cfg(r.seed))?;
     // One registered buffer posted again and again (as `ib_write_bw` does): every frame
     // shares its bytes, and its checksum partial sum is computed once.
     let payload = SharedPayload::new(vec![0u8; 4096 + 52].into());
-    // Timed: framing and the events; the report is built once, after.
     let cpu0 = process_cpu_s();
     let start = std::time::Instant::now();
     // Of the wall time, the part spent in the event loop (frames already built and queued
     // at their NICs): shown beside the full figure, which the check uses.
-    let mut events_wall = 0.0;
+    let mut events_wall_s = 0.0;
     for _ in 0..r.rounds {
         for &(src, dst) in r.pairs {
             for ev in 0..r.per_host {
@@ -808,28 +828,69 @@ fn raw_switching(
         }
         let events_start = std::time::Instant::now();
         sim.run_events(&mut |p| progress(name, p));
-        events_wall += events_start.elapsed().as_secs_f64();
+        events_wall_s += events_start.elapsed().as_secs_f64();
     }
-    let raw_wall = start.elapsed().as_secs_f64();
-    let raw_cpu = process_cpu_s() - cpu0;
-    let (events, hops) = (sim.counters().events, sim.counters().hops);
+    Ok(RawTiming {
+        wall_s: start.elapsed().as_secs_f64(),
+        cpu_s: process_cpu_s() - cpu0,
+        events_wall_s,
+        events: sim.counters().events,
+        hops: sim.counters().hops,
+        end_ns: sim.now_ns(),
+    })
+}
+
+/// Runs `r` [`RAW_REPEATS`] times (the same seed: the same events every time) and adds
+/// the row `name` to `t` from the run of median wall time, with the fastest and slowest
+/// rates beside it (on a shared machine one run can be a third slower than the next) and
+/// the first run's (which also pays for first touching its memory).
+/// Returns the median wall time, s, and the packet hops of one run.
+fn raw_switching(
+    t: &mut ResultTable,
+    name: &str,
+    r: RawRun<'_>,
+    progress: ProgressFn<'_>,
+) -> Result<(f64, u64), ExperimentError> {
+    let mut runs = Vec::with_capacity(RAW_REPEATS);
+    for _ in 0..RAW_REPEATS {
+        runs.push(raw_once(name, &r, progress)?);
+    }
+    let first = (runs[0].events, runs[0].hops, runs[0].end_ns);
+    if let Some(r) = runs.iter().find(|r| (r.events, r.hops, r.end_ns) != first) {
+        return Err(ExperimentError::NotReproducible(
+            name.to_string(),
+            format!(
+                "events, hops, end ns {:?} then {:?}",
+                first,
+                (r.events, r.hops, r.end_ns)
+            ),
+        ));
+    }
+    // The first run also pays for the first touch of its memory (the kernel zeroing the
+    // pages of the frame slab and queues); later runs reuse the freed heap.
+    let first_run = runs[0];
+    runs.sort_by(|a, b| a.wall_s.total_cmp(&b.wall_s));
+    let (fastest, slowest) = (runs[0], runs[RAW_REPEATS - 1]);
+    let m = runs[RAW_REPEATS / 2];
+    let rate = |x: u64, s: f64| x as f64 / s.max(1e-9);
     t.row(
         name,
         &[
-            ("wall_s", raw_wall),
-            ("cpu_s", raw_cpu),
-            ("events", events as f64),
-            ("packet_hops", hops as f64),
-            ("events_per_s", events as f64 / raw_wall.max(1e-9)),
-            ("hops_per_s", hops as f64 / raw_wall.max(1e-9)),
-            ("hops_per_cpu_s", hops as f64 / raw_cpu.max(1e-9)),
-            ("virtual_us", sim.now_ns() as f64 / 1e3),
-            ("framing_s", raw_wall - events_wall),
-            (
-                "hops_per_s_events_only",
-                hops as f64 / events_wall.max(1e-9),
-            ),
+            ("runs", RAW_REPEATS as f64),
+            ("wall_s", m.wall_s),
+            ("cpu_s", m.cpu_s),
+            ("events", m.events as f64),
+            ("packet_hops", m.hops as f64),
+            ("events_per_s", rate(m.events, m.wall_s)),
+            ("hops_per_s", rate(m.hops, m.wall_s)),
+            ("hops_per_s_min", rate(slowest.hops, slowest.wall_s)),
+            ("hops_per_s_max", rate(fastest.hops, fastest.wall_s)),
+            ("hops_per_s_first", rate(first_run.hops, first_run.wall_s)),
+            ("hops_per_cpu_s", rate(m.hops, m.cpu_s)),
+            ("virtual_us", m.end_ns as f64 / 1e3),
+            ("framing_s", m.wall_s - m.events_wall_s),
+            ("hops_per_s_events_only", rate(m.hops, m.events_wall_s)),
         ],
     );
-    Ok((raw_wall, hops))
+    Ok((m.wall_s, m.hops))
 }
