@@ -925,10 +925,18 @@ impl Simulator {
     /// A free slab slot (holding stale bytes the caller overwrites).
     fn take_slot(&mut self) -> u32 {
         if let Some(i) = self.free.pop() {
-            // The next call's slot: frames are often built in bursts (a round of sends),
-            // from slots freed long before.
-            if let Some(&next) = self.free.last() {
-                prefetch(self.pkts.as_ptr().wrapping_add(next as usize));
+            // The slot of the fourth call from now, every line of it: frames are often
+            // built in bursts (a round of sends), into slots freed long before.
+            if let Some(&next) = self
+                .free
+                .len()
+                .checked_sub(4)
+                .and_then(|k| self.free.get(k))
+            {
+                let p = self.pkts.as_ptr().wrapping_add(next as usize).cast::<u8>();
+                for line in 0..std::mem::size_of::<Pkt>().div_ceil(64) {
+                    prefetch(p.wrapping_add(line * 64));
+                }
             }
             i
         } else {
