@@ -49,10 +49,11 @@ pub struct FrameInfo {
     pub src: u128,
     /// IPv6 destination address (the active segment with an SRH).
     pub dst: u128,
-    /// Offset of the SRH, if there is one.
-    pub srh_off: Option<usize>,
-    /// Offset of the UDP header.
-    pub udp_off: usize,
+    /// Offset of the SRH, if there is one, bytes. (Offsets fit 16 bits: an SRH is at most
+    /// 2,048 bytes. Two-byte offsets keep [`Header`] within one 64-byte cache line.)
+    pub srh_off: Option<u16>,
+    /// Offset of the UDP header, bytes.
+    pub udp_off: u16,
     /// UDP source port (the EV's entropy).
     pub src_port: u16,
     /// UDP destination port.
@@ -62,7 +63,7 @@ pub struct FrameInfo {
 impl FrameInfo {
     /// Offset of the UDP payload (the BTH).
     pub fn payload_off(&self) -> usize {
-        self.udp_off + 8
+        usize::from(self.udp_off) + 8
     }
 }
 
@@ -90,7 +91,7 @@ pub fn inspect(b: &[u8]) -> Option<FrameInfo> {
             if *b.get(EXT_OFF)? != NEXT_HEADER_UDP {
                 return None;
             }
-            (Some(EXT_OFF), EXT_OFF + len)
+            (Some(EXT_OFF as u16), EXT_OFF + len)
         }
         _ => return None,
     };
@@ -98,7 +99,8 @@ pub fn inspect(b: &[u8]) -> Option<FrameInfo> {
         src,
         dst,
         srh_off,
-        udp_off,
+        // At most EXT_OFF + 2,048: fits.
+        udp_off: u16::try_from(udp_off).ok()?,
         src_port: u16_at(b, udp_off)?,
         dst_port: u16_at(b, udp_off + 2)?,
     })
@@ -198,8 +200,8 @@ pub fn set_dst(b: &mut [u8], dst: u128) {
 /// Returns the new destination; `None` when there is no SRH, segments_left is 0 or the SRH
 /// is malformed (the caller drops and counts).
 pub fn srv6_end(b: &mut [u8], info: &FrameInfo) -> Option<u128> {
-    let off = info.srh_off?;
-    let slice = b.get_mut(off..info.udp_off)?;
+    let off = usize::from(info.srh_off?);
+    let slice = b.get_mut(off..usize::from(info.udp_off))?;
     let mut srh = Srh::new_checked(slice, SrhContext::Received).ok()?;
     let sl = srh.segments_left();
     if sl == 0 {

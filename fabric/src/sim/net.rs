@@ -1061,7 +1061,7 @@ impl Simulator {
             let info = frame::inspect(&bytes);
             let seg_left = info
                 .and_then(|i| i.srh_off)
-                .and_then(|o| bytes.get(o + 3).copied());
+                .and_then(|o| bytes.get(usize::from(o) + 3).copied());
             let dst_addr = info.map_or(String::new(), |i| {
                 std::net::Ipv6Addr::from(i.dst).to_string()
             });
@@ -1345,7 +1345,10 @@ impl Simulator {
             // A frame already corrupted keeps its one flipped bit (the draws are made all
             // the same, so that the rest of the run does not depend on it).
             let p = &mut self.pkts[pkt as usize];
-            let from = p.hdr.info.map_or(frame::ETH_LEN, |i| i.udp_off);
+            let from = p
+                .hdr
+                .info
+                .map_or(frame::ETH_LEN, |i| usize::from(i.udp_off));
             if from < p.frame.len() {
                 let i = self.rng.random_range(from..p.frame.len());
                 let mask = 1 << self.rng.random_range(0..8);
