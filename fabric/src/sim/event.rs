@@ -34,6 +34,8 @@
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
+use super::prefetch::prefetch;
+
 /// What happens at an event. Node, port and packet handles are indices into the simulator.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EventKind {
@@ -125,20 +127,6 @@ const BLANK: Chunk = Chunk {
     kinds: [EventKind::HostWake { host: 0 }; CHUNK_EVENTS],
     next: NIL,
 };
-
-/// Hints the CPU to load chunk `p` (never dereferenced: any address is harmless).
-#[inline(always)]
-fn prefetch_chunk(p: *const Chunk) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-        // SAFETY: SSE is part of the x86_64 baseline, and a prefetch is a hint that never
-        // faults nor reads into the program, whatever the address.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.cast::<i8>()) };
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
-}
 
 /// One instant's events: the chunks `head ..= tail` of a list; the next event is
 /// `head`'s `head_i`-th, the last `tail`'s `(tail_len - 1)`-th. `head == NIL` when empty.
@@ -371,7 +359,7 @@ impl EventQueue {
         let i = slot.head_i as usize;
         let next = self.chunks.get(chunk.next as usize);
         if let Some(n) = next {
-            prefetch_chunk(n);
+            prefetch(n);
         }
         for (k, o) in out.iter_mut().enumerate() {
             let j = i + k;

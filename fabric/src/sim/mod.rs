@@ -11,7 +11,8 @@
 //! - [`fault`]: scripted, seeded link faults;
 //! - [`host`]: hosts running real transport endpoints, EV -> route, framing;
 //! - [`stats`]: flow results and the reorder-vs-loss tracker;
-//! - [`net`]: the [`Simulator`] and its event loop.
+//! - [`net`]: the [`Simulator`] and its event loop;
+//! - `prefetch`: the cache prefetch hint the event loop uses.
 //!
 //! One seed reproduces a run exactly: randomness comes from one ChaCha8 stream seeded by
 //! [`SimConfig::seed`], and events at the same nanosecond run in scheduling order.
@@ -24,6 +25,7 @@ pub mod frame;
 pub mod host;
 pub mod link;
 pub mod net;
+mod prefetch;
 pub mod queue;
 pub mod stats;
 pub mod topo;

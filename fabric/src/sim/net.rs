@@ -28,6 +28,7 @@ use super::fault::{Fault, FaultKind, LinkFaults, LinkSelector};
 use super::frame;
 use super::host::{Datagram, Endpoint, Forwarding, Host, build_frame, build_headers, ev_of_port};
 use super::link::{SerialClock, serialisation_ns_ceil};
+use super::prefetch::prefetch;
 use super::queue::{Admit, Arrival, PortQueue, PortStats, QueueConfig};
 use super::stats::FlowStats;
 use super::topo::{Role, Topology, USID_BLOCK, USID_BLOCK_BITS};
@@ -307,20 +308,6 @@ impl Receiver<'_> {
             while e.conn.poll_completion().is_some() {}
         }
     }
-}
-
-/// Hints the CPU to load the cache line at `p` (no effect on results; never dereferences).
-#[inline(always)]
-fn prefetch<T>(p: *const T) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-        // SAFETY: SSE is part of the x86_64 baseline, and a prefetch is a hint that never
-        // faults nor reads into the program, whatever the address.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.cast::<i8>()) };
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
 }
 
 /// Prefetches every cache line of a port's state.
