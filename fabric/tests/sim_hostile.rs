@@ -5,8 +5,8 @@ mod common;
 
 use common::*;
 use mrc_fabric::packet::{ChecksumCheck, EthernetFrameRepr};
+use mrc_fabric::sim::SimConfig;
 use mrc_fabric::sim::host::{Datagram, Forwarding, build_frame};
-use mrc_fabric::sim::{QueueConfig, SimConfig};
 use mrc_transport::wire::PacketRepr;
 
 /// An mrc RDMA_WRITE_ONLY datagram with `len` payload bytes and PSN `psn` for QPN 0x77
@@ -36,11 +36,7 @@ fn frame(fwd: Forwarding, src: u32, dst: u32, ev: u32, dgram: &[u8]) -> Vec<u8> 
 fn injected_usid_frame_is_trimmed_before_the_shift() {
     let mut sim = sim16(SimConfig {
         forwarding: Forwarding::Usid,
-        queue: QueueConfig {
-            trim_threshold_bytes: Some(8_000),
-            ..QueueConfig::default()
-        },
-        ..cfg(1)
+        ..trimming_cfg(1)
     });
     sim.set_capture(5, true);
     for (h, psn) in [(0, 10), (1, 11), (2, 12)] {
@@ -335,13 +331,7 @@ fn corrupting_a_shared_payload_frame_never_alters_the_others() {
 #[test]
 fn trimming_a_shared_payload_frame_copies_its_headers_and_pcap_sees_whole_frames() {
     use mrc_fabric::sim::buf::SharedPayload;
-    let mut sim = sim16(SimConfig {
-        queue: QueueConfig {
-            trim_threshold_bytes: Some(8_000),
-            ..QueueConfig::default()
-        },
-        ..cfg(1)
-    });
+    let mut sim = sim16(trimming_cfg(1));
     sim.set_capture(3, true);
     let leaf0 = sim.topology().node_by_name("leaf0").unwrap();
     let pcap = SharedBuf::default();

@@ -121,13 +121,7 @@ fn usid_container_shifts_at_the_spine() {
 
 #[test]
 fn trimming_cuts_the_payload_and_sets_the_flag() {
-    let mut sim = sim16(SimConfig {
-        queue: QueueConfig {
-            trim_threshold_bytes: Some(8_000),
-            ..QueueConfig::default()
-        },
-        ..cfg(1)
-    });
+    let mut sim = sim16(trimming_cfg(1));
     sim.set_capture(3, true);
     for (h, psn) in [(0, 10), (1, 11), (2, 12)] {
         let f = frame(&sim, h, 3, 0, &write_datagram(psn, 4096));

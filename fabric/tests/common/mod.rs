@@ -28,6 +28,18 @@ pub fn cfg(seed: u64) -> SimConfig {
     }
 }
 
+/// [`cfg`] with trimming above 8,000 queued bytes: behind two 4 KB frames a third is
+/// trimmed.
+pub fn trimming_cfg(seed: u64) -> SimConfig {
+    SimConfig {
+        queue: QueueConfig {
+            trim_threshold_bytes: Some(8_000),
+            ..QueueConfig::default()
+        },
+        ..cfg(seed)
+    }
+}
+
 /// An mrc RDMA_WRITE_ONLY datagram carrying `payload` with PSN `psn` for QPN 0x77 (no
 /// endpoint in the simulator tests has it, so hosts capture the frames).
 pub fn write_datagram_of(psn: u32, payload: &[u8]) -> Vec<u8> {
