@@ -1104,7 +1104,9 @@ impl Simulator {
         self.report()
     }
 
-    /// Processes events as [`Simulator::run_with`] does, without building the report.
+    /// Processes events as [`Simulator::run_with`] does, without building the report and
+    /// leaving the ports' queue-depth samples cached ([`PortStats::queue_histogram`] and
+    /// the report include them); a caller may run it again, in rounds.
     pub fn run_events(&mut self, progress: &mut dyn FnMut(Progress)) {
         // The egress port `prefetch_ahead` found for the event after the current one.
         let mut hint: Option<EgressHint> = None;
