@@ -175,6 +175,7 @@ fn mrc_payload(kind: Kind, dest_qpn: u32, psn: u32) -> Vec<u8> {
                 reason: NackReason::Trimmed,
                 reserved: 0,
                 echo_ev: 9,
+                echo_ts_ns: 0,
             }),
         ),
         Kind::Cnp => (

@@ -326,6 +326,7 @@ fuzz_target!(|input: Input| {
                     reason: NackReason::from(*reason % 9),
                     reserved: 0,
                     echo_ev: u32::from(*echo_ev % 5),
+                    echo_ts_ns: 0,
                 };
                 r.run_timers();
                 let bogus = nack_is_bogus(&r.conn, &n);

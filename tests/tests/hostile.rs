@@ -249,6 +249,7 @@ fn blind_generation_forging_on_idle_ends_is_counted_and_never_tears_down() {
                     reason,
                     reserved: 0,
                     echo_ev: 0,
+                    echo_ts_ns: 0,
                 })
             };
             let sack = Body::Sack(SackRepr {

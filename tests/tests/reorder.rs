@@ -185,6 +185,7 @@ fn acceptance_6_sack_of_the_original_overtakes_the_nack() {
                 reason: NackReason::Trimmed,
                 reserved: 0,
                 echo_ev: 1,
+                echo_ts_ns: 0,
             }),
         )
     };

@@ -39,10 +39,13 @@ pub enum DropReason {
     /// The packet's MSN is too far ahead of the next message to complete (the receiver
     /// tracks at most `max_rx_messages`; e.g. SENDs waiting for `post_recv`).
     MessageWindowFull,
+    /// The last packet of a SEND or WRITE_WITH_IMM found no posted receive free for it:
+    /// not accepted, answered with NACK(RECEIVER_NOT_READY) (IBA's RNR NAK).
+    ReceiverNotReady,
 }
 
 /// Number of [`DropReason`] variants.
-pub const DROP_REASONS: usize = 16;
+pub const DROP_REASONS: usize = 17;
 
 /// Drop counters indexed by [`DropReason`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -151,6 +154,15 @@ pub struct ConnStats {
     /// they echo no PSN this side has in flight: what an off-path forger sends unless it
     /// guesses such a PSN (RFC 5961 section 3 style; see [`crate::conn`]).
     pub restart_evidence_rejected: u64,
+    /// NACK(RECEIVER_NOT_READY)s sent (receiver side): last packets of a SEND or
+    /// WRITE_WITH_IMM refused because no posted receive was free for them.
+    pub rnr_nacks_sent: u64,
+    /// NACK(RECEIVER_NOT_READY)s acted on (sender side): each held its packet back for
+    /// [`crate::send::SendConfig::rnr_timer_ns`].
+    pub rnr_nacks_received: u64,
+    /// NACKs ignored because they answer an earlier copy of their PSN than the latest
+    /// one sent (their echoed EV and timestamp name another transmission).
+    pub stale_nacks: u64,
     /// Incoming datagrams dropped, by reason.
     pub drops: DropCounts,
 }
@@ -169,6 +181,6 @@ mod tests {
         assert_eq!(d.get(DropReason::OutOfOrderGoBackN), 1);
         assert_eq!(d.get(DropReason::Malformed), 0);
         assert_eq!(d.total(), 3);
-        assert_eq!(DropReason::MessageWindowFull as usize, DROP_REASONS - 1);
+        assert_eq!(DropReason::ReceiverNotReady as usize, DROP_REASONS - 1);
     }
 }

@@ -178,8 +178,8 @@ fn arb_control(bth: BthRepr, mrceth: MrcethRepr) -> impl Strategy<Value = Owned>
                     )
                 }
             ),
-        (0..=MAX_24BIT, any::<u8>(), 0..=MAX_24BIT, any::<u32>()).prop_map(
-            move |(psn, reason, reserved, echo_ev)| {
+        (0..=MAX_24BIT, any::<u8>(), 0..=MAX_24BIT, any::<u32>(), any::<u32>()).prop_map(
+            move |(psn, reason, reserved, echo_ev, echo_ts_ns)| {
                 with(
                     Opcode::Nack,
                     psn,
@@ -188,6 +188,7 @@ fn arb_control(bth: BthRepr, mrceth: MrcethRepr) -> impl Strategy<Value = Owned>
                         reason: NackReason::from(reason),
                         reserved,
                         echo_ev,
+                        echo_ts_ns,
                     }),
                 )
             }

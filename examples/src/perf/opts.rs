@@ -220,6 +220,11 @@ pub struct TestOpts {
     /// Floor of the RACK reorder window and the peer's assumed SACK delay, us.
     #[arg(long = "reorder-window-us", default_value_t = super::run::REORDER_WINDOW_NS / 1000, global = true)]
     pub reorder_window_us: u64,
+    /// Seconds the peer may answer nothing while data waits for it before the transport
+    /// gives up (`peer unresponsive for N s`); a pause (SIGSTOP, a descheduled engine)
+    /// shorter than this is survived. Both ends; in 0.01..=600.
+    #[arg(long = "peer-timeout", value_name = "SECONDS", default_value_t = default_peer_timeout_s(), global = true)]
+    pub peer_timeout_s: f64,
 }
 
 /// The test as both ends run it (sent from client to server as JSON).
@@ -279,6 +284,15 @@ pub struct TestParams {
     /// EV selection (both ends).
     #[serde(default)]
     pub path_selection: PathSelection,
+    /// The transport's unresponsive budget, seconds (both ends).
+    #[serde(default = "default_peer_timeout_s")]
+    pub peer_timeout_s: f64,
+}
+
+/// Default `--peer-timeout`, seconds: the transport's
+/// [`mrc_transport::send::DEFAULT_UNRESPONSIVE_BUDGET_NS`] (5 s).
+fn default_peer_timeout_s() -> f64 {
+    mrc_transport::send::DEFAULT_UNRESPONSIVE_BUDGET_NS as f64 / 1e9
 }
 
 fn default_min_rto_us() -> u64 {
@@ -397,6 +411,7 @@ impl TestOpts {
             min_rto_us: self.min_rto_us,
             reorder_window_us: self.reorder_window_us,
             path_selection: self.path_selection,
+            peer_timeout_s: self.peer_timeout_s,
         };
         p.check(self.timeout)?;
         Ok(p)
@@ -484,6 +499,12 @@ impl TestParams {
             return Err(format!(
                 "--min-rto-us must be in 1..=10000000, got {}",
                 self.min_rto_us
+            ));
+        }
+        if !(self.peer_timeout_s >= 0.01 && self.peer_timeout_s <= 600.0) {
+            return Err(format!(
+                "--peer-timeout must be in 0.01..=600 seconds, got {}",
+                num(self.peer_timeout_s)
             ));
         }
         if self.reorder_window_us > 10_000_000 {

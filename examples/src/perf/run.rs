@@ -72,6 +72,7 @@ pub const DROP_REASONS: [mrc_transport::stats::DropReason; mrc_transport::stats:
         D::OutOfOrderGoBackN,
         D::StaleProbeReply,
         D::MessageWindowFull,
+        D::ReceiverNotReady,
     ]
 };
 
@@ -154,6 +155,7 @@ fn qp_config(p: &TestParams) -> Result<QpConfig, String> {
             send: SendConfig {
                 mtu_payload_bytes: p.mtu,
                 max_outstanding_packets: OUTSTANDING_PACKETS,
+                unresponsive_budget_ns: Some((p.peer_timeout_s * 1e9) as u64),
                 ..software.send
             },
             recv_window_packets: OUTSTANDING_PACKETS,
@@ -286,10 +288,16 @@ pub struct SendResult {
     pub lat_ns: Vec<u64>,
 }
 
-fn check(c: &Completion) -> Result<(), String> {
+/// A failed completion as an error naming its cause: for `RetryExceeded` after RTO
+/// expiries, why the transport gave up (`peer unresponsive for 5.0 s`).
+fn check(side: &Side, c: &Completion) -> Result<(), String> {
     if c.status != WcStatus::Success {
+        let cause = match side.qp.stats() {
+            Ok((qs, _)) => qs.give_up.map(|g| format!(" ({g})")).unwrap_or_default(),
+            Err(_) => String::new(),
+        };
         return Err(format!(
-            "work request {} ({:?}) failed: {:?}",
+            "work request {} ({:?}) failed: {:?}{cause}",
             c.wr_id, c.opcode, c.status
         ));
     }
@@ -372,7 +380,7 @@ pub fn send_bw(
         }
         last_progress = now;
         for c in &got {
-            check(c)?;
+            check(side, c)?;
             done += 1;
         }
         let w = now.duration_since(win_start);
@@ -440,7 +448,7 @@ fn post_message(
 fn reap_sends(side: &Side, scratch: &mut Vec<Completion>) -> Result<(), String> {
     scratch.clear();
     side.qp.poll_send_cq(scratch, 64);
-    scratch.iter().try_for_each(check)
+    scratch.iter().try_for_each(|c| check(side, c))
 }
 
 /// Posts `n` zero-length receives into the destination region, wr_ids `base..base + n`.
@@ -518,7 +526,7 @@ pub fn recv_bw(
         }
         last = Instant::now();
         for c in &got {
-            check(c)?;
+            check(side, c)?;
             if c.opcode != WcOpcode::RecvRdmaWithImm || c.imm != Some(r.completions as u32) {
                 return Err(format!(
                     "receiver: expected message {} got {:?} imm {:?}",
@@ -571,7 +579,7 @@ pub fn ping(
                 )
             })?;
         let rtt = t0.elapsed().as_nanos() as u64;
-        check(&c)?;
+        check(side, &c)?;
         if c.imm != Some(sent as u32) {
             return Err(format!("echo of message {sent} carried imm {:?}", c.imm));
         }
@@ -630,7 +638,7 @@ pub fn pong(
             continue;
         };
         last = Instant::now();
-        check(&c)?;
+        check(side, &c)?;
         let i = r.completions;
         if c.imm != Some(i as u32) {
             return Err(format!("expected ping {i}, got imm {:?}", c.imm));
@@ -679,6 +687,10 @@ pub fn run_end(
     timeout: Duration,
     show_progress: Option<BwUnit>,
 ) -> Result<EndResult, String> {
+    // The transport names why it gives up (`peer unresponsive for N s`) after
+    // `--peer-timeout`; the test's own no-progress checks wait a second longer, so that
+    // cause is what a dead or paused peer is reported with.
+    let timeout = timeout.max(Duration::from_secs_f64(p.peer_timeout_s + 1.0));
     let CtlStream { w, rx } = ctl;
     let mut w = CtlStream {
         w,

@@ -111,7 +111,10 @@ pub const SOFTWARE_REORDER_WINDOW_NS: u64 = 500_000;
 /// The transport's send configuration with the timers of a software datapath: RTO floor
 /// `min_rto_ns`, four times it as initial RTO (before the first RTT sample) and at least as
 /// the RTO ceiling, `reorder_window_ns` as reorder-window floor and as the peer's assumed
-/// ACK delay; the rest as [`SendConfig::default`]. [`QpConfig::default`] passes
+/// ACK delay, giving up after the peer was silent for
+/// [`mrc_transport::send::DEFAULT_UNRESPONSIVE_BUDGET_NS`] (5 s; not after a count of RTO
+/// expiries: a paused peer or a descheduled engine is survived up to it); the rest as
+/// [`SendConfig::default`]. [`QpConfig::default`] passes
 /// [`SOFTWARE_MIN_RTO_NS`] and [`SOFTWARE_REORDER_WINDOW_NS`].
 pub fn software_send_config(min_rto_ns: u64, reorder_window_ns: u64) -> SendConfig {
     let d = SendConfig::default();
@@ -122,6 +125,7 @@ pub fn software_send_config(min_rto_ns: u64, reorder_window_ns: u64) -> SendConf
         max_rto_ns: d.max_rto_ns.max(initial_rto_ns),
         min_reorder_window_ns: reorder_window_ns,
         peer_max_ack_delay_ns: reorder_window_ns,
+        unresponsive_budget_ns: Some(mrc_transport::send::DEFAULT_UNRESPONSIVE_BUDGET_NS),
         ..d
     }
 }
@@ -227,6 +231,9 @@ pub struct QpStats {
     pub verify: VerifyStats,
     /// Smoothed RTT, ns.
     pub srtt_ns: u64,
+    /// Why the sender gave up, once its work requests failed with `RetryExceeded` after
+    /// RTO expiries (`Display`: `peer unresponsive for 5.0 s`).
+    pub give_up: Option<mrc_transport::send::GiveUp>,
 }
 
 /// A work request.

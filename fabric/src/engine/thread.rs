@@ -381,6 +381,7 @@ impl<D: Datapath> Engine<D> {
                         ev_states: e.conn.paths().paths().iter().map(|p| p.state).collect(),
                         verify: e.vstats,
                         srtt_ns: e.conn.send_state().rtt.srtt_ns,
+                        give_up: e.conn.give_up(),
                     }
                 });
                 let mut es = self.stats;

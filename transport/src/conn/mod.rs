@@ -283,6 +283,13 @@ impl<C: Controller> Connection<C> {
         &self.cc
     }
 
+    /// Why the sender gave up, when its work requests failed with
+    /// [`WcStatus::RetryExceeded`] after RTO expiries: the retry limit, or the peer silent
+    /// for the unresponsive budget (`Display`: `peer unresponsive for 5.0 s`).
+    pub fn give_up(&self) -> Option<crate::send::GiveUp> {
+        self.send.give_up()
+    }
+
     /// Sender state (snd_una, snd_nxt, bytes in flight, retransmit queue).
     pub fn send_state(&self) -> &SendState {
         &self.send
@@ -427,6 +434,7 @@ impl<C: Controller> Connection<C> {
         min(self.send.rack_timer_ns());
         min(self.send.rto_deadline_ns());
         min(self.send.tlp_deadline_ns());
+        min(self.send.rnr_deadline_ns());
         min(self.paths.next_probe_time());
         min(self.cc.next_timer_ns());
         // The pacing release time is a timer only while a data packet could leave then:
@@ -457,6 +465,7 @@ impl<C: Controller> Connection<C> {
                 self.cc.on_loss(now_ns, l.lost_bytes);
             }
         }
+        self.send.on_rnr_timer(now_ns);
         self.send.on_tlp(now_ns, &mut self.stats);
         let l = self.send.on_rto(now_ns, &mut self.paths, &mut self.stats);
         if l.failed {

@@ -58,7 +58,17 @@ impl<C: Controller> Connection<C> {
         if pkt.mrceth.generation != peer.generation {
             self.drop_pkt(ev_in, DropReason::GenerationMismatch);
             if !is_gen_nack {
-                self.queue_nack(pkt.bth.psn, NackReason::GenerationMismatch, pkt.mrceth.ev);
+                let ts32 = if pkt.bth.flags.ts {
+                    pkt.mrceth.send_ts_ns
+                } else {
+                    0
+                };
+                self.queue_nack(
+                    pkt.bth.psn,
+                    NackReason::GenerationMismatch,
+                    pkt.mrceth.ev,
+                    ts32,
+                );
             }
             if self.echoes_psn_in_flight(&pkt.body) {
                 self.note_generation_mismatch(now_ns);
@@ -156,11 +166,14 @@ impl<C: Controller> Connection<C> {
         }
     }
 
-    pub(super) fn queue_nack(&mut self, psn: u32, reason: NackReason, echo_ev: u32) {
+    /// Queues a NACK of `psn` for `reason`, echoing the EV and send timestamp (low 32 bits,
+    /// 0 for none) of the packet it answers.
+    pub(super) fn queue_nack(&mut self, psn: u32, reason: NackReason, echo_ev: u32, ts32: u32) {
         if self.acker.nack(NackOut {
             psn,
             reason: reason.into(),
             echo_ev,
+            echo_ts32: ts32,
         }) {
             self.stats.nacks_sent += 1;
         }
@@ -177,7 +190,7 @@ impl<C: Controller> Connection<C> {
             }
             WindowPos::Beyond(_) => {
                 self.drop_pkt(m.ev, DropReason::PsnOutOfWindow);
-                self.queue_nack(psn.value(), NackReason::PsnOutOfWindow, m.ev);
+                self.queue_nack(psn.value(), NackReason::PsnOutOfWindow, m.ev, ts32);
                 return;
             }
             WindowPos::InWindow(seq) => seq,
@@ -191,13 +204,13 @@ impl<C: Controller> Connection<C> {
             let nxt = self.rwin.rcv_nxt();
             if self.gbn_nacked != Some(nxt) {
                 self.gbn_nacked = Some(nxt);
-                self.queue_nack(Psn::from_seq(nxt).value(), NackReason::NoBitmap, m.ev);
+                self.queue_nack(Psn::from_seq(nxt).value(), NackReason::NoBitmap, m.ev, ts32);
             }
             return;
         }
         if pkt.bth.flags.trimmed {
             self.stats.trimmed_received += 1;
-            self.queue_nack(psn.value(), NackReason::Trimmed, m.ev);
+            self.queue_nack(psn.value(), NackReason::Trimmed, m.ev, ts32);
             return;
         }
         let op = pkt.bth.opcode;
@@ -220,11 +233,17 @@ impl<C: Controller> Connection<C> {
         // check and place (nothing is written on error), then record the PSN
         if let Err(reason) = self.rx.place(&rd, &mut self.regions) {
             self.drop_pkt(m.ev, reason);
-            if matches!(
-                reason,
-                DropReason::BadRkey | DropReason::OutOfBounds | DropReason::AccessDenied
-            ) {
-                self.queue_nack(psn.value(), NackReason::AccessError, m.ev);
+            match reason {
+                DropReason::BadRkey | DropReason::OutOfBounds | DropReason::AccessDenied => {
+                    self.queue_nack(psn.value(), NackReason::AccessError, m.ev, ts32);
+                }
+                DropReason::ReceiverNotReady => {
+                    // IBA RNR NAK: not accepted (not in the SACK), so the sender cannot
+                    // complete the message before a receive is free for it
+                    self.stats.rnr_nacks_sent += 1;
+                    self.queue_nack(psn.value(), NackReason::ReceiverNotReady, m.ev, ts32);
+                }
+                _ => {}
             }
             return;
         }
@@ -317,6 +336,18 @@ impl<C: Controller> Connection<C> {
         }
     }
 
+    /// Whether (`echo_ev`, `echo_ts32`) are the EV and send timestamp of the latest
+    /// transmission of `seq` (an outstanding sequence number).
+    fn names_latest_copy(&self, seq: u64, echo_ev: u32, echo_ts32: u32) -> bool {
+        self.send.packet(seq).is_some_and(|p| {
+            p.last_ts32 == echo_ts32
+                && self
+                    .paths
+                    .get(usize::from(p.last_ev))
+                    .is_some_and(|path| path.ev == echo_ev)
+        })
+    }
+
     fn on_nack(&mut self, now_ns: u64, ev_in: u32, n: &NackRepr) {
         if n.reason == NackReason::GenerationMismatch {
             // The peer says a packet of ours carried a generation it does not expect; its
@@ -345,6 +376,21 @@ impl<C: Controller> Connection<C> {
         if seq < self.send.snd_una() || acked {
             // Already acknowledged (cumulatively or by the SACK bitmap): a receiver never
             // NACKs what it accepted, so the NACK is stale and changes nothing.
+            return;
+        }
+        let answers_a_copy = matches!(
+            n.reason,
+            NackReason::Trimmed
+                | NackReason::TrimmedLasthop
+                | NackReason::NoPktBuffer
+                | NackReason::ReceiverNotReady
+                | NackReason::AccessError
+        );
+        if answers_a_copy && !self.names_latest_copy(seq, n.echo_ev, n.echo_ts_ns) {
+            // The NACK answers an earlier copy (its echoed EV and timestamp are not those of
+            // the latest transmission): the latest copy may still arrive, so it is neither
+            // resent nor charged to its EV or the controller.
+            self.stats.stale_nacks += 1;
             return;
         }
         let resend_nack = matches!(
@@ -378,6 +424,10 @@ impl<C: Controller> Connection<C> {
             }
             NackReason::NoPktBuffer => {
                 self.send.queue_nacked_retransmit(seq);
+            }
+            NackReason::ReceiverNotReady => {
+                self.stats.rnr_nacks_received += 1;
+                self.send.on_rnr_nack(seq, now_ns);
             }
             NackReason::NoBitmap => {
                 // Go-back-N: the receiver got something after `seq` but not `seq`, so the

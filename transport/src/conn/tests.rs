@@ -198,9 +198,20 @@ fn send_lands_in_the_posted_receive_and_zero_length_works() {
     )
     .unwrap();
     exchange(0, &mut a, &mut b, &mut pass);
-    // no receive posted yet: data acknowledged, completions wait
-    assert_eq!(completions(&mut a).len(), 2);
+    // No receive posted yet: the first packet of the SEND is accepted, the two last packets
+    // (the SEND's second, the zero-length SEND's only one) are answered with
+    // NACK(RECEIVER_NOT_READY) and not acknowledged, so nothing completes on either side.
+    assert_eq!(completions(&mut a), vec![]);
     assert_eq!(completions(&mut b), vec![]);
+    assert_eq!(a.stats().sent, 3);
+    assert_eq!(b.stats().received, 1);
+    assert_eq!(b.stats().rnr_nacks_sent, 2);
+    assert_eq!(b.stats().drops.get(DropReason::ReceiverNotReady), 2);
+    assert_eq!(a.stats().rnr_nacks_received, 2);
+    // the first packet's SACK is delayed (not urgent); the held two are not in flight
+    assert_eq!(a.send_state().in_flight_packets(), 1);
+    assert_eq!(a.send_state().rnr_deadline_ns(), Some(640_000));
+    assert_eq!(a.poll_timeout(), Some(640_000));
     b.post_recv(
         10,
         Sge {
@@ -219,6 +230,19 @@ fn send_lands_in_the_posted_receive_and_zero_length_works() {
         },
     )
     .unwrap();
+    // nothing leaves before the RNR timer; at it both held packets go again and land
+    exchange(639_999, &mut a, &mut b, &mut pass);
+    assert_eq!(a.stats().sent, 3);
+    a.handle_timeout(640_000);
+    exchange(640_000, &mut a, &mut b, &mut pass);
+    assert_eq!(a.stats().sent, 5);
+    assert_eq!(a.stats().retransmitted, 2);
+    assert_eq!(a.stats().rack_losses + a.stats().timeouts, 0);
+    let sent: Vec<(u64, WcStatus)> = completions(&mut a)
+        .iter()
+        .map(|c| (c.wr_id, c.status))
+        .collect();
+    assert_eq!(sent, vec![(1, WcStatus::Success), (2, WcStatus::Success)]);
     let got: Vec<(u64, WcOpcode, u32, Option<u32>)> = completions(&mut b)
         .iter()
         .map(|c| (c.wr_id, c.opcode, c.byte_len, c.imm))
@@ -663,6 +687,7 @@ fn forgeries() -> Vec<Vec<u8>> {
             reason,
             reserved: 0,
             echo_ev: 100,
+            echo_ts_ns: 0,
         })
     };
     let data = DataRepr {
@@ -795,6 +820,7 @@ fn only_packets_echoing_a_psn_in_flight_are_restart_evidence() {
             reason,
             reserved: 0,
             echo_ev: 100,
+            echo_ts_ns: 0,
         })
     };
     let sack = |cum, bitmap| {
@@ -934,6 +960,7 @@ fn nack_for_a_sacked_psn_changes_nothing() {
             reason,
             reserved: 0,
             echo_ev: 100,
+            echo_ts_ns: 0,
         };
         a.handle_datagram(
             2_000,
@@ -984,6 +1011,7 @@ fn go_back_n_nack_takes_the_losing_ev_out_of_rotation() {
         reason: NackReason::NoBitmap,
         reserved: 0,
         echo_ev: 101,
+        echo_ts_ns: 0,
     };
     a.handle_datagram(
         3_000,

@@ -97,6 +97,7 @@ impl<C: Controller> Connection<C> {
                 reason: NackReason::from(n.reason),
                 reserved: 0,
                 echo_ev: n.echo_ev,
+                echo_ts_ns: n.echo_ts32,
             });
             return self.emit_control(buf, Opcode::Nack, n.psn, n.echo_ev, now_ns, body);
         }

@@ -53,7 +53,7 @@ pub struct SackOut {
     pub echo_ts32: u32,
 }
 
-/// A NACK to send: (PSN as 64-bit seq low bits, reason code, echoed EV).
+/// A NACK to send: PSN, reason code, and the EV and send timestamp of the packet it answers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct NackOut {
     /// The NACKed PSN (24 bits).
@@ -62,6 +62,8 @@ pub struct NackOut {
     pub reason: u8,
     /// EV of the packet that caused it.
     pub echo_ev: u32,
+    /// MRCETH send timestamp (low 32 bits, ns) of the packet that caused it (0: none).
+    pub echo_ts32: u32,
 }
 
 /// Acknowledgement scheduler.
@@ -304,6 +306,7 @@ mod tests {
             psn: 1,
             reason: 1,
             echo_ev: 0,
+            echo_ts32: 0,
         };
         assert!(a.nack(n));
         assert!(a.nack(n));

@@ -6,9 +6,19 @@
 //! (checked first); SEND payload is staged per packet and copied into the next posted
 //! receive buffer when the message completes in order (the n-th SEND or WRITE_WITH_IMM
 //! consumes the n-th posted receive, as in IBA RC). A message completes when its last
-//! packet and all its bytes have arrived **and** every earlier message has completed; a
-//! message that needs a receive buffer waits for `post_recv` (an unbounded receiver-not-ready
-//! wait; the data is already acknowledged).
+//! packet and all its bytes have arrived **and** every earlier message has completed.
+//!
+//! Receiver not ready (IBA RC's RNR NAK, section 9.7.5.2.8): the last packet of a message
+//! that needs a receive (SEND, WRITE_WITH_IMM) is accepted only while a posted receive is
+//! free for it (posted receives minus messages already holding one); otherwise it is
+//! refused with [`DropReason::ReceiverNotReady`], which the connection answers with
+//! NACK(RECEIVER_NOT_READY) and leaves out of its SACKs. So an acknowledged message always
+//! has its receive: once the sender sees every packet of it acknowledged, the receiver has
+//! raised (or raises at once, when the earlier messages are whole) its completion, and
+//! the sender may reuse the memory the message wrote without overwriting data the receiver
+//! has not been told about. (Without it, a receiver whose application stalled acknowledged
+//! messages it could not complete; the sender reused their slots, and the completions
+//! raised later named overwritten data: issue 16.)
 
 use crate::completion::{Completion, WcOpcode, WcStatus};
 use crate::region::{AccessError, RegionTable};
@@ -79,6 +89,11 @@ pub struct RxMessages {
     msgs: VecDeque<Option<RxMsg>>,
     max_msgs: u32,
     recvs: VecDeque<RecvWr>,
+    /// Messages that need a receive (SEND, WRITE_WITH_IMM) whose last packet was accepted
+    /// and which have not completed yet: each holds one of `recvs`, so
+    /// `reserved <= recvs.len()` always, and such a message completes as soon as it and
+    /// every earlier message are whole.
+    reserved: usize,
 }
 
 impl RxMessages {
@@ -89,6 +104,7 @@ impl RxMessages {
             msgs: VecDeque::new(),
             max_msgs: max_msgs.max(1),
             recvs: VecDeque::new(),
+            reserved: 0,
         }
     }
 
@@ -131,11 +147,17 @@ impl RxMessages {
     pub fn check(&self, p: &RxData<'_>, regions: &RegionTable) -> Result<u64, DropReason> {
         let msn = self.unwrap_msn(p.msn32)?;
         let idx = (msn - self.next_msn) as usize;
+        let is_send = matches!(p.kind, RxKind::Send);
         if let Some(Some(m)) = self.msgs.get(idx) {
-            let is_send = matches!(p.kind, RxKind::Send);
             if m.len != p.msg_len || m.is_send != is_send || (m.last_seen && p.last) {
                 return Err(DropReason::InconsistentMessage);
             }
+        }
+        if p.last && (is_send || p.imm.is_some()) && self.reserved >= self.recvs.len() {
+            // No receive is free for this message: accepting its last packet would let
+            // the sender complete it (and reuse the memory it wrote) before the receiver
+            // can raise its completion.
+            return Err(DropReason::ReceiverNotReady);
         }
         if let RxKind::Write { addr, rkey } = p.kind {
             regions
@@ -196,6 +218,9 @@ impl RxMessages {
         if p.last {
             m.last_seen = true;
             m.imm = p.imm;
+            if m.is_send || m.imm.is_some() {
+                self.reserved += 1;
+            }
         }
         if m.is_send && !p.payload.is_empty() {
             m.staged.push((p.offset, p.payload.to_vec()));
@@ -225,6 +250,7 @@ impl RxMessages {
             if !needs_recv {
                 continue;
             }
+            self.reserved = self.reserved.saturating_sub(1);
             let Some(wr) = self.recvs.pop_front() else {
                 return;
             };
@@ -259,6 +285,7 @@ impl RxMessages {
             });
         }
         self.msgs.clear();
+        self.reserved = 0;
     }
 }
 
@@ -325,9 +352,17 @@ mod tests {
         let buf = regions.register(16, Access::LOCAL_WRITE).unwrap();
         let mut rx = RxMessages::new(64);
         let mut out = VecDeque::new();
-        // message 1 (WRITE_WITH_IMM, 4 bytes) arrives before message 0 (WRITE, 2 packets)
+        // message 1 (WRITE_WITH_IMM, 4 bytes) arrives before message 0 (WRITE, 2 packets);
+        // with no receive posted its (last) packet is refused, nothing written
         let mut p1 = write(1, mr.addr + 4, mr.rkey, 4, 0, true, b"WXYZ");
         p1.imm = Some(0xC0FFEE);
+        assert_eq!(rx.check(&p1, &regions), Err(DropReason::ReceiverNotReady));
+        rx.post_recv(RecvWr {
+            wr_id: 77,
+            lkey: buf.lkey,
+            addr: buf.addr,
+            len: 16,
+        });
         let msn = rx.check(&p1, &regions).unwrap();
         assert_eq!(msn, 1);
         rx.commit(msn, &p1, &mut regions).unwrap();
@@ -341,17 +376,10 @@ mod tests {
         let p0a = write(0, mr.addr, mr.rkey, 4, 0, false, b"ab");
         rx.commit(rx.check(&p0a, &regions).unwrap(), &p0a, &mut regions)
             .unwrap();
+        // message 0 done (no completion); message 1, whole and holding the receive,
+        // completes at once
         rx.advance(&mut regions, &mut out);
-        // message 0 done (no completion); message 1 waits for a receive buffer
-        assert_eq!(rx.next_msn(), 1);
-        assert!(out.is_empty());
-        rx.post_recv(RecvWr {
-            wr_id: 77,
-            lkey: buf.lkey,
-            addr: buf.addr,
-            len: 16,
-        });
-        rx.advance(&mut regions, &mut out);
+        assert_eq!(rx.next_msn(), 2);
         assert_eq!(
             out.pop_front(),
             Some(Completion {
@@ -402,14 +430,31 @@ mod tests {
             imm: None,
             payload,
         };
-        for p in [
-            s(0, 3, true, &b"def"[..]),
-            s(0, 0, false, &b"abc"[..]),
-            s(1, 0, true, &b"uvwxyz"[..]),
-        ] {
+        rx.post_recv(RecvWr {
+            wr_id: 1,
+            lkey: big.lkey,
+            addr: big.addr + 2,
+            len: 14,
+        });
+        // one receive posted: the first message's last packet takes it, the second's is
+        // refused (receiver not ready) until another is posted; a middle packet needs none
+        for p in [s(0, 3, true, &b"def"[..]), s(0, 0, false, &b"abc"[..])] {
             let msn = rx.check(&p, &regions).unwrap();
             rx.commit(msn, &p, &mut regions).unwrap();
         }
+        assert_eq!(
+            rx.check(&s(1, 0, true, &b"uvwxyz"[..]), &regions),
+            Err(DropReason::ReceiverNotReady)
+        );
+        rx.post_recv(RecvWr {
+            wr_id: 2,
+            lkey: small.lkey,
+            addr: small.addr,
+            len: 4,
+        });
+        let p = s(1, 0, true, &b"uvwxyz"[..]);
+        let msn = rx.check(&p, &regions).unwrap();
+        rx.commit(msn, &p, &mut regions).unwrap();
         // a length mismatch with the message is inconsistent
         assert_eq!(
             rx.check(
@@ -421,18 +466,6 @@ mod tests {
             ),
             Err(DropReason::InconsistentMessage)
         );
-        rx.post_recv(RecvWr {
-            wr_id: 1,
-            lkey: big.lkey,
-            addr: big.addr + 2,
-            len: 14,
-        });
-        rx.post_recv(RecvWr {
-            wr_id: 2,
-            lkey: small.lkey,
-            addr: small.addr,
-            len: 4,
-        });
         rx.advance(&mut regions, &mut out);
         let got: Vec<(u64, WcStatus, u32)> = out
             .iter()

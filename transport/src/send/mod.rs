@@ -6,5 +6,6 @@ pub mod state;
 
 pub use msg::{MsgKind, MsgSpec};
 pub use state::{
-    AckOutcome, InvalidAck, LossOutcome, PktState, SackInfo, SendConfig, SendState, TxPacket,
+    AckOutcome, DEFAULT_UNRESPONSIVE_BUDGET_NS, GiveUp, InvalidAck, LossOutcome, PktState,
+    SackInfo, SendConfig, SendState, TxPacket,
 };

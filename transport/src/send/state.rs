@@ -46,8 +46,25 @@ pub struct SendConfig {
     /// Upper clamp of the RTO (after back-off), ns. Default 100 ms.
     pub max_rto_ns: u64,
     /// Consecutive RTO expiries without progress tolerated; one more fails the work
-    /// request (verbs `retry_cnt`, default 7).
+    /// request (verbs `retry_cnt`, default 7). Applies only without
+    /// [`SendConfig::unresponsive_budget_ns`].
     pub retry_limit: u32,
+    /// Giving up as a time budget instead of a count of expiries: the work requests fail
+    /// ([`WcStatus::RetryExceeded`], cause [`GiveUp::PeerUnresponsive`]) once the peer has
+    /// answered nothing for this long while data waits for it: no new acknowledgement and
+    /// no NACK(RECEIVER_NOT_READY) since the oldest unanswered transmission (or since work
+    /// began to wait for an EV). The RTO keeps resending at its ceiling until then, so a
+    /// peer paused (SIGSTOP, a descheduled engine) for less than the budget is survived
+    /// whatever the RTO's floor and ceiling, and a dead one is found when the budget ends,
+    /// not later. `None` (the default): the count of [`SendConfig::retry_limit`]. The
+    /// engine's QPs default to 5 s ([`DEFAULT_UNRESPONSIVE_BUDGET_NS`]).
+    pub unresponsive_budget_ns: Option<u64>,
+    /// How long a packet answered with NACK(RECEIVER_NOT_READY) waits before it is sent
+    /// again, ns (IBA's RNR NAK timer; 640 us is encoding 12, the minimum RNR timer
+    /// perftest sets). Default 640 us. An RNR wait is not a loss: no EV is charged, the
+    /// controller is not told, and it is unbounded in count (IBA `rnr_retry` 7 = infinite)
+    /// while the peer keeps answering.
+    pub rnr_timer_ns: u64,
     /// Tail loss probes (RFC 8985 section 7): when nothing has been acknowledged for a
     /// probe timeout after the latest transmission, the highest in-flight packet is resent
     /// so a loss at the tail is found by RACK instead of the RTO. Default on.
@@ -109,6 +126,8 @@ impl Default for SendConfig {
             min_rto_ns: 200_000,
             max_rto_ns: 100_000_000,
             retry_limit: 7,
+            unresponsive_budget_ns: None,
+            rnr_timer_ns: 640_000,
             tlp: true,
             peer_max_ack_delay_ns: 10_000,
             go_back_n: false,
@@ -128,6 +147,9 @@ pub enum PktState {
     Queued,
     /// Acknowledged.
     Acked,
+    /// Answered with NACK(RECEIVER_NOT_READY): held back until the RNR timer
+    /// ([`SendState::rnr_deadline_ns`]) queues it again.
+    RnrWait,
 }
 
 /// Record of one sent packet.
@@ -260,6 +282,39 @@ pub struct SackInfo {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct InvalidAck;
 
+/// Default [`SendConfig::unresponsive_budget_ns`] of the engine's QPs: 5 s, in the range
+/// that NCCL's defaults give an IB QP (`NCCL_IB_TIMEOUT` 20: 4.096 us x 2^20 = 4.3 s per
+/// try, `NCCL_IB_RETRY_CNT` 7 tries).
+pub const DEFAULT_UNRESPONSIVE_BUDGET_NS: u64 = 5_000_000_000;
+
+/// Why the sender gave up (its work requests failed with [`WcStatus::RetryExceeded`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GiveUp {
+    /// [`SendConfig::retry_limit`] consecutive RTO expiries passed without progress.
+    RetryLimit {
+        /// The expiries counted.
+        expiries: u32,
+    },
+    /// The peer answered nothing for [`SendConfig::unresponsive_budget_ns`].
+    PeerUnresponsive {
+        /// How long it had been silent, ns.
+        silent_ns: u64,
+    },
+}
+
+impl std::fmt::Display for GiveUp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            GiveUp::RetryLimit { expiries } => {
+                write!(f, "retry limit: {expiries} RTO expiries without progress")
+            }
+            GiveUp::PeerUnresponsive { silent_ns } => {
+                write!(f, "peer unresponsive for {:.1} s", *silent_ns as f64 / 1e9)
+            }
+        }
+    }
+}
+
 /// What loss detection or an RTO did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LossOutcome {
@@ -267,7 +322,7 @@ pub struct LossOutcome {
     pub lost_packets: u32,
     /// Their payload bytes.
     pub lost_bytes: u64,
-    /// The retry limit was exceeded: every work request failed.
+    /// The sender gave up (retry limit or time budget): every work request failed.
     pub failed: bool,
 }
 
@@ -312,8 +367,15 @@ pub struct SendState {
     /// Since when work has waited that no EV can carry (every EV denied): the RTO runs
     /// from here while nothing is in flight, so the retry limit still applies.
     blocked_since_ns: Option<u64>,
+    /// Since when the peer has answered nothing while data waits for it (see
+    /// [`SendConfig::unresponsive_budget_ns`]): the first transmission after everything was
+    /// acknowledged, moved on by every acknowledgement of new data and RNR NACK.
+    silent_since_ns: u64,
+    /// When the packets in [`PktState::RnrWait`] are queued again, ns.
+    rnr_until_ns: Option<u64>,
     completions: VecDeque<Completion>,
     failed: bool,
+    give_up: Option<GiveUp>,
 }
 
 impl SendState {
@@ -343,8 +405,11 @@ impl SendState {
             tlp_outstanding: false,
             tlp_seq: None,
             blocked_since_ns: None,
+            silent_since_ns: 0,
+            rnr_until_ns: None,
             completions: VecDeque::new(),
             failed: false,
+            give_up: None,
         }
     }
 
@@ -440,6 +505,11 @@ impl SendState {
     /// Whether the retry limit was exceeded.
     pub fn has_failed(&self) -> bool {
         self.failed
+    }
+
+    /// Why the sender gave up, if it did (retry limit or time budget).
+    pub fn give_up(&self) -> Option<GiveUp> {
+        self.give_up
     }
 
     /// The RTO without back-off, ns: RFC 6298 `SRTT + 4 RTTVAR` (the initial RTO before the
@@ -574,6 +644,10 @@ impl SendState {
             return;
         }
         debug_assert_eq!(tx.seq, self.snd_nxt);
+        if self.snd_una == self.snd_nxt {
+            // nothing was waiting for an answer: the silence starts now
+            self.silent_since_ns = now_ns;
+        }
         self.pkts.push_back(SentPacket {
             msn: tx.msn,
             offset: tx.offset,
@@ -662,6 +736,7 @@ impl SendState {
         if out.acked_packets > 0 {
             self.rto_backoff = 0;
             self.last_progress_ns = now_ns;
+            self.silent_since_ns = now_ns;
             self.tlp_outstanding = false;
             self.complete_messages();
         }
@@ -688,10 +763,10 @@ impl SendState {
         let was = p.state;
         p.state = PktState::Acked;
         let p = *p;
-        if was == PktState::Queued {
-            self.rtx_remove(seq, p.len);
-        } else {
-            self.in_flight_pkts -= 1;
+        match was {
+            PktState::Queued => self.rtx_remove(seq, p.len),
+            PktState::InFlight => self.in_flight_pkts -= 1,
+            PktState::RnrWait | PktState::Acked => {}
         }
         self.bytes_in_flight -= u64::from(p.len);
         out.acked_packets += 1;
@@ -773,6 +848,56 @@ impl SendState {
         self.rtx_free.remove(&seq);
         self.debug_check_rtx();
         Some(r)
+    }
+
+    /// NACK(RECEIVER_NOT_READY) for `seq` at `now_ns`: if it is in flight it is held back
+    /// ([`PktState::RnrWait`]) until [`SendConfig::rnr_timer_ns`] after the first RNR NACK
+    /// of the wait, then queued again by [`SendState::on_rnr_timer`]. Neither a loss nor a
+    /// timeout: RACK and the RTO skip it, and the answer restarts the unresponsive budget
+    /// and the RTO's back-off (the peer is alive). Returns whether it was held.
+    pub fn on_rnr_nack(&mut self, seq: u64, now_ns: u64) -> bool {
+        let Some(p) = self.packet_mut(seq) else {
+            return false;
+        };
+        if p.state != PktState::InFlight {
+            return false;
+        }
+        p.state = PktState::RnrWait;
+        self.in_flight_pkts -= 1;
+        self.silent_since_ns = now_ns;
+        self.last_progress_ns = now_ns;
+        self.rto_backoff = 0;
+        if self.rnr_until_ns.is_none() {
+            self.rnr_until_ns = Some(now_ns.saturating_add(self.cfg.rnr_timer_ns));
+        }
+        true
+    }
+
+    /// When the packets held by RNR NACKs are queued again, ns.
+    pub fn rnr_deadline_ns(&self) -> Option<u64> {
+        self.rnr_until_ns
+    }
+
+    /// The RNR timer at `now_ns`: when due, every packet in [`PktState::RnrWait`] goes
+    /// to the retransmit queue (not window-gated). Returns how many.
+    pub fn on_rnr_timer(&mut self, now_ns: u64) -> u32 {
+        if self.rnr_until_ns.is_none_or(|t| t > now_ns) {
+            return 0;
+        }
+        self.rnr_until_ns = None;
+        let mut n = 0;
+        for seq in self.snd_una..self.snd_nxt {
+            let Some(p) = self.packet_mut(seq) else { break };
+            if p.state != PktState::RnrWait {
+                continue;
+            }
+            p.state = PktState::Queued;
+            let len = p.len;
+            self.rtx_insert(seq, len);
+            n += 1;
+        }
+        self.debug_check_rtx();
+        n
     }
 
     /// NACK(PSN_OUT_OF_WINDOW) for `seq`: the peer's window ends at or before `seq`, so
@@ -886,11 +1011,22 @@ impl SendState {
             (Some(a), Some(b)) => a.min(b),
             (a, b) => a.or(b)?,
         };
-        Some(
-            start
-                .max(self.last_progress_ns)
-                .saturating_add(self.rto_ns()),
-        )
+        let rto = start
+            .max(self.last_progress_ns)
+            .saturating_add(self.rto_ns());
+        Some(match self.budget_deadline_ns() {
+            Some(b) => rto.min(b),
+            None => rto,
+        })
+    }
+
+    /// When the unresponsive budget ([`SendConfig::unresponsive_budget_ns`]) runs out, if
+    /// one is set and something waits for an answer (in flight, or work waiting for an EV).
+    fn budget_deadline_ns(&self) -> Option<u64> {
+        let budget = self.cfg.unresponsive_budget_ns?;
+        let waiting =
+            self.in_flight_pkts > 0 || !self.rtx.is_empty() || self.blocked_since_ns.is_some();
+        waiting.then(|| self.silent_since_ns.saturating_add(budget))
     }
 
     /// Work is waiting ([`SendState::next_tx`] has a packet) but no EV can carry it (the
@@ -902,6 +1038,10 @@ impl SendState {
     pub fn on_blocked(&mut self, now_ns: u64) {
         if !self.failed && self.blocked_since_ns.is_none() {
             self.blocked_since_ns = Some(now_ns);
+            if self.snd_una == self.snd_nxt {
+                // nothing was waiting for an answer: the unresponsive budget starts now
+                self.silent_since_ns = now_ns;
+            }
         }
     }
 
@@ -945,6 +1085,17 @@ impl SendState {
         if now_ns < deadline {
             return out;
         }
+        if let Some(b) = self.budget_deadline_ns()
+            && now_ns >= b
+        {
+            let since = b - self.cfg.unresponsive_budget_ns.unwrap_or(0);
+            self.fail_all(WcStatus::RetryExceeded);
+            self.give_up = Some(GiveUp::PeerUnresponsive {
+                silent_ns: now_ns - since,
+            });
+            out.failed = true;
+            return out;
+        }
         let rto = self.rto_ns();
         stats.timeouts += 1;
         self.rto_backoff += 1;
@@ -952,8 +1103,10 @@ impl SendState {
             // still nothing can leave: the next expiry is one (backed-off) RTO from now
             self.blocked_since_ns = Some(now_ns);
         }
-        if self.rto_backoff > self.cfg.retry_limit {
+        if self.cfg.unresponsive_budget_ns.is_none() && self.rto_backoff > self.cfg.retry_limit {
+            let expiries = self.rto_backoff;
             self.fail_all(WcStatus::RetryExceeded);
+            self.give_up = Some(GiveUp::RetryLimit { expiries });
             out.failed = true;
             return out;
         }
@@ -1105,6 +1258,7 @@ impl SendState {
         self.in_flight_pkts = 0;
         self.rack_timer_ns = None;
         self.blocked_since_ns = None;
+        self.rnr_until_ns = None;
         self.failed = true;
     }
 

@@ -1,4 +1,5 @@
-//! NACK body (opcode 0xE1): the NACKed PSN, a reason code and the echoed EV.
+//! NACK body (opcode 0xE1): the NACKed PSN, a reason code, and the echoed EV and send
+//! timestamp of the copy it answers (so a sender acts on a NACK only for the copy it names).
 
 use super::{
     check_psn, checked_view,
@@ -16,10 +17,12 @@ mod field {
     pub const RESERVED: usize = 5;
     /// Bytes 8-11: echoed EV.
     pub const ECHO_EV: usize = 8;
+    /// Bytes 12-15: echoed send timestamp (low 32 bits, ns) of the NACKed copy.
+    pub const ECHO_TS: usize = 12;
 }
 
 /// Length of the NACK body in bytes.
-pub(crate) const NACK_LEN: usize = 12;
+pub(crate) const NACK_LEN: usize = 16;
 
 /// Why a receiver NACKs a PSN (NACK byte 4). Codes we do not know stay `Unknown(n)`;
 /// `u8::from(NackReason::from(n)) == n` for every `n`.
@@ -39,6 +42,11 @@ pub enum NackReason {
     AccessError,
     /// 7: the packet's MRCETH generation is not the connection's.
     GenerationMismatch,
+    /// 8: receiver not ready (IBA RNR NAK, section 9.7.5.2.8): the packet is the last of a
+    /// SEND or WRITE_WITH_IMM and no posted receive is free for it. The packet was not
+    /// accepted; the sender resends it after its RNR timer, without charging the EV or the
+    /// congestion controller.
+    ReceiverNotReady,
     /// Any other code.
     Unknown(u8),
 }
@@ -53,6 +61,7 @@ impl From<u8> for NackReason {
             5 => NackReason::PsnOutOfWindow,
             6 => NackReason::AccessError,
             7 => NackReason::GenerationMismatch,
+            8 => NackReason::ReceiverNotReady,
             n => NackReason::Unknown(n),
         }
     }
@@ -68,6 +77,7 @@ impl From<NackReason> for u8 {
             NackReason::PsnOutOfWindow => 5,
             NackReason::AccessError => 6,
             NackReason::GenerationMismatch => 7,
+            NackReason::ReceiverNotReady => 8,
             NackReason::Unknown(n) => n,
         }
     }
@@ -84,6 +94,8 @@ impl From<NackReason> for u8 {
 /// |  reason (8)   |                reserved (24)                  |  byte 4
 /// +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
 /// |                         echoed EV (32)                        |  byte 8
+/// +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+/// |            echoed send timestamp (ns, low 32 bits)            |  byte 12
 /// +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
 /// ```
 #[derive(Debug, Clone)]
@@ -113,6 +125,11 @@ impl<T: AsRef<[u8]>> Nack<T> {
     pub fn echo_ev(&self) -> u32 {
         get_u32(self.buffer.as_ref(), field::ECHO_EV)
     }
+
+    /// MRCETH send timestamp (low 32 bits, ns) of the NACKed packet; 0 when it carried none.
+    pub fn echo_ts(&self) -> u32 {
+        get_u32(self.buffer.as_ref(), field::ECHO_TS)
+    }
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Nack<T> {
@@ -135,6 +152,11 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Nack<T> {
     pub fn set_echo_ev(&mut self, v: u32) {
         set_u32(self.buffer.as_mut(), field::ECHO_EV, v);
     }
+
+    /// Sets the echoed send timestamp.
+    pub fn set_echo_ts(&mut self, v: u32) {
+        set_u32(self.buffer.as_mut(), field::ECHO_TS, v);
+    }
 }
 
 /// Parsed NACK body.
@@ -149,6 +171,9 @@ pub struct NackRepr {
     pub reserved: u32,
     /// EV of the NACKed packet.
     pub echo_ev: u32,
+    /// MRCETH send timestamp (low 32 bits, ns) of the NACKed packet: with `echo_ev` it
+    /// names the copy the NACK answers; 0 when the packet carried none.
+    pub echo_ts_ns: u32,
 }
 
 impl NackRepr {
@@ -163,6 +188,7 @@ impl NackRepr {
             reason: h.reason(),
             reserved: h.reserved(),
             echo_ev: h.echo_ev(),
+            echo_ts_ns: h.echo_ts(),
         };
         check_psn(PsnField::Nack, repr.psn)?;
         Ok(repr)
@@ -178,10 +204,11 @@ impl NackRepr {
         h.set_reason(self.reason);
         h.set_reserved(self.reserved);
         h.set_echo_ev(self.echo_ev);
+        h.set_echo_ts(self.echo_ts_ns);
         Ok(())
     }
 
-    /// Bytes [`NackRepr::emit`] writes: always 12.
+    /// Bytes [`NackRepr::emit`] writes: always 16.
     pub fn buffer_len(&self) -> usize {
         NACK_LEN
     }
@@ -200,13 +227,15 @@ mod tests {
         assert_eq!(NackReason::from(0), NackReason::Unknown(0));
         assert_eq!(NackReason::from(1), NackReason::Trimmed);
         assert_eq!(NackReason::from(7), NackReason::GenerationMismatch);
-        assert_eq!(NackReason::from(8), NackReason::Unknown(8));
+        assert_eq!(NackReason::from(8), NackReason::ReceiverNotReady);
+        assert_eq!(NackReason::from(9), NackReason::Unknown(9));
     }
 
     #[test]
     fn parses_and_emits_known_bytes() {
         let bytes = [
-            0x00, 0xAB, 0xCD, 0xEF, 0x99, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01, 0x00,
+            0x00, 0xAB, 0xCD, 0xEF, 0x99, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01, 0x00, 0x12, 0x34,
+            0x56, 0x78,
         ];
         let repr = NackRepr::parse(&Nack::new_checked(&bytes[..]).unwrap()).unwrap();
         assert_eq!(
@@ -215,10 +244,11 @@ mod tests {
                 psn: 0xAB_CDEF,
                 reason: NackReason::Unknown(0x99),
                 reserved: 0,
-                echo_ev: 256
+                echo_ev: 256,
+                echo_ts_ns: 0x1234_5678,
             }
         );
-        let mut out = [0u8; 12];
+        let mut out = [0u8; 16];
         repr.emit(&mut Nack::new_checked(&mut out[..]).unwrap())
             .unwrap();
         assert_eq!(out, bytes);
@@ -226,7 +256,7 @@ mod tests {
 
     #[test]
     fn psn_upper_bits_are_rejected() {
-        let bytes = [0x01, 0, 0, 5, 1, 0, 0, 0, 0, 0, 0, 0];
+        let bytes = [0x01, 0, 0, 5, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
         assert_eq!(
             NackRepr::parse(&Nack::new_checked(&bytes[..]).unwrap()),
             Err(WireError::PsnOutOfRange {

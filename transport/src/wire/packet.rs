@@ -422,9 +422,10 @@ mod tests {
                     reason: NackReason::Trimmed,
                     reserved: 0,
                     echo_ev: 3,
+                    echo_ts_ns: 0,
                 }),
                 HeaderKind::Nack,
-                40,
+                44,
             ),
             (
                 Opcode::Cnp,
@@ -508,6 +509,7 @@ mod tests {
                 reason: NackReason::Trimmed,
                 reserved: 0,
                 echo_ev: 9,
+                echo_ts_ns: 0,
             }),
         };
         let mut bytes = emit_vec(&p);
