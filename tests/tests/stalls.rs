@@ -211,3 +211,97 @@ fn a_stalled_receiver_never_completes_a_slot_the_sender_reused() {
         }
     );
 }
+
+/// What a 4 MiB WRITE did through an outage.
+#[derive(Debug, PartialEq, Eq)]
+struct OutageOutcome {
+    /// The sender's completion.
+    done: Vec<(u64, WcStatus)>,
+    /// Why the sender gave up, if it did.
+    give_up: Option<GiveUp>,
+    /// RTO expiries at A.
+    timeouts: u64,
+    /// Virtual time of the completion, ns.
+    end_ns: u64,
+    /// The destination holds the source.
+    exact: bool,
+}
+
+/// A 4 MiB WRITE from A to B; every datagram either way sent in `dark` is lost (a paused
+/// or dead peer: it neither receives nor answers).
+fn outage(budget_ns: Option<u64>, dark: std::ops::Range<u64>) -> OutageOutcome {
+    let mut p = pair(budget_ns, NetConfig::default());
+    p.script(move |i: &PacketInfo| {
+        if dark.contains(&i.now_ns) {
+            Action::Drop
+        } else {
+            Action::Deliver
+        }
+    });
+    let r = p.regions(4 << 20, 9);
+    p.a.post_write(1, r.src_sge(0, 4 << 20), r.dst.addr, r.dst.rkey)
+        .unwrap();
+    let mut done = Vec::new();
+    p.run_until(60_000_000_000, |p| {
+        done.extend(p.a_completions().iter().map(|c| (c.wr_id, c.status)));
+        !done.is_empty()
+    });
+    OutageOutcome {
+        done,
+        give_up: p.a.give_up(),
+        timeouts: p.a.stats().timeouts,
+        end_ns: p.now_ns,
+        exact: p.dst_matches(&r),
+    }
+}
+
+#[test]
+fn a_peer_paused_for_2_s_is_survived_under_the_budget_and_not_under_a_retry_count() {
+    // 2 s dark from 100 us on, RTO floor 20 ms and ceiling 100 ms: the retry limit of 7
+    // gives up after 8 expiries (20 + 40 + 80 + 5 x 100 ms, so about 0.7 s), whatever
+    // the application's timeout says; a 5 s budget resends at the ceiling until the
+    // peer is back and completes.
+    assert_eq!(
+        outage(None, 100_000..2_100_000_000),
+        OutageOutcome {
+            done: vec![(1, WcStatus::RetryExceeded)],
+            give_up: Some(GiveUp::RetryLimit { expiries: 8 }),
+            timeouts: 8,
+            end_ns: 640_101_980,
+            // the data was all sent (and placed) before the outage; its SACKs were lost
+            exact: true,
+        }
+    );
+    assert_eq!(
+        outage(Some(5_000_000_000), 100_000..2_100_000_000),
+        OutageOutcome {
+            done: vec![(1, WcStatus::Success)],
+            give_up: None,
+            // 20, 40, 80 ms, then every 100 ms: the 23rd expiry (at 2.14 s) is the first
+            // after the peer is back at 2.1 s
+            timeouts: 23,
+            end_ns: 2_140_106_347,
+            exact: true,
+        }
+    );
+}
+
+#[test]
+fn a_dead_peer_fails_when_the_budget_ends_with_the_cause_named() {
+    let o = outage(Some(5_000_000_000), 100_000..u64::MAX);
+    assert_eq!(
+        o,
+        OutageOutcome {
+            done: vec![(1, WcStatus::RetryExceeded)],
+            give_up: Some(GiveUp::PeerUnresponsive {
+                silent_ns: 5_000_000_000
+            }),
+            // at the 100 ms ceiling after 20, 40 and 80 ms
+            timeouts: 51,
+            // 5 s after the last SACK that got through (at 101,980 ns)
+            end_ns: 5_000_101_980,
+            exact: true,
+        }
+    );
+    assert_eq!(o.give_up.unwrap().to_string(), "peer unresponsive for 5.0 s");
+}
