@@ -156,6 +156,16 @@ impl Net {
         }
     }
 
+    /// A `tc -batch` script in side `s`'s namespace.
+    fn tc_batch(&self, s: Side, script: &str) -> Result<(), String> {
+        let o = self.exec(s, &["tc", "-batch", "-"], Some(script));
+        if o.status.success() {
+            Ok(())
+        } else {
+            Err(format!("tc in {} failed: {}\n{script}", s.name(), text(&o)))
+        }
+    }
+
     fn tc(&self, s: Side, args: &[&str]) -> Result<(), String> {
         let mut a = vec!["tc"];
         a.extend_from_slice(args);
@@ -183,6 +193,17 @@ impl Net {
         ports.sort_unstable();
         ports.dedup();
         ports
+    }
+
+    /// Packets the `counter`s of nft table `family name` counted in side `s` (0 if unknown).
+    fn matched(&self, s: Side, family: &str, name: &str) -> u64 {
+        let o = self.exec(s, &["nft", "list", "table", family, name], None);
+        let t = String::from_utf8_lossy(&o.stdout).into_owned();
+        let w: Vec<&str> = t.split_whitespace().collect();
+        w.windows(3)
+            .filter(|w| w[0] == "counter" && w[1] == "packets")
+            .filter_map(|w| w[2].parse::<u64>().ok())
+            .sum()
     }
 
     fn listening(&self, s: Side, port: u16) -> bool {
@@ -363,6 +384,7 @@ enum Kind {
         side: Side,
         pct: u32,
         mbit: u32,
+        limit: u32,
     },
 }
 
@@ -437,7 +459,8 @@ fn schedule(rng: &mut ChaCha8Rng, run: Duration, max_pause_ms: u64) -> Vec<Fault
                     Kind::Reorder {
                         side: side(rng),
                         pct: rng.random_range(1..=20),
-                        mbit: rng.random_range(50..=500),
+                        mbit: rng.random_range(10..=100),
+                        limit: rng.random_range(10..=50),
                     },
                     other,
                 ),
@@ -499,7 +522,7 @@ impl Chaos<'_> {
                 net.nft(
                     *side,
                     &format!(
-                        "table inet {name} {{\n chain i {{\n  type filter hook input priority 0;\n  meta l4proto udp numgen random mod 100 < {pct} drop\n }}\n}}\n"
+                        "table inet {name} {{\n chain i {{\n  type filter hook input priority 0;\n  meta l4proto udp numgen random mod 100 < {pct} counter drop\n }}\n}}\n"
                     ),
                 )?;
                 (
@@ -515,13 +538,13 @@ impl Chaos<'_> {
                 net.nft(
                     Side::Server,
                     &format!(
-                        "table inet {name} {{\n chain i {{\n  type filter hook input priority 0;\n  ip saddr {CLIENT_IP} udp sport {port} drop\n }}\n}}\n"
+                        "table inet {name} {{\n chain i {{\n  type filter hook input priority 0;\n  ip saddr {CLIENT_IP} udp sport {port} counter drop\n }}\n}}\n"
                     ),
                 )?;
                 net.nft(
                     Side::Client,
                     &format!(
-                        "table inet {name} {{\n chain i {{\n  type filter hook input priority 0;\n  ip saddr {SERVER_IP} udp dport {port} drop\n }}\n}}\n"
+                        "table inet {name} {{\n chain i {{\n  type filter hook input priority 0;\n  ip saddr {SERVER_IP} udp dport {port} counter drop\n }}\n}}\n"
                     ),
                 )?;
                 (
@@ -542,7 +565,7 @@ impl Chaos<'_> {
                 net.nft(
                     *side,
                     &format!(
-                        "table netdev {name} {{\n chain e {{\n  type filter hook egress device \"{dev}\" priority 0;\n  meta l4proto udp numgen random mod 100 < {pct} dup to \"{dev}\"\n }}\n}}\n"
+                        "table netdev {name} {{\n chain e {{\n  type filter hook egress device \"{dev}\" priority 0;\n  meta l4proto udp numgen random mod 100 < {pct} counter dup to \"{dev}\"\n }}\n}}\n"
                     ),
                 )?;
                 (
@@ -550,52 +573,40 @@ impl Chaos<'_> {
                     format!("{pct}% of the {}'s datagrams duplicated", side.name()),
                 )
             }
-            Kind::Reorder { side, pct, mbit } => {
+            Kind::Reorder {
+                side,
+                pct,
+                mbit,
+                limit,
+            } => {
                 let dev = net.dev(*side);
                 let users = self.reorder_users.entry(*side).or_default();
+                // The slow class holds at most `limit` datagrams (of about 4.2 kB): those
+                // sent through it wait up to limit x 4.2 kB / rate (a few ms to ~150 ms)
+                // behind the fast class's, or are dropped when it is full. An overlapping
+                // second reorder fault on the same side shares the first one's class.
                 if *users == 0 {
-                    net.tc(
+                    net.tc_batch(
                         *side,
-                        &[
-                            "qdisc", "add", "dev", &dev, "root", "handle", "1:", "htb", "default",
-                            "10",
-                        ],
-                    )?;
-                    net.tc(
-                        *side,
-                        &[
-                            "class", "add", "dev", &dev, "parent", "1:", "classid", "1:10", "htb",
-                            "rate", "40gbit",
-                        ],
-                    )?;
-                    net.tc(
-                        *side,
-                        &[
-                            "class",
-                            "add",
-                            "dev",
-                            &dev,
-                            "parent",
-                            "1:",
-                            "classid",
-                            "1:20",
-                            "htb",
-                            "rate",
-                            &format!("{mbit}mbit"),
-                        ],
+                        &format!(
+                            "qdisc add dev {dev} root handle 1: htb default 10\n\
+                             class add dev {dev} parent 1: classid 1:10 htb rate 40gbit\n\
+                             class add dev {dev} parent 1: classid 1:20 htb rate {mbit}mbit\n\
+                             qdisc add dev {dev} parent 1:20 handle 20: pfifo limit {limit}\n"
+                        ),
                     )?;
                 }
                 *self.reorder_users.get_mut(side).expect("count") += 1;
                 net.nft(
                     *side,
                     &format!(
-                        "table netdev {name} {{\n chain e {{\n  type filter hook egress device \"{dev}\" priority 10;\n  meta l4proto udp numgen random mod 100 < {pct} meta priority set 1:20\n }}\n}}\n"
+                        "table netdev {name} {{\n chain e {{\n  type filter hook egress device \"{dev}\" priority 10;\n  meta l4proto udp numgen random mod 100 < {pct} counter meta priority set 1:20\n }}\n}}\n"
                     ),
                 )?;
                 (
                     Undo::Reorder { side: *side, name },
                     format!(
-                        "{pct}% of the {}'s datagrams through a {mbit} Mbit/s class",
+                        "{pct}% of the {}'s datagrams through a slow class ({mbit} Mbit/s, {limit} datagrams queued at most)",
                         side.name()
                     ),
                 )
@@ -603,7 +614,8 @@ impl Chaos<'_> {
         }))
     }
 
-    fn undo(&mut self, u: Undo) -> Result<(), String> {
+    /// Undoes a fault; returns what its rules did (packets matched), if anything.
+    fn undo(&mut self, u: Undo) -> Result<String, String> {
         let net = self.net;
         match u {
             Undo::Cont(s) => {
@@ -611,26 +623,47 @@ impl Chaos<'_> {
                 *n -= 1;
                 if *n == 0 {
                     self.proc(s).signal(libc::SIGCONT);
+                    return Ok(format!("SIGCONT {}", s.name()));
                 }
-                Ok(())
+                Ok(format!("{} stays stopped (another pause)", s.name()))
             }
-            Undo::Tables(tables) => tables.iter().try_for_each(|(side, family, name)| {
-                net.nft(*side, &format!("delete table {family} {name}\n"))
-            }),
-            Undo::Reorder { side, name } => {
-                net.nft(side, &format!("delete table netdev {name}\n"))?;
-                let n = self.reorder_users.get_mut(&side).expect("reorder count");
-                *n -= 1;
-                if *n == 0 {
-                    net.tc(side, &["qdisc", "del", "dev", &net.dev(side), "root"])?;
+            Undo::Tables(tables) => {
+                let mut notes = Vec::new();
+                for (side, family, name) in &tables {
+                    let n = net.matched(*side, family, name);
+                    net.nft(*side, &format!("delete table {family} {name}\n"))?;
+                    notes.push(format!("{n} datagrams matched at the {}", side.name()));
                 }
-                Ok(())
+                Ok(notes.join(", "))
+            }
+            Undo::Reorder { side, name } => {
+                let n = net.matched(side, "netdev", &name);
+                net.nft(side, &format!("delete table netdev {name}\n"))?;
+                let c = self.reorder_users.get_mut(&side).expect("reorder count");
+                *c -= 1;
+                let mut note = format!("{n} datagrams sent to the slow class");
+                if *c == 0 {
+                    let dev = net.dev(side);
+                    let o = net.exec(
+                        side,
+                        &["tc", "-s", "class", "show", "dev", &dev, "classid", "1:20"],
+                        None,
+                    );
+                    // ` Sent 123 bytes 4 pkt (dropped 5, overlimits ...`
+                    let t = String::from_utf8_lossy(&o.stdout).into_owned();
+                    if let Some(l) = t.lines().find(|l| l.trim_start().starts_with("Sent ")) {
+                        note += &format!(" (class: {})", l.trim());
+                    }
+                    net.tc(side, &["qdisc", "del", "dev", &dev, "root"])?;
+                }
+                Ok(note)
             }
             Undo::Busy(procs) => {
+                let n = procs.len();
                 drop(procs);
-                Ok(())
+                Ok(format!("{n} busy loops killed"))
             }
-            Undo::Nothing => Ok(()),
+            Undo::Nothing => Ok(String::new()),
         }
     }
 }
@@ -681,6 +714,16 @@ fn leading_number(out: &str, prefix: &str) -> Option<u64> {
         .find_map(|l| l.trim().strip_prefix(prefix))
         .and_then(|l| l.split_whitespace().next())
         .and_then(|n| n.parse().ok())
+}
+
+fn log_undo(log: &mut Vec<String>, t0: Instant, k: &Kind, note: &str) {
+    if !note.is_empty() {
+        log.push(format!(
+            "+{:.3}s {} ends: {note}",
+            t0.elapsed().as_secs_f64(),
+            k.label()
+        ));
+    }
 }
 
 /// One run: server, client, faults; returns the run's failure, if any.
@@ -794,15 +837,19 @@ fn one_run(
                 Err(e) => infra.push(e),
             }
         } else if let Some(u) = undo[i].take() {
-            if let Err(e) = chaos.undo(u) {
-                infra.push(e);
+            match chaos.undo(u) {
+                Ok(note) => log_undo(&mut log, t0, &f.kind, &note),
+                Err(e) => infra.push(e),
             }
         }
     }
     // Undo whatever is still in force (the client finished first), in order.
-    for u in undo.iter_mut().filter_map(Option::take) {
-        if let Err(e) = chaos.undo(u) {
-            infra.push(e);
+    for (i, u) in undo.iter_mut().enumerate() {
+        if let Some(u) = u.take() {
+            match chaos.undo(u) {
+                Ok(note) => log_undo(&mut log, t0, &faults[i].kind, &note),
+                Err(e) => infra.push(e),
+            }
         }
     }
     let Chaos {
@@ -825,18 +872,23 @@ fn one_run(
             "client hung: killed after {} s",
             (run + HANG_SLACK).as_secs()
         )),
-        Some(s) if !s.success() => why.push(format!("client exited {s}: {}", cerr.trim())),
+        Some(s) if !s.success() => why.push(format!("client exited {s}: {}", errors(&cerr))),
         Some(_) => {}
     }
     match sst {
         None => why.push("server hung: killed".to_string()),
-        Some(s) if !s.success() => why.push(format!("server exited {s}: {}", serr.trim())),
+        Some(s) if !s.success() => why.push(format!("server exited {s}: {}", errors(&serr))),
         Some(_) => {}
     }
+    // The report is on stdout; after a failed verify, on stderr behind `mrc-perf: error: `.
     let v: Option<serde_json::Value> = cout
         .lines()
+        .chain(
+            cerr.lines()
+                .filter_map(|l| l.strip_prefix("mrc-perf: error: ")),
+        )
         .find(|l| l.starts_with('{'))
-        .and_then(|l| serde_json::from_str(l).ok());
+        .and_then(|l| serde_json::from_str(l.trim_end_matches("verify failed")).ok());
     let mut summary = String::new();
     if let Some(v) = &v {
         let size = num(v, &["bytes"]).unwrap_or(0);
@@ -880,6 +932,7 @@ fn one_run(
             ("spurious_losses", c("spurious_losses")),
             ("tail_loss_probes", c("tail_loss_probes")),
             ("receiver_dropped", dropped),
+            ("sender_rx_dropped", c("sender_rx_dropped")),
         ] {
             *totals.counters.entry(k.to_string()).or_default() += n;
         }
@@ -890,7 +943,7 @@ fn one_run(
                 .or_default() += n;
         }
         summary = format!(
-            "{sent} msgs x {size} B, {vbytes} B verified, {bad} bad; {:.0} MiB/s; {} pkts, {} retx, {} RTOs, {} RACK losses ({} spurious), {} TLPs, receiver dropped {dropped} (dups/stale); EVs at end {states:?}; ports {}..{}",
+            "{sent} msgs x {size} B, {vbytes} B verified, {bad} bad; {:.0} MiB/s; {} pkts, {} retx, {} RTOs, {} RACK losses ({} spurious), {} TLPs, dropped: receiver {dropped}, sender {}; EVs at end {states:?}; ports {}..{}",
             v["bw_avg_mib_per_s"].as_f64().unwrap_or(0.0),
             c("sent_packets"),
             c("retransmitted"),
@@ -898,6 +951,7 @@ fn one_run(
             c("rack_losses"),
             c("spurious_losses"),
             c("tail_loss_probes"),
+            c("sender_rx_dropped"),
             ports.first().unwrap_or(&0),
             ports.last().unwrap_or(&0),
         );
@@ -908,6 +962,20 @@ fn one_run(
         Ok(summary)
     } else {
         Err(format!("{} [{summary}]", why.join("; ")))
+    }
+}
+
+/// mrc-perf's error lines (`mrc-perf: error: ...`), or all of `stderr` if it has none.
+fn errors(stderr: &str) -> String {
+    let e: Vec<String> = stderr
+        .lines()
+        .filter(|l| l.contains("error"))
+        .map(|l| l.chars().take(300).collect::<String>())
+        .collect();
+    if e.is_empty() {
+        stderr.trim().to_string()
+    } else {
+        e.join(" / ")
     }
 }
 
