@@ -7,7 +7,8 @@
 //! - `loss`: random receive loss, an nftables input-hook rule
 //!   `meta l4proto udp numgen random mod 100 < N drop` in one namespace;
 //! - `blackhole`: one of the client's EV source ports (20000-29999, read with `ss -uanp`)
-//!   dropped both ways (server input by source port, client input by destination port);
+//!   dropped at the server's input (the forward path; SACKs return to the client's receive
+//!   socket, not to the EV port, so they have no per-EV path to cut);
 //! - `cpu`: busy-loop child processes, pinned to one core or not;
 //! - `dup`: nftables `dup to` on a veth's netdev egress hook (N % of UDP datagrams twice);
 //! - `reorder`: the kernel has no netem, so an HTB qdisc on a veth with a slow class and an
@@ -541,18 +542,9 @@ impl Chaos<'_> {
                         "table inet {name} {{\n chain i {{\n  type filter hook input priority 0;\n  ip saddr {CLIENT_IP} udp sport {port} counter drop\n }}\n}}\n"
                     ),
                 )?;
-                net.nft(
-                    Side::Client,
-                    &format!(
-                        "table inet {name} {{\n chain i {{\n  type filter hook input priority 0;\n  ip saddr {SERVER_IP} udp dport {port} counter drop\n }}\n}}\n"
-                    ),
-                )?;
                 (
-                    Undo::Tables(vec![
-                        (Side::Server, "inet", name.clone()),
-                        (Side::Client, "inet", name),
-                    ]),
-                    format!("EV port {port} black-holed both ways"),
+                    Undo::Tables(vec![(Side::Server, "inet", name)]),
+                    format!("EV port {port}: its datagrams dropped on arrival at the server"),
                 )
             }
             Kind::Cpu { procs, pin } => {
@@ -716,12 +708,14 @@ fn leading_number(out: &str, prefix: &str) -> Option<u64> {
         .and_then(|n| n.parse().ok())
 }
 
-fn log_undo(log: &mut Vec<String>, t0: Instant, k: &Kind, note: &str) {
+fn log_undo(log: &mut Vec<String>, t0: Instant, applied: Duration, k: &Kind, note: &str) {
     if !note.is_empty() {
+        let now = t0.elapsed();
         log.push(format!(
-            "+{:.3}s {} ends: {note}",
-            t0.elapsed().as_secs_f64(),
-            k.label()
+            "+{:.3}s {} ends after {} ms: {note}",
+            now.as_secs_f64(),
+            k.label(),
+            now.saturating_sub(applied).as_millis()
         ));
     }
 }
@@ -796,28 +790,36 @@ fn one_run(
     let t0 = Instant::now();
     let mut log = Vec::new();
     let mut infra = Vec::new();
-    // Events: (time, fault index, apply?), in time order; undo before apply at equal times.
+    // Events: (time since t0, fault index, apply?). An undo is scheduled when its fault is
+    // applied, `dur` after the actual time (helper commands take tens of ms).
     let mut events: Vec<(Duration, usize, bool)> = faults
         .iter()
         .enumerate()
-        .flat_map(|(i, f)| [(f.at, i, true), (f.at + f.dur, i, false)])
+        .map(|(i, f)| (f.at, i, true))
         .collect();
-    events.sort_by_key(|&(t, i, apply)| (t, apply, i));
     let mut undo: Vec<Option<Undo>> = faults.iter().map(|_| None).collect();
-    let mut ev = events.into_iter().peekable();
-    loop {
-        if chaos.client.exited() {
-            break;
-        }
-        let Some(&(t, i, apply)) = ev.peek() else {
+    let mut applied_at = vec![Duration::ZERO; faults.len()];
+    // Bounded: each fault is applied once and undone once.
+    for _ in 0..2 * faults.len() {
+        // The earliest event; an undo before an apply at the same time.
+        let Some(k) = (0..events.len()).min_by_key(|&k| {
+            let (t, i, apply) = events[k];
+            (t, apply, i)
+        }) else {
             break;
         };
-        let now = t0.elapsed();
-        if now < t {
-            std::thread::sleep((t - now).min(Duration::from_millis(10)));
-            continue;
+        let (t, i, apply) = events[k];
+        while !chaos.client.exited() && t0.elapsed() < t {
+            std::thread::sleep((t - t0.elapsed()).min(Duration::from_millis(10)));
         }
-        ev.next();
+        if chaos.client.exited() {
+            log.push(format!(
+                "+{:.3}s client exited; the faults in force end now",
+                t0.elapsed().as_secs_f64()
+            ));
+            break;
+        }
+        events.swap_remove(k);
         let f = &faults[i];
         if apply {
             match chaos.apply(i, f) {
@@ -832,13 +834,15 @@ fn one_run(
                     e.0 += 1;
                     e.1 += f.dur;
                     undo[i] = Some(u);
+                    applied_at[i] = t0.elapsed();
+                    events.push((applied_at[i] + f.dur, i, false));
                 }
                 Ok(None) => undo[i] = Some(Undo::Nothing),
                 Err(e) => infra.push(e),
             }
         } else if let Some(u) = undo[i].take() {
             match chaos.undo(u) {
-                Ok(note) => log_undo(&mut log, t0, &f.kind, &note),
+                Ok(note) => log_undo(&mut log, t0, applied_at[i], &f.kind, &note),
                 Err(e) => infra.push(e),
             }
         }
@@ -847,7 +851,7 @@ fn one_run(
     for (i, u) in undo.iter_mut().enumerate() {
         if let Some(u) = u.take() {
             match chaos.undo(u) {
-                Ok(note) => log_undo(&mut log, t0, &faults[i].kind, &note),
+                Ok(note) => log_undo(&mut log, t0, applied_at[i], &faults[i].kind, &note),
                 Err(e) => infra.push(e),
             }
         }
