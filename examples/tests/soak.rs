@@ -25,7 +25,8 @@
 //! Environment: `MRC_SOAK_SECS` (default 75: the fault runs of `cargo test`; 3600 for an
 //! hour), `MRC_SOAK_SEED` (decimal or 0x hex; default from the clock, printed),
 //! `MRC_SOAK_RUN_SECS` (each client's `-D`, default 4), `MRC_SOAK_MAX_PAUSE_MS` (longest
-//! pause, default 1500). Needs root (network namespaces) and `nft` (Debian `nftables`).
+//! pause, default 1500), `MRC_SOAK_KINDS` (a comma list of pause, loss, blackhole, cpu, dup,
+//! reorder: only those; default all). Needs root (network namespaces) and `nft` (Debian `nftables`).
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -410,7 +411,11 @@ struct Fault {
     kind: Kind,
 }
 
-fn schedule(rng: &mut ChaCha8Rng, run: Duration, max_pause_ms: u64) -> Vec<Fault> {
+/// The fault groups `MRC_SOAK_KINDS` names, in the order `schedule` numbers them.
+const KIND_NAMES: [&str; 6] = ["pause", "loss", "blackhole", "cpu", "dup", "reorder"];
+
+/// One to four faults of the groups `kinds` (indices into [`KIND_NAMES`]) in a run of `run`.
+fn schedule(rng: &mut ChaCha8Rng, run: Duration, max_pause_ms: u64, kinds: &[usize]) -> Vec<Fault> {
     let n = rng.random_range(1..=4);
     let side = |rng: &mut ChaCha8Rng| {
         if rng.random_bool(0.5) {
@@ -424,7 +429,7 @@ fn schedule(rng: &mut ChaCha8Rng, run: Duration, max_pause_ms: u64) -> Vec<Fault
         .map(|_| {
             let at = Duration::from_millis(rng.random_range(0..run_ms.saturating_sub(200).max(1)));
             let other = Duration::from_millis(rng.random_range(200..=2000));
-            let (kind, dur) = match rng.random_range(0..6) {
+            let (kind, dur) = match kinds[rng.random_range(0..kinds.len())] {
                 0 => (
                     Kind::Pause(side(rng)),
                     Duration::from_millis(rng.random_range(10..=max_pause_ms.max(10))),
@@ -1014,14 +1019,29 @@ fn chaos_soak_on_real_sockets() {
     let budget = Duration::from_secs(env_u64("MRC_SOAK_SECS", 75));
     let run = Duration::from_secs(env_u64("MRC_SOAK_RUN_SECS", 4).clamp(1, 600));
     let max_pause_ms = env_u64("MRC_SOAK_MAX_PAUSE_MS", 1500);
+    // MRC_SOAK_KINDS=pause,loss,...: only these fault groups (default: all).
+    let kinds: Vec<usize> = match std::env::var("MRC_SOAK_KINDS") {
+        Ok(list) => list
+            .split(',')
+            .map(|k| {
+                KIND_NAMES
+                    .iter()
+                    .position(|n| *n == k.trim())
+                    .unwrap_or_else(|| panic!("MRC_SOAK_KINDS: {k:?} is none of {KIND_NAMES:?}"))
+            })
+            .collect(),
+        Err(_) => (0..KIND_NAMES.len()).collect(),
+    };
+    assert!(!kinds.is_empty(), "MRC_SOAK_KINDS names no fault group");
     let clock = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);
     let seed = env_u64("MRC_SOAK_SEED", clock);
     eprintln!(
-        "soak: seed {seed:#x} (MRC_SOAK_SEED={seed:#x} repeats the fault schedule), {} s of {} s runs, pauses 10-{max_pause_ms} ms",
+        "soak: seed {seed:#x} (MRC_SOAK_SEED={seed:#x} repeats the fault schedule), {} s of {} s runs, pauses 10-{max_pause_ms} ms, faults {:?}",
         budget.as_secs(),
-        run.as_secs()
+        run.as_secs(),
+        kinds.iter().map(|&k| KIND_NAMES[k]).collect::<Vec<_>>()
     );
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let net = Net::up();
@@ -1032,7 +1052,7 @@ fn chaos_soak_on_real_sockets() {
     while start.elapsed() < budget && totals.runs < max_runs {
         totals.runs += 1;
         let n = totals.runs;
-        let faults = schedule(&mut rng, run, max_pause_ms);
+        let faults = schedule(&mut rng, run, max_pause_ms, &kinds);
         let plan: Vec<String> = faults
             .iter()
             .map(|f| {
