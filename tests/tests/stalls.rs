@@ -14,6 +14,7 @@
 use mrc_congestion::{FixedWindow, FixedWindowConfig};
 use mrc_tests::harness::{Action, NetConfig, PacketInfo, Pair, Side, conn_config, craft};
 use mrc_transport::send::{GiveUp, SendConfig};
+use mrc_transport::path::PathState;
 use mrc_transport::stats::DropReason;
 use mrc_transport::wire::{Body, NackReason, NackRepr, Opcode};
 use mrc_transport::{Access, ConnState, Ecn, Sge, WcOpcode, WcStatus};
@@ -304,4 +305,109 @@ fn a_dead_peer_fails_when_the_budget_ends_with_the_cause_named() {
         }
     );
     assert_eq!(o.give_up.unwrap().to_string(), "peer unresponsive for 5.0 s");
+}
+
+/// (EV, send timestamp low 32 bits) of the first and the latest copy of `seq` at A.
+fn copies(p: &Pair<FixedWindow>, seq: u64) -> ((u32, u32), (u32, u32)) {
+    let pkt = *p.a.send_state().packet(seq).expect("tracked");
+    let ev = |i: u16| p.a.paths().get(usize::from(i)).unwrap().ev;
+    (
+        (ev(pkt.orig_ev), pkt.orig_ts32),
+        (ev(pkt.last_ev), pkt.last_ts32),
+    )
+}
+
+/// A NACK from B (generation 3) to A (QPN 0xA) naming `psn` for `reason`, echoing `echo`.
+fn nack_from_b(psn: u32, reason: NackReason, echo: (u32, u32)) -> Vec<u8> {
+    craft(
+        Opcode::Nack,
+        0xA,
+        psn,
+        echo.0,
+        0,
+        3,
+        7,
+        Body::Nack(NackRepr {
+            psn,
+            reason,
+            reserved: 0,
+            echo_ev: echo.0,
+            echo_ts_ns: echo.1,
+        }),
+    )
+}
+
+#[test]
+fn a_nack_for_an_earlier_copy_neither_resends_nor_charges_the_copy_in_flight() {
+    // One 4 KiB WRITE whose first copy is lost; its tail loss probe (the second copy) is
+    // in flight when NACKs arrive.
+    let mut p = pair(None, NetConfig::default());
+    p.script(|i: &PacketInfo| {
+        if i.from == Side::A && i.is_data {
+            Action::Drop
+        } else {
+            Action::Deliver
+        }
+    });
+    let r = p.regions(4096, 1);
+    p.a.post_write(1, r.src_sge(0, 4096), r.dst.addr, r.dst.rkey)
+        .unwrap();
+    let seq = 0xFF_FF00;
+    assert!(p.run_until(1_000_000_000, |p| p.a.stats().retransmitted == 1));
+    let (first, latest) = copies(&p, seq);
+    assert_ne!(first, latest);
+    // An earlier copy: for each reason that resends, nothing changes but the count.
+    for (k, reason) in [
+        NackReason::Trimmed,
+        NackReason::TrimmedLasthop,
+        NackReason::NoPktBuffer,
+        NackReason::ReceiverNotReady,
+        NackReason::AccessError,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        p.inject(Side::A, first.0, Ecn::NotEct, &nack_from_b(0xFF_FF00, reason, first));
+        let s = p.a.stats();
+        assert_eq!(s.stale_nacks, k as u64 + 1, "{reason:?}");
+        assert_eq!((s.trimmed, s.rnr_nacks_received), (0, 0), "{reason:?}");
+        assert_eq!(p.a.state(), ConnState::Ready, "{reason:?}");
+        assert_eq!(p.a.send_state().retransmit_queue().count(), 0, "{reason:?}");
+        assert_eq!(p.a.send_state().in_flight_packets(), 1, "{reason:?}");
+    }
+    // Every EV unharmed: none trimmed, none out of rotation.
+    assert!(p.a.paths().paths().iter().all(|e| e.stats.trimmed == 0));
+    assert_eq!(p.a.paths().state_of(latest.0), Some(PathState::Good));
+    // The same timestamp on another EV, or the EV with another timestamp, is not the copy.
+    let other_ev = ((latest.0 + 1) % 16, latest.1);
+    let other_ts = (latest.0, latest.1.wrapping_add(1));
+    for echo in [other_ev, other_ts] {
+        p.inject(
+            Side::A,
+            echo.0,
+            Ecn::NotEct,
+            &nack_from_b(0xFF_FF00, NackReason::Trimmed, echo),
+        );
+    }
+    assert_eq!(p.a.stats().stale_nacks, 7);
+    assert_eq!(p.a.send_state().retransmit_queue().count(), 0);
+    // The latest copy's NACK acts: queued once, its EV charged with the trim.
+    p.inject(
+        Side::A,
+        latest.0,
+        Ecn::NotEct,
+        &nack_from_b(0xFF_FF00, NackReason::Trimmed, latest),
+    );
+    assert_eq!(p.a.stats().trimmed, 1);
+    assert_eq!(
+        p.a.send_state().retransmit_queue().collect::<Vec<_>>(),
+        vec![seq]
+    );
+    let idx = p.a.paths().index_of(latest.0).unwrap();
+    assert_eq!(p.a.paths().get(idx).unwrap().stats.trimmed, 1);
+    assert!(matches!(
+        p.a.paths().state_of(latest.0),
+        Some(PathState::Skip { .. })
+    ));
+    assert_eq!(p.b.stats().drops.get(DropReason::Duplicate), 0);
 }
