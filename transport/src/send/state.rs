@@ -1194,7 +1194,9 @@ impl SendState {
             }
         }
         let Some((_, seq)) = oldest else { return };
-        let Some(p) = self.packet_mut(seq) else { return };
+        let Some(p) = self.packet_mut(seq) else {
+            return;
+        };
         p.state = PktState::Queued;
         p.loss_declared = true;
         let (len, ev) = (p.len, usize::from(p.last_ev));
