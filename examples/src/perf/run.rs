@@ -451,6 +451,21 @@ fn reap_sends(side: &Side, scratch: &mut Vec<Completion>) -> Result<(), String> 
     scratch.iter().try_for_each(|c| check(side, c))
 }
 
+/// Receives a side posts before it connects (wr_ids `0..n`): for a bw receiver its peer's
+/// TX depth plus slack for completions its thread has not reaped and reposted yet
+/// (`4 x tx-depth + 64`), 64 for either end of the lat test, none for a bw sender. A
+/// receiver without a free receive answers the last packet of a message with
+/// NACK(RECEIVER_NOT_READY) (resent after 640 us), so a thread that falls behind slows
+/// the sender instead of letting it overwrite slots whose completions are still to come;
+/// posting them before the connection is up keeps the first messages from that wait.
+fn initial_recvs(p: &TestParams, active: bool) -> u64 {
+    match p.test {
+        TestKind::Bw if !active || p.bidirectional => 4 * p.tx_depth + 64,
+        TestKind::Bw => 0,
+        TestKind::Lat => 64,
+    }
+}
+
 /// Posts `n` zero-length receives into the destination region, wr_ids `base..base + n`.
 fn post_recvs(side: &Side, n: u64, base: u64) -> Result<(), String> {
     for i in 0..n {
@@ -479,8 +494,7 @@ pub fn recv_bw(
     peer_done: &crossbeam_channel::Receiver<u64>,
     timeout: Duration,
 ) -> Result<RecvResult, String> {
-    let depth = 2 * p.tx_depth + 16;
-    post_recvs(side, depth, 0)?;
+    let depth = initial_recvs(p, false);
     let mut r = RecvResult::default();
     let mut target: Option<u64> = None;
     let mut last = Instant::now();
@@ -553,7 +567,6 @@ pub fn ping(
     timeout: Duration,
     mut progress: Option<&mut Progress>,
 ) -> Result<SendResult, String> {
-    post_recvs(side, 64, 0)?;
     let start = Instant::now();
     let end = p.duration_s.map(|d| start + Duration::from_secs_f64(d));
     let mut lat = Vec::with_capacity(p.iters.unwrap_or(100_000).min(10_000_000) as usize);
@@ -611,7 +624,6 @@ pub fn pong(
     peer_done: &crossbeam_channel::Receiver<u64>,
     timeout: Duration,
 ) -> Result<RecvResult, String> {
-    post_recvs(side, 64, 0)?;
     let mut r = RecvResult::default();
     let mut target = None;
     let mut last = Instant::now();
@@ -997,6 +1009,7 @@ fn serve_stream(
     if let Some((book, addr)) = &side.verbs {
         verbs::exchange(&mut s, book, addr, timeout)?;
     }
+    post_recvs(&side, initial_recvs(&p, false), 0)?;
     let c = side.qp.connect_on(s, timeout).map_err(|e| e.to_string())?;
     let remote = remote_region(&c.remote.regions, &p, "client")?;
     let ctl = CtlStream::new(c.stream)?;
@@ -1028,6 +1041,7 @@ pub fn run_client(
     if let Some((book, addr)) = &side.verbs {
         verbs::exchange(&mut s, book, addr, timeout)?;
     }
+    post_recvs(&side, initial_recvs(p, true), 0)?;
     let c = side.qp.connect_on(s, timeout).map_err(|e| e.to_string())?;
     let remote = remote_region(&c.remote.regions, p, "server")?;
     let ctl = CtlStream::new(c.stream)?;
