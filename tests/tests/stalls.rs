@@ -46,11 +46,15 @@ fn send_cfg(budget_ns: Option<u64>) -> SendConfig {
 }
 
 fn pair(budget_ns: Option<u64>, net: NetConfig) -> Pair<FixedWindow> {
+    pair_with(send_cfg(budget_ns), net)
+}
+
+fn pair_with(send: SendConfig, net: NetConfig) -> Pair<FixedWindow> {
     let cc = || FixedWindowConfig::default().build();
     let mut ca = conn_config(0xA, 0xFF_FF00, 1, 16, 5);
-    ca.send = send_cfg(budget_ns);
+    ca.send = send;
     let mut cb = conn_config(0xB, 0x12_3456, 3, 16, 6);
-    cb.send = send_cfg(budget_ns);
+    cb.send = send;
     Pair::new(ca, cc(), cb, cc(), net)
 }
 
@@ -239,7 +243,12 @@ struct OutageOutcome {
 /// A 4 MiB WRITE from A to B; every datagram either way sent in `dark` is lost (a paused
 /// or dead peer: it neither receives nor answers).
 fn outage(budget_ns: Option<u64>, dark: std::ops::Range<u64>) -> OutageOutcome {
-    let mut p = pair(budget_ns, NetConfig::default());
+    outage_with(send_cfg(budget_ns), dark).0
+}
+
+/// [`outage`] with `send` at both ends; also A's retransmissions.
+fn outage_with(send: SendConfig, dark: std::ops::Range<u64>) -> (OutageOutcome, u64) {
+    let mut p = pair_with(send, NetConfig::default());
     p.script(move |i: &PacketInfo| {
         if dark.contains(&i.now_ns) {
             Action::Drop
@@ -255,13 +264,42 @@ fn outage(budget_ns: Option<u64>, dark: std::ops::Range<u64>) -> OutageOutcome {
         done.extend(p.a_completions().iter().map(|c| (c.wr_id, c.status)));
         !done.is_empty()
     });
-    OutageOutcome {
+    let o = OutageOutcome {
         done,
         give_up: p.a.give_up(),
         timeouts: p.a.stats().timeouts,
         end_ns: p.now_ns,
         exact: p.dst_matches(&r),
-    }
+    };
+    (o, p.a.stats().retransmitted)
+}
+
+#[test]
+fn an_rto_probe_restarts_the_timer_and_resends_one_packet_per_expiry() {
+    // The engine's RTO (rto_probe_oldest): through a 750 ms outage that begins when the
+    // whole 4 MiB has been handed to the network (at 0 ns; its SACKs are lost), each expiry
+    // resends only the oldest packet and restarts the timer. Regression: the restart was missing, so
+    // after the probe the next-oldest packet's old send time made the timer fire at once,
+    // again and again (8,542 expiries in one 751 ms pause on real sockets).
+    let send = SendConfig {
+        rto_probe_oldest: true,
+        ..send_cfg(Some(5_000_000_000))
+    };
+    let (o, retransmitted) = outage_with(send, 100_000..750_000_000);
+    assert_eq!(
+        o,
+        OutageOutcome {
+            done: vec![(1, WcStatus::Success)],
+            give_up: None,
+            // at 20, 60, 140 ms, then 100 ms apart; the tenth (840 ms) is answered
+            // (without the restart: 5,099 expiries)
+            timeouts: 10,
+            end_ns: 840_106_317,
+            exact: true,
+        }
+    );
+    // one probe per expiry, and the tail loss probe before the first expiry
+    assert_eq!(retransmitted, 11);
 }
 
 #[test]

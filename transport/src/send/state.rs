@@ -385,6 +385,10 @@ pub struct SendState {
     silent_since_ns: u64,
     /// When the packets in [`PktState::RnrWait`] are queued again, ns.
     rnr_until_ns: Option<u64>,
+    /// Time of the latest RTO expiry, ns: with [`SendConfig::rto_probe_oldest`] the timer
+    /// restarts there (RFC 6298 5.5-5.6), since the packets still in flight after the
+    /// probe left long ago.
+    rto_fired_ns: u64,
     completions: VecDeque<Completion>,
     failed: bool,
     give_up: Option<GiveUp>,
@@ -419,6 +423,7 @@ impl SendState {
             blocked_since_ns: None,
             silent_since_ns: 0,
             rnr_until_ns: None,
+            rto_fired_ns: 0,
             completions: VecDeque::new(),
             failed: false,
             give_up: None,
@@ -1023,8 +1028,14 @@ impl SendState {
             (Some(a), Some(b)) => a.min(b),
             (a, b) => a.or(b)?,
         };
+        let restart = if self.cfg.rto_probe_oldest {
+            self.rto_fired_ns
+        } else {
+            0
+        };
         let rto = start
             .max(self.last_progress_ns)
+            .max(restart)
             .saturating_add(self.rto_ns());
         Some(match self.budget_deadline_ns() {
             Some(b) => rto.min(b),
@@ -1111,6 +1122,7 @@ impl SendState {
         let rto = self.rto_ns();
         stats.timeouts += 1;
         self.rto_backoff += 1;
+        self.rto_fired_ns = now_ns;
         if self.blocked_since_ns.is_some() {
             // still nothing can leave: the next expiry is one (backed-off) RTO from now
             self.blocked_since_ns = Some(now_ns);
