@@ -115,7 +115,9 @@ pub const SOFTWARE_REORDER_WINDOW_NS: u64 = 500_000;
 /// [`mrc_transport::send::DEFAULT_UNRESPONSIVE_BUDGET_NS`] (5 s; not after a count of RTO
 /// expiries: a paused peer or a descheduled engine is survived up to it), an RTO expiry
 /// resending only the oldest packet in flight (`SendConfig::rto_probe_oldest`: most of a
-/// software datapath's expiries are stalls, not loss); the rest as [`SendConfig::default`]. [`QpConfig::default`] passes
+/// software datapath's expiries are stalls, not loss), and a reorder window that widens on
+/// spurious losses (`SendConfig::adaptive_reorder_window`, RFC 8985 6.2); the rest as
+/// [`SendConfig::default`]. [`QpConfig::default`] passes
 /// [`SOFTWARE_MIN_RTO_NS`] and [`SOFTWARE_REORDER_WINDOW_NS`].
 pub fn software_send_config(min_rto_ns: u64, reorder_window_ns: u64) -> SendConfig {
     let d = SendConfig::default();
@@ -128,6 +130,7 @@ pub fn software_send_config(min_rto_ns: u64, reorder_window_ns: u64) -> SendConf
         peer_max_ack_delay_ns: reorder_window_ns,
         unresponsive_budget_ns: Some(mrc_transport::send::DEFAULT_UNRESPONSIVE_BUDGET_NS),
         rto_probe_oldest: true,
+        adaptive_reorder_window: true,
         ..d
     }
 }

@@ -25,7 +25,7 @@ use crate::loss::{Rack, RttEstimator, reorder_window_ns};
 use crate::path::PathTable;
 use crate::psn::Psn;
 use crate::stats::ConnStats;
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeSet, HashSet, VecDeque};
 
 /// Sender configuration.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -125,7 +125,29 @@ pub struct SendConfig {
     /// Default off (the simulator's fabrics lose packets for real and recover faster when
     /// the expiry resends every overdue one); the engine turns it on.
     pub rto_probe_oldest: bool,
+    /// RACK's reorder window adapts to spurious losses (RFC 8985 section 6.2): each round
+    /// trip in which a SACK proves a loss declaration spurious (it echoes the original
+    /// copy: the receiver's duplicate evidence, as TCP's DSACK) widens the window by one
+    /// step, `window x mult` with `mult` up to [`REORDER_WINDOW_MULT_MAX`], never past
+    /// `min_rto_ns` (waiting longer than the RTO floor would only delay the RTO's work);
+    /// after 16 loss recoveries with no spurious loss it returns to 1 (RFC 8985's
+    /// `reo_wnd_persist`). The RFC steps by `min_rtt / 4` and caps at SRTT; a software
+    /// datapath's reordering is scheduling jitter, which neither bounds, so the step is the
+    /// window itself. Default off; the engine turns it on.
+    pub adaptive_reorder_window: bool,
 }
+
+/// Largest multiplier of the adaptive reorder window
+/// ([`SendConfig::adaptive_reorder_window`]).
+pub const REORDER_WINDOW_MULT_MAX: u32 = 16;
+
+/// Loss recoveries without a spurious loss after which the adaptive reorder window returns
+/// to its base (RFC 8985 section 6.2, `reo_wnd_persist`).
+const REORDER_WINDOW_PERSIST: u32 = 16;
+
+/// Copies declared lost whose late arrival the sender still recognises
+/// ([`SendState`]'s suspects): the latest this many.
+const MAX_SUSPECTS: usize = 4096;
 
 impl Default for SendConfig {
     fn default() -> Self {
@@ -146,6 +168,7 @@ impl Default for SendConfig {
             nack_retry_limit: 256,
             rtx_within_cwnd: true,
             rto_probe_oldest: false,
+            adaptive_reorder_window: false,
         }
     }
 }
@@ -389,6 +412,18 @@ pub struct SendState {
     /// restarts there (RFC 6298 5.5-5.6), since the packets still in flight after the
     /// probe left long ago.
     rto_fired_ns: u64,
+    /// Adaptive reorder window ([`SendConfig::adaptive_reorder_window`]): the multiplier,
+    /// the recoveries left before it returns to 1, and the `snd_nxt` that ends the round
+    /// trip of its latest step.
+    reo_mult: u32,
+    reo_persist: u32,
+    reo_round_end: u64,
+    /// (EV index, send timestamp low 32 bits) of copies declared lost, newest last, at most
+    /// [`MAX_SUSPECTS`]: a SACK echoing one proves that copy arrived after all, even when
+    /// its retransmission arrived (and was acknowledged) first, since the receiver answers
+    /// the late duplicate at once echoing it (TCP's DSACK evidence, RFC 2883).
+    suspects: HashSet<(u16, u32)>,
+    suspect_order: VecDeque<(u16, u32)>,
     completions: VecDeque<Completion>,
     failed: bool,
     give_up: Option<GiveUp>,
@@ -424,6 +459,11 @@ impl SendState {
             silent_since_ns: 0,
             rnr_until_ns: None,
             rto_fired_ns: 0,
+            reo_mult: 1,
+            reo_persist: 0,
+            reo_round_end: start,
+            suspects: HashSet::new(),
+            suspect_order: VecDeque::new(),
             completions: VecDeque::new(),
             failed: false,
             give_up: None,
@@ -527,6 +567,35 @@ impl SendState {
     /// Why the sender gave up, if it did (retry limit or time budget).
     pub fn give_up(&self) -> Option<GiveUp> {
         self.give_up
+    }
+
+    /// Remembers the copy (EV index `ev`, timestamp `ts32`) just declared lost.
+    fn suspect(&mut self, ev: u16, ts32: u32) {
+        if self.suspects.insert((ev, ts32)) {
+            self.suspect_order.push_back((ev, ts32));
+            if self.suspect_order.len() > MAX_SUSPECTS
+                && let Some(old) = self.suspect_order.pop_front()
+            {
+                self.suspects.remove(&old);
+            }
+        }
+    }
+
+    /// RACK's reorder window now, ns: [`reorder_window_ns`] of the RTT estimates, times the
+    /// adaptive multiplier ([`SendConfig::adaptive_reorder_window`], at most up to
+    /// `min_rto_ns`).
+    pub fn reorder_window_ns(&self) -> u64 {
+        let base = reorder_window_ns(self.cfg.min_reorder_window_ns, &self.rtt);
+        if self.reo_mult <= 1 {
+            return base;
+        }
+        base.saturating_mul(u64::from(self.reo_mult))
+            .min(base.max(self.cfg.min_rto_ns))
+    }
+
+    /// The adaptive reorder window's multiplier (1 without adaptation).
+    pub fn reorder_window_mult(&self) -> u32 {
+        self.reo_mult
     }
 
     /// The RTO without back-off, ns: RFC 6298 `SRTT + 4 RTTVAR` (the initial RTO before the
@@ -750,6 +819,29 @@ impl SendState {
             self.snd_una += 1;
         }
         self.debug_check_rtx();
+        if let Some((ev, ts32)) = echo
+            && let Ok(ev16) = u16::try_from(ev)
+            && self.suspects.remove(&(ev16, ts32))
+        {
+            // a copy declared lost arrived late, after the packet was acknowledged through
+            // another copy (or this SACK acknowledged it by that copy's own echo above,
+            // which removed it from the suspects first)
+            out.spurious += 1;
+            stats.spurious += 1;
+            if let Some(path) = paths.get_mut(ev) {
+                path.stats.spurious += 1;
+            }
+            paths.undo_loss(ev);
+        }
+        if out.spurious > 0
+            && self.cfg.adaptive_reorder_window
+            && self.snd_una >= self.reo_round_end
+        {
+            // one step per round trip with spurious evidence (RFC 8985 6.2)
+            self.reo_mult = (self.reo_mult + 1).min(REORDER_WINDOW_MULT_MAX);
+            self.reo_persist = REORDER_WINDOW_PERSIST;
+            self.reo_round_end = self.snd_nxt;
+        }
         if out.acked_packets > 0 {
             self.rto_backoff = 0;
             self.last_progress_ns = now_ns;
@@ -793,6 +885,7 @@ impl SendState {
             path.stats.acked += 1;
         }
         if p.loss_declared && echo == Some((usize::from(p.orig_ev), p.orig_ts32)) {
+            self.suspects.remove(&(p.orig_ev, p.orig_ts32));
             out.spurious += 1;
             stats.spurious += 1;
             if let Some(path) = paths.get_mut(usize::from(p.orig_ev)) {
@@ -957,7 +1050,7 @@ impl SendState {
     ) -> LossOutcome {
         let mut out = LossOutcome::default();
         self.rack_timer_ns = None;
-        let reo = reorder_window_ns(self.cfg.min_reorder_window_ns, &self.rtt);
+        let reo = self.reorder_window_ns();
         let end = self.rack.seq.min(self.snd_nxt);
         let rack = self.rack;
         let reorders = self.cfg.burst_may_reorder;
@@ -975,7 +1068,8 @@ impl SendState {
             if deadline <= now_ns {
                 p.state = PktState::Queued;
                 p.loss_declared = true;
-                let (len, ev) = (p.len, usize::from(p.last_ev));
+                let (len, ev, ts32) = (p.len, usize::from(p.last_ev), p.last_ts32);
+                self.suspect(ev as u16, ts32);
                 self.rtx_insert(seq, len);
                 self.in_flight_pkts -= 1;
                 out.lost_packets += 1;
@@ -987,6 +1081,14 @@ impl SendState {
                 paths.on_loss(ev, now_ns);
             } else {
                 self.rack_timer_ns = Some(self.rack_timer_ns.map_or(deadline, |t| t.min(deadline)));
+            }
+        }
+        if out.lost_packets > 0 && self.reo_mult > 1 {
+            // a loss recovery; after REORDER_WINDOW_PERSIST of them without a spurious
+            // loss the window returns to its base
+            self.reo_persist = self.reo_persist.saturating_sub(1);
+            if self.reo_persist == 0 {
+                self.reo_mult = 1;
             }
         }
         out
@@ -1143,7 +1245,7 @@ impl SendState {
         // been acknowledged by now had it arrived (the same deadline RACK applies once a
         // later packet is acknowledged), so the expiry declares it lost too; not one sent
         // at this very ns (before any RTT sample its deadline is its send time).
-        let reo = reorder_window_ns(self.cfg.min_reorder_window_ns, &self.rtt);
+        let reo = self.reorder_window_ns();
         let rack = self.rack;
         for seq in self.snd_una..self.snd_nxt {
             let Some(p) = self.packet_mut(seq) else { break };
@@ -1161,7 +1263,8 @@ impl SendState {
             }
             p.state = PktState::Queued;
             p.loss_declared = true;
-            let (len, ev) = (p.len, usize::from(p.last_ev));
+            let (len, ev, ts32) = (p.len, usize::from(p.last_ev), p.last_ts32);
+            self.suspect(ev as u16, ts32);
             self.rtx_insert(seq, len);
             self.in_flight_pkts -= 1;
             if !expired {
@@ -1211,7 +1314,8 @@ impl SendState {
         };
         p.state = PktState::Queued;
         p.loss_declared = true;
-        let (len, ev) = (p.len, usize::from(p.last_ev));
+        let (len, ev, ts32) = (p.len, usize::from(p.last_ev), p.last_ts32);
+        self.suspect(ev as u16, ts32);
         self.rtx_insert(seq, len);
         self.in_flight_pkts -= 1;
         self.tlp_seq = Some(seq);
@@ -1231,7 +1335,7 @@ impl SendState {
             return None;
         }
         let srtt = self.rtt.srtt_ns;
-        let reo = reorder_window_ns(self.cfg.min_reorder_window_ns, &self.rtt);
+        let reo = self.reorder_window_ns();
         Some(
             srtt.saturating_mul(2)
                 .max(srtt.saturating_add(reo))
@@ -1322,6 +1426,8 @@ impl SendState {
         self.rack_timer_ns = None;
         self.blocked_since_ns = None;
         self.rnr_until_ns = None;
+        self.suspects.clear();
+        self.suspect_order.clear();
         self.failed = true;
     }
 
