@@ -523,3 +523,39 @@ fn the_reorder_window_widens_on_spurious_losses() {
         ((6, 6, 1, 1_477_694), (2, 2, 2, 1_477_694))
     );
 }
+
+#[test]
+fn a_receiver_that_never_posts_a_receive_fails_the_sender_when_the_budget_ends() {
+    // A WRITE_WITH_IMM to a peer with no receive posted: every copy of its last packet is
+    // answered NACK(RECEIVER_NOT_READY), every 640 us, for 5 s; then the sender gives up
+    // with the cause named. Without the bound a forged RNR NACK stream, or a receiver that
+    // never posts, held the work request forever.
+    let mut p = pair(Some(5_000_000_000), NetConfig::default());
+    let r = p.regions(4096, 2);
+    p.a.post_write_with_imm(1, r.src_sge(0, 4096), r.dst.addr, r.dst.rkey, 7)
+        .unwrap();
+    let mut done = Vec::new();
+    assert!(p.run_until(60_000_000_000, |p| {
+        done.extend(p.a_completions().iter().map(|c| (c.wr_id, c.status)));
+        !done.is_empty()
+    }));
+    assert_eq!(done, vec![(1, WcStatus::RetryExceeded)]);
+    let give_up = p.a.give_up().unwrap();
+    assert_eq!(
+        give_up,
+        GiveUp::ReceiverNotReady {
+            waited_ns: 5_000_000_000
+        }
+    );
+    assert_eq!(
+        give_up.to_string(),
+        "peer not ready to receive (no receive posted) for 5.0 s"
+    );
+    assert_eq!(p.now_ns, 5_000_000_000);
+    // one RNR round per 640 us timer plus the round trip; no RTO expiry in between
+    assert_eq!(
+        (p.a.stats().rnr_nacks_received, p.a.stats().timeouts),
+        (7_760, 0)
+    );
+    assert_eq!(p.b_completions(), vec![]);
+}

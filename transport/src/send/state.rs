@@ -51,19 +51,22 @@ pub struct SendConfig {
     pub retry_limit: u32,
     /// Giving up as a time budget instead of a count of expiries: the work requests fail
     /// ([`WcStatus::RetryExceeded`], cause [`GiveUp::PeerUnresponsive`]) once the peer has
-    /// answered nothing for this long while data waits for it: no new acknowledgement and
-    /// no NACK(RECEIVER_NOT_READY) since the oldest unanswered transmission (or since work
-    /// began to wait for an EV). The RTO keeps resending at its ceiling until then, so a
+    /// acknowledged nothing new for this long while data waits for it, since the oldest
+    /// unanswered transmission (or since work began to wait for an EV); when its only
+    /// answers were NACK(RECEIVER_NOT_READY)s the cause is [`GiveUp::ReceiverNotReady`]
+    /// (an RNR wait is bounded by the budget too: a peer that never posts a receive, or a
+    /// forger answering for it, does not hold the work requests forever). The RTO keeps resending at its ceiling until then, so a
     /// peer paused (SIGSTOP, a descheduled engine) for less than the budget is survived
     /// whatever the RTO's floor and ceiling, and a dead one is found when the budget ends,
     /// not later. `None` (the default): the count of [`SendConfig::retry_limit`]. The
     /// engine's QPs default to 5 s ([`DEFAULT_UNRESPONSIVE_BUDGET_NS`]).
     pub unresponsive_budget_ns: Option<u64>,
     /// How long a packet answered with NACK(RECEIVER_NOT_READY) waits before it is sent
-    /// again, ns (IBA's RNR NAK timer; 640 us is encoding 12, the minimum RNR timer
-    /// perftest sets). Default 640 us. An RNR wait is not a loss: no EV is charged, the
-    /// controller is not told, and it is unbounded in count (IBA `rnr_retry` 7 = infinite)
-    /// while the peer keeps answering.
+    /// again, ns (IBA's RNR NAK timer; 640 us is encoding 12 of its table). Default
+    /// 640 us. An RNR wait is not a loss: no EV is charged and the controller is not told;
+    /// its count is not limited (IBA `rnr_retry` 7 = infinite), its time is: with
+    /// [`SendConfig::unresponsive_budget_ns`] a peer that answers only with RNR NACKs for
+    /// the budget fails the work requests ([`GiveUp::ReceiverNotReady`]).
     pub rnr_timer_ns: u64,
     /// Tail loss probes (RFC 8985 section 7): when nothing has been acknowledged for a
     /// probe timeout after the latest transmission, the highest in-flight packet is resent
@@ -335,6 +338,13 @@ pub enum GiveUp {
         /// How long it had been silent, ns.
         silent_ns: u64,
     },
+    /// For [`SendConfig::unresponsive_budget_ns`] the peer answered only
+    /// NACK(RECEIVER_NOT_READY): it is alive but posts no receive (or a forger keeps
+    /// answering for it).
+    ReceiverNotReady {
+        /// How long nothing but RNR NACKs came, ns.
+        waited_ns: u64,
+    },
 }
 
 impl std::fmt::Display for GiveUp {
@@ -346,6 +356,11 @@ impl std::fmt::Display for GiveUp {
             GiveUp::PeerUnresponsive { silent_ns } => {
                 write!(f, "peer unresponsive for {:.1} s", *silent_ns as f64 / 1e9)
             }
+            GiveUp::ReceiverNotReady { waited_ns } => write!(
+                f,
+                "peer not ready to receive (no receive posted) for {:.1} s",
+                *waited_ns as f64 / 1e9
+            ),
         }
     }
 }
@@ -408,6 +423,8 @@ pub struct SendState {
     silent_since_ns: u64,
     /// When the packets in [`PktState::RnrWait`] are queued again, ns.
     rnr_until_ns: Option<u64>,
+    /// Time of the latest NACK(RECEIVER_NOT_READY) acted on, ns.
+    last_rnr_ns: Option<u64>,
     /// Time of the latest RTO expiry, ns: with [`SendConfig::rto_probe_oldest`] the timer
     /// restarts there (RFC 6298 5.5-5.6), since the packets still in flight after the
     /// probe left long ago.
@@ -458,6 +475,7 @@ impl SendState {
             blocked_since_ns: None,
             silent_since_ns: 0,
             rnr_until_ns: None,
+            last_rnr_ns: None,
             rto_fired_ns: 0,
             reo_mult: 1,
             reo_persist: 0,
@@ -963,8 +981,9 @@ impl SendState {
     /// NACK(RECEIVER_NOT_READY) for `seq` at `now_ns`: if it is in flight it is held back
     /// ([`PktState::RnrWait`]) until [`SendConfig::rnr_timer_ns`] after the first RNR NACK
     /// of the wait, then queued again by [`SendState::on_rnr_timer`]. Neither a loss nor a
-    /// timeout: RACK and the RTO skip it, and the answer restarts the unresponsive budget
-    /// and the RTO's back-off (the peer is alive). Returns whether it was held.
+    /// timeout: RACK and the RTO skip it, and the answer restarts the RTO's back-off (the
+    /// peer is alive); the unresponsive budget keeps running (see
+    /// [`GiveUp::ReceiverNotReady`]). Returns whether it was held.
     pub fn on_rnr_nack(&mut self, seq: u64, now_ns: u64) -> bool {
         let Some(p) = self.packet_mut(seq) else {
             return false;
@@ -974,7 +993,7 @@ impl SendState {
         }
         p.state = PktState::RnrWait;
         self.in_flight_pkts -= 1;
-        self.silent_since_ns = now_ns;
+        self.last_rnr_ns = Some(now_ns);
         self.last_progress_ns = now_ns;
         self.rto_backoff = 0;
         if self.rnr_until_ns.is_none() {
@@ -1126,6 +1145,15 @@ impl SendState {
         if self.failed {
             return None;
         }
+        match (self.expiry_deadline_ns(), self.budget_deadline_ns()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// When the RTO itself expires (see [`SendState::rto_deadline_ns`], which also counts
+    /// the unresponsive budget's end).
+    fn expiry_deadline_ns(&self) -> Option<u64> {
         let start = match (self.oldest_in_flight_ns(), self.blocked_since_ns) {
             (Some(a), Some(b)) => a.min(b),
             (a, b) => a.or(b)?,
@@ -1135,22 +1163,23 @@ impl SendState {
         } else {
             0
         };
-        let rto = start
-            .max(self.last_progress_ns)
-            .max(restart)
-            .saturating_add(self.rto_ns());
-        Some(match self.budget_deadline_ns() {
-            Some(b) => rto.min(b),
-            None => rto,
-        })
+        Some(
+            start
+                .max(self.last_progress_ns)
+                .max(restart)
+                .saturating_add(self.rto_ns()),
+        )
     }
 
     /// When the unresponsive budget ([`SendConfig::unresponsive_budget_ns`]) runs out, if
-    /// one is set and something waits for an answer (in flight, or work waiting for an EV).
+    /// one is set and something waits for an answer (in flight, held by an RNR NACK, or
+    /// work waiting for an EV).
     fn budget_deadline_ns(&self) -> Option<u64> {
         let budget = self.cfg.unresponsive_budget_ns?;
-        let waiting =
-            self.in_flight_pkts > 0 || !self.rtx.is_empty() || self.blocked_since_ns.is_some();
+        let waiting = self.in_flight_pkts > 0
+            || !self.rtx.is_empty()
+            || self.rnr_until_ns.is_some()
+            || self.blocked_since_ns.is_some();
         waiting.then(|| self.silent_since_ns.saturating_add(budget))
     }
 
@@ -1204,21 +1233,26 @@ impl SendState {
         stats: &mut ConnStats,
     ) -> LossOutcome {
         let mut out = LossOutcome::default();
-        let Some(deadline) = self.rto_deadline_ns() else {
-            return out;
-        };
-        if now_ns < deadline {
+        if self.failed {
             return out;
         }
         if let Some(b) = self.budget_deadline_ns()
             && now_ns >= b
         {
             let since = b - self.cfg.unresponsive_budget_ns.unwrap_or(0);
+            let waited_ns = now_ns - since;
             self.fail_all(WcStatus::RetryExceeded);
-            self.give_up = Some(GiveUp::PeerUnresponsive {
-                silent_ns: now_ns - since,
+            self.give_up = Some(if self.last_rnr_ns.is_some_and(|t| t >= since) {
+                GiveUp::ReceiverNotReady { waited_ns }
+            } else {
+                GiveUp::PeerUnresponsive {
+                    silent_ns: waited_ns,
+                }
             });
             out.failed = true;
+            return out;
+        }
+        if self.expiry_deadline_ns().is_none_or(|d| now_ns < d) {
             return out;
         }
         let rto = self.rto_ns();
