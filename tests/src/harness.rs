@@ -205,8 +205,41 @@ impl<C: Controller> Pair<C> {
     /// Builds both endpoints and connects them (each learns the other's QPN, initial PSN
     /// and generation).
     pub fn new(a_cfg: ConnConfig, ca: C, b_cfg: ConnConfig, cb: C, net: NetConfig) -> Self {
+        Self::new_with(a_cfg, ca, b_cfg, cb, net, |_, _| {})
+    }
+
+    /// [`Pair::new`] with per-packet authentication on both ends: keys from `psk` and the
+    /// setup nonces `[0xA1; 32]` (A, the initiator) and `[0xB2; 32]` (B).
+    pub fn new_authenticated(
+        a_cfg: ConnConfig,
+        ca: C,
+        b_cfg: ConnConfig,
+        cb: C,
+        net: NetConfig,
+        psk: &[u8],
+    ) -> Self {
+        use mrc_transport::auth::{AuthKeys, Authenticator};
+        let (na, nb) = ([0xA1u8; 32], [0xB2u8; 32]);
+        Self::new_with(a_cfg, ca, b_cfg, cb, net, |a, b| {
+            let ka = AuthKeys::derive(psk, &na, &nb, true).expect("valid psk");
+            let kb = AuthKeys::derive(psk, &na, &nb, false).expect("valid psk");
+            a.set_auth(Authenticator::new(ka)).expect("in Init");
+            b.set_auth(Authenticator::new(kb)).expect("in Init");
+        })
+    }
+
+    /// [`Pair::new`] with `setup` run on both endpoints before they connect.
+    pub fn new_with(
+        a_cfg: ConnConfig,
+        ca: C,
+        b_cfg: ConnConfig,
+        cb: C,
+        net: NetConfig,
+        setup: impl FnOnce(&mut Connection<C>, &mut Connection<C>),
+    ) -> Self {
         let mut a = Connection::new(a_cfg, ca).expect("valid config");
         let mut b = Connection::new(b_cfg, cb).expect("valid config");
+        setup(&mut a, &mut b);
         let (pa, pb) = (a.local_params(), b.local_params());
         a.connect(pb).expect("fresh connection");
         b.connect(pa).expect("fresh connection");
@@ -272,7 +305,18 @@ impl<C: Controller> Pair<C> {
 
     fn launch(&mut self, from: Side, ev: u32, ce_in: bool, bytes: Vec<u8>) {
         let si = usize::from(from == Side::B);
-        let p = PacketRepr::parse(&bytes).expect("endpoints emit valid packets");
+        let sender = match from {
+            Side::A => &self.a,
+            Side::B => &self.b,
+        };
+        // an authenticated datagram is the packet plus its trailer
+        let trailer = if sender.is_authenticated() {
+            mrc_transport::auth::AUTH_TRAILER_BYTES
+        } else {
+            0
+        };
+        let p = PacketRepr::parse(&bytes[..bytes.len() - trailer])
+            .expect("endpoints emit valid packets");
         let is_data = p.bth.opcode.is_data();
         let key = (from == Side::B, p.bth.psn);
         let copy = if is_data {

@@ -73,6 +73,8 @@ pub const DROP_REASONS: [mrc_transport::stats::DropReason; mrc_transport::stats:
         D::StaleProbeReply,
         D::MessageWindowFull,
         D::ReceiverNotReady,
+        D::AuthFailed,
+        D::Replayed,
     ]
 };
 

@@ -2,6 +2,7 @@
 //! CNP and probe packets.
 
 use super::{ConnState, Connection, Ecn};
+use crate::auth::AuthDrop;
 use crate::completion::WcStatus;
 use crate::psn::Psn;
 use crate::recv::{Arrival, NackOut, RxData, RxKind, WindowPos};
@@ -24,6 +25,18 @@ impl<C: Controller> Connection<C> {
     /// counted in [`crate::stats::ConnStats::drops`] by reason.
     pub fn handle_datagram(&mut self, now_ns: u64, ev: u32, ecn: Ecn, bytes: &[u8]) {
         let _ = ev;
+        let bytes = match self.auth.as_mut().map(|a| a.open(bytes)) {
+            None => bytes,
+            Some(Ok(inner)) => inner,
+            Some(Err(e)) => {
+                // before anything of the datagram is parsed or acted on
+                self.stats.drops.add(match e {
+                    AuthDrop::BadTag => DropReason::AuthFailed,
+                    AuthDrop::Replayed => DropReason::Replayed,
+                });
+                return;
+            }
+        };
         let pkt = match PacketRepr::parse(bytes) {
             Ok(p) => p,
             Err(_) => {
