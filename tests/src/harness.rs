@@ -309,16 +309,21 @@ impl<C: Controller> Pair<C> {
             Side::A => &self.a,
             Side::B => &self.b,
         };
-        // an authenticated datagram is the packet plus its trailer
-        let trailer = if sender.is_authenticated() {
-            mrc_transport::auth::AUTH_TRAILER_BYTES
+        // an authenticated datagram's body is encrypted: only its BTH is read here, and a
+        // trim delivers it unchanged (a switch cannot cut it without breaking the tag)
+        let p = if sender.is_authenticated() {
+            None
         } else {
-            0
+            Some(PacketRepr::parse(&bytes).expect("endpoints emit valid packets"))
         };
-        let p = PacketRepr::parse(&bytes[..bytes.len() - trailer])
-            .expect("endpoints emit valid packets");
-        let is_data = p.bth.opcode.is_data();
-        let key = (from == Side::B, p.bth.psn);
+        let bth = match &p {
+            Some(p) => p.bth,
+            None => mrc_transport::wire::Bth::new_checked(&bytes[..])
+                .and_then(|h| mrc_transport::wire::BthRepr::parse(&h))
+                .expect("endpoints emit valid BTHs"),
+        };
+        let is_data = bth.opcode.is_data();
+        let key = (from == Side::B, bth.psn);
         let copy = if is_data {
             let c = self.copies.entry(key).or_insert(0);
             *c += 1;
@@ -331,9 +336,9 @@ impl<C: Controller> Pair<C> {
         let info = PacketInfo {
             from,
             ev,
-            opcode: p.bth.opcode,
-            psn: p.bth.psn,
-            rtx: p.bth.flags.rtx,
+            opcode: bth.opcode,
+            psn: bth.psn,
+            rtx: bth.flags.rtx,
             is_data,
             nth,
             nth_data,
@@ -386,7 +391,7 @@ impl<C: Controller> Pair<C> {
                 self.push(arrive + d2, to_b, ev, ce_in, bytes);
             }
             Action::Trim => {
-                if is_data {
+                if let (true, Some(p)) = (is_data, p) {
                     self.net.trimmed += 1;
                     let mut q = p;
                     q.bth.flags.trimmed = true;

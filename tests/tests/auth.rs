@@ -88,6 +88,9 @@ fn forged_replayed_and_altered_datagrams_are_dropped_unparsed() {
         .unwrap();
     let first = capture(&mut p);
     assert_eq!(first.len(), 52 + 4096 + AUTH_TRAILER_BYTES);
+    // the payload does not cross the wire in the clear
+    let src = p.a.regions().bytes(r.src.lkey).unwrap()[..4096].to_vec();
+    assert_ne!(&first[52..52 + 4096], &src[..]);
     // A forger who knows every identifier (QPN, PSN, generation, rkey, address) but not
     // the key: a WRITE of 0xEE over the same bytes, with no trailer, with a made-up one.
     let data = DataRepr {

@@ -129,6 +129,8 @@ pub struct Connection<C: Controller> {
     gen_mismatch_since_ns: Option<u64>,
     /// Per-packet authentication, when on ([`Connection::set_auth`]).
     auth: Option<Authenticator>,
+    /// Scratch for the plain packet of an authenticated datagram (reused).
+    auth_plain: Vec<u8>,
 }
 
 impl<C: Controller> Connection<C> {
@@ -168,6 +170,7 @@ impl<C: Controller> Connection<C> {
             probe_replies: VecDeque::new(),
             gen_mismatch_since_ns: None,
             auth: None,
+            auth_plain: Vec::new(),
         })
     }
 
@@ -195,9 +198,9 @@ impl<C: Controller> Connection<C> {
     }
 
     /// Turns per-packet authentication on ([`crate::auth`]): from now on every datagram
-    /// this side sends carries the trailer, and every datagram it receives must carry a
-    /// valid one (else it is dropped, unparsed, as [`DropReason::AuthFailed`] or
-    /// [`DropReason::Replayed`]). Both ends turn it on before they connect. The buffer
+    /// this side sends has its body encrypted and carries the trailer, and every datagram
+    /// it receives must carry a valid one (else it is dropped, unparsed, as
+    /// [`DropReason::AuthFailed`] or [`DropReason::Replayed`]). Both ends turn it on before they connect. The buffer
     /// handed to [`Connection::poll_transmit`] must then hold
     /// [`crate::auth::AUTH_TRAILER_BYTES`] more.
     ///
