@@ -13,8 +13,8 @@
 
 use mrc_congestion::{FixedWindow, FixedWindowConfig};
 use mrc_tests::harness::{Action, NetConfig, PacketInfo, Pair, Side, conn_config, craft};
-use mrc_transport::send::{GiveUp, SendConfig};
 use mrc_transport::path::PathState;
+use mrc_transport::send::{GiveUp, SendConfig};
 use mrc_transport::stats::DropReason;
 use mrc_transport::wire::{Body, NackReason, NackRepr, Opcode};
 use mrc_transport::{Access, ConnState, Ecn, Sge, WcOpcode, WcStatus};
@@ -28,7 +28,9 @@ const INITIAL_RECVS: u64 = 2 * TX_DEPTH + 16;
 
 /// The byte at `off` of message `msg`'s pattern.
 fn pattern_byte(msg: u64, off: u64) -> u8 {
-    (msg.wrapping_mul(0x9E37_79B9).wrapping_add(off.wrapping_mul(131)) >> 3) as u8
+    (msg.wrapping_mul(0x9E37_79B9)
+        .wrapping_add(off.wrapping_mul(131))
+        >> 3) as u8
 }
 
 /// Send config of a software datapath: RTO floor 20 ms, ceiling 100 ms, retry limit 7
@@ -92,8 +94,14 @@ fn stalled_receiver_run() -> StallOutcome {
         }
     });
     let region = (SLOTS * u64::from(MSG_BYTES)) as usize;
-    let src = p.a.regions_mut().register(region, Access::LOCAL_WRITE).unwrap();
-    let dst = p.b.regions_mut().register(region, Access::REMOTE_WRITE).unwrap();
+    let src =
+        p.a.regions_mut()
+            .register(region, Access::LOCAL_WRITE)
+            .unwrap();
+    let dst =
+        p.b.regions_mut()
+            .register(region, Access::REMOTE_WRITE)
+            .unwrap();
     let rbuf = p.b.regions_mut().register(1, Access::LOCAL_WRITE).unwrap();
     let recv = |p: &mut Pair<FixedWindow>, wr_id: u64| {
         p.b.post_recv(
@@ -304,7 +312,10 @@ fn a_dead_peer_fails_when_the_budget_ends_with_the_cause_named() {
             exact: true,
         }
     );
-    assert_eq!(o.give_up.unwrap().to_string(), "peer unresponsive for 5.0 s");
+    assert_eq!(
+        o.give_up.unwrap().to_string(),
+        "peer unresponsive for 5.0 s"
+    );
 }
 
 /// (EV, send timestamp low 32 bits) of the first and the latest copy of `seq` at A.
@@ -367,7 +378,12 @@ fn a_nack_for_an_earlier_copy_neither_resends_nor_charges_the_copy_in_flight() {
     .into_iter()
     .enumerate()
     {
-        p.inject(Side::A, first.0, Ecn::NotEct, &nack_from_b(0xFF_FF00, reason, first));
+        p.inject(
+            Side::A,
+            first.0,
+            Ecn::NotEct,
+            &nack_from_b(0xFF_FF00, reason, first),
+        );
         let s = p.a.stats();
         assert_eq!(s.stale_nacks, k as u64 + 1, "{reason:?}");
         assert_eq!((s.trimmed, s.rnr_nacks_received), (0, 0), "{reason:?}");

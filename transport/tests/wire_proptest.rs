@@ -178,8 +178,14 @@ fn arb_control(bth: BthRepr, mrceth: MrcethRepr) -> impl Strategy<Value = Owned>
                     )
                 }
             ),
-        (0..=MAX_24BIT, any::<u8>(), 0..=MAX_24BIT, any::<u32>(), any::<u32>()).prop_map(
-            move |(psn, reason, reserved, echo_ev, echo_ts_ns)| {
+        (
+            0..=MAX_24BIT,
+            any::<u8>(),
+            0..=MAX_24BIT,
+            any::<u32>(),
+            any::<u32>()
+        )
+            .prop_map(move |(psn, reason, reserved, echo_ev, echo_ts_ns)| {
                 with(
                     Opcode::Nack,
                     psn,
@@ -191,8 +197,7 @@ fn arb_control(bth: BthRepr, mrceth: MrcethRepr) -> impl Strategy<Value = Owned>
                         echo_ts_ns,
                     }),
                 )
-            }
-        ),
+            }),
         any::<(u32, [u8; 12])>().prop_map(move |(echo_ev, reserved)| with(
             Opcode::Cnp,
             bth.psn,
