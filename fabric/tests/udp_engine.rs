@@ -358,7 +358,9 @@ fn the_bootstrap_returns_only_once_the_peer_qp_is_connected() {
         let (s, _) = listener.accept().unwrap();
         let (remote, udp, mut s) = bootstrap::exchange(s, &qb.local_info(), T).unwrap();
         go_rx.recv().unwrap();
-        qb.connect(&remote, udp).unwrap();
+        let ports = qb.connect(&remote, udp).unwrap();
+        let peer_ports = bootstrap::exchange_ports(&mut s, &ports).unwrap();
+        qb.set_peer_source_ports(&peer_ports).unwrap();
         bootstrap::ready(&mut s).unwrap();
         qb
     });
@@ -474,7 +476,9 @@ fn a_hostile_probe_on_an_unknown_ev_fails_no_burst() {
     };
     let mut bytes = vec![0u8; probe.buffer_len()];
     probe.emit(&mut bytes).unwrap();
-    let mut hostile = FakeDatapath::new(&net, "10.0.0.66:4792".parse().unwrap());
+    // From a's IP (connect_direct gives the QPs the peer's IP only, not its source
+    // ports: a process on a's host passes the source check).
+    let mut hostile = FakeDatapath::new(&net, "10.0.0.1:4793".parse().unwrap());
     let id: ConnId = hostile.open_conn(b, &PathMap::per_ev(vec![1])).unwrap();
     let mut batch = TxBatch::new(1, 256);
     assert!(batch.push(id, 1, Ecn::NotEct, &bytes));

@@ -9,13 +9,33 @@
 //! written; a failed check returns an [`AccessError`] and leaves every region untouched.
 //! Virtual addresses are assigned page-aligned with a one-page gap between regions, so an
 //! address just past one region lies in no region.
+//!
+//! Two ways to make keys and addresses ([`RegionTable::new`], [`RegionTable::random`]):
+//! sequential (addresses from [`REGION_BASE_ADDR`] up, rkeys the lkey XOR a salt: what the
+//! simulator and unit tests use, reproducible and readable), or random (docs/SECURITY.md):
+//! every rkey and every region's address drawn from a ChaCha20 stream keyed by 32 bytes the
+//! caller takes from a CSPRNG, so a forger who saw some rkeys and addresses cannot derive
+//! the others, and none of them follows from a QPN, PSN or generation. The transport stays
+//! sans-IO: the key comes in from the caller ([`crate::ConnConfig::region_key`]).
 
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha20Rng;
+use std::collections::{BTreeMap, HashMap};
 use thiserror::Error;
 
 /// Page size used to align virtual addresses of regions, bytes.
 pub const REGION_ALIGN_BYTES: u64 = 4096;
-/// First virtual address handed out.
+/// First virtual address handed out (sequential keys).
 pub const REGION_BASE_ADDR: u64 = 0x1_0000;
+/// Random region addresses lie in `[RANDOM_ADDR_LOW, RANDOM_ADDR_LOW + RANDOM_ADDR_SPAN_BYTES)`:
+/// 2^32 up to 2^48 (a 48-bit span of pages, 2^36 choices of a 4 KiB page).
+pub const RANDOM_ADDR_LOW: u64 = 1 << 32;
+/// Size of the range random region addresses are drawn from, bytes (see [`RANDOM_ADDR_LOW`]).
+pub const RANDOM_ADDR_SPAN_BYTES: u64 = (1 << 48) - (1 << 32);
+/// Draws of a free random rkey or address before registration gives up with
+/// [`RegisterError::AddressSpace`] (each draw collides with probability far below 1/2
+/// unless the table is nearly full).
+const RANDOM_DRAWS: usize = 64;
 
 /// Access rights of a region (verbs `IBV_ACCESS_*`); combine with `|`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -94,27 +114,108 @@ struct Region {
     buf: Vec<u8>,
 }
 
+/// How a [`RegionTable`] makes rkeys and addresses.
+#[derive(Debug)]
+enum KeyGen {
+    /// Addresses from [`REGION_BASE_ADDR`] up; rkey = lkey ^ salt ^ 0x8000_0000.
+    Sequential { next_addr: u64, rkey_salt: u32 },
+    /// rkeys and page-aligned addresses from a caller-keyed ChaCha20 stream.
+    Random(Box<ChaCha20Rng>),
+}
+
 /// The registered regions of one endpoint (a verbs protection domain).
 #[derive(Debug)]
 pub struct RegionTable {
     slots: Vec<Option<Region>>,
-    next_addr: u64,
-    /// Incremented per registration; low 8 bits of each key (verbs "key variant").
+    /// Incremented per registration; low 8 bits of each lkey (verbs "key variant").
     variant: u8,
-    /// XORed into rkeys so they differ from lkeys and between endpoints.
-    rkey_salt: u32,
+    keygen: KeyGen,
+    /// Slot of each registered rkey.
+    by_rkey: HashMap<u32, usize>,
+    /// Address span `[start, end)` (guard page included) of each region, by start.
+    spans: BTreeMap<u64, u64>,
 }
 
 impl RegionTable {
     /// An empty table. `rkey_salt` (caller-chosen, e.g. from the seeded RNG) makes the
     /// rkeys of this endpoint differ from its lkeys and from other endpoints' rkeys.
+    /// Keys and addresses are sequential and follow from the salt: for the simulator and
+    /// tests, not for a network with strangers on it (use [`RegionTable::random`]).
     pub fn new(rkey_salt: u32) -> Self {
         RegionTable {
             slots: Vec::new(),
-            next_addr: REGION_BASE_ADDR,
             variant: 0,
-            rkey_salt: rkey_salt & 0xFFFF_FF00,
+            keygen: KeyGen::Sequential {
+                next_addr: REGION_BASE_ADDR,
+                rkey_salt: rkey_salt & 0xFFFF_FF00,
+            },
+            by_rkey: HashMap::new(),
+            spans: BTreeMap::new(),
         }
+    }
+
+    /// An empty table whose rkeys and region addresses are drawn from a ChaCha20 stream
+    /// keyed by `key` (32 bytes the caller takes from a CSPRNG; the same key gives the same
+    /// keys and addresses, so a seeded simulator stays reproducible). rkeys are nonzero,
+    /// distinct and independent of the lkeys; addresses are page-aligned in
+    /// [`RANDOM_ADDR_LOW`]..+[`RANDOM_ADDR_SPAN_BYTES`], one guard page apart at least.
+    pub fn random(key: [u8; 32]) -> Self {
+        RegionTable {
+            keygen: KeyGen::Random(Box::new(ChaCha20Rng::from_seed(key))),
+            ..RegionTable::new(0)
+        }
+    }
+
+    /// Whether `[start, start + span)` overlaps no registered region's span.
+    fn span_free(&self, start: u64, span: u64) -> bool {
+        let Some(end) = start.checked_add(span) else {
+            return false;
+        };
+        let before_ok = self
+            .spans
+            .range(..=start)
+            .next_back()
+            .is_none_or(|(_, &e)| e <= start);
+        let after_ok = self
+            .spans
+            .range(start..)
+            .next()
+            .is_none_or(|(&s, _)| s >= end);
+        before_ok && after_ok
+    }
+
+    /// An rkey and an address for a new region of `span` bytes (guard page included).
+    fn draw(&mut self, lkey: u32, span: u64) -> Result<(u32, u64), RegisterError> {
+        let rng = match &mut self.keygen {
+            KeyGen::Sequential {
+                next_addr,
+                rkey_salt,
+            } => {
+                let addr = *next_addr;
+                *next_addr = addr.checked_add(span).ok_or(RegisterError::AddressSpace)?;
+                return Ok((lkey ^ *rkey_salt ^ 0x8000_0000, addr));
+            }
+            KeyGen::Random(rng) => rng,
+        };
+        let rkeys: Vec<u32> = (0..RANDOM_DRAWS).map(|_| rng.random()).collect();
+        // With a guard page before the region too, so two regions never abut.
+        let need = span
+            .checked_add(REGION_ALIGN_BYTES)
+            .filter(|&n| n <= RANDOM_ADDR_SPAN_BYTES)
+            .ok_or(RegisterError::AddressSpace)?;
+        let last_page = (RANDOM_ADDR_SPAN_BYTES - need) / REGION_ALIGN_BYTES;
+        let addrs: Vec<u64> = (0..RANDOM_DRAWS)
+            .map(|_| RANDOM_ADDR_LOW + (rng.random_range(0..=last_page) + 1) * REGION_ALIGN_BYTES)
+            .collect();
+        let rkey = rkeys
+            .into_iter()
+            .find(|&k| k != 0 && !self.by_rkey.contains_key(&k))
+            .ok_or(RegisterError::TableFull)?;
+        let addr = addrs
+            .into_iter()
+            .find(|&a| self.span_free(a - REGION_ALIGN_BYTES, need))
+            .ok_or(RegisterError::AddressSpace)?;
+        Ok((rkey, addr))
     }
 
     /// Registers a zero-filled buffer of `len` bytes with `access`.
@@ -134,21 +235,22 @@ impl RegionTable {
             }
         };
         let len64 = len as u64;
-        let addr = self.next_addr;
         let span = len64
             .div_ceil(REGION_ALIGN_BYTES)
             .checked_add(1)
             .and_then(|p| p.checked_mul(REGION_ALIGN_BYTES))
             .ok_or(RegisterError::AddressSpace)?;
-        self.next_addr = addr.checked_add(span).ok_or(RegisterError::AddressSpace)?;
+        let lkey = ((idx as u32) << 8) | u32::from(self.variant.wrapping_add(1));
+        let (rkey, addr) = self.draw(lkey, span)?;
         self.variant = self.variant.wrapping_add(1);
-        let lkey = ((idx as u32) << 8) | u32::from(self.variant);
         let key = MrKey {
             addr,
             len: len64,
             lkey,
-            rkey: lkey ^ self.rkey_salt ^ 0x8000_0000,
+            rkey,
         };
+        self.by_rkey.insert(rkey, idx);
+        self.spans.insert(addr, addr + span);
         self.slots[idx] = Some(Region {
             key,
             access,
@@ -163,7 +265,10 @@ impl RegionTable {
     /// [`AccessError::UnknownKey`] if no region has this lkey.
     pub fn deregister(&mut self, lkey: u32) -> Result<(), AccessError> {
         let idx = self.find_lkey(lkey)?;
-        self.slots[idx] = None;
+        if let Some(r) = self.slots[idx].take() {
+            self.by_rkey.remove(&r.key.rkey);
+            self.spans.remove(&r.key.addr);
+        }
         Ok(())
     }
 
@@ -176,9 +281,10 @@ impl RegionTable {
     }
 
     fn find_rkey(&self, rkey: u32) -> Result<usize, AccessError> {
-        let idx = ((rkey ^ self.rkey_salt ^ 0x8000_0000) >> 8) as usize;
-        match self.slots.get(idx) {
-            Some(Some(r)) if r.key.rkey == rkey => Ok(idx),
+        match self.by_rkey.get(&rkey) {
+            Some(&idx) if matches!(self.slots.get(idx), Some(Some(r)) if r.key.rkey == rkey) => {
+                Ok(idx)
+            }
             _ => Err(AccessError::UnknownKey(rkey)),
         }
     }
@@ -433,5 +539,67 @@ mod tests {
         let access = Access::LOCAL_WRITE | Access::REMOTE_WRITE;
         assert!(access.contains(Access::REMOTE_WRITE));
         assert!(!Access::LOCAL_WRITE.contains(Access::REMOTE_WRITE));
+    }
+
+    #[test]
+    fn random_keys_and_addresses_are_distinct_aligned_and_follow_the_key_only() {
+        let mut t = RegionTable::random([7; 32]);
+        let mut u = RegionTable::random([7; 32]);
+        let mut v = RegionTable::random([8; 32]);
+        let mut keys = Vec::new();
+        for i in 0..200 {
+            let len = 1 + i * 1000;
+            let a = t.register(len, Access::REMOTE_WRITE).unwrap();
+            assert_eq!(u.register(len, Access::REMOTE_WRITE).unwrap(), a);
+            let b = v.register(len, Access::REMOTE_WRITE).unwrap();
+            assert_ne!((b.rkey, b.addr), (a.rkey, a.addr));
+            assert_eq!(a.addr % REGION_ALIGN_BYTES, 0);
+            assert!(a.addr > RANDOM_ADDR_LOW);
+            assert!(a.addr + a.len <= RANDOM_ADDR_LOW + RANDOM_ADDR_SPAN_BYTES);
+            assert_ne!(a.rkey, 0);
+            assert_eq!(a.lkey, ((i as u32) << 8) | (i as u32 + 1) & 0xFF);
+            keys.push(a);
+        }
+        let mut rkeys: Vec<u32> = keys.iter().map(|k| k.rkey).collect();
+        rkeys.sort_unstable();
+        rkeys.dedup();
+        assert_eq!(rkeys.len(), 200);
+        // No two regions overlap or abut: at least one guard page between any two.
+        let mut spans: Vec<(u64, u64)> = keys.iter().map(|k| (k.addr, k.addr + k.len)).collect();
+        spans.sort_unstable();
+        for w in spans.windows(2) {
+            assert!(w[0].1 + REGION_ALIGN_BYTES <= w[1].0, "{w:?}");
+        }
+        // Every rkey names its own region only; lkeys are not rkeys.
+        for k in &keys {
+            t.place_remote(k.rkey, k.addr + k.len - 1, &[5]).unwrap();
+            assert_eq!(
+                t.place_remote(k.rkey, k.addr + k.len, &[5]),
+                Err(AccessError::OutOfBounds {
+                    addr: k.addr + k.len,
+                    len: 1
+                })
+            );
+        }
+        let k = keys[3];
+        t.deregister(k.lkey).unwrap();
+        assert_eq!(
+            t.place_remote(k.rkey, k.addr, &[1]),
+            Err(AccessError::UnknownKey(k.rkey))
+        );
+        let again = t.register(100, Access::REMOTE_WRITE).unwrap();
+        assert_eq!(again.lkey >> 8, 3);
+        assert_ne!(again.rkey, k.rkey);
+    }
+
+    #[test]
+    fn a_random_region_larger_than_the_address_range_is_refused() {
+        let mut t = RegionTable::random([1; 32]);
+        // Cannot allocate 2^48 bytes, so check the span arithmetic through `draw` alone.
+        assert_eq!(
+            t.draw(1, RANDOM_ADDR_SPAN_BYTES),
+            Err(RegisterError::AddressSpace)
+        );
+        assert!(t.draw(1, 1 << 20).is_ok());
     }
 }

@@ -372,6 +372,16 @@ impl<'a> Report<'a> {
             pr.bytes,
             pr.drops_text()
         );
+        let sd = &self.r.recv.source_drops;
+        if sd.total() > 0 {
+            o += &format!(
+                " this side: {} datagrams from a foreign source dropped (wrong IP {}, wrong port {}, before connect {})\n",
+                sd.total(),
+                sd.wrong_ip,
+                sd.wrong_port,
+                sd.before_connect
+            );
+        }
         if p.verify {
             let mine = &self.r.recv;
             o += &format!(
@@ -402,7 +412,7 @@ impl<'a> Report<'a> {
                        "trims": e.trims, "ecn_marks": e.ecn_marks, "timeouts": e.timeouts, "state": e.state})
             })
             .collect();
-        let v = json!({
+        let mut v = json!({
             "test": match p.test { TestKind::Bw => "bw", TestKind::Lat => "lat" },
             "mode": self.mode,
             "bytes": p.size,
@@ -451,6 +461,10 @@ impl<'a> Report<'a> {
             },
             "evs": evs,
         });
+        // Datagrams dropped in the engine for a foreign source (not the peer's addresses):
+        // this side's and the receiver's (json! nests too deep to hold them above).
+        v["source_drops"] = json!(self.r.recv.source_drops);
+        v["receiver"]["source_drops"] = json!(self.r.peer_recv.source_drops);
         format!("{v}\n")
     }
 }

@@ -50,6 +50,38 @@ pub struct RecvResult {
     /// Datagrams this end's engine found no QP for (shorter than a BTH, or another QPN).
     #[serde(default)]
     pub unknown_qpn: u64,
+    /// Datagrams this end's engine dropped for their source address (not the peer's),
+    /// before the transport saw them.
+    #[serde(default)]
+    pub source_drops: SourceDropCounts,
+}
+
+/// [`mrc_fabric::engine::source::SourceDrops`] in a report.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SourceDropCounts {
+    /// Before the QP was connected.
+    pub before_connect: u64,
+    /// From another IP than the peer's.
+    pub wrong_ip: u64,
+    /// From the peer's IP, another port than its EV sockets'.
+    pub wrong_port: u64,
+}
+
+impl SourceDropCounts {
+    /// All of them.
+    pub fn total(&self) -> u64 {
+        self.before_connect + self.wrong_ip + self.wrong_port
+    }
+}
+
+impl From<mrc_fabric::engine::source::SourceDrops> for SourceDropCounts {
+    fn from(d: mrc_fabric::engine::source::SourceDrops) -> Self {
+        SourceDropCounts {
+            before_connect: d.before_connect,
+            wrong_ip: d.wrong_ip,
+            wrong_port: d.wrong_port,
+        }
+    }
 }
 
 /// Every [`mrc_transport::stats::DropReason`], for reports.
@@ -79,9 +111,9 @@ pub const DROP_REASONS: [mrc_transport::stats::DropReason; mrc_transport::stats:
 };
 
 impl RecvResult {
-    /// Datagrams dropped in all: by the connection and for no QP.
+    /// Datagrams dropped in all: by the connection, for no QP and for a foreign source.
     pub fn dropped(&self) -> u64 {
-        self.drops.values().sum::<u64>() + self.unknown_qpn
+        self.drops.values().sum::<u64>() + self.unknown_qpn + self.source_drops.total()
     }
 
     /// `12 (Duplicate 10, BadRkey 2), 3 for no QP`.
@@ -93,6 +125,16 @@ impl RecvResult {
         }
         if self.unknown_qpn > 0 {
             o += &format!(", {} for no QP", self.unknown_qpn);
+        }
+        let sd = &self.source_drops;
+        if sd.total() > 0 {
+            o += &format!(
+                ", {} from a foreign source (wrong IP {}, wrong port {}, before connect {})",
+                sd.total(),
+                sd.wrong_ip,
+                sd.wrong_port,
+                sd.before_connect
+            );
         }
         o
     }
@@ -782,6 +824,7 @@ pub fn run_end(
         .map(|r| (format!("{r:?}"), qs.conn.drops.get(*r)))
         .collect();
     recv.unknown_qpn = engine.rx_unknown_qpn;
+    recv.source_drops = qs.source_drops.into();
     w.send(&Ctl::Result(recv.clone()))?;
     let peer_recv = crossbeam_channel::select! {
         recv(result_rx) -> r => r.map_err(|_| "peer closed the control stream".to_string())?,

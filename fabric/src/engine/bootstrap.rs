@@ -25,8 +25,21 @@
 //! ```
 //! All fields big-endian. Every field is checked on receipt (untrusted input).
 //!
-//! Then each side connects its QP and writes the 4 bytes `MRCR` ([`READY`]); neither posts
-//! before it has read the peer's (version 2; version 1 had no ready barrier).
+//! Then each side connects its QP and sends the source ports of its EV sockets
+//! ([`exchange_ports`], version 3):
+//!
+//! ```text
+//! +---------------------------------------------------------------+
+//! |                       magic "MRCP"                            |
+//! +-------------------------------+-------------------------------+
+//! |        port count (1..)       |  count x source port (u16)... |
+//! +-------------------------------+-------------------------------+
+//! ```
+//!
+//! so each QP accepts datagrams from those ports of the peer's IP only
+//! ([`super::source::SourceFilter`]); then each writes the 4 bytes `MRCR` ([`READY`]), and
+//! neither posts before it has read the peer's (version 2 had no port message, version 1
+//! no ready barrier).
 
 use mrc_transport::region::MrKey;
 use std::io::{self, Read, Write};
@@ -37,13 +50,18 @@ use thiserror::Error;
 /// `"MRCB"`.
 pub const MAGIC: [u8; 4] = *b"MRCB";
 /// Version of this layout.
-pub const VERSION: u8 = 2;
+pub const VERSION: u8 = 3;
 /// Bytes of the fixed part.
 pub const FIXED_LEN: usize = 28;
 /// Bytes per region entry.
 pub const REGION_LEN: usize = 20;
 /// Most regions one side may advertise.
 pub const MAX_REGIONS: usize = 1024;
+/// `"MRCP"`: the source-port message ([`exchange_ports`]).
+pub const PORTS_MAGIC: [u8; 4] = *b"MRCP";
+/// Most EV source ports one side may announce (a connection has at most 65535 EVs, and
+/// this many sockets is far beyond any real one).
+pub const MAX_SOURCE_PORTS: usize = 4096;
 
 /// A remote-writable region as the peer advertises it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -304,6 +322,52 @@ pub fn exchange(
     Ok((remote.clone(), SocketAddr::new(peer_ip, remote.udp_port), s))
 }
 
+/// Sends this side's EV source ports and reads the peer's (after both sides connected
+/// their QPs, before [`ready`]).
+///
+/// # Errors
+/// [`BootstrapError::Io`] / [`BootstrapError::TimedOut`], [`BootstrapError::BadMagic`],
+/// [`BootstrapError::BadField`] (`"source port count"`: none, or more than
+/// [`MAX_SOURCE_PORTS`]; `"source port"`: port 0).
+pub fn exchange_ports(s: &mut TcpStream, local: &[u16]) -> Result<Vec<u16>, BootstrapError> {
+    if local.is_empty() || local.len() > MAX_SOURCE_PORTS {
+        return Err(BootstrapError::BadField("source port count"));
+    }
+    let mut b = Vec::with_capacity(6 + 2 * local.len());
+    b.extend_from_slice(&PORTS_MAGIC);
+    b.extend_from_slice(&(local.len() as u16).to_be_bytes());
+    for p in local {
+        b.extend_from_slice(&p.to_be_bytes());
+    }
+    s.write_all(&b).map_err(io_err("write source ports"))?;
+    read_ports(s)
+}
+
+/// Reads one source-port message.
+fn read_ports(r: &mut impl Read) -> Result<Vec<u16>, BootstrapError> {
+    let mut h = [0u8; 6];
+    r.read_exact(&mut h).map_err(io_err("read source ports"))?;
+    let magic = [h[0], h[1], h[2], h[3]];
+    if magic != PORTS_MAGIC {
+        return Err(BootstrapError::BadMagic(magic));
+    }
+    let n = usize::from(u16::from_be_bytes([h[4], h[5]]));
+    if n == 0 || n > MAX_SOURCE_PORTS {
+        return Err(BootstrapError::BadField("source port count"));
+    }
+    let mut body = vec![0u8; 2 * n];
+    r.read_exact(&mut body)
+        .map_err(io_err("read source ports"))?;
+    let ports: Vec<u16> = body
+        .chunks_exact(2)
+        .map(|c| u16::from_be_bytes([c[0], c[1]]))
+        .collect();
+    if ports.contains(&0) {
+        return Err(BootstrapError::BadField("source port"));
+    }
+    Ok(ports)
+}
+
 /// The ready marker each side writes once its QP is connected (4 bytes, ASCII `MRCR`).
 pub const READY: [u8; 4] = *b"MRCR";
 
@@ -351,7 +415,7 @@ mod tests {
     fn encode_decode_round_trip_exact_bytes() {
         let b = info().encode().unwrap();
         assert_eq!(b.len(), FIXED_LEN + REGION_LEN);
-        assert_eq!(&b[..8], b"MRCB\x02\x00\x12\xb8");
+        assert_eq!(&b[..8], b"MRCB\x03\x00\x12\xb8");
         assert_eq!(&b[8..12], &[0x00, 0x12, 0x34, 0x56]);
         assert_eq!(QpInfo::read_from(&mut b.as_slice()).unwrap(), info());
     }
@@ -366,10 +430,10 @@ mod tests {
             Err(BootstrapError::BadMagic(_))
         ));
         let mut b = good.clone();
-        b[4] = 3;
+        b[4] = 2;
         assert!(matches!(
             QpInfo::read_from(&mut b.as_slice()),
-            Err(BootstrapError::BadVersion(3))
+            Err(BootstrapError::BadVersion(2))
         ));
         let mut b = good.clone();
         b[8] = 1; // QPN above 24 bits
@@ -411,5 +475,31 @@ mod tests {
             ),
             other => panic!("want TimedOut {{ what: \"read\" }}, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn source_port_messages_are_checked() {
+        let ok = b"MRCP\x00\x02\x4e\x20\x4e\x21";
+        assert_eq!(read_ports(&mut ok.as_slice()).unwrap(), vec![20000, 20001]);
+        assert!(matches!(
+            read_ports(&mut b"MRCX\x00\x01\x00\x01".as_slice()),
+            Err(BootstrapError::BadMagic(_))
+        ));
+        assert!(matches!(
+            read_ports(&mut b"MRCP\x00\x00".as_slice()),
+            Err(BootstrapError::BadField("source port count"))
+        ));
+        assert!(matches!(
+            read_ports(&mut b"MRCP\x10\x01".as_slice()),
+            Err(BootstrapError::BadField("source port count"))
+        ));
+        assert!(matches!(
+            read_ports(&mut b"MRCP\x00\x01\x00\x00".as_slice()),
+            Err(BootstrapError::BadField("source port"))
+        ));
+        assert!(matches!(
+            read_ports(&mut b"MRCP\x00\x02\x00\x01".as_slice()),
+            Err(BootstrapError::Io { .. })
+        ));
     }
 }

@@ -26,6 +26,7 @@
 
 pub mod bootstrap;
 pub mod pattern;
+pub mod source;
 mod thread;
 
 use crate::udp::{
@@ -39,9 +40,10 @@ use mrc_transport::region::{AccessError, MrKey};
 use mrc_transport::send::SendConfig;
 use mrc_transport::stats::{ConnStats, EvStats};
 use mrc_transport::{Access, ConnConfig, ConnState, PeerParams, PostError, Psn, Sge};
-use std::collections::HashMap;
+use source::SourceDrops;
+use std::collections::{HashMap, HashSet};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -209,6 +211,9 @@ pub struct EngineStats {
     pub tx_datagrams: u64,
     /// Datagrams for no known QP (or too short to name one).
     pub rx_unknown_qpn: u64,
+    /// Datagrams for a known QP from a source its peer did not set up with (every QP's
+    /// [`SourceDrops`] together): dropped before the transport saw them, never answered.
+    pub rx_bad_source: u64,
     /// Datagrams the transport put on an EV that is none of the QP's (control packets
     /// echoing a peer's EV: the peer's EV list differs, or a hostile packet named it),
     /// sent on one of the QP's own EVs instead.
@@ -234,6 +239,10 @@ pub struct QpStats {
     pub ev_states: Vec<mrc_transport::path::PathState>,
     /// `--verify` results.
     pub verify: VerifyStats,
+    /// Datagrams dropped for their source address, by reason ([`source::SourceFilter`]).
+    pub source_drops: SourceDrops,
+    /// Whether the peer's EV source ports are known and checked (else only its IP).
+    pub source_ports_checked: bool,
     /// Smoothed RTT, ns.
     pub srtt_ns: u64,
     /// Why the sender gave up, once its work requests failed with `RetryExceeded` after
@@ -311,6 +320,11 @@ pub(crate) enum Cmd {
         udp: SocketAddr,
         reply: Reply<Vec<u16>>,
     },
+    PeerPorts {
+        qpn: u32,
+        ports: Vec<u16>,
+        reply: Reply<()>,
+    },
     Post {
         qpn: u32,
         wr: Wr,
@@ -351,8 +365,8 @@ struct Shared {
     udp_addr: SocketAddr,
     /// The datapath's [`Datapath::reorders_bursts`].
     reorders_bursts: bool,
-    next_qpn: AtomicU32,
-    salt: u64,
+    /// QPNs in use in this context (each drawn at random, never two alike).
+    qpns: Mutex<HashSet<u32>>,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -399,13 +413,6 @@ impl std::fmt::Debug for Context {
     }
 }
 
-fn splitmix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
 impl Context {
     /// A context on the io_uring UDP datapath.
     ///
@@ -436,6 +443,25 @@ impl Context {
         ))
     }
 
+    /// A random QPN (nonzero, 24 bits) not in use in this context, now marked in use.
+    fn alloc_qpn(&self) -> Result<u32, EngineError> {
+        let mut used = self.shared.qpns.lock().map_err(|_| EngineError::Stopped)?;
+        // 2^24 - 1 values: a free one is found in a few draws unless millions are in use.
+        for _ in 0..64 {
+            let q = (source::random_u64().map_err(EngineError::Refused)? & 0xFF_FFFF) as u32;
+            if q != 0 && used.insert(q) {
+                return Ok(q);
+            }
+        }
+        Err(EngineError::Refused("no free QPN".into()))
+    }
+
+    fn free_qpn(&self, qpn: u32) {
+        if let Ok(mut used) = self.shared.qpns.lock() {
+            used.remove(&qpn);
+        }
+    }
+
     /// A context on any datapath (e.g. [`crate::udp::FakeDatapath`]).
     pub fn with_datapath<D: Datapath + Send + 'static>(dp: D, cfg: EngineConfig) -> Context {
         let (cmd_tx, cmd_rx) = crossbeam_channel::unbounded();
@@ -456,13 +482,6 @@ impl Context {
         reorders_bursts: bool,
         t: JoinHandle<()>,
     ) -> Context {
-        let salt = splitmix(
-            u64::from(std::process::id())
-                ^ std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| d.as_nanos() as u64)
-                ^ (u64::from(udp_addr.port()) << 32),
-        );
         Context {
             shared: Arc::new(Shared {
                 cmds,
@@ -470,8 +489,7 @@ impl Context {
                 sleeping,
                 udp_addr,
                 reorders_bursts,
-                next_qpn: AtomicU32::new(1),
-                salt,
+                qpns: Mutex::new(HashSet::new()),
                 thread: Mutex::new(Some(t)),
             }),
         }
@@ -483,24 +501,32 @@ impl Context {
     }
 
     /// Creates a QP in state `Init` (regions may be registered and receives posted).
-    /// QPNs count up from 1 per context; the initial PSN and the generation are random.
+    /// The QPN (nonzero, 24 bits, unique in the context), the initial PSN, the generation,
+    /// the selection seed and the region key (rkeys and region addresses,
+    /// [`mrc_transport::region::RegionTable::random`]) are each drawn from the operating
+    /// system's CSPRNG ([`source::random_bytes`]), independent of one another.
     ///
     /// # Errors
     /// [`EngineError::Refused`] for a configuration the transport or the controller
     /// rejects; [`EngineError::Stopped`].
     pub fn create_qp(&self, cfg: QpConfig) -> Result<Qp, EngineError> {
-        let qpn = self.shared.next_qpn.fetch_add(1, Ordering::Relaxed) & 0xFF_FFFF;
-        let r = splitmix(self.shared.salt ^ u64::from(qpn));
+        let rng = |e: String| EngineError::Refused(e);
         let mut conn_cfg = cfg.conn.clone();
+        conn_cfg.initial_psn = Psn::new((source::random_u64().map_err(rng)? & 0xFF_FFFF) as u32);
+        conn_cfg.generation = (source::random_u64().map_err(rng)? as u16).max(1);
+        conn_cfg.seed = source::random_u64().map_err(rng)?;
+        let mut key = [0u8; 32];
+        source::random_bytes(&mut key).map_err(rng)?;
+        conn_cfg.region_key = Some(key);
+        let qpn = self.alloc_qpn()?;
         conn_cfg.local_qpn = qpn;
-        conn_cfg.initial_psn = Psn::new((r & 0xFF_FFFF) as u32);
-        conn_cfg.generation = ((r >> 24) as u16).max(1);
-        conn_cfg.seed = r;
         conn_cfg.send.burst_may_reorder |= self.shared.reorders_bursts;
         let cc = AnyController::new(cfg.cc, &cfg.link)
             .map_err(|e| EngineError::Refused(format!("congestion control: {e}")))?;
-        let conn = mrc_transport::Connection::new(conn_cfg.clone(), cc)
-            .map_err(|e| EngineError::Refused(format!("QP configuration: {e}")))?;
+        let conn = mrc_transport::Connection::new(conn_cfg.clone(), cc).map_err(|e| {
+            self.free_qpn(qpn);
+            EngineError::Refused(format!("QP configuration: {e}"))
+        })?;
         let (send_tx, send_rx) = crossbeam_channel::unbounded();
         let (recv_tx, recv_rx) = crossbeam_channel::unbounded();
         let paths = PathMap {
@@ -520,6 +546,8 @@ impl Context {
                 recv_cq: recv_tx,
                 verify: None,
                 vstats: VerifyStats::default(),
+                sources: source::SourceFilter::default(),
+                source_drops: SourceDrops::default(),
             }),
         })?;
         Ok(Qp {
@@ -570,6 +598,9 @@ impl std::fmt::Debug for Qp {
 impl Drop for Qp {
     fn drop(&mut self) {
         let _ = self.shared.send(Cmd::DestroyQp { qpn: self.qpn });
+        if let Ok(mut used) = self.shared.qpns.lock() {
+            used.remove(&self.qpn);
+        }
     }
 }
 
@@ -709,7 +740,10 @@ impl Qp {
     }
 
     /// Moves the QP to `Ready` with the peer's parameters and opens the EV sockets to
-    /// `udp` (verbs RTR + RTS). Returns the EV sockets' source ports.
+    /// `udp` (verbs RTR + RTS). Returns the EV sockets' source ports. From then on the QP
+    /// accepts datagrams from `udp`'s IP only ([`source::SourceFilter`]); call
+    /// [`Qp::set_peer_source_ports`] with the peer's EV source ports to accept only those
+    /// (the TCP bootstrap does).
     ///
     /// # Errors
     /// [`EngineError::Incompatible`] (go-back-N disagreement, or our outstanding limit
@@ -738,6 +772,23 @@ impl Qp {
             udp,
             reply,
         })
+    }
+
+    /// Accepts datagrams only from these source ports of the peer's IP (the peer's EV
+    /// sockets' ports, [`Connected::source_ports`] on its side); others are dropped and
+    /// counted in [`QpStats::source_drops`]. An empty list is refused (it would drop
+    /// everything).
+    ///
+    /// # Errors
+    /// [`EngineError::Refused`] (no such QP, empty list), [`EngineError::Stopped`].
+    pub fn set_peer_source_ports(&self, ports: &[u16]) -> Result<(), EngineError> {
+        if ports.is_empty() {
+            return Err(EngineError::Refused("no peer source ports".into()));
+        }
+        let qpn = self.qpn;
+        let ports = ports.to_vec();
+        self.shared
+            .call(|reply| Cmd::PeerPorts { qpn, ports, reply })
     }
 
     /// Client side of the TCP bootstrap: connects to `server`, exchanges [`QpInfo`],
@@ -785,8 +836,10 @@ impl Qp {
         self.finish_bootstrap(remote, udp, stream)
     }
 
-    /// The end of every TCP bootstrap: [`Qp::connect`] to what the peer sent, then
-    /// [`bootstrap::ready`] on the stream.
+    /// The end of every TCP bootstrap: [`Qp::connect`] to what the peer sent, swap the EV
+    /// source ports ([`bootstrap::exchange_ports`]) and accept only the peer's
+    /// ([`Qp::set_peer_source_ports`]), then [`bootstrap::ready`] on the stream: by the
+    /// time the peer may post, this side's source filter is complete.
     fn finish_bootstrap(
         &self,
         remote: QpInfo,
@@ -794,6 +847,8 @@ impl Qp {
         mut stream: TcpStream,
     ) -> Result<Connected, EngineError> {
         let source_ports = self.connect(&remote, udp)?;
+        let peer_ports = bootstrap::exchange_ports(&mut stream, &source_ports)?;
+        self.set_peer_source_ports(&peer_ports)?;
         bootstrap::ready(&mut stream)?;
         Ok(Connected {
             remote,

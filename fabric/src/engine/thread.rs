@@ -5,6 +5,7 @@
 //! timer is due (at most `max_sleep_ns`), so an idle engine does not burn a core.
 
 use super::pattern;
+use super::source::{SourceDrops, SourceFilter};
 use super::{Cmd, EngineConfig, EngineStats, QpStats, VerifySpec, VerifyStats, Wr};
 use crate::udp::{ConnId, Datapath, PathMap, TxBatch};
 use crossbeam_channel::{Receiver, Sender};
@@ -26,6 +27,10 @@ pub(crate) struct QpEntry {
     pub recv_cq: Sender<Completion>,
     pub verify: Option<VerifySpec>,
     pub vstats: VerifyStats,
+    /// Where datagrams may come from.
+    pub sources: SourceFilter,
+    /// What the source check dropped.
+    pub source_drops: SourceDrops,
 }
 
 pub(crate) struct Engine<D: Datapath> {
@@ -101,6 +106,7 @@ impl<D: Datapath> Engine<D> {
             let now = self.now_ns();
             let qps = &mut self.qps;
             let stats = &mut self.stats;
+            let check_port = self.dp.reports_source_ports();
             let rx = self.dp.rx_burst(self.cfg.rx_burst, &mut |d| {
                 let qpn = match d.bytes.get(5..8) {
                     Some(q) => u32::from_be_bytes([0, q[0], q[1], q[2]]),
@@ -110,7 +116,13 @@ impl<D: Datapath> Engine<D> {
                     }
                 };
                 match qps.get_mut(&qpn) {
-                    Some(e) => e.conn.handle_datagram(now, 0, d.ecn, d.bytes),
+                    Some(e) => match e.sources.check(d.from, check_port) {
+                        Ok(()) => e.conn.handle_datagram(now, 0, d.ecn, d.bytes),
+                        Err(why) => {
+                            e.source_drops.count(why);
+                            stats.rx_bad_source += 1;
+                        }
+                    },
                     None => stats.rx_unknown_qpn += 1,
                 }
             });
@@ -277,6 +289,7 @@ impl<D: Datapath> Engine<D> {
                         Ok(id) => match e.conn.connect(peer) {
                             Ok(()) => {
                                 e.dp_conn = Some(id);
+                                e.sources.connect(udp.ip());
                                 Ok(self.dp.source_ports(id).unwrap_or_default())
                             }
                             Err(err) => {
@@ -285,6 +298,17 @@ impl<D: Datapath> Engine<D> {
                             }
                         },
                     },
+                };
+                let _ = reply.send(r);
+            }
+            Cmd::PeerPorts { qpn, ports, reply } => {
+                let r = match self.qps.get_mut(&qpn) {
+                    None => Err(format!("no QP {qpn}")),
+                    Some(e) if e.dp_conn.is_none() => Err(format!("QP {qpn} is not connected")),
+                    Some(e) => {
+                        e.sources.set_ports(&ports);
+                        Ok(())
+                    }
                 };
                 let _ = reply.send(r);
             }
@@ -380,6 +404,8 @@ impl<D: Datapath> Engine<D> {
                             .collect(),
                         ev_states: e.conn.paths().paths().iter().map(|p| p.state).collect(),
                         verify: e.vstats,
+                        source_drops: e.source_drops,
+                        source_ports_checked: e.sources.checks_ports(),
                         srtt_ns: e.conn.send_state().rtt.srtt_ns,
                         give_up: e.conn.give_up(),
                     }

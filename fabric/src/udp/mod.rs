@@ -379,6 +379,13 @@ pub trait Datapath {
         false
     }
 
+    /// Whether [`RxDatagram::from`] carries the sender's real source port (UDP: yes; verbs:
+    /// no, its port is RoCEv2's fixed 4791 and only the IP, from the source GID, means
+    /// anything). The engine checks a QP's peer ports only where it does. Default true.
+    fn reports_source_ports(&self) -> bool {
+        true
+    }
+
     /// Counters.
     fn stats(&self) -> DatapathStats;
 }

@@ -684,6 +684,12 @@ impl<N: Nic> Datapath for VerbsDatapath<N> {
         self.dev.waker()
     }
 
+    /// No: a receive's source is the GRH's source GID (as an IP) and RoCEv2's fixed port;
+    /// the engine checks the peer's IP only (the sender's UD QPN is not handed up).
+    fn reports_source_ports(&self) -> bool {
+        false
+    }
+
     fn stats(&self) -> DatapathStats {
         self.stats
     }

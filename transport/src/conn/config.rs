@@ -19,8 +19,14 @@ pub struct ConnConfig {
     pub evs: Vec<u32>,
     /// EV selection. Default recycled entropy (REPS).
     pub selection: Selection,
-    /// Seed of the selection RNG (and of the rkey salt).
+    /// Seed of the selection RNG (and of the rkey salt when `region_key` is `None`).
     pub seed: u64,
+    /// Key of the region table's rkey and address stream
+    /// ([`crate::region::RegionTable::random`]): 32 bytes from a CSPRNG on a real network
+    /// (the engine draws them from the OS), a seeded value in a simulator. `None`
+    /// (default): sequential addresses and rkeys salted from `seed` and `local_qpn`
+    /// ([`crate::region::RegionTable::new`]), guessable by anyone who sees a packet.
+    pub region_key: Option<[u8; 32]>,
     /// Sender parameters (MTU payload, RTO, reorder window, retry limit).
     pub send: SendConfig,
     /// Acknowledgement policy (coalescing, CNP interval).
@@ -58,6 +64,7 @@ impl Default for ConnConfig {
             evs: (0..16).collect(),
             selection: Selection::Recycle,
             seed: 0,
+            region_key: None,
             send: SendConfig::default(),
             ack: AckConfig::default(),
             recv_window_packets: DEFAULT_RECV_WINDOW_PACKETS,

@@ -151,7 +151,10 @@ impl<C: Controller> Connection<C> {
         let rwin = RecvWindow::new(crate::psn::Psn::new(0), cfg.recv_window_packets);
         let rx = RxMessages::new(cfg.max_rx_messages);
         let acker = Acker::new(cfg.ack);
-        let regions = RegionTable::new((cfg.seed as u32) ^ (cfg.local_qpn << 8));
+        let regions = match cfg.region_key {
+            Some(key) => RegionTable::random(key),
+            None => RegionTable::new((cfg.seed as u32) ^ (cfg.local_qpn << 8)),
+        };
         Ok(Connection {
             cfg,
             state: ConnState::Init,
