@@ -229,7 +229,8 @@ pub fn make_side(
     local: &LocalFabric,
 ) -> Result<Side, String> {
     let ecfg = EngineConfig {
-        slot_bytes: p.mtu as usize + 64,
+        // headers (56) and an authentication trailer (24)
+        slot_bytes: p.mtu as usize + 96,
         tx_batch: 256,
         spin_ns: p.spin_us.saturating_mul(1000),
         ..EngineConfig::default()

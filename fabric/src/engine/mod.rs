@@ -55,7 +55,8 @@ use thread::{Engine, QpEntry};
 pub struct EngineConfig {
     /// Datagrams per `tx_burst`. Default 64.
     pub tx_batch: usize,
-    /// Bytes per send slot; must hold `mtu_payload_bytes + 56`. Default 9216.
+    /// Bytes per send slot; must hold `mtu_payload_bytes + 56`, and 24 more for a QP with
+    /// authentication on ([`Qp::set_auth`]). Default 9216.
     pub slot_bytes: usize,
     /// Datagrams per `rx_burst` call, about. Default 256.
     pub rx_burst: usize,
@@ -313,6 +314,11 @@ pub(crate) enum Cmd {
     SetVerify {
         qpn: u32,
         spec: VerifySpec,
+    },
+    SetAuth {
+        qpn: u32,
+        keys: Box<mrc_transport::auth::AuthKeys>,
+        reply: Reply<()>,
     },
     Connect {
         qpn: u32,
@@ -711,6 +717,20 @@ impl Qp {
             qpn: self.qpn,
             spec,
         })
+    }
+
+    /// Turns per-packet authentication and encryption on for this QP
+    /// ([`mrc_transport::auth`]; keys from [`mrc_transport::auth::AuthKeys::derive`] with a
+    /// pre-shared key and both ends' setup nonces). Both ends do it before they connect;
+    /// from then on a datagram without a valid tag, or replayed, is dropped before the
+    /// transport parses it (counted as `AuthFailed` / `Replayed`).
+    ///
+    /// # Errors
+    /// [`EngineError::Refused`] once the QP is connected; [`EngineError::Stopped`].
+    pub fn set_auth(&self, keys: mrc_transport::auth::AuthKeys) -> Result<(), EngineError> {
+        let qpn = self.qpn;
+        let keys = Box::new(keys);
+        self.shared.call(|reply| Cmd::SetAuth { qpn, keys, reply })
     }
 
     /// What this side tells a peer: QPN, PSN, generation, UDP port, window, and every

@@ -276,6 +276,16 @@ impl<D: Datapath> Engine<D> {
                     e.verify = Some(spec);
                 }
             }
+            Cmd::SetAuth { qpn, keys, reply } => {
+                let r = match self.qps.get_mut(&qpn) {
+                    Some(e) => e
+                        .conn
+                        .set_auth(mrc_transport::auth::Authenticator::new(*keys))
+                        .map_err(|err| format!("authentication must be set before connect: {err}")),
+                    None => Err(format!("no QP {qpn}")),
+                };
+                let _ = reply.send(r);
+            }
             Cmd::Connect {
                 qpn,
                 peer,
