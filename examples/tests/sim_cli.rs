@@ -522,7 +522,8 @@ fn experiment_help_lists_every_experiment() {
 }
 
 /// Runs mrc-sim and returns (exit code, stderr, peak resident memory in MiB) from the
-/// child's own rusage (`wait4`).
+/// child's own rusage (`wait4`, which reaps it: no `Child::wait`).
+#[allow(clippy::zombie_processes)]
 fn mrc_sim_rss(args: &[&str]) -> (i32, String, u64) {
     use std::io::Read;
     use std::os::unix::process::ExitStatusExt;
@@ -566,11 +567,11 @@ fn hostile_counts_are_refused_before_allocation() {
             "scenario: flow 1 -> 5: evs = 4294967295 is more than the limit of 4096 EVs (--max-evs raises it",
         ),
         (
-            "seed = 1\n[topology]\ngpus = 1024\n[traffic]\npattern = \"all-to-all\"\nbytes = 8388608\n".to_string(),
+            "seed = 1\n[topology]\ngpus = 1024\ngpus_per_server = 8\nnic_gbps = 200\nleaf_radix = 32\nleaf_port_gbps = 400\nspine_radix = 32\nspine_port_gbps = 400\n[traffic]\npattern = \"all-to-all\"\nbytes = 8388608\n".to_string(),
             "scenario: traffic and [[flows]]: 1047552 flows are more than the limit of 65536 (--max-flows raises it)",
         ),
         (
-            "seed = 1\n[topology]\ngpus = 1024\n[traffic]\npattern = \"permutation\"\nbytes = 4294967295\n".to_string(),
+            "seed = 1\n[topology]\ngpus = 1024\ngpus_per_server = 8\nnic_gbps = 200\nleaf_radix = 32\nleaf_port_gbps = 400\nspine_radix = 32\nspine_port_gbps = 400\n[traffic]\npattern = \"permutation\"\nbytes = 4294967295\n".to_string(),
             "scenario: the run would need about 8393063 MiB (1024 flows moving 4194303 MiB, each \
              with a source and a destination region; 1024 hosts), more than the limit of 2048 \
              MiB (--max-memory-mb raises it)",
