@@ -346,7 +346,7 @@ fn tshark_decodes_srh_udp_and_bth_exactly() {
     );
     // udp.checksum.status 1 = Good (tshark's PROTO_CHECKSUM_E_GOOD); destqp prints in hex.
     // UDP lengths: 8 + mrc datagram = BTH 12 + MRCETH 16 + body: SEND_ONLY MSGETH 8 + 8 data
-    // (52), RDMA_WRITE_ONLY + RETH 16 (68), SACK 28 (64), NACK 12 (48), CNP 16 (52).
+    // (52), RDMA_WRITE_ONLY + RETH 16 (68), SACK 28 (64), NACK 16 (52), CNP 16 (52).
     // Opcodes: SEND_ONLY 4, RDMA_WRITE_ONLY 10, SACK 0xE0, NACK 0xE1, CNP 0x81.
     let expected: Vec<Vec<&str>> = vec![
         vec![
@@ -402,7 +402,7 @@ fn tshark_decodes_srh_udp_and_bth_exactly() {
         ],
         vec![
             "0.004000005",
-            "72",
+            "76",
             "fc00:0:1::",
             "4",
             "1",
@@ -410,7 +410,7 @@ fn tshark_decodes_srh_udp_and_bth_exactly() {
             "2001:db8::200",
             "49156",
             "4792",
-            "48",
+            "52",
             "1",
             "225",
             "0x000100",

@@ -78,7 +78,7 @@ enum Op {
     Nack {
         psn: PsnSel,
         reason: u8,
-        echo_ev: u8,
+        echo: EchoSel,
     },
     WrongQpnSack(PsnSel),
     Raw(Vec<u8>),
@@ -144,6 +144,9 @@ fn check_invariants(c: &Connection<FixedWindow>, prev: &Snapshot) {
             }
             PktState::Queued => {
                 queued.push(q);
+                unacked_bytes += u64::from(p.len);
+            }
+            PktState::RnrWait => {
                 unacked_bytes += u64::from(p.len);
             }
         }
@@ -315,18 +318,20 @@ fuzz_target!(|input: Input| {
                 let bytes = craft(Opcode::Sack, 1, cum, 0, 0, PEER_GEN, 0, Body::Sack(s));
                 r.deliver(&bytes, bogus);
             }
-            Op::Nack {
-                psn,
-                reason,
-                echo_ev,
-            } => {
+            Op::Nack { psn, reason, echo } => {
                 let psn = resolve(*psn, una, nxt);
+                // a sent copy's (EV, timestamp), so a NACK can name the latest copy and act
+                let (echo_ev, echo_ts_ns) = match *echo {
+                    EchoSel::Sent(i) if !r.sent.is_empty() => r.sent[usize::from(i) % r.sent.len()],
+                    EchoSel::Sent(_) => (0, 0),
+                    EchoSel::Raw(e, t) => (e % 5, t),
+                };
                 let n = NackRepr {
                     psn,
-                    reason: NackReason::from(*reason % 9),
+                    reason: NackReason::from(*reason % 10),
                     reserved: 0,
-                    echo_ev: u32::from(*echo_ev % 5),
-                    echo_ts_ns: 0,
+                    echo_ev,
+                    echo_ts_ns,
                 };
                 r.run_timers();
                 let bogus = nack_is_bogus(&r.conn, &n);

@@ -46,11 +46,15 @@ fn send_cfg(budget_ns: Option<u64>) -> SendConfig {
 }
 
 fn pair(budget_ns: Option<u64>, net: NetConfig) -> Pair<FixedWindow> {
+    pair_with(send_cfg(budget_ns), net)
+}
+
+fn pair_with(send: SendConfig, net: NetConfig) -> Pair<FixedWindow> {
     let cc = || FixedWindowConfig::default().build();
     let mut ca = conn_config(0xA, 0xFF_FF00, 1, 16, 5);
-    ca.send = send_cfg(budget_ns);
+    ca.send = send;
     let mut cb = conn_config(0xB, 0x12_3456, 3, 16, 6);
-    cb.send = send_cfg(budget_ns);
+    cb.send = send;
     Pair::new(ca, cc(), cb, cc(), net)
 }
 
@@ -239,7 +243,12 @@ struct OutageOutcome {
 /// A 4 MiB WRITE from A to B; every datagram either way sent in `dark` is lost (a paused
 /// or dead peer: it neither receives nor answers).
 fn outage(budget_ns: Option<u64>, dark: std::ops::Range<u64>) -> OutageOutcome {
-    let mut p = pair(budget_ns, NetConfig::default());
+    outage_with(send_cfg(budget_ns), dark).0
+}
+
+/// [`outage`] with `send` at both ends; also A's retransmissions.
+fn outage_with(send: SendConfig, dark: std::ops::Range<u64>) -> (OutageOutcome, u64) {
+    let mut p = pair_with(send, NetConfig::default());
     p.script(move |i: &PacketInfo| {
         if dark.contains(&i.now_ns) {
             Action::Drop
@@ -255,13 +264,42 @@ fn outage(budget_ns: Option<u64>, dark: std::ops::Range<u64>) -> OutageOutcome {
         done.extend(p.a_completions().iter().map(|c| (c.wr_id, c.status)));
         !done.is_empty()
     });
-    OutageOutcome {
+    let o = OutageOutcome {
         done,
         give_up: p.a.give_up(),
         timeouts: p.a.stats().timeouts,
         end_ns: p.now_ns,
         exact: p.dst_matches(&r),
-    }
+    };
+    (o, p.a.stats().retransmitted)
+}
+
+#[test]
+fn an_rto_probe_restarts_the_timer_and_resends_one_packet_per_expiry() {
+    // The engine's RTO (rto_probe_oldest): through a 750 ms outage that begins when the
+    // whole 4 MiB has been handed to the network (at 0 ns; its SACKs are lost), each expiry
+    // resends only the oldest packet and restarts the timer. Regression: the restart was missing, so
+    // after the probe the next-oldest packet's old send time made the timer fire at once,
+    // again and again (8,542 expiries in one 751 ms pause on real sockets).
+    let send = SendConfig {
+        rto_probe_oldest: true,
+        ..send_cfg(Some(5_000_000_000))
+    };
+    let (o, retransmitted) = outage_with(send, 100_000..750_000_000);
+    assert_eq!(
+        o,
+        OutageOutcome {
+            done: vec![(1, WcStatus::Success)],
+            give_up: None,
+            // at 20, 60, 140 ms, then 100 ms apart; the tenth (840 ms) is answered
+            // (without the restart: 5,099 expiries)
+            timeouts: 10,
+            end_ns: 840_106_317,
+            exact: true,
+        }
+    );
+    // one probe per expiry, and the tail loss probe before the first expiry
+    assert_eq!(retransmitted, 11);
 }
 
 #[test]
@@ -426,4 +464,98 @@ fn a_nack_for_an_earlier_copy_neither_resends_nor_charges_the_copy_in_flight() {
         Some(PathState::Skip { .. })
     ));
     assert_eq!(p.b.stats().drops.get(DropReason::Duplicate), 0);
+}
+
+/// (spurious losses, retransmissions, reorder-window multiplier at the end, completion
+/// time ns) of 16 x 1 MiB WRITEs when one data packet in 256 is held 200 us on its way,
+/// as a descheduled engine holds a socket's packets: the packets sprayed after it
+/// overtake it by more than RACK's window.
+fn slow_ev_run(adaptive: bool) -> (u64, u64, u32, u64) {
+    let send = SendConfig {
+        adaptive_reorder_window: adaptive,
+        ..send_cfg(None)
+    };
+    let mut p = pair_with(send, NetConfig::default());
+    p.script(|i: &PacketInfo| {
+        if i.from == Side::A && i.is_data && i.copy == 0 && i.nth_data % 256 == 7 {
+            Action::Delay(200_000)
+        } else {
+            Action::Deliver
+        }
+    });
+    let r = p.regions(16 << 20, 4);
+    for k in 0..16u64 {
+        p.a.post_write(
+            k,
+            r.src_sge(k << 20, 1 << 20),
+            r.dst.addr + (k << 20),
+            r.dst.rkey,
+        )
+        .unwrap();
+    }
+    let mut done = 0;
+    assert!(p.run_until(10_000_000_000, |p| {
+        done += p.a_completions().len();
+        done == 16
+    }));
+    let end_ns = p.now_ns;
+    // the late originals still in the network arrive
+    p.run_to_quiet(end_ns + 10_000_000);
+    assert!(p.dst_matches(&r));
+    let s = p.a.stats();
+    (
+        s.spurious,
+        s.retransmitted,
+        p.a.send_state().reorder_window_mult(),
+        end_ns,
+    )
+}
+
+#[test]
+fn the_reorder_window_widens_on_spurious_losses() {
+    // RFC 8985 6.2: each round trip with a spurious loss widens the window one step; once
+    // wide enough, the slow EV's packets are late, not lost.
+    // Without adaptation all 6 holds are declared lost and resent (all 6 spurious); with
+    // it the first two are, the window doubles, and the other four arrive in time; both
+    // finish at the same instant.
+    assert_eq!(
+        (slow_ev_run(false), slow_ev_run(true)),
+        ((6, 6, 1, 1_477_694), (2, 2, 2, 1_477_694))
+    );
+}
+
+#[test]
+fn a_receiver_that_never_posts_a_receive_fails_the_sender_when_the_budget_ends() {
+    // A WRITE_WITH_IMM to a peer with no receive posted: every copy of its last packet is
+    // answered NACK(RECEIVER_NOT_READY), every 640 us, for 5 s; then the sender gives up
+    // with the cause named. Without the bound a forged RNR NACK stream, or a receiver that
+    // never posts, held the work request forever.
+    let mut p = pair(Some(5_000_000_000), NetConfig::default());
+    let r = p.regions(4096, 2);
+    p.a.post_write_with_imm(1, r.src_sge(0, 4096), r.dst.addr, r.dst.rkey, 7)
+        .unwrap();
+    let mut done = Vec::new();
+    assert!(p.run_until(60_000_000_000, |p| {
+        done.extend(p.a_completions().iter().map(|c| (c.wr_id, c.status)));
+        !done.is_empty()
+    }));
+    assert_eq!(done, vec![(1, WcStatus::RetryExceeded)]);
+    let give_up = p.a.give_up().unwrap();
+    assert_eq!(
+        give_up,
+        GiveUp::ReceiverNotReady {
+            waited_ns: 5_000_000_000
+        }
+    );
+    assert_eq!(
+        give_up.to_string(),
+        "peer not ready to receive (no receive posted) for 5.0 s"
+    );
+    assert_eq!(p.now_ns, 5_000_000_000);
+    // one RNR round per 640 us timer plus the round trip; no RTO expiry in between
+    assert_eq!(
+        (p.a.stats().rnr_nacks_received, p.a.stats().timeouts),
+        (7_760, 0)
+    );
+    assert_eq!(p.b_completions(), vec![]);
 }

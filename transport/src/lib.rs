@@ -4,13 +4,15 @@
 //! the wire format ([`wire`]), 24-bit PSNs ([`psn`]), memory regions ([`region`]), the
 //! receive window ([`recv`]), the sender state ([`send`]), RTT/RTO/RACK loss detection
 //! ([`loss`]), paths named by entropy values ([`path`]), completions ([`completion`]) and
-//! counters ([`stats`]), and the [`conn::Connection`] that ties them together.
+//! counters ([`stats`]), optional per-packet authentication ([`auth`]), and the
+//! [`conn::Connection`] that ties them together.
 //!
 //! This crate never reads a clock, a socket or a global RNG: time (`now`, nanoseconds) and
 //! randomness (a seed) come from the caller, so every run is reproducible.
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod auth;
 pub mod completion;
 pub mod conn;
 pub mod loss;

@@ -42,10 +42,16 @@ pub enum DropReason {
     /// The last packet of a SEND or WRITE_WITH_IMM found no posted receive free for it:
     /// not accepted, answered with NACK(RECEIVER_NOT_READY) (IBA's RNR NAK).
     ReceiverNotReady,
+    /// Authentication is on and the datagram's tag does not check (or it has no trailer):
+    /// dropped before it was parsed ([`crate::auth`]).
+    AuthFailed,
+    /// Authentication is on and the datagram's packet number was already accepted, or is
+    /// older than the replay window ([`crate::auth`]).
+    Replayed,
 }
 
 /// Number of [`DropReason`] variants.
-pub const DROP_REASONS: usize = 17;
+pub const DROP_REASONS: usize = 19;
 
 /// Drop counters indexed by [`DropReason`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -181,6 +187,6 @@ mod tests {
         assert_eq!(d.get(DropReason::OutOfOrderGoBackN), 1);
         assert_eq!(d.get(DropReason::Malformed), 0);
         assert_eq!(d.total(), 3);
-        assert_eq!(DropReason::ReceiverNotReady as usize, DROP_REASONS - 1);
+        assert_eq!(DropReason::Replayed as usize, DROP_REASONS - 1);
     }
 }

@@ -317,7 +317,7 @@ fn default_reorder_window_us() -> u64 {
 pub const MAX_SIZE: u64 = 1 << 30;
 
 /// Most messages in flight (`--tx-depth`): twice a ConnectX QP's 32768 work requests. A
-/// receiver posts `2 x tx-depth` receives before the first message, so an unbounded depth
+/// receiver posts `4 x tx-depth + 64` receives before the first message, so an unbounded depth
 /// (up to 2^32 with 1-byte messages in a 4 GiB region) stalled the start for hours and
 /// ran the host out of memory.
 pub const MAX_TX_DEPTH: u64 = 65536;

@@ -105,6 +105,8 @@ pub const DROP_REASONS: [mrc_transport::stats::DropReason; mrc_transport::stats:
         D::StaleProbeReply,
         D::MessageWindowFull,
         D::ReceiverNotReady,
+        D::AuthFailed,
+        D::Replayed,
     ]
 };
 
@@ -493,6 +495,21 @@ fn reap_sends(side: &Side, scratch: &mut Vec<Completion>) -> Result<(), String> 
     scratch.iter().try_for_each(|c| check(side, c))
 }
 
+/// Receives a side posts before it connects (wr_ids `0..n`): for a bw receiver its peer's
+/// TX depth plus slack for completions its thread has not reaped and reposted yet
+/// (`4 x tx-depth + 64`), 64 for either end of the lat test, none for a bw sender. A
+/// receiver without a free receive answers the last packet of a message with
+/// NACK(RECEIVER_NOT_READY) (resent after 640 us), so a thread that falls behind slows
+/// the sender instead of letting it overwrite slots whose completions are still to come;
+/// posting them before the connection is up keeps the first messages from that wait.
+fn initial_recvs(p: &TestParams, active: bool) -> u64 {
+    match p.test {
+        TestKind::Bw if !active || p.bidirectional => 4 * p.tx_depth + 64,
+        TestKind::Bw => 0,
+        TestKind::Lat => 64,
+    }
+}
+
 /// Posts `n` zero-length receives into the destination region, wr_ids `base..base + n`.
 fn post_recvs(side: &Side, n: u64, base: u64) -> Result<(), String> {
     for i in 0..n {
@@ -521,8 +538,7 @@ pub fn recv_bw(
     peer_done: &crossbeam_channel::Receiver<u64>,
     timeout: Duration,
 ) -> Result<RecvResult, String> {
-    let depth = 2 * p.tx_depth + 16;
-    post_recvs(side, depth, 0)?;
+    let depth = initial_recvs(p, false);
     let mut r = RecvResult::default();
     let mut target: Option<u64> = None;
     let mut last = Instant::now();
@@ -595,7 +611,6 @@ pub fn ping(
     timeout: Duration,
     mut progress: Option<&mut Progress>,
 ) -> Result<SendResult, String> {
-    post_recvs(side, 64, 0)?;
     let start = Instant::now();
     let end = p.duration_s.map(|d| start + Duration::from_secs_f64(d));
     let mut lat = Vec::with_capacity(p.iters.unwrap_or(100_000).min(10_000_000) as usize);
@@ -653,7 +668,6 @@ pub fn pong(
     peer_done: &crossbeam_channel::Receiver<u64>,
     timeout: Duration,
 ) -> Result<RecvResult, String> {
-    post_recvs(side, 64, 0)?;
     let mut r = RecvResult::default();
     let mut target = None;
     let mut last = Instant::now();
@@ -1094,6 +1108,7 @@ fn serve_stream(
         let left = until.saturating_duration_since(Instant::now());
         verbs::exchange(&mut s, book, addr, left.max(Duration::from_millis(1))).map_err(Client)?;
     }
+    post_recvs(&side, initial_recvs(&p, false), 0).map_err(Fatal)?;
     let c = side
         .qp
         .connect_on_until(s, until)
@@ -1129,6 +1144,7 @@ pub fn run_client(
     if let Some((book, addr)) = &side.verbs {
         verbs::exchange(&mut s, book, addr, timeout)?;
     }
+    post_recvs(&side, initial_recvs(p, true), 0)?;
     // The bootstrap after the server's answer under a deadline of its own (the wait for
     // the answer may have used most of the first: the server was busy with another).
     let c = side

@@ -115,7 +115,10 @@ pub const SOFTWARE_REORDER_WINDOW_NS: u64 = 500_000;
 /// the RTO ceiling, `reorder_window_ns` as reorder-window floor and as the peer's assumed
 /// ACK delay, giving up after the peer was silent for
 /// [`mrc_transport::send::DEFAULT_UNRESPONSIVE_BUDGET_NS`] (5 s; not after a count of RTO
-/// expiries: a paused peer or a descheduled engine is survived up to it); the rest as
+/// expiries: a paused peer or a descheduled engine is survived up to it), an RTO expiry
+/// resending only the oldest packet in flight (`SendConfig::rto_probe_oldest`: most of a
+/// software datapath's expiries are stalls, not loss), and a reorder window that widens on
+/// spurious losses (`SendConfig::adaptive_reorder_window`, RFC 8985 6.2); the rest as
 /// [`SendConfig::default`]. [`QpConfig::default`] passes
 /// [`SOFTWARE_MIN_RTO_NS`] and [`SOFTWARE_REORDER_WINDOW_NS`].
 pub fn software_send_config(min_rto_ns: u64, reorder_window_ns: u64) -> SendConfig {
@@ -128,6 +131,8 @@ pub fn software_send_config(min_rto_ns: u64, reorder_window_ns: u64) -> SendConf
         min_reorder_window_ns: reorder_window_ns,
         peer_max_ack_delay_ns: reorder_window_ns,
         unresponsive_budget_ns: Some(mrc_transport::send::DEFAULT_UNRESPONSIVE_BUDGET_NS),
+        rto_probe_oldest: true,
+        adaptive_reorder_window: true,
         ..d
     }
 }

@@ -92,6 +92,7 @@ pub use config::{
 };
 pub use tx::{MAX_DATA_HEADER_BYTES, data_opcode};
 
+use crate::auth::Authenticator;
 use crate::completion::{Completion, WcStatus};
 use crate::path::PathTable;
 use crate::recv::{Acker, RecvWindow, RecvWr, RxMessages};
@@ -126,6 +127,10 @@ pub struct Connection<C: Controller> {
     /// Evidence that the peer restarted: when the first packet of another generation (or a
     /// NACK(GENERATION_MISMATCH)) arrived since the last packet of the peer's generation.
     gen_mismatch_since_ns: Option<u64>,
+    /// Per-packet authentication, when on ([`Connection::set_auth`]).
+    auth: Option<Authenticator>,
+    /// Scratch for the plain packet of an authenticated datagram (reused).
+    auth_plain: Vec<u8>,
 }
 
 impl<C: Controller> Connection<C> {
@@ -167,6 +172,8 @@ impl<C: Controller> Connection<C> {
             next_send_ns: 0,
             probe_replies: VecDeque::new(),
             gen_mismatch_since_ns: None,
+            auth: None,
+            auth_plain: Vec::new(),
         })
     }
 
@@ -191,6 +198,28 @@ impl<C: Controller> Connection<C> {
         self.rwin = RecvWindow::new(peer.initial_psn, self.cfg.recv_window_packets);
         self.state = ConnState::Ready;
         Ok(())
+    }
+
+    /// Turns per-packet authentication on ([`crate::auth`]): from now on every datagram
+    /// this side sends has its body encrypted and carries the trailer, and every datagram
+    /// it receives must carry a valid one (else it is dropped, unparsed, as
+    /// [`DropReason::AuthFailed`] or [`DropReason::Replayed`]). Both ends turn it on before they connect. The buffer
+    /// handed to [`Connection::poll_transmit`] must then hold
+    /// [`crate::auth::AUTH_TRAILER_BYTES`] more.
+    ///
+    /// # Errors
+    /// [`StateError`] unless in `Init`.
+    pub fn set_auth(&mut self, auth: Authenticator) -> Result<(), StateError> {
+        if self.state != ConnState::Init {
+            return Err(StateError(self.state));
+        }
+        self.auth = Some(auth);
+        Ok(())
+    }
+
+    /// Whether per-packet authentication is on.
+    pub fn is_authenticated(&self) -> bool {
+        self.auth.is_some()
     }
 
     /// `Ready` -> `Draining` (no new work requests; `Closed` once all finished).

@@ -2,6 +2,7 @@
 //! CNP and probe packets.
 
 use super::{ConnState, Connection, Ecn};
+use crate::auth::AuthDrop;
 use crate::completion::WcStatus;
 use crate::psn::Psn;
 use crate::recv::{Arrival, NackOut, RxData, RxKind, WindowPos};
@@ -23,6 +24,25 @@ impl<C: Controller> Connection<C> {
     /// `ecn` the IP ECN codepoint. Never panics on any input; every rejected datagram is
     /// counted in [`crate::stats::ConnStats::drops`] by reason.
     pub fn handle_datagram(&mut self, now_ns: u64, ev: u32, ecn: Ecn, bytes: &[u8]) {
+        let Some(auth) = self.auth.as_mut() else {
+            self.handle_packet(now_ns, ev, ecn, bytes);
+            return;
+        };
+        let mut plain = std::mem::take(&mut self.auth_plain);
+        match auth.open(bytes, &mut plain) {
+            Ok(n) => self.handle_packet(now_ns, ev, ecn, &plain[..n]),
+            // before anything of the datagram is parsed or acted on
+            Err(e) => self.stats.drops.add(match e {
+                AuthDrop::BadTag => DropReason::AuthFailed,
+                AuthDrop::Replayed => DropReason::Replayed,
+            }),
+        }
+        self.auth_plain = plain;
+    }
+
+    /// [`Connection::handle_datagram`] of a plain packet (authenticated and decrypted
+    /// already when authentication is on).
+    fn handle_packet(&mut self, now_ns: u64, ev: u32, ecn: Ecn, bytes: &[u8]) {
         let _ = ev;
         let pkt = match PacketRepr::parse(bytes) {
             Ok(p) => p,

@@ -87,9 +87,22 @@ impl<C: Controller> Connection<C> {
     }
 
     /// Writes the next datagram to send at `now_ns` into `buf` (which must hold
-    /// `mtu_payload_bytes + 56` bytes) and says on which EV it goes; `None` when nothing
-    /// is ready now (see [`Connection::poll_timeout`]).
+    /// `mtu_payload_bytes + 56` bytes, and [`crate::auth::AUTH_TRAILER_BYTES`] more with
+    /// authentication on: [`Connection::set_auth`]) and says on which EV it goes; `None`
+    /// when nothing is ready now (see [`Connection::poll_timeout`]).
     pub fn poll_transmit(&mut self, now_ns: u64, buf: &mut [u8]) -> Option<Transmit> {
+        if self.auth.is_none() {
+            return self.poll_packet(now_ns, buf);
+        }
+        // the packet leaves room for the trailer, so sealing it cannot fail for space
+        let room = buf.len().checked_sub(crate::auth::AUTH_TRAILER_BYTES)?;
+        let t = self.poll_packet(now_ns, &mut buf[..room])?;
+        let len = self.auth.as_mut()?.seal(buf, t.len)?;
+        Some(Transmit { len, ..t })
+    }
+
+    /// [`Connection::poll_transmit`] without the authentication trailer.
+    fn poll_packet(&mut self, now_ns: u64, buf: &mut [u8]) -> Option<Transmit> {
         self.peer?;
         if let Some(n) = self.acker.poll_nack() {
             let body = Body::Nack(NackRepr {

@@ -7,5 +7,5 @@ pub mod state;
 pub use msg::{MsgKind, MsgSpec};
 pub use state::{
     AckOutcome, DEFAULT_UNRESPONSIVE_BUDGET_NS, GiveUp, InvalidAck, LossOutcome, PktState,
-    SackInfo, SendConfig, SendState, TxPacket,
+    REORDER_WINDOW_MULT_MAX, SackInfo, SendConfig, SendState, TxPacket,
 };

@@ -25,7 +25,7 @@ use crate::loss::{Rack, RttEstimator, reorder_window_ns};
 use crate::path::PathTable;
 use crate::psn::Psn;
 use crate::stats::ConnStats;
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeSet, HashSet, VecDeque};
 
 /// Sender configuration.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -51,19 +51,22 @@ pub struct SendConfig {
     pub retry_limit: u32,
     /// Giving up as a time budget instead of a count of expiries: the work requests fail
     /// ([`WcStatus::RetryExceeded`], cause [`GiveUp::PeerUnresponsive`]) once the peer has
-    /// answered nothing for this long while data waits for it: no new acknowledgement and
-    /// no NACK(RECEIVER_NOT_READY) since the oldest unanswered transmission (or since work
-    /// began to wait for an EV). The RTO keeps resending at its ceiling until then, so a
+    /// acknowledged nothing new for this long while data waits for it, since the oldest
+    /// unanswered transmission (or since work began to wait for an EV); when its only
+    /// answers were NACK(RECEIVER_NOT_READY)s the cause is [`GiveUp::ReceiverNotReady`]
+    /// (an RNR wait is bounded by the budget too: a peer that never posts a receive, or a
+    /// forger answering for it, does not hold the work requests forever). The RTO keeps resending at its ceiling until then, so a
     /// peer paused (SIGSTOP, a descheduled engine) for less than the budget is survived
     /// whatever the RTO's floor and ceiling, and a dead one is found when the budget ends,
     /// not later. `None` (the default): the count of [`SendConfig::retry_limit`]. The
     /// engine's QPs default to 5 s ([`DEFAULT_UNRESPONSIVE_BUDGET_NS`]).
     pub unresponsive_budget_ns: Option<u64>,
     /// How long a packet answered with NACK(RECEIVER_NOT_READY) waits before it is sent
-    /// again, ns (IBA's RNR NAK timer; 640 us is encoding 12, the minimum RNR timer
-    /// perftest sets). Default 640 us. An RNR wait is not a loss: no EV is charged, the
-    /// controller is not told, and it is unbounded in count (IBA `rnr_retry` 7 = infinite)
-    /// while the peer keeps answering.
+    /// again, ns (IBA's RNR NAK timer; 640 us is encoding 12 of its table). Default
+    /// 640 us. An RNR wait is not a loss: no EV is charged and the controller is not told;
+    /// its count is not limited (IBA `rnr_retry` 7 = infinite), its time is: with
+    /// [`SendConfig::unresponsive_budget_ns`] a peer that answers only with RNR NACKs for
+    /// the budget fails the work requests ([`GiveUp::ReceiverNotReady`]).
     pub rnr_timer_ns: u64,
     /// Tail loss probes (RFC 8985 section 7): when nothing has been acknowledged for a
     /// probe timeout after the latest transmission, the highest in-flight packet is resent
@@ -114,7 +117,40 @@ pub struct SendConfig {
     /// for the RTO (8 seeds of 1% drops and 5% trims, NSCC: 24 RTOs with the wait, 6
     /// without; Swift: 43 and 15). Default on; off sends every retransmission at once.
     pub rtx_within_cwnd: bool,
+    /// An RTO expiry resends only the oldest packet in flight, as a probe on an EV whose
+    /// round trip worked lately (RFC 6298 section 5.4: retransmit the earliest
+    /// unacknowledged segment), instead of every packet the expiry finds expired or
+    /// overdue. The rest stay in flight: the probe's answer (or the originals' late
+    /// answers) lets RACK declare lost exactly what is missing, in the manner of F-RTO
+    /// (RFC 5682). On a software datapath most RTOs are a descheduled engine or a paused
+    /// peer, not loss: resending the whole flight there sent 1,086 of 1,075,262 packets as
+    /// duplicates in a loaded 4 s loopback run (issue 16). Ignored towards a go-back-N peer.
+    /// Default off (the simulator's fabrics lose packets for real and recover faster when
+    /// the expiry resends every overdue one); the engine turns it on.
+    pub rto_probe_oldest: bool,
+    /// RACK's reorder window adapts to spurious losses (RFC 8985 section 6.2): each round
+    /// trip in which a SACK proves a loss declaration spurious (it echoes the original
+    /// copy: the receiver's duplicate evidence, as TCP's DSACK) widens the window by one
+    /// step, `window x mult` with `mult` up to [`REORDER_WINDOW_MULT_MAX`], never past
+    /// `min_rto_ns` (waiting longer than the RTO floor would only delay the RTO's work);
+    /// after 16 loss recoveries with no spurious loss it returns to 1 (RFC 8985's
+    /// `reo_wnd_persist`). The RFC steps by `min_rtt / 4` and caps at SRTT; a software
+    /// datapath's reordering is scheduling jitter, which neither bounds, so the step is the
+    /// window itself. Default off; the engine turns it on.
+    pub adaptive_reorder_window: bool,
 }
+
+/// Largest multiplier of the adaptive reorder window
+/// ([`SendConfig::adaptive_reorder_window`]).
+pub const REORDER_WINDOW_MULT_MAX: u32 = 16;
+
+/// Loss recoveries without a spurious loss after which the adaptive reorder window returns
+/// to its base (RFC 8985 section 6.2, `reo_wnd_persist`).
+const REORDER_WINDOW_PERSIST: u32 = 16;
+
+/// Copies declared lost whose late arrival the sender still recognises
+/// ([`SendState`]'s suspects): the latest this many.
+const MAX_SUSPECTS: usize = 4096;
 
 impl Default for SendConfig {
     fn default() -> Self {
@@ -134,6 +170,8 @@ impl Default for SendConfig {
             burst_may_reorder: false,
             nack_retry_limit: 256,
             rtx_within_cwnd: true,
+            rto_probe_oldest: false,
+            adaptive_reorder_window: false,
         }
     }
 }
@@ -300,6 +338,13 @@ pub enum GiveUp {
         /// How long it had been silent, ns.
         silent_ns: u64,
     },
+    /// For [`SendConfig::unresponsive_budget_ns`] the peer answered only
+    /// NACK(RECEIVER_NOT_READY): it is alive but posts no receive (or a forger keeps
+    /// answering for it).
+    ReceiverNotReady {
+        /// How long nothing but RNR NACKs came, ns.
+        waited_ns: u64,
+    },
 }
 
 impl std::fmt::Display for GiveUp {
@@ -311,6 +356,11 @@ impl std::fmt::Display for GiveUp {
             GiveUp::PeerUnresponsive { silent_ns } => {
                 write!(f, "peer unresponsive for {:.1} s", *silent_ns as f64 / 1e9)
             }
+            GiveUp::ReceiverNotReady { waited_ns } => write!(
+                f,
+                "peer not ready to receive (no receive posted) for {:.1} s",
+                *waited_ns as f64 / 1e9
+            ),
         }
     }
 }
@@ -373,6 +423,24 @@ pub struct SendState {
     silent_since_ns: u64,
     /// When the packets in [`PktState::RnrWait`] are queued again, ns.
     rnr_until_ns: Option<u64>,
+    /// Time of the latest NACK(RECEIVER_NOT_READY) acted on, ns.
+    last_rnr_ns: Option<u64>,
+    /// Time of the latest RTO expiry, ns: with [`SendConfig::rto_probe_oldest`] the timer
+    /// restarts there (RFC 6298 5.5-5.6), since the packets still in flight after the
+    /// probe left long ago.
+    rto_fired_ns: u64,
+    /// Adaptive reorder window ([`SendConfig::adaptive_reorder_window`]): the multiplier,
+    /// the recoveries left before it returns to 1, and the `snd_nxt` that ends the round
+    /// trip of its latest step.
+    reo_mult: u32,
+    reo_persist: u32,
+    reo_round_end: u64,
+    /// (EV index, send timestamp low 32 bits) of copies declared lost, newest last, at most
+    /// [`MAX_SUSPECTS`]: a SACK echoing one proves that copy arrived after all, even when
+    /// its retransmission arrived (and was acknowledged) first, since the receiver answers
+    /// the late duplicate at once echoing it (TCP's DSACK evidence, RFC 2883).
+    suspects: HashSet<(u16, u32)>,
+    suspect_order: VecDeque<(u16, u32)>,
     completions: VecDeque<Completion>,
     failed: bool,
     give_up: Option<GiveUp>,
@@ -407,6 +475,13 @@ impl SendState {
             blocked_since_ns: None,
             silent_since_ns: 0,
             rnr_until_ns: None,
+            last_rnr_ns: None,
+            rto_fired_ns: 0,
+            reo_mult: 1,
+            reo_persist: 0,
+            reo_round_end: start,
+            suspects: HashSet::new(),
+            suspect_order: VecDeque::new(),
             completions: VecDeque::new(),
             failed: false,
             give_up: None,
@@ -510,6 +585,35 @@ impl SendState {
     /// Why the sender gave up, if it did (retry limit or time budget).
     pub fn give_up(&self) -> Option<GiveUp> {
         self.give_up
+    }
+
+    /// Remembers the copy (EV index `ev`, timestamp `ts32`) just declared lost.
+    fn suspect(&mut self, ev: u16, ts32: u32) {
+        if self.suspects.insert((ev, ts32)) {
+            self.suspect_order.push_back((ev, ts32));
+            if self.suspect_order.len() > MAX_SUSPECTS
+                && let Some(old) = self.suspect_order.pop_front()
+            {
+                self.suspects.remove(&old);
+            }
+        }
+    }
+
+    /// RACK's reorder window now, ns: [`reorder_window_ns`] of the RTT estimates, times the
+    /// adaptive multiplier ([`SendConfig::adaptive_reorder_window`], at most up to
+    /// `min_rto_ns`).
+    pub fn reorder_window_ns(&self) -> u64 {
+        let base = reorder_window_ns(self.cfg.min_reorder_window_ns, &self.rtt);
+        if self.reo_mult <= 1 {
+            return base;
+        }
+        base.saturating_mul(u64::from(self.reo_mult))
+            .min(base.max(self.cfg.min_rto_ns))
+    }
+
+    /// The adaptive reorder window's multiplier (1 without adaptation).
+    pub fn reorder_window_mult(&self) -> u32 {
+        self.reo_mult
     }
 
     /// The RTO without back-off, ns: RFC 6298 `SRTT + 4 RTTVAR` (the initial RTO before the
@@ -733,6 +837,29 @@ impl SendState {
             self.snd_una += 1;
         }
         self.debug_check_rtx();
+        if let Some((ev, ts32)) = echo
+            && let Ok(ev16) = u16::try_from(ev)
+            && self.suspects.remove(&(ev16, ts32))
+        {
+            // a copy declared lost arrived late, after the packet was acknowledged through
+            // another copy (or this SACK acknowledged it by that copy's own echo above,
+            // which removed it from the suspects first)
+            out.spurious += 1;
+            stats.spurious += 1;
+            if let Some(path) = paths.get_mut(ev) {
+                path.stats.spurious += 1;
+            }
+            paths.undo_loss(ev);
+        }
+        if out.spurious > 0
+            && self.cfg.adaptive_reorder_window
+            && self.snd_una >= self.reo_round_end
+        {
+            // one step per round trip with spurious evidence (RFC 8985 6.2)
+            self.reo_mult = (self.reo_mult + 1).min(REORDER_WINDOW_MULT_MAX);
+            self.reo_persist = REORDER_WINDOW_PERSIST;
+            self.reo_round_end = self.snd_nxt;
+        }
         if out.acked_packets > 0 {
             self.rto_backoff = 0;
             self.last_progress_ns = now_ns;
@@ -776,6 +903,7 @@ impl SendState {
             path.stats.acked += 1;
         }
         if p.loss_declared && echo == Some((usize::from(p.orig_ev), p.orig_ts32)) {
+            self.suspects.remove(&(p.orig_ev, p.orig_ts32));
             out.spurious += 1;
             stats.spurious += 1;
             if let Some(path) = paths.get_mut(usize::from(p.orig_ev)) {
@@ -853,8 +981,9 @@ impl SendState {
     /// NACK(RECEIVER_NOT_READY) for `seq` at `now_ns`: if it is in flight it is held back
     /// ([`PktState::RnrWait`]) until [`SendConfig::rnr_timer_ns`] after the first RNR NACK
     /// of the wait, then queued again by [`SendState::on_rnr_timer`]. Neither a loss nor a
-    /// timeout: RACK and the RTO skip it, and the answer restarts the unresponsive budget
-    /// and the RTO's back-off (the peer is alive). Returns whether it was held.
+    /// timeout: RACK and the RTO skip it, and the answer restarts the RTO's back-off (the
+    /// peer is alive); the unresponsive budget keeps running (see
+    /// [`GiveUp::ReceiverNotReady`]). Returns whether it was held.
     pub fn on_rnr_nack(&mut self, seq: u64, now_ns: u64) -> bool {
         let Some(p) = self.packet_mut(seq) else {
             return false;
@@ -864,7 +993,7 @@ impl SendState {
         }
         p.state = PktState::RnrWait;
         self.in_flight_pkts -= 1;
-        self.silent_since_ns = now_ns;
+        self.last_rnr_ns = Some(now_ns);
         self.last_progress_ns = now_ns;
         self.rto_backoff = 0;
         if self.rnr_until_ns.is_none() {
@@ -940,7 +1069,7 @@ impl SendState {
     ) -> LossOutcome {
         let mut out = LossOutcome::default();
         self.rack_timer_ns = None;
-        let reo = reorder_window_ns(self.cfg.min_reorder_window_ns, &self.rtt);
+        let reo = self.reorder_window_ns();
         let end = self.rack.seq.min(self.snd_nxt);
         let rack = self.rack;
         let reorders = self.cfg.burst_may_reorder;
@@ -958,7 +1087,8 @@ impl SendState {
             if deadline <= now_ns {
                 p.state = PktState::Queued;
                 p.loss_declared = true;
-                let (len, ev) = (p.len, usize::from(p.last_ev));
+                let (len, ev, ts32) = (p.len, usize::from(p.last_ev), p.last_ts32);
+                self.suspect(ev as u16, ts32);
                 self.rtx_insert(seq, len);
                 self.in_flight_pkts -= 1;
                 out.lost_packets += 1;
@@ -970,6 +1100,14 @@ impl SendState {
                 paths.on_loss(ev, now_ns);
             } else {
                 self.rack_timer_ns = Some(self.rack_timer_ns.map_or(deadline, |t| t.min(deadline)));
+            }
+        }
+        if out.lost_packets > 0 && self.reo_mult > 1 {
+            // a loss recovery; after REORDER_WINDOW_PERSIST of them without a spurious
+            // loss the window returns to its base
+            self.reo_persist = self.reo_persist.saturating_sub(1);
+            if self.reo_persist == 0 {
+                self.reo_mult = 1;
             }
         }
         out
@@ -1007,25 +1145,41 @@ impl SendState {
         if self.failed {
             return None;
         }
+        match (self.expiry_deadline_ns(), self.budget_deadline_ns()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// When the RTO itself expires (see [`SendState::rto_deadline_ns`], which also counts
+    /// the unresponsive budget's end).
+    fn expiry_deadline_ns(&self) -> Option<u64> {
         let start = match (self.oldest_in_flight_ns(), self.blocked_since_ns) {
             (Some(a), Some(b)) => a.min(b),
             (a, b) => a.or(b)?,
         };
-        let rto = start
-            .max(self.last_progress_ns)
-            .saturating_add(self.rto_ns());
-        Some(match self.budget_deadline_ns() {
-            Some(b) => rto.min(b),
-            None => rto,
-        })
+        let restart = if self.cfg.rto_probe_oldest {
+            self.rto_fired_ns
+        } else {
+            0
+        };
+        Some(
+            start
+                .max(self.last_progress_ns)
+                .max(restart)
+                .saturating_add(self.rto_ns()),
+        )
     }
 
     /// When the unresponsive budget ([`SendConfig::unresponsive_budget_ns`]) runs out, if
-    /// one is set and something waits for an answer (in flight, or work waiting for an EV).
+    /// one is set and something waits for an answer (in flight, held by an RNR NACK, or
+    /// work waiting for an EV).
     fn budget_deadline_ns(&self) -> Option<u64> {
         let budget = self.cfg.unresponsive_budget_ns?;
-        let waiting =
-            self.in_flight_pkts > 0 || !self.rtx.is_empty() || self.blocked_since_ns.is_some();
+        let waiting = self.in_flight_pkts > 0
+            || !self.rtx.is_empty()
+            || self.rnr_until_ns.is_some()
+            || self.blocked_since_ns.is_some();
         waiting.then(|| self.silent_since_ns.saturating_add(budget))
     }
 
@@ -1079,26 +1233,32 @@ impl SendState {
         stats: &mut ConnStats,
     ) -> LossOutcome {
         let mut out = LossOutcome::default();
-        let Some(deadline) = self.rto_deadline_ns() else {
-            return out;
-        };
-        if now_ns < deadline {
+        if self.failed {
             return out;
         }
         if let Some(b) = self.budget_deadline_ns()
             && now_ns >= b
         {
             let since = b - self.cfg.unresponsive_budget_ns.unwrap_or(0);
+            let waited_ns = now_ns - since;
             self.fail_all(WcStatus::RetryExceeded);
-            self.give_up = Some(GiveUp::PeerUnresponsive {
-                silent_ns: now_ns - since,
+            self.give_up = Some(if self.last_rnr_ns.is_some_and(|t| t >= since) {
+                GiveUp::ReceiverNotReady { waited_ns }
+            } else {
+                GiveUp::PeerUnresponsive {
+                    silent_ns: waited_ns,
+                }
             });
             out.failed = true;
+            return out;
+        }
+        if self.expiry_deadline_ns().is_none_or(|d| now_ns < d) {
             return out;
         }
         let rto = self.rto_ns();
         stats.timeouts += 1;
         self.rto_backoff += 1;
+        self.rto_fired_ns = now_ns;
         if self.blocked_since_ns.is_some() {
             // still nothing can leave: the next expiry is one (backed-off) RTO from now
             self.blocked_since_ns = Some(now_ns);
@@ -1111,11 +1271,15 @@ impl SendState {
             return out;
         }
         let go_back_n = self.cfg.go_back_n;
+        if self.cfg.rto_probe_oldest && !go_back_n {
+            self.rto_probe(now_ns, paths, &mut out);
+            return out;
+        }
         // RFC 8985 6.3: a packet sent at least `rack.rtt + reorder window` ago would have
         // been acknowledged by now had it arrived (the same deadline RACK applies once a
         // later packet is acknowledged), so the expiry declares it lost too; not one sent
         // at this very ns (before any RTT sample its deadline is its send time).
-        let reo = reorder_window_ns(self.cfg.min_reorder_window_ns, &self.rtt);
+        let reo = self.reorder_window_ns();
         let rack = self.rack;
         for seq in self.snd_una..self.snd_nxt {
             let Some(p) = self.packet_mut(seq) else { break };
@@ -1133,7 +1297,8 @@ impl SendState {
             }
             p.state = PktState::Queued;
             p.loss_declared = true;
-            let (len, ev) = (p.len, usize::from(p.last_ev));
+            let (len, ev, ts32) = (p.len, usize::from(p.last_ev), p.last_ts32);
+            self.suspect(ev as u16, ts32);
             self.rtx_insert(seq, len);
             self.in_flight_pkts -= 1;
             if !expired {
@@ -1160,6 +1325,42 @@ impl SendState {
         out
     }
 
+    /// [`SendConfig::rto_probe_oldest`]: the expiry declares lost only the in-flight packet
+    /// sent longest ago (its EV `AssumedBad`, a timeout counted) and queues it as a probe.
+    fn rto_probe(&mut self, now_ns: u64, paths: &mut PathTable, out: &mut LossOutcome) {
+        let mut oldest: Option<(u64, u64)> = None; // (sent, seq)
+        for (i, p) in self.pkts.iter().enumerate() {
+            if p.state != PktState::InFlight {
+                continue;
+            }
+            let cand = (p.last_sent_ns, self.snd_una + i as u64);
+            if oldest.is_none_or(|o| cand < o) {
+                oldest = Some(cand);
+            }
+            if p.transmissions == 1 {
+                // first transmissions leave in sequence order: nothing further is older
+                break;
+            }
+        }
+        let Some((_, seq)) = oldest else { return };
+        let Some(p) = self.packet_mut(seq) else {
+            return;
+        };
+        p.state = PktState::Queued;
+        p.loss_declared = true;
+        let (len, ev, ts32) = (p.len, usize::from(p.last_ev), p.last_ts32);
+        self.suspect(ev as u16, ts32);
+        self.rtx_insert(seq, len);
+        self.in_flight_pkts -= 1;
+        self.tlp_seq = Some(seq);
+        if let Some(path) = paths.get_mut(ev) {
+            path.stats.timeouts += 1;
+        }
+        paths.assume_bad(ev, now_ns);
+        out.lost_packets += 1;
+        out.lost_bytes += u64::from(len);
+    }
+
     /// The probe timeout: `max(2 SRTT, SRTT + reorder window) + peer_max_ack_delay_ns`
     /// (RFC 8985 7.2 uses `2 SRTT` plus the delayed-ACK allowance; the reorder-window term
     /// keeps a merely slower EV from being probed). `None` before the first RTT sample.
@@ -1168,7 +1369,7 @@ impl SendState {
             return None;
         }
         let srtt = self.rtt.srtt_ns;
-        let reo = reorder_window_ns(self.cfg.min_reorder_window_ns, &self.rtt);
+        let reo = self.reorder_window_ns();
         Some(
             srtt.saturating_mul(2)
                 .max(srtt.saturating_add(reo))
@@ -1259,6 +1460,8 @@ impl SendState {
         self.rack_timer_ns = None;
         self.blocked_since_ns = None;
         self.rnr_until_ns = None;
+        self.suspects.clear();
+        self.suspect_order.clear();
         self.failed = true;
     }
 
