@@ -44,7 +44,8 @@ pub struct SimLimits {
     /// Most fault events in a scenario.
     #[arg(long = "max-events", value_name = "N", default_value_t = DEFAULT_MAX_EVENTS)]
     pub max_events: u64,
-    /// Most memory a run may need by the estimate ([`estimate_bytes`]), MiB.
+    /// Most memory a run may need by the estimate (two regions per flow, connections,
+    /// hosts, frames in flight), MiB.
     #[arg(long = "max-memory-mb", value_name = "MIB", default_value_t = DEFAULT_MAX_MEMORY_MB)]
     pub max_memory_mb: u64,
 }
