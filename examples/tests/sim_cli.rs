@@ -520,3 +520,111 @@ fn experiment_help_lists_every_experiment() {
     let want = format!("  <NAME>  {} | list\n", names.join(" | "));
     assert!(help.contains(&want), "{help}");
 }
+
+/// Runs mrc-sim and returns (exit code, stderr, peak resident memory in MiB) from the
+/// child's own rusage (`wait4`, which reaps it: no `Child::wait`).
+#[allow(clippy::zombie_processes)]
+fn mrc_sim_rss(args: &[&str]) -> (i32, String, u64) {
+    use std::io::Read;
+    use std::os::unix::process::ExitStatusExt;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mrc-sim"))
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    let mut status = 0;
+    // SAFETY: plain wait4 on our own child's pid with valid out pointers.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    let r = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut ru) };
+    assert_eq!(r, child.id() as i32);
+    let code = std::process::ExitStatus::from_raw(status)
+        .code()
+        .unwrap_or(-1);
+    (code, err, ru.ru_maxrss as u64 / 1024)
+}
+
+/// Hostile scenarios and arguments (issue 17): every count is checked before anything is
+/// allocated, with a message naming the limit and the flag that raises it, exit 2, and
+/// the process never grows past 200 MB resident (before: 3 GB within seconds).
+#[test]
+fn hostile_counts_are_refused_before_allocation() {
+    let cases: Vec<(String, &str)> = vec![
+        (
+            format!("seed = 1\n{}[transport]\nevs = 4000000000\n[[flows]]\nsrc = 0\ndst = 5\nbytes = 65536\n",
+                include_str!("fixtures/topology16.toml")),
+            "scenario: transport.evs = 4000000000 is more than the limit of 4096 EVs (--max-evs raises it; the transport takes at most 65535)",
+        ),
+        (
+            format!("{SCENARIO}[[flows]]\nsrc = 1\ndst = 5\nbytes = 65536\nevs = 4294967295\n"),
+            "scenario: flow 1 -> 5: evs = 4294967295 is more than the limit of 4096 EVs (--max-evs raises it",
+        ),
+        (
+            "seed = 1\n[topology]\ngpus = 1024\ngpus_per_server = 8\nnic_gbps = 200\nleaf_radix = 32\nleaf_port_gbps = 400\nspine_radix = 32\nspine_port_gbps = 400\n[traffic]\npattern = \"all-to-all\"\nbytes = 8388608\n".to_string(),
+            "scenario: traffic and [[flows]]: 1047552 flows are more than the limit of 65536 (--max-flows raises it)",
+        ),
+        (
+            "seed = 1\n[topology]\ngpus = 1024\ngpus_per_server = 8\nnic_gbps = 200\nleaf_radix = 32\nleaf_port_gbps = 400\nspine_radix = 32\nspine_port_gbps = 400\n[traffic]\npattern = \"permutation\"\nbytes = 4294967295\n".to_string(),
+            "scenario: the run would need about 8393063 MiB (1024 flows moving 4194303 MiB, each \
+             with a source and a destination region; 1024 hosts), more than the limit of 2048 \
+             MiB (--max-memory-mb raises it)",
+        ),
+    ];
+    for (i, (text, want)) in cases.iter().enumerate() {
+        let sc = tmp(&format!("hostile{i}.toml"));
+        std::fs::write(&sc, text).unwrap();
+        let (code, err, rss_mb) = mrc_sim_rss(&["run", sc.to_str().unwrap()]);
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains(want), "case {i}: {err}");
+        assert!(rss_mb < 200, "case {i}: {rss_mb} MiB resident");
+    }
+    // The memory case names its flag too, and raising the limit is what the flag does.
+    let sc = tmp("hostile3.toml");
+    let (_, err, _) = mrc_sim_rss(&["run", sc.to_str().unwrap()]);
+    assert!(
+        err.ends_with("more than the limit of 2048 MiB (--max-memory-mb raises it)\n"),
+        "{err}"
+    );
+    let (code, err, rss_mb) = mrc_sim_rss(&[
+        "trace",
+        "--gpus",
+        "64",
+        "--src",
+        "0",
+        "--dst",
+        "40",
+        "--evs",
+        "4294967295",
+    ]);
+    assert_eq!(code, 2);
+    assert_eq!(
+        err,
+        "mrc-sim: error: --evs = 4294967295 is more than the limit of 4096 EVs (--max-evs raises it; the transport takes at most 65535)\n"
+    );
+    assert!(rss_mb < 200, "{rss_mb} MiB resident");
+    let (code, err, _) = mrc_sim_rss(&[
+        "trace",
+        "--gpus",
+        "64",
+        "--src",
+        "0",
+        "--dst",
+        "40",
+        "--evs",
+        "8",
+        "--max-hosts",
+        "32",
+    ]);
+    assert_eq!(code, 2);
+    assert_eq!(
+        err,
+        "mrc-sim: error: the design has 64 hosts, more than the limit of 32 (--max-hosts raises it)\n"
+    );
+}

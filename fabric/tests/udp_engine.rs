@@ -359,7 +359,8 @@ fn the_bootstrap_returns_only_once_the_peer_qp_is_connected() {
         let (remote, udp, mut s) = bootstrap::exchange(s, &qb.local_info(), T).unwrap();
         go_rx.recv().unwrap();
         let ports = qb.connect(&remote, udp).unwrap();
-        let peer_ports = bootstrap::exchange_ports(&mut s, &ports).unwrap();
+        let peer_ports =
+            bootstrap::exchange_ports(&s, &ports, std::time::Instant::now() + T).unwrap();
         qb.set_peer_source_ports(&peer_ports).unwrap();
         bootstrap::ready(&mut s).unwrap();
         qb

@@ -24,8 +24,13 @@ use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use mrc_examples::sim::design as sim_design;
 use mrc_examples::sim::experiments::{self, EXPERIMENTS};
+use mrc_examples::sim::limits::SimLimits;
 use mrc_examples::sim::output::{ResultTable, check_output_dir, check_plot_path};
 use mrc_examples::sim::scenario::{Scenario, parse_forwarding};
+
+/// Largest scenario file read, bytes (16 MiB: a TOML file of every flow and fault the
+/// default limits allow is far smaller).
+const MAX_SCENARIO_BYTES: u64 = 16 << 20;
 use mrc_fabric::sim::net::Progress;
 use mrc_fabric::sim::{
     DesignInput, Oversubscription, SimConfig, Simulator, SpineLeafSpec, Topology, design,
@@ -232,6 +237,8 @@ enum Cmd {
         forwarding: String,
         #[command(flatten)]
         out: Out,
+        #[command(flatten)]
+        limits: SimLimits,
     },
     /// Run a scenario file (TOML: examples/scenarios/*.toml; every key is in the docs of
     /// `mrc_examples::sim::scenario`, `cargo doc -p mrc-examples --open`).
@@ -248,6 +255,8 @@ enum Cmd {
         pcap: Option<PathBuf>,
         #[command(flatten)]
         out: Out,
+        #[command(flatten)]
+        limits: SimLimits,
     },
     /// Run a built-in experiment; `list` lists them. Each prints its checks as
     /// `[PASS]`/`[MISS]` lines (the targets the project set for it, e.g. spraying >= 95% of
@@ -411,13 +420,16 @@ fn run(cli: Cli) -> Result<bool, String> {
             evs,
             forwarding,
             out,
+            limits,
         } => {
             out.check()?;
             if evs == 0 {
                 return Err("--evs must be at least 1".into());
             }
+            limits.check_evs("--evs", u64::from(evs))?;
             let des = design(&d.input()?).map_err(|e| e.to_string())?;
             let spec = SpineLeafSpec::from_design(&des, 500);
+            limits.check_hosts(u64::from(spec.hosts))?;
             let topo = Topology::spine_leaf(&spec).map_err(|e| e.to_string())?;
             let forwarding_mode = parse_forwarding(&forwarding)
                 .map_err(|_| format!("--forwarding {forwarding:?}: expected ecmp, srv6 or usid"))?;
@@ -477,12 +489,22 @@ fn run(cli: Cli) -> Result<bool, String> {
             pcap_port,
             pcap,
             out,
+            limits,
         } => {
             out.check()?;
+            let file_bytes = std::fs::metadata(&scenario)
+                .map_err(|e| format!("{}: {e}", scenario.display()))?
+                .len();
+            if file_bytes > MAX_SCENARIO_BYTES {
+                return Err(format!(
+                    "{}: {file_bytes} bytes, more than a scenario file may have                      ({MAX_SCENARIO_BYTES})",
+                    scenario.display()
+                ));
+            }
             let text = std::fs::read_to_string(&scenario)
                 .map_err(|e| format!("{}: {e}", scenario.display()))?;
             let built = Scenario::parse(&text)
-                .and_then(|s| s.build())
+                .and_then(|s| s.build_within(&limits))
                 .map_err(|e| format!("{}: {e}", scenario.display()))?;
             let topo = Topology::spine_leaf(&built.spec).map_err(|e| e.to_string())?;
             let mut sim = Simulator::new(topo, built.cfg.clone()).map_err(|e| e.to_string())?;

@@ -50,7 +50,15 @@ pub fn run_cli(cli: Cli) -> Result<String, String> {
             let udp = SocketAddr::new(ip, cli.test.udp_port.unwrap_or(0));
             let server_local = local.clone();
             let server = std::thread::spawn(move || {
-                run::serve_one(&listener, udp, timeout, Some(timeout), &server_local).map(|_| ())
+                run::serve_one(
+                    &listener,
+                    udp,
+                    timeout,
+                    Some(timeout),
+                    &server_local,
+                    &opts::ServerLimits::default(),
+                )
+                .map(|_| ())
             });
             let client = run::run_client(
                 server_addr,
@@ -99,7 +107,11 @@ pub fn run_cli(cli: Cli) -> Result<String, String> {
                 &format!("client of {addr}"),
             )
         }
-        Command::Server { bind } => {
+        Command::Server {
+            bind,
+            persistent,
+            limits,
+        } => {
             let ip: IpAddr = bind.parse().map_err(|e| format!("--bind {bind}: {e}"))?;
             let listener = TcpListener::bind(SocketAddr::new(ip, cli.test.port))
                 .map_err(|e| format!("cannot listen on {ip}:{}: {e}", cli.test.port))?;
@@ -110,26 +122,29 @@ pub fn run_cli(cli: Cli) -> Result<String, String> {
                     .unwrap_or(mrc_fabric::udp::DEFAULT_RX_PORT),
             );
             eprintln!(
-                "mrc-perf server: waiting for a client on TCP {}:{}, UDP {udp}",
-                ip, cli.test.port
+                "mrc-perf server: waiting for a client on TCP {}:{}, UDP {udp}{}",
+                ip,
+                cli.test.port,
+                if persistent { " (persistent)" } else { "" }
             );
-            let (sp, r) = run::serve_one(&listener, udp, timeout, None, &local)?;
-            let mut o = String::new();
-            o += &format!(
-                " server: {} messages received ({} bytes) of size {}; test {}\n",
-                r.recv.completions, r.recv.bytes, sp.size, sp.test
-            );
-            o += &format!(" server: {}\n", r.recv.drops_text());
-            if sp.verify {
-                o += &format!(
-                    " verify: {} messages, {} bytes checked, {} bad bytes\n",
-                    r.recv.verified_messages, r.recv.verified_bytes, r.recv.bad_bytes
-                );
+            if !persistent {
+                let (sp, r) = run::serve_one(&listener, udp, timeout, None, &local, &limits)?;
+                return server_report(&sp, &r);
             }
-            if r.recv.bad_bytes > 0 {
-                return Err(format!("{o}verify failed: {} bad bytes", r.recv.bad_bytes));
+            // One client after another; a failed test is reported and the next served.
+            for n in 1u64.. {
+                match run::serve_one(&listener, udp, timeout, None, &local, &limits)
+                    .and_then(|(sp, r)| server_report(&sp, &r))
+                {
+                    Ok(o) => {
+                        use std::io::Write;
+                        print!(" client {n}:\n{o}");
+                        let _ = std::io::stdout().flush();
+                    }
+                    Err(e) => eprintln!("mrc-perf server: client {n}: {e}"),
+                }
             }
-            Ok(o)
+            Ok(String::new())
         }
         Command::Baseline { ipv6 } => {
             let ip: IpAddr = if ipv6 {
@@ -144,6 +159,26 @@ pub fn run_cli(cli: Cli) -> Result<String, String> {
             Ok(baseline::render(&results, cli.test.json))
         }
     }
+}
+
+/// The server's lines about one client's test; an error (with them) for bad bytes.
+fn server_report(sp: &opts::TestParams, r: &run::EndResult) -> Result<String, String> {
+    let mut o = String::new();
+    o += &format!(
+        " server: {} messages received ({} bytes) of size {}; test {}\n",
+        r.recv.completions, r.recv.bytes, sp.size, sp.test
+    );
+    o += &format!(" server: {}\n", r.recv.drops_text());
+    if sp.verify {
+        o += &format!(
+            " verify: {} messages, {} bytes checked, {} bad bytes\n",
+            r.recv.verified_messages, r.recv.verified_bytes, r.recv.bad_bytes
+        );
+    }
+    if r.recv.bad_bytes > 0 {
+        return Err(format!("{o}verify failed: {} bad bytes", r.recv.bad_bytes));
+    }
+    Ok(o)
 }
 
 fn finish(

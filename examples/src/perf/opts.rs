@@ -22,11 +22,20 @@ pub struct Cli {
 /// Subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Wait for one client, run its test, exit.
+    /// Wait for a client, run its test, exit (`--persistent`: serve clients one after
+    /// another until killed). A client that sends bad parameters, or is silent or slow
+    /// past `--timeout` (a deadline for its whole setup exchange), is dropped with a line
+    /// on stderr and the server waits for the next.
     Server {
         /// Address to listen on (TCP bootstrap and UDP).
         #[arg(long, default_value = "0.0.0.0")]
         bind: String,
+        /// Serve clients one after another, printing each report, until killed.
+        #[arg(long)]
+        persistent: bool,
+        /// What a client may ask of this server.
+        #[command(flatten)]
+        limits: ServerLimits,
     },
     /// Connect to a server and run the test.
     Client {
@@ -320,6 +329,86 @@ pub const MAX_SPIN_US: u64 = 1_000_000;
 /// Longest `--duration` and `--timeout`, seconds (about 11.6 days): far beyond any test,
 /// and far below what `std::time::Duration` and `Instant` arithmetic can hold.
 pub const MAX_SECONDS: f64 = 1e6;
+
+/// What a server lets a client ask for (a client is untrusted: its parameters pass
+/// [`TestParams::check`] first, then these, tighter, limits of the operator's choosing).
+#[derive(Clone, Copy, Debug, PartialEq, Args)]
+pub struct ServerLimits {
+    /// Largest registered region a client may ask for, bytes (the server registers two).
+    #[arg(long = "max-region-size", value_name = "BYTES", default_value_t = DEFAULT_MAX_REGION_BYTES)]
+    pub max_region_bytes: u64,
+    /// Longest `--duration` a client may ask for, seconds.
+    #[arg(long = "max-duration", value_name = "SECONDS", default_value_t = DEFAULT_MAX_DURATION_S)]
+    pub max_duration_s: f64,
+    /// Most `--iters` a client may ask for.
+    #[arg(long = "max-iters", value_name = "N", default_value_t = DEFAULT_MAX_ITERS)]
+    pub max_iters: u64,
+    /// Longest `--spin-us` a client may ask for (the server's engine busy-polls this long).
+    #[arg(long = "max-spin-us", value_name = "US", default_value_t = DEFAULT_MAX_SPIN_US)]
+    pub max_spin_us: u64,
+}
+
+/// Default `--max-region-size`, bytes: 1 GiB.
+pub const DEFAULT_MAX_REGION_BYTES: u64 = 1 << 30;
+/// Default `--max-duration`, seconds: one hour.
+pub const DEFAULT_MAX_DURATION_S: f64 = 3600.0;
+/// Default `--max-iters`: 100 million messages.
+pub const DEFAULT_MAX_ITERS: u64 = 100_000_000;
+/// Default `--max-spin-us`: 1 ms.
+pub const DEFAULT_MAX_SPIN_US: u64 = 1000;
+
+impl Default for ServerLimits {
+    fn default() -> Self {
+        ServerLimits {
+            max_region_bytes: DEFAULT_MAX_REGION_BYTES,
+            max_duration_s: DEFAULT_MAX_DURATION_S,
+            max_iters: DEFAULT_MAX_ITERS,
+            max_spin_us: DEFAULT_MAX_SPIN_US,
+        }
+    }
+}
+
+impl ServerLimits {
+    /// Checks a client's (already [`TestParams::check`]ed) parameters.
+    ///
+    /// # Errors
+    /// A refusal naming the value, the limit and the server flag that raises it.
+    pub fn check(&self, p: &TestParams) -> Result<(), String> {
+        if p.region_size > self.max_region_bytes {
+            return Err(format!(
+                "a region of {} bytes is more than this server allows ({} bytes, \
+                 --max-region-size on the server)",
+                p.region_size, self.max_region_bytes
+            ));
+        }
+        if let Some(d) = p.duration_s
+            && d > self.max_duration_s
+        {
+            return Err(format!(
+                "--duration {} s is longer than this server allows ({} s, --max-duration \
+                 on the server)",
+                num(d),
+                num(self.max_duration_s)
+            ));
+        }
+        if let Some(n) = p.iters
+            && n > self.max_iters
+        {
+            return Err(format!(
+                "--iters {n} is more than this server allows ({}, --max-iters on the server)",
+                self.max_iters
+            ));
+        }
+        if p.spin_us > self.max_spin_us {
+            return Err(format!(
+                "--spin-us {} is more than this server allows ({} us, --max-spin-us on the \
+                 server)",
+                p.spin_us, self.max_spin_us
+            ));
+        }
+        Ok(())
+    }
+}
 
 /// `x` as a person writes it: plain for ordinary magnitudes, `1e300` for extreme ones
 /// (an error message quoting a hostile value stays one line).

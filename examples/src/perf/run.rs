@@ -1,7 +1,7 @@
 //! The test loops of `mrc-perf`: sender (bw), receiver (bw), ping and pong (lat), the
 //! control messages on the bootstrap TCP stream, and the server/client/loopback roles.
 
-use super::opts::{Fabric, TestKind, TestParams};
+use super::opts::{Fabric, ServerLimits, TestKind, TestParams};
 use super::report::{self, BwUnit, EvLine, Progress, Report};
 use super::verbs::{self, VerbsOpts};
 use mrc_congestion::{CcKind, LinkParams};
@@ -884,17 +884,14 @@ enum LineError {
 
 /// Reads one line (without the newline) byte by byte, so nothing after it is buffered
 /// away from the binary bootstrap that follows.
-fn read_line(s: &TcpStream, timeout: Duration, max_bytes: usize) -> Result<Vec<u8>, LineError> {
+/// `until` is the deadline of the whole line (each read waits only for the time left), so
+/// a peer sending a byte a second cannot hold the reader past it.
+fn read_line(s: &TcpStream, until: Instant, max_bytes: usize) -> Result<Vec<u8>, LineError> {
     use std::io::Read;
-    s.set_read_timeout(Some(timeout)).map_err(LineError::Io)?;
-    let deadline = Instant::now() + timeout;
     let mut line = Vec::new();
     let mut b = [0u8; 1];
-    let mut r = s;
+    let mut r = mrc_fabric::engine::bootstrap::DeadlineStream::new(s, until);
     loop {
-        if Instant::now() > deadline {
-            return Err(LineError::TimedOut);
-        }
         match r.read(&mut b) {
             Ok(0) => return Err(LineError::Closed(line)),
             Ok(_) if b[0] == b'\n' => return Ok(line),
@@ -920,8 +917,8 @@ fn read_line(s: &TcpStream, timeout: Duration, max_bytes: usize) -> Result<Vec<u
 }
 
 /// Parses the params line the client sends first.
-fn read_params(s: &TcpStream, timeout: Duration) -> Result<TestParams, String> {
-    let line = read_line(s, timeout, 65536).map_err(|e| match e {
+fn read_params(s: &TcpStream, timeout: Duration, until: Instant) -> Result<TestParams, String> {
+    let line = read_line(s, until, 65536).map_err(|e| match e {
         LineError::Closed(b) if b.is_empty() => {
             "client closed before sending test parameters".to_string()
         }
@@ -940,14 +937,19 @@ fn read_params(s: &TcpStream, timeout: Duration) -> Result<TestParams, String> {
 }
 
 /// Reads the server's answer to the test parameters ([`REPLY_OK`] or [`REPLY_ERROR`]).
-fn read_reply(s: &TcpStream, server: SocketAddr, timeout: Duration) -> Result<(), String> {
+fn read_reply(
+    s: &TcpStream,
+    server: SocketAddr,
+    timeout: Duration,
+    until: Instant,
+) -> Result<(), String> {
     let not_mrc = |b: &[u8]| {
         format!(
             "{server} is not an mrc-perf server (or runs another version): it answered {:?}",
             String::from_utf8_lossy(&b[..b.len().min(64)])
         )
     };
-    let line = read_line(s, timeout, 4096).map_err(|e| match e {
+    let line = read_line(s, until, 4096).map_err(|e| match e {
         LineError::Closed(b) if b.is_empty() => format!(
             "server {server} closed the connection without answering the test parameters \
              (not an mrc-perf server?)"
@@ -987,38 +989,74 @@ fn remote_region(regions: &[RemoteMr], p: &TestParams, who: &str) -> Result<Remo
     Ok(r)
 }
 
-/// Server role: accepts one client on `listener`, takes its parameters, runs, returns.
+/// Why [`serve_stream`] ended without a result.
+enum ServeError {
+    /// The client was bad, silent or slow during setup: drop it, wait for the next.
+    Client(String),
+    /// This server cannot serve (its UDP port is taken), or the test itself failed.
+    Fatal(String),
+}
+
+/// Waits for the next connection on `listener`, until `until` if given.
+fn accept_until(listener: &TcpListener, until: Option<Instant>) -> Result<TcpStream, String> {
+    let Some(until) = until else {
+        listener.set_nonblocking(false).map_err(|e| e.to_string())?;
+        return listener
+            .accept()
+            .map(|(s, _)| s)
+            .map_err(|e| format!("accept: {e}"));
+    };
+    listener.set_nonblocking(true).map_err(|e| e.to_string())?;
+    loop {
+        match listener.accept() {
+            Ok((s, _)) => {
+                s.set_nonblocking(false).map_err(|e| e.to_string())?;
+                return Ok(s);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if Instant::now() > until {
+                    return Err("no client connected".into());
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(format!("accept: {e}")),
+        }
+    }
+}
+
+/// Server role: accepts clients on `listener` until one sets up, runs its test, returns.
+/// A client that fails the setup (bad parameters or parameters over `limits`, garbage,
+/// closing early, silent or slow past `timeout`, the deadline of its whole setup exchange
+/// from accept to the ready barrier) is answered where it can be, named on stderr
+/// (`mrc-perf server: dropped client ADDR: REASON`) and dropped; the server then waits for
+/// the next. `accept_timeout` bounds the wait for a client that sets up (loopback).
 ///
 /// # Errors
-/// Any setup or test error.
+/// No client within `accept_timeout`; this side cannot set up (e.g. its UDP port is
+/// taken: answered to the client too); the test failed.
 pub fn serve_one(
     listener: &TcpListener,
     udp_bind: SocketAddr,
     timeout: Duration,
     accept_timeout: Option<Duration>,
     local: &LocalFabric,
+    limits: &ServerLimits,
 ) -> Result<(TestParams, EndResult), String> {
-    if let Some(t) = accept_timeout {
-        listener.set_nonblocking(true).map_err(|e| e.to_string())?;
-        let start = Instant::now();
-        loop {
-            match listener.accept() {
-                Ok((s, _)) => {
-                    s.set_nonblocking(false).map_err(|e| e.to_string())?;
-                    return serve_stream(s, udp_bind, timeout, local);
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    if start.elapsed() > t {
-                        return Err("no client connected".into());
-                    }
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-                Err(e) => return Err(format!("accept: {e}")),
+    let until = accept_timeout.map(|t| Instant::now() + t);
+    loop {
+        let s = accept_until(listener, until)?;
+        let peer = s
+            .peer_addr()
+            .map_or_else(|_| "(unknown)".to_string(), |a| a.to_string());
+        match serve_stream(s, udp_bind, timeout, local, limits) {
+            Ok(r) => return Ok(r),
+            Err(ServeError::Client(e)) => {
+                eprintln!("mrc-perf server: dropped client {peer}: {e}");
             }
+            Err(ServeError::Fatal(e)) => return Err(e),
         }
     }
-    let (s, _) = listener.accept().map_err(|e| format!("accept: {e}"))?;
-    serve_stream(s, udp_bind, timeout, local)
 }
 
 fn serve_stream(
@@ -1026,40 +1064,59 @@ fn serve_stream(
     udp_bind: SocketAddr,
     timeout: Duration,
     local: &LocalFabric,
-) -> Result<(TestParams, EndResult), String> {
-    let setup = read_params(&s, timeout).and_then(|mut p| {
-        p.check(timeout.as_secs_f64())
-            .map_err(|e| format!("client's test parameters: {e}"))?;
-        if p.fabric != local.kind() {
-            return Err(format!(
-                "the client runs --fabric {} but this server runs --fabric {}",
-                p.fabric,
-                local.kind()
-            ));
-        }
-        if let Some(mode) = p.srv6 {
-            let peer = s.peer_addr().map_err(|e| e.to_string())?;
-            p.steering = super::srv6::steering(mode, p.srv6_via, peer.ip(), p.paths, p.burst_size)?;
-        }
-        let side = make_side(&p, udp_bind, local)?;
-        Ok((p, side))
-    });
+    limits: &ServerLimits,
+) -> Result<(TestParams, EndResult), ServeError> {
+    use ServeError::{Client, Fatal};
+    // One deadline for the whole setup exchange, however the client paces its bytes.
+    let until = Instant::now() + timeout;
+    let setup = read_params(&s, timeout, until)
+        .and_then(|mut p| {
+            p.check(timeout.as_secs_f64())
+                .map_err(|e| format!("client's test parameters: {e}"))?;
+            limits
+                .check(&p)
+                .map_err(|e| format!("client's test parameters: {e}"))?;
+            if p.fabric != local.kind() {
+                return Err(format!(
+                    "the client runs --fabric {} but this server runs --fabric {}",
+                    p.fabric,
+                    local.kind()
+                ));
+            }
+            if let Some(mode) = p.srv6 {
+                let peer = s.peer_addr().map_err(|e| e.to_string())?;
+                p.steering =
+                    super::srv6::steering(mode, p.srv6_via, peer.ip(), p.paths, p.burst_size)?;
+            }
+            Ok(p)
+        })
+        .map_err(Client)
+        .and_then(|p| {
+            make_side(&p, udp_bind, local)
+                .map(|side| (p, side))
+                .map_err(Fatal)
+        });
     // Tell the client, so it reports the reason instead of a broken bootstrap.
     let reply = match &setup {
         Ok(_) => format!("{REPLY_OK}\n"),
-        Err(e) => format!("{REPLY_ERROR}{}\n", e.replace('\n', " ")),
+        Err(Client(e) | Fatal(e)) => format!("{REPLY_ERROR}{}\n", e.replace('\n', " ")),
     };
-    let sent = s.write_all(reply.as_bytes());
+    let sent =
+        mrc_fabric::engine::bootstrap::DeadlineStream::new(&s, until).write_all(reply.as_bytes());
     let (p, side) = setup?;
-    sent.map_err(|e| format!("answering the client: {e}"))?;
+    sent.map_err(|e| Client(format!("answering the client: {e}")))?;
     if let Some((book, addr)) = &side.verbs {
-        verbs::exchange(&mut s, book, addr, timeout)?;
+        let left = until.saturating_duration_since(Instant::now());
+        verbs::exchange(&mut s, book, addr, left.max(Duration::from_millis(1))).map_err(Client)?;
     }
-    post_recvs(&side, initial_recvs(&p, false), 0)?;
-    let c = side.qp.connect_on(s, timeout).map_err(|e| e.to_string())?;
-    let remote = remote_region(&c.remote.regions, &p, "client")?;
-    let ctl = CtlStream::new(c.stream)?;
-    let r = run_end(&side, remote, ctl, &p, false, timeout, None)?;
+    post_recvs(&side, initial_recvs(&p, false), 0).map_err(Fatal)?;
+    let c = side
+        .qp
+        .connect_on_until(s, until)
+        .map_err(|e| Client(e.to_string()))?;
+    let remote = remote_region(&c.remote.regions, &p, "client").map_err(Client)?;
+    let ctl = CtlStream::new(c.stream).map_err(Fatal)?;
+    let r = run_end(&side, remote, ctl, &p, false, timeout, None).map_err(Fatal)?;
     Ok((p, r))
 }
 
@@ -1076,19 +1133,25 @@ pub fn run_client(
     progress: Option<BwUnit>,
     local: &LocalFabric,
 ) -> Result<(EndResult, Vec<u16>), String> {
+    let until = Instant::now() + timeout;
     let mut s = TcpStream::connect_timeout(&server, timeout)
         .map_err(|e| format!("cannot reach server {server}: {e}"))?;
     let mut line = serde_json::to_string(p).map_err(|e| e.to_string())?;
     line.push('\n');
     s.write_all(line.as_bytes())
         .map_err(|e| format!("sending test parameters: {e}"))?;
-    read_reply(&s, server, timeout)?;
+    read_reply(&s, server, timeout, until)?;
     let side = make_side(p, udp_bind, local)?;
     if let Some((book, addr)) = &side.verbs {
         verbs::exchange(&mut s, book, addr, timeout)?;
     }
     post_recvs(&side, initial_recvs(p, true), 0)?;
-    let c = side.qp.connect_on(s, timeout).map_err(|e| e.to_string())?;
+    // The bootstrap after the server's answer under a deadline of its own (the wait for
+    // the answer may have used most of the first: the server was busy with another).
+    let c = side
+        .qp
+        .connect_on_until(s, Instant::now() + timeout)
+        .map_err(|e| e.to_string())?;
     let remote = remote_region(&c.remote.regions, p, "server")?;
     let ctl = CtlStream::new(c.stream)?;
     let r = run_end(&side, remote, ctl, p, true, timeout, progress)?;

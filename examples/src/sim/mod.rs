@@ -1,7 +1,8 @@
-//! `mrc-sim`: scenario files ([`scenario`]), built-in experiments ([`experiments`]), result
+//! `mrc-sim`: scenario files ([`scenario`]), limits checked before allocation ([`limits`]), built-in experiments ([`experiments`]), result
 //! tables, JSON and plots ([`output`]), the text of `design` and `trace` ([`design`](mod@design)).
 
 pub mod design;
 pub mod experiments;
+pub mod limits;
 pub mod output;
 pub mod scenario;

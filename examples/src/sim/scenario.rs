@@ -51,6 +51,7 @@
 //! max_ns = 2000                # jitter
 //! ```
 
+use crate::sim::limits::{RunSize, SimLimits};
 use mrc_congestion::CcKind;
 use mrc_fabric::sim::{
     DesignInput, EcnConfig, Fault, FaultKind, FlowSpec, Forwarding, LinkSelector, QueueConfig,
@@ -270,10 +271,19 @@ impl Scenario {
         Ok(toml::from_str(text)?)
     }
 
-    /// Builds the run.
+    /// Builds the run under the default [`SimLimits`].
     ///
     /// Errors: [`ScenarioError::Invalid`], [`ScenarioError::Design`].
     pub fn build(&self) -> Result<Built, ScenarioError> {
+        self.build_within(&SimLimits::default())
+    }
+
+    /// Builds the run; every count (hosts, EVs, flows, fault events) and the memory
+    /// estimate are checked against `limits` before anything is allocated for them.
+    ///
+    /// Errors: [`ScenarioError::Invalid`] (a limit's message names the flag that raises
+    /// it), [`ScenarioError::Design`].
+    pub fn build_within(&self, limits: &SimLimits) -> Result<Built, ScenarioError> {
         let t = &self.topology;
         if t.propagation_ns > MAX_DELAY_NS {
             // Event times are u64 ns: a delay near 2^64 wrapped, and packets arrived
@@ -296,6 +306,10 @@ impl Scenario {
         };
         let d = design(&input)?;
         let spec = mrc_fabric::sim::SpineLeafSpec::from_design(&d, t.propagation_ns);
+        limits.check_hosts(u64::from(spec.hosts)).map_err(invalid)?;
+        limits
+            .check_events(self.faults.len() as u64)
+            .map_err(invalid)?;
         let forwarding = parse_forwarding(&self.forwarding)?;
         let q = &self.queue;
         let dq = QueueConfig::default();
@@ -360,6 +374,9 @@ impl Scenario {
             if e == 0 {
                 return Err(invalid("transport.evs must be > 0"));
             }
+            limits
+                .check_evs("transport.evs", u64::from(e))
+                .map_err(invalid)?;
             transport.evs = e;
         }
         transport.go_back_n = tr.go_back_n.unwrap_or(false);
@@ -370,6 +387,23 @@ impl Scenario {
             transport.send.mtu_payload_bytes = m;
         }
         let hosts = spec.hosts;
+        let generated = self
+            .traffic
+            .as_ref()
+            .map_or(0, |tf| traffic_count(tf, hosts));
+        limits
+            .check_flows(
+                "traffic and [[flows]]",
+                generated.saturating_add(self.flows.len() as u64),
+            )
+            .map_err(invalid)?;
+        for f in &self.flows {
+            if let Some(e) = f.evs {
+                limits
+                    .check_evs(&format!("flow {} -> {}: evs", f.src, f.dst), u64::from(e))
+                    .map_err(invalid)?;
+            }
+        }
         let mut flows = Vec::new();
         if let Some(tf) = &self.traffic {
             flows.extend(traffic(tf, hosts, spec.hosts_per_leaf)?);
@@ -398,6 +432,23 @@ impl Scenario {
         if flows.is_empty() {
             return Err(invalid("no flows: add [traffic] or [[flows]]"));
         }
+        let window_bytes = u64::from(transport.send.max_outstanding_packets)
+            .saturating_mul(u64::from(mtu) + crate::sim::limits::FRAME_OVERHEAD_BYTES);
+        let mut size = RunSize {
+            hosts: u64::from(hosts),
+            flows: flows.len() as u64,
+            ..RunSize::default()
+        };
+        for f in &flows {
+            size.flow_bytes = size.flow_bytes.saturating_add(f.bytes);
+            size.flow_evs = size
+                .flow_evs
+                .saturating_add(u64::from(f.evs.unwrap_or(transport.evs)));
+            size.in_flight_bytes = size
+                .in_flight_bytes
+                .saturating_add(f.bytes.min(window_bytes));
+        }
+        limits.check_memory(&size).map_err(invalid)?;
         let faults = self
             .faults
             .iter()
@@ -431,6 +482,18 @@ pub fn parse_forwarding(s: &str) -> Result<Forwarding, ScenarioError> {
         o => Err(invalid(format!(
             "forwarding {o:?}: expected ecmp, srv6 or usid"
         ))),
+    }
+}
+
+/// How many flows [`traffic`] would generate (before generating them; an unknown pattern
+/// or a bad incast counts 0 here and is refused there).
+fn traffic_count(t: &TrafficToml, hosts: u32) -> u64 {
+    let h = u64::from(hosts);
+    match t.pattern.as_str() {
+        "permutation" => h,
+        "incast" => u64::from(t.senders.unwrap_or(hosts.saturating_sub(1))).min(h),
+        "all-to-all" => h.saturating_mul(h.saturating_sub(1)),
+        _ => 0,
     }
 }
 

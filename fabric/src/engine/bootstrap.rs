@@ -44,7 +44,7 @@
 use mrc_transport::region::MrKey;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use thiserror::Error;
 
 /// `"MRCB"`.
@@ -116,8 +116,9 @@ pub enum BootstrapError {
         /// The OS error.
         source: io::Error,
     },
-    /// The peer accepted the TCP connection but sent nothing within the timeout (a read or
-    /// write reported `WouldBlock`/`TimedOut`): a stuck or foreign peer.
+    /// The peer did not finish within the deadline of the exchange (a read or write
+    /// reported `WouldBlock`/`TimedOut`, or the deadline had passed): a stuck, slow or
+    /// foreign peer.
     #[error("bootstrap {what}: the peer did not answer within the timeout")]
     TimedOut {
         /// What was being done.
@@ -255,7 +256,55 @@ impl QpInfo {
     }
 }
 
-/// Client side: connects to `server` (within `timeout`), sends `local`, reads the peer's.
+/// A TCP stream under one deadline for a whole exchange: before every read or write the
+/// socket's timeout is set to the time left, and past the deadline every call fails with
+/// `TimedOut`. So a peer that sends one byte a second cannot stretch an exchange of many
+/// reads beyond the deadline (a per-read timeout would restart at every byte).
+#[derive(Debug)]
+pub struct DeadlineStream<'a> {
+    s: &'a TcpStream,
+    until: Instant,
+}
+
+impl<'a> DeadlineStream<'a> {
+    /// `s` until `until`.
+    pub fn new(s: &'a TcpStream, until: Instant) -> Self {
+        DeadlineStream { s, until }
+    }
+
+    /// Time left, at least 1 ms (a zero socket timeout would mean none); `TimedOut` once
+    /// the deadline passed.
+    fn left(&self) -> io::Result<Duration> {
+        let left = self.until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::from(io::ErrorKind::TimedOut));
+        }
+        Ok(left.max(Duration::from_millis(1)))
+    }
+}
+
+impl Read for DeadlineStream<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.s.set_read_timeout(Some(self.left()?))?;
+        let mut s = self.s;
+        s.read(buf)
+    }
+}
+
+impl Write for DeadlineStream<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.s.set_write_timeout(Some(self.left()?))?;
+        let mut s = self.s;
+        s.write(buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Client side: connects to `server` (within `timeout`), sends `local`, reads the peer's;
+/// `timeout` is the deadline of the whole of it.
 /// Returns the peer's info, the UDP address to send to, and the open stream (for the
 /// application's own end-of-test exchange).
 ///
@@ -266,6 +315,7 @@ pub fn connect(
     local: &QpInfo,
     timeout: Duration,
 ) -> Result<(QpInfo, SocketAddr, TcpStream), BootstrapError> {
+    let until = Instant::now() + timeout;
     let label = format!("{server:?}");
     let addrs: Vec<SocketAddr> = server
         .to_socket_addrs()
@@ -275,7 +325,7 @@ pub fn connect(
     for a in &addrs {
         match TcpStream::connect_timeout(a, timeout) {
             Ok(s) => {
-                return exchange(s, local, timeout);
+                return exchange_until(s, local, until);
             }
             Err(e) => last = Some(e),
         }
@@ -302,34 +352,50 @@ pub fn accept(
     exchange(s, local, timeout)
 }
 
-/// Either side, on an already connected stream: sends `local`, reads the peer's.
+/// Either side, on an already connected stream: sends `local`, reads the peer's, all
+/// within `timeout` ([`exchange_until`]).
 ///
 /// # Errors
-/// [`BootstrapError::Io`], decode errors.
+/// [`BootstrapError::Io`], [`BootstrapError::TimedOut`], decode errors.
 pub fn exchange(
-    mut s: TcpStream,
+    s: TcpStream,
     local: &QpInfo,
     timeout: Duration,
 ) -> Result<(QpInfo, SocketAddr, TcpStream), BootstrapError> {
-    s.set_read_timeout(Some(timeout))
-        .map_err(io_err("set timeout"))?;
-    s.set_write_timeout(Some(timeout))
-        .map_err(io_err("set timeout"))?;
+    exchange_until(s, local, Instant::now() + timeout)
+}
+
+/// [`exchange`] under a deadline ([`DeadlineStream`]): a peer that has not sent its whole
+/// [`QpInfo`] by `until` fails with [`BootstrapError::TimedOut`], however it paces its
+/// bytes. The stream's read and write timeouts are left at the time that was left.
+///
+/// # Errors
+/// As [`exchange`].
+pub fn exchange_until(
+    s: TcpStream,
+    local: &QpInfo,
+    until: Instant,
+) -> Result<(QpInfo, SocketAddr, TcpStream), BootstrapError> {
     s.set_nodelay(true).map_err(io_err("set nodelay"))?;
-    s.write_all(&local.encode()?).map_err(io_err("write"))?;
-    let remote = QpInfo::read_from(&mut s)?;
+    let mut d = DeadlineStream::new(&s, until);
+    d.write_all(&local.encode()?).map_err(io_err("write"))?;
+    let remote = QpInfo::read_from(&mut d)?;
     let peer_ip = s.peer_addr().map_err(io_err("peer address"))?.ip();
     Ok((remote.clone(), SocketAddr::new(peer_ip, remote.udp_port), s))
 }
 
 /// Sends this side's EV source ports and reads the peer's (after both sides connected
-/// their QPs, before [`ready`]).
+/// their QPs, before [`ready`]), by `until`.
 ///
 /// # Errors
 /// [`BootstrapError::Io`] / [`BootstrapError::TimedOut`], [`BootstrapError::BadMagic`],
 /// [`BootstrapError::BadField`] (`"source port count"`: none, or more than
 /// [`MAX_SOURCE_PORTS`]; `"source port"`: port 0).
-pub fn exchange_ports(s: &mut TcpStream, local: &[u16]) -> Result<Vec<u16>, BootstrapError> {
+pub fn exchange_ports(
+    s: &TcpStream,
+    local: &[u16],
+    until: Instant,
+) -> Result<Vec<u16>, BootstrapError> {
     if local.is_empty() || local.len() > MAX_SOURCE_PORTS {
         return Err(BootstrapError::BadField("source port count"));
     }
@@ -339,8 +405,9 @@ pub fn exchange_ports(s: &mut TcpStream, local: &[u16]) -> Result<Vec<u16>, Boot
     for p in local {
         b.extend_from_slice(&p.to_be_bytes());
     }
-    s.write_all(&b).map_err(io_err("write source ports"))?;
-    read_ports(s)
+    let mut d = DeadlineStream::new(s, until);
+    d.write_all(&b).map_err(io_err("write source ports"))?;
+    read_ports(&mut d)
 }
 
 /// Reads one source-port message.
@@ -384,6 +451,21 @@ pub fn ready(s: &mut TcpStream) -> Result<(), BootstrapError> {
     s.write_all(&READY).map_err(io_err("write ready"))?;
     let mut b = [0u8; 4];
     s.read_exact(&mut b).map_err(io_err("read ready"))?;
+    if b != READY {
+        return Err(BootstrapError::BadMagic(b));
+    }
+    Ok(())
+}
+
+/// [`ready`] by `until` ([`DeadlineStream`]).
+///
+/// # Errors
+/// As [`ready`], [`BootstrapError::TimedOut`] past `until`.
+pub fn ready_until(s: &TcpStream, until: Instant) -> Result<(), BootstrapError> {
+    let mut d = DeadlineStream::new(s, until);
+    d.write_all(&READY).map_err(io_err("write ready"))?;
+    let mut b = [0u8; 4];
+    d.read_exact(&mut b).map_err(io_err("read ready"))?;
     if b != READY {
         return Err(BootstrapError::BadMagic(b));
     }
@@ -501,5 +583,38 @@ mod tests {
             read_ports(&mut b"MRCP\x00\x02\x00\x01".as_slice()),
             Err(BootstrapError::Io { .. })
         ));
+    }
+
+    #[test]
+    fn a_peer_pacing_its_bytes_is_cut_off_at_the_deadline_of_the_whole_exchange() {
+        // A valid header announcing 1024 regions, then one byte every 20 ms: each read
+        // would finish well within a per-read timeout of 100 ms; the deadline ends it.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let slow = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut i = info();
+            i.regions = vec![i.regions[0]; MAX_REGIONS];
+            let b = i.encode().unwrap();
+            let _ = s.write_all(&b[..FIXED_LEN]);
+            for x in &b[FIXED_LEN..] {
+                if s.write_all(&[*x]).is_err() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        });
+        let client = TcpStream::connect(addr).unwrap();
+        let t = Instant::now();
+        let r = exchange(client, &info(), Duration::from_millis(300));
+        let took = t.elapsed();
+        assert!(
+            matches!(r, Err(BootstrapError::TimedOut { what: "read" })),
+            "{r:?}"
+        );
+        assert!(took >= Duration::from_millis(300), "{took:?}");
+        assert!(took < Duration::from_millis(600), "{took:?}");
+        drop(r);
+        slow.join().unwrap();
     }
 }

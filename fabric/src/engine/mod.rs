@@ -823,12 +823,14 @@ impl Qp {
         server: impl ToSocketAddrs + std::fmt::Debug,
         timeout: Duration,
     ) -> Result<Connected, EngineError> {
+        let until = Instant::now() + timeout;
         let (remote, udp, stream) = bootstrap::connect(server, &self.local_info(), timeout)?;
-        self.finish_bootstrap(remote, udp, stream)
+        self.finish_bootstrap(remote, udp, stream, until)
     }
 
     /// Server side of the TCP bootstrap: accepts one client on `listener`, exchanges
-    /// [`QpInfo`], [`Qp::connect`]s, then waits for the peer's [`bootstrap::ready`].
+    /// [`QpInfo`], [`Qp::connect`]s, then waits for the peer's [`bootstrap::ready`]; all
+    /// of it after the accept within `timeout`.
     ///
     /// # Errors
     /// As [`Qp::connect_tcp`].
@@ -837,8 +839,11 @@ impl Qp {
         listener: &TcpListener,
         timeout: Duration,
     ) -> Result<Connected, EngineError> {
-        let (remote, udp, stream) = bootstrap::accept(listener, &self.local_info(), timeout)?;
-        self.finish_bootstrap(remote, udp, stream)
+        let (s, _) = listener.accept().map_err(|source| BootstrapError::Io {
+            what: "accept",
+            source,
+        })?;
+        self.connect_on(s, timeout)
     }
 
     /// The bootstrap on a TCP stream the application already opened (either side):
@@ -852,8 +857,22 @@ impl Qp {
         stream: TcpStream,
         timeout: Duration,
     ) -> Result<Connected, EngineError> {
-        let (remote, udp, stream) = bootstrap::exchange(stream, &self.local_info(), timeout)?;
-        self.finish_bootstrap(remote, udp, stream)
+        self.connect_on_until(stream, Instant::now() + timeout)
+    }
+
+    /// [`Qp::connect_on`] with a deadline for the whole exchange (QpInfo, source ports,
+    /// ready; [`bootstrap::DeadlineStream`]): a peer that is slow anywhere in it fails
+    /// with [`BootstrapError::TimedOut`] at `until`, however it paces its bytes.
+    ///
+    /// # Errors
+    /// As [`Qp::connect_tcp`].
+    pub fn connect_on_until(
+        &self,
+        stream: TcpStream,
+        until: Instant,
+    ) -> Result<Connected, EngineError> {
+        let (remote, udp, stream) = bootstrap::exchange_until(stream, &self.local_info(), until)?;
+        self.finish_bootstrap(remote, udp, stream, until)
     }
 
     /// The end of every TCP bootstrap: [`Qp::connect`] to what the peer sent, swap the EV
@@ -864,12 +883,24 @@ impl Qp {
         &self,
         remote: QpInfo,
         udp: SocketAddr,
-        mut stream: TcpStream,
+        stream: TcpStream,
+        until: Instant,
     ) -> Result<Connected, EngineError> {
+        // What is left now, as the stream's timeouts afterwards (for the application's
+        // own messages; the deadline stream leaves them at whatever was left at the end).
+        let after = until
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_millis(100));
         let source_ports = self.connect(&remote, udp)?;
-        let peer_ports = bootstrap::exchange_ports(&mut stream, &source_ports)?;
+        let peer_ports = bootstrap::exchange_ports(&stream, &source_ports, until)?;
         self.set_peer_source_ports(&peer_ports)?;
-        bootstrap::ready(&mut stream)?;
+        bootstrap::ready_until(&stream, until)?;
+        for set in [TcpStream::set_read_timeout, TcpStream::set_write_timeout] {
+            set(&stream, Some(after)).map_err(|source| BootstrapError::Io {
+                what: "set timeout",
+                source,
+            })?;
+        }
         Ok(Connected {
             remote,
             udp,

@@ -299,7 +299,8 @@ impl<D: Datapath> Engine<D> {
                         Ok(id) => match e.conn.connect(peer) {
                             Ok(()) => {
                                 e.dp_conn = Some(id);
-                                e.sources.connect(udp.ip());
+                                let ip = self.dp.peer_source_ip(id).unwrap_or(udp.ip());
+                                e.sources.connect(ip);
                                 Ok(self.dp.source_ports(id).unwrap_or_default())
                             }
                             Err(err) => {

@@ -379,6 +379,14 @@ pub trait Datapath {
         false
     }
 
+    /// The IP the peer of `conn` sends from, as [`RxDatagram::from`] will show it; the
+    /// engine's source filter accepts only that IP for the QP. Default `None`: the IP of
+    /// the peer address given to [`Datapath::open_conn`].
+    fn peer_source_ip(&self, conn: ConnId) -> Option<std::net::IpAddr> {
+        let _ = conn;
+        None
+    }
+
     /// Whether [`RxDatagram::from`] carries the sender's real source port (UDP: yes; verbs:
     /// no, its port is RoCEv2's fixed 4791 and only the IP, from the source GID, means
     /// anything). The engine checks a QP's peer ports only where it does. Default true.

@@ -106,6 +106,10 @@ struct Route {
 struct VConn {
     /// Predicted UDP source port per QP group (flow-label NICs).
     ports: Vec<u16>,
+    /// The peer's GID as an IP: where its datagrams come from ([`gid_to_ip`] of a GRH's
+    /// source GID), which may differ from the IP `open_conn` was given (the control
+    /// connection's, looked up in the [`PeerBook`]).
+    source_ip: IpAddr,
 }
 
 /// The RDMA UD datapath over a [`Nic`]: the libibverbs `Device` (`VerbsDatapath::open`,
@@ -473,7 +477,8 @@ impl<N: Nic> Datapath for VerbsDatapath<N> {
                 },
             );
         }
-        Ok(self.conns.insert(VConn { ports }, routes))
+        let source_ip = gid_to_ip(remote.gid);
+        Ok(self.conns.insert(VConn { ports, source_ip }, routes))
     }
 
     fn close_conn(&mut self, conn: ConnId) {
@@ -682,6 +687,12 @@ impl<N: Nic> Datapath for VerbsDatapath<N> {
 
     fn waker(&self) -> Arc<dyn Waker> {
         self.dev.waker()
+    }
+
+    /// The peer endpoint's GID as an IP (what [`RxDatagram::from`] carries), not the IP of
+    /// the control connection the peer was registered under.
+    fn peer_source_ip(&self, conn: ConnId) -> Option<IpAddr> {
+        self.conns.get(conn).map(|c| c.source_ip)
     }
 
     /// No: a receive's source is the GRH's source GID (as an IP) and RoCEv2's fixed port;
