@@ -133,6 +133,50 @@ impl AuthKeys {
     }
 }
 
+/// HKDF output length as a `ring` key type.
+struct Len(usize);
+
+impl ring::hkdf::KeyType for Len {
+    fn len(&self) -> usize {
+        self.0
+    }
+}
+
+/// The key confirmation one end sends at setup (32 bytes, HKDF-SHA256 of the same PSK and
+/// salt as [`AuthKeys::derive`], info `mrc v1 confirm initiator` or `... responder`): it
+/// proves the sender holds the PSK without revealing anything of the packet keys, so ends
+/// with different keys fail at setup with a clear error instead of dropping every packet.
+///
+/// # Errors
+/// As [`AuthKeys::derive`].
+pub fn key_confirmation(
+    psk: &[u8],
+    initiator_nonce: &[u8; AUTH_NONCE_BYTES],
+    responder_nonce: &[u8; AUTH_NONCE_BYTES],
+    initiator: bool,
+) -> Result<[u8; 32], AuthKeyError> {
+    if psk.len() < MIN_PSK_BYTES {
+        return Err(AuthKeyError::PskTooShort(psk.len()));
+    }
+    if initiator_nonce == responder_nonce {
+        return Err(AuthKeyError::EqualNonces);
+    }
+    let mut salt = [0u8; 2 * AUTH_NONCE_BYTES];
+    salt[..AUTH_NONCE_BYTES].copy_from_slice(initiator_nonce);
+    salt[AUTH_NONCE_BYTES..].copy_from_slice(responder_nonce);
+    let prk = Salt::new(HKDF_SHA256, &salt).extract(psk);
+    let info: [&[u8]; 1] = [if initiator {
+        b"mrc v1 confirm initiator"
+    } else {
+        b"mrc v1 confirm responder"
+    }];
+    let mut out = [0u8; 32];
+    prk.expand(&info, Len(32))
+        .and_then(|okm| okm.fill(&mut out))
+        .map_err(|_| AuthKeyError::PskTooShort(psk.len()))?;
+    Ok(out)
+}
+
 /// Sliding replay window over 64-bit packet numbers (RFC 4303 section 3.4.3).
 #[derive(Clone, Debug)]
 pub struct ReplayWindow {
@@ -368,6 +412,15 @@ mod tests {
         // 10_000 + 8192 reuses 10_000's slot, which the slide cleared
         assert!(w.check(18_192));
         assert!(w.check(u64::MAX - 1));
+    }
+
+    #[test]
+    fn key_confirmations_differ_by_role_and_key() {
+        let c = |psk: &[u8], i| key_confirmation(psk, &[1; 32], &[2; 32], i).unwrap();
+        let other = b"fedcba9876543210fedcba9876543210";
+        assert_ne!(c(PSK, true), c(PSK, false));
+        assert_ne!(c(PSK, true), c(other, true));
+        assert_eq!(c(PSK, true), c(PSK, true));
     }
 
     #[test]

@@ -34,6 +34,12 @@ pub fn run_cli(cli: Cli) -> Result<String, String> {
     if let run::LocalFabric::Verbs(o) = &local {
         verbs::precheck(o).map_err(|e| format!("--fabric verbs: {e}"))?;
     }
+    let psk = cli
+        .test
+        .psk_file
+        .as_deref()
+        .map(opts::read_psk)
+        .transpose()?;
     match cli.cmd {
         Command::Loopback { ipv6 } => {
             if p.srv6.is_some() && !ipv6 {
@@ -49,6 +55,7 @@ pub fn run_cli(cli: Cli) -> Result<String, String> {
             let server_addr = listener.local_addr().map_err(|e| e.to_string())?;
             let udp = SocketAddr::new(ip, cli.test.udp_port.unwrap_or(0));
             let server_local = local.clone();
+            let server_psk = psk.clone();
             let server = std::thread::spawn(move || {
                 run::serve_one(
                     &listener,
@@ -57,6 +64,7 @@ pub fn run_cli(cli: Cli) -> Result<String, String> {
                     Some(timeout),
                     &server_local,
                     &opts::ServerLimits::default(),
+                    server_psk.as_deref(),
                 )
                 .map(|_| ())
             });
@@ -67,6 +75,7 @@ pub fn run_cli(cli: Cli) -> Result<String, String> {
                 timeout,
                 progress,
                 &local,
+                psk.as_deref(),
             );
             let srv = server
                 .join()
@@ -98,7 +107,7 @@ pub fn run_cli(cli: Cli) -> Result<String, String> {
             if let Some(mode) = p.srv6 {
                 p.steering = srv6::steering(mode, p.srv6_via, addr.ip(), p.paths, p.burst_size)?;
             }
-            let (r, _) = run::run_client(addr, udp, &p, timeout, progress, &local)?;
+            let (r, _) = run::run_client(addr, udp, &p, timeout, progress, &local, psk.as_deref())?;
             finish(
                 &p,
                 &r,
@@ -128,13 +137,29 @@ pub fn run_cli(cli: Cli) -> Result<String, String> {
                 if persistent { " (persistent)" } else { "" }
             );
             if !persistent {
-                let (sp, r) = run::serve_one(&listener, udp, timeout, None, &local, &limits)?;
+                let (sp, r) = run::serve_one(
+                    &listener,
+                    udp,
+                    timeout,
+                    None,
+                    &local,
+                    &limits,
+                    psk.as_deref(),
+                )?;
                 return server_report(&sp, &r);
             }
             // One client after another; a failed test is reported and the next served.
             for n in 1u64.. {
-                match run::serve_one(&listener, udp, timeout, None, &local, &limits)
-                    .and_then(|(sp, r)| server_report(&sp, &r))
+                match run::serve_one(
+                    &listener,
+                    udp,
+                    timeout,
+                    None,
+                    &local,
+                    &limits,
+                    psk.as_deref(),
+                )
+                .and_then(|(sp, r)| server_report(&sp, &r))
                 {
                     Ok(o) => {
                         use std::io::Write;

@@ -234,6 +234,51 @@ pub struct TestOpts {
     /// shorter than this is survived. Both ends; in 0.01..=600.
     #[arg(long = "peer-timeout", value_name = "SECONDS", default_value_t = default_peer_timeout_s(), global = true)]
     pub peer_timeout_s: f64,
+    /// Authenticate and encrypt every datagram (AES-256-GCM) under keys derived from the
+    /// pre-shared key in this file and fresh nonces of both ends (HKDF-SHA256); both ends
+    /// need the same file. The key is the file's bytes without one trailing newline, 16 to
+    /// 4096 of them (e.g. `head -c 32 /dev/urandom > key`).
+    #[arg(long = "psk-file", value_name = "PATH", global = true)]
+    pub psk_file: Option<std::path::PathBuf>,
+}
+
+/// Longest pre-shared key file `--psk-file` reads, bytes.
+pub const MAX_PSK_BYTES: usize = 4096;
+
+/// Reads the pre-shared key of `--psk-file`: the file's bytes without one trailing
+/// newline (`\n` or `\r\n`).
+///
+/// # Errors
+/// A message naming the file: unreadable, longer than [`MAX_PSK_BYTES`], or shorter than
+/// [`mrc_transport::auth::MIN_PSK_BYTES`].
+pub fn read_psk(path: &std::path::Path) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    let f = std::fs::File::open(path).map_err(|e| format!("--psk-file {}: {e}", path.display()))?;
+    let mut key = Vec::new();
+    f.take(MAX_PSK_BYTES as u64 + 3)
+        .read_to_end(&mut key)
+        .map_err(|e| format!("--psk-file {}: {e}", path.display()))?;
+    if key.last() == Some(&b'\n') {
+        key.pop();
+        if key.last() == Some(&b'\r') {
+            key.pop();
+        }
+    }
+    if key.len() > MAX_PSK_BYTES {
+        return Err(format!(
+            "--psk-file {}: longer than {MAX_PSK_BYTES} bytes",
+            path.display()
+        ));
+    }
+    let min = mrc_transport::auth::MIN_PSK_BYTES;
+    if key.len() < min {
+        return Err(format!(
+            "--psk-file {}: {} bytes, a pre-shared key needs at least {min}",
+            path.display(),
+            key.len()
+        ));
+    }
+    Ok(key)
 }
 
 /// The test as both ends run it (sent from client to server as JSON).

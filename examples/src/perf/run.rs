@@ -1042,6 +1042,7 @@ pub fn serve_one(
     accept_timeout: Option<Duration>,
     local: &LocalFabric,
     limits: &ServerLimits,
+    psk: Option<&[u8]>,
 ) -> Result<(TestParams, EndResult), String> {
     let until = accept_timeout.map(|t| Instant::now() + t);
     loop {
@@ -1049,7 +1050,7 @@ pub fn serve_one(
         let peer = s
             .peer_addr()
             .map_or_else(|_| "(unknown)".to_string(), |a| a.to_string());
-        match serve_stream(s, udp_bind, timeout, local, limits) {
+        match serve_stream(s, udp_bind, timeout, local, limits, psk) {
             Ok(r) => return Ok(r),
             Err(ServeError::Client(e)) => {
                 eprintln!("mrc-perf server: dropped client {peer}: {e}");
@@ -1065,6 +1066,7 @@ fn serve_stream(
     timeout: Duration,
     local: &LocalFabric,
     limits: &ServerLimits,
+    psk: Option<&[u8]>,
 ) -> Result<(TestParams, EndResult), ServeError> {
     use ServeError::{Client, Fatal};
     // One deadline for the whole setup exchange, however the client paces its bytes.
@@ -1110,14 +1112,27 @@ fn serve_stream(
         verbs::exchange(&mut s, book, addr, left.max(Duration::from_millis(1))).map_err(Client)?;
     }
     post_recvs(&side, initial_recvs(&p, false), 0).map_err(Fatal)?;
-    let c = side
-        .qp
-        .connect_on_until(s, until)
-        .map_err(|e| Client(e.to_string()))?;
+    let c = connect_qp(&side, s, until, psk).map_err(Client)?;
     let remote = remote_region(&c.remote.regions, &p, "client").map_err(Client)?;
     let ctl = CtlStream::new(c.stream).map_err(Fatal)?;
     let r = run_end(&side, remote, ctl, &p, false, timeout, None).map_err(Fatal)?;
     Ok((p, r))
+}
+
+/// The engine bootstrap on `s` by `until`: authenticated (per-packet AES-256-GCM under
+/// keys from `psk` and fresh nonces, [`mrc_fabric::engine::Qp::connect_on_authenticated`])
+/// when this end has a pre-shared key, plain otherwise.
+fn connect_qp(
+    side: &Side,
+    s: TcpStream,
+    until: Instant,
+    psk: Option<&[u8]>,
+) -> Result<mrc_fabric::engine::Connected, String> {
+    match psk {
+        Some(k) => side.qp.connect_on_authenticated(s, until, k),
+        None => side.qp.connect_on_until(s, until),
+    }
+    .map_err(|e| e.to_string())
 }
 
 /// Client role: connects to `server`, sends the parameters, runs; `progress` as in
@@ -1132,6 +1147,7 @@ pub fn run_client(
     timeout: Duration,
     progress: Option<BwUnit>,
     local: &LocalFabric,
+    psk: Option<&[u8]>,
 ) -> Result<(EndResult, Vec<u16>), String> {
     let until = Instant::now() + timeout;
     let mut s = TcpStream::connect_timeout(&server, timeout)
@@ -1148,10 +1164,7 @@ pub fn run_client(
     post_recvs(&side, initial_recvs(p, true), 0)?;
     // The bootstrap after the server's answer under a deadline of its own (the wait for
     // the answer may have used most of the first: the server was busy with another).
-    let c = side
-        .qp
-        .connect_on_until(s, Instant::now() + timeout)
-        .map_err(|e| e.to_string())?;
+    let c = connect_qp(&side, s, Instant::now() + timeout, psk)?;
     let remote = remote_region(&c.remote.regions, p, "server")?;
     let ctl = CtlStream::new(c.stream)?;
     let r = run_end(&side, remote, ctl, p, true, timeout, progress)?;

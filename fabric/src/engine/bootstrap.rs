@@ -136,6 +136,12 @@ pub enum BootstrapError {
     /// No address to connect to.
     #[error("bootstrap: {0} resolves to no address")]
     NoAddress(String),
+    /// One end authenticates its packets (a pre-shared key) and the other does not: the
+    /// first message was the other kind's.
+    #[error(
+        "bootstrap: {0} (give both ends the same pre-shared key, e.g. mrc-perf --psk-file, or neither)"
+    )]
+    AuthMismatch(&'static str),
 }
 
 fn io_err(what: &'static str) -> impl FnOnce(io::Error) -> BootstrapError {
@@ -182,6 +188,11 @@ impl QpInfo {
         let u16_at = |i: usize| u16::from_be_bytes([b[i], b[i + 1]]);
         let u32_at = |i: usize| u32::from_be_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
         let magic = [b[0], b[1], b[2], b[3]];
+        if magic == NONCE_MAGIC {
+            return Err(BootstrapError::AuthMismatch(
+                "the peer authenticates its packets and this end does not",
+            ));
+        }
         if magic != MAGIC {
             return Err(BootstrapError::BadMagic(magic));
         }
@@ -433,6 +444,71 @@ fn read_ports(r: &mut impl Read) -> Result<Vec<u16>, BootstrapError> {
         return Err(BootstrapError::BadField("source port"));
     }
     Ok(ports)
+}
+
+/// `"MRCN"`: the authentication nonce message ([`exchange_nonces`]): the magic, then this
+/// end's 32-byte setup nonce. It comes first in an authenticated bootstrap, before the
+/// [`QpInfo`].
+pub const NONCE_MAGIC: [u8; 4] = *b"MRCN";
+
+/// `"MRCK"`: the key confirmation message of an authenticated bootstrap (after the
+/// nonces): the magic, then 32 bytes (`mrc_transport::auth::key_confirmation`).
+pub const CONFIRM_MAGIC: [u8; 4] = *b"MRCK";
+
+/// Sends this end's setup nonce and reads the peer's, by `until` (the first message of an
+/// authenticated bootstrap; keys come from both nonces and the pre-shared key,
+/// `mrc_transport::auth::AuthKeys::derive`).
+///
+/// # Errors
+/// [`BootstrapError::Io`] / [`BootstrapError::TimedOut`];
+/// [`BootstrapError::AuthMismatch`] when the peer sent a plain [`QpInfo`] instead;
+/// [`BootstrapError::BadMagic`] for anything else.
+pub fn exchange_nonces(
+    s: &TcpStream,
+    local: &[u8; 32],
+    until: Instant,
+) -> Result<[u8; 32], BootstrapError> {
+    exchange_32(s, NONCE_MAGIC, local, until, "nonce")
+}
+
+/// Sends this end's key confirmation and reads the peer's, by `until`.
+///
+/// # Errors
+/// As [`exchange_nonces`].
+pub fn exchange_confirmations(
+    s: &TcpStream,
+    local: &[u8; 32],
+    until: Instant,
+) -> Result<[u8; 32], BootstrapError> {
+    exchange_32(s, CONFIRM_MAGIC, local, until, "key confirmation")
+}
+
+/// One message of `magic` and 32 bytes each way.
+fn exchange_32(
+    s: &TcpStream,
+    magic: [u8; 4],
+    local: &[u8; 32],
+    until: Instant,
+    what: &'static str,
+) -> Result<[u8; 32], BootstrapError> {
+    let mut d = DeadlineStream::new(s, until);
+    let mut b = [0u8; 36];
+    b[..4].copy_from_slice(&magic);
+    b[4..].copy_from_slice(local);
+    d.write_all(&b).map_err(io_err(what))?;
+    let mut got = [0u8; 4];
+    d.read_exact(&mut got).map_err(io_err(what))?;
+    if got == MAGIC {
+        return Err(BootstrapError::AuthMismatch(
+            "this end authenticates its packets and the peer does not",
+        ));
+    }
+    if got != magic {
+        return Err(BootstrapError::BadMagic(got));
+    }
+    let mut v = [0u8; 32];
+    d.read_exact(&mut v).map_err(io_err(what))?;
+    Ok(v)
 }
 
 /// The ready marker each side writes once its QP is connected (4 bytes, ASCII `MRCR`).

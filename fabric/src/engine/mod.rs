@@ -875,6 +875,52 @@ impl Qp {
         self.finish_bootstrap(remote, udp, stream, until)
     }
 
+    /// [`Qp::connect_on_until`] with per-packet authentication and encryption
+    /// ([`mrc_transport::auth`]): both ends first swap 32-byte setup nonces from the OS
+    /// CSPRNG ([`bootstrap::exchange_nonces`]) and key confirmations
+    /// ([`bootstrap::exchange_confirmations`]: a peer without the same pre-shared key `psk`
+    /// fails here), derive the connection's keys from the nonces and `psk` (the end with
+    /// the lower nonce is the initiator), and turn authentication on ([`Qp::set_auth`])
+    /// before the rest of the bootstrap, which is [`Qp::connect_on_until`]'s.
+    ///
+    /// # Errors
+    /// As [`Qp::connect_tcp`]; [`EngineError::Refused`] for a `psk` shorter than
+    /// [`mrc_transport::auth::MIN_PSK_BYTES`] (checked before anything is sent), a failing
+    /// CSPRNG or equal nonces; [`BootstrapError::AuthMismatch`] when only one end
+    /// authenticates or the keys differ.
+    pub fn connect_on_authenticated(
+        &self,
+        stream: TcpStream,
+        until: Instant,
+        psk: &[u8],
+    ) -> Result<Connected, EngineError> {
+        use mrc_transport::auth::{AuthKeys, MIN_PSK_BYTES, key_confirmation};
+        if psk.len() < MIN_PSK_BYTES {
+            return Err(EngineError::Refused(format!(
+                "pre-shared key of {} bytes is too short (at least {MIN_PSK_BYTES})",
+                psk.len()
+            )));
+        }
+        let mut nonce = [0u8; 32];
+        source::random_bytes(&mut nonce).map_err(EngineError::Refused)?;
+        let peer_nonce = bootstrap::exchange_nonces(&stream, &nonce, until)?;
+        let initiator = nonce < peer_nonce;
+        let (ni, nr) = if initiator {
+            (&nonce, &peer_nonce)
+        } else {
+            (&peer_nonce, &nonce)
+        };
+        let refused = |e: mrc_transport::auth::AuthKeyError| EngineError::Refused(e.to_string());
+        let mine = key_confirmation(psk, ni, nr, initiator).map_err(refused)?;
+        let want = key_confirmation(psk, ni, nr, !initiator).map_err(refused)?;
+        if bootstrap::exchange_confirmations(&stream, &mine, until)? != want {
+            return Err(BootstrapError::AuthMismatch("the peer's pre-shared key differs").into());
+        }
+        let keys = AuthKeys::derive(psk, ni, nr, initiator).map_err(refused)?;
+        self.set_auth(keys)?;
+        self.connect_on_until(stream, until)
+    }
+
     /// The end of every TCP bootstrap: [`Qp::connect`] to what the peer sent, swap the EV
     /// source ports ([`bootstrap::exchange_ports`]) and accept only the peer's
     /// ([`Qp::set_peer_source_ports`]), then [`bootstrap::ready`] on the stream: by the
