@@ -1022,3 +1022,94 @@ fn baselines_script_failures_are_clear() {
         )
     );
 }
+
+/// Issue 17 item 3: `--psk-file`. The same key on both ends: an authenticated, encrypted
+/// `--verify` run, exact. Another key, or a key on one end only: the client fails at
+/// setup naming the cause and the persistent server drops it and goes on serving. A
+/// short or missing key file is refused before anything starts.
+#[test]
+fn psk_file_authenticates_and_mismatches_fail_at_setup() {
+    let dir = std::env::temp_dir().join(format!("mrc-psk-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let key = dir.join("key");
+    let other = dir.join("other");
+    let short = dir.join("short");
+    std::fs::write(&key, b"0123456789abcdef0123456789abcdef\n").unwrap();
+    std::fs::write(&other, b"fedcba9876543210fedcba9876543210").unwrap();
+    std::fs::write(&short, b"too short\n").unwrap();
+    let (key, other, short) = (
+        key.to_str().unwrap().to_string(),
+        other.to_str().unwrap().to_string(),
+        short.to_str().unwrap().to_string(),
+    );
+    let v = json(&[
+        "loopback",
+        "-n",
+        "40",
+        "-s",
+        "65536",
+        "--verify",
+        "--json",
+        "--psk-file",
+        &key,
+    ]);
+    assert_eq!(v["receiver"]["verified_messages"], 40);
+    assert_eq!(v["receiver"]["verified_bytes"], 40 * 65536);
+    assert_eq!(v["receiver"]["bad_bytes"], 0);
+    // the drops list names only reasons that occurred
+    assert!(v["receiver"]["drops"].get("AuthFailed").is_none(), "{v}");
+    let mut server = Command::new(env!("CARGO_BIN_EXE_mrc-perf"))
+        .args([
+            "server",
+            "--bind",
+            "127.0.0.1",
+            "-p",
+            "28683",
+            "--udp-port",
+            "8683",
+        ])
+        .args(["--persistent", "--timeout", "2", "--psk-file", &key])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start server");
+    let mut err = std::io::BufReader::new(server.stderr.take().unwrap());
+    {
+        use std::io::BufRead;
+        let mut line = String::new();
+        err.read_line(&mut line).unwrap();
+        assert!(line.contains("waiting for a client"), "{line}");
+    }
+    let client = |extra: &[&str]| {
+        let mut a = vec!["client", "127.0.0.1", "-p", "28683", "-n", "8", "--verify"];
+        a.extend_from_slice(extra);
+        perf(&a).0
+    };
+    let o = client(&["--psk-file", &other]);
+    assert!(!o.status.success());
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(e.contains("the peer's pre-shared key differs"), "{e}");
+    assert!(next_dropped(&mut err).contains("the peer's pre-shared key differs"));
+    let o = client(&[]);
+    assert!(!o.status.success());
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        e.contains("the peer authenticates its packets and this end does not"),
+        "{e}"
+    );
+    assert!(next_dropped(&mut err).contains("this end authenticates its packets"));
+    let o = client(&["--psk-file", &key]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("0 bad bytes"));
+    let _ = server.kill();
+    let _ = server.wait();
+    fails_with(
+        &["loopback", "--psk-file", &short],
+        "9 bytes, a pre-shared key needs at least 16",
+    );
+    fails_with(
+        &["loopback", "--psk-file", "/nonexistent/key"],
+        "--psk-file /nonexistent/key: No such file",
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

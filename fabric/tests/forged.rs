@@ -422,3 +422,53 @@ fn identifiers_are_random_distinct_and_unrelated() {
     let seq: Vec<u32> = qps.iter().map(Qp::qpn).collect();
     assert!(seq.windows(2).filter(|w| w[1] == w[0] + 1).count() < 2);
 }
+
+/// Issue 17 item 3: with authentication on, the same forgery from an address the source
+/// filter accepts (the peer's IP, while only the IP is known) is dropped as `AuthFailed`
+/// before the transport parses it, the region is unchanged, and the QP's own
+/// authenticated WRITEs still land byte-exact (`--verify` of 8 messages).
+#[test]
+fn with_authentication_the_forgery_from_an_accepted_address_is_dropped() {
+    use mrc_transport::auth::{AuthKeyError, AuthKeys};
+    use mrc_transport::stats::DropReason;
+    let net = FakeNet::new();
+    let a: SocketAddr = "10.0.0.1:4792".parse().unwrap();
+    let b: SocketAddr = "10.0.0.2:4792".parse().unwrap();
+    let ca = Context::with_datapath(FakeDatapath::new(&net, a), EngineConfig::default());
+    let cb = Context::with_datapath(FakeDatapath::new(&net, b), EngineConfig::default());
+    let qa = ca.create_qp(QpConfig::default()).unwrap();
+    let qb = cb.create_qp(QpConfig::default()).unwrap();
+    let psk = b"forged.rs pre-shared key 32 byte";
+    let keys = |initiator| -> Result<AuthKeys, AuthKeyError> {
+        AuthKeys::derive(psk, &[1; 32], &[2; 32], initiator)
+    };
+    qa.set_auth(keys(true).unwrap()).unwrap();
+    qb.set_auth(keys(false).unwrap()).unwrap();
+    let w = PatternWrites::new(&qa, &qb, 4096, 4, 9);
+    let (ia, ib) = (qa.local_info(), qb.local_info());
+    qa.connect(&ib, b).unwrap();
+    qb.connect(&ia, a).unwrap();
+    // once connected, authentication can no longer be turned on
+    assert!(qb.set_auth(keys(false).unwrap()).is_err());
+    let mut hostile = FakeDatapath::new(&net, "10.0.0.1:5000".parse().unwrap());
+    let hid: ConnId = hostile.open_conn(b, &PathMap::per_ev(vec![1])).unwrap();
+    let forged = forged_write(&qb, &qa, w.dst.rkey, w.dst.addr, 0, b"FORGED!!");
+    let mut batch = TxBatch::new(1, 2048);
+    assert!(batch.push(hid, 1, Ecn::NotEct, &forged));
+    assert_eq!(hostile.tx_burst(&batch).unwrap().datagrams, 1);
+    for _ in 0..1000 {
+        if qb.stats().unwrap().0.conn.drops.get(DropReason::AuthFailed) == 1 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let (sb, _) = qb.stats().unwrap();
+    assert_eq!(sb.conn.drops.get(DropReason::AuthFailed), 1);
+    assert_eq!(sb.conn.received, 0);
+    assert_eq!(sb.source_drops, SourceDrops::default());
+    assert_ne!(&qb.read_mr(w.dst.lkey, 0, 8).unwrap(), b"FORGED!!");
+    assert_eq!(write_iters(&qa, &qb, &w, 8), (8, 8));
+    let (sb, _) = qb.stats().unwrap();
+    assert_eq!((sb.verify.checked_messages, sb.verify.bad_bytes), (8, 0));
+    assert_eq!(sb.conn.drops.get(DropReason::AuthFailed), 1);
+}
