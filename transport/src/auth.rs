@@ -102,16 +102,7 @@ impl AuthKeys {
         responder_nonce: &[u8; AUTH_NONCE_BYTES],
         initiator: bool,
     ) -> Result<Self, AuthKeyError> {
-        if psk.len() < MIN_PSK_BYTES {
-            return Err(AuthKeyError::PskTooShort(psk.len()));
-        }
-        if initiator_nonce == responder_nonce {
-            return Err(AuthKeyError::EqualNonces);
-        }
-        let mut salt = [0u8; 2 * AUTH_NONCE_BYTES];
-        salt[..AUTH_NONCE_BYTES].copy_from_slice(initiator_nonce);
-        salt[AUTH_NONCE_BYTES..].copy_from_slice(responder_nonce);
-        let prk = Salt::new(HKDF_SHA256, &salt).extract(psk);
+        let prk = extract(psk, initiator_nonce, responder_nonce)?;
         let key = |info: &[u8]| {
             // one AES-256 key (32 bytes) is far below HKDF-SHA256's limit of 255 x 32
             let info = [info];
@@ -131,6 +122,25 @@ impl AuthKeys {
             AuthKeys { tx: r2i, rx: i2r }
         })
     }
+}
+
+/// HKDF-SHA256's extract step of one connection: the PSK as input keying material, both
+/// setup nonces (initiator's first) as salt.
+fn extract(
+    psk: &[u8],
+    initiator_nonce: &[u8; AUTH_NONCE_BYTES],
+    responder_nonce: &[u8; AUTH_NONCE_BYTES],
+) -> Result<ring::hkdf::Prk, AuthKeyError> {
+    if psk.len() < MIN_PSK_BYTES {
+        return Err(AuthKeyError::PskTooShort(psk.len()));
+    }
+    if initiator_nonce == responder_nonce {
+        return Err(AuthKeyError::EqualNonces);
+    }
+    let mut salt = [0u8; 2 * AUTH_NONCE_BYTES];
+    salt[..AUTH_NONCE_BYTES].copy_from_slice(initiator_nonce);
+    salt[AUTH_NONCE_BYTES..].copy_from_slice(responder_nonce);
+    Ok(Salt::new(HKDF_SHA256, &salt).extract(psk))
 }
 
 /// HKDF output length as a `ring` key type.
@@ -155,16 +165,7 @@ pub fn key_confirmation(
     responder_nonce: &[u8; AUTH_NONCE_BYTES],
     initiator: bool,
 ) -> Result<[u8; 32], AuthKeyError> {
-    if psk.len() < MIN_PSK_BYTES {
-        return Err(AuthKeyError::PskTooShort(psk.len()));
-    }
-    if initiator_nonce == responder_nonce {
-        return Err(AuthKeyError::EqualNonces);
-    }
-    let mut salt = [0u8; 2 * AUTH_NONCE_BYTES];
-    salt[..AUTH_NONCE_BYTES].copy_from_slice(initiator_nonce);
-    salt[AUTH_NONCE_BYTES..].copy_from_slice(responder_nonce);
-    let prk = Salt::new(HKDF_SHA256, &salt).extract(psk);
+    let prk = extract(psk, initiator_nonce, responder_nonce)?;
     let info: [&[u8]; 1] = [if initiator {
         b"mrc v1 confirm initiator"
     } else {

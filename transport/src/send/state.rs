@@ -587,6 +587,23 @@ impl SendState {
         self.give_up
     }
 
+    /// Declares in-flight `seq` lost: queued for retransmission, its copy remembered as a
+    /// suspect (a late arrival proves the loss spurious). Returns its payload bytes and the
+    /// EV index it last went on; `None` (nothing changes) unless it is in flight.
+    fn declare_lost(&mut self, seq: u64) -> Option<(u32, usize)> {
+        let p = self.packet_mut(seq)?;
+        if p.state != PktState::InFlight {
+            return None;
+        }
+        p.state = PktState::Queued;
+        p.loss_declared = true;
+        let (len, ev, ts32) = (p.len, p.last_ev, p.last_ts32);
+        self.suspect(ev, ts32);
+        self.rtx_insert(seq, len);
+        self.in_flight_pkts -= 1;
+        Some((len, usize::from(ev)))
+    }
+
     /// Remembers the copy (EV index `ev`, timestamp `ts32`) just declared lost.
     fn suspect(&mut self, ev: u16, ts32: u32) {
         if self.suspects.insert((ev, ts32)) {
@@ -1085,12 +1102,9 @@ impl SendState {
             }
             let deadline = rack.deadline_ns(p.last_sent_ns, reo);
             if deadline <= now_ns {
-                p.state = PktState::Queued;
-                p.loss_declared = true;
-                let (len, ev, ts32) = (p.len, usize::from(p.last_ev), p.last_ts32);
-                self.suspect(ev as u16, ts32);
-                self.rtx_insert(seq, len);
-                self.in_flight_pkts -= 1;
+                let Some((len, ev)) = self.declare_lost(seq) else {
+                    continue;
+                };
                 out.lost_packets += 1;
                 out.lost_bytes += u64::from(len);
                 stats.rack_losses += 1;
@@ -1118,14 +1132,18 @@ impl SendState {
         self.rack_timer_ns
     }
 
-    /// Earliest latest-transmission time of an in-flight packet, ns.
-    fn oldest_in_flight_ns(&self) -> Option<u64> {
-        let mut best: Option<u64> = None;
-        for p in &self.pkts {
+    /// The in-flight packet whose latest transmission is the earliest: (its time ns, its
+    /// sequence number; the lowest one of that time).
+    fn oldest_in_flight(&self) -> Option<(u64, u64)> {
+        let mut best: Option<(u64, u64)> = None;
+        for (i, p) in self.pkts.iter().enumerate() {
             if p.state != PktState::InFlight {
                 continue;
             }
-            best = Some(best.map_or(p.last_sent_ns, |b| b.min(p.last_sent_ns)));
+            let cand = (p.last_sent_ns, self.snd_una + i as u64);
+            if best.is_none_or(|b| cand < b) {
+                best = Some(cand);
+            }
             if p.transmissions == 1 {
                 // First transmissions leave in sequence order and every retransmission of
                 // a later packet left after this one: nothing further is older.
@@ -1154,7 +1172,10 @@ impl SendState {
     /// When the RTO itself expires (see [`SendState::rto_deadline_ns`], which also counts
     /// the unresponsive budget's end).
     fn expiry_deadline_ns(&self) -> Option<u64> {
-        let start = match (self.oldest_in_flight_ns(), self.blocked_since_ns) {
+        let start = match (
+            self.oldest_in_flight().map(|(t, _)| t),
+            self.blocked_since_ns,
+        ) {
             (Some(a), Some(b)) => a.min(b),
             (a, b) => a.or(b)?,
         };
@@ -1295,12 +1316,9 @@ impl SendState {
             if !expired && !overdue {
                 continue;
             }
-            p.state = PktState::Queued;
-            p.loss_declared = true;
-            let (len, ev, ts32) = (p.len, usize::from(p.last_ev), p.last_ts32);
-            self.suspect(ev as u16, ts32);
-            self.rtx_insert(seq, len);
-            self.in_flight_pkts -= 1;
+            let Some((len, ev)) = self.declare_lost(seq) else {
+                continue;
+            };
             if !expired {
                 // younger than the RTO: lost by RACK's deadline, not by a timeout of its
                 // own, so its EV is charged a loss as RACK would charge it
@@ -1328,30 +1346,12 @@ impl SendState {
     /// [`SendConfig::rto_probe_oldest`]: the expiry declares lost only the in-flight packet
     /// sent longest ago (its EV `AssumedBad`, a timeout counted) and queues it as a probe.
     fn rto_probe(&mut self, now_ns: u64, paths: &mut PathTable, out: &mut LossOutcome) {
-        let mut oldest: Option<(u64, u64)> = None; // (sent, seq)
-        for (i, p) in self.pkts.iter().enumerate() {
-            if p.state != PktState::InFlight {
-                continue;
-            }
-            let cand = (p.last_sent_ns, self.snd_una + i as u64);
-            if oldest.is_none_or(|o| cand < o) {
-                oldest = Some(cand);
-            }
-            if p.transmissions == 1 {
-                // first transmissions leave in sequence order: nothing further is older
-                break;
-            }
-        }
-        let Some((_, seq)) = oldest else { return };
-        let Some(p) = self.packet_mut(seq) else {
+        let Some((_, seq)) = self.oldest_in_flight() else {
             return;
         };
-        p.state = PktState::Queued;
-        p.loss_declared = true;
-        let (len, ev, ts32) = (p.len, usize::from(p.last_ev), p.last_ts32);
-        self.suspect(ev as u16, ts32);
-        self.rtx_insert(seq, len);
-        self.in_flight_pkts -= 1;
+        let Some((len, ev)) = self.declare_lost(seq) else {
+            return;
+        };
         self.tlp_seq = Some(seq);
         if let Some(path) = paths.get_mut(ev) {
             path.stats.timeouts += 1;
