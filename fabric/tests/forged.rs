@@ -303,12 +303,19 @@ fn forged_write_sack_nack_from_other_sockets_are_dropped_counted_and_unanswered(
     }
 }
 
-/// The control case on the fake datapath: the forged WRITE (real rkey, address,
-/// QPN, generation, in-window PSN) from another port of the peer's IP is placed while the
-/// QP knows only the peer's IP ([`Qp::connect`] alone), and dropped once it knows the
-/// peer's EV source ports ([`Qp::set_peer_source_ports`]): region unchanged, counted.
-#[test]
-fn the_forgery_lands_with_ip_only_checks_and_is_dropped_once_ports_are_known() {
+/// Two engines on one fake network (10.0.0.1 and 10.0.0.2, port 4792), a QP on each.
+/// (Fields drop in this order: the QPs, then their engines, then the network.)
+struct FakePair {
+    qa: Qp,
+    qb: Qp,
+    _ca: Context,
+    _cb: Context,
+    net: FakeNet,
+    a: SocketAddr,
+    b: SocketAddr,
+}
+
+fn fake_pair() -> FakePair {
     let net = FakeNet::new();
     let a: SocketAddr = "10.0.0.1:4792".parse().unwrap();
     let b: SocketAddr = "10.0.0.2:4792".parse().unwrap();
@@ -316,6 +323,32 @@ fn the_forgery_lands_with_ip_only_checks_and_is_dropped_once_ports_are_known() {
     let cb = Context::with_datapath(FakeDatapath::new(&net, b), EngineConfig::default());
     let qa = ca.create_qp(QpConfig::default()).unwrap();
     let qb = cb.create_qp(QpConfig::default()).unwrap();
+    FakePair {
+        net,
+        a,
+        b,
+        _ca: ca,
+        _cb: cb,
+        qa,
+        qb,
+    }
+}
+
+/// The control case on the fake datapath: the forged WRITE (real rkey, address,
+/// QPN, generation, in-window PSN) from another port of the peer's IP is placed while the
+/// QP knows only the peer's IP ([`Qp::connect`] alone), and dropped once it knows the
+/// peer's EV source ports ([`Qp::set_peer_source_ports`]): region unchanged, counted.
+#[test]
+fn the_forgery_lands_with_ip_only_checks_and_is_dropped_once_ports_are_known() {
+    let FakePair {
+        net,
+        a,
+        b,
+        _ca,
+        _cb,
+        qa,
+        qb,
+    } = fake_pair();
     let dst = qb
         .reg_mr(
             4096,
@@ -431,13 +464,15 @@ fn identifiers_are_random_distinct_and_unrelated() {
 fn with_authentication_the_forgery_from_an_accepted_address_is_dropped() {
     use mrc_transport::auth::{AuthKeyError, AuthKeys};
     use mrc_transport::stats::DropReason;
-    let net = FakeNet::new();
-    let a: SocketAddr = "10.0.0.1:4792".parse().unwrap();
-    let b: SocketAddr = "10.0.0.2:4792".parse().unwrap();
-    let ca = Context::with_datapath(FakeDatapath::new(&net, a), EngineConfig::default());
-    let cb = Context::with_datapath(FakeDatapath::new(&net, b), EngineConfig::default());
-    let qa = ca.create_qp(QpConfig::default()).unwrap();
-    let qb = cb.create_qp(QpConfig::default()).unwrap();
+    let FakePair {
+        net,
+        a,
+        b,
+        _ca,
+        _cb,
+        qa,
+        qb,
+    } = fake_pair();
     let psk = b"forged.rs pre-shared key 32 byte";
     let keys = |initiator| -> Result<AuthKeys, AuthKeyError> {
         AuthKeys::derive(psk, &[1; 32], &[2; 32], initiator)
