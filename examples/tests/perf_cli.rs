@@ -1108,8 +1108,39 @@ fn psk_file_authenticates_and_mismatches_fail_at_setup() {
         "9 bytes, a pre-shared key needs at least 16",
     );
     fails_with(
+        &["loopback", "--psk-file", "/dev/null"],
+        "--psk-file /dev/null: not a regular file",
+    );
+    fails_with(
         &["loopback", "--psk-file", "/nonexistent/key"],
         "--psk-file /nonexistent/key: No such file",
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A silent stranger ahead of a real client, both ends at the same `--timeout` (2 s): the
+/// server drops the stranger after 2 s, and the client, which waits up to 3 timeouts for
+/// the server's answer, is served (before, it gave up at the same instant).
+#[test]
+fn a_silent_stranger_ahead_does_not_fail_a_client_with_the_same_timeout() {
+    let (mut server, mut err) =
+        start_server(&["-p", "28685", "--udp-port", "8685", "--timeout", "2"]);
+    let stranger = std::net::TcpStream::connect(("127.0.0.1", 28685)).unwrap();
+    let (o, t) = perf(&[
+        "client",
+        "127.0.0.1",
+        "-p",
+        "28685",
+        "-n",
+        "5",
+        "--verify",
+        "--timeout",
+        "2",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("0 bad bytes"));
+    assert!(t >= Duration::from_secs(2), "served after {t:?}");
+    assert!(next_dropped(&mut err).contains("no test parameters from the client within 2.0 s"));
+    drop(stranger);
+    let _ = server.wait();
 }

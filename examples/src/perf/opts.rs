@@ -236,8 +236,8 @@ pub struct TestOpts {
     pub peer_timeout_s: f64,
     /// Authenticate and encrypt every datagram (AES-256-GCM) under keys derived from the
     /// pre-shared key in this file and fresh nonces of both ends (HKDF-SHA256); both ends
-    /// need the same file. The key is the file's bytes without one trailing newline, 16 to
-    /// 4096 of them (e.g. `head -c 32 /dev/urandom > key`).
+    /// need the same file. The key is the regular file's bytes without one trailing
+    /// newline (LF or CRLF), 16 to 4096 of them (e.g. `head -c 32 /dev/urandom > key`).
     #[arg(long = "psk-file", value_name = "PATH", global = true)]
     pub psk_file: Option<std::path::PathBuf>,
 }
@@ -253,6 +253,12 @@ pub const MAX_PSK_BYTES: usize = 4096;
 /// [`mrc_transport::auth::MIN_PSK_BYTES`].
 pub fn read_psk(path: &std::path::Path) -> Result<Vec<u8>, String> {
     use std::io::Read;
+    let meta =
+        std::fs::metadata(path).map_err(|e| format!("--psk-file {}: {e}", path.display()))?;
+    if !meta.is_file() {
+        // a FIFO or a device would block or never end
+        return Err(format!("--psk-file {}: not a regular file", path.display()));
+    }
     let f = std::fs::File::open(path).map_err(|e| format!("--psk-file {}: {e}", path.display()))?;
     let mut key = Vec::new();
     f.take(MAX_PSK_BYTES as u64 + 3)

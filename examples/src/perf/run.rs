@@ -937,6 +937,9 @@ fn read_params(s: &TcpStream, timeout: Duration, until: Instant) -> Result<TestP
 }
 
 /// Reads the server's answer to the test parameters ([`REPLY_OK`] or [`REPLY_ERROR`]).
+/// How many `--timeout`s a client waits for the server's answer to its test parameters.
+pub const REPLY_WAIT_TIMEOUTS: u32 = 3;
+
 fn read_reply(
     s: &TcpStream,
     server: SocketAddr,
@@ -1156,7 +1159,17 @@ pub fn run_client(
     line.push('\n');
     s.write_all(line.as_bytes())
         .map_err(|e| format!("sending test parameters: {e}"))?;
-    read_reply(&s, server, timeout, until)?;
+    // The server sets up one client at a time and gives each up to its own --timeout: a
+    // client queued behind a silent stranger waits for the server to drop it, then for its
+    // own answer, so it waits up to REPLY_WAIT_TIMEOUTS timeouts (with the same timeout on
+    // both ends, a wait of one failed exactly when the server dropped the stranger).
+    let reply_wait = timeout * REPLY_WAIT_TIMEOUTS;
+    read_reply(
+        &s,
+        server,
+        reply_wait,
+        until.max(Instant::now() + reply_wait),
+    )?;
     let side = make_side(p, udp_bind, local)?;
     if let Some((book, addr)) = &side.verbs {
         verbs::exchange(&mut s, book, addr, timeout)?;
