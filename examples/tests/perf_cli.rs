@@ -1144,3 +1144,45 @@ fn a_silent_stranger_ahead_does_not_fail_a_client_with_the_same_timeout() {
     drop(stranger);
     let _ = server.wait();
 }
+
+/// Issue 21 item 3: reports never vanish. A `--json` run that fails before it has a report
+/// still prints one JSON object on stdout (`"ok": false`, the error, and the run's
+/// metadata) and exits 1 with the error on stderr; a good run's JSON says `"ok": true` and
+/// carries the version, a timestamp, the command line and the host.
+#[test]
+fn json_reports_carry_ok_and_metadata_and_failures_print_json() {
+    let v = json(&["loopback", "-n", "5", "--json"]);
+    assert_eq!(v["ok"], true);
+    assert_eq!(v["error"], Value::Null);
+    assert_eq!(v["version"], env!("CARGO_PKG_VERSION"));
+    let ts = v["timestamp"].as_str().unwrap();
+    assert_eq!(
+        (ts.len(), &ts[4..5], &ts[10..11], &ts[19..]),
+        (20, "-", "T", "Z")
+    );
+    assert!(
+        v["command_line"]
+            .as_str()
+            .unwrap()
+            .ends_with("mrc-perf loopback -n 5 --json"),
+        "{}",
+        v["command_line"]
+    );
+    assert!(!v["host"].as_str().unwrap().is_empty());
+    // nothing listens on 127.0.0.1:1: refused at once
+    let (o, _) = perf(&["client", "127.0.0.1", "-p", "1", "--json", "--timeout", "1"]);
+    assert_eq!(o.status.code(), Some(1));
+    let f: Value = serde_json::from_slice(&o.stdout).expect("one JSON object on stdout");
+    assert_eq!(f["ok"], false);
+    let e = f["error"].as_str().unwrap();
+    assert!(e.starts_with("cannot reach server 127.0.0.1:1: "), "{e}");
+    assert_eq!(f["version"], env!("CARGO_PKG_VERSION"));
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        stderr.contains(&format!("mrc-perf: error: {e}")),
+        "{stderr}"
+    );
+    // without --json the failure is on stderr only
+    let (o, _) = perf(&["client", "127.0.0.1", "-p", "1", "--timeout", "1"]);
+    assert_eq!((o.status.code(), o.stdout.len()), (Some(1), 0));
+}

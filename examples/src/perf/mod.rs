@@ -14,11 +14,36 @@ use opts::{Cli, Command, TestKind};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, ToSocketAddrs};
 use std::time::Duration;
 
-/// Runs the command line `args`; returns the text for stdout, or an error message.
+/// A failed run: what it still prints on stdout (its report, when it got that far; empty
+/// otherwise) and the error message for stderr.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CliError {
+    /// The report (table or JSON with `"ok": false`), or empty.
+    pub stdout: String,
+    /// The error, one line.
+    pub message: String,
+}
+
+impl From<String> for CliError {
+    fn from(message: String) -> Self {
+        CliError {
+            stdout: String::new(),
+            message,
+        }
+    }
+}
+
+impl From<&str> for CliError {
+    fn from(message: &str) -> Self {
+        message.to_string().into()
+    }
+}
+
+/// Runs the command line `args`; returns the text for stdout, or the failure.
 ///
 /// # Errors
-/// Any failure, as the message to print.
-pub fn run_cli(cli: Cli) -> Result<String, String> {
+/// Any failure, with the report it still has ([`CliError`]).
+pub fn run_cli(cli: Cli) -> Result<String, CliError> {
     let p = cli.test.params()?;
     let timeout = Duration::from_secs_f64(cli.test.timeout);
     let progress =
@@ -159,6 +184,7 @@ pub fn run_cli(cli: Cli) -> Result<String, String> {
                     &limits,
                     psk.as_deref(),
                 )
+                .map_err(CliError::from)
                 .and_then(|(sp, r)| server_report(&sp, &r))
                 {
                     Ok(o) => {
@@ -166,7 +192,14 @@ pub fn run_cli(cli: Cli) -> Result<String, String> {
                         print!(" client {n}:\n{o}");
                         let _ = std::io::stdout().flush();
                     }
-                    Err(e) => eprintln!("mrc-perf server: client {n}: {e}"),
+                    Err(e) => {
+                        use std::io::Write;
+                        if !e.stdout.is_empty() {
+                            print!(" client {n}:\n{}", e.stdout);
+                            let _ = std::io::stdout().flush();
+                        }
+                        eprintln!("mrc-perf server: client {n}: {}", e.message);
+                    }
                 }
             }
             Ok(String::new())
@@ -187,7 +220,7 @@ pub fn run_cli(cli: Cli) -> Result<String, String> {
 }
 
 /// The server's lines about one client's test; an error (with them) for bad bytes.
-fn server_report(sp: &opts::TestParams, r: &run::EndResult) -> Result<String, String> {
+fn server_report(sp: &opts::TestParams, r: &run::EndResult) -> Result<String, CliError> {
     let mut o = String::new();
     o += &format!(
         " server: {} messages received ({} bytes) of size {}; test {}\n",
@@ -201,7 +234,10 @@ fn server_report(sp: &opts::TestParams, r: &run::EndResult) -> Result<String, St
         );
     }
     if r.recv.bad_bytes > 0 {
-        return Err(format!("{o}verify failed: {} bad bytes", r.recv.bad_bytes));
+        return Err(CliError {
+            stdout: o,
+            message: format!("verify failed: {} bad bytes", r.recv.bad_bytes),
+        });
     }
     Ok(o)
 }
@@ -212,25 +248,38 @@ fn finish(
     gbits: bool,
     json: bool,
     mode: &str,
-) -> Result<String, String> {
+) -> Result<String, CliError> {
     let out = run::client_report(p, r, gbits, json, mode);
     let bad = r.peer_recv.bad_bytes + r.recv.bad_bytes;
     if bad > 0 {
-        return Err(format!("{out}verify failed: {bad} bad bytes"));
+        // the report still goes to stdout (its JSON says "ok": false)
+        return Err(CliError {
+            stdout: out,
+            message: format!("verify failed: {bad} bad bytes"),
+        });
     }
     Ok(out)
 }
 
 /// Entry point of the binary: parses `std::env::args`, prints, returns the exit code.
+/// A failed run prints its report on stdout when it has one, else with `--json` the
+/// failure as JSON (`"ok": false`, [`report::failure_json`]), so a script that reads
+/// stdout always gets one report; the error goes to stderr and the exit code is 1.
 pub fn main() -> i32 {
     let cli = Cli::parse();
+    let json = cli.test.json;
     match run_cli(cli) {
         Ok(out) => {
             print!("{out}");
             0
         }
         Err(e) => {
-            eprintln!("mrc-perf: error: {e}");
+            if !e.stdout.is_empty() {
+                print!("{}", e.stdout);
+            } else if json {
+                print!("{}", report::failure_json(&e.message));
+            }
+            eprintln!("mrc-perf: error: {}", e.message);
             1
         }
     }
