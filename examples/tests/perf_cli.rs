@@ -1186,3 +1186,30 @@ fn json_reports_carry_ok_and_metadata_and_failures_print_json() {
     let (o, _) = perf(&["client", "127.0.0.1", "-p", "1", "--timeout", "1"]);
     assert_eq!((o.status.code(), o.stdout.len()), (Some(1), 0));
 }
+
+/// Issue 21 item 2: a server given a client's test option refuses it by name (exit 2)
+/// instead of running the client's value silently; its own options are accepted.
+#[test]
+fn a_server_refuses_the_clients_options_by_name() {
+    for (args, flag) in [
+        (&["-s", "4096"][..], "-s/--size"),
+        (&["--cc", "dcqcn"][..], "--cc"),
+        (&["-n", "50"][..], "-n/--iters"),
+        (&["--json"][..], "--json"),
+        (&["--verify"][..], "--verify"),
+        (&["--peer-timeout", "2"][..], "--peer-timeout"),
+    ] {
+        let mut a = vec!["server", "--bind", "127.0.0.1", "-p", "28687"];
+        a.extend_from_slice(args);
+        let (o, _) = perf(&a);
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            e.contains(&format!(
+                "mrc-perf: error: {flag} is the client's to choose: a server runs the test its \
+                 client asks for"
+            )) && e.contains(&format!("give {flag} to mrc-perf client")),
+            "{e}"
+        );
+    }
+}

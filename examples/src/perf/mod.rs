@@ -9,7 +9,6 @@ pub mod run;
 pub mod srv6;
 pub mod verbs;
 
-use clap::Parser;
 use opts::{Cli, Command, TestKind};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, ToSocketAddrs};
 use std::time::Duration;
@@ -266,7 +265,15 @@ fn finish(
 /// failure as JSON (`"ok": false`, [`report::failure_json`]), so a script that reads
 /// stdout always gets one report; the error goes to stderr and the exit code is 1.
 pub fn main() -> i32 {
-    let cli = Cli::parse();
+    use clap::{CommandFactory, FromArgMatches};
+    let matches = Cli::command().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    if let Some(("server", sm)) = matches.subcommand()
+        && let Err(e) = refuse_client_options(sm)
+    {
+        eprintln!("mrc-perf: error: {e}");
+        return 2;
+    }
     let json = cli.test.json;
     match run_cli(cli) {
         Ok(out) => {
@@ -283,6 +290,50 @@ pub fn main() -> i32 {
             1
         }
     }
+}
+
+/// The test options only a client chooses (`mrc-perf server` runs what its client asks,
+/// within its `--max-*` limits): clap's id, and the flag as the user wrote it.
+const CLIENT_OPTIONS: [(&str, &str); 21] = [
+    ("size", "-s/--size"),
+    ("iters", "-n/--iters"),
+    ("duration", "-D/--duration"),
+    ("paths", "--paths"),
+    ("mtu", "--mtu"),
+    ("cc", "--cc"),
+    ("test", "--test"),
+    ("bidirectional", "--bidirectional"),
+    ("verify", "--verify"),
+    ("rate_limit", "--rate-limit"),
+    ("burst_size", "--burst-size"),
+    ("path_selection", "--path-selection"),
+    ("json", "--json"),
+    ("tx_depth", "-t/--tx-depth"),
+    ("region_size", "--region-size"),
+    ("srv6", "--srv6"),
+    ("srv6_via", "--srv6-via"),
+    ("min_rto_us", "--min-rto-us"),
+    ("reorder_window_us", "--reorder-window-us"),
+    ("peer_timeout_s", "--peer-timeout"),
+    ("spin_us", "--spin-us"),
+];
+
+/// A server given a client's test option refuses it by name, instead of running the
+/// client's value silently.
+///
+/// # Errors
+/// The first such option, named, with what the server does instead.
+fn refuse_client_options(sm: &clap::ArgMatches) -> Result<(), String> {
+    for (id, flag) in CLIENT_OPTIONS {
+        if sm.value_source(id) == Some(clap::parser::ValueSource::CommandLine) {
+            return Err(format!(
+                "{flag} is the client's to choose: a server runs the test its client asks for, \
+                 within its --max-region-size, --max-duration, --max-iters and --max-spin-us; \
+                 give {flag} to mrc-perf client"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Refuses `HOST:PORT` (and `[V6]:PORT`) as the client's host: the port is `-p PORT`.
