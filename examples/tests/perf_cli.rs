@@ -1213,3 +1213,16 @@ fn a_server_refuses_the_clients_options_by_name() {
         );
     }
 }
+
+/// Issue 21 item 3: progress into a file or a pipe is one plain line per second (no
+/// carriage returns redrawing a line that a log then shows as one).
+#[test]
+fn progress_into_a_pipe_is_plain_lines() {
+    let (o, _) = perf(&["loopback", "-D", "3", "-s", "65536"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!err.contains('\r'), "{err:?}");
+    let lines: Vec<&str> = err.lines().filter(|l| l.starts_with('[')).collect();
+    assert!(!lines.is_empty(), "{err}");
+    assert!(lines.iter().all(|l| l.contains("/3 s] sent ")), "{lines:?}");
+}

@@ -120,6 +120,9 @@ pub struct Progress {
     shown: bool,
     duration_s: Option<f64>,
     unit: BwUnit,
+    /// stderr is a terminal: redraw one line with carriage returns; otherwise (a file, a
+    /// pipe, CI) print one plain line per second.
+    redraw: bool,
 }
 
 impl Progress {
@@ -133,6 +136,7 @@ impl Progress {
             shown: false,
             duration_s,
             unit,
+            redraw: std::io::IsTerminal::is_terminal(&std::io::stderr()),
         }
     }
 
@@ -159,16 +163,20 @@ impl Progress {
             dt.as_secs_f64(),
             self.unit,
         );
-        eprint!("\r{line}   ");
+        if self.redraw {
+            eprint!("\r{line}   ");
+        } else {
+            eprintln!("{line}");
+        }
         let _ = std::io::stderr().flush();
         self.shown = true;
         self.last = now;
         self.last_bytes = bytes;
     }
 
-    /// Ends the line if one was printed.
+    /// Ends the line if one was redrawn.
     pub fn finish(&mut self) {
-        if self.shown {
+        if self.shown && self.redraw {
             eprintln!();
         }
     }
