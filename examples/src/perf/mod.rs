@@ -116,11 +116,16 @@ pub fn run_cli(cli: Cli) -> Result<String, CliError> {
         }
         Command::Client { host } => {
             check_host_without_port(&host)?;
-            let addr = (host.as_str(), cli.test.port)
+            // every address the name resolves to, in the resolver's order: `localhost`
+            // reaches a server on ::1 as well as one on 127.0.0.1
+            let addrs: Vec<SocketAddr> = (host.as_str(), cli.test.port)
                 .to_socket_addrs()
                 .map_err(|e| format!("cannot resolve {host}: {e}"))?
-                .next()
-                .ok_or_else(|| format!("{host} resolves to no address"))?;
+                .collect();
+            if addrs.is_empty() {
+                return Err(format!("{host} resolves to no address").into());
+            }
+            let (stream, addr) = run::connect_any(&addrs, timeout)?;
             let any: IpAddr = if addr.is_ipv6() {
                 Ipv6Addr::UNSPECIFIED.into()
             } else {
@@ -131,7 +136,16 @@ pub fn run_cli(cli: Cli) -> Result<String, CliError> {
             if let Some(mode) = p.srv6 {
                 p.steering = srv6::steering(mode, p.srv6_via, addr.ip(), p.paths, p.burst_size)?;
             }
-            let (r, _) = run::run_client(addr, udp, &p, timeout, progress, &local, psk.as_deref())?;
+            let (r, _) = run::run_client_on(
+                stream,
+                addr,
+                udp,
+                &p,
+                timeout,
+                progress,
+                &local,
+                psk.as_deref(),
+            )?;
             finish(
                 &p,
                 &r,
