@@ -138,6 +138,10 @@ pub fn software_send_config(min_rto_ns: u64, reorder_window_ns: u64) -> SendConf
     }
 }
 
+/// Pacing credit of a QP on a software datapath, ns (`ConnConfig::pacing_burst_ns`): 50 us,
+/// the engine's wake-up lateness when it sleeps between paced packets.
+pub const SOFTWARE_PACING_BURST_NS: u64 = 50_000;
+
 /// The transport's connection configuration with the timers of a software datapath: the
 /// sender's of [`software_send_config`], and EV revalidation
 /// (`ConnConfig::revalidate_ev_after_ns`) after half the RTO floor, as the transport's
@@ -150,6 +154,7 @@ pub fn software_conn_config(min_rto_ns: u64, reorder_window_ns: u64) -> ConnConf
     ConnConfig {
         send: software_send_config(min_rto_ns, reorder_window_ns),
         revalidate_ev_after_ns: min_rto_ns / 2,
+        pacing_burst_ns: SOFTWARE_PACING_BURST_NS,
         ..ConnConfig::default()
     }
 }

@@ -47,6 +47,14 @@ pub struct ConnConfig {
     /// EVs' evidence), and an EV out of the recycle rotation that long is not trusted on
     /// knowledge from more than a few hundred RTTs of a data-centre fabric ago.
     pub revalidate_ev_after_ns: u64,
+    /// Pacing credit, ns: a paced sender (a rate-based controller such as DCQCN) that got to
+    /// send later than its release time may catch up by up to this much time's worth of
+    /// packets at once (a token bucket this deep at the pacing rate), instead of one packet
+    /// per wake-up. A software datapath wakes tens of microseconds late, so without it a
+    /// 100 Gb/s DCQCN on idle loopback sent one 4 KiB packet per wake-up: 4.19 Gb/s
+    /// against 12.02 unpaced (issue 21). Default 0 (exact pacing, as the simulator's
+    /// NICs do); the engine sets 50 us.
+    pub pacing_burst_ns: u64,
     /// Go-back-N (RoCE RC behaviour): the receiver keeps no bitmap, accepts only `rcv_nxt`
     /// and answers a gap with one NACK(NO_BITMAP); the sender resends everything from the
     /// NACKed PSN. Both ends must agree. Default off (selective repeat).
@@ -71,6 +79,7 @@ impl Default for ConnConfig {
             max_rx_messages: 4096,
             probe_interval_ns: 100_000,
             revalidate_ev_after_ns: 100_000,
+            pacing_burst_ns: 0,
             go_back_n: false,
             pkey: 0xFFFF,
         }

@@ -203,7 +203,9 @@ impl<C: Controller> Connection<C> {
         let rate = self.cc.pacing_rate_bps();
         if rate != u64::MAX && rate > 0 {
             let gap = (len as u128 * 8 * 1_000_000_000 / u128::from(rate)) as u64;
-            self.next_send_ns = now_ns.max(self.next_send_ns).saturating_add(gap);
+            // up to pacing_burst_ns of credit carried over from a late send
+            let credit_floor = now_ns.saturating_sub(self.cfg.pacing_burst_ns);
+            self.next_send_ns = credit_floor.max(self.next_send_ns).saturating_add(gap);
         }
         Some(Transmit {
             ev,
