@@ -584,7 +584,10 @@ fn the_lua_dissector_decodes_every_mrc_field() {
     let out = tshark(&args);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "tshark failed: {stderr}");
-    assert!(!stderr.contains("Lua"), "the dissector reported an error: {stderr}");
+    assert!(
+        !stderr.contains("Lua"),
+        "the dissector reported an error: {stderr}"
+    );
     let rows: Vec<String> = String::from_utf8(out.stdout)
         .unwrap()
         .lines()
@@ -611,7 +614,13 @@ fn the_lua_dissector_shows_the_authentication_trailer() {
     use mrc_transport::auth::{AUTH_TRAILER_BYTES, AuthKeys, Authenticator};
     let dir = TempDir::new("lua-auth");
     let mut tx = Authenticator::new(
-        AuthKeys::derive(b"tshark interop pre-shared key 32", &[1; 32], &[2; 32], true).unwrap(),
+        AuthKeys::derive(
+            b"tshark interop pre-shared key 32",
+            &[1; 32],
+            &[2; 32],
+            true,
+        )
+        .unwrap(),
     );
     let mut cases = cases();
     cases.truncate(2);
