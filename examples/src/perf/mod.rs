@@ -224,6 +224,7 @@ fn finish(
 /// Entry point of the binary: parses `std::env::args`, prints, returns the exit code.
 pub fn main() -> i32 {
     let cli = Cli::parse();
+    crate::logs::init(cli.verbose);
     match run_cli(cli) {
         Ok(out) => {
             print!("{out}");
