@@ -167,7 +167,11 @@ impl Watch {
         {
             let n = timeouts - self.rto_reported;
             let rto_ms = conn.send_state().rto_ns() as f64 / 1e6;
-            warn!(qpn = %q, expiries = n, total = timeouts, rto_ms, "RTO expired {n} times");
+            if n == 1 {
+                warn!(qpn = %q, expiries = n, total = timeouts, rto_ms, "RTO expired");
+            } else {
+                warn!(qpn = %q, expiries = n, total = timeouts, rto_ms, "RTO expired {n} times");
+            }
             self.rto_reported = timeouts;
             self.rto_report_ns = Some(now_ns);
         }
