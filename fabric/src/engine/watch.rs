@@ -12,6 +12,7 @@
 //! | `warn`  | `EV N ASSUMED_BAD: CAUSE` / `EV N DENIED: ...` (an EV out of rotation; cause `loss`, `RTO timeout`, `unproven (revalidation)`) |
 //! | `warn`  | `RTO expired K times` (at most one event per QP per [`RTO_REPORT_NS`], with the count since the previous one) |
 //! | `warn`  | `K work requests completed with an error`, datapath errors (at most one a second) |
+//! | `warn`  | `K more EV state changes not logged in the last second` (past [`EV_EVENTS_PER_WINDOW`] EV events of one QP a second) |
 //! | `info`  | connection state changes (`Init -> Ready`, ...), QP connect, close, destroy; an EV back in rotation |
 //! | `debug` | an EV skipped for one rotation (trim, ECN); the TCP bootstrap's steps ([`super::bootstrap`]) |
 //!
@@ -32,8 +33,13 @@ pub(crate) const SAMPLE_NS: u64 = 1_000_000;
 /// Least time between two RTO reports of one QP, ns: 1 s.
 pub(crate) const RTO_REPORT_NS: u64 = 1_000_000_000;
 
-/// Most EV events of one QP per sample; the rest are counted in one summary event.
-const EV_EVENTS_PER_SAMPLE: usize = 8;
+/// Most EV events of one QP per [`EV_WINDOW_NS`]; the rest are counted, and the count is
+/// reported (warn) when the window ends, so an EV that flaps under random loss cannot flood
+/// the log.
+pub(crate) const EV_EVENTS_PER_WINDOW: u32 = 32;
+
+/// The window of [`EV_EVENTS_PER_WINDOW`], ns: 1 s.
+pub(crate) const EV_WINDOW_NS: u64 = 1_000_000_000;
 
 /// Whether any engine event could be taken now (the gate of every observation).
 #[inline]
@@ -131,6 +137,41 @@ pub(crate) struct Watch {
     /// Error completions since the previous sample, and the first one's status.
     failed_wcs: u64,
     first_failed: Option<WcStatus>,
+    /// The EV events' rate limit.
+    ev_budget: Budget,
+}
+
+/// At most `EV_EVENTS_PER_WINDOW` events per `EV_WINDOW_NS`; the rest counted.
+#[derive(Debug, Default)]
+struct Budget {
+    window_ns: Option<u64>,
+    events: u32,
+    suppressed: u64,
+}
+
+impl Budget {
+    /// Starts a new window at `now_ns` when the current one is over; returns the events
+    /// suppressed in the one that ended (nonzero only).
+    fn roll(&mut self, now_ns: u64) -> Option<u64> {
+        let w = self.window_ns.get_or_insert(now_ns);
+        if now_ns.saturating_sub(*w) < EV_WINDOW_NS {
+            return None;
+        }
+        *w = now_ns;
+        self.events = 0;
+        Some(std::mem::take(&mut self.suppressed)).filter(|&n| n > 0)
+    }
+
+    /// Whether one more event may be logged in this window (else it is counted).
+    fn take(&mut self) -> bool {
+        if self.events < EV_EVENTS_PER_WINDOW {
+            self.events += 1;
+            true
+        } else {
+            self.suppressed += 1;
+            false
+        }
+    }
 }
 
 impl Watch {
@@ -142,6 +183,7 @@ impl Watch {
             rto_report_ns: None,
             failed_wcs: 0,
             first_failed: None,
+            ev_budget: Budget::default(),
         }
     }
 
@@ -175,39 +217,39 @@ impl Watch {
             self.rto_reported = timeouts;
             self.rto_report_ns = Some(now_ns);
         }
-        // EVs.
+        // EVs: at most EV_EVENTS_PER_WINDOW events a window, then a count.
+        if let Some(n) = self.ev_budget.roll(now_ns) {
+            warn!(qpn = %q, suppressed = n, "{n} more EV state changes not logged in the last second");
+        }
         let paths = conn.paths().paths();
         if paths.len() == self.evs.len() {
-            let mut events = 0usize;
-            let mut more = 0usize;
             for (p, old) in paths.iter().zip(self.evs.iter_mut()) {
                 let new = EvSnap::of(p.state, &p.stats);
                 if new.kind != old.kind {
-                    let ev = p.ev;
-                    let to = path_state_name(p.state);
-                    let why = cause(old, &new);
-                    match (old.kind, new.kind) {
-                        (_, Kind::Bad | Kind::Denied) => {
-                            if events < EV_EVENTS_PER_SAMPLE {
+                    let logged = matches!(
+                        (old.kind, new.kind),
+                        (_, Kind::Bad | Kind::Denied)
+                            | (Kind::Good, Kind::Skip)
+                            | (Kind::Bad | Kind::Denied, Kind::Good | Kind::Skip)
+                    );
+                    if logged && self.ev_budget.take() {
+                        let ev = p.ev;
+                        let to = path_state_name(p.state);
+                        let why = cause(old, &new);
+                        match (old.kind, new.kind) {
+                            (_, Kind::Bad | Kind::Denied) => {
                                 warn!(qpn = %q, ev, state = to, cause = why, "EV {ev} {to}: {why}");
-                            } else {
-                                more += 1;
                             }
-                            events += 1;
+                            (Kind::Good, _) => {
+                                debug!(qpn = %q, ev, state = to, cause = why, "EV {ev} SKIP: {why}");
+                            }
+                            _ => {
+                                info!(qpn = %q, ev, state = to, "EV {ev} back in rotation");
+                            }
                         }
-                        (Kind::Good, Kind::Skip) => {
-                            debug!(qpn = %q, ev, state = to, cause = why, "EV {ev} SKIP: {why}");
-                        }
-                        (Kind::Bad | Kind::Denied, Kind::Good | Kind::Skip) => {
-                            info!(qpn = %q, ev, state = to, "EV {ev} back in rotation");
-                        }
-                        _ => {}
                     }
                 }
                 *old = new;
-            }
-            if more > 0 {
-                warn!(qpn = %q, evs = more, "{more} more EVs out of rotation");
             }
         } else {
             self.evs = snap_evs(conn);
@@ -267,5 +309,56 @@ impl EngineWatch {
             self.dp_errors_reported = dp_errors;
             self.dp_report_ns = Some(now_ns);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ev_events_are_limited_per_window_and_the_rest_counted() {
+        let mut b = Budget::default();
+        assert_eq!(b.roll(5), None);
+        let logged = (0..40).filter(|_| b.take()).count();
+        assert_eq!(logged, EV_EVENTS_PER_WINDOW as usize);
+        assert_eq!(b.roll(5 + EV_WINDOW_NS - 1), None);
+        assert!(!b.take());
+        assert_eq!(b.roll(5 + EV_WINDOW_NS), Some(9));
+        assert!(b.take());
+        assert_eq!(b.roll(5 + 3 * EV_WINDOW_NS), None);
+    }
+
+    #[test]
+    fn causes_in_order_of_evidence() {
+        let s = EvSnap {
+            kind: Kind::Good,
+            timeouts: 0,
+            lost: 0,
+            trimmed: 0,
+            ecn_marked: 0,
+            revalidations: 0,
+        };
+        let bad = |f: fn(&mut EvSnap)| {
+            let mut n = s;
+            n.kind = Kind::Bad;
+            f(&mut n);
+            cause(&s, &n)
+        };
+        assert_eq!(bad(|n| n.timeouts = 1), "RTO timeout");
+        assert_eq!(
+            bad(|n| {
+                n.lost = 2;
+                n.trimmed = 1
+            }),
+            "loss"
+        );
+        assert_eq!(bad(|n| n.revalidations = 1), "unproven (revalidation)");
+        assert_eq!(bad(|n| n.trimmed = 1), "trim");
+        assert_eq!(bad(|n| n.ecn_marked = 1), "ECN");
+        assert_eq!(bad(|_| {}), "unknown");
+        let mut d = s;
+        d.kind = Kind::Denied;
+        assert_eq!(cause(&s, &d), "denied by the datapath");
     }
 }
