@@ -1198,3 +1198,85 @@ fn logs_v_gives_connection_events_on_stderr_and_none_without_it() {
     );
     assert!(log_lines(&o.stderr, "INFO").is_empty());
 }
+
+/// Issue 21 item 3: reports never vanish. A `--json` run that fails before it has a report
+/// still prints one JSON object on stdout (`"ok": false`, the error, and the run's
+/// metadata) and exits 1 with the error on stderr; a good run's JSON says `"ok": true` and
+/// carries the version, a timestamp, the command line and the host.
+#[test]
+fn json_reports_carry_ok_and_metadata_and_failures_print_json() {
+    let v = json(&["loopback", "-n", "5", "--json"]);
+    assert_eq!(v["ok"], true);
+    assert_eq!(v["error"], Value::Null);
+    assert_eq!(v["version"], env!("CARGO_PKG_VERSION"));
+    let ts = v["timestamp"].as_str().unwrap();
+    assert_eq!(
+        (ts.len(), &ts[4..5], &ts[10..11], &ts[19..]),
+        (20, "-", "T", "Z")
+    );
+    assert!(
+        v["command_line"]
+            .as_str()
+            .unwrap()
+            .ends_with("mrc-perf loopback -n 5 --json"),
+        "{}",
+        v["command_line"]
+    );
+    assert!(!v["host"].as_str().unwrap().is_empty());
+    // nothing listens on 127.0.0.1:1: refused at once
+    let (o, _) = perf(&["client", "127.0.0.1", "-p", "1", "--json", "--timeout", "1"]);
+    assert_eq!(o.status.code(), Some(1));
+    let f: Value = serde_json::from_slice(&o.stdout).expect("one JSON object on stdout");
+    assert_eq!(f["ok"], false);
+    let e = f["error"].as_str().unwrap();
+    assert!(e.starts_with("cannot reach server 127.0.0.1:1: "), "{e}");
+    assert_eq!(f["version"], env!("CARGO_PKG_VERSION"));
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        stderr.contains(&format!("mrc-perf: error: {e}")),
+        "{stderr}"
+    );
+    // without --json the failure is on stderr only
+    let (o, _) = perf(&["client", "127.0.0.1", "-p", "1", "--timeout", "1"]);
+    assert_eq!((o.status.code(), o.stdout.len()), (Some(1), 0));
+}
+
+/// Issue 21 item 2: a server given a client's test option refuses it by name (exit 2)
+/// instead of running the client's value silently; its own options are accepted.
+#[test]
+fn a_server_refuses_the_clients_options_by_name() {
+    for (args, flag) in [
+        (&["-s", "4096"][..], "-s/--size"),
+        (&["--cc", "dcqcn"][..], "--cc"),
+        (&["-n", "50"][..], "-n/--iters"),
+        (&["--json"][..], "--json"),
+        (&["--verify"][..], "--verify"),
+        (&["--peer-timeout", "2"][..], "--peer-timeout"),
+    ] {
+        let mut a = vec!["server", "--bind", "127.0.0.1", "-p", "28687"];
+        a.extend_from_slice(args);
+        let (o, _) = perf(&a);
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            e.contains(&format!(
+                "mrc-perf: error: {flag} is the client's to choose: a server runs the test its \
+                 client asks for"
+            )) && e.contains(&format!("give {flag} to mrc-perf client")),
+            "{e}"
+        );
+    }
+}
+
+/// Issue 21 item 3: progress into a file or a pipe is one plain line per second (no
+/// carriage returns redrawing a line that a log then shows as one).
+#[test]
+fn progress_into_a_pipe_is_plain_lines() {
+    let (o, _) = perf(&["loopback", "-D", "3", "-s", "65536"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!err.contains('\r'), "{err:?}");
+    let lines: Vec<&str> = err.lines().filter(|l| l.starts_with('[')).collect();
+    assert!(!lines.is_empty(), "{err}");
+    assert!(lines.iter().all(|l| l.contains("/3 s] sent ")), "{lines:?}");
+}

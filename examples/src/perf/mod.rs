@@ -9,16 +9,40 @@ pub mod run;
 pub mod srv6;
 pub mod verbs;
 
-use clap::Parser;
 use opts::{Cli, Command, TestKind};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, ToSocketAddrs};
 use std::time::Duration;
 
-/// Runs the command line `args`; returns the text for stdout, or an error message.
+/// A failed run: what it still prints on stdout (its report, when it got that far; empty
+/// otherwise) and the error message for stderr.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CliError {
+    /// The report (table or JSON with `"ok": false`), or empty.
+    pub stdout: String,
+    /// The error, one line.
+    pub message: String,
+}
+
+impl From<String> for CliError {
+    fn from(message: String) -> Self {
+        CliError {
+            stdout: String::new(),
+            message,
+        }
+    }
+}
+
+impl From<&str> for CliError {
+    fn from(message: &str) -> Self {
+        message.to_string().into()
+    }
+}
+
+/// Runs the command line `args`; returns the text for stdout, or the failure.
 ///
 /// # Errors
-/// Any failure, as the message to print.
-pub fn run_cli(cli: Cli) -> Result<String, String> {
+/// Any failure, with the report it still has ([`CliError`]).
+pub fn run_cli(cli: Cli) -> Result<String, CliError> {
     let p = cli.test.params()?;
     let timeout = Duration::from_secs_f64(cli.test.timeout);
     let progress =
@@ -92,11 +116,16 @@ pub fn run_cli(cli: Cli) -> Result<String, String> {
         }
         Command::Client { host } => {
             check_host_without_port(&host)?;
-            let addr = (host.as_str(), cli.test.port)
+            // every address the name resolves to, in the resolver's order: `localhost`
+            // reaches a server on ::1 as well as one on 127.0.0.1
+            let addrs: Vec<SocketAddr> = (host.as_str(), cli.test.port)
                 .to_socket_addrs()
                 .map_err(|e| format!("cannot resolve {host}: {e}"))?
-                .next()
-                .ok_or_else(|| format!("{host} resolves to no address"))?;
+                .collect();
+            if addrs.is_empty() {
+                return Err(format!("{host} resolves to no address").into());
+            }
+            let (stream, addr) = run::connect_any(&addrs, timeout)?;
             let any: IpAddr = if addr.is_ipv6() {
                 Ipv6Addr::UNSPECIFIED.into()
             } else {
@@ -107,7 +136,16 @@ pub fn run_cli(cli: Cli) -> Result<String, String> {
             if let Some(mode) = p.srv6 {
                 p.steering = srv6::steering(mode, p.srv6_via, addr.ip(), p.paths, p.burst_size)?;
             }
-            let (r, _) = run::run_client(addr, udp, &p, timeout, progress, &local, psk.as_deref())?;
+            let (r, _) = run::run_client_on(
+                stream,
+                addr,
+                udp,
+                &p,
+                timeout,
+                progress,
+                &local,
+                psk.as_deref(),
+            )?;
             finish(
                 &p,
                 &r,
@@ -159,6 +197,7 @@ pub fn run_cli(cli: Cli) -> Result<String, String> {
                     &limits,
                     psk.as_deref(),
                 )
+                .map_err(CliError::from)
                 .and_then(|(sp, r)| server_report(&sp, &r))
                 {
                     Ok(o) => {
@@ -166,7 +205,14 @@ pub fn run_cli(cli: Cli) -> Result<String, String> {
                         print!(" client {n}:\n{o}");
                         let _ = std::io::stdout().flush();
                     }
-                    Err(e) => eprintln!("mrc-perf server: client {n}: {e}"),
+                    Err(e) => {
+                        use std::io::Write;
+                        if !e.stdout.is_empty() {
+                            print!(" client {n}:\n{}", e.stdout);
+                            let _ = std::io::stdout().flush();
+                        }
+                        eprintln!("mrc-perf server: client {n}: {}", e.message);
+                    }
                 }
             }
             Ok(String::new())
@@ -187,7 +233,7 @@ pub fn run_cli(cli: Cli) -> Result<String, String> {
 }
 
 /// The server's lines about one client's test; an error (with them) for bad bytes.
-fn server_report(sp: &opts::TestParams, r: &run::EndResult) -> Result<String, String> {
+fn server_report(sp: &opts::TestParams, r: &run::EndResult) -> Result<String, CliError> {
     let mut o = String::new();
     o += &format!(
         " server: {} messages received ({} bytes) of size {}; test {}\n",
@@ -201,7 +247,10 @@ fn server_report(sp: &opts::TestParams, r: &run::EndResult) -> Result<String, St
         );
     }
     if r.recv.bad_bytes > 0 {
-        return Err(format!("{o}verify failed: {} bad bytes", r.recv.bad_bytes));
+        return Err(CliError {
+            stdout: o,
+            message: format!("verify failed: {} bad bytes", r.recv.bad_bytes),
+        });
     }
     Ok(o)
 }
@@ -212,29 +261,94 @@ fn finish(
     gbits: bool,
     json: bool,
     mode: &str,
-) -> Result<String, String> {
+) -> Result<String, CliError> {
     let out = run::client_report(p, r, gbits, json, mode);
     let bad = r.peer_recv.bad_bytes + r.recv.bad_bytes;
     if bad > 0 {
-        return Err(format!("{out}verify failed: {bad} bad bytes"));
+        // the report still goes to stdout (its JSON says "ok": false)
+        return Err(CliError {
+            stdout: out,
+            message: format!("verify failed: {bad} bad bytes"),
+        });
     }
     Ok(out)
 }
 
 /// Entry point of the binary: parses `std::env::args`, prints, returns the exit code.
+/// A failed run prints its report on stdout when it has one, else with `--json` the
+/// failure as JSON (`"ok": false`, [`report::failure_json`]), so a script that reads
+/// stdout always gets one report; the error goes to stderr and the exit code is 1.
 pub fn main() -> i32 {
-    let cli = Cli::parse();
+    use clap::{CommandFactory, FromArgMatches};
+    let matches = Cli::command().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    if let Some(("server", sm)) = matches.subcommand()
+        && let Err(e) = refuse_client_options(sm)
+    {
+        eprintln!("mrc-perf: error: {e}");
+        return 2;
+    }
     crate::logs::init(cli.verbose);
+    let json = cli.test.json;
     match run_cli(cli) {
         Ok(out) => {
             print!("{out}");
             0
         }
         Err(e) => {
-            eprintln!("mrc-perf: error: {e}");
+            if !e.stdout.is_empty() {
+                print!("{}", e.stdout);
+            } else if json {
+                print!("{}", report::failure_json(&e.message));
+            }
+            eprintln!("mrc-perf: error: {}", e.message);
             1
         }
     }
+}
+
+/// The test options only a client chooses (`mrc-perf server` runs what its client asks,
+/// within its `--max-*` limits): clap's id, and the flag as the user wrote it.
+const CLIENT_OPTIONS: [(&str, &str); 21] = [
+    ("size", "-s/--size"),
+    ("iters", "-n/--iters"),
+    ("duration", "-D/--duration"),
+    ("paths", "--paths"),
+    ("mtu", "--mtu"),
+    ("cc", "--cc"),
+    ("test", "--test"),
+    ("bidirectional", "--bidirectional"),
+    ("verify", "--verify"),
+    ("rate_limit", "--rate-limit"),
+    ("burst_size", "--burst-size"),
+    ("path_selection", "--path-selection"),
+    ("json", "--json"),
+    ("tx_depth", "-t/--tx-depth"),
+    ("region_size", "--region-size"),
+    ("srv6", "--srv6"),
+    ("srv6_via", "--srv6-via"),
+    ("min_rto_us", "--min-rto-us"),
+    ("reorder_window_us", "--reorder-window-us"),
+    ("peer_timeout_s", "--peer-timeout"),
+    ("spin_us", "--spin-us"),
+];
+
+/// A server given a client's test option refuses it by name, instead of running the
+/// client's value silently.
+///
+/// # Errors
+/// The first such option, named, with what the server does instead.
+fn refuse_client_options(sm: &clap::ArgMatches) -> Result<(), String> {
+    for (id, flag) in CLIENT_OPTIONS {
+        if sm.value_source(id) == Some(clap::parser::ValueSource::CommandLine) {
+            return Err(format!(
+                "{flag} is the client's to choose: a server runs the test its client asks for, \
+                 within its --max-region-size, --max-duration, --max-iters and --max-spin-us; \
+                 give {flag} to mrc-perf client"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Refuses `HOST:PORT` (and `[V6]:PORT`) as the client's host: the port is `-p PORT`.

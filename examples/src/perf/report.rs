@@ -120,6 +120,9 @@ pub struct Progress {
     shown: bool,
     duration_s: Option<f64>,
     unit: BwUnit,
+    /// stderr is a terminal: redraw one line with carriage returns; otherwise (a file, a
+    /// pipe, CI) print one plain line per second.
+    redraw: bool,
 }
 
 impl Progress {
@@ -133,6 +136,7 @@ impl Progress {
             shown: false,
             duration_s,
             unit,
+            redraw: std::io::IsTerminal::is_terminal(&std::io::stderr()),
         }
     }
 
@@ -159,16 +163,20 @@ impl Progress {
             dt.as_secs_f64(),
             self.unit,
         );
-        eprint!("\r{line}   ");
+        if self.redraw {
+            eprint!("\r{line}   ");
+        } else {
+            eprintln!("{line}");
+        }
         let _ = std::io::stderr().flush();
         self.shown = true;
         self.last = now;
         self.last_bytes = bytes;
     }
 
-    /// Ends the line if one was printed.
+    /// Ends the line if one was redrawn.
     pub fn finish(&mut self) {
-        if self.shown {
+        if self.shown && self.redraw {
             eprintln!();
         }
     }
@@ -465,8 +473,39 @@ impl<'a> Report<'a> {
         // this side's and the receiver's (json! nests too deep to hold them above).
         v["source_drops"] = json!(self.r.recv.source_drops);
         v["receiver"]["source_drops"] = json!(self.r.peer_recv.source_drops);
+        let bad = self.r.peer_recv.bad_bytes + self.r.recv.bad_bytes;
+        v["ok"] = json!(bad == 0);
+        v["error"] = if bad == 0 {
+            serde_json::Value::Null
+        } else {
+            json!(format!("verify failed: {bad} bad bytes"))
+        };
+        add_run_metadata(&mut v);
         format!("{v}\n")
     }
+}
+
+/// Adds what identifies a run to a JSON report: `version` (mrc-perf's), `timestamp`
+/// (RFC 3339, UTC, seconds), `command_line` (the arguments as given) and `host` (the
+/// kernel's host name).
+pub fn add_run_metadata(v: &mut serde_json::Value) {
+    v["version"] = json!(env!("CARGO_PKG_VERSION"));
+    v["timestamp"] =
+        json!(humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string());
+    v["command_line"] = json!(std::env::args().collect::<Vec<_>>().join(" "));
+    v["host"] = json!(
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_string())
+            .unwrap_or_default()
+    );
+}
+
+/// The JSON a `--json` run prints on stdout when it fails before it has a report:
+/// `{"ok": false, "error": MESSAGE}` and the run metadata of [`add_run_metadata`].
+pub fn failure_json(message: &str) -> String {
+    let mut v = json!({"ok": false, "error": message});
+    add_run_metadata(&mut v);
+    format!("{v}\n")
 }
 
 #[cfg(test)]

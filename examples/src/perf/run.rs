@@ -1152,9 +1152,46 @@ pub fn run_client(
     local: &LocalFabric,
     psk: Option<&[u8]>,
 ) -> Result<(EndResult, Vec<u16>), String> {
-    let until = Instant::now() + timeout;
-    let mut s = TcpStream::connect_timeout(&server, timeout)
+    let s = TcpStream::connect_timeout(&server, timeout)
         .map_err(|e| format!("cannot reach server {server}: {e}"))?;
+    run_client_on(s, server, udp_bind, p, timeout, progress, local, psk)
+}
+
+/// The first of `servers` (every address a host name resolves to, in resolver order) that
+/// accepts a TCP connection within `timeout` each: the stream and the address.
+///
+/// # Errors
+/// None answered: every address with its error.
+pub fn connect_any(
+    servers: &[SocketAddr],
+    timeout: Duration,
+) -> Result<(TcpStream, SocketAddr), String> {
+    let mut why = Vec::new();
+    for &a in servers {
+        match TcpStream::connect_timeout(&a, timeout) {
+            Ok(s) => return Ok((s, a)),
+            Err(e) => why.push(format!("{a}: {e}")),
+        }
+    }
+    Err(format!("cannot reach server {}", why.join("; ")))
+}
+
+/// [`run_client`] on a stream already connected to `server`.
+///
+/// # Errors
+/// As [`run_client`].
+#[allow(clippy::too_many_arguments)]
+pub fn run_client_on(
+    mut s: TcpStream,
+    server: SocketAddr,
+    udp_bind: SocketAddr,
+    p: &TestParams,
+    timeout: Duration,
+    progress: Option<BwUnit>,
+    local: &LocalFabric,
+    psk: Option<&[u8]>,
+) -> Result<(EndResult, Vec<u16>), String> {
+    let until = Instant::now() + timeout;
     let mut line = serde_json::to_string(p).map_err(|e| e.to_string())?;
     line.push('\n');
     s.write_all(line.as_bytes())
@@ -1188,4 +1225,23 @@ pub fn run_client(
 pub fn client_report(p: &TestParams, r: &EndResult, gbits: bool, json: bool, mode: &str) -> String {
     let rep = Report::new(p, r, mode);
     if json { rep.json() } else { rep.table(gbits) }
+}
+
+#[cfg(test)]
+mod connect_tests {
+    use super::*;
+
+    /// A name that resolves to several addresses is tried address by address: the one
+    /// refusing (nothing listens on port 1) is passed over, and the error names each.
+    #[test]
+    fn connect_any_tries_every_address_in_order() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let good = l.local_addr().unwrap();
+        let bad: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let (_s, a) = connect_any(&[bad, good], Duration::from_secs(1)).unwrap();
+        assert_eq!(a, good);
+        let e = connect_any(&[bad, bad], Duration::from_secs(1)).unwrap_err();
+        assert_eq!(e.matches("127.0.0.1:1: ").count(), 2, "{e}");
+        assert!(e.starts_with("cannot reach server 127.0.0.1:1: "), "{e}");
+    }
 }
