@@ -1145,6 +1145,60 @@ fn a_silent_stranger_ahead_does_not_fail_a_client_with_the_same_timeout() {
     let _ = server.wait();
 }
 
+/// mrc-perf's stderr lines that are log events (`... INFO ...`, fabric/src/engine/watch.rs).
+fn log_lines(stderr: &[u8], level: &str) -> Vec<String> {
+    String::from_utf8_lossy(stderr)
+        .lines()
+        .filter(|l| l.contains(&format!(" {level} ")) && l.contains("mrc_fabric::engine"))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn logs_v_gives_connection_events_on_stderr_and_none_without_it() {
+    let run = |args: &[&str], rust_log: Option<&str>| {
+        let mut c = perf_cmd();
+        c.args(args).env_remove("RUST_LOG");
+        if let Some(v) = rust_log {
+            c.env("RUST_LOG", v);
+        }
+        let o = c.output().expect("run mrc-perf");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        o
+    };
+    // Default: no logs, stderr as before.
+    let o = run(&["loopback", "-n", "20", "--json"], None);
+    assert!(log_lines(&o.stderr, "INFO").is_empty());
+    assert!(!String::from_utf8_lossy(&o.stderr).contains("mrc_fabric"));
+    // -v: both QPs connect, go Ready and are destroyed at the end (info); stdout unchanged.
+    let o = run(&["loopback", "-n", "20", "--json", "-v"], None);
+    serde_json::from_slice::<Value>(&o.stdout).expect("one JSON object on stdout");
+    let info = log_lines(&o.stderr, "INFO");
+    let count = |s: &str| info.iter().filter(|l| l.contains(s)).count();
+    assert_eq!(count(": QP connected to 127.0.0.1:"), 2, "{info:#?}");
+    assert_eq!(count(": connection Init -> Ready qpn=0x"), 2, "{info:#?}");
+    assert_eq!(count(": QP destroyed qpn=0x"), 2, "{info:#?}");
+    assert!(log_lines(&o.stderr, "DEBUG").is_empty());
+    // -vv adds the bootstrap's steps (debug); RUST_LOG alone works too.
+    let o = run(&["loopback", "-n", "20", "-vv"], None);
+    let debug = log_lines(&o.stderr, "DEBUG");
+    assert!(
+        debug.iter().any(|l| l.contains("bootstrap: peer ready")),
+        "{debug:#?}"
+    );
+    let o = run(
+        &["loopback", "-n", "20"],
+        Some("mrc_fabric::engine::bootstrap=debug"),
+    );
+    let debug = log_lines(&o.stderr, "DEBUG");
+    assert!(
+        debug
+            .iter()
+            .any(|l| l.contains("bootstrap: QP info exchanged"))
+    );
+    assert!(log_lines(&o.stderr, "INFO").is_empty());
+}
+
 /// Issue 21 item 3: reports never vanish. A `--json` run that fails before it has a report
 /// still prints one JSON object on stdout (`"ok": false`, the error, and the run's
 /// metadata) and exits 1 with the error on stderr; a good run's JSON says `"ok": true` and

@@ -45,6 +45,10 @@ use mrc_fabric::sim::{
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
+    /// Logs on stderr: `-v` info, `-vv` debug for the mrc crates; `RUST_LOG` (EnvFilter
+    /// syntax) for finer filters. Default: none.
+    #[arg(short = 'v', long = "verbose", action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
 }
 
 #[derive(clap::Args, Clone)]
@@ -306,6 +310,7 @@ fn json_to_stdout(s: &str) {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    mrc_examples::logs::init(cli.verbose);
     match run(cli) {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(1),

@@ -288,6 +288,7 @@ pub fn main() -> i32 {
         eprintln!("mrc-perf: error: {e}");
         return 2;
     }
+    crate::logs::init(cli.verbose);
     let json = cli.test.json;
     match run_cli(cli) {
         Ok(out) => {

@@ -17,6 +17,11 @@ pub struct Cli {
     /// Test parameters (the client's count; the server takes them from the client).
     #[command(flatten)]
     pub test: TestOpts,
+    /// Logs on stderr: `-v` info (connection states, EVs out of rotation and why, RTO
+    /// expiries, failures), `-vv` debug (bootstrap steps); `RUST_LOG` (EnvFilter syntax)
+    /// for finer filters. Default: none.
+    #[arg(short = 'v', long = "verbose", action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
 }
 
 /// Subcommands.

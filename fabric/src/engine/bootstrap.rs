@@ -336,9 +336,13 @@ pub fn connect(
     for a in &addrs {
         match TcpStream::connect_timeout(a, timeout) {
             Ok(s) => {
+                tracing::debug!(server = %a, "bootstrap: TCP connected to {a}");
                 return exchange_until(s, local, until);
             }
-            Err(e) => last = Some(e),
+            Err(e) => {
+                tracing::debug!(server = %a, "bootstrap: TCP connect to {a} failed: {e}");
+                last = Some(e);
+            }
         }
     }
     match last {
@@ -359,7 +363,8 @@ pub fn accept(
     local: &QpInfo,
     timeout: Duration,
 ) -> Result<(QpInfo, SocketAddr, TcpStream), BootstrapError> {
-    let (s, _) = listener.accept().map_err(io_err("accept"))?;
+    let (s, from) = listener.accept().map_err(io_err("accept"))?;
+    tracing::debug!(client = %from, "bootstrap: TCP accepted {from}");
     exchange(s, local, timeout)
 }
 
@@ -392,7 +397,15 @@ pub fn exchange_until(
     d.write_all(&local.encode()?).map_err(io_err("write"))?;
     let remote = QpInfo::read_from(&mut d)?;
     let peer_ip = s.peer_addr().map_err(io_err("peer address"))?.ip();
-    Ok((remote.clone(), SocketAddr::new(peer_ip, remote.udp_port), s))
+    let udp = SocketAddr::new(peer_ip, remote.udp_port);
+    tracing::debug!(
+        qpn = %super::watch::Qpn(local.qpn),
+        peer_qpn = %super::watch::Qpn(remote.qpn),
+        peer_udp = %udp,
+        "bootstrap: QP info exchanged (peer QP {:#08x} at {udp})",
+        remote.qpn
+    );
+    Ok((remote, udp, s))
 }
 
 /// Sends this side's EV source ports and reads the peer's (after both sides connected
@@ -418,7 +431,15 @@ pub fn exchange_ports(
     }
     let mut d = DeadlineStream::new(s, until);
     d.write_all(&b).map_err(io_err("write source ports"))?;
-    read_ports(&mut d)
+    let ports = read_ports(&mut d)?;
+    tracing::debug!(
+        local = local.len(),
+        peer = ports.len(),
+        "bootstrap: EV source ports exchanged ({} ours, {} the peer's)",
+        local.len(),
+        ports.len()
+    );
+    Ok(ports)
 }
 
 /// Reads one source-port message.
@@ -508,6 +529,7 @@ fn exchange_32(
     }
     let mut v = [0u8; 32];
     d.read_exact(&mut v).map_err(io_err(what))?;
+    tracing::debug!("bootstrap: {what} exchanged");
     Ok(v)
 }
 
@@ -530,6 +552,7 @@ pub fn ready(s: &mut TcpStream) -> Result<(), BootstrapError> {
     if b != READY {
         return Err(BootstrapError::BadMagic(b));
     }
+    tracing::debug!("bootstrap: peer ready");
     Ok(())
 }
 
@@ -545,6 +568,7 @@ pub fn ready_until(s: &TcpStream, until: Instant) -> Result<(), BootstrapError> 
     if b != READY {
         return Err(BootstrapError::BadMagic(b));
     }
+    tracing::debug!("bootstrap: peer ready");
     Ok(())
 }
 

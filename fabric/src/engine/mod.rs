@@ -28,6 +28,7 @@ pub mod bootstrap;
 pub mod pattern;
 pub mod source;
 mod thread;
+mod watch;
 
 use crate::udp::{
     Datapath, DatapathError, DatapathStats, PathMap, UdpConfig, UringDatapath, Waker,
@@ -436,16 +437,19 @@ impl Context {
         let (cmd_tx, cmd_rx) = crossbeam_channel::unbounded();
         let sleeping = Arc::new(AtomicBool::new(false));
         let sl = Arc::clone(&sleeping);
+        let logs = inherited_dispatch();
         let t = std::thread::Builder::new()
             .name("mrc-engine".into())
-            .spawn(move || match UringDatapath::new(udp) {
-                Ok(dp) => {
-                    let _ = tx.send(Ok((dp.local_addr(), dp.waker(), dp.reorders_bursts())));
-                    run_engine(dp, cfg, cmd_rx, sl);
-                }
-                Err(e) => {
-                    let _ = tx.send(Err(e));
-                }
+            .spawn(move || {
+                with_dispatch(logs, || match UringDatapath::new(udp) {
+                    Ok(dp) => {
+                        let _ = tx.send(Ok((dp.local_addr(), dp.waker(), dp.reorders_bursts())));
+                        run_engine(dp, cfg, cmd_rx, sl);
+                    }
+                    Err(e) => {
+                        let _ = tx.send(Err(e));
+                    }
+                })
             })
             .map_err(|e| EngineError::Refused(format!("spawn: {e}")))?;
         let (udp_addr, waker, reorders) = rx.recv().map_err(|_| EngineError::Stopped)??;
@@ -481,7 +485,8 @@ impl Context {
         let udp_addr = dp.local_addr();
         let waker = dp.waker();
         let reorders = dp.reorders_bursts();
-        let t = std::thread::spawn(move || run_engine(dp, cfg, cmd_rx, sl));
+        let logs = inherited_dispatch();
+        let t = std::thread::spawn(move || with_dispatch(logs, || run_engine(dp, cfg, cmd_rx, sl)));
         Context::from_parts(cmd_tx, waker, sleeping, udp_addr, reorders, t)
     }
 
@@ -549,7 +554,6 @@ impl Context {
         self.shared.send(Cmd::CreateQp {
             qpn,
             entry: Box::new(QpEntry {
-                conn,
                 dp_conn: None,
                 own_evs: paths.evs.iter().copied().collect(),
                 paths,
@@ -559,6 +563,8 @@ impl Context {
                 vstats: VerifyStats::default(),
                 sources: source::SourceFilter::default(),
                 source_drops: SourceDrops::default(),
+                watch: watch::Watch::new(&conn),
+                conn,
             }),
         })?;
         Ok(Qp {
@@ -569,6 +575,21 @@ impl Context {
             recv_cq: recv_rx,
             mrs: Mutex::new(HashMap::new()),
         })
+    }
+}
+
+/// The `tracing` subscriber the engine thread logs to: the one in scope where the
+/// [`Context`] is made (`tracing::subscriber::with_default`, e.g. a test's), `None` for
+/// the global default (which may also be installed later).
+fn inherited_dispatch() -> Option<tracing::Dispatch> {
+    let d = tracing::dispatcher::get_default(|d| d.clone());
+    (!d.is::<tracing::subscriber::NoSubscriber>()).then_some(d)
+}
+
+fn with_dispatch<T>(d: Option<tracing::Dispatch>, f: impl FnOnce() -> T) -> T {
+    match d {
+        Some(d) => tracing::dispatcher::with_default(&d, f),
+        None => f(),
     }
 }
 
@@ -586,6 +607,8 @@ fn run_engine<D: Datapath>(
         qps: HashMap::new(),
         start: Instant::now(),
         stats: EngineStats::default(),
+        watch: watch::EngineWatch::default(),
+        watch_ns: 0,
     }
     .run();
 }

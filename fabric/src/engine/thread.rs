@@ -6,6 +6,7 @@
 
 use super::pattern;
 use super::source::{SourceDrops, SourceFilter};
+use super::watch::{self, EngineWatch, Qpn, Watch};
 use super::{Cmd, EngineConfig, EngineStats, QpStats, VerifySpec, VerifyStats, Wr};
 use crate::udp::{ConnId, Datapath, PathMap, TxBatch};
 use crossbeam_channel::{Receiver, Sender};
@@ -16,6 +17,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
+use tracing::{debug, info, warn};
 
 pub(crate) struct QpEntry {
     pub conn: Connection<AnyController>,
@@ -31,6 +33,8 @@ pub(crate) struct QpEntry {
     pub sources: SourceFilter,
     /// What the source check dropped.
     pub source_drops: SourceDrops,
+    /// What the logs saw of it at the previous sample ([`watch`]).
+    pub watch: Watch,
 }
 
 pub(crate) struct Engine<D: Datapath> {
@@ -41,6 +45,10 @@ pub(crate) struct Engine<D: Datapath> {
     pub qps: HashMap<u32, QpEntry>,
     pub start: Instant,
     pub stats: EngineStats,
+    /// Engine-wide counters the logs reported ([`watch`]).
+    pub watch: EngineWatch,
+    /// When the logs last compared snapshots.
+    pub watch_ns: u64,
 }
 
 /// Thread CPU time in ns (`CLOCK_THREAD_CPUTIME_ID`).
@@ -129,7 +137,7 @@ impl<D: Datapath> Engine<D> {
             match rx {
                 Ok(n) if n > 0 => work = true,
                 Ok(_) => {}
-                Err(_) => self.stats.datapath_errors += 1,
+                Err(err) => self.datapath_error("receive", &err),
             }
             // 3. Timers.
             let now = self.now_ns();
@@ -144,6 +152,9 @@ impl<D: Datapath> Engine<D> {
             for e in self.qps.values_mut() {
                 while let Some(c) = e.conn.poll_completion() {
                     work = true;
+                    if c.status != WcStatus::Success {
+                        e.watch.failed_completion(c.status);
+                    }
                     deliver(e, c);
                 }
             }
@@ -170,14 +181,20 @@ impl<D: Datapath> Engine<D> {
                         self.stats.tx_bursts += 1;
                         self.stats.tx_datagrams += r.datagrams;
                     }
-                    Err(_) => self.stats.datapath_errors += 1,
+                    Err(err) => self.datapath_error("send", &err),
                 }
                 if !batch.is_full() {
                     break;
                 }
             }
-            // 6. Idle back-off.
+            // 6. Logs: compare snapshots at most every watch::SAMPLE_NS, only while a
+            //    subscriber takes events.
             let now = self.now_ns();
+            if now.saturating_sub(self.watch_ns) >= watch::SAMPLE_NS && watch::on() {
+                self.watch_ns = now;
+                self.observe(now);
+            }
+            // 7. Idle back-off.
             if work {
                 last_work = now;
                 continue;
@@ -199,8 +216,8 @@ impl<D: Datapath> Engine<D> {
             self.sleeping.store(true, Ordering::SeqCst);
             if self.cmds.is_empty() {
                 self.stats.sleeps += 1;
-                if self.dp.wait(timeout).is_err() {
-                    self.stats.datapath_errors += 1;
+                if let Err(err) = self.dp.wait(timeout) {
+                    self.datapath_error("wait", &err);
                 }
             }
             self.sleeping.store(false, Ordering::SeqCst);
@@ -211,13 +228,18 @@ impl<D: Datapath> Engine<D> {
         match cmd {
             Cmd::Shutdown => {}
             Cmd::CreateQp { qpn, entry } => {
+                debug!(qpn = %Qpn(qpn), evs = entry.paths.evs.len(), "QP created");
                 self.qps.insert(qpn, *entry);
             }
             Cmd::DestroyQp { qpn } => {
-                if let Some(e) = self.qps.remove(&qpn)
-                    && let Some(id) = e.dp_conn
-                {
-                    self.dp.close_conn(id);
+                if let Some(mut e) = self.qps.remove(&qpn) {
+                    if watch::on() {
+                        e.watch.observe(qpn, &e.conn, self.now_ns());
+                    }
+                    info!(qpn = %Qpn(qpn), state = ?e.conn.state(), "QP destroyed");
+                    if let Some(id) = e.dp_conn {
+                        self.dp.close_conn(id);
+                    }
                 }
             }
             Cmd::RegMr {
@@ -301,6 +323,13 @@ impl<D: Datapath> Engine<D> {
                                 e.dp_conn = Some(id);
                                 let ip = self.dp.peer_source_ip(id).unwrap_or(udp.ip());
                                 e.sources.connect(ip);
+                                info!(
+                                    qpn = %Qpn(qpn),
+                                    peer = %udp,
+                                    peer_qpn = %Qpn(peer.qpn),
+                                    evs = e.paths.evs.len(),
+                                    "QP connected to {udp}"
+                                );
                                 Ok(self.dp.source_ports(id).unwrap_or_default())
                             }
                             Err(err) => {
@@ -310,6 +339,9 @@ impl<D: Datapath> Engine<D> {
                         },
                     },
                 };
+                if let Err(err) = &r {
+                    warn!(qpn = %Qpn(qpn), peer = %udp, "QP connect failed: {err}");
+                }
                 let _ = reply.send(r);
             }
             Cmd::PeerPorts { qpn, ports, reply } => {
@@ -387,6 +419,7 @@ impl<D: Datapath> Engine<D> {
             }
             Cmd::Close { qpn } => {
                 if let Some(e) = self.qps.get_mut(&qpn) {
+                    info!(qpn = %Qpn(qpn), state = ?e.conn.state(), "QP closing");
                     let _ = e.conn.close();
                 }
             }
@@ -427,6 +460,22 @@ impl<D: Datapath> Engine<D> {
                 let _ = reply.send((r, es));
             }
         }
+    }
+
+    /// Counts a datapath error; keeps its text for the logs while they are on.
+    fn datapath_error(&mut self, what: &str, err: &dyn std::fmt::Display) {
+        self.stats.datapath_errors += 1;
+        if watch::on() {
+            self.watch.last_dp_error = Some(format!("{what}: {err}"));
+        }
+    }
+
+    /// Compares every QP with its previous snapshot and logs the changes ([`watch`]).
+    fn observe(&mut self, now: u64) {
+        for (&qpn, e) in self.qps.iter_mut() {
+            e.watch.observe(qpn, &e.conn, now);
+        }
+        self.watch.observe(self.stats.datapath_errors, now);
     }
 
     fn with_region(
