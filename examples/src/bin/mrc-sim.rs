@@ -589,6 +589,11 @@ fn run(cli: Cli) -> Result<bool, String> {
                 );
             }
             t.plot_column = Some("goodput_gbps".into());
+            t.panel(
+                mrc_examples::sim::output::Panel::new("goodput_gbps", "flow")
+                    .title("goodput per flow")
+                    .quantity("goodput"),
+            );
             emit(&t, &out, &r)?;
             out!("{}", ports.render());
             outln!(
