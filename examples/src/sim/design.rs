@@ -45,7 +45,7 @@ pub fn fabric_table(d: &FabricDesign) -> ResultTable {
     );
     t.plot_column = Some("leaves".into());
     t.panel(
-        Panel::new("leaves", "")
+        Panel::new("leaves", "component")
             .columns(
                 &["servers", "nics", "leaves", "spines", "cables", "optics"],
                 Unit::Count,

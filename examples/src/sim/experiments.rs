@@ -650,7 +650,8 @@ fn allreduce(seed: u64, progress: ProgressFn<'_>) -> Result<ResultTable, Experim
         let unfinished = r.flows.iter().filter(|f| f.done_ns.is_none()).count();
         let up_bw = f64::from(spec.uplinks_per_leaf) / f64::from(spec.hosts_per_leaf).max(1.0);
         let theory_over = theory_ns / up_bw.min(1.0);
-        completions.push((over, now as f64 / theory_over));
+        let factor = allreduce_factor(over);
+        completions.push((over, now as f64 / theory_over, factor));
         t.row(
             format!("{over} ({} uplinks/leaf)", spec.uplinks_per_leaf),
             &[
@@ -658,6 +659,7 @@ fn allreduce(seed: u64, progress: ProgressFn<'_>) -> Result<ResultTable, Experim
                 ("theory_1to1_us", theory_ns / 1e3),
                 ("theory_at_oversub_us", theory_over / 1e3),
                 ("x_theory_at_oversub", now as f64 / theory_over),
+                ("pass_bound_us", factor * theory_over / 1e3),
                 (
                     "spine_packets_per_round",
                     crossing as f64 / f64::from(steps),
@@ -679,27 +681,39 @@ fn allreduce(seed: u64, progress: ProgressFn<'_>) -> Result<ResultTable, Experim
                 false,
             )
             .per_row(
-                "theory_at_oversub_us",
-                ALLREDUCE_FACTOR,
-                format!("PASS: <= {ALLREDUCE_FACTOR:.2} x theory at each oversubscription"),
+                "pass_bound_us",
+                1.0,
+                format!(
+                    "PASS: <= {:.2} / {:.2} / {:.2} x theory at 1:1 / 2:1 / 4:1",
+                    allreduce_factor("1:1"),
+                    allreduce_factor("2:1"),
+                    allreduce_factor("4:1")
+                ),
                 true,
             ),
     );
-    for (over, x) in completions {
+    for (over, x, factor) in completions {
         t.check(
-            format!("allreduce {over}: completion within {ALLREDUCE_FACTOR:.2} x theory at {over}"),
+            format!("allreduce {over}: completion within {factor:.2} x theory at {over}"),
             format!("{x:.3} x theory"),
-            x <= ALLREDUCE_FACTOR,
+            x <= factor,
         );
     }
     Ok(t)
 }
 
-/// The allreduce check: completion within this factor of the theory at each
-/// oversubscription. Measured 1.21-1.47 x over seeds 1-8 (1:1 about 1.22, 2:1 1.37-1.47,
-/// 4:1 1.28: the ring's steps wait for their slowest flow, and at 2:1 two flows share
-/// each uplink by ECMP hash).
-pub const ALLREDUCE_FACTOR: f64 = 1.6;
+/// The allreduce check: completion within this factor of the theory at oversubscription
+/// `over` (2(N-1)/N x size over the uplink share of 100 Gb/s). Measured over seeds 1-8:
+/// 1:1 1.19-1.23 x, 2:1 1.33-1.47 x (two flows can share an uplink by ECMP hash), 4:1
+/// 1.28 x every seed (one uplink, no choice); each step waits for its slowest flow. The
+/// factors leave about 10% over the worst seed.
+pub fn allreduce_factor(over: &str) -> f64 {
+    match over {
+        "1:1" => 1.35,
+        "2:1" => 1.60,
+        _ => 1.40,
+    }
+}
 
 /// The `cc` experiment's bounds, per controller.
 #[derive(Clone, Copy, Debug)]
@@ -713,13 +727,14 @@ pub struct CcBounds {
 }
 
 /// The bounds `mrc-sim experiment cc` checks. Measured over seeds 1-8 (before these
-/// checks): incast Swift 95.6-96.3 Gb/s, NSCC 88-90, DCQCN 35-63 (3,200 drops: the collapse
-/// of issue 21); permutation 1,335-1,507 Gb/s of 1,557 (86-97%), p99 queue 66-136 KiB
-/// (ECN marking starts at 100 KiB). Bounds: incast >= 80 Gb/s (82% of the receiver's 97.3
-/// Gb/s), permutation >= 80% of ideal, p99 queue <= 256 KiB.
+/// checks): incast Swift 95.6-96.9 Gb/s, NSCC 86.5-89.4, DCQCN 35-63 (3,200 drops: the
+/// collapse issue 21 reports; its checks MISS until DCQCN is fixed); permutation
+/// 1,264-1,507 Gb/s of the ideal 1,557 (81-97%), p99 queue 66-136 KiB (ECN marking starts
+/// at 100 KiB). Bounds: incast >= 80 Gb/s (82% of the receiver's 97.3 Gb/s), permutation
+/// >= 75% of ideal, p99 queue <= 256 KiB.
 pub const CC_BOUNDS: CcBounds = CcBounds {
     incast_min_gbps: 80.0,
-    perm_min_share: 0.80,
+    perm_min_share: 0.75,
     perm_max_p99_bytes: 256.0 * 1024.0,
 };
 

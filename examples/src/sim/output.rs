@@ -497,6 +497,7 @@ impl Panel {
                         row: 0,
                     })
                 })
+                .filter(|b| self.only.as_ref().is_none_or(|o| o.contains(&b.label)))
                 .collect();
         }
         rows.iter()
@@ -585,8 +586,8 @@ fn fmt_bar(v: f64) -> String {
     let a = v.abs();
     if !v.is_finite() {
         "inf".into()
-    } else if a == 0.0 {
-        "0".into()
+    } else if v.fract() == 0.0 && a < 1e6 {
+        format!("{v:.0}")
     } else if a < 10.0 {
         format!("{v:.3}")
     } else if a < 100.0 {
@@ -739,7 +740,13 @@ fn draw<B: plotters::prelude::DrawingBackend>(
         let slot_px = (f64::from(aw) - 110.0) / (xmax + 0.5);
         let chars = ((slot_px / 7.0) as usize).max(4);
         // With many bars, label every `every`-th and drop the values on the bars.
-        let every = ((45.0 / slot_px).ceil() as usize).max(1);
+        let widest = bars
+            .iter()
+            .flat_map(|b| wrap(&b.label, chars))
+            .map(|l| l.len())
+            .max()
+            .unwrap_or(1);
+        let every = ((45.0f64.max(widest as f64 * 7.0 + 8.0) / slot_px).ceil() as usize).max(1);
         let values_on_bars = slot_px >= 34.0;
         let label_lines: Vec<Vec<String>> = bars.iter().map(|b| wrap(&b.label, chars)).collect();
         let max_lines = label_lines.iter().map(Vec::len).max().unwrap_or(1).min(4);
@@ -790,9 +797,10 @@ fn draw<B: plotters::prelude::DrawingBackend>(
             let (px, py) = chart.backend_coord(&(x, v));
             if values_on_bars {
                 let (_, py0) = chart.backend_coord(&(x, 0.0));
-                // Inside the top of a tall bar (white), above a short one.
-                let (y, colour, vpos) = if py0 - py > 22 {
-                    (py + 4, WHITE, VPos::Top)
+                // Inside a tall bar, half way up (white; reference lines sit near the
+                // top), above a short one.
+                let (y, colour, vpos) = if py0 - py > 44 {
+                    ((py + py0) / 2, WHITE, VPos::Center)
                 } else {
                     (py - 3, BLACK, VPos::Bottom)
                 };
