@@ -549,7 +549,9 @@ fn scale_groups(bars: &[Bar]) -> Vec<Vec<usize>> {
         } else if lo <= 0.0 {
             lo = v;
         }
-        groups.last_mut().map(|g| g.push(i));
+        if let Some(g) = groups.last_mut() {
+            g.push(i);
+        }
     }
     for g in &mut groups {
         g.sort_unstable();
