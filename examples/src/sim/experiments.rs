@@ -921,11 +921,20 @@ fn speed(
     )?;
     t.plot_column = Some("events_per_s".into());
     t.panel(
-        Panel::new("hops_per_s", "run")
-            .title("packet hops per second of wall time (one core)")
+        Panel::new("hops_per_s", "raw-frame run")
+            .rows("raw frames")
+            .title("switching core: packet hops per second of wall time (one core)")
             .quantity("packet hops")
             .threshold(5e6, "PASS: switching core (raw frames) >="),
     );
+    if transport {
+        t.panel(
+            Panel::new("hops_per_s", "run")
+                .rows("1024-GPU")
+                .title("with transport endpoints (not checked)")
+                .quantity("packet hops"),
+        );
+    }
     // A packet-hop event is one frame crossing one link (queued, serialised, propagated,
     // received): `packet_hops` counts them; `events` counts the simulator's queue events,
     // two per hop here (TxDone and Arrive).
