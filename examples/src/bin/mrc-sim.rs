@@ -468,6 +468,11 @@ fn run(cli: Cli) -> Result<bool, String> {
                 sim_design::port_legend(&des)
             );
             let mut t = ResultTable::new("links crossed per EV");
+            t.panel(
+                mrc_examples::sim::output::Panel::new("hops", "entropy value (EV)")
+                    .title("links crossed per EV")
+                    .quantity("links crossed"),
+            );
             let mut all = Vec::new();
             for (ev, hops) in (0..evs).zip(traces) {
                 let path: Vec<String> = hops
@@ -594,6 +599,11 @@ fn run(cli: Cli) -> Result<bool, String> {
                 );
             }
             t.plot_column = Some("goodput_gbps".into());
+            t.panel(
+                mrc_examples::sim::output::Panel::new("goodput_gbps", "flow")
+                    .title("goodput per flow")
+                    .quantity("goodput"),
+            );
             emit(&t, &out, &r)?;
             out!("{}", ports.render());
             outln!(

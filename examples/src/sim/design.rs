@@ -11,7 +11,7 @@ use mrc_fabric::sim::net::TraceHop;
 use mrc_fabric::sim::topo::Role;
 use mrc_fabric::sim::{FabricDesign, SwitchPort, Topology};
 
-use super::output::ResultTable;
+use super::output::{Panel, ResultTable, Unit};
 
 /// The `fabric` table of `mrc-sim design` (totals over all planes; `--plot` draws its
 /// `leaves`).
@@ -44,6 +44,15 @@ pub fn fabric_table(d: &FabricDesign) -> ResultTable {
         ],
     );
     t.plot_column = Some("leaves".into());
+    t.panel(
+        Panel::new("leaves", "component")
+            .columns(
+                &["servers", "nics", "leaves", "spines", "cables", "optics"],
+                Unit::Count,
+            )
+            .title("what the fabric is built from (all planes)")
+            .quantity("count"),
+    );
     t
 }
 

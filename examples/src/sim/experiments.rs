@@ -18,7 +18,7 @@ use mrc_fabric::sim::Forwarding;
 use mrc_fabric::sim::buf::SharedPayload;
 use mrc_fabric::sim::host::Datagram;
 
-use super::output::ResultTable;
+use super::output::{Check, Panel, ResultTable, Row};
 use super::scenario::permutation;
 use crate::perf::report::process_cpu_s;
 
@@ -296,6 +296,22 @@ fn spray_vs_ecmp(seed: u64, progress: ProgressFn<'_>) -> Result<ResultTable, Exp
     }
     t.plot_column = Some("mean_goodput_gbps".into());
     t.plot_reference = Some(ideal / GBPS);
+    t.panel(
+        Panel::new("mean_goodput_gbps", "forwarding")
+            .title("mean goodput per flow")
+            .quantity("mean goodput per flow")
+            .ideal(ideal / GBPS, "ideal (NIC-limited flow)")
+            .threshold(
+                0.95 * ideal / GBPS,
+                "PASS: spray 16 EVs, ECMP hash >= 95% of ideal",
+            ),
+    );
+    t.panel(
+        Panel::new("uplink_bytes_max_over_min", "forwarding")
+            .title("leaf uplink balance: busiest / idlest uplink bytes")
+            .quantity("busiest / idlest uplink")
+            .ideal(1.0, "ideal (perfect balance)"),
+    );
     t.check(
         "spraying over 16 EVs hashed by ECMP reaches >= 95% of ideal goodput",
         format!(
@@ -364,6 +380,21 @@ fn loss(seed: u64, progress: ProgressFn<'_>) -> Result<ResultTable, ExperimentEr
         );
     }
     t.plot_column = Some("mean_goodput_gbps".into());
+    t.panel(
+        Panel::new("mean_goodput_gbps", "retransmission, loss")
+            .title("mean goodput per flow")
+            .quantity("mean goodput per flow")
+            .ideal(ideal_goodput_bps() / GBPS, "ideal (NIC-limited flow)")
+            .threshold(
+                0.9 * means[0] / GBPS,
+                "PASS: 1% loss, selective >= 90% of lossless",
+            ),
+    );
+    t.panel(
+        Panel::new("completion_us", "retransmission, loss")
+            .title("completion of the permutation")
+            .quantity("completion time"),
+    );
     t.check(
         "selective retransmit keeps >= 90% of lossless goodput",
         format!("{:.2}%", 100.0 * means[1] / means[0].max(1.0)),
@@ -425,6 +456,13 @@ fn failover(seed: u64, progress: ProgressFn<'_>) -> Result<ResultTable, Experime
                     "completion_us",
                     rep.completion_ns().unwrap_or(0) as f64 / 1e3,
                 ),
+                (
+                    "pct_slower_than_no_failure",
+                    100.0
+                        * (rep.completion_ns().map_or(f64::INFINITY, |c| c as f64)
+                            / t0.max(1) as f64
+                            - 1.0),
+                ),
                 ("mean_goodput_gbps", mean / GBPS),
                 ("black_holed_frames", rep.counters.black_hole_drops as f64),
                 ("timeouts", sum_flows(rep, |f| f.timeouts) as f64),
@@ -434,6 +472,25 @@ fn failover(seed: u64, progress: ProgressFn<'_>) -> Result<ResultTable, Experime
         );
     }
     t.plot_column = Some("completion_us".into());
+    t.panel(
+        Panel::new("pct_slower_than_no_failure", "run")
+            .title(format!(
+                "completion: % slower than without the failure (T0 = {:.1} us)",
+                t0 as f64 / 1e3
+            ))
+            .quantity("slower than T0")
+            .mark(
+                100.0 * (bound - 1.0),
+                format!("capacity bound {bound:.3} x T0, saturated uplinks"),
+                "bound",
+            )
+            .threshold(10.0, "PASS: black hole <= 1.10 x T0, i.e. <="),
+    );
+    t.panel(
+        Panel::new("black_holed_frames", "run")
+            .title("frames lost into the black hole")
+            .quantity("frames black-holed"),
+    );
     let ratio = t1.map_or(f64::INFINITY, |c| c as f64 / t0.max(1) as f64);
     t.check(
         "completion <= 1.10 x the no-failure time",
@@ -525,6 +582,19 @@ fn incast(seed: u64, progress: ProgressFn<'_>) -> Result<ResultTable, Experiment
     }
     t.plot_column = Some("completion_us".into());
     t.plot_reference = Some(ideal_ns / 1e3);
+    t.panel(
+        Panel::new("completion_us", "switch queue")
+            .title("incast completion")
+            .quantity("completion time")
+            .ideal(ideal_ns / 1e3, "ideal (bytes / receiver link rate)")
+            .threshold(1.10 * ideal_ns / 1e3, "PASS: trimming <= 1.10 x ideal"),
+    );
+    t.panel(
+        Panel::new("rtos", "switch queue")
+            .title("retransmission timeouts")
+            .quantity("RTOs")
+            .threshold(0.0, "PASS: trimming, zero RTOs"),
+    );
     let (c, rtos) = res[0];
     t.check("trimming: zero RTOs", format!("{rtos} RTOs"), rtos == 0);
     let x = c.map_or(f64::INFINITY, |c| c as f64 / ideal_ns);
@@ -580,7 +650,8 @@ fn allreduce(seed: u64, progress: ProgressFn<'_>) -> Result<ResultTable, Experim
         let unfinished = r.flows.iter().filter(|f| f.done_ns.is_none()).count();
         let up_bw = f64::from(spec.uplinks_per_leaf) / f64::from(spec.hosts_per_leaf).max(1.0);
         let theory_over = theory_ns / up_bw.min(1.0);
-        completions.push(now);
+        let factor = allreduce_factor(over);
+        completions.push((over, now as f64 / theory_over, factor));
         t.row(
             format!("{over} ({} uplinks/leaf)", spec.uplinks_per_leaf),
             &[
@@ -588,6 +659,7 @@ fn allreduce(seed: u64, progress: ProgressFn<'_>) -> Result<ResultTable, Experim
                 ("theory_1to1_us", theory_ns / 1e3),
                 ("theory_at_oversub_us", theory_over / 1e3),
                 ("x_theory_at_oversub", now as f64 / theory_over),
+                ("pass_bound_us", factor * theory_over / 1e3),
                 (
                     "spine_packets_per_round",
                     crossing as f64 / f64::from(steps),
@@ -598,18 +670,115 @@ fn allreduce(seed: u64, progress: ProgressFn<'_>) -> Result<ResultTable, Experim
     }
     t.plot_column = Some("completion_us".into());
     t.plot_reference = Some(theory_ns / 1e3);
-    t.check(
-        "completion reported at 1:1, 2:1 and 4:1 against 2(N-1)/N x size / bandwidth",
-        format!(
-            "{:.1} / {:.1} / {:.1} us vs {:.1} us",
-            completions[0] as f64 / 1e3,
-            completions[1] as f64 / 1e3,
-            completions[2] as f64 / 1e3,
-            theory_ns / 1e3
-        ),
-        completions.iter().all(|&c| c > 0),
+    t.panel(
+        Panel::new("completion_us", "oversubscription (uplinks per leaf)")
+            .title("ring allreduce completion")
+            .quantity("completion time")
+            .per_row(
+                "theory_at_oversub_us",
+                1.0,
+                "theory at the oversubscription: 2(N-1)/N x size / uplink share of 100 Gb/s",
+                false,
+            )
+            .per_row(
+                "pass_bound_us",
+                1.0,
+                format!(
+                    "PASS: <= {:.2} / {:.2} / {:.2} x theory at 1:1 / 2:1 / 4:1",
+                    allreduce_factor("1:1"),
+                    allreduce_factor("2:1"),
+                    allreduce_factor("4:1")
+                ),
+                true,
+            ),
     );
+    for (over, x, factor) in completions {
+        t.check(
+            format!("allreduce {over}: completion within {factor:.2} x theory at {over}"),
+            format!("{x:.3} x theory"),
+            x <= factor,
+        );
+    }
     Ok(t)
+}
+
+/// The allreduce check: completion within this factor of the theory at oversubscription
+/// `over` (2(N-1)/N x size over the uplink share of 100 Gb/s). Measured over seeds 1-8:
+/// 1:1 1.19-1.23 x, 2:1 1.33-1.47 x (two flows can share an uplink by ECMP hash), 4:1
+/// 1.28 x every seed (one uplink, no choice); each step waits for its slowest flow. The
+/// factors leave about 10% over the worst seed.
+pub fn allreduce_factor(over: &str) -> f64 {
+    match over {
+        "1:1" => 1.35,
+        "2:1" => 1.60,
+        _ => 1.40,
+    }
+}
+
+/// The `cc` experiment's bounds, per controller.
+#[derive(Clone, Copy, Debug)]
+pub struct CcBounds {
+    /// Incast (16 x 1 MiB into one 100 Gb/s host): aggregate goodput at least, Gb/s.
+    pub incast_min_gbps: f64,
+    /// Permutation (16 flows): aggregate goodput at least this share of 16 x ideal.
+    pub perm_min_share: f64,
+    /// Permutation: p99 queue depth of the fullest switch port at most, bytes.
+    pub perm_max_p99_bytes: f64,
+}
+
+/// The bounds `mrc-sim experiment cc` checks. Measured over seeds 1-8 (before these
+/// checks): incast Swift 95.6-96.9 Gb/s, NSCC 86.5-89.4, DCQCN 35-63 (3,200 drops: the
+/// collapse issue 21 reports; its checks MISS until DCQCN is fixed); permutation
+/// 1,264-1,507 Gb/s of the ideal 1,557 (81-97%), p99 queue 66-136 KiB (ECN marking starts
+/// at 100 KiB). Bounds: incast >= 80 Gb/s (82% of the receiver's 97.3 Gb/s), permutation
+/// >= 75% of ideal, p99 queue <= 256 KiB.
+pub const CC_BOUNDS: CcBounds = CcBounds {
+    incast_min_gbps: 80.0,
+    perm_min_share: 0.75,
+    perm_max_p99_bytes: 256.0 * 1024.0,
+};
+
+/// The checks of `cc` on its rows (labels `incast / KIND` and `permutation / KIND`).
+pub fn cc_checks(rows: &[Row], b: &CcBounds) -> Vec<Check> {
+    let get = |label: &str, col: &str| {
+        rows.iter()
+            .find(|r| r.label == label)
+            .and_then(|r| r.values.iter().find(|(k, _)| k == col))
+            .map_or(0.0, |(_, v)| *v)
+    };
+    let perm_ideal = 16.0 * ideal_goodput_bps() / GBPS;
+    let mut out = Vec::new();
+    for kind in [CcKind::Dcqcn, CcKind::Swift, CcKind::Nscc] {
+        let g = get(&format!("incast / {kind}"), "aggregate_goodput_gbps");
+        out.push(Check {
+            requirement: format!(
+                "{kind}: incast aggregate goodput >= {:.0} Gb/s",
+                b.incast_min_gbps
+            ),
+            measured: format!("{g:.1} Gb/s"),
+            pass: g >= b.incast_min_gbps,
+        });
+        let g = get(&format!("permutation / {kind}"), "aggregate_goodput_gbps");
+        out.push(Check {
+            requirement: format!(
+                "{kind}: permutation aggregate goodput >= {:.0}% of ideal ({:.0} Gb/s)",
+                100.0 * b.perm_min_share,
+                b.perm_min_share * perm_ideal
+            ),
+            measured: format!("{g:.1} Gb/s ({:.1}%)", 100.0 * g / perm_ideal),
+            pass: g >= b.perm_min_share * perm_ideal,
+        });
+        let q = get(&format!("permutation / {kind}"), "p99_queue_bytes");
+        out.push(Check {
+            requirement: format!(
+                "{kind}: permutation p99 queue <= {:.0} KiB",
+                b.perm_max_p99_bytes / 1024.0
+            ),
+            measured: format!("{:.1} KiB", q / 1024.0),
+            pass: q <= b.perm_max_p99_bytes,
+        });
+    }
+    out
 }
 
 fn cc(seed: u64, progress: ProgressFn<'_>) -> Result<ResultTable, ExperimentError> {
@@ -657,6 +826,41 @@ fn cc(seed: u64, progress: ProgressFn<'_>) -> Result<ResultTable, ExperimentErro
         }
     }
     t.plot_column = Some("aggregate_goodput_gbps".into());
+    let b = CC_BOUNDS;
+    let perm_ideal = 16.0 * ideal_goodput_bps() / GBPS;
+    t.panel(
+        Panel::new("aggregate_goodput_gbps", "controller")
+            .rows("incast")
+            .title("incast 16 x 1 MiB -> host0: aggregate goodput")
+            .quantity("aggregate goodput")
+            .ideal(ideal_goodput_bps() / GBPS, "ideal (receiver link)")
+            .threshold(b.incast_min_gbps, "PASS >="),
+    );
+    t.panel(
+        Panel::new("aggregate_goodput_gbps", "controller")
+            .rows("permutation")
+            .title("permutation 16 x 8 MiB: aggregate goodput")
+            .quantity("aggregate goodput")
+            .ideal(perm_ideal, "ideal (16 NIC-limited flows)")
+            .threshold(b.perm_min_share * perm_ideal, "PASS >="),
+    );
+    t.panel(
+        Panel::new("p99_queue_bytes", "controller")
+            .rows("incast")
+            .title("incast: p99 queue of the fullest switch port (drop-tail 1 MiB)")
+            .quantity("p99 queue depth")
+            .mark(100.0 * 1024.0, "ECN marking starts (kmin)", "kmin")
+            .mark(1024.0 * 1024.0, "drop-tail limit", "buffer"),
+    );
+    t.panel(
+        Panel::new("p99_queue_bytes", "controller")
+            .rows("permutation")
+            .title("permutation: p99 queue of the fullest switch port")
+            .quantity("p99 queue depth")
+            .mark(100.0 * 1024.0, "ECN marking starts (kmin)", "kmin")
+            .threshold(b.perm_max_p99_bytes, "PASS <="),
+    );
+    t.checks.extend(cc_checks(&t.rows, &b));
     Ok(t)
 }
 
@@ -716,6 +920,21 @@ fn speed(
         progress,
     )?;
     t.plot_column = Some("events_per_s".into());
+    t.panel(
+        Panel::new("hops_per_s", "raw-frame run")
+            .rows("raw frames")
+            .title("switching core: packet hops per second of wall time (one core)")
+            .quantity("packet hops")
+            .threshold(5e6, "PASS: switching core (raw frames) >="),
+    );
+    if transport {
+        t.panel(
+            Panel::new("hops_per_s", "run")
+                .rows("1024-GPU")
+                .title("with transport endpoints (not checked)")
+                .quantity("packet hops"),
+        );
+    }
     // A packet-hop event is one frame crossing one link (queued, serialised, propagated,
     // received): `packet_hops` counts them; `events` counts the simulator's queue events,
     // two per hop here (TxDone and Arrive).
