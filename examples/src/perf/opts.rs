@@ -198,7 +198,9 @@ pub struct TestOpts {
     /// (at most 1000000).
     #[arg(long = "spin-us", default_value_t = 50, global = true)]
     pub spin_us: u64,
-    /// Seconds to wait for the server (connect) and for any progress.
+    /// Seconds. Client: to connect, for any progress, and up to 3 times it for the server's
+    /// answer (a server sets up one client at a time). Server: the deadline of a client's
+    /// whole setup exchange (a slow or silent client is dropped).
     #[arg(long, value_name = "SECONDS", default_value_t = 5.0, global = true)]
     pub timeout: f64,
     /// Datapath: udp (io_uring sockets) or verbs (RDMA UD QPs; both ends must agree).
