@@ -1058,6 +1058,7 @@ fn psk_file_authenticates_and_mismatches_fail_at_setup() {
     assert_eq!(v["receiver"]["bad_bytes"], 0);
     // the drops list names only reasons that occurred
     assert!(v["receiver"]["drops"].get("AuthFailed").is_none(), "{v}");
+    assert_eq!(v["authenticated"], true);
     let mut server = Command::new(env!("CARGO_BIN_EXE_mrc-perf"))
         .args([
             "server",
@@ -1207,6 +1208,7 @@ fn logs_v_gives_connection_events_on_stderr_and_none_without_it() {
 fn json_reports_carry_ok_and_metadata_and_failures_print_json() {
     let v = json(&["loopback", "-n", "5", "--json"]);
     assert_eq!(v["ok"], true);
+    assert_eq!(v["authenticated"], false);
     assert_eq!(v["error"], Value::Null);
     assert_eq!(v["version"], env!("CARGO_PKG_VERSION"));
     let ts = v["timestamp"].as_str().unwrap();

@@ -354,6 +354,10 @@ pub struct TestParams {
     /// The transport's unresponsive budget, seconds (both ends).
     #[serde(default = "default_peer_timeout_s")]
     pub peer_timeout_s: f64,
+    /// This end authenticates and encrypts its packets (`--psk-file`; for reports, not
+    /// sent: the bootstrap's key confirmation tells the peer).
+    #[serde(skip)]
+    pub authenticated: bool,
 }
 
 /// Default `--peer-timeout`, seconds: the transport's
@@ -559,6 +563,7 @@ impl TestOpts {
             reorder_window_us: self.reorder_window_us,
             path_selection: self.path_selection,
             peer_timeout_s: self.peer_timeout_s,
+            authenticated: self.psk_file.is_some(),
         };
         p.check(self.timeout)?;
         Ok(p)

@@ -280,14 +280,19 @@ impl<'a> Report<'a> {
         o += "\n";
         o += &format!("                    {}\n", self.title());
         o += &format!(
-            " Paths (EVs)     : {:<8} MTU payload : {} bytes   Burst/EV : {}\n CC              : {:<8} TX depth    : {:<8}     Verify   : {}\n EV selection    : {}\n",
+            " Paths (EVs)     : {:<8} MTU payload : {} bytes   Burst/EV : {}\n CC              : {:<8} TX depth    : {:<8}     Verify   : {}\n EV selection    : {:<8} Packets     : {}\n",
             p.paths,
             p.mtu,
             p.burst_size,
             p.cc,
             p.tx_depth,
             if p.verify { "on" } else { "off" },
-            p.path_selection
+            p.path_selection,
+            if p.authenticated {
+                "authenticated and encrypted (--psk-file)"
+            } else {
+                "in the clear"
+            }
         );
         o += RULE;
         o += "\n";
@@ -439,6 +444,7 @@ impl<'a> Report<'a> {
             "paths": p.paths, "mtu": p.mtu, "cc": p.cc, "burst_size": p.burst_size,
             "path_selection": p.path_selection.to_string(),
             "tx_depth": p.tx_depth, "verify": p.verify, "bidirectional": p.bidirectional,
+            "authenticated": p.authenticated,
             "sent_packets": self.r.conn.sent,
             "retransmitted": self.r.conn.retransmitted,
             "trimmed": self.r.conn.trimmed,
