@@ -174,7 +174,7 @@ pub fn run_cli(cli: Cli) -> Result<String, CliError> {
                 cli.test.port,
                 if persistent { " (persistent)" } else { "" }
             );
-            if !persistent {
+            let serve = || {
                 let (sp, r) = run::serve_one(
                     &listener,
                     udp,
@@ -184,35 +184,24 @@ pub fn run_cli(cli: Cli) -> Result<String, CliError> {
                     &limits,
                     psk.as_deref(),
                 )?;
-                return server_report(&sp, &r);
+                server_report(&sp, &r)
+            };
+            if !persistent {
+                return serve();
             }
             // One client after another; a failed test is reported and the next served.
             for n in 1u64.. {
-                match run::serve_one(
-                    &listener,
-                    udp,
-                    timeout,
-                    None,
-                    &local,
-                    &limits,
-                    psk.as_deref(),
-                )
-                .map_err(CliError::from)
-                .and_then(|(sp, r)| server_report(&sp, &r))
-                {
-                    Ok(o) => {
-                        use std::io::Write;
-                        print!(" client {n}:\n{o}");
-                        let _ = std::io::stdout().flush();
-                    }
-                    Err(e) => {
-                        use std::io::Write;
-                        if !e.stdout.is_empty() {
-                            print!(" client {n}:\n{}", e.stdout);
-                            let _ = std::io::stdout().flush();
-                        }
-                        eprintln!("mrc-perf server: client {n}: {}", e.message);
-                    }
+                let (report, error) = match serve() {
+                    Ok(o) => (o, None),
+                    Err(e) => (e.stdout, Some(e.message)),
+                };
+                if !report.is_empty() {
+                    use std::io::Write;
+                    print!(" client {n}:\n{report}");
+                    let _ = std::io::stdout().flush();
+                }
+                if let Some(m) = error {
+                    eprintln!("mrc-perf server: client {n}: {m}");
                 }
             }
             Ok(String::new())
