@@ -169,7 +169,7 @@ build() {
   while read -r h mark table dst segs; do
     gw=$(q ".hosts[$h].gateway")
     route "h$h" "$dst/128" encap seg6 mode inline segs "$segs" via "$gw" dev "$(q ".hosts[$h].ifname")" table "$table"
-    nsx "h$h" ip -6 rule list fwmark "$mark" | grep -q . || nsx "h$h" ip -6 rule add fwmark "$mark" lookup "$table"
+    nsx "h$h" ip -6 rule list fwmark "$mark" | grep . >/dev/null || nsx "h$h" ip -6 rule add fwmark "$mark" lookup "$table"
   done < <(q '.steering[] | "\(.host) \(.mark) \(.table) \(.dst) \(.segments | join(","))"')
   # Prove the plain path between every pair of hosts before declaring success.
   local src
@@ -194,11 +194,11 @@ reach() {
 complete() {
   local n
   for n in "${NODES[@]}"; do exists "$n" || return 1; done
-  nsx "${HOSTS[0]}" ip -6 route show fd00::/8 | grep -q via || return 1
+  nsx "${HOSTS[0]}" ip -6 route show fd00::/8 | grep via >/dev/null || return 1
   for n in "${SPINES[@]}"; do
-    nsx "$n" ip -6 route show "$(q ".spines[${n#s}].usid_prefix")/48" | grep -q seg6local || return 1
+    nsx "$n" ip -6 route show "$(q ".spines[${n#s}].usid_prefix")/48" | grep seg6local >/dev/null || return 1
   done
-  nsx "${HOSTS[0]}" ip -6 rule list | grep -q fwmark || return 1
+  nsx "${HOSTS[0]}" ip -6 rule list | grep fwmark >/dev/null || return 1
 }
 
 up() {

@@ -39,7 +39,7 @@ spine_rx() { local j; for j in 0 1 2 3; do "$T" exec "s$j" cat /sys/class/net/l0
 run_mrc() {
   timeout 120 "$T" exec h1 "$B" server --bind "$H1" >/tmp/mrctb-srv.out 2>&1 &
   local sp=$! rc=0
-  for _ in $(seq 50); do "$T" exec h1 ss -ltn | grep -q 18515 && break; sleep 0.1; done
+  for _ in $(seq 50); do "$T" exec h1 ss -ltn | grep 18515 >/dev/null && break; sleep 0.1; done
   timeout 120 "$T" exec h0 "$B" client "$H1" "$@" >/tmp/mrctb-cli.out 2>&1 || rc=$?
   wait $sp || rc=$((rc + 100))
   return $rc
