@@ -348,6 +348,36 @@ fn start_server(
     (server, err)
 }
 
+/// An IPv6 server address prints in brackets (`[::1]:PORT`, RFC 5952 section 6), as the
+/// client's addresses do; before, the waiting line read `TCP ::1:18611`.
+#[test]
+fn server_prints_an_ipv6_address_in_brackets() {
+    use std::io::BufRead;
+    let mut server = perf_cmd()
+        .args([
+            "server",
+            "--bind",
+            "::1",
+            "-p",
+            "18611",
+            "--udp-port",
+            "4811",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start server");
+    let mut err = std::io::BufReader::new(server.stderr.take().unwrap());
+    let mut line = String::new();
+    err.read_line(&mut line).unwrap();
+    server.kill().unwrap();
+    server.wait().unwrap();
+    assert_eq!(
+        line.trim_end(),
+        "mrc-perf server: waiting for a client on TCP [::1]:18611, UDP [::1]:4811"
+    );
+}
+
 /// Waits for a server of [`start_server`] to end; asserts that it exited 1 and returns the
 /// rest of its stderr.
 fn server_failure(

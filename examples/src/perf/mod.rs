@@ -169,9 +169,8 @@ pub fn run_cli(cli: Cli) -> Result<String, CliError> {
                     .unwrap_or(mrc_fabric::udp::DEFAULT_RX_PORT),
             );
             eprintln!(
-                "mrc-perf server: waiting for a client on TCP {}:{}, UDP {udp}{}",
-                ip,
-                cli.test.port,
+                "mrc-perf server: waiting for a client on TCP {}, UDP {udp}{}",
+                SocketAddr::new(ip, cli.test.port),
                 if persistent { " (persistent)" } else { "" }
             );
             let serve = || {
