@@ -24,6 +24,7 @@ use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use mrc_examples::sim::design as sim_design;
 use mrc_examples::sim::experiments::{self, EXPERIMENTS};
+use mrc_examples::sim::figure;
 use mrc_examples::sim::limits::SimLimits;
 use mrc_examples::sim::output::{ResultTable, check_output_dir, check_plot_path};
 use mrc_examples::sim::scenario::{Scenario, parse_forwarding};
@@ -57,9 +58,10 @@ struct Out {
     /// JSON and the table goes to stderr). Its directory must exist.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
-    /// Draw the table's main column as a bar chart to this file (.svg or .png): leaves
-    /// (design), links crossed per EV (trace), goodput per flow (run), the experiment's
-    /// measure (experiment). Its directory must exist.
+    /// Draw a figure to this file (.svg or .png): the fabric's servers, leaves, spines and
+    /// links (design), each EV's path and the spine it takes (trace), goodput per flow
+    /// (run), the experiment's measures with their ideal and PASS lines (experiment). Its
+    /// directory must exist.
     #[arg(long, value_name = "FILE")]
     plot: Option<PathBuf>,
 }
@@ -390,7 +392,16 @@ fn run(cli: Cli) -> Result<bool, String> {
             out.check()?;
             let des = design(&d.input()?).map_err(|e| e.to_string())?;
             out!("{}", sim_design::design_text(&des));
-            emit_json_plot(&sim_design::fabric_table(&des), &out, &des)?;
+            let plot = Out {
+                plot: None,
+                ..out.clone()
+            };
+            emit_json_plot(&sim_design::fabric_table(&des), &plot, &des)?;
+            if let Some(p) = &out.plot {
+                figure::design_figure(&des)
+                    .draw(p)
+                    .map_err(|e| format!("plot {}: {e}", p.display()))?;
+            }
             Ok(true)
         }
         Cmd::TestbedPlan { d, json } => {
@@ -474,7 +485,7 @@ fn run(cli: Cli) -> Result<bool, String> {
                     .quantity("links crossed"),
             );
             let mut all = Vec::new();
-            for (ev, hops) in (0..evs).zip(traces) {
+            for (ev, hops) in (0..evs).zip(&traces) {
                 let path: Vec<String> = hops
                     .iter()
                     .map(|h| sim_design::hop_text(sim.topology(), &des, h))
@@ -491,7 +502,16 @@ fn run(cli: Cli) -> Result<bool, String> {
                     .collect();
                 all.push((ev, hops));
             }
-            emit(&t, &out, &all)?;
+            let plot = Out {
+                plot: None,
+                ..out.clone()
+            };
+            emit(&t, &plot, &all)?;
+            if let Some(p) = &out.plot {
+                figure::trace_figure(&des, sim.topology(), src, dst, &forwarding, &traces)
+                    .draw(p)
+                    .map_err(|e| format!("plot {}: {e}", p.display()))?;
+            }
             Ok(true)
         }
         Cmd::Run {

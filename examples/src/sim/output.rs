@@ -611,7 +611,7 @@ fn line_colour(l: &RefLine) -> plotters::style::RGBColor {
 }
 
 /// Words of `s` in lines of at most `width` characters (a longer word stands alone).
-fn wrap(s: &str, width: usize) -> Vec<String> {
+pub(crate) fn wrap(s: &str, width: usize) -> Vec<String> {
     let mut lines: Vec<String> = Vec::new();
     let mut cur = String::new();
     for w in s.split_whitespace() {
