@@ -620,9 +620,18 @@ fn run(cli: Cli) -> Result<bool, String> {
             }
             t.plot_column = Some("goodput_gbps".into());
             t.panel(
-                mrc_examples::sim::output::Panel::new("goodput_gbps", "flow")
-                    .title("goodput per flow")
-                    .quantity("goodput"),
+                mrc_examples::sim::output::Panel::new(
+                    "goodput_gbps",
+                    "flow: #id, then source -> destination host",
+                )
+                .title("goodput per flow")
+                .quantity("goodput")
+                .bar_labels(
+                    r.flows
+                        .iter()
+                        .map(|f| format!("#{} {}->{}", f.id, f.src, f.dst))
+                        .collect(),
+                ),
             );
             emit(&t, &out, &r)?;
             out!("{}", ports.render());

@@ -843,7 +843,7 @@ pub fn trace_figure(
     }
     let top = f.title(&title) + 10;
     let spine_y = top + 30 + BOX_H / 2;
-    let leaf_y = spine_y + 260;
+    let leaf_y = spine_y + if same_leaf { 90 } else { 260 };
     let host_y = leaf_y + 120;
     let host_w = 170;
     let (src_x, dst_x) = if same_leaf {

@@ -364,6 +364,9 @@ pub struct Panel {
     pub columns: Option<Vec<String>>,
     /// Reference lines.
     pub lines: Vec<RefLine>,
+    /// Category labels drawn instead of the row labels, by row index (shorter ones for
+    /// many bars; the table keeps its labels).
+    pub bar_labels: Option<Vec<String>>,
 }
 
 /// One bar: its category label, value and its row index (for per-row lines).
@@ -392,6 +395,7 @@ impl Panel {
             only: None,
             columns: None,
             lines: Vec::new(),
+            bar_labels: None,
         }
     }
 
@@ -406,6 +410,13 @@ impl Panel {
     #[must_use]
     pub fn quantity(mut self, q: impl Into<String>) -> Panel {
         self.quantity = q.into();
+        self
+    }
+
+    /// Draws `labels[row]` under each row's bar instead of its label (words wrap).
+    #[must_use]
+    pub fn bar_labels(mut self, labels: Vec<String>) -> Panel {
+        self.bar_labels = Some(labels);
         self
     }
 
@@ -740,17 +751,34 @@ fn draw<B: plotters::prelude::DrawingBackend>(
         let legend_h = 8 + 24 * (1 + p.lines.len() as u32).div_ceil(2);
         let (chart_area, _) = area.split_vertically(ah.saturating_sub(legend_h));
         let slot_px = (f64::from(aw) - 110.0) / (xmax + 0.5);
-        let chars = ((slot_px / 7.0) as usize).max(4);
+        // Wrapped to what fits a slot (7 px a character, 8 px apart), so a label is only
+        // dropped when one word is wider than its slot.
+        let chars_in = |px: f64| (((px - 8.0) / 7.0) as usize).max(4);
+        let chars = chars_in(slot_px);
+        let label_of = |b: &Bar| -> String {
+            p.bar_labels
+                .as_ref()
+                .and_then(|v| v.get(b.row))
+                .unwrap_or(&b.label)
+                .clone()
+        };
         // With many bars, label every `every`-th and drop the values on the bars.
         let widest = bars
             .iter()
-            .flat_map(|b| wrap(&b.label, chars))
+            .flat_map(|b| wrap(&label_of(b), chars))
             .map(|l| l.len())
             .max()
             .unwrap_or(1);
         let every = ((45.0f64.max(widest as f64 * 7.0 + 8.0) / slot_px).ceil() as usize).max(1);
         let values_on_bars = slot_px >= 34.0;
-        let label_lines: Vec<Vec<String>> = bars.iter().map(|b| wrap(&b.label, chars)).collect();
+        // A label drawn every `every` bars may use that much room.
+        let chars = if every > 1 {
+            chars_in(slot_px * every as f64)
+        } else {
+            chars
+        };
+        let label_lines: Vec<Vec<String>> =
+            bars.iter().map(|b| wrap(&label_of(b), chars)).collect();
         let max_lines = label_lines.iter().map(Vec::len).max().unwrap_or(1).min(4);
         let title = if p.title.is_empty() {
             p.quantity.clone()
@@ -769,6 +797,12 @@ fn draw<B: plotters::prelude::DrawingBackend>(
             .disable_x_mesh()
             .light_line_style(WHITE)
             .x_labels(0)
+            // Whole numbers only for a small count (no 0.5 RTOs).
+            .y_labels(if p.unit == Unit::Count && top < 10.0 {
+                top.floor() as usize + 1
+            } else {
+                10
+            })
             .x_desc(p.x_title.as_str())
             .y_desc(p.axis_title(data_max))
             .y_label_formatter(&|v| fmt_num(*v))
