@@ -397,6 +397,12 @@ fn bad_output_paths_are_refused_up_front() {
             "mrc-sim: error: --plot x.pdf: unsupported file type (allowed: .svg, .png)\n",
         ),
         (
+            vec![
+                "trace", "--gpus", "16", "--src", "0", "--dst", "9", "--plot", "t.jpg",
+            ],
+            "mrc-sim: error: --plot t.jpg: unsupported file type (allowed: .svg, .png)\n",
+        ),
+        (
             vec!["design", "--gpus", "16", "--plot", "noext"],
             "mrc-sim: error: --plot noext: unsupported file type (allowed: .svg, .png)\n",
         ),
@@ -794,18 +800,179 @@ fn plot_units_ticks_and_split_by_scale() {
         Some(&["a".to_owned(), "c".to_owned()][..])
     );
     assert_eq!(p[0].axis_title(294.0), "ratio (x)");
-    // The design figure: what the fabric is built from, counts on two scales.
-    let svg = tmp("design.svg");
+}
+
+/// The texts of an SVG, unescaped, in document order.
+fn svg_texts(svg: &str) -> Vec<String> {
+    svg.split("<text")
+        .skip(1)
+        .filter_map(|t| {
+            let body = &t[t.find('>')? + 1..t.find("</text>")?];
+            Some(
+                body.trim()
+                    .replace("&gt;", ">")
+                    .replace("&lt;", "<")
+                    .replace("&amp;", "&"),
+            )
+        })
+        .collect()
+}
+
+/// `design --plot` draws the fabric, not a bar chart: 64 GPUs are 8 server boxes named
+/// 0-7 with 64 NIC squares, 2 leaves, 1 spine, 8 server-leaf and 2 leaf-spine lines
+/// labelled with their 32 lanes (plus the legend's 2 line samples).
+#[test]
+fn design_plot_draws_servers_leaves_spines_and_links() {
+    let svg = tmp("design64.svg");
+    let (code, _, err) = mrc_sim(&["design", "--gpus", "64", "--plot", svg.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let s = std::fs::read_to_string(&svg).unwrap();
+    let texts = svg_texts(&s);
+    let count = |f: &dyn Fn(&str) -> bool| texts.iter().filter(|t| f(t)).count();
+    let servers: Vec<&String> = texts.iter().filter(|t| t.starts_with("server ")).collect();
+    assert_eq!(
+        servers,
+        (0..8)
+            .map(|n| format!("server {n}"))
+            .collect::<Vec<_>>()
+            .iter()
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(count(&|t| t == "leaf0" || t == "leaf1"), 2);
+    assert_eq!(count(&|t| t.starts_with("spine") && !t.contains(' ')), 1);
+    assert_eq!(count(&|t| t == "32 x 200G"), 2);
+    assert_eq!(s.matches("<polyline").count(), 8 + 2 + 2);
+    assert!(texts.contains(&"fabric design: 64 GPUs = 8 servers x 8, 200G NICs, 1:1 oversubscription (actual 1.00), 1 plane".to_owned()), "{texts:?}");
+    // 1024 GPUs: 10 of 32 leaves with 4 servers each, all 16 spines; 160 leaf-spine and
+    // 40 server-leaf lines.
+    let svg = tmp("design1024.svg");
     let (code, _, err) = mrc_sim(&["design", "--gpus", "1024", "--plot", svg.to_str().unwrap()]);
     assert_eq!(code, 0, "{err}");
     let s = std::fs::read_to_string(&svg).unwrap();
-    for want in [
-        "what the fabric is built from (all planes) (1 of 2, one scale each)",
-        "component",
-        "optics",
-        "spines",
-        "4096",
+    let texts = svg_texts(&s);
+    assert_eq!(
+        texts.iter().filter(|t| t.starts_with("server ")).count(),
+        40
+    );
+    assert_eq!(
+        texts
+            .iter()
+            .filter(|t| t.starts_with("leaf") && !t.contains(' '))
+            .count(),
+        10
+    );
+    assert_eq!(
+        texts
+            .iter()
+            .filter(|t| t.starts_with("spine") && !t.contains(' '))
+            .count(),
+        16
+    );
+    assert_eq!(s.matches("<polyline").count(), 160 + 40 + 2);
+    assert!(
+        texts.contains(&"drawn: 10 of 32 leaves, all 4 servers per leaf, all 16 spines".to_owned())
+    );
+}
+
+/// `trace --plot` names, for each EV, the spine the text trace crosses; with 64 EVs it
+/// counts the EVs per spine as the text trace does.
+#[test]
+fn trace_plot_names_the_spine_of_each_ev() {
+    let args = |evs: &'static str, svg: &std::path::Path| {
+        let svg = svg.to_str().unwrap().to_owned();
+        let (code, out, err) = mrc_sim(&[
+            "trace", "--gpus", "1024", "--src", "0", "--dst", "900", "--evs", evs, "--plot", &svg,
+        ]);
+        assert_eq!(code, 0, "{err}");
+        // `EV   3 (UDP src port 49155): host0:0 -> leaf0:35 (p18/2) -> spine3:57 ...`
+        let spines: Vec<(u32, String, String)> = out
+            .lines()
+            .filter_map(|l| {
+                let rest = l.strip_prefix("EV ")?;
+                let (ev, rest) = rest.trim_start().split_once(' ')?;
+                let port = rest.strip_prefix("(UDP src port ")?.split(')').next()?;
+                let spine = rest.split(" -> ").nth(2)?.split(':').next()?;
+                Some((ev.parse().ok()?, port.to_owned(), spine.to_owned()))
+            })
+            .collect();
+        (spines, std::fs::read_to_string(&svg).unwrap())
+    };
+    let svg = tmp("trace8.svg");
+    let (spines, s) = args("8", &svg);
+    assert_eq!(spines.len(), 8);
+    let texts = svg_texts(&s);
+    for (ev, port, spine) in &spines {
+        let want = format!("EV {ev} (UDP {port}) -> {spine}: leaf0:");
+        assert!(
+            texts.iter().any(|t| t.starts_with(&want)),
+            "{want:?} in {texts:?}"
+        );
+    }
+    assert_eq!(s.matches("<polyline").count(), 8 + 8);
+    let svg = tmp("trace64.svg");
+    let (spines, s) = args("64", &svg);
+    assert_eq!(spines.len(), 64);
+    let texts = svg_texts(&s);
+    let mut per = std::collections::BTreeMap::new();
+    for (_, _, spine) in &spines {
+        *per.entry(spine.clone()).or_insert(0) += 1;
+    }
+    for (spine, n) in &per {
+        let want = format!("{spine}: {n} EV");
+        assert!(
+            texts.iter().any(|t| t.starts_with(&want)),
+            "{want:?} in {texts:?}"
+        );
+    }
+    // One line per spine taken, the two host-leaf lines, and the legend's samples.
+    assert_eq!(
+        s.matches("<polyline").count(),
+        per.len() + 2 + per.len() + 1
+    );
+}
+
+/// Every bar keeps its category label: four bars of two-line labels in a half-width panel
+/// (spray-vs-ecmp's) are all labelled, none dropped for room they have once wrapped, and
+/// a run's 16 flows are labelled `#id src->dst`, each one.
+#[test]
+fn bar_labels_wrap_instead_of_vanishing() {
+    use mrc_examples::sim::output::{Panel, ResultTable};
+    let mut t = ResultTable::new("labels");
+    for l in [
+        "spray 16 EVs, ECMP hash",
+        "spray 32 EVs, ECMP hash",
+        "spray 16 EVs, SRv6 spine list",
+        "single path: ECMP 1 EV",
     ] {
-        assert!(s.contains(want), "design.svg lacks {want:?}");
+        t.row(l, &[("goodput_gbps", 90.0), ("x_balance", 1.0)]);
+    }
+    t.panel(Panel::new("goodput_gbps", "forwarding").ideal(97.0, "ideal"));
+    t.panel(Panel::new("x_balance", "forwarding").ideal(1.0, "ideal"));
+    let svg = tmp("labels.svg");
+    t.plot(&svg).unwrap();
+    let texts = svg_texts(&std::fs::read_to_string(&svg).unwrap());
+    for want in ["spray 32 EVs,", "single path:", "ECMP 1 EV"] {
+        assert_eq!(
+            texts.iter().filter(|t| *t == want).count(),
+            2,
+            "{want:?} once per panel in {texts:?}"
+        );
+    }
+    let scenario = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/scenarios/permutation-srv6.toml"
+    );
+    let svg = tmp("run.svg");
+    let (code, _, err) = mrc_sim(&["run", scenario, "--plot", svg.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let texts = svg_texts(&std::fs::read_to_string(&svg).unwrap());
+    for id in 0..16 {
+        let want = format!("#{id}");
+        assert!(
+            texts
+                .iter()
+                .any(|t| t.split(' ').next() == Some(want.as_str())),
+            "{want} in {texts:?}"
+        );
     }
 }

@@ -132,9 +132,7 @@ impl Shape {
     /// What the shape stands for.
     pub fn kind(&self) -> Kind {
         match self {
-            Shape::Rect { kind, .. } | Shape::Line { kind, .. } | Shape::Text { kind, .. } => {
-                *kind
-            }
+            Shape::Rect { kind, .. } | Shape::Line { kind, .. } | Shape::Text { kind, .. } => *kind,
         }
     }
 }
@@ -190,7 +188,14 @@ const BOX_H: i32 = 30;
 const MARGIN: i32 = 40;
 
 impl Figure {
-    fn rect(&mut self, kind: Kind, from: (i32, i32), to: (i32, i32), fill: Rgb, border: Option<Rgb>) {
+    fn rect(
+        &mut self,
+        kind: Kind,
+        from: (i32, i32),
+        to: (i32, i32),
+        fill: Rgb,
+        border: Option<Rgb>,
+    ) {
         self.shapes.push(Shape::Rect {
             kind,
             from,
@@ -281,20 +286,58 @@ impl Figure {
             let yy = y + 22 * (k as i32 % rows);
             match *sample {
                 Sample::Box(fill) => {
-                    self.rect(Kind::Legend, (x, yy - 7), (x + 26, yy + 7), fill, Some(BLACK));
+                    self.rect(
+                        Kind::Legend,
+                        (x, yy - 7),
+                        (x + 26, yy + 7),
+                        fill,
+                        Some(BLACK),
+                    );
                 }
                 Sample::Line(c, w) => {
                     self.line(Kind::Legend, vec![(x, yy), (x + 26, yy)], c, w);
                 }
             }
-            self.text(Kind::Legend, text.clone(), (x + 34, yy), 12, BLACK, false, HAnchor::Left);
+            self.text(
+                Kind::Legend,
+                text.clone(),
+                (x + 34, yy),
+                12,
+                BLACK,
+                false,
+                HAnchor::Left,
+            );
         }
         y + 22 * rows
     }
 
-    /// Shapes of `kind`.
+    /// Shapes of `kind` (rectangles, lines and texts).
     pub fn count(&self, kind: Kind) -> usize {
         self.shapes.iter().filter(|s| s.kind() == kind).count()
+    }
+
+    /// Rectangles of `kind` (a server box, a NIC square, a switch box).
+    pub fn rects(&self, kind: Kind) -> usize {
+        self.shapes
+            .iter()
+            .filter(|s| matches!(s, Shape::Rect { kind: k, .. } if *k == kind))
+            .count()
+    }
+
+    /// Lines of `kind` as `(points, width_px)`, in drawing order.
+    pub fn lines(&self, kind: Kind) -> Vec<(&[(i32, i32)], u32)> {
+        self.shapes
+            .iter()
+            .filter_map(|s| match s {
+                Shape::Line {
+                    kind: k,
+                    points,
+                    width_px,
+                    ..
+                } if *k == kind => Some((points.as_slice(), *width_px)),
+                _ => None,
+            })
+            .collect()
     }
 
     /// The texts of `kind`, in drawing order.
@@ -452,7 +495,8 @@ pub fn design_figure(d: &FabricDesign) -> Figure {
     let racks_w = racks.len() as i32 * rack_w + if racks_hidden > 0 { gap_w } else { 0 };
     let spine_pitch = BOX_W + 12;
     let spine_gap_w = 90;
-    let group_w = spines.len() as i32 * spine_pitch + if spines_hidden > 0 { spine_gap_w } else { 0 };
+    let group_w =
+        spines.len() as i32 * spine_pitch + if spines_hidden > 0 { spine_gap_w } else { 0 };
     let groups_w = planes as i32 * group_w + (planes as i32 - 1) * 40;
     let width = (2 * MARGIN + racks_w.max(groups_w)).max(1000);
     let mut f = Figure {
@@ -489,12 +533,20 @@ pub fn design_figure(d: &FabricDesign) -> Figure {
     let title_lines = vec![
         format!(
             "fabric design: {} GPUs = {} servers x {}, {}G NICs, {} oversubscription (actual {:.2}), {planes_text}",
-            i.gpus, d.servers, i.gpus_per_server, i.nic_gbps, i.oversubscription, d.actual_oversubscription
+            i.gpus,
+            d.servers,
+            i.gpus_per_server,
+            i.nic_gbps,
+            i.oversubscription,
+            d.actual_oversubscription
         ),
         format!(
             "{}per plane: {} ({}x{}G), {} ({}x{}G), {}G lanes, {} uplink lanes per leaf; {} cables in all",
             if i.planes > 1 {
-                format!("each NIC split into {} x {}G lanes, one per plane; ", i.planes, p.lane_gbps)
+                format!(
+                    "each NIC split into {} x {}G lanes, one per plane; ",
+                    i.planes, p.lane_gbps
+                )
             } else {
                 String::new()
             },
@@ -552,7 +604,12 @@ pub fn design_figure(d: &FabricDesign) -> Figure {
     let uplink_lines = planes as usize
         * racks
             .iter()
-            .map(|&l| spines.iter().filter(|&&s| w.leaf_spine_lanes(l, s) > 0).count())
+            .map(|&l| {
+                spines
+                    .iter()
+                    .filter(|&&s| w.leaf_spine_lanes(l, s) > 0)
+                    .count()
+            })
             .sum::<usize>();
     let label_links = uplink_lines <= 16;
     // A dense mesh draws thinner: 1 and 2 pixels instead of 2 and 4.
@@ -586,7 +643,13 @@ pub fn design_figure(d: &FabricDesign) -> Figure {
     }
     for (t, at, c) in labels {
         let half = (t.len() as i32 * 7) / 2 + 3;
-        f.rect(Kind::LinkLabel, (at.0 - half, at.1 - 8), (at.0 + half, at.1 + 8), (255, 255, 255), None);
+        f.rect(
+            Kind::LinkLabel,
+            (at.0 - half, at.1 - 8),
+            (at.0 + half, at.1 + 8),
+            (255, 255, 255),
+            None,
+        );
         f.text(Kind::LinkLabel, t, at, 12, c, false, HAnchor::Center);
     }
 
@@ -599,12 +662,20 @@ pub fn design_figure(d: &FabricDesign) -> Figure {
             let by = bus_y + 4 * plane as i32;
             let lx = leaf_x(k, plane);
             for n in 0..(srv.len() as u32).min(servers_drawn) {
-                let sy = server_y0 + n as i32 * server_pitch + server_h / 2
+                let sy = server_y0
+                    + n as i32 * server_pitch
+                    + server_h / 2
                     + (2 * plane as i32 - (planes as i32 - 1)) * 3;
                 let sx0 = rack_x(k) + 10 + 6 * planes as i32;
                 f.line(
                     Kind::NicLink,
-                    vec![(lx, leaf_y + BOX_H / 2), (lx, by), (trunk_x, by), (trunk_x, sy), (sx0, sy)],
+                    vec![
+                        (lx, leaf_y + BOX_H / 2),
+                        (lx, by),
+                        (trunk_x, by),
+                        (trunk_x, sy),
+                        (sx0, sy),
+                    ],
                     colour,
                     2,
                 );
@@ -616,11 +687,25 @@ pub fn design_figure(d: &FabricDesign) -> Figure {
     for plane in 0..planes {
         let fill = PLANES[plane as usize % PLANES.len()].1;
         for (j, &s) in spines.iter().enumerate() {
-            f.node_box(Kind::Spine, (spine_x(plane, j), spine_y), BOX_W, &format!("spine{s}"), fill);
+            f.node_box(
+                Kind::Spine,
+                (spine_x(plane, j), spine_y),
+                BOX_W,
+                &format!("spine{s}"),
+                fill,
+            );
         }
         if spines_hidden > 0 {
             let x = spine_x(plane, spines.len() - 1) - spine_pitch / 2 - spine_gap_w / 2;
-            f.text(Kind::Elided, format!("... {spines_hidden} more"), (x, spine_y), 12, GREY, false, HAnchor::Center);
+            f.text(
+                Kind::Elided,
+                format!("... {spines_hidden} more"),
+                (x, spine_y),
+                12,
+                GREY,
+                false,
+                HAnchor::Center,
+            );
         }
         if planes > 1 {
             let g0 = groups_x0 + plane as i32 * (group_w + 40);
@@ -652,8 +737,22 @@ pub fn design_figure(d: &FabricDesign) -> Figure {
         let sx1 = rack_x(k) + rack_w - 8;
         for (n, &s) in srv.iter().take(servers_drawn as usize).enumerate() {
             let y0 = server_y0 + n as i32 * server_pitch;
-            f.rect(Kind::Server, (sx0, y0), (sx1, y0 + server_h), SERVER_FILL, Some(BLACK));
-            f.text(Kind::Server, format!("server {s}"), (sx0 + 5, y0 + 10), 11, BLACK, true, HAnchor::Left);
+            f.rect(
+                Kind::Server,
+                (sx0, y0),
+                (sx1, y0 + server_h),
+                SERVER_FILL,
+                Some(BLACK),
+            );
+            f.text(
+                Kind::Server,
+                format!("server {s}"),
+                (sx0 + 5, y0 + 10),
+                11,
+                BLACK,
+                true,
+                HAnchor::Left,
+            );
             // Its GPUs/NICs: filled on this leaf, hollow on another.
             let fit = ((sx1 - sx0 - 8) / 11).max(1) as u32;
             let nics = gps.min(fit);
@@ -674,7 +773,15 @@ pub fn design_figure(d: &FabricDesign) -> Figure {
                 );
             }
             if nics < gps {
-                f.text(Kind::Nic, format!("+{}", gps - nics), (sx0 + 7 + nics as i32 * 11, y0 + 25), 10, BLACK, false, HAnchor::Left);
+                f.text(
+                    Kind::Nic,
+                    format!("+{}", gps - nics),
+                    (sx0 + 7 + nics as i32 * 11, y0 + 25),
+                    10,
+                    BLACK,
+                    false,
+                    HAnchor::Left,
+                );
             }
         }
         if srv.len() as u32 > servers_drawn {
@@ -683,7 +790,11 @@ pub fn design_figure(d: &FabricDesign) -> Figure {
                 Kind::Elided,
                 format!(
                     "+ {} more",
-                    plural(u64::from(srv.len() as u32 - servers_drawn), "server", "servers")
+                    plural(
+                        u64::from(srv.len() as u32 - servers_drawn),
+                        "server",
+                        "servers"
+                    )
                 ),
                 ((sx0 + sx1) / 2, y),
                 12,
@@ -695,9 +806,27 @@ pub fn design_figure(d: &FabricDesign) -> Figure {
     }
     if racks_hidden > 0 {
         let x = rack_x(racks.len() - 1) - gap_w / 2;
-        f.text(Kind::Elided, format!("... {racks_hidden} more"), (x, leaf_y - 8), 12, GREY, false, HAnchor::Center);
-        f.text(Kind::Elided, "leaves ...", (x, leaf_y + 8), 12, GREY, false, HAnchor::Center);
-        let hidden_servers: u32 = (MAX_RACKS - 1..p.leaves - 1).map(|l| servers_of(l).len() as u32).sum();
+        f.text(
+            Kind::Elided,
+            format!("... {racks_hidden} more"),
+            (x, leaf_y - 8),
+            12,
+            GREY,
+            false,
+            HAnchor::Center,
+        );
+        f.text(
+            Kind::Elided,
+            "leaves ...",
+            (x, leaf_y + 8),
+            12,
+            GREY,
+            false,
+            HAnchor::Center,
+        );
+        let hidden_servers: u32 = (MAX_RACKS - 1..p.leaves - 1)
+            .map(|l| servers_of(l).len() as u32)
+            .sum();
         f.text(
             Kind::Elided,
             format!("({hidden_servers} servers)"),
@@ -731,18 +860,29 @@ pub fn design_figure(d: &FabricDesign) -> Figure {
             Sample::Box(fill),
             format!(
                 "leaf ({}x{}G, {} down + {} up lanes) and spine ({}x{}G){tag}",
-                i.leaf_radix, i.leaf_port_gbps, p.downlinks_per_leaf, p.uplinks_per_leaf, i.spine_radix, i.spine_port_gbps
+                i.leaf_radix,
+                i.leaf_port_gbps,
+                p.downlinks_per_leaf,
+                p.uplinks_per_leaf,
+                i.spine_radix,
+                i.spine_port_gbps
             ),
         ));
         let per_server = gps.min(p.downlinks_per_leaf);
         entries.push((
             Sample::Line(line, 2),
-            format!("server-leaf: the server's {per_server} NIC links, {per_server} x {}G{tag}", p.lane_gbps),
+            format!(
+                "server-leaf: the server's {per_server} NIC links, {per_server} x {}G{tag}",
+                p.lane_gbps
+            ),
         ));
         if uniform {
             entries.push((
                 Sample::Line(line, width_of(u64::from(max_l))),
-                format!("leaf-spine pair: {max_l} x {}G lanes (every pair){tag}", p.lane_gbps),
+                format!(
+                    "leaf-spine pair: {max_l} x {}G lanes (every pair){tag}",
+                    p.lane_gbps
+                ),
             ));
         } else {
             for lanes in [max_l, min_l] {
@@ -788,7 +928,11 @@ pub fn trace_figure(
     let spine_names: Vec<Option<String>> = traces.iter().map(|h| spine_of_path(topo, h)).collect();
     let n_spines = topo.spines.len() as u32;
     let used: Vec<u32> = (0..n_spines)
-        .filter(|s| spine_names.iter().any(|n| n.as_deref() == Some(format!("spine{s}").as_str())))
+        .filter(|s| {
+            spine_names
+                .iter()
+                .any(|n| n.as_deref() == Some(format!("spine{s}").as_str()))
+        })
         .collect();
     let src_leaf = topo.leaf_of(src).map(|n| topo.name(n)).unwrap_or_default();
     let dst_leaf = topo.leaf_of(dst).map(|n| topo.name(n)).unwrap_or_default();
@@ -950,7 +1094,11 @@ pub fn trace_figure(
             let width_px = 1 + (6 * evs.len()).div_ceil(max_n) as u32;
             if let (Some(sp), Some(la), Some(lb)) = (spine_x(*s).map(|x| (x, spine_y)), la, lb) {
                 f.line(Kind::EvPath, vec![la, sp, lb], c, width_px);
-                labels.push((plural(evs.len() as u64, "EV", "EVs"), (sp.0, sp.1 - BOX_H / 2 - 10), c));
+                labels.push((
+                    plural(evs.len() as u64, "EV", "EVs"),
+                    (sp.0, sp.1 - BOX_H / 2 - 10),
+                    c,
+                ));
             }
             let list: Vec<String> = evs.iter().take(8).map(|e| e.to_string()).collect();
             let more = if evs.len() > 8 { ", ..." } else { "" };
@@ -967,12 +1115,20 @@ pub fn trace_figure(
         if no_spine > 0 {
             entries.push((
                 Sample::Line(BLACK, 3),
-                format!("{} on the leaf alone (no spine)", plural(no_spine as u64, "EV", "EVs")),
+                format!(
+                    "{} on the leaf alone (no spine)",
+                    plural(no_spine as u64, "EV", "EVs")
+                ),
             ));
         }
         entries.push((
             Sample::Line(BLACK, 3),
-            format!("host-leaf: all {} EVs (UDP source ports {}-{})", traces.len(), ev_src_port(0), ev_src_port(traces.len() as u32 - 1)),
+            format!(
+                "host-leaf: all {} EVs (UDP source ports {}-{})",
+                traces.len(),
+                ev_src_port(0),
+                ev_src_port(traces.len() as u32 - 1)
+            ),
         ));
         for &s in &drawn_spines {
             if !used.contains(&s) {
@@ -997,14 +1153,34 @@ pub fn trace_figure(
         }
     }
     if same_leaf {
-        f.node_box(Kind::Leaf, (width / 2, leaf_y), BOX_W, &src_leaf, PLANES[0].1);
-        f.text(Kind::Elided, "same leaf: no spine crossed", (width / 2, spine_y), 13, GREY, false, HAnchor::Center);
+        f.node_box(
+            Kind::Leaf,
+            (width / 2, leaf_y),
+            BOX_W,
+            &src_leaf,
+            PLANES[0].1,
+        );
+        f.text(
+            Kind::Elided,
+            "same leaf: no spine crossed",
+            (width / 2, spine_y),
+            13,
+            GREY,
+            false,
+            HAnchor::Center,
+        );
     } else {
         f.node_box(Kind::Leaf, (src_x, leaf_y), BOX_W, &src_leaf, PLANES[0].1);
         f.node_box(Kind::Leaf, (dst_x, leaf_y), BOX_W, &dst_leaf, PLANES[0].1);
     }
     for (h, x, role) in [(src, src_x, "source"), (dst, dst_x, "destination")] {
-        f.node_box(Kind::Host, (x, host_y), host_w, &format!("host{h} ({role})"), SERVER_FILL);
+        f.node_box(
+            Kind::Host,
+            (x, host_y),
+            host_w,
+            &format!("host{h} ({role})"),
+            SERVER_FILL,
+        );
         f.text(
             Kind::Host,
             format!("server {} NIC {}", h / gps, h % gps),
@@ -1023,6 +1199,165 @@ pub fn trace_figure(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use mrc_fabric::sim::{DesignInput, SpineLeafSpec, Topology, design};
+
+    /// Servers, NICs, leaves, spines and their links of the reference designs, exactly:
+    /// every server of a small fabric, at most 10 leaves and 4 servers per leaf of a large
+    /// one with the rest counted in notes.
+    #[test]
+    fn design_figures_draw_every_part_of_small_fabrics_and_elide_large_ones() {
+        // (GPUs, planes) -> servers, NIC squares, leaf boxes, spine boxes, NIC link lines,
+        // leaf-spine lines, notes of what is not drawn.
+        for ((gpus, planes), want) in [
+            ((16, 1), (2, 16, 1, 1, 2, 1, 0)),
+            ((64, 1), (8, 64, 2, 1, 8, 2, 0)),
+            // One 128-lane leaf per plane holds all 8 servers: 4 drawn, one note.
+            ((64, 2), (4, 32, 2, 2, 8, 2, 1)),
+            // 32 leaves: 9 and the last drawn, 4 servers each, 16 spines; the gap's two
+            // lines and its server count.
+            ((1024, 1), (40, 320, 10, 16, 40, 160, 3)),
+            // 16 leaves and 8 spines per plane, 8 servers per leaf: 10 racks of 2 leaves,
+            // 4 servers each (10 `+ 4 more` notes and the gap's 3).
+            ((1024, 2), (40, 320, 20, 16, 80, 160, 13)),
+        ] {
+            let mut i = DesignInput::reference(gpus);
+            i.planes = planes;
+            let f = design_figure(&design(&i).unwrap());
+            let got = (
+                f.rects(Kind::Server),
+                f.rects(Kind::Nic),
+                f.rects(Kind::Leaf),
+                f.rects(Kind::Spine),
+                f.lines(Kind::NicLink).len(),
+                f.lines(Kind::Uplink).len(),
+                f.count(Kind::Elided),
+            );
+            assert_eq!(got, want, "{gpus} GPUs, {planes} planes");
+        }
+        // The small fabric labels each leaf-spine pair with its lanes; the large one says
+        // what is not drawn in the title and the notes.
+        let f = design_figure(&design(&DesignInput::reference(64)).unwrap());
+        assert_eq!(f.texts(Kind::LinkLabel), ["32 x 200G", "32 x 200G"]);
+        assert_eq!(f.texts(Kind::Leaf), ["leaf0", "leaf1"]);
+        let f = design_figure(&design(&DesignInput::reference(1024)).unwrap());
+        assert!(f.texts(Kind::LinkLabel).is_empty());
+        assert_eq!(
+            f.texts(Kind::Title),
+            [
+                "fabric design: 1024 GPUs = 128 servers x 8, 200G NICs, 1:1 oversubscription (actual 1.00), 1 plane",
+                "per plane: 32 leaves (32x400G), 16 spines (32x400G), 200G lanes, 32 uplink lanes per leaf; 2048 cables in all",
+                "drawn: 10 of 32 leaves, all 4 servers per leaf, all 16 spines",
+            ]
+        );
+        assert_eq!(
+            f.texts(Kind::Elided),
+            ["... 22 more", "leaves ...", "(88 servers)"]
+        );
+        assert_eq!(f.texts(Kind::Leaf).last(), Some(&"leaf31"));
+    }
+
+    /// At 2:1 the 20 uplinks of a leaf rotate over 9 spines: 3 lanes to 2 spines, 2 to 7;
+    /// the 3-lane pairs draw thicker, and the legend names both.
+    #[test]
+    fn uneven_leaf_spine_pairs_draw_thicker() {
+        let mut i = DesignInput::reference(1024);
+        i.oversubscription = "2:1".parse().unwrap();
+        let d = design(&i).unwrap();
+        let f = design_figure(&d);
+        let lines = f.lines(Kind::Uplink);
+        // 10 racks x 9 spines, every pair has lanes; leaf0's lines come first.
+        assert_eq!(lines.len(), 90);
+        let widths: Vec<u32> = lines[..9].iter().map(|(_, w)| *w).collect();
+        assert_eq!(widths, [2, 2, 1, 1, 1, 1, 1, 1, 1]);
+        let legend = f.texts(Kind::Legend);
+        assert!(
+            legend.contains(&"leaf-spine pair of 3 x 200G lanes"),
+            "{legend:?}"
+        );
+        assert!(
+            legend.contains(&"leaf-spine pair of 2 x 200G lanes"),
+            "{legend:?}"
+        );
+    }
+
+    fn traces(
+        gpus: u32,
+        src: u32,
+        dst: u32,
+        evs: u32,
+    ) -> (FabricDesign, Topology, Vec<Vec<TraceHop>>) {
+        let d = design(&DesignInput::reference(gpus)).unwrap();
+        let topo = Topology::spine_leaf(&SpineLeafSpec::from_design(&d, 500)).unwrap();
+        let sim =
+            mrc_fabric::sim::Simulator::new(topo.clone(), mrc_fabric::sim::SimConfig::default())
+                .unwrap();
+        let t = (0..evs)
+            .map(|ev| sim.trace(src, dst, ev).unwrap())
+            .collect();
+        (d, topo, t)
+    }
+
+    /// Each EV's line goes through the spine its trace crosses, and the legend names it.
+    #[test]
+    fn trace_figure_draws_each_ev_through_its_spine() {
+        let (d, topo, t) = traces(1024, 0, 900, 8);
+        let f = trace_figure(&d, &topo, 0, 900, "ecmp", &t);
+        assert_eq!(f.rects(Kind::Spine), 16);
+        assert_eq!(f.rects(Kind::Leaf), 2);
+        assert_eq!(f.rects(Kind::Host), 2);
+        let paths = f.lines(Kind::EvPath);
+        assert_eq!(paths.len(), 8);
+        let legend = f.texts(Kind::Legend);
+        for (ev, hops) in t.iter().enumerate() {
+            let spine = spine_of_path(&topo, hops).unwrap();
+            assert_eq!(hops[2].node, spine);
+            // host, leaf, spine, leaf, host; the third point is the spine's box.
+            assert_eq!(paths[ev].0.len(), 5);
+            let s: usize = spine["spine".len()..].parse().unwrap();
+            let box_x = (f.width_px as i32 - 16 * (BOX_W + 18)) / 2
+                + s as i32 * (BOX_W + 18)
+                + (BOX_W + 18) / 2;
+            // Parallel paths sit up to 2 px x EVs apart; spines are 84 px apart.
+            assert!((paths[ev].0[2].0 - box_x).abs() <= 16, "EV {ev}");
+            let want = format!("EV {ev} (UDP {}) -> {spine}: ", ev_src_port(ev as u32));
+            assert!(legend[ev].starts_with(&want), "{} vs {want}", legend[ev]);
+        }
+    }
+
+    /// Past 12 EVs, one line per spine taken, labelled with its EV count; the counts add
+    /// up to the EVs.
+    #[test]
+    fn many_evs_aggregate_per_spine() {
+        let (d, topo, t) = traces(1024, 0, 900, 64);
+        let f = trace_figure(&d, &topo, 0, 900, "ecmp", &t);
+        let mut per_spine = std::collections::BTreeMap::new();
+        for hops in &t {
+            *per_spine
+                .entry(spine_of_path(&topo, hops).unwrap())
+                .or_insert(0usize) += 1;
+        }
+        // One line per spine taken, and the two host-leaf lines.
+        assert_eq!(f.lines(Kind::EvPath).len(), per_spine.len() + 2);
+        let legend = f.texts(Kind::Legend);
+        for (spine, n) in &per_spine {
+            let want = format!("{spine}: {n} EV");
+            assert!(
+                legend.iter().any(|l| l.starts_with(&want)),
+                "{want} in {legend:?}"
+            );
+        }
+        let total: usize = f
+            .texts(Kind::LinkLabel)
+            .iter()
+            .filter_map(|l| l.split(' ').next()?.parse::<usize>().ok())
+            .sum();
+        assert_eq!(total, 64);
+        // A same-leaf trace draws no spine.
+        let (d, topo, t) = traces(1024, 0, 3, 4);
+        let f = trace_figure(&d, &topo, 0, 3, "ecmp", &t);
+        assert_eq!((f.rects(Kind::Spine), f.rects(Kind::Leaf)), (0, 1));
+        assert_eq!(f.texts(Kind::Elided), ["same leaf: no spine crossed"]);
+    }
 
     #[test]
     fn drawn_keeps_the_first_and_the_last() {
