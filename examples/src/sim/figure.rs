@@ -467,21 +467,24 @@ pub fn design_figure(d: &FabricDesign) -> Figure {
     let i = &d.input;
     let p = &d.plane;
     let w = p.wiring();
-    let planes = i.planes.min(MAX_PLANES).max(1);
+    let planes = i.planes.clamp(1, MAX_PLANES);
     let (racks, racks_hidden) = drawn(p.leaves, MAX_RACKS);
     let spine_cap = (MAX_SPINE_BOXES / planes).max(3);
     let (spines, spines_hidden) = drawn(p.spines, spine_cap);
     let gps = i.gpus_per_server.max(1);
     let down = p.downlinks_per_leaf.max(1);
-    // Servers with a NIC on leaf l: those of NICs l x down .. min((l + 1) x down, gpus).
-    let servers_of = |l: u32| -> Vec<u32> {
-        let first = l * down;
-        let last = ((l + 1) * down).min(p.nic_links).saturating_sub(1);
-        if first > last {
-            return Vec::new();
+    // Servers with a NIC on leaves `a..b`: those of NICs a x down .. min(b x down, gpus)
+    // (a range: a leaf of a hostile design may have millions).
+    let servers_on = |a: u32, b: u32| -> std::ops::Range<u32> {
+        let first = u64::from(a) * u64::from(down);
+        let end = (u64::from(b) * u64::from(down)).min(u64::from(p.nic_links));
+        if first >= end {
+            return 0..0;
         }
-        (first / gps..=last / gps).collect()
+        // Both below nic_links, a u32.
+        (first / u64::from(gps)) as u32..((end - 1) / u64::from(gps)) as u32 + 1
     };
+    let servers_of = |l: u32| servers_on(l, l + 1);
     let most_servers = (0..p.leaves.min(2))
         .chain(p.leaves.saturating_sub(1)..p.leaves)
         .map(|l| servers_of(l).len() as u32)
@@ -735,7 +738,7 @@ pub fn design_figure(d: &FabricDesign) -> Figure {
         let srv = servers_of(l);
         let sx0 = rack_x(k) + 10 + 6 * planes as i32;
         let sx1 = rack_x(k) + rack_w - 8;
-        for (n, &s) in srv.iter().take(servers_drawn as usize).enumerate() {
+        for (n, s) in srv.clone().take(servers_drawn as usize).enumerate() {
             let y0 = server_y0 + n as i32 * server_pitch;
             f.rect(
                 Kind::Server,
@@ -788,14 +791,10 @@ pub fn design_figure(d: &FabricDesign) -> Figure {
             let y = server_y0 + servers_drawn as i32 * server_pitch + 6;
             f.text(
                 Kind::Elided,
-                format!(
-                    "+ {} more",
-                    plural(
-                        u64::from(srv.len() as u32 - servers_drawn),
-                        "server",
-                        "servers"
-                    )
-                ),
+                match srv.len() as u32 - servers_drawn {
+                    1 => "+ 1 more server".to_owned(),
+                    n => format!("+ {n} more servers"),
+                },
                 ((sx0 + sx1) / 2, y),
                 12,
                 GREY,
@@ -824,9 +823,7 @@ pub fn design_figure(d: &FabricDesign) -> Figure {
             false,
             HAnchor::Center,
         );
-        let hidden_servers: u32 = (MAX_RACKS - 1..p.leaves - 1)
-            .map(|l| servers_of(l).len() as u32)
-            .sum();
+        let hidden_servers = servers_on(MAX_RACKS - 1, p.leaves - 1).len();
         f.text(
             Kind::Elided,
             format!("({hidden_servers} servers)"),
@@ -849,48 +846,54 @@ pub fn design_figure(d: &FabricDesign) -> Figure {
             i.gpus_per_server
         ),
     )];
-    for plane in 0..planes {
-        let (line, fill) = PLANES[plane as usize % PLANES.len()];
-        let tag = if planes > 1 {
-            format!(", plane {plane}")
-        } else {
-            String::new()
-        };
+    // One entry per kind of box and line (in plane 0's colour), then one per plane's
+    // colour when there are several.
+    let (line, fill) = PLANES[0];
+    let tag = if i.planes > 1 { ", in each plane" } else { "" };
+    entries.push((
+        Sample::Box(fill),
+        format!(
+            "leaf ({}x{}G, {} down + {} up lanes) and spine ({}x{}G){tag}",
+            i.leaf_radix,
+            i.leaf_port_gbps,
+            p.downlinks_per_leaf,
+            p.uplinks_per_leaf,
+            i.spine_radix,
+            i.spine_port_gbps
+        ),
+    ));
+    let per_server = gps.min(p.downlinks_per_leaf);
+    entries.push((
+        Sample::Line(line, 2),
+        format!(
+            "server-leaf: the server's {per_server} NIC links, {per_server} x {}G{tag}",
+            p.lane_gbps
+        ),
+    ));
+    if uniform {
         entries.push((
-            Sample::Box(fill),
+            Sample::Line(line, width_of(u64::from(max_l))),
             format!(
-                "leaf ({}x{}G, {} down + {} up lanes) and spine ({}x{}G){tag}",
-                i.leaf_radix,
-                i.leaf_port_gbps,
-                p.downlinks_per_leaf,
-                p.uplinks_per_leaf,
-                i.spine_radix,
-                i.spine_port_gbps
-            ),
-        ));
-        let per_server = gps.min(p.downlinks_per_leaf);
-        entries.push((
-            Sample::Line(line, 2),
-            format!(
-                "server-leaf: the server's {per_server} NIC links, {per_server} x {}G{tag}",
+                "leaf-spine pair: {max_l} x {}G lanes (every pair){tag}",
                 p.lane_gbps
             ),
         ));
-        if uniform {
+    } else {
+        for lanes in [max_l, min_l] {
             entries.push((
-                Sample::Line(line, width_of(u64::from(max_l))),
-                format!(
-                    "leaf-spine pair: {max_l} x {}G lanes (every pair){tag}",
-                    p.lane_gbps
-                ),
+                Sample::Line(line, width_of(u64::from(lanes))),
+                format!("leaf-spine pair of {lanes} x {}G lanes{tag}", p.lane_gbps),
             ));
-        } else {
-            for lanes in [max_l, min_l] {
-                entries.push((
-                    Sample::Line(line, width_of(u64::from(lanes))),
-                    format!("leaf-spine pair of {lanes} x {}G lanes{tag}", p.lane_gbps),
-                ));
-            }
+        }
+    }
+    if planes > 1 {
+        for plane in 0..planes {
+            let (line, fill) = PLANES[plane as usize % PLANES.len()];
+            entries.push((
+                Sample::Box(fill),
+                format!("plane {plane}: its switches (fill)"),
+            ));
+            entries.push((Sample::Line(line, 2), format!("plane {plane}: its links")));
         }
     }
     let bottom = f.legend(servers_bottom + 30, &entries);
@@ -927,13 +930,17 @@ pub fn trace_figure(
     let p = &d.plane;
     let spine_names: Vec<Option<String>> = traces.iter().map(|h| spine_of_path(topo, h)).collect();
     let n_spines = topo.spines.len() as u32;
-    let used: Vec<u32> = (0..n_spines)
-        .filter(|s| {
-            spine_names
-                .iter()
-                .any(|n| n.as_deref() == Some(format!("spine{s}").as_str()))
-        })
-        .collect();
+    // Spine index -> the EVs that cross it, in EV order.
+    let mut evs_of: std::collections::BTreeMap<u32, Vec<usize>> = Default::default();
+    for (ev, n) in spine_names.iter().enumerate() {
+        if let Some(s) = n
+            .as_deref()
+            .and_then(|n| n.strip_prefix("spine")?.parse().ok())
+        {
+            evs_of.entry(s).or_default().push(ev);
+        }
+    }
+    let used: Vec<u32> = evs_of.keys().copied().collect();
     let src_leaf = topo.leaf_of(src).map(|n| topo.name(n)).unwrap_or_default();
     let dst_leaf = topo.leaf_of(dst).map(|n| topo.name(n)).unwrap_or_default();
     let same_leaf = src_leaf == dst_leaf;
@@ -1061,20 +1068,7 @@ pub fn trace_figure(
         }
     } else {
         // One line per spine taken: width and label the number of EVs.
-        let mut per_spine: Vec<(u32, Vec<usize>)> = used
-            .iter()
-            .map(|&s| {
-                let name = format!("spine{s}");
-                let evs = spine_names
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, n)| n.as_deref() == Some(name.as_str()))
-                    .map(|(e, _)| e)
-                    .collect();
-                (s, evs)
-            })
-            .collect();
-        per_spine.retain(|(_, e): &(u32, Vec<usize>)| !e.is_empty());
+        let per_spine: Vec<(u32, Vec<usize>)> = evs_of.into_iter().collect();
         let max_n = per_spine.iter().map(|(_, e)| e.len()).max().unwrap_or(1);
         let (a, b) = (at(&format!("host{src}")), at(&format!("host{dst}")));
         let (la, lb) = (at(&src_leaf), at(&dst_leaf));
@@ -1236,6 +1230,12 @@ mod tests {
         }
         // The small fabric labels each leaf-spine pair with its lanes; the large one says
         // what is not drawn in the title and the notes.
+        let mut i = DesignInput::reference(64);
+        i.planes = 2;
+        let f = design_figure(&design(&i).unwrap());
+        assert_eq!(f.texts(Kind::Elided), ["+ 4 more servers"]);
+        assert_eq!(f.texts(Kind::Leaf), ["P0 leaf0", "P1 leaf0"]);
+        assert_eq!(f.texts(Kind::PlaneLabel), ["plane 0", "plane 1"]);
         let f = design_figure(&design(&DesignInput::reference(64)).unwrap());
         assert_eq!(f.texts(Kind::LinkLabel), ["32 x 200G", "32 x 200G"]);
         assert_eq!(f.texts(Kind::Leaf), ["leaf0", "leaf1"]);
