@@ -480,11 +480,6 @@ fn run(cli: Cli) -> Result<bool, String> {
                 sim_design::port_legend(&des)
             );
             let mut t = ResultTable::new("links crossed per EV");
-            t.panel(
-                mrc_examples::sim::output::Panel::new("hops", "entropy value (EV)")
-                    .title("links crossed per EV")
-                    .quantity("links crossed"),
-            );
             let mut all = Vec::new();
             for (ev, hops) in (0..evs).zip(&traces) {
                 let path: Vec<String> = hops

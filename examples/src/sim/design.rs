@@ -11,10 +11,10 @@ use mrc_fabric::sim::net::TraceHop;
 use mrc_fabric::sim::topo::Role;
 use mrc_fabric::sim::{FabricDesign, SwitchPort, Topology};
 
-use super::output::{Panel, ResultTable, Unit};
+use super::output::ResultTable;
 
-/// The `fabric` table of `mrc-sim design` (totals over all planes; `--plot` draws its
-/// `leaves`).
+/// The `fabric` table of `mrc-sim design` (totals over all planes; `--plot` draws the
+/// fabric itself, [`design_figure`](super::figure::design_figure)).
 pub fn fabric_table(d: &FabricDesign) -> ResultTable {
     let i = &d.input;
     let mut t = ResultTable::new(format!(
@@ -42,16 +42,6 @@ pub fn fabric_table(d: &FabricDesign) -> ResultTable {
             ("optics", f64::from(d.optics)),
             ("oversubscription", d.actual_oversubscription),
         ],
-    );
-    t.plot_column = Some("leaves".into());
-    t.panel(
-        Panel::new("leaves", "component")
-            .columns(
-                &["servers", "nics", "leaves", "spines", "cables", "optics"],
-                Unit::Count,
-            )
-            .title("what the fabric is built from (all planes)")
-            .quantity("count"),
     );
     t
 }
