@@ -973,10 +973,10 @@ pub fn trace_figure(
             plural(traces.len() as u64, "EV", "EVs"),
         ),
         format!(
-            "{} GPUs, {}G NICs; {} leaves, {}, {} x {}G lanes per leaf-spine pair; host{src} = server {} NIC {}, host{dst} = server {} NIC {}",
+            "{} GPUs, {}G NICs; {}, {}, {} x {}G lanes per leaf-spine pair; host{src} = server {} NIC {}, host{dst} = server {} NIC {}",
             i.gpus,
             i.nic_gbps,
-            p.leaves,
+            plural(u64::from(p.leaves), "leaf", "leaves"),
             plural(u64::from(p.spines), "spine", "spines"),
             p.wiring().max_leaf_spine_lanes(),
             p.lane_gbps,
@@ -1040,7 +1040,7 @@ pub fn trace_figure(
                 .filter_map(|h| at(&h.node))
                 .map(|(x, y)| (x + dx, y))
                 .collect();
-            f.line(Kind::EvPath, pts, c, 2);
+            f.line(Kind::EvPath, pts, c, 3);
             // The switches' egress ports (the SRH state is in the text trace).
             let ports: Vec<String> = hops
                 .iter()
