@@ -45,8 +45,12 @@ impl From<&str> for CliError {
 pub fn run_cli(cli: Cli) -> Result<String, CliError> {
     let p = cli.test.params()?;
     let timeout = Duration::from_secs_f64(cli.test.timeout);
-    let progress =
-        (!cli.test.json).then(|| report::BwUnit::from_report_gbits(cli.test.report_gbits));
+    let progress = Some(report::ProgressOpts {
+        unit: report::BwUnit::from_report_gbits(cli.test.report_gbits),
+        interval: Duration::from_secs_f64(cli.test.interval_s()?),
+        every_interval: cli.test.interval.is_some(),
+        print: true,
+    });
     let local = match cli.test.fabric {
         opts::Fabric::Udp => run::LocalFabric::Udp,
         opts::Fabric::Verbs => run::LocalFabric::Verbs(verbs::VerbsOpts {
@@ -298,15 +302,15 @@ pub fn main() -> i32 {
 
 /// The test options only a client chooses (`mrc-perf server` runs what its client asks,
 /// within its `--max-*` limits): clap's id, and the flag as the user wrote it.
-const CLIENT_OPTIONS: [(&str, &str); 21] = [
+const CLIENT_OPTIONS: [(&str, &str); 22] = [
     ("size", "-s/--size"),
     ("iters", "-n/--iters"),
     ("duration", "-D/--duration"),
     ("paths", "--paths"),
-    ("mtu", "--mtu"),
+    ("mtu", "-m/--mtu"),
     ("cc", "--cc"),
     ("test", "--test"),
-    ("bidirectional", "--bidirectional"),
+    ("bidirectional", "-b/--bidirectional"),
     ("verify", "--verify"),
     ("rate_limit", "--rate-limit"),
     ("burst_size", "--burst-size"),
@@ -320,6 +324,7 @@ const CLIENT_OPTIONS: [(&str, &str); 21] = [
     ("reorder_window_us", "--reorder-window-us"),
     ("peer_timeout_s", "--peer-timeout"),
     ("spin_us", "--spin-us"),
+    ("interval", "-i/--interval"),
 ];
 
 /// A server given a client's test option refuses it by name, instead of running the

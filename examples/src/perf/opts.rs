@@ -151,7 +151,14 @@ pub struct TestOpts {
     #[arg(long, default_value_t = 16, global = true)]
     pub paths: u32,
     /// Payload bytes per packet (mrc payload, not the link MTU: headers come on top).
-    #[arg(long, value_name = "BYTES", default_value_t = 4096, global = true)]
+    /// `-m` as in perftest.
+    #[arg(
+        short = 'm',
+        long,
+        value_name = "BYTES",
+        default_value_t = 4096,
+        global = true
+    )]
     pub mtu: u32,
     /// Congestion control: dcqcn, swift, nscc or none.
     #[arg(long, default_value = "none", value_parser = parse_cc, global = true)]
@@ -159,8 +166,8 @@ pub struct TestOpts {
     /// bw or lat.
     #[arg(long = "test", value_enum, default_value_t = TestKind::Bw, global = true)]
     pub test: TestKind,
-    /// Both sides send at once (bw).
-    #[arg(long, global = true)]
+    /// Both sides send at once (bw). `-b` as in perftest.
+    #[arg(short = 'b', long, global = true)]
     pub bidirectional: bool,
     /// Check every byte of every message at the receiver.
     #[arg(long, global = true)]
@@ -209,9 +216,22 @@ pub struct TestOpts {
     /// RDMA device for --fabric verbs, as ibv_devices lists it [default: the only one].
     #[arg(short = 'd', long = "ib-dev", global = true)]
     pub ib_dev: Option<String>,
-    /// Port of the RDMA device, from 1.
-    #[arg(short = 'i', long = "ib-port", default_value_t = 1, global = true)]
+    /// Port of the RDMA device, from 1 (perftest's `-i`; here `-i` is iperf3's
+    /// `--interval`).
+    #[arg(long = "ib-port", default_value_t = 1, global = true)]
     pub ib_port: u8,
+    /// Seconds between interval reports: a progress line on stderr from the first
+    /// interval on, and one record per interval in the JSON's `intervals` (iperf3's `-i`).
+    /// Without it the intervals are 1 s and the progress line starts at 2 s. In
+    /// 0.1..=--duration.
+    #[arg(
+        short = 'i',
+        long = "interval",
+        value_name = "SECONDS",
+        allow_negative_numbers = true,
+        global = true
+    )]
+    pub interval: Option<f64>,
     /// GID index on that port: a RoCEv2 entry (`show_gids`; often 3 for IPv4 on ConnectX,
     /// 1 on Soft-RoCE).
     #[arg(short = 'x', long = "gid-index", default_value_t = 1, global = true)]
@@ -482,7 +502,36 @@ fn num(x: f64) -> String {
     }
 }
 
+/// Shortest `-i/--interval`, seconds.
+pub const MIN_INTERVAL_S: f64 = 0.1;
+
 impl TestOpts {
+    /// The interval of `-i/--interval`, seconds (1 without it).
+    ///
+    /// # Errors
+    /// Not a number in [`MIN_INTERVAL_S`]..=[`MAX_SECONDS`], or longer than `--duration`.
+    pub fn interval_s(&self) -> Result<f64, String> {
+        let Some(i) = self.interval else {
+            return Ok(1.0);
+        };
+        if !(MIN_INTERVAL_S..=MAX_SECONDS).contains(&i) {
+            return Err(format!(
+                "--interval must be in {MIN_INTERVAL_S}..={MAX_SECONDS} seconds, got {}",
+                num(i)
+            ));
+        }
+        if let Some(d) = self.duration
+            && i > d
+        {
+            return Err(format!(
+                "--interval {} s is longer than --duration {} s: no interval would end",
+                num(i),
+                num(d)
+            ));
+        }
+        Ok(i)
+    }
+
     /// Checks the options and fills in the defaults.
     ///
     /// # Errors

@@ -2,7 +2,7 @@
 //! control messages on the bootstrap TCP stream, and the server/client/loopback roles.
 
 use super::opts::{Fabric, ServerLimits, TestKind, TestParams};
-use super::report::{self, BwUnit, EvLine, Progress, Report};
+use super::report::{self, EvLine, Interval, Meter, ProgressOpts, Report};
 use super::verbs::{self, VerbsOpts};
 use mrc_congestion::{CcKind, LinkParams};
 use mrc_fabric::engine::bootstrap::RemoteMr;
@@ -15,6 +15,7 @@ use mrc_transport::{Access, ConnConfig, Sge};
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// A message on the bootstrap stream after the QpInfo exchange (one JSON object a line).
@@ -54,6 +55,12 @@ pub struct RecvResult {
     /// before the transport saw them.
     #[serde(default)]
     pub source_drops: SourceDropCounts,
+    /// Nanoseconds from the start of the receive loop to its last completion (bw).
+    #[serde(default)]
+    pub elapsed_ns: u64,
+    /// Highest receive rate over 100 ms windows, bytes/s (bw).
+    #[serde(default)]
+    pub peak_bytes_per_s: u64,
 }
 
 /// [`mrc_fabric::engine::source::SourceDrops`] in a report.
@@ -116,10 +123,21 @@ impl RecvResult {
         self.drops.values().sum::<u64>() + self.unknown_qpn + self.source_drops.total()
     }
 
-    /// `12 (Duplicate 10, BadRkey 2), 3 for no QP`.
+    /// Of [`RecvResult::dropped`], copies of packets already received (reasons
+    /// `Duplicate` and `StaleProbeReply`): what a retransmission or tail loss probe of
+    /// the sending end leaves when its original arrived after all.
+    pub fn duplicates(&self) -> u64 {
+        ["Duplicate", "StaleProbeReply"]
+            .iter()
+            .filter_map(|k| self.drops.get(*k))
+            .sum()
+    }
+
+    /// `dropped_datagrams 12 (Duplicate 10, BadRkey 2), 3 for no QP; duplicate_datagrams
+    /// 10 (...)`: the names of [`super::report::DROP_COUNTERS`].
     pub fn drops_text(&self) -> String {
         let by: Vec<String> = self.drops.iter().map(|(k, v)| format!("{k} {v}")).collect();
-        let mut o = format!("{} datagrams dropped", self.dropped());
+        let mut o = format!("dropped_datagrams {}", self.dropped());
         if !by.is_empty() {
             o += &format!(" ({})", by.join(", "));
         }
@@ -134,6 +152,13 @@ impl RecvResult {
                 sd.wrong_ip,
                 sd.wrong_port,
                 sd.before_connect
+            );
+        }
+        let dup = self.duplicates();
+        if dup > 0 {
+            o += &format!(
+                "; duplicate_datagrams {dup} (copies of packets already received: normal \
+                 after a retransmission or tail loss probe of the sending end)"
             );
         }
         o
@@ -329,8 +354,13 @@ pub struct SendResult {
     pub elapsed_s: f64,
     /// Highest rate over 100 ms windows, bytes/s.
     pub peak_bps: f64,
+    /// Highest rate of sends and receives together (`--bidirectional`) over 100 ms
+    /// windows, bytes/s.
+    pub peak_total_bps: f64,
     /// Latency samples (lat test), ns, one way (half the round trip).
     pub lat_ns: Vec<u64>,
+    /// The `-i` intervals.
+    pub intervals: Vec<Interval>,
 }
 
 /// A failed completion as an error naming its cause: for `RetryExceeded` after RTO
@@ -360,16 +390,15 @@ pub fn send_bw(
     remote: RemoteMr,
     p: &TestParams,
     timeout: Duration,
-    mut progress: Option<&mut Progress>,
+    progress: ProgressOpts,
+    received: &AtomicU64,
 ) -> Result<SendResult, String> {
     let slots = p.region_size / p.size;
     let start = Instant::now();
+    let mut meter = Meter::new(progress, p.duration_s, start);
     let end = p.duration_s.map(|d| start + Duration::from_secs_f64(d));
     let (mut posted, mut done) = (0u64, 0u64);
     let mut last_progress = Instant::now();
-    let mut win_start = start;
-    let mut win_done = 0u64;
-    let mut peak_bps = 0f64;
     let mut got = Vec::with_capacity(256);
     let mut finished_posting = false;
     loop {
@@ -428,29 +457,37 @@ pub fn send_bw(
             check(side, c)?;
             done += 1;
         }
-        let w = now.duration_since(win_start);
-        if w >= Duration::from_millis(100) {
-            peak_bps = peak_bps.max((done - win_done) as f64 * p.size as f64 / w.as_secs_f64());
-            win_start = now;
-            win_done = done;
-        }
-        if let Some(pr) = progress.as_deref_mut() {
-            pr.update(done, done * p.size);
-        }
+        meter.tick(
+            now,
+            done,
+            done * p.size,
+            received.load(Ordering::Relaxed),
+            || retransmit_counters(side),
+        );
     }
-    let elapsed_s = start.elapsed().as_secs_f64();
+    let now = Instant::now();
+    let elapsed_s = now.duration_since(start).as_secs_f64();
     let bytes = done * p.size;
+    let m = meter.finish(now, done, bytes, received.load(Ordering::Relaxed), || {
+        retransmit_counters(side)
+    });
     let avg = bytes as f64 / elapsed_s.max(1e-9);
-    if peak_bps < avg {
-        peak_bps = avg;
-    }
     Ok(SendResult {
         completions: done,
         bytes,
         elapsed_s,
-        peak_bps,
+        peak_bps: m.peak_sent_bps.max(avg),
+        peak_total_bps: m.peak_total_bps,
         lat_ns: Vec::new(),
+        intervals: m.intervals,
     })
+}
+
+/// This side's retransmitted packets and RTO expiries so far (0, 0 if the engine is gone).
+fn retransmit_counters(side: &Side) -> (u64, u64) {
+    side.qp
+        .stats()
+        .map_or((0, 0), |(q, _)| (q.conn.retransmitted, q.conn.timeouts))
 }
 
 /// Under `--verify`, fills `p.size` bytes at offset `off` of this side's source region with
@@ -538,6 +575,7 @@ pub fn recv_bw(
     p: &TestParams,
     peer_done: &crossbeam_channel::Receiver<u64>,
     timeout: Duration,
+    received: &AtomicU64,
 ) -> Result<RecvResult, String> {
     let depth = initial_recvs(p, false);
     let mut r = RecvResult::default();
@@ -548,6 +586,7 @@ pub fn recv_bw(
     // the no-progress timeout applies as it does in iteration mode.
     let run_for = p.duration_s.map(Duration::from_secs_f64);
     let mut got = Vec::with_capacity(256);
+    let (mut win_start, mut win_bytes) = (started, 0u64);
     loop {
         match peer_done.try_recv() {
             Ok(n) => target = Some(n),
@@ -595,6 +634,14 @@ pub fn recv_bw(
             r.completions += 1;
             r.bytes += u64::from(c.byte_len);
         }
+        received.store(r.bytes, Ordering::Relaxed);
+        r.elapsed_ns = last.duration_since(started).as_nanos() as u64;
+        let w = last.duration_since(win_start);
+        if w >= Duration::from_millis(100) {
+            let bps = ((r.bytes - win_bytes) as f64 / w.as_secs_f64()) as u64;
+            r.peak_bytes_per_s = r.peak_bytes_per_s.max(bps);
+            (win_start, win_bytes) = (last, r.bytes);
+        }
         post_recvs(side, got.len() as u64, depth + r.completions)?;
     }
     Ok(r)
@@ -610,9 +657,10 @@ pub fn ping(
     remote: RemoteMr,
     p: &TestParams,
     timeout: Duration,
-    mut progress: Option<&mut Progress>,
+    progress: ProgressOpts,
 ) -> Result<SendResult, String> {
     let start = Instant::now();
+    let mut meter = Meter::new(progress, p.duration_s, start);
     let end = p.duration_s.map(|d| start + Duration::from_secs_f64(d));
     let mut lat = Vec::with_capacity(p.iters.unwrap_or(100_000).min(10_000_000) as usize);
     let mut sent = 0u64;
@@ -645,16 +693,20 @@ pub fn ping(
         sent += 1;
         post_recvs(side, 1, 64 + sent)?;
         reap_sends(side, &mut scratch)?;
-        if let Some(pr) = progress.as_deref_mut() {
-            pr.update(sent, sent * p.size);
-        }
+        meter.tick(Instant::now(), sent, sent * p.size, 0, || {
+            retransmit_counters(side)
+        });
     }
+    let now = Instant::now();
+    let m = meter.finish(now, sent, sent * p.size, 0, || retransmit_counters(side));
     Ok(SendResult {
         completions: sent,
         bytes: sent * p.size,
-        elapsed_s: start.elapsed().as_secs_f64(),
+        elapsed_s: now.duration_since(start).as_secs_f64(),
         peak_bps: 0.0,
+        peak_total_bps: 0.0,
         lat_ns: lat,
+        intervals: m.intervals,
     })
 }
 
@@ -742,7 +794,7 @@ pub fn run_end(
     p: &TestParams,
     active: bool,
     timeout: Duration,
-    show_progress: Option<BwUnit>,
+    show_progress: Option<ProgressOpts>,
 ) -> Result<EndResult, String> {
     // The transport names why it gives up (`peer unresponsive for N s`) after
     // `--peer-timeout`; the test's own no-progress checks wait a second longer, so that
@@ -776,16 +828,15 @@ pub fn run_end(
     let cpu0 = report::process_cpu_s();
     let sends = active || (p.bidirectional && p.test == TestKind::Bw);
     let receives = !active || (p.bidirectional && p.test == TestKind::Bw);
-    let mut progress = show_progress
-        .filter(|_| sends)
-        .map(|unit| Progress::new(p.duration_s, unit));
+    let progress = show_progress.unwrap_or_else(ProgressOpts::quiet);
+    let received = AtomicU64::new(0);
     let (send, recv) = std::thread::scope(|s| {
         let recv_h = (receives && p.test == TestKind::Bw)
-            .then(|| s.spawn(|| recv_bw(side, p, &done_rx, timeout)));
+            .then(|| s.spawn(|| recv_bw(side, p, &done_rx, timeout, &received)));
         let mut pong_result = None;
         let send = if p.test == TestKind::Lat {
             if active {
-                ping(side, remote, p, timeout, progress.as_mut()).map(Some)
+                ping(side, remote, p, timeout, progress).map(Some)
             } else {
                 pong(side, remote, p, &done_rx, timeout).map(|r| {
                     pong_result = Some(r);
@@ -793,7 +844,7 @@ pub fn run_end(
                 })
             }
         } else if sends {
-            send_bw(side, remote, p, timeout, progress.as_mut()).map(Some)
+            send_bw(side, remote, p, timeout, progress, &received).map(Some)
         } else {
             Ok(None)
         };
@@ -810,9 +861,6 @@ pub fn run_end(
         };
         (send, recv)
     });
-    if let Some(pr) = progress.as_mut() {
-        pr.finish();
-    }
     let send = send?;
     let mut recv = recv?;
     let (qs, engine) = side.qp.stats().map_err(|e| e.to_string())?;
@@ -1148,7 +1196,7 @@ pub fn run_client(
     udp_bind: SocketAddr,
     p: &TestParams,
     timeout: Duration,
-    progress: Option<BwUnit>,
+    progress: Option<ProgressOpts>,
     local: &LocalFabric,
     psk: Option<&[u8]>,
 ) -> Result<(EndResult, Vec<u16>), String> {
@@ -1187,7 +1235,7 @@ pub fn run_client_on(
     udp_bind: SocketAddr,
     p: &TestParams,
     timeout: Duration,
-    progress: Option<BwUnit>,
+    progress: Option<ProgressOpts>,
     local: &LocalFabric,
     psk: Option<&[u8]>,
 ) -> Result<(EndResult, Vec<u16>), String> {
