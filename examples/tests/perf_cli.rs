@@ -1472,3 +1472,33 @@ fn bad_intervals_are_clear_errors() {
         "--interval 2 s is longer than --duration 1 s: no interval would end",
     );
 }
+
+/// perftest's `-a`: every power of two from 2 B to 8 MiB, one test each with the given
+/// `-n`, one row each in the table and one object each in the JSON's `sizes`.
+#[test]
+fn all_sizes_sweep_2_bytes_to_8_mib() {
+    let want: Vec<u64> = (1..=23).map(|k| 1u64 << k).collect();
+    let v = json(&["loopback", "-a", "-n", "4", "--paths", "4", "--json"]);
+    assert_eq!(v["ok"], true);
+    let sizes = v["sizes"].as_array().unwrap();
+    let got: Vec<u64> = sizes
+        .iter()
+        .map(|s| s["msg_size_bytes"].as_u64().unwrap())
+        .collect();
+    assert_eq!(got, want);
+    for s in sizes {
+        let n = s["msg_size_bytes"].as_u64().unwrap();
+        assert_eq!(s["iterations"], 4, "{n}");
+        assert_eq!(s["total_bytes"], 4 * n, "{n}");
+        assert_eq!(s["receiver"]["completions"], 4, "{n}");
+    }
+    assert!(v["version"].is_string() && v["command_line"].is_string());
+    let (o, _) = perf(&["loopback", "--all", "-n", "2", "--test", "lat"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let t = String::from_utf8_lossy(&o.stdout);
+    for n in &want {
+        assert!(t.contains(&format!("\n {n:<6} 2  ")), "row of {n} in {t}");
+    }
+    fails_with(&["loopback", "-a", "-s", "64"], "cannot be used with");
+    fails_with(&["server", "-a"], "-a/--all is the client's to choose");
+}

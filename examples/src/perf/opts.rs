@@ -135,6 +135,11 @@ pub struct TestOpts {
     /// Message size in bytes [default: 65536 for bw, 8 for lat].
     #[arg(short = 's', long = "size", value_name = "BYTES", global = true)]
     pub size: Option<u64>,
+    /// Every size from 2 B to 8 MiB, powers of two (perftest's `-a`): one test each, with
+    /// the same -n or -D, one row each (`--json`: one object each in `sizes`). A client's
+    /// server needs `--persistent` (each size is a test of its own).
+    #[arg(short = 'a', long = "all", global = true, conflicts_with = "size")]
+    pub all: bool,
     /// Messages to send [default: 5000 for bw, 1000 for lat].
     #[arg(
         short = 'n',
@@ -501,6 +506,17 @@ fn num(x: f64) -> String {
         format!("{x:e}")
     }
 }
+
+/// The sizes of `-a/--all`, bytes: perftest's 2 B to 8 MiB, powers of two.
+pub const ALL_SIZES: [u64; 23] = {
+    let mut s = [0u64; 23];
+    let mut i = 0;
+    while i < 23 {
+        s[i] = 2 << i;
+        i += 1;
+    }
+    s
+};
 
 /// Shortest `-i/--interval`, seconds.
 pub const MIN_INTERVAL_S: f64 = 0.1;

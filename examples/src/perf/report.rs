@@ -547,6 +547,37 @@ impl<'a> Report<'a> {
     /// perftest-style text.
     pub fn table(&self, gbits: bool) -> String {
         let p = self.p;
+        let mut o = self.header();
+        let s = self.r.send.clone().unwrap_or_default();
+        o += &self.columns(gbits);
+        o += &self.row(gbits);
+        if p.test == TestKind::Bw {
+            let u = BwUnit::from_report_gbits(gbits);
+            o += &unit_line(u);
+            if p.bidirectional {
+                let unit = u.label();
+                o += " bidirectional: #iterations, BW peak, BW average and MsgRate count both directions\n";
+                let recv_s = (self.r.recv.elapsed_ns as f64 / 1e9).max(1e-9);
+                let recv_avg = self.r.recv.bytes as f64 / recv_s;
+                let send_avg = s.bytes as f64 / s.elapsed_s.max(1e-9);
+                o += &format!(
+                    " sent     : BW peak {:.2} {unit}, BW average {:.2} {unit}, {} messages\n received : BW peak {:.2} {unit}, BW average {:.2} {unit}, {} messages\n",
+                    u.convert(s.peak_bps.max(send_avg)),
+                    u.convert(send_avg),
+                    s.completions,
+                    u.convert((self.r.recv.peak_bytes_per_s as f64).max(recv_avg)),
+                    u.convert(recv_avg),
+                    self.r.recv.completions
+                );
+            }
+        }
+        o += &self.counters();
+        o
+    }
+
+    /// The title block: test, mode and parameters, between rules.
+    fn header(&self) -> String {
+        let p = self.p;
         let mut o = String::new();
         o += RULE;
         o += "\n";
@@ -568,20 +599,35 @@ impl<'a> Report<'a> {
         );
         o += RULE;
         o += "\n";
+        o
+    }
+
+    /// perftest's column line of the test.
+    pub fn columns(&self, gbits: bool) -> String {
+        match self.p.test {
+            TestKind::Bw => {
+                let unit = BwUnit::from_report_gbits(gbits).label();
+                format!(
+                    " #bytes     #iterations    BW peak[{unit}]    BW average[{unit}]   MsgRate[Mpps]   CPU[s/GB]\n"
+                )
+            }
+            TestKind::Lat => " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec]\n".to_string(),
+        }
+    }
+
+    /// perftest's row of figures under [`Report::columns`].
+    pub fn row(&self, gbits: bool) -> String {
+        let p = self.p;
         let s = self.r.send.clone().unwrap_or_default();
         match p.test {
             TestKind::Bw => {
                 let u = BwUnit::from_report_gbits(gbits);
-                let unit = u.label();
                 let bytes = self.bytes_moved();
                 let avg = bytes as f64 / s.elapsed_s.max(1e-9);
                 let peak = self.peak_bps();
                 let msgs = self.iterations();
                 let rate = msgs as f64 / s.elapsed_s.max(1e-9) / 1e6;
-                o += &format!(
-                    " #bytes     #iterations    BW peak[{unit}]    BW average[{unit}]   MsgRate[Mpps]   CPU[s/GB]\n"
-                );
-                o += &format!(
+                format!(
                     " {:<10} {:<14} {:<18.2} {:<20.2} {:<15.6} {:.3}\n",
                     p.size,
                     msgs,
@@ -589,40 +635,22 @@ impl<'a> Report<'a> {
                     u.convert(avg),
                     rate,
                     self.cpu_s_per_gb()
-                );
-                o += &format!(
-                    " {unit}: {}{}; BW peak: best 100 ms window; CPU[s/GB]: GB = 10^9 bytes\n",
-                    u.meaning(),
-                    match u {
-                        BwUnit::MibPerS => " (perftest's; --report-gbits for Gb/sec)",
-                        BwUnit::Gbits => " (--report-gbits)",
-                    }
-                );
-                if p.bidirectional {
-                    o += " bidirectional: #iterations, BW peak, BW average and MsgRate count both directions\n";
-                    let recv_s = (self.r.recv.elapsed_ns as f64 / 1e9).max(1e-9);
-                    let recv_avg = self.r.recv.bytes as f64 / recv_s;
-                    let send_avg = s.bytes as f64 / s.elapsed_s.max(1e-9);
-                    o += &format!(
-                        " sent     : BW peak {:.2} {unit}, BW average {:.2} {unit}, {} messages\n received : BW peak {:.2} {unit}, BW average {:.2} {unit}, {} messages\n",
-                        u.convert(s.peak_bps.max(send_avg)),
-                        u.convert(send_avg),
-                        s.completions,
-                        u.convert((self.r.recv.peak_bytes_per_s as f64).max(recv_avg)),
-                        u.convert(recv_avg),
-                        self.r.recv.completions
-                    );
-                }
+                )
             }
             TestKind::Lat => {
                 let l = LatStats::from_ns(&s.lat_ns).unwrap_or_default();
-                o += " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec]\n";
-                o += &format!(
+                format!(
                     " {:<6} {:<11} {:<14.2} {:<14.2} {:<16.2} {:<14.2} {:<15.2} {:<22.2} {:.2}\n",
                     p.size, s.completions, l.min, l.max, l.typical, l.avg, l.stdev, l.p99, l.p999
-                );
+                )
             }
         }
+    }
+
+    /// The per-EV summary, the totals and the datapath and receiver lines.
+    fn counters(&self) -> String {
+        let p = self.p;
+        let mut o = String::new();
         o += RULE;
         o += "\n";
         o += " Per-EV summary (this side's sender)\n";
@@ -683,8 +711,15 @@ impl<'a> Report<'a> {
         o
     }
 
-    /// One JSON object.
+    /// One JSON object, with the run metadata.
     pub fn json(&self) -> String {
+        let mut v = self.json_value();
+        add_run_metadata(&mut v);
+        format!("{v}\n")
+    }
+
+    /// The JSON object of the results, without the run metadata.
+    pub fn json_value(&self) -> serde_json::Value {
         let p = self.p;
         let s = self.r.send.clone().unwrap_or_default();
         let bytes = self.bytes_moved();
@@ -780,9 +815,87 @@ impl<'a> Report<'a> {
         } else {
             json!(format!("verify failed: {bad} bad bytes"))
         };
-        add_run_metadata(&mut v);
-        format!("{v}\n")
+        v
     }
+}
+
+/// The unit line under a bw row: what the unit means.
+fn unit_line(u: BwUnit) -> String {
+    format!(
+        " {}: {}{}; BW peak: best 100 ms window; CPU[s/GB]: GB = 10^9 bytes\n",
+        u.label(),
+        u.meaning(),
+        match u {
+            BwUnit::MibPerS => " (perftest's; --report-gbits for Gb/sec)",
+            BwUnit::Gbits => " (--report-gbits)",
+        }
+    )
+}
+
+/// The report of `-a` (perftest's sweep of message sizes): the first run's title block,
+/// one row per size, and a line per size with its nonzero counters and drops; or with
+/// `json` one object whose `sizes` holds each size's object. `failure` (the sweep
+/// stopped there) goes in the JSON's `ok`/`error` and in a line of the table.
+pub fn sweep_report(
+    runs: &[(TestParams, EndResult, String)],
+    gbits: bool,
+    json: bool,
+    failure: Option<&str>,
+) -> String {
+    if json {
+        let sizes: Vec<serde_json::Value> = runs
+            .iter()
+            .map(|(p, r, m)| Report::new(p, r, m).json_value())
+            .collect();
+        let bad: u64 = runs
+            .iter()
+            .map(|(_, r, _)| r.peer_recv.bad_bytes + r.recv.bad_bytes)
+            .sum();
+        let error = match failure {
+            Some(f) => json!(f),
+            None if bad > 0 => json!(format!("verify failed: {bad} bad bytes")),
+            None => serde_json::Value::Null,
+        };
+        let mut v = json!({"ok": error.is_null(), "error": error, "sizes": sizes});
+        add_run_metadata(&mut v);
+        return format!("{v}\n");
+    }
+    let mut o = String::new();
+    let Some((p0, r0, m0)) = runs.first() else {
+        return failure.map(|f| format!(" {f}\n")).unwrap_or_default();
+    };
+    let first = Report::new(p0, r0, m0);
+    o += &first.header();
+    o += &first.columns(gbits);
+    for (p, r, m) in runs {
+        o += &Report::new(p, r, m).row(gbits);
+    }
+    if p0.test == TestKind::Bw {
+        o += &unit_line(BwUnit::from_report_gbits(gbits));
+    }
+    o += RULE;
+    o += "\n";
+    o += " #bytes   this side's counters that are not 0; this side's receive drops\n";
+    for (p, r, _) in runs {
+        let totals: Vec<String> = CONN_COUNTERS
+            .iter()
+            .zip(conn_values(&r.conn))
+            .filter(|(_, v)| *v > 0)
+            .map(|(k, v)| format!("{} {v}", k.key))
+            .collect();
+        o += &format!(
+            " {:<8} {}; {}\n",
+            p.size,
+            totals.join(", "),
+            r.recv.drops_text()
+        );
+    }
+    if let Some(f) = failure {
+        o += &format!(" {f}\n");
+    }
+    o += RULE;
+    o += "\n";
+    o
 }
 
 /// Adds what identifies a run to a JSON report: `version` (mrc-perf's), `timestamp`
