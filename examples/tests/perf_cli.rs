@@ -1502,3 +1502,73 @@ fn all_sizes_sweep_2_bytes_to_8_mib() {
     fails_with(&["loopback", "-a", "-s", "64"], "cannot be used with");
     fails_with(&["server", "-a"], "-a/--all is the client's to choose");
 }
+
+/// `--dscp 46`: the datagrams of a loopback run leave with DSCP 46 (EF) in their TOS byte,
+/// as a capture on `lo` sees them (the filter takes only TOS 0xb8-0xbb; without the
+/// option nothing matches and tshark stops empty after its 60 s). tshark is required
+/// (`.ci/run` installs it); capturing needs root, as the testbed tests do.
+#[test]
+fn dscp_marks_the_datagrams_on_the_wire() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    let mut cap = Command::new("tshark")
+        .args([
+            "-i",
+            "lo",
+            "-l",
+            "-n",
+            "-c",
+            "10",
+            "-a",
+            "duration:60",
+            "-f",
+            "udp and ip[1] & 0xfc == 0xb8",
+            "-T",
+            "fields",
+            "-e",
+            "ip.dsfield.dscp",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("tshark (apt-get install tshark)");
+    // tshark says when the capture runs
+    let mut err = BufReader::new(cap.stderr.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("Capturing on") {
+        line.clear();
+        assert!(
+            err.read_line(&mut line).unwrap() > 0,
+            "tshark ended: {line}"
+        );
+    }
+    let (o, _) = perf(&["loopback", "--dscp", "46", "-n", "20", "--paths", "2"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = cap.wait_with_output().unwrap();
+    let dscps: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    assert_eq!(dscps, vec!["46".to_string(); 10]);
+}
+
+#[test]
+fn dscp_tclass_and_cpu_are_checked_and_a_pinned_run_works() {
+    fails_with(
+        &["loopback", "--tclass", "3"],
+        "--tclass 3: the two low bits are the ECN field, which the transport sets per packet; give a multiple of 4 (--tclass 0 or --dscp 0)",
+    );
+    fails_with(&["loopback", "--dscp", "64"], "64 is not in 0..=63");
+    fails_with(
+        &["loopback", "--dscp", "1", "--tclass", "4"],
+        "cannot be used with",
+    );
+    fails_with(
+        &["loopback", "--cpu", "100000", "-n", "1"],
+        "--cpu 100000: not a CPU this process may run on (it may run on ",
+    );
+    let v = json(&[
+        "loopback", "--cpu", "0", "--tclass", "184", "-n", "10", "--json",
+    ]);
+    assert_eq!(v["iterations"], 10);
+}

@@ -51,7 +51,7 @@ pub fn run_cli(cli: Cli) -> Result<String, CliError> {
         every_interval: cli.test.interval.is_some(),
         print: true,
     });
-    let local = match cli.test.fabric {
+    let fabric = match cli.test.fabric {
         opts::Fabric::Udp => run::LocalFabric::Udp,
         opts::Fabric::Verbs => run::LocalFabric::Verbs(verbs::VerbsOpts {
             device: cli.test.ib_dev.clone(),
@@ -59,9 +59,14 @@ pub fn run_cli(cli: Cli) -> Result<String, CliError> {
             gid_index: cli.test.gid_index,
         }),
     };
-    if let run::LocalFabric::Verbs(o) = &local {
+    if let run::LocalFabric::Verbs(o) = &fabric {
         verbs::precheck(o).map_err(|e| format!("--fabric verbs: {e}"))?;
     }
+    let local = run::LocalOpts {
+        traffic_class: cli.test.traffic_class()?,
+        engine_cpu: cli.test.cpu,
+        fabric,
+    };
     let psk = cli
         .test
         .psk_file
@@ -188,7 +193,7 @@ pub fn run_cli(cli: Cli) -> Result<String, CliError> {
 struct RunEnv<'a> {
     timeout: Duration,
     progress: Option<report::ProgressOpts>,
-    local: &'a run::LocalFabric,
+    local: &'a run::LocalOpts,
     psk: Option<&'a [u8]>,
     udp_port: Option<u16>,
     port: u16,
@@ -217,7 +222,11 @@ fn run_one(
                 TcpListener::bind(SocketAddr::new(ip, 0)).map_err(|e| format!("bind {ip}: {e}"))?;
             let server_addr = listener.local_addr().map_err(|e| e.to_string())?;
             let udp = SocketAddr::new(ip, env.udp_port.unwrap_or(0));
-            let server_local = env.local.clone();
+            // the loopback's server end: the same datapath and marking, any CPU
+            let server_local = run::LocalOpts {
+                engine_cpu: None,
+                ..env.local.clone()
+            };
             let server_psk = env.psk.map(<[u8]>::to_vec);
             let server = std::thread::spawn(move || {
                 run::serve_one(

@@ -237,6 +237,22 @@ pub struct TestOpts {
         global = true
     )]
     pub interval: Option<f64>,
+    /// DSCP of this end's packets, 0..=63: the IPv4 TOS / IPv6 traffic class byte is
+    /// DSCP x 4 (the low two bits are ECN, the transport's). Each end marks its own
+    /// packets: give it to the server too to mark the other direction (ACKs).
+    #[arg(long, value_name = "DSCP", global = true, conflicts_with = "tclass",
+          value_parser = clap::value_parser!(u8).range(0..=63))]
+    pub dscp: Option<u8>,
+    /// IPv6 traffic class / IPv4 TOS byte of this end's packets (perftest's
+    /// `--tclass`), 0..=255 and a multiple of 4: its two low bits are the ECN field, which
+    /// the transport sets per packet. Each end marks its own packets.
+    #[arg(long, value_name = "TCLASS", global = true)]
+    pub tclass: Option<u8>,
+    /// Pin this end's engine thread (the one that moves every packet) to this CPU
+    /// (sched_setaffinity; in `loopback` the client's engine). Errors if the process may
+    /// not run on it.
+    #[arg(long, value_name = "N", global = true)]
+    pub cpu: Option<usize>,
     /// GID index on that port: a RoCEv2 entry (`show_gids`; often 3 for IPv4 on ConnectX,
     /// 1 on Soft-RoCE).
     #[arg(short = 'x', long = "gid-index", default_value_t = 1, global = true)]
@@ -522,6 +538,35 @@ pub const ALL_SIZES: [u64; 23] = {
 pub const MIN_INTERVAL_S: f64 = 0.1;
 
 impl TestOpts {
+    /// The TOS / traffic class byte of `--dscp` or `--tclass` (0 without them).
+    ///
+    /// # Errors
+    /// `--tclass` with ECN bits; either with `--fabric verbs` (a UD QP's traffic class
+    /// is its address handle's, not set here).
+    pub fn traffic_class(&self) -> Result<u8, String> {
+        let tc = match (self.dscp, self.tclass) {
+            (Some(d), _) => d << 2,
+            (None, Some(t)) if t & 3 != 0 => {
+                return Err(format!(
+                    "--tclass {t}: the two low bits are the ECN field, which the transport \
+                     sets per packet; give a multiple of 4 (--tclass {} or --dscp {})",
+                    t & !3,
+                    t >> 2
+                ));
+            }
+            (None, Some(t)) => t,
+            (None, None) => return Ok(0),
+        };
+        if self.fabric == Fabric::Verbs {
+            return Err(
+                "--dscp/--tclass are for --fabric udp (the socket's TOS / traffic \
+                        class); with --fabric verbs set the GID's traffic class on the NIC"
+                    .into(),
+            );
+        }
+        Ok(tc)
+    }
+
     /// The interval of `-i/--interval`, seconds (1 without it).
     ///
     /// # Errors

@@ -185,6 +185,96 @@ impl LocalFabric {
     }
 }
 
+/// What this host sets for its own end, whatever the peer asks (not sent to the peer).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LocalOpts {
+    /// The datapath.
+    pub fabric: LocalFabric,
+    /// IPv4 TOS / IPv6 traffic class byte of this end's datagrams (`--dscp`, `--tclass`;
+    /// the ECN bits are the transport's): [`UdpConfig::traffic_class`].
+    pub traffic_class: u8,
+    /// The CPU this end's engine thread runs on (`--cpu`), or any.
+    pub engine_cpu: Option<usize>,
+}
+
+/// The CPUs this thread may run on (`sched_getaffinity`).
+///
+/// # Errors
+/// The system call's error, as text.
+pub fn thread_cpus() -> Result<Vec<usize>, String> {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; sched_getaffinity fills it.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: pid 0 is this thread; the size is the set's.
+    let r = unsafe { libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) };
+    if r != 0 {
+        return Err(format!(
+            "sched_getaffinity: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    // SAFETY: CPU_ISSET reads the set within CPU_SETSIZE.
+    Ok((0..libc::CPU_SETSIZE as usize)
+        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+        .collect())
+}
+
+fn set_thread_cpus(cpus: &[usize]) -> std::io::Result<()> {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for &c in cpus {
+        // SAFETY: c < CPU_SETSIZE (checked by the callers).
+        unsafe { libc::CPU_SET(c, &mut set) };
+    }
+    // SAFETY: pid 0 is this thread; the set and its size are valid.
+    if unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Runs `f` (which starts the engine thread) with this thread pinned to `cpu`, then
+/// restores this thread's CPUs: a new thread inherits its creator's affinity
+/// (sched_setaffinity(2)), so the engine thread alone stays on `cpu`. `None`: `f` as is.
+///
+/// # Errors
+/// `--cpu N: ...` when this process may not run on CPU `cpu` (no such CPU, or outside
+/// its cpuset), naming the CPUs it may run on.
+pub fn with_cpu<T>(cpu: Option<usize>, f: impl FnOnce() -> T) -> Result<T, String> {
+    let Some(cpu) = cpu else {
+        return Ok(f());
+    };
+    let before = thread_cpus()?;
+    if !before.contains(&cpu) {
+        return Err(format!(
+            "--cpu {cpu}: not a CPU this process may run on (it may run on {})",
+            cpu_list(&before)
+        ));
+    }
+    set_thread_cpus(&[cpu]).map_err(|e| format!("--cpu {cpu}: sched_setaffinity: {e}"))?;
+    let out = f();
+    set_thread_cpus(&before).map_err(|e| format!("restoring the CPUs of this thread: {e}"))?;
+    Ok(out)
+}
+
+/// `0-3,6`: CPU numbers in ranges.
+fn cpu_list(cpus: &[usize]) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < cpus.len() {
+        let mut j = i;
+        while j + 1 < cpus.len() && cpus[j + 1] == cpus[j] + 1 {
+            j += 1;
+        }
+        parts.push(if i == j {
+            cpus[i].to_string()
+        } else {
+            format!("{}-{}", cpus[i], cpus[j])
+        });
+        i = j + 1;
+    }
+    parts.join(",")
+}
+
 /// One end: engine, QP and its two regions.
 pub struct Side {
     /// The engine.
@@ -248,11 +338,7 @@ fn qp_config(p: &TestParams) -> Result<QpConfig, String> {
 ///
 /// # Errors
 /// The engine's setup error, as text.
-pub fn make_side(
-    p: &TestParams,
-    udp_bind: SocketAddr,
-    local: &LocalFabric,
-) -> Result<Side, String> {
+pub fn make_side(p: &TestParams, udp_bind: SocketAddr, local: &LocalOpts) -> Result<Side, String> {
     let ecfg = EngineConfig {
         // headers (56) and an authentication trailer (24)
         slot_bytes: p.mtu as usize + 96,
@@ -260,14 +346,19 @@ pub fn make_side(
         spin_ns: p.spin_us.saturating_mul(1000),
         ..EngineConfig::default()
     };
-    let (ctx, verbs) = match local {
-        LocalFabric::Udp => (
-            Context::new(UdpConfig::bind(udp_bind), ecfg)
-                .map_err(|e| format!("cannot open UDP datapath on {udp_bind}: {e}"))?,
-            None,
-        ),
+    let (ctx, verbs) = match &local.fabric {
+        LocalFabric::Udp => {
+            let ucfg = UdpConfig {
+                traffic_class: local.traffic_class,
+                ..UdpConfig::bind(udp_bind)
+            };
+            let ctx = with_cpu(local.engine_cpu, || Context::new(ucfg, ecfg))?
+                .map_err(|e| format!("cannot open UDP datapath on {udp_bind}: {e}"))?;
+            (ctx, None)
+        }
         LocalFabric::Verbs(o) => {
-            let e = verbs::start(p, o, ecfg).map_err(|e| format!("--fabric verbs: {e}"))?;
+            let e = with_cpu(local.engine_cpu, || verbs::start(p, o, ecfg))?
+                .map_err(|e| format!("--fabric verbs: {e}"))?;
             (e.ctx, Some((e.peers, e.local)))
         }
     };
@@ -1091,7 +1182,7 @@ pub fn serve_one(
     udp_bind: SocketAddr,
     timeout: Duration,
     accept_timeout: Option<Duration>,
-    local: &LocalFabric,
+    local: &LocalOpts,
     limits: &ServerLimits,
     psk: Option<&[u8]>,
 ) -> Result<(TestParams, EndResult), String> {
@@ -1115,7 +1206,7 @@ fn serve_stream(
     mut s: TcpStream,
     udp_bind: SocketAddr,
     timeout: Duration,
-    local: &LocalFabric,
+    local: &LocalOpts,
     limits: &ServerLimits,
     psk: Option<&[u8]>,
 ) -> Result<(TestParams, EndResult), ServeError> {
@@ -1129,11 +1220,11 @@ fn serve_stream(
             limits
                 .check(&p)
                 .map_err(|e| format!("client's test parameters: {e}"))?;
-            if p.fabric != local.kind() {
+            if p.fabric != local.fabric.kind() {
                 return Err(format!(
                     "the client runs --fabric {} but this server runs --fabric {}",
                     p.fabric,
-                    local.kind()
+                    local.fabric.kind()
                 ));
             }
             if let Some(mode) = p.srv6 {
@@ -1197,7 +1288,7 @@ pub fn run_client(
     p: &TestParams,
     timeout: Duration,
     progress: Option<ProgressOpts>,
-    local: &LocalFabric,
+    local: &LocalOpts,
     psk: Option<&[u8]>,
 ) -> Result<(EndResult, Vec<u16>), String> {
     let s = TcpStream::connect_timeout(&server, timeout)
@@ -1236,7 +1327,7 @@ pub fn run_client_on(
     p: &TestParams,
     timeout: Duration,
     progress: Option<ProgressOpts>,
-    local: &LocalFabric,
+    local: &LocalOpts,
     psk: Option<&[u8]>,
 ) -> Result<(EndResult, Vec<u16>), String> {
     let until = Instant::now() + timeout;
@@ -1291,5 +1382,32 @@ mod connect_tests {
         let e = connect_any(&[bad, bad], Duration::from_secs(1)).unwrap_err();
         assert_eq!(e.matches("127.0.0.1:1: ").count(), 2, "{e}");
         assert!(e.starts_with("cannot reach server 127.0.0.1:1: "), "{e}");
+    }
+}
+
+#[cfg(test)]
+mod cpu_tests {
+    use super::*;
+
+    /// The thread started inside [`with_cpu`] runs on that CPU alone, and the caller gets
+    /// its CPUs back; a CPU outside the process's set is an error naming the set.
+    #[test]
+    fn with_cpu_pins_the_new_thread_only() {
+        let before = thread_cpus().unwrap();
+        let cpu = *before.last().unwrap();
+        let inner = with_cpu(Some(cpu), || {
+            std::thread::spawn(|| thread_cpus().unwrap())
+                .join()
+                .unwrap()
+        })
+        .unwrap();
+        assert_eq!(inner, vec![cpu]);
+        assert_eq!(thread_cpus().unwrap(), before);
+        let e = with_cpu(Some(100_000), || ()).unwrap_err();
+        assert!(
+            e.starts_with("--cpu 100000: not a CPU this process may run on (it may run on "),
+            "{e}"
+        );
+        assert_eq!(cpu_list(&[0, 1, 2, 3, 6, 8, 9]), "0-3,6,8-9");
     }
 }
