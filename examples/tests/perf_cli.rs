@@ -1572,3 +1572,48 @@ fn dscp_tclass_and_cpu_are_checked_and_a_pinned_run_works() {
     ]);
     assert_eq!(v["iterations"], 10);
 }
+
+/// perftest's `-q N`: N QPs in parallel in loopback, each running the whole test on its
+/// own `--paths` EVs, the report their sum; over two hosts it is refused by name.
+#[test]
+fn qps_run_in_parallel_and_sum() {
+    let v = json(&[
+        "loopback", "-q", "3", "-n", "40", "--paths", "4", "-s", "16384", "--verify", "--json",
+    ]);
+    assert_eq!(v["iterations"], 120);
+    assert_eq!(v["total_bytes"], 120 * 16384);
+    assert_eq!(v["receiver"]["completions"], 120);
+    assert_eq!(v["receiver"]["verified_messages"], 120);
+    assert_eq!(v["receiver"]["bad_bytes"], 0);
+    assert_eq!(v["evs"].as_array().unwrap().len(), 12);
+    assert!(
+        v["mode"].as_str().unwrap().ends_with(", 3 QPs"),
+        "{}",
+        v["mode"]
+    );
+    // 40 messages of 4 packets on each QP, at least once each
+    assert_eq!(
+        v["sent_packets"].as_u64().unwrap(),
+        480 + v["retransmitted_packets"].as_u64().unwrap()
+    );
+    let iv: u64 = v["intervals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["sent_messages"].as_u64().unwrap())
+        .sum();
+    assert_eq!(iv, 120);
+    fails_with(
+        &["loopback", "-q", "0"],
+        "-q/--qps must be in 1..=16, got 0",
+    );
+    fails_with(
+        &["loopback", "-q", "17"],
+        "-q/--qps must be in 1..=16, got 17",
+    );
+    fails_with(
+        &["client", "127.0.0.1", "-q", "2"],
+        "-q 2: several QPs run in loopback only",
+    );
+    fails_with(&["server", "-q", "2"], "-q/--qps is the client's to choose");
+}

@@ -92,7 +92,7 @@ pub fn run_cli(cli: Cli) -> Result<String, CliError> {
                     ..cli.test.clone()
                 };
                 let sp = o.params()?;
-                match run_one(&cli.cmd, &sp, &env) {
+                match run_qps(&cli.cmd, &sp, &env, cli.test.qps) {
                     Ok((r, mode)) => runs.push((sp, r, mode)),
                     Err(e) => {
                         failure = Some(format!("-a at --size {size}: {}", e.message));
@@ -118,7 +118,7 @@ pub fn run_cli(cli: Cli) -> Result<String, CliError> {
             }
         }
         Command::Loopback { .. } | Command::Client { .. } => {
-            let (r, mode) = run_one(&cli.cmd, &p, &env)?;
+            let (r, mode) = run_qps(&cli.cmd, &p, &env, cli.test.qps)?;
             finish(&p, &r, gbits, json, &mode)
         }
         Command::Server {
@@ -190,6 +190,7 @@ pub fn run_cli(cli: Cli) -> Result<String, CliError> {
 }
 
 /// What every run of one command line shares.
+#[derive(Clone, Copy)]
 struct RunEnv<'a> {
     timeout: Duration,
     progress: Option<report::ProgressOpts>,
@@ -197,6 +198,67 @@ struct RunEnv<'a> {
     psk: Option<&'a [u8]>,
     udp_port: Option<u16>,
     port: u16,
+}
+
+/// Most `-q/--qps`.
+pub const MAX_QPS: u32 = 16;
+
+/// `qps` tests of `loopback` in parallel (`-q`), each its own QP with its own engine
+/// thread and both ends; the results summed by [`run::EndResult::sum`]. Only QP 0
+/// prints the progress line. One QP: [`run_one`].
+fn run_qps(
+    cmd: &Command,
+    p: &opts::TestParams,
+    env: &RunEnv<'_>,
+    qps: u32,
+) -> Result<(run::EndResult, String), CliError> {
+    if qps == 0 || qps > MAX_QPS {
+        return Err(format!("-q/--qps must be in 1..={MAX_QPS}, got {qps}").into());
+    }
+    if qps == 1 {
+        return run_one(cmd, p, env);
+    }
+    if !matches!(cmd, Command::Loopback { .. }) {
+        return Err(format!(
+            "-q {qps}: several QPs run in loopback only (a server serves one client at a \
+             time); over two hosts, one QP spreads over --paths EVs"
+        )
+        .into());
+    }
+    let results: Vec<Result<(run::EndResult, String), CliError>> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..qps)
+            .map(|i| {
+                let env_i = RunEnv {
+                    progress: if i == 0 {
+                        env.progress
+                    } else {
+                        env.progress
+                            .map(|o| report::ProgressOpts { print: false, ..o })
+                    },
+                    local: env.local,
+                    ..*env
+                };
+                s.spawn(move || run_one(cmd, p, &env_i))
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("QP thread panicked".into()))
+            })
+            .collect()
+    });
+    let mut all = Vec::with_capacity(results.len());
+    let mut mode = String::new();
+    for (i, r) in results.into_iter().enumerate() {
+        let (r, m) = r.map_err(|e| CliError {
+            stdout: e.stdout,
+            message: format!("QP {i} of -q {qps}: {}", e.message),
+        })?;
+        mode = m;
+        all.push(r);
+    }
+    Ok((run::EndResult::sum(all), format!("{mode}, {qps} QPs")))
 }
 
 /// One test of `loopback` or `client` with the parameters `p`: the results and the
@@ -371,7 +433,7 @@ pub fn main() -> i32 {
 
 /// The test options only a client chooses (`mrc-perf server` runs what its client asks,
 /// within its `--max-*` limits): clap's id, and the flag as the user wrote it.
-const CLIENT_OPTIONS: [(&str, &str); 23] = [
+const CLIENT_OPTIONS: [(&str, &str); 24] = [
     ("size", "-s/--size"),
     ("iters", "-n/--iters"),
     ("duration", "-D/--duration"),
@@ -395,6 +457,7 @@ const CLIENT_OPTIONS: [(&str, &str); 23] = [
     ("spin_us", "--spin-us"),
     ("interval", "-i/--interval"),
     ("all", "-a/--all"),
+    ("qps", "-q/--qps"),
 ];
 
 /// A server given a client's test option refuses it by name, instead of running the

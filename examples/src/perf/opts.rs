@@ -171,6 +171,18 @@ pub struct TestOpts {
     /// bw or lat.
     #[arg(long = "test", value_enum, default_value_t = TestKind::Bw, global = true)]
     pub test: TestKind,
+    /// Queue pairs (perftest's `-q`): this many QPs in parallel, each a connection of its
+    /// own with its own engine thread and `--paths` EVs, each running the whole test
+    /// (`-n` messages each, or `-D`); the report sums them. `loopback` only: a server
+    /// serves one client at a time. In 1..=16.
+    #[arg(
+        short = 'q',
+        long = "qps",
+        value_name = "N",
+        default_value_t = 1,
+        global = true
+    )]
+    pub qps: u32,
     /// Both sides send at once (bw). `-b` as in perftest.
     #[arg(short = 'b', long, global = true)]
     pub bidirectional: bool,

@@ -872,6 +872,90 @@ pub struct EndResult {
     pub engine: mrc_fabric::engine::EngineStats,
 }
 
+impl RecvResult {
+    /// Adds `o`'s counts to these (drops by reason merged; the longer elapsed time; the
+    /// peaks added, an upper bound of the peak of the sum).
+    fn add(&mut self, o: &RecvResult) {
+        self.completions += o.completions;
+        self.bytes += o.bytes;
+        self.verified_messages += o.verified_messages;
+        self.verified_bytes += o.verified_bytes;
+        self.bad_bytes += o.bad_bytes;
+        for (k, v) in &o.drops {
+            *self.drops.entry(k.clone()).or_default() += v;
+        }
+        self.unknown_qpn += o.unknown_qpn;
+        self.source_drops.before_connect += o.source_drops.before_connect;
+        self.source_drops.wrong_ip += o.source_drops.wrong_ip;
+        self.source_drops.wrong_port += o.source_drops.wrong_port;
+        self.elapsed_ns = self.elapsed_ns.max(o.elapsed_ns);
+        self.peak_bytes_per_s += o.peak_bytes_per_s;
+    }
+}
+
+impl EndResult {
+    /// The results of several QPs run in parallel (`-q`) as one: counts summed, the
+    /// longest elapsed time, peaks summed (each QP's best 100 ms window; an upper bound
+    /// of the best window of the sum), interval `k` the sum of each QP's `k`-th (they
+    /// start within the setup time of each other), the per-EV lines one after another,
+    /// the CPU time the largest (each end measures the whole process).
+    pub fn sum(all: Vec<EndResult>) -> EndResult {
+        let mut out = EndResult::default();
+        let mut send: Option<SendResult> = None;
+        for r in all {
+            if let Some(s) = r.send {
+                let t = send.get_or_insert_with(SendResult::default);
+                t.completions += s.completions;
+                t.bytes += s.bytes;
+                t.elapsed_s = t.elapsed_s.max(s.elapsed_s);
+                t.peak_bps += s.peak_bps;
+                t.peak_total_bps += s.peak_total_bps;
+                t.lat_ns.extend(s.lat_ns);
+                for (k, iv) in s.intervals.into_iter().enumerate() {
+                    match t.intervals.get_mut(k) {
+                        None => t.intervals.push(iv),
+                        Some(a) => {
+                            a.start_s = a.start_s.min(iv.start_s);
+                            a.end_s = a.end_s.max(iv.end_s);
+                            a.sent_messages += iv.sent_messages;
+                            a.sent_bytes += iv.sent_bytes;
+                            a.received_bytes += iv.received_bytes;
+                            a.bw_gbps += iv.bw_gbps;
+                            a.bw_mib_per_s += iv.bw_mib_per_s;
+                            a.retransmitted_packets += iv.retransmitted_packets;
+                            a.rto_expiries += iv.rto_expiries;
+                        }
+                    }
+                }
+            }
+            out.recv.add(&r.recv);
+            out.peer_recv.add(&r.peer_recv);
+            out.evs.extend(r.evs);
+            let (c, o) = (&mut out.conn, &r.conn);
+            c.sent += o.sent;
+            c.retransmitted += o.retransmitted;
+            c.trimmed += o.trimmed;
+            c.ecn_marked += o.ecn_marked;
+            c.timeouts += o.timeouts;
+            c.rto_lost += o.rto_lost;
+            c.rack_losses += o.rack_losses;
+            c.spurious += o.spurious;
+            c.tail_loss_probes += o.tail_loss_probes;
+            out.cpu_s = out.cpu_s.max(r.cpu_s);
+            let (e, o) = (&mut out.engine, &r.engine);
+            e.sleeps += o.sleeps;
+            e.datapath.tx_datagrams += o.datapath.tx_datagrams;
+            e.datapath.tx_calls += o.datapath.tx_calls;
+            e.datapath.tx_errors += o.datapath.tx_errors;
+            e.datapath.rx_datagrams += o.datapath.rx_datagrams;
+            e.datapath.rx_calls += o.datapath.rx_calls;
+            e.datapath.rx_errors += o.datapath.rx_errors;
+        }
+        out.send = send;
+        out
+    }
+}
+
 /// Runs one end of the test on a connected side. `active`: the client (sender in bw,
 /// pinger in lat); in bidirectional bw both send. `show_progress`: print the progress line
 /// on stderr, its rate in this unit (the table's).
