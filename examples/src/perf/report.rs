@@ -222,7 +222,7 @@ pub fn progress_line(
     unit: BwUnit,
     retransmitted_packets: u64,
 ) -> String {
-    let of = duration_s.map(|d| format!("/{d:.0}")).unwrap_or_default();
+    let of = duration_s.map(|d| format!("/{d}")).unwrap_or_default();
     let bw = unit.convert(interval_bytes as f64 / interval_s.max(1e-9));
     format!(
         "[{elapsed_s:6.1}{of} s] sent {msgs:>12} msgs {bytes:>16} bytes, last {interval_s:.1} s: {bw:10.2} {} ({}), retransmitted_packets {retransmitted_packets}",
