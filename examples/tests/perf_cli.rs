@@ -1617,3 +1617,49 @@ fn qps_run_in_parallel_and_sum() {
     );
     fails_with(&["server", "-q", "2"], "-q/--qps is the client's to choose");
 }
+
+/// `client -a` against a one-shot server: the first size runs, the second finds no
+/// server; the report of the size that ran is still printed on stdout, and the error says
+/// why and what to do.
+#[test]
+fn all_sizes_against_a_one_shot_server_says_to_use_persistent() {
+    use std::process::Stdio;
+    let port = "18731";
+    let mut server = perf_cmd()
+        .args([
+            "server",
+            "--bind",
+            "127.0.0.1",
+            "-p",
+            port,
+            "--udp-port",
+            "0",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // the server says when it listens
+    let mut err = std::io::BufReader::new(server.stderr.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut err, &mut line).unwrap();
+    assert!(line.contains("waiting for a client"), "{line}");
+    let (o, _) = perf(&[
+        "client",
+        "127.0.0.1",
+        "-p",
+        port,
+        "-a",
+        "-n",
+        "3",
+        "--timeout",
+        "1",
+    ]);
+    let _ = server.wait();
+    assert_eq!(o.status.code(), Some(1));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(e.contains("-a at --size 4: cannot reach server"), "{e}");
+    assert!(e.contains("run the server with --persistent"), "{e}");
+    let t = String::from_utf8_lossy(&o.stdout);
+    assert!(t.contains("\n 2          3 "), "{t}");
+}

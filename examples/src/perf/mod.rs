@@ -95,7 +95,15 @@ pub fn run_cli(cli: Cli) -> Result<String, CliError> {
                 match run_qps(&cli.cmd, &sp, &env, cli.test.qps) {
                     Ok((r, mode)) => runs.push((sp, r, mode)),
                     Err(e) => {
-                        failure = Some(format!("-a at --size {size}: {}", e.message));
+                        // each size is a test of its own: a one-shot server is gone after
+                        // the first
+                        let hint = if matches!(cli.cmd, Command::Client { .. }) && !runs.is_empty()
+                        {
+                            " (-a runs one test per size: run the server with --persistent)"
+                        } else {
+                            ""
+                        };
+                        failure = Some(format!("-a at --size {size}: {}{hint}", e.message));
                         break;
                     }
                 }
