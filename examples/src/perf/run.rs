@@ -1495,3 +1495,86 @@ mod cpu_tests {
         assert_eq!(cpu_list(&[0, 1, 2, 3, 6, 8, 9]), "0-3,6,8-9");
     }
 }
+
+#[cfg(test)]
+mod sum_tests {
+    use super::*;
+
+    /// `-q`: counts add up, the elapsed time is the longest, interval k sums each QP's
+    /// k-th, drops by reason merge, the CPU time is the largest (not the sum: each end
+    /// measures the whole process).
+    #[test]
+    fn sum_of_qps_exact() {
+        let iv = |s: f64, e: f64, m: u64| Interval {
+            start_s: s,
+            end_s: e,
+            sent_messages: m,
+            sent_bytes: m * 10,
+            bw_gbps: 1.0,
+            retransmitted_packets: 1,
+            ..Interval::default()
+        };
+        let one = |n: u64, el: f64, ivs: Vec<Interval>, dup: u64, cpu: f64| {
+            let mut r = EndResult {
+                send: Some(SendResult {
+                    completions: n,
+                    bytes: n * 10,
+                    elapsed_s: el,
+                    peak_bps: 100.0,
+                    intervals: ivs,
+                    ..SendResult::default()
+                }),
+                cpu_s: cpu,
+                evs: vec![EvLine::default()],
+                ..EndResult::default()
+            };
+            r.conn.sent = n;
+            r.conn.rto_lost = 1;
+            r.peer_recv.completions = n;
+            r.peer_recv.drops.insert("Duplicate".into(), dup);
+            r.engine.datapath.tx_datagrams = n;
+            r
+        };
+        let s = EndResult::sum(vec![
+            one(5, 2.0, vec![iv(0.0, 1.0, 3), iv(1.0, 2.0, 2)], 1, 0.5),
+            one(
+                7,
+                2.5,
+                vec![iv(0.1, 1.1, 4), iv(1.1, 2.1, 2), iv(2.1, 2.5, 1)],
+                2,
+                0.7,
+            ),
+        ]);
+        let t = s.send.unwrap();
+        assert_eq!((t.completions, t.bytes, t.elapsed_s), (12, 120, 2.5));
+        assert_eq!(t.peak_bps, 200.0);
+        let got: Vec<(f64, f64, u64, u64, u64)> = t
+            .intervals
+            .iter()
+            .map(|i| {
+                (
+                    i.start_s,
+                    i.end_s,
+                    i.sent_messages,
+                    i.sent_bytes,
+                    i.retransmitted_packets,
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (0.0, 1.1, 7, 70, 2),
+                (1.0, 2.1, 4, 40, 2),
+                (2.1, 2.5, 1, 10, 1)
+            ]
+        );
+        assert_eq!(t.intervals[0].bw_gbps, 2.0);
+        assert_eq!((s.conn.sent, s.conn.rto_lost), (12, 2));
+        assert_eq!(s.peer_recv.completions, 12);
+        assert_eq!(s.peer_recv.drops["Duplicate"], 3);
+        assert_eq!(s.evs.len(), 2);
+        assert_eq!(s.cpu_s, 0.7);
+        assert_eq!(s.engine.datapath.tx_datagrams, 12);
+    }
+}
