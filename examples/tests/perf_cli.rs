@@ -48,9 +48,9 @@ fn json(args: &[&str]) -> Value {
 fn loopback_verify_exact_completions_and_no_bad_bytes() {
     let v = json(&["loopback", "-n", "50", "-s", "65536", "--verify", "--json"]);
     assert_eq!(v["iterations"], 50);
-    assert_eq!(v["bytes_moved"], 50 * 65536);
+    assert_eq!(v["total_bytes"], 50 * 65536);
     assert_eq!(v["receiver"]["completions"], 50);
-    assert_eq!(v["receiver"]["bytes"], 50 * 65536);
+    assert_eq!(v["receiver"]["received_bytes"], 50 * 65536);
     assert_eq!(v["receiver"]["verified_messages"], 50);
     assert_eq!(v["receiver"]["verified_bytes"], 50 * 65536);
     assert_eq!(v["receiver"]["bad_bytes"], 0);
@@ -69,7 +69,7 @@ fn loopback_with_only_the_subcommand_works_and_prints_perftest_columns() {
     ));
     assert!(out.contains(" 65536      5000 "), "{out}");
     assert!(
-        out.contains(" receiver: 5000 completions, 327680000 bytes"),
+        out.contains(" receiver: completions 5000, received_bytes 327680000"),
         "{out}"
     );
 }
@@ -103,7 +103,9 @@ fn latency_path_selection_recycle_keeps_one_ev_round_robin_spreads_exactly() {
             .as_array()
             .unwrap()
             .iter()
-            .map(|e| e["packets"].as_u64().unwrap() - e["retransmits"].as_u64().unwrap())
+            .map(|e| {
+                e["sent_packets"].as_u64().unwrap() - e["retransmitted_packets"].as_u64().unwrap()
+            })
             .collect()
     };
     let args = |sel: &'static str| {
@@ -130,9 +132,12 @@ fn latency_path_selection_recycle_keeps_one_ev_round_robin_spreads_exactly() {
             assert_eq!(v["path_selection"], sel);
             assert_eq!(
                 v["sent_packets"].as_u64().unwrap(),
-                32 + v["retransmitted"].as_u64().unwrap()
+                32 + v["retransmitted_packets"].as_u64().unwrap()
             );
-            if v["tail_loss_probes"] == 0 && v["retransmitted"] == 0 && v["rtos"] == 0 {
+            if v["tail_loss_probes"] == 0
+                && v["retransmitted_packets"] == 0
+                && v["rto_expiries"] == 0
+            {
                 return v;
             }
         }
@@ -151,7 +156,7 @@ fn loopback_latency_exact_iterations() {
         "loopback", "--test", "lat", "-n", "200", "--verify", "--json",
     ]);
     assert_eq!(v["iterations"], 200);
-    assert_eq!(v["bytes"], 8);
+    assert_eq!(v["msg_size_bytes"], 8);
     assert_eq!(v["receiver"]["completions"], 200);
     assert_eq!(v["receiver"]["verified_messages"], 400); // pings at the server, echoes here
     assert_eq!(v["receiver"]["bad_bytes"], 0);
@@ -172,12 +177,16 @@ fn loopback_bidirectional_verify() {
         "--verify",
         "--json",
     ]);
-    assert_eq!(v["iterations"], 30);
+    // both directions, as the table's #iterations
+    assert_eq!(v["iterations"], 60);
+    assert_eq!(v["directions"]["sent"]["iterations"], 30);
+    assert_eq!(v["directions"]["received"]["iterations"], 30);
+    assert_eq!(v["directions"]["received"]["total_bytes"], 30 * 32768);
     assert_eq!(v["receiver"]["completions"], 30);
     assert_eq!(v["receiver"]["verified_messages"], 60);
     assert_eq!(v["receiver"]["verified_bytes"], 60 * 32768);
     assert_eq!(v["receiver"]["bad_bytes"], 0);
-    assert_eq!(v["bytes_moved"], 60 * 32768);
+    assert_eq!(v["total_bytes"], 60 * 32768);
 }
 
 #[test]
@@ -186,7 +195,7 @@ fn loopback_duration_mode_counts_match() {
     let n = v["iterations"].as_u64().unwrap();
     assert!(n > 0);
     assert_eq!(v["receiver"]["completions"].as_u64().unwrap(), n);
-    assert_eq!(v["receiver"]["bytes"].as_u64().unwrap(), n * 16384);
+    assert_eq!(v["receiver"]["received_bytes"].as_u64().unwrap(), n * 16384);
 }
 
 #[test]
@@ -222,8 +231,11 @@ fn paths_burst_and_mtu_options() {
     ports.dedup();
     assert_eq!(ports.len(), 2);
     // 20 messages of 8 packets of 1024 bytes, at least once each.
-    let sent: u64 = evs.iter().map(|e| e["packets"].as_u64().unwrap()).sum();
-    assert_eq!(sent, 160 + v["retransmitted"].as_u64().unwrap());
+    let sent: u64 = evs
+        .iter()
+        .map(|e| e["sent_packets"].as_u64().unwrap())
+        .sum();
+    assert_eq!(sent, 160 + v["retransmitted_packets"].as_u64().unwrap());
 }
 
 fn fails_with(args: &[&str], msg: &str) {
@@ -875,17 +887,17 @@ fn hostile_datagrams_into_a_running_server_are_counted_and_harmless() {
     assert!(server_ok, "{server_out}");
     let line = out
         .lines()
-        .find(|l| l.contains("datagrams dropped"))
+        .find(|l| l.starts_with(" receiver: dropped_datagrams "))
         .unwrap_or_else(|| panic!("{out}"));
-    assert!(line.ends_with(", 20 for no QP"), "{line}");
+    assert!(line.contains(", 20 for no QP"), "{line}");
     assert!(
         !line.contains("Malformed") && !line.contains("BadRkey") && !line.contains("OutOfBounds"),
         "{line}"
     );
     let n: u64 = out
         .lines()
-        .find_map(|l| l.strip_prefix(" receiver: "))
-        .and_then(|l| l.split(' ').next())
+        .find_map(|l| l.strip_prefix(" receiver: completions "))
+        .and_then(|l| l.split(',').next())
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("{out}"));
     assert!(n > 0);
@@ -1311,4 +1323,373 @@ fn progress_into_a_pipe_is_plain_lines() {
     let lines: Vec<&str> = err.lines().filter(|l| l.starts_with('[')).collect();
     assert!(!lines.is_empty(), "{err}");
     assert!(lines.iter().all(|l| l.contains("/3 s] sent ")), "{lines:?}");
+}
+
+/// One vocabulary: the JSON of a loopback run has exactly these keys (the counters by
+/// the names the table prints), and the table prints each counter by its key.
+#[test]
+fn json_keys_are_the_vocabulary_and_the_table_uses_them() {
+    let v = json(&["loopback", "-n", "20", "--paths", "2", "--json"]);
+    let mut keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+    keys.sort_unstable();
+    assert_eq!(
+        keys,
+        [
+            "authenticated",
+            "bidirectional",
+            "burst_size",
+            "bw_avg_gbps",
+            "bw_avg_mib_per_s",
+            "bw_peak_gbps",
+            "cc",
+            "command_line",
+            "cpu_s",
+            "cpu_s_per_gb",
+            "datapath",
+            "dropped_datagrams",
+            "drops",
+            "duplicate_datagrams",
+            "ecn_marked_packets",
+            "elapsed_s",
+            "error",
+            "evs",
+            "host",
+            "intervals",
+            "iterations",
+            "lat_us",
+            "mode",
+            "msg_rate_mpps",
+            "msg_size_bytes",
+            "mtu",
+            "ok",
+            "path_selection",
+            "paths",
+            "rack_lost_packets",
+            "receiver",
+            "retransmitted_packets",
+            "rto_expiries",
+            "rto_lost_packets",
+            "sent_packets",
+            "source_drops",
+            "spurious_losses",
+            "tail_loss_probes",
+            "test",
+            "timestamp",
+            "total_bytes",
+            "trimmed_packets",
+            "tx_depth",
+            "unknown_qpn",
+            "verify",
+            "version",
+        ]
+    );
+    let mut ev: Vec<&str> = v["evs"][0]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    ev.sort_unstable();
+    assert_eq!(
+        ev,
+        [
+            "ecn_marked_packets",
+            "ev",
+            "retransmitted_packets",
+            "rto_lost_packets",
+            "sent_packets",
+            "src_port",
+            "state",
+            "trimmed_packets",
+        ]
+    );
+    assert_eq!(v["msg_size_bytes"], 65536);
+    assert_eq!(v["total_bytes"], 20 * 65536);
+    let (o, _) = perf(&["loopback", "-n", "20", "--paths", "2"]);
+    let t = String::from_utf8_lossy(&o.stdout);
+    for k in [
+        "sent_packets",
+        "retransmitted_packets",
+        "trimmed_packets",
+        "ecn_marked_packets",
+        "rto_expiries",
+        "rto_lost_packets",
+        "rack_lost_packets",
+        "spurious_losses",
+        "tail_loss_probes",
+        "dropped_datagrams",
+    ] {
+        assert!(t.contains(&format!("{k} ")), "{k} in {t}");
+    }
+    assert!(
+        t.contains(" receiver: completions 20, received_bytes 1310720\n"),
+        "{t}"
+    );
+    for old in [
+        "RTO_lost",
+        "RTO expiries",
+        "ECN marks",
+        "dropped on receive",
+    ] {
+        assert!(!t.contains(old), "{old} in {t}");
+    }
+}
+
+/// perftest's `-b` (bidirectional) and `-m` (MTU), and `-i` as iperf3's interval:
+/// `--ib-port` is long only.
+#[test]
+fn perftest_short_options_b_m_and_interval() {
+    let v = json(&[
+        "loopback", "-b", "-m", "1024", "-n", "10", "-s", "8192", "--json",
+    ]);
+    assert_eq!(v["bidirectional"], true);
+    assert_eq!(v["mtu"], 1024);
+    assert_eq!(v["iterations"], 20);
+    // 10 messages of 8 packets of 1024 bytes, at least once each
+    assert_eq!(
+        v["sent_packets"].as_u64().unwrap(),
+        80 + v["retransmitted_packets"].as_u64().unwrap()
+    );
+    let (o, _) = perf(&["loopback", "-i", "1", "--ib-port", "1", "-n", "5"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// `-i SECONDS`: one record per interval in the JSON, contiguous from 0 to the end of
+/// the run, their bytes adding up to the run's, and one progress line per record on
+/// stderr (not a terminal: plain lines) even with `--json`.
+#[test]
+fn interval_records_cover_the_run() {
+    let (o, _) = perf(&[
+        "loopback", "-D", "1.5", "-i", "0.5", "-s", "16384", "--json",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let iv = v["intervals"].as_array().unwrap();
+    assert!((3..=4).contains(&iv.len()), "{iv:?}");
+    assert_eq!(iv[0]["start_s"], 0.0);
+    for w in iv.windows(2) {
+        assert_eq!(w[0]["end_s"], w[1]["start_s"]);
+    }
+    for i in &iv[..iv.len() - 1] {
+        let len = i["end_s"].as_f64().unwrap() - i["start_s"].as_f64().unwrap();
+        assert!(len >= 0.5, "{i}");
+    }
+    let sum: u64 = iv.iter().map(|i| i["sent_bytes"].as_u64().unwrap()).sum();
+    assert_eq!(sum, v["total_bytes"].as_u64().unwrap());
+    let msgs: u64 = iv
+        .iter()
+        .map(|i| i["sent_messages"].as_u64().unwrap())
+        .sum();
+    assert_eq!(msgs, v["iterations"].as_u64().unwrap());
+    let err = String::from_utf8_lossy(&o.stderr);
+    let lines = err.lines().filter(|l| l.contains(" msgs ")).count();
+    assert_eq!(lines, iv.len(), "{err}");
+    assert!(!err.contains('\r'), "{err}");
+}
+
+#[test]
+fn bad_intervals_are_clear_errors() {
+    fails_with(
+        &["loopback", "-i", "0"],
+        "--interval must be in 0.1..=1000000 seconds, got 0",
+    );
+    fails_with(
+        &["loopback", "-i", "-1"],
+        "--interval must be in 0.1..=1000000 seconds, got -1",
+    );
+    fails_with(
+        &["loopback", "-D", "1", "-i", "2"],
+        "--interval 2 s is longer than --duration 1 s: no interval would end",
+    );
+}
+
+/// perftest's `-a`: every power of two from 2 B to 8 MiB, one test each with the given
+/// `-n`, one row each in the table and one object each in the JSON's `sizes`.
+#[test]
+fn all_sizes_sweep_2_bytes_to_8_mib() {
+    let want: Vec<u64> = (1..=23).map(|k| 1u64 << k).collect();
+    let v = json(&["loopback", "-a", "-n", "4", "--paths", "4", "--json"]);
+    assert_eq!(v["ok"], true);
+    let sizes = v["sizes"].as_array().unwrap();
+    let got: Vec<u64> = sizes
+        .iter()
+        .map(|s| s["msg_size_bytes"].as_u64().unwrap())
+        .collect();
+    assert_eq!(got, want);
+    for s in sizes {
+        let n = s["msg_size_bytes"].as_u64().unwrap();
+        assert_eq!(s["iterations"], 4, "{n}");
+        assert_eq!(s["total_bytes"], 4 * n, "{n}");
+        assert_eq!(s["receiver"]["completions"], 4, "{n}");
+    }
+    assert!(v["version"].is_string() && v["command_line"].is_string());
+    let (o, _) = perf(&["loopback", "--all", "-n", "2", "--test", "lat"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let t = String::from_utf8_lossy(&o.stdout);
+    for n in &want {
+        assert!(t.contains(&format!("\n {n:<6} 2  ")), "row of {n} in {t}");
+    }
+    fails_with(&["loopback", "-a", "-s", "64"], "cannot be used with");
+    fails_with(&["server", "-a"], "-a/--all is the client's to choose");
+}
+
+/// `--dscp 46`: the datagrams of a loopback run leave with DSCP 46 (EF) in their TOS byte,
+/// as a capture on `lo` sees them (the filter takes only TOS 0xb8-0xbb; without the
+/// option nothing matches and tshark stops empty after its 60 s). tshark is required
+/// (`.ci/run` installs it); capturing needs root, as the testbed tests do.
+#[test]
+fn dscp_marks_the_datagrams_on_the_wire() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    let mut cap = Command::new("tshark")
+        .args([
+            "-i",
+            "lo",
+            "-l",
+            "-n",
+            "-c",
+            "10",
+            "-a",
+            "duration:60",
+            "-f",
+            "udp and ip[1] & 0xfc == 0xb8",
+            "-T",
+            "fields",
+            "-e",
+            "ip.dsfield.dscp",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("tshark (apt-get install tshark)");
+    // tshark says when the capture runs
+    let mut err = BufReader::new(cap.stderr.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("Capturing on") {
+        line.clear();
+        assert!(
+            err.read_line(&mut line).unwrap() > 0,
+            "tshark ended: {line}"
+        );
+    }
+    let (o, _) = perf(&["loopback", "--dscp", "46", "-n", "20", "--paths", "2"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = cap.wait_with_output().unwrap();
+    let dscps: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    assert_eq!(dscps, vec!["46".to_string(); 10]);
+}
+
+#[test]
+fn dscp_tclass_and_cpu_are_checked_and_a_pinned_run_works() {
+    fails_with(
+        &["loopback", "--tclass", "3"],
+        "--tclass 3: the two low bits are the ECN field, which the transport sets per packet; give a multiple of 4 (--tclass 0 or --dscp 0)",
+    );
+    fails_with(&["loopback", "--dscp", "64"], "64 is not in 0..=63");
+    fails_with(
+        &["loopback", "--dscp", "1", "--tclass", "4"],
+        "cannot be used with",
+    );
+    fails_with(
+        &["loopback", "--cpu", "100000", "-n", "1"],
+        "--cpu 100000: not a CPU this process may run on (it may run on ",
+    );
+    let v = json(&[
+        "loopback", "--cpu", "0", "--tclass", "184", "-n", "10", "--json",
+    ]);
+    assert_eq!(v["iterations"], 10);
+}
+
+/// perftest's `-q N`: N QPs in parallel in loopback, each running the whole test on its
+/// own `--paths` EVs, the report their sum; over two hosts it is refused by name.
+#[test]
+fn qps_run_in_parallel_and_sum() {
+    let v = json(&[
+        "loopback", "-q", "3", "-n", "40", "--paths", "4", "-s", "16384", "--verify", "--json",
+    ]);
+    assert_eq!(v["iterations"], 120);
+    assert_eq!(v["total_bytes"], 120 * 16384);
+    assert_eq!(v["receiver"]["completions"], 120);
+    assert_eq!(v["receiver"]["verified_messages"], 120);
+    assert_eq!(v["receiver"]["bad_bytes"], 0);
+    assert_eq!(v["evs"].as_array().unwrap().len(), 12);
+    assert!(
+        v["mode"].as_str().unwrap().ends_with(", 3 QPs"),
+        "{}",
+        v["mode"]
+    );
+    // 40 messages of 4 packets on each QP, at least once each
+    assert_eq!(
+        v["sent_packets"].as_u64().unwrap(),
+        480 + v["retransmitted_packets"].as_u64().unwrap()
+    );
+    let iv: u64 = v["intervals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["sent_messages"].as_u64().unwrap())
+        .sum();
+    assert_eq!(iv, 120);
+    fails_with(
+        &["loopback", "-q", "0"],
+        "-q/--qps must be in 1..=16, got 0",
+    );
+    fails_with(
+        &["loopback", "-q", "17"],
+        "-q/--qps must be in 1..=16, got 17",
+    );
+    fails_with(
+        &["client", "127.0.0.1", "-q", "2"],
+        "-q 2: several QPs run in loopback only",
+    );
+    fails_with(&["server", "-q", "2"], "-q/--qps is the client's to choose");
+}
+
+/// `client -a` against a one-shot server: the first size runs, the second finds no
+/// server; the report of the size that ran is still printed on stdout, and the error says
+/// why and what to do.
+#[test]
+fn all_sizes_against_a_one_shot_server_says_to_use_persistent() {
+    use std::process::Stdio;
+    let port = "18731";
+    let mut server = perf_cmd()
+        .args([
+            "server",
+            "--bind",
+            "127.0.0.1",
+            "-p",
+            port,
+            "--udp-port",
+            "0",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // the server says when it listens
+    let mut err = std::io::BufReader::new(server.stderr.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut err, &mut line).unwrap();
+    assert!(line.contains("waiting for a client"), "{line}");
+    let (o, _) = perf(&[
+        "client",
+        "127.0.0.1",
+        "-p",
+        port,
+        "-a",
+        "-n",
+        "3",
+        "--timeout",
+        "1",
+    ]);
+    let _ = server.wait();
+    assert_eq!(o.status.code(), Some(1));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(e.contains("-a at --size 4: cannot reach server"), "{e}");
+    assert!(e.contains("run the server with --persistent"), "{e}");
+    let t = String::from_utf8_lossy(&o.stdout);
+    assert!(t.contains("\n 2          3 "), "{t}");
 }

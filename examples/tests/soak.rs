@@ -900,7 +900,7 @@ fn one_run(
         .and_then(|l| serde_json::from_str(l.trim_end_matches("verify failed")).ok());
     let mut summary = String::new();
     if let Some(v) = &v {
-        let size = num(v, &["bytes"]).unwrap_or(0);
+        let size = num(v, &["msg_size_bytes"]).unwrap_or(0);
         let sent = num(v, &["iterations"]).unwrap_or(0);
         let recv = num(v, &["receiver", "completions"]).unwrap_or(u64::MAX);
         let vmsg = num(v, &["receiver", "verified_messages"]).unwrap_or(u64::MAX);
@@ -932,16 +932,16 @@ fn one_run(
                 .or_default() += 1;
         }
         let c = |k: &str| num(v, &[k]).unwrap_or(0);
-        let dropped = num(v, &["receiver", "dropped"]).unwrap_or(0);
+        let dropped = num(v, &["receiver", "dropped_datagrams"]).unwrap_or(0);
         for (k, n) in [
             ("sent_packets", c("sent_packets")),
-            ("retransmitted", c("retransmitted")),
-            ("rtos", c("rtos")),
-            ("rack_losses", c("rack_losses")),
+            ("retransmitted_packets", c("retransmitted_packets")),
+            ("rto_expiries", c("rto_expiries")),
+            ("rack_lost_packets", c("rack_lost_packets")),
             ("spurious_losses", c("spurious_losses")),
             ("tail_loss_probes", c("tail_loss_probes")),
             ("receiver_dropped", dropped),
-            ("sender_rx_dropped", c("sender_rx_dropped")),
+            ("dropped_datagrams", c("dropped_datagrams")),
         ] {
             *totals.counters.entry(k.to_string()).or_default() += n;
         }
@@ -955,12 +955,12 @@ fn one_run(
             "{sent} msgs x {size} B, {vbytes} B verified, {bad} bad; {:.0} MiB/s; {} pkts, {} retx, {} RTOs, {} RACK losses ({} spurious), {} TLPs, dropped: receiver {dropped}, sender {}; EVs at end {states:?}; ports {}..{}",
             v["bw_avg_mib_per_s"].as_f64().unwrap_or(0.0),
             c("sent_packets"),
-            c("retransmitted"),
-            c("rtos"),
-            c("rack_losses"),
+            c("retransmitted_packets"),
+            c("rto_expiries"),
+            c("rack_lost_packets"),
             c("spurious_losses"),
             c("tail_loss_probes"),
-            c("sender_rx_dropped"),
+            c("dropped_datagrams"),
             ports.first().unwrap_or(&0),
             ports.last().unwrap_or(&0),
         );

@@ -143,8 +143,8 @@ fn text(o: &Output) -> String {
     )
 }
 
-/// The words of EV `ev`'s line in the per-EV summary (EV, port, packets, retransmits,
-/// trims, ECN marks, timeouts, state).
+/// The words of EV `ev`'s line in the per-EV summary (EV, src_port, sent_packets,
+/// retransmitted_packets, trimmed_packets, ecn_marked_packets, rto_lost_packets, state).
 fn ev_line(report: &str, ev: u32) -> Vec<String> {
     report
         .lines()

@@ -306,3 +306,84 @@ fn a_burst_leaves_grouped_per_socket_and_the_datapath_says_so() {
     // before 1.
     assert_eq!(order, vec![0, 4, 1, 5, 2, 6, 3, 7]);
 }
+
+/// Receives one datagram on `s` (IP_RECVTOS / IPV6_RECVTCLASS set) and returns its TOS or
+/// traffic class byte from the cmsg, within 5 s.
+fn recv_tos(s: &std::net::UdpSocket, v6: bool) -> u8 {
+    use std::os::fd::AsRawFd;
+    s.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .unwrap();
+    let mut data = [0u8; 2048];
+    let mut ctl = [0u64; 32];
+    let mut iov = libc::iovec {
+        iov_base: data.as_mut_ptr().cast(),
+        iov_len: data.len(),
+    };
+    // SAFETY: a zeroed msghdr pointing at live buffers, then the CMSG_* walk of what the
+    // kernel wrote into them.
+    unsafe {
+        let mut h: libc::msghdr = std::mem::zeroed();
+        h.msg_iov = &mut iov;
+        h.msg_iovlen = 1;
+        h.msg_control = ctl.as_mut_ptr().cast();
+        h.msg_controllen = std::mem::size_of_val(&ctl) as _;
+        let n = libc::recvmsg(s.as_raw_fd(), &mut h, 0);
+        assert!(n > 0, "recvmsg: {}", std::io::Error::last_os_error());
+        let mut c = libc::CMSG_FIRSTHDR(&h);
+        while !c.is_null() {
+            let (l, t) = ((*c).cmsg_level, (*c).cmsg_type);
+            if !v6 && l == libc::IPPROTO_IP && t == libc::IP_TOS {
+                return *libc::CMSG_DATA(c);
+            }
+            if v6 && l == libc::IPPROTO_IPV6 && t == libc::IPV6_TCLASS {
+                return std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>()) as u8;
+            }
+            c = libc::CMSG_NXTHDR(&h, c);
+        }
+    }
+    panic!("no TOS / traffic class cmsg");
+}
+
+/// `UdpConfig::traffic_class` (mrc-perf's --dscp / --tclass): every datagram leaves with
+/// that DSCP and the transport's ECN codepoint in the same byte (the per-send cmsg used to
+/// carry the ECN bits alone, DSCP 0), and each EV socket holds it (getsockopt).
+#[test]
+fn traffic_class_is_on_the_wire_with_the_ecn_bits() {
+    use std::os::fd::AsRawFd;
+    for (bind, v6) in [("127.0.0.1:0", false), ("[::1]:0", true)] {
+        let rx = std::net::UdpSocket::bind(bind).unwrap();
+        let (level, name) = if v6 {
+            (libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS)
+        } else {
+            (libc::IPPROTO_IP, libc::IP_RECVTOS)
+        };
+        let one: libc::c_int = 1;
+        // SAFETY: valid fd and an int option.
+        let r = unsafe {
+            libc::setsockopt(
+                rx.as_raw_fd(),
+                level,
+                name,
+                (&raw const one).cast(),
+                std::mem::size_of::<libc::c_int>() as _,
+            )
+        };
+        assert_eq!(r, 0);
+        let mut cfg = UdpConfig::bind(bind.parse().unwrap());
+        cfg.ports = PortAllocator::new(23000..=23999).unwrap();
+        // DSCP 46 (EF) << 2; the low bits given here are ignored
+        cfg.traffic_class = 0xb8 | 3;
+        let mut a = UringDatapath::new(cfg).unwrap();
+        let c = a
+            .open_conn(rx.local_addr().unwrap(), &PathMap::per_ev(vec![0, 1]))
+            .unwrap();
+        assert_eq!(a.socket_traffic_class(c, 0).unwrap(), 0xb8, "{bind}");
+        assert_eq!(a.socket_traffic_class(c, 1).unwrap(), 0xb8, "{bind}");
+        for (ecn, bits) in [(Ecn::Ect0, 0b10u8), (Ecn::NotEct, 0)] {
+            let mut batch = TxBatch::new(1, 2048);
+            assert!(batch.push(c, 1, ecn, &[7u8; 100]));
+            assert_eq!(a.tx_burst(&batch).unwrap().datagrams, 1);
+            assert_eq!(recv_tos(&rx, v6), 0xb8 | bits, "{bind} {ecn:?}");
+        }
+    }
+}

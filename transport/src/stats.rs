@@ -132,7 +132,13 @@ pub struct ConnStats {
     /// Packets declared lost by RACK-style time detection, including those an RTO expiry
     /// finds overdue by RACK's deadline though younger than the RTO (RFC 8985 section 6.3).
     pub rack_losses: u64,
-    /// Losses later found spurious (original acknowledged).
+    /// Packets an RTO expiry declared lost because they were sent at least an RTO ago
+    /// (and the oldest one under [`crate::send::SendConfig::rto_probe_oldest`]); those it
+    /// finds overdue by RACK's deadline count in `rack_losses`. `rack_losses + rto_lost`
+    /// are all the losses declared.
+    pub rto_lost: u64,
+    /// Declared losses (`rack_losses` or `rto_lost`) later found spurious: a copy declared
+    /// lost was acknowledged after all. At most `rack_losses + rto_lost`.
     pub spurious: u64,
     /// Tail loss probes sent (RFC 8985 section 7).
     pub tail_loss_probes: u64,

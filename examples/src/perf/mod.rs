@@ -45,9 +45,13 @@ impl From<&str> for CliError {
 pub fn run_cli(cli: Cli) -> Result<String, CliError> {
     let p = cli.test.params()?;
     let timeout = Duration::from_secs_f64(cli.test.timeout);
-    let progress =
-        (!cli.test.json).then(|| report::BwUnit::from_report_gbits(cli.test.report_gbits));
-    let local = match cli.test.fabric {
+    let progress = Some(report::ProgressOpts {
+        unit: report::BwUnit::from_report_gbits(cli.test.report_gbits),
+        interval: Duration::from_secs_f64(cli.test.interval_s()?),
+        every_interval: cli.test.interval.is_some(),
+        print: true,
+    });
+    let fabric = match cli.test.fabric {
         opts::Fabric::Udp => run::LocalFabric::Udp,
         opts::Fabric::Verbs => run::LocalFabric::Verbs(verbs::VerbsOpts {
             device: cli.test.ib_dev.clone(),
@@ -55,110 +59,82 @@ pub fn run_cli(cli: Cli) -> Result<String, CliError> {
             gid_index: cli.test.gid_index,
         }),
     };
-    if let run::LocalFabric::Verbs(o) = &local {
+    if let run::LocalFabric::Verbs(o) = &fabric {
         verbs::precheck(o).map_err(|e| format!("--fabric verbs: {e}"))?;
     }
+    let local = run::LocalOpts {
+        traffic_class: cli.test.traffic_class()?,
+        engine_cpu: cli.test.cpu,
+        fabric,
+    };
     let psk = cli
         .test
         .psk_file
         .as_deref()
         .map(opts::read_psk)
         .transpose()?;
-    match cli.cmd {
-        Command::Loopback { ipv6 } => {
-            if p.srv6.is_some() && !ipv6 {
-                return Err("--srv6 needs IPv6: add -6 (--ipv6)".into());
+    let env = RunEnv {
+        timeout,
+        progress,
+        local: &local,
+        psk: psk.as_deref(),
+        udp_port: cli.test.udp_port,
+        port: cli.test.port,
+    };
+    let (gbits, json) = (cli.test.report_gbits, cli.test.json);
+    match &cli.cmd {
+        Command::Loopback { .. } | Command::Client { .. } if cli.test.all => {
+            let mut runs: Vec<(opts::TestParams, run::EndResult, String)> = Vec::new();
+            let mut failure = None;
+            for size in opts::ALL_SIZES {
+                let o = opts::TestOpts {
+                    size: Some(size),
+                    ..cli.test.clone()
+                };
+                let sp = o.params()?;
+                match run_qps(&cli.cmd, &sp, &env, cli.test.qps) {
+                    Ok((r, mode)) => runs.push((sp, r, mode)),
+                    Err(e) => {
+                        // each size is a test of its own: a one-shot server is gone after
+                        // the first
+                        let hint = if matches!(cli.cmd, Command::Client { .. }) && !runs.is_empty()
+                        {
+                            " (-a runs one test per size: run the server with --persistent)"
+                        } else {
+                            ""
+                        };
+                        failure = Some(format!("-a at --size {size}: {}{hint}", e.message));
+                        break;
+                    }
+                }
             }
-            let ip: IpAddr = if ipv6 {
-                Ipv6Addr::LOCALHOST.into()
-            } else {
-                Ipv4Addr::LOCALHOST.into()
-            };
-            let listener =
-                TcpListener::bind(SocketAddr::new(ip, 0)).map_err(|e| format!("bind {ip}: {e}"))?;
-            let server_addr = listener.local_addr().map_err(|e| e.to_string())?;
-            let udp = SocketAddr::new(ip, cli.test.udp_port.unwrap_or(0));
-            let server_local = local.clone();
-            let server_psk = psk.clone();
-            let server = std::thread::spawn(move || {
-                run::serve_one(
-                    &listener,
-                    udp,
-                    timeout,
-                    Some(timeout),
-                    &server_local,
-                    &opts::ServerLimits::default(),
-                    server_psk.as_deref(),
-                )
-                .map(|_| ())
-            });
-            let client = run::run_client(
-                server_addr,
-                SocketAddr::new(ip, 0),
-                &p,
-                timeout,
-                progress,
-                &local,
-                psk.as_deref(),
-            );
-            let srv = server
-                .join()
-                .unwrap_or_else(|_| Err("server thread panicked".into()));
-            let (r, _) = client?;
-            srv.map_err(|e| format!("server: {e}"))?;
-            finish(
-                &p,
-                &r,
-                cli.test.report_gbits,
-                cli.test.json,
-                &format!("loopback {ip}"),
-            )
+            let out = report::sweep_report(&runs, gbits, json, failure.as_deref());
+            let bad: u64 = runs
+                .iter()
+                .map(|(_, r, _)| r.peer_recv.bad_bytes + r.recv.bad_bytes)
+                .sum();
+            match failure {
+                Some(m) => Err(CliError {
+                    stdout: out,
+                    message: m,
+                }),
+                None if bad > 0 => Err(CliError {
+                    stdout: out,
+                    message: format!("verify failed: {bad} bad bytes"),
+                }),
+                None => Ok(out),
+            }
         }
-        Command::Client { host } => {
-            check_host_without_port(&host)?;
-            // every address the name resolves to, in the resolver's order: `localhost`
-            // reaches a server on ::1 as well as one on 127.0.0.1
-            let addrs: Vec<SocketAddr> = (host.as_str(), cli.test.port)
-                .to_socket_addrs()
-                .map_err(|e| format!("cannot resolve {host}: {e}"))?
-                .collect();
-            if addrs.is_empty() {
-                return Err(format!("{host} resolves to no address").into());
-            }
-            let (stream, addr) = run::connect_any(&addrs, timeout)?;
-            let any: IpAddr = if addr.is_ipv6() {
-                Ipv6Addr::UNSPECIFIED.into()
-            } else {
-                Ipv4Addr::UNSPECIFIED.into()
-            };
-            let udp = SocketAddr::new(any, cli.test.udp_port.unwrap_or(0));
-            let mut p = p;
-            if let Some(mode) = p.srv6 {
-                p.steering = srv6::steering(mode, p.srv6_via, addr.ip(), p.paths, p.burst_size)?;
-            }
-            let (r, _) = run::run_client_on(
-                stream,
-                addr,
-                udp,
-                &p,
-                timeout,
-                progress,
-                &local,
-                psk.as_deref(),
-            )?;
-            finish(
-                &p,
-                &r,
-                cli.test.report_gbits,
-                cli.test.json,
-                &format!("client of {addr}"),
-            )
+        Command::Loopback { .. } | Command::Client { .. } => {
+            let (r, mode) = run_qps(&cli.cmd, &p, &env, cli.test.qps)?;
+            finish(&p, &r, gbits, json, &mode)
         }
         Command::Server {
             bind,
             persistent,
             limits,
         } => {
+            let (persistent, limits) = (*persistent, *limits);
             let ip: IpAddr = bind.parse().map_err(|e| format!("--bind {bind}: {e}"))?;
             let listener = TcpListener::bind(SocketAddr::new(ip, cli.test.port))
                 .map_err(|e| format!("cannot listen on {ip}:{}: {e}", cli.test.port))?;
@@ -206,7 +182,7 @@ pub fn run_cli(cli: Cli) -> Result<String, CliError> {
             Ok(String::new())
         }
         Command::Baseline { ipv6 } => {
-            let ip: IpAddr = if ipv6 {
+            let ip: IpAddr = if *ipv6 {
                 Ipv6Addr::LOCALHOST.into()
             } else {
                 Ipv4Addr::LOCALHOST.into()
@@ -215,8 +191,175 @@ pub fn run_cli(cli: Cli) -> Result<String, CliError> {
                 TestKind::Bw => vec![baseline::udp_blast(ip, &p)?, baseline::tcp(ip, &p)?],
                 TestKind::Lat => vec![baseline::udp_pingpong(ip, &p)?],
             };
-            Ok(baseline::render(&results, cli.test.json))
+            Ok(baseline::render(&results, json))
         }
+    }
+}
+
+/// What every run of one command line shares.
+#[derive(Clone, Copy)]
+struct RunEnv<'a> {
+    timeout: Duration,
+    progress: Option<report::ProgressOpts>,
+    local: &'a run::LocalOpts,
+    psk: Option<&'a [u8]>,
+    udp_port: Option<u16>,
+    port: u16,
+}
+
+/// Most `-q/--qps`.
+pub const MAX_QPS: u32 = 16;
+
+/// `qps` tests of `loopback` in parallel (`-q`), each its own QP with its own engine
+/// thread and both ends; the results summed by [`run::EndResult::sum`]. Only QP 0
+/// prints the progress line. One QP: [`run_one`].
+fn run_qps(
+    cmd: &Command,
+    p: &opts::TestParams,
+    env: &RunEnv<'_>,
+    qps: u32,
+) -> Result<(run::EndResult, String), CliError> {
+    if qps == 0 || qps > MAX_QPS {
+        return Err(format!("-q/--qps must be in 1..={MAX_QPS}, got {qps}").into());
+    }
+    if qps == 1 {
+        return run_one(cmd, p, env);
+    }
+    if !matches!(cmd, Command::Loopback { .. }) {
+        return Err(format!(
+            "-q {qps}: several QPs run in loopback only (a server serves one client at a \
+             time); over two hosts, one QP spreads over --paths EVs"
+        )
+        .into());
+    }
+    let results: Vec<Result<(run::EndResult, String), CliError>> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..qps)
+            .map(|i| {
+                let env_i = RunEnv {
+                    progress: if i == 0 {
+                        env.progress
+                    } else {
+                        env.progress
+                            .map(|o| report::ProgressOpts { print: false, ..o })
+                    },
+                    local: env.local,
+                    ..*env
+                };
+                s.spawn(move || run_one(cmd, p, &env_i))
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("QP thread panicked".into()))
+            })
+            .collect()
+    });
+    let mut all = Vec::with_capacity(results.len());
+    let mut mode = String::new();
+    for (i, r) in results.into_iter().enumerate() {
+        let (r, m) = r.map_err(|e| CliError {
+            stdout: e.stdout,
+            message: format!("QP {i} of -q {qps}: {}", e.message),
+        })?;
+        mode = m;
+        all.push(r);
+    }
+    Ok((run::EndResult::sum(all), format!("{mode}, {qps} QPs")))
+}
+
+/// One test of `loopback` or `client` with the parameters `p`: the results and the
+/// report's mode line.
+fn run_one(
+    cmd: &Command,
+    p: &opts::TestParams,
+    env: &RunEnv<'_>,
+) -> Result<(run::EndResult, String), CliError> {
+    let timeout = env.timeout;
+    match cmd {
+        Command::Loopback { ipv6 } => {
+            let ipv6 = *ipv6;
+            if p.srv6.is_some() && !ipv6 {
+                return Err("--srv6 needs IPv6: add -6 (--ipv6)".into());
+            }
+            let ip: IpAddr = if ipv6 {
+                Ipv6Addr::LOCALHOST.into()
+            } else {
+                Ipv4Addr::LOCALHOST.into()
+            };
+            let listener =
+                TcpListener::bind(SocketAddr::new(ip, 0)).map_err(|e| format!("bind {ip}: {e}"))?;
+            let server_addr = listener.local_addr().map_err(|e| e.to_string())?;
+            let udp = SocketAddr::new(ip, env.udp_port.unwrap_or(0));
+            // the loopback's server end: the same datapath and marking, any CPU
+            let server_local = run::LocalOpts {
+                engine_cpu: None,
+                ..env.local.clone()
+            };
+            let server_psk = env.psk.map(<[u8]>::to_vec);
+            let server = std::thread::spawn(move || {
+                run::serve_one(
+                    &listener,
+                    udp,
+                    timeout,
+                    Some(timeout),
+                    &server_local,
+                    &opts::ServerLimits::default(),
+                    server_psk.as_deref(),
+                )
+                .map(|_| ())
+            });
+            let client = run::run_client(
+                server_addr,
+                SocketAddr::new(ip, 0),
+                p,
+                timeout,
+                env.progress,
+                env.local,
+                env.psk,
+            );
+            let srv = server
+                .join()
+                .unwrap_or_else(|_| Err("server thread panicked".into()));
+            let (r, _) = client?;
+            srv.map_err(|e| format!("server: {e}"))?;
+            Ok((r, format!("loopback {ip}")))
+        }
+        Command::Client { host } => {
+            check_host_without_port(host)?;
+            // every address the name resolves to, in the resolver's order: `localhost`
+            // reaches a server on ::1 as well as one on 127.0.0.1
+            let addrs: Vec<SocketAddr> = (host.as_str(), env.port)
+                .to_socket_addrs()
+                .map_err(|e| format!("cannot resolve {host}: {e}"))?
+                .collect();
+            if addrs.is_empty() {
+                return Err(format!("{host} resolves to no address").into());
+            }
+            let (stream, addr) = run::connect_any(&addrs, timeout)?;
+            let any: IpAddr = if addr.is_ipv6() {
+                Ipv6Addr::UNSPECIFIED.into()
+            } else {
+                Ipv4Addr::UNSPECIFIED.into()
+            };
+            let udp = SocketAddr::new(any, env.udp_port.unwrap_or(0));
+            let mut p = p.clone();
+            if let Some(mode) = p.srv6 {
+                p.steering = srv6::steering(mode, p.srv6_via, addr.ip(), p.paths, p.burst_size)?;
+            }
+            let (r, _) = run::run_client_on(
+                stream,
+                addr,
+                udp,
+                &p,
+                timeout,
+                env.progress,
+                env.local,
+                env.psk,
+            )?;
+            Ok((r, format!("client of {addr}")))
+        }
+        _ => Err("only loopback and client run a test".into()),
     }
 }
 
@@ -297,15 +440,15 @@ pub fn main() -> i32 {
 
 /// The test options only a client chooses (`mrc-perf server` runs what its client asks,
 /// within its `--max-*` limits): clap's id, and the flag as the user wrote it.
-const CLIENT_OPTIONS: [(&str, &str); 21] = [
+const CLIENT_OPTIONS: [(&str, &str); 24] = [
     ("size", "-s/--size"),
     ("iters", "-n/--iters"),
     ("duration", "-D/--duration"),
     ("paths", "--paths"),
-    ("mtu", "--mtu"),
+    ("mtu", "-m/--mtu"),
     ("cc", "--cc"),
     ("test", "--test"),
-    ("bidirectional", "--bidirectional"),
+    ("bidirectional", "-b/--bidirectional"),
     ("verify", "--verify"),
     ("rate_limit", "--rate-limit"),
     ("burst_size", "--burst-size"),
@@ -319,6 +462,9 @@ const CLIENT_OPTIONS: [(&str, &str); 21] = [
     ("reorder_window_us", "--reorder-window-us"),
     ("peer_timeout_s", "--peer-timeout"),
     ("spin_us", "--spin-us"),
+    ("interval", "-i/--interval"),
+    ("all", "-a/--all"),
+    ("qps", "-q/--qps"),
 ];
 
 /// A server given a client's test option refuses it by name, instead of running the

@@ -135,6 +135,11 @@ pub struct TestOpts {
     /// Message size in bytes [default: 65536 for bw, 8 for lat].
     #[arg(short = 's', long = "size", value_name = "BYTES", global = true)]
     pub size: Option<u64>,
+    /// Every size from 2 B to 8 MiB, powers of two (perftest's `-a`): one test each, with
+    /// the same -n or -D, one row each (`--json`: one object each in `sizes`). A client's
+    /// server needs `--persistent` (each size is a test of its own).
+    #[arg(short = 'a', long = "all", global = true, conflicts_with = "size")]
+    pub all: bool,
     /// Messages to send [default: 5000 for bw, 1000 for lat].
     #[arg(
         short = 'n',
@@ -151,7 +156,14 @@ pub struct TestOpts {
     #[arg(long, default_value_t = 16, global = true)]
     pub paths: u32,
     /// Payload bytes per packet (mrc payload, not the link MTU: headers come on top).
-    #[arg(long, value_name = "BYTES", default_value_t = 4096, global = true)]
+    /// `-m` as in perftest.
+    #[arg(
+        short = 'm',
+        long,
+        value_name = "BYTES",
+        default_value_t = 4096,
+        global = true
+    )]
     pub mtu: u32,
     /// Congestion control: dcqcn, swift, nscc or none.
     #[arg(long, default_value = "none", value_parser = parse_cc, global = true)]
@@ -159,8 +171,20 @@ pub struct TestOpts {
     /// bw or lat.
     #[arg(long = "test", value_enum, default_value_t = TestKind::Bw, global = true)]
     pub test: TestKind,
-    /// Both sides send at once (bw).
-    #[arg(long, global = true)]
+    /// Queue pairs (perftest's `-q`): this many QPs in parallel, each a connection of its
+    /// own with its own engine thread and `--paths` EVs, each running the whole test
+    /// (`-n` messages each, or `-D`); the report sums them. `loopback` only: a server
+    /// serves one client at a time. In 1..=16.
+    #[arg(
+        short = 'q',
+        long = "qps",
+        value_name = "N",
+        default_value_t = 1,
+        global = true
+    )]
+    pub qps: u32,
+    /// Both sides send at once (bw). `-b` as in perftest.
+    #[arg(short = 'b', long, global = true)]
     pub bidirectional: bool,
     /// Check every byte of every message at the receiver.
     #[arg(long, global = true)]
@@ -209,9 +233,38 @@ pub struct TestOpts {
     /// RDMA device for --fabric verbs, as ibv_devices lists it [default: the only one].
     #[arg(short = 'd', long = "ib-dev", global = true)]
     pub ib_dev: Option<String>,
-    /// Port of the RDMA device, from 1.
-    #[arg(short = 'i', long = "ib-port", default_value_t = 1, global = true)]
+    /// Port of the RDMA device, from 1 (perftest's `-i`; here `-i` is iperf3's
+    /// `--interval`).
+    #[arg(long = "ib-port", default_value_t = 1, global = true)]
     pub ib_port: u8,
+    /// Seconds between interval reports: a progress line on stderr from the first
+    /// interval on, and one record per interval in the JSON's `intervals` (iperf3's `-i`).
+    /// Without it the intervals are 1 s and the progress line starts at 2 s. In
+    /// 0.1..=--duration.
+    #[arg(
+        short = 'i',
+        long = "interval",
+        value_name = "SECONDS",
+        allow_negative_numbers = true,
+        global = true
+    )]
+    pub interval: Option<f64>,
+    /// DSCP of this end's packets, 0..=63: the IPv4 TOS / IPv6 traffic class byte is
+    /// DSCP x 4 (the low two bits are ECN, the transport's). Each end marks its own
+    /// packets: give it to the server too to mark the other direction (ACKs).
+    #[arg(long, value_name = "DSCP", global = true, conflicts_with = "tclass",
+          value_parser = clap::value_parser!(u8).range(0..=63))]
+    pub dscp: Option<u8>,
+    /// IPv6 traffic class / IPv4 TOS byte of this end's packets (perftest's
+    /// `--tclass`), 0..=255 and a multiple of 4: its two low bits are the ECN field, which
+    /// the transport sets per packet. Each end marks its own packets.
+    #[arg(long, value_name = "TCLASS", global = true)]
+    pub tclass: Option<u8>,
+    /// Pin this end's engine thread (the one that moves every packet) to this CPU
+    /// (sched_setaffinity; in `loopback` the client's engine). Errors if the process may
+    /// not run on it.
+    #[arg(long, value_name = "N", global = true)]
+    pub cpu: Option<usize>,
     /// GID index on that port: a RoCEv2 entry (`show_gids`; often 3 for IPv4 on ConnectX,
     /// 1 on Soft-RoCE).
     #[arg(short = 'x', long = "gid-index", default_value_t = 1, global = true)]
@@ -482,7 +535,76 @@ fn num(x: f64) -> String {
     }
 }
 
+/// The sizes of `-a/--all`, bytes: perftest's 2 B to 8 MiB, powers of two.
+pub const ALL_SIZES: [u64; 23] = {
+    let mut s = [0u64; 23];
+    let mut i = 0;
+    while i < 23 {
+        s[i] = 2 << i;
+        i += 1;
+    }
+    s
+};
+
+/// Shortest `-i/--interval`, seconds.
+pub const MIN_INTERVAL_S: f64 = 0.1;
+
 impl TestOpts {
+    /// The TOS / traffic class byte of `--dscp` or `--tclass` (0 without them).
+    ///
+    /// # Errors
+    /// `--tclass` with ECN bits; either with `--fabric verbs` (a UD QP's traffic class
+    /// is its address handle's, not set here).
+    pub fn traffic_class(&self) -> Result<u8, String> {
+        let tc = match (self.dscp, self.tclass) {
+            (Some(d), _) => d << 2,
+            (None, Some(t)) if t & 3 != 0 => {
+                return Err(format!(
+                    "--tclass {t}: the two low bits are the ECN field, which the transport \
+                     sets per packet; give a multiple of 4 (--tclass {} or --dscp {})",
+                    t & !3,
+                    t >> 2
+                ));
+            }
+            (None, Some(t)) => t,
+            (None, None) => return Ok(0),
+        };
+        if self.fabric == Fabric::Verbs {
+            return Err(
+                "--dscp/--tclass are for --fabric udp (the socket's TOS / traffic \
+                        class); with --fabric verbs set the GID's traffic class on the NIC"
+                    .into(),
+            );
+        }
+        Ok(tc)
+    }
+
+    /// The interval of `-i/--interval`, seconds (1 without it).
+    ///
+    /// # Errors
+    /// Not a number in [`MIN_INTERVAL_S`]..=[`MAX_SECONDS`], or longer than `--duration`.
+    pub fn interval_s(&self) -> Result<f64, String> {
+        let Some(i) = self.interval else {
+            return Ok(1.0);
+        };
+        if !(MIN_INTERVAL_S..=MAX_SECONDS).contains(&i) {
+            return Err(format!(
+                "--interval must be in {MIN_INTERVAL_S}..={MAX_SECONDS} seconds, got {}",
+                num(i)
+            ));
+        }
+        if let Some(d) = self.duration
+            && i > d
+        {
+            return Err(format!(
+                "--interval {} s is longer than --duration {} s: no interval would end",
+                num(i),
+                num(d)
+            ));
+        }
+        Ok(i)
+    }
+
     /// Checks the options and fills in the defaults.
     ///
     /// # Errors

@@ -2,6 +2,7 @@
 
 use super::opts::{TestKind, TestParams};
 use super::run::EndResult;
+use serde::Serialize;
 use serde_json::json;
 use std::io::Write;
 use std::time::{Duration, Instant};
@@ -37,12 +38,128 @@ pub struct EvLine {
     pub trims: u64,
     /// ECN CE marks on its packets.
     pub ecn_marks: u64,
-    /// Its packets declared lost by RTO expiries (one expiry can declare a whole window
-    /// on every EV; the connection's count of expiries is `rtos`). Shown as `RTO_lost`.
+    /// Its packets declared lost by RTO expiries (`rto_lost_packets`; one expiry can
+    /// declare a whole window on every EV; the connection's count of expiries is
+    /// `rto_expiries`).
     pub timeouts: u64,
     /// Its path state at the end of the run: `GOOD`, `SKIP`, `ASSUMED_BAD` or `DENIED`
     /// (empty when unknown).
     pub state: &'static str,
+}
+
+/// One counter of the report: its name, the same as JSON key and as table label (one
+/// vocabulary: the README's table lists them all), and what it counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Counter {
+    /// The JSON key, also the table's label.
+    pub key: &'static str,
+    /// What it counts.
+    pub meaning: &'static str,
+}
+
+const fn counter(key: &'static str, meaning: &'static str) -> Counter {
+    Counter { key, meaning }
+}
+
+/// The per-EV counters, in the order of the per-EV table's columns and of [`ev_values`]
+/// (each EV's JSON object has them besides `ev`, `src_port` and `state`).
+pub const EV_COUNTERS: [Counter; 5] = [
+    counter(
+        "sent_packets",
+        "data packets this side sent on the EV, first transmissions and retransmissions",
+    ),
+    counter(
+        "retransmitted_packets",
+        "retransmissions this side sent on the EV",
+    ),
+    counter(
+        "trimmed_packets",
+        "packets sent on the EV that a switch trimmed (NACK TRIMMED received)",
+    ),
+    counter(
+        "ecn_marked_packets",
+        "packets sent on the EV that arrived with ECN CE (as the peer's SACKs report)",
+    ),
+    counter(
+        "rto_lost_packets",
+        "packets sent on the EV that an RTO expiry declared lost",
+    ),
+];
+
+/// The counters of this side's connection, in the order of the table's totals line and
+/// of [`conn_values`] (top-level keys of the JSON).
+pub const CONN_COUNTERS: [Counter; 9] = [
+    counter(
+        "sent_packets",
+        "data packets this side sent, first transmissions and retransmissions",
+    ),
+    counter("retransmitted_packets", "retransmissions this side sent"),
+    counter(
+        "trimmed_packets",
+        "this side's packets a switch trimmed (NACK TRIMMED received)",
+    ),
+    counter(
+        "ecn_marked_packets",
+        "this side's packets that arrived with ECN CE (as the peer's SACKs report)",
+    ),
+    counter(
+        "rto_expiries",
+        "RTO expiries of the connection (one expiry can declare many packets lost)",
+    ),
+    counter(
+        "rto_lost_packets",
+        "packets an RTO expiry declared lost: sent at least an RTO ago",
+    ),
+    counter(
+        "rack_lost_packets",
+        "packets declared lost by RACK's deadline (a later packet was acknowledged first, \
+         or an RTO expiry found them overdue)",
+    ),
+    counter(
+        "spurious_losses",
+        "declared losses (rto_lost_packets + rack_lost_packets) whose packet was \
+         acknowledged after all: the copy was late, not lost",
+    ),
+    counter(
+        "tail_loss_probes",
+        "tail loss probes sent (a copy of the last packet in flight after a quiet PTO)",
+    ),
+];
+
+/// The counters of a receiving end's drops (`dropped_datagrams` and `duplicate_datagrams`
+/// of this side at the top level of the JSON and under `receiver` for the peer).
+pub const DROP_COUNTERS: [Counter; 2] = [
+    counter(
+        "dropped_datagrams",
+        "datagrams the end received and dropped, by reason in `drops` (JSON), for no QP \
+         (`unknown_qpn`) or a foreign source (`source_drops`)",
+    ),
+    counter(
+        "duplicate_datagrams",
+        "of dropped_datagrams, copies of packets already received (reasons Duplicate and \
+         StaleProbeReply): normal after a retransmission or a tail loss probe of the \
+         sending end, whose original arrived after all",
+    ),
+];
+
+/// The values of [`CONN_COUNTERS`] for `c`, in that order.
+pub fn conn_values(c: &mrc_transport::stats::ConnStats) -> [u64; 9] {
+    [
+        c.sent,
+        c.retransmitted,
+        c.trimmed,
+        c.ecn_marked,
+        c.timeouts,
+        c.rto_lost,
+        c.rack_losses,
+        c.spurious,
+        c.tail_loss_probes,
+    ]
+}
+
+/// The values of [`EV_COUNTERS`] for `e`, in that order.
+pub fn ev_values(e: &EvLine) -> [u64; 5] {
+    [e.packets, e.retransmits, e.trims, e.ecn_marks, e.timeouts]
 }
 
 /// The unit of the bandwidth figures, in the table and on the progress line alike.
@@ -91,8 +208,10 @@ impl BwUnit {
 }
 
 /// The text of one progress line (without the leading `\r`): `elapsed_s` since the start
-/// (of `duration_s` with `-D`), running totals sent by this side, and the rate of the
-/// last interval (`interval_bytes` in `interval_s`) in `unit`.
+/// (of `duration_s` with `-D`), running totals sent by this side, the rate of the last
+/// interval (`interval_bytes` in `interval_s`, both directions with `--bidirectional`) in
+/// `unit`, and the retransmissions sent in it.
+#[allow(clippy::too_many_arguments)]
 pub fn progress_line(
     elapsed_s: f64,
     duration_s: Option<f64>,
@@ -101,84 +220,213 @@ pub fn progress_line(
     interval_bytes: u64,
     interval_s: f64,
     unit: BwUnit,
+    retransmitted_packets: u64,
 ) -> String {
-    let of = duration_s.map(|d| format!("/{d:.0}")).unwrap_or_default();
+    let of = duration_s.map(|d| format!("/{d}")).unwrap_or_default();
     let bw = unit.convert(interval_bytes as f64 / interval_s.max(1e-9));
     format!(
-        "[{elapsed_s:6.1}{of} s] sent {msgs:>12} msgs {bytes:>16} bytes, last {interval_s:.1} s: {bw:10.2} {} ({})",
+        "[{elapsed_s:6.1}{of} s] sent {msgs:>12} msgs {bytes:>16} bytes, last {interval_s:.1} s: {bw:10.2} {} ({}), retransmitted_packets {retransmitted_packets}",
         unit.label(),
         unit.meaning()
     )
 }
 
-/// The progress line (stderr), once a second on runs longer than 2 s.
+/// One interval of `-i SECONDS` (iperf3's interval reports): this side's sends, and its
+/// receives with `--bidirectional`. The JSON's `intervals` array holds one per interval.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Interval {
+    /// Start, seconds since the first message was posted.
+    pub start_s: f64,
+    /// End, seconds since the first message was posted.
+    pub end_s: f64,
+    /// Messages this side's sender completed in the interval.
+    pub sent_messages: u64,
+    /// Bytes of those messages.
+    pub sent_bytes: u64,
+    /// Bytes this side received in the interval (`--bidirectional`; 0 otherwise).
+    pub received_bytes: u64,
+    /// `sent_bytes + received_bytes` over the interval, Gb/s (10^9 bits/s).
+    pub bw_gbps: f64,
+    /// The same in MiB/s (perftest's MB/sec, 2^20 bytes).
+    pub bw_mib_per_s: f64,
+    /// Retransmissions this side sent in the interval.
+    pub retransmitted_packets: u64,
+    /// RTO expiries of this side's connection in the interval.
+    pub rto_expiries: u64,
+}
+
+/// How a sender shows its progress on stderr.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ProgressOpts {
+    /// The table's unit.
+    pub unit: BwUnit,
+    /// Length of an interval (`-i`, default 1 s).
+    pub interval: Duration,
+    /// Print every interval from the first (`-i` given); otherwise only on runs past 2 s.
+    pub every_interval: bool,
+    /// Print at all (stderr lines); the intervals are recorded either way.
+    pub print: bool,
+}
+
+impl ProgressOpts {
+    /// Records 1 s intervals, prints nothing.
+    pub fn quiet() -> Self {
+        ProgressOpts {
+            unit: BwUnit::MibPerS,
+            interval: Duration::from_secs(1),
+            every_interval: false,
+            print: false,
+        }
+    }
+}
+
+/// What a [`Meter`] measured.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Metered {
+    /// Highest rate of this side's sends over 100 ms windows, bytes/s.
+    pub peak_sent_bps: f64,
+    /// Highest rate of sends and receives together over 100 ms windows, bytes/s.
+    pub peak_total_bps: f64,
+    /// The intervals, the last one possibly shorter.
+    pub intervals: Vec<Interval>,
+}
+
+/// The sender's clock: 100 ms windows for the peaks, `-i` intervals, and the progress
+/// line on stderr (redrawn with carriage returns on a terminal, one plain line per
+/// interval otherwise).
 #[derive(Debug)]
-pub struct Progress {
+pub struct Meter {
+    o: ProgressOpts,
     start: Instant,
-    last: Instant,
-    last_bytes: u64,
-    shown: bool,
     duration_s: Option<f64>,
-    unit: BwUnit,
-    /// stderr is a terminal: redraw one line with carriage returns; otherwise (a file, a
-    /// pipe, CI) print one plain line per second.
+    win_start: Instant,
+    win_sent: u64,
+    win_total: u64,
+    iv_start: Instant,
+    iv_msgs: u64,
+    iv_sent: u64,
+    iv_recv: u64,
+    iv_retx: u64,
+    iv_rtos: u64,
+    m: Metered,
+    shown: bool,
     redraw: bool,
 }
 
-impl Progress {
-    /// Starts the clock; the rate is shown in `unit` (the table's).
-    pub fn new(duration_s: Option<f64>, unit: BwUnit) -> Self {
-        let now = Instant::now();
-        Progress {
-            start: now,
-            last: now,
-            last_bytes: 0,
-            shown: false,
+impl Meter {
+    /// Starts the clock at `start`.
+    pub fn new(o: ProgressOpts, duration_s: Option<f64>, start: Instant) -> Self {
+        Meter {
+            o,
+            start,
             duration_s,
-            unit,
+            win_start: start,
+            win_sent: 0,
+            win_total: 0,
+            iv_start: start,
+            iv_msgs: 0,
+            iv_sent: 0,
+            iv_recv: 0,
+            iv_retx: 0,
+            iv_rtos: 0,
+            m: Metered::default(),
+            shown: false,
             redraw: std::io::IsTerminal::is_terminal(&std::io::stderr()),
         }
     }
 
-    /// Called with running totals; prints at most once a second, from 2 s on.
-    pub fn update(&mut self, msgs: u64, bytes: u64) {
-        let now = Instant::now();
-        if now.duration_since(self.start) < Duration::from_secs(2) && !self.shown {
-            if now.duration_since(self.last) >= Duration::from_secs(1) {
-                self.last = now;
-                self.last_bytes = bytes;
-            }
-            return;
+    /// Running totals at `now`: messages and bytes this side's sender completed, bytes
+    /// its receiver got; `counters` gives (retransmitted packets, RTO expiries) so far and
+    /// is called only when an interval ends.
+    pub fn tick(
+        &mut self,
+        now: Instant,
+        msgs: u64,
+        sent: u64,
+        recv: u64,
+        counters: impl FnOnce() -> (u64, u64),
+    ) {
+        let w = now.duration_since(self.win_start);
+        if w >= Duration::from_millis(100) {
+            let ws = w.as_secs_f64();
+            self.m.peak_sent_bps = self.m.peak_sent_bps.max((sent - self.win_sent) as f64 / ws);
+            self.m.peak_total_bps = self
+                .m
+                .peak_total_bps
+                .max((sent + recv - self.win_total) as f64 / ws);
+            self.win_start = now;
+            self.win_sent = sent;
+            self.win_total = sent + recv;
         }
-        let dt = now.duration_since(self.last);
-        if dt < Duration::from_secs(1) {
-            return;
+        if now.duration_since(self.iv_start) >= self.o.interval {
+            self.close_interval(now, msgs, sent, recv, counters());
         }
-        let line = progress_line(
-            now.duration_since(self.start).as_secs_f64(),
-            self.duration_s,
-            msgs,
-            bytes,
-            bytes - self.last_bytes,
-            dt.as_secs_f64(),
-            self.unit,
-        );
-        if self.redraw {
-            eprint!("\r{line}   ");
-        } else {
-            eprintln!("{line}");
-        }
-        let _ = std::io::stderr().flush();
-        self.shown = true;
-        self.last = now;
-        self.last_bytes = bytes;
     }
 
-    /// Ends the line if one was redrawn.
-    pub fn finish(&mut self) {
+    fn close_interval(&mut self, now: Instant, msgs: u64, sent: u64, recv: u64, c: (u64, u64)) {
+        let dt = now.duration_since(self.iv_start).as_secs_f64();
+        let bytes = (sent - self.iv_sent) + (recv - self.iv_recv);
+        let iv = Interval {
+            start_s: self.iv_start.duration_since(self.start).as_secs_f64(),
+            end_s: now.duration_since(self.start).as_secs_f64(),
+            sent_messages: msgs - self.iv_msgs,
+            sent_bytes: sent - self.iv_sent,
+            received_bytes: recv - self.iv_recv,
+            bw_gbps: BwUnit::Gbits.convert(bytes as f64 / dt.max(1e-9)),
+            bw_mib_per_s: BwUnit::MibPerS.convert(bytes as f64 / dt.max(1e-9)),
+            retransmitted_packets: c.0.saturating_sub(self.iv_retx),
+            rto_expiries: c.1.saturating_sub(self.iv_rtos),
+        };
+        let elapsed = now.duration_since(self.start);
+        if self.o.print
+            && (self.o.every_interval || self.shown || elapsed >= Duration::from_secs(2))
+        {
+            let line = progress_line(
+                elapsed.as_secs_f64(),
+                self.duration_s,
+                msgs,
+                sent,
+                bytes,
+                dt,
+                self.o.unit,
+                iv.retransmitted_packets,
+            );
+            if self.redraw {
+                eprint!("\r{line}   ");
+            } else {
+                eprintln!("{line}");
+            }
+            let _ = std::io::stderr().flush();
+            self.shown = true;
+        }
+        self.m.intervals.push(iv);
+        self.iv_start = now;
+        self.iv_msgs = msgs;
+        self.iv_sent = sent;
+        self.iv_recv = recv;
+        self.iv_retx = c.0;
+        self.iv_rtos = c.1;
+    }
+
+    /// Ends the run at `now` with the final totals: the last, shorter interval (if over a
+    /// millisecond long) and the peaks; ends a redrawn line.
+    pub fn finish(
+        mut self,
+        now: Instant,
+        msgs: u64,
+        sent: u64,
+        recv: u64,
+        counters: impl FnOnce() -> (u64, u64),
+    ) -> Metered {
+        if now.duration_since(self.iv_start) > Duration::from_millis(1)
+            || self.m.intervals.is_empty()
+        {
+            self.close_interval(now, msgs, sent, recv, counters());
+        }
         if self.shown && self.redraw {
             eprintln!();
         }
+        self.m
     }
 }
 
@@ -262,6 +510,30 @@ impl<'a> Report<'a> {
         }
     }
 
+    /// Messages completed: this side's sends, and with `--bidirectional` its receives too
+    /// (the table's `#iterations`, the JSON's `iterations`).
+    fn iterations(&self) -> u64 {
+        let s = self.r.send.as_ref().map_or(0, |s| s.completions);
+        s + if self.p.bidirectional {
+            self.r.recv.completions
+        } else {
+            0
+        }
+    }
+
+    /// The highest rate over 100 ms windows of both directions together, bytes/s (this
+    /// side's sends alone unless `--bidirectional`), and at least the average.
+    fn peak_bps(&self) -> f64 {
+        let s = self.r.send.clone().unwrap_or_default();
+        let avg = self.bytes_moved() as f64 / s.elapsed_s.max(1e-9);
+        let peak = if self.p.bidirectional {
+            s.peak_total_bps
+        } else {
+            s.peak_bps
+        };
+        peak.max(avg)
+    }
+
     /// CPU seconds per GB (1e9 bytes) moved, whole process.
     pub fn cpu_s_per_gb(&self) -> f64 {
         let b = self.bytes_moved();
@@ -274,6 +546,37 @@ impl<'a> Report<'a> {
 
     /// perftest-style text.
     pub fn table(&self, gbits: bool) -> String {
+        let p = self.p;
+        let mut o = self.header();
+        let s = self.r.send.clone().unwrap_or_default();
+        o += &self.columns(gbits);
+        o += &self.row(gbits);
+        if p.test == TestKind::Bw {
+            let u = BwUnit::from_report_gbits(gbits);
+            o += &unit_line(u);
+            if p.bidirectional {
+                let unit = u.label();
+                o += " bidirectional: #iterations, BW peak, BW average and MsgRate count both directions\n";
+                let recv_s = (self.r.recv.elapsed_ns as f64 / 1e9).max(1e-9);
+                let recv_avg = self.r.recv.bytes as f64 / recv_s;
+                let send_avg = s.bytes as f64 / s.elapsed_s.max(1e-9);
+                o += &format!(
+                    " sent     : BW peak {:.2} {unit}, BW average {:.2} {unit}, {} messages\n received : BW peak {:.2} {unit}, BW average {:.2} {unit}, {} messages\n",
+                    u.convert(s.peak_bps.max(send_avg)),
+                    u.convert(send_avg),
+                    s.completions,
+                    u.convert((self.r.recv.peak_bytes_per_s as f64).max(recv_avg)),
+                    u.convert(recv_avg),
+                    self.r.recv.completions
+                );
+            }
+        }
+        o += &self.counters();
+        o
+    }
+
+    /// The title block: test, mode and parameters, between rules.
+    fn header(&self) -> String {
         let p = self.p;
         let mut o = String::new();
         o += RULE;
@@ -296,25 +599,35 @@ impl<'a> Report<'a> {
         );
         o += RULE;
         o += "\n";
+        o
+    }
+
+    /// perftest's column line of the test.
+    pub fn columns(&self, gbits: bool) -> String {
+        match self.p.test {
+            TestKind::Bw => {
+                let unit = BwUnit::from_report_gbits(gbits).label();
+                format!(
+                    " #bytes     #iterations    BW peak[{unit}]    BW average[{unit}]   MsgRate[Mpps]   CPU[s/GB]\n"
+                )
+            }
+            TestKind::Lat => " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec]\n".to_string(),
+        }
+    }
+
+    /// perftest's row of figures under [`Report::columns`].
+    pub fn row(&self, gbits: bool) -> String {
+        let p = self.p;
         let s = self.r.send.clone().unwrap_or_default();
         match p.test {
             TestKind::Bw => {
                 let u = BwUnit::from_report_gbits(gbits);
-                let unit = u.label();
                 let bytes = self.bytes_moved();
                 let avg = bytes as f64 / s.elapsed_s.max(1e-9);
-                let peak = s.peak_bps.max(avg);
-                let msgs = s.completions
-                    + if p.bidirectional {
-                        self.r.recv.completions
-                    } else {
-                        0
-                    };
+                let peak = self.peak_bps();
+                let msgs = self.iterations();
                 let rate = msgs as f64 / s.elapsed_s.max(1e-9) / 1e6;
-                o += &format!(
-                    " #bytes     #iterations    BW peak[{unit}]    BW average[{unit}]   MsgRate[Mpps]   CPU[s/GB]\n"
-                );
-                o += &format!(
+                format!(
                     " {:<10} {:<14} {:<18.2} {:<20.2} {:<15.6} {:.3}\n",
                     p.size,
                     msgs,
@@ -322,51 +635,50 @@ impl<'a> Report<'a> {
                     u.convert(avg),
                     rate,
                     self.cpu_s_per_gb()
-                );
-                o += &format!(
-                    " {unit}: {}{}; BW peak: best 100 ms window; CPU[s/GB]: GB = 10^9 bytes\n",
-                    u.meaning(),
-                    match u {
-                        BwUnit::MibPerS => " (perftest's; --report-gbits for Gb/sec)",
-                        BwUnit::Gbits => " (--report-gbits)",
-                    }
-                );
-                if p.bidirectional {
-                    o += " bidirectional: #iterations, BW average and MsgRate count both directions, BW peak this side's sends (at least the average)\n";
-                }
+                )
             }
             TestKind::Lat => {
                 let l = LatStats::from_ns(&s.lat_ns).unwrap_or_default();
-                o += " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec]\n";
-                o += &format!(
+                format!(
                     " {:<6} {:<11} {:<14.2} {:<14.2} {:<16.2} {:<14.2} {:<15.2} {:<22.2} {:.2}\n",
                     p.size, s.completions, l.min, l.max, l.typical, l.avg, l.stdev, l.p99, l.p999
-                );
+                )
             }
         }
+    }
+
+    /// The per-EV summary, the totals and the datapath and receiver lines.
+    fn counters(&self) -> String {
+        let p = self.p;
+        let mut o = String::new();
         o += RULE;
         o += "\n";
         o += " Per-EV summary (this side's sender)\n";
-        o += "   EV  src_port       packets   retransmits       trims    ECN_marks    RTO_lost  state\n";
+        o += "   EV  src_port";
+        for c in &EV_COUNTERS {
+            o += &format!("  {:>w$}", c.key, w = c.key.len().max(12));
+        }
+        o += "  state\n";
         for e in &self.r.evs {
-            o += &format!(
-                " {:>4}  {:>8}  {:>12}  {:>12}  {:>10}  {:>11}  {:>10}  {}\n",
-                e.ev, e.port, e.packets, e.retransmits, e.trims, e.ecn_marks, e.timeouts, e.state
-            );
+            o += &format!(" {:>4}  {:>8}", e.ev, e.port);
+            for (c, v) in EV_COUNTERS.iter().zip(ev_values(e)) {
+                o += &format!("  {v:>w$}", w = c.key.len().max(12));
+            }
+            o += &format!("  {}\n", e.state);
         }
         let c = &self.r.conn;
+        let totals: Vec<String> = CONN_COUNTERS
+            .iter()
+            .zip(conn_values(c))
+            .map(|(k, v)| format!("{} {v}", k.key))
+            .collect();
         o += &format!(
-            " total: {} packets sent, {} retransmitted, {} trimmed, {} ECN marks, {} RTO expiries, {} RACK losses ({} spurious), {} tail loss probes, {} dropped on receive (SACKs and NACKs at this sender)\n",
-            c.sent,
-            c.retransmitted,
-            c.trimmed,
-            c.ecn_marked,
-            c.timeouts,
-            c.rack_losses,
-            c.spurious,
-            c.tail_loss_probes,
-            c.drops.total()
+            " this side's sender: {} ({} losses declared, {} of them spurious)\n",
+            totals.join(", "),
+            c.rto_lost + c.rack_losses,
+            c.spurious
         );
+        o += &format!(" this side's receiver: {}\n", self.r.recv.drops_text());
         let d = &self.r.engine.datapath;
         o += &format!(
             " datapath: {} datagrams in {} sends ({} refused), {} datagrams in {} receives ({} failed), {} engine sleeps\n",
@@ -380,21 +692,11 @@ impl<'a> Report<'a> {
         );
         let pr = &self.r.peer_recv;
         o += &format!(
-            " receiver: {} completions, {} bytes\n receiver: {}\n",
+            " receiver: completions {}, received_bytes {}\n receiver: {}\n",
             pr.completions,
             pr.bytes,
             pr.drops_text()
         );
-        let sd = &self.r.recv.source_drops;
-        if sd.total() > 0 {
-            o += &format!(
-                " this side: {} datagrams from a foreign source dropped (wrong IP {}, wrong port {}, before connect {})\n",
-                sd.total(),
-                sd.wrong_ip,
-                sd.wrong_port,
-                sd.before_connect
-            );
-        }
         if p.verify {
             let mine = &self.r.recv;
             o += &format!(
@@ -409,8 +711,15 @@ impl<'a> Report<'a> {
         o
     }
 
-    /// One JSON object.
+    /// One JSON object, with the run metadata.
     pub fn json(&self) -> String {
+        let mut v = self.json_value();
+        add_run_metadata(&mut v);
+        format!("{v}\n")
+    }
+
+    /// The JSON object of the results, without the run metadata.
+    pub fn json_value(&self) -> serde_json::Value {
         let p = self.p;
         let s = self.r.send.clone().unwrap_or_default();
         let bytes = self.bytes_moved();
@@ -421,22 +730,26 @@ impl<'a> Report<'a> {
             .evs
             .iter()
             .map(|e| {
-                json!({"ev": e.ev, "src_port": e.port, "packets": e.packets, "retransmits": e.retransmits,
-                       "trims": e.trims, "ecn_marks": e.ecn_marks, "timeouts": e.timeouts, "state": e.state})
+                let mut o = json!({"ev": e.ev, "src_port": e.port, "state": e.state});
+                for (c, v) in EV_COUNTERS.iter().zip(ev_values(e)) {
+                    o[c.key] = json!(v);
+                }
+                o
             })
             .collect();
+        let msgs = self.iterations();
         let mut v = json!({
             "test": match p.test { TestKind::Bw => "bw", TestKind::Lat => "lat" },
             "mode": self.mode,
-            "bytes": p.size,
-            "iterations": s.completions,
+            "msg_size_bytes": p.size,
+            "iterations": msgs,
             "elapsed_s": s.elapsed_s,
-            "bytes_moved": bytes,
-            "bw_peak_gbps": s.peak_bps.max(avg) * 8.0 / 1e9,
+            "total_bytes": bytes,
+            "bw_peak_gbps": self.peak_bps() * 8.0 / 1e9,
             "bw_avg_gbps": avg * 8.0 / 1e9,
             // perftest's "BW average[MB/sec]" is MiB/s (2^20 bytes); the name says so.
             "bw_avg_mib_per_s": avg / (1u64 << 20) as f64,
-            "msg_rate_mpps": s.completions as f64 / s.elapsed_s.max(1e-9) / 1e6,
+            "msg_rate_mpps": msgs as f64 / s.elapsed_s.max(1e-9) / 1e6,
             "cpu_s": self.r.cpu_s,
             "cpu_s_per_gb": self.cpu_s_per_gb(),
             "lat_us": lat.map(|l| json!({"min": l.min, "max": l.max, "typical": l.typical, "avg": l.avg,
@@ -445,15 +758,10 @@ impl<'a> Report<'a> {
             "path_selection": p.path_selection.to_string(),
             "tx_depth": p.tx_depth, "verify": p.verify, "bidirectional": p.bidirectional,
             "authenticated": p.authenticated,
-            "sent_packets": self.r.conn.sent,
-            "retransmitted": self.r.conn.retransmitted,
-            "trimmed": self.r.conn.trimmed,
-            "ecn_marked": self.r.conn.ecn_marked,
-            "rtos": self.r.conn.timeouts,
-            "rack_losses": self.r.conn.rack_losses,
-            "spurious_losses": self.r.conn.spurious,
-            "tail_loss_probes": self.r.conn.tail_loss_probes,
-            "sender_rx_dropped": self.r.conn.drops.total(),
+            "dropped_datagrams": self.r.recv.dropped(),
+            "duplicate_datagrams": self.r.recv.duplicates(),
+            "drops": self.r.recv.drops,
+            "unknown_qpn": self.r.recv.unknown_qpn,
             "datapath": {
                 "tx_datagrams": self.r.engine.datapath.tx_datagrams,
                 "tx_calls": self.r.engine.datapath.tx_calls,
@@ -465,16 +773,37 @@ impl<'a> Report<'a> {
             },
             "receiver": {
                 "completions": self.r.peer_recv.completions,
-                "bytes": self.r.peer_recv.bytes,
+                "received_bytes": self.r.peer_recv.bytes,
                 "verified_messages": self.r.peer_recv.verified_messages + self.r.recv.verified_messages,
                 "verified_bytes": self.r.peer_recv.verified_bytes + self.r.recv.verified_bytes,
                 "bad_bytes": self.r.peer_recv.bad_bytes + self.r.recv.bad_bytes,
-                "dropped": self.r.peer_recv.dropped(),
+                "dropped_datagrams": self.r.peer_recv.dropped(),
+                "duplicate_datagrams": self.r.peer_recv.duplicates(),
                 "drops": self.r.peer_recv.drops,
                 "unknown_qpn": self.r.peer_recv.unknown_qpn,
             },
             "evs": evs,
         });
+        for (c, n) in CONN_COUNTERS.iter().zip(conn_values(&self.r.conn)) {
+            v[c.key] = json!(n);
+        }
+        if p.bidirectional {
+            let rv = &self.r.recv;
+            let recv_s = (rv.elapsed_ns as f64 / 1e9).max(1e-9);
+            let send_avg = s.bytes as f64 / s.elapsed_s.max(1e-9);
+            let recv_avg = rv.bytes as f64 / recv_s;
+            v["directions"] = json!({
+                "sent": {"iterations": s.completions, "total_bytes": s.bytes,
+                         "elapsed_s": s.elapsed_s,
+                         "bw_peak_gbps": s.peak_bps.max(send_avg) * 8.0 / 1e9,
+                         "bw_avg_gbps": send_avg * 8.0 / 1e9},
+                "received": {"iterations": rv.completions, "total_bytes": rv.bytes,
+                             "elapsed_s": rv.elapsed_ns as f64 / 1e9,
+                             "bw_peak_gbps": (rv.peak_bytes_per_s as f64).max(recv_avg) * 8.0 / 1e9,
+                             "bw_avg_gbps": recv_avg * 8.0 / 1e9},
+            });
+        }
+        v["intervals"] = json!(s.intervals);
         // Datagrams dropped in the engine for a foreign source (not the peer's addresses):
         // this side's and the receiver's (json! nests too deep to hold them above).
         v["source_drops"] = json!(self.r.recv.source_drops);
@@ -486,9 +815,87 @@ impl<'a> Report<'a> {
         } else {
             json!(format!("verify failed: {bad} bad bytes"))
         };
-        add_run_metadata(&mut v);
-        format!("{v}\n")
+        v
     }
+}
+
+/// The unit line under a bw row: what the unit means.
+fn unit_line(u: BwUnit) -> String {
+    format!(
+        " {}: {}{}; BW peak: best 100 ms window; CPU[s/GB]: GB = 10^9 bytes\n",
+        u.label(),
+        u.meaning(),
+        match u {
+            BwUnit::MibPerS => " (perftest's; --report-gbits for Gb/sec)",
+            BwUnit::Gbits => " (--report-gbits)",
+        }
+    )
+}
+
+/// The report of `-a` (perftest's sweep of message sizes): the first run's title block,
+/// one row per size, and a line per size with its nonzero counters and drops; or with
+/// `json` one object whose `sizes` holds each size's object. `failure` (the sweep
+/// stopped there) goes in the JSON's `ok`/`error` and in a line of the table.
+pub fn sweep_report(
+    runs: &[(TestParams, EndResult, String)],
+    gbits: bool,
+    json: bool,
+    failure: Option<&str>,
+) -> String {
+    if json {
+        let sizes: Vec<serde_json::Value> = runs
+            .iter()
+            .map(|(p, r, m)| Report::new(p, r, m).json_value())
+            .collect();
+        let bad: u64 = runs
+            .iter()
+            .map(|(_, r, _)| r.peer_recv.bad_bytes + r.recv.bad_bytes)
+            .sum();
+        let error = match failure {
+            Some(f) => json!(f),
+            None if bad > 0 => json!(format!("verify failed: {bad} bad bytes")),
+            None => serde_json::Value::Null,
+        };
+        let mut v = json!({"ok": error.is_null(), "error": error, "sizes": sizes});
+        add_run_metadata(&mut v);
+        return format!("{v}\n");
+    }
+    let mut o = String::new();
+    let Some((p0, r0, m0)) = runs.first() else {
+        return failure.map(|f| format!(" {f}\n")).unwrap_or_default();
+    };
+    let first = Report::new(p0, r0, m0);
+    o += &first.header();
+    o += &first.columns(gbits);
+    for (p, r, m) in runs {
+        o += &Report::new(p, r, m).row(gbits);
+    }
+    if p0.test == TestKind::Bw {
+        o += &unit_line(BwUnit::from_report_gbits(gbits));
+    }
+    o += RULE;
+    o += "\n";
+    o += " #bytes   this side's counters that are not 0; this side's receive drops\n";
+    for (p, r, _) in runs {
+        let totals: Vec<String> = CONN_COUNTERS
+            .iter()
+            .zip(conn_values(&r.conn))
+            .filter(|(_, v)| *v > 0)
+            .map(|(k, v)| format!("{} {v}", k.key))
+            .collect();
+        o += &format!(
+            " {:<8} {}; {}\n",
+            p.size,
+            totals.join(", "),
+            r.recv.drops_text()
+        );
+    }
+    if let Some(f) = failure {
+        o += &format!(" {f}\n");
+    }
+    o += RULE;
+    o += "\n";
+    o
 }
 
 /// Adds what identifies a run to a JSON report: `version` (mrc-perf's), `timestamp`
@@ -531,15 +938,24 @@ mod tests {
     #[test]
     fn progress_line_uses_the_tables_unit_and_says_what_it_is() {
         // 3 x 2^20 bytes in 1 s = 3.00 MiB/s = 0.025165824 Gb/s.
-        let mib = progress_line(3.04, Some(10.0), 48, 7 << 20, 3 << 20, 1.0, BwUnit::MibPerS);
+        let mib = progress_line(
+            3.04,
+            Some(10.0),
+            48,
+            7 << 20,
+            3 << 20,
+            1.0,
+            BwUnit::MibPerS,
+            0,
+        );
         assert_eq!(
             mib,
-            "[   3.0/10 s] sent           48 msgs          7340032 bytes, last 1.0 s:       3.00 MB/sec (MB = 2^20 bytes)"
+            "[   3.0/10 s] sent           48 msgs          7340032 bytes, last 1.0 s:       3.00 MB/sec (MB = 2^20 bytes), retransmitted_packets 0"
         );
-        let gb = progress_line(12.0, None, 48, 7 << 20, 3 << 20, 1.0, BwUnit::Gbits);
+        let gb = progress_line(12.0, None, 48, 7 << 20, 3 << 20, 1.0, BwUnit::Gbits, 5);
         assert_eq!(
             gb,
-            "[  12.0 s] sent           48 msgs          7340032 bytes, last 1.0 s:       0.03 Gb/sec (Gb = 10^9 bits)"
+            "[  12.0 s] sent           48 msgs          7340032 bytes, last 1.0 s:       0.03 Gb/sec (Gb = 10^9 bits), retransmitted_packets 5"
         );
         assert_eq!(BwUnit::MibPerS.convert(3.0 * 1048576.0), 3.0);
         assert_eq!(BwUnit::Gbits.convert(125_000_000.0), 1.0);
@@ -557,7 +973,7 @@ mod tests {
                 bytes: 100 << 20,
                 elapsed_s: 2.0,
                 peak_bps: (80u64 << 20) as f64,
-                lat_ns: Vec::new(),
+                ..SendResult::default()
             }),
             ..EndResult::default()
         };
@@ -573,14 +989,52 @@ mod tests {
             "{t}"
         );
         assert!(!t.contains("bidirectional:"), "{t}");
-        let bi = Cli::parse_from(["mrc-perf", "loopback", "-n", "100", "--bidirectional"])
+        // Bidirectional: 100 MiB sent in 2 s, 60 MiB received in 1.5 s; the best 100 ms
+        // of both together 150 MiB/s, of the receives 45 MiB/s. The main row's peak is
+        // the peak of both directions (it was this side's sends, never above the
+        // average of both), and each direction has its own line.
+        let bi = Cli::parse_from(["mrc-perf", "loopback", "-n", "100", "-b"])
             .test
             .params()
             .unwrap();
-        let t = Report::new(&bi, &r, "t").table(false);
+        let mut rb = EndResult {
+            send: Some(SendResult {
+                completions: 100,
+                bytes: 100 << 20,
+                elapsed_s: 2.0,
+                peak_bps: (80u64 << 20) as f64,
+                peak_total_bps: (150u64 << 20) as f64,
+                ..SendResult::default()
+            }),
+            ..EndResult::default()
+        };
+        rb.recv.completions = 60;
+        rb.recv.bytes = 60 << 20;
+        rb.recv.elapsed_ns = 1_500_000_000;
+        rb.recv.peak_bytes_per_s = 45 << 20;
+        let t = Report::new(&bi, &rb, "t").table(false);
         assert!(
-            t.contains(" bidirectional: #iterations, BW average and MsgRate count both directions, BW peak this side's sends (at least the average)\n"),
+            t.contains(
+                " 65536      160            150.00             80.00                0.000080        0.000\n"
+            ),
             "{t}"
+        );
+        assert!(
+            t.contains(" bidirectional: #iterations, BW peak, BW average and MsgRate count both directions\n sent     : BW peak 80.00 MB/sec, BW average 50.00 MB/sec, 100 messages\n received : BW peak 45.00 MB/sec, BW average 40.00 MB/sec, 60 messages\n"),
+            "{t}"
+        );
+        let v: serde_json::Value =
+            serde_json::from_str(&Report::new(&bi, &rb, "t").json()).unwrap();
+        assert_eq!(v["iterations"], 160);
+        assert_eq!(v["bw_peak_gbps"], 150.0 * 1048576.0 * 8.0 / 1e9);
+        assert_eq!(v["directions"]["received"]["iterations"], 60);
+        assert_eq!(
+            v["directions"]["received"]["bw_peak_gbps"],
+            45.0 * 1048576.0 * 8.0 / 1e9
+        );
+        assert_eq!(
+            v["directions"]["sent"]["bw_avg_gbps"],
+            50.0 * 1048576.0 * 8.0 / 1e9
         );
         let t = Report::new(&p, &r, "t").table(true);
         assert!(
@@ -609,8 +1063,7 @@ mod tests {
                 completions: n,
                 bytes: n * 8,
                 elapsed_s: 1000.0,
-                peak_bps: 0.0,
-                lat_ns: Vec::new(),
+                ..SendResult::default()
             }),
             peer_recv: RecvResult {
                 completions: n,
@@ -623,7 +1076,7 @@ mod tests {
         let t = rep.table(false);
         assert!(t.contains(" 8          5000000000 "), "{t}");
         assert!(
-            t.contains(" receiver: 5000000000 completions, 40000000000 bytes"),
+            t.contains(" receiver: completions 5000000000, received_bytes 40000000000"),
             "{t}"
         );
         let v: serde_json::Value = serde_json::from_str(&rep.json()).unwrap();
@@ -655,16 +1108,178 @@ mod tests {
         r.engine.sleeps = 9;
         let v: serde_json::Value = serde_json::from_str(&Report::new(&p, &r, "t").json()).unwrap();
         assert_eq!(
-            (&v["rtos"], &v["rack_losses"], &v["spurious_losses"]),
+            (
+                &v["rto_expiries"],
+                &v["rack_lost_packets"],
+                &v["spurious_losses"]
+            ),
             (&2.into(), &7.into(), &3.into())
         );
         assert_eq!(
-            (&v["tail_loss_probes"], &v["trimmed"]),
+            (&v["tail_loss_probes"], &v["trimmed_packets"]),
             (&5.into(), &11.into())
         );
-        assert_eq!(v["sender_rx_dropped"], 0);
+        assert_eq!(v["dropped_datagrams"], 0);
         assert_eq!(v["datapath"]["tx_datagrams"], 1000);
         assert_eq!(v["datapath"]["tx_calls"], 40);
         assert_eq!(v["datapath"]["engine_sleeps"], 9);
+    }
+
+    /// One vocabulary: every counter's JSON key is its label in the table, the totals
+    /// line prints each with its value, and the per-EV header names each column by it.
+    #[test]
+    fn table_labels_are_the_json_keys() {
+        use crate::perf::opts::Cli;
+        use crate::perf::run::{EndResult, RecvResult};
+        use clap::Parser;
+        let p = Cli::parse_from(["mrc-perf", "loopback", "-n", "1"])
+            .test
+            .params()
+            .unwrap();
+        let mut r = EndResult::default();
+        r.conn.sent = 101;
+        r.conn.retransmitted = 102;
+        r.conn.trimmed = 103;
+        r.conn.ecn_marked = 104;
+        r.conn.timeouts = 105;
+        r.conn.rto_lost = 106;
+        r.conn.rack_losses = 107;
+        r.conn.spurious = 108;
+        r.conn.tail_loss_probes = 109;
+        r.evs = vec![EvLine {
+            ev: 3,
+            port: 20003,
+            packets: 201,
+            retransmits: 202,
+            trims: 203,
+            ecn_marks: 204,
+            timeouts: 205,
+            state: "GOOD",
+        }];
+        r.recv = RecvResult {
+            drops: [("Duplicate".to_string(), 4), ("BadRkey".to_string(), 1)].into(),
+            ..RecvResult::default()
+        };
+        let rep = Report::new(&p, &r, "t");
+        let t = rep.table(false);
+        let v: serde_json::Value = serde_json::from_str(&rep.json()).unwrap();
+        for (i, c) in CONN_COUNTERS.iter().enumerate() {
+            let n = 101 + i as u64;
+            assert_eq!(v[c.key], n, "{}", c.key);
+            assert!(t.contains(&format!("{} {n}", c.key)), "{} in {t}", c.key);
+        }
+        assert!(
+            t.contains(" this side's sender: sent_packets 101, retransmitted_packets 102, trimmed_packets 103, ecn_marked_packets 104, rto_expiries 105, rto_lost_packets 106, rack_lost_packets 107, spurious_losses 108, tail_loss_probes 109 (213 losses declared, 108 of them spurious)\n"),
+            "{t}"
+        );
+        assert!(
+            t.contains("   EV  src_port  sent_packets  retransmitted_packets  trimmed_packets  ecn_marked_packets  rto_lost_packets  state\n    3     20003           201                    202              203                 204               205  GOOD\n"),
+            "{t}"
+        );
+        let ev = v["evs"][0].as_object().unwrap();
+        let mut keys: Vec<&str> = ev.keys().map(String::as_str).collect();
+        keys.sort_unstable();
+        let mut want: Vec<&str> = EV_COUNTERS.iter().map(|c| c.key).collect();
+        want.extend(["ev", "src_port", "state"]);
+        want.sort_unstable();
+        assert_eq!(keys, want);
+        for (i, c) in EV_COUNTERS.iter().enumerate() {
+            assert_eq!(ev[c.key], 201 + i as u64, "{}", c.key);
+        }
+        // this side's drops: 5, of them 4 copies of packets already received
+        assert_eq!(
+            (&v["dropped_datagrams"], &v["duplicate_datagrams"]),
+            (&5.into(), &4.into())
+        );
+        assert!(
+            t.contains(" this side's receiver: dropped_datagrams 5 (BadRkey 1, Duplicate 4); duplicate_datagrams 4 (copies of packets already received: normal after a retransmission or tail loss probe of the sending end)\n"),
+            "{t}"
+        );
+        for c in DROP_COUNTERS {
+            assert!(
+                v.get(c.key).is_some() && v["receiver"].get(c.key).is_some(),
+                "{}",
+                c.key
+            );
+            assert!(t.contains(c.key), "{}", c.key);
+        }
+        // the message size has its own name; the bytes moved theirs
+        assert_eq!(v["msg_size_bytes"], 65536);
+        assert!(v.get("bytes").is_none() && v.get("total_bytes").is_some());
+    }
+
+    /// Intervals from the sender's clock: 2.5 s of sends in 1 s intervals give two whole
+    /// intervals and a last one of 0.5 s, each with its own bytes, rate and retransmits;
+    /// the 100 ms windows give the peaks of the sends and of both directions.
+    #[test]
+    fn meter_intervals_and_peaks_exact() {
+        let t0 = Instant::now();
+        let ms = |n: u64| t0 + Duration::from_millis(n);
+        let o = ProgressOpts {
+            print: false,
+            ..ProgressOpts::quiet()
+        };
+        let mut m = Meter::new(o, None, t0);
+        // 1 MB per 100 ms sent, 0.5 MB received, except 3 MB sent in (1000, 1100]
+        let mut sent = 0u64;
+        let mut recv = 0u64;
+        let mut calls = 0;
+        for k in 1..=25u64 {
+            sent += if k == 11 { 3_000_000 } else { 1_000_000 };
+            recv += 500_000;
+            m.tick(ms(k * 100), k * 10, sent, recv, || {
+                calls += 1;
+                (k, k / 10)
+            });
+        }
+        let r = m.finish(ms(2500), 250, sent, recv, || (40, 3));
+        assert_eq!(calls, 2, "counters are read once per interval");
+        let iv = &r.intervals;
+        assert_eq!(iv.len(), 3);
+        assert_eq!((iv[0].start_s, iv[0].end_s), (0.0, 1.0));
+        assert_eq!((iv[1].start_s, iv[1].end_s), (1.0, 2.0));
+        assert_eq!((iv[2].start_s, iv[2].end_s), (2.0, 2.5));
+        assert_eq!(
+            (iv[0].sent_messages, iv[0].sent_bytes, iv[0].received_bytes),
+            (100, 10_000_000, 5_000_000)
+        );
+        assert_eq!(iv[1].sent_bytes, 12_000_000);
+        assert_eq!(iv[2].sent_bytes, 5_000_000);
+        assert_eq!(iv[0].bw_gbps, 0.12);
+        assert_eq!(iv[2].bw_gbps, 7_500_000.0 * 8.0 / 0.5 / 1e9);
+        assert_eq!(
+            iv.iter()
+                .map(|i| i.retransmitted_packets)
+                .collect::<Vec<_>>(),
+            [10, 10, 20]
+        );
+        assert_eq!(
+            iv.iter().map(|i| i.rto_expiries).collect::<Vec<_>>(),
+            [1, 1, 1]
+        );
+        assert!((r.peak_sent_bps - 30e6).abs() < 1e-3, "{}", r.peak_sent_bps);
+        assert!(
+            (r.peak_total_bps - 35e6).abs() < 1e-3,
+            "{}",
+            r.peak_total_bps
+        );
+    }
+
+    /// The README's vocabulary table has a row for every counter the report prints.
+    #[test]
+    fn readme_vocabulary_lists_every_counter() {
+        let readme = include_str!("../../../README.md");
+        let keys = CONN_COUNTERS
+            .iter()
+            .chain(&EV_COUNTERS)
+            .chain(&DROP_COUNTERS)
+            .map(|c| c.key)
+            .chain(["msg_size_bytes", "iterations", "total_bytes"]);
+        for k in keys {
+            assert!(
+                readme.contains(&format!("\n| `{k}` | ")),
+                "README lacks a row for {k}"
+            );
+        }
     }
 }

@@ -2,7 +2,7 @@
 //! control messages on the bootstrap TCP stream, and the server/client/loopback roles.
 
 use super::opts::{Fabric, ServerLimits, TestKind, TestParams};
-use super::report::{self, BwUnit, EvLine, Progress, Report};
+use super::report::{self, EvLine, Interval, Meter, ProgressOpts, Report};
 use super::verbs::{self, VerbsOpts};
 use mrc_congestion::{CcKind, LinkParams};
 use mrc_fabric::engine::bootstrap::RemoteMr;
@@ -15,6 +15,7 @@ use mrc_transport::{Access, ConnConfig, Sge};
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// A message on the bootstrap stream after the QpInfo exchange (one JSON object a line).
@@ -54,6 +55,12 @@ pub struct RecvResult {
     /// before the transport saw them.
     #[serde(default)]
     pub source_drops: SourceDropCounts,
+    /// Nanoseconds from the start of the receive loop to its last completion (bw).
+    #[serde(default)]
+    pub elapsed_ns: u64,
+    /// Highest receive rate over 100 ms windows, bytes/s (bw).
+    #[serde(default)]
+    pub peak_bytes_per_s: u64,
 }
 
 /// [`mrc_fabric::engine::source::SourceDrops`] in a report.
@@ -116,10 +123,21 @@ impl RecvResult {
         self.drops.values().sum::<u64>() + self.unknown_qpn + self.source_drops.total()
     }
 
-    /// `12 (Duplicate 10, BadRkey 2), 3 for no QP`.
+    /// Of [`RecvResult::dropped`], copies of packets already received (reasons
+    /// `Duplicate` and `StaleProbeReply`): what a retransmission or tail loss probe of
+    /// the sending end leaves when its original arrived after all.
+    pub fn duplicates(&self) -> u64 {
+        ["Duplicate", "StaleProbeReply"]
+            .iter()
+            .filter_map(|k| self.drops.get(*k))
+            .sum()
+    }
+
+    /// `dropped_datagrams 12 (Duplicate 10, BadRkey 2), 3 for no QP; duplicate_datagrams
+    /// 10 (...)`: the names of [`super::report::DROP_COUNTERS`].
     pub fn drops_text(&self) -> String {
         let by: Vec<String> = self.drops.iter().map(|(k, v)| format!("{k} {v}")).collect();
-        let mut o = format!("{} datagrams dropped", self.dropped());
+        let mut o = format!("dropped_datagrams {}", self.dropped());
         if !by.is_empty() {
             o += &format!(" ({})", by.join(", "));
         }
@@ -134,6 +152,13 @@ impl RecvResult {
                 sd.wrong_ip,
                 sd.wrong_port,
                 sd.before_connect
+            );
+        }
+        let dup = self.duplicates();
+        if dup > 0 {
+            o += &format!(
+                "; duplicate_datagrams {dup} (copies of packets already received: normal \
+                 after a retransmission or tail loss probe of the sending end)"
             );
         }
         o
@@ -158,6 +183,96 @@ impl LocalFabric {
             LocalFabric::Verbs(_) => Fabric::Verbs,
         }
     }
+}
+
+/// What this host sets for its own end, whatever the peer asks (not sent to the peer).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LocalOpts {
+    /// The datapath.
+    pub fabric: LocalFabric,
+    /// IPv4 TOS / IPv6 traffic class byte of this end's datagrams (`--dscp`, `--tclass`;
+    /// the ECN bits are the transport's): [`UdpConfig::traffic_class`].
+    pub traffic_class: u8,
+    /// The CPU this end's engine thread runs on (`--cpu`), or any.
+    pub engine_cpu: Option<usize>,
+}
+
+/// The CPUs this thread may run on (`sched_getaffinity`).
+///
+/// # Errors
+/// The system call's error, as text.
+pub fn thread_cpus() -> Result<Vec<usize>, String> {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; sched_getaffinity fills it.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: pid 0 is this thread; the size is the set's.
+    let r = unsafe { libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) };
+    if r != 0 {
+        return Err(format!(
+            "sched_getaffinity: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    // SAFETY: CPU_ISSET reads the set within CPU_SETSIZE.
+    Ok((0..libc::CPU_SETSIZE as usize)
+        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+        .collect())
+}
+
+fn set_thread_cpus(cpus: &[usize]) -> std::io::Result<()> {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for &c in cpus {
+        // SAFETY: c < CPU_SETSIZE (checked by the callers).
+        unsafe { libc::CPU_SET(c, &mut set) };
+    }
+    // SAFETY: pid 0 is this thread; the set and its size are valid.
+    if unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Runs `f` (which starts the engine thread) with this thread pinned to `cpu`, then
+/// restores this thread's CPUs: a new thread inherits its creator's affinity
+/// (sched_setaffinity(2)), so the engine thread alone stays on `cpu`. `None`: `f` as is.
+///
+/// # Errors
+/// `--cpu N: ...` when this process may not run on CPU `cpu` (no such CPU, or outside
+/// its cpuset), naming the CPUs it may run on.
+pub fn with_cpu<T>(cpu: Option<usize>, f: impl FnOnce() -> T) -> Result<T, String> {
+    let Some(cpu) = cpu else {
+        return Ok(f());
+    };
+    let before = thread_cpus()?;
+    if !before.contains(&cpu) {
+        return Err(format!(
+            "--cpu {cpu}: not a CPU this process may run on (it may run on {})",
+            cpu_list(&before)
+        ));
+    }
+    set_thread_cpus(&[cpu]).map_err(|e| format!("--cpu {cpu}: sched_setaffinity: {e}"))?;
+    let out = f();
+    set_thread_cpus(&before).map_err(|e| format!("restoring the CPUs of this thread: {e}"))?;
+    Ok(out)
+}
+
+/// `0-3,6`: CPU numbers in ranges.
+fn cpu_list(cpus: &[usize]) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < cpus.len() {
+        let mut j = i;
+        while j + 1 < cpus.len() && cpus[j + 1] == cpus[j] + 1 {
+            j += 1;
+        }
+        parts.push(if i == j {
+            cpus[i].to_string()
+        } else {
+            format!("{}-{}", cpus[i], cpus[j])
+        });
+        i = j + 1;
+    }
+    parts.join(",")
 }
 
 /// One end: engine, QP and its two regions.
@@ -223,11 +338,7 @@ fn qp_config(p: &TestParams) -> Result<QpConfig, String> {
 ///
 /// # Errors
 /// The engine's setup error, as text.
-pub fn make_side(
-    p: &TestParams,
-    udp_bind: SocketAddr,
-    local: &LocalFabric,
-) -> Result<Side, String> {
+pub fn make_side(p: &TestParams, udp_bind: SocketAddr, local: &LocalOpts) -> Result<Side, String> {
     let ecfg = EngineConfig {
         // headers (56) and an authentication trailer (24)
         slot_bytes: p.mtu as usize + 96,
@@ -235,14 +346,19 @@ pub fn make_side(
         spin_ns: p.spin_us.saturating_mul(1000),
         ..EngineConfig::default()
     };
-    let (ctx, verbs) = match local {
-        LocalFabric::Udp => (
-            Context::new(UdpConfig::bind(udp_bind), ecfg)
-                .map_err(|e| format!("cannot open UDP datapath on {udp_bind}: {e}"))?,
-            None,
-        ),
+    let (ctx, verbs) = match &local.fabric {
+        LocalFabric::Udp => {
+            let ucfg = UdpConfig {
+                traffic_class: local.traffic_class,
+                ..UdpConfig::bind(udp_bind)
+            };
+            let ctx = with_cpu(local.engine_cpu, || Context::new(ucfg, ecfg))?
+                .map_err(|e| format!("cannot open UDP datapath on {udp_bind}: {e}"))?;
+            (ctx, None)
+        }
         LocalFabric::Verbs(o) => {
-            let e = verbs::start(p, o, ecfg).map_err(|e| format!("--fabric verbs: {e}"))?;
+            let e = with_cpu(local.engine_cpu, || verbs::start(p, o, ecfg))?
+                .map_err(|e| format!("--fabric verbs: {e}"))?;
             (e.ctx, Some((e.peers, e.local)))
         }
     };
@@ -329,8 +445,13 @@ pub struct SendResult {
     pub elapsed_s: f64,
     /// Highest rate over 100 ms windows, bytes/s.
     pub peak_bps: f64,
+    /// Highest rate of sends and receives together (`--bidirectional`) over 100 ms
+    /// windows, bytes/s.
+    pub peak_total_bps: f64,
     /// Latency samples (lat test), ns, one way (half the round trip).
     pub lat_ns: Vec<u64>,
+    /// The `-i` intervals.
+    pub intervals: Vec<Interval>,
 }
 
 /// A failed completion as an error naming its cause: for `RetryExceeded` after RTO
@@ -360,16 +481,15 @@ pub fn send_bw(
     remote: RemoteMr,
     p: &TestParams,
     timeout: Duration,
-    mut progress: Option<&mut Progress>,
+    progress: ProgressOpts,
+    received: &AtomicU64,
 ) -> Result<SendResult, String> {
     let slots = p.region_size / p.size;
     let start = Instant::now();
+    let mut meter = Meter::new(progress, p.duration_s, start);
     let end = p.duration_s.map(|d| start + Duration::from_secs_f64(d));
     let (mut posted, mut done) = (0u64, 0u64);
     let mut last_progress = Instant::now();
-    let mut win_start = start;
-    let mut win_done = 0u64;
-    let mut peak_bps = 0f64;
     let mut got = Vec::with_capacity(256);
     let mut finished_posting = false;
     loop {
@@ -428,29 +548,37 @@ pub fn send_bw(
             check(side, c)?;
             done += 1;
         }
-        let w = now.duration_since(win_start);
-        if w >= Duration::from_millis(100) {
-            peak_bps = peak_bps.max((done - win_done) as f64 * p.size as f64 / w.as_secs_f64());
-            win_start = now;
-            win_done = done;
-        }
-        if let Some(pr) = progress.as_deref_mut() {
-            pr.update(done, done * p.size);
-        }
+        meter.tick(
+            now,
+            done,
+            done * p.size,
+            received.load(Ordering::Relaxed),
+            || retransmit_counters(side),
+        );
     }
-    let elapsed_s = start.elapsed().as_secs_f64();
+    let now = Instant::now();
+    let elapsed_s = now.duration_since(start).as_secs_f64();
     let bytes = done * p.size;
+    let m = meter.finish(now, done, bytes, received.load(Ordering::Relaxed), || {
+        retransmit_counters(side)
+    });
     let avg = bytes as f64 / elapsed_s.max(1e-9);
-    if peak_bps < avg {
-        peak_bps = avg;
-    }
     Ok(SendResult {
         completions: done,
         bytes,
         elapsed_s,
-        peak_bps,
+        peak_bps: m.peak_sent_bps.max(avg),
+        peak_total_bps: m.peak_total_bps,
         lat_ns: Vec::new(),
+        intervals: m.intervals,
     })
+}
+
+/// This side's retransmitted packets and RTO expiries so far (0, 0 if the engine is gone).
+fn retransmit_counters(side: &Side) -> (u64, u64) {
+    side.qp
+        .stats()
+        .map_or((0, 0), |(q, _)| (q.conn.retransmitted, q.conn.timeouts))
 }
 
 /// Under `--verify`, fills `p.size` bytes at offset `off` of this side's source region with
@@ -538,6 +666,7 @@ pub fn recv_bw(
     p: &TestParams,
     peer_done: &crossbeam_channel::Receiver<u64>,
     timeout: Duration,
+    received: &AtomicU64,
 ) -> Result<RecvResult, String> {
     let depth = initial_recvs(p, false);
     let mut r = RecvResult::default();
@@ -548,6 +677,7 @@ pub fn recv_bw(
     // the no-progress timeout applies as it does in iteration mode.
     let run_for = p.duration_s.map(Duration::from_secs_f64);
     let mut got = Vec::with_capacity(256);
+    let (mut win_start, mut win_bytes) = (started, 0u64);
     loop {
         match peer_done.try_recv() {
             Ok(n) => target = Some(n),
@@ -595,6 +725,14 @@ pub fn recv_bw(
             r.completions += 1;
             r.bytes += u64::from(c.byte_len);
         }
+        received.store(r.bytes, Ordering::Relaxed);
+        r.elapsed_ns = last.duration_since(started).as_nanos() as u64;
+        let w = last.duration_since(win_start);
+        if w >= Duration::from_millis(100) {
+            let bps = ((r.bytes - win_bytes) as f64 / w.as_secs_f64()) as u64;
+            r.peak_bytes_per_s = r.peak_bytes_per_s.max(bps);
+            (win_start, win_bytes) = (last, r.bytes);
+        }
         post_recvs(side, got.len() as u64, depth + r.completions)?;
     }
     Ok(r)
@@ -610,9 +748,10 @@ pub fn ping(
     remote: RemoteMr,
     p: &TestParams,
     timeout: Duration,
-    mut progress: Option<&mut Progress>,
+    progress: ProgressOpts,
 ) -> Result<SendResult, String> {
     let start = Instant::now();
+    let mut meter = Meter::new(progress, p.duration_s, start);
     let end = p.duration_s.map(|d| start + Duration::from_secs_f64(d));
     let mut lat = Vec::with_capacity(p.iters.unwrap_or(100_000).min(10_000_000) as usize);
     let mut sent = 0u64;
@@ -645,16 +784,20 @@ pub fn ping(
         sent += 1;
         post_recvs(side, 1, 64 + sent)?;
         reap_sends(side, &mut scratch)?;
-        if let Some(pr) = progress.as_deref_mut() {
-            pr.update(sent, sent * p.size);
-        }
+        meter.tick(Instant::now(), sent, sent * p.size, 0, || {
+            retransmit_counters(side)
+        });
     }
+    let now = Instant::now();
+    let m = meter.finish(now, sent, sent * p.size, 0, || retransmit_counters(side));
     Ok(SendResult {
         completions: sent,
         bytes: sent * p.size,
-        elapsed_s: start.elapsed().as_secs_f64(),
+        elapsed_s: now.duration_since(start).as_secs_f64(),
         peak_bps: 0.0,
+        peak_total_bps: 0.0,
         lat_ns: lat,
+        intervals: m.intervals,
     })
 }
 
@@ -729,6 +872,90 @@ pub struct EndResult {
     pub engine: mrc_fabric::engine::EngineStats,
 }
 
+impl RecvResult {
+    /// Adds `o`'s counts to these (drops by reason merged; the longer elapsed time; the
+    /// peaks added, an upper bound of the peak of the sum).
+    fn add(&mut self, o: &RecvResult) {
+        self.completions += o.completions;
+        self.bytes += o.bytes;
+        self.verified_messages += o.verified_messages;
+        self.verified_bytes += o.verified_bytes;
+        self.bad_bytes += o.bad_bytes;
+        for (k, v) in &o.drops {
+            *self.drops.entry(k.clone()).or_default() += v;
+        }
+        self.unknown_qpn += o.unknown_qpn;
+        self.source_drops.before_connect += o.source_drops.before_connect;
+        self.source_drops.wrong_ip += o.source_drops.wrong_ip;
+        self.source_drops.wrong_port += o.source_drops.wrong_port;
+        self.elapsed_ns = self.elapsed_ns.max(o.elapsed_ns);
+        self.peak_bytes_per_s += o.peak_bytes_per_s;
+    }
+}
+
+impl EndResult {
+    /// The results of several QPs run in parallel (`-q`) as one: counts summed, the
+    /// longest elapsed time, peaks summed (each QP's best 100 ms window; an upper bound
+    /// of the best window of the sum), interval `k` the sum of each QP's `k`-th (they
+    /// start within the setup time of each other), the per-EV lines one after another,
+    /// the CPU time the largest (each end measures the whole process).
+    pub fn sum(all: Vec<EndResult>) -> EndResult {
+        let mut out = EndResult::default();
+        let mut send: Option<SendResult> = None;
+        for r in all {
+            if let Some(s) = r.send {
+                let t = send.get_or_insert_with(SendResult::default);
+                t.completions += s.completions;
+                t.bytes += s.bytes;
+                t.elapsed_s = t.elapsed_s.max(s.elapsed_s);
+                t.peak_bps += s.peak_bps;
+                t.peak_total_bps += s.peak_total_bps;
+                t.lat_ns.extend(s.lat_ns);
+                for (k, iv) in s.intervals.into_iter().enumerate() {
+                    match t.intervals.get_mut(k) {
+                        None => t.intervals.push(iv),
+                        Some(a) => {
+                            a.start_s = a.start_s.min(iv.start_s);
+                            a.end_s = a.end_s.max(iv.end_s);
+                            a.sent_messages += iv.sent_messages;
+                            a.sent_bytes += iv.sent_bytes;
+                            a.received_bytes += iv.received_bytes;
+                            a.bw_gbps += iv.bw_gbps;
+                            a.bw_mib_per_s += iv.bw_mib_per_s;
+                            a.retransmitted_packets += iv.retransmitted_packets;
+                            a.rto_expiries += iv.rto_expiries;
+                        }
+                    }
+                }
+            }
+            out.recv.add(&r.recv);
+            out.peer_recv.add(&r.peer_recv);
+            out.evs.extend(r.evs);
+            let (c, o) = (&mut out.conn, &r.conn);
+            c.sent += o.sent;
+            c.retransmitted += o.retransmitted;
+            c.trimmed += o.trimmed;
+            c.ecn_marked += o.ecn_marked;
+            c.timeouts += o.timeouts;
+            c.rto_lost += o.rto_lost;
+            c.rack_losses += o.rack_losses;
+            c.spurious += o.spurious;
+            c.tail_loss_probes += o.tail_loss_probes;
+            out.cpu_s = out.cpu_s.max(r.cpu_s);
+            let (e, o) = (&mut out.engine, &r.engine);
+            e.sleeps += o.sleeps;
+            e.datapath.tx_datagrams += o.datapath.tx_datagrams;
+            e.datapath.tx_calls += o.datapath.tx_calls;
+            e.datapath.tx_errors += o.datapath.tx_errors;
+            e.datapath.rx_datagrams += o.datapath.rx_datagrams;
+            e.datapath.rx_calls += o.datapath.rx_calls;
+            e.datapath.rx_errors += o.datapath.rx_errors;
+        }
+        out.send = send;
+        out
+    }
+}
+
 /// Runs one end of the test on a connected side. `active`: the client (sender in bw,
 /// pinger in lat); in bidirectional bw both send. `show_progress`: print the progress line
 /// on stderr, its rate in this unit (the table's).
@@ -742,7 +969,7 @@ pub fn run_end(
     p: &TestParams,
     active: bool,
     timeout: Duration,
-    show_progress: Option<BwUnit>,
+    show_progress: Option<ProgressOpts>,
 ) -> Result<EndResult, String> {
     // The transport names why it gives up (`peer unresponsive for N s`) after
     // `--peer-timeout`; the test's own no-progress checks wait a second longer, so that
@@ -776,16 +1003,15 @@ pub fn run_end(
     let cpu0 = report::process_cpu_s();
     let sends = active || (p.bidirectional && p.test == TestKind::Bw);
     let receives = !active || (p.bidirectional && p.test == TestKind::Bw);
-    let mut progress = show_progress
-        .filter(|_| sends)
-        .map(|unit| Progress::new(p.duration_s, unit));
+    let progress = show_progress.unwrap_or_else(ProgressOpts::quiet);
+    let received = AtomicU64::new(0);
     let (send, recv) = std::thread::scope(|s| {
         let recv_h = (receives && p.test == TestKind::Bw)
-            .then(|| s.spawn(|| recv_bw(side, p, &done_rx, timeout)));
+            .then(|| s.spawn(|| recv_bw(side, p, &done_rx, timeout, &received)));
         let mut pong_result = None;
         let send = if p.test == TestKind::Lat {
             if active {
-                ping(side, remote, p, timeout, progress.as_mut()).map(Some)
+                ping(side, remote, p, timeout, progress).map(Some)
             } else {
                 pong(side, remote, p, &done_rx, timeout).map(|r| {
                     pong_result = Some(r);
@@ -793,7 +1019,7 @@ pub fn run_end(
                 })
             }
         } else if sends {
-            send_bw(side, remote, p, timeout, progress.as_mut()).map(Some)
+            send_bw(side, remote, p, timeout, progress, &received).map(Some)
         } else {
             Ok(None)
         };
@@ -810,9 +1036,6 @@ pub fn run_end(
         };
         (send, recv)
     });
-    if let Some(pr) = progress.as_mut() {
-        pr.finish();
-    }
     let send = send?;
     let mut recv = recv?;
     let (qs, engine) = side.qp.stats().map_err(|e| e.to_string())?;
@@ -1043,7 +1266,7 @@ pub fn serve_one(
     udp_bind: SocketAddr,
     timeout: Duration,
     accept_timeout: Option<Duration>,
-    local: &LocalFabric,
+    local: &LocalOpts,
     limits: &ServerLimits,
     psk: Option<&[u8]>,
 ) -> Result<(TestParams, EndResult), String> {
@@ -1067,7 +1290,7 @@ fn serve_stream(
     mut s: TcpStream,
     udp_bind: SocketAddr,
     timeout: Duration,
-    local: &LocalFabric,
+    local: &LocalOpts,
     limits: &ServerLimits,
     psk: Option<&[u8]>,
 ) -> Result<(TestParams, EndResult), ServeError> {
@@ -1081,11 +1304,11 @@ fn serve_stream(
             limits
                 .check(&p)
                 .map_err(|e| format!("client's test parameters: {e}"))?;
-            if p.fabric != local.kind() {
+            if p.fabric != local.fabric.kind() {
                 return Err(format!(
                     "the client runs --fabric {} but this server runs --fabric {}",
                     p.fabric,
-                    local.kind()
+                    local.fabric.kind()
                 ));
             }
             if let Some(mode) = p.srv6 {
@@ -1148,8 +1371,8 @@ pub fn run_client(
     udp_bind: SocketAddr,
     p: &TestParams,
     timeout: Duration,
-    progress: Option<BwUnit>,
-    local: &LocalFabric,
+    progress: Option<ProgressOpts>,
+    local: &LocalOpts,
     psk: Option<&[u8]>,
 ) -> Result<(EndResult, Vec<u16>), String> {
     let s = TcpStream::connect_timeout(&server, timeout)
@@ -1187,8 +1410,8 @@ pub fn run_client_on(
     udp_bind: SocketAddr,
     p: &TestParams,
     timeout: Duration,
-    progress: Option<BwUnit>,
-    local: &LocalFabric,
+    progress: Option<ProgressOpts>,
+    local: &LocalOpts,
     psk: Option<&[u8]>,
 ) -> Result<(EndResult, Vec<u16>), String> {
     let until = Instant::now() + timeout;
@@ -1243,5 +1466,115 @@ mod connect_tests {
         let e = connect_any(&[bad, bad], Duration::from_secs(1)).unwrap_err();
         assert_eq!(e.matches("127.0.0.1:1: ").count(), 2, "{e}");
         assert!(e.starts_with("cannot reach server 127.0.0.1:1: "), "{e}");
+    }
+}
+
+#[cfg(test)]
+mod cpu_tests {
+    use super::*;
+
+    /// The thread started inside [`with_cpu`] runs on that CPU alone, and the caller gets
+    /// its CPUs back; a CPU outside the process's set is an error naming the set.
+    #[test]
+    fn with_cpu_pins_the_new_thread_only() {
+        let before = thread_cpus().unwrap();
+        let cpu = *before.last().unwrap();
+        let inner = with_cpu(Some(cpu), || {
+            std::thread::spawn(|| thread_cpus().unwrap())
+                .join()
+                .unwrap()
+        })
+        .unwrap();
+        assert_eq!(inner, vec![cpu]);
+        assert_eq!(thread_cpus().unwrap(), before);
+        let e = with_cpu(Some(100_000), || ()).unwrap_err();
+        assert!(
+            e.starts_with("--cpu 100000: not a CPU this process may run on (it may run on "),
+            "{e}"
+        );
+        assert_eq!(cpu_list(&[0, 1, 2, 3, 6, 8, 9]), "0-3,6,8-9");
+    }
+}
+
+#[cfg(test)]
+mod sum_tests {
+    use super::*;
+
+    /// `-q`: counts add up, the elapsed time is the longest, interval k sums each QP's
+    /// k-th, drops by reason merge, the CPU time is the largest (not the sum: each end
+    /// measures the whole process).
+    #[test]
+    fn sum_of_qps_exact() {
+        let iv = |s: f64, e: f64, m: u64| Interval {
+            start_s: s,
+            end_s: e,
+            sent_messages: m,
+            sent_bytes: m * 10,
+            bw_gbps: 1.0,
+            retransmitted_packets: 1,
+            ..Interval::default()
+        };
+        let one = |n: u64, el: f64, ivs: Vec<Interval>, dup: u64, cpu: f64| {
+            let mut r = EndResult {
+                send: Some(SendResult {
+                    completions: n,
+                    bytes: n * 10,
+                    elapsed_s: el,
+                    peak_bps: 100.0,
+                    intervals: ivs,
+                    ..SendResult::default()
+                }),
+                cpu_s: cpu,
+                evs: vec![EvLine::default()],
+                ..EndResult::default()
+            };
+            r.conn.sent = n;
+            r.conn.rto_lost = 1;
+            r.peer_recv.completions = n;
+            r.peer_recv.drops.insert("Duplicate".into(), dup);
+            r.engine.datapath.tx_datagrams = n;
+            r
+        };
+        let s = EndResult::sum(vec![
+            one(5, 2.0, vec![iv(0.0, 1.0, 3), iv(1.0, 2.0, 2)], 1, 0.5),
+            one(
+                7,
+                2.5,
+                vec![iv(0.1, 1.1, 4), iv(1.1, 2.1, 2), iv(2.1, 2.5, 1)],
+                2,
+                0.7,
+            ),
+        ]);
+        let t = s.send.unwrap();
+        assert_eq!((t.completions, t.bytes, t.elapsed_s), (12, 120, 2.5));
+        assert_eq!(t.peak_bps, 200.0);
+        let got: Vec<(f64, f64, u64, u64, u64)> = t
+            .intervals
+            .iter()
+            .map(|i| {
+                (
+                    i.start_s,
+                    i.end_s,
+                    i.sent_messages,
+                    i.sent_bytes,
+                    i.retransmitted_packets,
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (0.0, 1.1, 7, 70, 2),
+                (1.0, 2.1, 4, 40, 2),
+                (2.1, 2.5, 1, 10, 1)
+            ]
+        );
+        assert_eq!(t.intervals[0].bw_gbps, 2.0);
+        assert_eq!((s.conn.sent, s.conn.rto_lost), (12, 2));
+        assert_eq!(s.peer_recv.completions, 12);
+        assert_eq!(s.peer_recv.drops["Duplicate"], 3);
+        assert_eq!(s.evs.len(), 2);
+        assert_eq!(s.cpu_s, 0.7);
+        assert_eq!(s.engine.datapath.tx_datagrams, 12);
     }
 }

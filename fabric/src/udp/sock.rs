@@ -166,13 +166,45 @@ pub fn srh_bytes(srh: &SrhRepr) -> Result<Vec<u8>, String> {
     Ok(buf)
 }
 
-/// Writes the send cmsgs into `buf`: the ECN codepoint (`IP_TOS` or `IPV6_TCLASS`, the
-/// DSCP bits zero) and, with `gso_segment_bytes`, `UDP_SEGMENT`. Returns the control
-/// length to put in `msg_controllen`.
+/// Sets the TOS (IPv4, `IP_TOS`) or traffic class (IPv6, `IPV6_TCLASS`) byte of what the
+/// socket sends (ip(7), ipv6(7)).
+pub(crate) fn set_traffic_class(s: &Socket, v6: bool, tos: u8) -> io::Result<()> {
+    if v6 {
+        setsockopt_int(
+            s,
+            libc::IPPROTO_IPV6,
+            libc::IPV6_TCLASS,
+            libc::c_int::from(tos),
+        )
+    } else {
+        setsockopt_int(s, libc::IPPROTO_IP, libc::IP_TOS, libc::c_int::from(tos))
+    }
+}
+
+/// The TOS or traffic class byte the socket has (`getsockopt`).
+pub(crate) fn traffic_class(s: &Socket, v6: bool) -> io::Result<u8> {
+    let (level, name) = if v6 {
+        (libc::IPPROTO_IPV6, libc::IPV6_TCLASS)
+    } else {
+        (libc::IPPROTO_IP, libc::IP_TOS)
+    };
+    let mut v: libc::c_int = 0;
+    let mut len = size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: valid fd, out pointer and length of an int option.
+    let r = unsafe { libc::getsockopt(s.as_raw_fd(), level, name, (&raw mut v).cast(), &mut len) };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(v as u8)
+}
+
+/// Writes the send cmsgs into `buf`: the TOS / traffic class byte `tos` (`IP_TOS` or
+/// `IPV6_TCLASS`: the DSCP bits and the ECN codepoint) and, with `gso_segment_bytes`,
+/// `UDP_SEGMENT`. Returns the control length to put in `msg_controllen`.
 pub(crate) fn encode_tx_cmsgs(
     buf: &mut CmsgBuf,
     v6: bool,
-    ecn_bits: u8,
+    tos: u8,
     gso_segment_bytes: Option<u16>,
 ) -> usize {
     buf.0 = [0; CMSG_BYTES];
@@ -194,7 +226,7 @@ pub(crate) fn encode_tx_cmsgs(
         (*c).cmsg_len = libc::CMSG_LEN(size_of::<libc::c_int>() as u32) as _;
         std::ptr::write_unaligned(
             libc::CMSG_DATA(c).cast::<libc::c_int>(),
-            libc::c_int::from(ecn_bits & 3),
+            libc::c_int::from(tos),
         );
         total += libc::CMSG_SPACE(size_of::<libc::c_int>() as u32) as usize;
         if let Some(seg) = gso_segment_bytes {

@@ -37,6 +37,10 @@ pub struct UdpConfig {
     pub socket_buffer_bytes: usize,
     /// Submission queue entries of the send ring. Default 256.
     pub tx_ring_entries: u32,
+    /// The DSCP part of the IPv4 TOS / IPv6 traffic class byte of every datagram sent
+    /// (`IP_TOS` / `IPV6_TCLASS` on each EV socket and in each send's cmsg); its low two
+    /// bits, the ECN field, are ignored: ECN is the transport's per packet. Default 0.
+    pub traffic_class: u8,
 }
 
 impl Default for UdpConfig {
@@ -50,6 +54,7 @@ impl Default for UdpConfig {
             rx_buffer_bytes: 65536,
             socket_buffer_bytes: 8 << 20,
             tx_ring_entries: 256,
+            traffic_class: 0,
         }
     }
 }
@@ -297,9 +302,31 @@ impl UringDatapath {
         if let Some(mark) = mark {
             sock::set_mark(&sock, mark).map_err(DatapathError::io("SO_MARK"))?;
         }
+        if self.cfg.traffic_class & !3 != 0 {
+            sock::set_traffic_class(&sock, ip.is_ipv6(), self.cfg.traffic_class & !3)
+                .map_err(DatapathError::io("IP_TOS / IPV6_TCLASS"))?;
+        }
         sock.connect(&SockAddr::from(peer))
             .map_err(DatapathError::io("connect EV socket"))?;
         Ok(EvSocket { sock, lease })
+    }
+
+    /// The traffic class (IPv6) or TOS (IPv4) byte socket `socket` of `conn` has, as the
+    /// kernel holds it (`getsockopt`).
+    ///
+    /// # Errors
+    /// [`DatapathError::UnknownConn`], or the `getsockopt` error.
+    pub fn socket_traffic_class(&self, conn: ConnId, socket: usize) -> Result<u8, DatapathError> {
+        let c = self
+            .conns
+            .get(conn)
+            .ok_or(DatapathError::UnknownConn(conn))?;
+        let s = c
+            .sockets
+            .get(socket)
+            .ok_or(DatapathError::UnknownConn(conn))?;
+        sock::traffic_class(&s.sock, self.local.is_ipv6())
+            .map_err(DatapathError::io("getsockopt IP_TOS / IPV6_TCLASS"))
     }
 
     /// The sticky routing header of socket `socket` of `conn` as the kernel holds it.
@@ -436,9 +463,10 @@ impl Datapath for UringDatapath {
         self.cmsgs.clear();
         self.cmsgs.resize(self.groups.len(), CmsgBuf::default());
         self.hdrs.clear();
+        let dscp = self.cfg.traffic_class & !3;
         for (g, cm) in self.groups.iter().zip(self.cmsgs.iter_mut()) {
             let gso = (g.count > 1).then_some(g.segment_bytes as u16);
-            let clen = sock::encode_tx_cmsgs(cm, v6, g.ecn.bits(), gso);
+            let clen = sock::encode_tx_cmsgs(cm, v6, dscp | (g.ecn.bits() & 3), gso);
             // SAFETY: zero is a valid msghdr.
             let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
             h.msg_iov = self.iovs[g.start..].as_ptr() as *mut libc::iovec;

@@ -1293,7 +1293,7 @@ impl SendState {
         }
         let go_back_n = self.cfg.go_back_n;
         if self.cfg.rto_probe_oldest && !go_back_n {
-            self.rto_probe(now_ns, paths, &mut out);
+            self.rto_probe(now_ns, paths, stats, &mut out);
             return out;
         }
         // RFC 8985 6.3: a packet sent at least `rack.rtt + reorder window` ago would have
@@ -1327,7 +1327,10 @@ impl SendState {
                     path.stats.lost += 1;
                 }
                 paths.on_loss(ev, now_ns);
-            } else if out.lost_packets == 0 || !go_back_n {
+            } else {
+                stats.rto_lost += 1;
+            }
+            if expired && (out.lost_packets == 0 || !go_back_n) {
                 // Go-back-N: the receiver dropped every packet behind the hole whatever EV
                 // carried it, so only the lowest expired packet's EV is suspect; blaming
                 // the others would take live EVs out of rotation and leave the next round
@@ -1345,13 +1348,20 @@ impl SendState {
 
     /// [`SendConfig::rto_probe_oldest`]: the expiry declares lost only the in-flight packet
     /// sent longest ago (its EV `AssumedBad`, a timeout counted) and queues it as a probe.
-    fn rto_probe(&mut self, now_ns: u64, paths: &mut PathTable, out: &mut LossOutcome) {
+    fn rto_probe(
+        &mut self,
+        now_ns: u64,
+        paths: &mut PathTable,
+        stats: &mut ConnStats,
+        out: &mut LossOutcome,
+    ) {
         let Some((_, seq)) = self.oldest_in_flight() else {
             return;
         };
         let Some((len, ev)) = self.declare_lost(seq) else {
             return;
         };
+        stats.rto_lost += 1;
         self.tlp_seq = Some(seq);
         if let Some(path) = paths.get_mut(ev) {
             path.stats.timeouts += 1;

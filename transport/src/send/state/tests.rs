@@ -283,6 +283,8 @@ fn rto_backs_off_and_retry_limit_fails_the_work_request() {
     let l = r.st.on_rto(now, &mut r.paths, &mut r.stats);
     assert!(l.failed);
     assert_eq!(r.stats.timeouts, 8);
+    // 7 expiries each declared the one packet in flight lost; the 8th failed the request
+    assert_eq!((r.stats.rto_lost, r.stats.rack_losses), (7, 0));
     let c1 = r.st.poll_completion().unwrap();
     let c2 = r.st.poll_completion().unwrap();
     assert_eq!((c1.wr_id, c1.status), (7, WcStatus::RetryExceeded));
@@ -450,6 +452,9 @@ fn selective_repeat_rto_declares_every_overdue_packet_lost() {
     );
     assert_eq!(r.st.in_flight_packets(), 1);
     assert_eq!((r.stats.timeouts, r.stats.rack_losses), (1, 3));
+    // the one packet an RTO old is the expiry's own loss: every declared loss is counted
+    // once, by RACK's deadline or by the RTO
+    assert_eq!(r.stats.rto_lost, 1);
     let evs = r.paths.paths();
     let states: Vec<_> = evs.iter().map(|p| p.state).collect();
     assert_eq!(
@@ -494,6 +499,7 @@ fn selective_repeat_rto_keeps_packets_younger_than_rack_rtt_plus_reorder_window(
     assert_eq!(r.st.in_flight_packets(), 1);
     assert_eq!(r.st.packet(4).map(|p| p.state), Some(PktState::InFlight));
     assert_eq!((r.stats.timeouts, r.stats.rack_losses), (1, 2));
+    assert_eq!(r.stats.rto_lost, 1);
     let per_ev: Vec<(u64, u64)> = r
         .paths
         .paths()
