@@ -226,6 +226,61 @@ fn paths_burst_and_mtu_options() {
     assert_eq!(sent, 160 + v["retransmitted"].as_u64().unwrap());
 }
 
+/// Issue 21 item 1: congestion control is on by default (NSCC; it used to be `none`), and
+/// the report names the line rate and base RTT its preset assumed.
+#[test]
+fn congestion_control_defaults_to_nscc_with_the_presets_path() {
+    let v = json(&["loopback", "-n", "5", "-s", "65536", "--json"]);
+    assert_eq!(v["cc"], "nscc");
+    assert_eq!(v["line_rate_gbps"], 100.0);
+    assert_eq!(v["base_rtt_us"], 200.0);
+    let v = json(&[
+        "loopback",
+        "-n",
+        "5",
+        "--json",
+        "--cc",
+        "dcqcn",
+        "--line-rate",
+        "400",
+        "--base-rtt-us",
+        "12.5",
+    ]);
+    assert_eq!(v["cc"], "dcqcn");
+    assert_eq!(v["line_rate_gbps"], 400.0);
+    assert_eq!(v["base_rtt_us"], 12.5);
+    let (o, _) = perf(&["loopback", "-n", "3", "--line-rate", "200"]);
+    assert!(o.status.success());
+    let table = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        table.contains(" CC              : nscc ")
+            && table.contains(
+                " CC presets for  : 200 Gb/s line rate, 200 us base RTT (--line-rate, --base-rtt-us)"
+            ),
+        "{table}"
+    );
+}
+
+/// `--line-rate` and `--base-rtt-us` outside their ranges are refused by name, before any
+/// socket is opened; a server refuses them in a client's parameters the same way.
+#[test]
+fn line_rate_and_base_rtt_are_validated() {
+    for (args, msg) in [
+        (&["--line-rate", "0"][..], "--line-rate must be in 0.01..=3200 Gb/s, got 0"),
+        (&["--line-rate=-5"][..], "--line-rate must be in 0.01..=3200 Gb/s, got -5"),
+        (&["--line-rate", "1e9"][..], "--line-rate must be in 0.01..=3200 Gb/s, got 1e9"),
+        (&["--line-rate", "NaN"][..], "--line-rate must be in 0.01..=3200 Gb/s, got NaN"),
+        (&["--base-rtt-us", "0"][..], "--base-rtt-us must be in 1..=1000000 us, got 0"),
+        (&["--base-rtt-us=-1"][..], "--base-rtt-us must be in 1..=1000000 us, got -1"),
+        (&["--base-rtt-us", "1e7"][..], "--base-rtt-us must be in 1..=1000000 us, got 1e7"),
+        (&["--line-rate", "fast"][..], "invalid value 'fast' for '--line-rate <GBPS>'"),
+    ] {
+        let mut a = vec!["loopback", "-n", "1"];
+        a.extend_from_slice(args);
+        fails_with(&a, msg);
+    }
+}
+
 fn fails_with(args: &[&str], msg: &str) {
     let (o, t) = perf(args);
     assert!(!o.status.success(), "mrc-perf {args:?} should fail");
@@ -437,6 +492,14 @@ fn server_checks_the_clients_parameters_answers_the_reason_and_keeps_waiting() {
             "--tx-depth must be in 1..=2 (messages that fit the region), got 3",
         ),
         (r#"{"cc": "warp"}"#, "--cc: "),
+        (
+            r#"{"line_rate_gbps": 0.0}"#,
+            "--line-rate must be in 0.01..=3200 Gb/s, got 0",
+        ),
+        (
+            r#"{"base_rtt_us": 1e300}"#,
+            "--base-rtt-us must be in 1..=1000000 us, got 1e300",
+        ),
         (
             r#"{"size": 1, "region_size": 4294967296, "tx_depth": 4294967296}"#,
             "--tx-depth must be at most 65536, got 4294967296",
@@ -1254,6 +1317,8 @@ fn a_server_refuses_the_clients_options_by_name() {
         (&["--json"][..], "--json"),
         (&["--verify"][..], "--verify"),
         (&["--peer-timeout", "2"][..], "--peer-timeout"),
+        (&["--line-rate", "400"][..], "--line-rate"),
+        (&["--base-rtt-us", "10"][..], "--base-rtt-us"),
     ] {
         let mut a = vec!["server", "--bind", "127.0.0.1", "-p", "28687"];
         a.extend_from_slice(args);
