@@ -266,14 +266,38 @@ fn congestion_control_defaults_to_nscc_with_the_presets_path() {
 #[test]
 fn line_rate_and_base_rtt_are_validated() {
     for (args, msg) in [
-        (&["--line-rate", "0"][..], "--line-rate must be in 0.01..=3200 Gb/s, got 0"),
-        (&["--line-rate=-5"][..], "--line-rate must be in 0.01..=3200 Gb/s, got -5"),
-        (&["--line-rate", "1e9"][..], "--line-rate must be in 0.01..=3200 Gb/s, got 1e9"),
-        (&["--line-rate", "NaN"][..], "--line-rate must be in 0.01..=3200 Gb/s, got NaN"),
-        (&["--base-rtt-us", "0"][..], "--base-rtt-us must be in 1..=1000000 us, got 0"),
-        (&["--base-rtt-us=-1"][..], "--base-rtt-us must be in 1..=1000000 us, got -1"),
-        (&["--base-rtt-us", "1e7"][..], "--base-rtt-us must be in 1..=1000000 us, got 1e7"),
-        (&["--line-rate", "fast"][..], "invalid value 'fast' for '--line-rate <GBPS>'"),
+        (
+            &["--line-rate", "0"][..],
+            "--line-rate must be in 0.01..=3200 Gb/s, got 0",
+        ),
+        (
+            &["--line-rate=-5"][..],
+            "--line-rate must be in 0.01..=3200 Gb/s, got -5",
+        ),
+        (
+            &["--line-rate", "1e9"][..],
+            "--line-rate must be in 0.01..=3200 Gb/s, got 1e9",
+        ),
+        (
+            &["--line-rate", "NaN"][..],
+            "--line-rate must be in 0.01..=3200 Gb/s, got NaN",
+        ),
+        (
+            &["--base-rtt-us", "0"][..],
+            "--base-rtt-us must be in 1..=1000000 us, got 0",
+        ),
+        (
+            &["--base-rtt-us=-1"][..],
+            "--base-rtt-us must be in 1..=1000000 us, got -1",
+        ),
+        (
+            &["--base-rtt-us", "1e7"][..],
+            "--base-rtt-us must be in 1..=1000000 us, got 10000000",
+        ),
+        (
+            &["--line-rate", "fast"][..],
+            "invalid value 'fast' for '--line-rate <GBPS>'",
+        ),
     ] {
         let mut a = vec!["loopback", "-n", "1"];
         a.extend_from_slice(args);
