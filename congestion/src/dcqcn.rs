@@ -86,8 +86,10 @@ pub struct DcqcnConfig {
     /// R_HAI: hyper-increase step of R_T, bits per second (paper: 200 Mb/s).
     pub hai_rate_bps: u64,
     /// Notification-point parameter: the receiver sends at most one CNP per flow per this
-    /// interval, ns (paper: 50 us). Not used by the reaction point itself; carried here so
-    /// the receiving side of the transport can read it from the same preset.
+    /// interval, ns (paper: 50 us). Not used by the reaction point itself; a record of the
+    /// preset's value. The transport's notification point is `AckConfig::cnp_interval_ns`
+    /// (mrc-transport, 50 us), which does not read this field (see
+    /// [`DcqcnConfig::for_link`] for why 4 us there cuts the rate to the floor).
     pub cnp_interval_ns: u64,
     /// One cut never leaves R_C below this percentage of the rate before the cut, in
     /// `0..=100` (0: no bound; firmware `rpg_min_dec_fac`).
