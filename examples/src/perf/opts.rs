@@ -167,7 +167,7 @@ pub struct TestOpts {
     /// Payload bytes per packet (mrc payload, not the link MTU: headers come on top).
     #[arg(long, value_name = "BYTES", default_value_t = 4096, global = true)]
     pub mtu: u32,
-    /// Congestion control: nscc (default), dcqcn, swift or none (a fixed window of
+    /// Congestion control: nscc, dcqcn, swift or none (a fixed window of
     /// 2 x BDP). The presets assume --line-rate and --base-rtt-us.
     #[arg(long, default_value = DEFAULT_CC, value_parser = parse_cc, global = true)]
     pub cc: CcKind,
