@@ -18,7 +18,8 @@ use crate::{AckSample, Controller, Metrics};
 /// Which congestion controller to run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum CcKind {
-    /// [`Dcqcn`] with [`DcqcnConfig::paper`].
+    /// [`Dcqcn`] with [`DcqcnConfig::for_link`]: the NVIDIA ConnectX firmware reaction
+    /// point and a 4 x BDP window.
     Dcqcn,
     /// [`Swift`] with [`SwiftConfig::for_link`].
     Swift,
@@ -90,7 +91,7 @@ pub enum AnyController {
 }
 
 impl AnyController {
-    /// Builds `kind` with its default preset for `link`: DCQCN [`DcqcnConfig::paper`],
+    /// Builds `kind` with its default preset for `link`: DCQCN [`DcqcnConfig::for_link`],
     /// Swift [`SwiftConfig::for_link`], NSCC [`NsccConfig::for_link`], and for `none` a
     /// fixed window of twice the BDP (at least one MTU).
     ///
@@ -101,7 +102,10 @@ impl AnyController {
         check_nonzero("base_rtt_ns", link.base_rtt_ns)?;
         check_nonzero("mtu_bytes", link.mtu_bytes)?;
         Ok(match kind {
-            CcKind::Dcqcn => AnyController::Dcqcn(DcqcnConfig::paper(link.line_rate_bps).build()?),
+            CcKind::Dcqcn => AnyController::Dcqcn(
+                DcqcnConfig::for_link(link.line_rate_bps, link.base_rtt_ns, link.mtu_bytes)
+                    .build()?,
+            ),
             CcKind::Swift => AnyController::Swift(
                 SwiftConfig::for_link(link.line_rate_bps, link.base_rtt_ns, link.mtu_bytes)
                     .build()?,
@@ -251,7 +255,7 @@ mod tests {
     fn builds_each_kind_with_its_preset() {
         let dcqcn = AnyController::new(CcKind::Dcqcn, &LINK).unwrap();
         assert_eq!(dcqcn.kind(), CcKind::Dcqcn);
-        assert_eq!(dcqcn.cwnd_bytes(), u64::MAX);
+        assert_eq!(dcqcn.cwnd_bytes(), 600_000); // 4 BDP
         assert_eq!(dcqcn.pacing_rate_bps(), 100_000_000_000);
 
         let swift = AnyController::new(CcKind::Swift, &LINK).unwrap();
@@ -272,10 +276,13 @@ mod tests {
     fn dispatch_reaches_the_inner_controller() {
         let mut cc = AnyController::new(CcKind::Dcqcn, &LINK).unwrap();
         cc.on_cnp(0);
-        assert_eq!(cc.pacing_rate_bps(), 50_000_000_000);
-        assert_eq!(cc.next_timer_ns(), Some(55_000));
-        cc.on_timer(55_000);
-        assert_eq!(cc.pacing_rate_bps(), 75_000_000_000);
+        // Firmware preset: alpha 1023/1024, so the cut keeps 1 - 1023/2048 of 100 Gb/s.
+        assert_eq!(cc.pacing_rate_bps(), 50_048_828_125);
+        // The 1 us alpha period is the next timer, the 300 us increase timer after it.
+        assert_eq!(cc.next_timer_ns(), Some(1_000));
+        cc.on_timer(300_000);
+        // One fast-recovery step: halfway back to R_T = 100 Gb/s, rounded up.
+        assert_eq!(cc.pacing_rate_bps(), 75_024_414_063);
         assert_eq!(cc.metrics().cnps_received, 1);
     }
 

@@ -8,8 +8,11 @@
 //! (IEEE 802.1Qau), which DCQCN reuses. (Section titles, not numbers, are cited: we could not
 //! check the numbering against the paper.)
 //!
-//! DCQCN is rate-based: [`Controller::cwnd_bytes`] is `u64::MAX` and
-//! [`Controller::pacing_rate_bps`] is the current rate R_C. It reacts to CNPs only; ACKs,
+//! DCQCN is rate-based: [`Controller::pacing_rate_bps`] is the current rate R_C, and
+//! [`Controller::cwnd_bytes`] is `window_bytes`: `u64::MAX` (no window, the paper's DCQCN)
+//! in both presets; [`crate::AnyController`] sets 4 x BDP, the window-capped DCQCN
+//! ("DCQCN+win") of Li et al., "HPCC: High Precision Congestion Control", SIGCOMM 2019,
+//! for a fabric without PFC (see [`crate::CcKind::Dcqcn`]). It reacts to CNPs only; ACKs,
 //! ECN CE counts in SACKs (the receiver, the notification point, turns those into CNPs),
 //! trims and losses are recorded in the metrics but do not move the rate.
 //!
@@ -83,8 +86,10 @@ pub struct DcqcnConfig {
     /// R_HAI: hyper-increase step of R_T, bits per second (paper: 200 Mb/s).
     pub hai_rate_bps: u64,
     /// Notification-point parameter: the receiver sends at most one CNP per flow per this
-    /// interval, ns (paper: 50 us). Not used by the reaction point itself; carried here so
-    /// the receiving side of the transport can read it from the same preset.
+    /// interval, ns (paper: 50 us). Not used by the reaction point itself; a record of the
+    /// preset's value. The transport's notification point is `AckConfig::cnp_interval_ns`
+    /// (mrc-transport, 50 us), which does not read this field (see
+    /// [`DcqcnConfig::for_link`] for why 4 us there cuts the rate to the floor).
     pub cnp_interval_ns: u64,
     /// One cut never leaves R_C below this percentage of the rate before the cut, in
     /// `0..=100` (0: no bound; firmware `rpg_min_dec_fac`).
@@ -93,6 +98,9 @@ pub struct DcqcnConfig {
     /// ignored (no cut, no alpha update, no timer restart), ns (0: every CNP acts; firmware
     /// `rate_reduce_monitor_period`).
     pub min_decrease_interval_ns: u64,
+    /// At most this many bytes in flight, the value of [`Controller::cwnd_bytes`]
+    /// (`u64::MAX`: no window, rate only, as in the paper and the NIC firmware).
+    pub window_bytes: u64,
 }
 
 impl DcqcnConfig {
@@ -117,6 +125,7 @@ impl DcqcnConfig {
             cnp_interval_ns: 50_000,
             min_decrease_factor_percent: 0,
             min_decrease_interval_ns: 0,
+            window_bytes: u64::MAX,
         }
     }
 
@@ -156,13 +165,47 @@ impl DcqcnConfig {
             cnp_interval_ns: 4_000,
             min_decrease_factor_percent: 50,
             min_decrease_interval_ns: 4_000,
+            window_bytes: u64::MAX,
+        }
+    }
+
+    /// The preset [`crate::CcKind::Dcqcn`] runs: [`DcqcnConfig::nvidia_connectx`] with a
+    /// window of 4 x BDP (`line_rate_bps` x `base_rtt_ns`, at least one `mtu_bytes`), the
+    /// ceiling [`crate::SwiftConfig::for_link`] gives Swift's window.
+    ///
+    /// Why not [`DcqcnConfig::paper`] (issue 21, `mrc-sim experiment cc`, 16 x 1 MiB incast
+    /// into one 100 Gb/s port, drop-tail 1 MiB, no PFC, seeds 1-8):
+    ///
+    /// * the paper's byte counter B = 10 MB never fires in a flow shorter than 10 MB (seed
+    ///   1: 896 increase events, every one with byte stage 0), so hyper increase (both
+    ///   stage counters past F = 5) never starts and a flow cut during the incast climbs
+    ///   back by R_AI = 40 Mb/s per 55 us: the link idles. The paper preset with this
+    ///   window reached 35.0-44.6 Gb/s; the firmware's B = 32 767 bytes and F = 1 recover
+    ///   within a few increase events;
+    /// * without a window a rate-based sender starting at line rate offers 16 x 100 Gb/s
+    ///   for the tens of microseconds before the first CNP, and keeps its packets in
+    ///   flight while the queue, marked at enqueue, tells it about congestion one
+    ///   queueing delay (up to 84 us at 1 MiB) late. The paper assumes PFC (a lossless
+    ///   fabric); mrc runs without it. Firmware preset without a window: 61.4-81.0 Gb/s
+    ///   (seeds 1-4), with 4 x BDP: 84.0-88.6 Gb/s (seeds 1-8; 3 x BDP: 78.0-90.4).
+    ///
+    /// The window is the "DCQCN+win" of Li et al., "HPCC", SIGCOMM 2019 (DCQCN with a
+    /// window limit, for loss and queue control). The notification point is the
+    /// transport's `AckConfig::cnp_interval_ns` (50 us), not this preset's
+    /// `cnp_interval_ns` (4 us): with a CNP every 4 us on a signal 84 us late the rate is
+    /// cut to the floor (4.7-4.9 Gb/s in the same incast).
+    pub fn for_link(line_rate_bps: u64, base_rtt_ns: u64, mtu_bytes: u64) -> Self {
+        let bdp = crate::swift::bdp_bytes(line_rate_bps, base_rtt_ns);
+        Self {
+            window_bytes: bdp.saturating_mul(4).max(mtu_bytes).max(1),
+            ..Self::nvidia_connectx(line_rate_bps)
         }
     }
 
     /// Checks the parameters and builds the controller, starting at the line rate.
     ///
     /// Errors: [`ConfigError::Zero`] for a zero line rate, minimum rate, timer period, byte
-    /// counter, stage count or R_AI; [`ConfigError::OutOfRange`] for g outside `(0, 1]`,
+    /// counter, stage count, R_AI or window; [`ConfigError::OutOfRange`] for g outside `(0, 1]`,
     /// initial alpha outside `[0, 1]` or a percentage above 100; [`ConfigError::Inverted`]
     /// when the minimum rate exceeds the line rate.
     pub fn build(&self) -> Result<Dcqcn, ConfigError> {
@@ -181,6 +224,7 @@ impl DcqcnConfig {
         check_nonzero("byte_counter_bytes", self.byte_counter_bytes)?;
         check_nonzero("fast_recovery_stages", u64::from(self.fast_recovery_stages))?;
         check_nonzero("ai_rate_bps", self.ai_rate_bps)?;
+        check_nonzero("window_bytes", self.window_bytes)?;
         if self.min_decrease_factor_percent > 100 {
             return Err(ConfigError::OutOfRange {
                 field: "min_decrease_factor_percent",
@@ -199,7 +243,7 @@ impl DcqcnConfig {
             bytes_since_stage: 0,
             last_decrease_ns: None,
             metrics: Metrics {
-                cwnd_bytes: u64::MAX,
+                cwnd_bytes: self.window_bytes,
                 pacing_rate_bps: self.line_rate_bps,
                 target_rate_bps: self.line_rate_bps,
                 ..Metrics::default()
@@ -427,7 +471,7 @@ impl Controller for Dcqcn {
     }
 
     fn cwnd_bytes(&self) -> u64 {
-        u64::MAX
+        self.cfg.window_bytes
     }
 
     fn pacing_rate_bps(&self) -> u64 {
@@ -462,6 +506,49 @@ mod tests {
         assert_eq!(cc.metrics().decreases, 10);
         assert_eq!(cc.metrics().cnps_received, 10);
         assert_eq!(cc.cwnd_bytes(), u64::MAX);
+    }
+
+    #[test]
+    fn for_link_is_the_firmware_preset_with_four_bdp_of_window() {
+        // The simulator's cross-leaf path: 100 Gb/s, base RTT 5 396 ns, BDP 67 450 bytes.
+        let cfg = DcqcnConfig::for_link(100 * GBPS, 5_396, 4096);
+        assert_eq!(cfg.window_bytes, 269_800);
+        assert_eq!(
+            DcqcnConfig {
+                window_bytes: u64::MAX,
+                ..cfg
+            },
+            DcqcnConfig::nvidia_connectx(100 * GBPS)
+        );
+        assert_eq!(cfg.byte_counter_bytes, 32_767);
+        assert_eq!(cfg.fast_recovery_stages, 1);
+        // A path shorter than one packet's BDP still gets one MTU of window.
+        assert_eq!(DcqcnConfig::for_link(GBPS, 1, 4096).window_bytes, 4096);
+    }
+
+    #[test]
+    fn window_caps_bytes_in_flight_and_zero_is_refused() {
+        let cfg = DcqcnConfig {
+            window_bytes: 269_800,
+            ..DcqcnConfig::nvidia_connectx(100 * GBPS)
+        };
+        let mut cc = cfg.build().unwrap();
+        assert_eq!(cc.cwnd_bytes(), 269_800);
+        // A cut moves the rate, not the window.
+        cc.on_cnp(10_000);
+        assert_eq!(cc.cwnd_bytes(), 269_800);
+        assert_eq!(cc.pacing_rate_bps(), 50_048_828_125);
+        assert_eq!(
+            DcqcnConfig {
+                window_bytes: 0,
+                ..cfg
+            }
+            .build()
+            .unwrap_err(),
+            ConfigError::Zero {
+                field: "window_bytes"
+            }
+        );
     }
 
     #[test]

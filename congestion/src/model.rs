@@ -199,7 +199,7 @@ fn apply<C: Controller>(cc: &mut C, m: &mut Model, op: &Op) {
 }
 
 /// DCQCN: rate and target rate within `[min_rate_bps, line_rate_bps]`, alpha in
-/// `[0, 1]`, no window.
+/// `[0, 1]`, the window fixed at `window_bytes`.
 ///
 /// # Panics
 /// When an invariant does not hold.
@@ -214,7 +214,7 @@ pub fn check_dcqcn(cc: &Dcqcn) {
     );
     assert!((cfg.min_rate_bps..=cfg.line_rate_bps).contains(&cc.target_rate_bps()));
     assert!(cc.alpha().is_finite() && (0.0..=1.0).contains(&cc.alpha()));
-    assert_eq!(cc.cwnd_bytes(), u64::MAX);
+    assert_eq!(cc.cwnd_bytes(), cc.config().window_bytes);
 }
 
 /// Swift: window finite and within `[min_cwnd_bytes, max_cwnd_bytes]`, the integer

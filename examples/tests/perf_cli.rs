@@ -238,6 +238,85 @@ fn paths_burst_and_mtu_options() {
     assert_eq!(sent, 160 + v["retransmitted_packets"].as_u64().unwrap());
 }
 
+/// Issue 21 item 1: congestion control is on by default (NSCC; it used to be `none`), and
+/// the report names the line rate and base RTT its preset assumed.
+#[test]
+fn congestion_control_defaults_to_nscc_with_the_presets_path() {
+    let v = json(&["loopback", "-n", "5", "-s", "65536", "--json"]);
+    assert_eq!(v["cc"], "nscc");
+    assert_eq!(v["line_rate_gbps"], 100.0);
+    assert_eq!(v["base_rtt_us"], 200.0);
+    let v = json(&[
+        "loopback",
+        "-n",
+        "5",
+        "--json",
+        "--cc",
+        "dcqcn",
+        "--line-rate",
+        "400",
+        "--base-rtt-us",
+        "12.5",
+    ]);
+    assert_eq!(v["cc"], "dcqcn");
+    assert_eq!(v["line_rate_gbps"], 400.0);
+    assert_eq!(v["base_rtt_us"], 12.5);
+    let (o, _) = perf(&["loopback", "-n", "3", "--line-rate", "200"]);
+    assert!(o.status.success());
+    let table = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        table.contains(" CC              : nscc ")
+            && table.contains(
+                " CC presets for  : 200 Gb/s line rate, 200 us base RTT (--line-rate, --base-rtt-us)"
+            ),
+        "{table}"
+    );
+}
+
+/// `--line-rate` and `--base-rtt-us` outside their ranges are refused by name, before any
+/// socket is opened; a server refuses them in a client's parameters the same way.
+#[test]
+fn line_rate_and_base_rtt_are_validated() {
+    for (args, msg) in [
+        (
+            &["--line-rate", "0"][..],
+            "--line-rate must be in 0.01..=3200 Gb/s, got 0",
+        ),
+        (
+            &["--line-rate=-5"][..],
+            "--line-rate must be in 0.01..=3200 Gb/s, got -5",
+        ),
+        (
+            &["--line-rate", "1e9"][..],
+            "--line-rate must be in 0.01..=3200 Gb/s, got 1e9",
+        ),
+        (
+            &["--line-rate", "NaN"][..],
+            "--line-rate must be in 0.01..=3200 Gb/s, got NaN",
+        ),
+        (
+            &["--base-rtt-us", "0"][..],
+            "--base-rtt-us must be in 1..=1000000 us, got 0",
+        ),
+        (
+            &["--base-rtt-us=-1"][..],
+            "--base-rtt-us must be in 1..=1000000 us, got -1",
+        ),
+        (
+            &["--base-rtt-us", "1e7"][..],
+            "--base-rtt-us must be in 1..=1000000 us, got 10000000",
+        ),
+        (
+            &["--line-rate", "fast"][..],
+            "invalid value 'fast' for '--line-rate <GBPS>'",
+        ),
+    ] {
+        let mut a = vec!["loopback", "-n", "1"];
+        a.extend_from_slice(args);
+        fails_with(&a, msg);
+    }
+}
+
 fn fails_with(args: &[&str], msg: &str) {
     let (o, t) = perf(args);
     assert!(!o.status.success(), "mrc-perf {args:?} should fail");
@@ -480,6 +559,14 @@ fn server_checks_the_clients_parameters_answers_the_reason_and_keeps_waiting() {
         ),
         (r#"{"cc": "warp"}"#, "--cc: "),
         (
+            r#"{"line_rate_gbps": 0.0}"#,
+            "--line-rate must be in 0.01..=3200 Gb/s, got 0",
+        ),
+        (
+            r#"{"base_rtt_us": 1e300}"#,
+            "--base-rtt-us must be in 1..=1000000 us, got 1e300",
+        ),
+        (
             r#"{"size": 1, "region_size": 4294967296, "tx_depth": 4294967296}"#,
             "--tx-depth must be at most 65536, got 4294967296",
         ),
@@ -674,7 +761,6 @@ fn strangers_on_the_tcp_port_are_dropped_and_the_real_client_is_served() {
 /// them is dropped and the next client served.
 #[test]
 fn a_persistent_server_serves_clients_one_after_another() {
-    use std::io::Read;
     // Not under `timeout` (perf_cmd): the kill below must reach mrc-perf itself, or its
     // stdout stays open and the read after it never ends.
     let mut server = Command::new(env!("CARGO_BIN_EXE_mrc-perf"))
@@ -717,15 +803,29 @@ fn a_persistent_server_serves_clients_one_after_another() {
             );
         }
     }
+    // The server prints a client's lines after that client has exited: read them before
+    // the kill (it used to kill at once and miss client 3's lines now and then). The
+    // receive bound only turns a server that never prints into a failure.
+    let mut stdout = std::io::BufReader::new(server.stdout.take().unwrap());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        let mut line = String::new();
+        while stdout.read_line(&mut line).is_ok_and(|n| n > 0) {
+            if tx.send(std::mem::take(&mut line)).is_err() {
+                break;
+            }
+        }
+    });
+    let mut out = String::new();
+    while out.matches(" verify: ").count() < 3 {
+        match rx.recv_timeout(Duration::from_secs(20)) {
+            Ok(l) => out += &l,
+            Err(e) => panic!("server stdout: {e}; so far: {out}"),
+        }
+    }
     server.kill().unwrap();
     server.wait().unwrap();
-    let mut out = String::new();
-    server
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut out)
-        .unwrap();
     for n in 1..=3 {
         assert!(
             out.contains(&format!(" client {n}:\n server: 4 messages received")),
@@ -1296,6 +1396,8 @@ fn a_server_refuses_the_clients_options_by_name() {
         (&["--json"][..], "--json"),
         (&["--verify"][..], "--verify"),
         (&["--peer-timeout", "2"][..], "--peer-timeout"),
+        (&["--line-rate", "400"][..], "--line-rate"),
+        (&["--base-rtt-us", "10"][..], "--base-rtt-us"),
     ] {
         let mut a = vec!["server", "--bind", "127.0.0.1", "-p", "28687"];
         a.extend_from_slice(args);

@@ -683,12 +683,14 @@ fn cc_and_allreduce_check_stated_bounds_and_plot_them() {
         "--plot",
         svg.to_str().unwrap(),
     ]);
-    assert_eq!(code, 1, "{out}{err}");
+    // Issue 21: DCQCN's incast used to MISS at 39.2 Gb/s (paper preset, no window, pacing
+    // release fixed at the old rate); exit 1.
+    assert_eq!(code, 0, "{out}{err}");
     let checks: Vec<&str> = out.lines().filter(|l| l.starts_with('[')).collect();
     assert_eq!(
         checks,
         [
-            "[MISS] dcqcn: incast aggregate goodput >= 80 Gb/s: 39.2 Gb/s",
+            "[PASS] dcqcn: incast aggregate goodput >= 80 Gb/s: 84.0 Gb/s",
             "[PASS] dcqcn: permutation aggregate goodput >= 75% of ideal (1168 Gb/s): 1497.6 Gb/s (96.2%)",
             "[PASS] dcqcn: permutation p99 queue <= 256 KiB: 90.5 KiB",
             "[PASS] swift: incast aggregate goodput >= 80 Gb/s: 96.2 Gb/s",

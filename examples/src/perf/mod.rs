@@ -440,13 +440,15 @@ pub fn main() -> i32 {
 
 /// The test options only a client chooses (`mrc-perf server` runs what its client asks,
 /// within its `--max-*` limits): clap's id, and the flag as the user wrote it.
-const CLIENT_OPTIONS: [(&str, &str); 24] = [
+const CLIENT_OPTIONS: [(&str, &str); 26] = [
     ("size", "-s/--size"),
     ("iters", "-n/--iters"),
     ("duration", "-D/--duration"),
     ("paths", "--paths"),
     ("mtu", "-m/--mtu"),
     ("cc", "--cc"),
+    ("line_rate_gbps", "--line-rate"),
+    ("base_rtt_us", "--base-rtt-us"),
     ("test", "--test"),
     ("bidirectional", "-b/--bidirectional"),
     ("verify", "--verify"),

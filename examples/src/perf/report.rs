@@ -583,7 +583,7 @@ impl<'a> Report<'a> {
         o += "\n";
         o += &format!("                    {}\n", self.title());
         o += &format!(
-            " Paths (EVs)     : {:<8} MTU payload : {} bytes   Burst/EV : {}\n CC              : {:<8} TX depth    : {:<8}     Verify   : {}\n EV selection    : {:<8} Packets     : {}\n",
+            " Paths (EVs)     : {:<8} MTU payload : {} bytes   Burst/EV : {}\n CC              : {:<8} TX depth    : {:<8}     Verify   : {}\n EV selection    : {:<8} Packets     : {}\n CC presets for  : {} Gb/s line rate, {} us base RTT (--line-rate, --base-rtt-us)\n",
             p.paths,
             p.mtu,
             p.burst_size,
@@ -595,7 +595,9 @@ impl<'a> Report<'a> {
                 "authenticated and encrypted (--psk-file)"
             } else {
                 "in the clear"
-            }
+            },
+            p.line_rate_gbps,
+            p.base_rtt_us
         );
         o += RULE;
         o += "\n";
@@ -807,6 +809,9 @@ impl<'a> Report<'a> {
         // Datagrams dropped in the engine for a foreign source (not the peer's addresses):
         // this side's and the receiver's (json! nests too deep to hold them above).
         v["source_drops"] = json!(self.r.recv.source_drops);
+        // What the congestion-control presets assumed (--line-rate, --base-rtt-us).
+        v["line_rate_gbps"] = json!(p.line_rate_gbps);
+        v["base_rtt_us"] = json!(p.base_rtt_us);
         v["receiver"]["source_drops"] = json!(self.r.peer_recv.source_drops);
         let bad = self.r.peer_recv.bad_bytes + self.r.recv.bad_bytes;
         v["ok"] = json!(bad == 0);

@@ -4,7 +4,7 @@
 use super::opts::{Fabric, ServerLimits, TestKind, TestParams};
 use super::report::{self, EvLine, Interval, Meter, ProgressOpts, Report};
 use super::verbs::{self, VerbsOpts};
-use mrc_congestion::{CcKind, LinkParams};
+use mrc_congestion::CcKind;
 use mrc_fabric::engine::bootstrap::RemoteMr;
 use mrc_fabric::engine::{Context, EngineConfig, Qp, QpConfig, VerifySpec};
 use mrc_fabric::udp::UdpConfig;
@@ -322,12 +322,7 @@ fn qp_config(p: &TestParams) -> Result<QpConfig, String> {
             ..software
         },
         cc,
-        link: LinkParams {
-            line_rate_bps: 100_000_000_000,
-            base_rtt_ns: 200_000,
-            mtu_bytes: u64::from(p.mtu),
-            trimming_enabled: false,
-        },
+        link: p.link(),
         evs_per_socket: p.burst_size as usize,
         srh: p.steering.srh.clone(),
         marks: p.steering.marks.clone(),
@@ -1576,5 +1571,60 @@ mod sum_tests {
         assert_eq!(s.evs.len(), 2);
         assert_eq!(s.cpu_s, 0.7);
         assert_eq!(s.engine.datapath.tx_datagrams, 12);
+    }
+}
+
+#[cfg(test)]
+mod preset_tests {
+    use super::*;
+    use mrc_congestion::{AnyController, Controller, LinkParams};
+
+    fn params(extra: serde_json::Value) -> TestParams {
+        let mut v = serde_json::json!({
+            "test": "Bw", "size": 65536, "iters": 5, "duration_s": null, "paths": 16,
+            "mtu": 4096, "cc": "dcqcn", "bidirectional": false, "verify": false,
+            "rate_limit_gbps": null, "burst_size": 1, "tx_depth": 2, "region_size": 131072,
+            "seed": 1
+        });
+        if let (Some(o), Some(e)) = (v.as_object_mut(), extra.as_object()) {
+            o.extend(e.clone());
+        }
+        serde_json::from_value(v).unwrap()
+    }
+
+    /// Issue 21: `--line-rate` and `--base-rtt-us` reach the controller the engine builds
+    /// (`AnyController::new(cfg.cc, &cfg.link)`); they used to be 100 Gb/s and 200 us
+    /// whatever the NIC.
+    #[test]
+    fn presets_get_the_line_rate_and_base_rtt_of_the_test() {
+        let p = params(serde_json::json!({"line_rate_gbps": 400.0, "base_rtt_us": 10.0}));
+        let q = qp_config(&p).unwrap();
+        assert_eq!(q.cc, CcKind::Dcqcn);
+        assert_eq!(
+            q.link,
+            LinkParams {
+                line_rate_bps: 400_000_000_000,
+                base_rtt_ns: 10_000,
+                mtu_bytes: 4096,
+                trimming_enabled: false,
+            }
+        );
+        // BDP = 400 Gb/s x 10 us = 500 000 bytes.
+        let dcqcn = AnyController::new(q.cc, &q.link).unwrap();
+        assert_eq!(dcqcn.pacing_rate_bps(), 400_000_000_000);
+        assert_eq!(dcqcn.cwnd_bytes(), 2_000_000); // 4 BDP
+        let swift = AnyController::new(CcKind::Swift, &q.link).unwrap();
+        assert_eq!(swift.cwnd_bytes(), 500_000); // 1 BDP
+        let nscc = AnyController::new(CcKind::Nscc, &q.link).unwrap();
+        assert_eq!(nscc.cwnd_bytes(), 1_000_000); // 2 BDP
+        let none = AnyController::new(CcKind::None, &q.link).unwrap();
+        assert_eq!(none.cwnd_bytes(), 1_000_000); // 2 BDP
+
+        // A client that does not send them (an older mrc-perf): 100 Gb/s and 200 us.
+        let q = qp_config(&params(serde_json::json!({}))).unwrap();
+        assert_eq!(
+            (q.link.line_rate_bps, q.link.base_rtt_ns),
+            (100_000_000_000, 200_000)
+        );
     }
 }

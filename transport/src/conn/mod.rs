@@ -121,8 +121,11 @@ pub struct Connection<C: Controller> {
     stats: ConnStats,
     /// Go-back-N receiver: the `rcv_nxt` a NACK(NO_BITMAP) was last sent for.
     gbn_nacked: Option<u64>,
-    /// Pacing: earliest time the next data packet may leave, ns.
-    next_send_ns: u64,
+    /// Pacing: start of the last paced data packet's slot, ns (the later of its send
+    /// time less the pacing credit and the release time it was sent against).
+    paced_from_ns: u64,
+    /// Pacing: bits of the last paced data packet (0: none sent paced yet).
+    paced_bits: u64,
     probe_replies: VecDeque<(u32, u32, u32)>,
     /// Evidence that the peer restarted: when the first packet of another generation (or a
     /// NACK(GENERATION_MISMATCH)) arrived since the last packet of the peer's generation.
@@ -169,7 +172,8 @@ impl<C: Controller> Connection<C> {
             completions: VecDeque::new(),
             stats: ConnStats::default(),
             gbn_nacked: None,
-            next_send_ns: 0,
+            paced_from_ns: 0,
+            paced_bits: 0,
             probe_replies: VecDeque::new(),
             gen_mismatch_since_ns: None,
             auth: None,
@@ -472,11 +476,11 @@ impl<C: Controller> Connection<C> {
         // The pacing release time is a timer only while a data packet could leave then:
         // with every EV denied nothing can, and a release time in the past would be
         // returned forever (the caller would spin).
-        if self.next_send_ns > 0
+        if self.paced_bits > 0
             && self.paths.any_usable()
             && self.send.next_tx(self.cc.cwnd_bytes()).is_some()
         {
-            min(Some(self.next_send_ns));
+            min(Some(self.pacing_release_ns()));
         }
         t
     }

@@ -1223,3 +1223,62 @@ fn the_tail_loss_probe_goes_on_the_ev_whose_round_trip_worked_last() {
     assert_eq!(a.stats().timeouts, 0);
     assert_eq!(completions(&mut a).len(), 1);
 }
+
+/// A controller whose pacing rate the test sets from outside.
+#[derive(Debug)]
+struct SharedRate(std::sync::Arc<std::sync::atomic::AtomicU64>);
+
+impl Controller for SharedRate {
+    fn on_packet_sent(&mut self, _: u64, _: u64, _: u64) {}
+    fn on_ack(&mut self, _: u64, _: &mrc_congestion::AckSample) {}
+    fn on_trim(&mut self, _: u64, _: u64) {}
+    fn on_loss(&mut self, _: u64, _: u64) {}
+    fn on_spurious_loss(&mut self, _: u64) {}
+    fn on_cnp(&mut self, _: u64) {}
+    fn cwnd_bytes(&self) -> u64 {
+        u64::MAX
+    }
+    fn pacing_rate_bps(&self) -> u64 {
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
+    }
+    fn metrics(&self) -> mrc_congestion::Metrics {
+        mrc_congestion::Metrics::default()
+    }
+}
+
+/// Issue 21: the release time of the next paced packet follows the controller's rate *now*.
+/// It used to be fixed when the previous packet left, at that moment's rate: a DCQCN sender
+/// cut to 1 Mb/s waited out the 33 ms gap of a 4 KiB packet at 1 Mb/s even after its rate
+/// had climbed back, which idled the simulator's incast link.
+#[test]
+fn pacing_release_follows_a_rate_change() {
+    let rate = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(1_000_000));
+    let mut a = Connection::new(cfg(0x11, 5, 1), SharedRate(rate.clone())).unwrap();
+    a.connect(PeerParams {
+        qpn: 0x22,
+        initial_psn: Psn::new(100),
+        generation: 7,
+    })
+    .unwrap();
+    let src = fill(&mut a, 3 * 4096, 9);
+    let sge = Sge {
+        lkey: src.lkey,
+        addr: src.addr,
+        len: 3 * 4096,
+    };
+    a.post_write(1, sge, 0x1000, 0x77).unwrap();
+    let mut buf = vec![0u8; 8192];
+    assert_eq!(a.poll_transmit(1_000, &mut buf).unwrap().len, 4148);
+    // At 1 Mb/s the next 4148-byte packet may leave 33.184 ms later: the 1 ms RTO is the
+    // earliest timer.
+    assert_eq!(a.poll_timeout(), Some(1_000 + 1_000_000));
+    assert!(a.poll_transmit(4_000, &mut buf).is_none());
+    // The rate comes back to 10 Gb/s: the release is 3.318 us after the first send.
+    rate.store(10_000_000_000, std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(a.poll_timeout(), Some(1_000 + 4148 * 8 / 10));
+    assert!(a.poll_transmit(4_000, &mut buf).is_none());
+    assert!(a.poll_transmit(10_000, &mut buf).is_some());
+    // The third packet is paced from the second's slot (released at 4 318 ns, sent at 10 us
+    // with no pacing credit): 10 000 + 3 318 ns.
+    assert_eq!(a.poll_timeout(), Some(10_000 + 4148 * 8 / 10));
+}

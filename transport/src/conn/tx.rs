@@ -161,6 +161,22 @@ impl<C: Controller> Connection<C> {
         self.poll_data(now_ns, buf)
     }
 
+    /// Earliest time the next data packet may leave, ns: the last paced packet's slot start
+    /// plus its bits at the controller's rate *now*, so a rate change (a DCQCN increase
+    /// after a cut to a few Mb/s) moves the release time at once instead of after a gap
+    /// computed at the old rate. 0 before the first paced packet.
+    pub(super) fn pacing_release_ns(&self) -> u64 {
+        if self.paced_bits == 0 {
+            return 0;
+        }
+        let rate = self.cc.pacing_rate_bps();
+        if rate == u64::MAX || rate == 0 {
+            return self.paced_from_ns;
+        }
+        let gap = (u128::from(self.paced_bits) * 1_000_000_000 / u128::from(rate)) as u64;
+        self.paced_from_ns.saturating_add(gap)
+    }
+
     fn poll_data(&mut self, now_ns: u64, buf: &mut [u8]) -> Option<Transmit> {
         if !self.paths.any_usable() {
             // before the pacing check: a release time in the future is no timer while
@@ -168,7 +184,7 @@ impl<C: Controller> Connection<C> {
             self.note_blocked(now_ns);
             return None;
         }
-        if now_ns < self.next_send_ns {
+        if now_ns < self.pacing_release_ns() {
             return None;
         }
         let tx = self.send.next_tx(self.cc.cwnd_bytes())?;
@@ -202,10 +218,10 @@ impl<C: Controller> Connection<C> {
         }
         let rate = self.cc.pacing_rate_bps();
         if rate != u64::MAX && rate > 0 {
-            let gap = (len as u128 * 8 * 1_000_000_000 / u128::from(rate)) as u64;
             // up to pacing_burst_ns of credit carried over from a late send
             let credit_floor = now_ns.saturating_sub(self.cfg.pacing_burst_ns);
-            self.next_send_ns = credit_floor.max(self.next_send_ns).saturating_add(gap);
+            self.paced_from_ns = credit_floor.max(self.pacing_release_ns());
+            self.paced_bits = len as u64 * 8;
         }
         Some(Transmit {
             ev,
