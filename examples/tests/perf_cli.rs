@@ -9,6 +9,16 @@ const RUN_LIMIT_S: &str = "180";
 
 /// `mrc-perf` under coreutils `timeout`, which kills a hung run (exit 124), so a test can
 /// never wait forever.
+/// Ends a child of [`perf_cmd`] and waits for it: SIGTERM to `timeout`, which passes it on
+/// to mrc-perf. (`Child::kill` is SIGKILL to `timeout` alone and leaves mrc-perf running,
+/// holding its ports for the next test.)
+fn terminate(child: &mut std::process::Child) {
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let _ = child.wait();
+}
+
 fn perf_cmd() -> Command {
     let mut c = Command::new("timeout");
     c.args([
@@ -461,8 +471,7 @@ fn server_prints_an_ipv6_address_in_brackets() {
     let mut err = std::io::BufReader::new(server.stderr.take().unwrap());
     let mut line = String::new();
     err.read_line(&mut line).unwrap();
-    server.kill().unwrap();
-    server.wait().unwrap();
+    terminate(&mut server);
     assert_eq!(
         line.trim_end(),
         "mrc-perf server: waiting for a client on TCP [::1]:18611, UDP [::1]:4811"
@@ -824,8 +833,7 @@ fn a_persistent_server_serves_clients_one_after_another() {
             Err(e) => panic!("server stdout: {e}; so far: {out}"),
         }
     }
-    server.kill().unwrap();
-    server.wait().unwrap();
+    terminate(&mut server);
     for n in 1..=3 {
         assert!(
             out.contains(&format!(" client {n}:\n server: 4 messages received")),
@@ -921,8 +929,7 @@ fn server_exits_when_its_duration_client_dies() {
     // The first progress line (stderr, after 2 s of sending) shows data is flowing.
     let mut err = client.stderr.take().unwrap();
     await_progress(&mut err);
-    client.kill().unwrap();
-    client.wait().unwrap();
+    terminate(&mut client);
     let t = Instant::now();
     let stderr = server_failure(&mut server, &mut server_err);
     assert!(
@@ -1244,8 +1251,7 @@ fn psk_file_authenticates_and_mismatches_fail_at_setup() {
     let o = client(&["--psk-file", &key]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(String::from_utf8_lossy(&o.stdout).contains("0 bad bytes"));
-    let _ = server.kill();
-    let _ = server.wait();
+    terminate(&mut server);
     fails_with(
         &["loopback", "--psk-file", &short],
         "9 bytes, a pre-shared key needs at least 16",
@@ -1438,6 +1444,7 @@ fn json_keys_are_the_vocabulary_and_the_table_uses_them() {
         keys,
         [
             "authenticated",
+            "base_rtt_us",
             "bidirectional",
             "burst_size",
             "bw_avg_gbps",
@@ -1459,6 +1466,7 @@ fn json_keys_are_the_vocabulary_and_the_table_uses_them() {
             "intervals",
             "iterations",
             "lat_us",
+            "line_rate_gbps",
             "mode",
             "msg_rate_mpps",
             "msg_size_bytes",
