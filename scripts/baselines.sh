@@ -48,6 +48,9 @@ perf() {
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 : >"$T/mrc_bw"; : >"$T/mrc_cpu"; : >"$T/udp_bw"; : >"$T/udp_cpu"; : >"$T/tcp_bw"; : >"$T/tcp_cpu"
 : >"$T/mrc_lat50"; : >"$T/mrc_lat99"; : >"$T/udp_lat50"; : >"$T/udp_lat99"
+# One progress line on stderr per measurement (a run of RUNS x 4 measurements is otherwise
+# silent for about RUNS x (2 x DURATION_S + 10) seconds).
+progress() { echo "baselines.sh: run $i/$RUNS: $*" >&2; }
 for i in $(seq "$RUNS"); do
   # 4096-byte payload, 16 EVs, 1 MiB messages, every byte checked.
   j=$(perf loopback -s 1048576 --paths 16 --mtu 4096 -D "$DUR" --verify --json)
@@ -55,18 +58,22 @@ for i in $(seq "$RUNS"); do
   [ "$bad" = 0 ] || { echo "verify failed: $bad bad bytes" >&2; exit 1; }
   jq -r '.bw_avg_gbps' <<<"$j" >>"$T/mrc_bw"
   jq -r '.cpu_s_per_gb' <<<"$j" >>"$T/mrc_cpu"
+  progress "mrc --verify $(jq -r '.bw_avg_gbps' <<<"$j") Gb/s (--cc $(jq -r '.cc' <<<"$j"))"
   b=$(perf baseline -s 1048576 --paths 16 --mtu 4096 -D "$DUR" --json)
   jq -r '.baselines[0].gbps' <<<"$b" >>"$T/udp_bw"
   jq -r '.baselines[0].cpu_s_per_gb' <<<"$b" >>"$T/udp_cpu"
   jq -r '.baselines[1].gbps' <<<"$b" >>"$T/tcp_bw"
   jq -r '.baselines[1].cpu_s_per_gb' <<<"$b" >>"$T/tcp_cpu"
   tcp_name=$(jq -r '.baselines[1].name' <<<"$b")
+  progress "raw UDP $(jq -r '.baselines[0].gbps' <<<"$b") Gb/s, $tcp_name $(jq -r '.baselines[1].gbps' <<<"$b") Gb/s"
   l=$(perf loopback --test lat -s 8 -n 20000 --verify --json)
   jq -r '.lat_us.typical' <<<"$l" >>"$T/mrc_lat50"
   jq -r '.lat_us.p99' <<<"$l" >>"$T/mrc_lat99"
+  progress "mrc latency median $(jq -r '.lat_us.typical' <<<"$l") us"
   u=$(perf baseline --test lat -s 8 -n 20000 --json)
   jq -r '.baselines[0].lat_us.typical' <<<"$u" >>"$T/udp_lat50"
   jq -r '.baselines[0].lat_us.p99' <<<"$u" >>"$T/udp_lat99"
+  progress "UDP ping-pong median $(jq -r '.baselines[0].lat_us.typical' <<<"$u") us"
 done
 m() { median <"$1"; }
 mrc=$(m "$T/mrc_bw"); udp=$(m "$T/udp_bw")

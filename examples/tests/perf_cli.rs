@@ -1170,6 +1170,42 @@ fn baselines_script_failures_are_clear() {
                 .to_owned()
         )
     );
+    // Issue 21: a stand-in that answers each measurement with fixed JSON. One progress
+    // line per measurement on stderr (the script used to be silent until its table), and
+    // the medians in the table.
+    std::fs::write(
+        &fake,
+        r#"#!/bin/sh
+case "$*" in
+  "loopback -s 1048576"*) echo '{"bw_avg_gbps": 12.5, "cpu_s_per_gb": 0.8, "cc": "nscc", "receiver": {"bad_bytes": 0}}' ;;
+  "baseline -s"*) echo '{"baselines": [{"name": "raw UDP", "gbps": 20.25, "cpu_s_per_gb": 0.7}, {"name": "kernel TCP", "gbps": 30.5, "cpu_s_per_gb": 0.4}]}' ;;
+  "loopback --test lat"*) echo '{"lat_us": {"typical": 35.5, "p99": 70.25}}' ;;
+  "baseline --test lat"*) echo '{"baselines": [{"lat_us": {"typical": 15.25, "p99": 20.5}}]}' ;;
+  *) exit 9 ;;
+esac
+"#,
+    )
+    .unwrap();
+    let (code, stdout, stderr) = run(&["2", "1"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let mut want = String::new();
+    for i in 1..=2 {
+        want += &format!(
+            "baselines.sh: run {i}/2: mrc --verify 12.5 Gb/s (--cc nscc)\n\
+             baselines.sh: run {i}/2: raw UDP 20.25 Gb/s, kernel TCP 30.5 Gb/s\n\
+             baselines.sh: run {i}/2: mrc latency median 35.5 us\n\
+             baselines.sh: run {i}/2: UDP ping-pong median 15.25 us\n"
+        );
+    }
+    assert_eq!(stderr, want);
+    assert!(
+        stdout.contains(&format!(
+            "{:<44} {:>10} {:>12}\n",
+            "mrc --verify", "12.50", "0.800"
+        )),
+        "{stdout}"
+    );
+    assert!(stdout.contains("mrc / raw UDP ceiling: 62%\n"), "{stdout}");
 }
 
 /// Issue 17 item 3: `--psk-file`. The same key on both ends: an authenticated, encrypted
