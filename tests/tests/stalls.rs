@@ -562,17 +562,23 @@ fn a_receiver_that_never_posts_a_receive_fails_the_sender_when_the_budget_ends()
 
 /// Data packets a DCQCN sender (100 Gb/s, no congestion: it paces at line rate, one 4 KiB
 /// packet per 331 ns) hands out when its caller polls only every 50 us, as a software
-/// engine that sleeps between paced packets wakes up late: 1 ms of polls.
+/// engine that sleeps between paced packets wakes up late: 300 us of polls. The sender's
+/// DCQCN has no window (the paper's rate-only DCQCN), so pacing alone limits it: nothing
+/// is acknowledged here, and `CcKind::Dcqcn`'s 4 x BDP window would stop it at 97 packets.
 fn paced_packets_per_late_poll(pacing_burst_ns: u64) -> Vec<u64> {
-    use mrc_congestion::CcKind;
+    use mrc_congestion::{AnyController, CcKind, DcqcnConfig};
     use mrc_tests::ctl::{preset, test_link};
     let link = test_link();
     let mut ca = conn_config(0xA, 0, 1, 16, 5);
     ca.pacing_burst_ns = pacing_burst_ns;
     let cb = conn_config(0xB, 0, 3, 16, 6);
+    let rate_only = DcqcnConfig {
+        window_bytes: u64::MAX,
+        ..DcqcnConfig::for_link(link.line_rate_bps, link.base_rtt_ns, link.mtu_bytes)
+    };
     let mut p = Pair::new(
         ca,
-        preset(CcKind::Dcqcn, &link),
+        AnyController::Dcqcn(rate_only.build().unwrap()),
         cb,
         preset(CcKind::Dcqcn, &link),
         NetConfig::default(),
