@@ -79,7 +79,7 @@ fn loopback_with_only_the_subcommand_works_and_prints_perftest_columns() {
     ));
     assert!(out.contains(" 65536      5000 "), "{out}");
     assert!(
-        out.contains(" receiver: completions 5000, received_bytes 327680000"),
+        out.contains(" peer's receiver: completions 5000, received_bytes 327680000"),
         "{out}"
     );
 }
@@ -994,7 +994,7 @@ fn hostile_datagrams_into_a_running_server_are_counted_and_harmless() {
     assert!(server_ok, "{server_out}");
     let line = out
         .lines()
-        .find(|l| l.starts_with(" receiver: dropped_datagrams "))
+        .find(|l| l.starts_with(" peer's receiver: dropped_datagrams "))
         .unwrap_or_else(|| panic!("{out}"));
     assert!(line.contains(", 20 for no QP"), "{line}");
     assert!(
@@ -1003,7 +1003,7 @@ fn hostile_datagrams_into_a_running_server_are_counted_and_harmless() {
     );
     let n: u64 = out
         .lines()
-        .find_map(|l| l.strip_prefix(" receiver: completions "))
+        .find_map(|l| l.strip_prefix(" peer's receiver: completions "))
         .and_then(|l| l.split(',').next())
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("{out}"));
@@ -1568,7 +1568,7 @@ fn json_keys_are_the_vocabulary_and_the_table_uses_them() {
         assert!(t.contains(&format!("{k} ")), "{k} in {t}");
     }
     assert!(
-        t.contains(" receiver: completions 20, received_bytes 1310720\n"),
+        t.contains(" peer's receiver: completions 20, received_bytes 1310720\n"),
         "{t}"
     );
     for old in [

@@ -694,7 +694,7 @@ impl<'a> Report<'a> {
         );
         let pr = &self.r.peer_recv;
         o += &format!(
-            " receiver: completions {}, received_bytes {}\n receiver: {}\n",
+            " peer's receiver: completions {}, received_bytes {}\n peer's receiver: {}\n",
             pr.completions,
             pr.bytes,
             pr.drops_text()
@@ -1081,7 +1081,7 @@ mod tests {
         let t = rep.table(false);
         assert!(t.contains(" 8          5000000000 "), "{t}");
         assert!(
-            t.contains(" receiver: completions 5000000000, received_bytes 40000000000"),
+            t.contains(" peer's receiver: completions 5000000000, received_bytes 40000000000"),
             "{t}"
         );
         let v: serde_json::Value = serde_json::from_str(&rep.json()).unwrap();
