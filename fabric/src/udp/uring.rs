@@ -317,16 +317,17 @@ impl UringDatapath {
     /// # Errors
     /// [`DatapathError::UnknownConn`], or the `getsockopt` error.
     pub fn socket_traffic_class(&self, conn: ConnId, socket: usize) -> Result<u8, DatapathError> {
-        let c = self
-            .conns
-            .get(conn)
-            .ok_or(DatapathError::UnknownConn(conn))?;
-        let s = c
-            .sockets
-            .get(socket)
-            .ok_or(DatapathError::UnknownConn(conn))?;
+        let s = self.ev_socket(conn, socket)?;
         sock::traffic_class(&s.sock, self.local.is_ipv6())
             .map_err(DatapathError::io("getsockopt IP_TOS / IPV6_TCLASS"))
+    }
+
+    /// EV socket `socket` of `conn`; [`DatapathError::UnknownConn`] if either is unknown.
+    fn ev_socket(&self, conn: ConnId, socket: usize) -> Result<&EvSocket, DatapathError> {
+        self.conns
+            .get(conn)
+            .and_then(|c| c.sockets.get(socket))
+            .ok_or(DatapathError::UnknownConn(conn))
     }
 
     /// The sticky routing header of socket `socket` of `conn` as the kernel holds it.
@@ -334,14 +335,7 @@ impl UringDatapath {
     /// # Errors
     /// [`DatapathError::UnknownConn`], or the `getsockopt` error.
     pub fn sticky_rthdr(&self, conn: ConnId, socket: usize) -> Result<Vec<u8>, DatapathError> {
-        let c = self
-            .conns
-            .get(conn)
-            .ok_or(DatapathError::UnknownConn(conn))?;
-        let s = c
-            .sockets
-            .get(socket)
-            .ok_or(DatapathError::UnknownConn(conn))?;
+        let s = self.ev_socket(conn, socket)?;
         sock::read_sticky_rthdr(&s.sock).map_err(DatapathError::io("getsockopt IPV6_RTHDR"))
     }
 
