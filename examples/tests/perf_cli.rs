@@ -913,6 +913,62 @@ fn baseline_udp_pingpong() {
     assert!(b["lat_us"]["typical"].as_f64().unwrap() > 0.0);
 }
 
+/// Issue 21 item 3: a client whose server is killed with -9 mid-run fails after
+/// `--peer-timeout` and still prints its report: `"ok": false`, the error, and what it
+/// measured until then (it used to print only the error's metadata).
+#[test]
+fn a_failed_run_still_reports_what_it_measured() {
+    use std::io::BufRead;
+    use std::process::Stdio;
+    // Not under `timeout`: SIGKILL must reach mrc-perf itself.
+    let mut server = Command::new(env!("CARGO_BIN_EXE_mrc-perf"))
+        .args([
+            "server",
+            "--bind",
+            "127.0.0.1",
+            "-p",
+            "28693",
+            "--udp-port",
+            "5993",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start server");
+    let mut line = String::new();
+    std::io::BufReader::new(server.stderr.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.contains("waiting for a client"), "{line}");
+    let mut client = perf_cmd()
+        .args(["client", "127.0.0.1", "-p", "28693", "-D", "30"])
+        .args(["--peer-timeout", "1", "-i", "0.5", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start client");
+    await_progress(client.stderr.as_mut().unwrap());
+    server.kill().unwrap();
+    server.wait().unwrap();
+    let t = Instant::now();
+    let o = client.wait_with_output().unwrap();
+    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+    assert_eq!(o.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&o.stdout)));
+    assert_eq!(v["ok"], false);
+    let e = v["error"].as_str().unwrap();
+    assert!(e.contains("peer unresponsive for 1.0 s"), "{e}");
+    assert!(v["iterations"].as_u64().unwrap() > 0, "{v}");
+    assert!(v["sent_packets"].as_u64().unwrap() > 0, "{v}");
+    assert!(v["total_bytes"].as_u64().unwrap() > 0, "{v}");
+    assert!(!v["intervals"].as_array().unwrap().is_empty(), "{v}");
+    assert_eq!(v["receiver"], serde_json::Value::Null);
+    assert_eq!(v["evs"].as_array().unwrap().len(), 16);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(stderr.contains("mrc-perf: error: "), "{stderr}");
+}
+
 /// A server in a duration (`-D`) test whose client dies mid-run exits non-zero at once with
 /// a clear message; it used to wait forever for the client's message count.
 #[test]

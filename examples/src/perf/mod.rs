@@ -80,8 +80,10 @@ pub fn run_cli(cli: Cli) -> Result<String, CliError> {
         psk: psk.as_deref(),
         udp_port: cli.test.udp_port,
         port: cli.test.port,
+        gbits: cli.test.report_gbits,
+        json: cli.test.json,
     };
-    let (gbits, json) = (cli.test.report_gbits, cli.test.json);
+    let (gbits, json) = (env.gbits, env.json);
     match &cli.cmd {
         Command::Loopback { .. } | Command::Client { .. } if cli.test.all => {
             let mut runs: Vec<(opts::TestParams, run::EndResult, String)> = Vec::new();
@@ -205,6 +207,23 @@ struct RunEnv<'a> {
     psk: Option<&'a [u8]>,
     udp_port: Option<u16>,
     port: u16,
+    /// `--report-gbits` and `--json`: the form of a failed test's partial report.
+    gbits: bool,
+    json: bool,
+}
+
+impl RunEnv<'_> {
+    /// A failed test as the CLI reports it: the partial report of what this end measured
+    /// until the failure (`"ok": false` and the error in it) on stdout, when there is one.
+    fn failed(&self, p: &opts::TestParams, mode: &str, e: run::RunError) -> CliError {
+        CliError {
+            stdout: e
+                .partial
+                .map(|r| run::client_report(p, &r, self.gbits, self.json, mode))
+                .unwrap_or_default(),
+            message: e.message,
+        }
+    }
 }
 
 /// Most `-q/--qps`.
@@ -321,9 +340,10 @@ fn run_one(
             let srv = server
                 .join()
                 .unwrap_or_else(|_| Err("server thread panicked".into()));
-            let (r, _) = client?;
+            let mode = format!("loopback {ip}");
+            let (r, _) = client.map_err(|e| env.failed(p, &mode, e))?;
             srv.map_err(|e| format!("server: {e}"))?;
-            Ok((r, format!("loopback {ip}")))
+            Ok((r, mode))
         }
         Command::Client { host } => {
             check_host_without_port(host)?;
@@ -347,6 +367,7 @@ fn run_one(
             if let Some(mode) = p.srv6 {
                 p.steering = srv6::steering(mode, p.srv6_via, addr.ip(), p.paths, p.burst_size)?;
             }
+            let mode = format!("client of {addr}");
             let (r, _) = run::run_client_on(
                 stream,
                 addr,
@@ -356,8 +377,9 @@ fn run_one(
                 env.progress,
                 env.local,
                 env.psk,
-            )?;
-            Ok((r, format!("client of {addr}")))
+            )
+            .map_err(|e| env.failed(&p, &mode, e))?;
+            Ok((r, mode))
         }
         _ => Err("only loopback and client run a test".into()),
     }

@@ -693,13 +693,19 @@ impl<'a> Report<'a> {
             self.r.engine.sleeps
         );
         let pr = &self.r.peer_recv;
-        o += &format!(
-            " peer's receiver: completions {}, received_bytes {}\n peer's receiver: {}\n",
-            pr.completions,
-            pr.bytes,
-            pr.drops_text()
-        );
-        if p.verify {
+        if let Some(f) = &self.r.failure {
+            // the peer's counts come at the end of a test, which this one did not reach
+            o += " peer's receiver: not reported (the test failed)\n";
+            o += &format!(" FAILED: {f}\n");
+        } else {
+            o += &format!(
+                " peer's receiver: completions {}, received_bytes {}\n peer's receiver: {}\n",
+                pr.completions,
+                pr.bytes,
+                pr.drops_text()
+            );
+        }
+        if p.verify && self.r.failure.is_none() {
             let mine = &self.r.recv;
             o += &format!(
                 " verify: {} messages, {} bytes checked, {} bad bytes\n",
@@ -814,11 +820,15 @@ impl<'a> Report<'a> {
         v["base_rtt_us"] = json!(p.base_rtt_us);
         v["receiver"]["source_drops"] = json!(self.r.peer_recv.source_drops);
         let bad = self.r.peer_recv.bad_bytes + self.r.recv.bad_bytes;
-        v["ok"] = json!(bad == 0);
-        v["error"] = if bad == 0 {
-            serde_json::Value::Null
-        } else {
-            json!(format!("verify failed: {bad} bad bytes"))
+        if self.r.failure.is_some() {
+            // not reported: the peer sends its counts at the end of a test
+            v["receiver"] = serde_json::Value::Null;
+        }
+        v["ok"] = json!(bad == 0 && self.r.failure.is_none());
+        v["error"] = match &self.r.failure {
+            Some(f) => json!(f),
+            None if bad > 0 => json!(format!("verify failed: {bad} bad bytes")),
+            None => serde_json::Value::Null,
         };
         v
     }
@@ -1128,6 +1138,49 @@ mod tests {
         assert_eq!(v["datapath"]["tx_datagrams"], 1000);
         assert_eq!(v["datapath"]["tx_calls"], 40);
         assert_eq!(v["datapath"]["engine_sleeps"], 9);
+    }
+
+    /// A failed test's partial report: the table says FAILED with the error and that the
+    /// peer's receiver did not report (not zeros); the JSON has `"ok": false`, the error
+    /// and `"receiver": null`, and the counters of what ran.
+    #[test]
+    fn a_failed_test_reports_its_failure_and_what_it_measured() {
+        use crate::perf::opts::Cli;
+        use crate::perf::run::{EndResult, SendResult};
+        use clap::Parser;
+        let p = Cli::parse_from(["mrc-perf", "client", "h", "-D", "10", "--verify"])
+            .test
+            .params()
+            .unwrap();
+        let mut r = EndResult {
+            send: Some(SendResult {
+                completions: 7,
+                bytes: 7 * 65536,
+                elapsed_s: 1.5,
+                ..SendResult::default()
+            }),
+            failure: Some("peer unresponsive for 1.0 s".into()),
+            ..EndResult::default()
+        };
+        r.conn.sent = 112;
+        let rep = Report::new(&p, &r, "client of h:18515");
+        let t = rep.table(false);
+        assert!(
+            t.contains(
+                " peer's receiver: not reported (the test failed)\n FAILED: peer unresponsive for 1.0 s\n"
+            ),
+            "{t}"
+        );
+        assert!(!t.contains("peer's receiver: completions"), "{t}");
+        assert!(!t.contains(" verify: "), "{t}");
+        let v = rep.json_value();
+        assert_eq!(v["ok"], false);
+        assert_eq!(v["error"], "peer unresponsive for 1.0 s");
+        assert_eq!(v["receiver"], serde_json::Value::Null);
+        assert_eq!(
+            (v["iterations"].as_u64(), v["sent_packets"].as_u64()),
+            (Some(7), Some(112))
+        );
     }
 
     /// One vocabulary: every counter's JSON key is its label in the table, the totals

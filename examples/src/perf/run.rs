@@ -478,7 +478,7 @@ pub fn send_bw(
     timeout: Duration,
     progress: ProgressOpts,
     received: &AtomicU64,
-) -> Result<SendResult, String> {
+) -> (SendResult, Option<String>) {
     let slots = p.region_size / p.size;
     let start = Instant::now();
     let mut meter = Meter::new(progress, p.duration_s, start);
@@ -487,70 +487,77 @@ pub fn send_bw(
     let mut last_progress = Instant::now();
     let mut got = Vec::with_capacity(256);
     let mut finished_posting = false;
-    loop {
-        let now = Instant::now();
-        if !finished_posting {
-            finished_posting = match (p.iters, end) {
-                (Some(n), _) => posted >= n,
-                (None, Some(e)) => now >= e,
-                (None, None) => true,
-            };
-        }
-        while !finished_posting && posted - done < p.tx_depth && p.iters.is_none_or(|n| posted < n)
-        {
-            if let Some(r) = p.rate_limit_gbps {
-                let due = start
-                    + Duration::from_secs_f64(posted as f64 * p.size as f64 * 8.0 / (r * 1e9));
-                if Instant::now() < due {
-                    break;
+    // The loop as a closure so that an error still leaves the counts of what completed.
+    let mut run = || -> Result<(), String> {
+        loop {
+            let now = Instant::now();
+            if !finished_posting {
+                finished_posting = match (p.iters, end) {
+                    (Some(n), _) => posted >= n,
+                    (None, Some(e)) => now >= e,
+                    (None, None) => true,
+                };
+            }
+            while !finished_posting
+                && posted - done < p.tx_depth
+                && p.iters.is_none_or(|n| posted < n)
+            {
+                if let Some(r) = p.rate_limit_gbps {
+                    let due = start
+                        + Duration::from_secs_f64(posted as f64 * p.size as f64 * 8.0 / (r * 1e9));
+                    if Instant::now() < due {
+                        break;
+                    }
                 }
+                let off = (posted % slots) * p.size;
+                fill_message(side, p, posted, off)?;
+                post_message(side, remote, p, posted, off)?;
+                if posted == done {
+                    // Nothing was outstanding (a rate limit spaced the posts): the no-progress
+                    // clock starts now, not at the last completion.
+                    last_progress = Instant::now();
+                }
+                posted += 1;
             }
-            let off = (posted % slots) * p.size;
-            fill_message(side, p, posted, off)?;
-            post_message(side, remote, p, posted, off)?;
-            if posted == done {
-                // Nothing was outstanding (a rate limit spaced the posts): the no-progress
-                // clock starts now, not at the last completion.
-                last_progress = Instant::now();
+            if finished_posting && done == posted {
+                break;
             }
-            posted += 1;
-        }
-        if finished_posting && done == posted {
-            break;
-        }
-        let wait = if p.rate_limit_gbps.is_some() {
-            Duration::from_micros(200)
-        } else {
-            Duration::from_millis(20)
-        };
-        got.clear();
-        if let Some(c) = side.qp.wait_send_cq(wait).map_err(|e| e.to_string())? {
-            got.push(c);
-            side.qp.poll_send_cq(&mut got, 4096);
-        }
-        let now = Instant::now();
-        if got.is_empty() {
-            if done < posted && now.duration_since(last_progress) > timeout {
-                return Err(format!(
-                    "no completion for {:.1} s ({done} of {posted} messages done): peer unreachable?",
-                    timeout.as_secs_f64()
-                ));
+            let wait = if p.rate_limit_gbps.is_some() {
+                Duration::from_micros(200)
+            } else {
+                Duration::from_millis(20)
+            };
+            got.clear();
+            if let Some(c) = side.qp.wait_send_cq(wait).map_err(|e| e.to_string())? {
+                got.push(c);
+                side.qp.poll_send_cq(&mut got, 4096);
             }
-            continue;
+            let now = Instant::now();
+            if got.is_empty() {
+                if done < posted && now.duration_since(last_progress) > timeout {
+                    return Err(format!(
+                        "no completion for {:.1} s ({done} of {posted} messages done): peer unreachable?",
+                        timeout.as_secs_f64()
+                    ));
+                }
+                continue;
+            }
+            last_progress = now;
+            for c in &got {
+                check(side, c)?;
+                done += 1;
+            }
+            meter.tick(
+                now,
+                done,
+                done * p.size,
+                received.load(Ordering::Relaxed),
+                || retransmit_counters(side),
+            );
         }
-        last_progress = now;
-        for c in &got {
-            check(side, c)?;
-            done += 1;
-        }
-        meter.tick(
-            now,
-            done,
-            done * p.size,
-            received.load(Ordering::Relaxed),
-            || retransmit_counters(side),
-        );
-    }
+        Ok(())
+    };
+    let failure = run().err();
     let now = Instant::now();
     let elapsed_s = now.duration_since(start).as_secs_f64();
     let bytes = done * p.size;
@@ -558,7 +565,7 @@ pub fn send_bw(
         retransmit_counters(side)
     });
     let avg = bytes as f64 / elapsed_s.max(1e-9);
-    Ok(SendResult {
+    let r = SendResult {
         completions: done,
         bytes,
         elapsed_s,
@@ -566,7 +573,8 @@ pub fn send_bw(
         peak_total_bps: m.peak_total_bps,
         lat_ns: Vec::new(),
         intervals: m.intervals,
-    })
+    };
+    (r, failure)
 }
 
 /// This side's retransmitted packets and RTO expiries so far (0, 0 if the engine is gone).
@@ -865,6 +873,36 @@ pub struct EndResult {
     pub cpu_s: f64,
     /// This side's engine counters (datapath calls, errors, sleeps).
     pub engine: mrc_fabric::engine::EngineStats,
+    /// Why the test failed, when this is what a failed test measured before it failed
+    /// ([`RunError::partial`]); `None` for a test that ran to its end.
+    pub failure: Option<String>,
+}
+
+/// A failed test: why, and what this end measured until then (a report never vanishes:
+/// the client prints it with `"ok": false`).
+#[derive(Debug)]
+pub struct RunError {
+    /// The error, as the user sees it.
+    pub message: String,
+    /// This end's counters and completed messages up to the failure, with
+    /// [`EndResult::failure`] set; `None` when the test failed before it started (setup)
+    /// or this end's engine was gone.
+    pub partial: Option<Box<EndResult>>,
+}
+
+impl From<String> for RunError {
+    fn from(message: String) -> Self {
+        RunError {
+            message,
+            partial: None,
+        }
+    }
+}
+
+impl From<&str> for RunError {
+    fn from(message: &str) -> Self {
+        message.to_string().into()
+    }
 }
 
 impl RecvResult {
@@ -965,7 +1003,7 @@ pub fn run_end(
     active: bool,
     timeout: Duration,
     show_progress: Option<ProgressOpts>,
-) -> Result<EndResult, String> {
+) -> Result<EndResult, RunError> {
     // The transport names why it gives up (`peer unresponsive for N s`) after
     // `--peer-timeout`; the test's own no-progress checks wait a second longer, so that
     // cause is what a dead or paused peer is reported with.
@@ -1000,6 +1038,8 @@ pub fn run_end(
     let receives = !active || (p.bidirectional && p.test == TestKind::Bw);
     let progress = show_progress.unwrap_or_else(ProgressOpts::quiet);
     let received = AtomicU64::new(0);
+    // What the sender completed when it failed.
+    let mut send_partial = None;
     let (send, recv) = std::thread::scope(|s| {
         let recv_h = (receives && p.test == TestKind::Bw)
             .then(|| s.spawn(|| recv_bw(side, p, &done_rx, timeout, &received)));
@@ -1014,7 +1054,13 @@ pub fn run_end(
                 })
             }
         } else if sends {
-            send_bw(side, remote, p, timeout, progress, &received).map(Some)
+            match send_bw(side, remote, p, timeout, progress, &received) {
+                (r, None) => Ok(Some(r)),
+                (r, Some(e)) => {
+                    send_partial = Some(r);
+                    Err(e)
+                }
+            }
         } else {
             Ok(None)
         };
@@ -1031,8 +1077,45 @@ pub fn run_end(
         };
         (send, recv)
     });
-    let send = send?;
-    let mut recv = recv?;
+    let (send, recv) = match (send, recv) {
+        (Ok(s), Ok(r)) => (s, r),
+        (send, recv) => {
+            let (message, send) = match send {
+                Ok(s) => (recv.err().unwrap_or_default(), s),
+                Err(e) => (e, send_partial),
+            };
+            let partial = local_result(side, send, RecvResult::default(), cpu0)
+                .ok()
+                .map(|mut r| {
+                    r.failure = Some(message.clone());
+                    Box::new(r)
+                });
+            return Err(RunError { message, partial });
+        }
+    };
+    let mut r = local_result(side, send, recv, cpu0)?;
+    w.send(&Ctl::Result(r.recv.clone()))?;
+    r.peer_recv = crossbeam_channel::select! {
+        recv(result_rx) -> r => r.map_err(|_| "peer closed the control stream".to_string())?,
+        recv(err_rx) -> e => return Err(e.unwrap_or_else(|_| "control stream closed".into()).into()),
+        default(timeout) => return Err(format!("peer sent no result within {:.1} s", timeout.as_secs_f64()).into()),
+    };
+    r.cpu_s = report::process_cpu_s() - cpu0;
+    Ok(r)
+}
+
+/// This end's part of an [`EndResult`]: `send`, `recv` with the QP's verify counters and
+/// drops, the per-EV lines, the connection and engine counters, the CPU time since
+/// `cpu0`; the peer's receiver left empty.
+///
+/// # Errors
+/// The engine is gone (its stats cannot be read).
+fn local_result(
+    side: &Side,
+    send: Option<SendResult>,
+    mut recv: RecvResult,
+    cpu0: f64,
+) -> Result<EndResult, String> {
     let (qs, engine) = side.qp.stats().map_err(|e| e.to_string())?;
     recv.verified_messages = qs.verify.checked_messages;
     recv.verified_bytes = qs.verify.checked_bytes;
@@ -1044,12 +1127,6 @@ pub fn run_end(
         .collect();
     recv.unknown_qpn = engine.rx_unknown_qpn;
     recv.source_drops = qs.source_drops.into();
-    w.send(&Ctl::Result(recv.clone()))?;
-    let peer_recv = crossbeam_channel::select! {
-        recv(result_rx) -> r => r.map_err(|_| "peer closed the control stream".to_string())?,
-        recv(err_rx) -> e => return Err(e.unwrap_or_else(|_| "control stream closed".into())),
-        default(timeout) => return Err(format!("peer sent no result within {:.1} s", timeout.as_secs_f64())),
-    };
     let cpu_s = report::process_cpu_s() - cpu0;
     let evs = qs
         .evs
@@ -1074,11 +1151,12 @@ pub fn run_end(
     Ok(EndResult {
         send,
         recv,
-        peer_recv,
+        peer_recv: RecvResult::default(),
         evs,
         conn: qs.conn,
         cpu_s,
         engine,
+        failure: None,
     })
 }
 
@@ -1336,7 +1414,7 @@ fn serve_stream(
     let c = connect_qp(&side, s, until, psk).map_err(Client)?;
     let remote = remote_region(&c.remote.regions, &p, "client").map_err(Client)?;
     let ctl = CtlStream::new(c.stream).map_err(Fatal)?;
-    let r = run_end(&side, remote, ctl, &p, false, timeout, None).map_err(Fatal)?;
+    let r = run_end(&side, remote, ctl, &p, false, timeout, None).map_err(|e| Fatal(e.message))?;
     Ok((p, r))
 }
 
@@ -1369,7 +1447,7 @@ pub fn run_client(
     progress: Option<ProgressOpts>,
     local: &LocalOpts,
     psk: Option<&[u8]>,
-) -> Result<(EndResult, Vec<u16>), String> {
+) -> Result<(EndResult, Vec<u16>), RunError> {
     let s = TcpStream::connect_timeout(&server, timeout)
         .map_err(|e| format!("cannot reach server {server}: {e}"))?;
     run_client_on(s, server, udp_bind, p, timeout, progress, local, psk)
@@ -1408,7 +1486,7 @@ pub fn run_client_on(
     progress: Option<ProgressOpts>,
     local: &LocalOpts,
     psk: Option<&[u8]>,
-) -> Result<(EndResult, Vec<u16>), String> {
+) -> Result<(EndResult, Vec<u16>), RunError> {
     let until = Instant::now() + timeout;
     let mut line = serde_json::to_string(p).map_err(|e| e.to_string())?;
     line.push('\n');
