@@ -62,6 +62,10 @@ pub fn run_cli(cli: Cli) -> Result<String, CliError> {
     if let run::LocalFabric::Verbs(o) = &fabric {
         verbs::precheck(o).map_err(|e| format!("--fabric verbs: {e}"))?;
     }
+    if let Some(cpu) = cli.test.cpu {
+        // before any socket or thread: a loopback's server end must not start first
+        run::check_cpu(cpu)?;
+    }
     let local = run::LocalOpts {
         traffic_class: cli.test.traffic_class()?,
         engine_cpu: cli.test.cpu,

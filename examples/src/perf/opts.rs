@@ -78,7 +78,7 @@ pub enum Fabric {
 pub enum TestKind {
     /// Bandwidth (ib_write_bw).
     Bw,
-    /// Latency (ib_write_lat).
+    /// Latency (ib_write_lat): one way, half the round trip of an 8-byte ping-pong.
     Lat,
 }
 
@@ -317,7 +317,8 @@ pub struct TestOpts {
     pub reorder_window_us: u64,
     /// Seconds the peer may answer nothing while data waits for it before the transport
     /// gives up (`peer unresponsive for N s`); a pause (SIGSTOP, a descheduled engine)
-    /// shorter than this is survived. Both ends; in 0.01..=600.
+    /// shorter than this is survived. The client's to choose; it applies to both ends; in
+    /// 0.01..=600.
     #[arg(long = "peer-timeout", value_name = "SECONDS", default_value_t = default_peer_timeout_s(), global = true)]
     pub peer_timeout_s: f64,
     /// Authenticate and encrypt every datagram (AES-256-GCM) under keys derived from the

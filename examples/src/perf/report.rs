@@ -364,6 +364,20 @@ impl Meter {
     }
 
     fn close_interval(&mut self, now: Instant, msgs: u64, sent: u64, recv: u64, c: (u64, u64)) {
+        self.close_interval_printing(now, msgs, sent, recv, c, true);
+    }
+
+    /// Closes the interval at `now`; its progress line only if `print` (and the progress
+    /// options say so).
+    fn close_interval_printing(
+        &mut self,
+        now: Instant,
+        msgs: u64,
+        sent: u64,
+        recv: u64,
+        c: (u64, u64),
+        print: bool,
+    ) {
         let dt = now.duration_since(self.iv_start).as_secs_f64();
         let bytes = (sent - self.iv_sent) + (recv - self.iv_recv);
         let iv = Interval {
@@ -378,7 +392,8 @@ impl Meter {
             rto_expiries: c.1.saturating_sub(self.iv_rtos),
         };
         let elapsed = now.duration_since(self.start);
-        if self.o.print
+        if print
+            && self.o.print
             && (self.o.every_interval || self.shown || elapsed >= Duration::from_secs(2))
         {
             let line = progress_line(
@@ -418,10 +433,12 @@ impl Meter {
         recv: u64,
         counters: impl FnOnce() -> (u64, u64),
     ) -> Metered {
-        if now.duration_since(self.iv_start) > Duration::from_millis(1)
-            || self.m.intervals.is_empty()
-        {
-            self.close_interval(now, msgs, sent, recv, counters());
+        let last = now.duration_since(self.iv_start);
+        if last > Duration::from_millis(1) || self.m.intervals.is_empty() {
+            // The last, shorter interval is recorded; its progress line only when it is at
+            // least a tenth of an interval (a few ms of draining read as `last 0.0 s: 0.00`).
+            let print = last >= self.o.interval / 10;
+            self.close_interval_printing(now, msgs, sent, recv, counters(), print);
         }
         if self.shown && self.redraw {
             eprintln!();

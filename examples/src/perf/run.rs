@@ -243,17 +243,27 @@ pub fn with_cpu<T>(cpu: Option<usize>, f: impl FnOnce() -> T) -> Result<T, Strin
     let Some(cpu) = cpu else {
         return Ok(f());
     };
-    let before = thread_cpus()?;
-    if !before.contains(&cpu) {
-        return Err(format!(
-            "--cpu {cpu}: not a CPU this process may run on (it may run on {})",
-            cpu_list(&before)
-        ));
-    }
+    let before = check_cpu(cpu)?;
     set_thread_cpus(&[cpu]).map_err(|e| format!("--cpu {cpu}: sched_setaffinity: {e}"))?;
     let out = f();
     set_thread_cpus(&before).map_err(|e| format!("restoring the CPUs of this thread: {e}"))?;
     Ok(out)
+}
+
+/// Checks that this thread may run on `cpu` (`--cpu`, before anything starts); returns
+/// the CPUs it may run on.
+///
+/// # Errors
+/// `cpu` is not among them (the message names the set), or `sched_getaffinity` failed.
+pub fn check_cpu(cpu: usize) -> Result<Vec<usize>, String> {
+    let cpus = thread_cpus()?;
+    if !cpus.contains(&cpu) {
+        return Err(format!(
+            "--cpu {cpu}: not a CPU this process may run on (it may run on {})",
+            cpu_list(&cpus)
+        ));
+    }
+    Ok(cpus)
 }
 
 /// `0-3,6`: CPU numbers in ranges.
