@@ -70,6 +70,32 @@ pub enum EventKind {
         /// Index into the scenario's fault list.
         index: u32,
     },
+    /// A PFC PAUSE frame ([`super::pfc`], IEEE 802.1Qbb) reaches `port` of `node`: it
+    /// pauses that port's transmitter for `quanta` x 512 bit times (0: XON, resume now).
+    Pause {
+        /// Node whose transmitter is paused.
+        node: u32,
+        /// Its port (the one the PAUSE arrived on).
+        port: u16,
+        /// Pause time, quanta of 512 bit times.
+        quanta: u16,
+    },
+    /// The pause time of `port` of `node` may have expired (ignored if a later PAUSE or an
+    /// XON changed it).
+    PauseExpiry {
+        /// Node.
+        node: u32,
+        /// Port of that node.
+        port: u16,
+    },
+    /// Ingress `port` of `node` sends its PAUSE again if it still holds XOFF (half the pause
+    /// time after the last one).
+    PauseRefresh {
+        /// Node.
+        node: u32,
+        /// Ingress port of that node.
+        port: u16,
+    },
 }
 
 /// One scheduled event, as [`EventQueue::pop`] returns it.

@@ -28,6 +28,7 @@ use super::fault::{Fault, FaultKind, LinkFaults, LinkSelector};
 use super::frame;
 use super::host::{Datagram, Endpoint, Forwarding, Host, build_frame, build_headers, ev_of_port};
 use super::link::{SerialClock, serialisation_ns_ceil};
+use super::pfc::{self, PfcConfig, PfcError, PfcPort, PfcPortReport};
 use super::prefetch::prefetch;
 use super::queue::{Admit, Arrival, PortQueue, PortStats, QueueConfig};
 use super::stats::FlowStats;
@@ -79,6 +80,9 @@ pub struct SimConfig {
     pub faults: Vec<Fault>,
     /// Stop at this time even if flows are unfinished, ns (0: no limit).
     pub stop_ns: u64,
+    /// Priority-based Flow Control on every port ([`super::pfc`]); `None` (the default):
+    /// a lossy fabric, no PAUSE frames.
+    pub pfc: Option<PfcConfig>,
 }
 
 impl Default for SimConfig {
@@ -91,6 +95,7 @@ impl Default for SimConfig {
             transport: TransportSpec::default(),
             faults: Vec::new(),
             stop_ns: 0,
+            pfc: None,
         }
     }
 }
@@ -145,6 +150,9 @@ pub enum SimError {
     /// Writing the pcap failed.
     #[error("pcap: {0}")]
     Pcap(String),
+    /// The PFC settings cannot keep the fabric lossless ([`PfcError`]).
+    #[error("{0}")]
+    Pfc(#[from] PfcError),
 }
 
 /// Simulator-wide counters.
@@ -213,6 +221,9 @@ struct Pkt {
     /// intact; a real switch's FCS check would have dropped the frame at the next hop
     /// before it could pick up a second error.
     corrupted: bool,
+    /// With PFC on: 1 + the ingress port whose lossless count holds this frame while it
+    /// sits in a switch's normal queue; 0 otherwise (not accounted).
+    pfc_in: u16,
     frame: FrameBuf,
 }
 
@@ -371,6 +382,10 @@ pub struct SimReport {
     pub ports: Vec<PortReport>,
     /// Frames hosts dropped as malformed (checksum, lengths).
     pub host_bad_frames: u64,
+    /// PFC counters per port that sent or received a PAUSE (empty, and left out of the
+    /// JSON, when PFC is off).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub pfc: Vec<PfcPortReport>,
 }
 
 impl SimReport {
@@ -488,6 +503,8 @@ pub struct Simulator {
     pcap: Option<PcapTap>,
     pcap_error: Option<String>,
     mrc_header_bytes: usize,
+    /// PFC state per node and port (empty when PFC is off).
+    pfc: Vec<Vec<PfcPort>>,
 }
 
 impl std::fmt::Debug for Simulator {
@@ -502,7 +519,9 @@ impl std::fmt::Debug for Simulator {
 impl Simulator {
     /// A simulator over `topo` with `cfg`; the faults are scheduled.
     ///
-    /// Errors: [`SimError::NoSuchNode`] for a fault naming an unknown node.
+    /// Errors: [`SimError::NoSuchNode`] for a fault naming an unknown node;
+    /// [`SimError::Pfc`] for PFC thresholds or a buffer that cannot keep the fabric
+    /// lossless.
     pub fn new(topo: Topology, cfg: SimConfig) -> Result<Simulator, SimError> {
         let ports = topo
             .nodes
@@ -540,6 +559,10 @@ impl Simulator {
             q.push(f.at_ns, EventKind::Fault { index: i as u32 });
         }
         let mtu = cfg.transport.send.mtu_payload_bytes as usize;
+        let pfc = match cfg.pfc {
+            Some(p) => Self::pfc_ports(&topo, &cfg, p)?,
+            None => Vec::new(),
+        };
         Ok(Simulator {
             link_faults: vec![LinkFaults::default(); topo.links.len()],
             hosts: (0..topo.hosts).map(|_| Host::default()).collect(),
@@ -562,7 +585,48 @@ impl Simulator {
             pcap: None,
             pcap_error: None,
             mrc_header_bytes: mrc_transport::conn::MAX_DATA_HEADER_BYTES,
+            pfc,
         })
+    }
+
+    /// The PFC state of every port, each with its link's headroom; checks that every
+    /// switch's buffers hold what its ingress ports may queue.
+    ///
+    /// Errors: [`SimError::Pfc`].
+    fn pfc_ports(
+        topo: &Topology,
+        cfg: &SimConfig,
+        p: PfcConfig,
+    ) -> Result<Vec<Vec<PfcPort>>, SimError> {
+        p.check()?;
+        // The largest frame a host builds: MTU payload, mrc data headers, Ethernet, IPv6,
+        // UDP and an SRH of two segments (40 bytes).
+        let mtu_frame = u64::from(cfg.transport.send.mtu_payload_bytes)
+            + (14 + 40 + 8 + 40 + mrc_transport::conn::MAX_DATA_HEADER_BYTES) as u64;
+        let mut out = Vec::with_capacity(topo.nodes.len());
+        for n in &topo.nodes {
+            let ports: Vec<PfcPort> = n
+                .ports
+                .iter()
+                .map(|port| {
+                    let l = topo.links[port.link as usize].spec;
+                    PfcPort {
+                        headroom_bytes: pfc::headroom_bytes(
+                            l.rate_bps,
+                            l.propagation_ns,
+                            mtu_frame,
+                        ),
+                        ..PfcPort::default()
+                    }
+                })
+                .collect();
+            if n.role != Role::Host {
+                let max_headroom = ports.iter().map(|p| p.headroom_bytes).max().unwrap_or(0);
+                p.check_buffer(ports.len(), max_headroom, cfg.queue.buffer_bytes)?;
+            }
+            out.push(ports);
+        }
+        Ok(out)
     }
 
     /// The topology.
@@ -598,6 +662,26 @@ impl Simulator {
             .get(node as usize)?
             .get(usize::from(port))
             .map(|p| &p.stats)
+    }
+
+    /// PFC counters of port `port` of `node` so far (a pause still in force counts up to
+    /// now); `None` when PFC is off or the port does not exist.
+    pub fn pfc_stats(&self, node: u32, port: u16) -> Option<pfc::PfcPortStats> {
+        let st = self.pfc.get(node as usize)?.get(usize::from(port))?;
+        let mut stats = st.stats;
+        if let Some(since) = st.paused_since_ns {
+            stats.paused_ns += self.now_ns.min(st.paused_until_ns).saturating_sub(since);
+        }
+        Some(stats)
+    }
+
+    /// Lossless-class bytes queued in `node` that came in on its `port` (PFC's ingress
+    /// count); `None` when PFC is off or the port does not exist.
+    pub fn pfc_ingress_bytes(&self, node: u32, port: u16) -> Option<u64> {
+        self.pfc
+            .get(node as usize)?
+            .get(usize::from(port))
+            .map(|p| p.ingress_bytes)
     }
 
     /// Writes every frame leaving `port` of `node` to `out` as pcap.
@@ -891,6 +975,7 @@ impl Simulator {
             len: frame.len() as u32,
             checksum_known: false,
             corrupted: false,
+            pfc_in: 0,
             frame,
         };
         if let Some(i) = self.free.pop() {
@@ -1139,6 +1224,20 @@ impl Simulator {
                         self.host_activity(h);
                     }
                 }
+                EventKind::Pause { node, port, quanta } => self.on_pause(node, port, quanta),
+                EventKind::PauseExpiry { node, port } => {
+                    let st = &self.pfc[node as usize][usize::from(port)];
+                    if st.paused_since_ns.is_some() && st.paused_until_ns == e.time_ns {
+                        self.pfc_resume(node, port);
+                    }
+                }
+                EventKind::PauseRefresh { node, port } => {
+                    let st = &self.pfc[node as usize][usize::from(port)];
+                    if st.xoff && st.refresh_at_ns == e.time_ns {
+                        let quanta = self.cfg.pfc.map_or(0, |c| c.pause_quanta);
+                        self.send_pause(node, port, quanta);
+                    }
+                }
             }
             if self.counters.events & 0xFFFF == 0 {
                 progress(self.progress());
@@ -1271,8 +1370,15 @@ impl Simulator {
     /// Starts serialising the next queued frame of `(node, port)`, if any.
     fn start_tx(&mut self, node: u32, port: u16) {
         let now = self.now_ns;
+        // A port whose lossless class PFC paused sends only its priority queue.
+        let paused = !self.pfc.is_empty() && self.pfc[node as usize][usize::from(port)].paused(now);
         let p = &mut self.ports[node as usize][usize::from(port)];
-        let Some((pkt, len)) = p.q.pop_with_len() else {
+        let next = if paused {
+            p.q.pop_priority_with_len()
+        } else {
+            p.q.pop_with_len()
+        };
+        let Some((pkt, len)) = next else {
             p.busy = false;
             return;
         };
@@ -1288,6 +1394,9 @@ impl Simulator {
         let (peer_node, peer_port, prop, clean) =
             (p.peer_node, p.peer_port, p.prop_ns, p.link_clean);
         self.q.push(now + ser, EventKind::TxDone { node, port });
+        if !self.pfc.is_empty() {
+            self.pfc_on_dequeue(node, port, pkt, len as u64, now + ser);
+        }
         if let Some((pn, pp, w)) = &mut self.pcap {
             if *pn == node && *pp == port {
                 if let Err(e) = w.write_frame(now, &self.pkts[pkt as usize].frame.to_vec()) {
@@ -1394,7 +1503,7 @@ impl Simulator {
 
     /// Frame `pkt` arrives at `node`; `egress` is its egress port when already computed
     /// (by [`Simulator::plain_egress`], for a frame that needs no rewrite).
-    fn on_arrive(&mut self, node: u32, _in_port: u16, pkt: u32, egress: Option<u16>) {
+    fn on_arrive(&mut self, node: u32, in_port: u16, pkt: u32, egress: Option<u16>) {
         self.counters.hops += 1;
         if (node as usize) < self.hosts.len() {
             self.deliver(node, pkt);
@@ -1447,6 +1556,14 @@ impl Simulator {
                     port.stats.ecn_marks += 1;
                 }
                 port.q.push_normal(pkt, len as u32, &mut port.stats);
+                if !self.pfc.is_empty() {
+                    let busy = port.busy;
+                    self.pfc_ingress_add(node, in_port, pkt, len);
+                    if !busy {
+                        self.start_tx(node, out);
+                    }
+                    return;
+                }
             }
             Admit::Priority => port.q.push_priority(pkt, len as u32),
             Admit::Trim => {
@@ -1478,6 +1595,102 @@ impl Simulator {
         }
         if !port.busy {
             self.start_tx(node, out);
+        }
+    }
+
+    /// PFC: frame `pkt` of `len` bytes that came in on `in_port` of switch `node` entered
+    /// an egress queue; counts it against the ingress port and pauses its upstream above
+    /// XOFF.
+    fn pfc_ingress_add(&mut self, node: u32, in_port: u16, pkt: u32, len: u64) {
+        let Some(cfg) = self.cfg.pfc else {
+            return;
+        };
+        self.pkts[pkt as usize].pfc_in = in_port + 1;
+        let st = &mut self.pfc[node as usize][usize::from(in_port)];
+        st.ingress_bytes += len;
+        st.stats.max_ingress_bytes = st.stats.max_ingress_bytes.max(st.ingress_bytes);
+        if !st.xoff && st.ingress_bytes > cfg.xoff_bytes {
+            st.xoff = true;
+            self.send_pause(node, in_port, cfg.pause_quanta);
+        }
+    }
+
+    /// PFC: `(node, port)` starts serialising frame `pkt` of `len` bytes, until
+    /// `tx_end_ns`; a frame counted against an ingress port leaves its count, which resumes
+    /// the upstream at XON.
+    fn pfc_on_dequeue(&mut self, node: u32, port: u16, pkt: u32, len: u64, tx_end_ns: u64) {
+        self.pfc[node as usize][usize::from(port)].tx_end_ns = tx_end_ns;
+        let i = std::mem::take(&mut self.pkts[pkt as usize].pfc_in);
+        let Some(cfg) = self.cfg.pfc.filter(|_| i != 0) else {
+            return;
+        };
+        let in_port = i - 1;
+        let st = &mut self.pfc[node as usize][usize::from(in_port)];
+        st.ingress_bytes -= len;
+        if st.xoff && st.ingress_bytes <= cfg.xon_bytes {
+            st.xoff = false;
+            self.send_pause(node, in_port, 0);
+        }
+    }
+
+    /// PFC: `(node, port)` sends a PAUSE of `quanta` (0: XON) to the transmitter at the
+    /// other end of its link; a PAUSE schedules its refresh half its pause time later.
+    fn send_pause(&mut self, node: u32, port: u16, quanta: u16) {
+        let now = self.now_ns;
+        let p = &self.ports[node as usize][usize::from(port)];
+        let (rate, prop, peer_node, peer_port) = (p.rate_bps, p.prop_ns, p.peer_node, p.peer_port);
+        let st = &mut self.pfc[node as usize][usize::from(port)];
+        let at = pfc::pause_arrival_ns(now, st.tx_end_ns, rate, prop);
+        if quanta > 0 {
+            st.stats.pauses_sent += 1;
+            let refresh = now + (PfcConfig::pause_ns(quanta, rate) / 2).max(1);
+            st.refresh_at_ns = refresh;
+            self.q.push(refresh, EventKind::PauseRefresh { node, port });
+        } else {
+            st.stats.xons_sent += 1;
+        }
+        self.q.push(
+            at,
+            EventKind::Pause {
+                node: peer_node,
+                port: peer_port,
+                quanta,
+            },
+        );
+    }
+
+    /// PFC: a PAUSE of `quanta` (0: XON) reaches `(node, port)`.
+    fn on_pause(&mut self, node: u32, port: u16, quanta: u16) {
+        let now = self.now_ns;
+        let rate = self.ports[node as usize][usize::from(port)].rate_bps;
+        let st = &mut self.pfc[node as usize][usize::from(port)];
+        if quanta == 0 {
+            st.stats.xons_received += 1;
+            if st.paused_since_ns.is_some() {
+                self.pfc_resume(node, port);
+            }
+            return;
+        }
+        st.stats.pauses_received += 1;
+        st.paused_since_ns.get_or_insert(now);
+        let until = now + PfcConfig::pause_ns(quanta, rate);
+        st.paused_until_ns = until;
+        self.q.push(until, EventKind::PauseExpiry { node, port });
+    }
+
+    /// PFC: the transmitter of `(node, port)` resumes now (XON or expiry).
+    fn pfc_resume(&mut self, node: u32, port: u16) {
+        let now = self.now_ns;
+        let st = &mut self.pfc[node as usize][usize::from(port)];
+        if let Some(since) = st.paused_since_ns.take() {
+            st.stats.paused_ns += now - since;
+        }
+        st.paused_until_ns = now;
+        if !self.ports[node as usize][usize::from(port)].busy {
+            self.start_tx(node, port);
+        }
+        if (node as usize) < self.hosts.len() {
+            self.host_activity(node);
         }
     }
 
@@ -1543,7 +1756,9 @@ impl Simulator {
         }
         let now = self.now_ns;
         self.host_timers(h);
-        if !self.ports[h as usize][0].busy {
+        // A NIC paused by PFC asks its endpoints nothing until it resumes.
+        let paused = !self.pfc.is_empty() && self.pfc[h as usize][0].paused(now);
+        if !self.ports[h as usize][0].busy && !paused {
             let n = self.hosts[h as usize].endpoints.len();
             let start = self.hosts[h as usize].rr;
             for k in 0..n {
@@ -1592,7 +1807,8 @@ impl Simulator {
             .iter()
             .filter_map(|e| e.conn.poll_timeout())
             .min();
-        let nic_busy = self.ports[h as usize][0].busy;
+        // A paused NIC's resume asks again, as a busy NIC's TxDone does.
+        let nic_busy = self.ports[h as usize][0].busy || paused;
         if let Some(t) = next {
             // A deadline already due while the NIC is busy is pacing or a packet waiting
             // for the NIC: the NIC's TxDone asks again. Otherwise wake at least 1 ns later
@@ -1659,12 +1875,33 @@ impl Simulator {
                 }
             })
             .collect();
+        let prio = self.cfg.pfc.map_or(0, |c| c.priority);
+        let mut pfc = Vec::new();
+        for (n, ps) in self.pfc.iter().enumerate() {
+            for (i, st) in ps.iter().enumerate() {
+                let Some(stats) = self.pfc_stats(n as u32, i as u16) else {
+                    continue;
+                };
+                if stats.pauses_sent + stats.pauses_received == 0 {
+                    continue;
+                }
+                pfc.push(PfcPortReport {
+                    node: self.topo.name(n as u32),
+                    port: i as u16,
+                    peer: self.topo.name(self.ports[n][i].peer_node),
+                    priority: prio,
+                    headroom_bytes: st.headroom_bytes,
+                    stats,
+                });
+            }
+        }
         SimReport {
             end_ns: self.now_ns,
             counters: self.counters,
             flows,
             ports,
             host_bad_frames: self.hosts.iter().map(|h| h.rx_bad_frames).sum(),
+            pfc,
         }
     }
 
