@@ -80,6 +80,9 @@ pub const VICTIM_BOUNDS: VictimBounds = VictimBounds {
     mrc_incast_max_x_ideal: 1.25,
 };
 
+/// A spine's egress port: its node name and port number.
+pub type SpinePort = (String, u16);
+
 /// The first host of `cands` whose single path (EV 0) to `victim_dst` leaves a spine on a
 /// port one of the incast flows (EV 0, to `dst`) also leaves on: the victim shares that
 /// spine-to-leaf link with the incast. Returns the host and the shared `(spine name,
@@ -93,9 +96,9 @@ pub fn victim_sharing_a_link(
     victim_dst: u32,
     cands: impl IntoIterator<Item = u32>,
     ecmp_seed: u64,
-) -> Result<Option<(u32, (String, u16))>, ExperimentError> {
+) -> Result<Option<(u32, SpinePort)>, ExperimentError> {
     let sim = Simulator::new(topo.clone(), base_cfg(ecmp_seed))?;
-    let spine_hop = |src: u32, to: u32| -> Result<Option<(String, u16)>, ExperimentError> {
+    let spine_hop = |src: u32, to: u32| -> Result<Option<SpinePort>, ExperimentError> {
         Ok(sim
             .trace(src, to, 0)?
             .into_iter()
