@@ -58,3 +58,42 @@ fn incast_victim_roce_pfc_hurts_the_victim_mrc_does_not() {
     assert!(json.contains("\"label\":\"16:1 mrc\""));
     assert!(json.contains("lossless, no buffer dropped a frame"));
 }
+
+#[test]
+fn pfc_spread_pauses_reach_the_senders_and_stall_flows_that_avoid_the_hot_spot() {
+    let t = experiments::run("pfc-spread", 1, &mut |_, _| {}).unwrap();
+    assert_eq!(t.rows.len(), 8);
+    assert_eq!(t.checks.len(), 6);
+    assert!(t.all_pass(), "{}", t.render());
+    // Seed 1: PAUSE frames at every tier upstream of the congested port, none dropped.
+    let tiers = |row| {
+        [
+            "pauses_rx_spine_ports",
+            "pauses_rx_leaf_uplinks",
+            "pauses_rx_host_nics",
+            "spread_hops",
+            "drops",
+        ]
+        .map(|c| value(&t, row, c))
+    };
+    assert_eq!(tiers("roce+pfc / pauses"), [92.0, 98.0, 91.0, 3.0, 0.0]);
+    assert_eq!(tiers("mrc / pauses"), [0.0; 5]);
+    let share = |row: &str| {
+        let r = t.rows.iter().find(|r| r.label.starts_with(row)).unwrap();
+        tenth(
+            r.values
+                .iter()
+                .find(|(k, _)| k == "pct_victim_of_alone")
+                .unwrap()
+                .1,
+        )
+    };
+    assert_eq!(
+        ["1-hop", "2-hop", "3-hop"].map(|h| share(&format!("roce+pfc / {h}"))),
+        [60.3, 64.6, 65.1]
+    );
+    assert_eq!(
+        ["1-hop", "2-hop", "3-hop"].map(|h| share(&format!("mrc / {h}"))),
+        [99.8, 99.9, 87.2]
+    );
+}

@@ -53,6 +53,10 @@ pub const EXPERIMENTS: &[(&str, &str)] = &[
         "7:1 and 16:1 incast beside a victim flow: RoCE (DCQCN, go-back-N, PFC) vs mrc (spraying, trimming)",
     ),
     (
+        "pfc-spread",
+        "congestion spreading: victims 1, 2 and 3 hops upstream of an incast, RoCE + PFC vs mrc",
+    ),
+    (
         "speed",
         "simulator speed: events per second, and a 1024-GPU permutation of 1 MiB per host",
     ),
@@ -115,6 +119,7 @@ pub fn run(
         "allreduce" => allreduce(seed, progress),
         "cc" => cc(seed, progress),
         "incast-victim" => super::pfc::incast_victim(seed, progress),
+        "pfc-spread" => super::pfc::pfc_spread(seed, progress),
         "speed" => speed(seed, progress, true),
         "speed-raw" => speed(seed, progress, false),
         other => Err(ExperimentError::Unknown(

@@ -80,7 +80,7 @@ pub const VICTIM_BOUNDS: VictimBounds = VictimBounds {
     mrc_incast_max_x_ideal: 1.25,
 };
 
-/// A spine's egress port: its node name and port number.
+/// A switch's egress port: its node name and port number.
 pub type SpinePort = (String, u16);
 
 /// The first host of `cands` whose single path (EV 0) to `victim_dst` leaves a spine on a
@@ -97,22 +97,40 @@ pub fn victim_sharing_a_link(
     cands: impl IntoIterator<Item = u32>,
     ecmp_seed: u64,
 ) -> Result<Option<(u32, SpinePort)>, ExperimentError> {
+    let incast: Vec<(u32, u32)> = senders.iter().map(|&s| (s, dst)).collect();
+    let cands: Vec<(u32, u32)> = cands.into_iter().map(|c| (c, victim_dst)).collect();
+    Ok(first_sharing(topo, &incast, &cands, "spine", ecmp_seed)?.map(|(c, hop)| (c.0, hop)))
+}
+
+/// The first flow of `cands` (source, destination) whose single path (EV 0) leaves a node
+/// whose name starts with `at` on a port that one of the `incast` flows also leaves on,
+/// with that `(node, port)`; `None` when none does. The paths are the simulator's ECMP
+/// choices under `ecmp_seed`.
+///
+/// Errors: [`ExperimentError::Sim`] (a host beyond the topology, a flow to itself).
+pub fn first_sharing(
+    topo: &Topology,
+    incast: &[(u32, u32)],
+    cands: &[(u32, u32)],
+    at: &str,
+    ecmp_seed: u64,
+) -> Result<Option<((u32, u32), SpinePort)>, ExperimentError> {
     let sim = Simulator::new(topo.clone(), base_cfg(ecmp_seed))?;
-    let spine_hop = |src: u32, to: u32| -> Result<Option<SpinePort>, ExperimentError> {
+    let hop_at = |src: u32, to: u32| -> Result<Option<SpinePort>, ExperimentError> {
         Ok(sim
             .trace(src, to, 0)?
             .into_iter()
-            .find(|h| h.node.starts_with("spine"))
+            .find(|h| h.node.starts_with(at))
             .and_then(|h| h.port.map(|p| (h.node, p))))
     };
     let mut used = Vec::new();
-    for &s in senders {
-        if let Some(hop) = spine_hop(s, dst)? {
+    for &(s, d) in incast {
+        if let Some(hop) = hop_at(s, d)? {
             used.push(hop);
         }
     }
-    for c in cands {
-        if let Some(hop) = spine_hop(c, victim_dst)? {
+    for &c in cands {
+        if let Some(hop) = hop_at(c.0, c.1)? {
             if used.contains(&hop) {
                 return Ok(Some((c, hop)));
             }
@@ -341,6 +359,236 @@ pub fn incast_victim(seed: u64, progress: ProgressFn<'_>) -> Result<ResultTable,
             );
             t.check(
                 format!("{n}:1 RoCE + PFC: lossless, no buffer dropped a frame"),
+                format!("{drops} drops"),
+                drops == 0,
+            );
+        }
+    }
+    Ok(t)
+}
+
+/// The bounds `pfc-spread` checks.
+#[derive(Clone, Copy, Debug)]
+pub struct SpreadBounds {
+    /// RoCE + PFC: the 2-hop victim (it never crosses leaf0) keeps at most this share of
+    /// its goodput alone.
+    pub roce_two_hop_max_share: f64,
+    /// mrc: the 1- and 2-hop victims keep at least this share.
+    pub mrc_min_share: f64,
+    /// mrc: the 3-hop victim, which shares its NIC with an incast flow, keeps at least
+    /// this share (what the incast flow's 1/8 of host0 leaves of the NIC: 87.5%).
+    pub mrc_nic_min_share: f64,
+}
+
+/// The bounds of `pfc-spread`. Measured over seeds 1-8 (release build, before these
+/// checks), victim goodput of its goodput alone: RoCE + PFC 1 hop 12-79%, 2 hops 63-77%,
+/// 3 hops 65-84%, PAUSE frames received at all three tiers (spine ports, leaf uplinks,
+/// host NICs) on every seed, no drop; mrc 1 hop 99.3-100%, 2 hops 99.9%, 3 hops
+/// 86.7-87.2%. Bounds: RoCE's 2-hop victim <= 85%, mrc's 1- and 2-hop victims >= 90%,
+/// mrc's 3-hop victim >= 80%.
+pub const SPREAD_BOUNDS: SpreadBounds = SpreadBounds {
+    roce_two_hop_max_share: 0.85,
+    mrc_min_share: 0.90,
+    mrc_nic_min_share: 0.80,
+};
+
+/// `mrc-sim experiment pfc-spread`: congestion spreading. An 8:1 incast (hosts 8-11 of
+/// leaf1, 16-19 of leaf2, 1 MiB each) into host0 beside three victim flows of 8 MiB that
+/// never reach host0, each one hop further from the congested port leaf0 -> host0:
+/// 1 hop, leaf3 -> host1 sharing a spine-to-leaf0 port with the incast; 2 hops, a leaf1
+/// host that is not a sender -> leaf3, sharing a leaf1 uplink with the incast (it never
+/// touches leaf0); 3 hops, incast sender host8 -> host15 within leaf1, sharing only host8's
+/// NIC. Under PFC leaf0 pauses the spines, the spines pause leaf1's and leaf2's uplinks,
+/// the leaves pause the senders' NICs. Each victim's goodput is compared with the victims
+/// run alone; the tiers that received PAUSE frames give how far the pauses spread.
+///
+/// Errors: [`ExperimentError`] (the simulator refused the setup, or no victim shares the
+/// link it must: [`ExperimentError::NoLink`]).
+pub fn pfc_spread(seed: u64, progress: ProgressFn<'_>) -> Result<ResultTable, ExperimentError> {
+    let (spec, topo) = fabric32()?;
+    let hpl = spec.hosts_per_leaf;
+    let senders: Vec<u32> = (hpl..hpl + 4).chain(2 * hpl..2 * hpl + 4).collect();
+    let incast: Vec<(u32, u32)> = senders.iter().map(|&s| (s, 0)).collect();
+    let leaf3 = 3 * hpl..4 * hpl;
+    let one: Vec<(u32, u32)> = leaf3.clone().map(|s| (s, 1)).collect();
+    let (v1, p1) = first_sharing(&topo, &incast, &one, "spine", seed)?
+        .ok_or(ExperimentError::NoLink("1-hop victim", "incast"))?;
+    // Leaf1's hosts that are not senders, to any leaf3 host.
+    let two: Vec<(u32, u32)> = (hpl + 4..2 * hpl)
+        .flat_map(|s| leaf3.clone().map(move |d| (s, d)))
+        .collect();
+    let (v2, p2) = first_sharing(&topo, &incast, &two, "leaf1", seed)?
+        .ok_or(ExperimentError::NoLink("2-hop victim", "incast"))?;
+    let v3 = (hpl, 2 * hpl - 1);
+    let victims = [
+        (1u32, v1, format!("{} port {}", p1.0, p1.1)),
+        (2, v2, format!("{} port {}", p2.0, p2.1)),
+        (3, v3, format!("host{} NIC", v3.0)),
+    ];
+    let victim_bytes = 8u64 << 20;
+    let flow = |(src, dst): (u32, u32), bytes| FlowSpec {
+        src,
+        dst,
+        bytes,
+        start_ns: 0,
+        evs: None,
+    };
+    let victim_flows: Vec<FlowSpec> = victims
+        .iter()
+        .map(|(_, v, _)| flow(*v, victim_bytes))
+        .collect();
+    let mut all: Vec<FlowSpec> = incast.iter().map(|&p| flow(p, INCAST_BYTES)).collect();
+    all.extend(&victim_flows);
+    let mut t = ResultTable::new(format!(
+        "pfc-spread: 8 x 1 MiB -> host0 (leaf0) beside 3 victims of 8 MiB that never reach host0, 1, 2 and 3 hops upstream of the congested port; {} hosts / {} leaves / {} spines; RoCE (1 path, go-back-N, DCQCN, PFC) vs mrc (16 EVs, NSCC, trimming, no PFC)",
+        spec.hosts, spec.leaves, spec.spines
+    ));
+    let roce_cfg = SimConfig {
+        queue: roce_queue(),
+        transport: roce_transport(),
+        pfc: Some(roce_pfc()),
+        ..base_cfg(seed)
+    };
+    let mrc_cfg = SimConfig {
+        queue: trim_queue(),
+        ..base_cfg(seed)
+    };
+    let b = SPREAD_BOUNDS;
+    let mut checks = Vec::new();
+    for (name, cfg) in [("roce+pfc", &roce_cfg), ("mrc", &mrc_cfg)] {
+        let alone = sim_run(
+            &format!("{name} victims alone"),
+            topo.clone(),
+            cfg.clone(),
+            &victim_flows,
+            progress,
+        )?;
+        let r = sim_run(name, topo.clone(), cfg.clone(), &all, progress)?;
+        let n_incast = incast.len();
+        let mut shares = Vec::new();
+        for (i, (hops, (src, dst), shares_what)) in victims.iter().enumerate() {
+            let g = r.flows[n_incast + i].goodput_bps;
+            let g0 = alone.flows[i].goodput_bps;
+            let share = g / g0.max(1.0);
+            t.row(
+                format!("{name} / {hops}-hop victim: host{src} -> host{dst} ({shares_what})"),
+                &[
+                    ("victim_goodput_gbps", g / GBPS),
+                    ("victim_alone_gbps", g0 / GBPS),
+                    ("pct_victim_of_alone", 100.0 * share),
+                    ("hops_upstream", f64::from(*hops)),
+                ],
+            );
+            shares.push(share);
+        }
+        // Where the PAUSE frames landed: spine ports (1 hop), leaf uplinks (2), host NICs (3).
+        let rx = |f: &dyn Fn(&str, &str) -> bool| -> u64 {
+            r.pfc
+                .iter()
+                .filter(|p| f(&p.node, &p.peer))
+                .map(|p| p.stats.pauses_received)
+                .sum()
+        };
+        let tiers = [
+            rx(&|n, _| n.starts_with("spine")),
+            rx(&|n, p| n.starts_with("leaf") && p.starts_with("spine")),
+            rx(&|n, _| n.starts_with("host")),
+        ];
+        let spread = tiers.iter().rposition(|&c| c > 0).map_or(0, |i| i + 1);
+        let drops = r.sum_ports(|p| p.drops);
+        t.row(
+            format!("{name} / pauses"),
+            &[
+                ("pauses_rx_spine_ports", tiers[0] as f64),
+                ("pauses_rx_leaf_uplinks", tiers[1] as f64),
+                ("pauses_rx_host_nics", tiers[2] as f64),
+                ("spread_hops", spread as f64),
+                ("drops", drops as f64),
+                (
+                    "incast_completion_us",
+                    r.flows[..n_incast]
+                        .iter()
+                        .filter_map(|f| f.done_ns)
+                        .max()
+                        .unwrap_or(0) as f64
+                        / 1e3,
+                ),
+            ],
+        );
+        checks.push((name, shares, spread, drops));
+    }
+    t.plot_column = Some("pct_victim_of_alone".into());
+    t.panel(
+        Panel::new(
+            "pct_victim_of_alone",
+            "fabric / victim hops upstream of the hot port",
+        )
+        .title("victim goodput, % of the victims run alone")
+        .quantity("victim goodput / alone")
+        .ideal(100.0, "unaffected")
+        .threshold(
+            100.0 * b.mrc_min_share,
+            format!(
+                "PASS: mrc 1-2 hops >= {:.0}%, RoCE 2 hops <= {:.0}%",
+                100.0 * b.mrc_min_share,
+                100.0 * b.roce_two_hop_max_share
+            ),
+        ),
+    );
+    t.panel(
+        Panel::new("spread_hops", "fabric")
+            .title("how far PAUSE frames spread from the congested port")
+            .quantity("hops"),
+    );
+    for (name, shares, spread, drops) in checks {
+        if name == "mrc" {
+            t.check(
+                format!(
+                    "mrc: the 1- and 2-hop victims keep >= {:.0}% of their goodput alone",
+                    100.0 * b.mrc_min_share
+                ),
+                format!(
+                    "{:.1}% and {:.1}% (3 hops, sharing a sender's NIC: {:.1}%)",
+                    100.0 * shares[0],
+                    100.0 * shares[1],
+                    100.0 * shares[2]
+                ),
+                shares[0] >= b.mrc_min_share && shares[1] >= b.mrc_min_share,
+            );
+            t.check(
+                format!(
+                    "mrc: the 3-hop victim keeps >= {:.0}% (its NIC's share beside an incast flow: 87.5%)",
+                    100.0 * b.mrc_nic_min_share
+                ),
+                format!("{:.1}%", 100.0 * shares[2]),
+                shares[2] >= b.mrc_nic_min_share,
+            );
+            t.check(
+                "mrc: no PAUSE anywhere",
+                format!("spread {spread} hops"),
+                spread == 0,
+            );
+        } else {
+            t.check(
+                "RoCE + PFC: pauses spread to the sending hosts' NICs (3 hops)",
+                format!("{spread} hops"),
+                spread == 3,
+            );
+            t.check(
+                format!(
+                    "RoCE + PFC: the 2-hop victim, which never crosses leaf0, keeps <= {:.0}% of its goodput alone",
+                    100.0 * b.roce_two_hop_max_share
+                ),
+                format!(
+                    "{:.1}% (1 hop {:.1}%, 3 hops {:.1}%)",
+                    100.0 * shares[1],
+                    100.0 * shares[0],
+                    100.0 * shares[2]
+                ),
+                shares[1] <= b.roce_two_hop_max_share,
+            );
+            t.check(
+                "RoCE + PFC: lossless, no buffer dropped a frame",
                 format!("{drops} drops"),
                 drops == 0,
             );
