@@ -83,6 +83,9 @@ pub const VICTIM_BOUNDS: VictimBounds = VictimBounds {
 /// A switch's egress port: its node name and port number.
 pub type SpinePort = (String, u16);
 
+/// A flow (source host, destination host) and the switch port it shares.
+pub type SharedHop = ((u32, u32), SpinePort);
+
 /// The first host of `cands` whose single path (EV 0) to `victim_dst` leaves a spine on a
 /// port one of the incast flows (EV 0, to `dst`) also leaves on: the victim shares that
 /// spine-to-leaf link with the incast. Returns the host and the shared `(spine name,
@@ -114,7 +117,7 @@ pub fn first_sharing(
     cands: &[(u32, u32)],
     at: &str,
     ecmp_seed: u64,
-) -> Result<Option<((u32, u32), SpinePort)>, ExperimentError> {
+) -> Result<Option<SharedHop>, ExperimentError> {
     let sim = Simulator::new(topo.clone(), base_cfg(ecmp_seed))?;
     let hop_at = |src: u32, to: u32| -> Result<Option<SpinePort>, ExperimentError> {
         Ok(sim
