@@ -65,6 +65,9 @@ fn pfc_spread_pauses_reach_the_senders_and_stall_flows_that_avoid_the_hot_spot()
     assert_eq!(t.rows.len(), 8);
     assert_eq!(t.checks.len(), 6);
     assert!(t.all_pass(), "{}", t.render());
+    assert!(t.title.contains(
+        "1: host24 -> host1 (spine2 port 1), 2: host12 -> host25 (leaf1 port 14), 3: host8 -> host15 (host8 NIC)"
+    ));
     // Seed 1: PAUSE frames at every tier upstream of the congested port, none dropped.
     let tiers = |row| {
         [
@@ -89,11 +92,11 @@ fn pfc_spread_pauses_reach_the_senders_and_stall_flows_that_avoid_the_hot_spot()
         )
     };
     assert_eq!(
-        ["1-hop", "2-hop", "3-hop"].map(|h| share(&format!("roce+pfc / {h}"))),
+        ["1 hop", "2 hops", "3 hops"].map(|h| share(&format!("roce+pfc / {h}"))),
         [60.3, 64.6, 65.1]
     );
     assert_eq!(
-        ["1-hop", "2-hop", "3-hop"].map(|h| share(&format!("mrc / {h}"))),
+        ["1 hop", "2 hops", "3 hops"].map(|h| share(&format!("mrc / {h}"))),
         [99.8, 99.9, 87.2]
     );
 }

@@ -442,9 +442,16 @@ pub fn pfc_spread(seed: u64, progress: ProgressFn<'_>) -> Result<ResultTable, Ex
         .collect();
     let mut all: Vec<FlowSpec> = incast.iter().map(|&p| flow(p, INCAST_BYTES)).collect();
     all.extend(&victim_flows);
+    let paths: Vec<String> = victims
+        .iter()
+        .map(|(h, (s, d), what)| format!("{h}: host{s} -> host{d} ({what})"))
+        .collect();
     let mut t = ResultTable::new(format!(
-        "pfc-spread: 8 x 1 MiB -> host0 (leaf0) beside 3 victims of 8 MiB that never reach host0, 1, 2 and 3 hops upstream of the congested port; {} hosts / {} leaves / {} spines; RoCE (1 path, go-back-N, DCQCN, PFC) vs mrc (16 EVs, NSCC, trimming, no PFC)",
-        spec.hosts, spec.leaves, spec.spines
+        "pfc-spread: 8 x 1 MiB -> host0 (leaf0) beside 3 victims of 8 MiB that never reach host0, 1, 2 and 3 hops upstream of the congested port ({}); {} hosts / {} leaves / {} spines; RoCE (1 path, go-back-N, DCQCN, PFC) vs mrc (16 EVs, NSCC, trimming, no PFC)",
+        paths.join(", "),
+        spec.hosts,
+        spec.leaves,
+        spec.spines
     ));
     let roce_cfg = SimConfig {
         queue: roce_queue(),
@@ -469,12 +476,12 @@ pub fn pfc_spread(seed: u64, progress: ProgressFn<'_>) -> Result<ResultTable, Ex
         let r = sim_run(name, topo.clone(), cfg.clone(), &all, progress)?;
         let n_incast = incast.len();
         let mut shares = Vec::new();
-        for (i, (hops, (src, dst), shares_what)) in victims.iter().enumerate() {
+        for (i, (hops, _, _)) in victims.iter().enumerate() {
             let g = r.flows[n_incast + i].goodput_bps;
             let g0 = alone.flows[i].goodput_bps;
             let share = g / g0.max(1.0);
             t.row(
-                format!("{name} / {hops}-hop victim: host{src} -> host{dst} ({shares_what})"),
+                format!("{name} / {hops} hop{}", if *hops == 1 { "" } else { "s" }),
                 &[
                     ("victim_goodput_gbps", g / GBPS),
                     ("victim_alone_gbps", g0 / GBPS),
