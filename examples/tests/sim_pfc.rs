@@ -100,3 +100,37 @@ fn pfc_spread_pauses_reach_the_senders_and_stall_flows_that_avoid_the_hot_spot()
         [99.8, 99.9, 87.2]
     );
 }
+
+#[test]
+fn pfc_deadlock_a_cycle_of_paused_ports_holds_the_flows_for_ever() {
+    let t = experiments::run("pfc-deadlock", 1, &mut |_, _| {}).unwrap();
+    assert!(t.all_pass(), "{}", t.render());
+    let col = |row, c| value(&t, row, c);
+    // Seed 1: 6 of 24 flows finished, 9 switch ports paused for the last ms, six of them
+    // a loop through every spine and leaves 0-2, paused since 52.4 us; nothing dropped.
+    assert_eq!(
+        [
+            "flows_done",
+            "switch_ports_stuck",
+            "cycle_hops",
+            "drops",
+            "end_us"
+        ]
+        .map(|c| col("roce+pfc", c)),
+        [6.0, 9.0, 6.0, 0.0, 5_000.0]
+    );
+    assert_eq!(tenth(col("roce+pfc", "deadlocked_since_us")), 52.4);
+    assert!(
+        t.checks[0]
+            .measured
+            .contains("cycle leaf0 -> spine1 -> leaf1 -> spine2 -> leaf2 -> spine0 -> leaf0")
+            || t.checks[0]
+                .measured
+                .contains("cycle leaf0 -> spine0 -> leaf2 -> spine2 -> leaf1 -> spine1 -> leaf0")
+    );
+    // mrc: every flow, no pause.
+    assert_eq!(
+        ["flows_done", "switch_ports_stuck", "pauses", "drops"].map(|c| col("mrc", c)),
+        [24.0, 0.0, 0.0, 0.0]
+    );
+}

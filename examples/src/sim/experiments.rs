@@ -57,6 +57,10 @@ pub const EXPERIMENTS: &[(&str, &str)] = &[
         "congestion spreading: victims 1, 2 and 3 hops upstream of an incast, RoCE + PFC vs mrc",
     ),
     (
+        "pfc-deadlock",
+        "link failures make shortest paths bounce down-up: a cyclic buffer dependency deadlocks PFC; mrc finishes",
+    ),
+    (
         "speed",
         "simulator speed: events per second, and a 1024-GPU permutation of 1 MiB per host",
     ),
@@ -120,6 +124,7 @@ pub fn run(
         "cc" => cc(seed, progress),
         "incast-victim" => super::pfc::incast_victim(seed, progress),
         "pfc-spread" => super::pfc::pfc_spread(seed, progress),
+        "pfc-deadlock" => super::pfc::pfc_deadlock(seed, progress),
         "speed" => speed(seed, progress, true),
         "speed-raw" => speed(seed, progress, false),
         other => Err(ExperimentError::Unknown(

@@ -1891,6 +1891,7 @@ impl Simulator {
                     peer: self.topo.name(self.ports[n][i].peer_node),
                     priority: prio,
                     headroom_bytes: st.headroom_bytes,
+                    paused_since_ns: st.paused_since_ns.filter(|_| st.paused(self.now_ns)),
                     stats,
                 });
             }

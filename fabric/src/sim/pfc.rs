@@ -222,6 +222,10 @@ pub struct PfcPortReport {
     pub priority: u8,
     /// Headroom of the port's ingress, bytes.
     pub headroom_bytes: u64,
+    /// The port's transmitter is paused at the end of the run, without a break since this
+    /// time, ns (`None`: not paused). A pause that lasts ms while PAUSE refreshes keep
+    /// coming is a deadlock.
+    pub paused_since_ns: Option<u64>,
     /// Counters.
     pub stats: PfcPortStats,
 }
