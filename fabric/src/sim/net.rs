@@ -195,6 +195,11 @@ struct PortRt {
     busy: bool,
     /// `link_faults[link].is_clean()`, kept here so the fast path reads no other table.
     link_clean: bool,
+    /// PFC paused this transmitter's lossless class until this time, ns (0 when PFC is
+    /// off: never paused). Here, not in the PFC table, so the fast path reads no other.
+    paused_until_ns: u64,
+    /// PFC is on (the PFC table has this port).
+    pfc: bool,
     stats: PortStats,
     link: u32,
 }
@@ -221,9 +226,6 @@ struct Pkt {
     /// intact; a real switch's FCS check would have dropped the frame at the next hop
     /// before it could pick up a second error.
     corrupted: bool,
-    /// With PFC on: 1 + the ingress port whose lossless count holds this frame while it
-    /// sits in a switch's normal queue; 0 otherwise (not accounted).
-    pfc_in: u16,
     frame: FrameBuf,
 }
 
@@ -505,6 +507,9 @@ pub struct Simulator {
     mrc_header_bytes: usize,
     /// PFC state per node and port (empty when PFC is off).
     pfc: Vec<Vec<PfcPort>>,
+    /// With PFC on, per frame slot: 1 + the ingress port whose lossless count holds the
+    /// frame while it sits in a switch's normal queue, 0 otherwise (grown on demand).
+    pfc_in: Vec<u16>,
 }
 
 impl std::fmt::Debug for Simulator {
@@ -540,6 +545,8 @@ impl Simulator {
                             prop_ns: l.propagation_ns,
                             link: p.link,
                             link_clean: true,
+                            paused_until_ns: 0,
+                            pfc: cfg.pfc.is_some(),
                             peer_node: p.peer_node,
                             peer_port: p.peer_port,
                         }
@@ -586,6 +593,7 @@ impl Simulator {
             pcap_error: None,
             mrc_header_bytes: mrc_transport::conn::MAX_DATA_HEADER_BYTES,
             pfc,
+            pfc_in: Vec::new(),
         })
     }
 
@@ -670,7 +678,8 @@ impl Simulator {
         let st = self.pfc.get(node as usize)?.get(usize::from(port))?;
         let mut stats = st.stats;
         if let Some(since) = st.paused_since_ns {
-            stats.paused_ns += self.now_ns.min(st.paused_until_ns).saturating_sub(since);
+            let until = self.ports[node as usize][usize::from(port)].paused_until_ns;
+            stats.paused_ns += self.now_ns.min(until).saturating_sub(since);
         }
         Some(stats)
     }
@@ -975,7 +984,6 @@ impl Simulator {
             len: frame.len() as u32,
             checksum_known: false,
             corrupted: false,
-            pfc_in: 0,
             frame,
         };
         if let Some(i) = self.free.pop() {
@@ -1227,7 +1235,8 @@ impl Simulator {
                 EventKind::Pause { node, port, quanta } => self.on_pause(node, port, quanta),
                 EventKind::PauseExpiry { node, port } => {
                     let st = &self.pfc[node as usize][usize::from(port)];
-                    if st.paused_since_ns.is_some() && st.paused_until_ns == e.time_ns {
+                    let until = self.ports[node as usize][usize::from(port)].paused_until_ns;
+                    if st.paused_since_ns.is_some() && until == e.time_ns {
                         self.pfc_resume(node, port);
                     }
                 }
@@ -1370,10 +1379,9 @@ impl Simulator {
     /// Starts serialising the next queued frame of `(node, port)`, if any.
     fn start_tx(&mut self, node: u32, port: u16) {
         let now = self.now_ns;
-        // A port whose lossless class PFC paused sends only its priority queue.
-        let paused = !self.pfc.is_empty() && self.pfc[node as usize][usize::from(port)].paused(now);
         let p = &mut self.ports[node as usize][usize::from(port)];
-        let next = if paused {
+        // A port whose lossless class PFC paused sends only its priority queue.
+        let next = if p.paused_until_ns > now {
             p.q.pop_priority_with_len()
         } else {
             p.q.pop_with_len()
@@ -1391,10 +1399,10 @@ impl Simulator {
         p.stats.tx_packets += 1;
         p.stats.tx_bytes += len as u64;
         p.stats.busy_ns += ser;
-        let (peer_node, peer_port, prop, clean) =
-            (p.peer_node, p.peer_port, p.prop_ns, p.link_clean);
+        let (peer_node, peer_port, prop, clean, pfc) =
+            (p.peer_node, p.peer_port, p.prop_ns, p.link_clean, p.pfc);
         self.q.push(now + ser, EventKind::TxDone { node, port });
-        if !self.pfc.is_empty() {
+        if pfc {
             self.pfc_on_dequeue(node, port, pkt, len as u64, now + ser);
         }
         if let Some((pn, pp, w)) = &mut self.pcap {
@@ -1556,7 +1564,7 @@ impl Simulator {
                     port.stats.ecn_marks += 1;
                 }
                 port.q.push_normal(pkt, len as u32, &mut port.stats);
-                if !self.pfc.is_empty() {
+                if port.pfc {
                     let busy = port.busy;
                     self.pfc_ingress_add(node, in_port, pkt, len);
                     if !busy {
@@ -1605,7 +1613,10 @@ impl Simulator {
         let Some(cfg) = self.cfg.pfc else {
             return;
         };
-        self.pkts[pkt as usize].pfc_in = in_port + 1;
+        if self.pfc_in.len() < self.pkts.len() {
+            self.pfc_in.resize(self.pkts.len(), 0);
+        }
+        self.pfc_in[pkt as usize] = in_port + 1;
         let st = &mut self.pfc[node as usize][usize::from(in_port)];
         st.ingress_bytes += len;
         st.stats.max_ingress_bytes = st.stats.max_ingress_bytes.max(st.ingress_bytes);
@@ -1620,7 +1631,7 @@ impl Simulator {
     /// the upstream at XON.
     fn pfc_on_dequeue(&mut self, node: u32, port: u16, pkt: u32, len: u64, tx_end_ns: u64) {
         self.pfc[node as usize][usize::from(port)].tx_end_ns = tx_end_ns;
-        let i = std::mem::take(&mut self.pkts[pkt as usize].pfc_in);
+        let i = self.pfc_in.get_mut(pkt as usize).map_or(0, std::mem::take);
         let Some(cfg) = self.cfg.pfc.filter(|_| i != 0) else {
             return;
         };
@@ -1674,7 +1685,7 @@ impl Simulator {
         st.stats.pauses_received += 1;
         st.paused_since_ns.get_or_insert(now);
         let until = now + PfcConfig::pause_ns(quanta, rate);
-        st.paused_until_ns = until;
+        self.ports[node as usize][usize::from(port)].paused_until_ns = until;
         self.q.push(until, EventKind::PauseExpiry { node, port });
     }
 
@@ -1685,8 +1696,9 @@ impl Simulator {
         if let Some(since) = st.paused_since_ns.take() {
             st.stats.paused_ns += now - since;
         }
-        st.paused_until_ns = now;
-        if !self.ports[node as usize][usize::from(port)].busy {
+        let p = &mut self.ports[node as usize][usize::from(port)];
+        p.paused_until_ns = now;
+        if !p.busy {
             self.start_tx(node, port);
         }
         if (node as usize) < self.hosts.len() {
@@ -1757,7 +1769,7 @@ impl Simulator {
         let now = self.now_ns;
         self.host_timers(h);
         // A NIC paused by PFC asks its endpoints nothing until it resumes.
-        let paused = !self.pfc.is_empty() && self.pfc[h as usize][0].paused(now);
+        let paused = self.ports[h as usize][0].paused_until_ns > now;
         if !self.ports[h as usize][0].busy && !paused {
             let n = self.hosts[h as usize].endpoints.len();
             let start = self.hosts[h as usize].rr;
@@ -1891,7 +1903,9 @@ impl Simulator {
                     peer: self.topo.name(self.ports[n][i].peer_node),
                     priority: prio,
                     headroom_bytes: st.headroom_bytes,
-                    paused_since_ns: st.paused_since_ns.filter(|_| st.paused(self.now_ns)),
+                    paused_since_ns: st
+                        .paused_since_ns
+                        .filter(|_| self.ports[n][i].paused_until_ns > self.now_ns),
                     stats,
                 });
             }

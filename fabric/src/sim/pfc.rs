@@ -183,19 +183,11 @@ pub(crate) struct PfcPort {
     pub headroom_bytes: u64,
     /// When the frame this port is serialising ends, ns.
     pub tx_end_ns: u64,
-    /// This port's transmitter may not send lossless frames before this time, ns.
-    pub paused_until_ns: u64,
-    /// Since when the transmitter is paused (None: not paused).
+    /// Since when the transmitter is paused (None: not paused; the pause's end is the
+    /// port's `paused_until_ns` in the simulator's port table).
     pub paused_since_ns: Option<u64>,
     /// Counters.
     pub stats: PfcPortStats,
-}
-
-impl PfcPort {
-    /// Whether the transmitter is paused at `now_ns`.
-    pub fn paused(&self, now_ns: u64) -> bool {
-        self.paused_until_ns > now_ns
-    }
 }
 
 /// When a PAUSE sent by a port at `now_ns` arrives at the other end: after the frame the
