@@ -637,3 +637,16 @@ mod tests {
         assert_eq!(q.processed(), popped);
     }
 }
+
+#[cfg(test)]
+mod layout_tests {
+    use super::*;
+
+    /// Five kinds and the link fill one 64-byte line ([`CHUNK_EVENTS`]): a kind is 12
+    /// bytes, PFC's kinds included.
+    #[test]
+    fn an_event_kind_is_12_bytes_and_a_chunk_one_line() {
+        assert_eq!(std::mem::size_of::<EventKind>(), 12);
+        assert_eq!(std::mem::size_of::<Chunk>(), 64);
+    }
+}

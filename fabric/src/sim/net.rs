@@ -323,6 +323,14 @@ impl Receiver<'_> {
     }
 }
 
+/// The next frame of a port whose lossless class PFC paused: its priority queue only (out
+/// of line: a run without PFC never calls it).
+#[cold]
+#[inline(never)]
+fn pop_while_paused(q: &mut PortQueue) -> Option<(u32, u32)> {
+    q.pop_priority_with_len()
+}
+
 /// Prefetches every cache line of a port's state.
 fn prefetch_port(p: *const PortRt) {
     let p = p.cast::<u8>();
@@ -1233,20 +1241,8 @@ impl Simulator {
                     }
                 }
                 EventKind::Pause { node, port, quanta } => self.on_pause(node, port, quanta),
-                EventKind::PauseExpiry { node, port } => {
-                    let st = &self.pfc[node as usize][usize::from(port)];
-                    let until = self.ports[node as usize][usize::from(port)].paused_until_ns;
-                    if st.paused_since_ns.is_some() && until == e.time_ns {
-                        self.pfc_resume(node, port);
-                    }
-                }
-                EventKind::PauseRefresh { node, port } => {
-                    let st = &self.pfc[node as usize][usize::from(port)];
-                    if st.xoff && st.refresh_at_ns == e.time_ns {
-                        let quanta = self.cfg.pfc.map_or(0, |c| c.pause_quanta);
-                        self.send_pause(node, port, quanta);
-                    }
-                }
+                EventKind::PauseExpiry { node, port } => self.on_pause_expiry(node, port),
+                EventKind::PauseRefresh { node, port } => self.on_pause_refresh(node, port),
             }
             if self.counters.events & 0xFFFF == 0 {
                 progress(self.progress());
@@ -1382,7 +1378,7 @@ impl Simulator {
         let p = &mut self.ports[node as usize][usize::from(port)];
         // A port whose lossless class PFC paused sends only its priority queue.
         let next = if p.paused_until_ns > now {
-            p.q.pop_priority_with_len()
+            pop_while_paused(&mut p.q)
         } else {
             p.q.pop_with_len()
         };
@@ -1557,6 +1553,8 @@ impl Simulator {
             ect: hdr.ect,
             coin,
         };
+        // PFC counts a frame admitted to the normal queue against its ingress port.
+        let mut account = false;
         match port.q.admit(&cfg, a, &mut port.stats) {
             Admit::Normal { mark_ce } => {
                 if mark_ce {
@@ -1564,14 +1562,7 @@ impl Simulator {
                     port.stats.ecn_marks += 1;
                 }
                 port.q.push_normal(pkt, len as u32, &mut port.stats);
-                if port.pfc {
-                    let busy = port.busy;
-                    self.pfc_ingress_add(node, in_port, pkt, len);
-                    if !busy {
-                        self.start_tx(node, out);
-                    }
-                    return;
-                }
+                account = port.pfc;
             }
             Admit::Priority => port.q.push_priority(pkt, len as u32),
             Admit::Trim => {
@@ -1601,14 +1592,20 @@ impl Simulator {
                 return;
             }
         }
-        if !port.busy {
+        let busy = port.busy;
+        if account {
+            self.pfc_ingress_add(node, in_port, pkt, len);
+        }
+        if !busy {
             self.start_tx(node, out);
         }
     }
 
     /// PFC: frame `pkt` of `len` bytes that came in on `in_port` of switch `node` entered
     /// an egress queue; counts it against the ingress port and pauses its upstream above
-    /// XOFF.
+    /// XOFF. (Out of line, as every PFC step: a run without PFC keeps its fast path.)
+    #[cold]
+    #[inline(never)]
     fn pfc_ingress_add(&mut self, node: u32, in_port: u16, pkt: u32, len: u64) {
         let Some(cfg) = self.cfg.pfc else {
             return;
@@ -1629,6 +1626,8 @@ impl Simulator {
     /// PFC: `(node, port)` starts serialising frame `pkt` of `len` bytes, until
     /// `tx_end_ns`; a frame counted against an ingress port leaves its count, which resumes
     /// the upstream at XON.
+    #[cold]
+    #[inline(never)]
     fn pfc_on_dequeue(&mut self, node: u32, port: u16, pkt: u32, len: u64, tx_end_ns: u64) {
         self.pfc[node as usize][usize::from(port)].tx_end_ns = tx_end_ns;
         let i = self.pfc_in.get_mut(pkt as usize).map_or(0, std::mem::take);
@@ -1646,6 +1645,8 @@ impl Simulator {
 
     /// PFC: `(node, port)` sends a PAUSE of `quanta` (0: XON) to the transmitter at the
     /// other end of its link; a PAUSE schedules its refresh half its pause time later.
+    #[cold]
+    #[inline(never)]
     fn send_pause(&mut self, node: u32, port: u16, quanta: u16) {
         let now = self.now_ns;
         let p = &self.ports[node as usize][usize::from(port)];
@@ -1671,6 +1672,8 @@ impl Simulator {
     }
 
     /// PFC: a PAUSE of `quanta` (0: XON) reaches `(node, port)`.
+    #[cold]
+    #[inline(never)]
     fn on_pause(&mut self, node: u32, port: u16, quanta: u16) {
         let now = self.now_ns;
         let rate = self.ports[node as usize][usize::from(port)].rate_bps;
@@ -1689,7 +1692,33 @@ impl Simulator {
         self.q.push(until, EventKind::PauseExpiry { node, port });
     }
 
+    /// PFC: the pause time of `(node, port)` may have run out: it resumes unless a later
+    /// PAUSE or an XON changed it.
+    #[cold]
+    #[inline(never)]
+    fn on_pause_expiry(&mut self, node: u32, port: u16) {
+        let st = &self.pfc[node as usize][usize::from(port)];
+        let until = self.ports[node as usize][usize::from(port)].paused_until_ns;
+        if st.paused_since_ns.is_some() && until == self.now_ns {
+            self.pfc_resume(node, port);
+        }
+    }
+
+    /// PFC: ingress `(node, port)` sends its PAUSE again if it still holds XOFF and this
+    /// is the refresh it scheduled last.
+    #[cold]
+    #[inline(never)]
+    fn on_pause_refresh(&mut self, node: u32, port: u16) {
+        let st = &self.pfc[node as usize][usize::from(port)];
+        if st.xoff && st.refresh_at_ns == self.now_ns {
+            let quanta = self.cfg.pfc.map_or(0, |c| c.pause_quanta);
+            self.send_pause(node, port, quanta);
+        }
+    }
+
     /// PFC: the transmitter of `(node, port)` resumes now (XON or expiry).
+    #[cold]
+    #[inline(never)]
     fn pfc_resume(&mut self, node: u32, port: u16) {
         let now = self.now_ns;
         let st = &mut self.pfc[node as usize][usize::from(port)];
