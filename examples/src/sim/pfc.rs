@@ -70,8 +70,8 @@ pub struct VictimBounds {
 /// The bounds of `incast-victim`. The paper's 7:1 figures: MRC victim unaffected, RoCE
 /// victim -25%. Measured over seeds 1-8 (release build, before these checks): victim
 /// goodput of its solo goodput, mrc 99.3-99.8% at 7:1 and 99.4-99.6% at 16:1; RoCE + PFC
-/// 40-82% at 7:1 and 13-77% at 16:1 (where the paused spine queue also ECN-marks the
-/// victim and DCQCN cuts its rate); mrc incast 1.06-1.13 x ideal (RoCE 1.04-3.9 x); no
+/// 50-82% at 7:1 and 13-78% at 16:1 (where the paused spine queue also ECN-marks the
+/// victim and DCQCN cuts its rate); mrc incast 1.05-1.13 x ideal (RoCE 1.04-3.9 x); no
 /// drop in any RoCE + PFC run. Bounds: mrc victim >= 90% of solo, RoCE victim <= 85% of
 /// solo (hurt by at least 15%), mrc incast within 1.25 x ideal.
 pub const VICTIM_BOUNDS: VictimBounds = VictimBounds {
@@ -705,7 +705,7 @@ pub fn find_cycle(edges: &[(String, String)]) -> Option<Vec<String>> {
 /// Whether the loop closes depends on which way ECMP sends each single-path flow, so on
 /// the seed: over seeds 1-8 (release build) RoCE + PFC deadlocked on 7, with a 6-port cycle
 /// paused without a break from 22-65 us to the end and 6 of 24 flows finished; on seed 6
-/// no cycle formed (19 of 24 finished by 5 ms) and the deadlock check MISSes. mrc finished
+/// no cycle formed (20 of 24 finished by 5 ms) and the deadlock check MISSes. mrc finished
 /// all 24 in 2.17-2.67 ms on every seed; no run dropped a frame.
 ///
 /// Errors: [`ExperimentError`] (the simulator refused the setup).
