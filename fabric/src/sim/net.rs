@@ -323,6 +323,18 @@ impl Receiver<'_> {
     }
 }
 
+/// The next frame of port `p` with PFC on at `now_ns`: from the priority queue alone
+/// while its lossless class is paused (out of line: a run without PFC never calls it).
+#[cold]
+#[inline(never)]
+fn pfc_pop(p: &mut PortRt, now_ns: u64) -> Option<(u32, u32)> {
+    if p.paused_until_ns > now_ns {
+        p.q.pop_priority_with_len()
+    } else {
+        p.q.pop_with_len()
+    }
+}
+
 /// Prefetches every cache line of a port's state.
 fn prefetch_port(p: *const PortRt) {
     let p = p.cast::<u8>();
@@ -1366,28 +1378,10 @@ impl Simulator {
 
     /// Starts serialising the next queued frame of `(node, port)`, if any.
     fn start_tx(&mut self, node: u32, port: u16) {
-        let p = &mut self.ports[node as usize][usize::from(port)];
-        if p.pfc {
-            self.start_tx_pfc(node, port);
-            return;
-        }
-        let Some((pkt, len)) = p.q.pop_with_len() else {
-            p.busy = false;
-            return;
-        };
-        self.transmit(node, port, pkt, len);
-    }
-
-    /// [`Simulator::start_tx`] with PFC on: a port whose lossless class is paused sends
-    /// only its priority queue, and a frame that leaves its switch leaves its ingress
-    /// port's count (out of line: a run without PFC keeps its fast path).
-    #[cold]
-    #[inline(never)]
-    fn start_tx_pfc(&mut self, node: u32, port: u16) {
         let now = self.now_ns;
         let p = &mut self.ports[node as usize][usize::from(port)];
-        let next = if p.paused_until_ns > now {
-            p.q.pop_priority_with_len()
+        let next = if p.pfc {
+            pfc_pop(p, now)
         } else {
             p.q.pop_with_len()
         };
@@ -1395,17 +1389,6 @@ impl Simulator {
             p.busy = false;
             return;
         };
-        self.pfc_on_dequeue(node, port, pkt, u64::from(len), now);
-        self.transmit(node, port, pkt, len);
-    }
-
-    /// `(node, port)` starts serialising frame `pkt` of `len` bytes, just taken off its
-    /// queue: counters, the end of transmission and the arrival at the other end (or the
-    /// link's faults).
-    #[inline(always)]
-    fn transmit(&mut self, node: u32, port: u16, pkt: u32, len: u32) {
-        let now = self.now_ns;
-        let p = &mut self.ports[node as usize][usize::from(port)];
         p.busy = true;
         // The queued length is the frame's (a frame is never resized while queued).
         let len = len as usize;
@@ -1415,9 +1398,12 @@ impl Simulator {
         p.stats.tx_packets += 1;
         p.stats.tx_bytes += len as u64;
         p.stats.busy_ns += ser;
-        let (peer_node, peer_port, prop, clean) =
-            (p.peer_node, p.peer_port, p.prop_ns, p.link_clean);
+        let (peer_node, peer_port, prop, clean, pfc) =
+            (p.peer_node, p.peer_port, p.prop_ns, p.link_clean, p.pfc);
         self.q.push(now + ser, EventKind::TxDone { node, port });
+        if pfc {
+            self.pfc_on_dequeue(node, port, pkt, len as u64, now + ser);
+        }
         if let Some((pn, pp, w)) = &mut self.pcap {
             if *pn == node && *pp == port {
                 if let Err(e) = w.write_frame(now, &self.pkts[pkt as usize].frame.to_vec()) {
@@ -1640,17 +1626,12 @@ impl Simulator {
         }
     }
 
-    /// PFC: `(node, port)` takes frame `pkt` of `len` bytes off its queue at `now_ns` to
-    /// serialise it (its end is kept for the PAUSE frames this port sends); a frame
-    /// counted against an ingress port leaves its count, which resumes the upstream at
-    /// XON.
+    /// PFC: `(node, port)` serialises frame `pkt` of `len` bytes until `tx_end_ns` (kept
+    /// for the PAUSE frames this port sends); a frame counted against an ingress port
+    /// leaves its count, which resumes the upstream at XON.
     #[cold]
     #[inline(never)]
-    fn pfc_on_dequeue(&mut self, node: u32, port: u16, pkt: u32, len: u64, now_ns: u64) {
-        let p = &self.ports[node as usize][usize::from(port)];
-        // The serialisation time as the port's clock will give it (within 1 ns, rounded
-        // up: the PAUSE leaves after it).
-        let tx_end_ns = now_ns + serialisation_ns_ceil(len as usize, p.rate_bps);
+    fn pfc_on_dequeue(&mut self, node: u32, port: u16, pkt: u32, len: u64, tx_end_ns: u64) {
         self.pfc[node as usize][usize::from(port)].tx_end_ns = tx_end_ns;
         let i = self.pfc_in.get_mut(pkt as usize).map_or(0, std::mem::take);
         let Some(cfg) = self.cfg.pfc.filter(|_| i != 0) else {
