@@ -198,6 +198,8 @@ struct PortRt {
     /// PFC paused this transmitter's lossless class until this time, ns (0 when PFC is
     /// off: never paused). Here, not in the PFC table, so the fast path reads no other.
     paused_until_ns: u64,
+    /// PFC is on (the PFC table has this port).
+    pfc: bool,
     stats: PortStats,
     link: u32,
 }
@@ -556,6 +558,7 @@ impl Simulator {
                             link: p.link,
                             link_clean: true,
                             paused_until_ns: 0,
+                            pfc: cfg.pfc.is_some(),
                             peer_node: p.peer_node,
                             peer_port: p.peer_port,
                         }
@@ -978,21 +981,12 @@ impl Simulator {
         p.corrupted = false;
     }
 
-    /// [`Simulator::start_tx`] for the PFC setting of the run (outside the event loop).
-    fn start_tx_any(&mut self, node: u32, port: u16) {
-        if self.pfc.is_empty() {
-            self.start_tx::<false>(node, port);
-        } else {
-            self.start_tx::<true>(node, port);
-        }
-    }
-
     fn enqueue_injected(&mut self, h: u32, pkt: u32) {
         let len = self.pkts[pkt as usize].len;
         let port = &mut self.ports[h as usize][0];
         port.q.push_normal(pkt, len, &mut port.stats);
         if !port.busy {
-            self.start_tx_any(h, 0);
+            self.start_tx(h, 0);
         }
     }
 
@@ -1219,16 +1213,6 @@ impl Simulator {
     /// leaving the ports' queue-depth samples cached ([`PortStats::queue_histogram`] and
     /// the report include them); a caller may run it again, in rounds.
     pub fn run_events(&mut self, progress: &mut dyn FnMut(Progress)) {
-        // One loop per PFC setting: without PFC the packet path has no PFC test at all.
-        if self.pfc.is_empty() {
-            self.run_loop::<false>(progress);
-        } else {
-            self.run_loop::<true>(progress);
-        }
-    }
-
-    /// [`Simulator::run_events`] with PFC on (`PFC`) or off.
-    fn run_loop<const PFC: bool>(&mut self, progress: &mut dyn FnMut(Progress)) {
         // The egress port `prefetch_ahead` found for the event after the current one.
         let mut hint: Option<EgressHint> = None;
         while let Some(e) = self.q.pop() {
@@ -1245,9 +1229,9 @@ impl Simulator {
                     let out = mine
                         .filter(|h| (h.node, h.pkt) == (node, pkt))
                         .map(|h| h.out);
-                    self.on_arrive::<PFC>(node, port, pkt, out);
+                    self.on_arrive(node, port, pkt, out);
                 }
-                EventKind::TxDone { node, port } => self.on_tx_done::<PFC>(node, port),
+                EventKind::TxDone { node, port } => self.on_tx_done(node, port),
                 EventKind::HostWake { host } => self.on_wake(host, e.time_ns),
                 EventKind::Fault { index } => {
                     // Routes may change: a port found before is stale.
@@ -1385,18 +1369,18 @@ impl Simulator {
         }
     }
 
-    fn on_tx_done<const PFC: bool>(&mut self, node: u32, port: u16) {
-        self.start_tx::<PFC>(node, port);
+    fn on_tx_done(&mut self, node: u32, port: u16) {
+        self.start_tx(node, port);
         if (node as usize) < self.hosts.len() {
             self.host_activity(node);
         }
     }
 
     /// Starts serialising the next queued frame of `(node, port)`, if any.
-    fn start_tx<const PFC: bool>(&mut self, node: u32, port: u16) {
+    fn start_tx(&mut self, node: u32, port: u16) {
         let now = self.now_ns;
         let p = &mut self.ports[node as usize][usize::from(port)];
-        let next = if PFC {
+        let next = if p.pfc {
             pfc_pop(p, now)
         } else {
             p.q.pop_with_len()
@@ -1414,10 +1398,10 @@ impl Simulator {
         p.stats.tx_packets += 1;
         p.stats.tx_bytes += len as u64;
         p.stats.busy_ns += ser;
-        let (peer_node, peer_port, prop, clean) =
-            (p.peer_node, p.peer_port, p.prop_ns, p.link_clean);
+        let (peer_node, peer_port, prop, clean, pfc) =
+            (p.peer_node, p.peer_port, p.prop_ns, p.link_clean, p.pfc);
         self.q.push(now + ser, EventKind::TxDone { node, port });
-        if PFC {
+        if pfc {
             self.pfc_on_dequeue(node, port, pkt, len as u64, now + ser);
         }
         if let Some((pn, pp, w)) = &mut self.pcap {
@@ -1526,13 +1510,7 @@ impl Simulator {
 
     /// Frame `pkt` arrives at `node`; `egress` is its egress port when already computed
     /// (by [`Simulator::plain_egress`], for a frame that needs no rewrite).
-    fn on_arrive<const PFC: bool>(
-        &mut self,
-        node: u32,
-        in_port: u16,
-        pkt: u32,
-        egress: Option<u16>,
-    ) {
+    fn on_arrive(&mut self, node: u32, in_port: u16, pkt: u32, egress: Option<u16>) {
         self.counters.hops += 1;
         if (node as usize) < self.hosts.len() {
             self.deliver(node, pkt);
@@ -1578,6 +1556,8 @@ impl Simulator {
             ect: hdr.ect,
             coin,
         };
+        // PFC counts a frame admitted to the normal queue against its ingress port.
+        let mut account = false;
         match port.q.admit(&cfg, a, &mut port.stats) {
             Admit::Normal { mark_ce } => {
                 if mark_ce {
@@ -1585,15 +1565,7 @@ impl Simulator {
                     port.stats.ecn_marks += 1;
                 }
                 port.q.push_normal(pkt, len as u32, &mut port.stats);
-                if PFC {
-                    // Counted against its ingress port (which may pause its upstream).
-                    let busy = port.busy;
-                    self.pfc_ingress_add(node, in_port, pkt, len);
-                    if !busy {
-                        self.start_tx::<PFC>(node, out);
-                    }
-                    return;
-                }
+                account = port.pfc;
             }
             Admit::Priority => port.q.push_priority(pkt, len as u32),
             Admit::Trim => {
@@ -1623,8 +1595,12 @@ impl Simulator {
                 return;
             }
         }
-        if !port.busy {
-            self.start_tx::<PFC>(node, out);
+        let busy = port.busy;
+        if account {
+            self.pfc_ingress_add(node, in_port, pkt, len);
+        }
+        if !busy {
+            self.start_tx(node, out);
         }
     }
 
@@ -1755,7 +1731,7 @@ impl Simulator {
         let p = &mut self.ports[node as usize][usize::from(port)];
         p.paused_until_ns = now;
         if !p.busy {
-            self.start_tx::<true>(node, port);
+            self.start_tx(node, port);
         }
         if (node as usize) < self.hosts.len() {
             self.host_activity(node);
@@ -1865,7 +1841,7 @@ impl Simulator {
                 let len = self.pkts[idx as usize].len;
                 let port = &mut self.ports[h as usize][0];
                 port.q.push_normal(idx, len, &mut port.stats);
-                self.start_tx_any(h, 0);
+                self.start_tx(h, 0);
                 break;
             }
         }
