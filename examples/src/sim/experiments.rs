@@ -49,6 +49,18 @@ pub const EXPERIMENTS: &[(&str, &str)] = &[
         "DCQCN vs Swift vs NSCC on the incast and the permutation: goodput and p99 queue depth",
     ),
     (
+        "incast-victim",
+        "7:1 and 16:1 incast beside a victim flow: RoCE (DCQCN, go-back-N, PFC) vs mrc (spraying, trimming)",
+    ),
+    (
+        "pfc-spread",
+        "congestion spreading: victims 1, 2 and 3 hops upstream of an incast, RoCE + PFC vs mrc",
+    ),
+    (
+        "pfc-deadlock",
+        "link failures make shortest paths bounce down-up: a cyclic buffer dependency deadlocks PFC; mrc finishes",
+    ),
+    (
         "speed",
         "simulator speed: events per second, and a 1024-GPU permutation of 1 MiB per host",
     ),
@@ -110,6 +122,9 @@ pub fn run(
         "incast" => incast(seed, progress),
         "allreduce" => allreduce(seed, progress),
         "cc" => cc(seed, progress),
+        "incast-victim" => super::pfc::incast_victim(seed, progress),
+        "pfc-spread" => super::pfc::pfc_spread(seed, progress),
+        "pfc-deadlock" => super::pfc::pfc_deadlock(seed, progress),
         "speed" => speed(seed, progress, true),
         "speed-raw" => speed(seed, progress, false),
         other => Err(ExperimentError::Unknown(
@@ -152,7 +167,7 @@ fn fabric16() -> Result<(SpineLeafSpec, Topology), ExperimentError> {
     fabric(16, 4, 8, 4, Oversubscription::NON_BLOCKING)
 }
 
-fn sim_run(
+pub(crate) fn sim_run(
     label: &str,
     topo: Topology,
     cfg: SimConfig,
@@ -213,7 +228,7 @@ fn p99_queue(r: &SimReport) -> u64 {
 /// and the switches' ECMP hash (`ecmp_seed = seed`), so a sweep over `--seed` also sweeps
 /// which EVs (and which single-path flows) collide on an uplink and which land on a failed
 /// link, not only the loss and marking draws.
-fn base_cfg(seed: u64) -> SimConfig {
+pub(crate) fn base_cfg(seed: u64) -> SimConfig {
     SimConfig {
         seed,
         ecmp_seed: seed,
@@ -518,7 +533,7 @@ fn failover(seed: u64, progress: ProgressFn<'_>) -> Result<ResultTable, Experime
 }
 
 /// 32 hosts, 4 leaves of 8 down / 8 up, 4 spines (2 links per leaf-spine pair).
-fn fabric32() -> Result<(SpineLeafSpec, Topology), ExperimentError> {
+pub(crate) fn fabric32() -> Result<(SpineLeafSpec, Topology), ExperimentError> {
     fabric(32, 8, 16, 8, Oversubscription::NON_BLOCKING)
 }
 
@@ -537,7 +552,7 @@ fn incast_flows(spec: &SpineLeafSpec, senders: u32, bytes: u64) -> Vec<FlowSpec>
     )
 }
 
-fn trim_queue() -> QueueConfig {
+pub(crate) fn trim_queue() -> QueueConfig {
     QueueConfig {
         trim_threshold_bytes: Some(64 << 10),
         ..QueueConfig::default()

@@ -465,6 +465,7 @@ impl Scenario {
                 transport,
                 faults,
                 stop_ns: self.stop_ns,
+                pfc: None,
             },
             flows,
         })

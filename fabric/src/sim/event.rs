@@ -70,6 +70,32 @@ pub enum EventKind {
         /// Index into the scenario's fault list.
         index: u32,
     },
+    /// A PFC PAUSE frame ([`super::pfc`], IEEE 802.1Qbb) reaches `port` of `node`: it
+    /// pauses that port's transmitter for `quanta` x 512 bit times (0: XON, resume now).
+    Pause {
+        /// Node whose transmitter is paused.
+        node: u32,
+        /// Its port (the one the PAUSE arrived on).
+        port: u16,
+        /// Pause time, quanta of 512 bit times.
+        quanta: u16,
+    },
+    /// The pause time of `port` of `node` may have expired (ignored if a later PAUSE or an
+    /// XON changed it).
+    PauseExpiry {
+        /// Node.
+        node: u32,
+        /// Port of that node.
+        port: u16,
+    },
+    /// Ingress `port` of `node` sends its PAUSE again if it still holds XOFF (half the pause
+    /// time after the last one).
+    PauseRefresh {
+        /// Node.
+        node: u32,
+        /// Ingress port of that node.
+        port: u16,
+    },
 }
 
 /// One scheduled event, as [`EventQueue::pop`] returns it.
@@ -609,5 +635,18 @@ mod tests {
         assert!(q.is_empty());
         assert_eq!(q.pop(), None);
         assert_eq!(q.processed(), popped);
+    }
+}
+
+#[cfg(test)]
+mod layout_tests {
+    use super::*;
+
+    /// Five kinds and the link fill one 64-byte line ([`CHUNK_EVENTS`]): a kind is 12
+    /// bytes, PFC's kinds included.
+    #[test]
+    fn an_event_kind_is_12_bytes_and_a_chunk_one_line() {
+        assert_eq!(std::mem::size_of::<EventKind>(), 12);
+        assert_eq!(std::mem::size_of::<Chunk>(), 64);
     }
 }

@@ -28,6 +28,7 @@ use super::fault::{Fault, FaultKind, LinkFaults, LinkSelector};
 use super::frame;
 use super::host::{Datagram, Endpoint, Forwarding, Host, build_frame, build_headers, ev_of_port};
 use super::link::{SerialClock, serialisation_ns_ceil};
+use super::pfc::{self, PfcConfig, PfcError, PfcPort, PfcPortReport};
 use super::prefetch::prefetch;
 use super::queue::{Admit, Arrival, PortQueue, PortStats, QueueConfig};
 use super::stats::FlowStats;
@@ -79,6 +80,9 @@ pub struct SimConfig {
     pub faults: Vec<Fault>,
     /// Stop at this time even if flows are unfinished, ns (0: no limit).
     pub stop_ns: u64,
+    /// Priority-based Flow Control on every port ([`super::pfc`]); `None` (the default):
+    /// a lossy fabric, no PAUSE frames.
+    pub pfc: Option<PfcConfig>,
 }
 
 impl Default for SimConfig {
@@ -91,6 +95,7 @@ impl Default for SimConfig {
             transport: TransportSpec::default(),
             faults: Vec::new(),
             stop_ns: 0,
+            pfc: None,
         }
     }
 }
@@ -145,6 +150,9 @@ pub enum SimError {
     /// Writing the pcap failed.
     #[error("pcap: {0}")]
     Pcap(String),
+    /// The PFC settings cannot keep the fabric lossless ([`PfcError`]).
+    #[error("{0}")]
+    Pfc(#[from] PfcError),
 }
 
 /// Simulator-wide counters.
@@ -187,6 +195,11 @@ struct PortRt {
     busy: bool,
     /// `link_faults[link].is_clean()`, kept here so the fast path reads no other table.
     link_clean: bool,
+    /// PFC paused this transmitter's lossless class until this time, ns (0 when PFC is
+    /// off: never paused). Here, not in the PFC table, so the fast path reads no other.
+    paused_until_ns: u64,
+    /// PFC is on (the PFC table has this port).
+    pfc: bool,
     stats: PortStats,
     link: u32,
 }
@@ -310,6 +323,18 @@ impl Receiver<'_> {
     }
 }
 
+/// The next frame of port `p` with PFC on at `now_ns`: from the priority queue alone
+/// while its lossless class is paused (out of line: a run without PFC never calls it).
+#[cold]
+#[inline(never)]
+fn pfc_pop(p: &mut PortRt, now_ns: u64) -> Option<(u32, u32)> {
+    if p.paused_until_ns > now_ns {
+        p.q.pop_priority_with_len()
+    } else {
+        p.q.pop_with_len()
+    }
+}
+
 /// Prefetches every cache line of a port's state.
 fn prefetch_port(p: *const PortRt) {
     let p = p.cast::<u8>();
@@ -371,6 +396,10 @@ pub struct SimReport {
     pub ports: Vec<PortReport>,
     /// Frames hosts dropped as malformed (checksum, lengths).
     pub host_bad_frames: u64,
+    /// PFC counters per port that sent or received a PAUSE (empty, and left out of the
+    /// JSON, when PFC is off).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub pfc: Vec<PfcPortReport>,
 }
 
 impl SimReport {
@@ -488,6 +517,11 @@ pub struct Simulator {
     pcap: Option<PcapTap>,
     pcap_error: Option<String>,
     mrc_header_bytes: usize,
+    /// PFC state per node and port (empty when PFC is off).
+    pfc: Vec<Vec<PfcPort>>,
+    /// With PFC on, per frame slot: 1 + the ingress port whose lossless count holds the
+    /// frame while it sits in a switch's normal queue, 0 otherwise (grown on demand).
+    pfc_in: Vec<u16>,
 }
 
 impl std::fmt::Debug for Simulator {
@@ -502,7 +536,9 @@ impl std::fmt::Debug for Simulator {
 impl Simulator {
     /// A simulator over `topo` with `cfg`; the faults are scheduled.
     ///
-    /// Errors: [`SimError::NoSuchNode`] for a fault naming an unknown node.
+    /// Errors: [`SimError::NoSuchNode`] for a fault naming an unknown node;
+    /// [`SimError::Pfc`] for PFC thresholds or a buffer that cannot keep the fabric
+    /// lossless.
     pub fn new(topo: Topology, cfg: SimConfig) -> Result<Simulator, SimError> {
         let ports = topo
             .nodes
@@ -521,6 +557,8 @@ impl Simulator {
                             prop_ns: l.propagation_ns,
                             link: p.link,
                             link_clean: true,
+                            paused_until_ns: 0,
+                            pfc: cfg.pfc.is_some(),
                             peer_node: p.peer_node,
                             peer_port: p.peer_port,
                         }
@@ -540,6 +578,10 @@ impl Simulator {
             q.push(f.at_ns, EventKind::Fault { index: i as u32 });
         }
         let mtu = cfg.transport.send.mtu_payload_bytes as usize;
+        let pfc = match cfg.pfc {
+            Some(p) => Self::pfc_ports(&topo, &cfg, p)?,
+            None => Vec::new(),
+        };
         Ok(Simulator {
             link_faults: vec![LinkFaults::default(); topo.links.len()],
             hosts: (0..topo.hosts).map(|_| Host::default()).collect(),
@@ -562,7 +604,49 @@ impl Simulator {
             pcap: None,
             pcap_error: None,
             mrc_header_bytes: mrc_transport::conn::MAX_DATA_HEADER_BYTES,
+            pfc,
+            pfc_in: Vec::new(),
         })
+    }
+
+    /// The PFC state of every port, each with its link's headroom; checks that every
+    /// switch's buffers hold what its ingress ports may queue.
+    ///
+    /// Errors: [`SimError::Pfc`].
+    fn pfc_ports(
+        topo: &Topology,
+        cfg: &SimConfig,
+        p: PfcConfig,
+    ) -> Result<Vec<Vec<PfcPort>>, SimError> {
+        p.check()?;
+        // The largest frame a host builds: MTU payload, mrc data headers, Ethernet, IPv6,
+        // UDP and an SRH of two segments (40 bytes).
+        let mtu_frame = u64::from(cfg.transport.send.mtu_payload_bytes)
+            + (14 + 40 + 8 + 40 + mrc_transport::conn::MAX_DATA_HEADER_BYTES) as u64;
+        let mut out = Vec::with_capacity(topo.nodes.len());
+        for n in &topo.nodes {
+            let ports: Vec<PfcPort> = n
+                .ports
+                .iter()
+                .map(|port| {
+                    let l = topo.links[port.link as usize].spec;
+                    PfcPort {
+                        headroom_bytes: pfc::headroom_bytes(
+                            l.rate_bps,
+                            l.propagation_ns,
+                            mtu_frame,
+                        ),
+                        ..PfcPort::default()
+                    }
+                })
+                .collect();
+            if n.role != Role::Host {
+                let max_headroom = ports.iter().map(|p| p.headroom_bytes).max().unwrap_or(0);
+                p.check_buffer(ports.len(), max_headroom, cfg.queue.buffer_bytes)?;
+            }
+            out.push(ports);
+        }
+        Ok(out)
     }
 
     /// The topology.
@@ -598,6 +682,27 @@ impl Simulator {
             .get(node as usize)?
             .get(usize::from(port))
             .map(|p| &p.stats)
+    }
+
+    /// PFC counters of port `port` of `node` so far (a pause still in force counts up to
+    /// now); `None` when PFC is off or the port does not exist.
+    pub fn pfc_stats(&self, node: u32, port: u16) -> Option<pfc::PfcPortStats> {
+        let st = self.pfc.get(node as usize)?.get(usize::from(port))?;
+        let mut stats = st.stats;
+        if let Some(since) = st.paused_since_ns {
+            let until = self.ports[node as usize][usize::from(port)].paused_until_ns;
+            stats.paused_ns += self.now_ns.min(until).saturating_sub(since);
+        }
+        Some(stats)
+    }
+
+    /// Lossless-class bytes queued in `node` that came in on its `port` (PFC's ingress
+    /// count); `None` when PFC is off or the port does not exist.
+    pub fn pfc_ingress_bytes(&self, node: u32, port: u16) -> Option<u64> {
+        self.pfc
+            .get(node as usize)?
+            .get(usize::from(port))
+            .map(|p| p.ingress_bytes)
     }
 
     /// Writes every frame leaving `port` of `node` to `out` as pcap.
@@ -1139,6 +1244,9 @@ impl Simulator {
                         self.host_activity(h);
                     }
                 }
+                EventKind::Pause { node, port, quanta } => self.on_pause(node, port, quanta),
+                EventKind::PauseExpiry { node, port } => self.on_pause_expiry(node, port),
+                EventKind::PauseRefresh { node, port } => self.on_pause_refresh(node, port),
             }
             if self.counters.events & 0xFFFF == 0 {
                 progress(self.progress());
@@ -1272,7 +1380,12 @@ impl Simulator {
     fn start_tx(&mut self, node: u32, port: u16) {
         let now = self.now_ns;
         let p = &mut self.ports[node as usize][usize::from(port)];
-        let Some((pkt, len)) = p.q.pop_with_len() else {
+        let next = if p.pfc {
+            pfc_pop(p, now)
+        } else {
+            p.q.pop_with_len()
+        };
+        let Some((pkt, len)) = next else {
             p.busy = false;
             return;
         };
@@ -1285,9 +1398,12 @@ impl Simulator {
         p.stats.tx_packets += 1;
         p.stats.tx_bytes += len as u64;
         p.stats.busy_ns += ser;
-        let (peer_node, peer_port, prop, clean) =
-            (p.peer_node, p.peer_port, p.prop_ns, p.link_clean);
+        let (peer_node, peer_port, prop, clean, pfc) =
+            (p.peer_node, p.peer_port, p.prop_ns, p.link_clean, p.pfc);
         self.q.push(now + ser, EventKind::TxDone { node, port });
+        if pfc {
+            self.pfc_on_dequeue(node, port, pkt, len as u64, now + ser);
+        }
         if let Some((pn, pp, w)) = &mut self.pcap {
             if *pn == node && *pp == port {
                 if let Err(e) = w.write_frame(now, &self.pkts[pkt as usize].frame.to_vec()) {
@@ -1394,7 +1510,7 @@ impl Simulator {
 
     /// Frame `pkt` arrives at `node`; `egress` is its egress port when already computed
     /// (by [`Simulator::plain_egress`], for a frame that needs no rewrite).
-    fn on_arrive(&mut self, node: u32, _in_port: u16, pkt: u32, egress: Option<u16>) {
+    fn on_arrive(&mut self, node: u32, in_port: u16, pkt: u32, egress: Option<u16>) {
         self.counters.hops += 1;
         if (node as usize) < self.hosts.len() {
             self.deliver(node, pkt);
@@ -1440,6 +1556,8 @@ impl Simulator {
             ect: hdr.ect,
             coin,
         };
+        // PFC counts a frame admitted to the normal queue against its ingress port.
+        let mut account = false;
         match port.q.admit(&cfg, a, &mut port.stats) {
             Admit::Normal { mark_ce } => {
                 if mark_ce {
@@ -1447,6 +1565,7 @@ impl Simulator {
                     port.stats.ecn_marks += 1;
                 }
                 port.q.push_normal(pkt, len as u32, &mut port.stats);
+                account = port.pfc;
             }
             Admit::Priority => port.q.push_priority(pkt, len as u32),
             Admit::Trim => {
@@ -1476,8 +1595,146 @@ impl Simulator {
                 return;
             }
         }
-        if !port.busy {
+        let busy = port.busy;
+        if account {
+            self.pfc_ingress_add(node, in_port, pkt, len);
+        }
+        if !busy {
             self.start_tx(node, out);
+        }
+    }
+
+    /// PFC: frame `pkt` of `len` bytes that came in on `in_port` of switch `node` entered
+    /// an egress queue; counts it against the ingress port and pauses its upstream above
+    /// XOFF. (Out of line, as every PFC step: a run without PFC keeps its fast path.)
+    #[cold]
+    #[inline(never)]
+    fn pfc_ingress_add(&mut self, node: u32, in_port: u16, pkt: u32, len: u64) {
+        let Some(cfg) = self.cfg.pfc else {
+            return;
+        };
+        if self.pfc_in.len() < self.pkts.len() {
+            self.pfc_in.resize(self.pkts.len(), 0);
+        }
+        self.pfc_in[pkt as usize] = in_port + 1;
+        let st = &mut self.pfc[node as usize][usize::from(in_port)];
+        st.ingress_bytes += len;
+        st.stats.max_ingress_bytes = st.stats.max_ingress_bytes.max(st.ingress_bytes);
+        if !st.xoff && st.ingress_bytes > cfg.xoff_bytes {
+            st.xoff = true;
+            self.send_pause(node, in_port, cfg.pause_quanta);
+        }
+    }
+
+    /// PFC: `(node, port)` serialises frame `pkt` of `len` bytes until `tx_end_ns` (kept
+    /// for the PAUSE frames this port sends); a frame counted against an ingress port
+    /// leaves its count, which resumes the upstream at XON.
+    #[cold]
+    #[inline(never)]
+    fn pfc_on_dequeue(&mut self, node: u32, port: u16, pkt: u32, len: u64, tx_end_ns: u64) {
+        self.pfc[node as usize][usize::from(port)].tx_end_ns = tx_end_ns;
+        let i = self.pfc_in.get_mut(pkt as usize).map_or(0, std::mem::take);
+        let Some(cfg) = self.cfg.pfc.filter(|_| i != 0) else {
+            return;
+        };
+        let in_port = i - 1;
+        let st = &mut self.pfc[node as usize][usize::from(in_port)];
+        st.ingress_bytes -= len;
+        if st.xoff && st.ingress_bytes <= cfg.xon_bytes {
+            st.xoff = false;
+            self.send_pause(node, in_port, 0);
+        }
+    }
+
+    /// PFC: `(node, port)` sends a PAUSE of `quanta` (0: XON) to the transmitter at the
+    /// other end of its link; a PAUSE schedules its refresh half its pause time later.
+    #[cold]
+    #[inline(never)]
+    fn send_pause(&mut self, node: u32, port: u16, quanta: u16) {
+        let now = self.now_ns;
+        let p = &self.ports[node as usize][usize::from(port)];
+        let (rate, prop, peer_node, peer_port) = (p.rate_bps, p.prop_ns, p.peer_node, p.peer_port);
+        let st = &mut self.pfc[node as usize][usize::from(port)];
+        let at = pfc::pause_arrival_ns(now, st.tx_end_ns, rate, prop);
+        if quanta > 0 {
+            st.stats.pauses_sent += 1;
+            let refresh = now + (PfcConfig::pause_ns(quanta, rate) / 2).max(1);
+            st.refresh_at_ns = refresh;
+            self.q.push(refresh, EventKind::PauseRefresh { node, port });
+        } else {
+            st.stats.xons_sent += 1;
+        }
+        self.q.push(
+            at,
+            EventKind::Pause {
+                node: peer_node,
+                port: peer_port,
+                quanta,
+            },
+        );
+    }
+
+    /// PFC: a PAUSE of `quanta` (0: XON) reaches `(node, port)`.
+    #[cold]
+    #[inline(never)]
+    fn on_pause(&mut self, node: u32, port: u16, quanta: u16) {
+        let now = self.now_ns;
+        let rate = self.ports[node as usize][usize::from(port)].rate_bps;
+        let st = &mut self.pfc[node as usize][usize::from(port)];
+        if quanta == 0 {
+            st.stats.xons_received += 1;
+            if st.paused_since_ns.is_some() {
+                self.pfc_resume(node, port);
+            }
+            return;
+        }
+        st.stats.pauses_received += 1;
+        st.paused_since_ns.get_or_insert(now);
+        let until = now + PfcConfig::pause_ns(quanta, rate);
+        self.ports[node as usize][usize::from(port)].paused_until_ns = until;
+        self.q.push(until, EventKind::PauseExpiry { node, port });
+    }
+
+    /// PFC: the pause time of `(node, port)` may have run out: it resumes unless a later
+    /// PAUSE or an XON changed it.
+    #[cold]
+    #[inline(never)]
+    fn on_pause_expiry(&mut self, node: u32, port: u16) {
+        let st = &self.pfc[node as usize][usize::from(port)];
+        let until = self.ports[node as usize][usize::from(port)].paused_until_ns;
+        if st.paused_since_ns.is_some() && until == self.now_ns {
+            self.pfc_resume(node, port);
+        }
+    }
+
+    /// PFC: ingress `(node, port)` sends its PAUSE again if it still holds XOFF and this
+    /// is the refresh it scheduled last.
+    #[cold]
+    #[inline(never)]
+    fn on_pause_refresh(&mut self, node: u32, port: u16) {
+        let st = &self.pfc[node as usize][usize::from(port)];
+        if st.xoff && st.refresh_at_ns == self.now_ns {
+            let quanta = self.cfg.pfc.map_or(0, |c| c.pause_quanta);
+            self.send_pause(node, port, quanta);
+        }
+    }
+
+    /// PFC: the transmitter of `(node, port)` resumes now (XON or expiry).
+    #[cold]
+    #[inline(never)]
+    fn pfc_resume(&mut self, node: u32, port: u16) {
+        let now = self.now_ns;
+        let st = &mut self.pfc[node as usize][usize::from(port)];
+        if let Some(since) = st.paused_since_ns.take() {
+            st.stats.paused_ns += now - since;
+        }
+        let p = &mut self.ports[node as usize][usize::from(port)];
+        p.paused_until_ns = now;
+        if !p.busy {
+            self.start_tx(node, port);
+        }
+        if (node as usize) < self.hosts.len() {
+            self.host_activity(node);
         }
     }
 
@@ -1543,7 +1800,9 @@ impl Simulator {
         }
         let now = self.now_ns;
         self.host_timers(h);
-        if !self.ports[h as usize][0].busy {
+        // A NIC paused by PFC asks its endpoints nothing until it resumes.
+        let paused = self.ports[h as usize][0].paused_until_ns > now;
+        if !self.ports[h as usize][0].busy && !paused {
             let n = self.hosts[h as usize].endpoints.len();
             let start = self.hosts[h as usize].rr;
             for k in 0..n {
@@ -1592,7 +1851,8 @@ impl Simulator {
             .iter()
             .filter_map(|e| e.conn.poll_timeout())
             .min();
-        let nic_busy = self.ports[h as usize][0].busy;
+        // A paused NIC's resume asks again, as a busy NIC's TxDone does.
+        let nic_busy = self.ports[h as usize][0].busy || paused;
         if let Some(t) = next {
             // A deadline already due while the NIC is busy is pacing or a packet waiting
             // for the NIC: the NIC's TxDone asks again. Otherwise wake at least 1 ns later
@@ -1659,12 +1919,36 @@ impl Simulator {
                 }
             })
             .collect();
+        let prio = self.cfg.pfc.map_or(0, |c| c.priority);
+        let mut pfc = Vec::new();
+        for (n, ps) in self.pfc.iter().enumerate() {
+            for (i, st) in ps.iter().enumerate() {
+                let Some(stats) = self.pfc_stats(n as u32, i as u16) else {
+                    continue;
+                };
+                if stats.pauses_sent + stats.pauses_received == 0 {
+                    continue;
+                }
+                pfc.push(PfcPortReport {
+                    node: self.topo.name(n as u32),
+                    port: i as u16,
+                    peer: self.topo.name(self.ports[n][i].peer_node),
+                    priority: prio,
+                    headroom_bytes: st.headroom_bytes,
+                    paused_since_ns: st
+                        .paused_since_ns
+                        .filter(|_| self.ports[n][i].paused_until_ns > self.now_ns),
+                    stats,
+                });
+            }
+        }
         SimReport {
             end_ns: self.now_ns,
             counters: self.counters,
             flows,
             ports,
             host_bad_frames: self.hosts.iter().map(|h| h.rx_bad_frames).sum(),
+            pfc,
         }
     }
 

@@ -353,6 +353,14 @@ impl PortQueue {
         Some((p, l))
     }
 
+    /// The next packet of the priority queue alone, with its queued length (what a port
+    /// whose normal class is paused by PFC may still send).
+    pub fn pop_priority_with_len(&mut self) -> Option<(u32, u32)> {
+        let (p, l) = self.priority.pop_front()?;
+        self.priority_bytes -= u64::from(l);
+        Some((p, l))
+    }
+
     /// The `(packet, length)` entry [`PortQueue::pop_with_len`] would return next.
     pub fn peek(&self) -> Option<&(u32, u32)> {
         self.priority.front().or_else(|| self.normal.front())

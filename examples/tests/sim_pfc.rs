@@ -1,0 +1,137 @@
+//! The PFC experiments of mrc-sim (issue 22), run through the library on seed 1: exact
+//! counts, every check, and no drop in any lossless run.
+
+use mrc_examples::sim::experiments;
+use mrc_examples::sim::output::ResultTable;
+
+fn value(t: &ResultTable, row: &str, col: &str) -> f64 {
+    t.rows
+        .iter()
+        .find(|r| r.label == row)
+        .and_then(|r| r.values.iter().find(|(k, _)| k == col))
+        .map(|(_, v)| *v)
+        .unwrap_or_else(|| panic!("no {row} / {col}"))
+}
+
+/// 0.1 precision, for goodput shares.
+fn tenth(v: f64) -> f64 {
+    (v * 10.0).round() / 10.0
+}
+
+#[test]
+fn incast_victim_roce_pfc_hurts_the_victim_mrc_does_not() {
+    let t = experiments::run("incast-victim", 1, &mut |_, _| {}).unwrap();
+    let labels: Vec<&str> = t.rows.iter().map(|r| r.label.as_str()).collect();
+    assert_eq!(
+        labels,
+        ["7:1 roce+pfc", "7:1 mrc", "16:1 roce+pfc", "16:1 mrc"]
+    );
+    assert_eq!(t.checks.len(), 8);
+    assert!(t.all_pass(), "{}", t.render());
+    // Lossless: PFC paused the fabric instead of dropping; mrc trims, never pauses.
+    for (row, pauses) in [("7:1 roce+pfc", 209.0), ("16:1 roce+pfc", 239.0)] {
+        assert_eq!(value(&t, row, "drops"), 0.0);
+        assert_eq!(value(&t, row, "trims"), 0.0);
+        assert_eq!(value(&t, row, "retransmitted"), 0.0);
+        assert_eq!(value(&t, row, "pauses"), pauses);
+        assert!(value(&t, row, "shared_port_paused_us") > 0.0);
+    }
+    for (row, trims) in [("7:1 mrc", 484.0), ("16:1 mrc", 2367.0)] {
+        assert_eq!(value(&t, row, "pauses"), 0.0);
+        assert_eq!(value(&t, row, "drops"), 0.0);
+        assert_eq!(value(&t, row, "trims"), trims);
+    }
+    // Seed 1: the RoCE victim keeps 58.4% (7:1) and 73.8% (16:1) of its solo goodput,
+    // mrc's 99.8% and 99.6%.
+    let share = |row| tenth(value(&t, row, "pct_victim_of_solo"));
+    assert_eq!(
+        [
+            share("7:1 roce+pfc"),
+            share("7:1 mrc"),
+            share("16:1 roce+pfc"),
+            share("16:1 mrc")
+        ],
+        [58.4, 99.8, 73.8, 99.6]
+    );
+    // The JSON carries the rows and the checks.
+    let json = serde_json::to_string(&t).unwrap();
+    assert!(json.contains("\"label\":\"16:1 mrc\""));
+    assert!(json.contains("lossless, no buffer dropped a frame"));
+}
+
+#[test]
+fn pfc_spread_pauses_reach_the_senders_and_stall_flows_that_avoid_the_hot_spot() {
+    let t = experiments::run("pfc-spread", 1, &mut |_, _| {}).unwrap();
+    assert_eq!(t.rows.len(), 8);
+    assert_eq!(t.checks.len(), 6);
+    assert!(t.all_pass(), "{}", t.render());
+    assert!(t.title.contains(
+        "1: host24 -> host1 (spine2 port 1), 2: host12 -> host25 (leaf1 port 14), 3: host8 -> host15 (host8 NIC)"
+    ));
+    // Seed 1: PAUSE frames at every tier upstream of the congested port, none dropped.
+    let tiers = |row| {
+        [
+            "pauses_rx_spine_ports",
+            "pauses_rx_leaf_uplinks",
+            "pauses_rx_host_nics",
+            "spread_hops",
+            "drops",
+        ]
+        .map(|c| value(&t, row, c))
+    };
+    assert_eq!(tiers("roce+pfc / pauses"), [92.0, 98.0, 91.0, 3.0, 0.0]);
+    assert_eq!(tiers("mrc / pauses"), [0.0; 5]);
+    let share = |row: &str| {
+        let r = t.rows.iter().find(|r| r.label.starts_with(row)).unwrap();
+        tenth(
+            r.values
+                .iter()
+                .find(|(k, _)| k == "pct_victim_of_alone")
+                .unwrap()
+                .1,
+        )
+    };
+    assert_eq!(
+        ["1 hop", "2 hops", "3 hops"].map(|h| share(&format!("roce+pfc / {h}"))),
+        [60.3, 64.6, 65.1]
+    );
+    assert_eq!(
+        ["1 hop", "2 hops", "3 hops"].map(|h| share(&format!("mrc / {h}"))),
+        [99.8, 99.9, 87.2]
+    );
+}
+
+#[test]
+fn pfc_deadlock_a_cycle_of_paused_ports_holds_the_flows_for_ever() {
+    let t = experiments::run("pfc-deadlock", 1, &mut |_, _| {}).unwrap();
+    assert!(t.all_pass(), "{}", t.render());
+    let col = |row, c| value(&t, row, c);
+    // Seed 1: 6 of 24 flows finished, 9 switch ports paused for the last ms, six of them
+    // a loop through every spine and leaves 0-2, paused since 52.4 us; nothing dropped.
+    assert_eq!(
+        [
+            "flows_done",
+            "switch_ports_stuck",
+            "cycle_hops",
+            "drops",
+            "end_us"
+        ]
+        .map(|c| col("roce+pfc", c)),
+        [6.0, 9.0, 6.0, 0.0, 5_000.0]
+    );
+    assert_eq!(tenth(col("roce+pfc", "deadlocked_since_us")), 52.4);
+    // The backward loop: leaf0 -> spine0 (ring), spine0 -> leaf2 (bounce from leaf3),
+    // leaf2 -> spine2 (bounce), spine2 -> leaf1, leaf1 -> spine1, spine1 -> leaf0.
+    assert!(
+        t.checks[0]
+            .measured
+            .contains("cycle leaf0 -> spine0 -> leaf2 -> spine2 -> leaf1 -> spine1 -> leaf0"),
+        "{}",
+        t.checks[0].measured
+    );
+    // mrc: every flow, no pause.
+    assert_eq!(
+        ["flows_done", "switch_ports_stuck", "pauses", "drops"].map(|c| col("mrc", c)),
+        [24.0, 0.0, 0.0, 0.0]
+    );
+}
