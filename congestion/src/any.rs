@@ -21,6 +21,12 @@ pub enum CcKind {
     /// [`Dcqcn`] with [`DcqcnConfig::for_link`]: the NVIDIA ConnectX firmware reaction
     /// point and a 4 x BDP window.
     Dcqcn,
+    /// [`Dcqcn`] as a RoCE NIC runs it on a lossless (PFC) fabric: the NVIDIA ConnectX
+    /// firmware reaction point ([`DcqcnConfig::nvidia_connectx`]) and no window, rate
+    /// only. The simulator's RoCE baseline (`mrc-sim experiment incast-victim`); not a
+    /// `--cc` choice (`"dcqcn-roce"` in reports), since without PFC a rate-only sender
+    /// overruns the buffers ([`DcqcnConfig::for_link`] says by how much).
+    DcqcnRoce,
     /// [`Swift`] with [`SwiftConfig::for_link`].
     Swift,
     /// [`Nscc`] with [`NsccConfig::for_link`].
@@ -37,6 +43,7 @@ impl CcKind {
     pub fn as_str(self) -> &'static str {
         match self {
             CcKind::Dcqcn => "dcqcn",
+            CcKind::DcqcnRoce => "dcqcn-roce",
             CcKind::Swift => "swift",
             CcKind::Nscc => "nscc",
             CcKind::None => "none",
@@ -106,6 +113,9 @@ impl AnyController {
                 DcqcnConfig::for_link(link.line_rate_bps, link.base_rtt_ns, link.mtu_bytes)
                     .build()?,
             ),
+            CcKind::DcqcnRoce => {
+                AnyController::Dcqcn(DcqcnConfig::nvidia_connectx(link.line_rate_bps).build()?)
+            }
             CcKind::Swift => AnyController::Swift(
                 SwiftConfig::for_link(link.line_rate_bps, link.base_rtt_ns, link.mtu_bytes)
                     .build()?,
