@@ -1781,7 +1781,9 @@ fn dscp_marks_the_datagrams_on_the_wire() {
             "tshark ended: {line}"
         );
     }
-    let (o, _) = perf(&["loopback", "--dscp", "46", "-n", "20", "--paths", "2"]);
+    // 2 s of traffic, not a few ms: "Capturing on" may come before dumpcap captures (CI
+    // once saw none of a 20-message run)
+    let (o, _) = perf(&["loopback", "--dscp", "46", "-D", "2", "--paths", "2"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let out = cap.wait_with_output().unwrap();
     let dscps: Vec<String> = String::from_utf8_lossy(&out.stdout)
