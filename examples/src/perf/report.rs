@@ -423,8 +423,8 @@ impl Meter {
         self.iv_rtos = c.1;
     }
 
-    /// Ends the run at `now` with the final totals: the last, shorter interval (if over a
-    /// millisecond long) and the peaks; ends a redrawn line.
+    /// Ends the run at `now` with the final totals: the last, shorter interval (if it moved
+    /// anything, or is over a millisecond long) and the peaks; ends a redrawn line.
     pub fn finish(
         mut self,
         now: Instant,
@@ -434,7 +434,10 @@ impl Meter {
         counters: impl FnOnce() -> (u64, u64),
     ) -> Metered {
         let last = now.duration_since(self.iv_start);
-        if last > Duration::from_millis(1) || self.m.intervals.is_empty() {
+        // Recorded when it moved anything (so the records add up to the run: CI once saw
+        // 127 messages completed in the last millisecond go missing) or is the only one.
+        let moved = msgs > self.iv_msgs || sent > self.iv_sent || recv > self.iv_recv;
+        if moved || last > Duration::from_millis(1) || self.m.intervals.is_empty() {
             // The last, shorter interval is recorded; its progress line only when it is at
             // least a tenth of an interval (a few ms of draining read as `last 0.0 s: 0.00`).
             let print = last >= self.o.interval / 10;
@@ -1281,6 +1284,36 @@ mod tests {
         // the message size has its own name; the bytes moved theirs
         assert_eq!(v["msg_size_bytes"], 65536);
         assert!(v.get("bytes").is_none() && v.get("total_bytes").is_some());
+    }
+
+    /// Messages that complete in the last half millisecond, after an interval closed, still
+    /// get a record: the records add up to the run (CI saw 127 of them go missing).
+    #[test]
+    fn meter_records_a_last_sub_millisecond_interval_that_moved_bytes() {
+        let t0 = Instant::now();
+        let us = |n: u64| t0 + Duration::from_micros(n);
+        let o = ProgressOpts {
+            print: false,
+            ..ProgressOpts::quiet()
+        };
+        let mut m = Meter::new(o, None, t0);
+        m.tick(us(1_000_000), 100, 1_000, 0, || (0, 0));
+        let r = m.finish(us(1_000_500), 127, 1_270, 0, || (0, 0));
+        let got: Vec<(u64, u64)> = r
+            .intervals
+            .iter()
+            .map(|i| (i.sent_messages, i.sent_bytes))
+            .collect();
+        assert_eq!(got, [(100, 1_000), (27, 270)]);
+        // nothing moved in the last half millisecond: no record
+        let mut m = Meter::new(o, None, t0);
+        m.tick(us(1_000_000), 100, 1_000, 0, || (0, 0));
+        assert_eq!(
+            m.finish(us(1_000_500), 100, 1_000, 0, || (0, 0))
+                .intervals
+                .len(),
+            1
+        );
     }
 
     /// Intervals from the sender's clock: 2.5 s of sends in 1 s intervals give two whole
