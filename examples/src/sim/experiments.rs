@@ -215,7 +215,7 @@ fn sum_flows(r: &SimReport, f: impl Fn(&mrc_fabric::sim::stats::FlowStats) -> u6
 }
 
 /// Largest p99 queue depth over switch ports, bytes.
-fn p99_queue(r: &SimReport) -> u64 {
+pub(crate) fn p99_queue(r: &SimReport) -> u64 {
     r.ports
         .iter()
         .filter(|p| !p.node.starts_with("host"))

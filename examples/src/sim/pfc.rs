@@ -18,7 +18,9 @@ use mrc_fabric::sim::{
     SimConfig, SimReport, Simulator, SpineLeafSpec, Topology, TransportSpec,
 };
 
-use super::experiments::{ExperimentError, ProgressFn, base_cfg, fabric32, sim_run, trim_queue};
+use super::experiments::{
+    ExperimentError, ProgressFn, base_cfg, fabric32, p99_queue, sim_run, trim_queue,
+};
 use super::output::{Panel, ResultTable};
 
 const GBPS: f64 = 1e9;
@@ -172,16 +174,6 @@ fn victim_run(
     })
 }
 
-/// Largest p99 queue depth over switch ports, bytes.
-fn p99_switch_queue(r: &SimReport) -> u64 {
-    r.ports
-        .iter()
-        .filter(|p| !p.node.starts_with("host"))
-        .map(|p| p.queue_p99_bytes)
-        .max()
-        .unwrap_or(0)
-}
-
 /// `mrc-sim experiment incast-victim`.
 ///
 /// Errors: [`ExperimentError`] (the simulator refused the setup, or no candidate victim
@@ -279,7 +271,7 @@ pub fn incast_victim(seed: u64, progress: ProgressFn<'_>) -> Result<ResultTable,
                         run.incast_ns.unwrap_or(0) as f64 / 1e3,
                     ),
                     ("x_ideal_incast", x_ideal),
-                    ("p99_queue_bytes", p99_switch_queue(r) as f64),
+                    ("p99_queue_bytes", p99_queue(r) as f64),
                     ("pauses", pauses as f64),
                     ("paused_port_us", paused_ns as f64 / 1e3),
                     ("shared_port_paused_us", shared_paused_ns as f64 / 1e3),
