@@ -199,6 +199,7 @@ pub fn run_cli(cli: Cli) -> Result<String, CliError> {
             };
             Ok(baseline::render(&results, json))
         }
+        Command::Mpi(_) => Err(crate::mpi::NOT_HERE.into()),
     }
 }
 
@@ -446,6 +447,9 @@ pub fn main() -> i32 {
         return 2;
     }
     crate::logs::init(cli.verbose);
+    if let Command::Mpi(o) = &cli.cmd {
+        return crate::mpi::main(&cli.test, o);
+    }
     let json = cli.test.json;
     match run_cli(cli) {
         Ok(out) => {

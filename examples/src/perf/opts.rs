@@ -60,6 +60,11 @@ pub enum Command {
         #[arg(long = "ipv6", short = '6')]
         ipv6: bool,
     },
+    /// Many hosts: one rank of an MPI job (`mpirun -np N mrc-perf mpi ...`, or srun), a
+    /// pattern (pairs, permutation, all-to-all, incast, one-to-all, ring allreduce) in a
+    /// burst mode (continuous, training, storage, sync-burst); rank 0 prints the report.
+    /// Needs a build with the `mpi` feature (`--features mrc-examples/mpi`).
+    Mpi(crate::mpi::opts::MpiOpts),
 }
 
 /// Which datapath carries the datagrams.

@@ -312,7 +312,12 @@ pub const MIN_RTO_NS: u64 = mrc_fabric::engine::SOFTWARE_MIN_RTO_NS;
 /// [`mrc_fabric::engine::SOFTWARE_REORDER_WINDOW_NS`] (500 us, scheduling jitter).
 pub const REORDER_WINDOW_NS: u64 = mrc_fabric::engine::SOFTWARE_REORDER_WINDOW_NS;
 
-fn qp_config(p: &TestParams) -> Result<QpConfig, String> {
+/// The QP configuration of a test: `p.paths` EVs, `--mtu`, the window of
+/// [`OUTSTANDING_PACKETS`], the timers, the controller (also `mrc-perf mpi`'s QPs).
+///
+/// # Errors
+/// An unknown `--cc`.
+pub fn qp_config(p: &TestParams) -> Result<QpConfig, String> {
     let cc: CcKind = p.cc.parse().map_err(|e| format!("--cc: {e}"))?;
     let software = mrc_fabric::engine::software_conn_config(
         p.min_rto_us.saturating_mul(1000),

@@ -1,0 +1,309 @@
+//! The one place `mrc-perf mpi` talks to the engine (`mrc_fabric::engine`): one
+//! [`Context`] per rank (one engine thread, one UDP receive socket) and one [`Qp`] per
+//! peer it exchanges data with, each with a source and a destination region.
+//!
+//! Sockets per rank: the context's receive socket plus, per QP, one socket per group of
+//! `--burst-size` EVs (`ceil(--paths / --burst-size)`): [`RankConn::sockets`].
+
+use super::handles::Handle;
+use crate::perf::opts::TestParams;
+use mrc_fabric::engine::bootstrap::RemoteMr;
+use mrc_fabric::engine::{Context, EngineConfig, EngineStats, Qp, QpStats, VerifySpec};
+use mrc_fabric::udp::UdpConfig;
+use mrc_transport::completion::{Completion, WcStatus};
+use mrc_transport::region::MrKey;
+use mrc_transport::{Access, Sge};
+use std::net::{IpAddr, SocketAddr};
+
+/// wr_id of a stream's end marker (a zero-length SEND whose immediate is the stream's
+/// message count).
+pub const MARKER_WR_ID: u64 = u64::MAX;
+/// wr_id of the connection probe (a zero-length SEND, immediate [`PROBE_IMM`]).
+pub const PROBE_WR_ID: u64 = u64::MAX - 1;
+/// Immediate of the connection probe.
+pub const PROBE_IMM: u32 = 0x5052_4F42;
+
+/// This rank's QP with one peer.
+#[derive(Debug)]
+pub struct PeerQp {
+    /// The peer's rank.
+    pub peer: u32,
+    /// The QP.
+    pub qp: Qp,
+    /// What this rank sends from.
+    pub src: MrKey,
+    /// Where the peer writes.
+    pub dst: MrKey,
+    /// The peer's destination region, once connected.
+    pub remote: Option<RemoteMr>,
+    /// The peer's UDP address, once connected.
+    pub peer_udp: Option<SocketAddr>,
+    /// Receives posted so far (wr_ids `0..`).
+    pub recvs_posted: u64,
+}
+
+/// A rank's engine and QPs.
+#[derive(Debug)]
+pub struct RankConn {
+    /// The engine.
+    pub ctx: Context,
+    /// One per peer, in the order of the peers given to [`RankConn::new`].
+    pub qps: Vec<PeerQp>,
+    /// The address peers send to.
+    pub advertised: SocketAddr,
+    /// UDP sockets this rank opened.
+    pub sockets: u32,
+}
+
+/// Region size of each QP's two regions for the streams of `p`, bytes.
+pub fn stream_region_bytes(p: &TestParams) -> u64 {
+    p.region_size
+}
+
+impl RankConn {
+    /// Opens the engine on `bind` (port 0) and a QP with regions of `region_bytes` for
+    /// each of `peers`.
+    ///
+    /// # Errors
+    /// The engine's setup error, as text.
+    pub fn new(
+        p: &TestParams,
+        bind: IpAddr,
+        advertise: Option<IpAddr>,
+        peers: &[u32],
+        region_bytes: u64,
+    ) -> Result<RankConn, String> {
+        let ecfg = EngineConfig {
+            slot_bytes: p.mtu as usize + 96,
+            tx_batch: 256,
+            spin_ns: p.spin_us.saturating_mul(1000),
+            ..EngineConfig::default()
+        };
+        let ctx = Context::new(UdpConfig::bind(SocketAddr::new(bind, 0)), ecfg)
+            .map_err(|e| format!("cannot open the UDP datapath on {bind}: {e}"))?;
+        let region = usize::try_from(region_bytes).map_err(|_| "region too large".to_string())?;
+        let mut qps = Vec::with_capacity(peers.len());
+        for &peer in peers {
+            let qp = ctx
+                .create_qp(crate::perf::run::qp_config(p)?)
+                .map_err(|e| format!("QP for rank {peer}: {e}"))?;
+            let src = qp
+                .reg_mr(region, Access::LOCAL_WRITE)
+                .map_err(|e| format!("register {region} bytes: {e}"))?;
+            let dst = qp
+                .reg_mr(region, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+                .map_err(|e| format!("register {region} bytes: {e}"))?;
+            qps.push(PeerQp {
+                peer,
+                qp,
+                src,
+                dst,
+                remote: None,
+                peer_udp: None,
+                recvs_posted: 0,
+            });
+        }
+        let mut advertised = ctx.udp_addr();
+        if let Some(a) = advertise {
+            advertised.set_ip(a);
+        }
+        let per_qp = p.paths.div_ceil(p.burst_size.max(1));
+        Ok(RankConn {
+            ctx,
+            advertised,
+            sockets: 1 + per_qp * peers.len() as u32,
+            qps,
+        })
+    }
+
+    /// Index in [`RankConn::qps`] of the QP with `peer`.
+    pub fn index(&self, peer: u32) -> Option<usize> {
+        self.qps.iter().position(|q| q.peer == peer)
+    }
+
+    /// The handle of the QP at `i`, for its peer.
+    pub fn handle(&self, i: usize) -> Handle {
+        let mut info = self.qps[i].qp.local_info();
+        info.regions.retain(|r| r.rkey == self.qps[i].dst.rkey);
+        info.udp_port = self.advertised.port();
+        Handle {
+            info,
+            udp: self.advertised,
+        }
+    }
+
+    /// Connects the QP at `i` to the peer's handle; returns its EV sockets' source ports.
+    ///
+    /// # Errors
+    /// The engine's refusal, or a handle without exactly one region.
+    pub fn connect(&mut self, i: usize, h: &Handle) -> Result<Vec<u16>, String> {
+        if h.info.regions.len() != 1 {
+            return Err(format!("{} regions offered", h.info.regions.len()));
+        }
+        let q = &mut self.qps[i];
+        let ports = q.qp.connect(&h.info, h.udp).map_err(|e| e.to_string())?;
+        q.remote = Some(h.info.regions[0]);
+        q.peer_udp = Some(h.udp);
+        Ok(ports)
+    }
+
+    /// Accepts datagrams only from these source ports of the peer of QP `i`.
+    ///
+    /// # Errors
+    /// The engine's refusal.
+    pub fn set_peer_ports(&self, i: usize, ports: &[u16]) -> Result<(), String> {
+        self.qps[i]
+            .qp
+            .set_peer_source_ports(ports)
+            .map_err(|e| e.to_string())
+    }
+
+    /// Checks every message written into QP `i`'s destination (slots of `slot_bytes`)
+    /// against the `--verify` pattern of `seed`.
+    ///
+    /// # Errors
+    /// The engine stopped.
+    pub fn set_verify(&self, i: usize, slot_bytes: u64, seed: u64) -> Result<(), String> {
+        let q = &self.qps[i];
+        q.qp.set_verify(VerifySpec {
+            lkey: q.dst.lkey,
+            slot_bytes,
+            slots: q.dst.len / slot_bytes,
+            seed,
+        })
+        .map_err(|e| e.to_string())
+    }
+
+    /// Posts `n` more zero-length receives on QP `i`.
+    ///
+    /// # Errors
+    /// The engine's refusal.
+    pub fn post_recvs(&mut self, i: usize, n: u64) -> Result<(), String> {
+        let q = &mut self.qps[i];
+        for _ in 0..n {
+            let sge = Sge {
+                lkey: q.dst.lkey,
+                addr: q.dst.addr,
+                len: 0,
+            };
+            q.qp
+                .post_recv(q.recvs_posted, sge)
+                .map_err(|e| format!("post_recv: {e}"))?;
+            q.recvs_posted += 1;
+        }
+        Ok(())
+    }
+
+    /// Fills `len` bytes at `off` of QP `i`'s source with the pattern of message `msg`.
+    ///
+    /// # Errors
+    /// The engine stopped.
+    pub fn fill(&self, i: usize, off: u64, len: u64, seed: u64, msg: u64) -> Result<(), String> {
+        let q = &self.qps[i];
+        q.qp
+            .fill_pattern(q.src.lkey, off, len as usize, seed, msg)
+            .map_err(|e| e.to_string())
+    }
+
+    /// Copies `data` into QP `i`'s source at `off`.
+    ///
+    /// # Errors
+    /// The engine's refusal.
+    pub fn write_src(&self, i: usize, off: u64, data: &[u8]) -> Result<(), String> {
+        let q = &self.qps[i];
+        q.qp.write_mr(q.src.lkey, off, data).map_err(|e| e.to_string())
+    }
+
+    /// Copies `len` bytes of QP `i`'s destination from `off`.
+    ///
+    /// # Errors
+    /// The engine's refusal.
+    pub fn read_dst(&self, i: usize, off: u64, len: usize) -> Result<Vec<u8>, String> {
+        let q = &self.qps[i];
+        q.qp.read_mr(q.dst.lkey, off, len).map_err(|e| e.to_string())
+    }
+
+    /// WRITE_WITH_IMM of `len` bytes from `off` of QP `i`'s source to `off` of the peer's
+    /// destination.
+    ///
+    /// # Errors
+    /// Not connected, or the engine's refusal.
+    pub fn write(&self, i: usize, wr_id: u64, off: u64, len: u64, imm: u32) -> Result<(), String> {
+        let q = &self.qps[i];
+        let remote = q.remote.ok_or("not connected")?;
+        let sge = Sge {
+            lkey: q.src.lkey,
+            addr: q.src.addr + off,
+            len: len as u32,
+        };
+        q.qp
+            .post_write_with_imm(wr_id, sge, remote.addr + off, remote.rkey, imm)
+            .map_err(|e| format!("post to rank {}: {e}", q.peer))
+    }
+
+    /// A zero-length SEND with immediate `imm` on QP `i`.
+    ///
+    /// # Errors
+    /// The engine's refusal.
+    pub fn send_imm(&self, i: usize, wr_id: u64, imm: u32) -> Result<(), String> {
+        let q = &self.qps[i];
+        let sge = Sge {
+            lkey: q.src.lkey,
+            addr: q.src.addr,
+            len: 0,
+        };
+        q.qp
+            .post_send(wr_id, sge, Some(imm))
+            .map_err(|e| format!("send to rank {}: {e}", q.peer))
+    }
+
+    /// Moves QP `i`'s send completions into `out` (up to 4096).
+    pub fn poll_send(&self, i: usize, out: &mut Vec<Completion>) -> usize {
+        self.qps[i].qp.poll_send_cq(out, 4096)
+    }
+
+    /// Moves QP `i`'s receive completions into `out` (up to 4096).
+    pub fn poll_recv(&self, i: usize, out: &mut Vec<Completion>) -> usize {
+        self.qps[i].qp.poll_recv_cq(out, 4096)
+    }
+
+    /// A failed completion of QP `i` as an error naming the peer and, after RTO expiries,
+    /// why the transport gave up.
+    ///
+    /// # Errors
+    /// When `c` failed.
+    pub fn check(&self, i: usize, c: &Completion) -> Result<(), String> {
+        if c.status == WcStatus::Success {
+            return Ok(());
+        }
+        let q = &self.qps[i];
+        let why = q
+            .qp
+            .stats()
+            .ok()
+            .and_then(|(s, _)| s.give_up.map(|g| format!(" ({g})")))
+            .unwrap_or_default();
+        Err(format!(
+            "{:?} with rank {} at {} failed: {:?}{why}",
+            c.opcode,
+            q.peer,
+            q.peer_udp.map_or("?".into(), |a| a.to_string()),
+            c.status
+        ))
+    }
+
+    /// The counters of every QP, and of the engine (from the last QP; all share it).
+    ///
+    /// # Errors
+    /// The engine stopped.
+    pub fn stats(&self) -> Result<(Vec<(u32, QpStats)>, EngineStats), String> {
+        let mut v = Vec::new();
+        let mut e = EngineStats::default();
+        for q in &self.qps {
+            let (s, es) = q.qp.stats().map_err(|e| e.to_string())?;
+            v.push((q.peer, s));
+            e = es;
+        }
+        Ok((v, e))
+    }
+}

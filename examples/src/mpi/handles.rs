@@ -1,0 +1,176 @@
+//! Connection handles: what a rank tells one peer about the QP it made for it, in a fixed
+//! number of bytes so that MPI moves them in one `Alltoall`.
+//!
+//! Layout ([`HANDLE_BYTES`], little-endian): magic `b"MRCH"`, version 1, flags (bit 0: a
+//! QP exists for this pair; bit 1: go-back-N), address family (4 or 6), one pad byte;
+//! QPN, initial PSN (u32 each); generation, UDP port (u16 each); receive window, MTU
+//! payload (u32 each); the destination region's address, length (u64 each) and rkey (u32);
+//! 4 pad bytes; the IP address (16 bytes, an IPv4 one in the first 4).
+
+use mrc_fabric::engine::bootstrap::{QpInfo, RemoteMr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+
+/// Bytes of one handle.
+pub const HANDLE_BYTES: usize = 72;
+
+const MAGIC: [u8; 4] = *b"MRCH";
+const VERSION: u8 = 1;
+
+/// What a peer needs to connect to one of this rank's QPs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Handle {
+    /// The QP's parameters (one region: the destination the peer writes into).
+    pub info: QpInfo,
+    /// The rank's UDP receive address.
+    pub udp: SocketAddr,
+}
+
+/// Why a handle from a peer was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum HandleError {
+    /// Not `HANDLE_BYTES` long.
+    #[error("handle of {0} bytes, want {HANDLE_BYTES}")]
+    Length(usize),
+    /// Wrong magic or version (another program, or another mrc-perf version).
+    #[error("not an mrc-perf handle (magic/version {0:02x?})")]
+    Magic([u8; 5]),
+    /// The peer made no QP for this rank (the ranks disagree on the pattern).
+    #[error("the peer made no QP for this rank")]
+    NoQp,
+    /// Address family neither 4 nor 6.
+    #[error("address family {0}")]
+    Family(u8),
+    /// The QP has no region, or not exactly one.
+    #[error("the QP offers {0} regions, want exactly 1")]
+    Regions(usize),
+}
+
+/// Encodes `h`, or the "no QP" handle for `None`.
+pub fn encode(h: Option<&Handle>) -> [u8; HANDLE_BYTES] {
+    let mut b = [0u8; HANDLE_BYTES];
+    b[0..4].copy_from_slice(&MAGIC);
+    b[4] = VERSION;
+    let Some(h) = h else {
+        return b;
+    };
+    let r = h.info.regions.first().copied().unwrap_or(RemoteMr {
+        addr: 0,
+        len: 0,
+        rkey: 0,
+    });
+    b[5] = 1 | if h.info.go_back_n { 2 } else { 0 };
+    b[6] = if h.udp.is_ipv4() { 4 } else { 6 };
+    b[8..12].copy_from_slice(&h.info.qpn.to_le_bytes());
+    b[12..16].copy_from_slice(&h.info.initial_psn.to_le_bytes());
+    b[16..18].copy_from_slice(&h.info.generation.to_le_bytes());
+    b[18..20].copy_from_slice(&h.udp.port().to_le_bytes());
+    b[20..24].copy_from_slice(&h.info.recv_window_packets.to_le_bytes());
+    b[24..28].copy_from_slice(&h.info.mtu_payload_bytes.to_le_bytes());
+    b[28..36].copy_from_slice(&r.addr.to_le_bytes());
+    b[36..44].copy_from_slice(&r.len.to_le_bytes());
+    b[44..48].copy_from_slice(&r.rkey.to_le_bytes());
+    match h.udp.ip() {
+        IpAddr::V4(a) => b[56..60].copy_from_slice(&a.octets()),
+        IpAddr::V6(a) => b[56..72].copy_from_slice(&a.octets()),
+    }
+    b
+}
+
+fn u32_at(b: &[u8], i: usize) -> u32 {
+    u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]])
+}
+
+fn u64_at(b: &[u8], i: usize) -> u64 {
+    u64::from(u32_at(b, i)) | u64::from(u32_at(b, i + 4)) << 32
+}
+
+/// Decodes a peer's handle (untrusted bytes: every field is taken as it is, the engine
+/// checks them on connect and on every packet).
+///
+/// # Errors
+/// [`HandleError`].
+pub fn decode(b: &[u8]) -> Result<Handle, HandleError> {
+    if b.len() != HANDLE_BYTES {
+        return Err(HandleError::Length(b.len()));
+    }
+    if b[0..4] != MAGIC || b[4] != VERSION {
+        return Err(HandleError::Magic([b[0], b[1], b[2], b[3], b[4]]));
+    }
+    if b[5] & 1 == 0 {
+        return Err(HandleError::NoQp);
+    }
+    let ip = match b[6] {
+        4 => IpAddr::V4(Ipv4Addr::new(b[56], b[57], b[58], b[59])),
+        6 => {
+            let mut o = [0u8; 16];
+            o.copy_from_slice(&b[56..72]);
+            IpAddr::V6(Ipv6Addr::from(o))
+        }
+        f => return Err(HandleError::Family(f)),
+    };
+    let port = u16::from_le_bytes([b[18], b[19]]);
+    Ok(Handle {
+        info: QpInfo {
+            qpn: u32_at(b, 8),
+            initial_psn: u32_at(b, 12),
+            generation: u16::from_le_bytes([b[16], b[17]]),
+            udp_port: port,
+            recv_window_packets: u32_at(b, 20),
+            mtu_payload_bytes: u32_at(b, 24),
+            go_back_n: b[5] & 2 != 0,
+            regions: vec![RemoteMr {
+                addr: u64_at(b, 28),
+                len: u64_at(b, 36),
+                rkey: u32_at(b, 44),
+            }],
+        },
+        udp: SocketAddr::new(ip, port),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn h(udp: &str) -> Handle {
+        Handle {
+            info: QpInfo {
+                qpn: 0xABCDEF,
+                initial_psn: 0x123456,
+                generation: 77,
+                udp_port: udp.parse::<SocketAddr>().unwrap().port(),
+                recv_window_packets: 4096,
+                mtu_payload_bytes: 4096,
+                go_back_n: false,
+                regions: vec![RemoteMr {
+                    addr: 0x1122_3344_5566_7788,
+                    len: 1 << 33,
+                    rkey: 0xDEAD_BEEF,
+                }],
+            },
+            udp: udp.parse().unwrap(),
+        }
+    }
+
+    #[test]
+    fn round_trips_v4_and_v6_exactly() {
+        for a in ["10.1.2.3:4791", "[2001:db8::7]:65535"] {
+            let x = h(a);
+            assert_eq!(decode(&encode(Some(&x))).unwrap(), x);
+        }
+        let mut g = h("127.0.0.1:9");
+        g.info.go_back_n = true;
+        assert_eq!(decode(&encode(Some(&g))).unwrap(), g);
+    }
+
+    #[test]
+    fn refuses_what_is_not_a_handle() {
+        assert_eq!(decode(&encode(None)), Err(HandleError::NoQp));
+        assert_eq!(decode(&[0u8; 3]), Err(HandleError::Length(3)));
+        let mut b = encode(Some(&h("10.0.0.1:1")));
+        b[6] = 5;
+        assert_eq!(decode(&b), Err(HandleError::Family(5)));
+        b[0] = b'X';
+        assert!(matches!(decode(&b), Err(HandleError::Magic(_))));
+    }
+}
