@@ -53,7 +53,7 @@ impl Watchdog {
                 if let Some((name, _)) = late {
                     eprintln!(
                         "mrc-perf mpi: error: rank {rank} ({host}): {name} did not finish \
-                         in time (a rank stopped, hung or died): aborting the job \
+                         in time (a rank stopped, hung or died before it): aborting the job \
                          (MPI_Abort {EXIT_WATCHDOG})"
                     );
                     SimpleCommunicator::world().abort(EXIT_WATCHDOG);
@@ -92,7 +92,11 @@ impl Job<'_> {
     /// Every rank's status after `phase`; rank 0 prints the errors. Returns whether any
     /// rank failed.
     fn checkpoint(&self, phase: &str, err: Option<&str>) -> bool {
-        self.wd.arm(&format!("the checkpoint after {phase}"), self.coll);
+        let what = match err {
+            None => format!("the checkpoint after {phase} (this rank: ok)"),
+            Some(e) => format!("the checkpoint after {phase} (this rank: {e})"),
+        };
+        self.wd.arm(&what, self.coll);
         let mut rec = [0u8; STATUS_BYTES];
         if let Some(e) = err {
             rec[0] = 1;
