@@ -42,7 +42,13 @@ mod with_mpi {
         let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
         let mut c = Command::new("timeout");
         c.args(["-k", "5", &limit_s.to_string(), "mpirun"]);
-        c.args(["--allow-run-as-root", "--oversubscribe", "--mca", "btl", "self,tcp"]);
+        c.args([
+            "--allow-run-as-root",
+            "--oversubscribe",
+            "--mca",
+            "btl",
+            "self,tcp",
+        ]);
         for (i, (np, args)) in apps.iter().enumerate() {
             if i > 0 {
                 c.arg(":");
@@ -64,7 +70,11 @@ mod with_mpi {
         let (o, _) = mpirun(120, &[(4, a)]);
         let out = String::from_utf8_lossy(&o.stdout);
         let err = String::from_utf8_lossy(&o.stderr);
-        assert!(o.status.success(), "mpirun failed: {:?}\n{out}\n{err}", o.status);
+        assert!(
+            o.status.success(),
+            "mpirun failed: {:?}\n{out}\n{err}",
+            o.status
+        );
         serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}\n{err}"))
     }
 
@@ -77,7 +87,15 @@ mod with_mpi {
         if !have_mpirun() {
             return;
         }
-        let v = json_run(&["--pattern", "incast", "-s", "65536", "-n", "100", "--verify"]);
+        let v = json_run(&[
+            "--pattern",
+            "incast",
+            "-s",
+            "65536",
+            "-n",
+            "100",
+            "--verify",
+        ]);
         assert_eq!(v["ok"], true);
         let s = &v["summary"];
         assert_eq!(u(&s["recv_messages"]), 300);
@@ -113,8 +131,19 @@ mod with_mpi {
             return;
         }
         let v = json_run(&[
-            "--pattern", "all-to-all", "--mode", "sync-burst", "--burst-messages", "4",
-            "--period-us", "2000", "-n", "10", "-s", "16384", "--verify",
+            "--pattern",
+            "all-to-all",
+            "--mode",
+            "sync-burst",
+            "--burst-messages",
+            "4",
+            "--period-us",
+            "2000",
+            "-n",
+            "10",
+            "-s",
+            "16384",
+            "--verify",
         ]);
         let s = &v["summary"];
         // 12 streams, 10 bursts of 4 messages each
@@ -132,7 +161,9 @@ mod with_mpi {
         let b = &v["slowest_per_burst"];
         assert!(u(&b["p50_ns"]) <= u(&b["p99_ns"]) && u(&b["p99_ns"]) <= u(&b["max_ns"]));
         // ranks on one host share CLOCK_MONOTONIC: offsets within the measurement's bound
-        assert!(s["max_offset_ns"].as_i64().unwrap() <= s["max_half_rtt_ns"].as_i64().unwrap() + 1000);
+        assert!(
+            s["max_offset_ns"].as_i64().unwrap() <= s["max_half_rtt_ns"].as_i64().unwrap() + 1000
+        );
     }
 
     #[test]
@@ -142,8 +173,18 @@ mod with_mpi {
         }
         for (dtype, mode) in [("u32", "continuous"), ("f32", "sync-burst")] {
             let v = json_run(&[
-                "--pattern", "allreduce", "--dtype", dtype, "--mode", mode, "-s", "65536",
-                "-n", "5", "--period-us", "20000",
+                "--pattern",
+                "allreduce",
+                "--dtype",
+                dtype,
+                "--mode",
+                mode,
+                "-s",
+                "65536",
+                "-n",
+                "5",
+                "--period-us",
+                "20000",
             ]);
             let s = &v["summary"];
             // 16384 elements per rank per iteration, 5 iterations, 4 ranks
@@ -166,17 +207,44 @@ mod with_mpi {
             return;
         }
         let v = json_run(&[
-            "--pattern", "pairs", "--mode", "training", "--on-ms", "2", "--off-ms", "3",
-            "-n", "4", "-s", "16384", "--tx-depth", "8", "--verify",
+            "--pattern",
+            "pairs",
+            "--mode",
+            "training",
+            "--on-ms",
+            "2",
+            "--off-ms",
+            "3",
+            "-n",
+            "4",
+            "-s",
+            "16384",
+            "--tx-depth",
+            "8",
+            "--verify",
         ]);
         let s = &v["summary"];
         assert_eq!(u(&s["verified_messages"]), u(&s["recv_messages"]));
-        assert!(u(&s["recv_messages"]) >= 4 * 4, "at least one message per step and stream");
+        assert!(
+            u(&s["recv_messages"]) >= 4 * 4,
+            "at least one message per step and stream"
+        );
         assert_eq!(u(&s["bad_bytes"]), 0);
         assert_eq!(u(&v["slowest_per_burst"]["count"]), 4);
         let v = json_run(&[
-            "--pattern", "one-to-all", "--mode", "storage", "--rate-limit", "0.5",
-            "--burst-messages", "2", "-n", "20", "-s", "16384", "--verify",
+            "--pattern",
+            "one-to-all",
+            "--mode",
+            "storage",
+            "--rate-limit",
+            "0.5",
+            "--burst-messages",
+            "2",
+            "-n",
+            "20",
+            "-s",
+            "16384",
+            "--verify",
         ]);
         let s = &v["summary"];
         assert_eq!(u(&s["recv_messages"]), 3 * 20 * 2);
@@ -194,14 +262,20 @@ mod with_mpi {
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(2), "{err}");
         assert!(err.contains("parameters differ across ranks"), "{err}");
-        assert!(err.contains("rank 2 (") && err.contains("rank 3 ("), "{err}");
+        assert!(
+            err.contains("rank 2 (") && err.contains("rank 3 ("),
+            "{err}"
+        );
         assert!(err.contains("params.size: 4096 vs 8192"), "{err}");
         assert!(t < Duration::from_secs(30), "{t:?}");
         // a refused option: every rank exits with the parameter code, rank 0 says why
         let (o, _) = mpirun(60, &[(3, vec!["--pattern", "pairs"])]);
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(2), "{err}");
-        assert!(err.contains("--pattern pairs needs an even number of ranks, got 3"), "{err}");
+        assert!(
+            err.contains("--pattern pairs needs an even number of ranks, got 3"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -214,13 +288,24 @@ mod with_mpi {
             60,
             &[
                 (3, vec!["--timeout", "2", "--pattern", "incast"]),
-                (1, vec!["--timeout", "2", "--pattern", "incast", "--advertise", "127.0.0.2"]),
+                (
+                    1,
+                    vec![
+                        "--timeout",
+                        "2",
+                        "--pattern",
+                        "incast",
+                        "--advertise",
+                        "127.0.0.2",
+                    ],
+                ),
             ],
         );
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(1), "{err}");
         assert!(
-            err.contains("the connection probe: rank 0 (") && err.contains("cannot reach rank 3 at 127.0.0.2:"),
+            err.contains("the connection probe: rank 0 (")
+                && err.contains("cannot reach rank 3 at 127.0.0.2:"),
             "{err}"
         );
         assert!(t < Duration::from_secs(30), "{t:?}");
@@ -231,7 +316,16 @@ mod with_mpi {
         if !have_mpirun() {
             return;
         }
-        let base = ["--timeout", "2", "--peer-timeout", "2", "-n", "1000000", "-s", "4096"];
+        let base = [
+            "--timeout",
+            "2",
+            "--peer-timeout",
+            "2",
+            "-n",
+            "1000000",
+            "-s",
+            "4096",
+        ];
         let mut a = base.to_vec();
         a.extend(["--inject-failure", "2:exit"]);
         let (o, t) = mpirun(60, &[(4, a)]);
@@ -262,5 +356,8 @@ fn without_the_feature_mpi_names_the_feature() {
         .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
-    assert!(err.contains("without the `mpi` feature") && err.contains("--features mpi"), "{err}");
+    assert!(
+        err.contains("without the `mpi` feature") && err.contains("--features mpi"),
+        "{err}"
+    );
 }

@@ -32,7 +32,9 @@ impl Cidr {
     pub fn contains(&self, ip: IpAddr) -> bool {
         match (self.addr, ip) {
             (IpAddr::V4(n), IpAddr::V4(a)) => {
-                let m = u32::MAX.checked_shl(32 - u32::from(self.prefix)).unwrap_or(0);
+                let m = u32::MAX
+                    .checked_shl(32 - u32::from(self.prefix))
+                    .unwrap_or(0);
                 u32::from(n) & m == u32::from(a) & m
             }
             (IpAddr::V6(n), IpAddr::V6(a)) => {
@@ -86,15 +88,19 @@ pub fn interface_addrs() -> Vec<IpAddr> {
 /// No address inside `net` (the message lists the host's addresses).
 pub fn pick(addrs: &[IpAddr], net: Option<Cidr>) -> Result<IpAddr, String> {
     if let Some(n) = net {
-        return addrs.iter().copied().find(|a| n.contains(*a)).ok_or_else(|| {
-            let l: Vec<String> = addrs.iter().map(|a| a.to_string()).collect();
-            format!(
-                "--bind-net {}/{}: no address of this host is inside it (it has {})",
-                n.addr,
-                n.prefix,
-                l.join(", ")
-            )
-        });
+        return addrs
+            .iter()
+            .copied()
+            .find(|a| n.contains(*a))
+            .ok_or_else(|| {
+                let l: Vec<String> = addrs.iter().map(|a| a.to_string()).collect();
+                format!(
+                    "--bind-net {}/{}: no address of this host is inside it (it has {})",
+                    n.addr,
+                    n.prefix,
+                    l.join(", ")
+                )
+            });
     }
     Ok(addrs
         .iter()
@@ -115,7 +121,12 @@ mod tests {
         let v6: Cidr = "2001:db8:1::/48".parse().unwrap();
         assert!(v6.contains("2001:db8:1::9".parse().unwrap()));
         assert!(!v6.contains("2001:db8:2::9".parse().unwrap()));
-        assert!("0.0.0.0/0".parse::<Cidr>().unwrap().contains("1.2.3.4".parse().unwrap()));
+        assert!(
+            "0.0.0.0/0"
+                .parse::<Cidr>()
+                .unwrap()
+                .contains("1.2.3.4".parse().unwrap())
+        );
         assert!("10.0.0.0/33".parse::<Cidr>().is_err());
         let a: Vec<IpAddr> = ["127.0.0.1", "169.254.1.1", "192.168.1.5", "10.1.1.1"]
             .iter()

@@ -29,7 +29,11 @@ pub fn region_bytes(size: u64, n: u32) -> u64 {
 }
 
 fn mix(seed: u64, rank: u32, j: u64, it: u64) -> u64 {
-    super::patterns::stream_seed(seed ^ it.wrapping_mul(0xA076_1D64_78BD_642F) ^ j << 20, rank, j as u32)
+    super::patterns::stream_seed(
+        seed ^ it.wrapping_mul(0xA076_1D64_78BD_642F) ^ j << 20,
+        rank,
+        j as u32,
+    )
 }
 
 /// Rank `rank`'s input element `j` of iteration `it`, as its bit pattern.
@@ -146,7 +150,12 @@ fn to_bytes(v: &[u32]) -> Vec<u8> {
 ///
 /// # Errors
 /// A failed completion, a chunk out of order, or no chunk within `--timeout`.
-pub fn run(conn: &mut RankConn, plan: &Plan, me: u32, start: Instant) -> Result<AllreduceResult, String> {
+pub fn run(
+    conn: &mut RankConn,
+    plan: &Plan,
+    me: u32,
+    start: Instant,
+) -> Result<AllreduceResult, String> {
     let n = plan.ranks;
     let (rn, ln) = ((me + 1) % n, (me + n - 1) % n);
     let right = conn.index(rn).ok_or("no QP to the right neighbour")?;
@@ -183,7 +192,8 @@ pub fn run(conn: &mut RankConn, plan: &Plan, me: u32, start: Instant) -> Result<
             }
         }
         let began = Instant::now();
-        res.start_late_ns.push(began.saturating_duration_since(due).as_nanos() as u64);
+        res.start_late_ns
+            .push(began.saturating_duration_since(due).as_nanos() as u64);
         for (j, b) in buf.iter_mut().enumerate() {
             *b = input(plan.dtype, plan.seed, me, j as u64, it);
         }
@@ -223,7 +233,11 @@ pub fn run(conn: &mut RankConn, plan: &Plan, me: u32, start: Instant) -> Result<
         for (j, got) in buf.iter().enumerate() {
             let mut want = input(plan.dtype, plan.seed, 0, j as u64, it);
             for r in 1..n {
-                want = add(plan.dtype, want, input(plan.dtype, plan.seed, r, j as u64, it));
+                want = add(
+                    plan.dtype,
+                    want,
+                    input(plan.dtype, plan.seed, r, j as u64, it),
+                );
             }
             res.checked_elements += 1;
             if *got != want {
@@ -260,7 +274,10 @@ mod tests {
     fn f32_inputs_sum_exactly_in_any_order() {
         let v: Vec<u32> = (0..64).map(|r| input(Dtype::F32, 9, r, 5, 2)).collect();
         let fwd = v.iter().fold(0f32.to_bits(), |a, b| add(Dtype::F32, a, *b));
-        let rev = v.iter().rev().fold(0f32.to_bits(), |a, b| add(Dtype::F32, a, *b));
+        let rev = v
+            .iter()
+            .rev()
+            .fold(0f32.to_bits(), |a, b| add(Dtype::F32, a, *b));
         assert_eq!(fwd, rev);
         let ints: u64 = v.iter().map(|b| f32::from_bits(*b) as u64).sum();
         assert_eq!(f32::from_bits(fwd) as u64, ints);

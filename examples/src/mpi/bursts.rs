@@ -133,7 +133,8 @@ impl Tracker {
         while let Some(b) = self.open.front() {
             match b.end {
                 Some(e) if b.done == e - b.first => {
-                    self.completed.push((b.k, now_ns.saturating_sub(b.start_ns)));
+                    self.completed
+                        .push((b.k, now_ns.saturating_sub(b.start_ns)));
                     self.open.pop_front();
                 }
                 _ => break,

@@ -49,8 +49,16 @@ mod tests {
     fn min_rtt_sample_wins_and_offset_is_exact_on_symmetric_paths() {
         // rank 0 is 1_000_000 ns ahead; symmetric 500 ns legs, then an asymmetric slow one
         let s = [
-            Sample { t1: 100, t2: 1_000_100 + 9000, t4: 100 + 20_000 },
-            Sample { t1: 5000, t2: 1_005_000 + 500, t4: 6000 },
+            Sample {
+                t1: 100,
+                t2: 1_000_100 + 9000,
+                t4: 100 + 20_000,
+            },
+            Sample {
+                t1: 5000,
+                t2: 1_005_000 + 500,
+                t4: 6000,
+            },
         ];
         assert_eq!(offset(&s), Some((1_000_000, 1000)));
         assert_eq!(offset(&[]), None);

@@ -186,8 +186,7 @@ impl RankConn {
                 addr: q.dst.addr,
                 len: 0,
             };
-            q.qp
-                .post_recv(q.recvs_posted, sge)
+            q.qp.post_recv(q.recvs_posted, sge)
                 .map_err(|e| format!("post_recv: {e}"))?;
             q.recvs_posted += 1;
         }
@@ -200,8 +199,7 @@ impl RankConn {
     /// The engine stopped.
     pub fn fill(&self, i: usize, off: u64, len: u64, seed: u64, msg: u64) -> Result<(), String> {
         let q = &self.qps[i];
-        q.qp
-            .fill_pattern(q.src.lkey, off, len as usize, seed, msg)
+        q.qp.fill_pattern(q.src.lkey, off, len as usize, seed, msg)
             .map_err(|e| e.to_string())
     }
 
@@ -211,7 +209,8 @@ impl RankConn {
     /// The engine's refusal.
     pub fn write_src(&self, i: usize, off: u64, data: &[u8]) -> Result<(), String> {
         let q = &self.qps[i];
-        q.qp.write_mr(q.src.lkey, off, data).map_err(|e| e.to_string())
+        q.qp.write_mr(q.src.lkey, off, data)
+            .map_err(|e| e.to_string())
     }
 
     /// Copies `len` bytes of QP `i`'s destination from `off`.
@@ -220,7 +219,8 @@ impl RankConn {
     /// The engine's refusal.
     pub fn read_dst(&self, i: usize, off: u64, len: usize) -> Result<Vec<u8>, String> {
         let q = &self.qps[i];
-        q.qp.read_mr(q.dst.lkey, off, len).map_err(|e| e.to_string())
+        q.qp.read_mr(q.dst.lkey, off, len)
+            .map_err(|e| e.to_string())
     }
 
     /// WRITE_WITH_IMM of `len` bytes from `off` of QP `i`'s source to `off` of the peer's
@@ -236,8 +236,7 @@ impl RankConn {
             addr: q.src.addr + off,
             len: len as u32,
         };
-        q.qp
-            .post_write_with_imm(wr_id, sge, remote.addr + off, remote.rkey, imm)
+        q.qp.post_write_with_imm(wr_id, sge, remote.addr + off, remote.rkey, imm)
             .map_err(|e| format!("post to rank {}: {e}", q.peer))
     }
 
@@ -252,8 +251,7 @@ impl RankConn {
             addr: q.src.addr,
             len: 0,
         };
-        q.qp
-            .post_send(wr_id, sge, Some(imm))
+        q.qp.post_send(wr_id, sge, Some(imm))
             .map_err(|e| format!("send to rank {}: {e}", q.peer))
     }
 
@@ -277,12 +275,11 @@ impl RankConn {
             return Ok(());
         }
         let q = &self.qps[i];
-        let why = q
-            .qp
-            .stats()
-            .ok()
-            .and_then(|(s, _)| s.give_up.map(|g| format!(" ({g})")))
-            .unwrap_or_default();
+        let why =
+            q.qp.stats()
+                .ok()
+                .and_then(|(s, _)| s.give_up.map(|g| format!(" ({g})")))
+                .unwrap_or_default();
         Err(format!(
             "{:?} with rank {} at {} failed: {:?}{why}",
             c.opcode,

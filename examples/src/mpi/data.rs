@@ -302,7 +302,9 @@ pub fn run_streams(
             last_progress = now;
             continue;
         }
-        let outstanding = tx.iter().any(|s| s.posted > s.done || (s.marker_posted && !s.marker_done));
+        let outstanding = tx
+            .iter()
+            .any(|s| s.posted > s.done || (s.marker_posted && !s.marker_done));
         let waiting_sched = next_event != u64::MAX;
         // A receiver waits as long as its senders' plan (bursts far apart) plus the timeout.
         let rx_grace = tx
@@ -323,7 +325,10 @@ pub fn run_streams(
                 })
                 .collect();
             what.extend(rx.iter().filter(|x| x.marker.is_none()).map(|x| {
-                format!("from rank {}: {} messages, no end marker", x.peer, x.messages)
+                format!(
+                    "from rank {}: {} messages, no end marker",
+                    x.peer, x.messages
+                )
             }));
             return Err(format!(
                 "no progress for {:.1} s ({})",

@@ -111,7 +111,10 @@ impl Job<'_> {
             .enumerate()
             .filter(|(_, c)| c[0] == 1)
             .map(|(r, c)| {
-                let end = c[1..].iter().position(|b| *b == 0).map_or(STATUS_BYTES, |p| p + 1);
+                let end = c[1..]
+                    .iter()
+                    .position(|b| *b == 0)
+                    .map_or(STATUS_BYTES, |p| p + 1);
                 (r as u32, String::from_utf8_lossy(&c[1..end]).into_owned())
             })
             .collect();
@@ -179,7 +182,10 @@ pub fn main(test: &TestOpts, o: &MpiOpts) -> i32 {
 }
 
 fn gather_hosts(job: &mut Job<'_>, host: &str) {
-    job.wd.arm("the rank-to-host exchange", job.coll + Duration::from_secs(50));
+    job.wd.arm(
+        "the rank-to-host exchange",
+        job.coll + Duration::from_secs(50),
+    );
     let mut rec = [0u8; HOST_BYTES];
     let b = host.as_bytes();
     let n = b.len().min(HOST_BYTES);
@@ -202,7 +208,9 @@ fn plans_differ(job: &Job<'_>, plan: &Plan) -> bool {
     let mine = plan.hash();
     let mut all = vec![0u64; job.size as usize];
     job.world.all_gather_into(&mine, &mut all[..]);
-    let odd: Vec<u32> = (0..job.size).filter(|r| all[*r as usize] != all[0]).collect();
+    let odd: Vec<u32> = (0..job.size)
+        .filter(|r| all[*r as usize] != all[0])
+        .collect();
     if odd.is_empty() {
         return false;
     }
@@ -269,7 +277,10 @@ fn clock_offsets(job: &Job<'_>) -> (i64, i64, i64) {
 fn run(job: &mut Job<'_>, test: &TestOpts, o: &MpiOpts, host: &str) -> i32 {
     gather_hosts(job, host);
     let plan = Plan::new(test, o, job.size);
-    if job.checkpoint("the parameter check", plan.as_ref().err().map(|s| s.as_str())) {
+    if job.checkpoint(
+        "the parameter check",
+        plan.as_ref().err().map(|s| s.as_str()),
+    ) {
         return EXIT_PARAMS;
     }
     let Ok(plan) = plan else { return EXIT_PARAMS };
@@ -298,9 +309,20 @@ fn run(job: &mut Job<'_>, test: &TestOpts, o: &MpiOpts, host: &str) -> i32 {
         for i in 0..c.qps.len() {
             let peer = c.qps[i].peer;
             let receives = srcs.contains(&peer) || plan.pattern == Pattern::Allreduce;
-            c.post_recvs(i, 1 + if receives { data::stream_recvs(&plan) } else { 0 })?;
+            c.post_recvs(
+                i,
+                1 + if receives {
+                    data::stream_recvs(&plan)
+                } else {
+                    0
+                },
+            )?;
             if receives && plan.params.verify && plan.pattern != Pattern::Allreduce {
-                c.set_verify(i, plan.params.size, patterns::stream_seed(plan.seed, peer, me))?;
+                c.set_verify(
+                    i,
+                    plan.params.size,
+                    patterns::stream_seed(plan.seed, peer, me),
+                )?;
             }
         }
         Ok(c)
@@ -356,19 +378,29 @@ fn run(job: &mut Job<'_>, test: &TestOpts, o: &MpiOpts, host: &str) -> i32 {
     let ported = (|| -> Result<(), String> {
         for i in 0..conn.qps.len() {
             let p = conn.qps[i].peer as usize;
-            let ports: Vec<u16> = inp[p * per..(p + 1) * per].iter().copied().filter(|x| *x != 0).collect();
+            let ports: Vec<u16> = inp[p * per..(p + 1) * per]
+                .iter()
+                .copied()
+                .filter(|x| *x != 0)
+                .collect();
             conn.set_peer_ports(i, &ports)
                 .map_err(|e| format!("source ports of rank {p}: {e}"))?;
         }
         Ok(())
     })();
-    if job.checkpoint("the source port exchange", ported.as_ref().err().map(|s| s.as_str())) {
+    if job.checkpoint(
+        "the source port exchange",
+        ported.as_ref().err().map(|s| s.as_str()),
+    ) {
         return 1;
     }
     // every pair reaches each other over mrc
     job.wd.arm("the connection probe", job.coll);
     let probed = data::probe(&conn, Duration::from_secs_f64(plan.timeout_s));
-    if job.checkpoint("the connection probe", probed.as_ref().err().map(|s| s.as_str())) {
+    if job.checkpoint(
+        "the connection probe",
+        probed.as_ref().err().map(|s| s.as_str()),
+    ) {
         return 1;
     }
     let (offset_ns, rtt_ns, residual_ns) = clock_offsets(job);
@@ -376,13 +408,16 @@ fn run(job: &mut Job<'_>, test: &TestOpts, o: &MpiOpts, host: &str) -> i32 {
     // 0's clock, 50 ms ahead, each rank's own clock corrected by its offset
     job.wd.arm("the start barrier", job.coll);
     job.world.barrier();
-    let common = !matches!(plan.mode, super::opts::Mode::Continuous | super::opts::Mode::Storage)
-        || plan.pattern == Pattern::Allreduce;
+    let common = !matches!(
+        plan.mode,
+        super::opts::Mode::Continuous | super::opts::Mode::Storage
+    ) || plan.pattern == Pattern::Allreduce;
     let mut t0 = clock::monotonic_ns() + 50_000_000;
     job.world.process_at_rank(0).broadcast_into(&mut t0);
     let start = if common {
         let local = t0 - offset_ns;
-        Instant::now() + Duration::from_nanos(local.saturating_sub(clock::monotonic_ns()).max(0) as u64)
+        Instant::now()
+            + Duration::from_nanos(local.saturating_sub(clock::monotonic_ns()).max(0) as u64)
     } else {
         Instant::now()
     };
@@ -435,7 +470,12 @@ fn run(job: &mut Job<'_>, test: &TestOpts, o: &MpiOpts, host: &str) -> i32 {
             res.recv_span_ns = a.span_ns;
             res.checked_elements = a.checked_elements;
             res.bad_elements = a.bad_elements;
-            res.bursts = a.iterations_ns.iter().enumerate().map(|(k, v)| (k as u64, *v)).collect();
+            res.bursts = a
+                .iterations_ns
+                .iter()
+                .enumerate()
+                .map(|(k, v)| (k as u64, *v))
+                .collect();
             res.start_late_ns = late(&a.start_late_ns);
         })
     } else {

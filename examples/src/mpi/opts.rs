@@ -198,7 +198,10 @@ impl Plan {
         }
         for (set, flag) in [
             (t.all, "-a/--all"),
-            (t.bidirectional, "-b/--bidirectional (the pattern says who sends)"),
+            (
+                t.bidirectional,
+                "-b/--bidirectional (the pattern says who sends)",
+            ),
             (t.qps != 1, "-q/--qps (one QP per pair of ranks)"),
             (t.psk_file.is_some(), "--psk-file"),
             (t.srv6.is_some(), "--srv6"),
@@ -290,12 +293,16 @@ impl Plan {
                 (None, None) => default_bursts(o.pattern, o.mode),
             };
             if b == 0 || b > MAX_BURSTS {
-                return Err(format!("bursts (-n, or -D / period) must be in 1..={MAX_BURSTS}, got {b}"));
+                return Err(format!(
+                    "bursts (-n, or -D / period) must be in 1..={MAX_BURSTS}, got {b}"
+                ));
             }
             (None, None, b)
         };
         if o.pattern == Pattern::Allreduce && bursts > 65535 {
-            return Err(format!("--pattern allreduce: at most 65535 iterations (-n), got {bursts}"));
+            return Err(format!(
+                "--pattern allreduce: at most 65535 iterations (-n), got {bursts}"
+            ));
         }
         let inject = o.inject_failure.as_deref().map(parse_inject).transpose()?;
         Ok(Plan {
@@ -356,7 +363,12 @@ fn diff_values(prefix: &str, a: &serde_json::Value, b: &serde_json::Value, out: 
                     format!("{prefix}.{k}")
                 };
                 let null = serde_json::Value::Null;
-                diff_values(&n, x.get(k).unwrap_or(&null), y.get(k).unwrap_or(&null), out);
+                diff_values(
+                    &n,
+                    x.get(k).unwrap_or(&null),
+                    y.get(k).unwrap_or(&null),
+                    out,
+                );
             }
         }
         _ if a != b => out.push(format!("{prefix}: {a} vs {b}")),
@@ -409,37 +421,80 @@ mod tests {
         assert_eq!(a.bursts, 1);
         let b = plan(&["--pattern", "incast", "-s", "8192", "-n", "100"], 4).unwrap();
         assert_ne!(a.hash(), b.hash());
-        assert_eq!(a.hash(), plan(&["-n", "100", "--pattern", "incast", "-s", "4096"], 4).unwrap().hash());
+        assert_eq!(
+            a.hash(),
+            plan(&["-n", "100", "--pattern", "incast", "-s", "4096"], 4)
+                .unwrap()
+                .hash()
+        );
         let d = a.differences(&b.to_json());
-        assert_eq!(d.len(), 3, "{d:?}"); // size, and the region (size x depth) and depth
-        assert!(d.iter().any(|x| x == "params.size: 4096 vs 8192"), "{d:?}");
+        // the region is size x tx-depth (128 for both)
+        assert_eq!(
+            d,
+            vec![
+                "params.region_size: 524288 vs 1048576".to_string(),
+                "params.size: 4096 vs 8192".to_string()
+            ]
+        );
     }
 
     #[test]
     fn burst_modes_count_bursts_and_periods() {
-        let p = plan(&["--mode", "sync_burst", "--period-us", "500", "-D", "1"], 4).unwrap();
+        let p = plan(
+            &["--mode", "sync_burst", "--period-us", "500", "-D", "1"],
+            4,
+        )
+        .unwrap();
         assert_eq!((p.bursts, p.period_ns), (2000, 500_000));
         let p = plan(&["--mode", "training", "--on-ms", "3", "--off-ms", "2"], 4).unwrap();
         assert_eq!((p.bursts, p.period_ns), (10, 5_000_000));
         // 4 messages of 65536 B at 1 Gb/s: 2097152 bits, 2.097152 ms
         let p = plan(
-            &["--mode", "storage", "--rate-limit", "1", "--burst-messages", "4", "-s", "65536"],
+            &[
+                "--mode",
+                "storage",
+                "--rate-limit",
+                "1",
+                "--burst-messages",
+                "4",
+                "-s",
+                "65536",
+            ],
             3,
         )
         .unwrap();
         assert_eq!(p.period_ns, 2_097_152);
         assert_eq!(p.params.rate_limit_gbps, Some(1.0));
-        assert!(plan(&["--mode", "storage"], 3).unwrap_err().contains("--rate-limit"));
+        assert!(
+            plan(&["--mode", "storage"], 3)
+                .unwrap_err()
+                .contains("--rate-limit")
+        );
     }
 
     #[test]
     fn refusals_name_the_option() {
-        assert!(plan(&["--pattern", "pairs"], 3).unwrap_err().contains("even"));
+        assert!(
+            plan(&["--pattern", "pairs"], 3)
+                .unwrap_err()
+                .contains("even")
+        );
         assert!(plan(&["--root", "4"], 4).unwrap_err().contains("--root"));
         assert!(plan(&["-b"], 4).unwrap_err().contains("--bidirectional"));
         assert!(plan(&[], 1).unwrap_err().contains("at least 2 ranks"));
-        assert!(plan(&["--pattern", "allreduce", "-s", "6"], 2).unwrap_err().contains("multiple of 4"));
-        assert!(plan(&["--inject-failure", "x"], 2).unwrap_err().contains("RANK:exit"));
-        assert_eq!(plan(&["--inject-failure", "1:hang"], 2).unwrap().inject, Some((1, Injected::Hang)));
+        assert!(
+            plan(&["--pattern", "allreduce", "-s", "6"], 2)
+                .unwrap_err()
+                .contains("multiple of 4")
+        );
+        assert!(
+            plan(&["--inject-failure", "x"], 2)
+                .unwrap_err()
+                .contains("RANK:exit")
+        );
+        assert_eq!(
+            plan(&["--inject-failure", "1:hang"], 2).unwrap().inject,
+            Some((1, Injected::Hang))
+        );
     }
 }

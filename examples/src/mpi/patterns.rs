@@ -44,7 +44,10 @@ pub fn streams(pattern: Pattern, n: u32, root: u32, seed: u64) -> Vec<Stream> {
         }
         Pattern::Permutation => {
             for (r, d) in derangement(n, seed).into_iter().enumerate() {
-                v.push(Stream { src: r as u32, dst: d });
+                v.push(Stream {
+                    src: r as u32,
+                    dst: d,
+                });
             }
         }
         Pattern::AllToAll => {
@@ -100,12 +103,20 @@ pub fn peers(streams: &[Stream], rank: u32) -> Vec<u32> {
 
 /// Destinations `rank` sends to, ascending.
 pub fn destinations(streams: &[Stream], rank: u32) -> Vec<u32> {
-    streams.iter().filter(|s| s.src == rank).map(|s| s.dst).collect()
+    streams
+        .iter()
+        .filter(|s| s.src == rank)
+        .map(|s| s.dst)
+        .collect()
 }
 
 /// Sources that send to `rank`, ascending.
 pub fn sources(streams: &[Stream], rank: u32) -> Vec<u32> {
-    let mut v: Vec<u32> = streams.iter().filter(|s| s.dst == rank).map(|s| s.src).collect();
+    let mut v: Vec<u32> = streams
+        .iter()
+        .filter(|s| s.dst == rank)
+        .map(|s| s.src)
+        .collect();
     v.sort_unstable();
     v
 }
@@ -124,7 +135,10 @@ mod tests {
     #[test]
     fn patterns_have_the_exact_streams() {
         let s = |src, dst| Stream { src, dst };
-        assert_eq!(streams(Pattern::Incast, 4, 0, 1), vec![s(1, 0), s(2, 0), s(3, 0)]);
+        assert_eq!(
+            streams(Pattern::Incast, 4, 0, 1),
+            vec![s(1, 0), s(2, 0), s(3, 0)]
+        );
         assert_eq!(streams(Pattern::OneToAll, 3, 2, 1), vec![s(2, 0), s(2, 1)]);
         assert_eq!(streams(Pattern::AllToAll, 4, 0, 1).len(), 12);
         assert_eq!(

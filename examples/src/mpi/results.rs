@@ -207,7 +207,9 @@ pub fn summarize(ranks: &[RankResult]) -> Summary {
 
 fn dist_json(d: Option<(u64, u64, u64, u64)>) -> serde_json::Value {
     match d {
-        Some((n, p50, p99, max)) => json!({"count": n, "p50_ns": p50, "p99_ns": p99, "max_ns": max}),
+        Some((n, p50, p99, max)) => {
+            json!({"count": n, "p50_ns": p50, "p99_ns": p99, "max_ns": max})
+        }
         None => serde_json::Value::Null,
     }
 }
@@ -223,7 +225,10 @@ pub fn report_json(plan: &Plan, ranks: &[RankResult]) -> String {
             let mut v = serde_json::to_value(r).unwrap_or_default();
             if let Some(o) = v.as_object_mut() {
                 o.remove("bursts");
-                o.insert("bursts".into(), dist_json(dist(r.bursts.iter().map(|b| b.1))));
+                o.insert(
+                    "bursts".into(),
+                    dist_json(dist(r.bursts.iter().map(|b| b.1))),
+                );
                 o.insert("tx_gbps".into(), json!(gbps(r.sent_bytes, r.send_span_ns)));
                 o.insert("rx_gbps".into(), json!(gbps(r.recv_bytes, r.recv_span_ns)));
             }
@@ -245,7 +250,8 @@ pub fn report_json(plan: &Plan, ranks: &[RankResult]) -> String {
         let n = f64::from(plan.ranks);
         if let Some((_, p50, _, _)) = slow {
             let alg = gbps(plan.params.size, p50);
-            o["allreduce"] = json!({"algbw_gbps_p50": alg, "busbw_gbps_p50": alg * 2.0 * (n - 1.0) / n});
+            o["allreduce"] =
+                json!({"algbw_gbps_p50": alg, "busbw_gbps_p50": alg * 2.0 * (n - 1.0) / n});
         }
     }
     let mut t = serde_json::to_string_pretty(&o).unwrap_or_default();
@@ -256,7 +262,9 @@ pub fn report_json(plan: &Plan, ranks: &[RankResult]) -> String {
 fn mode_text(p: &Plan) -> String {
     match p.mode {
         Mode::Continuous => match (p.messages, p.duration_s) {
-            (Some(n), _) if p.pattern != Pattern::Allreduce => format!("continuous, {n} messages per stream"),
+            (Some(n), _) if p.pattern != Pattern::Allreduce => {
+                format!("continuous, {n} messages per stream")
+            }
             (_, Some(d)) => format!("continuous, {d} s"),
             _ => format!("continuous, {} iterations", p.bursts),
         },
@@ -310,8 +318,20 @@ pub fn report_table(plan: &Plan, ranks: &[RankResult]) -> String {
     );
     o += &format!(
         "{:>4} {:<16} {:<22} {:>4} {:>5} {:>10} {:>10} {:>8} {:>8} {:>10} {:>10} {:>10} {:>5} {:>10}\n",
-        "rank", "host", "udp", "qps", "socks", "sent_msgs", "recv_msgs", "tx_Gbps", "rx_Gbps",
-        "burst_p50", "burst_p99", "burst_max", "bad", "offset_ns"
+        "rank",
+        "host",
+        "udp",
+        "qps",
+        "socks",
+        "sent_msgs",
+        "recv_msgs",
+        "tx_Gbps",
+        "rx_Gbps",
+        "burst_p50",
+        "burst_p99",
+        "burst_max",
+        "bad",
+        "offset_ns"
     );
     for r in ranks {
         let d = dist(r.bursts.iter().map(|b| b.1));
@@ -360,7 +380,9 @@ pub fn report_table(plan: &Plan, ranks: &[RankResult]) -> String {
     }
     o += &format!(
         "burst completion, every stream: {}\n",
-        dist_text(dist(ranks.iter().flat_map(|r| r.bursts.iter().map(|b| b.1))))
+        dist_text(dist(
+            ranks.iter().flat_map(|r| r.bursts.iter().map(|b| b.1))
+        ))
     );
     o += &format!(
         "burst completion, slowest stream of each burst: {}\n",
@@ -398,7 +420,11 @@ mod tests {
             bursts: vec![(0, 10), (1, 40), (0, 30)],
             clock_offset_ns: -7,
             clock_rtt_ns: 100,
-            evs: vec![EvCounters { ev: 1, sent: 3, ..Default::default() }],
+            evs: vec![EvCounters {
+                ev: 1,
+                sent: 3,
+                ..Default::default()
+            }],
             ..Default::default()
         };
         let b = RankResult {
@@ -408,19 +434,36 @@ mod tests {
             bursts: vec![(0, 20), (1, 5)],
             clock_offset_ns: 5,
             evs: vec![
-                EvCounters { ev: 1, sent: 4, ..Default::default() },
-                EvCounters { ev: 0, sent: 1, ..Default::default() },
+                EvCounters {
+                    ev: 1,
+                    sent: 4,
+                    ..Default::default()
+                },
+                EvCounters {
+                    ev: 0,
+                    sent: 1,
+                    ..Default::default()
+                },
             ],
             ..Default::default()
         };
         let s = summarize(&[a.clone(), b.clone()]);
-        assert_eq!((s.recv_bytes, s.span_ns, s.max_offset_ns, s.max_half_rtt_ns), (4000, 8000, 7, 50));
+        assert_eq!(
+            (s.recv_bytes, s.span_ns, s.max_offset_ns, s.max_half_rtt_ns),
+            (4000, 8000, 7, 50)
+        );
         assert_eq!(s.goodput_gbps, 4.0);
         assert_eq!(slowest_per_burst(&[a.clone(), b.clone()]), vec![30, 40]);
         let e = sum_evs(a.evs.iter().chain(&b.evs));
-        assert_eq!(e.iter().map(|e| (e.ev, e.sent)).collect::<Vec<_>>(), vec![(0, 1), (1, 7)]);
+        assert_eq!(
+            e.iter().map(|e| (e.ev, e.sent)).collect::<Vec<_>>(),
+            vec![(0, 1), (1, 7)]
+        );
         assert_eq!(dist([5, 1, 9]), Some((3, 5, 9, 9)));
-        assert_eq!(dist([534_691_100, 477_764_500, 558_762_100]).map(|d| d.3), Some(558_762_100));
+        assert_eq!(
+            dist([534_691_100, 477_764_500, 558_762_100]).map(|d| d.3),
+            Some(558_762_100)
+        );
         let d = dist([534_691_100, 477_764_500, 558_762_100]).unwrap();
         assert!(d.1.abs_diff(534_691_100) < 534_691, "{d:?}");
     }
