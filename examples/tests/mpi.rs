@@ -17,7 +17,7 @@ mod with_mpi {
     const BIN: &str = env!("CARGO_BIN_EXE_mrc-perf");
 
     /// Whether `mpirun` is on PATH; without it, outside CI, the test is skipped loudly.
-    fn have_mpirun() -> bool {
+    pub(super) fn have_mpirun() -> bool {
         let ok = Command::new("mpirun")
             .arg("--version")
             .output()
@@ -36,6 +36,11 @@ mod with_mpi {
     /// allowed, oversubscription allowed, the TCP and self transports only (no shared-memory
     /// single-copy mechanism that a container's ptrace rules may forbid).
     fn mpirun(limit_s: u32, apps: &[(u32, Vec<&str>)]) -> (Output, Duration) {
+        mpirun_on(limit_s, &["--bind", "127.0.0.1"], apps)
+    }
+
+    /// [`mpirun`] with `base` (where the ranks bind) before each app's arguments.
+    fn mpirun_on(limit_s: u32, base: &[&str], apps: &[(u32, Vec<&str>)]) -> (Output, Duration) {
         // one job at a time: 4 ranks and their engine threads already oversubscribe a
         // small CI machine
         static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -53,7 +58,8 @@ mod with_mpi {
             if i > 0 {
                 c.arg(":");
             }
-            c.args(["-np", &np.to_string(), BIN, "mpi", "--bind", "127.0.0.1"]);
+            c.args(["-np", &np.to_string(), BIN, "mpi"]);
+            c.args(base);
             c.args(args);
         }
         c.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
@@ -65,9 +71,13 @@ mod with_mpi {
     }
 
     fn json_run(args: &[&str]) -> serde_json::Value {
+        json_run_on(&["--bind", "127.0.0.1"], args)
+    }
+
+    pub(super) fn json_run_on(base: &[&str], args: &[&str]) -> serde_json::Value {
         let mut a = args.to_vec();
         a.push("--json");
-        let (o, _) = mpirun(120, &[(4, a)]);
+        let (o, _) = mpirun_on(120, base, &[(4, a)]);
         let out = String::from_utf8_lossy(&o.stdout);
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(
@@ -343,6 +353,127 @@ mod with_mpi {
         assert!(err.contains("checkpoint after the data phase"), "{err}");
         // data phase: 2 s without progress, then the checkpoint's 2 x 2 + 10 s
         assert!(t < Duration::from_secs(40), "{t:?}");
+    }
+}
+
+/// One rank per host of the SRv6 testbed (`testbed/mrc-testbed.sh`, 4 hosts on 4 leaves,
+/// 4 spines, namespaces of their own prefix): `--netns PREFIXh{rank}` puts each rank's
+/// engine in its host, MPI's traffic stays on the root namespace's loopback. Incast and
+/// all-to-all, every byte verified, every message counted, and the spines carried it all
+/// (every pair of hosts is on different leaves). Needs root, as the testbed test.
+#[cfg(feature = "mpi")]
+mod on_the_testbed {
+    use std::path::PathBuf;
+    use std::process::{Command, Output};
+
+    struct Testbed {
+        prefix: String,
+        script: PathBuf,
+    }
+
+    impl Testbed {
+        fn tb(&self, args: &[&str]) -> Output {
+            Command::new("timeout")
+                .arg("180")
+                .arg(&self.script)
+                .args(args)
+                .env("MRCTB_PREFIX", &self.prefix)
+                .env("MRCTB_SIM", env!("CARGO_BIN_EXE_mrc-sim"))
+                .output()
+                .expect("run mrc-testbed.sh")
+        }
+
+        /// Bytes every spine interface received, summed.
+        fn spine_rx_bytes(&self) -> u64 {
+            let o = self.tb(&["counters"]);
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .filter_map(|l| {
+                    let w: Vec<&str> = l.split_whitespace().collect();
+                    (w.len() >= 4 && w[2] == "rx_bytes").then(|| w[3].parse::<u64>().ok())?
+                })
+                .sum()
+        }
+    }
+
+    impl Drop for Testbed {
+        fn drop(&mut self) {
+            let _ = self.tb(&["down"]);
+        }
+    }
+
+    #[test]
+    fn one_rank_per_testbed_host_incast_and_all_to_all_exact() {
+        if !super::with_mpi::have_mpirun() {
+            return;
+        }
+        // SAFETY: geteuid has no preconditions.
+        let euid = unsafe { libc::geteuid() };
+        assert_eq!(
+            euid, 0,
+            "the testbed builds network namespaces and must run as root (CI does)"
+        );
+        let tb = Testbed {
+            prefix: format!("mrctbm{}-", std::process::id() % 1000),
+            script: PathBuf::from(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../testbed/mrc-testbed.sh"
+            )),
+        };
+        let o = tb.tb(&[
+            "up",
+            "--gpus",
+            "16",
+            "--gpus-per-server",
+            "4",
+            "--spine-radix",
+            "4",
+        ]);
+        assert!(
+            o.status.success(),
+            "testbed up: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let netns = format!("{}h{{rank}}", tb.prefix);
+        let base = ["--netns", netns.as_str(), "--bind-net", "fd00:6d72:63::/48"];
+        for (pattern, streams) in [("incast", 3u64), ("all-to-all", 12)] {
+            let before = tb.spine_rx_bytes();
+            let v = super::with_mpi::json_run_on(
+                &base,
+                &[
+                    "--pattern",
+                    pattern,
+                    "-s",
+                    "65536",
+                    "-n",
+                    "50",
+                    "--verify",
+                    "--timeout",
+                    "10",
+                ],
+            );
+            let after = tb.spine_rx_bytes();
+            let s = &v["summary"];
+            let n = streams * 50;
+            assert_eq!(s["recv_messages"].as_u64(), Some(n), "{pattern}");
+            assert_eq!(s["verified_messages"].as_u64(), Some(n), "{pattern}");
+            assert_eq!(s["verified_bytes"].as_u64(), Some(n * 65536), "{pattern}");
+            assert_eq!(s["bad_bytes"].as_u64(), Some(0), "{pattern}");
+            for (r, x) in v["ranks"].as_array().unwrap().iter().enumerate() {
+                let udp = x["udp"].as_str().unwrap();
+                assert!(
+                    udp.starts_with(&format!("[fd00:6d72:63:1{r}::2]:")),
+                    "rank {r} on {udp}"
+                );
+            }
+            assert!(
+                after - before >= n * 65536,
+                "{pattern}: the spines received {} bytes, the hosts {}",
+                after - before,
+                n * 65536
+            );
+        }
     }
 }
 

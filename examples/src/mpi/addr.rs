@@ -1,5 +1,6 @@
 //! Which address a rank binds to: `--bind`, the interface address inside `--bind-net`, or
-//! the host's first non-loopback IPv4 address.
+//! the host's first non-loopback IPv4 address; and the network namespace it does so in
+//! (`--netns`).
 
 use std::net::{IpAddr, Ipv4Addr};
 
@@ -109,6 +110,44 @@ pub fn pick(addrs: &[IpAddr], net: Option<Cidr>) -> Result<IpAddr, String> {
         .unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST)))
 }
 
+/// `--netns NAME` of rank `rank`: `{rank}` replaced, a bare name under /run/netns.
+pub fn netns_path(template: &str, rank: u32) -> String {
+    let n = template.replace("{rank}", &rank.to_string());
+    if n.contains('/') {
+        n
+    } else {
+        format!("/run/netns/{n}")
+    }
+}
+
+/// Runs `f` on a thread of its own that first enters the network namespace at `path`
+/// (`setns`), so that the sockets it opens, and the threads it starts (an engine's), live
+/// there; the calling thread's namespace is untouched. Without a path, `f` runs here.
+///
+/// # Errors
+/// The namespace cannot be opened or entered (not root, no such namespace).
+pub fn in_netns<T: Send>(path: Option<&str>, f: impl FnOnce() -> T + Send) -> Result<T, String> {
+    use std::os::fd::AsRawFd;
+    let Some(path) = path else {
+        return Ok(f());
+    };
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            let ns = std::fs::File::open(path).map_err(|e| format!("--netns {path}: {e}"))?;
+            // SAFETY: setns on a namespace file we hold open; it changes this thread only.
+            if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+                return Err(format!(
+                    "--netns {path}: setns: {} (needs root)",
+                    std::io::Error::last_os_error()
+                ));
+            }
+            Ok(f())
+        })
+        .join()
+        .map_err(|_| "the namespace thread panicked".to_string())?
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -137,5 +176,13 @@ mod tests {
         assert!(pick(&a, Some(v6)).unwrap_err().contains("192.168.1.5"));
         assert_eq!(pick(&a[..2], None).unwrap().to_string(), "127.0.0.1");
         assert!(!interface_addrs().is_empty());
+        assert_eq!(netns_path("mrctb-h{rank}", 3), "/run/netns/mrctb-h3");
+        assert_eq!(netns_path("/proc/1/ns/net", 3), "/proc/1/ns/net");
+        assert_eq!(in_netns(None, || 7), Ok(7));
+        assert!(
+            in_netns(Some("/nonexistent/ns"), || 7)
+                .unwrap_err()
+                .contains("/nonexistent/ns")
+        );
     }
 }

@@ -299,13 +299,16 @@ fn run(job: &mut Job<'_>, test: &TestOpts, o: &MpiOpts, host: &str) -> i32 {
     } else {
         super::conn::stream_region_bytes(&plan.params)
     };
+    let netns = o.netns.as_deref().map(|t| addr::netns_path(t, me));
     let setup = (|| -> Result<RankConn, String> {
         let net = o.bind_net.as_deref().map(str::parse).transpose()?;
-        let bind = match o.bind {
-            Some(b) => b,
-            None => addr::pick(&addr::interface_addrs(), net)?,
-        };
-        let mut c = RankConn::new(&plan.params, bind, o.advertise, &peers, region)?;
+        let mut c = addr::in_netns(netns.as_deref(), || {
+            let bind = match o.bind {
+                Some(b) => b,
+                None => addr::pick(&addr::interface_addrs(), net)?,
+            };
+            RankConn::new(&plan.params, bind, o.advertise, &peers, region)
+        })??;
         for i in 0..c.qps.len() {
             let peer = c.qps[i].peer;
             let receives = srcs.contains(&peer) || plan.pattern == Pattern::Allreduce;

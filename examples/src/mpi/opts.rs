@@ -103,6 +103,12 @@ pub struct MpiOpts {
     /// multi-homed host); per rank, not compared across ranks.
     #[arg(long, value_name = "IP")]
     pub advertise: Option<std::net::IpAddr>,
+    /// Open this rank's engine and sockets inside network namespace NAME (`ip netns`'s
+    /// /run/netns/NAME, or a path); `{rank}` in it is replaced by the rank, so one command
+    /// puts each rank on its own host of the SRv6 testbed (`--netns mrctb-h{rank}`). MPI's
+    /// own traffic stays in the launcher's namespace. Needs CAP_SYS_ADMIN (root).
+    #[arg(long, value_name = "NAME")]
+    pub netns: Option<String>,
     /// Test hook: `RANK:exit` makes that rank exit in the data phase, `RANK:hang` makes it
     /// stop there (a killed or stopped process), to exercise the failure handling.
     #[arg(long = "inject-failure", value_name = "RANK:WHAT", hide = true)]
