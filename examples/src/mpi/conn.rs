@@ -47,7 +47,7 @@ pub struct PeerQp {
 pub struct RankConn {
     /// The engine.
     pub ctx: Context,
-    /// One per peer, in the order of the peers given to [`RankConn::new`].
+    /// One per peer, in the order of [`RankConn::add_qp`].
     pub qps: Vec<PeerQp>,
     /// The address peers send to.
     pub advertised: SocketAddr,
@@ -61,17 +61,14 @@ pub fn stream_region_bytes(p: &TestParams) -> u64 {
 }
 
 impl RankConn {
-    /// Opens the engine on `bind` (port 0) and a QP with regions of `region_bytes` for
-    /// each of `peers`.
+    /// Opens the engine on `bind` (port 0), no QPs yet.
     ///
     /// # Errors
     /// The engine's setup error, as text.
-    pub fn new(
+    pub fn open(
         p: &TestParams,
         bind: IpAddr,
         advertise: Option<IpAddr>,
-        peers: &[u32],
-        region_bytes: u64,
     ) -> Result<RankConn, String> {
         let ecfg = EngineConfig {
             slot_bytes: p.mtu as usize + 96,
@@ -81,39 +78,46 @@ impl RankConn {
         };
         let ctx = Context::new(UdpConfig::bind(SocketAddr::new(bind, 0)), ecfg)
             .map_err(|e| format!("cannot open the UDP datapath on {bind}: {e}"))?;
-        let region = usize::try_from(region_bytes).map_err(|_| "region too large".to_string())?;
-        let mut qps = Vec::with_capacity(peers.len());
-        for &peer in peers {
-            let qp = ctx
-                .create_qp(crate::perf::run::qp_config(p)?)
-                .map_err(|e| format!("QP for rank {peer}: {e}"))?;
-            let src = qp
-                .reg_mr(region, Access::LOCAL_WRITE)
-                .map_err(|e| format!("register {region} bytes: {e}"))?;
-            let dst = qp
-                .reg_mr(region, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
-                .map_err(|e| format!("register {region} bytes: {e}"))?;
-            qps.push(PeerQp {
-                peer,
-                qp,
-                src,
-                dst,
-                remote: None,
-                peer_udp: None,
-                recvs_posted: 0,
-            });
-        }
         let mut advertised = ctx.udp_addr();
         if let Some(a) = advertise {
             advertised.set_ip(a);
         }
-        let per_qp = p.paths.div_ceil(p.burst_size.max(1));
         Ok(RankConn {
             ctx,
             advertised,
-            sockets: 1 + per_qp * peers.len() as u32,
-            qps,
+            sockets: 1,
+            qps: Vec::new(),
         })
+    }
+
+    /// Adds a QP for `peer` with the parameters `p` (its steering is this peer's) and two
+    /// regions of `region_bytes`.
+    ///
+    /// # Errors
+    /// The engine's refusal, as text.
+    pub fn add_qp(&mut self, p: &TestParams, peer: u32, region_bytes: u64) -> Result<(), String> {
+        let region = usize::try_from(region_bytes).map_err(|_| "region too large".to_string())?;
+        let qp = self
+            .ctx
+            .create_qp(crate::perf::run::qp_config(p)?)
+            .map_err(|e| format!("QP for rank {peer}: {e}"))?;
+        let src = qp
+            .reg_mr(region, Access::LOCAL_WRITE)
+            .map_err(|e| format!("register {region} bytes: {e}"))?;
+        let dst = qp
+            .reg_mr(region, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+            .map_err(|e| format!("register {region} bytes: {e}"))?;
+        self.qps.push(PeerQp {
+            peer,
+            qp,
+            src,
+            dst,
+            remote: None,
+            peer_udp: None,
+            recvs_posted: 0,
+        });
+        self.sockets += p.paths.div_ceil(p.burst_size.max(1));
+        Ok(())
     }
 
     /// Index in [`RankConn::qps`] of the QP with `peer`.

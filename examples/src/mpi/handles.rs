@@ -128,6 +128,43 @@ pub fn decode(b: &[u8]) -> Result<Handle, HandleError> {
     })
 }
 
+/// Bytes of a rank's address in the address exchange.
+pub const ADDR_BYTES: usize = 19;
+
+/// A rank's UDP address as [`ADDR_BYTES`]: family (4 or 6), port (little-endian), 16
+/// address bytes.
+pub fn encode_addr(a: SocketAddr) -> [u8; ADDR_BYTES] {
+    let mut b = [0u8; ADDR_BYTES];
+    b[0] = if a.is_ipv4() { 4 } else { 6 };
+    b[1..3].copy_from_slice(&a.port().to_le_bytes());
+    match a.ip() {
+        IpAddr::V4(x) => b[3..7].copy_from_slice(&x.octets()),
+        IpAddr::V6(x) => b[3..19].copy_from_slice(&x.octets()),
+    }
+    b
+}
+
+/// The address of [`encode_addr`].
+///
+/// # Errors
+/// [`HandleError::Length`], [`HandleError::Family`].
+pub fn decode_addr(b: &[u8]) -> Result<SocketAddr, HandleError> {
+    if b.len() != ADDR_BYTES {
+        return Err(HandleError::Length(b.len()));
+    }
+    let port = u16::from_le_bytes([b[1], b[2]]);
+    let ip = match b[0] {
+        4 => IpAddr::V4(Ipv4Addr::new(b[3], b[4], b[5], b[6])),
+        6 => {
+            let mut o = [0u8; 16];
+            o.copy_from_slice(&b[3..19]);
+            IpAddr::V6(Ipv6Addr::from(o))
+        }
+        f => return Err(HandleError::Family(f)),
+    };
+    Ok(SocketAddr::new(ip, port))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -161,6 +198,15 @@ mod tests {
         let mut g = h("127.0.0.1:9");
         g.info.go_back_n = true;
         assert_eq!(decode(&encode(Some(&g))).unwrap(), g);
+    }
+
+    #[test]
+    fn addresses_round_trip() {
+        for a in ["10.1.2.3:4791", "[fd00:6d72:63:12::2]:40000"] {
+            let x: SocketAddr = a.parse().unwrap();
+            assert_eq!(decode_addr(&encode_addr(x)), Ok(x));
+        }
+        assert_eq!(decode_addr(&[0u8; ADDR_BYTES]), Err(HandleError::Family(0)));
     }
 
     #[test]

@@ -300,15 +300,48 @@ fn run(job: &mut Job<'_>, test: &TestOpts, o: &MpiOpts, host: &str) -> i32 {
         super::conn::stream_region_bytes(&plan.params)
     };
     let netns = o.netns.as_deref().map(|t| addr::netns_path(t, me));
-    let setup = (|| -> Result<RankConn, String> {
+    let opened = (|| -> Result<RankConn, String> {
         let net = o.bind_net.as_deref().map(str::parse).transpose()?;
-        let mut c = addr::in_netns(netns.as_deref(), || {
+        addr::in_netns(netns.as_deref(), || {
             let bind = match o.bind {
                 Some(b) => b,
                 None => addr::pick(&addr::interface_addrs(), net)?,
             };
-            RankConn::new(&plan.params, bind, o.advertise, &peers, region)
-        })??;
+            RankConn::open(&plan.params, bind, o.advertise)
+        })?
+    })();
+    if job.checkpoint(
+        "opening the datapath",
+        opened.as_ref().err().map(|s| s.as_str()),
+    ) {
+        return 1;
+    }
+    let Ok(conn) = opened else { return 1 };
+    // every rank's address, for the steering towards each peer
+    job.wd.arm("the address exchange", job.coll);
+    let mine = handles::encode_addr(conn.advertised);
+    let mut all = vec![0u8; handles::ADDR_BYTES * job.size as usize];
+    job.world.all_gather_into(&mine[..], &mut all[..]);
+    let setup = (|| -> Result<RankConn, String> {
+        let mut c = conn;
+        let tb = match plan.params.srv6 {
+            Some(_) => Some(super::steer::load_plan(o.testbed_plan.as_deref())?),
+            None => None,
+        };
+        for &peer in &peers {
+            let at = handles::decode_addr(
+                &all[peer as usize * handles::ADDR_BYTES
+                    ..(peer as usize + 1) * handles::ADDR_BYTES],
+            )
+            .map_err(|e| format!("address of rank {peer}: {e}"))?;
+            let mut p = plan.params.clone();
+            if let (Some(mode), Some(tb)) = (p.srv6, &tb) {
+                p.steering =
+                    super::steer::steering(tb, mode, p.srv6_via, at.ip(), p.paths, p.burst_size)
+                        .map_err(|e| format!("steering towards rank {peer}: {e}"))?;
+            }
+            c.add_qp(&p, peer, region)?;
+        }
         for i in 0..c.qps.len() {
             let peer = c.qps[i].peer;
             let receives = srcs.contains(&peer) || plan.pattern == Pattern::Allreduce;

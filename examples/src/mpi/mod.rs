@@ -14,7 +14,8 @@
 //! - [`data`], [`allreduce`]: the data phases;
 //! - [`clock`]: the clock offsets between ranks;
 //! - [`results`]: the report at rank 0;
-//! - [`addr`]: the bind address;
+//! - [`addr`]: the bind address and network namespace;
+//! - [`steer`]: `--srv6` steering of each QP towards its peer;
 //! - `launch` (feature `mpi`): the MPI calls and the failure handling.
 
 pub mod addr;
@@ -29,6 +30,7 @@ pub mod launch;
 pub mod opts;
 pub mod patterns;
 pub mod results;
+pub mod steer;
 
 /// The error of `mrc-perf mpi` reached through [`crate::perf::run_cli`] (it runs from
 /// [`crate::perf::main`], as an MPI program).

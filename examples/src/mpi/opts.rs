@@ -109,6 +109,11 @@ pub struct MpiOpts {
     /// own traffic stays in the launcher's namespace. Needs CAP_SYS_ADMIN (root).
     #[arg(long, value_name = "NAME")]
     pub netns: Option<String>,
+    /// With `--srv6`: the testbed plan the spines and SIDs come from (the JSON of
+    /// `mrc-testbed.sh plan`, kept in /run/mrctb/PREFIXplan.json) [default: the designer's
+    /// default plan, 2 hosts].
+    #[arg(long = "testbed-plan", value_name = "FILE")]
+    pub testbed_plan: Option<std::path::PathBuf>,
     /// Test hook: `RANK:exit` makes that rank exit in the data phase, `RANK:hang` makes it
     /// stop there (a killed or stopped process), to exercise the failure handling.
     #[arg(long = "inject-failure", value_name = "RANK:WHAT", hide = true)]
@@ -210,7 +215,6 @@ impl Plan {
             ),
             (t.qps != 1, "-q/--qps (one QP per pair of ranks)"),
             (t.psk_file.is_some(), "--psk-file"),
-            (t.srv6.is_some(), "--srv6"),
             (t.cpu.is_some(), "--cpu"),
             (t.udp_port.is_some(), "--udp-port (each rank binds port 0)"),
             (t.interval.is_some(), "-i/--interval"),
