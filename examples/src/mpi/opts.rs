@@ -223,7 +223,7 @@ impl Plan {
                 return Err(format!("mrc-perf mpi does not take {flag}"));
             }
         }
-        let mut params = t.params()?;
+        let params = t.params()?;
         if o.root >= ranks {
             return Err(format!("--root {} is not a rank (0..{ranks})", o.root));
         }
@@ -287,8 +287,14 @@ impl Plan {
             }
         };
         // the rate limit is the storage mode's burst spacing, not a per-message pacing
-        if o.mode != Mode::Continuous {
-            params.rate_limit_gbps = params.rate_limit_gbps.filter(|_| o.mode == Mode::Storage);
+        if o.mode != Mode::Storage && params.rate_limit_gbps.is_some() {
+            return Err(format!(
+                "--rate-limit is the storage mode's average rate per stream (--mode storage); \
+                 --mode {} paces by its schedule",
+                o.mode
+                    .to_possible_value()
+                    .map_or("?".to_string(), |v| v.get_name().to_string())
+            ));
         }
         let continuous = o.mode == Mode::Continuous && o.pattern != Pattern::Allreduce;
         let (messages, duration_s, bursts) = if continuous {
