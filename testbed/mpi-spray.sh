@@ -24,8 +24,9 @@ if ! "$TB" status >/dev/null 2>&1 || [ "$("$TB" plan | jq '.hosts | length')" !=
 fi
 spines() { "$TB" counters | awk '{s[$1]+=$4} END {for (k in s) print k, s[k]}' | sort | awk '{print $2}'; }
 run() { # MODE -> "s0 s1 s2 s3 p99_us p50_us goodput_gbps"
-  local extra=()
-  [ "$1" = srv6 ] && extra=(--srv6 usid --srv6-via route)
+  local mode=$1 extra=()
+  shift
+  [ "$mode" = srv6 ] && extra=(--srv6 usid --srv6-via route)
   local before after json
   mapfile -t before < <(spines)
   json=$(timeout 300 mpirun --allow-run-as-root --oversubscribe --mca btl self,tcp -np 4 \
