@@ -383,17 +383,23 @@ mod on_the_testbed {
                 .expect("run mrc-testbed.sh")
         }
 
-        /// Bytes every spine interface received, summed.
-        fn spine_rx_bytes(&self) -> u64 {
+        /// Bytes each spine's interfaces received, by spine (s0..s3).
+        fn spines_rx_bytes(&self) -> [u64; 4] {
             let o = self.tb(&["counters"]);
             assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-            String::from_utf8_lossy(&o.stdout)
-                .lines()
-                .filter_map(|l| {
-                    let w: Vec<&str> = l.split_whitespace().collect();
-                    (w.len() >= 4 && w[2] == "rx_bytes").then(|| w[3].parse::<u64>().ok())?
-                })
-                .sum()
+            let mut v = [0u64; 4];
+            for l in String::from_utf8_lossy(&o.stdout).lines() {
+                let w: Vec<&str> = l.split_whitespace().collect();
+                if w.len() >= 4 && w[2] == "rx_bytes" {
+                    let j: usize = w[0].trim_start_matches('s').parse().expect("spine");
+                    v[j] += w[3].parse::<u64>().expect("bytes");
+                }
+            }
+            v
+        }
+
+        fn spine_rx_bytes(&self) -> u64 {
+            self.spines_rx_bytes().iter().sum()
         }
     }
 
@@ -472,6 +478,42 @@ mod on_the_testbed {
                 "{pattern}: the spines received {} bytes, the hosts {}",
                 after - before,
                 n * 65536
+            );
+        }
+        // SRv6 spraying: EV socket s of every QP through spine s % 4, so the spines carry
+        // equal shares (measured within 1%)
+        let plan = format!("/run/mrctb/{}plan.json", tb.prefix);
+        let before = tb.spines_rx_bytes();
+        let v = super::with_mpi::json_run_on(
+            &base,
+            &[
+                "--pattern",
+                "all-to-all",
+                "-s",
+                "65536",
+                "-n",
+                "50",
+                "--verify",
+                "--timeout",
+                "10",
+                "--srv6",
+                "usid",
+                "--srv6-via",
+                "route",
+                "--testbed-plan",
+                &plan,
+            ],
+        );
+        let after = tb.spines_rx_bytes();
+        assert_eq!(v["summary"]["verified_messages"].as_u64(), Some(600));
+        assert_eq!(v["summary"]["bad_bytes"].as_u64(), Some(0));
+        let d: Vec<u64> = (0..4).map(|j| after[j] - before[j]).collect();
+        let mean = d.iter().sum::<u64>() / 4;
+        assert!(mean >= 600 * 65536 / 4, "{d:?}");
+        for x in &d {
+            assert!(
+                x.abs_diff(mean) * 10 <= mean,
+                "spine bytes {d:?} not within 10% of the mean"
             );
         }
     }
