@@ -279,7 +279,7 @@ mod with_mpi {
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(2), "{err}");
         assert!(
-            err.contains("--pattern pairs needs an even number of ranks, got 3"),
+            err.contains("the parameter check: every rank: --pattern pairs needs an even number of ranks, got 3"),
             "{err}"
         );
     }

@@ -132,11 +132,15 @@ impl Job<'_> {
     }
 
     fn report_errors(&self, phase: &str, errors: &[(u32, String)]) {
-        for (r, e) in errors {
-            eprintln!(
-                "mrc-perf mpi: error: {phase}: rank {r} ({}): {e}",
-                self.host(*r)
-            );
+        if errors.len() == self.size as usize && errors.iter().all(|(_, e)| *e == errors[0].1) {
+            eprintln!("mrc-perf mpi: error: {phase}: every rank: {}", errors[0].1);
+        } else {
+            for (r, e) in errors {
+                eprintln!(
+                    "mrc-perf mpi: error: {phase}: rank {r} ({}): {e}",
+                    self.host(*r)
+                );
+            }
         }
         if self.json {
             let v = serde_json::json!({
@@ -324,6 +328,19 @@ fn run(job: &mut Job<'_>, test: &TestOpts, o: &MpiOpts, host: &str) -> i32 {
     job.world.all_gather_into(&mine[..], &mut all[..]);
     let setup = (|| -> Result<RankConn, String> {
         let mut c = conn;
+        let need =
+            1 + peers.len() as u64 * u64::from(plan.params.paths.div_ceil(plan.params.burst_size));
+        let limit = open_files_limit();
+        if need + 64 > limit {
+            return Err(format!(
+                "{} QPs x ceil(--paths {} / --burst-size {}) EV sockets need {need} file \
+                 descriptors, more than this process may open ({limit}, ulimit -n, less 64 \
+                 for the rest): lower --paths, raise --burst-size or ulimit -n",
+                peers.len(),
+                plan.params.paths,
+                plan.params.burst_size
+            ));
+        }
         let tb = match plan.params.srv6 {
             Some(_) => Some(super::steer::load_plan(o.testbed_plan.as_deref())?),
             None => None,
@@ -575,6 +592,19 @@ fn run(job: &mut Job<'_>, test: &TestOpts, o: &MpiOpts, host: &str) -> i32 {
     let mut c = code;
     job.world.process_at_rank(0).broadcast_into(&mut c);
     c
+}
+
+/// The soft limit on open files (`RLIMIT_NOFILE`).
+fn open_files_limit() -> u64 {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit into the valid pointer given.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } != 0 {
+        return 1024;
+    }
+    r.rlim_cur
 }
 
 fn late(v: &[u64]) -> [u64; 2] {
