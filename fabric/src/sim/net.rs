@@ -198,11 +198,17 @@ struct PortRt {
     /// PFC paused this transmitter's lossless class until this time, ns (0 when PFC is
     /// off: never paused). Here, not in the PFC table, so the fast path reads no other.
     paused_until_ns: u64,
-    /// PFC is on (the PFC table has this port).
-    pfc: bool,
+    /// What sends this port's frames off the fast path of [`Simulator::start_tx`]:
+    /// [`PORT_PFC`] and [`PORT_TAP`] bits (0: neither, the fast path).
+    slow: u8,
     stats: PortStats,
     link: u32,
 }
+
+/// [`PortRt::slow`] bit: PFC is on (the PFC table has this port).
+const PORT_PFC: u8 = 1;
+/// [`PortRt::slow`] bit: the pcap tap ([`Simulator::set_pcap`]) is on this port.
+const PORT_TAP: u8 = 2;
 
 /// Cache lines of [`PortRt`] a packet touches (what is prefetched).
 const PORT_HOT_LINES: usize = 5;
@@ -558,7 +564,7 @@ impl Simulator {
                             link: p.link,
                             link_clean: true,
                             paused_until_ns: 0,
-                            pfc: cfg.pfc.is_some(),
+                            slow: if cfg.pfc.is_some() { PORT_PFC } else { 0 },
                             peer_node: p.peer_node,
                             peer_port: p.peer_port,
                         }
@@ -718,7 +724,10 @@ impl Simulator {
             return Err(SimError::NoSuchPort { node, port });
         }
         let w = EthernetPcapWriter::new(out).map_err(|e| SimError::Pcap(e.to_string()))?;
-        self.pcap = Some((node, port, w));
+        if let Some((n, p, _)) = self.pcap.replace((node, port, w)) {
+            self.ports[n as usize][usize::from(p)].slow &= !PORT_TAP;
+        }
+        self.ports[node as usize][usize::from(port)].slow |= PORT_TAP;
         Ok(())
     }
 
@@ -1376,11 +1385,36 @@ impl Simulator {
         }
     }
 
-    /// Starts serialising the next queued frame of `(node, port)`, if any.
+    /// Starts serialising the next queued frame of `(node, port)`, if any. A port with PFC
+    /// or the pcap tap takes [`Simulator::start_tx_slow`], out of line: the fast path tests
+    /// one byte of the port for both.
     fn start_tx(&mut self, node: u32, port: u16) {
+        if self.ports[node as usize][usize::from(port)].slow == 0 {
+            self.start_tx_with::<false, false>(node, port);
+        } else {
+            self.start_tx_slow(node, port);
+        }
+    }
+
+    /// [`Simulator::start_tx`] of a port with PFC or the pcap tap.
+    #[cold]
+    #[inline(never)]
+    fn start_tx_slow(&mut self, node: u32, port: u16) {
+        if self.ports[node as usize][usize::from(port)].slow & PORT_PFC != 0 {
+            self.start_tx_with::<true, true>(node, port);
+        } else {
+            self.start_tx_with::<false, true>(node, port);
+        }
+    }
+
+    /// The body of [`Simulator::start_tx`]. `PFC`: the port has PFC (a paused port sends
+    /// from its priority queue alone, and the PFC counts follow each frame it sends).
+    /// `TAP`: the pcap tap may be on this port (it writes each frame the port sends).
+    #[inline(always)]
+    fn start_tx_with<const PFC: bool, const TAP: bool>(&mut self, node: u32, port: u16) {
         let now = self.now_ns;
         let p = &mut self.ports[node as usize][usize::from(port)];
-        let next = if p.pfc {
+        let next = if PFC {
             pfc_pop(p, now)
         } else {
             p.q.pop_with_len()
@@ -1398,13 +1432,13 @@ impl Simulator {
         p.stats.tx_packets += 1;
         p.stats.tx_bytes += len as u64;
         p.stats.busy_ns += ser;
-        let (peer_node, peer_port, prop, clean, pfc) =
-            (p.peer_node, p.peer_port, p.prop_ns, p.link_clean, p.pfc);
+        let (peer_node, peer_port, prop, clean) =
+            (p.peer_node, p.peer_port, p.prop_ns, p.link_clean);
         self.q.push(now + ser, EventKind::TxDone { node, port });
-        if pfc {
+        if PFC {
             self.pfc_on_dequeue(node, port, pkt, len as u64, now + ser);
         }
-        if let Some((pn, pp, w)) = &mut self.pcap {
+        if let Some((pn, pp, w)) = self.pcap.as_mut().filter(|_| TAP) {
             if *pn == node && *pp == port {
                 if let Err(e) = w.write_frame(now, &self.pkts[pkt as usize].frame.to_vec()) {
                     self.pcap_error.get_or_insert(e.to_string());
@@ -1565,7 +1599,7 @@ impl Simulator {
                     port.stats.ecn_marks += 1;
                 }
                 port.q.push_normal(pkt, len as u32, &mut port.stats);
-                account = port.pfc;
+                account = port.slow & PORT_PFC != 0;
             }
             Admit::Priority => port.q.push_priority(pkt, len as u32),
             Admit::Trim => {
@@ -1959,7 +1993,8 @@ impl Simulator {
 
     /// Flushes and drops the pcap writer.
     pub fn finish_pcap(&mut self) -> Result<(), SimError> {
-        if let Some((_, _, w)) = self.pcap.take() {
+        if let Some((n, p, w)) = self.pcap.take() {
+            self.ports[n as usize][usize::from(p)].slow &= !PORT_TAP;
             let mut inner = w.into_inner();
             inner.flush().map_err(|e| SimError::Pcap(e.to_string()))?;
         }
@@ -1986,5 +2021,71 @@ mod tests {
             + 64 // 7 counters, padded to the cache's alignment
             + size_of::<[(u32, u32); crate::sim::queue::PENDING_SAMPLES]>();
         assert_eq!(pending_end, PORT_HOT_LINES * 64);
+    }
+
+    /// A `Write` into a buffer the test keeps a handle on.
+    #[derive(Clone, Default)]
+    struct SharedBuf(std::rc::Rc<std::cell::RefCell<Vec<u8>>>);
+
+    impl Write for SharedBuf {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.borrow_mut().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// Only the tapped port and, with PFC, every port leave `start_tx`'s fast path; the
+    /// tap's bit follows `set_pcap` and goes with `finish_pcap`, and the frames the tap
+    /// writes are its port's.
+    #[test]
+    fn the_pcap_tap_and_pfc_take_ports_off_the_fast_path() {
+        use crate::sim::link::LinkSpec;
+        use crate::sim::topo::SpineLeafSpec;
+        let link = LinkSpec::gbps(100, 500);
+        let topo = Topology::spine_leaf(&SpineLeafSpec {
+            hosts: 4,
+            leaves: 2,
+            spines: 1,
+            hosts_per_leaf: 2,
+            uplinks_per_leaf: 1,
+            host_link: link,
+            fabric_link: link,
+        })
+        .unwrap();
+        let slow =
+            |sim: &Simulator| -> Vec<u8> { sim.ports.iter().flatten().map(|p| p.slow).collect() };
+        let mut sim = Simulator::new(topo.clone(), SimConfig::default()).unwrap();
+        assert!(slow(&sim).iter().all(|&s| s == 0));
+        let (first, second) = (SharedBuf::default(), SharedBuf::default());
+        sim.set_pcap(0, 0, Box::new(first.clone())).unwrap();
+        assert_eq!(sim.ports[0][0].slow, PORT_TAP);
+        sim.set_pcap(1, 0, Box::new(second.clone())).unwrap();
+        assert_eq!((sim.ports[0][0].slow, sim.ports[1][0].slow), (0, PORT_TAP));
+        assert_eq!(slow(&sim).iter().filter(|&&s| s != 0).count(), 1);
+        sim.inject(0, vec![0u8; 100]).unwrap();
+        sim.inject(1, vec![1u8; 100]).unwrap();
+        sim.run();
+        sim.finish_pcap().unwrap();
+        assert!(slow(&sim).iter().all(|&s| s == 0));
+        // The first tap wrote only the pcap file header (24 bytes); the second also
+        // host1's frame, a 16-byte record header and its 100 bytes.
+        assert_eq!(first.0.borrow().len(), 24);
+        let b = second.0.borrow();
+        assert_eq!(b.len(), 24 + 16 + 100);
+        assert_eq!(&b[40..], &[1u8; 100][..]);
+        // With PFC every port is off the fast path, and keeps PFC when the tap leaves.
+        let cfg = SimConfig {
+            pfc: Some(PfcConfig::default()),
+            ..SimConfig::default()
+        };
+        let mut sim = Simulator::new(topo, cfg).unwrap();
+        assert!(slow(&sim).iter().all(|&s| s == PORT_PFC));
+        sim.set_pcap(2, 0, Box::new(SharedBuf::default())).unwrap();
+        assert_eq!(sim.ports[2][0].slow, PORT_PFC | PORT_TAP);
+        sim.finish_pcap().unwrap();
+        assert!(slow(&sim).iter().all(|&s| s == PORT_PFC));
     }
 }
