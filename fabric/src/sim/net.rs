@@ -341,6 +341,17 @@ fn pfc_pop(p: &mut PortRt, now_ns: u64) -> Option<(u32, u32)> {
     }
 }
 
+/// The event of frame `pkt` arriving at `port` of `node`: [`EventKind::ArriveLossless`]
+/// at a switch of a fabric with PFC, [`EventKind::Arrive`] otherwise (`to_host`: `node` is
+/// a host, which has no ingress count).
+fn arrival<const PFC: bool>(node: u32, port: u16, pkt: u32, to_host: bool) -> EventKind {
+    if PFC && !to_host {
+        EventKind::ArriveLossless { node, port, pkt }
+    } else {
+        EventKind::Arrive { node, port, pkt }
+    }
+}
+
 /// Prefetches every cache line of a port's state.
 fn prefetch_port(p: *const PortRt) {
     let p = p.cast::<u8>();
@@ -1240,6 +1251,9 @@ impl Simulator {
                         .map(|h| h.out);
                     self.on_arrive(node, port, pkt, out);
                 }
+                EventKind::ArriveLossless { node, port, pkt } => {
+                    self.on_arrive_lossless(node, port, pkt);
+                }
                 EventKind::TxDone { node, port } => self.on_tx_done(node, port),
                 EventKind::HostWake { host } => self.on_wake(host, e.time_ns),
                 EventKind::Fault { index } => {
@@ -1434,6 +1448,7 @@ impl Simulator {
         p.stats.busy_ns += ser;
         let (peer_node, peer_port, prop, clean) =
             (p.peer_node, p.peer_port, p.prop_ns, p.link_clean);
+        let to_host = PFC && (peer_node as usize) < self.hosts.len();
         self.q.push(now + ser, EventKind::TxDone { node, port });
         if PFC {
             self.pfc_on_dequeue(node, port, pkt, len as u64, now + ser);
@@ -1447,14 +1462,8 @@ impl Simulator {
         }
         let arrive = now + ser + prop;
         if clean {
-            self.q.push(
-                arrive,
-                EventKind::Arrive {
-                    node: peer_node,
-                    port: peer_port,
-                    pkt,
-                },
-            );
+            self.q
+                .push(arrive, arrival::<PFC>(peer_node, peer_port, pkt, to_host));
             return;
         }
         // The link index sits past the prefetched lines: read only on a faulty link.
@@ -1520,21 +1529,13 @@ impl Simulator {
             let j = jitter(&mut self.rng);
             self.q.push(
                 arrive + j,
-                EventKind::Arrive {
-                    node: peer_node,
-                    port: peer_port,
-                    pkt: dup,
-                },
+                arrival::<PFC>(peer_node, peer_port, dup, to_host),
             );
         }
         let j = jitter(&mut self.rng);
         self.q.push(
             arrive + j,
-            EventKind::Arrive {
-                node: peer_node,
-                port: peer_port,
-                pkt,
-            },
+            arrival::<PFC>(peer_node, peer_port, pkt, to_host),
         );
     }
 
@@ -1545,8 +1546,31 @@ impl Simulator {
     /// Frame `pkt` arrives at `node`; `egress` is its egress port when already computed
     /// (by [`Simulator::plain_egress`], for a frame that needs no rewrite).
     fn on_arrive(&mut self, node: u32, in_port: u16, pkt: u32, egress: Option<u16>) {
+        self.on_arrive_with::<false>(node, in_port, pkt, egress);
+    }
+
+    /// [`Simulator::on_arrive`] at switch `node` of a fabric with PFC
+    /// ([`EventKind::ArriveLossless`]): a frame it queues is counted against its ingress
+    /// port `in_port`.
+    #[cold]
+    #[inline(never)]
+    fn on_arrive_lossless(&mut self, node: u32, in_port: u16, pkt: u32) {
+        self.on_arrive_with::<true>(node, in_port, pkt, None);
+    }
+
+    /// The body of [`Simulator::on_arrive`]; `PFC`: the fabric has PFC and `node` is a
+    /// switch (a host's arrivals are [`EventKind::Arrive`] either way, so that one copy of
+    /// the host path is inlined).
+    fn on_arrive_with<const PFC: bool>(
+        &mut self,
+        node: u32,
+        in_port: u16,
+        pkt: u32,
+        egress: Option<u16>,
+    ) {
         self.counters.hops += 1;
-        if (node as usize) < self.hosts.len() {
+        debug_assert!(!PFC || node as usize >= self.hosts.len());
+        if !PFC && (node as usize) < self.hosts.len() {
             self.deliver(node, pkt);
             return;
         }
@@ -1599,7 +1623,7 @@ impl Simulator {
                     port.stats.ecn_marks += 1;
                 }
                 port.q.push_normal(pkt, len as u32, &mut port.stats);
-                account = port.slow & PORT_PFC != 0;
+                account = PFC;
             }
             Admit::Priority => port.q.push_priority(pkt, len as u32),
             Admit::Trim => {
@@ -1629,11 +1653,15 @@ impl Simulator {
                 return;
             }
         }
-        let busy = port.busy;
-        if account {
-            self.pfc_ingress_add(node, in_port, pkt, len);
-        }
-        if !busy {
+        if PFC {
+            let busy = port.busy;
+            if account {
+                self.pfc_ingress_add(node, in_port, pkt, len);
+            }
+            if !busy {
+                self.start_tx(node, out);
+            }
+        } else if !port.busy {
             self.start_tx(node, out);
         }
     }
