@@ -14,6 +14,9 @@
 //! trimming above 64 KiB, no PFC. The reference is the MRC paper's 7:1 incast: its victim
 //! flow is unaffected under MRC, and loses about 25% of its throughput under RoCEv2 + PFC
 //! + DCQCN, because leaf0 pauses the spine port the victim's frames queue in.
+//!
+//! `pfc-spread` measures how far pauses spread upstream of an incast, `pfc-deadlock` a
+//! cyclic buffer dependency after link failures, `pfc-storm` a stuck receiver's PAUSEs.
 
 use mrc_congestion::CcKind;
 use mrc_fabric::sim::{
@@ -900,6 +903,203 @@ pub fn pfc_deadlock(seed: u64, progress: ProgressFn<'_>) -> Result<ResultTable, 
             );
             t.check(
                 "RoCE + PFC: lossless even in deadlock, no buffer dropped a frame",
+                format!("{drops} drops"),
+                drops == 0,
+            );
+        }
+    }
+    Ok(t)
+}
+
+/// The flow classes of `pfc-storm`: (name, flows as (source, destination)).
+fn storm_classes(hpl: u32) -> [(&'static str, Vec<(u32, u32)>); 3] {
+    [
+        // Two flows from leaf1 to the stuck host0.
+        ("to the stuck host", vec![(hpl, 0), (hpl + 1, 0)]),
+        // Leaf2 to host0's neighbours under leaf0: they share leaf0's downlinks from the
+        // spines with the frames for host0.
+        (
+            "to its neighbours",
+            (1..5).map(|k| (2 * hpl + k, k)).collect(),
+        ),
+        // Leaf1 to leaf3: they never touch leaf0, but share leaf1's uplinks with the
+        // frames for host0.
+        (
+            "avoiding its leaf",
+            (2..6).map(|k| (hpl + k, 3 * hpl + k)).collect(),
+        ),
+    ]
+}
+
+/// `mrc-sim experiment pfc-storm`: a PFC storm (Guo et al., "RDMA over Commodity Ethernet
+/// at Scale", SIGCOMM 2016: a NIC whose receive pipeline is stuck sends PAUSE frames
+/// without end, and the pause spreads until a watchdog stops it). On the 32-host fabric
+/// (4 leaves, 4 spines) with RoCE + PFC (ConnectX firmware DCQCN), host0's receiver is
+/// stuck from time 0 ([`Simulator::pfc_storm`]), and ten flows of 2 MiB run for 2 ms: two
+/// to host0, four from leaf2 to host0's neighbours under leaf0, four from leaf1 to leaf3
+/// that never touch leaf0. The same flows without the storm are the reference. The ports
+/// paused for the whole second half of the run, per tier, give how far the storm spread;
+/// the flows finished per class, what it stalled.
+///
+/// Measured over seeds 1-8 (release build): without the storm every flow finishes and no
+/// port stays paused; with it 3-7 of the 10 flows finish (none of the two to host0, 0-4 of
+/// the 4 to its neighbours, 2-4 of the 4 avoiding its leaf), 2 spine ports, 2-4 leaf
+/// uplinks and 3-7 host NICs stay paused for the last ms (4 hops from the stuck host on
+/// every seed), and nothing is dropped. The checks: the storm-free run finishes with no
+/// port paused; the storm's unending pause reaches other hosts' NICs (4 hops); at least
+/// one flow that never addresses host0 is unfinished; no drop.
+///
+/// Errors: [`ExperimentError`] (the simulator refused the setup).
+pub fn pfc_storm(seed: u64, progress: ProgressFn<'_>) -> Result<ResultTable, ExperimentError> {
+    let (spec, topo) = fabric32()?;
+    let hpl = spec.hosts_per_leaf;
+    let classes = storm_classes(hpl);
+    let flows: Vec<FlowSpec> = classes
+        .iter()
+        .flat_map(|(_, fl)| fl.iter())
+        .map(|&(src, dst)| FlowSpec {
+            src,
+            dst,
+            bytes: 2 << 20,
+            start_ns: 0,
+            evs: None,
+        })
+        .collect();
+    let stop_ns = 2_000_000;
+    let mut t = ResultTable::new(format!(
+        "pfc-storm: host0's receiver stuck from 0 (its NIC PAUSEs its leaf for good); 10 flows x 2 MiB: 2 to host0, 4 leaf2 -> host1-4 (leaf0), 4 leaf1 -> leaf3; stop at {} ms; {} hosts / {} leaves / {} spines, RoCE (1 path, go-back-N, DCQCN rate only with ConnectX firmware parameters, PFC), with and without the storm",
+        stop_ns / 1_000_000,
+        spec.hosts,
+        spec.leaves,
+        spec.spines
+    ));
+    let cfg = SimConfig {
+        stop_ns,
+        ..roce_cfg(CcKind::DcqcnRoce, seed)
+    };
+    let mut results = Vec::new();
+    for (name, storm) in [("no storm", false), ("storm", true)] {
+        let mut sim = Simulator::new(topo.clone(), cfg.clone())?;
+        for f in &flows {
+            sim.add_flow(*f)?;
+        }
+        if storm {
+            sim.pfc_storm(0, 0)?;
+        }
+        let r = sim.run_with(&mut |p| progress(name, p));
+        let mut done = Vec::new();
+        let mut i = 0;
+        for (_, fl) in &classes {
+            let n = fl.len();
+            done.push(
+                r.flows[i..i + n]
+                    .iter()
+                    .filter(|f| f.done_ns.is_some())
+                    .count(),
+            );
+            i += n;
+        }
+        let rx = |f: &dyn Fn(&str, &str) -> bool| -> u64 {
+            r.pfc
+                .iter()
+                .filter(|p| f(&p.node, &p.peer))
+                .map(|p| p.stats.pauses_received)
+                .sum()
+        };
+        // Tiers from the stuck host: leaf0's port to it (0), the spine ports (1), the
+        // leaves' uplinks (2), the other hosts' NICs (3).
+        let tiers = [
+            rx(&|n, p| n == "leaf0" && p == "host0"),
+            rx(&|n, _| n.starts_with("spine")),
+            rx(&|n, p| n.starts_with("leaf") && p.starts_with("spine")),
+            rx(&|n, _| n.starts_with("host")),
+        ];
+        let spread = tiers.iter().rposition(|&c| c > 0).map_or(0, |i| i + 1);
+        // Ports paused without a break for the second half of the run, per tier: how far
+        // the pause that never ends reached.
+        let stuck = |f: &dyn Fn(&str, &str) -> bool| -> usize {
+            r.pfc
+                .iter()
+                .filter(|p| f(&p.node, &p.peer))
+                .filter(|p| {
+                    p.paused_since_ns
+                        .is_some_and(|since| r.end_ns.saturating_sub(since) >= stop_ns / 2)
+                })
+                .count()
+        };
+        let stuck_tiers = [
+            stuck(&|n, p| n == "leaf0" && p == "host0"),
+            stuck(&|n, _| n.starts_with("spine")),
+            stuck(&|n, p| n.starts_with("leaf") && p.starts_with("spine")),
+            stuck(&|n, _| n.starts_with("host")),
+        ];
+        let paused_ports: usize = stuck_tiers.iter().sum();
+        let stuck_spread = stuck_tiers
+            .iter()
+            .rposition(|&c| c > 0)
+            .map_or(0, |i| i + 1);
+        let drops = r.sum_ports(|p| p.drops);
+        let mut values: Vec<(&str, f64)> = vec![
+            ("flows_done", done.iter().sum::<usize>() as f64),
+            ("done_to_stuck_host", done[0] as f64),
+            ("done_to_neighbours", done[1] as f64),
+            ("done_avoiding_leaf", done[2] as f64),
+            ("pauses_rx_storm_port", tiers[0] as f64),
+            ("pauses_rx_spine_ports", tiers[1] as f64),
+            ("pauses_rx_leaf_uplinks", tiers[2] as f64),
+            ("pauses_rx_host_nics", tiers[3] as f64),
+            ("spread_hops", spread as f64),
+            ("ports_paused_last_ms", paused_ports as f64),
+            ("spine_ports_paused_last_ms", stuck_tiers[1] as f64),
+            ("leaf_uplinks_paused_last_ms", stuck_tiers[2] as f64),
+            ("host_nics_paused_last_ms", stuck_tiers[3] as f64),
+            ("stuck_spread_hops", stuck_spread as f64),
+            ("drops", drops as f64),
+        ];
+        values.push(("end_us", r.end_ns as f64 / 1e3));
+        t.row(name, &values);
+        results.push((name, done, stuck_spread, drops));
+    }
+    t.plot_column = Some("flows_done".into());
+    t.panel(
+        Panel::new("flows_done", "run")
+            .title(format!("flows finished by {} ms", stop_ns / 1_000_000))
+            .quantity("flows finished")
+            .ideal(flows.len() as f64, "every flow"),
+    );
+    t.panel(
+        Panel::new("stuck_spread_hops", "run")
+            .title("how far ports stay paused (the last ms) from the stuck host")
+            .quantity("hops"),
+    );
+    let counts: Vec<usize> = classes.iter().map(|(_, fl)| fl.len()).collect();
+    for (name, done, spread, drops) in results {
+        if name == "no storm" {
+            t.check(
+                "no storm: every flow finishes, and no port stays paused",
+                format!(
+                    "{} of {}; paused for the last ms up to {spread} hops",
+                    done.iter().sum::<usize>(),
+                    flows.len()
+                ),
+                done == counts && spread == 0,
+            );
+        } else {
+            t.check(
+                "storm: ports stay paused for the last ms from the stuck host to other hosts' NICs (4 hops)",
+                format!("{spread} hops"),
+                spread == 4,
+            );
+            t.check(
+                "storm: flows that never address the stuck host are stalled (some unfinished)",
+                format!(
+                    "to its neighbours {} of {} finished, avoiding its leaf {} of {}",
+                    done[1], counts[1], done[2], counts[2]
+                ),
+                done[1] < counts[1] || done[2] < counts[2],
+            );
+            t.check(
+                "storm: lossless, no buffer dropped a frame",
                 format!("{drops} drops"),
                 drops == 0,
             );

@@ -722,6 +722,33 @@ impl Simulator {
             .map(|p| p.ingress_bytes)
     }
 
+    /// A PFC storm: from `at_ns` on, host `h`'s receiver is stuck (a NIC that cannot drain
+    /// its receive buffer, as in Guo et al., "RDMA over Commodity Ethernet at Scale",
+    /// SIGCOMM 2016): its NIC asserts XOFF towards its leaf for good, sending a PAUSE of
+    /// [`PfcConfig::pause_quanta`] at `at_ns` and again every half pause time, so the leaf
+    /// never sends it another lossless frame. What the leaf holds for `h` then pauses the
+    /// leaf's own upstream, and so on (no watchdog is modelled). A run with a storm needs
+    /// [`SimConfig::stop_ns`] to end.
+    ///
+    /// Errors: [`SimError::NoSuchHost`]; [`SimError::Pfc`] ([`PfcError::Off`]) on a run
+    /// without PFC.
+    pub fn pfc_storm(&mut self, h: u32, at_ns: u64) -> Result<(), SimError> {
+        if h >= self.topo.hosts {
+            return Err(SimError::NoSuchHost(h));
+        }
+        if self.cfg.pfc.is_none() {
+            return Err(PfcError::Off.into());
+        }
+        // A host's XOFF is never cleared (hosts keep no ingress count), so the refresh at
+        // `at_ns` sends the PAUSE and every later refresh sends it again.
+        let st = &mut self.pfc[h as usize][0];
+        st.xoff = true;
+        st.refresh_at_ns = at_ns;
+        self.q
+            .push(at_ns, EventKind::PauseRefresh { node: h, port: 0 });
+        Ok(())
+    }
+
     /// Writes every frame leaving `port` of `node` to `out` as pcap.
     ///
     /// Errors: [`SimError::NoSuchPort`], [`SimError::Pcap`].
