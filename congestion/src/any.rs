@@ -27,6 +27,12 @@ pub enum CcKind {
     /// `--cc` choice (`"dcqcn-roce"` in reports), since without PFC a rate-only sender
     /// overruns the buffers ([`DcqcnConfig::for_link`] says by how much).
     DcqcnRoce,
+    /// [`Dcqcn`] with the parameters of the DCQCN paper (Zhu et al., SIGCOMM 2015,
+    /// [`DcqcnConfig::paper`]) and no window, rate only: the paper's own setting, a
+    /// lossless (PFC) fabric. The simulator's second RoCE baseline, beside
+    /// [`CcKind::DcqcnRoce`] (the [`crate::dcqcn`] module docs compare the two parameter
+    /// sets); not a `--cc` choice (`"dcqcn-roce-paper"` in reports), for the same reason.
+    DcqcnRocePaper,
     /// [`Swift`] with [`SwiftConfig::for_link`].
     Swift,
     /// [`Nscc`] with [`NsccConfig::for_link`].
@@ -44,6 +50,7 @@ impl CcKind {
         match self {
             CcKind::Dcqcn => "dcqcn",
             CcKind::DcqcnRoce => "dcqcn-roce",
+            CcKind::DcqcnRocePaper => "dcqcn-roce-paper",
             CcKind::Swift => "swift",
             CcKind::Nscc => "nscc",
             CcKind::None => "none",
@@ -99,8 +106,10 @@ pub enum AnyController {
 
 impl AnyController {
     /// Builds `kind` with its default preset for `link`: DCQCN [`DcqcnConfig::for_link`],
-    /// Swift [`SwiftConfig::for_link`], NSCC [`NsccConfig::for_link`], and for `none` a
-    /// fixed window of twice the BDP (at least one MTU).
+    /// the RoCE DCQCNs [`DcqcnConfig::nvidia_connectx`] (`dcqcn-roce`) and
+    /// [`DcqcnConfig::paper`] (`dcqcn-roce-paper`) without a window, Swift
+    /// [`SwiftConfig::for_link`], NSCC [`NsccConfig::for_link`], and for `none` a fixed
+    /// window of twice the BDP (at least one MTU).
     ///
     /// Errors: [`ConfigError::Zero`] for a zero line rate, base RTT or MTU, or whatever the
     /// preset's `build` rejects.
@@ -115,6 +124,9 @@ impl AnyController {
             ),
             CcKind::DcqcnRoce => {
                 AnyController::Dcqcn(DcqcnConfig::nvidia_connectx(link.line_rate_bps).build()?)
+            }
+            CcKind::DcqcnRocePaper => {
+                AnyController::Dcqcn(DcqcnConfig::paper(link.line_rate_bps).build()?)
             }
             CcKind::Swift => AnyController::Swift(
                 SwiftConfig::for_link(link.line_rate_bps, link.base_rtt_ns, link.mtu_bytes)
@@ -267,6 +279,26 @@ mod tests {
         assert_eq!(dcqcn.kind(), CcKind::Dcqcn);
         assert_eq!(dcqcn.cwnd_bytes(), 600_000); // 4 BDP
         assert_eq!(dcqcn.pacing_rate_bps(), 100_000_000_000);
+
+        // The RoCE presets: rate only. The firmware's first cut keeps 1 - 1023/2048 of the
+        // line rate, the paper's (alpha 1) half of it.
+        for (kind, name, cut_bps) in [
+            (CcKind::DcqcnRoce, "dcqcn-roce", 50_048_828_125),
+            (CcKind::DcqcnRocePaper, "dcqcn-roce-paper", 50_000_000_000),
+        ] {
+            let mut roce = AnyController::new(kind, &LINK).unwrap();
+            assert_eq!(kind.as_str(), name);
+            assert!(name.parse::<CcKind>().is_err(), "not a --cc choice");
+            assert_eq!(roce.cwnd_bytes(), u64::MAX);
+            assert_eq!(roce.pacing_rate_bps(), 100_000_000_000);
+            roce.on_cnp(0);
+            assert_eq!(roce.pacing_rate_bps(), cut_bps);
+        }
+        // Their increase timers: the paper's T = 55 us, the firmware's 300 us (its 1 us
+        // alpha period comes first).
+        let mut paper = AnyController::new(CcKind::DcqcnRocePaper, &LINK).unwrap();
+        paper.on_cnp(0);
+        assert_eq!(paper.next_timer_ns(), Some(55_000));
 
         let swift = AnyController::new(CcKind::Swift, &LINK).unwrap();
         assert_eq!(swift.kind(), CcKind::Swift);

@@ -51,6 +51,42 @@
 //! it. Once R_C and R_T both equal the line rate the flow has recovered and the timers stop
 //! ([`Controller::next_timer_ns`] returns `None`).
 //!
+//! # The two parameter sets
+//!
+//! | parameter | [`DcqcnConfig::paper`] (Zhu et al., SIGCOMM 2015) | [`DcqcnConfig::nvidia_connectx`] (ConnectX firmware default, mlx5 name) |
+//! |---|---|---|
+//! | g, alpha gain | 1/256 | 5/1024 (`dce_tcp_g` = 1019, i.e. 1 - g = 1019/1024) |
+//! | initial alpha | 1 | 1023/1024 (`initial_alpha_value` = 1023) |
+//! | K, alpha period | 55 us | 1 us (`dce_tcp_rtt` = 1) |
+//! | T, increase timer | 55 us | 300 us (`rpg_time_reset` = 300) |
+//! | B, byte counter | 10 MB | 32 767 bytes (`rpg_byte_reset` = 32767) |
+//! | F, fast-recovery stages | 5 | 1 (`rpg_threshold` = 1) |
+//! | R_AI | 40 Mb/s | 5 Mb/s (`rpg_ai_rate` = 5) |
+//! | R_HAI | 200 Mb/s | 50 Mb/s (`rpg_hai_rate` = 50) |
+//! | minimum rate | none given (1 Mb/s here) | 1 Mb/s (`rpg_min_rate` = 1) |
+//! | smallest cut keeps | no bound | 50% (`rpg_min_dec_fac` = 50) |
+//! | cuts at most once per | every CNP | 4 us (`rate_reduce_monitor_period` = 4) |
+//! | CNP interval (notification point) | 50 us | 4 us (`min_time_between_cnps` = 4) |
+//! | window | none (rate only) | none (rate only) |
+//!
+//! Sources: the paper's "DCQCN algorithm" section and its parameter recommendations for
+//! the left column; NVIDIA's "DCQCN CC Parameters" (DOCA documentation) for the right
+//! (the five rate-increase rows are the commonly documented mlx5 defaults, see
+//! [`DcqcnConfig::nvidia_connectx`]). How each is run: [`crate::CcKind::DcqcnRoce`]
+//! (firmware) and [`crate::CcKind::DcqcnRocePaper`] (paper) rate only, as a RoCE NIC
+//! under PFC, the baselines of `mrc-sim experiment incast-victim` and `pfc-spread`;
+//! [`crate::CcKind::Dcqcn`] (`--cc dcqcn`) the firmware set with a 4 x BDP window, for
+//! a fabric without PFC ([`DcqcnConfig::for_link`]). Either way the simulator's
+//! notification point sends at most one CNP per 50 us (the transport's
+//! `AckConfig::cnp_interval_ns`), the paper's interval.
+//!
+//! What the two sets do under PFC (`incast-victim`, seeds 1-8): the firmware's 300 us
+//! timer with a 32 KB byte counter and F = 1 brings a cut flow back within a few
+//! increase events, and its incast finishes within 1.04-1.18 x ideal; the paper's 10 MB
+//! byte counter never fills in a 1 MiB flow, so recovery runs on the 55 us timer alone,
+//! R_AI = 40 Mb/s per event after 5 fast-recovery steps, and the incast takes 1.04-3.91
+//! x ideal (7:1) and 1.38-2.99 x (16:1). Both leave the victim flow hurt.
+//!
 //! Choices where the paper leaves room: hyper increase adds a constant R_HAI per event (QCN
 //! multiplies R_HAI by the number of hyper stages); the stage-counter comparisons follow the
 //! QCN state machine as written above; the minimum rate is not in the paper (see

@@ -250,3 +250,68 @@ fn a_buffer_pfc_cannot_keep_lossless_is_refused() {
         Err(SimError::Pfc(PfcError::Thresholds { .. }))
     ));
 }
+
+/// A PFC storm: host3's receiver is stuck from time 0, its NIC PAUSEs leaf0 for good.
+/// The frames for host3 stay queued in leaf0 (lossless: none dropped), leaf0 pauses the
+/// senders' NICs above XOFF, and the pause never ends; a storm needs PFC.
+#[test]
+fn a_stuck_receiver_pauses_its_leaf_for_good_and_the_senders_behind_it() {
+    let mut sim = sim16(SimConfig {
+        stop_ns: 1_000_000,
+        ..pfc_cfg(true)
+    });
+    sim.set_capture(3, true);
+    sim.pfc_storm(3, 0).unwrap();
+    for s in [0u32, 1] {
+        for k in 0..50 {
+            let f = frame(&sim, s, 3, k % 4, k);
+            sim.inject(s, f).unwrap();
+        }
+    }
+    sim.run();
+    let r = sim.report();
+    assert_eq!(r.end_ns, 1_000_000);
+    assert_eq!(all_drops(&sim), 0);
+    let leaf0 = node(&sim, "leaf0");
+    let host = sim.pfc_stats(3, 0).unwrap();
+    let to_host = sim.pfc_stats(leaf0, 3).unwrap();
+    // Six PAUSEs in 1 ms, one per half pause time (65535 quanta at 100 Gb/s: 335.5 us),
+    // from 0; leaf0's port to host3 paused from 506 ns (the PAUSE's 500 ns of propagation
+    // and its bytes) to the end; not one data frame reached host3.
+    assert_eq!((host.pauses_sent, host.xons_sent), (6, 0));
+    assert_eq!((to_host.pauses_received, to_host.paused_ns), (6, 999_494));
+    assert!(sim.host(3).unwrap().captured.is_empty());
+    let stuck: Vec<(&str, &str, Option<u64>)> = r
+        .pfc
+        .iter()
+        .filter(|p| p.paused_since_ns.is_some())
+        .map(|p| (p.node.as_str(), p.peer.as_str(), p.paused_since_ns))
+        .collect();
+    assert_eq!(
+        stuck,
+        [
+            ("host0", "leaf0", Some(2_353)),
+            ("host1", "leaf0", Some(2_353)),
+            ("leaf0", "host3", Some(506)),
+        ]
+    );
+    // Leaf0 paused both senders above XOFF (16 KiB), within the headroom (37,456 bytes).
+    for port in [0u16, 1] {
+        let st = sim.pfc_stats(leaf0, port).unwrap();
+        assert_eq!((st.pauses_sent, st.xons_sent), (6, 0));
+        assert_eq!(st.max_ingress_bytes, 29_470);
+    }
+    // A storm needs PFC, and a host.
+    let mut off = sim16(SimConfig {
+        stop_ns: 1_000_000,
+        ..pfc_cfg(false)
+    });
+    assert!(matches!(
+        off.pfc_storm(3, 0),
+        Err(SimError::Pfc(PfcError::Off))
+    ));
+    assert!(matches!(
+        sim.pfc_storm(99, 0),
+        Err(SimError::NoSuchHost(99))
+    ));
+}

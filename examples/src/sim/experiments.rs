@@ -61,6 +61,10 @@ pub const EXPERIMENTS: &[(&str, &str)] = &[
         "link failures make shortest paths bounce down-up: a cyclic buffer dependency deadlocks PFC; mrc finishes",
     ),
     (
+        "pfc-storm",
+        "a stuck receiver PAUSEs its leaf for good: how far the storm spreads and which flows it stalls (RoCE + PFC)",
+    ),
+    (
         "speed",
         "simulator speed: events per second, and a 1024-GPU permutation of 1 MiB per host",
     ),
@@ -125,6 +129,7 @@ pub fn run(
         "incast-victim" => super::pfc::incast_victim(seed, progress),
         "pfc-spread" => super::pfc::pfc_spread(seed, progress),
         "pfc-deadlock" => super::pfc::pfc_deadlock(seed, progress),
+        "pfc-storm" => super::pfc::pfc_storm(seed, progress),
         "speed" => speed(seed, progress, true),
         "speed-raw" => speed(seed, progress, false),
         other => Err(ExperimentError::Unknown(

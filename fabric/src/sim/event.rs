@@ -48,6 +48,17 @@ pub enum EventKind {
         /// Packet slab index.
         pkt: u32,
     },
+    /// As [`EventKind::Arrive`], on a fabric with PFC ([`super::pfc`]): a switch counts
+    /// the frame against its ingress port. Its own kind, so that the event loop's dispatch
+    /// already tells the two apart and a run without PFC tests nothing per arrival.
+    ArriveLossless {
+        /// Receiving node.
+        node: u32,
+        /// Ingress port of that node.
+        port: u16,
+        /// Packet slab index.
+        pkt: u32,
+    },
     /// `port` of `node` finished serialising its packet and may start the next.
     TxDone {
         /// Node.

@@ -198,11 +198,17 @@ struct PortRt {
     /// PFC paused this transmitter's lossless class until this time, ns (0 when PFC is
     /// off: never paused). Here, not in the PFC table, so the fast path reads no other.
     paused_until_ns: u64,
-    /// PFC is on (the PFC table has this port).
-    pfc: bool,
+    /// What sends this port's frames off the fast path of [`Simulator::start_tx`]:
+    /// [`PORT_PFC`] and [`PORT_TAP`] bits (0: neither, the fast path).
+    slow: u8,
     stats: PortStats,
     link: u32,
 }
+
+/// [`PortRt::slow`] bit: PFC is on (the PFC table has this port).
+const PORT_PFC: u8 = 1;
+/// [`PortRt::slow`] bit: the pcap tap ([`Simulator::set_pcap`]) is on this port.
+const PORT_TAP: u8 = 2;
 
 /// Cache lines of [`PortRt`] a packet touches (what is prefetched).
 const PORT_HOT_LINES: usize = 5;
@@ -332,6 +338,17 @@ fn pfc_pop(p: &mut PortRt, now_ns: u64) -> Option<(u32, u32)> {
         p.q.pop_priority_with_len()
     } else {
         p.q.pop_with_len()
+    }
+}
+
+/// The event of frame `pkt` arriving at `port` of `node`: [`EventKind::ArriveLossless`]
+/// at a switch of a fabric with PFC, [`EventKind::Arrive`] otherwise (`to_host`: `node` is
+/// a host, which has no ingress count).
+fn arrival<const PFC: bool>(node: u32, port: u16, pkt: u32, to_host: bool) -> EventKind {
+    if PFC && !to_host {
+        EventKind::ArriveLossless { node, port, pkt }
+    } else {
+        EventKind::Arrive { node, port, pkt }
     }
 }
 
@@ -558,7 +575,7 @@ impl Simulator {
                             link: p.link,
                             link_clean: true,
                             paused_until_ns: 0,
-                            pfc: cfg.pfc.is_some(),
+                            slow: if cfg.pfc.is_some() { PORT_PFC } else { 0 },
                             peer_node: p.peer_node,
                             peer_port: p.peer_port,
                         }
@@ -705,6 +722,33 @@ impl Simulator {
             .map(|p| p.ingress_bytes)
     }
 
+    /// A PFC storm: from `at_ns` on, host `h`'s receiver is stuck (a NIC that cannot drain
+    /// its receive buffer, as in Guo et al., "RDMA over Commodity Ethernet at Scale",
+    /// SIGCOMM 2016): its NIC asserts XOFF towards its leaf for good, sending a PAUSE of
+    /// [`PfcConfig::pause_quanta`] at `at_ns` and again every half pause time, so the leaf
+    /// never sends it another lossless frame. What the leaf holds for `h` then pauses the
+    /// leaf's own upstream, and so on (no watchdog is modelled). A run with a storm needs
+    /// [`SimConfig::stop_ns`] to end.
+    ///
+    /// Errors: [`SimError::NoSuchHost`]; [`SimError::Pfc`] ([`PfcError::Off`]) on a run
+    /// without PFC.
+    pub fn pfc_storm(&mut self, h: u32, at_ns: u64) -> Result<(), SimError> {
+        if h >= self.topo.hosts {
+            return Err(SimError::NoSuchHost(h));
+        }
+        if self.cfg.pfc.is_none() {
+            return Err(PfcError::Off.into());
+        }
+        // A host's XOFF is never cleared (hosts keep no ingress count), so the refresh at
+        // `at_ns` sends the PAUSE and every later refresh sends it again.
+        let st = &mut self.pfc[h as usize][0];
+        st.xoff = true;
+        st.refresh_at_ns = at_ns;
+        self.q
+            .push(at_ns, EventKind::PauseRefresh { node: h, port: 0 });
+        Ok(())
+    }
+
     /// Writes every frame leaving `port` of `node` to `out` as pcap.
     ///
     /// Errors: [`SimError::NoSuchPort`], [`SimError::Pcap`].
@@ -718,7 +762,10 @@ impl Simulator {
             return Err(SimError::NoSuchPort { node, port });
         }
         let w = EthernetPcapWriter::new(out).map_err(|e| SimError::Pcap(e.to_string()))?;
-        self.pcap = Some((node, port, w));
+        if let Some((n, p, _)) = self.pcap.replace((node, port, w)) {
+            self.ports[n as usize][usize::from(p)].slow &= !PORT_TAP;
+        }
+        self.ports[node as usize][usize::from(port)].slow |= PORT_TAP;
         Ok(())
     }
 
@@ -1231,6 +1278,9 @@ impl Simulator {
                         .map(|h| h.out);
                     self.on_arrive(node, port, pkt, out);
                 }
+                EventKind::ArriveLossless { node, port, pkt } => {
+                    self.on_arrive_lossless(node, port, pkt);
+                }
                 EventKind::TxDone { node, port } => self.on_tx_done(node, port),
                 EventKind::HostWake { host } => self.on_wake(host, e.time_ns),
                 EventKind::Fault { index } => {
@@ -1376,11 +1426,36 @@ impl Simulator {
         }
     }
 
-    /// Starts serialising the next queued frame of `(node, port)`, if any.
+    /// Starts serialising the next queued frame of `(node, port)`, if any. A port with PFC
+    /// or the pcap tap takes [`Simulator::start_tx_slow`], out of line: the fast path tests
+    /// one byte of the port for both.
     fn start_tx(&mut self, node: u32, port: u16) {
+        if self.ports[node as usize][usize::from(port)].slow == 0 {
+            self.start_tx_with::<false, false>(node, port);
+        } else {
+            self.start_tx_slow(node, port);
+        }
+    }
+
+    /// [`Simulator::start_tx`] of a port with PFC or the pcap tap.
+    #[cold]
+    #[inline(never)]
+    fn start_tx_slow(&mut self, node: u32, port: u16) {
+        if self.ports[node as usize][usize::from(port)].slow & PORT_PFC != 0 {
+            self.start_tx_with::<true, true>(node, port);
+        } else {
+            self.start_tx_with::<false, true>(node, port);
+        }
+    }
+
+    /// The body of [`Simulator::start_tx`]. `PFC`: the port has PFC (a paused port sends
+    /// from its priority queue alone, and the PFC counts follow each frame it sends).
+    /// `TAP`: the pcap tap may be on this port (it writes each frame the port sends).
+    #[inline(always)]
+    fn start_tx_with<const PFC: bool, const TAP: bool>(&mut self, node: u32, port: u16) {
         let now = self.now_ns;
         let p = &mut self.ports[node as usize][usize::from(port)];
-        let next = if p.pfc {
+        let next = if PFC {
             pfc_pop(p, now)
         } else {
             p.q.pop_with_len()
@@ -1398,13 +1473,14 @@ impl Simulator {
         p.stats.tx_packets += 1;
         p.stats.tx_bytes += len as u64;
         p.stats.busy_ns += ser;
-        let (peer_node, peer_port, prop, clean, pfc) =
-            (p.peer_node, p.peer_port, p.prop_ns, p.link_clean, p.pfc);
+        let (peer_node, peer_port, prop, clean) =
+            (p.peer_node, p.peer_port, p.prop_ns, p.link_clean);
+        let to_host = PFC && (peer_node as usize) < self.hosts.len();
         self.q.push(now + ser, EventKind::TxDone { node, port });
-        if pfc {
+        if PFC {
             self.pfc_on_dequeue(node, port, pkt, len as u64, now + ser);
         }
-        if let Some((pn, pp, w)) = &mut self.pcap {
+        if let Some((pn, pp, w)) = self.pcap.as_mut().filter(|_| TAP) {
             if *pn == node && *pp == port {
                 if let Err(e) = w.write_frame(now, &self.pkts[pkt as usize].frame.to_vec()) {
                     self.pcap_error.get_or_insert(e.to_string());
@@ -1413,14 +1489,8 @@ impl Simulator {
         }
         let arrive = now + ser + prop;
         if clean {
-            self.q.push(
-                arrive,
-                EventKind::Arrive {
-                    node: peer_node,
-                    port: peer_port,
-                    pkt,
-                },
-            );
+            self.q
+                .push(arrive, arrival::<PFC>(peer_node, peer_port, pkt, to_host));
             return;
         }
         // The link index sits past the prefetched lines: read only on a faulty link.
@@ -1486,21 +1556,13 @@ impl Simulator {
             let j = jitter(&mut self.rng);
             self.q.push(
                 arrive + j,
-                EventKind::Arrive {
-                    node: peer_node,
-                    port: peer_port,
-                    pkt: dup,
-                },
+                arrival::<PFC>(peer_node, peer_port, dup, to_host),
             );
         }
         let j = jitter(&mut self.rng);
         self.q.push(
             arrive + j,
-            EventKind::Arrive {
-                node: peer_node,
-                port: peer_port,
-                pkt,
-            },
+            arrival::<PFC>(peer_node, peer_port, pkt, to_host),
         );
     }
 
@@ -1511,8 +1573,31 @@ impl Simulator {
     /// Frame `pkt` arrives at `node`; `egress` is its egress port when already computed
     /// (by [`Simulator::plain_egress`], for a frame that needs no rewrite).
     fn on_arrive(&mut self, node: u32, in_port: u16, pkt: u32, egress: Option<u16>) {
+        self.on_arrive_with::<false>(node, in_port, pkt, egress);
+    }
+
+    /// [`Simulator::on_arrive`] at switch `node` of a fabric with PFC
+    /// ([`EventKind::ArriveLossless`]): a frame it queues is counted against its ingress
+    /// port `in_port`.
+    #[cold]
+    #[inline(never)]
+    fn on_arrive_lossless(&mut self, node: u32, in_port: u16, pkt: u32) {
+        self.on_arrive_with::<true>(node, in_port, pkt, None);
+    }
+
+    /// The body of [`Simulator::on_arrive`]; `PFC`: the fabric has PFC and `node` is a
+    /// switch (a host's arrivals are [`EventKind::Arrive`] either way, so that one copy of
+    /// the host path is inlined).
+    fn on_arrive_with<const PFC: bool>(
+        &mut self,
+        node: u32,
+        in_port: u16,
+        pkt: u32,
+        egress: Option<u16>,
+    ) {
         self.counters.hops += 1;
-        if (node as usize) < self.hosts.len() {
+        debug_assert!(!PFC || node as usize >= self.hosts.len());
+        if !PFC && (node as usize) < self.hosts.len() {
             self.deliver(node, pkt);
             return;
         }
@@ -1565,7 +1650,7 @@ impl Simulator {
                     port.stats.ecn_marks += 1;
                 }
                 port.q.push_normal(pkt, len as u32, &mut port.stats);
-                account = port.pfc;
+                account = PFC;
             }
             Admit::Priority => port.q.push_priority(pkt, len as u32),
             Admit::Trim => {
@@ -1595,11 +1680,15 @@ impl Simulator {
                 return;
             }
         }
-        let busy = port.busy;
-        if account {
-            self.pfc_ingress_add(node, in_port, pkt, len);
-        }
-        if !busy {
+        if PFC {
+            let busy = port.busy;
+            if account {
+                self.pfc_ingress_add(node, in_port, pkt, len);
+            }
+            if !busy {
+                self.start_tx(node, out);
+            }
+        } else if !port.busy {
             self.start_tx(node, out);
         }
     }
@@ -1959,7 +2048,8 @@ impl Simulator {
 
     /// Flushes and drops the pcap writer.
     pub fn finish_pcap(&mut self) -> Result<(), SimError> {
-        if let Some((_, _, w)) = self.pcap.take() {
+        if let Some((n, p, w)) = self.pcap.take() {
+            self.ports[n as usize][usize::from(p)].slow &= !PORT_TAP;
             let mut inner = w.into_inner();
             inner.flush().map_err(|e| SimError::Pcap(e.to_string()))?;
         }
@@ -1986,5 +2076,71 @@ mod tests {
             + 64 // 7 counters, padded to the cache's alignment
             + size_of::<[(u32, u32); crate::sim::queue::PENDING_SAMPLES]>();
         assert_eq!(pending_end, PORT_HOT_LINES * 64);
+    }
+
+    /// A `Write` into a buffer the test keeps a handle on.
+    #[derive(Clone, Default)]
+    struct SharedBuf(std::rc::Rc<std::cell::RefCell<Vec<u8>>>);
+
+    impl Write for SharedBuf {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.borrow_mut().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// Only the tapped port and, with PFC, every port leave `start_tx`'s fast path; the
+    /// tap's bit follows `set_pcap` and goes with `finish_pcap`, and the frames the tap
+    /// writes are its port's.
+    #[test]
+    fn the_pcap_tap_and_pfc_take_ports_off_the_fast_path() {
+        use crate::sim::link::LinkSpec;
+        use crate::sim::topo::SpineLeafSpec;
+        let link = LinkSpec::gbps(100, 500);
+        let topo = Topology::spine_leaf(&SpineLeafSpec {
+            hosts: 4,
+            leaves: 2,
+            spines: 1,
+            hosts_per_leaf: 2,
+            uplinks_per_leaf: 1,
+            host_link: link,
+            fabric_link: link,
+        })
+        .unwrap();
+        let slow =
+            |sim: &Simulator| -> Vec<u8> { sim.ports.iter().flatten().map(|p| p.slow).collect() };
+        let mut sim = Simulator::new(topo.clone(), SimConfig::default()).unwrap();
+        assert!(slow(&sim).iter().all(|&s| s == 0));
+        let (first, second) = (SharedBuf::default(), SharedBuf::default());
+        sim.set_pcap(0, 0, Box::new(first.clone())).unwrap();
+        assert_eq!(sim.ports[0][0].slow, PORT_TAP);
+        sim.set_pcap(1, 0, Box::new(second.clone())).unwrap();
+        assert_eq!((sim.ports[0][0].slow, sim.ports[1][0].slow), (0, PORT_TAP));
+        assert_eq!(slow(&sim).iter().filter(|&&s| s != 0).count(), 1);
+        sim.inject(0, vec![0u8; 100]).unwrap();
+        sim.inject(1, vec![1u8; 100]).unwrap();
+        sim.run();
+        sim.finish_pcap().unwrap();
+        assert!(slow(&sim).iter().all(|&s| s == 0));
+        // The first tap wrote only the pcap file header (24 bytes); the second also
+        // host1's frame, a 16-byte record header and its 100 bytes.
+        assert_eq!(first.0.borrow().len(), 24);
+        let b = second.0.borrow();
+        assert_eq!(b.len(), 24 + 16 + 100);
+        assert_eq!(&b[40..], &[1u8; 100][..]);
+        // With PFC every port is off the fast path, and keeps PFC when the tap leaves.
+        let cfg = SimConfig {
+            pfc: Some(PfcConfig::default()),
+            ..SimConfig::default()
+        };
+        let mut sim = Simulator::new(topo, cfg).unwrap();
+        assert!(slow(&sim).iter().all(|&s| s == PORT_PFC));
+        sim.set_pcap(2, 0, Box::new(SharedBuf::default())).unwrap();
+        assert_eq!(sim.ports[2][0].slow, PORT_PFC | PORT_TAP);
+        sim.finish_pcap().unwrap();
+        assert!(slow(&sim).iter().all(|&s| s == PORT_PFC));
     }
 }
