@@ -20,7 +20,7 @@
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use thiserror::Error;
 
 /// Page size used to align virtual addresses of regions, bytes.
@@ -131,7 +131,7 @@ pub struct RegionTable {
     variant: u8,
     keygen: KeyGen,
     /// Slot of each registered rkey.
-    by_rkey: HashMap<u32, usize>,
+    by_rkey: crate::keyhash::FastMap<u32, usize>,
     /// Address span `[start, end)` (guard page included) of each region, by start.
     spans: BTreeMap<u64, u64>,
 }
@@ -149,7 +149,7 @@ impl RegionTable {
                 next_addr: REGION_BASE_ADDR,
                 rkey_salt: rkey_salt & 0xFFFF_FF00,
             },
-            by_rkey: HashMap::new(),
+            by_rkey: Default::default(),
             spans: BTreeMap::new(),
         }
     }

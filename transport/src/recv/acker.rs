@@ -109,6 +109,7 @@ impl Acker {
     /// connection sets it when the hole at `rcv_nxt` was filled or ack-request is set);
     /// `ce`: it carried ECN CE.
     #[allow(clippy::too_many_arguments)]
+    #[inline]
     pub fn on_data(
         &mut self,
         now_ns: u64,
@@ -158,6 +159,7 @@ impl Acker {
     }
 
     /// Queues a NACK; returns false (and counts it) if the queue is full.
+    #[inline]
     pub fn nack(&mut self, n: NackOut) -> bool {
         if self.nacks.len() >= self.cfg.max_pending_nacks {
             self.nacks_dropped += 1;
@@ -168,16 +170,19 @@ impl Acker {
     }
 
     /// Next NACK to send.
+    #[inline]
     pub fn poll_nack(&mut self) -> Option<NackOut> {
         self.nacks.pop_front()
     }
 
     /// Next CNP to send: the EV to echo.
+    #[inline]
     pub fn poll_cnp(&mut self) -> Option<u32> {
         self.cnp_echo.take()
     }
 
     /// Next SACK to send at `now_ns` given `rcv_nxt`, if one is due.
+    #[inline]
     pub fn poll_sack(&mut self, now_ns: u64, rcv_nxt: u64) -> Option<SackOut> {
         let due = self.immediate || self.deadline_ns.is_some_and(|d| now_ns >= d);
         if !due {
