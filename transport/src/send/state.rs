@@ -815,6 +815,7 @@ impl SendState {
     ///
     /// # Errors
     /// [`InvalidAck`] when it acknowledges a PSN at or beyond `snd_nxt`; nothing changes.
+    #[inline]
     pub fn on_sack(
         &mut self,
         now_ns: u64,
@@ -960,6 +961,7 @@ impl SendState {
         }
     }
 
+    #[inline]
     fn complete_messages(&mut self) {
         while let Some(m) = self.msgs.front() {
             if m.acked_packets < m.n_packets || self.seg_msn <= self.msgs_base {
@@ -1096,6 +1098,7 @@ impl SendState {
     /// RACK: declares lost every in-flight packet overtaken by an acknowledged one more
     /// than `rtt + reorder window` after it was sent; queues them for retransmission and
     /// reports each to its EV ([`PathTable::on_loss`]). Also computes the next RACK timer.
+    #[inline]
     pub fn detect_losses(
         &mut self,
         now_ns: u64,
@@ -1152,6 +1155,7 @@ impl SendState {
 
     /// The in-flight packet whose latest transmission is the earliest: (its time ns, its
     /// sequence number; the lowest one of that time).
+    #[inline]
     fn oldest_in_flight(&self) -> Option<(u64, u64)> {
         let mut best: Option<(u64, u64)> = None;
         for (i, p) in self.pkts.iter().enumerate() {
@@ -1494,6 +1498,7 @@ impl SendState {
     }
 
     /// Next sender-side completion, in posting order.
+    #[inline]
     pub fn poll_completion(&mut self) -> Option<Completion> {
         self.completions.pop_front()
     }
