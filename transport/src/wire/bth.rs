@@ -486,6 +486,13 @@ impl BthRepr {
     #[inline]
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, bth: &mut Bth<T>) -> Result<(), WireError> {
         self.check()?;
+        self.write(bth);
+        Ok(())
+    }
+
+    /// [`BthRepr::emit`] of a repr that passed [`BthRepr::check`].
+    #[inline]
+    pub(crate) fn write<T: AsRef<[u8]> + AsMut<[u8]>>(&self, bth: &mut Bth<T>) {
         bth.set_opcode(self.opcode);
         bth.set_se_m_pad_tver(self.spare.byte1);
         bth.set_pkey(self.pkey);
@@ -508,7 +515,6 @@ impl BthRepr {
         }
         bth.set_ackreq_resv7(b8);
         bth.set_psn(self.psn);
-        Ok(())
     }
 
     /// Bytes [`BthRepr::emit`] writes: always 12.

@@ -389,6 +389,15 @@ impl<'a> DataRepr<'a> {
     #[inline]
     pub fn emit(&self, buf: &mut [u8], trimmed: bool) -> Result<usize, WireError> {
         self.check(trimmed)?;
+        self.write(buf)
+    }
+
+    /// [`DataRepr::emit`] of a repr that passed [`DataRepr::check`].
+    ///
+    /// # Errors
+    /// [`WireError::BufferTooSmall`].
+    #[inline]
+    pub(crate) fn write(&self, buf: &mut [u8]) -> Result<usize, WireError> {
         let need = self.buffer_len();
         let Some(out) = buf.get_mut(..need) else {
             return Err(WireError::BufferTooSmall {

@@ -226,12 +226,13 @@ impl<'a> PacketRepr<'a> {
             return Err(WireError::BufferTooSmall { need, have });
         };
         let (bth, rest) = out.split_at_mut(BTH_LEN);
-        self.bth.emit(&mut Bth::new_checked(bth)?)?;
+        // `check` above covered the BTH and the data body: write them without checking again
+        self.bth.write(&mut Bth::new_checked(bth)?);
         let (mrceth, rest) = rest.split_at_mut(MRCETH_LEN);
         self.mrceth.emit(&mut Mrceth::new_checked(mrceth)?);
         match &self.body {
             Body::Data(d) => {
-                d.emit(rest, self.bth.flags.trimmed)?;
+                d.write(rest)?;
             }
             Body::Sack(s) => s.emit(&mut Sack::new_checked(rest)?)?,
             Body::Nack(n) => n.emit(&mut Nack::new_checked(rest)?)?,
