@@ -70,6 +70,8 @@ pub struct NackOut {
 #[derive(Clone, Debug)]
 pub struct Acker {
     cfg: AckConfig,
+    /// `max_ack_delay_ns / sack_every_packets`: arrivals further apart are sparse.
+    sparse_after_ns: u64,
     unacked: u32,
     immediate: bool,
     deadline_ns: Option<u64>,
@@ -90,6 +92,7 @@ impl Acker {
     pub fn new(cfg: AckConfig) -> Self {
         Acker {
             cfg,
+            sparse_after_ns: cfg.max_ack_delay_ns / u64::from(cfg.sack_every_packets.max(1)),
             unacked: 0,
             immediate: false,
             deadline_ns: None,
@@ -125,8 +128,7 @@ impl Acker {
         // Sparse arrivals: when the previous one came more than `max_ack_delay /
         // sack_every` ago, `sack_every` packets will not gather before the delay timer
         // fires, so waiting only delays the sender (a window-limited flow stalls on it).
-        let sparse_after_ns =
-            self.cfg.max_ack_delay_ns / u64::from(self.cfg.sack_every_packets.max(1));
+        let sparse_after_ns = self.sparse_after_ns;
         let sparse = self
             .last_arrival_ns
             .is_some_and(|t| now_ns.saturating_sub(t) > sparse_after_ns);
