@@ -173,6 +173,17 @@ impl RecvWindow {
     /// [`RecvWindow::classify`] (no window change since).
     #[inline]
     pub fn on_arrival_seq(&mut self, seq: u64) -> Arrival {
+        if seq == self.rcv_nxt && self.highest_end == seq {
+            // in order with nothing beyond it: no bit to read, set or clear
+            self.rcv_nxt += 1;
+            self.highest_end = self.rcv_nxt;
+            return Arrival::New {
+                seq,
+                in_order: true,
+                gap_filled: false,
+                gap_opened: false,
+            };
+        }
         if seq < self.rcv_nxt || seq - self.rcv_nxt >= u64::from(self.window) {
             return Arrival::OutOfWindow(seq);
         }
@@ -409,6 +420,49 @@ mod tests {
             for b in bases {
                 let base = (s0 + b).saturating_sub(100);
                 proptest::prop_assert_eq!(w.bitmap64(base), w.bitmap64_slow(base));
+            }
+        }
+
+        /// Every arrival against a set-of-received model: the result, `rcv_nxt`,
+        /// `highest_end` and the duplicate count (mostly in-order runs, which take the
+        /// no-bitmap fast path, mixed with jumps ahead and repeats).
+        #[test]
+        fn arrivals_match_a_set_model(
+            start in 0u32..0x100_0000,
+            window in 1u32..300,
+            steps in proptest::collection::vec((0u8..4, 0u32..80), 0..400),
+        ) {
+            let mut w = RecvWindow::new(Psn::new(start), window);
+            let s0 = u64::from(start);
+            let mut got = std::collections::BTreeSet::new();
+            let (mut nxt, mut high, mut dups, mut next_in_order) = (s0, s0, 0u64, s0);
+            for (kind, k) in steps {
+                // kind 0..=2: the next in-order sequence; 3: `k` ahead of rcv_nxt
+                let seq = if kind < 3 { next_in_order } else { nxt + u64::from(k) };
+                next_in_order = next_in_order.max(seq + 1);
+                let want = if seq < nxt {
+                    dups += 1;
+                    Arrival::OldDuplicate(seq)
+                } else if seq - nxt >= u64::from(window) {
+                    next_in_order = nxt;
+                    Arrival::OutOfWindow(seq)
+                } else if !got.insert(seq) {
+                    dups += 1;
+                    Arrival::Duplicate(seq)
+                } else {
+                    let in_order = seq == nxt;
+                    let gap_filled = in_order && high > seq + 1;
+                    let gap_opened = seq > nxt && seq >= high;
+                    high = high.max(seq + 1);
+                    while got.contains(&nxt) {
+                        nxt += 1;
+                    }
+                    Arrival::New { seq, in_order, gap_filled, gap_opened }
+                };
+                proptest::prop_assert_eq!(w.on_arrival(Psn::from_seq(seq)), want);
+                proptest::prop_assert_eq!(w.rcv_nxt(), nxt);
+                proptest::prop_assert_eq!(w.highest_end(), high);
+                proptest::prop_assert_eq!(w.duplicates(), dups);
             }
         }
     }
