@@ -15,6 +15,7 @@
 pub mod auth;
 pub mod completion;
 pub mod conn;
+mod keyhash;
 pub mod loss;
 pub mod path;
 pub mod psn;

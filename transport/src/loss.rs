@@ -42,11 +42,13 @@ impl RttEstimator {
     }
 
     /// Whether any sample was taken.
+    #[inline]
     pub fn has_sample(&self) -> bool {
         self.min_rtt_ns != u64::MAX
     }
 
     /// Feeds one RTT sample (ns); RFC 6298 2.2 / 2.3 with alpha 1/8, beta 1/4.
+    #[inline]
     pub fn on_sample(&mut self, rtt_ns: u64) {
         self.latest_ns = rtt_ns;
         if !self.has_sample() {
@@ -61,6 +63,7 @@ impl RttEstimator {
     }
 
     /// `SRTT + 4 RTTVAR` clamped to `[min_rto_ns, max_rto_ns]` (before back-off).
+    #[inline]
     pub fn rto_ns(&self, min_rto_ns: u64, max_rto_ns: u64) -> u64 {
         let raw = if self.has_sample() {
             self.srtt_ns
@@ -88,6 +91,7 @@ impl Rack {
     /// A packet sent at `sent_ns` with sequence `seq` was acknowledged at `now_ns`.
     /// `retransmitted`: it was sent more than once, so its RTT is ambiguous (Karn) and
     /// only a send time after the newest retransmission would update (we skip it).
+    #[inline]
     pub fn on_ack(&mut self, sent_ns: u64, seq: u64, now_ns: u64, retransmitted: bool) {
         if retransmitted {
             return;
@@ -111,6 +115,7 @@ impl Rack {
     /// would declare the rest of the burst lost whenever the receiver takes longer than
     /// the reorder window to get from the first group to the last. The next burst, which
     /// leaves after the whole burst, still overtakes it.
+    #[inline]
     pub fn overtaken(&self, sent_ns: u64, seq: u64, burst_may_reorder: bool) -> bool {
         if burst_may_reorder {
             sent_ns < self.xmit_ns
@@ -120,6 +125,7 @@ impl Rack {
     }
 
     /// When an overtaken packet sent at `sent_ns` counts as lost.
+    #[inline]
     pub fn deadline_ns(&self, sent_ns: u64, reorder_window_ns: u64) -> u64 {
         sent_ns
             .saturating_add(self.rtt_ns)

@@ -30,7 +30,7 @@
 use crate::stats::EvStats;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
 /// State of one EV.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -107,7 +107,7 @@ pub const RECYCLE_CAPACITY: usize = 256;
 #[derive(Clone, Debug)]
 pub struct PathTable {
     paths: Vec<Path>,
-    by_ev: HashMap<u32, usize>,
+    by_ev: crate::keyhash::FastMap<u32, usize>,
     cursor: usize,
     picks: u64,
     selection: Selection,
@@ -144,7 +144,8 @@ impl PathTable {
     /// A table over `evs` (duplicates ignored), all `Good`; `seed` seeds the selection RNG.
     pub fn new(evs: &[u32], selection: Selection, seed: u64) -> Self {
         let mut paths = Vec::with_capacity(evs.len());
-        let mut by_ev = HashMap::with_capacity(evs.len());
+        let mut by_ev =
+            crate::keyhash::FastMap::with_capacity_and_hasher(evs.len(), Default::default());
         for &ev in evs {
             if by_ev.contains_key(&ev) {
                 continue;
@@ -183,11 +184,13 @@ impl PathTable {
     }
 
     /// Number of paths.
+    #[inline]
     pub fn len(&self) -> usize {
         self.paths.len()
     }
 
     /// Whether the table has no paths.
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.paths.is_empty()
     }
@@ -198,16 +201,25 @@ impl PathTable {
     }
 
     /// Path index of `ev`.
+    #[inline]
     pub fn index_of(&self, ev: u32) -> Option<usize> {
+        // EVs are unique, so a path whose EV equals its index is the one (the usual `0..n`)
+        if let Some(p) = self.paths.get(ev as usize)
+            && p.ev == ev
+        {
+            return Some(ev as usize);
+        }
         self.by_ev.get(&ev).copied()
     }
 
     /// The path at `idx`.
+    #[inline]
     pub fn get(&self, idx: usize) -> Option<&Path> {
         self.paths.get(idx)
     }
 
     /// The path at `idx`, mutable (for counters).
+    #[inline]
     pub fn get_mut(&mut self, idx: usize) -> Option<&mut Path> {
         self.paths.get_mut(idx)
     }
@@ -221,6 +233,7 @@ impl PathTable {
 
     /// The state of `idx` now: a `Skip` whose rotation is over is `Good` again, and a
     /// `Good` EV gone stale is revalidated (see [`PathTable::set_revalidate_after_ns`]).
+    #[inline]
     fn refresh(&mut self, idx: usize) -> PathState {
         let picks = self.picks;
         let stale = self.is_stale(idx);
@@ -251,6 +264,7 @@ impl PathTable {
     /// for an EV never proven) for more than `revalidate_after_ns` before the latest
     /// evidence on any EV, and the table has had more than [`REVALIDATE_AFTER_ROTATIONS`]
     /// x the number of EVs pieces of evidence since.
+    #[inline]
     fn is_stale(&self, idx: usize) -> bool {
         let (Some(latest), Some(p)) = (self.latest_proof_ns, self.paths.get(idx)) else {
             return false;
@@ -281,6 +295,7 @@ impl PathTable {
         self.revalidate_after_ns = ns;
     }
 
+    #[inline]
     fn note_proof(&mut self, idx: usize, now_ns: u64) {
         if let Some(p) = self.paths.get_mut(idx) {
             p.proof_ns = Some(p.proof_ns.map_or(now_ns, |t| t.max(now_ns)));
@@ -292,12 +307,14 @@ impl PathTable {
     }
 
     /// Whether [`PathTable::select`] can return an EV (some EV is not denied).
+    #[inline]
     pub fn any_usable(&self) -> bool {
         self.paths.iter().any(|p| p.state != PathState::Denied)
     }
 
     /// Chooses the EV for the next packet; returns its index, `None` if every EV is denied.
     /// `avoid`: an index to avoid if any other usable one exists (retransmit on another EV).
+    #[inline]
     pub fn select(&mut self, avoid: Option<usize>) -> Option<usize> {
         let n = self.paths.len();
         if n == 0 {
@@ -315,6 +332,7 @@ impl PathTable {
     /// The oldest recycled EV that is still `Good` (stale entries are dropped); when none is
     /// waiting or the oldest is `avoid` (which then stays for the next packet), round-robin
     /// over `Good` EVs without a loss since their latest delivery, then over all `Good` ones.
+    #[inline]
     fn select_recycled(&mut self, avoid: Option<usize>) -> Option<usize> {
         while let Some(&i) = self.recycled.front() {
             if Some(i) == avoid {
@@ -404,6 +422,7 @@ impl PathTable {
     /// applied (see [`crate::send::state::SentPacket::delivered_ev`]): the EV delivers (its
     /// consecutive-loss count restarts, it has evidence at `now_ns`), and with
     /// [`Selection::Recycle`] it is a candidate for recycling ([`PathTable::end_ack`]).
+    #[inline]
     pub fn on_delivered(&mut self, idx: usize, now_ns: u64) {
         self.note_proof(idx, now_ns);
         if let Some(p) = self.paths.get_mut(idx) {
@@ -419,6 +438,7 @@ impl PathTable {
     /// recycled, in acknowledgement order. One mark: all but the echoed EV (the receiver
     /// SACKs at once on a CE arrival, so the echoed packet is the marked one). More marks:
     /// none (which were marked is not known). Only `Good` EVs are recycled.
+    #[inline]
     pub fn end_ack(&mut self, ecn_ce_count: u32, echo: Option<usize>) {
         let mut delivered = std::mem::take(&mut self.delivered);
         if ecn_ce_count <= 1 {
@@ -517,6 +537,7 @@ impl PathTable {
     /// The next probe to send at `now_ns`: `(index, probe sequence)` of an `AssumedBad` EV
     /// whose probe time has come; schedules its next probe `interval_ns << k` later, `k`
     /// the probes of this episode so far (at most 6: exponential back-off to 64x).
+    #[inline]
     pub fn next_probe(&mut self, now_ns: u64, interval_ns: u64) -> Option<(usize, u32)> {
         if self.n_bad == 0 {
             return None;
@@ -579,6 +600,7 @@ impl PathTable {
     /// A SACK or probe reply echoing `idx` arrived at `now_ns`: the EV's round trip works
     /// (the echoed packet went out on it and the answer came back on it; the peer sends
     /// its answer on the EV it echoes).
+    #[inline]
     pub fn on_echo(&mut self, idx: usize, now_ns: u64) {
         if let Some(p) = self.paths.get_mut(idx) {
             p.echo_ns = Some(p.echo_ns.map_or(now_ns, |t| t.max(now_ns)));

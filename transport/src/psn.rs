@@ -99,12 +99,14 @@ impl Psn {
 }
 
 impl fmt::Debug for Psn {
+    #[inline]
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "Psn({:#08x})", self.0)
     }
 }
 
 impl fmt::Display for Psn {
+    #[inline]
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{:#08x}", self.0)
     }

@@ -20,7 +20,7 @@
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use thiserror::Error;
 
 /// Page size used to align virtual addresses of regions, bytes.
@@ -131,7 +131,7 @@ pub struct RegionTable {
     variant: u8,
     keygen: KeyGen,
     /// Slot of each registered rkey.
-    by_rkey: HashMap<u32, usize>,
+    by_rkey: crate::keyhash::FastMap<u32, usize>,
     /// Address span `[start, end)` (guard page included) of each region, by start.
     spans: BTreeMap<u64, u64>,
 }
@@ -149,7 +149,7 @@ impl RegionTable {
                 next_addr: REGION_BASE_ADDR,
                 rkey_salt: rkey_salt & 0xFFFF_FF00,
             },
-            by_rkey: HashMap::new(),
+            by_rkey: Default::default(),
             spans: BTreeMap::new(),
         }
     }
@@ -272,6 +272,7 @@ impl RegionTable {
         Ok(())
     }
 
+    #[inline]
     fn find_lkey(&self, lkey: u32) -> Result<usize, AccessError> {
         let idx = (lkey >> 8) as usize;
         match self.slots.get(idx) {
@@ -280,6 +281,7 @@ impl RegionTable {
         }
     }
 
+    #[inline]
     fn find_rkey(&self, rkey: u32) -> Result<usize, AccessError> {
         match self.by_rkey.get(&rkey) {
             Some(&idx) if matches!(self.slots.get(idx), Some(Some(r)) if r.key.rkey == rkey) => {
@@ -341,6 +343,7 @@ impl RegionTable {
     ///
     /// # Errors
     /// [`AccessError::UnknownKey`], [`AccessError::OutOfBounds`].
+    #[inline]
     pub fn read(&self, lkey: u32, addr: u64, len: u64) -> Result<&[u8], AccessError> {
         let idx = self.find_lkey(lkey)?;
         let r = self.slots[idx]
@@ -374,6 +377,7 @@ impl RegionTable {
     ///
     /// # Errors
     /// As [`RegionTable::check_remote_write`].
+    #[inline]
     pub fn place_remote(&mut self, rkey: u32, addr: u64, data: &[u8]) -> Result<(), AccessError> {
         let idx = self.find_rkey(rkey)?;
         let r = self.slots[idx]

@@ -70,6 +70,8 @@ pub struct NackOut {
 #[derive(Clone, Debug)]
 pub struct Acker {
     cfg: AckConfig,
+    /// `max_ack_delay_ns / sack_every_packets`: arrivals further apart are sparse.
+    sparse_after_ns: u64,
     unacked: u32,
     immediate: bool,
     deadline_ns: Option<u64>,
@@ -90,6 +92,7 @@ impl Acker {
     pub fn new(cfg: AckConfig) -> Self {
         Acker {
             cfg,
+            sparse_after_ns: cfg.max_ack_delay_ns / u64::from(cfg.sack_every_packets.max(1)),
             unacked: 0,
             immediate: false,
             deadline_ns: None,
@@ -109,6 +112,7 @@ impl Acker {
     /// connection sets it when the hole at `rcv_nxt` was filled or ack-request is set);
     /// `ce`: it carried ECN CE.
     #[allow(clippy::too_many_arguments)]
+    #[inline]
     pub fn on_data(
         &mut self,
         now_ns: u64,
@@ -124,8 +128,7 @@ impl Acker {
         // Sparse arrivals: when the previous one came more than `max_ack_delay /
         // sack_every` ago, `sack_every` packets will not gather before the delay timer
         // fires, so waiting only delays the sender (a window-limited flow stalls on it).
-        let sparse_after_ns =
-            self.cfg.max_ack_delay_ns / u64::from(self.cfg.sack_every_packets.max(1));
+        let sparse_after_ns = self.sparse_after_ns;
         let sparse = self
             .last_arrival_ns
             .is_some_and(|t| now_ns.saturating_sub(t) > sparse_after_ns);
@@ -158,6 +161,7 @@ impl Acker {
     }
 
     /// Queues a NACK; returns false (and counts it) if the queue is full.
+    #[inline]
     pub fn nack(&mut self, n: NackOut) -> bool {
         if self.nacks.len() >= self.cfg.max_pending_nacks {
             self.nacks_dropped += 1;
@@ -168,16 +172,19 @@ impl Acker {
     }
 
     /// Next NACK to send.
+    #[inline]
     pub fn poll_nack(&mut self) -> Option<NackOut> {
         self.nacks.pop_front()
     }
 
     /// Next CNP to send: the EV to echo.
+    #[inline]
     pub fn poll_cnp(&mut self) -> Option<u32> {
         self.cnp_echo.take()
     }
 
     /// Next SACK to send at `now_ns` given `rcv_nxt`, if one is due.
+    #[inline]
     pub fn poll_sack(&mut self, now_ns: u64, rcv_nxt: u64) -> Option<SackOut> {
         let due = self.immediate || self.deadline_ns.is_some_and(|d| now_ns >= d);
         if !due {

@@ -59,6 +59,7 @@ pub struct RecvWindow {
 
 impl RecvWindow {
     /// A window of `window_packets` (at least 1; at most `2^22`) expecting `initial_psn`.
+    #[inline]
     pub fn new(initial_psn: Psn, window_packets: u32) -> Self {
         let window = window_packets.clamp(1, 1 << 22);
         // ring of a power-of-two number of 64-bit words, so slot = seq & mask
@@ -74,35 +75,42 @@ impl RecvWindow {
     }
 
     /// The next expected sequence number (every one before it has arrived).
+    #[inline]
     pub fn rcv_nxt(&self) -> u64 {
         self.rcv_nxt
     }
 
     /// `rcv_nxt` as a wire PSN.
+    #[inline]
     pub fn rcv_nxt_psn(&self) -> Psn {
         Psn::from_seq(self.rcv_nxt)
     }
 
     /// One past the highest sequence number received so far.
+    #[inline]
     pub fn highest_end(&self) -> u64 {
         self.highest_end
     }
 
     /// Window size in packets.
+    #[inline]
     pub fn window_packets(&self) -> u32 {
         self.window
     }
 
     /// Duplicates seen so far (in-window and old).
+    #[inline]
     pub fn duplicates(&self) -> u64 {
         self.duplicates
     }
 
     /// Ring capacity in bits (a power of two, at least the window).
+    #[inline]
     fn cap(&self) -> u64 {
         self.bits.len() as u64 * 64
     }
 
+    #[inline]
     fn bit(&self, seq: u64) -> bool {
         let i = seq & (self.cap() - 1);
         self.bits
@@ -110,6 +118,7 @@ impl RecvWindow {
             .is_some_and(|w| w & (1u64 << (i % 64)) != 0)
     }
 
+    #[inline]
     fn set(&mut self, seq: u64, on: bool) {
         let i = seq & (self.cap() - 1);
         if let Some(w) = self.bits.get_mut((i / 64) as usize) {
@@ -123,6 +132,7 @@ impl RecvWindow {
 
     /// Where `psn` falls (acceptance: rcv_nxt 0xFFFFF8, window 16: 0x000002 in window,
     /// 0x000008 beyond, 0xFFFFF7 old).
+    #[inline]
     pub fn classify(&self, psn: Psn) -> WindowPos {
         let seq = psn.unwrap(self.rcv_nxt);
         if seq < self.rcv_nxt {
@@ -135,6 +145,7 @@ impl RecvWindow {
     }
 
     /// Whether `seq` has been received (true for everything before `rcv_nxt`).
+    #[inline]
     pub fn is_received(&self, seq: u64) -> bool {
         if seq < self.rcv_nxt {
             return true;
@@ -146,6 +157,7 @@ impl RecvWindow {
     }
 
     /// Records the arrival of `psn`.
+    #[inline]
     pub fn on_arrival(&mut self, psn: Psn) -> Arrival {
         match self.classify(psn) {
             WindowPos::Old(seq) => {
@@ -159,7 +171,19 @@ impl RecvWindow {
 
     /// Records the arrival of `seq`, already classified `InWindow` by
     /// [`RecvWindow::classify`] (no window change since).
+    #[inline]
     pub fn on_arrival_seq(&mut self, seq: u64) -> Arrival {
+        if seq == self.rcv_nxt && self.highest_end == seq {
+            // in order with nothing beyond it: no bit to read, set or clear
+            self.rcv_nxt += 1;
+            self.highest_end = self.rcv_nxt;
+            return Arrival::New {
+                seq,
+                in_order: true,
+                gap_filled: false,
+                gap_opened: false,
+            };
+        }
         if seq < self.rcv_nxt || seq - self.rcv_nxt >= u64::from(self.window) {
             return Arrival::OutOfWindow(seq);
         }
@@ -189,12 +213,14 @@ impl RecvWindow {
     }
 
     /// Sequence numbers in `[rcv_nxt, highest_end)` not yet received, ascending.
+    #[inline]
     pub fn missing(&self) -> impl Iterator<Item = u64> + '_ {
         (self.rcv_nxt..self.highest_end).filter(move |&s| !self.bit(s))
     }
 
     /// The 64-bit SACK bitmap starting at `base_seq`: bit `i` (LSB = 0) set when
     /// `base_seq + i` has been received. Word-level: at most two ring words are read.
+    #[inline]
     pub fn bitmap64(&self, base_seq: u64) -> u64 {
         let end = self.rcv_nxt + u64::from(self.window);
         if base_seq + 64 <= self.rcv_nxt {
@@ -225,6 +251,7 @@ impl RecvWindow {
     }
 
     /// 64 ring bits starting at the slot of `seq` (wrapping around the ring).
+    #[inline]
     fn ring_bits64(&self, seq: u64) -> u64 {
         let i = seq & (self.cap() - 1);
         let w = (i / 64) as usize;
@@ -240,6 +267,7 @@ impl RecvWindow {
 
     /// Reference implementation of [`RecvWindow::bitmap64`], bit by bit (tests).
     #[cfg(test)]
+    #[inline]
     fn bitmap64_slow(&self, base_seq: u64) -> u64 {
         let mut out = 0u64;
         for i in 0..64u64 {
@@ -392,6 +420,49 @@ mod tests {
             for b in bases {
                 let base = (s0 + b).saturating_sub(100);
                 proptest::prop_assert_eq!(w.bitmap64(base), w.bitmap64_slow(base));
+            }
+        }
+
+        /// Every arrival against a set-of-received model: the result, `rcv_nxt`,
+        /// `highest_end` and the duplicate count (mostly in-order runs, which take the
+        /// no-bitmap fast path, mixed with jumps ahead and repeats).
+        #[test]
+        fn arrivals_match_a_set_model(
+            start in 0u32..0x100_0000,
+            window in 1u32..300,
+            steps in proptest::collection::vec((0u8..4, 0u32..80), 0..400),
+        ) {
+            let mut w = RecvWindow::new(Psn::new(start), window);
+            let s0 = u64::from(start);
+            let mut got = std::collections::BTreeSet::new();
+            let (mut nxt, mut high, mut dups, mut next_in_order) = (s0, s0, 0u64, s0);
+            for (kind, k) in steps {
+                // kind 0..=2: the next in-order sequence; 3: `k` ahead of rcv_nxt
+                let seq = if kind < 3 { next_in_order } else { nxt + u64::from(k) };
+                next_in_order = next_in_order.max(seq + 1);
+                let want = if seq < nxt {
+                    dups += 1;
+                    Arrival::OldDuplicate(seq)
+                } else if seq - nxt >= u64::from(window) {
+                    next_in_order = nxt;
+                    Arrival::OutOfWindow(seq)
+                } else if !got.insert(seq) {
+                    dups += 1;
+                    Arrival::Duplicate(seq)
+                } else {
+                    let in_order = seq == nxt;
+                    let gap_filled = in_order && high > seq + 1;
+                    let gap_opened = seq > nxt && seq >= high;
+                    high = high.max(seq + 1);
+                    while got.contains(&nxt) {
+                        nxt += 1;
+                    }
+                    Arrival::New { seq, in_order, gap_filled, gap_opened }
+                };
+                proptest::prop_assert_eq!(w.on_arrival(Psn::from_seq(seq)), want);
+                proptest::prop_assert_eq!(w.rcv_nxt(), nxt);
+                proptest::prop_assert_eq!(w.highest_end(), high);
+                proptest::prop_assert_eq!(w.duplicates(), dups);
             }
         }
     }

@@ -285,6 +285,7 @@ pub struct TxPacket {
 
 impl TxPacket {
     /// The PSN of this packet.
+    #[inline]
     pub fn psn(&self) -> Psn {
         Psn::from_seq(self.seq)
     }
@@ -489,21 +490,25 @@ impl SendState {
     }
 
     /// The configuration.
+    #[inline]
     pub fn config(&self) -> &SendConfig {
         &self.cfg
     }
 
     /// Lowest unacknowledged sequence number.
+    #[inline]
     pub fn snd_una(&self) -> u64 {
         self.snd_una
     }
 
     /// Next new sequence number.
+    #[inline]
     pub fn snd_nxt(&self) -> u64 {
         self.snd_nxt
     }
 
     /// Payload bytes sent and not yet acknowledged.
+    #[inline]
     pub fn bytes_in_flight(&self) -> u64 {
         self.bytes_in_flight
     }
@@ -536,6 +541,7 @@ impl SendState {
     }
 
     /// Puts `seq` (payload `len` bytes) into the retransmit queue.
+    #[inline]
     fn rtx_insert(&mut self, seq: u64, len: u32) {
         if self.rtx.insert(seq) {
             self.rtx_bytes += u64::from(len);
@@ -544,6 +550,7 @@ impl SendState {
     }
 
     /// Takes `seq` (payload `len` bytes) out of the retransmit queue, if there.
+    #[inline]
     fn rtx_remove(&mut self, seq: u64, len: u32) {
         if self.rtx.remove(&seq) {
             self.rtx_bytes -= u64::from(len);
@@ -557,11 +564,13 @@ impl SendState {
     }
 
     /// The record of `seq` if it is still tracked (`snd_una <= seq < snd_nxt`).
+    #[inline]
     pub fn packet(&self, seq: u64) -> Option<&SentPacket> {
         seq.checked_sub(self.snd_una)
             .and_then(|i| self.pkts.get(usize::try_from(i).ok()?))
     }
 
+    #[inline]
     fn packet_mut(&mut self, seq: u64) -> Option<&mut SentPacket> {
         let i = usize::try_from(seq.checked_sub(self.snd_una)?).ok()?;
         self.pkts.get_mut(i)
@@ -635,6 +644,7 @@ impl SendState {
 
     /// The RTO without back-off, ns: RFC 6298 `SRTT + 4 RTTVAR` (the initial RTO before the
     /// first sample), clamped to `[min_rto_ns, max_rto_ns]`.
+    #[inline]
     pub fn base_rto_ns(&self) -> u64 {
         self.rtt.rto_ns(self.cfg.min_rto_ns, self.cfg.max_rto_ns)
     }
@@ -658,11 +668,13 @@ impl SendState {
         msn
     }
 
+    #[inline]
     fn msg(&self, msn: u64) -> Option<&SendMsg> {
         self.msgs
             .get(usize::try_from(msn.checked_sub(self.msgs_base)?).ok()?)
     }
 
+    #[inline]
     fn msg_mut(&mut self, msn: u64) -> Option<&mut SendMsg> {
         let i = usize::try_from(msn.checked_sub(self.msgs_base)?).ok()?;
         self.msgs.get_mut(i)
@@ -672,6 +684,7 @@ impl SendState {
     /// it is [`SentPacket::cwnd_gated`], not the tail loss probe, and the bytes in the
     /// network (in flight minus queued) are above 0 and leave no room for it in
     /// `cwnd_bytes`.
+    #[inline]
     fn waits_for_window(&self, seq: u64, cwnd_bytes: u64) -> bool {
         let Some(p) = self.packet(seq) else {
             return false;
@@ -687,6 +700,7 @@ impl SendState {
     /// waits for window space, the lowest one that does not wait: a loss retransmission or
     /// the tail loss probe), then new data if the peer window allows and
     /// `bytes_in_flight + len <= cwnd_bytes` (or nothing is in flight).
+    #[inline]
     pub fn next_tx(&self, cwnd_bytes: u64) -> Option<TxPacket> {
         if self.failed {
             return None;
@@ -744,6 +758,7 @@ impl SendState {
 
     /// Records that `tx` (from [`SendState::next_tx`]) left at `now_ns` on EV index
     /// `ev` with send timestamp `ts32`.
+    #[inline]
     pub fn on_transmit(&mut self, tx: &TxPacket, now_ns: u64, ev: usize, ts32: u32) {
         let ev16 = u16::try_from(ev).unwrap_or(u16::MAX);
         self.blocked_since_ns = None;
@@ -800,6 +815,7 @@ impl SendState {
     ///
     /// # Errors
     /// [`InvalidAck`] when it acknowledges a PSN at or beyond `snd_nxt`; nothing changes.
+    #[inline]
     pub fn on_sack(
         &mut self,
         now_ns: u64,
@@ -855,6 +871,7 @@ impl SendState {
         }
         self.debug_check_rtx();
         if let Some((ev, ts32)) = echo
+            && !self.suspects.is_empty()
             && let Ok(ev16) = u16::try_from(ev)
             && self.suspects.remove(&(ev16, ts32))
         {
@@ -888,6 +905,7 @@ impl SendState {
     }
 
     #[allow(clippy::too_many_arguments)]
+    #[inline]
     fn ack_one(
         &mut self,
         now_ns: u64,
@@ -943,6 +961,7 @@ impl SendState {
         }
     }
 
+    #[inline]
     fn complete_messages(&mut self) {
         while let Some(m) = self.msgs.front() {
             if m.acked_packets < m.n_packets || self.seg_msn <= self.msgs_base {
@@ -1071,6 +1090,7 @@ impl SendState {
     }
 
     /// Whether `seq` is in `[snd_una, snd_nxt)`.
+    #[inline]
     pub fn is_outstanding(&self, seq: u64) -> bool {
         seq >= self.snd_una && seq < self.snd_nxt
     }
@@ -1078,6 +1098,7 @@ impl SendState {
     /// RACK: declares lost every in-flight packet overtaken by an acknowledged one more
     /// than `rtt + reorder window` after it was sent; queues them for retransmission and
     /// reports each to its EV ([`PathTable::on_loss`]). Also computes the next RACK timer.
+    #[inline]
     pub fn detect_losses(
         &mut self,
         now_ns: u64,
@@ -1134,6 +1155,7 @@ impl SendState {
 
     /// The in-flight packet whose latest transmission is the earliest: (its time ns, its
     /// sequence number; the lowest one of that time).
+    #[inline]
     fn oldest_in_flight(&self) -> Option<(u64, u64)> {
         let mut best: Option<(u64, u64)> = None;
         for (i, p) in self.pkts.iter().enumerate() {
@@ -1476,6 +1498,7 @@ impl SendState {
     }
 
     /// Next sender-side completion, in posting order.
+    #[inline]
     pub fn poll_completion(&mut self) -> Option<Completion> {
         self.completions.pop_front()
     }

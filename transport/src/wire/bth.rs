@@ -83,6 +83,7 @@ pub enum Opcode {
 }
 
 impl From<u8> for Opcode {
+    #[inline]
     fn from(code: u8) -> Self {
         match code {
             0x00 => Opcode::SendFirst,
@@ -108,6 +109,7 @@ impl From<u8> for Opcode {
 }
 
 impl From<Opcode> for u8 {
+    #[inline]
     fn from(op: Opcode) -> u8 {
         match op {
             Opcode::SendFirst => 0x00,
@@ -134,6 +136,7 @@ impl From<Opcode> for u8 {
 
 impl Opcode {
     /// A SEND_* opcode (data, no RETH).
+    #[inline]
     pub fn is_send(self) -> bool {
         matches!(
             self,
@@ -147,6 +150,7 @@ impl Opcode {
     }
 
     /// An RDMA_WRITE_* opcode (data with RETH).
+    #[inline]
     pub fn is_rdma_write(self) -> bool {
         matches!(
             self,
@@ -160,16 +164,19 @@ impl Opcode {
     }
 
     /// A data opcode: MSGETH follows MRCETH, then payload.
+    #[inline]
     pub fn is_data(self) -> bool {
         self.is_send() || self.is_rdma_write()
     }
 
     /// Carries a RETH (every RDMA_WRITE_* packet, per mrc wire v1).
+    #[inline]
     pub fn has_reth(self) -> bool {
         self.is_rdma_write()
     }
 
     /// Carries 4 bytes of immediate data (the *_WITH_IMMEDIATE opcodes).
+    #[inline]
     pub fn has_immediate(self) -> bool {
         matches!(
             self,
@@ -181,6 +188,7 @@ impl Opcode {
     }
 
     /// First packet of a message (FIRST or ONLY).
+    #[inline]
     pub fn is_first(self) -> bool {
         matches!(
             self,
@@ -194,6 +202,7 @@ impl Opcode {
     }
 
     /// Last packet of a message (LAST or ONLY, with or without immediate).
+    #[inline]
     pub fn is_last(self) -> bool {
         matches!(
             self,
@@ -233,102 +242,122 @@ pub struct Bth<T: AsRef<[u8]>> {
 checked_view!(Bth, HeaderKind::Bth, BTH_LEN);
 
 impl<T: AsRef<[u8]>> Bth<T> {
+    #[inline]
     fn b(&self) -> &[u8] {
         self.buffer.as_ref()
     }
 
     /// Opcode (byte 0).
+    #[inline]
     pub fn opcode(&self) -> Opcode {
         Opcode::from(self.b()[field::OPCODE])
     }
 
     /// Byte 1 raw: SE, MigReq, PadCnt, TVer.
+    #[inline]
     pub fn se_m_pad_tver(&self) -> u8 {
         self.b()[field::SE_M_PAD_TVER]
     }
 
     /// Partition key (bytes 2-3).
+    #[inline]
     pub fn pkey(&self) -> u16 {
         get_u16(self.b(), field::PKEY)
     }
 
     /// Byte 4 raw: FECN, BECN, Resv6 (including the trimmed bit).
+    #[inline]
     pub fn fecn_becn_resv6(&self) -> u8 {
         self.b()[field::FECN_BECN_RESV6]
     }
 
     /// Trimmed flag (byte 4, 0x20): a switch cut this packet's payload.
+    #[inline]
     pub fn trimmed(&self) -> bool {
         self.fecn_becn_resv6() & field::TRIMMED != 0
     }
 
     /// Destination queue pair number (24 bits, bytes 5-7).
+    #[inline]
     pub fn dest_qpn(&self) -> u32 {
         get_u24(self.b(), field::DEST_QPN)
     }
 
     /// Byte 8 raw: AckReq, Resv7 (including rtx and ts).
+    #[inline]
     pub fn ackreq_resv7(&self) -> u8 {
         self.b()[field::ACKREQ_RESV7]
     }
 
     /// AckReq flag (byte 8, 0x80).
+    #[inline]
     pub fn ack_req(&self) -> bool {
         self.ackreq_resv7() & field::ACK_REQ != 0
     }
 
     /// Retransmission flag (byte 8, 0x40).
+    #[inline]
     pub fn rtx(&self) -> bool {
         self.ackreq_resv7() & field::RTX != 0
     }
 
     /// Send-timestamp-valid flag (byte 8, 0x20).
+    #[inline]
     pub fn ts(&self) -> bool {
         self.ackreq_resv7() & field::TS != 0
     }
 
     /// Packet sequence number (24 bits, bytes 9-11).
+    #[inline]
     pub fn psn(&self) -> u32 {
         get_u24(self.b(), field::PSN)
     }
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Bth<T> {
+    #[inline]
     fn b_mut(&mut self) -> &mut [u8] {
         self.buffer.as_mut()
     }
 
     /// Sets the opcode byte.
+    #[inline]
     pub fn set_opcode(&mut self, op: Opcode) {
         self.b_mut()[field::OPCODE] = op.into();
     }
 
     /// Sets byte 1 raw (SE, MigReq, PadCnt, TVer).
+    #[inline]
     pub fn set_se_m_pad_tver(&mut self, v: u8) {
         self.b_mut()[field::SE_M_PAD_TVER] = v;
     }
 
     /// Sets the P_Key.
+    #[inline]
     pub fn set_pkey(&mut self, v: u16) {
         set_u16(self.b_mut(), field::PKEY, v);
     }
 
     /// Sets byte 4 raw (FECN, BECN, Resv6 including trimmed).
+    #[inline]
     pub fn set_fecn_becn_resv6(&mut self, v: u8) {
         self.b_mut()[field::FECN_BECN_RESV6] = v;
     }
 
     /// Sets the destination QPN; only the low 24 bits of `qpn` are written.
+    #[inline]
     pub fn set_dest_qpn(&mut self, qpn: u32) {
         set_u24(self.b_mut(), field::DEST_QPN, qpn);
     }
 
     /// Sets byte 8 raw (AckReq, Resv7 including rtx and ts).
+    #[inline]
     pub fn set_ackreq_resv7(&mut self, v: u8) {
         self.b_mut()[field::ACKREQ_RESV7] = v;
     }
 
     /// Sets the PSN; only the low 24 bits of `psn` are written.
+    #[inline]
     pub fn set_psn(&mut self, psn: u32) {
         set_u24(self.b_mut(), field::PSN, psn);
     }
@@ -361,6 +390,7 @@ pub struct BthSpare {
 impl BthSpare {
     /// Spare bits from raw BTH bytes 1, 4 and 8; the trimmed bit of byte 4 and the AckReq,
     /// rtx and ts bits of byte 8 are cleared.
+    #[inline]
     pub fn new(byte1: u8, byte4: u8, byte8: u8) -> Self {
         BthSpare {
             byte1,
@@ -370,16 +400,19 @@ impl BthSpare {
     }
 
     /// Byte 1: SE(0x80), MigReq(0x40), PadCnt(0x30), TVer(0x0F).
+    #[inline]
     pub fn byte1(self) -> u8 {
         self.byte1
     }
 
     /// Byte 4 without the trimmed bit: FECN(0x80), BECN(0x40), reserved(0x1F).
+    #[inline]
     pub fn byte4(self) -> u8 {
         self.byte4
     }
 
     /// Byte 8 without AckReq, rtx, ts: reserved (0x1F).
+    #[inline]
     pub fn byte8(self) -> u8 {
         self.byte8
     }
@@ -411,6 +444,7 @@ impl BthRepr {
     ///
     /// # Errors
     /// None today.
+    #[inline]
     pub fn parse<T: AsRef<[u8]>>(bth: &Bth<T>) -> Result<Self, WireError> {
         Ok(BthRepr {
             opcode: bth.opcode(),
@@ -435,6 +469,7 @@ impl BthRepr {
     ///
     /// # Errors
     /// [`WireError::QpnOutOfRange`], [`WireError::PsnOutOfRange`] (`PsnField::Bth`).
+    #[inline]
     pub fn check(&self) -> Result<(), WireError> {
         if self.dest_qpn > MAX_24BIT {
             return Err(WireError::QpnOutOfRange {
@@ -448,8 +483,16 @@ impl BthRepr {
     ///
     /// # Errors
     /// As [`BthRepr::check`].
+    #[inline]
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, bth: &mut Bth<T>) -> Result<(), WireError> {
         self.check()?;
+        self.write(bth);
+        Ok(())
+    }
+
+    /// [`BthRepr::emit`] of a repr that passed [`BthRepr::check`].
+    #[inline]
+    pub(crate) fn write<T: AsRef<[u8]> + AsMut<[u8]>>(&self, bth: &mut Bth<T>) {
         bth.set_opcode(self.opcode);
         bth.set_se_m_pad_tver(self.spare.byte1);
         bth.set_pkey(self.pkey);
@@ -472,10 +515,10 @@ impl BthRepr {
         }
         bth.set_ackreq_resv7(b8);
         bth.set_psn(self.psn);
-        Ok(())
     }
 
     /// Bytes [`BthRepr::emit`] writes: always 12.
+    #[inline]
     pub fn buffer_len(&self) -> usize {
         BTH_LEN
     }

@@ -43,11 +43,13 @@ checked_view!(Cnp, HeaderKind::Cnp, CNP_LEN);
 
 impl<T: AsRef<[u8]>> Cnp<T> {
     /// EV of the CE-marked packet that caused this CNP.
+    #[inline]
     pub fn echo_ev(&self) -> u32 {
         get_u32(self.buffer.as_ref(), field::ECHO_EV)
     }
 
     /// Reserved 12 bytes (sent 0).
+    #[inline]
     pub fn reserved(&self) -> [u8; 12] {
         let mut r = [0u8; field::RESERVED_LEN];
         r.copy_from_slice(&self.buffer.as_ref()[field::RESERVED..CNP_LEN]);
@@ -57,11 +59,13 @@ impl<T: AsRef<[u8]>> Cnp<T> {
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Cnp<T> {
     /// Sets the echoed EV.
+    #[inline]
     pub fn set_echo_ev(&mut self, v: u32) {
         set_u32(self.buffer.as_mut(), field::ECHO_EV, v);
     }
 
     /// Sets the reserved 12 bytes.
+    #[inline]
     pub fn set_reserved(&mut self, v: [u8; 12]) {
         self.buffer.as_mut()[field::RESERVED..CNP_LEN].copy_from_slice(&v);
     }
@@ -81,6 +85,7 @@ impl CnpRepr {
     ///
     /// # Errors
     /// None today.
+    #[inline]
     pub fn parse<T: AsRef<[u8]>>(h: &Cnp<T>) -> Result<Self, WireError> {
         Ok(CnpRepr {
             echo_ev: h.echo_ev(),
@@ -89,12 +94,14 @@ impl CnpRepr {
     }
 
     /// Writes both fields.
+    #[inline]
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, h: &mut Cnp<T>) {
         h.set_echo_ev(self.echo_ev);
         h.set_reserved(self.reserved);
     }
 
     /// Bytes [`CnpRepr::emit`] writes: always 16.
+    #[inline]
     pub fn buffer_len(&self) -> usize {
         CNP_LEN
     }

@@ -52,11 +52,13 @@ checked_view!(Msgeth, HeaderKind::Msgeth, MSGETH_LEN);
 
 impl<T: AsRef<[u8]>> Msgeth<T> {
     /// Message length, bytes.
+    #[inline]
     pub fn message_len(&self) -> u32 {
         get_u32(self.buffer.as_ref(), field::MSG_LEN)
     }
 
     /// Offset of this packet's payload in the message, bytes.
+    #[inline]
     pub fn offset(&self) -> u32 {
         get_u32(self.buffer.as_ref(), field::MSG_OFFSET)
     }
@@ -64,11 +66,13 @@ impl<T: AsRef<[u8]>> Msgeth<T> {
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Msgeth<T> {
     /// Sets the message length, bytes.
+    #[inline]
     pub fn set_message_len(&mut self, v: u32) {
         set_u32(self.buffer.as_mut(), field::MSG_LEN, v);
     }
 
     /// Sets the payload offset, bytes.
+    #[inline]
     pub fn set_offset(&mut self, v: u32) {
         set_u32(self.buffer.as_mut(), field::MSG_OFFSET, v);
     }
@@ -89,6 +93,7 @@ impl MsgethRepr {
     ///
     /// # Errors
     /// None today.
+    #[inline]
     pub fn parse<T: AsRef<[u8]>>(h: &Msgeth<T>) -> Result<Self, WireError> {
         Ok(MsgethRepr {
             message_len: h.message_len(),
@@ -97,12 +102,14 @@ impl MsgethRepr {
     }
 
     /// Writes both fields.
+    #[inline]
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, h: &mut Msgeth<T>) {
         h.set_message_len(self.message_len);
         h.set_offset(self.offset);
     }
 
     /// Bytes [`MsgethRepr::emit`] writes: always 8.
+    #[inline]
     pub fn buffer_len(&self) -> usize {
         MSGETH_LEN
     }
@@ -133,16 +140,19 @@ checked_view!(Reth, HeaderKind::Reth, RETH_LEN);
 
 impl<T: AsRef<[u8]>> Reth<T> {
     /// Remote virtual address of this packet's payload.
+    #[inline]
     pub fn virtual_addr(&self) -> u64 {
         get_u64(self.buffer.as_ref(), field::VIRTUAL_ADDR)
     }
 
     /// Remote key of the target memory region.
+    #[inline]
     pub fn rkey(&self) -> u32 {
         get_u32(self.buffer.as_ref(), field::RKEY)
     }
 
     /// DMA length, bytes.
+    #[inline]
     pub fn dma_len(&self) -> u32 {
         get_u32(self.buffer.as_ref(), field::DMA_LEN)
     }
@@ -150,16 +160,19 @@ impl<T: AsRef<[u8]>> Reth<T> {
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Reth<T> {
     /// Sets the virtual address.
+    #[inline]
     pub fn set_virtual_addr(&mut self, v: u64) {
         set_u64(self.buffer.as_mut(), field::VIRTUAL_ADDR, v);
     }
 
     /// Sets the rkey.
+    #[inline]
     pub fn set_rkey(&mut self, v: u32) {
         set_u32(self.buffer.as_mut(), field::RKEY, v);
     }
 
     /// Sets the DMA length, bytes.
+    #[inline]
     pub fn set_dma_len(&mut self, v: u32) {
         set_u32(self.buffer.as_mut(), field::DMA_LEN, v);
     }
@@ -181,6 +194,7 @@ impl RethRepr {
     ///
     /// # Errors
     /// [`WireError::RethAddressOverflow`] when `virtual_addr + dma_len` overflows 64 bits.
+    #[inline]
     pub fn parse<T: AsRef<[u8]>>(h: &Reth<T>) -> Result<Self, WireError> {
         let repr = RethRepr {
             virtual_addr: h.virtual_addr(),
@@ -195,6 +209,7 @@ impl RethRepr {
     ///
     /// # Errors
     /// [`WireError::RethAddressOverflow`].
+    #[inline]
     pub fn check(&self) -> Result<(), WireError> {
         match self.virtual_addr.checked_add(u64::from(self.dma_len)) {
             Some(_) => Ok(()),
@@ -209,6 +224,7 @@ impl RethRepr {
     ///
     /// # Errors
     /// As [`RethRepr::check`].
+    #[inline]
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, h: &mut Reth<T>) -> Result<(), WireError> {
         self.check()?;
         h.set_virtual_addr(self.virtual_addr);
@@ -218,6 +234,7 @@ impl RethRepr {
     }
 
     /// Bytes [`RethRepr::emit`] writes: always 16.
+    #[inline]
     pub fn buffer_len(&self) -> usize {
         RETH_LEN
     }
@@ -241,6 +258,7 @@ checked_view!(ImmDt, HeaderKind::ImmDt, IMMDT_LEN);
 
 impl<T: AsRef<[u8]>> ImmDt<T> {
     /// Immediate data (opaque to mrc, delivered in the receive completion).
+    #[inline]
     pub fn imm(&self) -> u32 {
         get_u32(self.buffer.as_ref(), field::IMM)
     }
@@ -248,6 +266,7 @@ impl<T: AsRef<[u8]>> ImmDt<T> {
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> ImmDt<T> {
     /// Sets the immediate data.
+    #[inline]
     pub fn set_imm(&mut self, v: u32) {
         set_u32(self.buffer.as_mut(), field::IMM, v);
     }
@@ -283,6 +302,7 @@ impl<'a> DataRepr<'a> {
     /// # Errors
     /// [`WireError::Truncated`] (counted from the start of `bytes`) when MSGETH, RETH or ImmDt
     /// is cut short; the invariant violations listed on [`DataRepr`].
+    #[inline]
     pub fn parse(bytes: &'a [u8], opcode: super::Opcode, trimmed: bool) -> Result<Self, WireError> {
         let msgeth_view = Msgeth::new_checked(bytes)?;
         let msgeth = MsgethRepr::parse(&msgeth_view)?;
@@ -317,6 +337,7 @@ impl<'a> DataRepr<'a> {
     /// # Errors
     /// [`WireError::TrimmedWithPayload`], [`WireError::RethLengthMismatch`],
     /// [`WireError::PayloadPastMessage`], [`WireError::RethAddressOverflow`].
+    #[inline]
     pub fn check(&self, trimmed: bool) -> Result<(), WireError> {
         let payload_len = self.payload.len();
         if trimmed && payload_len != 0 {
@@ -345,6 +366,7 @@ impl<'a> DataRepr<'a> {
     }
 
     /// Header bytes before the payload: 8 (MSGETH) + 16 if RETH + 4 if ImmDt.
+    #[inline]
     pub fn header_len(&self) -> usize {
         MSGETH_LEN
             + if self.reth.is_some() { RETH_LEN } else { 0 }
@@ -352,6 +374,7 @@ impl<'a> DataRepr<'a> {
     }
 
     /// Bytes [`DataRepr::emit`] writes: [`DataRepr::header_len`] + payload length.
+    #[inline]
     pub fn buffer_len(&self) -> usize {
         self.header_len() + self.payload.len()
     }
@@ -363,8 +386,18 @@ impl<'a> DataRepr<'a> {
     /// # Errors
     /// [`WireError::BufferTooSmall`] when `buf` is shorter than [`DataRepr::buffer_len`]; as
     /// [`DataRepr::check`].
+    #[inline]
     pub fn emit(&self, buf: &mut [u8], trimmed: bool) -> Result<usize, WireError> {
         self.check(trimmed)?;
+        self.write(buf)
+    }
+
+    /// [`DataRepr::emit`] of a repr that passed [`DataRepr::check`].
+    ///
+    /// # Errors
+    /// [`WireError::BufferTooSmall`].
+    #[inline]
+    pub(crate) fn write(&self, buf: &mut [u8]) -> Result<usize, WireError> {
         let need = self.buffer_len();
         let Some(out) = buf.get_mut(..need) else {
             return Err(WireError::BufferTooSmall {

@@ -142,6 +142,7 @@ pub enum WireError {
 impl WireError {
     /// Moves the `need`/`have` of a [`WireError::Truncated`] by `offset` bytes (a header that
     /// starts `offset` bytes into the datagram); other variants are returned unchanged.
+    #[inline]
     pub(crate) fn at_offset(self, offset: usize) -> Self {
         match self {
             WireError::Truncated { header, need, have } => WireError::Truncated {

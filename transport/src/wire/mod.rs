@@ -58,6 +58,7 @@ macro_rules! checked_view {
             /// # Errors
             /// [`WireError::Truncated`] (with `need` = [`Self::LEN`], `have` = the buffer
             /// length) when the buffer is shorter than the header.
+            #[inline]
             pub fn new_checked(buffer: T) -> Result<Self, WireError> {
                 let have = buffer.as_ref().len();
                 if have < $len {
@@ -71,11 +72,13 @@ macro_rules! checked_view {
             }
 
             /// Gives back the wrapped buffer.
+            #[inline]
             pub fn into_inner(self) -> T {
                 self.buffer
             }
 
             /// The bytes after this header (possibly empty).
+            #[inline]
             pub fn rest(&self) -> &[u8] {
                 self.buffer.as_ref().get($len..).unwrap_or(&[])
             }
@@ -83,6 +86,7 @@ macro_rules! checked_view {
 
         impl<'a> $name<&'a [u8]> {
             /// The bytes after this header, with the lifetime of the wrapped slice.
+            #[inline]
             pub fn into_rest(self) -> &'a [u8] {
                 self.buffer.get($len..).unwrap_or(&[])
             }
@@ -94,41 +98,59 @@ pub(crate) use checked_view;
 // Big-endian field access. Callers only pass offsets inside a header whose length was checked
 // by `new_checked`, so the indexing below cannot go out of bounds.
 
+/// The `N` bytes at `at` as an array: one bounds check, then a plain (unaligned) load.
+#[inline]
+fn array_at<const N: usize>(b: &[u8], at: usize) -> [u8; N] {
+    let mut a = [0u8; N];
+    a.copy_from_slice(&b[at..at + N]);
+    a
+}
+
+#[inline]
 pub(crate) fn get_u16(b: &[u8], at: usize) -> u16 {
-    u16::from_be_bytes([b[at], b[at + 1]])
+    u16::from_be_bytes(array_at(b, at))
 }
 
+#[inline]
 pub(crate) fn get_u24(b: &[u8], at: usize) -> u32 {
-    u32::from_be_bytes([0, b[at], b[at + 1], b[at + 2]])
+    let [x, y, z] = array_at(b, at);
+    u32::from_be_bytes([0, x, y, z])
 }
 
+#[inline]
 pub(crate) fn get_u32(b: &[u8], at: usize) -> u32 {
-    u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+    u32::from_be_bytes(array_at(b, at))
 }
 
+#[inline]
 pub(crate) fn get_u64(b: &[u8], at: usize) -> u64 {
-    (u64::from(get_u32(b, at)) << 32) | u64::from(get_u32(b, at + 4))
+    u64::from_be_bytes(array_at(b, at))
 }
 
+#[inline]
 pub(crate) fn set_u16(b: &mut [u8], at: usize, v: u16) {
     b[at..at + 2].copy_from_slice(&v.to_be_bytes());
 }
 
 /// Writes the low 24 bits of `v`.
+#[inline]
 pub(crate) fn set_u24(b: &mut [u8], at: usize, v: u32) {
     let [_, x, y, z] = v.to_be_bytes();
     b[at..at + 3].copy_from_slice(&[x, y, z]);
 }
 
+#[inline]
 pub(crate) fn set_u32(b: &mut [u8], at: usize, v: u32) {
     b[at..at + 4].copy_from_slice(&v.to_be_bytes());
 }
 
+#[inline]
 pub(crate) fn set_u64(b: &mut [u8], at: usize, v: u64) {
     b[at..at + 8].copy_from_slice(&v.to_be_bytes());
 }
 
 /// Checks a PSN that must fit in 24 bits (on emit, or read from a 32-bit slot on parse).
+#[inline]
 pub(crate) fn check_psn(field: PsnField, value: u32) -> Result<(), WireError> {
     if value > MAX_24BIT {
         return Err(WireError::PsnOutOfRange { field, value });

@@ -47,26 +47,31 @@ checked_view!(Mrceth, HeaderKind::Mrceth, MRCETH_LEN);
 
 impl<T: AsRef<[u8]>> Mrceth<T> {
     /// Entropy value of the path this packet was sent on.
+    #[inline]
     pub fn ev(&self) -> u32 {
         get_u32(self.buffer.as_ref(), field::EV)
     }
 
     /// Message sequence number (data: the packet's message; control: 0).
+    #[inline]
     pub fn msn(&self) -> u32 {
         get_u32(self.buffer.as_ref(), field::MSN)
     }
 
     /// Send timestamp, ns on the sender's clock, low 32 bits (meaningful if BTH `ts` is set).
+    #[inline]
     pub fn send_ts_ns(&self) -> u32 {
         get_u32(self.buffer.as_ref(), field::SEND_TS)
     }
 
     /// Sender's connection generation.
+    #[inline]
     pub fn generation(&self) -> u16 {
         get_u16(self.buffer.as_ref(), field::GENERATION)
     }
 
     /// Reserved 16 bits (sent 0).
+    #[inline]
     pub fn reserved(&self) -> u16 {
         get_u16(self.buffer.as_ref(), field::RESERVED)
     }
@@ -74,26 +79,31 @@ impl<T: AsRef<[u8]>> Mrceth<T> {
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Mrceth<T> {
     /// Sets the EV.
+    #[inline]
     pub fn set_ev(&mut self, v: u32) {
         set_u32(self.buffer.as_mut(), field::EV, v);
     }
 
     /// Sets the MSN.
+    #[inline]
     pub fn set_msn(&mut self, v: u32) {
         set_u32(self.buffer.as_mut(), field::MSN, v);
     }
 
     /// Sets the send timestamp (ns, low 32 bits).
+    #[inline]
     pub fn set_send_ts_ns(&mut self, v: u32) {
         set_u32(self.buffer.as_mut(), field::SEND_TS, v);
     }
 
     /// Sets the generation.
+    #[inline]
     pub fn set_generation(&mut self, v: u16) {
         set_u16(self.buffer.as_mut(), field::GENERATION, v);
     }
 
     /// Sets the reserved 16 bits.
+    #[inline]
     pub fn set_reserved(&mut self, v: u16) {
         set_u16(self.buffer.as_mut(), field::RESERVED, v);
     }
@@ -120,6 +130,7 @@ impl MrcethRepr {
     ///
     /// # Errors
     /// None today.
+    #[inline]
     pub fn parse<T: AsRef<[u8]>>(h: &Mrceth<T>) -> Result<Self, WireError> {
         Ok(MrcethRepr {
             ev: h.ev(),
@@ -131,6 +142,7 @@ impl MrcethRepr {
     }
 
     /// Writes every field into `h`.
+    #[inline]
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, h: &mut Mrceth<T>) {
         h.set_ev(self.ev);
         h.set_msn(self.msn);
@@ -140,6 +152,7 @@ impl MrcethRepr {
     }
 
     /// Bytes [`MrcethRepr::emit`] writes: always 16.
+    #[inline]
     pub fn buffer_len(&self) -> usize {
         MRCETH_LEN
     }

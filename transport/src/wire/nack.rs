@@ -52,6 +52,7 @@ pub enum NackReason {
 }
 
 impl From<u8> for NackReason {
+    #[inline]
     fn from(code: u8) -> Self {
         match code {
             1 => NackReason::Trimmed,
@@ -68,6 +69,7 @@ impl From<u8> for NackReason {
 }
 
 impl From<NackReason> for u8 {
+    #[inline]
     fn from(r: NackReason) -> u8 {
         match r {
             NackReason::Trimmed => 1,
@@ -107,26 +109,31 @@ checked_view!(Nack, HeaderKind::Nack, NACK_LEN);
 
 impl<T: AsRef<[u8]>> Nack<T> {
     /// Raw 32-bit PSN slot (a valid one has the upper 8 bits zero).
+    #[inline]
     pub fn psn(&self) -> u32 {
         get_u32(self.buffer.as_ref(), field::PSN)
     }
 
     /// Reason code.
+    #[inline]
     pub fn reason(&self) -> NackReason {
         NackReason::from(self.buffer.as_ref()[field::REASON])
     }
 
     /// Reserved 24 bits (sent 0).
+    #[inline]
     pub fn reserved(&self) -> u32 {
         get_u24(self.buffer.as_ref(), field::RESERVED)
     }
 
     /// EV of the NACKed packet.
+    #[inline]
     pub fn echo_ev(&self) -> u32 {
         get_u32(self.buffer.as_ref(), field::ECHO_EV)
     }
 
     /// MRCETH send timestamp (low 32 bits, ns) of the NACKed packet; 0 when it carried none.
+    #[inline]
     pub fn echo_ts(&self) -> u32 {
         get_u32(self.buffer.as_ref(), field::ECHO_TS)
     }
@@ -134,26 +141,31 @@ impl<T: AsRef<[u8]>> Nack<T> {
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Nack<T> {
     /// Sets the raw PSN slot.
+    #[inline]
     pub fn set_psn(&mut self, v: u32) {
         set_u32(self.buffer.as_mut(), field::PSN, v);
     }
 
     /// Sets the reason code.
+    #[inline]
     pub fn set_reason(&mut self, r: NackReason) {
         self.buffer.as_mut()[field::REASON] = r.into();
     }
 
     /// Sets the reserved field (low 24 bits of `v`).
+    #[inline]
     pub fn set_reserved(&mut self, v: u32) {
         set_u24(self.buffer.as_mut(), field::RESERVED, v);
     }
 
     /// Sets the echoed EV.
+    #[inline]
     pub fn set_echo_ev(&mut self, v: u32) {
         set_u32(self.buffer.as_mut(), field::ECHO_EV, v);
     }
 
     /// Sets the echoed send timestamp.
+    #[inline]
     pub fn set_echo_ts(&mut self, v: u32) {
         set_u32(self.buffer.as_mut(), field::ECHO_TS, v);
     }
@@ -182,6 +194,7 @@ impl NackRepr {
     /// # Errors
     /// [`WireError::PsnOutOfRange`] (`PsnField::Nack`) when the upper 8 bits of the PSN slot
     /// are not zero.
+    #[inline]
     pub fn parse<T: AsRef<[u8]>>(h: &Nack<T>) -> Result<Self, WireError> {
         let repr = NackRepr {
             psn: h.psn(),
@@ -198,6 +211,7 @@ impl NackRepr {
     ///
     /// # Errors
     /// [`WireError::PsnOutOfRange`] when `psn` does not fit in 24 bits.
+    #[inline]
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, h: &mut Nack<T>) -> Result<(), WireError> {
         check_psn(PsnField::Nack, self.psn)?;
         h.set_psn(self.psn);
@@ -209,6 +223,7 @@ impl NackRepr {
     }
 
     /// Bytes [`NackRepr::emit`] writes: always 16.
+    #[inline]
     pub fn buffer_len(&self) -> usize {
         NACK_LEN
     }

@@ -37,6 +37,7 @@ pub enum Body<'a> {
 
 impl Body<'_> {
     /// Bytes this body occupies on the wire.
+    #[inline]
     pub fn buffer_len(&self) -> usize {
         match self {
             Body::Data(d) => d.buffer_len(),
@@ -71,6 +72,7 @@ pub struct PacketRepr<'a> {
 
 /// Fails with [`WireError::TrailingBytes`] when a fixed-size control body is followed by more
 /// bytes (a datagram is exactly one packet).
+#[inline]
 fn no_trailing(rest: &[u8], len: usize, header: HeaderKind) -> Result<(), WireError> {
     if rest.len() > len {
         return Err(WireError::TrailingBytes {
@@ -82,6 +84,7 @@ fn no_trailing(rest: &[u8], len: usize, header: HeaderKind) -> Result<(), WireEr
 }
 
 /// Fails with [`WireError::PsnMismatch`] when a SACK/NACK body PSN differs from the BTH PSN.
+#[inline]
 fn same_psn(header: HeaderKind, bth_psn: u32, body_psn: u32) -> Result<(), WireError> {
     if bth_psn != body_psn {
         return Err(WireError::PsnMismatch {
@@ -109,6 +112,7 @@ impl<'a> PacketRepr<'a> {
     /// [`WireError::Truncated`] with `need`/`have` counted from the start of the datagram;
     /// [`WireError::TrailingBytes`], [`WireError::PsnOutOfRange`], [`WireError::PsnMismatch`],
     /// and the [`DataRepr`] errors.
+    #[inline]
     pub fn parse(bytes: &'a [u8]) -> Result<Self, WireError> {
         let bth_view = Bth::new_checked(bytes)?;
         let bth = BthRepr::parse(&bth_view)?;
@@ -163,6 +167,7 @@ impl<'a> PacketRepr<'a> {
     /// non-data opcode, RETH present/absent against the opcode, ImmDt likewise, `Unknown` body
     /// on a known opcode or `Opcode::Unknown(n)` with a known `n`); the BTH range errors; SACK
     /// and NACK PSN range and [`WireError::PsnMismatch`]; the [`DataRepr`] errors.
+    #[inline]
     pub fn check(&self) -> Result<(), WireError> {
         self.bth.check()?;
         let op = self.bth.opcode;
@@ -201,6 +206,7 @@ impl<'a> PacketRepr<'a> {
 
     /// Bytes [`PacketRepr::emit`] writes: 12 (BTH) + 16 (MRCETH) + the body's length.
     /// An RDMA_WRITE data packet is 52 bytes of headers (+4 with immediate) plus payload.
+    #[inline]
     pub fn buffer_len(&self) -> usize {
         BTH_LEN + MRCETH_LEN + self.body.buffer_len()
     }
@@ -211,6 +217,7 @@ impl<'a> PacketRepr<'a> {
     /// # Errors
     /// [`WireError::BufferTooSmall`] when `buf.len() < buffer_len()`; everything
     /// [`PacketRepr::check`] reports.
+    #[inline]
     pub fn emit(&self, buf: &mut [u8]) -> Result<usize, WireError> {
         self.check()?;
         let need = self.buffer_len();
@@ -219,12 +226,13 @@ impl<'a> PacketRepr<'a> {
             return Err(WireError::BufferTooSmall { need, have });
         };
         let (bth, rest) = out.split_at_mut(BTH_LEN);
-        self.bth.emit(&mut Bth::new_checked(bth)?)?;
+        // `check` above covered the BTH and the data body: write them without checking again
+        self.bth.write(&mut Bth::new_checked(bth)?);
         let (mrceth, rest) = rest.split_at_mut(MRCETH_LEN);
         self.mrceth.emit(&mut Mrceth::new_checked(mrceth)?);
         match &self.body {
             Body::Data(d) => {
-                d.emit(rest, self.bth.flags.trimmed)?;
+                d.write(rest)?;
             }
             Body::Sack(s) => s.emit(&mut Sack::new_checked(rest)?)?,
             Body::Nack(n) => n.emit(&mut Nack::new_checked(rest)?)?,

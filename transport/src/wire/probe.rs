@@ -44,11 +44,13 @@ checked_view!(Probe, HeaderKind::Probe, PROBE_LEN);
 
 impl<T: AsRef<[u8]>> Probe<T> {
     /// Probe sequence number (chosen by the prober, echoed in the reply).
+    #[inline]
     pub fn probe_seq(&self) -> u32 {
         get_u32(self.buffer.as_ref(), field::PROBE_SEQ)
     }
 
     /// Reserved 32 bits (sent 0).
+    #[inline]
     pub fn reserved(&self) -> u32 {
         get_u32(self.buffer.as_ref(), field::RESERVED)
     }
@@ -56,11 +58,13 @@ impl<T: AsRef<[u8]>> Probe<T> {
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Probe<T> {
     /// Sets the probe sequence number.
+    #[inline]
     pub fn set_probe_seq(&mut self, v: u32) {
         set_u32(self.buffer.as_mut(), field::PROBE_SEQ, v);
     }
 
     /// Sets the reserved 32 bits.
+    #[inline]
     pub fn set_reserved(&mut self, v: u32) {
         set_u32(self.buffer.as_mut(), field::RESERVED, v);
     }
@@ -80,6 +84,7 @@ impl ProbeRepr {
     ///
     /// # Errors
     /// None today.
+    #[inline]
     pub fn parse<T: AsRef<[u8]>>(h: &Probe<T>) -> Result<Self, WireError> {
         Ok(ProbeRepr {
             probe_seq: h.probe_seq(),
@@ -88,12 +93,14 @@ impl ProbeRepr {
     }
 
     /// Writes both fields.
+    #[inline]
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, h: &mut Probe<T>) {
         h.set_probe_seq(self.probe_seq);
         h.set_reserved(self.reserved);
     }
 
     /// Bytes [`ProbeRepr::emit`] writes: always 8.
+    #[inline]
     pub fn buffer_len(&self) -> usize {
         PROBE_LEN
     }
@@ -121,16 +128,19 @@ checked_view!(ProbeReply, HeaderKind::ProbeReply, PROBE_REPLY_LEN);
 
 impl<T: AsRef<[u8]>> ProbeReply<T> {
     /// Probe sequence number, echoed from the probe.
+    #[inline]
     pub fn probe_seq(&self) -> u32 {
         get_u32(self.buffer.as_ref(), field::PROBE_SEQ)
     }
 
     /// EV the probe was sent on.
+    #[inline]
     pub fn echo_ev(&self) -> u32 {
         get_u32(self.buffer.as_ref(), field::ECHO_EV)
     }
 
     /// The probe's send timestamp (ns, low 32 bits).
+    #[inline]
     pub fn echo_ts_ns(&self) -> u32 {
         get_u32(self.buffer.as_ref(), field::ECHO_TS)
     }
@@ -138,16 +148,19 @@ impl<T: AsRef<[u8]>> ProbeReply<T> {
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> ProbeReply<T> {
     /// Sets the probe sequence number.
+    #[inline]
     pub fn set_probe_seq(&mut self, v: u32) {
         set_u32(self.buffer.as_mut(), field::PROBE_SEQ, v);
     }
 
     /// Sets the echoed EV.
+    #[inline]
     pub fn set_echo_ev(&mut self, v: u32) {
         set_u32(self.buffer.as_mut(), field::ECHO_EV, v);
     }
 
     /// Sets the echoed timestamp (ns, low 32 bits).
+    #[inline]
     pub fn set_echo_ts_ns(&mut self, v: u32) {
         set_u32(self.buffer.as_mut(), field::ECHO_TS, v);
     }
@@ -169,6 +182,7 @@ impl ProbeReplyRepr {
     ///
     /// # Errors
     /// None today.
+    #[inline]
     pub fn parse<T: AsRef<[u8]>>(h: &ProbeReply<T>) -> Result<Self, WireError> {
         Ok(ProbeReplyRepr {
             probe_seq: h.probe_seq(),
@@ -178,6 +192,7 @@ impl ProbeReplyRepr {
     }
 
     /// Writes the three fields.
+    #[inline]
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, h: &mut ProbeReply<T>) {
         h.set_probe_seq(self.probe_seq);
         h.set_echo_ev(self.echo_ev);
@@ -185,6 +200,7 @@ impl ProbeReplyRepr {
     }
 
     /// Bytes [`ProbeReplyRepr::emit`] writes: always 12.
+    #[inline]
     pub fn buffer_len(&self) -> usize {
         PROBE_REPLY_LEN
     }

@@ -58,36 +58,43 @@ checked_view!(Sack, HeaderKind::Sack, SACK_LEN);
 
 impl<T: AsRef<[u8]>> Sack<T> {
     /// Raw 32-bit cumulative PSN slot (a valid one has the upper 8 bits zero).
+    #[inline]
     pub fn cumulative_psn(&self) -> u32 {
         get_u32(self.buffer.as_ref(), field::CUMULATIVE_PSN)
     }
 
     /// Raw 32-bit bitmap base PSN slot (a valid one has the upper 8 bits zero).
+    #[inline]
     pub fn bitmap_base_psn(&self) -> u32 {
         get_u32(self.buffer.as_ref(), field::BITMAP_BASE)
     }
 
     /// Receive bitmap: bit i (LSB = 0) set means PSN `base + i` (mod 2^24) was received.
+    #[inline]
     pub fn bitmap(&self) -> u64 {
         get_u64(self.buffer.as_ref(), field::BITMAP)
     }
 
     /// EV of the packet that triggered this SACK.
+    #[inline]
     pub fn echo_ev(&self) -> u32 {
         get_u32(self.buffer.as_ref(), field::ECHO_EV)
     }
 
     /// Send timestamp (ns, low 32 bits) of the packet that triggered this SACK.
+    #[inline]
     pub fn echo_ts_ns(&self) -> u32 {
         get_u32(self.buffer.as_ref(), field::ECHO_TS)
     }
 
     /// Data packets with ECN CE received since the previous SACK.
+    #[inline]
     pub fn ecn_ce_count(&self) -> u16 {
         get_u16(self.buffer.as_ref(), field::ECN_CE_COUNT)
     }
 
     /// Receiver penalty (< 0) or credit (> 0); 0 = none.
+    #[inline]
     pub fn credit(&self) -> i16 {
         get_u16(self.buffer.as_ref(), field::CREDIT) as i16
     }
@@ -95,36 +102,43 @@ impl<T: AsRef<[u8]>> Sack<T> {
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Sack<T> {
     /// Sets the raw cumulative PSN slot.
+    #[inline]
     pub fn set_cumulative_psn(&mut self, v: u32) {
         set_u32(self.buffer.as_mut(), field::CUMULATIVE_PSN, v);
     }
 
     /// Sets the raw bitmap base PSN slot.
+    #[inline]
     pub fn set_bitmap_base_psn(&mut self, v: u32) {
         set_u32(self.buffer.as_mut(), field::BITMAP_BASE, v);
     }
 
     /// Sets the bitmap.
+    #[inline]
     pub fn set_bitmap(&mut self, v: u64) {
         set_u64(self.buffer.as_mut(), field::BITMAP, v);
     }
 
     /// Sets the echoed EV.
+    #[inline]
     pub fn set_echo_ev(&mut self, v: u32) {
         set_u32(self.buffer.as_mut(), field::ECHO_EV, v);
     }
 
     /// Sets the echoed timestamp (ns, low 32 bits).
+    #[inline]
     pub fn set_echo_ts_ns(&mut self, v: u32) {
         set_u32(self.buffer.as_mut(), field::ECHO_TS, v);
     }
 
     /// Sets the ECN-CE count.
+    #[inline]
     pub fn set_ecn_ce_count(&mut self, v: u16) {
         set_u16(self.buffer.as_mut(), field::ECN_CE_COUNT, v);
     }
 
     /// Sets the credit.
+    #[inline]
     pub fn set_credit(&mut self, v: i16) {
         set_u16(self.buffer.as_mut(), field::CREDIT, v as u16);
     }
@@ -155,6 +169,7 @@ impl SackRepr {
     /// # Errors
     /// [`WireError::PsnOutOfRange`] (`SackCumulative` or `SackBitmapBase`) when the upper 8
     /// bits of a PSN slot are not zero.
+    #[inline]
     pub fn parse<T: AsRef<[u8]>>(h: &Sack<T>) -> Result<Self, WireError> {
         let repr = SackRepr {
             cumulative_psn: h.cumulative_psn(),
@@ -173,6 +188,7 @@ impl SackRepr {
     ///
     /// # Errors
     /// [`WireError::PsnOutOfRange`].
+    #[inline]
     pub fn check(&self) -> Result<(), WireError> {
         check_psn(PsnField::SackCumulative, self.cumulative_psn)?;
         check_psn(PsnField::SackBitmapBase, self.bitmap_base_psn)
@@ -182,6 +198,7 @@ impl SackRepr {
     ///
     /// # Errors
     /// As [`SackRepr::check`].
+    #[inline]
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, h: &mut Sack<T>) -> Result<(), WireError> {
         self.check()?;
         h.set_cumulative_psn(self.cumulative_psn);
@@ -195,6 +212,7 @@ impl SackRepr {
     }
 
     /// Bytes [`SackRepr::emit`] writes: always 28.
+    #[inline]
     pub fn buffer_len(&self) -> usize {
         SACK_LEN
     }
