@@ -296,6 +296,12 @@ impl<N: Nic> VerbsDatapath<N> {
         self.port.ethernet
     }
 
+    /// What the port query found when the device was opened (link layer, active MTU,
+    /// LID).
+    pub fn port(&self) -> PortInfo {
+        self.port
+    }
+
     /// Registers a peer's endpoint address (from the out-of-band exchange) under its GID:
     /// `open_conn` to that GID as an IP uses it. A later call for the same GID replaces it.
     pub fn add_peer(&mut self, peer: EndpointAddr) {

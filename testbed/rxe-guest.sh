@@ -1,0 +1,345 @@
+#!/bin/sh
+# rxe-guest.sh: the checks testbed/rxe-lab.sh runs inside its VMs (busybox sh; the guest
+# init runs `sh /lab/guest.sh ROLES` with stdout on the second serial port). ROLES is a
+# comma-separated list of: single, perftest, netem, host-a, host-b.
+#
+# Every check prints one JSON line {"check", "ok", "detail", ...}; each role ends with
+# `ROLE-complete`, so the host can tell a guest that died half-way from one that passed.
+# Logs (command outputs) go to stderr, the console.
+set -u
+PERF=/lab/bin/mrc-perf
+TESTS=/lab/tests
+DEV=rxe0
+W=/tmp/w
+mkdir -p $W
+NCHECKS=0
+# Debian's static busybox runs its own applets before anything on PATH (tc, ip, modprobe
+# are applets too): the real tools by their paths.
+TC=/sbin/tc
+IP=/bin/ip
+MODPROBE=/sbin/modprobe
+
+log() { echo "rxe-guest: $*" >&2; }
+
+# emit NAME OK DETAIL [EXTRA-JSON-OBJECT]
+# (-M: ttyS1 is a terminal, and jq would colour its output.) `t_s`: the guest's uptime.
+emit() {
+  NCHECKS=$((NCHECKS + 1))
+  up=$(cut -d' ' -f1 /proc/uptime)
+  jq -ncM --arg c "$1" --argjson ok "$2" --arg d "$3" --argjson x "${4:-null}" --argjson t "$up" \
+    '{check: $c, ok: $ok, detail: $d, t_s: $t} + ($x // {})'
+  if [ "$2" = true ]; then log "[$up s] PASS $1: $3"; else log "[$up s] FAIL $1: $3"; fi
+}
+
+# Adds rxe0 on NETDEV; prints the index of the GID holding IPv4 address ADDR.
+rxe_up() {
+  netdev=$1 addr=$2
+  $MODPROBE crc32_generic && $MODPROBE -a rdma_rxe ib_uverbs || return 1
+  rdma link add $DEV type rxe netdev "$netdev" >&2 || return 1
+  want=$(printf '0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x' $(echo "$addr" | tr . ' '))
+  i=0
+  while [ $i -lt 20 ]; do
+    for g in /sys/class/infiniband/$DEV/ports/1/gids/*; do
+      if [ "$(cat "$g")" = "$want" ]; then basename "$g"; return 0; fi
+    done
+    sleep 0.2
+    i=$((i + 1))
+  done
+  return 1
+}
+
+port_fact() { # FIELD: from ibv_devinfo (state, active_mtu, gid_tbl_len)
+  ibv_devinfo -v -d $DEV | awk -v f="$1:" '$1 == f {print $2; exit}'
+}
+
+# perf_bw NAME ITERS SIZE ARGS...: mrc-perf with --json --verify; asserts exact bytes,
+# messages and 0 bad bytes at the receiver.
+perf_bw() {
+  name=$1 n=$2 size=$3
+  shift 3
+  bytes=$((n * size))
+  tries=0
+  while :; do
+    $PERF "$@" -s "$size" -n "$n" --verify --json >$W/$name.json 2>$W/$name.err
+    rc=$?
+    # RETRY_REFUSED=N: the server is in another VM that may still be booting.
+    if [ $rc -ne 0 ] && [ $tries -lt "${RETRY_REFUSED:-0}" ] && grep -q 'cannot reach server' $W/$name.json $W/$name.err; then
+      tries=$((tries + 1))
+      sleep 0.5
+      continue
+    fi
+    break
+  done
+  cat $W/$name.err >&2
+  if [ $rc -ne 0 ]; then
+    emit "$name" false "mrc-perf $* exited $rc: $(head -c 300 $W/$name.err; jq -r '.error // empty' $W/$name.json 2>/dev/null)"
+    return
+  fi
+  if jq -e --argjson n "$n" --argjson b "$bytes" '.ok and .iterations == $n and .total_bytes == $b
+      and .receiver.verified_bytes == $b and .receiver.verified_messages == $n
+      and .receiver.completions == $n and .receiver.bad_bytes == 0' $W/$name.json >/dev/null; then
+    emit "$name" true "$(jq -r '"\(.receiver.verified_messages) x \(.msg_size_bytes) B: \(.receiver.verified_bytes) bytes verified, \(.receiver.bad_bytes) bad bytes, \(.sent_packets) packets (\(.retransmitted_packets) retransmitted), \(.bw_avg_mib_per_s * 100 | round / 100) MB/s"' $W/$name.json)" \
+      "$(jq -c '{verified_bytes: .receiver.verified_bytes, bad_bytes: .receiver.bad_bytes, messages: .receiver.verified_messages, sent_packets, retransmitted_packets, duplicate_datagrams: .receiver.duplicate_datagrams, mib_per_s: .bw_avg_mib_per_s, elapsed_s, evs: (.evs | length), src_ports: [.evs[].src_port]}' $W/$name.json)"
+  else
+    emit "$name" false "expected $n messages, $bytes bytes verified, 0 bad: $(jq -c '{ok, iterations, total_bytes, receiver, error}' $W/$name.json 2>&1 | head -c 600)"
+  fi
+}
+
+# perf_lat NAME ITERS ARGS...: --test lat --verify; both directions' 8-byte messages are
+# verified (2 x ITERS messages, 16 x ITERS bytes).
+perf_lat() {
+  name=$1 n=$2
+  shift 2
+  $PERF "$@" --test lat -n "$n" --verify --json >$W/$name.json 2>$W/$name.err
+  rc=$?
+  cat $W/$name.err >&2
+  if [ $rc -ne 0 ]; then
+    emit "$name" false "mrc-perf $* --test lat exited $rc: $(head -c 300 $W/$name.err)"
+    return
+  fi
+  if jq -e --argjson n "$n" '.ok and .iterations == $n and .receiver.verified_messages == 2 * $n
+      and .receiver.verified_bytes == 16 * $n and .receiver.bad_bytes == 0 and .lat_us.typical > 0' \
+      $W/$name.json >/dev/null; then
+    emit "$name" true "$(jq -r '"\(.iterations) round trips, \(.receiver.verified_messages) messages (\(.receiver.verified_bytes) bytes) verified, 0 bad; latency typical \(.lat_us.typical * 10 | round / 10) us, p99 \(.lat_us.p99 * 10 | round / 10) us"' $W/$name.json)" \
+      "$(jq -c '{verified_bytes: .receiver.verified_bytes, bad_bytes: .receiver.bad_bytes, messages: .receiver.verified_messages, lat_typical_us: .lat_us.typical, lat_p99_us: .lat_us.p99}' $W/$name.json)"
+  else
+    emit "$name" false "expected $n round trips, $((2 * n)) messages verified: $(jq -c '{ok, iterations, receiver, lat_us, error}' $W/$name.json | head -c 600)"
+  fi
+}
+
+# server_client NAME ITERS SIZE|lat SERVER-ARGS -- CLIENT-ARGS: mrc-perf server in the
+# background, the client with --verify; the server's own report must show the same.
+server_client() {
+  name=$1 n=$2 what=$3
+  shift 3
+  sargs=""
+  while [ "$1" != -- ]; do sargs="$sargs $1"; shift; done
+  shift
+  # shellcheck disable=SC2086
+  $PERF server $sargs >$W/$name.server.out 2>$W/$name.server.err &
+  spid=$!
+  i=0
+  while ! grep -q 'waiting for a client' $W/$name.server.err 2>/dev/null && [ $i -lt 100 ]; do
+    sleep 0.1
+    i=$((i + 1))
+  done
+  if [ "$what" = lat ]; then
+    perf_lat "$name" "$n" client "$@"
+    # The server verifies the pings it receives.
+    vmsgs=$n
+    vbytes=$((8 * n))
+  else
+    perf_bw "$name" "$n" "$what" client "$@"
+    vmsgs=$n
+    vbytes=$((n * what))
+  fi
+  wait $spid
+  src=$?
+  cat $W/$name.server.out $W/$name.server.err >&2
+  want="verify: $vmsgs messages, $vbytes bytes checked, 0 bad bytes"
+  if [ $src -eq 0 ] && grep -qxF " $want" $W/$name.server.out; then
+    emit "$name-server" true "server exited 0 and reported \"$want\""
+  else
+    emit "$name-server" false "server exit $src; wanted \"$want\" in: $(tr '\n' '|' <$W/$name.server.out | head -c 500) $(head -c 300 $W/$name.server.err)"
+  fi
+}
+
+# expect_err NAME CODE REGEX ARGS...: mrc-perf ARGS must exit CODE with stderr (one line)
+# matching REGEX exactly (grep -xE).
+expect_err() {
+  name=$1 code=$2 re=$3
+  shift 3
+  $PERF "$@" >$W/$name.out 2>$W/$name.err
+  rc=$?
+  cat $W/$name.err >&2
+  lines=$(wc -l <$W/$name.err)
+  if [ $rc -eq "$code" ] && [ "$lines" -eq 1 ] && grep -qxE "$re" $W/$name.err; then
+    emit "$name" true "exit $rc, stderr: $(cat $W/$name.err)"
+  else
+    emit "$name" false "wanted exit $code and one stderr line matching /$re/; got exit $rc, $lines lines: $(head -c 500 $W/$name.err)"
+  fi
+}
+
+# cargo_test NAME BINARY: every test of a cargo test binary ran (none skipped, none
+# ignored) and passed.
+cargo_test() {
+  name=$1 bin=$TESTS/$2
+  want=$($bin --list 2>/dev/null | grep -c ': test$')
+  MRC_VERBS_REQUIRE=1 MRC_VERBS_DEVICE=$DEV $bin --test-threads=1 >$W/$name.out 2>&1
+  rc=$?
+  cat $W/$name.out >&2
+  line=$(grep '^test result:' $W/$name.out | tail -1)
+  if [ $rc -eq 0 ] && [ "$want" -gt 0 ] \
+      && echo "$line" | grep -q "^test result: ok\. $want passed; 0 failed; 0 ignored;"; then
+    emit "$name" true "$2: $want of $want tests passed against $DEV ($line)" "{\"tests\": $want}"
+  else
+    emit "$name" false "$2: exit $rc, wanted $want passed: ${line:-no result line}; $(grep -E 'panicked|FAILED' $W/$name.out | head -5 | tr '\n' '|')"
+  fi
+}
+
+role_single() {
+  gid=$(rxe_up lo 127.0.0.1)
+  state=$(port_fact state) mtu=$(port_fact active_mtu) tbl=$(port_fact gid_tbl_len)
+  gtype=$(cat /sys/class/infiniband/$DEV/ports/1/gid_attrs/types/"${gid:-1}" 2>/dev/null)
+  if [ "$gid" = 1 ] && [ "$state" = PORT_ACTIVE ] && [ "$mtu" = 4096 ] && [ "$gtype" = "RoCE v2" ]; then
+    emit single-setup true "rxe0 on lo: $state, active_mtu $mtu, GID 1 = ::ffff:127.0.0.1 ($gtype), gid_tbl_len $tbl"
+  else
+    emit single-setup false "rxe0 on lo: state ${state:-?}, active_mtu ${mtu:-?}, IPv4 GID index ${gid:-none}, type ${gtype:-?}"
+    return
+  fi
+  V="--fabric verbs -d $DEV -x 1"
+  perf_bw verbs-loopback-bw 200 65536 loopback $V --mtu 4040 -p 18601
+  perf_bw verbs-loopback-bw-mtu968 50 65536 loopback $V --mtu 968 -p 18602
+  perf_lat verbs-loopback-lat 200 loopback $V --mtu 4040 -p 18603
+  server_client verbs-client-server-bw 200 65536 $V --bind 127.0.0.1 -p 18604 -- \
+    127.0.0.1 $V --mtu 4040 -p 18604
+  server_client verbs-client-server-lat 200 lat $V --bind 127.0.0.1 -p 18605 -- \
+    127.0.0.1 $V --mtu 4040 -p 18605
+  # The error paths, each with its exact message and exit code 1.
+  expect_err err-wrong-device 1 \
+    'mrc-perf: error: --fabric verbs: RDMA device "mrc_no_such_dev9" not found among \["rxe0"\]' \
+    loopback --fabric verbs -d mrc_no_such_dev9 -n 4 -p 18606
+  expect_err err-wrong-gid-index 1 \
+    "mrc-perf: error: server 127\\.0\\.0\\.1:[0-9]+ refused the test: --fabric verbs: GID index 200 of rxe0 port 1 is empty or past the table of $tbl" \
+    loopback --fabric verbs -d $DEV -x 200 -n 4 -p 18607
+  expect_err err-mtu-above-port 1 \
+    "mrc-perf: error: server 127\\.0\\.0\\.1:[0-9]+ refused the test: --fabric verbs: max_datagram_bytes 4152 exceeds the port's active MTU of 4096 bytes: pass --mtu 4040 or less \\(a UD datagram is at most the port MTU, and mrc adds up to 56 header bytes\\)" \
+    loopback $V -n 4 -p 18608
+  expect_err err-no-such-port 1 \
+    "mrc-perf: error: server 127\\.0\\.0\\.1:[0-9]+ refused the test: --fabric verbs: ibv_query_port failed: Invalid argument \\(os error 22\\)" \
+    loopback --fabric verbs -d $DEV --ib-port 2 --mtu 4040 -n 4 -p 18609
+  cargo_test test-verbs_rxe verbs_rxe
+  cargo_test test-verbs_no_device verbs_no_device
+  cargo_test test-perf_verbs perf_verbs
+}
+
+# perftest_run NAME SERVER-AND-CLIENT-ARGS: perftest's server and client over rxe0 in this
+# VM; prints the client's result row.
+perftest_run() {
+  name=$1
+  shift
+  "$@" >$W/$name.server 2>&1 &
+  spid=$!
+  sleep 1
+  "$@" 127.0.0.1 >$W/$name.client 2>&1
+  rc=$?
+  wait $spid
+  cat $W/$name.client >&2
+  [ $rc -eq 0 ] || return 1
+  awk '$1 ~ /^[0-9]+$/ && NF >= 5 {row=$0} END {print row}' $W/$name.client
+}
+
+role_perftest() {
+  [ -e /sys/class/infiniband/$DEV ] || rxe_up lo 127.0.0.1 >/dev/null
+  X="-d $DEV -x 1 -F"
+  # Same bytes everywhere: 200 x 64 KiB (RC WRITE, mrc) or 3200 x 4 KiB (UD SEND).
+  if row=$(perftest_run ib_write_bw ib_write_bw $X -s 65536 -n 200 -p 18611); then
+    emit perftest-ib_write_bw true "ib_write_bw $X -s 65536 -n 200: $row" \
+      "$(echo "$row" | awk '{printf "{\"bytes\": %s, \"iters\": %s, \"mib_per_s\": %s}", $1, $2, $4}')"
+  else
+    emit perftest-ib_write_bw false "ib_write_bw failed: $(tail -3 $W/ib_write_bw.client | tr '\n' '|')"
+  fi
+  if row=$(perftest_run ib_send_bw_ud ib_send_bw -c UD $X -s 4096 -n 3200 -p 18612); then
+    emit perftest-ib_send_bw-ud true "ib_send_bw -c UD $X -s 4096 -n 3200: $row" \
+      "$(echo "$row" | awk '{printf "{\"bytes\": %s, \"iters\": %s, \"mib_per_s\": %s}", $1, $2, $4}')"
+  else
+    emit perftest-ib_send_bw-ud false "ib_send_bw -c UD failed: $(tail -3 $W/ib_send_bw_ud.client | tr '\n' '|')"
+  fi
+  if row=$(perftest_run ib_write_lat ib_write_lat $X -s 8 -n 1000 -p 18613); then
+    emit perftest-ib_write_lat true "ib_write_lat $X -s 8 -n 1000: $row" \
+      "$(echo "$row" | awk '{printf "{\"bytes\": %s, \"iters\": %s, \"t_typical_us\": %s}", $1, $2, $5}')"
+  else
+    emit perftest-ib_write_lat false "ib_write_lat failed: $(tail -3 $W/ib_write_lat.client | tr '\n' '|')"
+  fi
+  V="--fabric verbs -d $DEV -x 1"
+  perf_bw perftest-mrc-bw 200 65536 loopback $V --mtu 4040 -p 18614
+  # One mrc packet per UD datagram (4040 + 56 header bytes = 4096, ib_send_bw's size).
+  perf_bw perftest-mrc-bw-4k 3200 4040 loopback $V --mtu 4040 -p 18615
+  perf_lat perftest-mrc-lat 1000 loopback $V --mtu 4040 -p 18616
+}
+
+role_netem() {
+  $MODPROBE sch_netem || { emit netem-setup false "modprobe sch_netem failed"; return; }
+  # Loss, duplication and reordering (delay with jitter) on lo, for every packet of the
+  # UDP datapath. (Not for rxe0 on lo: rxe hands a packet for its own MAC straight to its
+  # receive path, past the qdisc.)
+  spec="delay 1ms 1ms loss 2% duplicate 2%"
+  if $TC qdisc add dev lo root netem $spec; then
+    emit netem-setup true "tc qdisc add dev lo root netem $spec"
+  else
+    emit netem-setup false "tc qdisc add dev lo root netem $spec failed"
+    return
+  fi
+  perf_bw netem-udp-loss-dup-bw 200 65536 loopback --mtu 4040 -p 18621
+  perf_lat netem-udp-loss-dup-lat 100 loopback --mtu 4040 -p 18622
+  $TC -s qdisc show dev lo >&2
+  # Reordering: a quarter of the packets go at once, the rest 5 ms later.
+  $TC qdisc change dev lo root netem delay 5ms reorder 25% 50%
+  perf_bw netem-udp-reorder-bw 100 65536 loopback --mtu 4040 -p 18623
+  $TC -s qdisc show dev lo >&2
+  $TC qdisc del dev lo root
+  # The faults did happen: retransmissions under loss, duplicates seen by the receiver.
+  r=$(jq -r '"\(.retransmitted_packets) \(.receiver.duplicate_datagrams)"' $W/netem-udp-loss-dup-bw.json 2>/dev/null)
+  set -- $r
+  if [ "${1:-0}" -gt 0 ] && [ "${2:-0}" -gt 0 ]; then
+    emit netem-faults-seen true "under loss 2% and duplicate 2%: $1 packets retransmitted, $2 duplicate datagrams dropped by the receiver"
+  else
+    emit netem-faults-seen false "netem's loss and duplication left no trace: retransmitted ${1:-?}, duplicates ${2:-?}"
+  fi
+}
+
+# Two hosts: rxe0 on the virtio NIC eth0, 10.0.0.1 (server) and 10.0.0.2 (client).
+two_host_setup() {
+  ip_addr=$1
+  $MODPROBE -a virtio_pci virtio_net
+  i=0
+  while [ ! -e /sys/class/net/eth0 ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
+  $IP link set eth0 up && $IP addr add "$ip_addr/24" dev eth0 || return 1
+  rxe_up eth0 "$ip_addr"
+}
+
+role_host_a() {
+  if ! gid=$(two_host_setup 10.0.0.1); then
+    emit host-a-setup false "rxe0 on eth0 10.0.0.1: setup failed"
+    return
+  fi
+  emit host-a-setup true "rxe0 on eth0 (10.0.0.1): active_mtu $(port_fact active_mtu), IPv4 GID index $gid"
+  timeout 150 $PERF server --fabric verbs -d $DEV -x "$gid" --bind 10.0.0.1 -p 18631 \
+    >$W/srv.out 2>$W/srv.err
+  rc=$?
+  cat $W/srv.out $W/srv.err >&2
+  want=" verify: 100 messages, 6553600 bytes checked, 0 bad bytes"
+  if [ $rc -eq 0 ] && grep -qxF "$want" $W/srv.out; then
+    emit two-hosts-server true "server exited 0 and reported \"${want# }\""
+  else
+    emit two-hosts-server false "server exit $rc; wanted \"${want# }\": $(tr '\n' '|' <$W/srv.out | head -c 400) $(head -c 300 $W/srv.err)"
+  fi
+}
+
+role_host_b() {
+  if ! gid=$(two_host_setup 10.0.0.2); then
+    emit host-b-setup false "rxe0 on eth0 10.0.0.2: setup failed"
+    return
+  fi
+  mtu=$(port_fact active_mtu)
+  emit host-b-setup true "rxe0 on eth0 (10.0.0.2): active_mtu $mtu, IPv4 GID index $gid"
+  # Wait for the server VM (it boots at the same time).
+  i=0
+  until ping -c 1 -W 1 10.0.0.1 >/dev/null 2>&1 || [ $i -ge 60 ]; do i=$((i + 1)); done
+  RETRY_REFUSED=120 perf_bw two-hosts-client 100 65536 client 10.0.0.1 --fabric verbs -d $DEV -x "$gid" \
+    --mtu $((mtu - 56)) --paths 16 -p 18631
+}
+
+for role in $(echo "$1" | tr , ' '); do
+  log "role $role"
+  NCHECKS=0
+  case $role in
+    single) role_single ;;
+    perftest) role_perftest ;;
+    netem) role_netem ;;
+    host-a) role_host_a ;;
+    host-b) role_host_b ;;
+    *) emit "$role" false "unknown role $role" ;;
+  esac
+  emit "$role-complete" true "$NCHECKS checks ran"
+done

@@ -1,0 +1,422 @@
+#!/usr/bin/env bash
+# rxe-lab.sh: the verbs datapath (`--fabric verbs`) on a real RDMA device, Soft-RoCE
+# (rdma_rxe), in throw-away qemu VMs (issue 20). The host kernel needs no RDMA support.
+#
+#   testbed/rxe-lab.sh [PART...]     PART: single (default: all of them), two-hosts,
+#                                    perftest, netem
+#   testbed/rxe-lab.sh prepare       only fetch and build the cached kernel and rootfs
+#
+#   single     one VM, rxe0 on lo: mrc-perf loopback and client/server with --verify (bw,
+#              lat), the error paths (wrong device, wrong GID index, MTU above the port's),
+#              and the real-device test binaries (fabric/tests/verbs_rxe.rs,
+#              verbs_no_device.rs, examples' perf_verbs.rs) against rxe0
+#   two-hosts  two VMs back to back through qemu's socket netdev on 127.0.0.1, rxe on each
+#              virtio NIC: mrc-perf server in one, client --verify in the other; the RoCE v2
+#              packets between them are captured on the host side (filter-dump) and tshark
+#              counts one UDP source port per EV
+#   perftest   beside perftest in one VM: ib_write_bw, ib_send_bw -c UD, ib_write_lat and
+#              mrc-perf --fabric verbs at the same sizes (numbers reported, not asserted)
+#   netem      the UDP datapath (mrc-perf loopback --verify) under the guest kernel's netem:
+#              delay, loss, reordering, duplication
+#
+# Every check prints `PASS name: detail` or `FAIL name: detail`, and one JSON line
+# ({"check","ok","detail",...}) goes to target/rxe-lab/results.jsonl; the last line is the
+# summary. Exit status 0 only when every expected check ran and passed.
+#
+# Environment:
+#   MRC_LAB_PROFILE   cargo profile of the binaries carried in: debug (default, what
+#                     `cargo test` already built) or release
+#   MRC_LAB_CACHE     cache directory [target/rxe-lab]; kernel, rootfs and initramfs are
+#                     kept there keyed by the kernel package version and the package list,
+#                     so a second run skips all preparation (and needs no network)
+#   MRC_LAB_TIMEOUT   seconds one VM may run before it is killed [240]
+#   MRC_LAB_SMP       vCPUs of the single VM [2] (the two-hosts VMs get 1 each)
+#   MRC_LAB_KEEP=1    keep the per-run work directory (console logs, pcap)
+#
+# Host packages (Debian): qemu-system-x86 mmdebstrap cpio kmod xz-utils tshark jq, and the
+# verbs build's libibverbs-dev librdmacm-dev libclang-dev pkg-config. Network: only the
+# Debian mirror, and only while preparing. Nothing leaves the VMs: single runs with
+# `-nic none`; two-hosts connects the two VMs by a TCP socket on 127.0.0.1 only.
+set -Eeuo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
+CACHE=${MRC_LAB_CACHE:-$TARGET_DIR/rxe-lab}
+PROFILE=${MRC_LAB_PROFILE:-debug}
+VM_TIMEOUT=${MRC_LAB_TIMEOUT:-240}
+SMP=${MRC_LAB_SMP:-2}
+SUITE=bookworm
+MIRROR=${MRC_LAB_MIRROR:-http://deb.debian.org/debian}
+# Bumped whenever the way the rootfs is built changes (part of the cache key).
+PREP_VERSION=3
+GUEST_PKGS=busybox-static,kmod,iproute2,jq,libibverbs1,ibverbs-providers,ibverbs-utils,perftest
+# Modules the guest loads (their dependencies come along).
+# rdma_rxe computes the RoCE ICRC with the kernel's crypto "crc32", a module of its own.
+GUEST_MODS="rdma_rxe ib_uverbs crc32_generic sch_netem virtio_net virtio_pci"
+
+say() { printf 'rxe-lab: %s\n' "$*" >&2; }
+die() { say "error: $*"; exit 2; }
+now_ms() { date +%s%3N; }
+
+# --- cleanup: every qemu this script started is killed by its pid on any exit ---------
+QEMU_PIDS=()
+WORK=""
+cleanup() {
+  local rc=$?
+  set +e
+  for p in "${QEMU_PIDS[@]}"; do
+    kill "$p" 2>/dev/null && wait "$p" 2>/dev/null
+  done
+  if [ -n "$WORK" ] && [ "${MRC_LAB_KEEP:-0}" != 1 ] && [ "$rc" = 0 ]; then
+    rm -rf "$WORK"
+  elif [ -n "$WORK" ]; then
+    say "work directory kept: $WORK"
+  fi
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+need_tools() {
+  local missing=()
+  for t in qemu-system-x86_64 mmdebstrap cpio depmod modprobe xz tshark jq strip apt-get dpkg; do
+    command -v "$t" >/dev/null 2>&1 || missing+=("$t")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    die "missing host tools: ${missing[*]} (Debian: apt-get install -y qemu-system-x86 mmdebstrap cpio kmod xz-utils tshark jq binutils)"
+  fi
+}
+
+# --- preparation (cached) ---------------------------------------------------------------
+# The kernel: the package linux-image-amd64 depends on, unless MRC_LAB_KERNEL names one.
+kernel_pkg() {
+  if [ -n "${MRC_LAB_KERNEL:-}" ]; then echo "$MRC_LAB_KERNEL"; return; fi
+  local p
+  p=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
+  [ -n "$p" ] || die "apt-cache knows no linux-image-amd64 (run apt-get update, or set MRC_LAB_KERNEL=linux-image-6.1.0-NN-amd64)"
+  echo "$p"
+}
+
+prepare_kernel() {
+  KPKG=$(kernel_pkg)
+  KVER=${KPKG#linux-image-}
+  KDIR=$CACHE/kernel-$KPKG-$(printf '%s' "$GUEST_MODS" | sha256sum | cut -c1-8)
+  if [ -f "$KDIR/done" ]; then return; fi
+  local t0; t0=$(now_ms)
+  say "preparing kernel $KPKG (apt-get download, dpkg -x, vmlinux from the bzImage)"
+  rm -rf "$KDIR" "$KDIR.tmp"
+  mkdir -p "$KDIR.tmp"
+  (
+    cd "$KDIR.tmp"
+    if ! apt-get download "$KPKG" >apt.log 2>&1; then
+      say "apt-get download $KPKG failed; apt-get update and retry"
+      apt-get update -qq >/dev/null 2>&1 || true
+      apt-get download "$KPKG" >apt.log 2>&1 || { cat apt.log >&2; exit 1; }
+    fi
+  ) || die "could not download $KPKG"
+  dpkg -x "$KDIR.tmp"/"$KPKG"_*.deb "$KDIR.tmp/x"
+  local bz="$KDIR.tmp/x/boot/vmlinuz-$KVER"
+  [ -f "$bz" ] || die "$KPKG has no /boot/vmlinuz-$KVER"
+  # The bzImage carries the kernel as an xz stream (CONFIG_KERNEL_XZ): the uncompressed ELF
+  # vmlinux boots directly through its PVH entry, about twice as fast as the bzImage under
+  # TCG. (scripts/extract-vmlinux does the same search for every compressor.)
+  local off
+  off=$(grep -abo $'\xfd7zXZ\x00' "$bz" | head -1 | cut -d: -f1 || true)
+  if [ -n "$off" ]; then
+    tail -c +"$((off + 1))" "$bz" | xz -dc >"$KDIR.tmp/vmlinux" 2>/dev/null || true
+  fi
+  if [ -s "$KDIR.tmp/vmlinux" ] && head -c 4 "$KDIR.tmp/vmlinux" | grep -q $'^\x7fELF'; then
+    KIMG=vmlinux
+  else
+    say "no xz-compressed vmlinux inside the bzImage: booting the bzImage"
+    cp "$bz" "$KDIR.tmp/vmlinux"
+  fi
+  # The modules the guest needs and their dependencies, with a fresh modules.dep.
+  local mroot="$KDIR.tmp/x"
+  depmod -b "$mroot" "$KVER"
+  mkdir -p "$KDIR.tmp/mods"
+  local m f
+  for m in $GUEST_MODS; do
+    modprobe -d "$mroot" -S "$KVER" --show-depends "$m" | awk '$1 == "insmod" {print $2}'
+  done | sort -u | while read -r f; do
+    rel=${f#"$mroot"/}
+    mkdir -p "$KDIR.tmp/mods/$(dirname "$rel")"
+    cp "$f" "$KDIR.tmp/mods/$rel"
+  done
+  cp "$mroot/lib/modules/$KVER/modules.order" "$mroot/lib/modules/$KVER/modules.builtin"* \
+    "$KDIR.tmp/mods/lib/modules/$KVER/" 2>/dev/null || true
+  depmod -b "$KDIR.tmp/mods" "$KVER"
+  grep -E '^CONFIG_(RDMA_RXE|NET_SCH_NETEM|PVH)=' "$mroot/boot/config-$KVER" >"$KDIR.tmp/config" || true
+  rm -rf "$KDIR.tmp/x" "$KDIR.tmp"/*.deb
+  echo "$KPKG" >"$KDIR.tmp/done"
+  mv "$KDIR.tmp" "$KDIR"
+  say "kernel ready in $(( ($(now_ms) - t0) ))ms: $KDIR"
+}
+
+prepare_rootfs() {
+  local key
+  key=$(printf '%s\n' "$SUITE" "$GUEST_PKGS" "$PREP_VERSION" "$(basename "$KDIR")" | sha256sum | cut -c1-12)
+  BASE=$CACHE/base-$key.cpio
+  if [ -f "$BASE" ]; then return; fi
+  local t0; t0=$(now_ms)
+  say "preparing rootfs (mmdebstrap --variant=extract $SUITE: $GUEST_PKGS)"
+  local d="$CACHE/rootfs.tmp"
+  rm -rf "$d" "$d.tar"
+  mkdir -p "$d"
+  mmdebstrap --quiet --variant=extract --include="$GUEST_PKGS" "$SUITE" "$d.tar" "$MIRROR" \
+    >"$CACHE/mmdebstrap.log" 2>&1 || { tail -20 "$CACHE/mmdebstrap.log" >&2; die "mmdebstrap failed"; }
+  tar -C "$d" -xf "$d.tar"
+  rm -f "$d.tar"
+  # What a VM that lives for seconds does not need.
+  rm -rf "$d"/usr/share/{man,doc,locale,info,lintian,bash-completion,perl5,misc} \
+    "$d"/var/cache/* "$d"/var/lib/apt "$d"/lib/udev/hwdb.d
+  # busybox applets where Debian's packages left no binary of their own.
+  local a
+  for a in $("$d/bin/busybox" --list); do
+    [ -e "$d/bin/$a" ] || [ -e "$d/sbin/$a" ] || [ -e "$d/usr/bin/$a" ] || [ -e "$d/usr/sbin/$a" ] \
+      || ln -s busybox "$d/bin/$a"
+  done
+  cp -a "$KDIR/mods/lib/modules" "$d/lib/"
+  mkdir -p "$d"/{proc,sys,dev,tmp,run,lab}
+  # Package versions, for the report.
+  (cd "$d/var/lib/dpkg" 2>/dev/null && awk '/^Package:/ {p=$2} /^Version:/ {print p, $2}' status 2>/dev/null) \
+    >"$CACHE/base-$key.packages" || true
+  cat >"$d/init" <<'EOF'
+#!/bin/busybox sh
+# rxe-lab guest init: mounts, loads what the run needs, runs /lab/guest.sh ROLE with
+# results on the second serial port (ttyS1), then powers off.
+/bin/busybox mount -t proc proc /proc
+/bin/busybox mount -t sysfs sys /sys
+/bin/busybox mount -t devtmpfs dev /dev
+/bin/busybox mount -t tmpfs tmp /tmp
+export PATH=/lab/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/tmp
+role=$(sed -n 's/.*mrclab\.role=\([a-z0-9,-]*\).*/\1/p' /proc/cmdline)
+echo "rxe-lab guest: role $role, kernel $(uname -r), $(nproc) vCPUs, up $(cut -d' ' -f1 /proc/uptime) s"
+ip link set lo up
+sh /lab/guest.sh "$role" >/dev/ttyS1 2>/dev/ttyS0
+echo "rxe-lab guest: done after $(cut -d' ' -f1 /proc/uptime) s"
+poweroff -f
+EOF
+  chmod 755 "$d/init"
+  (cd "$d" && find . -print0 | LC_ALL=C sort -z | cpio --null -o -H newc --owner 0:0 --quiet) >"$BASE.tmp"
+  mv "$BASE.tmp" "$BASE"
+  rm -rf "$d"
+  say "rootfs ready in $(( ($(now_ms) - t0) ))ms: $BASE ($(du -h "$BASE" | cut -f1))"
+}
+
+# --- the binaries carried in ------------------------------------------------------------
+build_binaries() {
+  local t0; t0=$(now_ms)
+  local pflag=()
+  [ "$PROFILE" = release ] && pflag=(--release)
+  say "cargo build ($PROFILE): mrc-perf and the verbs test binaries, feature mrc-fabric/verbs"
+  cargo build "${pflag[@]}" --locked -q -p mrc-examples --bin mrc-perf --features mrc-fabric/verbs \
+    || die "cargo build of mrc-perf failed"
+  PERF_BIN=$TARGET_DIR/$PROFILE/mrc-perf
+  # Test binaries: cargo prints their paths in its JSON messages.
+  TEST_BINS=$(cargo test "${pflag[@]}" --locked --no-run -q --message-format=json --features mrc-fabric/verbs \
+      -p mrc-fabric --test verbs_rxe --test verbs_no_device -p mrc-examples --test perf_verbs 2>/dev/null \
+    | jq -r 'select(.reason == "compiler-artifact" and .executable != null and .profile.test == true) | .executable') \
+    || die "cargo test --no-run of the verbs tests failed"
+  say "binaries ready in $(( ($(now_ms) - t0) ))ms"
+}
+
+# The per-run overlay: binaries (debug info stripped), the guest script, and any shared
+# library a binary needs that the rootfs lacks. Appended to the base as a second
+# uncompressed cpio archive.
+make_initrd() {
+  local o="$WORK/overlay"
+  mkdir -p "$o/lab/bin" "$o/lab/tests"
+  strip --strip-debug -o "$o/lab/bin/mrc-perf" "$PERF_BIN"
+  local b name
+  for b in $TEST_BINS; do
+    name=$(basename "$b" | sed 's/-[0-9a-f]\{16\}$//')
+    strip --strip-debug -o "$o/lab/tests/$name" "$b"
+  done
+  # perf_verbs.rs runs mrc-perf from the path cargo compiled into it (CARGO_BIN_EXE).
+  mkdir -p "$o$TARGET_DIR/$PROFILE"
+  ln -s /lab/bin/mrc-perf "$o$TARGET_DIR/$PROFILE/mrc-perf"
+  cp testbed/rxe-guest.sh "$o/lab/guest.sh"
+  printf '%s\n' "$@" >"$o/lab/args"
+  # Host libraries the rootfs does not have (same Debian release: normally none).
+  local lib
+  [ -f "$BASE.list" ] || cpio -it --quiet <"$BASE" >"$BASE.list"
+  for lib in $(ldd "$PERF_BIN" $TEST_BINS 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u); do
+    if ! grep -qx "${lib#/}" "$BASE.list"; then
+      mkdir -p "$o$(dirname "$lib")"
+      cp -L "$lib" "$o$lib"
+      say "carrying host library $lib"
+    fi
+  done
+  (cd "$o" && find . -print0 | cpio --null -o -H newc --owner 0:0 --quiet) >"$WORK/overlay.cpio"
+  cat "$BASE" "$WORK/overlay.cpio" >"$WORK/initrd"
+}
+
+# --- the VMs ----------------------------------------------------------------------------
+# start_vm NAME ROLE SMP MEM_MB [qemu args...]: boots in the background; results of the
+# guest's checks arrive on its second serial port, $WORK/NAME.results.
+start_vm() {
+  local name=$1 role=$2 smp=$3 mem=$4
+  shift 4
+  : >"$WORK/$name.results"
+  qemu-system-x86_64 -accel tcg -cpu max -smp "$smp" -m "$mem" -M pc \
+    -nodefaults -no-user-config -display none -no-reboot \
+    -kernel "$KDIR/vmlinux" -initrd "$WORK/initrd" \
+    -append "console=ttyS0 quiet panic=-1 mrclab.role=$role" \
+    -serial "file:$WORK/$name.console" -serial "file:$WORK/$name.results" \
+    "$@" >"$WORK/$name.qemu.log" 2>&1 &
+  QEMU_PIDS+=($!)
+  eval "PID_$name=$!"
+}
+
+# wait_vms NAME...: waits for each VM to power off, at most VM_TIMEOUT seconds from now;
+# a VM still running then is killed and recorded as a failed check.
+wait_vms() {
+  local deadline=$(( $(date +%s) + VM_TIMEOUT )) name pid
+  for name in "$@"; do
+    pid=$(eval echo "\$PID_$name")
+    while kill -0 "$pid" 2>/dev/null && [ "$(date +%s)" -lt "$deadline" ]; do sleep 0.2; done
+    if kill -0 "$pid" 2>/dev/null; then
+      kill "$pid" 2>/dev/null
+      wait "$pid" 2>/dev/null || true
+      jq -nc --arg c "$name-vm" --arg d "the VM ran past ${VM_TIMEOUT}s and was killed (console: $WORK/$name.console)" \
+        '{check:$c, ok:false, detail:$d}' >>"$WORK/$name.results"
+    else
+      wait "$pid" 2>/dev/null || true
+    fi
+  done
+}
+
+# collect NAME ROLE: the VM's result lines into results.jsonl; a VM whose guest script did
+# not finish (no `ROLE-complete` line) fails with the tail of its console.
+collect() {
+  local name=$1 roles=$2 role
+  tr -d '\r' <"$WORK/$name.results" | grep '^{' | jq -c --arg vm "$name" '. + {vm: $vm}' >>"$RESULTS" 2>/dev/null || true
+  for role in ${roles//,/ }; do
+    if ! grep -q "\"check\":\"$role-complete\"" "$WORK/$name.results"; then
+      jq -nc --arg c "$role-complete" --arg vm "$name" \
+        --arg d "the guest did not finish its $role checks; console tail: $(tail -5 "$WORK/$name.console" | tr -d '\r' | tr '\n' '|')" \
+        '{check:$c, ok:false, detail:$d, vm:$vm}' >>"$RESULTS"
+    fi
+  done
+}
+
+# One VM runs every single-VM part (ROLES: comma-separated), one after the other.
+run_single() {
+  local roles=$1 r
+  start_vm single "$roles" "$SMP" 1536 -nic none
+  wait_vms single
+  collect single "$roles"
+}
+
+# Two VMs, one virtio NIC each, joined by qemu's socket netdev (a TCP connection on
+# 127.0.0.1: nothing else is reachable). filter-dump writes what VM b's NIC sends and
+# receives to a pcap on the host.
+run_two_hosts() {
+  local port
+  port=$(( 20000 + RANDOM % 20000 ))
+  start_vm hosta host-a 1 1024 \
+    -netdev "socket,id=n0,listen=127.0.0.1:$port" -device virtio-net-pci,netdev=n0,mac=52:54:00:6d:72:01
+  # The listener must be up before the second VM connects.
+  local i
+  for i in $(seq 50); do
+    ss -ltn 2>/dev/null | grep -q "127.0.0.1:$port " && break
+    sleep 0.1
+  done
+  start_vm hostb host-b 1 1024 \
+    -netdev "socket,id=n0,connect=127.0.0.1:$port" -device virtio-net-pci,netdev=n0,mac=52:54:00:6d:72:02 \
+    -object "filter-dump,id=f0,netdev=n0,file=$WORK/two-hosts.pcap"
+  wait_vms hosta hostb
+  collect hosta host-a
+  collect hostb host-b
+  capture_check
+}
+
+# The capture: every RoCE v2 packet (UDP 4791) from the client (10.0.0.2) to the server;
+# one UDP source port per EV.
+capture_check() {
+  local pcap=$WORK/two-hosts.pcap evs ports nports pkts ok=false detail
+  evs=$(jq -r 'select(.check == "two-hosts-client") | .evs // empty' "$RESULTS" | head -1)
+  if [ ! -s "$pcap" ]; then
+    detail="no capture at $pcap"
+  else
+    ports=$(tshark -r "$pcap" -Y 'udp.dstport == 4791 && ip.src == 10.0.0.2 && ip.dst == 10.0.0.1' \
+      -T fields -e udp.srcport 2>/dev/null | sort -n | uniq -c | awk '{printf "%s:%s ", $2, $1}')
+    pkts=$(tshark -r "$pcap" -Y 'udp.dstport == 4791' 2>/dev/null | wc -l)
+    nports=$(printf '%s' "$ports" | wc -w)
+    detail="$pkts RoCE v2 packets; client->server source ports (port:packets): $ports"
+    if [ -n "$evs" ] && [ "$nports" = "$evs" ]; then
+      ok=true
+      detail="$nports distinct UDP source ports = $evs EVs; $detail"
+    else
+      detail="$nports distinct UDP source ports, expected ${evs:-?} (one per EV); $detail"
+    fi
+  fi
+  jq -nc --arg d "$detail" --argjson ok "$ok" --argjson n "${nports:-0}" --arg evs "${evs:-}" \
+    '{check:"two-hosts-capture", ok:$ok, detail:$d, distinct_source_ports:$n, evs:($evs|tonumber? // null), vm:"host"}' >>"$RESULTS"
+}
+
+report() {
+  local pass fail
+  while IFS= read -r line; do
+    if [ "$(jq -r .ok <<<"$line")" = true ]; then
+      printf 'PASS %s: %s\n' "$(jq -r .check <<<"$line")" "$(jq -r .detail <<<"$line")"
+    else
+      printf 'FAIL %s: %s\n' "$(jq -r .check <<<"$line")" "$(jq -r .detail <<<"$line")"
+    fi
+  done <"$RESULTS"
+  pass=$(jq -s 'map(select(.ok == true)) | length' "$RESULTS")
+  fail=$(jq -s 'map(select(.ok != true)) | length' "$RESULTS")
+  jq -nc --argjson p "$pass" --argjson f "$fail" --arg parts "$PARTS" --arg k "$KPKG" \
+    --argjson prep "$PREP_MS" --argjson run "$RUN_MS" \
+    '{summary:true, passed:$p, failed:$f, parts:$parts, kernel:$k, prepare_ms:$prep, run_ms:$run}' >>"$RESULTS"
+  printf 'rxe-lab: %s passed, %s failed (parts: %s; kernel %s; prepare %ss, run %ss); results: %s\n' \
+    "$pass" "$fail" "$PARTS" "$KPKG" "$((PREP_MS / 1000))" "$((RUN_MS / 1000))" "$RESULTS"
+  [ "$fail" = 0 ] && [ "$pass" -gt 0 ]
+}
+
+main() {
+  need_tools
+  mkdir -p "$CACHE"
+  local parts=()
+  if [ $# -eq 0 ]; then parts=(single two-hosts perftest netem); else parts=("$@"); fi
+  local p
+  for p in "${parts[@]}"; do
+    case $p in
+      single|two-hosts|perftest|netem|prepare) ;;
+      *) die "unknown part $p (single, two-hosts, perftest, netem, prepare)" ;;
+    esac
+  done
+  PARTS="${parts[*]}"
+  local t0; t0=$(now_ms)
+  prepare_kernel
+  prepare_rootfs
+  PREP_MS=$(( $(now_ms) - t0 ))
+  say "kernel $KPKG, rootfs $(basename "$BASE"): prepared in ${PREP_MS}ms"
+  [ "$PARTS" = prepare ] && exit 0
+  build_binaries
+  t0=$(now_ms)
+  WORK=$(mktemp -d "$CACHE/run.XXXXXX")
+  RESULTS=$CACHE/results.jsonl
+  : >"$RESULTS"
+  make_initrd
+  local roles=""
+  for p in "${parts[@]}"; do
+    case $p in single|perftest|netem) roles="${roles:+$roles,}$p" ;; esac
+  done
+  if [ -n "$roles" ]; then
+    say "running $roles in one VM ($SMP vCPUs)"
+    run_single "$roles"
+  fi
+  for p in "${parts[@]}"; do
+    if [ "$p" = two-hosts ]; then
+      say "running two-hosts (two VMs, 1 vCPU each)"
+      run_two_hosts
+    fi
+  done
+  RUN_MS=$(( $(now_ms) - t0 ))
+  report
+}
+
+main "$@"
