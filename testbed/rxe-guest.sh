@@ -189,11 +189,11 @@ role_single() {
   fi
   V="--fabric verbs -d $DEV -x 1"
   perf_bw verbs-loopback-bw 200 65536 loopback $V --mtu 4040 -p 18601
-  perf_bw verbs-loopback-bw-mtu968 50 65536 loopback $V --mtu 968 -p 18602
-  perf_lat verbs-loopback-lat 200 loopback $V --mtu 4040 -p 18603
-  server_client verbs-client-server-bw 200 65536 $V --bind 127.0.0.1 -p 18604 -- \
+  perf_bw verbs-loopback-bw-mtu968 20 65536 loopback $V --mtu 968 -p 18602
+  perf_lat verbs-loopback-lat 100 loopback $V --mtu 4040 -p 18603
+  server_client verbs-client-server-bw 100 65536 $V --bind 127.0.0.1 -p 18604 -- \
     127.0.0.1 $V --mtu 4040 -p 18604
-  server_client verbs-client-server-lat 200 lat $V --bind 127.0.0.1 -p 18605 -- \
+  server_client verbs-client-server-lat 100 lat $V --bind 127.0.0.1 -p 18605 -- \
     127.0.0.1 $V --mtu 4040 -p 18605
   # The error paths, each with its exact message and exit code 1.
   expect_err err-wrong-device 1 \
@@ -270,12 +270,12 @@ role_netem() {
     emit netem-setup false "tc qdisc add dev lo root netem $spec failed"
     return
   fi
-  perf_bw netem-udp-loss-dup-bw 200 65536 loopback --mtu 4040 -p 18621
-  perf_lat netem-udp-loss-dup-lat 100 loopback --mtu 4040 -p 18622
+  perf_bw netem-udp-loss-dup-bw 100 65536 loopback --mtu 4040 -p 18621
+  perf_lat netem-udp-loss-dup-lat 50 loopback --mtu 4040 -p 18622
   $TC -s qdisc show dev lo >&2
   # Reordering: a quarter of the packets go at once, the rest 5 ms later.
   $TC qdisc change dev lo root netem delay 5ms reorder 25% 50%
-  perf_bw netem-udp-reorder-bw 100 65536 loopback --mtu 4040 -p 18623
+  perf_bw netem-udp-reorder-bw 50 65536 loopback --mtu 4040 -p 18623
   $TC -s qdisc show dev lo >&2
   $TC qdisc del dev lo root
   # The faults did happen: retransmissions under loss, duplicates seen by the receiver.

@@ -2,8 +2,8 @@
 # rxe-lab.sh: the verbs datapath (`--fabric verbs`) on a real RDMA device, Soft-RoCE
 # (rdma_rxe), in throw-away qemu VMs (issue 20). The host kernel needs no RDMA support.
 #
-#   testbed/rxe-lab.sh [PART...]     PART: single (default: all of them), two-hosts,
-#                                    perftest, netem
+#   testbed/rxe-lab.sh [PART...]     PART: single, netem, two-hosts (the default: these
+#                                    three, what .ci/run runs), perftest
 #   testbed/rxe-lab.sh prepare       only fetch and build the cached kernel and rootfs
 #
 #   single     one VM, rxe0 on lo: mrc-perf loopback and client/server with --verify (bw,
@@ -24,8 +24,9 @@
 # summary. Exit status 0 only when every expected check ran and passed.
 #
 # Environment:
-#   MRC_LAB_PROFILE   cargo profile of the binaries carried in: debug (default, what
-#                     `cargo test` already built) or release
+#   MRC_LAB_PROFILE   cargo profile of mrc-perf: debug (default: what `cargo test
+#                     --workspace --features mrc-fabric/verbs` already built) or release
+#                     (for the perftest part's numbers); the test binaries are always debug
 #   MRC_LAB_CACHE     cache directory [target/rxe-lab]; kernel, rootfs and initramfs are
 #                     kept there keyed by the kernel package version and the package list,
 #                     so a second run skips all preparation (and needs no network)
@@ -94,6 +95,10 @@ kernel_pkg() {
   if [ -n "${MRC_LAB_KERNEL:-}" ]; then echo "$MRC_LAB_KERNEL"; return; fi
   local p
   p=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
+  if [ -z "$p" ] && [ "$(id -u)" = 0 ]; then
+    apt-get update -qq >/dev/null 2>&1 || true
+    p=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
+  fi
   [ -n "$p" ] || die "apt-cache knows no linux-image-amd64 (run apt-get update, or set MRC_LAB_KERNEL=linux-image-6.1.0-NN-amd64)"
   echo "$p"
 }
@@ -208,18 +213,26 @@ EOF
 # --- the binaries carried in ------------------------------------------------------------
 build_binaries() {
   local t0; t0=$(now_ms)
-  local pflag=()
-  [ "$PROFILE" = release ] && pflag=(--release)
-  say "cargo build ($PROFILE): mrc-perf and the verbs test binaries, feature mrc-fabric/verbs"
-  cargo build "${pflag[@]}" --locked -q -p mrc-examples --bin mrc-perf --features mrc-fabric/verbs \
-    || die "cargo build of mrc-perf failed"
-  PERF_BIN=$TARGET_DIR/$PROFILE/mrc-perf
-  # Test binaries: cargo prints their paths in its JSON messages.
-  TEST_BINS=$(cargo test "${pflag[@]}" --locked --no-run -q --message-format=json --features mrc-fabric/verbs \
-      -p mrc-fabric --test verbs_rxe --test verbs_no_device -p mrc-examples --test perf_verbs 2>/dev/null \
-    | jq -r 'select(.reason == "compiler-artifact" and .executable != null and .profile.test == true) | .executable') \
-    || die "cargo test --no-run of the verbs tests failed"
-  say "binaries ready in $(( ($(now_ms) - t0) ))ms"
+  say "cargo test --workspace --no-run --features mrc-fabric/verbs (a no-op after \`cargo test\` with the feature)"
+  # The debug test binaries and mrc-perf, from the same build `cargo test --workspace
+  # --features mrc-fabric/verbs` makes (README, .ci/run): nothing is rebuilt after it.
+  local art
+  art=$(cargo test --workspace --locked --no-run -q --message-format=json --features mrc-fabric/verbs 2>"$CACHE/cargo.log" \
+    | jq -r 'select(.reason == "compiler-artifact" and .executable != null)
+             | "\(.target.kind[0]) \(.target.name) \(.profile.test) \(.executable)"') \
+    || { tail -20 "$CACHE/cargo.log" >&2; die "cargo test --no-run with the verbs feature failed"; }
+  TEST_BINS=$(awk '$3 == "true" && ($2 == "verbs_rxe" || $2 == "verbs_no_device" || $2 == "perf_verbs") {print $4}' <<<"$art")
+  [ "$(wc -w <<<"$TEST_BINS")" = 3 ] || die "expected the test binaries verbs_rxe, verbs_no_device, perf_verbs; cargo built: $TEST_BINS"
+  if [ "$PROFILE" = release ]; then
+    say "cargo build --release -p mrc-examples --bin mrc-perf --features mrc-fabric/verbs"
+    cargo build --release --locked -q -p mrc-examples --bin mrc-perf --features mrc-fabric/verbs \
+      || die "cargo build --release of mrc-perf failed"
+    PERF_BIN=$TARGET_DIR/release/mrc-perf
+  else
+    PERF_BIN=$(awk '$1 == "bin" && $2 == "mrc-perf" && $3 == "false" {print $4}' <<<"$art")
+  fi
+  [ -x "$PERF_BIN" ] || die "no mrc-perf binary ($PROFILE)"
+  say "binaries ready in $(( $(now_ms) - t0 ))ms: $PERF_BIN"
 }
 
 # The per-run overlay: binaries (debug info stripped), the guest script, and any shared
@@ -235,15 +248,16 @@ make_initrd() {
     strip --strip-debug -o "$o/lab/tests/$name" "$b"
   done
   # perf_verbs.rs runs mrc-perf from the path cargo compiled into it (CARGO_BIN_EXE).
-  mkdir -p "$o$TARGET_DIR/$PROFILE"
-  ln -s /lab/bin/mrc-perf "$o$TARGET_DIR/$PROFILE/mrc-perf"
+  mkdir -p "$o$TARGET_DIR/debug"
+  ln -s /lab/bin/mrc-perf "$o$TARGET_DIR/debug/mrc-perf"
   cp testbed/rxe-guest.sh "$o/lab/guest.sh"
   printf '%s\n' "$@" >"$o/lab/args"
   # Host libraries the rootfs does not have (same Debian release: normally none).
   local lib
   [ -f "$BASE.list" ] || cpio -it --quiet <"$BASE" >"$BASE.list"
   for lib in $(ldd "$PERF_BIN" $TEST_BINS 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u); do
-    if ! grep -qx "${lib#/}" "$BASE.list"; then
+    # (The host may have merged /usr and the rootfs not: look for the name in any lib dir.)
+    if ! grep -qE "^(usr/)?lib(64)?/(x86_64-linux-gnu/)?$(basename "$lib" | sed 's/[.+]/\\&/g')\$" "$BASE.list"; then
       mkdir -p "$o$(dirname "$lib")"
       cp -L "$lib" "$o$lib"
       say "carrying host library $lib"
@@ -380,7 +394,7 @@ main() {
   need_tools
   mkdir -p "$CACHE"
   local parts=()
-  if [ $# -eq 0 ]; then parts=(single two-hosts perftest netem); else parts=("$@"); fi
+  if [ $# -eq 0 ]; then parts=(single netem two-hosts); else parts=("$@"); fi
   local p
   for p in "${parts[@]}"; do
     case $p in
