@@ -1,6 +1,6 @@
 //! Output of `mrc-perf`: perftest's columns, the per-EV summary, JSON, the progress line.
 
-use super::opts::{TestKind, TestParams};
+use super::opts::{Fabric, TestKind, TestParams};
 use super::run::EndResult;
 use serde::Serialize;
 use serde_json::json;
@@ -518,7 +518,11 @@ impl<'a> Report<'a> {
         } else {
             ""
         };
-        format!("{what}{bi}: mrc over UDP/io_uring, {}", self.mode)
+        let fabric = match self.p.fabric {
+            Fabric::Udp => "UDP/io_uring",
+            Fabric::Verbs => "RDMA UD verbs",
+        };
+        format!("{what}{bi}: mrc over {fabric}, {}", self.mode)
     }
 
     fn bytes_moved(&self) -> u64 {
@@ -1024,6 +1028,20 @@ mod tests {
             "{t}"
         );
         assert!(!t.contains("bidirectional:"), "{t}");
+        assert!(
+            t.contains("RDMA_Write BW Test: mrc over UDP/io_uring, t\n"),
+            "{t}"
+        );
+        // The banner names the datapath the test ran on.
+        let pv = Cli::parse_from(["mrc-perf", "loopback", "--fabric", "verbs", "-n", "100"])
+            .test
+            .params()
+            .unwrap();
+        let tv = Report::new(&pv, &r, "loopback 127.0.0.1").table(false);
+        assert!(
+            tv.contains("RDMA_Write BW Test: mrc over RDMA UD verbs, loopback 127.0.0.1\n"),
+            "{tv}"
+        );
         // Bidirectional: 100 MiB sent in 2 s, 60 MiB received in 1.5 s; the best 100 ms
         // of both together 150 MiB/s, of the receives 45 MiB/s. The main row's peak is
         // the peak of both directions (it was this side's sends, never above the
