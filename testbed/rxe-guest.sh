@@ -144,8 +144,8 @@ server_client() {
   fi
 }
 
-# expect_err NAME CODE REGEX ARGS...: mrc-perf ARGS must exit CODE with stderr (one line)
-# matching REGEX exactly (grep -xE).
+# expect_err NAME CODE REGEX ARGS...: mrc-perf ARGS must exit CODE with ERR_LINES (default
+# 1) lines on stderr, the last matching REGEX exactly (grep -xE).
 expect_err() {
   name=$1 code=$2 re=$3
   shift 3
@@ -153,10 +153,10 @@ expect_err() {
   rc=$?
   cat $W/$name.err >&2
   lines=$(wc -l <$W/$name.err)
-  if [ $rc -eq "$code" ] && [ "$lines" -eq 1 ] && grep -qxE "$re" $W/$name.err; then
-    emit "$name" true "exit $rc, stderr: $(cat $W/$name.err)"
+  if [ $rc -eq "$code" ] && [ "$lines" -eq "${ERR_LINES:-1}" ] && tail -1 $W/$name.err | grep -qxE "$re"; then
+    emit "$name" true "exit $rc, stderr: $(tail -1 $W/$name.err)"
   else
-    emit "$name" false "wanted exit $code and one stderr line matching /$re/; got exit $rc, $lines lines: $(head -c 500 $W/$name.err)"
+    emit "$name" false "wanted exit $code and ${ERR_LINES:-1} stderr lines, the last matching /$re/; got exit $rc, $lines lines: $(head -c 500 $W/$name.err)"
   fi
 }
 
@@ -195,6 +195,15 @@ role_single() {
     127.0.0.1 $V --mtu 4040 -p 18604
   server_client verbs-client-server-lat 100 lat $V --bind 127.0.0.1 -p 18605 -- \
     127.0.0.1 $V --mtu 4040 -p 18605
+  # The table's banner names the datapath.
+  $PERF loopback $V --mtu 4040 -n 4 -p 18610 >$W/banner.out 2>&1
+  rc=$?
+  b=$(grep -m1 'RDMA_Write BW Test' $W/banner.out | sed 's/^ *//')
+  if [ $rc -eq 0 ] && [ "$b" = "RDMA_Write BW Test: mrc over RDMA UD verbs, loopback 127.0.0.1" ]; then
+    emit verbs-banner true "exit 0, banner \"$b\""
+  else
+    emit verbs-banner false "exit $rc, banner \"$b\" (wanted \"RDMA_Write BW Test: mrc over RDMA UD verbs, loopback 127.0.0.1\")"
+  fi
   # The error paths, each with its exact message and exit code 1.
   expect_err err-wrong-device 1 \
     'mrc-perf: error: --fabric verbs: RDMA device "mrc_no_such_dev9" not found among \["rxe0"\]' \
@@ -208,6 +217,13 @@ role_single() {
   expect_err err-no-such-port 1 \
     "mrc-perf: error: server 127\\.0\\.0\\.1:[0-9]+ refused the test: --fabric verbs: ibv_query_port failed: Invalid argument \\(os error 22\\)" \
     loopback --fabric verbs -d $DEV --ib-port 2 --mtu 4040 -n 4 -p 18609
+  # GID 0 on lo is the link-local fe80::200:ff:fe00:0, which lo has no route for: the
+  # in-process server drops the client (one line), the client fails naming both GIDs.
+  ERR_LINES=2
+  expect_err err-unroutable-gid 1 \
+    "mrc-perf: error: verbs address handle: ibv_create_ah failed: Network is unreachable \\(os error 101\\), from GID fe80::200:ff:fe00:0 to the peer's GID fe80::200:ff:fe00:0: is the GID index one whose address reaches the peer\\?" \
+    loopback --fabric verbs -d $DEV -x 0 --mtu 4040 -n 4 -p 18619
+  ERR_LINES=1
   cargo_test test-verbs_rxe verbs_rxe
   cargo_test test-verbs_no_device verbs_no_device
   cargo_test test-perf_verbs perf_verbs
@@ -256,6 +272,9 @@ role_perftest() {
   # One mrc packet per UD datagram (4040 + 56 header bytes = 4096, ib_send_bw's size).
   perf_bw perftest-mrc-bw-4k 3200 4040 loopback $V --mtu 4040 -p 18615
   perf_lat perftest-mrc-lat 1000 loopback $V --mtu 4040 -p 18616
+  # The same over the UDP datapath (io_uring sockets on lo), for reference.
+  perf_bw perftest-mrc-udp-bw 200 65536 loopback --mtu 4040 -p 18617
+  perf_lat perftest-mrc-udp-lat 1000 loopback --mtu 4040 -p 18618
 }
 
 role_netem() {
@@ -330,6 +349,15 @@ role_host_b() {
     --mtu $((mtu - 56)) --paths 16 -p 18631
 }
 
+# A script of the user's (rxe-lab.sh script FILE): rxe0 on lo, then FILE with its output
+# on the console; passes when it exits 0.
+role_script() {
+  [ -e /sys/class/infiniband/$DEV ] || rxe_up lo 127.0.0.1 >/dev/null
+  sh /lab/user.sh >&2
+  rc=$?
+  if [ $rc -eq 0 ]; then emit script true "the script exited 0"; else emit script false "the script exited $rc"; fi
+}
+
 for role in $(echo "$1" | tr , ' '); do
   log "role $role"
   NCHECKS=0
@@ -339,6 +367,7 @@ for role in $(echo "$1" | tr , ' '); do
     netem) role_netem ;;
     host-a) role_host_a ;;
     host-b) role_host_b ;;
+    script) role_script ;;
     *) emit "$role" false "unknown role $role" ;;
   esac
   emit "$role-complete" true "$NCHECKS checks ran"

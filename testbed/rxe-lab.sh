@@ -5,6 +5,9 @@
 #   testbed/rxe-lab.sh [PART...]     PART: single, netem, two-hosts (the default: these
 #                                    three, what .ci/run runs), perftest
 #   testbed/rxe-lab.sh prepare       only fetch and build the cached kernel and rootfs
+#   testbed/rxe-lab.sh script FILE   boot one VM, add rxe0 on lo, run FILE (busybox sh;
+#                                    mrc-perf and the test binaries on PATH and in
+#                                    /lab/tests) with its output on the terminal
 #
 #   single     one VM, rxe0 on lo: mrc-perf loopback and client/server with --verify (bw,
 #              lat), the error paths (wrong device, wrong GID index, MTU above the port's),
@@ -251,7 +254,7 @@ make_initrd() {
   mkdir -p "$o$TARGET_DIR/debug"
   ln -s /lab/bin/mrc-perf "$o$TARGET_DIR/debug/mrc-perf"
   cp testbed/rxe-guest.sh "$o/lab/guest.sh"
-  printf '%s\n' "$@" >"$o/lab/args"
+  if [ -n "$USER_SCRIPT" ]; then cp "$USER_SCRIPT" "$o/lab/user.sh"; fi
   # Host libraries the rootfs does not have (same Debian release: normally none).
   local lib
   [ -f "$BASE.list" ] || cpio -it --quiet <"$BASE" >"$BASE.list"
@@ -371,6 +374,27 @@ capture_check() {
     '{check:"two-hosts-capture", ok:$ok, detail:$d, distinct_source_ports:$n, evs:($evs|tonumber? // null), vm:"host"}' >>"$RESULTS"
 }
 
+# The perftest part's numbers side by side: MB/s (2^20 bytes), packets/s and the time per
+# packet they imply (one packet per 4096-byte datagram: 16 per 64 KiB RC WRITE, one per
+# 4096-byte UD SEND, ceil(size / 4040) per mrc message), and latencies.
+perftest_table() {
+  jq -rs '
+    def row($c): map(select(.check == $c))[0];
+    def bw($c; $bytes; $pkts_per_msg): row($c) as $r | if $r == null or ($r.mib_per_s == null) then empty else
+      ($r.mib_per_s * 1048576 / $bytes * $pkts_per_msg) as $pps |
+      "\($c)\t\($bytes)\t\($r.mib_per_s * 100 | round / 100)\t\($pps | round)\t\(1e6 / $pps * 10 | round / 10)" end;
+    def lat($c; $f): row($c) as $r | if $r == null then empty else "\($c)\t8\t-\t-\tlatency \($r[$f] * 10 | round / 10) us" end;
+    "check\tbytes\tMB/s\tpackets/s\tus/packet",
+    bw("perftest-ib_write_bw"; 65536; 16),
+    bw("perftest-mrc-bw"; 65536; 17),
+    bw("perftest-mrc-udp-bw"; 65536; 17),
+    bw("perftest-ib_send_bw-ud"; 4096; 1),
+    bw("perftest-mrc-bw-4k"; 4040; 1),
+    lat("perftest-ib_write_lat"; "t_typical_us"),
+    lat("perftest-mrc-lat"; "lat_typical_us"),
+    lat("perftest-mrc-udp-lat"; "lat_typical_us")' "$RESULTS" | column -t -s $'\t'
+}
+
 report() {
   local pass fail
   while IFS= read -r line; do
@@ -394,12 +418,18 @@ main() {
   need_tools
   mkdir -p "$CACHE"
   local parts=()
+  USER_SCRIPT=""
+  if [ "${1:-}" = script ]; then
+    [ -f "${2:-}" ] || die "script FILE: no such file ${2:-}"
+    USER_SCRIPT=$2
+    set -- script
+  fi
   if [ $# -eq 0 ]; then parts=(single netem two-hosts); else parts=("$@"); fi
   local p
   for p in "${parts[@]}"; do
     case $p in
-      single|two-hosts|perftest|netem|prepare) ;;
-      *) die "unknown part $p (single, two-hosts, perftest, netem, prepare)" ;;
+      single|two-hosts|perftest|netem|prepare|script) ;;
+      *) die "unknown part $p (single, netem, two-hosts, perftest, prepare, script FILE)" ;;
     esac
   done
   PARTS="${parts[*]}"
@@ -417,7 +447,7 @@ main() {
   make_initrd
   local roles=""
   for p in "${parts[@]}"; do
-    case $p in single|perftest|netem) roles="${roles:+$roles,}$p" ;; esac
+    case $p in single|perftest|netem|script) roles="${roles:+$roles,}$p" ;; esac
   done
   if [ -n "$roles" ]; then
     say "running $roles in one VM ($SMP vCPUs)"
@@ -430,6 +460,10 @@ main() {
     fi
   done
   RUN_MS=$(( $(now_ms) - t0 ))
+  if [[ " $PARTS " == *" perftest "* ]]; then
+    perftest_table | tee "$CACHE/perftest.txt"
+  fi
+  if [ -n "$USER_SCRIPT" ]; then tr -d '\r' <"$WORK/single.console" | grep -v '^\[ *[0-9.]*\] ' >&2; fi
   report
 }
 
