@@ -187,7 +187,10 @@ fn evs_route_to_qps_and_arrive_with_grh_source_and_ecn() {
     }
     let v = b.verbs_stats();
     assert_eq!(v.rx_reposted, 8);
-    assert_eq!((v.rx_short_grh, v.rx_bad_grh, v.rx_error_completions), (0, 0, 0));
+    assert_eq!(
+        (v.rx_short_grh, v.rx_bad_grh, v.rx_error_completions),
+        (0, 0, 0)
+    );
     assert_eq!(b.recv_pool().in_use(), 32);
     assert_eq!(b.stats().rx_datagrams, 8);
     assert_eq!(a.verbs_stats().tx_signalled, 0);
@@ -277,7 +280,10 @@ fn device_errors_name_the_device_the_gid_table_and_the_mtu() {
     let mut c = cfg(&dev, 255, 1, 4, 16, 4, 16);
     if table_len > 255 {
         // A long table: its last entries are empty.
-        assert_eq!(sysfs(&dev, "gids/255"), "0000:0000:0000:0000:0000:0000:0000:0000");
+        assert_eq!(
+            sysfs(&dev, "gids/255"),
+            "0000:0000:0000:0000:0000:0000:0000:0000"
+        );
     }
     assert_eq!(
         err(c.clone()).to_string(),

@@ -461,27 +461,25 @@ impl<N: Nic> Datapath for VerbsDatapath<N> {
                 0
             };
             let local_gid = self.local.gid;
-            let ah = self
-                .ah_for(remote.gid, remote.lid, fl)
-                .map_err(|e| {
-                    // Seen on Soft-RoCE: a link-local GID (index 0 on lo) has no route, and
-                    // the provider only says ENETUNREACH; name both GIDs.
-                    let kind = match &e {
-                        VerbsError::Call { source, .. } => source.kind(),
-                        _ => io::ErrorKind::Other,
-                    };
-                    DatapathError::Io {
-                        what: "verbs address handle",
-                        source: io::Error::new(
-                            kind,
-                            format!(
-                                "{e}, from GID {local_gid} to the peer's GID {}: is the GID \
+            let ah = self.ah_for(remote.gid, remote.lid, fl).map_err(|e| {
+                // Seen on Soft-RoCE: a link-local GID (index 0 on lo) has no route, and
+                // the provider only says ENETUNREACH; name both GIDs.
+                let kind = match &e {
+                    VerbsError::Call { source, .. } => source.kind(),
+                    _ => io::ErrorKind::Other,
+                };
+                DatapathError::Io {
+                    what: "verbs address handle",
+                    source: io::Error::new(
+                        kind,
+                        format!(
+                            "{e}, from GID {local_gid} to the peer's GID {}: is the GID \
                                  index one whose address reaches the peer?",
-                                remote.gid
-                            ),
+                            remote.gid
                         ),
-                    }
-                })?;
+                    ),
+                }
+            })?;
             if i % paths.evs_per_socket == 0 {
                 ports.push(if fl != 0 {
                     flow_label_to_udp_sport(fl)
