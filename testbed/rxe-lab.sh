@@ -358,9 +358,14 @@ capture_check() {
   if [ ! -s "$pcap" ]; then
     detail="no capture at $pcap"
   else
-    ports=$(tshark -r "$pcap" -Y 'udp.dstport == 4791 && ip.src == 10.0.0.2 && ip.dst == 10.0.0.1' \
+    # The clean run is what precedes host-b's 1111-byte marker ping (the netem run follows).
+    local marker before
+    marker=$(tshark -r "$pcap" -Y 'icmp.type == 8 && ip.len == 1139' -T fields -e frame.number 2>/dev/null | head -1)
+    before="frame.number < ${marker:-999999999}"
+    ports=$(tshark -r "$pcap" -Y "$before && udp.dstport == 4791 && ip.src == 10.0.0.2 && ip.dst == 10.0.0.1" \
       -T fields -e udp.srcport 2>/dev/null | sort -n | uniq -c | awk '{printf "%s:%s ", $2, $1}')
-    pkts=$(tshark -r "$pcap" -Y 'udp.dstport == 4791' 2>/dev/null | wc -l)
+    pkts=$(tshark -r "$pcap" -Y "$before && udp.dstport == 4791" 2>/dev/null | wc -l)
+    [ -n "$marker" ] || ports="(no marker ping found: the whole capture) $ports"
     nports=$(printf '%s' "$ports" | wc -w)
     detail="$pkts RoCE v2 packets; client->server source ports (port:packets): $ports"
     if [ -n "$evs" ] && [ "$nports" = "$evs" ]; then
