@@ -324,11 +324,12 @@ role_host_a() {
     return
   fi
   emit host-a-setup true "rxe0 on eth0 (10.0.0.1): active_mtu $(port_fact active_mtu), IPv4 GID index $gid"
+  : >$W/srv.out
   $PERF server --persistent --fabric verbs -d $DEV -x "$gid" --bind 10.0.0.1 -p 18631 \
     >$W/srv.out 2>$W/srv.err &
   spid=$!
   i=0
-  while [ "$(grep -c '^ verify: ' $W/srv.out)" -lt 2 ] && [ $i -lt 1500 ] && kill -0 $spid 2>/dev/null; do
+  while [ "$(grep -c '^ verify: ' $W/srv.out 2>/dev/null)" -lt 2 ] && [ $i -lt 1500 ] && kill -0 $spid 2>/dev/null; do
     sleep 0.1
     i=$((i + 1))
   done

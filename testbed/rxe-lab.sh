@@ -365,10 +365,12 @@ capture_check() {
     ports=$(tshark -r "$pcap" -Y "$before && udp.dstport == 4791 && ip.src == 10.0.0.2 && ip.dst == 10.0.0.1" \
       -T fields -e udp.srcport 2>/dev/null | sort -n | uniq -c | awk '{printf "%s:%s ", $2, $1}')
     pkts=$(tshark -r "$pcap" -Y "$before && udp.dstport == 4791" 2>/dev/null | wc -l)
-    [ -n "$marker" ] || ports="(no marker ping found: the whole capture) $ports"
     nports=$(printf '%s' "$ports" | wc -w)
+    [ -n "$marker" ] || ports="(no marker ping found: the whole capture) $ports"
     detail="$pkts RoCE v2 packets; client->server source ports (port:packets): $ports"
-    if [ -n "$evs" ] && [ "$nports" = "$evs" ]; then
+    if [ -z "$evs" ]; then
+      detail="the client reported no EV count (its check failed?); $detail"
+    elif [ "$nports" = "$evs" ]; then
       ok=true
       detail="$nports distinct UDP source ports = $evs EVs; $detail"
     else
