@@ -60,7 +60,10 @@ pub fn run_cli(cli: Cli) -> Result<String, CliError> {
         }),
     };
     if let run::LocalFabric::Verbs(o) = &fabric {
-        verbs::precheck(o).map_err(|e| format!("--fabric verbs: {e}"))?;
+        // The server's datagram size is its client's to choose.
+        let chooses_mtu = !matches!(cli.cmd, opts::Command::Server { .. });
+        verbs::precheck(o, chooses_mtu.then_some(&p))
+            .map_err(|e| format!("--fabric verbs: {e}"))?;
     }
     if let Some(cpu) = cli.test.cpu {
         // before any socket or thread: a loopback's server end must not start first

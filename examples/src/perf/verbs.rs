@@ -47,11 +47,15 @@ pub fn pick_device(o: &VerbsOpts) -> Result<String, String> {
 }
 
 /// Fails early, before any connection, when the device cannot be had: no devices, `-d`
-/// not among them, or no verbs support compiled in.
+/// not among them, no verbs support compiled in; then opens it once (and closes it) to
+/// check the port (`-i`), the GID entry (`-x`) and, when `p` is given (client, loopback:
+/// the side that chooses `--mtu`), the datagram size against the port's active MTU. A
+/// server checks with the smallest datagram; its client's `--mtu` is checked when the test
+/// starts.
 ///
 /// # Errors
-/// The typed message naming what is missing.
-pub fn precheck(o: &VerbsOpts) -> Result<(), String> {
+/// The typed message naming what is missing or wrong.
+pub fn precheck(o: &VerbsOpts, p: Option<&TestParams>) -> Result<(), String> {
     let names = device_names().map_err(|e| e.to_string())?;
     let dev = pick_device(o)?;
     if !names.contains(&dev) {
@@ -61,7 +65,31 @@ pub fn precheck(o: &VerbsOpts) -> Result<(), String> {
         }
         .to_string());
     }
-    Ok(())
+    let mut c = VerbsConfig::new(dev);
+    c.port = o.port;
+    c.gid_index = o.gid_index;
+    // One small QP: what is checked is the device, not the test's queue sizes.
+    c.qps = 1;
+    c.sq_depth = 16;
+    c.rq_depth = 16;
+    c.signal_every = 16;
+    c.send_slots = 16;
+    c.max_datagram_bytes = p.map_or(256, |p| p.mtu + HEADER_BYTES);
+    mrc_fabric::verbs::check_device(c)
+        .map(|_| ())
+        .map_err(open_error)
+}
+
+/// The message of a failed open, with a hint for an MTU that does not fit.
+fn open_error(e: VerbsError) -> String {
+    match e {
+        VerbsError::MtuTooSmall { mtu_bytes, .. } => format!(
+            "{e}: pass --mtu {} or less (a UD datagram is at most the port MTU, and mrc adds \
+             up to {HEADER_BYTES} header bytes)",
+            mtu_bytes.saturating_sub(HEADER_BYTES)
+        ),
+        e => e.to_string(),
+    }
 }
 
 /// The datapath configuration for test `p`: one UD QP per EV group, datagrams of
@@ -84,14 +112,7 @@ pub fn config(p: &TestParams, o: &VerbsOpts, device: String) -> VerbsConfig {
 /// Every [`VerbsError`] as text, with a hint for an MTU that does not fit.
 pub fn start(p: &TestParams, o: &VerbsOpts, ecfg: EngineConfig) -> Result<VerbsEngine, String> {
     let device = pick_device(o)?;
-    mrc_fabric::verbs::start_engine(config(p, o, device), ecfg).map_err(|e| match e {
-        VerbsError::MtuTooSmall { mtu_bytes, .. } => format!(
-            "{e}: pass --mtu {} or less (a UD datagram is at most the port MTU, and mrc adds \
-             up to {HEADER_BYTES} header bytes)",
-            mtu_bytes.saturating_sub(HEADER_BYTES)
-        ),
-        e => e.to_string(),
-    })
+    mrc_fabric::verbs::start_engine(config(p, o, device), ecfg).map_err(open_error)
 }
 
 /// Swaps endpoint addresses with the peer on `s` and registers the peer's under the

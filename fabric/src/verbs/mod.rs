@@ -51,6 +51,26 @@ pub fn device_names() -> Result<Vec<String>, VerbsError> {
     }
 }
 
+/// Opens `cfg.device` as [`start_engine`] would (port, GID entry, datagram size against the
+/// active MTU, device limits), then closes it again: the checks of a real device without
+/// an engine, so a command line can fail before it connects anywhere. Returns the port's
+/// facts.
+///
+/// # Errors
+/// What `VerbsDatapath::open` returns; [`VerbsError::NotCompiled`] without the `verbs`
+/// feature.
+pub fn check_device(cfg: VerbsConfig) -> Result<nic::PortInfo, VerbsError> {
+    #[cfg(feature = "verbs")]
+    {
+        VerbsDatapath::open(cfg).map(|dp| dp.port())
+    }
+    #[cfg(not(feature = "verbs"))]
+    {
+        let _ = cfg;
+        Err(VerbsError::NotCompiled)
+    }
+}
+
 /// An engine running on the verbs datapath, with what the control connection needs.
 #[derive(Debug)]
 pub struct VerbsEngine {
