@@ -190,10 +190,10 @@ role_single() {
   V="--fabric verbs -d $DEV -x 1"
   perf_bw verbs-loopback-bw 200 65536 loopback $V --mtu 4040 -p 18601
   perf_bw verbs-loopback-bw-mtu968 20 65536 loopback $V --mtu 968 -p 18602
-  perf_lat verbs-loopback-lat 100 loopback $V --mtu 4040 -p 18603
+  perf_lat verbs-loopback-lat 50 loopback $V --mtu 4040 -p 18603
   server_client verbs-client-server-bw 100 65536 $V --bind 127.0.0.1 -p 18604 -- \
     127.0.0.1 $V --mtu 4040 -p 18604
-  server_client verbs-client-server-lat 100 lat $V --bind 127.0.0.1 -p 18605 -- \
+  server_client verbs-client-server-lat 50 lat $V --bind 127.0.0.1 -p 18605 -- \
     127.0.0.1 $V --mtu 4040 -p 18605
   # The table's banner names the datapath.
   $PERF loopback $V --mtu 4040 -n 4 -p 18610 >$W/banner.out 2>&1
@@ -292,7 +292,7 @@ role_netem() {
     return
   fi
   perf_bw netem-udp-loss-dup-bw 100 65536 loopback --mtu 4040 -p 18621
-  perf_lat netem-udp-loss-dup-lat 50 loopback --mtu 4040 -p 18622
+  perf_lat netem-udp-loss-dup-lat 20 loopback --mtu 4040 -p 18622
   $TC -s qdisc show dev lo >&2
   # Reordering: a quarter of the packets go at once, the rest 5 ms later.
   $TC qdisc change dev lo root netem delay 5ms reorder 25% 50%
