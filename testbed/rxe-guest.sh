@@ -1,7 +1,7 @@
 #!/bin/sh
 # rxe-guest.sh: the checks testbed/rxe-lab.sh runs inside its VMs (busybox sh; the guest
 # init runs `sh /lab/guest.sh ROLES` with stdout on the second serial port). ROLES is a
-# comma-separated list of: single, perftest, netem, host-a, host-b.
+# comma-separated list of: single, perftest, netem, host-a, host-b, script.
 #
 # Every check prints one JSON line {"check", "ok", "detail", ...}; each role ends with
 # `ROLE-complete`, so the host can tell a guest that died half-way from one that passed.
@@ -39,8 +39,9 @@ rxe_up() {
   want=$(printf '0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x' $(echo "$addr" | tr . ' '))
   i=0
   while [ $i -lt 20 ]; do
-    for g in /sys/class/infiniband/$DEV/ports/1/gids/*; do
-      if [ "$(cat "$g")" = "$want" ]; then basename "$g"; return 0; fi
+    # The addresses come first; the rest of the 1024 entries are empty.
+    for g in 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15; do
+      if [ "$(cat /sys/class/infiniband/$DEV/ports/1/gids/$g)" = "$want" ]; then echo $g; return 0; fi
     done
     sleep 0.2
     i=$((i + 1))
@@ -247,27 +248,34 @@ perftest_run() {
   awk '$1 ~ /^[0-9]+$/ && NF >= 5 {row=$0} END {print row}' $W/$name.client
 }
 
+# positive ROW FIELD: field FIELD of perftest's result row is a number above 0.
+positive() {
+  echo "$1" | awk -v f="$2" '{exit !($f + 0 > 0)}'
+}
+
 role_perftest() {
   [ -e /sys/class/infiniband/$DEV ] || rxe_up lo 127.0.0.1 >/dev/null
   X="-d $DEV -x 1 -F"
   # Same bytes everywhere: 200 x 64 KiB (RC WRITE, mrc) or 3200 x 4 KiB (UD SEND).
-  if row=$(perftest_run ib_write_bw ib_write_bw $X -s 65536 -n 200 -p 18611); then
+  # perftest's own figure must be a measurement: it prints 0.00 when its cycle counter
+  # misjudges the run (seen once under TCG).
+  if row=$(perftest_run ib_write_bw ib_write_bw $X -s 65536 -n 200 -p 18611) && positive "$row" 4; then
     emit perftest-ib_write_bw true "ib_write_bw $X -s 65536 -n 200: $row" \
       "$(echo "$row" | awk '{printf "{\"bytes\": %s, \"iters\": %s, \"mib_per_s\": %s}", $1, $2, $4}')"
   else
-    emit perftest-ib_write_bw false "ib_write_bw failed: $(tail -3 $W/ib_write_bw.client | tr '\n' '|')"
+    emit perftest-ib_write_bw false "ib_write_bw failed or measured nothing: ${row:-} $(tail -3 $W/ib_write_bw.client | tr '\n' '|')"
   fi
-  if row=$(perftest_run ib_send_bw_ud ib_send_bw -c UD $X -s 4096 -n 3200 -p 18612); then
+  if row=$(perftest_run ib_send_bw_ud ib_send_bw -c UD $X -s 4096 -n 3200 -p 18612) && positive "$row" 4; then
     emit perftest-ib_send_bw-ud true "ib_send_bw -c UD $X -s 4096 -n 3200: $row" \
       "$(echo "$row" | awk '{printf "{\"bytes\": %s, \"iters\": %s, \"mib_per_s\": %s}", $1, $2, $4}')"
   else
-    emit perftest-ib_send_bw-ud false "ib_send_bw -c UD failed: $(tail -3 $W/ib_send_bw_ud.client | tr '\n' '|')"
+    emit perftest-ib_send_bw-ud false "ib_send_bw -c UD failed or measured nothing: ${row:-} $(tail -3 $W/ib_send_bw_ud.client | tr '\n' '|')"
   fi
-  if row=$(perftest_run ib_write_lat ib_write_lat $X -s 8 -n 1000 -p 18613); then
+  if row=$(perftest_run ib_write_lat ib_write_lat $X -s 8 -n 1000 -p 18613) && positive "$row" 5; then
     emit perftest-ib_write_lat true "ib_write_lat $X -s 8 -n 1000: $row" \
       "$(echo "$row" | awk '{printf "{\"bytes\": %s, \"iters\": %s, \"t_typical_us\": %s}", $1, $2, $5}')"
   else
-    emit perftest-ib_write_lat false "ib_write_lat failed: $(tail -3 $W/ib_write_lat.client | tr '\n' '|')"
+    emit perftest-ib_write_lat false "ib_write_lat failed or measured nothing: ${row:-} $(tail -3 $W/ib_write_lat.client | tr '\n' '|')"
   fi
   V="--fabric verbs -d $DEV -x 1"
   perf_bw perftest-mrc-bw 200 65536 loopback $V --mtu 4040 -p 18614

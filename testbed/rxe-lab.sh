@@ -387,7 +387,7 @@ capture_check() {
 perftest_table() {
   jq -rs '
     def row($c): map(select(.check == $c))[0];
-    def bw($c; $bytes; $pkts_per_msg): row($c) as $r | if $r == null or ($r.mib_per_s == null) then empty else
+    def bw($c; $bytes; $pkts_per_msg): row($c) as $r | if $r == null or ($r.mib_per_s == null) or $r.mib_per_s <= 0 then empty else
       ($r.mib_per_s * 1048576 / $bytes * $pkts_per_msg) as $pps |
       "\($c)\t\($bytes)\t\($r.mib_per_s * 100 | round / 100)\t\($pps | round)\t\(1e6 / $pps * 10 | round / 10)" end;
     def lat($c; $f): row($c) as $r | if $r == null then empty else "\($c)\t8\t-\t-\tlatency \($r[$f] * 10 | round / 10) us" end;
@@ -468,7 +468,7 @@ main() {
   done
   RUN_MS=$(( $(now_ms) - t0 ))
   if [[ " $PARTS " == *" perftest "* ]]; then
-    perftest_table | tee "$CACHE/perftest.txt"
+    perftest_table | tee "$CACHE/perftest.txt" || say "could not tabulate the perftest numbers"
   fi
   if [ -n "$USER_SCRIPT" ]; then tr -d '\r' <"$WORK/single.console" | grep -v '^\[ *[0-9.]*\] ' >&2; fi
   report
