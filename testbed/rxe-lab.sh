@@ -35,6 +35,8 @@
 #                     so a second run skips all preparation (and needs no network)
 #   MRC_LAB_TIMEOUT   seconds one VM may run before it is killed [240]
 #   MRC_LAB_SMP       vCPUs of the single VM [2] (the two-hosts VMs get 1 each)
+#   MRC_LAB_FEATURES  cargo features of the test build to take the binaries from
+#                     [mrc-fabric/verbs]; mrc-fabric/verbs is always added
 #   MRC_LAB_KEEP=1    keep the per-run work directory (console logs, pcap)
 #
 # Host packages (Debian): qemu-system-x86 mmdebstrap cpio kmod xz-utils tshark jq, and the
@@ -50,6 +52,10 @@ CACHE=${MRC_LAB_CACHE:-$TARGET_DIR/rxe-lab}
 PROFILE=${MRC_LAB_PROFILE:-debug}
 VM_TIMEOUT=${MRC_LAB_TIMEOUT:-240}
 SMP=${MRC_LAB_SMP:-2}
+# The features of the `cargo test --workspace` build whose binaries the lab carries in (the
+# same as that build's, or cargo rebuilds): .ci/run passes its own.
+FEATURES=${MRC_LAB_FEATURES:-mrc-fabric/verbs}
+case ",$FEATURES," in *,mrc-fabric/verbs,*) ;; *) FEATURES="mrc-fabric/verbs,$FEATURES" ;; esac
 SUITE=bookworm
 MIRROR=${MRC_LAB_MIRROR:-http://deb.debian.org/debian}
 # Bumped whenever the way the rootfs is built changes (part of the cache key).
@@ -216,11 +222,11 @@ EOF
 # --- the binaries carried in ------------------------------------------------------------
 build_binaries() {
   local t0; t0=$(now_ms)
-  say "cargo test --workspace --no-run --features mrc-fabric/verbs (a no-op after \`cargo test\` with the feature)"
+  say "cargo test --workspace --no-run --features $FEATURES (a no-op after \`cargo test\` with the same features)"
   # The debug test binaries and mrc-perf, from the same build `cargo test --workspace
   # --features mrc-fabric/verbs` makes (README, .ci/run): nothing is rebuilt after it.
   local art
-  art=$(cargo test --workspace --locked --no-run -q --message-format=json --features mrc-fabric/verbs 2>"$CACHE/cargo.log" \
+  art=$(cargo test --workspace --locked --no-run -q --message-format=json --features "$FEATURES" 2>"$CACHE/cargo.log" \
     | jq -r 'select(.reason == "compiler-artifact" and .executable != null)
              | "\(.target.kind[0]) \(.target.name) \(.profile.test) \(.executable)"') \
     || { tail -20 "$CACHE/cargo.log" >&2; die "cargo test --no-run with the verbs feature failed"; }
