@@ -30,9 +30,8 @@ pub mod source;
 mod thread;
 mod watch;
 
-use crate::udp::{
-    Datapath, DatapathError, DatapathStats, PathMap, UdpConfig, UringDatapath, Waker,
-};
+use crate::datapath::{Datapath, DatapathError, DatapathStats, PathMap, Waker};
+use crate::udp::{UdpConfig, UringDatapath};
 use bootstrap::{BootstrapError, QpInfo, RemoteMr};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use mrc_congestion::{AnyController, CcKind, LinkParams};
@@ -94,7 +93,7 @@ pub struct QpConfig {
     pub evs_per_socket: usize,
     /// Optional sticky SRH per socket (IPv6).
     pub srh: Vec<crate::srv6::SrhRepr>,
-    /// Optional firewall mark per socket ([`crate::udp::PathMap::marks`]).
+    /// Optional firewall mark per socket ([`crate::datapath::PathMap::marks`]).
     pub marks: Vec<u32>,
 }
 

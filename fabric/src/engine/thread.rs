@@ -8,7 +8,7 @@ use super::pattern;
 use super::source::{SourceDrops, SourceFilter};
 use super::watch::{self, EngineWatch, Qpn, Watch};
 use super::{Cmd, EngineConfig, EngineStats, QpStats, VerifySpec, VerifyStats, Wr};
-use crate::udp::{ConnId, Datapath, PathMap, TxBatch};
+use crate::datapath::{ConnId, Datapath, PathMap, TxBatch};
 use crossbeam_channel::{Receiver, Sender};
 use mrc_congestion::AnyController;
 use mrc_transport::completion::{Completion, WcOpcode, WcStatus};
@@ -69,7 +69,7 @@ pub(crate) fn thread_cpu_ns() -> u64 {
 /// EV of the peer's, which a peer with another EV list or a hostile packet names) EV
 /// `evs[ev % evs.len()]`, counted in `foreign`. The datagram's MRCETH still names the
 /// echoed EV; only its socket changes, so the datapath never refuses the burst with
-/// [`crate::udp::DatapathError::UnknownEv`].
+/// [`crate::datapath::DatapathError::UnknownEv`].
 fn route_ev(own: &HashSet<u32>, evs: &[u32], ev: u32, foreign: &mut u64) -> u32 {
     if own.contains(&ev) {
         return ev;
