@@ -78,6 +78,19 @@ pub enum Fabric {
     Verbs,
 }
 
+/// Which thread drives an end's endpoint (datapath, timers, CQs).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProgressMode {
+    /// An engine thread per end; the test's thread posts and polls over channels
+    /// (`mrc_fabric::engine::Context`).
+    #[default]
+    Thread,
+    /// The test's own thread progresses the endpoint (`mrc_fabric::engine::Worker`): no
+    /// engine thread, no channel hop; it busy-polls while it waits.
+    Caller,
+}
+
 /// Which test.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
 pub enum TestKind {
@@ -129,6 +142,7 @@ impl From<PathSelection> for mrc_transport::path::Selection {
 display_as_value!(TestKind);
 display_as_value!(Fabric);
 display_as_value!(PathSelection);
+display_as_value!(ProgressMode);
 
 /// Default `--cc`: NSCC, the controller that is sane on both measured paths (issue 21):
 /// on idle loopback (`mrc-perf loopback -s 1048576 -D 3 --verify`, medians of interleaved
@@ -217,9 +231,17 @@ pub struct TestOpts {
     /// Both sides send at once (bw). `-b` as in perftest.
     #[arg(short = 'b', long, global = true)]
     pub bidirectional: bool,
-    /// Check every byte of every message at the receiver.
+    /// Check every byte of every message at the receiver (in the application's memory,
+    /// on its thread; bw: the default region doubles, so a slot is checked before the
+    /// sender may reuse it).
     #[arg(long, global = true)]
     pub verify: bool,
+    /// Who progresses each end: `thread` (an engine thread; the test thread talks to it
+    /// over channels) or `caller` (the test thread polls the datapath, runs the timers
+    /// and fills the CQs itself, busy-polling; `--fabric udp` only). Both ends use the
+    /// client's choice [default: caller for --test lat, thread for bw].
+    #[arg(long = "progress", value_enum, global = true)]
+    pub progress: Option<ProgressMode>,
     /// Cap the sending rate, Gb/s (10^9 bits/s of message bytes).
     #[arg(long = "rate-limit", value_name = "GBPS", global = true)]
     pub rate_limit: Option<f64>,
@@ -424,6 +446,9 @@ pub struct TestParams {
     /// Engine spin before sleeping, us.
     #[serde(default)]
     pub spin_us: u64,
+    /// Who progresses each end (both ends use the client's).
+    #[serde(default)]
+    pub progress: ProgressMode,
     /// Datapath (the server refuses a client that asks for another).
     #[serde(default)]
     pub fabric: Fabric,
@@ -698,9 +723,18 @@ impl TestOpts {
         if tx_depth == 0 {
             return Err("--tx-depth must be at least 1".into());
         }
+        // Under --verify a bw receiver checks each slot on its own thread before it posts
+        // the receive that lets the sender complete (and reuse) another: twice the slots.
+        let slots_per_depth = if self.verify && self.test == TestKind::Bw {
+            2
+        } else {
+            1
+        };
         let region_size = match self.region_size {
             Some(r) => r,
-            None => size.saturating_mul(tx_depth),
+            None => size
+                .saturating_mul(tx_depth)
+                .saturating_mul(slots_per_depth),
         };
         if self.region_size.is_none() && region_size > 4 * MAX_SIZE {
             return Err(format!(
@@ -726,6 +760,10 @@ impl TestOpts {
             srv6_via: self.srv6_via,
             steering: super::srv6::Steering::default(),
             spin_us: self.spin_us,
+            progress: self.progress.unwrap_or(match self.test {
+                TestKind::Lat => ProgressMode::Caller,
+                TestKind::Bw => ProgressMode::Thread,
+            }),
             fabric: self.fabric,
             min_rto_us: self.min_rto_us,
             reorder_window_us: self.reorder_window_us,
@@ -884,6 +922,16 @@ impl TestParams {
                 "--tx-depth must be at most {MAX_TX_DEPTH}, got {}",
                 self.tx_depth
             ));
+        }
+        if self.verify && self.test == TestKind::Bw && self.region_size / size < 2 {
+            return Err(format!(
+                "--verify needs a region of at least 2 messages (--region-size {} holds {})",
+                self.region_size,
+                self.region_size / size
+            ));
+        }
+        if self.progress == ProgressMode::Caller && self.fabric == Fabric::Verbs {
+            return Err("--progress caller runs on --fabric udp only".into());
         }
         if self.tx_depth == 0 || self.tx_depth > self.region_size / size {
             return Err(format!(

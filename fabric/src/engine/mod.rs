@@ -687,6 +687,38 @@ fn finish_bootstrap_with(
     })
 }
 
+/// The key setup of an authenticated bootstrap ([`Qp::connect_on_authenticated`]): swap
+/// setup nonces and key confirmations on `stream` by `until`, derive the keys.
+fn negotiate_auth(
+    stream: &TcpStream,
+    until: Instant,
+    psk: &[u8],
+) -> Result<mrc_transport::auth::AuthKeys, EngineError> {
+    use mrc_transport::auth::{AuthKeys, MIN_PSK_BYTES, key_confirmation};
+    if psk.len() < MIN_PSK_BYTES {
+        return Err(EngineError::Refused(format!(
+            "pre-shared key of {} bytes is too short (at least {MIN_PSK_BYTES})",
+            psk.len()
+        )));
+    }
+    let mut nonce = [0u8; 32];
+    source::random_bytes(&mut nonce).map_err(EngineError::Refused)?;
+    let peer_nonce = bootstrap::exchange_nonces(stream, &nonce, until)?;
+    let initiator = nonce < peer_nonce;
+    let (ni, nr) = if initiator {
+        (&nonce, &peer_nonce)
+    } else {
+        (&peer_nonce, &nonce)
+    };
+    let refused = |e: mrc_transport::auth::AuthKeyError| EngineError::Refused(e.to_string());
+    let mine = key_confirmation(psk, ni, nr, initiator).map_err(refused)?;
+    let want = key_confirmation(psk, ni, nr, !initiator).map_err(refused)?;
+    if bootstrap::exchange_confirmations(stream, &mine, until)? != want {
+        return Err(BootstrapError::AuthMismatch("the peer's pre-shared key differs").into());
+    }
+    AuthKeys::derive(psk, ni, nr, initiator).map_err(refused)
+}
+
 /// The `tracing` subscriber the engine thread logs to: the one in scope where the
 /// [`Context`] is made (`tracing::subscriber::with_default`, e.g. a test's), `None` for
 /// the global default (which may also be installed later).
@@ -1090,29 +1122,7 @@ impl Qp {
         until: Instant,
         psk: &[u8],
     ) -> Result<Connected, EngineError> {
-        use mrc_transport::auth::{AuthKeys, MIN_PSK_BYTES, key_confirmation};
-        if psk.len() < MIN_PSK_BYTES {
-            return Err(EngineError::Refused(format!(
-                "pre-shared key of {} bytes is too short (at least {MIN_PSK_BYTES})",
-                psk.len()
-            )));
-        }
-        let mut nonce = [0u8; 32];
-        source::random_bytes(&mut nonce).map_err(EngineError::Refused)?;
-        let peer_nonce = bootstrap::exchange_nonces(&stream, &nonce, until)?;
-        let initiator = nonce < peer_nonce;
-        let (ni, nr) = if initiator {
-            (&nonce, &peer_nonce)
-        } else {
-            (&peer_nonce, &nonce)
-        };
-        let refused = |e: mrc_transport::auth::AuthKeyError| EngineError::Refused(e.to_string());
-        let mine = key_confirmation(psk, ni, nr, initiator).map_err(refused)?;
-        let want = key_confirmation(psk, ni, nr, !initiator).map_err(refused)?;
-        if bootstrap::exchange_confirmations(&stream, &mine, until)? != want {
-            return Err(BootstrapError::AuthMismatch("the peer's pre-shared key differs").into());
-        }
-        let keys = AuthKeys::derive(psk, ni, nr, initiator).map_err(refused)?;
+        let keys = negotiate_auth(&stream, until, psk)?;
         self.set_auth(keys)?;
         self.connect_on_until(stream, until)
     }

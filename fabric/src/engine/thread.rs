@@ -446,6 +446,21 @@ impl<D: Datapath> Engine<D> {
         }
     }
 
+    /// Turns per-packet authentication on for QP `qpn` (before it connects).
+    pub fn set_auth(
+        &mut self,
+        qpn: u32,
+        keys: mrc_transport::auth::AuthKeys,
+    ) -> Result<(), String> {
+        match self.qps.get_mut(&qpn) {
+            Some(e) => e
+                .conn
+                .set_auth(mrc_transport::auth::Authenticator::new(keys))
+                .map_err(|err| format!("authentication must be set before connect: {err}")),
+            None => Err(format!("no QP {qpn}")),
+        }
+    }
+
     /// Starts draining QP `qpn`.
     pub fn close_qp(&mut self, qpn: u32) {
         if let Some(e) = self.qps.get_mut(&qpn) {
@@ -514,14 +529,7 @@ impl<D: Datapath> Engine<D> {
                 }
             }
             Cmd::SetAuth { qpn, keys, reply } => {
-                let r = match self.qps.get_mut(&qpn) {
-                    Some(e) => e
-                        .conn
-                        .set_auth(mrc_transport::auth::Authenticator::new(*keys))
-                        .map_err(|err| format!("authentication must be set before connect: {err}")),
-                    None => Err(format!("no QP {qpn}")),
-                };
-                let _ = reply.send(r);
+                let _ = reply.send(self.set_auth(qpn, *keys));
             }
             Cmd::Connect {
                 qpn,

@@ -15,7 +15,7 @@
 use super::thread::{Cq, Engine};
 use super::{
     Connected, EngineConfig, EngineError, EngineStats, MrMem, QpConfig, QpStats, Wr, bootstrap,
-    finish_bootstrap_with, new_qp_entry, peer_params, qp_info, source,
+    finish_bootstrap_with, negotiate_auth, new_qp_entry, peer_params, qp_info, source,
 };
 use crate::datapath::Datapath;
 use crate::udp::{UdpConfig, UringDatapath};
@@ -261,6 +261,25 @@ impl<D: Datapath> Worker<D> {
         )
     }
 
+    /// [`Worker::connect_on_until`] with per-packet authentication (as
+    /// [`super::Qp::connect_on_authenticated`]).
+    ///
+    /// # Errors
+    /// As [`super::Qp::connect_on_authenticated`].
+    pub fn connect_on_authenticated(
+        &mut self,
+        qpn: u32,
+        stream: TcpStream,
+        until: Instant,
+        psk: &[u8],
+    ) -> Result<Connected, EngineError> {
+        let keys = negotiate_auth(&stream, until, psk)?;
+        self.engine
+            .set_auth(qpn, keys)
+            .map_err(EngineError::Refused)?;
+        self.connect_on_until(qpn, stream, until)
+    }
+
     /// Connects QP `qpn` through the TCP bootstrap server at `server` (as
     /// [`super::Qp::connect_tcp`]).
     ///
@@ -420,20 +439,29 @@ impl<D: Datapath> Worker<D> {
         self.engine.poll_once()
     }
 
-    /// Progresses until something happened or `timeout` passed, sleeping in the datapath
-    /// (not spinning) while nothing is due. Returns whether anything happened.
+    /// Progresses until something happened or `timeout` passed: busy-polls for the
+    /// engine's `spin_ns` (yielding the CPU between passes), then sleeps in the datapath
+    /// until a datagram arrives or the next timer is due, as the engine thread does.
+    /// Returns whether anything happened.
     ///
     /// # Errors
     /// [`EngineError::Datapath`] when the datapath's wait fails.
     pub fn wait(&mut self, timeout: Duration) -> Result<bool, EngineError> {
-        let until = Instant::now() + timeout;
+        let start = Instant::now();
+        let until = start + timeout;
+        let spin = Duration::from_nanos(self.engine.cfg.spin_ns);
         loop {
             if self.progress() {
                 return Ok(true);
             }
-            let left = until.saturating_duration_since(Instant::now());
+            let now_i = Instant::now();
+            let left = until.saturating_duration_since(now_i);
             if left.is_zero() {
                 return Ok(false);
+            }
+            if now_i.duration_since(start) < spin {
+                std::thread::yield_now();
+                continue;
             }
             let now = self.engine.now_ns();
             let sleep = self
