@@ -943,3 +943,61 @@ impl TestParams {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod progress_and_verify_tests {
+    use super::*;
+
+    fn params(args: &[&str]) -> Result<TestParams, String> {
+        let mut v = vec!["mrc-perf", "loopback"];
+        v.extend_from_slice(args);
+        Cli::parse_from(v).test.params()
+    }
+
+    #[test]
+    fn progress_defaults_to_caller_for_lat_and_thread_for_bw() {
+        assert_eq!(
+            params(&["--test", "lat"]).unwrap().progress,
+            ProgressMode::Caller
+        );
+        assert_eq!(params(&[]).unwrap().progress, ProgressMode::Thread);
+        assert_eq!(
+            params(&["--progress", "caller"]).unwrap().progress,
+            ProgressMode::Caller
+        );
+        assert_eq!(
+            params(&["--test", "lat", "--progress", "thread"])
+                .unwrap()
+                .progress,
+            ProgressMode::Thread
+        );
+        let mut p = params(&["--progress", "caller"]).unwrap();
+        p.fabric = Fabric::Verbs;
+        assert_eq!(
+            p.check(5.0),
+            Err("--progress caller runs on --fabric udp only".to_string())
+        );
+    }
+
+    #[test]
+    fn verify_doubles_the_default_bw_region_and_needs_two_slots() {
+        // 1 MiB x depth 8 (8 MiB of depth): 8 MiB without --verify, 16 MiB with it.
+        let p = params(&["-s", "1048576"]).unwrap();
+        assert_eq!((p.tx_depth, p.region_size), (8, 8 << 20));
+        let v = params(&["-s", "1048576", "--verify"]).unwrap();
+        assert_eq!((v.tx_depth, v.region_size), (8, 16 << 20));
+        // The latency test keeps one slot.
+        let l = params(&["--test", "lat", "--verify"]).unwrap();
+        assert_eq!((l.tx_depth, l.region_size), (1, 8));
+        let mut one = params(&["-s", "4096", "-t", "1", "--region-size", "4096"]).unwrap();
+        assert_eq!(one.check(5.0), Ok(()));
+        one.verify = true;
+        assert_eq!(
+            one.check(5.0),
+            Err(
+                "--verify needs a region of at least 2 messages (--region-size 4096 holds 1)"
+                    .to_string()
+            )
+        );
+    }
+}

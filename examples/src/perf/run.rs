@@ -1923,3 +1923,55 @@ mod preset_tests {
         );
     }
 }
+
+#[cfg(test)]
+mod verify_window_tests {
+    use super::*;
+    use clap::Parser;
+
+    /// Under --verify a bw receiver's receives ahead and the sender's depth fit the slots
+    /// (so a slot is checked before the sender can reuse it); without it, as before.
+    #[test]
+    fn receives_ahead_and_depth_fit_the_slots_under_verify() {
+        let p = |args: &[&str]| {
+            let mut v = vec!["mrc-perf", "loopback"];
+            v.extend_from_slice(args);
+            super::super::opts::Cli::parse_from(v)
+                .test
+                .params()
+                .unwrap()
+        };
+        assert_eq!(windows(&p(&["-s", "65536", "-t", "16"])), (16, 4 * 16 + 64));
+        // Default region under --verify: 32 slots for depth 16.
+        assert_eq!(
+            windows(&p(&["-s", "65536", "-t", "16", "--verify"])),
+            (16, 16)
+        );
+        // A region of exactly depth slots: one receive ahead, one message less in flight.
+        let tight = p(&[
+            "-s",
+            "65536",
+            "-t",
+            "16",
+            "--region-size",
+            "1048576",
+            "--verify",
+        ]);
+        assert_eq!(windows(&tight), (15, 1));
+        // Many slots: the receives ahead stop at 4 x depth + 64.
+        let roomy = p(&[
+            "-s",
+            "4096",
+            "-t",
+            "4",
+            "--region-size",
+            "4194304",
+            "--verify",
+        ]);
+        assert_eq!(windows(&roomy), (4, 4 * 4 + 64));
+        for q in [tight, roomy] {
+            let (w, r) = windows(&q);
+            assert!(w + r <= q.region_size / q.size);
+        }
+    }
+}
