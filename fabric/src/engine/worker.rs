@@ -11,6 +11,11 @@
 //! A worker that is not progressed does not retransmit, acknowledge or run its timers:
 //! call [`Worker::progress`] (or [`Worker::wait`]) whenever the application waits for
 //! anything.
+//!
+//! For latency, give the datapath few receives ([`UdpConfig::rx_slots`], e.g. 2 for one
+//! message in flight): with many `recvmsg`s armed on one socket the kernel punts the
+//! ones that lose the race for a datagram to io-wq workers, and later datagrams then
+//! complete on a worker thread (`mrc-perf --test lat --progress caller` uses 2).
 
 use super::thread::{Cq, Engine};
 use super::{
