@@ -238,8 +238,9 @@ pub struct TestOpts {
     pub verify: bool,
     /// Who progresses each end: `thread` (an engine thread; the test thread talks to it
     /// over channels) or `caller` (the test thread polls the datapath, runs the timers
-    /// and fills the CQs itself, busy-polling; `--fabric udp` only). Both ends use the
-    /// client's choice [default: caller for --test lat, thread for bw].
+    /// and fills the CQs itself, busy-polling; `--fabric udp` only; `--cpu` pins an engine
+    /// thread, so it pins nothing here). Both ends use the client's choice [default:
+    /// caller for --test lat, thread for bw].
     #[arg(long = "progress", value_enum, global = true)]
     pub progress: Option<ProgressMode>,
     /// Cap the sending rate, Gb/s (10^9 bits/s of message bytes).
