@@ -16,7 +16,7 @@
 //! |-------------------------------|--------------------------------------------------|
 //! | `ibv_open_device` + PD        | [`Context::new`] (io_uring UDP) / [`Context::with_datapath`] |
 //! | `ibv_create_qp`               | [`Context::create_qp`] -> [`Qp`]                  |
-//! | `ibv_reg_mr` on the caller's memory | [`Qp::reg_mr_shared`] ([`SharedMem`]), `unsafe` [`Qp::reg_mr_raw`] (pointer and length), [`Qp::reg_mr`] (a new `SharedMem`) |
+//! | `ibv_reg_mr` on the caller's memory | [`Qp::reg_mr_shared`] ([`SharedMem`]), `unsafe` [`Qp::reg_mr_raw`] (pointer and length); [`Qp::reg_mr`]: memory inside the engine |
 //! | `ibv_dereg_mr`                | [`Qp::dereg_mr`] (refused while a work request names the region) |
 //! | perftest's TCP exchange + `ibv_modify_qp` to RTR/RTS | [`Qp::connect_tcp`] / [`Qp::accept`] |
 //! | `ibv_post_send` / `ibv_post_recv` | [`Qp::post_write`], [`Qp::post_write_with_imm`], [`Qp::post_send`], [`Qp::post_recv`] |
@@ -27,13 +27,15 @@
 //! local buffer); a local buffer outside every region registered through this handle is
 //! refused at once with [`PostError::LocalAccess`].
 //!
-//! Registered memory belongs to the application: the transport places received payload
-//! straight into it and reads send payload straight from it (one copy each way, between
-//! the datagram buffer and the application's bytes; nothing crosses a channel). A
-//! [`SharedMem`] is read and written by the application at any time under its lock
-//! ([`Qp::write_mr`] / [`Qp::read_mr`] are copies into and out of it on the caller's
-//! thread); raw memory ([`Qp::reg_mr_raw`]) follows the verbs contract of
-//! [`mrc_transport::region::mem`]. [`Qp::set_verify`] is a test aid that checks the
+//! Memory registered with [`Qp::reg_mr_shared`] or [`Qp::reg_mr_raw`] belongs to the
+//! application: the transport places received payload straight into it and reads send
+//! payload straight from it (one copy each way, between the datagram buffer and the
+//! application's bytes; nothing crosses a channel). A [`SharedMem`] is read and written
+//! by the application at any time under its lock; raw memory follows the verbs contract
+//! of [`mrc_transport::region::mem`]. [`Qp::reg_mr`] keeps the older engine-owned
+//! region, which [`Qp::write_mr`] / [`Qp::read_mr`] / [`Qp::fill_pattern`] fill and read
+//! through the engine's channel (on a `SharedMem` region they copy on the caller's
+//! thread). [`Qp::set_verify`] is a test aid that checks the
 //! `--verify` pattern inside the engine; `mrc-perf` checks it in the application.
 
 pub mod bootstrap;
@@ -331,6 +333,28 @@ pub(crate) enum Cmd {
         qpn: u32,
         lkey: u32,
         reply: Sender<Result<(), DeregisterError>>,
+    },
+    WriteMr {
+        qpn: u32,
+        lkey: u32,
+        offset: u64,
+        data: Vec<u8>,
+        reply: Reply<()>,
+    },
+    ReadMr {
+        qpn: u32,
+        lkey: u32,
+        offset: u64,
+        len: usize,
+        reply: Reply<Vec<u8>>,
+    },
+    FillPattern {
+        qpn: u32,
+        lkey: u32,
+        offset: u64,
+        len: usize,
+        seed: u64,
+        msg: u64,
     },
     SetVerify {
         qpn: u32,
@@ -765,6 +789,8 @@ struct MrEntry {
 /// The memory behind a registration on its way to the engine.
 #[derive(Debug)]
 pub(crate) enum MrMem {
+    /// A zero-filled region of this many bytes owned by the engine's region table.
+    Owned(usize),
     Shared(SharedMem),
     Raw(RawMem),
 }
@@ -809,14 +835,15 @@ impl Qp {
         &self.cfg
     }
 
-    /// Registers a zero-filled region of `len` bytes: a [`SharedMem`] this handle keeps
-    /// ([`Qp::mem`]), filled and read with [`Qp::write_mr`] / [`Qp::read_mr`] (direct
-    /// copies under the buffer's lock, no trip through the engine).
+    /// Registers a zero-filled region of `len` bytes owned by the engine (the transport's
+    /// region table), filled and read with [`Qp::write_mr`] / [`Qp::read_mr`] /
+    /// [`Qp::fill_pattern`], copies made on the engine thread in order with the posts.
+    /// For memory the application owns, use [`Qp::reg_mr_shared`] or [`Qp::reg_mr_raw`].
     ///
     /// # Errors
     /// [`EngineError::Refused`] (table full), [`EngineError::Stopped`].
     pub fn reg_mr(&self, len: usize, access: Access) -> Result<MrKey, EngineError> {
-        self.reg_mr_shared(&SharedMem::new(len), access)
+        self.register(MrMem::Owned(len), access, None)
     }
 
     /// Registers the application's [`SharedMem`] `mem`: the transport places received
@@ -903,50 +930,65 @@ impl Qp {
         Ok(())
     }
 
-    /// The [`SharedMem`] of region `lkey` (from [`Qp::reg_mr`] or [`Qp::reg_mr_shared`]);
-    /// `None` for raw memory or an unknown key.
+    /// The [`SharedMem`] of region `lkey` (from [`Qp::reg_mr_shared`]); `None` for an
+    /// engine-owned or raw region or an unknown key.
     pub fn mem(&self, lkey: u32) -> Option<SharedMem> {
         self.mrs.lock().ok()?.get(&lkey)?.mem.clone()
     }
 
-    fn shared_mem(&self, lkey: u32) -> Result<SharedMem, EngineError> {
-        self.mem(lkey).ok_or_else(|| {
-            EngineError::Refused(format!(
-                "no shared-memory region with lkey {lkey:#x} on this QP"
-            ))
-        })
+    fn offset(offset: u64) -> Result<usize, EngineError> {
+        usize::try_from(offset).map_err(|e| EngineError::Refused(e.to_string()))
     }
 
-    /// Copies `data` into region `lkey` at byte `offset` (a [`SharedMem`] region; the
-    /// copy is made here, under the buffer's lock).
+    /// Copies `data` into region `lkey` at byte `offset`: for a [`SharedMem`] region here,
+    /// under its lock; for an engine-owned one ([`Qp::reg_mr`]) on the engine thread.
     ///
     /// # Errors
     /// [`EngineError::Refused`] for an unknown or raw region or a range outside it.
     pub fn write_mr(&self, lkey: u32, offset: u64, data: &[u8]) -> Result<(), EngineError> {
-        let off = usize::try_from(offset).map_err(|e| EngineError::Refused(e.to_string()))?;
-        self.shared_mem(lkey)?
-            .write_at(off, data)
-            .map_err(|e| EngineError::Refused(e.to_string()))
+        if let Some(m) = self.mem(lkey) {
+            return m
+                .write_at(Self::offset(offset)?, data)
+                .map_err(|e| EngineError::Refused(e.to_string()));
+        }
+        let qpn = self.qpn;
+        let data = data.to_vec();
+        self.shared.call(|reply| Cmd::WriteMr {
+            qpn,
+            lkey,
+            offset,
+            data,
+            reply,
+        })
     }
 
-    /// Copies `len` bytes of region `lkey` from byte `offset`.
+    /// Copies `len` bytes of region `lkey` from byte `offset` (as [`Qp::write_mr`]).
     ///
     /// # Errors
     /// As [`Qp::write_mr`].
     pub fn read_mr(&self, lkey: u32, offset: u64, len: usize) -> Result<Vec<u8>, EngineError> {
-        let off = usize::try_from(offset).map_err(|e| EngineError::Refused(e.to_string()))?;
-        let mut out = vec![0; len];
-        self.shared_mem(lkey)?
-            .read_at(off, &mut out)
-            .map_err(|e| EngineError::Refused(e.to_string()))?;
-        Ok(out)
+        if let Some(m) = self.mem(lkey) {
+            let mut out = vec![0; len];
+            m.read_at(Self::offset(offset)?, &mut out)
+                .map_err(|e| EngineError::Refused(e.to_string()))?;
+            return Ok(out);
+        }
+        let qpn = self.qpn;
+        self.shared.call(|reply| Cmd::ReadMr {
+            qpn,
+            lkey,
+            offset,
+            len,
+            reply,
+        })
     }
 
-    /// Fills `len` bytes of region `lkey` at `offset` with the [`pattern`] of message `msg`
-    /// (here, on the caller's thread, under the buffer's lock).
+    /// Fills `len` bytes of region `lkey` at `offset` with the [`pattern`] of message `msg`:
+    /// for a [`SharedMem`] region here, under its lock; for an engine-owned one inside the
+    /// engine, ordered before later posts (a bad range is then ignored).
     ///
     /// # Errors
-    /// As [`Qp::write_mr`].
+    /// As [`Qp::write_mr`] (a `SharedMem` region); [`EngineError::Stopped`].
     pub fn fill_pattern(
         &self,
         lkey: u32,
@@ -955,10 +997,19 @@ impl Qp {
         seed: u64,
         msg: u64,
     ) -> Result<(), EngineError> {
-        let off = usize::try_from(offset).map_err(|e| EngineError::Refused(e.to_string()))?;
-        self.shared_mem(lkey)?
-            .with_range_mut(off, len, |b| pattern::fill(b, seed, msg))
-            .map_err(|e| EngineError::Refused(e.to_string()))
+        if let Some(m) = self.mem(lkey) {
+            return m
+                .with_range_mut(Self::offset(offset)?, len, |b| pattern::fill(b, seed, msg))
+                .map_err(|e| EngineError::Refused(e.to_string()));
+        }
+        self.shared.send(Cmd::FillPattern {
+            qpn: self.qpn,
+            lkey,
+            offset,
+            len,
+            seed,
+            msg,
+        })
     }
 
     /// Checks every `RecvRdmaWithImm` from now on against `spec` (see [`VerifySpec`]).

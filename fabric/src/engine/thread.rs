@@ -328,6 +328,7 @@ impl<D: Datapath> Engine<D> {
             .ok_or_else(|| format!("no QP {qpn}"))?;
         let t = e.conn.regions_mut();
         match mem {
+            MrMem::Owned(len) => t.register(len, access),
             MrMem::Shared(m) => t.register_shared(&m, access),
             MrMem::Raw(m) => t.register_raw(m, access),
         }
@@ -523,6 +524,41 @@ impl<D: Datapath> Engine<D> {
             Cmd::DeregMr { qpn, lkey, reply } => {
                 let _ = reply.send(self.deregister(qpn, lkey));
             }
+            Cmd::WriteMr {
+                qpn,
+                lkey,
+                offset,
+                data,
+                reply,
+            } => {
+                let r = self.with_region(qpn, lkey, offset, data.len(), |b| {
+                    b.copy_from_slice(&data);
+                });
+                let _ = reply.send(r);
+            }
+            Cmd::ReadMr {
+                qpn,
+                lkey,
+                offset,
+                len,
+                reply,
+            } => {
+                let mut out = Vec::new();
+                let r = self
+                    .with_region(qpn, lkey, offset, len, |b| out.extend_from_slice(b))
+                    .map(|()| out);
+                let _ = reply.send(r);
+            }
+            Cmd::FillPattern {
+                qpn,
+                lkey,
+                offset,
+                len,
+                seed,
+                msg,
+            } => {
+                let _ = self.with_region(qpn, lkey, offset, len, |b| pattern::fill(b, seed, msg));
+            }
             Cmd::SetVerify { qpn, spec } => {
                 if let Some(e) = self.qps.get_mut(&qpn) {
                     e.verify = Some(spec);
@@ -560,6 +596,34 @@ impl<D: Datapath> Engine<D> {
                 let _ = reply.send(self.qp_stats(qpn));
             }
         }
+    }
+
+    /// Runs `f` on `len` bytes at `offset` of the engine-owned region `lkey` of QP `qpn`.
+    fn with_region(
+        &mut self,
+        qpn: u32,
+        lkey: u32,
+        offset: u64,
+        len: usize,
+        f: impl FnOnce(&mut [u8]),
+    ) -> Result<(), String> {
+        let e = self
+            .qps
+            .get_mut(&qpn)
+            .ok_or_else(|| format!("no QP {qpn}"))?;
+        let bytes = e
+            .conn
+            .regions_mut()
+            .bytes_mut(lkey)
+            .map_err(|e| e.to_string())?;
+        let start = usize::try_from(offset).map_err(|_| "offset too large".to_string())?;
+        let end = start.checked_add(len).ok_or("range overflows")?;
+        let total = bytes.len();
+        let b = bytes
+            .get_mut(start..end)
+            .ok_or_else(|| format!("range {start}..{end} outside region of {total} bytes"))?;
+        f(b);
+        Ok(())
     }
 
     /// Counts a datapath error; keeps its text for the logs while they are on.
