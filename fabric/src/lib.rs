@@ -7,9 +7,10 @@
 //!   computed;
 //! - [`pcap`]: pcap output (Ethernet link type) that tshark reads;
 //! - [`sim`]: the deterministic packet-level fabric simulator and the spine-leaf designer;
+//! - [`datapath`]: the burst interface ([`datapath::Datapath`]) that the UDP and the verbs
+//!   datapaths implement and the engine drives;
 //! - [`udp`]: the io_uring UDP datapath (one socket and source port per EV, GSO/GRO bursts,
-//!   ECN through the traffic class, optional sticky SRH) and a fake in-memory datapath,
-//!   behind one burst interface;
+//!   ECN through the traffic class, optional sticky SRH) and a fake in-memory datapath;
 //! - [`engine`]: the engine thread that drives transport connections over a datapath, and
 //!   the verbs-shaped embedding API (context, QPs, memory regions, TCP bootstrap, CQs);
 //! - [`verbs`]: the RDMA UD datapath; its pure parts (buffer pools, GRH, signalling,
@@ -17,6 +18,7 @@
 //! - (later) the raw (pnet) datapath.
 #![warn(missing_docs)]
 
+pub mod datapath;
 pub mod engine;
 pub mod packet;
 pub mod pcap;

@@ -8,11 +8,10 @@
 mod engine_common;
 
 use engine_common::PatternWrites;
+use mrc_fabric::datapath::{ConnId, Datapath, PathMap, TxBatch};
 use mrc_fabric::engine::source::SourceDrops;
 use mrc_fabric::engine::{Context, EngineConfig, Qp, QpConfig};
-use mrc_fabric::udp::{
-    ConnId, Datapath, FakeDatapath, FakeNet, PathMap, PortAllocator, TxBatch, UdpConfig,
-};
+use mrc_fabric::udp::{FakeDatapath, FakeNet, PortAllocator, UdpConfig};
 use mrc_transport::completion::{WcOpcode, WcStatus};
 use mrc_transport::wire::{
     Body, BthFlags, BthRepr, BthSpare, DataRepr, MrcethRepr, MsgethRepr, NackReason, NackRepr,

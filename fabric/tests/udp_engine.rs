@@ -441,7 +441,7 @@ fn sacks_echoing_a_peer_ev_the_receiver_lacks_still_leave() {
 
 #[test]
 fn a_hostile_probe_on_an_unknown_ev_fails_no_burst() {
-    use mrc_fabric::udp::{ConnId, Datapath, PathMap, TxBatch};
+    use mrc_fabric::datapath::{ConnId, Datapath, PathMap, TxBatch};
     use mrc_transport::Ecn;
     use mrc_transport::stats::DropReason;
     use mrc_transport::wire::{

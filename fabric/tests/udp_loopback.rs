@@ -1,11 +1,9 @@
 //! The io_uring UDP datapath on loopback (127.0.0.1 and ::1 only): exact datagram counts,
 //! GSO grouping, source ports per EV, ECN read back, sticky SRH.
 
+use mrc_fabric::datapath::{ConnId, Datapath, DatapathError, PathMap, TxBatch};
 use mrc_fabric::srv6::SrhRepr;
-use mrc_fabric::udp::{
-    ConnId, Datapath, DatapathError, PathMap, PortAllocator, PortError, TxBatch, UdpConfig,
-    UringDatapath,
-};
+use mrc_fabric::udp::{PortAllocator, PortError, UdpConfig, UringDatapath};
 use mrc_transport::Ecn;
 use pnet_packet::ip::IpNextHeaderProtocols;
 use std::collections::BTreeMap;

@@ -5,8 +5,8 @@
 mod engine_common;
 
 use engine_common::PatternWrites;
+use mrc_fabric::datapath::{ConnId, Datapath, DatapathError, PathMap, TxBatch};
 use mrc_fabric::engine::{Context, EngineConfig, QpConfig, pattern};
-use mrc_fabric::udp::{ConnId, Datapath, DatapathError, PathMap, TxBatch};
 use mrc_fabric::verbs::addr::EndpointAddr;
 use mrc_fabric::verbs::grh::GrhRepr;
 use mrc_fabric::verbs::nic::PortInfo;

@@ -4,7 +4,8 @@
 //! otherwise a built-in blast over `std::net::TcpStream`).
 
 use super::opts::TestParams;
-use mrc_fabric::udp::{Datapath, PathMap, TxBatch, UdpConfig, UringDatapath};
+use mrc_fabric::datapath::{Datapath, PathMap, TxBatch};
+use mrc_fabric::udp::{UdpConfig, UringDatapath};
 use mrc_transport::Ecn;
 use mrc_transport::conn::MAX_DATA_HEADER_BYTES;
 use serde_json::json;

@@ -78,6 +78,19 @@ pub enum Fabric {
     Verbs,
 }
 
+/// Which thread drives an end's endpoint (datapath, timers, CQs).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProgressMode {
+    /// An engine thread per end; the test's thread posts and polls over channels
+    /// (`mrc_fabric::engine::Context`).
+    #[default]
+    Thread,
+    /// The test's own thread progresses the endpoint (`mrc_fabric::engine::Worker`): no
+    /// engine thread, no channel hop; it busy-polls while it waits.
+    Caller,
+}
+
 /// Which test.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
 pub enum TestKind {
@@ -129,6 +142,7 @@ impl From<PathSelection> for mrc_transport::path::Selection {
 display_as_value!(TestKind);
 display_as_value!(Fabric);
 display_as_value!(PathSelection);
+display_as_value!(ProgressMode);
 
 /// Default `--cc`: NSCC, the controller that is sane on both measured paths (issue 21):
 /// on idle loopback (`mrc-perf loopback -s 1048576 -D 3 --verify`, medians of interleaved
@@ -217,9 +231,18 @@ pub struct TestOpts {
     /// Both sides send at once (bw). `-b` as in perftest.
     #[arg(short = 'b', long, global = true)]
     pub bidirectional: bool,
-    /// Check every byte of every message at the receiver.
+    /// Check every byte of every message at the receiver (in the application's memory,
+    /// on its thread; bw: the default region doubles, so a slot is checked before the
+    /// sender may reuse it).
     #[arg(long, global = true)]
     pub verify: bool,
+    /// Who progresses each end: `thread` (an engine thread; the test thread talks to it
+    /// over channels) or `caller` (the test thread polls the datapath, runs the timers
+    /// and fills the CQs itself, busy-polling; `--fabric udp` only; `--cpu` pins an engine
+    /// thread, so it pins nothing here). Both ends use the client's choice [default:
+    /// caller for --test lat, thread for bw].
+    #[arg(long = "progress", value_enum, global = true)]
+    pub progress: Option<ProgressMode>,
     /// Cap the sending rate, Gb/s (10^9 bits/s of message bytes).
     #[arg(long = "rate-limit", value_name = "GBPS", global = true)]
     pub rate_limit: Option<f64>,
@@ -424,6 +447,9 @@ pub struct TestParams {
     /// Engine spin before sleeping, us.
     #[serde(default)]
     pub spin_us: u64,
+    /// Who progresses each end (both ends use the client's).
+    #[serde(default)]
+    pub progress: ProgressMode,
     /// Datapath (the server refuses a client that asks for another).
     #[serde(default)]
     pub fabric: Fabric,
@@ -698,9 +724,18 @@ impl TestOpts {
         if tx_depth == 0 {
             return Err("--tx-depth must be at least 1".into());
         }
+        // Under --verify a bw receiver checks each slot on its own thread before it posts
+        // the receive that lets the sender complete (and reuse) another: twice the slots.
+        let slots_per_depth = if self.verify && self.test == TestKind::Bw {
+            2
+        } else {
+            1
+        };
         let region_size = match self.region_size {
             Some(r) => r,
-            None => size.saturating_mul(tx_depth),
+            None => size
+                .saturating_mul(tx_depth)
+                .saturating_mul(slots_per_depth),
         };
         if self.region_size.is_none() && region_size > 4 * MAX_SIZE {
             return Err(format!(
@@ -726,6 +761,10 @@ impl TestOpts {
             srv6_via: self.srv6_via,
             steering: super::srv6::Steering::default(),
             spin_us: self.spin_us,
+            progress: self.progress.unwrap_or(match self.test {
+                TestKind::Lat => ProgressMode::Caller,
+                TestKind::Bw => ProgressMode::Thread,
+            }),
             fabric: self.fabric,
             min_rto_us: self.min_rto_us,
             reorder_window_us: self.reorder_window_us,
@@ -885,6 +924,16 @@ impl TestParams {
                 self.tx_depth
             ));
         }
+        if self.verify && self.test == TestKind::Bw && self.region_size / size < 2 {
+            return Err(format!(
+                "--verify needs a region of at least 2 messages (--region-size {} holds {})",
+                self.region_size,
+                self.region_size / size
+            ));
+        }
+        if self.progress == ProgressMode::Caller && self.fabric == Fabric::Verbs {
+            return Err("--progress caller runs on --fabric udp only".into());
+        }
         if self.tx_depth == 0 || self.tx_depth > self.region_size / size {
             return Err(format!(
                 "--tx-depth must be in 1..={} (messages that fit the region), got {}",
@@ -893,5 +942,63 @@ impl TestParams {
             ));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod progress_and_verify_tests {
+    use super::*;
+
+    fn params(args: &[&str]) -> Result<TestParams, String> {
+        let mut v = vec!["mrc-perf", "loopback"];
+        v.extend_from_slice(args);
+        Cli::parse_from(v).test.params()
+    }
+
+    #[test]
+    fn progress_defaults_to_caller_for_lat_and_thread_for_bw() {
+        assert_eq!(
+            params(&["--test", "lat"]).unwrap().progress,
+            ProgressMode::Caller
+        );
+        assert_eq!(params(&[]).unwrap().progress, ProgressMode::Thread);
+        assert_eq!(
+            params(&["--progress", "caller"]).unwrap().progress,
+            ProgressMode::Caller
+        );
+        assert_eq!(
+            params(&["--test", "lat", "--progress", "thread"])
+                .unwrap()
+                .progress,
+            ProgressMode::Thread
+        );
+        let mut p = params(&["--progress", "caller"]).unwrap();
+        p.fabric = Fabric::Verbs;
+        assert_eq!(
+            p.check(5.0),
+            Err("--progress caller runs on --fabric udp only".to_string())
+        );
+    }
+
+    #[test]
+    fn verify_doubles_the_default_bw_region_and_needs_two_slots() {
+        // 1 MiB x depth 8 (8 MiB of depth): 8 MiB without --verify, 16 MiB with it.
+        let p = params(&["-s", "1048576"]).unwrap();
+        assert_eq!((p.tx_depth, p.region_size), (8, 8 << 20));
+        let v = params(&["-s", "1048576", "--verify"]).unwrap();
+        assert_eq!((v.tx_depth, v.region_size), (8, 16 << 20));
+        // The latency test keeps one slot.
+        let l = params(&["--test", "lat", "--verify"]).unwrap();
+        assert_eq!((l.tx_depth, l.region_size), (1, 8));
+        let mut one = params(&["-s", "4096", "-t", "1", "--region-size", "4096"]).unwrap();
+        assert_eq!(one.check(5.0), Ok(()));
+        one.verify = true;
+        assert_eq!(
+            one.check(5.0),
+            Err(
+                "--verify needs a region of at least 2 messages (--region-size 4096 holds 1)"
+                    .to_string()
+            )
+        );
     }
 }

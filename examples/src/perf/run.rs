@@ -1,20 +1,24 @@
 //! The test loops of `mrc-perf`: sender (bw), receiver (bw), ping and pong (lat), the
 //! control messages on the bootstrap TCP stream, and the server/client/loopback roles.
 
-use super::opts::{Fabric, ServerLimits, TestKind, TestParams};
+use super::opts::{Fabric, ProgressMode, ServerLimits, TestKind, TestParams};
 use super::report::{self, EvLine, Interval, Meter, ProgressOpts, Report};
 use super::verbs::{self, VerbsOpts};
 use mrc_congestion::CcKind;
 use mrc_fabric::engine::bootstrap::RemoteMr;
-use mrc_fabric::engine::{Context, EngineConfig, Qp, QpConfig, VerifySpec};
+use mrc_fabric::engine::{
+    Context, EngineConfig, EngineError, EngineStats, Qp, QpConfig, QpStats, VerifyStats, Worker,
+    pattern,
+};
 use mrc_fabric::udp::UdpConfig;
 use mrc_transport::completion::{Completion, WcOpcode, WcStatus};
-use mrc_transport::region::MrKey;
+use mrc_transport::region::{MrKey, SharedMem};
 use mrc_transport::send::SendConfig;
-use mrc_transport::{Access, ConnConfig, Sge};
+use mrc_transport::{Access, ConnConfig, PostError, Sge};
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -285,21 +289,187 @@ fn cpu_list(cpus: &[usize]) -> String {
     parts.join(",")
 }
 
-/// One end: engine, QP and its two regions.
+/// Who drives one end's QP: an engine thread (the test's thread posts and polls over
+/// channels) or the test's thread itself through a [`Worker`].
+// One per side, made once: the variants' sizes do not matter.
+#[allow(clippy::large_enum_variant)]
+pub enum Endpoint {
+    /// `--progress thread`.
+    Thread {
+        /// The engine.
+        ctx: Context,
+        /// The QP.
+        qp: Qp,
+    },
+    /// `--progress caller`: progressed by whichever test thread holds the lock (one
+    /// thread, except a bidirectional bw test's sender and receiver).
+    Caller {
+        /// The worker.
+        worker: Mutex<Worker>,
+        /// Its QP.
+        qpn: u32,
+    },
+}
+
+/// One end: its endpoint, its two regions (application memory: `SharedMem`s this side
+/// fills and checks itself) and its `--verify` counters.
 pub struct Side {
-    /// The engine.
-    pub ctx: Context,
-    /// The QP.
-    pub qp: Qp,
+    /// Who drives the QP.
+    pub ep: Endpoint,
     /// Region data is sent from.
     pub src: MrKey,
     /// Region the peer writes into.
     pub dst: MrKey,
+    /// The bytes of `src`.
+    pub src_mem: SharedMem,
+    /// The bytes of `dst`.
+    pub dst_mem: SharedMem,
+    /// What `--verify` checked on this side's thread(s).
+    pub verified: Mutex<VerifyStats>,
     /// With `--fabric verbs`: the peer table and this side's UD endpoint address.
     pub verbs: Option<(
         mrc_fabric::verbs::PeerBook,
         mrc_fabric::verbs::addr::EndpointAddr,
     )>,
+}
+
+impl Side {
+    fn worker(&self) -> Option<(std::sync::MutexGuard<'_, Worker>, u32)> {
+        match &self.ep {
+            Endpoint::Caller { worker, qpn } => {
+                Some((worker.lock().unwrap_or_else(|e| e.into_inner()), *qpn))
+            }
+            Endpoint::Thread { .. } => None,
+        }
+    }
+
+    /// Counters of the QP and its engine.
+    ///
+    /// # Errors
+    /// The engine or the QP is gone.
+    pub fn stats(&self) -> Result<(QpStats, EngineStats), EngineError> {
+        match &self.ep {
+            Endpoint::Thread { qp, .. } => qp.stats(),
+            Endpoint::Caller { worker, qpn } => {
+                worker.lock().unwrap_or_else(|e| e.into_inner()).stats(*qpn)
+            }
+        }
+    }
+
+    fn post_write_with_imm(
+        &self,
+        wr_id: u64,
+        sge: Sge,
+        remote: RemoteMr,
+        off: u64,
+        imm: u32,
+    ) -> Result<(), PostError> {
+        let addr = remote.addr + off;
+        match &self.ep {
+            Endpoint::Thread { qp, .. } => {
+                qp.post_write_with_imm(wr_id, sge, addr, remote.rkey, imm)
+            }
+            Endpoint::Caller { .. } => {
+                let (mut w, qpn) = self.worker().expect("caller endpoint");
+                w.post_write_with_imm(qpn, wr_id, sge, addr, remote.rkey, imm)
+            }
+        }
+    }
+
+    fn post_recv(&self, wr_id: u64, sge: Sge) -> Result<(), PostError> {
+        match &self.ep {
+            Endpoint::Thread { qp, .. } => qp.post_recv(wr_id, sge),
+            Endpoint::Caller { .. } => {
+                let (mut w, qpn) = self.worker().expect("caller endpoint");
+                w.post_recv(qpn, wr_id, sge)
+            }
+        }
+    }
+
+    /// Moves up to `max` completions of one side of the CQ into `out` (progressing a
+    /// caller endpoint once first).
+    fn poll_cq(&self, recv_side: bool, out: &mut Vec<Completion>, max: usize) -> usize {
+        match &self.ep {
+            Endpoint::Thread { qp, .. } if recv_side => qp.poll_recv_cq(out, max),
+            Endpoint::Thread { qp, .. } => qp.poll_send_cq(out, max),
+            Endpoint::Caller { .. } => {
+                let (mut w, qpn) = self.worker().expect("caller endpoint");
+                w.progress();
+                let mut n = 0;
+                while n < max {
+                    let c = if recv_side {
+                        w.poll_recv_cq(qpn)
+                    } else {
+                        w.poll_send_cq(qpn)
+                    };
+                    let Some(c) = c else { break };
+                    out.push(c);
+                    n += 1;
+                }
+                n
+            }
+        }
+    }
+
+    /// Waits up to `timeout` for the next completion of one side of the CQ; a caller
+    /// endpoint progresses its worker meanwhile ([`Worker::wait`]: busy-polls for
+    /// `--spin-us`, then sleeps in the datapath until a datagram arrives).
+    fn wait_cq(&self, recv_side: bool, timeout: Duration) -> Result<Option<Completion>, String> {
+        match &self.ep {
+            Endpoint::Thread { qp, .. } if recv_side => qp.wait_recv_cq(timeout),
+            Endpoint::Thread { qp, .. } => qp.wait_send_cq(timeout),
+            Endpoint::Caller { worker, qpn } => {
+                let until = Instant::now() + timeout;
+                loop {
+                    {
+                        let mut w = worker.lock().unwrap_or_else(|e| e.into_inner());
+                        let c = if recv_side {
+                            w.poll_recv_cq(*qpn)
+                        } else {
+                            w.poll_send_cq(*qpn)
+                        };
+                        if c.is_some() {
+                            return Ok(c);
+                        }
+                        let left = until.saturating_duration_since(Instant::now());
+                        if left.is_zero() {
+                            return Ok(None);
+                        }
+                        w.wait(left).map_err(|e| e.to_string())?;
+                    }
+                }
+            }
+        }
+        .map_err(|e| e.to_string())
+    }
+
+    /// Counts the `--verify` check of a successful `RecvRdmaWithImm` `c`: immediate `i`
+    /// names slot `i mod slots` of the destination region, which must hold the pattern of
+    /// message `i`. Checked here, on the test's thread, in the application's memory.
+    fn verify(&self, p: &TestParams, c: &Completion) {
+        if !p.verify || c.opcode != WcOpcode::RecvRdmaWithImm || c.status != WcStatus::Success {
+            return;
+        }
+        let Some(imm) = c.imm else { return };
+        let slots = (p.region_size / p.size).max(1);
+        let off = (u64::from(imm) % slots) * p.size;
+        let bad = usize::try_from(off).ok().and_then(|off| {
+            self.dst_mem
+                .with_range(off, p.size as usize, |b| {
+                    pattern::count_bad(b, p.seed, u64::from(imm))
+                })
+                .ok()
+        });
+        let mut v = self.verified.lock().unwrap_or_else(|e| e.into_inner());
+        match bad {
+            Some(b) => {
+                v.bad_bytes += b;
+                v.checked_bytes += p.size;
+            }
+            None => v.bad_bytes += p.size,
+        }
+        v.checked_messages += 1;
+    }
 }
 
 /// Packets in flight and receive window: 4096 (16 MiB of 4 KiB packets; a userspace
@@ -344,6 +514,26 @@ pub fn qp_config(p: &TestParams) -> Result<QpConfig, String> {
     })
 }
 
+/// `recvmsg`s the latency test keeps armed on an end's receive socket: one message is in
+/// flight, so at most its data and the peer's SACK wait to be received.
+pub const LAT_RX_SLOTS: usize = 2;
+
+/// `recvmsg`s an end keeps armed on its receive socket: [`LAT_RX_SLOTS`] for lat with
+/// `--progress caller`, else the datapath's default (32; with an engine thread 2 slots
+/// gave a 99th percentile above 1 ms in two runs, not understood yet). With many receives armed on one socket, an arrival wakes
+/// the polls of all of them; those that lose the race are punted to io-wq workers, which
+/// then block in the socket, and later datagrams complete on a worker thread: a wake-up
+/// of another thread per datagram (`perf` shows `io_wq_worker` -> `udp_recvmsg`). On the
+/// loaded 2-core VM, `mrc-perf loopback --test lat -n 5000 --progress caller`: 32 slots
+/// t_typical 11.6 us, t_min 11.3 us; 2 slots 10.0 us, t_min 6.2 us (three rounds of
+/// 10000 at 1 and 2 slots: 6.3-9.5 us typical).
+fn rx_slots(p: &TestParams) -> usize {
+    match (p.test, p.progress) {
+        (TestKind::Lat, ProgressMode::Caller) => LAT_RX_SLOTS,
+        _ => UdpConfig::default().rx_slots,
+    }
+}
+
 /// Builds one end: UDP bound to `udp_bind`, or verbs on the device of `local`.
 ///
 /// # Errors
@@ -356,44 +546,66 @@ pub fn make_side(p: &TestParams, udp_bind: SocketAddr, local: &LocalOpts) -> Res
         spin_ns: p.spin_us.saturating_mul(1000),
         ..EngineConfig::default()
     };
-    let (ctx, verbs) = match &local.fabric {
-        LocalFabric::Udp => {
+    let region = usize::try_from(p.region_size).map_err(|_| "region too large".to_string())?;
+    let src_mem = SharedMem::new(region);
+    let dst_mem = SharedMem::new(region);
+    let reg = |e: EngineError| format!("register {region} bytes: {e}");
+    let (src_access, dst_access) = (
+        Access::LOCAL_WRITE,
+        Access::LOCAL_WRITE | Access::REMOTE_WRITE,
+    );
+    let (ep, src, dst, verbs) = match (&local.fabric, p.progress) {
+        (LocalFabric::Udp, ProgressMode::Caller) => {
             let ucfg = UdpConfig {
                 traffic_class: local.traffic_class,
+                rx_slots: rx_slots(p),
                 ..UdpConfig::bind(udp_bind)
             };
-            let ctx = with_cpu(local.engine_cpu, || Context::new(ucfg, ecfg))?
+            let mut w = Worker::new(ucfg, ecfg)
                 .map_err(|e| format!("cannot open UDP datapath on {udp_bind}: {e}"))?;
-            (ctx, None)
+            let qpn = w.create_qp(qp_config(p)?).map_err(|e| e.to_string())?;
+            let src = w.reg_mr_shared(qpn, &src_mem, src_access).map_err(reg)?;
+            let dst = w.reg_mr_shared(qpn, &dst_mem, dst_access).map_err(reg)?;
+            let ep = Endpoint::Caller {
+                worker: Mutex::new(w),
+                qpn,
+            };
+            (ep, src, dst, None)
         }
-        LocalFabric::Verbs(o) => {
-            let e = with_cpu(local.engine_cpu, || verbs::start(p, o, ecfg))?
-                .map_err(|e| format!("--fabric verbs: {e}"))?;
-            (e.ctx, Some((e.peers, e.local)))
+        (LocalFabric::Verbs(_), ProgressMode::Caller) => {
+            return Err("--progress caller runs on --fabric udp only".into());
+        }
+        (fabric, ProgressMode::Thread) => {
+            let (ctx, verbs) = match fabric {
+                LocalFabric::Udp => {
+                    let ucfg = UdpConfig {
+                        traffic_class: local.traffic_class,
+                        rx_slots: rx_slots(p),
+                        ..UdpConfig::bind(udp_bind)
+                    };
+                    let ctx = with_cpu(local.engine_cpu, || Context::new(ucfg, ecfg))?
+                        .map_err(|e| format!("cannot open UDP datapath on {udp_bind}: {e}"))?;
+                    (ctx, None)
+                }
+                LocalFabric::Verbs(o) => {
+                    let e = with_cpu(local.engine_cpu, || verbs::start(p, o, ecfg))?
+                        .map_err(|e| format!("--fabric verbs: {e}"))?;
+                    (e.ctx, Some((e.peers, e.local)))
+                }
+            };
+            let qp = ctx.create_qp(qp_config(p)?).map_err(|e| e.to_string())?;
+            let src = qp.reg_mr_shared(&src_mem, src_access).map_err(reg)?;
+            let dst = qp.reg_mr_shared(&dst_mem, dst_access).map_err(reg)?;
+            (Endpoint::Thread { ctx, qp }, src, dst, verbs)
         }
     };
-    let qp = ctx.create_qp(qp_config(p)?).map_err(|e| e.to_string())?;
-    let region = usize::try_from(p.region_size).map_err(|_| "region too large".to_string())?;
-    let src = qp
-        .reg_mr(region, Access::LOCAL_WRITE)
-        .map_err(|e| format!("register {region} bytes: {e}"))?;
-    let dst = qp
-        .reg_mr(region, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
-        .map_err(|e| format!("register {region} bytes: {e}"))?;
-    if p.verify {
-        qp.set_verify(VerifySpec {
-            lkey: dst.lkey,
-            slot_bytes: p.size,
-            slots: p.region_size / p.size,
-            seed: p.seed,
-        })
-        .map_err(|e| e.to_string())?;
-    }
     Ok(Side {
-        ctx,
-        qp,
+        ep,
         src,
         dst,
+        src_mem,
+        dst_mem,
+        verified: Mutex::new(VerifyStats::default()),
         verbs,
     })
 }
@@ -468,7 +680,7 @@ pub struct SendResult {
 /// expiries, why the transport gave up (`peer unresponsive for 5.0 s`).
 fn check(side: &Side, c: &Completion) -> Result<(), String> {
     if c.status != WcStatus::Success {
-        let cause = match side.qp.stats() {
+        let cause = match side.stats() {
             Ok((qs, _)) => qs.give_up.map(|g| format!(" ({g})")).unwrap_or_default(),
             Err(_) => String::new(),
         };
@@ -495,6 +707,7 @@ pub fn send_bw(
     received: &AtomicU64,
 ) -> (SendResult, Option<String>) {
     let slots = p.region_size / p.size;
+    let (window, _) = windows(p);
     let start = Instant::now();
     let mut meter = Meter::new(progress, p.duration_s, start);
     let end = p.duration_s.map(|d| start + Duration::from_secs_f64(d));
@@ -513,9 +726,7 @@ pub fn send_bw(
                     (None, None) => true,
                 };
             }
-            while !finished_posting
-                && posted - done < p.tx_depth
-                && p.iters.is_none_or(|n| posted < n)
+            while !finished_posting && posted - done < window && p.iters.is_none_or(|n| posted < n)
             {
                 if let Some(r) = p.rate_limit_gbps {
                     let due = start
@@ -543,9 +754,9 @@ pub fn send_bw(
                 Duration::from_millis(20)
             };
             got.clear();
-            if let Some(c) = side.qp.wait_send_cq(wait).map_err(|e| e.to_string())? {
+            if let Some(c) = side.wait_cq(false, wait)? {
                 got.push(c);
-                side.qp.poll_send_cq(&mut got, 4096);
+                side.poll_cq(false, &mut got, 4096);
             }
             let now = Instant::now();
             if got.is_empty() {
@@ -594,23 +805,19 @@ pub fn send_bw(
 
 /// This side's retransmitted packets and RTO expiries so far (0, 0 if the engine is gone).
 fn retransmit_counters(side: &Side) -> (u64, u64) {
-    side.qp
-        .stats()
+    side.stats()
         .map_or((0, 0), |(q, _)| (q.conn.retransmitted, q.conn.timeouts))
 }
 
-/// Under `--verify`, fills `p.size` bytes at offset `off` of this side's source region with
-/// the pattern of message `i mod 2^32`.
+/// Under `--verify`, fills `p.size` bytes at offset `off` of this side's source region
+/// (application memory, here on the test's thread) with the pattern of message `i mod 2^32`.
 fn fill_message(side: &Side, p: &TestParams, i: u64, off: u64) -> Result<(), String> {
     if p.verify {
-        side.qp
-            .fill_pattern(
-                side.src.lkey,
-                off,
-                p.size as usize,
-                p.seed,
-                u64::from(i as u32),
-            )
+        let off = usize::try_from(off).map_err(|e| e.to_string())?;
+        side.src_mem
+            .with_range_mut(off, p.size as usize, |b| {
+                pattern::fill(b, p.seed, u64::from(i as u32));
+            })
             .map_err(|e| e.to_string())?;
     }
     Ok(())
@@ -630,15 +837,14 @@ fn post_message(
         addr: side.src.addr + off,
         len: p.size as u32,
     };
-    side.qp
-        .post_write_with_imm(i, sge, remote.addr + off, remote.rkey, i as u32)
+    side.post_write_with_imm(i, sge, remote, off, i as u32)
         .map_err(|e| format!("post: {e}"))
 }
 
 /// Takes up to 64 send completions into `scratch` and fails on the first unsuccessful one.
 fn reap_sends(side: &Side, scratch: &mut Vec<Completion>) -> Result<(), String> {
     scratch.clear();
-    side.qp.poll_send_cq(scratch, 64);
+    side.poll_cq(false, scratch, 64);
     scratch.iter().try_for_each(|c| check(side, c))
 }
 
@@ -649,27 +855,46 @@ fn reap_sends(side: &Side, scratch: &mut Vec<Completion>) -> Result<(), String> 
 /// NACK(RECEIVER_NOT_READY) (resent after 640 us), so a thread that falls behind slows
 /// the sender instead of letting it overwrite slots whose completions are still to come;
 /// posting them before the connection is up keeps the first messages from that wait.
+///
+/// Under `--verify` the receiver checks a slot on its own thread before it reposts the
+/// receive the message took, so the receives posted ahead (`r`) and the sender's messages
+/// in flight (`w`) must fit the region's slots (`r + w <= slots`): then message `i + slots`,
+/// which reuses message `i`'s slot, cannot be posted before message `i` was checked.
 fn initial_recvs(p: &TestParams, active: bool) -> u64 {
     match p.test {
-        TestKind::Bw if !active || p.bidirectional => 4 * p.tx_depth + 64,
+        TestKind::Bw if !active || p.bidirectional => windows(p).1,
         TestKind::Bw => 0,
         TestKind::Lat => 64,
     }
 }
 
+/// A bw sender's messages in flight and a bw receiver's receives posted ahead: `tx-depth`
+/// and `4 x tx-depth + 64`; under `--verify` as many receives as the slots left beyond
+/// the depth (at least one, the depth shrinking to make room), so the two fit the region
+/// ([`initial_recvs`]).
+fn windows(p: &TestParams) -> (u64, u64) {
+    let d = p.tx_depth.max(1);
+    let ahead = 4 * d + 64;
+    if !p.verify {
+        return (d, ahead);
+    }
+    let slots = (p.region_size / p.size.max(1)).max(2);
+    let w = d.min(slots - 1);
+    (w, (slots - w).min(ahead))
+}
+
 /// Posts `n` zero-length receives into the destination region, wr_ids `base..base + n`.
 fn post_recvs(side: &Side, n: u64, base: u64) -> Result<(), String> {
     for i in 0..n {
-        side.qp
-            .post_recv(
-                base + i,
-                Sge {
-                    lkey: side.dst.lkey,
-                    addr: side.dst.addr,
-                    len: 0,
-                },
-            )
-            .map_err(|e| format!("post_recv: {e}"))?;
+        side.post_recv(
+            base + i,
+            Sge {
+                lkey: side.dst.lkey,
+                addr: side.dst.addr,
+                len: 0,
+            },
+        )
+        .map_err(|e| format!("post_recv: {e}"))?;
     }
     Ok(())
 }
@@ -712,13 +937,9 @@ pub fn recv_bw(
             break;
         }
         got.clear();
-        if let Some(c) = side
-            .qp
-            .wait_recv_cq(Duration::from_millis(20))
-            .map_err(|e| e.to_string())?
-        {
+        if let Some(c) = side.wait_cq(true, Duration::from_millis(20))? {
             got.push(c);
-            side.qp.poll_recv_cq(&mut got, 4096);
+            side.poll_cq(true, &mut got, 4096);
         }
         if got.is_empty() {
             let past_run = run_for.is_none_or(|d| started.elapsed() > d + timeout);
@@ -740,6 +961,7 @@ pub fn recv_bw(
                     r.completions, c.opcode, c.imm
                 ));
             }
+            side.verify(p, c);
             r.completions += 1;
             r.bytes += u64::from(c.byte_len);
         }
@@ -783,21 +1005,18 @@ pub fn ping(
         fill_message(side, p, sent, 0)?;
         let t0 = Instant::now();
         post_message(side, remote, p, sent, 0)?;
-        let c = side
-            .qp
-            .wait_recv_cq(timeout)
-            .map_err(|e| e.to_string())?
-            .ok_or_else(|| {
-                format!(
-                    "no echo of message {sent} within {:.1} s: peer unreachable?",
-                    timeout.as_secs_f64()
-                )
-            })?;
+        let c = side.wait_cq(true, timeout)?.ok_or_else(|| {
+            format!(
+                "no echo of message {sent} within {:.1} s: peer unreachable?",
+                timeout.as_secs_f64()
+            )
+        })?;
         let rtt = t0.elapsed().as_nanos() as u64;
         check(side, &c)?;
         if c.imm != Some(sent as u32) {
             return Err(format!("echo of message {sent} carried imm {:?}", c.imm));
         }
+        side.verify(p, &c);
         lat.push(rtt / 2);
         sent += 1;
         post_recvs(side, 1, 64 + sent)?;
@@ -841,11 +1060,7 @@ pub fn pong(
         if target == Some(r.completions) {
             break;
         }
-        let Some(c) = side
-            .qp
-            .wait_recv_cq(Duration::from_millis(20))
-            .map_err(|e| e.to_string())?
-        else {
+        let Some(c) = side.wait_cq(true, Duration::from_millis(20))? else {
             if last.elapsed() > timeout {
                 return Err(format!(
                     "no ping for {:.1} s after {}",
@@ -861,6 +1076,7 @@ pub fn pong(
         if c.imm != Some(i as u32) {
             return Err(format!("expected ping {i}, got imm {:?}", c.imm));
         }
+        side.verify(p, &c);
         fill_message(side, p, i, 0)?;
         post_message(side, remote, p, i, 0)?;
         r.completions += 1;
@@ -1131,10 +1347,11 @@ fn local_result(
     mut recv: RecvResult,
     cpu0: f64,
 ) -> Result<EndResult, String> {
-    let (qs, engine) = side.qp.stats().map_err(|e| e.to_string())?;
-    recv.verified_messages = qs.verify.checked_messages;
-    recv.verified_bytes = qs.verify.checked_bytes;
-    recv.bad_bytes = qs.verify.bad_bytes;
+    let (qs, engine) = side.stats().map_err(|e| e.to_string())?;
+    let v = *side.verified.lock().unwrap_or_else(|e| e.into_inner());
+    recv.verified_messages = v.checked_messages;
+    recv.verified_bytes = v.checked_bytes;
+    recv.bad_bytes = v.bad_bytes;
     recv.drops = DROP_REASONS
         .iter()
         .filter(|r| qs.conn.drops.get(**r) > 0)
@@ -1442,9 +1659,16 @@ fn connect_qp(
     until: Instant,
     psk: Option<&[u8]>,
 ) -> Result<mrc_fabric::engine::Connected, String> {
-    match psk {
-        Some(k) => side.qp.connect_on_authenticated(s, until, k),
-        None => side.qp.connect_on_until(s, until),
+    match (&side.ep, psk) {
+        (Endpoint::Thread { qp, .. }, Some(k)) => qp.connect_on_authenticated(s, until, k),
+        (Endpoint::Thread { qp, .. }, None) => qp.connect_on_until(s, until),
+        (Endpoint::Caller { worker, qpn }, psk) => {
+            let mut w = worker.lock().unwrap_or_else(|e| e.into_inner());
+            match psk {
+                Some(k) => w.connect_on_authenticated(*qpn, s, until, k),
+                None => w.connect_on_until(*qpn, s, until),
+            }
+        }
     }
     .map_err(|e| e.to_string())
 }
@@ -1719,5 +1943,57 @@ mod preset_tests {
             (q.link.line_rate_bps, q.link.base_rtt_ns),
             (100_000_000_000, 200_000)
         );
+    }
+}
+
+#[cfg(test)]
+mod verify_window_tests {
+    use super::*;
+    use clap::Parser;
+
+    /// Under --verify a bw receiver's receives ahead and the sender's depth fit the slots
+    /// (so a slot is checked before the sender can reuse it); without it, as before.
+    #[test]
+    fn receives_ahead_and_depth_fit_the_slots_under_verify() {
+        let p = |args: &[&str]| {
+            let mut v = vec!["mrc-perf", "loopback"];
+            v.extend_from_slice(args);
+            super::super::opts::Cli::parse_from(v)
+                .test
+                .params()
+                .unwrap()
+        };
+        assert_eq!(windows(&p(&["-s", "65536", "-t", "16"])), (16, 4 * 16 + 64));
+        // Default region under --verify: 32 slots for depth 16.
+        assert_eq!(
+            windows(&p(&["-s", "65536", "-t", "16", "--verify"])),
+            (16, 16)
+        );
+        // A region of exactly depth slots: one receive ahead, one message less in flight.
+        let tight = p(&[
+            "-s",
+            "65536",
+            "-t",
+            "16",
+            "--region-size",
+            "1048576",
+            "--verify",
+        ]);
+        assert_eq!(windows(&tight), (15, 1));
+        // Many slots: the receives ahead stop at 4 x depth + 64.
+        let roomy = p(&[
+            "-s",
+            "4096",
+            "-t",
+            "4",
+            "--region-size",
+            "4194304",
+            "--verify",
+        ]);
+        assert_eq!(windows(&roomy), (4, 4 * 4 + 64));
+        for q in [tight, roomy] {
+            let (w, r) = windows(&q);
+            assert!(w + r <= q.region_size / q.size);
+        }
     }
 }

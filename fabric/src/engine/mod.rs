@@ -1,15 +1,23 @@
 //! The engine and the embedding API (DESIGN.md section 7).
 //!
-//! An engine is a thread that owns the transport endpoints ([`mrc_transport::Connection`]s,
-//! one per QP) and one [`Datapath`]; it busy-polls while there is work and sleeps in the
-//! datapath when idle. Applications talk to it over crossbeam channels, in the shape of
-//! verbs:
+//! An engine owns the transport endpoints ([`mrc_transport::Connection`]s, one per QP) and
+//! one [`Datapath`]. It runs in one of two progress modes:
+//!
+//! - **engine thread** ([`Context`], [`Qp`]): a thread of its own busy-polls while there
+//!   is work and sleeps in the datapath when idle; applications talk to it over crossbeam
+//!   channels (work requests in, completions out);
+//! - **caller's thread** ([`Worker`]): the application's thread calls
+//!   [`Worker::progress`], which runs the same loop body once (datagrams in, timers, CQs,
+//!   datagrams out) with no channel or thread hop; posts go straight into the transport.
+//!
+//! Both in the shape of verbs:
 //!
 //! | verbs                         | mrc                                              |
 //! |-------------------------------|--------------------------------------------------|
 //! | `ibv_open_device` + PD        | [`Context::new`] (io_uring UDP) / [`Context::with_datapath`] |
 //! | `ibv_create_qp`               | [`Context::create_qp`] -> [`Qp`]                  |
-//! | `ibv_reg_mr`                  | [`Qp::reg_mr`] (memory lives in the engine)       |
+//! | `ibv_reg_mr` on the caller's memory | [`Qp::reg_mr_shared`] ([`SharedMem`]), `unsafe` [`Qp::reg_mr_raw`] (pointer and length); [`Qp::reg_mr`]: memory inside the engine |
+//! | `ibv_dereg_mr`                | [`Qp::dereg_mr`] (refused while a work request names the region) |
 //! | perftest's TCP exchange + `ibv_modify_qp` to RTR/RTS | [`Qp::connect_tcp`] / [`Qp::accept`] |
 //! | `ibv_post_send` / `ibv_post_recv` | [`Qp::post_write`], [`Qp::post_write_with_imm`], [`Qp::post_send`], [`Qp::post_recv`] |
 //! | `ibv_poll_cq` (send / recv CQ) | [`Qp::poll_send_cq`], [`Qp::poll_recv_cq`], [`Qp::wait_send_cq`], [`Qp::wait_recv_cq`] |
@@ -19,28 +27,39 @@
 //! local buffer); a local buffer outside every region registered through this handle is
 //! refused at once with [`PostError::LocalAccess`].
 //!
-//! The registered memory belongs to the engine thread (the transport is safe Rust and owns
-//! region bytes); applications fill and read it with [`Qp::write_mr`] / [`Qp::read_mr`],
-//! or, for benchmarks, with [`Qp::fill_pattern`] and [`Qp::set_verify`], which make and check
-//! the `--verify` pattern inside the engine without copying.
+//! Memory registered with [`Qp::reg_mr_shared`] or [`Qp::reg_mr_raw`] belongs to the
+//! application: the transport places received payload straight into it and reads send
+//! payload straight from it (one copy each way, between the datagram buffer and the
+//! application's bytes; nothing crosses a channel). A [`SharedMem`] is read and written
+//! by the application at any time under its lock; raw memory follows the verbs contract
+//! of [`mrc_transport::region::mem`]. [`Qp::reg_mr`] keeps the older engine-owned
+//! region, which [`Qp::write_mr`] / [`Qp::read_mr`] / [`Qp::fill_pattern`] fill and read
+//! through the engine's channel (on a `SharedMem` region they copy on the caller's
+//! thread). [`Qp::set_verify`] is a test aid that checks the
+//! `--verify` pattern inside the engine; `mrc-perf` checks it in the application.
 
 pub mod bootstrap;
 pub mod pattern;
 pub mod source;
 mod thread;
 mod watch;
+mod worker;
 
-use crate::udp::{
-    Datapath, DatapathError, DatapathStats, PathMap, UdpConfig, UringDatapath, Waker,
-};
+pub use worker::Worker;
+
+use crate::datapath::{Datapath, DatapathError, DatapathStats, PathMap, Waker};
+use crate::udp::{UdpConfig, UringDatapath};
 use bootstrap::{BootstrapError, QpInfo, RemoteMr};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use mrc_congestion::{AnyController, CcKind, LinkParams};
 use mrc_transport::completion::Completion;
 use mrc_transport::region::{AccessError, MrKey};
+use mrc_transport::region::{RawMem, SharedMem};
 use mrc_transport::send::SendConfig;
 use mrc_transport::stats::{ConnStats, EvStats};
-use mrc_transport::{Access, ConnConfig, ConnState, PeerParams, PostError, Psn, Sge};
+use mrc_transport::{
+    Access, ConnConfig, ConnState, DeregisterError, PeerParams, PostError, Psn, Sge,
+};
 use source::SourceDrops;
 use std::collections::{HashMap, HashSet};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
@@ -94,7 +113,7 @@ pub struct QpConfig {
     pub evs_per_socket: usize,
     /// Optional sticky SRH per socket (IPv6).
     pub srh: Vec<crate::srv6::SrhRepr>,
-    /// Optional firewall mark per socket ([`crate::udp::PathMap::marks`]).
+    /// Optional firewall mark per socket ([`crate::datapath::PathMap::marks`]).
     pub marks: Vec<u32>,
 }
 
@@ -278,6 +297,21 @@ pub(crate) enum Wr {
     },
 }
 
+impl Wr {
+    /// The wr_id and the opcode its completion will carry.
+    pub(crate) fn id_opcode(&self) -> (u64, mrc_transport::completion::WcOpcode) {
+        use mrc_transport::completion::WcOpcode;
+        match *self {
+            Wr::Write {
+                wr_id, imm: None, ..
+            } => (wr_id, WcOpcode::Write),
+            Wr::Write { wr_id, .. } => (wr_id, WcOpcode::WriteWithImm),
+            Wr::Send { wr_id, .. } => (wr_id, WcOpcode::Send),
+            Wr::Recv { wr_id, .. } => (wr_id, WcOpcode::Recv),
+        }
+    }
+}
+
 type Reply<T> = Sender<Result<T, String>>;
 
 pub(crate) enum Cmd {
@@ -291,9 +325,14 @@ pub(crate) enum Cmd {
     },
     RegMr {
         qpn: u32,
-        len: usize,
+        mem: MrMem,
         access: Access,
         reply: Reply<MrKey>,
+    },
+    DeregMr {
+        qpn: u32,
+        lkey: u32,
+        reply: Sender<Result<(), DeregisterError>>,
     },
     WriteMr {
         qpn: u32,
@@ -368,6 +407,9 @@ pub enum EngineError {
     /// The peer's parameters do not fit this QP.
     #[error("incompatible peer: {0}")]
     Incompatible(String),
+    /// A deregistration was refused.
+    #[error(transparent)]
+    Deregister(#[from] DeregisterError),
 }
 
 struct Shared {
@@ -526,46 +568,18 @@ impl Context {
     /// [`EngineError::Refused`] for a configuration the transport or the controller
     /// rejects; [`EngineError::Stopped`].
     pub fn create_qp(&self, cfg: QpConfig) -> Result<Qp, EngineError> {
-        let rng = |e: String| EngineError::Refused(e);
-        let mut conn_cfg = cfg.conn.clone();
-        conn_cfg.initial_psn = Psn::new((source::random_u64().map_err(rng)? & 0xFF_FFFF) as u32);
-        conn_cfg.generation = (source::random_u64().map_err(rng)? as u16).max(1);
-        conn_cfg.seed = source::random_u64().map_err(rng)?;
-        let mut key = [0u8; 32];
-        source::random_bytes(&mut key).map_err(rng)?;
-        conn_cfg.region_key = Some(key);
         let qpn = self.alloc_qpn()?;
-        conn_cfg.local_qpn = qpn;
-        conn_cfg.send.burst_may_reorder |= self.shared.reorders_bursts;
-        let cc = AnyController::new(cfg.cc, &cfg.link)
-            .map_err(|e| EngineError::Refused(format!("congestion control: {e}")))?;
-        let conn = mrc_transport::Connection::new(conn_cfg.clone(), cc).map_err(|e| {
-            self.free_qpn(qpn);
-            EngineError::Refused(format!("QP configuration: {e}"))
-        })?;
         let (send_tx, send_rx) = crossbeam_channel::unbounded();
         let (recv_tx, recv_rx) = crossbeam_channel::unbounded();
-        let paths = PathMap {
-            evs: conn_cfg.evs.clone(),
-            evs_per_socket: cfg.evs_per_socket.max(1),
-            srh: cfg.srh.clone(),
-            marks: cfg.marks.clone(),
+        let cq = thread::Cq::Channel {
+            send: send_tx,
+            recv: recv_tx,
         };
+        let (conn_cfg, entry) = new_qp_entry(&cfg, qpn, self.shared.reorders_bursts, cq)
+            .inspect_err(|_| self.free_qpn(qpn))?;
         self.shared.send(Cmd::CreateQp {
             qpn,
-            entry: Box::new(QpEntry {
-                dp_conn: None,
-                own_evs: paths.evs.iter().copied().collect(),
-                paths,
-                send_cq: send_tx,
-                recv_cq: recv_tx,
-                verify: None,
-                vstats: VerifyStats::default(),
-                sources: source::SourceFilter::default(),
-                source_drops: SourceDrops::default(),
-                watch: watch::Watch::new(&conn),
-                conn,
-            }),
+            entry: Box::new(entry),
         })?;
         Ok(Qp {
             shared: Arc::clone(&self.shared),
@@ -576,6 +590,157 @@ impl Context {
             mrs: Mutex::new(HashMap::new()),
         })
     }
+}
+
+/// A QP's transport endpoint and engine entry: `cfg` with the QPN `qpn` and, each drawn
+/// from the OS CSPRNG, the initial PSN, generation, selection seed and region key;
+/// completions go to `cq`. Returns the configuration in force with the entry.
+fn new_qp_entry(
+    cfg: &QpConfig,
+    qpn: u32,
+    reorders_bursts: bool,
+    cq: thread::Cq,
+) -> Result<(ConnConfig, QpEntry), EngineError> {
+    let rng = |e: String| EngineError::Refused(e);
+    let mut conn_cfg = cfg.conn.clone();
+    conn_cfg.initial_psn = Psn::new((source::random_u64().map_err(rng)? & 0xFF_FFFF) as u32);
+    conn_cfg.generation = (source::random_u64().map_err(rng)? as u16).max(1);
+    conn_cfg.seed = source::random_u64().map_err(rng)?;
+    let mut key = [0u8; 32];
+    source::random_bytes(&mut key).map_err(rng)?;
+    conn_cfg.region_key = Some(key);
+    conn_cfg.local_qpn = qpn;
+    conn_cfg.send.burst_may_reorder |= reorders_bursts;
+    let cc = AnyController::new(cfg.cc, &cfg.link)
+        .map_err(|e| EngineError::Refused(format!("congestion control: {e}")))?;
+    let conn = mrc_transport::Connection::new(conn_cfg.clone(), cc)
+        .map_err(|e| EngineError::Refused(format!("QP configuration: {e}")))?;
+    let paths = PathMap {
+        evs: conn_cfg.evs.clone(),
+        evs_per_socket: cfg.evs_per_socket.max(1),
+        srh: cfg.srh.clone(),
+        marks: cfg.marks.clone(),
+    };
+    let entry = QpEntry {
+        dp_conn: None,
+        own_evs: paths.evs.iter().copied().collect(),
+        paths,
+        cq,
+        verify: None,
+        vstats: VerifyStats::default(),
+        sources: source::SourceFilter::default(),
+        source_drops: SourceDrops::default(),
+        watch: watch::Watch::new(&conn),
+        conn,
+    };
+    Ok((conn_cfg, entry))
+}
+
+/// The [`QpInfo`] a QP with configuration `cfg` on UDP port `udp_port` sends its peer,
+/// naming its remote-writable regions `regions`.
+fn qp_info(cfg: &ConnConfig, udp_port: u16, mut regions: Vec<RemoteMr>) -> QpInfo {
+    regions.sort_by_key(|r| r.addr);
+    QpInfo {
+        qpn: cfg.local_qpn,
+        initial_psn: cfg.initial_psn.value(),
+        generation: cfg.generation,
+        udp_port,
+        recv_window_packets: cfg.recv_window_packets,
+        mtu_payload_bytes: cfg.send.mtu_payload_bytes,
+        go_back_n: cfg.go_back_n,
+        regions,
+    }
+}
+
+/// Whether a QP with configuration `cfg` can talk to `remote`; its transport peer
+/// parameters if so.
+fn peer_params(cfg: &ConnConfig, remote: &QpInfo) -> Result<PeerParams, EngineError> {
+    if remote.go_back_n != cfg.go_back_n {
+        return Err(EngineError::Incompatible(
+            "go-back-N setting differs".into(),
+        ));
+    }
+    if cfg.send.max_outstanding_packets > remote.recv_window_packets {
+        return Err(EngineError::Incompatible(format!(
+            "{} outstanding packets exceed the peer's window of {}",
+            cfg.send.max_outstanding_packets, remote.recv_window_packets
+        )));
+    }
+    Ok(PeerParams {
+        qpn: remote.qpn,
+        initial_psn: Psn::new(remote.initial_psn),
+        generation: remote.generation,
+    })
+}
+
+/// The end of every TCP bootstrap, for a [`Qp`] and a [`Worker`] alike: `connect` to what
+/// the peer sent, swap the EV source ports ([`bootstrap::exchange_ports`]) and accept
+/// only the peer's (`set_ports`), then [`bootstrap::ready`] on the stream: by the time the
+/// peer may post, this side's source filter is complete.
+fn finish_bootstrap_with(
+    remote: QpInfo,
+    udp: SocketAddr,
+    stream: TcpStream,
+    until: Instant,
+    connect: impl FnOnce(&QpInfo, SocketAddr) -> Result<Vec<u16>, EngineError>,
+    set_ports: impl FnOnce(&[u16]) -> Result<(), EngineError>,
+) -> Result<Connected, EngineError> {
+    // What is left now, as the stream's timeouts afterwards (for the application's
+    // own messages; the deadline stream leaves them at whatever was left at the end).
+    let after = until
+        .saturating_duration_since(Instant::now())
+        .max(Duration::from_millis(100));
+    let source_ports = connect(&remote, udp)?;
+    let peer_ports = bootstrap::exchange_ports(&stream, &source_ports, until)?;
+    if peer_ports.is_empty() {
+        return Err(EngineError::Refused("no peer source ports".into()));
+    }
+    set_ports(&peer_ports)?;
+    bootstrap::ready_until(&stream, until)?;
+    for set in [TcpStream::set_read_timeout, TcpStream::set_write_timeout] {
+        set(&stream, Some(after)).map_err(|source| BootstrapError::Io {
+            what: "set timeout",
+            source,
+        })?;
+    }
+    Ok(Connected {
+        remote,
+        udp,
+        stream,
+        source_ports,
+    })
+}
+
+/// The key setup of an authenticated bootstrap ([`Qp::connect_on_authenticated`]): swap
+/// setup nonces and key confirmations on `stream` by `until`, derive the keys.
+fn negotiate_auth(
+    stream: &TcpStream,
+    until: Instant,
+    psk: &[u8],
+) -> Result<mrc_transport::auth::AuthKeys, EngineError> {
+    use mrc_transport::auth::{AuthKeys, MIN_PSK_BYTES, key_confirmation};
+    if psk.len() < MIN_PSK_BYTES {
+        return Err(EngineError::Refused(format!(
+            "pre-shared key of {} bytes is too short (at least {MIN_PSK_BYTES})",
+            psk.len()
+        )));
+    }
+    let mut nonce = [0u8; 32];
+    source::random_bytes(&mut nonce).map_err(EngineError::Refused)?;
+    let peer_nonce = bootstrap::exchange_nonces(stream, &nonce, until)?;
+    let initiator = nonce < peer_nonce;
+    let (ni, nr) = if initiator {
+        (&nonce, &peer_nonce)
+    } else {
+        (&peer_nonce, &nonce)
+    };
+    let refused = |e: mrc_transport::auth::AuthKeyError| EngineError::Refused(e.to_string());
+    let mine = key_confirmation(psk, ni, nr, initiator).map_err(refused)?;
+    let want = key_confirmation(psk, ni, nr, !initiator).map_err(refused)?;
+    if bootstrap::exchange_confirmations(stream, &mine, until)? != want {
+        return Err(BootstrapError::AuthMismatch("the peer's pre-shared key differs").into());
+    }
+    AuthKeys::derive(psk, ni, nr, initiator).map_err(refused)
 }
 
 /// The `tracing` subscriber the engine thread logs to: the one in scope where the
@@ -599,18 +764,7 @@ fn run_engine<D: Datapath>(
     cmds: Receiver<Cmd>,
     sleeping: Arc<AtomicBool>,
 ) {
-    Engine {
-        dp,
-        cfg,
-        cmds,
-        sleeping,
-        qps: HashMap::new(),
-        start: Instant::now(),
-        stats: EngineStats::default(),
-        watch: watch::EngineWatch::default(),
-        watch_ns: 0,
-    }
-    .run();
+    Engine::new(dp, cfg).run(cmds, sleeping);
 }
 
 /// A queue pair: one reliable multipath connection, its regions and its two CQs.
@@ -620,7 +774,25 @@ pub struct Qp {
     cfg: ConnConfig,
     send_cq: Receiver<Completion>,
     recv_cq: Receiver<Completion>,
-    mrs: Mutex<HashMap<u32, (MrKey, Access)>>,
+    mrs: Mutex<HashMap<u32, MrEntry>>,
+}
+
+/// What a [`Qp`] handle remembers of a region it registered.
+#[derive(Debug)]
+struct MrEntry {
+    key: MrKey,
+    access: Access,
+    /// The buffer, for a [`SharedMem`] region.
+    mem: Option<SharedMem>,
+}
+
+/// The memory behind a registration on its way to the engine.
+#[derive(Debug)]
+pub(crate) enum MrMem {
+    /// A zero-filled region of this many bytes owned by the engine's region table.
+    Owned(usize),
+    Shared(SharedMem),
+    Raw(RawMem),
 }
 
 impl std::fmt::Debug for Qp {
@@ -663,30 +835,122 @@ impl Qp {
         &self.cfg
     }
 
-    /// Registers a zero-filled region of `len` bytes.
+    /// Registers a zero-filled region of `len` bytes owned by the engine (the transport's
+    /// region table), filled and read with [`Qp::write_mr`] / [`Qp::read_mr`] /
+    /// [`Qp::fill_pattern`], copies made on the engine thread in order with the posts.
+    /// For memory the application owns, use [`Qp::reg_mr_shared`] or [`Qp::reg_mr_raw`].
     ///
     /// # Errors
     /// [`EngineError::Refused`] (table full), [`EngineError::Stopped`].
     pub fn reg_mr(&self, len: usize, access: Access) -> Result<MrKey, EngineError> {
+        self.register(MrMem::Owned(len), access, None)
+    }
+
+    /// Registers the application's [`SharedMem`] `mem`: the transport places received
+    /// payload straight into it and sends straight from it (one copy each way, between
+    /// the datagram buffer and `mem`); the application reads and writes it through its own
+    /// clone at any time, each access under the buffer's lock.
+    ///
+    /// # Errors
+    /// As [`Qp::reg_mr`].
+    pub fn reg_mr_shared(&self, mem: &SharedMem, access: Access) -> Result<MrKey, EngineError> {
+        self.register(MrMem::Shared(mem.clone()), access, Some(mem.clone()))
+    }
+
+    /// Registers `len` bytes the application owns at `ptr` (verbs `ibv_reg_mr`): the
+    /// transport places received payload at `ptr` and sends from it until
+    /// [`Qp::dereg_mr`] succeeds (or the QP and its engine are gone).
+    ///
+    /// # Safety
+    /// The contract of [`mrc_transport::region::mem`]: `ptr .. ptr + len` stays valid and
+    /// unmoved until deregistered, and is not touched (nor borrowed) by anyone else while
+    /// the thread driving this QP may access it. With the engine thread driving it that
+    /// means: only while no work request names the bytes and no peer can write them, as
+    /// the application's protocol ensures (a posted send's source until its completion is
+    /// polled; a remote-writable region while peers may write). On a [`Worker`], whose
+    /// progress runs on the caller's thread, it means: not during a call on the worker.
+    ///
+    /// # Errors
+    /// [`EngineError::Refused`] for a null `ptr` with `len > 0` or `len > isize::MAX`;
+    /// else as [`Qp::reg_mr`].
+    pub unsafe fn reg_mr_raw(
+        &self,
+        ptr: *mut u8,
+        len: usize,
+        access: Access,
+    ) -> Result<MrKey, EngineError> {
+        // SAFETY: the caller's contract is RawMem::new's.
+        let mem = unsafe { RawMem::new(ptr, len) }
+            .ok_or_else(|| EngineError::Refused("null or oversized memory".into()))?;
+        self.register(MrMem::Raw(mem), access, None)
+    }
+
+    fn register(
+        &self,
+        mem: MrMem,
+        access: Access,
+        shared: Option<SharedMem>,
+    ) -> Result<MrKey, EngineError> {
         let qpn = self.qpn;
         let k = self.shared.call(|reply| Cmd::RegMr {
             qpn,
-            len,
+            mem,
             access,
             reply,
         })?;
-        self.mrs
-            .lock()
-            .map_err(|_| EngineError::Stopped)?
-            .insert(k.lkey, (k, access));
+        self.mrs.lock().map_err(|_| EngineError::Stopped)?.insert(
+            k.lkey,
+            MrEntry {
+                key: k,
+                access,
+                mem: shared,
+            },
+        );
         Ok(k)
     }
 
-    /// Copies `data` into region `lkey` at byte `offset`.
+    /// Deregisters region `lkey` (verbs `ibv_dereg_mr`). Refused while a work request
+    /// still names it; once this returns `Ok` the transport never touches the bytes again
+    /// (memory of [`Qp::reg_mr_raw`] may be freed).
     ///
     /// # Errors
-    /// [`EngineError::Refused`] for a range outside the region.
+    /// [`EngineError::Deregister`] with [`DeregisterError::InUse`] (sends and receives
+    /// still posted in it) or [`DeregisterError::UnknownKey`]; [`EngineError::Stopped`].
+    pub fn dereg_mr(&self, lkey: u32) -> Result<(), EngineError> {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        self.shared.send(Cmd::DeregMr {
+            qpn: self.qpn,
+            lkey,
+            reply: tx,
+        })?;
+        rx.recv().map_err(|_| EngineError::Stopped)??;
+        if let Ok(mut m) = self.mrs.lock() {
+            m.remove(&lkey);
+        }
+        Ok(())
+    }
+
+    /// The [`SharedMem`] of region `lkey` (from [`Qp::reg_mr_shared`]); `None` for an
+    /// engine-owned or raw region or an unknown key.
+    pub fn mem(&self, lkey: u32) -> Option<SharedMem> {
+        self.mrs.lock().ok()?.get(&lkey)?.mem.clone()
+    }
+
+    fn offset(offset: u64) -> Result<usize, EngineError> {
+        usize::try_from(offset).map_err(|e| EngineError::Refused(e.to_string()))
+    }
+
+    /// Copies `data` into region `lkey` at byte `offset`: for a [`SharedMem`] region here,
+    /// under its lock; for an engine-owned one ([`Qp::reg_mr`]) on the engine thread.
+    ///
+    /// # Errors
+    /// [`EngineError::Refused`] for an unknown or raw region or a range outside it.
     pub fn write_mr(&self, lkey: u32, offset: u64, data: &[u8]) -> Result<(), EngineError> {
+        if let Some(m) = self.mem(lkey) {
+            return m
+                .write_at(Self::offset(offset)?, data)
+                .map_err(|e| EngineError::Refused(e.to_string()));
+        }
         let qpn = self.qpn;
         let data = data.to_vec();
         self.shared.call(|reply| Cmd::WriteMr {
@@ -698,11 +962,17 @@ impl Qp {
         })
     }
 
-    /// Copies `len` bytes of region `lkey` from byte `offset`.
+    /// Copies `len` bytes of region `lkey` from byte `offset` (as [`Qp::write_mr`]).
     ///
     /// # Errors
-    /// [`EngineError::Refused`] for a range outside the region.
+    /// As [`Qp::write_mr`].
     pub fn read_mr(&self, lkey: u32, offset: u64, len: usize) -> Result<Vec<u8>, EngineError> {
+        if let Some(m) = self.mem(lkey) {
+            let mut out = vec![0; len];
+            m.read_at(Self::offset(offset)?, &mut out)
+                .map_err(|e| EngineError::Refused(e.to_string()))?;
+            return Ok(out);
+        }
         let qpn = self.qpn;
         self.shared.call(|reply| Cmd::ReadMr {
             qpn,
@@ -713,11 +983,12 @@ impl Qp {
         })
     }
 
-    /// Fills `len` bytes of region `lkey` at `offset` with the [`pattern`] of message `msg`
-    /// (inside the engine, ordered before later posts). A bad range is ignored.
+    /// Fills `len` bytes of region `lkey` at `offset` with the [`pattern`] of message `msg`:
+    /// for a [`SharedMem`] region here, under its lock; for an engine-owned one inside the
+    /// engine, ordered before later posts (a bad range is then ignored).
     ///
     /// # Errors
-    /// [`EngineError::Stopped`].
+    /// As [`Qp::write_mr`] (a `SharedMem` region); [`EngineError::Stopped`].
     pub fn fill_pattern(
         &self,
         lkey: u32,
@@ -726,6 +997,11 @@ impl Qp {
         seed: u64,
         msg: u64,
     ) -> Result<(), EngineError> {
+        if let Some(m) = self.mem(lkey) {
+            return m
+                .with_range_mut(Self::offset(offset)?, len, |b| pattern::fill(b, seed, msg))
+                .map_err(|e| EngineError::Refused(e.to_string()));
+        }
         self.shared.send(Cmd::FillPattern {
             qpn: self.qpn,
             lkey,
@@ -764,27 +1040,17 @@ impl Qp {
     /// What this side tells a peer: QPN, PSN, generation, UDP port, window, and every
     /// region registered with `REMOTE_WRITE`.
     pub fn local_info(&self) -> QpInfo {
-        let mut regions: Vec<RemoteMr> = self
+        let regions: Vec<RemoteMr> = self
             .mrs
             .lock()
             .map(|m| {
                 m.values()
-                    .filter(|(_, a)| a.contains(Access::REMOTE_WRITE))
-                    .map(|(k, _)| RemoteMr::from(*k))
+                    .filter(|e| e.access.contains(Access::REMOTE_WRITE))
+                    .map(|e| RemoteMr::from(e.key))
                     .collect()
             })
             .unwrap_or_default();
-        regions.sort_by_key(|r| r.addr);
-        QpInfo {
-            qpn: self.qpn,
-            initial_psn: self.cfg.initial_psn.value(),
-            generation: self.cfg.generation,
-            udp_port: self.shared.udp_addr.port(),
-            recv_window_packets: self.cfg.recv_window_packets,
-            mtu_payload_bytes: self.cfg.send.mtu_payload_bytes,
-            go_back_n: self.cfg.go_back_n,
-            regions,
-        }
+        qp_info(&self.cfg, self.shared.udp_addr.port(), regions)
     }
 
     /// Moves the QP to `Ready` with the peer's parameters and opens the EV sockets to
@@ -797,22 +1063,7 @@ impl Qp {
     /// [`EngineError::Incompatible`] (go-back-N disagreement, or our outstanding limit
     /// above the peer's window), [`EngineError::Refused`] (state, ports, sockets).
     pub fn connect(&self, remote: &QpInfo, udp: SocketAddr) -> Result<Vec<u16>, EngineError> {
-        if remote.go_back_n != self.cfg.go_back_n {
-            return Err(EngineError::Incompatible(
-                "go-back-N setting differs".into(),
-            ));
-        }
-        if self.cfg.send.max_outstanding_packets > remote.recv_window_packets {
-            return Err(EngineError::Incompatible(format!(
-                "{} outstanding packets exceed the peer's window of {}",
-                self.cfg.send.max_outstanding_packets, remote.recv_window_packets
-            )));
-        }
-        let peer = PeerParams {
-            qpn: remote.qpn,
-            initial_psn: Psn::new(remote.initial_psn),
-            generation: remote.generation,
-        };
+        let peer = peer_params(&self.cfg, remote)?;
         let qpn = self.qpn;
         self.shared.call(|reply| Cmd::Connect {
             qpn,
@@ -922,29 +1173,7 @@ impl Qp {
         until: Instant,
         psk: &[u8],
     ) -> Result<Connected, EngineError> {
-        use mrc_transport::auth::{AuthKeys, MIN_PSK_BYTES, key_confirmation};
-        if psk.len() < MIN_PSK_BYTES {
-            return Err(EngineError::Refused(format!(
-                "pre-shared key of {} bytes is too short (at least {MIN_PSK_BYTES})",
-                psk.len()
-            )));
-        }
-        let mut nonce = [0u8; 32];
-        source::random_bytes(&mut nonce).map_err(EngineError::Refused)?;
-        let peer_nonce = bootstrap::exchange_nonces(&stream, &nonce, until)?;
-        let initiator = nonce < peer_nonce;
-        let (ni, nr) = if initiator {
-            (&nonce, &peer_nonce)
-        } else {
-            (&peer_nonce, &nonce)
-        };
-        let refused = |e: mrc_transport::auth::AuthKeyError| EngineError::Refused(e.to_string());
-        let mine = key_confirmation(psk, ni, nr, initiator).map_err(refused)?;
-        let want = key_confirmation(psk, ni, nr, !initiator).map_err(refused)?;
-        if bootstrap::exchange_confirmations(&stream, &mine, until)? != want {
-            return Err(BootstrapError::AuthMismatch("the peer's pre-shared key differs").into());
-        }
-        let keys = AuthKeys::derive(psk, ni, nr, initiator).map_err(refused)?;
+        let keys = negotiate_auth(&stream, until, psk)?;
         self.set_auth(keys)?;
         self.connect_on_until(stream, until)
     }
@@ -960,27 +1189,14 @@ impl Qp {
         stream: TcpStream,
         until: Instant,
     ) -> Result<Connected, EngineError> {
-        // What is left now, as the stream's timeouts afterwards (for the application's
-        // own messages; the deadline stream leaves them at whatever was left at the end).
-        let after = until
-            .saturating_duration_since(Instant::now())
-            .max(Duration::from_millis(100));
-        let source_ports = self.connect(&remote, udp)?;
-        let peer_ports = bootstrap::exchange_ports(&stream, &source_ports, until)?;
-        self.set_peer_source_ports(&peer_ports)?;
-        bootstrap::ready_until(&stream, until)?;
-        for set in [TcpStream::set_read_timeout, TcpStream::set_write_timeout] {
-            set(&stream, Some(after)).map_err(|source| BootstrapError::Io {
-                what: "set timeout",
-                source,
-            })?;
-        }
-        Ok(Connected {
+        finish_bootstrap_with(
             remote,
             udp,
             stream,
-            source_ports,
-        })
+            until,
+            |r, u| self.connect(r, u),
+            |p| self.set_peer_source_ports(p),
+        )
     }
 
     fn check_sge(&self, sge: &Sge, need: Option<Access>) -> Result<(), PostError> {
@@ -988,7 +1204,7 @@ impl Qp {
             .mrs
             .lock()
             .map_err(|_| PostError::LocalAccess(AccessError::UnknownKey(sge.lkey)))?;
-        let (k, access) = mrs
+        let MrEntry { key: k, access, .. } = mrs
             .get(&sge.lkey)
             .ok_or(PostError::LocalAccess(AccessError::UnknownKey(sge.lkey)))?;
         let end = sge.addr.checked_add(u64::from(sge.len));

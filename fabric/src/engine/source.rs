@@ -72,7 +72,7 @@ impl SourceFilter {
     }
 
     /// Checks a datagram's source; `check_port` false for a datapath whose source port
-    /// means nothing ([`crate::udp::Datapath::reports_source_ports`]).
+    /// means nothing ([`crate::datapath::Datapath::reports_source_ports`]).
     ///
     /// # Errors
     /// The [`SourceDrop`] reason.

@@ -1,19 +1,23 @@
-//! The engine thread: owns the connections (transport endpoints) and the datapath, and
-//! busy-polls both while there is work: commands from applications, datagrams in, timers,
-//! completions out, datagrams out. When nothing happened for `spin_ns` it sleeps in
+//! The engine: owns the connections (transport endpoints) and the datapath. One pass of
+//! [`Engine::poll_once`] moves datagrams in, runs due timers, routes completions to the
+//! CQs and sends datagrams out; the engine thread ([`Engine::run`]) loops on it between
+//! commands from applications, and a [`super::Worker`] calls it on the application's own
+//! thread (`progress()`). When nothing happened for `spin_ns` the engine thread sleeps in
 //! [`Datapath::wait`] until a datagram arrives, a command wakes it, or the next transport
 //! timer is due (at most `max_sleep_ns`), so an idle engine does not burn a core.
 
 use super::pattern;
 use super::source::{SourceDrops, SourceFilter};
 use super::watch::{self, EngineWatch, Qpn, Watch};
-use super::{Cmd, EngineConfig, EngineStats, QpStats, VerifySpec, VerifyStats, Wr};
-use crate::udp::{ConnId, Datapath, PathMap, TxBatch};
+use super::{Cmd, EngineConfig, EngineStats, MrMem, QpStats, VerifySpec, VerifyStats, Wr};
+use crate::datapath::{ConnId, Datapath, PathMap, TxBatch};
 use crossbeam_channel::{Receiver, Sender};
 use mrc_congestion::AnyController;
 use mrc_transport::completion::{Completion, WcOpcode, WcStatus};
-use mrc_transport::{Connection, PostError};
-use std::collections::{HashMap, HashSet};
+use mrc_transport::region::MrKey;
+use mrc_transport::{Access, Connection, DeregisterError, PeerParams, PostError};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
@@ -25,8 +29,8 @@ pub(crate) struct QpEntry {
     pub paths: PathMap,
     /// The EVs of `paths`, the ones the datapath has a route for.
     pub own_evs: HashSet<u32>,
-    pub send_cq: Sender<Completion>,
-    pub recv_cq: Sender<Completion>,
+    /// Where its completions go.
+    pub cq: Cq,
     pub verify: Option<VerifySpec>,
     pub vstats: VerifyStats,
     /// Where datagrams may come from.
@@ -37,11 +41,39 @@ pub(crate) struct QpEntry {
     pub watch: Watch,
 }
 
+/// The completion queues of a QP: channels to a [`super::Qp`] on another thread, or
+/// queues on the engine itself that a [`super::Worker`]'s caller polls (no channel hop).
+pub(crate) enum Cq {
+    Channel {
+        send: Sender<Completion>,
+        recv: Sender<Completion>,
+    },
+    Local {
+        send: VecDeque<Completion>,
+        recv: VecDeque<Completion>,
+    },
+}
+
+impl Cq {
+    fn push(&mut self, recv_side: bool, c: Completion) {
+        match (self, recv_side) {
+            (Cq::Channel { send, .. }, false) => {
+                let _ = send.send(c);
+            }
+            (Cq::Channel { recv, .. }, true) => {
+                let _ = recv.send(c);
+            }
+            (Cq::Local { send, .. }, false) => send.push_back(c),
+            (Cq::Local { recv, .. }, true) => recv.push_back(c),
+        }
+    }
+}
+
 pub(crate) struct Engine<D: Datapath> {
     pub dp: D,
     pub cfg: EngineConfig,
-    pub cmds: Receiver<Cmd>,
-    pub sleeping: Arc<AtomicBool>,
+    /// Scratch batch of datagrams out (reused every pass).
+    pub batch: TxBatch,
     pub qps: HashMap<u32, QpEntry>,
     pub start: Instant,
     pub stats: EngineStats,
@@ -69,7 +101,7 @@ pub(crate) fn thread_cpu_ns() -> u64 {
 /// EV of the peer's, which a peer with another EV list or a hostile packet names) EV
 /// `evs[ev % evs.len()]`, counted in `foreign`. The datagram's MRCETH still names the
 /// echoed EV; only its socket changes, so the datapath never refuses the burst with
-/// [`crate::udp::DatapathError::UnknownEv`].
+/// [`crate::datapath::DatapathError::UnknownEv`].
 fn route_ev(own: &HashSet<u32>, evs: &[u32], ev: u32, foreign: &mut u64) -> u32 {
     if own.contains(&ev) {
         return ev;
@@ -87,20 +119,36 @@ fn post_error_status(e: PostError) -> WcStatus {
 }
 
 impl<D: Datapath> Engine<D> {
-    fn now_ns(&self) -> u64 {
+    /// The engine's clock: monotonic ns since it started (what the transport gets as
+    /// `now`).
+    pub fn now_ns(&self) -> u64 {
         self.start.elapsed().as_nanos() as u64
     }
 
-    /// Runs until [`Cmd::Shutdown`] or every command sender is gone.
-    pub fn run(mut self) {
-        let mut batch = TxBatch::new(self.cfg.tx_batch.max(1), self.cfg.slot_bytes);
+    /// An engine over `dp` with no QPs yet.
+    pub fn new(dp: D, cfg: EngineConfig) -> Self {
+        Engine {
+            dp,
+            batch: TxBatch::new(cfg.tx_batch.max(1), cfg.slot_bytes),
+            cfg,
+            qps: HashMap::new(),
+            start: Instant::now(),
+            stats: EngineStats::default(),
+            watch: EngineWatch::default(),
+            watch_ns: 0,
+        }
+    }
+
+    /// The engine thread: runs until [`Cmd::Shutdown`] or every command sender is gone,
+    /// taking commands between passes of [`Engine::poll_once`]; sleeps in the datapath
+    /// (flagging `sleeping`, so a command sender wakes it) after `spin_ns` without work.
+    pub fn run(mut self, cmds: Receiver<Cmd>, sleeping: Arc<AtomicBool>) {
         let mut last_work = self.now_ns();
         loop {
-            self.stats.loops += 1;
             let mut work = false;
             // 1. Commands.
             loop {
-                match self.cmds.try_recv() {
+                match cmds.try_recv() {
                     Ok(Cmd::Shutdown) => return,
                     Ok(cmd) => {
                         work = true;
@@ -110,91 +158,10 @@ impl<D: Datapath> Engine<D> {
                     Err(crossbeam_channel::TryRecvError::Disconnected) => return,
                 }
             }
-            // 2. Datagrams in.
-            let now = self.now_ns();
-            let qps = &mut self.qps;
-            let stats = &mut self.stats;
-            let check_port = self.dp.reports_source_ports();
-            let rx = self.dp.rx_burst(self.cfg.rx_burst, &mut |d| {
-                let qpn = match d.bytes.get(5..8) {
-                    Some(q) => u32::from_be_bytes([0, q[0], q[1], q[2]]),
-                    None => {
-                        stats.rx_unknown_qpn += 1;
-                        return;
-                    }
-                };
-                match qps.get_mut(&qpn) {
-                    Some(e) => match e.sources.check(d.from, check_port) {
-                        Ok(()) => e.conn.handle_datagram(now, 0, d.ecn, d.bytes),
-                        Err(why) => {
-                            e.source_drops.count(why);
-                            stats.rx_bad_source += 1;
-                        }
-                    },
-                    None => stats.rx_unknown_qpn += 1,
-                }
-            });
-            match rx {
-                Ok(n) if n > 0 => work = true,
-                Ok(_) => {}
-                Err(err) => self.datapath_error("receive", &err),
-            }
-            // 3. Timers.
-            let now = self.now_ns();
-            for e in self.qps.values_mut() {
-                if e.conn.poll_timeout().is_some_and(|t| t <= now) {
-                    e.conn.handle_timeout(now);
-                    work = true;
-                }
-            }
-            // 4. Completions (before any SACK leaves: a verified message cannot have been
-            //    overwritten by a later one, whose sender waits for this SACK).
-            for e in self.qps.values_mut() {
-                while let Some(c) = e.conn.poll_completion() {
-                    work = true;
-                    if c.status != WcStatus::Success {
-                        e.watch.failed_completion(c.status);
-                    }
-                    deliver(e, c);
-                }
-            }
-            // 5. Datagrams out.
-            loop {
-                batch.clear();
-                let now = self.now_ns();
-                for e in self.qps.values_mut() {
-                    let Some(id) = e.dp_conn else { continue };
-                    let conn = &mut e.conn;
-                    let (own, evs) = (&e.own_evs, &e.paths.evs);
-                    let foreign = &mut self.stats.tx_foreign_ev;
-                    while batch.push_with(id, |buf| {
-                        conn.poll_transmit(now, buf)
-                            .map(|t| (route_ev(own, evs, t.ev, foreign), t.len, t.ecn))
-                    }) {}
-                }
-                if batch.is_empty() {
-                    break;
-                }
-                work = true;
-                match self.dp.tx_burst(&batch) {
-                    Ok(r) => {
-                        self.stats.tx_bursts += 1;
-                        self.stats.tx_datagrams += r.datagrams;
-                    }
-                    Err(err) => self.datapath_error("send", &err),
-                }
-                if !batch.is_full() {
-                    break;
-                }
-            }
-            // 6. Logs: compare snapshots at most every watch::SAMPLE_NS, only while a
-            //    subscriber takes events.
-            let now = self.now_ns();
-            if now.saturating_sub(self.watch_ns) >= watch::SAMPLE_NS && watch::on() {
-                self.watch_ns = now;
-                self.observe(now);
-            }
+            // 2.-6.
+            work |= self.poll_once();
             // 7. Idle back-off.
+            let now = self.now_ns();
             if work {
                 last_work = now;
                 continue;
@@ -203,60 +170,359 @@ impl<D: Datapath> Engine<D> {
                 std::thread::yield_now();
                 continue;
             }
-            let deadline = self
-                .qps
-                .values()
-                .filter_map(|e| e.conn.poll_timeout())
-                .min();
-            let timeout = match deadline {
-                Some(t) if t <= now => continue,
-                Some(t) => (t - now).min(self.cfg.max_sleep_ns),
-                None => self.cfg.max_sleep_ns,
-            };
-            self.sleeping.store(true, Ordering::SeqCst);
-            if self.cmds.is_empty() {
+            let timeout = self.sleep_ns(now);
+            if timeout == 0 {
+                continue;
+            }
+            sleeping.store(true, Ordering::SeqCst);
+            if cmds.is_empty() {
                 self.stats.sleeps += 1;
                 if let Err(err) = self.dp.wait(timeout) {
                     self.datapath_error("wait", &err);
                 }
             }
-            self.sleeping.store(false, Ordering::SeqCst);
+            sleeping.store(false, Ordering::SeqCst);
         }
+    }
+
+    /// How long an idle engine may sleep at `now`: until the earliest transport timer, at
+    /// most `max_sleep_ns` (0: a timer is due already).
+    pub fn sleep_ns(&self, now: u64) -> u64 {
+        let deadline = self
+            .qps
+            .values()
+            .filter_map(|e| e.conn.poll_timeout())
+            .min();
+        match deadline {
+            Some(t) if t <= now => 0,
+            Some(t) => (t - now).min(self.cfg.max_sleep_ns),
+            None => self.cfg.max_sleep_ns,
+        }
+    }
+
+    /// One pass over the datapath and every connection, the body both progress modes
+    /// share: datagrams in, due timers, completions to the CQs, datagrams out, logs.
+    /// Returns whether anything happened. The clock is read here (monotonic, ns since the
+    /// engine started) and handed to the transport.
+    pub fn poll_once(&mut self) -> bool {
+        self.stats.loops += 1;
+        let mut work = false;
+        // 2. Datagrams in.
+        let now = self.now_ns();
+        let qps = &mut self.qps;
+        let stats = &mut self.stats;
+        let check_port = self.dp.reports_source_ports();
+        let rx = self.dp.rx_burst(self.cfg.rx_burst, &mut |d| {
+            let qpn = match d.bytes.get(5..8) {
+                Some(q) => u32::from_be_bytes([0, q[0], q[1], q[2]]),
+                None => {
+                    stats.rx_unknown_qpn += 1;
+                    return;
+                }
+            };
+            match qps.get_mut(&qpn) {
+                Some(e) => match e.sources.check(d.from, check_port) {
+                    Ok(()) => e.conn.handle_datagram(now, 0, d.ecn, d.bytes),
+                    Err(why) => {
+                        e.source_drops.count(why);
+                        stats.rx_bad_source += 1;
+                    }
+                },
+                None => stats.rx_unknown_qpn += 1,
+            }
+        });
+        match rx {
+            Ok(n) if n > 0 => work = true,
+            Ok(_) => {}
+            Err(err) => self.datapath_error("receive", &err),
+        }
+        // 3. Timers.
+        let now = self.now_ns();
+        for e in self.qps.values_mut() {
+            if e.conn.poll_timeout().is_some_and(|t| t <= now) {
+                e.conn.handle_timeout(now);
+                work = true;
+            }
+        }
+        // 4. Completions (before any SACK leaves: a message verified in the engine cannot
+        //    have been overwritten by a later one, whose sender waits for this SACK).
+        for e in self.qps.values_mut() {
+            while let Some(c) = e.conn.poll_completion() {
+                work = true;
+                if c.status != WcStatus::Success {
+                    e.watch.failed_completion(c.status);
+                }
+                deliver(e, c);
+            }
+        }
+        // 5. Datagrams out.
+        let batch = &mut self.batch;
+        let start = self.start;
+        loop {
+            batch.clear();
+            let now = start.elapsed().as_nanos() as u64;
+            for e in self.qps.values_mut() {
+                let Some(id) = e.dp_conn else { continue };
+                let conn = &mut e.conn;
+                let (own, evs) = (&e.own_evs, &e.paths.evs);
+                let foreign = &mut self.stats.tx_foreign_ev;
+                while batch.push_with(id, |buf| {
+                    conn.poll_transmit(now, buf)
+                        .map(|t| (route_ev(own, evs, t.ev, foreign), t.len, t.ecn))
+                }) {}
+            }
+            if batch.is_empty() {
+                break;
+            }
+            work = true;
+            match self.dp.tx_burst(batch) {
+                Ok(r) => {
+                    self.stats.tx_bursts += 1;
+                    self.stats.tx_datagrams += r.datagrams;
+                }
+                Err(err) => {
+                    self.stats.datapath_errors += 1;
+                    if watch::on() {
+                        self.watch.last_dp_error = Some(format!("send: {err}"));
+                    }
+                }
+            }
+            if !batch.is_full() {
+                break;
+            }
+        }
+        // 6. Logs: compare snapshots at most every watch::SAMPLE_NS, only while a
+        //    subscriber takes events.
+        let now = self.now_ns();
+        if now.saturating_sub(self.watch_ns) >= watch::SAMPLE_NS && watch::on() {
+            self.watch_ns = now;
+            self.observe(now);
+        }
+        work
+    }
+
+    /// Adds QP `qpn`.
+    pub fn add_qp(&mut self, qpn: u32, entry: QpEntry) {
+        debug!(qpn = %Qpn(qpn), evs = entry.paths.evs.len(), "QP created");
+        self.qps.insert(qpn, entry);
+    }
+
+    /// Removes QP `qpn` and closes its sockets.
+    pub fn remove_qp(&mut self, qpn: u32) {
+        if let Some(mut e) = self.qps.remove(&qpn) {
+            if watch::on() {
+                e.watch.observe(qpn, &e.conn, self.now_ns());
+            }
+            info!(qpn = %Qpn(qpn), state = ?e.conn.state(), "QP destroyed");
+            if let Some(id) = e.dp_conn {
+                self.dp.close_conn(id);
+            }
+        }
+    }
+
+    /// Registers `mem` with `access` in QP `qpn`'s region table.
+    pub fn register(&mut self, qpn: u32, mem: MrMem, access: Access) -> Result<MrKey, String> {
+        let e = self
+            .qps
+            .get_mut(&qpn)
+            .ok_or_else(|| format!("no QP {qpn}"))?;
+        let t = e.conn.regions_mut();
+        match mem {
+            MrMem::Owned(len) => t.register(len, access),
+            MrMem::Shared(m) => t.register_shared(&m, access),
+            MrMem::Raw(m) => t.register_raw(m, access),
+        }
+        .map_err(|e| e.to_string())
+    }
+
+    /// Deregisters region `lkey` of QP `qpn` unless a work request names it.
+    pub fn deregister(&mut self, qpn: u32, lkey: u32) -> Result<(), DeregisterError> {
+        match self.qps.get_mut(&qpn) {
+            Some(e) => e.conn.deregister_mr(lkey),
+            None => Err(DeregisterError::UnknownKey(lkey)),
+        }
+    }
+
+    /// Opens the datapath connection of QP `qpn` to `udp` and connects its transport to
+    /// `peer`. Returns this side's EV source ports.
+    pub fn connect_qp(
+        &mut self,
+        qpn: u32,
+        peer: PeerParams,
+        udp: SocketAddr,
+    ) -> Result<Vec<u16>, String> {
+        let r = match self.qps.get_mut(&qpn) {
+            None => Err(format!("no QP {qpn}")),
+            Some(e) => match self.dp.open_conn(udp, &e.paths) {
+                Err(err) => Err(err.to_string()),
+                Ok(id) => match e.conn.connect(peer) {
+                    Ok(()) => {
+                        e.dp_conn = Some(id);
+                        let ip = self.dp.peer_source_ip(id).unwrap_or(udp.ip());
+                        e.sources.connect(ip);
+                        info!(
+                            qpn = %Qpn(qpn),
+                            peer = %udp,
+                            peer_qpn = %Qpn(peer.qpn),
+                            evs = e.paths.evs.len(),
+                            "QP connected to {udp}"
+                        );
+                        Ok(self.dp.source_ports(id).unwrap_or_default())
+                    }
+                    Err(err) => {
+                        self.dp.close_conn(id);
+                        Err(err.to_string())
+                    }
+                },
+            },
+        };
+        if let Err(err) = &r {
+            warn!(qpn = %Qpn(qpn), peer = %udp, "QP connect failed: {err}");
+        }
+        r
+    }
+
+    /// Accepts datagrams of QP `qpn` only from the peer's EV source `ports`.
+    pub fn set_peer_ports(&mut self, qpn: u32, ports: &[u16]) -> Result<(), String> {
+        match self.qps.get_mut(&qpn) {
+            None => Err(format!("no QP {qpn}")),
+            Some(e) if e.dp_conn.is_none() => Err(format!("QP {qpn} is not connected")),
+            Some(e) => {
+                e.sources.set_ports(ports);
+                Ok(())
+            }
+        }
+    }
+
+    /// Hands work request `wr` to QP `qpn`'s transport. Returns the opcode and wr_id of
+    /// its completion-to-be with the transport's refusal, if any.
+    pub fn post_wr(&mut self, qpn: u32, wr: Wr) -> (u64, WcOpcode, Result<(), PostError>) {
+        let Some(e) = self.qps.get_mut(&qpn) else {
+            let (wr_id, opcode) = wr.id_opcode();
+            return (
+                wr_id,
+                opcode,
+                Err(PostError::BadState(mrc_transport::ConnState::Closed)),
+            );
+        };
+        match wr {
+            Wr::Write {
+                wr_id,
+                sge,
+                remote_addr,
+                rkey,
+                imm: None,
+            } => (
+                wr_id,
+                WcOpcode::Write,
+                e.conn.post_write(wr_id, sge, remote_addr, rkey),
+            ),
+            Wr::Write {
+                wr_id,
+                sge,
+                remote_addr,
+                rkey,
+                imm: Some(imm),
+            } => (
+                wr_id,
+                WcOpcode::WriteWithImm,
+                e.conn
+                    .post_write_with_imm(wr_id, sge, remote_addr, rkey, imm),
+            ),
+            Wr::Send {
+                wr_id,
+                sge,
+                imm: None,
+            } => (wr_id, WcOpcode::Send, e.conn.post_send(wr_id, sge)),
+            Wr::Send {
+                wr_id,
+                sge,
+                imm: Some(imm),
+            } => (
+                wr_id,
+                WcOpcode::Send,
+                e.conn.post_send_with_imm(wr_id, sge, imm),
+            ),
+            Wr::Recv { wr_id, sge } => (wr_id, WcOpcode::Recv, e.conn.post_recv(wr_id, sge)),
+        }
+    }
+
+    /// Turns per-packet authentication on for QP `qpn` (before it connects).
+    pub fn set_auth(
+        &mut self,
+        qpn: u32,
+        keys: mrc_transport::auth::AuthKeys,
+    ) -> Result<(), String> {
+        match self.qps.get_mut(&qpn) {
+            Some(e) => e
+                .conn
+                .set_auth(mrc_transport::auth::Authenticator::new(keys))
+                .map_err(|err| format!("authentication must be set before connect: {err}")),
+            None => Err(format!("no QP {qpn}")),
+        }
+    }
+
+    /// Starts draining QP `qpn`.
+    pub fn close_qp(&mut self, qpn: u32) {
+        if let Some(e) = self.qps.get_mut(&qpn) {
+            info!(qpn = %Qpn(qpn), state = ?e.conn.state(), "QP closing");
+            let _ = e.conn.close();
+        }
+    }
+
+    /// Counters of QP `qpn` (`None` if gone) and of the engine.
+    pub fn qp_stats(&self, qpn: u32) -> (Option<QpStats>, EngineStats) {
+        let r = self.qps.get(&qpn).map(|e| {
+            let ports = e
+                .dp_conn
+                .and_then(|id| self.dp.source_ports(id))
+                .unwrap_or_default();
+            let socket_of = e.paths.socket_of();
+            QpStats {
+                state: e.conn.state(),
+                conn: *e.conn.stats(),
+                evs: e
+                    .conn
+                    .paths()
+                    .paths()
+                    .iter()
+                    .map(|p| {
+                        let port = socket_of
+                            .get(&p.ev)
+                            .and_then(|&s| ports.get(s).copied())
+                            .unwrap_or(0);
+                        (p.ev, port, p.stats)
+                    })
+                    .collect(),
+                ev_states: e.conn.paths().paths().iter().map(|p| p.state).collect(),
+                verify: e.vstats,
+                source_drops: e.source_drops,
+                source_ports_checked: e.sources.checks_ports(),
+                srtt_ns: e.conn.send_state().rtt.srtt_ns,
+                give_up: e.conn.give_up(),
+            }
+        });
+        let mut es = self.stats;
+        es.datapath = self.dp.stats();
+        es.cpu_ns = thread_cpu_ns();
+        (r, es)
     }
 
     fn handle_cmd(&mut self, cmd: Cmd) {
         match cmd {
             Cmd::Shutdown => {}
-            Cmd::CreateQp { qpn, entry } => {
-                debug!(qpn = %Qpn(qpn), evs = entry.paths.evs.len(), "QP created");
-                self.qps.insert(qpn, *entry);
-            }
-            Cmd::DestroyQp { qpn } => {
-                if let Some(mut e) = self.qps.remove(&qpn) {
-                    if watch::on() {
-                        e.watch.observe(qpn, &e.conn, self.now_ns());
-                    }
-                    info!(qpn = %Qpn(qpn), state = ?e.conn.state(), "QP destroyed");
-                    if let Some(id) = e.dp_conn {
-                        self.dp.close_conn(id);
-                    }
-                }
-            }
+            Cmd::CreateQp { qpn, entry } => self.add_qp(qpn, *entry),
+            Cmd::DestroyQp { qpn } => self.remove_qp(qpn),
             Cmd::RegMr {
                 qpn,
-                len,
+                mem,
                 access,
                 reply,
             } => {
-                let r = match self.qps.get_mut(&qpn) {
-                    Some(e) => e
-                        .conn
-                        .regions_mut()
-                        .register(len, access)
-                        .map_err(|e| e.to_string()),
-                    None => Err(format!("no QP {qpn}")),
-                };
-                let _ = reply.send(r);
+                let _ = reply.send(self.register(qpn, mem, access));
+            }
+            Cmd::DeregMr { qpn, lkey, reply } => {
+                let _ = reply.send(self.deregister(qpn, lkey));
             }
             Cmd::WriteMr {
                 qpn,
@@ -299,14 +565,7 @@ impl<D: Datapath> Engine<D> {
                 }
             }
             Cmd::SetAuth { qpn, keys, reply } => {
-                let r = match self.qps.get_mut(&qpn) {
-                    Some(e) => e
-                        .conn
-                        .set_auth(mrc_transport::auth::Authenticator::new(*keys))
-                        .map_err(|err| format!("authentication must be set before connect: {err}")),
-                    None => Err(format!("no QP {qpn}")),
-                };
-                let _ = reply.send(r);
+                let _ = reply.send(self.set_auth(qpn, *keys));
             }
             Cmd::Connect {
                 qpn,
@@ -314,94 +573,14 @@ impl<D: Datapath> Engine<D> {
                 udp,
                 reply,
             } => {
-                let r = match self.qps.get_mut(&qpn) {
-                    None => Err(format!("no QP {qpn}")),
-                    Some(e) => match self.dp.open_conn(udp, &e.paths) {
-                        Err(err) => Err(err.to_string()),
-                        Ok(id) => match e.conn.connect(peer) {
-                            Ok(()) => {
-                                e.dp_conn = Some(id);
-                                let ip = self.dp.peer_source_ip(id).unwrap_or(udp.ip());
-                                e.sources.connect(ip);
-                                info!(
-                                    qpn = %Qpn(qpn),
-                                    peer = %udp,
-                                    peer_qpn = %Qpn(peer.qpn),
-                                    evs = e.paths.evs.len(),
-                                    "QP connected to {udp}"
-                                );
-                                Ok(self.dp.source_ports(id).unwrap_or_default())
-                            }
-                            Err(err) => {
-                                self.dp.close_conn(id);
-                                Err(err.to_string())
-                            }
-                        },
-                    },
-                };
-                if let Err(err) = &r {
-                    warn!(qpn = %Qpn(qpn), peer = %udp, "QP connect failed: {err}");
-                }
-                let _ = reply.send(r);
+                let _ = reply.send(self.connect_qp(qpn, peer, udp));
             }
             Cmd::PeerPorts { qpn, ports, reply } => {
-                let r = match self.qps.get_mut(&qpn) {
-                    None => Err(format!("no QP {qpn}")),
-                    Some(e) if e.dp_conn.is_none() => Err(format!("QP {qpn} is not connected")),
-                    Some(e) => {
-                        e.sources.set_ports(&ports);
-                        Ok(())
-                    }
-                };
-                let _ = reply.send(r);
+                let _ = reply.send(self.set_peer_ports(qpn, &ports));
             }
             Cmd::Post { qpn, wr } => {
-                let Some(e) = self.qps.get_mut(&qpn) else {
-                    return;
-                };
-                let (wr_id, opcode, res) = match wr {
-                    Wr::Write {
-                        wr_id,
-                        sge,
-                        remote_addr,
-                        rkey,
-                        imm: None,
-                    } => (
-                        wr_id,
-                        WcOpcode::Write,
-                        e.conn.post_write(wr_id, sge, remote_addr, rkey),
-                    ),
-                    Wr::Write {
-                        wr_id,
-                        sge,
-                        remote_addr,
-                        rkey,
-                        imm: Some(imm),
-                    } => (
-                        wr_id,
-                        WcOpcode::WriteWithImm,
-                        e.conn
-                            .post_write_with_imm(wr_id, sge, remote_addr, rkey, imm),
-                    ),
-                    Wr::Send {
-                        wr_id,
-                        sge,
-                        imm: None,
-                    } => (wr_id, WcOpcode::Send, e.conn.post_send(wr_id, sge)),
-                    Wr::Send {
-                        wr_id,
-                        sge,
-                        imm: Some(imm),
-                    } => (
-                        wr_id,
-                        WcOpcode::Send,
-                        e.conn.post_send_with_imm(wr_id, sge, imm),
-                    ),
-                    Wr::Recv { wr_id, sge } => {
-                        (wr_id, WcOpcode::Recv, e.conn.post_recv(wr_id, sge))
-                    }
-                };
-                if let Err(err) = res {
+                let (wr_id, opcode, res) = self.post_wr(qpn, wr);
+                if let (Err(err), Some(e)) = (res, self.qps.get_mut(&qpn)) {
                     let c = Completion {
                         wr_id,
                         opcode,
@@ -409,75 +588,17 @@ impl<D: Datapath> Engine<D> {
                         byte_len: 0,
                         imm: None,
                     };
-                    let cq = if opcode == WcOpcode::Recv {
-                        &e.recv_cq
-                    } else {
-                        &e.send_cq
-                    };
-                    let _ = cq.send(c);
+                    e.cq.push(opcode == WcOpcode::Recv, c);
                 }
             }
-            Cmd::Close { qpn } => {
-                if let Some(e) = self.qps.get_mut(&qpn) {
-                    info!(qpn = %Qpn(qpn), state = ?e.conn.state(), "QP closing");
-                    let _ = e.conn.close();
-                }
-            }
+            Cmd::Close { qpn } => self.close_qp(qpn),
             Cmd::Stats { qpn, reply } => {
-                let r = self.qps.get(&qpn).map(|e| {
-                    let ports = e
-                        .dp_conn
-                        .and_then(|id| self.dp.source_ports(id))
-                        .unwrap_or_default();
-                    let socket_of = e.paths.socket_of();
-                    QpStats {
-                        state: e.conn.state(),
-                        conn: *e.conn.stats(),
-                        evs: e
-                            .conn
-                            .paths()
-                            .paths()
-                            .iter()
-                            .map(|p| {
-                                let port = socket_of
-                                    .get(&p.ev)
-                                    .and_then(|&s| ports.get(s).copied())
-                                    .unwrap_or(0);
-                                (p.ev, port, p.stats)
-                            })
-                            .collect(),
-                        ev_states: e.conn.paths().paths().iter().map(|p| p.state).collect(),
-                        verify: e.vstats,
-                        source_drops: e.source_drops,
-                        source_ports_checked: e.sources.checks_ports(),
-                        srtt_ns: e.conn.send_state().rtt.srtt_ns,
-                        give_up: e.conn.give_up(),
-                    }
-                });
-                let mut es = self.stats;
-                es.datapath = self.dp.stats();
-                es.cpu_ns = thread_cpu_ns();
-                let _ = reply.send((r, es));
+                let _ = reply.send(self.qp_stats(qpn));
             }
         }
     }
 
-    /// Counts a datapath error; keeps its text for the logs while they are on.
-    fn datapath_error(&mut self, what: &str, err: &dyn std::fmt::Display) {
-        self.stats.datapath_errors += 1;
-        if watch::on() {
-            self.watch.last_dp_error = Some(format!("{what}: {err}"));
-        }
-    }
-
-    /// Compares every QP with its previous snapshot and logs the changes ([`watch`]).
-    fn observe(&mut self, now: u64) {
-        for (&qpn, e) in self.qps.iter_mut() {
-            e.watch.observe(qpn, &e.conn, now);
-        }
-        self.watch.observe(self.stats.datapath_errors, now);
-    }
-
+    /// Runs `f` on `len` bytes at `offset` of the engine-owned region `lkey` of QP `qpn`.
     fn with_region(
         &mut self,
         qpn: u32,
@@ -504,6 +625,22 @@ impl<D: Datapath> Engine<D> {
         f(b);
         Ok(())
     }
+
+    /// Counts a datapath error; keeps its text for the logs while they are on.
+    fn datapath_error(&mut self, what: &str, err: &dyn std::fmt::Display) {
+        self.stats.datapath_errors += 1;
+        if watch::on() {
+            self.watch.last_dp_error = Some(format!("{what}: {err}"));
+        }
+    }
+
+    /// Compares every QP with its previous snapshot and logs the changes ([`watch`]).
+    fn observe(&mut self, now: u64) {
+        for (&qpn, e) in self.qps.iter_mut() {
+            e.watch.observe(qpn, &e.conn, now);
+        }
+        self.watch.observe(self.stats.datapath_errors, now);
+    }
 }
 
 /// Routes a completion to its CQ; a `RecvRdmaWithImm` on a QP with a [`VerifySpec`] first
@@ -517,28 +654,25 @@ fn deliver(e: &mut QpEntry, c: Completion) {
             {
                 verify_slot(e, v, imm);
             }
-            let _ = e.recv_cq.send(c);
+            e.cq.push(true, c);
         }
-        _ => {
-            let _ = e.send_cq.send(c);
-        }
+        _ => e.cq.push(false, c),
     }
 }
 
 fn verify_slot(e: &mut QpEntry, v: VerifySpec, imm: u32) {
     let slot = u64::from(imm) % v.slots.max(1);
     let off = slot * v.slot_bytes;
-    let Ok(bytes) = e.conn.regions().bytes(v.lkey) else {
-        e.vstats.bad_bytes += v.slot_bytes;
-        return;
-    };
-    let region = bytes.get(off as usize..(off + v.slot_bytes) as usize);
+    let t = e.conn.regions();
+    let region = t
+        .key(v.lkey)
+        .and_then(|k| t.read(v.lkey, k.addr.saturating_add(off), v.slot_bytes));
     match region {
-        Some(b) => {
-            e.vstats.bad_bytes += pattern::count_bad(b, v.seed, u64::from(imm));
+        Ok(b) => {
+            e.vstats.bad_bytes += pattern::count_bad(&b, v.seed, u64::from(imm));
             e.vstats.checked_bytes += v.slot_bytes;
         }
-        None => e.vstats.bad_bytes += v.slot_bytes,
+        Err(_) => e.vstats.bad_bytes += v.slot_bytes,
     }
     e.vstats.checked_messages += 1;
 }

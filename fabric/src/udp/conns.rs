@@ -4,7 +4,7 @@
 //! per-EV route `R` (a socket index, a QP and address handle); the table hands out
 //! [`ConnId`]s and resolves a [`TxBatch`] datagram's `(conn, ev)` to them.
 
-use super::{ConnId, DatapathError, TxBatch, TxMeta};
+use crate::datapath::{ConnId, DatapathError, TxBatch, TxMeta};
 use std::collections::HashMap;
 
 struct Entry<C, R> {

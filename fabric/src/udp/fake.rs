@@ -3,9 +3,9 @@
 //! Delivery is immediate and in order per sender unless a filter drops, CE-marks,
 //! duplicates or holds back (reorders) a datagram.
 
-use super::{
-    ConnId, ConnTable, Datapath, DatapathError, DatapathStats, PathMap, PortAllocator, PortLease,
-    RxDatagram, TxBatch, TxReport, Waker,
+use super::{ConnTable, PortAllocator, PortLease};
+use crate::datapath::{
+    ConnId, Datapath, DatapathError, DatapathStats, PathMap, RxDatagram, TxBatch, TxReport, Waker,
 };
 use mrc_transport::Ecn;
 use std::collections::{HashMap, VecDeque};

@@ -5,8 +5,10 @@
 
 use super::sock::{self, CMSG_BYTES, CmsgBuf};
 use super::{
-    ConnId, ConnTable, DEFAULT_RX_PORT, Datapath, DatapathError, DatapathStats, MAX_GSO_BYTES,
-    MAX_GSO_SEGMENTS, PathMap, PortAllocator, PortLease, RxDatagram, TxBatch, TxReport, Waker,
+    ConnTable, DEFAULT_RX_PORT, MAX_GSO_BYTES, MAX_GSO_SEGMENTS, PortAllocator, PortLease,
+};
+use crate::datapath::{
+    ConnId, Datapath, DatapathError, DatapathStats, PathMap, RxDatagram, TxBatch, TxReport, Waker,
 };
 use io_uring::{IoUring, opcode, types};
 use mrc_transport::Ecn;

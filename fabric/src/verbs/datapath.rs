@@ -30,10 +30,10 @@ use super::pool::{SlotId, SlotPool};
 use super::sport::{ROCEV2_DPORT, flow_label_for_ev, flow_label_to_udp_sport};
 #[cfg(feature = "verbs")]
 use super::sys::Device;
-use crate::udp::{
-    ConnId, ConnTable, Datapath, DatapathError, DatapathStats, PathMap, RxDatagram, TxBatch,
-    TxReport, Waker,
+use crate::datapath::{
+    ConnId, Datapath, DatapathError, DatapathStats, PathMap, RxDatagram, TxBatch, TxReport, Waker,
 };
+use crate::udp::ConnTable;
 use mrc_transport::Ecn;
 use std::collections::HashMap;
 use std::io;

@@ -14,7 +14,7 @@
 use super::config::VerbsError;
 use super::grh::{GRH_BYTES, GrhRepr, GrhVersion};
 use super::nic::{Nic, PostError, RecvWr, SendWr, WC_LOC_LEN_ERR, WC_SUCCESS, Wc};
-use crate::udp::Waker;
+use crate::datapath::Waker;
 use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::net::Ipv6Addr;

@@ -10,7 +10,7 @@
 //! many WRs of the chain were taken; completions of one send queue come in posting order.
 
 use super::config::VerbsError;
-use crate::udp::Waker;
+use crate::datapath::Waker;
 use std::io;
 use std::net::Ipv6Addr;
 use std::sync::Arc;

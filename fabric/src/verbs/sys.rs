@@ -9,7 +9,7 @@
 
 use super::config::{VerbsConfig, VerbsError};
 use super::nic::{Nic, PortInfo, PostError, RecvWr, SendWr, Wc};
-use crate::udp::Waker;
+use crate::datapath::Waker;
 use rdma_sys::*;
 use std::alloc::{Layout, alloc_zeroed, dealloc};
 use std::ffi::CStr;

@@ -92,11 +92,31 @@ pub use config::{
 };
 pub use tx::{MAX_DATA_HEADER_BYTES, data_opcode};
 
+/// Why [`Connection::deregister_mr`] refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DeregisterError {
+    /// No region has this lkey.
+    #[error("no region with lkey {0:#x}")]
+    UnknownKey(u32),
+    /// Work requests still name the region (nothing was deregistered).
+    #[error("region {lkey:#x} in use by {sends} send and {recvs} receive work requests")]
+    InUse {
+        /// The region.
+        lkey: u32,
+        /// Sends posted and not completed whose source lies in it.
+        sends: usize,
+        /// Receive buffers posted in it.
+        recvs: usize,
+    },
+}
+
 use crate::auth::Authenticator;
 use crate::completion::{Completion, WcStatus};
 use crate::path::PathTable;
 use crate::recv::{Acker, RecvWindow, RecvWr, RxMessages};
 use crate::region::RegionTable;
+#[cfg(doc)]
+use crate::region::SharedMem;
 use crate::send::{MsgKind, MsgSpec, SendState};
 use crate::stats::ConnStats;
 #[cfg(doc)]
@@ -284,6 +304,28 @@ impl<C: Controller> Connection<C> {
         &mut self.regions
     }
 
+    /// Deregisters the region `lkey` unless a work request still names it (verbs
+    /// `ibv_dereg_mr` refuses with `EBUSY` in the same case): a send not yet completed
+    /// whose source lies in it, or a posted receive buffer in it. Once this returns `Ok`
+    /// the transport never touches the region's bytes again, so memory registered with
+    /// [`RegionTable::register_raw`] may then be freed.
+    ///
+    /// # Errors
+    /// [`DeregisterError::UnknownKey`]; [`DeregisterError::InUse`] (nothing changed).
+    pub fn deregister_mr(&mut self, lkey: u32) -> Result<(), DeregisterError> {
+        self.regions
+            .key(lkey)
+            .map_err(|_| DeregisterError::UnknownKey(lkey))?;
+        let sends = self.send.messages_using(lkey);
+        let recvs = self.rx.recvs_using(lkey);
+        if sends + recvs > 0 {
+            return Err(DeregisterError::InUse { lkey, sends, recvs });
+        }
+        self.regions
+            .deregister(lkey)
+            .map_err(|_| DeregisterError::UnknownKey(lkey))
+    }
+
     /// Connection counters.
     pub fn stats(&self) -> &ConnStats {
         &self.stats
@@ -341,7 +383,7 @@ impl<C: Controller> Connection<C> {
             return Err(PostError::BadState(self.state));
         }
         self.regions
-            .read(spec.local_lkey, spec.local_addr, u64::from(spec.len))
+            .check_local_read(spec.local_lkey, spec.local_addr, u64::from(spec.len))
             .map_err(PostError::LocalAccess)?;
         self.send.post(spec);
         Ok(())
@@ -436,7 +478,7 @@ impl<C: Controller> Connection<C> {
             return Err(PostError::BadState(self.state));
         }
         self.regions
-            .read(buf.lkey, buf.addr, u64::from(buf.len))
+            .check_local_read(buf.lkey, buf.addr, u64::from(buf.len))
             .map_err(PostError::LocalAccess)?;
         self.rx.post_recv(RecvWr {
             wr_id,

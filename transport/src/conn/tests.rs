@@ -1282,3 +1282,104 @@ fn pacing_release_follows_a_rate_change() {
     // with no pacing credit): 10 000 + 3 318 ns.
     assert_eq!(a.poll_timeout(), Some(10_000 + 4148 * 8 / 10));
 }
+
+/// Application-owned memory on both ends (raw on the sender, a `SharedMem` on the
+/// receiver): the payload goes straight from one to the other, deregistration is refused
+/// while a work request names the region, and bytes next to the raw region stay untouched.
+#[test]
+#[allow(unsafe_code)]
+fn application_memory_end_to_end_and_deregistration_while_posted() {
+    use crate::region::{RawMem, SharedMem};
+    let (mut a, mut b) = pair();
+    // The sender's buffer: 64 guard bytes, 10_000 registered bytes, 64 guard bytes.
+    let mut backing: Vec<u8> = (0..10_128u32).map(|i| (i % 251) as u8).collect();
+    let want: Vec<u8> = backing[64..10_064].to_vec();
+    // SAFETY: `backing` is neither moved nor touched until `a` is dropped below, and `a`
+    // runs on this thread only.
+    let raw = unsafe { RawMem::new(backing.as_mut_ptr().add(64), 10_000) }.unwrap();
+    let src = a
+        .regions_mut()
+        .register_raw(raw, Access::LOCAL_WRITE)
+        .unwrap();
+    let dst_mem = SharedMem::new(10_000);
+    let dst = b
+        .regions_mut()
+        .register_shared(&dst_mem, Access::REMOTE_WRITE | Access::LOCAL_WRITE)
+        .unwrap();
+    assert_eq!(
+        b.regions().bytes(dst.lkey),
+        Err(crate::region::AccessError::Shared(dst.lkey))
+    );
+    b.post_recv(
+        9,
+        Sge {
+            lkey: dst.lkey,
+            addr: dst.addr,
+            len: 0,
+        },
+    )
+    .unwrap();
+    let sge = Sge {
+        lkey: src.lkey,
+        addr: src.addr,
+        len: 10_000,
+    };
+    a.post_write_with_imm(42, sge, dst.addr, dst.rkey, 0xABCD)
+        .unwrap();
+    assert_eq!(
+        a.deregister_mr(src.lkey),
+        Err(DeregisterError::InUse {
+            lkey: src.lkey,
+            sends: 1,
+            recvs: 0
+        })
+    );
+    assert_eq!(
+        b.deregister_mr(dst.lkey),
+        Err(DeregisterError::InUse {
+            lkey: dst.lkey,
+            sends: 0,
+            recvs: 1
+        })
+    );
+    exchange(1_000, &mut a, &mut b, &mut pass);
+    let ca = completions(&mut a);
+    assert_eq!(ca.len(), 1);
+    assert_eq!(
+        (ca[0].wr_id, ca[0].opcode, ca[0].status, ca[0].byte_len),
+        (42, WcOpcode::WriteWithImm, WcStatus::Success, 10_000)
+    );
+    let cb = completions(&mut b);
+    assert_eq!(cb.len(), 1);
+    assert_eq!(
+        (
+            cb[0].wr_id,
+            cb[0].opcode,
+            cb[0].status,
+            cb[0].byte_len,
+            cb[0].imm
+        ),
+        (
+            9,
+            WcOpcode::RecvRdmaWithImm,
+            WcStatus::Success,
+            10_000,
+            Some(0xABCD)
+        )
+    );
+    assert!(dst_mem.with(|d| d == &want[..]));
+    assert_eq!(a.deregister_mr(src.lkey), Ok(()));
+    assert_eq!(
+        a.deregister_mr(src.lkey),
+        Err(DeregisterError::UnknownKey(src.lkey))
+    );
+    assert_eq!(b.deregister_mr(dst.lkey), Ok(()));
+    drop(a);
+    assert!(
+        backing[..64]
+            .iter()
+            .enumerate()
+            .all(|(i, &x)| x == (i % 251) as u8)
+    );
+    assert_eq!(&backing[64..10_064], &want[..]);
+}

@@ -265,7 +265,7 @@ impl<C: Controller> Connection<C> {
             },
             reth,
             imm: if tx.last { m.imm } else { None },
-            payload,
+            payload: &payload,
         });
         PacketRepr { bth, mrceth, body }
             .emit(buf)

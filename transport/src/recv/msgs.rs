@@ -118,6 +118,11 @@ impl RxMessages {
         self.recvs.len()
     }
 
+    /// Posted receives whose buffer is in region `lkey`.
+    pub fn recvs_using(&self, lkey: u32) -> usize {
+        self.recvs.iter().filter(|w| w.lkey == lkey).count()
+    }
+
     /// Posts a receive buffer.
     pub fn post_recv(&mut self, wr: RecvWr) {
         self.recvs.push_back(wr);
@@ -322,7 +327,8 @@ fn access_reason(e: AccessError) -> DropReason {
     match e {
         AccessError::UnknownKey(_) => DropReason::BadRkey,
         AccessError::OutOfBounds { .. } => DropReason::OutOfBounds,
-        AccessError::NoAccess => DropReason::AccessDenied,
+        // (placement never reports Shared: it writes shared regions under their lock)
+        AccessError::NoAccess | AccessError::Shared(_) => DropReason::AccessDenied,
     }
 }
 

@@ -576,6 +576,14 @@ impl SendState {
         self.pkts.get_mut(i)
     }
 
+    /// Work requests posted and not yet completed whose local buffer is in region `lkey`.
+    pub fn messages_using(&self, lkey: u32) -> usize {
+        self.msgs
+            .iter()
+            .filter(|m| m.spec.local_lkey == lkey)
+            .count()
+    }
+
     /// Work requests posted and not yet completed.
     pub fn outstanding_messages(&self) -> usize {
         self.msgs.len()

@@ -2,8 +2,21 @@
 //!
 //! Shaped after verbs `ibv_reg_mr` (IBA vol 1, 10.6): registering a buffer gives
 //! `{addr, len, lkey, rkey}`; a remote peer names the buffer by `rkey` and a virtual address
-//! inside `[addr, addr + len)`. This crate is safe Rust, so the table owns the bytes; the
-//! application reads and fills them through [`RegionTable::bytes`] / [`RegionTable::bytes_mut`].
+//! inside `[addr, addr + len)`. A region's bytes live in one of three places:
+//!
+//! - the table itself ([`RegionTable::register`], zero-filled): what the simulator and the
+//!   sans-IO tests use; read and fill through [`RegionTable::bytes`] /
+//!   [`RegionTable::bytes_mut`];
+//! - a [`SharedMem`] the application holds a clone of
+//!   ([`RegionTable::register_shared`]): safe to read and write from any thread while the
+//!   transport uses it, each access under the buffer's lock;
+//! - memory the application owns outright, named by pointer and length
+//!   ([`RegionTable::register_raw`], `unsafe`, the verbs contract of the [`mem`] module,
+//!   the only code of this crate that dereferences a raw pointer).
+//!
+//! Either way the transport places received payload straight into the region and reads
+//! send payload straight from it: one copy each way between the datagram buffer and the
+//! application's bytes.
 //!
 //! Every placement is checked completely (key, bounds, access) **before** a byte is
 //! written; a failed check returns an [`AccessError`] and leaves every region untouched.
@@ -17,6 +30,13 @@
 //! caller takes from a CSPRNG, so a forger who saw some rkeys and addresses cannot derive
 //! the others, and none of them follows from a QPN, PSN or generation. The transport stays
 //! sans-IO: the key comes in from the caller ([`crate::ConnConfig::region_key`]).
+
+#[allow(unsafe_code)]
+pub mod mem;
+mod shared;
+
+pub use mem::RawMem;
+pub use shared::{OutOfRange, SharedMem};
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
@@ -94,6 +114,10 @@ pub enum AccessError {
     /// The region does not grant the needed right.
     #[error("region lacks the needed access right")]
     NoAccess,
+    /// The region is a [`SharedMem`]: its bytes are behind its lock, reach them through
+    /// the `SharedMem` handle.
+    #[error("region {0:#x} is shared memory: use its SharedMem handle")]
+    Shared(u32),
 }
 
 /// Why registration failed.
@@ -107,11 +131,68 @@ pub enum RegisterError {
     AddressSpace,
 }
 
+/// Where a region's bytes live.
+#[derive(Debug)]
+enum Backing {
+    /// Owned by the table (zero-filled at registration).
+    Owned(Vec<u8>),
+    /// Shared with the application, locked per access.
+    Shared(SharedMem),
+    /// Owned by the application (the [`mem`] contract).
+    Raw(RawMem),
+}
+
+impl Backing {
+    fn len(&self) -> usize {
+        match self {
+            Backing::Owned(v) => v.len(),
+            Backing::Shared(m) => m.len(),
+            Backing::Raw(m) => m.len(),
+        }
+    }
+
+    /// Copies `data` to offset `off`; `None` (nothing written) if it does not fit.
+    fn write(&mut self, off: usize, data: &[u8]) -> Option<()> {
+        let end = off.checked_add(data.len())?;
+        match self {
+            Backing::Owned(v) => v.get_mut(off..end)?.copy_from_slice(data),
+            Backing::Shared(m) => m.lock().get_mut(off..end)?.copy_from_slice(data),
+            Backing::Raw(m) => m.write(off, data)?,
+        }
+        Some(())
+    }
+}
+
+/// Bytes of a region lent out by [`RegionTable::read`]: a plain slice, or a slice of a
+/// [`SharedMem`] with its lock held until this is dropped. Dereferences to `[u8]`.
+#[derive(Debug)]
+pub struct RegionBytes<'a>(RegionBytesInner<'a>);
+
+#[derive(Debug)]
+enum RegionBytesInner<'a> {
+    Slice(&'a [u8]),
+    Locked(
+        std::sync::MutexGuard<'a, Box<[u8]>>,
+        core::ops::Range<usize>,
+    ),
+}
+
+impl core::ops::Deref for RegionBytes<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match &self.0 {
+            RegionBytesInner::Slice(s) => s,
+            // The range was checked against the locked buffer when this was made.
+            RegionBytesInner::Locked(g, r) => g.get(r.clone()).unwrap_or(&[]),
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Region {
     key: MrKey,
     access: Access,
-    buf: Vec<u8>,
+    buf: Backing,
 }
 
 /// How a [`RegionTable`] makes rkeys and addresses.
@@ -224,6 +305,34 @@ impl RegionTable {
     /// [`RegisterError::TableFull`] after `2^24` registrations in use,
     /// [`RegisterError::AddressSpace`] when addresses run out.
     pub fn register(&mut self, len: usize, access: Access) -> Result<MrKey, RegisterError> {
+        self.insert(Backing::Owned(vec![0; len]), access)
+    }
+
+    /// Registers the application's [`SharedMem`] `mem` (the table keeps a clone; the
+    /// application keeps reading and writing it through its own).
+    ///
+    /// # Errors
+    /// As [`RegionTable::register`].
+    pub fn register_shared(
+        &mut self,
+        mem: &SharedMem,
+        access: Access,
+    ) -> Result<MrKey, RegisterError> {
+        self.insert(Backing::Shared(mem.clone()), access)
+    }
+
+    /// Registers application-owned memory (`ibv_reg_mr` on the caller's buffer): the
+    /// transport places received payload at `mem`'s pointer and sends from it until the
+    /// region is deregistered or the table dropped.
+    ///
+    /// # Errors
+    /// As [`RegionTable::register`].
+    pub fn register_raw(&mut self, mem: RawMem, access: Access) -> Result<MrKey, RegisterError> {
+        self.insert(Backing::Raw(mem), access)
+    }
+
+    fn insert(&mut self, buf: Backing, access: Access) -> Result<MrKey, RegisterError> {
+        let len = buf.len();
         let idx = match self.slots.iter().position(Option::is_none) {
             Some(i) => i,
             None => {
@@ -251,11 +360,7 @@ impl RegionTable {
         };
         self.by_rkey.insert(rkey, idx);
         self.spans.insert(addr, addr + span);
-        self.slots[idx] = Some(Region {
-            key,
-            access,
-            buf: vec![0; len],
-        });
+        self.slots[idx] = Some(Region { key, access, buf });
         Ok(key)
     }
 
@@ -306,25 +411,36 @@ impl RegionTable {
     /// The whole buffer of the region named by `lkey` (byte 0 is at `key.addr`).
     ///
     /// # Errors
-    /// [`AccessError::UnknownKey`].
+    /// [`AccessError::UnknownKey`]; [`AccessError::Shared`] for a [`SharedMem`] region.
     pub fn bytes(&self, lkey: u32) -> Result<&[u8], AccessError> {
         let idx = self.find_lkey(lkey)?;
-        self.slots[idx]
+        let r = self.slots[idx]
             .as_ref()
-            .map(|r| r.buf.as_slice())
-            .ok_or(AccessError::UnknownKey(lkey))
+            .ok_or(AccessError::UnknownKey(lkey))?;
+        match &r.buf {
+            Backing::Owned(v) => Ok(v),
+            Backing::Shared(_) => Err(AccessError::Shared(lkey)),
+            Backing::Raw(m) => m.get(0..m.len()).ok_or(AccessError::UnknownKey(lkey)),
+        }
     }
 
     /// The whole buffer of the region named by `lkey`, writable by its owner.
     ///
     /// # Errors
-    /// [`AccessError::UnknownKey`].
+    /// [`AccessError::UnknownKey`]; [`AccessError::Shared`] for a [`SharedMem`] region.
     pub fn bytes_mut(&mut self, lkey: u32) -> Result<&mut [u8], AccessError> {
         let idx = self.find_lkey(lkey)?;
-        self.slots[idx]
+        let r = self.slots[idx]
             .as_mut()
-            .map(|r| r.buf.as_mut_slice())
-            .ok_or(AccessError::UnknownKey(lkey))
+            .ok_or(AccessError::UnknownKey(lkey))?;
+        match &mut r.buf {
+            Backing::Owned(v) => Ok(v),
+            Backing::Shared(_) => Err(AccessError::Shared(lkey)),
+            Backing::Raw(m) => {
+                let len = m.len();
+                m.get_mut(0..len).ok_or(AccessError::UnknownKey(lkey))
+            }
+        }
     }
 
     /// Checks `[addr, addr + len)` against a region and returns the buffer offset range.
@@ -339,20 +455,44 @@ impl RegionTable {
     }
 
     /// Local read of `len` bytes at virtual address `addr` of the region named by `lkey`
-    /// (the source of an outgoing WRITE or SEND).
+    /// (the source of an outgoing WRITE or SEND): the bytes where they are, no copy (a
+    /// [`SharedMem`] region stays locked while the result lives).
     ///
     /// # Errors
     /// [`AccessError::UnknownKey`], [`AccessError::OutOfBounds`].
     #[inline]
-    pub fn read(&self, lkey: u32, addr: u64, len: u64) -> Result<&[u8], AccessError> {
+    pub fn read(&self, lkey: u32, addr: u64, len: u64) -> Result<RegionBytes<'_>, AccessError> {
         let idx = self.find_lkey(lkey)?;
         let r = self.slots[idx]
             .as_ref()
             .ok_or(AccessError::UnknownKey(lkey))?;
         let range = Self::range(&r.key, addr, len)?;
-        r.buf
-            .get(range)
-            .ok_or(AccessError::OutOfBounds { addr, len })
+        let oob = AccessError::OutOfBounds { addr, len };
+        let inner = match &r.buf {
+            Backing::Owned(v) => RegionBytesInner::Slice(v.get(range).ok_or(oob)?),
+            Backing::Raw(m) => RegionBytesInner::Slice(m.get(range).ok_or(oob)?),
+            Backing::Shared(m) => {
+                let g = m.lock();
+                if range.end > g.len() {
+                    return Err(oob);
+                }
+                RegionBytesInner::Locked(g, range)
+            }
+        };
+        Ok(RegionBytes(inner))
+    }
+
+    /// Checks that a local read of `len` bytes at `addr` of `lkey` would be allowed (a
+    /// work request's source or receive buffer at post time), without touching the bytes.
+    ///
+    /// # Errors
+    /// As [`RegionTable::read`].
+    pub fn check_local_read(&self, lkey: u32, addr: u64, len: u64) -> Result<(), AccessError> {
+        let idx = self.find_lkey(lkey)?;
+        let r = self.slots[idx]
+            .as_ref()
+            .ok_or(AccessError::UnknownKey(lkey))?;
+        Self::range(&r.key, addr, len).map(|_| ())
     }
 
     /// Checks that a remote WRITE of `len` bytes at `addr` with `rkey` would be allowed,
@@ -389,10 +529,8 @@ impl RegionTable {
         let range = Self::range(&r.key, addr, data.len() as u64)?;
         let len = data.len() as u64;
         r.buf
-            .get_mut(range)
-            .ok_or(AccessError::OutOfBounds { addr, len })?
-            .copy_from_slice(data);
-        Ok(())
+            .write(range.start, data)
+            .ok_or(AccessError::OutOfBounds { addr, len })
     }
 
     /// Delivers `data` at `addr` of the local region `lkey` (a received SEND landing in a
@@ -411,10 +549,8 @@ impl RegionTable {
         let len = data.len() as u64;
         let range = Self::range(&r.key, addr, len)?;
         r.buf
-            .get_mut(range)
-            .ok_or(AccessError::OutOfBounds { addr, len })?
-            .copy_from_slice(data);
-        Ok(())
+            .write(range.start, data)
+            .ok_or(AccessError::OutOfBounds { addr, len })
     }
 
     /// Checks that a local delivery of `len` bytes at `addr` into `lkey` would be allowed.
@@ -529,7 +665,7 @@ mod tests {
         let mut t = RegionTable::new(0);
         let a = t.register(10, Access::LOCAL_WRITE).unwrap();
         t.bytes_mut(a.lkey).unwrap().copy_from_slice(b"0123456789");
-        assert_eq!(t.read(a.lkey, a.addr + 2, 3).unwrap(), b"234");
+        assert_eq!(&*t.read(a.lkey, a.addr + 2, 3).unwrap(), b"234");
         assert!(t.read(a.lkey, a.addr + 8, 3).is_err());
         t.place_local(a.lkey, a.addr + 9, b"X").unwrap();
         assert_eq!(t.bytes(a.lkey).unwrap(), b"012345678X");
@@ -605,5 +741,107 @@ mod tests {
             Err(RegisterError::AddressSpace)
         );
         assert!(t.draw(1, 1 << 20).is_ok());
+    }
+}
+
+#[cfg(test)]
+mod app_memory_tests {
+    use super::*;
+
+    /// A raw region in the middle of a larger buffer: remote writes land exactly where
+    /// their address says, and no address the network can name (below, at or past the
+    /// end, overflowing) reaches the bytes around it.
+    #[test]
+    #[allow(unsafe_code)]
+    fn raw_region_places_in_bounds_only_and_leaves_its_neighbours_alone() {
+        let mut backing = vec![0xA5u8; 3 * 64];
+        let mut t = RegionTable::random([3; 32]);
+        // SAFETY: `backing` outlives the registration (deregistered below before use),
+        // is not moved, and is not touched while registered.
+        let raw = unsafe { RawMem::new(backing.as_mut_ptr().add(64), 64) }.unwrap();
+        let k = t
+            .register_raw(raw, Access::REMOTE_WRITE | Access::LOCAL_WRITE)
+            .unwrap();
+        assert_eq!(k.len, 64);
+        t.place_remote(k.rkey, k.addr, &[1, 2]).unwrap();
+        t.place_remote(k.rkey, k.addr + 62, &[3, 4]).unwrap();
+        t.place_local(k.lkey, k.addr + 10, &[5]).unwrap();
+        let refused = [
+            (k.addr + 63, 2),
+            (k.addr + 64, 1),
+            (k.addr - 1, 1),
+            (k.addr.wrapping_sub(64), 64),
+            (u64::MAX, 2),
+            (k.addr, 65),
+        ];
+        for (addr, len) in refused {
+            let data = vec![0xFFu8; len];
+            assert_eq!(
+                t.place_remote(k.rkey, addr, &data),
+                Err(AccessError::OutOfBounds {
+                    addr,
+                    len: len as u64
+                })
+            );
+        }
+        assert_eq!(
+            t.place_remote(k.rkey ^ 1, k.addr, &[9]),
+            Err(AccessError::UnknownKey(k.rkey ^ 1))
+        );
+        assert_eq!(&*t.read(k.lkey, k.addr, 2).unwrap(), &[1, 2]);
+        assert_eq!(&*t.read(k.lkey, k.addr + 62, 2).unwrap(), &[3, 4]);
+        assert!(t.read(k.lkey, k.addr + 63, 2).is_err());
+        assert_eq!(t.bytes(k.lkey).unwrap().len(), 64);
+        t.deregister(k.lkey).unwrap();
+        assert_eq!(
+            t.place_remote(k.rkey, k.addr, &[9]),
+            Err(AccessError::UnknownKey(k.rkey))
+        );
+        assert!(backing[..64].iter().all(|&b| b == 0xA5));
+        assert!(backing[128..].iter().all(|&b| b == 0xA5));
+        assert_eq!(&backing[64..66], &[1, 2]);
+        assert_eq!(backing[74], 5);
+        assert_eq!(&backing[126..128], &[3, 4]);
+        assert_eq!(
+            backing[64..128].iter().filter(|&&b| b == 0xA5).count(),
+            64 - 5
+        );
+    }
+
+    /// A shared region: the application reads and writes through its handle, the
+    /// transport through the table, both see each other's bytes.
+    #[test]
+    fn shared_region_is_seen_by_both_sides() {
+        let mem = SharedMem::from_vec(vec![0; 32]);
+        let mut t = RegionTable::new(0x100);
+        let k = t.register_shared(&mem, Access::REMOTE_WRITE).unwrap();
+        assert_eq!(k.len, 32);
+        mem.write_at(4, b"abcd").unwrap();
+        assert_eq!(&*t.read(k.lkey, k.addr + 4, 4).unwrap(), b"abcd");
+        t.place_remote(k.rkey, k.addr + 30, b"yz").unwrap();
+        let mut out = [0u8; 2];
+        mem.read_at(30, &mut out).unwrap();
+        assert_eq!(&out, b"yz");
+        assert_eq!(
+            t.place_remote(k.rkey, k.addr + 31, b"yz"),
+            Err(AccessError::OutOfBounds {
+                addr: k.addr + 31,
+                len: 2
+            })
+        );
+        assert_eq!(
+            mem.read_at(31, &mut out),
+            Err(OutOfRange {
+                offset: 31,
+                len: 2,
+                buf_len: 32
+            })
+        );
+        assert_eq!(t.bytes_mut(k.lkey), Err(AccessError::Shared(k.lkey)));
+        assert_eq!(t.check_local_read(k.lkey, k.addr, 32), Ok(()));
+        t.deregister(k.lkey).unwrap();
+        // The application keeps its bytes after deregistration.
+        assert_eq!(mem.with(|b| b[30]), b'y');
+        assert_eq!(mem.len(), 32);
     }
 }

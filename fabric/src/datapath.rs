@@ -1,0 +1,349 @@
+//! The burst interface every datapath implements (DESIGN.md section 7), in the eRPC manner:
+//! [`Datapath::tx_burst`] sends a whole [`TxBatch`], [`Datapath::rx_burst`] hands every
+//! received datagram to a callback, [`Datapath::wait`] sleeps until one may be ready. The
+//! io_uring UDP datapath ([`crate::udp::UringDatapath`]), the in-memory one
+//! ([`crate::udp::FakeDatapath`]) and the RDMA UD one ([`crate::verbs`]) implement it; the
+//! engine ([`crate::engine`]) drives any of them.
+
+use crate::srv6::SrhRepr;
+use crate::udp::PortError;
+use mrc_transport::Ecn;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use thiserror::Error;
+
+/// Identifies a connection's sockets in a datapath.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ConnId(pub u32);
+
+/// Why a datapath call failed.
+#[derive(Debug, Error)]
+pub enum DatapathError {
+    /// A socket call failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// The call.
+        what: &'static str,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// No source port could be allocated.
+    #[error(transparent)]
+    Port(#[from] PortError),
+    /// The connection id is not open.
+    #[error("unknown connection {0:?}")]
+    UnknownConn(ConnId),
+    /// The EV is not one of the connection's.
+    #[error("EV {ev} is not a path of connection {conn:?}")]
+    UnknownEv {
+        /// The connection.
+        conn: ConnId,
+        /// The EV.
+        ev: u32,
+    },
+    /// The path map is unusable (no EVs, zero `evs_per_socket`, an SRH on IPv4, an SRH
+    /// that does not emit).
+    #[error("bad path map: {0}")]
+    BadPathMap(String),
+    /// The peer address family differs from the receive socket's.
+    #[error("address family of {0} differs from the local endpoint's")]
+    FamilyMismatch(SocketAddr),
+}
+
+impl DatapathError {
+    pub(crate) fn io(what: &'static str) -> impl FnOnce(io::Error) -> DatapathError {
+        move |source| DatapathError::Io { what, source }
+    }
+}
+
+/// How a connection's EVs map to sockets (and optionally to segment lists).
+#[derive(Clone, Debug)]
+pub struct PathMap {
+    /// The EVs, in the transport's order (`ConnConfig::evs`).
+    pub evs: Vec<u32>,
+    /// EVs sharing one socket: EV `evs[i]` goes out on socket `i / evs_per_socket`.
+    /// 1 = one socket (source port) per EV.
+    pub evs_per_socket: usize,
+    /// Optional sticky SRH per socket (IPv6 only), cycled over the sockets: socket `s`
+    /// carries `srh[s % srh.len()]`. Empty: no SRH.
+    pub srh: Vec<SrhRepr>,
+    /// Optional firewall mark per socket (`SO_MARK`, needs `CAP_NET_ADMIN`), cycled like
+    /// `srh`: socket `s` marks its packets `marks[s % marks.len()]`, so a policy route
+    /// (`ip -6 rule add fwmark M lookup T`) can steer them, e.g. through a table whose
+    /// route adds the SRH in the kernel (`encap seg6 mode inline`). Empty: no mark.
+    pub marks: Vec<u32>,
+}
+
+impl PathMap {
+    /// One socket per EV, no SRH.
+    pub fn per_ev(evs: Vec<u32>) -> Self {
+        PathMap {
+            evs,
+            evs_per_socket: 1,
+            srh: Vec::new(),
+            marks: Vec::new(),
+        }
+    }
+
+    /// Number of sockets: `ceil(evs.len() / evs_per_socket)`.
+    pub fn sockets(&self) -> usize {
+        self.evs.len().div_ceil(self.evs_per_socket.max(1))
+    }
+
+    pub(crate) fn check(&self) -> Result<(), DatapathError> {
+        if self.evs.is_empty() {
+            return Err(DatapathError::BadPathMap("no EVs".into()));
+        }
+        if self.evs_per_socket == 0 {
+            return Err(DatapathError::BadPathMap("evs_per_socket is 0".into()));
+        }
+        Ok(())
+    }
+
+    /// [`PathMap::check`], and that `peer` is of the address family of `local` (the
+    /// receive socket's address).
+    pub(crate) fn check_peer(
+        &self,
+        local: SocketAddr,
+        peer: SocketAddr,
+    ) -> Result<(), DatapathError> {
+        self.check()?;
+        if peer.is_ipv6() != local.is_ipv6() {
+            return Err(DatapathError::FamilyMismatch(peer));
+        }
+        Ok(())
+    }
+
+    /// Socket index of each EV, as a lookup table from EV value (sparse EVs use a map).
+    pub(crate) fn socket_of(&self) -> std::collections::HashMap<u32, usize> {
+        self.evs
+            .iter()
+            .enumerate()
+            .map(|(i, &ev)| (ev, i / self.evs_per_socket.max(1)))
+            .collect()
+    }
+}
+
+/// Metadata of one queued datagram of a [`TxBatch`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TxMeta {
+    /// The connection.
+    pub conn: ConnId,
+    /// The EV (selects the socket).
+    pub ev: u32,
+    /// Bytes of the datagram.
+    pub len: usize,
+    /// ECN codepoint to send with.
+    pub ecn: Ecn,
+}
+
+/// A batch of datagrams to send: fixed-size slots in one arena (owned by the caller, lent
+/// to [`Datapath::tx_burst`]).
+#[derive(Debug)]
+pub struct TxBatch {
+    arena: Vec<u8>,
+    slot_bytes: usize,
+    meta: Vec<TxMeta>,
+}
+
+impl TxBatch {
+    /// `slots` datagrams of at most `slot_bytes` bytes each.
+    pub fn new(slots: usize, slot_bytes: usize) -> Self {
+        TxBatch {
+            arena: vec![0; slots * slot_bytes],
+            slot_bytes,
+            meta: Vec::with_capacity(slots),
+        }
+    }
+
+    /// Slots in the batch.
+    pub fn capacity(&self) -> usize {
+        self.meta.capacity()
+    }
+
+    /// Datagrams queued.
+    pub fn len(&self) -> usize {
+        self.meta.len()
+    }
+
+    /// No datagram queued.
+    pub fn is_empty(&self) -> bool {
+        self.meta.is_empty()
+    }
+
+    /// Every slot used.
+    pub fn is_full(&self) -> bool {
+        self.meta.len() * self.slot_bytes >= self.arena.len()
+    }
+
+    /// Empties the batch.
+    pub fn clear(&mut self) {
+        self.meta.clear();
+    }
+
+    /// Lets `fill` write the next datagram into a free slot: it returns `(ev, len, ecn)`
+    /// for a datagram of `len` bytes, or `None` (slot stays free). Returns whether a
+    /// datagram was queued; `false` also when the batch is full.
+    pub fn push_with(
+        &mut self,
+        conn: ConnId,
+        fill: impl FnOnce(&mut [u8]) -> Option<(u32, usize, Ecn)>,
+    ) -> bool {
+        if self.is_full() {
+            return false;
+        }
+        let start = self.meta.len() * self.slot_bytes;
+        let slot = &mut self.arena[start..start + self.slot_bytes];
+        match fill(slot) {
+            Some((ev, len, ecn)) if len <= self.slot_bytes => {
+                self.meta.push(TxMeta { conn, ev, len, ecn });
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Queues a copy of `bytes` (truncated to the slot size). Returns `false` when full.
+    pub fn push(&mut self, conn: ConnId, ev: u32, ecn: Ecn, bytes: &[u8]) -> bool {
+        self.push_with(conn, |slot| {
+            let n = bytes.len().min(slot.len());
+            slot[..n].copy_from_slice(&bytes[..n]);
+            Some((ev, n, ecn))
+        })
+    }
+
+    /// Datagram `i`: metadata and bytes.
+    pub fn get(&self, i: usize) -> Option<(TxMeta, &[u8])> {
+        let m = *self.meta.get(i)?;
+        let start = i * self.slot_bytes;
+        Some((m, &self.arena[start..start + m.len]))
+    }
+}
+
+/// What one [`Datapath::tx_burst`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TxReport {
+    /// Datagrams handed to the network.
+    pub datagrams: u64,
+    /// Send calls (one per GSO group).
+    pub send_calls: u64,
+    /// Datagrams the kernel refused (buffer full, ICMP error pending); the transport
+    /// recovers them as losses.
+    pub errors: u64,
+}
+
+/// One received datagram as handed to the [`Datapath::rx_burst`] callback.
+#[derive(Clone, Copy, Debug)]
+pub struct RxDatagram<'a> {
+    /// Source address (the peer EV socket's address).
+    pub from: SocketAddr,
+    /// ECN codepoint it arrived with.
+    pub ecn: Ecn,
+    /// The UDP payload.
+    pub bytes: &'a [u8],
+}
+
+/// Counters of a datapath, 64-bit, never reset.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DatapathStats {
+    /// Datagrams sent.
+    pub tx_datagrams: u64,
+    /// Send calls made (GSO groups).
+    pub tx_calls: u64,
+    /// Datagrams refused on send.
+    pub tx_errors: u64,
+    /// Datagrams received.
+    pub rx_datagrams: u64,
+    /// Receive calls completed (a GRO receive holds several datagrams).
+    pub rx_calls: u64,
+    /// Receives that failed or were truncated.
+    pub rx_errors: u64,
+}
+
+impl DatapathStats {
+    /// Adds what one [`Datapath::tx_burst`] did to the send counters.
+    pub(crate) fn count_tx(&mut self, report: &TxReport) {
+        self.tx_datagrams += report.datagrams;
+        self.tx_calls += report.send_calls;
+        self.tx_errors += report.errors;
+    }
+}
+
+/// Wakes a datapath blocked in [`Datapath::wait`] from another thread.
+pub trait Waker: Send + Sync {
+    /// Makes the current or next `wait` return at once.
+    fn wake(&self);
+}
+
+/// The burst interface every datapath implements.
+pub trait Datapath {
+    /// Address of the receive socket (what peers send to).
+    fn local_addr(&self) -> SocketAddr;
+
+    /// Opens the EV sockets of a connection to the peer receive socket `peer`.
+    ///
+    /// # Errors
+    /// [`DatapathError::BadPathMap`], [`DatapathError::FamilyMismatch`],
+    /// [`DatapathError::Port`] (range exhausted), [`DatapathError::Io`].
+    fn open_conn(&mut self, peer: SocketAddr, paths: &PathMap) -> Result<ConnId, DatapathError>;
+
+    /// Closes a connection's sockets and releases their ports.
+    fn close_conn(&mut self, conn: ConnId);
+
+    /// Source ports of a connection's sockets, in socket order.
+    fn source_ports(&self, conn: ConnId) -> Option<Vec<u16>>;
+
+    /// Sends every datagram of `batch` (per-datagram refusals are counted, not fatal).
+    ///
+    /// # Errors
+    /// [`DatapathError::UnknownConn`] / [`DatapathError::UnknownEv`] for a datagram that
+    /// names neither (nothing of the batch was sent); [`DatapathError::Io`] when the
+    /// submission itself fails.
+    fn tx_burst(&mut self, batch: &TxBatch) -> Result<TxReport, DatapathError>;
+
+    /// Hands every datagram received so far (at most about `max` of them) to `f`, without
+    /// blocking. Returns the number handed over.
+    ///
+    /// # Errors
+    /// [`DatapathError::Io`] when the receive machinery fails.
+    fn rx_burst(
+        &mut self,
+        max: usize,
+        f: &mut dyn FnMut(RxDatagram<'_>),
+    ) -> Result<usize, DatapathError>;
+
+    /// Blocks until a datagram may be ready, the [`Waker`] fires, or `timeout_ns` passed.
+    ///
+    /// # Errors
+    /// [`DatapathError::Io`].
+    fn wait(&mut self, timeout_ns: u64) -> Result<(), DatapathError>;
+
+    /// A handle other threads use to end a [`Datapath::wait`] early.
+    fn waker(&self) -> Arc<dyn Waker>;
+
+    /// Whether [`Datapath::tx_burst`] may emit a batch in another order than the batch's
+    /// (the engine then sets `SendConfig::burst_may_reorder` on its connections, so RACK
+    /// does not take the reordering for loss). Default false.
+    fn reorders_bursts(&self) -> bool {
+        false
+    }
+
+    /// The IP the peer of `conn` sends from, as [`RxDatagram::from`] will show it; the
+    /// engine's source filter accepts only that IP for the QP. Default `None`: the IP of
+    /// the peer address given to [`Datapath::open_conn`].
+    fn peer_source_ip(&self, conn: ConnId) -> Option<std::net::IpAddr> {
+        let _ = conn;
+        None
+    }
+
+    /// Whether [`RxDatagram::from`] carries the sender's real source port (UDP: yes; verbs:
+    /// no, its port is RoCEv2's fixed 4791 and only the IP, from the source GID, means
+    /// anything). The engine checks a QP's peer ports only where it does. Default true.
+    fn reports_source_ports(&self) -> bool {
+        true
+    }
+
+    /// Counters.
+    fn stats(&self) -> DatapathStats;
+}

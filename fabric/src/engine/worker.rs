@@ -1,0 +1,510 @@
+//! [`Worker`]: progress on the caller's thread (UCX's `ucp_worker_progress`, libfabric's
+//! `FI_PROGRESS_MANUAL`). The worker owns the datapath and its QPs' transport endpoints
+//! directly, as the engine thread does; the application posts work requests, calls
+//! [`Worker::progress`] (one pass: datagrams in, due timers, completions to the CQs,
+//! datagrams out: the very loop body the engine thread runs, [`Engine::poll_once`]) and
+//! polls its CQs, all on one thread, without a channel or a thread hop in between.
+//!
+//! Because nothing runs unless the caller calls in, memory registered with
+//! [`Worker::reg_mr_raw`] is touched only inside calls on the worker: between calls the
+//! application may read and write it freely (the [`mrc_transport::region::mem`] contract).
+//! A worker that is not progressed does not retransmit, acknowledge or run its timers:
+//! call [`Worker::progress`] (or [`Worker::wait`]) whenever the application waits for
+//! anything.
+//!
+//! For latency, give the datapath few receives ([`UdpConfig::rx_slots`], e.g. 2 for one
+//! message in flight): with many `recvmsg`s armed on one socket the kernel punts the
+//! ones that lose the race for a datagram to io-wq workers, and later datagrams then
+//! complete on a worker thread (`mrc-perf --test lat --progress caller` uses 2).
+
+use super::thread::{Cq, Engine};
+use super::{
+    Connected, EngineConfig, EngineError, EngineStats, MrMem, QpConfig, QpStats, Wr, bootstrap,
+    finish_bootstrap_with, negotiate_auth, new_qp_entry, peer_params, qp_info, source,
+};
+use crate::datapath::Datapath;
+use crate::udp::{UdpConfig, UringDatapath};
+use bootstrap::{QpInfo, RemoteMr};
+use mrc_transport::completion::Completion;
+use mrc_transport::region::{AccessError, MrKey, RawMem, SharedMem};
+use mrc_transport::{Access, ConnConfig, PostError, Sge};
+use std::collections::{HashMap, VecDeque};
+use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::time::{Duration, Instant};
+
+/// What the worker keeps of one QP besides its engine entry.
+#[derive(Debug)]
+struct WorkerQp {
+    cfg: ConnConfig,
+    /// Registered regions and their rights.
+    mrs: HashMap<u32, (MrKey, Access)>,
+}
+
+/// An endpoint progressed by the caller's thread: one datapath (io_uring UDP by default)
+/// and its QPs, named by QPN. Not `Sync`: one thread drives it at a time (it may move
+/// between threads).
+pub struct Worker<D: Datapath = UringDatapath> {
+    engine: Engine<D>,
+    qps: HashMap<u32, WorkerQp>,
+}
+
+impl<D: Datapath> std::fmt::Debug for Worker<D> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Worker")
+            .field("udp_addr", &self.engine.dp.local_addr())
+            .field("qps", &self.qps.len())
+            .finish()
+    }
+}
+
+impl Worker<UringDatapath> {
+    /// A worker on an io_uring UDP datapath bound as `udp` says.
+    ///
+    /// # Errors
+    /// [`EngineError::Datapath`] when the sockets or rings cannot be set up.
+    pub fn new(udp: UdpConfig, cfg: EngineConfig) -> Result<Self, EngineError> {
+        Ok(Worker::with_datapath(UringDatapath::new(udp)?, cfg))
+    }
+}
+
+impl<D: Datapath> Worker<D> {
+    /// A worker on any datapath (e.g. [`crate::udp::FakeDatapath`]).
+    pub fn with_datapath(dp: D, cfg: EngineConfig) -> Self {
+        Worker {
+            engine: Engine::new(dp, cfg),
+            qps: HashMap::new(),
+        }
+    }
+
+    /// Address of the receive socket (what peers send to).
+    pub fn udp_addr(&self) -> SocketAddr {
+        self.engine.dp.local_addr()
+    }
+
+    /// Creates a QP (as [`super::Context::create_qp`]); returns its QPN, the handle every
+    /// other call takes.
+    ///
+    /// # Errors
+    /// As [`super::Context::create_qp`].
+    pub fn create_qp(&mut self, cfg: QpConfig) -> Result<u32, EngineError> {
+        let mut qpn = 0;
+        for _ in 0..64 {
+            let q = (source::random_u64().map_err(EngineError::Refused)? & 0xFF_FFFF) as u32;
+            if q != 0 && !self.qps.contains_key(&q) {
+                qpn = q;
+                break;
+            }
+        }
+        if qpn == 0 {
+            return Err(EngineError::Refused("no free QPN".into()));
+        }
+        let cq = Cq::Local {
+            send: VecDeque::new(),
+            recv: VecDeque::new(),
+        };
+        let reorders = self.engine.dp.reorders_bursts();
+        let (conn_cfg, entry) = new_qp_entry(&cfg, qpn, reorders, cq)?;
+        self.engine.add_qp(qpn, entry);
+        self.qps.insert(
+            qpn,
+            WorkerQp {
+                cfg: conn_cfg,
+                mrs: HashMap::new(),
+            },
+        );
+        Ok(qpn)
+    }
+
+    /// Destroys QP `qpn` (closes its sockets; outstanding work is dropped).
+    pub fn destroy_qp(&mut self, qpn: u32) {
+        self.engine.remove_qp(qpn);
+        self.qps.remove(&qpn);
+    }
+
+    fn qp(&self, qpn: u32) -> Result<&WorkerQp, EngineError> {
+        self.qps
+            .get(&qpn)
+            .ok_or_else(|| EngineError::Refused(format!("no QP {qpn}")))
+    }
+
+    /// The transport configuration of QP `qpn` in force.
+    pub fn config(&self, qpn: u32) -> Option<&ConnConfig> {
+        self.qps.get(&qpn).map(|q| &q.cfg)
+    }
+
+    fn register(&mut self, qpn: u32, mem: MrMem, access: Access) -> Result<MrKey, EngineError> {
+        self.qp(qpn)?;
+        let k = self
+            .engine
+            .register(qpn, mem, access)
+            .map_err(EngineError::Refused)?;
+        if let Some(q) = self.qps.get_mut(&qpn) {
+            q.mrs.insert(k.lkey, (k, access));
+        }
+        Ok(k)
+    }
+
+    /// Registers the application's [`SharedMem`] with QP `qpn` (as
+    /// [`super::Qp::reg_mr_shared`]).
+    ///
+    /// # Errors
+    /// [`EngineError::Refused`] (unknown QP, table full).
+    pub fn reg_mr_shared(
+        &mut self,
+        qpn: u32,
+        mem: &SharedMem,
+        access: Access,
+    ) -> Result<MrKey, EngineError> {
+        self.register(qpn, MrMem::Shared(mem.clone()), access)
+    }
+
+    /// Registers `len` bytes the application owns at `ptr` with QP `qpn` (verbs
+    /// `ibv_reg_mr`).
+    ///
+    /// # Safety
+    /// The contract of [`mrc_transport::region::mem`] until [`Worker::dereg_mr`] succeeds
+    /// (or the QP or the worker is gone): `ptr .. ptr + len` stays valid and unmoved, and
+    /// nobody touches or borrows it during a call on this worker (between calls the
+    /// application may).
+    ///
+    /// # Errors
+    /// [`EngineError::Refused`] for a null `ptr` with `len > 0`, `len > isize::MAX`, an
+    /// unknown QP or a full table.
+    pub unsafe fn reg_mr_raw(
+        &mut self,
+        qpn: u32,
+        ptr: *mut u8,
+        len: usize,
+        access: Access,
+    ) -> Result<MrKey, EngineError> {
+        // SAFETY: the caller's contract is RawMem::new's.
+        let mem = unsafe { RawMem::new(ptr, len) }
+            .ok_or_else(|| EngineError::Refused("null or oversized memory".into()))?;
+        self.register(qpn, MrMem::Raw(mem), access)
+    }
+
+    /// Deregisters region `lkey` of QP `qpn`, unless a work request still names it.
+    ///
+    /// # Errors
+    /// [`EngineError::Deregister`] ([`mrc_transport::DeregisterError::InUse`],
+    /// [`mrc_transport::DeregisterError::UnknownKey`]).
+    pub fn dereg_mr(&mut self, qpn: u32, lkey: u32) -> Result<(), EngineError> {
+        self.engine.deregister(qpn, lkey)?;
+        if let Some(q) = self.qps.get_mut(&qpn) {
+            q.mrs.remove(&lkey);
+        }
+        Ok(())
+    }
+
+    /// What QP `qpn`'s peer needs to connect (as [`super::Qp::local_info`]).
+    ///
+    /// # Errors
+    /// [`EngineError::Refused`] for an unknown QP.
+    pub fn local_info(&self, qpn: u32) -> Result<QpInfo, EngineError> {
+        let q = self.qp(qpn)?;
+        let regions = q
+            .mrs
+            .values()
+            .filter(|(_, a)| a.contains(Access::REMOTE_WRITE))
+            .map(|(k, _)| RemoteMr::from(*k))
+            .collect();
+        Ok(qp_info(&q.cfg, self.udp_addr().port(), regions))
+    }
+
+    /// Connects QP `qpn` to `remote` at `udp` (as [`super::Qp::connect`]). Returns this
+    /// side's EV source ports.
+    ///
+    /// # Errors
+    /// As [`super::Qp::connect`].
+    pub fn connect(
+        &mut self,
+        qpn: u32,
+        remote: &QpInfo,
+        udp: SocketAddr,
+    ) -> Result<Vec<u16>, EngineError> {
+        let peer = peer_params(&self.qp(qpn)?.cfg, remote)?;
+        self.engine
+            .connect_qp(qpn, peer, udp)
+            .map_err(EngineError::Refused)
+    }
+
+    /// Accepts datagrams of QP `qpn` only from the peer's EV source `ports`.
+    ///
+    /// # Errors
+    /// [`EngineError::Refused`] for no ports, an unknown or unconnected QP.
+    pub fn set_peer_source_ports(&mut self, qpn: u32, ports: &[u16]) -> Result<(), EngineError> {
+        if ports.is_empty() {
+            return Err(EngineError::Refused("no peer source ports".into()));
+        }
+        self.engine
+            .set_peer_ports(qpn, ports)
+            .map_err(EngineError::Refused)
+    }
+
+    /// The whole TCP bootstrap of QP `qpn` on an open `stream` (as
+    /// [`super::Qp::connect_on_until`]): nothing needs progressing meanwhile, as no
+    /// datagram flows before it ends.
+    ///
+    /// # Errors
+    /// As [`super::Qp::connect_tcp`].
+    pub fn connect_on_until(
+        &mut self,
+        qpn: u32,
+        stream: TcpStream,
+        until: Instant,
+    ) -> Result<Connected, EngineError> {
+        let info = self.local_info(qpn)?;
+        let (remote, udp, stream) = bootstrap::exchange_until(stream, &info, until)?;
+        let me = std::cell::RefCell::new(self);
+        finish_bootstrap_with(
+            remote,
+            udp,
+            stream,
+            until,
+            |r, u| me.borrow_mut().connect(qpn, r, u),
+            |p| me.borrow_mut().set_peer_source_ports(qpn, p),
+        )
+    }
+
+    /// [`Worker::connect_on_until`] with per-packet authentication (as
+    /// [`super::Qp::connect_on_authenticated`]).
+    ///
+    /// # Errors
+    /// As [`super::Qp::connect_on_authenticated`].
+    pub fn connect_on_authenticated(
+        &mut self,
+        qpn: u32,
+        stream: TcpStream,
+        until: Instant,
+        psk: &[u8],
+    ) -> Result<Connected, EngineError> {
+        let keys = negotiate_auth(&stream, until, psk)?;
+        self.engine
+            .set_auth(qpn, keys)
+            .map_err(EngineError::Refused)?;
+        self.connect_on_until(qpn, stream, until)
+    }
+
+    /// Connects QP `qpn` through the TCP bootstrap server at `server` (as
+    /// [`super::Qp::connect_tcp`]).
+    ///
+    /// # Errors
+    /// As [`super::Qp::connect_tcp`].
+    pub fn connect_tcp(
+        &mut self,
+        qpn: u32,
+        server: impl ToSocketAddrs + std::fmt::Debug,
+        timeout: Duration,
+    ) -> Result<Connected, EngineError> {
+        let until = Instant::now() + timeout;
+        let (remote, udp, stream) = bootstrap::connect(server, &self.local_info(qpn)?, timeout)?;
+        let me = std::cell::RefCell::new(self);
+        finish_bootstrap_with(
+            remote,
+            udp,
+            stream,
+            until,
+            |r, u| me.borrow_mut().connect(qpn, r, u),
+            |p| me.borrow_mut().set_peer_source_ports(qpn, p),
+        )
+    }
+
+    /// Accepts one bootstrap connection on `listener` for QP `qpn` (as
+    /// [`super::Qp::accept`]).
+    ///
+    /// # Errors
+    /// As [`super::Qp::connect_tcp`].
+    pub fn accept(
+        &mut self,
+        qpn: u32,
+        listener: &TcpListener,
+        timeout: Duration,
+    ) -> Result<Connected, EngineError> {
+        let (s, _) = listener
+            .accept()
+            .map_err(|source| bootstrap::BootstrapError::Io {
+                what: "accept",
+                source,
+            })?;
+        self.connect_on_until(qpn, s, Instant::now() + timeout)
+    }
+
+    fn check_sge(&self, qpn: u32, sge: &Sge, need: Option<Access>) -> Result<(), PostError> {
+        let bad = PostError::LocalAccess(AccessError::UnknownKey(sge.lkey));
+        let (k, access) = self
+            .qps
+            .get(&qpn)
+            .and_then(|q| q.mrs.get(&sge.lkey))
+            .ok_or(bad)?;
+        let end = sge.addr.checked_add(u64::from(sge.len));
+        if sge.addr < k.addr || end.is_none_or(|e| e > k.addr + k.len) {
+            return Err(PostError::LocalAccess(AccessError::OutOfBounds {
+                addr: sge.addr,
+                len: u64::from(sge.len),
+            }));
+        }
+        if let Some(n) = need
+            && !access.contains(n)
+        {
+            return Err(PostError::LocalAccess(AccessError::NoAccess));
+        }
+        Ok(())
+    }
+
+    fn post(&mut self, qpn: u32, wr: Wr) -> Result<(), PostError> {
+        self.engine.post_wr(qpn, wr).2
+    }
+
+    /// Posts an RDMA WRITE on QP `qpn` straight into its transport (no channel).
+    ///
+    /// # Errors
+    /// [`PostError::LocalAccess`] for a `sge` outside this QP's regions;
+    /// [`PostError::BadState`] unless the QP is connected.
+    pub fn post_write(
+        &mut self,
+        qpn: u32,
+        wr_id: u64,
+        sge: Sge,
+        remote_addr: u64,
+        rkey: u32,
+    ) -> Result<(), PostError> {
+        self.check_sge(qpn, &sge, None)?;
+        self.post(
+            qpn,
+            Wr::Write {
+                wr_id,
+                sge,
+                remote_addr,
+                rkey,
+                imm: None,
+            },
+        )
+    }
+
+    /// Posts an RDMA WRITE with immediate data on QP `qpn`.
+    ///
+    /// # Errors
+    /// As [`Worker::post_write`].
+    pub fn post_write_with_imm(
+        &mut self,
+        qpn: u32,
+        wr_id: u64,
+        sge: Sge,
+        remote_addr: u64,
+        rkey: u32,
+        imm: u32,
+    ) -> Result<(), PostError> {
+        self.check_sge(qpn, &sge, None)?;
+        self.post(
+            qpn,
+            Wr::Write {
+                wr_id,
+                sge,
+                remote_addr,
+                rkey,
+                imm: Some(imm),
+            },
+        )
+    }
+
+    /// Posts a SEND (optionally with immediate data) on QP `qpn`.
+    ///
+    /// # Errors
+    /// As [`Worker::post_write`].
+    pub fn post_send(
+        &mut self,
+        qpn: u32,
+        wr_id: u64,
+        sge: Sge,
+        imm: Option<u32>,
+    ) -> Result<(), PostError> {
+        self.check_sge(qpn, &sge, None)?;
+        self.post(qpn, Wr::Send { wr_id, sge, imm })
+    }
+
+    /// Posts a receive buffer on QP `qpn` (needs `LOCAL_WRITE` unless zero-length).
+    ///
+    /// # Errors
+    /// As [`Worker::post_write`], plus [`AccessError::NoAccess`] without `LOCAL_WRITE`.
+    pub fn post_recv(&mut self, qpn: u32, wr_id: u64, sge: Sge) -> Result<(), PostError> {
+        let need = (sge.len > 0).then_some(Access::LOCAL_WRITE);
+        self.check_sge(qpn, &sge, need)?;
+        self.post(qpn, Wr::Recv { wr_id, sge })
+    }
+
+    /// Starts draining QP `qpn`: no new work requests; outstanding ones finish (while the
+    /// worker is progressed).
+    pub fn close(&mut self, qpn: u32) {
+        self.engine.close_qp(qpn);
+    }
+
+    /// One pass of progress on this thread: datagrams in, due timers, completions into
+    /// the CQs, datagrams out. Never blocks. Returns whether anything happened.
+    pub fn progress(&mut self) -> bool {
+        self.engine.poll_once()
+    }
+
+    /// Progresses until something happened or `timeout` passed: busy-polls for the
+    /// engine's `spin_ns` (yielding the CPU between passes), then sleeps in the datapath
+    /// until a datagram arrives or the next timer is due, as the engine thread does.
+    /// Returns whether anything happened.
+    ///
+    /// # Errors
+    /// [`EngineError::Datapath`] when the datapath's wait fails.
+    pub fn wait(&mut self, timeout: Duration) -> Result<bool, EngineError> {
+        let start = Instant::now();
+        let until = start + timeout;
+        let spin = Duration::from_nanos(self.engine.cfg.spin_ns);
+        loop {
+            if self.progress() {
+                return Ok(true);
+            }
+            let now_i = Instant::now();
+            let left = until.saturating_duration_since(now_i);
+            if left.is_zero() {
+                return Ok(false);
+            }
+            if now_i.duration_since(start) < spin {
+                std::thread::yield_now();
+                continue;
+            }
+            let now = self.engine.now_ns();
+            let sleep = self
+                .engine
+                .sleep_ns(now)
+                .min(left.as_nanos().try_into().unwrap_or(u64::MAX));
+            if sleep > 0 {
+                self.engine.stats.sleeps += 1;
+                self.engine.dp.wait(sleep)?;
+            }
+        }
+    }
+
+    fn cq(&mut self, qpn: u32, recv_side: bool) -> Option<&mut VecDeque<Completion>> {
+        match &mut self.engine.qps.get_mut(&qpn)?.cq {
+            Cq::Local { send, .. } if !recv_side => Some(send),
+            Cq::Local { recv, .. } => Some(recv),
+            Cq::Channel { .. } => None,
+        }
+    }
+
+    /// The next send-side completion of QP `qpn`, without progressing.
+    pub fn poll_send_cq(&mut self, qpn: u32) -> Option<Completion> {
+        self.cq(qpn, false)?.pop_front()
+    }
+
+    /// The next receive-side completion of QP `qpn`, without progressing.
+    pub fn poll_recv_cq(&mut self, qpn: u32) -> Option<Completion> {
+        self.cq(qpn, true)?.pop_front()
+    }
+
+    /// Counters of QP `qpn` and of this worker's engine (`cpu_ns` is the calling
+    /// thread's CPU time).
+    ///
+    /// # Errors
+    /// [`EngineError::Refused`] if the QP is gone.
+    pub fn stats(&self, qpn: u32) -> Result<(QpStats, EngineStats), EngineError> {
+        let (q, e) = self.engine.qp_stats(qpn);
+        Ok((q.ok_or_else(|| EngineError::Refused("QP gone".into()))?, e))
+    }
+}
