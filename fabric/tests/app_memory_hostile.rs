@@ -1,0 +1,265 @@
+//! Hostile peers and careless applications against application-owned memory (issue 18
+//! items 1-2): what a forger on the peer's IP can make the transport do to raw and shared
+//! regions (zero-length WRITEs at the ends, replays and late WRITEs after deregistration),
+//! what an application can make it do by dropping a `Qp` that has raw memory registered,
+//! and sizes no buffer can have. Exact values: drop counters by reason, the bytes of the
+//! region and of the guard bytes around it.
+
+use mrc_fabric::datapath::{ConnId, Datapath, PathMap, TxBatch};
+use mrc_fabric::engine::{Context, EngineConfig, EngineError, QpConfig, Worker};
+use mrc_fabric::udp::{FakeDatapath, FakeNet};
+use mrc_transport::stats::DropReason;
+use mrc_transport::wire::{
+    Body, BthFlags, BthRepr, BthSpare, DataRepr, MrcethRepr, MsgethRepr, Opcode, PacketRepr,
+    RethRepr,
+};
+use mrc_transport::{Access, ConnConfig, Ecn, SharedMem};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+/// A WRITE_ONLY to `qpn` under `rkey` at `addr` as if from the QP configured `from`: its
+/// P_Key and generation, PSN its initial one plus `ahead`, MSN `ahead`.
+fn forged_write(
+    qpn: u32,
+    from: &ConnConfig,
+    ahead: u32,
+    rkey: u32,
+    addr: u64,
+    payload: &[u8],
+) -> Vec<u8> {
+    let psn = from.initial_psn.value().wrapping_add(ahead) & 0xFF_FFFF;
+    let p = PacketRepr {
+        bth: BthRepr {
+            opcode: Opcode::RdmaWriteOnly,
+            pkey: from.pkey,
+            dest_qpn: qpn,
+            psn,
+            flags: BthFlags::default(),
+            spare: BthSpare::default(),
+        },
+        mrceth: MrcethRepr {
+            ev: 0,
+            msn: ahead,
+            send_ts_ns: 0,
+            generation: from.generation,
+            reserved: 0,
+        },
+        body: Body::Data(DataRepr {
+            msgeth: MsgethRepr {
+                message_len: payload.len() as u32,
+                offset: 0,
+            },
+            reth: Some(RethRepr {
+                virtual_addr: addr,
+                rkey,
+                dma_len: payload.len() as u32,
+            }),
+            imm: None,
+            payload,
+        }),
+    };
+    let mut b = vec![0u8; p.buffer_len()];
+    p.emit(&mut b).unwrap();
+    b
+}
+
+/// A forger's datapath on `ip` (the genuine peer's IP, another port) aimed at `to`.
+fn forger(net: &FakeNet, ip: &str, to: SocketAddr) -> (FakeDatapath, ConnId) {
+    let mut h = FakeDatapath::new(net, format!("{ip}:5000").parse().unwrap());
+    let id = h.open_conn(to, &PathMap::per_ev(vec![1])).unwrap();
+    (h, id)
+}
+
+/// Sends `datagrams` in one burst (the receiver takes them in one `rx_burst`).
+fn burst(h: &mut FakeDatapath, id: ConnId, datagrams: &[Vec<u8>]) {
+    let mut batch = TxBatch::new(datagrams.len(), 9000);
+    for d in datagrams {
+        assert!(batch.push(id, 1, Ecn::NotEct, d));
+    }
+    assert_eq!(h.tx_burst(&batch).unwrap().datagrams, datagrams.len() as u64);
+}
+
+/// Caller-progress worker, raw region with guard bytes: zero-length WRITEs at the first
+/// byte, at one past the last byte and past that; an in-bounds WRITE; then, after
+/// deregistration, a replay of that WRITE (same PSN) and a fresh one (next PSN) with the
+/// old rkey and address. Only the one in-bounds WRITE changes bytes; every other datagram
+/// is a drop counted under its own reason.
+#[test]
+fn zero_length_writes_replays_and_late_writes_after_deregistration_touch_nothing() {
+    let net = FakeNet::new();
+    let a_addr: SocketAddr = "10.0.0.1:4792".parse().unwrap();
+    let b_addr: SocketAddr = "10.0.0.2:4792".parse().unwrap();
+    let mut a = Worker::with_datapath(FakeDatapath::new(&net, a_addr), EngineConfig::default());
+    let mut b = Worker::with_datapath(FakeDatapath::new(&net, b_addr), EngineConfig::default());
+    let qa = a.create_qp(QpConfig::default()).unwrap();
+    let qb = b.create_qp(QpConfig::default()).unwrap();
+    const LEN: usize = 256;
+    const GUARD: usize = 64;
+    let mut buf = vec![0x5Au8; GUARD + LEN + GUARD];
+    // SAFETY: `buf` is neither moved nor touched during calls on `b`; the region is
+    // deregistered and the worker dropped before `buf` is read.
+    let mr = unsafe {
+        b.reg_mr_raw(
+            qb,
+            buf.as_mut_ptr().add(GUARD),
+            LEN,
+            Access::REMOTE_WRITE,
+        )
+    }
+    .unwrap();
+    let (ia, ib) = (a.local_info(qa).unwrap(), b.local_info(qb).unwrap());
+    a.connect(qa, &ib, b_addr).unwrap();
+    b.connect(qb, &ia, a_addr).unwrap();
+    let cfg_a = a.config(qa).unwrap().clone();
+    let (mut h, hid) = forger(&net, "10.0.0.1", b_addr);
+    let end = mr.addr + LEN as u64;
+    let mut send = |b: &mut Worker<FakeDatapath>, d: Vec<u8>| {
+        burst(&mut h, hid, &[d]);
+        for _ in 0..4 {
+            b.progress();
+        }
+    };
+    // Zero-length WRITEs out of bounds: one byte past the end (end + 1) and u64::MAX.
+    send(&mut b, forged_write(qb, &cfg_a, 0, mr.rkey, end + 1, &[]));
+    send(&mut b, forged_write(qb, &cfg_a, 0, mr.rkey, u64::MAX, &[]));
+    send(&mut b, forged_write(qb, &cfg_a, 0, mr.rkey, mr.addr - 1, &[]));
+    let (s, _) = b.stats(qb).unwrap();
+    assert_eq!(s.conn.drops.get(DropReason::OutOfBounds), 3);
+    assert_eq!(s.conn.received, 0);
+    // The genuine WRITE, 8 bytes ending at the region's last byte.
+    let good = forged_write(qb, &cfg_a, 0, mr.rkey, end - 8, b"ENDBYTES");
+    send(&mut b, good.clone());
+    let (s, _) = b.stats(qb).unwrap();
+    assert_eq!(s.conn.received, 1);
+    // Deregistered (no work request names a remote-write target): accepted at once.
+    b.dereg_mr(qb, mr.lkey).unwrap();
+    // A replay of the placed WRITE: a duplicate, not placed again (and not a key lookup).
+    send(&mut b, good);
+    // A late WRITE with the next PSN, the old rkey, an in-bounds address of the old region.
+    send(
+        &mut b,
+        forged_write(qb, &cfg_a, 1, mr.rkey, mr.addr, b"LATEWRITE"),
+    );
+    // A zero-length WRITE naming the dead rkey at the old region's first byte.
+    send(&mut b, forged_write(qb, &cfg_a, 1, mr.rkey, mr.addr, &[]));
+    let (s, _) = b.stats(qb).unwrap();
+    assert_eq!(s.conn.received, 1);
+    assert_eq!(s.conn.drops.get(DropReason::OutOfBounds), 3);
+    assert_eq!(s.conn.drops.get(DropReason::Duplicate), 1);
+    assert_eq!(s.conn.drops.get(DropReason::BadRkey), 2);
+    drop(b);
+    assert!(buf[..GUARD].iter().all(|&x| x == 0x5A));
+    assert!(buf[GUARD + LEN..].iter().all(|&x| x == 0x5A));
+    assert!(buf[GUARD..GUARD + LEN - 8].iter().all(|&x| x == 0x5A));
+    assert_eq!(&buf[GUARD + LEN - 8..GUARD + LEN], b"ENDBYTES");
+}
+
+/// The engine thread, a QP with a `SharedMem` region S and a raw region R. The application
+/// holds S's lock; a forger's burst carries a WRITE into S (the engine blocks on the lock
+/// placing it) and then a WRITE into R. While the engine is blocked in that burst the
+/// application drops the `Qp` on another thread.
+///
+/// `Qp::reg_mr_raw`'s contract ends "until `Qp::dereg_mr` succeeds (or the QP and its
+/// engine are gone)", and `RawMem`'s at "the connection holding it is dropped": an
+/// application that drops its `Qp` and frees the memory must be able to rely on
+/// `drop(qp)` having returned meaning the transport is done with the bytes. So `drop`
+/// must not return while the engine still holds the QP and can write R.
+#[test]
+fn dropping_a_qp_waits_until_the_engine_no_longer_touches_its_raw_memory() {
+    let net = FakeNet::new();
+    let a_addr: SocketAddr = "10.0.0.1:4792".parse().unwrap();
+    let b_addr: SocketAddr = "10.0.0.2:4792".parse().unwrap();
+    let ca = Context::with_datapath(FakeDatapath::new(&net, a_addr), EngineConfig::default());
+    let cb = Context::with_datapath(FakeDatapath::new(&net, b_addr), EngineConfig::default());
+    let qa = ca.create_qp(QpConfig::default()).unwrap();
+    let qb = cb.create_qp(QpConfig::default()).unwrap();
+    let s = SharedMem::new(64);
+    let smr = qb.reg_mr_shared(&s, Access::REMOTE_WRITE).unwrap();
+    const LEN: usize = 64;
+    let mut raw = vec![0x11u8; LEN + 32];
+    // SAFETY: `raw` is not moved and not touched until the engine is done with the QP
+    // (the engine thread is joined, by dropping the context, before `raw` is read).
+    let rmr = unsafe { qb.reg_mr_raw(raw.as_mut_ptr().add(16), LEN, Access::REMOTE_WRITE) }
+        .unwrap();
+    let ib = qb.local_info();
+    let ia = qa.local_info();
+    qb.connect(&ia, a_addr).unwrap();
+    let _ = ib;
+    let cfg_a = qa.config().clone();
+    let (mut h, hid) = forger(&net, "10.0.0.1", b_addr);
+    let qbn = qb.qpn();
+    let returned = Arc::new(AtomicBool::new(false));
+    let returned_while_engine_blocked = std::thread::scope(|sc| {
+        s.with_mut(|_held| {
+            burst(
+                &mut h,
+                hid,
+                &[
+                    forged_write(qbn, &cfg_a, 0, smr.rkey, smr.addr, b"S"),
+                    forged_write(qbn, &cfg_a, 1, rmr.rkey, rmr.addr, b"RAW-AFTER-DROP"),
+                ],
+            );
+            // The engine takes the burst and blocks on S's lock, which we hold.
+            std::thread::sleep(Duration::from_millis(300));
+            let r = returned.clone();
+            sc.spawn(move || {
+                drop(qb);
+                r.store(true, Ordering::SeqCst);
+            });
+            std::thread::sleep(Duration::from_millis(300));
+            returned.load(Ordering::SeqCst)
+        })
+    });
+    // The lock is released and the dropping thread joined: the engine finished its burst.
+    assert!(returned.load(Ordering::SeqCst));
+    drop(qa);
+    drop(ca);
+    drop(cb);
+    assert_eq!(s.with(|b| b[0]), b'S');
+    assert!(raw[..16].iter().all(|&x| x == 0x11));
+    assert!(raw[16 + 14..].iter().all(|&x| x == 0x11));
+    // The burst was handled completely before the QP went: R holds the second WRITE.
+    assert_eq!(&raw[16..16 + 14], b"RAW-AFTER-DROP");
+    assert!(
+        !returned_while_engine_blocked,
+        "drop(qp) returned while the engine was still handling a burst that wrote the \
+         QP's raw memory afterwards"
+    );
+}
+
+/// Sizes no buffer can have are typed refusals, not a panic in the application's call
+/// (`vec![0; usize::MAX]` panics with "capacity overflow"): `Qp::reg_mr` of more than
+/// `isize::MAX` bytes, and `Qp::read_mr` of a length past the region (checked before
+/// anything is allocated).
+#[test]
+fn impossible_sizes_are_refused_not_panics() {
+    let net = FakeNet::new();
+    let ctx = Context::with_datapath(
+        FakeDatapath::new(&net, "10.0.0.3:4792".parse().unwrap()),
+        EngineConfig::default(),
+    );
+    let qp = ctx.create_qp(QpConfig::default()).unwrap();
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        qp.reg_mr(usize::MAX, Access::LOCAL_WRITE)
+    }));
+    assert!(
+        matches!(r, Ok(Err(EngineError::Refused(_)))),
+        "reg_mr(usize::MAX): {r:?}"
+    );
+    let mr = qp.reg_mr(16, Access::LOCAL_WRITE).unwrap();
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        qp.read_mr(mr.lkey, 0, usize::MAX)
+    }));
+    assert!(
+        matches!(r, Ok(Err(EngineError::Refused(_)))),
+        "read_mr(.., usize::MAX): {r:?}"
+    );
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        qp.read_mr(mr.lkey, 8, 9)
+    }));
+    assert!(matches!(r, Ok(Err(EngineError::Refused(_)))), "{r:?}");
+    assert_eq!(qp.read_mr(mr.lkey, 8, 8).unwrap(), vec![0u8; 8]);
+    assert_eq!(qp.read_mr(mr.lkey, 16, 0).unwrap(), Vec::<u8>::new());
+}
