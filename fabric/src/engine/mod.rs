@@ -841,8 +841,15 @@ impl Qp {
     /// For memory the application owns, use [`Qp::reg_mr_shared`] or [`Qp::reg_mr_raw`].
     ///
     /// # Errors
-    /// [`EngineError::Refused`] (table full), [`EngineError::Stopped`].
+    /// [`EngineError::Refused`] (table full, or `len > isize::MAX`: no buffer can be that
+    /// large), [`EngineError::Stopped`].
     pub fn reg_mr(&self, len: usize, access: Access) -> Result<MrKey, EngineError> {
+        // Checked here: the engine thread would panic allocating it, and die.
+        if len > isize::MAX as usize {
+            return Err(EngineError::Refused(format!(
+                "a region of {len} bytes cannot exist"
+            )));
+        }
         self.register(MrMem::Owned(len), access, None)
     }
 
@@ -968,10 +975,10 @@ impl Qp {
     /// As [`Qp::write_mr`].
     pub fn read_mr(&self, lkey: u32, offset: u64, len: usize) -> Result<Vec<u8>, EngineError> {
         if let Some(m) = self.mem(lkey) {
-            let mut out = vec![0; len];
-            m.read_at(Self::offset(offset)?, &mut out)
-                .map_err(|e| EngineError::Refused(e.to_string()))?;
-            return Ok(out);
+            // The range is checked before anything is allocated.
+            return m
+                .with_range(Self::offset(offset)?, len, <[u8]>::to_vec)
+                .map_err(|e| EngineError::Refused(e.to_string()));
         }
         let qpn = self.qpn;
         self.shared.call(|reply| Cmd::ReadMr {
