@@ -322,6 +322,8 @@ pub(crate) enum Cmd {
     },
     DestroyQp {
         qpn: u32,
+        /// Answered once the engine no longer holds the QP (nor its regions' memory).
+        reply: Sender<()>,
     },
     RegMr {
         qpn: u32,
@@ -801,9 +803,26 @@ impl std::fmt::Debug for Qp {
     }
 }
 
+/// Dropping a `Qp` destroys its transport on the engine thread and waits until the
+/// engine has done so: once `drop` returns the engine never touches the QP's regions
+/// again, so memory registered with [`Qp::reg_mr_raw`] may be freed (the engine may be
+/// in the middle of a burst of datagrams for this QP when the drop starts; it finishes
+/// that burst first). Do not drop a `Qp` while holding the lock of one of its
+/// [`SharedMem`] regions ([`SharedMem::with`]): the engine may be waiting for it.
 impl Drop for Qp {
     fn drop(&mut self) {
-        let _ = self.shared.send(Cmd::DestroyQp { qpn: self.qpn });
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        if self
+            .shared
+            .send(Cmd::DestroyQp {
+                qpn: self.qpn,
+                reply: tx,
+            })
+            .is_ok()
+        {
+            // Err: the engine thread is gone (and with it the QP).
+            let _ = rx.recv();
+        }
         if let Ok(mut used) = self.shared.qpns.lock() {
             used.remove(&self.qpn);
         }
@@ -866,7 +885,8 @@ impl Qp {
 
     /// Registers `len` bytes the application owns at `ptr` (verbs `ibv_reg_mr`): the
     /// transport places received payload at `ptr` and sends from it until
-    /// [`Qp::dereg_mr`] succeeds (or the QP and its engine are gone).
+    /// [`Qp::dereg_mr`] succeeds or the `Qp` is dropped (`drop` waits for the engine to
+    /// let go of the QP).
     ///
     /// # Safety
     /// The contract of [`mrc_transport::region::mem`]: `ptr .. ptr + len` stays valid and
