@@ -78,7 +78,10 @@ fn burst(h: &mut FakeDatapath, id: ConnId, datagrams: &[Vec<u8>]) {
     for d in datagrams {
         assert!(batch.push(id, 1, Ecn::NotEct, d));
     }
-    assert_eq!(h.tx_burst(&batch).unwrap().datagrams, datagrams.len() as u64);
+    assert_eq!(
+        h.tx_burst(&batch).unwrap().datagrams,
+        datagrams.len() as u64
+    );
 }
 
 /// Caller-progress worker, raw region with guard bytes: zero-length WRITEs at the first
@@ -100,15 +103,8 @@ fn zero_length_writes_replays_and_late_writes_after_deregistration_touch_nothing
     let mut buf = vec![0x5Au8; GUARD + LEN + GUARD];
     // SAFETY: `buf` is neither moved nor touched during calls on `b`; the region is
     // deregistered and the worker dropped before `buf` is read.
-    let mr = unsafe {
-        b.reg_mr_raw(
-            qb,
-            buf.as_mut_ptr().add(GUARD),
-            LEN,
-            Access::REMOTE_WRITE,
-        )
-    }
-    .unwrap();
+    let mr = unsafe { b.reg_mr_raw(qb, buf.as_mut_ptr().add(GUARD), LEN, Access::REMOTE_WRITE) }
+        .unwrap();
     let (ia, ib) = (a.local_info(qa).unwrap(), b.local_info(qb).unwrap());
     a.connect(qa, &ib, b_addr).unwrap();
     b.connect(qb, &ia, a_addr).unwrap();
@@ -124,7 +120,10 @@ fn zero_length_writes_replays_and_late_writes_after_deregistration_touch_nothing
     // Zero-length WRITEs out of bounds: one byte past the end (end + 1) and u64::MAX.
     send(&mut b, forged_write(qb, &cfg_a, 0, mr.rkey, end + 1, &[]));
     send(&mut b, forged_write(qb, &cfg_a, 0, mr.rkey, u64::MAX, &[]));
-    send(&mut b, forged_write(qb, &cfg_a, 0, mr.rkey, mr.addr - 1, &[]));
+    send(
+        &mut b,
+        forged_write(qb, &cfg_a, 0, mr.rkey, mr.addr - 1, &[]),
+    );
     let (s, _) = b.stats(qb).unwrap();
     assert_eq!(s.conn.drops.get(DropReason::OutOfBounds), 3);
     assert_eq!(s.conn.received, 0);
@@ -181,8 +180,8 @@ fn dropping_a_qp_waits_until_the_engine_no_longer_touches_its_raw_memory() {
     let mut raw = vec![0x11u8; LEN + 32];
     // SAFETY: `raw` is not moved and not touched until the engine is done with the QP
     // (the engine thread is joined, by dropping the context, before `raw` is read).
-    let rmr = unsafe { qb.reg_mr_raw(raw.as_mut_ptr().add(16), LEN, Access::REMOTE_WRITE) }
-        .unwrap();
+    let rmr =
+        unsafe { qb.reg_mr_raw(raw.as_mut_ptr().add(16), LEN, Access::REMOTE_WRITE) }.unwrap();
     let ib = qb.local_info();
     let ia = qa.local_info();
     qb.connect(&ia, a_addr).unwrap();
@@ -256,9 +255,7 @@ fn impossible_sizes_are_refused_not_panics() {
         matches!(r, Ok(Err(EngineError::Refused(_)))),
         "read_mr(.., usize::MAX): {r:?}"
     );
-    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        qp.read_mr(mr.lkey, 8, 9)
-    }));
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| qp.read_mr(mr.lkey, 8, 9)));
     assert!(matches!(r, Ok(Err(EngineError::Refused(_)))), "{r:?}");
     assert_eq!(qp.read_mr(mr.lkey, 8, 8).unwrap(), vec![0u8; 8]);
     assert_eq!(qp.read_mr(mr.lkey, 16, 0).unwrap(), Vec::<u8>::new());
@@ -274,8 +271,7 @@ fn impossible_sizes_are_refused_not_panics() {
 /// first data packet captured on the wire is injected late: a counted `Duplicate` drop
 /// that changes no byte.
 #[test]
-fn lossy_reordered_paused_transfer_between_raw_regions_then_a_late_copy_after_deregistration()
-{
+fn lossy_reordered_paused_transfer_between_raw_regions_then_a_late_copy_after_deregistration() {
     use mrc_fabric::udp::FakeVerdict;
     use mrc_transport::DeregisterError;
     use mrc_transport::completion::{WcOpcode, WcStatus};
@@ -345,11 +341,19 @@ fn lossy_reordered_paused_transfer_between_raw_regions_then_a_late_copy_after_de
         .unwrap();
     assert!(matches!(
         a.dereg_mr(qa, smr.lkey),
-        Err(EngineError::Deregister(DeregisterError::InUse { sends: 1, recvs: 0, .. }))
+        Err(EngineError::Deregister(DeregisterError::InUse {
+            sends: 1,
+            recvs: 0,
+            ..
+        }))
     ));
     assert!(matches!(
         b.dereg_mr(qb, dmr.lkey),
-        Err(EngineError::Deregister(DeregisterError::InUse { sends: 0, recvs: 1, .. }))
+        Err(EngineError::Deregister(DeregisterError::InUse {
+            sends: 0,
+            recvs: 1,
+            ..
+        }))
     ));
     // A few rounds, then b stops for 300 ms while a keeps running (RTOs fire).
     for _ in 0..3 {
@@ -383,7 +387,13 @@ fn lossy_reordered_paused_transfer_between_raw_regions_then_a_late_copy_after_de
     );
     assert_eq!(rc.len(), 1);
     assert_eq!(
-        (rc[0].wr_id, rc[0].opcode, rc[0].status, rc[0].byte_len, rc[0].imm),
+        (
+            rc[0].wr_id,
+            rc[0].opcode,
+            rc[0].status,
+            rc[0].byte_len,
+            rc[0].imm
+        ),
         (
             70,
             WcOpcode::RecvRdmaWithImm,
@@ -398,7 +408,11 @@ fn lossy_reordered_paused_transfer_between_raw_regions_then_a_late_copy_after_de
     // The memory is the application's again: it overwrites the destination...
     dst[G..G + LEN].fill(0x77);
     // ...and a copy of the first data packet arrives late, from a's genuine source port.
-    let late = captured.lock().unwrap().clone().expect("a data packet was captured");
+    let late = captured
+        .lock()
+        .unwrap()
+        .clone()
+        .expect("a data packet was captured");
     net.set_filter(|_, _, _| FakeVerdict::Deliver);
     let (s0, _) = b.stats(qb).unwrap();
     let (mut f, fid) = forger(&net, "10.0.0.1", b_addr);
@@ -420,4 +434,81 @@ fn lossy_reordered_paused_transfer_between_raw_regions_then_a_late_copy_after_de
     drop(a);
     assert_eq!(&src[G..G + LEN], &src_bytes[..]);
     assert!(src[..G].iter().chain(&src[G + LEN..]).all(|&x| x == 0xA1));
+}
+
+/// A peer that never answers (its address has nobody behind it): the WRITE from raw
+/// memory and the posted receive fail with exact error completions once the 50 ms budget
+/// is spent, and then both regions can be deregistered (the work requests that named
+/// them are gone), so the application gets its memory back without destroying the QP.
+#[test]
+fn after_the_peer_is_given_up_the_regions_of_failed_work_requests_can_be_deregistered() {
+    use mrc_transport::completion::{WcOpcode, WcStatus};
+    use std::time::Instant;
+    let net = FakeNet::new();
+    let a_addr: SocketAddr = "10.0.0.1:4792".parse().unwrap();
+    let nobody: SocketAddr = "10.0.0.9:4792".parse().unwrap();
+    let mut a = Worker::with_datapath(FakeDatapath::new(&net, a_addr), EngineConfig::default());
+    let mut b = Worker::with_datapath(FakeDatapath::new(&net, nobody), EngineConfig::default());
+    let mut cfg = QpConfig::default();
+    cfg.conn.send.initial_rto_ns = 2_000_000;
+    cfg.conn.send.min_rto_ns = 1_000_000;
+    cfg.conn.send.max_rto_ns = 4_000_000;
+    cfg.conn.send.unresponsive_budget_ns = Some(50_000_000);
+    let qa = a.create_qp(cfg).unwrap();
+    let qb = b.create_qp(QpConfig::default()).unwrap();
+    let ib = b.local_info(qb).unwrap();
+    // b's worker is dropped: its address has no receiver, every datagram to it is lost.
+    drop(b);
+    let mut src = vec![0x3Cu8; 4096];
+    let mut rcv = vec![0x4Du8; 64];
+    // SAFETY: neither buffer is moved or touched during calls on `a`; both are
+    // deregistered before they are read.
+    let (smr, rmr) = unsafe {
+        (
+            a.reg_mr_raw(qa, src.as_mut_ptr(), 4096, Access::LOCAL_WRITE)
+                .unwrap(),
+            a.reg_mr_raw(qa, rcv.as_mut_ptr(), 64, Access::LOCAL_WRITE)
+                .unwrap(),
+        )
+    };
+    a.connect(qa, &ib, nobody).unwrap();
+    let sge = |k: &mrc_transport::MrKey, len: u32| mrc_transport::Sge {
+        lkey: k.lkey,
+        addr: k.addr,
+        len,
+    };
+    a.post_recv(qa, 1, sge(&rmr, 64)).unwrap();
+    a.post_write(
+        qa,
+        2,
+        sge(&smr, 4096),
+        ib.regions.first().map_or(0x1_0000, |r| r.addr),
+        0x1234,
+    )
+    .unwrap();
+    let (mut sc, mut rc) = (Vec::new(), Vec::new());
+    let until = Instant::now() + Duration::from_secs(10);
+    while sc.is_empty() || rc.is_empty() {
+        assert!(Instant::now() < until, "not given up within 10 s");
+        a.progress();
+        sc.extend(a.poll_send_cq(qa));
+        rc.extend(a.poll_recv_cq(qa));
+    }
+    assert_eq!(
+        sc.iter()
+            .map(|c| (c.wr_id, c.opcode, c.status, c.byte_len))
+            .collect::<Vec<_>>(),
+        vec![(2, WcOpcode::Write, WcStatus::RetryExceeded, 0)]
+    );
+    assert_eq!(
+        rc.iter()
+            .map(|c| (c.wr_id, c.opcode, c.status, c.byte_len))
+            .collect::<Vec<_>>(),
+        vec![(1, WcOpcode::Recv, WcStatus::Flushed, 0)]
+    );
+    a.dereg_mr(qa, smr.lkey).unwrap();
+    a.dereg_mr(qa, rmr.lkey).unwrap();
+    drop(a);
+    assert!(src.iter().all(|&x| x == 0x3C));
+    assert!(rcv.iter().all(|&x| x == 0x4D));
 }

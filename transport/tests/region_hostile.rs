@@ -24,7 +24,10 @@ fn overlapping_raw_regions_and_application_writes_between_calls() {
     let (ka, kb) = unsafe {
         let a = RawMem::new(base.add(16), 64).unwrap();
         let b = RawMem::new(base.add(16 + 32), 64).unwrap();
-        (t.register_raw(a, rw).unwrap(), t.register_raw(b, rw).unwrap())
+        (
+            t.register_raw(a, rw).unwrap(),
+            t.register_raw(b, rw).unwrap(),
+        )
     };
     // Into A's byte 40 = B's byte 8.
     t.place_remote(ka.rkey, ka.addr + 40, b"overlap!").unwrap();
@@ -104,7 +107,11 @@ fn zero_lengths_exact_ends_and_u64_wrap() {
         (k.addr + 4, 4),
         (k.addr + 7, 1),
     ] {
-        assert_eq!(t.check_remote_write(k.rkey, addr, len), Ok(()), "{addr:#x}+{len}");
+        assert_eq!(
+            t.check_remote_write(k.rkey, addr, len),
+            Ok(()),
+            "{addr:#x}+{len}"
+        );
     }
     for (addr, len) in [
         (k.addr + 9, 0u64),
@@ -142,6 +149,10 @@ fn zero_lengths_exact_ends_and_u64_wrap() {
 /// sequential table never reuses one, so the old address is outside the new region.
 /// A random table never gives back the old rkey in those 256 registrations.
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "no unsafe here, and 512 registrations take minutes under Miri"
+)]
 fn an_rkey_that_comes_back_after_the_variant_wraps_still_refuses_the_old_address() {
     let mut t = RegionTable::new(0xAB00);
     let old = t.register(64, Access::REMOTE_WRITE).unwrap();
