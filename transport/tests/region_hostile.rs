@@ -216,3 +216,24 @@ fn one_shared_buffer_registered_twice() {
     assert_eq!(mem.with(|m| m[..4].to_vec()), b"app!");
     assert_eq!(mem.with(|m| m[15]), b'A');
 }
+
+/// The application writes its `Vec` by index between table calls (contract 2: "between
+/// calls the application may read and write the bytes freely"), while the region was
+/// registered from `Vec::as_mut_ptr`: defined under Stacked and Tree Borrows (a `Vec`'s
+/// heap pointer is not a unique borrow, so indexing does not invalidate the region's
+/// pointer; a `Box<[u8]>` moved after registration would: see `region::mem`).
+#[test]
+fn vec_written_by_index_between_calls() {
+    let mut v = vec![0u8; 16];
+    let mut t = RegionTable::new(0);
+    // SAFETY: `v` is not reallocated and is touched only between table calls.
+    let raw = unsafe { RawMem::new(v.as_mut_ptr(), 16) }.unwrap();
+    let k = t.register_raw(raw, Access::REMOTE_WRITE).unwrap();
+    v[1] = 5;
+    t.place_remote(k.rkey, k.addr + 3, &[9]).unwrap();
+    v[2] = 6;
+    assert_eq!(&*t.read(k.lkey, k.addr + 1, 3).unwrap(), &[5, 6, 9]);
+    t.place_remote(k.rkey, k.addr + 4, &[8]).unwrap();
+    t.deregister(k.lkey).unwrap();
+    assert_eq!(&v[..6], &[0, 5, 6, 9, 8, 0]);
+}
