@@ -259,6 +259,15 @@ fn impossible_sizes_are_refused_not_panics() {
     assert!(matches!(r, Ok(Err(EngineError::Refused(_)))), "{r:?}");
     assert_eq!(qp.read_mr(mr.lkey, 8, 8).unwrap(), vec![0u8; 8]);
     assert_eq!(qp.read_mr(mr.lkey, 16, 0).unwrap(), Vec::<u8>::new());
+    // The same through a SharedMem region (copied on the caller's thread).
+    let smr = qp
+        .reg_mr_shared(&SharedMem::new(16), Access::LOCAL_WRITE)
+        .unwrap();
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        qp.read_mr(smr.lkey, 0, usize::MAX)
+    }));
+    assert!(matches!(r, Ok(Err(EngineError::Refused(_)))), "{r:?}");
+    assert_eq!(qp.read_mr(smr.lkey, 15, 1).unwrap(), vec![0u8]);
 }
 
 /// Caller progress on both ends over a lossy fake network (every 5th datagram from a to b
