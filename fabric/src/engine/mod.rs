@@ -322,6 +322,8 @@ pub(crate) enum Cmd {
     },
     DestroyQp {
         qpn: u32,
+        /// Answered once the engine no longer holds the QP (nor its regions' memory).
+        reply: Sender<()>,
     },
     RegMr {
         qpn: u32,
@@ -801,9 +803,26 @@ impl std::fmt::Debug for Qp {
     }
 }
 
+/// Dropping a `Qp` destroys its transport on the engine thread and waits until the
+/// engine has done so: once `drop` returns the engine never touches the QP's regions
+/// again, so memory registered with [`Qp::reg_mr_raw`] may be freed (the engine may be
+/// in the middle of a burst of datagrams for this QP when the drop starts; it finishes
+/// that burst first). Do not drop a `Qp` while holding the lock of one of its
+/// [`SharedMem`] regions ([`SharedMem::with`]): the engine may be waiting for it.
 impl Drop for Qp {
     fn drop(&mut self) {
-        let _ = self.shared.send(Cmd::DestroyQp { qpn: self.qpn });
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        if self
+            .shared
+            .send(Cmd::DestroyQp {
+                qpn: self.qpn,
+                reply: tx,
+            })
+            .is_ok()
+        {
+            // Err: the engine thread is gone (and with it the QP).
+            let _ = rx.recv();
+        }
         if let Ok(mut used) = self.shared.qpns.lock() {
             used.remove(&self.qpn);
         }
@@ -841,8 +860,15 @@ impl Qp {
     /// For memory the application owns, use [`Qp::reg_mr_shared`] or [`Qp::reg_mr_raw`].
     ///
     /// # Errors
-    /// [`EngineError::Refused`] (table full), [`EngineError::Stopped`].
+    /// [`EngineError::Refused`] (table full, or `len > isize::MAX`: no buffer can be that
+    /// large), [`EngineError::Stopped`].
     pub fn reg_mr(&self, len: usize, access: Access) -> Result<MrKey, EngineError> {
+        // Checked here: the engine thread would panic allocating it, and die.
+        if len > isize::MAX as usize {
+            return Err(EngineError::Refused(format!(
+                "a region of {len} bytes cannot exist"
+            )));
+        }
         self.register(MrMem::Owned(len), access, None)
     }
 
@@ -859,7 +885,8 @@ impl Qp {
 
     /// Registers `len` bytes the application owns at `ptr` (verbs `ibv_reg_mr`): the
     /// transport places received payload at `ptr` and sends from it until
-    /// [`Qp::dereg_mr`] succeeds (or the QP and its engine are gone).
+    /// [`Qp::dereg_mr`] succeeds or the `Qp` is dropped (`drop` waits for the engine to
+    /// let go of the QP).
     ///
     /// # Safety
     /// The contract of [`mrc_transport::region::mem`]: `ptr .. ptr + len` stays valid and
@@ -968,10 +995,10 @@ impl Qp {
     /// As [`Qp::write_mr`].
     pub fn read_mr(&self, lkey: u32, offset: u64, len: usize) -> Result<Vec<u8>, EngineError> {
         if let Some(m) = self.mem(lkey) {
-            let mut out = vec![0; len];
-            m.read_at(Self::offset(offset)?, &mut out)
-                .map_err(|e| EngineError::Refused(e.to_string()))?;
-            return Ok(out);
+            // The range is checked before anything is allocated.
+            return m
+                .with_range(Self::offset(offset)?, len, <[u8]>::to_vec)
+                .map_err(|e| EngineError::Refused(e.to_string()));
         }
         let qpn = self.qpn;
         self.shared.call(|reply| Cmd::ReadMr {

@@ -512,7 +512,10 @@ impl<D: Datapath> Engine<D> {
         match cmd {
             Cmd::Shutdown => {}
             Cmd::CreateQp { qpn, entry } => self.add_qp(qpn, *entry),
-            Cmd::DestroyQp { qpn } => self.remove_qp(qpn),
+            Cmd::DestroyQp { qpn, reply } => {
+                self.remove_qp(qpn);
+                let _ = reply.send(());
+            }
             Cmd::RegMr {
                 qpn,
                 mem,

@@ -10,7 +10,14 @@
 //!
 //! 1. **Valid**: `ptr .. ptr + len` is one allocation (or part of one) that is readable
 //!    and writable, and stays allocated and mapped: not freed, not unmapped, not shrunk,
-//!    not moved (a `Vec` must not reallocate).
+//!    not moved (a `Vec` must not reallocate). The pointer must also stay valid under
+//!    Rust's aliasing rules: memory owned by a `Box<[u8]>` must not be moved or passed by
+//!    value (nor borrowed `&mut` through the `Box`) while registered, as that asserts
+//!    unique ownership and invalidates the registered pointer even though the bytes stay
+//!    put (Miri reports the next transport access as undefined behaviour under both
+//!    Stacked and Tree Borrows). A `Vec`'s heap pointer (`Vec::as_mut_ptr`) or memory
+//!    from the allocator directly has no such rule: indexing the `Vec` between calls is
+//!    fine (`transport/tests/region_hostile.rs`).
 //! 2. **Not raced**: nothing outside this region table reads or writes those bytes while a
 //!    call on the table, or on the [`crate::Connection`] that owns it, is running
 //!    (`handle_datagram`, `poll_transmit`, `post_*`, `handle_timeout`,
