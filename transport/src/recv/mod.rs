@@ -2,6 +2,7 @@
 //! message layer (placement, in-order completion) and the acknowledgement scheduler.
 
 pub mod acker;
+pub mod coverage;
 pub mod msgs;
 pub mod window;
 

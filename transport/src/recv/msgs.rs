@@ -20,6 +20,7 @@
 //! messages it could not complete; the sender reused their slots, and the completions
 //! raised later named overwritten data: issue 16.)
 
+use super::coverage::{Coverage, CoverageError};
 use crate::completion::{Completion, WcOpcode, WcStatus};
 use crate::region::{AccessError, RegionTable};
 use crate::stats::DropReason;
@@ -75,7 +76,8 @@ pub struct RxData<'a> {
 struct RxMsg {
     is_send: bool,
     len: u32,
-    received_bytes: u64,
+    /// The byte ranges that arrived (no overlap, all within `len`).
+    coverage: Coverage,
     last_seen: bool,
     imm: Option<u32>,
     staged: Vec<(u32, Vec<u8>)>,
@@ -154,10 +156,22 @@ impl RxMessages {
         let msn = self.unwrap_msn(p.msn32)?;
         let idx = (msn - self.next_msn) as usize;
         let is_send = matches!(p.kind, RxKind::Send);
+        let payload_len =
+            u32::try_from(p.payload.len()).map_err(|_| DropReason::InconsistentMessage)?;
         if let Some(Some(m)) = self.msgs.get(idx) {
             if m.len != p.msg_len || m.is_send != is_send || (m.last_seen && p.last) {
                 return Err(DropReason::InconsistentMessage);
             }
+            // a range that repeats or overlaps bytes that arrived (at a fresh PSN), or
+            // reaches past the message: it would let the byte count reach the length while
+            // some bytes were never written
+            m.coverage
+                .check(p.offset, payload_len, p.msg_len)
+                .map_err(coverage_reason)?;
+        } else {
+            Coverage::default()
+                .check(p.offset, payload_len, p.msg_len)
+                .map_err(coverage_reason)?;
         }
         if p.last && (is_send || p.imm.is_some()) && self.reserved >= self.recvs.len() {
             // No receive is free for this message: accepting its last packet would let
@@ -219,12 +233,12 @@ impl RxMessages {
         let m = slot.get_or_insert_with(|| RxMsg {
             is_send: matches!(p.kind, RxKind::Send),
             len: p.msg_len,
-            received_bytes: 0,
+            coverage: Coverage::default(),
             last_seen: false,
             imm: None,
             staged: Vec::new(),
         });
-        m.received_bytes += p.payload.len() as u64;
+        m.coverage.add(p.offset, p.payload.len() as u32);
         if p.last {
             m.last_seen = true;
             m.imm = p.imm;
@@ -247,7 +261,7 @@ impl RxMessages {
             let Some(Some(m)) = self.msgs.front() else {
                 return;
             };
-            if !m.last_seen || m.received_bytes < u64::from(m.len) {
+            if !m.last_seen || !m.coverage.is_whole(m.len) {
                 return;
             }
             let needs_recv = m.is_send || m.imm.is_some();
@@ -321,6 +335,14 @@ fn deliver(m: &RxMsg, wr: &RecvWr, regions: &mut RegionTable) -> WcStatus {
         }
     }
     WcStatus::Success
+}
+
+fn coverage_reason(e: CoverageError) -> DropReason {
+    match e {
+        CoverageError::Inconsistent => DropReason::InconsistentMessage,
+        // more holes than one message may keep: the sender retransmits it later
+        CoverageError::TooFragmented => DropReason::MessageWindowFull,
+    }
 }
 
 fn access_reason(e: AccessError) -> DropReason {
