@@ -1297,9 +1297,14 @@ impl Simulator {
     pub fn run_events(&mut self, progress: &mut dyn FnMut(Progress)) {
         // The egress port `prefetch_ahead` found for the event after the current one.
         let mut hint: Option<EgressHint> = None;
+        // Read once: no event changes the configuration or adds a flow. (0: no stop time.)
+        let stop_ns = Some(self.cfg.stop_ns)
+            .filter(|&t| t > 0)
+            .unwrap_or(u64::MAX);
+        let flows = self.flows.len() as u32;
         while let Some(e) = self.q.pop() {
-            if self.cfg.stop_ns > 0 && e.time_ns > self.cfg.stop_ns {
-                self.now_ns = self.cfg.stop_ns;
+            if e.time_ns > stop_ns {
+                self.now_ns = stop_ns;
                 break;
             }
             self.now_ns = e.time_ns;
@@ -1336,7 +1341,7 @@ impl Simulator {
             if self.counters.events & 0xFFFF == 0 {
                 progress(self.progress());
             }
-            if !self.flows.is_empty() && self.flows_done as usize == self.flows.len() {
+            if flows != 0 && self.flows_done == flows {
                 break;
             }
         }
