@@ -7,7 +7,7 @@
 //!                                           0x86DD
 //! ```
 
-use pnet_packet::ethernet::{EtherTypes, EthernetPacket, MutableEthernetPacket};
+use pnet_packet::ethernet::{EtherTypes, EthernetPacket};
 
 use super::checksum::PayloadSum;
 use super::{ChecksumCheck, Ipv6UdpRepr, PacketError};
@@ -108,10 +108,12 @@ impl EthernetFrameRepr {
 
     /// Writes the 14-byte Ethernet header at the start of `eth` (at least that long).
     fn write_ethernet(&self, eth: &mut [u8]) {
-        if let Some(mut frame) = MutableEthernetPacket::new(eth) {
-            frame.set_destination(self.dst_mac.into());
-            frame.set_source(self.src_mac.into());
-            frame.set_ethertype(EtherTypes::Ipv6);
+        // Three stores, the bytes pnet's setters would write (destination, source, the
+        // IPv6 EtherType 0x86DD).
+        if let Some(h) = eth.get_mut(..ETHERNET_HEADER_LEN) {
+            h[0..6].copy_from_slice(&self.dst_mac);
+            h[6..12].copy_from_slice(&self.src_mac);
+            h[12..14].copy_from_slice(&EtherTypes::Ipv6.0.to_be_bytes());
         }
     }
 

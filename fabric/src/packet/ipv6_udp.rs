@@ -27,8 +27,8 @@
 use std::net::Ipv6Addr;
 
 use pnet_packet::ip::{IpNextHeaderProtocol, IpNextHeaderProtocols};
-use pnet_packet::ipv6::{Ipv6Packet, MutableIpv6Packet};
-use pnet_packet::udp::{MutableUdpPacket, UdpPacket};
+use pnet_packet::ipv6::Ipv6Packet;
+use pnet_packet::udp::UdpPacket;
 
 use super::PacketError;
 use super::checksum::{PayloadSum, UDP_CHECKSUM_OFF};
@@ -237,28 +237,27 @@ impl Ipv6UdpRepr {
             .and_then(|u| u.try_into().ok())
             .ok_or_else(too_small)?;
         let udp_len = u16::try_from(UDP_HEADER_LEN + payload_len).map_err(|_| too_long())?;
-        {
-            let mut ip = MutableIpv6Packet::new(ip_bytes).ok_or_else(too_small)?;
-            ip.set_version(6);
-            ip.set_traffic_class(self.traffic_class);
-            ip.set_flow_label(self.flow_label);
-            ip.set_payload_length(ip_payload_len_u16);
-            ip.set_next_header(if self.srh.is_some() {
-                IpNextHeaderProtocol(NEXT_HEADER_ROUTING)
-            } else {
-                IpNextHeaderProtocols::Udp
-            });
-            ip.set_hop_limit(self.hop_limit);
-            ip.set_source(self.src_addr);
-            ip.set_destination(self.dst_addr);
-        }
-        {
-            let mut udp = MutableUdpPacket::new(udp_header).ok_or_else(too_small)?;
-            udp.set_source(self.src_port);
-            udp.set_destination(self.dst_port);
-            udp.set_length(udp_len);
-            udp.set_checksum(0);
-        }
+        // Written byte by byte (RFC 8200 section 3, RFC 768): every header byte is set, as
+        // pnet's setters would set them, in a few stores instead of field-by-field
+        // read-modify-writes (this runs for every frame a simulated host sends).
+        let ip: &mut [u8; IPV6_HEADER_LEN] = ip_bytes.try_into().map_err(|_| too_small())?;
+        let vtf = (6u32 << 28)
+            | (u32::from(self.traffic_class) << 20)
+            | (self.flow_label & FLOW_LABEL_MAX);
+        ip[0..4].copy_from_slice(&vtf.to_be_bytes());
+        ip[4..6].copy_from_slice(&ip_payload_len_u16.to_be_bytes());
+        ip[6] = if self.srh.is_some() {
+            NEXT_HEADER_ROUTING
+        } else {
+            IpNextHeaderProtocols::Udp.0
+        };
+        ip[7] = self.hop_limit;
+        ip[8..24].copy_from_slice(&self.src_addr.octets());
+        ip[24..40].copy_from_slice(&self.dst_addr.octets());
+        udp_header[0..2].copy_from_slice(&self.src_port.to_be_bytes());
+        udp_header[2..4].copy_from_slice(&self.dst_port.to_be_bytes());
+        udp_header[4..6].copy_from_slice(&udp_len.to_be_bytes());
+        udp_header[6..8].copy_from_slice(&[0, 0]);
         let checksum = super::checksum::udp_ipv6_checksum_summed(
             udp_header,
             payload,

@@ -140,7 +140,12 @@ pub fn header(b: &[u8]) -> Header {
 /// payload starts (or holds the whole frame, when it does not parse that far) and `payload`
 /// holds the UDP payload, or at least its first [`HEADER_PAYLOAD_BYTES`].
 pub fn header_split(head: &[u8], payload: &[u8]) -> Header {
-    let info = inspect(head);
+    header_of(inspect(head), head, payload)
+}
+
+/// [`header_split`] of a frame whose forwarding fields `info` (what [`inspect`] returns
+/// for `head`) are already known.
+pub fn header_of(info: Option<FrameInfo>, head: &[u8], payload: &[u8]) -> Header {
     let (data, trimmed) = match info.and(bth_opcode_psn(payload)) {
         Some((op, _)) => (
             mrc_transport::wire::Opcode::from(op).is_data(),

@@ -164,7 +164,20 @@ pub fn build_headers(
         frame::set_dst(head, d);
     }
     debug_assert!(head.len() > ETH_LEN);
-    Some(frame::header_split(head, peek))
+    // The fields just written, without reading them back ([`frame::header_split`] of the
+    // bytes, as debug builds check): the wire destination is the one patched in or the
+    // packet's (with an SRH, its active segment), the UDP header ends the head.
+    let info = frame::FrameInfo {
+        src: u128::from(repr.packet.src_addr),
+        dst: patch_dst.unwrap_or_else(|| u128::from(repr.packet.dst_addr)),
+        srh_off: repr.packet.srh.is_some().then_some(frame::EXT_OFF as u16),
+        udp_off: u16::try_from(head.len().checked_sub(8)?).ok()?,
+        src_port: sport,
+        dst_port: MRC_UDP_PORT,
+    };
+    let hdr = frame::header_of(Some(info), head, peek);
+    debug_assert_eq!(hdr, frame::header_split(head, peek));
+    Some(hdr)
 }
 
 /// Hasher of the QPN table: Fibonacci hashing (one multiply by 2^64 / phi, Knuth, TAOCP

@@ -285,16 +285,33 @@ struct Receiver<'a> {
 impl Receiver<'_> {
     /// Host `h` receives frame `f`: parsed, then handed to the endpoint owning its QPN
     /// (counted as a bad or unclaimed frame otherwise).
-    fn deliver_frame(self, f: &FrameBuf, check: ChecksumCheck) {
+    ///
+    /// `built`: the frame's fields when the simulator emitted its bytes itself (a host's
+    /// framing or a switch's trim, checksum known, no byte rewritten since but the ECN
+    /// bits): such a frame parses by construction, and its UDP source port, traffic class
+    /// and payload are read at the offsets its fields give instead of parsing it again
+    /// (debug builds parse it too and check that both agree). Any other frame (injected,
+    /// corrupted, SRv6-rewritten) is parsed in full with `check`.
+    fn deliver_frame(self, f: &FrameBuf, built: Option<frame::FrameInfo>, check: ChecksumCheck) {
         let (h, now, host) = (self.h, self.now_ns, self.host);
-        // A frame kept whole in its head (it does not parse as far as a UDP payload) is
-        // parsed whole, for the same typed error.
-        let parsed = if f.payload().is_empty() {
-            EthernetFrameRepr::parse_with(f.head(), check)
-        } else {
-            EthernetFrameRepr::parse_split(f.head(), f.payload(), check)
+        let parsed = || {
+            // A frame kept whole in its head (it does not parse as far as a UDP payload)
+            // is parsed whole, for the same typed error.
+            if f.payload().is_empty() {
+                EthernetFrameRepr::parse_with(f.head(), check)
+            } else {
+                EthernetFrameRepr::parse_split(f.head(), f.payload(), check)
+            }
+            .map(|(repr, payload)| (repr.packet.src_port, repr.packet.traffic_class, payload))
         };
-        let Ok((repr, payload)) = parsed else {
+        let fields = match built.and_then(|i| built_fields(f, &i)) {
+            Some(fast) => {
+                debug_assert_eq!(Ok(fast), parsed(), "a built frame's fields read in place");
+                Ok(fast)
+            }
+            None => parsed(),
+        };
+        let Ok((src_port, traffic_class, payload)) = fields else {
             host.rx_bad_frames += 1;
             return;
         };
@@ -312,8 +329,8 @@ impl Receiver<'_> {
             return;
         };
         let e = &mut host.endpoints[ep];
-        let ev = ev_of_port(repr.packet.src_port);
-        let ecn = Ecn::from_bits(repr.packet.traffic_class);
+        let ev = ev_of_port(src_port);
+        let ecn = Ecn::from_bits(traffic_class);
         // Receiver-side arrival order of untrimmed data PSNs.
         let bth = mrc_transport::wire::Bth::new_checked(payload).ok();
         if let Some(b) = bth.filter(|b| b.opcode().is_data() && !b.trimmed()) {
@@ -327,6 +344,24 @@ impl Receiver<'_> {
             while e.conn.poll_completion().is_some() {}
         }
     }
+}
+
+/// The UDP source port, IPv6 traffic class and UDP payload of frame `f`, which the
+/// simulator emitted itself (see [`Receiver::deliver_frame`]) and whose fields are `info`:
+/// read where `info` says they are, as a parse of it would return them. `None` when the
+/// bytes are not where `info` places them (never for a built frame: then it is parsed).
+fn built_fields<'a>(f: &'a FrameBuf, info: &frame::FrameInfo) -> Option<(u16, u8, &'a [u8])> {
+    let head = f.head();
+    let udp_off = usize::from(info.udp_off);
+    // A built frame's head ends with its UDP header; its payload is the UDP payload.
+    if head.len() != udp_off + 8 {
+        return None;
+    }
+    let tc = head.get(frame::IPV6_OFF..frame::IPV6_OFF + 2)?;
+    let traffic_class = (tc[0] << 4) | (tc[1] >> 4);
+    let udp_len = usize::from(u16::from_be_bytes([head[udp_off + 4], head[udp_off + 5]]));
+    let payload = f.payload().get(..udp_len.checked_sub(8)?)?;
+    Some((info.src_port, traffic_class, payload))
 }
 
 /// The next frame of port `p` with PFC on at `now_ns`: from the priority queue alone
@@ -1262,9 +1297,14 @@ impl Simulator {
     pub fn run_events(&mut self, progress: &mut dyn FnMut(Progress)) {
         // The egress port `prefetch_ahead` found for the event after the current one.
         let mut hint: Option<EgressHint> = None;
+        // Read once: no event changes the configuration or adds a flow. (0: no stop time.)
+        let stop_ns = Some(self.cfg.stop_ns)
+            .filter(|&t| t > 0)
+            .unwrap_or(u64::MAX);
+        let flows = self.flows.len() as u32;
         while let Some(e) = self.q.pop() {
-            if self.cfg.stop_ns > 0 && e.time_ns > self.cfg.stop_ns {
-                self.now_ns = self.cfg.stop_ns;
+            if e.time_ns > stop_ns {
+                self.now_ns = stop_ns;
                 break;
             }
             self.now_ns = e.time_ns;
@@ -1301,7 +1341,7 @@ impl Simulator {
             if self.counters.events & 0xFFFF == 0 {
                 progress(self.progress());
             }
-            if !self.flows.is_empty() && self.flows_done as usize == self.flows.len() {
+            if flows != 0 && self.flows_done == flows {
                 break;
             }
         }
@@ -1852,7 +1892,8 @@ impl Simulator {
             flows_done,
             now_ns: *now_ns,
         };
-        rx.deliver_frame(&p.frame, check);
+        let built = p.hdr.info.filter(|_| p.checksum_known && !p.corrupted);
+        rx.deliver_frame(&p.frame, built, check);
         self.release(pkt);
         self.host_activity(h);
     }
