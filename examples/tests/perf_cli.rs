@@ -643,7 +643,13 @@ fn server_checks_the_clients_parameters_answers_the_reason_and_keeps_waiting() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(server.wait().unwrap().success());
+    let status = server.wait().unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut err, &mut rest).unwrap();
+    assert!(
+        status.success(),
+        "server: {status}; its stderr after the checks:\n{rest}"
+    );
 }
 
 /// Strangers on the server's TCP port (issue 17): connect-and-close (20 at once),
