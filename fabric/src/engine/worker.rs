@@ -255,6 +255,20 @@ impl<D: Datapath> Worker<D> {
     ) -> Result<Connected, EngineError> {
         let info = self.local_info(qpn)?;
         let (remote, udp, stream) = bootstrap::exchange_until(stream, &info, until)?;
+        self.finish_bootstrap(qpn, remote, udp, stream, until)
+    }
+
+    /// Connects QP `qpn` to the peer the bootstrap exchange named and sends it this side's
+    /// source ports (the shared tail of [`Worker::connect_on_until`] and
+    /// [`Worker::connect_tcp`]).
+    fn finish_bootstrap(
+        &mut self,
+        qpn: u32,
+        remote: QpInfo,
+        udp: SocketAddr,
+        stream: TcpStream,
+        until: Instant,
+    ) -> Result<Connected, EngineError> {
         let me = std::cell::RefCell::new(self);
         finish_bootstrap_with(
             remote,
@@ -298,15 +312,7 @@ impl<D: Datapath> Worker<D> {
     ) -> Result<Connected, EngineError> {
         let until = Instant::now() + timeout;
         let (remote, udp, stream) = bootstrap::connect(server, &self.local_info(qpn)?, timeout)?;
-        let me = std::cell::RefCell::new(self);
-        finish_bootstrap_with(
-            remote,
-            udp,
-            stream,
-            until,
-            |r, u| me.borrow_mut().connect(qpn, r, u),
-            |p| me.borrow_mut().set_peer_source_ports(qpn, p),
-        )
+        self.finish_bootstrap(qpn, remote, udp, stream, until)
     }
 
     /// Accepts one bootstrap connection on `listener` for QP `qpn` (as
