@@ -240,7 +240,7 @@ pub struct TestOpts {
     /// over channels) or `caller` (the test thread polls the datapath, runs the timers
     /// and fills the CQs itself, busy-polling; `--fabric udp` only; `--cpu` pins an engine
     /// thread, so it pins nothing here). Both ends use the client's choice [default:
-    /// caller for --test lat, thread for bw].
+    /// caller for --test lat over --fabric udp, thread otherwise].
     #[arg(long = "progress", value_enum, global = true)]
     pub progress: Option<ProgressMode>,
     /// Cap the sending rate, Gb/s (10^9 bits/s of message bytes).
@@ -761,9 +761,11 @@ impl TestOpts {
             srv6_via: self.srv6_via,
             steering: super::srv6::Steering::default(),
             spin_us: self.spin_us,
-            progress: self.progress.unwrap_or(match self.test {
-                TestKind::Lat => ProgressMode::Caller,
-                TestKind::Bw => ProgressMode::Thread,
+            // caller progress drives the UDP datapath only: the verbs fabric keeps its
+            // engine thread by default (the Soft-RoCE lab's --test lat runs showed it)
+            progress: self.progress.unwrap_or(match (self.test, self.fabric) {
+                (TestKind::Lat, Fabric::Udp) => ProgressMode::Caller,
+                _ => ProgressMode::Thread,
             }),
             fabric: self.fabric,
             min_rto_us: self.min_rto_us,
@@ -968,6 +970,13 @@ mod progress_and_verify_tests {
         );
         assert_eq!(
             params(&["--test", "lat", "--progress", "thread"])
+                .unwrap()
+                .progress,
+            ProgressMode::Thread
+        );
+        // caller progress drives UDP only: lat over verbs keeps the engine thread
+        assert_eq!(
+            params(&["--test", "lat", "--fabric", "verbs"])
                 .unwrap()
                 .progress,
             ProgressMode::Thread
