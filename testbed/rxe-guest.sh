@@ -134,6 +134,16 @@ server_client() {
     vmsgs=$n
     vbytes=$((n * what))
   fi
+  # Bounded: a client that failed before connecting leaves the server waiting for good.
+  i=0
+  while kill -0 $spid 2>/dev/null && [ $i -lt 300 ]; do
+    sleep 0.1
+    i=$((i + 1))
+  done
+  if kill -0 $spid 2>/dev/null; then
+    kill $spid
+    echo "rxe-guest: the server still ran 30 s after its client ended: killed" >>$W/$name.server.err
+  fi
   wait $spid
   src=$?
   cat $W/$name.server.out $W/$name.server.err >&2
