@@ -12,6 +12,11 @@ TESTS=/lab/tests
 DEV=rxe0
 W=/tmp/w
 mkdir -p $W
+# The test binaries run mrc-perf from the host's build path (CARGO_BIN_EXE_mrc-perf).
+if [ -f /lab/perf_bin_path ]; then
+  p=$(cat /lab/perf_bin_path)
+  mkdir -p "$(dirname "$p")" && ln -sf $PERF "$p"
+fi
 NCHECKS=0
 # Debian's static busybox runs its own applets before anything on PATH (tc, ip, modprobe
 # are applets too): the real tools by their paths.

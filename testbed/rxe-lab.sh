@@ -256,9 +256,10 @@ make_initrd() {
     name=$(basename "$b" | sed 's/-[0-9a-f]\{16\}$//')
     strip --strip-debug -o "$o/lab/tests/$name" "$b"
   done
-  # perf_verbs.rs runs mrc-perf from the path cargo compiled into it (CARGO_BIN_EXE).
-  mkdir -p "$o$TARGET_DIR/debug"
-  ln -s /lab/bin/mrc-perf "$o$TARGET_DIR/debug/mrc-perf"
+  # perf_verbs.rs runs mrc-perf from the path cargo compiled into it (CARGO_BIN_EXE). The
+  # guest links it there at start (guest.sh): a path under /tmp (a clone in /tmp) would be
+  # hidden by the tmpfs the guest's init mounts on /tmp.
+  echo "$TARGET_DIR/debug/mrc-perf" >"$o/lab/perf_bin_path"
   cp testbed/rxe-guest.sh "$o/lab/guest.sh"
   if [ -n "$USER_SCRIPT" ]; then cp "$USER_SCRIPT" "$o/lab/user.sh"; fi
   # Host libraries the rootfs does not have (same Debian release: normally none).
