@@ -527,13 +527,7 @@ pub fn pfc_spread(seed: u64, progress: ProgressFn<'_>) -> Result<ResultTable, Ex
             shares.push(share);
         }
         // Where the PAUSE frames landed: spine ports (1 hop), leaf uplinks (2), host NICs (3).
-        let rx = |f: &dyn Fn(&str, &str) -> bool| -> u64 {
-            r.pfc
-                .iter()
-                .filter(|p| f(&p.node, &p.peer))
-                .map(|p| p.stats.pauses_received)
-                .sum()
-        };
+        let rx = |f: &dyn Fn(&str, &str) -> bool| pauses_received_where(&r.pfc, f);
         let tiers = [
             rx(&|n, _| n.starts_with("spine")),
             rx(&|n, p| n.starts_with("leaf") && p.starts_with("spine")),
@@ -999,13 +993,7 @@ pub fn pfc_storm(seed: u64, progress: ProgressFn<'_>) -> Result<ResultTable, Exp
             );
             i += n;
         }
-        let rx = |f: &dyn Fn(&str, &str) -> bool| -> u64 {
-            r.pfc
-                .iter()
-                .filter(|p| f(&p.node, &p.peer))
-                .map(|p| p.stats.pauses_received)
-                .sum()
-        };
+        let rx = |f: &dyn Fn(&str, &str) -> bool| pauses_received_where(&r.pfc, f);
         // Tiers from the stuck host: leaf0's port to it (0), the spine ports (1), the
         // leaves' uplinks (2), the other hosts' NICs (3).
         let tiers = [
@@ -1106,6 +1094,18 @@ pub fn pfc_storm(seed: u64, progress: ProgressFn<'_>) -> Result<ResultTable, Exp
         }
     }
     Ok(t)
+}
+
+/// PAUSE frames received by the ports whose (node, peer) names `keep` accepts.
+fn pauses_received_where(
+    ports: &[mrc_fabric::sim::pfc::PfcPortReport],
+    keep: &dyn Fn(&str, &str) -> bool,
+) -> u64 {
+    ports
+        .iter()
+        .filter(|p| keep(&p.node, &p.peer))
+        .map(|p| p.stats.pauses_received)
+        .sum()
 }
 
 #[cfg(test)]

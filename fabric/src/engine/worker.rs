@@ -374,17 +374,7 @@ impl<D: Datapath> Worker<D> {
         remote_addr: u64,
         rkey: u32,
     ) -> Result<(), PostError> {
-        self.check_sge(qpn, &sge, None)?;
-        self.post(
-            qpn,
-            Wr::Write {
-                wr_id,
-                sge,
-                remote_addr,
-                rkey,
-                imm: None,
-            },
-        )
+        self.post_write_imm(qpn, wr_id, sge, remote_addr, rkey, None)
     }
 
     /// Posts an RDMA WRITE with immediate data on QP `qpn`.
@@ -400,6 +390,19 @@ impl<D: Datapath> Worker<D> {
         rkey: u32,
         imm: u32,
     ) -> Result<(), PostError> {
+        self.post_write_imm(qpn, wr_id, sge, remote_addr, rkey, Some(imm))
+    }
+
+    /// The RDMA WRITE of [`Worker::post_write`], with immediate data when `imm` is given.
+    fn post_write_imm(
+        &mut self,
+        qpn: u32,
+        wr_id: u64,
+        sge: Sge,
+        remote_addr: u64,
+        rkey: u32,
+        imm: Option<u32>,
+    ) -> Result<(), PostError> {
         self.check_sge(qpn, &sge, None)?;
         self.post(
             qpn,
@@ -408,7 +411,7 @@ impl<D: Datapath> Worker<D> {
                 sge,
                 remote_addr,
                 rkey,
-                imm: Some(imm),
+                imm,
             },
         )
     }
