@@ -76,6 +76,14 @@ impl<D: Datapath> Worker<D> {
         }
     }
 
+    /// The datapath itself, for traffic of the embedding's own before a QP is connected
+    /// (e.g. an in-band rendezvous on the same UD QPs). Datagrams it takes with
+    /// [`Datapath::rx_burst`] never reach the engine: call it only while no QP of this
+    /// worker expects any.
+    pub fn datapath_mut(&mut self) -> &mut D {
+        &mut self.engine.dp
+    }
+
     /// Address of the receive socket (what peers send to).
     pub fn udp_addr(&self) -> SocketAddr {
         self.engine.dp.local_addr()

@@ -1,0 +1,31 @@
+//! `lib_mrc.so`: OCP MRC 1.0's application API (`mrc.h`, published with the OCP MRC 1.0
+//! specification) implemented in software on mrc's transport over the RDMA UD datapath of
+//! [`mrc_fabric::verbs`], so a program written for an MRC NIC runs on any verbs device,
+//! Soft-RoCE included. The declarations are the project's own
+//! (`fabric/ocp-mrc/include/mrc.h`), written to the published ABI: the same struct
+//! layouts, enum values and function signatures, so a program compiled against the
+//! published header links this library unchanged. docs/OCP_MRC.md lists every call.
+//!
+//! Layout:
+//! - [`abi`]: the ABI's values (versions, masks, capabilities, limits) and the
+//!   `#[repr(C)]` structs that need no libibverbs type;
+//! - [`state`]: the QP state machine of `mrc_modify_qp` and the mapping of `mrc_qp_attr`
+//!   onto the transport's parameters (pure, tested on any host);
+//! - [`wire`]: the two messages the library adds on top of the transport (the placement
+//!   header of every WRITE chunk, the in-band rendezvous);
+//! - `ffi` and `runtime` (feature `verbs`): the exported C functions and the QP runtime
+//!   (UD datapath, caller-progress [`mrc_fabric::engine::Worker`] driven by one progress
+//!   thread per QP, device-checked placement through a loopback RC QP).
+//!
+//! No panic crosses the C boundary: every exported function runs its body under
+//! `catch_unwind` and answers a panic with `EIO`.
+#![warn(missing_docs)]
+
+pub mod abi;
+pub mod state;
+pub mod wire;
+
+#[cfg(feature = "verbs")]
+pub mod ffi;
+#[cfg(feature = "verbs")]
+mod runtime;

@@ -1,0 +1,541 @@
+//! The QP state machine of `mrc_modify_qp` and the mapping of `struct mrc_qp_attr` onto
+//! the transport's parameters. Pure: no device, no clock; the runtime applies what this
+//! module decides.
+//!
+//! Transitions (as `ibv_modify_qp` on an RC QP, with MRC 1.0's attribute table):
+//!
+//! ```text
+//! RESET -> INIT   ibv: STATE [PKEY_INDEX PORT ACCESS_FLAGS]   mrc: HINT EV_PROFILE_ID CC_PROFILE_ID
+//! INIT  -> INIT   as above
+//! INIT  -> RTR    ibv: STATE AV DEST_QPN [PATH_MTU RQ_PSN]     mrc: MAX_WIMM_DEST MPR_DEST CAP
+//! RTR   -> RTS    ibv: STATE [SQ_PSN]                          mrc: MAX_WIMM MPR RETRY_CNT TIMEOUT
+//! RTS   -> RTS    ibv: STATE                                   mrc: MAX_WIMM MPR RETRY_CNT TIMEOUT
+//! any   -> RESET, any -> ERR
+//! ```
+//!
+//! `MRC_QP_VENDOR_CFG` is accepted with any transition (stored, not interpreted). The
+//! ibv attributes `mrc.h` lists as not supported (PORT, TIMEOUT, RETRY_CNT, RNR_RETRY,
+//! MIN_RNR_TIMER, MAX_QP_RD_ATOMIC, MAX_DEST_RD_ATOMIC) are accepted and ignored, because
+//! the published example programs pass several of them (`IBV_QP_PORT` at INIT,
+//! `IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY` at RTS) and must run unchanged;
+//! ALT_PATH and PATH_MIG_STATE (no alternate path on a multipath transport), QKEY, CAP and
+//! RATE_LIMIT are refused with `EINVAL`.
+
+use crate::abi::{attr_mask as m, limits, qp_cap};
+
+/// `enum ibv_qp_attr_mask` bits (libibverbs `verbs.h`).
+pub mod ibv_mask {
+    /// `IBV_QP_STATE`.
+    pub const STATE: u32 = 1 << 0;
+    /// `IBV_QP_CUR_STATE`.
+    pub const CUR_STATE: u32 = 1 << 1;
+    /// `IBV_QP_EN_SQD_ASYNC_NOTIFY`.
+    pub const EN_SQD_ASYNC_NOTIFY: u32 = 1 << 2;
+    /// `IBV_QP_ACCESS_FLAGS`.
+    pub const ACCESS_FLAGS: u32 = 1 << 3;
+    /// `IBV_QP_PKEY_INDEX`.
+    pub const PKEY_INDEX: u32 = 1 << 4;
+    /// `IBV_QP_PORT`.
+    pub const PORT: u32 = 1 << 5;
+    /// `IBV_QP_QKEY`.
+    pub const QKEY: u32 = 1 << 6;
+    /// `IBV_QP_AV`.
+    pub const AV: u32 = 1 << 7;
+    /// `IBV_QP_PATH_MTU`.
+    pub const PATH_MTU: u32 = 1 << 8;
+    /// `IBV_QP_TIMEOUT`.
+    pub const TIMEOUT: u32 = 1 << 9;
+    /// `IBV_QP_RETRY_CNT`.
+    pub const RETRY_CNT: u32 = 1 << 10;
+    /// `IBV_QP_RNR_RETRY`.
+    pub const RNR_RETRY: u32 = 1 << 11;
+    /// `IBV_QP_RQ_PSN`.
+    pub const RQ_PSN: u32 = 1 << 12;
+    /// `IBV_QP_MAX_QP_RD_ATOMIC`.
+    pub const MAX_QP_RD_ATOMIC: u32 = 1 << 13;
+    /// `IBV_QP_ALT_PATH`.
+    pub const ALT_PATH: u32 = 1 << 14;
+    /// `IBV_QP_MIN_RNR_TIMER`.
+    pub const MIN_RNR_TIMER: u32 = 1 << 15;
+    /// `IBV_QP_SQ_PSN`.
+    pub const SQ_PSN: u32 = 1 << 16;
+    /// `IBV_QP_MAX_DEST_RD_ATOMIC`.
+    pub const MAX_DEST_RD_ATOMIC: u32 = 1 << 17;
+    /// `IBV_QP_PATH_MIG_STATE`.
+    pub const PATH_MIG_STATE: u32 = 1 << 18;
+    /// `IBV_QP_CAP`.
+    pub const CAP: u32 = 1 << 19;
+    /// `IBV_QP_DEST_QPN`.
+    pub const DEST_QPN: u32 = 1 << 20;
+    /// Accepted and ignored at any transition (see the module doc).
+    pub const IGNORED: u32 = PORT
+        | TIMEOUT
+        | RETRY_CNT
+        | RNR_RETRY
+        | MIN_RNR_TIMER
+        | MAX_QP_RD_ATOMIC
+        | MAX_DEST_RD_ATOMIC
+        | EN_SQD_ASYNC_NOTIFY;
+}
+
+/// `enum ibv_qp_state`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QpState {
+    /// `IBV_QPS_RESET` (0).
+    Reset,
+    /// `IBV_QPS_INIT` (1).
+    Init,
+    /// `IBV_QPS_RTR` (2).
+    Rtr,
+    /// `IBV_QPS_RTS` (3).
+    Rts,
+    /// `IBV_QPS_ERR` (6).
+    Err,
+}
+
+impl QpState {
+    /// The state of an `enum ibv_qp_state` value; `None` for SQD (4), SQE (5) and
+    /// unknown values.
+    pub fn from_ibv(v: u32) -> Option<QpState> {
+        Some(match v {
+            0 => QpState::Reset,
+            1 => QpState::Init,
+            2 => QpState::Rtr,
+            3 => QpState::Rts,
+            6 => QpState::Err,
+            _ => return None,
+        })
+    }
+
+    /// The `enum ibv_qp_state` value.
+    pub fn to_ibv(self) -> u32 {
+        match self {
+            QpState::Reset => 0,
+            QpState::Init => 1,
+            QpState::Rtr => 2,
+            QpState::Rts => 3,
+            QpState::Err => 6,
+        }
+    }
+}
+
+/// What `mrc_modify_qp` is asked, in plain values (the runtime copies them out of
+/// `struct ibv_qp_attr` and `struct mrc_qp_attr`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ModifyRequest {
+    /// `ibv_qp_attr_mask`.
+    pub ibv_mask: u32,
+    /// `ibv_qp_attr.qp_state` (`enum ibv_qp_state`).
+    pub qp_state: u32,
+    /// `ibv_qp_attr.cur_qp_state`.
+    pub cur_qp_state: u32,
+    /// `mrc_qp_attr_mask`.
+    pub mrc_mask: u32,
+    /// The MRC attributes (only the fields `mrc_mask` names are read).
+    pub attr: MrcSettings,
+}
+
+/// The MRC attributes of one QP as the transport applies them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MrcSettings {
+    /// Requestor MPR, units of 128 PSNs.
+    pub mpr: u8,
+    /// Responder MPR, units of 128 PSNs.
+    pub mpr_dest: u8,
+    /// WRITE_WITH_IMM in flight, requestor.
+    pub max_wimm: u16,
+    /// WRITE_WITH_IMM in flight, responder.
+    pub max_wimm_dest: u16,
+    /// ACK timeout exponent.
+    pub timeout: u8,
+    /// Linear retries.
+    pub linear_cnt: u8,
+    /// Exponential retries (25 = infinite).
+    pub exp_cnt: u8,
+    /// EV profile id.
+    pub ev_profile_id: u64,
+    /// CC profile id.
+    pub cc_profile_id: u64,
+    /// `MRC_QP_CAP_*` bits.
+    pub cap: u32,
+}
+
+impl Default for MrcSettings {
+    fn default() -> Self {
+        MrcSettings {
+            mpr: limits::DEFAULT_MPR,
+            mpr_dest: limits::DEFAULT_MPR,
+            max_wimm: limits::DEFAULT_WIMM,
+            max_wimm_dest: limits::DEFAULT_WIMM,
+            timeout: limits::DEFAULT_TIMEOUT,
+            linear_cnt: limits::DEFAULT_LINEAR_RETRY,
+            exp_cnt: limits::DEFAULT_EXP_RETRY,
+            ev_profile_id: 0,
+            cc_profile_id: 0,
+            cap: 0,
+        }
+    }
+}
+
+/// MRC attributes each target state may set (`MRC_QP_VENDOR_CFG` with any).
+pub fn mrc_mask_allowed(to: QpState) -> u32 {
+    m::VENDOR_CFG
+        | match to {
+            QpState::Init => m::HINT | m::EV_PROFILE_ID | m::CC_PROFILE_ID,
+            QpState::Rtr => m::MAX_WIMM_DEST | m::MPR_DEST | m::CAP,
+            QpState::Rts => m::MAX_WIMM | m::MPR | m::RETRY_CNT | m::TIMEOUT,
+            QpState::Reset | QpState::Err => 0,
+        }
+}
+
+/// ibv attributes each transition may carry, besides [`ibv_mask::IGNORED`].
+fn ibv_allowed(from: QpState, to: QpState) -> u32 {
+    use ibv_mask::*;
+    STATE
+        | CUR_STATE
+        | match (from, to) {
+            (QpState::Reset | QpState::Init, QpState::Init) => PKEY_INDEX | ACCESS_FLAGS,
+            (QpState::Init, QpState::Rtr) => {
+                AV | DEST_QPN | PATH_MTU | RQ_PSN | PKEY_INDEX | ACCESS_FLAGS
+            }
+            (QpState::Rtr, QpState::Rts) => SQ_PSN | ACCESS_FLAGS,
+            (QpState::Rts, QpState::Rts) => ACCESS_FLAGS,
+            _ => 0,
+        }
+}
+
+/// ibv attributes a transition requires.
+fn ibv_required(from: QpState, to: QpState) -> u32 {
+    use ibv_mask::*;
+    match (from, to) {
+        (QpState::Init, QpState::Rtr) => AV | DEST_QPN,
+        _ => 0,
+    }
+}
+
+/// Why a modify is refused: the errno `mrc_modify_qp` returns (and sets).
+pub type Errno = i32;
+
+/// The outcome of a valid modify: the new state and the settings in force.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Modified {
+    /// State after the call.
+    pub state: QpState,
+    /// Settings after the call.
+    pub settings: MrcSettings,
+}
+
+/// Checks `req` against the QP in state `cur` with settings `now`; returns what results
+/// or the errno (`EINVAL` for a bad transition, a missing or refused attribute, an out of
+/// range value or an unknown profile id; `EOPNOTSUPP` for a capability this provider
+/// lacks). Without `IBV_QP_STATE` only RTS may be modified in place (RTS -> RTS).
+pub fn check_modify(cur: QpState, now: MrcSettings, req: &ModifyRequest) -> Result<Modified, Errno> {
+    use ibv_mask::*;
+    let to = if req.ibv_mask & STATE != 0 {
+        QpState::from_ibv(req.qp_state).ok_or(libc::EINVAL)?
+    } else {
+        cur
+    };
+    if req.ibv_mask & CUR_STATE != 0 && QpState::from_ibv(req.cur_qp_state) != Some(cur) {
+        return Err(libc::EINVAL);
+    }
+    if matches!(to, QpState::Reset | QpState::Err) {
+        // Anything goes to RESET or ERR; no attribute but the state matters.
+        return Ok(Modified {
+            state: to,
+            settings: if to == QpState::Reset {
+                MrcSettings::default()
+            } else {
+                now
+            },
+        });
+    }
+    let legal = matches!(
+        (cur, to),
+        (QpState::Reset, QpState::Init)
+            | (QpState::Init, QpState::Init)
+            | (QpState::Init, QpState::Rtr)
+            | (QpState::Rtr, QpState::Rts)
+            | (QpState::Rts, QpState::Rts)
+    );
+    if !legal {
+        return Err(libc::EINVAL);
+    }
+    let extra = req.ibv_mask & !(ibv_allowed(cur, to) | IGNORED);
+    if extra != 0 {
+        return Err(libc::EINVAL);
+    }
+    let need = ibv_required(cur, to);
+    if req.ibv_mask & need != need {
+        return Err(libc::EINVAL);
+    }
+    if req.mrc_mask & !m::ALL != 0 || req.mrc_mask & !mrc_mask_allowed(to) != 0 {
+        return Err(libc::EINVAL);
+    }
+    let a = req.attr;
+    let mut s = now;
+    let mpr_ok = |v: u8| v >= 1 && v <= limits::MAX_MPR && v % limits::MPR_RESOLUTION == 0;
+    let wimm_ok = |v: u16| v >= 1 && v <= limits::MAX_WIMM;
+    if req.mrc_mask & m::MPR != 0 {
+        if !mpr_ok(a.mpr) {
+            return Err(libc::EINVAL);
+        }
+        s.mpr = a.mpr;
+    }
+    if req.mrc_mask & m::MPR_DEST != 0 {
+        if !mpr_ok(a.mpr_dest) {
+            return Err(libc::EINVAL);
+        }
+        s.mpr_dest = a.mpr_dest;
+    }
+    if req.mrc_mask & m::MAX_WIMM != 0 {
+        if !wimm_ok(a.max_wimm) {
+            return Err(libc::EINVAL);
+        }
+        s.max_wimm = a.max_wimm;
+    }
+    if req.mrc_mask & m::MAX_WIMM_DEST != 0 {
+        if !wimm_ok(a.max_wimm_dest) {
+            return Err(libc::EINVAL);
+        }
+        s.max_wimm_dest = a.max_wimm_dest;
+    }
+    if req.mrc_mask & m::TIMEOUT != 0 {
+        if a.timeout > limits::MAX_TIMEOUT {
+            return Err(libc::EINVAL);
+        }
+        s.timeout = a.timeout;
+    }
+    if req.mrc_mask & m::RETRY_CNT != 0 {
+        if a.linear_cnt > limits::MAX_LINEAR_RETRY || a.exp_cnt > limits::MAX_EXP_RETRY {
+            return Err(libc::EINVAL);
+        }
+        s.linear_cnt = a.linear_cnt;
+        s.exp_cnt = a.exp_cnt;
+    }
+    // Profiles are programmed by a controller (mrc_ctl.h), which this provider does not
+    // implement yet: only id 0, the provider's default profile, exists.
+    if req.mrc_mask & m::EV_PROFILE_ID != 0 {
+        if a.ev_profile_id != 0 {
+            return Err(libc::EINVAL);
+        }
+        s.ev_profile_id = 0;
+    }
+    if req.mrc_mask & m::CC_PROFILE_ID != 0 {
+        if a.cc_profile_id != 0 {
+            return Err(libc::EINVAL);
+        }
+        s.cc_profile_id = 0;
+    }
+    if req.mrc_mask & m::CAP != 0 {
+        if a.cap & !qp_cap::ALL != 0 {
+            return Err(libc::EINVAL);
+        }
+        if a.cap & qp_cap::DYNAMIC_MPR != 0 {
+            return Err(libc::EOPNOTSUPP);
+        }
+        s.cap = a.cap;
+    }
+    Ok(Modified { state: to, settings: s })
+}
+
+/// One ACK timeout, ns: 1.024 us x 2^`timeout` (`timeout` at most 24).
+pub fn ack_timeout_ns(timeout: u8) -> u64 {
+    1024u64 << timeout.min(limits::MAX_TIMEOUT)
+}
+
+/// The give-up budget of the exactly-once transport, ns: `linear_cnt` retries one ACK
+/// timeout apart, then `exp_cnt` retries with the interval doubling each time
+/// (`T * (linear + 1) + T * (2 + 4 + ... + 2^exp)`); `None` for `exp_cnt` 25 (retry
+/// forever). The transport fails the outstanding work requests with
+/// `IBV_WC_RETRY_EXC_ERR` once the peer has acknowledged nothing for this long.
+pub fn give_up_budget_ns(s: &MrcSettings) -> Option<u64> {
+    if s.exp_cnt >= limits::MAX_EXP_RETRY {
+        return None;
+    }
+    let t = ack_timeout_ns(s.timeout);
+    let linear = t.saturating_mul(u64::from(s.linear_cnt) + 1);
+    // 2 + 4 + ... + 2^exp = 2^(exp + 1) - 2
+    let exp = t.saturating_mul((1u64 << (u32::from(s.exp_cnt) + 1)) - 2);
+    Some(linear.saturating_add(exp))
+}
+
+/// Packets the requestor keeps outstanding: MPR x 128 PSNs.
+pub fn window_packets(mpr: u8) -> u32 {
+    u32::from(mpr) * 128
+}
+
+/// `enum ibv_mtu` as bytes (256 << (v - 1)); `None` outside 1..=5.
+pub fn ibv_mtu_bytes(v: u32) -> Option<u32> {
+    (1..=5).contains(&v).then(|| 256u32 << (v - 1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ibv_mask::*;
+    use super::*;
+
+    fn req(ibv: u32, state: QpState, mrc: u32, attr: MrcSettings) -> ModifyRequest {
+        ModifyRequest {
+            ibv_mask: ibv,
+            qp_state: state.to_ibv(),
+            cur_qp_state: 0,
+            mrc_mask: mrc,
+            attr,
+        }
+    }
+
+    #[test]
+    fn the_example_programs_path_is_accepted() {
+        let d = MrcSettings::default();
+        let init = check_modify(
+            QpState::Reset,
+            d,
+            &req(STATE | PKEY_INDEX | PORT | ACCESS_FLAGS, QpState::Init, 0, d),
+        )
+        .unwrap();
+        assert_eq!(init.state, QpState::Init);
+        let rtr = check_modify(
+            QpState::Init,
+            d,
+            &req(STATE | AV | DEST_QPN | RQ_PSN | PATH_MTU, QpState::Rtr, 0, d),
+        )
+        .unwrap();
+        assert_eq!(rtr.state, QpState::Rtr);
+        let rts = check_modify(
+            QpState::Rtr,
+            d,
+            &req(STATE | SQ_PSN | RETRY_CNT | RNR_RETRY | TIMEOUT, QpState::Rts, 0, d),
+        )
+        .unwrap();
+        assert_eq!(rts.state, QpState::Rts);
+        assert_eq!(rts.settings, d);
+    }
+
+    #[test]
+    fn bad_transitions_and_attributes_are_einval() {
+        let d = MrcSettings::default();
+        // RESET -> RTR skips INIT.
+        assert_eq!(
+            check_modify(QpState::Reset, d, &req(STATE | AV | DEST_QPN, QpState::Rtr, 0, d)),
+            Err(libc::EINVAL)
+        );
+        // RTR without the address vector.
+        assert_eq!(
+            check_modify(QpState::Init, d, &req(STATE | DEST_QPN, QpState::Rtr, 0, d)),
+            Err(libc::EINVAL)
+        );
+        // An alternate path.
+        assert_eq!(
+            check_modify(QpState::Init, d, &req(STATE | ALT_PATH, QpState::Init, 0, d)),
+            Err(libc::EINVAL)
+        );
+        // MPR is an RTS attribute, not an INIT one.
+        assert_eq!(
+            check_modify(QpState::Reset, d, &req(STATE, QpState::Init, m::MPR, d)),
+            Err(libc::EINVAL)
+        );
+        // SQD is not a state this QP has.
+        let mut r = req(STATE, QpState::Init, 0, d);
+        r.qp_state = 4;
+        assert_eq!(check_modify(QpState::Init, d, &r), Err(libc::EINVAL));
+        // CUR_STATE that is not the current state.
+        let mut r = req(STATE | CUR_STATE, QpState::Init, 0, d);
+        r.cur_qp_state = QpState::Rtr.to_ibv();
+        assert_eq!(check_modify(QpState::Reset, d, &r), Err(libc::EINVAL));
+    }
+
+    #[test]
+    fn rts_attributes_are_range_checked_and_applied() {
+        let d = MrcSettings::default();
+        let ok = MrcSettings {
+            mpr: 2,
+            max_wimm: 3,
+            timeout: 10,
+            linear_cnt: 1,
+            exp_cnt: 2,
+            ..d
+        };
+        let mask = m::MPR | m::MAX_WIMM | m::TIMEOUT | m::RETRY_CNT;
+        let r = check_modify(QpState::Rtr, d, &req(STATE, QpState::Rts, mask, ok)).unwrap();
+        assert_eq!((r.settings.mpr, r.settings.max_wimm), (2, 3));
+        assert_eq!(r.settings.timeout, 10);
+        for bad in [
+            MrcSettings { mpr: 0, ..ok },
+            MrcSettings { mpr: 33, ..ok },
+            MrcSettings { max_wimm: 0, ..ok },
+            MrcSettings { max_wimm: 1025, ..ok },
+            MrcSettings { timeout: 25, ..ok },
+            MrcSettings { linear_cnt: 8, ..ok },
+            MrcSettings { exp_cnt: 26, ..ok },
+        ] {
+            assert_eq!(
+                check_modify(QpState::Rtr, d, &req(STATE, QpState::Rts, mask, bad)),
+                Err(libc::EINVAL),
+                "{bad:?}"
+            );
+        }
+        // RTS -> RTS without IBV_QP_STATE changes the window in place.
+        let r2 = check_modify(
+            QpState::Rts,
+            r.settings,
+            &req(0, QpState::Rts, m::MPR, MrcSettings { mpr: 4, ..d }),
+        )
+        .unwrap();
+        assert_eq!((r2.state, r2.settings.mpr), (QpState::Rts, 4));
+    }
+
+    #[test]
+    fn profiles_and_capabilities() {
+        let d = MrcSettings::default();
+        let p = MrcSettings {
+            ev_profile_id: 7,
+            ..d
+        };
+        assert_eq!(
+            check_modify(QpState::Reset, d, &req(STATE, QpState::Init, m::EV_PROFILE_ID, p)),
+            Err(libc::EINVAL)
+        );
+        assert!(check_modify(QpState::Reset, d, &req(STATE, QpState::Init, m::CC_PROFILE_ID, d)).is_ok());
+        let dyn_mpr = MrcSettings {
+            cap: qp_cap::DYNAMIC_MPR,
+            ..d
+        };
+        let rtr = STATE | AV | DEST_QPN;
+        assert_eq!(
+            check_modify(QpState::Init, d, &req(rtr, QpState::Rtr, m::CAP, dyn_mpr)),
+            Err(libc::EOPNOTSUPP)
+        );
+        let no_trim = MrcSettings {
+            cap: qp_cap::TRIM_NACK_DEST_UNSUPPORTED,
+            ..d
+        };
+        let r = check_modify(QpState::Init, d, &req(rtr, QpState::Rtr, m::CAP, no_trim)).unwrap();
+        assert_eq!(r.settings.cap, qp_cap::TRIM_NACK_DEST_UNSUPPORTED);
+    }
+
+    #[test]
+    fn budget_and_window_arithmetic() {
+        assert_eq!(ack_timeout_ns(0), 1024);
+        assert_eq!(ack_timeout_ns(24), 17_179_869_184);
+        let s = MrcSettings {
+            timeout: 10,
+            linear_cnt: 2,
+            exp_cnt: 3,
+            ..MrcSettings::default()
+        };
+        // T = 1_048_576 ns; 3 T + (2 + 4 + 8) T = 17 T.
+        assert_eq!(give_up_budget_ns(&s), Some(17 * 1_048_576));
+        let inf = MrcSettings { exp_cnt: 25, ..s };
+        assert_eq!(give_up_budget_ns(&inf), None);
+        // The defaults: T = 16_777_216 ns, 8 T + 510 T.
+        assert_eq!(
+            give_up_budget_ns(&MrcSettings::default()),
+            Some(518 * 16_777_216)
+        );
+        assert_eq!(window_packets(8), 1024);
+        assert_eq!(ibv_mtu_bytes(5), Some(4096));
+        assert_eq!(ibv_mtu_bytes(1), Some(256));
+        assert_eq!(ibv_mtu_bytes(0), None);
+    }
+}

@@ -1,0 +1,275 @@
+//! The two messages `lib_mrc.so` adds on top of mrc's transport.
+//!
+//! **Placement header.** An MRC RDMA WRITE names the application's own `ibv_reg_mr`
+//! region (address, rkey) at the responder, which the responder's transport does not
+//! know. The requestor therefore sends every WRITE as transport SENDs of at most
+//! [`CHUNK_BYTES`] payload, each led by this header; the responder receives them into its
+//! own staging buffers and has the device place the payload (a loopback RDMA WRITE to the
+//! named address and rkey, see docs/OCP_MRC.md): the packet names the target, the device's
+//! MR check decides. Network byte order:
+//!
+//! ```text
+//!  0                   1                   2                   3
+//!  0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1
+//! +---------------------------------------------------------------+
+//! |                     magic "MRCW" (0x4d524357)                 |  0
+//! +---------------+-----------------------------------------------+
+//! |     flags     |                 reserved 0                    |  4
+//! +---------------+-----------------------------------------------+
+//! |                  remote address of this chunk (64)            |  8
+//! +---------------------------------------------------------------+
+//! |                        rkey (32)                              | 16
+//! +---------------------------------------------------------------+
+//! |          immediate data (32, as the application gave it)      | 20
+//! +---------------------------------------------------------------+
+//! |                message length, bytes (32)                     | 24
+//! +---------------------------------------------------------------+
+//! |                        reserved 0                             | 28
+//! +---------------------------------------------------------------+
+//! flags: bit 0 IMM (the message carries immediate data), bit 1 LAST (last chunk).
+//! ```
+//!
+//! **Rendezvous (hello).** `mrc_modify_qp` gives only the peer's GID and QPN; mrc's
+//! connection needs the peer's UD endpoint (all its UD QPNs, Q_Key) and its transport
+//! parameters (QPN, initial PSN, generation, window, MTU). At RTS each side sends a hello
+//! to the peer's first UD QP (the QPN `mrc_get_qpn` reported) until it has heard one:
+//!
+//! ```text
+//! | magic "MRCH" | version 1 | flags (bit 0 HEARD) | endpoint len (16) |
+//! | endpoint (verbs::addr encoding) | qp info len (16) | qp info (bootstrap encoding) |
+//! ```
+//!
+//! Every field of both is checked before use (they come from the network).
+
+use mrc_fabric::engine::bootstrap::QpInfo;
+use mrc_fabric::verbs::addr::EndpointAddr;
+
+/// "MRCW".
+pub const WRITE_MAGIC: u32 = 0x4d52_4357;
+/// Bytes of the placement header.
+pub const WRITE_HEADER_BYTES: usize = 32;
+/// Largest payload of one chunk (one transport SEND), bytes.
+pub const CHUNK_BYTES: usize = 16384;
+/// Flag: the message carries immediate data.
+pub const FLAG_IMM: u8 = 1 << 0;
+/// Flag: last chunk of the message.
+pub const FLAG_LAST: u8 = 1 << 1;
+
+/// "MRCH".
+pub const HELLO_MAGIC: u32 = 0x4d52_4348;
+/// Hello version.
+pub const HELLO_VERSION: u8 = 1;
+/// Flag: the sender has heard the receiver's hello.
+pub const HELLO_HEARD: u8 = 1 << 0;
+/// Largest hello accepted, bytes.
+pub const MAX_HELLO_BYTES: usize = 4096;
+
+/// One chunk's placement header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WriteHeader {
+    /// `FLAG_*` bits.
+    pub flags: u8,
+    /// Target address of this chunk's first byte.
+    pub remote_addr: u64,
+    /// rkey of the application's MR at the responder.
+    pub rkey: u32,
+    /// Immediate data as the application gave it (network order, passed through).
+    pub imm: u32,
+    /// Length of the whole message, bytes.
+    pub msg_len: u32,
+}
+
+/// Why a chunk or hello is refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WireError {
+    /// Shorter than its fixed part.
+    Short,
+    /// Not our magic.
+    BadMagic,
+    /// Unknown version or flags.
+    BadField,
+    /// A length that does not match the bytes.
+    BadLength,
+}
+
+impl WriteHeader {
+    /// The encoded header.
+    pub fn encode(&self) -> [u8; WRITE_HEADER_BYTES] {
+        let mut b = [0u8; WRITE_HEADER_BYTES];
+        b[0..4].copy_from_slice(&WRITE_MAGIC.to_be_bytes());
+        b[4] = self.flags;
+        b[8..16].copy_from_slice(&self.remote_addr.to_be_bytes());
+        b[16..20].copy_from_slice(&self.rkey.to_be_bytes());
+        b[20..24].copy_from_slice(&self.imm.to_be_bytes());
+        b[24..28].copy_from_slice(&self.msg_len.to_be_bytes());
+        b
+    }
+
+    /// Parses a received chunk of `b.len()` bytes; returns the header and the payload
+    /// length (at most [`CHUNK_BYTES`]).
+    ///
+    /// # Errors
+    /// [`WireError`] for a short chunk, another magic, unknown flags or a payload above
+    /// [`CHUNK_BYTES`] or above the message length.
+    pub fn decode(b: &[u8]) -> Result<(WriteHeader, usize), WireError> {
+        if b.len() < WRITE_HEADER_BYTES {
+            return Err(WireError::Short);
+        }
+        let u32_at = |i: usize| u32::from_be_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+        if u32_at(0) != WRITE_MAGIC {
+            return Err(WireError::BadMagic);
+        }
+        let flags = b[4];
+        if flags & !(FLAG_IMM | FLAG_LAST) != 0 {
+            return Err(WireError::BadField);
+        }
+        let mut a = [0u8; 8];
+        a.copy_from_slice(&b[8..16]);
+        let h = WriteHeader {
+            flags,
+            remote_addr: u64::from_be_bytes(a),
+            rkey: u32_at(16),
+            imm: u32_at(20),
+            msg_len: u32_at(24),
+        };
+        let payload = b.len() - WRITE_HEADER_BYTES;
+        if payload > CHUNK_BYTES || payload as u64 > u64::from(h.msg_len) {
+            return Err(WireError::BadLength);
+        }
+        Ok((h, payload))
+    }
+}
+
+/// A rendezvous message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Hello {
+    /// Whether the sender has heard the receiver.
+    pub heard: bool,
+    /// The sender's UD endpoint.
+    pub endpoint: EndpointAddr,
+    /// The sender's transport parameters.
+    pub info: QpInfo,
+}
+
+impl Hello {
+    /// The encoded hello; `None` when a part does not encode (too many QPNs or regions).
+    pub fn encode(&self) -> Option<Vec<u8>> {
+        let ep = self.endpoint.encode().ok()?;
+        let qi = self.info.encode().ok()?;
+        let mut b = Vec::with_capacity(12 + ep.len() + qi.len());
+        b.extend_from_slice(&HELLO_MAGIC.to_be_bytes());
+        b.push(HELLO_VERSION);
+        b.push(if self.heard { HELLO_HEARD } else { 0 });
+        b.extend_from_slice(&u16::try_from(ep.len()).ok()?.to_be_bytes());
+        b.extend_from_slice(&ep);
+        b.extend_from_slice(&u16::try_from(qi.len()).ok()?.to_be_bytes());
+        b.extend_from_slice(&qi);
+        (b.len() <= MAX_HELLO_BYTES).then_some(b)
+    }
+
+    /// Parses a received hello.
+    ///
+    /// # Errors
+    /// [`WireError`] for anything short, foreign or inconsistent.
+    pub fn decode(b: &[u8]) -> Result<Hello, WireError> {
+        if b.len() < 8 || b.len() > MAX_HELLO_BYTES {
+            return Err(WireError::Short);
+        }
+        if u32::from_be_bytes([b[0], b[1], b[2], b[3]]) != HELLO_MAGIC {
+            return Err(WireError::BadMagic);
+        }
+        if b[4] != HELLO_VERSION || b[5] & !HELLO_HEARD != 0 {
+            return Err(WireError::BadField);
+        }
+        let ep_len = usize::from(u16::from_be_bytes([b[6], b[7]]));
+        let ep_end = 8 + ep_len;
+        let ep = b.get(8..ep_end).ok_or(WireError::BadLength)?;
+        let l = b.get(ep_end..ep_end + 2).ok_or(WireError::BadLength)?;
+        let qi_len = usize::from(u16::from_be_bytes([l[0], l[1]]));
+        let qi_start = ep_end + 2;
+        if b.len() != qi_start + qi_len {
+            return Err(WireError::BadLength);
+        }
+        let endpoint = EndpointAddr::decode(ep).map_err(|_| WireError::BadField)?;
+        let mut r = &b[qi_start..];
+        let info = QpInfo::read_from(&mut r).map_err(|_| WireError::BadField)?;
+        if !r.is_empty() {
+            return Err(WireError::BadLength);
+        }
+        Ok(Hello {
+            heard: b[5] & HELLO_HEARD != 0,
+            endpoint,
+            info,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::Ipv6Addr;
+
+    #[test]
+    fn write_header_round_trip_and_checks() {
+        let h = WriteHeader {
+            flags: FLAG_IMM | FLAG_LAST,
+            remote_addr: 0x1122_3344_5566_7788,
+            rkey: 0xdead_beef,
+            imm: 0x0102_0304,
+            msg_len: 100,
+        };
+        let mut b = h.encode().to_vec();
+        b.extend_from_slice(&[7u8; 100]);
+        assert_eq!(WriteHeader::decode(&b), Ok((h, 100)));
+        b.push(0);
+        assert_eq!(WriteHeader::decode(&b), Err(WireError::BadLength));
+        assert_eq!(WriteHeader::decode(&b[..31]), Err(WireError::Short));
+        let mut bad = h.encode();
+        bad[4] = 0x80;
+        assert_eq!(WriteHeader::decode(&bad), Err(WireError::BadField));
+        bad[0] = 0;
+        assert_eq!(WriteHeader::decode(&bad), Err(WireError::BadMagic));
+        let big = WriteHeader {
+            msg_len: u32::MAX,
+            ..h
+        };
+        let mut b = big.encode().to_vec();
+        b.resize(WRITE_HEADER_BYTES + CHUNK_BYTES + 1, 0);
+        assert_eq!(WriteHeader::decode(&b), Err(WireError::BadLength));
+    }
+
+    #[test]
+    fn hello_round_trip_and_checks() {
+        let h = Hello {
+            heard: true,
+            endpoint: EndpointAddr {
+                gid: Ipv6Addr::new(0, 0, 0, 0, 0, 0xffff, 0x0a00, 1),
+                lid: 0,
+                qkey: 0x4d52_4300,
+                qpns: vec![17, 18],
+            },
+            info: QpInfo {
+                qpn: 0x12_3456,
+                initial_psn: 99,
+                generation: 3,
+                udp_port: 4791,
+                recv_window_packets: 4096,
+                mtu_payload_bytes: 4040,
+                go_back_n: false,
+                regions: vec![],
+            },
+        };
+        let b = h.encode().unwrap();
+        assert_eq!(Hello::decode(&b), Ok(h.clone()));
+        assert_eq!(Hello::decode(&b[..b.len() - 1]), Err(WireError::BadLength));
+        let mut x = b.clone();
+        x.push(0);
+        assert_eq!(Hello::decode(&x), Err(WireError::BadLength));
+        let mut x = b.clone();
+        x[5] = 2;
+        assert_eq!(Hello::decode(&x), Err(WireError::BadField));
+        let mut x = b;
+        x[6] = 0xff;
+        assert_eq!(Hello::decode(&x), Err(WireError::BadLength));
+    }
+}
