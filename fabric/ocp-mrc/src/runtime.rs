@@ -1,0 +1,1380 @@
+//! The objects behind the C handles and the QP runtime (feature `verbs`).
+//!
+//! One MRC QP is one [`Worker`] on its own [`VerbsDatapath`] (four UD QPs on the device
+//! of the application's `ibv_context`; the first one's number is the MRC QPN), driven by
+//! one progress thread of the library: the application's threads only post and poll, so
+//! a program that waits by spinning on memory (as OCP's benchmark does) still sees its
+//! data land. Every object is behind a `Mutex`; the progress thread holds the QP's lock
+//! for one pass at a time.
+//!
+//! A QP's life: created (datapath open, loopback RC QP created in the application's PD,
+//! staging buffers registered) -> INIT -> RTR (peer GID and QPN recorded, GID checked) ->
+//! RTS (the transport QP is created with the MRC attributes, the rendezvous starts) ->
+//! connected (the transport runs; WRITEs flow). Work posted at RTS before the rendezvous
+//! ended waits in the QP and goes out when it ends.
+//!
+//! Placement: see `wire` (the chunk header) and docs/OCP_MRC.md. Each received chunk is
+//! written to its target by the device: an RDMA WRITE on an RC QP connected to itself,
+//! from the staging buffer (an `ibv_reg_mr` of the library's in the application's PD) to
+//! the address and rkey the chunk names. The device checks the rkey, the bounds and the
+//! MR's `IBV_ACCESS_REMOTE_WRITE` as for any RC WRITE, so nothing lands where the
+//! application's registration does not allow it; a refused chunk completes in error,
+//! counts, raises `IBV_EVENT_QP_ACCESS_ERR`, and the loopback QP is reset and the chunks
+//! behind it re-posted.
+
+use crate::abi::limits;
+use crate::state::{self, MrcSettings, QpState};
+use crate::wire::{self, CHUNK_BYTES, Hello, WRITE_HEADER_BYTES, WriteHeader};
+use mrc_fabric::datapath::{ConnId, Datapath, PathMap, TxBatch};
+use mrc_fabric::engine::{EngineConfig, QpConfig, Worker};
+use mrc_fabric::verbs::addr::EndpointAddr;
+use mrc_fabric::verbs::{DEFAULT_QKEY, VerbsConfig, VerbsDatapath, gid_to_ip};
+use mrc_transport::completion::{Completion, WcOpcode, WcStatus};
+use mrc_transport::region::MrKey;
+use mrc_transport::{Access, Ecn, Sge};
+use rdma_sys::*;
+use std::collections::{HashMap, VecDeque};
+use std::net::{Ipv6Addr, SocketAddr};
+use std::os::raw::{c_int, c_void};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// `enum ibv_wc_status` values used here.
+pub(crate) mod wc_status {
+    pub const SUCCESS: u32 = 0;
+    pub const LOC_LEN_ERR: u32 = 1;
+    pub const LOC_PROT_ERR: u32 = 4;
+    pub const WR_FLUSH_ERR: u32 = 5;
+    pub const REM_ACCESS_ERR: u32 = 10;
+    pub const RETRY_EXC_ERR: u32 = 12;
+    pub const FATAL_ERR: u32 = 19;
+    pub const GENERAL_ERR: u32 = 21;
+}
+/// `IBV_WC_RDMA_WRITE`.
+const WC_RDMA_WRITE: u32 = 1;
+/// `IBV_WC_RECV_RDMA_WITH_IMM`.
+const WC_RECV_RDMA_WITH_IMM: u32 = 129;
+/// `IBV_WC_WITH_IMM`.
+const WC_WITH_IMM: u32 = 1 << 1;
+/// `enum ibv_event_type` values raised.
+pub(crate) mod event {
+    pub const CQ_ERR: u32 = 0;
+    pub const QP_FATAL: u32 = 1;
+    pub const QP_ACCESS_ERR: u32 = 3;
+    pub const COMM_EST: u32 = 4;
+}
+
+/// UD QPs per MRC QP's datapath.
+const UD_QPS: u32 = 4;
+/// mrc header bytes on top of a packet's payload in a UD datagram.
+const MRC_HEADER_BYTES: u32 = 56;
+/// Staging slots on each side (send, receive) of one QP.
+const SLOTS: usize = 256;
+/// Bytes per staging slot.
+const SLOT_BYTES: usize = WRITE_HEADER_BYTES + CHUNK_BYTES;
+/// EVs per connection.
+const EVS: u32 = 16;
+/// Hello resend interval.
+const HELLO_EVERY: Duration = Duration::from_millis(10);
+/// Hellos sent after hearing the peer, before connecting.
+const HELLOS_AFTER_HEARD: u32 = 4;
+/// How long the rendezvous may take (the peer may not have reached RTS yet; a VM under
+/// TCG is slow).
+const HELLO_TIMEOUT: Duration = Duration::from_secs(120);
+/// Idle passes of the progress thread before it naps.
+const SPIN_PASSES: u32 = 2000;
+
+/// Locks `m`, whatever a panic left behind (every structure here stays consistent between
+/// statements that could panic).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// One record of `mrc_get_async_event`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct AsyncEvent {
+    /// The element (QP or CQ pointer, or port number), as the union's 8 bytes.
+    pub element: usize,
+    /// `enum ibv_event_type`.
+    pub event_type: u32,
+}
+
+/// `struct mrc_context`.
+pub(crate) struct Context {
+    pub vctx: *mut ibv_context,
+    /// The API version the application said it uses (recorded; one version is spoken).
+    #[allow(dead_code)]
+    pub api_version: u32,
+    #[allow(dead_code)]
+    pub vendor_version: u32,
+    pub events: Mutex<VecDeque<AsyncEvent>>,
+    pub events_cv: Condvar,
+    /// Live children (channels, CQs, QPs, hints): destroy refuses with EBUSY while any.
+    pub children: AtomicUsize,
+}
+
+// SAFETY: the ibv_context pointer is only passed to libibverbs, which is thread-safe.
+unsafe impl Send for Context {}
+// SAFETY: as above; everything else is behind locks or atomics.
+unsafe impl Sync for Context {}
+
+impl Context {
+    pub fn raise(&self, element: usize, event_type: u32) {
+        let mut q = lock(&self.events);
+        // Bounded: an application that never reads its events loses the oldest.
+        if q.len() >= 4096 {
+            q.pop_front();
+        }
+        q.push_back(AsyncEvent {
+            element,
+            event_type,
+        });
+        self.events_cv.notify_all();
+    }
+}
+
+/// `struct mrc_comp_channel`: a pipe carrying CQ pointers.
+pub(crate) struct Channel {
+    pub ctx: *const Context,
+    pub rfd: c_int,
+    pub wfd: c_int,
+    pub cqs: AtomicUsize,
+}
+
+// SAFETY: file descriptors and a pointer to a Sync context.
+unsafe impl Send for Channel {}
+// SAFETY: as above.
+unsafe impl Sync for Channel {}
+
+impl Channel {
+    pub fn new(ctx: *const Context) -> Result<Channel, i32> {
+        let mut fds = [0 as c_int; 2];
+        // SAFETY: a two-int array.
+        let rc = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) };
+        if rc != 0 {
+            return Err(errno());
+        }
+        // The writer never blocks (a full pipe only means events are pending anyway).
+        // SAFETY: a descriptor just opened.
+        unsafe { libc::fcntl(fds[1], libc::F_SETFL, libc::O_NONBLOCK) };
+        Ok(Channel {
+            ctx,
+            rfd: fds[0],
+            wfd: fds[1],
+            cqs: AtomicUsize::new(0),
+        })
+    }
+
+    fn notify(&self, cq: usize) {
+        let b = (cq as u64).to_ne_bytes();
+        // SAFETY: 8 bytes from a live array to our own descriptor.
+        let _ = unsafe { libc::write(self.wfd, b.as_ptr().cast(), b.len()) };
+    }
+}
+
+impl Drop for Channel {
+    fn drop(&mut self) {
+        // SAFETY: our own descriptors, closed once.
+        unsafe {
+            libc::close(self.rfd);
+            libc::close(self.wfd);
+        }
+    }
+}
+
+/// One work completion, before it becomes a `struct ibv_wc`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Wc {
+    pub wr_id: u64,
+    pub status: u32,
+    pub opcode: u32,
+    pub byte_len: u32,
+    pub imm: u32,
+    pub qp_num: u32,
+    pub src_qp: u32,
+    pub wc_flags: u32,
+}
+
+pub(crate) struct CqQueue {
+    pub wcs: VecDeque<Wc>,
+    pub armed: bool,
+    pub overflows: u64,
+    pub events_got: u64,
+    pub events_acked: u64,
+}
+
+/// `struct mrc_cq`.
+pub(crate) struct Cq {
+    pub ctx: *const Context,
+    pub cqe: usize,
+    pub cq_context: *mut c_void,
+    pub channel: *const Channel,
+    pub q: Mutex<CqQueue>,
+    pub qps: AtomicUsize,
+}
+
+// SAFETY: the raw pointers name objects that outlive the CQ (destroy refuses while
+// referenced); cq_context is the application's, only handed back.
+unsafe impl Send for Cq {}
+// SAFETY: as above.
+unsafe impl Sync for Cq {}
+
+impl Cq {
+    /// Adds `wc`; wakes the channel when armed. A full CQ drops it and raises
+    /// `IBV_EVENT_CQ_ERR` (verbs: CQ overrun).
+    pub fn push(&self, wc: Wc) {
+        let mut q = lock(&self.q);
+        if q.wcs.len() >= self.cqe {
+            q.overflows += 1;
+            drop(q);
+            // SAFETY: the context outlives the CQ.
+            unsafe { &*self.ctx }.raise(self as *const Cq as usize, event::CQ_ERR);
+            return;
+        }
+        q.wcs.push_back(wc);
+        if q.armed && !self.channel.is_null() {
+            q.armed = false;
+            q.events_got += 1;
+            drop(q);
+            // SAFETY: the channel outlives the CQ.
+            unsafe { &*self.channel }.notify(self as *const Cq as usize);
+        }
+    }
+}
+
+/// `struct mrc_qp_hint`.
+pub(crate) struct Hint {
+    pub ctx: *const Context,
+    pub attr: Mutex<crate::abi::MrcQpHintAttr>,
+    pub qps: AtomicUsize,
+}
+
+// SAFETY: a pointer to a Sync context; the rest is locked or atomic.
+unsafe impl Send for Hint {}
+// SAFETY: as above.
+unsafe impl Sync for Hint {}
+
+/// Page-aligned memory the library owns (staging buffers).
+struct Staging {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl Staging {
+    fn new(len: usize) -> Option<Staging> {
+        let mut p: *mut c_void = std::ptr::null_mut();
+        // SAFETY: out-pointer to a local; 4096 is a power of two multiple of the pointer size.
+        let rc = unsafe { libc::posix_memalign(&mut p, 4096, len) };
+        if rc != 0 || p.is_null() {
+            return None;
+        }
+        // SAFETY: freshly allocated `len` bytes.
+        unsafe { std::ptr::write_bytes(p.cast::<u8>(), 0, len) };
+        Some(Staging {
+            ptr: p.cast(),
+            len,
+        })
+    }
+
+    fn slot(&self, i: usize) -> *mut u8 {
+        debug_assert!(i < SLOTS);
+        // SAFETY: i < SLOTS, the buffer holds SLOTS slots.
+        unsafe { self.ptr.add(i * SLOT_BYTES) }
+    }
+}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        // SAFETY: allocated by posix_memalign, freed once.
+        unsafe { libc::free(self.ptr.cast()) };
+    }
+}
+
+/// The loopback RC QP that places received chunks (in the application's PD).
+struct Loopback {
+    qp: *mut ibv_qp,
+    cq: *mut ibv_cq,
+    /// The receive staging buffer's registration in the application's PD.
+    mr: *mut ibv_mr,
+    port: u8,
+    gid_index: u8,
+    mtu: u32,
+}
+
+impl Loopback {
+    /// Creates the CQ, the RC QP and the staging MR.
+    fn create(pd: *mut ibv_pd, buf: &Staging) -> Result<Loopback, String> {
+        // SAFETY: pd is the application's live PD (checked non-null by the caller).
+        let vctx = unsafe { (*pd).context };
+        // SAFETY: live context.
+        let cq = unsafe { ibv_create_cq(vctx, (SLOTS * 2) as c_int, std::ptr::null_mut(), std::ptr::null_mut(), 0) };
+        if cq.is_null() {
+            return Err(format!("ibv_create_cq: errno {}", errno()));
+        }
+        // SAFETY: plain data; zero is valid for every field.
+        let mut init: ibv_qp_init_attr = unsafe { std::mem::zeroed() };
+        init.send_cq = cq;
+        init.recv_cq = cq;
+        init.cap.max_send_wr = SLOTS as u32;
+        init.cap.max_recv_wr = 1;
+        init.cap.max_send_sge = 1;
+        init.cap.max_recv_sge = 1;
+        init.qp_type = ibv_qp_type::IBV_QPT_RC;
+        // SAFETY: live PD and CQ.
+        let qp = unsafe { ibv_create_qp(pd, &mut init) };
+        if qp.is_null() {
+            let e = errno();
+            // SAFETY: our CQ, unused.
+            unsafe { ibv_destroy_cq(cq) };
+            return Err(format!("ibv_create_qp (RC loopback): errno {e}"));
+        }
+        let access = ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0 as c_int;
+        // SAFETY: our buffer, valid until the Loopback is dropped (the QP owns both).
+        let mr = unsafe { ibv_reg_mr(pd, buf.ptr.cast(), buf.len, access) };
+        if mr.is_null() {
+            let e = errno();
+            // SAFETY: ours, unused.
+            unsafe {
+                ibv_destroy_qp(qp);
+                ibv_destroy_cq(cq);
+            }
+            return Err(format!("ibv_reg_mr (staging): errno {e}"));
+        }
+        Ok(Loopback {
+            qp,
+            cq,
+            mr,
+            port: 1,
+            gid_index: 0,
+            mtu: 4096,
+        })
+    }
+
+    /// RESET -> INIT -> RTR -> RTS, connected to itself through GID `gid_index`.
+    fn connect(&mut self) -> Result<(), String> {
+        let port = self.port;
+        let mut gid = ibv_gid { raw: [0; 16] };
+        // SAFETY: live QP's context, out-pointer to a local.
+        let rc = unsafe { ibv_query_gid((*self.qp).context, port, c_int::from(self.gid_index), &mut gid) };
+        if rc != 0 {
+            return Err(format!("ibv_query_gid: {rc}"));
+        }
+        // SAFETY: live QP.
+        let qpn = unsafe { (*self.qp).qp_num };
+        let mtu_enum = match self.mtu {
+            256 => 1,
+            512 => 2,
+            1024 => 3,
+            2048 => 4,
+            _ => 5,
+        };
+        use ibv_qp_attr_mask as k;
+        let steps = [
+            (
+                ibv_qp_state::IBV_QPS_RESET,
+                k::IBV_QP_STATE,
+            ),
+            (
+                ibv_qp_state::IBV_QPS_INIT,
+                k::IBV_QP_STATE | k::IBV_QP_PKEY_INDEX | k::IBV_QP_PORT | k::IBV_QP_ACCESS_FLAGS,
+            ),
+            (
+                ibv_qp_state::IBV_QPS_RTR,
+                k::IBV_QP_STATE
+                    | k::IBV_QP_AV
+                    | k::IBV_QP_PATH_MTU
+                    | k::IBV_QP_DEST_QPN
+                    | k::IBV_QP_RQ_PSN
+                    | k::IBV_QP_MAX_DEST_RD_ATOMIC
+                    | k::IBV_QP_MIN_RNR_TIMER,
+            ),
+            (
+                ibv_qp_state::IBV_QPS_RTS,
+                k::IBV_QP_STATE
+                    | k::IBV_QP_TIMEOUT
+                    | k::IBV_QP_RETRY_CNT
+                    | k::IBV_QP_RNR_RETRY
+                    | k::IBV_QP_SQ_PSN
+                    | k::IBV_QP_MAX_QP_RD_ATOMIC,
+            ),
+        ];
+        for (st, mask) in steps {
+            // SAFETY: plain data, zero-initialised, then the fields the mask names.
+            let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
+            a.qp_state = st;
+            a.port_num = port;
+            a.qp_access_flags = (ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0
+                | ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0) as u32;
+            a.path_mtu = mtu_enum;
+            a.dest_qp_num = qpn;
+            a.max_dest_rd_atomic = 1;
+            a.min_rnr_timer = 12;
+            a.ah_attr.is_global = 1;
+            a.ah_attr.port_num = port;
+            a.ah_attr.grh.dgid = gid;
+            a.ah_attr.grh.sgid_index = self.gid_index;
+            a.ah_attr.grh.hop_limit = 1;
+            a.timeout = 14;
+            a.retry_cnt = 7;
+            a.rnr_retry = 7;
+            a.max_rd_atomic = 1;
+            // SAFETY: live QP, live attr.
+            let rc = unsafe { ibv_modify_qp(self.qp, &mut a, mask.0 as c_int) };
+            if rc != 0 {
+                return Err(format!("ibv_modify_qp (loopback RC, state {st}): {rc}"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Posts the placement WRITE of `len` bytes at `src` (in the staging MR) to
+    /// (`remote_addr`, `rkey`), signalled, as `wr_id`.
+    fn post(&self, wr_id: u64, src: *mut u8, len: u32, remote_addr: u64, rkey: u32) -> Result<(), i32> {
+        let mut sge = ibv_sge {
+            addr: src as u64,
+            length: len,
+            // SAFETY: our live MR.
+            lkey: unsafe { (*self.mr).lkey },
+        };
+        // SAFETY: plain data; zero is valid for every field and union.
+        let mut wr: ibv_send_wr = unsafe { std::mem::zeroed() };
+        wr.wr_id = wr_id;
+        wr.sg_list = &mut sge;
+        wr.num_sge = i32::from(len > 0);
+        wr.opcode = ibv_wr_opcode::IBV_WR_RDMA_WRITE;
+        wr.send_flags = ibv_send_flags::IBV_SEND_SIGNALED.0;
+        wr.wr.rdma = rdma_t { remote_addr, rkey };
+        let mut bad: *mut ibv_send_wr = std::ptr::null_mut();
+        // SAFETY: live QP; wr and sge live across the call.
+        let rc = unsafe { ibv_post_send(self.qp, &mut wr, &mut bad) };
+        if rc != 0 { Err(rc) } else { Ok(()) }
+    }
+
+    /// Reaps loopback completions: (wr_id, status).
+    fn poll(&self, out: &mut Vec<(u64, u32)>) {
+        // SAFETY: plain data.
+        let mut wcs: [ibv_wc; 32] = unsafe { std::mem::zeroed() };
+        // SAFETY: live CQ, 32 entries.
+        let n = unsafe { ibv_poll_cq(self.cq, 32, wcs.as_mut_ptr()) };
+        for w in wcs.iter().take(n.max(0) as usize) {
+            out.push((w.wr_id, w.status));
+        }
+    }
+}
+
+impl Drop for Loopback {
+    fn drop(&mut self) {
+        // SAFETY: ours, destroyed once, QP before CQ; the MR's buffer outlives it.
+        unsafe {
+            ibv_destroy_qp(self.qp);
+            ibv_destroy_cq(self.cq);
+            ibv_dereg_mr(self.mr);
+        }
+    }
+}
+
+/// A WRITE the application posted, not yet fully handed to the transport.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PendingWr {
+    pub wr_id: u64,
+    pub signaled: bool,
+    pub addr: u64,
+    pub len: u32,
+    pub remote_addr: u64,
+    pub rkey: u32,
+    pub imm: Option<u32>,
+    /// Bytes already handed to the transport.
+    pub sent: u32,
+}
+
+/// A chunk the transport carries.
+struct Chunk {
+    slot: usize,
+    packets: u32,
+    /// Set on the last chunk of a WR: what its completion reports.
+    done: Option<PendingWr>,
+}
+
+/// A chunk being placed by the loopback QP.
+#[derive(Clone, Copy, Debug)]
+struct Placing {
+    slot: usize,
+    hdr: WriteHeader,
+    len: u32,
+}
+
+enum Phase {
+    /// Before RTS.
+    Idle,
+    /// Rendezvous under way.
+    Hello {
+        conn: ConnId,
+        peer_ip: std::net::IpAddr,
+        last_sent: Option<Instant>,
+        started: Instant,
+        heard: Option<Hello>,
+        sent_after_heard: u32,
+    },
+    /// The transport runs.
+    Connected,
+    /// Given up (error state).
+    Failed,
+}
+
+/// Counters of one QP (for tests and the docs' numbers).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct QpCounters {
+    pub chunks_sent: u64,
+    pub chunks_placed: u64,
+    pub placement_refused: u64,
+    pub bad_chunks: u64,
+    pub hellos_sent: u64,
+    pub hellos_heard: u64,
+    pub foreign_before_connect: u64,
+}
+
+/// The mutable state of one QP.
+pub(crate) struct QpInner {
+    pub state: QpState,
+    pub settings: MrcSettings,
+    /// What the application set through `ibv_qp_attr` (returned by `mrc_query_qp`).
+    pub vattr: ibv_qp_attr,
+    pub hint: *const Hint,
+    worker: Worker<VerbsDatapath<mrc_fabric::verbs::Device>>,
+    pub qpn: u32,
+    engine_qpn: u32,
+    mtu_payload: u32,
+    peer_gid: Option<Ipv6Addr>,
+    pub peer_qpn: u32,
+    phase: Phase,
+    loopback: Loopback,
+    send_buf: Staging,
+    recv_buf: Staging,
+    send_key: Option<MrKey>,
+    recv_key: Option<MrKey>,
+    free_send: Vec<usize>,
+    pending: VecDeque<PendingWr>,
+    chunks: HashMap<u64, Chunk>,
+    next_id: u64,
+    /// WRs posted and not completed (pending or in the transport).
+    pub outstanding_wrs: u32,
+    wimm_outstanding: u32,
+    packets_outstanding: u32,
+    placing: VecDeque<Placing>,
+    /// Chunks flushed by a loopback error, to re-post after the reset.
+    replace: Vec<Placing>,
+    /// The loopback QP refused a chunk and is in error: chunks wait in `replace`.
+    lb_broken: bool,
+    pub recv_wrs: VecDeque<u64>,
+    pending_imm: VecDeque<Wc>,
+    pub max_send_wr: u32,
+    pub max_recv_wr: u32,
+    sq_sig_all: bool,
+    pub counters: QpCounters,
+    send_cq: *const Cq,
+    recv_cq: *const Cq,
+    ctx: *const Context,
+    me: usize,
+}
+
+// SAFETY: the raw pointers name objects that outlive the QP (destroy refuses while
+// referenced) or that the QP owns (loopback, staging); the worker may move between
+// threads (it is not shared: it is behind the QP's mutex).
+unsafe impl Send for QpInner {}
+
+/// `struct mrc_qp`: the state and its progress thread.
+pub(crate) struct Qp {
+    pub shared: Arc<QpShared>,
+    pub thread: Option<JoinHandle<()>>,
+    pub qpn: u32,
+    pub qp_context: *mut c_void,
+    pub send_cq: *const Cq,
+    pub recv_cq: *const Cq,
+    pub ctx: *const Context,
+    pub init: InitCopy,
+}
+
+/// What `mrc_query_qp` returns of the creation attributes.
+#[derive(Clone, Copy)]
+pub(crate) struct InitCopy {
+    pub cap: ibv_qp_cap,
+    pub sq_sig_all: c_int,
+    pub pd: *mut ibv_pd,
+    pub send_ops_flags: u64,
+    pub protocol_version: u32,
+}
+
+pub(crate) struct QpShared {
+    pub inner: Mutex<QpInner>,
+    pub stop: AtomicBool,
+    pub passes: AtomicU64,
+}
+
+// SAFETY: QpInner is Send and behind a Mutex.
+unsafe impl Sync for QpShared {}
+
+/// The last OS error.
+pub(crate) fn errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)
+}
+
+fn device_name(vctx: *mut ibv_context) -> Option<String> {
+    // SAFETY: a live context from the application; its device pointer is valid.
+    let dev = unsafe { (*vctx).device };
+    if dev.is_null() {
+        return None;
+    }
+    // SAFETY: live device; libibverbs returns a NUL-terminated name.
+    let p = unsafe { ibv_get_device_name(dev) };
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: as above.
+    Some(unsafe { std::ffi::CStr::from_ptr(p) }.to_string_lossy().into_owned())
+}
+
+/// The port's active MTU in bytes (and whether the port is up).
+pub(crate) fn port_mtu(vctx: *mut ibv_context, port: u8) -> Result<(u32, bool), i32> {
+    // SAFETY: plain data.
+    let mut attr: ibv_port_attr = unsafe { std::mem::zeroed() };
+    // SAFETY: live context, out-pointer.
+    let rc = unsafe { ___ibv_query_port(vctx, port, &mut attr) };
+    if rc != 0 {
+        return Err(rc);
+    }
+    let mtu = state::ibv_mtu_bytes(attr.active_mtu).unwrap_or(1024);
+    Ok((mtu, attr.state == ibv_port_state::IBV_PORT_ACTIVE))
+}
+
+pub(crate) fn query_gid(vctx: *mut ibv_context, port: u8, index: u8) -> Option<Ipv6Addr> {
+    let mut gid = ibv_gid { raw: [0; 16] };
+    // SAFETY: live context, out-pointer.
+    let rc = unsafe { ibv_query_gid(vctx, port, c_int::from(index), &mut gid) };
+    // SAFETY: every bit pattern is a valid [u8; 16].
+    let raw = unsafe { gid.raw };
+    (rc == 0 && raw != [0; 16]).then(|| Ipv6Addr::from(raw))
+}
+
+/// The GID index the datapath uses: `MRC_GID_INDEX`, else the first IPv4-mapped entry
+/// (RoCEv2 over IPv4), else 0.
+fn pick_gid_index(vctx: *mut ibv_context, port: u8) -> u8 {
+    if let Some(i) = std::env::var("MRC_GID_INDEX").ok().and_then(|v| v.parse().ok()) {
+        return i;
+    }
+    (0..16u8)
+        .find(|&i| query_gid(vctx, port, i).is_some_and(|g| g.to_ipv4_mapped().is_some()))
+        .unwrap_or(0)
+}
+
+fn map_status(s: WcStatus) -> u32 {
+    match s {
+        WcStatus::Success => wc_status::SUCCESS,
+        WcStatus::RetryExceeded => wc_status::RETRY_EXC_ERR,
+        WcStatus::Flushed => wc_status::WR_FLUSH_ERR,
+        WcStatus::RemoteAccessError => wc_status::REM_ACCESS_ERR,
+        WcStatus::LocalProtectionError => wc_status::LOC_PROT_ERR,
+        WcStatus::LocalLengthError => wc_status::LOC_LEN_ERR,
+        WcStatus::GenerationMismatch => wc_status::FATAL_ERR,
+        #[allow(unreachable_patterns)]
+        _ => wc_status::GENERAL_ERR,
+    }
+}
+
+impl Qp {
+    /// Creates a QP on `ctx` for the application's PD.
+    #[allow(clippy::too_many_arguments)]
+    pub fn create(
+        ctx: *const Context,
+        pd: *mut ibv_pd,
+        send_cq: *const Cq,
+        recv_cq: *const Cq,
+        init: InitCopy,
+        qp_context: *mut c_void,
+    ) -> Result<Box<Qp>, String> {
+        // SAFETY: the caller checked ctx non-null and live.
+        let c = unsafe { &*ctx };
+        let port = std::env::var("MRC_IB_PORT").ok().and_then(|v| v.parse().ok()).unwrap_or(1u8);
+        let dev = device_name(c.vctx).ok_or("the ibv_context names no device")?;
+        let (mtu, _) = port_mtu(c.vctx, port).map_err(|e| format!("ibv_query_port: {e}"))?;
+        let mut vc = VerbsConfig::new(dev);
+        vc.port = port;
+        vc.gid_index = pick_gid_index(c.vctx, port);
+        vc.qps = UD_QPS;
+        vc.max_datagram_bytes = mtu;
+        vc.sq_depth = 256;
+        vc.rq_depth = 256;
+        vc.signal_every = 16;
+        vc.send_slots = UD_QPS * 256;
+        let dp = VerbsDatapath::open(vc).map_err(|e| format!("verbs datapath: {e}"))?;
+        let ecfg = EngineConfig {
+            slot_bytes: mtu as usize + 96,
+            tx_batch: 64,
+            ..EngineConfig::default()
+        };
+        let mut worker = Worker::with_datapath(dp, ecfg);
+        let qpn = *worker
+            .datapath_mut()
+            .local_endpoint()
+            .qpns
+            .first()
+            .ok_or("the datapath has no UD QP")?;
+        let send_buf = Staging::new(SLOTS * SLOT_BYTES).ok_or("staging memory")?;
+        let recv_buf = Staging::new(SLOTS * SLOT_BYTES).ok_or("staging memory")?;
+        let mut loopback = Loopback::create(pd, &recv_buf)?;
+        loopback.port = port;
+        loopback.mtu = mtu;
+        // SAFETY: plain data.
+        let mut vattr: ibv_qp_attr = unsafe { std::mem::zeroed() };
+        vattr.port_num = port;
+        vattr.cap = init.cap;
+        let inner = QpInner {
+            state: QpState::Reset,
+            settings: MrcSettings::default(),
+            vattr,
+            hint: std::ptr::null(),
+            worker,
+            qpn,
+            engine_qpn: 0,
+            mtu_payload: mtu - MRC_HEADER_BYTES,
+            peer_gid: None,
+            peer_qpn: 0,
+            phase: Phase::Idle,
+            loopback,
+            send_buf,
+            recv_buf,
+            send_key: None,
+            recv_key: None,
+            free_send: (0..SLOTS).rev().collect(),
+            pending: VecDeque::new(),
+            chunks: HashMap::new(),
+            next_id: 1,
+            outstanding_wrs: 0,
+            wimm_outstanding: 0,
+            packets_outstanding: 0,
+            placing: VecDeque::new(),
+            replace: Vec::new(),
+            lb_broken: false,
+            recv_wrs: VecDeque::new(),
+            pending_imm: VecDeque::new(),
+            max_send_wr: init.cap.max_send_wr,
+            max_recv_wr: init.cap.max_recv_wr,
+            sq_sig_all: init.sq_sig_all != 0,
+            counters: QpCounters::default(),
+            send_cq,
+            recv_cq,
+            ctx,
+            me: 0,
+        };
+        let shared = Arc::new(QpShared {
+            inner: Mutex::new(inner),
+            stop: AtomicBool::new(false),
+            passes: AtomicU64::new(0),
+        });
+        let mut qp = Box::new(Qp {
+            shared: shared.clone(),
+            thread: None,
+            qpn,
+            qp_context,
+            send_cq,
+            recv_cq,
+            ctx,
+            init,
+        });
+        lock(&shared.inner).me = &*qp as *const Qp as usize;
+        let t = std::thread::Builder::new()
+            .name(format!("mrc-qp-{qpn:06x}"))
+            .spawn(move || progress_thread(&shared))
+            .map_err(|e| format!("progress thread: {e}"))?;
+        qp.thread = Some(t);
+        Ok(qp)
+    }
+}
+
+impl Drop for Qp {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn progress_thread(shared: &QpShared) {
+    let mut idle = 0u32;
+    while !shared.stop.load(Ordering::Acquire) {
+        let busy = {
+            let mut g = lock(&shared.inner);
+            // A panic in a pass must not kill the thread silently: the QP fails instead.
+            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| g.step())) {
+                Ok(b) => b,
+                Err(_) => {
+                    g.fail();
+                    false
+                }
+            }
+        };
+        shared.passes.fetch_add(1, Ordering::Relaxed);
+        if busy {
+            idle = 0;
+        } else {
+            idle = idle.saturating_add(1);
+            if idle > SPIN_PASSES {
+                std::thread::sleep(Duration::from_micros(200));
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
+}
+
+impl QpInner {
+    fn send_cq(&self) -> &Cq {
+        // SAFETY: the CQ outlives the QP.
+        unsafe { &*self.send_cq }
+    }
+
+    fn recv_cq(&self) -> &Cq {
+        // SAFETY: the CQ outlives the QP.
+        unsafe { &*self.recv_cq }
+    }
+
+    fn raise(&self, event_type: u32) {
+        // SAFETY: the context outlives the QP.
+        unsafe { &*self.ctx }.raise(self.me, event_type);
+    }
+
+    fn wc(&self, wr_id: u64, status: u32, opcode: u32, byte_len: u32) -> Wc {
+        Wc {
+            wr_id,
+            status,
+            opcode,
+            byte_len,
+            imm: 0,
+            qp_num: self.qpn,
+            src_qp: self.peer_qpn,
+            wc_flags: 0,
+        }
+    }
+
+    /// RTR: records the peer (GID at the datapath's index must be the one the
+    /// application names as source).
+    pub fn set_peer(&mut self, gid: Ipv6Addr, qpn: u32, sgid: Option<Ipv6Addr>) -> Result<(), i32> {
+        let mine = self.worker.datapath_mut().local_endpoint().gid;
+        if let Some(s) = sgid
+            && s != mine
+        {
+            eprintln!(
+                "lib_mrc: the source GID {s} (ah_attr.grh.sgid_index) is not the datapath's {mine}: \
+                 set MRC_GID_INDEX to the index the application passes"
+            );
+            return Err(libc::EINVAL);
+        }
+        self.peer_gid = Some(gid);
+        self.peer_qpn = qpn & 0xff_ffff;
+        Ok(())
+    }
+
+    /// RTS: creates the transport QP with the settings in force and starts the
+    /// rendezvous.
+    pub fn start(&mut self, path_mtu: Option<u32>) -> Result<(), i32> {
+        let Some(gid) = self.peer_gid else {
+            return Err(libc::EINVAL);
+        };
+        if let Some(m) = path_mtu {
+            self.mtu_payload = self.mtu_payload.min(m.saturating_sub(MRC_HEADER_BYTES).max(256));
+        }
+        self.loopback.gid_index = self.worker.datapath_mut().config().gid_index;
+        self.loopback.connect().map_err(|e| {
+            eprintln!("lib_mrc: {e}");
+            libc::EIO
+        })?;
+        let sw = mrc_fabric::engine::software_conn_config(
+            mrc_fabric::engine::SOFTWARE_MIN_RTO_NS,
+            mrc_fabric::engine::SOFTWARE_REORDER_WINDOW_NS,
+        );
+        let window = state::window_packets(limits::MAX_MPR);
+        let budget = state::give_up_budget_ns(&self.settings).unwrap_or(u64::MAX);
+        let qcfg = QpConfig {
+            conn: mrc_transport::ConnConfig {
+                evs: (0..EVS).collect(),
+                send: mrc_transport::send::SendConfig {
+                    mtu_payload_bytes: self.mtu_payload,
+                    max_outstanding_packets: window,
+                    unresponsive_budget_ns: Some(budget),
+                    ..sw.send
+                },
+                recv_window_packets: window,
+                ..sw
+            },
+            ..QpConfig::default()
+        };
+        let eq = self.worker.create_qp(qcfg).map_err(|e| {
+            eprintln!("lib_mrc: transport QP: {e}");
+            libc::ENOMEM
+        })?;
+        self.engine_qpn = eq;
+        // SAFETY: our staging buffers, alive as long as the worker (both owned by self);
+        // the transport touches them only inside worker calls, the device reads the
+        // receive slots only while the transport does not own them.
+        let keys = unsafe {
+            let s = self.worker.reg_mr_raw(eq, self.send_buf.ptr, self.send_buf.len, Access::LOCAL_WRITE);
+            let r = self.worker.reg_mr_raw(eq, self.recv_buf.ptr, self.recv_buf.len, Access::LOCAL_WRITE);
+            s.and_then(|s| r.map(|r| (s, r)))
+        };
+        let (sk, rk) = keys.map_err(|e| {
+            eprintln!("lib_mrc: staging registration: {e}");
+            libc::ENOMEM
+        })?;
+        self.send_key = Some(sk);
+        self.recv_key = Some(rk);
+        let peer_ip = gid_to_ip(gid);
+        let dp = self.worker.datapath_mut();
+        dp.add_peer(EndpointAddr {
+            gid,
+            lid: 0,
+            qkey: DEFAULT_QKEY,
+            qpns: vec![self.peer_qpn],
+        });
+        let conn = dp
+            .open_conn(SocketAddr::new(peer_ip, 4791), &PathMap::per_ev(vec![0]))
+            .map_err(|e| {
+                eprintln!("lib_mrc: rendezvous path to {peer_ip}: {e}");
+                libc::EHOSTUNREACH
+            })?;
+        self.phase = Phase::Hello {
+            conn,
+            peer_ip,
+            last_sent: None,
+            started: Instant::now(),
+            heard: None,
+            sent_after_heard: 0,
+        };
+        Ok(())
+    }
+
+    /// Moves to the error state: everything outstanding completes with
+    /// `IBV_WC_WR_FLUSH_ERR`.
+    pub fn fail(&mut self) {
+        if matches!(self.phase, Phase::Hello { .. }) {
+            self.raise(event::QP_FATAL);
+        }
+        self.phase = Phase::Failed;
+        self.state = QpState::Err;
+        let mut done: Vec<PendingWr> = self.chunks.drain().filter_map(|(_, c)| c.done).collect();
+        done.extend(self.pending.drain(..));
+        for w in done {
+            let wc = self.wc(w.wr_id, wc_status::WR_FLUSH_ERR, WC_RDMA_WRITE, 0);
+            self.send_cq().push(wc);
+        }
+        let recvs: Vec<u64> = self.recv_wrs.drain(..).collect();
+        for r in recvs {
+            let wc = self.wc(r, wc_status::WR_FLUSH_ERR, WC_RECV_RDMA_WITH_IMM, 0);
+            self.recv_cq().push(wc);
+        }
+        self.outstanding_wrs = 0;
+        self.wimm_outstanding = 0;
+        self.packets_outstanding = 0;
+    }
+
+    /// Queues one application WRITE (already validated).
+    pub fn post_write(&mut self, w: PendingWr) -> Result<(), i32> {
+        if self.state == QpState::Err {
+            let wc = self.wc(w.wr_id, wc_status::WR_FLUSH_ERR, WC_RDMA_WRITE, 0);
+            self.send_cq().push(wc);
+            return Ok(());
+        }
+        if self.state != QpState::Rts {
+            return Err(libc::EINVAL);
+        }
+        if self.outstanding_wrs >= self.max_send_wr {
+            return Err(libc::ENOMEM);
+        }
+        self.outstanding_wrs += 1;
+        let w = PendingWr {
+            signaled: w.signaled || self.sq_sig_all,
+            ..w
+        };
+        self.pending.push_back(w);
+        Ok(())
+    }
+
+    /// Adds one application receive.
+    pub fn post_recv(&mut self, wr_id: u64) -> Result<(), i32> {
+        if self.state == QpState::Reset {
+            return Err(libc::EINVAL);
+        }
+        if self.state == QpState::Err {
+            let wc = self.wc(wr_id, wc_status::WR_FLUSH_ERR, WC_RECV_RDMA_WITH_IMM, 0);
+            self.recv_cq().push(wc);
+            return Ok(());
+        }
+        if self.recv_wrs.len() >= self.max_recv_wr as usize {
+            return Err(libc::ENOMEM);
+        }
+        self.recv_wrs.push_back(wr_id);
+        self.deliver_imms();
+        Ok(())
+    }
+
+    fn deliver_imms(&mut self) {
+        while !self.pending_imm.is_empty() && !self.recv_wrs.is_empty() {
+            let (Some(mut wc), Some(r)) = (self.pending_imm.pop_front(), self.recv_wrs.pop_front()) else {
+                break;
+            };
+            wc.wr_id = r;
+            self.recv_cq().push(wc);
+        }
+    }
+
+    /// One pass. Returns whether anything happened.
+    fn step(&mut self) -> bool {
+        match self.phase {
+            Phase::Idle | Phase::Failed => {
+                std::thread::sleep(Duration::from_millis(1));
+                false
+            }
+            Phase::Hello { .. } => self.step_hello(),
+            Phase::Connected => self.step_connected(),
+        }
+    }
+
+    fn hello(&mut self, heard: bool) -> Option<Vec<u8>> {
+        let info = self.worker.local_info(self.engine_qpn).ok()?;
+        let endpoint = self.worker.datapath_mut().local_endpoint().clone();
+        Hello {
+            heard,
+            endpoint,
+            info,
+        }
+        .encode()
+    }
+
+    fn step_hello(&mut self) -> bool {
+        let Phase::Hello {
+            conn,
+            peer_ip,
+            last_sent,
+            started,
+            ref heard,
+            sent_after_heard,
+        } = self.phase
+        else {
+            return false;
+        };
+        let now = Instant::now();
+        let have = heard.is_some();
+        let mut busy = false;
+        if last_sent.is_none_or(|t| now.duration_since(t) >= HELLO_EVERY) || have {
+            if let Some(b) = self.hello(have) {
+                let mut batch = TxBatch::new(1, b.len());
+                batch.push(conn, 0, Ecn::NotEct, &b);
+                let _ = self.worker.datapath_mut().tx_burst(&batch);
+                self.counters.hellos_sent += 1;
+            }
+            if let Phase::Hello {
+                last_sent,
+                sent_after_heard,
+                ..
+            } = &mut self.phase
+            {
+                *last_sent = Some(now);
+                if have {
+                    *sent_after_heard += 1;
+                }
+            }
+            busy = true;
+        }
+        // Hellos in (anything else from the peer before we connect is dropped: the
+        // transport resends it).
+        let mut got: Option<Hello> = None;
+        let mut foreign = 0u64;
+        let peer_gid = self.peer_gid;
+        let peer_qpn = self.peer_qpn;
+        let _ = self.worker.datapath_mut().rx_burst(64, &mut |d| {
+            let from_peer = Some(mrc_fabric::verbs::ip_to_gid(d.from.ip())) == peer_gid;
+            match Hello::decode(d.bytes) {
+                Ok(h) if from_peer && h.endpoint.qpns.first() == Some(&peer_qpn) => got = Some(h),
+                _ => foreign += 1,
+            }
+        });
+        self.counters.foreign_before_connect += foreign;
+        if let Some(h) = got {
+            self.counters.hellos_heard += 1;
+            if let Phase::Hello { heard, .. } = &mut self.phase
+                && heard.is_none()
+            {
+                *heard = Some(h);
+            }
+            busy = true;
+        }
+        if have && sent_after_heard + 1 >= HELLOS_AFTER_HEARD {
+            let Phase::Hello { heard: Some(h), .. } = std::mem::replace(&mut self.phase, Phase::Idle) else {
+                return busy;
+            };
+            self.connect(conn, peer_ip, h);
+            return true;
+        }
+        if now.duration_since(started) > HELLO_TIMEOUT {
+            eprintln!("lib_mrc: QP {:06x}: no answer from the peer's QP {peer_qpn:06x} within {HELLO_TIMEOUT:?}", self.qpn);
+            self.fail();
+        }
+        busy
+    }
+
+    fn connect(&mut self, hello_conn: ConnId, peer_ip: std::net::IpAddr, h: Hello) {
+        let dp = self.worker.datapath_mut();
+        dp.close_conn(hello_conn);
+        dp.add_peer(h.endpoint.clone());
+        let eq = self.engine_qpn;
+        if let Err(e) = self.worker.connect(eq, &h.info, SocketAddr::new(peer_ip, 4791)) {
+            eprintln!("lib_mrc: QP {:06x}: connect: {e}", self.qpn);
+            self.phase = Phase::Hello {
+                conn: hello_conn,
+                peer_ip,
+                last_sent: None,
+                started: Instant::now(),
+                heard: None,
+                sent_after_heard: 0,
+            };
+            self.fail();
+            return;
+        }
+        let rk = self.recv_key.expect("registered at RTS");
+        for s in 0..SLOTS {
+            let sge = Sge {
+                lkey: rk.lkey,
+                addr: self.recv_buf.slot(s) as u64,
+                len: SLOT_BYTES as u32,
+            };
+            let _ = self.worker.post_recv(eq, s as u64, sge);
+        }
+        self.phase = Phase::Connected;
+        self.raise(event::COMM_EST);
+    }
+
+    fn step_connected(&mut self) -> bool {
+        let mut busy = self.worker.progress();
+        busy |= self.reap_send();
+        busy |= self.reap_recv();
+        busy |= self.reap_loopback();
+        busy |= self.pump();
+        if busy {
+            // Hand what was just posted to the datapath without waiting for the next pass.
+            self.worker.progress();
+        }
+        busy
+    }
+
+    /// Application WRITEs into transport SENDs, as the window, the WIMM limit and the
+    /// staging slots allow.
+    fn pump(&mut self) -> bool {
+        let Some(sk) = self.send_key else { return false };
+        let window = state::window_packets(self.settings.mpr);
+        let mut busy = false;
+        while let Some(w) = self.pending.front().copied() {
+            if w.imm.is_some() && w.sent == 0 && self.wimm_outstanding >= u32::from(self.settings.max_wimm) {
+                break;
+            }
+            let Some(&slot) = self.free_send.last() else { break };
+            let left = w.len - w.sent;
+            let clen = left.min(CHUNK_BYTES as u32);
+            let packets = (WRITE_HEADER_BYTES as u32 + clen).div_ceil(self.mtu_payload).max(1);
+            if self.packets_outstanding > 0 && self.packets_outstanding + packets > window {
+                break;
+            }
+            let last = w.sent + clen == w.len;
+            let hdr = WriteHeader {
+                flags: if w.imm.is_some() { wire::FLAG_IMM } else { 0 } | if last { wire::FLAG_LAST } else { 0 },
+                remote_addr: w.remote_addr.wrapping_add(u64::from(w.sent)),
+                rkey: w.rkey,
+                imm: w.imm.unwrap_or(0),
+                msg_len: w.len,
+            };
+            let dst = self.send_buf.slot(slot);
+            // SAFETY: the slot holds SLOT_BYTES; the source is the application's send
+            // buffer (it must stay valid until the WR completes, as in verbs), `clen`
+            // bytes from offset `sent` within the `len` it posted.
+            unsafe {
+                std::ptr::copy_nonoverlapping(hdr.encode().as_ptr(), dst, WRITE_HEADER_BYTES);
+                if clen > 0 {
+                    std::ptr::copy_nonoverlapping(
+                        (w.addr + u64::from(w.sent)) as *const u8,
+                        dst.add(WRITE_HEADER_BYTES),
+                        clen as usize,
+                    );
+                }
+            }
+            let id = self.next_id;
+            let sge = Sge {
+                lkey: sk.lkey,
+                addr: dst as u64,
+                len: WRITE_HEADER_BYTES as u32 + clen,
+            };
+            if let Err(e) = self.worker.post_send(self.engine_qpn, id, sge, None) {
+                eprintln!("lib_mrc: QP {:06x}: transport refused a chunk: {e:?}", self.qpn);
+                break;
+            }
+            self.next_id += 1;
+            self.free_send.pop();
+            self.packets_outstanding += packets;
+            self.counters.chunks_sent += 1;
+            if w.sent == 0 && w.imm.is_some() {
+                self.wimm_outstanding += 1;
+            }
+            let front = self.pending.front_mut().expect("peeked");
+            front.sent += clen;
+            let done = last.then_some(*front);
+            if last {
+                self.pending.pop_front();
+            }
+            self.chunks.insert(id, Chunk { slot, packets, done });
+            busy = true;
+        }
+        busy
+    }
+
+    fn reap_send(&mut self) -> bool {
+        let mut busy = false;
+        while let Some(c) = self.worker.poll_send_cq(self.engine_qpn) {
+            busy = true;
+            self.on_send_completion(c);
+        }
+        busy
+    }
+
+    fn on_send_completion(&mut self, c: Completion) {
+        let Some(ch) = self.chunks.remove(&c.wr_id) else { return };
+        self.free_send.push(ch.slot);
+        self.packets_outstanding = self.packets_outstanding.saturating_sub(ch.packets);
+        if c.status != WcStatus::Success {
+            let w = ch.done.or_else(|| {
+                // A middle chunk failed: its WR is the first one still unfinished.
+                let id = self.chunks.iter().filter(|(_, x)| x.done.is_some()).map(|(k, _)| *k).min();
+                id.and_then(|k| self.chunks.remove(&k)).and_then(|x| x.done).or_else(|| self.pending.pop_front())
+            });
+            if let Some(w) = w {
+                let wc = self.wc(w.wr_id, map_status(c.status), WC_RDMA_WRITE, 0);
+                self.send_cq().push(wc);
+            }
+            self.fail();
+            return;
+        }
+        if let Some(w) = ch.done {
+            self.outstanding_wrs = self.outstanding_wrs.saturating_sub(1);
+            if w.imm.is_some() {
+                self.wimm_outstanding = self.wimm_outstanding.saturating_sub(1);
+            }
+            if w.signaled {
+                let wc = self.wc(w.wr_id, wc_status::SUCCESS, WC_RDMA_WRITE, w.len);
+                self.send_cq().push(wc);
+            }
+        }
+    }
+
+    fn reap_recv(&mut self) -> bool {
+        let mut busy = false;
+        while let Some(c) = self.worker.poll_recv_cq(self.engine_qpn) {
+            busy = true;
+            let slot = c.wr_id as usize;
+            if slot >= SLOTS {
+                continue;
+            }
+            if c.status != WcStatus::Success || c.opcode != WcOpcode::Recv {
+                if c.status != WcStatus::Flushed {
+                    self.repost(slot);
+                }
+                continue;
+            }
+            let len = (c.byte_len as usize).min(SLOT_BYTES);
+            // SAFETY: the transport wrote `len` bytes into this slot and gave it back.
+            let bytes = unsafe { std::slice::from_raw_parts(self.recv_buf.slot(slot), len) };
+            match WriteHeader::decode(bytes) {
+                Ok((hdr, plen)) => {
+                    let p = Placing {
+                        slot,
+                        hdr,
+                        len: plen as u32,
+                    };
+                    self.place(p);
+                }
+                Err(_) => {
+                    self.counters.bad_chunks += 1;
+                    self.repost(slot);
+                }
+            }
+        }
+        busy
+    }
+
+    fn place(&mut self, p: Placing) {
+        if self.lb_broken || !self.replace.is_empty() {
+            self.replace.push(p);
+            return;
+        }
+        // SAFETY: the slot is ours until reposted.
+        let src = unsafe { self.recv_buf.slot(p.slot).add(WRITE_HEADER_BYTES) };
+        match self.loopback.post(p.slot as u64, src, p.len, p.hdr.remote_addr, p.hdr.rkey) {
+            Ok(()) => self.placing.push_back(p),
+            Err(_) => self.replace.push(p),
+        }
+    }
+
+    fn repost(&mut self, slot: usize) {
+        let Some(rk) = self.recv_key else { return };
+        let sge = Sge {
+            lkey: rk.lkey,
+            addr: self.recv_buf.slot(slot) as u64,
+            len: SLOT_BYTES as u32,
+        };
+        let _ = self.worker.post_recv(self.engine_qpn, slot as u64, sge);
+    }
+
+    fn reap_loopback(&mut self) -> bool {
+        let mut out = Vec::new();
+        self.loopback.poll(&mut out);
+        let mut busy = !out.is_empty();
+        for (_wr_id, status) in out {
+            let Some(p) = self.placing.pop_front() else { continue };
+            if status == wc_status::SUCCESS {
+                self.counters.chunks_placed += 1;
+                if p.hdr.flags & wire::FLAG_LAST != 0 && p.hdr.flags & wire::FLAG_IMM != 0 {
+                    let mut wc = self.wc(0, wc_status::SUCCESS, WC_RECV_RDMA_WITH_IMM, p.hdr.msg_len);
+                    wc.imm = p.hdr.imm;
+                    wc.wc_flags = WC_WITH_IMM;
+                    self.pending_imm.push_back(wc);
+                    self.deliver_imms();
+                }
+                self.repost(p.slot);
+            } else if self.lb_broken && status == wc_status::WR_FLUSH_ERR {
+                // Behind the refused one: placed again after the reset, in order.
+                self.replace.push(p);
+            } else {
+                // The device refused the rkey, the bounds or the access: the chunk is
+                // dropped, the QP's owner told.
+                self.counters.placement_refused += 1;
+                self.lb_broken = true;
+                self.raise(event::QP_ACCESS_ERR);
+                self.repost(p.slot);
+            }
+        }
+        if self.lb_broken && self.placing.is_empty() {
+            // Every WR behind the refused one has flushed: reset the loopback QP.
+            if let Err(e) = self.loopback.connect() {
+                eprintln!("lib_mrc: QP {:06x}: loopback reset: {e}", self.qpn);
+                self.fail();
+                return true;
+            }
+            self.lb_broken = false;
+        }
+        if !self.lb_broken && !self.replace.is_empty() {
+            busy = true;
+            let todo: Vec<Placing> = std::mem::take(&mut self.replace);
+            for p in todo {
+                self.place(p);
+            }
+        }
+        busy
+    }
+}
