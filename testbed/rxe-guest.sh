@@ -193,6 +193,31 @@ cargo_test() {
   fi
 }
 
+# ocp_check NAME PORT: fabric/ocp-mrc/c/mrc_check (every mrc.h call of lib_mrc.so) as
+# server and client, two processes on rxe0; both must pass every check and print their
+# exact summaries.
+ocp_check() {
+  name=$1 port=$2
+  timeout 120 /lab/bin/mrc_check server -d $DEV -x 1 -p "$port" >$W/$name.server.out 2>$W/$name.server.err &
+  spid=$!
+  i=0
+  while ! grep -q 'listening' $W/$name.server.err 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+  timeout 120 /lab/bin/mrc_check client 127.0.0.1 -d $DEV -x 1 -p "$port" >$W/$name.client.out 2>$W/$name.client.err
+  crc=$?
+  wait $spid
+  src=$?
+  cat $W/$name.server.out $W/$name.server.err $W/$name.client.out $W/$name.client.err >&2
+  ws="mrc_check server: 4 immediates in order, 1052672 bytes verified (302510 written), 0 bad; 1 COMM_EST + 3 QP_ACCESS_ERR events"
+  wc="mrc_check client: 7 messages + 3 forbidden + 1 last WRITE posted, 8 send completions, reply of 3000 bytes verified"
+  if [ $src -eq 0 ] && [ $crc -eq 0 ] && grep -qxF "$ws" $W/$name.server.out && grep -qxF "$wc" $W/$name.client.out \
+      && grep -qxF "mrc_check server: all checks passed" $W/$name.server.out \
+      && grep -qxF "mrc_check client: all checks passed" $W/$name.client.out; then
+    emit "$name" true "lib_mrc.so, two processes on $DEV: $ws; $wc"
+  else
+    emit "$name" false "server exit $src, client exit $crc: $(grep -h FAIL $W/$name.server.err $W/$name.client.err | head -5 | tr '\n' '|') $(tail -c 300 $W/$name.server.err) $(tail -c 300 $W/$name.client.err)"
+  fi
+}
+
 role_single() {
   gid=$(rxe_up lo 127.0.0.1)
   state=$(port_fact state) mtu=$(port_fact active_mtu) tbl=$(port_fact gid_tbl_len)
@@ -203,6 +228,7 @@ role_single() {
     emit single-setup false "rxe0 on lo: state ${state:-?}, active_mtu ${mtu:-?}, IPv4 GID index ${gid:-none}, type ${gtype:-?}"
     return
   fi
+  ocp_check ocp-mrc-check 18640
   V="--fabric verbs -d $DEV -x 1"
   perf_bw verbs-loopback-bw 200 65536 loopback $V --mtu 4040 -p 18601
   perf_bw verbs-loopback-bw-mtu968 20 65536 loopback $V --mtu 968 -p 18602

@@ -38,6 +38,8 @@
 #   MRC_LAB_FEATURES  cargo features of the test build to take the binaries from
 #                     [mrc-fabric/verbs]; mrc-fabric/verbs is always added
 #   MRC_LAB_KEEP=1    keep the per-run work directory (console logs, pcap)
+#   MRC_LAB_EXTRA     a directory copied into the VM as /lab/extra (e.g. programs built
+#                     elsewhere against lib_mrc.so, for `script FILE`)
 #
 # Host packages (Debian): qemu-system-x86 mmdebstrap cpio kmod xz-utils tshark jq, and the
 # verbs build's libibverbs-dev librdmacm-dev libclang-dev pkg-config. Network: only the
@@ -56,6 +58,8 @@ SMP=${MRC_LAB_SMP:-2}
 # same as that build's, or cargo rebuilds): .ci/run passes its own.
 FEATURES=${MRC_LAB_FEATURES:-mrc-fabric/verbs}
 case ",$FEATURES," in *,mrc-fabric/verbs,*) ;; *) FEATURES="mrc-fabric/verbs,$FEATURES" ;; esac
+# lib_mrc.so (fabric/ocp-mrc) and its C checks ride along too.
+case ",$FEATURES," in *,mrc-ocp/verbs,*) ;; *) FEATURES="$FEATURES,mrc-ocp/verbs" ;; esac
 SUITE=bookworm
 MIRROR=${MRC_LAB_MIRROR:-http://deb.debian.org/debian}
 # Bumped whenever the way the rootfs is built changes (part of the cache key).
@@ -241,6 +245,13 @@ build_binaries() {
     PERF_BIN=$(awk '$1 == "bin" && $2 == "mrc-perf" && $3 == "false" {print $4}' <<<"$art")
   fi
   [ -x "$PERF_BIN" ] || die "no mrc-perf binary ($PROFILE)"
+  # lib_mrc.so (the cdylib of fabric/ocp-mrc) and the project's C program against it.
+  MRC_SO=$(cargo test --workspace --locked --no-run -q --message-format=json --features "$FEATURES" 2>>"$CACHE/cargo.log" \
+    | jq -r 'select(.reason == "compiler-artifact" and .target.name == "_mrc") | .filenames[] | select(endswith("lib_mrc.so"))' | head -1)
+  [ -f "$MRC_SO" ] || die "no lib_mrc.so among the build's artifacts (features $FEATURES)"
+  mkdir -p "$CACHE/ocp"
+  make -s -C fabric/ocp-mrc/c LIB_DIR="$(dirname "$MRC_SO")" OUT="$CACHE/ocp" >&2 \
+    || die "building fabric/ocp-mrc/c (gcc, libibverbs-dev) failed"
   say "binaries ready in $(( $(now_ms) - t0 ))ms: $PERF_BIN"
 }
 
@@ -261,11 +272,14 @@ make_initrd() {
   # hidden by the tmpfs the guest's init mounts on /tmp.
   echo "$TARGET_DIR/debug/mrc-perf" >"$o/lab/perf_bin_path"
   cp testbed/rxe-guest.sh "$o/lab/guest.sh"
+  strip --strip-debug -o "$o/lab/bin/lib_mrc.so" "$MRC_SO"
+  strip --strip-debug -o "$o/lab/bin/mrc_check" "$CACHE/ocp/mrc_check"
+  if [ -n "${MRC_LAB_EXTRA:-}" ]; then cp -a "$MRC_LAB_EXTRA" "$o/lab/extra"; fi
   if [ -n "$USER_SCRIPT" ]; then cp "$USER_SCRIPT" "$o/lab/user.sh"; fi
   # Host libraries the rootfs does not have (same Debian release: normally none).
   local lib
   [ -f "$BASE.list" ] || cpio -it --quiet <"$BASE" >"$BASE.list"
-  for lib in $(ldd "$PERF_BIN" $TEST_BINS 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u); do
+  for lib in $(ldd "$PERF_BIN" $TEST_BINS "$MRC_SO" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u); do
     # (The host may have merged /usr and the rootfs not: look for the name in any lib dir.)
     if ! grep -qE "^(usr/)?lib(64)?/(x86_64-linux-gnu/)?$(basename "$lib" | sed 's/[.+]/\\&/g')\$" "$BASE.list"; then
       mkdir -p "$o$(dirname "$lib")"

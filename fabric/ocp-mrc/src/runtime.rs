@@ -86,6 +86,21 @@ const HELLO_TIMEOUT: Duration = Duration::from_secs(120);
 /// Idle passes of the progress thread before it naps.
 const SPIN_PASSES: u32 = 2000;
 
+/// Whether `LIB_MRC_DEBUG` is set: the runtime then narrates the rendezvous and
+/// placement on stderr.
+pub(crate) fn debug_on() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("LIB_MRC_DEBUG").is_some())
+}
+
+macro_rules! debug {
+    ($($t:tt)*) => {
+        if debug_on() {
+            eprintln!("lib_mrc: {}", format_args!($($t)*));
+        }
+    };
+}
+
 /// Locks `m`, whatever a panic left behind (every structure here stays consistent between
 /// statements that could panic).
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -943,6 +958,7 @@ impl QpInner {
                 eprintln!("lib_mrc: rendezvous path to {peer_ip}: {e}");
                 libc::EHOSTUNREACH
             })?;
+        debug!("QP {:06x}: RTS, rendezvous with {:06x} at {peer_ip}", self.qpn, self.peer_qpn);
         self.phase = Phase::Hello {
             conn,
             peer_ip,
@@ -1100,7 +1116,11 @@ impl QpInner {
             }
         });
         self.counters.foreign_before_connect += foreign;
+        if foreign > 0 {
+            debug!("QP {:06x}: {foreign} datagrams before connect dropped", self.qpn);
+        }
         if let Some(h) = got {
+            debug!("QP {:06x}: hello from {:06x} (heard {})", self.qpn, peer_qpn, h.heard);
             self.counters.hellos_heard += 1;
             if let Phase::Hello { heard, .. } = &mut self.phase
                 && heard.is_none()
@@ -1145,12 +1165,16 @@ impl QpInner {
         for s in 0..SLOTS {
             let sge = Sge {
                 lkey: rk.lkey,
-                addr: self.recv_buf.slot(s) as u64,
+                addr: rk.addr + (s * SLOT_BYTES) as u64,
                 len: SLOT_BYTES as u32,
             };
             let _ = self.worker.post_recv(eq, s as u64, sge);
         }
         self.phase = Phase::Connected;
+        debug!(
+            "QP {:06x}: connected to {:06x} (transport QPN {:06x}, mtu payload {})",
+            self.qpn, self.peer_qpn, h.info.qpn, self.mtu_payload
+        );
         self.raise(event::COMM_EST);
     }
 
@@ -1207,14 +1231,19 @@ impl QpInner {
                 }
             }
             let id = self.next_id;
+            // The region's addresses are the transport's (MrKey::addr names its first byte).
             let sge = Sge {
                 lkey: sk.lkey,
-                addr: dst as u64,
+                addr: sk.addr + (slot * SLOT_BYTES) as u64,
                 len: WRITE_HEADER_BYTES as u32 + clen,
             };
             if let Err(e) = self.worker.post_send(self.engine_qpn, id, sge, None) {
-                eprintln!("lib_mrc: QP {:06x}: transport refused a chunk: {e:?}", self.qpn);
-                break;
+                eprintln!("lib_mrc: QP {:06x}: the transport refused a chunk: {e:?}", self.qpn);
+                let wc = self.wc(w.wr_id, wc_status::LOC_PROT_ERR, WC_RDMA_WRITE, 0);
+                self.pending.pop_front();
+                self.send_cq().push(wc);
+                self.fail();
+                return true;
             }
             self.next_id += 1;
             self.free_send.pop();
@@ -1325,7 +1354,7 @@ impl QpInner {
         let Some(rk) = self.recv_key else { return };
         let sge = Sge {
             lkey: rk.lkey,
-            addr: self.recv_buf.slot(slot) as u64,
+            addr: rk.addr + (slot * SLOT_BYTES) as u64,
             len: SLOT_BYTES as u32,
         };
         let _ = self.worker.post_recv(self.engine_qpn, slot as u64, sge);
@@ -1351,6 +1380,7 @@ impl QpInner {
                 // Behind the refused one: placed again after the reset, in order.
                 self.replace.push(p);
             } else {
+                debug!("QP {:06x}: placement refused (status {status}) at {:#x} rkey {:#x}", self.qpn, p.hdr.remote_addr, p.hdr.rkey);
                 // The device refused the rkey, the bounds or the access: the chunk is
                 // dropped, the QP's owner told.
                 self.counters.placement_refused += 1;
