@@ -9,8 +9,12 @@
 //! library returned, or the application's libibverbs object), as with libibverbs.
 #![allow(clippy::missing_safety_doc)]
 
-use crate::abi::{self, MrcContextAttr, MrcDeviceAttr, MrcQpAttr, MrcQpHintAttr, attr_mask, hint_mask, limits};
-use crate::runtime::{self, AsyncEvent, Channel, Context, Cq, CqQueue, Hint, InitCopy, PendingWr, Qp, lock};
+use crate::abi::{
+    self, MrcContextAttr, MrcDeviceAttr, MrcQpAttr, MrcQpHintAttr, attr_mask, hint_mask, limits,
+};
+use crate::runtime::{
+    self, AsyncEvent, Channel, Context, Cq, CqQueue, Hint, InitCopy, PendingWr, Qp, lock,
+};
 use crate::state::{self, ModifyRequest, QpState, ibv_mask};
 use rdma_sys::*;
 use std::collections::VecDeque;
@@ -99,7 +103,11 @@ fn device_attr() -> MrcDeviceAttr {
     }
 }
 
-unsafe fn query_device(vctx: *mut ibv_context, attr: *mut MrcDeviceAttr, supported: *mut c_int) -> c_int {
+unsafe fn query_device(
+    vctx: *mut ibv_context,
+    attr: *mut MrcDeviceAttr,
+    supported: *mut c_int,
+) -> c_int {
     if vctx.is_null() || attr.is_null() || supported.is_null() {
         return minus(libc::EINVAL);
     }
@@ -149,7 +157,10 @@ pub unsafe extern "C" fn mrc_query_version(
             (current_version, abi::API_CURRENT_VERSION),
             (last_supported_version, abi::API_LAST_SUPPORTED_VERSION),
             (vendor_version, abi::VENDOR_API_CURRENT_VERSION),
-            (last_supported_vendor_version, abi::VENDOR_API_LAST_SUPPORTED_VERSION),
+            (
+                last_supported_vendor_version,
+                abi::VENDOR_API_LAST_SUPPORTED_VERSION,
+            ),
         ] {
             if !p.is_null() {
                 // SAFETY: non-null out-pointer from the caller.
@@ -162,14 +173,21 @@ pub unsafe extern "C" fn mrc_query_version(
 /// `mrc_create_context`: `EINVAL` for a null context or an API version outside
 /// [last supported, current] (0 = not said).
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn mrc_create_context(vcontext: *mut ibv_context, attr: *mut MrcContextAttr) -> *mut c_void {
+pub unsafe extern "C" fn mrc_create_context(
+    vcontext: *mut ibv_context,
+    attr: *mut MrcContextAttr,
+) -> *mut c_void {
     guard(null_mut(), || {
         if vcontext.is_null() {
             set_errno(libc::EINVAL);
             return null_mut();
         }
         // SAFETY: the C contract.
-        let a = if attr.is_null() { MrcContextAttr::default() } else { unsafe { *attr } };
+        let a = if attr.is_null() {
+            MrcContextAttr::default()
+        } else {
+            unsafe { *attr }
+        };
         if a.mrc_api_version_used > abi::API_CURRENT_VERSION
             || a.mrc_vendor_api_version_used > abi::VENDOR_API_CURRENT_VERSION
         {
@@ -178,7 +196,11 @@ pub unsafe extern "C" fn mrc_create_context(vcontext: *mut ibv_context, attr: *m
         }
         let c = Box::new(Context {
             vctx: vcontext,
-            api_version: if a.mrc_api_version_used == 0 { abi::API_CURRENT_VERSION } else { a.mrc_api_version_used },
+            api_version: if a.mrc_api_version_used == 0 {
+                abi::API_CURRENT_VERSION
+            } else {
+                a.mrc_api_version_used
+            },
             vendor_version: a.mrc_vendor_api_version_used,
             events: Mutex::new(VecDeque::new()),
             events_cv: Condvar::new(),
@@ -208,7 +230,10 @@ pub unsafe extern "C" fn mrc_destroy_context(ctx: *mut c_void) -> c_int {
 
 /// `mrc_create_comp_channel`: -1 with errno on failure.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn mrc_create_comp_channel(ctx: *mut c_void, channel: *mut *mut c_void) -> c_int {
+pub unsafe extern "C" fn mrc_create_comp_channel(
+    ctx: *mut c_void,
+    channel: *mut *mut c_void,
+) -> c_int {
     guard(-1, || {
         let c = ctx.cast::<Context>().cast_const();
         if c.is_null() || channel.is_null() {
@@ -306,7 +331,11 @@ pub unsafe extern "C" fn mrc_create_cq(
 /// `mrc_poll_cq`: up to `num_entries` completions into `wc`; -1 with `EINVAL` for bad
 /// arguments.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn mrc_poll_cq(cq: *mut c_void, num_entries: c_int, wc: *mut ibv_wc) -> c_int {
+pub unsafe extern "C" fn mrc_poll_cq(
+    cq: *mut c_void,
+    num_entries: c_int,
+    wc: *mut ibv_wc,
+) -> c_int {
     guard(-1, || {
         let cq = cq.cast::<Cq>();
         if cq.is_null() || num_entries < 0 || (num_entries > 0 && wc.is_null()) {
@@ -438,7 +467,10 @@ fn check_hint(a: &MrcQpHintAttr, mask: u32) -> bool {
 
 /// `mrc_create_qp_hint`: stored and reported (mrc sizes nothing by it yet).
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn mrc_create_qp_hint(ctx: *mut c_void, init_attr: *mut MrcQpHintAttr) -> *mut c_void {
+pub unsafe extern "C" fn mrc_create_qp_hint(
+    ctx: *mut c_void,
+    init_attr: *mut MrcQpHintAttr,
+) -> *mut c_void {
     guard(null_mut(), || {
         let c = ctx.cast::<Context>().cast_const();
         if c.is_null() || init_attr.is_null() {
@@ -485,7 +517,11 @@ pub unsafe extern "C" fn mrc_destroy_qp_hint(hint: *mut c_void) -> c_int {
 
 /// `mrc_query_qp_hint`: the fields `mask` names.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn mrc_query_qp_hint(hint: *mut c_void, attr: *mut MrcQpHintAttr, mask: c_int) -> c_int {
+pub unsafe extern "C" fn mrc_query_qp_hint(
+    hint: *mut c_void,
+    attr: *mut MrcQpHintAttr,
+    mask: c_int,
+) -> c_int {
     guard(-1, || {
         let h = hint.cast::<Hint>();
         let mask = mask as u32;
@@ -512,7 +548,11 @@ pub unsafe extern "C" fn mrc_query_qp_hint(hint: *mut c_void, attr: *mut MrcQpHi
 
 /// `mrc_modify_qp_hint`: the fields `mask` names (negative counts are `EINVAL`).
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn mrc_modify_qp_hint(hint: *mut c_void, attr: *mut MrcQpHintAttr, mask: c_int) -> c_int {
+pub unsafe extern "C" fn mrc_modify_qp_hint(
+    hint: *mut c_void,
+    attr: *mut MrcQpHintAttr,
+    mask: c_int,
+) -> c_int {
     guard(-1, || {
         let h = hint.cast::<Hint>();
         let mask = mask as u32;
@@ -583,7 +623,10 @@ pub unsafe extern "C" fn mrc_create_qp(ctx: *mut c_void, attr: *mut MrcQpInitAtt
             send_ops_flags: a.send_ops_flags,
             protocol_version: abi::PROTOCOL_VERSION_1,
         };
-        let (scq, rcq) = (a.send_cq.cast::<Cq>().cast_const(), a.recv_cq.cast::<Cq>().cast_const());
+        let (scq, rcq) = (
+            a.send_cq.cast::<Cq>().cast_const(),
+            a.recv_cq.cast::<Cq>().cast_const(),
+        );
         match Qp::create(c, a.pd, scq, rcq, init, a.qp_context) {
             Ok(qp) => {
                 // SAFETY: live CQs and context.
@@ -682,8 +725,16 @@ pub unsafe extern "C" fn mrc_modify_qp(
         // SAFETY: the C contract.
         let q = unsafe { &*p };
         // SAFETY: plain data.
-        let v: ibv_qp_attr = if vattr.is_null() { unsafe { std::mem::zeroed() } } else { unsafe { std::ptr::read(vattr) } };
-        let m = if mrc_attr.is_null() { MrcQpAttr::default() } else { unsafe { *mrc_attr } };
+        let v: ibv_qp_attr = if vattr.is_null() {
+            unsafe { std::mem::zeroed() }
+        } else {
+            unsafe { std::ptr::read(vattr) }
+        };
+        let m = if mrc_attr.is_null() {
+            MrcQpAttr::default()
+        } else {
+            unsafe { *mrc_attr }
+        };
         let mut g = lock(&q.shared.inner);
         let req = ModifyRequest {
             ibv_mask: vmask,
@@ -706,7 +757,9 @@ pub unsafe extern "C" fn mrc_modify_qp(
             }
             (QpState::Reset | QpState::Init, QpState::Reset) => {}
             (_, QpState::Reset) => return err(libc::EINVAL),
-            (QpState::Rts, QpState::Rts) if mmask & (attr_mask::TIMEOUT | attr_mask::RETRY_CNT) != 0 => {
+            (QpState::Rts, QpState::Rts)
+                if mmask & (attr_mask::TIMEOUT | attr_mask::RETRY_CNT) != 0 =>
+            {
                 // The give-up budget is fixed when the transport QP is made (at RTS).
                 return err(libc::EINVAL);
             }
@@ -736,7 +789,11 @@ pub unsafe extern "C" fn mrc_modify_qp(
             (QpState::Init, QpState::Rtr) => {
                 // SAFETY: every bit pattern is a valid [u8; 16].
                 let dgid = std::net::Ipv6Addr::from(unsafe { v.ah_attr.grh.dgid.raw });
-                let port = if v.ah_attr.port_num != 0 { v.ah_attr.port_num } else { g.vattr.port_num.max(1) };
+                let port = if v.ah_attr.port_num != 0 {
+                    v.ah_attr.port_num
+                } else {
+                    g.vattr.port_num.max(1)
+                };
                 let sgid = runtime::query_gid(vctx, port, v.ah_attr.grh.sgid_index);
                 if let Err(e) = g.set_peer(dgid, v.dest_qp_num, sgid) {
                     return err(e);
@@ -842,7 +899,11 @@ pub unsafe extern "C" fn mrc_query_qp(
 /// `ENOMEM`; a QP not in RTS is `EINVAL` (in ERR the WRs complete flushed). `*bad_wr`
 /// names the first WR not posted.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn mrc_post_send(qp: *mut c_void, wr: *mut ibv_send_wr, bad_wr: *mut *mut ibv_send_wr) -> c_int {
+pub unsafe extern "C" fn mrc_post_send(
+    qp: *mut c_void,
+    wr: *mut ibv_send_wr,
+    bad_wr: *mut *mut ibv_send_wr,
+) -> c_int {
     guard(libc::EIO, || {
         let p = qp.cast::<Qp>();
         if p.is_null() {
@@ -865,7 +926,9 @@ pub unsafe extern "C" fn mrc_post_send(qp: *mut c_void, wr: *mut ibv_send_wr, ba
             let imm = match w.opcode {
                 IBV_WR_RDMA_WRITE => None,
                 // SAFETY: the union's immediate member for this opcode.
-                IBV_WR_RDMA_WRITE_WITH_IMM => Some(unsafe { w.imm_data_invalidated_rkey_union.imm_data }),
+                IBV_WR_RDMA_WRITE_WITH_IMM => {
+                    Some(unsafe { w.imm_data_invalidated_rkey_union.imm_data })
+                }
                 _ => return fail(libc::EINVAL),
             };
             let (addr, len) = match w.num_sge {
@@ -905,7 +968,11 @@ pub unsafe extern "C" fn mrc_post_send(qp: *mut c_void, wr: *mut ibv_send_wr, ba
 /// the data goes where the WRITE names); more than one SGE is `EINVAL`, more than
 /// `max_recv_wr` posted is `ENOMEM`, RESET is `EINVAL`.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn mrc_post_recv(qp: *mut c_void, wr: *mut ibv_recv_wr, bad_wr: *mut *mut ibv_recv_wr) -> c_int {
+pub unsafe extern "C" fn mrc_post_recv(
+    qp: *mut c_void,
+    wr: *mut ibv_recv_wr,
+    bad_wr: *mut *mut ibv_recv_wr,
+) -> c_int {
     guard(libc::EIO, || {
         let p = qp.cast::<Qp>();
         if p.is_null() {
@@ -995,16 +1062,31 @@ mod tests {
         let mut attr = MrcDeviceAttr::default();
         let mut sup = 7;
         // SAFETY: null context: refused before any use.
-        assert_eq!(unsafe { mrc_query_device(null_mut(), &mut attr, &mut sup) }, -1);
-        assert_eq!(std::io::Error::last_os_error().raw_os_error(), Some(libc::EINVAL));
+        assert_eq!(
+            unsafe { mrc_query_device(null_mut(), &mut attr, &mut sup) },
+            -1
+        );
+        assert_eq!(
+            std::io::Error::last_os_error().raw_os_error(),
+            Some(libc::EINVAL)
+        );
         assert_eq!(sup, 7);
         // SAFETY: null handles are refused.
         unsafe {
             assert!(mrc_create_context(null_mut(), null_mut()).is_null());
             assert_eq!(mrc_destroy_context(null_mut()), -1);
-            assert_eq!(mrc_post_send(null_mut(), null_mut(), null_mut()), libc::EINVAL);
-            assert_eq!(mrc_post_recv(null_mut(), null_mut(), null_mut()), libc::EINVAL);
-            assert_eq!(mrc_modify_qp(null_mut(), null_mut(), 0, null_mut(), 0), libc::EINVAL);
+            assert_eq!(
+                mrc_post_send(null_mut(), null_mut(), null_mut()),
+                libc::EINVAL
+            );
+            assert_eq!(
+                mrc_post_recv(null_mut(), null_mut(), null_mut()),
+                libc::EINVAL
+            );
+            assert_eq!(
+                mrc_modify_qp(null_mut(), null_mut(), 0, null_mut(), 0),
+                libc::EINVAL
+            );
             assert_eq!(mrc_poll_cq(null_mut(), 1, null_mut()), -1);
             assert_eq!(mrc_get_qpn(null_mut(), null_mut()), -1);
         }
@@ -1061,9 +1143,15 @@ mod tests {
             assert_eq!(mrc_poll_cq(cq, 8, out.as_mut_ptr()), 4);
             assert_eq!((out[0].wr_id, out[0].byte_len, out[3].wr_id), (9, 3, 9));
             assert_eq!(mrc_poll_cq(cq, 8, out.as_mut_ptr()), 0);
-            let mut ev = MrcAsyncEvent { element: 0, event_type: 99 };
+            let mut ev = MrcAsyncEvent {
+                element: 0,
+                event_type: 99,
+            };
             assert_eq!(mrc_get_async_event(ctx, &mut ev), 0);
-            assert_eq!((ev.element, ev.event_type), (cq as usize, runtime::event::CQ_ERR));
+            assert_eq!(
+                (ev.element, ev.event_type),
+                (cq as usize, runtime::event::CQ_ERR)
+            );
             mrc_ack_async_event(&mut ev);
             // Hints.
             let mut h = MrcQpHintAttr {
@@ -1078,12 +1166,25 @@ mod tests {
                 num_send_peers: 16,
                 ..MrcQpHintAttr::default()
             };
-            assert_eq!(mrc_modify_qp_hint(hint, &mut upd, hint_mask::NUM_SEND_PEERS as c_int), 0);
+            assert_eq!(
+                mrc_modify_qp_hint(hint, &mut upd, hint_mask::NUM_SEND_PEERS as c_int),
+                0
+            );
             upd.num_send_peers = -1;
-            assert_eq!(mrc_modify_qp_hint(hint, &mut upd, hint_mask::NUM_SEND_PEERS as c_int), -1);
+            assert_eq!(
+                mrc_modify_qp_hint(hint, &mut upd, hint_mask::NUM_SEND_PEERS as c_int),
+                -1
+            );
             let mut q = MrcQpHintAttr::default();
             assert_eq!(mrc_query_qp_hint(hint, &mut q, hint_mask::ALL as c_int), 0);
-            assert_eq!((q.num_qps_per_peer, q.num_send_peers, q.num_remote_recv_peers), (2, 16, 3));
+            assert_eq!(
+                (
+                    q.num_qps_per_peer,
+                    q.num_send_peers,
+                    q.num_remote_recv_peers
+                ),
+                (2, 16, 3)
+            );
             assert_eq!(mrc_destroy_qp_hint(hint), 0);
             assert_eq!(mrc_destroy_cq(cq), 0);
             assert_eq!(mrc_destroy_comp_channel(ch), 0);

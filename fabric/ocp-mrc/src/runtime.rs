@@ -287,10 +287,7 @@ impl Staging {
         }
         // SAFETY: freshly allocated `len` bytes.
         unsafe { std::ptr::write_bytes(p.cast::<u8>(), 0, len) };
-        Some(Staging {
-            ptr: p.cast(),
-            len,
-        })
+        Some(Staging { ptr: p.cast(), len })
     }
 
     fn slot(&self, i: usize) -> *mut u8 {
@@ -324,7 +321,15 @@ impl Loopback {
         // SAFETY: pd is the application's live PD (checked non-null by the caller).
         let vctx = unsafe { (*pd).context };
         // SAFETY: live context.
-        let cq = unsafe { ibv_create_cq(vctx, (SLOTS * 2) as c_int, std::ptr::null_mut(), std::ptr::null_mut(), 0) };
+        let cq = unsafe {
+            ibv_create_cq(
+                vctx,
+                (SLOTS * 2) as c_int,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                0,
+            )
+        };
         if cq.is_null() {
             return Err(format!("ibv_create_cq: errno {}", errno()));
         }
@@ -372,7 +377,14 @@ impl Loopback {
         let port = self.port;
         let mut gid = ibv_gid { raw: [0; 16] };
         // SAFETY: live QP's context, out-pointer to a local.
-        let rc = unsafe { ibv_query_gid((*self.qp).context, port, c_int::from(self.gid_index), &mut gid) };
+        let rc = unsafe {
+            ibv_query_gid(
+                (*self.qp).context,
+                port,
+                c_int::from(self.gid_index),
+                &mut gid,
+            )
+        };
         if rc != 0 {
             return Err(format!("ibv_query_gid: {rc}"));
         }
@@ -387,10 +399,7 @@ impl Loopback {
         };
         use ibv_qp_attr_mask as k;
         let steps = [
-            (
-                ibv_qp_state::IBV_QPS_RESET,
-                k::IBV_QP_STATE,
-            ),
+            (ibv_qp_state::IBV_QPS_RESET, k::IBV_QP_STATE),
             (
                 ibv_qp_state::IBV_QPS_INIT,
                 k::IBV_QP_STATE | k::IBV_QP_PKEY_INDEX | k::IBV_QP_PORT | k::IBV_QP_ACCESS_FLAGS,
@@ -421,7 +430,8 @@ impl Loopback {
             a.qp_state = st;
             a.port_num = port;
             a.qp_access_flags = (ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0
-                | ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0) as u32;
+                | ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0)
+                as u32;
             a.path_mtu = mtu_enum;
             a.dest_qp_num = qpn;
             a.max_dest_rd_atomic = 1;
@@ -446,7 +456,14 @@ impl Loopback {
 
     /// Posts the placement WRITE of `len` bytes at `src` (in the staging MR) to
     /// (`remote_addr`, `rkey`), signalled, as `wr_id`.
-    fn post(&self, wr_id: u64, src: *mut u8, len: u32, remote_addr: u64, rkey: u32) -> Result<(), i32> {
+    fn post(
+        &self,
+        wr_id: u64,
+        src: *mut u8,
+        len: u32,
+        remote_addr: u64,
+        rkey: u32,
+    ) -> Result<(), i32> {
         let mut sge = ibv_sge {
             addr: src as u64,
             length: len,
@@ -632,7 +649,9 @@ unsafe impl Sync for QpShared {}
 
 /// The last OS error.
 pub(crate) fn errno() -> i32 {
-    std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)
+    std::io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO)
 }
 
 fn device_name(vctx: *mut ibv_context) -> Option<String> {
@@ -647,7 +666,11 @@ fn device_name(vctx: *mut ibv_context) -> Option<String> {
         return None;
     }
     // SAFETY: as above.
-    Some(unsafe { std::ffi::CStr::from_ptr(p) }.to_string_lossy().into_owned())
+    Some(
+        unsafe { std::ffi::CStr::from_ptr(p) }
+            .to_string_lossy()
+            .into_owned(),
+    )
 }
 
 /// The port's active MTU in bytes (and whether the port is up).
@@ -675,7 +698,10 @@ pub(crate) fn query_gid(vctx: *mut ibv_context, port: u8, index: u8) -> Option<I
 /// The GID index the datapath uses: `MRC_GID_INDEX`, else the first IPv4-mapped entry
 /// (RoCEv2 over IPv4), else 0.
 fn pick_gid_index(vctx: *mut ibv_context, port: u8) -> u8 {
-    if let Some(i) = std::env::var("MRC_GID_INDEX").ok().and_then(|v| v.parse().ok()) {
+    if let Some(i) = std::env::var("MRC_GID_INDEX")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
         return i;
     }
     (0..16u8)
@@ -710,7 +736,10 @@ impl Qp {
     ) -> Result<Box<Qp>, String> {
         // SAFETY: the caller checked ctx non-null and live.
         let c = unsafe { &*ctx };
-        let port = std::env::var("MRC_IB_PORT").ok().and_then(|v| v.parse().ok()).unwrap_or(1u8);
+        let port = std::env::var("MRC_IB_PORT")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1u8);
         let dev = device_name(c.vctx).ok_or("the ibv_context names no device")?;
         let (mtu, _) = port_mtu(c.vctx, port).map_err(|e| format!("ibv_query_port: {e}"))?;
         let mut vc = VerbsConfig::new(dev);
@@ -898,7 +927,9 @@ impl QpInner {
             return Err(libc::EINVAL);
         };
         if let Some(m) = path_mtu {
-            self.mtu_payload = self.mtu_payload.min(m.saturating_sub(MRC_HEADER_BYTES).max(256));
+            self.mtu_payload = self
+                .mtu_payload
+                .min(m.saturating_sub(MRC_HEADER_BYTES).max(256));
         }
         self.loopback.gid_index = self.worker.datapath_mut().config().gid_index;
         self.loopback.connect().map_err(|e| {
@@ -934,8 +965,18 @@ impl QpInner {
         // the transport touches them only inside worker calls, the device reads the
         // receive slots only while the transport does not own them.
         let keys = unsafe {
-            let s = self.worker.reg_mr_raw(eq, self.send_buf.ptr, self.send_buf.len, Access::LOCAL_WRITE);
-            let r = self.worker.reg_mr_raw(eq, self.recv_buf.ptr, self.recv_buf.len, Access::LOCAL_WRITE);
+            let s = self.worker.reg_mr_raw(
+                eq,
+                self.send_buf.ptr,
+                self.send_buf.len,
+                Access::LOCAL_WRITE,
+            );
+            let r = self.worker.reg_mr_raw(
+                eq,
+                self.recv_buf.ptr,
+                self.recv_buf.len,
+                Access::LOCAL_WRITE,
+            );
             s.and_then(|s| r.map(|r| (s, r)))
         };
         let (sk, rk) = keys.map_err(|e| {
@@ -958,7 +999,10 @@ impl QpInner {
                 eprintln!("lib_mrc: rendezvous path to {peer_ip}: {e}");
                 libc::EHOSTUNREACH
             })?;
-        debug!("QP {:06x}: RTS, rendezvous with {:06x} at {peer_ip}", self.qpn, self.peer_qpn);
+        debug!(
+            "QP {:06x}: RTS, rendezvous with {:06x} at {peer_ip}",
+            self.qpn, self.peer_qpn
+        );
         self.phase = Phase::Hello {
             conn,
             peer_ip,
@@ -1036,7 +1080,8 @@ impl QpInner {
 
     fn deliver_imms(&mut self) {
         while !self.pending_imm.is_empty() && !self.recv_wrs.is_empty() {
-            let (Some(mut wc), Some(r)) = (self.pending_imm.pop_front(), self.recv_wrs.pop_front()) else {
+            let (Some(mut wc), Some(r)) = (self.pending_imm.pop_front(), self.recv_wrs.pop_front())
+            else {
                 break;
             };
             wc.wr_id = r;
@@ -1117,10 +1162,16 @@ impl QpInner {
         });
         self.counters.foreign_before_connect += foreign;
         if foreign > 0 {
-            debug!("QP {:06x}: {foreign} datagrams before connect dropped", self.qpn);
+            debug!(
+                "QP {:06x}: {foreign} datagrams before connect dropped",
+                self.qpn
+            );
         }
         if let Some(h) = got {
-            debug!("QP {:06x}: hello from {:06x} (heard {})", self.qpn, peer_qpn, h.heard);
+            debug!(
+                "QP {:06x}: hello from {:06x} (heard {})",
+                self.qpn, peer_qpn, h.heard
+            );
             self.counters.hellos_heard += 1;
             if let Phase::Hello { heard, .. } = &mut self.phase
                 && heard.is_none()
@@ -1130,14 +1181,19 @@ impl QpInner {
             busy = true;
         }
         if have && sent_after_heard + 1 >= HELLOS_AFTER_HEARD {
-            let Phase::Hello { heard: Some(h), .. } = std::mem::replace(&mut self.phase, Phase::Idle) else {
+            let Phase::Hello { heard: Some(h), .. } =
+                std::mem::replace(&mut self.phase, Phase::Idle)
+            else {
                 return busy;
             };
             self.connect(conn, peer_ip, h);
             return true;
         }
         if now.duration_since(started) > HELLO_TIMEOUT {
-            eprintln!("lib_mrc: QP {:06x}: no answer from the peer's QP {peer_qpn:06x} within {HELLO_TIMEOUT:?}", self.qpn);
+            eprintln!(
+                "lib_mrc: QP {:06x}: no answer from the peer's QP {peer_qpn:06x} within {HELLO_TIMEOUT:?}",
+                self.qpn
+            );
             self.fail();
         }
         busy
@@ -1148,7 +1204,10 @@ impl QpInner {
         dp.close_conn(hello_conn);
         dp.add_peer(h.endpoint.clone());
         let eq = self.engine_qpn;
-        if let Err(e) = self.worker.connect(eq, &h.info, SocketAddr::new(peer_ip, 4791)) {
+        if let Err(e) = self
+            .worker
+            .connect(eq, &h.info, SocketAddr::new(peer_ip, 4791))
+        {
             eprintln!("lib_mrc: QP {:06x}: connect: {e}", self.qpn);
             self.phase = Phase::Hello {
                 conn: hello_conn,
@@ -1194,23 +1253,33 @@ impl QpInner {
     /// Application WRITEs into transport SENDs, as the window, the WIMM limit and the
     /// staging slots allow.
     fn pump(&mut self) -> bool {
-        let Some(sk) = self.send_key else { return false };
+        let Some(sk) = self.send_key else {
+            return false;
+        };
         let window = state::window_packets(self.settings.mpr);
         let mut busy = false;
         while let Some(w) = self.pending.front().copied() {
-            if w.imm.is_some() && w.sent == 0 && self.wimm_outstanding >= u32::from(self.settings.max_wimm) {
+            if w.imm.is_some()
+                && w.sent == 0
+                && self.wimm_outstanding >= u32::from(self.settings.max_wimm)
+            {
                 break;
             }
-            let Some(&slot) = self.free_send.last() else { break };
+            let Some(&slot) = self.free_send.last() else {
+                break;
+            };
             let left = w.len - w.sent;
             let clen = left.min(CHUNK_BYTES as u32);
-            let packets = (WRITE_HEADER_BYTES as u32 + clen).div_ceil(self.mtu_payload).max(1);
+            let packets = (WRITE_HEADER_BYTES as u32 + clen)
+                .div_ceil(self.mtu_payload)
+                .max(1);
             if self.packets_outstanding > 0 && self.packets_outstanding + packets > window {
                 break;
             }
             let last = w.sent + clen == w.len;
             let hdr = WriteHeader {
-                flags: if w.imm.is_some() { wire::FLAG_IMM } else { 0 } | if last { wire::FLAG_LAST } else { 0 },
+                flags: if w.imm.is_some() { wire::FLAG_IMM } else { 0 }
+                    | if last { wire::FLAG_LAST } else { 0 },
                 remote_addr: w.remote_addr.wrapping_add(u64::from(w.sent)),
                 rkey: w.rkey,
                 imm: w.imm.unwrap_or(0),
@@ -1238,7 +1307,10 @@ impl QpInner {
                 len: WRITE_HEADER_BYTES as u32 + clen,
             };
             if let Err(e) = self.worker.post_send(self.engine_qpn, id, sge, None) {
-                eprintln!("lib_mrc: QP {:06x}: the transport refused a chunk: {e:?}", self.qpn);
+                eprintln!(
+                    "lib_mrc: QP {:06x}: the transport refused a chunk: {e:?}",
+                    self.qpn
+                );
                 let wc = self.wc(w.wr_id, wc_status::LOC_PROT_ERR, WC_RDMA_WRITE, 0);
                 self.pending.pop_front();
                 self.send_cq().push(wc);
@@ -1258,7 +1330,14 @@ impl QpInner {
             if last {
                 self.pending.pop_front();
             }
-            self.chunks.insert(id, Chunk { slot, packets, done });
+            self.chunks.insert(
+                id,
+                Chunk {
+                    slot,
+                    packets,
+                    done,
+                },
+            );
             busy = true;
         }
         busy
@@ -1274,14 +1353,23 @@ impl QpInner {
     }
 
     fn on_send_completion(&mut self, c: Completion) {
-        let Some(ch) = self.chunks.remove(&c.wr_id) else { return };
+        let Some(ch) = self.chunks.remove(&c.wr_id) else {
+            return;
+        };
         self.free_send.push(ch.slot);
         self.packets_outstanding = self.packets_outstanding.saturating_sub(ch.packets);
         if c.status != WcStatus::Success {
             let w = ch.done.or_else(|| {
                 // A middle chunk failed: its WR is the first one still unfinished.
-                let id = self.chunks.iter().filter(|(_, x)| x.done.is_some()).map(|(k, _)| *k).min();
-                id.and_then(|k| self.chunks.remove(&k)).and_then(|x| x.done).or_else(|| self.pending.pop_front())
+                let id = self
+                    .chunks
+                    .iter()
+                    .filter(|(_, x)| x.done.is_some())
+                    .map(|(k, _)| *k)
+                    .min();
+                id.and_then(|k| self.chunks.remove(&k))
+                    .and_then(|x| x.done)
+                    .or_else(|| self.pending.pop_front())
             });
             if let Some(w) = w {
                 let wc = self.wc(w.wr_id, map_status(c.status), WC_RDMA_WRITE, 0);
@@ -1344,7 +1432,10 @@ impl QpInner {
         }
         // SAFETY: the slot is ours until reposted.
         let src = unsafe { self.recv_buf.slot(p.slot).add(WRITE_HEADER_BYTES) };
-        match self.loopback.post(p.slot as u64, src, p.len, p.hdr.remote_addr, p.hdr.rkey) {
+        match self
+            .loopback
+            .post(p.slot as u64, src, p.len, p.hdr.remote_addr, p.hdr.rkey)
+        {
             Ok(()) => self.placing.push_back(p),
             Err(_) => self.replace.push(p),
         }
@@ -1365,11 +1456,14 @@ impl QpInner {
         self.loopback.poll(&mut out);
         let mut busy = !out.is_empty();
         for (_wr_id, status) in out {
-            let Some(p) = self.placing.pop_front() else { continue };
+            let Some(p) = self.placing.pop_front() else {
+                continue;
+            };
             if status == wc_status::SUCCESS {
                 self.counters.chunks_placed += 1;
                 if p.hdr.flags & wire::FLAG_LAST != 0 && p.hdr.flags & wire::FLAG_IMM != 0 {
-                    let mut wc = self.wc(0, wc_status::SUCCESS, WC_RECV_RDMA_WITH_IMM, p.hdr.msg_len);
+                    let mut wc =
+                        self.wc(0, wc_status::SUCCESS, WC_RECV_RDMA_WITH_IMM, p.hdr.msg_len);
                     wc.imm = p.hdr.imm;
                     wc.wc_flags = WC_WITH_IMM;
                     self.pending_imm.push_back(wc);
@@ -1380,7 +1474,10 @@ impl QpInner {
                 // Behind the refused one: placed again after the reset, in order.
                 self.replace.push(p);
             } else {
-                debug!("QP {:06x}: placement refused (status {status}) at {:#x} rkey {:#x}", self.qpn, p.hdr.remote_addr, p.hdr.rkey);
+                debug!(
+                    "QP {:06x}: placement refused (status {status}) at {:#x} rkey {:#x}",
+                    self.qpn, p.hdr.remote_addr, p.hdr.rkey
+                );
                 // The device refused the rkey, the bounds or the access: the chunk is
                 // dropped, the QP's owner told.
                 self.counters.placement_refused += 1;

@@ -229,7 +229,11 @@ pub struct Modified {
 /// or the errno (`EINVAL` for a bad transition, a missing or refused attribute, an out of
 /// range value or an unknown profile id; `EOPNOTSUPP` for a capability this provider
 /// lacks). Without `IBV_QP_STATE` only RTS may be modified in place (RTS -> RTS).
-pub fn check_modify(cur: QpState, now: MrcSettings, req: &ModifyRequest) -> Result<Modified, Errno> {
+pub fn check_modify(
+    cur: QpState,
+    now: MrcSettings,
+    req: &ModifyRequest,
+) -> Result<Modified, Errno> {
     use ibv_mask::*;
     let to = if req.ibv_mask & STATE != 0 {
         QpState::from_ibv(req.qp_state).ok_or(libc::EINVAL)?
@@ -336,7 +340,10 @@ pub fn check_modify(cur: QpState, now: MrcSettings, req: &ModifyRequest) -> Resu
         }
         s.cap = a.cap;
     }
-    Ok(Modified { state: to, settings: s })
+    Ok(Modified {
+        state: to,
+        settings: s,
+    })
 }
 
 /// One ACK timeout, ns: 1.024 us x 2^`timeout` (`timeout` at most 24).
@@ -391,21 +398,36 @@ mod tests {
         let init = check_modify(
             QpState::Reset,
             d,
-            &req(STATE | PKEY_INDEX | PORT | ACCESS_FLAGS, QpState::Init, 0, d),
+            &req(
+                STATE | PKEY_INDEX | PORT | ACCESS_FLAGS,
+                QpState::Init,
+                0,
+                d,
+            ),
         )
         .unwrap();
         assert_eq!(init.state, QpState::Init);
         let rtr = check_modify(
             QpState::Init,
             d,
-            &req(STATE | AV | DEST_QPN | RQ_PSN | PATH_MTU, QpState::Rtr, 0, d),
+            &req(
+                STATE | AV | DEST_QPN | RQ_PSN | PATH_MTU,
+                QpState::Rtr,
+                0,
+                d,
+            ),
         )
         .unwrap();
         assert_eq!(rtr.state, QpState::Rtr);
         let rts = check_modify(
             QpState::Rtr,
             d,
-            &req(STATE | SQ_PSN | RETRY_CNT | RNR_RETRY | TIMEOUT, QpState::Rts, 0, d),
+            &req(
+                STATE | SQ_PSN | RETRY_CNT | RNR_RETRY | TIMEOUT,
+                QpState::Rts,
+                0,
+                d,
+            ),
         )
         .unwrap();
         assert_eq!(rts.state, QpState::Rts);
@@ -417,7 +439,11 @@ mod tests {
         let d = MrcSettings::default();
         // RESET -> RTR skips INIT.
         assert_eq!(
-            check_modify(QpState::Reset, d, &req(STATE | AV | DEST_QPN, QpState::Rtr, 0, d)),
+            check_modify(
+                QpState::Reset,
+                d,
+                &req(STATE | AV | DEST_QPN, QpState::Rtr, 0, d)
+            ),
             Err(libc::EINVAL)
         );
         // RTR without the address vector.
@@ -427,7 +453,11 @@ mod tests {
         );
         // An alternate path.
         assert_eq!(
-            check_modify(QpState::Init, d, &req(STATE | ALT_PATH, QpState::Init, 0, d)),
+            check_modify(
+                QpState::Init,
+                d,
+                &req(STATE | ALT_PATH, QpState::Init, 0, d)
+            ),
             Err(libc::EINVAL)
         );
         // MPR is an RTS attribute, not an INIT one.
@@ -464,9 +494,15 @@ mod tests {
             MrcSettings { mpr: 0, ..ok },
             MrcSettings { mpr: 33, ..ok },
             MrcSettings { max_wimm: 0, ..ok },
-            MrcSettings { max_wimm: 1025, ..ok },
+            MrcSettings {
+                max_wimm: 1025,
+                ..ok
+            },
             MrcSettings { timeout: 25, ..ok },
-            MrcSettings { linear_cnt: 8, ..ok },
+            MrcSettings {
+                linear_cnt: 8,
+                ..ok
+            },
             MrcSettings { exp_cnt: 26, ..ok },
         ] {
             assert_eq!(
@@ -493,10 +529,21 @@ mod tests {
             ..d
         };
         assert_eq!(
-            check_modify(QpState::Reset, d, &req(STATE, QpState::Init, m::EV_PROFILE_ID, p)),
+            check_modify(
+                QpState::Reset,
+                d,
+                &req(STATE, QpState::Init, m::EV_PROFILE_ID, p)
+            ),
             Err(libc::EINVAL)
         );
-        assert!(check_modify(QpState::Reset, d, &req(STATE, QpState::Init, m::CC_PROFILE_ID, d)).is_ok());
+        assert!(
+            check_modify(
+                QpState::Reset,
+                d,
+                &req(STATE, QpState::Init, m::CC_PROFILE_ID, d)
+            )
+            .is_ok()
+        );
         let dyn_mpr = MrcSettings {
             cap: qp_cap::DYNAMIC_MPR,
             ..d
