@@ -429,9 +429,8 @@ impl Loopback {
             let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
             a.qp_state = st;
             a.port_num = port;
-            a.qp_access_flags = (ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0
-                | ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0)
-                as u32;
+            a.qp_access_flags = ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0
+                | ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0;
             a.path_mtu = mtu_enum;
             a.dest_qp_num = qpn;
             a.max_dest_rd_atomic = 1;

@@ -278,8 +278,9 @@ pub fn check_modify(
     }
     let a = req.attr;
     let mut s = now;
-    let mpr_ok = |v: u8| v >= 1 && v <= limits::MAX_MPR && v % limits::MPR_RESOLUTION == 0;
-    let wimm_ok = |v: u16| v >= 1 && v <= limits::MAX_WIMM;
+    // (MPR_RESOLUTION is 1: every value in range is a multiple of it.)
+    let mpr_ok = |v: u8| (1..=limits::MAX_MPR).contains(&v);
+    let wimm_ok = |v: u16| (1..=limits::MAX_WIMM).contains(&v);
     if req.mrc_mask & m::MPR != 0 {
         if !mpr_ok(a.mpr) {
             return Err(libc::EINVAL);
