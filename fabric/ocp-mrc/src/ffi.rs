@@ -820,7 +820,7 @@ pub unsafe extern "C" fn mrc_modify_qp(
             _ => {}
         }
         g.settings = out.settings;
-        g.state = out.state;
+        g.set_state(out.state);
         if vmask & ibv_mask::ACCESS_FLAGS != 0 {
             g.vattr.qp_access_flags = v.qp_access_flags;
         }
@@ -911,7 +911,7 @@ pub unsafe extern "C" fn mrc_post_send(
         }
         // SAFETY: the C contract.
         let q = unsafe { &*p };
-        let mut g = lock(&q.shared.inner);
+        let g = &q.shared.public;
         let mut cur = wr;
         while !cur.is_null() {
             // SAFETY: the caller's WR list.
@@ -980,7 +980,7 @@ pub unsafe extern "C" fn mrc_post_recv(
         }
         // SAFETY: the C contract.
         let q = unsafe { &*p };
-        let mut g = lock(&q.shared.inner);
+        let g = &q.shared.public;
         let mut cur = wr;
         while !cur.is_null() {
             // SAFETY: the caller's WR list.

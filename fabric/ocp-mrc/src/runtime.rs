@@ -36,7 +36,7 @@ use rdma_sys::*;
 use std::collections::{HashMap, VecDeque};
 use std::net::{Ipv6Addr, SocketAddr};
 use std::os::raw::{c_int, c_void};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -589,8 +589,8 @@ pub(crate) struct QpInner {
     pending: VecDeque<PendingWr>,
     chunks: HashMap<u64, Chunk>,
     next_id: u64,
-    /// WRs posted and not completed (pending or in the transport).
-    pub outstanding_wrs: u32,
+    /// The state, counts and submission queue shared with the application's threads.
+    pub public: Arc<Public>,
     wimm_outstanding: u32,
     packets_outstanding: u32,
     placing: VecDeque<Placing>,
@@ -600,9 +600,6 @@ pub(crate) struct QpInner {
     lb_broken: bool,
     pub recv_wrs: VecDeque<u64>,
     pending_imm: VecDeque<Wc>,
-    pub max_send_wr: u32,
-    pub max_recv_wr: u32,
-    sq_sig_all: bool,
     pub counters: QpCounters,
     send_cq: *const Cq,
     recv_cq: *const Cq,
@@ -637,7 +634,101 @@ pub(crate) struct InitCopy {
     pub protocol_version: u32,
 }
 
+/// What the application's threads touch without the QP's lock: the state as they see
+/// it, the counts that bound the queues, and the queue of work posted since the progress
+/// thread's last pass.
+pub(crate) struct Public {
+    /// `enum ibv_qp_state` value.
+    pub state: AtomicU32,
+    /// Send WRs posted and not completed.
+    pub outstanding: AtomicU32,
+    /// Receive WRs posted and not consumed.
+    pub recvs_held: AtomicU32,
+    pub submit: Mutex<Submit>,
+    pub max_send_wr: u32,
+    pub max_recv_wr: u32,
+    pub sq_sig_all: bool,
+    pub send_cq: *const Cq,
+    pub recv_cq: *const Cq,
+    pub qpn: u32,
+}
+
+// SAFETY: the CQ pointers name CQs that outlive the QP (Cq is Sync); the rest is atomic or
+// locked.
+unsafe impl Send for Public {}
+// SAFETY: as above.
+unsafe impl Sync for Public {}
+
+/// Work the application posted, for the progress thread to take.
+#[derive(Default)]
+pub(crate) struct Submit {
+    pub writes: VecDeque<PendingWr>,
+    pub recvs: VecDeque<u64>,
+}
+
+fn dec(a: &AtomicU32) {
+    let _ = a.fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| Some(v.saturating_sub(1)));
+}
+
+impl Public {
+    fn flush_wc(&self, wr_id: u64, opcode: u32) -> Wc {
+        Wc {
+            wr_id,
+            status: wc_status::WR_FLUSH_ERR,
+            opcode,
+            byte_len: 0,
+            imm: 0,
+            qp_num: self.qpn,
+            src_qp: 0,
+            wc_flags: 0,
+        }
+    }
+
+    /// `mrc_post_send` of one validated WRITE: queued for the progress thread.
+    pub fn post_write(&self, w: PendingWr) -> Result<(), i32> {
+        let st = self.state.load(Ordering::Acquire);
+        if st == QpState::Err.to_ibv() {
+            // SAFETY: the CQ outlives the QP.
+            unsafe { &*self.send_cq }.push(self.flush_wc(w.wr_id, WC_RDMA_WRITE));
+            return Ok(());
+        }
+        if st != QpState::Rts.to_ibv() {
+            return Err(libc::EINVAL);
+        }
+        if self.outstanding.fetch_add(1, Ordering::AcqRel) >= self.max_send_wr {
+            dec(&self.outstanding);
+            return Err(libc::ENOMEM);
+        }
+        let w = PendingWr {
+            signaled: w.signaled || self.sq_sig_all,
+            ..w
+        };
+        lock(&self.submit).writes.push_back(w);
+        Ok(())
+    }
+
+    /// `mrc_post_recv` of one receive.
+    pub fn post_recv(&self, wr_id: u64) -> Result<(), i32> {
+        let st = self.state.load(Ordering::Acquire);
+        if st == QpState::Reset.to_ibv() {
+            return Err(libc::EINVAL);
+        }
+        if st == QpState::Err.to_ibv() {
+            // SAFETY: the CQ outlives the QP.
+            unsafe { &*self.recv_cq }.push(self.flush_wc(wr_id, WC_RECV_RDMA_WITH_IMM));
+            return Ok(());
+        }
+        if self.recvs_held.fetch_add(1, Ordering::AcqRel) >= self.max_recv_wr {
+            dec(&self.recvs_held);
+            return Err(libc::ENOMEM);
+        }
+        lock(&self.submit).recvs.push_back(wr_id);
+        Ok(())
+    }
+}
+
 pub(crate) struct QpShared {
+    pub public: Arc<Public>,
     pub inner: Mutex<QpInner>,
     pub stop: AtomicBool,
     pub passes: AtomicU64,
@@ -772,6 +863,18 @@ impl Qp {
         let mut vattr: ibv_qp_attr = unsafe { std::mem::zeroed() };
         vattr.port_num = port;
         vattr.cap = init.cap;
+        let public = Arc::new(Public {
+            state: AtomicU32::new(QpState::Reset.to_ibv()),
+            outstanding: AtomicU32::new(0),
+            recvs_held: AtomicU32::new(0),
+            submit: Mutex::new(Submit::default()),
+            max_send_wr: init.cap.max_send_wr,
+            max_recv_wr: init.cap.max_recv_wr,
+            sq_sig_all: init.sq_sig_all != 0,
+            send_cq,
+            recv_cq,
+            qpn,
+        });
         let inner = QpInner {
             state: QpState::Reset,
             settings: MrcSettings::default(),
@@ -793,7 +896,7 @@ impl Qp {
             pending: VecDeque::new(),
             chunks: HashMap::new(),
             next_id: 1,
-            outstanding_wrs: 0,
+            public: public.clone(),
             wimm_outstanding: 0,
             packets_outstanding: 0,
             placing: VecDeque::new(),
@@ -801,9 +904,6 @@ impl Qp {
             lb_broken: false,
             recv_wrs: VecDeque::new(),
             pending_imm: VecDeque::new(),
-            max_send_wr: init.cap.max_send_wr,
-            max_recv_wr: init.cap.max_recv_wr,
-            sq_sig_all: init.sq_sig_all != 0,
             counters: QpCounters::default(),
             send_cq,
             recv_cq,
@@ -811,6 +911,7 @@ impl Qp {
             me: 0,
         };
         let shared = Arc::new(QpShared {
+            public,
             inner: Mutex::new(inner),
             stop: AtomicBool::new(false),
             passes: AtomicU64::new(0),
@@ -1020,7 +1121,7 @@ impl QpInner {
             self.raise(event::QP_FATAL);
         }
         self.phase = Phase::Failed;
-        self.state = QpState::Err;
+        self.set_state(QpState::Err);
         let mut done: Vec<PendingWr> = self.chunks.drain().filter_map(|(_, c)| c.done).collect();
         done.extend(self.pending.drain(..));
         for w in done {
@@ -1032,49 +1133,46 @@ impl QpInner {
             let wc = self.wc(r, wc_status::WR_FLUSH_ERR, WC_RECV_RDMA_WITH_IMM, 0);
             self.recv_cq().push(wc);
         }
-        self.outstanding_wrs = 0;
+        self.public.outstanding.store(0, Ordering::Release);
+        self.public.recvs_held.store(0, Ordering::Release);
         self.wimm_outstanding = 0;
         self.packets_outstanding = 0;
     }
 
-    /// Queues one application WRITE (already validated).
-    pub fn post_write(&mut self, w: PendingWr) -> Result<(), i32> {
-        if self.state == QpState::Err {
-            let wc = self.wc(w.wr_id, wc_status::WR_FLUSH_ERR, WC_RDMA_WRITE, 0);
-            self.send_cq().push(wc);
-            return Ok(());
-        }
-        if self.state != QpState::Rts {
-            return Err(libc::EINVAL);
-        }
-        if self.outstanding_wrs >= self.max_send_wr {
-            return Err(libc::ENOMEM);
-        }
-        self.outstanding_wrs += 1;
-        let w = PendingWr {
-            signaled: w.signaled || self.sq_sig_all,
-            ..w
-        };
-        self.pending.push_back(w);
-        Ok(())
+    /// Sets the state, for the application's threads too.
+    pub fn set_state(&mut self, st: QpState) {
+        self.state = st;
+        self.public.state.store(st.to_ibv(), Ordering::Release);
     }
 
-    /// Adds one application receive.
-    pub fn post_recv(&mut self, wr_id: u64) -> Result<(), i32> {
-        if self.state == QpState::Reset {
-            return Err(libc::EINVAL);
+    /// Takes the work the application posted since the last pass.
+    fn drain_submit(&mut self) -> bool {
+        let (writes, recvs) = {
+            let mut s = lock(&self.public.submit);
+            (std::mem::take(&mut s.writes), std::mem::take(&mut s.recvs))
+        };
+        let busy = !writes.is_empty() || !recvs.is_empty();
+        let failed = matches!(self.phase, Phase::Failed);
+        for w in writes {
+            if failed {
+                let wc = self.wc(w.wr_id, wc_status::WR_FLUSH_ERR, WC_RDMA_WRITE, 0);
+                self.send_cq().push(wc);
+                dec(&self.public.outstanding);
+            } else {
+                self.pending.push_back(w);
+            }
         }
-        if self.state == QpState::Err {
-            let wc = self.wc(wr_id, wc_status::WR_FLUSH_ERR, WC_RECV_RDMA_WITH_IMM, 0);
-            self.recv_cq().push(wc);
-            return Ok(());
+        for r in recvs {
+            if failed {
+                let wc = self.wc(r, wc_status::WR_FLUSH_ERR, WC_RECV_RDMA_WITH_IMM, 0);
+                self.recv_cq().push(wc);
+                dec(&self.public.recvs_held);
+            } else {
+                self.recv_wrs.push_back(r);
+            }
         }
-        if self.recv_wrs.len() >= self.max_recv_wr as usize {
-            return Err(libc::ENOMEM);
-        }
-        self.recv_wrs.push_back(wr_id);
         self.deliver_imms();
-        Ok(())
+        busy
     }
 
     fn deliver_imms(&mut self) {
@@ -1084,13 +1182,15 @@ impl QpInner {
                 break;
             };
             wc.wr_id = r;
+            dec(&self.public.recvs_held);
             self.recv_cq().push(wc);
         }
     }
 
     /// One pass. Returns whether anything happened.
     fn step(&mut self) -> bool {
-        match self.phase {
+        let took = self.drain_submit();
+        took | match self.phase {
             Phase::Idle | Phase::Failed => {
                 std::thread::sleep(Duration::from_millis(1));
                 false
@@ -1378,7 +1478,7 @@ impl QpInner {
             return;
         }
         if let Some(w) = ch.done {
-            self.outstanding_wrs = self.outstanding_wrs.saturating_sub(1);
+            dec(&self.public.outstanding);
             if w.imm.is_some() {
                 self.wimm_outstanding = self.wimm_outstanding.saturating_sub(1);
             }
