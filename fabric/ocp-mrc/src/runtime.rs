@@ -83,8 +83,10 @@ const HELLOS_AFTER_HEARD: u32 = 4;
 /// How long the rendezvous may take (the peer may not have reached RTS yet; a VM under
 /// TCG is slow).
 const HELLO_TIMEOUT: Duration = Duration::from_secs(120);
-/// Idle passes of the progress thread before it naps.
-const SPIN_PASSES: u32 = 2000;
+/// How long the progress thread keeps polling after the last work before it naps.
+const SPIN: Duration = Duration::from_millis(2);
+/// The progress thread's nap when idle.
+const NAP: Duration = Duration::from_micros(100);
 
 /// Whether `LIB_MRC_DEBUG` is set: the runtime then narrates the rendezvous and
 /// placement on stderr.
@@ -946,7 +948,7 @@ impl Drop for Qp {
 }
 
 fn progress_thread(shared: &QpShared) {
-    let mut idle = 0u32;
+    let mut idle_since: Option<Instant> = None;
     while !shared.stop.load(Ordering::Acquire) {
         let busy = {
             let mut g = lock(&shared.inner);
@@ -961,14 +963,18 @@ fn progress_thread(shared: &QpShared) {
         };
         shared.passes.fetch_add(1, Ordering::Relaxed);
         if busy {
-            idle = 0;
+            idle_since = None;
+            continue;
+        }
+        // Idle: keep polling for SPIN (no sched_yield: with the application's threads
+        // spinning too, as benchmarks do, a yield hands them a whole time slice, and a
+        // Soft-RoCE VM then moved one chunk per scheduler tick), then nap.
+        let now = Instant::now();
+        let since = *idle_since.get_or_insert(now);
+        if now.duration_since(since) > SPIN {
+            std::thread::sleep(NAP);
         } else {
-            idle = idle.saturating_add(1);
-            if idle > SPIN_PASSES {
-                std::thread::sleep(Duration::from_micros(200));
-            } else {
-                std::thread::yield_now();
-            }
+            std::hint::spin_loop();
         }
     }
 }
