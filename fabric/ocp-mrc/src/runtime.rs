@@ -669,7 +669,9 @@ pub(crate) struct Submit {
 }
 
 fn dec(a: &AtomicU32) {
-    let _ = a.fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| Some(v.saturating_sub(1)));
+    let _ = a.fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
+        Some(v.saturating_sub(1))
+    });
 }
 
 impl Public {
