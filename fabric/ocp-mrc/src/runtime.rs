@@ -87,6 +87,11 @@ const HELLO_TIMEOUT: Duration = Duration::from_secs(120);
 const SPIN: Duration = Duration::from_millis(2);
 /// The progress thread's nap when idle.
 const NAP: Duration = Duration::from_micros(100);
+/// Idle this long (a QP before RTS, or an idle one), the progress thread naps
+/// [`LONG_NAP`] instead (work posted meanwhile waits at most that long).
+const LONG_IDLE: Duration = Duration::from_millis(200);
+/// The long nap.
+const LONG_NAP: Duration = Duration::from_millis(1);
 
 /// Whether `LIB_MRC_DEBUG` is set: the runtime then narrates the rendezvous and
 /// placement on stderr.
@@ -973,7 +978,10 @@ fn progress_thread(shared: &QpShared) {
         // Soft-RoCE VM then moved one chunk per scheduler tick), then nap.
         let now = Instant::now();
         let since = *idle_since.get_or_insert(now);
-        if now.duration_since(since) > SPIN {
+        let idle = now.duration_since(since);
+        if idle > LONG_IDLE {
+            std::thread::sleep(LONG_NAP);
+        } else if idle > SPIN {
             std::thread::sleep(NAP);
         } else {
             std::hint::spin_loop();
@@ -1199,10 +1207,7 @@ impl QpInner {
     fn step(&mut self) -> bool {
         let took = self.drain_submit();
         took | match self.phase {
-            Phase::Idle | Phase::Failed => {
-                std::thread::sleep(Duration::from_millis(1));
-                false
-            }
+            Phase::Idle | Phase::Failed => false,
             Phase::Hello { .. } => self.step_hello(),
             Phase::Connected => self.step_connected(),
         }
