@@ -9,7 +9,8 @@
 #                                    mrc-perf and the test binaries on PATH and in
 #                                    /lab/tests) with its output on the terminal
 #
-#   single     one VM, rxe0 on lo: mrc-perf loopback and client/server with --verify (bw,
+#   single     one VM, rxe0 on lo: lib_mrc.so's C check (fabric/ocp-mrc/c/mrc_check.c,
+#              server and client), mrc-perf loopback and client/server with --verify (bw,
 #              lat), the error paths (wrong device, wrong GID index, MTU above the port's),
 #              and the real-device test binaries (fabric/tests/verbs_rxe.rs,
 #              verbs_no_device.rs, examples' perf_verbs.rs) against rxe0
@@ -94,11 +95,11 @@ trap 'exit 130' INT TERM
 
 need_tools() {
   local missing=()
-  for t in qemu-system-x86_64 mmdebstrap cpio depmod modprobe xz tshark jq strip apt-get dpkg; do
+  for t in qemu-system-x86_64 mmdebstrap cpio depmod modprobe xz tshark jq strip apt-get dpkg gcc make; do
     command -v "$t" >/dev/null 2>&1 || missing+=("$t")
   done
   if [ ${#missing[@]} -gt 0 ]; then
-    die "missing host tools: ${missing[*]} (Debian: apt-get install -y qemu-system-x86 mmdebstrap cpio kmod xz-utils tshark jq binutils)"
+    die "missing host tools: ${missing[*]} (Debian: apt-get install -y qemu-system-x86 mmdebstrap cpio kmod xz-utils tshark jq binutils gcc make)"
   fi
 }
 
