@@ -1,0 +1,799 @@
+//! The version-independent plugin: one process-wide [`Worker`] behind a mutex, progressed
+//! on whichever NCCL thread calls in, and tables of the objects NCCL holds by pointer.
+//!
+//! NCCL sees every object (listen, send and receive comms, memory handles, requests) as an
+//! opaque pointer. Here each is a non-zero integer id (never 1, which NCCL stores as
+//! `NCCL_NET_OPTIONAL_RECV_COMPLETION`) looked up in a table, so a stale or foreign pointer
+//! is an error code, never a dereference.
+//!
+//! Wire use: one NCCL comm is one mrc QP (reliable, ordered completions), one `isend` is
+//! one mrc SEND of exactly its bytes, one `irecv` one posted receive of its upper bound.
+//! The transport matches SENDs to receives in posting order and reports the SEND's length
+//! in the receive completion (`byte_len`), which `test` returns; a SEND longer than its
+//! receive completes that receive with `LocalLengthError`, reported by `test` as
+//! `ncclInvalidUsage` ("message truncated", as NCCL's socket transport does). No header
+//! and no immediate are added. A receiver that has no receive posted answers the last
+//! packet of a message with an RNR NACK and the sender resends it (`docs/EMBEDDING.md`),
+//! so an early `isend` needs no credit scheme.
+
+use crate::abi::{self, NCCL_NET_HANDLE_MAXSIZE, NcclResult};
+use crate::handshake::{Handshake, NONCE_LEN, Step};
+use mrc_fabric::engine::{EngineConfig, QpConfig, Worker};
+use mrc_fabric::udp::UdpConfig;
+use mrc_transport::completion::WcStatus;
+use mrc_transport::{Access, PostError, Sge};
+use std::collections::{HashMap, VecDeque};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// An error for NCCL: the code to return and a message for its logger.
+#[derive(Debug)]
+pub struct Error {
+    /// `ncclResult_t`.
+    pub code: NcclResult,
+    /// What went wrong.
+    pub msg: String,
+}
+
+impl Error {
+    fn new(code: NcclResult, msg: impl Into<String>) -> Error {
+        Error {
+            code,
+            msg: msg.into(),
+        }
+    }
+    fn internal(msg: impl Into<String>) -> Error {
+        Error::new(abi::NCCL_INTERNAL_ERROR, msg)
+    }
+    fn system(msg: impl Into<String>) -> Error {
+        Error::new(abi::NCCL_SYSTEM_ERROR, msg)
+    }
+}
+
+/// Result of a plugin call.
+pub type Res<T> = Result<T, Error>;
+
+/// Magic of a listen handle: `"SPRY"`.
+pub const HANDLE_MAGIC: [u8; 4] = *b"SPRY";
+/// Version of the handle layout.
+pub const HANDLE_VERSION: u8 = 1;
+/// Offset in the handle of the connect stage (the id of the connect in progress); NCCL
+/// passes the same handle buffer to every `connect` call of one connection.
+const STAGE_OFFSET: usize = 64;
+
+/// Requests in flight per comm before `isend`/`irecv` answer "try again" (NULL request):
+/// NCCL keeps at most `NCCL_NET_MAX_REQUESTS` (32).
+pub const MAX_REQUESTS_PER_COMM: usize = abi::NCCL_NET_MAX_REQUESTS;
+
+/// Settings read from the environment at the first `init` (docs/NCCL.md).
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// IP this process listens and sends on (`NCCL_SPRAY_ADDR`, default 127.0.0.1).
+    pub addr: IpAddr,
+    /// EVs (entropy values: paths, one UDP source port each) per connection
+    /// (`NCCL_SPRAY_EVS`, default 16).
+    pub evs: u32,
+    /// Speed reported to NCCL, Mbps (`NCCL_SPRAY_SPEED_MBPS`, default 100000).
+    pub speed_mbps: i32,
+    /// Deadline of a connection setup, ms (`NCCL_SPRAY_CONNECT_TIMEOUT_MS`, default 60000).
+    pub connect_timeout_ms: u64,
+}
+
+impl Config {
+    /// From the environment.
+    ///
+    /// # Errors
+    /// A variable that does not parse.
+    pub fn from_env() -> Res<Config> {
+        fn var<T: std::str::FromStr>(name: &str, default: T) -> Res<T> {
+            match std::env::var(name) {
+                Ok(v) => v
+                    .trim()
+                    .parse()
+                    .map_err(|_| Error::new(abi::NCCL_INVALID_ARGUMENT, format!("{name}={v}: does not parse"))),
+                Err(_) => Ok(default),
+            }
+        }
+        let cfg = Config {
+            addr: var("NCCL_SPRAY_ADDR", IpAddr::V4(Ipv4Addr::LOCALHOST))?,
+            evs: var("NCCL_SPRAY_EVS", 16u32)?,
+            speed_mbps: var("NCCL_SPRAY_SPEED_MBPS", 100_000i32)?,
+            connect_timeout_ms: var("NCCL_SPRAY_CONNECT_TIMEOUT_MS", 60_000u64)?,
+        };
+        if !(1..=1024).contains(&cfg.evs) {
+            return Err(Error::new(
+                abi::NCCL_INVALID_ARGUMENT,
+                format!("NCCL_SPRAY_EVS={} outside 1..=1024", cfg.evs),
+            ));
+        }
+        if cfg.speed_mbps <= 0 {
+            return Err(Error::new(abi::NCCL_INVALID_ARGUMENT, "NCCL_SPRAY_SPEED_MBPS must be > 0"));
+        }
+        Ok(cfg)
+    }
+}
+
+#[derive(Debug)]
+struct Listen {
+    listener: TcpListener,
+    nonce: [u8; NONCE_LEN],
+    /// Connections accepted from the socket and being set up.
+    pending: VecDeque<Handshake>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Side {
+    Send,
+    Recv,
+}
+
+#[derive(Debug)]
+struct Comm {
+    side: Side,
+    qpn: u32,
+    next_wr_id: u64,
+    /// wr_id -> request id, of work posted and not yet completed.
+    inflight: HashMap<u64, u64>,
+    /// Why the comm cannot be used any more (its QP was torn down).
+    broken: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Mr {
+    comm: u64,
+    qpn: u32,
+    lkey: u32,
+    /// The region's address in the transport's region table (`MrKey::addr`).
+    addr: u64,
+    /// Where it starts in this process (what NCCL passed to regMr).
+    ptr: u64,
+    len: u64,
+}
+
+#[derive(Debug)]
+struct Request {
+    comm: u64,
+    /// Set on completion: the status and the bytes moved.
+    done: Option<(WcStatus, u32)>,
+}
+
+/// The whole plugin state of a process.
+#[derive(Debug)]
+pub struct State {
+    cfg: Config,
+    worker: Option<Worker>,
+    listens: HashMap<u64, Listen>,
+    connects: HashMap<u64, Handshake>,
+    comms: HashMap<u64, Comm>,
+    mrs: HashMap<u64, Mr>,
+    reqs: HashMap<u64, Request>,
+    /// Live v11+ contexts (init .. finalize).
+    ctxs: HashMap<u64, u64>,
+    next_id: u64,
+}
+
+/// The plugin state; `None` before the first `init` and after the last `finalize`.
+pub static STATE: Mutex<Option<State>> = Mutex::new(None);
+
+/// Locks [`STATE`] (a poisoned lock is taken over: every table stays consistent between
+/// statements that can panic).
+pub fn lock() -> std::sync::MutexGuard<'static, Option<State>> {
+    STATE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The state, after an `init`.
+///
+/// # Errors
+/// `ncclInternalError` before `init`.
+pub fn state(g: &mut Option<State>) -> Res<&mut State> {
+    g.as_mut()
+        .ok_or_else(|| Error::internal("called before init (or after the last finalize)"))
+}
+
+/// `init`: reads the environment once. Returns a context id for v11+ (`with_ctx`).
+///
+/// # Errors
+/// A bad environment variable.
+pub fn init(g: &mut Option<State>, comm_id: Option<u64>) -> Res<u64> {
+    if g.is_none() {
+        *g = Some(State {
+            cfg: Config::from_env()?,
+            worker: None,
+            listens: HashMap::new(),
+            connects: HashMap::new(),
+            comms: HashMap::new(),
+            mrs: HashMap::new(),
+            reqs: HashMap::new(),
+            ctxs: HashMap::new(),
+            next_id: 0x100,
+        });
+    }
+    let s = state(g)?;
+    match comm_id {
+        Some(c) => {
+            let id = s.id();
+            s.ctxs.insert(id, c);
+            Ok(id)
+        }
+        None => Ok(0),
+    }
+}
+
+/// `finalize(ctx)` (v11+): forgets the context; the last one, with no comm left, drops
+/// the worker and its sockets.
+///
+/// # Errors
+/// `ncclInternalError` for an unknown context.
+pub fn finalize(g: &mut Option<State>, ctx: u64) -> Res<()> {
+    let s = state(g)?;
+    if s.ctxs.remove(&ctx).is_none() {
+        return Err(Error::internal(format!("finalize of unknown context {ctx:#x}")));
+    }
+    if s.ctxs.is_empty() && s.listens.is_empty() && s.connects.is_empty() && s.comms.is_empty() {
+        *g = None;
+    }
+    Ok(())
+}
+
+/// Checks a v11+ context.
+///
+/// # Errors
+/// `ncclInternalError` for an unknown one.
+pub fn check_ctx(s: &State, ctx: u64) -> Res<()> {
+    if s.ctxs.contains_key(&ctx) {
+        Ok(())
+    } else {
+        Err(Error::internal(format!("unknown context {ctx:#x}")))
+    }
+}
+
+/// What `getProperties` reports, version-independent.
+#[derive(Debug, Clone)]
+pub struct Props {
+    /// Speed, Mbps.
+    pub speed_mbps: i32,
+    /// guid: derived from the IP, one per address.
+    pub guid: u64,
+}
+
+/// Properties of device 0.
+///
+/// # Errors
+/// Any other device: `ncclInvalidArgument`.
+pub fn props(s: &State, dev: i32) -> Res<Props> {
+    check_dev(dev)?;
+    let guid = match s.cfg.addr {
+        IpAddr::V4(a) => 0x5350_5259_0000_0000 | u64::from(u32::from(a)),
+        IpAddr::V6(a) => 0x5350_5259_0000_0000 ^ (u128::from(a) as u64),
+    };
+    Ok(Props {
+        speed_mbps: s.cfg.speed_mbps,
+        guid,
+    })
+}
+
+fn check_dev(dev: i32) -> Res<()> {
+    if dev == 0 {
+        Ok(())
+    } else {
+        Err(Error::new(abi::NCCL_INVALID_ARGUMENT, format!("no device {dev} (one device, 0)")))
+    }
+}
+
+impl State {
+    fn id(&mut self) -> u64 {
+        self.next_id += 1;
+        self.next_id
+    }
+
+    fn worker(&mut self) -> Res<&mut Worker> {
+        if self.worker.is_none() {
+            let udp = UdpConfig {
+                bind: SocketAddr::new(self.cfg.addr, 0),
+                ..UdpConfig::default()
+            };
+            let w = Worker::new(udp, EngineConfig::default())
+                .map_err(|e| Error::system(format!("cannot open the UDP datapath on {}: {e}", self.cfg.addr)))?;
+            self.worker = Some(w);
+        }
+        self.worker
+            .as_mut()
+            .ok_or_else(|| Error::internal("no worker"))
+    }
+
+    fn new_qp(&mut self) -> Res<u32> {
+        let mut cfg = QpConfig::default();
+        cfg.conn.evs = (0..self.cfg.evs).collect();
+        self.worker()?
+            .create_qp(cfg)
+            .map_err(|e| Error::system(format!("cannot create a QP: {e}")))
+    }
+
+    fn deadline(&self) -> Instant {
+        Instant::now() + Duration::from_millis(self.cfg.connect_timeout_ms)
+    }
+
+    /// Drops the worker when nothing uses it any more (no comm, listen or connect).
+    fn maybe_idle(&mut self) {
+        if self.listens.is_empty() && self.connects.is_empty() && self.comms.is_empty() {
+            self.worker = None;
+        }
+    }
+
+    /// One pass of the worker, then every completion into its request.
+    fn progress(&mut self) {
+        let Some(w) = self.worker.as_mut() else {
+            return;
+        };
+        w.progress();
+        for comm in self.comms.values_mut() {
+            loop {
+                let c = match comm.side {
+                    Side::Send => w.poll_send_cq(comm.qpn),
+                    Side::Recv => w.poll_recv_cq(comm.qpn),
+                };
+                let Some(c) = c else { break };
+                if let Some(req) = comm.inflight.remove(&c.wr_id)
+                    && let Some(r) = self.reqs.get_mut(&req)
+                {
+                    r.done = Some((c.status, c.byte_len));
+                }
+            }
+        }
+    }
+}
+
+/// `listen(dev, handle)`: a non-blocking TCP listener on the configured IP; writes the
+/// handle (magic, version, family, port, IP, nonce) and returns the listen comm id.
+///
+/// # Errors
+/// Bad device; the socket cannot be opened.
+pub fn listen(s: &mut State, dev: i32, handle: &mut [u8; NCCL_NET_HANDLE_MAXSIZE]) -> Res<u64> {
+    check_dev(dev)?;
+    let listener = TcpListener::bind(SocketAddr::new(s.cfg.addr, 0))
+        .map_err(|e| Error::system(format!("listen on {}: {e}", s.cfg.addr)))?;
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| Error::system(format!("listen: {e}")))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| Error::system(format!("listen: {e}")))?;
+    let mut nonce = [0u8; NONCE_LEN];
+    mrc_fabric::engine::source::random_bytes(&mut nonce).map_err(Error::system)?;
+    *handle = [0; NCCL_NET_HANDLE_MAXSIZE];
+    handle[..4].copy_from_slice(&HANDLE_MAGIC);
+    handle[4] = HANDLE_VERSION;
+    handle[6..8].copy_from_slice(&addr.port().to_be_bytes());
+    match addr.ip() {
+        IpAddr::V4(a) => {
+            handle[5] = 4;
+            handle[8..12].copy_from_slice(&a.octets());
+        }
+        IpAddr::V6(a) => {
+            handle[5] = 6;
+            handle[8..24].copy_from_slice(&a.octets());
+        }
+    }
+    handle[24..32].copy_from_slice(&nonce);
+    // The worker (the UDP datapath) opens now, so a failure shows at listen.
+    s.worker()?;
+    let id = s.id();
+    s.listens.insert(
+        id,
+        Listen {
+            listener,
+            nonce,
+            pending: VecDeque::new(),
+        },
+    );
+    Ok(id)
+}
+
+fn parse_handle(h: &[u8; NCCL_NET_HANDLE_MAXSIZE]) -> Res<(SocketAddr, [u8; NONCE_LEN])> {
+    if h[..4] != HANDLE_MAGIC || h[4] != HANDLE_VERSION {
+        return Err(Error::internal("not a spray listen handle (magic/version)"));
+    }
+    let port = u16::from_be_bytes([h[6], h[7]]);
+    let ip = match h[5] {
+        4 => IpAddr::from([h[8], h[9], h[10], h[11]]),
+        6 => {
+            let mut o = [0u8; 16];
+            o.copy_from_slice(&h[8..24]);
+            IpAddr::from(o)
+        }
+        f => return Err(Error::internal(format!("handle: bad address family {f}"))),
+    };
+    if port == 0 {
+        return Err(Error::internal("handle: port 0"));
+    }
+    let mut nonce = [0u8; NONCE_LEN];
+    nonce.copy_from_slice(&h[24..32]);
+    Ok((SocketAddr::new(ip, port), nonce))
+}
+
+/// `connect(dev, handle)`: starts or advances the setup whose id the handle's stage field
+/// holds; `Some(send comm)` once connected, `None` meanwhile.
+///
+/// # Errors
+/// A bad handle or device; the setup failed (`ncclSystemError`).
+pub fn connect(
+    s: &mut State,
+    dev: i32,
+    handle: &mut [u8; NCCL_NET_HANDLE_MAXSIZE],
+) -> Res<Option<u64>> {
+    check_dev(dev)?;
+    let (addr, nonce) = parse_handle(handle)?;
+    let mut stage = [0u8; 8];
+    stage.copy_from_slice(&handle[STAGE_OFFSET..STAGE_OFFSET + 8]);
+    let mut id = u64::from_le_bytes(stage);
+    if id == 0 {
+        let qpn = s.new_qp()?;
+        let started = start_connect(s, qpn, addr, nonce);
+        let hs = match started {
+            Ok(h) => h,
+            Err(e) => {
+                if let Some(w) = s.worker.as_mut() {
+                    w.destroy_qp(qpn);
+                }
+                return Err(e);
+            }
+        };
+        id = s.id();
+        s.connects.insert(id, hs);
+        handle[STAGE_OFFSET..STAGE_OFFSET + 8].copy_from_slice(&id.to_le_bytes());
+    }
+    let Some(mut hs) = s.connects.remove(&id) else {
+        return Err(Error::internal(format!("connect: unknown stage {id:#x} in the handle")));
+    };
+    let step = hs.step(s.worker()?);
+    match step {
+        Ok(Step::Pending) => {
+            s.connects.insert(id, hs);
+            Ok(None)
+        }
+        Ok(Step::Connected) => {
+            handle[STAGE_OFFSET..STAGE_OFFSET + 8].fill(0);
+            Ok(Some(s.add_comm(Side::Send, hs.qpn())))
+        }
+        Err(e) => {
+            handle[STAGE_OFFSET..STAGE_OFFSET + 8].fill(0);
+            if let Some(w) = s.worker.as_mut() {
+                w.destroy_qp(hs.qpn());
+            }
+            s.maybe_idle();
+            Err(Error::system(format!("connect to {addr}: {e}")))
+        }
+    }
+}
+
+fn start_connect(s: &mut State, qpn: u32, addr: SocketAddr, nonce: [u8; NONCE_LEN]) -> Res<Handshake> {
+    use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+    let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))
+        .map_err(|e| Error::system(format!("socket: {e}")))?;
+    sock.set_nonblocking(true)
+        .map_err(|e| Error::system(format!("socket: {e}")))?;
+    let _ = sock.set_tcp_nodelay(true);
+    match sock.connect(&SockAddr::from(addr)) {
+        Ok(()) => {}
+        Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
+        Err(e) => return Err(Error::system(format!("connect to {addr}: {e}"))),
+    }
+    let stream: TcpStream = sock.into();
+    let until = s.deadline();
+    Handshake::new(s.worker()?, qpn, stream, addr, Some(nonce), None, until)
+        .map_err(Error::internal)
+}
+
+/// `accept(listen)`: takes a waiting TCP connection, advances the setups of this listen;
+/// `Some(recv comm)` for the first that is done, `None` meanwhile.
+///
+/// # Errors
+/// Unknown listen comm; a setup failed (`ncclSystemError`; that connection is dropped).
+pub fn accept(s: &mut State, listen: u64) -> Res<Option<u64>> {
+    let until = s.deadline();
+    let Some(mut l) = s.listens.remove(&listen) else {
+        return Err(Error::internal(format!("accept on unknown listen comm {listen:#x}")));
+    };
+    let r = accept_step(s, &mut l, until);
+    s.listens.insert(listen, l);
+    r
+}
+
+fn accept_step(s: &mut State, l: &mut Listen, until: Instant) -> Res<Option<u64>> {
+    match l.listener.accept() {
+        Ok((stream, peer)) => {
+            stream
+                .set_nonblocking(true)
+                .map_err(|e| Error::system(format!("accept: {e}")))?;
+            let _ = stream.set_nodelay(true);
+            let qpn = s.new_qp()?;
+            match Handshake::new(s.worker()?, qpn, stream, peer, None, Some(l.nonce), until) {
+                Ok(h) => l.pending.push_back(h),
+                Err(e) => {
+                    s.worker()?.destroy_qp(qpn);
+                    return Err(Error::internal(e));
+                }
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+        Err(e) => return Err(Error::system(format!("accept: {e}"))),
+    }
+    let mut i = 0;
+    while i < l.pending.len() {
+        let step = l.pending[i].step(s.worker()?);
+        match step {
+            Ok(Step::Pending) => i += 1,
+            Ok(Step::Connected) => {
+                let Some(h) = l.pending.remove(i) else { break };
+                return Ok(Some(s.add_comm(Side::Recv, h.qpn())));
+            }
+            Err(e) => {
+                if let Some(h) = l.pending.remove(i) {
+                    s.worker()?.destroy_qp(h.qpn());
+                }
+                return Err(Error::system(format!("accept: {e}")));
+            }
+        }
+    }
+    Ok(None)
+}
+
+impl State {
+    fn add_comm(&mut self, side: Side, qpn: u32) -> u64 {
+        let id = self.id();
+        self.comms.insert(
+            id,
+            Comm {
+                side,
+                qpn,
+                next_wr_id: 1,
+                inflight: HashMap::new(),
+                broken: None,
+            },
+        );
+        id
+    }
+
+    fn comm(&mut self, id: u64) -> Res<&mut Comm> {
+        self.comms
+            .get_mut(&id)
+            .ok_or_else(|| Error::internal(format!("unknown comm {id:#x}")))
+    }
+
+    /// Tears down the QP of `comm` (all its work and registrations go with it) and marks
+    /// it broken with `why`.
+    fn break_comm(&mut self, comm: u64, why: String) {
+        if let Some(c) = self.comms.get_mut(&comm) {
+            if let Some(w) = self.worker.as_mut() {
+                w.destroy_qp(c.qpn);
+            }
+            for (_, req) in c.inflight.drain() {
+                if let Some(r) = self.reqs.get_mut(&req) {
+                    r.done = Some((WcStatus::Flushed, 0));
+                }
+            }
+            c.broken = Some(why);
+        }
+    }
+}
+
+/// `closeListen`: drops the listener and its setups in progress.
+///
+/// # Errors
+/// Unknown listen comm.
+pub fn close_listen(s: &mut State, listen: u64) -> Res<()> {
+    let l = s
+        .listens
+        .remove(&listen)
+        .ok_or_else(|| Error::internal(format!("closeListen of unknown comm {listen:#x}")))?;
+    if let Some(w) = s.worker.as_mut() {
+        for h in &l.pending {
+            w.destroy_qp(h.qpn());
+        }
+    }
+    s.maybe_idle();
+    Ok(())
+}
+
+/// `closeSend` / `closeRecv`: destroys the comm's QP (work in flight is dropped, never
+/// waited for) and forgets its requests.
+///
+/// # Errors
+/// Unknown comm.
+pub fn close_comm(s: &mut State, comm: u64) -> Res<()> {
+    let c = s
+        .comms
+        .remove(&comm)
+        .ok_or_else(|| Error::internal(format!("close of unknown comm {comm:#x}")))?;
+    if c.broken.is_none()
+        && let Some(w) = s.worker.as_mut()
+    {
+        // One more pass first, so an acknowledgement this side owes leaves now.
+        w.progress();
+        w.destroy_qp(c.qpn);
+    }
+    s.reqs.retain(|_, r| r.comm != comm);
+    // Its memory handles stay until deregMr (which then succeeds: the QP, and the
+    // registration with it, is gone).
+    s.maybe_idle();
+    Ok(())
+}
+
+/// `regMr(comm, data, size, type)`: host memory only.
+///
+/// # Errors
+/// A type other than `NCCL_PTR_HOST`, an unknown comm, a refused registration.
+///
+/// # Safety
+/// `data .. data + size` is memory NCCL keeps valid until `deregMr` (its contract).
+pub unsafe fn reg_mr(s: &mut State, comm: u64, data: *mut u8, size: usize, kind: i32) -> Res<u64> {
+    if kind != abi::NCCL_PTR_HOST {
+        return Err(Error::internal(format!(
+            "regMr of memory type {kind}: spray registers host memory only (NCCL_PTR_HOST)"
+        )));
+    }
+    let c = s.comm(comm)?;
+    if let Some(why) = &c.broken {
+        return Err(Error::system(format!("comm is broken: {why}")));
+    }
+    let qpn = c.qpn;
+    let w = s.worker()?;
+    // SAFETY: NCCL's regMr contract: the range stays valid and unmoved until deregMr; it
+    // touches a range of it only while no request on it is in flight.
+    let k = unsafe { w.reg_mr_raw(qpn, data, size, Access::LOCAL_WRITE) }
+        .map_err(|e| Error::internal(format!("regMr of {size} bytes at {data:p}: {e}")))?;
+    let id = s.id();
+    s.mrs.insert(
+        id,
+        Mr {
+            comm,
+            qpn,
+            lkey: k.lkey,
+            addr: k.addr,
+            ptr: data as u64,
+            len: k.len,
+        },
+    );
+    Ok(id)
+}
+
+/// `deregMr(comm, mhandle)`. When a request still uses the region (NCCL aborting), the
+/// comm's QP is torn down first so the memory is never touched again, and the comm is
+/// marked broken.
+///
+/// # Errors
+/// Unknown handle.
+pub fn dereg_mr(s: &mut State, comm: u64, mh: u64) -> Res<()> {
+    let m = s
+        .mrs
+        .remove(&mh)
+        .ok_or_else(|| Error::internal(format!("deregMr of unknown handle {mh:#x}")))?;
+    if m.comm != comm {
+        s.mrs.insert(mh, m);
+        return Err(Error::internal("deregMr: handle of another comm"));
+    }
+    let broken = s.comms.get(&comm).is_none_or(|c| c.broken.is_some());
+    if broken {
+        return Ok(()); // its QP, and the registration with it, is gone
+    }
+    let r = s.worker()?.dereg_mr(m.qpn, m.lkey);
+    if let Err(e) = r {
+        s.break_comm(comm, format!("deregMr while in use ({e})"));
+    }
+    Ok(())
+}
+
+fn sge_of(s: &State, comm: u64, mh: u64, data: *mut u8, size: usize) -> Res<Sge> {
+    let m = s
+        .mrs
+        .get(&mh)
+        .ok_or_else(|| Error::internal(format!("unknown memory handle {mh:#x}")))?;
+    if m.comm != comm {
+        return Err(Error::internal("memory handle of another comm"));
+    }
+    let len = u32::try_from(size)
+        .map_err(|_| Error::new(abi::NCCL_INVALID_ARGUMENT, format!("{size} bytes: more than 4 GiB - 1")))?;
+    // A 0-byte buffer may be anywhere (even NULL): name the region's start.
+    let off = if len == 0 {
+        0
+    } else {
+        (data as u64).wrapping_sub(m.ptr)
+    };
+    let inside = (data as u64) >= m.ptr || len == 0;
+    if !inside || off.checked_add(u64::from(len)).is_none_or(|e| e > m.len) {
+        return Err(Error::internal(format!(
+            "{size} bytes at {data:p} outside the registered {} bytes at {:#x}",
+            m.len, m.ptr
+        )));
+    }
+    Ok(Sge {
+        lkey: m.lkey,
+        addr: m.addr + off,
+        len,
+    })
+}
+
+fn post(s: &mut State, comm: u64, side: Side, sge: Sge) -> Res<Option<u64>> {
+    let c = s.comm(comm)?;
+    if c.side != side {
+        return Err(Error::internal("isend on a receive comm or irecv on a send comm"));
+    }
+    if let Some(why) = &c.broken {
+        return Err(Error::system(format!("comm is broken: {why}")));
+    }
+    if c.inflight.len() >= MAX_REQUESTS_PER_COMM {
+        return Ok(None);
+    }
+    let wr_id = c.next_wr_id;
+    c.next_wr_id += 1;
+    let qpn = c.qpn;
+    let w = s.worker()?;
+    let r = match side {
+        Side::Send => w.post_send(qpn, wr_id, sge, None),
+        Side::Recv => w.post_recv(qpn, wr_id, sge),
+    };
+    match r {
+        Ok(()) => {}
+        Err(PostError::BadState(st)) => {
+            return Err(Error::new(abi::NCCL_REMOTE_ERROR, format!("connection is {st:?}")));
+        }
+        Err(e) => return Err(Error::internal(format!("post: {e}"))),
+    }
+    let req = s.id();
+    s.reqs.insert(req, Request { comm, done: None });
+    s.comm(comm)?.inflight.insert(wr_id, req);
+    s.progress();
+    Ok(Some(req))
+}
+
+/// `isend(comm, data, size, mhandle)`: one SEND. `None`: too many in flight, try again.
+///
+/// # Errors
+/// Unknown comm or handle, a buffer outside its region, a broken connection.
+pub fn isend(s: &mut State, comm: u64, data: *mut u8, size: usize, mh: u64) -> Res<Option<u64>> {
+    let sge = sge_of(s, comm, mh, data, size)?;
+    post(s, comm, Side::Send, sge)
+}
+
+/// `irecv(comm, 1, data, size, mhandle)`: one receive of at most `size` bytes.
+///
+/// # Errors
+/// As [`isend`].
+pub fn irecv(s: &mut State, comm: u64, data: *mut u8, size: usize, mh: u64) -> Res<Option<u64>> {
+    let sge = sge_of(s, comm, mh, data, size)?;
+    post(s, comm, Side::Recv, sge)
+}
+
+/// `test(request)`: one pass of progress; `Some(bytes)` when done (the request is then
+/// gone), `None` while in flight.
+///
+/// # Errors
+/// Unknown request; the request failed: a message longer than its receive is
+/// `ncclInvalidUsage`, a peer that went away `ncclRemoteError`, a flushed request (its
+/// comm broke) `ncclSystemError`. The request is gone after an error too.
+pub fn test(s: &mut State, req: u64) -> Res<Option<u32>> {
+    if !s.reqs.contains_key(&req) {
+        return Err(Error::internal(format!("test of unknown request {req:#x}")));
+    }
+    if s.reqs.get(&req).is_some_and(|r| r.done.is_none()) {
+        s.progress();
+    }
+    let Some((status, bytes)) = s.reqs.get(&req).and_then(|r| r.done) else {
+        return Ok(None);
+    };
+    s.reqs.remove(&req);
+    match status {
+        WcStatus::Success => Ok(Some(bytes)),
+        WcStatus::LocalLengthError => Err(Error::new(
+            abi::NCCL_INVALID_USAGE,
+            "message truncated: the peer sent more bytes than the receive posted",
+        )),
+        WcStatus::RetryExceeded | WcStatus::GenerationMismatch => Err(Error::new(
+            abi::NCCL_REMOTE_ERROR,
+            format!("peer failed: {status:?}"),
+        )),
+        other => Err(Error::system(format!("request failed: {other:?}"))),
+    }
+}

@@ -1,0 +1,107 @@
+//! Drives the built `libnccl_net_spray.so` the way NCCL does, through a C harness
+//! (`tests/harness.c`, compiled with the system C compiler at test time) that dlopens it
+//! by NCCL's file name `libnccl-net-spray.so` with `RTLD_NOW | RTLD_LOCAL`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// The cdylib cargo built next to this test binary (`target/<profile>/deps/..`).
+fn cdylib() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    let deps = exe.parent().expect("deps dir");
+    for dir in [deps, deps.parent().unwrap_or(deps)] {
+        let p = dir.join("libnccl_net_spray.so");
+        if p.exists() {
+            return p;
+        }
+    }
+    panic!(
+        "libnccl_net_spray.so not found next to {} (cargo builds it with the tests)",
+        exe.display()
+    );
+}
+
+/// A folder holding `libnccl-net-spray.so` (a link to the cdylib) and the compiled harness.
+fn setup(name: &str) -> (PathBuf, PathBuf) {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("tmp dir");
+    // A copy, not a link: a rebuilt cdylib under the same name would change under a
+    // running harness.
+    std::fs::copy(cdylib(), dir.join("libnccl-net-spray.so")).expect("copy the plugin");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/harness.c");
+    let exe = dir.join("harness");
+    let cc = std::env::var("CC").unwrap_or_else(|_| "gcc".into());
+    let out = Command::new(&cc)
+        .args(["-O2", "-std=c11", "-Wall", "-Wextra", "-Werror", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .arg("-ldl")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run the C compiler {cc}: {e}"));
+    assert!(
+        out.status.success(),
+        "compiling the harness failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (dir, exe)
+}
+
+#[test]
+fn every_version_drives_like_nccl_and_survives_reload() {
+    let (dir, exe) = setup("api");
+    let out = Command::new(&exe)
+        .arg("libnccl-net-spray.so")
+        .arg("api")
+        .env("LD_LIBRARY_PATH", &dir)
+        .env("HARNESS_QUIET", "1")
+        .output()
+        .expect("run the harness");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!("{stdout}\n{stderr}");
+    assert!(out.status.success(), "harness failed: {:?}", out.status);
+    assert!(stdout.contains("api: all checks passed for v12..v6"));
+}
+
+#[test]
+fn ring_allreduce_across_four_processes() {
+    let (dir, exe) = setup("ring");
+    let ranks = 4;
+    let bytes: usize = 16 << 20;
+    let iters = 3;
+    let children: Vec<_> = (0..ranks)
+        .map(|r| {
+            Command::new(&exe)
+                .arg("libnccl-net-spray.so")
+                .arg("ring")
+                .arg(r.to_string())
+                .arg(ranks.to_string())
+                .arg(&dir)
+                .arg(bytes.to_string())
+                .arg(iters.to_string())
+                .env("LD_LIBRARY_PATH", &dir)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn a rank")
+        })
+        .collect();
+    let mut lines = Vec::new();
+    let mut ok = true;
+    for (r, c) in children.into_iter().enumerate() {
+        let out = c.wait_with_output().expect("wait for a rank");
+        let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+        eprintln!("rank {r}: {stdout}{}", String::from_utf8_lossy(&out.stderr));
+        ok &= out.status.success();
+        lines.push(stdout);
+    }
+    assert!(ok, "a rank failed");
+    for (r, l) in lines.iter().enumerate() {
+        assert!(
+            l.contains(&format!("ring allreduce rank {r}: 4 ranks, {bytes} bytes")),
+            "rank {r} printed {l:?}"
+        );
+        println!("{}", l.trim());
+    }
+}
