@@ -40,11 +40,13 @@
 
 pub mod bootstrap;
 pub mod pattern;
+pub mod setup;
 pub mod source;
 mod thread;
 mod watch;
 mod worker;
 
+pub use setup::{ConnHandle, ConnectId, HandleError, ListenerId, SetupStats};
 pub use worker::Worker;
 
 use crate::datapath::{Datapath, DatapathError, DatapathStats, PathMap, Waker};

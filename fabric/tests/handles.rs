@@ -1,0 +1,404 @@
+//! Issue 18, item 3: connection setup through opaque handles with non-blocking connect and
+//! accept on `engine::Worker`. Two workers in one process on UDP loopback, driven from one
+//! thread that alternates connect and accept polls; a stray TCP connection, a forged
+//! secret, a silent listener, each with exact outcomes and counters.
+
+use mrc_fabric::engine::bootstrap::BootstrapError;
+use mrc_fabric::engine::setup::{HANDLE_BYTES, HandleError};
+use mrc_fabric::engine::{ConnHandle, EngineConfig, EngineError, QpConfig, SetupStats, Worker};
+use mrc_fabric::udp::{PortAllocator, UdpConfig, UringDatapath};
+use mrc_transport::completion::{WcOpcode, WcStatus};
+use mrc_transport::{Access, Sge, SharedMem};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::ops::RangeInclusive;
+use std::time::{Duration, Instant};
+
+const T: Duration = Duration::from_secs(10);
+
+fn worker(range: RangeInclusive<u16>) -> Worker<UringDatapath> {
+    let mut u = UdpConfig::bind("127.0.0.1:0".parse().unwrap());
+    u.ports = PortAllocator::new(range).unwrap();
+    u.rx_slots = 8;
+    Worker::new(u, EngineConfig::default()).unwrap()
+}
+
+/// Runs `f` until it returns `Some`, failing after `T`; also returns the longest single
+/// call of `f` (every call must return without blocking).
+fn until_some<R>(mut f: impl FnMut() -> Option<R>) -> (R, Duration) {
+    let end = Instant::now() + T;
+    let mut longest = Duration::ZERO;
+    loop {
+        let t = Instant::now();
+        let r = f();
+        longest = longest.max(t.elapsed());
+        if let Some(r) = r {
+            return (r, longest);
+        }
+        assert!(Instant::now() < end, "nothing within {T:?}");
+        std::thread::yield_now();
+    }
+}
+
+/// Connects `client` to `server`'s listener through `handle` bytes, alternating
+/// `poll_connect` and `poll_accept` on this one thread. Returns (client QPN, server QPN).
+fn connect_pair(
+    client: &mut Worker<UringDatapath>,
+    server: &mut Worker<UringDatapath>,
+    lid: mrc_fabric::engine::ListenerId,
+    handle_bytes: &[u8],
+) -> (u32, u32) {
+    let handle = ConnHandle::from_bytes(handle_bytes).unwrap();
+    let cid = client.connect_start(&handle, QpConfig::default()).unwrap();
+    let (mut cq, mut sq) = (None, None);
+    let ((c, s), longest) = until_some(|| {
+        if cq.is_none() {
+            cq = client.poll_connect(cid).unwrap();
+        }
+        if sq.is_none() {
+            sq = server.poll_accept(lid).map(Result::unwrap);
+        }
+        client.progress();
+        server.progress();
+        cq.zip(sq)
+    });
+    assert!(longest < Duration::from_secs(1), "a poll took {longest:?}");
+    (c, s)
+}
+
+#[test]
+fn handle_bytes_round_trip_and_hostile_handles_are_typed_errors() {
+    let mut w = worker(33000..=33049);
+    let (lid, h) = w.listen(QpConfig::default()).unwrap();
+    let b = h.to_bytes();
+    assert_eq!(b.len(), HANDLE_BYTES);
+    const { assert!(HANDLE_BYTES <= 128, "NCCL_NET_HANDLE_MAXSIZE") };
+    assert_eq!(&b[..6], b"MRCH\x01\x04");
+    assert_eq!(u16::from_be_bytes([b[6], b[7]]), h.addr().port());
+    assert_eq!(
+        &b[8..24],
+        &[127, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]
+    );
+    assert_eq!(&b[56..], &[0, 0, 0, 0]);
+    assert_eq!(ConnHandle::from_bytes(&b).unwrap(), h);
+    // A 128-byte NCCL buffer holding the handle parses the same.
+    let mut nccl = [0xAAu8; 128];
+    nccl[..HANDLE_BYTES].copy_from_slice(&b);
+    assert_eq!(ConnHandle::from_bytes(&nccl).unwrap(), h);
+    // The secret never shows in Debug.
+    let dbg = format!("{h:?}");
+    assert!(dbg.starts_with("ConnHandle { addr: 127.0.0.1:"), "{dbg}");
+    assert!(!dbg.contains("secret"), "{dbg}");
+    let bad = |i: usize, v: u8| {
+        let mut x = b;
+        x[i] = v;
+        ConnHandle::from_bytes(&x)
+    };
+    assert_eq!(
+        ConnHandle::from_bytes(&b[..59]),
+        Err(HandleError::Short(59))
+    );
+    assert_eq!(bad(0, b'X'), Err(HandleError::BadMagic(*b"XRCH")));
+    assert_eq!(bad(4, 2), Err(HandleError::BadVersion(2)));
+    assert_eq!(bad(5, 5), Err(HandleError::BadFamily(5)));
+    assert_eq!(bad(12, 1), Err(HandleError::BadAddress)); // IPv4 with bytes in the v6 tail
+    assert_eq!(bad(57, 1), Err(HandleError::BadAddress)); // reserved
+    let mut port0 = b;
+    port0[6..8].copy_from_slice(&[0, 0]);
+    assert_eq!(ConnHandle::from_bytes(&port0), Err(HandleError::BadAddress));
+    let mut unspec = b;
+    unspec[8..12].copy_from_slice(&[0, 0, 0, 0]);
+    assert_eq!(
+        ConnHandle::from_bytes(&unspec),
+        Err(HandleError::BadAddress)
+    );
+    assert!(w.close_listener(lid));
+    assert!(!w.close_listener(lid));
+    assert!(matches!(
+        w.poll_accept(lid),
+        Some(Err(EngineError::Refused(m))) if m == format!("no listener {}", lid.0)
+    ));
+}
+
+/// Connect and accept alternated on one thread through handle bytes, then a WRITE each
+/// way with every byte checked, and a second connection to the same listener.
+#[test]
+fn two_workers_connect_through_handles_and_move_checked_writes() {
+    let mut a = worker(33050..=33099);
+    let mut b = worker(33100..=33149);
+    let (lid, handle) = a.listen(QpConfig::default()).unwrap();
+    let bytes = handle.to_bytes();
+    let (qb, qa) = connect_pair(&mut b, &mut a, lid, &bytes);
+    assert_eq!(a.peer_info(qa).unwrap().qpn, qb);
+    assert_eq!(b.peer_info(qb).unwrap().qpn, qa);
+    assert_eq!(a.peer_info(qa).unwrap().udp_port, b.udp_addr().port());
+    let (sa, _) = a.stats(qa).unwrap();
+    let (sb, _) = b.stats(qb).unwrap();
+    assert!(sa.source_ports_checked && sb.source_ports_checked);
+    assert_eq!(
+        a.setup_stats(),
+        SetupStats {
+            accepted: 1,
+            ..SetupStats::default()
+        }
+    );
+    assert_eq!(
+        b.setup_stats(),
+        SetupStats {
+            connected: 1,
+            ..SetupStats::default()
+        }
+    );
+
+    // b -> a: 200000 bytes into a's region, with immediate 7.
+    const LEN: usize = 200_000;
+    let a_mem = SharedMem::from_vec(vec![0u8; LEN]);
+    let a_mr = a
+        .reg_mr_shared(qa, &a_mem, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+        .unwrap();
+    let sent: Vec<u8> = (0..LEN).map(|i| (i * 31 % 253) as u8).collect();
+    let b_mem = SharedMem::from_vec(sent.clone());
+    let b_mr = b.reg_mr_shared(qb, &b_mem, Access::LOCAL_WRITE).unwrap();
+    a.post_recv(
+        qa,
+        1,
+        Sge {
+            lkey: a_mr.lkey,
+            addr: a_mr.addr,
+            len: 0,
+        },
+    )
+    .unwrap();
+    let sge = Sge {
+        lkey: b_mr.lkey,
+        addr: b_mr.addr,
+        len: LEN as u32,
+    };
+    b.post_write_with_imm(qb, 42, sge, a_mr.addr, a_mr.rkey, 7)
+        .unwrap();
+    let ((sc, rc), _) = {
+        let (mut s, mut r) = (None, None);
+        until_some(|| {
+            a.progress();
+            b.progress();
+            s = s.or_else(|| b.poll_send_cq(qb));
+            r = r.or_else(|| a.poll_recv_cq(qa));
+            s.zip(r)
+        })
+    };
+    assert_eq!(
+        (sc.wr_id, sc.opcode, sc.status),
+        (42, WcOpcode::WriteWithImm, WcStatus::Success)
+    );
+    assert_eq!(
+        (rc.wr_id, rc.opcode, rc.status, rc.byte_len, rc.imm),
+        (
+            1,
+            WcOpcode::RecvRdmaWithImm,
+            WcStatus::Success,
+            LEN as u32,
+            Some(7)
+        )
+    );
+    assert!(a_mem.with(|m| m == sent.as_slice()), "bytes differ");
+
+    // A second peer QP through the same handle: the listener serves many.
+    let (qb2, qa2) = connect_pair(&mut b, &mut a, lid, &bytes);
+    assert_ne!(qa2, qa);
+    assert_ne!(qb2, qb);
+    assert_eq!(a.setup_stats().accepted, 2);
+    assert_eq!(b.setup_stats().connected, 2);
+    // a -> b on it: a WRITE of 5000 bytes from a into b's region.
+    let b2_mem = SharedMem::from_vec(vec![0u8; 5000]);
+    let b2_mr = b
+        .reg_mr_shared(qb2, &b2_mem, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+        .unwrap();
+    let a2_mem = SharedMem::from_vec((0..5000).map(|i| (i % 7) as u8 + 1).collect());
+    let a2_mr = a.reg_mr_shared(qa2, &a2_mem, Access::LOCAL_WRITE).unwrap();
+    a.post_write(
+        qa2,
+        9,
+        Sge {
+            lkey: a2_mr.lkey,
+            addr: a2_mr.addr,
+            len: 5000,
+        },
+        b2_mr.addr,
+        b2_mr.rkey,
+    )
+    .unwrap();
+    let (c, _) = until_some(|| {
+        a.progress();
+        b.progress();
+        a.poll_send_cq(qa2)
+    });
+    assert_eq!((c.wr_id, c.status), (9, WcStatus::Success));
+    assert_eq!(b2_mem.with(|m| m.to_vec()), a2_mem.with(|m| m.to_vec()));
+    assert!(a.close_listener(lid));
+}
+
+/// Stray TCP connections to a listener: foreign bytes, an immediate close, a silent
+/// one, and a valid nonce followed by a forged confirmation; each is dropped and counted,
+/// and a real peer connects meanwhile.
+#[test]
+fn stray_connections_are_dropped_and_counted_and_the_listener_keeps_working() {
+    let mut a = worker(33150..=33199);
+    let mut b = worker(33200..=33249);
+    a.set_setup_timeout(Duration::from_millis(1500));
+    let (lid, handle) = a.listen(QpConfig::default()).unwrap();
+    let addr = handle.addr();
+    let mut http = TcpStream::connect(addr).unwrap();
+    http.write_all(b"GET / HTTP/1.0\r\n\r\n").unwrap();
+    drop(TcpStream::connect(addr).unwrap()); // closes at once
+    let silent = TcpStream::connect(addr).unwrap();
+    let mut forger = TcpStream::connect(addr).unwrap();
+    let mut msg = b"MRCN".to_vec();
+    msg.extend_from_slice(&[0x55; 32]);
+    msg.extend_from_slice(b"MRCK");
+    msg.extend_from_slice(&[0x66; 32]);
+    forger.write_all(&msg).unwrap();
+    // The real peer connects while the strays are in flight.
+    let (qb, qa) = connect_pair(&mut b, &mut a, lid, &handle.to_bytes());
+    assert_eq!(a.peer_info(qa).unwrap().qpn, qb);
+    // The forger got the listener's nonce and confirmation, then the stream closed
+    // (no QpInfo: no QPN, PSN or rkey leaks to it).
+    forger
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut got = Vec::new();
+    forger.read_to_end(&mut got).unwrap();
+    assert_eq!(got.len(), 72, "{got:02x?}");
+    assert_eq!((&got[..4], &got[36..40]), (&b"MRCN"[..], &b"MRCK"[..]));
+    // The silent one is dropped at its deadline.
+    let (_, _) = until_some(|| {
+        a.progress();
+        (a.setup_stats().rejected_timeout == 1).then_some(())
+    });
+    assert_eq!(
+        a.setup_stats(),
+        SetupStats {
+            accepted: 1,
+            rejected_secret: 1,
+            rejected_protocol: 2,
+            rejected_timeout: 1,
+            ..SetupStats::default()
+        }
+    );
+    assert!(a.poll_accept(lid).is_none());
+    drop((http, silent));
+    // Still accepting.
+    let (_, qa2) = connect_pair(&mut b, &mut a, lid, &handle.to_bytes());
+    assert_ne!(qa2, qa);
+    assert_eq!(a.setup_stats().accepted, 2);
+}
+
+/// A handle whose secret was changed: the attempt fails with `AuthMismatch` at the
+/// client, the listener counts a rejected secret and hands out nothing; the true handle
+/// then works.
+#[test]
+fn a_forged_handle_secret_is_refused_at_both_ends() {
+    let mut a = worker(33250..=33299);
+    let mut b = worker(33300..=33349);
+    let (lid, handle) = a.listen(QpConfig::default()).unwrap();
+    let mut forged = handle.to_bytes();
+    forged[30] ^= 1;
+    let h = ConnHandle::from_bytes(&forged).unwrap();
+    let cid = b.connect_start(&h, QpConfig::default()).unwrap();
+    let (r, _) = until_some(|| {
+        assert!(a.poll_accept(lid).is_none());
+        match b.poll_connect(cid) {
+            Ok(None) => None,
+            other => Some(other),
+        }
+    });
+    match r {
+        Err(EngineError::Bootstrap(BootstrapError::AuthMismatch(m))) => {
+            assert_eq!(m, "the peer does not hold this connection handle's secret")
+        }
+        other => panic!("want AuthMismatch, got {other:?}"),
+    }
+    let (_, _) = until_some(|| {
+        assert!(a.poll_accept(lid).is_none());
+        (a.setup_stats().rejected_secret == 1).then_some(())
+    });
+    assert_eq!(
+        b.setup_stats(),
+        SetupStats {
+            connect_failures: 1,
+            ..SetupStats::default()
+        }
+    );
+    // The attempt is over: polling it again is a typed refusal.
+    assert!(matches!(b.poll_connect(cid), Err(EngineError::Refused(_))));
+    let (qb, qa) = connect_pair(&mut b, &mut a, lid, &handle.to_bytes());
+    assert_eq!(b.peer_info(qb).unwrap().qpn, qa);
+    assert_eq!(
+        a.setup_stats(),
+        SetupStats {
+            accepted: 1,
+            rejected_secret: 1,
+            ..SetupStats::default()
+        }
+    );
+}
+
+/// A listener that never answers (a TCP socket nobody accepts on) ends the attempt at
+/// its deadline, with every poll returning at once; a closed port fails as refused.
+#[test]
+fn a_silent_listener_times_out_the_attempt_without_blocking() {
+    let mut b = worker(33350..=33399);
+    b.set_setup_timeout(Duration::from_millis(400));
+    let mut a = worker(33400..=33449);
+    let (_, real) = a.listen(QpConfig::default()).unwrap();
+    let mute = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let mut bytes = real.to_bytes();
+    bytes[6..8].copy_from_slice(&mute.local_addr().unwrap().port().to_be_bytes());
+    let h = ConnHandle::from_bytes(&bytes).unwrap();
+    let start = Instant::now();
+    let cid = b.connect_start(&h, QpConfig::default()).unwrap();
+    let (r, longest) = until_some(|| match b.poll_connect(cid) {
+        Ok(None) => None,
+        other => Some(other),
+    });
+    let took = start.elapsed();
+    assert!(
+        matches!(
+            r,
+            Err(EngineError::Bootstrap(BootstrapError::TimedOut {
+                what: "nonce"
+            }))
+        ),
+        "{r:?}"
+    );
+    assert!(took >= Duration::from_millis(400), "{took:?}");
+    assert!(took < Duration::from_secs(3), "{took:?}");
+    assert!(
+        longest < Duration::from_millis(200),
+        "one poll took {longest:?}"
+    );
+    // A closed port: refused.
+    let port = mute.local_addr().unwrap().port();
+    drop(mute);
+    bytes[6..8].copy_from_slice(&port.to_be_bytes());
+    let cid = b
+        .connect_start(
+            &ConnHandle::from_bytes(&bytes).unwrap(),
+            QpConfig::default(),
+        )
+        .unwrap();
+    let (r, _) = until_some(|| match b.poll_connect(cid) {
+        Ok(None) => None,
+        other => Some(other),
+    });
+    assert!(
+        matches!(
+            r,
+            Err(EngineError::Bootstrap(BootstrapError::Io {
+                what: "connect",
+                ..
+            }))
+        ),
+        "{r:?}"
+    );
+    assert_eq!(b.setup_stats().connect_failures, 2);
+}
