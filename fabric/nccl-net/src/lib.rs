@@ -23,7 +23,6 @@
 #![warn(missing_docs)]
 
 pub mod abi;
-pub mod handshake;
 pub mod plugin;
 
 use abi::*;

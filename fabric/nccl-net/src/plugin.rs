@@ -17,15 +17,15 @@
 //! so an early `isend` needs no credit scheme.
 
 use crate::abi::{self, NCCL_NET_HANDLE_MAXSIZE, NcclResult};
-use crate::handshake::{Handshake, NONCE_LEN, Step};
-use mrc_fabric::engine::{EngineConfig, QpConfig, Worker};
+use mrc_fabric::engine::setup::HANDLE_BYTES;
+use mrc_fabric::engine::{ConnHandle, ConnectId, EngineConfig, ListenerId, QpConfig, Worker};
 use mrc_fabric::udp::UdpConfig;
 use mrc_transport::completion::WcStatus;
 use mrc_transport::{Access, PostError, Sge};
-use std::collections::{HashMap, VecDeque};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::collections::{HashMap, HashSet};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// An error for NCCL: the code to return and a message for its logger.
 #[derive(Debug)]
@@ -54,13 +54,12 @@ impl Error {
 /// Result of a plugin call.
 pub type Res<T> = Result<T, Error>;
 
-/// Magic of a listen handle: `"SPRY"`.
-pub const HANDLE_MAGIC: [u8; 4] = *b"SPRY";
-/// Version of the handle layout.
-pub const HANDLE_VERSION: u8 = 1;
-/// Offset in the handle of the connect stage (the id of the connect in progress); NCCL
-/// passes the same handle buffer to every `connect` call of one connection.
+/// Offset in NCCL's 128-byte handle of the connect stage: 0, or 1 + the [`ConnectId`] of
+/// the setup in progress. NCCL passes the same handle buffer to every `connect` call of
+/// one connection (its IB transport keeps its stage there too). Bytes
+/// `0..HANDLE_BYTES` hold the worker's [`ConnHandle`].
 const STAGE_OFFSET: usize = 64;
+const _: () = assert!(HANDLE_BYTES <= STAGE_OFFSET && STAGE_OFFSET + 8 <= NCCL_NET_HANDLE_MAXSIZE);
 
 /// Requests in flight per comm before `isend`/`irecv` answer "try again" (NULL request):
 /// NCCL keeps at most `NCCL_NET_MAX_REQUESTS` (32).
@@ -114,13 +113,6 @@ impl Config {
     }
 }
 
-#[derive(Debug)]
-struct Listen {
-    listener: TcpListener,
-    nonce: [u8; NONCE_LEN],
-    /// Connections accepted from the socket and being set up.
-    pending: VecDeque<Handshake>,
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Side {
@@ -163,8 +155,10 @@ struct Request {
 pub struct State {
     cfg: Config,
     worker: Option<Worker>,
-    listens: HashMap<u64, Listen>,
-    connects: HashMap<u64, Handshake>,
+    /// Listen comm id -> the worker's listener.
+    listens: HashMap<u64, ListenerId>,
+    /// Connect attempts in progress (their ids, [`ConnectId`]).
+    connects: HashSet<u64>,
     comms: HashMap<u64, Comm>,
     mrs: HashMap<u64, Mr>,
     reqs: HashMap<u64, Request>,
@@ -201,7 +195,7 @@ pub fn init(g: &mut Option<State>, comm_id: Option<u64>) -> Res<u64> {
             cfg: Config::from_env()?,
             worker: None,
             listens: HashMap::new(),
-            connects: HashMap::new(),
+            connects: HashSet::new(),
             comms: HashMap::new(),
             mrs: HashMap::new(),
             reqs: HashMap::new(),
@@ -293,8 +287,9 @@ impl State {
                 bind: SocketAddr::new(self.cfg.addr, 0),
                 ..UdpConfig::default()
             };
-            let w = Worker::new(udp, EngineConfig::default())
+            let mut w = Worker::new(udp, EngineConfig::default())
                 .map_err(|e| Error::system(format!("cannot open the UDP datapath on {}: {e}", self.cfg.addr)))?;
+            w.set_setup_timeout(Duration::from_millis(self.cfg.connect_timeout_ms));
             self.worker = Some(w);
         }
         self.worker
@@ -302,16 +297,10 @@ impl State {
             .ok_or_else(|| Error::internal("no worker"))
     }
 
-    fn new_qp(&mut self) -> Res<u32> {
+    fn qp_config(&self) -> QpConfig {
         let mut cfg = QpConfig::default();
         cfg.conn.evs = (0..self.cfg.evs).collect();
-        self.worker()?
-            .create_qp(cfg)
-            .map_err(|e| Error::system(format!("cannot create a QP: {e}")))
-    }
-
-    fn deadline(&self) -> Instant {
-        Instant::now() + Duration::from_millis(self.cfg.connect_timeout_ms)
+        cfg
     }
 
     /// Drops the worker when nothing uses it any more (no comm, listen or connect).
@@ -344,76 +333,29 @@ impl State {
     }
 }
 
-/// `listen(dev, handle)`: a non-blocking TCP listener on the configured IP; writes the
-/// handle (magic, version, family, port, IP, nonce) and returns the listen comm id.
+/// `listen(dev, handle)`: a listener of the worker ([`Worker::listen`]: a non-blocking
+/// TCP socket on the configured IP and a secret); writes its [`ConnHandle`] into NCCL's
+/// handle and returns the listen comm id.
 ///
 /// # Errors
 /// Bad device; the socket cannot be opened.
 pub fn listen(s: &mut State, dev: i32, handle: &mut [u8; NCCL_NET_HANDLE_MAXSIZE]) -> Res<u64> {
     check_dev(dev)?;
-    let listener = TcpListener::bind(SocketAddr::new(s.cfg.addr, 0))
+    let cfg = s.qp_config();
+    let (lid, h) = s
+        .worker()?
+        .listen(cfg)
         .map_err(|e| Error::system(format!("listen on {}: {e}", s.cfg.addr)))?;
-    listener
-        .set_nonblocking(true)
-        .map_err(|e| Error::system(format!("listen: {e}")))?;
-    let addr = listener
-        .local_addr()
-        .map_err(|e| Error::system(format!("listen: {e}")))?;
-    let mut nonce = [0u8; NONCE_LEN];
-    mrc_fabric::engine::source::random_bytes(&mut nonce).map_err(Error::system)?;
     *handle = [0; NCCL_NET_HANDLE_MAXSIZE];
-    handle[..4].copy_from_slice(&HANDLE_MAGIC);
-    handle[4] = HANDLE_VERSION;
-    handle[6..8].copy_from_slice(&addr.port().to_be_bytes());
-    match addr.ip() {
-        IpAddr::V4(a) => {
-            handle[5] = 4;
-            handle[8..12].copy_from_slice(&a.octets());
-        }
-        IpAddr::V6(a) => {
-            handle[5] = 6;
-            handle[8..24].copy_from_slice(&a.octets());
-        }
-    }
-    handle[24..32].copy_from_slice(&nonce);
-    // The worker (the UDP datapath) opens now, so a failure shows at listen.
-    s.worker()?;
+    handle[..HANDLE_BYTES].copy_from_slice(&h.to_bytes());
     let id = s.id();
-    s.listens.insert(
-        id,
-        Listen {
-            listener,
-            nonce,
-            pending: VecDeque::new(),
-        },
-    );
+    s.listens.insert(id, lid);
     Ok(id)
 }
 
-fn parse_handle(h: &[u8; NCCL_NET_HANDLE_MAXSIZE]) -> Res<(SocketAddr, [u8; NONCE_LEN])> {
-    if h[..4] != HANDLE_MAGIC || h[4] != HANDLE_VERSION {
-        return Err(Error::internal("not a spray listen handle (magic/version)"));
-    }
-    let port = u16::from_be_bytes([h[6], h[7]]);
-    let ip = match h[5] {
-        4 => IpAddr::from([h[8], h[9], h[10], h[11]]),
-        6 => {
-            let mut o = [0u8; 16];
-            o.copy_from_slice(&h[8..24]);
-            IpAddr::from(o)
-        }
-        f => return Err(Error::internal(format!("handle: bad address family {f}"))),
-    };
-    if port == 0 {
-        return Err(Error::internal("handle: port 0"));
-    }
-    let mut nonce = [0u8; NONCE_LEN];
-    nonce.copy_from_slice(&h[24..32]);
-    Ok((SocketAddr::new(ip, port), nonce))
-}
-
-/// `connect(dev, handle)`: starts or advances the setup whose id the handle's stage field
-/// holds; `Some(send comm)` once connected, `None` meanwhile.
+/// `connect(dev, handle)`: starts the setup ([`Worker::connect_start`]) and keeps its id
+/// in the handle's stage field, or advances the one already there
+/// ([`Worker::poll_connect`]); `Some(send comm)` once connected, `None` meanwhile.
 ///
 /// # Errors
 /// A bad handle or device; the setup failed (`ncclSystemError`).
@@ -423,121 +365,62 @@ pub fn connect(
     handle: &mut [u8; NCCL_NET_HANDLE_MAXSIZE],
 ) -> Res<Option<u64>> {
     check_dev(dev)?;
-    let (addr, nonce) = parse_handle(handle)?;
     let mut stage = [0u8; 8];
     stage.copy_from_slice(&handle[STAGE_OFFSET..STAGE_OFFSET + 8]);
-    let mut id = u64::from_le_bytes(stage);
-    if id == 0 {
-        let qpn = s.new_qp()?;
-        let started = start_connect(s, qpn, addr, nonce);
-        let hs = match started {
-            Ok(h) => h,
-            Err(e) => {
-                if let Some(w) = s.worker.as_mut() {
-                    w.destroy_qp(qpn);
-                }
-                return Err(e);
-            }
-        };
-        id = s.id();
-        s.connects.insert(id, hs);
-        handle[STAGE_OFFSET..STAGE_OFFSET + 8].copy_from_slice(&id.to_le_bytes());
+    let mut cid = u64::from_le_bytes(stage).checked_sub(1).map(ConnectId);
+    if cid.is_none() {
+        let h = ConnHandle::from_bytes(&handle[..HANDLE_BYTES])
+            .map_err(|e| Error::internal(format!("not a spray handle: {e:?}")))?;
+        let cfg = s.qp_config();
+        let id = s
+            .worker()?
+            .connect_start(&h, cfg)
+            .map_err(|e| Error::system(format!("connect to {}: {e}", h.addr())))?;
+        s.connects.insert(id.0);
+        handle[STAGE_OFFSET..STAGE_OFFSET + 8].copy_from_slice(&(id.0 + 1).to_le_bytes());
+        cid = Some(id);
     }
-    let Some(mut hs) = s.connects.remove(&id) else {
-        return Err(Error::internal(format!("connect: unknown stage {id:#x} in the handle")));
+    let Some(cid) = cid else {
+        return Err(Error::internal("no connect stage"));
     };
-    let step = hs.step(s.worker()?);
-    match step {
-        Ok(Step::Pending) => {
-            s.connects.insert(id, hs);
-            Ok(None)
-        }
-        Ok(Step::Connected) => {
+    if !s.connects.contains(&cid.0) {
+        return Err(Error::internal(format!(
+            "connect: unknown stage {:#x} in the handle",
+            cid.0
+        )));
+    }
+    let r = s.worker()?.poll_connect(cid);
+    match r {
+        Ok(None) => Ok(None),
+        Ok(Some(qpn)) => {
+            s.connects.remove(&cid.0);
             handle[STAGE_OFFSET..STAGE_OFFSET + 8].fill(0);
-            Ok(Some(s.add_comm(Side::Send, hs.qpn())))
+            Ok(Some(s.add_comm(Side::Send, qpn)))
         }
         Err(e) => {
+            s.connects.remove(&cid.0);
             handle[STAGE_OFFSET..STAGE_OFFSET + 8].fill(0);
-            if let Some(w) = s.worker.as_mut() {
-                w.destroy_qp(hs.qpn());
-            }
             s.maybe_idle();
-            Err(Error::system(format!("connect to {addr}: {e}")))
+            Err(Error::system(format!("connect: {e}")))
         }
     }
 }
 
-fn start_connect(s: &mut State, qpn: u32, addr: SocketAddr, nonce: [u8; NONCE_LEN]) -> Res<Handshake> {
-    use socket2::{Domain, Protocol, SockAddr, Socket, Type};
-    let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))
-        .map_err(|e| Error::system(format!("socket: {e}")))?;
-    sock.set_nonblocking(true)
-        .map_err(|e| Error::system(format!("socket: {e}")))?;
-    let _ = sock.set_tcp_nodelay(true);
-    match sock.connect(&SockAddr::from(addr)) {
-        Ok(()) => {}
-        Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
-        Err(e) => return Err(Error::system(format!("connect to {addr}: {e}"))),
-    }
-    let stream: TcpStream = sock.into();
-    let until = s.deadline();
-    Handshake::new(s.worker()?, qpn, stream, addr, Some(nonce), None, until)
-        .map_err(Error::internal)
-}
-
-/// `accept(listen)`: takes a waiting TCP connection, advances the setups of this listen;
-/// `Some(recv comm)` for the first that is done, `None` meanwhile.
+/// `accept(listen)`: `Some(recv comm)` for the next connection the listener completed
+/// ([`Worker::poll_accept`]), `None` meanwhile.
 ///
 /// # Errors
-/// Unknown listen comm; a setup failed (`ncclSystemError`; that connection is dropped).
+/// Unknown listen comm; `accept(2)` failed.
 pub fn accept(s: &mut State, listen: u64) -> Res<Option<u64>> {
-    let until = s.deadline();
-    let Some(mut l) = s.listens.remove(&listen) else {
-        return Err(Error::internal(format!("accept on unknown listen comm {listen:#x}")));
-    };
-    let r = accept_step(s, &mut l, until);
-    s.listens.insert(listen, l);
-    r
-}
-
-fn accept_step(s: &mut State, l: &mut Listen, until: Instant) -> Res<Option<u64>> {
-    match l.listener.accept() {
-        Ok((stream, peer)) => {
-            stream
-                .set_nonblocking(true)
-                .map_err(|e| Error::system(format!("accept: {e}")))?;
-            let _ = stream.set_nodelay(true);
-            let qpn = s.new_qp()?;
-            match Handshake::new(s.worker()?, qpn, stream, peer, None, Some(l.nonce), until) {
-                Ok(h) => l.pending.push_back(h),
-                Err(e) => {
-                    s.worker()?.destroy_qp(qpn);
-                    return Err(Error::internal(e));
-                }
-            }
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-        Err(e) => return Err(Error::system(format!("accept: {e}"))),
+    let lid = *s
+        .listens
+        .get(&listen)
+        .ok_or_else(|| Error::internal(format!("accept on unknown listen comm {listen:#x}")))?;
+    match s.worker()?.poll_accept(lid) {
+        None => Ok(None),
+        Some(Ok(qpn)) => Ok(Some(s.add_comm(Side::Recv, qpn))),
+        Some(Err(e)) => Err(Error::system(format!("accept: {e}"))),
     }
-    let mut i = 0;
-    while i < l.pending.len() {
-        let step = l.pending[i].step(s.worker()?);
-        match step {
-            Ok(Step::Pending) => i += 1,
-            Ok(Step::Connected) => {
-                let Some(h) = l.pending.remove(i) else { break };
-                return Ok(Some(s.add_comm(Side::Recv, h.qpn())));
-            }
-            Err(e) => {
-                if let Some(h) = l.pending.remove(i) {
-                    s.worker()?.destroy_qp(h.qpn());
-                }
-                return Err(Error::system(format!("accept: {e}")));
-            }
-        }
-    }
-    Ok(None)
 }
 
 impl State {
@@ -579,19 +462,18 @@ impl State {
     }
 }
 
-/// `closeListen`: drops the listener and its setups in progress.
+/// `closeListen`: closes the listener, its setups in progress and the connections it
+/// completed that `accept` did not hand out.
 ///
 /// # Errors
 /// Unknown listen comm.
 pub fn close_listen(s: &mut State, listen: u64) -> Res<()> {
-    let l = s
+    let lid = s
         .listens
         .remove(&listen)
         .ok_or_else(|| Error::internal(format!("closeListen of unknown comm {listen:#x}")))?;
     if let Some(w) = s.worker.as_mut() {
-        for h in &l.pending {
-            w.destroy_qp(h.qpn());
-        }
+        w.close_listener(lid);
     }
     s.maybe_idle();
     Ok(())
