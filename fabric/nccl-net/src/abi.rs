@@ -420,8 +420,7 @@ net_struct!(
 /// `makeVDevice` of v9 .. v11 (NULL here: no NIC fusion).
 pub type MakeVDeviceV9 = Option<unsafe extern "C" fn(*mut c_int, *mut VDevPropsV9) -> NcclResult>;
 /// `makeVDevice` of v12 (NULL here).
-pub type MakeVDeviceV12 =
-    Option<unsafe extern "C" fn(*mut c_int, *mut VDevPropsV12) -> NcclResult>;
+pub type MakeVDeviceV12 = Option<unsafe extern "C" fn(*mut c_int, *mut VDevPropsV12) -> NcclResult>;
 
 net_struct!(
     /// `ncclNet_v9_t`.

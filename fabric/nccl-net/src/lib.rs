@@ -112,12 +112,18 @@ unsafe extern "C" fn init_v6(logger: Option<Logger>) -> NcclResult {
     guard("init", || {
         set_logger(logger);
         plugin::init(&mut plugin::lock(), None)?;
-        log(NCCL_LOG_INFO, "initialised (mrc UDP transport, host memory)");
+        log(
+            NCCL_LOG_INFO,
+            "initialised (mrc UDP transport, host memory)",
+        );
         Ok(())
     })
 }
 
-unsafe extern "C" fn init_v10(logger: Option<Logger>, _prof: Option<ProfilerCallback>) -> NcclResult {
+unsafe extern "C" fn init_v10(
+    logger: Option<Logger>,
+    _prof: Option<ProfilerCallback>,
+) -> NcclResult {
     // SAFETY: same contract.
     unsafe { init_v6(logger) }
 }
@@ -468,14 +474,22 @@ unsafe extern "C" fn close_listen(listen: *mut c_void) -> NcclResult {
 unsafe extern "C" fn close_send(comm: *mut c_void) -> NcclResult {
     guard("closeSend", || {
         let c = id_of(comm, "sendComm")?;
-        plugin::close_comm(plugin::state(&mut plugin::lock())?, c)
+        let line = plugin::close_comm(plugin::state(&mut plugin::lock())?, c)?;
+        if let Some(l) = line {
+            log(NCCL_LOG_INFO, &l);
+        }
+        Ok(())
     })
 }
 
 unsafe extern "C" fn close_recv(comm: *mut c_void) -> NcclResult {
     guard("closeRecv", || {
         let c = id_of(comm, "recvComm")?;
-        plugin::close_comm(plugin::state(&mut plugin::lock())?, c)
+        let line = plugin::close_comm(plugin::state(&mut plugin::lock())?, c)?;
+        if let Some(l) = line {
+            log(NCCL_LOG_INFO, &l);
+        }
+        Ok(())
     })
 }
 

@@ -77,6 +77,8 @@ pub struct Config {
     pub speed_mbps: i32,
     /// Deadline of a connection setup, ms (`NCCL_SPRAY_CONNECT_TIMEOUT_MS`, default 60000).
     pub connect_timeout_ms: u64,
+    /// Log each comm's transport counters when it closes (`NCCL_SPRAY_STATS=1`).
+    pub stats: bool,
 }
 
 impl Config {
@@ -87,10 +89,12 @@ impl Config {
     pub fn from_env() -> Res<Config> {
         fn var<T: std::str::FromStr>(name: &str, default: T) -> Res<T> {
             match std::env::var(name) {
-                Ok(v) => v
-                    .trim()
-                    .parse()
-                    .map_err(|_| Error::new(abi::NCCL_INVALID_ARGUMENT, format!("{name}={v}: does not parse"))),
+                Ok(v) => v.trim().parse().map_err(|_| {
+                    Error::new(
+                        abi::NCCL_INVALID_ARGUMENT,
+                        format!("{name}={v}: does not parse"),
+                    )
+                }),
                 Err(_) => Ok(default),
             }
         }
@@ -99,6 +103,7 @@ impl Config {
             evs: var("NCCL_SPRAY_EVS", 16u32)?,
             speed_mbps: var("NCCL_SPRAY_SPEED_MBPS", 100_000i32)?,
             connect_timeout_ms: var("NCCL_SPRAY_CONNECT_TIMEOUT_MS", 60_000u64)?,
+            stats: var("NCCL_SPRAY_STATS", 0u8)? != 0,
         };
         if !(1..=1024).contains(&cfg.evs) {
             return Err(Error::new(
@@ -107,12 +112,14 @@ impl Config {
             ));
         }
         if cfg.speed_mbps <= 0 {
-            return Err(Error::new(abi::NCCL_INVALID_ARGUMENT, "NCCL_SPRAY_SPEED_MBPS must be > 0"));
+            return Err(Error::new(
+                abi::NCCL_INVALID_ARGUMENT,
+                "NCCL_SPRAY_SPEED_MBPS must be > 0",
+            ));
         }
         Ok(cfg)
     }
 }
-
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Side {
@@ -222,7 +229,9 @@ pub fn init(g: &mut Option<State>, comm_id: Option<u64>) -> Res<u64> {
 pub fn finalize(g: &mut Option<State>, ctx: u64) -> Res<()> {
     let s = state(g)?;
     if s.ctxs.remove(&ctx).is_none() {
-        return Err(Error::internal(format!("finalize of unknown context {ctx:#x}")));
+        return Err(Error::internal(format!(
+            "finalize of unknown context {ctx:#x}"
+        )));
     }
     if s.ctxs.is_empty() && s.listens.is_empty() && s.connects.is_empty() && s.comms.is_empty() {
         *g = None;
@@ -271,7 +280,10 @@ fn check_dev(dev: i32) -> Res<()> {
     if dev == 0 {
         Ok(())
     } else {
-        Err(Error::new(abi::NCCL_INVALID_ARGUMENT, format!("no device {dev} (one device, 0)")))
+        Err(Error::new(
+            abi::NCCL_INVALID_ARGUMENT,
+            format!("no device {dev} (one device, 0)"),
+        ))
     }
 }
 
@@ -287,8 +299,12 @@ impl State {
                 bind: SocketAddr::new(self.cfg.addr, 0),
                 ..UdpConfig::default()
             };
-            let mut w = Worker::new(udp, EngineConfig::default())
-                .map_err(|e| Error::system(format!("cannot open the UDP datapath on {}: {e}", self.cfg.addr)))?;
+            let mut w = Worker::new(udp, EngineConfig::default()).map_err(|e| {
+                Error::system(format!(
+                    "cannot open the UDP datapath on {}: {e}",
+                    self.cfg.addr
+                ))
+            })?;
             w.set_setup_timeout(Duration::from_millis(self.cfg.connect_timeout_ms));
             self.worker = Some(w);
         }
@@ -480,27 +496,51 @@ pub fn close_listen(s: &mut State, listen: u64) -> Res<()> {
 }
 
 /// `closeSend` / `closeRecv`: destroys the comm's QP (work in flight is dropped, never
-/// waited for) and forgets its requests.
+/// waited for) and forgets its requests. Returns the counters line to log when
+/// `NCCL_SPRAY_STATS` is on.
 ///
 /// # Errors
 /// Unknown comm.
-pub fn close_comm(s: &mut State, comm: u64) -> Res<()> {
+pub fn close_comm(s: &mut State, comm: u64) -> Res<Option<String>> {
     let c = s
         .comms
         .remove(&comm)
         .ok_or_else(|| Error::internal(format!("close of unknown comm {comm:#x}")))?;
+    let mut line = None;
     if c.broken.is_none()
         && let Some(w) = s.worker.as_mut()
     {
         // One more pass first, so an acknowledgement this side owes leaves now.
         w.progress();
+        if s.cfg.stats
+            && let Ok((q, _)) = w.stats(c.qpn)
+        {
+            let k = &q.conn;
+            line = Some(format!(
+                "{:?} comm QP {}: sent {} ({} bytes) retransmitted {} timeouts {} rack_losses {} \
+                 received {} ({} bytes) rnr_nacks sent {} received {} sacks sent {} received {}",
+                c.side,
+                c.qpn,
+                k.sent,
+                k.sent_bytes,
+                k.retransmitted,
+                k.timeouts,
+                k.rack_losses,
+                k.received,
+                k.received_bytes,
+                k.rnr_nacks_sent,
+                k.rnr_nacks_received,
+                k.sacks_sent,
+                k.sacks_received
+            ));
+        }
         w.destroy_qp(c.qpn);
     }
     s.reqs.retain(|_, r| r.comm != comm);
     // Its memory handles stay until deregMr (which then succeeds: the QP, and the
     // registration with it, is gone).
     s.maybe_idle();
-    Ok(())
+    Ok(line)
 }
 
 /// `regMr(comm, data, size, type)`: host memory only.
@@ -575,8 +615,12 @@ fn sge_of(s: &State, comm: u64, mh: u64, data: *mut u8, size: usize) -> Res<Sge>
     if m.comm != comm {
         return Err(Error::internal("memory handle of another comm"));
     }
-    let len = u32::try_from(size)
-        .map_err(|_| Error::new(abi::NCCL_INVALID_ARGUMENT, format!("{size} bytes: more than 4 GiB - 1")))?;
+    let len = u32::try_from(size).map_err(|_| {
+        Error::new(
+            abi::NCCL_INVALID_ARGUMENT,
+            format!("{size} bytes: more than 4 GiB - 1"),
+        )
+    })?;
     // A 0-byte buffer may be anywhere (even NULL): name the region's start.
     let off = if len == 0 {
         0
@@ -600,7 +644,9 @@ fn sge_of(s: &State, comm: u64, mh: u64, data: *mut u8, size: usize) -> Res<Sge>
 fn post(s: &mut State, comm: u64, side: Side, sge: Sge) -> Res<Option<u64>> {
     let c = s.comm(comm)?;
     if c.side != side {
-        return Err(Error::internal("isend on a receive comm or irecv on a send comm"));
+        return Err(Error::internal(
+            "isend on a receive comm or irecv on a send comm",
+        ));
     }
     if let Some(why) = &c.broken {
         return Err(Error::system(format!("comm is broken: {why}")));
@@ -619,7 +665,10 @@ fn post(s: &mut State, comm: u64, side: Side, sge: Sge) -> Res<Option<u64>> {
     match r {
         Ok(()) => {}
         Err(PostError::BadState(st)) => {
-            return Err(Error::new(abi::NCCL_REMOTE_ERROR, format!("connection is {st:?}")));
+            return Err(Error::new(
+                abi::NCCL_REMOTE_ERROR,
+                format!("connection is {st:?}"),
+            ));
         }
         Err(e) => return Err(Error::internal(format!("post: {e}"))),
     }
