@@ -14,8 +14,10 @@
 //!   1 GiB.
 //! * Progress on the calling thread: one process-wide [`mrc_fabric::engine::Worker`]
 //!   behind a mutex; `isend`, `irecv` and `test` each run one pass of it (datagrams in,
-//!   timers, completions, datagrams out). No thread of its own, so nothing runs after
-//!   `dlclose` and nothing outlives the library.
+//!   timers, completions, datagrams out). A keeper thread ([`plugin::Keeper`]) runs a
+//!   pass only when no call did for a millisecond (a peer may need an answer while
+//!   this process has nothing in flight); it is joined when the worker is dropped, and at
+//!   `dlclose` at the latest, so nothing outlives the library.
 //! * Every entry catches panics (`catch_unwind`) and returns `ncclInternalError`.
 //!
 //! docs/NCCL.md is the user's page.
@@ -958,12 +960,12 @@ pub static ncclNetPlugin_v12: NetV12 = NetV12 {
 
 /// Runs when the library is unloaded (`dlclose`) or the process exits: drops the worker
 /// (closing its sockets and rings) so a reload starts clean and nothing leaks across
-/// loads. Skipped if another thread holds the state (it is then still in a call).
+/// loads.
 extern "C" fn unload() {
     let _ = catch_unwind(|| {
-        if let Ok(mut g) = plugin::STATE.try_lock() {
-            *g = None;
-        }
+        // Blocking: only the keeper thread (briefly) or a call still running holds it;
+        // dropping the state joins the keeper, so no thread runs this code after unload.
+        *plugin::lock() = None;
         if let Ok(mut l) = LOGGER.try_lock() {
             *l = None;
         }

@@ -24,7 +24,9 @@ use mrc_transport::completion::WcStatus;
 use mrc_transport::{Access, PostError, Sge};
 use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 /// An error for NCCL: the code to return and a message for its logger.
@@ -79,6 +81,9 @@ pub struct Config {
     pub connect_timeout_ms: u64,
     /// Log each comm's transport counters when it closes (`NCCL_SPRAY_STATS=1`).
     pub stats: bool,
+    /// Idle interval of the keeper thread, us (`NCCL_SPRAY_KEEPER_US`, default 1000; 0: no
+    /// keeper): see [`Keeper`].
+    pub keeper_us: u64,
 }
 
 impl Config {
@@ -104,6 +109,7 @@ impl Config {
             speed_mbps: var("NCCL_SPRAY_SPEED_MBPS", 100_000i32)?,
             connect_timeout_ms: var("NCCL_SPRAY_CONNECT_TIMEOUT_MS", 60_000u64)?,
             stats: var("NCCL_SPRAY_STATS", 0u8)? != 0,
+            keeper_us: var("NCCL_SPRAY_KEEPER_US", 1000u64)?,
         };
         if !(1..=1024).contains(&cfg.evs) {
             return Err(Error::new(
@@ -157,10 +163,100 @@ struct Request {
     done: Option<(WcStatus, u32)>,
 }
 
+/// Passes of [`State::progress`] so far (any thread): the keeper progresses only when
+/// this has not moved for one interval.
+static PASSES: AtomicU64 = AtomicU64::new(0);
+
+/// The keeper: a thread that progresses the worker only while no NCCL call does.
+///
+/// The data path runs on NCCL's threads (every `isend`, `irecv`, `test` is one pass of the
+/// worker). But a process whose own requests are all done stops calling, while a peer
+/// may still need it: an acknowledgement that was lost and must be answered again, a
+/// receive-not-ready answer, the last ACK of a message whose sender then waits. Without
+/// an answer the peer's request fails after the unresponsive budget (5 s), e.g. when the
+/// idle process next blocks in NCCL's own bootstrap barrier waiting for that peer. So
+/// every `keeper_us` the keeper looks whether any pass ran since it last looked; if none
+/// did it runs one, under `try_lock` (it never waits for the state lock, so it never
+/// delays a caller and can be joined while the lock is held). It runs from the first
+/// listen or connect until the worker is dropped (the last comm closed, the last
+/// `finalize`, or `dlclose`), and is joined then.
+#[derive(Debug)]
+pub struct Keeper {
+    shared: Arc<KeeperShared>,
+    thread: libc::pthread_t,
+}
+
+#[derive(Debug)]
+struct KeeperShared {
+    stop: AtomicBool,
+    interval_us: u64,
+}
+
+/// The keeper's body. A raw pthread, not a `std::thread`: std's thread bookkeeping
+/// registers thread-local destructors, and glibc keeps a library loaded (ignoring
+/// `dlclose`) while a thread holds a destructor of it; this thread uses no thread-local
+/// with a destructor, so joining it is all an unload needs.
+extern "C" fn keeper_main(arg: *mut libc::c_void) -> *mut libc::c_void {
+    // SAFETY: `arg` is the `Arc::into_raw` that Keeper::start handed to this thread.
+    let shared = unsafe { Arc::from_raw(arg.cast::<KeeperShared>().cast_const()) };
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut last = PASSES.load(Ordering::Relaxed);
+        while !shared.stop.load(Ordering::Acquire) {
+            // SAFETY: plain libc call.
+            unsafe { libc::usleep(u32::try_from(shared.interval_us).unwrap_or(u32::MAX)) };
+            if shared.stop.load(Ordering::Acquire) {
+                break;
+            }
+            let now = PASSES.load(Ordering::Relaxed);
+            if now == last
+                && let Ok(mut g) = STATE.try_lock()
+                && let Some(s) = g.as_mut()
+            {
+                s.progress();
+            }
+            last = PASSES.load(Ordering::Relaxed);
+        }
+    }));
+    std::ptr::null_mut()
+}
+
+impl Keeper {
+    fn start(interval_us: u64) -> Option<Keeper> {
+        let shared = Arc::new(KeeperShared {
+            stop: AtomicBool::new(false),
+            interval_us: interval_us.clamp(1, 1_000_000),
+        });
+        let arg = Arc::into_raw(shared.clone())
+            .cast_mut()
+            .cast::<libc::c_void>();
+        let mut thread: libc::pthread_t = 0;
+        // SAFETY: a valid out pointer, default attributes, a C-ABI body that takes
+        // ownership of `arg`.
+        let rc = unsafe { libc::pthread_create(&mut thread, std::ptr::null(), keeper_main, arg) };
+        if rc != 0 {
+            // SAFETY: the thread was not created: take the reference back.
+            drop(unsafe { Arc::from_raw(arg.cast::<KeeperShared>().cast_const()) });
+            return None;
+        }
+        Some(Keeper { shared, thread })
+    }
+}
+
+impl Drop for Keeper {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        // SAFETY: a thread this keeper created and nobody else joins. It never blocks on
+        // the state lock (try_lock), so joining while holding it cannot deadlock.
+        unsafe { libc::pthread_join(self.thread, std::ptr::null_mut()) };
+    }
+}
+
 /// The whole plugin state of a process.
 #[derive(Debug)]
 pub struct State {
     cfg: Config,
+    /// Declared before `worker`: dropped (joined) first.
+    keeper: Option<Keeper>,
     worker: Option<Worker>,
     /// Listen comm id -> the worker's listener.
     listens: HashMap<u64, ListenerId>,
@@ -200,6 +296,7 @@ pub fn init(g: &mut Option<State>, comm_id: Option<u64>) -> Res<u64> {
     if g.is_none() {
         *g = Some(State {
             cfg: Config::from_env()?,
+            keeper: None,
             worker: None,
             listens: HashMap::new(),
             connects: HashSet::new(),
@@ -307,6 +404,9 @@ impl State {
             })?;
             w.set_setup_timeout(Duration::from_millis(self.cfg.connect_timeout_ms));
             self.worker = Some(w);
+            if self.cfg.keeper_us > 0 && self.keeper.is_none() {
+                self.keeper = Keeper::start(self.cfg.keeper_us);
+            }
         }
         self.worker
             .as_mut()
@@ -322,6 +422,7 @@ impl State {
     /// Drops the worker when nothing uses it any more (no comm, listen or connect).
     fn maybe_idle(&mut self) {
         if self.listens.is_empty() && self.connects.is_empty() && self.comms.is_empty() {
+            self.keeper = None;
             self.worker = None;
         }
     }
@@ -331,6 +432,7 @@ impl State {
         let Some(w) = self.worker.as_mut() else {
             return;
         };
+        PASSES.fetch_add(1, Ordering::Relaxed);
         w.progress();
         for comm in self.comms.values_mut() {
             loop {

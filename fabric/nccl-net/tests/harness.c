@@ -5,6 +5,8 @@
  * shows as a wrong field.
  *
  *   harness LIB api                      every exported ncclNetPlugin_vN, one process
+ *   harness LIB idle RANK DIR SLEEP_MS    rank 1 posts a receive and sleeps without a call;
+ *                                        rank 0's send must complete meanwhile
  *   harness LIB ring RANK NRANKS DIR BYTES ITERS
  *                                        one rank of a ring allreduce over the plugin,
  *                                        handles exchanged through files in DIR
@@ -755,10 +757,81 @@ static int ring(const char *libname, int rank, int nranks, const char *dir, size
   return g_failures ? 1 : 0;
 }
 
+/* ---- idle mode: the receiver makes no call while the sender's request completes ------ */
+static int file_exists(const char *dir, const char *name) {
+  char p[4096];
+  struct stat st;
+  snprintf(p, sizeof p, "%s/%s", dir, name);
+  return stat(p, &st) == 0;
+}
+
+static int idle(const char *libname, int rank, const char *dir, int sleep_ms) {
+  void *lib = dlopen(libname, RTLD_NOW | RTLD_LOCAL);
+  MUST(lib, "dlopen %s: %s", libname, dlerror());
+  MUST(load_ops(lib, 12, &O), "ncclNetPlugin_v12");
+  void *ctx = NULL;
+  MUST(O.init(&ctx) == OK, "init");
+  const size_t n = 1u << 20;
+  unsigned char *buf = malloc(n);
+  MUST(buf, "malloc");
+  double until = now_s() + 60;
+  void *comm = NULL, *mh = NULL, *req = NULL;
+  if (rank == 1) { /* receiver */
+    char handle[HANDLE_BYTES] = {0};
+    void *l = NULL;
+    MUST(O.listen(ctx, handle, &l) == OK, "listen");
+    write_file(dir, "handle.idle", handle, sizeof handle);
+    while (!comm) {
+      MUST(O.accept(l, &comm) == OK, "accept");
+      MUST(now_s() < until, "accept");
+    }
+    MUST(O.closeListen(l) == OK, "closeListen");
+    memset(buf, 0, n);
+    MUST(O.regMr(comm, buf, n, PTR_HOST, &mh) == OK, "regMr");
+    req = post_recv(comm, buf, n, mh);
+    write_file(dir, "posted", "1", 1);
+    usleep((useconds_t)sleep_ms * 1000); /* no call into the plugin meanwhile */
+    write_file(dir, "woke", "1", 1);
+    int sz = -1;
+    MUST(wait_req(req, &sz) == OK, "recv");
+    CHECK(sz == (int)n, "size %d", sz);
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) bad += buf[i] != pat(i, 42);
+    CHECK(bad == 0, "%zu bytes differ", bad);
+    while (!file_exists(dir, "sent")) { MUST(now_s() < until, "sender"); usleep(1000); }
+    MUST(O.deregMr(comm, mh) == OK && O.closeRecv(comm) == OK, "close");
+  } else { /* sender */
+    char handle[HANDLE_BYTES];
+    while (!read_file(dir, "handle.idle", handle, sizeof handle)) { MUST(now_s() < until, "handle"); usleep(1000); }
+    while (!comm) {
+      MUST(O.connect(ctx, handle, &comm) == OK, "connect");
+      MUST(now_s() < until, "connect");
+    }
+    for (size_t i = 0; i < n; i++) buf[i] = pat(i, 42);
+    MUST(O.regMr(comm, buf, n, PTR_HOST, &mh) == OK, "regMr");
+    while (!file_exists(dir, "posted")) { MUST(now_s() < until, "receiver"); usleep(1000); }
+    double t0 = now_s();
+    req = post_send(comm, buf, n, mh);
+    int sz = -1;
+    MUST(wait_req(req, &sz) == OK, "send");
+    int woke = file_exists(dir, "woke");
+    printf("idle: 1 MiB send completed in %.1f ms while the receiver %s\n", (now_s() - t0) * 1e3,
+           woke ? "had woken (it made calls)" : "made no call");
+    CHECK(!woke, "the send completed only after the receiver called in again");
+    write_file(dir, "sent", "1", 1);
+    MUST(O.deregMr(comm, mh) == OK && O.closeSend(comm) == OK, "close");
+  }
+  MUST(O.finalize(ctx) == OK, "finalize");
+  MUST(dlclose(lib) == 0, "dlclose");
+  free(buf);
+  return g_failures ? 1 : 0;
+}
+
 int main(int argc, char **argv) {
   alarm(900); /* never hang a test run */
   setvbuf(stdout, NULL, _IONBF, 0);
   if (argc >= 3 && strcmp(argv[2], "api") == 0) return api(argv[1]);
+  if (argc >= 6 && strcmp(argv[2], "idle") == 0) return idle(argv[1], atoi(argv[3]), argv[4], atoi(argv[5]));
   if (argc >= 8 && strcmp(argv[2], "ring") == 0)
     return ring(argv[1], atoi(argv[3]), atoi(argv[4]), argv[5], strtoull(argv[6], NULL, 10), atoi(argv[7]));
   fprintf(stderr, "usage: %s LIB api | %s LIB ring RANK NRANKS DIR BYTES ITERS\n", argv[0], argv[0]);

@@ -105,3 +105,39 @@ fn ring_allreduce_across_four_processes() {
         println!("{}", l.trim());
     }
 }
+
+#[test]
+fn a_send_completes_while_the_receiving_process_makes_no_call() {
+    let (dir, exe) = setup("idle");
+    let run = |rank: u32| {
+        Command::new(&exe)
+            .arg("libnccl-net-spray.so")
+            .arg("idle")
+            .arg(rank.to_string())
+            .arg(&dir)
+            .arg("3000")
+            .env("LD_LIBRARY_PATH", &dir)
+            .env("HARNESS_QUIET", "1")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn")
+    };
+    let (rx, tx) = (run(1), run(0));
+    let (rx, tx) = (
+        rx.wait_with_output().expect("wait"),
+        tx.wait_with_output().expect("wait"),
+    );
+    let tx_out = String::from_utf8_lossy(&tx.stdout);
+    eprintln!(
+        "sender: {tx_out}{}\nreceiver: {}{}",
+        String::from_utf8_lossy(&tx.stderr),
+        String::from_utf8_lossy(&rx.stdout),
+        String::from_utf8_lossy(&rx.stderr)
+    );
+    assert!(tx.status.success() && rx.status.success(), "a side failed");
+    assert!(
+        tx_out.contains("while the receiver made no call"),
+        "{tx_out}"
+    );
+}
