@@ -827,8 +827,22 @@ static int idle(const char *libname, int rank, const char *dir, int sleep_ms) {
   return g_failures ? 1 : 0;
 }
 
+/* ---- sizes mode: this file's layouts, for the Rust test to compare with its own ------ */
+static int sizes(void) {
+  printf("props6 %zu\nprops7 %zu\nprops8 %zu\nprops9 %zu\nprops11 %zu\nprops12 %zu\n", sizeof(props6_t),
+         sizeof(props7_t), sizeof(props8_t), sizeof(props9_t), sizeof(props11_t), sizeof(props12_t));
+  printf("net6 %zu\nnet7 %zu\nnet8 %zu\nnet9 %zu\nnet10 %zu\nnet11 %zu\nnet12 %zu\n", sizeof(net6_t),
+         sizeof(net7_t), sizeof(net8_t), sizeof(net9_t), sizeof(net10_t), sizeof(net11_t), sizeof(net12_t));
+  printf("props12.maxP2pBytes %zu\nprops12.railId %zu\nprops11.maxMultiRequestSize %zu\n",
+         offsetof(props12_t, maxP2pBytes), offsetof(props12_t, railId), offsetof(props11_t, maxMultiRequestSize));
+  printf("net12.finalize %zu\nnet9.makeVDevice %zu\nnetattr %zu\ndevh %zu\n", offsetof(net12_t, finalize),
+         offsetof(net9_t, makeVDevice), sizeof(netattr_t), sizeof(devh_t));
+  return 0;
+}
+
 int main(int argc, char **argv) {
-  alarm(900); /* never hang a test run */
+  alarm(900);
+  if (argc >= 2 && strcmp(argv[1], "sizes") == 0) return sizes(); /* never hang a test run */
   setvbuf(stdout, NULL, _IONBF, 0);
   if (argc >= 3 && strcmp(argv[2], "api") == 0) return api(argv[1]);
   if (argc >= 6 && strcmp(argv[2], "idle") == 0) return idle(argv[1], atoi(argv[3]), argv[4], atoi(argv[5]));

@@ -141,3 +141,59 @@ fn a_send_completes_while_the_receiving_process_makes_no_call() {
         "{tx_out}"
     );
 }
+
+#[test]
+fn the_rust_layouts_match_the_harness_c_declarations() {
+    use nccl_net_spray::abi::*;
+    use std::mem::{offset_of, size_of};
+    let (_, exe) = setup("sizes");
+    let out = Command::new(&exe).arg("sizes").output().expect("run");
+    assert!(out.status.success());
+    let c: std::collections::HashMap<String, usize> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let (k, v) = l.split_once(' ')?;
+            Some((k.to_string(), v.parse().ok()?))
+        })
+        .collect();
+    let rust = [
+        ("props6", size_of::<PropsV6>()),
+        ("props7", size_of::<PropsV7>()),
+        ("props8", size_of::<PropsV8>()),
+        ("props9", size_of::<PropsV9>()),
+        ("props11", size_of::<PropsV11>()),
+        ("props12", size_of::<PropsV12>()),
+        ("net6", size_of::<NetV6>()),
+        ("net7", size_of::<NetV7>()),
+        ("net8", size_of::<NetV8>()),
+        ("net9", size_of::<NetV9>()),
+        ("net10", size_of::<NetV10>()),
+        ("net11", size_of::<NetV11>()),
+        ("net12", size_of::<NetV12>()),
+        ("props12.maxP2pBytes", offset_of!(PropsV12, max_p2p_bytes)),
+        ("props12.railId", offset_of!(PropsV12, rail_id)),
+        (
+            "props11.maxMultiRequestSize",
+            offset_of!(PropsV11, max_multi_request_size),
+        ),
+        ("net12.finalize", offset_of!(NetV12, finalize)),
+        ("net9.makeVDevice", offset_of!(NetV9, make_v_device)),
+        ("netattr", size_of::<NetAttr>()),
+        ("devh", size_of::<DeviceHandle>()),
+    ];
+    assert_eq!(c.len(), rust.len(), "the harness printed {c:?}");
+    for (k, v) in rust {
+        assert_eq!(c.get(k), Some(&v), "{k}: C {:?}, Rust {v}", c.get(k));
+    }
+    // The sizes worked out by hand from NCCL's headers (x86-64 / aarch64 LP64).
+    assert_eq!(
+        (
+            size_of::<PropsV6>(),
+            size_of::<PropsV9>(),
+            size_of::<PropsV11>(),
+            size_of::<PropsV12>()
+        ),
+        (48, 104, 112, 128)
+    );
+    assert_eq!((size_of::<NetV6>(), size_of::<NetV12>()), (17 * 8, 22 * 8));
+}
