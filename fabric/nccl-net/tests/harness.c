@@ -17,6 +17,7 @@
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <pthread.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -434,6 +435,19 @@ static void transfer(void *s, void *r, unsigned char *sb, void *smh, unsigned ch
 }
 
 /* ---- api mode ---------------------------------------------------------------------- */
+/* NCCL's service thread registers memory while its progress thread moves data. */
+struct regger { void *comm; int cycles; int failures; };
+static void *reg_loop(void *arg) {
+  struct regger *g = arg;
+  static unsigned char buf[65536];
+  for (int i = 0; i < g->cycles; i++) {
+    void *mh = NULL;
+    if (O.regMr(g->comm, buf, sizeof buf - (size_t)(i % 7), PTR_HOST, &mh) != OK || !mh) g->failures++;
+    else if (O.deregMr(g->comm, mh) != OK) g->failures++;
+  }
+  return NULL;
+}
+
 static void api_one(const char *libname, int version) {
   void *lib = dlopen(libname, RTLD_NOW | RTLD_LOCAL);
   MUST(lib, "dlopen %s: %s", libname, dlerror());
@@ -471,10 +485,18 @@ static void api_one(const char *libname, int version) {
   MUST(O.regMr(s, sb, big + 4096, PTR_HOST, &smh) == OK && smh, "regMr send");
   MUST(O.regMr(r, rb, big + 4096, PTR_HOST, &rmh) == OK && rmh, "regMr recv");
 
-  /* sizes, each into a larger receive (the posted size is an upper bound) */
+  /* sizes, each into a larger receive (the posted size is an upper bound), while another
+   * thread registers and deregisters memory on both comms */
+  struct regger rg1 = {s, 300, 0}, rg2 = {r, 300, 0};
+  pthread_t t1, t2;
+  MUST(pthread_create(&t1, NULL, reg_loop, &rg1) == 0 && pthread_create(&t2, NULL, reg_loop, &rg2) == 0, "threads");
   size_t sizes[] = {0, 1, 4095, 4097, 512u << 10, 4u << 20};
   for (unsigned k = 0; k < sizeof sizes / sizeof sizes[0]; k++)
     transfer(s, r, sb, smh, rb, rmh, sizes[k], k == 5 ? 100 : 1000, k + version);
+  pthread_join(t1, NULL);
+  pthread_join(t2, NULL);
+  CHECK(rg1.failures == 0 && rg2.failures == 0, "regMr/deregMr on another thread failed %d + %d times",
+        rg1.failures, rg2.failures);
   /* and exactly the posted size */
   transfer(s, r, sb, smh, rb, rmh, 4097, 0, 99);
 

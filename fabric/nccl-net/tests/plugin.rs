@@ -36,7 +36,7 @@ fn setup(name: &str) -> (PathBuf, PathBuf) {
         .args(["-O2", "-std=c11", "-Wall", "-Wextra", "-Werror", "-o"])
         .arg(&exe)
         .arg(&src)
-        .arg("-ldl")
+        .args(["-ldl", "-pthread"])
         .output()
         .unwrap_or_else(|e| panic!("cannot run the C compiler {cc}: {e}"));
     assert!(
