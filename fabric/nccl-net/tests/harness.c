@@ -7,6 +7,7 @@
  *   harness LIB api                      every exported ncclNetPlugin_vN, one process
  *   harness LIB idle RANK DIR SLEEP_MS    rank 1 posts a receive and sleeps without a call;
  *                                        rank 0's send must complete meanwhile
+ *   harness LIB bw MSG_BYTES COUNT WINDOW one process, one connection: a stream of messages
  *   harness LIB ring RANK NRANKS DIR BYTES ITERS
  *                                        one rank of a ring allreduce over the plugin,
  *                                        handles exchanged through files in DIR
@@ -683,11 +684,11 @@ static int ring(const char *libname, int rank, int nranks, const char *dir, size
   size_t count = bytes / 4;
   count -= count % (size_t)nranks;
   size_t chunk = count / (size_t)nranks; /* elements */
-  uint32_t *data = malloc(count * 4), *tmp = malloc(chunk * 4 + 4);
+  uint32_t *data = malloc(count * 4), *tmp = malloc(2 * chunk * 4 + 4);
   MUST(data && tmp, "malloc");
   void *mh_sd, *mh_rt, *mh_rd;
   MUST(O.regMr(s, data, count * 4, PTR_HOST, &mh_sd) == OK, "regMr");
-  MUST(O.regMr(r, tmp, chunk * 4 + 4, PTR_HOST, &mh_rt) == OK, "regMr");
+  MUST(O.regMr(r, tmp, 2 * chunk * 4 + 4, PTR_HOST, &mh_rt) == OK, "regMr");
   MUST(O.regMr(r, data, count * 4, PTR_HOST, &mh_rd) == OK, "regMr");
 
   const size_t slice = 512u << 10; /* bytes per message, NCCL's default step */
@@ -696,55 +697,66 @@ static int ring(const char *libname, int rank, int nranks, const char *dir, size
   for (int it = 0; it < iters; it++) {
     for (size_t i = 0; i < count; i++) data[i] = (uint32_t)(rank + 1) * (uint32_t)(i % 1000003 + it + 1);
     double t0 = now_s();
-    for (int step = 0; step < 2 * (nranks - 1); step++) {
-      int rs = step < nranks - 1; /* reduce-scatter, then allgather */
-      int k = rs ? step : step - (nranks - 1);
-      size_t send_c = (size_t)(((rank - k + (rs ? 0 : 1)) % nranks + nranks) % nranks);
-      size_t recv_c = (size_t)(((rank - k - 1 + (rs ? 0 : 1)) % nranks + nranks) % nranks);
-      unsigned char *sbase = (unsigned char *)(data + send_c * chunk);
-      unsigned char *rbase = rs ? (unsigned char *)tmp : (unsigned char *)(data + recv_c * chunk);
-      void *rmh = rs ? mh_rt : mh_rd;
-      size_t nb = chunk * 4, nslices = (nb + slice - 1) / slice;
-      if (nslices == 0) nslices = 1;
-      void *sreq[64], *rreq[64];
-      size_t sp = 0, rp = 0, sdone = 0, rdone = 0;
-      while (sdone < nslices || rdone < nslices) {
-        while (rp < nslices && rp - rdone < (size_t)window) {
-          size_t off = rp * slice, len = nb - off < slice ? nb - off : slice;
-          void *q = OPTIONAL_RECV_COMPLETION;
-          MUST(O.irecv(r, rbase + off, len, next, rmh, &q) == OK, "irecv");
-          if (!q) break;
-          rreq[rp % 64] = q;
-          rp++;
-        }
-        while (sp < nslices && sp - sdone < (size_t)window) {
-          size_t off = sp * slice, len = nb - off < slice ? nb - off : slice;
-          void *q = NULL;
-          MUST(O.isend(s, sbase + off, len, rank, mh_sd, &q) == OK, "isend");
-          if (!q) break;
-          sreq[sp % 64] = q;
-          sp++;
-        }
-        int done = 0, sz = -1;
-        if (sdone < sp) {
-          MUST(O.test(sreq[sdone % 64], &done, &sz) == OK, "test send");
-          if (done) sdone++;
-        }
-        if (rdone < rp) {
-          done = 0;
-          MUST(O.test(rreq[rdone % 64], &done, &sz) == OK, "test recv");
-          if (done) {
-            size_t off = rdone * slice, len = nb - off < slice ? nb - off : slice;
-            MUST(sz == (int)len, "slice of %zu reported %d", len, sz);
-            if (rs) {
-              uint32_t *dst = data + recv_c * chunk + off / 4, *src = (uint32_t *)(tmp + off / 4);
-              for (size_t i = 0; i < len / 4; i++) dst[i] += src[i];
-            }
-            rdone++;
-          }
-        }
-        MUST(now_s() < until + 600, "allreduce stuck");
+    /* All steps pipelined as NCCL's proxy does: receives are posted as soon as the window
+     * and their buffer allow, across step boundaries; the send of slice j of step k waits
+     * only for the receive of slice j of step k-1 (the data it forwards). Global index
+     * g = step * m + slice. */
+    const int steps = 2 * (nranks - 1);
+    size_t nb = chunk * 4, m = (nb + slice - 1) / slice;
+    if (m == 0) m = 1;
+    size_t total_sl = (size_t)steps * m;
+    void *sreq[64], *rreq[64];
+    size_t sp = 0, rp = 0, sd = 0, rd = 0;
+#define RECV_C(k) ((size_t)((((rank) - ((k) < nranks - 1 ? (k) : (k) - (nranks - 1)) - ((k) < nranks - 1 ? 1 : 0)) % nranks + nranks) % nranks))
+#define SEND_C(k) ((size_t)((((rank) - ((k) < nranks - 1 ? (k) : (k) - (nranks - 1)) + ((k) < nranks - 1 ? 0 : 1)) % nranks + nranks) % nranks))
+    while (sd < total_sl || rd < total_sl) {
+      while (rp < total_sl && rp - rd < (size_t)window) {
+        int k = (int)(rp / m);
+        size_t j = rp % m, off = j * slice, len = nb - off < slice ? nb - off : slice;
+        int rs = k < nranks - 1;
+        /* the temporary of step k is the one of step k-2: its slice j must be reduced */
+        if (rs && k >= 2 && rd <= (size_t)(k - 2) * m + j) break;
+        /* an allgather receive overwrites the chunk reduce-scatter step k-(n-1) sent */
+        if (!rs && sd <= (size_t)(k - (nranks - 1)) * m + j) break;
+        unsigned char *dst = rs ? (unsigned char *)(tmp + (size_t)(k % 2) * chunk) + off
+                                : (unsigned char *)(data + RECV_C(k) * chunk) + off;
+        void *q = OPTIONAL_RECV_COMPLETION;
+        MUST(O.irecv(r, dst, len, next, rs ? mh_rt : mh_rd, &q) == OK, "irecv");
+        if (!q) break;
+        rreq[rp % 64] = q;
+        rp++;
       }
+      while (sp < total_sl && sp - sd < (size_t)window) {
+        int k = (int)(sp / m);
+        size_t j = sp % m, off = j * slice, len = nb - off < slice ? nb - off : slice;
+        if (k > 0 && rd <= (size_t)(k - 1) * m + j) break; /* forwards what step k-1 received */
+        void *q = NULL;
+        MUST(O.isend(s, (unsigned char *)(data + SEND_C(k) * chunk) + off, len, rank, mh_sd, &q) == OK, "isend");
+        if (!q) break;
+        sreq[sp % 64] = q;
+        sp++;
+      }
+      int done = 0, sz = -1;
+      if (sd < sp) {
+        MUST(O.test(sreq[sd % 64], &done, &sz) == OK, "test send");
+        if (done) sd++;
+      }
+      if (rd < rp) {
+        done = 0;
+        MUST(O.test(rreq[rd % 64], &done, &sz) == OK, "test recv");
+        if (done) {
+          int k = (int)(rd / m);
+          size_t j = rd % m, off = j * slice, len = nb - off < slice ? nb - off : slice;
+          MUST(sz == (int)len, "slice of %zu reported %d", len, sz);
+          if (k < nranks - 1) {
+            uint32_t *dst = data + RECV_C(k) * chunk + off / 4;
+            uint32_t *src = tmp + (size_t)(k % 2) * chunk + off / 4;
+            for (size_t i = 0; i < len / 4; i++) dst[i] += src[i];
+          }
+          rd++;
+        }
+      }
+      MUST(now_s() < until + 600, "allreduce stuck");
     }
     double dt = now_s() - t0;
     total += dt;
@@ -849,6 +861,39 @@ static int idle(const char *libname, int rank, const char *dir, int sleep_ms) {
   return g_failures ? 1 : 0;
 }
 
+/* ---- bw mode: one process, one connection, a stream of messages, window W --------- */
+static int bw(const char *libname, size_t msg, int count, int window) {
+  void *lib = dlopen(libname, RTLD_NOW | RTLD_LOCAL);
+  MUST(lib, "dlopen %s: %s", libname, dlerror());
+  MUST(load_ops(lib, 12, &O), "ncclNetPlugin_v12");
+  void *ctx = NULL;
+  MUST(O.init(&ctx) == OK, "init");
+  void *s, *r, *smh, *rmh;
+  connect_pair(ctx, &s, &r);
+  unsigned char *sb = calloc((size_t)window, msg), *rb = calloc((size_t)window, msg);
+  MUST(sb && rb, "malloc");
+  MUST(O.regMr(s, sb, msg * (size_t)window, PTR_HOST, &smh) == OK, "regMr");
+  MUST(O.regMr(r, rb, msg * (size_t)window, PTR_HOST, &rmh) == OK, "regMr");
+  void *sq[64], *rq[64];
+  int sp = 0, rp = 0, sd = 0, rd = 0;
+  double t0 = now_s();
+  while (sd < count || rd < count) {
+    while (rp < count && rp - rd < window) { rq[rp % 64] = post_recv(r, rb + (size_t)(rp % window) * msg, msg, rmh); rp++; }
+    while (sp < count && sp - sd < window) { sq[sp % 64] = post_send(s, sb + (size_t)(sp % window) * msg, msg, smh); sp++; }
+    int done = 0, sz;
+    if (sd < sp) { MUST(O.test(sq[sd % 64], &done, &sz) == OK, "test"); if (done) sd++; }
+    done = 0;
+    if (rd < rp) { MUST(O.test(rq[rd % 64], &done, &sz) == OK, "test"); if (done) rd++; }
+  }
+  double dt = now_s() - t0;
+  printf("bw: %d x %zu bytes, window %d: %.3f GB/s\n", count, msg, window, (double)count * (double)msg / dt / 1e9);
+  O.closeSend(s);
+  O.closeRecv(r);
+  O.finalize(ctx);
+  dlclose(lib);
+  return 0;
+}
+
 /* ---- sizes mode: this file's layouts, for the Rust test to compare with its own ------ */
 static int sizes(void) {
   printf("props6 %zu\nprops7 %zu\nprops8 %zu\nprops9 %zu\nprops11 %zu\nprops12 %zu\n", sizeof(props6_t),
@@ -867,6 +912,7 @@ int main(int argc, char **argv) {
   if (argc >= 2 && strcmp(argv[1], "sizes") == 0) return sizes(); /* never hang a test run */
   setvbuf(stdout, NULL, _IONBF, 0);
   if (argc >= 3 && strcmp(argv[2], "api") == 0) return api(argv[1]);
+  if (argc >= 6 && strcmp(argv[2], "bw") == 0) return bw(argv[1], strtoull(argv[3], NULL, 10), atoi(argv[4]), atoi(argv[5]));
   if (argc >= 6 && strcmp(argv[2], "idle") == 0) return idle(argv[1], atoi(argv[3]), argv[4], atoi(argv[5]));
   if (argc >= 8 && strcmp(argv[2], "ring") == 0)
     return ring(argv[1], atoi(argv[3]), atoi(argv[4]), argv[5], strtoull(argv[6], NULL, 10), atoi(argv[7]));
