@@ -12,15 +12,23 @@
 //! in the receive completion (`byte_len`), which `test` returns; a SEND longer than its
 //! receive completes that receive with `LocalLengthError`, reported by `test` as
 //! `ncclInvalidUsage` ("message truncated", as NCCL's socket transport does). No header
-//! and no immediate are added. A receiver that has no receive posted answers the last
-//! packet of a message with an RNR NACK and the sender resends it (`docs/EMBEDDING.md`),
-//! so an early `isend` needs no credit scheme.
+//! and no immediate are added to the data.
+//!
+//! Credits (receiver-driven, as NCCL's IB transport's clear-to-send): each `irecv` posts
+//! its receive and then a 0-byte SEND on the same QP back to the sender (wr_id with
+//! [`CTL_BIT`]); the send comm keeps [`CTL_RECVS`] 0-byte receives posted for them and
+//! counts each one that arrives as a credit; an `isend` without a credit answers "try
+//! again" (NULL request). So a data SEND always finds its receive posted: without this
+//! a SEND that came first was answered with an RNR NACK and resent 640 us later, which
+//! the 4-rank ring did hundreds to thousands of times per run (`NCCL_SPRAY_STATS`); with
+//! it, none.
 
 use crate::abi::{self, NCCL_NET_HANDLE_MAXSIZE, NcclResult};
 use mrc_fabric::engine::setup::HANDLE_BYTES;
 use mrc_fabric::engine::{ConnHandle, ConnectId, EngineConfig, ListenerId, QpConfig, Worker};
 use mrc_fabric::udp::UdpConfig;
 use mrc_transport::completion::WcStatus;
+use mrc_transport::region::SharedMem;
 use mrc_transport::{Access, PostError, Sge};
 use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -133,6 +141,13 @@ enum Side {
     Recv,
 }
 
+/// Bit set in the wr_id of a credit message (a clear-to-send) and of the receives that
+/// take them; data work requests never have it.
+pub const CTL_BIT: u64 = 1 << 63;
+/// Receives for credit messages a send comm keeps posted: more than the receiver can
+/// have outstanding ([`MAX_REQUESTS_PER_COMM`]).
+pub const CTL_RECVS: u64 = 2 * MAX_REQUESTS_PER_COMM as u64;
+
 #[derive(Debug)]
 struct Comm {
     side: Side,
@@ -142,6 +157,13 @@ struct Comm {
     inflight: HashMap<u64, u64>,
     /// Why the comm cannot be used any more (its QP was torn down).
     broken: Option<String>,
+    /// A 1-byte region of the plugin's own, which the 0-byte credit SENDs and their
+    /// receives name (a work request needs an lkey), and its lkey.
+    ctl: Option<(SharedMem, Sge)>,
+    /// Send side: receives the peer has posted that no send has used yet.
+    credits: u64,
+    /// wr_id of the next credit message or credit receive.
+    next_ctl: u64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -435,16 +457,35 @@ impl State {
         PASSES.fetch_add(1, Ordering::Relaxed);
         w.progress();
         for comm in self.comms.values_mut() {
-            loop {
-                let c = match comm.side {
-                    Side::Send => w.poll_send_cq(comm.qpn),
-                    Side::Recv => w.poll_recv_cq(comm.qpn),
-                };
-                let Some(c) = c else { break };
-                if let Some(req) = comm.inflight.remove(&c.wr_id)
-                    && let Some(r) = self.reqs.get_mut(&req)
-                {
-                    r.done = Some((c.status, c.byte_len));
+            if comm.broken.is_some() {
+                continue;
+            }
+            for recv_cq in [false, true] {
+                loop {
+                    let c = if recv_cq {
+                        w.poll_recv_cq(comm.qpn)
+                    } else {
+                        w.poll_send_cq(comm.qpn)
+                    };
+                    let Some(c) = c else { break };
+                    if c.wr_id & CTL_BIT != 0 {
+                        // A credit arrived (send side): count it, post another receive
+                        // for the next. A credit message sent (receive side): nothing.
+                        if recv_cq && comm.side == Side::Send && c.status == WcStatus::Success {
+                            comm.credits += 1;
+                            if let Some((_, sge)) = comm.ctl {
+                                let id = CTL_BIT | comm.next_ctl;
+                                comm.next_ctl += 1;
+                                let _ = w.post_recv(comm.qpn, id, sge);
+                            }
+                        }
+                        continue;
+                    }
+                    if let Some(req) = comm.inflight.remove(&c.wr_id)
+                        && let Some(r) = self.reqs.get_mut(&req)
+                    {
+                        r.done = Some((c.status, c.byte_len));
+                    }
                 }
             }
         }
@@ -513,7 +554,7 @@ pub fn connect(
         Ok(Some(qpn)) => {
             s.connects.remove(&cid.0);
             handle[STAGE_OFFSET..STAGE_OFFSET + 8].fill(0);
-            Ok(Some(s.add_comm(Side::Send, qpn)))
+            Ok(Some(s.add_comm(Side::Send, qpn)?))
         }
         Err(e) => {
             s.connects.remove(&cid.0);
@@ -536,13 +577,41 @@ pub fn accept(s: &mut State, listen: u64) -> Res<Option<u64>> {
         .ok_or_else(|| Error::internal(format!("accept on unknown listen comm {listen:#x}")))?;
     match s.worker()?.poll_accept(lid) {
         None => Ok(None),
-        Some(Ok(qpn)) => Ok(Some(s.add_comm(Side::Recv, qpn))),
+        Some(Ok(qpn)) => Ok(Some(s.add_comm(Side::Recv, qpn)?)),
         Some(Err(e)) => Err(Error::system(format!("accept: {e}"))),
     }
 }
 
 impl State {
-    fn add_comm(&mut self, side: Side, qpn: u32) -> u64 {
+    /// A comm on the connected QP `qpn`: registers its credit region; a send comm posts
+    /// its credit receives.
+    fn add_comm(&mut self, side: Side, qpn: u32) -> Res<u64> {
+        let mem = SharedMem::new(1);
+        let w = self.worker()?;
+        let setup = (|| {
+            let k = w.reg_mr_shared(qpn, &mem, Access::LOCAL_WRITE)?;
+            let sge = Sge {
+                lkey: k.lkey,
+                addr: k.addr,
+                len: 0,
+            };
+            if side == Side::Send {
+                for i in 0..CTL_RECVS {
+                    w.post_recv(qpn, CTL_BIT | i, sge)
+                        .map_err(|e| mrc_fabric::engine::EngineError::Refused(e.to_string()))?;
+                }
+            }
+            Ok::<Sge, mrc_fabric::engine::EngineError>(sge)
+        })();
+        let sge = match setup {
+            Ok(sge) => sge,
+            Err(e) => {
+                w.destroy_qp(qpn);
+                return Err(Error::system(format!(
+                    "setting up the credits of QP {qpn}: {e}"
+                )));
+            }
+        };
         let id = self.id();
         self.comms.insert(
             id,
@@ -552,9 +621,12 @@ impl State {
                 next_wr_id: 1,
                 inflight: HashMap::new(),
                 broken: None,
+                ctl: Some((mem, sge)),
+                credits: 0,
+                next_ctl: CTL_RECVS,
             },
         );
-        id
+        Ok(id)
     }
 
     fn comm(&mut self, id: u64) -> Res<&mut Comm> {
@@ -756,14 +828,33 @@ fn post(s: &mut State, comm: u64, side: Side, sge: Sge) -> Res<Option<u64>> {
     if c.inflight.len() >= MAX_REQUESTS_PER_COMM {
         return Ok(None);
     }
+    if side == Side::Send && c.credits == 0 {
+        // No receive posted at the peer that this send would take: try again later
+        // (after this pass, a credit may have come).
+        s.progress();
+        if s.comm(comm)?.credits == 0 {
+            return Ok(None);
+        }
+    }
+    let c = s.comm(comm)?;
     let wr_id = c.next_wr_id;
     c.next_wr_id += 1;
     let qpn = c.qpn;
+    let ctl = c.ctl.as_ref().map(|(_, sge)| *sge);
+    let ctl_id = CTL_BIT | c.next_ctl;
+    c.next_ctl += 1;
     let w = s.worker()?;
     let r = match side {
         Side::Send => w.post_send(qpn, wr_id, sge, None),
-        Side::Recv => w.post_recv(qpn, wr_id, sge),
+        // The receive first, then the credit that tells the peer it is there.
+        Side::Recv => w.post_recv(qpn, wr_id, sge).and_then(|()| match ctl {
+            Some(c) => w.post_send(qpn, ctl_id, c, None),
+            None => Ok(()),
+        }),
     };
+    if side == Side::Send && r.is_ok() {
+        s.comm(comm)?.credits -= 1;
+    }
     match r {
         Ok(()) => {}
         Err(PostError::BadState(st)) => {
