@@ -471,8 +471,13 @@ impl State {
                     if c.wr_id & CTL_BIT != 0 {
                         // A credit arrived (send side): count it, post another receive
                         // for the next. A credit message sent (receive side): nothing.
-                        if recv_cq && comm.side == Side::Send && c.status == WcStatus::Success {
-                            comm.credits += 1;
+                        // A receive that failed (a peer that sent bytes into it) is
+                        // replaced too, but gives no credit; a flushed one means the QP
+                        // is closing.
+                        if recv_cq && comm.side == Side::Send && c.status != WcStatus::Flushed {
+                            if c.status == WcStatus::Success {
+                                comm.credits += 1;
+                            }
                             if let Some((_, sge)) = comm.ctl {
                                 let id = CTL_BIT | comm.next_ctl;
                                 comm.next_ctl += 1;

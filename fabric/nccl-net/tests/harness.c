@@ -590,6 +590,22 @@ static void api_one(const char *libname, int version) {
     MUST(O.accept(l, &rc) == OK, "accept");
     CHECK(O.closeListen(l) == OK, "closeListen with a setup in progress");
   }
+  /* a handle that is not one of ours, and one naming a port nobody listens on */
+  {
+    char bad[HANDLE_BYTES];
+    for (int i = 0; i < HANDLE_BYTES; i++) bad[i] = (char)(i * 37 + 11);
+    void *sc = (void *)0x99;
+    CHECK(O.connect(ctx, bad, &sc) != OK && sc == NULL, "connect with a foreign handle must fail");
+    char h2[HANDLE_BYTES] = {0};
+    void *l = NULL;
+    MUST(O.listen(ctx, h2, &l) == OK, "listen");
+    MUST(O.closeListen(l) == OK, "closeListen");
+    res_t rc = OK;
+    sc = NULL;
+    double t_until = now_s() + 30;
+    while (rc == OK && !sc && now_s() < t_until) rc = O.connect(ctx, h2, &sc);
+    CHECK(rc != OK && sc == NULL, "connect to a closed listener must fail (got %d, comm %p)", rc, sc);
+  }
   /* stale or foreign pointers are errors, not crashes */
   {
     int done = 0;
