@@ -529,12 +529,12 @@ pub fn connect(
     handle: &mut [u8; NCCL_NET_HANDLE_MAXSIZE],
 ) -> Res<Option<u64>> {
     check_dev(dev)?;
+    let h = ConnHandle::from_bytes(&handle[..HANDLE_BYTES])
+        .map_err(|e| Error::internal(format!("not a spray handle: {e:?}")))?;
     let mut stage = [0u8; 8];
     stage.copy_from_slice(&handle[STAGE_OFFSET..STAGE_OFFSET + 8]);
     let mut cid = u64::from_le_bytes(stage).checked_sub(1).map(ConnectId);
     if cid.is_none() {
-        let h = ConnHandle::from_bytes(&handle[..HANDLE_BYTES])
-            .map_err(|e| Error::internal(format!("not a spray handle: {e:?}")))?;
         let cfg = s.qp_config();
         let id = s
             .worker()?
