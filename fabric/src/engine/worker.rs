@@ -91,6 +91,12 @@ impl<D: Datapath> Worker<D> {
         self.engine.dp.local_addr()
     }
 
+    /// The datapath (e.g. [`UringDatapath::ev_sockets`]: every QP of the worker shares
+    /// its EV sockets).
+    pub fn datapath(&self) -> &D {
+        &self.engine.dp
+    }
+
     /// Creates a QP (as [`super::Context::create_qp`]); returns its QPN, the handle every
     /// other call takes.
     ///
