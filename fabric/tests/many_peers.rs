@@ -6,6 +6,7 @@
 //! connections between two workers: their sockets stay 2 x (16 + 1), and the memory per
 //! idle connection (RSS before and after) is printed and bounded.
 
+use mrc_fabric::datapath::Datapath;
 use mrc_fabric::engine::{ConnHandle, EngineConfig, ListenerId, QpConfig, Worker};
 use mrc_fabric::udp::{PortAllocator, UdpConfig, UringDatapath};
 use mrc_transport::completion::{WcOpcode, WcStatus};

@@ -91,8 +91,8 @@ impl<D: Datapath> Worker<D> {
         self.engine.dp.local_addr()
     }
 
-    /// The datapath (e.g. [`UringDatapath::ev_sockets`]: every QP of the worker shares
-    /// its EV sockets).
+    /// The datapath (e.g. [`Datapath::ev_sockets`]: every QP of the worker shares its EV
+    /// sockets).
     pub fn datapath(&self) -> &D {
         &self.engine.dp
     }

@@ -364,12 +364,6 @@ impl UringDatapath {
             .ok_or(DatapathError::UnknownConn(conn))
     }
 
-    /// EV sockets open (shared by every connection: about the EV count of the widest
-    /// connection, not connections x EVs).
-    pub fn ev_sockets(&self) -> usize {
-        self.sock_slots.len()
-    }
-
     /// The slot of the EV socket of `key`, opened if no connection uses it yet; counts
     /// one more user.
     fn acquire(&mut self, key: SockKey) -> Result<usize, DatapathError> {
@@ -703,6 +697,11 @@ impl Datapath for UringDatapath {
 
     fn waker(&self) -> Arc<dyn Waker> {
         self.waker.clone()
+    }
+
+    /// The shared EV sockets open: one per socket index (and sticky SRH or mark) in use.
+    fn ev_sockets(&self) -> usize {
+        self.sock_slots.len()
     }
 
     fn stats(&self) -> DatapathStats {
