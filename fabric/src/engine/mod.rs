@@ -46,7 +46,7 @@ mod thread;
 mod watch;
 mod worker;
 
-pub use setup::{ConnHandle, ConnectId, HandleError, ListenerId, SetupStats};
+pub use setup::{ConnHandle, ConnectId, HandleError, ListenOptions, ListenerId, SetupStats};
 pub use worker::Worker;
 
 use crate::datapath::{Datapath, DatapathError, DatapathStats, PathMap, Waker};

@@ -17,7 +17,9 @@
 //! ones that lose the race for a datagram to io-wq workers, and later datagrams then
 //! complete on a worker thread (`mrc-perf --test lat --progress caller` uses 2).
 
-use super::setup::{ConnHandle, ConnectId, ListenerId, Setup, SetupHost, SetupStats};
+use super::setup::{
+    ConnHandle, ConnectId, ListenOptions, ListenerId, Setup, SetupHost, SetupStats,
+};
 use super::thread::{Cq, Engine};
 use super::{
     Connected, EngineConfig, EngineError, EngineStats, MrMem, QpConfig, QpStats, Wr, bootstrap,
@@ -279,8 +281,22 @@ impl<D: Datapath> Worker<D> {
     /// unspecified IP (the handle must name a reachable one) or the CSPRNG fails;
     /// [`EngineError::Bootstrap`] when the TCP socket cannot be opened.
     pub fn listen(&mut self, cfg: QpConfig) -> Result<(ListenerId, ConnHandle), EngineError> {
+        self.listen_with(cfg, ListenOptions::default())
+    }
+
+    /// [`Worker::listen`] with options, e.g. per-packet authentication
+    /// ([`ListenOptions::authenticate_packets`]; the handle carries the choice to the
+    /// peers).
+    ///
+    /// # Errors
+    /// As [`Worker::listen`].
+    pub fn listen_with(
+        &mut self,
+        cfg: QpConfig,
+        opts: ListenOptions,
+    ) -> Result<(ListenerId, ConnHandle), EngineError> {
         let ip = self.udp_addr().ip();
-        self.setup.listen(ip, cfg)
+        self.setup.listen(ip, cfg, opts)
     }
 
     /// The next connection listener `id` completed, as the QPN of its new QP (connected,
@@ -678,5 +694,14 @@ impl<D: Datapath> SetupHost for Worker<D> {
     }
     fn set_peer_source_ports(&mut self, qpn: u32, ports: &[u16]) -> Result<(), EngineError> {
         Worker::set_peer_source_ports(self, qpn, ports)
+    }
+    fn set_auth(
+        &mut self,
+        qpn: u32,
+        keys: mrc_transport::auth::AuthKeys,
+    ) -> Result<(), EngineError> {
+        self.engine
+            .set_auth(qpn, keys)
+            .map_err(EngineError::Refused)
     }
 }
