@@ -354,7 +354,7 @@ fn a_forged_handle_secret_is_refused_at_both_ends() {
 #[test]
 fn a_silent_listener_times_out_the_attempt_without_blocking() {
     let mut b = worker(33350..=33399);
-    b.set_setup_timeout(Duration::from_millis(400));
+    b.set_setup_timeout(Duration::from_millis(1000));
     let mut a = worker(33400..=33449);
     let (_, real) = a.listen(QpConfig::default()).unwrap();
     let mute = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -377,10 +377,10 @@ fn a_silent_listener_times_out_the_attempt_without_blocking() {
         ),
         "{r:?}"
     );
-    assert!(took >= Duration::from_millis(400), "{took:?}");
-    assert!(took < Duration::from_secs(3), "{took:?}");
+    assert!(took >= Duration::from_millis(1000), "{took:?}");
+    assert!(took < Duration::from_secs(4), "{took:?}");
     assert!(
-        longest < Duration::from_millis(200),
+        longest < Duration::from_millis(500),
         "one poll took {longest:?}"
     );
     // A closed port: refused.
