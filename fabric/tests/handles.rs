@@ -526,3 +526,90 @@ fn handles_work_over_ipv6() {
     let (qb, qa) = connect_pair(&mut b, &mut a, lid, &bytes);
     assert_eq!(a.peer_info(qa).unwrap().qpn, qb);
 }
+
+/// A peer that holds the handle (it proves the secret) and then misbehaves: a QpInfo of
+/// another version, or the fixed part of one announcing 1024 regions and then silence.
+/// The listener made a QP for each after the proof, and destroys it when the handshake
+/// fails: counted, nothing handed out, nothing left behind.
+#[test]
+fn a_peer_holding_the_secret_that_then_misbehaves_leaves_no_qp_behind() {
+    use mrc_fabric::engine::bootstrap::QpInfo;
+    use mrc_transport::auth::key_confirmation;
+    let mut a = worker(33550..=33599);
+    a.set_setup_timeout(Duration::from_millis(800));
+    let (lid, handle) = a.listen(QpConfig::default()).unwrap();
+    let hb = handle.to_bytes();
+    let psk: Vec<u8> = hb[24..57].to_vec(); // the secret and the flags
+    let hostile = |a: &mut Worker<UringDatapath>, info: &[u8]| {
+        let mut s = TcpStream::connect(handle.addr()).unwrap();
+        s.set_nonblocking(true).unwrap();
+        let nonce = [0x11u8; 32];
+        let mut out = b"MRCN".to_vec();
+        out.extend_from_slice(&nonce);
+        s.write_all(&out).unwrap();
+        // The listener's nonce arrives once it accepted (progressing it meanwhile).
+        let mut got = Vec::new();
+        let (_, _) = until_some(|| {
+            a.progress();
+            let mut b = [0u8; 64];
+            if let Ok(n) = s.read(&mut b) {
+                got.extend_from_slice(&b[..n]);
+            }
+            (got.len() >= 36).then_some(())
+        });
+        let mut peer = [0u8; 32];
+        peer.copy_from_slice(&got[4..36]);
+        let initiator = nonce < peer;
+        let (ni, nr) = if initiator {
+            (nonce, peer)
+        } else {
+            (peer, nonce)
+        };
+        let mut c = b"MRCK".to_vec();
+        c.extend_from_slice(&key_confirmation(&psk, &ni, &nr, initiator).unwrap());
+        c.extend_from_slice(info);
+        s.write_all(&c).unwrap();
+        s
+    };
+    let good = QpInfo {
+        qpn: 7,
+        initial_psn: 1,
+        generation: 1,
+        udp_port: 9,
+        recv_window_packets: 1024,
+        mtu_payload_bytes: 4096,
+        go_back_n: false,
+        regions: Vec::new(),
+    }
+    .encode()
+    .unwrap();
+    let mut v9 = good.clone();
+    v9[4] = 9;
+    let _s1 = hostile(&mut a, &v9);
+    let (_, _) = until_some(|| {
+        assert!(a.poll_accept(lid).is_none());
+        (a.setup_stats().rejected_protocol == 1).then_some(())
+    });
+    assert_eq!(a.qp_count(), 0);
+    // 1024 regions announced (20480 bytes due), none sent.
+    let mut many = good.clone();
+    many[18..20].copy_from_slice(&1024u16.to_be_bytes());
+    let _s2 = hostile(&mut a, &many);
+    let (_, _) = until_some(|| {
+        a.progress();
+        (a.qp_count() == 1).then_some(())
+    });
+    let (_, _) = until_some(|| {
+        assert!(a.poll_accept(lid).is_none());
+        (a.setup_stats().rejected_timeout == 1).then_some(())
+    });
+    assert_eq!(a.qp_count(), 0);
+    assert_eq!(
+        a.setup_stats(),
+        SetupStats {
+            rejected_protocol: 1,
+            rejected_timeout: 1,
+            ..SetupStats::default()
+        }
+    );
+}

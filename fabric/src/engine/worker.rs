@@ -140,6 +140,11 @@ impl<D: Datapath> Worker<D> {
         self.qps.remove(&qpn);
     }
 
+    /// QPs this worker holds (those of handshakes in flight included).
+    pub fn qp_count(&self) -> usize {
+        self.qps.len()
+    }
+
     fn qp(&self, qpn: u32) -> Result<&WorkerQp, EngineError> {
         self.qps
             .get(&qpn)
