@@ -817,6 +817,37 @@ mod tests {
         assert!(decode_ready(b"MRCX").is_err());
     }
 
+    proptest::proptest! {
+        /// Arbitrary bytes (and arbitrary bytes after a valid magic) are a typed error,
+        /// `None` or a message no longer than the input: never a panic.
+        #[test]
+        fn incremental_decoders_take_any_bytes(
+            magic in 0usize..5,
+            body in proptest::collection::vec(proptest::num::u8::ANY, 0..200),
+        ) {
+            let mut b = match magic {
+                0 => MAGIC.to_vec(),
+                1 => PORTS_MAGIC.to_vec(),
+                2 => NONCE_MAGIC.to_vec(),
+                3 => CONFIRM_MAGIC.to_vec(),
+                _ => Vec::new(),
+            };
+            b.extend_from_slice(&body);
+            if let Ok(Some((_, n))) = decode_qp_info(&b) {
+                proptest::prop_assert!(n <= b.len());
+            }
+            if let Ok(Some((p, n))) = decode_ports(&b) {
+                proptest::prop_assert!(n <= b.len() && !p.contains(&0));
+            }
+            for m in [NONCE_MAGIC, CONFIRM_MAGIC] {
+                if let Ok(Some((_, n))) = decode_32(&b, m) {
+                    proptest::prop_assert_eq!(n, 36);
+                }
+            }
+            let _ = decode_ready(&b);
+        }
+    }
+
     #[test]
     fn silent_peer_is_a_timeout_not_an_os_error() {
         // A peer that accepts the TCP connection and never answers.

@@ -46,7 +46,7 @@ mod thread;
 mod watch;
 mod worker;
 
-pub use setup::{ConnHandle, ConnectId, HandleError, ListenerId, SetupStats};
+pub use setup::{ConnHandle, ConnectId, HandleError, ListenOptions, ListenerId, SetupStats};
 pub use worker::Worker;
 
 use crate::datapath::{Datapath, DatapathError, DatapathStats, PathMap, Waker};
@@ -252,6 +252,9 @@ pub struct EngineStats {
     pub datapath: DatapathStats,
     /// CPU time the engine thread used so far, ns.
     pub cpu_ns: u64,
+    /// EV sockets the datapath holds now, shared by all its QPs
+    /// ([`Datapath::ev_sockets`]; a gauge, not a counter).
+    pub ev_sockets: u64,
 }
 
 /// A snapshot of one QP.

@@ -59,6 +59,9 @@ pub const HANDLE_MAGIC: [u8; 4] = *b"MRCH";
 pub const HANDLE_VERSION: u8 = 1;
 /// Bytes of a listener's secret.
 pub const SECRET_BYTES: usize = 32;
+/// Flag of an encoded [`ConnHandle`] (byte 56): the connection's packets are
+/// authenticated and encrypted ([`ListenOptions::authenticate_packets`]).
+pub const HANDLE_FLAG_AUTH_PACKETS: u8 = 1;
 /// Deadline of a handshake unless [`super::Worker::set_setup_timeout`] says otherwise: 10 s.
 pub const DEFAULT_SETUP_TIMEOUT: Duration = Duration::from_secs(10);
 /// Most bytes a handshake buffers from its peer: the largest message
@@ -77,20 +80,37 @@ pub const MAX_ACCEPTS_IN_FLIGHT: usize = 256;
 /// Layout ([`HANDLE_BYTES`] bytes, big-endian):
 ///
 /// ```text
-/// 0      4        5        6        8                 24                56       60
-/// | MRCH | ver=1  | family | port   | IP (16 bytes;   | secret (32)      | 0      |
-/// |      |        | 4 or 6 | TCP    |  IPv4 in 0..4)  |                  | (rsvd) |
+/// 0      4        5        6        8                 24                56      57    60
+/// | MRCH | ver=1  | family | port   | IP (16 bytes;   | secret (32)      | flags | 0   |
+/// |      |        | 4 or 6 | TCP    |  IPv4 in 0..4)  |                  |       |rsvd |
 /// ```
+///
+/// Flags: [`HANDLE_FLAG_AUTH_PACKETS`]. The flags are bound into the handshake's key
+/// confirmation, so a handle whose flags were changed fails as a forged secret does.
 #[derive(Clone, PartialEq, Eq)]
 pub struct ConnHandle {
     addr: SocketAddr,
     secret: [u8; SECRET_BYTES],
+    flags: u8,
+}
+
+/// How a listener's connections are set up ([`super::Worker::listen_with`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ListenOptions {
+    /// Authenticate and encrypt every packet of the connections
+    /// ([`mrc_transport::auth`]), with keys derived from the handle's secret and both
+    /// ends' handshake nonces (fresh per connection): a datagram without a valid tag, or
+    /// replayed, is dropped before the transport parses it. Costs 24 bytes per datagram
+    /// (`EngineConfig::slot_bytes` must hold them) and the cipher's CPU time. The handle
+    /// carries the choice, so both ends always agree. Default off.
+    pub authenticate_packets: bool,
 }
 
 impl std::fmt::Debug for ConnHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ConnHandle")
             .field("addr", &self.addr)
+            .field("flags", &self.flags)
             .finish_non_exhaustive()
     }
 }
@@ -113,12 +133,30 @@ pub enum HandleError {
     /// Port 0, an unspecified or multicast IP, or nonzero reserved bytes.
     #[error("connection handle names no reachable address")]
     BadAddress,
+    /// Flag bits this version does not know.
+    #[error("connection handle flags {0:#04x} are not supported")]
+    BadFlags(u8),
 }
 
 impl ConnHandle {
     /// The listener's TCP address.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// Whether the connections' packets are authenticated
+    /// ([`ListenOptions::authenticate_packets`]).
+    pub fn authenticates_packets(&self) -> bool {
+        self.flags & HANDLE_FLAG_AUTH_PACKETS != 0
+    }
+
+    /// The pre-shared key of the handshake's confirmations and packet keys: the secret
+    /// and the flags (so changed flags fail the confirmation).
+    fn psk(&self) -> [u8; SECRET_BYTES + 1] {
+        let mut k = [0u8; SECRET_BYTES + 1];
+        k[..SECRET_BYTES].copy_from_slice(&self.secret);
+        k[SECRET_BYTES] = self.flags;
+        k
     }
 
     /// The encoded handle.
@@ -138,6 +176,7 @@ impl ConnHandle {
             }
         }
         b[24..56].copy_from_slice(&self.secret);
+        b[56] = self.flags;
         b
     }
 
@@ -168,15 +207,20 @@ impl ConnHandle {
             }
             f => return Err(HandleError::BadFamily(f)),
         };
-        if port == 0 || ip.is_unspecified() || ip.is_multicast() || b[56..].iter().any(|&x| x != 0)
+        if port == 0 || ip.is_unspecified() || ip.is_multicast() || b[57..].iter().any(|&x| x != 0)
         {
             return Err(HandleError::BadAddress);
+        }
+        let flags = b[56];
+        if flags & !HANDLE_FLAG_AUTH_PACKETS != 0 {
+            return Err(HandleError::BadFlags(flags));
         }
         let mut secret = [0u8; SECRET_BYTES];
         secret.copy_from_slice(&b[24..56]);
         Ok(ConnHandle {
             addr: SocketAddr::new(ip, port),
             secret,
+            flags,
         })
     }
 }
@@ -221,6 +265,11 @@ pub(crate) trait SetupHost {
         udp: SocketAddr,
     ) -> Result<Vec<u16>, EngineError>;
     fn set_peer_source_ports(&mut self, qpn: u32, ports: &[u16]) -> Result<(), EngineError>;
+    fn set_auth(
+        &mut self,
+        qpn: u32,
+        keys: mrc_transport::auth::AuthKeys,
+    ) -> Result<(), EngineError>;
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -243,7 +292,10 @@ enum Step {
 struct Handshake {
     stream: TcpStream,
     peer_ip: IpAddr,
-    secret: [u8; SECRET_BYTES],
+    /// The handle's secret and flags ([`ConnHandle::psk`]).
+    psk: [u8; SECRET_BYTES + 1],
+    /// Whether the packets are authenticated (the handle's flag).
+    auth: bool,
     /// The QP configuration (server: created from it once the peer proved the secret).
     cfg: QpConfig,
     until: Instant,
@@ -277,7 +329,7 @@ impl Handshake {
     fn new(
         stream: TcpStream,
         peer_ip: IpAddr,
-        secret: [u8; SECRET_BYTES],
+        handle: &ConnHandle,
         cfg: QpConfig,
         until: Instant,
         connecting: bool,
@@ -288,7 +340,8 @@ impl Handshake {
         let mut h = Handshake {
             stream,
             peer_ip,
-            secret,
+            psk: handle.psk(),
+            auth: handle.authenticates_packets(),
             cfg,
             until,
             step: Step::Connecting,
@@ -438,7 +491,7 @@ impl Handshake {
                 } else {
                     (peer, self.nonce)
                 };
-                let mine = mrc_transport::auth::key_confirmation(&self.secret, &ni, &nr, initiator)
+                let mine = mrc_transport::auth::key_confirmation(&self.psk, &ni, &nr, initiator)
                     .map_err(|e| EngineError::Refused(e.to_string()))?;
                 self.nonces = Some((ni, nr, initiator));
                 self.out.extend_from_slice(&CONFIRM_MAGIC);
@@ -454,9 +507,8 @@ impl Handshake {
                 let Some((ni, nr, initiator)) = self.nonces else {
                     return Err(EngineError::Refused("confirmation before nonces".into()));
                 };
-                let want =
-                    mrc_transport::auth::key_confirmation(&self.secret, &ni, &nr, !initiator)
-                        .map_err(|e| EngineError::Refused(e.to_string()))?;
+                let want = mrc_transport::auth::key_confirmation(&self.psk, &ni, &nr, !initiator)
+                    .map_err(|e| EngineError::Refused(e.to_string()))?;
                 if !ct_eq(&got, &want) {
                     return Err(BootstrapError::AuthMismatch(
                         "the peer does not hold this connection handle's secret",
@@ -471,6 +523,13 @@ impl Handshake {
                         q
                     }
                 };
+                if self.auth {
+                    // Before the QP connects (the transport refuses it later).
+                    let keys =
+                        mrc_transport::auth::AuthKeys::derive(&self.psk, &ni, &nr, initiator)
+                            .map_err(|e| EngineError::Refused(e.to_string()))?;
+                    host.set_auth(qpn, keys)?;
+                }
                 self.out.extend_from_slice(&host.local_info(qpn)?.encode()?);
                 self.step = Step::Info;
                 Ok(true)
@@ -528,7 +587,8 @@ fn is_timeout(e: &EngineError) -> bool {
 
 struct Listener {
     sock: TcpListener,
-    secret: [u8; SECRET_BYTES],
+    /// Its handle (address, secret, flags).
+    handle: ConnHandle,
     cfg: QpConfig,
     /// Handshakes in flight.
     pending: Vec<Handshake>,
@@ -575,6 +635,7 @@ impl Setup {
         &mut self,
         ip: IpAddr,
         cfg: QpConfig,
+        opts: ListenOptions,
     ) -> Result<(ListenerId, ConnHandle), EngineError> {
         if ip.is_unspecified() {
             return Err(EngineError::Refused(
@@ -586,18 +647,27 @@ impl Setup {
         let addr = sock.local_addr().map_err(io_fail("listen"))?;
         let mut secret = [0u8; SECRET_BYTES];
         source::random_bytes(&mut secret).map_err(EngineError::Refused)?;
+        let handle = ConnHandle {
+            addr,
+            secret,
+            flags: if opts.authenticate_packets {
+                HANDLE_FLAG_AUTH_PACKETS
+            } else {
+                0
+            },
+        };
         let id = self.id();
         self.listeners.insert(
             id,
             Listener {
                 sock,
-                secret,
+                handle: handle.clone(),
                 cfg,
                 pending: Vec::new(),
                 ready: VecDeque::new(),
             },
         );
-        Ok((ListenerId(id), ConnHandle { addr, secret }))
+        Ok((ListenerId(id), handle))
     }
 
     /// Closes listener `id`: its handshakes in flight end and the QPs of connections it
@@ -639,7 +709,7 @@ impl Setup {
         let h = Handshake::new(
             s.into(),
             addr.ip(),
-            handle.secret,
+            handle,
             cfg,
             self.deadline(now),
             true,
@@ -731,7 +801,7 @@ impl Setup {
                     // Disabling Nagle only saves latency; a failure is harmless.
                     let _ = s.set_nodelay(true);
                     let h =
-                        Handshake::new(s, from.ip(), l.secret, l.cfg.clone(), until, false, None)?;
+                        Handshake::new(s, from.ip(), &l.handle, l.cfg.clone(), until, false, None)?;
                     l.pending.push(h);
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,

@@ -17,7 +17,9 @@
 //! ones that lose the race for a datagram to io-wq workers, and later datagrams then
 //! complete on a worker thread (`mrc-perf --test lat --progress caller` uses 2).
 
-use super::setup::{ConnHandle, ConnectId, ListenerId, Setup, SetupHost, SetupStats};
+use super::setup::{
+    ConnHandle, ConnectId, ListenOptions, ListenerId, Setup, SetupHost, SetupStats,
+};
 use super::thread::{Cq, Engine};
 use super::{
     Connected, EngineConfig, EngineError, EngineStats, MrMem, QpConfig, QpStats, Wr, bootstrap,
@@ -91,6 +93,12 @@ impl<D: Datapath> Worker<D> {
         self.engine.dp.local_addr()
     }
 
+    /// The datapath (e.g. [`Datapath::ev_sockets`]: every QP of the worker shares its EV
+    /// sockets).
+    pub fn datapath(&self) -> &D {
+        &self.engine.dp
+    }
+
     /// Creates a QP (as [`super::Context::create_qp`]); returns its QPN, the handle every
     /// other call takes.
     ///
@@ -130,6 +138,11 @@ impl<D: Datapath> Worker<D> {
     pub fn destroy_qp(&mut self, qpn: u32) {
         self.engine.remove_qp(qpn);
         self.qps.remove(&qpn);
+    }
+
+    /// QPs this worker holds (those of handshakes in flight included).
+    pub fn qp_count(&self) -> usize {
+        self.qps.len()
     }
 
     fn qp(&self, qpn: u32) -> Result<&WorkerQp, EngineError> {
@@ -273,8 +286,22 @@ impl<D: Datapath> Worker<D> {
     /// unspecified IP (the handle must name a reachable one) or the CSPRNG fails;
     /// [`EngineError::Bootstrap`] when the TCP socket cannot be opened.
     pub fn listen(&mut self, cfg: QpConfig) -> Result<(ListenerId, ConnHandle), EngineError> {
+        self.listen_with(cfg, ListenOptions::default())
+    }
+
+    /// [`Worker::listen`] with options, e.g. per-packet authentication
+    /// ([`ListenOptions::authenticate_packets`]; the handle carries the choice to the
+    /// peers).
+    ///
+    /// # Errors
+    /// As [`Worker::listen`].
+    pub fn listen_with(
+        &mut self,
+        cfg: QpConfig,
+        opts: ListenOptions,
+    ) -> Result<(ListenerId, ConnHandle), EngineError> {
         let ip = self.udp_addr().ip();
-        self.setup.listen(ip, cfg)
+        self.setup.listen(ip, cfg, opts)
     }
 
     /// The next connection listener `id` completed, as the QPN of its new QP (connected,
@@ -672,5 +699,14 @@ impl<D: Datapath> SetupHost for Worker<D> {
     }
     fn set_peer_source_ports(&mut self, qpn: u32, ports: &[u16]) -> Result<(), EngineError> {
         Worker::set_peer_source_ports(self, qpn, ports)
+    }
+    fn set_auth(
+        &mut self,
+        qpn: u32,
+        keys: mrc_transport::auth::AuthKeys,
+    ) -> Result<(), EngineError> {
+        self.engine
+            .set_auth(qpn, keys)
+            .map_err(EngineError::Refused)
     }
 }
