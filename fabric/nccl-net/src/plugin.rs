@@ -25,7 +25,9 @@
 
 use crate::abi::{self, NCCL_NET_HANDLE_MAXSIZE, NcclResult};
 use mrc_fabric::engine::setup::HANDLE_BYTES;
-use mrc_fabric::engine::{ConnHandle, ConnectId, EngineConfig, ListenerId, QpConfig, Worker};
+use mrc_fabric::engine::{
+    ConnHandle, ConnectId, EngineConfig, ListenOptions, ListenerId, QpConfig, Worker,
+};
 use mrc_fabric::udp::UdpConfig;
 use mrc_transport::completion::WcStatus;
 use mrc_transport::region::SharedMem;
@@ -89,6 +91,11 @@ pub struct Config {
     pub connect_timeout_ms: u64,
     /// Log each comm's transport counters when it closes (`NCCL_SPRAY_STATS=1`).
     pub stats: bool,
+    /// Authenticate and encrypt every data packet of the connections this process
+    /// listens for (`NCCL_SPRAY_AUTH=1`; [`ListenOptions::authenticate_packets`]): the
+    /// handle carries the choice, so the connecting side follows it whatever its own
+    /// setting.
+    pub auth: bool,
     /// Idle interval of the keeper thread, us (`NCCL_SPRAY_KEEPER_US`, default 1000; 0: no
     /// keeper): see [`Keeper`].
     pub keeper_us: u64,
@@ -118,6 +125,7 @@ impl Config {
             connect_timeout_ms: var("NCCL_SPRAY_CONNECT_TIMEOUT_MS", 60_000u64)?,
             stats: var("NCCL_SPRAY_STATS", 0u8)? != 0,
             keeper_us: var("NCCL_SPRAY_KEEPER_US", 1000u64)?,
+            auth: var("NCCL_SPRAY_AUTH", 0u8)? != 0,
         };
         if !(1..=1024).contains(&cfg.evs) {
             return Err(Error::new(
@@ -506,9 +514,12 @@ impl State {
 pub fn listen(s: &mut State, dev: i32, handle: &mut [u8; NCCL_NET_HANDLE_MAXSIZE]) -> Res<u64> {
     check_dev(dev)?;
     let cfg = s.qp_config();
+    let opts = ListenOptions {
+        authenticate_packets: s.cfg.auth,
+    };
     let (lid, h) = s
         .worker()?
-        .listen(cfg)
+        .listen_with(cfg, opts)
         .map_err(|e| Error::system(format!("listen on {}: {e}", s.cfg.addr)))?;
     *handle = [0; NCCL_NET_HANDLE_MAXSIZE];
     handle[..HANDLE_BYTES].copy_from_slice(&h.to_bytes());

@@ -358,6 +358,9 @@ static void connect_pair(void *ctx, void **send, void **recv) {
   memset(handle, 0, sizeof handle);
   void *l = NULL;
   MUST(O.listen(ctx, handle, &l) == OK && l != NULL, "listen");
+  /* the handle's flags byte (56): bit 0 = packets authenticated (NCCL_SPRAY_AUTH=1) */
+  int want_auth = getenv("NCCL_SPRAY_AUTH") && strcmp(getenv("NCCL_SPRAY_AUTH"), "1") == 0;
+  CHECK((handle[56] & 1) == want_auth, "handle flags %#x, NCCL_SPRAY_AUTH %d", handle[56], want_auth);
   *send = NULL;
   *recv = NULL;
   int rounds = 0;

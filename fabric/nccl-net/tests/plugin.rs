@@ -197,3 +197,22 @@ fn the_rust_layouts_match_the_harness_c_declarations() {
     );
     assert_eq!((size_of::<NetV6>(), size_of::<NetV12>()), (17 * 8, 22 * 8));
 }
+
+#[test]
+fn authenticated_packets_carry_the_same_transfers() {
+    // The api run again with every connection's packets authenticated and encrypted
+    // (NCCL_SPRAY_AUTH=1 on the listening side; the handle tells the connector).
+    let (dir, exe) = setup("auth");
+    let out = Command::new(&exe)
+        .arg("libnccl-net-spray.so")
+        .arg("api")
+        .env("LD_LIBRARY_PATH", &dir)
+        .env("HARNESS_QUIET", "1")
+        .env("NCCL_SPRAY_AUTH", "1")
+        .output()
+        .expect("run the harness");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    println!("{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "harness failed: {:?}", out.status);
+    assert!(stdout.contains("api: all checks passed for v12..v6"));
+}
