@@ -65,6 +65,11 @@ GUEST_PKGS=busybox-static,kmod,iproute2,jq,libibverbs1,ibverbs-providers,ibverbs
 # rdma_rxe computes the RoCE ICRC with the kernel's crypto "crc32", a module of its own.
 GUEST_MODS="rdma_rxe ib_uverbs crc32_generic sch_netem virtio_net virtio_pci"
 
+# The soak role (examples/tests/soak.rs in the guest): nft for its loss, black-hole,
+# duplication and reorder rules, veth for its two namespaces, HTB for its reorder class.
+GUEST_PKGS="$GUEST_PKGS,nftables"
+GUEST_MODS="$GUEST_MODS veth nf_tables nft_numgen nft_dup_netdev sch_htb"
+
 say() { printf 'rxe-lab: %s\n' "$*" >&2; }
 die() { say "error: $*"; exit 2; }
 now_ms() { date +%s%3N; }
