@@ -1,7 +1,7 @@
 #!/bin/sh
 # rxe-guest.sh: the checks testbed/rxe-lab.sh runs inside its VMs (busybox sh; the guest
 # init runs `sh /lab/guest.sh ROLES` with stdout on the second serial port). ROLES is a
-# comma-separated list of: single, perftest, netem, host-a, host-b, script.
+# comma-separated list of: single, perftest, netem, host-a, host-b, script, soak.
 #
 # Every check prints one JSON line {"check", "ok", "detail", ...}; each role ends with
 # `ROLE-complete`, so the host can tell a guest that died half-way from one that passed.
@@ -302,33 +302,49 @@ role_perftest() {
   perf_lat perftest-mrc-udp-lat 1000 loopback --mtu 4040 -p 18618
 }
 
-role_netem() {
-  $MODPROBE sch_netem || { emit netem-setup false "modprobe sch_netem failed"; return; }
-  # Loss, duplication and reordering (delay with jitter) on lo, for every packet of the
-  # UDP datapath. (Not for rxe0 on lo: rxe hands a packet for its own MAC straight to its
-  # receive path, past the qdisc.)
-  spec="delay 1ms 1ms loss 2% duplicate 2%"
-  if $TC qdisc add dev lo root netem $spec; then
-    emit netem-setup true "tc qdisc add dev lo root netem $spec"
-  else
-    emit netem-setup false "tc qdisc add dev lo root netem $spec failed"
+# The chaos soak (examples/tests/soak.rs) on this kernel: mrc-perf server and client
+# --verify in two network namespaces, faults at seeded random times, the netem kinds
+# (real reordering, duplication, loss, jitter) drawn twice as often as the others. SOAK_SECS
+# of runs (default 30, TCG time), a fresh seed each time (in every check's JSON). Each soak
+# run is a check (every byte verified, every message completed exactly once at both ends,
+# no hang); then the soak's own verdict and the netem faults it applied.
+role_soak() {
+  if ! $MODPROBE -a veth nf_tables nft_numgen nft_dup_netdev sch_htb sch_netem inet_diag udp_diag tcp_diag; then
+    emit soak-setup false "modprobe of the soak's modules (veth nf_tables nft_numgen nft_dup_netdev sch_htb sch_netem *_diag) failed"
     return
   fi
-  perf_bw netem-udp-loss-dup-bw 100 65536 loopback --mtu 4040 -p 18621
-  perf_lat netem-udp-loss-dup-lat 20 loopback --mtu 4040 -p 18622
-  $TC -s qdisc show dev lo >&2
-  # Reordering: a quarter of the packets go at once, the rest 5 ms later.
-  $TC qdisc change dev lo root netem delay 5ms reorder 25% 50%
-  perf_bw netem-udp-reorder-bw 50 65536 loopback --mtu 4040 -p 18623
-  $TC -s qdisc show dev lo >&2
-  $TC qdisc del dev lo root
-  # The faults did happen: retransmissions under loss, duplicates seen by the receiver.
-  r=$(jq -r '"\(.retransmitted_packets) \(.receiver.duplicate_datagrams)"' $W/netem-udp-loss-dup-bw.json 2>/dev/null)
-  set -- $r
-  if [ "${1:-0}" -gt 0 ] && [ "${2:-0}" -gt 0 ]; then
-    emit netem-faults-seen true "under loss 2% and duplicate 2%: $1 packets retransmitted, $2 duplicate datagrams dropped by the receiver"
+  seed=0x$(od -An -N8 -tx8 /dev/urandom | tr -d ' \n')
+  kinds=pause,loss,blackhole,cpu,dup,reorder
+  kinds=$kinds,netem-reorder,netem-dup,netem-loss,netem-delay,netem-reorder,netem-dup,netem-loss,netem-delay
+  MRC_SOAK_SECS=${SOAK_SECS:-30} MRC_SOAK_SEED=$seed MRC_SOAK_KINDS=$kinds MRC_SOAK_REQUIRE_NETEM=1 \
+    $TESTS/soak --test-threads=1 --nocapture >$W/soak.out 2>&1
+  rc=$?
+  cat $W/soak.out >&2
+  # `soak run N: plan P`, then `soak run N: ok: S` or `soak run N: FAILED: S`.
+  awk '/^soak run [0-9]+: plan / {n = $3; sub(/:$/, "", n); p[n] = substr($0, index($0, "plan ") + 5)}
+       /^soak run [0-9]+: (ok|FAILED): / {n = $3; sub(/:$/, "", n); v = $4; sub(/:$/, "", v);
+         print n "\t" v "\t" p[n] "\t" substr($0, index($0, v ": ") + length(v) + 2)}' $W/soak.out >$W/soak.runs
+  while IFS='	' read -r n verdict plan what; do
+    x=$(jq -nc --arg s "$seed" --arg p "$plan" '{seed: $s, plan: $p}')
+    if [ "$verdict" = ok ]; then
+      emit "soak-run-$n" true "plan $plan: $what" "$x"
+    else
+      emit "soak-run-$n" false "seed $seed, plan $plan: $what" "$x"
+    fi
+  done <$W/soak.runs
+  summary=$(grep -m1 '^soak summary:' $W/soak.out)
+  runs=$(wc -l <$W/soak.runs)
+  if [ $rc -eq 0 ] && [ "$runs" -gt 0 ] && echo "$summary" | grep -q ", $runs runs, $runs ok, 0 failed, .*; netem available;"; then
+    emit soak true "$summary" "{\"seed\": \"$seed\", \"runs\": $runs}"
   else
-    emit netem-faults-seen false "netem's loss and duplication left no trace: retransmitted ${1:-?}, duplicates ${2:-?}"
+    emit soak false "exit $rc, $runs runs: ${summary:-no summary line}; $(grep -E 'panicked|FAILED' $W/soak.out | head -5 | tr '\n' '|' | head -c 600)" "{\"seed\": \"$seed\"}"
+  fi
+  # The netem kinds were applied (the summary's `faults: KIND COUNT (S s), ...`).
+  applied=$(echo "$summary" | sed -n 's/.* faults: \(.*\); netem .*/\1/p' | tr ',' '\n' | grep -o 'netem-[a-z]* [0-9]* ([0-9.]* s)' | tr '\n' ',' | sed 's/,$//; s/,/, /g')
+  if [ -n "$applied" ]; then
+    emit soak-netem-faults true "netem faults applied: $applied"
+  else
+    emit soak-netem-faults false "no netem fault was applied (seed $seed): ${summary:-no summary line}"
   fi
 }
 
@@ -421,6 +437,7 @@ for role in $(echo "$1" | tr , ' '); do
     single) role_single ;;
     perftest) role_perftest ;;
     netem) role_netem ;;
+    soak) role_soak ;;
     host-a) role_host_a ;;
     host-b) role_host_b ;;
     script) role_script ;;
