@@ -245,7 +245,8 @@ build_binaries() {
   # (tests/ has a `soak` of its own, the simulator's: the one with the chaos test.)
   SOAK_BIN=""
   for b in $(awk '$3 == "true" && $2 == "soak" {print $4}' <<<"$art"); do
-    if "$b" --list 2>/dev/null | grep -qx 'chaos_soak_on_real_sockets: test'; then SOAK_BIN=$b; fi
+    # (Not `| grep -q`: under pipefail the binary's SIGPIPE would fail the test.)
+    if [[ $'\n'"$("$b" --list 2>/dev/null)"$'\n' == *$'\nchaos_soak_on_real_sockets: test\n'* ]]; then SOAK_BIN=$b; fi
   done
   [ -n "$SOAK_BIN" ] || die "cargo built no soak test binary with chaos_soak_on_real_sockets (examples/tests/soak.rs)"
   TEST_BINS="$TEST_BINS $SOAK_BIN"
@@ -421,6 +422,8 @@ perftest_table() {
     bw("perftest-mrc-udp-bw"; 65536; 17),
     bw("perftest-ib_send_bw-ud"; 4096; 1),
     bw("perftest-mrc-bw-4k"; 4040; 1),
+    bw("perftest-ib_send_bw-ud-2"; 4096; 1),
+    bw("perftest-mrc-bw-4k-plain"; 4040; 1),
     lat("perftest-ib_write_lat"; "t_typical_us"),
     lat("perftest-mrc-lat"; "lat_typical_us"),
     lat("perftest-mrc-udp-lat"; "lat_typical_us")' "$RESULTS" | column -t -s $'\t'
