@@ -300,6 +300,75 @@ role_perftest() {
   # The same over the UDP datapath (io_uring sockets on lo), for reference.
   perf_bw perftest-mrc-udp-bw 200 65536 loopback --mtu 4040 -p 18617
   perf_lat perftest-mrc-udp-lat 1000 loopback --mtu 4040 -p 18618
+  perftest_mrc_fair
+}
+
+# perf_bw_plain NAME ITERS SIZE ARGS...: mrc-perf with --json and no --verify (as perftest
+# runs: the payload is neither filled nor checked); asserts the messages and bytes sent and
+# received, and records the datapath's counters: datagrams per post (tx_datagrams /
+# tx_calls) and the ACKs that came back per data datagram (the sender's rx_datagrams /
+# tx_datagrams), the process's CPU seconds.
+perf_bw_plain() {
+  name=$1 n=$2 size=$3
+  shift 3
+  bytes=$((n * size))
+  $PERF "$@" -s "$size" -n "$n" --json >$W/$name.json 2>$W/$name.err
+  rc=$?
+  cat $W/$name.err >&2
+  if [ $rc -ne 0 ]; then
+    emit "$name" false "mrc-perf $* exited $rc: $(head -c 300 $W/$name.err)"
+    return
+  fi
+  if jq -e --argjson n "$n" --argjson b "$bytes" '.ok and .iterations == $n and .total_bytes == $b
+      and .receiver.completions == $n and .receiver.received_bytes == $b' $W/$name.json >/dev/null; then
+    emit "$name" true "$(jq -r '"\(.iterations) x \(.msg_size_bytes) B (no --verify), \(.bw_avg_mib_per_s * 100 | round / 100) MB/s; \(.datapath.tx_datagrams) datagrams in \(.datapath.tx_calls) posts, \(.datapath.rx_datagrams) datagrams back (ACKs), \(.cpu_s * 100 | round / 100) CPU s"' $W/$name.json)" \
+      "$(jq -c '{mib_per_s: .bw_avg_mib_per_s, elapsed_s, sent_packets, tx_datagrams: .datapath.tx_datagrams, tx_calls: .datapath.tx_calls, rx_datagrams: .datapath.rx_datagrams, engine_sleeps: .datapath.engine_sleeps, cpu_s}' $W/$name.json)"
+  else
+    emit "$name" false "expected $n messages, $bytes bytes at the receiver: $(jq -c '{ok, iterations, total_bytes, receiver, error}' $W/$name.json 2>&1 | head -c 600)"
+  fi
+}
+
+# The comparison with ib_send_bw -c UD that is fair: one 4096-byte UD datagram per message,
+# no payload checks on either side, run right after perftest's in the same VM.
+perftest_mrc_fair() {
+  V="--fabric verbs -d $DEV -x 1"
+  if row=$(perftest_run ib_send_bw_ud2 ib_send_bw -c UD -d $DEV -x 1 -F -s 4096 -n 3200 -p 18641) && positive "$row" 4; then
+    emit perftest-ib_send_bw-ud-2 true "ib_send_bw -c UD -d $DEV -x 1 -F -s 4096 -n 3200: $row" \
+      "$(echo "$row" | awk '{printf "{\"bytes\": %s, \"iters\": %s, \"mib_per_s\": %s}", $1, $2, $4}')"
+  else
+    emit perftest-ib_send_bw-ud-2 false "ib_send_bw -c UD failed or measured nothing: ${row:-} $(tail -3 $W/ib_send_bw_ud2.client | tr '\n' '|')"
+  fi
+  perf_bw_plain perftest-mrc-bw-4k-plain 3200 4040 loopback $V --mtu 4040 -p 18642
+}
+
+role_netem() {
+  $MODPROBE sch_netem || { emit netem-setup false "modprobe sch_netem failed"; return; }
+  # Loss, duplication and reordering (delay with jitter) on lo, for every packet of the
+  # UDP datapath. (Not for rxe0 on lo: rxe hands a packet for its own MAC straight to its
+  # receive path, past the qdisc.)
+  spec="delay 1ms 1ms loss 2% duplicate 2%"
+  if $TC qdisc add dev lo root netem $spec; then
+    emit netem-setup true "tc qdisc add dev lo root netem $spec"
+  else
+    emit netem-setup false "tc qdisc add dev lo root netem $spec failed"
+    return
+  fi
+  perf_bw netem-udp-loss-dup-bw 100 65536 loopback --mtu 4040 -p 18621
+  perf_lat netem-udp-loss-dup-lat 20 loopback --mtu 4040 -p 18622
+  $TC -s qdisc show dev lo >&2
+  # Reordering: a quarter of the packets go at once, the rest 5 ms later.
+  $TC qdisc change dev lo root netem delay 5ms reorder 25% 50%
+  perf_bw netem-udp-reorder-bw 50 65536 loopback --mtu 4040 -p 18623
+  $TC -s qdisc show dev lo >&2
+  $TC qdisc del dev lo root
+  # The faults did happen: retransmissions under loss, duplicates seen by the receiver.
+  r=$(jq -r '"\(.retransmitted_packets) \(.receiver.duplicate_datagrams)"' $W/netem-udp-loss-dup-bw.json 2>/dev/null)
+  set -- $r
+  if [ "${1:-0}" -gt 0 ] && [ "${2:-0}" -gt 0 ]; then
+    emit netem-faults-seen true "under loss 2% and duplicate 2%: $1 packets retransmitted, $2 duplicate datagrams dropped by the receiver"
+  else
+    emit netem-faults-seen false "netem's loss and duplication left no trace: retransmitted ${1:-?}, duplicates ${2:-?}"
+  fi
 }
 
 # The chaos soak (examples/tests/soak.rs) on this kernel: mrc-perf server and client
