@@ -266,7 +266,7 @@ build_binaries() {
   [ -x "$PERF_BIN" ] || die "no mrc-perf binary ($PROFILE)"
   # lib_mrc.so (the cdylib of fabric/ocp-mrc) and the project's C program against it.
   MRC_SO=$(cargo test --workspace --locked --no-run -q --message-format=json --features "$FEATURES" 2>>"$CACHE/cargo.log" \
-    | jq -r 'select(.reason == "compiler-artifact" and .target.name == "_mrc") | .filenames[] | select(endswith("lib_mrc.so"))' | head -1)
+    | jq -r 'select(.reason == "compiler-artifact" and .target.name == "_mrc") | .filenames[] | select(endswith("lib_mrc.so"))' | tail -n 1)
   [ -f "$MRC_SO" ] || die "no lib_mrc.so among the build's artifacts (features $FEATURES)"
   mkdir -p "$CACHE/ocp"
   make -s -C fabric/ocp-mrc/c LIB_DIR="$(dirname "$MRC_SO")" OUT="$CACHE/ocp" >&2 \
