@@ -1,7 +1,7 @@
 //! The test loops of `mrc-perf`: sender (bw), receiver (bw), ping and pong (lat), the
 //! control messages on the bootstrap TCP stream, and the server/client/loopback roles.
 
-use super::opts::{Fabric, ProgressMode, ServerLimits, TestKind, TestParams};
+use super::opts::{Fabric, ProgressMode, ServerLimits, TestKind, TestParams, UdpIo};
 use super::report::{self, EvLine, Interval, Meter, ProgressOpts, Report};
 use super::verbs::{self, VerbsOpts};
 use mrc_congestion::CcKind;
@@ -10,7 +10,8 @@ use mrc_fabric::engine::{
     Context, EngineConfig, EngineError, EngineStats, Qp, QpConfig, QpStats, VerifyStats, Worker,
     pattern,
 };
-use mrc_fabric::udp::UdpConfig;
+use mrc_fabric::datapath::Datapath;
+use mrc_fabric::udp::{DirectDatapath, UdpConfig, UringDatapath};
 use mrc_transport::completion::{Completion, WcOpcode, WcStatus};
 use mrc_transport::region::{MrKey, SharedMem};
 use mrc_transport::send::SendConfig;
@@ -290,6 +291,9 @@ fn cpu_list(cpus: &[usize]) -> String {
     parts.join(",")
 }
 
+/// A caller-progressed end's worker, on the datapath `--udp-io` chose.
+pub type CallerWorker = Worker<Box<dyn Datapath + Send>>;
+
 /// Who drives one end's QP: an engine thread (the test's thread posts and polls over
 /// channels) or the test's thread itself through a [`Worker`].
 // One per side, made once: the variants' sizes do not matter.
@@ -306,7 +310,7 @@ pub enum Endpoint {
     /// thread, except a bidirectional bw test's sender and receiver).
     Caller {
         /// The worker.
-        worker: Mutex<Worker>,
+        worker: Mutex<CallerWorker>,
         /// Its QP.
         qpn: u32,
     },
@@ -335,7 +339,7 @@ pub struct Side {
 }
 
 impl Side {
-    fn worker(&self) -> Option<(std::sync::MutexGuard<'_, Worker>, u32)> {
+    fn worker(&self) -> Option<(std::sync::MutexGuard<'_, CallerWorker>, u32)> {
         match &self.ep {
             Endpoint::Caller { worker, qpn } => {
                 Some((worker.lock().unwrap_or_else(|e| e.into_inner()), *qpn))
@@ -562,8 +566,12 @@ pub fn make_side(p: &TestParams, udp_bind: SocketAddr, local: &LocalOpts) -> Res
                 rx_slots: rx_slots(p),
                 ..UdpConfig::bind(udp_bind)
             };
-            let mut w = Worker::new(ucfg, ecfg)
-                .map_err(|e| format!("cannot open UDP datapath on {udp_bind}: {e}"))?;
+            let open = |e| format!("cannot open UDP datapath on {udp_bind}: {e}");
+            let dp: Box<dyn Datapath + Send> = match p.udp_io {
+                UdpIo::Uring => Box::new(UringDatapath::new(ucfg).map_err(open)?),
+                UdpIo::Direct => Box::new(DirectDatapath::new(ucfg).map_err(open)?),
+            };
+            let mut w = Worker::with_datapath(dp, ecfg);
             let qpn = w.create_qp(qp_config(p)?).map_err(|e| e.to_string())?;
             let src = w.reg_mr_shared(qpn, &src_mem, src_access).map_err(reg)?;
             let dst = w.reg_mr_shared(qpn, &dst_mem, dst_access).map_err(reg)?;

@@ -26,7 +26,7 @@ use super::{
     finish_bootstrap_with, negotiate_auth, new_qp_entry, peer_params, qp_info, source,
 };
 use crate::datapath::Datapath;
-use crate::udp::{UdpConfig, UringDatapath};
+use crate::udp::{DirectDatapath, UdpConfig, UringDatapath};
 use bootstrap::{QpInfo, RemoteMr};
 use mrc_transport::completion::Completion;
 use mrc_transport::region::{AccessError, MrKey, RawMem, SharedMem};
@@ -75,6 +75,19 @@ impl Worker<UringDatapath> {
     /// [`EngineError::Datapath`] when the sockets or rings cannot be set up.
     pub fn new(udp: UdpConfig, cfg: EngineConfig) -> Result<Self, EngineError> {
         Ok(Worker::with_datapath(UringDatapath::new(udp)?, cfg))
+    }
+}
+
+impl Worker<DirectDatapath> {
+    /// A worker on the UDP datapath of plain non-blocking system calls
+    /// ([`DirectDatapath`]: the same sockets as [`Worker::new`]'s, no io_uring), the
+    /// faster one for latency when the caller busy-polls (`mrc-perf --test lat` measures
+    /// both: `--udp-io`).
+    ///
+    /// # Errors
+    /// [`EngineError::Datapath`] when the sockets cannot be set up.
+    pub fn direct(udp: UdpConfig, cfg: EngineConfig) -> Result<Self, EngineError> {
+        Ok(Worker::with_datapath(DirectDatapath::new(udp)?, cfg))
     }
 }
 
