@@ -789,10 +789,12 @@ impl TestOpts {
             steering: super::srv6::Steering::default(),
             spin_us: self.spin_us,
             progress,
-            udp_io: self.udp_io.unwrap_or(match (self.test, progress, self.fabric) {
-                (TestKind::Lat, ProgressMode::Caller, Fabric::Udp) => UdpIo::Direct,
-                _ => UdpIo::Uring,
-            }),
+            udp_io: self
+                .udp_io
+                .unwrap_or(match (self.test, progress, self.fabric) {
+                    (TestKind::Lat, ProgressMode::Caller, Fabric::Udp) => UdpIo::Direct,
+                    _ => UdpIo::Uring,
+                }),
             fabric: self.fabric,
             min_rto_us: self.min_rto_us,
             reorder_window_us: self.reorder_window_us,
@@ -1047,7 +1049,14 @@ mod progress_and_verify_tests {
             UdpIo::Uring
         );
         assert_eq!(
-            params(&["--test", "lat", "--progress", "thread", "--udp-io", "direct"]),
+            params(&[
+                "--test",
+                "lat",
+                "--progress",
+                "thread",
+                "--udp-io",
+                "direct"
+            ]),
             Err("--udp-io direct needs --progress caller over --fabric udp".to_string())
         );
     }

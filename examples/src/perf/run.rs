@@ -5,12 +5,12 @@ use super::opts::{Fabric, ProgressMode, ServerLimits, TestKind, TestParams, UdpI
 use super::report::{self, EvLine, Interval, Meter, ProgressOpts, Report};
 use super::verbs::{self, VerbsOpts};
 use mrc_congestion::CcKind;
+use mrc_fabric::datapath::Datapath;
 use mrc_fabric::engine::bootstrap::RemoteMr;
 use mrc_fabric::engine::{
     Context, EngineConfig, EngineError, EngineStats, Qp, QpConfig, QpStats, VerifyStats, Worker,
     pattern,
 };
-use mrc_fabric::datapath::Datapath;
 use mrc_fabric::udp::{DirectDatapath, UdpConfig, UringDatapath};
 use mrc_transport::completion::{Completion, WcOpcode, WcStatus};
 use mrc_transport::region::{MrKey, SharedMem};

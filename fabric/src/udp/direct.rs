@@ -315,7 +315,8 @@ impl DirectDatapath {
         let mut cm = CmsgBuf::default();
         let gso = (idx.len() > 1).then_some(segment_bytes as u16);
         let dscp = self.cfg.traffic_class & !3;
-        let clen = sock::encode_tx_cmsgs(&mut cm, self.local.is_ipv6(), dscp | (ecn.bits() & 3), gso);
+        let clen =
+            sock::encode_tx_cmsgs(&mut cm, self.local.is_ipv6(), dscp | (ecn.bits() & 3), gso);
         // SAFETY: zero is a valid msghdr.
         let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
         h.msg_name = peer.as_ptr() as *mut libc::c_void;
@@ -465,7 +466,6 @@ impl Datapath for DirectDatapath {
         Ok(report)
     }
 
-
     fn rx_burst(
         &mut self,
         max: usize,
@@ -515,7 +515,9 @@ impl Datapath for DirectDatapath {
                     Some(libc::EINTR) => continue,
                     // A pending ICMP error on the receive socket is reported once; the
                     // next call reads on.
-                    Some(libc::ECONNREFUSED) | Some(libc::EHOSTUNREACH) | Some(libc::ENETUNREACH) => {
+                    Some(libc::ECONNREFUSED)
+                    | Some(libc::EHOSTUNREACH)
+                    | Some(libc::ENETUNREACH) => {
                         self.stats.rx_errors += 1;
                         continue;
                     }
