@@ -397,3 +397,88 @@ fn caller_progressed_ping_pong_over_direct_datapaths() {
     let (qs, _) = b.stats(qb).unwrap();
     assert_eq!(qs.conn.received, u64::from(ROUNDS));
 }
+
+/// With [`Worker::set_defer_sends_after_receive`], the pass that delivers a receive
+/// sends nothing (its SACK waits); the next call sends the SACK and the reply the
+/// application posted meanwhile in one burst; a further pass has nothing left to send.
+/// Off, the receiving pass sends the SACK at once.
+#[test]
+fn deferred_sends_leave_with_the_reply_in_one_burst() {
+    let ports = PortAllocator::new(24350..=24379).unwrap();
+    for defer in [false, true] {
+        let udp = |ports: &PortAllocator| UdpConfig {
+            ports: ports.clone(),
+            rx_slots: 2,
+            ..UdpConfig::bind("127.0.0.1:0".parse().unwrap())
+        };
+        let mut a = Worker::direct(udp(&ports), EngineConfig::default()).unwrap();
+        let mut b = Worker::direct(udp(&ports), EngineConfig::default()).unwrap();
+        b.set_defer_sends_after_receive(defer);
+        let cfg = QpConfig {
+            conn: mrc_transport::ConnConfig {
+                evs: vec![0],
+                ..mrc_fabric::engine::software_conn_config(
+                    mrc_fabric::engine::SOFTWARE_MIN_RTO_NS,
+                    mrc_fabric::engine::SOFTWARE_REORDER_WINDOW_NS,
+                )
+            },
+            ..QpConfig::default()
+        };
+        let (qa, qb) = (a.create_qp(cfg.clone()).unwrap(), b.create_qp(cfg).unwrap());
+        let (ma, mb) = (SharedMem::new(64), SharedMem::new(64));
+        let rw = Access::LOCAL_WRITE | Access::REMOTE_WRITE;
+        let (ka, kb) = (
+            a.reg_mr_shared(qa, &ma, rw).unwrap(),
+            b.reg_mr_shared(qb, &mb, rw).unwrap(),
+        );
+        let (ia, ib) = (a.local_info(qa).unwrap(), b.local_info(qb).unwrap());
+        a.connect(qa, &ib, b.udp_addr()).unwrap();
+        b.connect(qb, &ia, a.udp_addr()).unwrap();
+        let zero = |k: mrc_transport::region::MrKey| Sge {
+            lkey: k.lkey,
+            addr: k.addr,
+            len: 0,
+        };
+        let eight = |k: mrc_transport::region::MrKey| Sge {
+            lkey: k.lkey,
+            addr: k.addr,
+            len: 8,
+        };
+        a.post_recv(qa, 0, zero(ka)).unwrap();
+        b.post_recv(qb, 0, zero(kb)).unwrap();
+        a.post_write_with_imm(qa, 1, eight(ka), kb.addr, kb.rkey, 7)
+            .unwrap();
+        assert!(a.progress());
+        assert_eq!(a.datapath().stats().tx_datagrams, 1);
+        // b's pass that receives the WRITE (bounded: the datagram is queued already, on
+        // loopback the send returned once it was).
+        let mut got = None;
+        for _ in 0..1000 {
+            b.progress();
+            got = b.poll_recv_cq(qb);
+            if got.is_some() {
+                break;
+            }
+            b.wait(Duration::from_millis(1)).unwrap();
+            got = b.poll_recv_cq(qb);
+            if got.is_some() {
+                break;
+            }
+        }
+        assert_eq!(got.map(|c| c.imm), Some(Some(7)));
+        let sent = b.datapath().stats().tx_datagrams;
+        assert_eq!(sent, if defer { 0 } else { 1 }, "defer {defer}");
+        b.post_write_with_imm(qb, 2, eight(kb), ka.addr, ka.rkey, 8)
+            .unwrap();
+        assert!(b.progress());
+        let s = b.datapath().stats();
+        // SACK and reply: in one burst when deferred, else the SACK went before.
+        assert_eq!(
+            (s.tx_datagrams, b.stats(qb).unwrap().1.tx_bursts),
+            (2, if defer { 1 } else { 2 }),
+            "defer {defer}"
+        );
+        b.progress();
+        assert_eq!(b.datapath().stats().tx_datagrams, 2);
+    }
+}
