@@ -519,8 +519,9 @@ pub fn qp_config(p: &TestParams) -> Result<QpConfig, String> {
     })
 }
 
-/// `recvmsg`s the latency test keeps armed on an end's receive socket: one message is in
-/// flight, so at most its data and the peer's SACK wait to be received.
+/// `recvmsg`s the latency test keeps armed on an end's receive socket (io_uring), or the
+/// `recvmmsg` vector length (`--udp-io direct`): one message is in flight, so at most its
+/// data and the peer's SACK wait to be received.
 pub const LAT_RX_SLOTS: usize = 2;
 
 /// `recvmsg`s an end keeps armed on its receive socket: [`LAT_RX_SLOTS`] for lat with
