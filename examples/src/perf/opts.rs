@@ -91,6 +91,18 @@ pub enum ProgressMode {
     Caller,
 }
 
+/// How a caller-progressed UDP end talks to its sockets.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum UdpIo {
+    /// io_uring (`mrc_fabric::udp::UringDatapath`), as an engine thread uses.
+    #[default]
+    Uring,
+    /// Plain non-blocking `sendmsg` / `recvmmsg` (`mrc_fabric::udp::DirectDatapath`):
+    /// `--progress caller` only.
+    Direct,
+}
+
 /// Which test.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
 pub enum TestKind {
@@ -243,6 +255,12 @@ pub struct TestOpts {
     /// caller for --test lat over --fabric udp, thread otherwise].
     #[arg(long = "progress", value_enum, global = true)]
     pub progress: Option<ProgressMode>,
+    /// How a `--progress caller` end drives its UDP sockets: `direct` (plain non-blocking
+    /// `sendmsg`/`recvmmsg`, busy-polled) or `uring` (io_uring). Both ends use the
+    /// client's choice [default: direct for --test lat with --progress caller (the
+    /// faster there: docs/EMBEDDING.md has the numbers), uring otherwise].
+    #[arg(long = "udp-io", value_enum, global = true)]
+    pub udp_io: Option<UdpIo>,
     /// Cap the sending rate, Gb/s (10^9 bits/s of message bytes).
     #[arg(long = "rate-limit", value_name = "GBPS", global = true)]
     pub rate_limit: Option<f64>,
@@ -450,6 +468,9 @@ pub struct TestParams {
     /// Who progresses each end (both ends use the client's).
     #[serde(default)]
     pub progress: ProgressMode,
+    /// How a caller-progressed end drives its UDP sockets (both ends use the client's).
+    #[serde(default)]
+    pub udp_io: UdpIo,
     /// Datapath (the server refuses a client that asks for another).
     #[serde(default)]
     pub fabric: Fabric,
@@ -742,6 +763,12 @@ impl TestOpts {
                 "--size {size} x --tx-depth {tx_depth} is larger than the 4 GiB region limit"
             ));
         }
+        // caller progress drives the UDP datapath only: the verbs fabric keeps its
+        // engine thread by default (the Soft-RoCE lab's --test lat runs showed it)
+        let progress = self.progress.unwrap_or(match (self.test, self.fabric) {
+            (TestKind::Lat, Fabric::Udp) => ProgressMode::Caller,
+            _ => ProgressMode::Thread,
+        });
         let p = TestParams {
             test: self.test,
             size,
@@ -761,12 +788,13 @@ impl TestOpts {
             srv6_via: self.srv6_via,
             steering: super::srv6::Steering::default(),
             spin_us: self.spin_us,
-            // caller progress drives the UDP datapath only: the verbs fabric keeps its
-            // engine thread by default (the Soft-RoCE lab's --test lat runs showed it)
-            progress: self.progress.unwrap_or(match (self.test, self.fabric) {
-                (TestKind::Lat, Fabric::Udp) => ProgressMode::Caller,
-                _ => ProgressMode::Thread,
-            }),
+            progress,
+            udp_io: self
+                .udp_io
+                .unwrap_or(match (self.test, progress, self.fabric) {
+                    (TestKind::Lat, ProgressMode::Caller, Fabric::Udp) => UdpIo::Direct,
+                    _ => UdpIo::Uring,
+                }),
             fabric: self.fabric,
             min_rto_us: self.min_rto_us,
             reorder_window_us: self.reorder_window_us,
@@ -936,6 +964,11 @@ impl TestParams {
         if self.progress == ProgressMode::Caller && self.fabric == Fabric::Verbs {
             return Err("--progress caller runs on --fabric udp only".into());
         }
+        if self.udp_io == UdpIo::Direct
+            && (self.progress != ProgressMode::Caller || self.fabric != Fabric::Udp)
+        {
+            return Err("--udp-io direct needs --progress caller over --fabric udp".into());
+        }
         if self.tx_depth == 0 || self.tx_depth > self.region_size / size {
             return Err(format!(
                 "--tx-depth must be in 1..={} (messages that fit the region), got {}",
@@ -986,6 +1019,45 @@ mod progress_and_verify_tests {
         assert_eq!(
             p.check(5.0),
             Err("--progress caller runs on --fabric udp only".to_string())
+        );
+    }
+
+    #[test]
+    fn udp_io_defaults_to_direct_for_lat_under_caller_progress_only() {
+        assert_eq!(params(&["--test", "lat"]).unwrap().udp_io, UdpIo::Direct);
+        assert_eq!(params(&[]).unwrap().udp_io, UdpIo::Uring);
+        assert_eq!(
+            params(&["--progress", "caller"]).unwrap().udp_io,
+            UdpIo::Uring
+        );
+        assert_eq!(
+            params(&["--progress", "caller", "--udp-io", "direct"])
+                .unwrap()
+                .udp_io,
+            UdpIo::Direct
+        );
+        assert_eq!(
+            params(&["--test", "lat", "--udp-io", "uring"])
+                .unwrap()
+                .udp_io,
+            UdpIo::Uring
+        );
+        assert_eq!(
+            params(&["--test", "lat", "--progress", "thread"])
+                .unwrap()
+                .udp_io,
+            UdpIo::Uring
+        );
+        assert_eq!(
+            params(&[
+                "--test",
+                "lat",
+                "--progress",
+                "thread",
+                "--udp-io",
+                "direct"
+            ]),
+            Err("--udp-io direct needs --progress caller over --fabric udp".to_string())
         );
     }
 

@@ -518,9 +518,10 @@ impl<'a> Report<'a> {
         } else {
             ""
         };
-        let fabric = match self.p.fabric {
-            Fabric::Udp => "UDP/io_uring",
-            Fabric::Verbs => "RDMA UD verbs",
+        let fabric = match (self.p.fabric, self.p.udp_io) {
+            (Fabric::Udp, super::opts::UdpIo::Uring) => "UDP/io_uring",
+            (Fabric::Udp, super::opts::UdpIo::Direct) => "UDP/sendmsg+recvmmsg",
+            (Fabric::Verbs, _) => "RDMA UD verbs",
         };
         format!("{what}{bi}: mrc over {fabric}, {}", self.mode)
     }

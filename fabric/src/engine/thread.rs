@@ -205,8 +205,17 @@ impl<D: Datapath> Engine<D> {
     /// Returns whether anything happened. The clock is read here (monotonic, ns since the
     /// engine started) and handed to the transport.
     pub fn poll_once(&mut self) -> bool {
+        let (work, _) = self.poll_in();
+        self.poll_out() | work
+    }
+
+    /// Steps 2 to 4 of [`Engine::poll_once`]: datagrams in, due timers, completions to
+    /// the CQs. Returns whether anything happened and whether a receive completion was
+    /// delivered.
+    pub(crate) fn poll_in(&mut self) -> (bool, bool) {
         self.stats.loops += 1;
         let mut work = false;
+        let mut received = false;
         // 2. Datagrams in.
         let now = self.now_ns();
         let qps = &mut self.qps;
@@ -252,9 +261,17 @@ impl<D: Datapath> Engine<D> {
                 if c.status != WcStatus::Success {
                     e.watch.failed_completion(c.status);
                 }
+                received |= matches!(c.opcode, WcOpcode::Recv | WcOpcode::RecvRdmaWithImm);
                 deliver(e, c);
             }
         }
+        (work, received)
+    }
+
+    /// Steps 5 and 6 of [`Engine::poll_once`]: datagrams out, logs. Returns whether a
+    /// datagram was sent.
+    pub(crate) fn poll_out(&mut self) -> bool {
+        let mut work = false;
         // 5. Datagrams out.
         let batch = &mut self.batch;
         let start = self.start;

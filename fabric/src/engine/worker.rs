@@ -26,7 +26,7 @@ use super::{
     finish_bootstrap_with, negotiate_auth, new_qp_entry, peer_params, qp_info, source,
 };
 use crate::datapath::Datapath;
-use crate::udp::{UdpConfig, UringDatapath};
+use crate::udp::{DirectDatapath, UdpConfig, UringDatapath};
 use bootstrap::{QpInfo, RemoteMr};
 use mrc_transport::completion::Completion;
 use mrc_transport::region::{AccessError, MrKey, RawMem, SharedMem};
@@ -57,6 +57,10 @@ pub struct Worker<D: Datapath = UringDatapath> {
     qps: HashMap<u32, WorkerQp>,
     /// Listeners and connection attempts ([`Worker::listen`], [`Worker::connect_start`]).
     setup: Setup,
+    /// [`Worker::set_defer_sends_after_receive`].
+    defer_after_receive: bool,
+    /// The previous pass delivered a receive and left its sends to this one.
+    sends_deferred: bool,
 }
 
 impl<D: Datapath> std::fmt::Debug for Worker<D> {
@@ -78,6 +82,19 @@ impl Worker<UringDatapath> {
     }
 }
 
+impl Worker<DirectDatapath> {
+    /// A worker on the UDP datapath of plain non-blocking system calls
+    /// ([`DirectDatapath`]: the same sockets as [`Worker::new`]'s, no io_uring), the
+    /// faster one for latency when the caller busy-polls (`mrc-perf --test lat` measures
+    /// both: `--udp-io`).
+    ///
+    /// # Errors
+    /// [`EngineError::Datapath`] when the sockets cannot be set up.
+    pub fn direct(udp: UdpConfig, cfg: EngineConfig) -> Result<Self, EngineError> {
+        Ok(Worker::with_datapath(DirectDatapath::new(udp)?, cfg))
+    }
+}
+
 impl<D: Datapath> Worker<D> {
     /// A worker on any datapath (e.g. [`crate::udp::FakeDatapath`]).
     pub fn with_datapath(dp: D, cfg: EngineConfig) -> Self {
@@ -85,6 +102,8 @@ impl<D: Datapath> Worker<D> {
             engine: Engine::new(dp, cfg),
             qps: HashMap::new(),
             setup: Setup::default(),
+            defer_after_receive: false,
+            sends_deferred: false,
         }
     }
 
@@ -614,7 +633,25 @@ impl<D: Datapath> Worker<D> {
         if self.setup.busy() {
             self.with_setup(|s, h| s.advance_all(h));
         }
-        self.engine.poll_once()
+        let (work, received) = self.engine.poll_in();
+        if received && self.defer_after_receive && !self.sends_deferred {
+            self.sends_deferred = true;
+            return true;
+        }
+        self.sends_deferred = false;
+        self.engine.poll_out() | work
+    }
+
+    /// Whether a [`Worker::progress`] pass that put a receive completion in a CQ leaves
+    /// its sends (the SACK of that receive, above all) to the next call on the worker,
+    /// which sends them whatever it finds: the application, about to answer the
+    /// receive, posts its reply meanwhile, and the SACK and the reply leave in one burst
+    /// (a request-response exchange then wakes the peer once per message instead of
+    /// twice). At most one pass in a row defers, so a stream of arrivals never starves
+    /// the sends; the SACK waits for the caller's next call, as everything of a worker
+    /// does. Default off.
+    pub fn set_defer_sends_after_receive(&mut self, on: bool) {
+        self.defer_after_receive = on;
     }
 
     /// Progresses until something happened or `timeout` passed: busy-polls for the

@@ -1,5 +1,6 @@
 //! The UDP datapath (DESIGN.md section 7): datagrams of a transport endpoint on real UDP
-//! sockets through io_uring ([`UringDatapath`]), or through an in-memory network
+//! sockets through io_uring ([`UringDatapath`]) or through plain non-blocking system calls
+//! ([`DirectDatapath`], for latency under progress on the caller's thread), or through an in-memory network
 //! ([`FakeDatapath`]) so the engine builds and tests without sockets. Both sit behind one
 //! small burst interface in the eRPC manner, [`crate::datapath::Datapath`] (re-exported here
 //! for older paths): `tx_burst` sends a whole batch, `rx_burst` hands every received datagram
@@ -38,11 +39,13 @@
 //! DESIGN.md section 7 (1 = pure per-packet spraying).
 
 mod conns;
+mod direct;
 mod fake;
 pub mod ports;
 mod sock;
 mod uring;
 
+pub use direct::{DirectCounters, DirectDatapath};
 pub use fake::{FakeDatapath, FakeNet, FakeVerdict};
 pub use ports::{DEFAULT_PORT_RANGE, PortAllocator, PortError, PortLease};
 pub use sock::{read_sticky_rthdr, srh_bytes};
