@@ -1,7 +1,7 @@
 //! The io_uring UDP datapath's optional mechanics on loopback (127.0.0.1 and ::1 only):
 //! multishot receive over a provided buffer ring (`UdpConfig::rx_multishot`), registered
-//! files (`UdpConfig::fixed_files`) and zero-copy sends (`UdpConfig::tx_zerocopy`), each
-//! alone and together. Every datagram is counted and checked byte for byte: the same
+//! files (`UdpConfig::fixed_files`), zero-copy sends (`UdpConfig::tx_zerocopy`) and
+//! cooperative task work (`UdpConfig::coop_taskrun`), each alone and together. Every datagram is counted and checked byte for byte: the same
 //! datagrams, sources, ECN and sizes as the plain path, no receive errors.
 
 use mrc_fabric::datapath::{Datapath, PathMap, TxBatch};
@@ -19,6 +19,7 @@ struct Mech {
     ring_buffers: u16,
     fixed_files: u32,
     zerocopy: bool,
+    coop: bool,
     gro: bool,
 }
 
@@ -27,6 +28,7 @@ const PLAIN: Mech = Mech {
     ring_buffers: 64,
     fixed_files: 0,
     zerocopy: false,
+    coop: false,
     gro: true,
 };
 
@@ -37,6 +39,7 @@ fn dp(bind: &str, ports: &PortAllocator, m: Mech) -> UringDatapath {
     cfg.rx_ring_buffers = m.ring_buffers;
     cfg.fixed_files = m.fixed_files;
     cfg.tx_zerocopy = m.zerocopy;
+    cfg.coop_taskrun = m.coop;
     cfg.gro = m.gro;
     UringDatapath::new(cfg).unwrap()
 }
@@ -149,9 +152,57 @@ fn registered_files_partial_table_and_zero_copy_deliver_every_datagram() {
         ring_buffers: 8,
         fixed_files: 64,
         zerocopy: true,
+        coop: true,
         gro: true,
     };
     assert_eq!(blast("[::1]:0", 26250..=26299, all, Ecn::Ect0, 3), 16);
+}
+
+#[test]
+fn cooperative_task_work_delivers_every_datagram_with_either_receive() {
+    let coop = Mech {
+        coop: true,
+        ..PLAIN
+    };
+    assert_eq!(blast("127.0.0.1:0", 26400..=26449, coop, Ecn::Ect0, 3), 16);
+    let coop_ms = Mech {
+        coop: true,
+        multishot: true,
+        ring_buffers: 4,
+        gro: false,
+        ..PLAIN
+    };
+    assert_eq!(blast("[::1]:0", 26450..=26499, coop_ms, Ecn::Ce, 3), 16);
+}
+
+/// The receives are submitted by the thread that polls, not the one that built the
+/// datapath: built here, polled only on another thread, every datagram arrives there.
+#[test]
+fn a_datapath_built_on_one_thread_receives_on_another() {
+    for m in [
+        PLAIN,
+        Mech {
+            multishot: true,
+            coop: true,
+            ..PLAIN
+        },
+    ] {
+        let ports = PortAllocator::new(26500..=26549).unwrap();
+        let mut a = dp("127.0.0.1:0", &ports, m);
+        let b = dp("127.0.0.1:0", &ports, m);
+        let to = b.local_addr();
+        let rx = std::thread::spawn(move || {
+            let mut b = b;
+            recv_n(&mut b, 32).len()
+        });
+        let c = a.open_conn(to, &PathMap::per_ev((0..4).collect())).unwrap();
+        let mut batch = TxBatch::new(32, 2048);
+        for i in 0..32u32 {
+            assert!(batch.push(c, i % 4, Ecn::Ect0, &[7; 900]));
+        }
+        assert_eq!(a.tx_burst(&batch).unwrap().datagrams, 32);
+        assert_eq!(rx.join().unwrap(), 32, "{m:?}");
+    }
 }
 
 #[test]

@@ -319,6 +319,22 @@ pub struct TestOpts {
     /// not run on it.
     #[arg(long, value_name = "N", global = true)]
     pub cpu: Option<usize>,
+    /// UDP datapath: receive with one multishot `recvmsg` over a provided buffer ring
+    /// instead of re-armed single ones (`UdpConfig::rx_multishot`). This end only.
+    #[arg(long, global = true)]
+    pub udp_multishot: bool,
+    /// UDP datapath: register the receive socket and up to N EV sockets with io_uring
+    /// (fixed files, `UdpConfig::fixed_files`); 0 = none. This end only.
+    #[arg(long, value_name = "N", default_value_t = 0, global = true)]
+    pub udp_fixed_files: u32,
+    /// UDP datapath: send with `IORING_OP_SENDMSG_ZC`, zero-copy (`UdpConfig::tx_zerocopy`).
+    /// This end only.
+    #[arg(long, global = true)]
+    pub udp_zerocopy: bool,
+    /// UDP datapath: set up the io_urings with `IORING_SETUP_COOP_TASKRUN` (no
+    /// interrupt per arriving datagram; `UdpConfig::coop_taskrun`). This end only.
+    #[arg(long, global = true)]
+    pub udp_coop_taskrun: bool,
     /// GID index on that port: a RoCEv2 entry (`show_gids`; often 3 for IPv4 on ConnectX,
     /// 1 on Soft-RoCE).
     #[arg(short = 'x', long = "gid-index", default_value_t = 1, global = true)]

@@ -199,6 +199,36 @@ pub struct LocalOpts {
     pub traffic_class: u8,
     /// The CPU this end's engine thread runs on (`--cpu`), or any.
     pub engine_cpu: Option<usize>,
+    /// The UDP datapath's optional mechanics (`--udp-multishot`, `--udp-fixed-files`,
+    /// `--udp-zerocopy`, `--udp-coop-taskrun`).
+    pub udp: UdpMechanics,
+}
+
+/// The optional mechanics of the io_uring UDP datapath an end uses (each off unless
+/// asked: the [`UdpConfig`] defaults).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UdpMechanics {
+    /// [`UdpConfig::rx_multishot`].
+    pub multishot: bool,
+    /// [`UdpConfig::fixed_files`] (0: none).
+    pub fixed_files: u32,
+    /// [`UdpConfig::tx_zerocopy`].
+    pub zerocopy: bool,
+    /// [`UdpConfig::coop_taskrun`].
+    pub coop_taskrun: bool,
+}
+
+impl UdpMechanics {
+    /// `cfg` with these mechanics.
+    pub fn apply(&self, cfg: UdpConfig) -> UdpConfig {
+        UdpConfig {
+            rx_multishot: self.multishot,
+            fixed_files: self.fixed_files,
+            tx_zerocopy: self.zerocopy,
+            coop_taskrun: self.coop_taskrun,
+            ..cfg
+        }
+    }
 }
 
 /// The CPUs this thread may run on (`sched_getaffinity`).
@@ -556,11 +586,11 @@ pub fn make_side(p: &TestParams, udp_bind: SocketAddr, local: &LocalOpts) -> Res
     );
     let (ep, src, dst, verbs) = match (&local.fabric, p.progress) {
         (LocalFabric::Udp, ProgressMode::Caller) => {
-            let ucfg = UdpConfig {
+            let ucfg = local.udp.apply(UdpConfig {
                 traffic_class: local.traffic_class,
                 rx_slots: rx_slots(p),
                 ..UdpConfig::bind(udp_bind)
-            };
+            });
             let mut w = Worker::new(ucfg, ecfg)
                 .map_err(|e| format!("cannot open UDP datapath on {udp_bind}: {e}"))?;
             let qpn = w.create_qp(qp_config(p)?).map_err(|e| e.to_string())?;
@@ -578,11 +608,11 @@ pub fn make_side(p: &TestParams, udp_bind: SocketAddr, local: &LocalOpts) -> Res
         (fabric, ProgressMode::Thread) => {
             let (ctx, verbs) = match fabric {
                 LocalFabric::Udp => {
-                    let ucfg = UdpConfig {
+                    let ucfg = local.udp.apply(UdpConfig {
                         traffic_class: local.traffic_class,
                         rx_slots: rx_slots(p),
                         ..UdpConfig::bind(udp_bind)
-                    };
+                    });
                     let ctx = with_cpu(local.engine_cpu, || Context::new(ucfg, ecfg))?
                         .map_err(|e| format!("cannot open UDP datapath on {udp_bind}: {e}"))?;
                     (ctx, None)

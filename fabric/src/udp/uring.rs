@@ -72,6 +72,13 @@ pub struct UdpConfig {
     /// loopback the kernel copies anyway when it delivers to the local socket, and the
     /// notification costs (docs/PERFORMANCE.md).
     pub tx_zerocopy: bool,
+    /// Set up both rings with `IORING_SETUP_COOP_TASKRUN` and `IORING_SETUP_TASKRUN_FLAG`
+    /// (kernel 5.19+): a datagram that arrives while the engine runs in user space no
+    /// longer interrupts it (an inter-processor interrupt to run the receive's task work);
+    /// the work runs at its next system call, and [`Datapath::rx_burst`] makes one when the
+    /// ring flags work pending and no completion is there. Default off
+    /// (docs/PERFORMANCE.md has the measurements).
+    pub coop_taskrun: bool,
 }
 
 impl Default for UdpConfig {
@@ -90,6 +97,7 @@ impl Default for UdpConfig {
             rx_ring_buffers: 64,
             fixed_files: 0,
             tx_zerocopy: false,
+            coop_taskrun: false,
         }
     }
 }
@@ -192,6 +200,8 @@ pub struct UringDatapath {
     /// With [`UdpConfig::fixed_files`] > 0.
     tx_fixed: Option<FixedTable>,
     rx_fixed: bool,
+    /// The first receives were submitted ([`UringDatapath::start_rx`]).
+    rx_started: bool,
     waker: Arc<EventFdWaker>,
     eventfd_buf: Box<u64>,
     /// Route of an EV: its socket index in [`UConn::sockets`].
@@ -245,11 +255,18 @@ impl UringDatapath {
         } else {
             rx_entries * 2
         };
-        let rx_ring = IoUring::builder()
-            .setup_cqsize(cq_entries)
+        let mut rx_builder = IoUring::builder();
+        rx_builder.setup_cqsize(cq_entries);
+        let mut tx_builder = IoUring::builder();
+        if cfg.coop_taskrun {
+            rx_builder.setup_coop_taskrun().setup_taskrun_flag();
+            tx_builder.setup_coop_taskrun();
+        }
+        let rx_ring = rx_builder
             .build(rx_entries)
             .map_err(DatapathError::io("io_uring setup (receive)"))?;
-        let tx_ring = IoUring::new(cfg.tx_ring_entries.max(8))
+        let tx_ring = tx_builder
+            .build(cfg.tx_ring_entries.max(8))
             .map_err(DatapathError::io("io_uring setup (send)"))?;
         // SAFETY: plain eventfd creation; the result is checked before use.
         let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
@@ -329,6 +346,7 @@ impl UringDatapath {
             multishot,
             tx_fixed,
             rx_fixed,
+            rx_started: false,
             waker: Arc::new(EventFdWaker { fd }),
             eventfd_buf: Box::new(0),
             conns: ConnTable::default(),
@@ -347,10 +365,22 @@ impl UringDatapath {
             dp.arm_multishot()?;
         }
         dp.arm_eventfd()?;
-        dp.rx_ring
-            .submit()
-            .map_err(DatapathError::io("io_uring submit (receive)"))?;
+        // Submitted at the first rx_burst or wait, not here: io_uring runs a request's
+        // completion work (task work) on the thread that submitted it, and the engine
+        // thread that polls is often not the one that built the datapath (a multishot
+        // receive armed here would wake this thread for every datagram, for good).
         Ok(dp)
+    }
+
+    /// Submits the receives armed in [`UringDatapath::new`], once, from the polling thread.
+    fn start_rx(&mut self) -> Result<(), DatapathError> {
+        if !self.rx_started {
+            self.rx_ring
+                .submit()
+                .map_err(DatapathError::io("io_uring submit (receive)"))?;
+            self.rx_started = true;
+        }
+        Ok(())
     }
 
     /// The configuration.
@@ -713,6 +743,7 @@ impl Datapath for UringDatapath {
         max: usize,
         f: &mut dyn FnMut(RxDatagram<'_>),
     ) -> Result<usize, DatapathError> {
+        self.start_rx()?;
         let mut handed = 0;
         let mut cqes = std::mem::take(&mut self.cqes);
         while handed < max {
@@ -722,6 +753,17 @@ impl Datapath for UringDatapath {
                     .completion()
                     .map(|c| (c.user_data(), c.result(), c.flags())),
             );
+            if cqes.is_empty() && self.cfg.coop_taskrun && self.rx_ring.submission().taskrun() {
+                // Completions wait in task work (IORING_SQ_TASKRUN): one enter runs it.
+                self.rx_ring
+                    .submit()
+                    .map_err(DatapathError::io("io_uring submit (receive)"))?;
+                cqes.extend(
+                    self.rx_ring
+                        .completion()
+                        .map(|c| (c.user_data(), c.result(), c.flags())),
+                );
+            }
             if cqes.is_empty() {
                 break;
             }
@@ -779,6 +821,7 @@ impl Datapath for UringDatapath {
     }
 
     fn wait(&mut self, timeout_ns: u64) -> Result<(), DatapathError> {
+        self.start_rx()?;
         if !self.rx_ring.completion().is_empty() {
             return Ok(());
         }
@@ -886,6 +929,9 @@ impl Drop for UringDatapath {
     /// socket is shut down (pending `recvmsg`s complete at once) and the eventfd written
     /// (its read completes); then the completions are reaped, for at most about 1 s.
     fn drop(&mut self) {
+        if !self.rx_started {
+            return; // nothing was submitted: no receive holds a buffer
+        }
         let _ = self.rx_sock.shutdown(std::net::Shutdown::Both);
         self.waker.wake();
         let armed = self.multishot.as_ref().is_some_and(|m| m.armed);
