@@ -12,8 +12,9 @@
 # Environment:
 #   MRC_PERF=PATH     run that mrc-perf binary instead of building target/release/mrc-perf
 #   BURSTS="1 16"     the --burst-size values (packets per EV per GSO send; 1 = spraying)
-#   MECHS="plain"     datapath variants, any of: plain multishot fixed zerocopy all
-#                     (--udp-multishot, --udp-fixed-files 64, --udp-zerocopy, all three)
+#   MECHS="plain"     datapath variants, any of: plain multishot coop zerocopy all
+#                     (--udp-multishot, --udp-coop-taskrun, --udp-zerocopy; all = the
+#                     first two, zero-copy left out: on loopback it stalls mrc)
 #   MRC_PERF_BEFORE=PATH  also run that (older) mrc-perf as variant "before", plain
 #   LAT=1             the latency rows (0: skip)
 #   CONN_BENCH=1      also run the state machines' criterion bench (cargo bench -p
@@ -49,10 +50,10 @@ mech_flags() {
   case $1 in
     plain | before) echo "" ;;
     multishot) echo "--udp-multishot" ;;
-    fixed) echo "--udp-fixed-files 64" ;;
+    coop) echo "--udp-coop-taskrun" ;;
     zerocopy) echo "--udp-zerocopy" ;;
-    all) echo "--udp-multishot --udp-fixed-files 64 --udp-zerocopy" ;;
-    *) echo "baselines.sh: unknown MECHS entry '$1' (plain multishot fixed zerocopy all)" >&2; return 1 ;;
+    all) echo "--udp-multishot --udp-coop-taskrun" ;;
+    *) echo "baselines.sh: unknown MECHS entry '$1' (plain multishot coop zerocopy all)" >&2; return 1 ;;
   esac
 }
 for v in $MECHS; do mech_flags "$v" >/dev/null; done
@@ -85,7 +86,7 @@ run() {
     exit 1
   fi
 }
-median() { sort -g | awk '{a[NR]=$1} END {if (NR == 0) print "null"; else print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+median() { sort -g | awk '{a[NR]=$1} END {if (NR == 0) print "null"; else printf "%.15g\n", (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 m() { if [ -s "$1" ]; then median <"$1"; else echo null; fi; }
 # One JSON line per measurement: {run, burst, variant, what, gbps, cpu_s_per_gb, ...}.
 : >"$T/rows"
@@ -104,7 +105,7 @@ for i in $(seq "$RUNS"); do
       [ "$bad" = 0 ] || { echo "baselines.sh: verify failed: $bad bad bytes" >&2; exit 1; }
       jq -c --argjson i "$i" --argjson b "$b" --arg v "$v" \
         '{run: $i, burst: $b, variant: $v, what: "mrc", gbps: .bw_avg_gbps,
-          cpu_s_per_gb: .cpu_s_per_gb, retransmitted: .sender.conn.retransmitted_packets}' \
+          cpu_s_per_gb: .cpu_s_per_gb, retransmitted: (.sender.conn.retransmitted_packets // null)}' \
         <<<"$j" >>"$T/rows"
       progress "burst $b $v: mrc --verify $(jq -r '.bw_avg_gbps' <<<"$j") Gb/s"
       k=$(run "$bin" "$(label_of "$v")" baseline -s 1048576 --paths 16 --mtu 4096 -D "$DUR" --burst-size "$b" \
@@ -149,13 +150,14 @@ medr() { ratio "$1" "$2" "$3" | median; }
 : >"$T/summary"
 echo "runs: $RUNS x ${DUR}s interleaved, loopback 127.0.0.1, $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "bw: 1 MiB messages, 4096-byte payload, 16 EVs; medians; ratios are medians of per-run ratios"
-printf '%-5s %-10s %-26s %8s %9s %9s %9s\n' burst variant row "Gb/s" "CPU s/GB" "x TCP" "x plain"
+first=$(echo "$VARIANTS" | awk '{print $1}')
+printf '%-5s %-10s %-26s %8s %9s %9s %9s\n' burst variant row "Gb/s" "CPU s/GB" "x TCP" "x $first"
 for b in $BURSTS; do
   for v in $VARIANTS; do
     for w in mrc udp tcp; do
       f=".burst == $b and .variant == \"$v\" and .what == \"$w\""
       t=".burst == $b and .variant == \"$v\" and .what == \"tcp\""
-      base=".burst == $b and .variant == \"$(echo "$VARIANTS" | awk '{print $1}')\" and .what == \"$w\""
+      base=".burst == $b and .variant == \"$first\" and .what == \"$w\""
       g=$(med gbps "$f"); c=$(med cpu_s_per_gb "$f")
       xt=$(medr "$f" "$t" gbps); xb=$(medr "$f" "$base" gbps)
       case $w in mrc) name="mrc --verify" ;; udp) name="raw UDP blast" ;; tcp) name="$tcp_name" ;; esac

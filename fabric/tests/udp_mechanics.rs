@@ -1,7 +1,6 @@
 //! The io_uring UDP datapath's optional mechanics on loopback (127.0.0.1 and ::1 only):
-//! multishot receive over a provided buffer ring (`UdpConfig::rx_multishot`), registered
-//! files (`UdpConfig::fixed_files`), zero-copy sends (`UdpConfig::tx_zerocopy`) and
-//! cooperative task work (`UdpConfig::coop_taskrun`), each alone and together. Every datagram is counted and checked byte for byte: the same
+//! multishot receive over a provided buffer ring (`UdpConfig::rx_multishot`), zero-copy
+//! sends (`UdpConfig::tx_zerocopy`) and cooperative task work (`UdpConfig::coop_taskrun`), each alone and together. Every datagram is counted and checked byte for byte: the same
 //! datagrams, sources, ECN and sizes as the plain path, no receive errors.
 
 use mrc_fabric::datapath::{Datapath, PathMap, TxBatch};
@@ -17,7 +16,6 @@ type Got = Vec<(SocketAddr, Ecn, Vec<u8>)>;
 struct Mech {
     multishot: bool,
     ring_buffers: u16,
-    fixed_files: u32,
     zerocopy: bool,
     coop: bool,
     gro: bool,
@@ -26,7 +24,6 @@ struct Mech {
 const PLAIN: Mech = Mech {
     multishot: false,
     ring_buffers: 64,
-    fixed_files: 0,
     zerocopy: false,
     coop: false,
     gro: true,
@@ -37,7 +34,6 @@ fn dp(bind: &str, ports: &PortAllocator, m: Mech) -> UringDatapath {
     cfg.ports = ports.clone();
     cfg.rx_multishot = m.multishot;
     cfg.rx_ring_buffers = m.ring_buffers;
-    cfg.fixed_files = m.fixed_files;
     cfg.tx_zerocopy = m.zerocopy;
     cfg.coop_taskrun = m.coop;
     cfg.gro = m.gro;
@@ -135,13 +131,7 @@ fn multishot_with_a_ring_smaller_than_a_burst_rearms_and_loses_nothing() {
 }
 
 #[test]
-fn registered_files_partial_table_and_zero_copy_deliver_every_datagram() {
-    // A table of 4 for 16 EV sockets: 4 sockets by index, 12 by descriptor.
-    let fixed = Mech {
-        fixed_files: 4,
-        ..PLAIN
-    };
-    assert_eq!(blast("127.0.0.1:0", 26150..=26199, fixed, Ecn::Ect0, 2), 16);
+fn zero_copy_alone_and_with_the_rest_delivers_every_datagram() {
     let zc = Mech {
         zerocopy: true,
         ..PLAIN
@@ -150,7 +140,6 @@ fn registered_files_partial_table_and_zero_copy_deliver_every_datagram() {
     let all = Mech {
         multishot: true,
         ring_buffers: 8,
-        fixed_files: 64,
         zerocopy: true,
         coop: true,
         gro: true,
@@ -203,35 +192,6 @@ fn a_datapath_built_on_one_thread_receives_on_another() {
         assert_eq!(a.tx_burst(&batch).unwrap().datagrams, 32);
         assert_eq!(rx.join().unwrap(), 32, "{m:?}");
     }
-}
-
-#[test]
-fn registered_file_slots_are_reused_after_close() {
-    // Table of 8, connections of 4 sockets opened and closed 10 times: every send after
-    // the second connection works only if closed slots came back (or fell back to fds).
-    let ports = PortAllocator::new(26300..=26399).unwrap();
-    let m = Mech {
-        fixed_files: 8,
-        ..PLAIN
-    };
-    let mut a = dp("127.0.0.1:0", &ports, m);
-    let mut b = dp("127.0.0.1:0", &ports, m);
-    for round in 0..10u32 {
-        let c = a
-            .open_conn(b.local_addr(), &PathMap::per_ev((0..4).collect()))
-            .unwrap();
-        let mut batch = TxBatch::new(8, 2048);
-        for i in 0..8u32 {
-            assert!(batch.push(c, i % 4, Ecn::Ect0, &[round as u8; 700]));
-        }
-        let rep = a.tx_burst(&batch).unwrap();
-        assert_eq!((rep.datagrams, rep.send_calls, rep.errors), (8, 4, 0));
-        let got = recv_n(&mut b, 8);
-        assert_eq!(got.len(), 8);
-        assert!(got.iter().all(|(_, _, d)| d == &vec![round as u8; 700]));
-        a.close_conn(c);
-    }
-    assert_eq!(b.stats().rx_datagrams, 80);
 }
 
 #[test]

@@ -75,7 +75,6 @@ pub fn run_cli(cli: Cli) -> Result<String, CliError> {
         fabric,
         udp: run::UdpMechanics {
             multishot: cli.test.udp_multishot,
-            fixed_files: cli.test.udp_fixed_files,
             zerocopy: cli.test.udp_zerocopy,
             coop_taskrun: cli.test.udp_coop_taskrun,
         },

@@ -323,10 +323,6 @@ pub struct TestOpts {
     /// instead of re-armed single ones (`UdpConfig::rx_multishot`). This end only.
     #[arg(long, global = true)]
     pub udp_multishot: bool,
-    /// UDP datapath: register the receive socket and up to N EV sockets with io_uring
-    /// (fixed files, `UdpConfig::fixed_files`); 0 = none. This end only.
-    #[arg(long, value_name = "N", default_value_t = 0, global = true)]
-    pub udp_fixed_files: u32,
     /// UDP datapath: send with `IORING_OP_SENDMSG_ZC`, zero-copy (`UdpConfig::tx_zerocopy`).
     /// This end only.
     #[arg(long, global = true)]

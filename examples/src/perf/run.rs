@@ -199,8 +199,8 @@ pub struct LocalOpts {
     pub traffic_class: u8,
     /// The CPU this end's engine thread runs on (`--cpu`), or any.
     pub engine_cpu: Option<usize>,
-    /// The UDP datapath's optional mechanics (`--udp-multishot`, `--udp-fixed-files`,
-    /// `--udp-zerocopy`, `--udp-coop-taskrun`).
+    /// The UDP datapath's optional mechanics (`--udp-multishot`, `--udp-zerocopy`,
+    /// `--udp-coop-taskrun`).
     pub udp: UdpMechanics,
 }
 
@@ -210,8 +210,6 @@ pub struct LocalOpts {
 pub struct UdpMechanics {
     /// [`UdpConfig::rx_multishot`].
     pub multishot: bool,
-    /// [`UdpConfig::fixed_files`] (0: none).
-    pub fixed_files: u32,
     /// [`UdpConfig::tx_zerocopy`].
     pub zerocopy: bool,
     /// [`UdpConfig::coop_taskrun`].
@@ -223,7 +221,6 @@ impl UdpMechanics {
     pub fn apply(&self, cfg: UdpConfig) -> UdpConfig {
         UdpConfig {
             rx_multishot: self.multishot,
-            fixed_files: self.fixed_files,
             tx_zerocopy: self.zerocopy,
             coop_taskrun: self.coop_taskrun,
             ..cfg

@@ -4,11 +4,11 @@
 //! provided buffer ring with [`UdpConfig::rx_multishot`], plus a read on an eventfd that
 //! [`Waker::wake`] writes to).
 //!
-//! Options of the mechanics, each a [`UdpConfig`] field: multishot receive with a provided
-//! buffer ring ([`UdpConfig::rx_multishot`]), registered (fixed) file descriptors for the
-//! receive socket and the EV sockets ([`UdpConfig::fixed_files`]), and zero-copy sends
-//! (`IORING_OP_SENDMSG_ZC`, [`UdpConfig::tx_zerocopy`]). docs/PERFORMANCE.md has what each
-//! measured on loopback.
+//! Options of the mechanics, each a [`UdpConfig`] field, each off by default:
+//! multishot receive with a provided buffer ring ([`UdpConfig::rx_multishot`]), zero-copy
+//! sends (`IORING_OP_SENDMSG_ZC`, [`UdpConfig::tx_zerocopy`]) and cooperative task work
+//! ([`UdpConfig::coop_taskrun`]). docs/PERFORMANCE.md has what each measured on loopback,
+//! and registered files, measured and left out.
 
 use super::bufring::BufRing;
 use super::sock::{self, CMSG_BYTES, CmsgBuf};
@@ -60,12 +60,6 @@ pub struct UdpConfig {
     /// Buffers of the provided buffer ring with [`UdpConfig::rx_multishot`]: a power of two
     /// in 1..=32768 (others are an error at [`UringDatapath::new`]). Default 64.
     pub rx_ring_buffers: u16,
-    /// Slots of the registered file table of each ring (`IORING_REGISTER_FILES`): the
-    /// receive socket and up to this many EV sockets are named by index, which spares the
-    /// kernel a file lookup and reference per operation; EV sockets past the table's size
-    /// use their plain descriptor. 0: no registered files. Default 0
-    /// (docs/PERFORMANCE.md: no gain measured on loopback).
-    pub fixed_files: u32,
     /// Send with `IORING_OP_SENDMSG_ZC` (kernel 6.1+): the kernel sends from the batch's
     /// memory instead of copying it, and reports when it is done with it (a second
     /// completion per send, waited for before `tx_burst` returns). Default off: on
@@ -95,7 +89,6 @@ impl Default for UdpConfig {
             traffic_class: 0,
             rx_multishot: false,
             rx_ring_buffers: 64,
-            fixed_files: 0,
             tx_zerocopy: false,
             coop_taskrun: false,
         }
@@ -125,8 +118,6 @@ struct RxSlot {
 struct EvSocket {
     sock: Socket,
     lease: PortLease,
-    /// Its index in the send ring's registered file table, if it got one.
-    fixed: Option<u32>,
 }
 
 struct UConn {
@@ -137,7 +128,6 @@ struct UConn {
 #[derive(Clone, Copy)]
 struct Group {
     fd: i32,
-    fixed: Option<u32>,
     start: usize,
     count: usize,
     segment_bytes: usize,
@@ -169,8 +159,6 @@ const MULTISHOT_USER_DATA: u64 = u64::MAX - 1;
 const MULTISHOT_HEAD_BYTES: usize = 16 + size_of::<libc::sockaddr_storage>() + CMSG_BYTES;
 /// Buffer group id of the provided buffer ring.
 const BUF_GROUP: u16 = 0;
-/// Index of the receive socket in the receive ring's file table.
-const RX_FIXED_INDEX: u32 = 0;
 
 /// The multishot receive's state: its buffer ring and the `msghdr` that tells the kernel
 /// how much room address and cmsgs take at the head of each buffer.
@@ -179,12 +167,6 @@ struct Multishot {
     hdr: Box<libc::msghdr>,
     /// The receive is armed (a completion without `IORING_CQE_F_MORE` ends it).
     armed: bool,
-}
-
-/// Registered file table of the send ring: which indexes are free.
-#[derive(Default)]
-struct FixedTable {
-    free: Vec<u32>,
 }
 
 /// The io_uring UDP datapath.
@@ -197,9 +179,6 @@ pub struct UringDatapath {
     slots: Box<[RxSlot]>,
     /// With [`UdpConfig::rx_multishot`]; dropped after the rings (field order).
     multishot: Option<Multishot>,
-    /// With [`UdpConfig::fixed_files`] > 0.
-    tx_fixed: Option<FixedTable>,
-    rx_fixed: bool,
     /// The first receives were submitted ([`UringDatapath::start_rx`]).
     rx_started: bool,
     waker: Arc<EventFdWaker>,
@@ -307,24 +286,6 @@ impl UringDatapath {
         } else {
             None
         };
-        let rx_fixed = cfg.fixed_files > 0;
-        if rx_fixed {
-            rx_ring
-                .submitter()
-                .register_files(&[rx_sock.as_raw_fd()])
-                .map_err(DatapathError::io("io_uring register files (receive)"))?;
-        }
-        let tx_fixed = if cfg.fixed_files > 0 {
-            tx_ring
-                .submitter()
-                .register_files_sparse(cfg.fixed_files)
-                .map_err(DatapathError::io("io_uring register files (send)"))?;
-            Some(FixedTable {
-                free: (0..cfg.fixed_files).rev().collect(),
-            })
-        } else {
-            None
-        };
         let slots: Box<[RxSlot]> = (0..n_slots)
             .map(|_| RxSlot {
                 buf: vec![0u8; cfg.rx_buffer_bytes.max(2048)],
@@ -344,8 +305,6 @@ impl UringDatapath {
             local,
             slots,
             multishot,
-            tx_fixed,
-            rx_fixed,
             rx_started: false,
             waker: Arc::new(EventFdWaker { fd }),
             eventfd_buf: Box::new(0),
@@ -410,23 +369,17 @@ impl UringDatapath {
 
     fn arm_multishot(&mut self) -> Result<(), DatapathError> {
         let fd = self.rx_sock.as_raw_fd();
-        let fixed = self.rx_fixed;
         let Some(m) = self.multishot.as_mut() else {
             return Ok(());
         };
         let hdr: *const libc::msghdr = &*m.hdr;
-        let e = if fixed {
-            opcode::RecvMsgMulti::new(types::Fixed(RX_FIXED_INDEX), hdr, BUF_GROUP).build()
-        } else {
-            opcode::RecvMsgMulti::new(types::Fd(fd), hdr, BUF_GROUP).build()
-        };
+        let e = opcode::RecvMsgMulti::new(types::Fd(fd), hdr, BUF_GROUP).build();
         m.armed = true;
         self.push_rx(e.user_data(MULTISHOT_USER_DATA))
     }
 
     fn arm_slot(&mut self, i: usize) -> Result<(), DatapathError> {
         let fd = self.rx_sock.as_raw_fd();
-        let fixed = self.rx_fixed;
         let s = &mut self.slots[i];
         s.iov = libc::iovec {
             iov_base: s.buf.as_mut_ptr().cast(),
@@ -439,12 +392,9 @@ impl UringDatapath {
         s.hdr.msg_control = s.cmsg.0.as_mut_ptr().cast();
         s.hdr.msg_controllen = CMSG_BYTES as _;
         s.hdr.msg_flags = 0;
-        let e = if fixed {
-            opcode::RecvMsg::new(types::Fixed(RX_FIXED_INDEX), &mut s.hdr).build()
-        } else {
-            opcode::RecvMsg::new(types::Fd(fd), &mut s.hdr).build()
-        }
-        .user_data(i as u64);
+        let e = opcode::RecvMsg::new(types::Fd(fd), &mut s.hdr)
+            .build()
+            .user_data(i as u64);
         self.push_rx(e)
     }
 
@@ -485,20 +435,7 @@ impl UringDatapath {
         }
         sock.connect(&SockAddr::from(peer))
             .map_err(DatapathError::io("connect EV socket"))?;
-        let mut fixed = None;
-        if let Some(t) = self.tx_fixed.as_mut()
-            && let Some(idx) = t.free.pop()
-        {
-            match self
-                .tx_ring
-                .submitter()
-                .register_files_update(idx, &[sock.as_raw_fd()])
-            {
-                Ok(_) => fixed = Some(idx),
-                Err(_) => t.free.push(idx), // plain descriptor then
-            }
-        }
-        Ok(EvSocket { sock, lease, fixed })
+        Ok(EvSocket { sock, lease })
     }
 
     /// The traffic class (IPv6) or TOS (IPv4) byte socket `socket` of `conn` has, as the
@@ -547,11 +484,11 @@ impl UringDatapath {
             };
             let conn = ConnId((key >> 32) as u32);
             let sidx = (key & 0xFFFF_FFFF) as usize;
-            let (fd, fixed) = self
+            let fd = self
                 .conns
                 .get(conn)
                 .and_then(|c| c.sockets.get(sidx))
-                .map(|s| (s.sock.as_raw_fd(), s.fixed))
+                .map(|s| s.sock.as_raw_fd())
                 .ok_or(DatapathError::UnknownConn(conn))?;
             let seg = m0.len;
             let mut count = 1;
@@ -572,7 +509,6 @@ impl UringDatapath {
             }
             self.groups.push(Group {
                 fd,
-                fixed,
                 start: pos,
                 count,
                 segment_bytes: seg,
@@ -614,21 +550,6 @@ impl Datapath for UringDatapath {
     }
 
     fn close_conn(&mut self, conn: ConnId) {
-        if let (Some(c), Some(t)) = (self.conns.get(conn), self.tx_fixed.as_mut()) {
-            for s in &c.sockets {
-                if let Some(idx) = s.fixed {
-                    // -1 clears the slot; on failure the slot stays taken (never reused).
-                    if self
-                        .tx_ring
-                        .submitter()
-                        .register_files_update(idx, &[-1])
-                        .is_ok()
-                    {
-                        t.free.push(idx);
-                    }
-                }
-            }
-        }
         self.conns.remove(conn);
     }
 
@@ -683,11 +604,10 @@ impl Datapath for UringDatapath {
             for gi in next..end {
                 let g = &self.groups[gi];
                 let h: *const libc::msghdr = &self.hdrs[gi];
-                let e = match (g.fixed, zc) {
-                    (Some(i), false) => opcode::SendMsg::new(types::Fixed(i), h).build(),
-                    (None, false) => opcode::SendMsg::new(types::Fd(g.fd), h).build(),
-                    (Some(i), true) => opcode::SendMsgZc::new(types::Fixed(i), h).build(),
-                    (None, true) => opcode::SendMsgZc::new(types::Fd(g.fd), h).build(),
+                let e = if zc {
+                    opcode::SendMsgZc::new(types::Fd(g.fd), h).build()
+                } else {
+                    opcode::SendMsg::new(types::Fd(g.fd), h).build()
                 }
                 .user_data(gi as u64);
                 // SAFETY: the msghdr, its iovecs, cmsgs and the datagram bytes (borrowed
