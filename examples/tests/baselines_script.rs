@@ -51,7 +51,8 @@ fn run(fake: &Path, args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String
     )
 }
 
-/// Bad arguments, a failing mrc-perf: a message (with mrc-perf's stderr) and exit 1, not
+/// Bad arguments, a failing mrc-perf (tried twice): a message (with mrc-perf's stderr) and
+/// exit 1, not
 /// `seq: invalid ...`, an unbound variable or a silent exit.
 #[test]
 fn failures_are_clear() {
@@ -104,6 +105,9 @@ fn failures_are_clear() {
             Some(1),
             String::new(),
             "baselines.sh: mrc-perf loopback -s 1048576 --paths 16 --mtu 4096 -D 1 --burst-size 1 \
+             --udp-port 0 --verify --json failed (exit code 3), once more; its stderr:\n\
+             mrc-perf: error: bind 127.0.0.1: Address already in use\n\
+             baselines.sh: mrc-perf loopback -s 1048576 --paths 16 --mtu 4096 -D 1 --burst-size 1 \
              --udp-port 0 --verify --json failed (exit code 3):\n\
              mrc-perf: error: bind 127.0.0.1: Address already in use\n"
                 .to_owned()
