@@ -80,20 +80,21 @@ trap 'rm -rf "$T"' EXIT
 run() {
   local bin=$1 label=$2 rc=0
   shift 2
-  "$bin" "$@" 2>"$T/stderr" || rc=$?
+  "$bin" "$@" >"$T/stdout" 2>"$T/stderr" || rc=$?
   if [ "$rc" != 0 ]; then
     # Once more: on a machine shared with other jobs a run can fail on its own (a
     # timeout); a second failure ends the script.
     echo "baselines.sh: $label $* failed (exit code $rc), once more; its stderr:" >&2
     tail -5 "$T/stderr" >&2
     rc=0
-    "$bin" "$@" 2>"$T/stderr" || rc=$?
+    "$bin" "$@" >"$T/stdout" 2>"$T/stderr" || rc=$?
   fi
   if [ "$rc" != 0 ]; then
     echo "baselines.sh: $label $* failed (exit code $rc):" >&2
     cat "$T/stderr" >&2
     exit 1
   fi
+  cat "$T/stdout"
 }
 median() { sort -g | awk '{a[NR]=$1} END {if (NR == 0) print "null"; else printf "%.15g\n", (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 m() { if [ -s "$1" ]; then median <"$1"; else echo null; fi; }
@@ -145,14 +146,15 @@ for i in $(seq "$RUNS"); do
     done
   fi
 done
-# sel FIELD JQ-FILTER: the values of FIELD of the rows the filter keeps, one a line.
-sel() { jq -r "select($2) | .$1" <"$T/rows"; }
+# sel FIELD JQ-FILTER: the values of FIELD of the rows the filter keeps, one a line (a run
+# whose report lacked the figure is left out).
+sel() { jq -r "select($2) | .$1 | select(. != null)" <"$T/rows"; }
 # ratio NUM-FILTER DEN-FILTER FIELD: per run, NUM's FIELD over DEN's (one row each).
 ratio() {
   jq -s -r --arg f "$3" "
     (map(select($1)) | map({key: (.run|tostring), value: .[\$f]}) | from_entries) as \$n |
     (map(select($2)) | map({key: (.run|tostring), value: .[\$f]}) | from_entries) as \$d |
-    \$n | keys[] | select(\$d[.] != null and \$d[.] != 0) | \$n[.] / \$d[.]" <"$T/rows"
+    \$n | keys[] | select(\$n[.] != null and \$d[.] != null and \$d[.] != 0) | \$n[.] / \$d[.]" <"$T/rows"
 }
 med() { sel "$1" "$2" | median; }
 medr() { ratio "$1" "$2" "$3" | median; }
