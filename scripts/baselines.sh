@@ -115,7 +115,7 @@ for i in $(seq "$RUNS"); do
       [ "$bad" = 0 ] || { echo "baselines.sh: verify failed: $bad bad bytes" >&2; exit 1; }
       jq -c --argjson i "$i" --argjson b "$b" --arg v "$v" \
         '{run: $i, burst: $b, variant: $v, what: "mrc", gbps: .bw_avg_gbps,
-          cpu_s_per_gb: .cpu_s_per_gb, retransmitted: (.sender.conn.retransmitted_packets // null)}' \
+          cpu_s_per_gb: .cpu_s_per_gb}' \
         <<<"$j" >>"$T/rows"
       progress "burst $b $v: mrc --verify $(jq -r '.bw_avg_gbps' <<<"$j") Gb/s"
       k=$(run "$bin" "$(label_of "$v")" baseline -s 1048576 --paths 16 --mtu 4096 -D "$DUR" --burst-size "$b" \
@@ -162,7 +162,7 @@ medr() { ratio "$1" "$2" "$3" | median; }
 echo "runs: $RUNS x ${DUR}s interleaved, loopback 127.0.0.1, $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "bw: 1 MiB messages, 4096-byte payload, 16 EVs; medians; ratios are medians of per-run ratios"
 first=$(echo "$VARIANTS" | awk '{print $1}')
-printf '%-5s %-10s %-26s %8s %9s %9s %9s\n' burst variant row "Gb/s" "CPU s/GB" "x TCP" "x $first"
+printf '%-5s %-10s %-26s %8s %9s %9s %9s %9s\n' burst variant row "Gb/s" "CPU s/GB" "x TCP" "x $first" "CPU x $first"
 for b in $BURSTS; do
   for v in $VARIANTS; do
     for w in mrc udp tcp; do
@@ -170,16 +170,18 @@ for b in $BURSTS; do
       t=".burst == $b and .variant == \"$v\" and .what == \"tcp\""
       base=".burst == $b and .variant == \"$first\" and .what == \"$w\""
       g=$(med gbps "$f"); c=$(med cpu_s_per_gb "$f")
-      xt=$(medr "$f" "$t" gbps); xb=$(medr "$f" "$base" gbps)
+      xt=$(medr "$f" "$t" gbps); xb=$(medr "$f" "$base" gbps); xc=$(medr "$f" "$base" cpu_s_per_gb)
       case $w in mrc) name="mrc --verify" ;; udp) name="raw UDP blast" ;; tcp) name="$tcp_name" ;; esac
       [ "$w" = tcp ] && xt=null
-      printf '%-5s %-10s %-26.26s %8.2f %9.3f %9s %9s\n' "$b" "$v" "$name" "$g" "$c" \
+      printf '%-5s %-10s %-26.26s %8.2f %9.3f %9s %9s %9s\n' "$b" "$v" "$name" "$g" "$c" \
         "$([ "$xt" = null ] && echo - || printf '%.2f' "$xt")" \
-        "$([ "$xb" = null ] && echo - || printf '%.2f' "$xb")"
+        "$([ "$xb" = null ] && echo - || printf '%.2f' "$xb")" \
+        "$([ "$xc" = null ] && echo - || printf '%.2f' "$xc")"
       jq -nc --argjson b "$b" --arg v "$v" --arg w "$w" --arg name "$name" \
         --argjson g "$g" --argjson c "$c" --argjson xt "$xt" --argjson xb "$xb" \
+        --argjson xc "$xc" \
         '{burst: $b, variant: $v, what: $w, name: $name, gbps: $g, cpu_s_per_gb: $c,
-          gbps_x_tcp: $xt, gbps_x_first_variant: $xb}' >>"$T/summary"
+          gbps_x_tcp: $xt, gbps_x_first_variant: $xb, cpu_x_first_variant: $xc}' >>"$T/summary"
     done
   done
 done
@@ -212,7 +214,10 @@ if [ "${SIM:-0}" = 1 ]; then
   cargo build --release -q -p mrc-examples --bin mrc-sim \
     || { echo "baselines.sh: cargo build of mrc-sim failed" >&2; exit 1; }
   s=$(run "${CARGO_TARGET_DIR:-target}/release/mrc-sim" mrc-sim experiment speed-raw --json -)
-  hops=$(jq -r '[.. | objects | select(has("hops_per_s"))][0].hops_per_s' <<<"$s")
+  # the checked row, "raw frames (switching core)": its hops_per_s value
+  hops=$(jq -r '[.. | objects | select(has("rows")) | .rows[]
+    | select(.label | startswith("raw frames (switching core)"))
+    | .values[] | select(.[0] == "hops_per_s") | .[1]][0]' <<<"$s")
   printf 'simulator, speed-raw checked row: %.2f M packet hops/s\n' "$(awk -v h="$hops" 'BEGIN {print h/1e6}')"
   extra=$(jq -c --argjson h "$hops" '. + {sim_speed_raw_hops_per_s: $h}' <<<"$extra")
 else

@@ -163,7 +163,9 @@ esac
     }
     assert_eq!(stderr, want);
     let row = |b: &str, v: &str, name: &str, g: &str, c: &str, xt: &str, xb: &str| {
-        format!("{b:<5} {v:<10} {name:<26} {g:>8} {c:>9} {xt:>9} {xb:>9}\n")
+        // the stand-in's CPU per byte is the same everywhere: 1.00 in the last column
+        let xc = if b == "burst" { "CPU x plain" } else { "1.00" };
+        format!("{b:<5} {v:<10} {name:<26} {g:>8} {c:>9} {xt:>9} {xb:>9} {xc:>9}\n")
     };
     assert!(
         stdout.contains(&row(
@@ -222,5 +224,6 @@ esac
         .unwrap();
     assert_eq!(ms16["gbps"], 25);
     assert_eq!(ms16["gbps_x_first_variant"], 2);
+    assert_eq!(ms16["cpu_x_first_variant"], 1);
     assert!((ms16["gbps_x_tcp"].as_f64().unwrap() - 25.0 / 30.5).abs() < 1e-12);
 }
