@@ -164,8 +164,9 @@ fn cooperative_task_work_delivers_every_datagram_with_either_receive() {
     assert_eq!(blast("[::1]:0", 26450..=26499, coop_ms, Ecn::Ce, 3), 16);
 }
 
-/// The receives are submitted by the thread that polls, not the one that built the
-/// datapath: built here, polled only on another thread, every datagram arrives there.
+/// A datapath built on one thread and polled only on another (the receives are submitted
+/// by the polling thread, at its first `rx_burst` or `wait`) receives every datagram, with
+/// the plain receive and with multishot plus cooperative task work.
 #[test]
 fn a_datapath_built_on_one_thread_receives_on_another() {
     for m in [

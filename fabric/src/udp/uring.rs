@@ -55,23 +55,27 @@ pub struct UdpConfig {
     /// takes its buffers from a provided buffer ring of [`UdpConfig::rx_ring_buffers`]
     /// buffers of `rx_buffer_bytes` (plus the room for address and cmsgs), instead of
     /// `rx_slots` single `recvmsg`s re-armed after each datagram. Default off
-    /// (docs/PERFORMANCE.md: no gain measured on loopback).
+    /// (docs/PERFORMANCE.md: on loopback mrc's CPU per byte 0.87-1.02x without it, inside
+    /// or at the noise of the 2-core VM).
     pub rx_multishot: bool,
     /// Buffers of the provided buffer ring with [`UdpConfig::rx_multishot`]: a power of two
     /// in 1..=32768 (others are an error at [`UringDatapath::new`]). Default 64.
     pub rx_ring_buffers: u16,
     /// Send with `IORING_OP_SENDMSG_ZC` (kernel 6.1+): the kernel sends from the batch's
     /// memory instead of copying it, and reports when it is done with it (a second
-    /// completion per send, waited for before `tx_burst` returns). Default off: on
-    /// loopback the kernel copies anyway when it delivers to the local socket, and the
-    /// notification costs (docs/PERFORMANCE.md).
+    /// completion per send, waited for before `tx_burst` returns). Default off, and not
+    /// for loopback: there the kernel lets go of the pages only once the local receiver
+    /// has read the datagram, so each burst waits on the peer (mrc `--verify` fell from
+    /// 4-7 Gb/s to 0.02-0.06, docs/PERFORMANCE.md). Meant for a NIC, where the notice comes
+    /// at transmit completion (not measured here).
     pub tx_zerocopy: bool,
     /// Set up both rings with `IORING_SETUP_COOP_TASKRUN` and `IORING_SETUP_TASKRUN_FLAG`
     /// (kernel 5.19+): a datagram that arrives while the engine runs in user space no
     /// longer interrupts it (an inter-processor interrupt to run the receive's task work);
     /// the work runs at its next system call, and [`Datapath::rx_burst`] makes one when the
     /// ring flags work pending and no completion is there. Default off
-    /// (docs/PERFORMANCE.md has the measurements).
+    /// (docs/PERFORMANCE.md: mrc's CPU per byte 0.97-0.99x without it, inside the noise;
+    /// with multishot 0.85-0.97x).
     pub coop_taskrun: bool,
 }
 
