@@ -48,7 +48,8 @@ fn nonzero_bytes(x: u64) -> u64 {
 
 /// Bytes of `buf` that differ from the pattern of message `msg`. Checks 32 bytes per step
 /// (about 2.3x the speed of a word at a time with a byte compare: 6-7 against 15-17 GB/s
-/// on one core of the 2-core VM, docs/PERFORMANCE.md).
+/// on one core of the 2-core VM over a buffer in cache; in mrc-perf the check waits on
+/// memory instead, docs/PERFORMANCE.md).
 pub fn count_bad(buf: &[u8], seed: u64, msg: u64) -> u64 {
     let base = message_base(seed, msg);
     let mut v = [0u64; LANES];
