@@ -1,7 +1,7 @@
 #!/bin/sh
 # rxe-guest.sh: the checks testbed/rxe-lab.sh runs inside its VMs (busybox sh; the guest
 # init runs `sh /lab/guest.sh ROLES` with stdout on the second serial port). ROLES is a
-# comma-separated list of: single, perftest, netem, host-a, host-b, script.
+# comma-separated list of: single, perftest, netem, host-a, host-b, script, soak.
 #
 # Every check prints one JSON line {"check", "ok", "detail", ...}; each role ends with
 # `ROLE-complete`, so the host can tell a guest that died half-way from one that passed.
@@ -300,6 +300,48 @@ role_perftest() {
   # The same over the UDP datapath (io_uring sockets on lo), for reference.
   perf_bw perftest-mrc-udp-bw 200 65536 loopback --mtu 4040 -p 18617
   perf_lat perftest-mrc-udp-lat 1000 loopback --mtu 4040 -p 18618
+  perftest_mrc_fair
+}
+
+# perf_bw_plain NAME ITERS SIZE ARGS...: mrc-perf with --json and no --verify (as perftest
+# runs: the payload is neither filled nor checked); asserts the messages and bytes sent and
+# received, and records the datapath's counters: datagrams per post (tx_datagrams /
+# tx_calls) and the ACKs that came back per data datagram (the sender's rx_datagrams /
+# tx_datagrams), the process's CPU seconds.
+perf_bw_plain() {
+  name=$1 n=$2 size=$3
+  shift 3
+  bytes=$((n * size))
+  $PERF "$@" -s "$size" -n "$n" --json >$W/$name.json 2>$W/$name.err
+  rc=$?
+  cat $W/$name.err >&2
+  if [ $rc -ne 0 ]; then
+    emit "$name" false "mrc-perf $* exited $rc: $(head -c 300 $W/$name.err)"
+    return
+  fi
+  if jq -e --argjson n "$n" --argjson b "$bytes" '.ok and .iterations == $n and .total_bytes == $b
+      and .receiver.completions == $n and .receiver.received_bytes == $b' $W/$name.json >/dev/null; then
+    emit "$name" true "$(jq -r '"\(.iterations) x \(.msg_size_bytes) B (no --verify), \(.bw_avg_mib_per_s * 100 | round / 100) MB/s; \(.datapath.tx_datagrams) datagrams in \(.datapath.tx_calls) posts, \(.datapath.rx_datagrams) datagrams back (ACKs), \(.cpu_s * 100 | round / 100) CPU s"' $W/$name.json)" \
+      "$(jq -c '{mib_per_s: .bw_avg_mib_per_s, elapsed_s, sent_packets, tx_datagrams: .datapath.tx_datagrams, tx_calls: .datapath.tx_calls, rx_datagrams: .datapath.rx_datagrams, engine_sleeps: .datapath.engine_sleeps, cpu_s}' $W/$name.json)"
+  else
+    emit "$name" false "expected $n messages, $bytes bytes at the receiver: $(jq -c '{ok, iterations, total_bytes, receiver, error}' $W/$name.json 2>&1 | head -c 600)"
+  fi
+}
+
+# The comparison with ib_send_bw -c UD that is fair: one 4096-byte UD datagram per message,
+# no payload checks and no congestion control on either side, run right after perftest's
+# in the same VM.
+perftest_mrc_fair() {
+  V="--fabric verbs -d $DEV -x 1"
+  if row=$(perftest_run ib_send_bw_ud2 ib_send_bw -c UD -d $DEV -x 1 -F -s 4096 -n 3200 -p 18641) && positive "$row" 4; then
+    emit perftest-ib_send_bw-ud-2 true "ib_send_bw -c UD -d $DEV -x 1 -F -s 4096 -n 3200: $row" \
+      "$(echo "$row" | awk '{printf "{\"bytes\": %s, \"iters\": %s, \"mib_per_s\": %s}", $1, $2, $4}')"
+  else
+    emit perftest-ib_send_bw-ud-2 false "ib_send_bw -c UD failed or measured nothing: ${row:-} $(tail -3 $W/ib_send_bw_ud2.client | tr '\n' '|')"
+  fi
+  # No congestion control, as perftest has none (NSCC's presets assume a 200 us round trip,
+  # TCG's is about 2 ms).
+  perf_bw_plain perftest-mrc-bw-4k-plain 3200 4040 loopback $V --mtu 4040 --cc none -p 18642
 }
 
 role_netem() {
@@ -329,6 +371,52 @@ role_netem() {
     emit netem-faults-seen true "under loss 2% and duplicate 2%: $1 packets retransmitted, $2 duplicate datagrams dropped by the receiver"
   else
     emit netem-faults-seen false "netem's loss and duplication left no trace: retransmitted ${1:-?}, duplicates ${2:-?}"
+  fi
+}
+
+# The chaos soak (examples/tests/soak.rs) on this kernel: mrc-perf server and client
+# --verify in two network namespaces, faults at seeded random times, the netem kinds
+# (real reordering, duplication, loss, jitter) drawn twice as often as the others. SOAK_SECS
+# of runs (default 30, TCG time), a fresh seed each time (in every check's JSON). Each soak
+# run is a check (every byte verified, every message completed exactly once at both ends,
+# no hang); then the soak's own verdict and the netem faults it applied.
+role_soak() {
+  if ! $MODPROBE -a veth nf_tables nft_numgen nft_dup_netdev sch_htb sch_netem inet_diag udp_diag tcp_diag; then
+    emit soak-setup false "modprobe of the soak's modules (veth nf_tables nft_numgen nft_dup_netdev sch_htb sch_netem *_diag) failed"
+    return
+  fi
+  seed=0x$(od -An -N8 -tx8 /dev/urandom | tr -d ' \n')
+  kinds=pause,loss,blackhole,cpu,dup,reorder
+  kinds=$kinds,netem-reorder,netem-dup,netem-loss,netem-delay,netem-reorder,netem-dup,netem-loss,netem-delay
+  MRC_SOAK_SECS=${SOAK_SECS:-30} MRC_SOAK_SEED=$seed MRC_SOAK_KINDS=$kinds MRC_SOAK_REQUIRE_NETEM=1 \
+    $TESTS/soak --test-threads=1 --nocapture >$W/soak.out 2>&1
+  rc=$?
+  cat $W/soak.out >&2
+  # `soak run N: plan P`, then `soak run N: ok: S` or `soak run N: FAILED: S`.
+  awk '/^soak run [0-9]+: plan / {n = $3; sub(/:$/, "", n); p[n] = substr($0, index($0, "plan ") + 5)}
+       /^soak run [0-9]+: (ok|FAILED): / {n = $3; sub(/:$/, "", n); v = $4; sub(/:$/, "", v);
+         print n "\t" v "\t" p[n] "\t" substr($0, index($0, v ": ") + length(v) + 2)}' $W/soak.out >$W/soak.runs
+  while IFS='	' read -r n verdict plan what; do
+    x=$(jq -nc --arg s "$seed" --arg p "$plan" '{seed: $s, plan: $p}')
+    if [ "$verdict" = ok ]; then
+      emit "soak-run-$n" true "plan $plan: $what" "$x"
+    else
+      emit "soak-run-$n" false "seed $seed, plan $plan: $what" "$x"
+    fi
+  done <$W/soak.runs
+  summary=$(grep -m1 '^soak summary:' $W/soak.out)
+  runs=$(wc -l <$W/soak.runs)
+  if [ $rc -eq 0 ] && [ "$runs" -gt 0 ] && echo "$summary" | grep -q ", $runs runs, $runs ok, 0 failed, .*; netem available;"; then
+    emit soak true "$summary" "{\"seed\": \"$seed\", \"runs\": $runs}"
+  else
+    emit soak false "exit $rc, $runs runs: ${summary:-no summary line}; $(grep -E 'panicked|FAILED' $W/soak.out | head -5 | tr '\n' '|' | head -c 600)" "{\"seed\": \"$seed\"}"
+  fi
+  # The netem kinds were applied (the summary's `faults: KIND COUNT (S s), ...`).
+  applied=$(echo "$summary" | sed -n 's/.* faults: \(.*\); netem .*/\1/p' | tr ',' '\n' | grep -o 'netem-[a-z]* [0-9]* ([0-9.]* s)' | tr '\n' ',' | sed 's/,$//; s/,/, /g')
+  if [ -n "$applied" ]; then
+    emit soak-netem-faults true "netem faults applied: $applied"
+  else
+    emit soak-netem-faults false "no netem fault was applied (seed $seed): ${summary:-no summary line}"
   fi
 }
 
@@ -421,6 +509,7 @@ for role in $(echo "$1" | tr , ' '); do
     single) role_single ;;
     perftest) role_perftest ;;
     netem) role_netem ;;
+    soak) role_soak ;;
     host-a) role_host_a ;;
     host-b) role_host_b ;;
     script) role_script ;;

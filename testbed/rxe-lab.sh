@@ -2,8 +2,8 @@
 # rxe-lab.sh: the verbs datapath (`--fabric verbs`) on a real RDMA device, Soft-RoCE
 # (rdma_rxe), in throw-away qemu VMs (issue 20). The host kernel needs no RDMA support.
 #
-#   testbed/rxe-lab.sh [PART...]     PART: single, netem, two-hosts (the default: these
-#                                    three, what .ci/run runs), perftest
+#   testbed/rxe-lab.sh [PART...]     PART: single, netem, soak, two-hosts (the default:
+#                                    these four, what .ci/run runs), perftest
 #   testbed/rxe-lab.sh prepare       only fetch and build the cached kernel and rootfs
 #   testbed/rxe-lab.sh script FILE   boot one VM, add rxe0 on lo, run FILE (busybox sh;
 #                                    mrc-perf and the test binaries on PATH and in
@@ -21,6 +21,9 @@
 #              mrc-perf --fabric verbs at the same sizes (numbers reported, not asserted)
 #   netem      the UDP datapath (mrc-perf loopback --verify) under the guest kernel's netem:
 #              delay, loss, reordering, duplication
+#   soak       the chaos soak (examples/tests/soak.rs: mrc-perf server and client --verify
+#              in two namespaces, seeded faults) for 30 s with the guest kernel's netem
+#              kinds among its faults; one check per soak run
 #
 # Every check prints `PASS name: detail` or `FAIL name: detail`, and one JSON line
 # ({"check","ok","detail",...}) goes to target/rxe-lab/results.jsonl; the last line is the
@@ -64,6 +67,12 @@ GUEST_PKGS=busybox-static,kmod,iproute2,jq,libibverbs1,ibverbs-providers,ibverbs
 # Modules the guest loads (their dependencies come along).
 # rdma_rxe computes the RoCE ICRC with the kernel's crypto "crc32", a module of its own.
 GUEST_MODS="rdma_rxe ib_uverbs crc32_generic sch_netem virtio_net virtio_pci"
+
+# The soak role (examples/tests/soak.rs in the guest): nft for its loss, black-hole,
+# duplication and reorder rules, veth for its two namespaces, HTB for its reorder class,
+# the sock_diag modules for its `ss`.
+GUEST_PKGS="$GUEST_PKGS,nftables"
+GUEST_MODS="$GUEST_MODS veth nf_tables nft_numgen nft_dup_netdev sch_htb inet_diag tcp_diag udp_diag"
 
 say() { printf 'rxe-lab: %s\n' "$*" >&2; }
 die() { say "error: $*"; exit 2; }
@@ -232,6 +241,15 @@ build_binaries() {
     || { tail -20 "$CACHE/cargo.log" >&2; die "cargo test --no-run with the verbs feature failed"; }
   TEST_BINS=$(awk '$3 == "true" && ($2 == "verbs_rxe" || $2 == "verbs_no_device" || $2 == "perf_verbs") {print $4}' <<<"$art")
   [ "$(wc -w <<<"$TEST_BINS")" = 3 ] || die "expected the test binaries verbs_rxe, verbs_no_device, perf_verbs; cargo built: $TEST_BINS"
+  # The chaos soak, for the soak part (examples/tests/soak.rs).
+  # (tests/ has a `soak` of its own, the simulator's: the one with the chaos test.)
+  SOAK_BIN=""
+  for b in $(awk '$3 == "true" && $2 == "soak" {print $4}' <<<"$art"); do
+    # (Not `| grep -q`: under pipefail the binary's SIGPIPE would fail the test.)
+    if [[ $'\n'"$("$b" --list 2>/dev/null)"$'\n' == *$'\nchaos_soak_on_real_sockets: test\n'* ]]; then SOAK_BIN=$b; fi
+  done
+  [ -n "$SOAK_BIN" ] || die "cargo built no soak test binary with chaos_soak_on_real_sockets (examples/tests/soak.rs)"
+  TEST_BINS="$TEST_BINS $SOAK_BIN"
   if [ "$PROFILE" = release ]; then
     say "cargo build --release -p mrc-examples --bin mrc-perf --features mrc-fabric/verbs"
     cargo build --release --locked -q -p mrc-examples --bin mrc-perf --features mrc-fabric/verbs \
@@ -404,6 +422,8 @@ perftest_table() {
     bw("perftest-mrc-udp-bw"; 65536; 17),
     bw("perftest-ib_send_bw-ud"; 4096; 1),
     bw("perftest-mrc-bw-4k"; 4040; 1),
+    bw("perftest-ib_send_bw-ud-2"; 4096; 1),
+    bw("perftest-mrc-bw-4k-plain"; 4040; 1),
     lat("perftest-ib_write_lat"; "t_typical_us"),
     lat("perftest-mrc-lat"; "lat_typical_us"),
     lat("perftest-mrc-udp-lat"; "lat_typical_us")' "$RESULTS" | column -t -s $'\t'
@@ -438,12 +458,12 @@ main() {
     USER_SCRIPT=$2
     set -- script
   fi
-  if [ $# -eq 0 ]; then parts=(single netem two-hosts); else parts=("$@"); fi
+  if [ $# -eq 0 ]; then parts=(single netem soak two-hosts); else parts=("$@"); fi
   local p
   for p in "${parts[@]}"; do
     case $p in
-      single|two-hosts|perftest|netem|prepare|script) ;;
-      *) die "unknown part $p (single, netem, two-hosts, perftest, prepare, script FILE)" ;;
+      single|two-hosts|perftest|netem|prepare|script|soak) ;;
+      *) die "unknown part $p (single, netem, two-hosts, perftest, soak, prepare, script FILE)" ;;
     esac
   done
   PARTS="${parts[*]}"
@@ -461,7 +481,7 @@ main() {
   make_initrd
   local roles=""
   for p in "${parts[@]}"; do
-    case $p in single|perftest|netem|script) roles="${roles:+$roles,}$p" ;; esac
+    case $p in single|perftest|netem|script|soak) roles="${roles:+$roles,}$p" ;; esac
   done
   if [ -n "$roles" ]; then
     say "running $roles in one VM ($SMP vCPUs)"

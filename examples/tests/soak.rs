@@ -14,6 +14,14 @@
 //! - `reorder`: the kernel has no netem, so an HTB qdisc on a veth with a slow class and an
 //!   nftables egress rule `numgen random mod 100 < N meta priority set 1:20` sending N % of
 //!   UDP datagrams through it: they arrive late, behind later ones.
+//! - `netem-reorder`, `netem-dup`, `netem-loss`, `netem-delay`: where the kernel has netem
+//!   (`tc qdisc add ... netem` succeeds in a namespace: the Soft-RoCE lab's guest kernel,
+//!   `testbed/rxe-lab.sh soak`), a netem qdisc on one side's veth: `delay D reorder P%` (P %
+//!   of the datagrams leave at once, past the others held D ms), `duplicate P%`, `loss P%`,
+//!   `delay D J` (jitter, which reorders too). Overlapping netem faults on one side share
+//!   its qdisc, each parameter the largest in force; under the HTB reorder class it sits on
+//!   the fast class. On a kernel without netem these kinds are left out of the schedule,
+//!   with a printed line saying so (the schedule then is the one the other kinds make).
 //!
 //! Each run checks that every byte was verified (0 bad bytes, verified bytes = messages x
 //! size), that every work request completed exactly once (the client's completions equal
@@ -26,7 +34,10 @@
 //! hour), `MRC_SOAK_SEED` (decimal or 0x hex; default from the clock, printed),
 //! `MRC_SOAK_RUN_SECS` (each client's `-D`, default 4), `MRC_SOAK_MAX_PAUSE_MS` (longest
 //! pause, default 1500), `MRC_SOAK_KINDS` (a comma list of pause, loss, blackhole, cpu, dup,
-//! reorder: only those; default all). Needs root (network namespaces) and `nft` (Debian `nftables`).
+//! reorder, netem-reorder, netem-dup, netem-loss, netem-delay: only those, a kind named twice
+//! drawn twice as often; default all), `MRC_SOAK_REQUIRE_NETEM=1` (fail instead of skipping
+//! the netem kinds on a kernel without netem). Needs root (network namespaces) and `nft`
+//! (Debian `nftables`).
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -40,8 +51,8 @@ use std::time::{Duration, Instant};
 
 const CLIENT_IP: &str = "10.231.0.1";
 const SERVER_IP: &str = "10.231.0.2";
-/// Bound on each helper command (`ip`, `nft`, `tc`, `ss`).
-const CMD_TIMEOUT_S: &str = "10";
+/// Bound on each helper command (`ip`, `nft`, `tc`, `ss`): killed at it.
+const CMD_TIMEOUT: Duration = Duration::from_secs(10);
 /// A mrc-perf process gets its run's `-D` plus this long before it is killed as hung.
 const HANG_SLACK: Duration = Duration::from_secs(40);
 
@@ -261,24 +272,54 @@ fn die_with_parent() -> std::io::Result<()> {
     Ok(())
 }
 
-/// A command under `timeout`, with optional stdin.
+/// A command, with optional stdin, killed (SIGKILL) when it runs past [`CMD_TIMEOUT`].
+/// (Not through `timeout(1)`: the lab guest's is busybox's, which would run busybox's own
+/// `ip` and `tc` applets instead of iproute2's.)
 fn run_bounded(args: &[&str], stdin: Option<&str>) -> Output {
-    let mut c = Command::new("timeout");
-    c.arg("-s").arg("KILL").arg(CMD_TIMEOUT_S).args(args);
+    let mut c = Command::new(args[0]);
+    c.args(&args[1..]);
     c.stdout(Stdio::piped()).stderr(Stdio::piped());
     c.stdin(if stdin.is_some() {
         Stdio::piped()
     } else {
         Stdio::null()
     });
+    // SAFETY: prctl is async-signal-safe and has no memory effects.
+    unsafe {
+        c.pre_exec(die_with_parent);
+    }
     let mut ch = c.spawn().unwrap_or_else(|e| panic!("spawn {args:?}: {e}"));
+    let out = ch.stdout.take().map(drain);
+    let err = ch.stderr.take().map(drain);
     if let Some(input) = stdin {
         use std::io::Write;
         let mut w = ch.stdin.take().expect("stdin");
         let _ = w.write_all(input.as_bytes());
     }
-    ch.wait_with_output()
-        .unwrap_or_else(|e| panic!("wait {args:?}: {e}"))
+    let deadline = Instant::now() + CMD_TIMEOUT;
+    let status = loop {
+        if let Some(st) = ch
+            .try_wait()
+            .unwrap_or_else(|e| panic!("wait {args:?}: {e}"))
+        {
+            break st;
+        }
+        if Instant::now() >= deadline {
+            let _ = ch.kill();
+            break ch.wait().unwrap_or_else(|e| panic!("wait {args:?}: {e}"));
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    let joined = |h: Option<JoinHandle<String>>| {
+        h.map(|h| h.join().unwrap_or_default())
+            .unwrap_or_default()
+            .into_bytes()
+    };
+    Output {
+        status,
+        stdout: joined(out),
+        stderr: joined(err),
+    }
 }
 
 fn text(o: &Output) -> String {
@@ -388,6 +429,68 @@ enum Kind {
         mbit: u32,
         limit: u32,
     },
+    /// A netem qdisc on `side`'s veth (kernels with netem).
+    Netem {
+        side: Side,
+        fault: NetemFault,
+    },
+}
+
+/// What a netem fault adds to its side's netem qdisc.
+#[derive(Clone, Copy, Debug)]
+enum NetemFault {
+    /// `delay {delay_ms}ms reorder {pct}%`: `pct` % of the datagrams leave at once, ahead
+    /// of the rest, which are held `delay_ms`.
+    Reorder { delay_ms: u32, pct: u32 },
+    /// `duplicate {pct}%`.
+    Dup { pct: u32 },
+    /// `loss {pct}%`.
+    Loss { pct: u32 },
+    /// `delay {delay_ms}ms {jitter_ms}ms`: each datagram held `delay_ms` ± `jitter_ms`
+    /// (uniform), so later ones overtake earlier ones.
+    Delay { delay_ms: u32, jitter_ms: u32 },
+}
+
+/// The netem parameters of the faults in force on one side: each the largest any of them
+/// asks for (`tc qdisc ... netem` arguments).
+fn netem_spec<'a>(faults: impl Iterator<Item = &'a NetemFault>) -> String {
+    let (mut delay, mut jitter, mut reorder, mut loss, mut dup) = (0, 0, 0, 0, 0);
+    for f in faults {
+        match *f {
+            NetemFault::Reorder { delay_ms, pct } => {
+                delay = delay.max(delay_ms);
+                reorder = reorder.max(pct);
+            }
+            NetemFault::Dup { pct } => dup = dup.max(pct),
+            NetemFault::Loss { pct } => loss = loss.max(pct),
+            NetemFault::Delay {
+                delay_ms,
+                jitter_ms,
+            } => {
+                delay = delay.max(delay_ms);
+                jitter = jitter.max(jitter_ms);
+            }
+        }
+    }
+    // Room for everything in flight while held (the default of 1000 datagrams would add
+    // tail drops of its own at a few ms of delay).
+    let mut spec = "limit 20000".to_string();
+    if delay > 0 {
+        spec += &format!(" delay {delay}ms");
+        if jitter > 0 {
+            spec += &format!(" {jitter}ms");
+        }
+    }
+    if reorder > 0 {
+        spec += &format!(" reorder {reorder}%");
+    }
+    if loss > 0 {
+        spec += &format!(" loss {loss}%");
+    }
+    if dup > 0 {
+        spec += &format!(" duplicate {dup}%");
+    }
+    spec
 }
 
 impl Kind {
@@ -400,6 +503,12 @@ impl Kind {
             Kind::Cpu { .. } => "cpu",
             Kind::Dup { .. } => "dup",
             Kind::Reorder { .. } => "reorder",
+            Kind::Netem { fault, .. } => match fault {
+                NetemFault::Reorder { .. } => "netem-reorder",
+                NetemFault::Dup { .. } => "netem-dup",
+                NetemFault::Loss { .. } => "netem-loss",
+                NetemFault::Delay { .. } => "netem-delay",
+            },
         }
     }
 }
@@ -412,7 +521,21 @@ struct Fault {
 }
 
 /// The fault groups `MRC_SOAK_KINDS` names, in the order `schedule` numbers them.
-const KIND_NAMES: [&str; 6] = ["pause", "loss", "blackhole", "cpu", "dup", "reorder"];
+const KIND_NAMES: [&str; 10] = [
+    "pause",
+    "loss",
+    "blackhole",
+    "cpu",
+    "dup",
+    "reorder",
+    "netem-reorder",
+    "netem-dup",
+    "netem-loss",
+    "netem-delay",
+];
+
+/// The first of [`KIND_NAMES`] that needs netem; those after it do too.
+const FIRST_NETEM_KIND: usize = 6;
 
 /// One to four faults of the groups `kinds` (indices into [`KIND_NAMES`]) in a run of `run`.
 fn schedule(rng: &mut ChaCha8Rng, run: Duration, max_pause_ms: u64, kinds: &[usize]) -> Vec<Fault> {
@@ -461,7 +584,7 @@ fn schedule(rng: &mut ChaCha8Rng, run: Duration, max_pause_ms: u64, kinds: &[usi
                     },
                     other,
                 ),
-                _ => (
+                5 => (
                     Kind::Reorder {
                         side: side(rng),
                         pct: rng.random_range(1..=20),
@@ -470,6 +593,34 @@ fn schedule(rng: &mut ChaCha8Rng, run: Duration, max_pause_ms: u64, kinds: &[usi
                     },
                     other,
                 ),
+                g => {
+                    let fault = match g {
+                        6 => NetemFault::Reorder {
+                            delay_ms: rng.random_range(1..=20),
+                            pct: rng.random_range(5..=50),
+                        },
+                        7 => NetemFault::Dup {
+                            pct: rng.random_range(1..=20),
+                        },
+                        8 => NetemFault::Loss {
+                            pct: rng.random_range(1..=30),
+                        },
+                        _ => {
+                            let delay_ms = rng.random_range(1..=20);
+                            NetemFault::Delay {
+                                delay_ms,
+                                jitter_ms: rng.random_range(1..=delay_ms),
+                            }
+                        }
+                    };
+                    (
+                        Kind::Netem {
+                            side: side(rng),
+                            fault,
+                        },
+                        other,
+                    )
+                }
             };
             Fault { at, dur, kind }
         })
@@ -487,6 +638,11 @@ enum Undo {
         side: Side,
         name: String,
     },
+    /// Fault `index`'s part of `side`'s netem qdisc.
+    Netem {
+        side: Side,
+        index: usize,
+    },
     Busy(Vec<Proc>),
     Nothing,
 }
@@ -500,9 +656,47 @@ struct Chaos<'a> {
     ports: Vec<u16>,
     paused: BTreeMap<Side, u32>,
     reorder_users: BTreeMap<Side, u32>,
+    /// The netem faults in force per side, by fault index (one qdisc per side holds them).
+    netem: BTreeMap<Side, BTreeMap<usize, NetemFault>>,
 }
 
 impl Chaos<'_> {
+    /// Where side `s`'s netem qdisc goes: the root, or the fast class of the HTB reorder
+    /// qdisc while that holds the root.
+    fn netem_parent(&self, s: Side) -> &'static str {
+        if self.reorder_users.get(&s).copied().unwrap_or(0) > 0 {
+            "parent 1:10"
+        } else {
+            "root"
+        }
+    }
+
+    /// The `tc -batch` line that installs side `s`'s netem qdisc with the faults in force
+    /// (or changes it in place), if there are any.
+    fn netem_line(&self, s: Side) -> Option<String> {
+        let set = self.netem.get(&s).filter(|m| !m.is_empty())?;
+        Some(format!(
+            "qdisc replace dev {} {} handle 30: netem {}\n",
+            self.net.dev(s),
+            self.netem_parent(s),
+            netem_spec(set.values())
+        ))
+    }
+
+    /// The counters of side `s`'s netem qdisc (`Sent N bytes M pkt (dropped ...)`).
+    fn netem_counters(&self, s: Side) -> String {
+        let o = self.net.exec(
+            s,
+            &["tc", "-s", "qdisc", "show", "dev", &self.net.dev(s)],
+            None,
+        );
+        let t = String::from_utf8_lossy(&o.stdout).into_owned();
+        let mut lines = t.lines().skip_while(|l| !l.starts_with("qdisc netem 30:"));
+        let head = lines.next().unwrap_or("no netem qdisc").trim().to_string();
+        let sent = lines.find(|l| l.trim_start().starts_with("Sent "));
+        format!("{head}: {}", sent.map_or("no counters", str::trim))
+    }
+
     fn proc(&self, s: Side) -> &Proc {
         match s {
             Side::Client => &self.client,
@@ -583,17 +777,32 @@ impl Chaos<'_> {
                 // behind the fast class's, or are dropped when it is full. An overlapping
                 // second reorder fault on the same side shares the first one's class.
                 if *users == 0 {
-                    net.tc_batch(
+                    // A netem qdisc in force at the root moves to the fast class.
+                    let netem = self.netem.get(side).is_some_and(|m| !m.is_empty());
+                    *self.reorder_users.get_mut(side).expect("count") += 1;
+                    let (del, readd) = if netem {
+                        (
+                            format!("qdisc del dev {dev} root\n"),
+                            self.netem_line(*side).unwrap_or_default(),
+                        )
+                    } else {
+                        Default::default()
+                    };
+                    if let Err(e) = net.tc_batch(
                         *side,
                         &format!(
-                            "qdisc add dev {dev} root handle 1: htb default 10\n\
+                            "{del}qdisc add dev {dev} root handle 1: htb default 10\n\
                              class add dev {dev} parent 1: classid 1:10 htb rate 40gbit\n\
                              class add dev {dev} parent 1: classid 1:20 htb rate {mbit}mbit\n\
-                             qdisc add dev {dev} parent 1:20 handle 20: pfifo limit {limit}\n"
+                             qdisc add dev {dev} parent 1:20 handle 20: pfifo limit {limit}\n{readd}"
                         ),
-                    )?;
+                    ) {
+                        *self.reorder_users.get_mut(side).expect("count") -= 1;
+                        return Err(e);
+                    }
+                } else {
+                    *self.reorder_users.get_mut(side).expect("count") += 1;
                 }
-                *self.reorder_users.get_mut(side).expect("count") += 1;
                 net.nft(
                     *side,
                     &format!(
@@ -606,6 +815,18 @@ impl Chaos<'_> {
                         "{pct}% of the {}'s datagrams through a slow class ({mbit} Mbit/s, {limit} datagrams queued at most)",
                         side.name()
                     ),
+                )
+            }
+            Kind::Netem { side, fault } => {
+                self.netem.entry(*side).or_default().insert(i, *fault);
+                let line = self.netem_line(*side).expect("a netem fault in force");
+                net.tc_batch(*side, &line)?;
+                (
+                    Undo::Netem {
+                        side: *side,
+                        index: i,
+                    },
+                    format!("{}'s veth: tc {}", side.name(), line.trim_end()),
                 )
             }
         }))
@@ -652,8 +873,29 @@ impl Chaos<'_> {
                         note += &format!(" (class: {})", l.trim());
                     }
                     net.tc(side, &["qdisc", "del", "dev", &dev, "root"])?;
+                    // A netem qdisc in force on the fast class goes back to the root.
+                    if let Some(line) = self.netem_line(side) {
+                        net.tc_batch(side, &line)?;
+                    }
                 }
                 Ok(note)
+            }
+            Undo::Netem { side, index } => {
+                let counters = self.netem_counters(side);
+                let dev = net.dev(side);
+                self.netem.entry(side).or_default().remove(&index);
+                let change = match self.netem_line(side) {
+                    Some(line) => line,
+                    None => format!(
+                        "qdisc del dev {dev} {} handle 30:\n",
+                        self.netem_parent(side)
+                    ),
+                };
+                net.tc_batch(side, &change)?;
+                Ok(format!(
+                    "{counters} (the qdisc's counters so far); then tc {}",
+                    change.trim_end()
+                ))
             }
             Undo::Busy(procs) => {
                 let n = procs.len();
@@ -780,6 +1022,7 @@ fn one_run(
         ports: Vec::new(),
         paused: BTreeMap::new(),
         reorder_users: BTreeMap::new(),
+        netem: BTreeMap::new(),
     };
     // The faults' clock starts when the client's EV sockets exist (the bootstrap is done).
     let start = Instant::now();
@@ -1020,7 +1263,7 @@ fn chaos_soak_on_real_sockets() {
     let run = Duration::from_secs(env_u64("MRC_SOAK_RUN_SECS", 4).clamp(1, 600));
     let max_pause_ms = env_u64("MRC_SOAK_MAX_PAUSE_MS", 1500);
     // MRC_SOAK_KINDS=pause,loss,...: only these fault groups (default: all).
-    let kinds: Vec<usize> = match std::env::var("MRC_SOAK_KINDS") {
+    let mut kinds: Vec<usize> = match std::env::var("MRC_SOAK_KINDS") {
         Ok(list) => list
             .split(',')
             .map(|k| {
@@ -1043,8 +1286,56 @@ fn chaos_soak_on_real_sockets() {
         run.as_secs(),
         kinds.iter().map(|&k| KIND_NAMES[k]).collect::<Vec<_>>()
     );
-    let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let net = Net::up();
+    // netem where the kernel has it: a qdisc added (and removed) on the client's veth.
+    let probe = net.tc(
+        Side::Client,
+        &[
+            "qdisc",
+            "add",
+            "dev",
+            &net.dev(Side::Client),
+            "root",
+            "netem",
+            "delay",
+            "1ms",
+        ],
+    );
+    let netem = match probe {
+        Ok(()) => {
+            net.tc(
+                Side::Client,
+                &["qdisc", "del", "dev", &net.dev(Side::Client), "root"],
+            )
+            .unwrap_or_else(|e| panic!("removing the netem probe: {e}"));
+            "available".to_string()
+        }
+        Err(e) => {
+            let mut skipped: Vec<&str> = kinds
+                .iter()
+                .filter(|&&k| k >= FIRST_NETEM_KIND)
+                .map(|&k| KIND_NAMES[k])
+                .collect();
+            skipped.sort_unstable();
+            skipped.dedup();
+            let e = e.replace('\n', " ");
+            assert!(
+                std::env::var("MRC_SOAK_REQUIRE_NETEM").as_deref() != Ok("1"),
+                "MRC_SOAK_REQUIRE_NETEM=1 but this kernel has no netem: {e}"
+            );
+            kinds.retain(|&k| k < FIRST_NETEM_KIND);
+            eprintln!(
+                "soak: this kernel has no netem ({e}): the netem kinds {skipped:?} are skipped; faults {:?}",
+                kinds.iter().map(|&k| KIND_NAMES[k]).collect::<Vec<_>>()
+            );
+            assert!(
+                !kinds.is_empty(),
+                "MRC_SOAK_KINDS names only netem kinds, and this kernel has no netem"
+            );
+            format!("unavailable, {} skipped", skipped.join(" "))
+        }
+    };
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let mut totals = Totals::default();
     let start = Instant::now();
     // Bounded: runs start only within the budget, and there are at most budget / 1 s + 1.
@@ -1089,7 +1380,7 @@ fn chaos_soak_on_real_sockets() {
         .map(|(k, v)| format!("{k} {v}"))
         .collect();
     let line = format!(
-        "soak summary: seed {seed:#x}, {} runs, {} ok, {} failed, {} messages, {} bytes verified, faults: {}; transport: {}; {:.0} s",
+        "soak summary: seed {seed:#x}, {} runs, {} ok, {} failed, {} messages, {} bytes verified, faults: {}; netem {netem}; transport: {}; {:.0} s",
         totals.runs,
         totals.ok,
         totals.failures.len(),

@@ -344,6 +344,13 @@ pub trait Datapath {
         true
     }
 
+    /// EV sockets open now (the io_uring UDP datapath shares them among its
+    /// connections: about the EVs of its widest connection, not connections x EVs).
+    /// Default 0, for a datapath without sockets (verbs' UD QPs are shared as well).
+    fn ev_sockets(&self) -> usize {
+        0
+    }
+
     /// Counters.
     fn stats(&self) -> DatapathStats;
 }

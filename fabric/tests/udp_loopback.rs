@@ -178,7 +178,7 @@ fn ce_marked_send_is_read_back_as_ce_ipv6() {
 }
 
 #[test]
-fn ports_distinct_across_connections_and_exhaustion_is_typed() {
+fn ev_sockets_are_shared_across_connections_and_exhaustion_is_typed() {
     let ports = PortAllocator::new(21600..=21619).unwrap();
     let mut a = dp("127.0.0.1:0", &ports, true);
     let b = dp("127.0.0.1:0", &ports, true);
@@ -192,23 +192,31 @@ fn ports_distinct_across_connections_and_exhaustion_is_typed() {
     let c2 = a
         .open_conn(b.local_addr(), &PathMap::per_ev((0..16).collect()))
         .unwrap();
+    // Socket index i is one socket (one source port) for every connection of `a`.
     assert_eq!(
         a.source_ports(c1).unwrap(),
         vec![21600, 21601, 21602, 21603]
     );
     assert_eq!(
         a.source_ports(c2).unwrap(),
-        (21604..21620).collect::<Vec<u16>>()
+        (21600..21616).collect::<Vec<u16>>()
     );
-    assert_eq!(ports.leased(), 20);
-    match a.open_conn(b.local_addr(), &PathMap::per_ev(vec![0])) {
+    assert_eq!((ports.leased(), a.ev_sockets()), (16, 16));
+    // Another datapath has sockets of its own: 4 ports are left for it, the fifth fails
+    // typed, and the four it took return.
+    let mut c = dp("127.0.0.1:0", &ports, true);
+    match c.open_conn(b.local_addr(), &PathMap::per_ev((0..5).collect())) {
         Err(DatapathError::Port(PortError::Exhausted { first, last })) => {
             assert_eq!((first, last), (21600, 21619));
         }
         other => panic!("expected exhaustion, got {other:?}"),
     }
+    assert_eq!((ports.leased(), c.ev_sockets()), (16, 0));
     a.close_conn(c1);
-    assert_eq!(ports.leased(), 16);
+    // c2 still uses every socket c1 did.
+    assert_eq!((ports.leased(), a.ev_sockets()), (16, 16));
+    a.close_conn(c2);
+    assert_eq!((ports.leased(), a.ev_sockets()), (0, 0));
     // Next-fit: the cursor wrapped to 21600, which is free again.
     let c3 = a
         .open_conn(b.local_addr(), &PathMap::per_ev(vec![0]))
@@ -225,6 +233,44 @@ fn ports_distinct_across_connections_and_exhaustion_is_typed() {
             ev: 99
         })
     ));
+}
+
+/// One datapath, three peers, one burst: each peer gets exactly its datagrams, from the
+/// same 4 source ports (the EV sockets are shared; the destination differs).
+#[test]
+fn shared_ev_sockets_send_to_every_peer() {
+    let ports = PortAllocator::new(21650..=21699).unwrap();
+    let mut a = dp("127.0.0.1:0", &ports, true);
+    let mut peers: Vec<UringDatapath> = (0..3).map(|_| dp("127.0.0.1:0", &ports, true)).collect();
+    let conns: Vec<ConnId> = peers
+        .iter()
+        .map(|p| {
+            a.open_conn(p.local_addr(), &PathMap::per_ev((0..4).collect()))
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(a.ev_sockets(), 4);
+    let mut batch = TxBatch::new(24, 64);
+    for i in 0..24u8 {
+        let k = usize::from(i % 3);
+        assert!(batch.push(conns[k], u32::from(i / 3 % 4), Ecn::Ect0, &[k as u8, i]));
+    }
+    let rep = a.tx_burst(&batch).unwrap();
+    assert_eq!((rep.datagrams, rep.errors), (24, 0));
+    let src = a.source_ports(conns[0]).unwrap();
+    assert_eq!(src, vec![21650, 21651, 21652, 21653]);
+    for (k, p) in peers.iter_mut().enumerate() {
+        let got = recv_n(p, 8);
+        assert_eq!(got.len(), 8);
+        let mut seen: Vec<u8> = got.iter().map(|(_, _, b)| b[1]).collect();
+        seen.sort_unstable();
+        let want: Vec<u8> = (0..24u8).filter(|i| usize::from(i % 3) == k).collect();
+        assert_eq!(seen, want);
+        for (from, _, b) in &got {
+            assert_eq!(b[0], k as u8);
+            assert_eq!(from.port(), src[usize::from(b[1] / 3 % 4)]);
+        }
+    }
 }
 
 #[test]

@@ -48,10 +48,14 @@ pub enum DropReason {
     /// Authentication is on and the datagram's packet number was already accepted, or is
     /// older than the replay window ([`crate::auth`]).
     Replayed,
+    /// A SEND packet whose receive buffer is not known yet would take the receiver's staged
+    /// SEND payload beyond `max_staged_bytes`: not accepted, answered with
+    /// NACK(RECEIVER_NOT_READY) ([`crate::recv`]).
+    StagingFull,
 }
 
 /// Number of [`DropReason`] variants.
-pub const DROP_REASONS: usize = 19;
+pub const DROP_REASONS: usize = 20;
 
 /// Drop counters indexed by [`DropReason`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -193,6 +197,6 @@ mod tests {
         assert_eq!(d.get(DropReason::OutOfOrderGoBackN), 1);
         assert_eq!(d.get(DropReason::Malformed), 0);
         assert_eq!(d.total(), 3);
-        assert_eq!(DropReason::Replayed as usize, DROP_REASONS - 1);
+        assert_eq!(DropReason::StagingFull as usize, DROP_REASONS - 1);
     }
 }

@@ -2,8 +2,10 @@
 //! [`Context`] per rank (one engine thread, one UDP receive socket) and one [`Qp`] per
 //! peer it exchanges data with, each with a source and a destination region.
 //!
-//! Sockets per rank: the context's receive socket plus, per QP, one socket per group of
-//! `--burst-size` EVs (`ceil(--paths / --burst-size)`): [`RankConn::sockets`].
+//! Sockets per rank: the context's receive socket plus one socket per group of
+//! `--burst-size` EVs (`ceil(--paths / --burst-size)`), shared by all the rank's QPs
+//! (QPs whose sockets carry different SRHs, `--srv6` towards different spines, need
+//! sockets of their own): [`RankConn::sockets`] counts them.
 
 use super::handles::Handle;
 use crate::perf::opts::TestParams;
@@ -51,8 +53,6 @@ pub struct RankConn {
     pub qps: Vec<PeerQp>,
     /// The address peers send to.
     pub advertised: SocketAddr,
-    /// UDP sockets this rank opened.
-    pub sockets: u32,
 }
 
 /// Region size of each QP's two regions for the streams of `p`, bytes.
@@ -85,7 +85,6 @@ impl RankConn {
         Ok(RankConn {
             ctx,
             advertised,
-            sockets: 1,
             qps: Vec::new(),
         })
     }
@@ -116,8 +115,18 @@ impl RankConn {
             peer_udp: None,
             recvs_posted: 0,
         });
-        self.sockets += p.paths.div_ceil(p.burst_size.max(1));
         Ok(())
+    }
+
+    /// UDP sockets this rank holds: the receive socket and the EV sockets its engine
+    /// reports ([`EngineStats::ev_sockets`], shared by all its QPs); 1 before any QP.
+    pub fn sockets(&self) -> u32 {
+        let ev = self
+            .qps
+            .first()
+            .and_then(|q| q.qp.stats().ok())
+            .map_or(0, |(_, e)| e.ev_sockets);
+        1 + u32::try_from(ev).unwrap_or(u32::MAX - 1)
     }
 
     /// Index in [`RankConn::qps`] of the QP with `peer`.

@@ -328,17 +328,22 @@ fn run(job: &mut Job<'_>, test: &TestOpts, o: &MpiOpts, host: &str) -> i32 {
     job.world.all_gather_into(&mine[..], &mut all[..]);
     let setup = (|| -> Result<RankConn, String> {
         let mut c = conn;
-        let need =
-            1 + peers.len() as u64 * u64::from(plan.params.paths.div_ceil(plan.params.burst_size));
+        // The QPs share their EV sockets unless --srv6 gives each peer segment lists
+        // of its own: then at most one set per QP.
+        let sets = if plan.params.srv6.is_some() {
+            peers.len() as u64
+        } else {
+            1
+        };
+        let need = 1 + sets * u64::from(plan.params.paths.div_ceil(plan.params.burst_size));
         let limit = open_files_limit();
         if need + 64 > limit {
             return Err(format!(
-                "{} QPs x ceil(--paths {} / --burst-size {}) EV sockets need {need} file \
-                 descriptors, more than this process may open ({limit}, ulimit -n, less 64 \
-                 for the rest): lower --paths, raise --burst-size or ulimit -n",
-                peers.len(),
-                plan.params.paths,
-                plan.params.burst_size
+                "{sets} x ceil(--paths {} / --burst-size {}) EV sockets (one set shared by \
+                 all QPs, one per QP with --srv6) need {need} file descriptors, more than \
+                 this process may open ({limit}, ulimit -n, less 64 for the rest): lower \
+                 --paths, raise --burst-size or ulimit -n",
+                plan.params.paths, plan.params.burst_size
             ));
         }
         let tb = match plan.params.srv6 {
@@ -507,7 +512,7 @@ fn run(job: &mut Job<'_>, test: &TestOpts, o: &MpiOpts, host: &str) -> i32 {
         udp: conn.advertised.to_string(),
         pid: std::process::id(),
         qps: conn.qps.len() as u32,
-        sockets: conn.sockets,
+        sockets: conn.sockets(),
         clock_offset_ns: offset_ns,
         clock_rtt_ns: rtt_ns,
         clock_residual_ns: residual_ns,

@@ -118,6 +118,7 @@ pub const DROP_REASONS: [mrc_transport::stats::DropReason; mrc_transport::stats:
         D::ReceiverNotReady,
         D::AuthFailed,
         D::Replayed,
+        D::StagingFull,
     ]
 };
 

@@ -267,6 +267,138 @@ impl QpInfo {
     }
 }
 
+/// Decodes one region entry ([`REGION_LEN`] bytes).
+fn decode_region(e: &[u8]) -> Result<RemoteMr, BootstrapError> {
+    let u64_at = |i: usize| {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(&e[i..i + 8]);
+        u64::from_be_bytes(a)
+    };
+    let (addr, len) = (u64_at(0), u64_at(8));
+    let rkey = u32::from_be_bytes([e[16], e[17], e[18], e[19]]);
+    if addr.checked_add(len).is_none() {
+        return Err(BootstrapError::BadField("region bounds"));
+    }
+    Ok(RemoteMr { addr, len, rkey })
+}
+
+/// Checks the magic of a message whose first bytes are `b` as soon as 4 of them are there
+/// (so a foreign peer is refused at its fourth byte, not at the deadline). A QpInfo where
+/// `want` is expected, or the reverse, is [`BootstrapError::AuthMismatch`].
+fn check_magic(b: &[u8], want: [u8; 4]) -> Result<bool, BootstrapError> {
+    let Some(m) = b.get(..4) else {
+        return Ok(false);
+    };
+    let magic = [m[0], m[1], m[2], m[3]];
+    if magic == want {
+        return Ok(true);
+    }
+    if want == MAGIC && magic == NONCE_MAGIC {
+        return Err(BootstrapError::AuthMismatch(
+            "the peer authenticates its packets and this end does not",
+        ));
+    }
+    if want == NONCE_MAGIC && magic == MAGIC {
+        return Err(BootstrapError::AuthMismatch(
+            "this end authenticates its packets and the peer does not",
+        ));
+    }
+    Err(BootstrapError::BadMagic(magic))
+}
+
+/// Decodes a [`QpInfo`] from the start of `b`, the bytes received so far (for a
+/// non-blocking reader): `Ok(None)` while the message is incomplete, else the info and
+/// the bytes it took. The magic is checked from the fourth byte on, the fixed part as
+/// soon as it is whole, so at most [`FIXED_LEN`] + [`MAX_REGIONS`] x [`REGION_LEN`]
+/// bytes are ever waited for.
+///
+/// # Errors
+/// As [`QpInfo::read_from`] (no I/O errors).
+pub fn decode_qp_info(b: &[u8]) -> Result<Option<(QpInfo, usize)>, BootstrapError> {
+    if !check_magic(b, MAGIC)? || b.len() < FIXED_LEN {
+        return Ok(None);
+    }
+    let mut fixed = [0u8; FIXED_LEN];
+    fixed.copy_from_slice(&b[..FIXED_LEN]);
+    let (mut info, n) = QpInfo::decode_fixed(&fixed)?;
+    let total = FIXED_LEN + n * REGION_LEN;
+    if b.len() < total {
+        return Ok(None);
+    }
+    for e in b[FIXED_LEN..total].chunks_exact(REGION_LEN) {
+        info.regions.push(decode_region(e)?);
+    }
+    Ok(Some((info, total)))
+}
+
+/// The source-port message of `ports` ([`exchange_ports`]'s layout).
+///
+/// # Errors
+/// [`BootstrapError::BadField`] (`"source port count"`) for none or more than
+/// [`MAX_SOURCE_PORTS`].
+pub fn encode_ports(ports: &[u16]) -> Result<Vec<u8>, BootstrapError> {
+    if ports.is_empty() || ports.len() > MAX_SOURCE_PORTS {
+        return Err(BootstrapError::BadField("source port count"));
+    }
+    let mut b = Vec::with_capacity(6 + 2 * ports.len());
+    b.extend_from_slice(&PORTS_MAGIC);
+    b.extend_from_slice(&(ports.len() as u16).to_be_bytes());
+    for p in ports {
+        b.extend_from_slice(&p.to_be_bytes());
+    }
+    Ok(b)
+}
+
+/// Decodes a source-port message from the start of `b` (as [`decode_qp_info`]):
+/// `Ok(None)` while incomplete, else the ports and the bytes taken.
+///
+/// # Errors
+/// As [`exchange_ports`] (no I/O errors).
+pub fn decode_ports(b: &[u8]) -> Result<Option<(Vec<u16>, usize)>, BootstrapError> {
+    if !check_magic(b, PORTS_MAGIC)? || b.len() < 6 {
+        return Ok(None);
+    }
+    let n = usize::from(u16::from_be_bytes([b[4], b[5]]));
+    if n == 0 || n > MAX_SOURCE_PORTS {
+        return Err(BootstrapError::BadField("source port count"));
+    }
+    let total = 6 + 2 * n;
+    if b.len() < total {
+        return Ok(None);
+    }
+    let ports: Vec<u16> = b[6..total]
+        .chunks_exact(2)
+        .map(|c| u16::from_be_bytes([c[0], c[1]]))
+        .collect();
+    if ports.contains(&0) {
+        return Err(BootstrapError::BadField("source port"));
+    }
+    Ok(Some((ports, total)))
+}
+
+/// Decodes a message of `magic` and 32 bytes ([`exchange_nonces`],
+/// [`exchange_confirmations`]) from the start of `b` (as [`decode_qp_info`]).
+///
+/// # Errors
+/// [`BootstrapError::AuthMismatch`] for a [`QpInfo`] where a nonce was due,
+/// [`BootstrapError::BadMagic`] for anything else.
+pub fn decode_32(b: &[u8], magic: [u8; 4]) -> Result<Option<([u8; 32], usize)>, BootstrapError> {
+    if !check_magic(b, magic)? || b.len() < 36 {
+        return Ok(None);
+    }
+    let mut v = [0u8; 32];
+    v.copy_from_slice(&b[4..36]);
+    Ok(Some((v, 36)))
+}
+
+/// Decodes [`READY`] from the start of `b` (as [`decode_qp_info`]).
+///
+/// # Errors
+/// [`BootstrapError::BadMagic`] for anything else.
+pub fn decode_ready(b: &[u8]) -> Result<Option<usize>, BootstrapError> {
+    Ok(check_magic(b, READY)?.then_some(4))
+}
+
 /// A TCP stream under one deadline for a whole exchange: before every read or write the
 /// socket's timeout is set to the time left, and past the deadline every call fails with
 /// `TimedOut`. So a peer that sends one byte a second cannot stretch an exchange of many
@@ -640,6 +772,80 @@ mod tests {
             QpInfo::read_from(&mut b.as_slice()),
             Err(BootstrapError::BadField("region bounds"))
         ));
+    }
+
+    #[test]
+    fn incremental_decoders_wait_for_whole_messages_and_refuse_foreign_magic_early() {
+        let b = info().encode().unwrap();
+        for n in 0..b.len() {
+            assert_eq!(decode_qp_info(&b[..n]).unwrap(), None, "prefix {n}");
+        }
+        let mut more = b.clone();
+        more.extend_from_slice(b"MRCP");
+        assert_eq!(decode_qp_info(&more).unwrap(), Some((info(), b.len())));
+        assert!(matches!(
+            decode_qp_info(b"GET "),
+            Err(BootstrapError::BadMagic(m)) if &m == b"GET "
+        ));
+        assert_eq!(decode_qp_info(b"GE").unwrap(), None);
+        assert!(matches!(
+            decode_qp_info(b"MRCN"),
+            Err(BootstrapError::AuthMismatch(_))
+        ));
+        let p = encode_ports(&[20000, 20001]).unwrap();
+        assert_eq!(p, b"MRCP\x00\x02\x4e\x20\x4e\x21");
+        assert_eq!(decode_ports(&p[..9]).unwrap(), None);
+        assert_eq!(decode_ports(&p).unwrap(), Some((vec![20000, 20001], 10)));
+        assert!(matches!(
+            decode_ports(b"MRCP\xff\xff"),
+            Err(BootstrapError::BadField("source port count"))
+        ));
+        assert!(matches!(
+            encode_ports(&[]),
+            Err(BootstrapError::BadField("source port count"))
+        ));
+        let mut n = b"MRCK".to_vec();
+        n.extend_from_slice(&[7; 32]);
+        assert_eq!(decode_32(&n[..35], CONFIRM_MAGIC).unwrap(), None);
+        assert_eq!(decode_32(&n, CONFIRM_MAGIC).unwrap(), Some(([7; 32], 36)));
+        assert!(matches!(
+            decode_32(&n, NONCE_MAGIC),
+            Err(BootstrapError::BadMagic(m)) if &m == b"MRCK"
+        ));
+        assert_eq!(decode_ready(b"MRC").unwrap(), None);
+        assert_eq!(decode_ready(b"MRCR").unwrap(), Some(4));
+        assert!(decode_ready(b"MRCX").is_err());
+    }
+
+    proptest::proptest! {
+        /// Arbitrary bytes (and arbitrary bytes after a valid magic) are a typed error,
+        /// `None` or a message no longer than the input: never a panic.
+        #[test]
+        fn incremental_decoders_take_any_bytes(
+            magic in 0usize..5,
+            body in proptest::collection::vec(proptest::num::u8::ANY, 0..200),
+        ) {
+            let mut b = match magic {
+                0 => MAGIC.to_vec(),
+                1 => PORTS_MAGIC.to_vec(),
+                2 => NONCE_MAGIC.to_vec(),
+                3 => CONFIRM_MAGIC.to_vec(),
+                _ => Vec::new(),
+            };
+            b.extend_from_slice(&body);
+            if let Ok(Some((_, n))) = decode_qp_info(&b) {
+                proptest::prop_assert!(n <= b.len());
+            }
+            if let Ok(Some((p, n))) = decode_ports(&b) {
+                proptest::prop_assert!(n <= b.len() && !p.contains(&0));
+            }
+            for m in [NONCE_MAGIC, CONFIRM_MAGIC] {
+                if let Ok(Some((_, n))) = decode_32(&b, m) {
+                    proptest::prop_assert_eq!(n, 36);
+                }
+            }
+            let _ = decode_ready(&b);
+        }
     }
 
     #[test]

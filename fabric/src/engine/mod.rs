@@ -40,11 +40,13 @@
 
 pub mod bootstrap;
 pub mod pattern;
+pub mod setup;
 pub mod source;
 mod thread;
 mod watch;
 mod worker;
 
+pub use setup::{ConnHandle, ConnectId, HandleError, ListenOptions, ListenerId, SetupStats};
 pub use worker::Worker;
 
 use crate::datapath::{Datapath, DatapathError, DatapathStats, PathMap, Waker};
@@ -250,6 +252,9 @@ pub struct EngineStats {
     pub datapath: DatapathStats,
     /// CPU time the engine thread used so far, ns.
     pub cpu_ns: u64,
+    /// EV sockets the datapath holds now, shared by all its QPs
+    /// ([`Datapath::ev_sockets`]; a gauge, not a counter).
+    pub ev_sockets: u64,
 }
 
 /// A snapshot of one QP.

@@ -505,6 +505,7 @@ impl<D: Datapath> Engine<D> {
         let mut es = self.stats;
         es.datapath = self.dp.stats();
         es.cpu_ns = thread_cpu_ns();
+        es.ev_sockets = self.dp.ev_sockets() as u64;
         (r, es)
     }
 

@@ -17,6 +17,9 @@
 //! ones that lose the race for a datagram to io-wq workers, and later datagrams then
 //! complete on a worker thread (`mrc-perf --test lat --progress caller` uses 2).
 
+use super::setup::{
+    ConnHandle, ConnectId, ListenOptions, ListenerId, Setup, SetupHost, SetupStats,
+};
 use super::thread::{Cq, Engine};
 use super::{
     Connected, EngineConfig, EngineError, EngineStats, MrMem, QpConfig, QpStats, Wr, bootstrap,
@@ -32,12 +35,18 @@ use std::collections::{HashMap, VecDeque};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
+/// Longest sleep of [`Worker::wait`] while a handshake may be waiting for bytes, ns
+/// (TCP readiness does not wake the datapath): 1 ms.
+const SETUP_POLL_NS: u64 = 1_000_000;
+
 /// What the worker keeps of one QP besides its engine entry.
 #[derive(Debug)]
 struct WorkerQp {
     cfg: ConnConfig,
     /// Registered regions and their rights.
     mrs: HashMap<u32, (MrKey, Access)>,
+    /// What the peer said when the QP connected.
+    remote: Option<QpInfo>,
 }
 
 /// An endpoint progressed by the caller's thread: one datapath (io_uring UDP by default)
@@ -46,6 +55,8 @@ struct WorkerQp {
 pub struct Worker<D: Datapath = UringDatapath> {
     engine: Engine<D>,
     qps: HashMap<u32, WorkerQp>,
+    /// Listeners and connection attempts ([`Worker::listen`], [`Worker::connect_start`]).
+    setup: Setup,
 }
 
 impl<D: Datapath> std::fmt::Debug for Worker<D> {
@@ -73,12 +84,19 @@ impl<D: Datapath> Worker<D> {
         Worker {
             engine: Engine::new(dp, cfg),
             qps: HashMap::new(),
+            setup: Setup::default(),
         }
     }
 
     /// Address of the receive socket (what peers send to).
     pub fn udp_addr(&self) -> SocketAddr {
         self.engine.dp.local_addr()
+    }
+
+    /// The datapath (e.g. [`Datapath::ev_sockets`]: every QP of the worker shares its EV
+    /// sockets).
+    pub fn datapath(&self) -> &D {
+        &self.engine.dp
     }
 
     /// Creates a QP (as [`super::Context::create_qp`]); returns its QPN, the handle every
@@ -110,6 +128,7 @@ impl<D: Datapath> Worker<D> {
             WorkerQp {
                 cfg: conn_cfg,
                 mrs: HashMap::new(),
+                remote: None,
             },
         );
         Ok(qpn)
@@ -119,6 +138,11 @@ impl<D: Datapath> Worker<D> {
     pub fn destroy_qp(&mut self, qpn: u32) {
         self.engine.remove_qp(qpn);
         self.qps.remove(&qpn);
+    }
+
+    /// QPs this worker holds (those of handshakes in flight included).
+    pub fn qp_count(&self) -> usize {
+        self.qps.len()
     }
 
     fn qp(&self, qpn: u32) -> Result<&WorkerQp, EngineError> {
@@ -223,9 +247,135 @@ impl<D: Datapath> Worker<D> {
         udp: SocketAddr,
     ) -> Result<Vec<u16>, EngineError> {
         let peer = peer_params(&self.qp(qpn)?.cfg, remote)?;
-        self.engine
+        let ports = self
+            .engine
             .connect_qp(qpn, peer, udp)
-            .map_err(EngineError::Refused)
+            .map_err(EngineError::Refused)?;
+        if let Some(q) = self.qps.get_mut(&qpn) {
+            q.remote = Some(remote.clone());
+        }
+        Ok(ports)
+    }
+
+    /// What the peer of QP `qpn` said when it connected (its QPN, PSN, window and the
+    /// regions it lets this side write); `None` before connect or for an unknown QP.
+    pub fn peer_info(&self, qpn: u32) -> Option<&QpInfo> {
+        self.qps.get(&qpn)?.remote.as_ref()
+    }
+
+    /// Runs `f` on the setup state with this worker as its host (the state is taken out
+    /// meanwhile, so the host calls cannot reach it).
+    fn with_setup<T>(&mut self, f: impl FnOnce(&mut Setup, &mut dyn SetupHost) -> T) -> T {
+        let mut s = std::mem::take(&mut self.setup);
+        let r = f(&mut s, self);
+        self.setup = s;
+        r
+    }
+
+    /// Opens a listener for connections set up through a [`ConnHandle`]: a non-blocking
+    /// TCP socket on this worker's IP (port chosen by the kernel) and a secret of
+    /// [`super::setup::SECRET_BYTES`] from the OS CSPRNG. Returns its id and the handle
+    /// to carry to peers over the application's own channel
+    /// ([`ConnHandle::to_bytes`], [`super::setup::HANDLE_BYTES`] bytes). Each
+    /// connection a peer makes with [`Worker::connect_start`] gets a new QP made from
+    /// `cfg`, handed out by [`Worker::poll_accept`]. Never blocks. The handshake and its
+    /// checks: [`super::setup`].
+    ///
+    /// # Errors
+    /// [`EngineError::Refused`] when the worker's receive socket is bound to an
+    /// unspecified IP (the handle must name a reachable one) or the CSPRNG fails;
+    /// [`EngineError::Bootstrap`] when the TCP socket cannot be opened.
+    pub fn listen(&mut self, cfg: QpConfig) -> Result<(ListenerId, ConnHandle), EngineError> {
+        self.listen_with(cfg, ListenOptions::default())
+    }
+
+    /// [`Worker::listen`] with options, e.g. per-packet authentication
+    /// ([`ListenOptions::authenticate_packets`]; the handle carries the choice to the
+    /// peers).
+    ///
+    /// # Errors
+    /// As [`Worker::listen`].
+    pub fn listen_with(
+        &mut self,
+        cfg: QpConfig,
+        opts: ListenOptions,
+    ) -> Result<(ListenerId, ConnHandle), EngineError> {
+        let ip = self.udp_addr().ip();
+        self.setup.listen(ip, cfg, opts)
+    }
+
+    /// The next connection listener `id` completed, as the QPN of its new QP (connected,
+    /// its source filter set: post at once); `None` while none is complete. Advances the
+    /// listener's handshakes first (and [`Worker::progress`] does too). Never blocks.
+    /// Connections that fail (a wrong secret, foreign bytes, a deadline) are dropped and
+    /// counted in [`Worker::setup_stats`], never returned.
+    ///
+    /// # Errors
+    /// `Some(Err(EngineError::Refused))` for an unknown or closed listener;
+    /// `Some(Err(EngineError::Bootstrap))` when `accept(2)` fails (e.g. out of file
+    /// descriptors; the listener stays open and the next call retries).
+    pub fn poll_accept(&mut self, id: ListenerId) -> Option<Result<u32, EngineError>> {
+        self.with_setup(|s, h| s.poll_accept(id, h))
+    }
+
+    /// Closes listener `id`: its TCP socket, its handshakes in flight, and the QPs of
+    /// connections it completed that [`Worker::poll_accept`] did not hand out yet (they
+    /// are destroyed). QPs already handed out stay. Returns whether it was open.
+    pub fn close_listener(&mut self, id: ListenerId) -> bool {
+        self.with_setup(|s, h| s.close_listener(id, h))
+    }
+
+    /// Starts connecting to the listener of `handle` with a new QP made from `cfg`:
+    /// opens a non-blocking TCP connection and returns at once. Poll
+    /// [`Worker::poll_connect`] (and keep progressing the worker) until it answers.
+    ///
+    /// # Errors
+    /// As [`Worker::create_qp`]; [`EngineError::Bootstrap`] when the socket cannot be
+    /// opened or the connect fails at once (e.g. no route).
+    pub fn connect_start(
+        &mut self,
+        handle: &ConnHandle,
+        cfg: QpConfig,
+    ) -> Result<ConnectId, EngineError> {
+        let qpn = self.create_qp(cfg.clone())?;
+        let r = self.setup.connect_start(handle, cfg, qpn);
+        if r.is_err() {
+            self.destroy_qp(qpn);
+        }
+        r
+    }
+
+    /// Advances attempt `id`: `Ok(None)` while the handshake runs (the QP does not exist
+    /// for the caller yet), `Ok(Some(qpn))` once the QP is connected at both ends and
+    /// its source filter is set (post at once); the attempt then ends. Never blocks.
+    ///
+    /// # Errors
+    /// The attempt failed and ended (its QP is destroyed): [`EngineError::Bootstrap`]
+    /// with [`super::bootstrap::BootstrapError::AuthMismatch`] when the listener does not
+    /// prove the handle's secret (or the handle is forged),
+    /// [`super::bootstrap::BootstrapError::TimedOut`] at the deadline
+    /// ([`Worker::set_setup_timeout`]), `Io` for a refused or reset connection, `BadMagic`
+    /// / `BadField` for foreign bytes; [`EngineError::Incompatible`] for a peer QP that
+    /// does not fit; [`EngineError::Refused`] for an unknown (or already answered) `id`.
+    pub fn poll_connect(&mut self, id: ConnectId) -> Result<Option<u32>, EngineError> {
+        self.with_setup(|s, h| s.poll_connect(id, h))
+    }
+
+    /// Abandons attempt `id` (its QP is destroyed). Returns whether it was open.
+    pub fn cancel_connect(&mut self, id: ConnectId) -> bool {
+        self.with_setup(|s, h| s.cancel_connect(id, h))
+    }
+
+    /// The deadline of every handshake started from now on (connect attempts and
+    /// connections a listener accepts), counted from its start. Default
+    /// [`super::setup::DEFAULT_SETUP_TIMEOUT`].
+    pub fn set_setup_timeout(&mut self, timeout: Duration) {
+        self.setup.set_timeout(timeout);
+    }
+
+    /// Counters of connection setup.
+    pub fn setup_stats(&self) -> SetupStats {
+        self.setup.stats
     }
 
     /// Accepts datagrams of QP `qpn` only from the peer's EV source `ports`.
@@ -449,7 +599,13 @@ impl<D: Datapath> Worker<D> {
 
     /// One pass of progress on this thread: datagrams in, due timers, completions into
     /// the CQs, datagrams out. Never blocks. Returns whether anything happened.
+    ///
+    /// While a listener or a connection attempt is open it also advances their
+    /// handshakes (non-blocking TCP, a few system calls each).
     pub fn progress(&mut self) -> bool {
+        if self.setup.busy() {
+            self.with_setup(|s, h| s.advance_all(h));
+        }
         self.engine.poll_once()
     }
 
@@ -481,7 +637,12 @@ impl<D: Datapath> Worker<D> {
             let sleep = self
                 .engine
                 .sleep_ns(now)
-                .min(left.as_nanos().try_into().unwrap_or(u64::MAX));
+                .min(left.as_nanos().try_into().unwrap_or(u64::MAX))
+                .min(if self.setup.busy() {
+                    SETUP_POLL_NS
+                } else {
+                    u64::MAX
+                });
             if sleep > 0 {
                 self.engine.stats.sleeps += 1;
                 self.engine.dp.wait(sleep)?;
@@ -515,5 +676,37 @@ impl<D: Datapath> Worker<D> {
     pub fn stats(&self, qpn: u32) -> Result<(QpStats, EngineStats), EngineError> {
         let (q, e) = self.engine.qp_stats(qpn);
         Ok((q.ok_or_else(|| EngineError::Refused("QP gone".into()))?, e))
+    }
+}
+
+impl<D: Datapath> SetupHost for Worker<D> {
+    fn create_qp(&mut self, cfg: QpConfig) -> Result<u32, EngineError> {
+        Worker::create_qp(self, cfg)
+    }
+    fn destroy_qp(&mut self, qpn: u32) {
+        Worker::destroy_qp(self, qpn);
+    }
+    fn local_info(&self, qpn: u32) -> Result<QpInfo, EngineError> {
+        Worker::local_info(self, qpn)
+    }
+    fn connect(
+        &mut self,
+        qpn: u32,
+        remote: &QpInfo,
+        udp: SocketAddr,
+    ) -> Result<Vec<u16>, EngineError> {
+        Worker::connect(self, qpn, remote, udp)
+    }
+    fn set_peer_source_ports(&mut self, qpn: u32, ports: &[u16]) -> Result<(), EngineError> {
+        Worker::set_peer_source_ports(self, qpn, ports)
+    }
+    fn set_auth(
+        &mut self,
+        qpn: u32,
+        keys: mrc_transport::auth::AuthKeys,
+    ) -> Result<(), EngineError> {
+        self.engine
+            .set_auth(qpn, keys)
+            .map_err(EngineError::Refused)
     }
 }

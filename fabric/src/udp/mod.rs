@@ -5,9 +5,13 @@
 //! for older paths): `tx_burst` sends a whole batch, `rx_burst` hands every received datagram
 //! to a callback.
 //!
-//! Per connection, every EV socket is bound to its own UDP source port from the
-//! process-wide [`PortAllocator`] (the source port is the entropy that ECMP hashes), and
-//! connected to the peer's receive socket. Each endpoint has one receive socket
+//! Every EV socket is bound to its own UDP source port from the process-wide
+//! [`PortAllocator`] (the source port is the entropy that ECMP hashes). The io_uring
+//! datapath shares its EV sockets among all its connections: socket index `i` (with the
+//! same sticky SRH and mark) is one unconnected socket that names each connection's peer
+//! in its `sendmsg`, so a datapath talking to N peers over E EVs holds about E sockets,
+//! not N x E, and the 5-tuple still differs per peer (its destination). A socket closes
+//! when its last connection does. Each endpoint has one receive socket
 //! (port [`DEFAULT_RX_PORT`] unless configured; not 4791, which a RoCE NIC on the host would
 //! take). An IPv6 EV socket may carry a sticky Segment Routing Header (`IPV6_RTHDR`, routing
 //! type 4, RFC 8754), so the EV names a segment list instead of a hash input.

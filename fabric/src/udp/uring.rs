@@ -119,19 +119,40 @@ struct RxSlot {
     hdr: libc::msghdr,
 }
 
+/// One EV socket, shared by every connection of the datapath that uses the same socket
+/// index with the same sticky options ([`SockKey`]): unconnected, it names the peer in
+/// each `sendmsg`, so one source port carries that EV to every peer (the 5-tuple still
+/// differs by destination).
 struct EvSocket {
     sock: Socket,
     lease: PortLease,
+    key: SockKey,
+    /// Connections using it; it closes (and its port returns) at 0.
+    refs: usize,
+}
+
+/// What makes two connections' socket `index` the same socket: the index (the source
+/// port a peer's filter expects at that position), and the sticky SRH and mark.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct SockKey {
+    index: usize,
+    srh: Option<Vec<u8>>,
+    mark: Option<u32>,
 }
 
 struct UConn {
-    sockets: Vec<EvSocket>,
+    /// The peer's receive socket, as every `sendmsg` names it.
+    peer: SockAddr,
+    /// Per socket index of the connection: its slot in [`UringDatapath::socks`].
+    sockets: Vec<usize>,
 }
 
 /// One GSO group of a burst: datagrams `order[start..start+count]` on one socket.
 #[derive(Clone, Copy)]
 struct Group {
     fd: i32,
+    /// The connection (its peer is the destination).
+    conn: ConnId,
     start: usize,
     count: usize,
     segment_bytes: usize,
@@ -189,6 +210,10 @@ pub struct UringDatapath {
     eventfd_buf: Box<u64>,
     /// Route of an EV: its socket index in [`UConn::sockets`].
     conns: ConnTable<UConn, usize>,
+    /// The EV sockets, shared by the connections (slots of closed ones are `None`).
+    socks: Vec<Option<EvSocket>>,
+    /// Slot of each open EV socket by its key.
+    sock_slots: std::collections::HashMap<SockKey, usize>,
     // Send scratch, reused between bursts.
     order: Vec<(u64, u32)>,
     groups: Vec<Group>,
@@ -313,6 +338,8 @@ impl UringDatapath {
             waker: Arc::new(EventFdWaker { fd }),
             eventfd_buf: Box::new(0),
             conns: ConnTable::default(),
+            socks: Vec::new(),
+            sock_slots: std::collections::HashMap::new(),
             order: Vec::new(),
             groups: Vec::new(),
             iovs: Vec::new(),
@@ -413,12 +440,9 @@ impl UringDatapath {
         self.push_rx(e)
     }
 
-    fn open_socket(
-        &mut self,
-        peer: SocketAddr,
-        srh: Option<&[u8]>,
-        mark: Option<u32>,
-    ) -> Result<EvSocket, DatapathError> {
+    /// Opens (unconnected) the EV socket of `key`.
+    fn open_socket(&self, key: SockKey) -> Result<EvSocket, DatapathError> {
+        let (srh, mark) = (key.srh.as_deref(), key.mark);
         let ip = self.local.ip();
         let buf_bytes = self.cfg.socket_buffer_bytes;
         let (lease, sock) = self.cfg.ports.alloc_with(|port| {
@@ -437,9 +461,16 @@ impl UringDatapath {
             sock::set_traffic_class(&sock, ip.is_ipv6(), self.cfg.traffic_class & !3)
                 .map_err(DatapathError::io("IP_TOS / IPV6_TCLASS"))?;
         }
-        sock.connect(&SockAddr::from(peer))
-            .map_err(DatapathError::io("connect EV socket"))?;
-        Ok(EvSocket { sock, lease })
+        // An EV socket only sends: the smallest receive buffer the kernel allows bounds
+        // what a stranger sending to its port can queue there (nobody reads it).
+        sock.set_recv_buffer_size(0)
+            .map_err(DatapathError::io("SO_RCVBUF"))?;
+        Ok(EvSocket {
+            sock,
+            lease,
+            key,
+            refs: 0,
+        })
     }
 
     /// The traffic class (IPv6) or TOS (IPv4) byte socket `socket` of `conn` has, as the
@@ -458,7 +489,49 @@ impl UringDatapath {
         self.conns
             .get(conn)
             .and_then(|c| c.sockets.get(socket))
+            .and_then(|&slot| self.socks.get(slot)?.as_ref())
             .ok_or(DatapathError::UnknownConn(conn))
+    }
+
+    /// The slot of the EV socket of `key`, opened if no connection uses it yet; counts
+    /// one more user.
+    fn acquire(&mut self, key: SockKey) -> Result<usize, DatapathError> {
+        let slot = match self.sock_slots.get(&key) {
+            Some(&slot) => slot,
+            None => {
+                let sock = self.open_socket(key.clone())?;
+                let slot = match self.socks.iter().position(Option::is_none) {
+                    Some(i) => {
+                        self.socks[i] = Some(sock);
+                        i
+                    }
+                    None => {
+                        self.socks.push(Some(sock));
+                        self.socks.len() - 1
+                    }
+                };
+                self.sock_slots.insert(key, slot);
+                slot
+            }
+        };
+        if let Some(Some(s)) = self.socks.get_mut(slot) {
+            s.refs += 1;
+        }
+        Ok(slot)
+    }
+
+    /// One user less of the EV socket in `slot`; closes it (its port returns) at none.
+    fn release(&mut self, slot: usize) {
+        let Some(entry) = self.socks.get_mut(slot) else {
+            return;
+        };
+        if let Some(s) = entry {
+            s.refs = s.refs.saturating_sub(1);
+            if s.refs == 0 {
+                self.sock_slots.remove(&s.key);
+                *entry = None;
+            }
+        }
     }
 
     /// The sticky routing header of socket `socket` of `conn` as the kernel holds it.
@@ -492,6 +565,7 @@ impl UringDatapath {
                 .conns
                 .get(conn)
                 .and_then(|c| c.sockets.get(sidx))
+                .and_then(|&slot| self.socks.get(slot)?.as_ref())
                 .map(|s| s.sock.as_raw_fd())
                 .ok_or(DatapathError::UnknownConn(conn))?;
             let seg = m0.len;
@@ -513,6 +587,7 @@ impl UringDatapath {
             }
             self.groups.push(Group {
                 fd,
+                conn,
                 start: pos,
                 count,
                 segment_bytes: seg,
@@ -541,26 +616,41 @@ impl Datapath for UringDatapath {
             .collect::<Result<_, _>>()
             .map_err(DatapathError::BadPathMap)?;
         let mut sockets = Vec::with_capacity(paths.sockets());
-        for s in 0..paths.sockets() {
-            let srh = if srh_bytes.is_empty() {
-                None
-            } else {
-                Some(srh_bytes[s % srh_bytes.len()].as_slice())
-            };
-            let mark = (!paths.marks.is_empty()).then(|| paths.marks[s % paths.marks.len()]);
-            sockets.push(self.open_socket(peer, srh, mark)?);
+        for index in 0..paths.sockets() {
+            let srh = (!srh_bytes.is_empty()).then(|| srh_bytes[index % srh_bytes.len()].clone());
+            let mark = (!paths.marks.is_empty()).then(|| paths.marks[index % paths.marks.len()]);
+            match self.acquire(SockKey { index, srh, mark }) {
+                Ok(slot) => sockets.push(slot),
+                Err(e) => {
+                    for slot in sockets {
+                        self.release(slot);
+                    }
+                    return Err(e);
+                }
+            }
         }
-        Ok(self.conns.insert(UConn { sockets }, paths.socket_of()))
+        let peer = SockAddr::from(peer);
+        Ok(self
+            .conns
+            .insert(UConn { peer, sockets }, paths.socket_of()))
     }
 
+    /// Forgets the connection; each EV socket it used closes once no other connection
+    /// uses it.
     fn close_conn(&mut self, conn: ConnId) {
+        let slots = self.conns.get(conn).map(|c| c.sockets.clone());
         self.conns.remove(conn);
+        for slot in slots.unwrap_or_default() {
+            self.release(slot);
+        }
     }
 
     fn source_ports(&self, conn: ConnId) -> Option<Vec<u16>> {
-        self.conns
-            .get(conn)
-            .map(|c| c.sockets.iter().map(|s| s.lease.port()).collect())
+        let c = self.conns.get(conn)?;
+        c.sockets
+            .iter()
+            .map(|&slot| Some(self.socks.get(slot)?.as_ref()?.lease.port()))
+            .collect()
     }
 
     /// Yes: a batch goes out grouped per socket (one `UDP_SEGMENT` send per run).
@@ -594,6 +684,12 @@ impl Datapath for UringDatapath {
             let clen = sock::encode_tx_cmsgs(cm, v6, dscp | (g.ecn.bits() & 3), gso);
             // SAFETY: zero is a valid msghdr.
             let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
+            // The destination: the connection's peer (build_groups resolved the
+            // connection; its UConn is not touched until this burst is reaped).
+            if let Some(c) = self.conns.get(g.conn) {
+                h.msg_name = c.peer.as_ptr() as *mut libc::c_void;
+                h.msg_namelen = c.peer.len();
+            }
             h.msg_iov = self.iovs[g.start..].as_ptr() as *mut libc::iovec;
             h.msg_iovlen = g.count as _;
             h.msg_control = cm.0.as_mut_ptr().cast();
@@ -772,6 +868,11 @@ impl Datapath for UringDatapath {
 
     fn waker(&self) -> Arc<dyn Waker> {
         self.waker.clone()
+    }
+
+    /// The shared EV sockets open: one per socket index (and sticky SRH or mark) in use.
+    fn ev_sockets(&self) -> usize {
+        self.sock_slots.len()
     }
 
     fn stats(&self) -> DatapathStats {

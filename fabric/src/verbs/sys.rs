@@ -659,11 +659,15 @@ impl Device {
         Ok(())
     }
 
-    /// Blocks until the receive CQ's event, `wake_fd` becomes readable, or `timeout_ms`.
+    /// Blocks until the receive CQ's event, `wake_fd` becomes readable, or `timeout_ns`
+    /// passed. `ppoll(2)`, whose timeout is a nanosecond timespec (an hrtimer): `poll(2)`'s
+    /// whole milliseconds turned the transport's 10 us ACK-delay timer into a sleep of 1 ms
+    /// or more (a tick, 4 ms at `CONFIG_HZ=250`), as the UDP datapath's io_uring wait
+    /// never did.
     ///
     /// # Errors
-    /// [`VerbsError::Call`] when `poll(2)` or `ibv_get_cq_event` fail.
-    fn block(&mut self, timeout_ms: c_int, wake_fd: RawFd) -> Result<(), VerbsError> {
+    /// [`VerbsError::Call`] when `ppoll(2)` or `ibv_get_cq_event` fail.
+    fn block(&mut self, timeout_ns: u64, wake_fd: RawFd) -> Result<(), VerbsError> {
         // SAFETY: live channel.
         let ch_fd = unsafe { (*self.channel.as_ptr()).fd };
         let mut fds = [
@@ -678,15 +682,19 @@ impl Device {
                 revents: 0,
             },
         ];
-        // SAFETY: two live pollfd entries.
-        let rc = unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout_ms) };
+        let ts = libc::timespec {
+            tv_sec: (timeout_ns / 1_000_000_000).min(i32::MAX as u64) as libc::time_t,
+            tv_nsec: (timeout_ns % 1_000_000_000) as libc::c_long,
+        };
+        // SAFETY: two live pollfd entries, a live timespec, no signal mask.
+        let rc = unsafe { libc::ppoll(fds.as_mut_ptr(), 2, &ts, ptr::null()) };
         if rc < 0 {
             let e = io::Error::last_os_error();
             if e.kind() == io::ErrorKind::Interrupted {
                 return Ok(());
             }
             return Err(VerbsError::Call {
-                call: "poll",
+                call: "ppoll",
                 source: e,
             });
         }
@@ -766,9 +774,8 @@ impl Nic for Device {
         if self.poll_recv_impl(64, early)? > 0 {
             return Ok(());
         }
-        let ms = timeout_ns.div_ceil(1_000_000).min(i32::MAX as u64) as c_int;
         let fd = self.waker.efd.raw();
-        self.block(ms, fd)
+        self.block(timeout_ns, fd)
     }
     fn waker(&self) -> Arc<dyn Waker> {
         self.waker.clone()

@@ -35,6 +35,13 @@ pub struct ConnConfig {
     pub recv_window_packets: u32,
     /// Messages tracked ahead of the next to complete at the receiver. Default 4096.
     pub max_rx_messages: u32,
+    /// SEND payload the receiver holds for messages whose receive buffer is not known yet
+    /// (the receive is not posted, or an earlier message's kind is not known), bytes; a
+    /// SEND packet beyond it is refused ([`crate::stats::DropReason::StagingFull`]) and
+    /// resent after the sender's RNR timer. A SEND whose receive is known is placed
+    /// straight into it and needs none. Default 16 MiB (about the kernel's
+    /// `net.core.rmem_max`-sized socket buffers a UDP receiver would hold instead).
+    pub max_staged_bytes: u64,
     /// Interval between probes of an `AssumedBad` EV, ns. Default 100 us.
     pub probe_interval_ns: u64,
     /// An EV without evidence of carrying packets (a delivery, an answered probe) for this
@@ -77,6 +84,7 @@ impl Default for ConnConfig {
             ack: AckConfig::default(),
             recv_window_packets: DEFAULT_RECV_WINDOW_PACKETS,
             max_rx_messages: 4096,
+            max_staged_bytes: 16 << 20,
             probe_interval_ns: 100_000,
             revalidate_ev_after_ns: 100_000,
             pacing_burst_ns: 0,

@@ -172,7 +172,7 @@ impl<C: Controller> Connection<C> {
         send_cfg.go_back_n = cfg.go_back_n;
         let send = SendState::new(cfg.initial_psn, send_cfg);
         let rwin = RecvWindow::new(crate::psn::Psn::new(0), cfg.recv_window_packets);
-        let rx = RxMessages::new(cfg.max_rx_messages);
+        let rx = RxMessages::new(cfg.max_rx_messages, cfg.max_staged_bytes);
         let acker = Acker::new(cfg.ack);
         let regions = match cfg.region_key {
             Some(key) => RegionTable::random(key),

@@ -257,7 +257,7 @@ impl<C: Controller> Connection<C> {
                 DropReason::BadRkey | DropReason::OutOfBounds | DropReason::AccessDenied => {
                     self.queue_nack(psn.value(), NackReason::AccessError, m.ev, ts32);
                 }
-                DropReason::ReceiverNotReady => {
+                DropReason::ReceiverNotReady | DropReason::StagingFull => {
                     // IBA RNR NAK: not accepted (not in the SACK), so the sender cannot
                     // complete the message before a receive is free for it
                     self.stats.rnr_nacks_sent += 1;

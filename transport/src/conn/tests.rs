@@ -261,6 +261,90 @@ fn send_lands_in_the_posted_receive_and_zero_length_works() {
 }
 
 #[test]
+fn a_send_beyond_the_staging_bound_waits_for_its_receive_and_then_lands_whole() {
+    // b may stage 8192 bytes of SEND payload (two 4 KiB packets) for a receive not posted
+    let cc = || FixedWindowConfig::default().build();
+    let mut a = Connection::new(cfg(0x11, 0xFF_FFF0, 1), cc()).unwrap();
+    let mut b = Connection::new(
+        ConnConfig {
+            max_staged_bytes: 8192,
+            ..cfg(0x22, 100, 7)
+        },
+        cc(),
+    )
+    .unwrap();
+    a.connect(PeerParams {
+        qpn: 0x22,
+        initial_psn: Psn::new(100),
+        generation: 7,
+    })
+    .unwrap();
+    b.connect(PeerParams {
+        qpn: 0x11,
+        initial_psn: Psn::new(0xFF_FFF0),
+        generation: 1,
+    })
+    .unwrap();
+    let src = fill(&mut a, 40_000, 3);
+    let rbuf = b
+        .regions_mut()
+        .register(40_000, Access::LOCAL_WRITE)
+        .unwrap();
+    a.post_send(
+        1,
+        Sge {
+            lkey: src.lkey,
+            addr: src.addr,
+            len: 40_000,
+        },
+    )
+    .unwrap();
+    exchange(0, &mut a, &mut b, &mut pass);
+    // 10 packets: two staged, seven refused for staging, the last for no receive; each
+    // refusal is a NACK(RECEIVER_NOT_READY), so the sender holds the eight
+    assert_eq!(a.stats().sent, 10);
+    assert_eq!(b.stats().received, 2);
+    assert_eq!(b.stats().drops.get(DropReason::StagingFull), 7);
+    assert_eq!(b.stats().drops.get(DropReason::ReceiverNotReady), 1);
+    assert_eq!(b.stats().rnr_nacks_sent, 8);
+    assert_eq!(a.stats().rnr_nacks_received, 8);
+    assert_eq!(a.send_state().rnr_deadline_ns(), Some(640_000));
+    assert_eq!(completions(&mut b), vec![]);
+    b.post_recv(
+        10,
+        Sge {
+            lkey: rbuf.lkey,
+            addr: rbuf.addr,
+            len: 40_000,
+        },
+    )
+    .unwrap();
+    a.handle_timeout(640_000);
+    exchange(640_000, &mut a, &mut b, &mut pass);
+    assert_eq!(a.stats().sent, 18);
+    assert_eq!(a.stats().retransmitted, 8);
+    assert_eq!(a.stats().rack_losses + a.stats().timeouts, 0);
+    assert_eq!(
+        completions(&mut a)
+            .iter()
+            .map(|c| (c.wr_id, c.status))
+            .collect::<Vec<_>>(),
+        vec![(1, WcStatus::Success)]
+    );
+    assert_eq!(
+        completions(&mut b)
+            .iter()
+            .map(|c| (c.wr_id, c.opcode, c.status, c.byte_len))
+            .collect::<Vec<_>>(),
+        vec![(10, WcOpcode::Recv, WcStatus::Success, 40_000)]
+    );
+    assert_eq!(
+        b.regions().bytes(rbuf.lkey).unwrap(),
+        a.regions().bytes(src.lkey).unwrap()
+    );
+}
+
+#[test]
 fn state_machine_and_post_checks() {
     let cc = FixedWindowConfig::default().build();
     let mut a = Connection::new(cfg(1, 0, 1), cc).unwrap();

@@ -3,10 +3,19 @@
 //!
 //! Every data packet names its message by MSN and carries the message length and its own
 //! offset. RDMA WRITE payload goes straight into the registered region named by the RETH
-//! (checked first); SEND payload is staged per packet and copied into the next posted
-//! receive buffer when the message completes in order (the n-th SEND or WRITE_WITH_IMM
-//! consumes the n-th posted receive, as in IBA RC). A message completes when its last
-//! packet and all its bytes have arrived **and** every earlier message has completed.
+//! (checked first). The n-th SEND or WRITE_WITH_IMM consumes the n-th posted receive, as
+//! in IBA RC, so a SEND packet's receive buffer is known once every earlier message is
+//! known to need one or not (each is a SEND, or its last packet arrived, or it is gone):
+//! then its payload goes straight into that buffer (one copy, none staged). Otherwise it
+//! is staged and copied into the buffer when the message completes in order. A message
+//! completes when its last packet and all its bytes have arrived **and** every earlier
+//! message has completed.
+//!
+//! Staging is bounded ([`RxMessages::new`]'s `max_staged_bytes`, the connection's
+//! `max_staged_bytes`): a SEND packet that would have to be staged beyond it is refused
+//! with [`DropReason::StagingFull`], answered like a receiver-not-ready (the sender holds
+//! it for its RNR timer and resends). Without the bound a peer could make the receiver
+//! hold up to `max_rx_messages` x 4 GiB of SEND payload for receives never posted.
 //!
 //! Receiver not ready (IBA RC's RNR NAK, section 9.7.5.2.8): the last packet of a message
 //! that needs a receive (SEND, WRITE_WITH_IMM) is accepted only while a posted receive is
@@ -49,7 +58,8 @@ pub enum RxKind {
         /// RETH rkey.
         rkey: u32,
     },
-    /// SEND_*: staged, delivered into a posted receive.
+    /// SEND_*: placed into the posted receive it will consume (staged until that is
+    /// known).
     Send,
 }
 
@@ -80,8 +90,43 @@ struct RxMsg {
     coverage: Coverage,
     last_seen: bool,
     imm: Option<u32>,
+    /// SEND payload that arrived before its receive buffer was known: (offset, bytes).
     staged: Vec<(u32, Vec<u8>)>,
 }
+
+impl RxMsg {
+    /// Whether this message consumes a posted receive; `None` while that is unknown (a
+    /// WRITE whose last packet, the one that may carry an immediate, has not arrived).
+    fn needs_recv(&self) -> Option<bool> {
+        if self.is_send || self.imm.is_some() {
+            Some(true)
+        } else if self.last_seen {
+            Some(false)
+        } else {
+            None
+        }
+    }
+
+    fn staged_bytes(&self) -> u64 {
+        self.staged.iter().map(|(_, b)| b.len() as u64).sum()
+    }
+}
+
+/// Where a SEND packet's payload goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SendPlace {
+    /// Into this posted receive (the message fits it and its region allows it).
+    Direct(RecvWr),
+    /// Nowhere: the message's receive is known and the message will complete with an
+    /// error there (too long, or the buffer's region refuses it).
+    Discard,
+    /// Staged until the message completes: its receive is not known yet.
+    Stage,
+}
+
+/// How far ahead of the next message to complete a SEND still looks for its receive
+/// (the scan is per packet); beyond it SEND payload is staged.
+const DIRECT_LOOKAHEAD_MSGS: usize = 64;
 
 /// Messages being received.
 #[derive(Debug)]
@@ -96,18 +141,60 @@ pub struct RxMessages {
     /// `reserved <= recvs.len()` always, and such a message completes as soon as it and
     /// every earlier message are whole.
     reserved: usize,
+    /// SEND payload bytes staged over all messages (`<= max_staged_bytes`).
+    staged_bytes: u64,
+    max_staged_bytes: u64,
 }
 
 impl RxMessages {
-    /// Tracks at most `max_msgs` messages ahead of the next to complete.
-    pub fn new(max_msgs: u32) -> Self {
+    /// Tracks at most `max_msgs` messages ahead of the next to complete and stages at most
+    /// `max_staged_bytes` of SEND payload whose receive buffer is not known yet.
+    pub fn new(max_msgs: u32, max_staged_bytes: u64) -> Self {
         RxMessages {
             next_msn: 0,
             msgs: VecDeque::new(),
             max_msgs: max_msgs.max(1),
             recvs: VecDeque::new(),
             reserved: 0,
+            staged_bytes: 0,
+            max_staged_bytes,
         }
+    }
+
+    /// SEND payload bytes staged now (arrived before their receive buffer was known).
+    pub fn staged_bytes(&self) -> u64 {
+        self.staged_bytes
+    }
+
+    /// Where the payload of a SEND packet of message `idx` (ahead of the next to complete)
+    /// of `msg_len` bytes goes: the receive it will consume is `recvs[j]`, `j` the number of
+    /// earlier messages that consume one, once each of them is known.
+    fn send_place(&self, idx: usize, msg_len: u32, regions: &RegionTable) -> SendPlace {
+        if idx > DIRECT_LOOKAHEAD_MSGS {
+            return SendPlace::Stage;
+        }
+        let mut j = 0;
+        for k in 0..idx {
+            match self.msgs.get(k) {
+                Some(Some(m)) => match m.needs_recv() {
+                    Some(true) => j += 1,
+                    Some(false) => {}
+                    None => return SendPlace::Stage,
+                },
+                _ => return SendPlace::Stage,
+            }
+        }
+        let Some(wr) = self.recvs.get(j) else {
+            return SendPlace::Stage;
+        };
+        if msg_len > wr.len
+            || regions
+                .check_local_write(wr.lkey, wr.addr, u64::from(msg_len))
+                .is_err()
+        {
+            return SendPlace::Discard;
+        }
+        SendPlace::Direct(*wr)
     }
 
     /// MSN of the next message to complete.
@@ -179,6 +266,13 @@ impl RxMessages {
             // can raise its completion.
             return Err(DropReason::ReceiverNotReady);
         }
+        if is_send
+            && payload_len > 0
+            && self.send_place(idx, p.msg_len, regions) == SendPlace::Stage
+            && self.staged_bytes + u64::from(payload_len) > self.max_staged_bytes
+        {
+            return Err(DropReason::StagingFull);
+        }
         if let RxKind::Write { addr, rkey } = p.kind {
             regions
                 .check_remote_write(rkey, addr, p.payload.len() as u64)
@@ -221,6 +315,24 @@ impl RxMessages {
             .checked_sub(self.next_msn)
             .and_then(|d| usize::try_from(d).ok())
             .ok_or(DropReason::InconsistentMessage)?;
+        // SEND payload: into its receive when that is known (the scan looks only at
+        // earlier messages, so it agrees with `check`'s), else staged
+        let mut stage = None;
+        if matches!(p.kind, RxKind::Send) && !p.payload.is_empty() {
+            match self.send_place(idx, p.msg_len, regions) {
+                SendPlace::Direct(wr) => {
+                    let addr = wr
+                        .addr
+                        .checked_add(u64::from(p.offset))
+                        .ok_or(DropReason::InconsistentMessage)?;
+                    regions
+                        .place_local(wr.lkey, addr, p.payload)
+                        .map_err(access_reason)?;
+                }
+                SendPlace::Discard => {}
+                SendPlace::Stage => stage = Some(p.payload.to_vec()),
+            }
+        }
         // one push per missing slot (`check` bounds idx): `resize` clones a template per
         // slot and costs ~150 instructions for the usual one
         while self.msgs.len() <= idx {
@@ -246,8 +358,9 @@ impl RxMessages {
                 self.reserved += 1;
             }
         }
-        if m.is_send && !p.payload.is_empty() {
-            m.staged.push((p.offset, p.payload.to_vec()));
+        if let Some(bytes) = stage {
+            m.staged.push((p.offset, bytes));
+            self.staged_bytes += p.payload.len() as u64;
         }
         Ok(())
     }
@@ -272,6 +385,7 @@ impl RxMessages {
                 return;
             };
             self.next_msn += 1;
+            self.staged_bytes = self.staged_bytes.saturating_sub(m.staged_bytes());
             if !needs_recv {
                 continue;
             }
@@ -311,6 +425,7 @@ impl RxMessages {
         }
         self.msgs.clear();
         self.reserved = 0;
+        self.staged_bytes = 0;
     }
 }
 
@@ -384,7 +499,7 @@ mod tests {
         let mut regions = RegionTable::new(0x1200);
         let mr = regions.register(8, Access::REMOTE_WRITE).unwrap();
         let buf = regions.register(16, Access::LOCAL_WRITE).unwrap();
-        let mut rx = RxMessages::new(64);
+        let mut rx = RxMessages::new(64, 1 << 20);
         let mut out = VecDeque::new();
         // message 1 (WRITE_WITH_IMM, 4 bytes) arrives before message 0 (WRITE, 2 packets);
         // with no receive posted its (last) packet is refused, nothing written
@@ -431,7 +546,7 @@ mod tests {
     fn bad_writes_are_refused_before_anything_is_written() {
         let mut regions = RegionTable::new(0x1200);
         let mr = regions.register(8, Access::REMOTE_WRITE).unwrap();
-        let rx = RxMessages::new(64);
+        let rx = RxMessages::new(64, 1 << 20);
         let oob = write(0, mr.addr + 6, mr.rkey, 4, 0, true, b"abcd");
         assert_eq!(rx.check(&oob, &regions), Err(DropReason::OutOfBounds));
         let badkey = write(0, mr.addr, mr.rkey ^ 0x100, 4, 0, true, b"abcd");
@@ -453,7 +568,7 @@ mod tests {
         let mut regions = RegionTable::new(0);
         let small = regions.register(4, Access::LOCAL_WRITE).unwrap();
         let big = regions.register(16, Access::LOCAL_WRITE).unwrap();
-        let mut rx = RxMessages::new(64);
+        let mut rx = RxMessages::new(64, 1 << 20);
         let mut out = VecDeque::new();
         let s = |msn32, offset, last, payload| RxData {
             msn32,
@@ -515,5 +630,154 @@ mod tests {
         assert_eq!(&regions.bytes(big.lkey).unwrap()[..8], b"\0\0abcdef");
         assert_eq!(regions.bytes(small.lkey).unwrap(), b"\0\0\0\0");
         assert_eq!(rx.next_msn(), 2);
+    }
+
+    fn send(msn32: u32, msg_len: u32, offset: u32, last: bool, payload: &[u8]) -> RxData<'_> {
+        RxData {
+            msn32,
+            kind: RxKind::Send,
+            msg_len,
+            offset,
+            last,
+            imm: None,
+            payload,
+        }
+    }
+
+    fn accept(rx: &mut RxMessages, p: &RxData<'_>, regions: &mut RegionTable) {
+        let msn = rx.check(p, regions).unwrap();
+        rx.commit(msn, p, regions).unwrap();
+    }
+
+    #[test]
+    fn a_send_whose_receive_is_known_goes_straight_into_it() {
+        let mut regions = RegionTable::new(0);
+        let buf = regions.register(16, Access::LOCAL_WRITE).unwrap();
+        let mut rx = RxMessages::new(64, 0);
+        let mut out = VecDeque::new();
+        rx.post_recv(RecvWr {
+            wr_id: 5,
+            lkey: buf.lkey,
+            addr: buf.addr + 1,
+            len: 15,
+        });
+        // out of order, with no staging allowed at all: the middle packet is in the
+        // buffer before the message completes, and nothing was staged
+        accept(&mut rx, &send(0, 9, 3, false, b"def"), &mut regions);
+        assert_eq!(&regions.bytes(buf.lkey).unwrap()[..7], b"\0\0\0\0def");
+        assert_eq!(rx.staged_bytes(), 0);
+        accept(&mut rx, &send(0, 9, 6, true, b"ghi"), &mut regions);
+        accept(&mut rx, &send(0, 9, 0, false, b"abc"), &mut regions);
+        rx.advance(&mut regions, &mut out);
+        assert_eq!(
+            out.pop_front(),
+            Some(Completion {
+                wr_id: 5,
+                opcode: WcOpcode::Recv,
+                status: WcStatus::Success,
+                byte_len: 9,
+                imm: None
+            })
+        );
+        assert_eq!(&regions.bytes(buf.lkey).unwrap()[..10], b"\0abcdefghi");
+    }
+
+    #[test]
+    fn staging_is_bounded_and_refusals_resume_once_the_receive_is_posted() {
+        let mut regions = RegionTable::new(0);
+        let buf = regions.register(16, Access::LOCAL_WRITE).unwrap();
+        let mut rx = RxMessages::new(64, 8);
+        let mut out = VecDeque::new();
+        // no receive posted: 8 bytes may wait, the ninth may not
+        accept(&mut rx, &send(0, 12, 0, false, b"abcd"), &mut regions);
+        accept(&mut rx, &send(0, 12, 4, false, b"efgh"), &mut regions);
+        assert_eq!(rx.staged_bytes(), 8);
+        let tail = send(0, 12, 8, true, b"ijkl");
+        assert_eq!(
+            rx.check(&send(0, 12, 8, false, b"i"), &regions),
+            Err(DropReason::StagingFull)
+        );
+        assert_eq!(rx.check(&tail, &regions), Err(DropReason::ReceiverNotReady));
+        // a later message's packets are refused too (nothing may be staged)
+        assert_eq!(
+            rx.check(&send(1, 4, 0, false, b"zz"), &regions),
+            Err(DropReason::StagingFull)
+        );
+        // the receive arrives: the rest goes straight in; completion copies the staged
+        // part and frees it
+        rx.post_recv(RecvWr {
+            wr_id: 9,
+            lkey: buf.lkey,
+            addr: buf.addr,
+            len: 16,
+        });
+        accept(&mut rx, &tail, &mut regions);
+        assert_eq!(rx.staged_bytes(), 8);
+        rx.advance(&mut regions, &mut out);
+        assert_eq!(
+            out.iter()
+                .map(|c| (c.wr_id, c.status, c.byte_len))
+                .collect::<Vec<_>>(),
+            vec![(9, WcStatus::Success, 12)]
+        );
+        assert_eq!(&regions.bytes(buf.lkey).unwrap()[..12], b"abcdefghijkl");
+        assert_eq!(rx.staged_bytes(), 0);
+        // message 1 may be staged again (no receive for it yet)
+        accept(&mut rx, &send(1, 4, 0, false, b"zz"), &mut regions);
+        assert_eq!(rx.staged_bytes(), 2);
+    }
+
+    #[test]
+    fn a_later_send_finds_its_receive_only_once_every_earlier_message_is_known() {
+        let mut regions = RegionTable::new(0);
+        let mr = regions.register(8, Access::REMOTE_WRITE).unwrap();
+        let a = regions.register(4, Access::LOCAL_WRITE).unwrap();
+        let b = regions.register(4, Access::LOCAL_WRITE).unwrap();
+        let mut rx = RxMessages::new(64, 1 << 20);
+        let mut out = VecDeque::new();
+        for (wr_id, k) in [(1, a), (2, b)] {
+            rx.post_recv(RecvWr {
+                wr_id,
+                lkey: k.lkey,
+                addr: k.addr,
+                len: 4,
+            });
+        }
+        // message 0 is a WRITE whose last packet (which may carry an immediate) is
+        // missing: message 1's receive is unknown, so its payload is staged
+        accept(
+            &mut rx,
+            &write(0, mr.addr, mr.rkey, 4, 0, false, b"WW"),
+            &mut regions,
+        );
+        accept(&mut rx, &send(1, 4, 0, false, b"xy"), &mut regions);
+        assert_eq!(rx.staged_bytes(), 2);
+        // message 0's last packet: no immediate, so it takes no receive; message 1's
+        // receive is now known to be the first (a), and its next packet goes there
+        accept(
+            &mut rx,
+            &write(0, mr.addr + 2, mr.rkey, 4, 2, true, b"WW"),
+            &mut regions,
+        );
+        accept(&mut rx, &send(1, 4, 2, true, b"zw"), &mut regions);
+        assert_eq!(rx.staged_bytes(), 2);
+        assert_eq!(regions.bytes(a.lkey).unwrap(), b"\0\0zw");
+        // message 2 (too long for b, its receive): neither staged nor written
+        assert_eq!(rx.check(&send(2, 6, 0, true, b"123456"), &regions), Ok(2));
+        accept(&mut rx, &send(2, 6, 0, true, b"123456"), &mut regions);
+        assert_eq!(rx.staged_bytes(), 2);
+        rx.advance(&mut regions, &mut out);
+        assert_eq!(
+            out.iter()
+                .map(|c| (c.wr_id, c.status, c.byte_len))
+                .collect::<Vec<_>>(),
+            vec![
+                (1, WcStatus::Success, 4),
+                (2, WcStatus::LocalLengthError, 0)
+            ]
+        );
+        assert_eq!(regions.bytes(a.lkey).unwrap(), b"xyzw");
+        assert_eq!(regions.bytes(b.lkey).unwrap(), b"\0\0\0\0");
+        assert_eq!(rx.staged_bytes(), 0);
     }
 }

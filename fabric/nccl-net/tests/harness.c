@@ -1,0 +1,940 @@
+/* A host-memory harness that drives an NCCL net plugin the way NCCL does, without a GPU.
+ *
+ * The ABI below is declared here independently of the plugin's Rust declarations (from
+ * the layouts of NCCL's net_v6.h .. net_v12.h), so a layout mismatch between the two
+ * shows as a wrong field.
+ *
+ *   harness LIB api                      every exported ncclNetPlugin_vN, one process
+ *   harness LIB idle RANK DIR SLEEP_MS    rank 1 posts a receive and sleeps without a call;
+ *                                        rank 0's send must complete meanwhile
+ *   harness LIB bw MSG_BYTES COUNT WINDOW one process, one connection: a stream of messages
+ *   harness LIB ring RANK NRANKS DIR BYTES ITERS
+ *                                        one rank of a ring allreduce over the plugin,
+ *                                        handles exchanged through files in DIR
+ *
+ * LIB is what is passed to dlopen(RTLD_NOW | RTLD_LOCAL), e.g. "libnccl-net-spray.so"
+ * with LD_LIBRARY_PATH naming its folder, as NCCL_NET_PLUGIN=spray makes NCCL do.
+ * Exit status 0 only if every check passed.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <pthread.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---- the ABI ------------------------------------------------------------------------ */
+typedef int res_t; /* ncclResult_t */
+enum { OK = 0, SYSTEM_ERROR = 2, INTERNAL_ERROR = 3, INVALID_ARGUMENT = 4, INVALID_USAGE = 5 };
+#define PTR_HOST 1
+#define PTR_CUDA 2
+#define HANDLE_BYTES 128
+#define OPTIONAL_RECV_COMPLETION ((void *)0x1)
+
+typedef void (*logger_t)(int level, unsigned long flags, const char *file, int line, const char *fmt, ...);
+typedef res_t (*prof_t)(void **, int, void *, int64_t, void *);
+typedef struct { int type, version; void *handle; size_t size; int needsProxyProgress; } devh_t;
+typedef struct { int trafficClass; } commcfg_t;
+typedef struct { int32_t a, b, c, d; } commattr_t;
+typedef struct { commattr_t s, r; uint32_t op, algo, proto; } netattr_t;
+
+typedef struct { char *name; char *pciPath; uint64_t guid; int ptrSupport; int speed; int port; float latency;
+                 int maxComms; int maxRecvs; } props6_t;
+typedef struct { char *name; char *pciPath; uint64_t guid; int ptrSupport; int speed; int port; float latency;
+                 int maxComms; int maxRecvs; int netDeviceType; int netDeviceVersion; } props7_t;
+typedef struct { char *name; char *pciPath; uint64_t guid; int ptrSupport; int regIsGlobal; int speed; int port;
+                 float latency; int maxComms; int maxRecvs; int netDeviceType; int netDeviceVersion; } props8_t;
+typedef struct { char *name; char *pciPath; uint64_t guid; int ptrSupport; int regIsGlobal; int forceFlush;
+                 int speed; int port; float latency; int maxComms; int maxRecvs; int netDeviceType;
+                 int netDeviceVersion; struct { int ndevs; int devs[4]; } vProps; size_t maxP2pBytes;
+                 size_t maxCollBytes; } props9_t; /* also v10 */
+typedef struct { char *name; char *pciPath; uint64_t guid; int ptrSupport; int regIsGlobal; int forceFlush;
+                 int speed; int port; float latency; int maxComms; int maxRecvs; int netDeviceType;
+                 int netDeviceVersion; struct { int ndevs; int devs[4]; } vProps; size_t maxP2pBytes;
+                 size_t maxCollBytes; int maxMultiRequestSize; } props11_t;
+typedef struct { char *name; char *pciPath; uint64_t guid; int ptrSupport; int regIsGlobal; int forceFlush;
+                 int speed; int port; float latency; int maxComms; int maxRecvs; int netDeviceType;
+                 int netDeviceVersion; struct { int ndevs; int devs[8]; } vProps; size_t maxP2pBytes;
+                 size_t maxCollBytes; int maxMultiRequestSize; int16_t railId; int16_t planeId; } props12_t;
+
+#define COMMON_TAIL                                                                                  \
+  res_t (*regMrDmaBuf)(void *, void *, size_t, int, uint64_t, int, void **);                         \
+  res_t (*deregMr)(void *, void *);
+
+#define CLOSE_TAIL                                                                                   \
+  res_t (*iflush)(void *, int, void **, int *, void **, void **);                                    \
+  res_t (*test)(void *, int *, int *);                                                               \
+  res_t (*closeSend)(void *);                                                                        \
+  res_t (*closeRecv)(void *);                                                                        \
+  res_t (*closeListen)(void *);
+
+typedef struct {
+  const char *name; res_t (*init)(logger_t); res_t (*devices)(int *); res_t (*getProperties)(int, props6_t *);
+  res_t (*listen)(int, void *, void **); res_t (*connect)(int, void *, void **); res_t (*accept)(void *, void **);
+  res_t (*regMr)(void *, void *, int, int, void **); COMMON_TAIL
+  res_t (*isend)(void *, void *, int, int, void *, void **);
+  res_t (*irecv)(void *, int, void **, int *, int *, void **, void **); CLOSE_TAIL
+} net6_t;
+typedef struct {
+  const char *name; res_t (*init)(logger_t); res_t (*devices)(int *); res_t (*getProperties)(int, props7_t *);
+  res_t (*listen)(int, void *, void **); res_t (*connect)(int, void *, void **, devh_t **);
+  res_t (*accept)(void *, void **, devh_t **); res_t (*regMr)(void *, void *, int, int, void **); COMMON_TAIL
+  res_t (*isend)(void *, void *, int, int, void *, void **);
+  res_t (*irecv)(void *, int, void **, int *, int *, void **, void **); CLOSE_TAIL
+  void *getDeviceMr, *irecvConsumed;
+} net7_t;
+typedef struct {
+  const char *name; res_t (*init)(logger_t); res_t (*devices)(int *); res_t (*getProperties)(int, props8_t *);
+  res_t (*listen)(int, void *, void **); res_t (*connect)(int, void *, void **, devh_t **);
+  res_t (*accept)(void *, void **, devh_t **); res_t (*regMr)(void *, void *, size_t, int, void **); COMMON_TAIL
+  res_t (*isend)(void *, void *, int, int, void *, void **);
+  res_t (*irecv)(void *, int, void **, int *, int *, void **, void **); CLOSE_TAIL
+  void *getDeviceMr, *irecvConsumed;
+} net8_t;
+typedef struct {
+  const char *name; res_t (*init)(logger_t); res_t (*devices)(int *); res_t (*getProperties)(int, props9_t *);
+  res_t (*listen)(int, void *, void **); res_t (*connect)(int, void *, void **, devh_t **);
+  res_t (*accept)(void *, void **, devh_t **); res_t (*regMr)(void *, void *, size_t, int, void **); COMMON_TAIL
+  res_t (*isend)(void *, void *, size_t, int, void *, void **);
+  res_t (*irecv)(void *, int, void **, size_t *, int *, void **, void **); CLOSE_TAIL
+  void *getDeviceMr, *irecvConsumed, *makeVDevice;
+} net9_t;
+typedef struct {
+  const char *name; res_t (*init)(logger_t, prof_t); res_t (*devices)(int *);
+  res_t (*getProperties)(int, props9_t *); res_t (*listen)(int, void *, void **);
+  res_t (*connect)(int, commcfg_t *, void *, void **, devh_t **); res_t (*accept)(void *, void **, devh_t **);
+  res_t (*regMr)(void *, void *, size_t, int, void **); COMMON_TAIL
+  res_t (*isend)(void *, void *, size_t, int, void *, void *, void **);
+  res_t (*irecv)(void *, int, void **, size_t *, int *, void **, void **, void **); CLOSE_TAIL
+  void *getDeviceMr, *irecvConsumed, *makeVDevice;
+} net10_t;
+#define NET11(NAME, PROPS)                                                                           \
+  typedef struct {                                                                                   \
+    const char *name; res_t (*init)(void **, uint64_t, commcfg_t *, logger_t, prof_t);               \
+    res_t (*devices)(int *); res_t (*getProperties)(int, PROPS *);                                   \
+    res_t (*listen)(void *, int, void *, void **); res_t (*connect)(void *, int, void *, void **, devh_t **); \
+    res_t (*accept)(void *, void **, devh_t **); res_t (*regMr)(void *, void *, size_t, int, void **); \
+    COMMON_TAIL                                                                                      \
+    res_t (*isend)(void *, void *, size_t, int, void *, void *, void **);                            \
+    res_t (*irecv)(void *, int, void **, size_t *, int *, void **, void **, void **); CLOSE_TAIL     \
+    void *getDeviceMr, *irecvConsumed, *makeVDevice;                                                 \
+    res_t (*finalize)(void *); res_t (*setNetAttr)(void *, netattr_t *);                             \
+  } NAME;
+NET11(net11_t, props11_t)
+NET11(net12_t, props12_t)
+
+/* ---- checks ------------------------------------------------------------------------- */
+static int g_failures;
+static int g_warns;
+#define CHECK(c, ...)                                                                                \
+  do {                                                                                               \
+    if (!(c)) {                                                                                      \
+      fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #c);                                   \
+      fprintf(stderr, __VA_ARGS__);                                                                  \
+      fprintf(stderr, "\n");                                                                         \
+      g_failures++;                                                                                  \
+    }                                                                                                \
+  } while (0)
+#define MUST(c, ...)                                                                                 \
+  do {                                                                                               \
+    if (!(c)) {                                                                                      \
+      fprintf(stderr, "FATAL %s:%d: %s: ", __FILE__, __LINE__, #c);                                  \
+      fprintf(stderr, __VA_ARGS__);                                                                  \
+      fprintf(stderr, "\n");                                                                         \
+      exit(2);                                                                                       \
+    }                                                                                                \
+  } while (0)
+
+static void logger(int level, unsigned long flags, const char *file, int line, const char *fmt, ...) {
+  (void)flags; (void)file; (void)line;
+  if (level == 2) g_warns++;
+  if (getenv("HARNESS_QUIET") && level != 2) return;
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "[plugin log %d] ", level);
+  vfprintf(stderr, fmt, ap);
+  fprintf(stderr, "\n");
+  va_end(ap);
+}
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+/* ---- one set of operations, whatever the version (NCCL's shims do the same) --------- */
+typedef struct {
+  int version;
+  const char *name;
+  int has_finalize;
+  res_t (*init)(void **ctx);
+  res_t (*devices)(int *);
+  res_t (*props)(int dev, int *ptrSupport, int *maxRecvs, int *speed, const char **name, size_t *maxP2p);
+  res_t (*listen)(void *ctx, void *h, void **l);
+  res_t (*connect)(void *ctx, void *h, void **s);
+  res_t (*accept)(void *l, void **r);
+  res_t (*regMr)(void *c, void *d, size_t n, int type, void **mh);
+  res_t (*regMrDmaBuf)(void *, void *, size_t, int, uint64_t, int, void **);
+  res_t (*deregMr)(void *, void *);
+  res_t (*isend)(void *c, void *d, size_t n, int tag, void *mh, void **req);
+  res_t (*irecv)(void *c, void *d, size_t n, int tag, void *mh, void **req);
+  res_t (*test)(void *, int *, int *);
+  res_t (*closeSend)(void *);
+  res_t (*closeRecv)(void *);
+  res_t (*closeListen)(void *);
+  res_t (*finalize)(void *);
+} ops_t;
+
+static net6_t *n6; static net7_t *n7; static net8_t *n8; static net9_t *n9; static net10_t *n10;
+static net11_t *n11; static net12_t *n12;
+
+/* v6 */
+static res_t i6(void **c) { *c = NULL; return n6->init(logger); }
+static res_t p6(int d, int *ps, int *mr, int *sp, const char **nm, size_t *mp) {
+  props6_t p; memset(&p, 0xab, sizeof p); res_t r = n6->getProperties(d, &p);
+  *ps = p.ptrSupport; *mr = p.maxRecvs; *sp = p.speed; *nm = p.name; *mp = 1;
+  if (r == OK && p.pciPath != NULL) { fprintf(stderr, "v6 pciPath not NULL\n"); g_failures++; }
+  return r;
+}
+static res_t l6(void *c, void *h, void **l) { (void)c; return n6->listen(0, h, l); }
+static res_t c6(void *c, void *h, void **s) { (void)c; return n6->connect(0, h, s); }
+static res_t a6(void *l, void **r) { return n6->accept(l, r); }
+static res_t r6(void *c, void *d, size_t n, int t, void **m) { return n6->regMr(c, d, (int)n, t, m); }
+static res_t s6(void *c, void *d, size_t n, int t, void *m, void **q) { return n6->isend(c, d, (int)n, t, m, q); }
+static res_t v6(void *c, void *d, size_t n, int t, void *m, void **q) {
+  int sz = (int)n; return n6->irecv(c, 1, &d, &sz, &t, &m, q);
+}
+/* v7 */
+static res_t i7(void **c) { *c = NULL; return n7->init(logger); }
+static res_t p7(int d, int *ps, int *mr, int *sp, const char **nm, size_t *mp) {
+  props7_t p; memset(&p, 0xab, sizeof p); res_t r = n7->getProperties(d, &p);
+  *ps = p.ptrSupport; *mr = p.maxRecvs; *sp = p.speed; *nm = p.name; *mp = 1;
+  if (r == OK && (p.netDeviceType != 0 || p.netDeviceVersion != 0)) { fprintf(stderr, "v7 device type\n"); g_failures++; }
+  return r;
+}
+static res_t l7(void *c, void *h, void **l) { (void)c; return n7->listen(0, h, l); }
+static res_t c7(void *c, void *h, void **s) {
+  (void)c; devh_t *dh = (devh_t *)0x1234; res_t r = n7->connect(0, h, s, &dh);
+  if (dh != NULL) { fprintf(stderr, "sendDevComm not cleared\n"); g_failures++; }
+  return r;
+}
+static res_t a7(void *l, void **r) { devh_t *dh = (devh_t *)0x1234; res_t x = n7->accept(l, r, &dh);
+  if (dh != NULL) { fprintf(stderr, "recvDevComm not cleared\n"); g_failures++; } return x; }
+static res_t r7(void *c, void *d, size_t n, int t, void **m) { return n7->regMr(c, d, (int)n, t, m); }
+static res_t s7(void *c, void *d, size_t n, int t, void *m, void **q) { return n7->isend(c, d, (int)n, t, m, q); }
+static res_t v7(void *c, void *d, size_t n, int t, void *m, void **q) {
+  int sz = (int)n; return n7->irecv(c, 1, &d, &sz, &t, &m, q);
+}
+/* v8 */
+static res_t i8(void **c) { *c = NULL; return n8->init(logger); }
+static res_t p8(int d, int *ps, int *mr, int *sp, const char **nm, size_t *mp) {
+  props8_t p; memset(&p, 0xab, sizeof p); res_t r = n8->getProperties(d, &p);
+  *ps = p.ptrSupport; *mr = p.maxRecvs; *sp = p.speed; *nm = p.name; *mp = 1;
+  if (r == OK && p.regIsGlobal != 0) { fprintf(stderr, "v8 regIsGlobal %d\n", p.regIsGlobal); g_failures++; }
+  return r;
+}
+static res_t l8(void *c, void *h, void **l) { (void)c; return n8->listen(0, h, l); }
+static res_t c8(void *c, void *h, void **s) { (void)c; devh_t *dh; return n8->connect(0, h, s, &dh); }
+static res_t a8(void *l, void **r) { devh_t *dh; return n8->accept(l, r, &dh); }
+static res_t r8(void *c, void *d, size_t n, int t, void **m) { return n8->regMr(c, d, n, t, m); }
+static res_t s8(void *c, void *d, size_t n, int t, void *m, void **q) { return n8->isend(c, d, (int)n, t, m, q); }
+static res_t v8(void *c, void *d, size_t n, int t, void *m, void **q) {
+  int sz = (int)n; return n8->irecv(c, 1, &d, &sz, &t, &m, q);
+}
+/* v9 */
+static res_t i9(void **c) { *c = NULL; return n9->init(logger); }
+static res_t p9x(props9_t *p, int *ps, int *mr, int *sp, const char **nm, size_t *mp) {
+  *ps = p->ptrSupport; *mr = p->maxRecvs; *sp = p->speed; *nm = p->name; *mp = p->maxP2pBytes;
+  if (p->vProps.ndevs != 1 || p->vProps.devs[0] != 0 || p->forceFlush != 0 || p->maxCollBytes != p->maxP2pBytes) {
+    fprintf(stderr, "v9 vProps/forceFlush/maxCollBytes\n"); g_failures++;
+  }
+  return OK;
+}
+static res_t p9(int d, int *ps, int *mr, int *sp, const char **nm, size_t *mp) {
+  props9_t p; memset(&p, 0xab, sizeof p); res_t r = n9->getProperties(d, &p);
+  if (r != OK) return r;
+  return p9x(&p, ps, mr, sp, nm, mp);
+}
+static res_t l9(void *c, void *h, void **l) { (void)c; return n9->listen(0, h, l); }
+static res_t c9(void *c, void *h, void **s) { (void)c; devh_t *dh; return n9->connect(0, h, s, &dh); }
+static res_t a9(void *l, void **r) { devh_t *dh; return n9->accept(l, r, &dh); }
+static res_t r9(void *c, void *d, size_t n, int t, void **m) { return n9->regMr(c, d, n, t, m); }
+static res_t s9(void *c, void *d, size_t n, int t, void *m, void **q) { return n9->isend(c, d, n, t, m, q); }
+static res_t v9(void *c, void *d, size_t n, int t, void *m, void **q) { return n9->irecv(c, 1, &d, &n, &t, &m, q); }
+/* v10 */
+static res_t i10(void **c) { *c = NULL; return n10->init(logger, NULL); }
+static res_t p10(int d, int *ps, int *mr, int *sp, const char **nm, size_t *mp) {
+  props9_t p; memset(&p, 0xab, sizeof p); res_t r = n10->getProperties(d, &p);
+  if (r != OK) return r;
+  return p9x(&p, ps, mr, sp, nm, mp);
+}
+static res_t l10(void *c, void *h, void **l) { (void)c; return n10->listen(0, h, l); }
+static res_t c10(void *c, void *h, void **s) {
+  (void)c; devh_t *dh; commcfg_t cfg = {-1}; return n10->connect(0, &cfg, h, s, &dh);
+}
+static res_t a10(void *l, void **r) { devh_t *dh; return n10->accept(l, r, &dh); }
+static res_t r10(void *c, void *d, size_t n, int t, void **m) { return n10->regMr(c, d, n, t, m); }
+static res_t s10(void *c, void *d, size_t n, int t, void *m, void **q) { return n10->isend(c, d, n, t, m, NULL, q); }
+static res_t v10(void *c, void *d, size_t n, int t, void *m, void **q) {
+  void *ph = NULL; return n10->irecv(c, 1, &d, &n, &t, &m, &ph, q);
+}
+/* v11, v12 */
+static uint64_t g_comm_id = 1000;
+#define V11(N, T, PT, EXTRA)                                                                         \
+  static res_t i##N(void **c) { commcfg_t cfg = {-1}; return n##N->init(c, g_comm_id++, &cfg, logger, NULL); } \
+  static res_t p##N(int d, int *ps, int *mr, int *sp, const char **nm, size_t *mp) {                 \
+    PT p; memset(&p, 0xab, sizeof p); res_t r = n##N->getProperties(d, &p);                          \
+    if (r != OK) return r;                                                                           \
+    *ps = p.ptrSupport; *mr = p.maxRecvs; *sp = p.speed; *nm = p.name; *mp = p.maxP2pBytes;          \
+    if (p.vProps.ndevs != 1 || p.vProps.devs[0] != 0 || p.maxMultiRequestSize != 1) {                \
+      fprintf(stderr, "v" #N " vProps/maxMultiRequestSize\n"); g_failures++;                         \
+    }                                                                                                \
+    EXTRA                                                                                            \
+    return OK;                                                                                       \
+  }                                                                                                  \
+  static res_t l##N(void *c, void *h, void **l) { return n##N->listen(c, 0, h, l); }                 \
+  static res_t c##N(void *c, void *h, void **s) { devh_t *dh; return n##N->connect(c, 0, h, s, &dh); } \
+  static res_t a##N(void *l, void **r) { devh_t *dh; return n##N->accept(l, r, &dh); }               \
+  static res_t r##N(void *c, void *d, size_t n, int t, void **m) { return n##N->regMr(c, d, n, t, m); } \
+  static res_t s##N(void *c, void *d, size_t n, int t, void *m, void **q) {                          \
+    return n##N->isend(c, d, n, t, m, NULL, q);                                                      \
+  }                                                                                                  \
+  static res_t v##N(void *c, void *d, size_t n, int t, void *m, void **q) {                          \
+    void *ph = NULL; return n##N->irecv(c, 1, &d, &n, &t, &m, &ph, q);                               \
+  }
+V11(11, net11_t, props11_t, )
+V11(12, net12_t, props12_t,
+    if (p.railId != -1 || p.planeId != -1) { fprintf(stderr, "v12 rail/plane\n"); g_failures++; })
+
+#define FILL(N, T)                                                                                   \
+  do {                                                                                               \
+    n##N = (T *)sym;                                                                                 \
+    o->name = n##N->name; o->init = i##N; o->devices = n##N->devices; o->props = p##N;               \
+    o->listen = l##N; o->connect = c##N; o->accept = a##N; o->regMr = r##N;                          \
+    o->regMrDmaBuf = n##N->regMrDmaBuf; o->deregMr = n##N->deregMr; o->isend = s##N;                 \
+    o->irecv = v##N; o->test = n##N->test; o->closeSend = n##N->closeSend;                           \
+    o->closeRecv = n##N->closeRecv; o->closeListen = n##N->closeListen;                              \
+  } while (0)
+
+/* Looks up ncclNetPlugin_v<version> in `lib` and fills `o`. */
+static int load_ops(void *lib, int version, ops_t *o) {
+  char nm[64];
+  snprintf(nm, sizeof nm, "ncclNetPlugin_v%d", version);
+  void *sym = dlsym(lib, nm);
+  if (!sym) return 0;
+  memset(o, 0, sizeof *o);
+  o->version = version;
+  switch (version) {
+  case 6: FILL(6, net6_t); break;
+  case 7: FILL(7, net7_t);
+    CHECK(n7->getDeviceMr == NULL && n7->irecvConsumed == NULL, "v7 device entries");
+    break;
+  case 8: FILL(8, net8_t); break;
+  case 9: FILL(9, net9_t); CHECK(n9->makeVDevice == NULL, "v9 makeVDevice"); break;
+  case 10: FILL(10, net10_t); break;
+  case 11: FILL(11, net11_t); o->has_finalize = 1; o->finalize = n11->finalize;
+    CHECK(n11->setNetAttr != NULL, "v11 setNetAttr"); break;
+  case 12: FILL(12, net12_t); o->has_finalize = 1; o->finalize = n12->finalize;
+    CHECK(n12->setNetAttr != NULL, "v12 setNetAttr"); break;
+  default: return 0;
+  }
+  return 1;
+}
+
+/* ---- helpers that drive the plugin as NCCL's proxy does ------------------------------ */
+static ops_t O;
+
+/* listen, then connect and accept alternated on this thread until both are non-NULL. */
+static void connect_pair(void *ctx, void **send, void **recv) {
+  char handle[HANDLE_BYTES];
+  memset(handle, 0, sizeof handle);
+  void *l = NULL;
+  MUST(O.listen(ctx, handle, &l) == OK && l != NULL, "listen");
+  /* the handle's flags byte (56): bit 0 = packets authenticated (NCCL_SPRAY_AUTH=1) */
+  int want_auth = getenv("NCCL_SPRAY_AUTH") && strcmp(getenv("NCCL_SPRAY_AUTH"), "1") == 0;
+  CHECK((handle[56] & 1) == want_auth, "handle flags %#x, NCCL_SPRAY_AUTH %d", handle[56], want_auth);
+  *send = NULL;
+  *recv = NULL;
+  int rounds = 0;
+  double until = now_s() + 30;
+  while (!*send || !*recv) {
+    if (!*send) MUST(O.connect(ctx, handle, send) == OK, "connect");
+    if (rounds == 0) CHECK(*send == NULL, "the first connect cannot finish before any accept");
+    if (!*recv) MUST(O.accept(l, recv) == OK, "accept");
+    rounds++;
+    MUST(now_s() < until, "connect/accept did not finish in 30 s (%d rounds)", rounds);
+  }
+  CHECK(rounds > 1, "connect and accept took %d rounds: they cannot both finish at once", rounds);
+  MUST(O.closeListen(l) == OK, "closeListen");
+}
+
+/* Tests `req` until done; returns the result code; *size the reported size. */
+static res_t wait_req(void *req, int *size) {
+  double until = now_s() + 60;
+  for (;;) {
+    int done = 0;
+    res_t r = O.test(req, &done, size);
+    if (r != OK) return r;
+    if (done) return OK;
+    if (now_s() > until) {
+      fprintf(stderr, "FATAL: request %p not done in 60 s\n", req);
+      exit(2);
+    }
+  }
+}
+
+static void *post_recv(void *comm, void *buf, size_t n, void *mh) {
+  for (int tries = 0;; tries++) {
+    void *req = OPTIONAL_RECV_COMPLETION; /* NCCL may pre-store 0x1: must be overwritten */
+    MUST(O.irecv(comm, buf, n, 7, mh, &req) == OK, "irecv");
+    MUST(req != OPTIONAL_RECV_COMPLETION, "irecv left *request at 0x1");
+    if (req) return req;
+    MUST(tries < 1000000, "irecv never took the request");
+  }
+}
+
+static void *post_send(void *comm, void *buf, size_t n, void *mh) {
+  for (int tries = 0;; tries++) {
+    void *req = (void *)0x77;
+    MUST(O.isend(comm, buf, n, 3, mh, &req) == OK, "isend");
+    if (req) return req;
+    MUST(tries < 1000000, "isend never took the request");
+  }
+}
+
+static unsigned char pat(size_t i, unsigned seed) { return (unsigned char)((i * 131u + seed * 7u + (i >> 9)) & 0xff); }
+
+/* One message of `n` bytes into a receive of `n + slack`, exact bytes and size. */
+static void transfer(void *s, void *r, unsigned char *sb, void *smh, unsigned char *rb, void *rmh, size_t n,
+                     size_t slack, unsigned seed) {
+  for (size_t i = 0; i < n; i++) sb[i] = pat(i, seed);
+  memset(rb, 0xee, n + slack + 16);
+  void *rq = post_recv(r, rb, n + slack, rmh);
+  void *sq = post_send(s, sb, n, smh);
+  int ssz = -1, rsz = -1;
+  /* test both, as NCCL's progress thread does, until both are done */
+  int sd = 0, rd = 0;
+  double until = now_s() + 60;
+  while (!sd || !rd) {
+    if (!sd) MUST(O.test(sq, &sd, &ssz) == OK, "test send");
+    if (!rd) MUST(O.test(rq, &rd, &rsz) == OK, "test recv");
+    MUST(now_s() < until, "transfer of %zu bytes did not finish", n);
+  }
+  CHECK(ssz == (int)n, "send of %zu reported %d", n, ssz);
+  CHECK(rsz == (int)n, "receive of %zu (posted %zu) reported %d", n, n + slack, rsz);
+  size_t bad = 0;
+  for (size_t i = 0; i < n; i++) bad += rb[i] != pat(i, seed);
+  CHECK(bad == 0, "%zu of %zu bytes differ", bad, n);
+  size_t touched = 0;
+  for (size_t i = n; i < n + slack + 16; i++) touched += rb[i] != 0xee;
+  CHECK(touched == 0, "%zu bytes past the message were written", touched);
+}
+
+/* ---- api mode ---------------------------------------------------------------------- */
+/* NCCL's service thread registers memory while its progress thread moves data. */
+struct regger { void *comm; int cycles; int failures; };
+static void *reg_loop(void *arg) {
+  struct regger *g = arg;
+  static unsigned char buf[65536];
+  for (int i = 0; i < g->cycles; i++) {
+    void *mh = NULL;
+    if (O.regMr(g->comm, buf, sizeof buf - (size_t)(i % 7), PTR_HOST, &mh) != OK || !mh) g->failures++;
+    else if (O.deregMr(g->comm, mh) != OK) g->failures++;
+  }
+  return NULL;
+}
+
+static void api_one(const char *libname, int version) {
+  void *lib = dlopen(libname, RTLD_NOW | RTLD_LOCAL);
+  MUST(lib, "dlopen %s: %s", libname, dlerror());
+  MUST(load_ops(lib, version, &O), "ncclNetPlugin_v%d missing", version);
+  CHECK(O.name && strcmp(O.name, "spray") == 0, "name %s", O.name ? O.name : "(null)");
+  fprintf(stderr, "--- ncclNetPlugin_v%d (%s)\n", version, O.name);
+
+  void *ctx = NULL;
+  MUST(O.init(&ctx) == OK, "init");
+  if (O.has_finalize) MUST(ctx != NULL, "v%d init gave no ctx", version);
+  void *ctx2 = NULL;
+  if (O.has_finalize) MUST(O.init(&ctx2) == OK && ctx2 && ctx2 != ctx, "second init");
+  int ndev = -1;
+  MUST(O.devices(&ndev) == OK, "devices");
+  CHECK(ndev == 1, "devices %d", ndev);
+  int ps = 0, mr = 0, sp = 0; const char *nm = NULL; size_t mp = 0;
+  MUST(O.props(0, &ps, &mr, &sp, &nm, &mp) == OK, "getProperties");
+  CHECK(ps == PTR_HOST, "ptrSupport %d", ps);
+  CHECK(mr == 1, "maxRecvs %d", mr);
+  CHECK(sp > 0, "speed %d", sp);
+  CHECK(nm && strcmp(nm, "spray0") == 0, "device name");
+  CHECK(mp > 0 && mp <= (1ull << 40), "maxP2pBytes %zu", mp);
+  CHECK(O.props(1, &ps, &mr, &sp, &nm, &mp) != OK, "getProperties of device 1 must fail");
+
+  void *s, *r;
+  connect_pair(ctx, &s, &r);
+
+  size_t big = 4u << 20;
+  unsigned char *sb = malloc(big + 4096), *rb = malloc(big + 4096);
+  MUST(sb && rb, "malloc");
+  void *smh = NULL, *rmh = NULL, *junk = (void *)0x55;
+  CHECK(O.regMr(s, sb, big + 4096, PTR_CUDA, &junk) != OK, "regMr of CUDA memory must fail");
+  junk = (void *)0x55;
+  CHECK(O.regMrDmaBuf(s, sb, big, PTR_CUDA, 0, 3, &junk) != OK && junk == NULL, "regMrDmaBuf must fail");
+  MUST(O.regMr(s, sb, big + 4096, PTR_HOST, &smh) == OK && smh, "regMr send");
+  MUST(O.regMr(r, rb, big + 4096, PTR_HOST, &rmh) == OK && rmh, "regMr recv");
+
+  /* sizes, each into a larger receive (the posted size is an upper bound), while another
+   * thread registers and deregisters memory on both comms */
+  struct regger rg1 = {s, 300, 0}, rg2 = {r, 300, 0};
+  pthread_t t1, t2;
+  MUST(pthread_create(&t1, NULL, reg_loop, &rg1) == 0 && pthread_create(&t2, NULL, reg_loop, &rg2) == 0, "threads");
+  size_t sizes[] = {0, 1, 4095, 4097, 512u << 10, 4u << 20};
+  for (unsigned k = 0; k < sizeof sizes / sizeof sizes[0]; k++)
+    transfer(s, r, sb, smh, rb, rmh, sizes[k], k == 5 ? 100 : 1000, k + version);
+  pthread_join(t1, NULL);
+  pthread_join(t2, NULL);
+  CHECK(rg1.failures == 0 && rg2.failures == 0, "regMr/deregMr on another thread failed %d + %d times",
+        rg1.failures, rg2.failures);
+  /* and exactly the posted size */
+  transfer(s, r, sb, smh, rb, rmh, 4097, 0, 99);
+
+  /* 32 requests in flight per comm; a 33rd receive is refused (NULL) and retried */
+  enum { N = 32, SLOT = 16384 };
+  void *rq[N], *sq[N];
+  for (int i = 0; i < N; i++) rq[i] = post_recv(r, rb + (size_t)i * SLOT, SLOT, rmh);
+  {
+    void *extra = OPTIONAL_RECV_COMPLETION;
+    MUST(O.irecv(r, rb + (size_t)N * SLOT, SLOT, 7, rmh, &extra) == OK, "33rd irecv");
+    CHECK(extra == NULL, "a 33rd receive in flight must be refused with a NULL request");
+  }
+  size_t lens[N];
+  for (int i = 0; i < N; i++) {
+    lens[i] = (size_t)(i * 509) % SLOT;
+    for (size_t j = 0; j < lens[i]; j++) sb[(size_t)i * SLOT + j] = pat(j, 1000 + i);
+    sq[i] = post_send(s, sb + (size_t)i * SLOT, lens[i], smh);
+  }
+  /* NCCL tests only the oldest request of each comm */
+  int si = 0, ri = 0;
+  double until = now_s() + 60;
+  while (si < N || ri < N) {
+    int done = 0, sz = -1;
+    if (si < N) {
+      MUST(O.test(sq[si], &done, &sz) == OK, "test send %d", si);
+      if (done) { CHECK(sz == (int)lens[si], "send %d size %d", si, sz); si++; }
+    }
+    if (ri < N) {
+      done = 0; sz = -1;
+      MUST(O.test(rq[ri], &done, &sz) == OK, "test recv %d", ri);
+      if (done) {
+        CHECK(sz == (int)lens[ri], "recv %d size %d want %zu", ri, sz, lens[ri]);
+        size_t bad = 0;
+        for (size_t j = 0; j < lens[ri]; j++) bad += rb[(size_t)ri * SLOT + j] != pat(j, 1000 + ri);
+        CHECK(bad == 0, "recv %d: %zu bytes differ", ri, bad);
+        ri++;
+      }
+    }
+    MUST(now_s() < until, "32 in flight did not finish (%d sends, %d recvs)", si, ri);
+  }
+  /* after one completed, the retried receive is taken */
+  void *again = post_recv(r, rb, SLOT, rmh);
+  void *sq2 = post_send(s, sb, 10, smh);
+  int sz = -1;
+  MUST(wait_req(again, &sz) == OK, "retried recv");
+  CHECK(sz == 10, "retried recv size %d", sz);
+  MUST(wait_req(sq2, &sz) == OK, "send after retry");
+
+  /* a send larger than the posted receive: test of the receive reports the error */
+  {
+    int warns = g_warns;
+    void *tr = post_recv(r, rb, 100, rmh);
+    void *ts = post_send(s, sb, 200, smh);
+    int rdone = 0, sdone = 0, rsz = -1, ssz = -1;
+    res_t rres = OK;
+    double t_until = now_s() + 30;
+    while (!rdone) {
+      rres = O.test(tr, &rdone, &rsz);
+      if (rres != OK) break;
+      if (!sdone) MUST(O.test(ts, &sdone, &ssz) == OK, "test oversized send");
+      MUST(now_s() < t_until, "oversized send never reported");
+    }
+    CHECK(rres == INVALID_USAGE, "oversized send: receive test gave %d, want ncclInvalidUsage (5)", rres);
+    CHECK(g_warns > warns, "the truncation was not logged as a warning");
+    if (!sdone) (void)wait_req(ts, &ssz);
+  }
+
+  /* close with requests in flight: a fresh pair, 4 MiB sends posted, never tested */
+  {
+    void *s2, *r2, *smh2, *rmh2;
+    connect_pair(ctx, &s2, &r2);
+    MUST(O.regMr(s2, sb, big, PTR_HOST, &smh2) == OK, "regMr");
+    MUST(O.regMr(r2, rb, big, PTR_HOST, &rmh2) == OK, "regMr");
+    for (int i = 0; i < 4; i++) (void)post_recv(r2, rb + (size_t)i * (big / 4), big / 4, rmh2);
+    for (int i = 0; i < 4; i++) (void)post_send(s2, sb, big, smh2); /* larger than the receives */
+    double t0 = now_s();
+    CHECK(O.closeSend(s2) == OK, "closeSend with requests in flight");
+    CHECK(O.closeRecv(r2) == OK, "closeRecv with requests in flight");
+    CHECK(now_s() - t0 < 1.0, "close took %.3f s: it must not wait for the peer", now_s() - t0);
+    CHECK(O.deregMr(s2, smh2) == OK, "deregMr after close");
+    CHECK(O.deregMr(r2, rmh2) == OK, "deregMr after close");
+  }
+  /* a listen closed with a connection half set up */
+  {
+    char handle[HANDLE_BYTES] = {0};
+    void *l = NULL, *sc = NULL;
+    MUST(O.listen(ctx, handle, &l) == OK, "listen");
+    MUST(O.connect(ctx, handle, &sc) == OK && sc == NULL, "first connect");
+    void *rc = NULL;
+    MUST(O.accept(l, &rc) == OK, "accept");
+    CHECK(O.closeListen(l) == OK, "closeListen with a setup in progress");
+  }
+  /* a handle that is not one of ours, and one naming a port nobody listens on */
+  {
+    char bad[HANDLE_BYTES];
+    for (int i = 0; i < HANDLE_BYTES; i++) bad[i] = (char)(i * 37 + 11);
+    void *sc = (void *)0x99;
+    CHECK(O.connect(ctx, bad, &sc) != OK && sc == NULL, "connect with a foreign handle must fail");
+    char h2[HANDLE_BYTES] = {0};
+    void *l = NULL;
+    MUST(O.listen(ctx, h2, &l) == OK, "listen");
+    MUST(O.closeListen(l) == OK, "closeListen");
+    res_t rc = OK;
+    sc = NULL;
+    double t_until = now_s() + 30;
+    while (rc == OK && !sc && now_s() < t_until) rc = O.connect(ctx, h2, &sc);
+    CHECK(rc != OK && sc == NULL, "connect to a closed listener must fail (got %d, comm %p)", rc, sc);
+  }
+  /* stale or foreign pointers are errors, not crashes */
+  {
+    int done = 0;
+    CHECK(O.test((void *)0xdead0000, &done, NULL) != OK, "test of a foreign request");
+    CHECK(O.closeSend((void *)0xdead0000) != OK, "closeSend of a foreign comm");
+  }
+
+  /* the main pair still works after all that, then is closed */
+  transfer(s, r, sb, smh, rb, rmh, 12345, 10, 5);
+  MUST(O.deregMr(s, smh) == OK, "deregMr");
+  MUST(O.deregMr(r, rmh) == OK, "deregMr");
+  MUST(O.closeSend(s) == OK, "closeSend");
+  MUST(O.closeRecv(r) == OK, "closeRecv");
+  if (O.has_finalize) {
+    MUST(O.finalize(ctx2) == OK, "finalize");
+    MUST(O.finalize(ctx) == OK, "finalize");
+  }
+  free(sb);
+  free(rb);
+  MUST(dlclose(lib) == 0, "dlclose: %s", dlerror());
+  /* really unloaded (the next dlopen maps it afresh), as NCCL's refcount reaching 0 does */
+  void *still = dlopen(libname, RTLD_NOW | RTLD_NOLOAD);
+  CHECK(still == NULL, "still loaded after dlclose");
+  if (still) dlclose(still);
+}
+
+static int api(const char *libname) {
+  /* every version, newest first (NCCL's lookup order), each a fresh dlopen after the
+   * previous dlclose: seven unload/reload cycles, each followed by transfers */
+  for (int v = 12; v >= 6; v--) api_one(libname, v);
+  api_one(libname, 12);
+  /* nothing but these seven symbols is looked up by NCCL; an eighth version is absent */
+  void *lib = dlopen(libname, RTLD_NOW | RTLD_LOCAL);
+  MUST(lib, "dlopen");
+  CHECK(dlsym(lib, "ncclNetPlugin_v13") == NULL && dlsym(lib, "ncclNetPlugin_v5") == NULL, "v5/v13 exported");
+  CHECK(dlsym(lib, "ncclCollNetPlugin_v12") == NULL, "collnet exported");
+  dlclose(lib);
+  if (g_failures) fprintf(stderr, "%d checks failed\n", g_failures);
+  else printf("api: all checks passed for v12..v6\n");
+  return g_failures ? 1 : 0;
+}
+
+/* ---- ring mode --------------------------------------------------------------------- */
+static void write_file(const char *dir, const char *name, const void *b, size_t n) {
+  char p[4096], t[4096];
+  snprintf(p, sizeof p, "%s/%s", dir, name);
+  snprintf(t, sizeof t, "%s/.%s.tmp", dir, name);
+  FILE *f = fopen(t, "wb");
+  MUST(f && fwrite(b, 1, n, f) == n && fclose(f) == 0, "write %s", t);
+  MUST(rename(t, p) == 0, "rename %s", p);
+}
+
+static int read_file(const char *dir, const char *name, void *b, size_t n) {
+  char p[4096];
+  snprintf(p, sizeof p, "%s/%s", dir, name);
+  FILE *f = fopen(p, "rb");
+  if (!f) return 0;
+  size_t got = fread(b, 1, n, f);
+  fclose(f);
+  return got == n;
+}
+
+static int ring(const char *libname, int rank, int nranks, const char *dir, size_t bytes, int iters) {
+  void *lib = dlopen(libname, RTLD_NOW | RTLD_LOCAL);
+  MUST(lib, "dlopen %s: %s", libname, dlerror());
+  MUST(load_ops(lib, 12, &O), "ncclNetPlugin_v12");
+  void *ctx = NULL;
+  MUST(O.init(&ctx) == OK, "init");
+  if (!getenv("NCCL_SPRAY_STATS")) setenv("HARNESS_QUIET", "1", 1);
+
+  char handle[HANDLE_BYTES] = {0}, peer[HANDLE_BYTES];
+  void *l = NULL;
+  MUST(O.listen(ctx, handle, &l) == OK, "listen");
+  char nm[64];
+  snprintf(nm, sizeof nm, "handle.%d", rank);
+  write_file(dir, nm, handle, sizeof handle);
+  int next = (rank + 1) % nranks;
+  snprintf(nm, sizeof nm, "handle.%d", next);
+  double until = now_s() + 60;
+  while (!read_file(dir, nm, peer, sizeof peer)) {
+    MUST(now_s() < until, "no handle from rank %d", next);
+    usleep(1000);
+  }
+  void *s = NULL, *r = NULL;
+  while (!s || !r) {
+    if (!s) MUST(O.connect(ctx, peer, &s) == OK, "connect to rank %d", next);
+    if (!r) MUST(O.accept(l, &r) == OK, "accept");
+    MUST(now_s() < until, "ring connect did not finish");
+  }
+  MUST(O.closeListen(l) == OK, "closeListen");
+
+  size_t count = bytes / 4;
+  count -= count % (size_t)nranks;
+  size_t chunk = count / (size_t)nranks; /* elements */
+  uint32_t *data = malloc(count * 4), *tmp = malloc(2 * chunk * 4 + 4);
+  MUST(data && tmp, "malloc");
+  void *mh_sd, *mh_rt, *mh_rd;
+  MUST(O.regMr(s, data, count * 4, PTR_HOST, &mh_sd) == OK, "regMr");
+  MUST(O.regMr(r, tmp, 2 * chunk * 4 + 4, PTR_HOST, &mh_rt) == OK, "regMr");
+  MUST(O.regMr(r, data, count * 4, PTR_HOST, &mh_rd) == OK, "regMr");
+
+  const size_t slice = 512u << 10; /* bytes per message, NCCL's default step */
+  const int window = 8;            /* NCCL_STEPS */
+  double best = 1e30, total = 0;
+  for (int it = 0; it < iters; it++) {
+    for (size_t i = 0; i < count; i++) data[i] = (uint32_t)(rank + 1) * (uint32_t)(i % 1000003 + it + 1);
+    double t0 = now_s();
+    /* All steps pipelined as NCCL's proxy does: receives are posted as soon as the window
+     * and their buffer allow, across step boundaries; the send of slice j of step k waits
+     * only for the receive of slice j of step k-1 (the data it forwards). Global index
+     * g = step * m + slice. */
+    const int steps = 2 * (nranks - 1);
+    size_t nb = chunk * 4, m = (nb + slice - 1) / slice;
+    if (m == 0) m = 1;
+    size_t total_sl = (size_t)steps * m;
+    void *sreq[64], *rreq[64];
+    size_t sp = 0, rp = 0, sd = 0, rd = 0;
+#define RECV_C(k) ((size_t)((((rank) - ((k) < nranks - 1 ? (k) : (k) - (nranks - 1)) - ((k) < nranks - 1 ? 1 : 0)) % nranks + nranks) % nranks))
+#define SEND_C(k) ((size_t)((((rank) - ((k) < nranks - 1 ? (k) : (k) - (nranks - 1)) + ((k) < nranks - 1 ? 0 : 1)) % nranks + nranks) % nranks))
+    while (sd < total_sl || rd < total_sl) {
+      while (rp < total_sl && rp - rd < (size_t)window) {
+        int k = (int)(rp / m);
+        size_t j = rp % m, off = j * slice, len = nb - off < slice ? nb - off : slice;
+        int rs = k < nranks - 1;
+        /* the temporary of step k is the one of step k-2: its slice j must be reduced */
+        if (rs && k >= 2 && rd <= (size_t)(k - 2) * m + j) break;
+        /* an allgather receive overwrites the chunk reduce-scatter step k-(n-1) sent */
+        if (!rs && sd <= (size_t)(k - (nranks - 1)) * m + j) break;
+        unsigned char *dst = rs ? (unsigned char *)(tmp + (size_t)(k % 2) * chunk) + off
+                                : (unsigned char *)(data + RECV_C(k) * chunk) + off;
+        void *q = OPTIONAL_RECV_COMPLETION;
+        MUST(O.irecv(r, dst, len, next, rs ? mh_rt : mh_rd, &q) == OK, "irecv");
+        if (!q) break;
+        rreq[rp % 64] = q;
+        rp++;
+      }
+      while (sp < total_sl && sp - sd < (size_t)window) {
+        int k = (int)(sp / m);
+        size_t j = sp % m, off = j * slice, len = nb - off < slice ? nb - off : slice;
+        if (k > 0 && rd <= (size_t)(k - 1) * m + j) break; /* forwards what step k-1 received */
+        void *q = NULL;
+        MUST(O.isend(s, (unsigned char *)(data + SEND_C(k) * chunk) + off, len, rank, mh_sd, &q) == OK, "isend");
+        if (!q) break;
+        sreq[sp % 64] = q;
+        sp++;
+      }
+      int done = 0, sz = -1;
+      if (sd < sp) {
+        MUST(O.test(sreq[sd % 64], &done, &sz) == OK, "test send");
+        if (done) sd++;
+      }
+      if (rd < rp) {
+        done = 0;
+        MUST(O.test(rreq[rd % 64], &done, &sz) == OK, "test recv");
+        if (done) {
+          int k = (int)(rd / m);
+          size_t j = rd % m, off = j * slice, len = nb - off < slice ? nb - off : slice;
+          MUST(sz == (int)len, "slice of %zu reported %d", len, sz);
+          if (k < nranks - 1) {
+            uint32_t *dst = data + RECV_C(k) * chunk + off / 4;
+            uint32_t *src = tmp + (size_t)(k % 2) * chunk + off / 4;
+            for (size_t i = 0; i < len / 4; i++) dst[i] += src[i];
+          }
+          rd++;
+        }
+      }
+      MUST(now_s() < until + 600, "allreduce stuck");
+    }
+    double dt = now_s() - t0;
+    total += dt;
+    if (dt < best) best = dt;
+    /* exact check: sum over ranks of (r+1) * v = v * n(n+1)/2 */
+    uint32_t f = (uint32_t)(nranks * (nranks + 1) / 2);
+    size_t bad = 0;
+    for (size_t i = 0; i < count; i++) bad += data[i] != f * (uint32_t)(i % 1000003 + it + 1);
+    MUST(bad == 0, "rank %d iteration %d: %zu of %zu elements wrong", rank, it, bad, count);
+  }
+  double algbw = (double)count * 4 / best / 1e9;
+  double busbw = algbw * 2.0 * (nranks - 1) / nranks;
+  printf("ring allreduce rank %d: %d ranks, %zu bytes, %d iterations, best %.3f ms (mean %.3f ms), "
+         "algbw %.3f GB/s, busbw %.3f GB/s\n",
+         rank, nranks, count * 4, iters, best * 1e3, total / iters * 1e3, algbw, busbw);
+  /* a barrier before closing, through files, so no rank closes while a peer still
+   * tests a request on the connection */
+  snprintf(nm, sizeof nm, "done.%d", rank);
+  write_file(dir, nm, "1", 1);
+  for (int q = 0; q < nranks; q++) {
+    snprintf(nm, sizeof nm, "done.%d", q);
+    char c;
+    while (!read_file(dir, nm, &c, 1)) {
+      MUST(now_s() < until + 600, "barrier");
+      usleep(1000);
+    }
+  }
+  MUST(O.deregMr(s, mh_sd) == OK && O.deregMr(r, mh_rt) == OK && O.deregMr(r, mh_rd) == OK, "deregMr");
+  MUST(O.closeSend(s) == OK && O.closeRecv(r) == OK, "close");
+  MUST(O.finalize(ctx) == OK, "finalize");
+  MUST(dlclose(lib) == 0, "dlclose");
+  return g_failures ? 1 : 0;
+}
+
+/* ---- idle mode: the receiver makes no call while the sender's request completes ------ */
+static int file_exists(const char *dir, const char *name) {
+  char p[4096];
+  struct stat st;
+  snprintf(p, sizeof p, "%s/%s", dir, name);
+  return stat(p, &st) == 0;
+}
+
+static int idle(const char *libname, int rank, const char *dir, int sleep_ms) {
+  void *lib = dlopen(libname, RTLD_NOW | RTLD_LOCAL);
+  MUST(lib, "dlopen %s: %s", libname, dlerror());
+  MUST(load_ops(lib, 12, &O), "ncclNetPlugin_v12");
+  void *ctx = NULL;
+  MUST(O.init(&ctx) == OK, "init");
+  const size_t n = 1u << 20;
+  unsigned char *buf = malloc(n);
+  MUST(buf, "malloc");
+  double until = now_s() + 60;
+  void *comm = NULL, *mh = NULL, *req = NULL;
+  if (rank == 1) { /* receiver */
+    char handle[HANDLE_BYTES] = {0};
+    void *l = NULL;
+    MUST(O.listen(ctx, handle, &l) == OK, "listen");
+    write_file(dir, "handle.idle", handle, sizeof handle);
+    while (!comm) {
+      MUST(O.accept(l, &comm) == OK, "accept");
+      MUST(now_s() < until, "accept");
+    }
+    MUST(O.closeListen(l) == OK, "closeListen");
+    memset(buf, 0, n);
+    MUST(O.regMr(comm, buf, n, PTR_HOST, &mh) == OK, "regMr");
+    req = post_recv(comm, buf, n, mh);
+    write_file(dir, "posted", "1", 1);
+    usleep((useconds_t)sleep_ms * 1000); /* no call into the plugin meanwhile */
+    write_file(dir, "woke", "1", 1);
+    int sz = -1;
+    MUST(wait_req(req, &sz) == OK, "recv");
+    CHECK(sz == (int)n, "size %d", sz);
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) bad += buf[i] != pat(i, 42);
+    CHECK(bad == 0, "%zu bytes differ", bad);
+    while (!file_exists(dir, "sent")) { MUST(now_s() < until, "sender"); usleep(1000); }
+    MUST(O.deregMr(comm, mh) == OK && O.closeRecv(comm) == OK, "close");
+  } else { /* sender */
+    char handle[HANDLE_BYTES];
+    while (!read_file(dir, "handle.idle", handle, sizeof handle)) { MUST(now_s() < until, "handle"); usleep(1000); }
+    while (!comm) {
+      MUST(O.connect(ctx, handle, &comm) == OK, "connect");
+      MUST(now_s() < until, "connect");
+    }
+    for (size_t i = 0; i < n; i++) buf[i] = pat(i, 42);
+    MUST(O.regMr(comm, buf, n, PTR_HOST, &mh) == OK, "regMr");
+    while (!file_exists(dir, "posted")) { MUST(now_s() < until, "receiver"); usleep(1000); }
+    double t0 = now_s();
+    req = post_send(comm, buf, n, mh);
+    int sz = -1;
+    MUST(wait_req(req, &sz) == OK, "send");
+    int woke = file_exists(dir, "woke");
+    printf("idle: 1 MiB send completed in %.1f ms while the receiver %s\n", (now_s() - t0) * 1e3,
+           woke ? "had woken (it made calls)" : "made no call");
+    CHECK(!woke, "the send completed only after the receiver called in again");
+    write_file(dir, "sent", "1", 1);
+    MUST(O.deregMr(comm, mh) == OK && O.closeSend(comm) == OK, "close");
+  }
+  MUST(O.finalize(ctx) == OK, "finalize");
+  MUST(dlclose(lib) == 0, "dlclose");
+  free(buf);
+  return g_failures ? 1 : 0;
+}
+
+/* ---- bw mode: one process, one connection, a stream of messages, window W --------- */
+static int bw(const char *libname, size_t msg, int count, int window) {
+  void *lib = dlopen(libname, RTLD_NOW | RTLD_LOCAL);
+  MUST(lib, "dlopen %s: %s", libname, dlerror());
+  MUST(load_ops(lib, 12, &O), "ncclNetPlugin_v12");
+  void *ctx = NULL;
+  MUST(O.init(&ctx) == OK, "init");
+  void *s, *r, *smh, *rmh;
+  connect_pair(ctx, &s, &r);
+  unsigned char *sb = calloc((size_t)window, msg), *rb = calloc((size_t)window, msg);
+  MUST(sb && rb, "malloc");
+  MUST(O.regMr(s, sb, msg * (size_t)window, PTR_HOST, &smh) == OK, "regMr");
+  MUST(O.regMr(r, rb, msg * (size_t)window, PTR_HOST, &rmh) == OK, "regMr");
+  void *sq[64], *rq[64];
+  int sp = 0, rp = 0, sd = 0, rd = 0;
+  double t0 = now_s();
+  while (sd < count || rd < count) {
+    while (rp < count && rp - rd < window) { rq[rp % 64] = post_recv(r, rb + (size_t)(rp % window) * msg, msg, rmh); rp++; }
+    while (sp < count && sp - sd < window) { sq[sp % 64] = post_send(s, sb + (size_t)(sp % window) * msg, msg, smh); sp++; }
+    int done = 0, sz;
+    if (sd < sp) { MUST(O.test(sq[sd % 64], &done, &sz) == OK, "test"); if (done) sd++; }
+    done = 0;
+    if (rd < rp) { MUST(O.test(rq[rd % 64], &done, &sz) == OK, "test"); if (done) rd++; }
+  }
+  double dt = now_s() - t0;
+  printf("bw: %d x %zu bytes, window %d: %.3f GB/s\n", count, msg, window, (double)count * (double)msg / dt / 1e9);
+  O.closeSend(s);
+  O.closeRecv(r);
+  O.finalize(ctx);
+  dlclose(lib);
+  return 0;
+}
+
+/* ---- sizes mode: this file's layouts, for the Rust test to compare with its own ------ */
+static int sizes(void) {
+  printf("props6 %zu\nprops7 %zu\nprops8 %zu\nprops9 %zu\nprops11 %zu\nprops12 %zu\n", sizeof(props6_t),
+         sizeof(props7_t), sizeof(props8_t), sizeof(props9_t), sizeof(props11_t), sizeof(props12_t));
+  printf("net6 %zu\nnet7 %zu\nnet8 %zu\nnet9 %zu\nnet10 %zu\nnet11 %zu\nnet12 %zu\n", sizeof(net6_t),
+         sizeof(net7_t), sizeof(net8_t), sizeof(net9_t), sizeof(net10_t), sizeof(net11_t), sizeof(net12_t));
+  printf("props12.maxP2pBytes %zu\nprops12.railId %zu\nprops11.maxMultiRequestSize %zu\n",
+         offsetof(props12_t, maxP2pBytes), offsetof(props12_t, railId), offsetof(props11_t, maxMultiRequestSize));
+  printf("net12.finalize %zu\nnet9.makeVDevice %zu\nnetattr %zu\ndevh %zu\n", offsetof(net12_t, finalize),
+         offsetof(net9_t, makeVDevice), sizeof(netattr_t), sizeof(devh_t));
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  alarm(900);
+  if (argc >= 2 && strcmp(argv[1], "sizes") == 0) return sizes(); /* never hang a test run */
+  setvbuf(stdout, NULL, _IONBF, 0);
+  if (argc >= 3 && strcmp(argv[2], "api") == 0) return api(argv[1]);
+  if (argc >= 6 && strcmp(argv[2], "bw") == 0) return bw(argv[1], strtoull(argv[3], NULL, 10), atoi(argv[4]), atoi(argv[5]));
+  if (argc >= 6 && strcmp(argv[2], "idle") == 0) return idle(argv[1], atoi(argv[3]), argv[4], atoi(argv[5]));
+  if (argc >= 8 && strcmp(argv[2], "ring") == 0)
+    return ring(argv[1], atoi(argv[3]), atoi(argv[4]), argv[5], strtoull(argv[6], NULL, 10), atoi(argv[7]));
+  fprintf(stderr, "usage: %s LIB api | %s LIB ring RANK NRANKS DIR BYTES ITERS\n", argv[0], argv[0]);
+  return 2;
+}

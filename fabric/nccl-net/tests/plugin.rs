@@ -1,0 +1,218 @@
+//! Drives the built `libnccl_net_spray.so` the way NCCL does, through a C harness
+//! (`tests/harness.c`, compiled with the system C compiler at test time) that dlopens it
+//! by NCCL's file name `libnccl-net-spray.so` with `RTLD_NOW | RTLD_LOCAL`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// The cdylib cargo built next to this test binary (`target/<profile>/deps/..`).
+fn cdylib() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    let deps = exe.parent().expect("deps dir");
+    for dir in [deps, deps.parent().unwrap_or(deps)] {
+        let p = dir.join("libnccl_net_spray.so");
+        if p.exists() {
+            return p;
+        }
+    }
+    panic!(
+        "libnccl_net_spray.so not found next to {} (cargo builds it with the tests)",
+        exe.display()
+    );
+}
+
+/// A folder holding `libnccl-net-spray.so` (a link to the cdylib) and the compiled harness.
+fn setup(name: &str) -> (PathBuf, PathBuf) {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("tmp dir");
+    // A copy, not a link: a rebuilt cdylib under the same name would change under a
+    // running harness.
+    std::fs::copy(cdylib(), dir.join("libnccl-net-spray.so")).expect("copy the plugin");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/harness.c");
+    let exe = dir.join("harness");
+    let cc = std::env::var("CC").unwrap_or_else(|_| "gcc".into());
+    let out = Command::new(&cc)
+        .args(["-O2", "-std=c11", "-Wall", "-Wextra", "-Werror", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .args(["-ldl", "-pthread"])
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run the C compiler {cc}: {e}"));
+    assert!(
+        out.status.success(),
+        "compiling the harness failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (dir, exe)
+}
+
+#[test]
+fn every_version_drives_like_nccl_and_survives_reload() {
+    let (dir, exe) = setup("api");
+    let out = Command::new(&exe)
+        .arg("libnccl-net-spray.so")
+        .arg("api")
+        .env("LD_LIBRARY_PATH", &dir)
+        .env("HARNESS_QUIET", "1")
+        .output()
+        .expect("run the harness");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!("{stdout}\n{stderr}");
+    assert!(out.status.success(), "harness failed: {:?}", out.status);
+    assert!(stdout.contains("api: all checks passed for v12..v6"));
+}
+
+#[test]
+fn ring_allreduce_across_four_processes() {
+    let (dir, exe) = setup("ring");
+    let ranks = 4;
+    let bytes: usize = 16 << 20;
+    let iters = 3;
+    let children: Vec<_> = (0..ranks)
+        .map(|r| {
+            Command::new(&exe)
+                .arg("libnccl-net-spray.so")
+                .arg("ring")
+                .arg(r.to_string())
+                .arg(ranks.to_string())
+                .arg(&dir)
+                .arg(bytes.to_string())
+                .arg(iters.to_string())
+                .env("LD_LIBRARY_PATH", &dir)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn a rank")
+        })
+        .collect();
+    let mut lines = Vec::new();
+    let mut ok = true;
+    for (r, c) in children.into_iter().enumerate() {
+        let out = c.wait_with_output().expect("wait for a rank");
+        let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+        eprintln!("rank {r}: {stdout}{}", String::from_utf8_lossy(&out.stderr));
+        ok &= out.status.success();
+        lines.push(stdout);
+    }
+    assert!(ok, "a rank failed");
+    for (r, l) in lines.iter().enumerate() {
+        assert!(
+            l.contains(&format!("ring allreduce rank {r}: 4 ranks, {bytes} bytes")),
+            "rank {r} printed {l:?}"
+        );
+        println!("{}", l.trim());
+    }
+}
+
+#[test]
+fn a_send_completes_while_the_receiving_process_makes_no_call() {
+    let (dir, exe) = setup("idle");
+    let run = |rank: u32| {
+        Command::new(&exe)
+            .arg("libnccl-net-spray.so")
+            .arg("idle")
+            .arg(rank.to_string())
+            .arg(&dir)
+            .arg("3000")
+            .env("LD_LIBRARY_PATH", &dir)
+            .env("HARNESS_QUIET", "1")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn")
+    };
+    let (rx, tx) = (run(1), run(0));
+    let (rx, tx) = (
+        rx.wait_with_output().expect("wait"),
+        tx.wait_with_output().expect("wait"),
+    );
+    let tx_out = String::from_utf8_lossy(&tx.stdout);
+    eprintln!(
+        "sender: {tx_out}{}\nreceiver: {}{}",
+        String::from_utf8_lossy(&tx.stderr),
+        String::from_utf8_lossy(&rx.stdout),
+        String::from_utf8_lossy(&rx.stderr)
+    );
+    assert!(tx.status.success() && rx.status.success(), "a side failed");
+    assert!(
+        tx_out.contains("while the receiver made no call"),
+        "{tx_out}"
+    );
+}
+
+#[test]
+fn the_rust_layouts_match_the_harness_c_declarations() {
+    use nccl_net_spray::abi::*;
+    use std::mem::{offset_of, size_of};
+    let (_, exe) = setup("sizes");
+    let out = Command::new(&exe).arg("sizes").output().expect("run");
+    assert!(out.status.success());
+    let c: std::collections::HashMap<String, usize> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let (k, v) = l.split_once(' ')?;
+            Some((k.to_string(), v.parse().ok()?))
+        })
+        .collect();
+    let rust = [
+        ("props6", size_of::<PropsV6>()),
+        ("props7", size_of::<PropsV7>()),
+        ("props8", size_of::<PropsV8>()),
+        ("props9", size_of::<PropsV9>()),
+        ("props11", size_of::<PropsV11>()),
+        ("props12", size_of::<PropsV12>()),
+        ("net6", size_of::<NetV6>()),
+        ("net7", size_of::<NetV7>()),
+        ("net8", size_of::<NetV8>()),
+        ("net9", size_of::<NetV9>()),
+        ("net10", size_of::<NetV10>()),
+        ("net11", size_of::<NetV11>()),
+        ("net12", size_of::<NetV12>()),
+        ("props12.maxP2pBytes", offset_of!(PropsV12, max_p2p_bytes)),
+        ("props12.railId", offset_of!(PropsV12, rail_id)),
+        (
+            "props11.maxMultiRequestSize",
+            offset_of!(PropsV11, max_multi_request_size),
+        ),
+        ("net12.finalize", offset_of!(NetV12, finalize)),
+        ("net9.makeVDevice", offset_of!(NetV9, make_v_device)),
+        ("netattr", size_of::<NetAttr>()),
+        ("devh", size_of::<DeviceHandle>()),
+    ];
+    assert_eq!(c.len(), rust.len(), "the harness printed {c:?}");
+    for (k, v) in rust {
+        assert_eq!(c.get(k), Some(&v), "{k}: C {:?}, Rust {v}", c.get(k));
+    }
+    // The sizes worked out by hand from NCCL's headers (x86-64 / aarch64 LP64).
+    assert_eq!(
+        (
+            size_of::<PropsV6>(),
+            size_of::<PropsV9>(),
+            size_of::<PropsV11>(),
+            size_of::<PropsV12>()
+        ),
+        (48, 104, 112, 128)
+    );
+    assert_eq!((size_of::<NetV6>(), size_of::<NetV12>()), (17 * 8, 22 * 8));
+}
+
+#[test]
+fn authenticated_packets_carry_the_same_transfers() {
+    // The api run again with every connection's packets authenticated and encrypted
+    // (NCCL_SPRAY_AUTH=1 on the listening side; the handle tells the connector).
+    let (dir, exe) = setup("auth");
+    let out = Command::new(&exe)
+        .arg("libnccl-net-spray.so")
+        .arg("api")
+        .env("LD_LIBRARY_PATH", &dir)
+        .env("HARNESS_QUIET", "1")
+        .env("NCCL_SPRAY_AUTH", "1")
+        .output()
+        .expect("run the harness");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    println!("{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "harness failed: {:?}", out.status);
+    assert!(stdout.contains("api: all checks passed for v12..v6"));
+}
