@@ -1,17 +1,38 @@
 #!/usr/bin/env bash
-# Side-by-side loopback measurements for issue 6: mrc goodput against the raw UDP ceiling
-# (same sockets, batching and datagram size, no reliability) and kernel TCP (iperf3 when
-# installed), and 8-byte latency against a UDP ping-pong on the same datapath.
-# Each figure is the median of RUNS runs (default 3), runs interleaved so that a change in
-# machine load hits all of them alike.
+# Side-by-side loopback measurements (issues 6 and 23): mrc goodput and CPU per byte against
+# the raw UDP ceiling (same sockets, batching and datagram size, no reliability) and kernel
+# TCP (iperf3 when installed), at each burst size of BURSTS and for each UDP datapath
+# mechanics variant of MECHS, and 8-byte latency against a UDP ping-pong on the same
+# datapath. Every figure is the median of RUNS runs, the runs interleaved (run 1 of every
+# row, then run 2, ...) so that a change in machine load hits all rows alike; the ratios
+# (mrc / TCP, mrc / raw UDP, variant / plain) are medians of per-run ratios, each measured
+# side by side in one run.
 #
 # Usage: scripts/baselines.sh [RUNS] [DURATION_S]   (RUNS >= 1, DURATION_S > 0 seconds)
-# MRC_PERF=PATH runs that mrc-perf binary instead of building target/release/mrc-perf.
+# Environment:
+#   MRC_PERF=PATH     run that mrc-perf binary instead of building target/release/mrc-perf
+#   BURSTS="1 16"     the --burst-size values (packets per EV per GSO send; 1 = spraying)
+#   MECHS="plain"     datapath variants, any of: plain multishot coop zerocopy all
+#                     (--udp-multishot, --udp-coop-taskrun, --udp-zerocopy; all = the
+#                     first two, zero-copy left out: on loopback it stalls mrc)
+#   MRC_PERF_BEFORE=PATH  also run that (older) mrc-perf as variant "before", plain
+#   LAT=1             the latency rows (0: skip)
+#   CONN_BENCH=1      also run the state machines' criterion bench (cargo bench -p
+#                     mrc-transport --bench conn, minutes) and report ns per 4 KiB packet
+#   SIM=1             also run `mrc-sim experiment speed-raw` and report its checked row
+#   JSON_OUT=PATH     also write the JSON there
+# Output: the table on stdout, then one JSON object (the same figures, and every run).
+# Ports: loopback and baseline take kernel-chosen ports (receive sockets on port 0, EV
+# source ports from the allocator, which skips taken ones; iperf3 on a port the kernel just
+# handed out), so runs beside other benchmarks and tests do not collide.
 # Any failure prints a message (with mrc-perf's stderr) and exits 1.
 set -euo pipefail
 usage="usage: scripts/baselines.sh [RUNS] [DURATION_S] (RUNS a positive integer, DURATION_S positive seconds; defaults 3 3)"
 RUNS=${1:-3}
 DUR=${2:-3}
+BURSTS=${BURSTS:-1 16}
+MECHS=${MECHS:-plain}
+LAT=${LAT:-1}
 if ! [[ $RUNS =~ ^[1-9][0-9]*$ ]]; then
   echo "baselines.sh: RUNS must be a positive integer, got '$RUNS'" >&2
   echo "$usage" >&2
@@ -22,6 +43,20 @@ if ! [[ $DUR =~ ^[0-9]*\.?[0-9]+$ && $DUR =~ [1-9] ]]; then
   echo "$usage" >&2
   exit 1
 fi
+for b in $BURSTS; do
+  [[ $b =~ ^[1-9][0-9]*$ ]] || { echo "baselines.sh: BURSTS must hold positive integers, got '$b'" >&2; exit 1; }
+done
+mech_flags() {
+  case $1 in
+    plain | before) echo "" ;;
+    multishot) echo "--udp-multishot" ;;
+    coop) echo "--udp-coop-taskrun" ;;
+    zerocopy) echo "--udp-zerocopy" ;;
+    all) echo "--udp-multishot --udp-coop-taskrun" ;;
+    *) echo "baselines.sh: unknown MECHS entry '$1' (plain multishot coop zerocopy all)" >&2; return 1 ;;
+  esac
+}
+for v in $MECHS; do mech_flags "$v" >/dev/null; done
 command -v jq >/dev/null 2>&1 || { echo "baselines.sh: needs jq (apt-get install jq)" >&2; exit 1; }
 cd "$(dirname "$0")/.."
 if [ -n "${MRC_PERF:-}" ]; then
@@ -31,59 +66,166 @@ else
     || { echo "baselines.sh: cargo build of mrc-perf failed" >&2; exit 1; }
   P=target/release/mrc-perf
 fi
+VARIANTS=""
+[ -n "${MRC_PERF_BEFORE:-}" ] && VARIANTS="before"
+VARIANTS="$VARIANTS $MECHS"
+bin_of() { if [ "$1" = before ]; then echo "$MRC_PERF_BEFORE"; else echo "$P"; fi; }
+label_of() { if [ "$1" = before ]; then echo "mrc-perf (before)"; else echo "mrc-perf"; fi; }
 # Per-run figures go to a private directory, removed on exit.
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
-# mrc-perf ARGS...: its JSON on stdout; on failure its stderr and exit 1 (the caller's
-# `x=$(perf ...)` then stops the script under set -e).
-perf() {
-  local rc=0
-  "$P" "$@" 2>"$T/stderr" || rc=$?
+# run BIN LABEL ARGS...: BIN's JSON on stdout; tried twice; on a second failure its stderr
+# and exit 1 (the caller's
+# `x=$(run ...)` then stops the script under set -e).
+run() {
+  local bin=$1 label=$2 rc=0
+  shift 2
+  "$bin" "$@" >"$T/stdout" 2>"$T/stderr" || rc=$?
   if [ "$rc" != 0 ]; then
-    echo "baselines.sh: mrc-perf $* failed (exit code $rc):" >&2
+    # Once more: on a machine shared with other jobs a run can fail on its own (a
+    # timeout); a second failure ends the script.
+    echo "baselines.sh: $label $* failed (exit code $rc), once more; its stderr:" >&2
+    tail -5 "$T/stderr" >&2
+    rc=0
+    "$bin" "$@" >"$T/stdout" 2>"$T/stderr" || rc=$?
+  fi
+  if [ "$rc" != 0 ]; then
+    echo "baselines.sh: $label $* failed (exit code $rc):" >&2
     cat "$T/stderr" >&2
     exit 1
   fi
+  cat "$T/stdout"
 }
-median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
-: >"$T/mrc_bw"; : >"$T/mrc_cpu"; : >"$T/udp_bw"; : >"$T/udp_cpu"; : >"$T/tcp_bw"; : >"$T/tcp_cpu"
-: >"$T/mrc_lat50"; : >"$T/mrc_lat99"; : >"$T/udp_lat50"; : >"$T/udp_lat99"
-# One progress line on stderr per measurement (a run of RUNS x 4 measurements is otherwise
-# silent for about RUNS x (2 x DURATION_S + 10) seconds).
+median() { sort -g | awk '{a[NR]=$1} END {if (NR == 0) print "null"; else printf "%.15g\n", (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+m() { if [ -s "$1" ]; then median <"$1"; else echo null; fi; }
+# One JSON line per measurement: {run, burst, variant, what, gbps, cpu_s_per_gb, ...}.
+: >"$T/rows"
 progress() { echo "baselines.sh: run $i/$RUNS: $*" >&2; }
+tcp_name="kernel TCP"
 for i in $(seq "$RUNS"); do
-  # 4096-byte payload, 16 EVs, 1 MiB messages, every byte checked.
-  j=$(perf loopback -s 1048576 --paths 16 --mtu 4096 -D "$DUR" --verify --json)
-  bad=$(jq -r '.receiver.bad_bytes' <<<"$j")
-  [ "$bad" = 0 ] || { echo "verify failed: $bad bad bytes" >&2; exit 1; }
-  jq -r '.bw_avg_gbps' <<<"$j" >>"$T/mrc_bw"
-  jq -r '.cpu_s_per_gb' <<<"$j" >>"$T/mrc_cpu"
-  progress "mrc --verify $(jq -r '.bw_avg_gbps' <<<"$j") Gb/s (--cc $(jq -r '.cc' <<<"$j"))"
-  b=$(perf baseline -s 1048576 --paths 16 --mtu 4096 -D "$DUR" --json)
-  jq -r '.baselines[0].gbps' <<<"$b" >>"$T/udp_bw"
-  jq -r '.baselines[0].cpu_s_per_gb' <<<"$b" >>"$T/udp_cpu"
-  jq -r '.baselines[1].gbps' <<<"$b" >>"$T/tcp_bw"
-  jq -r '.baselines[1].cpu_s_per_gb' <<<"$b" >>"$T/tcp_cpu"
-  tcp_name=$(jq -r '.baselines[1].name' <<<"$b")
-  progress "raw UDP $(jq -r '.baselines[0].gbps' <<<"$b") Gb/s, $tcp_name $(jq -r '.baselines[1].gbps' <<<"$b") Gb/s"
-  l=$(perf loopback --test lat -s 8 -n 20000 --verify --json)
-  jq -r '.lat_us.typical' <<<"$l" >>"$T/mrc_lat50"
-  jq -r '.lat_us.p99' <<<"$l" >>"$T/mrc_lat99"
-  progress "mrc latency median $(jq -r '.lat_us.typical' <<<"$l") us"
-  u=$(perf baseline --test lat -s 8 -n 20000 --json)
-  jq -r '.baselines[0].lat_us.typical' <<<"$u" >>"$T/udp_lat50"
-  jq -r '.baselines[0].lat_us.p99' <<<"$u" >>"$T/udp_lat99"
-  progress "UDP ping-pong median $(jq -r '.baselines[0].lat_us.typical' <<<"$u") us"
+  for b in $BURSTS; do
+    for v in $VARIANTS; do
+      bin=$(bin_of "$v")
+      # shellcheck disable=SC2046 # the flags are words
+      set -- $(mech_flags "$v")
+      # 4096-byte payload, 16 EVs, 1 MiB messages, every byte checked.
+      j=$(run "$bin" "$(label_of "$v")" loopback -s 1048576 --paths 16 --mtu 4096 -D "$DUR" --burst-size "$b" \
+        --udp-port 0 --verify --json "$@")
+      bad=$(jq -r '.receiver.bad_bytes' <<<"$j")
+      [ "$bad" = 0 ] || { echo "baselines.sh: verify failed: $bad bad bytes" >&2; exit 1; }
+      jq -c --argjson i "$i" --argjson b "$b" --arg v "$v" \
+        '{run: $i, burst: $b, variant: $v, what: "mrc", gbps: .bw_avg_gbps,
+          cpu_s_per_gb: .cpu_s_per_gb}' \
+        <<<"$j" >>"$T/rows"
+      progress "burst $b $v: mrc --verify $(jq -r '.bw_avg_gbps' <<<"$j") Gb/s"
+      k=$(run "$bin" "$(label_of "$v")" baseline -s 1048576 --paths 16 --mtu 4096 -D "$DUR" --burst-size "$b" \
+        --json "$@")
+      jq -c --argjson i "$i" --argjson b "$b" --arg v "$v" \
+        '{run: $i, burst: $b, variant: $v, what: "udp", gbps: .baselines[0].gbps,
+          cpu_s_per_gb: .baselines[0].cpu_s_per_gb},
+         {run: $i, burst: $b, variant: $v, what: "tcp", gbps: .baselines[1].gbps,
+          cpu_s_per_gb: .baselines[1].cpu_s_per_gb}' <<<"$k" >>"$T/rows"
+      tcp_name=$(jq -r '.baselines[1].name' <<<"$k")
+      progress "burst $b $v: raw UDP $(jq -r '.baselines[0].gbps' <<<"$k") Gb/s, $tcp_name $(jq -r '.baselines[1].gbps' <<<"$k") Gb/s"
+    done
+  done
+  if [ "$LAT" = 1 ]; then
+    for v in $VARIANTS; do
+      bin=$(bin_of "$v")
+      # shellcheck disable=SC2046
+      set -- $(mech_flags "$v")
+      l=$(run "$bin" "$(label_of "$v")" loopback --test lat -s 8 -n 20000 --udp-port 0 --verify --json "$@")
+      jq -c --argjson i "$i" --arg v "$v" \
+        '{run: $i, variant: $v, what: "mrc_lat", p50_us: .lat_us.typical, p99_us: .lat_us.p99}' \
+        <<<"$l" >>"$T/rows"
+      u=$(run "$bin" "$(label_of "$v")" baseline --test lat -s 8 -n 20000 --json "$@")
+      jq -c --argjson i "$i" --arg v "$v" \
+        '{run: $i, variant: $v, what: "udp_lat", p50_us: .baselines[0].lat_us.typical,
+          p99_us: .baselines[0].lat_us.p99}' <<<"$u" >>"$T/rows"
+      progress "$v: mrc latency median $(jq -r '.lat_us.typical' <<<"$l") us, UDP ping-pong $(jq -r '.baselines[0].lat_us.typical' <<<"$u") us"
+    done
+  fi
 done
-m() { median <"$1"; }
-mrc=$(m "$T/mrc_bw"); udp=$(m "$T/udp_bw")
-echo "runs: $RUNS x ${DUR}s, loopback 127.0.0.1, $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
-printf '%-44s %10s %12s\n' "bw (1 MiB msgs, 4096 B payload, 16 EVs)" "Gb/s" "CPU s/GB"
-printf '%-44s %10.2f %12.3f\n' "mrc --verify" "$mrc" "$(m "$T/mrc_cpu")"
-printf '%-44s %10.2f %12.3f\n' "raw UDP blast (same datapath)" "$udp" "$(m "$T/udp_cpu")"
-printf '%-44s %10.2f %12.3f\n' "$tcp_name" "$(m "$T/tcp_bw")" "$(m "$T/tcp_cpu")"
-awk -v a="$mrc" -v b="$udp" 'BEGIN {printf "mrc / raw UDP ceiling: %.0f%%\n", 100*a/b}'
-printf '%-44s %10s %12s\n' "lat (8 B, one way = RTT/2)" "median us" "p99 us"
-printf '%-44s %10.2f %12.2f\n' "mrc --verify" "$(m "$T/mrc_lat50")" "$(m "$T/mrc_lat99")"
-printf '%-44s %10.2f %12.2f\n' "UDP ping-pong (same datapath)" "$(m "$T/udp_lat50")" "$(m "$T/udp_lat99")"
-echo "per run (mrc bw): $(tr '\n' ' ' <"$T/mrc_bw")  (raw UDP): $(tr '\n' ' ' <"$T/udp_bw")"
+# sel FIELD JQ-FILTER: the values of FIELD of the rows the filter keeps, one a line (a run
+# whose report lacked the figure is left out).
+sel() { jq -r "select($2) | .$1 | select(. != null)" <"$T/rows"; }
+# ratio NUM-FILTER DEN-FILTER FIELD: per run, NUM's FIELD over DEN's (one row each).
+ratio() {
+  jq -s -r --arg f "$3" "
+    (map(select($1)) | map({key: (.run|tostring), value: .[\$f]}) | from_entries) as \$n |
+    (map(select($2)) | map({key: (.run|tostring), value: .[\$f]}) | from_entries) as \$d |
+    \$n | keys[] | select(\$n[.] != null and \$d[.] != null and \$d[.] != 0) | \$n[.] / \$d[.]" <"$T/rows"
+}
+med() { sel "$1" "$2" | median; }
+medr() { ratio "$1" "$2" "$3" | median; }
+: >"$T/summary"
+echo "runs: $RUNS x ${DUR}s interleaved, loopback 127.0.0.1, $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "bw: 1 MiB messages, 4096-byte payload, 16 EVs; medians; ratios are medians of per-run ratios"
+first=$(echo "$VARIANTS" | awk '{print $1}')
+printf '%-5s %-10s %-26s %8s %9s %9s %9s %9s\n' burst variant row "Gb/s" "CPU s/GB" "x TCP" "x $first" "CPU x $first"
+for b in $BURSTS; do
+  for v in $VARIANTS; do
+    for w in mrc udp tcp; do
+      f=".burst == $b and .variant == \"$v\" and .what == \"$w\""
+      t=".burst == $b and .variant == \"$v\" and .what == \"tcp\""
+      base=".burst == $b and .variant == \"$first\" and .what == \"$w\""
+      g=$(med gbps "$f"); c=$(med cpu_s_per_gb "$f")
+      xt=$(medr "$f" "$t" gbps); xb=$(medr "$f" "$base" gbps); xc=$(medr "$f" "$base" cpu_s_per_gb)
+      case $w in mrc) name="mrc --verify" ;; udp) name="raw UDP blast" ;; tcp) name="$tcp_name" ;; esac
+      [ "$w" = tcp ] && xt=null
+      printf '%-5s %-10s %-26.26s %8.2f %9.3f %9s %9s %9s\n' "$b" "$v" "$name" "$g" "$c" \
+        "$([ "$xt" = null ] && echo - || printf '%.2f' "$xt")" \
+        "$([ "$xb" = null ] && echo - || printf '%.2f' "$xb")" \
+        "$([ "$xc" = null ] && echo - || printf '%.2f' "$xc")"
+      jq -nc --argjson b "$b" --arg v "$v" --arg w "$w" --arg name "$name" \
+        --argjson g "$g" --argjson c "$c" --argjson xt "$xt" --argjson xb "$xb" \
+        --argjson xc "$xc" \
+        '{burst: $b, variant: $v, what: $w, name: $name, gbps: $g, cpu_s_per_gb: $c,
+          gbps_x_tcp: $xt, gbps_x_first_variant: $xb, cpu_x_first_variant: $xc}' >>"$T/summary"
+    done
+  done
+done
+if [ "$LAT" = 1 ]; then
+  printf '%-16s %-26s %10s %9s\n' variant "lat (8 B, one way)" "median us" "p99 us"
+  for v in $VARIANTS; do
+    for w in mrc_lat udp_lat; do
+      f=".variant == \"$v\" and .what == \"$w\""
+      p50=$(med p50_us "$f"); p99=$(med p99_us "$f")
+      printf '%-16s %-26s %10.2f %9.2f\n' "$v" \
+        "$([ $w = mrc_lat ] && echo "mrc --verify" || echo "UDP ping-pong")" "$p50" "$p99"
+      jq -nc --arg v "$v" --arg w "$w" --argjson a "$p50" --argjson p "$p99" \
+        '{variant: $v, what: $w, p50_us: $a, p99_us: $p}' >>"$T/summary"
+    done
+  done
+fi
+extra='{}'
+if [ "${CONN_BENCH:-0}" = 1 ]; then
+  echo "baselines.sh: cargo bench -p mrc-transport --bench conn (minutes)" >&2
+  cargo bench -q -p mrc-transport --bench conn -- --noplot >"$T/bench" 2>&1 \
+    || { echo "baselines.sh: cargo bench failed:" >&2; cat "$T/bench" >&2; exit 1; }
+  est=$(find "${CARGO_TARGET_DIR:-target}/criterion" -path '*1MiB write, 4096-byte packets/new/estimates.json' | head -1)
+  ns=$(jq -r '.median.point_estimate / 256' "$est")
+  printf 'state machines (criterion, sender+receiver, 1 MiB write in 4096-byte packets): %.0f ns per packet (%.2f M packets/s)\n' "$ns" "$(awk -v n="$ns" 'BEGIN {print 1e3/n}')"
+  extra=$(jq -c --argjson ns "$ns" '. + {conn_bench_ns_per_packet: $ns}' <<<"$extra")
+else
+  echo "state machines: cargo bench -p mrc-transport --bench conn (CONN_BENCH=1 runs it here)"
+fi
+if [ "${SIM:-0}" = 1 ]; then
+  cargo build --release -q -p mrc-examples --bin mrc-sim \
+    || { echo "baselines.sh: cargo build of mrc-sim failed" >&2; exit 1; }
+  s=$(run "${CARGO_TARGET_DIR:-target}/release/mrc-sim" mrc-sim experiment speed-raw --json -)
+  # the checked row, "raw frames (switching core)": its hops_per_s value
+  hops=$(jq -r '[.. | objects | select(has("rows")) | .rows[]
+    | select(.label | startswith("raw frames (switching core)"))
+    | .values[] | select(.[0] == "hops_per_s") | .[1]][0]' <<<"$s")
+  printf 'simulator, speed-raw checked row: %.2f M packet hops/s\n' "$(awk -v h="$hops" 'BEGIN {print h/1e6}')"
+  extra=$(jq -c --argjson h "$hops" '. + {sim_speed_raw_hops_per_s: $h}' <<<"$extra")
+else
+  echo "simulator: mrc-sim experiment speed-raw (SIM=1 runs it here)"
+fi
+json=$(jq -s -c --argjson runs "$RUNS" --argjson dur "$DUR" --argjson extra "$extra" \
+  --slurpfile rows "$T/rows" \
+  '{runs: $runs, duration_s: $dur, summary: ., extra: $extra, per_run: $rows}' "$T/summary")
+echo "$json"
+[ -n "${JSON_OUT:-}" ] && echo "$json" >"$JSON_OUT"
+exit 0

@@ -4,6 +4,7 @@
 //! otherwise a built-in blast over `std::net::TcpStream`).
 
 use super::opts::TestParams;
+use super::run::UdpMechanics;
 use mrc_fabric::datapath::{Datapath, PathMap, TxBatch};
 use mrc_fabric::udp::{UdpConfig, UringDatapath};
 use mrc_transport::Ecn;
@@ -41,8 +42,9 @@ impl BaselineResult {
     }
 }
 
-fn dp(ip: IpAddr) -> Result<UringDatapath, String> {
-    UringDatapath::new(UdpConfig::bind(SocketAddr::new(ip, 0))).map_err(|e| e.to_string())
+fn dp(ip: IpAddr, mech: UdpMechanics) -> Result<UringDatapath, String> {
+    UringDatapath::new(mech.apply(UdpConfig::bind(SocketAddr::new(ip, 0))))
+        .map_err(|e| e.to_string())
 }
 
 /// Raw UDP blast: datagrams of `mtu + 56` bytes (an mrc data packet's size) round-robin
@@ -50,9 +52,9 @@ fn dp(ip: IpAddr) -> Result<UringDatapath, String> {
 ///
 /// # Errors
 /// Datapath setup failures.
-pub fn udp_blast(ip: IpAddr, p: &TestParams) -> Result<BaselineResult, String> {
-    let mut a = dp(ip)?;
-    let b = dp(ip)?;
+pub fn udp_blast(ip: IpAddr, p: &TestParams, mech: UdpMechanics) -> Result<BaselineResult, String> {
+    let mut a = dp(ip, mech)?;
+    let b = dp(ip, mech)?;
     let paths = PathMap {
         evs: (0..p.paths).collect(),
         evs_per_socket: p.burst_size as usize,
@@ -129,9 +131,13 @@ pub fn udp_blast(ip: IpAddr, p: &TestParams) -> Result<BaselineResult, String> {
 ///
 /// # Errors
 /// Datapath setup failures or a lost datagram (no echo within 1 s).
-pub fn udp_pingpong(ip: IpAddr, p: &TestParams) -> Result<BaselineResult, String> {
-    let mut a = dp(ip)?;
-    let mut b = dp(ip)?;
+pub fn udp_pingpong(
+    ip: IpAddr,
+    p: &TestParams,
+    mech: UdpMechanics,
+) -> Result<BaselineResult, String> {
+    let mut a = dp(ip, mech)?;
+    let mut b = dp(ip, mech)?;
     let paths = PathMap::per_ev((0..p.paths).collect());
     let ca = a
         .open_conn(b.local_addr(), &paths)

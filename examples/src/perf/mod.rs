@@ -73,6 +73,11 @@ pub fn run_cli(cli: Cli) -> Result<String, CliError> {
         traffic_class: cli.test.traffic_class()?,
         engine_cpu: cli.test.cpu,
         fabric,
+        udp: run::UdpMechanics {
+            multishot: cli.test.udp_multishot,
+            zerocopy: cli.test.udp_zerocopy,
+            coop_taskrun: cli.test.udp_coop_taskrun,
+        },
     };
     let psk = cli
         .test
@@ -197,8 +202,11 @@ pub fn run_cli(cli: Cli) -> Result<String, CliError> {
                 Ipv4Addr::LOCALHOST.into()
             };
             let results = match p.test {
-                TestKind::Bw => vec![baseline::udp_blast(ip, &p)?, baseline::tcp(ip, &p)?],
-                TestKind::Lat => vec![baseline::udp_pingpong(ip, &p)?],
+                TestKind::Bw => vec![
+                    baseline::udp_blast(ip, &p, env.local.udp)?,
+                    baseline::tcp(ip, &p)?,
+                ],
+                TestKind::Lat => vec![baseline::udp_pingpong(ip, &p, env.local.udp)?],
             };
             Ok(baseline::render(&results, json))
         }

@@ -337,6 +337,18 @@ pub struct TestOpts {
     /// not run on it.
     #[arg(long, value_name = "N", global = true)]
     pub cpu: Option<usize>,
+    /// UDP datapath: receive with one multishot `recvmsg` over a provided buffer ring
+    /// instead of re-armed single ones (`UdpConfig::rx_multishot`). This end only.
+    #[arg(long, global = true)]
+    pub udp_multishot: bool,
+    /// UDP datapath: send with `IORING_OP_SENDMSG_ZC`, zero-copy (`UdpConfig::tx_zerocopy`).
+    /// This end only.
+    #[arg(long, global = true)]
+    pub udp_zerocopy: bool,
+    /// UDP datapath: set up the io_urings with `IORING_SETUP_COOP_TASKRUN` (no
+    /// interrupt per arriving datagram; `UdpConfig::coop_taskrun`). This end only.
+    #[arg(long, global = true)]
+    pub udp_coop_taskrun: bool,
     /// GID index on that port: a RoCEv2 entry (`show_gids`; often 3 for IPv4 on ConnectX,
     /// 1 on Soft-RoCE).
     #[arg(short = 'x', long = "gid-index", default_value_t = 1, global = true)]

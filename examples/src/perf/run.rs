@@ -201,6 +201,33 @@ pub struct LocalOpts {
     pub traffic_class: u8,
     /// The CPU this end's engine thread runs on (`--cpu`), or any.
     pub engine_cpu: Option<usize>,
+    /// The UDP datapath's optional mechanics (`--udp-multishot`, `--udp-zerocopy`,
+    /// `--udp-coop-taskrun`).
+    pub udp: UdpMechanics,
+}
+
+/// The optional mechanics of the io_uring UDP datapath an end uses (each off unless
+/// asked: the [`UdpConfig`] defaults).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UdpMechanics {
+    /// [`UdpConfig::rx_multishot`].
+    pub multishot: bool,
+    /// [`UdpConfig::tx_zerocopy`].
+    pub zerocopy: bool,
+    /// [`UdpConfig::coop_taskrun`].
+    pub coop_taskrun: bool,
+}
+
+impl UdpMechanics {
+    /// `cfg` with these mechanics.
+    pub fn apply(&self, cfg: UdpConfig) -> UdpConfig {
+        UdpConfig {
+            rx_multishot: self.multishot,
+            tx_zerocopy: self.zerocopy,
+            coop_taskrun: self.coop_taskrun,
+            ..cfg
+        }
+    }
 }
 
 /// The CPUs this thread may run on (`sched_getaffinity`).
@@ -562,11 +589,11 @@ pub fn make_side(p: &TestParams, udp_bind: SocketAddr, local: &LocalOpts) -> Res
     );
     let (ep, src, dst, verbs) = match (&local.fabric, p.progress) {
         (LocalFabric::Udp, ProgressMode::Caller) => {
-            let ucfg = UdpConfig {
+            let ucfg = local.udp.apply(UdpConfig {
                 traffic_class: local.traffic_class,
                 rx_slots: rx_slots(p),
                 ..UdpConfig::bind(udp_bind)
-            };
+            });
             let open = |e| format!("cannot open UDP datapath on {udp_bind}: {e}");
             let dp: Box<dyn Datapath + Send> = match p.udp_io {
                 UdpIo::Uring => Box::new(UringDatapath::new(ucfg).map_err(open)?),
@@ -593,11 +620,11 @@ pub fn make_side(p: &TestParams, udp_bind: SocketAddr, local: &LocalOpts) -> Res
         (fabric, ProgressMode::Thread) => {
             let (ctx, verbs) = match fabric {
                 LocalFabric::Udp => {
-                    let ucfg = UdpConfig {
+                    let ucfg = local.udp.apply(UdpConfig {
                         traffic_class: local.traffic_class,
                         rx_slots: rx_slots(p),
                         ..UdpConfig::bind(udp_bind)
-                    };
+                    });
                     let ctx = with_cpu(local.engine_cpu, || Context::new(ucfg, ecfg))?
                         .map_err(|e| format!("cannot open UDP datapath on {udp_bind}: {e}"))?;
                     (ctx, None)

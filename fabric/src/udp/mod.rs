@@ -38,6 +38,7 @@
 //! consecutive packets on one source port (one GSO send): the packets-per-EV burst knob of
 //! DESIGN.md section 7 (1 = pure per-packet spraying).
 
+mod bufring;
 mod conns;
 mod direct;
 mod fake;

@@ -1,8 +1,16 @@
 //! [`UringDatapath`]: the [`Datapath`] on Linux UDP sockets driven through two io_urings,
 //! one for sends (a burst is one submission, waited for) and one for receives (a fixed set
-//! of `recvmsg`s kept outstanding on the receive socket, plus a read on an eventfd that
+//! of `recvmsg`s kept outstanding on the receive socket, or one multishot `recvmsg` over a
+//! provided buffer ring with [`UdpConfig::rx_multishot`], plus a read on an eventfd that
 //! [`Waker::wake`] writes to).
+//!
+//! Options of the mechanics, each a [`UdpConfig`] field, each off by default:
+//! multishot receive with a provided buffer ring ([`UdpConfig::rx_multishot`]), zero-copy
+//! sends (`IORING_OP_SENDMSG_ZC`, [`UdpConfig::tx_zerocopy`]) and cooperative task work
+//! ([`UdpConfig::coop_taskrun`]). docs/PERFORMANCE.md has what each measured on loopback,
+//! and registered files, measured and left out.
 
+use super::bufring::BufRing;
 use super::sock::{self, CMSG_BYTES, CmsgBuf};
 use super::{
     ConnTable, DEFAULT_RX_PORT, MAX_GSO_BYTES, MAX_GSO_SEGMENTS, PortAllocator, PortLease,
@@ -10,7 +18,7 @@ use super::{
 use crate::datapath::{
     ConnId, Datapath, DatapathError, DatapathStats, PathMap, RxDatagram, TxBatch, TxReport, Waker,
 };
-use io_uring::{IoUring, opcode, types};
+use io_uring::{IoUring, cqueue, opcode, types};
 use mrc_transport::Ecn;
 use socket2::{SockAddr, Socket};
 use std::io;
@@ -43,6 +51,32 @@ pub struct UdpConfig {
     /// (`IP_TOS` / `IPV6_TCLASS` on each EV socket and in each send's cmsg); its low two
     /// bits, the ECN field, are ignored: ECN is the transport's per packet. Default 0.
     pub traffic_class: u8,
+    /// Receive with one multishot `recvmsg` (`IORING_RECV_MULTISHOT`, kernel 6.0+) that
+    /// takes its buffers from a provided buffer ring of [`UdpConfig::rx_ring_buffers`]
+    /// buffers of `rx_buffer_bytes` (plus the room for address and cmsgs), instead of
+    /// `rx_slots` single `recvmsg`s re-armed after each datagram. Default off
+    /// (docs/PERFORMANCE.md: on loopback mrc's CPU per byte 0.87-1.02x without it, inside
+    /// or at the noise of the 2-core VM).
+    pub rx_multishot: bool,
+    /// Buffers of the provided buffer ring with [`UdpConfig::rx_multishot`]: a power of two
+    /// in 1..=32768 (others are an error at [`UringDatapath::new`]). Default 64.
+    pub rx_ring_buffers: u16,
+    /// Send with `IORING_OP_SENDMSG_ZC` (kernel 6.1+): the kernel sends from the batch's
+    /// memory instead of copying it, and reports when it is done with it (a second
+    /// completion per send, waited for before `tx_burst` returns). Default off, and not
+    /// for loopback: there the kernel lets go of the pages only once the local receiver
+    /// has read the datagram, so each burst waits on the peer (mrc `--verify` fell from
+    /// 4-7 Gb/s to 0.02-0.06, docs/PERFORMANCE.md). Meant for a NIC, where the notice comes
+    /// at transmit completion (not measured here).
+    pub tx_zerocopy: bool,
+    /// Set up both rings with `IORING_SETUP_COOP_TASKRUN` and `IORING_SETUP_TASKRUN_FLAG`
+    /// (kernel 5.19+): a datagram that arrives while the engine runs in user space no
+    /// longer interrupts it (an inter-processor interrupt to run the receive's task work);
+    /// the work runs at its next system call, and [`Datapath::rx_burst`] makes one when the
+    /// ring flags work pending and no completion is there. Default off
+    /// (docs/PERFORMANCE.md: mrc's CPU per byte 0.97-0.99x without it, inside the noise;
+    /// with multishot 0.85-0.97x).
+    pub coop_taskrun: bool,
 }
 
 impl Default for UdpConfig {
@@ -57,6 +91,10 @@ impl Default for UdpConfig {
             socket_buffer_bytes: 8 << 20,
             tx_ring_entries: 256,
             traffic_class: 0,
+            rx_multishot: false,
+            rx_ring_buffers: 64,
+            tx_zerocopy: false,
+            coop_taskrun: false,
         }
     }
 }
@@ -138,6 +176,23 @@ impl Waker for EventFdWaker {
 }
 
 const EVENTFD_USER_DATA: u64 = u64::MAX;
+/// `user_data` of the multishot receive.
+const MULTISHOT_USER_DATA: u64 = u64::MAX - 1;
+/// Room at the head of each provided buffer for what a multishot `recvmsg` writes before
+/// the payload: `io_uring_recvmsg_out` (16 bytes), the address (`sockaddr_storage`) and the
+/// cmsgs ([`CMSG_BYTES`]).
+const MULTISHOT_HEAD_BYTES: usize = 16 + size_of::<libc::sockaddr_storage>() + CMSG_BYTES;
+/// Buffer group id of the provided buffer ring.
+const BUF_GROUP: u16 = 0;
+
+/// The multishot receive's state: its buffer ring and the `msghdr` that tells the kernel
+/// how much room address and cmsgs take at the head of each buffer.
+struct Multishot {
+    ring: BufRing,
+    hdr: Box<libc::msghdr>,
+    /// The receive is armed (a completion without `IORING_CQE_F_MORE` ends it).
+    armed: bool,
+}
 
 /// The io_uring UDP datapath.
 pub struct UringDatapath {
@@ -147,6 +202,10 @@ pub struct UringDatapath {
     rx_sock: Socket,
     local: SocketAddr,
     slots: Box<[RxSlot]>,
+    /// With [`UdpConfig::rx_multishot`]; dropped after the rings (field order).
+    multishot: Option<Multishot>,
+    /// The first receives were submitted ([`UringDatapath::start_rx`]).
+    rx_started: bool,
     waker: Arc<EventFdWaker>,
     eventfd_buf: Box<u64>,
     /// Route of an EV: its socket index in [`UConn::sockets`].
@@ -161,7 +220,7 @@ pub struct UringDatapath {
     iovs: Vec<libc::iovec>,
     hdrs: Vec<libc::msghdr>,
     cmsgs: Vec<CmsgBuf>,
-    cqes: Vec<(u64, i32)>,
+    cqes: Vec<(u64, i32, u32)>,
     stats: DatapathStats,
 }
 
@@ -198,11 +257,24 @@ impl UringDatapath {
                 source: io::Error::from(io::ErrorKind::AddrNotAvailable),
             })?;
         let rx_entries = (cfg.rx_slots as u32 + 1).next_power_of_two().max(8);
-        let rx_ring = IoUring::builder()
-            .setup_cqsize(rx_entries * 2)
+        let cq_entries = if cfg.rx_multishot {
+            // one completion per buffer at most in flight, plus the eventfd's
+            (u32::from(cfg.rx_ring_buffers) * 2).max(rx_entries * 2)
+        } else {
+            rx_entries * 2
+        };
+        let mut rx_builder = IoUring::builder();
+        rx_builder.setup_cqsize(cq_entries);
+        let mut tx_builder = IoUring::builder();
+        if cfg.coop_taskrun {
+            rx_builder.setup_coop_taskrun().setup_taskrun_flag();
+            tx_builder.setup_coop_taskrun();
+        }
+        let rx_ring = rx_builder
             .build(rx_entries)
             .map_err(DatapathError::io("io_uring setup (receive)"))?;
-        let tx_ring = IoUring::new(cfg.tx_ring_entries.max(8))
+        let tx_ring = tx_builder
+            .build(cfg.tx_ring_entries.max(8))
             .map_err(DatapathError::io("io_uring setup (send)"))?;
         // SAFETY: plain eventfd creation; the result is checked before use.
         let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
@@ -214,7 +286,36 @@ impl UringDatapath {
         }
         // SAFETY: `efd` is a fresh descriptor nobody else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(efd) };
-        let slots: Box<[RxSlot]> = (0..cfg.rx_slots.max(1))
+        let n_slots = if cfg.rx_multishot {
+            0
+        } else {
+            cfg.rx_slots.max(1)
+        };
+        let multishot = if cfg.rx_multishot {
+            let buf_bytes = cfg.rx_buffer_bytes.max(2048) + MULTISHOT_HEAD_BYTES;
+            let ring = BufRing::new(cfg.rx_ring_buffers, buf_bytes)
+                .map_err(DatapathError::io("provided buffer ring"))?;
+            // SAFETY: the ring memory (mapping) and its buffers live in `ring`, which the
+            // datapath keeps until the ring is unregistered (Drop) or the rings are gone.
+            unsafe {
+                rx_ring
+                    .submitter()
+                    .register_buf_ring_with_flags(ring.ring_addr(), ring.count(), BUF_GROUP, 0)
+                    .map_err(DatapathError::io("register provided buffer ring"))?;
+            }
+            // SAFETY: zero is a valid msghdr.
+            let mut hdr: Box<libc::msghdr> = Box::new(unsafe { std::mem::zeroed() });
+            hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            hdr.msg_controllen = CMSG_BYTES as _;
+            Some(Multishot {
+                ring,
+                hdr,
+                armed: false,
+            })
+        } else {
+            None
+        };
+        let slots: Box<[RxSlot]> = (0..n_slots)
             .map(|_| RxSlot {
                 buf: vec![0u8; cfg.rx_buffer_bytes.max(2048)],
                 // SAFETY: iovec, sockaddr_storage and msghdr are plain C structs for which
@@ -232,6 +333,8 @@ impl UringDatapath {
             rx_sock,
             local,
             slots,
+            multishot,
+            rx_started: false,
             waker: Arc::new(EventFdWaker { fd }),
             eventfd_buf: Box::new(0),
             conns: ConnTable::default(),
@@ -248,11 +351,26 @@ impl UringDatapath {
         for i in 0..dp.slots.len() {
             dp.arm_slot(i)?;
         }
+        if dp.multishot.is_some() {
+            dp.arm_multishot()?;
+        }
         dp.arm_eventfd()?;
-        dp.rx_ring
-            .submit()
-            .map_err(DatapathError::io("io_uring submit (receive)"))?;
+        // Submitted at the first rx_burst or wait, not here: io_uring runs a request's
+        // completion work (task work) on the thread that submitted it, and the engine
+        // thread that polls is often not the one that built the datapath (a multishot
+        // receive armed here would wake this thread for every datagram, for good).
         Ok(dp)
+    }
+
+    /// Submits the receives armed in [`UringDatapath::new`], once, from the polling thread.
+    fn start_rx(&mut self) -> Result<(), DatapathError> {
+        if !self.rx_started {
+            self.rx_ring
+                .submit()
+                .map_err(DatapathError::io("io_uring submit (receive)"))?;
+            self.rx_started = true;
+        }
+        Ok(())
     }
 
     /// The configuration.
@@ -278,6 +396,17 @@ impl UringDatapath {
             }
         }
         Ok(())
+    }
+
+    fn arm_multishot(&mut self) -> Result<(), DatapathError> {
+        let fd = self.rx_sock.as_raw_fd();
+        let Some(m) = self.multishot.as_mut() else {
+            return Ok(());
+        };
+        let hdr: *const libc::msghdr = &*m.hdr;
+        let e = opcode::RecvMsgMulti::new(types::Fd(fd), hdr, BUF_GROUP).build();
+        m.armed = true;
+        self.push_rx(e.user_data(MULTISHOT_USER_DATA))
     }
 
     fn arm_slot(&mut self, i: usize) -> Result<(), DatapathError> {
@@ -568,13 +697,19 @@ impl Datapath for UringDatapath {
             self.hdrs.push(h);
         }
         let cap = self.tx_ring.params().sq_entries() as usize;
+        let zc = self.cfg.tx_zerocopy;
         let mut next = 0;
         while next < self.groups.len() {
             let end = (next + cap).min(self.groups.len());
             for gi in next..end {
-                let e = opcode::SendMsg::new(types::Fd(self.groups[gi].fd), &self.hdrs[gi])
-                    .build()
-                    .user_data(gi as u64);
+                let g = &self.groups[gi];
+                let h: *const libc::msghdr = &self.hdrs[gi];
+                let e = if zc {
+                    opcode::SendMsgZc::new(types::Fd(g.fd), h).build()
+                } else {
+                    opcode::SendMsg::new(types::Fd(g.fd), h).build()
+                }
+                .user_data(gi as u64);
                 // SAFETY: the msghdr, its iovecs, cmsgs and the datagram bytes (borrowed
                 // from `batch`) all live until the completions are reaped below, before
                 // this function returns.
@@ -583,7 +718,10 @@ impl Datapath for UringDatapath {
                     let _ = self.tx_ring.submission().push(&e);
                 }
             }
-            let want = end - next;
+            // With zero-copy, a send whose first completion has IORING_CQE_F_MORE is followed
+            // by a notification (IORING_CQE_F_NOTIF) once the kernel let go of the bytes:
+            // those are waited for too, since the batch is the caller's again on return.
+            let mut want = end - next;
             let mut done = 0;
             while done < want {
                 match self.tx_ring.submit_and_wait(want - done) {
@@ -598,6 +736,12 @@ impl Datapath for UringDatapath {
                 }
                 for cqe in self.tx_ring.completion() {
                     done += 1;
+                    if cqueue::notif(cqe.flags()) {
+                        continue;
+                    }
+                    if cqueue::more(cqe.flags()) {
+                        want += 1;
+                    }
                     let g = self.groups.get(cqe.user_data() as usize).copied();
                     let n = g.map_or(0, |g| g.count as u64);
                     if cqe.result() < 0 {
@@ -619,6 +763,7 @@ impl Datapath for UringDatapath {
         max: usize,
         f: &mut dyn FnMut(RxDatagram<'_>),
     ) -> Result<usize, DatapathError> {
+        self.start_rx()?;
         let mut handed = 0;
         let mut cqes = std::mem::take(&mut self.cqes);
         while handed < max {
@@ -626,14 +771,33 @@ impl Datapath for UringDatapath {
             cqes.extend(
                 self.rx_ring
                     .completion()
-                    .map(|c| (c.user_data(), c.result())),
+                    .map(|c| (c.user_data(), c.result(), c.flags())),
             );
+            if cqes.is_empty() && self.cfg.coop_taskrun && self.rx_ring.submission().taskrun() {
+                // Completions wait in task work (IORING_SQ_TASKRUN): one enter runs it.
+                self.rx_ring
+                    .submit()
+                    .map_err(DatapathError::io("io_uring submit (receive)"))?;
+                cqes.extend(
+                    self.rx_ring
+                        .completion()
+                        .map(|c| (c.user_data(), c.result(), c.flags())),
+                );
+            }
             if cqes.is_empty() {
                 break;
             }
-            for &(ud, res) in &cqes {
+            let mut rearm = false;
+            for &(ud, res, flags) in &cqes {
                 if ud == EVENTFD_USER_DATA {
                     self.arm_eventfd()?;
+                    continue;
+                }
+                if ud == MULTISHOT_USER_DATA {
+                    if let Some(m) = self.multishot.as_mut() {
+                        handed += multishot_cqe(m, &mut self.stats, res, flags, f);
+                        rearm |= !m.armed;
+                    }
                     continue;
                 }
                 let i = ud as usize;
@@ -662,6 +826,12 @@ impl Datapath for UringDatapath {
                 }
                 self.arm_slot(i)?;
             }
+            if let Some(m) = self.multishot.as_ref() {
+                m.ring.publish();
+            }
+            if rearm {
+                self.arm_multishot()?;
+            }
             self.rx_ring
                 .submit()
                 .map_err(DatapathError::io("io_uring submit (receive)"))?;
@@ -671,6 +841,7 @@ impl Datapath for UringDatapath {
     }
 
     fn wait(&mut self, timeout_ns: u64) -> Result<(), DatapathError> {
+        self.start_rx()?;
         if !self.rx_ring.completion().is_empty() {
             return Ok(());
         }
@@ -709,21 +880,103 @@ impl Datapath for UringDatapath {
     }
 }
 
+/// Handles one completion of the multishot receive: hands its datagrams to `f`, recycles
+/// the buffer (published by the caller), and marks the receive unarmed when the kernel
+/// ended it (no `IORING_CQE_F_MORE`: the buffer ring ran dry, `ENOBUFS`, or an error).
+/// Returns the datagrams handed.
+fn multishot_cqe(
+    m: &mut Multishot,
+    stats: &mut DatapathStats,
+    res: i32,
+    flags: u32,
+    f: &mut dyn FnMut(RxDatagram<'_>),
+) -> usize {
+    if !cqueue::more(flags) {
+        m.armed = false;
+    }
+    let bid = cqueue::buffer_select(flags);
+    let mut handed = 0;
+    if res < 0 {
+        // ENOBUFS: every buffer was taken; the datagrams wait in the socket until the
+        // receive is armed again (not a loss). Others are errors.
+        if res != -libc::ENOBUFS {
+            stats.rx_errors += 1;
+        }
+    } else if let Some(buf) = bid.and_then(|b| m.ring.buf(b)) {
+        let buf = &buf[..(res as usize).min(buf.len())];
+        match types::RecvMsgOut::parse(buf, &m.hdr) {
+            Ok(out) if !out.is_payload_truncated() && !out.is_control_data_truncated() => {
+                stats.rx_calls += 1;
+                // The cmsgs as a msghdr that decode_rx_cmsgs can walk.
+                let ctl = out.control_data();
+                // SAFETY: zero is a valid msghdr.
+                let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
+                h.msg_control = ctl.as_ptr() as *mut libc::c_void;
+                h.msg_controllen = ctl.len() as _;
+                // SAFETY: `ctl` holds the cmsgs the kernel wrote, `msg_controllen` long.
+                let cm = unsafe { sock::decode_rx_cmsgs(&h) };
+                // SAFETY: zero is a valid sockaddr_storage; at most its size is copied in.
+                let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+                let name = out.name_data();
+                let n = name.len().min(size_of::<libc::sockaddr_storage>());
+                // SAFETY: `n` bytes fit both the source slice and `ss`.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(name.as_ptr(), (&raw mut ss).cast::<u8>(), n);
+                }
+                let from = sock::sockaddr_to_std(&ss, out.incoming_name_len());
+                let data = out.payload_data();
+                let seg = cm.gro_segment_bytes.unwrap_or(data.len()).max(1);
+                if let Some(from) = from {
+                    for chunk in data.chunks(seg) {
+                        handed += 1;
+                        f(RxDatagram {
+                            from,
+                            ecn: Ecn::from_bits(cm.ecn_bits),
+                            bytes: chunk,
+                        });
+                    }
+                    stats.rx_datagrams += data.len().div_ceil(seg) as u64;
+                }
+            }
+            _ => stats.rx_errors += 1,
+        }
+    } else {
+        stats.rx_errors += 1;
+    }
+    if let Some(b) = bid {
+        m.ring.recycle(b);
+    }
+    handed
+}
+
 impl Drop for UringDatapath {
     /// Completes every outstanding receive before the buffers are freed: the receive
     /// socket is shut down (pending `recvmsg`s complete at once) and the eventfd written
     /// (its read completes); then the completions are reaped, for at most about 1 s.
     fn drop(&mut self) {
+        if !self.rx_started {
+            return; // nothing was submitted: no receive holds a buffer
+        }
         let _ = self.rx_sock.shutdown(std::net::Shutdown::Both);
         self.waker.wake();
-        let mut outstanding = self.slots.len() + 1;
+        let armed = self.multishot.as_ref().is_some_and(|m| m.armed);
+        let mut outstanding = self.slots.len() + 1 + usize::from(armed);
         let mut rounds = 0;
         while outstanding > 0 && rounds < 100 {
             rounds += 1;
             let ts = types::Timespec::new().nsec(10_000_000);
             let args = types::SubmitArgs::new().timespec(&ts);
             let _ = self.rx_ring.submitter().submit_with_args(1, &args);
-            outstanding = outstanding.saturating_sub(self.rx_ring.completion().count());
+            // A multishot completion with IORING_CQE_F_MORE is not its last one.
+            let done = self
+                .rx_ring
+                .completion()
+                .filter(|c| !cqueue::more(c.flags()))
+                .count();
+            outstanding = outstanding.saturating_sub(done);
+        }
+        if self.multishot.is_some() {
+            let _ = self.rx_ring.submitter().unregister_buf_ring(BUF_GROUP);
         }
     }
 }

@@ -1,0 +1,229 @@
+//! `scripts/baselines.sh` against a stand-in mrc-perf (`MRC_PERF`, a shell script that
+//! answers each measurement with fixed JSON): nothing is built and no socket is opened, so
+//! this runs beside any other test. Bad arguments and a failing mrc-perf give a message
+//! and exit 1; a good run prints one progress line per measurement, the table of medians
+//! and ratios, and one JSON object with the same figures.
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/baselines.sh");
+
+/// A fresh directory for the stand-in.
+fn dir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("mrc-baselines-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn stand_in(dir: &Path, body: &str) -> PathBuf {
+    let fake = dir.join("mrc-perf");
+    std::fs::write(&fake, body).unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    fake
+}
+
+/// Runs the script with `args` and `env`: exit code, stdout, stderr.
+fn run(fake: &Path, args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String, String) {
+    let mut c = Command::new("bash");
+    c.arg(SCRIPT).args(args).env("MRC_PERF", fake);
+    for k in [
+        "BURSTS",
+        "MECHS",
+        "LAT",
+        "CONN_BENCH",
+        "SIM",
+        "MRC_PERF_BEFORE",
+        "JSON_OUT",
+    ] {
+        c.env_remove(k);
+    }
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let o = c.output().unwrap();
+    (
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+/// Bad arguments, a failing mrc-perf (tried twice): a message (with mrc-perf's stderr) and
+/// exit 1, not
+/// `seq: invalid ...`, an unbound variable or a silent exit.
+#[test]
+fn failures_are_clear() {
+    let d = dir("fail");
+    let fake = stand_in(
+        &d,
+        "#!/bin/sh\necho 'mrc-perf: error: bind 127.0.0.1: Address already in use' >&2\nexit 3\n",
+    );
+    let usage = "usage: scripts/baselines.sh [RUNS] [DURATION_S] (RUNS a positive integer, DURATION_S positive seconds; defaults 3 3)\n";
+    for (args, first) in [
+        (
+            vec!["x"],
+            "baselines.sh: RUNS must be a positive integer, got 'x'\n",
+        ),
+        (
+            vec!["0"],
+            "baselines.sh: RUNS must be a positive integer, got '0'\n",
+        ),
+        (
+            vec!["2", "0"],
+            "baselines.sh: DURATION_S must be a positive number of seconds, got '0'\n",
+        ),
+    ] {
+        assert_eq!(
+            run(&fake, &args, &[]),
+            (Some(1), String::new(), format!("{first}{usage}")),
+            "{args:?}"
+        );
+    }
+    assert_eq!(
+        run(&fake, &["1", "1"], &[("BURSTS", "1 x")]),
+        (
+            Some(1),
+            String::new(),
+            "baselines.sh: BURSTS must hold positive integers, got 'x'\n".to_owned()
+        )
+    );
+    assert_eq!(
+        run(&fake, &["1", "1"], &[("MECHS", "plain bogus")]),
+        (
+            Some(1),
+            String::new(),
+            "baselines.sh: unknown MECHS entry 'bogus' (plain multishot coop zerocopy all)\n"
+                .to_owned()
+        )
+    );
+    assert_eq!(
+        run(&fake, &["1", "1"], &[]),
+        (
+            Some(1),
+            String::new(),
+            "baselines.sh: mrc-perf loopback -s 1048576 --paths 16 --mtu 4096 -D 1 --burst-size 1 \
+             --udp-port 0 --verify --json failed (exit code 3), once more; its stderr:\n\
+             mrc-perf: error: bind 127.0.0.1: Address already in use\n\
+             baselines.sh: mrc-perf loopback -s 1048576 --paths 16 --mtu 4096 -D 1 --burst-size 1 \
+             --udp-port 0 --verify --json failed (exit code 3):\n\
+             mrc-perf: error: bind 127.0.0.1: Address already in use\n"
+                .to_owned()
+        )
+    );
+}
+
+/// Two runs, bursts 1 and 16, variants plain and multishot (the stand-in's mrc goodput
+/// doubles with `--udp-multishot`, so the ratio columns have something to show): every
+/// progress line, the exact table rows and the JSON's figures.
+#[test]
+fn table_and_json_hold_the_medians_and_ratios() {
+    let d = dir("ok");
+    let fake = stand_in(
+        &d,
+        r#"#!/bin/sh
+g=12.5
+case "$*" in *--udp-multishot*) g=25 ;; esac
+case "$*" in
+  "loopback -s 1048576"*) echo "{\"bw_avg_gbps\": $g, \"cpu_s_per_gb\": 0.8, \"cc\": \"nscc\", \"receiver\": {\"bad_bytes\": 0}}" ;;
+  "baseline -s"*) echo '{"baselines": [{"name": "raw UDP", "gbps": 20.25, "cpu_s_per_gb": 0.7}, {"name": "kernel TCP", "gbps": 30.5, "cpu_s_per_gb": 0.4}]}' ;;
+  "loopback --test lat"*) echo '{"lat_us": {"typical": 35.5, "p99": 70.25}}' ;;
+  "baseline --test lat"*) echo '{"baselines": [{"lat_us": {"typical": 15.25, "p99": 20.5}}]}' ;;
+  *) exit 9 ;;
+esac
+"#,
+    );
+    let json_out = d.join("out.json");
+    let (code, stdout, stderr) = run(
+        &fake,
+        &["2", "1"],
+        &[
+            ("MECHS", "plain multishot"),
+            ("JSON_OUT", json_out.to_str().unwrap()),
+        ],
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    let mut want = String::new();
+    for i in 1..=2 {
+        for b in [1, 16] {
+            for (v, g) in [("plain", "12.5"), ("multishot", "25")] {
+                want += &format!(
+                    "baselines.sh: run {i}/2: burst {b} {v}: mrc --verify {g} Gb/s\n\
+                     baselines.sh: run {i}/2: burst {b} {v}: raw UDP 20.25 Gb/s, kernel TCP 30.5 Gb/s\n"
+                );
+            }
+        }
+        for v in ["plain", "multishot"] {
+            want += &format!(
+                "baselines.sh: run {i}/2: {v}: mrc latency median 35.5 us, UDP ping-pong 15.25 us\n"
+            );
+        }
+    }
+    assert_eq!(stderr, want);
+    let row = |b: &str, v: &str, name: &str, g: &str, c: &str, xt: &str, xb: &str| {
+        // the stand-in's CPU per byte is the same everywhere: 1.00 in the last column
+        let xc = if b == "burst" { "CPU x plain" } else { "1.00" };
+        format!("{b:<5} {v:<10} {name:<26} {g:>8} {c:>9} {xt:>9} {xb:>9} {xc:>9}\n")
+    };
+    assert!(
+        stdout.contains(&row(
+            "burst", "variant", "row", "Gb/s", "CPU s/GB", "x TCP", "x plain"
+        )),
+        "{stdout}"
+    );
+    for b in ["1", "16"] {
+        for want in [
+            row(b, "plain", "mrc --verify", "12.50", "0.800", "0.41", "1.00"),
+            row(
+                b,
+                "plain",
+                "raw UDP blast",
+                "20.25",
+                "0.700",
+                "0.66",
+                "1.00",
+            ),
+            row(b, "plain", "kernel TCP", "30.50", "0.400", "-", "1.00"),
+            row(
+                b,
+                "multishot",
+                "mrc --verify",
+                "25.00",
+                "0.800",
+                "0.82",
+                "2.00",
+            ),
+        ] {
+            assert!(stdout.contains(&want), "{want:?} not in\n{stdout}");
+        }
+    }
+    assert!(
+        stdout.contains(&format!(
+            "{:<16} {:<26} {:>10} {:>9}\n",
+            "multishot", "mrc --verify", "35.50", "70.25"
+        )),
+        "{stdout}"
+    );
+    // The JSON: last line of stdout, and the same in JSON_OUT.
+    let last = stdout.lines().last().unwrap();
+    let j: Value = serde_json::from_str(last).unwrap();
+    let file: Value = serde_json::from_str(&std::fs::read_to_string(&json_out).unwrap()).unwrap();
+    assert_eq!(j, file);
+    assert_eq!(j["runs"], 2);
+    // 2 bursts x 2 variants x 3 rows, and 2 variants x 2 latency rows.
+    assert_eq!(j["summary"].as_array().unwrap().len(), 16);
+    // per run: 2 x 2 x 3 bandwidth rows and 2 x 2 latency rows
+    assert_eq!(j["per_run"].as_array().unwrap().len(), 32);
+    let ms16 = j["summary"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["burst"] == 16 && r["variant"] == "multishot" && r["what"] == "mrc")
+        .unwrap();
+    assert_eq!(ms16["gbps"], 25);
+    assert_eq!(ms16["gbps_x_first_variant"], 2);
+    assert_eq!(ms16["cpu_x_first_variant"], 1);
+    assert!((ms16["gbps_x_tcp"].as_f64().unwrap() - 25.0 / 30.5).abs() < 1e-12);
+}
