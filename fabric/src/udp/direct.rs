@@ -21,14 +21,14 @@
 //! as a loss. [`DirectCounters`] count the system calls, so a test can check the
 //! mechanism exactly.
 
+use super::evsock::{EvConn, EvSocket, EvSockets};
 use super::sock::{self, CMSG_BYTES, CmsgBuf};
-use super::{ConnTable, MAX_GSO_BYTES, MAX_GSO_SEGMENTS, PortLease, UdpConfig};
+use super::{ConnTable, MAX_GSO_BYTES, MAX_GSO_SEGMENTS, UdpConfig};
 use crate::datapath::{
     ConnId, Datapath, DatapathError, DatapathStats, PathMap, RxDatagram, TxBatch, TxReport, Waker,
 };
 use mrc_transport::Ecn;
 use socket2::{SockAddr, Socket};
-use std::collections::HashMap;
 use std::io;
 use std::mem::size_of;
 use std::net::SocketAddr;
@@ -53,30 +53,6 @@ struct RxSlot {
     buf: Vec<u8>,
     addr: libc::sockaddr_storage,
     cmsg: CmsgBuf,
-}
-
-/// One EV socket, shared by every connection using the same index and sticky options.
-struct EvSocket {
-    sock: Socket,
-    lease: PortLease,
-    key: SockKey,
-    /// Connections using it; it closes (and its port returns) at 0.
-    refs: usize,
-}
-
-/// What makes two connections' socket `index` the same socket.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-struct SockKey {
-    index: usize,
-    srh: Option<Vec<u8>>,
-    mark: Option<u32>,
-}
-
-struct DConn {
-    /// The peer's receive socket, as every `sendmsg` names it.
-    peer: SockAddr,
-    /// Per socket index of the connection: its slot in [`DirectDatapath::socks`].
-    sockets: Vec<usize>,
 }
 
 /// Wakes a [`DirectDatapath::wait`] through an eventfd.
@@ -105,10 +81,10 @@ pub struct DirectDatapath {
     iovs: Vec<libc::iovec>,
     msgs: Vec<libc::mmsghdr>,
     waker: Arc<EventFdWaker>,
-    /// Route of an EV: its socket index in [`DConn::sockets`].
-    conns: ConnTable<DConn, usize>,
-    socks: Vec<Option<EvSocket>>,
-    sock_slots: HashMap<SockKey, usize>,
+    /// Route of an EV: its socket index in [`EvConn::sockets`](super::evsock::EvConn).
+    conns: ConnTable<EvConn, usize>,
+    /// The EV sockets, shared by the connections.
+    ev: EvSockets,
     /// Send scratch: the iovecs of one group, the socket and connection of each datagram.
     tx_iovs: Vec<libc::iovec>,
     tx_route: Vec<(i32, ConnId)>,
@@ -181,8 +157,7 @@ impl DirectDatapath {
             msgs: Vec::with_capacity(n),
             waker: Arc::new(EventFdWaker { fd }),
             conns: ConnTable::default(),
-            socks: Vec::new(),
-            sock_slots: HashMap::new(),
+            ev: EvSockets::default(),
             tx_iovs: Vec::with_capacity(MAX_GSO_SEGMENTS),
             tx_route: Vec::new(),
             stats: DatapathStats::default(),
@@ -215,80 +190,8 @@ impl DirectDatapath {
         self.conns
             .get(conn)
             .and_then(|c| c.sockets.get(socket))
-            .and_then(|&slot| self.socks.get(slot)?.as_ref())
+            .and_then(|&slot| self.ev.get(slot))
             .ok_or(DatapathError::UnknownConn(conn))
-    }
-
-    /// Opens (unconnected) the EV socket of `key`: bound to the receive socket's IP on a
-    /// port of the allocator, sticky SRH and mark as the key says, the DSCP of
-    /// `cfg.traffic_class`, the smallest receive buffer (nobody reads it).
-    fn open_socket(&self, key: SockKey) -> Result<EvSocket, DatapathError> {
-        let ip = self.local.ip();
-        let buf_bytes = self.cfg.socket_buffer_bytes;
-        let (lease, sock) = self.cfg.ports.alloc_with(|port| {
-            let addr = SocketAddr::new(ip, port);
-            let s = sock::udp_socket(&addr, buf_bytes)?;
-            s.bind(&SockAddr::from(addr))?;
-            Ok(s)
-        })?;
-        if let Some(srh) = key.srh.as_deref() {
-            sock::set_sticky_rthdr(&sock, srh).map_err(DatapathError::io("IPV6_RTHDR"))?;
-        }
-        if let Some(mark) = key.mark {
-            sock::set_mark(&sock, mark).map_err(DatapathError::io("SO_MARK"))?;
-        }
-        if self.cfg.traffic_class & !3 != 0 {
-            sock::set_traffic_class(&sock, ip.is_ipv6(), self.cfg.traffic_class & !3)
-                .map_err(DatapathError::io("IP_TOS / IPV6_TCLASS"))?;
-        }
-        sock.set_recv_buffer_size(0)
-            .map_err(DatapathError::io("SO_RCVBUF"))?;
-        Ok(EvSocket {
-            sock,
-            lease,
-            key,
-            refs: 0,
-        })
-    }
-
-    /// The slot of the EV socket of `key`, opened if no connection uses it yet; counts
-    /// one more user.
-    fn acquire(&mut self, key: SockKey) -> Result<usize, DatapathError> {
-        let slot = match self.sock_slots.get(&key) {
-            Some(&slot) => slot,
-            None => {
-                let sock = self.open_socket(key.clone())?;
-                let slot = match self.socks.iter().position(Option::is_none) {
-                    Some(i) => {
-                        self.socks[i] = Some(sock);
-                        i
-                    }
-                    None => {
-                        self.socks.push(Some(sock));
-                        self.socks.len() - 1
-                    }
-                };
-                self.sock_slots.insert(key, slot);
-                slot
-            }
-        };
-        if let Some(Some(s)) = self.socks.get_mut(slot) {
-            s.refs += 1;
-        }
-        Ok(slot)
-    }
-
-    /// One user less of the EV socket in `slot`; closes it (its port returns) at none.
-    fn release(&mut self, slot: usize) {
-        if let Some(entry) = self.socks.get_mut(slot)
-            && let Some(s) = entry
-        {
-            s.refs = s.refs.saturating_sub(1);
-            if s.refs == 0 {
-                self.sock_slots.remove(&s.key);
-                *entry = None;
-            }
-        }
     }
 
     /// Sends datagrams `idx` (consecutive in the batch, one socket, one ECN, each but the
@@ -347,10 +250,10 @@ impl DirectDatapath {
         report: &mut TxReport,
     ) -> Result<(), DatapathError> {
         {
-            let socks = &self.socks;
+            let ev = &self.ev;
             let mut bad = None;
             self.conns.resolve(batch, |_, m, _, c, &s| {
-                match c.sockets.get(s).and_then(|&slot| socks.get(slot)?.as_ref()) {
+                match c.sockets.get(s).and_then(|&slot| ev.get(slot)) {
                     Some(es) => route.push((es.sock.as_raw_fd(), m.conn)),
                     None => bad = Some(m.conn),
                 }
@@ -404,34 +307,8 @@ impl Datapath for DirectDatapath {
     }
 
     fn open_conn(&mut self, peer: SocketAddr, paths: &PathMap) -> Result<ConnId, DatapathError> {
-        paths.check_peer(self.local, peer)?;
-        if !paths.srh.is_empty() && !peer.is_ipv6() {
-            return Err(DatapathError::BadPathMap("an SRH needs IPv6".into()));
-        }
-        let srh_bytes: Vec<Vec<u8>> = paths
-            .srh
-            .iter()
-            .map(sock::srh_bytes)
-            .collect::<Result<_, _>>()
-            .map_err(DatapathError::BadPathMap)?;
-        let mut sockets = Vec::with_capacity(paths.sockets());
-        for index in 0..paths.sockets() {
-            let srh = (!srh_bytes.is_empty()).then(|| srh_bytes[index % srh_bytes.len()].clone());
-            let mark = (!paths.marks.is_empty()).then(|| paths.marks[index % paths.marks.len()]);
-            match self.acquire(SockKey { index, srh, mark }) {
-                Ok(slot) => sockets.push(slot),
-                Err(e) => {
-                    for slot in sockets {
-                        self.release(slot);
-                    }
-                    return Err(e);
-                }
-            }
-        }
-        let peer = SockAddr::from(peer);
-        Ok(self
-            .conns
-            .insert(DConn { peer, sockets }, paths.socket_of()))
+        let c = self.ev.open(self.local, &self.cfg, peer, paths)?;
+        Ok(self.conns.insert(c, paths.socket_of()))
     }
 
     /// Forgets the connection; each EV socket it used closes once no other connection
@@ -439,17 +316,11 @@ impl Datapath for DirectDatapath {
     fn close_conn(&mut self, conn: ConnId) {
         let slots = self.conns.get(conn).map(|c| c.sockets.clone());
         self.conns.remove(conn);
-        for slot in slots.unwrap_or_default() {
-            self.release(slot);
-        }
+        self.ev.close(&slots.unwrap_or_default());
     }
 
     fn source_ports(&self, conn: ConnId) -> Option<Vec<u16>> {
-        let c = self.conns.get(conn)?;
-        c.sockets
-            .iter()
-            .map(|&slot| Some(self.socks.get(slot)?.as_ref()?.lease.port()))
-            .collect()
+        self.ev.ports(self.conns.get(conn)?)
     }
 
     /// Sends in the batch's order: a run of consecutive datagrams of one socket with one
@@ -611,7 +482,7 @@ impl Datapath for DirectDatapath {
 
     /// The shared EV sockets open: one per socket index (and sticky SRH or mark) in use.
     fn ev_sockets(&self) -> usize {
-        self.sock_slots.len()
+        self.ev.len()
     }
 
     fn stats(&self) -> DatapathStats {

@@ -41,6 +41,7 @@
 mod bufring;
 mod conns;
 mod direct;
+mod evsock;
 mod fake;
 pub mod ports;
 mod sock;

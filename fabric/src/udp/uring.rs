@@ -11,16 +11,15 @@
 //! and registered files, measured and left out.
 
 use super::bufring::BufRing;
+use super::evsock::{EvConn, EvSocket, EvSockets};
 use super::sock::{self, CMSG_BYTES, CmsgBuf};
-use super::{
-    ConnTable, DEFAULT_RX_PORT, MAX_GSO_BYTES, MAX_GSO_SEGMENTS, PortAllocator, PortLease,
-};
+use super::{ConnTable, DEFAULT_RX_PORT, MAX_GSO_BYTES, MAX_GSO_SEGMENTS, PortAllocator};
 use crate::datapath::{
     ConnId, Datapath, DatapathError, DatapathStats, PathMap, RxDatagram, TxBatch, TxReport, Waker,
 };
 use io_uring::{IoUring, cqueue, opcode, types};
 use mrc_transport::Ecn;
-use socket2::{SockAddr, Socket};
+use socket2::Socket;
 use std::io;
 use std::mem::size_of;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -119,34 +118,6 @@ struct RxSlot {
     hdr: libc::msghdr,
 }
 
-/// One EV socket, shared by every connection of the datapath that uses the same socket
-/// index with the same sticky options ([`SockKey`]): unconnected, it names the peer in
-/// each `sendmsg`, so one source port carries that EV to every peer (the 5-tuple still
-/// differs by destination).
-struct EvSocket {
-    sock: Socket,
-    lease: PortLease,
-    key: SockKey,
-    /// Connections using it; it closes (and its port returns) at 0.
-    refs: usize,
-}
-
-/// What makes two connections' socket `index` the same socket: the index (the source
-/// port a peer's filter expects at that position), and the sticky SRH and mark.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-struct SockKey {
-    index: usize,
-    srh: Option<Vec<u8>>,
-    mark: Option<u32>,
-}
-
-struct UConn {
-    /// The peer's receive socket, as every `sendmsg` names it.
-    peer: SockAddr,
-    /// Per socket index of the connection: its slot in [`UringDatapath::socks`].
-    sockets: Vec<usize>,
-}
-
 /// One GSO group of a burst: datagrams `order[start..start+count]` on one socket.
 #[derive(Clone, Copy)]
 struct Group {
@@ -208,12 +179,10 @@ pub struct UringDatapath {
     rx_started: bool,
     waker: Arc<EventFdWaker>,
     eventfd_buf: Box<u64>,
-    /// Route of an EV: its socket index in [`UConn::sockets`].
-    conns: ConnTable<UConn, usize>,
-    /// The EV sockets, shared by the connections (slots of closed ones are `None`).
-    socks: Vec<Option<EvSocket>>,
-    /// Slot of each open EV socket by its key.
-    sock_slots: std::collections::HashMap<SockKey, usize>,
+    /// Route of an EV: its socket index in [`EvConn::sockets`](super::evsock::EvConn).
+    conns: ConnTable<EvConn, usize>,
+    /// The EV sockets, shared by the connections.
+    ev: EvSockets,
     // Send scratch, reused between bursts.
     order: Vec<(u64, u32)>,
     groups: Vec<Group>,
@@ -338,8 +307,7 @@ impl UringDatapath {
             waker: Arc::new(EventFdWaker { fd }),
             eventfd_buf: Box::new(0),
             conns: ConnTable::default(),
-            socks: Vec::new(),
-            sock_slots: std::collections::HashMap::new(),
+            ev: EvSockets::default(),
             order: Vec::new(),
             groups: Vec::new(),
             iovs: Vec::new(),
@@ -440,39 +408,6 @@ impl UringDatapath {
         self.push_rx(e)
     }
 
-    /// Opens (unconnected) the EV socket of `key`.
-    fn open_socket(&self, key: SockKey) -> Result<EvSocket, DatapathError> {
-        let (srh, mark) = (key.srh.as_deref(), key.mark);
-        let ip = self.local.ip();
-        let buf_bytes = self.cfg.socket_buffer_bytes;
-        let (lease, sock) = self.cfg.ports.alloc_with(|port| {
-            let addr = SocketAddr::new(ip, port);
-            let s = sock::udp_socket(&addr, buf_bytes)?;
-            s.bind(&SockAddr::from(addr))?;
-            Ok(s)
-        })?;
-        if let Some(srh) = srh {
-            sock::set_sticky_rthdr(&sock, srh).map_err(DatapathError::io("IPV6_RTHDR"))?;
-        }
-        if let Some(mark) = mark {
-            sock::set_mark(&sock, mark).map_err(DatapathError::io("SO_MARK"))?;
-        }
-        if self.cfg.traffic_class & !3 != 0 {
-            sock::set_traffic_class(&sock, ip.is_ipv6(), self.cfg.traffic_class & !3)
-                .map_err(DatapathError::io("IP_TOS / IPV6_TCLASS"))?;
-        }
-        // An EV socket only sends: the smallest receive buffer the kernel allows bounds
-        // what a stranger sending to its port can queue there (nobody reads it).
-        sock.set_recv_buffer_size(0)
-            .map_err(DatapathError::io("SO_RCVBUF"))?;
-        Ok(EvSocket {
-            sock,
-            lease,
-            key,
-            refs: 0,
-        })
-    }
-
     /// The traffic class (IPv6) or TOS (IPv4) byte socket `socket` of `conn` has, as the
     /// kernel holds it (`getsockopt`).
     ///
@@ -489,49 +424,8 @@ impl UringDatapath {
         self.conns
             .get(conn)
             .and_then(|c| c.sockets.get(socket))
-            .and_then(|&slot| self.socks.get(slot)?.as_ref())
+            .and_then(|&slot| self.ev.get(slot))
             .ok_or(DatapathError::UnknownConn(conn))
-    }
-
-    /// The slot of the EV socket of `key`, opened if no connection uses it yet; counts
-    /// one more user.
-    fn acquire(&mut self, key: SockKey) -> Result<usize, DatapathError> {
-        let slot = match self.sock_slots.get(&key) {
-            Some(&slot) => slot,
-            None => {
-                let sock = self.open_socket(key.clone())?;
-                let slot = match self.socks.iter().position(Option::is_none) {
-                    Some(i) => {
-                        self.socks[i] = Some(sock);
-                        i
-                    }
-                    None => {
-                        self.socks.push(Some(sock));
-                        self.socks.len() - 1
-                    }
-                };
-                self.sock_slots.insert(key, slot);
-                slot
-            }
-        };
-        if let Some(Some(s)) = self.socks.get_mut(slot) {
-            s.refs += 1;
-        }
-        Ok(slot)
-    }
-
-    /// One user less of the EV socket in `slot`; closes it (its port returns) at none.
-    fn release(&mut self, slot: usize) {
-        let Some(entry) = self.socks.get_mut(slot) else {
-            return;
-        };
-        if let Some(s) = entry {
-            s.refs = s.refs.saturating_sub(1);
-            if s.refs == 0 {
-                self.sock_slots.remove(&s.key);
-                *entry = None;
-            }
-        }
     }
 
     /// The sticky routing header of socket `socket` of `conn` as the kernel holds it.
@@ -565,7 +459,7 @@ impl UringDatapath {
                 .conns
                 .get(conn)
                 .and_then(|c| c.sockets.get(sidx))
-                .and_then(|&slot| self.socks.get(slot)?.as_ref())
+                .and_then(|&slot| self.ev.get(slot))
                 .map(|s| s.sock.as_raw_fd())
                 .ok_or(DatapathError::UnknownConn(conn))?;
             let seg = m0.len;
@@ -605,34 +499,8 @@ impl Datapath for UringDatapath {
     }
 
     fn open_conn(&mut self, peer: SocketAddr, paths: &PathMap) -> Result<ConnId, DatapathError> {
-        paths.check_peer(self.local, peer)?;
-        if !paths.srh.is_empty() && !peer.is_ipv6() {
-            return Err(DatapathError::BadPathMap("an SRH needs IPv6".into()));
-        }
-        let srh_bytes: Vec<Vec<u8>> = paths
-            .srh
-            .iter()
-            .map(sock::srh_bytes)
-            .collect::<Result<_, _>>()
-            .map_err(DatapathError::BadPathMap)?;
-        let mut sockets = Vec::with_capacity(paths.sockets());
-        for index in 0..paths.sockets() {
-            let srh = (!srh_bytes.is_empty()).then(|| srh_bytes[index % srh_bytes.len()].clone());
-            let mark = (!paths.marks.is_empty()).then(|| paths.marks[index % paths.marks.len()]);
-            match self.acquire(SockKey { index, srh, mark }) {
-                Ok(slot) => sockets.push(slot),
-                Err(e) => {
-                    for slot in sockets {
-                        self.release(slot);
-                    }
-                    return Err(e);
-                }
-            }
-        }
-        let peer = SockAddr::from(peer);
-        Ok(self
-            .conns
-            .insert(UConn { peer, sockets }, paths.socket_of()))
+        let c = self.ev.open(self.local, &self.cfg, peer, paths)?;
+        Ok(self.conns.insert(c, paths.socket_of()))
     }
 
     /// Forgets the connection; each EV socket it used closes once no other connection
@@ -640,17 +508,11 @@ impl Datapath for UringDatapath {
     fn close_conn(&mut self, conn: ConnId) {
         let slots = self.conns.get(conn).map(|c| c.sockets.clone());
         self.conns.remove(conn);
-        for slot in slots.unwrap_or_default() {
-            self.release(slot);
-        }
+        self.ev.close(&slots.unwrap_or_default());
     }
 
     fn source_ports(&self, conn: ConnId) -> Option<Vec<u16>> {
-        let c = self.conns.get(conn)?;
-        c.sockets
-            .iter()
-            .map(|&slot| Some(self.socks.get(slot)?.as_ref()?.lease.port()))
-            .collect()
+        self.ev.ports(self.conns.get(conn)?)
     }
 
     /// Yes: a batch goes out grouped per socket (one `UDP_SEGMENT` send per run).
@@ -685,7 +547,7 @@ impl Datapath for UringDatapath {
             // SAFETY: zero is a valid msghdr.
             let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
             // The destination: the connection's peer (build_groups resolved the
-            // connection; its UConn is not touched until this burst is reaped).
+            // connection; its EvConn is not touched until this burst is reaped).
             if let Some(c) = self.conns.get(g.conn) {
                 h.msg_name = c.peer.as_ptr() as *mut libc::c_void;
                 h.msg_namelen = c.peer.len();
@@ -872,7 +734,7 @@ impl Datapath for UringDatapath {
 
     /// The shared EV sockets open: one per socket index (and sticky SRH or mark) in use.
     fn ev_sockets(&self) -> usize {
-        self.sock_slots.len()
+        self.ev.len()
     }
 
     fn stats(&self) -> DatapathStats {
