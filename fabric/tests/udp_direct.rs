@@ -3,39 +3,21 @@
 //! read back, shared EV sockets, the waker; and a caller-progressed ping-pong of two
 //! workers over it with its exact completion and datagram accounting. No timed assertion.
 
+mod udp_common;
 use mrc_fabric::datapath::{ConnId, Datapath, DatapathError, PathMap, TxBatch};
 use mrc_fabric::engine::{EngineConfig, QpConfig, Worker};
 use mrc_fabric::udp::{DirectCounters, DirectDatapath, PortAllocator, UdpConfig};
 use mrc_transport::completion::{WcOpcode, WcStatus};
 use mrc_transport::region::SharedMem;
 use mrc_transport::{Access, Ecn, Sge};
-use std::net::SocketAddr;
 use std::time::Duration;
-
-/// Received datagrams: source, ECN, bytes.
-type Got = Vec<(SocketAddr, Ecn, Vec<u8>)>;
+use udp_common::recv_n;
 
 fn dp(bind: &str, ports: &PortAllocator, gso: bool) -> DirectDatapath {
     let mut cfg = UdpConfig::bind(bind.parse().unwrap());
     cfg.ports = ports.clone();
     cfg.gso = gso;
     DirectDatapath::new(cfg).unwrap()
-}
-
-/// Receives until `n` datagrams arrived (bounded: 500 waits of at most 10 ms).
-fn recv_n(d: &mut DirectDatapath, n: usize) -> Got {
-    let mut got = Vec::new();
-    for _ in 0..500 {
-        d.rx_burst(usize::MAX, &mut |r| {
-            got.push((r.from, r.ecn, r.bytes.to_vec()))
-        })
-        .unwrap();
-        if got.len() >= n {
-            break;
-        }
-        d.wait(10_000_000).unwrap();
-    }
-    got
 }
 
 fn index(bytes: &[u8]) -> u32 {

@@ -1,6 +1,7 @@
 //! The io_uring UDP datapath on loopback (127.0.0.1 and ::1 only): exact datagram counts,
 //! GSO grouping, source ports per EV, ECN read back, sticky SRH.
 
+mod udp_common;
 use mrc_fabric::datapath::{ConnId, Datapath, DatapathError, PathMap, TxBatch};
 use mrc_fabric::srv6::SrhRepr;
 use mrc_fabric::udp::{PortAllocator, PortError, UdpConfig, UringDatapath};
@@ -8,31 +9,13 @@ use mrc_transport::Ecn;
 use pnet_packet::ip::IpNextHeaderProtocols;
 use std::collections::BTreeMap;
 use std::net::{Ipv6Addr, SocketAddr};
-
-/// Received datagrams: source, ECN, bytes.
-type Got = Vec<(SocketAddr, Ecn, Vec<u8>)>;
+use udp_common::{Got, recv_n};
 
 fn dp(bind: &str, ports: &PortAllocator, gso: bool) -> UringDatapath {
     let mut cfg = UdpConfig::bind(bind.parse().unwrap());
     cfg.ports = ports.clone();
     cfg.gso = gso;
     UringDatapath::new(cfg).unwrap()
-}
-
-/// Receives until `n` datagrams arrived (bounded: 500 waits of 10 ms).
-fn recv_n(d: &mut UringDatapath, n: usize) -> Got {
-    let mut got = Vec::new();
-    for _ in 0..500 {
-        d.rx_burst(usize::MAX, &mut |r| {
-            got.push((r.from, r.ecn, r.bytes.to_vec()))
-        })
-        .unwrap();
-        if got.len() >= n {
-            break;
-        }
-        d.wait(10_000_000).unwrap();
-    }
-    got
 }
 
 fn blast(

@@ -3,14 +3,12 @@
 //! sends (`UdpConfig::tx_zerocopy`) and cooperative task work (`UdpConfig::coop_taskrun`), each alone and together. Every datagram is counted and checked byte for byte: the same
 //! datagrams, sources, ECN and sizes as the plain path, no receive errors.
 
+mod udp_common;
 use mrc_fabric::datapath::{Datapath, PathMap, TxBatch};
 use mrc_fabric::udp::{PortAllocator, UdpConfig, UringDatapath};
 use mrc_transport::Ecn;
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
-
-/// Received datagrams: source, ECN, bytes.
-type Got = Vec<(SocketAddr, Ecn, Vec<u8>)>;
+use udp_common::recv_n;
 
 #[derive(Clone, Copy, Debug)]
 struct Mech {
@@ -38,22 +36,6 @@ fn dp(bind: &str, ports: &PortAllocator, m: Mech) -> UringDatapath {
     cfg.coop_taskrun = m.coop;
     cfg.gro = m.gro;
     UringDatapath::new(cfg).unwrap()
-}
-
-/// Receives until `n` datagrams arrived (bounded: 500 waits of 10 ms).
-fn recv_n(d: &mut UringDatapath, n: usize) -> Got {
-    let mut got = Vec::new();
-    for _ in 0..500 {
-        d.rx_burst(usize::MAX, &mut |r| {
-            got.push((r.from, r.ecn, r.bytes.to_vec()))
-        })
-        .unwrap();
-        if got.len() >= n {
-            break;
-        }
-        d.wait(10_000_000).unwrap();
-    }
-    got
 }
 
 /// `rounds` bursts of 64 datagrams of 1000 bytes (datagram i numbered in its first 4
