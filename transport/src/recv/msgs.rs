@@ -161,6 +161,18 @@ impl RxMessages {
         }
     }
 
+    /// Messages ahead of the next to complete and before index `idx` whose last packet
+    /// has not arrived (or of which nothing has): each may still need a receive.
+    fn open_before(&self, idx: usize) -> usize {
+        let closed = self
+            .msgs
+            .iter()
+            .take(idx)
+            .filter(|m| m.as_ref().is_some_and(|m| m.last_seen))
+            .count();
+        idx - closed
+    }
+
     /// SEND payload bytes staged now (arrived before their receive buffer was known).
     pub fn staged_bytes(&self) -> u64 {
         self.staged_bytes
@@ -260,10 +272,17 @@ impl RxMessages {
                 .check(p.offset, payload_len, p.msg_len)
                 .map_err(coverage_reason)?;
         }
-        if p.last && (is_send || p.imm.is_some()) && self.reserved >= self.recvs.len() {
+        if p.last
+            && (is_send || p.imm.is_some())
+            && self.reserved + self.open_before(idx) >= self.recvs.len()
+        {
             // No receive is free for this message: accepting its last packet would let
             // the sender complete it (and reuse the memory it wrote) before the receiver
-            // can raise its completion.
+            // can raise its completion. Receives go in MSN order, so a free one is kept
+            // for every earlier message that may still need one (its last packet, which
+            // may carry an immediate, has not arrived): else later messages could hold
+            // every receive while an earlier one, which they wait for, is refused for
+            // ever.
             return Err(DropReason::ReceiverNotReady);
         }
         if is_send
@@ -508,6 +527,15 @@ mod tests {
         assert_eq!(rx.check(&p1, &regions), Err(DropReason::ReceiverNotReady));
         rx.post_recv(RecvWr {
             wr_id: 77,
+            lkey: buf.lkey,
+            addr: buf.addr,
+            len: 16,
+        });
+        // one receive is kept for message 0, of which nothing arrived yet (its last
+        // packet may carry an immediate): message 1 needs a second
+        assert_eq!(rx.check(&p1, &regions), Err(DropReason::ReceiverNotReady));
+        rx.post_recv(RecvWr {
+            wr_id: 78,
             lkey: buf.lkey,
             addr: buf.addr,
             len: 16,
@@ -779,5 +807,58 @@ mod tests {
         assert_eq!(regions.bytes(a.lkey).unwrap(), b"xyzw");
         assert_eq!(regions.bytes(b.lkey).unwrap(), b"\0\0\0\0");
         assert_eq!(rx.staged_bytes(), 0);
+    }
+
+    /// The soak's deadlock (CI, seed 0x18ed3fa08e7cbb4c run 4: RNR for 5 s, then
+    /// RetryExceeded): with fewer receives than messages in flight, a later
+    /// WRITE_WITH_IMM's last packet took the only receive while an earlier one's last
+    /// packet was still to come; that one was then refused for ever, and the later one
+    /// waited for it.
+    #[test]
+    fn a_later_message_never_takes_the_receive_an_earlier_one_needs() {
+        let mut regions = RegionTable::new(0);
+        let mr = regions.register(8, Access::REMOTE_WRITE).unwrap();
+        let buf = regions.register(4, Access::LOCAL_WRITE).unwrap();
+        let mut rx = RxMessages::new(64, 0);
+        let mut out = VecDeque::new();
+        rx.post_recv(RecvWr {
+            wr_id: 1,
+            lkey: buf.lkey,
+            addr: buf.addr,
+            len: 4,
+        });
+        // message 0: its first packet only; message 1 (one packet, with an immediate)
+        let mut m0_last = write(0, mr.addr + 2, mr.rkey, 4, 2, true, b"cd");
+        m0_last.imm = Some(10);
+        accept(
+            &mut rx,
+            &write(0, mr.addr, mr.rkey, 4, 0, false, b"ab"),
+            &mut regions,
+        );
+        let mut m1 = write(1, mr.addr + 4, mr.rkey, 4, 0, true, b"WXYZ");
+        m1.imm = Some(11);
+        assert_eq!(rx.check(&m1, &regions), Err(DropReason::ReceiverNotReady));
+        // message 0's last packet finds the receive and completes at once
+        accept(&mut rx, &m0_last, &mut regions);
+        rx.advance(&mut regions, &mut out);
+        assert_eq!(
+            out.iter().map(|c| (c.wr_id, c.imm)).collect::<Vec<_>>(),
+            vec![(1, Some(10))]
+        );
+        // message 1 waits for the next receive, then lands
+        assert_eq!(rx.check(&m1, &regions), Err(DropReason::ReceiverNotReady));
+        rx.post_recv(RecvWr {
+            wr_id: 2,
+            lkey: buf.lkey,
+            addr: buf.addr,
+            len: 4,
+        });
+        accept(&mut rx, &m1, &mut regions);
+        rx.advance(&mut regions, &mut out);
+        assert_eq!(
+            out.iter().map(|c| (c.wr_id, c.imm)).collect::<Vec<_>>(),
+            vec![(1, Some(10)), (2, Some(11))]
+        );
+        assert_eq!(regions.bytes(mr.lkey).unwrap(), b"abcdWXYZ");
     }
 }
