@@ -354,3 +354,52 @@ pub trait Datapath {
     /// Counters.
     fn stats(&self) -> DatapathStats;
 }
+
+/// A boxed datapath is one (e.g. `Box<dyn Datapath + Send>`, so one
+/// [`crate::engine::Worker`] type serves a datapath chosen at run time): every call goes to
+/// the box's content.
+impl<D: Datapath + ?Sized> Datapath for Box<D> {
+    fn local_addr(&self) -> SocketAddr {
+        (**self).local_addr()
+    }
+    fn open_conn(&mut self, peer: SocketAddr, paths: &PathMap) -> Result<ConnId, DatapathError> {
+        (**self).open_conn(peer, paths)
+    }
+    fn close_conn(&mut self, conn: ConnId) {
+        (**self).close_conn(conn)
+    }
+    fn source_ports(&self, conn: ConnId) -> Option<Vec<u16>> {
+        (**self).source_ports(conn)
+    }
+    fn tx_burst(&mut self, batch: &TxBatch) -> Result<TxReport, DatapathError> {
+        (**self).tx_burst(batch)
+    }
+    fn rx_burst(
+        &mut self,
+        max: usize,
+        f: &mut dyn FnMut(RxDatagram<'_>),
+    ) -> Result<usize, DatapathError> {
+        (**self).rx_burst(max, f)
+    }
+    fn wait(&mut self, timeout_ns: u64) -> Result<(), DatapathError> {
+        (**self).wait(timeout_ns)
+    }
+    fn waker(&self) -> Arc<dyn Waker> {
+        (**self).waker()
+    }
+    fn reorders_bursts(&self) -> bool {
+        (**self).reorders_bursts()
+    }
+    fn peer_source_ip(&self, conn: ConnId) -> Option<std::net::IpAddr> {
+        (**self).peer_source_ip(conn)
+    }
+    fn reports_source_ports(&self) -> bool {
+        (**self).reports_source_ports()
+    }
+    fn ev_sockets(&self) -> usize {
+        (**self).ev_sockets()
+    }
+    fn stats(&self) -> DatapathStats {
+        (**self).stats()
+    }
+}

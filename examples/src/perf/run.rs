@@ -5,12 +5,13 @@ use super::opts::{Fabric, ProgressMode, ServerLimits, TestKind, TestParams};
 use super::report::{self, EvLine, Interval, Meter, ProgressOpts, Report};
 use super::verbs::{self, VerbsOpts};
 use mrc_congestion::CcKind;
+use mrc_fabric::datapath::Datapath;
 use mrc_fabric::engine::bootstrap::RemoteMr;
 use mrc_fabric::engine::{
     Context, EngineConfig, EngineError, EngineStats, Qp, QpConfig, QpStats, VerifyStats, Worker,
     pattern,
 };
-use mrc_fabric::udp::UdpConfig;
+use mrc_fabric::udp::{UdpConfig, UringDatapath};
 use mrc_transport::completion::{Completion, WcOpcode, WcStatus};
 use mrc_transport::region::{MrKey, SharedMem};
 use mrc_transport::send::SendConfig;
@@ -290,6 +291,9 @@ fn cpu_list(cpus: &[usize]) -> String {
     parts.join(",")
 }
 
+/// A caller-progressed end's worker, on the datapath chosen at run time (UDP or verbs).
+pub type CallerWorker = Worker<Box<dyn Datapath + Send>>;
+
 /// Who drives one end's QP: an engine thread (the test's thread posts and polls over
 /// channels) or the test's thread itself through a [`Worker`].
 // One per side, made once: the variants' sizes do not matter.
@@ -306,7 +310,7 @@ pub enum Endpoint {
     /// thread, except a bidirectional bw test's sender and receiver).
     Caller {
         /// The worker.
-        worker: Mutex<Worker>,
+        worker: Mutex<CallerWorker>,
         /// Its QP.
         qpn: u32,
     },
@@ -335,7 +339,7 @@ pub struct Side {
 }
 
 impl Side {
-    fn worker(&self) -> Option<(std::sync::MutexGuard<'_, Worker>, u32)> {
+    fn worker(&self) -> Option<(std::sync::MutexGuard<'_, CallerWorker>, u32)> {
         match &self.ep {
             Endpoint::Caller { worker, qpn } => {
                 Some((worker.lock().unwrap_or_else(|e| e.into_inner()), *qpn))
@@ -562,8 +566,9 @@ pub fn make_side(p: &TestParams, udp_bind: SocketAddr, local: &LocalOpts) -> Res
                 rx_slots: rx_slots(p),
                 ..UdpConfig::bind(udp_bind)
             };
-            let mut w = Worker::new(ucfg, ecfg)
+            let dp = UringDatapath::new(ucfg)
                 .map_err(|e| format!("cannot open UDP datapath on {udp_bind}: {e}"))?;
+            let mut w: CallerWorker = Worker::with_datapath(Box::new(dp), ecfg);
             let qpn = w.create_qp(qp_config(p)?).map_err(|e| e.to_string())?;
             let src = w.reg_mr_shared(qpn, &src_mem, src_access).map_err(reg)?;
             let dst = w.reg_mr_shared(qpn, &dst_mem, dst_access).map_err(reg)?;
@@ -573,8 +578,18 @@ pub fn make_side(p: &TestParams, udp_bind: SocketAddr, local: &LocalOpts) -> Res
             };
             (ep, src, dst, None)
         }
-        (LocalFabric::Verbs(_), ProgressMode::Caller) => {
-            return Err("--progress caller runs on --fabric udp only".into());
+        (LocalFabric::Verbs(o), ProgressMode::Caller) => {
+            // the test thread polls the device's CQs itself: no engine thread, no channels
+            let e = verbs::start_worker(p, o, ecfg).map_err(|e| format!("--fabric verbs: {e}"))?;
+            let mut w = e.worker;
+            let qpn = w.create_qp(qp_config(p)?).map_err(|e| e.to_string())?;
+            let src = w.reg_mr_shared(qpn, &src_mem, src_access).map_err(reg)?;
+            let dst = w.reg_mr_shared(qpn, &dst_mem, dst_access).map_err(reg)?;
+            let ep = Endpoint::Caller {
+                worker: Mutex::new(w),
+                qpn,
+            };
+            (ep, src, dst, Some((e.peers, e.local)))
         }
         (fabric, ProgressMode::Thread) => {
             let (ctx, verbs) = match fabric {
