@@ -233,6 +233,7 @@ role_single() {
   perf_bw verbs-loopback-bw 200 65536 loopback $V --mtu 4040 -p 18601
   perf_bw verbs-loopback-bw-mtu968 20 65536 loopback $V --mtu 968 -p 18602
   perf_lat verbs-loopback-lat 50 loopback $V --mtu 4040 -p 18603
+  single_caller
   server_client verbs-client-server-bw 100 65536 $V --bind 127.0.0.1 -p 18604 -- \
     127.0.0.1 $V --mtu 4040 -p 18604
   server_client verbs-client-server-lat 50 lat $V --bind 127.0.0.1 -p 18605 -- \
@@ -327,6 +328,18 @@ role_perftest() {
   perf_bw perftest-mrc-udp-bw 200 65536 loopback --mtu 4040 -p 18617
   perf_lat perftest-mrc-udp-lat 1000 loopback --mtu 4040 -p 18618
   perftest_mrc_fair
+  perftest_mrc_caller
+}
+
+# The verbs datapath progressed by the test threads themselves (--progress caller: a
+# Worker over the verbs datapath, no engine thread, no channels): loopback bw and lat, and
+# client/server bw (the client's choice holds for the server too), all --verify.
+single_caller() {
+  V="--fabric verbs -d $DEV -x 1 --progress caller"
+  perf_bw verbs-loopback-bw-caller 100 65536 loopback $V --mtu 4040 -p 18631
+  perf_lat verbs-loopback-lat-caller 50 loopback $V --mtu 4040 -p 18632
+  server_client verbs-client-server-bw-caller 50 65536 $V --bind 127.0.0.1 -p 18633 -- \
+    127.0.0.1 $V --mtu 4040 -p 18633
 }
 
 # perf_bw_plain NAME ITERS SIZE ARGS...: mrc-perf with --json and no --verify (as perftest
@@ -368,6 +381,25 @@ perftest_mrc_fair() {
   # No congestion control, as perftest has none (NSCC's presets assume a 200 us round trip,
   # TCG's is about 2 ms).
   perf_bw_plain perftest-mrc-bw-4k-plain 3200 4040 loopback $V --mtu 4040 --cc none -p 18642
+}
+
+# The fair pair again, three rounds in a row, each round ib_send_bw -c UD, then mrc with an
+# engine thread per end (--progress thread), then mrc progressed by its test threads
+# (--progress caller); and the latency test with caller progress. The host tabulates the
+# medians and the ratios perftest / mrc (rxe-lab.sh's perftest_caller_table).
+perftest_mrc_caller() {
+  V="--fabric verbs -d $DEV -x 1"
+  for r in 1 2 3; do
+    if row=$(perftest_run ib_send_bw_ud_r$r ib_send_bw -c UD -d $DEV -x 1 -F -s 4096 -n 3200 -p 1865$r) && positive "$row" 4; then
+      emit perftest-ib_send_bw-ud-r$r true "ib_send_bw -c UD -d $DEV -x 1 -F -s 4096 -n 3200: $row" \
+        "$(echo "$row" | awk '{printf "{\"bytes\": %s, \"iters\": %s, \"mib_per_s\": %s}", $1, $2, $4}')"
+    else
+      emit perftest-ib_send_bw-ud-r$r false "ib_send_bw -c UD failed or measured nothing: ${row:-} $(tail -3 $W/ib_send_bw_ud_r$r.client | tr '\n' '|')"
+    fi
+    perf_bw_plain perftest-mrc-bw-4k-plain-thread-r$r 3200 4040 loopback $V --mtu 4040 --cc none --progress thread -p 1866$r
+    perf_bw_plain perftest-mrc-bw-4k-plain-caller-r$r 3200 4040 loopback $V --mtu 4040 --cc none --progress caller -p 1867$r
+  done
+  perf_lat perftest-mrc-lat-caller 1000 loopback $V --mtu 4040 --progress caller -p 18680
 }
 
 role_netem() {

@@ -444,6 +444,32 @@ perftest_table() {
     lat("perftest-mrc-udp-lat"; "lat_typical_us")' "$RESULTS" | column -t -s $'\t'
 }
 
+# The rounds of rxe-guest.sh's perftest_mrc_caller side by side: MB/s of ib_send_bw -c UD,
+# of mrc --cc none with an engine thread per end and with caller progress, the cost ratios
+# perftest / mrc of each round (above 1: mrc's datagram costs more), their medians, and the
+# latency with caller progress.
+perftest_caller_table() {
+  jq -rs '
+    def mib($c): map(select(.check == $c and .ok == true))[0].mib_per_s // null;
+    def cpu($c): map(select(.check == $c and .ok == true))[0].cpu_s // null;
+    def r2: if . == null then "-" else . * 100 | round / 100 end;
+    def ratio($a; $b): if $a == null or $b == null or $b <= 0 then null else $a / $b end;
+    def median: map(select(. != null)) | sort | if length == 0 then null else .[length / 2 | floor] end;
+    . as $all |
+    [range(1; 4) | tostring as $r | $all |
+      {r: $r, ud: mib("perftest-ib_send_bw-ud-r\($r)"),
+       thread: mib("perftest-mrc-bw-4k-plain-thread-r\($r)"),
+       caller: mib("perftest-mrc-bw-4k-plain-caller-r\($r)"),
+       thread_cpu: cpu("perftest-mrc-bw-4k-plain-thread-r\($r)"),
+       caller_cpu: cpu("perftest-mrc-bw-4k-plain-caller-r\($r)")}
+      | .ratio_thread = ratio(.ud; .thread) | .ratio_caller = ratio(.ud; .caller)] as $rows |
+    "round\tib_send_bw-UD MB/s\tmrc-thread MB/s\tmrc-caller MB/s\tratio UD/thread\tratio UD/caller\tCPU s thread\tCPU s caller",
+    ($rows[] | "\(.r)\t\(.ud | r2)\t\(.thread | r2)\t\(.caller | r2)\t\(.ratio_thread | r2)\t\(.ratio_caller | r2)\t\(.thread_cpu | r2)\t\(.caller_cpu | r2)"),
+    "median\t\([$rows[].ud] | median | r2)\t\([$rows[].thread] | median | r2)\t\([$rows[].caller] | median | r2)\t\([$rows[].ratio_thread] | median | r2)\t\([$rows[].ratio_caller] | median | r2)\t-\t-",
+    (map(select(.check == "perftest-mrc-lat-caller" and .ok == true))[0].lat_typical_us // null
+      | "lat-caller\t\(. | r2) us typical (perftest-mrc-lat-caller)")' "$RESULTS" | column -t -s $'\t'
+}
+
 report() {
   local pass fail
   while IFS= read -r line; do
@@ -511,6 +537,7 @@ main() {
   RUN_MS=$(( $(now_ms) - t0 ))
   if [[ " $PARTS " == *" perftest "* ]]; then
     perftest_table | tee "$CACHE/perftest.txt" || say "could not tabulate the perftest numbers"
+    perftest_caller_table | tee "$CACHE/perftest-caller.txt" || say "could not tabulate the caller rounds"
   fi
   if [ -n "$USER_SCRIPT" ]; then tr -d '\r' <"$WORK/single.console" | grep -v '^\[ *[0-9.]*\] ' >&2; fi
   report

@@ -1,18 +1,20 @@
 //! The verbs UD datapath over the in-memory fake NIC (no device needed): routing of EVs to
 //! QPs and AHs, GRH handling on receive, selective signalling and buffer accounting,
-//! receive replenishment, and the engine end to end.
+//! receive replenishment, and the engine end to end (on its thread, and progressed by the
+//! caller's thread through a `Worker`).
 
 mod engine_common;
 
 use engine_common::PatternWrites;
 use mrc_fabric::datapath::{ConnId, Datapath, DatapathError, PathMap, TxBatch};
-use mrc_fabric::engine::{Context, EngineConfig, QpConfig, pattern};
+use mrc_fabric::engine::{Context, EngineConfig, QpConfig, Worker, pattern};
 use mrc_fabric::verbs::addr::EndpointAddr;
 use mrc_fabric::verbs::grh::GrhRepr;
 use mrc_fabric::verbs::nic::PortInfo;
 use mrc_fabric::verbs::pool::PoolStats;
 use mrc_fabric::verbs::{FakeFabric, FakeNic, VerbsConfig, VerbsDatapath, VerbsStats};
 use mrc_transport::completion::{WcOpcode, WcStatus};
+use mrc_transport::region::{Access, SharedMem};
 use mrc_transport::{Ecn, Sge};
 use std::net::{Ipv6Addr, SocketAddr};
 use std::time::Duration;
@@ -402,4 +404,139 @@ fn control_stream_exchange_then_engine_bootstrap() {
     assert_eq!((rc.status, rc.imm), (WcStatus::Success, Some(77)));
     let bytes = qb.read_mr(dst.lkey, 0, 16384).unwrap();
     assert_eq!(pattern::count_bad(&bytes, 3, 0), 0);
+}
+
+/// What `mrc-perf --fabric verbs --progress caller` runs: a [`Worker`] over the boxed
+/// verbs datapath on each side (no engine thread, no channels), both progressed by this
+/// one thread. 12 WRITE_WITH_IMMs of 64 KiB, 3 in flight, from 4 slots of a's memory into
+/// 4 slots of b's: every completion arrives in order, and the slots hold the last 4 messages' bytes.
+#[test]
+fn worker_over_the_verbs_datapath_writes_exact_bytes_on_the_callers_thread() {
+    const SIZE: usize = 64 * 1024;
+    const SLOTS: u64 = 4;
+    const ITERS: u64 = 12;
+    const DEPTH: u64 = 3;
+    const SEED: u64 = 9;
+    type BoxedWorker = Worker<Box<dyn Datapath + Send>>;
+    let fab = FakeFabric::new();
+    let mut vc = cfg(16, 64, 256, 16, 4096);
+    vc.max_datagram_bytes = 4096;
+    let a = dp(&fab, "::ffff:10.0.0.1", vc.clone());
+    let b = dp(&fab, "::ffff:10.0.0.2", vc);
+    // As mrc-perf's control connection does: each peer registered under the IP the other
+    // connects to (here its GID's IPv4).
+    let (a_book, b_book) = (a.peer_book(), b.peer_book());
+    let (a_end, b_end) = (a.local_endpoint().clone(), b.local_endpoint().clone());
+    let (a_addr, b_addr) = (a.local_addr(), b.local_addr());
+    a_book.insert(b_addr.ip(), b_end);
+    b_book.insert(a_addr.ip(), a_end);
+    let mut wa: BoxedWorker = Worker::with_datapath(Box::new(a), EngineConfig::default());
+    let mut wb: BoxedWorker = Worker::with_datapath(Box::new(b), EngineConfig::default());
+    let mut qc = QpConfig::default();
+    qc.conn.send.mtu_payload_bytes = 4000;
+    qc.conn.evs = (0..16).collect();
+    let qa = wa.create_qp(qc.clone()).unwrap();
+    let qb = wb.create_qp(qc).unwrap();
+    let (src_mem, dst_mem) = (
+        SharedMem::new(SIZE * SLOTS as usize),
+        SharedMem::new(SIZE * SLOTS as usize),
+    );
+    let src = wa.reg_mr_shared(qa, &src_mem, Access::LOCAL_WRITE).unwrap();
+    let dst = wb
+        .reg_mr_shared(qb, &dst_mem, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+        .unwrap();
+    let (ia, ib) = (wa.local_info(qa).unwrap(), wb.local_info(qb).unwrap());
+    // 16 EVs on 16 UD QPs: one RoCEv2 source port each, 0xC000 up.
+    let ports: Vec<u16> = (0xC000..0xC010).collect();
+    assert_eq!(wa.connect(qa, &ib, b_addr).unwrap(), ports);
+    assert_eq!(wb.connect(qb, &ia, a_addr).unwrap(), ports);
+    for i in 0..ITERS {
+        let sge = Sge {
+            lkey: dst.lkey,
+            addr: dst.addr,
+            len: 0,
+        };
+        wb.post_recv(qb, i, sge).unwrap();
+    }
+    let (mut posted, mut sent, mut received) = (0u64, 0u64, 0u64);
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    while sent < ITERS || received < ITERS {
+        assert!(
+            std::time::Instant::now() < until,
+            "10 s: {sent} sends and {received} receives completed"
+        );
+        // Message i leaves source slot i mod SLOTS for destination slot i mod SLOTS; with
+        // DEPTH < SLOTS in flight, a slot's previous message has completed when it is
+        // refilled.
+        while posted < ITERS && posted - sent < DEPTH {
+            let off = (posted % SLOTS) * SIZE as u64;
+            src_mem
+                .with_range_mut(off as usize, SIZE, |buf| pattern::fill(buf, SEED, posted))
+                .unwrap();
+            let sge = Sge {
+                lkey: src.lkey,
+                addr: src.addr + off,
+                len: SIZE as u32,
+            };
+            wa.post_write_with_imm(qa, posted, sge, dst.addr + off, dst.rkey, posted as u32)
+                .unwrap();
+            posted += 1;
+        }
+        wa.progress();
+        wb.progress();
+        while let Some(c) = wa.poll_send_cq(qa) {
+            assert_eq!(
+                (c.wr_id, c.opcode, c.status),
+                (sent, WcOpcode::WriteWithImm, WcStatus::Success)
+            );
+            sent += 1;
+        }
+        while let Some(c) = wb.poll_recv_cq(qb) {
+            assert_eq!(
+                (c.wr_id, c.opcode, c.status, c.imm),
+                (
+                    received,
+                    WcOpcode::RecvRdmaWithImm,
+                    WcStatus::Success,
+                    Some(received as u32)
+                )
+            );
+            // Checked before the sender may reuse the slot (SLOTS > in flight).
+            let off = ((received % SLOTS) * SIZE as u64) as usize;
+            let bad = dst_mem
+                .with_range(off, SIZE, |buf| pattern::count_bad(buf, SEED, received))
+                .unwrap();
+            assert_eq!(bad, 0, "message {received}");
+            received += 1;
+        }
+        assert!(posted >= sent && sent <= ITERS && received <= ITERS);
+    }
+    assert_eq!(wa.poll_send_cq(qa), None);
+    assert_eq!(wb.poll_recv_cq(qb), None);
+    let ((sa, _), (sb, _)) = (wa.stats(qa).unwrap(), wb.stats(qb).unwrap());
+    // 64 KiB in 4000-byte packets: 17 per message, every one delivered once (the fake
+    // NIC neither drops nor reorders).
+    assert_eq!(sb.conn.received, ITERS * 17);
+    assert_eq!(sb.conn.received_bytes, ITERS * SIZE as u64);
+    assert_eq!(sa.conn.sent, ITERS * 17 + sa.conn.retransmitted);
+    assert_eq!(sa.conn.retransmitted, 0);
+    // The boxed datapaths' counters: a sent its 204 data datagrams and nothing else, b
+    // received exactly those; b sent only SACKs, and what a received were those SACKs.
+    let (da, db) = (wa.datapath().stats(), wb.datapath().stats());
+    assert_eq!((da.tx_datagrams, db.rx_datagrams), (ITERS * 17, ITERS * 17));
+    assert_eq!(db.tx_datagrams, sb.conn.sacks_sent);
+    assert_eq!(da.rx_datagrams, sa.conn.sacks_received);
+    assert_eq!((sb.conn.sent, sa.conn.received), (0, 0));
+    assert_eq!(
+        (da.tx_errors, da.rx_errors, db.tx_errors, db.rx_errors),
+        (0, 0, 0, 0)
+    );
+    for slot in 0..SLOTS {
+        let msg = ITERS - SLOTS + slot;
+        let off = ((msg % SLOTS) * SIZE as u64) as usize;
+        let bad = dst_mem
+            .with_range(off, SIZE, |buf| pattern::count_bad(buf, SEED, msg))
+            .unwrap();
+        assert_eq!(bad, 0, "slot {slot} holds message {msg}");
+    }
 }

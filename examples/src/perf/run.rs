@@ -318,7 +318,8 @@ fn cpu_list(cpus: &[usize]) -> String {
     parts.join(",")
 }
 
-/// A caller-progressed end's worker, on the datapath `--udp-io` chose.
+/// A caller-progressed end's worker, on the datapath chosen at run time (UDP with
+/// `--udp-io`'s choice, or verbs).
 pub type CallerWorker = Worker<Box<dyn Datapath + Send>>;
 
 /// Who drives one end's QP: an engine thread (the test's thread posts and polls over
@@ -599,7 +600,7 @@ pub fn make_side(p: &TestParams, udp_bind: SocketAddr, local: &LocalOpts) -> Res
                 UdpIo::Uring => Box::new(UringDatapath::new(ucfg).map_err(open)?),
                 UdpIo::Direct => Box::new(DirectDatapath::new(ucfg).map_err(open)?),
             };
-            let mut w = Worker::with_datapath(dp, ecfg);
+            let mut w: CallerWorker = Worker::with_datapath(dp, ecfg);
             // lat: the echo's SACK leaves with the reply, one wake-up of the peer per
             // message (loopback, 5 paired runs of -n 5000 on the loaded 2-core VM:
             // median one-way 4.96-8.09 us deferred against 5.86-9.17 us not, about 1 us
@@ -614,8 +615,18 @@ pub fn make_side(p: &TestParams, udp_bind: SocketAddr, local: &LocalOpts) -> Res
             };
             (ep, src, dst, None)
         }
-        (LocalFabric::Verbs(_), ProgressMode::Caller) => {
-            return Err("--progress caller runs on --fabric udp only".into());
+        (LocalFabric::Verbs(o), ProgressMode::Caller) => {
+            // the test thread polls the device's CQs itself: no engine thread, no channels
+            let e = verbs::start_worker(p, o, ecfg).map_err(|e| format!("--fabric verbs: {e}"))?;
+            let mut w = e.worker;
+            let qpn = w.create_qp(qp_config(p)?).map_err(|e| e.to_string())?;
+            let src = w.reg_mr_shared(qpn, &src_mem, src_access).map_err(reg)?;
+            let dst = w.reg_mr_shared(qpn, &dst_mem, dst_access).map_err(reg)?;
+            let ep = Endpoint::Caller {
+                worker: Mutex::new(w),
+                qpn,
+            };
+            (ep, src, dst, Some((e.peers, e.local)))
         }
         (fabric, ProgressMode::Thread) => {
             let (ctx, verbs) = match fabric {

@@ -6,7 +6,9 @@ use super::opts::TestParams;
 use mrc_fabric::engine::EngineConfig;
 use mrc_fabric::verbs::addr::EndpointAddr;
 use mrc_fabric::verbs::exchange::{read_endpoint, write_endpoint};
-use mrc_fabric::verbs::{PeerBook, VerbsConfig, VerbsEngine, VerbsError, device_names};
+use mrc_fabric::verbs::{
+    PeerBook, VerbsConfig, VerbsEngine, VerbsError, VerbsWorker, device_names,
+};
 use std::net::TcpStream;
 use std::time::Duration;
 
@@ -113,6 +115,19 @@ pub fn config(p: &TestParams, o: &VerbsOpts, device: String) -> VerbsConfig {
 pub fn start(p: &TestParams, o: &VerbsOpts, ecfg: EngineConfig) -> Result<VerbsEngine, String> {
     let device = pick_device(o)?;
     mrc_fabric::verbs::start_engine(config(p, o, device), ecfg).map_err(open_error)
+}
+
+/// Opens the device and makes a caller-progressed worker on it (`--progress caller`).
+///
+/// # Errors
+/// As [`start`].
+pub fn start_worker(
+    p: &TestParams,
+    o: &VerbsOpts,
+    ecfg: EngineConfig,
+) -> Result<VerbsWorker, String> {
+    let device = pick_device(o)?;
+    mrc_fabric::verbs::start_worker(config(p, o, device), ecfg).map_err(open_error)
 }
 
 /// Swaps endpoint addresses with the peer on `s` and registers the peer's under the

@@ -108,3 +108,45 @@ pub fn start_engine(
         Err(VerbsError::NotCompiled)
     }
 }
+
+/// A caller-progressed endpoint on the verbs datapath ([`crate::engine::Worker`]), with
+/// what the control connection needs: the thread that calls it polls the device's CQs,
+/// runs the timers and fills the QPs' CQs itself, with no engine thread and no channels.
+#[derive(Debug)]
+pub struct VerbsWorker {
+    /// The worker; its datapath is the device's `VerbsDatapath` behind a box (the same
+    /// worker type as a caller-progressed UDP end's).
+    pub worker: crate::engine::Worker<Box<dyn crate::datapath::Datapath + Send>>,
+    /// Where to register the peer's address before connecting a QP.
+    pub peers: PeerBook,
+    /// This side's address, to send to the peer ([`exchange::write_endpoint`]).
+    pub local: addr::EndpointAddr,
+}
+
+/// Opens `cfg.device` (`VerbsDatapath::open`) and makes a [`crate::engine::Worker`] on
+/// it, progressed by its caller: [`start_engine`] without the engine thread. Always
+/// available, as [`start_engine`] is.
+///
+/// # Errors
+/// What `VerbsDatapath::open` returns; [`VerbsError::NotCompiled`] without the `verbs`
+/// feature.
+pub fn start_worker(
+    cfg: VerbsConfig,
+    engine: crate::engine::EngineConfig,
+) -> Result<VerbsWorker, VerbsError> {
+    #[cfg(feature = "verbs")]
+    {
+        let dp = VerbsDatapath::open(cfg)?;
+        let (peers, local) = (dp.peer_book(), dp.local_endpoint().clone());
+        Ok(VerbsWorker {
+            worker: crate::engine::Worker::with_datapath(Box::new(dp), engine),
+            peers,
+            local,
+        })
+    }
+    #[cfg(not(feature = "verbs"))]
+    {
+        let _ = (cfg, engine);
+        Err(VerbsError::NotCompiled)
+    }
+}
