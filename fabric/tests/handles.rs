@@ -618,6 +618,9 @@ fn a_peer_holding_the_secret_that_then_misbehaves_leaves_no_qp_behind() {
 /// passed: two QPs created, QPN, PSN and rkeys sent to a stranger. The listener is now
 /// always the responder, so neither confirmation it sends is one it accepts: both are
 /// refused as forged secrets after the 72 bytes of nonce and confirmation.
+/// What the reflection test waits for: a condition on (bytes read, EOF seen) per stream.
+type Until = dyn Fn(&[Vec<u8>; 2], &[bool; 2]) -> bool;
+
 #[test]
 fn a_reflected_confirmation_from_a_second_connection_is_refused() {
     let mut a = worker(33600..=33649);
@@ -636,7 +639,7 @@ fn a_reflected_confirmation_from_a_second_connection_is_refused() {
     let mut pump = |a: &mut Worker<UringDatapath>,
                     s: &mut [TcpStream; 2],
                     got: &mut [Vec<u8>; 2],
-                    f: &dyn Fn(&[Vec<u8>; 2], &[bool; 2]) -> bool| {
+                    f: &Until| {
         let (_, _) = until_some(|| {
             assert!(a.poll_accept(lid).is_none());
             for i in 0..2 {
