@@ -559,12 +559,8 @@ fn a_peer_holding_the_secret_that_then_misbehaves_leaves_no_qp_behind() {
         });
         let mut peer = [0u8; 32];
         peer.copy_from_slice(&got[4..36]);
-        let initiator = nonce < peer;
-        let (ni, nr) = if initiator {
-            (nonce, peer)
-        } else {
-            (peer, nonce)
-        };
+        // The connecting end is always the initiator.
+        let (initiator, ni, nr) = (true, nonce, peer);
         let mut c = b"MRCK".to_vec();
         c.extend_from_slice(&key_confirmation(&psk, &ni, &nr, initiator).unwrap());
         c.extend_from_slice(info);
@@ -609,6 +605,79 @@ fn a_peer_holding_the_secret_that_then_misbehaves_leaves_no_qp_behind() {
         SetupStats {
             rejected_protocol: 1,
             rejected_timeout: 1,
+            ..SetupStats::default()
+        }
+    );
+}
+
+/// A parallel-session (reflection) attack on the listener's key confirmation, by a peer
+/// that does NOT hold the secret: open two connections, send each the listener's nonce
+/// of the other, then send each the listener's confirmation of the other. When the
+/// roles came from comparing nonces, connection 1 (listener initiator over (N1, N2))
+/// expected exactly what connection 2 (listener responder over (N1, N2)) sent, so both
+/// passed: two QPs created, QPN, PSN and rkeys sent to a stranger. The listener is now
+/// always the responder, so neither confirmation it sends is one it accepts: both are
+/// refused as forged secrets after the 72 bytes of nonce and confirmation.
+/// What the reflection test waits for: a condition on (bytes read, EOF seen) per stream.
+type Until = dyn Fn(&[Vec<u8>; 2], &[bool; 2]) -> bool;
+
+#[test]
+fn a_reflected_confirmation_from_a_second_connection_is_refused() {
+    let mut a = worker(33600..=33649);
+    a.set_setup_timeout(Duration::from_millis(1500));
+    let (lid, handle) = a.listen(QpConfig::default()).unwrap();
+    let mut s = [
+        TcpStream::connect(handle.addr()).unwrap(),
+        TcpStream::connect(handle.addr()).unwrap(),
+    ];
+    for x in &s {
+        x.set_nonblocking(true).unwrap();
+    }
+    let mut got = [Vec::new(), Vec::new()];
+    let mut eof = [false, false];
+    // Reads what each stream has, progressing the listener, until `f` holds.
+    let mut pump = |a: &mut Worker<UringDatapath>,
+                    s: &mut [TcpStream; 2],
+                    got: &mut [Vec<u8>; 2],
+                    f: &Until| {
+        let (_, _) = until_some(|| {
+            assert!(a.poll_accept(lid).is_none());
+            for i in 0..2 {
+                let mut b = [0u8; 4096];
+                match s[i].read(&mut b) {
+                    Ok(0) => eof[i] = true,
+                    Ok(n) => got[i].extend_from_slice(&b[..n]),
+                    Err(_) => {}
+                }
+            }
+            f(got, &eof).then_some(())
+        });
+    };
+    pump(&mut a, &mut s, &mut got, &|g, _| {
+        g[0].len() >= 36 && g[1].len() >= 36
+    });
+    assert_eq!((&got[0][..4], &got[1][..4]), (&b"MRCN"[..], &b"MRCN"[..]));
+    let (n0, n1) = (got[0][4..36].to_vec(), got[1][4..36].to_vec());
+    s[0].write_all(&[&b"MRCN"[..], &n1].concat()).unwrap();
+    s[1].write_all(&[&b"MRCN"[..], &n0].concat()).unwrap();
+    pump(&mut a, &mut s, &mut got, &|g, _| {
+        g[0].len() >= 72 && g[1].len() >= 72
+    });
+    assert_eq!(
+        (&got[0][36..40], &got[1][36..40]),
+        (&b"MRCK"[..], &b"MRCK"[..])
+    );
+    let (c0, c1) = (got[0][40..72].to_vec(), got[1][40..72].to_vec());
+    s[0].write_all(&[&b"MRCK"[..], &c1].concat()).unwrap();
+    s[1].write_all(&[&b"MRCK"[..], &c0].concat()).unwrap();
+    pump(&mut a, &mut s, &mut got, &|_, e| e[0] && e[1]);
+    // Nothing past the confirmation: no QpInfo (no QPN, PSN or rkey) to the stranger.
+    assert_eq!((got[0].len(), got[1].len()), (72, 72));
+    assert_eq!(a.qp_count(), 0);
+    assert_eq!(
+        a.setup_stats(),
+        SetupStats {
+            rejected_secret: 2,
             ..SetupStats::default()
         }
     );

@@ -23,7 +23,8 @@
 //!
 //! The confirmations are [`mrc_transport::auth::key_confirmation`] of the handle's secret
 //! over both nonces (the authenticated bootstrap's own negotiation, with the secret as
-//! the pre-shared key): each end proves it holds the handle without sending the secret,
+//! the pre-shared key, the connecting end always the initiator and the listener always
+//! the responder): each end proves it holds the handle without sending the secret,
 //! and fresh nonces make a recorded handshake useless. A listener creates the QP of a
 //! connection only once the peer's confirmation checked, so a stray or forged connection
 //! costs it one TCP socket and 36 bytes of nonce until it is dropped; it never sees a
@@ -309,6 +310,11 @@ struct Handshake {
     qpn: Option<u32>,
     /// The peer's READY arrived.
     ready_taken: bool,
+    /// This end connected (the initiator of the key confirmation); a listener's end is
+    /// always the responder. Fixed by role, never by comparing nonces: with roles from
+    /// nonces, a stranger reflects the listener's own confirmation from a second
+    /// connection (tests/handles.rs, a_reflected_confirmation...).
+    initiator: bool,
 }
 
 enum Progress {
@@ -352,6 +358,7 @@ impl Handshake {
             nonces: None,
             qpn,
             ready_taken: false,
+            initiator: connecting,
         };
         if !connecting {
             h.send_nonce();
@@ -485,7 +492,7 @@ impl Handshake {
                     return Ok(false);
                 };
                 self.inb.drain(..used);
-                let initiator = self.nonce < peer;
+                let initiator = self.initiator;
                 let (ni, nr) = if initiator {
                     (self.nonce, peer)
                 } else {
