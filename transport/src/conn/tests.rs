@@ -22,9 +22,14 @@ fn cfg(qpn: u32, psn: u32, generation: u16) -> ConnConfig {
 }
 
 fn pair() -> (Conn, Conn) {
+    pair_with(cfg(0x22, 100, 7))
+}
+
+/// `pair()` with `b`'s configuration given (QPN 0x22, PSN 100, generation 7 as `a` expects).
+fn pair_with(b_cfg: ConnConfig) -> (Conn, Conn) {
     let cc = || FixedWindowConfig::default().build();
     let mut a = Connection::new(cfg(0x11, 0xFF_FFF0, 1), cc()).unwrap();
-    let mut b = Connection::new(cfg(0x22, 100, 7), cc()).unwrap();
+    let mut b = Connection::new(b_cfg, cc()).unwrap();
     a.connect(PeerParams {
         qpn: 0x22,
         initial_psn: Psn::new(100),
@@ -263,28 +268,10 @@ fn send_lands_in_the_posted_receive_and_zero_length_works() {
 #[test]
 fn a_send_beyond_the_staging_bound_waits_for_its_receive_and_then_lands_whole() {
     // b may stage 8192 bytes of SEND payload (two 4 KiB packets) for a receive not posted
-    let cc = || FixedWindowConfig::default().build();
-    let mut a = Connection::new(cfg(0x11, 0xFF_FFF0, 1), cc()).unwrap();
-    let mut b = Connection::new(
-        ConnConfig {
-            max_staged_bytes: 8192,
-            ..cfg(0x22, 100, 7)
-        },
-        cc(),
-    )
-    .unwrap();
-    a.connect(PeerParams {
-        qpn: 0x22,
-        initial_psn: Psn::new(100),
-        generation: 7,
-    })
-    .unwrap();
-    b.connect(PeerParams {
-        qpn: 0x11,
-        initial_psn: Psn::new(0xFF_FFF0),
-        generation: 1,
-    })
-    .unwrap();
+    let (mut a, mut b) = pair_with(ConnConfig {
+        max_staged_bytes: 8192,
+        ..cfg(0x22, 100, 7)
+    });
     let src = fill(&mut a, 40_000, 3);
     let rbuf = b
         .regions_mut()
