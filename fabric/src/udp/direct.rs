@@ -22,7 +22,7 @@
 //! mechanism exactly.
 
 use super::evsock::{EvConn, EvSocket, EvSockets};
-use super::sock::{self, CMSG_BYTES, CmsgBuf};
+use super::sock::{self, CMSG_BYTES, CmsgBuf, EventFdWaker};
 use super::{ConnTable, MAX_GSO_BYTES, MAX_GSO_SEGMENTS, UdpConfig};
 use crate::datapath::{
     ConnId, Datapath, DatapathError, DatapathStats, PathMap, RxDatagram, TxBatch, TxReport, Waker,
@@ -53,22 +53,6 @@ struct RxSlot {
     buf: Vec<u8>,
     addr: libc::sockaddr_storage,
     cmsg: CmsgBuf,
-}
-
-/// Wakes a [`DirectDatapath::wait`] through an eventfd.
-struct EventFdWaker {
-    fd: OwnedFd,
-}
-
-impl Waker for EventFdWaker {
-    fn wake(&self) {
-        let one: u64 = 1;
-        // SAFETY: writes 8 bytes from a live u64 to an eventfd we own; a failure (counter
-        // overflow) only means a wake-up is pending already.
-        unsafe {
-            libc::write(self.fd.as_raw_fd(), (&one as *const u64).cast(), 8);
-        }
-    }
 }
 
 /// The UDP datapath on plain non-blocking system calls.
@@ -119,16 +103,7 @@ impl DirectDatapath {
     /// [`DatapathError::Io`] when a socket, option, bind or the eventfd fails (e.g. the
     /// receive port is taken).
     pub fn new(cfg: UdpConfig) -> Result<Self, DatapathError> {
-        let rx_sock = sock::rx_socket(&cfg.bind, cfg.gro, cfg.socket_buffer_bytes)
-            .map_err(DatapathError::io("receive socket"))?;
-        let local = rx_sock
-            .local_addr()
-            .ok()
-            .and_then(|a| a.as_socket())
-            .ok_or_else(|| DatapathError::Io {
-                what: "receive socket address",
-                source: io::Error::from(io::ErrorKind::AddrNotAvailable),
-            })?;
+        let (rx_sock, local) = sock::open_rx(&cfg)?;
         // SAFETY: plain eventfd creation; the result is checked before use.
         let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
         if efd < 0 {

@@ -316,3 +316,42 @@ pub(crate) fn sockaddr_to_std(
         _ => None,
     }
 }
+
+/// Opens the receive socket `cfg` names (as [`rx_socket`]) and reads back the address it
+/// bound (port 0: the kernel's choice), for both UDP datapaths.
+///
+/// # Errors
+/// [`crate::datapath::DatapathError::Io`] when the socket, an option or the bind fails.
+pub(crate) fn open_rx(
+    cfg: &super::UdpConfig,
+) -> Result<(Socket, SocketAddr), crate::datapath::DatapathError> {
+    use crate::datapath::DatapathError;
+    let rx_sock = rx_socket(&cfg.bind, cfg.gro, cfg.socket_buffer_bytes)
+        .map_err(DatapathError::io("receive socket"))?;
+    let local = rx_sock
+        .local_addr()
+        .ok()
+        .and_then(|a| a.as_socket())
+        .ok_or_else(|| DatapathError::Io {
+            what: "receive socket address",
+            source: io::Error::from(io::ErrorKind::AddrNotAvailable),
+        })?;
+    Ok((rx_sock, local))
+}
+
+/// Wakes a datapath's wait through an eventfd it owns.
+pub(crate) struct EventFdWaker {
+    /// The eventfd.
+    pub(crate) fd: std::os::fd::OwnedFd,
+}
+
+impl crate::datapath::Waker for EventFdWaker {
+    fn wake(&self) {
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a live u64 to an eventfd we own; a failure (counter
+        // overflow) only means a wake-up is pending already.
+        unsafe {
+            libc::write(self.fd.as_raw_fd(), (&one as *const u64).cast(), 8);
+        }
+    }
+}

@@ -12,7 +12,7 @@
 
 use super::bufring::BufRing;
 use super::evsock::{EvConn, EvSocket, EvSockets};
-use super::sock::{self, CMSG_BYTES, CmsgBuf};
+use super::sock::{self, CMSG_BYTES, CmsgBuf, EventFdWaker};
 use super::{ConnTable, DEFAULT_RX_PORT, MAX_GSO_BYTES, MAX_GSO_SEGMENTS, PortAllocator};
 use crate::datapath::{
     ConnId, Datapath, DatapathError, DatapathStats, PathMap, RxDatagram, TxBatch, TxReport, Waker,
@@ -130,22 +130,6 @@ struct Group {
     ecn: Ecn,
 }
 
-/// Wakes the receive ring through an eventfd.
-struct EventFdWaker {
-    fd: OwnedFd,
-}
-
-impl Waker for EventFdWaker {
-    fn wake(&self) {
-        let one: u64 = 1;
-        // SAFETY: writes 8 bytes from a live u64 to an eventfd we own; a failure (counter
-        // overflow) only means a wake-up is pending already.
-        unsafe {
-            libc::write(self.fd.as_raw_fd(), (&one as *const u64).cast(), 8);
-        }
-    }
-}
-
 const EVENTFD_USER_DATA: u64 = u64::MAX;
 /// `user_data` of the multishot receive.
 const MULTISHOT_USER_DATA: u64 = u64::MAX - 1;
@@ -215,16 +199,7 @@ impl UringDatapath {
     /// [`DatapathError::Io`] when a socket, option, bind or ring setup fails (e.g. the
     /// receive port is taken, or io_uring is not permitted).
     pub fn new(cfg: UdpConfig) -> Result<Self, DatapathError> {
-        let rx_sock = sock::rx_socket(&cfg.bind, cfg.gro, cfg.socket_buffer_bytes)
-            .map_err(DatapathError::io("receive socket"))?;
-        let local = rx_sock
-            .local_addr()
-            .ok()
-            .and_then(|a| a.as_socket())
-            .ok_or_else(|| DatapathError::Io {
-                what: "receive socket address",
-                source: io::Error::from(io::ErrorKind::AddrNotAvailable),
-            })?;
+        let (rx_sock, local) = sock::open_rx(&cfg)?;
         let rx_entries = (cfg.rx_slots as u32 + 1).next_power_of_two().max(8);
         let cq_entries = if cfg.rx_multishot {
             // one completion per buffer at most in flight, plus the eventfd's
