@@ -215,3 +215,61 @@ fn probe_replies_do_not_take_the_delivered_turn_of_dropped_sacks() {
     );
     assert_eq!((r.b_stats.received, r.b_stats.sacks_sent), (1, 3));
 }
+
+/// Found by `transfer` (CI, stop 28): two zero-length messages (a WRITE, then a
+/// WRITE_WITH_IMM), A's first datagram dropped, B's first datagram duplicated 103 us
+/// later, EV 1 denied twice and black-holed once: nothing completed within the bound.
+/// The receiver refused the WRITE_WITH_IMM with RNR NACKs (its only receive is kept for
+/// the unknown earlier message, which may need one), and each RNR NACK counted as
+/// progress for the RTO: answered every 640 us (the RNR timer), the 1 ms RTO of the lost
+/// WRITE never fired, so it was never resent. An RNR NACK no longer restarts the RTO.
+#[test]
+fn zero_length_write_then_write_imm_with_first_packet_lost_completes() {
+    let s = Schedule {
+        n_evs: 4,
+        mtu_payload_bytes: 256,
+        cc: CcKind::None,
+        go_back_n: false,
+        initial_psns: (2_661_220_174, 1_645_543_574),
+        msgs: vec![(MsgKind::Write, 0), (MsgKind::WriteImm, 0)],
+        a_acts: vec![NetAct::Drop],
+        b_acts: vec![NetAct::Duplicate(103)],
+        outages: vec![
+            Outage {
+                ev: 1,
+                start_ns: 24_673_000,
+                len_ns: 3_743_000,
+                kind: OutageKind::Denied,
+            },
+            Outage {
+                ev: 1,
+                start_ns: 57_825_000,
+                len_ns: 1_825_000,
+                kind: OutageKind::Denied,
+            },
+            Outage {
+                ev: 1,
+                start_ns: 57_825_000,
+                len_ns: 430_000,
+                kind: OutageKind::BlackHole,
+            },
+            Outage {
+                ev: 0,
+                start_ns: 0,
+                len_ns: 0,
+                kind: OutageKind::BlackHole,
+            },
+        ],
+        permanent: vec![],
+    };
+    let r = run(&s).unwrap();
+    assert_eq!(r.succeeded, 2);
+    // the RTO at 1 ms resends the lost WRITE; the WRITE_WITH_IMM follows on the RNR timer
+    assert_eq!(r.a_stats.timeouts, 1);
+    assert_eq!(r.b_stats.rnr_nacks_sent, 2);
+    assert_eq!(
+        r.a_stats.rnr_nacks_received, 3,
+        "two and the duplicate of the first"
+    );
+    assert_eq!(r.end_ns, 1_292_026);
+}

@@ -1027,7 +1027,11 @@ impl SendState {
     /// of the wait, then queued again by [`SendState::on_rnr_timer`]. Neither a loss nor a
     /// timeout: RACK and the RTO skip it, and the answer restarts the RTO's back-off (the
     /// peer is alive); the unresponsive budget keeps running (see
-    /// [`GiveUp::ReceiverNotReady`]). Returns whether it was held.
+    /// [`GiveUp::ReceiverNotReady`]). It is no progress for the RTO of the other packets in
+    /// flight: the receiver may refuse this one because an earlier message (whose packets
+    /// were lost) may need the receive, and RNR rounds every `rnr_timer_ns` (shorter than
+    /// the RTO) must not keep that earlier packet's RTO from firing for ever. Returns
+    /// whether it was held.
     pub fn on_rnr_nack(&mut self, seq: u64, now_ns: u64) -> bool {
         let Some(p) = self.packet_mut(seq) else {
             return false;
@@ -1038,7 +1042,6 @@ impl SendState {
         p.state = PktState::RnrWait;
         self.in_flight_pkts -= 1;
         self.last_rnr_ns = Some(now_ns);
-        self.last_progress_ns = now_ns;
         self.rto_backoff = 0;
         if self.rnr_until_ns.is_none() {
             self.rnr_until_ns = Some(now_ns.saturating_add(self.cfg.rnr_timer_ns));
