@@ -613,3 +613,51 @@ fn pacing_credit_lets_a_late_caller_catch_up_to_the_rate() {
         vec![152, 151, 151, 151, 151, 151]
     );
 }
+
+/// The chaos soak's stall after receive loss at the sender, on the virtual clock: a
+/// 1.2 MiB WRITE (300 packets of 4 KiB); the network loses the first two copies of its
+/// first packet and every datagram B sends from 25 us (when B has acknowledged packets
+/// 1-63, the first SACK's bitmap) to 500 ms. A's RTO resends one packet per expiry, the
+/// oldest first (`rto_probe_oldest`): packet 0 at 20 ms (lost again), then packets 64,
+/// 65, ... whose first copies B has. Each such resend is a duplicate at B, and B answered
+/// it with a SACK at rcv_nxt (the hole at packet 0) whose 64-bit bitmap cannot name a
+/// packet 64 or more beyond: nothing was acknowledged after the loss ended, the expiries
+/// walked through the packets in flight at one per 100 ms, and the unresponsive budget
+/// ran out (RetryExceeded at 5.000027 s) before packet 0 came round again. Now the SACK answering
+/// a far duplicate carries that packet's own bitmap block: the first resend after 500 ms
+/// acknowledges its block, RACK declares packet 0 (sent before it) lost, and the WRITE
+/// completes.
+#[test]
+fn a_resend_beyond_the_first_sack_bitmap_is_acknowledged() {
+    let mut send = mrc_fabric::engine::software_send_config(20_000_000, 500_000);
+    send.mtu_payload_bytes = 4096;
+    let mut p = pair_with(send, NetConfig::default());
+    let first_psn = 0xFF_FF00;
+    p.script(move |i: &PacketInfo| {
+        let lost_data = i.from == Side::A && i.is_data && i.psn == first_psn && i.copy < 2;
+        let lost_answer = i.from == Side::B && (25_000..500_000_000).contains(&i.now_ns);
+        if lost_data || lost_answer {
+            Action::Drop
+        } else {
+            Action::Deliver
+        }
+    });
+    let len = 300 * 4096;
+    let r = p.regions(len, 11);
+    p.a.post_write(1, r.src_sge(0, len as u32), r.dst.addr, r.dst.rkey)
+        .unwrap();
+    let mut done = Vec::new();
+    p.run_until(60_000_000_000, |p| {
+        done.extend(p.a_completions().iter().map(|c| (c.wr_id, c.status)));
+        !done.is_empty()
+    });
+    let a = p.a.stats();
+    assert_eq!(done, vec![(1, WcStatus::Success)]);
+    assert!(p.dst_matches(&r));
+    // expiries at 20, 60, 140, 240, 340, 440 and 540 ms (before: 51, and RetryExceeded
+    // at 5,000,026,847 ns); the seventh's resend is acknowledged with its block and RACK
+    // resends packet 0 at once
+    assert_eq!(p.now_ns, 540_035_523);
+    assert_eq!((a.timeouts, a.rto_lost, a.rack_losses), (7, 7, 2));
+    assert_eq!(a.retransmitted, 10);
+}

@@ -135,11 +135,16 @@ impl Acker {
         self.last_arrival_ns = Some(now_ns);
         if new {
             self.unacked += 1;
-            if seq >= rcv_nxt + 64 {
-                let b = seq >> 6;
-                if !self.far_blocks.contains(&b) {
-                    self.far_blocks.push(b);
-                }
+        }
+        // Beyond the first SACK's bitmap (rcv_nxt + 64): its own block, for a duplicate as
+        // for a new arrival. A duplicate is a resend whose SACK was lost; answered only by
+        // the SACK at rcv_nxt it stayed unacknowledged for good while the hole at rcv_nxt
+        // lasted (the chaos soak: an RTO that resends the oldest copy first went through
+        // hundreds of such packets, one per expiry, until the unresponsive budget ran out).
+        if seq >= rcv_nxt + 64 {
+            let b = seq >> 6;
+            if !self.far_blocks.contains(&b) {
+                self.far_blocks.push(b);
             }
         }
         if !new || urgent || ce || sparse || self.unacked >= self.cfg.sack_every_packets {
@@ -301,6 +306,21 @@ mod tests {
         let bases: Vec<u64> =
             std::iter::from_fn(|| a.poll_sack(0, 0).map(|s| s.base_seq)).collect();
         assert_eq!(bases, vec![0, 256, 192]);
+    }
+
+    #[test]
+    fn a_far_duplicate_gets_a_sack_block_that_covers_it() {
+        let mut a = Acker::new(AckConfig::default());
+        // 134 received long ago (its SACK lost), the hole at 0 still open: its resend
+        a.on_data(0, 134, 0, false, false, false, 2, 7);
+        let bases: Vec<u64> =
+            std::iter::from_fn(|| a.poll_sack(0, 0).map(|s| s.base_seq)).collect();
+        assert_eq!(bases, vec![0, 128]);
+        // a duplicate inside the first bitmap needs no block of its own
+        a.on_data(1, 63, 0, false, false, false, 2, 8);
+        let bases: Vec<u64> =
+            std::iter::from_fn(|| a.poll_sack(1, 0).map(|s| s.base_seq)).collect();
+        assert_eq!(bases, vec![0]);
     }
 
     #[test]
