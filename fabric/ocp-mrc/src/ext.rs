@@ -926,7 +926,7 @@ mod tests {
             Some(libc::EIO)
         );
         assert_eq!(last(), "internal error (a panic was caught)");
-        let c = open(c"127.0.0.1", 34900, 34949).unwrap();
+        let c = open(c"127.0.0.1", 37000, 37049).unwrap();
         // Poison the worker's lock the way a panic inside an entry would.
         let ctx = unsafe { &*c };
         let _ = catch_unwind(AssertUnwindSafe(|| {
@@ -955,11 +955,11 @@ mod tests {
         assert_eq!(last(), "not an IP address: \"not-an-ip\"");
         assert_eq!(open(c"127.0.0.1", 35000, 34999), Err(libc::EINVAL));
         // 192.0.2.1 (TEST-NET-1) is no address of this host.
-        assert_eq!(open(c"192.0.2.1", 34950, 34999), Err(libc::EADDRNOTAVAIL));
+        assert_eq!(open(c"192.0.2.1", 37050, 37099), Err(libc::EADDRNOTAVAIL));
         assert_eq!(unsafe { mrc_x_progress(null_mut()) }, -1);
         assert_eq!(unsafe { mrc_x_close_context(null_mut()) }, libc::EINVAL);
 
-        let c = open(c"127.0.0.1", 34950, 34999).unwrap();
+        let c = open(c"127.0.0.1", 37050, 37099).unwrap();
         let mut port = 0u16;
         assert_eq!(unsafe { mrc_x_udp_port(c, &mut port) }, 0);
         assert_ne!(port, 0);

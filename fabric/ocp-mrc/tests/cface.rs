@@ -64,7 +64,7 @@ fn build(name: &str) -> PathBuf {
 fn the_c_example_connects_two_contexts_through_a_handle_and_checks_every_byte() {
     let exe = build("pair");
     let out = Command::new(&exe)
-        .args(["pair", "36000"])
+        .args(["pair", "37100"])
         .output()
         .expect("run");
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -81,7 +81,7 @@ fn the_c_example_runs_as_two_processes_over_loopback() {
     use std::io::{BufRead, BufReader, Read};
     let exe = build("procs");
     let mut server = Command::new(&exe)
-        .args(["server", "36100"])
+        .args(["server", "37200"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -97,7 +97,7 @@ fn the_c_example_runs_as_two_processes_over_loopback() {
     });
     assert_eq!(hex.len(), 120, "{hex}");
     let client = Command::new(&exe)
-        .args(["client", "36150", hex])
+        .args(["client", "37250", hex])
         .output()
         .expect("run the client");
     let mut rest = String::new();
