@@ -1007,6 +1007,19 @@ mod tests {
         assert_eq!(unsafe { mrc_x_listen(c, h.as_mut_ptr(), &mut l) }, 0);
         assert_eq!(&h[..6], b"MRCH\x01\x04");
         assert_eq!(unsafe { mrc_x_close_listener(c, l) }, 0);
+        // The listener is gone: connecting to its handle is refused by TCP.
+        assert_eq!(unsafe { mrc_x_connect(c, h.as_ptr(), h.len(), &mut id) }, 0);
+        let end = std::time::Instant::now() + Duration::from_secs(10);
+        let rc = loop {
+            match unsafe { mrc_x_connect_poll(c, id, &mut q) } {
+                libc::EAGAIN => assert!(unsafe { mrc_x_progress(c) } >= 0),
+                rc => break rc,
+            }
+            assert!(std::time::Instant::now() < end, "the attempt never ended");
+        };
+        assert_eq!(rc, libc::ECONNREFUSED, "{}", last());
+        // The attempt is over: its id is unknown now.
+        assert_eq!(unsafe { mrc_x_connect_poll(c, id, &mut q) }, libc::EINVAL);
         assert_eq!(unsafe { mrc_x_close_context(c) }, 0);
     }
 
