@@ -116,6 +116,13 @@ pub struct MrcXContext {
     worker: Mutex<Worker<DirectDatapath>>,
 }
 
+// Any thread may call into a context (one at a time, under its lock): the worker must be
+// free to move between threads.
+const _: fn() = || {
+    fn send<T: Send>() {}
+    send::<Worker<DirectDatapath>>();
+};
+
 /// What [`mrc_x_open`] opens.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
