@@ -17,11 +17,16 @@
 //!   (UD datapath, caller-progress [`mrc_fabric::engine::Worker`] driven by one progress
 //!   thread per QP, device-checked placement through a loopback RC QP).
 //!
+//! - [`ext`] (always built, no libibverbs): the C extension `mrcx.h` (`mrc_x_` calls) for
+//!   what OCP's API lacks: a context over UDP sockets without a verbs device, connection
+//!   handles, application memory and progress on the caller's thread.
+//!
 //! No panic crosses the C boundary: every exported function runs its body under
 //! `catch_unwind` and answers a panic with `EIO`.
 #![warn(missing_docs)]
 
 pub mod abi;
+pub mod ext;
 pub mod state;
 pub mod wire;
 

@@ -1,0 +1,1046 @@
+//! The C extension of lib_mrc.so, `mrcx.h` (prefix `mrc_x_` / `MRC_X_`): what OCP MRC
+//! 1.0's `mrc.h` lacks, on mrc's UDP datapath without a verbs device.
+//!
+//! - **A context over UDP sockets** on an IP address ([`mrc_x_open`]): one caller-progress
+//!   [`Worker`] on the [`DirectDatapath`] (plain non-blocking `sendmsg` / `recvmmsg`, no
+//!   io_uring, no libibverbs), its EV sockets shared by all of its QPs.
+//! - **Connection handles** ([`mrc_x_listen`], [`mrc_x_connect`], [`mrc_x_connect_poll`],
+//!   [`mrc_x_accept`]): the embedding API's 60-byte opaque handles
+//!   ([`mrc_fabric::engine::ConnHandle`]) that the caller's own out-of-band channel
+//!   carries; nothing blocks.
+//! - **Application memory** ([`mrc_x_reg_mr`]): a pointer and a length under the verbs
+//!   contract, as [`Worker::reg_mr_raw`], without `ibv_reg_mr`.
+//! - **Progress on the caller's thread** ([`mrc_x_progress`], [`mrc_x_wait`]): nothing
+//!   happens between calls; posts go straight into the transport and completions into
+//!   the QP's queues that [`mrc_x_poll_cq`] drains.
+//!
+//! Why a parallel set of calls rather than `mrc_create_cq`/`mrc_create_qp`/
+//! `mrc_modify_qp`/`mrc_post_send` on a UDP context: `mrc.h`'s calls take libibverbs
+//! types (`struct ibv_context *`, `struct ibv_pd *` in `mrc_qp_init_attr`, `ibv_send_wr`,
+//! `ibv_wc`, `ibv_qp_attr` with its `ibv_ah_attr`), so a program using them needs
+//! `<infiniband/verbs.h>`, and the library exports them only when built with the `verbs`
+//! feature (linking libibverbs); the extension has to work on a host with neither. And
+//! `mrc.h`'s connection set-up is `mrc_modify_qp` to RTR with the peer's GID and QPN
+//! (followed here by an in-band rendezvous), while a handle creates the QP when the
+//! connection completes ([`Worker::connect_start`], [`Worker::poll_accept`]): there is
+//! no QP to create or modify before that. The calls below keep verbs' shapes (linked
+//! work requests with `bad_wr`, `ibv_sge`'s layout, `ibv_wc`'s field names and status
+//! values) so that code moves between the two easily.
+//!
+//! Errors: every call that can fail returns 0 or a positive errno value (and sets
+//! `errno` to it), except [`mrc_x_poll_cq`], [`mrc_x_progress`] and [`mrc_x_wait`], which
+//! return a count (or 0/1) and `-1` with `errno`. [`mrc_x_last_error`] gives the message
+//! of the calling thread's last failure. No panic crosses the boundary: every entry runs
+//! under `catch_unwind` and answers a panic with `EIO`; a panic while the context was in
+//! use poisons it, and every later call on it answers `EIO` (only
+//! [`mrc_x_close_context`] still frees it).
+//!
+//! # Safety
+//! The C contract: every non-null pointer names a live object of its type (a context this
+//! library returned, a caller's struct or buffer of the documented size).
+#![allow(clippy::missing_safety_doc)]
+
+use mrc_fabric::engine::bootstrap::BootstrapError;
+use mrc_fabric::engine::setup::{ConnHandle, HANDLE_BYTES};
+use mrc_fabric::engine::{ConnectId, EngineConfig, EngineError, ListenerId, QpConfig, Worker};
+use mrc_fabric::udp::{DirectDatapath, PortAllocator, UdpConfig};
+use mrc_transport::completion::{Completion, WcOpcode, WcStatus};
+use mrc_transport::{Access, DeregisterError, PostError, Sge};
+use std::cell::RefCell;
+use std::ffi::CStr;
+use std::net::{IpAddr, SocketAddr};
+use std::os::raw::{c_char, c_int, c_void};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+/// Bytes of a connection handle ([`mrc_x_listen`] writes them, [`mrc_x_connect`] reads
+/// them): the listener's TCP address and a 32-byte secret. At most NCCL's 128.
+pub const MRC_X_HANDLE_BYTES: usize = 60;
+const _: () = assert!(MRC_X_HANDLE_BYTES == HANDLE_BYTES);
+
+/// Access right: the region may be written locally (receives into it).
+pub const MRC_X_ACCESS_LOCAL_WRITE: u32 = 1;
+/// Access right: peers may WRITE into the region.
+pub const MRC_X_ACCESS_REMOTE_WRITE: u32 = 2;
+/// Access right: peers may READ the region (accepted; mrc posts no READs).
+pub const MRC_X_ACCESS_REMOTE_READ: u32 = 4;
+
+/// Work request opcode: RDMA WRITE (`IBV_WR_RDMA_WRITE`).
+pub const MRC_X_WR_RDMA_WRITE: u32 = 0;
+/// Work request opcode: RDMA WRITE with immediate (`IBV_WR_RDMA_WRITE_WITH_IMM`).
+pub const MRC_X_WR_RDMA_WRITE_WITH_IMM: u32 = 1;
+/// Work request opcode: SEND (`IBV_WR_SEND`).
+pub const MRC_X_WR_SEND: u32 = 2;
+/// Work request opcode: SEND with immediate (`IBV_WR_SEND_WITH_IMM`).
+pub const MRC_X_WR_SEND_WITH_IMM: u32 = 3;
+
+/// Completion opcode: a SEND was acknowledged (`IBV_WC_SEND`).
+pub const MRC_X_WC_SEND: u32 = 0;
+/// Completion opcode: an RDMA WRITE was acknowledged (`IBV_WC_RDMA_WRITE`).
+pub const MRC_X_WC_RDMA_WRITE: u32 = 1;
+/// Completion opcode: an RDMA WRITE with immediate was acknowledged (verbs reports it as
+/// `IBV_WC_RDMA_WRITE`; mrc tells them apart).
+pub const MRC_X_WC_RDMA_WRITE_WITH_IMM: u32 = 2;
+/// Completion opcode: a SEND arrived in a posted receive (`IBV_WC_RECV`).
+pub const MRC_X_WC_RECV: u32 = 128;
+/// Completion opcode: a WRITE with immediate arrived and consumed a posted receive
+/// (`IBV_WC_RECV_RDMA_WITH_IMM`).
+pub const MRC_X_WC_RECV_RDMA_WITH_IMM: u32 = 129;
+
+/// Completion flag: `imm_data` is valid (`IBV_WC_WITH_IMM`).
+pub const MRC_X_WC_WITH_IMM: u32 = 2;
+
+/// Completion status: done (`IBV_WC_SUCCESS`).
+pub const MRC_X_WC_SUCCESS: u32 = 0;
+/// Completion status: a received SEND did not fit the receive (`IBV_WC_LOC_LEN_ERR`).
+pub const MRC_X_WC_LOC_LEN_ERR: u32 = 1;
+/// Completion status: the SGE is outside the QP's regions (`IBV_WC_LOC_PROT_ERR`).
+pub const MRC_X_WC_LOC_PROT_ERR: u32 = 4;
+/// Completion status: not executed, the QP failed or closed first (`IBV_WC_WR_FLUSH_ERR`).
+pub const MRC_X_WC_WR_FLUSH_ERR: u32 = 5;
+/// Completion status: the peer refused the WRITE (rkey, bounds, rights;
+/// `IBV_WC_REM_ACCESS_ERR`).
+pub const MRC_X_WC_REM_ACCESS_ERR: u32 = 10;
+/// Completion status: the transport gave up (`IBV_WC_RETRY_EXC_ERR`).
+pub const MRC_X_WC_RETRY_EXC_ERR: u32 = 12;
+/// Completion status: the peer restarted, another generation answered
+/// (`IBV_WC_GENERAL_ERR`).
+pub const MRC_X_WC_GENERAL_ERR: u32 = 21;
+
+/// Longest message [`mrc_x_last_error`] keeps, bytes.
+const LAST_ERROR_MAX_BYTES: usize = 512;
+
+/// An mrc context on UDP sockets: one caller-progress worker and its QPs (opaque).
+pub struct MrcXContext {
+    worker: Mutex<Worker<DirectDatapath>>,
+}
+
+// Any thread may call into a context (one at a time, under its lock): the worker must be
+// free to move between threads.
+const _: fn() = || {
+    fn send<T: Send>() {}
+    send::<Worker<DirectDatapath>>();
+};
+
+/// What [`mrc_x_open`] opens.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct MrcXContextAttr {
+    /// The local IP address to bind, IPv4 or IPv6 text (`"127.0.0.1"`); required.
+    pub ip: *const c_char,
+    /// UDP port of the receive socket (what peers send to); 0: the kernel picks.
+    pub udp_port: u16,
+    /// First UDP source port of the EV sockets; 0 (with `ev_port_last` 0): the
+    /// process-wide default range 20000..=29999.
+    pub ev_port_first: u16,
+    /// Last UDP source port of the EV sockets (inclusive).
+    pub ev_port_last: u16,
+    /// Must be 0.
+    pub reserved: u16,
+    /// Deadline of one connection set-up, ms; 0: 10 s.
+    pub setup_timeout_ms: u32,
+}
+
+/// A registered region ([`mrc_x_reg_mr`]). `addr` is the transport's virtual address of
+/// the region's first byte (not the application's pointer): SGEs and a peer's
+/// `remote_addr` name bytes of the region as `addr + offset`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MrcXMr {
+    /// Transport virtual address of the first byte.
+    pub addr: u64,
+    /// Length in bytes.
+    pub length: u64,
+    /// Names the region in local SGEs.
+    pub lkey: u32,
+    /// Names the region in a peer's WRITE.
+    pub rkey: u32,
+}
+
+/// A local buffer (the layout of `struct ibv_sge`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MrcXSge {
+    /// Transport virtual address inside the region (`mr.addr + offset`).
+    pub addr: u64,
+    /// Bytes.
+    pub length: u32,
+    /// The region's lkey.
+    pub lkey: u32,
+}
+
+/// A send work request ([`mrc_x_post_send`]): one SGE, linked through `next` as
+/// `struct ibv_send_wr`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct MrcXSendWr {
+    /// Returned in the completion.
+    pub wr_id: u64,
+    /// The next work request, or NULL.
+    pub next: *const MrcXSendWr,
+    /// The payload.
+    pub sg: MrcXSge,
+    /// `MRC_X_WR_*`.
+    pub opcode: u32,
+    /// Immediate data (WITH_IMM opcodes), host order, delivered as given.
+    pub imm_data: u32,
+    /// Target of a WRITE: the peer's `mr.addr + offset`.
+    pub remote_addr: u64,
+    /// The peer region's rkey (WRITEs).
+    pub rkey: u32,
+    /// Must be 0.
+    pub reserved: u32,
+}
+
+/// A receive work request ([`mrc_x_post_recv`]), as `struct ibv_recv_wr` with one SGE.
+/// A WRITE with immediate consumes one and writes nothing into it (its SGE may be
+/// zero-length); a SEND lands in it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct MrcXRecvWr {
+    /// Returned in the completion.
+    pub wr_id: u64,
+    /// The next work request, or NULL.
+    pub next: *const MrcXRecvWr,
+    /// Where a SEND lands.
+    pub sg: MrcXSge,
+}
+
+/// A work completion ([`mrc_x_poll_cq`]), with `struct ibv_wc`'s field names and values.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MrcXWc {
+    /// The work request's `wr_id`.
+    pub wr_id: u64,
+    /// `MRC_X_WC_SUCCESS` or an error status (`MRC_X_WC_*_ERR`).
+    pub status: u32,
+    /// `MRC_X_WC_SEND`, `..._RDMA_WRITE`, `..._RDMA_WRITE_WITH_IMM`, `..._RECV`,
+    /// `..._RECV_RDMA_WITH_IMM`.
+    pub opcode: u32,
+    /// Message length in bytes.
+    pub byte_len: u32,
+    /// Immediate data as the sender gave it (host order), when `wc_flags` has
+    /// `MRC_X_WC_WITH_IMM`.
+    pub imm_data: u32,
+    /// `MRC_X_WC_WITH_IMM` or 0.
+    pub wc_flags: u32,
+    /// The QP the completion belongs to.
+    pub qp_num: u32,
+}
+
+thread_local! {
+    static LAST_ERROR: RefCell<String> = const { RefCell::new(String::new()) };
+}
+
+fn set_errno(e: i32) {
+    // SAFETY: the calling thread's errno.
+    unsafe { *libc::__errno_location() = e };
+}
+
+/// Records `msg` as this thread's last error and returns errno `e` (set too).
+fn fail(e: i32, msg: impl std::fmt::Display) -> c_int {
+    LAST_ERROR.with(|l| {
+        let mut s = msg.to_string();
+        if s.len() > LAST_ERROR_MAX_BYTES {
+            let mut cut = LAST_ERROR_MAX_BYTES;
+            while !s.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            s.truncate(cut);
+        }
+        *l.borrow_mut() = s;
+    });
+    set_errno(e);
+    e
+}
+
+/// `-1` with errno `e` and the message recorded.
+fn minus(e: i32, msg: impl std::fmt::Display) -> c_int {
+    fail(e, msg);
+    -1
+}
+
+/// Runs `f`; a panic is recorded and answered with `on_panic` (errno `EIO`).
+fn guard(on_panic: c_int, f: impl FnOnce() -> c_int) -> c_int {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| {
+        fail(libc::EIO, "internal error (a panic was caught)");
+        on_panic
+    })
+}
+
+/// The errno value of an engine error.
+fn engine_errno(e: &EngineError) -> i32 {
+    match e {
+        EngineError::Datapath(d) => match d {
+            mrc_fabric::datapath::DatapathError::Io { source, .. } => {
+                source.raw_os_error().unwrap_or(libc::EIO)
+            }
+            mrc_fabric::datapath::DatapathError::Port(_) => libc::EADDRINUSE,
+            _ => libc::EINVAL,
+        },
+        EngineError::Bootstrap(b) => match b {
+            BootstrapError::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
+            BootstrapError::TimedOut { .. } => libc::ETIMEDOUT,
+            BootstrapError::AuthMismatch(_) => libc::EACCES,
+            BootstrapError::NoAddress(_) => libc::EADDRNOTAVAIL,
+            _ => libc::EPROTO,
+        },
+        EngineError::Refused(_) => libc::EINVAL,
+        EngineError::Stopped => libc::EIO,
+        EngineError::Incompatible(_) => libc::EPROTO,
+        EngineError::Deregister(DeregisterError::InUse { .. }) => libc::EBUSY,
+        EngineError::Deregister(_) => libc::ENOENT,
+    }
+}
+
+/// The context's worker, or `EINVAL` (null) / `EIO` (poisoned by a panic).
+unsafe fn lock<'a>(ctx: *mut MrcXContext) -> Result<MutexGuard<'a, Worker<DirectDatapath>>, c_int> {
+    // SAFETY: a context this library returned (the C contract), or null.
+    let Some(c) = (unsafe { ctx.as_ref() }) else {
+        return Err(fail(libc::EINVAL, "null context"));
+    };
+    c.worker
+        .lock()
+        .map_err(|_| fail(libc::EIO, "context poisoned by an earlier internal error"))
+}
+
+/// `ENOENT` unless QP `qpn` exists.
+fn have_qp(w: &Worker<DirectDatapath>, qpn: u32) -> Result<(), c_int> {
+    match w.config(qpn) {
+        Some(_) => Ok(()),
+        None => Err(fail(libc::ENOENT, format_args!("no QP {qpn}"))),
+    }
+}
+
+fn parse_attr(a: &MrcXContextAttr) -> Result<(UdpConfig, Duration), c_int> {
+    if a.ip.is_null() {
+        return Err(fail(libc::EINVAL, "attr.ip is NULL"));
+    }
+    if a.reserved != 0 {
+        return Err(fail(libc::EINVAL, "attr.reserved is not 0"));
+    }
+    // SAFETY: a NUL-terminated string (the C contract).
+    let s = unsafe { CStr::from_ptr(a.ip) };
+    let ip: IpAddr = s
+        .to_str()
+        .ok()
+        .and_then(|t| t.parse().ok())
+        .ok_or_else(|| fail(libc::EINVAL, format_args!("not an IP address: {s:?}")))?;
+    let mut udp = UdpConfig::bind(SocketAddr::new(ip, a.udp_port));
+    if (a.ev_port_first, a.ev_port_last) != (0, 0) {
+        udp.ports = PortAllocator::new(a.ev_port_first..=a.ev_port_last)
+            .map_err(|e| fail(libc::EINVAL, e))?;
+    }
+    // One message in flight per QP is the common case of caller progress; a few slots
+    // keep a burst from being dropped by the kernel between calls.
+    udp.rx_slots = 8;
+    let t = match a.setup_timeout_ms {
+        0 => Duration::from_secs(10),
+        ms => Duration::from_millis(u64::from(ms)),
+    };
+    Ok((udp, t))
+}
+
+/// Opens a context on UDP sockets bound to `attr->ip` and stores it in `*ctx`.
+/// 0, or `EINVAL` (null pointers, a bad address or port range, `reserved` not 0),
+/// `EADDRINUSE` (no EV source port free), the errno of a failed `socket`/`bind`
+/// (`EADDRNOTAVAIL` for an address not of this host).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mrc_x_open(
+    attr: *const MrcXContextAttr,
+    ctx: *mut *mut MrcXContext,
+) -> c_int {
+    guard(libc::EIO, || {
+        // SAFETY: caller's pointers (the C contract), or null.
+        let (Some(a), false) = (unsafe { attr.as_ref() }, ctx.is_null()) else {
+            return fail(libc::EINVAL, "null attr or ctx");
+        };
+        let (udp, timeout) = match parse_attr(a) {
+            Ok(x) => x,
+            Err(e) => return e,
+        };
+        match Worker::direct(udp, EngineConfig::default()) {
+            Ok(mut w) => {
+                w.set_setup_timeout(timeout);
+                let c = Box::new(MrcXContext {
+                    worker: Mutex::new(w),
+                });
+                // SAFETY: non-null out-pointer.
+                unsafe { *ctx = Box::into_raw(c) };
+                0
+            }
+            Err(e) => fail(
+                engine_errno(&e),
+                format_args!("cannot open the UDP datapath: {e}"),
+            ),
+        }
+    })
+}
+
+/// Closes a context: its listeners, connection attempts and QPs (outstanding work is
+/// dropped without completions, as `ibv_destroy_qp`), and its sockets. Registered
+/// memory is never touched again. 0, or `EINVAL` for NULL.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mrc_x_close_context(ctx: *mut MrcXContext) -> c_int {
+    guard(libc::EIO, || {
+        if ctx.is_null() {
+            return fail(libc::EINVAL, "null context");
+        }
+        // SAFETY: a context this library returned, not used after this call.
+        drop(unsafe { Box::from_raw(ctx) });
+        0
+    })
+}
+
+/// Writes the UDP port of the context's receive socket (what peers send to; the one the
+/// kernel picked when `udp_port` was 0) to `*udp_port`. 0, or `EINVAL` / `EIO`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mrc_x_udp_port(ctx: *mut MrcXContext, udp_port: *mut u16) -> c_int {
+    guard(libc::EIO, || {
+        let w = match unsafe { lock(ctx) } {
+            Ok(w) => w,
+            Err(e) => return e,
+        };
+        if udp_port.is_null() {
+            return fail(libc::EINVAL, "null udp_port");
+        }
+        // SAFETY: non-null out-pointer.
+        unsafe { *udp_port = w.udp_addr().port() };
+        0
+    })
+}
+
+/// Starts a listener: writes its handle (`MRC_X_HANDLE_BYTES` bytes) to `handle` and
+/// its id to `*listener`. Carry the handle to the peers (it is a credential: whoever
+/// holds it can connect). 0, or `EINVAL` / `EIO`, or the errno of the TCP listener.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mrc_x_listen(
+    ctx: *mut MrcXContext,
+    handle: *mut u8,
+    listener: *mut u64,
+) -> c_int {
+    guard(libc::EIO, || {
+        let mut w = match unsafe { lock(ctx) } {
+            Ok(w) => w,
+            Err(e) => return e,
+        };
+        if handle.is_null() || listener.is_null() {
+            return fail(libc::EINVAL, "null handle or listener");
+        }
+        match w.listen(QpConfig::default()) {
+            Ok((id, h)) => {
+                let b = h.to_bytes();
+                // SAFETY: the caller's buffer of MRC_X_HANDLE_BYTES bytes.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(b.as_ptr(), handle, b.len());
+                    *listener = id.0;
+                }
+                0
+            }
+            Err(e) => fail(engine_errno(&e), e),
+        }
+    })
+}
+
+/// Takes the next connection the listener completed: 0 with its QP in `*qpn` (post at
+/// once), `EAGAIN` while none is ready (advances the handshakes; call again, with
+/// [`mrc_x_progress`] between), `EINVAL` for an unknown listener. A peer that fails
+/// set-up (a forged secret, foreign bytes, a silent peer) is dropped and never handed
+/// out.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mrc_x_accept(
+    ctx: *mut MrcXContext,
+    listener: u64,
+    qpn: *mut u32,
+) -> c_int {
+    guard(libc::EIO, || {
+        let mut w = match unsafe { lock(ctx) } {
+            Ok(w) => w,
+            Err(e) => return e,
+        };
+        if qpn.is_null() {
+            return fail(libc::EINVAL, "null qpn");
+        }
+        match w.poll_accept(ListenerId(listener)) {
+            None => fail(libc::EAGAIN, "no connection ready yet"),
+            Some(Ok(q)) => {
+                // SAFETY: non-null out-pointer.
+                unsafe { *qpn = q };
+                0
+            }
+            Some(Err(e)) => fail(engine_errno(&e), e),
+        }
+    })
+}
+
+/// Closes a listener; connections it handed out stay. 0, or `ENOENT` for an unknown id.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mrc_x_close_listener(ctx: *mut MrcXContext, listener: u64) -> c_int {
+    guard(libc::EIO, || {
+        let mut w = match unsafe { lock(ctx) } {
+            Ok(w) => w,
+            Err(e) => return e,
+        };
+        if w.close_listener(ListenerId(listener)) {
+            0
+        } else {
+            fail(libc::ENOENT, format_args!("no listener {listener}"))
+        }
+    })
+}
+
+/// Starts connecting to the listener of `handle` (`len` bytes, at least
+/// `MRC_X_HANDLE_BYTES`; a longer buffer such as NCCL's 128 bytes may be passed whole):
+/// writes the attempt's id to `*conn` and returns at once. 0, or `EINVAL` for a
+/// malformed handle (bad length, magic, version, address) or null pointers.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mrc_x_connect(
+    ctx: *mut MrcXContext,
+    handle: *const u8,
+    len: usize,
+    conn: *mut u64,
+) -> c_int {
+    guard(libc::EIO, || {
+        let mut w = match unsafe { lock(ctx) } {
+            Ok(w) => w,
+            Err(e) => return e,
+        };
+        if handle.is_null() || conn.is_null() {
+            return fail(libc::EINVAL, "null handle or conn");
+        }
+        // SAFETY: the caller's `len` readable bytes.
+        let bytes = unsafe { std::slice::from_raw_parts(handle, len) };
+        let h = match ConnHandle::from_bytes(bytes) {
+            Ok(h) => h,
+            Err(e) => return fail(libc::EINVAL, e),
+        };
+        match w.connect_start(&h, QpConfig::default()) {
+            Ok(id) => {
+                // SAFETY: non-null out-pointer.
+                unsafe { *conn = id.0 };
+                0
+            }
+            Err(e) => fail(engine_errno(&e), e),
+        }
+    })
+}
+
+/// Advances connection attempt `conn`: 0 with its QP in `*qpn` once both sides are
+/// connected (post at once), `EAGAIN` meanwhile. Any other value ends the attempt:
+/// `EACCES` (the handle's secret did not match), `ETIMEDOUT` (the deadline of
+/// `setup_timeout_ms` passed), `ECONNREFUSED` and other socket errnos, `EPROTO` (the
+/// peer spoke something else), `EINVAL` (unknown attempt).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mrc_x_connect_poll(
+    ctx: *mut MrcXContext,
+    conn: u64,
+    qpn: *mut u32,
+) -> c_int {
+    guard(libc::EIO, || {
+        let mut w = match unsafe { lock(ctx) } {
+            Ok(w) => w,
+            Err(e) => return e,
+        };
+        if qpn.is_null() {
+            return fail(libc::EINVAL, "null qpn");
+        }
+        match w.poll_connect(ConnectId(conn)) {
+            Ok(None) => fail(libc::EAGAIN, "connection not ready yet"),
+            Ok(Some(q)) => {
+                // SAFETY: non-null out-pointer.
+                unsafe { *qpn = q };
+                0
+            }
+            Err(e) => fail(engine_errno(&e), e),
+        }
+    })
+}
+
+/// Destroys QP `qpn` (outstanding work dropped without completions, its regions
+/// released; the memory is never touched again). 0, or `ENOENT`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mrc_x_destroy_qp(ctx: *mut MrcXContext, qpn: u32) -> c_int {
+    guard(libc::EIO, || {
+        let mut w = match unsafe { lock(ctx) } {
+            Ok(w) => w,
+            Err(e) => return e,
+        };
+        if let Err(e) = have_qp(&w, qpn) {
+            return e;
+        }
+        w.destroy_qp(qpn);
+        0
+    })
+}
+
+/// Registers `length` bytes of the application's memory at `addr` with QP `qpn`
+/// (`ibv_reg_mr` without a PD; `access` is `MRC_X_ACCESS_*` bits) and describes the
+/// region in `*mr`. The verbs contract: the bytes stay valid and unmoved until
+/// [`mrc_x_dereg_mr`] succeeds (or the QP or context is gone), and the application does
+/// not touch them while a call on this context runs (between calls it may). A WRITE from
+/// the network lands only inside a region with `MRC_X_ACCESS_REMOTE_WRITE` whose rkey it
+/// names. 0, or `EINVAL` (null `addr` with a length, unknown access bits, a full table),
+/// `ENOENT` (no such QP).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mrc_x_reg_mr(
+    ctx: *mut MrcXContext,
+    qpn: u32,
+    addr: *mut c_void,
+    length: usize,
+    access: u32,
+    mr: *mut MrcXMr,
+) -> c_int {
+    guard(libc::EIO, || {
+        let mut w = match unsafe { lock(ctx) } {
+            Ok(w) => w,
+            Err(e) => return e,
+        };
+        if mr.is_null() {
+            return fail(libc::EINVAL, "null mr");
+        }
+        let all = MRC_X_ACCESS_LOCAL_WRITE | MRC_X_ACCESS_REMOTE_WRITE | MRC_X_ACCESS_REMOTE_READ;
+        if access & !all != 0 {
+            return fail(
+                libc::EINVAL,
+                format_args!("unknown access bits {access:#x}"),
+            );
+        }
+        if let Err(e) = have_qp(&w, qpn) {
+            return e;
+        }
+        let mut a = Access::NONE;
+        for (bit, right) in [
+            (MRC_X_ACCESS_LOCAL_WRITE, Access::LOCAL_WRITE),
+            (MRC_X_ACCESS_REMOTE_WRITE, Access::REMOTE_WRITE),
+            (MRC_X_ACCESS_REMOTE_READ, Access::REMOTE_READ),
+        ] {
+            if access & bit != 0 {
+                a = a | right;
+            }
+        }
+        // SAFETY: the verbs contract above is reg_mr_raw's, passed on to the caller.
+        match unsafe { w.reg_mr_raw(qpn, addr.cast(), length, a) } {
+            Ok(k) => {
+                // SAFETY: non-null out-pointer.
+                unsafe {
+                    *mr = MrcXMr {
+                        addr: k.addr,
+                        length: k.len,
+                        lkey: k.lkey,
+                        rkey: k.rkey,
+                    }
+                };
+                0
+            }
+            Err(e) => fail(engine_errno(&e), e),
+        }
+    })
+}
+
+/// Deregisters region `lkey` of QP `qpn`. 0 (the memory is never touched again), or
+/// `EBUSY` while a send not yet completed reads from it or a receive is posted in it,
+/// `ENOENT` for an unknown QP or key.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mrc_x_dereg_mr(ctx: *mut MrcXContext, qpn: u32, lkey: u32) -> c_int {
+    guard(libc::EIO, || {
+        let mut w = match unsafe { lock(ctx) } {
+            Ok(w) => w,
+            Err(e) => return e,
+        };
+        if let Err(e) = have_qp(&w, qpn) {
+            return e;
+        }
+        match w.dereg_mr(qpn, lkey) {
+            Ok(()) => 0,
+            Err(e) => fail(engine_errno(&e), e),
+        }
+    })
+}
+
+fn sge(s: &MrcXSge) -> Sge {
+    Sge {
+        lkey: s.lkey,
+        addr: s.addr,
+        len: s.length,
+    }
+}
+
+fn post_errno(e: &PostError) -> i32 {
+    match e {
+        PostError::BadState(_) => libc::EINVAL,
+        PostError::LocalAccess(_) => libc::EINVAL,
+    }
+}
+
+/// Posts the linked send work requests from `wr` on QP `qpn` straight into the
+/// transport (they leave at the next [`mrc_x_progress`]). 0, or the errno of the first
+/// refused one with `*bad_wr` naming it (the ones before it were posted): `EINVAL` for an
+/// unknown opcode, `reserved` not 0, an SGE outside the QP's regions (lkey, bounds) or a
+/// QP that is not connected; `ENOENT` for an unknown QP. `bad_wr` may be NULL.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mrc_x_post_send(
+    ctx: *mut MrcXContext,
+    qpn: u32,
+    wr: *const MrcXSendWr,
+    bad_wr: *mut *const MrcXSendWr,
+) -> c_int {
+    guard(libc::EIO, || {
+        let mut w = match unsafe { lock(ctx) } {
+            Ok(w) => w,
+            Err(e) => return e,
+        };
+        let bad = |p: *const MrcXSendWr| {
+            if !bad_wr.is_null() {
+                // SAFETY: non-null out-pointer.
+                unsafe { *bad_wr = p };
+            }
+        };
+        if let Err(e) = have_qp(&w, qpn) {
+            bad(wr);
+            return e;
+        }
+        let mut p = wr;
+        // SAFETY: a list of live work requests (the C contract).
+        while let Some(r) = unsafe { p.as_ref() } {
+            let s = sge(&r.sg);
+            let res = if r.reserved != 0 {
+                Err(fail(libc::EINVAL, "wr.reserved is not 0"))
+            } else {
+                match r.opcode {
+                    MRC_X_WR_RDMA_WRITE => w.post_write(qpn, r.wr_id, s, r.remote_addr, r.rkey),
+                    MRC_X_WR_RDMA_WRITE_WITH_IMM => {
+                        w.post_write_with_imm(qpn, r.wr_id, s, r.remote_addr, r.rkey, r.imm_data)
+                    }
+                    MRC_X_WR_SEND => w.post_send(qpn, r.wr_id, s, None),
+                    MRC_X_WR_SEND_WITH_IMM => w.post_send(qpn, r.wr_id, s, Some(r.imm_data)),
+                    op => {
+                        bad(p);
+                        return fail(libc::EINVAL, format_args!("unknown opcode {op}"));
+                    }
+                }
+                .map_err(|e| fail(post_errno(&e), e))
+            };
+            if let Err(e) = res {
+                bad(p);
+                return e;
+            }
+            p = r.next;
+        }
+        0
+    })
+}
+
+/// Posts the linked receive work requests from `wr` on QP `qpn` (an SGE with a length
+/// needs `MRC_X_ACCESS_LOCAL_WRITE`). Post them before the peer sends: a WRITE with
+/// immediate or a SEND that finds none is answered RNR and resent. 0, or as
+/// [`mrc_x_post_send`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mrc_x_post_recv(
+    ctx: *mut MrcXContext,
+    qpn: u32,
+    wr: *const MrcXRecvWr,
+    bad_wr: *mut *const MrcXRecvWr,
+) -> c_int {
+    guard(libc::EIO, || {
+        let mut w = match unsafe { lock(ctx) } {
+            Ok(w) => w,
+            Err(e) => return e,
+        };
+        let bad = |p: *const MrcXRecvWr| {
+            if !bad_wr.is_null() {
+                // SAFETY: non-null out-pointer.
+                unsafe { *bad_wr = p };
+            }
+        };
+        if let Err(e) = have_qp(&w, qpn) {
+            bad(wr);
+            return e;
+        }
+        let mut p = wr;
+        // SAFETY: a list of live work requests (the C contract).
+        while let Some(r) = unsafe { p.as_ref() } {
+            if let Err(e) = w.post_recv(qpn, r.wr_id, sge(&r.sg)) {
+                bad(p);
+                return fail(post_errno(&e), e);
+            }
+            p = r.next;
+        }
+        0
+    })
+}
+
+/// One pass of progress on the calling thread: datagrams in, due timers, completions into
+/// the QPs' queues, datagrams out, and the handshakes of listeners and connection
+/// attempts. Never blocks. 1 if anything happened, 0 if not, `-1` with errno (`EINVAL`,
+/// `EIO`).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mrc_x_progress(ctx: *mut MrcXContext) -> c_int {
+    guard(-1, || match unsafe { lock(ctx) } {
+        Ok(mut w) => c_int::from(w.progress()),
+        Err(e) => {
+            set_errno(e);
+            -1
+        }
+    })
+}
+
+/// Progresses until something happened or `timeout_us` passed, sleeping in the datapath
+/// while nothing is due. 1 if anything happened, 0 at the timeout, `-1` with errno.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mrc_x_wait(ctx: *mut MrcXContext, timeout_us: u64) -> c_int {
+    guard(-1, || match unsafe { lock(ctx) } {
+        Ok(mut w) => match w.wait(Duration::from_micros(timeout_us)) {
+            Ok(b) => c_int::from(b),
+            Err(e) => minus(engine_errno(&e), e),
+        },
+        Err(e) => {
+            set_errno(e);
+            -1
+        }
+    })
+}
+
+fn wc(qpn: u32, c: &Completion) -> MrcXWc {
+    MrcXWc {
+        wr_id: c.wr_id,
+        status: match c.status {
+            WcStatus::Success => MRC_X_WC_SUCCESS,
+            WcStatus::RetryExceeded => MRC_X_WC_RETRY_EXC_ERR,
+            WcStatus::Flushed => MRC_X_WC_WR_FLUSH_ERR,
+            WcStatus::RemoteAccessError => MRC_X_WC_REM_ACCESS_ERR,
+            WcStatus::GenerationMismatch => MRC_X_WC_GENERAL_ERR,
+            WcStatus::LocalProtectionError => MRC_X_WC_LOC_PROT_ERR,
+            WcStatus::LocalLengthError => MRC_X_WC_LOC_LEN_ERR,
+        },
+        opcode: match c.opcode {
+            WcOpcode::Write => MRC_X_WC_RDMA_WRITE,
+            WcOpcode::WriteWithImm => MRC_X_WC_RDMA_WRITE_WITH_IMM,
+            WcOpcode::Send => MRC_X_WC_SEND,
+            WcOpcode::Recv => MRC_X_WC_RECV,
+            WcOpcode::RecvRdmaWithImm => MRC_X_WC_RECV_RDMA_WITH_IMM,
+        },
+        byte_len: c.byte_len,
+        imm_data: c.imm.unwrap_or(0),
+        wc_flags: if c.imm.is_some() {
+            MRC_X_WC_WITH_IMM
+        } else {
+            0
+        },
+        qp_num: qpn,
+    }
+}
+
+/// Takes up to `num_entries` completions of QP `qpn` into `wc`: send-side ones first (in
+/// posting order), then receive-side ones (in message order). Does not progress: call
+/// [`mrc_x_progress`] to make completions happen. The number taken (fewer than
+/// `num_entries`: none is left), or `-1` with errno (`EINVAL` for a null `wc` or a
+/// negative count, `ENOENT` for an unknown QP, `EIO`).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mrc_x_poll_cq(
+    ctx: *mut MrcXContext,
+    qpn: u32,
+    num_entries: c_int,
+    wc_out: *mut MrcXWc,
+) -> c_int {
+    guard(-1, || {
+        let mut w = match unsafe { lock(ctx) } {
+            Ok(w) => w,
+            Err(e) => {
+                set_errno(e);
+                return -1;
+            }
+        };
+        if wc_out.is_null() || num_entries < 0 {
+            return minus(libc::EINVAL, "null wc or negative num_entries");
+        }
+        if let Err(e) = have_qp(&w, qpn) {
+            set_errno(e);
+            return -1;
+        }
+        let mut n = 0;
+        while n < num_entries {
+            let Some(c) = w.poll_send_cq(qpn).or_else(|| w.poll_recv_cq(qpn)) else {
+                break;
+            };
+            // SAFETY: the caller's array of `num_entries` entries; n < num_entries.
+            unsafe { *wc_out.add(n as usize) = wc(qpn, &c) };
+            n += 1;
+        }
+        n
+    })
+}
+
+/// Copies the message of the calling thread's last failed `mrc_x_` call into `buf`
+/// (`len` bytes, NUL-terminated, cut to fit; `buf` may be NULL with `len` 0) and returns
+/// the message's full length in bytes, as `snprintf` does; 0 when no call failed yet.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mrc_x_last_error(buf: *mut c_char, len: usize) -> usize {
+    catch_unwind(|| {
+        LAST_ERROR.with(|l| {
+            let s = l.borrow();
+            if !buf.is_null() && len > 0 {
+                let n = s.len().min(len - 1);
+                // SAFETY: the caller's `len` writable bytes; n + 1 <= len.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(s.as_ptr(), buf.cast::<u8>(), n);
+                    *buf.add(n) = 0;
+                }
+            }
+            s.len()
+        })
+    })
+    .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mrc_fabric::engine::setup::HandleError;
+    use std::ptr::{null, null_mut};
+
+    fn last() -> String {
+        let mut b = [0 as c_char; 128];
+        let n = unsafe { mrc_x_last_error(b.as_mut_ptr(), b.len()) };
+        let s = unsafe { CStr::from_ptr(b.as_ptr()) }
+            .to_string_lossy()
+            .into_owned();
+        assert_eq!(n, s.len());
+        s
+    }
+
+    fn open(ip: &CStr, first: u16, last: u16) -> Result<*mut MrcXContext, c_int> {
+        let a = MrcXContextAttr {
+            ip: ip.as_ptr(),
+            udp_port: 0,
+            ev_port_first: first,
+            ev_port_last: last,
+            reserved: 0,
+            setup_timeout_ms: 0,
+        };
+        let mut c = null_mut();
+        match unsafe { mrc_x_open(&a, &mut c) } {
+            0 => Ok(c),
+            e => Err(e),
+        }
+    }
+
+    #[test]
+    fn a_panic_is_eio_and_poisons_the_context() {
+        assert_eq!(guard(-1, || panic!("boom")), -1);
+        assert_eq!(
+            std::io::Error::last_os_error().raw_os_error(),
+            Some(libc::EIO)
+        );
+        assert_eq!(last(), "internal error (a panic was caught)");
+        let c = open(c"127.0.0.1", 37000, 37049).unwrap();
+        // Poison the worker's lock the way a panic inside an entry would.
+        let ctx = unsafe { &*c };
+        let _ = catch_unwind(AssertUnwindSafe(|| {
+            let _g = ctx.worker.lock().unwrap();
+            panic!("inside");
+        }));
+        assert_eq!(unsafe { mrc_x_progress(c) }, -1);
+        assert_eq!(
+            std::io::Error::last_os_error().raw_os_error(),
+            Some(libc::EIO)
+        );
+        let mut h = [0u8; MRC_X_HANDLE_BYTES];
+        let mut l = 0;
+        assert_eq!(
+            unsafe { mrc_x_listen(c, h.as_mut_ptr(), &mut l) },
+            libc::EIO
+        );
+        assert_eq!(last(), "context poisoned by an earlier internal error");
+        assert_eq!(unsafe { mrc_x_close_context(c) }, 0);
+    }
+
+    #[test]
+    fn bad_arguments_are_typed_errnos() {
+        assert_eq!(unsafe { mrc_x_open(null(), null_mut()) }, libc::EINVAL);
+        assert_eq!(open(c"not-an-ip", 0, 0), Err(libc::EINVAL));
+        assert_eq!(last(), "not an IP address: \"not-an-ip\"");
+        assert_eq!(open(c"127.0.0.1", 35000, 34999), Err(libc::EINVAL));
+        // 192.0.2.1 (TEST-NET-1) is no address of this host.
+        assert_eq!(open(c"192.0.2.1", 37050, 37099), Err(libc::EADDRNOTAVAIL));
+        assert_eq!(unsafe { mrc_x_progress(null_mut()) }, -1);
+        assert_eq!(unsafe { mrc_x_close_context(null_mut()) }, libc::EINVAL);
+
+        let c = open(c"127.0.0.1", 37050, 37099).unwrap();
+        let mut port = 0u16;
+        assert_eq!(unsafe { mrc_x_udp_port(c, &mut port) }, 0);
+        assert_ne!(port, 0);
+        let mut mr = MrcXMr::default();
+        let mut buf = [0u8; 64];
+        assert_eq!(
+            unsafe { mrc_x_reg_mr(c, 7, buf.as_mut_ptr().cast(), 64, 1, &mut mr) },
+            libc::ENOENT
+        );
+        assert_eq!(last(), "no QP 7");
+        assert_eq!(
+            unsafe { mrc_x_reg_mr(c, 7, buf.as_mut_ptr().cast(), 64, 8, &mut mr) },
+            libc::EINVAL
+        );
+        let mut q = 0u32;
+        assert_eq!(unsafe { mrc_x_accept(c, 99, &mut q) }, libc::EINVAL);
+        assert_eq!(unsafe { mrc_x_close_listener(c, 99) }, libc::ENOENT);
+        let mut id = 0u64;
+        let short = [0u8; 59];
+        assert_eq!(
+            unsafe { mrc_x_connect(c, short.as_ptr(), 59, &mut id) },
+            libc::EINVAL
+        );
+        assert_eq!(last(), HandleError::Short(59).to_string());
+        let mut wcs = [MrcXWc::default(); 4];
+        assert_eq!(unsafe { mrc_x_poll_cq(c, 7, 4, wcs.as_mut_ptr()) }, -1);
+        assert_eq!(
+            std::io::Error::last_os_error().raw_os_error(),
+            Some(libc::ENOENT)
+        );
+        let wr = MrcXRecvWr {
+            wr_id: 1,
+            next: null(),
+            sg: MrcXSge::default(),
+        };
+        let mut bad = null();
+        assert_eq!(
+            unsafe { mrc_x_post_recv(c, 7, &wr, &mut bad) },
+            libc::ENOENT
+        );
+        assert_eq!(bad, &wr as *const _);
+        // A listener's handle, then its own connection attempt with a forged secret.
+        let mut h = [0u8; MRC_X_HANDLE_BYTES];
+        let mut l = 0u64;
+        assert_eq!(unsafe { mrc_x_listen(c, h.as_mut_ptr(), &mut l) }, 0);
+        assert_eq!(&h[..6], b"MRCH\x01\x04");
+        assert_eq!(unsafe { mrc_x_close_listener(c, l) }, 0);
+        // The listener is gone: connecting to its handle is refused by TCP.
+        assert_eq!(unsafe { mrc_x_connect(c, h.as_ptr(), h.len(), &mut id) }, 0);
+        let end = std::time::Instant::now() + Duration::from_secs(10);
+        let rc = loop {
+            match unsafe { mrc_x_connect_poll(c, id, &mut q) } {
+                libc::EAGAIN => assert!(unsafe { mrc_x_progress(c) } >= 0),
+                rc => break rc,
+            }
+            assert!(std::time::Instant::now() < end, "the attempt never ended");
+        };
+        assert_eq!(rc, libc::ECONNREFUSED, "{}", last());
+        // The attempt is over: its id is unknown now.
+        assert_eq!(unsafe { mrc_x_connect_poll(c, id, &mut q) }, libc::EINVAL);
+        assert_eq!(unsafe { mrc_x_close_context(c) }, 0);
+    }
+
+    #[test]
+    fn the_last_error_is_cut_to_the_buffer_and_reports_its_full_length() {
+        fail(libc::EINVAL, "0123456789");
+        let mut b = [0x7f as c_char; 4];
+        assert_eq!(unsafe { mrc_x_last_error(b.as_mut_ptr(), 4) }, 10);
+        assert_eq!(b.map(|c| c as u8), *b"012\0");
+        assert_eq!(unsafe { mrc_x_last_error(null_mut(), 0) }, 10);
+        fail(libc::EINVAL, "é".repeat(LAST_ERROR_MAX_BYTES));
+        assert_eq!(
+            unsafe { mrc_x_last_error(null_mut(), 0) },
+            LAST_ERROR_MAX_BYTES
+        );
+    }
+}
