@@ -32,7 +32,7 @@ use mrc_fabric::udp::UdpConfig;
 use mrc_transport::completion::WcStatus;
 use mrc_transport::region::SharedMem;
 use mrc_transport::{Access, PostError, Sge};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::sync::Mutex;
@@ -290,8 +290,10 @@ pub struct State {
     worker: Option<Worker>,
     /// Listen comm id -> the worker's listener.
     listens: HashMap<u64, ListenerId>,
-    /// Connect attempts in progress (their ids, [`ConnectId`]).
-    connects: HashSet<u64>,
+    /// Connect attempts in progress: their ids ([`ConnectId`]) and the handle
+    /// ([`ConnHandle`] bytes) each was started with, so a stage field copied into another
+    /// handle is refused instead of handing that handle this attempt's connection.
+    connects: HashMap<u64, [u8; HANDLE_BYTES]>,
     comms: HashMap<u64, Comm>,
     mrs: HashMap<u64, Mr>,
     reqs: HashMap<u64, Request>,
@@ -329,7 +331,7 @@ pub fn init(g: &mut Option<State>, comm_id: Option<u64>) -> Res<u64> {
             keeper: None,
             worker: None,
             listens: HashMap::new(),
-            connects: HashSet::new(),
+            connects: HashMap::new(),
             comms: HashMap::new(),
             mrs: HashMap::new(),
             reqs: HashMap::new(),
@@ -551,18 +553,35 @@ pub fn connect(
             .worker()?
             .connect_start(&h, cfg)
             .map_err(|e| Error::system(format!("connect to {}: {e}", h.addr())))?;
-        s.connects.insert(id.0);
+        let mut started = [0u8; HANDLE_BYTES];
+        started.copy_from_slice(&handle[..HANDLE_BYTES]);
+        s.connects.insert(id.0, started);
         handle[STAGE_OFFSET..STAGE_OFFSET + 8].copy_from_slice(&(id.0 + 1).to_le_bytes());
         cid = Some(id);
     }
     let Some(cid) = cid else {
         return Err(Error::internal("no connect stage"));
     };
-    if !s.connects.contains(&cid.0) {
-        return Err(Error::internal(format!(
-            "connect: unknown stage {:#x} in the handle",
-            cid.0
-        )));
+    match s.connects.get(&cid.0) {
+        None => {
+            return Err(Error::internal(format!(
+                "connect: unknown stage {:#x} in the handle",
+                cid.0
+            )));
+        }
+        // A stage copied from another handle (a buggy copy of a handle buffer while its
+        // connect was in progress, or corruption): that attempt is another peer's, and it
+        // stays its own handle's.
+        Some(started) if started[..] != handle[..HANDLE_BYTES] => {
+            return Err(Error::internal(format!(
+                "connect: stage {:#x} in the handle belongs to another handle's connect \
+                 (to {})",
+                cid.0,
+                ConnHandle::from_bytes(started)
+                    .map_or_else(|_| "?".into(), |o| o.addr().to_string())
+            )));
+        }
+        Some(_) => {}
     }
     let r = s.worker()?.poll_connect(cid);
     match r {

@@ -64,6 +64,36 @@ fn every_version_drives_like_nccl_and_survives_reload() {
     assert!(stdout.contains("api: all checks passed for v12..v6"));
 }
 
+/// The ABI misused as a buggy NCCL or user would (`harness.c` hostile mode, every version):
+/// NULL pointers, objects used after close or closed twice, objects of the wrong kind,
+/// handles with bad fields or a stage copied from another handle's connect, a handle
+/// naming a silent port (bounded by `NCCL_SPRAY_CONNECT_TIMEOUT_MS=1500`), `irecv` of
+/// n != 1 or NULL arrays, sizes of -1 / 4 GiB, a region that wraps the address space,
+/// `deregMr` of a region a receive uses, `test` of a finished request: each an exact error
+/// code, no crash, no write outside a posted buffer, and the connections carry on.
+#[test]
+fn every_version_refuses_misuse_with_exact_error_codes() {
+    let (dir, exe) = setup("hostile");
+    let t0 = std::time::Instant::now();
+    let out = Command::new(&exe)
+        .arg("libnccl-net-spray.so")
+        .arg("hostile")
+        .env("LD_LIBRARY_PATH", &dir)
+        .env("HARNESS_QUIET", "1")
+        .output()
+        .expect("run the harness");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    println!("{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "harness failed: {:?}", out.status);
+    assert!(stdout.contains("hostile: all checks passed for v12..v6"));
+    // Seven versions, each with one 1.5 s connect deadline: bounded, never hung.
+    assert!(
+        t0.elapsed() < std::time::Duration::from_secs(120),
+        "{:?}",
+        t0.elapsed()
+    );
+}
+
 #[test]
 fn ring_allreduce_across_four_processes() {
     let (dir, exe) = setup("ring");

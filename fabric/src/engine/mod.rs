@@ -903,7 +903,8 @@ impl Qp {
     /// progress runs on the caller's thread, it means: not during a call on the worker.
     ///
     /// # Errors
-    /// [`EngineError::Refused`] for a null `ptr` with `len > 0` or `len > isize::MAX`;
+    /// [`EngineError::Refused`] for a null `ptr` with `len > 0`, `len > isize::MAX` or a
+    /// range that wraps past the end of the address space;
     /// else as [`Qp::reg_mr`].
     pub unsafe fn reg_mr_raw(
         &self,

@@ -219,8 +219,8 @@ impl<D: Datapath> Worker<D> {
     /// application may).
     ///
     /// # Errors
-    /// [`EngineError::Refused`] for a null `ptr` with `len > 0`, `len > isize::MAX`, an
-    /// unknown QP or a full table.
+    /// [`EngineError::Refused`] for a null `ptr` with `len > 0`, `len > isize::MAX`, a
+    /// range that wraps past the end of the address space, an unknown QP or a full table.
     pub unsafe fn reg_mr_raw(
         &mut self,
         qpn: u32,
