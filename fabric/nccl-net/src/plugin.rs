@@ -704,13 +704,24 @@ pub fn close_listen(s: &mut State, listen: u64) -> Res<()> {
     Ok(())
 }
 
-/// `closeSend` / `closeRecv`: destroys the comm's QP (work in flight is dropped, never
-/// waited for) and forgets its requests. Returns the counters line to log when
-/// `NCCL_SPRAY_STATS` is on.
+/// `closeSend` (`send` true) / `closeRecv`: destroys the comm's QP (work in flight is
+/// dropped, never waited for) and forgets its requests. Returns the counters line to log
+/// when `NCCL_SPRAY_STATS` is on.
 ///
 /// # Errors
-/// Unknown comm.
-pub fn close_comm(s: &mut State, comm: u64) -> Res<Option<String>> {
+/// Unknown comm, or a comm of the other side (`closeRecv` of a send comm: it stays open).
+pub fn close_comm(s: &mut State, comm: u64, send: bool) -> Res<Option<String>> {
+    let want = if send { Side::Send } else { Side::Recv };
+    let side = s
+        .comms
+        .get(&comm)
+        .ok_or_else(|| Error::internal(format!("close of unknown comm {comm:#x}")))?
+        .side;
+    if side != want {
+        return Err(Error::internal(format!(
+            "close{want:?} of a {side:?} comm {comm:#x}"
+        )));
+    }
     let c = s
         .comms
         .remove(&comm)

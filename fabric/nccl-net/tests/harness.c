@@ -1170,6 +1170,8 @@ static void hostile_one(const char *libname, int version) {
   }
   /* a comm or mhandle passed where another kind is expected */
   CHECK(O.closeListen(s) == INTERNAL_ERROR, "closeListen of a send comm");
+  CHECK(O.closeRecv(s) == INTERNAL_ERROR, "closeRecv of a send comm (it must stay open)");
+  CHECK(O.closeSend(r) == INTERNAL_ERROR, "closeSend of a receive comm (it must stay open)");
   {
     void *rc = (void *)0x9;
     CHECK(O.accept(r, &rc) == INTERNAL_ERROR && rc == NULL, "accept on a receive comm");
@@ -1237,13 +1239,34 @@ static void hostile_one(const char *libname, int version) {
     CHECK(O.closeSend(s) == INTERNAL_ERROR, "closeSend twice");
     CHECK(O.deregMr(s, smh) == OK && O.deregMr(s, smh) == INTERNAL_ERROR, "deregMr after close, twice");
   }
-  free(sb);
-  free(rb);
   if (O.has_finalize) {
     MUST(O.finalize(ctx) == OK, "finalize");
     CHECK(O.finalize(ctx) == INTERNAL_ERROR, "finalize twice");
   }
+  /* a process that unloads the plugin with a connection open and a receive in flight
+   * (NCCL aborting): dlclose tears it all down without a hang, the memory is never
+   * written afterwards, and the next dlopen starts clean */
+  {
+    void *c2 = NULL;
+    MUST(O.init(&c2) == OK, "init again");
+    void *s3, *r3, *rmh3;
+    connect_pair(c2, &s3, &r3);
+    MUST(O.regMr(r3, rb, BIG, PTR_HOST, &rmh3) == OK, "regMr");
+    memset(rb, 0xee, 4096);
+    (void)post_recv(r3, rb, 4096, rmh3);
+  }
+  double t0 = now_s();
   MUST(dlclose(lib) == 0, "dlclose: %s", dlerror());
+  CHECK(now_s() - t0 < 2.0, "dlclose with a live connection took %.2f s", now_s() - t0);
+  usleep(20000);
+  size_t touched = 0;
+  for (size_t i = 0; i < 4096; i++) touched += rb[i] != 0xee;
+  CHECK(touched == 0, "%zu bytes written after dlclose", touched);
+  void *still = dlopen(libname, RTLD_NOW | RTLD_NOLOAD);
+  CHECK(still == NULL, "still loaded after dlclose with a live connection");
+  if (still) dlclose(still);
+  free(sb);
+  free(rb);
 }
 
 static int hostile(const char *libname) {
