@@ -111,6 +111,14 @@ fn strangers_on_the_io_uring_datapath_are_dropped_counted_unanswered_and_the_dat
     });
 }
 
+#[test]
+fn strangers_on_the_io_uring_multishot_datapath_are_dropped_counted_and_the_data_is_exact() {
+    strangers(47500..=47599, |mut u| {
+        u.rx_multishot = true;
+        Worker::new(u, EngineConfig::default()).unwrap()
+    });
+}
+
 /// Two workers made by `make` (a receiver b, a sender a) on 127.0.0.1: 64 WRITEs of 1 KiB
 /// with immediates, and 29 rounds of strangers' datagrams at b (one before, one after
 /// every eighth WRITE, 20 after): 32 in-window forgeries from another port and 32 from
