@@ -250,6 +250,11 @@ pub struct SetupStats {
     pub rejected_protocol: u64,
     /// Connections to a listener dropped at their deadline.
     pub rejected_timeout: u64,
+    /// Connections to a listener dropped to make room: with [`MAX_ACCEPTS_IN_FLIGHT`]
+    /// handshakes in flight, each new connection takes the place of the oldest one whose
+    /// peer has not proved the secret yet (so strangers holding every slot delay a real
+    /// peer by one pass, not by their deadline).
+    pub rejected_crowded: u64,
     /// Connection attempts that failed (each reported once by `poll_connect`).
     pub connect_failures: u64,
 }
@@ -778,7 +783,7 @@ impl Setup {
         let Some(l) = self.listeners.get_mut(&id.0) else {
             return Some(Err(EngineError::Refused(format!("no listener {}", id.0))));
         };
-        if let Err(e) = Self::accept_new(l, until) {
+        if let Err(e) = Self::accept_new(l, &mut self.stats, until) {
             return Some(Err(e));
         }
         Self::advance_listener(l, &mut self.stats, host, now);
@@ -794,16 +799,44 @@ impl Setup {
         for l in self.listeners.values_mut() {
             // A failing accept (e.g. out of descriptors) is retried at the next call;
             // poll_accept reports it.
-            let _ = Self::accept_new(l, until);
+            let _ = Self::accept_new(l, &mut self.stats, until);
             Self::advance_listener(l, &mut self.stats, host, now);
         }
         self.advance_attempts(host, now);
     }
 
-    fn accept_new(l: &mut Listener, until: Instant) -> Result<(), EngineError> {
-        while l.pending.len() < MAX_ACCEPTS_IN_FLIGHT {
+    /// Takes the connections waiting in the backlog. With every handshake slot in use, a
+    /// new one takes the slot of the oldest handshake whose peer has not proved the
+    /// secret (no QP yet: all a stranger can hold); when every slot's peer has proved it,
+    /// new connections wait in the backlog.
+    fn accept_new(
+        l: &mut Listener,
+        stats: &mut SetupStats,
+        until: Instant,
+    ) -> Result<(), EngineError> {
+        loop {
+            let victim = if l.pending.len() < MAX_ACCEPTS_IN_FLIGHT {
+                None
+            } else {
+                let oldest = l
+                    .pending
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, h)| h.qpn.is_none())
+                    .min_by_key(|(_, h)| h.until)
+                    .map(|(i, _)| i);
+                match oldest {
+                    Some(i) => Some(i),
+                    None => break,
+                }
+            };
             match l.sock.accept() {
                 Ok((s, from)) => {
+                    if let Some(i) = victim {
+                        // No QP to destroy: it never proved the secret.
+                        drop(l.pending.swap_remove(i));
+                        stats.rejected_crowded += 1;
+                    }
                     s.set_nonblocking(true).map_err(io_fail("accept"))?;
                     // Disabling Nagle only saves latency; a failure is harmless.
                     let _ = s.set_nodelay(true);

@@ -1,0 +1,127 @@
+//! A worker's listener (the TCP bootstrap behind `Worker::listen`, which the NCCL plugin
+//! and caller-progress users expose) under strangers on loopback: more silent
+//! connections than it holds handshakes for ([`MAX_ACCEPTS_IN_FLIGHT`]), a slowloris that
+//! sends a plausible nonce one byte at a time, and a real peer arriving meanwhile. The real
+//! peer connects at once, the strangers end by their deadline (or are evicted when the
+//! listener is full), every one counted exactly, and the listener keeps serving.
+
+use mrc_fabric::engine::setup::MAX_ACCEPTS_IN_FLIGHT;
+use mrc_fabric::engine::{ConnHandle, EngineConfig, QpConfig, SetupStats, Worker};
+use mrc_fabric::udp::{PortAllocator, UdpConfig, UringDatapath};
+use std::io::Write;
+use std::net::TcpStream;
+use std::ops::RangeInclusive;
+use std::time::{Duration, Instant};
+
+fn worker(range: RangeInclusive<u16>) -> Worker<UringDatapath> {
+    let mut u = UdpConfig::bind("127.0.0.1:0".parse().unwrap());
+    u.ports = PortAllocator::new(range).unwrap();
+    u.rx_slots = 8;
+    Worker::new(u, EngineConfig::default()).unwrap()
+}
+
+/// Connects `b` to `a`'s listener, alternating polls on this thread; returns how long it
+/// took (failing after 10 s).
+fn connect(
+    b: &mut Worker<UringDatapath>,
+    a: &mut Worker<UringDatapath>,
+    lid: mrc_fabric::engine::ListenerId,
+    h: &ConnHandle,
+) -> Duration {
+    let t0 = Instant::now();
+    let cid = b.connect_start(h, QpConfig::default()).unwrap();
+    let (mut cq, mut sq) = (None, None);
+    while cq.is_none() || sq.is_none() {
+        if cq.is_none() {
+            cq = b.poll_connect(cid).unwrap();
+        }
+        if sq.is_none() {
+            sq = a.poll_accept(lid).map(Result::unwrap);
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "no connection in 10 s"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    t0.elapsed()
+}
+
+#[test]
+fn a_full_listener_evicts_the_oldest_stranger_and_serves_a_real_peer_at_once() {
+    const DEADLINE: Duration = Duration::from_millis(3000);
+    const STRAYS: usize = MAX_ACCEPTS_IN_FLIGHT + 44;
+    let mut a = worker(47600..=47649);
+    let mut b = worker(47650..=47699);
+    a.set_setup_timeout(DEADLINE);
+    let (lid, handle) = a.listen(QpConfig::default()).unwrap();
+    let addr = handle.addr();
+    // Silent strangers, 100 at a time (the kernel's accept backlog is 128), each batch
+    // taken by a pass of the listener; then a slowloris.
+    let mut strays = Vec::new();
+    while strays.len() < STRAYS {
+        let n = (STRAYS - strays.len()).min(100);
+        for _ in 0..n {
+            strays.push(TcpStream::connect(addr).unwrap());
+        }
+        for _ in 0..3 {
+            assert!(a.poll_accept(lid).is_none());
+        }
+    }
+    let t_slow = Instant::now();
+    let slow = std::thread::spawn(move || {
+        // A nonce as a real peer sends it (36 bytes), one byte every 150 ms: 5.4 s,
+        // past the listener's 3 s deadline, which no byte extends.
+        let mut s = TcpStream::connect(addr).unwrap();
+        let mut msg = b"MRCN".to_vec();
+        msg.extend_from_slice(&[0x42; 32]);
+        for b in msg {
+            if s.write_all(&[b]).is_err() {
+                return true; // the listener dropped it
+            }
+            std::thread::sleep(Duration::from_millis(150));
+        }
+        false
+    });
+    // The real peer, while every handshake slot is held by a stranger.
+    let took = connect(&mut b, &mut a, lid, &handle);
+    assert!(
+        took < Duration::from_millis(1500),
+        "the real peer waited {took:?} behind the strangers (deadline {DEADLINE:?})"
+    );
+    // 256 slots: the 44 strays beyond them, the slowloris and the real peer each took
+    // the slot of the oldest stranger that had not proved the secret.
+    let s = a.setup_stats();
+    assert_eq!((s.accepted, s.rejected_crowded), (1, 44 + 2), "{s:?}");
+    // The rest end at their deadline, the slowloris with them.
+    let t0 = Instant::now();
+    while a.setup_stats().rejected_timeout < (STRAYS + 1 - 46) as u64 {
+        assert!(a.poll_accept(lid).is_none());
+        assert!(
+            t0.elapsed() < DEADLINE + Duration::from_secs(5),
+            "{:?}",
+            a.setup_stats()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(slow.join().unwrap(), "the slowloris was never dropped");
+    assert!(
+        t_slow.elapsed() < Duration::from_millis(5400),
+        "{:?}",
+        t_slow.elapsed()
+    );
+    assert_eq!(
+        a.setup_stats(),
+        SetupStats {
+            accepted: 1,
+            rejected_crowded: 46,
+            rejected_timeout: (STRAYS + 1 - 46) as u64,
+            ..SetupStats::default()
+        }
+    );
+    drop(strays);
+    // Still serving.
+    let took = connect(&mut b, &mut a, lid, &handle);
+    assert!(took < Duration::from_millis(1500), "{took:?}");
+    assert_eq!(a.setup_stats().accepted, 2);
+}
