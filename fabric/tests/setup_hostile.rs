@@ -125,3 +125,95 @@ fn a_full_listener_evicts_the_oldest_stranger_and_serves_a_real_peer_at_once() {
     assert!(took < Duration::from_millis(1500), "{took:?}");
     assert_eq!(a.setup_stats().accepted, 2);
 }
+
+/// What a connecting worker meets at a "listener" that is not one (a handle naming the
+/// wrong port, or a stranger who took it): a flood of garbage, a right nonce and a
+/// wrong confirmation, a nonce trickled one byte every 100 ms. Each attempt ends in a
+/// typed error, by the deadline at the latest, and no poll blocks.
+#[test]
+fn a_connecting_worker_refuses_a_hostile_listener_within_its_deadline() {
+    use mrc_fabric::engine::EngineError;
+    use mrc_fabric::engine::bootstrap::BootstrapError;
+    use std::net::TcpListener;
+    const DEADLINE: Duration = Duration::from_millis(1500);
+    let mut b = worker(47700..=47749);
+    b.set_setup_timeout(DEADLINE);
+    let mut real = worker(47750..=47799);
+    let (_, handle) = real.listen(QpConfig::default()).unwrap();
+    // One fake listener per behaviour, each serving one connection on its own thread.
+    let fake = |behave: fn(TcpStream)| {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let t = std::thread::spawn(move || {
+            let (s, _) = l.accept().unwrap();
+            behave(s);
+        });
+        let mut bytes = handle.to_bytes();
+        bytes[6..8].copy_from_slice(&port.to_be_bytes());
+        (ConnHandle::from_bytes(&bytes).unwrap(), t)
+    };
+    fn flood(mut s: TcpStream) {
+        let junk = vec![0x5au8; 64 * 1024];
+        for _ in 0..64 {
+            if s.write_all(&junk).is_err() {
+                return;
+            }
+        }
+    }
+    fn wrong_confirm(mut s: TcpStream) {
+        let mut m = b"MRCN".to_vec();
+        m.extend_from_slice(&[0x11; 32]);
+        m.extend_from_slice(b"MRCK");
+        m.extend_from_slice(&[0x22; 32]);
+        let _ = s.write_all(&m);
+        std::thread::sleep(Duration::from_millis(2500));
+    }
+    fn trickle(mut s: TcpStream) {
+        let mut m = b"MRCN".to_vec();
+        m.extend_from_slice(&[0x33; 32]);
+        for byte in m {
+            if s.write_all(&[byte]).is_err() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    let mut outcomes = Vec::new();
+    for behave in [flood as fn(TcpStream), wrong_confirm, trickle] {
+        let (h, t) = fake(behave);
+        let t0 = Instant::now();
+        let cid = b.connect_start(&h, QpConfig::default()).unwrap();
+        let mut longest = Duration::ZERO;
+        let r = loop {
+            let p = Instant::now();
+            let r = b.poll_connect(cid);
+            longest = longest.max(p.elapsed());
+            match r {
+                Ok(None) => std::thread::sleep(Duration::from_millis(1)),
+                other => break other,
+            }
+            assert!(t0.elapsed() < DEADLINE + Duration::from_secs(3), "no end");
+        };
+        let took = t0.elapsed();
+        assert!(took <= DEADLINE + Duration::from_millis(500), "{took:?}");
+        assert!(longest < Duration::from_millis(200), "a poll took {longest:?}");
+        outcomes.push(match r {
+            Err(EngineError::Bootstrap(BootstrapError::BadMagic(m))) => format!("magic {m:02x?}"),
+            Err(EngineError::Bootstrap(BootstrapError::AuthMismatch(m))) => m.to_string(),
+            Err(EngineError::Bootstrap(BootstrapError::TimedOut { what })) => {
+                format!("timed out: {what}")
+            }
+            other => format!("{other:?}"),
+        });
+        drop(t); // the fake's thread ends on its own (a write error or its sleep)
+    }
+    assert_eq!(
+        outcomes,
+        vec![
+            "magic [5a, 5a, 5a, 5a]".to_string(),
+            "the peer does not hold this connection handle's secret".to_string(),
+            "timed out: nonce".to_string(),
+        ]
+    );
+    assert_eq!(b.setup_stats().connect_failures, 3);
+}
