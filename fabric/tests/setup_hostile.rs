@@ -196,7 +196,10 @@ fn a_connecting_worker_refuses_a_hostile_listener_within_its_deadline() {
         };
         let took = t0.elapsed();
         assert!(took <= DEADLINE + Duration::from_millis(500), "{took:?}");
-        assert!(longest < Duration::from_millis(200), "a poll took {longest:?}");
+        assert!(
+            longest < Duration::from_millis(200),
+            "a poll took {longest:?}"
+        );
         outcomes.push(match r {
             Err(EngineError::Bootstrap(BootstrapError::BadMagic(m))) => format!("magic {m:02x?}"),
             Err(EngineError::Bootstrap(BootstrapError::AuthMismatch(m))) => m.to_string(),
@@ -216,4 +219,33 @@ fn a_connecting_worker_refuses_a_hostile_listener_within_its_deadline() {
         ]
     );
     assert_eq!(b.setup_stats().connect_failures, 3);
+}
+
+/// A setup timeout too long for the clock (`Duration::MAX`, e.g. from a configuration
+/// that means "never") is a far deadline, not a panic in the first poll: the pair
+/// connects as with any other.
+#[test]
+fn a_setup_timeout_of_duration_max_is_a_far_deadline_not_a_panic() {
+    use mrc_fabric::engine::bootstrap::deadline_after;
+    let before = Instant::now();
+    let far = deadline_after(Duration::MAX);
+    // 2^32 s (about 136 years) from now, or as far as the clock goes.
+    assert!(
+        far >= before + Duration::from_secs(100 * 365 * 86_400),
+        "{far:?}"
+    );
+    assert!(
+        deadline_after(Duration::from_secs(5)).duration_since(before) >= Duration::from_secs(5)
+    );
+    let mut a = worker(47800..=47849);
+    let mut b = worker(47850..=47899);
+    a.set_setup_timeout(Duration::MAX);
+    b.set_setup_timeout(Duration::MAX);
+    let (lid, handle) = a.listen(QpConfig::default()).unwrap();
+    let took = connect(&mut b, &mut a, lid, &handle);
+    assert!(took < Duration::from_secs(2), "{took:?}");
+    assert_eq!(
+        (a.setup_stats().accepted, b.setup_stats().connected),
+        (1, 1)
+    );
 }

@@ -1135,7 +1135,7 @@ impl Qp {
         server: impl ToSocketAddrs + std::fmt::Debug,
         timeout: Duration,
     ) -> Result<Connected, EngineError> {
-        let until = Instant::now() + timeout;
+        let until = bootstrap::deadline_after(timeout);
         let (remote, udp, stream) = bootstrap::connect(server, &self.local_info(), timeout)?;
         self.finish_bootstrap(remote, udp, stream, until)
     }
@@ -1169,7 +1169,7 @@ impl Qp {
         stream: TcpStream,
         timeout: Duration,
     ) -> Result<Connected, EngineError> {
-        self.connect_on_until(stream, Instant::now() + timeout)
+        self.connect_on_until(stream, bootstrap::deadline_after(timeout))
     }
 
     /// [`Qp::connect_on`] with a deadline for the whole exchange (QpInfo, source ports,

@@ -634,7 +634,11 @@ impl Setup {
     }
 
     fn deadline(&self, now: Instant) -> Instant {
-        now + self.timeout.unwrap_or(DEFAULT_SETUP_TIMEOUT)
+        let t = self.timeout.unwrap_or(DEFAULT_SETUP_TIMEOUT);
+        // A timeout too long for the clock (`Duration::MAX`): about 136 years.
+        now.checked_add(t)
+            .or_else(|| now.checked_add(Duration::from_secs(1 << 32)))
+            .unwrap_or(now)
     }
 
     fn id(&mut self) -> u64 {
