@@ -249,3 +249,20 @@ fn a_setup_timeout_of_duration_max_is_a_far_deadline_not_a_panic() {
         (1, 1)
     );
 }
+
+/// A worker bound to a multicast IP refuses to listen (its handle would name an address
+/// no peer's `ConnHandle::from_bytes` accepts), as it refuses the unspecified one.
+#[test]
+fn listen_on_a_multicast_ip_is_refused() {
+    use mrc_fabric::engine::EngineError;
+    let mut u = UdpConfig::bind("224.0.0.1:0".parse().unwrap());
+    u.ports = PortAllocator::new(47900..=47949).unwrap();
+    let mut w = Worker::new(u, EngineConfig::default()).unwrap();
+    match w.listen(QpConfig::default()) {
+        Err(EngineError::Refused(m)) => assert_eq!(
+            m,
+            "listen needs a unicast IP, not the multicast 224.0.0.1 (the handle names it)"
+        ),
+        other => panic!("{other:?}"),
+    }
+}

@@ -127,6 +127,14 @@ impl Config {
             keeper_us: var("NCCL_SPRAY_KEEPER_US", 1000u64)?,
             auth: var("NCCL_SPRAY_AUTH", 0u8)? != 0,
         };
+        let broadcast = matches!(cfg.addr, IpAddr::V4(a) if a.is_broadcast());
+        if cfg.addr.is_unspecified() || cfg.addr.is_multicast() || broadcast {
+            // Listen would hand out a handle naming it, which no peer can connect to.
+            return Err(Error::new(
+                abi::NCCL_INVALID_ARGUMENT,
+                format!("NCCL_SPRAY_ADDR={}: not a unicast address", cfg.addr),
+            ));
+        }
         if !(1..=1024).contains(&cfg.evs) {
             return Err(Error::new(
                 abi::NCCL_INVALID_ARGUMENT,

@@ -94,6 +94,37 @@ fn every_version_refuses_misuse_with_exact_error_codes() {
     );
 }
 
+/// `NCCL_SPRAY_ADDR` that is no unicast address (hostile environment): `init` refuses it
+/// with `ncclInvalidArgument` and names it. Before, 224.0.0.1 and 255.255.255.255 were
+/// taken, `listen` handed out a handle naming them, and every `connect` failed.
+#[test]
+fn a_non_unicast_spray_addr_is_refused_at_init() {
+    let (dir, exe) = setup("addr");
+    for addr in ["0.0.0.0", "224.0.0.1", "255.255.255.255", "::", "ff02::1"] {
+        let out = Command::new(&exe)
+            .arg("libnccl-net-spray.so")
+            .arg("api")
+            .env("LD_LIBRARY_PATH", &dir)
+            .env("HARNESS_QUIET", "1")
+            .env("NCCL_SPRAY_ADDR", addr)
+            .output()
+            .expect("run the harness");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{addr}: {stderr}");
+        assert!(
+            stderr.contains(&format!(
+                "NET/spray: init: NCCL_SPRAY_ADDR={addr}: not a unicast address"
+            )),
+            "{addr}: {stderr}"
+        );
+        // The harness stopped at init (its first call that fails).
+        assert!(
+            stderr.contains("O.init(&ctx) == OK: init"),
+            "{addr}: {stderr}"
+        );
+    }
+}
+
 #[test]
 fn ring_allreduce_across_four_processes() {
     let (dir, exe) = setup("ring");

@@ -658,6 +658,12 @@ impl Setup {
                 "listen needs the worker bound to a specific IP (the handle names it)".into(),
             ));
         }
+        if ip.is_multicast() {
+            // The handle would name it, and no peer's ConnHandle::from_bytes accepts one.
+            return Err(EngineError::Refused(format!(
+                "listen needs a unicast IP, not the multicast {ip} (the handle names it)"
+            )));
+        }
         let sock = TcpListener::bind(SocketAddr::new(ip, 0)).map_err(io_fail("listen"))?;
         sock.set_nonblocking(true).map_err(io_fail("listen"))?;
         let addr = sock.local_addr().map_err(io_fail("listen"))?;
