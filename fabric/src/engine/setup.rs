@@ -255,6 +255,11 @@ pub struct SetupStats {
     /// peer has not proved the secret yet (so strangers holding every slot delay a real
     /// peer by one pass, not by their deadline).
     pub rejected_crowded: u64,
+    /// Passes of a listener whose `accept(2)` failed for want of descriptors or memory
+    /// (`EMFILE`, `ENFILE`, `ENOBUFS`, `ENOMEM`) or met an aborted connection: the
+    /// waiting connections stay in the backlog for a later pass; nothing is reported as
+    /// an error of the listener.
+    pub accept_deferred: u64,
     /// Connection attempts that failed (each reported once by `poll_connect`).
     pub connect_failures: u64,
 }
@@ -589,6 +594,15 @@ impl Handshake {
 }
 
 /// Whether `e` is a peer's failure to prove the secret.
+/// An `accept(2)` failure that a later pass may not meet: out of descriptors (`EMFILE`,
+/// `ENFILE`) or memory (`ENOBUFS`, `ENOMEM`), or a connection aborted in the queue.
+fn is_transient_accept_error(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM | libc::ECONNABORTED)
+    )
+}
+
 fn is_secret_failure(e: &EngineError) -> bool {
     matches!(e, EngineError::Bootstrap(BootstrapError::AuthMismatch(_)))
 }
@@ -856,6 +870,15 @@ impl Setup {
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                // Out of descriptors or memory (strangers holding the slots of many
+                // listeners can exhaust the process's descriptors; a connection reset
+                // before its accept): the connections wait in the backlog for a later
+                // pass, and the listener, and the peers already accepted, carry on.
+                Err(e) if is_transient_accept_error(&e) => {
+                    stats.accept_deferred += 1;
+                    tracing::debug!("setup: accept deferred: {e}");
+                    break;
+                }
                 Err(e) => return Err(io_fail("accept")(e)),
             }
         }
