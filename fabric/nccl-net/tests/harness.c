@@ -1060,6 +1060,22 @@ static void hostile_one(const char *libname, int version) {
     if (rc3) CHECK(O.closeRecv(rc3) == OK, "closeRecv");
   }
 
+  /* the listener closed while a connect to it is half way (its nonce answered): the
+   * connect fails (ncclSystemError) within the deadline, never hands out a comm */
+  {
+    char h[HANDLE_BYTES] = {0};
+    void *l = NULL, *sc = NULL, *rc = NULL;
+    MUST(O.listen(ctx, h, &l) == OK, "listen");
+    MUST(O.connect(ctx, h, &sc) == OK && sc == NULL, "first connect");
+    MUST(O.accept(l, &rc) == OK && rc == NULL, "first accept");
+    MUST(O.connect(ctx, h, &sc) == OK && sc == NULL, "second connect");
+    MUST(O.closeListen(l) == OK, "closeListen with a setup in progress");
+    double secs;
+    res_t r = connect_until(ctx, h, &sc, NULL, NULL, 20, &secs);
+    CHECK(r == SYSTEM_ERROR && sc == NULL, "connect to a listener closed mid-setup: %d, comm %p", r, sc);
+    CHECK(secs < 2.5, "it failed after %.2f s (deadline 1.5 s)", secs);
+  }
+
   /* a well-formed handle naming a TCP port that accepts nothing: the connect fails at
    * NCCL_SPRAY_CONNECT_TIMEOUT_MS (1500, set by hostile()), every call returning at once */
   {
