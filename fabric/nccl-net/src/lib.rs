@@ -476,7 +476,7 @@ unsafe extern "C" fn close_listen(listen: *mut c_void) -> NcclResult {
 unsafe extern "C" fn close_send(comm: *mut c_void) -> NcclResult {
     guard("closeSend", || {
         let c = id_of(comm, "sendComm")?;
-        let line = plugin::close_comm(plugin::state(&mut plugin::lock())?, c)?;
+        let line = plugin::close_comm(plugin::state(&mut plugin::lock())?, c, true)?;
         if let Some(l) = line {
             log(NCCL_LOG_INFO, &l);
         }
@@ -487,7 +487,7 @@ unsafe extern "C" fn close_send(comm: *mut c_void) -> NcclResult {
 unsafe extern "C" fn close_recv(comm: *mut c_void) -> NcclResult {
     guard("closeRecv", || {
         let c = id_of(comm, "recvComm")?;
-        let line = plugin::close_comm(plugin::state(&mut plugin::lock())?, c)?;
+        let line = plugin::close_comm(plugin::state(&mut plugin::lock())?, c, false)?;
         if let Some(l) = line {
             log(NCCL_LOG_INFO, &l);
         }

@@ -32,7 +32,7 @@ use mrc_fabric::udp::UdpConfig;
 use mrc_transport::completion::WcStatus;
 use mrc_transport::region::SharedMem;
 use mrc_transport::{Access, PostError, Sge};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::sync::Mutex;
@@ -127,6 +127,14 @@ impl Config {
             keeper_us: var("NCCL_SPRAY_KEEPER_US", 1000u64)?,
             auth: var("NCCL_SPRAY_AUTH", 0u8)? != 0,
         };
+        let broadcast = matches!(cfg.addr, IpAddr::V4(a) if a.is_broadcast());
+        if cfg.addr.is_unspecified() || cfg.addr.is_multicast() || broadcast {
+            // Listen would hand out a handle naming it, which no peer can connect to.
+            return Err(Error::new(
+                abi::NCCL_INVALID_ARGUMENT,
+                format!("NCCL_SPRAY_ADDR={}: not a unicast address", cfg.addr),
+            ));
+        }
         if !(1..=1024).contains(&cfg.evs) {
             return Err(Error::new(
                 abi::NCCL_INVALID_ARGUMENT,
@@ -290,8 +298,10 @@ pub struct State {
     worker: Option<Worker>,
     /// Listen comm id -> the worker's listener.
     listens: HashMap<u64, ListenerId>,
-    /// Connect attempts in progress (their ids, [`ConnectId`]).
-    connects: HashSet<u64>,
+    /// Connect attempts in progress: their ids ([`ConnectId`]) and the handle
+    /// ([`ConnHandle`] bytes) each was started with, so a stage field copied into another
+    /// handle is refused instead of handing that handle this attempt's connection.
+    connects: HashMap<u64, [u8; HANDLE_BYTES]>,
     comms: HashMap<u64, Comm>,
     mrs: HashMap<u64, Mr>,
     reqs: HashMap<u64, Request>,
@@ -329,7 +339,7 @@ pub fn init(g: &mut Option<State>, comm_id: Option<u64>) -> Res<u64> {
             keeper: None,
             worker: None,
             listens: HashMap::new(),
-            connects: HashSet::new(),
+            connects: HashMap::new(),
             comms: HashMap::new(),
             mrs: HashMap::new(),
             reqs: HashMap::new(),
@@ -551,18 +561,35 @@ pub fn connect(
             .worker()?
             .connect_start(&h, cfg)
             .map_err(|e| Error::system(format!("connect to {}: {e}", h.addr())))?;
-        s.connects.insert(id.0);
+        let mut started = [0u8; HANDLE_BYTES];
+        started.copy_from_slice(&handle[..HANDLE_BYTES]);
+        s.connects.insert(id.0, started);
         handle[STAGE_OFFSET..STAGE_OFFSET + 8].copy_from_slice(&(id.0 + 1).to_le_bytes());
         cid = Some(id);
     }
     let Some(cid) = cid else {
         return Err(Error::internal("no connect stage"));
     };
-    if !s.connects.contains(&cid.0) {
-        return Err(Error::internal(format!(
-            "connect: unknown stage {:#x} in the handle",
-            cid.0
-        )));
+    match s.connects.get(&cid.0) {
+        None => {
+            return Err(Error::internal(format!(
+                "connect: unknown stage {:#x} in the handle",
+                cid.0
+            )));
+        }
+        // A stage copied from another handle (a buggy copy of a handle buffer while its
+        // connect was in progress, or corruption): that attempt is another peer's, and it
+        // stays its own handle's.
+        Some(started) if started[..] != handle[..HANDLE_BYTES] => {
+            return Err(Error::internal(format!(
+                "connect: stage {:#x} in the handle belongs to another handle's connect \
+                 (to {})",
+                cid.0,
+                ConnHandle::from_bytes(started)
+                    .map_or_else(|_| "?".into(), |o| o.addr().to_string())
+            )));
+        }
+        Some(_) => {}
     }
     let r = s.worker()?.poll_connect(cid);
     match r {
@@ -685,13 +712,24 @@ pub fn close_listen(s: &mut State, listen: u64) -> Res<()> {
     Ok(())
 }
 
-/// `closeSend` / `closeRecv`: destroys the comm's QP (work in flight is dropped, never
-/// waited for) and forgets its requests. Returns the counters line to log when
-/// `NCCL_SPRAY_STATS` is on.
+/// `closeSend` (`send` true) / `closeRecv`: destroys the comm's QP (work in flight is
+/// dropped, never waited for) and forgets its requests. Returns the counters line to log
+/// when `NCCL_SPRAY_STATS` is on.
 ///
 /// # Errors
-/// Unknown comm.
-pub fn close_comm(s: &mut State, comm: u64) -> Res<Option<String>> {
+/// Unknown comm, or a comm of the other side (`closeRecv` of a send comm: it stays open).
+pub fn close_comm(s: &mut State, comm: u64, send: bool) -> Res<Option<String>> {
+    let want = if send { Side::Send } else { Side::Recv };
+    let side = s
+        .comms
+        .get(&comm)
+        .ok_or_else(|| Error::internal(format!("close of unknown comm {comm:#x}")))?
+        .side;
+    if side != want {
+        return Err(Error::internal(format!(
+            "close{want:?} of a {side:?} comm {comm:#x}"
+        )));
+    }
     let c = s
         .comms
         .remove(&comm)

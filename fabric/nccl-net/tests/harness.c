@@ -5,6 +5,8 @@
  * shows as a wrong field.
  *
  *   harness LIB api                      every exported ncclNetPlugin_vN, one process
+ *   harness LIB hostile                  every version misused (NULLs, stale and foreign
+ *                                        objects, bad handles): exact error codes
  *   harness LIB idle RANK DIR SLEEP_MS    rank 1 posts a receive and sleeps without a call;
  *                                        rank 0's send must complete meanwhile
  *   harness LIB bw MSG_BYTES COUNT WINDOW one process, one connection: a stream of messages
@@ -913,6 +915,384 @@ static int bw(const char *libname, size_t msg, int count, int window) {
   return 0;
 }
 
+/* ---- hostile mode: the ABI misused as a buggy NCCL or user would -------------------- */
+/* irecv through the version's own entry, with NCCL's arrays as given (any may be NULL). */
+static res_t raw_irecv(void *c, int n, void **data, size_t *sizes, void **mhs, void **req) {
+  int tags[4] = {0};
+  int isz[4];
+  for (int i = 0; i < 4; i++) isz[i] = sizes ? (int)sizes[i] : 0;
+  int *ip = sizes ? isz : NULL;
+  void *ph[4] = {0};
+  switch (O.version) {
+  case 6: return n6->irecv(c, n, data, ip, tags, mhs, req);
+  case 7: return n7->irecv(c, n, data, ip, tags, mhs, req);
+  case 8: return n8->irecv(c, n, data, ip, tags, mhs, req);
+  case 9: return n9->irecv(c, n, data, sizes, tags, mhs, req);
+  case 10: return n10->irecv(c, n, data, sizes, tags, mhs, ph, req);
+  case 11: return n11->irecv(c, n, data, sizes, tags, mhs, ph, req);
+  default: return n12->irecv(c, n, data, sizes, tags, mhs, ph, req);
+  }
+}
+
+/* A TCP listener on 127.0.0.1:0 that never accepts (the kernel completes the handshake):
+ * its port, and the socket through *fd. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+static uint16_t mute_listener(int *fd) {
+  int s = socket(AF_INET, SOCK_STREAM, 0);
+  MUST(s >= 0, "socket");
+  struct sockaddr_in a;
+  memset(&a, 0, sizeof a);
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  MUST(bind(s, (struct sockaddr *)&a, sizeof a) == 0 && listen(s, 8) == 0, "bind/listen");
+  socklen_t l = sizeof a;
+  MUST(getsockname(s, (struct sockaddr *)&a, &l) == 0, "getsockname");
+  *fd = s;
+  return ntohs(a.sin_port);
+}
+
+/* connect with `h` until it finishes or fails, accepting on `l` (NULL: none) meanwhile;
+ * the seconds it took through *secs. */
+static res_t connect_until(void *ctx, void *h, void **sc, void *l, void **rc, double limit_s, double *secs) {
+  double t0 = now_s();
+  res_t r = OK;
+  *sc = NULL;
+  while (r == OK && !*sc && now_s() - t0 < limit_s) {
+    r = O.connect(ctx, h, sc);
+    if (l && rc && !*rc) MUST(O.accept(l, rc) == OK, "accept");
+  }
+  *secs = now_s() - t0;
+  return r;
+}
+
+static void hostile_one(const char *libname, int version) {
+  void *lib = dlopen(libname, RTLD_NOW | RTLD_LOCAL);
+  MUST(lib, "dlopen %s: %s", libname, dlerror());
+  MUST(load_ops(lib, version, &O), "ncclNetPlugin_v%d missing", version);
+  fprintf(stderr, "--- hostile ncclNetPlugin_v%d\n", version);
+  int nd = -7;
+  CHECK(O.devices(&nd) == INTERNAL_ERROR && nd == -7, "devices before init: must fail, leave ndev");
+  void *ctx = NULL;
+  MUST(O.init(&ctx) == OK, "init");
+  CHECK(O.devices(NULL) == INTERNAL_ERROR, "devices(NULL)");
+  if (O.has_finalize) {
+    CHECK(O.finalize(NULL) == INTERNAL_ERROR, "finalize(NULL)");
+    CHECK(O.finalize((void *)0x4242) == INTERNAL_ERROR, "finalize of a foreign ctx");
+    char h[HANDLE_BYTES] = {0};
+    void *l = (void *)0x5;
+    CHECK(O.listen(NULL, h, &l) == INTERNAL_ERROR && l == (void *)0x5, "listen with a NULL ctx");
+    CHECK(O.listen((void *)0x4242, h, &l) == INTERNAL_ERROR, "listen with a foreign ctx");
+  }
+
+  /* NULL out pointers and handles of setup */
+  {
+    char h[HANDLE_BYTES] = {0};
+    void *l = NULL, *sc = (void *)0x9, *rc = (void *)0x9;
+    CHECK(O.listen(ctx, NULL, &l) == INTERNAL_ERROR, "listen(NULL handle)");
+    CHECK(O.listen(ctx, h, NULL) == INTERNAL_ERROR, "listen(NULL listenComm)");
+    CHECK(O.connect(ctx, NULL, &sc) == INTERNAL_ERROR, "connect(NULL handle)");
+    MUST(O.listen(ctx, h, &l) == OK && l, "listen");
+    CHECK(O.connect(ctx, h, NULL) == INTERNAL_ERROR, "connect(NULL sendComm)");
+    CHECK(O.accept(NULL, &rc) == INTERNAL_ERROR, "accept(NULL listenComm)");
+    CHECK(O.accept(l, NULL) == INTERNAL_ERROR, "accept(NULL recvComm)");
+    CHECK(O.closeListen(NULL) == INTERNAL_ERROR, "closeListen(NULL)");
+    CHECK(O.closeSend(NULL) == INTERNAL_ERROR && O.closeRecv(NULL) == INTERNAL_ERROR, "close(NULL)");
+    MUST(O.closeListen(l) == OK, "closeListen");
+    CHECK(O.closeListen(l) == INTERNAL_ERROR, "closeListen twice");
+    rc = (void *)0x9;
+    CHECK(O.accept(l, &rc) == INTERNAL_ERROR && rc == NULL, "accept on a closed listener");
+  }
+
+  /* handles with bad fields: refused at the first connect, nothing started */
+  {
+    char good[HANDLE_BYTES] = {0};
+    void *l = NULL, *sc;
+    MUST(O.listen(ctx, good, &l) == OK, "listen");
+    struct { int at; unsigned char v; const char *what; } bad[] = {
+      {0, 'X', "magic"}, {4, 9, "version"}, {5, 5, "family"}, {6, 0, "port high"}, {56, 0x80, "flags"},
+      {57, 1, "byte 57"}, {59, 0xff, "byte 59"}, {12, 1, "IPv4 padding"},
+    };
+    for (unsigned i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+      char h[HANDLE_BYTES];
+      memcpy(h, good, sizeof h);
+      h[bad[i].at] = (char)bad[i].v;
+      if (bad[i].at == 6) h[7] = 0; /* port 0 */
+      sc = (void *)0x9;
+      CHECK(O.connect(ctx, h, &sc) == INTERNAL_ERROR && sc == NULL, "handle with a bad %s", bad[i].what);
+    }
+    /* a stage field (bytes 64..71) that names no connect in progress */
+    char h[HANDLE_BYTES];
+    memcpy(h, good, sizeof h);
+    for (int i = 64; i < 72; i++) h[i] = (char)0x5a;
+    sc = (void *)0x9;
+    CHECK(O.connect(ctx, h, &sc) == INTERNAL_ERROR && sc == NULL, "a garbage stage");
+    MUST(O.closeListen(l) == OK, "closeListen");
+  }
+
+  /* a stage copied from another handle's connect in progress: refused, and the connect
+   * that owns it still completes (to its own listener) */
+  {
+    char h1[HANDLE_BYTES] = {0}, h2[HANDLE_BYTES] = {0};
+    void *l1 = NULL, *l2 = NULL, *sc = NULL, *sc2 = (void *)0x9, *rc = NULL;
+    MUST(O.listen(ctx, h1, &l1) == OK && O.listen(ctx, h2, &l2) == OK, "two listens");
+    MUST(O.connect(ctx, h1, &sc) == OK && sc == NULL, "first connect of h1");
+    memcpy(h2 + 64, h1 + 64, 8);
+    CHECK(O.connect(ctx, h2, &sc2) == INTERNAL_ERROR && sc2 == NULL,
+          "h2 carrying h1's stage must be refused (it would be handed h1's connection)");
+    void *rc2 = NULL;
+    CHECK(O.accept(l2, &rc2) == OK && rc2 == NULL, "nothing arrives at l2");
+    double secs;
+    CHECK(connect_until(ctx, h1, &sc, l1, &rc, 30, &secs) == OK && sc, "h1 still connects");
+    for (double t0 = now_s(); !rc && now_s() - t0 < 30;) MUST(O.accept(l1, &rc) == OK, "accept l1");
+    CHECK(rc != NULL, "l1 accepted");
+    /* the same handle again, after its connect finished (stage cleared): a second,
+     * separate connection to the same listener */
+    void *sc3 = NULL, *rc3 = NULL;
+    CHECK(connect_until(ctx, h1, &sc3, l1, &rc3, 30, &secs) == OK && sc3 && sc3 != sc, "a reused handle");
+    for (double t0 = now_s(); !rc3 && now_s() - t0 < 30;) MUST(O.accept(l1, &rc3) == OK, "accept");
+    CHECK(rc3 && rc3 != rc, "second accept");
+    MUST(O.closeListen(l1) == OK && O.closeListen(l2) == OK, "closeListen");
+    if (sc) CHECK(O.closeSend(sc) == OK, "closeSend");
+    if (rc) CHECK(O.closeRecv(rc) == OK, "closeRecv");
+    if (sc3) CHECK(O.closeSend(sc3) == OK, "closeSend");
+    if (rc3) CHECK(O.closeRecv(rc3) == OK, "closeRecv");
+  }
+
+  /* the listener closed while a connect to it is half way (its nonce answered): the
+   * connect fails (ncclSystemError) within the deadline, never hands out a comm */
+  {
+    char h[HANDLE_BYTES] = {0};
+    void *l = NULL, *sc = NULL, *rc = NULL;
+    MUST(O.listen(ctx, h, &l) == OK, "listen");
+    MUST(O.connect(ctx, h, &sc) == OK && sc == NULL, "first connect");
+    MUST(O.accept(l, &rc) == OK && rc == NULL, "first accept");
+    MUST(O.connect(ctx, h, &sc) == OK && sc == NULL, "second connect");
+    MUST(O.closeListen(l) == OK, "closeListen with a setup in progress");
+    double secs;
+    res_t r = connect_until(ctx, h, &sc, NULL, NULL, 20, &secs);
+    CHECK(r == SYSTEM_ERROR && sc == NULL, "connect to a listener closed mid-setup: %d, comm %p", r, sc);
+    CHECK(secs < 2.5, "it failed after %.2f s (deadline 1.5 s)", secs);
+  }
+
+  /* a well-formed handle naming a TCP port that accepts nothing: the connect fails at
+   * NCCL_SPRAY_CONNECT_TIMEOUT_MS (1500, set by hostile()), every call returning at once */
+  {
+    char h[HANDLE_BYTES] = {0};
+    void *l = NULL, *sc;
+    MUST(O.listen(ctx, h, &l) == OK, "listen");
+    MUST(O.closeListen(l) == OK, "closeListen");
+    int fd;
+    uint16_t port = mute_listener(&fd);
+    h[6] = (char)(port >> 8);
+    h[7] = (char)(port & 0xff);
+    double secs;
+    res_t r = connect_until(ctx, h, &sc, NULL, NULL, 20, &secs);
+    CHECK(r == SYSTEM_ERROR && sc == NULL, "connect to a silent port: %d", r);
+    CHECK(secs > 1.2 && secs < 5.0, "the silent port failed after %.2f s, want the 1.5 s deadline", secs);
+    close(fd);
+  }
+
+  void *s, *r;
+  connect_pair(ctx, &s, &r);
+  enum { BIG = 1 << 20 };
+  unsigned char *sb = malloc(BIG), *rb = malloc(BIG);
+  MUST(sb && rb, "malloc");
+  void *smh = NULL, *rmh = NULL, *mh;
+
+  /* registration misuse */
+  mh = (void *)0x33;
+  CHECK(O.regMr(NULL, sb, BIG, PTR_HOST, &mh) == INTERNAL_ERROR && mh == (void *)0x33, "regMr(NULL comm)");
+  CHECK(O.regMr(s, sb, BIG, PTR_HOST, NULL) == INTERNAL_ERROR, "regMr(NULL mhandle)");
+  CHECK(O.regMr(s, NULL, 4096, PTR_HOST, &mh) == INTERNAL_ERROR && mh == (void *)0x33, "regMr of NULL data");
+  CHECK(O.regMr(s, (void *)(uintptr_t)(UINTPTR_MAX - 4095), 8192, PTR_HOST, &mh) == INTERNAL_ERROR &&
+            mh == (void *)0x33, "regMr of a range that wraps past the end of the address space");
+  CHECK(O.regMr(s, sb, BIG, 0, &mh) == INTERNAL_ERROR && O.regMr(s, sb, BIG, 99, &mh) == INTERNAL_ERROR,
+        "regMr of an unknown memory type");
+  CHECK(O.regMr((void *)0xdead0000, sb, BIG, PTR_HOST, &mh) == INTERNAL_ERROR, "regMr of a foreign comm");
+  MUST(O.regMr(s, sb, BIG, PTR_HOST, &smh) == OK && O.regMr(r, rb, BIG, PTR_HOST, &rmh) == OK, "regMr");
+  CHECK(O.deregMr(NULL, smh) == INTERNAL_ERROR && O.deregMr(s, NULL) == INTERNAL_ERROR, "deregMr NULLs");
+  CHECK(O.deregMr(r, smh) == INTERNAL_ERROR, "deregMr with the other comm");
+  CHECK(O.deregMr(s, (void *)0xdead0000) == INTERNAL_ERROR, "deregMr of a foreign handle");
+  transfer(s, r, sb, smh, rb, rmh, 3000, 10, 1); /* smh survived the wrong deregMr */
+
+  /* isend misuse: each refused with *request NULL, nothing sent */
+  {
+    void *q = (void *)0x77;
+    CHECK(O.isend(s, sb, 10, 0, smh, NULL) == INTERNAL_ERROR, "isend(NULL request)");
+    CHECK(O.isend(NULL, sb, 10, 0, smh, &q) == INTERNAL_ERROR && q == NULL, "isend(NULL comm)");
+    q = (void *)0x77;
+    CHECK(O.isend(s, sb, 10, 0, NULL, &q) == INTERNAL_ERROR && q == NULL, "isend(NULL mhandle)");
+    q = (void *)0x77;
+    CHECK(O.isend(r, rb, 10, 0, rmh, &q) == INTERNAL_ERROR && q == NULL, "isend on a receive comm");
+    q = (void *)0x77;
+    CHECK(O.isend(s, sb, 10, 0, rmh, &q) == INTERNAL_ERROR && q == NULL, "isend with the other comm's mhandle");
+    q = (void *)0x77;
+    CHECK(O.isend(s, sb + BIG - 5, 10, 0, smh, &q) == INTERNAL_ERROR && q == NULL, "isend past the region");
+    q = (void *)0x77;
+    CHECK(O.isend(s, sb - 1, 10, 0, smh, &q) == INTERNAL_ERROR && q == NULL, "isend before the region");
+    q = (void *)0x77;
+    CHECK(O.isend(s, sb, (size_t)-1, 0, smh, &q) == INVALID_ARGUMENT, "isend of -1 / SIZE_MAX bytes");
+    if (version >= 9) {
+      q = (void *)0x77;
+      CHECK(O.isend(s, sb, (size_t)1 << 32, 0, smh, &q) == INVALID_ARGUMENT && q == NULL, "isend of 4 GiB");
+    }
+  }
+
+  /* irecv misuse */
+  {
+    void *d[2] = {rb, rb + 4096};
+    void *m[2] = {rmh, rmh};
+    size_t z[2] = {100, 100};
+    void *q = OPTIONAL_RECV_COMPLETION;
+    CHECK(raw_irecv(r, 2, d, z, m, &q) == INTERNAL_ERROR && q == NULL, "irecv of 2 buffers (maxRecvs 1)");
+    q = OPTIONAL_RECV_COMPLETION;
+    CHECK(raw_irecv(r, 0, d, z, m, &q) == INTERNAL_ERROR && q == NULL, "irecv of 0 buffers");
+    q = OPTIONAL_RECV_COMPLETION;
+    CHECK(raw_irecv(r, -1, d, z, m, &q) == INTERNAL_ERROR && q == NULL, "irecv of -1 buffers");
+    q = OPTIONAL_RECV_COMPLETION;
+    CHECK(raw_irecv(r, 1, d, NULL, m, &q) == INTERNAL_ERROR && q == NULL, "irecv(sizes NULL)");
+    q = OPTIONAL_RECV_COMPLETION;
+    CHECK(raw_irecv(r, 1, NULL, z, m, &q) == INTERNAL_ERROR && q == NULL, "irecv(data NULL)");
+    q = OPTIONAL_RECV_COMPLETION;
+    CHECK(raw_irecv(r, 1, d, z, NULL, &q) == INTERNAL_ERROR && q == NULL, "irecv(mhandles NULL)");
+    CHECK(raw_irecv(r, 1, d, z, m, NULL) == INTERNAL_ERROR, "irecv(NULL request)");
+    q = OPTIONAL_RECV_COMPLETION;
+    CHECK(raw_irecv(s, 1, d, z, m, &q) == INTERNAL_ERROR && q == NULL, "irecv on a send comm");
+    size_t neg[1] = {(size_t)-1};
+    q = OPTIONAL_RECV_COMPLETION;
+    res_t rr = raw_irecv(r, 1, d, neg, m, &q);
+    CHECK(rr == INVALID_ARGUMENT && q == NULL, "irecv of -1 / SIZE_MAX bytes: %d", rr);
+    size_t past[1] = {BIG + 1};
+    q = OPTIONAL_RECV_COMPLETION;
+    CHECK(raw_irecv(r, 1, d, past, m, &q) == INTERNAL_ERROR && q == NULL, "irecv past the region");
+  }
+  transfer(s, r, sb, smh, rb, rmh, 777, 0, 2); /* nothing of the above was posted */
+
+  /* test misuse: NULL, twice, foreign */
+  {
+    void *rq = post_recv(r, rb, 100, rmh), *sq = post_send(s, sb, 50, smh);
+    int done = 7, sz = -1;
+    CHECK(O.test(NULL, &done, &sz) == INTERNAL_ERROR, "test(NULL request)");
+    CHECK(O.test(rq, NULL, &sz) == INTERNAL_ERROR, "test(NULL done)");
+    MUST(wait_req(sq, &sz) == OK && sz == 50, "send");
+    MUST(wait_req(rq, &sz) == OK && sz == 50, "recv after a test with NULL done");
+    done = 0; sz = -1;
+    CHECK(O.test(rq, &done, &sz) == INTERNAL_ERROR && done == 1 && sz == -1, "test of a finished request");
+    CHECK(O.test(sq, &done, NULL) == INTERNAL_ERROR, "test of a finished request, NULL sizes");
+    CHECK(O.test(s, &done, NULL) == INTERNAL_ERROR, "test of a comm");
+    CHECK(O.test(smh, &done, NULL) == INTERNAL_ERROR, "test of an mhandle");
+  }
+  /* a comm or mhandle passed where another kind is expected */
+  CHECK(O.closeListen(s) == INTERNAL_ERROR, "closeListen of a send comm");
+  CHECK(O.closeRecv(s) == INTERNAL_ERROR, "closeRecv of a send comm (it must stay open)");
+  CHECK(O.closeSend(r) == INTERNAL_ERROR, "closeSend of a receive comm (it must stay open)");
+  {
+    void *rc = (void *)0x9;
+    CHECK(O.accept(r, &rc) == INTERNAL_ERROR && rc == NULL, "accept on a receive comm");
+  }
+  transfer(s, r, sb, smh, rb, rmh, 4096, 0, 3);
+
+  /* a send larger than the posted receive: the receive fails with ncclInvalidUsage and
+   * writes no byte past the posted 100; the connection then carries on */
+  {
+    memset(rb, 0xee, 4096);
+    void *tr = post_recv(r, rb, 100, rmh), *ts = post_send(s, sb, 200, smh);
+    int sz = -1;
+    res_t rres = wait_req(tr, &sz);
+    res_t sres = wait_req(ts, &sz);
+    CHECK(rres == INVALID_USAGE, "oversized: receive %d", rres);
+    CHECK(sres == OK, "oversized: the send %d", sres);
+    size_t touched = 0;
+    for (size_t i = 100; i < 4096; i++) touched += rb[i] != 0xee;
+    CHECK(touched == 0, "%zu bytes past the posted receive were written", touched);
+    transfer(s, r, sb, smh, rb, rmh, 1000, 0, 4);
+  }
+
+  /* deregMr of a region a receive still uses: the comm is torn down first, the receive
+   * ends flushed (ncclSystemError), and a send into it afterwards writes nothing */
+  {
+    void *s2, *r2, *smh2, *rmh2;
+    connect_pair(ctx, &s2, &r2);
+    MUST(O.regMr(s2, sb, BIG, PTR_HOST, &smh2) == OK && O.regMr(r2, rb, BIG, PTR_HOST, &rmh2) == OK, "regMr");
+    memset(rb, 0xee, 4096);
+    for (size_t i = 0; i < 4096; i++) sb[i] = pat(i, 9);
+    void *rq = post_recv(r2, rb, 4096, rmh2);
+    CHECK(O.deregMr(r2, rmh2) == OK, "deregMr while a receive uses it");
+    int done = 0, sz = -1;
+    CHECK(O.test(rq, &done, &sz) == SYSTEM_ERROR && done == 1, "the receive on the torn-down comm");
+    void *q = OPTIONAL_RECV_COMPLETION;
+    CHECK(O.irecv(r2, rb, 100, 0, rmh2, &q) == INTERNAL_ERROR && q == NULL, "irecv with the deregistered handle");
+    void *sq = NULL;
+    res_t sr = OK;
+    for (int i = 0; i < 1000 && sr == OK && !sq; i++) sr = O.isend(s2, sb, 4096, 0, smh2, &sq);
+    CHECK(sr == OK && sq, "the sender had the credit of the receive");
+    for (double t0 = now_s(); now_s() - t0 < 0.2;) { int d2 = 0; if (O.test(sq, &d2, NULL) != OK || d2) break; }
+    size_t touched = 0;
+    for (size_t i = 0; i < 4096; i++) touched += rb[i] != 0xee;
+    CHECK(touched == 0, "%zu bytes written into a deregistered region", touched);
+    CHECK(O.closeSend(s2) == OK && O.closeRecv(r2) == OK, "close after the teardown");
+    CHECK(O.deregMr(s2, smh2) == OK, "deregMr after close");
+    CHECK(O.deregMr(s2, smh2) == INTERNAL_ERROR, "deregMr twice");
+  }
+
+  /* use after close, double close */
+  {
+    void *rq = post_recv(r, rb, 100, rmh);
+    MUST(O.closeRecv(r) == OK, "closeRecv with a receive posted");
+    int done = 0;
+    CHECK(O.test(rq, &done, NULL) == INTERNAL_ERROR, "test of a request of a closed comm");
+    void *q = OPTIONAL_RECV_COMPLETION;
+    CHECK(O.irecv(r, rb, 100, 0, rmh, &q) == INTERNAL_ERROR && q == NULL, "irecv on a closed comm");
+    CHECK(O.closeRecv(r) == INTERNAL_ERROR, "closeRecv twice");
+    mh = (void *)0x33;
+    CHECK(O.regMr(r, rb, 10, PTR_HOST, &mh) == INTERNAL_ERROR, "regMr on a closed comm");
+    CHECK(O.deregMr(r, rmh) == OK, "deregMr after closeRecv");
+    MUST(O.closeSend(s) == OK, "closeSend");
+    q = (void *)0x77;
+    CHECK(O.isend(s, sb, 10, 0, smh, &q) == INTERNAL_ERROR && q == NULL, "isend on a closed comm");
+    CHECK(O.closeSend(s) == INTERNAL_ERROR, "closeSend twice");
+    CHECK(O.deregMr(s, smh) == OK && O.deregMr(s, smh) == INTERNAL_ERROR, "deregMr after close, twice");
+  }
+  if (O.has_finalize) {
+    MUST(O.finalize(ctx) == OK, "finalize");
+    CHECK(O.finalize(ctx) == INTERNAL_ERROR, "finalize twice");
+  }
+  /* a process that unloads the plugin with a connection open and a receive in flight
+   * (NCCL aborting): dlclose tears it all down without a hang, the memory is never
+   * written afterwards, and the next dlopen starts clean */
+  {
+    void *c2 = NULL;
+    MUST(O.init(&c2) == OK, "init again");
+    void *s3, *r3, *rmh3;
+    connect_pair(c2, &s3, &r3);
+    MUST(O.regMr(r3, rb, BIG, PTR_HOST, &rmh3) == OK, "regMr");
+    memset(rb, 0xee, 4096);
+    (void)post_recv(r3, rb, 4096, rmh3);
+  }
+  double t0 = now_s();
+  MUST(dlclose(lib) == 0, "dlclose: %s", dlerror());
+  CHECK(now_s() - t0 < 2.0, "dlclose with a live connection took %.2f s", now_s() - t0);
+  usleep(20000);
+  size_t touched = 0;
+  for (size_t i = 0; i < 4096; i++) touched += rb[i] != 0xee;
+  CHECK(touched == 0, "%zu bytes written after dlclose", touched);
+  void *still = dlopen(libname, RTLD_NOW | RTLD_NOLOAD);
+  CHECK(still == NULL, "still loaded after dlclose with a live connection");
+  if (still) dlclose(still);
+  free(sb);
+  free(rb);
+}
+
+static int hostile(const char *libname) {
+  setenv("NCCL_SPRAY_CONNECT_TIMEOUT_MS", "1500", 1);
+  for (int v = 12; v >= 6; v--) hostile_one(libname, v);
+  if (g_failures) fprintf(stderr, "%d checks failed\n", g_failures);
+  else printf("hostile: all checks passed for v12..v6\n");
+  return g_failures ? 1 : 0;
+}
+
 /* ---- sizes mode: this file's layouts, for the Rust test to compare with its own ------ */
 static int sizes(void) {
   printf("props6 %zu\nprops7 %zu\nprops8 %zu\nprops9 %zu\nprops11 %zu\nprops12 %zu\n", sizeof(props6_t),
@@ -931,6 +1311,7 @@ int main(int argc, char **argv) {
   if (argc >= 2 && strcmp(argv[1], "sizes") == 0) return sizes(); /* never hang a test run */
   setvbuf(stdout, NULL, _IONBF, 0);
   if (argc >= 3 && strcmp(argv[2], "api") == 0) return api(argv[1]);
+  if (argc >= 3 && strcmp(argv[2], "hostile") == 0) return hostile(argv[1]);
   if (argc >= 6 && strcmp(argv[2], "bw") == 0) return bw(argv[1], strtoull(argv[3], NULL, 10), atoi(argv[4]), atoi(argv[5]));
   if (argc >= 6 && strcmp(argv[2], "idle") == 0) return idle(argv[1], atoi(argv[3]), argv[4], atoi(argv[5]));
   if (argc >= 8 && strcmp(argv[2], "ring") == 0)

@@ -64,6 +64,67 @@ fn every_version_drives_like_nccl_and_survives_reload() {
     assert!(stdout.contains("api: all checks passed for v12..v6"));
 }
 
+/// The ABI misused as a buggy NCCL or user would (`harness.c` hostile mode, every version):
+/// NULL pointers, objects used after close or closed twice, objects of the wrong kind,
+/// handles with bad fields or a stage copied from another handle's connect, a handle
+/// naming a silent port (bounded by `NCCL_SPRAY_CONNECT_TIMEOUT_MS=1500`), `irecv` of
+/// n != 1 or NULL arrays, sizes of -1 / 4 GiB, a region that wraps the address space,
+/// `deregMr` of a region a receive uses, `test` of a finished request: each an exact error
+/// code, no crash, no write outside a posted buffer, and the connections carry on.
+#[test]
+fn every_version_refuses_misuse_with_exact_error_codes() {
+    let (dir, exe) = setup("hostile");
+    let t0 = std::time::Instant::now();
+    let out = Command::new(&exe)
+        .arg("libnccl-net-spray.so")
+        .arg("hostile")
+        .env("LD_LIBRARY_PATH", &dir)
+        .env("HARNESS_QUIET", "1")
+        .output()
+        .expect("run the harness");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    println!("{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "harness failed: {:?}", out.status);
+    assert!(stdout.contains("hostile: all checks passed for v12..v6"));
+    // Seven versions, each with one 1.5 s connect deadline: bounded, never hung.
+    assert!(
+        t0.elapsed() < std::time::Duration::from_secs(120),
+        "{:?}",
+        t0.elapsed()
+    );
+}
+
+/// `NCCL_SPRAY_ADDR` that is no unicast address (hostile environment): `init` refuses it
+/// with `ncclInvalidArgument` and names it. Before, 224.0.0.1 and 255.255.255.255 were
+/// taken, `listen` handed out a handle naming them, and every `connect` failed.
+#[test]
+fn a_non_unicast_spray_addr_is_refused_at_init() {
+    let (dir, exe) = setup("addr");
+    for addr in ["0.0.0.0", "224.0.0.1", "255.255.255.255", "::", "ff02::1"] {
+        let out = Command::new(&exe)
+            .arg("libnccl-net-spray.so")
+            .arg("api")
+            .env("LD_LIBRARY_PATH", &dir)
+            .env("HARNESS_QUIET", "1")
+            .env("NCCL_SPRAY_ADDR", addr)
+            .output()
+            .expect("run the harness");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{addr}: {stderr}");
+        assert!(
+            stderr.contains(&format!(
+                "NET/spray: init: NCCL_SPRAY_ADDR={addr}: not a unicast address"
+            )),
+            "{addr}: {stderr}"
+        );
+        // The harness stopped at init (its first call that fails).
+        assert!(
+            stderr.contains("O.init(&ctx) == OK: init"),
+            "{addr}: {stderr}"
+        );
+    }
+}
+
 #[test]
 fn ring_allreduce_across_four_processes() {
     let (dir, exe) = setup("ring");

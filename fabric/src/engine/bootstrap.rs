@@ -446,6 +446,15 @@ impl Write for DeadlineStream<'_> {
     }
 }
 
+/// `timeout` from now; a timeout too long for the clock (`Duration::MAX`) is about 136
+/// years, never a panic.
+pub fn deadline_after(timeout: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(timeout)
+        .or_else(|| now.checked_add(Duration::from_secs(1 << 32)))
+        .unwrap_or(now)
+}
+
 /// Client side: connects to `server` (within `timeout`), sends `local`, reads the peer's;
 /// `timeout` is the deadline of the whole of it.
 /// Returns the peer's info, the UDP address to send to, and the open stream (for the
@@ -458,7 +467,7 @@ pub fn connect(
     local: &QpInfo,
     timeout: Duration,
 ) -> Result<(QpInfo, SocketAddr, TcpStream), BootstrapError> {
-    let until = Instant::now() + timeout;
+    let until = deadline_after(timeout);
     let label = format!("{server:?}");
     let addrs: Vec<SocketAddr> = server
         .to_socket_addrs()
@@ -510,7 +519,7 @@ pub fn exchange(
     local: &QpInfo,
     timeout: Duration,
 ) -> Result<(QpInfo, SocketAddr, TcpStream), BootstrapError> {
-    exchange_until(s, local, Instant::now() + timeout)
+    exchange_until(s, local, deadline_after(timeout))
 }
 
 /// [`exchange`] under a deadline ([`DeadlineStream`]): a peer that has not sent its whole

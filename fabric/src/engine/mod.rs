@@ -903,7 +903,8 @@ impl Qp {
     /// progress runs on the caller's thread, it means: not during a call on the worker.
     ///
     /// # Errors
-    /// [`EngineError::Refused`] for a null `ptr` with `len > 0` or `len > isize::MAX`;
+    /// [`EngineError::Refused`] for a null `ptr` with `len > 0`, `len > isize::MAX` or a
+    /// range that wraps past the end of the address space;
     /// else as [`Qp::reg_mr`].
     pub unsafe fn reg_mr_raw(
         &self,
@@ -1134,7 +1135,7 @@ impl Qp {
         server: impl ToSocketAddrs + std::fmt::Debug,
         timeout: Duration,
     ) -> Result<Connected, EngineError> {
-        let until = Instant::now() + timeout;
+        let until = bootstrap::deadline_after(timeout);
         let (remote, udp, stream) = bootstrap::connect(server, &self.local_info(), timeout)?;
         self.finish_bootstrap(remote, udp, stream, until)
     }
@@ -1168,7 +1169,7 @@ impl Qp {
         stream: TcpStream,
         timeout: Duration,
     ) -> Result<Connected, EngineError> {
-        self.connect_on_until(stream, Instant::now() + timeout)
+        self.connect_on_until(stream, bootstrap::deadline_after(timeout))
     }
 
     /// [`Qp::connect_on`] with a deadline for the whole exchange (QpInfo, source ports,

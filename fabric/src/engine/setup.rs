@@ -250,6 +250,16 @@ pub struct SetupStats {
     pub rejected_protocol: u64,
     /// Connections to a listener dropped at their deadline.
     pub rejected_timeout: u64,
+    /// Connections to a listener dropped to make room: with [`MAX_ACCEPTS_IN_FLIGHT`]
+    /// handshakes in flight, each new connection takes the place of the oldest one whose
+    /// peer has not proved the secret yet (so strangers holding every slot delay a real
+    /// peer by one pass, not by their deadline).
+    pub rejected_crowded: u64,
+    /// Passes of a listener whose `accept(2)` failed for want of descriptors or memory
+    /// (`EMFILE`, `ENFILE`, `ENOBUFS`, `ENOMEM`) or met an aborted connection: the
+    /// waiting connections stay in the backlog for a later pass; nothing is reported as
+    /// an error of the listener.
+    pub accept_deferred: u64,
     /// Connection attempts that failed (each reported once by `poll_connect`).
     pub connect_failures: u64,
 }
@@ -584,6 +594,15 @@ impl Handshake {
 }
 
 /// Whether `e` is a peer's failure to prove the secret.
+/// An `accept(2)` failure that a later pass may not meet: out of descriptors (`EMFILE`,
+/// `ENFILE`) or memory (`ENOBUFS`, `ENOMEM`), or a connection aborted in the queue.
+fn is_transient_accept_error(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM | libc::ECONNABORTED)
+    )
+}
+
 fn is_secret_failure(e: &EngineError) -> bool {
     matches!(e, EngineError::Bootstrap(BootstrapError::AuthMismatch(_)))
 }
@@ -629,7 +648,11 @@ impl Setup {
     }
 
     fn deadline(&self, now: Instant) -> Instant {
-        now + self.timeout.unwrap_or(DEFAULT_SETUP_TIMEOUT)
+        let t = self.timeout.unwrap_or(DEFAULT_SETUP_TIMEOUT);
+        // A timeout too long for the clock (`Duration::MAX`): about 136 years.
+        now.checked_add(t)
+            .or_else(|| now.checked_add(Duration::from_secs(1 << 32)))
+            .unwrap_or(now)
     }
 
     fn id(&mut self) -> u64 {
@@ -648,6 +671,12 @@ impl Setup {
             return Err(EngineError::Refused(
                 "listen needs the worker bound to a specific IP (the handle names it)".into(),
             ));
+        }
+        if ip.is_multicast() {
+            // The handle would name it, and no peer's ConnHandle::from_bytes accepts one.
+            return Err(EngineError::Refused(format!(
+                "listen needs a unicast IP, not the multicast {ip} (the handle names it)"
+            )));
         }
         let sock = TcpListener::bind(SocketAddr::new(ip, 0)).map_err(io_fail("listen"))?;
         sock.set_nonblocking(true).map_err(io_fail("listen"))?;
@@ -778,7 +807,7 @@ impl Setup {
         let Some(l) = self.listeners.get_mut(&id.0) else {
             return Some(Err(EngineError::Refused(format!("no listener {}", id.0))));
         };
-        if let Err(e) = Self::accept_new(l, until) {
+        if let Err(e) = Self::accept_new(l, &mut self.stats, until) {
             return Some(Err(e));
         }
         Self::advance_listener(l, &mut self.stats, host, now);
@@ -794,16 +823,44 @@ impl Setup {
         for l in self.listeners.values_mut() {
             // A failing accept (e.g. out of descriptors) is retried at the next call;
             // poll_accept reports it.
-            let _ = Self::accept_new(l, until);
+            let _ = Self::accept_new(l, &mut self.stats, until);
             Self::advance_listener(l, &mut self.stats, host, now);
         }
         self.advance_attempts(host, now);
     }
 
-    fn accept_new(l: &mut Listener, until: Instant) -> Result<(), EngineError> {
-        while l.pending.len() < MAX_ACCEPTS_IN_FLIGHT {
+    /// Takes the connections waiting in the backlog. With every handshake slot in use, a
+    /// new one takes the slot of the oldest handshake whose peer has not proved the
+    /// secret (no QP yet: all a stranger can hold); when every slot's peer has proved it,
+    /// new connections wait in the backlog.
+    fn accept_new(
+        l: &mut Listener,
+        stats: &mut SetupStats,
+        until: Instant,
+    ) -> Result<(), EngineError> {
+        loop {
+            let victim = if l.pending.len() < MAX_ACCEPTS_IN_FLIGHT {
+                None
+            } else {
+                let oldest = l
+                    .pending
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, h)| h.qpn.is_none())
+                    .min_by_key(|(_, h)| h.until)
+                    .map(|(i, _)| i);
+                match oldest {
+                    Some(i) => Some(i),
+                    None => break,
+                }
+            };
             match l.sock.accept() {
                 Ok((s, from)) => {
+                    if let Some(i) = victim {
+                        // No QP to destroy: it never proved the secret.
+                        drop(l.pending.swap_remove(i));
+                        stats.rejected_crowded += 1;
+                    }
                     s.set_nonblocking(true).map_err(io_fail("accept"))?;
                     // Disabling Nagle only saves latency; a failure is harmless.
                     let _ = s.set_nodelay(true);
@@ -813,6 +870,15 @@ impl Setup {
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                // Out of descriptors or memory (strangers holding the slots of many
+                // listeners can exhaust the process's descriptors; a connection reset
+                // before its accept): the connections wait in the backlog for a later
+                // pass, and the listener, and the peers already accepted, carry on.
+                Err(e) if is_transient_accept_error(&e) => {
+                    stats.accept_deferred += 1;
+                    tracing::debug!("setup: accept deferred: {e}");
+                    break;
+                }
                 Err(e) => return Err(io_fail("accept")(e)),
             }
         }

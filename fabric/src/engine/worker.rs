@@ -219,8 +219,8 @@ impl<D: Datapath> Worker<D> {
     /// application may).
     ///
     /// # Errors
-    /// [`EngineError::Refused`] for a null `ptr` with `len > 0`, `len > isize::MAX`, an
-    /// unknown QP or a full table.
+    /// [`EngineError::Refused`] for a null `ptr` with `len > 0`, `len > isize::MAX`, a
+    /// range that wraps past the end of the address space, an unknown QP or a full table.
     pub unsafe fn reg_mr_raw(
         &mut self,
         qpn: u32,
@@ -487,7 +487,7 @@ impl<D: Datapath> Worker<D> {
         server: impl ToSocketAddrs + std::fmt::Debug,
         timeout: Duration,
     ) -> Result<Connected, EngineError> {
-        let until = Instant::now() + timeout;
+        let until = bootstrap::deadline_after(timeout);
         let (remote, udp, stream) = bootstrap::connect(server, &self.local_info(qpn)?, timeout)?;
         self.finish_bootstrap(qpn, remote, udp, stream, until)
     }
@@ -509,7 +509,7 @@ impl<D: Datapath> Worker<D> {
                 what: "accept",
                 source,
             })?;
-        self.connect_on_until(qpn, s, Instant::now() + timeout)
+        self.connect_on_until(qpn, s, bootstrap::deadline_after(timeout))
     }
 
     fn check_sge(&self, qpn: u32, sge: &Sge, need: Option<Access>) -> Result<(), PostError> {

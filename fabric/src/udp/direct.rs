@@ -390,17 +390,15 @@ impl Datapath for DirectDatapath {
                     continue;
                 };
                 let len = (m.msg_len as usize).min(s.buf.len());
-                let data = &s.buf[..len];
-                let seg = cm.gro_segment_bytes.unwrap_or(len).max(1);
-                for chunk in data.chunks(seg) {
+                for chunk in sock::segments(&s.buf[..len], cm.gro_segment_bytes) {
                     handed += 1;
+                    self.stats.rx_datagrams += 1;
                     f(RxDatagram {
                         from,
                         ecn: Ecn::from_bits(cm.ecn_bits),
                         bytes: chunk,
                     });
                 }
-                self.stats.rx_datagrams += len.div_ceil(seg) as u64;
             }
             if got < n {
                 break; // the socket is empty: no need for a call to find out

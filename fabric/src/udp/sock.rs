@@ -251,6 +251,21 @@ pub(crate) struct RxCmsgs {
     pub gro_segment_bytes: Option<usize>,
 }
 
+/// The datagrams of one receive of `data`: its `UDP_GRO` segments (`gro_segment_bytes`),
+/// or the whole of it; an empty receive (a zero-length UDP datagram) is one empty
+/// datagram, so the engine counts it (too short to name a QP) instead of nobody.
+pub(crate) fn segments(
+    data: &[u8],
+    gro_segment_bytes: Option<usize>,
+) -> impl Iterator<Item = &[u8]> {
+    let seg = gro_segment_bytes.unwrap_or(data.len()).max(1);
+    let empty: &[u8] = &[];
+    data.is_empty()
+        .then_some(empty)
+        .into_iter()
+        .chain(data.chunks(seg))
+}
+
 /// Reads the cmsgs of a completed `recvmsg` (`hdr.msg_controllen` as the kernel left it).
 ///
 /// # Safety
@@ -353,5 +368,24 @@ impl crate::datapath::Waker for EventFdWaker {
         unsafe {
             libc::write(self.fd.as_raw_fd(), (&one as *const u64).cast(), 8);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::segments;
+
+    #[test]
+    fn a_zero_length_datagram_is_one_empty_datagram_and_gro_splits_exactly() {
+        // Found with a stranger's 0-byte datagram on the direct datapath
+        // (tests/direct_hostile.rs): it was handed to nobody and counted nowhere.
+        let none: Vec<&[u8]> = segments(&[], None).collect();
+        assert_eq!(none, vec![&[][..]]);
+        let none: Vec<&[u8]> = segments(&[], Some(1200)).collect();
+        assert_eq!(none, vec![&[][..]]);
+        let one: Vec<&[u8]> = segments(&[1, 2, 3], None).collect();
+        assert_eq!(one, vec![&[1u8, 2, 3][..]]);
+        let gro: Vec<&[u8]> = segments(&[1, 2, 3, 4, 5], Some(2)).collect();
+        assert_eq!(gro, vec![&[1u8, 2][..], &[3, 4][..], &[5][..]]);
     }
 }

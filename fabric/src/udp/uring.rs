@@ -647,18 +647,18 @@ impl Datapath for UringDatapath {
                     let cm = unsafe { sock::decode_rx_cmsgs(&s.hdr) };
                     let from = sock::sockaddr_to_std(&s.addr, s.hdr.msg_namelen);
                     let len = (res as usize).min(s.buf.len());
-                    let data = &s.buf[..len];
-                    let seg = cm.gro_segment_bytes.unwrap_or(len).max(1);
                     if let Some(from) = from {
-                        for chunk in data.chunks(seg) {
+                        for chunk in sock::segments(&s.buf[..len], cm.gro_segment_bytes) {
                             handed += 1;
+                            self.stats.rx_datagrams += 1;
                             f(RxDatagram {
                                 from,
                                 ecn: Ecn::from_bits(cm.ecn_bits),
                                 bytes: chunk,
                             });
                         }
-                        self.stats.rx_datagrams += len.div_ceil(seg) as u64;
+                    } else {
+                        self.stats.rx_errors += 1;
                     }
                 }
                 self.arm_slot(i)?;
@@ -762,17 +762,18 @@ fn multishot_cqe(
                 }
                 let from = sock::sockaddr_to_std(&ss, out.incoming_name_len());
                 let data = out.payload_data();
-                let seg = cm.gro_segment_bytes.unwrap_or(data.len()).max(1);
                 if let Some(from) = from {
-                    for chunk in data.chunks(seg) {
+                    for chunk in sock::segments(data, cm.gro_segment_bytes) {
                         handed += 1;
+                        stats.rx_datagrams += 1;
                         f(RxDatagram {
                             from,
                             ecn: Ecn::from_bits(cm.ecn_bits),
                             bytes: chunk,
                         });
                     }
-                    stats.rx_datagrams += data.len().div_ceil(seg) as u64;
+                } else {
+                    stats.rx_errors += 1;
                 }
             }
             _ => stats.rx_errors += 1,

@@ -59,14 +59,16 @@ pub struct RawMem {
 unsafe impl Send for RawMem {}
 
 impl RawMem {
-    /// Wraps `len` bytes at `ptr`. `None` if `ptr` is null while `len > 0`, or `len`
-    /// exceeds `isize::MAX` (no allocation can be that large).
+    /// Wraps `len` bytes at `ptr`. `None` if `ptr` is null while `len > 0`, `len`
+    /// exceeds `isize::MAX` (no allocation can be that large), or `ptr + len` runs past
+    /// the end of the address space (no allocation can wrap: a slice of it would be
+    /// undefined behaviour however the rest of the contract is kept).
     ///
     /// # Safety
     /// The contract in this module's docs (valid, unmoved, not raced, not doubly
     /// registered for writing) must hold until the returned value is dropped.
     pub unsafe fn new(ptr: *mut u8, len: usize) -> Option<RawMem> {
-        if len > isize::MAX as usize {
+        if len > isize::MAX as usize || (ptr as usize).checked_add(len).is_none() {
             return None;
         }
         let ptr = if len == 0 {
@@ -174,6 +176,20 @@ mod tests {
         assert!(unsafe { RawMem::new(core::ptr::null_mut(), 1) }.is_none());
         // SAFETY: refused before any use.
         assert!(unsafe { RawMem::new(NonNull::<u8>::dangling().as_ptr(), usize::MAX) }.is_none());
+        // A range that wraps past the end of the address space (NCCL plugin hostile
+        // harness: regMr of UINTPTR_MAX - 4095, 8192 bytes was accepted).
+        let top = usize::MAX - 4095;
+        // SAFETY: refused before any use.
+        assert!(unsafe { RawMem::new(top as *mut u8, 8192) }.is_none());
+        // SAFETY: refused before any use.
+        assert!(unsafe { RawMem::new(top as *mut u8, 4096) }.is_none());
+        // Up to the last address (its end, ptr + len, still representable): only the
+        // checks run, nothing is accessed.
+        // SAFETY: never accessed (only len() is read).
+        assert_eq!(
+            unsafe { RawMem::new(top as *mut u8, 4095) }.map(|m| m.len()),
+            Some(4095)
+        );
         // SAFETY: zero bytes are never accessed.
         let mut e = unsafe { RawMem::new(core::ptr::null_mut(), 0) }.unwrap();
         assert!(e.is_empty());
