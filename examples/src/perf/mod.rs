@@ -163,9 +163,10 @@ pub fn run_cli(cli: Cli) -> Result<String, CliError> {
                 SocketAddr::new(ip, cli.test.port),
                 if persistent { " (persistent)" } else { "" }
             );
-            let serve = || {
+            let mut queue = run::ClientQueue::new(listener)?;
+            let mut serve = || {
                 let (sp, r) = run::serve_one(
-                    &listener,
+                    &mut queue,
                     udp,
                     timeout,
                     None,
@@ -334,7 +335,7 @@ fn run_one(
             let server_psk = env.psk.map(<[u8]>::to_vec);
             let server = std::thread::spawn(move || {
                 run::serve_one(
-                    &listener,
+                    &mut run::ClientQueue::new(listener)?,
                     udp,
                     timeout,
                     Some(timeout),

@@ -1497,9 +1497,9 @@ fn read_line(s: &TcpStream, until: Instant, max_bytes: usize) -> Result<Vec<u8>,
     }
 }
 
-/// Parses the params line the client sends first.
-fn read_params(s: &TcpStream, timeout: Duration, until: Instant) -> Result<TestParams, String> {
-    let line = read_line(s, until, 65536).map_err(|e| match e {
+/// Why a client's test parameters line did not arrive, as `dropped client` names it.
+fn params_error(e: LineError, timeout: Duration) -> String {
+    match e {
         LineError::Closed(b) if b.is_empty() => {
             "client closed before sending test parameters".to_string()
         }
@@ -1513,8 +1513,164 @@ fn read_params(s: &TcpStream, timeout: Duration, until: Instant) -> Result<TestP
         ),
         LineError::TooLong(_) => "test parameters too long".into(),
         LineError::Io(e) => format!("reading test parameters: {e}"),
-    })?;
-    serde_json::from_slice(&line).map_err(|e| format!("bad test parameters: {e}"))
+    }
+}
+
+/// Longest test parameters line a server reads, bytes.
+const MAX_PARAMS_BYTES: usize = 65536;
+
+/// Connections a server holds while their test parameters arrive; a further one drops
+/// the oldest (strangers cannot crowd a real client out).
+pub const MAX_WAITING_CLIENTS: usize = 64;
+
+/// A connection whose test parameters line is still arriving.
+struct Waiting {
+    s: TcpStream,
+    peer: String,
+    line: Vec<u8>,
+    /// The deadline of its whole setup exchange (accept + `--timeout`).
+    until: Instant,
+}
+
+/// What a read of a [`Waiting`] connection found.
+enum Arrival {
+    /// The whole line (without its newline).
+    Line(Vec<u8>),
+    /// Nothing more yet.
+    Pending,
+    /// It cannot set up: the reason.
+    Failed(LineError),
+}
+
+impl Waiting {
+    /// Reads what has arrived, one byte at a time (nothing after the newline is taken
+    /// from the bootstrap that follows), without blocking.
+    fn read(&mut self) -> Arrival {
+        use std::io::Read;
+        let mut b = [0u8; 1];
+        loop {
+            match (&self.s).read(&mut b) {
+                Ok(0) => return Arrival::Failed(LineError::Closed(std::mem::take(&mut self.line))),
+                Ok(_) if b[0] == b'\n' => return Arrival::Line(std::mem::take(&mut self.line)),
+                Ok(_) => {
+                    self.line.push(b[0]);
+                    if self.line.len() > MAX_PARAMS_BYTES {
+                        self.line.truncate(64);
+                        return Arrival::Failed(LineError::TooLong(std::mem::take(&mut self.line)));
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    return if Instant::now() >= self.until {
+                        Arrival::Failed(LineError::TimedOut)
+                    } else {
+                        Arrival::Pending
+                    };
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Arrival::Failed(LineError::Io(e)),
+            }
+        }
+    }
+}
+
+/// A server's TCP port and the connections on it whose test parameters are still
+/// arriving: all of them are read at once, so silent or slow strangers do not hold back a
+/// client that sends its parameters behind them (before, each was read in turn until its
+/// own deadline). Kept across the clients of `--persistent`.
+pub struct ClientQueue {
+    listener: TcpListener,
+    waiting: std::collections::VecDeque<Waiting>,
+}
+
+impl ClientQueue {
+    /// Serves clients from `listener`.
+    ///
+    /// # Errors
+    /// The listener cannot be made non-blocking.
+    pub fn new(listener: TcpListener) -> Result<Self, String> {
+        listener.set_nonblocking(true).map_err(|e| e.to_string())?;
+        Ok(ClientQueue {
+            listener,
+            waiting: std::collections::VecDeque::new(),
+        })
+    }
+
+    /// The next connection whose test parameters line arrived whole, with it and its
+    /// setup deadline; connections that fail meanwhile (closed, garbage without a newline,
+    /// too long, silent past `timeout` from their accept, or pushed out by
+    /// [`MAX_WAITING_CLIENTS`] newer ones) are named on stderr and dropped. Waits until
+    /// `until` if given (then "no client connected" when none is waiting).
+    fn next(
+        &mut self,
+        timeout: Duration,
+        until: Option<Instant>,
+    ) -> Result<(TcpStream, String, Vec<u8>, Instant), String> {
+        loop {
+            let mut busy = false;
+            loop {
+                match self.listener.accept() {
+                    Ok((s, a)) => {
+                        busy = true;
+                        s.set_nonblocking(true).map_err(|e| e.to_string())?;
+                        if self.waiting.len() >= MAX_WAITING_CLIENTS
+                            && let Some(old) = self.waiting.pop_front()
+                        {
+                            eprintln!(
+                                "mrc-perf server: dropped client {}: {MAX_WAITING_CLIENTS} newer \
+                                 connections waiting to send test parameters",
+                                old.peer
+                            );
+                        }
+                        self.waiting.push_back(Waiting {
+                            s,
+                            peer: a.to_string(),
+                            line: Vec::new(),
+                            until: Instant::now() + timeout,
+                        });
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => {
+                        // out of descriptors or memory: leave the rest in the backlog
+                        eprintln!("mrc-perf server: accept: {e}");
+                        break;
+                    }
+                }
+            }
+            let mut i = 0;
+            while i < self.waiting.len() {
+                match self.waiting[i].read() {
+                    Arrival::Pending => i += 1,
+                    Arrival::Line(line) => {
+                        let Some(w) = self.waiting.remove(i) else {
+                            break;
+                        };
+                        w.s.set_nonblocking(false).map_err(|e| e.to_string())?;
+                        return Ok((w.s, w.peer, line, w.until));
+                    }
+                    Arrival::Failed(e) => {
+                        busy = true;
+                        if let Some(w) = self.waiting.remove(i) {
+                            eprintln!(
+                                "mrc-perf server: dropped client {}: {}",
+                                w.peer,
+                                params_error(e, timeout)
+                            );
+                        }
+                    }
+                }
+            }
+            if let Some(u) = until
+                && Instant::now() > u
+                && self.waiting.is_empty()
+            {
+                return Err("no client connected".into());
+            }
+            if !busy {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
+    }
 }
 
 /// Reads the server's answer to the test parameters ([`REPLY_OK`] or [`REPLY_ERROR`]).
@@ -1581,46 +1737,19 @@ enum ServeError {
     Fatal(String),
 }
 
-/// Waits for the next connection on `listener`, until `until` if given.
-fn accept_until(listener: &TcpListener, until: Option<Instant>) -> Result<TcpStream, String> {
-    let Some(until) = until else {
-        listener.set_nonblocking(false).map_err(|e| e.to_string())?;
-        return listener
-            .accept()
-            .map(|(s, _)| s)
-            .map_err(|e| format!("accept: {e}"));
-    };
-    listener.set_nonblocking(true).map_err(|e| e.to_string())?;
-    loop {
-        match listener.accept() {
-            Ok((s, _)) => {
-                s.set_nonblocking(false).map_err(|e| e.to_string())?;
-                return Ok(s);
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                if Instant::now() > until {
-                    return Err("no client connected".into());
-                }
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(format!("accept: {e}")),
-        }
-    }
-}
-
-/// Server role: accepts clients on `listener` until one sets up, runs its test, returns.
+/// Server role: takes clients from `queue` until one sets up, runs its test, returns.
 /// A client that fails the setup (bad parameters or parameters over `limits`, garbage,
 /// closing early, silent or slow past `timeout`, the deadline of its whole setup exchange
 /// from accept to the ready barrier) is answered where it can be, named on stderr
-/// (`mrc-perf server: dropped client ADDR: REASON`) and dropped; the server then waits for
-/// the next. `accept_timeout` bounds the wait for a client that sets up (loopback).
+/// (`mrc-perf server: dropped client ADDR: REASON`) and dropped; the server then takes the
+/// next ([`ClientQueue`] reads every waiting connection's parameters at once).
+/// `accept_timeout` bounds the wait for a client that sets up (loopback).
 ///
 /// # Errors
 /// No client within `accept_timeout`; this side cannot set up (e.g. its UDP port is
 /// taken: answered to the client too); the test failed.
 pub fn serve_one(
-    listener: &TcpListener,
+    queue: &mut ClientQueue,
     udp_bind: SocketAddr,
     timeout: Duration,
     accept_timeout: Option<Duration>,
@@ -1630,11 +1759,8 @@ pub fn serve_one(
 ) -> Result<(TestParams, EndResult), String> {
     let until = accept_timeout.map(|t| Instant::now() + t);
     loop {
-        let s = accept_until(listener, until)?;
-        let peer = s
-            .peer_addr()
-            .map_or_else(|_| "(unknown)".to_string(), |a| a.to_string());
-        match serve_stream(s, udp_bind, timeout, local, limits, psk) {
+        let (s, peer, line, setup_until) = queue.next(timeout, until)?;
+        match serve_stream(s, line, setup_until, udp_bind, timeout, local, limits, psk) {
             Ok(r) => return Ok(r),
             Err(ServeError::Client(e)) => {
                 eprintln!("mrc-perf server: dropped client {peer}: {e}");
@@ -1644,8 +1770,14 @@ pub fn serve_one(
     }
 }
 
+/// The setup and test of the client on `s` whose test parameters `line` arrived, by the
+/// deadline `until` of its whole setup exchange (from its accept, however it paces its
+/// bytes).
+#[allow(clippy::too_many_arguments)]
 fn serve_stream(
     mut s: TcpStream,
+    line: Vec<u8>,
+    until: Instant,
     udp_bind: SocketAddr,
     timeout: Duration,
     local: &LocalOpts,
@@ -1653,9 +1785,8 @@ fn serve_stream(
     psk: Option<&[u8]>,
 ) -> Result<(TestParams, EndResult), ServeError> {
     use ServeError::{Client, Fatal};
-    // One deadline for the whole setup exchange, however the client paces its bytes.
-    let until = Instant::now() + timeout;
-    let setup = read_params(&s, timeout, until)
+    let setup = serde_json::from_slice::<TestParams>(&line)
+        .map_err(|e| format!("bad test parameters: {e}"))
         .and_then(|mut p| {
             p.check(timeout.as_secs_f64())
                 .map_err(|e| format!("client's test parameters: {e}"))?;
