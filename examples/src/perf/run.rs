@@ -1827,7 +1827,7 @@ fn serve_stream(
         verbs::exchange(&mut s, book, addr, left.max(Duration::from_millis(1))).map_err(Client)?;
     }
     post_recvs(&side, initial_recvs(&p, false), 0).map_err(Fatal)?;
-    let c = connect_qp(&side, s, until, psk).map_err(Client)?;
+    let c = connect_qp(&side, s, until, psk, false).map_err(Client)?;
     let remote = remote_region(&c.remote.regions, &p, "client").map_err(Client)?;
     let ctl = CtlStream::new(c.stream).map_err(Fatal)?;
     let r = run_end(&side, remote, ctl, &p, false, timeout, None).map_err(|e| Fatal(e.message))?;
@@ -1836,20 +1836,22 @@ fn serve_stream(
 
 /// The engine bootstrap on `s` by `until`: authenticated (per-packet AES-256-GCM under
 /// keys from `psk` and fresh nonces, [`mrc_fabric::engine::Qp::connect_on_authenticated`])
-/// when this end has a pre-shared key, plain otherwise.
+/// when this end has a pre-shared key, plain otherwise; `client`: this end connected (the
+/// key setup's initiator).
 fn connect_qp(
     side: &Side,
     s: TcpStream,
     until: Instant,
     psk: Option<&[u8]>,
+    client: bool,
 ) -> Result<mrc_fabric::engine::Connected, String> {
     match (&side.ep, psk) {
-        (Endpoint::Thread { qp, .. }, Some(k)) => qp.connect_on_authenticated(s, until, k),
+        (Endpoint::Thread { qp, .. }, Some(k)) => qp.connect_on_authenticated(s, until, k, client),
         (Endpoint::Thread { qp, .. }, None) => qp.connect_on_until(s, until),
         (Endpoint::Caller { worker, qpn }, psk) => {
             let mut w = worker.lock().unwrap_or_else(|e| e.into_inner());
             match psk {
-                Some(k) => w.connect_on_authenticated(*qpn, s, until, k),
+                Some(k) => w.connect_on_authenticated(*qpn, s, until, k, client),
                 None => w.connect_on_until(*qpn, s, until),
             }
         }
@@ -1933,7 +1935,7 @@ pub fn run_client_on(
     post_recvs(&side, initial_recvs(p, true), 0)?;
     // The bootstrap after the server's answer under a deadline of its own (the wait for
     // the answer may have used most of the first: the server was busy with another).
-    let c = connect_qp(&side, s, Instant::now() + timeout, psk)?;
+    let c = connect_qp(&side, s, Instant::now() + timeout, psk, true)?;
     let remote = remote_region(&c.remote.regions, p, "server")?;
     let ctl = CtlStream::new(c.stream)?;
     let r = run_end(&side, remote, ctl, p, true, timeout, progress)?;

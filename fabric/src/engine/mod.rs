@@ -719,11 +719,13 @@ fn finish_bootstrap_with(
 }
 
 /// The key setup of an authenticated bootstrap ([`Qp::connect_on_authenticated`]): swap
-/// setup nonces and key confirmations on `stream` by `until`, derive the keys.
+/// setup nonces and key confirmations on `stream` by `until`, derive the keys; `initiator`
+/// is this end's role (the TCP connector), as in the handle setup ([`setup`]).
 fn negotiate_auth(
     stream: &TcpStream,
     until: Instant,
     psk: &[u8],
+    initiator: bool,
 ) -> Result<mrc_transport::auth::AuthKeys, EngineError> {
     use mrc_transport::auth::{AuthKeys, MIN_PSK_BYTES, key_confirmation};
     if psk.len() < MIN_PSK_BYTES {
@@ -735,7 +737,15 @@ fn negotiate_auth(
     let mut nonce = [0u8; 32];
     source::random_bytes(&mut nonce).map_err(EngineError::Refused)?;
     let peer_nonce = bootstrap::exchange_nonces(stream, &nonce, until)?;
-    let initiator = nonce < peer_nonce;
+    if peer_nonce == nonce {
+        // our own nonce reflected back: never a peer
+        return Err(BootstrapError::AuthMismatch("the peer echoed this end's nonce").into());
+    }
+    // Roles by the TCP direction, not by the nonces: with roles from the nonces, an on-path
+    // relay could join two connections of one end (or two ends that both connected or
+    // both accepted) that share the pre-shared key, and each would confirm the other.
+    // With fixed roles two connectors (or two acceptors) expect each other's confirmation
+    // under the other role and fail here.
     let (ni, nr) = if initiator {
         (&nonce, &peer_nonce)
     } else {
@@ -1191,22 +1201,24 @@ impl Qp {
     /// ([`mrc_transport::auth`]): both ends first swap 32-byte setup nonces from the OS
     /// CSPRNG ([`bootstrap::exchange_nonces`]) and key confirmations
     /// ([`bootstrap::exchange_confirmations`]: a peer without the same pre-shared key `psk`
-    /// fails here), derive the connection's keys from the nonces and `psk` (the end with
-    /// the lower nonce is the initiator), and turn authentication on ([`Qp::set_auth`])
-    /// before the rest of the bootstrap, which is [`Qp::connect_on_until`]'s.
+    /// fails here), derive the connection's keys from the nonces and `psk`, and turn
+    /// authentication on ([`Qp::set_auth`]) before the rest of the bootstrap, which is
+    /// [`Qp::connect_on_until`]'s. `initiator`: this end opened the TCP connection (the
+    /// other end accepted it); both ends claiming the same role fail the key confirmation.
     ///
     /// # Errors
     /// As [`Qp::connect_tcp`]; [`EngineError::Refused`] for a `psk` shorter than
-    /// [`mrc_transport::auth::MIN_PSK_BYTES`] (checked before anything is sent), a failing
-    /// CSPRNG or equal nonces; [`BootstrapError::AuthMismatch`] when only one end
-    /// authenticates or the keys differ.
+    /// [`mrc_transport::auth::MIN_PSK_BYTES`] (checked before anything is sent) or a failing
+    /// CSPRNG; [`BootstrapError::AuthMismatch`] when only one end authenticates, the keys
+    /// differ, both ends claim the same role, or the peer echoes this end's nonce.
     pub fn connect_on_authenticated(
         &self,
         stream: TcpStream,
         until: Instant,
         psk: &[u8],
+        initiator: bool,
     ) -> Result<Connected, EngineError> {
-        let keys = negotiate_auth(&stream, until, psk)?;
+        let keys = negotiate_auth(&stream, until, psk, initiator)?;
         self.set_auth(keys)?;
         self.connect_on_until(stream, until)
     }

@@ -468,8 +468,9 @@ impl<D: Datapath> Worker<D> {
         stream: TcpStream,
         until: Instant,
         psk: &[u8],
+        initiator: bool,
     ) -> Result<Connected, EngineError> {
-        let keys = negotiate_auth(&stream, until, psk)?;
+        let keys = negotiate_auth(&stream, until, psk, initiator)?;
         self.engine
             .set_auth(qpn, keys)
             .map_err(EngineError::Refused)?;
