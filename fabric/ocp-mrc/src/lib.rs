@@ -22,9 +22,12 @@
 #![warn(missing_docs)]
 
 pub mod abi;
+pub mod ctl;
 pub mod state;
 pub mod wire;
 
+#[cfg(feature = "verbs")]
+pub mod ctl_ffi;
 #[cfg(feature = "verbs")]
 pub mod ffi;
 #[cfg(feature = "verbs")]

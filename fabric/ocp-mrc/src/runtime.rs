@@ -25,11 +25,13 @@
 use crate::abi::limits;
 use crate::state::{self, MrcSettings, QpState};
 use crate::wire::{self, CHUNK_BYTES, Hello, WRITE_HEADER_BYTES, WriteHeader};
+use mrc_congestion::{AnyController, CcKind};
 use mrc_fabric::datapath::{ConnId, Datapath, PathMap, TxBatch};
 use mrc_fabric::engine::{EngineConfig, QpConfig, Worker};
 use mrc_fabric::verbs::addr::EndpointAddr;
 use mrc_fabric::verbs::{DEFAULT_QKEY, VerbsConfig, VerbsDatapath, gid_to_ip};
 use mrc_transport::completion::{Completion, WcOpcode, WcStatus};
+use mrc_transport::path::PathState;
 use mrc_transport::region::MrKey;
 use mrc_transport::{Access, Ecn, Sge};
 use rdma_sys::*;
@@ -74,8 +76,6 @@ const MRC_HEADER_BYTES: u32 = 56;
 const SLOTS: usize = 256;
 /// Bytes per staging slot.
 const SLOT_BYTES: usize = WRITE_HEADER_BYTES + CHUNK_BYTES;
-/// EVs per connection.
-const EVS: u32 = 16;
 /// Hello resend interval.
 const HELLO_EVERY: Duration = Duration::from_millis(10);
 /// Hellos sent after hearing the peer, before connecting.
@@ -92,6 +92,8 @@ const NAP: Duration = Duration::from_micros(100);
 const LONG_IDLE: Duration = Duration::from_millis(200);
 /// The long nap.
 const LONG_NAP: Duration = Duration::from_millis(1);
+/// How often a QP of an EV profile re-reads it (denials) and reports its EVs' states.
+const EV_CHECK_EVERY: Duration = Duration::from_millis(1);
 
 /// Whether `LIB_MRC_DEBUG` is set: the runtime then narrates the rendezvous and
 /// placement on stderr.
@@ -256,6 +258,21 @@ impl Cq {
             return;
         }
         q.wcs.push_back(wc);
+        if q.armed && !self.channel.is_null() {
+            q.armed = false;
+            q.events_got += 1;
+            drop(q);
+            // SAFETY: the channel outlives the CQ.
+            unsafe { &*self.channel }.notify(self as *const Cq as usize);
+        }
+    }
+}
+
+impl Cq {
+    /// Writes one event to the channel when armed (an EV event CQ, whose entries live in
+    /// the controller's registry, calls this when events arrived).
+    pub fn wake(&self) {
+        let mut q = lock(&self.q);
         if q.armed && !self.channel.is_null() {
             q.armed = false;
             q.events_got += 1;
@@ -612,6 +629,12 @@ pub(crate) struct QpInner {
     recv_cq: *const Cq,
     ctx: *const Context,
     me: usize,
+    /// The EV profile's generation last applied (denials).
+    ev_generation: u64,
+    /// Per transport EV: in rotation (not ASSUMED_BAD) when last looked at.
+    ev_seen: HashMap<u32, bool>,
+    /// When the profile and the path states were last looked at.
+    ev_checked: Instant,
 }
 
 // SAFETY: the raw pointers name objects that outlive the QP (destroy refuses while
@@ -918,6 +941,9 @@ impl Qp {
             recv_cq,
             ctx,
             me: 0,
+            ev_generation: 0,
+            ev_seen: HashMap::new(),
+            ev_checked: Instant::now(),
         };
         let shared = Arc::new(QpShared {
             public,
@@ -1058,9 +1084,33 @@ impl QpInner {
         );
         let window = state::window_packets(limits::MAX_MPR);
         let budget = state::give_up_budget_ns(&self.settings).unwrap_or(u64::MAX);
+        let link = QpConfig::default().link;
+        let (pevs, nscc) = {
+            let r = lock(crate::ctl::registry());
+            let e = r.qp_evs(self.settings.ev_profile_id);
+            let c = r.qp_cc(self.settings.cc_profile_id, &link);
+            match (e, c) {
+                (Ok(e), Ok(c)) => (e, c),
+                _ => return Err(libc::EINVAL),
+            }
+        };
+        if !pevs.srv6.is_empty() {
+            // The device builds the IPv6 header of a UD datagram: no segment list.
+            eprintln!(
+                "lib_mrc: EV profile {} is SRV6: the verbs datapath carries no SRH",
+                self.settings.ev_profile_id
+            );
+            return Err(libc::EOPNOTSUPP);
+        }
         let qcfg = QpConfig {
+            cc: if nscc.is_some() {
+                CcKind::Nscc
+            } else {
+                CcKind::None
+            },
+            link,
             conn: mrc_transport::ConnConfig {
-                evs: (0..EVS).collect(),
+                evs: pevs.evs.clone(),
                 send: mrc_transport::send::SendConfig {
                     mtu_payload_bytes: self.mtu_payload,
                     max_outstanding_packets: window,
@@ -1077,6 +1127,22 @@ impl QpInner {
             libc::ENOMEM
         })?;
         self.engine_qpn = eq;
+        let applied = self.worker.with_conn(eq, |c| {
+            for (&ev, &d) in pevs.evs.iter().zip(&pevs.denied) {
+                c.set_ev_denied(ev, d);
+            }
+            match nscc {
+                Some(n) => n
+                    .build()
+                    .map(|x| *c.controller_mut() = AnyController::Nscc(x))
+                    .is_ok(),
+                None => true,
+            }
+        });
+        if !matches!(applied, Ok(true)) {
+            return Err(libc::EINVAL);
+        }
+        self.ev_generation = pevs.generation;
         // SAFETY: our staging buffers, alive as long as the worker (both owned by self);
         // the transport touches them only inside worker calls, the device reads the
         // receive slots only while the transport does not own them.
@@ -1349,7 +1415,50 @@ impl QpInner {
         self.raise(event::COMM_EST);
     }
 
+    /// A QP of an EV profile: applies the controller's denials when the profile changed,
+    /// and tells the registry when the transport takes an EV out of rotation
+    /// (ASSUMED_BAD) or puts it back (GOOD), for the EV events.
+    fn sync_ev_profile(&mut self) {
+        let id = self.settings.ev_profile_id;
+        let now = Instant::now();
+        if id == 0 || now.duration_since(self.ev_checked) < EV_CHECK_EVERY {
+            return;
+        }
+        self.ev_checked = now;
+        let eq = self.engine_qpn;
+        let mut r = lock(crate::ctl::registry());
+        if let Ok(q) = r.qp_evs(id)
+            && q.generation != self.ev_generation
+        {
+            self.ev_generation = q.generation;
+            let _ = self.worker.with_conn(eq, |c| {
+                for (&ev, &d) in q.evs.iter().zip(&q.denied) {
+                    c.set_ev_denied(ev, d);
+                }
+            });
+        }
+        let states: Vec<(u32, bool)> = self
+            .worker
+            .with_conn(eq, |c| {
+                let p = c.paths();
+                (0..p.len())
+                    .filter_map(|i| p.get(i))
+                    .filter(|x| x.state != PathState::Denied)
+                    .map(|x| (x.ev, x.state != PathState::AssumedBad))
+                    .collect()
+            })
+            .unwrap_or_default();
+        for (ev, good) in states {
+            let before = self.ev_seen.insert(ev, good);
+            if before.map_or(!good, |b| b != good) {
+                r.note_transport(id, ev, good);
+            }
+        }
+        crate::ctl_ffi::wake_event_cqs(&r);
+    }
+
     fn step_connected(&mut self) -> bool {
+        self.sync_ev_profile();
         let mut busy = self.worker.progress();
         busy |= self.reap_send();
         busy |= self.reap_recv();
