@@ -967,6 +967,7 @@ pub unsafe extern "C" fn mrc_post_send(
                 rkey: r.rkey,
                 imm,
                 sent: 0,
+                seq: 0,
             };
             if let Err(e) = g.post_write(pw) {
                 return fail(e);

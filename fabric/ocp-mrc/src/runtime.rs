@@ -24,7 +24,9 @@
 
 use crate::abi::limits;
 use crate::state::{self, MrcSettings, QpState};
-use crate::wire::{self, CHUNK_BYTES, Hello, WRITE_HEADER_BYTES, WriteHeader};
+use crate::wire::{
+    self, CHUNK_BYTES, Hello, Verdict, VerdictBook, VerdictMaker, WRITE_HEADER_BYTES, WriteHeader,
+};
 use mrc_congestion::{AnyController, CcKind};
 use mrc_fabric::datapath::{ConnId, Datapath, PathMap, TxBatch};
 use mrc_fabric::engine::{EngineConfig, QpConfig, Worker};
@@ -542,6 +544,8 @@ pub(crate) struct PendingWr {
     pub imm: Option<u32>,
     /// Bytes already handed to the transport.
     pub sent: u32,
+    /// The WRITE's number (the responder's verdicts name it), given with its first chunk.
+    pub seq: u64,
 }
 
 /// A chunk the transport carries.
@@ -584,6 +588,8 @@ pub(crate) struct QpCounters {
     pub chunks_sent: u64,
     pub chunks_placed: u64,
     pub placement_refused: u64,
+    pub verdicts_sent: u64,
+    pub verdicts_bad: u64,
     pub bad_chunks: u64,
     pub hellos_sent: u64,
     pub hellos_heard: u64,
@@ -635,6 +641,14 @@ pub(crate) struct QpInner {
     ev_seen: HashMap<u32, bool>,
     /// When the profile and the path states were last looked at.
     ev_checked: Instant,
+    /// WRITEs numbered so far (requestor).
+    wr_seq: u64,
+    /// WRITEs acknowledged by the transport, waiting for the responder's verdict.
+    acked: VecDeque<PendingWr>,
+    /// The responder's verdicts on our WRITEs.
+    book: VerdictBook,
+    /// Our verdicts on the peer's WRITEs.
+    maker: VerdictMaker,
 }
 
 // SAFETY: the raw pointers name objects that outlive the QP (destroy refuses while
@@ -944,6 +958,10 @@ impl Qp {
             ev_generation: 0,
             ev_seen: HashMap::new(),
             ev_checked: Instant::now(),
+            wr_seq: 0,
+            acked: VecDeque::new(),
+            book: VerdictBook::default(),
+            maker: VerdictMaker::default(),
         };
         let shared = Arc::new(QpShared {
             public,
@@ -1204,7 +1222,11 @@ impl QpInner {
         }
         self.phase = Phase::Failed;
         self.set_state(QpState::Err);
-        let mut done: Vec<PendingWr> = self.chunks.drain().filter_map(|(_, c)| c.done).collect();
+        let mut done: Vec<PendingWr> = self.acked.drain(..).collect();
+        let mut inflight: Vec<PendingWr> =
+            self.chunks.drain().filter_map(|(_, c)| c.done).collect();
+        inflight.sort_by_key(|w| w.seq);
+        done.extend(inflight);
         done.extend(self.pending.drain(..));
         for w in done {
             let wc = self.wc(w.wr_id, wc_status::WR_FLUSH_ERR, WC_RDMA_WRITE, 0);
@@ -1463,6 +1485,7 @@ impl QpInner {
         busy |= self.reap_send();
         busy |= self.reap_recv();
         busy |= self.reap_loopback();
+        busy |= self.send_verdict();
         busy |= self.pump();
         if busy {
             // Hand what was just posted to the datapath without waiting for the next pass.
@@ -1545,7 +1568,12 @@ impl QpInner {
             if w.sent == 0 && w.imm.is_some() {
                 self.wimm_outstanding += 1;
             }
+            let seq = self.wr_seq;
             let front = self.pending.front_mut().expect("peeked");
+            if front.sent == 0 {
+                front.seq = seq;
+                self.wr_seq += 1;
+            }
             front.sent += clen;
             let done = last.then_some(*front);
             if last {
@@ -1600,15 +1628,75 @@ impl QpInner {
             return;
         }
         if let Some(w) = ch.done {
+            self.acked.push_back(w);
+            self.complete_decided();
+        }
+    }
+
+    /// Completes, in order, the acknowledged WRITEs the responder has decided: success,
+    /// or `IBV_WC_REM_ACCESS_ERR` (reported even when not signalled, as verbs reports
+    /// errors) for one its device refused.
+    fn complete_decided(&mut self) {
+        while let Some(&w) = self.acked.front() {
+            let Some(placed) = self.book.take(w.seq) else {
+                break;
+            };
+            self.acked.pop_front();
             dec(&self.public.outstanding);
             if w.imm.is_some() {
                 self.wimm_outstanding = self.wimm_outstanding.saturating_sub(1);
             }
-            if w.signaled {
+            if !placed {
+                let wc = self.wc(w.wr_id, wc_status::REM_ACCESS_ERR, WC_RDMA_WRITE, 0);
+                self.send_cq().push(wc);
+            } else if w.signaled {
                 let wc = self.wc(w.wr_id, wc_status::SUCCESS, WC_RDMA_WRITE, w.len);
                 self.send_cq().push(wc);
             }
         }
+    }
+
+    /// Sends the verdict on the peer's WRITEs decided since the last one, when a staging
+    /// slot is free (else on a later pass).
+    fn send_verdict(&mut self) -> bool {
+        let (Some(sk), Some(&slot)) = (self.send_key, self.free_send.last()) else {
+            return false;
+        };
+        let Some(v) = self.maker.take() else {
+            return false;
+        };
+        let b = v.encode();
+        // SAFETY: the slot holds SLOT_BYTES >= the header and VERDICT_MAX_REFUSED entries.
+        unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), self.send_buf.slot(slot), b.len()) };
+        let sge = Sge {
+            lkey: sk.lkey,
+            addr: sk.addr + (slot * SLOT_BYTES) as u64,
+            len: b.len() as u32,
+        };
+        let id = self.next_id;
+        if self
+            .worker
+            .post_send(self.engine_qpn, id, sge, None)
+            .is_err()
+        {
+            // Not taken: decided again by the next verdict (cumulative).
+            self.maker.untake(v);
+            return false;
+        }
+        let packets = (b.len() as u32).div_ceil(self.mtu_payload).max(1);
+        self.next_id += 1;
+        self.free_send.pop();
+        self.packets_outstanding += packets;
+        self.counters.verdicts_sent += 1;
+        self.chunks.insert(
+            id,
+            Chunk {
+                slot,
+                packets,
+                done: None,
+            },
+        );
+        true
     }
 
     fn reap_recv(&mut self) -> bool {
@@ -1629,6 +1717,21 @@ impl QpInner {
             // SAFETY: the transport wrote `len` bytes into this slot and gave it back.
             let bytes = unsafe { std::slice::from_raw_parts(self.recv_buf.slot(slot), len) };
             match WriteHeader::decode(bytes) {
+                Ok((hdr, plen)) if hdr.flags & wire::FLAG_VERDICT != 0 => {
+                    match Verdict::decode(
+                        &hdr,
+                        &bytes[WRITE_HEADER_BYTES..WRITE_HEADER_BYTES + plen],
+                    ) {
+                        Ok(v) => {
+                            let bad = self.book.bad;
+                            self.book.record(&v, self.wr_seq);
+                            self.counters.verdicts_bad += self.book.bad - bad;
+                            self.complete_decided();
+                        }
+                        Err(_) => self.counters.verdicts_bad += 1,
+                    }
+                    self.repost(slot);
+                }
                 Ok((hdr, plen)) => {
                     let p = Placing {
                         slot,
@@ -1680,7 +1783,9 @@ impl QpInner {
             let Some(p) = self.placing.pop_front() else {
                 continue;
             };
+            let last = p.hdr.flags & wire::FLAG_LAST != 0;
             if status == wc_status::SUCCESS {
+                self.maker.on_chunk(last, true);
                 self.counters.chunks_placed += 1;
                 if p.hdr.flags & wire::FLAG_LAST != 0 && p.hdr.flags & wire::FLAG_IMM != 0 {
                     let mut wc =
@@ -1702,6 +1807,7 @@ impl QpInner {
                 // The device refused the rkey, the bounds or the access: the chunk is
                 // dropped, the QP's owner told.
                 self.counters.placement_refused += 1;
+                self.maker.on_chunk(last, false);
                 self.lb_broken = true;
                 self.raise(event::QP_ACCESS_ERR);
                 self.repost(p.slot);
