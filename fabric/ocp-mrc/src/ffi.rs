@@ -944,15 +944,15 @@ pub unsafe extern "C" fn mrc_post_send(
                 }
                 _ => return fail(libc::EINVAL),
             };
-            let (addr, len) = match w.num_sge {
-                0 => (0, 0),
+            let (addr, len, lkey) = match w.num_sge {
+                0 => (0, 0, 0),
                 1 if !w.sg_list.is_null() => {
                     // SAFETY: one SGE.
                     let s = unsafe { *w.sg_list };
                     if s.length > 0 && s.addr == 0 {
                         return fail(libc::EINVAL);
                     }
-                    (s.addr, s.length)
+                    (s.addr, s.length, s.lkey)
                 }
                 _ => return fail(libc::EINVAL),
             };
@@ -968,6 +968,9 @@ pub unsafe extern "C" fn mrc_post_send(
                 imm,
                 sent: 0,
                 seq: 0,
+                lkey,
+                lkey_ok: None,
+                check_id: 0,
             };
             if let Err(e) = g.post_write(pw) {
                 return fail(e);

@@ -94,6 +94,8 @@ const NAP: Duration = Duration::from_micros(100);
 const LONG_IDLE: Duration = Duration::from_millis(200);
 /// The long nap.
 const LONG_NAP: Duration = Duration::from_millis(1);
+/// lkey checks posted ahead of the transport.
+const CHECKS_AHEAD: usize = 64;
 /// How often a QP of an EV profile re-reads it (denials) and reports its EVs' states.
 const EV_CHECK_EVERY: Duration = Duration::from_millis(1);
 
@@ -342,8 +344,14 @@ struct Loopback {
 }
 
 impl Loopback {
-    /// Creates the CQ, the RC QP and the staging MR.
-    fn create(pd: *mut ibv_pd, buf: &Staging) -> Result<Loopback, String> {
+    /// Creates the CQ, the RC QP (`sges` per send WR) and the MR of `buf` (remote
+    /// writable when `remote_write`: the lkey check's scratch is a WRITE's target).
+    fn create(
+        pd: *mut ibv_pd,
+        buf: &Staging,
+        sges: u32,
+        remote_write: bool,
+    ) -> Result<Loopback, String> {
         // SAFETY: pd is the application's live PD (checked non-null by the caller).
         let vctx = unsafe { (*pd).context };
         // SAFETY: live context.
@@ -365,7 +373,7 @@ impl Loopback {
         init.recv_cq = cq;
         init.cap.max_send_wr = SLOTS as u32;
         init.cap.max_recv_wr = 1;
-        init.cap.max_send_sge = 1;
+        init.cap.max_send_sge = sges;
         init.cap.max_recv_sge = 1;
         init.qp_type = ibv_qp_type::IBV_QPT_RC;
         // SAFETY: live PD and CQ.
@@ -376,7 +384,10 @@ impl Loopback {
             unsafe { ibv_destroy_cq(cq) };
             return Err(format!("ibv_create_qp (RC loopback): errno {e}"));
         }
-        let access = ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0 as c_int;
+        let mut access = ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0 as c_int;
+        if remote_write {
+            access |= ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0 as c_int;
+        }
         // SAFETY: our buffer, valid until the Loopback is dropped (the QP owns both).
         let mr = unsafe { ibv_reg_mr(pd, buf.ptr.cast(), buf.len, access) };
         if mr.is_null() {
@@ -509,6 +520,39 @@ impl Loopback {
         if rc != 0 { Err(rc) } else { Ok(()) }
     }
 
+    /// Posts the lkey check of an application SGE: one signalled WRITE of two 1-byte
+    /// SGEs, its first byte and its last, both under `lkey`, into this QP's own MR. The
+    /// device accepts it only if `lkey` names an MR of the PD holding both bytes, hence
+    /// (an MR is one range) the whole SGE; else it completes `IBV_WC_LOC_PROT_ERR`.
+    fn post_check(&self, wr_id: u64, addr: u64, len: u32, lkey: u32) -> Result<(), i32> {
+        let mut sges = [
+            ibv_sge {
+                addr,
+                length: 1,
+                lkey,
+            },
+            ibv_sge {
+                addr: addr + u64::from(len.max(1) - 1),
+                length: 1,
+                lkey,
+            },
+        ];
+        // SAFETY: plain data; zero is valid for every field and union.
+        let mut wr: ibv_send_wr = unsafe { std::mem::zeroed() };
+        wr.wr_id = wr_id;
+        wr.sg_list = sges.as_mut_ptr();
+        wr.num_sge = 2;
+        wr.opcode = ibv_wr_opcode::IBV_WR_RDMA_WRITE;
+        wr.send_flags = ibv_send_flags::IBV_SEND_SIGNALED.0;
+        // SAFETY: our live MR.
+        let (remote_addr, rkey) = unsafe { ((*self.mr).addr as u64, (*self.mr).rkey) };
+        wr.wr.rdma = rdma_t { remote_addr, rkey };
+        let mut bad: *mut ibv_send_wr = std::ptr::null_mut();
+        // SAFETY: live QP; wr and sges live across the call.
+        let rc = unsafe { ibv_post_send(self.qp, &mut wr, &mut bad) };
+        if rc != 0 { Err(rc) } else { Ok(()) }
+    }
+
     /// Reaps loopback completions: (wr_id, status).
     fn poll(&self, out: &mut Vec<(u64, u32)>) {
         // SAFETY: plain data.
@@ -546,6 +590,12 @@ pub(crate) struct PendingWr {
     pub sent: u32,
     /// The WRITE's number (the responder's verdicts name it), given with its first chunk.
     pub seq: u64,
+    /// The local SGE's lkey.
+    pub lkey: u32,
+    /// The device's lkey check: `None` until it answered, then whether it accepted.
+    pub lkey_ok: Option<bool>,
+    /// The check's id on the check loopback QP (0: not posted).
+    pub check_id: u64,
 }
 
 /// A chunk the transport carries.
@@ -611,6 +661,13 @@ pub(crate) struct QpInner {
     pub peer_qpn: u32,
     phase: Phase,
     loopback: Loopback,
+    /// The RC QP connected to itself that checks the lkeys of posted WRITEs.
+    lkey_lb: Loopback,
+    /// Its target (two bytes used).
+    _lkey_scratch: Staging,
+    /// lkey checks posted and not answered.
+    checks_in_flight: u32,
+    next_check: u64,
     send_buf: Staging,
     recv_buf: Staging,
     send_key: Option<MrKey>,
@@ -902,9 +959,13 @@ impl Qp {
             .ok_or("the datapath has no UD QP")?;
         let send_buf = Staging::new(SLOTS * SLOT_BYTES).ok_or("staging memory")?;
         let recv_buf = Staging::new(SLOTS * SLOT_BYTES).ok_or("staging memory")?;
-        let mut loopback = Loopback::create(pd, &recv_buf)?;
+        let mut loopback = Loopback::create(pd, &recv_buf, 1, false)?;
         loopback.port = port;
         loopback.mtu = mtu;
+        let lkey_scratch = Staging::new(4096).ok_or("staging memory")?;
+        let mut lkey_lb = Loopback::create(pd, &lkey_scratch, 2, true)?;
+        lkey_lb.port = port;
+        lkey_lb.mtu = mtu;
         // SAFETY: plain data.
         let mut vattr: ibv_qp_attr = unsafe { std::mem::zeroed() };
         vattr.port_num = port;
@@ -934,6 +995,10 @@ impl Qp {
             peer_qpn: 0,
             phase: Phase::Idle,
             loopback,
+            lkey_lb,
+            _lkey_scratch: lkey_scratch,
+            checks_in_flight: 0,
+            next_check: 0,
             send_buf,
             recv_buf,
             send_key: None,
@@ -1092,10 +1157,14 @@ impl QpInner {
                 .min(m.saturating_sub(MRC_HEADER_BYTES).max(256));
         }
         self.loopback.gid_index = self.worker.datapath_mut().config().gid_index;
-        self.loopback.connect().map_err(|e| {
-            eprintln!("lib_mrc: {e}");
-            libc::EIO
-        })?;
+        self.lkey_lb.gid_index = self.loopback.gid_index;
+        self.loopback
+            .connect()
+            .and_then(|()| self.lkey_lb.connect())
+            .map_err(|e| {
+                eprintln!("lib_mrc: {e}");
+                libc::EIO
+            })?;
         let sw = mrc_fabric::engine::software_conn_config(
             mrc_fabric::engine::SOFTWARE_MIN_RTO_NS,
             mrc_fabric::engine::SOFTWARE_REORDER_WINDOW_NS,
@@ -1263,7 +1332,8 @@ impl QpInner {
                 self.send_cq().push(wc);
                 dec(&self.public.outstanding);
             } else {
-                self.pending.push_back(w);
+                let lkey_ok = (w.len == 0).then_some(true);
+                self.pending.push_back(PendingWr { lkey_ok, ..w });
             }
         }
         for r in recvs {
@@ -1486,12 +1556,53 @@ impl QpInner {
         busy |= self.reap_recv();
         busy |= self.reap_loopback();
         busy |= self.send_verdict();
+        busy |= self.reap_checks();
+        busy |= self.post_checks();
         busy |= self.pump();
         if busy {
             // Hand what was just posted to the datapath without waiting for the next pass.
             self.worker.progress();
         }
         busy
+    }
+
+    /// Posts the lkey checks of the WRITEs waiting in the QP (at most [`CHECKS_AHEAD`]
+    /// answered or not ahead of the transport).
+    fn post_checks(&mut self) -> bool {
+        let mut busy = false;
+        for i in 0..self.pending.len().min(CHECKS_AHEAD) {
+            if self.checks_in_flight as usize >= CHECKS_AHEAD {
+                break;
+            }
+            let w = self.pending[i];
+            if w.lkey_ok.is_some() || w.check_id != 0 {
+                continue;
+            }
+            self.next_check += 1;
+            let id = self.next_check;
+            if self.lkey_lb.post_check(id, w.addr, w.len, w.lkey).is_err() {
+                break;
+            }
+            self.pending[i].check_id = id;
+            self.checks_in_flight += 1;
+            busy = true;
+        }
+        busy
+    }
+
+    /// The device's answers to the lkey checks.
+    fn reap_checks(&mut self) -> bool {
+        let mut out = Vec::new();
+        self.lkey_lb.poll(&mut out);
+        for &(id, status) in &out {
+            self.checks_in_flight = self.checks_in_flight.saturating_sub(1);
+            if let Some(w) = self.pending.iter_mut().find(|w| w.check_id == id) {
+                // A refused check leaves the check QP in error and the ones behind it
+                // flushed: the refused WRITE fails the QP when its turn comes (below).
+                w.lkey_ok = Some(status == wc_status::SUCCESS);
+            }
+        }
+        !out.is_empty()
     }
 
     /// Application WRITEs into transport SENDs, as the window, the WIMM limit and the
@@ -1503,6 +1614,26 @@ impl QpInner {
         let window = state::window_packets(self.settings.mpr);
         let mut busy = false;
         while let Some(w) = self.pending.front().copied() {
+            match w.lkey_ok {
+                None => break,
+                Some(false) => {
+                    // As an RC QP: the WRITE completes IBV_WC_LOC_PROT_ERR once every
+                    // earlier one has completed, and the QP goes to the error state.
+                    if self.acked.is_empty() && !self.chunks.values().any(|c| c.done.is_some()) {
+                        debug!(
+                            "QP {:06x}: lkey {:#x} does not cover {:#x}+{}",
+                            self.qpn, w.lkey, w.addr, w.len
+                        );
+                        self.pending.pop_front();
+                        let wc = self.wc(w.wr_id, wc_status::LOC_PROT_ERR, WC_RDMA_WRITE, 0);
+                        self.send_cq().push(wc);
+                        self.fail();
+                        return true;
+                    }
+                    break;
+                }
+                Some(true) => {}
+            }
             if w.imm.is_some()
                 && w.sent == 0
                 && self.wimm_outstanding >= u32::from(self.settings.max_wimm)
