@@ -1580,12 +1580,15 @@ impl QpInner {
             }
             self.next_check += 1;
             let id = self.next_check;
-            if self.lkey_lb.post_check(id, w.addr, w.len, w.lkey).is_err() {
-                break;
-            }
-            self.pending[i].check_id = id;
-            self.checks_in_flight += 1;
             busy = true;
+            self.pending[i].check_id = id;
+            if self.lkey_lb.post_check(id, w.addr, w.len, w.lkey).is_err() {
+                // Refused at posting (a provider may check the lkey there): as refused
+                // by the device (the queue cannot be full: CHECKS_AHEAD < its depth).
+                self.pending[i].lkey_ok = Some(false);
+                continue;
+            }
+            self.checks_in_flight += 1;
         }
         busy
     }
