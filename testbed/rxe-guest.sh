@@ -218,6 +218,20 @@ ocp_check() {
   fi
 }
 
+# ocp_ctl_check NAME: fabric/ocp-mrc/c/mrc_ctl_check (every mrc_ctl.h call of lib_mrc.so)
+# on rxe0: every check must pass, on the device (not the stand-in context).
+ocp_ctl_check() {
+  name=$1
+  timeout 60 /lab/bin/mrc_ctl_check >$W/$name.out 2>$W/$name.err
+  rc=$?
+  if [ $rc -eq 0 ] && grep -qxF "mrc_ctl_check: on a device" $W/$name.out \
+      && [ "$(tail -1 $W/$name.out)" = "mrc_ctl_check: ok" ]; then
+    emit "$name" true "lib_mrc.so's controller API on $DEV: every mrc_ctl.h call checked"
+  else
+    emit "$name" false "exit $rc: $(grep -v '^layout' $W/$name.out | tr '\n' '|') $(head -c 300 $W/$name.err)"
+  fi
+}
+
 role_single() {
   gid=$(rxe_up lo 127.0.0.1)
   state=$(port_fact state) mtu=$(port_fact active_mtu) tbl=$(port_fact gid_tbl_len)
@@ -229,6 +243,7 @@ role_single() {
     return
   fi
   ocp_check ocp-mrc-check 18640
+  ocp_ctl_check ocp-mrc-ctl-check
   V="--fabric verbs -d $DEV -x 1"
   perf_bw verbs-loopback-bw 200 65536 loopback $V --mtu 4040 -p 18601
   perf_bw verbs-loopback-bw-mtu968 20 65536 loopback $V --mtu 968 -p 18602

@@ -9,8 +9,8 @@
 #                                    mrc-perf and the test binaries on PATH and in
 #                                    /lab/tests) with its output on the terminal
 #
-#   single     one VM, rxe0 on lo: lib_mrc.so's C check (fabric/ocp-mrc/c/mrc_check.c,
-#              server and client), mrc-perf loopback and client/server with --verify (bw,
+#   single     one VM, rxe0 on lo: lib_mrc.so's C checks (fabric/ocp-mrc/c/mrc_check.c,
+#              server and client; mrc_ctl_check.c, the controller API on the device), mrc-perf loopback and client/server with --verify (bw,
 #              lat), the error paths (wrong device, wrong GID index, MTU above the port's),
 #              and the real-device test binaries (fabric/tests/verbs_rxe.rs,
 #              verbs_no_device.rs, examples' perf_verbs.rs) against rxe0
@@ -293,6 +293,7 @@ make_initrd() {
   cp testbed/rxe-guest.sh "$o/lab/guest.sh"
   strip --strip-debug -o "$o/lab/bin/lib_mrc.so" "$MRC_SO"
   strip --strip-debug -o "$o/lab/bin/mrc_check" "$CACHE/ocp/mrc_check"
+  strip --strip-debug -o "$o/lab/bin/mrc_ctl_check" "$CACHE/ocp/mrc_ctl_check"
   if [ -n "${MRC_LAB_EXTRA:-}" ]; then cp -a "$MRC_LAB_EXTRA" "$o/lab/extra"; fi
   if [ -n "$USER_SCRIPT" ]; then cp "$USER_SCRIPT" "$o/lab/user.sh"; fi
   # Host libraries the rootfs does not have (same Debian release: normally none).

@@ -378,6 +378,7 @@ pub unsafe extern "C" fn mrc_destroy_cq(cq: *mut c_void) -> c_int {
         if r.qps.load(Ordering::Acquire) != 0 {
             return err(libc::EBUSY);
         }
+        crate::ctl_ffi::forget_event_cq(p as usize);
         loop {
             let q = lock(&r.q);
             if q.events_acked >= q.events_got {
@@ -660,9 +661,13 @@ pub unsafe extern "C" fn mrc_destroy_qp(qp: *mut c_void) -> c_int {
         }
         // SAFETY: ours, freed once.
         let q = unsafe { Box::from_raw(p) };
-        let hint = lock(&q.shared.inner).hint;
+        let (hint, held) = {
+            let g = lock(&q.shared.inner);
+            (g.hint, (g.settings.ev_profile_id, g.settings.cc_profile_id))
+        };
         let (scq, rcq, c) = (q.send_cq, q.recv_cq, q.ctx);
         drop(q);
+        lock(crate::ctl::registry()).hold(held.0, held.1, false);
         // SAFETY: they outlive the QP.
         unsafe {
             if !hint.is_null() {
@@ -819,6 +824,14 @@ pub unsafe extern "C" fn mrc_modify_qp(
             }
             _ => {}
         }
+        if (g.settings.ev_profile_id, g.settings.cc_profile_id)
+            != (out.settings.ev_profile_id, out.settings.cc_profile_id)
+        {
+            // The QP holds the profiles it names (they cannot go OFFLINE under it).
+            let mut r = lock(crate::ctl::registry());
+            r.hold(g.settings.ev_profile_id, g.settings.cc_profile_id, false);
+            r.hold(out.settings.ev_profile_id, out.settings.cc_profile_id, true);
+        }
         g.settings = out.settings;
         g.set_state(out.state);
         if vmask & ibv_mask::ACCESS_FLAGS != 0 {
@@ -931,15 +944,15 @@ pub unsafe extern "C" fn mrc_post_send(
                 }
                 _ => return fail(libc::EINVAL),
             };
-            let (addr, len) = match w.num_sge {
-                0 => (0, 0),
+            let (addr, len, lkey) = match w.num_sge {
+                0 => (0, 0, 0),
                 1 if !w.sg_list.is_null() => {
                     // SAFETY: one SGE.
                     let s = unsafe { *w.sg_list };
                     if s.length > 0 && s.addr == 0 {
                         return fail(libc::EINVAL);
                     }
-                    (s.addr, s.length)
+                    (s.addr, s.length, s.lkey)
                 }
                 _ => return fail(libc::EINVAL),
             };
@@ -954,6 +967,10 @@ pub unsafe extern "C" fn mrc_post_send(
                 rkey: r.rkey,
                 imm,
                 sent: 0,
+                seq: 0,
+                lkey,
+                lkey_ok: None,
+                check_id: 0,
             };
             if let Err(e) = g.post_write(pw) {
                 return fail(e);

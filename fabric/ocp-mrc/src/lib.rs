@@ -17,6 +17,9 @@
 //!   (UD datapath, caller-progress [`mrc_fabric::engine::Worker`] driven by one progress
 //!   thread per QP, device-checked placement through a loopback RC QP).
 //!
+//! - [`ctl`]: the controller API `mrc_ctl.h` (EV format, EV and CC profiles, EV
+//!   denial and events) mapped onto the transport (pure, tested on any host);
+//!   `ctl_ffi` (feature `verbs`) exports its C functions;
 //! - [`ext`] (always built, no libibverbs): the C extension `mrcx.h` (`mrc_x_` calls) for
 //!   what OCP's API lacks: a context over UDP sockets without a verbs device, connection
 //!   handles, application memory and progress on the caller's thread.
@@ -26,10 +29,13 @@
 #![warn(missing_docs)]
 
 pub mod abi;
+pub mod ctl;
 pub mod ext;
 pub mod state;
 pub mod wire;
 
+#[cfg(feature = "verbs")]
+pub mod ctl_ffi;
 #[cfg(feature = "verbs")]
 pub mod ffi;
 #[cfg(feature = "verbs")]

@@ -24,12 +24,16 @@
 
 use crate::abi::limits;
 use crate::state::{self, MrcSettings, QpState};
-use crate::wire::{self, CHUNK_BYTES, Hello, WRITE_HEADER_BYTES, WriteHeader};
+use crate::wire::{
+    self, CHUNK_BYTES, Hello, Verdict, VerdictBook, VerdictMaker, WRITE_HEADER_BYTES, WriteHeader,
+};
+use mrc_congestion::{AnyController, CcKind};
 use mrc_fabric::datapath::{ConnId, Datapath, PathMap, TxBatch};
 use mrc_fabric::engine::{EngineConfig, QpConfig, Worker};
 use mrc_fabric::verbs::addr::EndpointAddr;
 use mrc_fabric::verbs::{DEFAULT_QKEY, VerbsConfig, VerbsDatapath, gid_to_ip};
 use mrc_transport::completion::{Completion, WcOpcode, WcStatus};
+use mrc_transport::path::PathState;
 use mrc_transport::region::MrKey;
 use mrc_transport::{Access, Ecn, Sge};
 use rdma_sys::*;
@@ -74,8 +78,6 @@ const MRC_HEADER_BYTES: u32 = 56;
 const SLOTS: usize = 256;
 /// Bytes per staging slot.
 const SLOT_BYTES: usize = WRITE_HEADER_BYTES + CHUNK_BYTES;
-/// EVs per connection.
-const EVS: u32 = 16;
 /// Hello resend interval.
 const HELLO_EVERY: Duration = Duration::from_millis(10);
 /// Hellos sent after hearing the peer, before connecting.
@@ -92,6 +94,10 @@ const NAP: Duration = Duration::from_micros(100);
 const LONG_IDLE: Duration = Duration::from_millis(200);
 /// The long nap.
 const LONG_NAP: Duration = Duration::from_millis(1);
+/// lkey checks posted ahead of the transport.
+const CHECKS_AHEAD: usize = 64;
+/// How often a QP of an EV profile re-reads it (denials) and reports its EVs' states.
+const EV_CHECK_EVERY: Duration = Duration::from_millis(1);
 
 /// Whether `LIB_MRC_DEBUG` is set: the runtime then narrates the rendezvous and
 /// placement on stderr.
@@ -266,6 +272,21 @@ impl Cq {
     }
 }
 
+impl Cq {
+    /// Writes one event to the channel when armed (an EV event CQ, whose entries live in
+    /// the controller's registry, calls this when events arrived).
+    pub fn wake(&self) {
+        let mut q = lock(&self.q);
+        if q.armed && !self.channel.is_null() {
+            q.armed = false;
+            q.events_got += 1;
+            drop(q);
+            // SAFETY: the channel outlives the CQ.
+            unsafe { &*self.channel }.notify(self as *const Cq as usize);
+        }
+    }
+}
+
 /// `struct mrc_qp_hint`.
 pub(crate) struct Hint {
     pub ctx: *const Context,
@@ -323,8 +344,14 @@ struct Loopback {
 }
 
 impl Loopback {
-    /// Creates the CQ, the RC QP and the staging MR.
-    fn create(pd: *mut ibv_pd, buf: &Staging) -> Result<Loopback, String> {
+    /// Creates the CQ, the RC QP (`sges` per send WR) and the MR of `buf` (remote
+    /// writable when `remote_write`: the lkey check's scratch is a WRITE's target).
+    fn create(
+        pd: *mut ibv_pd,
+        buf: &Staging,
+        sges: u32,
+        remote_write: bool,
+    ) -> Result<Loopback, String> {
         // SAFETY: pd is the application's live PD (checked non-null by the caller).
         let vctx = unsafe { (*pd).context };
         // SAFETY: live context.
@@ -346,7 +373,7 @@ impl Loopback {
         init.recv_cq = cq;
         init.cap.max_send_wr = SLOTS as u32;
         init.cap.max_recv_wr = 1;
-        init.cap.max_send_sge = 1;
+        init.cap.max_send_sge = sges;
         init.cap.max_recv_sge = 1;
         init.qp_type = ibv_qp_type::IBV_QPT_RC;
         // SAFETY: live PD and CQ.
@@ -357,7 +384,10 @@ impl Loopback {
             unsafe { ibv_destroy_cq(cq) };
             return Err(format!("ibv_create_qp (RC loopback): errno {e}"));
         }
-        let access = ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0 as c_int;
+        let mut access = ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0 as c_int;
+        if remote_write {
+            access |= ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0 as c_int;
+        }
         // SAFETY: our buffer, valid until the Loopback is dropped (the QP owns both).
         let mr = unsafe { ibv_reg_mr(pd, buf.ptr.cast(), buf.len, access) };
         if mr.is_null() {
@@ -490,6 +520,39 @@ impl Loopback {
         if rc != 0 { Err(rc) } else { Ok(()) }
     }
 
+    /// Posts the lkey check of an application SGE: one signalled WRITE of two 1-byte
+    /// SGEs, its first byte and its last, both under `lkey`, into this QP's own MR. The
+    /// device accepts it only if `lkey` names an MR of the PD holding both bytes, hence
+    /// (an MR is one range) the whole SGE; else it completes `IBV_WC_LOC_PROT_ERR`.
+    fn post_check(&self, wr_id: u64, addr: u64, len: u32, lkey: u32) -> Result<(), i32> {
+        let mut sges = [
+            ibv_sge {
+                addr,
+                length: 1,
+                lkey,
+            },
+            ibv_sge {
+                addr: addr + u64::from(len.max(1) - 1),
+                length: 1,
+                lkey,
+            },
+        ];
+        // SAFETY: plain data; zero is valid for every field and union.
+        let mut wr: ibv_send_wr = unsafe { std::mem::zeroed() };
+        wr.wr_id = wr_id;
+        wr.sg_list = sges.as_mut_ptr();
+        wr.num_sge = 2;
+        wr.opcode = ibv_wr_opcode::IBV_WR_RDMA_WRITE;
+        wr.send_flags = ibv_send_flags::IBV_SEND_SIGNALED.0;
+        // SAFETY: our live MR.
+        let (remote_addr, rkey) = unsafe { ((*self.mr).addr as u64, (*self.mr).rkey) };
+        wr.wr.rdma = rdma_t { remote_addr, rkey };
+        let mut bad: *mut ibv_send_wr = std::ptr::null_mut();
+        // SAFETY: live QP; wr and sges live across the call.
+        let rc = unsafe { ibv_post_send(self.qp, &mut wr, &mut bad) };
+        if rc != 0 { Err(rc) } else { Ok(()) }
+    }
+
     /// Reaps loopback completions: (wr_id, status).
     fn poll(&self, out: &mut Vec<(u64, u32)>) {
         // SAFETY: plain data.
@@ -525,6 +588,14 @@ pub(crate) struct PendingWr {
     pub imm: Option<u32>,
     /// Bytes already handed to the transport.
     pub sent: u32,
+    /// The WRITE's number (the responder's verdicts name it), given with its first chunk.
+    pub seq: u64,
+    /// The local SGE's lkey.
+    pub lkey: u32,
+    /// The device's lkey check: `None` until it answered, then whether it accepted.
+    pub lkey_ok: Option<bool>,
+    /// The check's id on the check loopback QP (0: not posted).
+    pub check_id: u64,
 }
 
 /// A chunk the transport carries.
@@ -567,6 +638,8 @@ pub(crate) struct QpCounters {
     pub chunks_sent: u64,
     pub chunks_placed: u64,
     pub placement_refused: u64,
+    pub verdicts_sent: u64,
+    pub verdicts_bad: u64,
     pub bad_chunks: u64,
     pub hellos_sent: u64,
     pub hellos_heard: u64,
@@ -588,6 +661,13 @@ pub(crate) struct QpInner {
     pub peer_qpn: u32,
     phase: Phase,
     loopback: Loopback,
+    /// The RC QP connected to itself that checks the lkeys of posted WRITEs.
+    lkey_lb: Loopback,
+    /// Its target (two bytes used).
+    _lkey_scratch: Staging,
+    /// lkey checks posted and not answered.
+    checks_in_flight: u32,
+    next_check: u64,
     send_buf: Staging,
     recv_buf: Staging,
     send_key: Option<MrKey>,
@@ -612,6 +692,20 @@ pub(crate) struct QpInner {
     recv_cq: *const Cq,
     ctx: *const Context,
     me: usize,
+    /// The EV profile's generation last applied (denials).
+    ev_generation: u64,
+    /// Per transport EV: in rotation (not ASSUMED_BAD) when last looked at.
+    ev_seen: HashMap<u32, bool>,
+    /// When the profile and the path states were last looked at.
+    ev_checked: Instant,
+    /// WRITEs numbered so far (requestor).
+    wr_seq: u64,
+    /// WRITEs acknowledged by the transport, waiting for the responder's verdict.
+    acked: VecDeque<PendingWr>,
+    /// The responder's verdicts on our WRITEs.
+    book: VerdictBook,
+    /// Our verdicts on the peer's WRITEs.
+    maker: VerdictMaker,
 }
 
 // SAFETY: the raw pointers name objects that outlive the QP (destroy refuses while
@@ -865,9 +959,13 @@ impl Qp {
             .ok_or("the datapath has no UD QP")?;
         let send_buf = Staging::new(SLOTS * SLOT_BYTES).ok_or("staging memory")?;
         let recv_buf = Staging::new(SLOTS * SLOT_BYTES).ok_or("staging memory")?;
-        let mut loopback = Loopback::create(pd, &recv_buf)?;
+        let mut loopback = Loopback::create(pd, &recv_buf, 1, false)?;
         loopback.port = port;
         loopback.mtu = mtu;
+        let lkey_scratch = Staging::new(4096).ok_or("staging memory")?;
+        let mut lkey_lb = Loopback::create(pd, &lkey_scratch, 2, true)?;
+        lkey_lb.port = port;
+        lkey_lb.mtu = mtu;
         // SAFETY: plain data.
         let mut vattr: ibv_qp_attr = unsafe { std::mem::zeroed() };
         vattr.port_num = port;
@@ -897,6 +995,10 @@ impl Qp {
             peer_qpn: 0,
             phase: Phase::Idle,
             loopback,
+            lkey_lb,
+            _lkey_scratch: lkey_scratch,
+            checks_in_flight: 0,
+            next_check: 0,
             send_buf,
             recv_buf,
             send_key: None,
@@ -918,6 +1020,13 @@ impl Qp {
             recv_cq,
             ctx,
             me: 0,
+            ev_generation: 0,
+            ev_seen: HashMap::new(),
+            ev_checked: Instant::now(),
+            wr_seq: 0,
+            acked: VecDeque::new(),
+            book: VerdictBook::default(),
+            maker: VerdictMaker::default(),
         };
         let shared = Arc::new(QpShared {
             public,
@@ -1048,19 +1157,47 @@ impl QpInner {
                 .min(m.saturating_sub(MRC_HEADER_BYTES).max(256));
         }
         self.loopback.gid_index = self.worker.datapath_mut().config().gid_index;
-        self.loopback.connect().map_err(|e| {
-            eprintln!("lib_mrc: {e}");
-            libc::EIO
-        })?;
+        self.lkey_lb.gid_index = self.loopback.gid_index;
+        self.loopback
+            .connect()
+            .and_then(|()| self.lkey_lb.connect())
+            .map_err(|e| {
+                eprintln!("lib_mrc: {e}");
+                libc::EIO
+            })?;
         let sw = mrc_fabric::engine::software_conn_config(
             mrc_fabric::engine::SOFTWARE_MIN_RTO_NS,
             mrc_fabric::engine::SOFTWARE_REORDER_WINDOW_NS,
         );
         let window = state::window_packets(limits::MAX_MPR);
         let budget = state::give_up_budget_ns(&self.settings).unwrap_or(u64::MAX);
+        let link = QpConfig::default().link;
+        let (pevs, nscc) = {
+            let r = lock(crate::ctl::registry());
+            let e = r.qp_evs(self.settings.ev_profile_id);
+            let c = r.qp_cc(self.settings.cc_profile_id, &link);
+            match (e, c) {
+                (Ok(e), Ok(c)) => (e, c),
+                _ => return Err(libc::EINVAL),
+            }
+        };
+        if !pevs.srv6.is_empty() {
+            // The device builds the IPv6 header of a UD datagram: no segment list.
+            eprintln!(
+                "lib_mrc: EV profile {} is SRV6: the verbs datapath carries no SRH",
+                self.settings.ev_profile_id
+            );
+            return Err(libc::EOPNOTSUPP);
+        }
         let qcfg = QpConfig {
+            cc: if nscc.is_some() {
+                CcKind::Nscc
+            } else {
+                CcKind::None
+            },
+            link,
             conn: mrc_transport::ConnConfig {
-                evs: (0..EVS).collect(),
+                evs: pevs.evs.clone(),
                 send: mrc_transport::send::SendConfig {
                     mtu_payload_bytes: self.mtu_payload,
                     max_outstanding_packets: window,
@@ -1077,6 +1214,22 @@ impl QpInner {
             libc::ENOMEM
         })?;
         self.engine_qpn = eq;
+        let applied = self.worker.with_conn(eq, |c| {
+            for (&ev, &d) in pevs.evs.iter().zip(&pevs.denied) {
+                c.set_ev_denied(ev, d);
+            }
+            match nscc {
+                Some(n) => n
+                    .build()
+                    .map(|x| *c.controller_mut() = AnyController::Nscc(x))
+                    .is_ok(),
+                None => true,
+            }
+        });
+        if !matches!(applied, Ok(true)) {
+            return Err(libc::EINVAL);
+        }
+        self.ev_generation = pevs.generation;
         // SAFETY: our staging buffers, alive as long as the worker (both owned by self);
         // the transport touches them only inside worker calls, the device reads the
         // receive slots only while the transport does not own them.
@@ -1138,7 +1291,11 @@ impl QpInner {
         }
         self.phase = Phase::Failed;
         self.set_state(QpState::Err);
-        let mut done: Vec<PendingWr> = self.chunks.drain().filter_map(|(_, c)| c.done).collect();
+        let mut done: Vec<PendingWr> = self.acked.drain(..).collect();
+        let mut inflight: Vec<PendingWr> =
+            self.chunks.drain().filter_map(|(_, c)| c.done).collect();
+        inflight.sort_by_key(|w| w.seq);
+        done.extend(inflight);
         done.extend(self.pending.drain(..));
         for w in done {
             let wc = self.wc(w.wr_id, wc_status::WR_FLUSH_ERR, WC_RDMA_WRITE, 0);
@@ -1175,7 +1332,8 @@ impl QpInner {
                 self.send_cq().push(wc);
                 dec(&self.public.outstanding);
             } else {
-                self.pending.push_back(w);
+                let lkey_ok = (w.len == 0).then_some(true);
+                self.pending.push_back(PendingWr { lkey_ok, ..w });
             }
         }
         for r in recvs {
@@ -1349,17 +1507,105 @@ impl QpInner {
         self.raise(event::COMM_EST);
     }
 
+    /// A QP of an EV profile: applies the controller's denials when the profile changed,
+    /// and tells the registry when the transport takes an EV out of rotation
+    /// (ASSUMED_BAD) or puts it back (GOOD), for the EV events.
+    fn sync_ev_profile(&mut self) {
+        let id = self.settings.ev_profile_id;
+        let now = Instant::now();
+        if id == 0 || now.duration_since(self.ev_checked) < EV_CHECK_EVERY {
+            return;
+        }
+        self.ev_checked = now;
+        let eq = self.engine_qpn;
+        let mut r = lock(crate::ctl::registry());
+        if let Ok(q) = r.qp_evs(id)
+            && q.generation != self.ev_generation
+        {
+            self.ev_generation = q.generation;
+            let _ = self.worker.with_conn(eq, |c| {
+                for (&ev, &d) in q.evs.iter().zip(&q.denied) {
+                    c.set_ev_denied(ev, d);
+                }
+            });
+        }
+        let states: Vec<(u32, bool)> = self
+            .worker
+            .with_conn(eq, |c| {
+                let p = c.paths();
+                (0..p.len())
+                    .filter_map(|i| p.get(i))
+                    .filter(|x| x.state != PathState::Denied)
+                    .map(|x| (x.ev, x.state != PathState::AssumedBad))
+                    .collect()
+            })
+            .unwrap_or_default();
+        for (ev, good) in states {
+            let before = self.ev_seen.insert(ev, good);
+            if before.map_or(!good, |b| b != good) {
+                r.note_transport(id, ev, good);
+            }
+        }
+        crate::ctl_ffi::wake_event_cqs(&r);
+    }
+
     fn step_connected(&mut self) -> bool {
+        self.sync_ev_profile();
         let mut busy = self.worker.progress();
         busy |= self.reap_send();
         busy |= self.reap_recv();
         busy |= self.reap_loopback();
+        busy |= self.send_verdict();
+        busy |= self.reap_checks();
+        busy |= self.post_checks();
         busy |= self.pump();
         if busy {
             // Hand what was just posted to the datapath without waiting for the next pass.
             self.worker.progress();
         }
         busy
+    }
+
+    /// Posts the lkey checks of the WRITEs waiting in the QP (at most [`CHECKS_AHEAD`]
+    /// answered or not ahead of the transport).
+    fn post_checks(&mut self) -> bool {
+        let mut busy = false;
+        for i in 0..self.pending.len().min(CHECKS_AHEAD) {
+            if self.checks_in_flight as usize >= CHECKS_AHEAD {
+                break;
+            }
+            let w = self.pending[i];
+            if w.lkey_ok.is_some() || w.check_id != 0 {
+                continue;
+            }
+            self.next_check += 1;
+            let id = self.next_check;
+            busy = true;
+            self.pending[i].check_id = id;
+            if self.lkey_lb.post_check(id, w.addr, w.len, w.lkey).is_err() {
+                // Refused at posting (a provider may check the lkey there): as refused
+                // by the device (the queue cannot be full: CHECKS_AHEAD < its depth).
+                self.pending[i].lkey_ok = Some(false);
+                continue;
+            }
+            self.checks_in_flight += 1;
+        }
+        busy
+    }
+
+    /// The device's answers to the lkey checks.
+    fn reap_checks(&mut self) -> bool {
+        let mut out = Vec::new();
+        self.lkey_lb.poll(&mut out);
+        for &(id, status) in &out {
+            self.checks_in_flight = self.checks_in_flight.saturating_sub(1);
+            if let Some(w) = self.pending.iter_mut().find(|w| w.check_id == id) {
+                // A refused check leaves the check QP in error and the ones behind it
+                // flushed: the refused WRITE fails the QP when its turn comes (below).
+                w.lkey_ok = Some(status == wc_status::SUCCESS);
+            }
+        }
+        !out.is_empty()
     }
 
     /// Application WRITEs into transport SENDs, as the window, the WIMM limit and the
@@ -1371,6 +1617,26 @@ impl QpInner {
         let window = state::window_packets(self.settings.mpr);
         let mut busy = false;
         while let Some(w) = self.pending.front().copied() {
+            match w.lkey_ok {
+                None => break,
+                Some(false) => {
+                    // As an RC QP: the WRITE completes IBV_WC_LOC_PROT_ERR once every
+                    // earlier one has completed, and the QP goes to the error state.
+                    if self.acked.is_empty() && !self.chunks.values().any(|c| c.done.is_some()) {
+                        debug!(
+                            "QP {:06x}: lkey {:#x} does not cover {:#x}+{}",
+                            self.qpn, w.lkey, w.addr, w.len
+                        );
+                        self.pending.pop_front();
+                        let wc = self.wc(w.wr_id, wc_status::LOC_PROT_ERR, WC_RDMA_WRITE, 0);
+                        self.send_cq().push(wc);
+                        self.fail();
+                        return true;
+                    }
+                    break;
+                }
+                Some(true) => {}
+            }
             if w.imm.is_some()
                 && w.sent == 0
                 && self.wimm_outstanding >= u32::from(self.settings.max_wimm)
@@ -1436,7 +1702,12 @@ impl QpInner {
             if w.sent == 0 && w.imm.is_some() {
                 self.wimm_outstanding += 1;
             }
+            let seq = self.wr_seq;
             let front = self.pending.front_mut().expect("peeked");
+            if front.sent == 0 {
+                front.seq = seq;
+                self.wr_seq += 1;
+            }
             front.sent += clen;
             let done = last.then_some(*front);
             if last {
@@ -1491,15 +1762,75 @@ impl QpInner {
             return;
         }
         if let Some(w) = ch.done {
+            self.acked.push_back(w);
+            self.complete_decided();
+        }
+    }
+
+    /// Completes, in order, the acknowledged WRITEs the responder has decided: success,
+    /// or `IBV_WC_REM_ACCESS_ERR` (reported even when not signalled, as verbs reports
+    /// errors) for one its device refused.
+    fn complete_decided(&mut self) {
+        while let Some(&w) = self.acked.front() {
+            let Some(placed) = self.book.take(w.seq) else {
+                break;
+            };
+            self.acked.pop_front();
             dec(&self.public.outstanding);
             if w.imm.is_some() {
                 self.wimm_outstanding = self.wimm_outstanding.saturating_sub(1);
             }
-            if w.signaled {
+            if !placed {
+                let wc = self.wc(w.wr_id, wc_status::REM_ACCESS_ERR, WC_RDMA_WRITE, 0);
+                self.send_cq().push(wc);
+            } else if w.signaled {
                 let wc = self.wc(w.wr_id, wc_status::SUCCESS, WC_RDMA_WRITE, w.len);
                 self.send_cq().push(wc);
             }
         }
+    }
+
+    /// Sends the verdict on the peer's WRITEs decided since the last one, when a staging
+    /// slot is free (else on a later pass).
+    fn send_verdict(&mut self) -> bool {
+        let (Some(sk), Some(&slot)) = (self.send_key, self.free_send.last()) else {
+            return false;
+        };
+        let Some(v) = self.maker.take() else {
+            return false;
+        };
+        let b = v.encode();
+        // SAFETY: the slot holds SLOT_BYTES >= the header and VERDICT_MAX_REFUSED entries.
+        unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), self.send_buf.slot(slot), b.len()) };
+        let sge = Sge {
+            lkey: sk.lkey,
+            addr: sk.addr + (slot * SLOT_BYTES) as u64,
+            len: b.len() as u32,
+        };
+        let id = self.next_id;
+        if self
+            .worker
+            .post_send(self.engine_qpn, id, sge, None)
+            .is_err()
+        {
+            // Not taken: decided again by the next verdict (cumulative).
+            self.maker.untake(v);
+            return false;
+        }
+        let packets = (b.len() as u32).div_ceil(self.mtu_payload).max(1);
+        self.next_id += 1;
+        self.free_send.pop();
+        self.packets_outstanding += packets;
+        self.counters.verdicts_sent += 1;
+        self.chunks.insert(
+            id,
+            Chunk {
+                slot,
+                packets,
+                done: None,
+            },
+        );
+        true
     }
 
     fn reap_recv(&mut self) -> bool {
@@ -1520,6 +1851,21 @@ impl QpInner {
             // SAFETY: the transport wrote `len` bytes into this slot and gave it back.
             let bytes = unsafe { std::slice::from_raw_parts(self.recv_buf.slot(slot), len) };
             match WriteHeader::decode(bytes) {
+                Ok((hdr, plen)) if hdr.flags & wire::FLAG_VERDICT != 0 => {
+                    match Verdict::decode(
+                        &hdr,
+                        &bytes[WRITE_HEADER_BYTES..WRITE_HEADER_BYTES + plen],
+                    ) {
+                        Ok(v) => {
+                            let bad = self.book.bad;
+                            self.book.record(&v, self.wr_seq);
+                            self.counters.verdicts_bad += self.book.bad - bad;
+                            self.complete_decided();
+                        }
+                        Err(_) => self.counters.verdicts_bad += 1,
+                    }
+                    self.repost(slot);
+                }
                 Ok((hdr, plen)) => {
                     let p = Placing {
                         slot,
@@ -1571,7 +1917,9 @@ impl QpInner {
             let Some(p) = self.placing.pop_front() else {
                 continue;
             };
+            let last = p.hdr.flags & wire::FLAG_LAST != 0;
             if status == wc_status::SUCCESS {
+                self.maker.on_chunk(last, true);
                 self.counters.chunks_placed += 1;
                 if p.hdr.flags & wire::FLAG_LAST != 0 && p.hdr.flags & wire::FLAG_IMM != 0 {
                     let mut wc =
@@ -1593,6 +1941,7 @@ impl QpInner {
                 // The device refused the rkey, the bounds or the access: the chunk is
                 // dropped, the QP's owner told.
                 self.counters.placement_refused += 1;
+                self.maker.on_chunk(last, false);
                 self.lb_broken = true;
                 self.raise(event::QP_ACCESS_ERR);
                 self.repost(p.slot);

@@ -318,19 +318,27 @@ pub fn check_modify(
         s.linear_cnt = a.linear_cnt;
         s.exp_cnt = a.exp_cnt;
     }
-    // Profiles are programmed by a controller (mrc_ctl.h), which this provider does not
-    // implement yet: only id 0, the provider's default profile, exists.
+    // Profiles are programmed by the controller API (`crate::ctl`): id 0, the provider's
+    // default, or a profile that is ONLINE now.
     if req.mrc_mask & m::EV_PROFILE_ID != 0 {
-        if a.ev_profile_id != 0 {
+        if !crate::ctl::registry()
+            .lock()
+            .map_err(|_| libc::EIO)?
+            .ev_usable(a.ev_profile_id)
+        {
             return Err(libc::EINVAL);
         }
-        s.ev_profile_id = 0;
+        s.ev_profile_id = a.ev_profile_id;
     }
     if req.mrc_mask & m::CC_PROFILE_ID != 0 {
-        if a.cc_profile_id != 0 {
+        if !crate::ctl::registry()
+            .lock()
+            .map_err(|_| libc::EIO)?
+            .cc_usable(a.cc_profile_id)
+        {
             return Err(libc::EINVAL);
         }
-        s.cc_profile_id = 0;
+        s.cc_profile_id = a.cc_profile_id;
     }
     if req.mrc_mask & m::CAP != 0 {
         if a.cap & !qp_cap::ALL != 0 {
@@ -560,6 +568,72 @@ mod tests {
         };
         let r = check_modify(QpState::Init, d, &req(rtr, QpState::Rtr, m::CAP, no_trim)).unwrap();
         assert_eq!(r.settings.cap, qp_cap::TRIM_NACK_DEST_UNSUPPORTED);
+    }
+
+    #[test]
+    fn online_controller_profiles_are_accepted_at_init() {
+        use crate::ctl::{self, CcModify, EvModify, mask as cm};
+        // Ids no other test uses: the registry is the process's.
+        let (ev_id, cc_id) = (9001, 9002);
+        {
+            let mut r = ctl::registry().lock().unwrap();
+            let auto = EvModify {
+                mask: cm::EV_STATE | cm::EV_MODE,
+                state: 1,
+                mode: ctl::ev_mode::AUTO,
+                ..EvModify::default()
+            };
+            r.modify_ev(ev_id, &auto).unwrap();
+            let none = CcModify {
+                mask: cm::CC_STATE | cm::CC_ALGORITHM,
+                state: 1,
+                ..CcModify::default()
+            };
+            r.modify_cc(cc_id, &none).unwrap();
+        }
+        let d = MrcSettings::default();
+        let p = MrcSettings {
+            ev_profile_id: ev_id,
+            cc_profile_id: cc_id,
+            ..d
+        };
+        let init = |mrc| req(STATE, QpState::Init, mrc, p);
+        // OFFLINE profiles are not usable yet.
+        assert_eq!(
+            check_modify(QpState::Reset, d, &init(m::EV_PROFILE_ID)),
+            Err(libc::EINVAL)
+        );
+        assert_eq!(
+            check_modify(QpState::Reset, d, &init(m::CC_PROFILE_ID)),
+            Err(libc::EINVAL)
+        );
+        {
+            let mut r = ctl::registry().lock().unwrap();
+            let on = EvModify {
+                mask: cm::EV_STATE,
+                state: 2,
+                ..EvModify::default()
+            };
+            r.modify_ev(ev_id, &on).unwrap();
+            let on = CcModify {
+                mask: cm::CC_STATE,
+                state: 2,
+                ..CcModify::default()
+            };
+            r.modify_cc(cc_id, &on).unwrap();
+            // AUTO: the provider's 16 EVs.
+            assert_eq!(r.qp_evs(ev_id).unwrap().evs, (0..16).collect::<Vec<u32>>());
+        }
+        let out = check_modify(
+            QpState::Reset,
+            d,
+            &init(m::EV_PROFILE_ID | m::CC_PROFILE_ID),
+        )
+        .unwrap();
+        assert_eq!(
+            (out.settings.ev_profile_id, out.settings.cc_profile_id),
+            (ev_id, cc_id)
+        );
     }
 
     #[test]

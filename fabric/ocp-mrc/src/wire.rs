@@ -26,8 +26,18 @@
 //! +---------------------------------------------------------------+
 //! |                        reserved 0                             | 28
 //! +---------------------------------------------------------------+
-//! flags: bit 0 IMM (the message carries immediate data), bit 1 LAST (last chunk).
+//! flags: bit 0 IMM (the message carries immediate data), bit 1 LAST (last chunk),
+//!        bit 2 VERDICT (a placement verdict, below; alone).
 //! ```
+//!
+//! **Placement verdict.** The responder's device decides each WRITE after the transport
+//! delivered it, so the transport's acknowledgement cannot carry the decision. The
+//! responder numbers the WRITEs it receives (0, 1, ... in arrival order, which is the
+//! requestor's posting order) and reports, in a chunk of flag VERDICT going the other way,
+//! how many are decided (`remote address` field: every WRITE below this count) and, as
+//! the payload (`message length` bytes, 8 per entry, ascending), the numbers of those
+//! refused since the previous verdict. The requestor completes a WRITE once acknowledged
+//! and decided: `IBV_WC_REM_ACCESS_ERR` when refused, as an RC responder's NAK would.
 //!
 //! **Rendezvous (hello).** `mrc_modify_qp` gives only the peer's GID and QPN; mrc's
 //! connection needs the peer's UD endpoint (all its UD QPNs, Q_Key) and its transport
@@ -54,6 +64,10 @@ pub const CHUNK_BYTES: usize = 16384;
 pub const FLAG_IMM: u8 = 1 << 0;
 /// Flag: last chunk of the message.
 pub const FLAG_LAST: u8 = 1 << 1;
+/// Flag: a placement verdict ([`Verdict`]), not a WRITE chunk.
+pub const FLAG_VERDICT: u8 = 1 << 2;
+/// Refused WRITE numbers one verdict carries at most.
+pub const VERDICT_MAX_REFUSED: usize = CHUNK_BYTES / 8;
 
 /// "MRCH".
 pub const HELLO_MAGIC: u32 = 0x4d52_4348;
@@ -120,7 +134,9 @@ impl WriteHeader {
             return Err(WireError::BadMagic);
         }
         let flags = b[4];
-        if flags & !(FLAG_IMM | FLAG_LAST) != 0 {
+        if flags & !(FLAG_IMM | FLAG_LAST | FLAG_VERDICT) != 0
+            || (flags & FLAG_VERDICT != 0 && flags != FLAG_VERDICT)
+        {
             return Err(WireError::BadField);
         }
         let mut a = [0u8; 8];
@@ -204,10 +220,249 @@ impl Hello {
     }
 }
 
+/// A placement verdict: WRITEs `0..decided` are decided, `refused` (ascending, each at
+/// least the previous verdict's `decided`) were refused by the device.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Verdict {
+    /// WRITEs decided so far (cumulative).
+    pub decided: u64,
+    /// Refused since the previous verdict.
+    pub refused: Vec<u64>,
+}
+
+impl Verdict {
+    /// Header and payload, for one transport SEND.
+    pub fn encode(&self) -> Vec<u8> {
+        let h = WriteHeader {
+            flags: FLAG_VERDICT,
+            remote_addr: self.decided,
+            rkey: 0,
+            imm: 0,
+            msg_len: (self.refused.len() * 8) as u32,
+        };
+        let mut b = h.encode().to_vec();
+        for r in &self.refused {
+            b.extend_from_slice(&r.to_be_bytes());
+        }
+        b
+    }
+
+    /// The verdict of a decoded chunk of flag VERDICT (`payload`: the bytes after the
+    /// header).
+    ///
+    /// # Errors
+    /// [`WireError::BadLength`] unless the payload is `msg_len` bytes, 8 per entry;
+    /// [`WireError::BadField`] for entries not ascending or not below `decided`.
+    pub fn decode(h: &WriteHeader, payload: &[u8]) -> Result<Verdict, WireError> {
+        if payload.len() != h.msg_len as usize || payload.len() % 8 != 0 {
+            return Err(WireError::BadLength);
+        }
+        let refused: Vec<u64> = payload
+            .chunks_exact(8)
+            .map(|c| {
+                let mut a = [0u8; 8];
+                a.copy_from_slice(c);
+                u64::from_be_bytes(a)
+            })
+            .collect();
+        if refused.windows(2).any(|w| w[0] >= w[1])
+            || refused.last().is_some_and(|&r| r >= h.remote_addr)
+        {
+            return Err(WireError::BadField);
+        }
+        Ok(Verdict {
+            decided: h.remote_addr,
+            refused,
+        })
+    }
+}
+
+/// The responder's side: numbers the WRITEs as their chunks are placed or refused, and
+/// makes the verdicts.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct VerdictMaker {
+    /// WRITEs decided.
+    decided: u64,
+    /// What the last verdict said was decided.
+    reported: u64,
+    /// Refused, not reported yet.
+    refused: Vec<u64>,
+    /// A chunk of the WRITE under way was refused.
+    current_refused: bool,
+    /// `reported` before the last take (for [`VerdictMaker::untake`]).
+    prev_reported: u64,
+}
+
+impl VerdictMaker {
+    /// One chunk of the current WRITE was placed (`ok`) or refused; `last`: it ends the
+    /// WRITE, which is then decided (refused if any of its chunks was).
+    pub fn on_chunk(&mut self, last: bool, ok: bool) {
+        self.current_refused |= !ok;
+        if last {
+            if std::mem::take(&mut self.current_refused) {
+                self.refused.push(self.decided);
+            }
+            self.decided += 1;
+        }
+    }
+
+    /// Puts back verdict `v`, just returned by [`VerdictMaker::take`], that could not be
+    /// sent: the next take reports it again (with whatever was decided meanwhile).
+    pub fn untake(&mut self, v: Verdict) {
+        let mut r = v.refused;
+        r.append(&mut self.refused);
+        self.refused = r;
+        self.reported = self.prev_reported;
+    }
+
+    /// The verdict to send, if anything was decided since the last one (at most
+    /// [`VERDICT_MAX_REFUSED`] entries; the rest in the next).
+    pub fn take(&mut self) -> Option<Verdict> {
+        if self.decided == self.reported {
+            return None;
+        }
+        let (decided, refused) = if self.refused.len() > VERDICT_MAX_REFUSED {
+            let rest = self.refused.split_off(VERDICT_MAX_REFUSED);
+            let upto = rest[0];
+            (upto, std::mem::replace(&mut self.refused, rest))
+        } else {
+            (self.decided, std::mem::take(&mut self.refused))
+        };
+        self.prev_reported = self.reported;
+        self.reported = decided;
+        Some(Verdict { decided, refused })
+    }
+}
+
+/// The requestor's side: what the verdicts decided, for the WRITEs it numbered
+/// 0, 1, ... as it sent their first chunks.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct VerdictBook {
+    /// Every WRITE below this is decided.
+    decided: u64,
+    /// Refused and not yet taken.
+    refused: std::collections::BTreeSet<u64>,
+    /// Verdicts ignored (going backwards or naming WRITEs never sent).
+    pub bad: u64,
+}
+
+impl VerdictBook {
+    /// Records `v`; `sent`: WRITEs numbered so far. A verdict that goes backwards or
+    /// past `sent` is counted in `bad` and ignored.
+    pub fn record(&mut self, v: &Verdict, sent: u64) {
+        if v.decided < self.decided
+            || v.decided > sent
+            || v.refused.first().is_some_and(|&r| r < self.decided)
+        {
+            self.bad += 1;
+            return;
+        }
+        self.decided = v.decided;
+        self.refused.extend(v.refused.iter().copied());
+    }
+
+    /// WRITE `n`'s verdict: `None` while undecided, `Some(true)` if placed, `Some(false)`
+    /// if refused (taken: asked once per WRITE).
+    pub fn take(&mut self, n: u64) -> Option<bool> {
+        (n < self.decided).then(|| !self.refused.remove(&n))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::net::Ipv6Addr;
+
+    #[test]
+    fn verdicts_number_decide_and_survive_hostile_bytes() {
+        let mut m = VerdictMaker::default();
+        assert_eq!(m.take(), None);
+        // WRITE 0: two chunks placed; WRITE 1: its first chunk refused, the last placed;
+        // WRITE 2: one chunk, refused; WRITE 3 under way (first chunk placed).
+        m.on_chunk(false, true);
+        m.on_chunk(true, true);
+        m.on_chunk(false, false);
+        m.on_chunk(true, true);
+        m.on_chunk(true, false);
+        m.on_chunk(false, true);
+        let v = m.take().unwrap();
+        assert_eq!(
+            v,
+            Verdict {
+                decided: 3,
+                refused: vec![1, 2]
+            }
+        );
+        assert_eq!(m.take(), None);
+        m.untake(v.clone());
+        assert_eq!(m.take(), Some(v.clone()));
+        let b = v.encode();
+        assert_eq!(b.len(), WRITE_HEADER_BYTES + 16);
+        assert_eq!(&b[4..5], &[FLAG_VERDICT]);
+        assert_eq!(&b[8..16], &3u64.to_be_bytes());
+        assert_eq!(&b[24..28], &16u32.to_be_bytes());
+        assert_eq!(&b[32..40], &1u64.to_be_bytes());
+        let (h, plen) = WriteHeader::decode(&b).unwrap();
+        assert_eq!((h.flags, plen), (FLAG_VERDICT, 16));
+        assert_eq!(Verdict::decode(&h, &b[WRITE_HEADER_BYTES..]), Ok(v.clone()));
+        // The requestor's book: 4 WRITEs sent; 0 placed, 1 and 2 refused, 3 undecided.
+        let mut book = VerdictBook::default();
+        book.record(&v, 4);
+        assert_eq!(
+            (0..4).map(|n| book.take(n)).collect::<Vec<_>>(),
+            vec![Some(true), Some(false), Some(false), None]
+        );
+        // Hostile: backwards, past what was sent, entries out of order or not below
+        // `decided`, a payload that is not 8 per entry, VERDICT with LAST.
+        book.record(
+            &Verdict {
+                decided: 2,
+                refused: vec![],
+            },
+            4,
+        );
+        book.record(
+            &Verdict {
+                decided: 9,
+                refused: vec![],
+            },
+            4,
+        );
+        assert_eq!(book.bad, 2);
+        let mut bad = b.clone();
+        bad[32..40].copy_from_slice(&5u64.to_be_bytes());
+        let (h, _) = WriteHeader::decode(&bad).unwrap();
+        assert_eq!(
+            Verdict::decode(&h, &bad[WRITE_HEADER_BYTES..]),
+            Err(WireError::BadField)
+        );
+        let (h, _) = WriteHeader::decode(&b[..WRITE_HEADER_BYTES + 12]).unwrap();
+        assert_eq!(
+            Verdict::decode(&h, &b[WRITE_HEADER_BYTES..WRITE_HEADER_BYTES + 12]),
+            Err(WireError::BadLength)
+        );
+        let mut both = b.clone();
+        both[4] = FLAG_VERDICT | FLAG_LAST;
+        assert_eq!(WriteHeader::decode(&both).err(), Some(WireError::BadField));
+        // More refusals than one verdict carries: split, nothing lost.
+        let mut m = VerdictMaker::default();
+        for _ in 0..VERDICT_MAX_REFUSED + 3 {
+            m.on_chunk(true, false);
+        }
+        let a = m.take().unwrap();
+        assert_eq!(
+            (a.decided, a.refused.len()),
+            (VERDICT_MAX_REFUSED as u64, VERDICT_MAX_REFUSED)
+        );
+        let c = m.take().unwrap();
+        assert_eq!(
+            (c.decided, c.refused),
+            (
+                VERDICT_MAX_REFUSED as u64 + 3,
+                (VERDICT_MAX_REFUSED as u64..VERDICT_MAX_REFUSED as u64 + 3).collect()
+            )
+        );
+    }
 
     #[test]
     fn write_header_round_trip_and_checks() {

@@ -178,6 +178,25 @@ impl<D: Datapath> Worker<D> {
             .ok_or_else(|| EngineError::Refused(format!("no QP {qpn}")))
     }
 
+    /// Runs `f` on QP `qpn`'s transport connection: for what the worker has no call of
+    /// its own, such as [`mrc_transport::Connection::set_ev_denied`] from a controller,
+    /// reading its path table, or setting its congestion controller before it connects.
+    ///
+    /// # Errors
+    /// [`EngineError::Refused`] for an unknown QP.
+    pub fn with_conn<R>(
+        &mut self,
+        qpn: u32,
+        f: impl FnOnce(&mut mrc_transport::Connection<mrc_congestion::AnyController>) -> R,
+    ) -> Result<R, EngineError> {
+        let e = self
+            .engine
+            .qps
+            .get_mut(&qpn)
+            .ok_or_else(|| EngineError::Refused(format!("no QP {qpn}")))?;
+        Ok(f(&mut e.conn))
+    }
+
     /// The transport configuration of QP `qpn` in force.
     pub fn config(&self, qpn: u32) -> Option<&ConnConfig> {
         self.qps.get(&qpn).map(|q| &q.cfg)

@@ -361,6 +361,13 @@ impl<C: Controller> Connection<C> {
         &self.cc
     }
 
+    /// The congestion controller, to change: a controller API sets a QP's profile this
+    /// way before the connection carries traffic (a controller swapped mid-flight starts
+    /// from its own initial window).
+    pub fn controller_mut(&mut self) -> &mut C {
+        &mut self.cc
+    }
+
     /// Why the sender gave up, when its work requests failed with
     /// [`WcStatus::RetryExceeded`] after RTO expiries: the retry limit, or the peer silent
     /// for the unresponsive budget (`Display`: `peer unresponsive for 5.0 s`).

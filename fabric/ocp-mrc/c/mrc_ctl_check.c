@@ -1,0 +1,387 @@
+/*
+ * mrc_ctl_check: calls every function of mrc_ctl.h against lib_mrc.so and checks the
+ * results exactly. Needs no RDMA device: without one it runs on a stand-in ibv_context
+ * that no call of the controller API dereferences (mrc_ctl_query_device_ex, which asks
+ * the device's port, is then checked to refuse a NULL context with EINVAL).
+ * First it prints the layout of every controller struct ("layout NAME VALUE"), which
+ * the cargo test compares with the Rust side.
+ *   mrc_ctl_check            exit 0 and "mrc_ctl_check: ok" when every check held
+ * SPDX-License-Identifier: MIT OR Apache-2.0
+ */
+#include <errno.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "mrc_ctl.h"
+
+static int failures;
+
+#define CHECK(cond)                                                             \
+	do {                                                                    \
+		if (!(cond)) {                                                  \
+			fprintf(stderr, "%s:%d: check failed: %s (errno %d)\n", \
+				__FILE__, __LINE__, #cond, errno);              \
+			failures++;                                             \
+		}                                                               \
+	} while (0)
+
+/* -1 with errno e. */
+#define REFUSED(call, e)                                                        \
+	do {                                                                    \
+		errno = 0;                                                      \
+		int rc_ = (call);                                               \
+		CHECK(rc_ == -1 && errno == (e));                               \
+	} while (0)
+
+#define L(name, v) printf("layout %s %zu\n", name, (size_t)(v))
+
+static void layouts(void)
+{
+	L("ev", sizeof(struct mrc_ctl_ev));
+	L("device_attr", sizeof(struct mrc_ctl_device_attr));
+	L("device_attr.cc", offsetof(struct mrc_ctl_device_attr, cc));
+	L("device_attr.phy_port_mask", offsetof(struct mrc_ctl_device_attr, phy_port_mask));
+	L("fmt_profile_attr", sizeof(struct mrc_ctl_ev_fmt_profile_attr));
+	L("fmt_profile_attr.ev_fmt_op", offsetof(struct mrc_ctl_ev_fmt_profile_attr, ev_fmt_op));
+	L("ev_op_entry", sizeof(struct mrc_ctl_ev_op_entry));
+	L("ev_op_entry.state", offsetof(struct mrc_ctl_ev_op_entry, state));
+	L("ev_profile_attr", sizeof(struct mrc_ctl_ev_profile_attr));
+	L("ev_profile_attr.ev_fmt_profile_id",
+	  offsetof(struct mrc_ctl_ev_profile_attr, ev_fmt_profile_id));
+	L("ev_profile_attr.ev_op", offsetof(struct mrc_ctl_ev_profile_attr, ev_op));
+	L("ev_profile_attr.ev_fields_op", offsetof(struct mrc_ctl_ev_profile_attr, ev_fields_op));
+	L("cc_profile_attr", sizeof(struct mrc_ctl_cc_profile_attr));
+	L("nscc_cfg", sizeof(struct mrc_ctl_cc_nscc_cfg));
+	L("nscc_cfg.qa_gate", offsetof(struct mrc_ctl_cc_nscc_cfg, qa_gate));
+	L("ev_event", sizeof(struct mrc_ctl_ev_event));
+	L("ev_event.drop_count", offsetof(struct mrc_ctl_ev_event, drop_count));
+	L("ep_req", sizeof(struct mrc_ctl_ep_req));
+	L("ep_req.req_ev", offsetof(struct mrc_ctl_ep_req, req_ev));
+	L("ep_req.op", offsetof(struct mrc_ctl_ep_req, op));
+	L("ep_rsp", sizeof(struct mrc_ctl_ep_rsp));
+}
+
+static struct mrc_ctl_ev stev(uint32_t v)
+{
+	struct mrc_ctl_ev e;
+	memset(&e, 0, sizeof(e));
+	memcpy(e.val, &v, sizeof(v));
+	e.port = 1;
+	return e;
+}
+
+static uint32_t stev_val(const struct mrc_ctl_ev *e)
+{
+	uint32_t v;
+	memcpy(&v, e->val, sizeof(v));
+	return v;
+}
+
+int main(void)
+{
+	layouts();
+
+	uint32_t cur = 0, last = 1, ven = 0, last_ven = 1;
+	mrc_ctl_query_version(&cur, &last, &ven, &last_ven);
+	CHECK(cur == MRC_CTL_API_VER(1, 0, 1) && last == 0);
+	CHECK(ven == MRC_CTL_API_VER(1, 0, 0) && last_ven == 0);
+
+	int ndev = 0;
+	struct ibv_device **list = ibv_get_device_list(&ndev);
+	struct ibv_context *vctx = NULL;
+	if (list && ndev > 0)
+		vctx = ibv_open_device(list[0]);
+	static struct ibv_context stand_in; /* never dereferenced by these calls */
+	int have_device = vctx != NULL;
+	if (!vctx)
+		vctx = &stand_in;
+	printf("mrc_ctl_check: %s\n", have_device ? "on a device" : "without a device");
+
+	struct mrc_ctl_device_attr da;
+	memset(&da, 0, sizeof(da));
+	REFUSED(mrc_ctl_query_device(NULL, &da), EINVAL);
+	CHECK(mrc_ctl_query_device(vctx, &da) == 0);
+	CHECK(da.mrc_ctl_protocol_version == MRC_CTL_PROTOCOL_VERSION_1);
+	CHECK(da.ev.ev_max_fmt_profiles == 64 && da.ev.ev_max_profiles == 64);
+	CHECK(da.ev.ev_max_count == 65536 && da.ev.ev_free_count == 65536);
+	CHECK(da.ev.ev_max_count_profile == 4096 && da.ev.ev_count_align == 1);
+	CHECK(da.ev.ev_max_width == 32 && da.ev.ev_op_max_entries == 0);
+	CHECK(da.ev.ev_fmt_mode_mask ==
+	      (MRC_CTL_EV_FMT_MODE_STEV | MRC_CTL_EV_FMT_MODE_SRV6 | MRC_CTL_EV_FMT_MODE_UDP));
+	CHECK(da.ev.ev_mode_mask ==
+	      (MRC_CTL_EV_MODE_AUTO | MRC_CTL_EV_MODE_EXP | MRC_CTL_EV_MODE_GEN));
+	CHECK(da.cc.cc_max_profiles == 64 && da.cc.algorithms &&
+	      strcmp(da.cc.algorithms[0], "uet-1.0-nscc") == 0 && da.cc.algorithms[1] == NULL);
+	CHECK(da.phy_port_mask == 2);
+	CHECK(da.opt_attr == (MRC_CTL_OPT_CAP_EV_EVENT | MRC_CTL_OPT_CAP_EV_EVENT_PRECISE_DROP_CNT));
+	int supported = 7;
+	if (have_device) {
+		CHECK(mrc_ctl_query_device_ex(vctx, NULL, &da, &supported) == 0);
+		CHECK(supported == 1);
+	} else {
+		REFUSED(mrc_ctl_query_device_ex(NULL, NULL, &da, &supported), EINVAL);
+		CHECK(supported == 7);
+	}
+
+	struct mrc_context *ctx = mrc_create_context(vctx, NULL);
+	CHECK(ctx != NULL);
+	if (!ctx)
+		return 1;
+
+	/* Ports: port 1 only, ENABLED; disabling it is the driver's. */
+	struct mrc_ctl_port_attr pa = { .port_admin_state = MRC_CTL_PORT_ADMIN_DISABLED };
+	CHECK(mrc_ctl_query_port(ctx, 1, &pa, MRC_CTL_PORT_ADMIN_STATE) == 0);
+	CHECK(pa.port_admin_state == MRC_CTL_PORT_ADMIN_ENABLED);
+	REFUSED(mrc_ctl_query_port(ctx, 2, &pa, MRC_CTL_PORT_ADMIN_STATE), EINVAL);
+	CHECK(mrc_ctl_modify_port(ctx, 1, &pa, MRC_CTL_PORT_ADMIN_STATE) == 0);
+	pa.port_admin_state = MRC_CTL_PORT_ADMIN_DISABLED;
+	REFUSED(mrc_ctl_modify_port(ctx, 1, &pa, MRC_CTL_PORT_ADMIN_STATE), EPERM);
+
+	/* EV format profile 13: STEV, two 16-bit fields, OFFLINE then ONLINE. */
+	struct mrc_ctl_ev_fmt_field ff[2] = { { .width = 16 }, { .width = 16 } };
+	struct mrc_ctl_ev_fmt_profile_attr fa;
+	memset(&fa, 0, sizeof(fa));
+	fa.profile_state = MRC_CTL_PROFILE_ONLINE;
+	REFUSED(mrc_ctl_modify_ev_fmt_profile(ctx, 13, &fa, MRC_CTL_EV_FMT_PROFILE_STATE), EINVAL);
+	fa.profile_state = MRC_CTL_PROFILE_OFFLINE;
+	fa.ev_fmt_mode = MRC_CTL_EV_FMT_MODE_STEV;
+	fa.ev_fmt_op.op = MRC_CTL_EV_FMT_OP_MODIFY_FIELDS;
+	fa.ev_fmt_op.fmt_fields = ff;
+	fa.ev_fmt_op.fmt_field_count = 2;
+	CHECK(mrc_ctl_modify_ev_fmt_profile(ctx, 13, &fa,
+					    MRC_CTL_EV_FMT_PROFILE_STATE | MRC_CTL_EV_FMT_PROFILE_MODE |
+						    MRC_CTL_EV_FMT_PROFILE_OP) == 0);
+	memset(&fa, 0, sizeof(fa));
+	fa.profile_state = MRC_CTL_PROFILE_ONLINE;
+	CHECK(mrc_ctl_modify_ev_fmt_profile(ctx, 13, &fa, MRC_CTL_EV_FMT_PROFILE_STATE) == 0);
+	struct mrc_ctl_ev_fmt_field qf[1];
+	memset(&fa, 0, sizeof(fa));
+	fa.ev_fmt_op.op = MRC_CTL_EV_FMT_OP_QUERY_FIELDS;
+	fa.ev_fmt_op.fmt_fields = qf;
+	fa.ev_fmt_op.fmt_field_count = 1;
+	REFUSED(mrc_ctl_query_ev_fmt_profile(ctx, 13, &fa,
+					     MRC_CTL_EV_FMT_PROFILE_STATE | MRC_CTL_EV_FMT_PROFILE_OP),
+		E2BIG);
+	CHECK(fa.ev_fmt_op.fmt_field_count == 2);
+	struct mrc_ctl_ev_fmt_field qf2[2] = { { 0 }, { 0 } };
+	fa.ev_fmt_op.fmt_fields = qf2;
+	CHECK(mrc_ctl_query_ev_fmt_profile(ctx, 13, &fa,
+					   MRC_CTL_EV_FMT_PROFILE_STATE | MRC_CTL_EV_FMT_PROFILE_MODE |
+						   MRC_CTL_EV_FMT_PROFILE_OP) == 0);
+	CHECK(fa.cur_profile_state == MRC_CTL_PROFILE_ONLINE &&
+	      fa.ev_fmt_mode == MRC_CTL_EV_FMT_MODE_STEV && qf2[0].width == 16 &&
+	      qf2[1].width == 16);
+
+	/* An EV event CQ with a channel, armed. */
+	struct mrc_comp_channel *ch = NULL;
+	CHECK(mrc_create_comp_channel(ctx, &ch) == 0);
+	struct mrc_cq *evcq = mrc_ctl_create_ev_event_cq(ctx, 8, (void *)0x77, ch, 0);
+	CHECK(evcq != NULL);
+	CHECK(mrc_req_notify_cq(evcq, 0) == 0);
+
+	/* Explicit EV profile 1: four EVs (i << 16 | i), replaced one by one. */
+	struct mrc_ctl_ev_profile_attr ea;
+	memset(&ea, 0, sizeof(ea));
+	ea.profile_state = MRC_CTL_PROFILE_OFFLINE;
+	ea.ev_mode = MRC_CTL_EV_MODE_EXP;
+	ea.ev_fmt_profile_id = 13;
+	ea.ev_count = 4;
+	ea.ev_min_active = 1;
+	ea.ev_event_mask = MRC_CTL_EV_GOOD | MRC_CTL_EV_ASSUMED_BAD;
+	int offline_mask = MRC_CTL_EV_PROFILE_STATE | MRC_CTL_EV_PROFILE_MODE |
+			   MRC_CTL_EV_PROFILE_FMT_ID | MRC_CTL_EV_PROFILE_COUNT |
+			   MRC_CTL_EV_PROFILE_MIN_ACTIVE | MRC_CTL_EV_PROFILE_EVENT_MASK;
+	CHECK(mrc_ctl_modify_ev_profile(ctx, 1, &ea, offline_mask) == 0);
+	memset(&ea, 0, sizeof(ea));
+	ea.profile_state = MRC_CTL_PROFILE_ONLINE;
+	REFUSED(mrc_ctl_modify_ev_profile(ctx, 1, &ea, MRC_CTL_EV_PROFILE_STATE), EINVAL);
+	for (uint32_t i = 0; i < 4; i++) {
+		struct mrc_ctl_ev_op_entry e = { .ev = MRC_CTL_EV_UNPOPULATED,
+						 .ev_new = stev(i << 16 | i),
+						 .state = MRC_CTL_EV_GOOD };
+		memset(&ea, 0, sizeof(ea));
+		ea.ev_op.op = MRC_CTL_EV_OP_REPLACE_EV;
+		ea.ev_op.entries = &e;
+		ea.ev_op.entry_count = 1;
+		CHECK(mrc_ctl_modify_ev_profile(ctx, 1, &ea, MRC_CTL_EV_PROFILE_EV_OP) == 0);
+	}
+	memset(&ea, 0, sizeof(ea));
+	ea.profile_state = MRC_CTL_PROFILE_ONLINE;
+	CHECK(mrc_ctl_modify_ev_profile(ctx, 1, &ea, MRC_CTL_EV_PROFILE_STATE) == 0);
+	CHECK(mrc_ctl_query_device(vctx, &da) == 0);
+	CHECK(da.ev.ev_free_count == 65536 - 4);
+
+	/* DENY EV 2, then the state query says so; an unknown EV is ENOENT. */
+	struct mrc_ctl_ev_op_entry deny = { .ev = stev(2 << 16 | 2), .state = MRC_CTL_EV_DENIED };
+	memset(&ea, 0, sizeof(ea));
+	ea.ev_op.op = MRC_CTL_EV_OP_MODIFY_EV_STATE;
+	ea.ev_op.entries = &deny;
+	ea.ev_op.entry_count = 1;
+	CHECK(mrc_ctl_modify_ev_profile(ctx, 1, &ea, MRC_CTL_EV_PROFILE_EV_OP) == 0);
+	struct mrc_ctl_ev_op_entry ask[2] = { { .ev = stev(2 << 16 | 2) }, { .ev = stev(3 << 16 | 3) } };
+	memset(&ea, 0, sizeof(ea));
+	ea.ev_op.op = MRC_CTL_EV_OP_QUERY_EV_STATE;
+	ea.ev_op.entries = ask;
+	ea.ev_op.entry_count = 2;
+	CHECK(mrc_ctl_query_ev_profile(ctx, 1, &ea, MRC_CTL_EV_PROFILE_EV_OP) == 0);
+	CHECK(ask[0].state == MRC_CTL_EV_DENIED && ask[1].state == MRC_CTL_EV_GOOD);
+	struct mrc_ctl_ev_op_entry nobody = { .ev = stev(99) };
+	ea.ev_op.entries = &nobody;
+	ea.ev_op.entry_count = 1;
+	REFUSED(mrc_ctl_query_ev_profile(ctx, 1, &ea, MRC_CTL_EV_PROFILE_EV_OP), ENOENT);
+	/* The array: short is E2BIG with the count, then all four. */
+	struct mrc_ctl_ev_op_entry arr[4];
+	memset(arr, 0, sizeof(arr));
+	memset(&ea, 0, sizeof(ea));
+	ea.ev_op.op = MRC_CTL_EV_OP_QUERY_EV_ARRAY;
+	ea.ev_op.entries = arr;
+	ea.ev_op.entry_count = 3;
+	REFUSED(mrc_ctl_query_ev_profile(ctx, 1, &ea, MRC_CTL_EV_PROFILE_EV_OP), E2BIG);
+	CHECK(ea.ev_op.entry_count == 4);
+	CHECK(mrc_ctl_query_ev_profile(ctx, 1, &ea,
+				       MRC_CTL_EV_PROFILE_EV_OP | MRC_CTL_EV_PROFILE_STATE |
+					       MRC_CTL_EV_PROFILE_COUNT) == 0);
+	CHECK(ea.cur_profile_state == MRC_CTL_PROFILE_ONLINE && ea.ev_count == 4 &&
+	      ea.ev_mode == MRC_CTL_EV_MODE_EXP && ea.ev_fmt_profile_id == 13);
+	for (uint32_t i = 0; i < 4; i++)
+		CHECK(stev_val(&arr[i].ev) == (i << 16 | i) && arr[i].ev.port == 1);
+	CHECK(arr[2].state == MRC_CTL_EV_DENIED);
+
+	/* Un-deny: a GOOD event arrives on the EV CQ (and its channel). */
+	deny.state = MRC_CTL_EV_GOOD;
+	memset(&ea, 0, sizeof(ea));
+	ea.ev_op.op = MRC_CTL_EV_OP_MODIFY_EV_STATE;
+	ea.ev_op.entries = &deny;
+	ea.ev_op.entry_count = 1;
+	CHECK(mrc_ctl_modify_ev_profile(ctx, 1, &ea, MRC_CTL_EV_PROFILE_EV_OP) == 0);
+	struct mrc_cq *got_cq = NULL;
+	void *got_ctx = NULL;
+	CHECK(mrc_get_cq_event(ch, &got_cq, &got_ctx) == 0);
+	CHECK(got_cq == evcq && got_ctx == (void *)0x77);
+	mrc_ack_cq_events(evcq, 1);
+	struct mrc_ctl_ev_event evs[4];
+	memset(evs, 0, sizeof(evs));
+	CHECK(mrc_ctl_poll_ev_event(evcq, 4, evs) == 1);
+	CHECK(evs[0].profile_id == 1 && stev_val(&evs[0].ev) == (2 << 16 | 2) &&
+	      evs[0].state == MRC_CTL_EV_GOOD && evs[0].drop_count == 0);
+	CHECK(mrc_ctl_poll_ev_event(evcq, 4, evs) == 0);
+	CHECK(mrc_ctl_poll_ev_event(NULL, 4, evs) == -EINVAL);
+
+	/* Generated EV profile 2: one fixed 16-bit field 0x42, one field 0xA0 | 3..6. */
+	struct mrc_ctl_ev_field gf[2] = {
+		{ .width = 16, .init_val = 0x42, .min_val = 0, .max_val = 0, .mask = 0 },
+		{ .width = 16, .init_val = 0xA0, .min_val = 3, .max_val = 6, .mask = 0x0F },
+	};
+	memset(&ea, 0, sizeof(ea));
+	ea.profile_state = MRC_CTL_PROFILE_OFFLINE;
+	ea.ev_mode = MRC_CTL_EV_MODE_GEN;
+	ea.ev_fmt_profile_id = 13;
+	ea.ev_count = 4;
+	ea.ev_fields_op.op = MRC_CTL_EV_FIELDS_OP_MODIFY_FIELDS;
+	ea.ev_fields_op.fields = gf;
+	ea.ev_fields_op.field_count = 2;
+	REFUSED(mrc_ctl_modify_ev_profile(ctx, 2, &ea,
+					  offline_mask | MRC_CTL_EV_PROFILE_EV_OP |
+						  MRC_CTL_EV_PROFILE_EV_FIELDS_OP),
+		EINVAL);
+	CHECK(mrc_ctl_modify_ev_profile(ctx, 2, &ea, offline_mask | MRC_CTL_EV_PROFILE_EV_FIELDS_OP) == 0);
+	memset(&ea, 0, sizeof(ea));
+	ea.profile_state = MRC_CTL_PROFILE_ONLINE;
+	CHECK(mrc_ctl_modify_ev_profile(ctx, 2, &ea, MRC_CTL_EV_PROFILE_STATE) == 0);
+	memset(arr, 0, sizeof(arr));
+	memset(&ea, 0, sizeof(ea));
+	ea.ev_op.op = MRC_CTL_EV_OP_QUERY_EV_ARRAY;
+	ea.ev_op.entries = arr;
+	ea.ev_op.entry_count = 4;
+	CHECK(mrc_ctl_query_ev_profile(ctx, 2, &ea, MRC_CTL_EV_PROFILE_EV_OP) == 0);
+	for (uint32_t i = 0; i < 4; i++)
+		CHECK(stev_val(&arr[i].ev) == (0x42u << 16 | (0xA3 + i)));
+	struct mrc_ctl_ev_field qg[2];
+	memset(qg, 0, sizeof(qg));
+	memset(&ea, 0, sizeof(ea));
+	ea.ev_fields_op.op = MRC_CTL_EV_FIELDS_OP_QUERY_FIELDS;
+	ea.ev_fields_op.fields = qg;
+	ea.ev_fields_op.field_count = 2;
+	CHECK(mrc_ctl_query_ev_profile(ctx, 2, &ea, MRC_CTL_EV_PROFILE_EV_FIELDS_OP) == 0);
+	CHECK(qg[1].init_val == 0xA0 && qg[1].max_val == 6 && qg[1].mask == 0x0F);
+
+	/* CC profile 3: NSCC with its parameters; an unknown algorithm is EINVAL. */
+	struct mrc_ctl_cc_nscc_cfg nscc = {
+		.disable_qa = 0, .adjust_bytes_threshold = 32768, .adjust_period_threshold = 20000,
+		.base_rtt = 12000, .eta = 600.0f, .fi = 2000.0f, .fi_scale = 0.5f, .gamma = 0.75f,
+		.max_md_jump = 0.25f, .max_cwnd = 1000000, .qa_gate = 3, .qa_threshold = 48000,
+		.target_delay = 9000,
+	};
+	struct mrc_ctl_cc_profile_attr ca;
+	memset(&ca, 0, sizeof(ca));
+	ca.profile_state = MRC_CTL_PROFILE_OFFLINE;
+	ca.algorithm = "dcqcn";
+	REFUSED(mrc_ctl_modify_cc_profile(ctx, 3, &ca,
+					  MRC_CTL_CC_PROFILE_STATE | MRC_CTL_CC_PROFILE_ALGORITHM),
+		EINVAL);
+	ca.algorithm = "uet-1.0-nscc";
+	CHECK(mrc_ctl_modify_cc_profile(ctx, 3, &ca,
+					MRC_CTL_CC_PROFILE_STATE | MRC_CTL_CC_PROFILE_ALGORITHM) == 0);
+	memset(&ca, 0, sizeof(ca));
+	ca.profile_state = MRC_CTL_PROFILE_ONLINE;
+	REFUSED(mrc_ctl_modify_cc_profile(ctx, 3, &ca, MRC_CTL_CC_PROFILE_STATE), EINVAL);
+	struct mrc_ctl_cc_nscc_cfg bad = nscc;
+	bad.gamma = 0.0f;
+	ca.cc_config = &bad;
+	REFUSED(mrc_ctl_modify_cc_profile(ctx, 3, &ca,
+					  MRC_CTL_CC_PROFILE_STATE | MRC_CTL_CC_PROFILE_CONFIG),
+		EINVAL);
+	ca.cc_config = &nscc;
+	CHECK(mrc_ctl_modify_cc_profile(ctx, 3, &ca,
+					MRC_CTL_CC_PROFILE_STATE | MRC_CTL_CC_PROFILE_CONFIG) == 0);
+	memset(&ca, 0, sizeof(ca));
+	CHECK(mrc_ctl_query_cc_profile(ctx, 3, &ca,
+				       MRC_CTL_CC_PROFILE_STATE | MRC_CTL_CC_PROFILE_ALGORITHM) == 0);
+	CHECK(ca.cur_profile_state == MRC_CTL_PROFILE_ONLINE && ca.algorithm &&
+	      strcmp(ca.algorithm, "uet-1.0-nscc") == 0);
+	REFUSED(mrc_ctl_query_cc_profile(ctx, 0, &ca, MRC_CTL_CC_PROFILE_STATE), EINVAL);
+
+	/* Endpoint operations: not supported (no connectionless responder). */
+	struct mrc_ctl_ep_req req;
+	memset(&req, 0, sizeof(req));
+	req.req_id = 1;
+	req.ev_fmt_mode = MRC_CTL_EV_FMT_MODE_STEV;
+	req.req_ev = stev(7);
+	struct mrc_ctl_ep_rsp rsp;
+	int nrsp = 5;
+	REFUSED(mrc_ctl_ep_batch_send_wait(ctx, 0, MRC_CTL_EP_OP_EV_PROBE, &req, 1, 1000000, &rsp,
+					   &nrsp),
+		ENOTSUP);
+	CHECK(nrsp == 0);
+	REFUSED(mrc_ctl_ep_batch_send_wait(ctx, 0, MRC_CTL_EP_OP_EV_PROBE, &req, 0, 1000000, &rsp,
+					   &nrsp),
+		EINVAL);
+
+	/* Profiles back to INIT; the EV CQ and channel go. */
+	memset(&ea, 0, sizeof(ea));
+	ea.profile_state = MRC_CTL_PROFILE_OFFLINE;
+	CHECK(mrc_ctl_modify_ev_profile(ctx, 1, &ea, MRC_CTL_EV_PROFILE_STATE) == 0);
+	CHECK(mrc_ctl_modify_ev_profile(ctx, 2, &ea, MRC_CTL_EV_PROFILE_STATE) == 0);
+	ea.profile_state = MRC_CTL_PROFILE_INIT;
+	CHECK(mrc_ctl_modify_ev_profile(ctx, 1, &ea, MRC_CTL_EV_PROFILE_STATE) == 0);
+	CHECK(mrc_ctl_modify_ev_profile(ctx, 2, &ea, MRC_CTL_EV_PROFILE_STATE) == 0);
+	CHECK(mrc_ctl_query_device(vctx, &da) == 0);
+	CHECK(da.ev.ev_free_count == 65536);
+	CHECK(mrc_destroy_cq(evcq) == 0);
+	CHECK(mrc_destroy_comp_channel(ch) == 0);
+	CHECK(mrc_destroy_context(ctx) == 0);
+	if (have_device)
+		ibv_close_device(vctx);
+	if (list)
+		ibv_free_device_list(list);
+
+	if (failures) {
+		fprintf(stderr, "mrc_ctl_check: %d checks failed\n", failures);
+		return 1;
+	}
+	printf("mrc_ctl_check: ok\n");
+	return 0;
+}
