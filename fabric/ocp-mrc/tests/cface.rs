@@ -49,7 +49,9 @@ fn build(name: &str) -> PathBuf {
         .arg("-L")
         .arg(&dir)
         .arg("-l_mrc")
-        .arg("-Wl,-rpath,$ORIGIN")
+        // DT_RPATH, not DT_RUNPATH: it wins over the LD_LIBRARY_PATH cargo sets (which
+        // names target/<profile>, where an older lib_mrc.so of another build may lie)
+        .arg("-Wl,--disable-new-dtags,-rpath,$ORIGIN")
         .output()
         .unwrap_or_else(|e| panic!("cannot run the C compiler {cc}: {e}"));
     assert!(

@@ -81,7 +81,9 @@ fn mrc_ctl_check_calls_every_function() {
         .arg(crate_dir.join("c/mrc_ctl_check.c"))
         .arg(format!("-L{}", deps.display()))
         .args(["-l_mrc", "-libverbs"])
-        .arg(format!("-Wl,-rpath,{}", deps.display()))
+        // DT_RPATH, not DT_RUNPATH: it wins over the LD_LIBRARY_PATH cargo sets (which
+        // names target/<profile>, where an older lib_mrc.so of another build may lie)
+        .arg(format!("-Wl,--disable-new-dtags,-rpath,{}", deps.display()))
         .output()
         .expect("gcc runs");
     assert!(
