@@ -252,6 +252,20 @@ impl RxMessages {
     /// `AccessDenied`.
     #[inline]
     pub fn check(&self, p: &RxData<'_>, regions: &RegionTable) -> Result<u64, DropReason> {
+        let msn = self.check_message(p, regions)?;
+        if let RxKind::Write { addr, rkey } = p.kind {
+            regions
+                .check_remote_write(rkey, addr, p.payload.len() as u64)
+                .map_err(access_reason)?;
+        }
+        Ok(msn)
+    }
+
+    /// [`RxMessages::check`] without its last step, the region check of an RDMA WRITE
+    /// (which [`RxMessages::commit`] repeats before it writes anything, with the same
+    /// errors in the same order).
+    #[inline]
+    fn check_message(&self, p: &RxData<'_>, regions: &RegionTable) -> Result<u64, DropReason> {
         let msn = self.unwrap_msn(p.msn32)?;
         let idx = (msn - self.next_msn) as usize;
         let is_send = matches!(p.kind, RxKind::Send);
@@ -292,11 +306,6 @@ impl RxMessages {
         {
             return Err(DropReason::StagingFull);
         }
-        if let RxKind::Write { addr, rkey } = p.kind {
-            regions
-                .check_remote_write(rkey, addr, p.payload.len() as u64)
-                .map_err(access_reason)?;
-        }
         Ok(msn)
     }
 
@@ -308,7 +317,9 @@ impl RxMessages {
     /// As [`RxMessages::check`].
     #[inline]
     pub fn place(&mut self, p: &RxData<'_>, regions: &mut RegionTable) -> Result<u64, DropReason> {
-        let msn = self.check(p, regions)?;
+        // `commit` checks an RDMA WRITE's region before it changes anything (one rkey
+        // lookup per packet instead of two)
+        let msn = self.check_message(p, regions)?;
         self.commit(msn, p, regions)?;
         Ok(msn)
     }
