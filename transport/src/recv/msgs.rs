@@ -400,6 +400,19 @@ impl RxMessages {
     /// none). Stops at a message that needs a receive buffer while none is posted.
     #[inline]
     pub fn advance(&mut self, regions: &mut RegionTable, out: &mut VecDeque<Completion>) {
+        // the usual case, a message at the front still incomplete, without the set-up of the
+        // completion loop (~45 instructions per data packet)
+        match self.msgs.front() {
+            Some(Some(m)) if m.last_seen && m.coverage.is_whole(m.len) => {
+                self.advance_whole(regions, out)
+            }
+            _ => {}
+        }
+    }
+
+    /// [`RxMessages::advance`] once the message at the front is whole.
+    #[inline(never)]
+    fn advance_whole(&mut self, regions: &mut RegionTable, out: &mut VecDeque<Completion>) {
         loop {
             let Some(Some(m)) = self.msgs.front() else {
                 return;
