@@ -850,15 +850,15 @@ impl SendState {
         }
         let mut out = AckOutcome::default();
         let mut latest: Option<(u64, u64, usize)> = None; // (sent, seq, ev)
-        for seq in self.snd_una..cum_seq {
+        let snd_una = self.snd_una;
+        for seq in snd_una..cum_seq {
             self.ack_one(now_ns, seq, echo, paths, stats, &mut out, &mut latest);
         }
         let mut bits = bitmap;
         while bits != 0 {
-            let i = u64::from(bits.trailing_zeros());
+            let seq = base_seq + u64::from(bits.trailing_zeros());
             bits &= bits - 1;
-            let seq = base_seq + i;
-            if seq >= self.snd_una {
+            if seq >= snd_una {
                 self.ack_one(now_ns, seq, echo, paths, stats, &mut out, &mut latest);
             }
         }
@@ -913,7 +913,7 @@ impl SendState {
     }
 
     #[allow(clippy::too_many_arguments)]
-    #[inline]
+    #[inline(always)]
     fn ack_one(
         &mut self,
         now_ns: u64,
