@@ -179,6 +179,7 @@ enum RegionBytesInner<'a> {
 
 impl core::ops::Deref for RegionBytes<'_> {
     type Target = [u8];
+    #[inline]
     fn deref(&self) -> &[u8] {
         match &self.0 {
             RegionBytesInner::Slice(s) => s,
