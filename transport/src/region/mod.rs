@@ -152,6 +152,7 @@ impl Backing {
     }
 
     /// Copies `data` to offset `off`; `None` (nothing written) if it does not fit.
+    #[inline]
     fn write(&mut self, off: usize, data: &[u8]) -> Option<()> {
         let end = off.checked_add(data.len())?;
         match self {
