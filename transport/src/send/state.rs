@@ -708,7 +708,7 @@ impl SendState {
     /// waits for window space, the lowest one that does not wait: a loss retransmission or
     /// the tail loss probe), then new data if the peer window allows and
     /// `bytes_in_flight + len <= cwnd_bytes` (or nothing is in flight).
-    #[inline]
+    #[inline(always)]
     pub fn next_tx(&self, cwnd_bytes: u64) -> Option<TxPacket> {
         if self.failed {
             return None;
