@@ -217,7 +217,7 @@ impl<'a> PacketRepr<'a> {
     /// # Errors
     /// [`WireError::BufferTooSmall`] when `buf.len() < buffer_len()`; everything
     /// [`PacketRepr::check`] reports.
-    #[inline]
+    #[inline(always)]
     pub fn emit(&self, buf: &mut [u8]) -> Result<usize, WireError> {
         self.check()?;
         let need = self.buffer_len();
