@@ -869,14 +869,14 @@ impl SendState {
             self.rack.on_ack(sent, seq, now_ns, false);
             out.rtt_sample_ns = Some(rtt);
         }
-        while self
+        // the acknowledged prefix goes at once (a drain from the front moves nothing)
+        let acked_prefix = self
             .pkts
-            .front()
-            .is_some_and(|p| p.state == PktState::Acked)
-        {
-            self.pkts.pop_front();
-            self.snd_una += 1;
-        }
+            .iter()
+            .take_while(|p| p.state == PktState::Acked)
+            .count();
+        self.pkts.drain(..acked_prefix);
+        self.snd_una += acked_prefix as u64;
         self.debug_check_rtx();
         if let Some((ev, ts32)) = echo
             && !self.suspects.is_empty()
