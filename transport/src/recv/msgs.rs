@@ -325,7 +325,9 @@ impl RxMessages {
     }
 
     /// Places a packet that passed [`RxMessages::check`] (same `regions`, no change in
-    /// between) and whose PSN was new.
+    /// between) and whose PSN was new. An RDMA WRITE's region is checked here again before
+    /// anything changes (with `check`'s errors), which is why [`RxMessages::place`] leaves
+    /// that last step of `check` to it.
     ///
     /// # Errors
     /// The drop reason if placement fails after all (it cannot when `check` passed).
