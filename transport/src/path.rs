@@ -540,8 +540,15 @@ impl PathTable {
     #[inline]
     pub fn next_probe(&mut self, now_ns: u64, interval_ns: u64) -> Option<(usize, u32)> {
         if self.n_bad == 0 {
+            // every packet asks: no call while no EV is assumed bad
             return None;
         }
+        self.next_probe_due(now_ns, interval_ns)
+    }
+
+    /// [`PathTable::next_probe`] while some EV is `AssumedBad`.
+    #[inline(never)]
+    fn next_probe_due(&mut self, now_ns: u64, interval_ns: u64) -> Option<(usize, u32)> {
         let seq = self.next_probe_seq;
         let (i, p) = self
             .paths

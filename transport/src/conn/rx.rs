@@ -23,9 +23,20 @@ impl<C: Controller> Connection<C> {
     /// EV the datapath received it on (informational; the MRCETH EV is what is echoed);
     /// `ecn` the IP ECN codepoint. Never panics on any input; every rejected datagram is
     /// counted in [`crate::stats::ConnStats::drops`] by reason.
+    #[inline]
     pub fn handle_datagram(&mut self, now_ns: u64, ev: u32, ecn: Ecn, bytes: &[u8]) {
-        let Some(auth) = self.auth.as_mut() else {
+        if self.auth.is_none() {
             self.handle_packet(now_ns, ev, ecn, bytes);
+        } else {
+            self.handle_sealed(now_ns, ev, ecn, bytes);
+        }
+    }
+
+    /// [`Connection::handle_datagram`] with authentication on: opens the datagram, then
+    /// handles the plain packet.
+    #[inline(never)]
+    fn handle_sealed(&mut self, now_ns: u64, ev: u32, ecn: Ecn, bytes: &[u8]) {
+        let Some(auth) = self.auth.as_mut() else {
             return;
         };
         let mut plain = std::mem::take(&mut self.auth_plain);

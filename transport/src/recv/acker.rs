@@ -112,7 +112,7 @@ impl Acker {
     /// connection sets it when the hole at `rcv_nxt` was filled or ack-request is set);
     /// `ce`: it carried ECN CE.
     #[allow(clippy::too_many_arguments)]
-    #[inline]
+    #[inline(always)]
     pub fn on_data(
         &mut self,
         now_ns: u64,

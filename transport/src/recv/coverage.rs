@@ -55,7 +55,7 @@ impl Coverage {
     /// # Errors
     /// [`CoverageError::Inconsistent`] past the end or on overlap,
     /// [`CoverageError::TooFragmented`] past [`MAX_COVERAGE_HOLES`].
-    #[inline]
+    #[inline(always)]
     pub fn check(&self, offset: u32, len: u32, msg_len: u32) -> Result<(), CoverageError> {
         let end = offset.checked_add(len).ok_or(CoverageError::Inconsistent)?;
         if end > msg_len {

@@ -171,7 +171,7 @@ impl RecvWindow {
 
     /// Records the arrival of `seq`, already classified `InWindow` by
     /// [`RecvWindow::classify`] (no window change since).
-    #[inline]
+    #[inline(always)]
     pub fn on_arrival_seq(&mut self, seq: u64) -> Arrival {
         if seq == self.rcv_nxt && self.highest_end == seq {
             // in order with nothing beyond it: no bit to read, set or clear

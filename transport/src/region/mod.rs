@@ -152,6 +152,7 @@ impl Backing {
     }
 
     /// Copies `data` to offset `off`; `None` (nothing written) if it does not fit.
+    #[inline]
     fn write(&mut self, off: usize, data: &[u8]) -> Option<()> {
         let end = off.checked_add(data.len())?;
         match self {
@@ -179,6 +180,7 @@ enum RegionBytesInner<'a> {
 
 impl core::ops::Deref for RegionBytes<'_> {
     type Target = [u8];
+    #[inline]
     fn deref(&self) -> &[u8] {
         match &self.0 {
             RegionBytesInner::Slice(s) => s,

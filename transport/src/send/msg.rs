@@ -38,6 +38,7 @@ pub fn packets_for(len: u32, mtu_payload_bytes: u32) -> u32 {
 }
 
 /// Payload length of the packet at `offset` of a `len`-byte message.
+#[inline]
 pub fn segment_len(len: u32, offset: u32, mtu_payload_bytes: u32) -> u32 {
     len.saturating_sub(offset).min(mtu_payload_bytes.max(1))
 }

@@ -708,7 +708,7 @@ impl SendState {
     /// waits for window space, the lowest one that does not wait: a loss retransmission or
     /// the tail loss probe), then new data if the peer window allows and
     /// `bytes_in_flight + len <= cwnd_bytes` (or nothing is in flight).
-    #[inline]
+    #[inline(always)]
     pub fn next_tx(&self, cwnd_bytes: u64) -> Option<TxPacket> {
         if self.failed {
             return None;
@@ -850,15 +850,15 @@ impl SendState {
         }
         let mut out = AckOutcome::default();
         let mut latest: Option<(u64, u64, usize)> = None; // (sent, seq, ev)
-        for seq in self.snd_una..cum_seq {
+        let snd_una = self.snd_una;
+        for seq in snd_una..cum_seq {
             self.ack_one(now_ns, seq, echo, paths, stats, &mut out, &mut latest);
         }
         let mut bits = bitmap;
         while bits != 0 {
-            let i = u64::from(bits.trailing_zeros());
+            let seq = base_seq + u64::from(bits.trailing_zeros());
             bits &= bits - 1;
-            let seq = base_seq + i;
-            if seq >= self.snd_una {
+            if seq >= snd_una {
                 self.ack_one(now_ns, seq, echo, paths, stats, &mut out, &mut latest);
             }
         }
@@ -869,14 +869,14 @@ impl SendState {
             self.rack.on_ack(sent, seq, now_ns, false);
             out.rtt_sample_ns = Some(rtt);
         }
-        while self
+        // the acknowledged prefix goes at once (a drain from the front moves nothing)
+        let acked_prefix = self
             .pkts
-            .front()
-            .is_some_and(|p| p.state == PktState::Acked)
-        {
-            self.pkts.pop_front();
-            self.snd_una += 1;
-        }
+            .iter()
+            .take_while(|p| p.state == PktState::Acked)
+            .count();
+        self.pkts.drain(..acked_prefix);
+        self.snd_una += acked_prefix as u64;
         self.debug_check_rtx();
         if let Some((ev, ts32)) = echo
             && !self.suspects.is_empty()
@@ -913,7 +913,7 @@ impl SendState {
     }
 
     #[allow(clippy::too_many_arguments)]
-    #[inline]
+    #[inline(always)]
     fn ack_one(
         &mut self,
         now_ns: u64,

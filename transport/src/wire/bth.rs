@@ -491,7 +491,7 @@ impl BthRepr {
     }
 
     /// [`BthRepr::emit`] of a repr that passed [`BthRepr::check`].
-    #[inline]
+    #[inline(always)]
     pub(crate) fn write<T: AsRef<[u8]> + AsMut<[u8]>>(&self, bth: &mut Bth<T>) {
         bth.set_opcode(self.opcode);
         bth.set_se_m_pad_tver(self.spare.byte1);

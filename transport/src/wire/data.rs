@@ -337,7 +337,7 @@ impl<'a> DataRepr<'a> {
     /// # Errors
     /// [`WireError::TrimmedWithPayload`], [`WireError::RethLengthMismatch`],
     /// [`WireError::PayloadPastMessage`], [`WireError::RethAddressOverflow`].
-    #[inline]
+    #[inline(always)]
     pub fn check(&self, trimmed: bool) -> Result<(), WireError> {
         let payload_len = self.payload.len();
         if trimmed && payload_len != 0 {
@@ -396,7 +396,7 @@ impl<'a> DataRepr<'a> {
     ///
     /// # Errors
     /// [`WireError::BufferTooSmall`].
-    #[inline]
+    #[inline(always)]
     pub(crate) fn write(&self, buf: &mut [u8]) -> Result<usize, WireError> {
         let need = self.buffer_len();
         let Some(out) = buf.get_mut(..need) else {

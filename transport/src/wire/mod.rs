@@ -111,10 +111,12 @@ pub(crate) fn get_u16(b: &[u8], at: usize) -> u16 {
     u16::from_be_bytes(array_at(b, at))
 }
 
+/// The 24-bit field at `at` (which is at least 1: every 24-bit field follows a byte of its
+/// header): the byte before it and the field as one 4-byte load, masked (a 3-byte load is
+/// three loads and shifts).
 #[inline]
 pub(crate) fn get_u24(b: &[u8], at: usize) -> u32 {
-    let [x, y, z] = array_at(b, at);
-    u32::from_be_bytes([0, x, y, z])
+    u32::from_be_bytes(array_at(b, at - 1)) & MAX_24BIT
 }
 
 #[inline]
@@ -132,11 +134,12 @@ pub(crate) fn set_u16(b: &mut [u8], at: usize, v: u16) {
     b[at..at + 2].copy_from_slice(&v.to_be_bytes());
 }
 
-/// Writes the low 24 bits of `v`.
+/// Writes the low 24 bits of `v` at `at` (at least 1, as for [`get_u24`]): one 4-byte store
+/// that writes the byte before the field back unchanged.
 #[inline]
 pub(crate) fn set_u24(b: &mut [u8], at: usize, v: u32) {
-    let [_, x, y, z] = v.to_be_bytes();
-    b[at..at + 3].copy_from_slice(&[x, y, z]);
+    let before = u32::from(b[at - 1]) << 24;
+    set_u32(b, at - 1, before | (v & MAX_24BIT));
 }
 
 #[inline]

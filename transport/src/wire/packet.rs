@@ -167,7 +167,7 @@ impl<'a> PacketRepr<'a> {
     /// non-data opcode, RETH present/absent against the opcode, ImmDt likewise, `Unknown` body
     /// on a known opcode or `Opcode::Unknown(n)` with a known `n`); the BTH range errors; SACK
     /// and NACK PSN range and [`WireError::PsnMismatch`]; the [`DataRepr`] errors.
-    #[inline]
+    #[inline(always)]
     pub fn check(&self) -> Result<(), WireError> {
         self.bth.check()?;
         let op = self.bth.opcode;
@@ -217,7 +217,7 @@ impl<'a> PacketRepr<'a> {
     /// # Errors
     /// [`WireError::BufferTooSmall`] when `buf.len() < buffer_len()`; everything
     /// [`PacketRepr::check`] reports.
-    #[inline]
+    #[inline(always)]
     pub fn emit(&self, buf: &mut [u8]) -> Result<usize, WireError> {
         self.check()?;
         let need = self.buffer_len();
