@@ -4,16 +4,15 @@
 //! deregistration while posted, and forged WRITEs (wrong rkey, out-of-range address) that
 //! are counted drops leaving every byte of the application's buffer as it was.
 
+mod engine_common;
+
+use engine_common::forged_write;
 use mrc_fabric::datapath::{ConnId, Datapath, PathMap, TxBatch};
 use mrc_fabric::engine::{Context, EngineConfig, EngineError, QpConfig, Worker};
 use mrc_fabric::udp::{FakeDatapath, FakeNet, PortAllocator, UdpConfig, UringDatapath};
 use mrc_transport::completion::{Completion, WcOpcode, WcStatus};
 use mrc_transport::stats::DropReason;
-use mrc_transport::wire::{
-    Body, BthFlags, BthRepr, BthSpare, DataRepr, MrcethRepr, MsgethRepr, Opcode, PacketRepr,
-    RethRepr,
-};
-use mrc_transport::{Access, ConnConfig, DeregisterError, Ecn, Sge, SharedMem};
+use mrc_transport::{Access, DeregisterError, Ecn, Sge, SharedMem};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -152,52 +151,6 @@ fn caller_progress_write_and_write_with_imm_on_loopback_udp() {
                 x == (i * 7 % 251) as u8
             })
     );
-}
-
-/// A WRITE to `qpn` under `rkey` at `addr` as if from the QP configured `from`: its
-/// P_Key and generation, PSN its initial one plus `ahead`, MSN `ahead`.
-fn forged_write(
-    qpn: u32,
-    from: &ConnConfig,
-    ahead: u32,
-    rkey: u32,
-    addr: u64,
-    payload: &[u8],
-) -> Vec<u8> {
-    let psn = from.initial_psn.value().wrapping_add(ahead) & 0xFF_FFFF;
-    let p = PacketRepr {
-        bth: BthRepr {
-            opcode: Opcode::RdmaWriteOnly,
-            pkey: from.pkey,
-            dest_qpn: qpn,
-            psn,
-            flags: BthFlags::default(),
-            spare: BthSpare::default(),
-        },
-        mrceth: MrcethRepr {
-            ev: 0,
-            msn: ahead,
-            send_ts_ns: 0,
-            generation: from.generation,
-            reserved: 0,
-        },
-        body: Body::Data(DataRepr {
-            msgeth: MsgethRepr {
-                message_len: payload.len() as u32,
-                offset: 0,
-            },
-            reth: Some(RethRepr {
-                virtual_addr: addr,
-                rkey,
-                dma_len: payload.len() as u32,
-            }),
-            imm: None,
-            payload,
-        }),
-    };
-    let mut b = vec![0u8; p.buffer_len()];
-    p.emit(&mut b).unwrap();
-    b
 }
 
 /// Raw application memory on a caller-progress worker over the fake network: WRITEs with

@@ -5,6 +5,9 @@
 //! and sizes no buffer can have. Exact values: drop counters by reason, the bytes of the
 //! region and of the guard bytes around it.
 
+mod engine_common;
+
+use engine_common::forged_write;
 use mrc_fabric::datapath::{ConnId, Datapath, PathMap, TxBatch};
 use mrc_fabric::engine::{Context, EngineConfig, EngineError, QpConfig, Worker};
 use mrc_fabric::udp::{FakeDatapath, FakeNet};
@@ -18,52 +21,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
-
-/// A WRITE_ONLY to `qpn` under `rkey` at `addr` as if from the QP configured `from`: its
-/// P_Key and generation, PSN its initial one plus `ahead`, MSN `ahead`.
-fn forged_write(
-    qpn: u32,
-    from: &ConnConfig,
-    ahead: u32,
-    rkey: u32,
-    addr: u64,
-    payload: &[u8],
-) -> Vec<u8> {
-    let psn = from.initial_psn.value().wrapping_add(ahead) & 0xFF_FFFF;
-    let p = PacketRepr {
-        bth: BthRepr {
-            opcode: Opcode::RdmaWriteOnly,
-            pkey: from.pkey,
-            dest_qpn: qpn,
-            psn,
-            flags: BthFlags::default(),
-            spare: BthSpare::default(),
-        },
-        mrceth: MrcethRepr {
-            ev: 0,
-            msn: ahead,
-            send_ts_ns: 0,
-            generation: from.generation,
-            reserved: 0,
-        },
-        body: Body::Data(DataRepr {
-            msgeth: MsgethRepr {
-                message_len: payload.len() as u32,
-                offset: 0,
-            },
-            reth: Some(RethRepr {
-                virtual_addr: addr,
-                rkey,
-                dma_len: payload.len() as u32,
-            }),
-            imm: None,
-            payload,
-        }),
-    };
-    let mut b = vec![0u8; p.buffer_len()];
-    p.emit(&mut b).unwrap();
-    b
-}
 
 /// A forger's datapath on `ip` (the genuine peer's IP, another port) aimed at `to`.
 fn forger(net: &FakeNet, ip: &str, to: SocketAddr) -> (FakeDatapath, ConnId) {

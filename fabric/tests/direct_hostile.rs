@@ -6,68 +6,19 @@
 //! Each one is dropped and counted by reason (exact counts), none is answered, and every
 //! byte of the transfer is exact. `forged.rs` forges SACKs and NACKs too, on io_uring.
 
+mod engine_common;
+
+use engine_common::forged_write;
 use mrc_fabric::datapath::Datapath;
 use mrc_fabric::engine::source::SourceDrops;
 use mrc_fabric::engine::{EngineConfig, QpConfig, Worker};
 use mrc_fabric::udp::{PortAllocator, UdpConfig};
 use mrc_transport::completion::{WcOpcode, WcStatus};
 use mrc_transport::region::{MrKey, SharedMem};
-use mrc_transport::wire::{
-    Body, BthFlags, BthRepr, BthSpare, DataRepr, MrcethRepr, MsgethRepr, Opcode, PacketRepr,
-    RethRepr,
-};
 use mrc_transport::{Access, ConnConfig, Sge};
 use std::net::{SocketAddr, UdpSocket};
 use std::ops::RangeInclusive;
 use std::time::Duration;
-
-/// A WRITE of `payload` to `addr` under `rkey`, to QP `dest_qpn` of `to_cfg`, as if from
-/// the peer of `from_cfg` (its generation, its PSN `psn_ahead` after its initial one:
-/// inside the receive window).
-fn forged_write(
-    to_cfg: &ConnConfig,
-    dest_qpn: u32,
-    from_cfg: &ConnConfig,
-    rkey: u32,
-    addr: u64,
-    psn_ahead: u32,
-    payload: &[u8],
-) -> Vec<u8> {
-    let psn = from_cfg.initial_psn.value().wrapping_add(psn_ahead) & 0xFF_FFFF;
-    let p = PacketRepr {
-        bth: BthRepr {
-            opcode: Opcode::RdmaWriteOnly,
-            pkey: to_cfg.pkey,
-            dest_qpn,
-            psn,
-            flags: BthFlags::default(),
-            spare: BthSpare::default(),
-        },
-        mrceth: MrcethRepr {
-            ev: 0,
-            msn: psn_ahead,
-            send_ts_ns: 0,
-            generation: from_cfg.generation,
-            reserved: 0,
-        },
-        body: Body::Data(DataRepr {
-            msgeth: MsgethRepr {
-                message_len: payload.len() as u32,
-                offset: 0,
-            },
-            reth: Some(RethRepr {
-                virtual_addr: addr,
-                rkey,
-                dma_len: payload.len() as u32,
-            }),
-            imm: None,
-            payload,
-        }),
-    };
-    let mut b = vec![0u8; p.buffer_len()];
-    p.emit(&mut b).unwrap();
-    b
-}
 
 fn pattern(i: usize, seed: u8) -> u8 {
     (i as u8).wrapping_mul(31).wrapping_add(seed)
@@ -162,7 +113,7 @@ fn strangers<D: Datapath>(range: RangeInclusive<u16>, make: impl Fn(UdpConfig) -
     let pb = b.connect(qb, &ia, a.udp_addr()).unwrap();
     a.set_peer_source_ports(qa, &pb).unwrap();
     b.set_peer_source_ports(qb, &pa).unwrap();
-    let (ca, cb) = (a.config(qa).unwrap().clone(), b.config(qb).unwrap().clone());
+    let (ca, _cb) = (a.config(qa).unwrap().clone(), b.config(qb).unwrap().clone());
 
     let same_host = UdpSocket::bind("127.0.0.1:0").unwrap();
     let other_ip = UdpSocket::bind("127.0.0.2:0").unwrap();
@@ -172,12 +123,11 @@ fn strangers<D: Datapath>(range: RangeInclusive<u16>, make: impl Fn(UdpConfig) -
     let forgeries: Vec<Vec<u8>> = (0..32u32)
         .map(|k| {
             forged_write(
-                &cb,
                 qb,
                 &ca,
+                k,
                 kb.rkey,
                 kb.addr + u64::from(k) * MSG_BYTES as u64,
-                k,
                 &junk,
             )
         })

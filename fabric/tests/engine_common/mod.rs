@@ -111,3 +111,54 @@ impl PatternWrites {
         }
     }
 }
+
+/// A WRITE_ONLY to `qpn` under `rkey` at `addr` as if from the QP configured `from`: its
+/// P_Key and generation, PSN its initial one plus `ahead` (inside the receive window),
+/// MSN `ahead`.
+pub fn forged_write(
+    qpn: u32,
+    from: &mrc_transport::ConnConfig,
+    ahead: u32,
+    rkey: u32,
+    addr: u64,
+    payload: &[u8],
+) -> Vec<u8> {
+    use mrc_transport::wire::{
+        Body, BthFlags, BthRepr, BthSpare, DataRepr, MrcethRepr, MsgethRepr, Opcode, PacketRepr,
+        RethRepr,
+    };
+    let psn = from.initial_psn.value().wrapping_add(ahead) & 0xFF_FFFF;
+    let p = PacketRepr {
+        bth: BthRepr {
+            opcode: Opcode::RdmaWriteOnly,
+            pkey: from.pkey,
+            dest_qpn: qpn,
+            psn,
+            flags: BthFlags::default(),
+            spare: BthSpare::default(),
+        },
+        mrceth: MrcethRepr {
+            ev: 0,
+            msn: ahead,
+            send_ts_ns: 0,
+            generation: from.generation,
+            reserved: 0,
+        },
+        body: Body::Data(DataRepr {
+            msgeth: MsgethRepr {
+                message_len: payload.len() as u32,
+                offset: 0,
+            },
+            reth: Some(RethRepr {
+                virtual_addr: addr,
+                rkey,
+                dma_len: payload.len() as u32,
+            }),
+            imm: None,
+            payload,
+        }),
+    };
+    let mut b = vec![0u8; p.buffer_len()];
+    p.emit(&mut b).expect("a WRITE_ONLY fits its buffer");
+    b
+}
