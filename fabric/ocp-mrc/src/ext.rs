@@ -685,28 +685,19 @@ pub unsafe extern "C" fn mrc_x_post_send(
     wr: *const MrcXSendWr,
     bad_wr: *mut *const MrcXSendWr,
 ) -> c_int {
-    guard(libc::EIO, || {
-        let mut w = match unsafe { lock(ctx) } {
-            Ok(w) => w,
-            Err(e) => return e,
-        };
-        let bad = |p: *const MrcXSendWr| {
-            if !bad_wr.is_null() {
-                // SAFETY: non-null out-pointer.
-                unsafe { *bad_wr = p };
-            }
-        };
-        if let Err(e) = have_qp(&w, qpn) {
-            bad(wr);
-            return e;
-        }
-        let mut p = wr;
-        // SAFETY: a list of live work requests (the C contract).
-        while let Some(r) = unsafe { p.as_ref() } {
-            let s = sge(&r.sg);
-            let res = if r.reserved != 0 {
-                Err(fail(libc::EINVAL, "wr.reserved is not 0"))
-            } else {
+    // SAFETY: the C contract of the call (a live context, a list of live requests).
+    unsafe {
+        post_list(
+            ctx,
+            qpn,
+            wr,
+            bad_wr,
+            |r| r.next,
+            |w, r| {
+                let s = sge(&r.sg);
+                if r.reserved != 0 {
+                    return Err(fail(libc::EINVAL, "wr.reserved is not 0"));
+                }
                 match r.opcode {
                     MRC_X_WR_RDMA_WRITE => w.post_write(qpn, r.wr_id, s, r.remote_addr, r.rkey),
                     MRC_X_WR_RDMA_WRITE_WITH_IMM => {
@@ -714,21 +705,12 @@ pub unsafe extern "C" fn mrc_x_post_send(
                     }
                     MRC_X_WR_SEND => w.post_send(qpn, r.wr_id, s, None),
                     MRC_X_WR_SEND_WITH_IMM => w.post_send(qpn, r.wr_id, s, Some(r.imm_data)),
-                    op => {
-                        bad(p);
-                        return fail(libc::EINVAL, format_args!("unknown opcode {op}"));
-                    }
+                    op => return Err(fail(libc::EINVAL, format_args!("unknown opcode {op}"))),
                 }
                 .map_err(|e| fail(post_errno(&e), e))
-            };
-            if let Err(e) = res {
-                bad(p);
-                return e;
-            }
-            p = r.next;
-        }
-        0
-    })
+            },
+        )
+    }
 }
 
 /// Posts the linked receive work requests from `wr` on QP `qpn` (an SGE with a length
@@ -742,12 +724,44 @@ pub unsafe extern "C" fn mrc_x_post_recv(
     wr: *const MrcXRecvWr,
     bad_wr: *mut *const MrcXRecvWr,
 ) -> c_int {
+    // SAFETY: as mrc_x_post_send.
+    unsafe {
+        post_list(
+            ctx,
+            qpn,
+            wr,
+            bad_wr,
+            |r| r.next,
+            |w, r| {
+                w.post_recv(qpn, r.wr_id, sge(&r.sg))
+                    .map_err(|e| fail(post_errno(&e), e))
+            },
+        )
+    }
+}
+
+/// The body of both post calls: under [`guard`], on the locked context, `post` each work
+/// request of the list from `wr` (linked by `next`) on QP `qpn` until one is refused; then
+/// `*bad_wr` (if not NULL) names it and its errno is returned (`ENOENT`/`EINVAL` for the
+/// QP names the first). 0 when all were posted.
+///
+/// # Safety
+/// `ctx` as [`lock`]; `wr` NULL or a list of live work requests; `bad_wr` NULL or
+/// writable.
+unsafe fn post_list<W>(
+    ctx: *mut MrcXContext,
+    qpn: u32,
+    wr: *const W,
+    bad_wr: *mut *const W,
+    next: impl Fn(&W) -> *const W,
+    mut post: impl FnMut(&mut Worker<DirectDatapath>, &W) -> Result<(), c_int>,
+) -> c_int {
     guard(libc::EIO, || {
         let mut w = match unsafe { lock(ctx) } {
             Ok(w) => w,
             Err(e) => return e,
         };
-        let bad = |p: *const MrcXRecvWr| {
+        let bad = |p: *const W| {
             if !bad_wr.is_null() {
                 // SAFETY: non-null out-pointer.
                 unsafe { *bad_wr = p };
@@ -760,11 +774,11 @@ pub unsafe extern "C" fn mrc_x_post_recv(
         let mut p = wr;
         // SAFETY: a list of live work requests (the C contract).
         while let Some(r) = unsafe { p.as_ref() } {
-            if let Err(e) = w.post_recv(qpn, r.wr_id, sge(&r.sg)) {
+            if let Err(e) = post(&mut w, r) {
                 bad(p);
-                return fail(post_errno(&e), e);
+                return e;
             }
-            p = r.next;
+            p = next(r);
         }
         0
     })
