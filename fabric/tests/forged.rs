@@ -12,13 +12,13 @@ use mrc_fabric::datapath::{ConnId, Datapath, PathMap, TxBatch};
 use mrc_fabric::engine::source::SourceDrops;
 use mrc_fabric::engine::{Context, EngineConfig, Qp, QpConfig};
 use mrc_fabric::udp::{FakeDatapath, FakeNet, PortAllocator, UdpConfig};
+use mrc_transport::Ecn;
 use mrc_transport::completion::{WcOpcode, WcStatus};
 use mrc_transport::stats::DropReason;
 use mrc_transport::wire::{
-    Body, BthFlags, BthRepr, BthSpare, DataRepr, MrcethRepr, MsgethRepr, NackReason, NackRepr,
-    Opcode, PacketRepr, RethRepr, SackRepr,
+    Body, BthFlags, BthRepr, BthSpare, MrcethRepr, NackReason, NackRepr, Opcode, PacketRepr,
+    SackRepr,
 };
-use mrc_transport::{Ecn, Psn};
 use std::collections::HashSet;
 use std::net::{SocketAddr, TcpListener, UdpSocket};
 use std::time::Duration;
@@ -52,30 +52,7 @@ fn forged_write(
     psn_ahead: u32,
     payload: &[u8],
 ) -> Vec<u8> {
-    let psn = Psn::new(from.config().initial_psn.value().wrapping_add(psn_ahead) & 0xFF_FFFF);
-    emit(&PacketRepr {
-        bth: bth(Opcode::RdmaWriteOnly, to, psn.value()),
-        mrceth: MrcethRepr {
-            ev: 0,
-            msn: psn_ahead,
-            send_ts_ns: 0,
-            generation: from.config().generation,
-            reserved: 0,
-        },
-        body: Body::Data(DataRepr {
-            msgeth: MsgethRepr {
-                message_len: payload.len() as u32,
-                offset: 0,
-            },
-            reth: Some(RethRepr {
-                virtual_addr: addr,
-                rkey,
-                dma_len: payload.len() as u32,
-            }),
-            imm: None,
-            payload,
-        }),
-    })
+    engine_common::forged_write(to.qpn(), from.config(), psn_ahead, rkey, addr, payload)
 }
 
 /// A SACK to `to` (a sender) acknowledging `acked` packets from its initial PSN, as if
