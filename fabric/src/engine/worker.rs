@@ -61,6 +61,8 @@ pub struct Worker<D: Datapath = UringDatapath> {
     defer_after_receive: bool,
     /// The previous pass delivered a receive and left its sends to this one.
     sends_deferred: bool,
+    /// A send-side work request was posted since the last [`Worker::progress`] pass.
+    posted: bool,
 }
 
 impl<D: Datapath> std::fmt::Debug for Worker<D> {
@@ -103,6 +105,7 @@ impl<D: Datapath> Worker<D> {
             qps: HashMap::new(),
             setup: Setup::default(),
             defer_after_receive: false,
+            posted: false,
             sends_deferred: false,
         }
     }
@@ -150,6 +153,11 @@ impl<D: Datapath> Worker<D> {
         let reorders = self.engine.dp.reorders_bursts();
         let (conn_cfg, entry) = new_qp_entry(&cfg, qpn, reorders, cq)?;
         self.engine.add_qp(qpn, entry);
+        if self.defer_after_receive {
+            if let Some(e) = self.engine.qps.get_mut(&qpn) {
+                e.conn.set_data_before_sack(true);
+            }
+        }
         self.qps.insert(
             qpn,
             WorkerQp {
@@ -555,6 +563,7 @@ impl<D: Datapath> Worker<D> {
     }
 
     fn post(&mut self, qpn: u32, wr: Wr) -> Result<(), PostError> {
+        self.posted = true;
         self.engine.post_wr(qpn, wr).2
     }
 
@@ -647,19 +656,25 @@ impl<D: Datapath> Worker<D> {
     /// One pass of progress on this thread: datagrams in, due timers, completions into
     /// the CQs, datagrams out. Never blocks. Returns whether anything happened.
     ///
+    /// A pass that follows a post (WRITE, WRITE_WITH_IMM, SEND) sends first, before it
+    /// looks for arrivals: the receive poll, a system call that mostly finds nothing, is
+    /// then not on the path of a request (nor of a reply left by
+    /// [`Worker::set_defer_sends_after_receive`]).
+    ///
     /// While a listener or a connection attempt is open it also advances their
     /// handshakes (non-blocking TCP, a few system calls each).
     pub fn progress(&mut self) -> bool {
         if self.setup.busy() {
             self.with_setup(|s, h| s.advance_all(h));
         }
+        let early = std::mem::take(&mut self.posted) && self.engine.poll_out();
         let (work, received) = self.engine.poll_in();
         if received && self.defer_after_receive && !self.sends_deferred {
             self.sends_deferred = true;
             return true;
         }
         self.sends_deferred = false;
-        self.engine.poll_out() | work
+        self.engine.poll_out() | work | early
     }
 
     /// Whether a [`Worker::progress`] pass that put a receive completion in a CQ leaves
@@ -669,9 +684,15 @@ impl<D: Datapath> Worker<D> {
     /// (a request-response exchange then wakes the peer once per message instead of
     /// twice). At most one pass in a row defers, so a stream of arrivals never starves
     /// the sends; the SACK waits for the caller's next call, as everything of a worker
-    /// does. Default off.
+    /// does. In that burst the reply goes first and the SACK right after it
+    /// ([`mrc_transport::Connection::set_data_before_sack`], set on every QP of the worker,
+    /// now and later): each datagram is its own `sendmsg`, and the peer waits for the
+    /// reply, not the SACK. Default off.
     pub fn set_defer_sends_after_receive(&mut self, on: bool) {
         self.defer_after_receive = on;
+        for e in self.engine.qps.values_mut() {
+            e.conn.set_data_before_sack(on);
+        }
     }
 
     /// Progresses until something happened or `timeout` passed: busy-polls for the

@@ -1454,3 +1454,57 @@ fn application_memory_end_to_end_and_deregistration_while_posted() {
     );
     assert_eq!(&backing[64..10_064], &want[..]);
 }
+
+/// [`Connection::set_data_before_sack`]: `b` has the SACK of `a`'s 1-packet WRITE due and
+/// a 3-packet WRITE of its own to send. Off: the SACK first. On: one data packet, the SACK,
+/// the other two; every byte lands and both ends complete either way.
+#[test]
+fn one_data_packet_may_leave_ahead_of_a_due_sack() {
+    for on in [false, true] {
+        let (mut a, mut b) = pair();
+        b.set_data_before_sack(on);
+        let (src_a, dst_b) = write_regions(&mut a, &mut b, 100, 5);
+        let (src_b, dst_a) = write_regions(&mut b, &mut a, 10_000, 9);
+        write_whole(&mut a, 1, &src_a, &dst_b, 100);
+        let mut buf = vec![0u8; 8192];
+        let t = a.poll_transmit(0, &mut buf).unwrap();
+        assert!(a.poll_transmit(0, &mut buf).is_none());
+        b.handle_datagram(0, t.ev, t.ecn, &buf[..t.len]);
+        write_whole(&mut b, 2, &src_b, &dst_a, 10_000);
+        let mut ops = Vec::new();
+        while let Some(t) = b.poll_transmit(0, &mut buf) {
+            ops.push(PacketRepr::parse(&buf[..t.len]).unwrap().bth.opcode);
+            a.handle_datagram(0, t.ev, t.ecn, &buf[..t.len]);
+        }
+        let want = if on {
+            vec![
+                Opcode::RdmaWriteFirst,
+                Opcode::Sack,
+                Opcode::RdmaWriteMiddle,
+                Opcode::RdmaWriteLast,
+            ]
+        } else {
+            vec![
+                Opcode::Sack,
+                Opcode::RdmaWriteFirst,
+                Opcode::RdmaWriteMiddle,
+                Opcode::RdmaWriteLast,
+            ]
+        };
+        assert_eq!(ops, want, "data_before_sack {on}");
+        exchange(0, &mut a, &mut b, &mut pass);
+        assert_eq!(completions(&mut a).len(), 1);
+        assert_eq!(completions(&mut b).len(), 1);
+        assert_eq!(
+            b.regions().bytes(dst_b.lkey).unwrap(),
+            a.regions().bytes(src_a.lkey).unwrap()
+        );
+        assert_eq!(
+            a.regions().bytes(dst_a.lkey).unwrap(),
+            b.regions().bytes(src_b.lkey).unwrap()
+        );
+        assert_eq!(b.stats().sacks_sent, 1);
+        assert_eq!(a.send_state().bytes_in_flight(), 0);
+        assert_eq!(b.send_state().bytes_in_flight(), 0);
+    }
+}

@@ -135,7 +135,17 @@ impl<C: Controller> Connection<C> {
             let psn = self.rwin.rcv_nxt_psn().value();
             return self.emit_control(buf, Opcode::EvProbeReply, psn, ev, now_ns, body);
         }
+        if self.data_before_sack && !self.data_jumped_sack && self.acker.sack_due(now_ns) {
+            if let Some(t) = self.poll_data(now_ns, buf) {
+                self.data_jumped_sack = true;
+                return Some(t);
+            }
+            if !matches!(self.state, ConnState::Ready | ConnState::Draining) {
+                return None; // the data path failed the connection
+            }
+        }
         if let Some(s) = self.acker.poll_sack(now_ns, self.rwin.rcv_nxt()) {
+            self.data_jumped_sack = false;
             self.stats.sacks_sent += 1;
             let cum = Psn::from_seq(s.cum_seq).value();
             let body = Body::Sack(SackRepr {

@@ -188,11 +188,17 @@ impl Acker {
         self.cnp_echo.take()
     }
 
+    /// Whether [`Acker::poll_sack`] would return a SACK at `now_ns` (it may still find
+    /// no far block to report, then it returns `None`).
+    #[inline]
+    pub fn sack_due(&self, now_ns: u64) -> bool {
+        self.immediate || self.deadline_ns.is_some_and(|d| now_ns >= d)
+    }
+
     /// Next SACK to send at `now_ns` given `rcv_nxt`, if one is due.
     #[inline]
     pub fn poll_sack(&mut self, now_ns: u64, rcv_nxt: u64) -> Option<SackOut> {
-        let due = self.immediate || self.deadline_ns.is_some_and(|d| now_ns >= d);
-        if !due {
+        if !self.sack_due(now_ns) {
             return None;
         }
         let first = self.deadline_ns.is_some();
