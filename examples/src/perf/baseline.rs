@@ -3,10 +3,10 @@
 //! datagram size, no reliability), and kernel TCP over loopback (iperf3 when installed,
 //! otherwise a built-in blast over `std::net::TcpStream`).
 
-use super::opts::TestParams;
+use super::opts::{TestParams, UdpIo};
 use super::run::UdpMechanics;
 use mrc_fabric::datapath::{Datapath, PathMap, TxBatch};
-use mrc_fabric::udp::{UdpConfig, UringDatapath};
+use mrc_fabric::udp::{DirectDatapath, UdpConfig, UringDatapath};
 use mrc_transport::Ecn;
 use mrc_transport::conn::MAX_DATA_HEADER_BYTES;
 use serde_json::json;
@@ -126,8 +126,18 @@ pub fn udp_blast(ip: IpAddr, p: &TestParams, mech: UdpMechanics) -> Result<Basel
     })
 }
 
-/// UDP ping-pong over the same datapath: one datagram of `size + 56` bytes each way per
-/// iteration (EV round-robin), both ends polling.
+/// The datapath mrc's own `--test lat` runs on: `--udp-io direct` (plain non-blocking
+/// `sendmsg`/`recvmmsg`, the default for lat) or io_uring.
+fn lat_dp(ip: IpAddr, mech: UdpMechanics, io: UdpIo) -> Result<Box<dyn Datapath + Send>, String> {
+    let cfg = mech.apply(UdpConfig::bind(SocketAddr::new(ip, 0)));
+    Ok(match io {
+        UdpIo::Uring => Box::new(UringDatapath::new(cfg).map_err(|e| e.to_string())?),
+        UdpIo::Direct => Box::new(DirectDatapath::new(cfg).map_err(|e| e.to_string())?),
+    })
+}
+
+/// UDP ping-pong over the same datapath as mrc's lat test (`p.udp_io`): one datagram of
+/// `size + 56` bytes each way per iteration (EV round-robin), both ends polling.
 ///
 /// # Errors
 /// Datapath setup failures or a lost datagram (no echo within 1 s).
@@ -136,8 +146,8 @@ pub fn udp_pingpong(
     p: &TestParams,
     mech: UdpMechanics,
 ) -> Result<BaselineResult, String> {
-    let mut a = dp(ip, mech)?;
-    let mut b = dp(ip, mech)?;
+    let mut a = lat_dp(ip, mech, p.udp_io)?;
+    let mut b = lat_dp(ip, mech, p.udp_io)?;
     let paths = PathMap::per_ev((0..p.paths).collect());
     let ca = a
         .open_conn(b.local_addr(), &paths)
@@ -156,7 +166,14 @@ pub fn udp_pingpong(
         ));
     }
     let len = p.size as usize + MAX_DATA_HEADER_BYTES;
-    let iters = p.iters.unwrap_or(1000);
+    // `-D` runs for that long (at most 10 M pings), else `-n` pings (default 1000).
+    let end = p
+        .duration_s
+        .map(|d| Instant::now() + Duration::from_secs_f64(d));
+    let iters = match end {
+        Some(_) => 10_000_000,
+        None => p.iters.unwrap_or(1000),
+    };
     let stop = Arc::new(AtomicBool::new(false));
     let st = Arc::clone(&stop);
     let paths = p.paths;
@@ -176,10 +193,14 @@ pub fn udp_pingpong(
     });
     let mut batch = TxBatch::new(1, len.max(64));
     let msg = vec![0xA5u8; len];
-    let mut lat = Vec::with_capacity(iters as usize);
+    let mut lat = Vec::with_capacity(iters.min(1 << 20) as usize);
     let cpu0 = super::report::process_cpu_s();
     let start = Instant::now();
+    let mut done = 0;
     for i in 0..iters {
+        if end.is_some_and(|e| Instant::now() >= e) {
+            break;
+        }
         batch.clear();
         batch.push(ca, (i % u64::from(p.paths)) as u32, Ecn::Ect0, &msg);
         let t0 = Instant::now();
@@ -193,17 +214,25 @@ pub fn udp_pingpong(
             }
         }
         lat.push(t0.elapsed().as_nanos() as u64 / 2);
+        done += 1;
     }
     let elapsed_s = start.elapsed().as_secs_f64();
     stop.store(true, Ordering::Relaxed);
     let _ = echo.join();
     let l = super::report::LatStats::from_ns(&lat).unwrap_or_default();
     Ok(BaselineResult {
-        name: format!("UDP ping-pong ({} B datagrams)", len),
-        bytes: iters * p.size,
+        name: format!(
+            "UDP ping-pong ({} B datagrams, {})",
+            len,
+            match p.udp_io {
+                UdpIo::Direct => "sendmsg+recvmmsg",
+                UdpIo::Uring => "io_uring",
+            }
+        ),
+        bytes: done * p.size,
         elapsed_s,
-        sent: iters,
-        received: iters,
+        sent: done,
+        received: done,
         cpu_s: super::report::process_cpu_s() - cpu0,
         lat_us: Some((l.typical, l.p99)),
     })
