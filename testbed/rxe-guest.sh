@@ -207,8 +207,8 @@ ocp_check() {
   wait $spid
   src=$?
   cat $W/$name.server.out $W/$name.server.err $W/$name.client.out $W/$name.client.err >&2
-  ws="mrc_check server: 4 immediates in order, 1052672 bytes verified (302510 written), 0 bad; 1 COMM_EST + 3 QP_ACCESS_ERR events"
-  wc="mrc_check client: 7 messages + 3 forbidden + 1 last WRITE posted, 8 send completions, reply of 3000 bytes verified"
+  ws="mrc_check server: 4 immediates in order, 1052672 bytes verified (302702 written), 0 bad; 4 COMM_EST + 3 QP_ACCESS_ERR events"
+  wc="mrc_check client: 7 messages + 3 forbidden (each REM_ACCESS_ERR, ERR, reset) + 1 last WRITE, 17 send completions, 4 COMM_EST, reply of 3000 bytes verified"
   if [ $src -eq 0 ] && [ $crc -eq 0 ] && grep -qxF "$ws" $W/$name.server.out && grep -qxF "$wc" $W/$name.client.out \
       && grep -qxF "mrc_check server: all checks passed" $W/$name.server.out \
       && grep -qxF "mrc_check client: all checks passed" $W/$name.client.out; then
@@ -219,14 +219,17 @@ ocp_check() {
 }
 
 # ocp_ctl_check NAME: fabric/ocp-mrc/c/mrc_ctl_check (every mrc_ctl.h call of lib_mrc.so)
-# on rxe0: every check must pass, on the device (not the stand-in context).
+# on rxe0: every check must pass, on the device (not the stand-in context), and its live
+# QP pair (EXP EV profile, NSCC CC profile, a DENY and GOOD) must print its exact summary.
 ocp_ctl_check() {
   name=$1
   timeout 60 /lab/bin/mrc_ctl_check >$W/$name.out 2>$W/$name.err
   rc=$?
+  live="mrc_ctl_check: live QP pair on EXP EV profile 4 (4 UDP EVs) and NSCC profile 3: 24 WRITEs of 16384 bytes verified, 40 data packets per phase on exactly those EVs, a denied EV out of rotation and back"
   if [ $rc -eq 0 ] && grep -qxF "mrc_ctl_check: on a device" $W/$name.out \
+      && grep -qxF "$live" $W/$name.out \
       && [ "$(tail -1 $W/$name.out)" = "mrc_ctl_check: ok" ]; then
-    emit "$name" true "lib_mrc.so's controller API on $DEV: every mrc_ctl.h call checked"
+    emit "$name" true "lib_mrc.so's controller API on $DEV: every mrc_ctl.h call checked; $live; $(grep -F 'live EVs' $W/$name.out)"
   else
     emit "$name" false "exit $rc: $(grep -v '^layout' $W/$name.out | tr '\n' '|') $(head -c 300 $W/$name.err)"
   fi

@@ -522,14 +522,39 @@ impl PathTable {
         self.recount_bad();
     }
 
-    /// The datapath reports `ev` down (`true`) or up again (`false`, back to `Good`).
+    /// The datapath reports `ev` down (`true`) or up again (`false`, back to `Good`). An EV
+    /// back from `Denied` counts as proven as of the latest evidence on any EV (no
+    /// revalidation probe first) and, with [`Selection::Recycle`], goes to the front of
+    /// the recycle FIFO: the next packet takes it (else a busy flow, whose FIFO never runs
+    /// dry, would never explore it again).
     pub fn set_denied(&mut self, ev: u32, denied: bool) {
-        if let Some(p) = self.index_of(ev).and_then(|i| self.paths.get_mut(i)) {
+        let Some(idx) = self.index_of(ev) else {
+            return;
+        };
+        let (latest, proofs) = (self.latest_proof_ns, self.proofs);
+        let mut back = false;
+        if let Some(p) = self.paths.get_mut(idx) {
             if denied {
                 p.state = PathState::Denied;
             } else if p.state == PathState::Denied {
+                // Back in rotation, as fresh as the latest evidence on any EV (the denial,
+                // not the path, kept it silent: no revalidation probe first).
                 p.state = PathState::Good;
+                if latest.is_some() {
+                    p.proof_ns = latest;
+                    p.proof_count = proofs;
+                }
+                back = true;
             }
+        }
+        if back && self.selection == Selection::Recycle {
+            // Recycled entropy explores only when its FIFO runs dry, which a busy flow's
+            // never does: the EV goes to the front, the next packet takes it, and its own
+            // acknowledgements recycle it from then on.
+            if self.recycled.len() >= RECYCLE_CAPACITY {
+                self.recycled.pop_back();
+            }
+            self.recycled.push_front(idx);
         }
         self.recount_bad();
     }
@@ -822,6 +847,39 @@ mod tests {
         assert_eq!(t.select(Some(2)), Some(0));
         assert_eq!(t.recycled().collect::<Vec<_>>(), vec![2]);
         assert_eq!(t.select(None), Some(2));
+    }
+
+    /// A denied EV leaves the recycle rotation for good; un-denied, the next packet takes
+    /// it even though the FIFO is full of other EVs, and without a revalidation probe.
+    #[test]
+    fn an_undenied_ev_is_explored_by_the_next_packet() {
+        let mut t = PathTable::new(&[0, 1, 2, 3], Selection::Recycle, 1);
+        t.set_revalidate_after_ns(100);
+        assert_eq!(picks(&mut t, 4), vec![0, 1, 2, 3]);
+        let mut now = 0;
+        let mut ack = |t: &mut PathTable, evs: &[u32]| {
+            for &i in evs {
+                now += 1_000;
+                t.on_delivered(i as usize, now);
+            }
+            t.end_ack(0, None);
+        };
+        ack(&mut t, &[0, 1, 2, 3]);
+        t.set_denied(2, true);
+        // 40 rounds: every packet takes a recycled EV, and EV 2 never comes up
+        for _ in 0..40 {
+            let p = picks(&mut t, 3);
+            assert!(!p.contains(&2), "{p:?}");
+            ack(&mut t, &p);
+        }
+        assert_eq!(t.recycled().count(), 3);
+        t.set_denied(2, false);
+        assert_eq!(t.state_of(2), Some(PathState::Good));
+        assert_eq!(t.recycled().collect::<Vec<_>>()[0], 2);
+        assert_eq!(t.select(None), Some(2));
+        // no revalidation: it stays Good and carries data
+        assert_eq!(t.state_of(2), Some(PathState::Good));
+        assert_eq!(t.paths()[2].stats.revalidations, 0);
     }
 
     #[test]

@@ -5,6 +5,8 @@
  * the device's port, is then checked to refuse a NULL context with EINVAL).
  * First it prints the layout of every controller struct ("layout NAME VALUE"), which
  * the cargo test compares with the Rust side.
+ * On a device it then runs a live QP pair on an EXP EV profile and the NSCC CC profile
+ * (live_pair below).
  *   mrc_ctl_check            exit 0 and "mrc_ctl_check: ok" when every check held
  * SPDX-License-Identifier: MIT OR Apache-2.0
  */
@@ -16,6 +18,7 @@
 #include <unistd.h>
 
 #include "mrc_ctl.h"
+#include "mrcx.h"
 
 static int failures;
 
@@ -78,6 +81,309 @@ static uint32_t stev_val(const struct mrc_ctl_ev *e)
 	uint32_t v;
 	memcpy(&v, e->val, sizeof(v));
 	return v;
+}
+
+/* --- A live QP pair on rxe (device only) ------------------------------------------------
+ * EV format profile 14 (UDP: one 16-bit source-port field), explicit EV profile 4 with
+ * the four source ports LIVE_EV, NSCC CC profile 3; two QPs of one context connected to
+ * each other name both at INIT. WRITEs of known bytes from A into B's MR, checked byte by
+ * byte; mrcx.h's mrc_x_qp_transport / mrc_x_qp_evs say what A's transport ran on and
+ * sent on each EV: exactly the four EVs, NSCC; a DENY of one takes it out of rotation
+ * (not one packet more on it), GOOD puts it back. */
+#define LIVE_WRITES 8          /* per phase */
+#define LIVE_BYTES 16384       /* one chunk: 32 + 16384 bytes */
+#define LIVE_PKTS_PER_WRITE 5  /* ceil(16416 / (4096 - 56)): rxe's 4096-byte MTU less mrc's headers */
+static const uint32_t LIVE_EV[4] = { 0xC001, 0xC002, 0xC003, 0xC004 };
+
+static uint8_t live_pattern(uint32_t w, uint32_t i) { return (uint8_t)(w * 29 + i * 11 + 3); }
+
+static int first_ipv4_gid(struct ibv_context *vctx)
+{
+	for (int i = 0; i < 16; i++) {
+		union ibv_gid g;
+		if (ibv_query_gid(vctx, 1, i, &g))
+			continue;
+		static const uint8_t pre[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
+		if (!memcmp(g.raw, pre, 12))
+			return i;
+	}
+	return -1;
+}
+
+/* EV counts of qp into out[4]; checks the EVs are exactly LIVE_EV in order. */
+static void live_evs(struct mrc_qp *qp, struct mrc_x_ev_count *out)
+{
+	size_t n = 0;
+	memset(out, 0, 4 * sizeof(*out));
+	CHECK(mrc_x_qp_evs(qp, out, 4, &n) == 0);
+	CHECK(n == 4);
+	for (int i = 0; i < 4; i++)
+		CHECK(out[i].ev == LIVE_EV[i]);
+}
+
+static uint64_t first_sends(const struct mrc_x_ev_count *c, int i)
+{
+	return c[i].data_packets - c[i].retransmitted;
+}
+
+/* Posts LIVE_WRITES WRITEs from A (phase p's offsets), waits for them in order, checks
+ * every byte of B's MR written so far. */
+static void live_phase(struct mrc_qp *qa, struct mrc_cq *scq, uint8_t *src, uint32_t lkey,
+		       uint8_t *dst, uint32_t rkey, int p)
+{
+	for (uint32_t k = 0; k < LIVE_WRITES; k++) {
+		uint32_t w = p * LIVE_WRITES + k;
+		uint8_t *s = src + w * LIVE_BYTES;
+		for (uint32_t i = 0; i < LIVE_BYTES; i++)
+			s[i] = live_pattern(w, i);
+		struct ibv_sge sge = { .addr = (uintptr_t)s, .length = LIVE_BYTES, .lkey = lkey };
+		struct ibv_send_wr wr = { 0 }, *bad = NULL;
+		wr.wr_id = 5000 + w;
+		wr.sg_list = &sge;
+		wr.num_sge = 1;
+		wr.opcode = IBV_WR_RDMA_WRITE;
+		wr.send_flags = IBV_SEND_SIGNALED;
+		wr.wr.rdma.remote_addr = (uintptr_t)(dst + w * LIVE_BYTES);
+		wr.wr.rdma.rkey = rkey;
+		CHECK(mrc_post_send(qa, &wr, &bad) == 0);
+	}
+	struct ibv_wc wc[LIVE_WRITES];
+	int got = 0;
+	for (int spin = 0; got < LIVE_WRITES && spin < 60000; spin++) {
+		int n = mrc_poll_cq(scq, LIVE_WRITES - got, wc + got);
+		CHECK(n >= 0);
+		if (n < 0)
+			break;
+		got += n;
+		if (!n)
+			usleep(1000);
+	}
+	CHECK(got == LIVE_WRITES);
+	for (int i = 0; i < got; i++)
+		CHECK(wc[i].status == IBV_WC_SUCCESS && wc[i].wr_id == 5000u + p * LIVE_WRITES + i &&
+		      wc[i].byte_len == LIVE_BYTES);
+	long bad = 0;
+	for (uint32_t w = 0; w < (uint32_t)(p + 1) * LIVE_WRITES; w++)
+		for (uint32_t i = 0; i < LIVE_BYTES; i++)
+			bad += dst[w * LIVE_BYTES + i] != live_pattern(w, i);
+	for (uint32_t i = (p + 1) * LIVE_WRITES * LIVE_BYTES; i < 1 << 20; i++)
+		bad += dst[i] != 0;
+	CHECK(bad == 0);
+}
+
+static void live_ev_state(struct mrc_context *ctx, uint32_t ev, enum mrc_ctl_ev_state st)
+{
+	struct mrc_ctl_ev_op_entry e = { .ev = stev(ev), .state = st };
+	struct mrc_ctl_ev_profile_attr ea;
+	memset(&ea, 0, sizeof(ea));
+	ea.ev_op.op = MRC_CTL_EV_OP_MODIFY_EV_STATE;
+	ea.ev_op.entries = &e;
+	ea.ev_op.entry_count = 1;
+	CHECK(mrc_ctl_modify_ev_profile(ctx, 4, &ea, MRC_CTL_EV_PROFILE_EV_OP) == 0);
+	usleep(100000); /* the QPs re-read the profile every 1 ms */
+}
+
+static void live_pair(struct mrc_context *ctx, struct ibv_context *vctx)
+{
+	/* format 14: UDP, one 16-bit field */
+	struct mrc_ctl_ev_fmt_field ff = { .width = 16 };
+	struct mrc_ctl_ev_fmt_profile_attr fa;
+	memset(&fa, 0, sizeof(fa));
+	fa.profile_state = MRC_CTL_PROFILE_OFFLINE;
+	fa.ev_fmt_mode = MRC_CTL_EV_FMT_MODE_UDP;
+	fa.ev_fmt_op.op = MRC_CTL_EV_FMT_OP_MODIFY_FIELDS;
+	fa.ev_fmt_op.fmt_fields = &ff;
+	fa.ev_fmt_op.fmt_field_count = 1;
+	CHECK(mrc_ctl_modify_ev_fmt_profile(ctx, 14, &fa,
+					    MRC_CTL_EV_FMT_PROFILE_STATE | MRC_CTL_EV_FMT_PROFILE_MODE |
+						    MRC_CTL_EV_FMT_PROFILE_OP) == 0);
+	memset(&fa, 0, sizeof(fa));
+	fa.profile_state = MRC_CTL_PROFILE_ONLINE;
+	CHECK(mrc_ctl_modify_ev_fmt_profile(ctx, 14, &fa, MRC_CTL_EV_FMT_PROFILE_STATE) == 0);
+	/* EV profile 4: EXP, the four source ports */
+	struct mrc_ctl_ev_profile_attr ea;
+	memset(&ea, 0, sizeof(ea));
+	ea.profile_state = MRC_CTL_PROFILE_OFFLINE;
+	ea.ev_mode = MRC_CTL_EV_MODE_EXP;
+	ea.ev_fmt_profile_id = 14;
+	ea.ev_count = 4;
+	ea.ev_min_active = 1;
+	CHECK(mrc_ctl_modify_ev_profile(ctx, 4, &ea,
+					MRC_CTL_EV_PROFILE_STATE | MRC_CTL_EV_PROFILE_MODE |
+						MRC_CTL_EV_PROFILE_FMT_ID | MRC_CTL_EV_PROFILE_COUNT |
+						MRC_CTL_EV_PROFILE_MIN_ACTIVE) == 0);
+	for (int i = 0; i < 4; i++) {
+		struct mrc_ctl_ev_op_entry e = { .ev = MRC_CTL_EV_UNPOPULATED,
+						 .ev_new = stev(LIVE_EV[i]),
+						 .state = MRC_CTL_EV_GOOD };
+		memset(&ea, 0, sizeof(ea));
+		ea.ev_op.op = MRC_CTL_EV_OP_REPLACE_EV;
+		ea.ev_op.entries = &e;
+		ea.ev_op.entry_count = 1;
+		CHECK(mrc_ctl_modify_ev_profile(ctx, 4, &ea, MRC_CTL_EV_PROFILE_EV_OP) == 0);
+	}
+	memset(&ea, 0, sizeof(ea));
+	ea.profile_state = MRC_CTL_PROFILE_ONLINE;
+	CHECK(mrc_ctl_modify_ev_profile(ctx, 4, &ea, MRC_CTL_EV_PROFILE_STATE) == 0);
+
+	int gidx = first_ipv4_gid(vctx);
+	CHECK(gidx >= 0);
+	union ibv_gid gid;
+	CHECK(ibv_query_gid(vctx, 1, gidx, &gid) == 0);
+	struct ibv_pd *pd = ibv_alloc_pd(vctx);
+	uint8_t *src = aligned_alloc(4096, 1 << 20), *dst = aligned_alloc(4096, 1 << 20);
+	CHECK(pd && src && dst);
+	if (!pd || !src || !dst)
+		return;
+	memset(dst, 0, 1 << 20);
+	struct ibv_mr *smr = ibv_reg_mr(pd, src, 1 << 20, IBV_ACCESS_LOCAL_WRITE);
+	struct ibv_mr *dmr =
+		ibv_reg_mr(pd, dst, 1 << 20, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	CHECK(smr && dmr);
+	struct mrc_cq *cq[4];
+	for (int i = 0; i < 4; i++) {
+		cq[i] = mrc_create_cq(ctx, 64, NULL, NULL, 0);
+		CHECK(cq[i] != NULL);
+	}
+	struct mrc_qp *qp[2];
+	uint32_t qpn[2] = { 0, 0 };
+	for (int i = 0; i < 2; i++) {
+		struct mrc_qp_init_attr qa = {
+			.send_cq = cq[2 * i], .recv_cq = cq[2 * i + 1],
+			.cap = { .max_send_wr = 64, .max_recv_wr = 16, .max_send_sge = 1, .max_recv_sge = 1 },
+			.pd = pd,
+			.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM
+		};
+		qp[i] = mrc_create_qp(ctx, &qa);
+		CHECK(qp[i] != NULL);
+		if (!qp[i])
+			return;
+		CHECK(mrc_get_qpn(qp[i], &qpn[i]) == 0);
+	}
+	for (int i = 0; i < 2; i++) {
+		struct ibv_qp_attr v;
+		struct mrc_qp_attr m;
+		memset(&v, 0, sizeof(v));
+		memset(&m, 0, sizeof(m));
+		v.qp_state = IBV_QPS_INIT;
+		v.port_num = 1;
+		m.profile.ev_profile_id = 4;
+		m.profile.cc_profile_id = 3;
+		CHECK(mrc_modify_qp(qp[i], &v, IBV_QP_STATE | IBV_QP_PORT, &m,
+				    MRC_QP_EV_PROFILE_ID | MRC_QP_CC_PROFILE_ID) == 0);
+	}
+	/* held: the profile cannot go OFFLINE under the QPs */
+	memset(&ea, 0, sizeof(ea));
+	ea.profile_state = MRC_CTL_PROFILE_OFFLINE;
+	REFUSED(mrc_ctl_modify_ev_profile(ctx, 4, &ea, MRC_CTL_EV_PROFILE_STATE), EBUSY);
+	for (int i = 0; i < 2; i++) {
+		struct ibv_qp_attr v;
+		struct mrc_qp_attr m;
+		memset(&v, 0, sizeof(v));
+		memset(&m, 0, sizeof(m));
+		v.qp_state = IBV_QPS_RTR;
+		v.path_mtu = IBV_MTU_4096;
+		v.dest_qp_num = qpn[1 - i];
+		v.ah_attr.is_global = 1;
+		v.ah_attr.grh.dgid = gid;
+		v.ah_attr.grh.sgid_index = gidx;
+		v.ah_attr.port_num = 1;
+		/* A says its peer (B) does not generate trim NACKs: B's transport NACKs none */
+		m.cap = i == 0 ? MRC_QP_CAP_TRIM_NACK_DEST_UNSUPPORTED : 0;
+		CHECK(mrc_modify_qp(qp[i], &v,
+				    IBV_QP_STATE | IBV_QP_AV | IBV_QP_DEST_QPN | IBV_QP_PATH_MTU, &m,
+				    MRC_QP_CAP) == 0);
+	}
+	struct mrc_x_transport_info ti;
+	CHECK(mrc_x_qp_transport(qp[0], &ti) == ENOTCONN);
+	for (int i = 0; i < 2; i++) {
+		struct ibv_qp_attr v;
+		memset(&v, 0, sizeof(v));
+		v.qp_state = IBV_QPS_RTS;
+		CHECK(mrc_modify_qp(qp[i], &v, IBV_QP_STATE, NULL, 0) == 0);
+	}
+	int est = 0;
+	for (int i = 0; i < 2; i++) {
+		struct mrc_async_event ev;
+		CHECK(mrc_get_async_event(ctx, &ev) == 0);
+		est += ev.event_type == IBV_EVENT_COMM_EST &&
+		       (ev.element.qp == qp[0] || ev.element.qp == qp[1]);
+		mrc_ack_async_event(&ev);
+	}
+	CHECK(est == 2);
+	for (int i = 0; i < 2; i++) {
+		memset(&ti, 0xff, sizeof(ti));
+		CHECK(mrc_x_qp_transport(qp[i], &ti) == 0);
+		CHECK(ti.cc == MRC_X_CC_NSCC && ti.ev_count == 4 && ti.reserved == 0);
+		CHECK(ti.trim_nacks == (i == 0 ? 1u : 0u));
+	}
+	struct mrc_x_ev_count c0[4], c1[4], c2[4], c3[4];
+	size_t n = 0;
+	CHECK(mrc_x_qp_evs(qp[0], c0, 2, &n) == E2BIG && n == 4);
+	CHECK(mrc_x_qp_evs(qp[0], NULL, 0, NULL) == EINVAL);
+	live_evs(qp[0], c0);
+	for (int i = 0; i < 4; i++)
+		CHECK(c0[i].data_packets == 0 && c0[i].denied == 0);
+
+	/* phase 0: all four EVs carry A's packets, and only they */
+	live_phase(qp[0], cq[0], src, smr->lkey, dst, dmr->rkey, 0);
+	live_evs(qp[0], c1);
+	uint64_t sum = 0;
+	for (int i = 0; i < 4; i++) {
+		CHECK(c1[i].data_packets > 0 && c1[i].denied == 0);
+		sum += first_sends(c1, i);
+	}
+	CHECK(sum == LIVE_WRITES * LIVE_PKTS_PER_WRITE);
+
+	/* phase 1: EV 2 DENIED: out of rotation, not one packet or probe more on it */
+	live_ev_state(ctx, LIVE_EV[2], MRC_CTL_EV_DENIED);
+	live_evs(qp[0], c2);
+	CHECK(c2[2].denied == 1 && c2[2].data_packets == c1[2].data_packets &&
+	      c2[2].probes == c1[2].probes);
+	live_phase(qp[0], cq[0], src, smr->lkey, dst, dmr->rkey, 1);
+	struct mrc_x_ev_count d[4];
+	live_evs(qp[0], d);
+	sum = 0;
+	for (int i = 0; i < 4; i++)
+		sum += first_sends(d, i) - first_sends(c2, i);
+	CHECK(sum == LIVE_WRITES * LIVE_PKTS_PER_WRITE);
+	CHECK(d[2].denied == 1 && d[2].data_packets == c1[2].data_packets && d[2].probes == c1[2].probes);
+
+	/* phase 2: GOOD again: back in rotation */
+	live_ev_state(ctx, LIVE_EV[2], MRC_CTL_EV_GOOD);
+	live_phase(qp[0], cq[0], src, smr->lkey, dst, dmr->rkey, 2);
+	live_evs(qp[0], c3);
+	sum = 0;
+	for (int i = 0; i < 4; i++)
+		sum += first_sends(c3, i) - first_sends(d, i);
+	CHECK(sum == LIVE_WRITES * LIVE_PKTS_PER_WRITE);
+	CHECK(c3[2].denied == 0 && c3[2].data_packets > d[2].data_packets);
+	printf("mrc_ctl_check: live EVs (data packets: phase 0 | EV 0x%x denied | back)", LIVE_EV[2]);
+	for (int i = 0; i < 4; i++)
+		printf(" 0x%x: %llu | %llu | %llu", LIVE_EV[i], (unsigned long long)c1[i].data_packets,
+		       (unsigned long long)(d[i].data_packets - c2[i].data_packets),
+		       (unsigned long long)(c3[i].data_packets - d[i].data_packets));
+	printf("\n");
+	if (!failures)
+		printf("mrc_ctl_check: live QP pair on EXP EV profile 4 (4 UDP EVs) and NSCC profile 3: "
+		       "%d WRITEs of %d bytes verified, %d data packets per phase on exactly those EVs, "
+		       "a denied EV out of rotation and back\n",
+		       3 * LIVE_WRITES, LIVE_BYTES, LIVE_WRITES * LIVE_PKTS_PER_WRITE);
+
+	for (int i = 0; i < 2; i++)
+		CHECK(mrc_destroy_qp(qp[i]) == 0);
+	for (int i = 0; i < 4; i++)
+		CHECK(mrc_destroy_cq(cq[i]) == 0);
+	ibv_dereg_mr(smr);
+	ibv_dereg_mr(dmr);
+	ibv_dealloc_pd(pd);
+	free(src);
+	free(dst);
+	memset(&ea, 0, sizeof(ea));
+	ea.profile_state = MRC_CTL_PROFILE_OFFLINE;
+	CHECK(mrc_ctl_modify_ev_profile(ctx, 4, &ea, MRC_CTL_EV_PROFILE_STATE) == 0);
+	ea.profile_state = MRC_CTL_PROFILE_INIT;
+	CHECK(mrc_ctl_modify_ev_profile(ctx, 4, &ea, MRC_CTL_EV_PROFILE_STATE) == 0);
 }
 
 int main(void)
@@ -343,6 +649,11 @@ int main(void)
 	CHECK(ca.cur_profile_state == MRC_CTL_PROFILE_ONLINE && ca.algorithm &&
 	      strcmp(ca.algorithm, "uet-1.0-nscc") == 0);
 	REFUSED(mrc_ctl_query_cc_profile(ctx, 0, &ca, MRC_CTL_CC_PROFILE_STATE), EINVAL);
+
+	if (have_device)
+		live_pair(ctx, vctx);
+	else
+		CHECK(mrc_x_qp_evs(NULL, NULL, 0, NULL) == EINVAL);
 
 	/* Endpoint operations: not supported (no connectionless responder). */
 	struct mrc_ctl_ep_req req;

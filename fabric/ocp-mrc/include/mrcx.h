@@ -84,6 +84,19 @@
 // (`IBV_WC_GENERAL_ERR`).
 #define MRC_X_WC_GENERAL_ERR 21
 
+// Congestion control of a QP's transport ([`MrcXTransportInfo::cc`]): none (a fixed
+// window).
+#define MRC_X_CC_NONE 0
+
+// Congestion control: NSCC (an `mrc_ctl.h` CC profile of algorithm `uet-1.0-nscc`).
+#define MRC_X_CC_NSCC 1
+
+// Congestion control: DCQCN.
+#define MRC_X_CC_DCQCN 2
+
+// Congestion control: Swift.
+#define MRC_X_CC_SWIFT 3
+
 // An mrc context on UDP sockets: one caller-progress worker and its QPs (opaque).
 struct mrc_x_context;
 
@@ -179,6 +192,36 @@ struct mrc_x_wc {
   uint32_t wc_flags;
   // The QP the completion belongs to.
   uint32_t qp_num;
+};
+
+// What the transport connection of an `mrc.h` QP runs on ([`mrc_x_qp_transport`]).
+struct mrc_x_transport_info {
+  // `MRC_X_CC_NONE`, `MRC_X_CC_NSCC`, `MRC_X_CC_DCQCN` or `MRC_X_CC_SWIFT`.
+  uint32_t cc;
+  // 1 when this side's receiver NACKs trimmed packets, 0 when the peer's QP set
+  // `MRC_QP_CAP_TRIM_NACK_DEST_UNSUPPORTED` (it relies on none).
+  uint32_t trim_nacks;
+  // EVs the connection sprays over ([`mrc_x_qp_evs`] lists them).
+  uint32_t ev_count;
+  // 0.
+  uint32_t reserved;
+};
+
+// One EV of an `mrc.h` QP's transport connection and what was sent on it
+// ([`mrc_x_qp_evs`]).
+struct mrc_x_ev_count {
+  // The transport's EV: for an `mrc_ctl.h` EV profile of format UDP or STEV, the EV's
+  // value (the verbs datapath sends it as the flow label, from which the device
+  // derives the UDP source port); for the provider's default profile 0..15.
+  uint32_t ev;
+  // 1 while the EV is out of rotation because the controller DENIED it, else 0.
+  uint32_t denied;
+  // Data packets sent on the EV (first transmissions and retransmissions).
+  uint64_t data_packets;
+  // Retransmissions among `data_packets`.
+  uint64_t retransmitted;
+  // EV probes sent on the EV.
+  uint64_t probes;
 };
 
 #ifdef __cplusplus
@@ -290,6 +333,20 @@ int mrc_x_poll_cq(struct mrc_x_context *ctx,
                   uint32_t qpn,
                   int num_entries,
                   struct mrc_x_wc *wc_out);
+
+// Writes to `*info` what the transport connection of `qp` (a `struct mrc_qp *` of
+// `mrc.h`) runs on: its congestion control, whether its receiver NACKs trimmed packets,
+// how many EVs it sprays over. 0, or `EINVAL` (NULL), `ENOTCONN` (the QP has not
+// connected: before RTS and the rendezvous, or after a reset), `ENOTSUP` (a build
+// without the `verbs` feature, which has no `mrc.h` QPs), `EIO`.
+int mrc_x_qp_transport(void *qp, struct mrc_x_transport_info *info);
+
+// Lists the EVs of `qp`'s transport connection (a `struct mrc_qp *` of `mrc.h`), in
+// the connection's order, with what was sent on each: `*count` is set to the number of
+// EVs and the first `min(max, count)` are written to `out`. 0, or `E2BIG` when `max` is
+// smaller than the count (the first `max` written), `EINVAL` (NULL `qp` or `count`,
+// NULL `out` with `max` > 0), `ENOTCONN`, `ENOTSUP`, `EIO` as [`mrc_x_qp_transport`].
+int mrc_x_qp_evs(void *qp, struct mrc_x_ev_count *out, size_t max, size_t *count);
 
 // Copies the message of the calling thread's last failed `mrc_x_` call into `buf`
 // (`len` bytes, NUL-terminated, cut to fit; `buf` may be NULL with `len` 0) and returns

@@ -108,6 +108,16 @@ pub const MRC_X_WC_RETRY_EXC_ERR: u32 = 12;
 /// (`IBV_WC_GENERAL_ERR`).
 pub const MRC_X_WC_GENERAL_ERR: u32 = 21;
 
+/// Congestion control of a QP's transport ([`MrcXTransportInfo::cc`]): none (a fixed
+/// window).
+pub const MRC_X_CC_NONE: u32 = 0;
+/// Congestion control: NSCC (an `mrc_ctl.h` CC profile of algorithm `uet-1.0-nscc`).
+pub const MRC_X_CC_NSCC: u32 = 1;
+/// Congestion control: DCQCN.
+pub const MRC_X_CC_DCQCN: u32 = 2;
+/// Congestion control: Swift.
+pub const MRC_X_CC_SWIFT: u32 = 3;
+
 /// Longest message [`mrc_x_last_error`] keeps, bytes.
 const LAST_ERROR_MAX_BYTES: usize = 512;
 
@@ -227,6 +237,40 @@ pub struct MrcXWc {
     pub wc_flags: u32,
     /// The QP the completion belongs to.
     pub qp_num: u32,
+}
+
+/// What the transport connection of an `mrc.h` QP runs on ([`mrc_x_qp_transport`]).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MrcXTransportInfo {
+    /// `MRC_X_CC_NONE`, `MRC_X_CC_NSCC`, `MRC_X_CC_DCQCN` or `MRC_X_CC_SWIFT`.
+    pub cc: u32,
+    /// 1 when this side's receiver NACKs trimmed packets, 0 when the peer's QP set
+    /// `MRC_QP_CAP_TRIM_NACK_DEST_UNSUPPORTED` (it relies on none).
+    pub trim_nacks: u32,
+    /// EVs the connection sprays over ([`mrc_x_qp_evs`] lists them).
+    pub ev_count: u32,
+    /// 0.
+    pub reserved: u32,
+}
+
+/// One EV of an `mrc.h` QP's transport connection and what was sent on it
+/// ([`mrc_x_qp_evs`]).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MrcXEvCount {
+    /// The transport's EV: for an `mrc_ctl.h` EV profile of format UDP or STEV, the EV's
+    /// value (the verbs datapath sends it as the flow label, from which the device
+    /// derives the UDP source port); for the provider's default profile 0..15.
+    pub ev: u32,
+    /// 1 while the EV is out of rotation because the controller DENIED it, else 0.
+    pub denied: u32,
+    /// Data packets sent on the EV (first transmissions and retransmissions).
+    pub data_packets: u64,
+    /// Retransmissions among `data_packets`.
+    pub retransmitted: u64,
+    /// EV probes sent on the EV.
+    pub probes: u64,
 }
 
 thread_local! {
@@ -882,6 +926,110 @@ pub unsafe extern "C" fn mrc_x_poll_cq(
             n += 1;
         }
         n
+    })
+}
+
+/// What a connected `mrc.h` QP's transport runs on (the verbs runtime fills it).
+#[derive(Clone, Debug)]
+#[cfg_attr(not(feature = "verbs"), allow(dead_code))]
+pub(crate) struct TransportView {
+    /// `MRC_X_CC_*`.
+    pub cc: u32,
+    /// This side's receiver NACKs trimmed packets.
+    pub trim_nacks: bool,
+    /// Every EV, in the connection's order.
+    pub evs: Vec<MrcXEvCount>,
+}
+
+#[cfg(feature = "verbs")]
+fn transport_view(qp: *mut c_void) -> Result<TransportView, c_int> {
+    // SAFETY: the C contract (NULL or a live mrc_qp).
+    unsafe { crate::ffi::qp_transport_view(qp) }.map_err(|e| {
+        fail(
+            e,
+            if e == libc::ENOTCONN {
+                "the QP's transport is not connected (before RTS and the rendezvous)"
+            } else {
+                "null qp"
+            },
+        )
+    })
+}
+
+#[cfg(not(feature = "verbs"))]
+fn transport_view(_qp: *mut c_void) -> Result<TransportView, c_int> {
+    Err(fail(
+        libc::ENOTSUP,
+        "lib_mrc.so was built without the verbs feature: there are no mrc.h QPs",
+    ))
+}
+
+/// Writes to `*info` what the transport connection of `qp` (a `struct mrc_qp *` of
+/// `mrc.h`) runs on: its congestion control, whether its receiver NACKs trimmed packets,
+/// how many EVs it sprays over. 0, or `EINVAL` (NULL), `ENOTCONN` (the QP has not
+/// connected: before RTS and the rendezvous, or after a reset), `ENOTSUP` (a build
+/// without the `verbs` feature, which has no `mrc.h` QPs), `EIO`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mrc_x_qp_transport(
+    qp: *mut c_void,
+    info: *mut MrcXTransportInfo,
+) -> c_int {
+    guard(libc::EIO, || {
+        if info.is_null() {
+            return fail(libc::EINVAL, "null info");
+        }
+        match transport_view(qp) {
+            Ok(v) => {
+                let out = MrcXTransportInfo {
+                    cc: v.cc,
+                    trim_nacks: u32::from(v.trim_nacks),
+                    ev_count: v.evs.len() as u32,
+                    reserved: 0,
+                };
+                // SAFETY: non-null out-pointer (the C contract).
+                unsafe { *info = out };
+                0
+            }
+            Err(e) => e,
+        }
+    })
+}
+
+/// Lists the EVs of `qp`'s transport connection (a `struct mrc_qp *` of `mrc.h`), in
+/// the connection's order, with what was sent on each: `*count` is set to the number of
+/// EVs and the first `min(max, count)` are written to `out`. 0, or `E2BIG` when `max` is
+/// smaller than the count (the first `max` written), `EINVAL` (NULL `qp` or `count`,
+/// NULL `out` with `max` > 0), `ENOTCONN`, `ENOTSUP`, `EIO` as [`mrc_x_qp_transport`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mrc_x_qp_evs(
+    qp: *mut c_void,
+    out: *mut MrcXEvCount,
+    max: usize,
+    count: *mut usize,
+) -> c_int {
+    guard(libc::EIO, || {
+        if count.is_null() || (out.is_null() && max > 0) {
+            return fail(libc::EINVAL, "null count, or null out with max > 0");
+        }
+        match transport_view(qp) {
+            Ok(v) => {
+                for (i, &c) in v.evs.iter().take(max).enumerate() {
+                    // SAFETY: the caller's array of `max` entries; i < max.
+                    unsafe { *out.add(i) = c };
+                }
+                // SAFETY: non-null out-pointer.
+                unsafe { *count = v.evs.len() };
+                if v.evs.len() > max {
+                    fail(
+                        libc::E2BIG,
+                        format_args!("{} EVs, room for {max}", v.evs.len()),
+                    )
+                } else {
+                    0
+                }
+            }
+            Err(e) => e,
+        }
     })
 }
 

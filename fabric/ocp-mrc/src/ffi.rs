@@ -760,8 +760,7 @@ pub unsafe extern "C" fn mrc_modify_qp(
                 g.fail();
                 return 0;
             }
-            (QpState::Reset | QpState::Init, QpState::Reset) => {}
-            (_, QpState::Reset) => return err(libc::EINVAL),
+            (_, QpState::Reset) => g.reset(),
             (QpState::Rts, QpState::Rts)
                 if mmask & (attr_mask::TIMEOUT | attr_mask::RETRY_CNT) != 0 =>
             {
@@ -1053,6 +1052,23 @@ pub unsafe extern "C" fn mrc_get_async_event(ctx: *mut c_void, event: *mut MrcAs
 /// `mrc_ack_async_event`: nothing to release (events are copied out).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mrc_ack_async_event(_event: *mut MrcAsyncEvent) {}
+
+/// The transport view of an `mrc_qp` (for `mrcx.h`'s `mrc_x_qp_transport` and
+/// `mrc_x_qp_evs`): `EINVAL` for NULL, `ENOTCONN` before the rendezvous connected it.
+///
+/// # Safety
+/// `qp` is NULL or a live `mrc_qp` of this library.
+pub(crate) unsafe fn qp_transport_view(
+    qp: *mut c_void,
+) -> Result<crate::ext::TransportView, c_int> {
+    let p = qp.cast::<Qp>();
+    if p.is_null() {
+        return Err(libc::EINVAL);
+    }
+    // SAFETY: the C contract.
+    let q = unsafe { &*p };
+    lock(&q.shared.inner).transport_view().ok_or(libc::ENOTCONN)
+}
 
 #[cfg(test)]
 mod tests {

@@ -23,6 +23,7 @@
 //! behind it re-posted.
 
 use crate::abi::limits;
+use crate::ext::{self, MrcXEvCount, TransportView};
 use crate::state::{self, MrcSettings, QpState};
 use crate::wire::{
     self, CHUNK_BYTES, Hello, Verdict, VerdictBook, VerdictMaker, WRITE_HEADER_BYTES, WriteHeader,
@@ -490,6 +491,25 @@ impl Loopback {
         Ok(())
     }
 
+    /// To RESET (work requests dropped) and its CQ drained, so that no completion of
+    /// before the reset is taken for a later one; [`Loopback::connect`] brings it back.
+    fn reset(&mut self) {
+        // SAFETY: plain data, then the state.
+        let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
+        a.qp_state = ibv_qp_state::IBV_QPS_RESET;
+        // SAFETY: live QP, live attr.
+        let _ =
+            unsafe { ibv_modify_qp(self.qp, &mut a, ibv_qp_attr_mask::IBV_QP_STATE.0 as c_int) };
+        let mut out = Vec::new();
+        loop {
+            out.clear();
+            self.poll(&mut out);
+            if out.is_empty() {
+                break;
+            }
+        }
+    }
+
     /// Posts the placement WRITE of `len` bytes at `src` (in the staging MR) to
     /// (`remote_addr`, `rkey`), signalled, as `wr_id`.
     fn post(
@@ -644,6 +664,7 @@ pub(crate) struct QpCounters {
     pub hellos_sent: u64,
     pub hellos_heard: u64,
     pub foreign_before_connect: u64,
+    pub remote_access_errors: u64,
 }
 
 /// The mutable state of one QP.
@@ -657,6 +678,10 @@ pub(crate) struct QpInner {
     pub qpn: u32,
     engine_qpn: u32,
     mtu_payload: u32,
+    /// The port's MTU less mrc's headers: `mtu_payload` before RTR's path MTU caps it.
+    port_mtu_payload: u32,
+    /// The peer's hello asked for no trim NACKs (its `MRC_QP_CAP_TRIM_NACK_DEST_UNSUPPORTED`).
+    pub peer_no_trim_nacks: bool,
     peer_gid: Option<Ipv6Addr>,
     pub peer_qpn: u32,
     phase: Phase,
@@ -991,6 +1016,8 @@ impl Qp {
             qpn,
             engine_qpn: 0,
             mtu_payload: mtu - MRC_HEADER_BYTES,
+            port_mtu_payload: mtu - MRC_HEADER_BYTES,
+            peer_no_trim_nacks: false,
             peer_gid: None,
             peer_qpn: 0,
             phase: Phase::Idle,
@@ -1312,6 +1339,86 @@ impl QpInner {
         self.packets_outstanding = 0;
     }
 
+    /// Moves to RESET (from any state, as `ibv_modify_qp`): the transport QP and its
+    /// connection are destroyed, every outstanding send and receive is dropped without a
+    /// completion, the loopback QPs are reset; RESET -> INIT -> RTR -> RTS then connects
+    /// afresh (a new transport QP and rendezvous: the peer must be reset and brought to
+    /// RTS again too, as an RC connection).
+    pub fn reset(&mut self) {
+        if let Phase::Hello { conn, .. } = self.phase {
+            self.worker.datapath_mut().close_conn(conn);
+        }
+        if self.engine_qpn != 0 {
+            self.worker.destroy_qp(self.engine_qpn);
+            self.engine_qpn = 0;
+        }
+        self.phase = Phase::Idle;
+        self.loopback.reset();
+        self.lkey_lb.reset();
+        {
+            let mut sub = lock(&self.public.submit);
+            sub.writes.clear();
+            sub.recvs.clear();
+        }
+        self.pending.clear();
+        self.chunks.clear();
+        self.acked.clear();
+        self.placing.clear();
+        self.replace.clear();
+        self.recv_wrs.clear();
+        self.pending_imm.clear();
+        self.free_send = (0..SLOTS).rev().collect();
+        self.send_key = None;
+        self.recv_key = None;
+        self.checks_in_flight = 0;
+        self.lb_broken = false;
+        self.wimm_outstanding = 0;
+        self.packets_outstanding = 0;
+        self.wr_seq = 0;
+        self.book = VerdictBook::default();
+        self.maker = VerdictMaker::default();
+        self.ev_seen.clear();
+        self.ev_generation = 0;
+        self.peer_gid = None;
+        self.peer_qpn = 0;
+        self.peer_no_trim_nacks = false;
+        self.mtu_payload = self.port_mtu_payload;
+        self.public.outstanding.store(0, Ordering::Release);
+        self.public.recvs_held.store(0, Ordering::Release);
+        self.set_state(QpState::Reset);
+    }
+
+    /// What the transport connection runs on, for `mrc_x_qp_transport` / `mrc_x_qp_evs`;
+    /// `None` until the rendezvous connected it.
+    pub fn transport_view(&mut self) -> Option<TransportView> {
+        if !matches!(self.phase, Phase::Connected) {
+            return None;
+        }
+        self.worker
+            .with_conn(self.engine_qpn, |c| TransportView {
+                cc: match c.controller() {
+                    AnyController::Fixed(_) => ext::MRC_X_CC_NONE,
+                    AnyController::Nscc(_) => ext::MRC_X_CC_NSCC,
+                    AnyController::Dcqcn(_) => ext::MRC_X_CC_DCQCN,
+                    AnyController::Swift(_) => ext::MRC_X_CC_SWIFT,
+                },
+                trim_nacks: c.config().trim_nacks,
+                evs: c
+                    .paths()
+                    .paths()
+                    .iter()
+                    .map(|p| MrcXEvCount {
+                        ev: p.ev,
+                        denied: u32::from(p.state == PathState::Denied),
+                        data_packets: p.stats.sent,
+                        retransmitted: p.stats.retransmitted,
+                        probes: p.stats.probes_sent,
+                    })
+                    .collect(),
+            })
+            .ok()
+    }
+
     /// Sets the state, for the application's threads too.
     pub fn set_state(&mut self, st: QpState) {
         self.state = st;
@@ -1376,6 +1483,7 @@ impl QpInner {
         let endpoint = self.worker.datapath_mut().local_endpoint().clone();
         Hello {
             heard,
+            no_trim_nacks: state::asks_no_trim_nacks(&self.settings),
             endpoint,
             info,
         }
@@ -1490,6 +1598,10 @@ impl QpInner {
             self.fail();
             return;
         }
+        // The peer's MRC_QP_CAP_TRIM_NACK_DEST_UNSUPPORTED: our receiver NACKs no trims.
+        let trim_nacks = !h.no_trim_nacks;
+        let _ = self.worker.with_conn(eq, |c| c.set_trim_nacks(trim_nacks));
+        self.peer_no_trim_nacks = h.no_trim_nacks;
         let rk = self.recv_key.expect("registered at RTS");
         for s in 0..SLOTS {
             let sge = Sge {
@@ -1781,8 +1893,13 @@ impl QpInner {
                 self.wimm_outstanding = self.wimm_outstanding.saturating_sub(1);
             }
             if !placed {
+                // As an RC requestor on a NAK (remote access error): the WRITE completes in
+                // error and the QP goes to ERR; every later WR completes flushed.
                 let wc = self.wc(w.wr_id, wc_status::REM_ACCESS_ERR, WC_RDMA_WRITE, 0);
                 self.send_cq().push(wc);
+                self.counters.remote_access_errors += 1;
+                self.fail();
+                return;
             } else if w.signaled {
                 let wc = self.wc(w.wr_id, wc_status::SUCCESS, WC_RDMA_WRITE, w.len);
                 self.send_cq().push(wc);

@@ -376,6 +376,15 @@ pub fn give_up_budget_ns(s: &MrcSettings) -> Option<u64> {
     Some(linear.saturating_add(exp))
 }
 
+/// Whether the QP tells its peer not to NACK trimmed packets: `MRC_QP_CAP` has
+/// `TRIM_NACK_DEST_UNSUPPORTED` ("the responder does not support generating TRIM NACKs").
+/// The flag travels in the rendezvous ([`crate::wire::HELLO_NO_TRIM_NACK`]) and the peer's
+/// transport connection then runs with `trim_nacks` off, as a responder without the
+/// support would: the QP's trimmed WRITE packets are recovered by its loss detection.
+pub fn asks_no_trim_nacks(s: &MrcSettings) -> bool {
+    s.cap & qp_cap::TRIM_NACK_DEST_UNSUPPORTED != 0
+}
+
 /// Packets the requestor keeps outstanding: MPR x 128 PSNs.
 pub fn window_packets(mpr: u8) -> u32 {
     u32::from(mpr) * 128
@@ -399,6 +408,55 @@ mod tests {
             mrc_mask: mrc,
             attr,
         }
+    }
+
+    /// After a remote access error the QP is in ERR: it comes back only through RESET
+    /// (any state may go there; the MRC attributes return to their defaults), then
+    /// RESET -> INIT -> RTR -> RTS as a new QP.
+    #[test]
+    fn err_and_rts_reset_to_the_defaults_and_connect_again() {
+        let d = MrcSettings::default();
+        let tuned = MrcSettings {
+            mpr: 2,
+            max_wimm: 2,
+            timeout: 16,
+            cap: qp_cap::TRIM_NACK_DEST_UNSUPPORTED,
+            ..d
+        };
+        for from in [QpState::Err, QpState::Rts, QpState::Rtr, QpState::Init] {
+            let r = check_modify(from, tuned, &req(STATE, QpState::Reset, 0, d)).unwrap();
+            assert_eq!(
+                r,
+                Modified {
+                    state: QpState::Reset,
+                    settings: d
+                }
+            );
+        }
+        // ERR cannot go straight back to INIT, RTR or RTS
+        for to in [QpState::Init, QpState::Rtr, QpState::Rts] {
+            assert_eq!(
+                check_modify(QpState::Err, tuned, &req(STATE | AV | DEST_QPN, to, 0, d)),
+                Err(libc::EINVAL)
+            );
+        }
+        let init =
+            check_modify(QpState::Reset, d, &req(STATE | PORT, QpState::Init, 0, d)).unwrap();
+        let rtr = check_modify(
+            init.state,
+            init.settings,
+            &req(STATE | AV | DEST_QPN | PATH_MTU, QpState::Rtr, 0, d),
+        )
+        .unwrap();
+        let rts = check_modify(rtr.state, rtr.settings, &req(STATE, QpState::Rts, 0, d)).unwrap();
+        assert_eq!(
+            rts,
+            Modified {
+                state: QpState::Rts,
+                settings: d
+            }
+        );
+        assert_eq!((rts.settings.mpr, rts.settings.timeout), (8, 14));
     }
 
     #[test]
@@ -568,6 +626,13 @@ mod tests {
         };
         let r = check_modify(QpState::Init, d, &req(rtr, QpState::Rtr, m::CAP, no_trim)).unwrap();
         assert_eq!(r.settings.cap, qp_cap::TRIM_NACK_DEST_UNSUPPORTED);
+        assert!(asks_no_trim_nacks(&r.settings));
+        assert!(!asks_no_trim_nacks(&d));
+        let svc = MrcSettings {
+            cap: qp_cap::SVC_TIME_DEST_UNSUPPORTED,
+            ..d
+        };
+        assert!(!asks_no_trim_nacks(&svc));
     }
 
     #[test]

@@ -45,7 +45,7 @@
 //! to the peer's first UD QP (the QPN `mrc_get_qpn` reported) until it has heard one:
 //!
 //! ```text
-//! | magic "MRCH" | version 1 | flags (bit 0 HEARD) | endpoint len (16) |
+//! | magic "MRCH" | version 1 | flags (bit 0 HEARD, bit 1 NO_TRIM_NACK) | endpoint len (16) |
 //! | endpoint (verbs::addr encoding) | qp info len (16) | qp info (bootstrap encoding) |
 //! ```
 //!
@@ -75,6 +75,9 @@ pub const HELLO_MAGIC: u32 = 0x4d52_4348;
 pub const HELLO_VERSION: u8 = 1;
 /// Flag: the sender has heard the receiver's hello.
 pub const HELLO_HEARD: u8 = 1 << 0;
+/// Flag: the sender's QP has `MRC_QP_CAP_TRIM_NACK_DEST_UNSUPPORTED` (its peer, the
+/// receiver of this hello, is not to NACK trimmed packets of this connection).
+pub const HELLO_NO_TRIM_NACK: u8 = 1 << 1;
 /// Largest hello accepted, bytes.
 pub const MAX_HELLO_BYTES: usize = 4096;
 
@@ -161,6 +164,8 @@ impl WriteHeader {
 pub struct Hello {
     /// Whether the sender has heard the receiver.
     pub heard: bool,
+    /// The sender relies on no trim NACKs from the receiver ([`HELLO_NO_TRIM_NACK`]).
+    pub no_trim_nacks: bool,
     /// The sender's UD endpoint.
     pub endpoint: EndpointAddr,
     /// The sender's transport parameters.
@@ -175,7 +180,14 @@ impl Hello {
         let mut b = Vec::with_capacity(12 + ep.len() + qi.len());
         b.extend_from_slice(&HELLO_MAGIC.to_be_bytes());
         b.push(HELLO_VERSION);
-        b.push(if self.heard { HELLO_HEARD } else { 0 });
+        b.push(
+            if self.heard { HELLO_HEARD } else { 0 }
+                | if self.no_trim_nacks {
+                    HELLO_NO_TRIM_NACK
+                } else {
+                    0
+                },
+        );
         b.extend_from_slice(&u16::try_from(ep.len()).ok()?.to_be_bytes());
         b.extend_from_slice(&ep);
         b.extend_from_slice(&u16::try_from(qi.len()).ok()?.to_be_bytes());
@@ -194,7 +206,7 @@ impl Hello {
         if u32::from_be_bytes([b[0], b[1], b[2], b[3]]) != HELLO_MAGIC {
             return Err(WireError::BadMagic);
         }
-        if b[4] != HELLO_VERSION || b[5] & !HELLO_HEARD != 0 {
+        if b[4] != HELLO_VERSION || b[5] & !(HELLO_HEARD | HELLO_NO_TRIM_NACK) != 0 {
             return Err(WireError::BadField);
         }
         let ep_len = usize::from(u16::from_be_bytes([b[6], b[7]]));
@@ -214,6 +226,7 @@ impl Hello {
         }
         Ok(Hello {
             heard: b[5] & HELLO_HEARD != 0,
+            no_trim_nacks: b[5] & HELLO_NO_TRIM_NACK != 0,
             endpoint,
             info,
         })
@@ -497,6 +510,7 @@ mod tests {
     fn hello_round_trip_and_checks() {
         let h = Hello {
             heard: true,
+            no_trim_nacks: false,
             endpoint: EndpointAddr {
                 gid: Ipv6Addr::new(0, 0, 0, 0, 0, 0xffff, 0x0a00, 1),
                 lid: 0,
@@ -520,9 +534,18 @@ mod tests {
         let mut x = b.clone();
         x.push(0);
         assert_eq!(Hello::decode(&x), Err(WireError::BadLength));
+        assert_eq!(b[5], HELLO_HEARD);
         let mut x = b.clone();
-        x[5] = 2;
+        x[5] = 4;
         assert_eq!(Hello::decode(&x), Err(WireError::BadField));
+        // NO_TRIM_NACK travels as bit 1
+        let t = Hello {
+            no_trim_nacks: true,
+            ..h.clone()
+        };
+        let tb = t.encode().unwrap();
+        assert_eq!(tb[5], HELLO_HEARD | HELLO_NO_TRIM_NACK);
+        assert_eq!(Hello::decode(&tb), Ok(t));
         let mut x = b;
         x[6] = 0xff;
         assert_eq!(Hello::decode(&x), Err(WireError::BadLength));

@@ -66,6 +66,15 @@ pub struct ConnConfig {
     /// and answers a gap with one NACK(NO_BITMAP); the sender resends everything from the
     /// NACKed PSN. Both ends must agree. Default off (selective repeat).
     pub go_back_n: bool,
+    /// Trim NACKs (receiver side): a data packet whose payload a switch trimmed (BTH
+    /// `trimmed` flag) is answered with NACK(TRIMMED), so that the sender resends it at
+    /// once on another EV. Off, the receiver acts as one that does not support trim
+    /// NACKs (OCP MRC's `MRC_QP_CAP_TRIM_NACK_DEST_UNSUPPORTED`): the trimmed packet is
+    /// counted (`trimmed_received`) and dropped unanswered, and the sender recovers it by
+    /// its loss detection (the SACK gap after the reorder window, else the RTO). Only this
+    /// side's receiver is affected; the sender needs no setting (it handles a NACK(TRIMMED)
+    /// whenever one comes). Default on.
+    pub trim_nacks: bool,
     /// BTH P_Key sent. Default 0xFFFF.
     pub pkey: u16,
 }
@@ -89,6 +98,7 @@ impl Default for ConnConfig {
             revalidate_ev_after_ns: 100_000,
             pacing_burst_ns: 0,
             go_back_n: false,
+            trim_nacks: true,
             pkey: 0xFFFF,
         }
     }

@@ -354,6 +354,14 @@ impl<C: Controller> Connection<C> {
         &self.paths
     }
 
+    /// Turns this side's trim NACKs ([`ConnConfig::trim_nacks`]) on or off, e.g. when
+    /// the peer says at set-up that it relies on none (OCP MRC's
+    /// `MRC_QP_CAP_TRIM_NACK_DEST_UNSUPPORTED`). Applies to trimmed packets that arrive
+    /// from now on.
+    pub fn set_trim_nacks(&mut self, on: bool) {
+        self.cfg.trim_nacks = on;
+    }
+
     /// The datapath reports `ev` down (`true`) or up (`false`). While every EV is down
     /// nothing is sent, but the RTO keeps running from when work began to wait (the next
     /// `poll_transmit` or `handle_timeout` notes it): after the retry limit the work

@@ -241,7 +241,9 @@ impl<C: Controller> Connection<C> {
         }
         if pkt.bth.flags.trimmed {
             self.stats.trimmed_received += 1;
-            self.queue_nack(psn.value(), NackReason::Trimmed, m.ev, ts32);
+            if self.cfg.trim_nacks {
+                self.queue_nack(psn.value(), NackReason::Trimmed, m.ev, ts32);
+            }
             return;
         }
         let op = pkt.bth.opcode;

@@ -551,6 +551,89 @@ fn trimmed_packet_is_nacked_and_resent_on_another_ev() {
     assert_eq!(completions(&mut a).len(), 1);
 }
 
+/// Three 4 KiB packets, a switch trims the second; returns both ends and the virtual time
+/// at which the WRITE completed. `trim_nacks` is the receiver's [`ConnConfig::trim_nacks`].
+fn trim_second_of_three(trim_nacks: bool) -> (Conn, Conn, u64) {
+    let (mut a, mut b) = pair_with(ConnConfig {
+        trim_nacks,
+        ..cfg(0x22, 100, 7)
+    });
+    let (src, dst) = write_regions(&mut a, &mut b, 3 * 4096, 0);
+    write_whole(&mut a, 1, &src, &dst, 3 * 4096);
+    let mut n = 0;
+    let mut trim_second = |bytes: &[u8]| {
+        n += 1;
+        if n == 2 {
+            let mut p = PacketRepr::parse(bytes).unwrap();
+            p.bth.flags.trimmed = true;
+            if let Body::Data(ref mut d) = p.body {
+                d.payload = &[];
+            }
+            let mut out = vec![0u8; p.buffer_len()];
+            p.emit(&mut out).unwrap();
+            return Some((out, Ecn::Ect0));
+        }
+        pass(bytes)
+    };
+    exchange(0, &mut a, &mut b, &mut trim_second);
+    let mut done = Vec::new();
+    let mut now = 0;
+    loop {
+        done.extend(completions(&mut a).iter().map(|c| (c.wr_id, c.status)));
+        if !done.is_empty() {
+            break;
+        }
+        let t = match (a.poll_timeout(), b.poll_timeout()) {
+            (Some(x), Some(y)) => x.min(y),
+            (Some(x), None) | (None, Some(x)) => x,
+            (None, None) => break,
+        };
+        now = t;
+        a.handle_timeout(t);
+        b.handle_timeout(t);
+        exchange(t, &mut a, &mut b, &mut pass);
+    }
+    assert_eq!(done, [(1, WcStatus::Success)]);
+    assert_eq!(
+        b.regions().bytes(dst.lkey).unwrap(),
+        a.regions().bytes(src.lkey).unwrap()
+    );
+    (a, b, now)
+}
+
+/// `trim_nacks` on (the default): the trimmed packet is NACKed and resent on the NACK;
+/// off (a responder without trim NACK support): nothing answers it, and the sender's
+/// loss detection (the gap the third packet's SACK shows) resends it. Both send exactly
+/// 4 data packets.
+#[test]
+fn a_receiver_without_trim_nacks_leaves_the_trimmed_packet_to_loss_detection() {
+    let (a, b, t_on) = trim_second_of_three(true);
+    assert_eq!(b.stats().trimmed_received, 1);
+    assert_eq!(b.stats().nacks_sent, 1);
+    assert_eq!(a.stats().nacks_received, 1);
+    assert_eq!(a.stats().trimmed, 1);
+    assert_eq!(a.stats().sent, 4);
+    assert_eq!(a.stats().retransmitted, 1);
+    assert_eq!(a.stats().timeouts, 0);
+    assert_eq!(a.stats().rack_losses, 0);
+    assert_eq!(t_on, 0);
+
+    let (a, b, t_off) = trim_second_of_three(false);
+    assert_eq!(b.stats().trimmed_received, 1);
+    assert_eq!(b.stats().nacks_sent, 0);
+    assert_eq!(a.stats().nacks_received, 0);
+    assert_eq!(a.stats().trimmed, 0);
+    assert_eq!(a.stats().sent, 4);
+    assert_eq!(a.stats().retransmitted, 1);
+    // recovered by the SACK of the third packet (time-based detection: with zero delay
+    // its reorder window has passed at once), not by the RTO
+    assert_eq!(a.stats().rack_losses, 1);
+    assert_eq!(a.stats().timeouts, 0);
+    assert_eq!(t_off, 0);
+    // the path that carried the trimmed copy was not put in SKIP for a trim
+    assert_eq!(a.paths().paths()[1].stats.trimmed, 0);
+}
+
 /// A path that trims every copy: the packet is resent `nack_retry_limit - 1` times, and
 /// the NACK of its `nack_retry_limit`-th copy fails the work request (it used to be resent
 /// forever, never reaching the RTO retry limit).
