@@ -1,7 +1,8 @@
 #!/bin/sh
 # rxe-guest.sh: the checks testbed/rxe-lab.sh runs inside its VMs (busybox sh; the guest
 # init runs `sh /lab/guest.sh ROLES` with stdout on the second serial port). ROLES is a
-# comma-separated list of: single, perftest, netem, host-a, host-b, script, soak.
+# comma-separated list of: single, perftest, netem, host-a, host-b, script, soak,
+# host-a-script, host-b-script.
 #
 # Every check prints one JSON line {"check", "ok", "detail", ...}; each role ends with
 # `ROLE-complete`, so the host can tell a guest that died half-way from one that passed.
@@ -578,6 +579,21 @@ role_script() {
   if [ $rc -eq 0 ]; then emit script true "the script exited 0"; else emit script false "the script exited $rc"; fi
 }
 
+# A script of the user's on each of two hosts (rxe-lab.sh two-hosts-script FILE_A FILE_B):
+# rxe0 on eth0 as in two-hosts, then /lab/user-SIDE.sh with LAB_ADDR, LAB_PEER and LAB_GID
+# set, its output on the console and its fd 3 on the results port (JSON lines); passes
+# when it exits 0.
+role_host_script() { # SIDE ADDR PEER
+  if ! gid=$(two_host_setup "$2"); then
+    emit host-$1-script-setup false "rxe0 on eth0 $2: setup failed"
+    return
+  fi
+  emit host-$1-script-setup true "rxe0 on eth0 ($2): active_mtu $(port_fact active_mtu), IPv4 GID index $gid"
+  LAB_ADDR=$2 LAB_PEER=$3 LAB_GID=$gid sh /lab/user-$1.sh 3>&1 >&2
+  rc=$?
+  if [ $rc -eq 0 ]; then emit host-$1-script true "the script exited 0"; else emit host-$1-script false "the script exited $rc"; fi
+}
+
 for role in $(echo "$1" | tr , ' '); do
   log "role $role"
   NCHECKS=0
@@ -589,6 +605,8 @@ for role in $(echo "$1" | tr , ' '); do
     host-a) role_host_a ;;
     host-b) role_host_b ;;
     script) role_script ;;
+    host-a-script) role_host_script a 10.0.0.1 10.0.0.2 ;;
+    host-b-script) role_host_script b 10.0.0.2 10.0.0.1 ;;
     *) emit "$role" false "unknown role $role" ;;
   esac
   emit "$role-complete" true "$NCHECKS checks ran"

@@ -8,6 +8,13 @@
 #   testbed/rxe-lab.sh script FILE   boot one VM, add rxe0 on lo, run FILE (busybox sh;
 #                                    mrc-perf and the test binaries on PATH and in
 #                                    /lab/tests) with its output on the terminal
+#   testbed/rxe-lab.sh two-hosts-script FILE_A FILE_B
+#                                    two-hosts' two VMs and rxe0 on each eth0, then FILE_A
+#                                    in VM A (10.0.0.1), FILE_B in VM B (10.0.0.2), both at
+#                                    once; each sees LAB_ADDR (its address), LAB_PEER (the
+#                                    other's) and LAB_GID (rxe0's IPv4 GID index); output on
+#                                    the terminal, prefixed [hosta] / [hostb]; JSON lines a
+#                                    script writes to fd 3 join the results
 #
 #   single     one VM, rxe0 on lo: lib_mrc.so's C checks (fabric/ocp-mrc/c/mrc_check.c,
 #              server and client; mrc_ctl_check.c, the controller API on the device), mrc-perf loopback and client/server with --verify (bw,
@@ -43,7 +50,8 @@
 #                     [mrc-fabric/verbs]; mrc-fabric/verbs is always added
 #   MRC_LAB_KEEP=1    keep the per-run work directory (console logs, pcap)
 #   MRC_LAB_EXTRA     a directory copied into the VM as /lab/extra (e.g. programs built
-#                     elsewhere against lib_mrc.so, for `script FILE`)
+#                     elsewhere against lib_mrc.so, for `script FILE`; into both VMs for
+#                     `two-hosts-script`)
 #
 # Host packages (Debian): qemu-system-x86 mmdebstrap cpio kmod xz-utils tshark jq, and the
 # verbs build's libibverbs-dev librdmacm-dev libclang-dev pkg-config. Network: only the
@@ -296,6 +304,7 @@ make_initrd() {
   strip --strip-debug -o "$o/lab/bin/mrc_ctl_check" "$CACHE/ocp/mrc_ctl_check"
   if [ -n "${MRC_LAB_EXTRA:-}" ]; then cp -a "$MRC_LAB_EXTRA" "$o/lab/extra"; fi
   if [ -n "$USER_SCRIPT" ]; then cp "$USER_SCRIPT" "$o/lab/user.sh"; fi
+  if [ -n "$USER_SCRIPT_A" ]; then cp "$USER_SCRIPT_A" "$o/lab/user-a.sh"; cp "$USER_SCRIPT_B" "$o/lab/user-b.sh"; fi
   # Host libraries the rootfs does not have (same Debian release: normally none).
   local lib
   [ -f "$BASE.list" ] || cpio -it --quiet <"$BASE" >"$BASE.list"
@@ -370,11 +379,12 @@ run_single() {
 
 # Two VMs, one virtio NIC each, joined by qemu's socket netdev (a TCP connection on
 # 127.0.0.1: nothing else is reachable). filter-dump writes what VM b's NIC sends and
-# receives to a pcap on the host.
+# receives to a pcap on the host. ROLE_A, ROLE_B: the guests' roles [host-a host-b]; the
+# capture is checked for two-hosts' own roles only.
 run_two_hosts() {
-  local port
+  local role_a=${1:-host-a} role_b=${2:-host-b} port
   port=$(( 20000 + RANDOM % 20000 ))
-  start_vm hosta host-a 1 1024 \
+  start_vm hosta "$role_a" 1 1024 \
     -netdev "socket,id=n0,listen=127.0.0.1:$port" -device virtio-net-pci,netdev=n0,mac=52:54:00:6d:72:01
   # The listener must be up before the second VM connects.
   local i
@@ -382,13 +392,13 @@ run_two_hosts() {
     ss -ltn 2>/dev/null | grep -q "127.0.0.1:$port " && break
     sleep 0.1
   done
-  start_vm hostb host-b 1 1024 \
+  start_vm hostb "$role_b" 1 1024 \
     -netdev "socket,id=n0,connect=127.0.0.1:$port" -device virtio-net-pci,netdev=n0,mac=52:54:00:6d:72:02 \
     -object "filter-dump,id=f0,netdev=n0,file=$WORK/two-hosts.pcap"
   wait_vms hosta hostb
-  collect hosta host-a
-  collect hostb host-b
-  capture_check
+  collect hosta "$role_a"
+  collect hostb "$role_b"
+  if [ "$role_a" = host-a ]; then capture_check; fi
 }
 
 # The capture: every RoCE v2 packet (UDP 4791) from the client (10.0.0.2) to the server;
@@ -494,18 +504,22 @@ main() {
   need_tools
   mkdir -p "$CACHE"
   local parts=()
-  USER_SCRIPT=""
+  USER_SCRIPT="" USER_SCRIPT_A="" USER_SCRIPT_B=""
   if [ "${1:-}" = script ]; then
     [ -f "${2:-}" ] || die "script FILE: no such file ${2:-}"
     USER_SCRIPT=$2
     set -- script
+  elif [ "${1:-}" = two-hosts-script ]; then
+    [ -f "${2:-}" ] && [ -f "${3:-}" ] || die "two-hosts-script FILE_A FILE_B: no such file ${2:-} / ${3:-}"
+    USER_SCRIPT_A=$2 USER_SCRIPT_B=$3
+    set -- two-hosts-script
   fi
   if [ $# -eq 0 ]; then parts=(single netem soak two-hosts); else parts=("$@"); fi
   local p
   for p in "${parts[@]}"; do
     case $p in
-      single|two-hosts|perftest|netem|prepare|script|soak) ;;
-      *) die "unknown part $p (single, netem, two-hosts, perftest, soak, prepare, script FILE)" ;;
+      single|two-hosts|perftest|netem|prepare|script|soak|two-hosts-script) ;;
+      *) die "unknown part $p (single, netem, two-hosts, perftest, soak, prepare, script FILE, two-hosts-script FILE_A FILE_B)" ;;
     esac
   done
   PARTS="${parts[*]}"
@@ -534,6 +548,10 @@ main() {
       say "running two-hosts (two VMs, 1 vCPU each)"
       run_two_hosts
     fi
+    if [ "$p" = two-hosts-script ]; then
+      say "running two-hosts-script (two VMs, 1 vCPU each)"
+      run_two_hosts host-a-script host-b-script
+    fi
   done
   RUN_MS=$(( $(now_ms) - t0 ))
   if [[ " $PARTS " == *" perftest "* ]]; then
@@ -541,6 +559,10 @@ main() {
     perftest_caller_table | tee "$CACHE/perftest-caller.txt" || say "could not tabulate the caller rounds"
   fi
   if [ -n "$USER_SCRIPT" ]; then tr -d '\r' <"$WORK/single.console" | grep -v '^\[ *[0-9.]*\] ' >&2; fi
+  if [ -n "$USER_SCRIPT_A" ]; then
+    local vm
+    for vm in hosta hostb; do tr -d '\r' <"$WORK/$vm.console" | grep -v '^\[ *[0-9.]*\] ' | sed "s/^/[$vm] /" >&2; done
+  fi
   report
 }
 
