@@ -30,7 +30,6 @@
 use crate::stats::EvStats;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use std::collections::VecDeque;
 
 /// State of one EV.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -103,6 +102,83 @@ pub const BAD_AFTER_CONSECUTIVE_LOSSES: u32 = 2;
 /// explores instead): a window of 1 MiB of 4 KiB packets.
 pub const RECYCLE_CAPACITY: usize = 256;
 
+/// The recycle FIFO: a ring of [`RECYCLE_CAPACITY`] (a power of two) EV indices, oldest
+/// first; pushing onto a full ring drops the oldest. A fixed ring instead of a `VecDeque`:
+/// one push per acknowledged packet and one pop per sent one, with no growth check and no
+/// bounds check (every index is masked into the array).
+#[derive(Clone, Debug)]
+struct RecycleFifo {
+    buf: Box<[usize; RECYCLE_CAPACITY]>,
+    /// Slot of the oldest entry.
+    head: usize,
+    /// Entries held (`<= RECYCLE_CAPACITY`).
+    len: usize,
+}
+
+const RECYCLE_MASK: usize = RECYCLE_CAPACITY - 1;
+const _: () = assert!(RECYCLE_CAPACITY.is_power_of_two());
+
+impl RecycleFifo {
+    fn new() -> Self {
+        RecycleFifo {
+            buf: Box::new([0; RECYCLE_CAPACITY]),
+            head: 0,
+            len: 0,
+        }
+    }
+
+    #[inline]
+    fn front(&self) -> Option<usize> {
+        (self.len > 0).then(|| self.buf[self.head & RECYCLE_MASK])
+    }
+
+    #[inline]
+    fn pop_front(&mut self) {
+        if self.len > 0 {
+            self.head = (self.head + 1) & RECYCLE_MASK;
+            self.len -= 1;
+        }
+    }
+
+    /// Appends `idx`, dropping the oldest entry when full.
+    #[inline]
+    fn push_back(&mut self, idx: usize) {
+        if self.len >= RECYCLE_CAPACITY {
+            self.pop_front();
+        }
+        self.buf[(self.head + self.len) & RECYCLE_MASK] = idx;
+        self.len += 1;
+    }
+
+    /// Entries held.
+    #[inline]
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Drops the newest entry, if any.
+    fn pop_back(&mut self) {
+        if self.len > 0 {
+            self.len -= 1;
+        }
+    }
+
+    /// Puts `idx` in front of the oldest entry (taken next), dropping the newest when
+    /// full.
+    fn push_front(&mut self, idx: usize) {
+        if self.len >= RECYCLE_CAPACITY {
+            self.pop_back();
+        }
+        self.head = self.head.wrapping_sub(1) & RECYCLE_MASK;
+        self.buf[self.head] = idx;
+        self.len += 1;
+    }
+
+    fn iter(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.len).map(|k| self.buf[(self.head + k) & RECYCLE_MASK])
+    }
+}
+
 /// All paths of a connection.
 #[derive(Clone, Debug)]
 pub struct PathTable {
@@ -116,7 +192,7 @@ pub struct PathTable {
     /// Number of `AssumedBad` paths (so the per-packet probe check is O(1) when zero).
     n_bad: usize,
     /// Recycled EV indices, oldest first (at most [`RECYCLE_CAPACITY`]).
-    recycled: VecDeque<usize>,
+    recycled: RecycleFifo,
     /// EV indices of the packets acknowledged by the SACK being applied.
     delivered: Vec<usize>,
     /// A `Good` EV without evidence ([`Path::proof_ns`]) for this long while another EV
@@ -178,7 +254,7 @@ impl PathTable {
             latest_proof_ns: None,
             proofs: 0,
             n_bad: 0,
-            recycled: VecDeque::new(),
+            recycled: RecycleFifo::new(),
             delivered: Vec::new(),
         }
     }
@@ -334,7 +410,7 @@ impl PathTable {
     /// over `Good` EVs without a loss since their latest delivery, then over all `Good` ones.
     #[inline]
     fn select_recycled(&mut self, avoid: Option<usize>) -> Option<usize> {
-        while let Some(&i) = self.recycled.front() {
+        while let Some(i) = self.recycled.front() {
             if Some(i) == avoid {
                 break;
             }
@@ -449,9 +525,6 @@ impl PathTable {
                 if self.refresh(i) != PathState::Good {
                     continue;
                 }
-                if self.recycled.len() >= RECYCLE_CAPACITY {
-                    self.recycled.pop_front();
-                }
                 self.recycled.push_back(i);
             }
         }
@@ -461,7 +534,7 @@ impl PathTable {
 
     /// Recycled EV indices waiting, oldest first.
     pub fn recycled(&self) -> impl Iterator<Item = usize> + '_ {
-        self.recycled.iter().copied()
+        self.recycled.iter()
     }
 
     /// An ECN mark or a trim on `idx`: `Skip` for one rotation (if it was `Good`).
@@ -977,5 +1050,55 @@ mod tests {
         // an older echo does not move the time back
         t.on_echo(2, 1_000);
         assert_eq!(t.paths()[2].echo_ns, Some(5_000));
+    }
+}
+
+#[cfg(test)]
+mod recycle_fifo_tests {
+    use super::{RECYCLE_CAPACITY, RecycleFifo};
+
+    #[test]
+    fn ring_keeps_the_newest_capacity_entries_oldest_first() {
+        let mut f = RecycleFifo::new();
+        assert_eq!(f.front(), None);
+        f.pop_front(); // empty: nothing happens
+        assert_eq!(f.iter().count(), 0);
+        for i in 0..RECYCLE_CAPACITY + 3 {
+            f.push_back(i);
+        }
+        // full: the three oldest were dropped
+        assert_eq!(f.front(), Some(3));
+        let all: Vec<usize> = f.iter().collect();
+        assert_eq!(all.len(), RECYCLE_CAPACITY);
+        assert_eq!(all[0], 3);
+        assert_eq!(all[RECYCLE_CAPACITY - 1], RECYCLE_CAPACITY + 2);
+        f.pop_front();
+        f.pop_front();
+        assert_eq!(f.front(), Some(5));
+        f.push_back(1000);
+        assert_eq!(f.iter().count(), RECYCLE_CAPACITY - 1);
+        assert_eq!(f.iter().last(), Some(1000));
+        for _ in 0..RECYCLE_CAPACITY {
+            f.pop_front();
+        }
+        assert_eq!(f.front(), None);
+        f.push_back(7);
+        assert_eq!(f.iter().collect::<Vec<_>>(), vec![7]);
+        // the front, across the wrap of slot 0
+        f.push_front(8);
+        f.push_front(9);
+        assert_eq!(f.iter().collect::<Vec<_>>(), vec![9, 8, 7]);
+        assert_eq!((f.front(), f.len()), (Some(9), 3));
+        f.pop_back();
+        assert_eq!(f.iter().collect::<Vec<_>>(), vec![9, 8]);
+        // full: push_front drops the newest
+        let mut g = RecycleFifo::new();
+        for i in 0..RECYCLE_CAPACITY {
+            g.push_back(i);
+        }
+        g.push_front(1000);
+        assert_eq!(g.len(), RECYCLE_CAPACITY);
+        assert_eq!(g.front(), Some(1000));
+        assert_eq!(g.iter().last(), Some(RECYCLE_CAPACITY - 2));
     }
 }
