@@ -851,8 +851,15 @@ impl SendState {
         let mut out = AckOutcome::default();
         let mut latest: Option<(u64, u64, usize)> = None; // (sent, seq, ev)
         let snd_una = self.snd_una;
-        for seq in snd_una..cum_seq {
-            self.ack_one(now_ns, seq, echo, paths, stats, &mut out, &mut latest);
+        let mut seq = snd_una;
+        while seq < cum_seq {
+            // the cumulative range: runs of packets sent once and in flight take the fast
+            // path; anything else (and what follows a run) goes through `ack_one`
+            seq = self.ack_run(now_ns, seq, cum_seq, paths, stats, &mut out, &mut latest);
+            if seq < cum_seq {
+                self.ack_one(now_ns, seq, echo, paths, stats, &mut out, &mut latest);
+                seq += 1;
+            }
         }
         let mut bits = bitmap;
         while bits != 0 {
@@ -910,6 +917,86 @@ impl SendState {
             self.complete_messages();
         }
         Ok(out)
+    }
+
+    /// [`SendState::ack_one`] for each of `from..to` (`from >= snd_una`) while the packet
+    /// is in flight, sent once and never declared lost (the common case, where the echo
+    /// does not matter: the send time is unambiguous and the EV of its one transmission
+    /// delivered it); returns the first sequence number not handled (`to` when all were).
+    /// The effects are `ack_one`'s, in the same order for everything order-sensitive
+    /// (per-EV counters, deliveries, the latest sample); the per-message and in-flight
+    /// counts are summed and applied once.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn ack_run(
+        &mut self,
+        now_ns: u64,
+        from: u64,
+        to: u64,
+        paths: &mut PathTable,
+        stats: &mut ConnStats,
+        out: &mut AckOutcome,
+        latest: &mut Option<(u64, u64, usize)>,
+    ) -> u64 {
+        let Ok(start) = usize::try_from(from - self.snd_una) else {
+            return from;
+        };
+        let Ok(want) = usize::try_from(to - from) else {
+            return from;
+        };
+        let mut seq = from;
+        let mut done_pkts = 0u32;
+        let mut done_bytes = 0u64;
+        // (msn, packets acknowledged) of the message being counted
+        let mut msg_run: Option<(u64, u32)> = None;
+        let msgs = &mut self.msgs;
+        let msgs_base = self.msgs_base;
+        let mut flush = |run: Option<(u64, u32)>| {
+            if let Some((msn, k)) = run
+                && let Some(m) = msn
+                    .checked_sub(msgs_base)
+                    .and_then(|i| usize::try_from(i).ok())
+                    .and_then(|i| msgs.get_mut(i))
+            {
+                m.acked_packets += k;
+            }
+        };
+        for p in self.pkts.range_mut(start.min(self.pkts.len())..).take(want) {
+            if p.state == PktState::Acked {
+                seq += 1;
+                continue;
+            }
+            if p.state != PktState::InFlight || p.transmissions != 1 || p.loss_declared {
+                break;
+            }
+            p.state = PktState::Acked;
+            done_pkts += 1;
+            done_bytes += u64::from(p.len);
+            stats.acked += 1;
+            let ev = usize::from(p.last_ev);
+            if let Some(path) = paths.get_mut(ev) {
+                path.stats.acked += 1;
+            }
+            paths.on_delivered(ev, now_ns);
+            if latest.is_none_or(|(s, q, _)| (p.last_sent_ns, seq) > (s, q)) {
+                *latest = Some((p.last_sent_ns, seq, ev));
+            }
+            match &mut msg_run {
+                Some((msn, k)) if *msn == p.msn => *k += 1,
+                run => {
+                    flush(run.take());
+                    *run = Some((p.msn, 1));
+                }
+            }
+            seq += 1;
+        }
+        flush(msg_run);
+        self.in_flight_pkts -= u64::from(done_pkts);
+        self.bytes_in_flight -= done_bytes;
+        out.acked_packets += done_pkts;
+        out.acked_bytes += done_bytes;
+        // past the packets held (never, as `to <= snd_nxt`): `ack_one` finds none
+        seq
     }
 
     #[allow(clippy::too_many_arguments)]
