@@ -112,10 +112,11 @@ impl<C: Controller> Connection<C> {
             // A packet of the peer's generation: the peer has not restarted.
             self.gen_mismatch_since_ns = None;
         }
-        match pkt.body {
-            Body::Data(d) => self.on_data(now_ns, &pkt, &d, ecn == Ecn::Ce),
-            Body::Sack(s) => self.on_sack(now_ns, ev_in, &s),
-            Body::Nack(n) => self.on_nack(now_ns, ev_in, &n),
+        // by reference: the parsed packet is not copied again for the handler
+        match &pkt.body {
+            Body::Data(d) => self.on_data(now_ns, &pkt, d, ecn == Ecn::Ce),
+            Body::Sack(s) => self.on_sack(now_ns, ev_in, s),
+            Body::Nack(n) => self.on_nack(now_ns, ev_in, n),
             Body::Cnp(_) => {
                 self.stats.cnps_received += 1;
                 self.cc.on_cnp(now_ns);
