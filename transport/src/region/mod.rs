@@ -215,6 +215,11 @@ pub struct RegionTable {
     keygen: KeyGen,
     /// Slot of each registered rkey.
     by_rkey: crate::keyhash::FastMap<u32, usize>,
+    /// (rkey, slot) of the latest remote WRITE placed: consecutive packets of a WRITE
+    /// name the same region, so [`RegionTable::place_remote`] checks this slot before the
+    /// map. Only a hint: used when the slot holds a region with that rkey, which is then
+    /// the one `by_rkey` names (live regions' rkeys are distinct).
+    rkey_hint: (u32, usize),
     /// Address span `[start, end)` (guard page included) of each region, by start.
     spans: BTreeMap<u64, u64>,
 }
@@ -233,6 +238,7 @@ impl RegionTable {
                 rkey_salt: rkey_salt & 0xFFFF_FF00,
             },
             by_rkey: Default::default(),
+            rkey_hint: (0, usize::MAX),
             spans: BTreeMap::new(),
         }
     }
@@ -398,6 +404,22 @@ impl RegionTable {
         }
     }
 
+    /// [`RegionTable::find_rkey`] through [`RegionTable::rkey_hint`] first; a map lookup
+    /// updates the hint.
+    #[inline]
+    fn find_rkey_hinted(&mut self, rkey: u32) -> Result<usize, AccessError> {
+        let (hint_rkey, hint_idx) = self.rkey_hint;
+        if hint_rkey == rkey
+            && matches!(self.slots.get(hint_idx), Some(Some(r)) if r.key.rkey == rkey)
+        {
+            debug_assert_eq!(self.find_rkey(rkey), Ok(hint_idx));
+            return Ok(hint_idx);
+        }
+        let idx = self.find_rkey(rkey)?;
+        self.rkey_hint = (rkey, idx);
+        Ok(idx)
+    }
+
     /// The key record of the region named by `lkey`.
     ///
     /// # Errors
@@ -521,7 +543,7 @@ impl RegionTable {
     /// As [`RegionTable::check_remote_write`].
     #[inline]
     pub fn place_remote(&mut self, rkey: u32, addr: u64, data: &[u8]) -> Result<(), AccessError> {
-        let idx = self.find_rkey(rkey)?;
+        let idx = self.find_rkey_hinted(rkey)?;
         let r = self.slots[idx]
             .as_mut()
             .ok_or(AccessError::UnknownKey(rkey))?;
@@ -588,6 +610,35 @@ mod tests {
         assert_eq!(b.lkey, 0x0000_0102);
         assert_eq!(a.rkey, 0x0000_0001 ^ 0xABCD_EF00 ^ 0x8000_0000);
         assert_ne!(a.rkey, a.lkey);
+    }
+
+    #[test]
+    fn rkey_hint_never_outlives_its_region() {
+        let mut t = RegionTable::new(7 << 8);
+        let a = t.register(64, Access::REMOTE_WRITE).unwrap();
+        let b = t.register(64, Access::REMOTE_WRITE).unwrap();
+        // alternating regions: each write lands in its own region
+        t.place_remote(a.rkey, a.addr, &[1]).unwrap();
+        t.place_remote(b.rkey, b.addr, &[2]).unwrap();
+        t.place_remote(a.rkey, a.addr + 1, &[3]).unwrap();
+        assert_eq!(&t.bytes(a.lkey).unwrap()[..2], &[1, 3]);
+        assert_eq!(&t.bytes(b.lkey).unwrap()[..1], &[2]);
+        // the hinted region goes away: its rkey stops working at once
+        t.deregister(a.lkey).unwrap();
+        assert_eq!(
+            t.place_remote(a.rkey, a.addr, &[9]),
+            Err(AccessError::UnknownKey(a.rkey))
+        );
+        // a new region in the same slot has another rkey; the old one still fails
+        let c = t.register(64, Access::REMOTE_WRITE).unwrap();
+        assert_eq!(c.lkey >> 8, a.lkey >> 8);
+        assert_ne!(c.rkey, a.rkey);
+        t.place_remote(c.rkey, c.addr, &[4]).unwrap();
+        assert_eq!(
+            t.place_remote(a.rkey, a.addr, &[9]),
+            Err(AccessError::UnknownKey(a.rkey))
+        );
+        assert_eq!(&t.bytes(c.lkey).unwrap()[..1], &[4]);
     }
 
     #[test]
