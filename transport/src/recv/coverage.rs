@@ -64,6 +64,11 @@ impl Coverage {
         if len == 0 {
             return Ok(());
         }
+        // fast path: in-order arrival right after the last range (every range ends at or
+        // before `offset`: no overlap, and it joins that range)
+        if self.ranges.last().is_some_and(|&(_, e)| e == offset) {
+            return Ok(());
+        }
         // the first range that ends after `offset`
         let i = self.ranges.partition_point(|&(_, e)| e <= offset);
         if let Some(&(s, _)) = self.ranges.get(i) {
@@ -160,5 +165,28 @@ mod tests {
         c.check(0, 1, msg_len).unwrap();
         c.add(0, 1);
         assert_eq!(c.ranges(), MAX_COVERAGE_HOLES - 1);
+        // at the cap, a range right after the last one extends it (the in-order fast
+        // path), and one past the message's end is still refused there
+        let last_end = 2 * (MAX_COVERAGE_HOLES as u32 - 1) + 2;
+        assert_eq!(c.check(last_end, 1, msg_len), Ok(()));
+        assert_eq!(
+            c.check(last_end, 2, last_end + 1),
+            Err(CoverageError::Inconsistent)
+        );
+    }
+
+    #[test]
+    fn in_order_after_a_hole_checks_like_the_general_path() {
+        let mut c = Coverage::default();
+        c.add(0, 4);
+        c.add(8, 4);
+        // right after the last range: accepted
+        assert_eq!(c.check(12, 4, 16), Ok(()));
+        // right after the first range (before the last): the general path, also accepted
+        assert_eq!(c.check(4, 4, 16), Ok(()));
+        // after the first range but overlapping the last: refused
+        assert_eq!(c.check(4, 5, 16), Err(CoverageError::Inconsistent));
+        c.add(12, 4);
+        assert_eq!((c.bytes(), c.ranges()), (12, 2));
     }
 }
