@@ -876,12 +876,23 @@ impl SendState {
             self.rack.on_ack(sent, seq, now_ns, false);
             out.rtt_sample_ns = Some(rtt);
         }
-        // the acknowledged prefix goes at once (a drain from the front moves nothing)
-        let acked_prefix = self
-            .pkts
-            .iter()
-            .take_while(|p| p.state == PktState::Acked)
-            .count();
+        // the acknowledged prefix goes at once (a drain from the front moves nothing); the
+        // cumulative range is acknowledged (every packet in it was acked above), so the
+        // scan starts after it
+        let cum_acked = usize::try_from(cum_seq.saturating_sub(snd_una))
+            .unwrap_or(usize::MAX)
+            .min(self.pkts.len());
+        debug_assert!(
+            self.pkts
+                .range(..cum_acked)
+                .all(|p| p.state == PktState::Acked)
+        );
+        let acked_prefix = cum_acked
+            + self
+                .pkts
+                .range(cum_acked..)
+                .take_while(|p| p.state == PktState::Acked)
+                .count();
         self.pkts.drain(..acked_prefix);
         self.snd_una += acked_prefix as u64;
         self.debug_check_rtx();
