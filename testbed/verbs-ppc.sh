@@ -4,15 +4,17 @@
 # hits every contender alike. Contenders (each one 4096-byte UD datagram per message):
 #   ud    ib_send_bw -c UD -d rxe0 -x 1 -F -s 4096 -n N (two processes, server and client)
 #   PROG  mrc-perf loopback --fabric verbs -d rxe0 -x 1 --mtu 4040 -s 4040 -n N --cc none
-#         --progress caller, for every mrc-perf in /lab/extra/mrc-perf-* and /lab/bin
+#         --progress caller, for every /lab/extra/mrc-perf-* (/lab/bin/mrc-perf if none)
 #         (two test threads in one process, each progressing its own end)
 # Each contender runs at N = $SMALL and N = $BIG in every round; the guest's busy CPU time
 # (/proc/stat: user + nice + system + irq + softirq, all vCPUs) over each whole run, so
 # startup (TCG's translation of a new process) is in both and the difference over
 # BIG - SMALL packets is the marginal CPU per packet. Lines `PPC name n=N ...` on the
 # console; `PPCJSON {...}` one JSON object per run.
-# Env (or /lab/extra/ppc.env): ROUNDS [3], SMALL [1600], BIG [9600], PROFILE=1 (perf record -a of one BIG run of
-# each contender, if /lab/extra/perf exists).
+# Env (or /lab/extra/ppc.env): ROUNDS [3], SMALL [1600], BIG [9600]; PROFILE=1: `perf
+# record -a` over one BIG run of each contender (a perf binary at /lab/extra/perf, its
+# libraries in /lab/extra/lib), PROF_ARGS [-e cpu-clock -F 2000], PROF_SORT [--sort sym],
+# PROF_WHO [ud and every mrc-perf]. Even rounds run the mrc-perfs in reverse order.
 set -u
 # Settings may come in with MRC_LAB_EXTRA as /lab/extra/ppc.env.
 [ -f /lab/extra/ppc.env ] && . /lab/extra/ppc.env
@@ -76,6 +78,8 @@ report() {
 BINS=""
 for b in /lab/extra/mrc-perf-* ; do [ -x "$b" ] && BINS="$BINS $b"; done
 [ -n "$BINS" ] || BINS=/lab/bin/mrc-perf
+RBINS=""
+for b in $BINS; do RBINS="$b $RBINS"; done
 echo "PPC clocksource $(cat /sys/devices/system/clocksource/clocksource0/current_clocksource)" >&2
 echo "PPC contenders: ud $BINS; rounds $ROUNDS, n $SMALL and $BIG, $(nproc) vCPUs, HZ $HZ" >&2
 port=19000
@@ -83,7 +87,10 @@ r=1
 while [ $r -le $ROUNDS ]; do
   for n in $SMALL $BIG; do
     port=$((port + 1)); run_ud "ud-r$r-n$n" "$n" $port
-    for b in $BINS; do
+    # Even rounds run the mrc-perfs in the reverse order (no binary always goes first).
+    order=$BINS
+    [ $((r % 2)) -eq 0 ] && order=$RBINS
+    for b in $order; do
       port=$((port + 1)); run_mrc "$(basename $b)-r$r-n$n" "$b" "$n" $port
     done
   done
