@@ -157,6 +157,58 @@ fn batch_of_64_on_one_qp_signals_4_wrs_and_frees_every_slot() {
     assert!(got.iter().all(|g| g.0 == "[fd00::1]:4791".parse().unwrap()));
 }
 
+/// The verb calls a burst costs, counted by the fake NIC: one `post_send` chain per QP
+/// that has datagrams (not one per datagram), one poll of each CQ per burst, and the
+/// receive buffers reposted as one chain per QP.
+#[test]
+fn a_burst_costs_one_post_send_per_qp_one_poll_per_cq_and_one_repost_chain_per_qp() {
+    let fab = FakeFabric::new();
+    let mut a = dp(&fab, "fd00::1", cfg(2, 64, 128, 16, 128));
+    let mut b = dp(&fab, "fd00::2", cfg(2, 64, 128, 16, 128));
+    exchange(&mut a, &mut b);
+    // Setup: every receive buffer posted, one chain of rq_depth per QP.
+    let setup = b.nic().stats();
+    assert_eq!((setup.post_recv_calls, setup.post_recv_wrs), (2, 128));
+    assert_eq!((setup.post_send_calls, setup.poll_send_calls), (0, 0));
+    // EVs 10 and 12 leave on QP 0, 11 and 13 on QP 1.
+    let conn = a
+        .open_conn(b.local_addr(), &PathMap::per_ev(vec![10, 11, 12, 13]))
+        .unwrap();
+    let mut batch = TxBatch::new(40, 1024);
+    for i in 0..40u32 {
+        assert!(batch.push(conn, 10 + i % 4, Ecn::NotEct, &i.to_be_bytes()));
+    }
+    let r = a.tx_burst(&batch).unwrap();
+    assert_eq!((r.datagrams, r.send_calls, r.errors), (40, 2, 0));
+    let s = a.nic().stats();
+    // 2 chains of 20 WRs; the send CQ polled once (the reap before the burst).
+    assert_eq!((s.post_send_calls, s.post_send_wrs), (2, 40));
+    assert_eq!((s.poll_send_calls, s.poll_recv_calls), (1, 0));
+    // 20 WRs per QP, signal every 16: the 16th of each is signalled.
+    assert_eq!(a.verbs_stats().tx_signalled, 2);
+    // One receive burst: one poll of each CQ, then 20 buffers back to each QP in one chain.
+    let got = drain(&mut b);
+    assert_eq!(got.len(), 40);
+    let s = b.nic().stats();
+    assert_eq!((s.poll_send_calls, s.poll_recv_calls), (1, 1));
+    assert_eq!((s.post_recv_calls, s.post_recv_wrs), (2 + 2, 128 + 40));
+    assert_eq!(b.verbs_stats().rx_reposted, 40);
+    assert_eq!(
+        (b.nic().posted_recvs(0), b.nic().posted_recvs(1)),
+        (Some(64), Some(64))
+    );
+    // The next burst of a reaps the 2 completions: 16 slots per QP back, the 4
+    // unsignalled tail WRs of each QP still hold theirs.
+    let r = a.tx_burst(&TxBatch::new(1, 1024)).unwrap();
+    assert_eq!((r.datagrams, r.send_calls), (0, 0));
+    assert_eq!(a.send_pool().in_use(), 8);
+    let s = a.nic().stats();
+    assert_eq!(
+        (s.post_send_calls, s.post_send_wrs, s.poll_send_calls),
+        (2, 40, 2)
+    );
+}
+
 #[test]
 fn send_pool_exhaustion_is_counted_and_a_forced_tail_signal_frees_the_slots() {
     let fab = FakeFabric::new();

@@ -96,11 +96,20 @@ impl PeerBook {
     }
 }
 
+#[derive(Clone, Copy)]
 struct Route {
     qp: u32,
     ah: usize,
     remote_qpn: u32,
     remote_qkey: u32,
+}
+
+/// A datagram of a burst bound for one QP: its index in the batch and its route, found
+/// once per datagram (the one lookup of its connection and EV).
+#[derive(Clone, Copy)]
+struct Queued {
+    index: usize,
+    route: Route,
 }
 
 struct VConn {
@@ -134,7 +143,7 @@ pub struct VerbsDatapath<N: Nic> {
     // Scratch, reused between bursts.
     wcs: Vec<Wc>,
     pending_rx: Vec<Wc>,
-    per_qp: Vec<Vec<usize>>,
+    per_qp: Vec<Vec<Queued>>,
     wr_ids: Vec<WrId>,
     plan: Vec<PlannedWr>,
     send_wrs: Vec<SendWr>,
@@ -520,8 +529,10 @@ impl<N: Nic> Datapath for VerbsDatapath<N> {
             q.clear();
         }
         let per_qp = &mut self.per_qp;
-        self.conns
-            .resolve(batch, |i, _, _, _, r| per_qp[r.qp as usize].push(i))?;
+        // Each datagram's route is looked up here, once: the loop below posts from it.
+        self.conns.resolve(batch, |index, _, _, _, &route| {
+            per_qp[route.qp as usize].push(Queued { index, route })
+        })?;
         let mut report = TxReport::default();
         let max = self.cfg.max_datagram_bytes as usize;
         for qp in 0..self.per_qp.len() {
@@ -532,8 +543,8 @@ impl<N: Nic> Datapath for VerbsDatapath<N> {
             self.wr_ids.clear();
             self.send_wrs.clear();
             for k in 0..self.per_qp[qp].len() {
-                let i = self.per_qp[qp][k];
-                let Some((m, bytes)) = batch.get(i) else {
+                let Queued { index, route: r } = self.per_qp[qp][k];
+                let Some((_, bytes)) = batch.get(index) else {
                     continue;
                 };
                 if bytes.len() > max {
@@ -555,10 +566,6 @@ impl<N: Nic> Datapath for VerbsDatapath<N> {
                         continue;
                     }
                 }
-                let Ok((_, r)) = self.conns.route(m.conn, m.ev) else {
-                    let _ = self.send_pool.free(slot);
-                    continue;
-                };
                 let wr_id = WrId::new(qp as u32, slot.0);
                 self.wr_ids.push(wr_id);
                 self.send_wrs.push(SendWr {

@@ -127,9 +127,24 @@ impl FakeFabric {
     }
 }
 
-/// Counters of a [`FakeNic`]'s receive side, never reset.
+/// Counters of a [`FakeNic`], never reset: its receive side, and the verb calls the
+/// datapath made on it (what each would cost on a device: one `ibv_post_send` is one
+/// doorbell, on Soft-RoCE one `write(2)` to the uverbs file).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FakeNicStats {
+    /// `post_send` calls (each one chain of WRs: one `ibv_post_send`).
+    pub post_send_calls: u64,
+    /// WRs handed to `post_send`, over all calls (accepted or not).
+    pub post_send_wrs: u64,
+    /// `post_recv` calls (each one chain: one `ibv_post_recv`).
+    pub post_recv_calls: u64,
+    /// Receive WRs handed to `post_recv`, over all calls.
+    pub post_recv_wrs: u64,
+    /// `poll_send` calls (one `ibv_poll_cq` of the send CQ each).
+    pub poll_send_calls: u64,
+    /// `poll_recv` calls (one `ibv_poll_cq` of the receive CQ each; `wait_recv`'s look
+    /// before it sleeps included).
+    pub poll_recv_calls: u64,
     /// Datagrams placed in a receive buffer.
     pub delivered: u64,
     /// Dropped: no QP with the destination QPN.
@@ -188,7 +203,7 @@ impl FakeNic {
         self.gid
     }
 
-    /// Receive-side counters.
+    /// Counters: the receive side and the verb calls.
     pub fn stats(&self) -> FakeNicStats {
         self.stats
     }
@@ -332,6 +347,8 @@ impl Nic for FakeNic {
     }
 
     fn post_send(&mut self, qp: usize, wrs: &[SendWr]) -> Result<(), PostError> {
+        self.stats.post_send_calls += 1;
+        self.stats.post_send_wrs += wrs.len() as u64;
         if qp >= self.qps.len()
             || wrs.iter().any(|w| {
                 !self.range_ok(w.region, w.offset, w.len as usize) || w.ah >= self.ahs.len()
@@ -419,6 +436,8 @@ impl Nic for FakeNic {
     }
 
     fn post_recv(&mut self, qp: usize, wrs: &[RecvWr]) -> Result<(), PostError> {
+        self.stats.post_recv_calls += 1;
+        self.stats.post_recv_wrs += wrs.len() as u64;
         if qp >= self.qps.len()
             || wrs
                 .iter()
@@ -440,12 +459,14 @@ impl Nic for FakeNic {
     }
 
     fn poll_send(&mut self, max: usize, out: &mut Vec<Wc>) -> Result<usize, VerbsError> {
+        self.stats.poll_send_calls += 1;
         let n = max.min(self.send_cq.len());
         out.extend(self.send_cq.drain(..n));
         Ok(n)
     }
 
     fn poll_recv(&mut self, max: usize, out: &mut Vec<Wc>) -> Result<usize, VerbsError> {
+        self.stats.poll_recv_calls += 1;
         self.drain_inbox();
         let n = max.min(self.recv_cq.len());
         out.extend(self.recv_cq.drain(..n));
