@@ -38,7 +38,9 @@ const NSCC: NsccCfg = NsccCfg {
 
 /// A fresh directory under the system's temp dir (0755, reachable by any user).
 fn temp_dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("mrc-ctl-store-{}-{name}", std::process::id()));
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let d = std::env::temp_dir().join(format!("mrc-ctl-store-{}-{n}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -557,4 +559,28 @@ fn every_write_is_seen_however_fast() {
         t0.elapsed().as_nanos() / 10_000
     );
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_process_binds_one_device_by_a_plain_name() {
+    for bad in ["", ".", "..", "a/b", "../etc", "rxe 0", "rxe0\n"] {
+        assert_eq!(
+            Store::for_device(bad).map(|_| ()),
+            Err(libc::EINVAL),
+            "{bad:?}"
+        );
+    }
+    let s = Store::for_device("mlx5_0.1-a").unwrap();
+    assert_eq!(s.device(), Some("mlx5_0.1-a"));
+    assert!(s.dir().ends_with("mlx5_0.1-a"));
+    assert_eq!(s.file(), s.dir().join("profiles"));
+    // Binding touches no file; a second device is refused, the same one and none are not.
+    let mut r = Registry::default();
+    r.bind(None).unwrap();
+    assert!(r.store.is_none());
+    r.bind(Some("rxe0")).unwrap();
+    r.bind(Some("rxe0")).unwrap();
+    r.bind(None).unwrap();
+    assert_eq!(r.bind(Some("rxe1")), Err(libc::EINVAL));
+    assert_eq!(r.store.as_ref().unwrap().device(), Some("rxe0"));
 }
