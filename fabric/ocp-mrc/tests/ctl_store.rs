@@ -584,3 +584,39 @@ fn a_process_binds_one_device_by_a_plain_name() {
     assert_eq!(r.bind(Some("rxe1")), Err(libc::EINVAL));
     assert_eq!(r.store.as_ref().unwrap().device(), Some("rxe0"));
 }
+
+#[test]
+fn a_reload_keeps_this_processs_transport_view_and_reports_undenials() {
+    let dir = temp_dir("view");
+    let mut w = bound(&dir);
+    program(&mut w).unwrap();
+    let mut r = bound(&dir);
+    r.refresh().unwrap();
+    r.event_cqs.push((
+        0x20,
+        ctl::EventQueue {
+            cqe: 8,
+            ..ctl::EventQueue::default()
+        },
+    ));
+    // This process's transport takes 0x10001 out of rotation (profile 1's mask: GOOD).
+    r.note_transport(1, 0x0001_0001, false);
+    assert_eq!(r.poll_events(0x20, 8).unwrap(), vec![]);
+    set_state(&mut w, 0x0002_0002, ev_state::DENIED).unwrap();
+    r.refresh().unwrap();
+    let (g, b, d) = (ev_state::GOOD, ev_state::ASSUMED_BAD, ev_state::DENIED);
+    assert_eq!(r.ev[&1].states, vec![g, b, d, g]);
+    set_state(&mut w, 0x0002_0002, ev_state::GOOD).unwrap();
+    r.refresh().unwrap();
+    assert_eq!(r.ev[&1].states, vec![g, b, g, g]);
+    let got = r.poll_events(0x20, 8).unwrap();
+    assert_eq!(
+        got.iter()
+            .map(|e| (e.profile_id, e.ev.as_u32(), e.state, e.drop_count))
+            .collect::<Vec<_>>(),
+        vec![(1, 0x0002_0002, ev_state::GOOD, 0)]
+    );
+    // The writer's own view never had the ASSUMED_BAD: it is this process's.
+    assert_eq!(w.ev[&1].states, vec![g, g, g, g]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
