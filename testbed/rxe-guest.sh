@@ -221,16 +221,19 @@ ocp_check() {
 
 # ocp_ctl_check NAME: fabric/ocp-mrc/c/mrc_ctl_check (every mrc_ctl.h call of lib_mrc.so)
 # on rxe0: every check must pass, on the device (not the stand-in context), and its live
-# QP pair (EXP EV profile, NSCC CC profile, a DENY and GOOD) must print its exact summary.
+# QP pair (EXP EV profile, NSCC CC profile, a DENY and GOOD) must print its exact summary,
+# in the controller's process and in another process (profiles from the device's store).
 ocp_ctl_check() {
   name=$1
   timeout 60 /lab/bin/mrc_ctl_check >$W/$name.out 2>$W/$name.err
   rc=$?
   live="mrc_ctl_check: live QP pair on EXP EV profile 4 (4 UDP EVs) and NSCC profile 3: 24 WRITEs of 16384 bytes verified, 40 data packets per phase on exactly those EVs, a denied EV out of rotation and back"
+  cross="mrc_ctl_check: QP pair in another process than the controller on EXP EV profile 4 (4 UDP EVs) and NSCC profile 3: 24 WRITEs of 16384 bytes verified, 40 data packets per phase on exactly those EVs, a denied EV out of rotation and back"
   if [ $rc -eq 0 ] && grep -qxF "mrc_ctl_check: on a device" $W/$name.out \
       && grep -qxF "$live" $W/$name.out \
+      && grep -qxF "$cross" $W/$name.out \
       && [ "$(tail -1 $W/$name.out)" = "mrc_ctl_check: ok" ]; then
-    emit "$name" true "lib_mrc.so's controller API on $DEV: every mrc_ctl.h call checked; $live; $(grep -F 'live EVs' $W/$name.out)"
+    emit "$name" true "lib_mrc.so's controller API on $DEV: every mrc_ctl.h call checked; $live; $(grep -F 'live EVs' $W/$name.out | head -1); $cross; $(grep -F 'live EVs' $W/$name.out | sed -n 2p)"
   else
     emit "$name" false "exit $rc: $(grep -v '^layout' $W/$name.out | tr '\n' '|') $(head -c 300 $W/$name.err)"
   fi

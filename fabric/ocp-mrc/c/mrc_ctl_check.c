@@ -6,7 +6,8 @@
  * First it prints the layout of every controller struct ("layout NAME VALUE"), which
  * the cargo test compares with the Rust side.
  * On a device it then runs a live QP pair on an EXP EV profile and the NSCC CC profile
- * (live_pair below).
+ * (live_pair below), first in this process, then in another (cross_process: the program
+ * again, "--app", on the profiles this process programmed in the device's store).
  *   mrc_ctl_check            exit 0 and "mrc_ctl_check: ok" when every check held
  * SPDX-License-Identifier: MIT OR Apache-2.0
  */
@@ -15,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "mrc_ctl.h"
@@ -183,7 +185,7 @@ static void live_ev_state(struct mrc_context *ctx, uint32_t ev, enum mrc_ctl_ev_
 	usleep(100000); /* the QPs re-read the profile every 1 ms */
 }
 
-static void live_pair(struct mrc_context *ctx, struct ibv_context *vctx)
+static void live_profiles(struct mrc_context *ctx)
 {
 	/* format 14: UDP, one 16-bit field */
 	struct mrc_ctl_ev_fmt_field ff = { .width = 16 };
@@ -226,6 +228,33 @@ static void live_pair(struct mrc_context *ctx, struct ibv_context *vctx)
 	ea.profile_state = MRC_CTL_PROFILE_ONLINE;
 	CHECK(mrc_ctl_modify_ev_profile(ctx, 4, &ea, MRC_CTL_EV_PROFILE_STATE) == 0);
 
+}
+
+static void live_unprogram(struct mrc_context *ctx);
+
+/* The controller's side of a DENY or GOOD of EV LIVE_EV[2] during live_pair: in one
+ * process it is the same context's call; for a QP pair in another process (cross != NULL)
+ * a byte on the pipe to the controller, which answers when it has changed the state. */
+struct cross { int to_ctl, from_ctl; };
+
+static void live_set(struct mrc_context *ctx, struct cross *x, enum mrc_ctl_ev_state st)
+{
+	if (!x) {
+		live_ev_state(ctx, LIVE_EV[2], st);
+		return;
+	}
+	char c = st == MRC_CTL_EV_DENIED ? 'D' : 'G', ack = 0;
+	CHECK(write(x->to_ctl, &c, 1) == 1);
+	CHECK(read(x->from_ctl, &ack, 1) == 1 && ack == c);
+}
+
+/* cross == NULL: this process programs the profiles and runs the QPs; else the QPs run on
+ * the profiles another process (the controller) programmed in the device's store. */
+static void live_pair(struct mrc_context *ctx, struct ibv_context *vctx, struct cross *x)
+{
+	struct mrc_ctl_ev_profile_attr ea;
+	if (!x)
+		live_profiles(ctx);
 	int gidx = first_ipv4_gid(vctx);
 	CHECK(gidx >= 0);
 	union ibv_gid gid;
@@ -272,10 +301,11 @@ static void live_pair(struct mrc_context *ctx, struct ibv_context *vctx)
 		CHECK(mrc_modify_qp(qp[i], &v, IBV_QP_STATE | IBV_QP_PORT, &m,
 				    MRC_QP_EV_PROFILE_ID | MRC_QP_CC_PROFILE_ID) == 0);
 	}
-	/* held: the profile cannot go OFFLINE under the QPs */
+	/* held: the profile cannot go OFFLINE under the QPs (holds are per process) */
 	memset(&ea, 0, sizeof(ea));
 	ea.profile_state = MRC_CTL_PROFILE_OFFLINE;
-	REFUSED(mrc_ctl_modify_ev_profile(ctx, 4, &ea, MRC_CTL_EV_PROFILE_STATE), EBUSY);
+	if (!x)
+		REFUSED(mrc_ctl_modify_ev_profile(ctx, 4, &ea, MRC_CTL_EV_PROFILE_STATE), EBUSY);
 	for (int i = 0; i < 2; i++) {
 		struct ibv_qp_attr v;
 		struct mrc_qp_attr m;
@@ -336,7 +366,7 @@ static void live_pair(struct mrc_context *ctx, struct ibv_context *vctx)
 	CHECK(sum == LIVE_WRITES * LIVE_PKTS_PER_WRITE);
 
 	/* phase 1: EV 2 DENIED: out of rotation, not one packet or probe more on it */
-	live_ev_state(ctx, LIVE_EV[2], MRC_CTL_EV_DENIED);
+	live_set(ctx, x, MRC_CTL_EV_DENIED);
 	live_evs(qp[0], c2);
 	CHECK(c2[2].denied == 1 && c2[2].data_packets == c1[2].data_packets &&
 	      c2[2].probes == c1[2].probes);
@@ -350,7 +380,7 @@ static void live_pair(struct mrc_context *ctx, struct ibv_context *vctx)
 	CHECK(d[2].denied == 1 && d[2].data_packets == c1[2].data_packets && d[2].probes == c1[2].probes);
 
 	/* phase 2: GOOD again: back in rotation */
-	live_ev_state(ctx, LIVE_EV[2], MRC_CTL_EV_GOOD);
+	live_set(ctx, x, MRC_CTL_EV_GOOD);
 	live_phase(qp[0], cq[0], src, smr->lkey, dst, dmr->rkey, 2);
 	live_evs(qp[0], c3);
 	sum = 0;
@@ -365,9 +395,10 @@ static void live_pair(struct mrc_context *ctx, struct ibv_context *vctx)
 		       (unsigned long long)(c3[i].data_packets - d[i].data_packets));
 	printf("\n");
 	if (!failures)
-		printf("mrc_ctl_check: live QP pair on EXP EV profile 4 (4 UDP EVs) and NSCC profile 3: "
+		printf("mrc_ctl_check: %s on EXP EV profile 4 (4 UDP EVs) and NSCC profile 3: "
 		       "%d WRITEs of %d bytes verified, %d data packets per phase on exactly those EVs, "
 		       "a denied EV out of rotation and back\n",
+		       x ? "QP pair in another process than the controller" : "live QP pair",
 		       3 * LIVE_WRITES, LIVE_BYTES, LIVE_WRITES * LIVE_PKTS_PER_WRITE);
 
 	for (int i = 0; i < 2; i++)
@@ -379,15 +410,91 @@ static void live_pair(struct mrc_context *ctx, struct ibv_context *vctx)
 	ibv_dealloc_pd(pd);
 	free(src);
 	free(dst);
+	if (!x)
+		live_unprogram(ctx);
+}
+
+/* EV profile 4, then format 14, back to INIT (CC profile 3 goes at the end of main). */
+static void live_unprogram(struct mrc_context *ctx)
+{
+	struct mrc_ctl_ev_profile_attr ea;
 	memset(&ea, 0, sizeof(ea));
 	ea.profile_state = MRC_CTL_PROFILE_OFFLINE;
 	CHECK(mrc_ctl_modify_ev_profile(ctx, 4, &ea, MRC_CTL_EV_PROFILE_STATE) == 0);
 	ea.profile_state = MRC_CTL_PROFILE_INIT;
 	CHECK(mrc_ctl_modify_ev_profile(ctx, 4, &ea, MRC_CTL_EV_PROFILE_STATE) == 0);
+	struct mrc_ctl_ev_fmt_profile_attr fa;
+	memset(&fa, 0, sizeof(fa));
+	fa.profile_state = MRC_CTL_PROFILE_OFFLINE;
+	CHECK(mrc_ctl_modify_ev_fmt_profile(ctx, 14, &fa, MRC_CTL_EV_FMT_PROFILE_STATE) == 0);
+	fa.profile_state = MRC_CTL_PROFILE_INIT;
+	CHECK(mrc_ctl_modify_ev_fmt_profile(ctx, 14, &fa, MRC_CTL_EV_FMT_PROFILE_STATE) == 0);
 }
 
-int main(void)
+/* The application process of cross_process: "--app TO FROM" (pipe descriptors). Its
+ * context never calls mrc_ctl_modify_*: the profiles it names are the controller's. */
+static int app_main(int to_ctl, int from_ctl)
 {
+	int ndev = 0;
+	struct ibv_device **list = ibv_get_device_list(&ndev);
+	struct ibv_context *vctx = list && ndev > 0 ? ibv_open_device(list[0]) : NULL;
+	CHECK(vctx != NULL);
+	if (!vctx)
+		return 1;
+	struct mrc_context *ctx = mrc_create_context(vctx, NULL);
+	CHECK(ctx != NULL);
+	if (!ctx)
+		return 1;
+	struct cross x = { to_ctl, from_ctl };
+	live_pair(ctx, vctx, &x);
+	CHECK(mrc_destroy_context(ctx) == 0);
+	ibv_close_device(vctx);
+	ibv_free_device_list(list);
+	if (failures)
+		fprintf(stderr, "mrc_ctl_check --app: %d checks failed\n", failures);
+	return failures ? 1 : 0;
+}
+
+/* The controller (this process) programs EV format 14, EV profile 4 and CC profile 3 in
+ * the device's store; another process (this program again, --app) runs the QP pair on
+ * them, and the controller's DENY and GOOD of one EV reach that process's QPs. */
+static void cross_process(struct mrc_context *ctx)
+{
+	live_profiles(ctx);
+	int up[2], down[2];
+	CHECK(pipe(up) == 0 && pipe(down) == 0);
+	fflush(stdout);
+	pid_t pid = fork();
+	if (pid == 0) {
+		close(up[0]);
+		close(down[1]);
+		char a[16], b[16];
+		snprintf(a, sizeof(a), "%d", up[1]);
+		snprintf(b, sizeof(b), "%d", down[0]);
+		execl("/proc/self/exe", "mrc_ctl_check", "--app", a, b, (char *)NULL);
+		_exit(127);
+	}
+	CHECK(pid > 0);
+	close(up[1]);
+	close(down[0]);
+	char c;
+	while (pid > 0 && read(up[0], &c, 1) == 1) {
+		CHECK(c == 'D' || c == 'G');
+		live_ev_state(ctx, LIVE_EV[2], c == 'D' ? MRC_CTL_EV_DENIED : MRC_CTL_EV_GOOD);
+		CHECK(write(down[1], &c, 1) == 1);
+	}
+	int status = -1;
+	CHECK(pid > 0 && waitpid(pid, &status, 0) == pid);
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	close(up[0]);
+	close(down[1]);
+	live_unprogram(ctx);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc == 4 && strcmp(argv[1], "--app") == 0)
+		return app_main(atoi(argv[2]), atoi(argv[3]));
 	layouts();
 
 	uint32_t cur = 0, last = 1, ven = 0, last_ven = 1;
@@ -650,9 +757,10 @@ int main(void)
 	      strcmp(ca.algorithm, "uet-1.0-nscc") == 0);
 	REFUSED(mrc_ctl_query_cc_profile(ctx, 0, &ca, MRC_CTL_CC_PROFILE_STATE), EINVAL);
 
-	if (have_device)
-		live_pair(ctx, vctx);
-	else
+	if (have_device) {
+		live_pair(ctx, vctx, NULL);
+		cross_process(ctx);
+	} else
 		CHECK(mrc_x_qp_evs(NULL, NULL, 0, NULL) == EINVAL);
 
 	/* Endpoint operations: not supported (no connectionless responder). */
@@ -681,6 +789,31 @@ int main(void)
 	CHECK(mrc_ctl_modify_ev_profile(ctx, 2, &ea, MRC_CTL_EV_PROFILE_STATE) == 0);
 	CHECK(mrc_ctl_query_device(vctx, &da) == 0);
 	CHECK(da.ev.ev_free_count == 65536);
+	/* On a device the tables are the node's (the device's profile store): leave them as
+	 * found, every profile in INIT, so the next run (or another program) starts clean. */
+	memset(&ca, 0, sizeof(ca));
+	ca.profile_state = MRC_CTL_PROFILE_OFFLINE;
+	CHECK(mrc_ctl_modify_cc_profile(ctx, 3, &ca, MRC_CTL_CC_PROFILE_STATE) == 0);
+	ca.profile_state = MRC_CTL_PROFILE_INIT;
+	CHECK(mrc_ctl_modify_cc_profile(ctx, 3, &ca, MRC_CTL_CC_PROFILE_STATE) == 0);
+	for (int i = 0; i < 1 + have_device; i++) {
+		uint64_t id = i == 0 ? 13 : 14; /* 14: live_unprogram's */
+		if (id == 13) {
+			memset(&fa, 0, sizeof(fa));
+			fa.profile_state = MRC_CTL_PROFILE_OFFLINE;
+			CHECK(mrc_ctl_modify_ev_fmt_profile(ctx, id, &fa, MRC_CTL_EV_FMT_PROFILE_STATE) == 0);
+			fa.profile_state = MRC_CTL_PROFILE_INIT;
+			CHECK(mrc_ctl_modify_ev_fmt_profile(ctx, id, &fa, MRC_CTL_EV_FMT_PROFILE_STATE) == 0);
+		}
+		memset(&fa, 0, sizeof(fa));
+		fa.cur_profile_state = MRC_CTL_PROFILE_ONLINE;
+		CHECK(mrc_ctl_query_ev_fmt_profile(ctx, id, &fa, MRC_CTL_EV_FMT_PROFILE_STATE) == 0);
+		CHECK(fa.cur_profile_state == MRC_CTL_PROFILE_INIT);
+	}
+	memset(&ca, 0, sizeof(ca));
+	ca.cur_profile_state = MRC_CTL_PROFILE_ONLINE;
+	CHECK(mrc_ctl_query_cc_profile(ctx, 3, &ca, MRC_CTL_CC_PROFILE_STATE) == 0);
+	CHECK(ca.cur_profile_state == MRC_CTL_PROFILE_INIT && ca.algorithm == NULL);
 	CHECK(mrc_destroy_cq(evcq) == 0);
 	CHECK(mrc_destroy_comp_channel(ch) == 0);
 	CHECK(mrc_destroy_context(ctx) == 0);

@@ -18,6 +18,7 @@
 //! datapaths carry; lib_mrc.so's verbs datapath cannot (the device builds the IPv6
 //! header), so a QP of an SRV6 profile is refused there with `EOPNOTSUPP`.
 
+use crate::store::{Poll, Store, Tables};
 use mrc_congestion::{LinkParams, NsccConfig};
 use mrc_fabric::srv6::SrhRepr;
 use std::collections::{BTreeMap, VecDeque};
@@ -575,6 +576,8 @@ pub struct Registry {
     pub cc: BTreeMap<u64, CcProfile>,
     /// EV event CQs (by address) and their events.
     pub event_cqs: Vec<(usize, EventQueue)>,
+    /// The node-wide store the tables cache (`None`: the process's own tables).
+    pub store: Option<Store>,
 }
 
 /// One EV event CQ's queue: bounded, no overrun (the oldest is kept, the newest counted
@@ -596,6 +599,7 @@ pub fn registry() -> &'static Mutex<Registry> {
         ev: BTreeMap::new(),
         cc: BTreeMap::new(),
         event_cqs: Vec::new(),
+        store: None,
     });
     &R
 }
@@ -639,6 +643,166 @@ fn check_fields(fields: &[EvField], fmt: &FmtProfile) -> Result<(), Errno> {
 }
 
 impl Registry {
+    /// Binds the registry to the store of verbs device `device` (`None`: no device, the
+    /// tables stay the process's). One device per process: a second device is
+    /// `EINVAL`, as is a device name that is not a path component.
+    pub fn bind(&mut self, device: Option<&str>) -> Result<(), Errno> {
+        let Some(name) = device else { return Ok(()) };
+        match &self.store {
+            Some(s) if s.device() == Some(name) => Ok(()),
+            Some(s) => {
+                eprintln!(
+                    "lib_mrc: controller tables are bound to device {:?}; {name} is another",
+                    s.device()
+                );
+                Err(libc::EINVAL)
+            }
+            None => {
+                self.bind_store(Store::for_device(name)?);
+                Ok(())
+            }
+        }
+    }
+
+    /// Binds the registry to `store` (tests name a directory; [`Registry::bind`] the
+    /// device's), dropping the tables of the process: the store's are read next.
+    pub fn bind_store(&mut self, store: Store) {
+        self.fmt.clear();
+        self.ev.retain(|_, p| p.users > 0);
+        self.cc.retain(|_, p| p.users > 0);
+        self.store = Some(store);
+    }
+
+    /// The tables as the store holds them (no QP holds).
+    pub fn tables(&self) -> Tables {
+        let mut t = Tables {
+            fmt: self.fmt.clone(),
+            ev: self.ev.clone(),
+            cc: self.cc.clone(),
+        };
+        t.ev.values_mut().for_each(|p| p.users = 0);
+        t.cc.values_mut().for_each(|p| p.users = 0);
+        t
+    }
+
+    /// Takes tables read from the store in place of the cached ones, keeping this
+    /// process's QP holds and its transport's ASSUMED_BAD where the store says GOOD of
+    /// the same EV, and reports the EV state changes to this process's EV event CQs.
+    fn install(&mut self, t: Tables) {
+        let mut events = Vec::new();
+        let mut ev = t.ev;
+        for (id, p) in &mut ev {
+            if let Some(old) = self.ev.get(id) {
+                p.users = old.users;
+                if old.evs == p.evs {
+                    for (s, o) in p.states.iter_mut().zip(&old.states) {
+                        if *s == ev_state::GOOD && *o == ev_state::ASSUMED_BAD {
+                            *s = ev_state::ASSUMED_BAD;
+                        }
+                    }
+                }
+                events.extend(changes(*id, Some(old), p));
+            }
+        }
+        let mut cc = t.cc;
+        for (id, p) in &mut cc {
+            if let Some(old) = self.cc.get(id) {
+                p.users = old.users;
+            }
+        }
+        // Held profiles the store no longer has stay (as INIT) so the holds still count.
+        for (id, p) in &self.ev {
+            if p.users > 0 && !ev.contains_key(id) {
+                ev.insert(
+                    *id,
+                    EvProfile {
+                        users: p.users,
+                        ..EvProfile::default()
+                    },
+                );
+            }
+        }
+        for (id, p) in &self.cc {
+            if p.users > 0 && !cc.contains_key(id) {
+                cc.insert(
+                    *id,
+                    CcProfile {
+                        users: p.users,
+                        ..CcProfile::default()
+                    },
+                );
+            }
+        }
+        self.fmt = t.fmt;
+        self.ev = ev;
+        self.cc = cc;
+        self.report(events);
+    }
+
+    /// Brings the cached tables up to the store's when it changed (one `stat` when it
+    /// did not). `EINVAL` for a store that is not valid (the cached tables stay), the
+    /// errno of a failed read; no store bound: nothing to do.
+    pub fn refresh(&mut self) -> Result<(), Errno> {
+        let Some(store) = self.store.as_mut() else {
+            return Ok(());
+        };
+        match store.poll() {
+            Ok(Poll::Unchanged) => Ok(()),
+            Ok(Poll::Changed(_, t)) => {
+                self.install(*t);
+                Ok(())
+            }
+            Err(e) => {
+                eprintln!("lib_mrc: profile store {}: {e}", store.file().display());
+                Err(e.errno())
+            }
+        }
+    }
+
+    /// Runs a controller change `f` on the node's current tables and writes the result:
+    /// under the store's writers' lock (`EPERM` when this process may not write the
+    /// store's directory: nothing changes), the tables are refreshed, `f` runs, and when
+    /// the tables changed (also by the done part of a batch that then failed) they are
+    /// written as the next generation (a failed write restores the tables and answers
+    /// its errno). Without a store `f` just runs.
+    pub fn transact<T>(
+        &mut self,
+        f: impl FnOnce(&mut Registry) -> Result<T, Errno>,
+    ) -> Result<T, Errno> {
+        let Some(mut store) = self.store.take() else {
+            return f(self);
+        };
+        let r = self.transact_on(&mut store, f);
+        self.store = Some(store);
+        r
+    }
+
+    fn transact_on<T>(
+        &mut self,
+        store: &mut Store,
+        f: impl FnOnce(&mut Registry) -> Result<T, Errno>,
+    ) -> Result<T, Errno> {
+        let w = store.lock()?;
+        match store.poll() {
+            Ok(Poll::Unchanged) => {}
+            Ok(Poll::Changed(_, t)) => self.install(*t),
+            Err(e) => {
+                eprintln!("lib_mrc: profile store {}: {e}", store.file().display());
+                return Err(e.errno());
+            }
+        }
+        let before = (self.fmt.clone(), self.ev.clone(), self.cc.clone());
+        let before_t = self.tables();
+        let r = f(self);
+        let after = self.tables();
+        let unchanged = before_t == after;
+        if !unchanged && let Err(e) = store.commit(&w, &after) {
+            (self.fmt, self.ev, self.cc) = before;
+            return Err(e);
+        }
+        r
+    }
+
     /// `mrc_ctl_modify_ev_fmt_profile`.
     pub fn modify_fmt(&mut self, id: u64, r: &FmtModify) -> Result<(), Errno> {
         use mask::*;

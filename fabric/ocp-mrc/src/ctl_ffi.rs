@@ -331,6 +331,21 @@ fn registry() -> std::sync::MutexGuard<'static, Registry> {
     lock(ctl::registry())
 }
 
+/// The registry, bound to the store of `vctx`'s device (a context without a device:
+/// the process's own tables) and brought up to it.
+fn tables_of(vctx: *mut ibv_context) -> Result<std::sync::MutexGuard<'static, Registry>, i32> {
+    let mut g = registry();
+    g.bind(crate::runtime::device_name(vctx).as_deref())?;
+    g.refresh()?;
+    Ok(g)
+}
+
+/// [`tables_of`] for an `mrc_context`.
+fn tables(ctx: *mut c_void) -> Result<std::sync::MutexGuard<'static, Registry>, i32> {
+    // SAFETY: the C contract: a live mrc_context (checked non-null by the callers).
+    tables_of(unsafe { &*ctx.cast::<Context>() }.vctx)
+}
+
 /// Wakes the armed EV event CQs that hold events (called with the registry locked, so
 /// none is destroyed meanwhile: `mrc_destroy_cq` takes it out under the same lock).
 pub(crate) fn wake_event_cqs(r: &Registry) {
@@ -366,9 +381,9 @@ struct Algorithms([*const c_char; 2]);
 unsafe impl Sync for Algorithms {}
 static ALGORITHMS: Algorithms = Algorithms([c"uet-1.0-nscc".as_ptr(), std::ptr::null()]);
 
-fn device_attr() -> MrcCtlDeviceAttr {
-    let free = registry().ev_free_count();
-    MrcCtlDeviceAttr {
+fn device_attr(vctx: *mut ibv_context) -> Result<MrcCtlDeviceAttr, i32> {
+    let free = tables_of(vctx)?.ev_free_count();
+    Ok(MrcCtlDeviceAttr {
         mrc_ctl_protocol_version: 1,
         ev: MrcCtlDevEvAttr {
             ev_max_fmt_profiles: ctl::limits::MAX_FMT_PROFILES,
@@ -388,7 +403,7 @@ fn device_attr() -> MrcCtlDeviceAttr {
         },
         phy_port_mask: ctl::limits::PHY_PORT_MASK,
         opt_attr: ctl::limits::OPT,
-    }
+    })
 }
 
 /// `mrc_ctl_query_version`.
@@ -425,8 +440,12 @@ pub unsafe extern "C" fn mrc_ctl_query_device(
         if context.is_null() || attr.is_null() {
             return minus(libc::EINVAL);
         }
+        let a = match device_attr(context) {
+            Ok(a) => a,
+            Err(e) => return minus(e),
+        };
         // SAFETY: the caller's out-pointer.
-        unsafe { *attr = device_attr() };
+        unsafe { *attr = a };
         0
     })
 }
@@ -445,9 +464,13 @@ pub unsafe extern "C" fn mrc_ctl_query_device_ex(
             return minus(libc::EINVAL);
         }
         let ok = crate::runtime::port_mtu(context, 1).is_ok();
+        let a = match device_attr(context) {
+            Ok(a) => a,
+            Err(e) => return minus(e),
+        };
         // SAFETY: the caller's out-pointers.
         unsafe {
-            *attr = device_attr();
+            *attr = a;
             *supported = c_int::from(ok);
         }
         0
@@ -536,7 +559,7 @@ pub unsafe extern "C" fn mrc_ctl_modify_ev_fmt_profile(
             op: a.ev_fmt_op.op,
             fields,
         };
-        done(registry().modify_fmt(id, &r))
+        done(tables(ctx).and_then(|mut g| g.transact(|t| t.modify_fmt(id, &r))))
     })
 }
 
@@ -562,7 +585,7 @@ pub unsafe extern "C" fn mrc_ctl_query_ev_fmt_profile(
         {
             return minus(libc::EINVAL);
         }
-        let p = match registry().query_fmt(id) {
+        let p = match tables(ctx).and_then(|g| g.query_fmt(id)) {
             Ok(p) => p,
             Err(e) => return minus(e),
         };
@@ -682,8 +705,11 @@ pub unsafe extern "C" fn mrc_ctl_modify_ev_profile(
             fields_op: a.ev_fields_op.op,
             fields,
         };
-        let mut g = registry();
-        let res = g.modify_ev(id, &r);
+        let mut g = match tables(ctx) {
+            Ok(g) => g,
+            Err(e) => return minus(e),
+        };
+        let res = g.transact(|t| t.modify_ev(id, &r));
         wake_event_cqs(&g);
         drop(g);
         match res {
@@ -725,7 +751,11 @@ pub unsafe extern "C" fn mrc_ctl_query_ev_profile(
             Vec::new()
         };
         let op = (m & mask::EV_OP != 0).then_some((a.ev_op.op, entries.as_slice()));
-        let (p, out) = match registry().query_ev(id, op) {
+        let g = match tables(ctx) {
+            Ok(g) => g,
+            Err(e) => return minus(e),
+        };
+        let (p, out) = match g.query_ev(id, op) {
             Ok(x) => x,
             Err((e, need)) => {
                 if e == libc::E2BIG {
@@ -825,7 +855,7 @@ pub unsafe extern "C" fn mrc_ctl_modify_cc_profile(
             algorithm,
             config,
         };
-        done(registry().modify_cc(id, &r))
+        done(tables(ctx).and_then(|mut g| g.transact(|t| t.modify_cc(id, &r))))
     })
 }
 
@@ -842,7 +872,7 @@ pub unsafe extern "C" fn mrc_ctl_query_cc_profile(
         if ctx.is_null() || attr.is_null() {
             return minus(libc::EINVAL);
         }
-        let p = match registry().query_cc(id) {
+        let p = match tables(ctx).and_then(|g| g.query_cc(id)) {
             Ok(p) => p,
             Err(e) => return minus(e),
         };

@@ -748,13 +748,20 @@ pub unsafe extern "C" fn mrc_modify_qp(
             mrc_mask: mmask,
             attr: settings_of(&m),
         };
+        // SAFETY: the context outlives the QP.
+        let vctx = unsafe { &*q.ctx }.vctx;
+        if mmask & (attr_mask::EV_PROFILE_ID | attr_mask::CC_PROFILE_ID) != 0 {
+            // Profiles named: the node's tables of this QP's device.
+            let bound = lock(crate::ctl::registry()).bind(runtime::device_name(vctx).as_deref());
+            if let Err(e) = bound {
+                return err(e);
+            }
+        }
         let out = match state::check_modify(g.state, g.settings, &req) {
             Ok(o) => o,
             Err(e) => return err(e),
         };
         let from = g.state;
-        // SAFETY: the context outlives the QP.
-        let vctx = unsafe { &*q.ctx }.vctx;
         match (from, out.state) {
             (_, QpState::Err) => {
                 g.fail();

@@ -20,6 +20,8 @@
 //! - [`ctl`]: the controller API `mrc_ctl.h` (EV format, EV and CC profiles, EV
 //!   denial and events) mapped onto the transport (pure, tested on any host);
 //!   `ctl_ffi` (feature `verbs`) exports its C functions;
+//! - [`store`]: the node-wide profile store (one file per verbs device) that a
+//!   controller process writes and the QPs of other processes read;
 //! - [`ext`] (always built, no libibverbs): the C extension `mrcx.h` (`mrc_x_` calls) for
 //!   what OCP's API lacks: a context over UDP sockets without a verbs device, connection
 //!   handles, application memory and progress on the caller's thread.
@@ -32,6 +34,7 @@ pub mod abi;
 pub mod ctl;
 pub mod ext;
 pub mod state;
+pub mod store;
 pub mod wire;
 
 #[cfg(feature = "verbs")]

@@ -872,7 +872,12 @@ pub(crate) fn errno() -> i32 {
         .unwrap_or(libc::EIO)
 }
 
-fn device_name(vctx: *mut ibv_context) -> Option<String> {
+/// The name of `vctx`'s verbs device (`None` for a null context or one without a
+/// device).
+pub(crate) fn device_name(vctx: *mut ibv_context) -> Option<String> {
+    if vctx.is_null() {
+        return None;
+    }
     // SAFETY: a live context from the application; its device pointer is valid.
     let dev = unsafe { (*vctx).device };
     if dev.is_null() {
@@ -1200,7 +1205,9 @@ impl QpInner {
         let budget = state::give_up_budget_ns(&self.settings).unwrap_or(u64::MAX);
         let link = QpConfig::default().link;
         let (pevs, nscc) = {
-            let r = lock(crate::ctl::registry());
+            let mut r = lock(crate::ctl::registry());
+            // The node's tables now (the controller may have changed them since INIT).
+            r.refresh()?;
             let e = r.qp_evs(self.settings.ev_profile_id);
             let c = r.qp_cc(self.settings.cc_profile_id, &link);
             match (e, c) {
@@ -1631,6 +1638,8 @@ impl QpInner {
         self.ev_checked = now;
         let eq = self.engine_qpn;
         let mut r = lock(crate::ctl::registry());
+        // A store that cannot be read keeps the tables last read (refresh says why).
+        let _ = r.refresh();
         if let Ok(q) = r.qp_evs(id)
             && q.generation != self.ev_generation
         {

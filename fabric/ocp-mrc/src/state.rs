@@ -319,26 +319,22 @@ pub fn check_modify(
         s.exp_cnt = a.exp_cnt;
     }
     // Profiles are programmed by the controller API (`crate::ctl`): id 0, the provider's
-    // default, or a profile that is ONLINE now.
-    if req.mrc_mask & m::EV_PROFILE_ID != 0 {
-        if !crate::ctl::registry()
-            .lock()
-            .map_err(|_| libc::EIO)?
-            .ev_usable(a.ev_profile_id)
-        {
-            return Err(libc::EINVAL);
+    // default, or a profile that is ONLINE now in the node's tables (read again here).
+    if req.mrc_mask & (m::EV_PROFILE_ID | m::CC_PROFILE_ID) != 0 {
+        let mut r = crate::ctl::registry().lock().map_err(|_| libc::EIO)?;
+        r.refresh()?;
+        if req.mrc_mask & m::EV_PROFILE_ID != 0 {
+            if !r.ev_usable(a.ev_profile_id) {
+                return Err(libc::EINVAL);
+            }
+            s.ev_profile_id = a.ev_profile_id;
         }
-        s.ev_profile_id = a.ev_profile_id;
-    }
-    if req.mrc_mask & m::CC_PROFILE_ID != 0 {
-        if !crate::ctl::registry()
-            .lock()
-            .map_err(|_| libc::EIO)?
-            .cc_usable(a.cc_profile_id)
-        {
-            return Err(libc::EINVAL);
+        if req.mrc_mask & m::CC_PROFILE_ID != 0 {
+            if !r.cc_usable(a.cc_profile_id) {
+                return Err(libc::EINVAL);
+            }
+            s.cc_profile_id = a.cc_profile_id;
         }
-        s.cc_profile_id = a.cc_profile_id;
     }
     if req.mrc_mask & m::CAP != 0 {
         if a.cap & !qp_cap::ALL != 0 {
