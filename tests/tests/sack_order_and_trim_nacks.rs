@@ -38,6 +38,40 @@ fn regions_on(
 const WRS: u64 = 8;
 const WR_BYTES: u32 = 48 * 1024;
 
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(24))]
+    /// Random fault rates (up to 8% loss, 5% duplicates, 30% reordering by up to 100 us,
+    /// 8% trims, 5% CE), random trim NACK settings, data ahead of the SACKs at both ends:
+    /// both directions complete in order with success, byte for byte.
+    #[test]
+    fn data_before_sack_two_way_under_random_faults(
+        seed in 0u64..1_000_000,
+        drop in 0u32..80,
+        duplicate in 0u32..50,
+        reorder in 0u32..300,
+        reorder_max_ns in 1u64..100_000,
+        trim in 0u32..80,
+        ce in 0u32..50,
+        trim_nacks in (proptest::bool::ANY, proptest::bool::ANY),
+    ) {
+        let faults = Faults {
+            drop: f64::from(drop) / 1000.0,
+            duplicate: f64::from(duplicate) / 1000.0,
+            trim: f64::from(trim) / 1000.0,
+            ce: f64::from(ce) / 1000.0,
+            reorder: f64::from(reorder) / 1000.0,
+            reorder_max_ns,
+            black_holes: Vec::new(),
+        };
+        let r = two_way(true, faults, seed, trim_nacks);
+        proptest::prop_assert_eq!(r.a, all_success(1));
+        proptest::prop_assert_eq!(r.b, all_success(100));
+        proptest::prop_assert!(r.bytes_equal);
+        proptest::prop_assert_eq!(r.in_flight, (0, 0));
+        proptest::prop_assert_eq!(r.states, (ConnState::Ready, ConnState::Ready));
+    }
+}
+
 /// Both ends post `WRS` WRITEs of `WR_BYTES` to each other at once, with
 /// `data_before_sack` as given on both, under `faults` (seed `seed`); returns
 /// `(a's completions, b's completions, both regions equal, end time)`.
