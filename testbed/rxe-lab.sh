@@ -15,6 +15,8 @@
 #                                    other's) and LAB_GID (rxe0's IPv4 GID index); output on
 #                                    the terminal, prefixed [hosta] / [hostb]; JSON lines a
 #                                    script writes to fd 3 join the results
+#                                    (script and two-hosts-script come alone, with exactly
+#                                    their readable files: anything else exits 2 at once)
 #
 #   single     one VM, rxe0 on lo: lib_mrc.so's C checks (fabric/ocp-mrc/c/mrc_check.c,
 #              server and client; mrc_ctl_check.c, the controller API on the device), mrc-perf loopback and client/server with --verify (bw,
@@ -500,28 +502,49 @@ report() {
   [ "$fail" = 0 ] && [ "$pass" -gt 0 ]
 }
 
-main() {
-  need_tools
-  mkdir -p "$CACHE"
-  local parts=()
+# The command line into PARTS_LIST (the parts, in order), USER_SCRIPT (script FILE) and
+# USER_SCRIPT_A/_B (two-hosts-script FILE_A FILE_B); dies (exit 2) on anything else, before
+# any tool is looked for or anything is built: `script` and `two-hosts-script` come alone,
+# with exactly their readable files (elsewhere in a list of parts they would boot the VMs
+# and only then find no script; extra words after them were silently dropped).
+parse_args() {
+  PARTS_LIST=()
   USER_SCRIPT="" USER_SCRIPT_A="" USER_SCRIPT_B=""
-  if [ "${1:-}" = script ]; then
-    [ -f "${2:-}" ] || die "script FILE: no such file ${2:-}"
-    USER_SCRIPT=$2
-    set -- script
-  elif [ "${1:-}" = two-hosts-script ]; then
-    [ -f "${2:-}" ] && [ -f "${3:-}" ] || die "two-hosts-script FILE_A FILE_B: no such file ${2:-} / ${3:-}"
-    USER_SCRIPT_A=$2 USER_SCRIPT_B=$3
-    set -- two-hosts-script
-  fi
-  if [ $# -eq 0 ]; then parts=(single netem soak two-hosts); else parts=("$@"); fi
+  local f
+  case ${1:-} in
+    script)
+      [ $# -eq 2 ] || die "script FILE: exactly one FILE and no other part (got $(( $# - 1 )) words after script)"
+      [ -f "$2" ] && [ -r "$2" ] || die "script FILE: no readable file $2"
+      USER_SCRIPT=$2
+      PARTS_LIST=(script)
+      return
+      ;;
+    two-hosts-script)
+      [ $# -eq 3 ] || die "two-hosts-script FILE_A FILE_B: exactly two files and no other part (got $(( $# - 1 )) words after two-hosts-script)"
+      for f in "$2" "$3"; do
+        [ -f "$f" ] && [ -r "$f" ] || die "two-hosts-script FILE_A FILE_B: no readable file $f"
+      done
+      USER_SCRIPT_A=$2 USER_SCRIPT_B=$3
+      PARTS_LIST=(two-hosts-script)
+      return
+      ;;
+  esac
+  if [ $# -eq 0 ]; then PARTS_LIST=(single netem soak two-hosts); else PARTS_LIST=("$@"); fi
   local p
-  for p in "${parts[@]}"; do
+  for p in "${PARTS_LIST[@]}"; do
     case $p in
-      single|two-hosts|perftest|netem|prepare|script|soak|two-hosts-script) ;;
+      single|two-hosts|perftest|netem|prepare|soak) ;;
+      script|two-hosts-script) die "$p takes its file(s) and comes alone: testbed/rxe-lab.sh script FILE, or two-hosts-script FILE_A FILE_B" ;;
       *) die "unknown part $p (single, netem, two-hosts, perftest, soak, prepare, script FILE, two-hosts-script FILE_A FILE_B)" ;;
     esac
   done
+}
+
+main() {
+  parse_args "$@"
+  need_tools
+  mkdir -p "$CACHE"
+  local parts=("${PARTS_LIST[@]}")
   PARTS="${parts[*]}"
   local t0; t0=$(now_ms)
   prepare_kernel

@@ -1051,6 +1051,80 @@ mod tests {
         t.on_echo(2, 1_000);
         assert_eq!(t.paths()[2].echo_ns, Some(5_000));
     }
+
+    proptest::proptest! {
+        /// Denial storms (an EV denied and un-denied at random, between selections,
+        /// deliveries, losses, marks and probes, with every selection): a selection never
+        /// takes a denied EV while another is not denied and is `None` only when all are;
+        /// an un-denied EV is `Good` at once; the recycle FIFO stays within
+        /// [`RECYCLE_CAPACITY`]; a probe is due exactly when some EV is `AssumedBad`.
+        #[test]
+        fn denial_storms_keep_the_table_consistent(
+            sel in 0u8..3,
+            steps in proptest::collection::vec((0u8..9, 0u32..6, 0u32..4), 0..600),
+        ) {
+            let selection = match sel {
+                0 => Selection::Recycle,
+                1 => Selection::RoundRobin,
+                _ => Selection::PowerOfTwo,
+            };
+            let evs = [7u32, 8, 9, 10, 11, 12];
+            let mut t = PathTable::new(&evs, selection, 3);
+            t.set_revalidate_after_ns(500);
+            let mut now = 0u64;
+            for (op, i, k) in steps {
+                now += 100;
+                let idx = i as usize;
+                match op {
+                    0 => {
+                        t.set_denied(evs[idx], true);
+                        proptest::prop_assert_eq!(t.state_of(evs[idx]), Some(PathState::Denied));
+                    }
+                    1 => {
+                        let was = t.state_of(evs[idx]);
+                        t.set_denied(evs[idx], false);
+                        if was == Some(PathState::Denied) {
+                            proptest::prop_assert_eq!(t.state_of(evs[idx]), Some(PathState::Good));
+                        } else {
+                            proptest::prop_assert_eq!(t.state_of(evs[idx]), was);
+                        }
+                    }
+                    2 | 3 => {
+                        let avoid = (k < 2).then_some(idx);
+                        let got = if op == 2 { t.select(avoid) } else { t.select_for_probe(avoid) };
+                        let usable = t.paths().iter().any(|p| p.state != PathState::Denied);
+                        match got {
+                            None => proptest::prop_assert!(!usable),
+                            Some(g) => {
+                                proptest::prop_assert!(g < evs.len());
+                                proptest::prop_assert_ne!(t.paths()[g].state, PathState::Denied);
+                            }
+                        }
+                    }
+                    4 => {
+                        for j in 0..=k as usize {
+                            t.on_delivered((idx + j) % evs.len(), now);
+                        }
+                        t.end_ack(k % 3, Some(idx));
+                    }
+                    5 => t.on_loss(idx, now),
+                    6 => t.on_congestion(idx),
+                    7 => t.assume_bad(idx, now),
+                    _ => {
+                        if let Some((j, seq)) = t.next_probe(now, 200) {
+                            if k != 0 {
+                                t.on_probe_reply(evs[j], seq, now);
+                            }
+                        }
+                    }
+                }
+                proptest::prop_assert!(t.recycled().count() <= RECYCLE_CAPACITY);
+                proptest::prop_assert!(t.recycled().all(|r| r < evs.len()));
+                let bad = t.paths().iter().any(|p| p.state == PathState::AssumedBad);
+                proptest::prop_assert_eq!(t.next_probe_time().is_some(), bad);
+            }
+        }
+    }
 }
 
 #[cfg(test)]

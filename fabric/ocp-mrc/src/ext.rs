@@ -978,6 +978,9 @@ pub unsafe extern "C" fn mrc_x_qp_transport(
         if info.is_null() {
             return fail(libc::EINVAL, "null info");
         }
+        if qp.is_null() {
+            return fail(libc::EINVAL, "null qp");
+        }
         match transport_view(qp) {
             Ok(v) => {
                 let out = MrcXTransportInfo {
@@ -1010,6 +1013,9 @@ pub unsafe extern "C" fn mrc_x_qp_evs(
     guard(libc::EIO, || {
         if count.is_null() || (out.is_null() && max > 0) {
             return fail(libc::EINVAL, "null count, or null out with max > 0");
+        }
+        if qp.is_null() {
+            return fail(libc::EINVAL, "null qp");
         }
         match transport_view(qp) {
             Ok(v) => {
@@ -1084,6 +1090,54 @@ mod tests {
         match unsafe { mrc_x_open(&a, &mut c) } {
             0 => Ok(c),
             e => Err(e),
+        }
+    }
+
+    /// NULL pointers into `mrc_x_qp_transport` / `mrc_x_qp_evs` are `EINVAL` in every
+    /// build (a NULL `qp` was `ENOTSUP` without the verbs feature, against the header's
+    /// "EINVAL (NULL qp ...)"), and nothing is written; a QP pointer in a build without
+    /// `mrc.h` QPs is `ENOTSUP`.
+    #[test]
+    fn qp_transport_calls_refuse_null_pointers_in_every_build() {
+        let mut info = MrcXTransportInfo {
+            cc: 9,
+            ..MrcXTransportInfo::default()
+        };
+        let mut n = 7usize;
+        let mut one = [MrcXEvCount::default()];
+        assert_eq!(
+            unsafe { mrc_x_qp_transport(null_mut(), &mut info) },
+            libc::EINVAL
+        );
+        assert_eq!(last(), "null qp");
+        assert_eq!(
+            unsafe { mrc_x_qp_transport(null_mut(), null_mut()) },
+            libc::EINVAL
+        );
+        assert_eq!(
+            unsafe { mrc_x_qp_evs(null_mut(), null_mut(), 0, &mut n) },
+            libc::EINVAL
+        );
+        assert_eq!(last(), "null qp");
+        assert_eq!(
+            unsafe { mrc_x_qp_evs(null_mut(), one.as_mut_ptr(), 1, &mut n) },
+            libc::EINVAL
+        );
+        assert_eq!(
+            unsafe { mrc_x_qp_evs(null_mut(), null_mut(), 1, &mut n) },
+            libc::EINVAL
+        );
+        assert_eq!((n, info.cc, one[0]), (7, 9, MrcXEvCount::default()));
+        #[cfg(not(feature = "verbs"))]
+        {
+            let mut not_a_qp = 0u64;
+            let q: *mut c_void = (&raw mut not_a_qp).cast();
+            assert_eq!(unsafe { mrc_x_qp_transport(q, &mut info) }, libc::ENOTSUP);
+            assert_eq!(
+                unsafe { mrc_x_qp_evs(q, one.as_mut_ptr(), 1, &mut n) },
+                libc::ENOTSUP
+            );
+            assert_eq!((n, info.cc, not_a_qp), (7, 9, 0));
         }
     }
 

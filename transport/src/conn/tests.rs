@@ -1591,3 +1591,48 @@ fn one_data_packet_may_leave_ahead_of_a_due_sack() {
         assert_eq!(b.send_state().bytes_in_flight(), 0);
     }
 }
+
+/// [`Connection::set_data_before_sack`] with a data packet that cannot be read (its
+/// source region deregistered under the posted WRITE, through
+/// [`Connection::regions_mut`]): the data path fails `b`'s connection, and the SACK that
+/// was due for `a`'s WRITE, already placed at `b`, still leaves, as it does with the SACK
+/// first (it was withheld: `a` never learnt that its WRITE landed and retried it into
+/// the retry limit).
+#[test]
+fn a_due_sack_still_leaves_when_the_data_packet_ahead_of_it_fails() {
+    for on in [false, true] {
+        let (mut a, mut b) = pair();
+        b.set_data_before_sack(on);
+        let (src_a, dst_b) = write_regions(&mut a, &mut b, 100, 5);
+        let (src_b, dst_a) = write_regions(&mut b, &mut a, 4096, 9);
+        write_whole(&mut a, 1, &src_a, &dst_b, 100);
+        let mut buf = vec![0u8; 8192];
+        let t = a.poll_transmit(0, &mut buf).unwrap();
+        b.handle_datagram(0, t.ev, t.ecn, &buf[..t.len]);
+        write_whole(&mut b, 2, &src_b, &dst_a, 4096);
+        b.regions_mut().deregister(src_b.lkey).unwrap();
+        let mut ops = Vec::new();
+        while let Some(t) = b.poll_transmit(0, &mut buf) {
+            ops.push(PacketRepr::parse(&buf[..t.len]).unwrap().bth.opcode);
+            a.handle_datagram(0, t.ev, t.ecn, &buf[..t.len]);
+        }
+        assert_eq!(ops, [Opcode::Sack], "data_before_sack {on}");
+        assert_eq!(b.state(), ConnState::Error);
+        assert_eq!(b.stats().sacks_sent, 1);
+        let c: Vec<(u64, WcStatus)> = completions(&mut b)
+            .iter()
+            .map(|c| (c.wr_id, c.status))
+            .collect();
+        assert_eq!(c, [(2, WcStatus::LocalProtectionError)]);
+        let c: Vec<(u64, WcStatus)> = completions(&mut a)
+            .iter()
+            .map(|c| (c.wr_id, c.status))
+            .collect();
+        assert_eq!(c, [(1, WcStatus::Success)], "data_before_sack {on}");
+        assert_eq!(a.send_state().bytes_in_flight(), 0);
+        assert_eq!(
+            b.regions().bytes(dst_b.lkey).unwrap(),
+            a.regions().bytes(src_a.lkey).unwrap()
+        );
+    }
+}

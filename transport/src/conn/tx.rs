@@ -135,14 +135,16 @@ impl<C: Controller> Connection<C> {
             let psn = self.rwin.rcv_nxt_psn().value();
             return self.emit_control(buf, Opcode::EvProbeReply, psn, ev, now_ns, body);
         }
+        let mut data_failed = false;
         if self.data_before_sack && !self.data_jumped_sack && self.acker.sack_due(now_ns) {
             if let Some(t) = self.poll_data(now_ns, buf) {
                 self.data_jumped_sack = true;
                 return Some(t);
             }
-            if !matches!(self.state, ConnState::Ready | ConnState::Draining) {
-                return None; // the data path failed the connection
-            }
+            // The data path may have failed the connection (a source region gone): the
+            // due SACK still leaves, as it would have ahead of the data (it acknowledges
+            // the peer's packets already placed here), then nothing more.
+            data_failed = !matches!(self.state, ConnState::Ready | ConnState::Draining);
         }
         if let Some(s) = self.acker.poll_sack(now_ns, self.rwin.rcv_nxt()) {
             self.data_jumped_sack = false;
@@ -158,6 +160,9 @@ impl<C: Controller> Connection<C> {
                 credit: 0,
             });
             return self.emit_control(buf, Opcode::Sack, cum, s.echo_ev, now_ns, body);
+        }
+        if data_failed {
+            return None;
         }
         if let Some((idx, probe_seq)) = self.paths.next_probe(now_ns, self.cfg.probe_interval_ns) {
             let ev = self.paths.get(idx).map_or(0, |p| p.ev);
