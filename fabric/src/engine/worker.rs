@@ -563,7 +563,8 @@ impl<D: Datapath> Worker<D> {
     }
 
     fn post(&mut self, qpn: u32, wr: Wr) -> Result<(), PostError> {
-        self.posted = true;
+        // a receive sends nothing: only send-side work makes the next pass send first
+        self.posted |= !matches!(wr, Wr::Recv { .. });
         self.engine.post_wr(qpn, wr).2
     }
 
