@@ -64,7 +64,7 @@ if [ -n "${MRC_PERF:-}" ]; then
 else
   cargo build --release -q -p mrc-examples --bin mrc-perf \
     || { echo "baselines.sh: cargo build of mrc-perf failed" >&2; exit 1; }
-  P=target/release/mrc-perf
+  P=${CARGO_TARGET_DIR:-target}/release/mrc-perf
 fi
 VARIANTS=""
 [ -n "${MRC_PERF_BEFORE:-}" ] && VARIANTS="before"

@@ -5,6 +5,7 @@
 # Usage: scripts/callgrind_conn.sh [N]   (default 20; CARGO_TARGET_DIR honoured)
 set -euo pipefail
 n=${1:-20}
+[[ $n =~ ^[1-9][0-9]*$ ]] || { echo "usage: scripts/callgrind_conn.sh [N] (N a positive integer, got '$n')" >&2; exit 2; }
 target=${CARGO_TARGET_DIR:-target}
 cargo build -q --release -p mrc-transport --example conn_drive
 bin=$target/release/examples/conn_drive

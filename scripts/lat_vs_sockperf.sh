@@ -26,7 +26,7 @@ if [ -n "${MRC_PERF:-}" ]; then
 else
   cargo build --release -q -p mrc-examples --bin mrc-perf \
     || { echo "lat_vs_sockperf.sh: cargo build of mrc-perf failed" >&2; exit 1; }
-  P=target/release/mrc-perf
+  P=${CARGO_TARGET_DIR:-target}/release/mrc-perf
 fi
 T=$(mktemp -d)
 sockperf server -i 127.0.0.1 -p "$PORT" >"$T/server.log" 2>&1 &

@@ -13,8 +13,9 @@
 set -Eeuo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 ROUNDS=${1:-5}
+[[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || { echo "usage: testbed/mpi-spray.sh [ROUNDS] [extra mrc-perf flags] (ROUNDS a positive integer, got '$ROUNDS')" >&2; exit 2; }
 shift || true
-BIN=${MRC_PERF:-$ROOT/target/release/mrc-perf}
+BIN=${MRC_PERF:-${CARGO_TARGET_DIR:-$ROOT/target}/release/mrc-perf}
 export MRCTB_PREFIX=${MRCTB_PREFIX:-mrctbx-}
 TB=$ROOT/testbed/mrc-testbed.sh
 [ -x "$BIN" ] || { echo "no $BIN: cargo build --release -p mrc-examples --features mpi" >&2; exit 1; }

@@ -50,7 +50,7 @@ make_plan() {
   local sim=${MRCTB_SIM:-}
   if [ -z "$sim" ]; then
     # The newer of the release and debug builds.
-    sim=$(ls -t "$ROOT/target/release/mrc-sim" "$ROOT/target/debug/mrc-sim" 2>/dev/null | head -1 || true)
+    sim=$(ls -t "${CARGO_TARGET_DIR:-$ROOT/target}/release/mrc-sim" "${CARGO_TARGET_DIR:-$ROOT/target}/debug/mrc-sim" 2>/dev/null | head -1 || true)
   fi
   [ -n "$sim" ] || die "no mrc-sim (cargo build -p mrc-examples --bin mrc-sim, or MRCTB_SIM=PATH)"
   "$sim" testbed-plan --json - "$@"

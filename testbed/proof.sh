@@ -20,15 +20,20 @@
 set -Eeuo pipefail
 cd "$(dirname "$0")/.."
 T=$PWD/testbed/mrc-testbed.sh
-B=$PWD/target/release/mrc-perf
+TD=$(cd "${CARGO_TARGET_DIR:-target}" 2>/dev/null && pwd || echo "$PWD/target")
+B=$TD/release/mrc-perf
 H1=fd00:6d72:63:11::2
 N=${N:-2000}
 LOSSES=${LOSSES:-"0 1 2 5"}
 DUR=${DUR:-4}
+case "${1:-all}" in
+  spread|failure|loss|bootstrap|all) ;;
+  *) echo "usage: testbed/proof.sh [spread|failure|loss|bootstrap|all]" >&2; exit 2 ;;
+esac
 [ "$(id -u)" = 0 ] || { echo "proof.sh: must run as root" >&2; exit 1; }
 RUNS=${RUNS:-3}
 cargo build -q --release -p mrc-examples --bin mrc-perf --bin mrc-sim
-export MRCTB_SIM=$PWD/target/release/mrc-sim
+export MRCTB_SIM=$TD/release/mrc-sim
 trap '"$T" down >/dev/null' EXIT
 "$T" down >/dev/null
 "$T" up

@@ -248,7 +248,7 @@ build_binaries() {
   local t0; t0=$(now_ms)
   say "cargo test --workspace --no-run --features $FEATURES (a no-op after \`cargo test\` with the same features)"
   # The debug test binaries and mrc-perf, from the same build `cargo test --workspace
-  # --features mrc-fabric/verbs` makes (README, .ci/run): nothing is rebuilt after it.
+  # --features mrc-fabric/verbs,mrc-ocp/verbs` makes (README, .ci/run): nothing is rebuilt after it.
   local art
   art=$(cargo test --workspace --locked --no-run -q --message-format=json --features "$FEATURES" 2>"$CACHE/cargo.log" \
     | jq -r 'select(.reason == "compiler-artifact" and .executable != null)
