@@ -74,6 +74,18 @@ fn pass(b: &[u8]) -> Option<(Vec<u8>, Ecn)> {
     Some((b.to_vec(), Ecn::Ect0))
 }
 
+/// What a trimming switch delivers of datagram `b`: the trim flag set, the payload cut.
+fn trimmed(b: &[u8]) -> Option<(Vec<u8>, Ecn)> {
+    let mut p = PacketRepr::parse(b).unwrap();
+    p.bth.flags.trimmed = true;
+    if let Body::Data(ref mut d) = p.body {
+        d.payload = &[];
+    }
+    let mut out = vec![0u8; p.buffer_len()];
+    p.emit(&mut out).unwrap();
+    Some((out, Ecn::Ect0))
+}
+
 fn fill<C: Controller>(c: &mut Connection<C>, len: usize, seed: u8) -> MrKey {
     let k = c.regions_mut().register(len, Access::LOCAL_WRITE).unwrap();
     for (i, b) in c
@@ -522,15 +534,7 @@ fn trimmed_packet_is_nacked_and_resent_on_another_ev() {
     let mut trim_second = |bytes: &[u8]| {
         n += 1;
         if n == 2 {
-            // a switch cuts the payload and sets the trim flag
-            let mut p = PacketRepr::parse(bytes).unwrap();
-            p.bth.flags.trimmed = true;
-            if let Body::Data(ref mut d) = p.body {
-                d.payload = &[];
-            }
-            let mut out = vec![0u8; p.buffer_len()];
-            p.emit(&mut out).unwrap();
-            return Some((out, Ecn::Ect0));
+            return trimmed(bytes);
         }
         pass(bytes)
     };
@@ -564,14 +568,7 @@ fn trim_second_of_three(trim_nacks: bool) -> (Conn, Conn, u64) {
     let mut trim_second = |bytes: &[u8]| {
         n += 1;
         if n == 2 {
-            let mut p = PacketRepr::parse(bytes).unwrap();
-            p.bth.flags.trimmed = true;
-            if let Body::Data(ref mut d) = p.body {
-                d.payload = &[];
-            }
-            let mut out = vec![0u8; p.buffer_len()];
-            p.emit(&mut out).unwrap();
-            return Some((out, Ecn::Ect0));
+            return trimmed(bytes);
         }
         pass(bytes)
     };
@@ -664,17 +661,7 @@ fn packet_trimmed_every_time_fails_after_the_nack_retry_limit() {
     };
     a.post_write(1, sge, dst.addr, dst.rkey).unwrap();
     a.post_write(2, sge, dst.addr, dst.rkey).unwrap();
-    let mut trim_all = |bytes: &[u8]| {
-        let mut p = PacketRepr::parse(bytes).unwrap();
-        p.bth.flags.trimmed = true;
-        if let Body::Data(ref mut d) = p.body {
-            d.payload = &[];
-        }
-        let mut out = vec![0u8; p.buffer_len()];
-        p.emit(&mut out).unwrap();
-        Some((out, Ecn::Ect0))
-    };
-    exchange(0, &mut a, &mut b, &mut trim_all);
+    exchange(0, &mut a, &mut b, &mut trimmed);
     // Two packets, each sent 5 times (4 retransmissions); the 5th trim of the first ends it.
     assert_eq!(b.stats().trimmed_received, 10);
     assert_eq!(a.stats().sent, 10);
