@@ -18,8 +18,18 @@
 #   MRC_PERF_BEFORE=PATH  also run that (older) mrc-perf as variant "before", plain
 #   LAT=1             the latency rows (0: skip)
 #   CONN_BENCH=1      also run the state machines' criterion bench (cargo bench -p
-#                     mrc-transport --bench conn, minutes) and report ns per 4 KiB packet
-#   SIM=1             also run `mrc-sim experiment speed-raw` and report its checked row
+#                     mrc-transport --bench conn, minutes) and report ns per packet of its
+#                     4096-byte case and of its 64-byte case (no copy cost: the state
+#                     machines alone), sender plus receiver on one core
+#   CALLGRIND=1       also count the state machines' instructions per packet under
+#                     valgrind --tool=callgrind (scripts/callgrind_conn.sh; needs valgrind)
+#   SIM=1             also run `mrc-sim experiment speed-raw` RUNS times and report the
+#                     median of its checked row (MRC_SIM=PATH: that mrc-sim, else built;
+#                     MRC_SIM_BEFORE=PATH: an older one too, runs interleaved)
+#   ENGINES="1 2"     also the multi-engine scaling curve (scripts/engines_curve.sh RUNS
+#                     DURATION_S: -q K QPs over K engine threads per context, for each K)
+#   ALL=1             all of the above (CONN_BENCH=1 CALLGRIND=1 SIM=1, ENGINES="1 2"
+#                     unless set)
 #   JSON_OUT=PATH     also write the JSON there
 # Output: the table on stdout, then one JSON object (the same figures, and every run).
 # Ports: loopback and baseline take kernel-chosen ports (receive sockets on port 0, EV
@@ -33,6 +43,10 @@ DUR=${2:-3}
 BURSTS=${BURSTS:-1 16}
 MECHS=${MECHS:-plain}
 LAT=${LAT:-1}
+if [ "${ALL:-0}" = 1 ]; then
+  CONN_BENCH=1 CALLGRIND=1 SIM=1 ENGINES=${ENGINES:-1 2}
+fi
+ENGINES=${ENGINES:-}
 if ! [[ $RUNS =~ ^[1-9][0-9]*$ ]]; then
   echo "baselines.sh: RUNS must be a positive integer, got '$RUNS'" >&2
   echo "$usage" >&2
@@ -57,6 +71,13 @@ mech_flags() {
   esac
 }
 for v in $MECHS; do mech_flags "$v" >/dev/null; done
+for k in $ENGINES; do
+  [[ $k =~ ^[1-9][0-9]*$ ]] || { echo "baselines.sh: ENGINES must hold positive integers, got '$k'" >&2; exit 1; }
+done
+if [ "${CALLGRIND:-0}" = 1 ] && ! command -v valgrind >/dev/null 2>&1; then
+  echo "baselines.sh: CALLGRIND=1 needs valgrind (apt-get install valgrind)" >&2
+  exit 1
+fi
 command -v jq >/dev/null 2>&1 || { echo "baselines.sh: needs jq (apt-get install jq)" >&2; exit 1; }
 cd "$(dirname "$0")/.."
 if [ -n "${MRC_PERF:-}" ]; then
@@ -203,25 +224,84 @@ if [ "${CONN_BENCH:-0}" = 1 ]; then
   echo "baselines.sh: cargo bench -p mrc-transport --bench conn (minutes)" >&2
   cargo bench -q -p mrc-transport --bench conn -- --noplot >"$T/bench" 2>&1 \
     || { echo "baselines.sh: cargo bench failed:" >&2; cat "$T/bench" >&2; exit 1; }
-  est=$(find "${CARGO_TARGET_DIR:-target}/criterion" -path '*1MiB write, 4096-byte packets/new/estimates.json' | head -1)
-  ns=$(jq -r '.median.point_estimate / 256' "$est")
-  printf 'state machines (criterion, sender+receiver, 1 MiB write in 4096-byte packets): %.0f ns per packet (%.2f M packets/s)\n' "$ns" "$(awk -v n="$ns" 'BEGIN {print 1e3/n}')"
-  extra=$(jq -c --argjson ns "$ns" '. + {conn_bench_ns_per_packet: $ns}' <<<"$extra")
+  # criterion's median per iteration (256 packets) of a case, in ns per packet
+  case_ns() {
+    local est
+    est=$(find "${CARGO_TARGET_DIR:-target}/criterion" -path "*$1/new/estimates.json" | head -1)
+    [ -n "$est" ] || { echo "baselines.sh: no criterion estimate for '$1'" >&2; exit 1; }
+    jq -r '.median.point_estimate / 256' "$est"
+  }
+  ns=$(case_ns '1MiB write, 4096-byte packets')
+  ns64=$(case_ns '16KiB write, 64-byte packets (no copy cost)')
+  printf 'state machines (criterion, sender+receiver, one core): %.0f ns per 4096-byte packet (%.2f M packets/s), %.0f ns per packet without copy cost (%.2f M packets/s)\n' \
+    "$ns" "$(awk -v n="$ns" 'BEGIN {print 1e3/n}')" "$ns64" "$(awk -v n="$ns64" 'BEGIN {print 1e3/n}')"
+  extra=$(jq -c --argjson ns "$ns" --argjson ns64 "$ns64" \
+    '. + {conn_bench_ns_per_packet: $ns, conn_bench_no_copy_ns_per_packet: $ns64}' <<<"$extra")
 else
   echo "state machines: cargo bench -p mrc-transport --bench conn (CONN_BENCH=1 runs it here)"
 fi
+if [ "${CALLGRIND:-0}" = 1 ]; then
+  echo "baselines.sh: scripts/callgrind_conn.sh (a minute)" >&2
+  scripts/callgrind_conn.sh >"$T/callgrind" 2>&1 \
+    || { echo "baselines.sh: scripts/callgrind_conn.sh failed:" >&2; cat "$T/callgrind" >&2; exit 1; }
+  cg='{}'
+  for mode in write hot small; do
+    n=$(awk -v m="$mode:" '$1 == m {print $2}' "$T/callgrind")
+    [[ $n =~ ^[0-9]+$ ]] || { echo "baselines.sh: no callgrind figure for $mode:" >&2; cat "$T/callgrind" >&2; exit 1; }
+    cg=$(jq -c --arg m "$mode" --argjson n "$n" '. + {($m): $n}' <<<"$cg")
+  done
+  printf 'state machines (callgrind, sender+receiver): %s instructions per packet (write: 4096-byte payloads; hot: cached buffers; small: 64-byte payloads)\n' \
+    "$(jq -r 'to_entries | map("\(.key) \(.value)") | join(", ")' <<<"$cg")"
+  extra=$(jq -c --argjson cg "$cg" '. + {callgrind_instructions_per_packet: $cg}' <<<"$extra")
+else
+  echo "state machines: scripts/callgrind_conn.sh (CALLGRIND=1 runs it here)"
+fi
 if [ "${SIM:-0}" = 1 ]; then
-  cargo build --release -q -p mrc-examples --bin mrc-sim \
-    || { echo "baselines.sh: cargo build of mrc-sim failed" >&2; exit 1; }
-  s=$(run "${CARGO_TARGET_DIR:-target}/release/mrc-sim" mrc-sim experiment speed-raw --json -)
-  # the checked row, "raw frames (switching core)": its hops_per_s value
-  hops=$(jq -r '[.. | objects | select(has("rows")) | .rows[]
-    | select(.label | startswith("raw frames (switching core)"))
-    | .values[] | select(.[0] == "hops_per_s") | .[1]][0]' <<<"$s")
-  printf 'simulator, speed-raw checked row: %.2f M packet hops/s\n' "$(awk -v h="$hops" 'BEGIN {print h/1e6}')"
-  extra=$(jq -c --argjson h "$hops" '. + {sim_speed_raw_hops_per_s: $h}' <<<"$extra")
+  if [ -n "${MRC_SIM:-}" ]; then
+    S=$MRC_SIM
+  else
+    cargo build --release -q -p mrc-examples --bin mrc-sim \
+      || { echo "baselines.sh: cargo build of mrc-sim failed" >&2; exit 1; }
+    S=${CARGO_TARGET_DIR:-target}/release/mrc-sim
+  fi
+  sims="now"
+  [ -n "${MRC_SIM_BEFORE:-}" ] && sims="before now"
+  : >"$T/sim"
+  for i in $(seq "$RUNS"); do
+    for w in $sims; do
+      sb=$S
+      [ "$w" = before ] && sb=$MRC_SIM_BEFORE
+      s=$(run "$sb" "mrc-sim ($w)" experiment speed-raw --json -)
+      # the checked row, "raw frames (switching core)": its hops_per_s value
+      hops=$(jq -r '[.. | objects | select(has("rows")) | .rows[]
+        | select(.label | startswith("raw frames (switching core)"))
+        | .values[] | select(.[0] == "hops_per_s") | .[1]][0]' <<<"$s")
+      [[ $hops =~ ^[0-9.e+]+$ ]] || { echo "baselines.sh: speed-raw gave no checked row" >&2; exit 1; }
+      echo "$w $hops" >>"$T/sim"
+      progress "simulator ($w): $hops packet hops/s"
+    done
+  done
+  for w in $sims; do
+    hops=$(awk -v w="$w" '$1 == w {print $2}' "$T/sim" | median)
+    label="simulator"
+    [ "$sims" != now ] && label="simulator ($w)"
+    printf '%s, speed-raw checked row: %.2f M packet hops/s (median of %s)\n' "$label" "$(awk -v h="$hops" 'BEGIN {print h/1e6}')" "$RUNS"
+    key=sim_speed_raw_hops_per_s
+    [ "$w" = before ] && key=sim_speed_raw_hops_per_s_before
+    extra=$(jq -c --arg k "$key" --argjson h "$hops" '. + {($k): $h}' <<<"$extra")
+  done
 else
   echo "simulator: mrc-sim experiment speed-raw (SIM=1 runs it here)"
+fi
+if [ -n "$ENGINES" ]; then
+  echo "baselines.sh: scripts/engines_curve.sh $RUNS $DUR (ENGINES=\"$ENGINES\")" >&2
+  MRC_PERF=$P ENGINES=$ENGINES scripts/engines_curve.sh "$RUNS" "$DUR" >"$T/engines" 2>"$T/engines.err" \
+    || { echo "baselines.sh: scripts/engines_curve.sh failed:" >&2; cat "$T/engines.err" >&2; exit 1; }
+  # its table, then its JSON object on the last line
+  sed '$d' "$T/engines"
+  extra=$(jq -c --argjson e "$(tail -1 "$T/engines")" '. + {engines_curve: $e}' <<<"$extra")
+else
+  echo "multi-core: scripts/engines_curve.sh (ENGINES=\"1 2\" runs it here)"
 fi
 json=$(jq -s -c --argjson runs "$RUNS" --argjson dur "$DUR" --argjson extra "$extra" \
   --slurpfile rows "$T/rows" \

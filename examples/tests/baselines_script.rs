@@ -18,7 +18,12 @@ fn dir(tag: &str) -> PathBuf {
 }
 
 fn stand_in(dir: &Path, body: &str) -> PathBuf {
-    let fake = dir.join("mrc-perf");
+    stand_in_named(dir, "mrc-perf", body)
+}
+
+/// An executable shell script `name` in `dir` with `body`.
+fn stand_in_named(dir: &Path, name: &str, body: &str) -> PathBuf {
+    let fake = dir.join(name);
     std::fs::write(&fake, body).unwrap();
     use std::os::unix::fs::PermissionsExt as _;
     std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -34,7 +39,12 @@ fn run(fake: &Path, args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String
         "MECHS",
         "LAT",
         "CONN_BENCH",
+        "CALLGRIND",
         "SIM",
+        "MRC_SIM",
+        "MRC_SIM_BEFORE",
+        "ENGINES",
+        "ALL",
         "MRC_PERF_BEFORE",
         "JSON_OUT",
     ] {
@@ -97,6 +107,23 @@ fn failures_are_clear() {
             String::new(),
             "baselines.sh: unknown MECHS entry 'bogus' (plain multishot coop zerocopy all)\n"
                 .to_owned()
+        )
+    );
+    assert_eq!(
+        run(&fake, &["1", "1"], &[("ENGINES", "1 0")]),
+        (
+            Some(1),
+            String::new(),
+            "baselines.sh: ENGINES must hold positive integers, got '0'\n".to_owned()
+        )
+    );
+    // ALL=1 turns the engines curve on with its default "1 2": a bad ENGINES still wins
+    assert_eq!(
+        run(&fake, &["1", "1"], &[("ALL", "1"), ("ENGINES", "two")]),
+        (
+            Some(1),
+            String::new(),
+            "baselines.sh: ENGINES must hold positive integers, got 'two'\n".to_owned()
         )
     );
     assert_eq!(
@@ -226,4 +253,75 @@ esac
     assert_eq!(ms16["gbps_x_first_variant"], 2);
     assert_eq!(ms16["cpu_x_first_variant"], 1);
     assert!((ms16["gbps_x_tcp"].as_f64().unwrap() - 25.0 / 30.5).abs() < 1e-12);
+}
+
+/// `SIM=1` with `MRC_SIM` and `MRC_SIM_BEFORE`: speed-raw RUNS times for each, interleaved
+/// (before, now, before, now, ...), the median of each one's checked row printed and in
+/// the JSON's `extra`. The stand-ins answer 4, 6, 5 M hops/s (before) and 12, 10, 11
+/// (now), one value per call in turn, so the medians are 5 M and 11 M.
+#[test]
+fn simulator_rows_are_medians_of_interleaved_runs() {
+    let d = dir("sim");
+    let fake = stand_in(
+        &d,
+        r#"#!/bin/sh
+case "$*" in
+  "loopback -s 1048576"*) echo '{"bw_avg_gbps": 10, "cpu_s_per_gb": 0.8, "receiver": {"bad_bytes": 0}}' ;;
+  "baseline -s"*) echo '{"baselines": [{"name": "raw UDP", "gbps": 20, "cpu_s_per_gb": 0.7}, {"name": "kernel TCP", "gbps": 20, "cpu_s_per_gb": 0.4}]}' ;;
+  *) exit 9 ;;
+esac
+"#,
+    );
+    let sim = |name: &str, values: &str| {
+        stand_in_named(
+            &d,
+            name,
+            &format!(
+                r#"#!/bin/sh
+[ "$*" = "experiment speed-raw --json -" ] || exit 9
+f="$0.calls"
+n=$(( $(cat "$f" 2>/dev/null || echo 0) + 1 ))
+echo $n >"$f"
+h=$(echo {values} | cut -d' ' -f$n)
+echo '{{"rows": [{{"label": "event heap only", "values": [["hops_per_s", 1]]}}, {{"label": "raw frames (switching core), checked", "values": [["frames", 7], ["hops_per_s", '$h']]}}]}}'
+"#
+            ),
+        )
+    };
+    let before = sim("mrc-sim-before", "4000000 6000000 5000000");
+    let now = sim("mrc-sim", "12000000 10000000 11000000");
+    let (code, stdout, stderr) = run(
+        &fake,
+        &["3", "1"],
+        &[
+            ("BURSTS", "16"),
+            ("LAT", "0"),
+            ("SIM", "1"),
+            ("MRC_SIM", now.to_str().unwrap()),
+            ("MRC_SIM_BEFORE", before.to_str().unwrap()),
+        ],
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    let sim_progress: Vec<&str> = stderr.lines().filter(|l| l.contains("simulator")).collect();
+    assert_eq!(
+        sim_progress,
+        [
+            "baselines.sh: run 1/3: simulator (before): 4000000 packet hops/s",
+            "baselines.sh: run 1/3: simulator (now): 12000000 packet hops/s",
+            "baselines.sh: run 2/3: simulator (before): 6000000 packet hops/s",
+            "baselines.sh: run 2/3: simulator (now): 10000000 packet hops/s",
+            "baselines.sh: run 3/3: simulator (before): 5000000 packet hops/s",
+            "baselines.sh: run 3/3: simulator (now): 11000000 packet hops/s",
+        ]
+    );
+    assert!(
+        stdout.contains(
+            "simulator (before), speed-raw checked row: 5.00 M packet hops/s (median of 3)\n\
+             simulator (now), speed-raw checked row: 11.00 M packet hops/s (median of 3)\n"
+        ),
+        "{stdout}"
+    );
+    let j: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(j["extra"]["sim_speed_raw_hops_per_s_before"], 5_000_000);
+    assert_eq!(j["extra"]["sim_speed_raw_hops_per_s"], 11_000_000);
 }
