@@ -601,3 +601,108 @@ fn a_destroyed_peer_qp_counts_the_datagrams_then_a_new_pair_runs_exactly() {
     assert_eq!(eb2.datapath_errors, 0);
     assert_eq!(net.dropped(), 0);
 }
+
+fn udp_cfg(bind: &str, range: std::ops::RangeInclusive<u16>) -> UdpConfig {
+    let mut u = UdpConfig::bind(bind.parse().unwrap());
+    u.ports = PortAllocator::new(range).unwrap();
+    u
+}
+
+/// Three engines in one context: QPs go to engines 0, 1, 2, 0 in turn, each QP
+/// advertises its own engine's receive port, QPNs stay unique across the engines, and
+/// three pairs writing at once (each to its own engine) deliver every byte verified.
+#[test]
+fn three_engines_take_qps_round_robin_and_each_delivers_verified_bytes() {
+    let ca = Context::new(
+        udp_cfg("127.0.0.1:0", 37000..=37099),
+        EngineConfig::default(),
+    )
+    .unwrap();
+    let cb = Context::with_engines(
+        udp_cfg("127.0.0.1:0", 37100..=37199),
+        EngineConfig::default(),
+        3,
+    )
+    .unwrap();
+    assert_eq!((ca.engines(), cb.engines()), (1, 3));
+    let addrs = cb.udp_addrs();
+    assert_eq!(addrs.len(), 3);
+    assert_eq!(addrs[0], cb.udp_addr());
+    let ports: std::collections::HashSet<u16> = addrs.iter().map(|a| a.port()).collect();
+    assert_eq!(
+        ports.len(),
+        3,
+        "each engine has its own receive socket: {addrs:?}"
+    );
+
+    let qbs: Vec<Qp> = (0..4).map(|_| cb.create_qp(qp_cfg()).unwrap()).collect();
+    assert_eq!(
+        qbs.iter().map(Qp::engine_index).collect::<Vec<_>>(),
+        vec![0, 1, 2, 0]
+    );
+    for q in &qbs {
+        assert_eq!(q.udp_addr(), addrs[q.engine_index()]);
+        assert_eq!(q.local_info().udp_port, addrs[q.engine_index()].port());
+    }
+    let qpns: std::collections::HashSet<u32> = qbs.iter().map(Qp::qpn).collect();
+    assert_eq!(qpns.len(), 4);
+    let mut qbs = qbs;
+    drop(qbs.pop()); // the fourth (engine 0 again) is not used below
+    let qas: Vec<Qp> = (0..3).map(|_| ca.create_qp(qp_cfg()).unwrap()).collect();
+
+    let size = 128 * 1024;
+    let iters = 12u64;
+    std::thread::scope(|s| {
+        for (qa, qb) in qas.iter().zip(&qbs) {
+            s.spawn(move || {
+                let w = PatternWrites::new(qa, qb, size, 3, 7 + qb.engine_index() as u64);
+                let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+                let server_addr = listener.local_addr().unwrap();
+                let (a_conn, b_conn) = std::thread::scope(|s2| {
+                    let server = s2.spawn(|| qb.accept(&listener, T).unwrap());
+                    let a = qa.connect_tcp(server_addr, T).unwrap();
+                    (a, server.join().unwrap())
+                });
+                // The client sends to the engine its peer QP lives on.
+                assert_eq!(a_conn.udp, qb.udp_addr());
+                assert_eq!(a_conn.remote.qpn, qb.qpn());
+                assert_eq!(b_conn.remote.qpn, qa.qpn());
+                assert_eq!(write_iters_in(qa, qb, &w, iters), (iters, iters));
+                let (sb, eb) = qb.stats().unwrap();
+                assert_eq!(sb.verify.checked_messages, iters);
+                assert_eq!(sb.verify.checked_bytes, iters * size as u64);
+                assert_eq!(sb.verify.bad_bytes, 0);
+                assert_eq!(sb.conn.received_bytes, iters * size as u64);
+                // Each engine received at least its own QP's data packets.
+                assert!(eb.datapath.rx_datagrams >= iters * 32, "{:?}", eb.datapath);
+            });
+        }
+    });
+}
+
+#[test]
+fn engine_counts_outside_one_to_max_and_ports_past_65535_are_refused() {
+    use mrc_fabric::engine::{EngineError, MAX_ENGINES};
+    for k in [0, MAX_ENGINES + 1] {
+        let e = Context::with_engines(
+            udp_cfg("127.0.0.1:0", 37200..=37209),
+            EngineConfig::default(),
+            k,
+        )
+        .unwrap_err();
+        assert!(
+            matches!(&e, EngineError::Refused(m) if m == &format!("engines: {k} is outside 1..=64")),
+            "{e}"
+        );
+    }
+    let e = Context::with_engines(
+        udp_cfg("127.0.0.1:65534", 37200..=37209),
+        EngineConfig::default(),
+        3,
+    )
+    .unwrap_err();
+    assert!(
+        matches!(&e, EngineError::Refused(m) if m == "engines: ports 65534..=65536 pass 65535"),
+        "{e}"
+    );
+}

@@ -65,7 +65,7 @@ use mrc_transport::{
 use source::SourceDrops;
 use std::collections::{HashMap, HashSet};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -426,8 +426,9 @@ struct Shared {
     udp_addr: SocketAddr,
     /// The datapath's [`Datapath::reorders_bursts`].
     reorders_bursts: bool,
-    /// QPNs in use in this context (each drawn at random, never two alike).
-    qpns: Mutex<HashSet<u32>>,
+    /// QPNs in use in this context, shared by all its engines (each drawn at random,
+    /// never two alike in the context).
+    qpns: Arc<Mutex<HashSet<u32>>>,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -459,57 +460,143 @@ impl Drop for Shared {
     }
 }
 
-/// A device context: one engine thread with its datapath. Clone to share; the thread
-/// stops when the last clone and every [`Qp`] are dropped.
+/// The most engine threads one context runs ([`Context::with_engines`]).
+pub const MAX_ENGINES: usize = 64;
+
+/// A device context: one or more engine threads ([`Context::with_engines`]), each with
+/// its own datapath (its receive socket, its EV sockets and its rings), the QPs spread
+/// over them round-robin. Clone to share; an engine thread stops when the last clone and
+/// every [`Qp`] on it are dropped.
 #[derive(Clone)]
 pub struct Context {
-    shared: Arc<Shared>,
+    /// Engine 0 first; never empty.
+    engines: Arc<[Arc<Shared>]>,
+    /// Round-robin cursor of [`Context::create_qp`].
+    next: Arc<AtomicUsize>,
 }
 
 impl std::fmt::Debug for Context {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Context")
-            .field("udp_addr", &self.shared.udp_addr)
+            .field("udp_addrs", &self.udp_addrs())
             .finish()
     }
 }
 
+/// Spawns one engine thread named `name` with an io_uring datapath built on it from
+/// `udp`, its QPNs drawn from `qpns`.
+fn spawn_uring_engine(
+    udp: UdpConfig,
+    cfg: EngineConfig,
+    name: String,
+    qpns: Arc<Mutex<HashSet<u32>>>,
+) -> Result<Shared, EngineError> {
+    // The datapath is built on the engine thread (it holds raw pointers into itself);
+    // the setup result comes back over a channel.
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    let (cmd_tx, cmd_rx) = crossbeam_channel::unbounded();
+    let sleeping = Arc::new(AtomicBool::new(false));
+    let sl = Arc::clone(&sleeping);
+    let logs = inherited_dispatch();
+    let t = std::thread::Builder::new()
+        .name(name)
+        .spawn(move || {
+            with_dispatch(logs, || match UringDatapath::new(udp) {
+                Ok(dp) => {
+                    let _ = tx.send(Ok((dp.local_addr(), dp.waker(), dp.reorders_bursts())));
+                    run_engine(dp, cfg, cmd_rx, sl);
+                }
+                Err(e) => {
+                    let _ = tx.send(Err(e));
+                }
+            })
+        })
+        .map_err(|e| EngineError::Refused(format!("spawn: {e}")))?;
+    let (udp_addr, waker, reorders_bursts) = rx.recv().map_err(|_| EngineError::Stopped)??;
+    Ok(Shared {
+        cmds: cmd_tx,
+        waker,
+        sleeping,
+        udp_addr,
+        reorders_bursts,
+        qpns,
+        thread: Mutex::new(Some(t)),
+    })
+}
+
 impl Context {
-    /// A context on the io_uring UDP datapath.
+    /// A context with one engine thread on the io_uring UDP datapath
+    /// (`Context::with_engines(udp, cfg, 1)`).
     ///
     /// # Errors
     /// [`EngineError::Datapath`] when the receive socket or the rings cannot be set up.
     pub fn new(udp: UdpConfig, cfg: EngineConfig) -> Result<Context, EngineError> {
-        // The datapath is built on the engine thread (it holds raw pointers into itself);
-        // the setup result comes back over a channel.
-        let (tx, rx) = crossbeam_channel::bounded(1);
-        let (cmd_tx, cmd_rx) = crossbeam_channel::unbounded();
-        let sleeping = Arc::new(AtomicBool::new(false));
-        let sl = Arc::clone(&sleeping);
-        let logs = inherited_dispatch();
-        let t = std::thread::Builder::new()
-            .name("mrc-engine".into())
-            .spawn(move || {
-                with_dispatch(logs, || match UringDatapath::new(udp) {
-                    Ok(dp) => {
-                        let _ = tx.send(Ok((dp.local_addr(), dp.waker(), dp.reorders_bursts())));
-                        run_engine(dp, cfg, cmd_rx, sl);
-                    }
-                    Err(e) => {
-                        let _ = tx.send(Err(e));
-                    }
-                })
-            })
-            .map_err(|e| EngineError::Refused(format!("spawn: {e}")))?;
-        let (udp_addr, waker, reorders) = rx.recv().map_err(|_| EngineError::Stopped)??;
-        Ok(Context::from_parts(
-            cmd_tx, waker, sleeping, udp_addr, reorders, t,
-        ))
+        Context::with_engines(udp, cfg, 1)
+    }
+
+    /// A context with `engines` engine threads (`mrc-engine-0`, `mrc-engine-1`, ...), each
+    /// with its own io_uring UDP datapath: its own receive socket, EV sockets and rings,
+    /// so that `engines` cores move packets at once. [`Context::create_qp`] puts QPs on
+    /// the engines round-robin; a QP lives on its engine (and its [`QpInfo::udp_port`] is
+    /// that engine's receive port) until dropped. Engine `i` binds `udp.bind`'s IP at
+    /// port `udp.bind.port() + i`, or at a port the kernel chooses when that port is 0.
+    /// The EV ports come from `udp.ports` for all engines alike.
+    ///
+    /// # Errors
+    /// [`EngineError::Refused`] for `engines` outside `1..=`[`MAX_ENGINES`] or a port range
+    /// past 65535; [`EngineError::Datapath`] when an engine's socket or rings cannot be
+    /// set up (the engines already started are stopped again).
+    pub fn with_engines(
+        udp: UdpConfig,
+        cfg: EngineConfig,
+        engines: usize,
+    ) -> Result<Context, EngineError> {
+        if !(1..=MAX_ENGINES).contains(&engines) {
+            return Err(EngineError::Refused(format!(
+                "engines: {engines} is outside 1..={MAX_ENGINES}"
+            )));
+        }
+        let base = udp.bind.port();
+        if base != 0 && usize::from(base) + engines - 1 > usize::from(u16::MAX) {
+            return Err(EngineError::Refused(format!(
+                "engines: ports {base}..={} pass 65535",
+                usize::from(base) + engines - 1
+            )));
+        }
+        let qpns = Arc::new(Mutex::new(HashSet::new()));
+        let mut started = Vec::with_capacity(engines);
+        for i in 0..engines {
+            let mut u = udp.clone();
+            if base != 0 {
+                // Checked above: base + i <= 65535.
+                u.bind.set_port(base + i as u16);
+            }
+            let name = if engines == 1 {
+                "mrc-engine".to_string()
+            } else {
+                format!("mrc-engine-{i}")
+            };
+            started.push(Arc::new(spawn_uring_engine(
+                u,
+                cfg.clone(),
+                name,
+                Arc::clone(&qpns),
+            )?));
+        }
+        Ok(Context {
+            engines: started.into(),
+            next: Arc::new(AtomicUsize::new(0)),
+        })
+    }
+
+    /// Engine 0: the one every QP of a one-engine context lives on.
+    fn first(&self) -> &Arc<Shared> {
+        &self.engines[0]
     }
 
     /// A random QPN (nonzero, 24 bits) not in use in this context, now marked in use.
     fn alloc_qpn(&self) -> Result<u32, EngineError> {
-        let mut used = self.shared.qpns.lock().map_err(|_| EngineError::Stopped)?;
+        let mut used = self.first().qpns.lock().map_err(|_| EngineError::Stopped)?;
         // 2^24 - 1 values: a free one is found in a few draws unless millions are in use.
         for _ in 0..64 {
             let q = (source::random_u64().map_err(EngineError::Refused)? & 0xFF_FFFF) as u32;
@@ -521,7 +608,7 @@ impl Context {
     }
 
     fn free_qpn(&self, qpn: u32) {
-        if let Ok(mut used) = self.shared.qpns.lock() {
+        if let Ok(mut used) = self.first().qpns.lock() {
             used.remove(&qpn);
         }
     }
@@ -547,22 +634,35 @@ impl Context {
         reorders_bursts: bool,
         t: JoinHandle<()>,
     ) -> Context {
+        let shared = Arc::new(Shared {
+            cmds,
+            waker,
+            sleeping,
+            udp_addr,
+            reorders_bursts,
+            qpns: Arc::new(Mutex::new(HashSet::new())),
+            thread: Mutex::new(Some(t)),
+        });
         Context {
-            shared: Arc::new(Shared {
-                cmds,
-                waker,
-                sleeping,
-                udp_addr,
-                reorders_bursts,
-                qpns: Mutex::new(HashSet::new()),
-                thread: Mutex::new(Some(t)),
-            }),
+            engines: vec![shared].into(),
+            next: Arc::new(AtomicUsize::new(0)),
         }
     }
 
-    /// Address of the receive socket.
+    /// Address of engine 0's receive socket (the only one of a one-engine context).
     pub fn udp_addr(&self) -> SocketAddr {
-        self.shared.udp_addr
+        self.first().udp_addr
+    }
+
+    /// The receive socket addresses of the engines, engine 0 first
+    /// ([`Context::with_engines`]).
+    pub fn udp_addrs(&self) -> Vec<SocketAddr> {
+        self.engines.iter().map(|e| e.udp_addr).collect()
+    }
+
+    /// The number of engine threads (1 unless built by [`Context::with_engines`]).
+    pub fn engines(&self) -> usize {
+        self.engines.len()
     }
 
     /// Creates a QP in state `Init` (regions may be registered and receives posted).
@@ -574,7 +674,11 @@ impl Context {
     /// # Errors
     /// [`EngineError::Refused`] for a configuration the transport or the controller
     /// rejects; [`EngineError::Stopped`].
+    /// With several engines ([`Context::with_engines`]) the QP goes to the next engine
+    /// round-robin ([`Qp::engine_index`]).
     pub fn create_qp(&self, cfg: QpConfig) -> Result<Qp, EngineError> {
+        let engine_index = self.next.fetch_add(1, Ordering::Relaxed) % self.engines.len();
+        let engine = &self.engines[engine_index];
         let qpn = self.alloc_qpn()?;
         let (send_tx, send_rx) = crossbeam_channel::unbounded();
         let (recv_tx, recv_rx) = crossbeam_channel::unbounded();
@@ -582,14 +686,17 @@ impl Context {
             send: send_tx,
             recv: recv_tx,
         };
-        let (conn_cfg, entry) = new_qp_entry(&cfg, qpn, self.shared.reorders_bursts, cq)
+        let (conn_cfg, entry) = new_qp_entry(&cfg, qpn, engine.reorders_bursts, cq)
             .inspect_err(|_| self.free_qpn(qpn))?;
-        self.shared.send(Cmd::CreateQp {
-            qpn,
-            entry: Box::new(entry),
-        })?;
+        engine
+            .send(Cmd::CreateQp {
+                qpn,
+                entry: Box::new(entry),
+            })
+            .inspect_err(|_| self.free_qpn(qpn))?;
         Ok(Qp {
-            shared: Arc::clone(&self.shared),
+            shared: Arc::clone(engine),
+            engine_index,
             qpn,
             cfg: conn_cfg,
             send_cq: send_rx,
@@ -786,7 +893,10 @@ fn run_engine<D: Datapath>(
 
 /// A queue pair: one reliable multipath connection, its regions and its two CQs.
 pub struct Qp {
+    /// The engine this QP lives on.
     shared: Arc<Shared>,
+    /// Its index in the context ([`Qp::engine_index`]).
+    engine_index: usize,
     qpn: u32,
     cfg: ConnConfig,
     send_cq: Receiver<Completion>,
@@ -867,6 +977,17 @@ impl Qp {
     /// The transport configuration in force (with the chosen QPN, PSN, generation).
     pub fn config(&self) -> &ConnConfig {
         &self.cfg
+    }
+
+    /// Which of its context's engines this QP lives on: 0 in a one-engine context, else
+    /// its place in [`Context::create_qp`]'s round-robin ([`Context::udp_addrs`] order).
+    pub fn engine_index(&self) -> usize {
+        self.engine_index
+    }
+
+    /// The receive socket address of this QP's engine (the peer sends here).
+    pub fn udp_addr(&self) -> SocketAddr {
+        self.shared.udp_addr
     }
 
     /// Registers a zero-filled region of `len` bytes owned by the engine (the transport's
