@@ -1788,6 +1788,81 @@ fn qps_run_in_parallel_and_sum() {
     fails_with(&["server", "-q", "2"], "-q/--qps is the client's to choose");
 }
 
+/// `loopback -q 4 --engines 2`: the four QPs of each end share one context of two engine
+/// threads (two QPs on each); every message arrives once and verified, the datapath
+/// counters of a shared engine count once, and bad `--engines` values are refused by name.
+#[test]
+fn engines_share_one_context_per_end() {
+    let v = json(&[
+        "loopback",
+        "-q",
+        "4",
+        "--engines",
+        "2",
+        "-n",
+        "30",
+        "--paths",
+        "4",
+        "-s",
+        "16384",
+        "--verify",
+        "--json",
+    ]);
+    assert_eq!(v["iterations"], 120);
+    assert_eq!(v["total_bytes"], 120 * 16384);
+    assert_eq!(v["receiver"]["completions"], 120);
+    assert_eq!(v["receiver"]["verified_messages"], 120);
+    assert_eq!(v["receiver"]["verified_bytes"], 120 * 16384);
+    assert_eq!(v["receiver"]["bad_bytes"], 0);
+    assert_eq!(v["evs"].as_array().unwrap().len(), 16);
+    assert!(
+        v["mode"]
+            .as_str()
+            .unwrap()
+            .ends_with(", 4 QPs, 2 engines per end"),
+        "{}",
+        v["mode"]
+    );
+    // 30 messages of 4 packets on each QP, at least once each. The client end sends data
+    // only, so its two engines' datagrams are the QPs' packets: each engine's counters
+    // counted once, not once per QP on it (that would double them).
+    let sent = v["sent_packets"].as_u64().unwrap();
+    assert_eq!(sent, 480 + v["retransmitted_packets"].as_u64().unwrap());
+    assert_eq!(v["datapath"]["tx_datagrams"].as_u64().unwrap(), sent);
+    fails_with(
+        &["loopback", "-q", "2", "--engines", "3"],
+        "--engines must be in 1..=2 (-q 2: more engines than QPs would idle), got 3",
+    );
+    fails_with(
+        &["loopback", "--engines", "0"],
+        "--engines must be in 1..=1 (-q 1: more engines than QPs would idle), got 0",
+    );
+    fails_with(
+        &[
+            "loopback",
+            "-q",
+            "2",
+            "--engines",
+            "2",
+            "--progress",
+            "caller",
+        ],
+        "--engines needs --progress thread (engine threads move the packets)",
+    );
+    fails_with(
+        &["loopback", "-q", "2", "--engines", "2", "--cpu", "0"],
+        "--cpu pins one engine thread; with --engines the engines run on any CPU",
+    );
+    fails_with(
+        &["client", "127.0.0.1", "--engines", "2"],
+        "--engines is for loopback (a client or a server runs one QP)",
+    );
+    fails_with(
+        &["server", "--engines", "2"],
+        "--engines is for loopback (a client or a server runs one QP)",
+    );
+}
+
 /// `client -a` against a one-shot server: the first size runs, the second finds no
 /// server; the report of the size that ran is still printed on stdout, and the error says
 /// why and what to do.

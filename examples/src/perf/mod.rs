@@ -44,6 +44,9 @@ impl From<&str> for CliError {
 /// Any failure, with the report it still has ([`CliError`]).
 pub fn run_cli(cli: Cli) -> Result<String, CliError> {
     let p = cli.test.params()?;
+    if cli.test.engines.is_some() && !matches!(cli.cmd, Command::Loopback { .. }) {
+        return Err("--engines is for loopback (a client or a server runs one QP)".into());
+    }
     let timeout = Duration::from_secs_f64(cli.test.timeout);
     let progress = Some(report::ProgressOpts {
         unit: report::BwUnit::from_report_gbits(cli.test.report_gbits),
@@ -78,6 +81,7 @@ pub fn run_cli(cli: Cli) -> Result<String, CliError> {
             zerocopy: cli.test.udp_zerocopy,
             coop_taskrun: cli.test.udp_coop_taskrun,
         },
+        context: None,
     };
     let psk = cli
         .test
@@ -94,6 +98,8 @@ pub fn run_cli(cli: Cli) -> Result<String, CliError> {
         port: cli.test.port,
         gbits: cli.test.report_gbits,
         json: cli.test.json,
+        engines: cli.test.engines,
+        server_context: None,
     };
     let (gbits, json) = (env.gbits, env.json);
     match &cli.cmd {
@@ -227,6 +233,10 @@ struct RunEnv<'a> {
     /// `--report-gbits` and `--json`: the form of a failed test's partial report.
     gbits: bool,
     json: bool,
+    /// `--engines`.
+    engines: Option<u32>,
+    /// The context the loopback's server end creates its QP in (`--engines`).
+    server_context: Option<&'a run::SharedContext>,
 }
 
 impl RunEnv<'_> {
@@ -247,8 +257,9 @@ impl RunEnv<'_> {
 pub const MAX_QPS: u32 = 16;
 
 /// `qps` tests of `loopback` in parallel (`-q`), each its own QP with its own engine
-/// thread and both ends; the results summed by [`run::EndResult::sum`]. Only QP 0
-/// prints the progress line. One QP: [`run_one`].
+/// thread and both ends (with `--engines K`: the QPs of each end in one context of K
+/// engine threads); the results summed by [`run::EndResult::sum`]. Only QP 0 prints
+/// the progress line. One QP: [`run_one`].
 fn run_qps(
     cmd: &Command,
     p: &opts::TestParams,
@@ -257,6 +268,17 @@ fn run_qps(
 ) -> Result<(run::EndResult, String), CliError> {
     if qps == 0 || qps > MAX_QPS {
         return Err(format!("-q/--qps must be in 1..={MAX_QPS}, got {qps}").into());
+    }
+    if let Some(k) = env.engines {
+        let (local, server_context, mode) = engine_contexts(cmd, p, env, qps, k)?;
+        let env_k = RunEnv {
+            local: &local,
+            engines: None,
+            server_context: Some(&server_context),
+            ..*env
+        };
+        let (r, m) = run_qps(cmd, p, &env_k, qps)?;
+        return Ok((r, format!("{m}, {mode}")));
     }
     if qps == 1 {
         return run_one(cmd, p, env);
@@ -304,6 +326,56 @@ fn run_qps(
     Ok((run::EndResult::sum(all), format!("{mode}, {qps} QPs")))
 }
 
+/// `--engines k` with `-q qps`: the loopback client end's options with a context of `k`
+/// engine threads, the server end's context of `k`, and the mode line's words for them.
+///
+/// # Errors
+/// `k` outside 1..=`qps`, a command other than `loopback`, verbs, `--progress caller`,
+/// `--cpu`, or an engine that cannot start.
+fn engine_contexts(
+    cmd: &Command,
+    p: &opts::TestParams,
+    env: &RunEnv<'_>,
+    qps: u32,
+    k: u32,
+) -> Result<(run::LocalOpts, run::SharedContext, String), CliError> {
+    let Command::Loopback { ipv6 } = cmd else {
+        return Err("--engines is for loopback (a client or a server runs one QP)".into());
+    };
+    if k == 0 || k > qps {
+        return Err(format!(
+            "--engines must be in 1..={qps} (-q {qps}: more engines than QPs would idle), got {k}"
+        )
+        .into());
+    }
+    if !matches!(env.local.fabric, run::LocalFabric::Udp) {
+        return Err("--engines runs the UDP datapath only (--fabric udp)".into());
+    }
+    if p.progress != opts::ProgressMode::Thread {
+        return Err("--engines needs --progress thread (engine threads move the packets)".into());
+    }
+    if env.local.engine_cpu.is_some() {
+        return Err(
+            "--cpu pins one engine thread; with --engines the engines run on any CPU".into(),
+        );
+    }
+    let ip: IpAddr = if *ipv6 {
+        Ipv6Addr::LOCALHOST.into()
+    } else {
+        Ipv4Addr::LOCALHOST.into()
+    };
+    let k = k as usize;
+    let client = run::shared_context(p, SocketAddr::new(ip, 0), env.local, k)?;
+    let server_bind = SocketAddr::new(ip, env.udp_port.unwrap_or(0));
+    let server = run::shared_context(p, server_bind, env.local, k)?;
+    let local = run::LocalOpts {
+        context: Some(client),
+        ..env.local.clone()
+    };
+    let plural = if k == 1 { "" } else { "s" };
+    Ok((local, server, format!("{k} engine{plural} per end")))
+}
+
 /// One test of `loopback` or `client` with the parameters `p`: the results and the
 /// report's mode line.
 fn run_one(
@@ -330,6 +402,7 @@ fn run_one(
             // the loopback's server end: the same datapath and marking, any CPU
             let server_local = run::LocalOpts {
                 engine_cpu: None,
+                context: env.server_context.cloned(),
                 ..env.local.clone()
             };
             let server_psk = env.psk.map(<[u8]>::to_vec);

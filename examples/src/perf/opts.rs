@@ -229,7 +229,8 @@ pub struct TestOpts {
     #[arg(long = "test", value_enum, default_value_t = TestKind::Bw, global = true)]
     pub test: TestKind,
     /// Queue pairs (perftest's `-q`): this many QPs in parallel, each a connection of its
-    /// own with its own engine thread and `--paths` EVs, each running the whole test
+    /// own with its own engine thread (or sharing `--engines`) and `--paths` EVs, each
+    /// running the whole test
     /// (`-n` messages each, or `-D`); the report sums them. `loopback` only: a server
     /// serves one client at a time. In 1..=16.
     #[arg(
@@ -240,6 +241,12 @@ pub struct TestOpts {
         global = true
     )]
     pub qps: u32,
+    /// Engine threads of each end of `loopback` (UDP, `--progress thread`): the `-q` QPs
+    /// of an end share one context of this many engine threads, the QPs spread over them
+    /// round-robin, each engine with its own receive socket and rings. Unset: each QP
+    /// has a context and an engine thread of its own. In 1..=Q (`-q`).
+    #[arg(long = "engines", value_name = "K", global = true)]
+    pub engines: Option<u32>,
     /// Both sides send at once (bw). `-b` as in perftest.
     #[arg(short = 'b', long, global = true)]
     pub bidirectional: bool,

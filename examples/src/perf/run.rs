@@ -19,8 +19,8 @@ use mrc_transport::{Access, ConnConfig, PostError, Sge};
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// A message on the bootstrap stream after the QpInfo exchange (one JSON object a line).
@@ -204,6 +204,40 @@ pub struct LocalOpts {
     /// The UDP datapath's optional mechanics (`--udp-multishot`, `--udp-zerocopy`,
     /// `--udp-coop-taskrun`).
     pub udp: UdpMechanics,
+    /// A context this end's QP is created in instead of a context of its own
+    /// (`loopback --engines K`: the `-q` QPs of one end share one context of K engine
+    /// threads); UDP with `--progress thread` only.
+    pub context: Option<SharedContext>,
+}
+
+/// A [`Context`] several ends share ([`LocalOpts::context`]); two are equal when they are
+/// the same context.
+#[derive(Clone, Debug)]
+pub struct SharedContext(pub Arc<Context>);
+
+impl PartialEq for SharedContext {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for SharedContext {}
+
+/// A UDP context of `engines` engine threads for ends running the test `p` with `local`'s
+/// datapath options, receive sockets bound at `udp_bind` (its port and the next
+/// `engines - 1`, or kernel-chosen ports for port 0): [`Context::with_engines`].
+///
+/// # Errors
+/// The engine's setup error, as text.
+pub fn shared_context(
+    p: &TestParams,
+    udp_bind: SocketAddr,
+    local: &LocalOpts,
+    engines: usize,
+) -> Result<SharedContext, String> {
+    let ctx = Context::with_engines(udp_config(p, udp_bind, local), engine_config(p), engines)
+        .map_err(|e| format!("cannot open {engines} UDP engines on {udp_bind}: {e}"))?;
+    Ok(SharedContext(Arc::new(ctx)))
 }
 
 /// The optional mechanics of the io_uring UDP datapath an end uses (each off unless
@@ -373,6 +407,14 @@ impl Side {
                 Some((worker.lock().unwrap_or_else(|e| e.into_inner()), *qpn))
             }
             Endpoint::Thread { .. } => None,
+        }
+    }
+
+    /// The receive address of the engine this end's QP lives on (`--progress thread`).
+    pub fn engine_addr(&self) -> Option<SocketAddr> {
+        match &self.ep {
+            Endpoint::Thread { qp, .. } => Some(qp.udp_addr()),
+            Endpoint::Caller { .. } => None,
         }
     }
 
@@ -568,18 +610,33 @@ fn rx_slots(p: &TestParams) -> usize {
     }
 }
 
-/// Builds one end: UDP bound to `udp_bind`, or verbs on the device of `local`.
-///
-/// # Errors
-/// The engine's setup error, as text.
-pub fn make_side(p: &TestParams, udp_bind: SocketAddr, local: &LocalOpts) -> Result<Side, String> {
-    let ecfg = EngineConfig {
+/// The engine tuning of an end running `p`.
+fn engine_config(p: &TestParams) -> EngineConfig {
+    EngineConfig {
         // headers (56) and an authentication trailer (24)
         slot_bytes: p.mtu as usize + 96,
         tx_batch: 256,
         spin_ns: p.spin_us.saturating_mul(1000),
         ..EngineConfig::default()
-    };
+    }
+}
+
+/// The UDP datapath of an end running `p` with `local`'s options, bound at `udp_bind`.
+fn udp_config(p: &TestParams, udp_bind: SocketAddr, local: &LocalOpts) -> UdpConfig {
+    local.udp.apply(UdpConfig {
+        traffic_class: local.traffic_class,
+        rx_slots: rx_slots(p),
+        ..UdpConfig::bind(udp_bind)
+    })
+}
+
+/// Builds one end: UDP bound to `udp_bind`, or verbs on the device of `local`; in
+/// `local.context` when one is given (then `udp_bind` is the context's already).
+///
+/// # Errors
+/// The engine's setup error, as text.
+pub fn make_side(p: &TestParams, udp_bind: SocketAddr, local: &LocalOpts) -> Result<Side, String> {
+    let ecfg = engine_config(p);
     let region = usize::try_from(p.region_size).map_err(|_| "region too large".to_string())?;
     let src_mem = SharedMem::new(region);
     let dst_mem = SharedMem::new(region);
@@ -589,12 +646,11 @@ pub fn make_side(p: &TestParams, udp_bind: SocketAddr, local: &LocalOpts) -> Res
         Access::LOCAL_WRITE | Access::REMOTE_WRITE,
     );
     let (ep, src, dst, verbs) = match (&local.fabric, p.progress) {
+        (_, ProgressMode::Caller) if local.context.is_some() => {
+            return Err("--engines needs --progress thread".into());
+        }
         (LocalFabric::Udp, ProgressMode::Caller) => {
-            let ucfg = local.udp.apply(UdpConfig {
-                traffic_class: local.traffic_class,
-                rx_slots: rx_slots(p),
-                ..UdpConfig::bind(udp_bind)
-            });
+            let ucfg = udp_config(p, udp_bind, local);
             let open = |e| format!("cannot open UDP datapath on {udp_bind}: {e}");
             let dp: Box<dyn Datapath + Send> = match p.udp_io {
                 UdpIo::Uring => Box::new(UringDatapath::new(ucfg).map_err(open)?),
@@ -630,12 +686,15 @@ pub fn make_side(p: &TestParams, udp_bind: SocketAddr, local: &LocalOpts) -> Res
         }
         (fabric, ProgressMode::Thread) => {
             let (ctx, verbs) = match fabric {
+                LocalFabric::Udp if local.context.is_some() => {
+                    let shared = local.context.as_ref().map(|c| Context::clone(&c.0));
+                    (shared.ok_or("no context")?, None)
+                }
+                LocalFabric::Verbs(_) if local.context.is_some() => {
+                    return Err("--engines runs the UDP datapath only".into());
+                }
                 LocalFabric::Udp => {
-                    let ucfg = local.udp.apply(UdpConfig {
-                        traffic_class: local.traffic_class,
-                        rx_slots: rx_slots(p),
-                        ..UdpConfig::bind(udp_bind)
-                    });
+                    let ucfg = udp_config(p, udp_bind, local);
                     let ctx = with_cpu(local.engine_cpu, || Context::new(ucfg, ecfg))?
                         .map_err(|e| format!("cannot open UDP datapath on {udp_bind}: {e}"))?;
                     (ctx, None)
@@ -1157,6 +1216,9 @@ pub struct EndResult {
     pub cpu_s: f64,
     /// This side's engine counters (datapath calls, errors, sleeps).
     pub engine: mrc_fabric::engine::EngineStats,
+    /// The receive address of the engine behind [`EndResult::engine`] (`--progress
+    /// thread`): [`EndResult::sum`] counts an engine shared by several QPs once.
+    pub engine_addr: Option<SocketAddr>,
     /// Why the test failed, when this is what a failed test measured before it failed
     /// ([`RunError::partial`]); `None` for a test that ran to its end.
     pub failure: Option<String>,
@@ -1219,6 +1281,9 @@ impl EndResult {
     pub fn sum(all: Vec<EndResult>) -> EndResult {
         let mut out = EndResult::default();
         let mut send: Option<SendResult> = None;
+        // An engine several QPs share reports its counters to each: the latest (largest)
+        // snapshot counts, once.
+        let mut engines: Vec<(SocketAddr, mrc_fabric::engine::EngineStats)> = Vec::new();
         for r in all {
             if let Some(s) = r.send {
                 let t = send.get_or_insert_with(SendResult::default);
@@ -1259,18 +1324,37 @@ impl EndResult {
             c.spurious += o.spurious;
             c.tail_loss_probes += o.tail_loss_probes;
             out.cpu_s = out.cpu_s.max(r.cpu_s);
-            let (e, o) = (&mut out.engine, &r.engine);
-            e.sleeps += o.sleeps;
-            e.datapath.tx_datagrams += o.datapath.tx_datagrams;
-            e.datapath.tx_calls += o.datapath.tx_calls;
-            e.datapath.tx_errors += o.datapath.tx_errors;
-            e.datapath.rx_datagrams += o.datapath.rx_datagrams;
-            e.datapath.rx_calls += o.datapath.rx_calls;
-            e.datapath.rx_errors += o.datapath.rx_errors;
+            if let Some(addr) = r.engine_addr {
+                match engines.iter_mut().find(|(a, _)| *a == addr) {
+                    Some((_, seen))
+                        if seen.datapath.tx_datagrams < r.engine.datapath.tx_datagrams =>
+                    {
+                        *seen = r.engine.clone();
+                    }
+                    Some(_) => {}
+                    None => engines.push((addr, r.engine.clone())),
+                }
+            } else {
+                add_engine_stats(&mut out.engine, &r.engine);
+            }
+        }
+        for (_, e) in &engines {
+            add_engine_stats(&mut out.engine, e);
         }
         out.send = send;
         out
     }
+}
+
+/// Adds engine `o`'s counters to `e`.
+fn add_engine_stats(e: &mut mrc_fabric::engine::EngineStats, o: &mrc_fabric::engine::EngineStats) {
+    e.sleeps += o.sleeps;
+    e.datapath.tx_datagrams += o.datapath.tx_datagrams;
+    e.datapath.tx_calls += o.datapath.tx_calls;
+    e.datapath.tx_errors += o.datapath.tx_errors;
+    e.datapath.rx_datagrams += o.datapath.rx_datagrams;
+    e.datapath.rx_calls += o.datapath.rx_calls;
+    e.datapath.rx_errors += o.datapath.rx_errors;
 }
 
 /// Runs one end of the test on a connected side. `active`: the client (sender in bw,
@@ -1441,6 +1525,7 @@ fn local_result(
         conn: qs.conn,
         cpu_s,
         engine,
+        engine_addr: side.engine_addr(),
         failure: None,
     })
 }
