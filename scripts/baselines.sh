@@ -295,8 +295,9 @@ else
 fi
 if [ -n "$ENGINES" ]; then
   echo "baselines.sh: scripts/engines_curve.sh $RUNS $DUR (ENGINES=\"$ENGINES\")" >&2
-  MRC_PERF=$P ENGINES=$ENGINES scripts/engines_curve.sh "$RUNS" "$DUR" >"$T/engines" 2>"$T/engines.err" \
-    || { echo "baselines.sh: scripts/engines_curve.sh failed:" >&2; cat "$T/engines.err" >&2; exit 1; }
+  # its progress lines and errors go to stderr as they come
+  MRC_PERF=$P ENGINES=$ENGINES scripts/engines_curve.sh "$RUNS" "$DUR" >"$T/engines" \
+    || { echo "baselines.sh: scripts/engines_curve.sh failed (its message above)" >&2; exit 1; }
   # its table, then its JSON object on the last line
   sed '$d' "$T/engines"
   extra=$(jq -c --argjson e "$(tail -1 "$T/engines")" '. + {engines_curve: $e}' <<<"$extra")

@@ -44,6 +44,7 @@ fn run(fake: &Path, args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String
         "MRC_SIM",
         "MRC_SIM_BEFORE",
         "ENGINES",
+        "BURST",
         "ALL",
         "MRC_PERF_BEFORE",
         "JSON_OUT",
@@ -324,4 +325,79 @@ echo '{{"rows": [{{"label": "event heap only", "values": [["hops_per_s", 1]]}}, 
     let j: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
     assert_eq!(j["extra"]["sim_speed_raw_hops_per_s_before"], 5_000_000);
     assert_eq!(j["extra"]["sim_speed_raw_hops_per_s"], 11_000_000);
+}
+
+/// `ENGINES="1 2"`: scripts/engines_curve.sh runs `-q K --engines K` and `-q K --engines
+/// 1` interleaved, and the table and JSON hold their medians and the median of the
+/// per-run ratios.
+#[test]
+fn engines_curve_rows_are_medians_of_interleaved_runs() {
+    let d = dir("engines");
+    let fake = stand_in(
+        &d,
+        r#"#!/bin/sh
+# n-th call of one command line: the n-th of its values
+next() { f="$0.$1"; n=$(( $(cat "$f" 2>/dev/null || echo 0) + 1 )); echo $n >"$f"; echo "$2" | cut -d' ' -f$n; }
+case "$*" in
+  "loopback -s 1048576"*) echo '{"bw_avg_gbps": 10, "cpu_s_per_gb": 0.8, "receiver": {"bad_bytes": 0}}' ;;
+  "baseline -s"*) echo '{"baselines": [{"name": "raw UDP", "gbps": 20, "cpu_s_per_gb": 0.7}, {"name": "kernel TCP", "gbps": 20, "cpu_s_per_gb": 0.4}]}' ;;
+  "loopback -q 1 --engines 1 --verify --burst-size 16 -D 1 --json")
+    echo '{"bw_avg_gbps": '$(next k1 "7 8 9")', "cpu_s_per_gb": 1.5, "receiver": {"bad_bytes": 0}}' ;;
+  "loopback -q 2 --engines 2 --verify --burst-size 16 -D 1 --json")
+    echo '{"bw_avg_gbps": '$(next k2 "18 22 20")', "cpu_s_per_gb": 1.25, "receiver": {"bad_bytes": 0}}' ;;
+  "loopback -q 2 --engines 1 --verify --burst-size 16 -D 1 --json")
+    echo '{"bw_avg_gbps": '$(next k2e1 "9 10 11")', "cpu_s_per_gb": 1.5, "receiver": {"bad_bytes": 0}}' ;;
+  *) echo "unexpected: $*" >&2; exit 9 ;;
+esac
+"#,
+    );
+    let (code, stdout, stderr) = run(
+        &fake,
+        &["3", "1"],
+        &[("BURSTS", "16"), ("LAT", "0"), ("ENGINES", "1 2")],
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    let progress: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("engines_curve.sh: run"))
+        .collect();
+    assert_eq!(
+        progress,
+        [
+            "engines_curve.sh: run 1, -q 1 --engines 1: 7 Gb/s",
+            "engines_curve.sh: run 1, -q 2 --engines 2: 18 Gb/s",
+            "engines_curve.sh: run 1, -q 2 --engines 1: 9 Gb/s",
+            "engines_curve.sh: run 2, -q 1 --engines 1: 8 Gb/s",
+            "engines_curve.sh: run 2, -q 2 --engines 2: 22 Gb/s",
+            "engines_curve.sh: run 2, -q 2 --engines 1: 10 Gb/s",
+            "engines_curve.sh: run 3, -q 1 --engines 1: 9 Gb/s",
+            "engines_curve.sh: run 3, -q 2 --engines 2: 20 Gb/s",
+            "engines_curve.sh: run 3, -q 2 --engines 1: 11 Gb/s",
+        ]
+    );
+    // per-run ratios 18/9 = 2.00, 22/10 = 2.20, 20/11 = 1.82: median 2.00
+    let rows: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("1 ") || l.starts_with("2 "))
+        .map(str::trim_end)
+        .collect();
+    assert_eq!(rows.len(), 2, "{stdout}");
+    let words = |l: &str| l.split_whitespace().map(str::to_string).collect::<Vec<_>>();
+    assert_eq!(words(rows[0]), ["1", "8.00", "8.00", "1.00", "1.500"]);
+    assert_eq!(words(rows[1]), ["2", "20.00", "10.00", "2.00", "1.250"]);
+    let j: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    let curve = &j["extra"]["engines_curve"];
+    assert_eq!(curve["burst"], 16);
+    assert_eq!(curve["rows"][1]["engines"], 2);
+    assert_eq!(curve["rows"][1]["gbps"], 20);
+    assert_eq!(curve["rows"][1]["gbps_one_engine"], 10);
+    assert_eq!(curve["rows"][1]["ratio"], 2.0);
+    assert_eq!(curve["per_run"].as_array().unwrap().len(), 9);
+    // bad ENGINES values are refused by name
+    let (code, _, stderr) = run(&fake, &["1", "1"], &[("ENGINES", "1 x")]);
+    assert_eq!(code, Some(1));
+    assert!(
+        stderr.contains("baselines.sh: ENGINES must hold positive integers, got 'x'"),
+        "{stderr}"
+    );
 }

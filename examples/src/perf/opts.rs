@@ -230,9 +230,8 @@ pub struct TestOpts {
     pub test: TestKind,
     /// Queue pairs (perftest's `-q`): this many QPs in parallel, each a connection of its
     /// own with its own engine thread (or sharing `--engines`) and `--paths` EVs, each
-    /// running the whole test
-    /// (`-n` messages each, or `-D`); the report sums them. `loopback` only: a server
-    /// serves one client at a time. In 1..=16.
+    /// running the whole test (`-n` messages each, or `-D`); the report sums them.
+    /// `loopback` only: a server serves one client at a time. In 1..=16.
     #[arg(
         short = 'q',
         long = "qps",
