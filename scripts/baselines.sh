@@ -37,6 +37,10 @@
 # handed out), so runs beside other benchmarks and tests do not collide.
 # Any failure prints a message (with mrc-perf's stderr) and exits 1.
 set -euo pipefail
+if [ "${1:-}" = -h ] || [ "${1:-}" = --help ]; then
+  sed -n '2,38p' "$0" | sed 's/^# \{0,1\}//'
+  exit 0
+fi
 usage="usage: scripts/baselines.sh [RUNS] [DURATION_S] (RUNS a positive integer, DURATION_S positive seconds; defaults 3 3)"
 RUNS=${1:-3}
 DUR=${2:-3}

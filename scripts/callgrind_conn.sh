@@ -4,6 +4,10 @@
 # and prints (Ir(2N) - Ir(N)) / (256 N), which removes setup. Needs valgrind.
 # Usage: scripts/callgrind_conn.sh [N]   (default 20; CARGO_TARGET_DIR honoured)
 set -euo pipefail
+if [ "${1:-}" = -h ] || [ "${1:-}" = --help ]; then
+  sed -n '2,5p' "$0" | sed 's/^# \{0,1\}//'
+  exit 0
+fi
 n=${1:-20}
 [[ $n =~ ^[1-9][0-9]*$ ]] || { echo "usage: scripts/callgrind_conn.sh [N] (N a positive integer, got '$n')" >&2; exit 2; }
 target=${CARGO_TARGET_DIR:-target}

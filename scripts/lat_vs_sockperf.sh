@@ -13,6 +13,10 @@
 # SOCKPERF_PORT (default 19311) is the sockperf server's UDP port on 127.0.0.1.
 # Needs sockperf and jq. Any failure prints a message and exits 1.
 set -euo pipefail
+if [ "${1:-}" = -h ] || [ "${1:-}" = --help ]; then
+  sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
+  exit 0
+fi
 RUNS=${1:-3}
 DUR=${2:-3}
 PORT=${SOCKPERF_PORT:-19311}

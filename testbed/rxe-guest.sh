@@ -252,16 +252,16 @@ role_single() {
   ocp_check ocp-mrc-check 18640
   ocp_ctl_check ocp-mrc-ctl-check
   V="--fabric verbs -d $DEV -x 1"
-  perf_bw verbs-loopback-bw 200 65536 loopback $V --mtu 4040 -p 18601
-  perf_bw verbs-loopback-bw-mtu968 20 65536 loopback $V --mtu 968 -p 18602
-  perf_lat verbs-loopback-lat 50 loopback $V --mtu 4040 -p 18603
+  perf_bw verbs-loopback-bw 200 65536 loopback $V --mtu 4040
+  perf_bw verbs-loopback-bw-mtu968 20 65536 loopback $V --mtu 968
+  perf_lat verbs-loopback-lat 50 loopback $V --mtu 4040
   single_caller
   server_client verbs-client-server-bw 100 65536 $V --bind 127.0.0.1 -p 18604 -- \
     127.0.0.1 $V --mtu 4040 -p 18604
   server_client verbs-client-server-lat 50 lat $V --bind 127.0.0.1 -p 18605 -- \
     127.0.0.1 $V --mtu 4040 -p 18605
   # The table's banner names the datapath.
-  $PERF loopback $V --mtu 4040 -n 4 -p 18610 >$W/banner.out 2>&1
+  $PERF loopback $V --mtu 4040 -n 4 >$W/banner.out 2>&1
   rc=$?
   b=$(grep -m1 'RDMA_Write BW Test' $W/banner.out | sed 's/^ *//')
   if [ $rc -eq 0 ] && [ "$b" = "RDMA_Write BW Test: mrc over RDMA UD verbs, loopback 127.0.0.1" ]; then
@@ -272,24 +272,24 @@ role_single() {
   # The error paths, each with its exact message and exit code 1.
   expect_err err-wrong-device 1 \
     'mrc-perf: error: --fabric verbs: RDMA device "mrc_no_such_dev9" not found among \["rxe0"\]' \
-    loopback --fabric verbs -d mrc_no_such_dev9 -n 4 -p 18606
+    loopback --fabric verbs -d mrc_no_such_dev9 -n 4
   # Checked when the device is opened, before any connection: every role says the same.
   gid_err="mrc-perf: error: --fabric verbs: GID index 200 of rxe0 port 1 is empty or past the table of $tbl"
-  expect_err err-wrong-gid-index 1 "$gid_err" loopback --fabric verbs -d $DEV -x 200 -n 4 -p 18607
+  expect_err err-wrong-gid-index 1 "$gid_err" loopback --fabric verbs -d $DEV -x 200 -n 4
   expect_err err-wrong-gid-index-client 1 "$gid_err" client 127.0.0.1 --fabric verbs -d $DEV -x 200 -n 4 -p 18607
   expect_err err-wrong-gid-index-server 1 "$gid_err" server --fabric verbs -d $DEV -x 200 -p 18607
   expect_err err-mtu-above-port 1 \
     "mrc-perf: error: --fabric verbs: max_datagram_bytes 4152 exceeds the port's active MTU of 4096 bytes: pass --mtu 4040 or less \\(a UD datagram is at most the port MTU, and mrc adds up to 56 header bytes\\)" \
-    loopback $V -n 4 -p 18608
+    loopback $V -n 4
   expect_err err-no-such-port 1 \
     "mrc-perf: error: --fabric verbs: ibv_query_port failed: Invalid argument \\(os error 22\\)" \
-    loopback --fabric verbs -d $DEV --ib-port 2 --mtu 4040 -n 4 -p 18609
+    loopback --fabric verbs -d $DEV --ib-port 2 --mtu 4040 -n 4
   # GID 0 on lo is the link-local fe80::200:ff:fe00:0, which lo has no route for: the
   # in-process server drops the client (one line), the client fails naming both GIDs.
   ERR_LINES=2
   expect_err err-unroutable-gid 1 \
     "mrc-perf: error: verbs address handle: ibv_create_ah failed: Network is unreachable \\(os error 101\\), from GID fe80::200:ff:fe00:0 to the peer's GID fe80::200:ff:fe00:0: is the GID index one whose address reaches the peer\\?" \
-    loopback --fabric verbs -d $DEV -x 0 --mtu 4040 -n 4 -p 18619
+    loopback --fabric verbs -d $DEV -x 0 --mtu 4040 -n 4
   ERR_LINES=1
   cargo_test test-verbs_rxe verbs_rxe
   cargo_test test-verbs_no_device verbs_no_device
@@ -342,13 +342,13 @@ role_perftest() {
     emit perftest-ib_write_lat false "ib_write_lat failed or measured nothing: ${row:-} $(tail -3 $W/ib_write_lat.client | tr '\n' '|')"
   fi
   V="--fabric verbs -d $DEV -x 1"
-  perf_bw perftest-mrc-bw 200 65536 loopback $V --mtu 4040 -p 18614
+  perf_bw perftest-mrc-bw 200 65536 loopback $V --mtu 4040
   # One mrc packet per UD datagram (4040 + 56 header bytes = 4096, ib_send_bw's size).
-  perf_bw perftest-mrc-bw-4k 3200 4040 loopback $V --mtu 4040 -p 18615
-  perf_lat perftest-mrc-lat 1000 loopback $V --mtu 4040 -p 18616
+  perf_bw perftest-mrc-bw-4k 3200 4040 loopback $V --mtu 4040
+  perf_lat perftest-mrc-lat 1000 loopback $V --mtu 4040
   # The same over the UDP datapath (io_uring sockets on lo), for reference.
-  perf_bw perftest-mrc-udp-bw 200 65536 loopback --mtu 4040 -p 18617
-  perf_lat perftest-mrc-udp-lat 1000 loopback --mtu 4040 -p 18618
+  perf_bw perftest-mrc-udp-bw 200 65536 loopback --mtu 4040
+  perf_lat perftest-mrc-udp-lat 1000 loopback --mtu 4040
   perftest_mrc_fair
   perftest_mrc_caller
 }
@@ -358,8 +358,8 @@ role_perftest() {
 # client/server bw (the client's choice holds for the server too), all --verify.
 single_caller() {
   V="--fabric verbs -d $DEV -x 1 --progress caller"
-  perf_bw verbs-loopback-bw-caller 100 65536 loopback $V --mtu 4040 -p 18631
-  perf_lat verbs-loopback-lat-caller 50 loopback $V --mtu 4040 -p 18632
+  perf_bw verbs-loopback-bw-caller 100 65536 loopback $V --mtu 4040
+  perf_lat verbs-loopback-lat-caller 50 loopback $V --mtu 4040
   server_client verbs-client-server-bw-caller 50 65536 $V --bind 127.0.0.1 -p 18633 -- \
     127.0.0.1 $V --mtu 4040 -p 18633
 }
@@ -402,7 +402,7 @@ perftest_mrc_fair() {
   fi
   # No congestion control, as perftest has none (NSCC's presets assume a 200 us round trip,
   # TCG's is about 2 ms).
-  perf_bw_plain perftest-mrc-bw-4k-plain 3200 4040 loopback $V --mtu 4040 --cc none -p 18642
+  perf_bw_plain perftest-mrc-bw-4k-plain 3200 4040 loopback $V --mtu 4040 --cc none
 }
 
 # The fair pair again, three rounds in a row, each round ib_send_bw -c UD, then mrc with an
@@ -418,10 +418,10 @@ perftest_mrc_caller() {
     else
       emit perftest-ib_send_bw-ud-r$r false "ib_send_bw -c UD failed or measured nothing: ${row:-} $(tail -3 $W/ib_send_bw_ud_r$r.client | tr '\n' '|')"
     fi
-    perf_bw_plain perftest-mrc-bw-4k-plain-thread-r$r 3200 4040 loopback $V --mtu 4040 --cc none --progress thread -p 1866$r
-    perf_bw_plain perftest-mrc-bw-4k-plain-caller-r$r 3200 4040 loopback $V --mtu 4040 --cc none --progress caller -p 1867$r
+    perf_bw_plain perftest-mrc-bw-4k-plain-thread-r$r 3200 4040 loopback $V --mtu 4040 --cc none --progress thread
+    perf_bw_plain perftest-mrc-bw-4k-plain-caller-r$r 3200 4040 loopback $V --mtu 4040 --cc none --progress caller
   done
-  perf_lat perftest-mrc-lat-caller 1000 loopback $V --mtu 4040 --progress caller -p 18680
+  perf_lat perftest-mrc-lat-caller 1000 loopback $V --mtu 4040 --progress caller
 }
 
 role_netem() {
@@ -436,12 +436,12 @@ role_netem() {
     emit netem-setup false "tc qdisc add dev lo root netem $spec failed"
     return
   fi
-  perf_bw netem-udp-loss-dup-bw 100 65536 loopback --mtu 4040 -p 18621
-  perf_lat netem-udp-loss-dup-lat 20 loopback --mtu 4040 -p 18622
+  perf_bw netem-udp-loss-dup-bw 100 65536 loopback --mtu 4040
+  perf_lat netem-udp-loss-dup-lat 20 loopback --mtu 4040
   $TC -s qdisc show dev lo >&2
   # Reordering: a quarter of the packets go at once, the rest 5 ms later.
   $TC qdisc change dev lo root netem delay 5ms reorder 25% 50%
-  perf_bw netem-udp-reorder-bw 50 65536 loopback --mtu 4040 -p 18623
+  perf_bw netem-udp-reorder-bw 50 65536 loopback --mtu 4040
   $TC -s qdisc show dev lo >&2
   $TC qdisc del dev lo root
   # The faults did happen: retransmissions under loss, duplicates seen by the receiver.

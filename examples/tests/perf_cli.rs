@@ -342,6 +342,29 @@ fn bad_arguments_exit_non_zero_with_a_message() {
         &["loopback", "-D", "0"],
         "--duration must be a positive number of seconds, got 0",
     );
+    // a negative value reaches the same check (not clap's "unexpected argument '-1'")
+    fails_with(
+        &["loopback", "-D", "-1"],
+        "--duration must be a positive number of seconds, got -1",
+    );
+    fails_with(
+        &["loopback", "--timeout", "-2"],
+        "--timeout must be positive, got -2",
+    );
+    // options a command has no use for are refused by name, not ignored
+    fails_with(
+        &["loopback", "-p", "5000"],
+        "-p/--port: loopback listens on a free TCP port of its own; -p is for server and client",
+    );
+    fails_with(
+        &["baseline", "--port", "5000"],
+        "-p/--port: baseline runs on free ports of its own; -p is for server and client",
+    );
+    fails_with(
+        &["baseline", "--verify"],
+        "--verify: baseline runs raw UDP and kernel TCP, which carry no pattern to check; \
+         --verify is for loopback and client",
+    );
     fails_with(&["loopback", "-n", "0"], "--iters must be at least 1");
     fails_with(
         &["loopback", "-s", "2000000", "--region-size", "1000000"],

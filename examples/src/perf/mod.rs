@@ -531,6 +531,12 @@ pub fn main() -> i32 {
         eprintln!("mrc-perf: error: {e}");
         return 2;
     }
+    if let Some((name, sm)) = matches.subcommand()
+        && let Err(e) = refuse_unused_options(name, sm)
+    {
+        eprintln!("mrc-perf: error: {e}");
+        return 2;
+    }
     crate::logs::init(cli.verbose);
     if let Command::Mpi(o) = &cli.cmd {
         return crate::mpi::main(&cli.test, o);
@@ -583,6 +589,43 @@ const CLIENT_OPTIONS: [(&str, &str); 26] = [
     ("all", "-a/--all"),
     ("qps", "-q/--qps"),
 ];
+
+/// Options a command has no use for, with why: given on the command line, they are
+/// refused by name instead of ignored.
+const UNUSED_OPTIONS: &[(&str, &str, &str, &str)] = &[
+    (
+        "loopback",
+        "port",
+        "-p/--port",
+        "loopback listens on a free TCP port of its own; -p is for server and client",
+    ),
+    (
+        "baseline",
+        "port",
+        "-p/--port",
+        "baseline runs on free ports of its own; -p is for server and client",
+    ),
+    (
+        "baseline",
+        "verify",
+        "--verify",
+        "baseline runs raw UDP and kernel TCP, which carry no pattern to check; \
+         --verify is for loopback and client",
+    ),
+];
+
+/// Refuses an option of [`UNUSED_OPTIONS`] given to command `name`.
+///
+/// # Errors
+/// The first such option, named, with why.
+fn refuse_unused_options(name: &str, sm: &clap::ArgMatches) -> Result<(), String> {
+    for (cmd, id, flag, why) in UNUSED_OPTIONS {
+        if *cmd == name && sm.value_source(id) == Some(clap::parser::ValueSource::CommandLine) {
+            return Err(format!("{flag}: {why}"));
+        }
+    }
+    Ok(())
+}
 
 /// A server given a client's test option refuses it by name, instead of running the
 /// client's value silently.

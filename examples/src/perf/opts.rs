@@ -195,7 +195,13 @@ pub struct TestOpts {
     )]
     pub iters: Option<u64>,
     /// Run for this many seconds instead of a number of messages.
-    #[arg(short = 'D', long = "duration", value_name = "SECONDS", global = true)]
+    #[arg(
+        short = 'D',
+        long = "duration",
+        value_name = "SECONDS",
+        allow_negative_numbers = true,
+        global = true
+    )]
     pub duration: Option<f64>,
     /// Number of paths (EVs); one UDP source port each.
     #[arg(long, default_value_t = 16, global = true)]
@@ -303,7 +309,13 @@ pub struct TestOpts {
     /// Seconds. Client: to connect, for any progress, and up to 3 times it for the server's
     /// answer (a server sets up one client at a time). Server: the deadline of a client's
     /// whole setup exchange (a slow or silent client is dropped).
-    #[arg(long, value_name = "SECONDS", default_value_t = 5.0, global = true)]
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        default_value_t = 5.0,
+        allow_negative_numbers = true,
+        global = true
+    )]
     pub timeout: f64,
     /// Datapath: udp (io_uring sockets) or verbs (RDMA UD QPs; both ends must agree).
     #[arg(long, value_enum, default_value_t = Fabric::Udp, global = true)]
