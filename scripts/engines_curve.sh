@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The multi-engine scaling curve (issue 23): for each K of ENGINES, `mrc-perf loopback -q K
-# --engines K --verify` (K QPs per end over K engine threads per end) against the same K
+# --engines K --verify` (K QPs per end over K engine threads per end; each QP the shape of
+# scripts/baselines.sh's rows: 1 MiB messages, 4096-byte payload, 16 EVs) against the same K
 # QPs over one engine thread per end (`--engines 1`), side by side: the goodput of each,
 # their ratio (the engine threads' scaling at K QPs) and the process CPU per byte. Every
 # figure is the median of RUNS runs, interleaved (run 1 of every row, then run 2, ...);
@@ -57,7 +58,8 @@ trap 'rm -rf "$T"' EXIT
 # one run: K QPs over E engines per end; appends {run, engines, qps, gbps, cpu_s_per_gb}
 one() {
   local run=$1 k=$2 e=$3
-  if ! "$P" loopback -q "$k" --engines "$e" --verify --burst-size "$BURST" -D "$DUR" --json \
+  if ! "$P" loopback -q "$k" --engines "$e" -s 1048576 --paths 16 --mtu 4096 --verify \
+      --burst-size "$BURST" -D "$DUR" --json \
       >"$T/out" 2>"$T/err"; then
     echo "engines_curve.sh: mrc-perf loopback -q $k --engines $e failed:" >&2
     cat "$T/err" >&2
@@ -90,7 +92,7 @@ summary=$(jq -s -c --argjson ks "$(printf '%s\n' $ENGINES | jq -s -c .)" '
           cpu_s_per_gb_one_engine: ($one | map(.cpu_s_per_gb) | median),
           ratio: ([ $many[] as $m | $one[] | select(.run == $m.run) | $m.gbps / .gbps ]
                   | median) } ]' "$T/rows")
-echo "multi-engine curve: loopback -q K --verify --burst-size $BURST -D $DUR, medians of $RUNS runs ($(nproc) CPUs)"
+echo "multi-engine curve: loopback -q K -s 1048576 --paths 16 --mtu 4096 --verify --burst-size $BURST -D $DUR, medians of $RUNS runs ($(nproc) CPUs)"
 printf '%-8s %-22s %-22s %-16s %-12s\n' "K" "K engines/end Gb/s" "1 engine/end Gb/s" "ratio (K / 1)" "CPU s/GB"
 jq -r '.[] | [.engines, .gbps, .gbps_one_engine, .ratio, .cpu_s_per_gb] | @tsv' <<<"$summary" |
   while IFS=$'\t' read -r k g g1 r c; do

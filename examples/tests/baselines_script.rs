@@ -341,11 +341,11 @@ next() { f="$0.$1"; n=$(( $(cat "$f" 2>/dev/null || echo 0) + 1 )); echo $n >"$f
 case "$*" in
   "loopback -s 1048576"*) echo '{"bw_avg_gbps": 10, "cpu_s_per_gb": 0.8, "receiver": {"bad_bytes": 0}}' ;;
   "baseline -s"*) echo '{"baselines": [{"name": "raw UDP", "gbps": 20, "cpu_s_per_gb": 0.7}, {"name": "kernel TCP", "gbps": 20, "cpu_s_per_gb": 0.4}]}' ;;
-  "loopback -q 1 --engines 1 --verify --burst-size 16 -D 1 --json")
+  "loopback -q 1 --engines 1 -s 1048576 --paths 16 --mtu 4096 --verify --burst-size 16 -D 1 --json")
     echo '{"bw_avg_gbps": '$(next k1 "7 8 9")', "cpu_s_per_gb": 1.5, "receiver": {"bad_bytes": 0}}' ;;
-  "loopback -q 2 --engines 2 --verify --burst-size 16 -D 1 --json")
+  "loopback -q 2 --engines 2 -s 1048576 --paths 16 --mtu 4096 --verify --burst-size 16 -D 1 --json")
     echo '{"bw_avg_gbps": '$(next k2 "18 22 20")', "cpu_s_per_gb": 1.25, "receiver": {"bad_bytes": 0}}' ;;
-  "loopback -q 2 --engines 1 --verify --burst-size 16 -D 1 --json")
+  "loopback -q 2 --engines 1 -s 1048576 --paths 16 --mtu 4096 --verify --burst-size 16 -D 1 --json")
     echo '{"bw_avg_gbps": '$(next k2e1 "9 10 11")', "cpu_s_per_gb": 1.5, "receiver": {"bad_bytes": 0}}' ;;
   *) echo "unexpected: $*" >&2; exit 9 ;;
 esac
