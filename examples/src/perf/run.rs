@@ -1329,10 +1329,10 @@ impl EndResult {
                     Some((_, seen))
                         if seen.datapath.tx_datagrams < r.engine.datapath.tx_datagrams =>
                     {
-                        *seen = r.engine.clone();
+                        *seen = r.engine;
                     }
                     Some(_) => {}
-                    None => engines.push((addr, r.engine.clone())),
+                    None => engines.push((addr, r.engine)),
                 }
             } else {
                 add_engine_stats(&mut out.engine, &r.engine);

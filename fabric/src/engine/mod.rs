@@ -578,7 +578,7 @@ impl Context {
             };
             started.push(Arc::new(spawn_uring_engine(
                 u,
-                cfg.clone(),
+                cfg,
                 name,
                 Arc::clone(&qpns),
             )?));
