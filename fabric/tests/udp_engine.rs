@@ -706,3 +706,48 @@ fn engine_counts_outside_one_to_max_and_ports_past_65535_are_refused() {
         "{e}"
     );
 }
+
+/// A fixed base port: engine `i` binds base + `i`. A context whose second engine finds its
+/// port taken fails as a whole with the datapath's error, and the engine it had started
+/// lets go of its port (a context can bind it again at once).
+#[test]
+fn engines_bind_consecutive_ports_and_a_taken_one_fails_the_whole_context() {
+    let a = Context::with_engines(
+        udp_cfg("127.0.0.1:37300", 37210..=37229),
+        EngineConfig::default(),
+        3,
+    )
+    .unwrap();
+    assert_eq!(
+        a.udp_addrs()
+            .iter()
+            .map(|s| s.to_string())
+            .collect::<Vec<_>>(),
+        ["127.0.0.1:37300", "127.0.0.1:37301", "127.0.0.1:37302"]
+    );
+    let e = Context::with_engines(
+        udp_cfg("127.0.0.1:37299", 37230..=37249),
+        EngineConfig::default(),
+        2,
+    )
+    .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            mrc_fabric::engine::EngineError::EngineSetup { index: 1, bind, .. }
+                if bind.to_string() == "127.0.0.1:37300"
+        ),
+        "{e}"
+    );
+    assert_eq!(
+        e.to_string(),
+        "engine 1 (receive socket 127.0.0.1:37300): receive socket: Address already in use (os error 98)"
+    );
+    let b = Context::with_engines(
+        udp_cfg("127.0.0.1:37299", 37230..=37249),
+        EngineConfig::default(),
+        1,
+    )
+    .unwrap();
+    assert_eq!(b.udp_addr().to_string(), "127.0.0.1:37299");
+}

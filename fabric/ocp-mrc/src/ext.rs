@@ -315,14 +315,15 @@ fn guard(on_panic: c_int, f: impl FnOnce() -> c_int) -> c_int {
 
 /// The errno value of an engine error.
 fn engine_errno(e: &EngineError) -> i32 {
+    let datapath = |d: &mrc_fabric::datapath::DatapathError| match d {
+        mrc_fabric::datapath::DatapathError::Io { source, .. } => {
+            source.raw_os_error().unwrap_or(libc::EIO)
+        }
+        mrc_fabric::datapath::DatapathError::Port(_) => libc::EADDRINUSE,
+        _ => libc::EINVAL,
+    };
     match e {
-        EngineError::Datapath(d) => match d {
-            mrc_fabric::datapath::DatapathError::Io { source, .. } => {
-                source.raw_os_error().unwrap_or(libc::EIO)
-            }
-            mrc_fabric::datapath::DatapathError::Port(_) => libc::EADDRINUSE,
-            _ => libc::EINVAL,
-        },
+        EngineError::Datapath(d) | EngineError::EngineSetup { source: d, .. } => datapath(d),
         EngineError::Bootstrap(b) => match b {
             BootstrapError::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
             BootstrapError::TimedOut { .. } => libc::ETIMEDOUT,

@@ -417,6 +417,17 @@ pub enum EngineError {
     /// A deregistration was refused.
     #[error(transparent)]
     Deregister(#[from] DeregisterError),
+    /// Engine `index` of a context of several ([`Context::with_engines`]) could not set up
+    /// its datapath on `bind`.
+    #[error("engine {index} (receive socket {bind}): {source}")]
+    EngineSetup {
+        /// The engine's index in the context.
+        index: usize,
+        /// The address its receive socket was to bind.
+        bind: SocketAddr,
+        /// Why not.
+        source: DatapathError,
+    },
 }
 
 struct Shared {
@@ -544,8 +555,9 @@ impl Context {
     ///
     /// # Errors
     /// [`EngineError::Refused`] for `engines` outside `1..=`[`MAX_ENGINES`] or a port range
-    /// past 65535; [`EngineError::Datapath`] when an engine's socket or rings cannot be
-    /// set up (the engines already started are stopped again).
+    /// past 65535; [`EngineError::Datapath`] (one engine) or [`EngineError::EngineSetup`]
+    /// (several: which one, on which address) when an engine's socket or rings cannot be
+    /// set up (the engines already started are stopped again, their sockets closed).
     pub fn with_engines(
         udp: UdpConfig,
         cfg: EngineConfig,
@@ -576,12 +588,17 @@ impl Context {
             } else {
                 format!("mrc-engine-{i}")
             };
-            started.push(Arc::new(spawn_uring_engine(
-                u,
-                cfg,
-                name,
-                Arc::clone(&qpns),
-            )?));
+            let bind = u.bind;
+            let engine =
+                spawn_uring_engine(u, cfg, name, Arc::clone(&qpns)).map_err(|e| match e {
+                    EngineError::Datapath(source) if engines > 1 => EngineError::EngineSetup {
+                        index: i,
+                        bind,
+                        source,
+                    },
+                    e => e,
+                })?;
+            started.push(Arc::new(engine));
         }
         Ok(Context {
             engines: started.into(),
