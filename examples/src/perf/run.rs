@@ -685,21 +685,18 @@ pub fn make_side(p: &TestParams, udp_bind: SocketAddr, local: &LocalOpts) -> Res
             (ep, src, dst, Some((e.peers, e.local)))
         }
         (fabric, ProgressMode::Thread) => {
-            let (ctx, verbs) = match fabric {
-                LocalFabric::Udp if local.context.is_some() => {
-                    let shared = local.context.as_ref().map(|c| Context::clone(&c.0));
-                    (shared.ok_or("no context")?, None)
-                }
-                LocalFabric::Verbs(_) if local.context.is_some() => {
+            let (ctx, verbs) = match (fabric, &local.context) {
+                (LocalFabric::Udp, Some(shared)) => (Context::clone(&shared.0), None),
+                (LocalFabric::Verbs(_), Some(_)) => {
                     return Err("--engines runs the UDP datapath only".into());
                 }
-                LocalFabric::Udp => {
+                (LocalFabric::Udp, None) => {
                     let ucfg = udp_config(p, udp_bind, local);
                     let ctx = with_cpu(local.engine_cpu, || Context::new(ucfg, ecfg))?
                         .map_err(|e| format!("cannot open UDP datapath on {udp_bind}: {e}"))?;
                     (ctx, None)
                 }
-                LocalFabric::Verbs(o) => {
+                (LocalFabric::Verbs(o), None) => {
                     let e = with_cpu(local.engine_cpu, || verbs::start(p, o, ecfg))?
                         .map_err(|e| format!("--fabric verbs: {e}"))?;
                     (e.ctx, Some((e.peers, e.local)))
