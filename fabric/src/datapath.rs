@@ -8,7 +8,7 @@
 
 use crate::srv6::SrhRepr;
 use crate::udp::PortError;
-use mrc_transport::Ecn;
+use mrc_transport::{Ecn, PayloadRef};
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -133,19 +133,65 @@ pub struct TxMeta {
     pub conn: ConnId,
     /// The EV (selects the socket).
     pub ev: u32,
-    /// Bytes of the datagram.
+    /// Bytes of the datagram (with a lent payload: the headers' and the payload's).
     pub len: usize,
     /// ECN codepoint to send with.
     pub ecn: Ecn,
 }
 
 /// A batch of datagrams to send: fixed-size slots in one arena (owned by the caller, lent
-/// to [`Datapath::tx_burst`]).
+/// to [`Datapath::tx_burst`]). A datagram is its slot's bytes, or (gathered:
+/// [`TxBatch::push_gather_with`]) its slot's header bytes followed by a payload that stays
+/// in the source region, so that the kernel copies it from there once instead of the
+/// transport copying it into the slot first.
 #[derive(Debug)]
 pub struct TxBatch {
     arena: Vec<u8>,
     slot_bytes: usize,
     meta: Vec<TxMeta>,
+    /// Per datagram: bytes in its slot, and the lent payload that follows them.
+    parts: Vec<(usize, Option<PayloadRef>)>,
+}
+
+/// Datagram bytes of a [`TxBatch`]: `head` (from the batch's slot), then `payload` (lent
+/// from a region; empty unless gathered). A datapath sends them as two pieces of one
+/// datagram (two `iovec`s) or copies them in that order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TxDatagram<'a> {
+    /// The bytes in the slot: the whole datagram, or its headers when gathered.
+    pub head: &'a [u8],
+    /// The lent payload (empty unless gathered).
+    pub payload: &'a [u8],
+}
+
+impl TxDatagram<'_> {
+    /// Bytes of the datagram: `head.len() + payload.len()`.
+    pub fn len(&self) -> usize {
+        self.head.len() + self.payload.len()
+    }
+
+    /// No bytes at all.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Copies the datagram into the start of `out`; `None` (nothing written) when `out` is
+    /// shorter than [`TxDatagram::len`].
+    pub fn copy_to(&self, out: &mut [u8]) -> Option<()> {
+        let out = out.get_mut(..self.len())?;
+        let (h, p) = out.split_at_mut(self.head.len());
+        h.copy_from_slice(self.head);
+        p.copy_from_slice(self.payload);
+        Some(())
+    }
+
+    /// The datagram as one vector.
+    pub fn to_vec(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(self.len());
+        v.extend_from_slice(self.head);
+        v.extend_from_slice(self.payload);
+        v
+    }
 }
 
 impl TxBatch {
@@ -155,6 +201,7 @@ impl TxBatch {
             arena: vec![0; slots * slot_bytes],
             slot_bytes,
             meta: Vec::with_capacity(slots),
+            parts: Vec::with_capacity(slots),
         }
     }
 
@@ -178,9 +225,10 @@ impl TxBatch {
         self.meta.len() * self.slot_bytes >= self.arena.len()
     }
 
-    /// Empties the batch.
+    /// Empties the batch (and forgets every lent payload).
     pub fn clear(&mut self) {
         self.meta.clear();
+        self.parts.clear();
     }
 
     /// Lets `fill` write the next datagram into a free slot: it returns `(ev, len, ecn)`
@@ -199,6 +247,37 @@ impl TxBatch {
         match fill(slot) {
             Some((ev, len, ecn)) if len <= self.slot_bytes => {
                 self.meta.push(TxMeta { conn, ev, len, ecn });
+                self.parts.push((len, None));
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// [`TxBatch::push_with`] for a gathered datagram: `fill` writes the datagram's first
+    /// bytes (its headers) into the slot and returns `(ev, len, ecn, payload)`; the
+    /// datagram is those `len` bytes followed by `payload` (none: the slot holds it all),
+    /// as [`mrc_transport::Connection::poll_transmit_gather`] returns it.
+    ///
+    /// # Safety
+    /// Every payload lent here stays valid (its region registered, its memory alive) and
+    /// unwritten until the batch is cleared ([`TxBatch::clear`]) or dropped: a datapath
+    /// reads it in [`Datapath::tx_burst`] and [`TxBatch::get`] lends it out as a slice.
+    pub unsafe fn push_gather_with(
+        &mut self,
+        conn: ConnId,
+        fill: impl FnOnce(&mut [u8]) -> Option<(u32, usize, Ecn, Option<PayloadRef>)>,
+    ) -> bool {
+        if self.is_full() {
+            return false;
+        }
+        let start = self.meta.len() * self.slot_bytes;
+        let slot = &mut self.arena[start..start + self.slot_bytes];
+        match fill(slot) {
+            Some((ev, head, ecn, payload)) if head <= self.slot_bytes => {
+                let len = head + payload.map_or(0, |p| p.len());
+                self.meta.push(TxMeta { conn, ev, len, ecn });
+                self.parts.push((head, payload));
                 true
             }
             _ => false,
@@ -214,11 +293,24 @@ impl TxBatch {
         })
     }
 
-    /// Datagram `i`: metadata and bytes.
-    pub fn get(&self, i: usize) -> Option<(TxMeta, &[u8])> {
+    /// Datagram `i`: metadata and bytes (`TxMeta::len` of them, in two pieces).
+    pub fn get(&self, i: usize) -> Option<(TxMeta, TxDatagram<'_>)> {
         let m = *self.meta.get(i)?;
+        let &(head, payload) = self.parts.get(i)?;
         let start = i * self.slot_bytes;
-        Some((m, &self.arena[start..start + m.len]))
+        let payload = match payload {
+            // SAFETY: `push_gather_with`'s caller keeps the lent bytes valid and unwritten
+            // until the batch is cleared, which this borrow of the batch precedes.
+            Some(p) => unsafe { p.bytes() },
+            None => &[],
+        };
+        Some((
+            m,
+            TxDatagram {
+                head: &self.arena[start..start + head],
+                payload,
+            },
+        ))
     }
 }
 

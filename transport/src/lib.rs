@@ -35,4 +35,4 @@ pub use conn::{
     Sge, Transmit,
 };
 pub use psn::Psn;
-pub use region::{Access, MrKey, RawMem, RegionTable, SharedMem};
+pub use region::{Access, MrKey, PayloadRef, RawMem, RegionTable, SharedMem};

@@ -283,16 +283,27 @@ impl<D: Datapath> Engine<D> {
                 let conn = &mut e.conn;
                 let (own, evs) = (&e.own_evs, &e.paths.evs);
                 let foreign = &mut self.stats.tx_foreign_ev;
-                while batch.push_with(id, |buf| {
-                    conn.poll_transmit(now, buf)
-                        .map(|t| (route_ev(own, evs, t.ev, foreign), t.len, t.ecn))
-                }) {}
+                // SAFETY: a data packet's payload is lent from `conn`'s regions, which
+                // nothing registers, deregisters or writes until the batch is cleared
+                // below, after `tx_burst` (commands and received datagrams are handled
+                // in other steps of the loop, on this thread).
+                while unsafe {
+                    batch.push_gather_with(id, |buf| {
+                        conn.poll_transmit_gather(now, buf).map(|(t, lent)| {
+                            (route_ev(own, evs, t.ev, foreign), t.len, t.ecn, lent)
+                        })
+                    })
+                } {}
             }
             if batch.is_empty() {
                 break;
             }
             work = true;
-            match self.dp.tx_burst(batch) {
+            let sent = self.dp.tx_burst(batch);
+            let full = batch.is_full();
+            // the lent payloads are the regions' again
+            batch.clear();
+            match sent {
                 Ok(r) => {
                     self.stats.tx_bursts += 1;
                     self.stats.tx_datagrams += r.datagrams;
@@ -304,7 +315,7 @@ impl<D: Datapath> Engine<D> {
                     }
                 }
             }
-            if !batch.is_full() {
+            if !full {
                 break;
             }
         }

@@ -4,7 +4,7 @@
 //! per-EV route `R` (a socket index, a QP and address handle); the table hands out
 //! [`ConnId`]s and resolves a [`TxBatch`] datagram's `(conn, ev)` to them.
 
-use crate::datapath::{ConnId, DatapathError, TxBatch, TxMeta};
+use crate::datapath::{ConnId, DatapathError, TxBatch, TxDatagram, TxMeta};
 use std::collections::HashMap;
 
 struct Entry<C, R> {
@@ -82,7 +82,7 @@ impl<C, R> ConnTable<C, R> {
     pub(crate) fn resolve<'b>(
         &self,
         batch: &'b TxBatch,
-        mut f: impl FnMut(usize, TxMeta, &'b [u8], &C, &R),
+        mut f: impl FnMut(usize, TxMeta, TxDatagram<'b>, &C, &R),
     ) -> Result<(), DatapathError> {
         for i in 0..batch.len() {
             let Some((m, bytes)) = batch.get(i) else {

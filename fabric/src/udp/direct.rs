@@ -22,7 +22,7 @@
 //! mechanism exactly.
 
 use super::evsock::{EvConn, EvSocket, EvSockets};
-use super::sock::{self, CMSG_BYTES, CmsgBuf, EventFdWaker};
+use super::sock::{self, CMSG_BYTES, CmsgBuf, EventFdWaker, push_iovecs};
 use super::{ConnTable, MAX_GSO_BYTES, MAX_GSO_SEGMENTS, UdpConfig};
 use crate::datapath::{
     ConnId, Datapath, DatapathError, DatapathStats, PathMap, RxDatagram, TxBatch, TxReport, Waker,
@@ -183,11 +183,8 @@ impl DirectDatapath {
     ) -> bool {
         self.tx_iovs.clear();
         for i in idx.clone() {
-            if let Some((_, bytes)) = batch.get(i) {
-                self.tx_iovs.push(libc::iovec {
-                    iov_base: bytes.as_ptr() as *mut libc::c_void,
-                    iov_len: bytes.len(),
-                });
+            if let Some((_, d)) = batch.get(i) {
+                push_iovecs(&mut self.tx_iovs, d);
             }
         }
         let mut cm = CmsgBuf::default();

@@ -213,16 +213,16 @@ impl Datapath for FakeDatapath {
         // Resolve everything first: an unknown conn/EV sends nothing.
         let mut resolved = Vec::with_capacity(batch.len());
         let ip = self.addr.ip();
-        self.conns.resolve(batch, |_, m, bytes, c, &s| {
+        self.conns.resolve(batch, |_, m, d, c, &s| {
             let port = c.leases.get(s).map_or(0, PortLease::port);
-            resolved.push((SocketAddr::new(ip, port), c.peer, m.ecn, bytes));
+            resolved.push((SocketAddr::new(ip, port), c.peer, m.ecn, d.to_vec()));
         })?;
         let mut report = TxReport::default();
         let mut st = self.net.lock();
         for (from, to, ecn, bytes) in resolved {
             report.send_calls += 1;
             let verdict = match st.filter.as_mut() {
-                Some(f) => f(from, to, bytes),
+                Some(f) => f(from, to, &bytes),
                 None => FakeVerdict::Deliver,
             };
             report.datagrams += 1;

@@ -51,6 +51,23 @@ fn setsockopt_int(
 
 /// A UDP socket of `addr`'s family, `SO_RCVBUF`/`SO_SNDBUF` at least `buf_bytes` (forced
 /// above `rmem_max`/`wmem_max` when the process may), not yet bound.
+/// Appends the `iovec`s of datagram `d` to `iovs`: its slot bytes, then its lent payload
+/// when there is one (the kernel concatenates a message's `iovec`s, and with `UDP_SEGMENT`
+/// cuts the concatenation into datagrams, so a datagram may span two). The `iovec`s point
+/// into `d`: they are valid while its batch is borrowed.
+pub(crate) fn push_iovecs(iovs: &mut Vec<libc::iovec>, d: crate::datapath::TxDatagram<'_>) {
+    iovs.push(libc::iovec {
+        iov_base: d.head.as_ptr() as *mut libc::c_void,
+        iov_len: d.head.len(),
+    });
+    if !d.payload.is_empty() {
+        iovs.push(libc::iovec {
+            iov_base: d.payload.as_ptr() as *mut libc::c_void,
+            iov_len: d.payload.len(),
+        });
+    }
+}
+
 pub(crate) fn udp_socket(addr: &SocketAddr, buf_bytes: usize) -> io::Result<Socket> {
     let s = Socket::new(Domain::for_address(*addr), Type::DGRAM, Some(Protocol::UDP))?;
     if addr.is_ipv6() {

@@ -124,10 +124,15 @@ struct Group {
     fd: i32,
     /// The connection (its peer is the destination).
     conn: ConnId,
+    /// First datagram: an index into `order`.
     start: usize,
+    /// Datagrams.
     count: usize,
     segment_bytes: usize,
     ecn: Ecn,
+    /// The group's `iovec`s in `iovs` (one or two per datagram: slot bytes, lent payload).
+    iov_start: usize,
+    iov_count: usize,
 }
 
 const EVENTFD_USER_DATA: u64 = u64::MAX;
@@ -461,6 +466,8 @@ impl UringDatapath {
                 count,
                 segment_bytes: seg,
                 ecn: m0.ecn,
+                iov_start: 0,
+                iov_count: 0,
             });
             pos += count;
         }
@@ -504,13 +511,14 @@ impl Datapath for UringDatapath {
         let v6 = self.local.is_ipv6();
         // Every vector is filled completely before any pointer into it is taken.
         self.iovs.clear();
-        for &(_, idx) in &self.order {
-            if let Some((_, bytes)) = batch.get(idx as usize) {
-                self.iovs.push(libc::iovec {
-                    iov_base: bytes.as_ptr() as *mut libc::c_void,
-                    iov_len: bytes.len(),
-                });
+        for g in self.groups.iter_mut() {
+            g.iov_start = self.iovs.len();
+            for &(_, idx) in &self.order[g.start..g.start + g.count] {
+                if let Some((_, d)) = batch.get(idx as usize) {
+                    sock::push_iovecs(&mut self.iovs, d);
+                }
             }
+            g.iov_count = self.iovs.len() - g.iov_start;
         }
         self.cmsgs.clear();
         self.cmsgs.resize(self.groups.len(), CmsgBuf::default());
@@ -527,8 +535,8 @@ impl Datapath for UringDatapath {
                 h.msg_name = c.peer.as_ptr() as *mut libc::c_void;
                 h.msg_namelen = c.peer.len();
             }
-            h.msg_iov = self.iovs[g.start..].as_ptr() as *mut libc::iovec;
-            h.msg_iovlen = g.count as _;
+            h.msg_iov = self.iovs[g.iov_start..].as_ptr() as *mut libc::iovec;
+            h.msg_iovlen = g.iov_count as _;
             h.msg_control = cm.0.as_mut_ptr().cast();
             h.msg_controllen = clen as _;
             self.hdrs.push(h);

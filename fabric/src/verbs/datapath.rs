@@ -544,10 +544,10 @@ impl<N: Nic> Datapath for VerbsDatapath<N> {
             self.send_wrs.clear();
             for k in 0..self.per_qp[qp].len() {
                 let Queued { index, route: r } = self.per_qp[qp][k];
-                let Some((_, bytes)) = batch.get(index) else {
+                let Some((_, d)) = batch.get(index) else {
                     continue;
                 };
-                if bytes.len() > max {
+                if d.len() > max {
                     self.vstats.tx_oversize += 1;
                     report.errors += 1;
                     continue;
@@ -558,8 +558,10 @@ impl<N: Nic> Datapath for VerbsDatapath<N> {
                     continue;
                 };
                 let offset = slot.0 as usize * max;
-                match self.dev.bytes_mut(self.send_region, offset, bytes.len()) {
-                    Some(dst) => dst.copy_from_slice(bytes),
+                match self.dev.bytes_mut(self.send_region, offset, d.len()) {
+                    Some(dst) => {
+                        let _ = d.copy_to(dst);
+                    }
                     None => {
                         let _ = self.send_pool.free(slot);
                         report.errors += 1;
@@ -572,7 +574,7 @@ impl<N: Nic> Datapath for VerbsDatapath<N> {
                     wr_id: wr_id.0,
                     region: self.send_region,
                     offset,
-                    len: bytes.len() as u32,
+                    len: d.len() as u32,
                     ah: r.ah,
                     remote_qpn: r.remote_qpn,
                     remote_qkey: r.remote_qkey,

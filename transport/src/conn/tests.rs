@@ -1623,3 +1623,170 @@ fn a_due_sack_still_leaves_when_the_data_packet_ahead_of_it_fails() {
         );
     }
 }
+
+/// Every datagram `a` sends in a 3-packet WRITE with immediate and a 2-packet SEND (the
+/// receive posted on `b`), the second datagram trimmed and the fifth dropped (so a NACK
+/// resend and an RTO resend), read with [`Connection::poll_transmit_gather`] when
+/// `gather` (headers from the buffer, then the lent payload) or
+/// [`Connection::poll_transmit`]; with each datagram's header length when gathered.
+fn datagrams_of_a(gather: bool) -> Vec<(Vec<u8>, usize)> {
+    let (mut a, mut b) = pair();
+    let (src, dst) = write_regions(&mut a, &mut b, 3 * 4096, 9);
+    let sge = Sge {
+        lkey: src.lkey,
+        addr: src.addr,
+        len: 3 * 4096,
+    };
+    a.post_write_with_imm(1, sge, dst.addr, dst.rkey, 0xABCD)
+        .unwrap();
+    // one receive for the WRITE's immediate, one for the SEND
+    let rbuf = b.regions_mut().register(8192, Access::LOCAL_WRITE).unwrap();
+    for wr_id in [6, 7] {
+        let rsge = Sge {
+            lkey: rbuf.lkey,
+            addr: rbuf.addr,
+            len: 8192,
+        };
+        b.post_recv(wr_id, rsge).unwrap();
+    }
+    let send = Sge {
+        lkey: src.lkey,
+        addr: src.addr + 100,
+        len: 5000,
+    };
+    a.post_send(2, send).unwrap();
+    let mut buf = vec![0u8; 8192];
+    let mut out = Vec::new();
+    let mut now = 0;
+    let mut n = 0;
+    let mut done = 0;
+    while now < 1_000_000_000 && done < 2 {
+        loop {
+            let got = if gather {
+                a.poll_transmit_gather(now, &mut buf).map(|(t, p)| {
+                    let mut d = buf[..t.len].to_vec();
+                    // SAFETY: `a` is not used between the poll and this read.
+                    #[allow(unsafe_code)]
+                    d.extend_from_slice(p.map_or(&[][..], |p| unsafe { p.bytes() }));
+                    (t, d, t.len)
+                })
+            } else {
+                a.poll_transmit(now, &mut buf)
+                    .map(|t| (t, buf[..t.len].to_vec(), 0))
+            };
+            let Some((t, d, head)) = got else { break };
+            n += 1;
+            let deliver = match n {
+                2 => trimmed(&d),
+                5 => None,
+                _ => pass(&d),
+            };
+            if let Some((bytes, ecn)) = deliver {
+                b.handle_datagram(now, t.ev, ecn, &bytes);
+            }
+            out.push((d, head));
+        }
+        while let Some(t) = b.poll_transmit(now, &mut buf) {
+            a.handle_datagram(now, t.ev, t.ecn, &buf[..t.len]);
+        }
+        done += completions(&mut a).len();
+        for c in [&mut a, &mut b] {
+            if c.poll_timeout().is_some_and(|t| t <= now) {
+                c.handle_timeout(now);
+            }
+        }
+        now = [a.poll_timeout(), b.poll_timeout()]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(now + 1_000)
+            .max(now + 1);
+    }
+    assert_eq!(a.stats().trimmed, 1);
+    assert_eq!(a.stats().retransmitted, 2);
+    assert_eq!(done, 2);
+    assert_eq!(
+        b.regions().bytes(dst.lkey).unwrap(),
+        a.regions().bytes(src.lkey).unwrap()
+    );
+    assert_eq!(
+        &b.regions().bytes(rbuf.lkey).unwrap()[..5000],
+        &a.regions().bytes(src.lkey).unwrap()[100..5100]
+    );
+    out
+}
+
+#[test]
+fn gathered_datagrams_are_the_copied_ones_byte_for_byte() {
+    let copied = datagrams_of_a(false);
+    let gathered = datagrams_of_a(true);
+    assert_eq!(copied.len(), gathered.len());
+    for (i, ((c, _), (g, _))) in copied.iter().zip(&gathered).enumerate() {
+        assert_eq!(c, g, "datagram {i}");
+    }
+    // 3 WRITE packets + 2 SEND packets + the trimmed one's and the dropped one's resends
+    let data: Vec<_> = gathered
+        .iter()
+        .filter(|(d, _)| PacketRepr::parse(d).unwrap().bth.opcode.is_data())
+        .collect();
+    assert_eq!(data.len(), 7);
+    // Headers: WRITE FIRST and MIDDLE carry a RETH (12 + 16 + 8 + 16 = 52 bytes), WRITE
+    // LAST WITH IMMEDIATE an ImmDt too (56), SEND FIRST 36, SEND LAST 36.
+    let head_of = |op: Opcode| {
+        data.iter()
+            .find(|(d, _)| PacketRepr::parse(d).unwrap().bth.opcode == op)
+            .map(|(_, h)| *h)
+    };
+    assert_eq!(head_of(Opcode::RdmaWriteFirst), Some(52));
+    assert_eq!(head_of(Opcode::RdmaWriteMiddle), Some(52));
+    assert_eq!(head_of(Opcode::RdmaWriteLastWithImmediate), Some(56));
+    assert_eq!(head_of(Opcode::SendFirst), Some(36));
+    assert_eq!(head_of(Opcode::SendLast), Some(36));
+    // the payload is what follows the headers: 3 x 4096 (WRITE), 4096 + 904 (SEND), and
+    // the resends of the trimmed WRITE MIDDLE (4096) and the dropped SEND LAST (904)
+    let payload: usize = data.iter().map(|(d, h)| d.len() - h).sum();
+    assert_eq!(payload, 3 * 4096 + 5000 + 4096 + 904);
+    // control packets (none from `a` here but what it answers with) are written whole
+    assert!(
+        gathered
+            .iter()
+            .filter(|(d, _)| !PacketRepr::parse(d).unwrap().bth.opcode.is_data())
+            .all(|(d, h)| *h == d.len())
+    );
+}
+
+#[test]
+fn gather_with_authentication_writes_the_sealed_datagram_whole() {
+    use crate::auth::{AUTH_NONCE_BYTES, AUTH_TRAILER_BYTES, AuthKeys, Authenticator};
+    let psk = [7u8; 32];
+    let (ni, nr) = ([1u8; AUTH_NONCE_BYTES], [2u8; AUTH_NONCE_BYTES]);
+    let cc = || FixedWindowConfig::default().build();
+    let mut a = Connection::new(cfg(0x11, 0, 1), cc()).unwrap();
+    a.set_auth(Authenticator::new(
+        AuthKeys::derive(&psk, &ni, &nr, true).unwrap(),
+    ))
+    .unwrap();
+    a.connect(PeerParams {
+        qpn: 0x22,
+        initial_psn: Psn::new(0),
+        generation: 7,
+    })
+    .unwrap();
+    let src = fill(&mut a, 4096, 1);
+    a.post_write(
+        1,
+        Sge {
+            lkey: src.lkey,
+            addr: src.addr,
+            len: 4096,
+        },
+        0x1000,
+        0x99,
+    )
+    .unwrap();
+    let mut buf = vec![0u8; 8192];
+    let (t, lent) = a.poll_transmit_gather(0, &mut buf).unwrap();
+    assert_eq!(lent, None);
+    // BTH + MRCETH + MSGETH + RETH, the payload, the trailer
+    assert_eq!(t.len, 52 + 4096 + AUTH_TRAILER_BYTES);
+}

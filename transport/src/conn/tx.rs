@@ -4,6 +4,7 @@
 use super::{ConnState, Connection, Ecn, Transmit};
 use crate::completion::WcStatus;
 use crate::psn::Psn;
+use crate::region::PayloadRef;
 use crate::send::{MsgKind, TxPacket};
 use crate::wire::{
     Body, BthFlags, BthRepr, BthSpare, CnpRepr, DataRepr, MrcethRepr, MsgethRepr, NackReason,
@@ -92,17 +93,47 @@ impl<C: Controller> Connection<C> {
     /// when nothing is ready now (see [`Connection::poll_timeout`]).
     pub fn poll_transmit(&mut self, now_ns: u64, buf: &mut [u8]) -> Option<Transmit> {
         if self.auth.is_none() {
-            return self.poll_packet(now_ns, buf);
+            return self.poll_packet(now_ns, buf, None);
         }
         // the packet leaves room for the trailer, so sealing it cannot fail for space
         let room = buf.len().checked_sub(crate::auth::AUTH_TRAILER_BYTES)?;
-        let t = self.poll_packet(now_ns, &mut buf[..room])?;
+        let t = self.poll_packet(now_ns, &mut buf[..room], None)?;
         let len = self.auth.as_mut()?.seal(buf, t.len)?;
         Some(Transmit { len, ..t })
     }
 
-    /// [`Connection::poll_transmit`] without the authentication trailer.
-    fn poll_packet(&mut self, now_ns: u64, buf: &mut [u8]) -> Option<Transmit> {
+    /// [`Connection::poll_transmit`] for a datapath that gathers: a data packet's headers
+    /// go into `buf` (`Transmit::len` is their length, at most [`MAX_DATA_HEADER_BYTES`])
+    /// and its payload stays in the source region, lent as the [`PayloadRef`]; the
+    /// datagram is `buf[..len]` followed by the payload. Every other packet, and every
+    /// packet with authentication on (the trailer seals the whole datagram), is written
+    /// whole into `buf` as by [`Connection::poll_transmit`], with `None`. Same packets, same
+    /// order, same state changes as [`Connection::poll_transmit`]: only where the payload
+    /// bytes are differs.
+    ///
+    /// The payload must leave (be copied by the datapath) before the connection is used
+    /// mutably again; see [`PayloadRef`].
+    pub fn poll_transmit_gather(
+        &mut self,
+        now_ns: u64,
+        buf: &mut [u8],
+    ) -> Option<(Transmit, Option<PayloadRef>)> {
+        if self.auth.is_some() {
+            return self.poll_transmit(now_ns, buf).map(|t| (t, None));
+        }
+        let mut lent = None;
+        let t = self.poll_packet(now_ns, buf, Some(&mut lent))?;
+        Some((t, lent))
+    }
+
+    /// [`Connection::poll_transmit`] without the authentication trailer; with `lend`, a
+    /// data packet's payload is lent there instead of written ([`Connection::poll_transmit_gather`]).
+    fn poll_packet(
+        &mut self,
+        now_ns: u64,
+        buf: &mut [u8],
+        mut lend: Option<&mut Option<PayloadRef>>,
+    ) -> Option<Transmit> {
         self.peer?;
         if let Some(n) = self.acker.poll_nack() {
             let body = Body::Nack(NackRepr {
@@ -137,7 +168,7 @@ impl<C: Controller> Connection<C> {
         }
         let mut data_failed = false;
         if self.data_before_sack && !self.data_jumped_sack && self.acker.sack_due(now_ns) {
-            if let Some(t) = self.poll_data(now_ns, buf) {
+            if let Some(t) = self.poll_data(now_ns, buf, lend.as_deref_mut()) {
                 self.data_jumped_sack = true;
                 return Some(t);
             }
@@ -173,7 +204,7 @@ impl<C: Controller> Connection<C> {
             let psn = Psn::from_seq(self.send.snd_nxt()).value();
             return self.emit_control(buf, Opcode::EvProbe, psn, ev, now_ns, body);
         }
-        self.poll_data(now_ns, buf)
+        self.poll_data(now_ns, buf, lend)
     }
 
     /// Earliest time the next data packet may leave, ns: the last paced packet's slot start
@@ -192,7 +223,12 @@ impl<C: Controller> Connection<C> {
         self.paced_from_ns.saturating_add(gap)
     }
 
-    fn poll_data(&mut self, now_ns: u64, buf: &mut [u8]) -> Option<Transmit> {
+    fn poll_data(
+        &mut self,
+        now_ns: u64,
+        buf: &mut [u8],
+        lend: Option<&mut Option<PayloadRef>>,
+    ) -> Option<Transmit> {
         if !self.paths.any_usable() {
             // before the pacing check: a release time in the future is no timer while
             // every EV is denied, so the wait must start now
@@ -209,8 +245,10 @@ impl<C: Controller> Connection<C> {
             self.paths.select(tx.avoid_ev)?
         };
         let ev = self.paths.get(idx).map_or(0, |p| p.ev);
-        let len = match self.emit_data(now_ns, &tx, ev, buf) {
-            Ok(len) => len,
+        // `len`: bytes written to `buf`; `datagram_len`: the whole datagram's (with a lent
+        // payload the headers' and the payload's), which pacing counts
+        let (len, datagram_len) = match self.emit_data(now_ns, &tx, ev, buf, lend) {
+            Ok(lens) => lens,
             Err(status) => {
                 self.fail(status);
                 return None;
@@ -236,7 +274,7 @@ impl<C: Controller> Connection<C> {
             // up to pacing_burst_ns of credit carried over from a late send
             let credit_floor = now_ns.saturating_sub(self.cfg.pacing_burst_ns);
             self.paced_from_ns = credit_floor.max(self.pacing_release_ns());
-            self.paced_bits = len as u64 * 8;
+            self.paced_bits = datagram_len as u64 * 8;
         }
         Some(Transmit {
             ev,
@@ -245,13 +283,16 @@ impl<C: Controller> Connection<C> {
         })
     }
 
+    /// Writes data packet `tx` into `buf`, or its headers only with `lend` (the payload
+    /// lent there); returns (bytes written, datagram bytes).
     fn emit_data(
         &self,
         now_ns: u64,
         tx: &TxPacket,
         ev: u32,
         buf: &mut [u8],
-    ) -> Result<usize, WcStatus> {
+        lend: Option<&mut Option<PayloadRef>>,
+    ) -> Result<(usize, usize), WcStatus> {
         let m = tx.msg;
         let payload = self
             .regions
@@ -282,8 +323,15 @@ impl<C: Controller> Connection<C> {
             imm: if tx.last { m.imm } else { None },
             payload: &payload,
         });
-        PacketRepr { bth, mrceth, body }
-            .emit(buf)
-            .map_err(|_| WcStatus::LocalLengthError)
+        let repr = PacketRepr { bth, mrceth, body };
+        let err = |_| WcStatus::LocalLengthError;
+        match lend {
+            None => repr.emit(buf).map(|n| (n, n)).map_err(err),
+            Some(out) => {
+                let head = repr.emit_header(buf).map_err(err)?;
+                *out = Some(PayloadRef::of(&payload));
+                Ok((head, head + payload.len()))
+            }
+        }
     }
 }

@@ -31,10 +31,12 @@
 //! the others, and none of them follows from a QPN, PSN or generation. The transport stays
 //! sans-IO: the key comes in from the caller ([`crate::ConnConfig::region_key`]).
 
+mod lent;
 #[allow(unsafe_code)]
 pub mod mem;
 mod shared;
 
+pub use lent::PayloadRef;
 pub use mem::RawMem;
 pub use shared::{OutOfRange, SharedMem};
 

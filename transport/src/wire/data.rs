@@ -398,7 +398,24 @@ impl<'a> DataRepr<'a> {
     /// [`WireError::BufferTooSmall`].
     #[inline(always)]
     pub(crate) fn write(&self, buf: &mut [u8]) -> Result<usize, WireError> {
-        let need = self.buffer_len();
+        self.write_parts::<true>(buf)
+    }
+
+    /// [`DataRepr::write`] of the headers only (MSGETH, RETH, ImmDt; `PAYLOAD` false) or of
+    /// the headers and the payload (`PAYLOAD` true); returns the bytes written.
+    ///
+    /// # Errors
+    /// [`WireError::BufferTooSmall`].
+    #[inline(always)]
+    pub(crate) fn write_parts<const PAYLOAD: bool>(
+        &self,
+        buf: &mut [u8],
+    ) -> Result<usize, WireError> {
+        let need = if PAYLOAD {
+            self.buffer_len()
+        } else {
+            self.header_len()
+        };
         let Some(out) = buf.get_mut(..need) else {
             return Err(WireError::BufferTooSmall {
                 need,
@@ -417,7 +434,9 @@ impl<'a> DataRepr<'a> {
             ImmDt::new_checked(head)?.set_imm(imm);
             rest = tail;
         }
-        rest.copy_from_slice(self.payload);
+        if PAYLOAD {
+            rest.copy_from_slice(self.payload);
+        }
         Ok(need)
     }
 }

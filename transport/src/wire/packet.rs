@@ -219,8 +219,29 @@ impl<'a> PacketRepr<'a> {
     /// [`PacketRepr::check`] reports.
     #[inline(always)]
     pub fn emit(&self, buf: &mut [u8]) -> Result<usize, WireError> {
+        self.emit_parts::<true>(buf)
+    }
+
+    /// [`PacketRepr::emit`] without a data packet's payload: writes the headers (BTH,
+    /// MRCETH, MSGETH, RETH, ImmDt) into `buf` and returns their length, for a datapath that
+    /// sends the payload from where it lies (the datagram is these bytes, then the
+    /// payload). Checks as [`PacketRepr::emit`] does, payload length included. Any other
+    /// packet is written whole, as by [`PacketRepr::emit`].
+    ///
+    /// # Errors
+    /// As [`PacketRepr::emit`], with `need` the headers' length.
+    #[inline(always)]
+    pub fn emit_header(&self, buf: &mut [u8]) -> Result<usize, WireError> {
+        self.emit_parts::<false>(buf)
+    }
+
+    #[inline(always)]
+    fn emit_parts<const PAYLOAD: bool>(&self, buf: &mut [u8]) -> Result<usize, WireError> {
         self.check()?;
-        let need = self.buffer_len();
+        let need = match &self.body {
+            Body::Data(d) if !PAYLOAD => BTH_LEN + MRCETH_LEN + d.header_len(),
+            _ => self.buffer_len(),
+        };
         let have = buf.len();
         let Some(out) = buf.get_mut(..need) else {
             return Err(WireError::BufferTooSmall { need, have });
@@ -232,7 +253,7 @@ impl<'a> PacketRepr<'a> {
         self.mrceth.emit(&mut Mrceth::new_checked(mrceth)?);
         match &self.body {
             Body::Data(d) => {
-                d.write(rest)?;
+                d.write_parts::<PAYLOAD>(rest)?;
             }
             Body::Sack(s) => s.emit(&mut Sack::new_checked(rest)?)?,
             Body::Nack(n) => n.emit(&mut Nack::new_checked(rest)?)?,
