@@ -13,6 +13,10 @@
 #   mrc-testbed.sh loss PCT|off [HOST]       random loss on the leaf -> HOST link (nftables;
 #                                            default the last host)
 #   mrc-testbed.sh exec NODE CMD...          run CMD in namespace mrctb-NODE
+#   mrc-testbed.sh kernel    whether this kernel can build the fabric (SRv6 lightweight
+#                            tunnels: encap seg6, seg6local End, NEXT-C-SID), tried in a
+#                            scratch namespace; exit 3 with the reason when it cannot
+#                            (`up` checks this first)
 #   (MRCTB_PREFIX=mrctbX- selects another set of namespaces, for concurrent runs)
 #
 # The plan: `mrc-sim testbed-plan --json -` (examples/src/testbed.rs) turns the designer's
@@ -201,7 +205,24 @@ complete() {
   nsx "${HOSTS[0]}" ip -6 rule list | grep fwmark >/dev/null || return 1
 }
 
+# kernel_check: exit 3, naming what failed, when this kernel lacks what `build` uses (a
+# kernel without CONFIG_IPV6_SEG6_LWTUNNEL answers "lwt encapsulation type not supported").
+kernel_check() {
+  local ns="${PFX}k$$" err rc=0
+  ip netns add "$ns" || die "cannot create a network namespace"
+  err=$({ ip -n "$ns" link set lo up &&
+    ip -n "$ns" -6 route add fc00::1/128 encap seg6 mode encap segs fc00::2 dev lo &&
+    ip -n "$ns" -6 route add fc00::3/128 encap seg6local action End dev lo &&
+    ip -n "$ns" -6 route add fc00:75::/48 encap seg6local action End flavors next-csid lblen 32 nflen 16 dev lo; } 2>&1) || rc=$?
+  ip netns del "$ns" 2>/dev/null || true
+  if [ "$rc" != 0 ]; then
+    echo "mrc-testbed: this kernel ($(uname -r)) cannot build the SRv6 fabric: ${err//$'\n'/ } (it needs CONFIG_IPV6_SEG6_LWTUNNEL, and NEXT-C-SID: Linux 6.1 or later)" >&2
+    exit 3
+  fi
+}
+
 up() {
+  kernel_check
   PLAN=$(make_plan "$@") || die "no plan"
   load_names
   if [ -f "$SAVED" ] && [ "$(cat "$SAVED")" = "$PLAN" ] && complete; then
@@ -274,6 +295,7 @@ cmd=${1:-}
 shift || true
 case "$cmd" in
   up) up "$@" ;;
+  kernel) kernel_check; echo "mrc-testbed: this kernel ($(uname -r)) can build the SRv6 fabric" ;;
   down) down; echo "mrc-testbed: down" ;;
   status) [ -f "$SAVED" ] || { echo "mrc-testbed: not up"; exit 1; }; load_saved; status ;;
   plan) load_saved; printf '%s\n' "$PLAN" ;;
@@ -281,5 +303,5 @@ case "$cmd" in
   link) [ $# = 3 ] || die "link SPINE LEAF up|down"; load_saved; setlink "$@" ;;
   loss) [ $# -ge 1 ] && [ $# -le 2 ] || die "loss PCT|off [HOST]"; load_saved; loss "$@" ;;
   exec) [ $# -ge 2 ] || die "exec NODE CMD..."; n=$1; shift; nsx "$n" "$@" ;;
-  *) die "usage: $0 up [DESIGN FLAGS]|down|status|plan|counters|link SPINE LEAF up|down|loss PCT|off [HOST]|exec NODE CMD..." ;;
+  *) die "usage: $0 up [DESIGN FLAGS]|down|status|plan|counters|link SPINE LEAF up|down|loss PCT|off [HOST]|exec NODE CMD...|kernel" ;;
 esac

@@ -10,6 +10,9 @@
 //! they fail. Every `mpirun` runs under `timeout`. The UDP sockets bind port 0.
 
 #[cfg(feature = "mpi")]
+mod srv6_kernel;
+
+#[cfg(feature = "mpi")]
 mod with_mpi {
     use std::process::{Command, Output};
     use std::time::{Duration, Instant};
@@ -356,7 +359,9 @@ mod with_mpi {
 /// 4 spines, namespaces of their own prefix): `--netns PREFIXh{rank}` puts each rank's
 /// engine in its host, MPI's traffic stays on the root namespace's loopback. Incast and
 /// all-to-all, every byte verified, every message counted, and the spines carried it all
-/// (every pair of hosts is on different leaves). Needs root, as the testbed test.
+/// (every pair of hosts is on different leaves). Needs root, as the testbed test, and a
+/// kernel with SRv6 lightweight tunnels (else it skips, saying so, unless
+/// `MRC_SRV6_REQUIRE=1`: [`srv6_kernel`]).
 #[cfg(feature = "mpi")]
 mod on_the_testbed {
     use std::path::PathBuf;
@@ -416,12 +421,19 @@ mod on_the_testbed {
             euid, 0,
             "the testbed builds network namespaces and must run as root (CI does)"
         );
+        let script = PathBuf::from(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../testbed/mrc-testbed.sh"
+        ));
+        if !crate::srv6_kernel::testbed_possible(
+            &script,
+            "one_rank_per_testbed_host_incast_and_all_to_all_exact",
+        ) {
+            return;
+        }
         let tb = Testbed {
             prefix: format!("mrctbm{}-", std::process::id() % 1000),
-            script: PathBuf::from(concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/../testbed/mrc-testbed.sh"
-            )),
+            script,
         };
         let o = tb.tb(&[
             "up",

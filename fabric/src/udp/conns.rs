@@ -103,8 +103,8 @@ impl<C, R> ConnTable<C, R> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashMap;
     use mrc_transport::Ecn;
+    use std::collections::HashMap;
 
     fn table() -> ConnTable<&'static str, usize> {
         let mut t = ConnTable::default();
