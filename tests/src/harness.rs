@@ -7,6 +7,8 @@
 //! (reorder), trim (data only: the payload is cut and the BTH trim flag set, as a
 //! trimming switch does), ECN-CE mark (data only); an EV can be black-holed from a given
 //! time on (both directions). Time advances to the next delivery or timer; nothing sleeps.
+//! A's datagrams are read gathered (`Connection::poll_transmit_gather`: headers, then the
+//! lent payload), B's copied (`Connection::poll_transmit`).
 
 use mrc_congestion::Controller;
 use mrc_transport::wire::{Body, Opcode, PacketRepr};
@@ -292,11 +294,31 @@ impl<C: Controller> Pair<C> {
                     Side::A => &mut self.a,
                     Side::B => &mut self.b,
                 };
-                let Some(t) = conn.poll_transmit(self.now_ns, &mut buf) else {
+                // A reads its datagrams as a gathering datapath sends them (the headers
+                // from the buffer, then the payload lent from the region:
+                // `poll_transmit_gather`, what the engine uses), B as a copying one
+                // (`poll_transmit`, what the simulator uses): every test on this harness
+                // runs both, and the verdicts check every byte that lands.
+                let got = match side {
+                    Side::A => conn
+                        .poll_transmit_gather(self.now_ns, &mut buf)
+                        .map(|(t, lent)| {
+                            let mut bytes = buf[..t.len].to_vec();
+                            if let Some(p) = lent {
+                                // SAFETY: the connection is not used between the poll and
+                                // this copy, so its regions are as they were.
+                                bytes.extend_from_slice(unsafe { p.bytes() });
+                            }
+                            (t, bytes)
+                        }),
+                    Side::B => conn
+                        .poll_transmit(self.now_ns, &mut buf)
+                        .map(|t| (t, buf[..t.len].to_vec())),
+                };
+                let Some((t, bytes)) = got else {
                     self.buf = buf;
                     break;
                 };
-                let bytes = buf[..t.len].to_vec();
                 self.buf = buf;
                 self.launch(side, t.ev, t.ecn == Ecn::Ce, bytes);
             }
