@@ -154,20 +154,43 @@ pub struct TxBatch {
 }
 
 /// Datagram bytes of a [`TxBatch`]: `head` (from the batch's slot), then `payload` (lent
-/// from a region; empty unless gathered). A datapath sends them as two pieces of one
-/// datagram (two `iovec`s) or copies them in that order.
+/// from a region; none unless gathered). A datapath that sends in place
+/// ([`Datapath::sends_in_place`]) hands the kernel both as two pieces of one datagram (two
+/// `iovec`s) and never reads the payload itself; any other datapath reads it
+/// ([`TxDatagram::copy_to`], [`TxDatagram::to_vec`]), which the engine never asks of it
+/// (it lends payloads only to datapaths that send in place).
+///
+/// The payload stays a pointer and a length, never a Rust reference: a region shared with
+/// the application (`SharedMem`) is written by the application under its lock, and the
+/// kernel's copy of a lent payload runs without that lock, as a NIC's DMA read does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TxDatagram<'a> {
     /// The bytes in the slot: the whole datagram, or its headers when gathered.
     pub head: &'a [u8],
-    /// The lent payload (empty unless gathered).
-    pub payload: &'a [u8],
+    /// The lent payload, if gathered.
+    pub payload: Option<PayloadRef>,
 }
 
 impl TxDatagram<'_> {
-    /// Bytes of the datagram: `head.len() + payload.len()`.
+    /// Bytes of the datagram: `head.len()` plus the payload's.
     pub fn len(&self) -> usize {
-        self.head.len() + self.payload.len()
+        self.head.len() + self.payload_len()
+    }
+
+    /// Bytes of the lent payload (0 if none).
+    pub fn payload_len(&self) -> usize {
+        self.payload.map_or(0, |p| p.len())
+    }
+
+    /// The lent payload's bytes (empty if none).
+    fn payload_bytes(&self) -> &[u8] {
+        match self.payload {
+            // SAFETY: `TxBatch::push_gather_with`'s caller keeps a lent payload valid and
+            // unwritten until the batch is cleared, which this borrow of the batch
+            // precedes; the engine lends only to datapaths that never call this.
+            Some(p) => unsafe { p.bytes() },
+            None => &[],
+        }
     }
 
     /// No bytes at all.
@@ -181,7 +204,7 @@ impl TxDatagram<'_> {
         let out = out.get_mut(..self.len())?;
         let (h, p) = out.split_at_mut(self.head.len());
         h.copy_from_slice(self.head);
-        p.copy_from_slice(self.payload);
+        p.copy_from_slice(self.payload_bytes());
         Some(())
     }
 
@@ -189,7 +212,7 @@ impl TxDatagram<'_> {
     pub fn to_vec(&self) -> Vec<u8> {
         let mut v = Vec::with_capacity(self.len());
         v.extend_from_slice(self.head);
-        v.extend_from_slice(self.payload);
+        v.extend_from_slice(self.payload_bytes());
         v
     }
 }
@@ -260,9 +283,10 @@ impl TxBatch {
     /// as [`mrc_transport::Connection::poll_transmit_gather`] returns it.
     ///
     /// # Safety
-    /// Every payload lent here stays valid (its region registered, its memory alive) and
-    /// unwritten until the batch is cleared ([`TxBatch::clear`]) or dropped: a datapath
-    /// reads it in [`Datapath::tx_burst`] and [`TxBatch::get`] lends it out as a slice.
+    /// Every payload lent here stays valid (its region registered, its memory alive) until
+    /// the batch is cleared ([`TxBatch::clear`]) or dropped, and, when the batch goes to a
+    /// datapath that does not send in place ([`Datapath::sends_in_place`]; it copies the
+    /// payload), unwritten until then too.
     pub unsafe fn push_gather_with(
         &mut self,
         conn: ConnId,
@@ -298,12 +322,6 @@ impl TxBatch {
         let m = *self.meta.get(i)?;
         let &(head, payload) = self.parts.get(i)?;
         let start = i * self.slot_bytes;
-        let payload = match payload {
-            // SAFETY: `push_gather_with`'s caller keeps the lent bytes valid and unwritten
-            // until the batch is cleared, which this borrow of the batch precedes.
-            Some(p) => unsafe { p.bytes() },
-            None => &[],
-        };
         Some((
             m,
             TxDatagram {
@@ -422,6 +440,14 @@ pub trait Datapath {
         false
     }
 
+    /// Whether [`Datapath::tx_burst`] hands a gathered datagram's lent payload to the
+    /// kernel by address without reading it (the UDP datapaths: two `iovec`s), so that the
+    /// engine may lend payloads ([`TxBatch::push_gather_with`]). Default false: the engine
+    /// then writes every datagram whole into the batch.
+    fn sends_in_place(&self) -> bool {
+        false
+    }
+
     /// The IP the peer of `conn` sends from, as [`RxDatagram::from`] will show it; the
     /// engine's source filter accepts only that IP for the QP. Default `None`: the IP of
     /// the peer address given to [`Datapath::open_conn`].
@@ -482,6 +508,9 @@ impl<D: Datapath + ?Sized> Datapath for Box<D> {
     }
     fn reorders_bursts(&self) -> bool {
         (**self).reorders_bursts()
+    }
+    fn sends_in_place(&self) -> bool {
+        (**self).sends_in_place()
     }
     fn peer_source_ip(&self, conn: ConnId) -> Option<std::net::IpAddr> {
         (**self).peer_source_ip(conn)

@@ -275,6 +275,7 @@ impl<D: Datapath> Engine<D> {
         // 5. Datagrams out.
         let batch = &mut self.batch;
         let start = self.start;
+        let gather = self.dp.sends_in_place();
         loop {
             batch.clear();
             let now = start.elapsed().as_nanos() as u64;
@@ -283,10 +284,18 @@ impl<D: Datapath> Engine<D> {
                 let conn = &mut e.conn;
                 let (own, evs) = (&e.own_evs, &e.paths.evs);
                 let foreign = &mut self.stats.tx_foreign_ev;
+                if !gather {
+                    while batch.push_with(id, |buf| {
+                        conn.poll_transmit(now, buf)
+                            .map(|t| (route_ev(own, evs, t.ev, foreign), t.len, t.ecn))
+                    }) {}
+                    continue;
+                }
                 // SAFETY: a data packet's payload is lent from `conn`'s regions, which
-                // nothing registers, deregisters or writes until the batch is cleared
-                // below, after `tx_burst` (commands and received datagrams are handled
-                // in other steps of the loop, on this thread).
+                // nothing registers or deregisters until the batch is cleared below,
+                // after `tx_burst` (commands and received datagrams are handled in other
+                // steps of the loop, on this thread), and the datapath sends in place
+                // (it hands the kernel the payload's address and never reads it).
                 while unsafe {
                     batch.push_gather_with(id, |buf| {
                         conn.poll_transmit_gather(now, buf).map(|(t, lent)| {

@@ -295,6 +295,11 @@ impl Datapath for DirectDatapath {
         self.ev.ports(self.conns.get(conn)?)
     }
 
+    /// Yes: a lent payload is the second `iovec` of its datagram.
+    fn sends_in_place(&self) -> bool {
+        true
+    }
+
     /// Sends in the batch's order: a run of consecutive datagrams of one socket with one
     /// ECN and one length (the last may be shorter) is one `UDP_SEGMENT` send (with
     /// `cfg.gso`), every other datagram its own `sendmsg`.

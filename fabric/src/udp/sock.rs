@@ -60,10 +60,10 @@ pub(crate) fn push_iovecs(iovs: &mut Vec<libc::iovec>, d: crate::datapath::TxDat
         iov_base: d.head.as_ptr() as *mut libc::c_void,
         iov_len: d.head.len(),
     });
-    if !d.payload.is_empty() {
+    if let Some(p) = d.payload.filter(|p| !p.is_empty()) {
         iovs.push(libc::iovec {
-            iov_base: d.payload.as_ptr() as *mut libc::c_void,
-            iov_len: d.payload.len(),
+            iov_base: p.as_ptr() as *mut libc::c_void,
+            iov_len: p.len(),
         });
     }
 }

@@ -502,6 +502,11 @@ impl Datapath for UringDatapath {
         true
     }
 
+    /// Yes: a lent payload is the second `iovec` of its datagram.
+    fn sends_in_place(&self) -> bool {
+        true
+    }
+
     fn tx_burst(&mut self, batch: &TxBatch) -> Result<TxReport, DatapathError> {
         let mut report = TxReport::default();
         if batch.is_empty() {
