@@ -262,18 +262,11 @@ impl TxBatch {
         conn: ConnId,
         fill: impl FnOnce(&mut [u8]) -> Option<(u32, usize, Ecn)>,
     ) -> bool {
-        if self.is_full() {
-            return false;
-        }
-        let start = self.meta.len() * self.slot_bytes;
-        let slot = &mut self.arena[start..start + self.slot_bytes];
-        match fill(slot) {
-            Some((ev, len, ecn)) if len <= self.slot_bytes => {
-                self.meta.push(TxMeta { conn, ev, len, ecn });
-                self.parts.push((len, None));
-                true
-            }
-            _ => false,
+        // SAFETY: nothing is lent: the slot holds the whole datagram.
+        unsafe {
+            self.push_gather_with(conn, |slot| {
+                fill(slot).map(|(ev, len, ecn)| (ev, len, ecn, None))
+            })
         }
     }
 
