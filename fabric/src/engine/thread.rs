@@ -284,21 +284,19 @@ impl<D: Datapath> Engine<D> {
                 let conn = &mut e.conn;
                 let (own, evs) = (&e.own_evs, &e.paths.evs);
                 let foreign = &mut self.stats.tx_foreign_ev;
-                if !gather {
-                    while batch.push_with(id, |buf| {
-                        conn.poll_transmit(now, buf)
-                            .map(|t| (route_ev(own, evs, t.ev, foreign), t.len, t.ecn))
-                    }) {}
-                    continue;
-                }
-                // SAFETY: a data packet's payload is lent from `conn`'s regions, which
-                // nothing registers or deregisters until the batch is cleared below,
-                // after `tx_burst` (commands and received datagrams are handled in other
-                // steps of the loop, on this thread), and the datapath sends in place
-                // (it hands the kernel the payload's address and never reads it).
+                // SAFETY: only with `gather` is a data packet's payload lent, from
+                // `conn`'s regions, which nothing registers or deregisters until the batch
+                // is cleared below, after `tx_burst` (commands and received datagrams are
+                // handled in other steps of the loop, on this thread), and the datapath
+                // sends in place (it hands the kernel the payload's address, never reads it).
                 while unsafe {
                     batch.push_gather_with(id, |buf| {
-                        conn.poll_transmit_gather(now, buf).map(|(t, lent)| {
+                        let polled = if gather {
+                            conn.poll_transmit_gather(now, buf)
+                        } else {
+                            conn.poll_transmit(now, buf).map(|t| (t, None))
+                        };
+                        polled.map(|(t, lent)| {
                             (route_ev(own, evs, t.ev, foreign), t.len, t.ecn, lent)
                         })
                     })

@@ -228,18 +228,15 @@ impl Datapath for FakeDatapath {
             report.datagrams += 1;
             match verdict {
                 FakeVerdict::Drop => st.dropped += 1,
-                FakeVerdict::MarkCe => st.deliver(to, (from, Ecn::Ce, bytes.to_vec())),
-                FakeVerdict::Deliver => st.deliver(to, (from, ecn, bytes.to_vec())),
+                // `bytes` is this datagram's own copy already: moved, cloned only to
+                // duplicate
+                FakeVerdict::MarkCe => st.deliver(to, (from, Ecn::Ce, bytes)),
+                FakeVerdict::Deliver => st.deliver(to, (from, ecn, bytes)),
                 FakeVerdict::Duplicate => {
-                    st.deliver(to, (from, ecn, bytes.to_vec()));
-                    st.deliver(to, (from, ecn, bytes.to_vec()));
+                    st.deliver(to, (from, ecn, bytes.clone()));
+                    st.deliver(to, (from, ecn, bytes));
                 }
-                FakeVerdict::Hold => {
-                    st.held
-                        .entry(to)
-                        .or_default()
-                        .push((from, ecn, bytes.to_vec()))
-                }
+                FakeVerdict::Hold => st.held.entry(to).or_default().push((from, ecn, bytes)),
             }
         }
         drop(st);
