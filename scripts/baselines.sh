@@ -12,9 +12,11 @@
 # Environment:
 #   MRC_PERF=PATH     run that mrc-perf binary instead of building target/release/mrc-perf
 #   BURSTS="1 16"     the --burst-size values (packets per EV per GSO send; 1 = spraying)
-#   MECHS="plain"     datapath variants, any of: plain multishot coop zerocopy all
-#                     (--udp-multishot, --udp-coop-taskrun, --udp-zerocopy; all = the
-#                     first two, zero-copy left out: on loopback it stalls mrc)
+#   MECHS="plain"     datapath variants, any of: plain off multishot coop zerocopy all
+#                     (plain: the defaults, multishot receive and cooperative task work
+#                     on; off: both off; multishot, coop: that one alone; zerocopy:
+#                     --udp-zerocopy beside the defaults; all = multishot and coop, the
+#                     defaults, zero-copy left out: on loopback it stalls mrc)
 #   MRC_PERF_BEFORE=PATH  also run that (older) mrc-perf as variant "before", plain
 #   LAT=1             the latency rows (0: skip)
 #   CONN_BENCH=1      also run the state machines' criterion bench (cargo bench -p
@@ -38,7 +40,7 @@
 # Any failure prints a message (with mrc-perf's stderr) and exits 1.
 set -euo pipefail
 if [ "${1:-}" = -h ] || [ "${1:-}" = --help ]; then
-  sed -n '2,38p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,40p' "$0" | sed 's/^# \{0,1\}//'
   exit 0
 fi
 usage="usage: scripts/baselines.sh [RUNS] [DURATION_S] (RUNS a positive integer, DURATION_S positive seconds; defaults 3 3)"
@@ -67,11 +69,12 @@ done
 mech_flags() {
   case $1 in
     plain | before) echo "" ;;
-    multishot) echo "--udp-multishot" ;;
-    coop) echo "--udp-coop-taskrun" ;;
+    off) echo "--udp-multishot=false --udp-coop-taskrun=false" ;;
+    multishot) echo "--udp-multishot --udp-coop-taskrun=false" ;;
+    coop) echo "--udp-multishot=false --udp-coop-taskrun" ;;
     zerocopy) echo "--udp-zerocopy" ;;
     all) echo "--udp-multishot --udp-coop-taskrun" ;;
-    *) echo "baselines.sh: unknown MECHS entry '$1' (plain multishot coop zerocopy all)" >&2; return 1 ;;
+    *) echo "baselines.sh: unknown MECHS entry '$1' (plain off multishot coop zerocopy all)" >&2; return 1 ;;
   esac
 }
 for v in $MECHS; do mech_flags "$v" >/dev/null; done

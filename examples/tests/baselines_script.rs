@@ -106,7 +106,7 @@ fn failures_are_clear() {
         (
             Some(1),
             String::new(),
-            "baselines.sh: unknown MECHS entry 'bogus' (plain multishot coop zerocopy all)\n"
+            "baselines.sh: unknown MECHS entry 'bogus' (plain off multishot coop zerocopy all)\n"
                 .to_owned()
         )
     );

@@ -134,9 +134,14 @@ fn latency_path_selection_recycle_keeps_one_ev_round_robin_spreads_exactly() {
     };
     // Over real loopback sockets a loaded machine can delay a reply past the tail loss
     // probe, whose copy (on another EV) may be the one acknowledged: recycling then moves
-    // on, legitimately. The exact split is asserted on a run with no probe and no
-    // retransmission; one in five such runs is asked for.
-    let clean = |sel: &'static str| -> Value {
+    // on, legitimately. It can also hand the pinger the peer's reply in one receive burst
+    // and the SACK of its own ping in the next (two datagrams, which a loaded machine may
+    // deliver apart): the next ping then finds the recycle FIFO empty and explores the next EV, as
+    // REPS must (the FIFO's order is tested exactly in `mrc_transport::path`). So the exact
+    // split is asserted on a run with no probe and no retransmission, and for recycling on
+    // one of up to five such runs; every run's split is printed if none has it.
+    let clean = |sel: &'static str, want: [u64; 4]| {
+        let mut seen = Vec::new();
         for _ in 0..5 {
             let v = json(&args(sel));
             assert_eq!(v["path_selection"], sel);
@@ -144,17 +149,24 @@ fn latency_path_selection_recycle_keeps_one_ev_round_robin_spreads_exactly() {
                 v["sent_packets"].as_u64().unwrap(),
                 32 + v["retransmitted_packets"].as_u64().unwrap()
             );
+            let split = first_sends(&v);
+            assert_eq!(split.iter().sum::<u64>(), 32, "{split:?}");
             if v["tail_loss_probes"] == 0
                 && v["retransmitted_packets"] == 0
                 && v["rto_expiries"] == 0
             {
-                return v;
+                if split == want {
+                    return;
+                }
+                // Round-robin spreads whatever the timing: only recycling may retry.
+                assert_eq!(sel, "recycle", "{split:?}");
             }
+            seen.push(split);
         }
-        panic!("5 runs of --path-selection {sel}, each with a probe or a retransmission");
+        panic!("5 runs of --path-selection {sel}, none clean with split {want:?}: {seen:?}");
     };
-    assert_eq!(first_sends(&clean("recycle")), [32, 0, 0, 0]);
-    assert_eq!(first_sends(&clean("round-robin")), [8, 8, 8, 8]);
+    clean("recycle", [32, 0, 0, 0]);
+    clean("round-robin", [8, 8, 8, 8]);
     let (o, _) = perf(&["loopback", "--path-selection", "random"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("invalid value 'random'"));

@@ -356,16 +356,20 @@ pub struct TestOpts {
     #[arg(long, value_name = "N", global = true)]
     pub cpu: Option<usize>,
     /// UDP datapath: receive with one multishot `recvmsg` over a provided buffer ring
-    /// instead of re-armed single ones (`UdpConfig::rx_multishot`). This end only.
-    #[arg(long, global = true)]
+    /// instead of re-armed single ones (`UdpConfig::rx_multishot`; kernel 6.0+, else the
+    /// single ones). `--udp-multishot=false` turns it off. This end only.
+    #[arg(long, global = true, value_name = "BOOL", num_args = 0..=1, default_value_t = true,
+          default_missing_value = "true", require_equals = true, action = clap::ArgAction::Set)]
     pub udp_multishot: bool,
     /// UDP datapath: send with `IORING_OP_SENDMSG_ZC`, zero-copy (`UdpConfig::tx_zerocopy`).
     /// This end only.
     #[arg(long, global = true)]
     pub udp_zerocopy: bool,
     /// UDP datapath: set up the io_urings with `IORING_SETUP_COOP_TASKRUN` (no
-    /// interrupt per arriving datagram; `UdpConfig::coop_taskrun`). This end only.
-    #[arg(long, global = true)]
+    /// interrupt per arriving datagram; `UdpConfig::coop_taskrun`; where the kernel
+    /// refuses it, without). `--udp-coop-taskrun=false` turns it off. This end only.
+    #[arg(long, global = true, value_name = "BOOL", num_args = 0..=1, default_value_t = true,
+          default_missing_value = "true", require_equals = true, action = clap::ArgAction::Set)]
     pub udp_coop_taskrun: bool,
     /// GID index on that port: a RoCEv2 entry (`show_gids`; often 3 for IPv4 on ConnectX,
     /// 1 on Soft-RoCE).
@@ -1083,6 +1087,48 @@ mod progress_and_verify_tests {
                 "direct"
             ]),
             Err("--udp-io direct needs --progress caller over --fabric udp".to_string())
+        );
+    }
+
+    /// Multishot receive and cooperative task work are on unless turned off with
+    /// `=false` (the `UdpConfig` defaults); zero-copy is off unless asked.
+    #[test]
+    fn udp_mechanics_default_to_the_udp_config_defaults() {
+        let mech = |args: &[&str]| {
+            let mut v = vec!["mrc-perf", "loopback"];
+            v.extend_from_slice(args);
+            Cli::try_parse_from(v).map(|c| {
+                (
+                    c.test.udp_multishot,
+                    c.test.udp_coop_taskrun,
+                    c.test.udp_zerocopy,
+                )
+            })
+        };
+        let d = mrc_fabric::udp::UdpConfig::default();
+        assert_eq!(mech(&[]).unwrap(), (true, true, false));
+        assert_eq!(
+            mech(&[]).unwrap(),
+            (d.rx_multishot, d.coop_taskrun, d.tx_zerocopy)
+        );
+        assert_eq!(
+            mech(&["--udp-multishot", "--udp-coop-taskrun"]).unwrap(),
+            (true, true, false)
+        );
+        assert_eq!(
+            mech(&["--udp-multishot=false", "--udp-zerocopy"]).unwrap(),
+            (false, true, true)
+        );
+        assert_eq!(
+            mech(&["--udp-coop-taskrun=false", "--udp-multishot=true"]).unwrap(),
+            (true, false, false)
+        );
+        let e = mech(&["--udp-multishot=maybe"]).unwrap_err().to_string();
+        assert!(e.contains("invalid value 'maybe'"), "{e}");
+        let r = crate::perf::run::UdpMechanics::default();
+        assert_eq!(
+            (r.multishot, r.coop_taskrun, r.zerocopy),
+            (true, true, false)
         );
     }
 

@@ -240,9 +240,9 @@ pub fn shared_context(
     Ok(SharedContext(Arc::new(ctx)))
 }
 
-/// The optional mechanics of the io_uring UDP datapath an end uses (each off unless
-/// asked: the [`UdpConfig`] defaults).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// The optional mechanics of the io_uring UDP datapath an end uses; the default is the
+/// [`UdpConfig`] default (multishot receive and cooperative task work on, zero-copy off).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct UdpMechanics {
     /// [`UdpConfig::rx_multishot`].
     pub multishot: bool,
@@ -250,6 +250,17 @@ pub struct UdpMechanics {
     pub zerocopy: bool,
     /// [`UdpConfig::coop_taskrun`].
     pub coop_taskrun: bool,
+}
+
+impl Default for UdpMechanics {
+    fn default() -> Self {
+        let d = UdpConfig::default();
+        UdpMechanics {
+            multishot: d.rx_multishot,
+            zerocopy: d.tx_zerocopy,
+            coop_taskrun: d.coop_taskrun,
+        }
+    }
 }
 
 impl UdpMechanics {

@@ -4,11 +4,13 @@
 //! provided buffer ring with [`UdpConfig::rx_multishot`], plus a read on an eventfd that
 //! [`Waker::wake`] writes to).
 //!
-//! Options of the mechanics, each a [`UdpConfig`] field, each off by default:
-//! multishot receive with a provided buffer ring ([`UdpConfig::rx_multishot`]), zero-copy
-//! sends (`IORING_OP_SENDMSG_ZC`, [`UdpConfig::tx_zerocopy`]) and cooperative task work
-//! ([`UdpConfig::coop_taskrun`]). docs/PERFORMANCE.md has what each measured on loopback,
-//! and registered files, measured and left out.
+//! Options of the mechanics, each a [`UdpConfig`] field: multishot receive with a provided
+//! buffer ring ([`UdpConfig::rx_multishot`], on by default from kernel 6.0), cooperative
+//! task work ([`UdpConfig::coop_taskrun`], on by default from kernel 5.19) and zero-copy
+//! sends (`IORING_OP_SENDMSG_ZC`, [`UdpConfig::tx_zerocopy`], off). On an older kernel the
+//! first two fall back to what it has ([`UringDatapath::config`] says what is in effect).
+//! docs/PERFORMANCE.md has what each measured on loopback, and registered files, measured
+//! and left out.
 
 use super::bufring::BufRing;
 use super::evsock::{EvConn, EvSocket, EvSockets};
@@ -53,9 +55,10 @@ pub struct UdpConfig {
     /// Receive with one multishot `recvmsg` (`IORING_RECV_MULTISHOT`, kernel 6.0+) that
     /// takes its buffers from a provided buffer ring of [`UdpConfig::rx_ring_buffers`]
     /// buffers of `rx_buffer_bytes` (plus the room for address and cmsgs), instead of
-    /// `rx_slots` single `recvmsg`s re-armed after each datagram. Default off
-    /// (docs/PERFORMANCE.md: on loopback mrc's CPU per byte 0.87-1.02x without it, inside
-    /// or at the noise of the 2-core VM).
+    /// `rx_slots` single `recvmsg`s re-armed after each datagram. Default on; on a kernel
+    /// older than 6.0 (no multishot `recvmsg`) [`UringDatapath::new`] falls back to the
+    /// single receives (docs/PERFORMANCE.md: with [`UdpConfig::coop_taskrun`] mrc's CPU per
+    /// byte 0.75-0.80x of both off on loopback, goodput 1.3x at `--burst-size 16`).
     pub rx_multishot: bool,
     /// Buffers of the provided buffer ring with [`UdpConfig::rx_multishot`]: a power of two
     /// in 1..=32768 (others are an error at [`UringDatapath::new`]). Default 64.
@@ -72,9 +75,10 @@ pub struct UdpConfig {
     /// (kernel 5.19+): a datagram that arrives while the engine runs in user space no
     /// longer interrupts it (an inter-processor interrupt to run the receive's task work);
     /// the work runs at its next system call, and [`Datapath::rx_burst`] makes one when the
-    /// ring flags work pending and no completion is there. Default off
-    /// (docs/PERFORMANCE.md: mrc's CPU per byte 0.97-0.99x without it, inside the noise;
-    /// with multishot 0.85-0.97x).
+    /// ring flags work pending and no completion is there. Default on; where the kernel
+    /// refuses the flags (`EINVAL`, before 5.19) [`UringDatapath::new`] sets the rings up
+    /// without them (docs/PERFORMANCE.md: alone within the noise, with multishot the pair
+    /// above).
     pub coop_taskrun: bool,
 }
 
@@ -90,10 +94,10 @@ impl Default for UdpConfig {
             socket_buffer_bytes: 8 << 20,
             tx_ring_entries: 256,
             traffic_class: 0,
-            rx_multishot: false,
+            rx_multishot: true,
             rx_ring_buffers: 64,
             tx_zerocopy: false,
-            coop_taskrun: false,
+            coop_taskrun: true,
         }
     }
 }
@@ -138,6 +142,8 @@ struct Group {
 const EVENTFD_USER_DATA: u64 = u64::MAX;
 /// `user_data` of the multishot receive.
 const MULTISHOT_USER_DATA: u64 = u64::MAX - 1;
+/// `user_data` of the cancel [`Drop`] submits for an armed multishot receive.
+const CANCEL_USER_DATA: u64 = u64::MAX - 2;
 /// Room at the head of each provided buffer for what a multishot `recvmsg` writes before
 /// the payload: `io_uring_recvmsg_out` (16 bytes), the address (`sockaddr_storage`) and the
 /// cmsgs ([`CMSG_BYTES`]).
@@ -203,7 +209,14 @@ impl UringDatapath {
     /// # Errors
     /// [`DatapathError::Io`] when a socket, option, bind or ring setup fails (e.g. the
     /// receive port is taken, or io_uring is not permitted).
-    pub fn new(cfg: UdpConfig) -> Result<Self, DatapathError> {
+    /// With [`UdpConfig::rx_multishot`] on a kernel older than 6.0, or
+    /// [`UdpConfig::coop_taskrun`] where the kernel refuses it, the datapath runs without
+    /// (logged at info; [`UringDatapath::config`] has the option off).
+    pub fn new(mut cfg: UdpConfig) -> Result<Self, DatapathError> {
+        if cfg.rx_multishot && !multishot_supported(kernel_release()) {
+            tracing::info!("kernel older than 6.0: single recvmsgs instead of multishot");
+            cfg.rx_multishot = false;
+        }
         let (rx_sock, local) = sock::open_rx(&cfg)?;
         let rx_entries = (cfg.rx_slots as u32 + 1).next_power_of_two().max(8);
         let cq_entries = if cfg.rx_multishot {
@@ -212,19 +225,15 @@ impl UringDatapath {
         } else {
             rx_entries * 2
         };
-        let mut rx_builder = IoUring::builder();
-        rx_builder.setup_cqsize(cq_entries);
-        let mut tx_builder = IoUring::builder();
-        if cfg.coop_taskrun {
-            rx_builder.setup_coop_taskrun().setup_taskrun_flag();
-            tx_builder.setup_coop_taskrun();
+        let (rx_ring, tx_ring) = match build_rings(&cfg, rx_entries, cq_entries) {
+            Err(e) if cfg.coop_taskrun && e.raw_os_error() == Some(libc::EINVAL) => {
+                tracing::info!("io_uring refused COOP_TASKRUN ({e}): rings without it");
+                cfg.coop_taskrun = false;
+                build_rings(&cfg, rx_entries, cq_entries)
+            }
+            r => r,
         }
-        let rx_ring = rx_builder
-            .build(rx_entries)
-            .map_err(DatapathError::io("io_uring setup (receive)"))?;
-        let tx_ring = tx_builder
-            .build(cfg.tx_ring_entries.max(8))
-            .map_err(DatapathError::io("io_uring setup (send)"))?;
+        .map_err(DatapathError::io("io_uring setup"))?;
         // SAFETY: plain eventfd creation; the result is checked before use.
         let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
         if efd < 0 {
@@ -321,7 +330,8 @@ impl UringDatapath {
         Ok(())
     }
 
-    /// The configuration.
+    /// The configuration in effect: the one given, with [`UdpConfig::rx_multishot`] and
+    /// [`UdpConfig::coop_taskrun`] off where the kernel lacks them.
     pub fn config(&self) -> &UdpConfig {
         &self.cfg
     }
@@ -800,10 +810,67 @@ fn multishot_cqe(
     handed
 }
 
+/// The receive and send rings of `cfg` (cooperative task work on both with
+/// [`UdpConfig::coop_taskrun`]; the task-run flag on the receive ring, which
+/// [`Datapath::rx_burst`] reads).
+fn build_rings(
+    cfg: &UdpConfig,
+    rx_entries: u32,
+    cq_entries: u32,
+) -> io::Result<(IoUring, IoUring)> {
+    let mut rx_builder = IoUring::builder();
+    rx_builder.setup_cqsize(cq_entries);
+    let mut tx_builder = IoUring::builder();
+    if cfg.coop_taskrun {
+        rx_builder.setup_coop_taskrun().setup_taskrun_flag();
+        tx_builder.setup_coop_taskrun();
+    }
+    Ok((
+        rx_builder.build(rx_entries)?,
+        tx_builder.build(cfg.tx_ring_entries.max(8))?,
+    ))
+}
+
+/// The running kernel's release as (major, minor), from `uname(2)`; `None` when it does
+/// not read as `MAJOR.MINOR...`.
+fn kernel_release() -> Option<(u32, u32)> {
+    // SAFETY: zero is a valid utsname; uname fills it.
+    let mut u: libc::utsname = unsafe { std::mem::zeroed() };
+    // SAFETY: `u` is a valid, writable utsname.
+    if unsafe { libc::uname(&mut u) } != 0 {
+        return None;
+    }
+    let bytes: Vec<u8> = u
+        .release
+        .iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c| c as u8)
+        .collect();
+    parse_release(&String::from_utf8_lossy(&bytes))
+}
+
+/// (major, minor) of a kernel release string such as `6.18.44-fc` or `5.15.0`; `None`
+/// when it does not start with two dot-separated numbers.
+fn parse_release(release: &str) -> Option<(u32, u32)> {
+    let mut parts = release.split(['.', '-']);
+    let major = parts.next()?.parse().ok()?;
+    let minor = parts.next()?.parse().ok()?;
+    Some((major, minor))
+}
+
+/// Whether a kernel of `release` has multishot `recvmsg` (`IORING_RECV_MULTISHOT`, Linux
+/// 6.0); an unknown release is taken not to.
+fn multishot_supported(release: Option<(u32, u32)>) -> bool {
+    release.is_some_and(|r| r >= (6, 0))
+}
+
 impl Drop for UringDatapath {
     /// Completes every outstanding receive before the buffers are freed: the receive
-    /// socket is shut down (pending `recvmsg`s complete at once) and the eventfd written
-    /// (its read completes); then the completions are reaped, for at most about 1 s.
+    /// socket is shut down (pending `recvmsg`s complete at once), an armed multishot
+    /// receive cancelled (`IORING_OP_ASYNC_CANCEL`: a shut-down UDP socket does not end
+    /// it, and while it is pending it holds the socket, so its port, open) and the eventfd
+    /// written (its read completes); then the completions are reaped, for at most about
+    /// 1 s.
     fn drop(&mut self) {
         if !self.rx_started {
             return; // nothing was submitted: no receive holds a buffer
@@ -812,6 +879,15 @@ impl Drop for UringDatapath {
         self.waker.wake();
         let armed = self.multishot.as_ref().is_some_and(|m| m.armed);
         let mut outstanding = self.slots.len() + 1 + usize::from(armed);
+        if armed {
+            let cancel = opcode::AsyncCancel::new(MULTISHOT_USER_DATA)
+                .build()
+                .user_data(CANCEL_USER_DATA);
+            // The cancel's own completion is waited for too (it names no buffer).
+            if self.push_rx(cancel).is_ok() {
+                outstanding += 1;
+            }
+        }
         let mut rounds = 0;
         while outstanding > 0 && rounds < 100 {
             rounds += 1;
@@ -828,6 +904,72 @@ impl Drop for UringDatapath {
         }
         if self.multishot.is_some() {
             let _ = self.rx_ring.submitter().unregister_buf_ring(BUF_GROUP);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_release_gates_multishot_at_6_0() {
+        assert_eq!(parse_release("6.18.44-fc"), Some((6, 18)));
+        assert_eq!(parse_release("5.15.0-91-generic"), Some((5, 15)));
+        assert_eq!(parse_release("6.0-rc1"), Some((6, 0)));
+        assert_eq!(parse_release("6"), None);
+        assert_eq!(parse_release("x.1"), None);
+        assert_eq!(parse_release(""), None);
+        assert!(multishot_supported(Some((6, 0))));
+        assert!(multishot_supported(Some((7, 1))));
+        assert!(!multishot_supported(Some((5, 19))));
+        assert!(!multishot_supported(None));
+        // this machine's kernel reads as a release
+        assert!(kernel_release().is_some());
+    }
+
+    /// A datapath whose receives were submitted lets go of its receive port when dropped:
+    /// a socket can bind the same address at once. With multishot receive the drop
+    /// cancels the multishot `recvmsg` (a shut-down UDP socket does not end it; without
+    /// the cancel the drop waited its full second and the pending receive kept the port).
+    #[test]
+    fn a_dropped_datapath_frees_its_receive_port_at_once() {
+        for multishot in [false, true] {
+            let mut cfg = UdpConfig::bind(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0));
+            cfg.rx_multishot = multishot;
+            let mut dp = UringDatapath::new(cfg).unwrap();
+            let addr = dp.local_addr();
+            // submits the receives (nothing has arrived: none is handed)
+            assert_eq!(dp.rx_burst(8, &mut |_| {}).unwrap(), 0);
+            assert!(dp.rx_started);
+            assert_eq!(
+                dp.multishot.is_some(),
+                multishot && dp.config().rx_multishot
+            );
+            drop(dp);
+            let again = std::net::UdpSocket::bind(addr);
+            assert!(again.is_ok(), "multishot {multishot}: {again:?}");
+        }
+    }
+
+    /// The defaults ask for multishot and cooperative task work; a datapath built from
+    /// them keeps both on this kernel when it is 6.0 or newer (and says so in `config`).
+    #[test]
+    fn defaults_ask_for_multishot_and_coop_and_config_says_what_runs() {
+        let d = UdpConfig::default();
+        assert!(d.rx_multishot && d.coop_taskrun && !d.tx_zerocopy);
+        let dp = UringDatapath::new(UdpConfig::bind(SocketAddr::new(
+            IpAddr::V4(Ipv4Addr::LOCALHOST),
+            0,
+        )))
+        .unwrap();
+        let new_enough = multishot_supported(kernel_release());
+        assert_eq!(dp.config().rx_multishot, new_enough);
+        assert_eq!(dp.multishot.is_some(), new_enough);
+        assert_eq!(dp.slots.len(), if new_enough { 0 } else { 32 });
+        if new_enough {
+            // 6.0 is past 5.19, which has COOP_TASKRUN
+            assert!(dp.config().coop_taskrun);
         }
     }
 }
