@@ -16,7 +16,9 @@
 #                     (plain: the defaults, multishot receive and cooperative task work
 #                     on; off: both off; multishot, coop: that one alone; zerocopy:
 #                     --udp-zerocopy beside the defaults; all = multishot and coop, the
-#                     defaults, zero-copy left out: on loopback it stalls mrc)
+#                     defaults, zero-copy left out: on loopback it stalls mrc); depthN
+#                     (N in 1..999): the defaults with -t N on the mrc --verify row (N
+#                     messages of 1 MiB in flight instead of 8; the regions shrink with it)
 #   MRC_PERF_BEFORE=PATH  also run that (older) mrc-perf as variant "before", plain
 #   LAT=1             the latency rows (0: skip)
 #   CONN_BENCH=1      also run the state machines' criterion bench (cargo bench -p
@@ -40,7 +42,7 @@
 # Any failure prints a message (with mrc-perf's stderr) and exits 1.
 set -euo pipefail
 if [ "${1:-}" = -h ] || [ "${1:-}" = --help ]; then
-  sed -n '2,40p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,42p' "$0" | sed 's/^# \{0,1\}//'
   exit 0
 fi
 usage="usage: scripts/baselines.sh [RUNS] [DURATION_S] (RUNS a positive integer, DURATION_S positive seconds; defaults 3 3)"
@@ -74,9 +76,12 @@ mech_flags() {
     coop) echo "--udp-multishot=false --udp-coop-taskrun" ;;
     zerocopy) echo "--udp-zerocopy" ;;
     all) echo "--udp-multishot --udp-coop-taskrun" ;;
-    *) echo "baselines.sh: unknown MECHS entry '$1' (plain off multishot coop zerocopy all)" >&2; return 1 ;;
+    depth[1-9] | depth[1-9][0-9] | depth[1-9][0-9][0-9]) echo "" ;;
+    *) echo "baselines.sh: unknown MECHS entry '$1' (plain off multishot coop zerocopy all depthN)" >&2; return 1 ;;
   esac
 }
+# depth_flags VARIANT: the mrc --verify row's own flags (depthN: -t N, N messages in flight).
+depth_flags() { case $1 in depth*) echo "-t ${1#depth}" ;; *) echo "" ;; esac; }
 for v in $MECHS; do mech_flags "$v" >/dev/null; done
 for k in $ENGINES; do
   [[ $k =~ ^[1-9][0-9]*$ ]] || { echo "baselines.sh: ENGINES must hold positive integers, got '$k'" >&2; exit 1; }
@@ -137,8 +142,9 @@ for i in $(seq "$RUNS"); do
       # shellcheck disable=SC2046 # the flags are words
       set -- $(mech_flags "$v")
       # 4096-byte payload, 16 EVs, 1 MiB messages, every byte checked.
+      # shellcheck disable=SC2046
       j=$(run "$bin" "$(label_of "$v")" loopback -s 1048576 --paths 16 --mtu 4096 -D "$DUR" --burst-size "$b" \
-        --udp-port 0 --verify --json "$@")
+        --udp-port 0 --verify --json "$@" $(depth_flags "$v"))
       bad=$(jq -r '.receiver.bad_bytes' <<<"$j")
       [ "$bad" = 0 ] || { echo "baselines.sh: verify failed: $bad bad bytes" >&2; exit 1; }
       jq -c --argjson i "$i" --argjson b "$b" --arg v "$v" \

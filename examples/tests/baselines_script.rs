@@ -101,15 +101,19 @@ fn failures_are_clear() {
             "baselines.sh: BURSTS must hold positive integers, got 'x'\n".to_owned()
         )
     );
-    assert_eq!(
-        run(&fake, &["1", "1"], &[("MECHS", "plain bogus")]),
-        (
-            Some(1),
-            String::new(),
-            "baselines.sh: unknown MECHS entry 'bogus' (plain off multishot coop zerocopy all)\n"
-                .to_owned()
-        )
-    );
+    for bad in ["bogus", "depth0", "depth1000", "depth01", "depth", "depthx"] {
+        assert_eq!(
+            run(&fake, &["1", "1"], &[("MECHS", &format!("plain {bad}"))]),
+            (
+                Some(1),
+                String::new(),
+                format!(
+                    "baselines.sh: unknown MECHS entry '{bad}' (plain off multishot coop zerocopy all depthN)\n"
+                )
+            ),
+            "{bad}"
+        );
+    }
     assert_eq!(
         run(&fake, &["1", "1"], &[("ENGINES", "1 0")]),
         (
@@ -140,6 +144,43 @@ fn failures_are_clear() {
              mrc-perf: error: bind 127.0.0.1: Address already in use\n"
                 .to_owned()
         )
+    );
+}
+
+/// `MECHS` entries turn into mrc-perf's flags: `off` turns both default options off,
+/// `depthN` adds `-t N` to the mrc `--verify` row only (the raw blast and TCP rows have no
+/// depth), and `plain` adds nothing. The stand-in logs each command line.
+#[test]
+fn variants_pass_their_flags_and_depth_only_to_the_mrc_row() {
+    let d = dir("flags");
+    let log = d.join("calls");
+    let fake = stand_in(
+        &d,
+        &format!(
+            r#"#!/bin/sh
+echo "$*" >> {log}
+case "$*" in
+  "loopback -s 1048576"*) echo '{{"bw_avg_gbps": 10, "cpu_s_per_gb": 0.5, "receiver": {{"bad_bytes": 0}}}}' ;;
+  "baseline -s"*) echo '{{"baselines": [{{"name": "raw UDP", "gbps": 20, "cpu_s_per_gb": 0.4}}, {{"name": "kernel TCP", "gbps": 30, "cpu_s_per_gb": 0.3}}]}}' ;;
+  *) exit 9 ;;
+esac
+"#,
+            log = log.display()
+        ),
+    );
+    let (code, _, stderr) = run(
+        &fake,
+        &["1", "2"],
+        &[("MECHS", "plain off depth2"), ("BURSTS", "16"), ("LAT", "0")],
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    let calls = std::fs::read_to_string(&log).unwrap();
+    let mrc = "loopback -s 1048576 --paths 16 --mtu 4096 -D 2 --burst-size 16 --udp-port 0 --verify --json";
+    let base = "baseline -s 1048576 --paths 16 --mtu 4096 -D 2 --burst-size 16 --json";
+    let off = "--udp-multishot=false --udp-coop-taskrun=false";
+    assert_eq!(
+        calls,
+        format!("{mrc}\n{base}\n{mrc} {off}\n{base} {off}\n{mrc} -t 2\n{base}\n")
     );
 }
 
