@@ -110,6 +110,9 @@ impl Coverage {
             }
             (true, false) => self.ranges[i - 1].1 = end,
             (false, true) => self.ranges[i].0 = offset,
+            // after every range (the first packet of a message among them): appended
+            // without `insert`'s shifting (a call of ~37 instructions)
+            (false, false) if i == self.ranges.len() => self.ranges.push((offset, end)),
             (false, false) => self.ranges.insert(i, (offset, end)),
         }
     }

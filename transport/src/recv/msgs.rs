@@ -400,7 +400,7 @@ impl RxMessages {
     /// Completes every message at the front that is whole, in order, pushing receiver
     /// completions (SEND -> `Recv`, WRITE_WITH_IMM -> `RecvRdmaWithImm`; plain WRITE gives
     /// none). Stops at a message that needs a receive buffer while none is posted.
-    #[inline]
+    #[inline(always)]
     pub fn advance(&mut self, regions: &mut RegionTable, out: &mut VecDeque<Completion>) {
         // the usual case, a message at the front still incomplete, without the set-up of the
         // completion loop (~45 instructions per data packet)
