@@ -1731,6 +1731,15 @@ impl SendState {
     pub fn poll_completion(&mut self) -> Option<Completion> {
         self.completions.pop_front()
     }
+
+    /// Moves every sender-side completion, in posting order, to the back of `out` (what
+    /// [`SendState::poll_completion`] until `None` would give, in one move).
+    #[inline]
+    pub fn take_completions_into(&mut self, out: &mut VecDeque<Completion>) {
+        if !self.completions.is_empty() {
+            out.append(&mut self.completions);
+        }
+    }
 }
 
 /// The completion opcode of a send-side message.
