@@ -377,9 +377,37 @@ impl PathTable {
             p.proof_ns = Some(p.proof_ns.map_or(now_ns, |t| t.max(now_ns)));
             self.proofs += 1;
             p.proof_count = self.proofs;
-            self.first_proof_ns.get_or_insert(now_ns);
-            self.latest_proof_ns = Some(self.latest_proof_ns.map_or(now_ns, |t| t.max(now_ns)));
+            self.note_proof_time(now_ns);
         }
+    }
+
+    /// The table's side of evidence at `now_ns` on some EV: its first and latest evidence
+    /// times.
+    #[inline]
+    pub(crate) fn note_proof_time(&mut self, now_ns: u64) {
+        self.first_proof_ns.get_or_insert(now_ns);
+        self.latest_proof_ns = Some(self.latest_proof_ns.map_or(now_ns, |t| t.max(now_ns)));
+    }
+
+    /// A packet sent once on `idx` was acknowledged at `now_ns`: its EV's `acked` counter,
+    /// then [`PathTable::on_delivered`] without the table's evidence times, which the
+    /// caller notes once for a run of such packets ([`PathTable::note_proof_time`], same
+    /// `now_ns`) when this returns true (`idx` is in the table). One lookup of the path
+    /// instead of three.
+    #[inline]
+    pub(crate) fn on_acked_delivered(&mut self, idx: usize, now_ns: u64) -> bool {
+        let Some(p) = self.paths.get_mut(idx) else {
+            return false;
+        };
+        p.stats.acked += 1;
+        p.proof_ns = Some(p.proof_ns.map_or(now_ns, |t| t.max(now_ns)));
+        self.proofs += 1;
+        p.proof_count = self.proofs;
+        p.consecutive_losses = 0;
+        if self.selection == Selection::Recycle {
+            self.delivered.push(idx);
+        }
+        true
     }
 
     /// Whether [`PathTable::select`] can return an EV (some EV is not denied).

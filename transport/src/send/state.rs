@@ -1074,6 +1074,8 @@ impl SendState {
         let mut seq = from;
         let mut done_pkts = 0u32;
         let mut done_bytes = 0u64;
+        // some packet's EV is in the table: its evidence time is noted once, after the run
+        let mut proven = false;
         // (msn, packets acknowledged) of the message being counted
         let mut msg_run: Option<(u64, u32)> = None;
         let msgs = &mut self.msgs;
@@ -1103,12 +1105,8 @@ impl SendState {
             p.state = PktState::Acked;
             done_pkts += 1;
             done_bytes += u64::from(p.len);
-            stats.acked += 1;
             let ev = usize::from(p.last_ev);
-            if let Some(path) = paths.get_mut(ev) {
-                path.stats.acked += 1;
-            }
-            paths.on_delivered(ev, now_ns);
+            proven |= paths.on_acked_delivered(ev, now_ns);
             if latest.is_none_or(|(s, q, _)| (p.last_sent_ns, seq) > (s, q)) {
                 *latest = Some((p.last_sent_ns, seq, ev));
             }
@@ -1122,6 +1120,10 @@ impl SendState {
             seq += 1;
         }
         flush(msg_run);
+        if proven {
+            paths.note_proof_time(now_ns);
+        }
+        stats.acked += u64::from(done_pkts);
         self.in_flight_pkts -= u64::from(done_pkts);
         self.bytes_in_flight -= done_bytes;
         out.acked_packets += done_pkts;
