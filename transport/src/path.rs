@@ -660,6 +660,13 @@ impl PathTable {
         self.recount_bad();
     }
 
+    /// Whether some EV is `AssumedBad` ([`PathTable::next_probe`] returns `None` while
+    /// none is).
+    #[inline]
+    pub(crate) fn any_assumed_bad(&self) -> bool {
+        self.n_bad != 0
+    }
+
     /// The next probe to send at `now_ns`: `(index, probe sequence)` of an `AssumedBad` EV
     /// whose probe time has come; schedules its next probe `interval_ns << k` later, `k`
     /// the probes of this episode so far (at most 6: exponential back-off to 64x).

@@ -128,7 +128,30 @@ impl<C: Controller> Connection<C> {
 
     /// [`Connection::poll_transmit`] without the authentication trailer; with `lend`, a
     /// data packet's payload is lent there instead of written ([`Connection::poll_transmit_gather`]).
+    #[inline(always)]
     fn poll_packet(
+        &mut self,
+        now_ns: u64,
+        buf: &mut [u8],
+        lend: Option<&mut Option<PayloadRef>>,
+    ) -> Option<Transmit> {
+        // the usual case, no control packet pending: what `poll_control` would come to,
+        // without its stack frame
+        if self.peer.is_some()
+            && self.acker.nothing_due(now_ns)
+            && matches!(self.state, ConnState::Ready | ConnState::Draining)
+            && self.probe_replies.is_empty()
+            && !self.paths.any_assumed_bad()
+        {
+            return self.poll_data(now_ns, buf, lend);
+        }
+        self.poll_control(now_ns, buf, lend)
+    }
+
+    /// [`Connection::poll_packet`]: control packets first (NACK, CNP, probe replies, SACK,
+    /// EV probes), then data.
+    #[inline(never)]
+    fn poll_control(
         &mut self,
         now_ns: u64,
         buf: &mut [u8],
