@@ -438,6 +438,22 @@ impl PathTable {
     /// over `Good` EVs without a loss since their latest delivery, then over all `Good` ones.
     #[inline]
     fn select_recycled(&mut self, avoid: Option<usize>) -> Option<usize> {
+        // the usual case, the oldest recycled EV still `Good`, without the set-up of the
+        // loop below (it holds a dozen of the table's fields in registers and spills them)
+        if let Some(i) = self.recycled.front()
+            && Some(i) != avoid
+        {
+            self.recycled.pop_front();
+            if self.refresh(i) == PathState::Good {
+                return Some(i);
+            }
+        }
+        self.select_recycled_loop(avoid)
+    }
+
+    /// [`PathTable::select_recycled`] past its first candidate.
+    #[inline(never)]
+    fn select_recycled_loop(&mut self, avoid: Option<usize>) -> Option<usize> {
         while let Some(i) = self.recycled.front() {
             if Some(i) == avoid {
                 break;
