@@ -95,6 +95,13 @@ impl<C: Controller> Connection<C> {
         if self.auth.is_none() {
             return self.poll_packet(now_ns, buf, None);
         }
+        self.poll_sealed(now_ns, buf)
+    }
+
+    /// [`Connection::poll_transmit`] with authentication on: the packet, then its trailer
+    /// (out of line, so the plain path keeps no stack frame of its own).
+    #[inline(never)]
+    fn poll_sealed(&mut self, now_ns: u64, buf: &mut [u8]) -> Option<Transmit> {
         // the packet leaves room for the trailer, so sealing it cannot fail for space
         let room = buf.len().checked_sub(crate::auth::AUTH_TRAILER_BYTES)?;
         let t = self.poll_packet(now_ns, &mut buf[..room], None)?;
