@@ -87,25 +87,7 @@ impl<C: Controller> Connection<C> {
             })
         );
         if pkt.mrceth.generation != peer.generation {
-            self.drop_pkt(ev_in, DropReason::GenerationMismatch);
-            if !is_gen_nack {
-                let ts32 = if pkt.bth.flags.ts {
-                    pkt.mrceth.send_ts_ns
-                } else {
-                    0
-                };
-                self.queue_nack(
-                    pkt.bth.psn,
-                    NackReason::GenerationMismatch,
-                    pkt.mrceth.ev,
-                    ts32,
-                );
-            }
-            if self.echoes_psn_in_flight(&pkt.body) {
-                self.note_generation_mismatch(now_ns);
-            } else {
-                self.stats.restart_evidence_rejected += 1;
-            }
+            self.on_other_generation(now_ns, &pkt, is_gen_nack);
             return;
         }
         if !is_gen_nack {
@@ -117,6 +99,46 @@ impl<C: Controller> Connection<C> {
             Body::Data(d) => self.on_data(now_ns, &pkt, d, ecn == Ecn::Ce),
             Body::Sack(s) => self.on_sack(now_ns, ev_in, s),
             Body::Nack(n) => self.on_nack(now_ns, ev_in, n),
+            Body::Cnp(_) | Body::Probe(_) | Body::ProbeReply(_) | Body::Unknown { .. } => {
+                self.on_other_body(now_ns, &pkt);
+            }
+        }
+        self.drain_send_completions();
+        self.maybe_closed();
+    }
+
+    /// A packet of another generation than the peer's: counted, NACKed (unless it is a
+    /// NACK(GENERATION_MISMATCH) itself), and taken as evidence of a peer restart when it
+    /// echoes a PSN in flight.
+    #[cold]
+    #[inline(never)]
+    fn on_other_generation(&mut self, now_ns: u64, pkt: &PacketRepr<'_>, is_gen_nack: bool) {
+        self.drop_pkt(pkt.mrceth.ev, DropReason::GenerationMismatch);
+        if !is_gen_nack {
+            let ts32 = if pkt.bth.flags.ts {
+                pkt.mrceth.send_ts_ns
+            } else {
+                0
+            };
+            self.queue_nack(
+                pkt.bth.psn,
+                NackReason::GenerationMismatch,
+                pkt.mrceth.ev,
+                ts32,
+            );
+        }
+        if self.echoes_psn_in_flight(&pkt.body) {
+            self.note_generation_mismatch(now_ns);
+        } else {
+            self.stats.restart_evidence_rejected += 1;
+        }
+    }
+
+    /// A CNP, an EV probe, a probe reply, or an unknown body (of the peer's generation).
+    #[inline(never)]
+    fn on_other_body(&mut self, now_ns: u64, pkt: &PacketRepr<'_>) {
+        let ev_in = pkt.mrceth.ev;
+        match &pkt.body {
             Body::Cnp(_) => {
                 self.stats.cnps_received += 1;
                 self.cc.on_cnp(now_ns);
@@ -142,9 +164,8 @@ impl<C: Controller> Connection<C> {
                 }
             }
             Body::Unknown { .. } => self.drop_pkt(ev_in, DropReason::UnknownOpcode),
+            Body::Data(_) | Body::Sack(_) | Body::Nack(_) => {}
         }
-        self.drain_send_completions();
-        self.maybe_closed();
     }
 
     /// Whether `body` (of a packet of another generation) echoes a PSN this side has in
