@@ -513,6 +513,7 @@ impl RegionTable {
     ///
     /// # Errors
     /// As [`RegionTable::read`].
+    #[inline]
     pub fn check_local_read(&self, lkey: u32, addr: u64, len: u64) -> Result<(), AccessError> {
         let idx = self.find_lkey(lkey)?;
         let r = self.slots[idx]

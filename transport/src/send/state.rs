@@ -779,6 +779,7 @@ impl SendState {
     }
 
     /// Posts a message; returns its MSN.
+    #[inline]
     pub fn post(&mut self, spec: MsgSpec) -> u64 {
         let msn = self.msgs_base + self.msgs.len() as u64;
         self.msgs.push_back(SendMsg {
