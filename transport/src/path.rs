@@ -216,6 +216,26 @@ pub struct PathTable {
 /// 256 deliveries in under 100 us, so for it the time bound governs.
 pub const REVALIDATE_AFTER_ROTATIONS: u64 = 16;
 
+/// Whether `p` has had no evidence ([`Path::proof_ns`], or the table's `first` evidence
+/// for an EV never proven) for more than `after_ns` before the `latest` evidence on any
+/// EV, and the table has had more than `rotations` ([`REVALIDATE_AFTER_ROTATIONS`] x the
+/// number of EVs) pieces of evidence since (the table's count is `proofs`).
+#[inline]
+fn is_stale(
+    p: &Path,
+    latest: Option<u64>,
+    first: Option<u64>,
+    after_ns: u64,
+    proofs: u64,
+    rotations: u64,
+) -> bool {
+    let Some(latest) = latest else {
+        return false;
+    };
+    let since = p.proof_ns.or(first).unwrap_or(latest);
+    latest.saturating_sub(since) > after_ns && proofs.saturating_sub(p.proof_count) > rotations
+}
+
 impl PathTable {
     /// A table over `evs` (duplicates ignored), all `Good`; `seed` seeds the selection RNG.
     pub fn new(evs: &[u32], selection: Selection, seed: u64) -> Self {
@@ -312,43 +332,33 @@ impl PathTable {
     #[inline]
     fn refresh(&mut self, idx: usize) -> PathState {
         let picks = self.picks;
-        let stale = self.is_stale(idx);
-        match self.paths.get_mut(idx) {
-            Some(p) => {
-                if let PathState::Skip { until_pick } = p.state {
-                    if picks >= until_pick {
-                        p.state = PathState::Good;
-                    }
-                }
-                if p.state == PathState::Good && stale {
-                    // no evidence for a while: an answered probe must show the path still
-                    // carries packets before data goes on it again; the probe is due now
-                    p.state = PathState::AssumedBad;
-                    p.probe_seq = None;
-                    p.probes_unanswered = 0;
-                    p.next_probe_ns = 0;
-                    p.stats.revalidations += 1;
-                    self.n_bad += 1;
-                }
-                p.state
-            }
-            None => PathState::Denied,
-        }
-    }
-
-    /// Whether `idx` has had no evidence ([`Path::proof_ns`], or the table's first evidence
-    /// for an EV never proven) for more than `revalidate_after_ns` before the latest
-    /// evidence on any EV, and the table has had more than [`REVALIDATE_AFTER_ROTATIONS`]
-    /// x the number of EVs pieces of evidence since.
-    #[inline]
-    fn is_stale(&self, idx: usize) -> bool {
-        let (Some(latest), Some(p)) = (self.latest_proof_ns, self.paths.get(idx)) else {
-            return false;
-        };
-        let since = p.proof_ns.or(self.first_proof_ns).unwrap_or(latest);
+        let (latest, first, after_ns, proofs) = (
+            self.latest_proof_ns,
+            self.first_proof_ns,
+            self.revalidate_after_ns,
+            self.proofs,
+        );
         let rotations = REVALIDATE_AFTER_ROTATIONS.saturating_mul(self.paths.len() as u64);
-        latest.saturating_sub(since) > self.revalidate_after_ns
-            && self.proofs.saturating_sub(p.proof_count) > rotations
+        // one lookup of the path for the staleness test and the state change
+        let Some(p) = self.paths.get_mut(idx) else {
+            return PathState::Denied;
+        };
+        if let PathState::Skip { until_pick } = p.state {
+            if picks >= until_pick {
+                p.state = PathState::Good;
+            }
+        }
+        if p.state == PathState::Good && is_stale(p, latest, first, after_ns, proofs, rotations) {
+            // no evidence for a while: an answered probe must show the path still
+            // carries packets before data goes on it again; the probe is due now
+            p.state = PathState::AssumedBad;
+            p.probe_seq = None;
+            p.probes_unanswered = 0;
+            p.next_probe_ns = 0;
+            p.stats.revalidations += 1;
+            self.n_bad += 1;
+        }
+        p.state
     }
 
     /// Pieces of evidence (deliveries, answered probes) on all EVs so far.
