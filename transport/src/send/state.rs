@@ -1190,23 +1190,31 @@ impl SendState {
         }
     }
 
-    #[inline]
+    #[inline(never)]
     fn complete_messages(&mut self) {
-        while let Some(m) = self.msgs.front() {
-            if m.acked_packets < m.n_packets || self.seg_msn <= self.msgs_base {
+        // the whole messages at the front, all of whose packets were segmented (the one
+        // being segmented is not done even when every packet sent so far is acknowledged)
+        let mut n = 0;
+        while let Some(m) = self.msgs.get(n) {
+            if m.acked_packets < m.n_packets || self.seg_msn <= self.msgs_base + n as u64 {
                 break;
             }
-            let m = *m;
-            self.msgs.pop_front();
-            self.msgs_base += 1;
-            self.completions.push_back(Completion {
+            n += 1;
+        }
+        if n == 0 {
+            return;
+        }
+        // in one `extend` of known length (a `push_back` per message is an out-of-line call)
+        self.completions
+            .extend(self.msgs.range(..n).map(|m| Completion {
                 wr_id: m.spec.wr_id,
                 opcode: send_opcode(&m.spec),
                 status: WcStatus::Success,
                 byte_len: m.spec.len,
                 imm: None,
-            });
-        }
+            }));
+        self.msgs.drain(..n);
+        self.msgs_base += n as u64;
     }
 
     /// Queues `seq` for retransmission if it is in flight (a NACK). Returns its payload
