@@ -96,7 +96,11 @@ impl<C: Controller> Connection<C> {
         }
         // by reference: the parsed packet is not copied again for the handler
         match &pkt.body {
-            Body::Data(d) => self.on_data(now_ns, &pkt, d, ecn == Ecn::Ce),
+            Body::Data(d) => {
+                // the receiving side only: no send completion, no state change to act on
+                self.on_data(now_ns, &pkt, d, ecn == Ecn::Ce);
+                return;
+            }
             Body::Sack(s) => self.on_sack(now_ns, ev_in, s),
             Body::Nack(n) => self.on_nack(now_ns, ev_in, n),
             Body::Cnp(_) | Body::Probe(_) | Body::ProbeReply(_) | Body::Unknown { .. } => {
