@@ -216,6 +216,26 @@ pub struct PathTable {
 /// 256 deliveries in under 100 us, so for it the time bound governs.
 pub const REVALIDATE_AFTER_ROTATIONS: u64 = 16;
 
+/// Whether `p` has had no evidence ([`Path::proof_ns`], or the table's `first` evidence
+/// for an EV never proven) for more than `after_ns` before the `latest` evidence on any
+/// EV, and the table has had more than `rotations` ([`REVALIDATE_AFTER_ROTATIONS`] x the
+/// number of EVs) pieces of evidence since (the table's count is `proofs`).
+#[inline]
+fn is_stale(
+    p: &Path,
+    latest: Option<u64>,
+    first: Option<u64>,
+    after_ns: u64,
+    proofs: u64,
+    rotations: u64,
+) -> bool {
+    let Some(latest) = latest else {
+        return false;
+    };
+    let since = p.proof_ns.or(first).unwrap_or(latest);
+    latest.saturating_sub(since) > after_ns && proofs.saturating_sub(p.proof_count) > rotations
+}
+
 impl PathTable {
     /// A table over `evs` (duplicates ignored), all `Good`; `seed` seeds the selection RNG.
     pub fn new(evs: &[u32], selection: Selection, seed: u64) -> Self {
@@ -312,43 +332,33 @@ impl PathTable {
     #[inline]
     fn refresh(&mut self, idx: usize) -> PathState {
         let picks = self.picks;
-        let stale = self.is_stale(idx);
-        match self.paths.get_mut(idx) {
-            Some(p) => {
-                if let PathState::Skip { until_pick } = p.state {
-                    if picks >= until_pick {
-                        p.state = PathState::Good;
-                    }
-                }
-                if p.state == PathState::Good && stale {
-                    // no evidence for a while: an answered probe must show the path still
-                    // carries packets before data goes on it again; the probe is due now
-                    p.state = PathState::AssumedBad;
-                    p.probe_seq = None;
-                    p.probes_unanswered = 0;
-                    p.next_probe_ns = 0;
-                    p.stats.revalidations += 1;
-                    self.n_bad += 1;
-                }
-                p.state
-            }
-            None => PathState::Denied,
-        }
-    }
-
-    /// Whether `idx` has had no evidence ([`Path::proof_ns`], or the table's first evidence
-    /// for an EV never proven) for more than `revalidate_after_ns` before the latest
-    /// evidence on any EV, and the table has had more than [`REVALIDATE_AFTER_ROTATIONS`]
-    /// x the number of EVs pieces of evidence since.
-    #[inline]
-    fn is_stale(&self, idx: usize) -> bool {
-        let (Some(latest), Some(p)) = (self.latest_proof_ns, self.paths.get(idx)) else {
-            return false;
-        };
-        let since = p.proof_ns.or(self.first_proof_ns).unwrap_or(latest);
+        let (latest, first, after_ns, proofs) = (
+            self.latest_proof_ns,
+            self.first_proof_ns,
+            self.revalidate_after_ns,
+            self.proofs,
+        );
         let rotations = REVALIDATE_AFTER_ROTATIONS.saturating_mul(self.paths.len() as u64);
-        latest.saturating_sub(since) > self.revalidate_after_ns
-            && self.proofs.saturating_sub(p.proof_count) > rotations
+        // one lookup of the path for the staleness test and the state change
+        let Some(p) = self.paths.get_mut(idx) else {
+            return PathState::Denied;
+        };
+        if let PathState::Skip { until_pick } = p.state {
+            if picks >= until_pick {
+                p.state = PathState::Good;
+            }
+        }
+        if p.state == PathState::Good && is_stale(p, latest, first, after_ns, proofs, rotations) {
+            // no evidence for a while: an answered probe must show the path still
+            // carries packets before data goes on it again; the probe is due now
+            p.state = PathState::AssumedBad;
+            p.probe_seq = None;
+            p.probes_unanswered = 0;
+            p.next_probe_ns = 0;
+            p.stats.revalidations += 1;
+            self.n_bad += 1;
+        }
+        p.state
     }
 
     /// Pieces of evidence (deliveries, answered probes) on all EVs so far.
@@ -377,9 +387,37 @@ impl PathTable {
             p.proof_ns = Some(p.proof_ns.map_or(now_ns, |t| t.max(now_ns)));
             self.proofs += 1;
             p.proof_count = self.proofs;
-            self.first_proof_ns.get_or_insert(now_ns);
-            self.latest_proof_ns = Some(self.latest_proof_ns.map_or(now_ns, |t| t.max(now_ns)));
+            self.note_proof_time(now_ns);
         }
+    }
+
+    /// The table's side of evidence at `now_ns` on some EV: its first and latest evidence
+    /// times.
+    #[inline]
+    pub(crate) fn note_proof_time(&mut self, now_ns: u64) {
+        self.first_proof_ns.get_or_insert(now_ns);
+        self.latest_proof_ns = Some(self.latest_proof_ns.map_or(now_ns, |t| t.max(now_ns)));
+    }
+
+    /// A packet sent once on `idx` was acknowledged at `now_ns`: its EV's `acked` counter,
+    /// then [`PathTable::on_delivered`] without the table's evidence times, which the
+    /// caller notes once for a run of such packets ([`PathTable::note_proof_time`], same
+    /// `now_ns`) when this returns true (`idx` is in the table). One lookup of the path
+    /// instead of three.
+    #[inline]
+    pub(crate) fn on_acked_delivered(&mut self, idx: usize, now_ns: u64) -> bool {
+        let Some(p) = self.paths.get_mut(idx) else {
+            return false;
+        };
+        p.stats.acked += 1;
+        p.proof_ns = Some(p.proof_ns.map_or(now_ns, |t| t.max(now_ns)));
+        self.proofs += 1;
+        p.proof_count = self.proofs;
+        p.consecutive_losses = 0;
+        if self.selection == Selection::Recycle {
+            self.delivered.push(idx);
+        }
+        true
     }
 
     /// Whether [`PathTable::select`] can return an EV (some EV is not denied).
@@ -410,6 +448,22 @@ impl PathTable {
     /// over `Good` EVs without a loss since their latest delivery, then over all `Good` ones.
     #[inline]
     fn select_recycled(&mut self, avoid: Option<usize>) -> Option<usize> {
+        // the usual case, the oldest recycled EV still `Good`, without the set-up of the
+        // loop below (it holds a dozen of the table's fields in registers and spills them)
+        if let Some(i) = self.recycled.front()
+            && Some(i) != avoid
+        {
+            self.recycled.pop_front();
+            if self.refresh(i) == PathState::Good {
+                return Some(i);
+            }
+        }
+        self.select_recycled_loop(avoid)
+    }
+
+    /// [`PathTable::select_recycled`] past its first candidate.
+    #[inline(never)]
+    fn select_recycled_loop(&mut self, avoid: Option<usize>) -> Option<usize> {
         while let Some(i) = self.recycled.front() {
             if Some(i) == avoid {
                 break;
@@ -630,6 +684,13 @@ impl PathTable {
             self.recycled.push_front(idx);
         }
         self.recount_bad();
+    }
+
+    /// Whether some EV is `AssumedBad` ([`PathTable::next_probe`] returns `None` while
+    /// none is).
+    #[inline]
+    pub(crate) fn any_assumed_bad(&self) -> bool {
+        self.n_bad != 0
     }
 
     /// The next probe to send at `now_ns`: `(index, probe sequence)` of an `AssumedBad` EV

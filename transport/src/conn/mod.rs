@@ -297,9 +297,7 @@ impl<C: Controller> Connection<C> {
     }
 
     fn drain_send_completions(&mut self) {
-        while let Some(c) = self.send.poll_completion() {
-            self.completions.push_back(c);
-        }
+        self.send.take_completions_into(&mut self.completions);
     }
 
     /// Current state.

@@ -87,25 +87,7 @@ impl<C: Controller> Connection<C> {
             })
         );
         if pkt.mrceth.generation != peer.generation {
-            self.drop_pkt(ev_in, DropReason::GenerationMismatch);
-            if !is_gen_nack {
-                let ts32 = if pkt.bth.flags.ts {
-                    pkt.mrceth.send_ts_ns
-                } else {
-                    0
-                };
-                self.queue_nack(
-                    pkt.bth.psn,
-                    NackReason::GenerationMismatch,
-                    pkt.mrceth.ev,
-                    ts32,
-                );
-            }
-            if self.echoes_psn_in_flight(&pkt.body) {
-                self.note_generation_mismatch(now_ns);
-            } else {
-                self.stats.restart_evidence_rejected += 1;
-            }
+            self.on_other_generation(now_ns, &pkt, is_gen_nack);
             return;
         }
         if !is_gen_nack {
@@ -114,9 +96,53 @@ impl<C: Controller> Connection<C> {
         }
         // by reference: the parsed packet is not copied again for the handler
         match &pkt.body {
-            Body::Data(d) => self.on_data(now_ns, &pkt, d, ecn == Ecn::Ce),
+            Body::Data(d) => {
+                // the receiving side only: no send completion, no state change to act on
+                self.on_data(now_ns, &pkt, d, ecn == Ecn::Ce);
+                return;
+            }
             Body::Sack(s) => self.on_sack(now_ns, ev_in, s),
             Body::Nack(n) => self.on_nack(now_ns, ev_in, n),
+            Body::Cnp(_) | Body::Probe(_) | Body::ProbeReply(_) | Body::Unknown { .. } => {
+                self.on_other_body(now_ns, &pkt);
+            }
+        }
+        self.drain_send_completions();
+        self.maybe_closed();
+    }
+
+    /// A packet of another generation than the peer's: counted, NACKed (unless it is a
+    /// NACK(GENERATION_MISMATCH) itself), and taken as evidence of a peer restart when it
+    /// echoes a PSN in flight.
+    #[cold]
+    #[inline(never)]
+    fn on_other_generation(&mut self, now_ns: u64, pkt: &PacketRepr<'_>, is_gen_nack: bool) {
+        self.drop_pkt(pkt.mrceth.ev, DropReason::GenerationMismatch);
+        if !is_gen_nack {
+            let ts32 = if pkt.bth.flags.ts {
+                pkt.mrceth.send_ts_ns
+            } else {
+                0
+            };
+            self.queue_nack(
+                pkt.bth.psn,
+                NackReason::GenerationMismatch,
+                pkt.mrceth.ev,
+                ts32,
+            );
+        }
+        if self.echoes_psn_in_flight(&pkt.body) {
+            self.note_generation_mismatch(now_ns);
+        } else {
+            self.stats.restart_evidence_rejected += 1;
+        }
+    }
+
+    /// A CNP, an EV probe, a probe reply, or an unknown body (of the peer's generation).
+    #[inline(never)]
+    fn on_other_body(&mut self, now_ns: u64, pkt: &PacketRepr<'_>) {
+        let ev_in = pkt.mrceth.ev;
+        match &pkt.body {
             Body::Cnp(_) => {
                 self.stats.cnps_received += 1;
                 self.cc.on_cnp(now_ns);
@@ -142,9 +168,8 @@ impl<C: Controller> Connection<C> {
                 }
             }
             Body::Unknown { .. } => self.drop_pkt(ev_in, DropReason::UnknownOpcode),
+            Body::Data(_) | Body::Sack(_) | Body::Nack(_) => {}
         }
-        self.drain_send_completions();
-        self.maybe_closed();
     }
 
     /// Whether `body` (of a packet of another generation) echoes a PSN this side has in
@@ -221,8 +246,7 @@ impl<C: Controller> Connection<C> {
                 return;
             }
             WindowPos::Beyond(_) => {
-                self.drop_pkt(m.ev, DropReason::PsnOutOfWindow);
-                self.queue_nack(psn.value(), NackReason::PsnOutOfWindow, m.ev, ts32);
+                self.on_beyond_window(psn, m.ev, ts32);
                 return;
             }
             WindowPos::InWindow(seq) => seq,
@@ -232,19 +256,11 @@ impl<C: Controller> Connection<C> {
             return;
         }
         if self.cfg.go_back_n && seq != self.rwin.rcv_nxt() {
-            self.drop_pkt(m.ev, DropReason::OutOfOrderGoBackN);
-            let nxt = self.rwin.rcv_nxt();
-            if self.gbn_nacked != Some(nxt) {
-                self.gbn_nacked = Some(nxt);
-                self.queue_nack(Psn::from_seq(nxt).value(), NackReason::NoBitmap, m.ev, ts32);
-            }
+            self.on_out_of_order_go_back_n(m.ev, ts32);
             return;
         }
         if pkt.bth.flags.trimmed {
-            self.stats.trimmed_received += 1;
-            if self.cfg.trim_nacks {
-                self.queue_nack(psn.value(), NackReason::Trimmed, m.ev, ts32);
-            }
+            self.on_trimmed(psn, m.ev, ts32);
             return;
         }
         let op = pkt.bth.opcode;
@@ -266,19 +282,7 @@ impl<C: Controller> Connection<C> {
         };
         // check and place (nothing is written on error), then record the PSN
         if let Err(reason) = self.rx.place(&rd, &mut self.regions) {
-            self.drop_pkt(m.ev, reason);
-            match reason {
-                DropReason::BadRkey | DropReason::OutOfBounds | DropReason::AccessDenied => {
-                    self.queue_nack(psn.value(), NackReason::AccessError, m.ev, ts32);
-                }
-                DropReason::ReceiverNotReady | DropReason::StagingFull => {
-                    // IBA RNR NAK: not accepted (not in the SACK), so the sender cannot
-                    // complete the message before a receive is free for it
-                    self.stats.rnr_nacks_sent += 1;
-                    self.queue_nack(psn.value(), NackReason::ReceiverNotReady, m.ev, ts32);
-                }
-                _ => {}
-            }
+            self.on_place_error(psn, reason, m.ev, ts32);
             return;
         }
         let Arrival::New { gap_filled, .. } = self.rwin.on_arrival_seq(seq) else {
@@ -308,6 +312,59 @@ impl<C: Controller> Connection<C> {
         self.rx.advance(&mut self.regions, &mut self.completions);
     }
 
+    /// A data packet at or beyond `rcv_nxt + window`: counted and NACKed.
+    #[cold]
+    #[inline(never)]
+    fn on_beyond_window(&mut self, psn: Psn, ev: u32, ts32: u32) {
+        self.drop_pkt(ev, DropReason::PsnOutOfWindow);
+        self.queue_nack(psn.value(), NackReason::PsnOutOfWindow, ev, ts32);
+    }
+
+    /// Go-back-N: a new data packet other than `rcv_nxt`: counted, and `rcv_nxt` NACKed
+    /// once.
+    #[cold]
+    #[inline(never)]
+    fn on_out_of_order_go_back_n(&mut self, ev: u32, ts32: u32) {
+        self.drop_pkt(ev, DropReason::OutOfOrderGoBackN);
+        let nxt = self.rwin.rcv_nxt();
+        if self.gbn_nacked != Some(nxt) {
+            self.gbn_nacked = Some(nxt);
+            self.queue_nack(Psn::from_seq(nxt).value(), NackReason::NoBitmap, ev, ts32);
+        }
+    }
+
+    /// A new trimmed data packet (headers only): counted, NACKed when so configured.
+    #[cold]
+    #[inline(never)]
+    fn on_trimmed(&mut self, psn: Psn, ev: u32, ts32: u32) {
+        self.stats.trimmed_received += 1;
+        if self.cfg.trim_nacks {
+            self.queue_nack(psn.value(), NackReason::Trimmed, ev, ts32);
+        }
+    }
+
+    /// A new data packet that [`crate::recv::RxMessages::place`] refused for `reason`:
+    /// counted, and NACKed when the sender must act (an access error, no receive ready).
+    #[cold]
+    #[inline(never)]
+    fn on_place_error(&mut self, psn: Psn, reason: DropReason, ev: u32, ts32: u32) {
+        self.drop_pkt(ev, reason);
+        match reason {
+            DropReason::BadRkey | DropReason::OutOfBounds | DropReason::AccessDenied => {
+                self.queue_nack(psn.value(), NackReason::AccessError, ev, ts32);
+            }
+            DropReason::ReceiverNotReady | DropReason::StagingFull => {
+                // IBA RNR NAK: not accepted (not in the SACK), so the sender cannot
+                // complete the message before a receive is free for it
+                self.stats.rnr_nacks_sent += 1;
+                self.queue_nack(psn.value(), NackReason::ReceiverNotReady, ev, ts32);
+            }
+            _ => {}
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
     fn on_duplicate(&mut self, now_ns: u64, seq: u64, ce: bool, ev: u32, ts32: u32) {
         self.drop_pkt(ev, DropReason::Duplicate);
         self.acker

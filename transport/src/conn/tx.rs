@@ -95,6 +95,13 @@ impl<C: Controller> Connection<C> {
         if self.auth.is_none() {
             return self.poll_packet(now_ns, buf, None);
         }
+        self.poll_sealed(now_ns, buf)
+    }
+
+    /// [`Connection::poll_transmit`] with authentication on: the packet, then its trailer
+    /// (out of line, so the plain path keeps no stack frame of its own).
+    #[inline(never)]
+    fn poll_sealed(&mut self, now_ns: u64, buf: &mut [u8]) -> Option<Transmit> {
         // the packet leaves room for the trailer, so sealing it cannot fail for space
         let room = buf.len().checked_sub(crate::auth::AUTH_TRAILER_BYTES)?;
         let t = self.poll_packet(now_ns, &mut buf[..room], None)?;
@@ -128,7 +135,30 @@ impl<C: Controller> Connection<C> {
 
     /// [`Connection::poll_transmit`] without the authentication trailer; with `lend`, a
     /// data packet's payload is lent there instead of written ([`Connection::poll_transmit_gather`]).
+    #[inline(always)]
     fn poll_packet(
+        &mut self,
+        now_ns: u64,
+        buf: &mut [u8],
+        lend: Option<&mut Option<PayloadRef>>,
+    ) -> Option<Transmit> {
+        // the usual case, no control packet pending: what `poll_control` would come to,
+        // without its stack frame
+        if self.peer.is_some()
+            && self.acker.nothing_due(now_ns)
+            && matches!(self.state, ConnState::Ready | ConnState::Draining)
+            && self.probe_replies.is_empty()
+            && !self.paths.any_assumed_bad()
+        {
+            return self.poll_data(now_ns, buf, lend);
+        }
+        self.poll_control(now_ns, buf, lend)
+    }
+
+    /// [`Connection::poll_packet`]: control packets first (NACK, CNP, probe replies, SACK,
+    /// EV probes), then data.
+    #[inline(never)]
+    fn poll_control(
         &mut self,
         now_ns: u64,
         buf: &mut [u8],

@@ -188,6 +188,14 @@ impl Acker {
         self.cnp_echo.take()
     }
 
+    /// Whether nothing is due at `now_ns`: no NACK, no CNP, no SACK
+    /// ([`Acker::poll_nack`], [`Acker::poll_cnp`] and [`Acker::poll_sack`] would all return
+    /// `None`).
+    #[inline]
+    pub fn nothing_due(&self, now_ns: u64) -> bool {
+        self.nacks.is_empty() && self.cnp_echo.is_none() && !self.sack_due(now_ns)
+    }
+
     /// Whether [`Acker::poll_sack`] would return a SACK at `now_ns` (it may still find
     /// no far block to report, then it returns `None`).
     #[inline]

@@ -31,9 +31,18 @@ pub enum CoverageError {
 
 /// Sorted, disjoint, non-adjacent byte ranges `[start, end)` of one message, in bytes from
 /// the message's start.
+///
+/// The last range is kept apart from the others, in two plain fields: an in-order arrival
+/// (the usual one) checks and extends it without touching the `SmallVec` (whose every
+/// access first asks whether it spilled to the heap).
 #[derive(Clone, Debug, Default)]
 pub struct Coverage {
-    ranges: SmallVec<[(u32, u32); 2]>,
+    /// Every range but the last, in order.
+    head: SmallVec<[(u32, u32); 2]>,
+    /// The last range is `[tail_start, tail_end)`; `tail_end == 0`: there is no range at
+    /// all (a range is never empty, so one held ends above 0), and `head` is empty.
+    tail_start: u32,
+    tail_end: u32,
     bytes: u64,
 }
 
@@ -45,7 +54,28 @@ impl Coverage {
 
     /// Disjoint ranges kept.
     pub fn ranges(&self) -> usize {
-        self.ranges.len()
+        self.head.len() + usize::from(self.tail_end != 0)
+    }
+
+    /// The `i`-th range, in order.
+    fn range(&self, i: usize) -> Option<(u32, u32)> {
+        if i < self.head.len() {
+            self.head.get(i).copied()
+        } else if i == self.head.len() && self.tail_end != 0 {
+            Some((self.tail_start, self.tail_end))
+        } else {
+            None
+        }
+    }
+
+    /// Index of the first range that ends after `offset` (`ranges()` when none does).
+    fn first_ending_after(&self, offset: u32) -> usize {
+        let i = self.head.partition_point(|&(_, e)| e <= offset);
+        if i == self.head.len() && self.tail_end != 0 && self.tail_end <= offset {
+            i + 1
+        } else {
+            i
+        }
     }
 
     /// Whether `[offset, offset + len)` may be added to a message of `msg_len` bytes: within
@@ -65,20 +95,28 @@ impl Coverage {
             return Ok(());
         }
         // fast path: in-order arrival right after the last range (every range ends at or
-        // before `offset`: no overlap, and it joins that range)
-        if self.ranges.last().is_some_and(|&(_, e)| e == offset) {
+        // before `offset`: no overlap, and it joins that range), or the first range at 0
+        // (nothing to overlap, no hole opened)
+        if self.tail_end == offset {
             return Ok(());
         }
+        self.check_general(offset, end)
+    }
+
+    /// [`Coverage::check`] of a range `[offset, end)` that does not start where the last
+    /// range ends.
+    fn check_general(&self, offset: u32, end: u32) -> Result<(), CoverageError> {
         // the first range that ends after `offset`
-        let i = self.ranges.partition_point(|&(_, e)| e <= offset);
-        if let Some(&(s, _)) = self.ranges.get(i) {
+        let i = self.first_ending_after(offset);
+        let next = self.range(i);
+        if let Some((s, _)) = next {
             if s < end {
                 return Err(CoverageError::Inconsistent);
             }
         }
-        let joins_before = i > 0 && self.ranges[i - 1].1 == offset;
-        let joins_after = self.ranges.get(i).is_some_and(|&(s, _)| s == end);
-        if !joins_before && !joins_after && self.ranges.len() >= MAX_COVERAGE_HOLES {
+        let joins_before = i > 0 && self.range(i - 1).is_some_and(|(_, e)| e == offset);
+        let joins_after = next.is_some_and(|(s, _)| s == end);
+        if !joins_before && !joins_after && self.ranges() >= MAX_COVERAGE_HOLES {
             return Err(CoverageError::TooFragmented);
         }
         Ok(())
@@ -93,25 +131,39 @@ impl Coverage {
         }
         let end = offset.saturating_add(len);
         self.bytes += u64::from(len);
-        // fast path: in-order arrival extends the last range
-        if let Some(last) = self.ranges.last_mut() {
-            if last.1 == offset {
-                last.1 = end;
-                return;
-            }
+        if self.tail_end == 0 {
+            // the first range
+            (self.tail_start, self.tail_end) = (offset, end);
+        } else if self.tail_end == offset {
+            // in-order arrival extends the last range
+            self.tail_end = end;
+        } else if self.tail_end < offset {
+            // past the last range, with a hole before it: the new last range
+            self.head.push((self.tail_start, self.tail_end));
+            (self.tail_start, self.tail_end) = (offset, end);
+        } else {
+            self.add_general(offset, end);
         }
-        let i = self.ranges.partition_point(|&(_, e)| e <= offset);
-        let joins_before = i > 0 && self.ranges[i - 1].1 == offset;
-        let joins_after = self.ranges.get(i).is_some_and(|&(s, _)| s == end);
+    }
+
+    /// [`Coverage::add`] of a range `[offset, end)` before the end of the last range.
+    fn add_general(&mut self, offset: u32, end: u32) {
+        // on the whole list, the last range back in `head`, then out of it again
+        let ranges = &mut self.head;
+        ranges.push((self.tail_start, self.tail_end));
+        let i = ranges.partition_point(|&(_, e)| e <= offset);
+        let joins_before = i > 0 && ranges[i - 1].1 == offset;
+        let joins_after = ranges.get(i).is_some_and(|&(s, _)| s == end);
         match (joins_before, joins_after) {
             (true, true) => {
-                self.ranges[i - 1].1 = self.ranges[i].1;
-                self.ranges.remove(i);
+                ranges[i - 1].1 = ranges[i].1;
+                ranges.remove(i);
             }
-            (true, false) => self.ranges[i - 1].1 = end,
-            (false, true) => self.ranges[i].0 = offset,
-            (false, false) => self.ranges.insert(i, (offset, end)),
+            (true, false) => ranges[i - 1].1 = end,
+            (false, true) => ranges[i].0 = offset,
+            (false, false) => ranges.insert(i, (offset, end)),
         }
+        (self.tail_start, self.tail_end) = ranges.pop().unwrap_or((0, 0));
     }
 
     /// Whether every byte of a `msg_len`-byte message arrived.
@@ -188,5 +240,48 @@ mod tests {
         assert_eq!(c.check(4, 5, 16), Err(CoverageError::Inconsistent));
         c.add(12, 4);
         assert_eq!((c.bytes(), c.ranges()), (12, 2));
+    }
+
+    /// Against a byte map: `check` refuses exactly the ranges past the end or over bytes
+    /// that arrived, and the ranges kept are the map's runs, whatever the arrival order
+    /// (the last range kept apart from the others must not change that).
+    #[test]
+    fn agrees_with_a_byte_map() {
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut next = |m: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % m
+        };
+        for _ in 0..2000 {
+            let msg_len = 1 + next(48) as u32;
+            let mut c = Coverage::default();
+            let mut map = vec![false; msg_len as usize];
+            for _ in 0..40 {
+                let offset = next(u64::from(msg_len) + 2) as u32;
+                let len = next(6) as u32;
+                let end = offset + len;
+                let fits = end <= msg_len;
+                let free = fits && map[offset as usize..end as usize].iter().all(|b| !b);
+                let want = if free {
+                    Ok(())
+                } else {
+                    Err(CoverageError::Inconsistent)
+                };
+                assert_eq!(c.check(offset, len, msg_len), want);
+                if want.is_ok() {
+                    c.add(offset, len);
+                    map[offset as usize..end as usize].fill(true);
+                }
+                let runs = (0..map.len())
+                    .filter(|&i| map[i] && (i == 0 || !map[i - 1]))
+                    .count();
+                let bytes = map.iter().filter(|b| **b).count() as u64;
+                assert_eq!((c.ranges(), c.bytes()), (runs, bytes));
+                let whole = map.iter().all(|b| *b);
+                assert_eq!(c.is_whole(msg_len), whole);
+            }
+        }
     }
 }

@@ -400,7 +400,7 @@ impl RxMessages {
     /// Completes every message at the front that is whole, in order, pushing receiver
     /// completions (SEND -> `Recv`, WRITE_WITH_IMM -> `RecvRdmaWithImm`; plain WRITE gives
     /// none). Stops at a message that needs a receive buffer while none is posted.
-    #[inline]
+    #[inline(always)]
     pub fn advance(&mut self, regions: &mut RegionTable, out: &mut VecDeque<Completion>) {
         // the usual case, a message at the front still incomplete, without the set-up of the
         // completion loop (~45 instructions per data packet)
@@ -415,6 +415,27 @@ impl RxMessages {
     /// [`RxMessages::advance`] once the message at the front is whole.
     #[inline(never)]
     fn advance_whole(&mut self, regions: &mut RegionTable, out: &mut VecDeque<Completion>) {
+        // the usual case, a plain WRITE (no receive to consume) and nothing whole behind
+        // it, without the set-up of the completion loop
+        if let Some(Some(m)) = self.msgs.front()
+            && !m.is_send
+            && m.imm.is_none()
+        {
+            if let Some(Some(m)) = self.msgs.pop_front() {
+                self.next_msn += 1;
+                self.staged_bytes = self.staged_bytes.saturating_sub(m.staged_bytes());
+            }
+            match self.msgs.front() {
+                Some(Some(m)) if m.last_seen && m.coverage.is_whole(m.len) => {}
+                _ => return,
+            }
+        }
+        self.advance_loop(regions, out);
+    }
+
+    /// [`RxMessages::advance_whole`]: the completion loop.
+    #[inline(never)]
+    fn advance_loop(&mut self, regions: &mut RegionTable, out: &mut VecDeque<Completion>) {
         loop {
             let Some(Some(m)) = self.msgs.front() else {
                 return;

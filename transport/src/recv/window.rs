@@ -147,6 +147,12 @@ impl RecvWindow {
     /// Whether `seq` has been received (true for everything before `rcv_nxt`).
     #[inline]
     pub fn is_received(&self, seq: u64) -> bool {
+        if seq == self.rcv_nxt && self.highest_end == seq {
+            // in order with nothing beyond it: no bit is set at or after `rcv_nxt` (bits
+            // are set only below `highest_end` and cleared as `rcv_nxt` passes them)
+            debug_assert!(!self.bit(seq));
+            return false;
+        }
         if seq < self.rcv_nxt {
             return true;
         }

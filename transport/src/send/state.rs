@@ -249,6 +249,119 @@ impl SentPacket {
     }
 }
 
+/// A placeholder for the slots of a [`SentRing`] that hold no packet.
+const EMPTY_SENT: SentPacket = SentPacket {
+    msn: 0,
+    offset: 0,
+    len: 0,
+    last_sent_ns: 0,
+    orig_ev: 0,
+    last_ev: 0,
+    orig_ts32: 0,
+    last_ts32: 0,
+    transmissions: 0,
+    state: PktState::Acked,
+    loss_declared: false,
+    cwnd_gated: false,
+};
+
+/// The records of the packets in `[snd_una, snd_nxt)`, oldest first: a ring of a power of
+/// two slots that doubles when full. A `VecDeque` does the same, but its push is an
+/// out-of-line call (~30 instructions per packet sent) and every index wraps by a compare;
+/// here a push is a store and an index a mask.
+#[derive(Debug)]
+struct SentRing {
+    /// `buf.len()` slots, a power of two (or none).
+    buf: Vec<SentPacket>,
+    /// Slot of the oldest record.
+    head: usize,
+    /// Records held (`<= buf.len()`).
+    len: usize,
+}
+
+impl SentRing {
+    fn new() -> Self {
+        SentRing {
+            buf: Vec::new(),
+            head: 0,
+            len: 0,
+        }
+    }
+
+    #[inline]
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    #[inline]
+    fn slot(&self, i: usize) -> usize {
+        // `buf.len()` is a power of two: the mask wraps (an empty ring has no `i < len`)
+        self.head.wrapping_add(i) & self.buf.len().wrapping_sub(1)
+    }
+
+    /// The `i`-th oldest record.
+    #[inline]
+    fn get(&self, i: usize) -> Option<&SentPacket> {
+        if i >= self.len {
+            return None;
+        }
+        self.buf.get(self.slot(i))
+    }
+
+    /// The `i`-th oldest record, mutable.
+    #[inline]
+    fn get_mut(&mut self, i: usize) -> Option<&mut SentPacket> {
+        if i >= self.len {
+            return None;
+        }
+        let slot = self.slot(i);
+        self.buf.get_mut(slot)
+    }
+
+    #[inline]
+    fn push_back(&mut self, p: SentPacket) {
+        if self.len == self.buf.len() {
+            self.grow();
+        }
+        let slot = self.slot(self.len);
+        if let Some(s) = self.buf.get_mut(slot) {
+            *s = p;
+            self.len += 1;
+        }
+    }
+
+    /// Doubles the slots (16 at first), the records oldest first from slot 0.
+    #[cold]
+    #[inline(never)]
+    fn grow(&mut self) {
+        let cap = (self.buf.len() * 2).max(16);
+        let mut buf = Vec::with_capacity(cap);
+        buf.extend(self.iter().copied());
+        buf.resize(cap, EMPTY_SENT);
+        self.buf = buf;
+        self.head = 0;
+    }
+
+    /// Drops the `n` oldest records (all when `n >= len`).
+    #[inline]
+    fn drop_front(&mut self, n: usize) {
+        let n = n.min(self.len);
+        self.head = self.slot(n);
+        self.len -= n;
+    }
+
+    fn clear(&mut self) {
+        self.head = 0;
+        self.len = 0;
+    }
+
+    /// The records, oldest first.
+    fn iter(&self) -> impl DoubleEndedIterator<Item = &SentPacket> + ExactSizeIterator + '_ {
+        // `slot` is below `buf.len()` (a mask of it), which is not 0 while `len > 0`
+        (0..self.len).map(move |i| &self.buf[self.slot(i)])
+    }
+}
+
 #[derive(Clone, Copy, Debug)]
 struct SendMsg {
     spec: MsgSpec,
@@ -383,7 +496,7 @@ pub struct SendState {
     cfg: SendConfig,
     snd_una: u64,
     snd_nxt: u64,
-    pkts: VecDeque<SentPacket>,
+    pkts: SentRing,
     msgs: VecDeque<SendMsg>,
     /// MSN of `msgs[0]`.
     msgs_base: u64,
@@ -455,7 +568,7 @@ impl SendState {
             cfg,
             snd_una: start,
             snd_nxt: start,
-            pkts: VecDeque::new(),
+            pkts: SentRing::new(),
             msgs: VecDeque::new(),
             msgs_base: 0,
             seg_msn: 0,
@@ -666,6 +779,7 @@ impl SendState {
     }
 
     /// Posts a message; returns its MSN.
+    #[inline]
     pub fn post(&mut self, spec: MsgSpec) -> u64 {
         let msn = self.msgs_base + self.msgs.len() as u64;
         self.msgs.push_back(SendMsg {
@@ -884,16 +998,19 @@ impl SendState {
             .min(self.pkts.len());
         debug_assert!(
             self.pkts
-                .range(..cum_acked)
+                .iter()
+                .take(cum_acked)
                 .all(|p| p.state == PktState::Acked)
         );
-        let acked_prefix = cum_acked
-            + self
-                .pkts
-                .range(cum_acked..)
-                .take_while(|p| p.state == PktState::Acked)
-                .count();
-        self.pkts.drain(..acked_prefix);
+        let mut acked_prefix = cum_acked;
+        while self
+            .pkts
+            .get(acked_prefix)
+            .is_some_and(|p| p.state == PktState::Acked)
+        {
+            acked_prefix += 1;
+        }
+        self.pkts.drop_front(acked_prefix);
         self.snd_una += acked_prefix as u64;
         self.debug_check_rtx();
         if let Some((ev, ts32)) = echo
@@ -958,6 +1075,8 @@ impl SendState {
         let mut seq = from;
         let mut done_pkts = 0u32;
         let mut done_bytes = 0u64;
+        // some packet's EV is in the table: its evidence time is noted once, after the run
+        let mut proven = false;
         // (msn, packets acknowledged) of the message being counted
         let mut msg_run: Option<(u64, u32)> = None;
         let msgs = &mut self.msgs;
@@ -972,7 +1091,11 @@ impl SendState {
                 m.acked_packets += k;
             }
         };
-        for p in self.pkts.range_mut(start.min(self.pkts.len())..).take(want) {
+        let end = start.saturating_add(want).min(self.pkts.len());
+        for i in start..end {
+            let Some(p) = self.pkts.get_mut(i) else {
+                break;
+            };
             if p.state == PktState::Acked {
                 seq += 1;
                 continue;
@@ -983,12 +1106,8 @@ impl SendState {
             p.state = PktState::Acked;
             done_pkts += 1;
             done_bytes += u64::from(p.len);
-            stats.acked += 1;
             let ev = usize::from(p.last_ev);
-            if let Some(path) = paths.get_mut(ev) {
-                path.stats.acked += 1;
-            }
-            paths.on_delivered(ev, now_ns);
+            proven |= paths.on_acked_delivered(ev, now_ns);
             if latest.is_none_or(|(s, q, _)| (p.last_sent_ns, seq) > (s, q)) {
                 *latest = Some((p.last_sent_ns, seq, ev));
             }
@@ -1002,6 +1121,10 @@ impl SendState {
             seq += 1;
         }
         flush(msg_run);
+        if proven {
+            paths.note_proof_time(now_ns);
+        }
+        stats.acked += u64::from(done_pkts);
         self.in_flight_pkts -= u64::from(done_pkts);
         self.bytes_in_flight -= done_bytes;
         out.acked_packets += done_pkts;
@@ -1067,23 +1190,31 @@ impl SendState {
         }
     }
 
-    #[inline]
+    #[inline(never)]
     fn complete_messages(&mut self) {
-        while let Some(m) = self.msgs.front() {
-            if m.acked_packets < m.n_packets || self.seg_msn <= self.msgs_base {
+        // the whole messages at the front, all of whose packets were segmented (the one
+        // being segmented is not done even when every packet sent so far is acknowledged)
+        let mut n = 0;
+        while let Some(m) = self.msgs.get(n) {
+            if m.acked_packets < m.n_packets || self.seg_msn <= self.msgs_base + n as u64 {
                 break;
             }
-            let m = *m;
-            self.msgs.pop_front();
-            self.msgs_base += 1;
-            self.completions.push_back(Completion {
+            n += 1;
+        }
+        if n == 0 {
+            return;
+        }
+        // in one `extend` of known length (a `push_back` per message is an out-of-line call)
+        self.completions
+            .extend(self.msgs.range(..n).map(|m| Completion {
                 wr_id: m.spec.wr_id,
                 opcode: send_opcode(&m.spec),
                 status: WcStatus::Success,
                 byte_len: m.spec.len,
                 imm: None,
-            });
-        }
+            }));
+        self.msgs.drain(..n);
+        self.msgs_base += n as u64;
     }
 
     /// Queues `seq` for retransmission if it is in flight (a NACK). Returns its payload
@@ -1610,6 +1741,15 @@ impl SendState {
     #[inline]
     pub fn poll_completion(&mut self) -> Option<Completion> {
         self.completions.pop_front()
+    }
+
+    /// Moves every sender-side completion, in posting order, to the back of `out` (what
+    /// [`SendState::poll_completion`] until `None` would give, in one move).
+    #[inline]
+    pub fn take_completions_into(&mut self, out: &mut VecDeque<Completion>) {
+        if !self.completions.is_empty() {
+            out.append(&mut self.completions);
+        }
     }
 }
 

@@ -227,10 +227,16 @@ impl RethRepr {
     #[inline]
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, h: &mut Reth<T>) -> Result<(), WireError> {
         self.check()?;
+        self.write(h);
+        Ok(())
+    }
+
+    /// [`RethRepr::emit`] of a repr that passed [`RethRepr::check`].
+    #[inline]
+    pub(crate) fn write<T: AsRef<[u8]> + AsMut<[u8]>>(&self, h: &mut Reth<T>) {
         h.set_virtual_addr(self.virtual_addr);
         h.set_rkey(self.rkey);
         h.set_dma_len(self.dma_len);
-        Ok(())
     }
 
     /// Bytes [`RethRepr::emit`] writes: always 16.
@@ -426,7 +432,8 @@ impl<'a> DataRepr<'a> {
         self.msgeth.emit(&mut Msgeth::new_checked(head)?);
         if let Some(reth) = self.reth {
             let (head, tail) = rest.split_at_mut(RETH_LEN);
-            reth.emit(&mut Reth::new_checked(head)?)?;
+            // checked with the whole repr (`DataRepr::check`) before this is called
+            reth.write(&mut Reth::new_checked(head)?);
             rest = tail;
         }
         if let Some(imm) = self.imm {
