@@ -171,7 +171,11 @@ esac
     let (code, _, stderr) = run(
         &fake,
         &["1", "2"],
-        &[("MECHS", "plain off depth2"), ("BURSTS", "16"), ("LAT", "0")],
+        &[
+            ("MECHS", "plain off depth2"),
+            ("BURSTS", "16"),
+            ("LAT", "0"),
+        ],
     );
     assert_eq!(code, Some(0), "{stderr}");
     let calls = std::fs::read_to_string(&log).unwrap();
