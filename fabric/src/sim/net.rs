@@ -1174,6 +1174,7 @@ impl Simulator {
 
     /// The egress port of `node` toward node `target` for a frame with fields `info` whose
     /// destination is now `dst`: the only next hop, or the ECMP hash's pick among several.
+    #[inline]
     fn choose_port(
         &self,
         node: u32,
@@ -1468,7 +1469,9 @@ impl Simulator {
 
     /// Starts serialising the next queued frame of `(node, port)`, if any. A port with PFC
     /// or the pcap tap takes [`Simulator::start_tx_slow`], out of line: the fast path tests
-    /// one byte of the port for both.
+    /// one byte of the port for both. Inlined into its callers: a call's register saves
+    /// and restores cost as much as the fast path's queue pop.
+    #[inline(always)]
     fn start_tx(&mut self, node: u32, port: u16) {
         if self.ports[node as usize][usize::from(port)].slow == 0 {
             self.start_tx_with::<false, false>(node, port);
