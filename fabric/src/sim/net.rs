@@ -1667,26 +1667,27 @@ impl Simulator {
             p.refresh();
             p.checksum_known = false;
         }
-        let hdr = p.hdr;
-        let trimmable = hdr.data && !hdr.trimmed;
+        // The fields read, not a copy of the header's line (nor of the queue configuration).
+        let (data, trimmed, ect) = (p.hdr.data, p.hdr.trimmed, p.hdr.ect);
+        let trimmable = data && !trimmed;
         let control = !trimmable;
         let coin = match self.cfg.queue.ecn {
             super::queue::EcnConfig::Red { .. } => self.rng.random::<f64>(),
             _ => 0.0,
         };
-        let cfg = self.cfg.queue;
+        let cfg = &self.cfg.queue;
         let port = &mut self.ports[node as usize][usize::from(out)];
         let len = u64::from(p.len);
         let a = Arrival {
             len,
             trimmable,
             control,
-            ect: hdr.ect,
+            ect,
             coin,
         };
         // PFC counts a frame admitted to the normal queue against its ingress port.
         let mut account = false;
-        match port.q.admit(&cfg, a, &mut port.stats) {
+        match port.q.admit(cfg, a, &mut port.stats) {
             Admit::Normal { mark_ce } => {
                 if mark_ce {
                     frame::set_ce(p.frame.head_mut());
@@ -1697,7 +1698,7 @@ impl Simulator {
             }
             Admit::Priority => port.q.push_priority(pkt, len as u32),
             Admit::Trim => {
-                let usid = hdr.info.is_some_and(|i| i.dst >> 96 == USID_BLOCK >> 96);
+                let usid = p.hdr.info.is_some_and(|i| i.dst >> 96 == USID_BLOCK >> 96);
                 let check = if p.checksum_known {
                     ChecksumCheck::Known
                 } else {
