@@ -186,7 +186,8 @@ const EMPTY: Slot = Slot {
 /// behind it.
 #[derive(Debug)]
 pub struct EventQueue {
-    slots: Vec<Slot>,
+    /// An array, not a vector: a slot index masked to the wheel needs no bounds check.
+    slots: Box<[Slot; WHEEL_SLOTS]>,
     chunks: Vec<Chunk>,
     /// First free chunk, [`NIL`] when every chunk is in use.
     free: u32,
@@ -203,7 +204,7 @@ pub struct EventQueue {
 impl Default for EventQueue {
     fn default() -> Self {
         EventQueue {
-            slots: vec![EMPTY; WHEEL_SLOTS],
+            slots: Box::new([EMPTY; WHEEL_SLOTS]),
             chunks: Vec::new(),
             free: NIL,
             occupied: [0; WORDS],
@@ -239,16 +240,18 @@ impl EventQueue {
                     };
                     self.chunks[c as usize].kinds[0] = kind;
                     self.occupied[i / 64] |= 1 << (i % 64);
-                } else if tail_len as usize == CHUNK_EVENTS {
+                } else if let Some(k) = self.chunks[tail as usize].kinds.get_mut(tail_len as usize)
+                {
+                    // Room in the tail chunk (`tail_len < CHUNK_EVENTS`).
+                    *k = kind;
+                    self.slots[i].tail_len = tail_len + 1;
+                } else {
                     let c = self.new_chunk();
                     self.chunks[tail as usize].next = c;
                     self.chunks[c as usize].kinds[0] = kind;
                     let slot = &mut self.slots[i];
                     slot.tail = c;
                     slot.tail_len = 1;
-                } else {
-                    self.chunks[tail as usize].kinds[tail_len as usize] = kind;
-                    self.slots[i].tail_len = tail_len + 1;
                 }
                 self.wheel_len += 1;
             }

@@ -13,7 +13,8 @@ use super::buf::Head;
 use super::frame::{self, ETH_LEN};
 use super::stats::ReorderTracker;
 use super::topo::{Topology, USID_BLOCK, USID_BLOCK_BITS};
-use crate::packet::checksum::PayloadSum;
+use crate::packet::checksum::{PayloadSum, UDP_CHECKSUM_OFF, udp_ipv6_checksum_summed};
+use crate::packet::ipv6_udp::UDP_HEADER_LEN;
 use crate::packet::{EthernetFrameRepr, Ipv6UdpRepr};
 use crate::srv6::{LocatorBlock, SrhContext, UsidContainer};
 
@@ -98,6 +99,86 @@ pub fn build_frame(
 /// copied. Returns the frame's [`frame::Header`], or `None` when the route cannot be
 /// expressed (e.g. a node id beyond the uSID space).
 pub fn build_headers(
+    topo: &Topology,
+    forwarding: Forwarding,
+    d: Datagram,
+    sum: &PayloadSum,
+    peek: &[u8],
+    head: &mut Head,
+) -> Option<frame::Header> {
+    // Without an SRH or a uSID container (ECMP, or the same leaf) the headers have one
+    // layout, written directly; the others go through the packet crate's emitter.
+    if forwarding == Forwarding::Ecmp || topo.leaf_of(d.src) == topo.leaf_of(d.dst) {
+        return build_plain_headers(topo, d, sum, peek, head);
+    }
+    build_headers_emitted(topo, forwarding, d, sum, peek, head)
+}
+
+/// Offset of the UDP header of a frame without an SRH.
+const PLAIN_UDP_OFF: usize = frame::EXT_OFF;
+/// Header bytes of a frame without an SRH: Ethernet, IPv6, UDP.
+const PLAIN_HEAD_LEN: usize = PLAIN_UDP_OFF + UDP_HEADER_LEN;
+
+/// [`build_headers`] of a datagram sent without an SRH or a uSID container: the bytes
+/// [`EthernetFrameRepr::emit_headers_summed`] writes for it (RFC 8200 section 3, RFC 768;
+/// traffic class `ecn & 3`, flow label 0, hop limit 64), stored field by field without
+/// building the packet's representation. `None` when the UDP length does not fit 16 bits,
+/// as the emitter's.
+fn build_plain_headers(
+    topo: &Topology,
+    d: Datagram,
+    sum: &PayloadSum,
+    peek: &[u8],
+    head: &mut Head,
+) -> Option<frame::Header> {
+    let Datagram { src, dst, ev, ecn } = d;
+    let (src_addr, dst_addr) = (topo.addr(src), topo.addr(dst));
+    let sport = ev_src_port(ev);
+    // Without an SRH the IPv6 payload is the UDP datagram: one length for both fields.
+    let udp_len = u16::try_from(UDP_HEADER_LEN + sum.len_bytes()).ok()?;
+    head.resize(PLAIN_HEAD_LEN, 0);
+    let h: &mut [u8; PLAIN_HEAD_LEN] = head.as_mut_slice().try_into().ok()?;
+    h[0..6].copy_from_slice(&mac_of(topo.leaf_of(src).unwrap_or(0)));
+    h[6..12].copy_from_slice(&mac_of(src));
+    h[12..14].copy_from_slice(&ETHERTYPE_IPV6.to_be_bytes());
+    let vtf = (6u32 << 28) | (u32::from(ecn & 3) << 20);
+    h[14..18].copy_from_slice(&vtf.to_be_bytes());
+    h[18..20].copy_from_slice(&udp_len.to_be_bytes());
+    h[20] = frame::NEXT_HEADER_UDP;
+    h[21] = 64;
+    h[frame::SRC_ADDR_OFF..frame::SRC_ADDR_OFF + 16].copy_from_slice(&src_addr.to_be_bytes());
+    h[frame::DST_ADDR_OFF..frame::DST_ADDR_OFF + 16].copy_from_slice(&dst_addr.to_be_bytes());
+    let mut udp = [0u8; UDP_HEADER_LEN];
+    udp[0..2].copy_from_slice(&sport.to_be_bytes());
+    udp[2..4].copy_from_slice(&MRC_UDP_PORT.to_be_bytes());
+    udp[4..6].copy_from_slice(&udp_len.to_be_bytes());
+    let checksum = udp_ipv6_checksum_summed(
+        &udp,
+        sum,
+        &Ipv6Addr::from(src_addr),
+        &Ipv6Addr::from(dst_addr),
+    );
+    udp[UDP_CHECKSUM_OFF..].copy_from_slice(&checksum.to_be_bytes());
+    h[PLAIN_UDP_OFF..].copy_from_slice(&udp);
+    let info = frame::FrameInfo {
+        src: src_addr,
+        dst: dst_addr,
+        srh_off: None,
+        udp_off: PLAIN_UDP_OFF as u16,
+        src_port: sport,
+        dst_port: MRC_UDP_PORT,
+    };
+    let hdr = frame::header_of(Some(info), head, peek);
+    debug_assert_eq!(hdr, frame::header_split(head, peek));
+    Some(hdr)
+}
+
+/// The IPv6 EtherType.
+const ETHERTYPE_IPV6: u16 = 0x86DD;
+
+/// [`build_headers`] through the packet crate's emitter ([`EthernetFrameRepr`]), for
+/// every route (plain, SRH, uSID container).
+fn build_headers_emitted(
     topo: &Topology,
     forwarding: Forwarding,
     d: Datagram,
@@ -244,4 +325,63 @@ pub struct Host {
     pub captured: Vec<(u64, Vec<u8>)>,
     /// Keep unclaimed frames in `captured`.
     pub capture: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::link::LinkSpec;
+    use crate::sim::topo::SpineLeafSpec;
+
+    /// The direct writer of plain headers gives the emitter's bytes and header, for
+    /// same-leaf and cross-leaf datagrams, every ECN value, EVs past the port span, and
+    /// payloads from empty to too long for UDP; into a head holding stale bytes.
+    #[test]
+    fn plain_headers_equal_the_emitted_ones() {
+        let topo = Topology::spine_leaf(&SpineLeafSpec {
+            hosts: 8,
+            leaves: 2,
+            spines: 2,
+            hosts_per_leaf: 4,
+            uplinks_per_leaf: 2,
+            host_link: LinkSpec::gbps(100, 500),
+            fabric_link: LinkSpec::gbps(100, 500),
+        })
+        .expect("topology");
+        let bth = [0x2au8, 0, 0xff, 0xff, 0x20, 0, 0, 7, 0, 1, 2, 3];
+        let mut checked = 0;
+        for (src, dst) in [(0, 1), (0, 5), (7, 2), (3, 3)] {
+            for ev in [0, 1, 5, EV_PORT_SPAN + 3] {
+                for ecn in 0..4 {
+                    for len in [0usize, 3, 12, 4148, 65_527, 65_528] {
+                        let mut payload = vec![0u8; len];
+                        for (i, b) in payload.iter_mut().enumerate() {
+                            *b = (i as u8).wrapping_mul(31) ^ ecn;
+                        }
+                        let n = len.min(bth.len());
+                        payload[..n].copy_from_slice(&bth[..n]);
+                        let sum = PayloadSum::of(&payload);
+                        let d = Datagram { src, dst, ev, ecn };
+                        let mut want = Head::from_slice(&[0xAA; 100]);
+                        let mut got = Head::from_slice(&[0x55; 100]);
+                        let e = build_headers_emitted(
+                            &topo,
+                            Forwarding::Ecmp,
+                            d,
+                            &sum,
+                            &payload,
+                            &mut want,
+                        );
+                        let p = build_plain_headers(&topo, d, &sum, &payload, &mut got);
+                        assert_eq!(p, e, "{d:?} {len}");
+                        if e.is_some() {
+                            assert_eq!(got, want, "{d:?} {len}");
+                            checked += 1;
+                        }
+                    }
+                }
+            }
+        }
+        assert!(checked > 300);
+    }
 }

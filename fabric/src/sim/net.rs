@@ -1174,6 +1174,7 @@ impl Simulator {
 
     /// The egress port of `node` toward node `target` for a frame with fields `info` whose
     /// destination is now `dst`: the only next hop, or the ECMP hash's pick among several.
+    #[inline]
     fn choose_port(
         &self,
         node: u32,
@@ -1468,7 +1469,9 @@ impl Simulator {
 
     /// Starts serialising the next queued frame of `(node, port)`, if any. A port with PFC
     /// or the pcap tap takes [`Simulator::start_tx_slow`], out of line: the fast path tests
-    /// one byte of the port for both.
+    /// one byte of the port for both. Inlined into its callers: a call's register saves
+    /// and restores cost as much as the fast path's queue pop.
+    #[inline(always)]
     fn start_tx(&mut self, node: u32, port: u16) {
         if self.ports[node as usize][usize::from(port)].slow == 0 {
             self.start_tx_with::<false, false>(node, port);
@@ -1664,26 +1667,27 @@ impl Simulator {
             p.refresh();
             p.checksum_known = false;
         }
-        let hdr = p.hdr;
-        let trimmable = hdr.data && !hdr.trimmed;
+        // The fields read, not a copy of the header's line (nor of the queue configuration).
+        let (data, trimmed, ect) = (p.hdr.data, p.hdr.trimmed, p.hdr.ect);
+        let trimmable = data && !trimmed;
         let control = !trimmable;
         let coin = match self.cfg.queue.ecn {
             super::queue::EcnConfig::Red { .. } => self.rng.random::<f64>(),
             _ => 0.0,
         };
-        let cfg = self.cfg.queue;
+        let cfg = &self.cfg.queue;
         let port = &mut self.ports[node as usize][usize::from(out)];
         let len = u64::from(p.len);
         let a = Arrival {
             len,
             trimmable,
             control,
-            ect: hdr.ect,
+            ect,
             coin,
         };
         // PFC counts a frame admitted to the normal queue against its ingress port.
         let mut account = false;
-        match port.q.admit(&cfg, a, &mut port.stats) {
+        match port.q.admit(cfg, a, &mut port.stats) {
             Admit::Normal { mark_ce } => {
                 if mark_ce {
                     frame::set_ce(p.frame.head_mut());
@@ -1694,7 +1698,7 @@ impl Simulator {
             }
             Admit::Priority => port.q.push_priority(pkt, len as u32),
             Admit::Trim => {
-                let usid = hdr.info.is_some_and(|i| i.dst >> 96 == USID_BLOCK >> 96);
+                let usid = p.hdr.info.is_some_and(|i| i.dst >> 96 == USID_BLOCK >> 96);
                 let check = if p.checksum_known {
                     ChecksumCheck::Known
                 } else {

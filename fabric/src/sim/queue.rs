@@ -291,6 +291,7 @@ impl PortQueue {
     }
 
     /// Decides admission of packet `a`. Records the occupancy.
+    #[inline]
     pub fn admit(&self, cfg: &QueueConfig, a: Arrival, stats: &mut PortStats) -> Admit {
         let Arrival {
             len,
