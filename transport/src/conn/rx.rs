@@ -99,6 +99,13 @@ impl<C: Controller> Connection<C> {
             Body::Data(d) => {
                 // the receiving side only: no send completion, no state change to act on
                 self.on_data(now_ns, &pkt, d, ecn == Ecn::Ce);
+                // Only a SACK (complete_messages) or fail() (which drains at once) gives the
+                // sender completions, and only they make it idle: nothing is left to drain.
+                debug_assert!(
+                    !(self.send.has_completions()
+                        || (self.state == ConnState::Draining && self.send.is_idle())),
+                    "a data packet left sender completions or a closable state undrained"
+                );
                 return;
             }
             Body::Sack(s) => self.on_sack(now_ns, ev_in, s),

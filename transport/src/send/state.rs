@@ -1743,6 +1743,12 @@ impl SendState {
         self.completions.pop_front()
     }
 
+    /// Whether sender-side completions wait to be taken ([`SendState::poll_completion`]).
+    #[inline]
+    pub fn has_completions(&self) -> bool {
+        !self.completions.is_empty()
+    }
+
     /// Moves every sender-side completion, in posting order, to the back of `out` (what
     /// [`SendState::poll_completion`] until `None` would give, in one move).
     #[inline]
