@@ -12,7 +12,9 @@
 //! 4 KiB source to the same 4 KiB destination, so the payload copies stay in cache;
 //! `16KiB write, 64-byte packets` is the 1 MiB case with 64-byte payloads, so the two copies
 //! per packet cost next to nothing and the figure is the state machines alone (the same 256
-//! packets, the same headers, SACKs and completions). `payload copies only` does just the
+//! packets, the same headers, SACKs and completions); `sprayed over 16 EVs` is that case
+//! with the packets arriving grouped by EV, as 16 UDP sockets deliver them (`mrc-perf
+//! --burst-size 1`: PSNs 0, 16, .., 240, then 1, 17, ..), so the receiver fills holes. `payload copies only` does just the
 //! two 4 KiB copies per packet of the 1 MiB case (region -> datagram, datagram -> region),
 //! so the state machines' own share is the difference.
 //! `examples/conn_drive.rs` runs the same loop a fixed number of times for callgrind.
@@ -36,6 +38,10 @@ fn bench(c: &mut Criterion) {
     let mut s = setup(64);
     g.bench_function("16KiB write, 64-byte packets (no copy cost)", |bch| {
         bch.iter(|| s.one_message())
+    });
+    let mut s = setup(64);
+    g.bench_function("16KiB write, 64-byte packets sprayed over 16 EVs", |bch| {
+        bch.iter(|| s.sprayed_message())
     });
     let msg_bytes = PACKETS as usize * 4096;
     let src = vec![7u8; msg_bytes];

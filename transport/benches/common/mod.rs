@@ -4,6 +4,12 @@
 //! Two connections A and B on a virtual clock that advances 330 ns per data packet (4148
 //! bytes at 100 Gb/s): every datagram A emits is handed to B at once and every SACK B emits
 //! back to A, until A has the completions. Nothing reads a clock.
+//!
+//! Sprayed ([`Bench::sprayed_message`]): A's datagrams of one round (all it may send before
+//! B answers) reach B grouped by EV, in EV order, each EV's in the order sent: what a
+//! receiver sees when each EV is a UDP socket of its own (`mrc-perf --burst-size 1`) and
+//! each socket's datagrams of a burst leave in one GSO send and arrive in one GRO receive.
+//! With 16 EVs a 256-packet message arrives as PSNs 0, 16, 32, .., 240, then 1, 17, ..
 
 use mrc_congestion::{FixedWindow, FixedWindowConfig};
 use mrc_transport::send::SendConfig;
@@ -23,6 +29,10 @@ pub struct Bench {
     now: u64,
     buf: Vec<u8>,
     wr: u64,
+    /// Sprayed delivery: A's datagrams of the round, back to back, and (EV, start, length)
+    /// of each.
+    held: Vec<u8>,
+    held_at: Vec<(u32, usize, usize)>,
 }
 
 /// A connected pair with `mtu_bytes` of payload per packet and a region of
@@ -80,6 +90,8 @@ pub fn setup(mtu_bytes: u32) -> Bench {
         now: 0,
         buf: vec![0; mtu_bytes as usize + 4096],
         wr: 0,
+        held: Vec::with_capacity(PACKETS as usize * (mtu_bytes as usize + 4096)),
+        held_at: Vec::with_capacity(PACKETS as usize),
     }
 }
 
@@ -90,7 +102,16 @@ impl Bench {
         self.a
             .post_write(self.wr, self.sge, self.dst_addr, self.rkey)
             .unwrap();
-        self.drive(1);
+        self.drive(1, false);
+    }
+
+    /// [`Bench::one_message`], delivered sprayed (the module's doc).
+    pub fn sprayed_message(&mut self) {
+        self.wr += 1;
+        self.a
+            .post_write(self.wr, self.sge, self.dst_addr, self.rkey)
+            .unwrap();
+        self.drive(1, true);
     }
 
     /// `PACKETS` one-packet WRITEs from the first `mtu_bytes` of the source to the first
@@ -107,12 +128,35 @@ impl Bench {
                 .post_write(self.wr, sge, self.dst_addr, self.rkey)
                 .unwrap();
         }
-        self.drive(PACKETS);
+        self.drive(PACKETS, false);
     }
 
-    fn drive(&mut self, mut completions: u64) {
+    fn drive(&mut self, mut completions: u64, sprayed: bool) {
         loop {
             let mut moved = false;
+            if sprayed {
+                self.held.clear();
+                self.held_at.clear();
+                while let Some(t) = self.a.poll_transmit(self.now, &mut self.buf) {
+                    self.now += 330;
+                    self.held_at.push((t.ev, self.held.len(), t.len));
+                    self.held.extend_from_slice(&self.buf[..t.len]);
+                }
+                let evs = self.held_at.iter().map(|h| h.0).max().map_or(0, |m| m + 1);
+                for ev in 0..evs {
+                    for &(e, at, len) in &self.held_at {
+                        if e == ev {
+                            self.b.handle_datagram(
+                                self.now,
+                                ev,
+                                Ecn::Ect0,
+                                &self.held[at..at + len],
+                            );
+                            moved = true;
+                        }
+                    }
+                }
+            }
             while let Some(t) = self.a.poll_transmit(self.now, &mut self.buf) {
                 self.now += 330;
                 self.b

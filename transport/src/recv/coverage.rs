@@ -34,7 +34,13 @@ pub enum CoverageError {
 ///
 /// The last range is kept apart from the others, in two plain fields: an in-order arrival
 /// (the usual one) checks and extends it without touching the `SmallVec` (whose every
-/// access first asks whether it spilled to the heap).
+/// access first asks whether it spilled to the heap). An arrival before the last range
+/// looks its place up in the others from a hint first: where the previous such arrival
+/// went, plus one. Packets sprayed over `k` paths, each path's arriving in a batch (a GRO
+/// receive of one UDP socket), fill the holes of a message in that order: the first batch
+/// leaves a range every `k` packets, and each later one extends those ranges one after
+/// the other, so the hint is right for all but the first packet of a batch and the
+/// binary search runs once a batch, not once a packet.
 #[derive(Clone, Debug, Default)]
 pub struct Coverage {
     /// Every range but the last, in order.
@@ -43,7 +49,13 @@ pub struct Coverage {
     /// all (a range is never empty, so one held ends above 0), and `head` is empty.
     tail_start: u32,
     tail_end: u32,
+    /// The index in `head` where the next arrival before the last range likely goes (any
+    /// value: it is checked before it is used).
+    hint: u32,
     bytes: u64,
+    /// Binary searches so far (the hint missed).
+    #[cfg(test)]
+    searches: std::cell::Cell<u32>,
 }
 
 impl Coverage {
@@ -57,25 +69,23 @@ impl Coverage {
         self.head.len() + usize::from(self.tail_end != 0)
     }
 
-    /// The `i`-th range, in order.
-    fn range(&self, i: usize) -> Option<(u32, u32)> {
-        if i < self.head.len() {
-            self.head.get(i).copied()
-        } else if i == self.head.len() && self.tail_end != 0 {
-            Some((self.tail_start, self.tail_end))
-        } else {
-            None
+    /// Index of the first range in `head` that ends after `offset` (`head.len()` when none
+    /// does): the hint when it is that index, else by binary search.
+    #[inline]
+    fn head_index(&self, offset: u32) -> usize {
+        let head: &[(u32, u32)] = &self.head;
+        let g = self.hint as usize;
+        let after_prev = match g.checked_sub(1) {
+            None => true,
+            Some(p) => head.get(p).is_some_and(|&(_, e)| e <= offset),
+        };
+        // (`after_prev` holds only for g == 0 or g - 1 < head.len(): g is in 0..=len)
+        if after_prev && head.get(g).is_none_or(|&(_, e)| e > offset) {
+            return g;
         }
-    }
-
-    /// Index of the first range that ends after `offset` (`ranges()` when none does).
-    fn first_ending_after(&self, offset: u32) -> usize {
-        let i = self.head.partition_point(|&(_, e)| e <= offset);
-        if i == self.head.len() && self.tail_end != 0 && self.tail_end <= offset {
-            i + 1
-        } else {
-            i
-        }
+        #[cfg(test)]
+        self.searches.set(self.searches.get() + 1);
+        head.partition_point(|&(_, e)| e <= offset)
     }
 
     /// Whether `[offset, offset + len)` may be added to a message of `msg_len` bytes: within
@@ -103,19 +113,25 @@ impl Coverage {
         self.check_general(offset, end)
     }
 
-    /// [`Coverage::check`] of a range `[offset, end)` that does not start where the last
-    /// range ends.
+    /// [`Coverage::check`] of a non-empty range `[offset, end)` that does not start where
+    /// the last range ends.
     fn check_general(&self, offset: u32, end: u32) -> Result<(), CoverageError> {
-        // the first range that ends after `offset`
-        let i = self.first_ending_after(offset);
-        let next = self.range(i);
-        if let Some((s, _)) = next {
-            if s < end {
+        let (joins_before, joins_after) = if offset >= self.tail_end {
+            // past every range (or the first one): touches none of them
+            (false, false)
+        } else if end > self.tail_start {
+            // starts before the last range ends and ends after it starts
+            return Err(CoverageError::Inconsistent);
+        } else {
+            // wholly before the last range
+            let i = self.head_index(offset);
+            let next_start = self.head.get(i).map_or(self.tail_start, |&(s, _)| s);
+            if next_start < end {
                 return Err(CoverageError::Inconsistent);
             }
-        }
-        let joins_before = i > 0 && self.range(i - 1).is_some_and(|(_, e)| e == offset);
-        let joins_after = next.is_some_and(|(s, _)| s == end);
+            let joins_before = i > 0 && self.head.get(i - 1).is_some_and(|&(_, e)| e == offset);
+            (joins_before, next_start == end)
+        };
         if !joins_before && !joins_after && self.ranges() >= MAX_COVERAGE_HOLES {
             return Err(CoverageError::TooFragmented);
         }
@@ -146,24 +162,38 @@ impl Coverage {
         }
     }
 
-    /// [`Coverage::add`] of a range `[offset, end)` before the end of the last range.
+    /// [`Coverage::add`] of a range `[offset, end)` before the end of the last range: since
+    /// [`Coverage::check`] accepted it, wholly before the last range (`end <= tail_start`).
     fn add_general(&mut self, offset: u32, end: u32) {
-        // on the whole list, the last range back in `head`, then out of it again
+        let i = self.head_index(offset);
         let ranges = &mut self.head;
-        ranges.push((self.tail_start, self.tail_end));
-        let i = ranges.partition_point(|&(_, e)| e <= offset);
+        let n = ranges.len();
         let joins_before = i > 0 && ranges[i - 1].1 == offset;
-        let joins_after = ranges.get(i).is_some_and(|&(s, _)| s == end);
+        let joins_after = if i < n {
+            ranges[i].0 == end
+        } else {
+            self.tail_start == end
+        };
+        // where the next arrival likely goes: after this one's range (which, when two
+        // ranges merged, is now at `i - 1`)
+        let mut hint = i + 1;
         match (joins_before, joins_after) {
-            (true, true) => {
+            (true, true) if i < n => {
                 ranges[i - 1].1 = ranges[i].1;
                 ranges.remove(i);
+                hint = i;
+            }
+            (true, true) => {
+                // joins the range before it and the last range: they become the last one
+                self.tail_start = ranges[i - 1].0;
+                ranges.pop();
             }
             (true, false) => ranges[i - 1].1 = end,
-            (false, true) => ranges[i].0 = offset,
+            (false, true) if i < n => ranges[i].0 = offset,
+            (false, true) => self.tail_start = offset,
             (false, false) => ranges.insert(i, (offset, end)),
         }
-        (self.tail_start, self.tail_end) = ranges.pop().unwrap_or((0, 0));
+        self.hint = hint as u32;
     }
 
     /// Whether every byte of a `msg_len`-byte message arrived.
@@ -175,6 +205,60 @@ impl Coverage {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl Coverage {
+        /// Every range, in order.
+        fn all(&self) -> Vec<(u32, u32)> {
+            (0..self.ranges())
+                .map(|i| {
+                    self.head
+                        .get(i)
+                        .copied()
+                        .unwrap_or((self.tail_start, self.tail_end))
+                })
+                .collect()
+        }
+    }
+
+    /// A 256-packet message sprayed over 16 paths, each path's 16 packets arriving
+    /// together (PSN order 0, 16, .., 240, then 1, 17, ..): 16 ranges after the first
+    /// path, one at the end; the hint finds every place but the first of each later path
+    /// (one binary search in `check` and one in `add` for each of those 15 packets).
+    #[test]
+    fn a_sprayed_message_searches_once_a_path() {
+        const PKT: u32 = 4096;
+        let msg_len = 256 * PKT;
+        let mut c = Coverage::default();
+        for path in 0..16 {
+            for k in 0..16 {
+                let offset = (path + 16 * k) * PKT;
+                c.check(offset, PKT, msg_len).unwrap();
+                c.add(offset, PKT);
+            }
+            if path == 0 {
+                let firsts: Vec<_> = (0..16)
+                    .map(|k| (16 * k * PKT, (16 * k + 1) * PKT))
+                    .collect();
+                assert_eq!(c.all(), firsts);
+            }
+            if path == 14 {
+                // ranges [16k, 16k + 15) packets, none merged yet
+                assert_eq!(c.ranges(), 16);
+                assert_eq!(c.all()[3], (48 * PKT, 63 * PKT));
+            }
+        }
+        assert_eq!(c.all(), vec![(0, msg_len)]);
+        assert_eq!(c.bytes(), u64::from(msg_len));
+        assert!(c.is_whole(msg_len));
+        assert_eq!(c.searches.get(), 30);
+        // a repeat of any packet is refused, hint or no hint
+        for psn in [0, 17, 255] {
+            assert_eq!(
+                c.check(psn * PKT, PKT, msg_len),
+                Err(CoverageError::Inconsistent)
+            );
+        }
+    }
 
     #[test]
     fn in_order_out_of_order_and_overlaps() {
@@ -274,11 +358,18 @@ mod tests {
                     c.add(offset, len);
                     map[offset as usize..end as usize].fill(true);
                 }
-                let runs = (0..map.len())
+                let runs: Vec<(u32, u32)> = (0..map.len())
                     .filter(|&i| map[i] && (i == 0 || !map[i - 1]))
-                    .count();
+                    .map(|i| {
+                        let e = (i..map.len()).find(|&j| !map[j]).unwrap_or(map.len());
+                        (i as u32, e as u32)
+                    })
+                    .collect();
                 let bytes = map.iter().filter(|b| **b).count() as u64;
-                assert_eq!((c.ranges(), c.bytes()), (runs, bytes));
+                assert_eq!(
+                    (c.all(), c.ranges(), c.bytes()),
+                    (runs.clone(), runs.len(), bytes)
+                );
                 let whole = map.iter().all(|b| *b);
                 assert_eq!(c.is_whole(msg_len), whole);
             }
