@@ -14,9 +14,10 @@
 //! per packet cost next to nothing and the figure is the state machines alone (the same 256
 //! packets, the same headers, SACKs and completions); `sprayed over 16 EVs` is that case
 //! with the packets arriving grouped by EV, as 16 UDP sockets deliver them (`mrc-perf
-//! --burst-size 1`: PSNs 0, 16, .., 240, then 1, 17, ..), so the receiver fills holes. `payload copies only` does just the
-//! two 4 KiB copies per packet of the 1 MiB case (region -> datagram, datagram -> region),
-//! so the state machines' own share is the difference.
+//! --burst-size 1`: PSNs 0, 16, .., 240, then 1, 17, ..), so the receiver fills holes.
+//! `payload copies only` does just the two 4 KiB copies per packet of the 1 MiB case
+//! (region -> datagram, datagram -> region), so the state machines' own share is the
+//! difference.
 //! `examples/conn_drive.rs` runs the same loop a fixed number of times for callgrind.
 
 mod common;

@@ -98,20 +98,20 @@ pub fn setup(mtu_bytes: u32) -> Bench {
 impl Bench {
     /// One RDMA WRITE of `PACKETS` packets, driven to its completion.
     pub fn one_message(&mut self) {
-        self.wr += 1;
-        self.a
-            .post_write(self.wr, self.sge, self.dst_addr, self.rkey)
-            .unwrap();
-        self.drive(1, false);
+        self.message(false);
     }
 
     /// [`Bench::one_message`], delivered sprayed (the module's doc).
     pub fn sprayed_message(&mut self) {
+        self.message(true);
+    }
+
+    fn message(&mut self, sprayed: bool) {
         self.wr += 1;
         self.a
             .post_write(self.wr, self.sge, self.dst_addr, self.rkey)
             .unwrap();
-        self.drive(1, true);
+        self.drive(1, sprayed);
     }
 
     /// `PACKETS` one-packet WRITEs from the first `mtu_bytes` of the source to the first
@@ -156,12 +156,13 @@ impl Bench {
                         }
                     }
                 }
-            }
-            while let Some(t) = self.a.poll_transmit(self.now, &mut self.buf) {
-                self.now += 330;
-                self.b
-                    .handle_datagram(self.now, t.ev, Ecn::Ect0, &self.buf[..t.len]);
-                moved = true;
+            } else {
+                while let Some(t) = self.a.poll_transmit(self.now, &mut self.buf) {
+                    self.now += 330;
+                    self.b
+                        .handle_datagram(self.now, t.ev, Ecn::Ect0, &self.buf[..t.len]);
+                    moved = true;
+                }
             }
             while let Some(t) = self.b.poll_transmit(self.now, &mut self.buf) {
                 self.a
