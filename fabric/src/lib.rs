@@ -13,6 +13,7 @@
 //!   ECN through the traffic class, optional sticky SRH) and a fake in-memory datapath;
 //! - [`engine`]: the engine thread that drives transport connections over a datapath, and
 //!   the verbs-shaped embedding API (context, QPs, memory regions, TCP bootstrap, CQs);
+//! - [`mem`]: zeroed region buffers advised onto transparent huge pages;
 //! - [`verbs`]: the RDMA UD datapath; its pure parts (buffer pools, GRH, signalling,
 //!   address exchange, EV to UDP source port) always, the device half with feature `verbs`;
 //! - (later) the raw (pnet) datapath.
@@ -20,6 +21,7 @@
 
 pub mod datapath;
 pub mod engine;
+pub mod mem;
 pub mod packet;
 pub mod pcap;
 pub mod sim;

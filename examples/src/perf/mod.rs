@@ -81,6 +81,7 @@ pub fn run_cli(cli: Cli) -> Result<String, CliError> {
             zerocopy: cli.test.udp_zerocopy,
             coop_taskrun: cli.test.udp_coop_taskrun,
         },
+        huge_pages: cli.test.huge_pages,
         context: None,
     };
     let psk = cli

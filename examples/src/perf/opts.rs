@@ -371,6 +371,13 @@ pub struct TestOpts {
     #[arg(long, global = true, value_name = "BOOL", num_args = 0..=1, default_value_t = true,
           default_missing_value = "true", require_equals = true, action = clap::ArgAction::Set)]
     pub udp_coop_taskrun: bool,
+    /// Advise the kernel to back the two registered regions with transparent huge pages
+    /// (`madvise(MADV_HUGEPAGE)` on their whole 2 MiB pages before first touch; counts
+    /// where THP is in `madvise` mode, Debian's default). `--huge-pages=false` keeps base
+    /// pages. This end only.
+    #[arg(long, global = true, value_name = "BOOL", num_args = 0..=1, default_value_t = true,
+          default_missing_value = "true", require_equals = true, action = clap::ArgAction::Set)]
+    pub huge_pages: bool,
     /// GID index on that port: a RoCEv2 entry (`show_gids`; often 3 for IPv4 on ConnectX,
     /// 1 on Soft-RoCE).
     #[arg(short = 'x', long = "gid-index", default_value_t = 1, global = true)]
@@ -1087,6 +1094,29 @@ mod progress_and_verify_tests {
                 "direct"
             ]),
             Err("--udp-io direct needs --progress caller over --fabric udp".to_string())
+        );
+    }
+
+    /// Huge pages are on unless turned off with `=false`; a bare value is not taken as
+    /// the flag's (it would be the next argument).
+    #[test]
+    fn huge_pages_default_on_and_take_a_value_only_with_equals() {
+        let huge = |args: &[&str]| {
+            let mut v = vec!["mrc-perf", "loopback"];
+            v.extend_from_slice(args);
+            Cli::try_parse_from(v).map(|c| c.test.huge_pages)
+        };
+        assert!(huge(&[]).unwrap());
+        assert!(huge(&["--huge-pages"]).unwrap());
+        assert!(huge(&["--huge-pages=true"]).unwrap());
+        assert!(!huge(&["--huge-pages=false"]).unwrap());
+        assert_eq!(
+            huge(&["--huge-pages=maybe"]).unwrap_err().kind(),
+            clap::error::ErrorKind::InvalidValue
+        );
+        assert_eq!(
+            huge(&["--huge-pages", "false"]).unwrap_err().kind(),
+            clap::error::ErrorKind::UnknownArgument
         );
     }
 

@@ -204,6 +204,9 @@ pub struct LocalOpts {
     /// The UDP datapath's optional mechanics (`--udp-multishot`, `--udp-zerocopy`,
     /// `--udp-coop-taskrun`).
     pub udp: UdpMechanics,
+    /// Whether the two regions are advised onto transparent huge pages (`--huge-pages`):
+    /// [`mrc_fabric::mem::zeroed_region`].
+    pub huge_pages: bool,
     /// A context this end's QP is created in instead of a context of its own
     /// (`loopback --engines K`: the `-q` QPs of one end share one context of K engine
     /// threads); UDP with `--progress thread` only.
@@ -649,8 +652,15 @@ fn udp_config(p: &TestParams, udp_bind: SocketAddr, local: &LocalOpts) -> UdpCon
 pub fn make_side(p: &TestParams, udp_bind: SocketAddr, local: &LocalOpts) -> Result<Side, String> {
     let ecfg = engine_config(p);
     let region = usize::try_from(p.region_size).map_err(|_| "region too large".to_string())?;
-    let src_mem = SharedMem::new(region);
-    let dst_mem = SharedMem::new(region);
+    let region_mem = || {
+        let (bytes, advice) = mrc_fabric::mem::zeroed_region(region, local.huge_pages);
+        if let mrc_fabric::mem::HugePageAdvice::Refused(e) = &advice {
+            tracing::debug!("--huge-pages: madvise refused ({e}); base pages");
+        }
+        SharedMem::from_vec(bytes)
+    };
+    let src_mem = region_mem();
+    let dst_mem = region_mem();
     let reg = |e: EngineError| format!("register {region} bytes: {e}");
     let (src_access, dst_access) = (
         Access::LOCAL_WRITE,
