@@ -16,7 +16,8 @@
 #                     (plain: the defaults, multishot receive and cooperative task work
 #                     on; off: both off; multishot, coop: that one alone; zerocopy:
 #                     --udp-zerocopy beside the defaults; all = multishot and coop, the
-#                     defaults, zero-copy left out: on loopback it stalls mrc); depthN
+#                     defaults, zero-copy left out: on loopback it stalls mrc); nohuge:
+#                     the defaults with --huge-pages=false (regions on base pages); depthN
 #                     (N in 1..999): the defaults with -t N on the mrc --verify row (N
 #                     messages of 1 MiB in flight instead of 8; the regions shrink with it)
 #   MRC_PERF_BEFORE=PATH  also run that (older) mrc-perf as variant "before", plain
@@ -42,7 +43,7 @@
 # Any failure prints a message (with mrc-perf's stderr) and exits 1.
 set -euo pipefail
 if [ "${1:-}" = -h ] || [ "${1:-}" = --help ]; then
-  sed -n '2,42p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,43p' "$0" | sed 's/^# \{0,1\}//'
   exit 0
 fi
 usage="usage: scripts/baselines.sh [RUNS] [DURATION_S] (RUNS a positive integer, DURATION_S positive seconds; defaults 3 3)"
@@ -75,9 +76,10 @@ mech_flags() {
     multishot) echo "--udp-multishot --udp-coop-taskrun=false" ;;
     coop) echo "--udp-multishot=false --udp-coop-taskrun" ;;
     zerocopy) echo "--udp-zerocopy" ;;
+    nohuge) echo "--huge-pages=false" ;;
     all) echo "--udp-multishot --udp-coop-taskrun" ;;
     depth[1-9] | depth[1-9][0-9] | depth[1-9][0-9][0-9]) echo "" ;;
-    *) echo "baselines.sh: unknown MECHS entry '$1' (plain off multishot coop zerocopy all depthN)" >&2; return 1 ;;
+    *) echo "baselines.sh: unknown MECHS entry '$1' (plain off multishot coop zerocopy nohuge all depthN)" >&2; return 1 ;;
   esac
 }
 # depth_flags VARIANT: the mrc --verify row's own flags (depthN: -t N, N messages in flight).
