@@ -5,7 +5,7 @@
 # mechanics variant of MECHS, and 8-byte latency against a UDP ping-pong on the same
 # datapath. Every figure is the median of RUNS runs, the runs interleaved (run 1 of every
 # row, then run 2, ...) so that a change in machine load hits all rows alike; the ratios
-# (mrc / TCP, mrc / raw UDP, variant / plain) are medians of per-run ratios, each measured
+# (mrc / TCP goodput and CPU per byte, variant / plain) are medians of per-run ratios, each measured
 # side by side in one run.
 #
 # Usage: scripts/baselines.sh [RUNS] [DURATION_S]   (RUNS >= 1, DURATION_S > 0 seconds)
@@ -198,7 +198,7 @@ medr() { ratio "$1" "$2" "$3" | median; }
 echo "runs: $RUNS x ${DUR}s interleaved, loopback 127.0.0.1, $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "bw: 1 MiB messages, 4096-byte payload, 16 EVs; medians; ratios are medians of per-run ratios"
 first=$(echo "$VARIANTS" | awk '{print $1}')
-printf '%-5s %-10s %-26s %8s %9s %9s %9s %9s\n' burst variant row "Gb/s" "CPU s/GB" "x TCP" "x $first" "CPU x $first"
+printf '%-5s %-10s %-26s %8s %9s %9s %9s %9s %9s\n' burst variant row "Gb/s" "CPU s/GB" "x TCP" "CPU x TCP" "x $first" "CPU x $first"
 for b in $BURSTS; do
   for v in $VARIANTS; do
     for w in mrc udp tcp; do
@@ -206,18 +206,19 @@ for b in $BURSTS; do
       t=".burst == $b and .variant == \"$v\" and .what == \"tcp\""
       base=".burst == $b and .variant == \"$first\" and .what == \"$w\""
       g=$(med gbps "$f"); c=$(med cpu_s_per_gb "$f")
-      xt=$(medr "$f" "$t" gbps); xb=$(medr "$f" "$base" gbps); xc=$(medr "$f" "$base" cpu_s_per_gb)
+      xt=$(medr "$f" "$t" gbps); ct=$(medr "$f" "$t" cpu_s_per_gb); xb=$(medr "$f" "$base" gbps); xc=$(medr "$f" "$base" cpu_s_per_gb)
       case $w in mrc) name="mrc --verify" ;; udp) name="raw UDP blast" ;; tcp) name="$tcp_name" ;; esac
-      [ "$w" = tcp ] && xt=null
-      printf '%-5s %-10s %-26.26s %8.2f %9.3f %9s %9s %9s\n' "$b" "$v" "$name" "$g" "$c" \
+      [ "$w" = tcp ] && xt=null && ct=null
+      printf '%-5s %-10s %-26.26s %8.2f %9.3f %9s %9s %9s %9s\n' "$b" "$v" "$name" "$g" "$c" \
         "$([ "$xt" = null ] && echo - || printf '%.2f' "$xt")" \
+        "$([ "$ct" = null ] && echo - || printf '%.2f' "$ct")" \
         "$([ "$xb" = null ] && echo - || printf '%.2f' "$xb")" \
         "$([ "$xc" = null ] && echo - || printf '%.2f' "$xc")"
       jq -nc --argjson b "$b" --arg v "$v" --arg w "$w" --arg name "$name" \
-        --argjson g "$g" --argjson c "$c" --argjson xt "$xt" --argjson xb "$xb" \
-        --argjson xc "$xc" \
+        --argjson g "$g" --argjson c "$c" --argjson xt "$xt" --argjson ct "$ct" \
+        --argjson xb "$xb" --argjson xc "$xc" \
         '{burst: $b, variant: $v, what: $w, name: $name, gbps: $g, cpu_s_per_gb: $c,
-          gbps_x_tcp: $xt, gbps_x_first_variant: $xb, cpu_x_first_variant: $xc}' >>"$T/summary"
+          gbps_x_tcp: $xt, cpu_x_tcp: $ct, gbps_x_first_variant: $xb, cpu_x_first_variant: $xc}' >>"$T/summary"
     done
   done
 done

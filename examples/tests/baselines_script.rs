@@ -108,7 +108,7 @@ fn failures_are_clear() {
                 Some(1),
                 String::new(),
                 format!(
-                    "baselines.sh: unknown MECHS entry '{bad}' (plain off multishot coop zerocopy all depthN)\n"
+                    "baselines.sh: unknown MECHS entry '{bad}' (plain off multishot coop zerocopy nohuge all depthN)\n"
                 )
             ),
             "{bad}"
@@ -172,7 +172,7 @@ esac
         &fake,
         &["1", "2"],
         &[
-            ("MECHS", "plain off depth2"),
+            ("MECHS", "plain off nohuge depth2"),
             ("BURSTS", "16"),
             ("LAT", "0"),
         ],
@@ -182,9 +182,13 @@ esac
     let mrc = "loopback -s 1048576 --paths 16 --mtu 4096 -D 2 --burst-size 16 --udp-port 0 --verify --json";
     let base = "baseline -s 1048576 --paths 16 --mtu 4096 -D 2 --burst-size 16 --json";
     let off = "--udp-multishot=false --udp-coop-taskrun=false";
+    let nohuge = "--huge-pages=false";
     assert_eq!(
         calls,
-        format!("{mrc}\n{base}\n{mrc} {off}\n{base} {off}\n{mrc} -t 2\n{base}\n")
+        format!(
+            "{mrc}\n{base}\n{mrc} {off}\n{base} {off}\n{mrc} {nohuge}\n{base} {nohuge}\n\
+             {mrc} -t 2\n{base}\n"
+        )
     );
 }
 
@@ -235,20 +239,37 @@ esac
         }
     }
     assert_eq!(stderr, want);
-    let row = |b: &str, v: &str, name: &str, g: &str, c: &str, xt: &str, xb: &str| {
+    let row = |b: &str, v: &str, name: &str, g: &str, c: &str, xt: &str, ct: &str, xb: &str| {
         // the stand-in's CPU per byte is the same everywhere: 1.00 in the last column
         let xc = if b == "burst" { "CPU x plain" } else { "1.00" };
-        format!("{b:<5} {v:<10} {name:<26} {g:>8} {c:>9} {xt:>9} {xb:>9} {xc:>9}\n")
+        format!("{b:<5} {v:<10} {name:<26} {g:>8} {c:>9} {xt:>9} {ct:>9} {xb:>9} {xc:>9}\n")
     };
     assert!(
         stdout.contains(&row(
-            "burst", "variant", "row", "Gb/s", "CPU s/GB", "x TCP", "x plain"
+            "burst",
+            "variant",
+            "row",
+            "Gb/s",
+            "CPU s/GB",
+            "x TCP",
+            "CPU x TCP",
+            "x plain"
         )),
         "{stdout}"
     );
+    // CPU x TCP: 0.800 / 0.400 for mrc, 0.700 / 0.400 for the raw blast
     for b in ["1", "16"] {
         for want in [
-            row(b, "plain", "mrc --verify", "12.50", "0.800", "0.41", "1.00"),
+            row(
+                b,
+                "plain",
+                "mrc --verify",
+                "12.50",
+                "0.800",
+                "0.41",
+                "2.00",
+                "1.00",
+            ),
             row(
                 b,
                 "plain",
@@ -256,9 +277,10 @@ esac
                 "20.25",
                 "0.700",
                 "0.66",
+                "1.75",
                 "1.00",
             ),
-            row(b, "plain", "kernel TCP", "30.50", "0.400", "-", "1.00"),
+            row(b, "plain", "kernel TCP", "30.50", "0.400", "-", "-", "1.00"),
             row(
                 b,
                 "multishot",
@@ -266,6 +288,7 @@ esac
                 "25.00",
                 "0.800",
                 "0.82",
+                "2.00",
                 "2.00",
             ),
         ] {
@@ -299,6 +322,7 @@ esac
     assert_eq!(ms16["gbps_x_first_variant"], 2);
     assert_eq!(ms16["cpu_x_first_variant"], 1);
     assert!((ms16["gbps_x_tcp"].as_f64().unwrap() - 25.0 / 30.5).abs() < 1e-12);
+    assert_eq!(ms16["cpu_x_tcp"], 2);
 }
 
 /// `SIM=1` with `MRC_SIM` and `MRC_SIM_BEFORE`: speed-raw RUNS times for each, interleaved
