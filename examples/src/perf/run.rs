@@ -624,12 +624,16 @@ fn rx_slots(p: &TestParams) -> usize {
     }
 }
 
+/// Datagrams the engine hands the datapath per `tx_burst` at most (`EngineConfig::tx_batch`;
+/// the raw UDP blast sends bursts of the same size).
+pub(crate) const TX_BATCH: usize = 256;
+
 /// The engine tuning of an end running `p`.
 fn engine_config(p: &TestParams) -> EngineConfig {
     EngineConfig {
         // headers (56) and an authentication trailer (24)
         slot_bytes: p.mtu as usize + 96,
-        tx_batch: 256,
+        tx_batch: TX_BATCH,
         spin_ns: p.spin_us.saturating_mul(1000),
         ..EngineConfig::default()
     }
