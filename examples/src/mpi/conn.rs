@@ -72,7 +72,7 @@ impl RankConn {
     ) -> Result<RankConn, String> {
         let ecfg = EngineConfig {
             slot_bytes: p.mtu as usize + 96,
-            tx_batch: 256,
+            tx_batch: crate::perf::run::tx_batch(p),
             spin_ns: p.spin_us.saturating_mul(1000),
             ..EngineConfig::default()
         };

@@ -48,7 +48,7 @@ fn dp(ip: IpAddr, mech: UdpMechanics) -> Result<UringDatapath, String> {
 }
 
 /// Raw UDP blast: datagrams of `mtu + 56` bytes (an mrc data packet's size) round-robin
-/// over `paths` EV sockets in bursts of [`super::run::TX_BATCH`] (the engine's), for `iters * size`
+/// over `paths` EV sockets in bursts of [`super::run::tx_batch`] (the engine's), for `iters * size`
 /// payload bytes or the duration.
 ///
 /// # Errors
@@ -89,7 +89,7 @@ pub fn udp_blast(ip: IpAddr, p: &TestParams, mech: UdpMechanics) -> Result<Basel
         }
         (n, bytes, last)
     });
-    let mut batch = TxBatch::new(super::run::TX_BATCH, dgram);
+    let mut batch = TxBatch::new(super::run::tx_batch(p), dgram);
     let payload = vec![0x5Au8; dgram];
     let total = p.iters.map(|n| n.saturating_mul(p.size));
     let end = p.duration_s.map(Duration::from_secs_f64);

@@ -803,6 +803,8 @@ impl<'a> Report<'a> {
                 "rx_calls": self.r.engine.datapath.rx_calls,
                 "rx_errors": self.r.engine.datapath.rx_errors,
                 "engine_sleeps": self.r.engine.sleeps,
+                "engine_loops": self.r.engine.loops,
+                "engine_tx_bursts": self.r.engine.tx_bursts,
             },
             "receiver": {
                 "completions": self.r.peer_recv.completions,
@@ -1160,6 +1162,8 @@ mod tests {
         r.engine.datapath.tx_datagrams = 1000;
         r.engine.datapath.tx_calls = 40;
         r.engine.sleeps = 9;
+        r.engine.loops = 300;
+        r.engine.tx_bursts = 20;
         let v: serde_json::Value = serde_json::from_str(&Report::new(&p, &r, "t").json()).unwrap();
         assert_eq!(
             (
@@ -1177,6 +1181,8 @@ mod tests {
         assert_eq!(v["datapath"]["tx_datagrams"], 1000);
         assert_eq!(v["datapath"]["tx_calls"], 40);
         assert_eq!(v["datapath"]["engine_sleeps"], 9);
+        assert_eq!(v["datapath"]["engine_loops"], 300);
+        assert_eq!(v["datapath"]["engine_tx_bursts"], 20);
     }
 
     /// A failed test's partial report: the table says FAILED with the error and that the

@@ -624,16 +624,26 @@ fn rx_slots(p: &TestParams) -> usize {
     }
 }
 
-/// Datagrams the engine hands the datapath per `tx_burst` at most (`EngineConfig::tx_batch`;
-/// the raw UDP blast sends bursts of the same size).
-pub(crate) const TX_BATCH: usize = 256;
+/// Datagrams the engine of an end running `p` hands the datapath per `tx_burst` at most
+/// (`EngineConfig::tx_batch`; the raw UDP blast sends bursts of the same size): up to 256,
+/// whole GSO sends for each of the `--paths / --burst-size` EV sockets
+/// ([`mrc_fabric::udp::gso_tx_batch`]; 240 at the defaults' 4096-byte payload and 16 EVs).
+pub(crate) fn tx_batch(p: &TestParams) -> usize {
+    let sockets = p.paths.div_ceil(p.burst_size.max(1)) as usize;
+    mrc_fabric::udp::gso_tx_batch(slot_bytes(p), sockets, 256)
+}
+
+/// Bytes of an engine's datagram slot for `p`: the payload, headers (56) and an
+/// authentication trailer (24), rounded up.
+fn slot_bytes(p: &TestParams) -> usize {
+    p.mtu as usize + 96
+}
 
 /// The engine tuning of an end running `p`.
 fn engine_config(p: &TestParams) -> EngineConfig {
     EngineConfig {
-        // headers (56) and an authentication trailer (24)
-        slot_bytes: p.mtu as usize + 96,
-        tx_batch: TX_BATCH,
+        slot_bytes: slot_bytes(p),
+        tx_batch: tx_batch(p),
         spin_ns: p.spin_us.saturating_mul(1000),
         ..EngineConfig::default()
     }
