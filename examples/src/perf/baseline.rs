@@ -48,7 +48,7 @@ fn dp(ip: IpAddr, mech: UdpMechanics) -> Result<UringDatapath, String> {
 }
 
 /// Raw UDP blast: datagrams of `mtu + 56` bytes (an mrc data packet's size) round-robin
-/// over `paths` EV sockets in bursts of [`super::run::tx_batch`] (the engine's), for `iters * size`
+/// over `paths` EV sockets in bursts of the engine's size (`run::tx_batch`), for `iters * size`
 /// payload bytes or the duration.
 ///
 /// # Errors
