@@ -95,15 +95,16 @@ pub fn udp_blast(ip: IpAddr, p: &TestParams, mech: UdpMechanics) -> Result<Basel
     let end = p.duration_s.map(Duration::from_secs_f64);
     let cpu0 = super::report::process_cpu_s();
     let start = Instant::now();
+    // datagrams of `--iters`: the last burst holds only what is left
+    let needed = total.map(|t| t.div_ceil(u64::from(p.mtu.max(1))));
     let (mut sent, mut ev) = (0u64, 0u32);
     loop {
-        if total.is_some_and(|t| sent * p.mtu as u64 >= t)
-            || end.is_some_and(|e| start.elapsed() >= e)
-        {
+        if needed.is_some_and(|n| sent >= n) || end.is_some_and(|e| start.elapsed() >= e) {
             break;
         }
         batch.clear();
-        while !batch.is_full() {
+        let left = needed.map_or(u64::MAX, |n| n - sent);
+        while !batch.is_full() && (batch.len() as u64) < left {
             batch.push(c, ev, Ecn::Ect0, &payload);
             ev = (ev + 1) % p.paths;
         }
