@@ -626,11 +626,18 @@ fn rx_slots(p: &TestParams) -> usize {
 
 /// Datagrams the engine of an end running `p` hands the datapath per `tx_burst` at most
 /// (`EngineConfig::tx_batch`; the raw UDP blast sends bursts of the same size): up to 256,
-/// whole GSO sends for each of the `--paths / --burst-size` EV sockets
+/// whole GSO sends of its largest data packets (payload, headers and, with `--psk-file`, the
+/// authentication trailer) for each of the `--paths / --burst-size` EV sockets
 /// ([`mrc_fabric::udp::gso_tx_batch`]; 240 at the defaults' 4096-byte payload and 16 EVs).
 pub(crate) fn tx_batch(p: &TestParams) -> usize {
     let sockets = p.paths.div_ceil(p.burst_size.max(1)) as usize;
-    mrc_fabric::udp::gso_tx_batch(slot_bytes(p), sockets, 256)
+    let trailer = if p.authenticated {
+        mrc_transport::auth::AUTH_TRAILER_BYTES
+    } else {
+        0
+    };
+    let datagram = p.mtu as usize + mrc_transport::conn::MAX_DATA_HEADER_BYTES + trailer;
+    mrc_fabric::udp::gso_tx_batch(datagram, sockets, 256)
 }
 
 /// Bytes of an engine's datagram slot for `p`: the payload, headers (56) and an

@@ -72,25 +72,28 @@ pub const MAX_GSO_SEGMENTS: usize = 64;
 /// Largest payload of one GSO send, bytes (IPv4 64 KiB minus IP and UDP headers).
 pub const MAX_GSO_BYTES: usize = 65_507;
 
-/// Datagrams per send burst (`EngineConfig::tx_batch`) at most `max`, chosen so that the
-/// burst fills whole GSO sends: a GSO send holds `MAX_GSO_BYTES / datagram_bytes`
-/// datagrams (15 of mrc-perf's 4192-byte slots at 4096-byte payload), and a burst sprayed
-/// over `sockets` EV sockets gives each about `burst / sockets`. A burst of 256 over 16
-/// sockets gave each 16, sent as a GSO send of 15 and one of 1: 8.1 datagrams per send
-/// call where 240 gave 10.3, and 0.92-0.93x the CPU per byte of mrc-perf `--verify` at
-/// `--burst-size 1` (docs/PERFORMANCE.md). The largest multiple of `segments x sockets`
-/// up to `max`, else of `segments`; at least 1. `datagram_bytes` and `sockets` of 0 count
-/// as 1.
+/// Datagrams per send burst (`EngineConfig::tx_batch`) at most `max`, chosen so that each
+/// of the `sockets` EV sockets a burst is sprayed over gets whole GSO sends: a GSO send
+/// holds `MAX_GSO_BYTES / datagram_bytes` datagrams (15 of 4152 bytes, mrc's data packet at
+/// 4096-byte payload), and a burst over `sockets` sockets gives each about
+/// `burst / sockets`. A burst of 256 over 16 sockets gave each 16, sent as a GSO send of 15
+/// and one of 1: 8.1 datagrams per send call where 240 gave 10.3, and 0.92-0.93x the CPU
+/// per byte of mrc-perf `--verify` at `--burst-size 1` (docs/PERFORMANCE.md). The largest
+/// multiple of `segments x sockets` up to `max`; where even one such round is above `max`,
+/// each socket's share of `max` fits one send, and the burst is the largest multiple of
+/// `sockets` up to `max` (`max` itself for more sockets than that). `datagram_bytes` is the
+/// largest datagram of the burst; it, `sockets` and `max` count as 1 where 0.
 pub fn gso_tx_batch(datagram_bytes: usize, sockets: usize, max: usize) -> usize {
     let max = max.max(1);
-    let segments = (MAX_GSO_BYTES / datagram_bytes.max(1))
-        .clamp(1, MAX_GSO_SEGMENTS)
-        .min(max);
-    let unit = segments.saturating_mul(sockets.max(1));
+    let sockets = sockets.max(1);
+    let segments = (MAX_GSO_BYTES / datagram_bytes.max(1)).clamp(1, MAX_GSO_SEGMENTS);
+    let unit = segments.saturating_mul(sockets);
     if unit <= max {
         max / unit * unit
+    } else if sockets <= max {
+        max / sockets * sockets
     } else {
-        max / segments * segments
+        max
     }
 }
 
@@ -100,23 +103,28 @@ mod tests {
 
     #[test]
     fn a_burst_fills_whole_gso_sends() {
-        // 4096-byte payload (4192-byte slots: 15 a send) over 16 sockets: 16 x 15
-        assert_eq!(gso_tx_batch(4192, 16, 256), 240);
+        // 4096-byte payload (4152-byte datagrams: 15 a send) over 16 sockets: 16 x 15
+        assert_eq!(gso_tx_batch(4152, 16, 256), 240);
         // one socket: 17 sends of 15
-        assert_eq!(gso_tx_batch(4192, 1, 256), 255);
-        // 64 sockets: 960 > 256, so whole sends of 15 only
-        assert_eq!(gso_tx_batch(4192, 64, 256), 255);
-        // 1024-byte payload: 58 a send (65507 / 1120), 4 of them
-        assert_eq!(gso_tx_batch(1120, 16, 256), 232);
+        assert_eq!(gso_tx_batch(4152, 1, 256), 255);
         // 8192-byte payload: 7 a send, 16 sockets: 112 twice
-        assert_eq!(gso_tx_batch(8288, 16, 256), 224);
-        // a datagram above 64 KiB: no GSO, any burst
+        assert_eq!(gso_tx_batch(8248, 16, 256), 224);
+        // 1024-byte payload: 60 a send (65507 / 1080); 16 x 60 > 256, so 16 each, one send
+        assert_eq!(gso_tx_batch(1080, 16, 256), 256);
+        // 64 sockets: 4 each
+        assert_eq!(gso_tx_batch(4152, 64, 256), 256);
+        // 5 sockets of 58 a send: 51 each (255), one send each
+        assert_eq!(gso_tx_batch(1120, 5, 256), 255);
+        // more sockets than the burst
+        assert_eq!(gso_tx_batch(4152, 300, 256), 256);
+        // a datagram above 64 KiB: no GSO, one a send
         assert_eq!(gso_tx_batch(70_000, 16, 256), 256);
-        // small bursts, tiny datagrams (64 segments at most), degenerate inputs
-        assert_eq!(gso_tx_batch(100, 1, 32), 32);
+        assert_eq!(gso_tx_batch(70_000, 3, 256), 255);
+        // tiny datagrams (64 segments at most), small bursts, degenerate inputs
         assert_eq!(gso_tx_batch(100, 1, 256), 256);
         assert_eq!(gso_tx_batch(100, 3, 256), 192);
+        assert_eq!(gso_tx_batch(100, 1, 32), 32);
+        assert_eq!(gso_tx_batch(4152, 16, 10), 10);
         assert_eq!(gso_tx_batch(0, 0, 0), 1);
-        assert_eq!(gso_tx_batch(4192, 16, 10), 10);
     }
 }
