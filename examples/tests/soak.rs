@@ -1058,7 +1058,10 @@ fn one_run(
         };
         let (t, i, apply) = events[k];
         while !chaos.client.exited() && t0.elapsed() < t {
-            std::thread::sleep((t - t0.elapsed()).min(Duration::from_millis(10)));
+            std::thread::sleep(
+                t.saturating_sub(t0.elapsed())
+                    .min(Duration::from_millis(10)),
+            );
         }
         if chaos.client.exited() {
             log.push(format!(
