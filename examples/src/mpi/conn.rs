@@ -10,7 +10,7 @@
 use super::handles::Handle;
 use crate::perf::opts::TestParams;
 use mrc_fabric::engine::bootstrap::RemoteMr;
-use mrc_fabric::engine::{Context, EngineConfig, EngineStats, Qp, QpStats, VerifySpec};
+use mrc_fabric::engine::{Context, EngineStats, Qp, QpStats, VerifySpec};
 use mrc_fabric::udp::UdpConfig;
 use mrc_transport::completion::{Completion, WcStatus};
 use mrc_transport::region::MrKey;
@@ -70,12 +70,7 @@ impl RankConn {
         bind: IpAddr,
         advertise: Option<IpAddr>,
     ) -> Result<RankConn, String> {
-        let ecfg = EngineConfig {
-            slot_bytes: p.mtu as usize + 96,
-            tx_batch: crate::perf::run::tx_batch(p),
-            spin_ns: p.spin_us.saturating_mul(1000),
-            ..EngineConfig::default()
-        };
+        let ecfg = crate::perf::run::engine_config(p);
         let ctx = Context::new(UdpConfig::bind(SocketAddr::new(bind, 0)), ecfg)
             .map_err(|e| format!("cannot open the UDP datapath on {bind}: {e}"))?;
         let mut advertised = ctx.udp_addr();

@@ -640,16 +640,11 @@ pub(crate) fn tx_batch(p: &TestParams) -> usize {
     mrc_fabric::udp::gso_tx_batch(datagram, sockets, 256)
 }
 
-/// Bytes of an engine's datagram slot for `p`: the payload, headers (56) and an
-/// authentication trailer (24), rounded up.
-fn slot_bytes(p: &TestParams) -> usize {
-    p.mtu as usize + 96
-}
-
-/// The engine tuning of an end running `p`.
-fn engine_config(p: &TestParams) -> EngineConfig {
+/// The engine tuning of an end running `p` (also `mrc-perf mpi`'s ranks).
+pub(crate) fn engine_config(p: &TestParams) -> EngineConfig {
     EngineConfig {
-        slot_bytes: slot_bytes(p),
+        // headers (56) and an authentication trailer (24)
+        slot_bytes: p.mtu as usize + 96,
         tx_batch: tx_batch(p),
         spin_ns: p.spin_us.saturating_mul(1000),
         ..EngineConfig::default()
