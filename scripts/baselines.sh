@@ -19,7 +19,9 @@
 #                     defaults, zero-copy left out: on loopback it stalls mrc); nohuge:
 #                     the defaults with --huge-pages=false (regions on base pages); depthN
 #                     (N in 1..999): the defaults with -t N on the mrc --verify row (N
-#                     messages of 1 MiB in flight instead of 8; the regions shrink with it)
+#                     messages of 1 MiB in flight instead of 8; the regions shrink with it);
+#                     shared: the defaults with --engines 1 --shared-engine on the mrc
+#                     --verify row (both ends' QPs on one engine thread)
 #   MRC_PERF_BEFORE=PATH  also run that (older) mrc-perf as variant "before", plain
 #   LAT=1             the latency rows (0: skip)
 #   CONN_BENCH=1      also run the state machines' criterion bench (cargo bench -p
@@ -43,7 +45,7 @@
 # Any failure prints a message (with mrc-perf's stderr) and exits 1.
 set -euo pipefail
 if [ "${1:-}" = -h ] || [ "${1:-}" = --help ]; then
-  sed -n '2,43p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,45p' "$0" | sed 's/^# \{0,1\}//'
   exit 0
 fi
 usage="usage: scripts/baselines.sh [RUNS] [DURATION_S] (RUNS a positive integer, DURATION_S positive seconds; defaults 3 3)"
@@ -78,12 +80,19 @@ mech_flags() {
     zerocopy) echo "--udp-zerocopy" ;;
     nohuge) echo "--huge-pages=false" ;;
     all) echo "--udp-multishot --udp-coop-taskrun" ;;
-    depth[1-9] | depth[1-9][0-9] | depth[1-9][0-9][0-9]) echo "" ;;
-    *) echo "baselines.sh: unknown MECHS entry '$1' (plain off multishot coop zerocopy nohuge all depthN)" >&2; return 1 ;;
+    depth[1-9] | depth[1-9][0-9] | depth[1-9][0-9][0-9] | shared) echo "" ;;
+    *) echo "baselines.sh: unknown MECHS entry '$1' (plain off multishot coop zerocopy nohuge all depthN shared)" >&2; return 1 ;;
   esac
 }
-# depth_flags VARIANT: the mrc --verify row's own flags (depthN: -t N, N messages in flight).
-depth_flags() { case $1 in depth*) echo "-t ${1#depth}" ;; *) echo "" ;; esac; }
+# depth_flags VARIANT: the mrc --verify row's own flags (depthN: -t N, N messages in flight;
+# shared: both ends on one engine thread).
+depth_flags() {
+  case $1 in
+    depth*) echo "-t ${1#depth}" ;;
+    shared) echo "--engines 1 --shared-engine" ;;
+    *) echo "" ;;
+  esac
+}
 for v in $MECHS; do mech_flags "$v" >/dev/null; done
 for k in $ENGINES; do
   [[ $k =~ ^[1-9][0-9]*$ ]] || { echo "baselines.sh: ENGINES must hold positive integers, got '$k'" >&2; exit 1; }

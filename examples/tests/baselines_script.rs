@@ -108,7 +108,7 @@ fn failures_are_clear() {
                 Some(1),
                 String::new(),
                 format!(
-                    "baselines.sh: unknown MECHS entry '{bad}' (plain off multishot coop zerocopy nohuge all depthN)\n"
+                    "baselines.sh: unknown MECHS entry '{bad}' (plain off multishot coop zerocopy nohuge all depthN shared)\n"
                 )
             ),
             "{bad}"
@@ -148,8 +148,9 @@ fn failures_are_clear() {
 }
 
 /// `MECHS` entries turn into mrc-perf's flags: `off` turns both default options off,
-/// `depthN` adds `-t N` to the mrc `--verify` row only (the raw blast and TCP rows have no
-/// depth), and `plain` adds nothing. The stand-in logs each command line.
+/// `depthN` adds `-t N` and `shared` `--engines 1 --shared-engine` to the mrc `--verify`
+/// row only (the raw blast and TCP rows have no depth and no QPs), and `plain` adds
+/// nothing. The stand-in logs each command line.
 #[test]
 fn variants_pass_their_flags_and_depth_only_to_the_mrc_row() {
     let d = dir("flags");
@@ -172,7 +173,7 @@ esac
         &fake,
         &["1", "2"],
         &[
-            ("MECHS", "plain off nohuge depth2"),
+            ("MECHS", "plain off nohuge depth2 shared"),
             ("BURSTS", "16"),
             ("LAT", "0"),
         ],
@@ -187,7 +188,7 @@ esac
         calls,
         format!(
             "{mrc}\n{base}\n{mrc} {off}\n{base} {off}\n{mrc} {nohuge}\n{base} {nohuge}\n\
-             {mrc} -t 2\n{base}\n"
+             {mrc} -t 2\n{base}\n{mrc} --engines 1 --shared-engine\n{base}\n"
         )
     );
 }

@@ -1824,6 +1824,75 @@ fn qps_run_in_parallel_and_sum() {
     fails_with(&["server", "-q", "2"], "-q/--qps is the client's to choose");
 }
 
+/// `loopback --engines K --shared-engine`: both ends' QPs in one context. Every message
+/// arrives once and verified; one engine receives every datagram it sends (data one way,
+/// acknowledgements the other, all through its own sockets), so its datapath counters
+/// match exactly; without `--engines`, or with `--udp-port` (the client's
+/// receive socket is the only one), it is refused by name.
+#[test]
+fn shared_engine_carries_both_ends() {
+    for (qps, engines, words) in [
+        ("1", "1", "1 engine shared by both ends"),
+        ("4", "2", "4 QPs, 2 engines shared by both ends"),
+    ] {
+        let v = json(&[
+            "loopback",
+            "-q",
+            qps,
+            "--engines",
+            engines,
+            "--shared-engine",
+            "-n",
+            "30",
+            "--paths",
+            "4",
+            "-s",
+            "16384",
+            "--verify",
+            "--json",
+        ]);
+        let n: u64 = 30 * qps.parse::<u64>().unwrap();
+        assert_eq!(v["iterations"], n);
+        assert_eq!(v["total_bytes"], n * 16384);
+        assert_eq!(v["receiver"]["completions"], n);
+        assert_eq!(v["receiver"]["verified_messages"], n);
+        assert_eq!(v["receiver"]["verified_bytes"], n * 16384);
+        assert_eq!(v["receiver"]["bad_bytes"], 0);
+        assert!(
+            v["mode"].as_str().unwrap().ends_with(words),
+            "{}",
+            v["mode"]
+        );
+        let sent = v["sent_packets"].as_u64().unwrap();
+        assert_eq!(sent, n * 4 + v["retransmitted_packets"].as_u64().unwrap());
+        if engines == "1" {
+            let dp = &v["datapath"];
+            assert!(dp["tx_datagrams"].as_u64().unwrap() > sent, "{dp}");
+            assert_eq!(dp["tx_datagrams"], dp["rx_datagrams"], "{dp}");
+        }
+    }
+    fails_with(
+        &["loopback", "--shared-engine", "-n", "3"],
+        "--shared-engine needs --engines K (loopback)",
+    );
+    fails_with(
+        &["client", "127.0.0.1", "--shared-engine"],
+        "--shared-engine needs --engines K (loopback)",
+    );
+    fails_with(
+        &[
+            "loopback",
+            "--engines",
+            "1",
+            "--shared-engine",
+            "--udp-port",
+            "5000",
+        ],
+        "--udp-port names the server end's receive port; with --shared-engine both ends \
+         receive on the client's (kernel-chosen)",
+    );
+}
+
 /// `loopback -q 4 --engines 2`: the four QPs of each end share one context of two engine
 /// threads (two QPs on each); every message arrives once and verified, the datapath
 /// counters of a shared engine count once, and bad `--engines` values are refused by name.

@@ -100,6 +100,7 @@ pub fn run_cli(cli: Cli) -> Result<String, CliError> {
         gbits: cli.test.report_gbits,
         json: cli.test.json,
         engines: cli.test.engines,
+        shared_engine: cli.test.shared_engine,
         server_context: None,
     };
     let (gbits, json) = (env.gbits, env.json);
@@ -236,6 +237,8 @@ struct RunEnv<'a> {
     json: bool,
     /// `--engines`.
     engines: Option<u32>,
+    /// `--shared-engine`: the loopback's two ends in one context.
+    shared_engine: bool,
     /// The context the loopback's server end creates its QP in (`--engines`).
     server_context: Option<&'a run::SharedContext>,
 }
@@ -270,11 +273,15 @@ fn run_qps(
     if qps == 0 || qps > MAX_QPS {
         return Err(format!("-q/--qps must be in 1..={MAX_QPS}, got {qps}").into());
     }
+    if env.shared_engine && env.engines.is_none() {
+        return Err("--shared-engine needs --engines K (loopback)".into());
+    }
     if let Some(k) = env.engines {
         let (local, server_context, mode) = engine_contexts(cmd, p, env, qps, k)?;
         let env_k = RunEnv {
             local: &local,
             engines: None,
+            shared_engine: false,
             server_context: Some(&server_context),
             ..*env
         };
@@ -365,16 +372,29 @@ fn engine_contexts(
     } else {
         Ipv4Addr::LOCALHOST.into()
     };
+    if env.shared_engine && env.udp_port.is_some_and(|port| port != 0) {
+        return Err(
+            "--udp-port names the server end's receive port; with --shared-engine \
+                    both ends receive on the client's (kernel-chosen)"
+                .into(),
+        );
+    }
     let k = k as usize;
     let client = run::shared_context(p, SocketAddr::new(ip, 0), env.local, k)?;
-    let server_bind = SocketAddr::new(ip, env.udp_port.unwrap_or(0));
-    let server = run::shared_context(p, server_bind, env.local, k)?;
+    let plural = if k == 1 { "" } else { "s" };
+    let (server, words) = if env.shared_engine {
+        let words = format!("{k} engine{plural} shared by both ends");
+        (client.clone(), words)
+    } else {
+        let server_bind = SocketAddr::new(ip, env.udp_port.unwrap_or(0));
+        let server = run::shared_context(p, server_bind, env.local, k)?;
+        (server, format!("{k} engine{plural} per end"))
+    };
     let local = run::LocalOpts {
         context: Some(client),
         ..env.local.clone()
     };
-    let plural = if k == 1 { "" } else { "s" };
-    Ok((local, server, format!("{k} engine{plural} per end")))
+    Ok((local, server, words))
 }
 
 /// One test of `loopback` or `client` with the parameters `p`: the results and the

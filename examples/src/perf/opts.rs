@@ -252,6 +252,13 @@ pub struct TestOpts {
     /// has a context and an engine thread of its own. In 1..=Q (`-q`).
     #[arg(long = "engines", value_name = "K", global = true)]
     pub engines: Option<u32>,
+    /// With `--engines K` (`loopback`): both ends' QPs in one context, so the same K
+    /// engine threads and receive sockets carry the client's and the server's packets,
+    /// as for ranks of one process (the NCCL plugin's worker). Each packet is then sent,
+    /// received and placed on one core, without the hand-off between two ends' engines
+    /// on different cores that two contexts have (docs/PERFORMANCE.md).
+    #[arg(long = "shared-engine", global = true)]
+    pub shared_engine: bool,
     /// Both sides send at once (bw). `-b` as in perftest.
     #[arg(short = 'b', long, global = true)]
     pub bidirectional: bool,

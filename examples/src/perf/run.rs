@@ -628,16 +628,10 @@ fn rx_slots(p: &TestParams) -> usize {
 /// (`EngineConfig::tx_batch`; the raw UDP blast sends bursts of the same size): up to 256,
 /// whole GSO sends of its largest data packets (payload, headers and, with `--psk-file`, the
 /// authentication trailer) for each of the `--paths / --burst-size` EV sockets
-/// ([`mrc_fabric::udp::gso_tx_batch`]; 240 at the defaults' 4096-byte payload and 16 EVs).
+/// ([`EngineConfig::gso_tx_batch`]; 240 at the defaults' 4096-byte payload and 16 EVs).
 pub(crate) fn tx_batch(p: &TestParams) -> usize {
     let sockets = p.paths.div_ceil(p.burst_size.max(1)) as usize;
-    let trailer = if p.authenticated {
-        mrc_transport::auth::AUTH_TRAILER_BYTES
-    } else {
-        0
-    };
-    let datagram = p.mtu as usize + mrc_transport::conn::MAX_DATA_HEADER_BYTES + trailer;
-    mrc_fabric::udp::gso_tx_batch(datagram, sockets, 256)
+    EngineConfig::gso_tx_batch(p.mtu as usize, sockets, p.authenticated)
 }
 
 /// The engine tuning of an end running `p` (also `mrc-perf mpi`'s ranks).
