@@ -13,6 +13,7 @@
 #   MRC_PERF=PATH     run that mrc-perf binary instead of building target/release/mrc-perf
 #   BURSTS="1 16"     the --burst-size values (packets per EV per GSO send; 1 = spraying)
 #   MECHS="plain"     datapath variants, any of: plain off multishot coop zerocopy all
+#                     nohuge depthN shared
 #                     (plain: the defaults, multishot receive and cooperative task work
 #                     on; off: both off; multishot, coop: that one alone; zerocopy:
 #                     --udp-zerocopy beside the defaults; all = multishot and coop, the
@@ -45,7 +46,7 @@
 # Any failure prints a message (with mrc-perf's stderr) and exits 1.
 set -euo pipefail
 if [ "${1:-}" = -h ] || [ "${1:-}" = --help ]; then
-  sed -n '2,45p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,46p' "$0" | sed 's/^# \{0,1\}//'
   exit 0
 fi
 usage="usage: scripts/baselines.sh [RUNS] [DURATION_S] (RUNS a positive integer, DURATION_S positive seconds; defaults 3 3)"

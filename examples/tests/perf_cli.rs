@@ -1824,33 +1824,27 @@ fn qps_run_in_parallel_and_sum() {
     fails_with(&["server", "-q", "2"], "-q/--qps is the client's to choose");
 }
 
-/// `loopback --engines K --shared-engine`: both ends' QPs in one context. Every message
-/// arrives once and verified; one engine receives every datagram it sends (data one way,
-/// acknowledgements the other, all through its own sockets), so its datapath counters
-/// match exactly; without `--engines`, or with `--udp-port` (the client's
-/// receive socket is the only one), it is refused by name.
+/// `loopback --shared-engine`: both ends' QPs (one, or all four of `-q 4`) in one context
+/// of one engine. Every message arrives once and verified; the engine receives every
+/// datagram it sends (data one way, acknowledgements the other, all through its own
+/// sockets), so its datapath counters match exactly (with two contexts they do not: the
+/// client's engine sends the data and receives the acknowledgements). Other `--engines`
+/// values, other commands, `--udp-port` other than 0 and what `--engines` refuses are
+/// refused by name.
 #[test]
 fn shared_engine_carries_both_ends() {
     for (qps, engines, words) in [
-        ("1", "1", "1 engine shared by both ends"),
-        ("4", "2", "4 QPs, 2 engines shared by both ends"),
+        ("1", None, "1 engine shared by both ends"),
+        ("4", Some("1"), "4 QPs, 1 engine shared by both ends"),
     ] {
-        let v = json(&[
-            "loopback",
-            "-q",
-            qps,
-            "--engines",
-            engines,
-            "--shared-engine",
-            "-n",
-            "30",
-            "--paths",
-            "4",
-            "-s",
-            "16384",
-            "--verify",
-            "--json",
+        let mut args = vec!["loopback", "-q", qps, "--shared-engine"];
+        if let Some(k) = engines {
+            args.extend(["--engines", k]);
+        }
+        args.extend([
+            "-n", "30", "--paths", "4", "-s", "16384", "--verify", "--json",
         ]);
+        let v = json(&args);
         let n: u64 = 30 * qps.parse::<u64>().unwrap();
         assert_eq!(v["iterations"], n);
         assert_eq!(v["total_bytes"], n * 16384);
@@ -1865,31 +1859,39 @@ fn shared_engine_carries_both_ends() {
         );
         let sent = v["sent_packets"].as_u64().unwrap();
         assert_eq!(sent, n * 4 + v["retransmitted_packets"].as_u64().unwrap());
-        if engines == "1" {
-            let dp = &v["datapath"];
-            assert!(dp["tx_datagrams"].as_u64().unwrap() > sent, "{dp}");
-            assert_eq!(dp["tx_datagrams"], dp["rx_datagrams"], "{dp}");
-        }
+        let dp = &v["datapath"];
+        assert!(dp["tx_datagrams"].as_u64().unwrap() > sent, "{dp}");
+        assert_eq!(dp["tx_datagrams"], dp["rx_datagrams"], "{dp}");
+    }
+    let one = "--shared-engine runs both ends on one engine thread: --engines 1 or none";
+    fails_with(
+        &["loopback", "-q", "2", "--engines", "2", "--shared-engine"],
+        one,
+    );
+    for cmd in [&["server"][..], &["client", "127.0.0.1"], &["baseline"]] {
+        let mut args = cmd.to_vec();
+        args.push("--shared-engine");
+        fails_with(
+            &args,
+            "--shared-engine is for loopback (both ends in this process)",
+        );
     }
     fails_with(
-        &["loopback", "--shared-engine", "-n", "3"],
-        "--shared-engine needs --engines K (loopback)",
+        &["mpi", "--shared-engine"],
+        "--shared-engine: each rank is a process of its own with its own engine",
     );
     fails_with(
-        &["client", "127.0.0.1", "--shared-engine"],
-        "--shared-engine needs --engines K (loopback)",
-    );
-    fails_with(
-        &[
-            "loopback",
-            "--engines",
-            "1",
-            "--shared-engine",
-            "--udp-port",
-            "5000",
-        ],
+        &["loopback", "--shared-engine", "--udp-port", "5000"],
         "--udp-port names the server end's receive port; with --shared-engine both ends \
          receive on the client's (kernel-chosen)",
+    );
+    fails_with(
+        &["loopback", "--shared-engine", "--progress", "caller"],
+        "--shared-engine needs --progress thread (engine threads move the packets)",
+    );
+    fails_with(
+        &["loopback", "--shared-engine", "--cpu", "0"],
+        "--cpu pins one engine thread; with --shared-engine the engines run on any CPU",
     );
 }
 

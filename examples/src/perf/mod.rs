@@ -47,6 +47,16 @@ pub fn run_cli(cli: Cli) -> Result<String, CliError> {
     if cli.test.engines.is_some() && !matches!(cli.cmd, Command::Loopback { .. }) {
         return Err("--engines is for loopback (a client or a server runs one QP)".into());
     }
+    if cli.test.shared_engine && !matches!(cli.cmd, Command::Loopback { .. }) {
+        return Err("--shared-engine is for loopback (both ends in this process)".into());
+    }
+    if cli.test.shared_engine && cli.test.engines.is_some_and(|k| k != 1) {
+        return Err(
+            "--shared-engine runs both ends on one engine thread: --engines 1 or none (with \
+             more, a connection's two ends would be on different engines)"
+                .into(),
+        );
+    }
     let timeout = Duration::from_secs_f64(cli.test.timeout);
     let progress = Some(report::ProgressOpts {
         unit: report::BwUnit::from_report_gbits(cli.test.report_gbits),
@@ -99,7 +109,8 @@ pub fn run_cli(cli: Cli) -> Result<String, CliError> {
         port: cli.test.port,
         gbits: cli.test.report_gbits,
         json: cli.test.json,
-        engines: cli.test.engines,
+        // --shared-engine: one engine for both ends
+        engines: cli.test.engines.or(cli.test.shared_engine.then_some(1)),
         shared_engine: cli.test.shared_engine,
         server_context: None,
     };
@@ -237,7 +248,7 @@ struct RunEnv<'a> {
     json: bool,
     /// `--engines`.
     engines: Option<u32>,
-    /// `--shared-engine`: the loopback's two ends in one context.
+    /// `--shared-engine`: the loopback's two ends in one context (of one engine).
     shared_engine: bool,
     /// The context the loopback's server end creates its QP in (`--engines`).
     server_context: Option<&'a run::SharedContext>,
@@ -272,9 +283,6 @@ fn run_qps(
 ) -> Result<(run::EndResult, String), CliError> {
     if qps == 0 || qps > MAX_QPS {
         return Err(format!("-q/--qps must be in 1..={MAX_QPS}, got {qps}").into());
-    }
-    if env.shared_engine && env.engines.is_none() {
-        return Err("--shared-engine needs --engines K (loopback)".into());
     }
     if let Some(k) = env.engines {
         let (local, server_context, mode) = engine_contexts(cmd, p, env, qps, k)?;
@@ -335,11 +343,13 @@ fn run_qps(
 }
 
 /// `--engines k` with `-q qps`: the loopback client end's options with a context of `k`
-/// engine threads, the server end's context of `k`, and the mode line's words for them.
+/// engine threads, the server end's context (its own of `k`, or with `--shared-engine` the
+/// client's), and the mode line's words for them.
 ///
 /// # Errors
 /// `k` outside 1..=`qps`, a command other than `loopback`, verbs, `--progress caller`,
-/// `--cpu`, or an engine that cannot start.
+/// `--cpu`, `--udp-port` other than 0 with `--shared-engine`, or an engine that cannot
+/// start.
 fn engine_contexts(
     cmd: &Command,
     p: &opts::TestParams,
@@ -356,16 +366,24 @@ fn engine_contexts(
         )
         .into());
     }
+    let flag = if env.shared_engine {
+        "--shared-engine"
+    } else {
+        "--engines"
+    };
     if !matches!(env.local.fabric, run::LocalFabric::Udp) {
-        return Err("--engines runs the UDP datapath only (--fabric udp)".into());
+        return Err(format!("{flag} runs the UDP datapath only (--fabric udp)").into());
     }
     if p.progress != opts::ProgressMode::Thread {
-        return Err("--engines needs --progress thread (engine threads move the packets)".into());
+        return Err(
+            format!("{flag} needs --progress thread (engine threads move the packets)").into(),
+        );
     }
     if env.local.engine_cpu.is_some() {
-        return Err(
-            "--cpu pins one engine thread; with --engines the engines run on any CPU".into(),
-        );
+        return Err(format!(
+            "--cpu pins one engine thread; with {flag} the engines run on any CPU"
+        )
+        .into());
     }
     let ip: IpAddr = if *ipv6 {
         Ipv6Addr::LOCALHOST.into()
@@ -632,6 +650,13 @@ const UNUSED_OPTIONS: &[(&str, &str, &str, &str)] = &[
         "--verify",
         "baseline runs raw UDP and kernel TCP, which carry no pattern to check; \
          --verify is for loopback and client",
+    ),
+    (
+        "mpi",
+        "shared_engine",
+        "--shared-engine",
+        "each rank is a process of its own with its own engine; --shared-engine is for \
+         loopback",
     ),
 ];
 

@@ -252,11 +252,12 @@ pub struct TestOpts {
     /// has a context and an engine thread of its own. In 1..=Q (`-q`).
     #[arg(long = "engines", value_name = "K", global = true)]
     pub engines: Option<u32>,
-    /// With `--engines K` (`loopback`): both ends' QPs in one context, so the same K
-    /// engine threads and receive sockets carry the client's and the server's packets,
+    /// `loopback`: both ends' QPs (all `-q` of each) in one context of one engine thread,
+    /// whose receive socket and EV sockets carry the client's and the server's packets,
     /// as for ranks of one process (the NCCL plugin's worker). Each packet is then sent,
     /// received and placed on one core, without the hand-off between two ends' engines
-    /// on different cores that two contexts have (docs/PERFORMANCE.md).
+    /// on different cores (docs/PERFORMANCE.md). Implies `--engines 1`; other `--engines`
+    /// values are refused (a connection's two ends would be on different engines).
     #[arg(long = "shared-engine", global = true)]
     pub shared_engine: bool,
     /// Both sides send at once (bw). `-b` as in perftest.

@@ -405,7 +405,15 @@ pub unsafe extern "C" fn mrc_x_open(
             Ok(x) => x,
             Err(e) => return e,
         };
-        match Worker::direct(udp, EngineConfig::default()) {
+        // Bursts of 64: the direct datapath makes one GSO send of consecutive datagrams
+        // of one socket only, and a sprayed burst alternates sockets, so the larger
+        // default (whole GSO sends per socket on the io_uring datapath, which groups by
+        // socket) would only make more single sends before the caller polls again.
+        let ecfg = EngineConfig {
+            tx_batch: 64,
+            ..EngineConfig::default()
+        };
+        match Worker::direct(udp, ecfg) {
             Ok(mut w) => {
                 w.set_setup_timeout(timeout);
                 let c = Box::new(MrcXContext {

@@ -81,10 +81,14 @@ pub const MAX_TX_BATCH: usize = 256;
 pub struct EngineConfig {
     /// Datagrams per `tx_burst` at most. Default 240: [`EngineConfig::gso_tx_batch`] for
     /// the transport's default connection (4096-byte payload, 16 EVs, one EV socket each),
-    /// so that every EV socket gets whole 15-datagram GSO sends. A connection with another
-    /// payload size or EV count gets its own from [`EngineConfig::gso_tx_batch`]. (It was
-    /// 64: 4 datagrams per socket per burst; the NCCL plugin's `bw` harness, 512 KiB
-    /// messages, measured 2.1-2.2 GB/s at 64 and 2.9-3.0 at 240, docs/PERFORMANCE.md.)
+    /// so that on the io_uring datapath, which groups a burst by socket, every EV socket
+    /// gets whole 15-datagram GSO sends. A connection with another payload size or EV
+    /// count gets its own from [`EngineConfig::gso_tx_batch`]. (It was 64: 4 datagrams per
+    /// socket per burst; the NCCL plugin's `bw` harness, 512 KiB messages, measured
+    /// 2.11 GB/s at 64 and 2.99 at 240, medians of 5, docs/PERFORMANCE.md.) The direct
+    /// datapath ([`crate::udp::DirectDatapath`]) makes one GSO send of consecutive
+    /// datagrams of one socket only, so a sprayed burst gains nothing there from the
+    /// size; `mrcx`'s contexts keep 64.
     pub tx_batch: usize,
     /// Bytes per send slot; must hold `mtu_payload_bytes + 56`, and 24 more for a QP with
     /// authentication on ([`Qp::set_auth`]). Default 9216.
