@@ -85,9 +85,9 @@ mech_flags() {
     *) echo "baselines.sh: unknown MECHS entry '$1' (plain off multishot coop zerocopy nohuge all depthN shared)" >&2; return 1 ;;
   esac
 }
-# depth_flags VARIANT: the mrc --verify row's own flags (depthN: -t N, N messages in flight;
-# shared: both ends on one engine thread).
-depth_flags() {
+# mrc_row_flags VARIANT: the flags of the mrc --verify row alone (depthN: -t N, N messages in
+# flight; shared: both ends on one engine thread).
+mrc_row_flags() {
   case $1 in
     depth*) echo "-t ${1#depth}" ;;
     shared) echo "--engines 1 --shared-engine" ;;
@@ -156,7 +156,7 @@ for i in $(seq "$RUNS"); do
       # 4096-byte payload, 16 EVs, 1 MiB messages, every byte checked.
       # shellcheck disable=SC2046
       j=$(run "$bin" "$(label_of "$v")" loopback -s 1048576 --paths 16 --mtu 4096 -D "$DUR" --burst-size "$b" \
-        --udp-port 0 --verify --json "$@" $(depth_flags "$v"))
+        --udp-port 0 --verify --json "$@" $(mrc_row_flags "$v"))
       bad=$(jq -r '.receiver.bad_bytes' <<<"$j")
       [ "$bad" = 0 ] || { echo "baselines.sh: verify failed: $bad bad bytes" >&2; exit 1; }
       jq -c --argjson i "$i" --argjson b "$b" --arg v "$v" \
