@@ -7,18 +7,25 @@ use std::time::{Duration, Instant};
 /// Upper bound on one mrc-perf run in these tests: a hang fails the test instead of CI.
 const RUN_LIMIT_S: &str = "180";
 
-/// `mrc-perf` under coreutils `timeout`, which kills a hung run (exit 124), so a test can
-/// never wait forever.
-/// Ends a child of [`perf_cmd`] and waits for it: SIGTERM to `timeout`, which passes it on
-/// to mrc-perf. (`Child::kill` is SIGKILL to `timeout` alone and leaves mrc-perf running,
-/// holding its ports for the next test.)
+/// Ends a child and waits for it: SIGTERM to the child, and to the process group it
+/// leads where it leads one (a [`perf_cmd`] child: `timeout` makes itself the leader of
+/// a group that mrc-perf is in), so mrc-perf gets the signal directly and not only
+/// through `timeout`'s forwarding (a CI run left a `server` of this file running, holding
+/// its port, after the signal went to `timeout` alone). (`Child::kill` is SIGKILL to
+/// `timeout` alone and leaves mrc-perf running, holding its ports for the next test.)
 fn terminate(child: &mut std::process::Child) {
+    let pid = child.id().to_string();
+    let _ = Command::new("kill").args(["-TERM", &pid]).status();
+    // fails harmlessly (no such group) for a child that leads none
     let _ = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
+        .args(["-TERM", "--", &format!("-{pid}")])
+        .stderr(std::process::Stdio::null())
         .status();
     let _ = child.wait();
 }
 
+/// `mrc-perf` under coreutils `timeout`, which kills a hung run (exit 124), so a test can
+/// never wait forever.
 fn perf_cmd() -> Command {
     let mut c = Command::new("timeout");
     c.args([
