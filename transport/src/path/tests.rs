@@ -1,0 +1,413 @@
+use super::*;
+
+fn picks(t: &mut PathTable, n: usize) -> Vec<u32> {
+    (0..n)
+        .map(|_| {
+            let i = t.select(None).unwrap();
+            t.paths()[i].ev
+        })
+        .collect()
+}
+
+#[test]
+fn round_robin_over_good_evs() {
+    let mut t = PathTable::new(&[10, 11, 12, 13], Selection::RoundRobin, 1);
+    assert_eq!(picks(&mut t, 6), vec![10, 11, 12, 13, 10, 11]);
+    t.assume_bad(3, 0); // EV 13 assumed bad
+    assert_eq!(picks(&mut t, 4), vec![12, 10, 11, 12]);
+    assert_eq!(t.state_of(13), Some(PathState::AssumedBad));
+}
+
+#[test]
+fn skip_lasts_one_rotation() {
+    let mut t = PathTable::new(&[0, 1, 2, 3], Selection::RoundRobin, 1);
+    t.on_congestion(1);
+    // picks: 0, (1 skipped) 2, 3, 0, then 1 is back after 4 selections
+    assert_eq!(picks(&mut t, 6), vec![0, 2, 3, 0, 1, 2]);
+    assert_eq!(t.state_of(1), Some(PathState::Good));
+}
+
+#[test]
+fn avoid_and_fallback() {
+    let mut t = PathTable::new(&[0, 1], Selection::RoundRobin, 1);
+    assert_eq!(t.select(Some(0)), Some(1));
+    assert_eq!(t.select(Some(1)), Some(0));
+    t.assume_bad(0, 0);
+    t.assume_bad(1, 0);
+    // nothing good: fall back to an assumed-bad one
+    assert!(t.select(None).is_some());
+    t.set_denied(0, true);
+    t.set_denied(1, true);
+    assert_eq!(t.select(None), None);
+    t.set_denied(1, false);
+    assert_eq!(t.select(None), Some(1));
+}
+
+#[test]
+fn probes_bring_an_ev_back() {
+    let mut t = PathTable::new(&[5, 6], Selection::RoundRobin, 1);
+    t.assume_bad(1, 1_000);
+    assert_eq!(t.next_probe_time(), Some(1_000));
+    assert_eq!(t.next_probe(999, 500), None);
+    assert_eq!(t.next_probe(1_000, 500), Some((1, 1)));
+    // back-off: the second probe waits 2 x 500
+    assert_eq!(t.next_probe(1_200, 500), None);
+    assert_eq!(t.next_probe_time(), Some(2_000));
+    assert!(!t.on_probe_reply(6, 99, 0)); // never sent
+    assert!(!t.on_probe_reply(5, 1, 0)); // EV 5 was not probed
+    assert_eq!(t.state_of(6), Some(PathState::AssumedBad));
+    assert_eq!(t.next_probe(2_000, 500), Some((1, 2)));
+    assert_eq!(t.next_probe_time(), Some(4_000));
+    // a late reply to the first probe of the episode still counts
+    assert!(t.on_probe_reply(6, 1, 0));
+    assert_eq!(t.state_of(6), Some(PathState::Good));
+    assert!(!t.on_probe_reply(6, 2, 0)); // episode over
+    assert_eq!(t.paths()[1].stats.probes_sent, 2);
+    assert_eq!(t.paths()[1].stats.probes_answered, 1);
+    assert_eq!(t.next_probe_time(), None);
+    // a new episode does not accept replies to the old one
+    t.assume_bad(1, 5_000);
+    assert_eq!(t.next_probe(5_000, 500), Some((1, 3)));
+    assert!(!t.on_probe_reply(6, 2, 0));
+    assert!(t.on_probe_reply(6, 3, 0));
+}
+
+#[test]
+fn power_of_two_prefers_lower_rtt_and_is_seeded() {
+    let mut t = PathTable::new(&[0, 1, 2, 3], Selection::PowerOfTwo, 42);
+    t.on_rtt_sample(0, 10_000);
+    t.on_rtt_sample(1, 10_000);
+    t.on_rtt_sample(2, 10_000);
+    t.on_rtt_sample(3, 1_000);
+    let a = picks(&mut t, 200);
+    let mut t2 = PathTable::new(&[0, 1, 2, 3], Selection::PowerOfTwo, 42);
+    for (i, r) in [10_000, 10_000, 10_000, 1_000].into_iter().enumerate() {
+        t2.on_rtt_sample(i, r);
+    }
+    assert_eq!(a, picks(&mut t2, 200));
+    // EV 3 wins whenever it is one of the two draws: P = 1 - (3/4)^2 = 7/16
+    let n3 = a.iter().filter(|&&e| e == 3).count();
+    // (expectation 87.5 of 200; with seed 42 exactly 97)
+    assert_eq!(n3, 97);
+    t.on_rtt_sample(0, 2_000);
+    assert_eq!(t.paths()[0].srtt_ns, (10_000 * 7 + 2_000) / 8);
+}
+
+#[test]
+fn one_random_loss_keeps_an_ev_good_consecutive_losses_make_it_bad() {
+    let mut t = PathTable::new(&[10, 11, 12, 13], Selection::RoundRobin, 1);
+    t.on_loss(1, 1_000);
+    assert_eq!(t.state_of(11), Some(PathState::Good));
+    assert_eq!(t.paths()[1].consecutive_losses, 1);
+    assert_eq!(t.next_probe_time(), None);
+    // a delivery on EV 11 restarts the count: the next loss is again a first one
+    t.on_delivered(1, 0);
+    assert_eq!(t.paths()[1].consecutive_losses, 0);
+    t.on_loss(1, 2_000);
+    assert_eq!(t.state_of(11), Some(PathState::Good));
+    assert_eq!(picks(&mut t, 4), vec![10, 11, 12, 13]);
+    // the second loss in a row at 3 us: AssumedBad, first probe due at 3 us
+    t.on_loss(1, 3_000);
+    assert_eq!(BAD_AFTER_CONSECUTIVE_LOSSES, 2);
+    assert_eq!(t.state_of(11), Some(PathState::AssumedBad));
+    assert_eq!(t.next_probe_time(), Some(3_000));
+    assert_eq!(picks(&mut t, 3), vec![10, 12, 13]);
+    // a probe reply clears the count with the state
+    assert_eq!(t.next_probe(3_000, 500), Some((1, 1)));
+    assert!(t.on_probe_reply(11, 1, 0));
+    assert_eq!(t.state_of(11), Some(PathState::Good));
+    assert_eq!(t.paths()[1].consecutive_losses, 0);
+    // an RTO is conclusive at once
+    t.assume_bad(2, 4_000);
+    assert_eq!(t.state_of(12), Some(PathState::AssumedBad));
+}
+
+#[test]
+fn recycle_reuses_unmarked_evs_in_ack_order_and_explores_when_empty() {
+    let mut t = PathTable::new(&[0, 1, 2, 3], Selection::Recycle, 1);
+    // nothing recycled yet: round-robin
+    assert_eq!(picks(&mut t, 4), vec![0, 1, 2, 3]);
+    // a SACK acknowledges the packets sent on EVs 2, 0, 3 (in that order), no mark
+    for i in [2, 0, 3] {
+        t.on_delivered(i, 0);
+    }
+    t.end_ack(0, Some(3));
+    assert_eq!(t.recycled().collect::<Vec<_>>(), vec![2, 0, 3]);
+    // the next packets take them oldest first, then explore round-robin from EV 0
+    assert_eq!(picks(&mut t, 5), vec![2, 0, 3, 0, 1]);
+    // one CE mark: the echoed EV (1) is the marked one and is not recycled
+    for i in [3, 1] {
+        t.on_delivered(i, 0);
+    }
+    t.end_ack(1, Some(1));
+    assert_eq!(t.recycled().collect::<Vec<_>>(), vec![3]);
+    // two marks: which were marked is unknown, none is recycled
+    for i in [2, 0] {
+        t.on_delivered(i, 0);
+    }
+    t.end_ack(2, Some(0));
+    assert_eq!(t.recycled().collect::<Vec<_>>(), vec![3]);
+    // an EV that left Good is dropped when its turn comes; `avoid` leaves it waiting
+    t.on_delivered(2, 0);
+    t.end_ack(0, Some(2));
+    assert_eq!(t.recycled().collect::<Vec<_>>(), vec![3, 2]);
+    t.assume_bad(3, 0);
+    // EV 3 is dropped (AssumedBad), EV 2 is the one to avoid and stays; round-robin
+    // from the cursor (EV 2) skips 2 (avoided) and 3 (bad): EV 0
+    assert_eq!(t.select(Some(2)), Some(0));
+    assert_eq!(t.recycled().collect::<Vec<_>>(), vec![2]);
+    assert_eq!(t.select(None), Some(2));
+}
+
+/// A denied EV leaves the recycle rotation for good; un-denied, the next packet takes
+/// it even though the FIFO is full of other EVs, and without a revalidation probe.
+#[test]
+fn an_undenied_ev_is_explored_by_the_next_packet() {
+    let mut t = PathTable::new(&[0, 1, 2, 3], Selection::Recycle, 1);
+    t.set_revalidate_after_ns(100);
+    assert_eq!(picks(&mut t, 4), vec![0, 1, 2, 3]);
+    let mut now = 0;
+    let mut ack = |t: &mut PathTable, evs: &[u32]| {
+        for &i in evs {
+            now += 1_000;
+            t.on_delivered(i as usize, now);
+        }
+        t.end_ack(0, None);
+    };
+    ack(&mut t, &[0, 1, 2, 3]);
+    t.set_denied(2, true);
+    // 40 rounds: every packet takes a recycled EV, and EV 2 never comes up
+    for _ in 0..40 {
+        let p = picks(&mut t, 3);
+        assert!(!p.contains(&2), "{p:?}");
+        ack(&mut t, &p);
+    }
+    assert_eq!(t.recycled().count(), 3);
+    t.set_denied(2, false);
+    assert_eq!(t.state_of(2), Some(PathState::Good));
+    assert_eq!(t.recycled().collect::<Vec<_>>()[0], 2);
+    assert_eq!(t.select(None), Some(2));
+    // no revalidation: it stays Good and carries data
+    assert_eq!(t.state_of(2), Some(PathState::Good));
+    assert_eq!(t.paths()[2].stats.revalidations, 0);
+}
+
+#[test]
+fn exploration_passes_over_an_ev_whose_latest_outcome_was_a_loss() {
+    let mut t = PathTable::new(&[0, 1, 2, 3], Selection::Recycle, 1);
+    t.on_loss(1, 1_000);
+    // the FIFO is empty: round-robin from EV 0, passing over EV 1 (one loss)
+    assert_eq!(picks(&mut t, 5), vec![0, 2, 3, 0, 2]);
+    assert_eq!(t.state_of(1), Some(PathState::Good));
+    // every other EV lost one too: EV 1 takes its turn again
+    for i in [0, 2, 3] {
+        t.on_loss(i, 2_000);
+    }
+    assert_eq!(picks(&mut t, 4), vec![3, 0, 1, 2]);
+    // a delivery clears the count, and the EV is recycled
+    t.on_delivered(1, 3_000);
+    t.end_ack(0, Some(1));
+    assert_eq!(t.paths()[1].consecutive_losses, 0);
+    assert_eq!(picks(&mut t, 1), vec![1]);
+}
+
+#[test]
+fn an_ev_unproven_for_the_revalidation_time_is_probed_before_data() {
+    // 3 EVs: stale after 100 us and more than 16 x 3 = 48 pieces of evidence elsewhere
+    let table = || {
+        let mut t = PathTable::new(&[0, 1, 2], Selection::Recycle, 1);
+        t.set_revalidate_after_ns(100_000);
+        assert_eq!(picks(&mut t, 3), vec![0, 1, 2]);
+        for i in [0, 1, 2] {
+            t.on_delivered(i, 10_000);
+        }
+        t.end_ack(0, None);
+        assert_eq!(picks(&mut t, 3), vec![0, 1, 2]);
+        t
+    };
+    let deliver = |t: &mut PathTable, n: usize, now: u64| {
+        for k in 0..n {
+            t.on_delivered(k % 2, now);
+        }
+        t.end_ack(0, None);
+    };
+    let mut t = table();
+    // 48 deliveries on EVs 0 and 1 at 110.001 us: more than 100 us after EV 2's, but
+    // only 16 rotations' worth: the recycled EVs, then round-robin from EV 0 reaches
+    // EV 2
+    deliver(&mut t, 48, 110_001);
+    assert_eq!(t.evidence_count(), 51);
+    let mut want = [0, 1].repeat(24);
+    want.extend([0, 1, 2]);
+    assert_eq!(picks(&mut t, 51), want);
+    assert_eq!(t.paths()[2].stats.revalidations, 0);
+    // the 49th: when exploration reaches EV 2 it needs a probe first; data on EV 0
+    deliver(&mut t, 1, 110_001);
+    assert_eq!(picks(&mut t, 4), vec![0, 0, 1, 0]);
+    assert_eq!(t.state_of(2), Some(PathState::AssumedBad));
+    assert_eq!(t.paths()[2].stats.revalidations, 1);
+    assert_eq!(t.next_probe_time(), Some(0));
+    assert_eq!(t.next_probe(110_500, 100_000), Some((2, 1)));
+    assert!(t.on_probe_reply(2, 1, 118_000));
+    assert_eq!(t.state_of(2), Some(PathState::Good));
+    assert_eq!(t.paths()[2].proof_ns, Some(118_000));
+    assert_eq!(t.paths()[2].proof_count, 53);
+    assert_eq!(t.paths()[2].echo_ns, Some(118_000));
+    assert_eq!(picks(&mut t, 3), vec![1, 2, 0]);
+    // 49 deliveries but only 100 us after EV 2's: not stale either
+    let mut t = table();
+    deliver(&mut t, 49, 110_000);
+    assert_eq!(picks(&mut t, 52)[49..], [0, 1, 2]);
+    assert_eq!(t.paths()[2].stats.revalidations, 0);
+    // an idle table revalidates nothing: the reference is the latest evidence on any
+    // EV, not the clock
+    let mut idle = PathTable::new(&[0, 1], Selection::Recycle, 1);
+    idle.set_revalidate_after_ns(100_000);
+    idle.on_delivered(0, 10_000);
+    idle.on_delivered(1, 10_000);
+    idle.end_ack(0, None);
+    assert_eq!(picks(&mut idle, 4), vec![0, 1, 0, 1]);
+    assert_eq!(idle.next_probe_time(), None);
+}
+
+#[test]
+fn a_tail_loss_probe_takes_the_ev_whose_round_trip_worked_last() {
+    let mut t = PathTable::new(&[10, 11, 12, 13], Selection::Recycle, 1);
+    // nothing echoed yet: an ordinary selection
+    assert_eq!(t.select_for_probe(Some(0)), Some(1));
+    t.on_echo(2, 5_000);
+    t.on_echo(0, 7_000);
+    t.on_echo(3, 6_000);
+    assert_eq!(t.select_for_probe(None), Some(0));
+    // the probe avoids the EV its packet last went on: the next latest echo
+    assert_eq!(t.select_for_probe(Some(0)), Some(3));
+    // an EV out of rotation is passed over
+    t.assume_bad(3, 8_000);
+    assert_eq!(t.select_for_probe(Some(0)), Some(2));
+    // an older echo does not move the time back
+    t.on_echo(2, 1_000);
+    assert_eq!(t.paths()[2].echo_ns, Some(5_000));
+}
+
+proptest::proptest! {
+    /// Denial storms (an EV denied and un-denied at random, between selections,
+    /// deliveries, losses, marks and probes, with every selection): a selection never
+    /// takes a denied EV while another is not denied and is `None` only when all are;
+    /// an un-denied EV is `Good` at once; the recycle FIFO stays within
+    /// [`RECYCLE_CAPACITY`]; a probe is due exactly when some EV is `AssumedBad`.
+    #[test]
+    fn denial_storms_keep_the_table_consistent(
+        sel in 0u8..3,
+        steps in proptest::collection::vec((0u8..9, 0u32..6, 0u32..4), 0..600),
+    ) {
+        let selection = match sel {
+            0 => Selection::Recycle,
+            1 => Selection::RoundRobin,
+            _ => Selection::PowerOfTwo,
+        };
+        let evs = [7u32, 8, 9, 10, 11, 12];
+        let mut t = PathTable::new(&evs, selection, 3);
+        t.set_revalidate_after_ns(500);
+        let mut now = 0u64;
+        for (op, i, k) in steps {
+            now += 100;
+            let idx = i as usize;
+            match op {
+                0 => {
+                    t.set_denied(evs[idx], true);
+                    proptest::prop_assert_eq!(t.state_of(evs[idx]), Some(PathState::Denied));
+                }
+                1 => {
+                    let was = t.state_of(evs[idx]);
+                    t.set_denied(evs[idx], false);
+                    if was == Some(PathState::Denied) {
+                        proptest::prop_assert_eq!(t.state_of(evs[idx]), Some(PathState::Good));
+                    } else {
+                        proptest::prop_assert_eq!(t.state_of(evs[idx]), was);
+                    }
+                }
+                2 | 3 => {
+                    let avoid = (k < 2).then_some(idx);
+                    let got = if op == 2 { t.select(avoid) } else { t.select_for_probe(avoid) };
+                    let usable = t.paths().iter().any(|p| p.state != PathState::Denied);
+                    match got {
+                        None => proptest::prop_assert!(!usable),
+                        Some(g) => {
+                            proptest::prop_assert!(g < evs.len());
+                            proptest::prop_assert_ne!(t.paths()[g].state, PathState::Denied);
+                        }
+                    }
+                }
+                4 => {
+                    for j in 0..=k as usize {
+                        t.on_delivered((idx + j) % evs.len(), now);
+                    }
+                    t.end_ack(k % 3, Some(idx));
+                }
+                5 => t.on_loss(idx, now),
+                6 => t.on_congestion(idx),
+                7 => t.assume_bad(idx, now),
+                _ => {
+                    if let Some((j, seq)) = t.next_probe(now, 200) {
+                        if k != 0 {
+                            t.on_probe_reply(evs[j], seq, now);
+                        }
+                    }
+                }
+            }
+            proptest::prop_assert!(t.recycled().count() <= RECYCLE_CAPACITY);
+            proptest::prop_assert!(t.recycled().all(|r| r < evs.len()));
+            let bad = t.paths().iter().any(|p| p.state == PathState::AssumedBad);
+            proptest::prop_assert_eq!(t.next_probe_time().is_some(), bad);
+        }
+    }
+}
+
+mod recycle_fifo {
+    use super::{RECYCLE_CAPACITY, RecycleFifo};
+
+    #[test]
+    fn ring_keeps_the_newest_capacity_entries_oldest_first() {
+        let mut f = RecycleFifo::new();
+        assert_eq!(f.front(), None);
+        f.pop_front(); // empty: nothing happens
+        assert_eq!(f.iter().count(), 0);
+        for i in 0..RECYCLE_CAPACITY + 3 {
+            f.push_back(i);
+        }
+        // full: the three oldest were dropped
+        assert_eq!(f.front(), Some(3));
+        let all: Vec<usize> = f.iter().collect();
+        assert_eq!(all.len(), RECYCLE_CAPACITY);
+        assert_eq!(all[0], 3);
+        assert_eq!(all[RECYCLE_CAPACITY - 1], RECYCLE_CAPACITY + 2);
+        f.pop_front();
+        f.pop_front();
+        assert_eq!(f.front(), Some(5));
+        f.push_back(1000);
+        assert_eq!(f.iter().count(), RECYCLE_CAPACITY - 1);
+        assert_eq!(f.iter().last(), Some(1000));
+        for _ in 0..RECYCLE_CAPACITY {
+            f.pop_front();
+        }
+        assert_eq!(f.front(), None);
+        f.push_back(7);
+        assert_eq!(f.iter().collect::<Vec<_>>(), vec![7]);
+        // the front, across the wrap of slot 0
+        f.push_front(8);
+        f.push_front(9);
+        assert_eq!(f.iter().collect::<Vec<_>>(), vec![9, 8, 7]);
+        assert_eq!((f.front(), f.len()), (Some(9), 3));
+        f.pop_back();
+        assert_eq!(f.iter().collect::<Vec<_>>(), vec![9, 8]);
+        // full: push_front drops the newest
+        let mut g = RecycleFifo::new();
+        for i in 0..RECYCLE_CAPACITY {
+            g.push_back(i);
+        }
+        g.push_front(1000);
+        assert_eq!(g.len(), RECYCLE_CAPACITY);
+        assert_eq!(g.front(), Some(1000));
+        assert_eq!(g.iter().last(), Some(RECYCLE_CAPACITY - 2));
+    }
+}
