@@ -52,10 +52,13 @@ pub enum DropReason {
     /// SEND payload beyond `max_staged_bytes`: not accepted, answered with
     /// NACK(RECEIVER_NOT_READY) ([`crate::recv`]).
     StagingFull,
+    /// A Port Status Update acknowledgement that acknowledges no update waiting for one
+    /// (late, duplicated or forged).
+    StalePortStatus,
 }
 
 /// Number of [`DropReason`] variants.
-pub const DROP_REASONS: usize = 20;
+pub const DROP_REASONS: usize = 21;
 
 /// Drop counters indexed by [`DropReason`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -77,6 +80,13 @@ impl DropCounts {
     /// Drops over all reasons.
     pub fn total(&self) -> u64 {
         self.0.iter().sum()
+    }
+
+    /// Adds `other`'s counts to these, reason by reason (saturating).
+    pub fn merge(&mut self, other: &DropCounts) {
+        for (a, b) in self.0.iter_mut().zip(other.0.iter()) {
+            *a = a.saturating_add(*b);
+        }
     }
 }
 
@@ -179,6 +189,12 @@ pub struct ConnStats {
     /// NACKs ignored because they answer an earlier copy of their PSN than the latest
     /// one sent (their echoed EV and timestamp name another transmission).
     pub stale_nacks: u64,
+    /// Port Status Updates sent (each copy; acknowledgements not counted).
+    pub psu_sent: u64,
+    /// Port Status Updates received from the peer (each copy, applied or not).
+    pub psu_received: u64,
+    /// This side's Port Status Updates the peer acknowledged.
+    pub psu_acked: u64,
     /// Incoming datagrams dropped, by reason.
     pub drops: DropCounts,
 }
@@ -197,6 +213,6 @@ mod tests {
         assert_eq!(d.get(DropReason::OutOfOrderGoBackN), 1);
         assert_eq!(d.get(DropReason::Malformed), 0);
         assert_eq!(d.total(), 3);
-        assert_eq!(DropReason::StagingFull as usize, DROP_REASONS - 1);
+        assert_eq!(DropReason::StalePortStatus as usize, DROP_REASONS - 1);
     }
 }

@@ -120,6 +120,7 @@ pub const DROP_REASONS: [mrc_transport::stats::DropReason; mrc_transport::stats:
         D::AuthFailed,
         D::Replayed,
         D::StagingFull,
+        D::StalePortStatus,
     ]
 };
 

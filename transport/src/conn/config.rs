@@ -17,6 +17,12 @@ pub struct ConnConfig {
     pub generation: u16,
     /// The EVs (paths) this side sprays over. Default `0..16`.
     pub evs: Vec<u32>,
+    /// The plane of each EV (`ev_planes[i]` for `evs[i]`): the plane of the local NIC port
+    /// its packets leave from, which the datapath knows ([`crate::path::plane`]). Empty
+    /// (default): every EV on plane 0, a single fabric. Otherwise as long as `evs`, the
+    /// planes `0..P` each with at least one EV, `P <= 32`, and the EVs split equally
+    /// across them (counts differing by at most one, as MRC's EV profiles split them).
+    pub ev_planes: Vec<u8>,
     /// EV selection. Default recycled entropy (REPS).
     pub selection: Selection,
     /// Seed of the selection RNG (and of the rkey salt when `region_key` is `None`).
@@ -86,6 +92,7 @@ impl Default for ConnConfig {
             initial_psn: Psn::new(0),
             generation: 1,
             evs: (0..16).collect(),
+            ev_planes: Vec::new(),
             selection: Selection::Recycle,
             seed: 0,
             region_key: None,
@@ -110,6 +117,11 @@ pub enum ConfigError {
     /// `evs` is empty (nothing to send on) or longer than 65535.
     #[error("need 1..=65535 EVs, got {0}")]
     EvCount(usize),
+    /// `ev_planes` is neither empty nor as long as `evs`, names a plane at or above 32,
+    /// leaves a plane below its highest without EVs, or splits the EVs unequally (counts
+    /// differing by more than one).
+    #[error("EV planes: {0}")]
+    EvPlanes(&'static str),
     /// `local_qpn` does not fit 24 bits.
     #[error("QPN {0:#x} does not fit 24 bits")]
     Qpn(u32),
@@ -146,6 +158,7 @@ impl ConnConfig {
         if self.evs.is_empty() || self.evs.len() > usize::from(u16::MAX) {
             return Err(ConfigError::EvCount(self.evs.len()));
         }
+        self.validate_planes()?;
         if self.local_qpn > 0x00FF_FFFF {
             return Err(ConfigError::Qpn(self.local_qpn));
         }
@@ -171,6 +184,57 @@ impl ConnConfig {
             });
         }
         Ok(())
+    }
+}
+
+impl ConnConfig {
+    /// The `ev_planes` checks of [`ConnConfig::validate`].
+    fn validate_planes(&self) -> Result<(), ConfigError> {
+        if self.ev_planes.is_empty() {
+            return Ok(());
+        }
+        if self.ev_planes.len() != self.evs.len() {
+            return Err(ConfigError::EvPlanes("need one plane per EV"));
+        }
+        let mut counts = [0u32; crate::path::MAX_PLANES];
+        for &q in &self.ev_planes {
+            let Some(c) = counts.get_mut(usize::from(q)) else {
+                return Err(ConfigError::EvPlanes("plane numbers must be below 32"));
+            };
+            *c += 1;
+        }
+        let n = self
+            .ev_planes
+            .iter()
+            .map(|&q| usize::from(q) + 1)
+            .max()
+            .unwrap_or(1);
+        let used = &counts[..n];
+        if used.contains(&0) {
+            return Err(ConfigError::EvPlanes(
+                "every plane below the highest needs an EV",
+            ));
+        }
+        let (lo, hi) = (used.iter().min(), used.iter().max());
+        if let (Some(lo), Some(hi)) = (lo, hi)
+            && hi - lo > 1
+        {
+            return Err(ConfigError::EvPlanes(
+                "EVs must be split equally across the planes",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The plane of EV index `i` when `p` planes share `n` EVs in turn (EV `i` on plane
+    /// `i mod p`): the usual split, each plane's EVs interleaved with the others' so that
+    /// round-robin selection alternates planes. `p` of 0 or 1 gives an empty list (one
+    /// plane).
+    pub fn interleaved_planes(n: usize, p: u8) -> Vec<u8> {
+        if p <= 1 {
+            return Vec::new();
+        }
+        (0..n).map(|i| (i % usize::from(p)) as u8).collect()
     }
 }
 

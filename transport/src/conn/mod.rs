@@ -147,6 +147,8 @@ pub struct Connection<C: Controller> {
     /// Pacing: bits of the last paced data packet (0: none sent paced yet).
     paced_bits: u64,
     probe_replies: VecDeque<(u32, u32, u32)>,
+    /// Port Status Updates, both ways ([`psu`]).
+    psu: psu::PsuState,
     /// Evidence that the peer restarted: when the first packet of another generation (or a
     /// NACK(GENERATION_MISMATCH)) arrived since the last packet of the peer's generation.
     gen_mismatch_since_ns: Option<u64>,
@@ -167,7 +169,7 @@ impl<C: Controller> Connection<C> {
     /// [`ConfigError`] from [`ConnConfig::validate`].
     pub fn new(cfg: ConnConfig, cc: C) -> Result<Self, ConfigError> {
         cfg.validate()?;
-        let mut paths = PathTable::new(&cfg.evs, cfg.selection, cfg.seed);
+        let mut paths = PathTable::with_planes(&cfg.evs, &cfg.ev_planes, cfg.selection, cfg.seed);
         paths.set_revalidate_after_ns(cfg.revalidate_ev_after_ns);
         let mut send_cfg = cfg.send;
         // A go-back-N receiver drops everything after a hole, so a probe of the highest
@@ -199,6 +201,7 @@ impl<C: Controller> Connection<C> {
             paced_from_ns: 0,
             paced_bits: 0,
             probe_replies: VecDeque::new(),
+            psu: psu::PsuState::default(),
             gen_mismatch_since_ns: None,
             auth: None,
             auth_plain: Vec::new(),
@@ -545,6 +548,7 @@ impl<C: Controller> Connection<C> {
         min(self.send.tlp_deadline_ns());
         min(self.send.rnr_deadline_ns());
         min(self.paths.next_probe_time());
+        min(self.psu.timer_ns());
         min(self.cc.next_timer_ns());
         // The pacing release time is a timer only while a data packet could leave then:
         // with every EV denied nothing can, and a release time in the past would be
@@ -589,5 +593,6 @@ impl<C: Controller> Connection<C> {
     }
 }
 
+mod psu;
 #[cfg(test)]
 mod tests;

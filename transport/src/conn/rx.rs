@@ -110,7 +110,11 @@ impl<C: Controller> Connection<C> {
             }
             Body::Sack(s) => self.on_sack(now_ns, ev_in, s),
             Body::Nack(n) => self.on_nack(now_ns, ev_in, n),
-            Body::Cnp(_) | Body::Probe(_) | Body::ProbeReply(_) | Body::Unknown { .. } => {
+            Body::Cnp(_)
+            | Body::Probe(_)
+            | Body::ProbeReply(_)
+            | Body::PortStatus(_)
+            | Body::Unknown { .. } => {
                 self.on_other_body(now_ns, &pkt);
             }
         }
@@ -174,6 +178,7 @@ impl<C: Controller> Connection<C> {
                     self.drop_pkt(ev_in, DropReason::StaleProbeReply);
                 }
             }
+            Body::PortStatus(r) => self.on_port_status(now_ns, ev_in, r),
             Body::Unknown { .. } => self.drop_pkt(ev_in, DropReason::UnknownOpcode),
             Body::Data(_) | Body::Sack(_) | Body::Nack(_) => {}
         }
@@ -223,7 +228,7 @@ impl<C: Controller> Connection<C> {
 
     /// Counts a dropped datagram by reason, for the connection and for the EV named in its
     /// MRCETH (when that EV is one of ours).
-    fn drop_pkt(&mut self, ev: u32, reason: DropReason) {
+    pub(super) fn drop_pkt(&mut self, ev: u32, reason: DropReason) {
         self.stats.drops.add(reason);
         if let Some(p) = self.paths.index_of(ev).and_then(|i| self.paths.get_mut(i)) {
             p.stats.drops.add(reason);

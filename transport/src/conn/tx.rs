@@ -69,7 +69,7 @@ impl<C: Controller> Connection<C> {
         )
     }
 
-    fn emit_control(
+    pub(super) fn emit_control(
         &self,
         buf: &mut [u8],
         opcode: Opcode,
@@ -149,6 +149,7 @@ impl<C: Controller> Connection<C> {
             && matches!(self.state, ConnState::Ready | ConnState::Draining)
             && self.probe_replies.is_empty()
             && !self.paths.any_assumed_bad()
+            && !self.psu.pending()
         {
             return self.poll_data(now_ns, buf, lend);
         }
@@ -195,6 +196,11 @@ impl<C: Controller> Connection<C> {
             });
             let psn = self.rwin.rcv_nxt_psn().value();
             return self.emit_control(buf, Opcode::EvProbeReply, psn, ev, now_ns, body);
+        }
+        if self.psu.pending()
+            && let Some(t) = self.poll_port_status(now_ns, buf)
+        {
+            return Some(t);
         }
         let mut data_failed = false;
         if self.data_before_sack && !self.data_jumped_sack && self.acker.sack_due(now_ns) {

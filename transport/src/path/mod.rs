@@ -28,6 +28,7 @@
 //! stalls while any path is not denied); `None` only when every EV is denied.
 
 use crate::stats::EvStats;
+pub use plane::{MAX_PLANES, Plane, PlaneDownCause, PlaneState, PlaneStats, plane_down_after_evs};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -91,6 +92,13 @@ pub struct Path {
     /// Time of the latest SACK or probe reply that echoed this EV ([`PathTable::on_echo`]):
     /// a round trip on it, both directions, worked then, ns; `None` before any.
     pub echo_ns: Option<u64>,
+    /// The plane the EV belongs to ([`plane`]; 0 on a single fabric).
+    pub plane: u8,
+    /// `AssumedBad` because its plane is down: probed with the plane
+    /// ([`PathTable::planes`]), not on its own.
+    pub plane_held: bool,
+    /// Its plane's epoch + 1 when its latest loss counted in the plane's loss streak.
+    streak_mark: u32,
 }
 
 /// Consecutive losses on one EV (no delivery on it in between) that make it `AssumedBad`.
@@ -205,6 +213,8 @@ pub struct PathTable {
     latest_proof_ns: Option<u64>,
     /// Pieces of evidence (deliveries, answered probes) on all EVs so far.
     proofs: u64,
+    /// The planes, by plane number (one, plane 0, on a single fabric).
+    planes: Vec<Plane>,
 }
 
 /// Rotations' worth of evidence on the other EVs (this many times the number of EVs) that
@@ -237,14 +247,28 @@ fn is_stale(
 }
 
 impl PathTable {
-    /// A table over `evs` (duplicates ignored), all `Good`; `seed` seeds the selection RNG.
+    /// A table over `evs` (duplicates ignored), all `Good`, on one plane; `seed` seeds the
+    /// selection RNG.
     pub fn new(evs: &[u32], selection: Selection, seed: u64) -> Self {
+        Self::with_planes(evs, &[], selection, seed)
+    }
+
+    /// A table over `evs` (duplicates ignored), all `Good`, EV `evs[i]` on plane
+    /// `ev_planes[i]` (empty: all on plane 0; a plane at or above [`MAX_PLANES`] counts as
+    /// the last one); `seed` seeds the selection RNG. The planes are `0..=max(ev_planes)`.
+    pub fn with_planes(evs: &[u32], ev_planes: &[u8], selection: Selection, seed: u64) -> Self {
         let mut paths = Vec::with_capacity(evs.len());
         let mut by_ev =
             crate::keyhash::FastMap::with_capacity_and_hasher(evs.len(), Default::default());
-        for &ev in evs {
+        let mut unique_planes = Vec::with_capacity(ev_planes.len());
+        let max_plane = (MAX_PLANES - 1) as u8;
+        for (i, &ev) in evs.iter().enumerate() {
             if by_ev.contains_key(&ev) {
                 continue;
+            }
+            let plane = ev_planes.get(i).map_or(0, |&q| q.min(max_plane));
+            if !ev_planes.is_empty() {
+                unique_planes.push(plane);
             }
             by_ev.insert(ev, paths.len());
             paths.push(Path {
@@ -259,8 +283,12 @@ impl PathTable {
                 proof_ns: None,
                 proof_count: 0,
                 echo_ns: None,
+                plane,
+                plane_held: false,
+                streak_mark: 0,
             });
         }
+        let planes = plane::build_planes(paths.len(), &unique_planes);
         PathTable {
             paths,
             by_ev,
@@ -276,6 +304,7 @@ impl PathTable {
             n_bad: 0,
             recycled: RecycleFifo::new(),
             delivered: Vec::new(),
+            planes,
         }
     }
 
@@ -414,9 +443,11 @@ impl PathTable {
         self.proofs += 1;
         p.proof_count = self.proofs;
         p.consecutive_losses = 0;
+        let q = p.plane;
         if self.selection == Selection::Recycle {
             self.delivered.push(idx);
         }
+        self.plane_delivered(q);
         true
     }
 
@@ -557,9 +588,11 @@ impl PathTable {
         self.note_proof(idx, now_ns);
         if let Some(p) = self.paths.get_mut(idx) {
             p.consecutive_losses = 0;
+            let q = p.plane;
             if self.selection == Selection::Recycle {
                 self.delivered.push(idx);
             }
+            self.plane_delivered(q);
         }
     }
 
@@ -612,6 +645,7 @@ impl PathTable {
         if p.consecutive_losses >= BAD_AFTER_CONSECUTIVE_LOSSES {
             self.assume_bad(idx, now_ns);
         }
+        self.plane_loss(idx, now_ns);
     }
 
     /// Evidence of a path failure on `idx` (an RTO declared a packet sent on it lost, a
@@ -627,6 +661,7 @@ impl PathTable {
             }
         }
         self.recount_bad();
+        self.plane_loss(idx, now_ns);
     }
 
     fn recount_bad(&mut self) {
@@ -641,7 +676,8 @@ impl PathTable {
     pub fn undo_loss(&mut self, idx: usize) {
         if let Some(p) = self.paths.get_mut(idx) {
             p.consecutive_losses = 0;
-            if p.state == PathState::AssumedBad {
+            // an EV held for its plane returns with the plane, by probe
+            if p.state == PathState::AssumedBad && !p.plane_held {
                 p.state = PathState::Good;
                 p.probe_seq = None;
             }
@@ -708,12 +744,13 @@ impl PathTable {
     /// [`PathTable::next_probe`] while some EV is `AssumedBad`.
     #[inline(never)]
     fn next_probe_due(&mut self, now_ns: u64, interval_ns: u64) -> Option<(usize, u32)> {
+        if let Some(probe) = self.next_plane_probe(now_ns, interval_ns) {
+            return Some(probe);
+        }
         let seq = self.next_probe_seq;
-        let (i, p) = self
-            .paths
-            .iter_mut()
-            .enumerate()
-            .find(|(_, p)| p.state == PathState::AssumedBad && p.next_probe_ns <= now_ns)?;
+        let (i, p) = self.paths.iter_mut().enumerate().find(|(_, p)| {
+            p.state == PathState::AssumedBad && !p.plane_held && p.next_probe_ns <= now_ns
+        })?;
         p.probe_seq = Some((p.probe_seq.map_or(seq, |(first, _)| first), seq));
         p.probes_unanswered = p.probes_unanswered.saturating_add(1);
         let wait = interval_ns.max(1) << p.probes_unanswered.min(6);
@@ -728,11 +765,16 @@ impl PathTable {
         if self.n_bad == 0 {
             return None;
         }
-        self.paths
+        let own = self
+            .paths
             .iter()
-            .filter(|p| p.state == PathState::AssumedBad)
+            .filter(|p| p.state == PathState::AssumedBad && !p.plane_held)
             .map(|p| p.next_probe_ns)
-            .min()
+            .min();
+        match (own, self.next_plane_probe_time()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// A probe reply for `ev` with `probe_seq`: if it answers a probe of the current
@@ -754,8 +796,12 @@ impl PathTable {
         p.probes_unanswered = 0;
         p.consecutive_losses = 0;
         p.stats.probes_answered += 1;
+        let held = p.plane_held;
         if p.state == PathState::AssumedBad {
             p.state = PathState::Good;
+        }
+        if held {
+            self.plane_probe_answered(idx, now_ns);
         }
         self.note_proof(idx, now_ns);
         self.on_echo(idx, now_ns);
@@ -820,5 +866,6 @@ fn wrap(i: usize, n: usize) -> usize {
     if i >= n { i - n } else { i }
 }
 
+pub mod plane;
 #[cfg(test)]
 mod tests;

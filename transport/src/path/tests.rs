@@ -411,3 +411,252 @@ mod recycle_fifo {
         assert_eq!(g.iter().last(), Some(RECYCLE_CAPACITY - 2));
     }
 }
+
+mod planes {
+    use super::super::*;
+
+    /// EVs 0..8 on 2 planes in turn: plane 0 holds indices 0, 2, 4, 6; plane 1 holds
+    /// 1, 3, 5, 7.
+    fn two_planes(selection: Selection) -> PathTable {
+        let planes: Vec<u8> = (0..8).map(|i| (i % 2) as u8).collect();
+        PathTable::with_planes(&(0..8).collect::<Vec<u32>>(), &planes, selection, 1)
+    }
+
+    fn picks(t: &mut PathTable, n: usize) -> Vec<u32> {
+        (0..n)
+            .map(|_| {
+                let i = t.select(None).unwrap();
+                t.paths()[i].ev
+            })
+            .collect()
+    }
+
+    fn states(t: &PathTable) -> Vec<PathState> {
+        t.paths().iter().map(|p| p.state).collect()
+    }
+
+    #[test]
+    fn planes_and_their_ev_counts() {
+        let t = two_planes(Selection::RoundRobin);
+        assert_eq!(t.planes().len(), 2);
+        assert_eq!(t.planes()[0].evs, 4);
+        assert_eq!(t.planes()[1].evs, 4);
+        assert_eq!(t.plane_of(5), 1);
+        assert_eq!(t.up_planes(), 0b11);
+        let one = PathTable::new(&[0, 1, 2], Selection::RoundRobin, 1);
+        assert_eq!(one.planes().len(), 1);
+        assert_eq!(one.planes()[0].evs, 3);
+        assert_eq!(plane_down_after_evs(1), None);
+        assert_eq!(plane_down_after_evs(2), Some(2));
+        assert_eq!(plane_down_after_evs(4), Some(2));
+        assert_eq!(plane_down_after_evs(5), Some(3));
+        assert_eq!(plane_down_after_evs(128), Some(64));
+    }
+
+    #[test]
+    fn losses_on_half_a_planes_evs_take_the_plane_down_at_once() {
+        let mut t = two_planes(Selection::RoundRobin);
+        t.on_loss(1, 10);
+        assert_eq!(t.planes()[1].state, PlaneState::Up);
+        assert_eq!(
+            t.paths()[1].state,
+            PathState::Good,
+            "one loss keeps an EV good"
+        );
+        t.on_loss(3, 11);
+        assert_eq!(t.planes()[1].state, PlaneState::Down(PlaneDownCause::Loss));
+        assert_eq!(t.planes()[1].down_since_ns, Some(11));
+        assert_eq!(t.planes()[1].stats.downs_by_loss, 1);
+        assert_eq!(t.up_planes(), 0b01);
+        // every EV of plane 1 out, held for the plane's probes; plane 0 untouched
+        for (i, p) in t.paths().iter().enumerate() {
+            if i % 2 == 1 {
+                assert_eq!(p.state, PathState::AssumedBad, "EV {i}");
+                assert!(p.plane_held, "EV {i}");
+            } else {
+                assert_eq!(p.state, PathState::Good, "EV {i}");
+                assert!(!p.plane_held);
+            }
+        }
+        assert_eq!(picks(&mut t, 6), vec![0, 2, 4, 6, 0, 2]);
+    }
+
+    #[test]
+    fn a_delivery_on_the_plane_ends_the_streak() {
+        let mut t = two_planes(Selection::RoundRobin);
+        t.on_loss(1, 10);
+        t.on_delivered(5, 11);
+        t.on_loss(3, 12);
+        assert_eq!(t.planes()[1].state, PlaneState::Up);
+        // a second loss on EV 3 alone: the EV (two in a row), not the plane
+        t.on_loss(3, 13);
+        assert_eq!(t.paths()[3].state, PathState::AssumedBad);
+        assert!(!t.paths()[3].plane_held);
+        assert_eq!(t.planes()[1].state, PlaneState::Up);
+        // a delivery on the other plane does not end plane 1's streak
+        t.on_delivered(0, 14);
+        t.on_loss(7, 15);
+        assert_eq!(t.planes()[1].state, PlaneState::Down(PlaneDownCause::Loss));
+    }
+
+    #[test]
+    fn one_plane_or_the_last_plane_up_is_never_taken_down_by_losses() {
+        let mut one = PathTable::new(&(0..8).collect::<Vec<u32>>(), Selection::RoundRobin, 1);
+        for i in 0..8 {
+            one.on_loss(i, 10);
+        }
+        assert_eq!(one.planes()[0].state, PlaneState::Up);
+        assert!(one.paths().iter().all(|p| p.state == PathState::Good));
+
+        let mut t = two_planes(Selection::RoundRobin);
+        t.on_loss(1, 10);
+        t.on_loss(3, 10);
+        assert_eq!(t.up_planes(), 0b01);
+        for i in [0, 2, 4, 6] {
+            t.on_loss(i, 20);
+        }
+        assert_eq!(
+            t.planes()[0].state,
+            PlaneState::Up,
+            "the last plane up stays up"
+        );
+        assert_eq!(t.paths()[0].state, PathState::Good);
+    }
+
+    #[test]
+    fn every_ev_of_a_single_ev_plane_bad_takes_it_down() {
+        let mut t = PathTable::with_planes(&[0, 1], &[0, 1], Selection::RoundRobin, 1);
+        t.on_loss(1, 5);
+        assert_eq!(t.planes()[1].state, PlaneState::Up);
+        t.on_loss(1, 6);
+        assert_eq!(t.planes()[1].state, PlaneState::Down(PlaneDownCause::Loss));
+        assert!(t.paths()[1].plane_held);
+    }
+
+    #[test]
+    fn a_down_plane_is_probed_in_turn_and_one_answer_brings_it_back() {
+        let mut t = two_planes(Selection::RoundRobin);
+        t.on_loss(1, 0);
+        t.on_loss(3, 0);
+        // plane probes only: one at a time, EVs of the plane in turn, interval doubling
+        assert_eq!(t.next_probe_time(), Some(0));
+        assert_eq!(t.next_probe(0, 100), Some((1, 1)));
+        assert_eq!(t.next_probe(0, 100), None);
+        assert_eq!(t.next_probe_time(), Some(200));
+        assert_eq!(t.next_probe(199, 100), None);
+        assert_eq!(t.next_probe(200, 100), Some((3, 2)));
+        assert_eq!(t.next_probe_time(), Some(200 + 400));
+        assert_eq!(t.planes()[1].stats.probes_sent, 2);
+        // the answer to the probe on EV 3: plane up, EV 3 good, the others probed at once
+        assert!(t.on_probe_reply(3, 2, 250));
+        assert_eq!(t.planes()[1].state, PlaneState::Up);
+        assert_eq!(t.planes()[1].stats.ups, 1);
+        assert_eq!(t.planes()[1].stats.down_ns, 250);
+        assert_eq!(t.paths()[3].state, PathState::Good);
+        let held: Vec<bool> = t.paths().iter().map(|p| p.plane_held).collect();
+        assert_eq!(held, vec![false; 8]);
+        assert_eq!(t.next_probe_time(), Some(250));
+        assert_eq!(t.next_probe(250, 100), Some((1, 3)));
+        assert_eq!(t.next_probe(250, 100), Some((5, 4)));
+        assert_eq!(t.next_probe(250, 100), Some((7, 5)));
+        assert_eq!(t.next_probe(250, 100), None);
+        // EV 1's first probe (sequence 1) answered late still counts for it
+        assert!(t.on_probe_reply(1, 1, 260));
+        assert!(t.on_probe_reply(5, 4, 260));
+        assert_eq!(
+            states(&t),
+            vec![
+                PathState::Good,
+                PathState::Good,
+                PathState::Good,
+                PathState::Good,
+                PathState::Good,
+                PathState::Good,
+                PathState::Good,
+                PathState::AssumedBad
+            ]
+        );
+        assert!(t.on_probe_reply(7, 5, 270));
+        assert!(!t.any_assumed_bad());
+        assert_eq!(t.next_probe_time(), None);
+    }
+
+    #[test]
+    fn the_peers_report_takes_a_plane_down_and_its_return_makes_the_probe_due() {
+        let mut t = two_planes(Selection::RoundRobin);
+        assert_eq!(t.on_peer_planes(0b01, 1_000, 100), 0b10);
+        assert_eq!(
+            t.planes()[1].state,
+            PlaneState::Down(PlaneDownCause::PeerReport)
+        );
+        assert!(!t.planes()[1].peer_up);
+        assert_eq!(t.planes()[1].stats.downs_by_peer, 1);
+        assert_eq!(picks(&mut t, 4), vec![0, 2, 4, 6]);
+        // probed in the background from one interval on
+        assert_eq!(t.next_probe_time(), Some(1_100));
+        assert_eq!(t.next_probe(1_100, 100), Some((1, 1)));
+        assert_eq!(t.next_probe_time(), Some(1_300));
+        // the same report again changes nothing
+        assert_eq!(t.on_peer_planes(0b01, 1_150, 100), 0);
+        // reported up: the probe is due at once; the plane returns only by its answer
+        assert_eq!(t.on_peer_planes(0b11, 1_200, 100), 0b10);
+        assert_eq!(
+            t.planes()[1].state,
+            PlaneState::Down(PlaneDownCause::PeerReport)
+        );
+        assert_eq!(t.next_probe(1_200, 100), Some((3, 2)));
+        assert!(t.on_probe_reply(3, 2, 1_210));
+        assert_eq!(t.planes()[1].state, PlaneState::Up);
+        assert_eq!(t.planes()[1].stats.down_ns, 210);
+    }
+
+    #[test]
+    fn a_local_port_down_denies_its_evs_and_up_probes_each_back() {
+        let mut t = two_planes(Selection::RoundRobin);
+        assert!(t.set_plane_local(1, false, 10));
+        assert!(!t.set_plane_local(1, false, 11), "no change");
+        assert_eq!(t.planes()[1].state, PlaneState::Down(PlaneDownCause::Local));
+        for i in [1, 3, 5, 7] {
+            assert_eq!(t.paths()[i].state, PathState::Denied);
+        }
+        assert_eq!(
+            t.next_probe_time(),
+            None,
+            "nothing probes a local port down"
+        );
+        assert_eq!(picks(&mut t, 4), vec![0, 2, 4, 6]);
+        assert!(t.set_plane_local(1, true, 20));
+        assert_eq!(t.planes()[1].state, PlaneState::Up);
+        assert_eq!(t.planes()[1].stats.down_ns, 10);
+        for i in [1, 3, 5, 7] {
+            assert_eq!(t.paths()[i].state, PathState::AssumedBad);
+            assert!(!t.paths()[i].plane_held);
+        }
+        assert_eq!(t.next_probe(20, 100), Some((1, 1)));
+        assert!(t.on_probe_reply(1, 1, 25));
+        assert_eq!(t.paths()[1].state, PathState::Good);
+        assert!(!t.set_plane_local(5, false, 30), "no plane 5");
+    }
+
+    #[test]
+    fn control_evs_rotate_over_the_up_planes() {
+        let mut t = two_planes(Selection::RoundRobin);
+        assert_eq!(t.control_ev(0), Some(0));
+        assert_eq!(t.control_ev(1), Some(1));
+        assert_eq!(t.control_ev(2), Some(0));
+        t.on_peer_planes(0b10, 0, 100);
+        assert_eq!(t.control_ev(0), Some(1));
+        assert_eq!(t.control_ev(1), Some(1));
+    }
+
+    #[test]
+    fn plane_counters_sum_their_evs() {
+        let mut t = two_planes(Selection::RoundRobin);
+        for i in 0..8 {
+            t.get_mut(i).unwrap().stats.sent = 10 + i as u64;
+        }
+        assert_eq!(t.plane_ev_stats(0).sent, 10 + 12 + 14 + 16);
+        assert_eq!(t.plane_ev_stats(1).sent, 11 + 13 + 15 + 17);
+        assert_eq!(t.plane_ev_stats(2).sent, 0);
+    }
+}

@@ -78,6 +78,8 @@ pub enum Opcode {
     EvProbe,
     /// 0xE3 mrc EV probe reply.
     EvProbeReply,
+    /// 0xE4 mrc Port Status Update (and its acknowledgement).
+    PortStatus,
     /// Any other code; the packet's BTH and MRCETH still parse.
     Unknown(u8),
 }
@@ -103,6 +105,7 @@ impl From<u8> for Opcode {
             0xE1 => Opcode::Nack,
             0xE2 => Opcode::EvProbe,
             0xE3 => Opcode::EvProbeReply,
+            0xE4 => Opcode::PortStatus,
             n => Opcode::Unknown(n),
         }
     }
@@ -129,6 +132,7 @@ impl From<Opcode> for u8 {
             Opcode::Nack => 0xE1,
             Opcode::EvProbe => 0xE2,
             Opcode::EvProbeReply => 0xE3,
+            Opcode::PortStatus => 0xE4,
             Opcode::Unknown(n) => n,
         }
     }

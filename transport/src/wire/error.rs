@@ -23,6 +23,8 @@ pub enum HeaderKind {
     Probe,
     /// EV probe reply body (12 bytes).
     ProbeReply,
+    /// Port Status Update body (12 bytes).
+    PortStatus,
 }
 
 /// Which 24-bit PSN field a [`WireError::PsnOutOfRange`] is about.
@@ -128,6 +130,17 @@ pub enum WireError {
         header: HeaderKind,
         /// Bytes past its end.
         extra: usize,
+    },
+    /// A Port Status Update whose plane count is outside `1..=32` or whose up-planes bitmap
+    /// names a plane at or above its count.
+    #[error(
+        "port status update: {planes} planes with up bitmap {up_planes:#x} (need 1..=32 planes, bits below the count)"
+    )]
+    BadPortStatus {
+        /// The plane count sent.
+        planes: u8,
+        /// The bitmap sent.
+        up_planes: u32,
     },
     /// Emit of a [`crate::wire::PacketRepr`] whose body does not match its BTH opcode (e.g. a
     /// SACK opcode with a data body, RDMA_WRITE without RETH, an `Unknown` body with a known

@@ -30,6 +30,7 @@ mod mrceth;
 mod nack;
 mod packet;
 mod probe;
+mod psu;
 mod sack;
 
 pub use bth::{Bth, BthFlags, BthRepr, BthSpare, Opcode};
@@ -40,6 +41,7 @@ pub use mrceth::{Mrceth, MrcethRepr};
 pub use nack::{Nack, NackReason, NackRepr};
 pub use packet::{Body, PacketRepr};
 pub use probe::{Probe, ProbeReply, ProbeReplyRepr, ProbeRepr};
+pub use psu::{PortStatus, PortStatusRepr};
 pub use sack::{Sack, SackRepr};
 
 /// Largest value a 24-bit field (PSN, destination QPN) can hold.

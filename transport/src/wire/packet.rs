@@ -9,6 +9,7 @@ use super::{
     mrceth::{MRCETH_LEN, Mrceth, MrcethRepr},
     nack::{NACK_LEN, Nack, NackRepr},
     probe::{PROBE_LEN, PROBE_REPLY_LEN, Probe, ProbeReply, ProbeReplyRepr, ProbeRepr},
+    psu::{PSU_LEN, PortStatus, PortStatusRepr},
     sack::{SACK_LEN, Sack, SackRepr},
 };
 
@@ -27,6 +28,8 @@ pub enum Body<'a> {
     Probe(ProbeRepr),
     /// [`Opcode::EvProbeReply`] (0xE3).
     ProbeReply(ProbeReplyRepr),
+    /// [`Opcode::PortStatus`] (0xE4).
+    PortStatus(PortStatusRepr),
     /// [`Opcode::Unknown`]: the bytes after the MRCETH, uninterpreted, so the receiver can
     /// count the packet by QPN and PSN.
     Unknown {
@@ -46,6 +49,7 @@ impl Body<'_> {
             Body::Cnp(_) => CNP_LEN,
             Body::Probe(_) => PROBE_LEN,
             Body::ProbeReply(_) => PROBE_REPLY_LEN,
+            Body::PortStatus(_) => PSU_LEN,
             Body::Unknown { rest } => rest.len(),
         }
     }
@@ -155,6 +159,11 @@ impl<'a> PacketRepr<'a> {
                 no_trailing(rest, PROBE_REPLY_LEN, HeaderKind::ProbeReply)?;
                 Body::ProbeReply(ProbeReplyRepr::parse(&v)?)
             }
+            Opcode::PortStatus => {
+                let v = PortStatus::new_checked(rest).map_err(at)?;
+                no_trailing(rest, PSU_LEN, HeaderKind::PortStatus)?;
+                Body::PortStatus(PortStatusRepr::parse(&v)?)
+            }
             _ => Body::Unknown { rest },
         };
         Ok(PacketRepr { bth, mrceth, body })
@@ -182,6 +191,7 @@ impl<'a> PacketRepr<'a> {
             Body::Cnp(_) => op == Opcode::Cnp,
             Body::Probe(_) => op == Opcode::EvProbe,
             Body::ProbeReply(_) => op == Opcode::EvProbeReply,
+            Body::PortStatus(_) => op == Opcode::PortStatus,
             Body::Unknown { .. } => {
                 matches!(op, Opcode::Unknown(n) if matches!(Opcode::from(n), Opcode::Unknown(_)))
             }
@@ -199,6 +209,7 @@ impl<'a> PacketRepr<'a> {
                 super::check_psn(super::PsnField::Nack, n.psn)?;
                 same_psn(HeaderKind::Nack, self.bth.psn, n.psn)?;
             }
+            Body::PortStatus(p) => p.check()?,
             Body::Cnp(_) | Body::Probe(_) | Body::ProbeReply(_) | Body::Unknown { .. } => {}
         }
         Ok(())
@@ -260,6 +271,7 @@ impl<'a> PacketRepr<'a> {
             Body::Cnp(c) => c.emit(&mut Cnp::new_checked(rest)?),
             Body::Probe(p) => p.emit(&mut Probe::new_checked(rest)?),
             Body::ProbeReply(p) => p.emit(&mut ProbeReply::new_checked(rest)?),
+            Body::PortStatus(p) => p.emit(&mut PortStatus::new_checked(rest)?),
             Body::Unknown { rest: r } => rest.copy_from_slice(r),
         }
         Ok(need)

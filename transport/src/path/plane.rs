@@ -1,0 +1,473 @@
+//! Planes: the path table's view of a host whose NIC is split into P ports on P identical,
+//! independent fabrics (DESIGN.md section 5, "Planes and rails"; OCP MRC 1.0's EV profiles).
+//!
+//! Every EV belongs to one plane (the datapath says which: the plane of the local NIC port
+//! its packets leave from, [`crate::ConnConfig::ev_planes`]); port `p` of one host reaches
+//! only port `p` of another, so an EV's plane is the same at both ends. A connection's EV
+//! set is split equally across its planes (the configuration refuses an unbalanced split,
+//! [`crate::conn::ConfigError::EvPlanes`]), and every plane keeps its EVs for good: no
+//! rule here retires an EV, so each plane always has at least one EV that data, and with
+//! it the SACKs and NACKs that echo it, can use.
+//!
+//! A plane is `Up` or `Down` with a cause ([`PlaneDownCause`]):
+//! - **Loss**: losses on at least [`plane_down_after_evs`] distinct EVs of the plane (half
+//!   its usable EVs, at least 2) with no delivery on any EV of the plane in between, or
+//!   every usable EV of the plane `AssumedBad`: the plane failed (a NIC port, a plane's
+//!   switches), not one path in it. Its EVs leave rotation at once instead of one by one
+//!   after each has lost twice ([`super::BAD_AFTER_CONSECUTIVE_LOSSES`]); a single dead
+//!   link inside a plane costs only the EVs hashed onto it. Only while another plane is
+//!   `Up`: with every other plane down, the per-EV rules alone decide (taking the last
+//!   plane out would leave nothing to compare with).
+//! - **PeerReport**: the peer's Port Status Update ([`crate::wire::PortStatusRepr`]) says its
+//!   port on this plane is down: nothing sent on the plane could arrive.
+//! - **Local**: the datapath says this side's own port on the plane is down
+//!   ([`PathTable::set_plane_local`]); the plane's EVs are `Denied`.
+//!
+//! A plane down by loss or by report is probed in the background: one probe at a time on
+//! its EVs in turn, the interval doubling per unanswered probe up to 64 times the
+//! connection's probe interval. The first answer brings the plane back `Up` (the answering
+//! EV `Good`) and has each of its other EVs probed at once, each returning to rotation on its
+//! own answer: a plane comes back by probe, never by a timer alone. A Port Status Update
+//! that reports the plane up again makes its probe due at once. A plane back from `Local`
+//! has its EVs probed at once too.
+
+use super::{PathState, PathTable};
+use crate::stats::EvStats;
+
+/// Most planes a connection knows (the Port Status Update's bitmap is 32 bits). MRC's
+/// deployments use 2 to 8 (an 800G NIC as 8 x 100G planes).
+pub const MAX_PLANES: usize = 32;
+
+/// Why a plane is down.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PlaneDownCause {
+    /// Losses on many of its EVs with no delivery on it in between (see the module docs).
+    Loss,
+    /// The peer's Port Status Update reports its port on this plane down.
+    PeerReport,
+    /// The datapath reports this side's port on this plane down.
+    Local,
+}
+
+/// State of one plane.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PlaneState {
+    /// In use: its `Good` EVs are in rotation.
+    Up,
+    /// Out of rotation, with the cause.
+    Down(PlaneDownCause),
+}
+
+/// Counters of one plane, beside the per-EV ones ([`PathTable::plane_ev_stats`] sums
+/// those over the plane's EVs).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PlaneStats {
+    /// Times the plane went down because of losses.
+    pub downs_by_loss: u64,
+    /// Times the plane went down because the peer reported its port down.
+    pub downs_by_peer: u64,
+    /// Times the plane went down because the datapath reported this side's port down.
+    pub downs_local: u64,
+    /// Times the plane came back up.
+    pub ups: u64,
+    /// Plane probes sent while it was down (each also counts in its EV's `probes_sent`).
+    pub probes_sent: u64,
+    /// Time spent down, ns, over the episodes that ended ([`Plane::down_since_ns`] holds
+    /// the start of the current one).
+    pub down_ns: u64,
+}
+
+/// One plane of the connection.
+#[derive(Clone, Debug)]
+pub struct Plane {
+    /// Current state.
+    pub state: PlaneState,
+    /// Counters.
+    pub stats: PlaneStats,
+    /// EVs of the plane.
+    pub evs: u32,
+    /// Whether the peer's latest Port Status Update reports its port on this plane up
+    /// (`true` before any).
+    pub peer_up: bool,
+    /// When the current down episode began, ns; `None` while up.
+    pub down_since_ns: Option<u64>,
+    /// Distinct EVs of the plane with a loss since the latest delivery on the plane.
+    streak_evs: u32,
+    /// Bumped at each delivery that ends a streak: an EV whose mark equals `epoch + 1`
+    /// counts in the current streak.
+    epoch: u32,
+    /// When the next plane probe is due while down by loss or report, ns.
+    next_probe_ns: u64,
+    /// Plane probes of the current episode without an answer.
+    probes_unanswered: u32,
+    /// Where the next plane probe starts looking among the plane's EVs (a path index).
+    probe_cursor: usize,
+}
+
+impl Plane {
+    fn new(evs: u32) -> Self {
+        Plane {
+            state: PlaneState::Up,
+            stats: PlaneStats::default(),
+            evs,
+            peer_up: true,
+            down_since_ns: None,
+            streak_evs: 0,
+            epoch: 0,
+            next_probe_ns: 0,
+            probes_unanswered: 0,
+            probe_cursor: 0,
+        }
+    }
+
+    /// Whether the plane is `Up`.
+    #[inline]
+    pub fn is_up(&self) -> bool {
+        self.state == PlaneState::Up
+    }
+
+    /// Whether it is probed in the background (down by loss or by the peer's report).
+    fn probed(&self) -> bool {
+        matches!(
+            self.state,
+            PlaneState::Down(PlaneDownCause::Loss | PlaneDownCause::PeerReport)
+        )
+    }
+}
+
+/// Distinct EVs that must lose, with no delivery on their plane in between, before a plane
+/// of `usable` EVs (not denied) is taken down: half of them rounded up, at least 2; `None`
+/// for a plane of fewer than 2 (its one EV's own state says it all). Half, not all: a dead
+/// plane loses every packet in flight on it at once, so its EVs' first losses come in one
+/// burst of loss detection, while a dead link inside a plane takes only the EVs that hash
+/// onto it (a quarter of them for one of four uplinks), and the plane's other EVs keep
+/// delivering and end the streak.
+pub fn plane_down_after_evs(usable: u32) -> Option<u32> {
+    (usable >= 2).then(|| usable.div_ceil(2).max(2))
+}
+
+/// The planes of `ev_planes` (one per EV, parallel to the EV list; empty: every EV on
+/// plane 0): `planes` has one entry per plane `0..=max`, each with its EV count.
+pub(super) fn build_planes(n_evs: usize, ev_planes: &[u8]) -> Vec<Plane> {
+    let n = ev_planes
+        .iter()
+        .map(|&q| usize::from(q) + 1)
+        .max()
+        .unwrap_or(1)
+        .clamp(1, MAX_PLANES);
+    let mut counts = vec![0u32; n];
+    for i in 0..n_evs {
+        let q = ev_planes.get(i).map_or(0, |&q| usize::from(q).min(n - 1));
+        counts[q] += 1;
+    }
+    counts.into_iter().map(Plane::new).collect()
+}
+
+impl PathTable {
+    /// The planes, indexed by plane number.
+    pub fn planes(&self) -> &[Plane] {
+        &self.planes
+    }
+
+    /// The plane of path `idx` (0 for an index not in the table).
+    #[inline]
+    pub fn plane_of(&self, idx: usize) -> u8 {
+        self.paths.get(idx).map_or(0, |p| p.plane)
+    }
+
+    /// Bitmap of the planes that are `Up` (bit `q` for plane `q`).
+    pub fn up_planes(&self) -> u32 {
+        self.planes
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.is_up())
+            .fold(0, |m, (q, _)| m | 1 << q)
+    }
+
+    /// The per-EV counters of plane `q`'s EVs, summed (zero for a plane not in the table).
+    pub fn plane_ev_stats(&self, q: u8) -> EvStats {
+        let mut s = EvStats::default();
+        for p in self.paths.iter().filter(|p| p.plane == q) {
+            let e = &p.stats;
+            s.sent += e.sent;
+            s.retransmitted += e.retransmitted;
+            s.acked += e.acked;
+            s.trimmed += e.trimmed;
+            s.ecn_marked += e.ecn_marked;
+            s.timeouts += e.timeouts;
+            s.lost += e.lost;
+            s.spurious += e.spurious;
+            s.probes_sent += e.probes_sent;
+            s.probes_answered += e.probes_answered;
+            s.revalidations += e.revalidations;
+            s.drops.merge(&e.drops);
+        }
+        s
+    }
+
+    /// A delivery on plane `q`: ends its loss streak.
+    #[inline]
+    pub(super) fn plane_delivered(&mut self, q: u8) {
+        if let Some(pl) = self.planes.get_mut(usize::from(q))
+            && pl.streak_evs != 0
+        {
+            pl.streak_evs = 0;
+            pl.epoch = pl.epoch.wrapping_add(1);
+        }
+    }
+
+    /// A loss (or a timeout) on path `idx` at `now_ns`: counts its EV in its plane's
+    /// streak once, and takes the plane down when the streak or the plane's `AssumedBad`
+    /// EVs say so (see the module docs).
+    pub(super) fn plane_loss(&mut self, idx: usize, now_ns: u64) {
+        if self.planes.len() < 2 {
+            return;
+        }
+        let Some(p) = self.paths.get_mut(idx) else {
+            return;
+        };
+        let q = usize::from(p.plane);
+        let Some(pl) = self.planes.get_mut(q) else {
+            return;
+        };
+        if !pl.is_up() {
+            return;
+        }
+        let mark = pl.epoch.wrapping_add(1);
+        if p.streak_mark != mark {
+            p.streak_mark = mark;
+            pl.streak_evs += 1;
+        }
+        let streak = pl.streak_evs;
+        let (mut usable, mut bad) = (0u32, 0u32);
+        for p in self.paths.iter().filter(|p| usize::from(p.plane) == q) {
+            match p.state {
+                PathState::Denied => {}
+                PathState::AssumedBad => {
+                    usable += 1;
+                    bad += 1;
+                }
+                _ => usable += 1,
+            }
+        }
+        let by_streak = plane_down_after_evs(usable).is_some_and(|k| streak >= k);
+        let all_bad = usable > 0 && bad == usable;
+        let other_up = self
+            .planes
+            .iter()
+            .enumerate()
+            .any(|(r, pl)| r != q && pl.is_up());
+        if (by_streak || all_bad) && other_up {
+            self.plane_down(q as u8, PlaneDownCause::Loss, now_ns);
+        }
+    }
+
+    /// Takes plane `q` down at `now_ns` for `cause`: its EVs that are not denied leave
+    /// rotation (`AssumedBad`, held for the plane's probes instead of their own), and for
+    /// a loss its first probe is due at once, for a report one probe interval later is
+    /// enough (the caller sets it). No effect on a plane already down, except that a
+    /// `Local` cause replaces the others.
+    pub(super) fn plane_down(&mut self, q: u8, cause: PlaneDownCause, now_ns: u64) {
+        let Some(pl) = self.planes.get_mut(usize::from(q)) else {
+            return;
+        };
+        match pl.state {
+            PlaneState::Up => {}
+            PlaneState::Down(PlaneDownCause::Local) => return,
+            PlaneState::Down(_) if cause != PlaneDownCause::Local => return,
+            PlaneState::Down(_) => {}
+        }
+        if pl.is_up() {
+            pl.down_since_ns = Some(now_ns);
+        }
+        pl.state = PlaneState::Down(cause);
+        match cause {
+            PlaneDownCause::Loss => pl.stats.downs_by_loss += 1,
+            PlaneDownCause::PeerReport => pl.stats.downs_by_peer += 1,
+            PlaneDownCause::Local => pl.stats.downs_local += 1,
+        }
+        pl.streak_evs = 0;
+        pl.epoch = pl.epoch.wrapping_add(1);
+        pl.next_probe_ns = now_ns;
+        pl.probes_unanswered = 0;
+        for p in self.paths.iter_mut().filter(|p| p.plane == q) {
+            if cause == PlaneDownCause::Local {
+                p.state = PathState::Denied;
+                p.plane_held = false;
+                continue;
+            }
+            if p.state == PathState::Denied {
+                continue;
+            }
+            if p.state != PathState::AssumedBad {
+                p.state = PathState::AssumedBad;
+                p.probe_seq = None;
+                p.probes_unanswered = 0;
+            }
+            p.plane_held = true;
+        }
+        self.recount_bad();
+    }
+
+    /// Plane `q` is back at `now_ns` (a probe on it was answered, or the datapath says the
+    /// local port is up): `Up`; its EVs held for the plane are probed at once, each on its
+    /// own (the caller makes the answering EV `Good`).
+    fn plane_up(&mut self, q: u8, now_ns: u64) {
+        let Some(pl) = self.planes.get_mut(usize::from(q)) else {
+            return;
+        };
+        if pl.is_up() {
+            return;
+        }
+        pl.state = PlaneState::Up;
+        pl.stats.ups += 1;
+        if let Some(t) = pl.down_since_ns.take() {
+            pl.stats.down_ns += now_ns.saturating_sub(t);
+        }
+        pl.streak_evs = 0;
+        pl.epoch = pl.epoch.wrapping_add(1);
+        pl.probes_unanswered = 0;
+        for p in self.paths.iter_mut().filter(|p| p.plane == q) {
+            p.plane_held = false;
+            if p.state == PathState::AssumedBad {
+                p.next_probe_ns = now_ns;
+                p.probes_unanswered = 0;
+            }
+        }
+    }
+
+    /// A probe on `idx` was answered at `now_ns`: its plane, if down by loss or report,
+    /// is back up.
+    pub(super) fn plane_probe_answered(&mut self, idx: usize, now_ns: u64) {
+        let q = self.plane_of(idx);
+        if self.planes.get(usize::from(q)).is_some_and(Plane::probed) {
+            self.plane_up(q, now_ns);
+        }
+    }
+
+    /// The datapath reports this side's port on plane `q` down (`up == false`: every EV
+    /// of the plane `Denied`) or up again at `now_ns` (`up == true`: the plane is `Up`
+    /// and each of its EVs `AssumedBad` with a probe due at once, so each returns to
+    /// rotation when its probe is answered). Returns whether the plane's state changed.
+    pub fn set_plane_local(&mut self, q: u8, up: bool, now_ns: u64) -> bool {
+        let Some(pl) = self.planes.get(usize::from(q)) else {
+            return false;
+        };
+        let local_down = pl.state == PlaneState::Down(PlaneDownCause::Local);
+        if !up {
+            if local_down {
+                return false;
+            }
+            self.plane_down(q, PlaneDownCause::Local, now_ns);
+            return true;
+        }
+        if !local_down {
+            return false;
+        }
+        let peer_up = pl.peer_up;
+        for p in self.paths.iter_mut().filter(|p| p.plane == q) {
+            p.state = PathState::AssumedBad;
+            p.probe_seq = None;
+            p.probes_unanswered = 0;
+            p.next_probe_ns = now_ns;
+            p.plane_held = false;
+        }
+        self.recount_bad();
+        if peer_up {
+            self.plane_up(q, now_ns);
+        } else {
+            // still down at the peer's end: back to being probed as reported
+            if let Some(pl) = self.planes.get_mut(usize::from(q)) {
+                pl.state = PlaneState::Down(PlaneDownCause::PeerReport);
+            }
+            for p in self.paths.iter_mut().filter(|p| p.plane == q) {
+                p.plane_held = true;
+            }
+        }
+        true
+    }
+
+    /// The peer's Port Status Update at `now_ns`: bit `q` of `up_bitmap` set when its port
+    /// on plane `q` is up. A plane reported down leaves rotation (probed in the background
+    /// from one `interval_ns` on); a plane reported up that was down by report has its
+    /// probe due at once (it returns when the probe is answered). Planes this table lacks
+    /// are ignored. Returns the planes whose state changed (a bitmap).
+    pub fn on_peer_planes(&mut self, up_bitmap: u32, now_ns: u64, interval_ns: u64) -> u32 {
+        let mut changed = 0;
+        for q in 0..self.planes.len() {
+            let up = up_bitmap >> q & 1 == 1;
+            let pl = &mut self.planes[q];
+            pl.peer_up = up;
+            if !up && pl.is_up() {
+                self.plane_down(q as u8, PlaneDownCause::PeerReport, now_ns);
+                if let Some(pl) = self.planes.get_mut(q) {
+                    pl.next_probe_ns = now_ns.saturating_add(interval_ns);
+                }
+                changed |= 1 << q;
+            } else if up && pl.probed() {
+                pl.next_probe_ns = now_ns;
+                pl.probes_unanswered = 0;
+                changed |= 1 << q;
+            }
+        }
+        changed
+    }
+
+    /// The next plane probe due at `now_ns`: `(path index, probe sequence)` on the next EV
+    /// (in turn) of a plane down by loss or report whose probe time has come.
+    pub(super) fn next_plane_probe(
+        &mut self,
+        now_ns: u64,
+        interval_ns: u64,
+    ) -> Option<(usize, u32)> {
+        let q = self
+            .planes
+            .iter()
+            .position(|pl| pl.probed() && pl.next_probe_ns <= now_ns)?;
+        let n = self.paths.len();
+        let start = self.planes[q].probe_cursor;
+        let idx = (0..n).map(|k| (start + k) % n).find(|&i| {
+            usize::from(self.paths[i].plane) == q && self.paths[i].state != PathState::Denied
+        })?;
+        let seq = self.next_probe_seq;
+        self.next_probe_seq = self.next_probe_seq.wrapping_add(1).max(1);
+        let p = &mut self.paths[idx];
+        p.probe_seq = Some((p.probe_seq.map_or(seq, |(first, _)| first), seq));
+        p.stats.probes_sent += 1;
+        let pl = &mut self.planes[q];
+        pl.probe_cursor = idx + 1;
+        pl.probes_unanswered = pl.probes_unanswered.saturating_add(1);
+        pl.stats.probes_sent += 1;
+        let wait = interval_ns.max(1) << pl.probes_unanswered.min(6);
+        pl.next_probe_ns = now_ns.saturating_add(wait);
+        Some((idx, seq))
+    }
+
+    /// Earliest plane probe due, if a plane is probed in the background.
+    pub(super) fn next_plane_probe_time(&self) -> Option<u64> {
+        self.planes
+            .iter()
+            .filter(|pl| pl.probed())
+            .map(|pl| pl.next_probe_ns)
+            .min()
+    }
+
+    /// The EV index for a control packet that must reach the peer (a Port Status Update):
+    /// the `k`-th (mod their count) of the EVs that are `Good` on an `Up` plane, taken
+    /// one per plane in turn so that successive `k` use different planes; any EV not
+    /// denied when none is. Does not count as a selection.
+    pub fn control_ev(&self, k: usize) -> Option<usize> {
+        let good: Vec<usize> = (0..self.planes.len())
+            .filter(|&q| self.planes[q].is_up())
+            .filter_map(|q| {
+                self.paths
+                    .iter()
+                    .position(|p| usize::from(p.plane) == q && p.state == PathState::Good)
+            })
+            .collect();
+        if !good.is_empty() {
+            return good.get(k % good.len()).copied();
+        }
+        self.paths.iter().position(|p| p.state != PathState::Denied)
+    }
+}
