@@ -1790,3 +1790,239 @@ fn gather_with_authentication_writes_the_sealed_datagram_whole() {
     // BTH + MRCETH + MSGETH + RETH, the payload, the trailer
     assert_eq!(t.len, 52 + 4096 + AUTH_TRAILER_BYTES);
 }
+
+/// Planes and Port Status Updates between two connections.
+mod planes {
+    use super::*;
+    use crate::path::{PathState, PlaneDownCause, PlaneState};
+    use crate::wire::PortStatusRepr;
+
+    /// EVs 100..104 on planes 0, 1, 0, 1 at both ends.
+    fn plane_cfg(qpn: u32, psn: u32, generation: u16) -> ConnConfig {
+        ConnConfig {
+            ev_planes: vec![0, 1, 0, 1],
+            ..cfg(qpn, psn, generation)
+        }
+    }
+
+    fn plane_pair() -> (Conn, Conn) {
+        let cc = || FixedWindowConfig::default().build();
+        let mut a = Connection::new(plane_cfg(0x11, 0xFF_FFF0, 1), cc()).unwrap();
+        let b_cfg = plane_cfg(0x22, 100, 7);
+        let mut b = Connection::new(b_cfg, cc()).unwrap();
+        a.connect(b.local_params()).unwrap();
+        b.connect(a.local_params()).unwrap();
+        (a, b)
+    }
+
+    /// Moves datagrams both ways at `now` until both are quiet, dropping those from `a`
+    /// for which `drop_a` says so; returns `(opcode, EV)` of everything each side sent.
+    #[allow(clippy::type_complexity)]
+    fn run(
+        now: u64,
+        a: &mut Conn,
+        b: &mut Conn,
+        drop_a: &mut dyn FnMut(Opcode) -> bool,
+    ) -> (Vec<(Opcode, u32)>, Vec<(Opcode, u32)>) {
+        let mut buf = vec![0u8; 8192];
+        let (mut from_a, mut from_b) = (Vec::new(), Vec::new());
+        loop {
+            let mut moved = false;
+            while let Some(t) = a.poll_transmit(now, &mut buf) {
+                moved = true;
+                let op = PacketRepr::parse(&buf[..t.len]).unwrap().bth.opcode;
+                from_a.push((op, t.ev));
+                if !drop_a(op) {
+                    b.handle_datagram(now, t.ev, t.ecn, &buf[..t.len]);
+                }
+            }
+            while let Some(t) = b.poll_transmit(now, &mut buf) {
+                moved = true;
+                let op = PacketRepr::parse(&buf[..t.len]).unwrap().bth.opcode;
+                from_b.push((op, t.ev));
+                a.handle_datagram(now, t.ev, t.ecn, &buf[..t.len]);
+            }
+            if !moved {
+                return (from_a, from_b);
+            }
+        }
+    }
+
+    #[test]
+    fn a_local_port_down_is_reported_and_the_peer_stops_using_the_plane() {
+        let (mut a, mut b) = plane_pair();
+        assert!(a.set_local_plane(1, false, 1_000));
+        assert!(!a.set_local_plane(1, false, 1_000));
+        assert_eq!(a.local_up_planes(), 0b01);
+        let (from_a, from_b) = run(1_000, &mut a, &mut b, &mut |_| false);
+        // one update, on plane 0's first EV, and its acknowledgement back on it
+        assert_eq!(from_a, vec![(Opcode::PortStatus, 100)]);
+        assert_eq!(from_b, vec![(Opcode::PortStatus, 100)]);
+        assert_eq!(
+            b.paths().planes()[1].state,
+            PlaneState::Down(PlaneDownCause::PeerReport)
+        );
+        assert_eq!((a.stats().psu_sent, a.stats().psu_acked), (1, 1));
+        assert_eq!(b.stats().psu_received, 1);
+        assert_eq!(a.poll_timeout(), None, "acknowledged: no resend timer");
+
+        // b's data now goes on plane 0 only (EVs 100 and 102), a's SACKs echo them
+        let (src, dst) = {
+            let src = fill(&mut b, 8 * 4096, 3);
+            let dst = a
+                .regions_mut()
+                .register(8 * 4096, Access::REMOTE_WRITE)
+                .unwrap();
+            (src, dst)
+        };
+        write_whole(&mut b, 1, &src, &dst, 8 * 4096);
+        let (_, from_b) = run(2_000, &mut a, &mut b, &mut |_| false);
+        let data_evs: Vec<u32> = from_b
+            .iter()
+            .filter(|(op, _)| op.is_data())
+            .map(|&(_, ev)| ev)
+            .collect();
+        assert_eq!(data_evs.len(), 8);
+        assert!(
+            data_evs.iter().all(|&ev| ev == 100 || ev == 102),
+            "{data_evs:?}"
+        );
+        assert_eq!(completions(&mut b)[0].status, WcStatus::Success);
+        assert_eq!(
+            a.regions().bytes(dst.lkey).unwrap(),
+            b.regions().bytes(src.lkey).unwrap()
+        );
+
+        // the port is back: a's update makes b probe plane 1 at once, and its answer
+        // brings the plane back; a's own EVs of plane 1 are probed back one by one
+        assert!(a.set_local_plane(1, true, 3_000));
+        let (from_a, from_b) = run(3_000, &mut a, &mut b, &mut |_| false);
+        assert_eq!(from_a[0], (Opcode::PortStatus, 100));
+        assert!(from_b.contains(&(Opcode::EvProbe, 101)), "{from_b:?}");
+        assert!(from_a.contains(&(Opcode::EvProbe, 101)), "{from_a:?}");
+        assert!(from_a.contains(&(Opcode::EvProbe, 103)), "{from_a:?}");
+        assert_eq!(b.paths().planes()[1].state, PlaneState::Up);
+        assert_eq!(b.paths().planes()[1].stats.ups, 1);
+        assert_eq!(b.paths().planes()[1].stats.down_ns, 2_000);
+        assert_eq!(a.paths().planes()[1].state, PlaneState::Up);
+        assert_eq!(b.paths().state_of(101), Some(PathState::Good));
+        assert_eq!(a.paths().state_of(101), Some(PathState::Good));
+        assert_eq!(a.paths().state_of(103), Some(PathState::Good));
+        assert_eq!((a.stats().psu_sent, a.stats().psu_acked), (2, 2));
+    }
+
+    #[test]
+    fn a_lost_update_is_resent_every_probe_interval_until_acknowledged() {
+        let (mut a, mut b) = plane_pair();
+        a.set_local_plane(0, false, 1_000);
+        let mut first = true;
+        let (from_a, from_b) = run(1_000, &mut a, &mut b, &mut |op| {
+            std::mem::take(&mut first) && op == Opcode::PortStatus
+        });
+        assert_eq!(from_a, vec![(Opcode::PortStatus, 101)]);
+        assert!(from_b.is_empty());
+        assert_eq!(b.paths().planes()[0].state, PlaneState::Up);
+        assert_eq!(a.poll_timeout(), Some(101_000));
+        let (from_a, from_b) = run(100_999, &mut a, &mut b, &mut |_| false);
+        assert!(from_a.is_empty() && from_b.is_empty());
+        let (from_a, from_b) = run(101_000, &mut a, &mut b, &mut |_| false);
+        assert_eq!(from_a, vec![(Opcode::PortStatus, 101)]);
+        assert_eq!(from_b, vec![(Opcode::PortStatus, 101)]);
+        assert_eq!(
+            b.paths().planes()[0].state,
+            PlaneState::Down(PlaneDownCause::PeerReport)
+        );
+        assert_eq!((a.stats().psu_sent, a.stats().psu_acked), (2, 1));
+    }
+
+    #[test]
+    fn stale_and_forged_updates_change_nothing() {
+        let (mut a, mut b) = plane_pair();
+        // an acknowledgement of nothing: a counted drop
+        let ack = PortStatusRepr {
+            psu_seq: 5,
+            up_planes: 0b11,
+            planes: 2,
+            ack: true,
+            other_flags: 0,
+            reserved: 0,
+        };
+        let bytes = from_peer(Opcode::PortStatus, 0, Body::PortStatus(ack));
+        a.handle_datagram(10, 100, Ecn::NotEct, &bytes);
+        assert_eq!(a.stats().drops.get(DropReason::StalePortStatus), 1);
+        // an update whose bitmap names a plane beyond its count does not parse
+        let mut bad = from_peer(
+            Opcode::PortStatus,
+            0,
+            Body::PortStatus(PortStatusRepr { ack: false, ..ack }),
+        );
+        let n = bad.len();
+        bad[n - 4] = 1; // planes = 1, bitmap 0b11
+        a.handle_datagram(10, 100, Ecn::NotEct, &bad);
+        assert_eq!(a.stats().drops.get(DropReason::Malformed), 1);
+        assert_eq!(a.stats().psu_received, 0);
+        // an older update after a newer one is acknowledged but not applied
+        let update = |seq: u32, up: u32| {
+            from_peer(
+                Opcode::PortStatus,
+                0,
+                Body::PortStatus(PortStatusRepr {
+                    psu_seq: seq,
+                    up_planes: up,
+                    ack: false,
+                    ..ack
+                }),
+            )
+        };
+        a.handle_datagram(20, 100, Ecn::NotEct, &update(7, 0b01));
+        assert_eq!(
+            a.paths().planes()[1].state,
+            PlaneState::Down(PlaneDownCause::PeerReport)
+        );
+        a.handle_datagram(21, 100, Ecn::NotEct, &update(6, 0b11));
+        assert_eq!(
+            a.paths().planes()[1].state,
+            PlaneState::Down(PlaneDownCause::PeerReport)
+        );
+        assert_eq!(a.stats().psu_received, 2);
+        let _ = &mut b;
+    }
+
+    #[test]
+    fn unbalanced_or_bad_plane_lists_are_refused() {
+        let cc = || FixedWindowConfig::default().build();
+        let with = |planes: Vec<u8>| {
+            Connection::new(
+                ConnConfig {
+                    ev_planes: planes,
+                    ..cfg(1, 0, 1)
+                },
+                cc(),
+            )
+            .err()
+        };
+        assert_eq!(
+            with(vec![0, 1, 0]),
+            Some(ConfigError::EvPlanes("need one plane per EV"))
+        );
+        assert_eq!(
+            with(vec![0, 0, 0, 1]),
+            Some(ConfigError::EvPlanes(
+                "EVs must be split equally across the planes"
+            ))
+        );
+        assert_eq!(
+            with(vec![0, 2, 0, 2]),
+            Some(ConfigError::EvPlanes(
+                "every plane below the highest needs an EV"
+            ))
+        );
+        assert_eq!(
+            with(vec![0, 32, 0, 1]),
+            Some(ConfigError::EvPlanes("plane numbers must be below 32"))
+        );
+        assert_eq!(with(vec![0, 1, 2, 0]), None, "3 planes of 2, 1, 1 EVs");
+        assert_eq!(ConnConfig::interleaved_planes(6, 3), vec![0, 1, 2, 0, 1, 2]);
+        assert!(ConnConfig::interleaved_planes(6, 1).is_empty());
+    }
+}

@@ -706,10 +706,11 @@ mod tests {
                 known += 1;
             }
         }
-        assert_eq!(known, 17);
+        assert_eq!(known, 18);
         assert_eq!(Opcode::from(0x42), Opcode::Unknown(0x42));
         assert_eq!(Opcode::from(0x81), Opcode::Cnp);
         assert_eq!(Opcode::from(0xE3), Opcode::EvProbeReply);
+        assert_eq!(Opcode::from(0xE4), Opcode::PortStatus);
     }
 
     #[test]
