@@ -4,8 +4,8 @@
 
 use mrc_transport::wire::{
     Body, BthFlags, BthRepr, BthSpare, CnpRepr, DataRepr, MAX_24BIT, MrcethRepr, MsgethRepr,
-    NackReason, NackRepr, Opcode, PacketRepr, ProbeReplyRepr, ProbeRepr, RethRepr, SackRepr,
-    WireError,
+    NackReason, NackRepr, Opcode, PacketRepr, PortStatusRepr, ProbeReplyRepr, ProbeRepr, RethRepr,
+    SackRepr, WireError,
 };
 use proptest::collection::vec;
 use proptest::prelude::*;
@@ -31,6 +31,7 @@ enum OwnedBody {
     Cnp(CnpRepr),
     Probe(ProbeRepr),
     ProbeReply(ProbeReplyRepr),
+    PortStatus(PortStatusRepr),
     Unknown(Vec<u8>),
 }
 
@@ -53,6 +54,7 @@ impl Owned {
             OwnedBody::Cnp(c) => Body::Cnp(*c),
             OwnedBody::Probe(p) => Body::Probe(*p),
             OwnedBody::ProbeReply(p) => Body::ProbeReply(*p),
+            OwnedBody::PortStatus(p) => Body::PortStatus(*p),
             OwnedBody::Unknown(rest) => Body::Unknown { rest },
         };
         PacketRepr {
@@ -220,6 +222,28 @@ fn arb_control(bth: BthRepr, mrceth: MrcethRepr) -> impl Strategy<Value = Owned>
                 echo_ts_ns
             })
         )),
+        (1..=32u8, any::<(u32, u32, bool, u8, u16)>()).prop_map(
+            move |(planes, (psu_seq, bits, ack, flags, reserved))| {
+                // a bitmap within the plane count (the only ones that parse)
+                let up_planes = if planes == 32 {
+                    bits
+                } else {
+                    bits & ((1u32 << planes) - 1)
+                };
+                with(
+                    Opcode::PortStatus,
+                    bth.psn,
+                    OwnedBody::PortStatus(PortStatusRepr {
+                        psu_seq,
+                        up_planes,
+                        planes,
+                        ack,
+                        other_flags: flags & 0x7F,
+                        reserved,
+                    }),
+                )
+            }
+        ),
         (
             any::<u8>().prop_filter("unknown opcode", |n| matches!(
                 Opcode::from(*n),

@@ -685,7 +685,9 @@ impl PathTable {
         self.recount_bad();
     }
 
-    /// The datapath reports `ev` down (`true`) or up again (`false`, back to `Good`). An EV
+    /// The datapath reports `ev` down (`true`) or up again (`false`, back to `Good`, or,
+    /// while its plane is down, to what the plane's EVs are: see
+    /// [`plane`]). An EV
     /// back from `Denied` counts as proven as of the latest evidence on any EV (no
     /// revalidation probe first) and, with [`Selection::Recycle`], goes to the front of
     /// the recycle FIFO: the next packet takes it (else a busy flow, whose FIFO never runs
@@ -695,10 +697,19 @@ impl PathTable {
             return;
         };
         let (latest, proofs) = (self.latest_proof_ns, self.proofs);
+        let (back_state, held) = self.undenied_state(self.plane_of(idx));
         let mut back = false;
         if let Some(p) = self.paths.get_mut(idx) {
             if denied {
                 p.state = PathState::Denied;
+                p.plane_held = false;
+            } else if p.state == PathState::Denied && back_state != PathState::Good {
+                // its plane is down: it waits for the plane (probed with it, or for the
+                // local port)
+                p.state = back_state;
+                p.plane_held = held;
+                p.probe_seq = None;
+                p.probes_unanswered = 0;
             } else if p.state == PathState::Denied {
                 // Back in rotation, as fresh as the latest evidence on any EV (the denial,
                 // not the path, kept it silent: no revalidation probe first).

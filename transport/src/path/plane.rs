@@ -420,14 +420,15 @@ impl PathTable {
         now_ns: u64,
         interval_ns: u64,
     ) -> Option<(usize, u32)> {
-        let q = self
-            .planes
-            .iter()
-            .position(|pl| pl.probed() && pl.next_probe_ns <= now_ns)?;
+        let q = (0..self.planes.len()).find(|&q| {
+            let pl = &self.planes[q];
+            pl.probed() && pl.next_probe_ns <= now_ns && self.has_probe_target(q)
+        })?;
         let n = self.paths.len();
         let start = self.planes[q].probe_cursor;
         let idx = (0..n).map(|k| (start + k) % n).find(|&i| {
-            usize::from(self.paths[i].plane) == q && self.paths[i].state != PathState::Denied
+            let p = &self.paths[i];
+            usize::from(p.plane) == q && p.plane_held && p.state == PathState::AssumedBad
         })?;
         let seq = self.next_probe_seq;
         self.next_probe_seq = self.next_probe_seq.wrapping_add(1).max(1);
@@ -445,11 +446,29 @@ impl PathTable {
 
     /// Earliest plane probe due, if a plane is probed in the background.
     pub(super) fn next_plane_probe_time(&self) -> Option<u64> {
-        self.planes
-            .iter()
-            .filter(|pl| pl.probed())
-            .map(|pl| pl.next_probe_ns)
+        (0..self.planes.len())
+            .filter(|&q| self.planes[q].probed() && self.has_probe_target(q))
+            .map(|q| self.planes[q].next_probe_ns)
             .min()
+    }
+
+    /// Whether plane `q` has an EV its probes can go on (one held for it; a plane whose
+    /// EVs were all denied meanwhile has none, and no probe is due for it).
+    fn has_probe_target(&self, q: usize) -> bool {
+        self.paths
+            .iter()
+            .any(|p| usize::from(p.plane) == q && p.plane_held && p.state == PathState::AssumedBad)
+    }
+
+    /// The state an EV of plane `q` takes when the datapath stops denying it: `Good` on
+    /// an `Up` plane; on a plane probed in the background, `AssumedBad` held for the
+    /// plane's probes; on a plane whose local port is down, `Denied` still.
+    pub(super) fn undenied_state(&self, q: u8) -> (PathState, bool) {
+        match self.planes.get(usize::from(q)).map(|pl| pl.state) {
+            Some(PlaneState::Down(PlaneDownCause::Local)) => (PathState::Denied, false),
+            Some(PlaneState::Down(_)) => (PathState::AssumedBad, true),
+            _ => (PathState::Good, false),
+        }
     }
 
     /// The EV index for a control packet that must reach the peer (a Port Status Update):

@@ -660,3 +660,85 @@ mod planes {
         assert_eq!(t.plane_ev_stats(2).sent, 0);
     }
 }
+
+proptest::proptest! {
+    /// Plane storms: losses, deliveries, peer reports, local ports going down and up,
+    /// denials and probes at random on 8 EVs over 2-4 planes. Invariants after every step:
+    /// a selection takes an EV of an `Up` plane whenever one has a `Good` EV, never a
+    /// denied EV, and is `None` only when every EV is denied; a held EV's plane is down by
+    /// loss or report; every EV of a plane whose local port is down is denied; a probe is
+    /// due exactly when an EV is `AssumedBad` (held ones only while their plane may be
+    /// probed); losses never take the last `Up` plane down.
+    #[test]
+    fn plane_storms_keep_the_table_consistent(
+        n_planes in 2u8..5,
+        steps in proptest::collection::vec((0u8..10, 0usize..8, 0u32..16), 0..400),
+    ) {
+        let evs: Vec<u32> = (20..28).collect();
+        let planes: Vec<u8> = (0..8).map(|i| (i % usize::from(n_planes)) as u8).collect();
+        let mut t = PathTable::with_planes(&evs, &planes, Selection::Recycle, 9);
+        let mut now = 0u64;
+        for (op, idx, k) in steps {
+            now += 50;
+            let up_before = t.planes().iter().filter(|p| p.is_up()).count();
+            match op {
+                0 | 1 => t.on_loss(idx, now),
+                2 => {
+                    t.on_delivered(idx, now);
+                    t.end_ack(0, None);
+                }
+                3 => {
+                    t.on_peer_planes(k, now, 100);
+                }
+                4 => {
+                    t.set_plane_local((k % 4) as u8, k < 8, now);
+                }
+                5 => t.set_denied(evs[idx], k < 8),
+                6 => t.assume_bad(idx, now),
+                7 => {
+                    if let Some((j, seq)) = t.next_probe(now, 100)
+                        && k % 2 == 0
+                    {
+                        t.on_probe_reply(evs[j], seq, now);
+                    }
+                }
+                _ => {
+                    let got = t.select(None);
+                    let usable = t.paths().iter().any(|p| p.state != PathState::Denied);
+                    let good_up = t.paths().iter().any(|p| {
+                        p.state == PathState::Good && t.planes()[usize::from(p.plane)].is_up()
+                    });
+                    match got {
+                        None => proptest::prop_assert!(!usable),
+                        Some(g) => {
+                            proptest::prop_assert_ne!(t.paths()[g].state, PathState::Denied);
+                            if good_up {
+                                proptest::prop_assert!(t.planes()[usize::from(t.plane_of(g))].is_up());
+                            }
+                        }
+                    }
+                }
+            }
+            if op <= 1 || op == 6 {
+                // losses take a plane down only while another stays up
+                let up_after = t.planes().iter().filter(|p| p.is_up()).count();
+                proptest::prop_assert!(up_after >= up_before.min(1));
+            }
+            for p in t.paths() {
+                let pl = &t.planes()[usize::from(p.plane)];
+                if p.plane_held {
+                    proptest::prop_assert_eq!(p.state, PathState::AssumedBad);
+                    proptest::prop_assert!(matches!(
+                        pl.state,
+                        PlaneState::Down(PlaneDownCause::Loss | PlaneDownCause::PeerReport)
+                    ));
+                }
+                if pl.state == PlaneState::Down(PlaneDownCause::Local) {
+                    proptest::prop_assert_eq!(p.state, PathState::Denied);
+                }
+            }
+            let bad = t.paths().iter().any(|p| p.state == PathState::AssumedBad);
+            proptest::prop_assert_eq!(t.next_probe_time().is_some(), bad);
+        }
+    }
+}
