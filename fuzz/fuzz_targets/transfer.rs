@@ -1,6 +1,7 @@
 //! The headline target: a transfer between two endpoints on a virtual clock under a fault
 //! schedule decoded from the input (drops, duplicates, reorders, trims, ECN CE marks,
-//! delays, EVs going dark and coming back, EVs going dark for good) with a handful of
+//! delays, EVs going dark and coming back, a NIC port's plane going dark and coming back,
+//! EVs going dark for good) over 1-4 planes with a handful of
 //! messages of arbitrary kinds and sizes.
 //!
 //! `mrc_tests::transfer::run` plays it and checks the verdict (its module docs give the
@@ -51,11 +52,14 @@ struct FOutage {
     start_us: u16,
     len_us: u16,
     denied: bool,
+    /// A's NIC port on the EV's plane instead (wins over `denied`).
+    port: bool,
 }
 
 #[derive(Arbitrary, Debug)]
 struct Input {
     n_evs: u8,
+    planes: u8,
     mtu: u8,
     cc: u8,
     go_back_n: bool,
@@ -91,6 +95,7 @@ fuzz_target!(|input: Input| {
     };
     let sched = Schedule {
         n_evs: u32::from(input.n_evs % 4) + 1,
+        planes: u32::from(input.planes % 4) + 1,
         mtu_payload_bytes: mtu,
         cc: CcKind::ALL[usize::from(input.cc % 4)],
         go_back_n: input.go_back_n,
@@ -118,7 +123,9 @@ fuzz_target!(|input: Input| {
                 ev: u32::from(o.ev),
                 start_ns: u64::from(o.start_us) * 1_000,
                 len_ns: u64::from(o.len_us % 4_000) * 1_000,
-                kind: if o.denied {
+                kind: if o.port {
+                    OutageKind::LocalPort
+                } else if o.denied {
                     OutageKind::Denied
                 } else {
                     OutageKind::BlackHole

@@ -93,6 +93,11 @@ pub enum OutageKind {
     BlackHole,
     /// The datapath reports it down at both endpoints.
     Denied,
+    /// A's NIC port on the EV's plane (`ev mod planes`) goes down: A's datapath reports
+    /// the port down ([`mrc_transport::Connection::set_local_plane`], which sends B a Port
+    /// Status Update) and every EV of that plane is black-holed both ways; at the end the
+    /// port is reported up again.
+    LocalPort,
 }
 
 /// One finite outage of one EV.
@@ -113,6 +118,9 @@ pub struct Outage {
 pub struct Schedule {
     /// Number of EVs, 1..=8 (EVs are `0..n_evs`).
     pub n_evs: u32,
+    /// Planes, 1..=min(4, n_evs): EV `i` on plane `i mod planes` at both ends
+    /// ([`mrc_transport::ConnConfig::interleaved_planes`]).
+    pub planes: u32,
     /// Payload bytes per packet.
     pub mtu_payload_bytes: u32,
     /// Congestion controller (its default preset for 100 Gb/s, 12 us, trimming on).
@@ -159,6 +167,7 @@ impl Schedule {
     pub fn normalised(&self) -> Schedule {
         let mut s = self.clone();
         s.n_evs = s.n_evs.clamp(1, 8);
+        s.planes = s.planes.clamp(1, s.n_evs.min(4));
         s.mtu_payload_bytes = s.mtu_payload_bytes.clamp(64, 4096);
         s.msgs.truncate(8);
         let mut total = 0u32;
@@ -193,10 +202,23 @@ impl Schedule {
     }
 
     fn dark_at(&self, ev: u32, t: u64) -> bool {
-        self.outages
-            .iter()
-            .any(|o| o.ev == ev && o.start_ns <= t && t < o.start_ns.saturating_add(o.len_ns))
-            || self.permanent.iter().any(|p| p.0 == ev && p.1 <= t)
+        self.outages.iter().any(|o| {
+            self.outage_covers(o, ev) && o.start_ns <= t && t < o.start_ns.saturating_add(o.len_ns)
+        }) || self.permanent.iter().any(|p| p.0 == ev && p.1 <= t)
+    }
+
+    /// The plane of `ev`.
+    fn plane_of(&self, ev: u32) -> u32 {
+        ev % self.planes.max(1)
+    }
+
+    /// Whether outage `o` darkens `ev`: its own EV, or for a port outage every EV of the
+    /// port's plane.
+    fn outage_covers(&self, o: &Outage, ev: u32) -> bool {
+        match o.kind {
+            OutageKind::LocalPort => self.plane_of(o.ev) == self.plane_of(ev),
+            OutageKind::BlackHole | OutageKind::Denied => o.ev == ev,
+        }
     }
 }
 
@@ -232,8 +254,8 @@ impl Script {
     fn decide(&mut self, info: &PacketInfo) -> Action {
         let side = usize::from(info.from == Side::B);
         let black_hole = self.sched.outages.iter().any(|o| {
-            o.kind == OutageKind::BlackHole
-                && o.ev == info.ev
+            o.kind != OutageKind::Denied
+                && self.sched.outage_covers(o, info.ev)
                 && o.start_ns <= info.now_ns
                 && info.now_ns < o.start_ns.saturating_add(o.len_ns)
         });
@@ -290,6 +312,8 @@ pub fn run(sched: &Schedule) -> Result<Report, String> {
     for c in [&mut ca, &mut cb] {
         c.send.mtu_payload_bytes = s.mtu_payload_bytes;
         c.go_back_n = s.go_back_n;
+        c.ev_planes =
+            mrc_transport::ConnConfig::interleaved_planes(s.n_evs as usize, s.planes as u8);
     }
     let link = LinkParams {
         line_rate_bps: 100_000_000_000,
@@ -361,22 +385,26 @@ pub fn run(sched: &Schedule) -> Result<Report, String> {
         drops_in_a_row: [0; 2],
     };
     p.script(move |info| script.decide(info));
-    // EV denials as (time, ev, down), in time order.
-    let mut toggles: Vec<(u64, u32, bool)> = s
+    // EV denials as (time, ev, down, port), in time order; `port`: A's NIC port on the
+    // EV's plane (the EV names the plane).
+    let mut toggles: Vec<(u64, u32, bool, bool)> = s
         .outages
         .iter()
-        .filter(|o| o.kind == OutageKind::Denied)
+        .filter(|o| o.kind != OutageKind::BlackHole)
         .flat_map(|o| {
+            let port = o.kind == OutageKind::LocalPort;
+            let key = if port { s.plane_of(o.ev) } else { o.ev };
             [
-                (o.start_ns, o.ev, true),
-                (o.start_ns.saturating_add(o.len_ns), o.ev, false),
+                (o.start_ns, key, true, port),
+                (o.start_ns.saturating_add(o.len_ns), key, false, port),
             ]
         })
         .collect();
     // At equal times an EV goes down before it comes back up, so a zero-length denial
     // is no denial (not one that never ends).
-    toggles.sort_unstable_by_key(|&(t, ev, down)| (t, !down, ev));
+    toggles.sort_unstable_by_key(|&(t, ev, down, port)| (t, !down, port, ev));
     let mut down = vec![0u32; s.n_evs as usize];
+    let mut port_down = vec![0u32; s.planes as usize];
     let mut next_toggle = 0usize;
 
     let n = s.msgs.len();
@@ -405,14 +433,22 @@ pub fn run(sched: &Schedule) -> Result<Report, String> {
         let toggle_first = tg_t.is_some_and(|t| ev_t.is_none_or(|e| t <= e));
         match (ev_t, tg_t) {
             (_, Some(t)) if toggle_first => {
-                let (_, ev, d) = toggles[next_toggle];
+                let (_, key, d, port) = toggles[next_toggle];
                 next_toggle += 1;
                 p.now_ns = p.now_ns.max(t);
-                let slot = &mut down[ev as usize];
+                let slot = if port {
+                    &mut port_down[key as usize]
+                } else {
+                    &mut down[key as usize]
+                };
                 *slot = if d { *slot + 1 } else { slot.saturating_sub(1) };
                 let denied = *slot > 0;
-                p.a.set_ev_denied(ev, denied);
-                p.b.set_ev_denied(ev, denied);
+                if port {
+                    p.a.set_local_plane(key as u8, !denied, p.now_ns);
+                } else {
+                    p.a.set_ev_denied(key, denied);
+                    p.b.set_ev_denied(key, denied);
+                }
             }
             (Some(_), _) | (None, Some(_)) => {
                 let before = p.now_ns;

@@ -15,6 +15,7 @@ use mrc_transport::stats::DropReason;
 #[test]
 fn denied_only_ev_with_pacing_does_not_spin() {
     let s = Schedule {
+        planes: 1,
         n_evs: 1,
         mtu_payload_bytes: 256,
         cc: CcKind::Dcqcn,
@@ -51,6 +52,7 @@ fn denied_only_ev_with_pacing_does_not_spin() {
 #[test]
 fn zero_length_denial_is_no_denial() {
     let s = Schedule {
+        planes: 1,
         n_evs: 1,
         mtu_payload_bytes: 4096,
         cc: CcKind::Dcqcn,
@@ -84,6 +86,7 @@ fn zero_length_denial_is_no_denial() {
 #[test]
 fn go_back_n_routes_around_dead_evs() {
     let one = Schedule {
+        planes: 1,
         n_evs: 4,
         mtu_payload_bytes: 256,
         cc: CcKind::None,
@@ -98,6 +101,7 @@ fn go_back_n_routes_around_dead_evs() {
     let r = run(&one).unwrap();
     assert_eq!((r.succeeded, r.dark_from_ns), (1, None));
     let two = Schedule {
+        planes: 1,
         initial_psns: (2_099_744, 32),
         msgs: vec![
             (MsgKind::WriteImm, 3584),
@@ -128,6 +132,7 @@ fn go_back_n_routes_around_dead_evs() {
 #[test]
 fn go_back_n_rto_goes_back_and_blames_only_the_hole_ev() {
     let one = Schedule {
+        planes: 1,
         n_evs: 4,
         mtu_payload_bytes: 256,
         cc: CcKind::None,
@@ -190,6 +195,7 @@ fn go_back_n_rto_goes_back_and_blames_only_the_hole_ev() {
 fn probe_replies_do_not_take_the_delivered_turn_of_dropped_sacks() {
     use NetAct::{Deliver, Drop, MarkCe};
     let s = Schedule {
+        planes: 1,
         n_evs: 2,
         mtu_payload_bytes: 256,
         cc: CcKind::Swift,
@@ -226,6 +232,7 @@ fn probe_replies_do_not_take_the_delivered_turn_of_dropped_sacks() {
 #[test]
 fn zero_length_write_then_write_imm_with_first_packet_lost_completes() {
     let s = Schedule {
+        planes: 1,
         n_evs: 4,
         mtu_payload_bytes: 256,
         cc: CcKind::None,
@@ -272,4 +279,47 @@ fn zero_length_write_then_write_imm_with_first_packet_lost_completes() {
         "two and the duplicate of the first"
     );
     assert_eq!(r.end_ns, 1_292_026);
+}
+
+/// Planes: 4 EVs on 2 planes (EVs 0 and 2 on plane 0, 1 and 3 on plane 1), a 64 KiB WRITE
+/// then a 4 KiB SEND under DCQCN's pacing, and A's NIC port on plane 1 down from 1 us to
+/// 5 us (EVs 1 and 3 black-holed both ways meanwhile). A reports the port down and up again
+/// (two Port Status Updates; B's acknowledgement of the first arrives after A sent the
+/// second, a counted stale drop, and the second is acknowledged), both messages complete
+/// byte for byte with no loss and no RTO: A's own EVs of the plane are denied while the
+/// port is down, so the plane carries 3 packets per EV against 30 and 29 on plane 0.
+#[test]
+fn a_nic_port_down_mid_transfer_costs_no_loss_and_no_rto() {
+    let s = Schedule {
+        planes: 2,
+        n_evs: 4,
+        mtu_payload_bytes: 1024,
+        cc: CcKind::Dcqcn,
+        go_back_n: false,
+        initial_psns: (10, 20),
+        msgs: vec![(MsgKind::Write, 64 << 10), (MsgKind::Send, 4096)],
+        a_acts: vec![],
+        b_acts: vec![],
+        outages: vec![Outage {
+            ev: 1,
+            start_ns: 1_000,
+            len_ns: 4_000,
+            kind: OutageKind::LocalPort,
+        }],
+        permanent: vec![],
+    };
+    let r = run(&s).unwrap();
+    assert_eq!(r.succeeded, 2);
+    assert_eq!(r.end_ns, 9_522);
+    assert_eq!((r.a_stats.timeouts, r.a_stats.rack_losses), (0, 0));
+    let per_ev: Vec<(u64, u64, u64)> = r
+        .a_ev_stats
+        .iter()
+        .map(|e| (e.sent, e.acked, e.lost))
+        .collect();
+    assert_eq!(per_ev, vec![(30, 30, 0), (3, 3, 0), (29, 29, 0), (3, 3, 0)]);
+    assert_eq!((r.a_stats.psu_sent, r.a_stats.psu_acked), (2, 1));
+    assert_eq!(r.a_stats.drops.get(DropReason::StalePortStatus), 1);
+    assert_eq!(r.b_stats.psu_received, 2);
+    assert_eq!(r.a_ev_states, vec![PathState::Good; 4]);
 }
