@@ -13,7 +13,7 @@ use mrc_fabric::pcap::EthernetPcapWriter;
 use mrc_fabric::srv6::{SrhContext, SrhRepr};
 use mrc_transport::wire::{
     Body, BthFlags, BthRepr, BthSpare, CnpRepr, DataRepr, MrcethRepr, MsgethRepr, NackReason,
-    NackRepr, Opcode, PacketRepr, RethRepr, SackRepr,
+    NackRepr, Opcode, PacketRepr, PortStatusRepr, RethRepr, SackRepr,
 };
 use pnet_packet::ip::IpNextHeaderProtocols;
 
@@ -109,7 +109,7 @@ fn frame(packet: Ipv6UdpRepr) -> EthernetFrameRepr {
 }
 
 /// The mrc packet kinds the interop frames carry, all emitted by `mrc_transport::wire`.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 enum Kind {
     /// RDMA_WRITE_ONLY data packet with 8 payload bytes.
     WriteOnly,
@@ -121,6 +121,10 @@ enum Kind {
     NackTrimmed,
     /// CNP.
     Cnp,
+    /// Port Status Update: planes 0 and 2 of 4 up, sequence 9.
+    PortStatus,
+    /// Its acknowledgement.
+    PortStatusAck,
 }
 
 const DATA: [u8; 8] = [0xd0, 0xd1, 0xd2, 0xd3, 0xd4, 0xd5, 0xd6, 0xd7];
@@ -183,6 +187,17 @@ fn mrc_payload(kind: Kind, dest_qpn: u32, psn: u32) -> Vec<u8> {
             Body::Cnp(CnpRepr {
                 echo_ev: 5,
                 reserved: [0; 12],
+            }),
+        ),
+        Kind::PortStatus | Kind::PortStatusAck => (
+            Opcode::PortStatus,
+            Body::PortStatus(PortStatusRepr {
+                psu_seq: 9,
+                up_planes: 0b0101,
+                planes: 4,
+                ack: kind == Kind::PortStatusAck,
+                other_flags: 0,
+                reserved: 0,
             }),
         ),
     };
@@ -669,6 +684,74 @@ fn the_lua_dissector_shows_the_authentication_trailer() {
         [
             "0x04;7;0;;SEND_ONLY QPN 0x000011 PSN 0 EV 7 (authenticated)",
             "0x0a;7;1;;RDMA_WRITE_ONLY QPN 0x123456 PSN 11259375 EV 7 (authenticated)",
+        ]
+    );
+}
+
+/// The Lua dissector decodes the Port Status Update (opcode 0xE4) and its acknowledgement:
+/// sequence, up-planes bitmap, plane count, the ack flag, and a summary in the Info column.
+#[test]
+fn the_lua_dissector_decodes_port_status_updates() {
+    let dir = TempDir::new("lua-psu");
+    let plain = |payload| Case {
+        frame: frame(Ipv6UdpRepr {
+            src_addr: addr("2001:db8::100"),
+            dst_addr: addr("2001:db8::200"),
+            traffic_class: 0,
+            flow_label: 7,
+            hop_limit: 64,
+            srh: None,
+            src_port: 49155,
+            dst_port: MRC_PORT,
+        }),
+        payload,
+        ctx: SrhContext::Local,
+    };
+    let cases = [
+        plain(mrc_payload(Kind::PortStatus, 0x00_0011, 5)),
+        plain(mrc_payload(Kind::PortStatusAck, 0x00_0022, 6)),
+    ];
+    let pcap = write_pcap(&dir.0, &cases);
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/wireshark/mrc.lua");
+    let lua = format!("lua_script:{script}");
+    let mut args = vec![
+        "-X",
+        &lua,
+        "-r",
+        pcap.to_str().unwrap(),
+        "-T",
+        "fields",
+        "-E",
+        "separator=;",
+    ];
+    for f in [
+        "mrc.opcode",
+        "mrc.psu.seq",
+        "mrc.psu.up_planes",
+        "mrc.psu.planes",
+        "mrc.psu.ack",
+        "_ws.col.Info",
+    ] {
+        args.push("-e");
+        args.push(f);
+    }
+    let out = tshark(&args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "tshark failed: {stderr}");
+    assert!(
+        !stderr.contains("Lua"),
+        "the dissector reported an error: {stderr}"
+    );
+    let rows: Vec<String> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            "0xe4;9;0x00000005;4;0;PORT_STATUS QPN 0x000011 PSN 5 EV 7 up 0x5 of 4",
+            "0xe4;9;0x00000005;4;1;PORT_STATUS QPN 0x000022 PSN 6 EV 7 ack 9",
         ]
     );
 }

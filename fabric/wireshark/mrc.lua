@@ -22,6 +22,7 @@ local opcodes = {
     [0x09] = "RDMA_WRITE_LAST_WITH_IMMEDIATE", [0x0A] = "RDMA_WRITE_ONLY",
     [0x0B] = "RDMA_WRITE_ONLY_WITH_IMMEDIATE", [0x81] = "CNP", [0xE0] = "SACK",
     [0xE1] = "NACK", [0xE2] = "EV_PROBE", [0xE3] = "EV_PROBE_REPLY",
+    [0xE4] = "PORT_STATUS",
 }
 
 local nack_reasons = {
@@ -61,6 +62,10 @@ local f = {
     nack_psn = ProtoField.uint24("mrc.nack.psn", "NACKed PSN", base.DEC),
     nack_reason = ProtoField.uint8("mrc.nack.reason", "Reason", base.DEC, nack_reasons),
     probe_seq = ProtoField.uint32("mrc.probe.seq", "Probe sequence", base.DEC),
+    psu_seq = ProtoField.uint32("mrc.psu.seq", "Port status sequence", base.DEC),
+    psu_up = ProtoField.uint32("mrc.psu.up_planes", "Up planes", base.HEX),
+    psu_planes = ProtoField.uint8("mrc.psu.planes", "Planes", base.DEC),
+    psu_ack = ProtoField.bool("mrc.psu.ack", "Acknowledgement", 8, nil, 0x80),
     auth_pn = ProtoField.uint64("mrc.auth.packet_number", "Packet number", base.DEC),
     auth_tag = ProtoField.bytes("mrc.auth.tag", "AES-256-GCM tag"),
     encrypted = ProtoField.bytes("mrc.encrypted", "Encrypted body"),
@@ -184,6 +189,18 @@ function mrc.dissector(buf, pinfo, tree)
         r:add(f.probe_seq, buf(o, 4))
         r:add(f.echo_ev, buf(o + 4, 4))
         r:add(f.echo_ts, buf(o + 8, 4))
+    elseif op == 0xE4 then
+        if not need(12) then return len end
+        local r = root:add(mrc, buf(o, 12), "Port Status Update")
+        r:add(f.psu_seq, buf(o, 4))
+        r:add(f.psu_up, buf(o + 4, 4))
+        r:add(f.psu_planes, buf(o + 8, 1))
+        r:add(f.psu_ack, buf(o + 9, 1))
+        if buf(o + 9, 1):uint() >= 0x80 then
+            pinfo.cols.info:append(" ack " .. buf(o, 4):uint())
+        else
+            pinfo.cols.info:append(string.format(" up 0x%x of %d", buf(o + 4, 4):uint(), buf(o + 8, 1):uint()))
+        end
     end
     return len
 end
