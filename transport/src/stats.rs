@@ -118,6 +118,10 @@ pub struct EvStats {
     /// Times the EV went unproven for too long and was taken out until a probe answers
     /// ([`crate::path::PathTable::set_revalidate_after_ns`]).
     pub revalidations: u64,
+    /// Times this path's EV was replaced by a spare EV of its plane
+    /// ([`crate::path::REPLACE_AFTER_UNANSWERED_PROBES`]); the counters are the path's,
+    /// over every EV it had.
+    pub replaced: u64,
     /// Received datagrams dropped whose MRCETH names this EV, by reason.
     pub drops: DropCounts,
 }

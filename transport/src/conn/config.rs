@@ -23,6 +23,15 @@ pub struct ConnConfig {
     /// planes `0..P` each with at least one EV, `P <= 32`, and the EVs split equally
     /// across them (counts differing by at most one, as MRC's EV profiles split them).
     pub ev_planes: Vec<u8>,
+    /// Spare EVs: an EV out of rotation whose probes go unanswered
+    /// ([`crate::path::REPLACE_AFTER_UNANSWERED_PROBES`]) is replaced by a spare of its
+    /// plane (new entropy, so another route through the same plane; MRC's EV
+    /// replacement), and goes to the back of the spares. The datapath must be able to send
+    /// on them as on `evs`. Default none: a failing EV stays out and is probed.
+    pub spare_evs: Vec<u32>,
+    /// The plane of each spare EV (`spare_ev_planes[i]` for `spare_evs[i]`); empty: plane
+    /// 0 for all. Each must name a plane of `ev_planes`.
+    pub spare_ev_planes: Vec<u8>,
     /// EV selection. Default recycled entropy (REPS).
     pub selection: Selection,
     /// Seed of the selection RNG (and of the rkey salt when `region_key` is `None`).
@@ -93,6 +102,8 @@ impl Default for ConnConfig {
             generation: 1,
             evs: (0..16).collect(),
             ev_planes: Vec::new(),
+            spare_evs: Vec::new(),
+            spare_ev_planes: Vec::new(),
             selection: Selection::Recycle,
             seed: 0,
             region_key: None,
@@ -122,6 +133,10 @@ pub enum ConfigError {
     /// differing by more than one).
     #[error("EV planes: {0}")]
     EvPlanes(&'static str),
+    /// `spare_ev_planes` is neither empty nor as long as `spare_evs`, names a plane that
+    /// `ev_planes` lacks, or a spare EV repeats one of `evs` or another spare.
+    #[error("spare EVs: {0}")]
+    SpareEvs(&'static str),
     /// `local_qpn` does not fit 24 bits.
     #[error("QPN {0:#x} does not fit 24 bits")]
     Qpn(u32),
@@ -159,6 +174,7 @@ impl ConnConfig {
             return Err(ConfigError::EvCount(self.evs.len()));
         }
         self.validate_planes()?;
+        self.validate_spares()?;
         if self.local_qpn > 0x00FF_FFFF {
             return Err(ConfigError::Qpn(self.local_qpn));
         }
@@ -222,6 +238,31 @@ impl ConnConfig {
             return Err(ConfigError::EvPlanes(
                 "EVs must be split equally across the planes",
             ));
+        }
+        Ok(())
+    }
+
+    /// The `spare_evs` checks of [`ConnConfig::validate`].
+    fn validate_spares(&self) -> Result<(), ConfigError> {
+        if !self.spare_ev_planes.is_empty() && self.spare_ev_planes.len() != self.spare_evs.len() {
+            return Err(ConfigError::SpareEvs("need one plane per spare EV"));
+        }
+        let planes = self
+            .ev_planes
+            .iter()
+            .map(|&q| usize::from(q) + 1)
+            .max()
+            .unwrap_or(1);
+        if self
+            .spare_ev_planes
+            .iter()
+            .any(|&q| usize::from(q) >= planes)
+        {
+            return Err(ConfigError::SpareEvs("a spare EV's plane has no EVs"));
+        }
+        let mut seen: std::collections::HashSet<u32> = self.evs.iter().copied().collect();
+        if self.spare_evs.iter().any(|ev| !seen.insert(*ev)) {
+            return Err(ConfigError::SpareEvs("a spare EV repeats an EV"));
         }
         Ok(())
     }

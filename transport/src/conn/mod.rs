@@ -171,6 +171,7 @@ impl<C: Controller> Connection<C> {
         cfg.validate()?;
         let mut paths = PathTable::with_planes(&cfg.evs, &cfg.ev_planes, cfg.selection, cfg.seed);
         paths.set_revalidate_after_ns(cfg.revalidate_ev_after_ns);
+        paths.add_spares(&cfg.spare_evs, &cfg.spare_ev_planes);
         let mut send_cfg = cfg.send;
         // A go-back-N receiver drops everything after a hole, so a probe of the highest
         // in-flight packet tells nothing: go-back-N relies on NACK and RTO, like RoCE RC.

@@ -2022,6 +2022,31 @@ mod planes {
             Some(ConfigError::EvPlanes("plane numbers must be below 32"))
         );
         assert_eq!(with(vec![0, 1, 2, 0]), None, "3 planes of 2, 1, 1 EVs");
+        let spares = |evs: Vec<u32>, planes: Vec<u8>| {
+            Connection::new(
+                ConnConfig {
+                    ev_planes: vec![0, 1, 0, 1],
+                    spare_evs: evs,
+                    spare_ev_planes: planes,
+                    ..cfg(1, 0, 1)
+                },
+                cc(),
+            )
+            .err()
+        };
+        assert_eq!(
+            spares(vec![7, 8], vec![0]),
+            Some(ConfigError::SpareEvs("need one plane per spare EV"))
+        );
+        assert_eq!(
+            spares(vec![7], vec![2]),
+            Some(ConfigError::SpareEvs("a spare EV's plane has no EVs"))
+        );
+        assert_eq!(
+            spares(vec![7, 101], vec![0, 1]),
+            Some(ConfigError::SpareEvs("a spare EV repeats an EV"))
+        );
+        assert_eq!(spares(vec![7, 8], vec![0, 1]), None);
         assert_eq!(ConnConfig::interleaved_planes(6, 3), vec![0, 1, 2, 0, 1, 2]);
         assert!(ConnConfig::interleaved_planes(6, 1).is_empty());
     }

@@ -28,7 +28,10 @@
 //! stalls while any path is not denied); `None` only when every EV is denied.
 
 use crate::stats::EvStats;
-pub use plane::{MAX_PLANES, Plane, PlaneDownCause, PlaneState, PlaneStats, plane_down_after_evs};
+pub use plane::{
+    MAX_PLANES, Plane, PlaneDownCause, PlaneState, PlaneStats, REPLACE_AFTER_UNANSWERED_PROBES,
+    plane_down_after_evs,
+};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -758,10 +761,14 @@ impl PathTable {
         if let Some(probe) = self.next_plane_probe(now_ns, interval_ns) {
             return Some(probe);
         }
-        let seq = self.next_probe_seq;
-        let (i, p) = self.paths.iter_mut().enumerate().find(|(_, p)| {
+        let i = self.paths.iter().position(|p| {
             p.state == PathState::AssumedBad && !p.plane_held && p.next_probe_ns <= now_ns
         })?;
+        // an EV whose probes went unanswered long enough gives way to a spare of its plane,
+        // probed at once
+        self.replace_if_due(i, now_ns);
+        let seq = self.next_probe_seq;
+        let p = &mut self.paths[i];
         p.probe_seq = Some((p.probe_seq.map_or(seq, |(first, _)| first), seq));
         p.probes_unanswered = p.probes_unanswered.saturating_add(1);
         let wait = interval_ns.max(1) << p.probes_unanswered.min(6);

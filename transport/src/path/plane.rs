@@ -33,6 +33,14 @@
 
 use super::{PathState, PathTable};
 use crate::stats::EvStats;
+use std::collections::VecDeque;
+
+/// Unanswered probes after which an EV that is `AssumedBad` on its own (not for its plane)
+/// is replaced by a spare EV of the same plane, when the plane has one
+/// ([`crate::ConnConfig::spare_evs`]): three probes (0.1 + 0.2 + 0.4 ms at the default
+/// interval) without an answer say the route the EV hashes onto is gone, and new entropy
+/// takes another route through the same plane.
+pub const REPLACE_AFTER_UNANSWERED_PROBES: u32 = 3;
 
 /// Most planes a connection knows (the Port Status Update's bitmap is 32 bits). MRC's
 /// deployments use 2 to 8 (an 800G NIC as 8 x 100G planes).
@@ -72,6 +80,8 @@ pub struct PlaneStats {
     pub ups: u64,
     /// Plane probes sent while it was down (each also counts in its EV's `probes_sent`).
     pub probes_sent: u64,
+    /// EVs of the plane replaced by a spare of the plane.
+    pub replacements: u64,
     /// Time spent down, ns, over the episodes that ended ([`Plane::down_since_ns`] holds
     /// the start of the current one).
     pub down_ns: u64,
@@ -102,6 +112,9 @@ pub struct Plane {
     probes_unanswered: u32,
     /// Where the next plane probe starts looking among the plane's EVs (a path index).
     probe_cursor: usize,
+    /// Spare EVs of the plane, oldest first: a replacement takes the front, the replaced
+    /// EV joins the back (its route may come back).
+    spares: VecDeque<u32>,
 }
 
 impl Plane {
@@ -117,7 +130,13 @@ impl Plane {
             next_probe_ns: 0,
             probes_unanswered: 0,
             probe_cursor: 0,
+            spares: VecDeque::new(),
         }
+    }
+
+    /// Spare EVs of the plane, the next replacement first.
+    pub fn spares(&self) -> impl Iterator<Item = u32> + '_ {
+        self.spares.iter().copied()
     }
 
     /// Whether the plane is `Up`.
@@ -164,6 +183,59 @@ pub(super) fn build_planes(n_evs: usize, ev_planes: &[u8]) -> Vec<Plane> {
 }
 
 impl PathTable {
+    /// Adds spare EVs: `evs[i]` on plane `planes[i]` (empty `planes`: plane 0). An EV
+    /// already in the table or among the spares, or on a plane the table lacks, is
+    /// ignored.
+    pub fn add_spares(&mut self, evs: &[u32], planes: &[u8]) {
+        for (i, &ev) in evs.iter().enumerate() {
+            let q = usize::from(planes.get(i).copied().unwrap_or(0));
+            if self.index_of(ev).is_some()
+                || q >= self.planes.len()
+                || self.planes.iter().any(|pl| pl.spares.contains(&ev))
+            {
+                continue;
+            }
+            self.planes[q].spares.push_back(ev);
+        }
+    }
+
+    /// Replaces the EV of path `idx` at `now_ns` by the plane's oldest spare when it is
+    /// `AssumedBad` on its own after [`REPLACE_AFTER_UNANSWERED_PROBES`] unanswered probes
+    /// and its plane has a spare: the path takes the new EV, unproven (`AssumedBad`, its
+    /// first probe due at once: it joins the rotation when that is answered), its per-EV
+    /// history cleared but its counters kept (they are the path slot's), and the old EV
+    /// goes to the back of the plane's spares. Returns whether it did.
+    pub(super) fn replace_if_due(&mut self, idx: usize, now_ns: u64) -> bool {
+        let Some(p) = self.paths.get(idx) else {
+            return false;
+        };
+        if p.state != PathState::AssumedBad
+            || p.plane_held
+            || p.probes_unanswered < REPLACE_AFTER_UNANSWERED_PROBES
+        {
+            return false;
+        }
+        let (old, q) = (p.ev, usize::from(p.plane));
+        let Some(new) = self.planes.get_mut(q).and_then(|pl| pl.spares.pop_front()) else {
+            return false;
+        };
+        self.planes[q].spares.push_back(old);
+        self.planes[q].stats.replacements += 1;
+        self.by_ev.remove(&old);
+        self.by_ev.insert(new, idx);
+        let p = &mut self.paths[idx];
+        p.ev = new;
+        p.probe_seq = None;
+        p.probes_unanswered = 0;
+        p.next_probe_ns = now_ns;
+        p.consecutive_losses = 0;
+        p.srtt_ns = 0;
+        p.proof_ns = None;
+        p.echo_ns = None;
+        p.stats.replaced += 1;
+        true
+    }
+
     /// The planes, indexed by plane number.
     pub fn planes(&self) -> &[Plane] {
         &self.planes
@@ -200,6 +272,7 @@ impl PathTable {
             s.probes_sent += e.probes_sent;
             s.probes_answered += e.probes_answered;
             s.revalidations += e.revalidations;
+            s.replaced += e.replaced;
             s.drops.merge(&e.drops);
         }
         s

@@ -650,6 +650,54 @@ mod planes {
     }
 
     #[test]
+    fn an_ev_unanswered_three_times_gives_way_to_a_spare_of_its_plane() {
+        let planes = [0u8, 1, 0, 1];
+        let mut t = PathTable::with_planes(&[0, 1, 2, 3], &planes, Selection::RoundRobin, 1);
+        t.add_spares(&[10, 11, 12, 1, 13], &[0, 1, 1, 0, 7]);
+        // 1 is in the table and plane 7 does not exist: ignored
+        assert_eq!(t.planes()[0].spares().collect::<Vec<_>>(), vec![10]);
+        assert_eq!(t.planes()[1].spares().collect::<Vec<_>>(), vec![11, 12]);
+        t.assume_bad(0, 0);
+        assert_eq!(
+            t.planes()[0].state,
+            PlaneState::Up,
+            "EV 2 of plane 0 still good"
+        );
+        assert_eq!(t.next_probe(0, 100), Some((0, 1)));
+        assert_eq!(t.next_probe(200, 100), Some((0, 2)));
+        assert_eq!(t.next_probe(600, 100), Some((0, 3)));
+        assert_eq!(t.paths()[0].ev, 0, "three unanswered probes so far");
+        // the fourth probe goes on the replacement, at once
+        assert_eq!(t.next_probe(1_400, 100), Some((0, 4)));
+        assert_eq!(t.paths()[0].ev, 10);
+        assert_eq!(t.paths()[0].state, PathState::AssumedBad);
+        assert_eq!(t.paths()[0].stats.replaced, 1);
+        assert_eq!(t.paths()[0].stats.probes_sent, 4);
+        assert_eq!(t.planes()[0].stats.replacements, 1);
+        assert_eq!(t.planes()[0].spares().collect::<Vec<_>>(), vec![0]);
+        assert_eq!(t.index_of(0), None);
+        assert_eq!(t.index_of(10), Some(0));
+        assert_eq!(t.paths()[0].plane, 0);
+        // a late answer to the old EV's probe names an EV no longer in the table
+        assert!(!t.on_probe_reply(0, 3, 1_450));
+        assert!(t.on_probe_reply(10, 4, 1_500));
+        assert_eq!(t.paths()[0].state, PathState::Good);
+        assert_eq!(picks(&mut t, 4), vec![10, 1, 2, 3]);
+    }
+
+    #[test]
+    fn without_a_spare_the_ev_stays_and_is_probed() {
+        let mut t = PathTable::with_planes(&[0, 1, 2, 3], &[0, 1, 0, 1], Selection::RoundRobin, 1);
+        t.add_spares(&[11], &[1]);
+        t.assume_bad(0, 0);
+        for (now, seq) in [(0, 1), (200, 2), (600, 3), (1_400, 4), (3_000, 5)] {
+            assert_eq!(t.next_probe(now, 100), Some((0, seq)));
+        }
+        assert_eq!(t.paths()[0].ev, 0);
+        assert_eq!(t.planes()[1].spares().collect::<Vec<_>>(), vec![11]);
+    }
+
+    #[test]
     fn plane_counters_sum_their_evs() {
         let mut t = two_planes(Selection::RoundRobin);
         for i in 0..8 {
