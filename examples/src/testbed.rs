@@ -25,7 +25,7 @@
 //! kernel (`encap seg6 mode inline`), selected by the firewall mark of the EV socket
 //! (`ip -6 rule add fwmark MARK lookup TABLE`).
 
-use mrc_fabric::sim::{DesignInput, FabricDesign, Oversubscription, design};
+use mrc_fabric::sim::{DesignInput, FabricDesign, Layout, Oversubscription, design};
 use serde::{Deserialize, Serialize};
 use std::net::Ipv6Addr;
 
@@ -56,6 +56,7 @@ pub fn default_input() -> DesignInput {
         spine_port_gbps: 100,
         oversubscription: Oversubscription::NON_BLOCKING,
         planes: 1,
+        layout: Layout::SpineLeaf,
     }
 }
 
