@@ -34,9 +34,9 @@
 //!   server's NICs fit one (`per_leaf = floor(down_max / G) x G`, else `down_max`);
 //!   leaves = ceil(NICs / per_leaf), the fullest leaf has ceil(NICs / leaves) downlinks
 //!   (rounded up to whole servers). Traffic between two NICs of one leaf stays on it.
-//! - **rail** (rail-optimized, as NVIDIA's DGX SuperPOD scalable units and the "rail-only"
-//!   AI fabrics wire them): NIC `k` of every server is on *rail* `k`, `R = min(G, GPUs)`
-//!   rails. Servers form *rail groups*; in a group, NIC `k` of every server goes to the
+//! - **rail** (rail-optimized, as NVIDIA's DGX SuperPOD scalable units wire them; the
+//!   "rail-only" fabric of Wang et al., 2023, is these leaves without the spines): NIC `k`
+//!   of every server is on *rail* `k`, `R = min(G, GPUs)` rails. Servers form *rail groups*; in a group, NIC `k` of every server goes to the
 //!   group's leaf `k`, so a group has `R` leaves, one per rail, and one leaf per rail per
 //!   group. A group holds at most `down_max` servers (one rail leaf's downlinks:
 //!   `group_capacity`); groups = ceil(S / down_max), and the servers are spread evenly
@@ -44,7 +44,11 @@
 //!   `s / servers_per_group`). Leaves = groups x R (leaf `g x R + k` is rail `k` of group
 //!   `g`); leaves per rail = groups; the fullest leaf has `servers_per_group` downlinks.
 //!   Traffic between NICs of the same rail and group stays on their leaf; cross-rail and
-//!   cross-group traffic crosses a spine.
+//!   cross-group traffic crosses a spine. With 64-lane leaves at 1:1 a group is 32
+//!   servers on 8 rail leaves, a DGX SuperPOD scalable unit: 512, 1024 and 2048 GPUs give
+//!   the leaves, spines and cables of NVIDIA's DGX SuperPOD B200 reference architecture
+//!   ("Larger DGX SuperPOD component counts": 2, 4, 8 SUs; 16 SUs take a core tier, a
+//!   [`DesignError::TooManyRailLeaves`] here).
 //!
 //! Example, the rail layout of 1024 GPUs, 8 per server, 200G NICs, 32 x 400G leaves and
 //! spines, 1:1, 8 planes: lane 200 / 8 = 25G, breakout 400 / 25 = 16, a leaf and a spine
@@ -1382,5 +1386,42 @@ mod tests {
                 oversubscription: Oversubscription { down: 1, up: 64 }
             })
         );
+    }
+
+    /// NVIDIA's DGX SuperPOD B200 reference architecture, table "Larger DGX SuperPOD
+    /// component counts" (docs.nvidia.com/dgx-superpod): 8 x 400G NICs per node, 64-port
+    /// 400G leaves and spines, rail-optimized scalable units of 32 nodes. (SUs, GPUs) ->
+    /// leaves, spines, node-leaf cables, leaf-spine cables: (2, 512) -> 16, 8, 512, 512;
+    /// (4, 1024) -> 32, 16, 1024, 1024; (8, 2048) -> 64, 32, 2048, 2048; 16 SUs (4096
+    /// GPUs) add a core tier, more than two tiers can hold.
+    #[test]
+    fn rail_layout_matches_the_dgx_superpod_counts() {
+        let superpod = |gpus| DesignInput {
+            gpus,
+            gpus_per_server: 8,
+            nic_gbps: 400,
+            leaf_radix: 64,
+            leaf_port_gbps: 400,
+            spine_radix: 64,
+            spine_port_gbps: 400,
+            oversubscription: Oversubscription::NON_BLOCKING,
+            planes: 1,
+            layout: Layout::Rail,
+        };
+        for (gpus, sus, leaves, spines, cables) in [
+            (512, 2, 16, 8, 512),
+            (1024, 4, 32, 16, 1024),
+            (2048, 8, 64, 32, 2048),
+        ] {
+            let d = design(&superpod(gpus)).unwrap();
+            let r = d.rail.unwrap();
+            assert_eq!((r.groups, r.servers_per_group), (sus, 32), "{gpus}");
+            assert_eq!((d.leaves, d.spines), (leaves, spines), "{gpus}");
+            assert_eq!((d.plane.nic_links, d.plane.uplinks), (cables, cables));
+        }
+        assert!(matches!(
+            design(&superpod(4096)),
+            Err(DesignError::TooManyRailLeaves { leaves: 128, .. })
+        ));
     }
 }
