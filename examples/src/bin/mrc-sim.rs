@@ -208,7 +208,8 @@ enum Cmd {
     /// plane or the rail layout, a table gives the counts per plane and over all planes
     /// (servers, NICs, NIC ports, leaves, spines, links, cables, optics); with the rail
     /// layout, another the rails, rail groups, servers per group and leaves per rail. A
-    /// fabric whose NICs fit one leaf has no spines.
+    /// fabric whose NICs fit one leaf has no spines. `--plot` draws the spine-leaf layout
+    /// (the rail layout is refused; `trace --plot` draws either).
     Design {
         #[command(flatten)]
         d: DesignArgs,
