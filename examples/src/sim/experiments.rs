@@ -10,7 +10,7 @@
 use mrc_congestion::CcKind;
 use mrc_fabric::sim::net::Progress;
 use mrc_fabric::sim::{
-    DesignInput, EcnConfig, Fault, FaultKind, FlowSpec, LinkSelector, Oversubscription,
+    DesignInput, EcnConfig, Fault, FaultKind, FlowSpec, Layout, LinkSelector, Oversubscription,
     QueueConfig, SimConfig, SimReport, Simulator, SpineLeafSpec, Topology, TransportSpec, design,
 };
 
@@ -162,6 +162,7 @@ pub fn fabric(
         spine_port_gbps: 100,
         oversubscription: over,
         planes: 1,
+        layout: Layout::SpineLeaf,
     })?;
     let spec = SpineLeafSpec::from_design(&d, PROP_NS);
     Ok((spec, Topology::spine_leaf(&spec)?))
