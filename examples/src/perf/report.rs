@@ -1,6 +1,7 @@
 //! Output of `mrc-perf`: perftest's columns, the per-EV summary, JSON, the progress line.
 
 use super::opts::{Fabric, TestKind, TestParams};
+use super::peak::PeakWindow;
 use super::run::EndResult;
 use serde::Serialize;
 use serde_json::json;
@@ -283,15 +284,15 @@ impl ProgressOpts {
 /// What a [`Meter`] measured.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Metered {
-    /// Highest rate of this side's sends over 100 ms windows, bytes/s.
+    /// Highest rate of this side's sends over a [`PeakWindow`], bytes/s (0: none closed).
     pub peak_sent_bps: f64,
-    /// Highest rate of sends and receives together over 100 ms windows, bytes/s.
+    /// Highest rate of sends and receives together over such a window, bytes/s.
     pub peak_total_bps: f64,
     /// The intervals, the last one possibly shorter.
     pub intervals: Vec<Interval>,
 }
 
-/// The sender's clock: 100 ms windows for the peaks, `-i` intervals, and the progress
+/// The sender's clock: the windows of the peaks ([`super::peak`]), `-i` intervals, and the progress
 /// line on stderr (redrawn with carriage returns on a terminal, one plain line per
 /// interval otherwise).
 #[derive(Debug)]
@@ -299,9 +300,10 @@ pub struct Meter {
     o: ProgressOpts,
     start: Instant,
     duration_s: Option<f64>,
-    win_start: Instant,
-    win_sent: u64,
-    win_total: u64,
+    /// The peak of this side's sends ([`super::peak`]).
+    peak_sent: PeakWindow,
+    /// The peak of sends and receives together, its windows counted in send completions.
+    peak_total: PeakWindow,
     iv_start: Instant,
     iv_msgs: u64,
     iv_sent: u64,
@@ -320,9 +322,8 @@ impl Meter {
             o,
             start,
             duration_s,
-            win_start: start,
-            win_sent: 0,
-            win_total: 0,
+            peak_sent: PeakWindow::new(start),
+            peak_total: PeakWindow::new(start),
             iv_start: start,
             iv_msgs: 0,
             iv_sent: 0,
@@ -346,18 +347,8 @@ impl Meter {
         recv: u64,
         counters: impl FnOnce() -> (u64, u64),
     ) {
-        let w = now.duration_since(self.win_start);
-        if w >= Duration::from_millis(100) {
-            let ws = w.as_secs_f64();
-            self.m.peak_sent_bps = self.m.peak_sent_bps.max((sent - self.win_sent) as f64 / ws);
-            self.m.peak_total_bps = self
-                .m
-                .peak_total_bps
-                .max((sent + recv - self.win_total) as f64 / ws);
-            self.win_start = now;
-            self.win_sent = sent;
-            self.win_total = sent + recv;
-        }
+        self.peak_sent.tick(now, msgs, sent);
+        self.peak_total.tick(now, msgs, sent + recv);
         if now.duration_since(self.iv_start) >= self.o.interval {
             self.close_interval(now, msgs, sent, recv, counters());
         }
@@ -446,6 +437,8 @@ impl Meter {
         if self.shown && self.redraw {
             eprintln!();
         }
+        self.m.peak_sent_bps = self.peak_sent.peak_bps();
+        self.m.peak_total_bps = self.peak_total.peak_bps();
         self.m
     }
 }
@@ -546,7 +539,7 @@ impl<'a> Report<'a> {
         }
     }
 
-    /// The highest rate over 100 ms windows of both directions together, bytes/s (this
+    /// The highest rate over the peak windows ([`super::peak`]) of both directions together, bytes/s (this
     /// side's sends alone unless `--bidirectional`), and at least the average.
     fn peak_bps(&self) -> f64 {
         let s = self.r.send.clone().unwrap_or_default();
@@ -720,8 +713,13 @@ impl<'a> Report<'a> {
         let pr = &self.r.peer_recv;
         if let Some(f) = &self.r.failure {
             // the peer's counts come at the end of a test, which this one did not reach
-            o += " peer's receiver: not reported (the test failed)\n";
-            o += &format!(" FAILED: {f}\n");
+            if f == super::interrupt::INTERRUPTED {
+                o += " peer's receiver: not reported (the test was interrupted)\n";
+                o += " INTERRUPTED: a signal ended the test; the figures above are this side's until then\n";
+            } else {
+                o += " peer's receiver: not reported (the test failed)\n";
+                o += &format!(" FAILED: {f}\n");
+            }
         } else {
             o += &format!(
                 " peer's receiver: completions {}, received_bytes {}\n peer's receiver: {}\n",
@@ -864,7 +862,7 @@ impl<'a> Report<'a> {
 /// The unit line under a bw row: what the unit means.
 fn unit_line(u: BwUnit) -> String {
     format!(
-        " {}: {}{}; BW peak: best 100 ms window; CPU[s/GB]: GB = 10^9 bytes\n",
+        " {}: {}{}; BW peak: best window of >= 100 ms and 8 completions; CPU[s/GB]: GB = 10^9 bytes\n",
         u.label(),
         u.meaning(),
         match u {
@@ -1026,7 +1024,7 @@ mod tests {
         let t = Report::new(&p, &r, "t").table(false);
         assert!(
             t.contains(
-                " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]   CPU[s/GB]\n 1048576    100            80.00              50.00                0.000050        0.000\n MB/sec: MB = 2^20 bytes (perftest's; --report-gbits for Gb/sec); BW peak: best 100 ms window; CPU[s/GB]: GB = 10^9 bytes\n"
+                " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]   CPU[s/GB]\n 1048576    100            80.00              50.00                0.000050        0.000\n MB/sec: MB = 2^20 bytes (perftest's; --report-gbits for Gb/sec); BW peak: best window of >= 100 ms and 8 completions; CPU[s/GB]: GB = 10^9 bytes\n"
             ),
             "{t}"
         );
@@ -1343,7 +1341,8 @@ mod tests {
 
     /// Intervals from the sender's clock: 2.5 s of sends in 1 s intervals give two whole
     /// intervals and a last one of 0.5 s, each with its own bytes, rate and retransmits;
-    /// the 100 ms windows give the peaks of the sends and of both directions.
+    /// the windows of 100 ms (10 completions each) give the peaks of the sends and of both
+    /// directions.
     #[test]
     fn meter_intervals_and_peaks_exact() {
         let t0 = Instant::now();
