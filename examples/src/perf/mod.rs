@@ -10,6 +10,7 @@ pub mod peak;
 pub mod report;
 pub mod run;
 pub mod srv6;
+pub mod udp_port;
 pub mod verbs;
 
 use opts::{Cli, Command, TestKind};
@@ -185,6 +186,14 @@ pub fn run_cli(cli: Cli) -> Result<String, CliError> {
                     .udp_port
                     .unwrap_or(mrc_fabric::udp::DEFAULT_RX_PORT),
             );
+            // Held from now on (lent to each test's datapath): a clash fails here, not in
+            // the first client's test. The verbs datapath has no UDP port of its own.
+            let mut port = match local.fabric {
+                run::LocalFabric::Udp => {
+                    udp_port::Reservation::take(udp).map_err(|e| e.to_string())?
+                }
+                run::LocalFabric::Verbs(_) => udp_port::Reservation::none(udp),
+            };
             eprintln!(
                 "mrc-perf server: waiting for a client on TCP {}, UDP {udp}{}",
                 SocketAddr::new(ip, cli.test.port),
@@ -194,6 +203,7 @@ pub fn run_cli(cli: Cli) -> Result<String, CliError> {
             let mut serve = || match run::serve_one(
                 &mut queue,
                 udp,
+                &mut port,
                 timeout,
                 None,
                 &local,
@@ -467,6 +477,7 @@ fn run_one(
                 run::serve_one(
                     &mut run::ClientQueue::new(listener)?,
                     udp,
+                    &mut udp_port::Reservation::none(udp),
                     timeout,
                     Some(timeout),
                     &server_local,

@@ -1496,15 +1496,20 @@ pub enum ServeFailure {
 /// from accept to the ready barrier) is answered where it can be, named on stderr
 /// (`mrc-perf server: dropped client ADDR: REASON`) and dropped; the server then takes the
 /// next ([`ClientQueue`] reads every waiting connection's parameters at once).
-/// `accept_timeout` bounds the wait for a client that sets up (loopback).
+/// `accept_timeout` bounds the wait for a client that sets up (loopback). `port` holds
+/// `udp_bind`'s port between tests ([`super::udp_port`]): it is lent to each test's
+/// datapath and taken back before the next client is awaited.
 ///
 /// # Errors
 /// [`ServeFailure::Setup`]: no client within `accept_timeout`, or this side cannot set
-/// up (e.g. its UDP port is taken: answered to the client too);
+/// up (e.g. its UDP port is taken: answered to the client too; or it was taken between
+/// two tests);
 /// [`ServeFailure::Test`]: the test failed or a signal ended it.
+#[allow(clippy::too_many_arguments)]
 pub fn serve_one(
     queue: &mut ClientQueue,
     udp_bind: SocketAddr,
+    port: &mut super::udp_port::Reservation,
     timeout: Duration,
     accept_timeout: Option<Duration>,
     local: &LocalOpts,
@@ -1513,10 +1518,14 @@ pub fn serve_one(
 ) -> Result<(TestParams, EndResult), ServeFailure> {
     let until = accept_timeout.map(|t| Instant::now() + t);
     loop {
+        // the last test's datapath is gone: hold the port while no test runs
+        port.retake()
+            .map_err(|e| ServeFailure::Setup(e.to_string()))?;
         let (s, peer, line, setup_until) = queue
             .next(timeout, until)
             .map_err(ServeFailure::Setup)?;
-        match serve_stream(s, line, setup_until, udp_bind, timeout, local, limits, psk) {
+        let served = serve_stream(s, line, setup_until, udp_bind, port, timeout, local, limits, psk);
+        match served {
             Ok(r) => return Ok(r),
             Err(ServeError::Client(e)) => {
                 eprintln!("mrc-perf server: dropped client {peer}: {e}");
@@ -1538,6 +1547,7 @@ fn serve_stream(
     line: Vec<u8>,
     until: Instant,
     udp_bind: SocketAddr,
+    port: &mut super::udp_port::Reservation,
     timeout: Duration,
     local: &LocalOpts,
     limits: &ServerLimits,
@@ -1568,6 +1578,8 @@ fn serve_stream(
         })
         .map_err(Client)
         .and_then(|p| {
+            // the datapath binds the held port itself
+            port.release();
             make_side(&p, udp_bind, local)
                 .map(|side| (p, side))
                 .map_err(Fatal)
