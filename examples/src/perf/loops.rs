@@ -3,6 +3,7 @@
 //! ends it ([`super::interrupt`]), with the reason as a [`LoopError`].
 
 use super::interrupt::{self, Interrupted};
+use super::notices;
 use super::opts::{TestKind, TestParams};
 use super::peak::PeakWindow;
 use super::report::{Interval, Meter, ProgressOpts};
@@ -235,6 +236,9 @@ pub fn send_bw(
     let mut last_progress = Instant::now();
     let mut got = Vec::with_capacity(256);
     let mut finished_posting = false;
+    // a long run says so after its first second (perf::notices), on the progress line's
+    // end only
+    let mut long_run_checked = !progress.print || p.iters.is_none();
     // The loop as a closure so that an error still leaves the counts of what completed.
     let mut run = || -> Result<(), LoopError> {
         loop {
@@ -302,6 +306,14 @@ pub fn send_bw(
                 received.load(Ordering::Relaxed),
                 || retransmit_counters(side),
             );
+            let ran = now.duration_since(start);
+            if !long_run_checked && ran >= notices::LONG_RUN_AFTER {
+                long_run_checked = true;
+                let iters = p.iters.unwrap_or(0);
+                if let Some(line) = notices::long_run(iters, p.size, done, ran) {
+                    eprintln!("{line}");
+                }
+            }
         }
         Ok(())
     };

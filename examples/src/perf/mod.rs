@@ -5,12 +5,14 @@
 pub mod baseline;
 pub mod interrupt;
 pub mod loops;
+pub mod notices;
 pub mod opts;
 pub mod peak;
 pub mod report;
 pub mod run;
 pub mod srv6;
 pub mod udp_port;
+pub mod units;
 pub mod verbs;
 
 use opts::{Cli, Command, TestKind};
@@ -168,6 +170,9 @@ pub fn run_cli(cli: Cli) -> Result<String, CliError> {
             }
         }
         Command::Loopback { .. } | Command::Client { .. } => {
+            if let Some(line) = notices::tx_depth(&p, cli.test.tx_depth) {
+                eprintln!("{line}");
+            }
             let (r, mode) = run_qps(&cli.cmd, &p, &env, cli.test.qps)?;
             finish(&p, &r, gbits, json, &mode)
         }

@@ -177,8 +177,10 @@ fn parse_cc(s: &str) -> Result<CcKind, String> {
 /// Test options (global: they may follow the subcommand).
 #[derive(Clone, Debug, Args)]
 pub struct TestOpts {
-    /// Message size in bytes [default: 65536 for bw, 8 for lat].
-    #[arg(short = 's', long = "size", value_name = "BYTES", global = true)]
+    /// Message size in bytes, or with a suffix k/K, m/M, g/G for KiB, MiB, GiB (powers of
+    /// 1024, as perftest's `-s 64K`) [default: 65536 for bw, 8 for lat].
+    #[arg(short = 's', long = "size", value_name = "BYTES", global = true,
+          value_parser = super::units::parse_bytes)]
     pub size: Option<u64>,
     /// Every size from 2 B to 8 MiB, powers of two (perftest's `-a`): one test each, with
     /// the same -n or -D, one row each (`--json`: one object each in `sizes`). A client's
@@ -301,8 +303,10 @@ pub struct TestOpts {
     /// Messages in flight, at most 65536 [default: enough for 8 MiB, 2..=128; 1 for lat].
     #[arg(short = 't', long = "tx-depth", global = true)]
     pub tx_depth: Option<u64>,
-    /// Registered region per side, bytes [default: size x tx-depth].
-    #[arg(long = "region-size", value_name = "BYTES", global = true)]
+    /// Registered region per side, bytes (k/m/g suffixes as for -s) [default: size x
+    /// tx-depth].
+    #[arg(long = "region-size", value_name = "BYTES", global = true,
+          value_parser = super::units::parse_bytes)]
     pub region_size: Option<u64>,
     /// TCP port of the bootstrap exchange.
     #[arg(short = 'p', long = "port", default_value_t = DEFAULT_TCP_PORT, global = true)]
@@ -591,8 +595,10 @@ pub const MAX_SECONDS: f64 = 1e6;
 /// [`TestParams::check`] first, then these, tighter, limits of the operator's choosing).
 #[derive(Clone, Copy, Debug, PartialEq, Args)]
 pub struct ServerLimits {
-    /// Largest registered region a client may ask for, bytes (the server registers two).
-    #[arg(long = "max-region-size", value_name = "BYTES", default_value_t = DEFAULT_MAX_REGION_BYTES)]
+    /// Largest registered region a client may ask for, bytes, k/m/g suffixes as for -s
+    /// (the server registers two).
+    #[arg(long = "max-region-size", value_name = "BYTES", default_value_t = DEFAULT_MAX_REGION_BYTES,
+          value_parser = super::units::parse_bytes)]
     pub max_region_bytes: u64,
     /// Longest `--duration` a client may ask for, seconds.
     #[arg(long = "max-duration", value_name = "SECONDS", default_value_t = DEFAULT_MAX_DURATION_S)]
@@ -786,10 +792,7 @@ impl TestOpts {
                 None,
             ),
         };
-        let depth_default = match self.test {
-            TestKind::Lat => 1,
-            TestKind::Bw => ((8u64 << 20) / size).clamp(2, 128),
-        };
+        let depth_default = super::notices::default_tx_depth(self.test, size);
         let tx_depth = self.tx_depth.unwrap_or(depth_default);
         if tx_depth == 0 {
             return Err("--tx-depth must be at least 1".into());
