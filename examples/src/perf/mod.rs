@@ -3,6 +3,7 @@
 //! `loopback` (both ends in this process) and `baseline` (raw UDP and kernel TCP ceilings).
 
 pub mod baseline;
+pub mod help;
 pub mod interrupt;
 pub mod loops;
 pub mod notices;
@@ -624,8 +625,8 @@ fn finish(
 /// failure as JSON (`"ok": false`, [`report::failure_json`]), so a script that reads
 /// stdout always gets one report; the error goes to stderr and the exit code is 1.
 pub fn main() -> i32 {
-    use clap::{CommandFactory, FromArgMatches};
-    let matches = Cli::command().get_matches();
+    use clap::FromArgMatches;
+    let matches = help::command().get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     if let Some(("server", sm)) = matches.subcommand()
         && let Err(e) = refuse_client_options(sm)
@@ -682,7 +683,7 @@ pub fn main() -> i32 {
 
 /// The test options only a client chooses (`mrc-perf server` runs what its client asks,
 /// within its `--max-*` limits): clap's id, and the flag as the user wrote it.
-const CLIENT_OPTIONS: [(&str, &str); 26] = [
+pub(crate) const CLIENT_OPTIONS: [(&str, &str); 26] = [
     ("size", "-s/--size"),
     ("iters", "-n/--iters"),
     ("duration", "-D/--duration"),
@@ -713,7 +714,7 @@ const CLIENT_OPTIONS: [(&str, &str); 26] = [
 
 /// Options a command has no use for, with why: given on the command line, they are
 /// refused by name instead of ignored.
-const UNUSED_OPTIONS: &[(&str, &str, &str, &str)] = &[
+pub(crate) const UNUSED_OPTIONS: &[(&str, &str, &str, &str)] = &[
     (
         "loopback",
         "port",

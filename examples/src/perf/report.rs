@@ -600,22 +600,33 @@ impl<'a> Report<'a> {
         o += RULE;
         o += "\n";
         o += &format!("                    {}\n", self.title());
+        let on_off = if p.verify { "on" } else { "off" };
+        let packets = if p.authenticated {
+            "authenticated and encrypted (--psk-file)"
+        } else {
+            "in the clear"
+        };
+        // Display of the value enums ignores widths: padded as strings
+        let (selection, mtu) = (p.path_selection.to_string(), format!("{} bytes", p.mtu));
         o += &format!(
-            " Paths (EVs)     : {:<8} MTU payload : {} bytes   Burst/EV : {}\n CC              : {:<8} TX depth    : {:<8}     Verify   : {}\n EV selection    : {:<8} Packets     : {}\n CC presets for  : {} Gb/s line rate, {} us base RTT (--line-rate, --base-rtt-us)\n",
+            " Paths (EVs)     : {:<w$} MTU payload : {mtu:<w$} Burst/EV : {}\n",
             p.paths,
-            p.mtu,
             p.burst_size,
+            w = HEADER_VALUE_WIDTH
+        );
+        o += &format!(
+            " CC              : {:<w$} TX depth    : {:<w$} Verify   : {on_off}\n",
             p.cc,
             p.tx_depth,
-            if p.verify { "on" } else { "off" },
-            p.path_selection,
-            if p.authenticated {
-                "authenticated and encrypted (--psk-file)"
-            } else {
-                "in the clear"
-            },
-            p.line_rate_gbps,
-            p.base_rtt_us
+            w = HEADER_VALUE_WIDTH
+        );
+        o += &format!(
+            " EV selection    : {selection:<w$} Packets     : {packets}\n",
+            w = HEADER_VALUE_WIDTH
+        );
+        o += &format!(
+            " CC presets for  : {} Gb/s line rate, {} us base RTT (--line-rate, --base-rtt-us)\n",
+            p.line_rate_gbps, p.base_rtt_us
         );
         o += RULE;
         o += "\n";
@@ -631,7 +642,13 @@ impl<'a> Report<'a> {
                     " #bytes     #iterations    BW peak[{unit}]    BW average[{unit}]   MsgRate[Mpps]   CPU[s/GB]\n"
                 )
             }
-            TestKind::Lat => " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec]\n".to_string(),
+            TestKind::Lat => {
+                let mut o = String::new();
+                for (label, w) in LAT_COLUMNS {
+                    o += &format!(" {label:<w$}");
+                }
+                o.trim_end().to_string() + "\n"
+            }
         }
     }
 
@@ -659,10 +676,22 @@ impl<'a> Report<'a> {
             }
             TestKind::Lat => {
                 let l = LatStats::from_ns(&s.lat_ns).unwrap_or_default();
-                format!(
-                    " {:<6} {:<11} {:<14.2} {:<14.2} {:<16.2} {:<14.2} {:<15.2} {:<22.2} {:.2}\n",
-                    p.size, s.completions, l.min, l.max, l.typical, l.avg, l.stdev, l.p99, l.p999
-                )
+                let values = [
+                    p.size.to_string(),
+                    s.completions.to_string(),
+                    format!("{:.2}", l.min),
+                    format!("{:.2}", l.max),
+                    format!("{:.2}", l.typical),
+                    format!("{:.2}", l.avg),
+                    format!("{:.2}", l.stdev),
+                    format!("{:.2}", l.p99),
+                    format!("{:.2}", l.p999),
+                ];
+                let mut o = String::new();
+                for ((_, w), v) in LAT_COLUMNS.iter().zip(values) {
+                    o += &format!(" {v:<w$}");
+                }
+                o.trim_end().to_string() + "\n"
             }
         }
     }
@@ -859,6 +888,24 @@ impl<'a> Report<'a> {
     }
 }
 
+/// Width of the header's value columns (`power-of-two`, the longest `--path-selection`,
+/// fits).
+const HEADER_VALUE_WIDTH: usize = 12;
+
+/// The latency table's columns (perftest's labels) and their widths: a value starts where
+/// its label starts, for sizes up to 1 GiB (10 digits) and latencies up to 10^10 us.
+const LAT_COLUMNS: [(&str, usize); 9] = [
+    ("#bytes", 10),
+    ("#iterations", 14),
+    ("t_min[usec]", 14),
+    ("t_max[usec]", 14),
+    ("t_typical[usec]", 16),
+    ("t_avg[usec]", 14),
+    ("t_stdev[usec]", 15),
+    ("99% percentile[usec]", 22),
+    ("99.9% percentile[usec]", 22),
+];
+
 /// The unit line under a bw row: what the unit means.
 fn unit_line(u: BwUnit) -> String {
     format!(
@@ -999,6 +1046,79 @@ mod tests {
         );
         assert_eq!(BwUnit::MibPerS.convert(3.0 * 1048576.0), 3.0);
         assert_eq!(BwUnit::Gbits.convert(125_000_000.0), 1.0);
+    }
+
+    /// The banner's three columns line up whatever the values (`EV selection` lost its
+    /// padding: the value enums' Display ignores widths), `power-of-two` included.
+    #[test]
+    fn banner_columns_line_up() {
+        use crate::perf::opts::Cli;
+        use crate::perf::run::EndResult;
+        use clap::Parser;
+        let r = EndResult::default();
+        for (sel, line) in [
+            (
+                "recycle",
+                " EV selection    : recycle      Packets     : in the clear\n",
+            ),
+            (
+                "power-of-two",
+                " EV selection    : power-of-two Packets     : in the clear\n",
+            ),
+        ] {
+            let p = Cli::parse_from(["mrc-perf", "loopback", "--path-selection", sel])
+                .test
+                .params()
+                .unwrap();
+            let t = Report::new(&p, &r, "t").table(false);
+            let banner = " Paths (EVs)     : 16           MTU payload : 4096 bytes   Burst/EV : 1\n \
+                          CC              : nscc         TX depth    : 128          Verify   : off\n"
+                .to_string()
+                + line
+                + " CC presets for  : 100 Gb/s line rate, 200 us base RTT (--line-rate, --base-rtt-us)\n";
+            assert!(t.contains(&banner), "{t}");
+        }
+    }
+
+    /// Each latency figure starts under its label, also for sizes of 7 and 10 digits (the
+    /// figures of a 1 MiB test slid left of their labels).
+    #[test]
+    fn latency_columns_hold_their_place_for_large_sizes() {
+        use crate::perf::opts::Cli;
+        use crate::perf::run::{EndResult, SendResult};
+        use clap::Parser;
+        let r = EndResult {
+            send: Some(SendResult {
+                completions: 1_000_000,
+                lat_ns: vec![1_714_820, 5_102_090, 1_885_920],
+                ..SendResult::default()
+            }),
+            ..EndResult::default()
+        };
+        for size in ["8", "1048576", "1073741824"] {
+            let p = Cli::parse_from(["mrc-perf", "loopback", "--test", "lat", "-s", size])
+                .test
+                .params()
+                .unwrap();
+            let rep = Report::new(&p, &r, "t");
+            let (head, row) = (rep.columns(false), rep.row(false));
+            assert_eq!(
+                head,
+                " #bytes     #iterations    t_min[usec]    t_max[usec]    t_typical[usec]  \
+                 t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec]\n"
+            );
+            let starts = |l: &str| -> Vec<usize> {
+                let b = l.as_bytes();
+                (1..b.len())
+                    .filter(|&i| b[i] != b' ' && b[i - 1] == b' ')
+                    .collect()
+            };
+            // "99% percentile[usec]" and "99.9% percentile[usec]" are two words each
+            let mut labels = starts(&head);
+            labels.retain(|&i| !head[i..].starts_with("percentile"));
+            assert_eq!(labels, starts(&row), "{head}{row}");
+            assert!(row.starts_with(&format!(" {size:<10} 1000000        1714.82 ")), "{row}");
+        }
     }
 
     #[test]
