@@ -239,7 +239,11 @@ mod tests {
     #[test]
     fn signals_name_their_numbers_and_exit_codes() {
         assert_eq!(
-            (Signal::Int.name(), Signal::Int.number(), Signal::Int.exit_code()),
+            (
+                Signal::Int.name(),
+                Signal::Int.number(),
+                Signal::Int.exit_code()
+            ),
             ("SIGINT", 2, 130)
         );
         assert_eq!(

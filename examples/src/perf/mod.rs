@@ -16,8 +16,8 @@ pub mod udp_port;
 pub mod units;
 pub mod verbs;
 
-use opts::{Cli, Command, TestKind};
 pub use interrupt::Signal;
+use opts::{Cli, Command, TestKind};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, ToSocketAddrs};
 use std::time::Duration;
 

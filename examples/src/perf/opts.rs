@@ -202,14 +202,21 @@ pub struct TestOpts {
     ///
     /// The powers of two, each with the same -n or -D, one row each (`--json`: one object each in `sizes`). A client's
     /// server needs `--persistent` (each size is a test of its own).
-    #[arg(help_heading = "Test", short = 'a', long = "all", global = true, conflicts_with = "size")]
+    #[arg(
+        help_heading = "Test",
+        short = 'a',
+        long = "all",
+        global = true,
+        conflicts_with = "size"
+    )]
     pub all: bool,
     /// Messages to send [default: 5000 for bw, 1000 for lat].
     ///
     /// Not scaled down for large messages: `-s 100000000` sends 5000 of them, 500 GB. A
     /// bw run that will take more than 30 s at the rate of its first second says so on
     /// stderr (bytes and time); Ctrl-C ends any run with the report of what it measured.
-    #[arg(help_heading = "Test", 
+    #[arg(
+        help_heading = "Test",
         short = 'n',
         long = "iters",
         value_name = "COUNT",
@@ -218,7 +225,8 @@ pub struct TestOpts {
     )]
     pub iters: Option<u64>,
     /// Run for this many seconds instead of a number of messages.
-    #[arg(help_heading = "Test", 
+    #[arg(
+        help_heading = "Test",
         short = 'D',
         long = "duration",
         value_name = "SECONDS",
@@ -227,12 +235,19 @@ pub struct TestOpts {
     )]
     pub duration: Option<f64>,
     /// Number of paths (EVs); one UDP source port each.
-    #[arg(help_heading = "Paths and congestion control", long, value_name = "N", default_value_t = 16, global = true)]
+    #[arg(
+        help_heading = "Paths and congestion control",
+        long,
+        value_name = "N",
+        default_value_t = 16,
+        global = true
+    )]
     pub paths: u32,
     /// Payload bytes per packet (perftest's `-m`).
     ///
     /// The mrc payload, not the link MTU: headers come on top.
-    #[arg(help_heading = "Paths and congestion control", 
+    #[arg(
+        help_heading = "Paths and congestion control",
         short = 'm',
         long,
         value_name = "BYTES",
@@ -266,7 +281,8 @@ pub struct TestOpts {
     /// `--engines`) and `--paths` EVs, each running the whole test (`-n` messages each,
     /// or `-D`); the report sums them. Not over two hosts: a server serves one client at
     /// a time.
-    #[arg(help_heading = "Test", 
+    #[arg(
+        help_heading = "Test",
         short = 'q',
         long = "qps",
         value_name = "N",
@@ -278,7 +294,13 @@ pub struct TestOpts {
     /// of an end share one context of this many engine threads, the QPs spread over them
     /// round-robin, each engine with its own receive socket and rings. Unset: each QP
     /// has a context and an engine thread of its own. In 1..=Q (`-q`).
-    #[arg(help_heading = "This end's datapath", hide_short_help = true, long = "engines", value_name = "K", global = true)]
+    #[arg(
+        help_heading = "This end's datapath",
+        hide_short_help = true,
+        long = "engines",
+        value_name = "K",
+        global = true
+    )]
     pub engines: Option<u32>,
     /// `loopback`: both ends' QPs (all `-q` of each) in one context of one engine thread,
     /// whose receive socket and EV sockets carry the client's and the server's packets,
@@ -286,7 +308,12 @@ pub struct TestOpts {
     /// received and placed on one core, without the hand-off between two ends' engines
     /// on different cores (docs/PERFORMANCE.md). Implies `--engines 1`; other `--engines`
     /// values are refused (a connection's two ends would be on different engines).
-    #[arg(help_heading = "This end's datapath", hide_short_help = true, long = "shared-engine", global = true)]
+    #[arg(
+        help_heading = "This end's datapath",
+        hide_short_help = true,
+        long = "shared-engine",
+        global = true
+    )]
     pub shared_engine: bool,
     /// Both sides send at once (bw). `-b` as in perftest.
     #[arg(help_heading = "Test", short = 'b', long, global = true)]
@@ -302,19 +329,43 @@ pub struct TestOpts {
     /// and fills the CQs itself, busy-polling; over `--fabric udp` or `verbs`; `--cpu` pins
     /// an engine thread, so it pins nothing here). Both ends use the client's choice [default:
     /// caller for --test lat over --fabric udp, thread otherwise].
-    #[arg(help_heading = "This end's datapath", hide_short_help = true, long = "progress", value_enum, global = true)]
+    #[arg(
+        help_heading = "This end's datapath",
+        hide_short_help = true,
+        long = "progress",
+        value_enum,
+        global = true
+    )]
     pub progress: Option<ProgressMode>,
     /// How a `--progress caller` end drives its UDP sockets: `direct` (plain non-blocking
     /// `sendmsg`/`recvmmsg`, busy-polled) or `uring` (io_uring). Both ends use the
     /// client's choice [default: direct for --test lat with --progress caller (the
     /// faster there: docs/EMBEDDING.md has the numbers), uring otherwise].
-    #[arg(help_heading = "This end's datapath", hide_short_help = true, long = "udp-io", value_enum, global = true)]
+    #[arg(
+        help_heading = "This end's datapath",
+        hide_short_help = true,
+        long = "udp-io",
+        value_enum,
+        global = true
+    )]
     pub udp_io: Option<UdpIo>,
     /// Cap the sending rate, Gb/s (10^9 bits/s of message bytes).
-    #[arg(help_heading = "Test", hide_short_help = true, long = "rate-limit", value_name = "GBPS", global = true)]
+    #[arg(
+        help_heading = "Test",
+        hide_short_help = true,
+        long = "rate-limit",
+        value_name = "GBPS",
+        global = true
+    )]
     pub rate_limit: Option<f64>,
     /// Consecutive packets per EV (one GSO send); 1 = pure per-packet spraying.
-    #[arg(help_heading = "Paths and congestion control", hide_short_help = true, long = "burst-size", default_value_t = 1, global = true)]
+    #[arg(
+        help_heading = "Paths and congestion control",
+        hide_short_help = true,
+        long = "burst-size",
+        default_value_t = 1,
+        global = true
+    )]
     pub burst_size: u32,
     /// How each side picks the EV of a packet: recycle (REPS), round-robin or
     /// power-of-two (both ends use the client's choice).
@@ -332,7 +383,13 @@ pub struct TestOpts {
     ///
     /// At most 65536. A depth lower than the default's 128 (large messages), or than asked (the region
     /// holds fewer), is said on stderr before the run.
-    #[arg(help_heading = "Test", short = 't', long = "tx-depth", value_name = "N", global = true)]
+    #[arg(
+        help_heading = "Test",
+        short = 't',
+        long = "tx-depth",
+        value_name = "N",
+        global = true
+    )]
     pub tx_depth: Option<u64>,
     /// Registered region per side, bytes (k/m/g suffixes as for -s) [default: size x
     /// tx-depth].
@@ -345,18 +402,30 @@ pub struct TestOpts {
     /// UDP port of the receive socket (0: any) [default: 4792 server, 0 others].
     ///
     /// A server holds it from its start: a port in use fails the start, naming it.
-    #[arg(help_heading = "Connection", long = "udp-port", value_name = "PORT", global = true)]
+    #[arg(
+        help_heading = "Connection",
+        long = "udp-port",
+        value_name = "PORT",
+        global = true
+    )]
     pub udp_port: Option<u16>,
     /// Engine busy-poll time after the last work before it sleeps in io_uring, us
     /// (at most 1000000).
-    #[arg(help_heading = "This end's datapath", hide_short_help = true, long = "spin-us", default_value_t = 50, global = true)]
+    #[arg(
+        help_heading = "This end's datapath",
+        hide_short_help = true,
+        long = "spin-us",
+        default_value_t = 50,
+        global = true
+    )]
     pub spin_us: u64,
     /// Seconds of setup and of no progress before giving up.
     ///
     /// Client: to connect, for any progress, and up to 3 times it for the server's
     /// answer (a server sets up one client at a time). Server: the deadline of a client's
     /// whole setup exchange (a slow or silent client is dropped).
-    #[arg(help_heading = "Connection", 
+    #[arg(
+        help_heading = "Connection",
         long,
         value_name = "SECONDS",
         default_value_t = 5.0,
@@ -370,18 +439,31 @@ pub struct TestOpts {
     #[arg(help_heading = "This end's datapath", long, value_enum, default_value_t = Fabric::Udp, global = true)]
     pub fabric: Fabric,
     /// RDMA device for --fabric verbs, as ibv_devices lists it [default: the only one].
-    #[arg(help_heading = "RDMA verbs (--fabric verbs)", hide_short_help = true, short = 'd', long = "ib-dev", global = true)]
+    #[arg(
+        help_heading = "RDMA verbs (--fabric verbs)",
+        hide_short_help = true,
+        short = 'd',
+        long = "ib-dev",
+        global = true
+    )]
     pub ib_dev: Option<String>,
     /// Port of the RDMA device, from 1 (perftest's `-i`; here `-i` is iperf3's
     /// `--interval`).
-    #[arg(help_heading = "RDMA verbs (--fabric verbs)", hide_short_help = true, long = "ib-port", default_value_t = 1, global = true)]
+    #[arg(
+        help_heading = "RDMA verbs (--fabric verbs)",
+        hide_short_help = true,
+        long = "ib-port",
+        default_value_t = 1,
+        global = true
+    )]
     pub ib_port: u8,
     /// Seconds between progress lines and JSON interval records (iperf3's `-i`).
     ///
     /// A progress line on stderr from the first interval on, and one record per
     /// interval in the JSON's `intervals`. Without it the intervals are 1 s and the progress line starts at 2 s. In
     /// 0.1..=--duration.
-    #[arg(help_heading = "Report", 
+    #[arg(
+        help_heading = "Report",
         short = 'i',
         long = "interval",
         value_name = "SECONDS",
@@ -398,12 +480,24 @@ pub struct TestOpts {
     /// IPv6 traffic class / IPv4 TOS byte of this end's packets (perftest's
     /// `--tclass`), 0..=255 and a multiple of 4: its two low bits are the ECN field, which
     /// the transport sets per packet. Each end marks its own packets.
-    #[arg(help_heading = "This end's datapath", hide_short_help = true, long, value_name = "TCLASS", global = true)]
+    #[arg(
+        help_heading = "This end's datapath",
+        hide_short_help = true,
+        long,
+        value_name = "TCLASS",
+        global = true
+    )]
     pub tclass: Option<u8>,
     /// Pin this end's engine thread (the one that moves every packet) to this CPU
     /// (sched_setaffinity; in `loopback` the client's engine). Errors if the process may
     /// not run on it.
-    #[arg(help_heading = "This end's datapath", hide_short_help = true, long, value_name = "N", global = true)]
+    #[arg(
+        help_heading = "This end's datapath",
+        hide_short_help = true,
+        long,
+        value_name = "N",
+        global = true
+    )]
     pub cpu: Option<usize>,
     /// UDP datapath: receive with one multishot `recvmsg` over a provided buffer ring
     /// instead of re-armed single ones (`UdpConfig::rx_multishot`; kernel 6.0+, else the
@@ -413,7 +507,12 @@ pub struct TestOpts {
     pub udp_multishot: bool,
     /// UDP datapath: send with `IORING_OP_SENDMSG_ZC`, zero-copy (`UdpConfig::tx_zerocopy`).
     /// This end only.
-    #[arg(help_heading = "This end's datapath", hide_short_help = true, long, global = true)]
+    #[arg(
+        help_heading = "This end's datapath",
+        hide_short_help = true,
+        long,
+        global = true
+    )]
     pub udp_zerocopy: bool,
     /// UDP datapath: set up the io_urings with `IORING_SETUP_COOP_TASKRUN` (no
     /// interrupt per arriving datagram; `UdpConfig::coop_taskrun`; where the kernel
@@ -430,13 +529,26 @@ pub struct TestOpts {
     pub huge_pages: bool,
     /// GID index on that port: a RoCEv2 entry (`show_gids`; often 3 for IPv4 on ConnectX,
     /// 1 on Soft-RoCE).
-    #[arg(help_heading = "RDMA verbs (--fabric verbs)", hide_short_help = true, short = 'x', long = "gid-index", default_value_t = 1, global = true)]
+    #[arg(
+        help_heading = "RDMA verbs (--fabric verbs)",
+        hide_short_help = true,
+        short = 'x',
+        long = "gid-index",
+        default_value_t = 1,
+        global = true
+    )]
     pub gid_index: u8,
     /// Steer each EV socket through one spine of the testbed (testbed/mrc-testbed.sh):
     /// `srh` (SRH segment list) or `usid` (uSID container as active segment). Given to the
     /// client (an IPv6 testbed host as server); the server steers its EV sockets back
     /// through the same spines. Without it, plain routing.
-    #[arg(help_heading = "SRv6 testbed (--srv6)", hide_short_help = true, long, value_enum, global = true)]
+    #[arg(
+        help_heading = "SRv6 testbed (--srv6)",
+        hide_short_help = true,
+        long,
+        value_enum,
+        global = true
+    )]
     pub srv6: Option<super::srv6::Srv6Mode>,
     /// Where the --srv6 header is added: `socket` (a sticky IPV6_RTHDR per EV socket) or
     /// `route` (the EV socket's firewall mark selects the host's steering table, whose
@@ -462,7 +574,13 @@ pub struct TestOpts {
     /// pre-shared key in this file and fresh nonces of both ends (HKDF-SHA256); both ends
     /// need the same file. The key is the regular file's bytes without one trailing
     /// newline (LF or CRLF), 16 to 4096 of them (e.g. `head -c 32 /dev/urandom > key`).
-    #[arg(help_heading = "Connection", hide_short_help = true, long = "psk-file", value_name = "PATH", global = true)]
+    #[arg(
+        help_heading = "Connection",
+        hide_short_help = true,
+        long = "psk-file",
+        value_name = "PATH",
+        global = true
+    )]
     pub psk_file: Option<std::path::PathBuf>,
 }
 

@@ -126,6 +126,9 @@ mod tests {
         for n in 1..=8u64 {
             w.tick(t0 + Duration::from_millis(12 * n + 4), n, n * 1000);
         }
-        assert_eq!(w.peak_bps(), 8000.0 / Duration::from_millis(100).as_secs_f64());
+        assert_eq!(
+            w.peak_bps(),
+            8000.0 / Duration::from_millis(100).as_secs_f64()
+        );
     }
 }

@@ -1117,7 +1117,10 @@ mod tests {
             let mut labels = starts(&head);
             labels.retain(|&i| !head[i..].starts_with("percentile"));
             assert_eq!(labels, starts(&row), "{head}{row}");
-            assert!(row.starts_with(&format!(" {size:<10} 1000000        1714.82 ")), "{row}");
+            assert!(
+                row.starts_with(&format!(" {size:<10} 1000000        1714.82 ")),
+                "{row}"
+            );
         }
     }
 

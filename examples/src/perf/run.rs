@@ -1,8 +1,8 @@
 //! The test loops of `mrc-perf`: sender (bw), receiver (bw), ping and pong (lat), the
 //! control messages on the bootstrap TCP stream, and the server/client/loopback roles.
 
-pub use super::loops::SendResult;
 use super::interrupt;
+pub use super::loops::SendResult;
 use super::loops::{self, initial_recvs, post_recvs};
 use super::opts::{Fabric, ProgressMode, ServerLimits, TestKind, TestParams, UdpIo};
 use super::report::{self, EvLine, ProgressOpts, Report};
@@ -516,7 +516,11 @@ impl Side {
     /// Waits up to `timeout` for the next completion of one side of the CQ; a caller
     /// endpoint progresses its worker meanwhile ([`Worker::wait`]: busy-polls for
     /// `--spin-us`, then sleeps in the datapath until a datagram arrives).
-    pub(super) fn wait_cq(&self, recv_side: bool, timeout: Duration) -> Result<Option<Completion>, String> {
+    pub(super) fn wait_cq(
+        &self,
+        recv_side: bool,
+        timeout: Duration,
+    ) -> Result<Option<Completion>, String> {
         match &self.ep {
             Endpoint::Thread { qp, .. } if recv_side => qp.wait_recv_cq(timeout),
             Endpoint::Thread { qp, .. } => qp.wait_send_cq(timeout),
@@ -1095,7 +1099,12 @@ pub fn run_end(
                 });
                 Some(interrupt::INTERRUPTED.to_string())
             }
-            (None, Some(why)) => Some(loops::LoopError::PeerEnded { reason: why.clone() }.to_string()),
+            (None, Some(why)) => Some(
+                loops::LoopError::PeerEnded {
+                    reason: why.clone(),
+                }
+                .to_string(),
+            ),
             (None, None) => None,
         };
         if let Some(message) = ended {
@@ -1521,10 +1530,19 @@ pub fn serve_one(
         // the last test's datapath is gone: hold the port while no test runs
         port.retake()
             .map_err(|e| ServeFailure::Setup(e.to_string()))?;
-        let (s, peer, line, setup_until) = queue
-            .next(timeout, until)
-            .map_err(ServeFailure::Setup)?;
-        let served = serve_stream(s, line, setup_until, udp_bind, port, timeout, local, limits, psk);
+        let (s, peer, line, setup_until) =
+            queue.next(timeout, until).map_err(ServeFailure::Setup)?;
+        let served = serve_stream(
+            s,
+            line,
+            setup_until,
+            udp_bind,
+            port,
+            timeout,
+            local,
+            limits,
+            psk,
+        );
         match served {
             Ok(r) => return Ok(r),
             Err(ServeError::Client(e)) => {

@@ -120,7 +120,10 @@ mod tests {
         let mut r = Reservation::take(addr).unwrap();
         assert!(r.is_held());
         let e = Reservation::take(addr).unwrap_err();
-        assert!(matches!(e, PortError::InUse { addr: a } if a == addr), "{e:?}");
+        assert!(
+            matches!(e, PortError::InUse { addr: a } if a == addr),
+            "{e:?}"
+        );
         assert_eq!(
             e.to_string(),
             format!(
