@@ -2369,6 +2369,7 @@ fn short_help_is_a_page_and_long_help_has_everything() {
         assert_eq!(short.contains("--size"), cmd != "server", "{cmd}: {short}");
         assert_eq!(long.contains("--size"), cmd != "server", "{cmd}: {long}");
         assert_eq!(long.contains("--shared-engine"), cmd == "loopback", "{cmd}");
+        assert_eq!(short.contains("--qps"), cmd == "loopback", "{cmd}");
     }
     let server = help(&["server", "--help"]);
     assert!(server.contains("--max-region-size"), "{server}");

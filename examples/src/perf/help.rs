@@ -12,7 +12,7 @@ use super::opts::Cli;
 use clap::CommandFactory;
 
 /// Options for `loopback` alone (clap ids): the other subcommands refuse them.
-pub const LOOPBACK_ONLY: [&str; 2] = ["engines", "shared_engine"];
+pub const LOOPBACK_ONLY: [&str; 3] = ["engines", "shared_engine", "qps"];
 
 /// The clap ids a subcommand's help leaves out.
 pub fn hidden_in(subcommand: &str) -> Vec<&'static str> {

@@ -275,7 +275,7 @@ pub struct TestOpts {
     /// bw or lat.
     #[arg(help_heading = "Test", long = "test", value_enum, default_value_t = TestKind::Bw, global = true)]
     pub test: TestKind,
-    /// Queue pairs in parallel, `loopback` only (perftest's `-q`) [1..=16].
+    /// Queue pairs in parallel (perftest's `-q`), 1..=16.
     ///
     /// Each QP is a connection of its own with its own engine thread (or sharing
     /// `--engines`) and `--paths` EVs, each running the whole test (`-n` messages each,
@@ -436,7 +436,7 @@ pub struct TestOpts {
     /// Datapath: udp (io_uring sockets) or verbs (RDMA UD QPs).
     ///
     /// Both ends must agree.
-    #[arg(help_heading = "This end's datapath", long, value_enum, default_value_t = Fabric::Udp, global = true)]
+    #[arg(hide_possible_values = true, help_heading = "This end's datapath", long, value_enum, default_value_t = Fabric::Udp, global = true)]
     pub fabric: Fabric,
     /// RDMA device for --fabric verbs, as ibv_devices lists it [default: the only one].
     #[arg(
