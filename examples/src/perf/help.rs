@@ -5,7 +5,7 @@
 //! The test options are global (they may come before or after the subcommand, and a
 //! server refuses a client's by name instead of calling it unknown), so clap would list
 //! every one under every subcommand: [`command`] hides, per subcommand, those it refuses
-//! ([`super::CLIENT_OPTIONS`] for `server`, [`super::UNUSED_OPTIONS`]) or that are
+//! (`CLIENT_OPTIONS` for `server`, `UNUSED_OPTIONS`, in `perf`) or that are
 //! `loopback`'s alone ([`LOOPBACK_ONLY`]).
 
 use super::opts::Cli;
