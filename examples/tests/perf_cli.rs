@@ -909,17 +909,28 @@ fn client_reports_what_the_server_said() {
         "is not an mrc-perf server (or runs another version): it answered \"HTTP/1.1 400 Bad Request\\r\"",
     );
     web.join().unwrap();
+    // A server whose UDP port is taken used to announce it and refuse its first client
+    // ("cannot open UDP datapath ... Address already in use"); it now fails at start.
     let taken = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     let udp = taken.local_addr().unwrap().port().to_string();
-    let (mut server, _err) = start_server(&["-p", "28651", "--udp-port", &udp]);
-    fails_with(
-        &["client", "127.0.0.1", "-p", "28651", "-n", "3"],
-        &format!(
-            "mrc-perf: error: server 127.0.0.1:28651 refused the test: cannot open UDP \
-             datapath on 127.0.0.1:{udp}: receive socket: Address already in use (os error 98)"
-        ),
+    let (o, _) = perf(&[
+        "server",
+        "--bind",
+        "127.0.0.1",
+        "-p",
+        "28651",
+        "--udp-port",
+        &udp,
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stderr),
+        format!(
+            "mrc-perf: error: UDP port {udp} (127.0.0.1:{udp}) is in use, by another mrc-perf \
+             server or another program: give this server another data port with --udp-port \
+             PORT (its clients learn it at setup)\n"
+        )
     );
-    assert_eq!(server.wait().unwrap().code(), Some(1));
 }
 
 #[test]
@@ -1705,7 +1716,7 @@ fn all_sizes_sweep_2_bytes_to_8_mib() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let t = String::from_utf8_lossy(&o.stdout);
     for n in &want {
-        assert!(t.contains(&format!("\n {n:<6} 2  ")), "row of {n} in {t}");
+        assert!(t.contains(&format!("\n {n:<10} 2  ")), "row of {n} in {t}");
     }
     fails_with(&["loopback", "-a", "-s", "64"], "cannot be used with");
     fails_with(&["server", "-a"], "-a/--all is the client's to choose");
