@@ -2148,8 +2148,8 @@ fn sigint_ends_a_loopback_run_with_its_report_text_and_json() {
             long.starts_with(
                 "mrc-perf: 1000000 messages of 1048576 bytes are 1048.6 GB (10^9 bytes): about "
             ) && long.ends_with(
-                " s; -n COUNT or -D SECONDS runs shorter, and Ctrl-C ends the run with its \
-                 report\n"
+                " GB/s measured so far; -n COUNT or -D SECONDS runs shorter, and Ctrl-C ends \
+                 the run with its report\n"
             ),
             "{long}"
         );

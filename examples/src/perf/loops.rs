@@ -239,6 +239,9 @@ pub fn send_bw(
     // a long run says so after its first second (perf::notices), on the progress line's
     // end only
     let mut long_run_checked = !progress.print || p.iters.is_none();
+    // the first completion: the rate of a long run is measured from it (before it, the
+    // first message also waited for the regions' first touch and the paths' start)
+    let mut first_done: Option<(Instant, u64)> = None;
     // The loop as a closure so that an error still leaves the counts of what completed.
     let mut run = || -> Result<(), LoopError> {
         loop {
@@ -307,12 +310,20 @@ pub fn send_bw(
                 || retransmit_counters(side),
             );
             let ran = now.duration_since(start);
-            if !long_run_checked && ran >= notices::LONG_RUN_AFTER {
-                long_run_checked = true;
-                let iters = p.iters.unwrap_or(0);
-                if let Some(line) = notices::long_run(iters, p.size, done, ran) {
-                    eprintln!("{line}");
+            match first_done {
+                None => first_done = Some((now, done)),
+                Some((t1, d1))
+                    if !long_run_checked && ran >= notices::LONG_RUN_AFTER && done > d1 =>
+                {
+                    long_run_checked = true;
+                    let rate = (done - d1) as f64 * p.size as f64
+                        / now.duration_since(t1).as_secs_f64().max(1e-9);
+                    let iters = p.iters.unwrap_or(0);
+                    if let Some(line) = notices::long_run(iters, p.size, done, ran, rate) {
+                        eprintln!("{line}");
+                    }
                 }
+                Some(_) => {}
             }
         }
         Ok(())

@@ -4,8 +4,9 @@
 //!
 //! Iterations are not scaled down for large messages: `-n` (default 5000) is what runs,
 //! so `-s 100000000` moves 500 GB. Such a run says so after its first
-//! [`LONG_RUN_AFTER`], with the time it will take at the rate it has run so far, when
-//! that is more than [`LONG_RUN_S`].
+//! [`LONG_RUN_AFTER`], with the time it will take at the rate measured since its first
+//! completion (the first message also waits for the regions' first touch), when that is
+//! more than [`LONG_RUN_S`].
 
 use super::opts::{TestKind, TestParams};
 use std::time::Duration;
@@ -55,27 +56,26 @@ pub fn tx_depth(p: &TestParams, asked: Option<u64>) -> Option<String> {
 }
 
 /// The line about a run of `iters` messages of `size` bytes that completed `done` of
-/// them in `elapsed`, when at that rate the whole run takes more than [`LONG_RUN_S`]:
-/// its bytes, its projected length and how to shorten or end it; `None` otherwise (or
-/// before a message completed).
-pub fn long_run(iters: u64, size: u64, done: u64, elapsed: Duration) -> Option<String> {
-    if done == 0 || elapsed.is_zero() {
+/// them in its first `ran`, sending `rate_bps` bytes/s lately, when at that rate the
+/// whole run takes more than [`LONG_RUN_S`]: its bytes, its projected length and how to
+/// shorten or end it; `None` otherwise (or without a rate).
+pub fn long_run(iters: u64, size: u64, done: u64, ran: Duration, rate_bps: f64) -> Option<String> {
+    if !(rate_bps > 0.0 && rate_bps.is_finite()) {
         return None;
     }
-    let rate = done as f64 * size as f64 / elapsed.as_secs_f64();
     let total_bytes = iters as f64 * size as f64;
-    let total_s = total_bytes / rate;
+    let left_bytes = iters.saturating_sub(done) as f64 * size as f64;
+    let total_s = ran.as_secs_f64() + left_bytes / rate_bps;
     if total_s <= LONG_RUN_S {
         return None;
     }
     Some(format!(
         "mrc-perf: {iters} messages of {size} bytes are {:.1} GB (10^9 bytes): about {:.0} s \
-         at the {:.2} GB/s of the first {:.1} s; -n COUNT or -D SECONDS runs shorter, and \
-         Ctrl-C ends the run with its report",
+         at the {:.2} GB/s measured so far; -n COUNT or -D SECONDS runs shorter, and Ctrl-C \
+         ends the run with its report",
         total_bytes / 1e9,
         total_s,
-        rate / 1e9,
-        elapsed.as_secs_f64()
+        rate_bps / 1e9,
     ))
 }
 
@@ -122,18 +122,18 @@ mod tests {
     #[test]
     fn a_run_projected_past_30_s_says_how_long_and_how_big() {
         let s = Duration::from_secs;
-        // the issue's run: 5000 x 100 MB, 22 messages in the first second
+        // the issue's run: 5000 x 100 MB at 2.2 GB/s, 22 done after 1 s
         assert_eq!(
-            long_run(5000, 100_000_000, 22, s(1)).unwrap(),
+            long_run(5000, 100_000_000, 22, s(1), 2.2e9).unwrap(),
             "mrc-perf: 5000 messages of 100000000 bytes are 500.0 GB (10^9 bytes): about \
-             227 s at the 2.20 GB/s of the first 1.0 s; -n COUNT or -D SECONDS runs shorter, \
+             227 s at the 2.20 GB/s measured so far; -n COUNT or -D SECONDS runs shorter, \
              and Ctrl-C ends the run with its report"
         );
-        // 30 s exactly is not long
-        assert_eq!(long_run(3000, 1_000_000, 100, s(1)), None);
-        assert!(long_run(3001, 1_000_000, 100, s(1)).is_some());
+        // 30 s exactly is not long: 1 s run, 2900 MB left at 100 MB/s
+        assert_eq!(long_run(3000, 1_000_000, 100, s(1), 1e8), None);
+        assert!(long_run(3001, 1_000_000, 100, s(1), 1e8).is_some());
         // the default run of 5000 x 64 KiB
-        assert_eq!(long_run(5000, 65536, 3000, s(1)), None);
-        assert_eq!(long_run(5000, 100_000_000, 0, s(1)), None);
+        assert_eq!(long_run(5000, 65536, 3000, s(1), 2e8), None);
+        assert_eq!(long_run(5000, 100_000_000, 0, s(1), 0.0), None);
     }
 }
