@@ -3,6 +3,7 @@
 //! `loopback` (both ends in this process) and `baseline` (raw UDP and kernel TCP ceilings).
 
 pub mod baseline;
+pub mod end;
 pub mod help;
 pub mod interrupt;
 pub mod loops;
