@@ -415,6 +415,7 @@ fn local_result(
             trims: s.trimmed,
             ecn_marks: s.ecn_marked,
             timeouts: s.timeouts,
+            probes: s.probes_sent,
             state,
         })
         .collect();

@@ -43,6 +43,9 @@ pub struct EvLine {
     /// declare a whole window on every EV; the connection's count of expiries is
     /// `rto_expiries`).
     pub timeouts: u64,
+    /// EV probes sent on it (control datagrams: an EV out of rotation asks whether its
+    /// path works again).
+    pub probes: u64,
     /// Its path state at the end of the run: `GOOD`, `SKIP`, `ASSUMED_BAD` or `DENIED`
     /// (empty when unknown).
     pub state: &'static str,
@@ -64,7 +67,7 @@ const fn counter(key: &'static str, meaning: &'static str) -> Counter {
 
 /// The per-EV counters, in the order of the per-EV table's columns and of [`ev_values`]
 /// (each EV's JSON object has them besides `ev`, `src_port` and `state`).
-pub const EV_COUNTERS: [Counter; 5] = [
+pub const EV_COUNTERS: [Counter; 6] = [
     counter(
         "sent_packets",
         "data packets this side sent on the EV, first transmissions and retransmissions",
@@ -84,6 +87,11 @@ pub const EV_COUNTERS: [Counter; 5] = [
     counter(
         "rto_lost_packets",
         "packets sent on the EV that an RTO expiry declared lost",
+    ),
+    counter(
+        "probes_sent",
+        "EV probes this side sent on the EV (control datagrams, not counted in sent_packets: \
+         the EV was out of rotation and asked whether its path works again)",
     ),
 ];
 
@@ -159,8 +167,15 @@ pub fn conn_values(c: &mrc_transport::stats::ConnStats) -> [u64; 9] {
 }
 
 /// The values of [`EV_COUNTERS`] for `e`, in that order.
-pub fn ev_values(e: &EvLine) -> [u64; 5] {
-    [e.packets, e.retransmits, e.trims, e.ecn_marks, e.timeouts]
+pub fn ev_values(e: &EvLine) -> [u64; 6] {
+    [
+        e.packets,
+        e.retransmits,
+        e.trims,
+        e.ecn_marks,
+        e.timeouts,
+        e.probes,
+    ]
 }
 
 /// The unit of the bandwidth figures, in the table and on the progress line alike.
@@ -1378,6 +1393,7 @@ mod tests {
             trims: 203,
             ecn_marks: 204,
             timeouts: 205,
+            probes: 206,
             state: "GOOD",
         }];
         r.recv = RecvResult {
@@ -1397,7 +1413,7 @@ mod tests {
             "{t}"
         );
         assert!(
-            t.contains("   EV  src_port  sent_packets  retransmitted_packets  trimmed_packets  ecn_marked_packets  rto_lost_packets  state\n    3     20003           201                    202              203                 204               205  GOOD\n"),
+            t.contains("   EV  src_port  sent_packets  retransmitted_packets  trimmed_packets  ecn_marked_packets  rto_lost_packets   probes_sent  state\n    3     20003           201                    202              203                 204               205           206  GOOD\n"),
             "{t}"
         );
         let ev = v["evs"][0].as_object().unwrap();
