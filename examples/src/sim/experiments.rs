@@ -1072,6 +1072,7 @@ fn raw_once(
                     dst,
                     ev,
                     ecn: 2,
+                    port: 0,
                 };
                 sim.send_shared(d, &payload)?;
             }

@@ -3,9 +3,13 @@
 //! Per hop a frame costs two events: `TxDone` when its port finishes serialising it (the
 //! port then starts the next frame) and `Arrive` at the next node (serialisation +
 //! propagation + jitter later). Switches forward on arrival (cut-through of the decision,
-//! store-and-forward of the bytes) and queue on the egress port. Hosts pull: when the NIC is
-//! idle it asks its endpoints, round-robin, for the next datagram (`poll_transmit`), so the
-//! transport's pacing and windows decide, and there is no host queue.
+//! store-and-forward of the bytes) and queue on the egress port. Hosts pull: when a NIC
+//! port is idle the NIC asks its endpoints, round-robin, for the next datagram
+//! (`poll_transmit`), so the transport's pacing and windows decide, and puts it on the port
+//! of its EV's plane. With one port there is no host queue; with P ports (planes) a
+//! datagram whose port is busy waits behind it, and the NIC stops asking while P datagrams
+//! wait (it cannot choose the transport's next EV, so one port may be idle while another
+//! has a short queue).
 //!
 //! Frames live in a slab of [`FrameBuf`]s (headers inline, payload beside them), indexed
 //! by the `u32` handles that queues and events carry; a released slot keeps its buffers
@@ -401,6 +405,26 @@ struct EgressHint {
     node: u32,
     pkt: u32,
     out: u16,
+}
+
+/// What a host's NIC can take ([`Simulator::nic_state`]).
+#[derive(Clone, Copy, Debug)]
+struct NicState {
+    /// A port is idle: neither serialising nor paused.
+    idle: bool,
+    /// Frames queued behind busy ports.
+    waiting: usize,
+    /// Ports (planes).
+    ports: usize,
+}
+
+impl NicState {
+    /// Whether the NIC asks its endpoints for another datagram: a port is idle and fewer
+    /// frames wait than it has ports (one port: the port is idle).
+    #[inline]
+    fn takes(self) -> bool {
+        self.idle && self.waiting < self.ports
+    }
 }
 
 /// Progress of a run, handed to the progress callback.
@@ -818,11 +842,13 @@ impl Simulator {
         14 + 40 + 8 + self.mrc_header_bytes
     }
 
+    /// Line rate of host `h`'s NIC, bit/s: the sum of its ports' (one per plane).
     fn host_rate_bps(&self, h: u32) -> u64 {
         self.ports
             .get(h as usize)
-            .and_then(|p| p.first())
-            .map_or(1, |p| p.rate_bps)
+            .map(|ps| ps.iter().map(|p| p.rate_bps).sum::<u64>())
+            .filter(|&r| r > 0)
+            .unwrap_or(1)
     }
 
     /// Adds a flow; its WRITE is posted at `spec.start_ns`. Returns its index.
@@ -860,11 +886,15 @@ impl Simulator {
         let (qa, qb) = (2 * id + 1, 2 * id + 2);
         let psn_a = self.rng.random::<u32>() & 0x00FF_FFFF;
         let psn_b = self.rng.random::<u32>() & 0x00FF_FFFF;
+        // EV i on plane i mod P: the NIC port its packets leave from (port q on plane q).
+        let planes = u8::try_from(self.topo.planes()).unwrap_or(u8::MAX);
+        let ev_planes = ConnConfig::interleaved_planes(evs as usize, planes);
         let mk = |qpn: u32, psn: u32, seed: u64| ConnConfig {
             local_qpn: qpn,
             initial_psn: Psn::new(psn),
             generation: 1,
             evs: (0..evs).collect(),
+            ev_planes: ev_planes.clone(),
             seed,
             send: t.send,
             go_back_n: t.go_back_n,
@@ -961,7 +991,7 @@ impl Simulator {
             return Err(SimError::NoSuchHost(h));
         }
         let pkt = self.alloc(FrameBuf::from_vec(frame));
-        self.enqueue_injected(h, pkt);
+        self.enqueue_injected(h, 0, pkt);
         Ok(())
     }
 
@@ -979,19 +1009,20 @@ impl Simulator {
         p.refresh();
         p.checksum_known = false;
         p.corrupted = false;
-        self.enqueue_injected(h, pkt);
+        self.enqueue_injected(h, 0, pkt);
         Ok(())
     }
 
-    /// Hands host `d.src`'s NIC the UDP payload `payload` for host `d.dst` on EV `d.ev`:
+    /// Hands host `d.src`'s NIC port `d.port` the UDP payload `payload` for host `d.dst` on
+    /// EV `d.ev`:
     /// framed as the transport's datagrams are ([`build_headers`]: Ethernet / IPv6 / SRH or
     /// uSID per the forwarding mode / UDP with its checksum) in front of a copy of
     /// `payload`, and queued behind whatever the NIC is sending. Like the transport's
     /// frames, and unlike [`Simulator::inject`]ed ones, the receiver need not re-sum the
     /// checksum unless the frame is corrupted on the way.
     ///
-    /// Errors: [`SimError::NoSuchHost`]; [`SimError::Transport`] when the route cannot be
-    /// encoded.
+    /// Errors: [`SimError::NoSuchHost`]; [`SimError::NoSuchPort`] for a port the host
+    /// lacks; [`SimError::Transport`] when the route cannot be encoded.
     pub fn send_datagram(&mut self, d: Datagram, payload: &[u8]) -> Result<(), SimError> {
         self.check_hosts(d)?;
         let pkt = self.take_slot();
@@ -1001,7 +1032,7 @@ impl Simulator {
         }
         self.pkts[pkt as usize].frame.set_payload_copy(payload);
         self.finish_framing(pkt);
-        self.enqueue_injected(d.src, pkt);
+        self.enqueue_injected(d.src, d.port, pkt);
         Ok(())
     }
 
@@ -1022,16 +1053,23 @@ impl Simulator {
             .frame
             .set_payload_shared(payload.bytes().clone());
         self.finish_framing(pkt);
-        self.enqueue_injected(d.src, pkt);
+        self.enqueue_injected(d.src, d.port, pkt);
         Ok(())
     }
 
-    /// [`SimError::NoSuchHost`] unless both ends of `d` are hosts.
+    /// [`SimError::NoSuchHost`] unless both ends of `d` are hosts, [`SimError::NoSuchPort`]
+    /// unless the sender has port `d.port`.
     fn check_hosts(&self, d: Datagram) -> Result<(), SimError> {
-        match [d.src, d.dst].into_iter().find(|&h| h >= self.topo.hosts) {
-            Some(h) => Err(SimError::NoSuchHost(h)),
-            None => Ok(()),
+        if let Some(h) = [d.src, d.dst].into_iter().find(|&h| h >= self.topo.hosts) {
+            return Err(SimError::NoSuchHost(h));
         }
+        if usize::from(d.port) >= self.ports[d.src as usize].len() {
+            return Err(SimError::NoSuchPort {
+                node: d.src,
+                port: d.port,
+            });
+        }
+        Ok(())
     }
 
     /// Builds in slab slot `pkt` the headers of a datagram sent as `d` whose payload sums
@@ -1063,12 +1101,13 @@ impl Simulator {
         p.corrupted = false;
     }
 
-    fn enqueue_injected(&mut self, h: u32, pkt: u32) {
+    /// Queues frame `pkt` on NIC port `port` of host `h` (which exists).
+    fn enqueue_injected(&mut self, h: u32, port: u16, pkt: u32) {
         let len = self.pkts[pkt as usize].len;
-        let port = &mut self.ports[h as usize][0];
-        port.q.push_normal(pkt, len, &mut port.stats);
-        if !port.busy {
-            self.start_tx(h, 0);
+        let p = &mut self.ports[h as usize][usize::from(port)];
+        p.q.push_normal(pkt, len, &mut p.stats);
+        if !p.busy {
+            self.start_tx(h, port);
         }
     }
 
@@ -1220,18 +1259,21 @@ impl Simulator {
         }
         let mut bytes = Vec::new();
         let payload = [0u8; 64];
+        // The EV's plane as the simulator's connections split them (EV i on plane i mod P).
+        let port = (ev % self.topo.planes()) as u16;
         let d = Datagram {
             src,
             dst,
             ev,
             ecn: 2,
+            port,
         };
         if build_frame(&self.topo, self.cfg.forwarding, d, &payload, &mut bytes).is_none() {
             return Err(SimError::Transport("route cannot be encoded".into()));
         }
         let mut hops = Vec::new();
         let mut node = src;
-        let mut port = 0u16;
+        let mut port = port;
         for _ in 0..16 {
             let info = frame::inspect(&bytes);
             let seg_left = info
@@ -1296,18 +1338,36 @@ impl Simulator {
     /// leaving the ports' queue-depth samples cached ([`PortStats::queue_histogram`] and
     /// the report include them); a caller may run it again, in rounds.
     pub fn run_events(&mut self, progress: &mut dyn FnMut(Progress)) {
-        // The egress port `prefetch_ahead` found for the event after the current one.
-        let mut hint: Option<EgressHint> = None;
         // Read once: no event changes the configuration or adds a flow. (0: no stop time.)
         let stop_ns = Some(self.cfg.stop_ns)
             .filter(|&t| t > 0)
             .unwrap_or(u64::MAX);
+        self.run_events_until(stop_ns, progress);
+    }
+
+    /// Processes the events due at or before `t_ns` (virtual time), as
+    /// [`Simulator::run_events`] does, then leaves the clock at `t_ns` if events remain
+    /// (they stay queued: a later call goes on where this one stopped, and a run in steps
+    /// is the run in one go). Stops earlier when every flow finished. A time before now
+    /// does nothing.
+    pub fn run_until(&mut self, t_ns: u64, progress: &mut dyn FnMut(Progress)) {
+        if t_ns >= self.now_ns {
+            self.run_events_until(t_ns, progress);
+        }
+    }
+
+    /// The event loop of [`Simulator::run_events`] up to `stop_ns`.
+    fn run_events_until(&mut self, stop_ns: u64, progress: &mut dyn FnMut(Progress)) {
+        // The egress port `prefetch_ahead` found for the event after the current one.
+        let mut hint: Option<EgressHint> = None;
         let flows = self.flows.len() as u32;
-        while let Some(e) = self.q.pop() {
-            if e.time_ns > stop_ns {
-                self.now_ns = stop_ns;
+        loop {
+            let Some(e) = self.q.pop_until(stop_ns) else {
+                if !self.q.is_empty() {
+                    self.now_ns = stop_ns;
+                }
                 break;
-            }
+            };
             self.now_ns = e.time_ns;
             self.counters.events += 1;
             let mine = hint.take();
@@ -1926,7 +1986,78 @@ impl Simulator {
         }
     }
 
-    /// Lets host `h` send if its NIC is idle, then (re)schedules its wake-up.
+    /// What host `h`'s NIC can take at `now`: whether one of its ports is idle (not
+    /// serialising, not paused by PFC), and how many frames wait behind busy ports.
+    #[inline]
+    fn nic_state(&self, h: u32, now: u64) -> NicState {
+        let ports = &self.ports[h as usize];
+        let mut s = NicState {
+            idle: false,
+            waiting: 0,
+            ports: ports.len(),
+        };
+        for p in ports {
+            s.idle |= !p.busy && p.paused_until_ns <= now;
+            s.waiting += p.q.len();
+        }
+        s
+    }
+
+    /// Asks host `h`'s endpoints, round-robin from the NIC's next, for one datagram and
+    /// puts it on the port of its EV's plane (started at once if that port is idle).
+    /// Returns whether one was sent.
+    fn host_send_one(&mut self, h: u32, now: u64) -> bool {
+        let n = self.hosts[h as usize].endpoints.len();
+        let start = self.hosts[h as usize].rr;
+        for k in 0..n {
+            let i = (start + k) % n;
+            let e = &mut self.hosts[h as usize].endpoints[i];
+            // Flows not yet started stay silent.
+            if e.is_sender && self.flows[e.flow as usize].spec.start_ns > now {
+                continue;
+            }
+            let Some(t) = e.conn.poll_transmit(now, &mut self.tx_buf) else {
+                continue;
+            };
+            let port = e.port_of_ev(t.ev);
+            let d = Datagram {
+                src: h,
+                dst: e.peer,
+                ev: t.ev,
+                ecn: t.ecn.bits(),
+                port,
+            };
+            let tx = std::mem::take(&mut self.tx_buf);
+            let payload = &tx[..t.len];
+            let idx = self.take_slot();
+            let framed = self.frame_datagram(idx, d, &PayloadSum::of(payload), payload);
+            if framed {
+                // Copied once, into the slot's recycled payload buffer.
+                self.pkts[idx as usize].frame.set_payload_copy(payload);
+                self.finish_framing(idx);
+            }
+            self.tx_buf = tx;
+            let Some(p) = self.ports[h as usize]
+                .get_mut(usize::from(port))
+                .filter(|_| framed)
+            else {
+                self.counters.no_route_drops += 1;
+                self.release(idx);
+                continue;
+            };
+            self.hosts[h as usize].rr = (i + 1) % n;
+            let len = self.pkts[idx as usize].len;
+            p.q.push_normal(idx, len, &mut p.stats);
+            if !p.busy {
+                self.start_tx(h, port);
+            }
+            return true;
+        }
+        false
+    }
+
+    /// Lets host `h` send while one of its NIC ports is idle and fewer frames wait behind
+    /// busy ports than it has ports, then (re)schedules its wake-up.
     fn host_activity(&mut self, h: u32) {
         if self.hosts[h as usize].endpoints.is_empty() {
             // Nothing to send, no timer: the NIC's state (a cold line on arrival) is not read.
@@ -1934,50 +2065,10 @@ impl Simulator {
         }
         let now = self.now_ns;
         self.host_timers(h);
-        // A NIC paused by PFC asks its endpoints nothing until it resumes.
-        let paused = self.ports[h as usize][0].paused_until_ns > now;
-        if !self.ports[h as usize][0].busy && !paused {
-            let n = self.hosts[h as usize].endpoints.len();
-            let start = self.hosts[h as usize].rr;
-            for k in 0..n {
-                let i = (start + k) % n;
-                let e = &mut self.hosts[h as usize].endpoints[i];
-                // Flows not yet started stay silent.
-                if e.is_sender && self.flows[e.flow as usize].spec.start_ns > now {
-                    continue;
-                }
-                let Some(t) = e.conn.poll_transmit(now, &mut self.tx_buf) else {
-                    continue;
-                };
-                let peer = e.peer;
-                let d = Datagram {
-                    src: h,
-                    dst: peer,
-                    ev: t.ev,
-                    ecn: t.ecn.bits(),
-                };
-                let tx = std::mem::take(&mut self.tx_buf);
-                let payload = &tx[..t.len];
-                let idx = self.take_slot();
-                let framed = self.frame_datagram(idx, d, &PayloadSum::of(payload), payload);
-                if framed {
-                    // Copied once, into the slot's recycled payload buffer.
-                    self.pkts[idx as usize].frame.set_payload_copy(payload);
-                    self.finish_framing(idx);
-                }
-                self.tx_buf = tx;
-                if !framed {
-                    self.counters.no_route_drops += 1;
-                    self.release(idx);
-                    continue;
-                }
-                self.hosts[h as usize].rr = (i + 1) % n;
-                let len = self.pkts[idx as usize].len;
-                let port = &mut self.ports[h as usize][0];
-                port.q.push_normal(idx, len, &mut port.stats);
-                self.start_tx(h, 0);
-                break;
-            }
+        // A port paused by PFC takes nothing until it resumes.
+        let mut nic = self.nic_state(h, now);
+        while nic.takes() && self.host_send_one(h, now) {
+            nic = self.nic_state(h, now);
         }
         let host = &mut self.hosts[h as usize];
         let next = host
@@ -1985,8 +2076,9 @@ impl Simulator {
             .iter()
             .filter_map(|e| e.conn.poll_timeout())
             .min();
-        // A paused NIC's resume asks again, as a busy NIC's TxDone does.
-        let nic_busy = self.ports[h as usize][0].busy || paused;
+        // A NIC that takes nothing now asks again on its own: a port's TxDone, or a
+        // paused port's resume.
+        let nic_busy = !nic.takes();
         if let Some(t) = next {
             // A deadline already due while the NIC is busy is pacing or a packet waiting
             // for the NIC: the NIC's TxDone asks again. Otherwise wake at least 1 ns later
