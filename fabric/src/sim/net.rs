@@ -143,6 +143,14 @@ pub enum SimError {
     /// A fault names a node that does not exist.
     #[error("fault: no node named {0:?}")]
     NoSuchNode(String),
+    /// A fault that cannot apply to the topology ([`Fault::check`]).
+    #[error("fault {index}: {why}")]
+    BadFault {
+        /// Index of the fault in [`SimConfig::faults`].
+        index: usize,
+        /// Why.
+        why: String,
+    },
     /// A node/port that does not exist (pcap).
     #[error("no port {port} on node {node}")]
     NoSuchPort {
@@ -174,6 +182,8 @@ pub struct SimCounters {
     pub black_hole_drops: u64,
     /// Frames lost on down links.
     pub link_down_drops: u64,
+    /// Frames lost in a switch that went down (queued there, or reaching it while down).
+    pub switch_down_drops: u64,
     /// Frames corrupted: one bit flipped, by the first corrupting link that hit the frame
     /// (a corrupted frame is not corrupted again).
     pub corrupted: u64,
@@ -574,6 +584,8 @@ pub struct Simulator {
     topo: Topology,
     ports: Vec<Vec<PortRt>>,
     link_faults: Vec<LinkFaults>,
+    /// Per node: a switch that is down ([`FaultKind::SwitchDown`]).
+    switch_down: Vec<bool>,
     hosts: Vec<Host>,
     /// `(host, endpoint)` owning each QPN (QPNs are unique in a run and dense: flow `i`
     /// has `2 i + 1` and `2 i + 2`); `u32::MAX` hosts mark unused entries. One flat table
@@ -651,6 +663,8 @@ impl Simulator {
                     }
                 }
             }
+            f.check(&topo)
+                .map_err(|why| SimError::BadFault { index: i, why })?;
             q.push(f.at_ns, EventKind::Fault { index: i as u32 });
         }
         let mtu = cfg.transport.send.mtu_payload_bytes as usize;
@@ -660,6 +674,7 @@ impl Simulator {
         };
         Ok(Simulator {
             link_faults: vec![LinkFaults::default(); topo.links.len()],
+            switch_down: vec![false; topo.nodes.len()],
             hosts: (0..topo.hosts).map(|_| Host::default()).collect(),
             qpn_owner: Vec::new(),
             salts: (0..topo.nodes.len() as u32)
@@ -743,6 +758,24 @@ impl Simulator {
     /// A host (endpoints, captured frames).
     pub fn host(&self, h: u32) -> Option<&Host> {
         self.hosts.get(h as usize)
+    }
+
+    /// The two connections of flow `flow`: the sender's, then the receiver's (their
+    /// planes, paths and counters as the run left them so far).
+    pub fn flow_conns(
+        &self,
+        flow: u32,
+    ) -> Option<(&Connection<AnyController>, &Connection<AnyController>)> {
+        let f = self.flows.get(flow as usize)?;
+        let s = &self.hosts[f.spec.src as usize].endpoints[f.src_ep];
+        let r = &self.hosts[f.spec.dst as usize].endpoints[f.dst_ep];
+        Some((&s.conn, &r.conn))
+    }
+
+    /// Payload bytes of flow `flow` its receiver has placed so far (first copies only: the
+    /// flow's goodput up to now), bytes.
+    pub fn flow_delivered_bytes(&self, flow: u32) -> Option<u64> {
+        self.flow_conns(flow).map(|(_, r)| r.stats().received_bytes)
     }
 
     /// Keep frames that reach host `h` for no endpoint (raw tests).
@@ -1477,47 +1510,104 @@ impl Simulator {
         let Some(f) = self.cfg.faults.get(index as usize).cloned() else {
             return;
         };
-        let links: Vec<u32> = match &f.links {
-            LinkSelector::All => (0..self.topo.links.len() as u32).collect(),
-            LinkSelector::Link(l) => vec![*l],
-            LinkSelector::Fabric => self
-                .topo
-                .links
-                .iter()
-                .enumerate()
-                .filter(|(_, l)| l.a >= self.topo.hosts)
-                .map(|(i, _)| i as u32)
-                .collect(),
-            LinkSelector::Between(a, b) => {
-                match (self.topo.node_by_name(a), self.topo.node_by_name(b)) {
-                    (Some(a), Some(b)) => self.topo.links_between(a, b),
-                    _ => Vec::new(),
+        match f.kind {
+            FaultKind::SwitchDown | FaultKind::SwitchUp => {
+                for n in f.links.switches(&self.topo) {
+                    self.set_switch_down(n, f.kind == FaultKind::SwitchDown);
                 }
             }
-        };
-        for &l in &links {
-            if let Some(s) = self.link_faults.get_mut(l as usize) {
-                s.apply(f.kind);
-                let clean = s.is_clean();
-                if let Some(ends) = self.topo.links.get(l as usize) {
-                    for (n, p) in [(ends.a, ends.a_port), (ends.b, ends.b_port)] {
-                        if let Some(port) = self.ports[n as usize].get_mut(usize::from(p)) {
-                            port.link_clean = clean;
-                        }
+            kind => {
+                for l in f.links.links(&self.topo) {
+                    if let Some(s) = self.link_faults.get_mut(l as usize) {
+                        s.apply(kind);
+                        self.refresh_link(l);
                     }
                 }
             }
         }
-        if matches!(f.kind, FaultKind::LinkDown | FaultKind::LinkUp) {
+        if f.kind.changes_routes() {
             let down: Vec<u32> = self
                 .link_faults
                 .iter()
                 .enumerate()
-                .filter(|(_, s)| s.down)
+                .filter(|(_, s)| s.is_down())
                 .map(|(i, _)| i as u32)
                 .collect();
             self.topo.route(&down);
         }
+        if let (FaultKind::PortDown | FaultKind::PortUp, LinkSelector::Port { host, port }) =
+            (f.kind, &f.links)
+        {
+            self.port_event(*host, *port, f.kind == FaultKind::PortUp);
+        }
+    }
+
+    /// Copies link `l`'s fault state into its two ports' fast-path flag.
+    fn refresh_link(&mut self, l: u32) {
+        let (Some(s), Some(ends)) = (
+            self.link_faults.get(l as usize),
+            self.topo.links.get(l as usize),
+        ) else {
+            return;
+        };
+        let clean = s.is_clean();
+        for (n, p) in [(ends.a, ends.a_port), (ends.b, ends.b_port)] {
+            if let Some(port) = self.ports[n as usize].get_mut(usize::from(p)) {
+                port.link_clean = clean;
+            }
+        }
+    }
+
+    /// Switch `n` goes down (`down`) or comes back up: down, every frame it queues is lost
+    /// and each of its links counts the down end; up, the links lose that count. No effect
+    /// when the switch is already in that state. The caller reroutes.
+    fn set_switch_down(&mut self, n: u32, down: bool) {
+        let Some(state) = self.switch_down.get_mut(n as usize) else {
+            return;
+        };
+        if *state == down {
+            return;
+        }
+        *state = down;
+        for i in 0..self.ports[n as usize].len() {
+            let l = self.ports[n as usize][i].link;
+            if let Some(s) = self.link_faults.get_mut(l as usize) {
+                if down {
+                    s.switch_ends_down += 1;
+                } else {
+                    s.switch_ends_down -= 1;
+                }
+            }
+            self.refresh_link(l);
+            if !down {
+                continue;
+            }
+            let now = self.now_ns;
+            while let Some((pkt, len)) = self.ports[n as usize][i].q.pop_with_len() {
+                if self.cfg.pfc.is_some() {
+                    self.pfc_on_dequeue(n, i as u16, pkt, u64::from(len), now);
+                }
+                self.counters.switch_down_drops += 1;
+                self.release(pkt);
+            }
+        }
+    }
+
+    /// NIC port `port` of host `h` went down (`up == false`) or came back up: the host's
+    /// datapath tells each of its connections, as a NIC's link event reaches the driver,
+    /// and the NIC may send what they queue for the peer (Port Status Updates).
+    fn port_event(&mut self, h: u32, port: u16, up: bool) {
+        let now = self.now_ns;
+        let Some(host) = self.hosts.get_mut(h as usize) else {
+            return;
+        };
+        let Ok(plane) = u8::try_from(port) else {
+            return;
+        };
+        for e in &mut host.endpoints {
+            e.conn.set_local_plane(plane, up, now);
+        }
+        self.host_activity(h);
     }
 
     fn on_tx_done(&mut self, node: u32, port: u16) {
@@ -1599,7 +1689,7 @@ impl Simulator {
         // The link index sits past the prefetched lines: read only on a faulty link.
         let link = self.ports[node as usize][usize::from(port)].link;
         let faults = self.link_faults[link as usize];
-        if faults.down {
+        if faults.is_down() {
             self.counters.link_down_drops += 1;
             self.release(pkt);
             return;
@@ -1718,8 +1808,7 @@ impl Simulator {
             None => Err(ForwardError::Malformed),
         };
         let Ok((out, rewritten)) = out else {
-            self.counters.no_route_drops += 1;
-            self.release(pkt);
+            self.drop_unrouted(node, pkt);
             return;
         };
         let p = &mut self.pkts[pkt as usize];
@@ -1795,6 +1884,19 @@ impl Simulator {
         } else if !port.busy {
             self.start_tx(node, out);
         }
+    }
+
+    /// Frame `pkt` at switch `node` has no route: dropped, counted as lost in a switch that
+    /// is down, or as unroutable.
+    #[cold]
+    #[inline(never)]
+    fn drop_unrouted(&mut self, node: u32, pkt: u32) {
+        if self.switch_down[node as usize] {
+            self.counters.switch_down_drops += 1;
+        } else {
+            self.counters.no_route_drops += 1;
+        }
+        self.release(pkt);
     }
 
     /// PFC: frame `pkt` of `len` bytes that came in on `in_port` of switch `node` entered
