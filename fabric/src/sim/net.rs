@@ -19,6 +19,7 @@ use std::io::Write;
 
 use mrc_congestion::{AnyController, CcKind, LinkParams};
 use mrc_transport::conn::{ConnConfig, PeerParams, Sge};
+use mrc_transport::path::Selection;
 use mrc_transport::region::Access;
 use mrc_transport::send::SendConfig;
 use mrc_transport::{Connection, Ecn, Psn, WcStatus};
@@ -53,16 +54,19 @@ pub struct TransportSpec {
     pub go_back_n: bool,
     /// Sender parameters (MTU payload, RTO, ...).
     pub send: SendConfig,
+    /// EV selection (default recycled entropy, REPS).
+    pub selection: Selection,
 }
 
 impl Default for TransportSpec {
-    /// NSCC, 16 EVs, selective repeat, default sender parameters.
+    /// NSCC, 16 EVs, selective repeat, default sender parameters, recycled entropy.
     fn default() -> Self {
         TransportSpec {
             cc: CcKind::Nscc,
             evs: 16,
             go_back_n: false,
             send: SendConfig::default(),
+            selection: Selection::default(),
         }
     }
 }
@@ -931,6 +935,7 @@ impl Simulator {
             seed,
             send: t.send,
             go_back_n: t.go_back_n,
+            selection: t.selection,
             ..ConnConfig::default()
         };
         let seed_a = self.rng.random::<u64>();
