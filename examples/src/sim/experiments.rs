@@ -73,6 +73,10 @@ pub const EXPERIMENTS: &[(&str, &str)] = &[
         "plane-loss on 4 hosts, 100 Gb/s NICs, P = 2, the ring only, 2.6 ms (for tests)",
     ),
     (
+        "port-loss",
+        "one NIC port of one host dies mid-transfer and comes back (P = 2, 4, 8, ring): that host's flows lose at most 1/P, nobody else's change",
+    ),
+    (
         "speed",
         "simulator speed: events per second, and a 1024-GPU permutation of 1 MiB per host",
     ),
@@ -144,6 +148,7 @@ pub fn run(
         "plane-loss-quick" => {
             super::plane_loss::plane_loss(&super::plane_loss::PLANE_LOSS_QUICK, seed, progress)
         }
+        "port-loss" => super::port_loss::port_loss(&super::plane_loss::PLANE_LOSS, seed, progress),
         "speed" => speed(seed, progress, true),
         "speed-raw" => speed(seed, progress, false),
         other => Err(ExperimentError::Unknown(

@@ -147,7 +147,7 @@ pub const PLANE_LOSS_QUICK: PlaneLossSpec = PlaneLossSpec {
 
 /// The transport's minimum RTO, ns (200 us): its RTO is never below it, so 3 of them are
 /// the longest the targets let a plane's loss take.
-fn min_rto_ns() -> u64 {
+pub(crate) fn min_rto_ns() -> u64 {
     base_cfg(0).transport.send.min_rto_ns
 }
 
