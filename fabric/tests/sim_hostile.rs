@@ -24,6 +24,7 @@ fn frame(fwd: Forwarding, src: u32, dst: u32, ev: u32, dgram: &[u8]) -> Vec<u8> 
         dst,
         ev,
         ecn: 2,
+        port: 0,
     };
     build_frame(sim.topology(), fwd, d, dgram, &mut out).unwrap();
     out
@@ -306,6 +307,7 @@ fn corrupting_a_shared_payload_frame_never_alters_the_others() {
         dst: 5,
         ev: 2,
         ecn: 2,
+        port: 0,
     };
     for _ in 0..50 {
         sim.send_shared(d, &payload).unwrap();
@@ -350,6 +352,7 @@ fn trimming_a_shared_payload_frame_copies_its_headers_and_pcap_sees_whole_frames
                 dst: 3,
                 ev: 0,
                 ecn: 2,
+                port: 0,
             };
             sim.send_shared(d, &shared[h as usize]).unwrap();
         }

@@ -46,6 +46,7 @@ fn frame(sim: &Simulator, src: u32, dst: u32, ev: u32, psn: u32) -> Vec<u8> {
         dst,
         ev,
         ecn: 0,
+        port: 0,
     };
     build_frame(
         sim.topology(),

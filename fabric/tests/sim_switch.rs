@@ -19,6 +19,7 @@ fn frame(sim: &mrc_fabric::sim::Simulator, src: u32, dst: u32, ev: u32, dgram: &
         dst,
         ev,
         ecn: 2,
+        port: 0,
     };
     let hdr = build_frame(sim.topology(), Forwarding::Ecmp, d, dgram, &mut out);
     assert_eq!(hdr, Some(mrc_fabric::sim::frame::header(&out)));
@@ -203,6 +204,7 @@ fn send_datagram_frames_like_build_frame() {
         dst: 2,
         ev: 0,
         ecn: 2,
+        port: 0,
     };
     sim.send_datagram(d, &dgram).unwrap();
     let r = sim.run();
@@ -232,6 +234,7 @@ fn build_frame_into_a_stale_buffer_equals_a_fresh_one() {
                 dst,
                 ev: 5,
                 ecn: 1,
+                port: 0,
             };
             let mut fresh = Vec::new();
             let hdr = build_frame(sim.topology(), forwarding, d, &dgram, &mut fresh);
@@ -260,6 +263,7 @@ fn build_frame_header_equals_the_written_frames() {
                 dst: 12,
                 ev: 3,
                 ecn: 2,
+                port: 0,
             };
             let mut out = vec![0xAB; 7];
             let hdr = build_frame(sim.topology(), forwarding, d, &full[..len], &mut out);

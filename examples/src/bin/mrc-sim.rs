@@ -581,7 +581,7 @@ fn run(cli: Cli) -> Result<bool, String> {
             let built = Scenario::parse(&text)
                 .and_then(|s| s.build_within(&limits))
                 .map_err(|e| format!("{}: {e}", scenario.display()))?;
-            let topo = Topology::spine_leaf(&built.spec).map_err(|e| e.to_string())?;
+            let topo = built.topology().map_err(|e| e.to_string())?;
             let mut sim = Simulator::new(topo, built.cfg.clone()).map_err(|e| e.to_string())?;
             for f in &built.flows {
                 sim.add_flow(*f).map_err(|e| {

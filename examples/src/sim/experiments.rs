@@ -65,6 +65,18 @@ pub const EXPERIMENTS: &[(&str, &str)] = &[
         "a stuck receiver PAUSEs its leaf for good: how far the storm spreads and which flows it stalls (RoCE + PFC)",
     ),
     (
+        "plane-loss",
+        "1 of P planes (P = 2, 4, 8) dies mid-transfer and comes back: ring and all-to-all goodput over time, settled rate, time to 75%/95%",
+    ),
+    (
+        "plane-loss-quick",
+        "plane-loss on 4 hosts, 100 Gb/s NICs, P = 2, the ring only, 2.6 ms (for tests)",
+    ),
+    (
+        "port-loss",
+        "one NIC port of one host dies mid-transfer and comes back (P = 2, 4, 8, ring): that host's flows lose at most 1/P, nobody else's change",
+    ),
+    (
         "speed",
         "simulator speed: events per second, and a 1024-GPU permutation of 1 MiB per host",
     ),
@@ -130,6 +142,13 @@ pub fn run(
         "pfc-spread" => super::pfc::pfc_spread(seed, progress),
         "pfc-deadlock" => super::pfc::pfc_deadlock(seed, progress),
         "pfc-storm" => super::pfc::pfc_storm(seed, progress),
+        "plane-loss" => {
+            super::plane_loss::plane_loss(&super::plane_loss::PLANE_LOSS, seed, progress)
+        }
+        "plane-loss-quick" => {
+            super::plane_loss::plane_loss(&super::plane_loss::PLANE_LOSS_QUICK, seed, progress)
+        }
+        "port-loss" => super::port_loss::port_loss(&super::plane_loss::PLANE_LOSS, seed, progress),
         "speed" => speed(seed, progress, true),
         "speed-raw" => speed(seed, progress, false),
         other => Err(ExperimentError::Unknown(
@@ -642,9 +661,7 @@ fn allreduce(seed: u64, progress: ProgressFn<'_>) -> Result<ResultTable, Experim
     for over in ["1:1", "2:1", "4:1"] {
         let o: Oversubscription = over.parse()?;
         let (spec, topo) = fabric(n, 4, 8, 2, o)?;
-        // Ring order alternates leaves: 0, 4, 1, 5, 2, 6, 3, 7.
-        let half = n / 2;
-        let ring: Vec<u32> = (0..half).flat_map(|i| [i, i + half]).collect();
+        let ring = ring_order(n);
         let mut sim = Simulator::new(topo, base_cfg(seed))?;
         let label = format!("allreduce {over}");
         let mut now = 0;
@@ -721,6 +738,14 @@ fn allreduce(seed: u64, progress: ProgressFn<'_>) -> Result<ResultTable, Experim
         );
     }
     Ok(t)
+}
+
+/// The ring of an allreduce over hosts `0..n` (n even) on two leaves of `n / 2`: the order
+/// alternates leaves (0, 4, 1, 5, 2, 6, 3, 7 for 8), so every ring neighbour is on the
+/// other leaf and every hop crosses the spines.
+pub(crate) fn ring_order(n: u32) -> Vec<u32> {
+    let half = n / 2;
+    (0..half).flat_map(|i| [i, i + half]).collect()
 }
 
 /// The allreduce check: completion within this factor of the theory at oversubscription
@@ -1077,6 +1102,7 @@ fn raw_once(
                     dst,
                     ev,
                     ecn: 2,
+                    port: 0,
                 };
                 sim.send_shared(d, &payload)?;
             }

@@ -1,7 +1,8 @@
 //! `mrc-sim`: scenario files ([`scenario`]), limits checked before allocation ([`limits`]),
-//! built-in experiments ([`experiments`], the PFC ones in [`pfc`](mod@pfc)), result tables,
-//! JSON and plots ([`output`]), the text of `design` and `trace` ([`design`](mod@design)),
-//! their figures ([`figure`]).
+//! built-in experiments ([`experiments`], the PFC ones in [`pfc`](mod@pfc), the plane ones
+//! in [`plane_loss`] and [`port_loss`], goodput over time from [`sampled`] runs), result tables, JSON and
+//! plots ([`output`], line charts over time in [`timeline`]), the text of `design` and
+//! `trace` ([`design`](mod@design)), their figures ([`figure`]).
 
 pub mod design;
 pub mod experiments;
@@ -9,4 +10,8 @@ pub mod figure;
 pub mod limits;
 pub mod output;
 pub mod pfc;
+pub mod plane_loss;
+pub mod port_loss;
+pub mod sampled;
 pub mod scenario;
+pub mod timeline;

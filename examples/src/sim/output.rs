@@ -4,6 +4,8 @@ use std::path::Path;
 
 use serde::Serialize;
 
+use super::timeline::{self, Timeline};
+
 /// One row of a result table: a label and named numbers.
 #[derive(Clone, Debug, Serialize)]
 pub struct Row {
@@ -40,6 +42,10 @@ pub struct ResultTable {
     /// Chart panels of `--plot` (when empty, one from `plot_column`).
     #[serde(skip)]
     pub panels: Vec<Panel>,
+    /// Quantities over time ([`Timeline`]), in the JSON and drawn by `--plot` after the
+    /// panels.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub timelines: Vec<Timeline>,
 }
 
 impl ResultTable {
@@ -52,6 +58,7 @@ impl ResultTable {
             plot_column: None,
             plot_reference: None,
             panels: Vec::new(),
+            timelines: Vec::new(),
         }
     }
 
@@ -201,7 +208,8 @@ impl ResultTable {
 
     /// Draws the panels of [`plot_panels`](Self::plot_panels) as bar charts (SVG for
     /// `.svg`, PNG for `.png`): axis titles with units, scaled ticks, each bar's value, the
-    /// ideal (solid) and PASS threshold (dashed) lines labelled, and a legend.
+    /// ideal (solid) and PASS threshold (dashed) lines labelled, and a legend; then the
+    /// timelines as line charts.
     ///
     /// Errors: a message when the extension is neither, the directory is missing, there is
     /// nothing to plot or drawing fails.
@@ -211,11 +219,12 @@ impl ResultTable {
         // it as a Debug dump of the image crate's error).
         std::fs::File::create(path).map_err(|e| e.to_string())?;
         let panels = self.plot_panels();
-        if panels.is_empty() {
+        let cells = panels.len() + self.timelines.len();
+        if cells == 0 {
             return Err("nothing to plot".into());
         }
-        let cols: u32 = if panels.len() == 1 { 1 } else { 2 };
-        let grid_rows = (panels.len() as u32).div_ceil(cols);
+        let cols: u32 = if cells == 1 { 1 } else { 2 };
+        let grid_rows = (cells as u32).div_ceil(cols);
         let width = if cols == 1 { 1000 } else { 1400 };
         let title_lines = wrap(&self.title, (width as usize - 40) / 9);
         let title_h = 16 + 22 * title_lines.len() as u32;
@@ -963,6 +972,9 @@ fn draw<B: plotters::prelude::DrawingBackend>(
             ))
             .map_err(|x| e(&x))?;
         }
+    }
+    for (tl, area) in table.timelines.iter().zip(areas.iter().skip(panels.len())) {
+        timeline::draw(area, tl)?;
     }
     root.present().map_err(|x| e(&x))?;
     Ok(())

@@ -46,16 +46,28 @@
 //! [[faults]]
 //! at_ns = 100000
 //! kind = "black-hole"          # link-down | link-up | black-hole | loss | corrupt | duplicate | jitter
-//! links = "leaf0-spine1"       # all | fabric | NODE-NODE | a link id
+//!                              # | port-down | port-up | switch-down | switch-up | reboot | flap
+//! links = "leaf0-spine1"       # all | fabric | NODE-NODE | a link id | hostN:PORT | SWITCH | planeQ
 //! p = 0.01                     # loss / corrupt / duplicate
 //! max_ns = 2000                # jitter
+//! down_ns = 50000              # reboot: the switch is down this long
+//! period_ns = 1000000          # flap: down, up this much later, down again ...
+//! flaps = 3                    # flap: down-up pairs
 //! ```
+//!
+//! With `planes = P` every host has P NIC ports, one per plane, each plane a copy of the
+//! designed fabric ([`mrc_fabric::sim::Topology::with_planes`]); switches are then named
+//! `p1.leaf0`, `p1.spine2`. `port-down` / `port-up` take a host port (`host3:1`: the host
+//! is told, as by a NIC's link event); `switch-down` / `switch-up` / `reboot` a switch or a
+//! plane (`planeQ`: every switch of it; the hosts are not told); `flap` any links (a host
+//! port flaps with port-down / port-up).
 
 use crate::sim::limits::{RunSize, SimLimits};
 use mrc_congestion::CcKind;
+use mrc_fabric::sim::topo::TopoError;
 use mrc_fabric::sim::{
     DesignInput, EcnConfig, Fault, FaultKind, FlowSpec, Forwarding, Layout, LinkSelector,
-    QueueConfig, SimConfig, TransportSpec, design,
+    QueueConfig, SimConfig, Topology, TransportSpec, design,
 };
 use serde::Deserialize;
 
@@ -215,6 +227,12 @@ pub struct FaultToml {
     pub p: Option<f64>,
     /// Jitter bound, ns.
     pub max_ns: Option<u64>,
+    /// Reboot: how long the switch is down, ns.
+    pub down_ns: Option<u64>,
+    /// Flap: time between a down and the next up (and an up and the next down), ns.
+    pub period_ns: Option<u64>,
+    /// Flap: down-up pairs.
+    pub flaps: Option<u32>,
 }
 
 /// Largest link propagation delay and jitter a scenario may ask for, ns (1 s: a
@@ -250,6 +268,16 @@ fn invalid(s: impl Into<String>) -> ScenarioError {
     ScenarioError::Invalid(s.into())
 }
 
+/// Scripted fault events one `[[faults]]` entry stands for (a reboot is two, a flap two
+/// per down-up pair), counted before any is built.
+fn fault_events(f: &FaultToml) -> u64 {
+    match f.kind.as_str() {
+        "reboot" => 2,
+        "flap" => 2 * u64::from(f.flaps.unwrap_or(1)),
+        _ => 1,
+    }
+}
+
 /// Everything the simulator needs.
 #[derive(Clone, Debug)]
 pub struct Built {
@@ -261,6 +289,16 @@ pub struct Built {
     pub cfg: SimConfig,
     /// Flows.
     pub flows: Vec<FlowSpec>,
+}
+
+impl Built {
+    /// The topology: the designed plane, copied into the design's planes (every host one
+    /// NIC port per plane).
+    ///
+    /// Errors: [`TopoError`].
+    pub fn topology(&self) -> Result<Topology, TopoError> {
+        Topology::with_planes(&Topology::spine_leaf(&self.spec)?, self.design.input.planes)
+    }
 }
 
 impl Scenario {
@@ -309,7 +347,12 @@ impl Scenario {
         let spec = mrc_fabric::sim::SpineLeafSpec::from_design(&d, t.propagation_ns);
         limits.check_hosts(u64::from(spec.hosts)).map_err(invalid)?;
         limits
-            .check_events(self.faults.len() as u64)
+            .check_events(
+                self.faults
+                    .iter()
+                    .map(fault_events)
+                    .fold(0u64, u64::saturating_add),
+            )
             .map_err(invalid)?;
         let forwarding = parse_forwarding(&self.forwarding)?;
         let q = &self.queue;
@@ -450,11 +493,10 @@ impl Scenario {
                 .saturating_add(f.bytes.min(window_bytes));
         }
         limits.check_memory(&size).map_err(invalid)?;
-        let faults = self
-            .faults
-            .iter()
-            .map(parse_fault)
-            .collect::<Result<Vec<_>, _>>()?;
+        let mut faults = Vec::new();
+        for f in &self.faults {
+            faults.extend(parse_fault(f)?);
+        }
         Ok(Built {
             design: d,
             spec,
@@ -528,14 +570,21 @@ fn traffic(t: &TrafficToml, hosts: u32, per_leaf: u32) -> Result<Vec<FlowSpec>, 
                 .map(|s| f(s, r))
                 .collect())
         }
-        "all-to-all" => Ok((0..hosts)
-            .flat_map(|s| (0..hosts).filter(move |&d| d != s).map(move |d| (s, d)))
+        "all-to-all" => Ok(all_to_all(hosts)
+            .into_iter()
             .map(|(s, d)| f(s, d))
             .collect()),
         o => Err(invalid(format!(
             "traffic.pattern {o:?}: expected permutation, incast or all-to-all"
         ))),
     }
+}
+
+/// Every host sends to every other: `(s, d)` for `s != d`, by sender then receiver.
+pub fn all_to_all(hosts: u32) -> Vec<(u32, u32)> {
+    (0..hosts)
+        .flat_map(|s| (0..hosts).filter(move |&d| d != s).map(move |d| (s, d)))
+        .collect()
 }
 
 /// Host `i` sends to `(i + per_leaf) % hosts`: a permutation in which every flow crosses
@@ -545,7 +594,7 @@ pub fn permutation(hosts: u32, per_leaf: u32) -> Vec<(u32, u32)> {
     (0..hosts).map(|i| (i, (i + shift) % hosts)).collect()
 }
 
-fn parse_fault(f: &FaultToml) -> Result<Fault, ScenarioError> {
+fn parse_fault(f: &FaultToml) -> Result<Vec<Fault>, ScenarioError> {
     let p = || {
         let p =
             f.p.ok_or_else(|| invalid(format!("fault {}: needs p", f.kind)))?;
@@ -554,7 +603,45 @@ fn parse_fault(f: &FaultToml) -> Result<Fault, ScenarioError> {
         }
         Ok(p)
     };
+    let links = parse_links(&f.links)?;
+    if f.at_ns > MAX_TIME_NS {
+        return Err(invalid(format!(
+            "fault {}: at_ns = {} is later than {MAX_TIME_NS} (1 hour)",
+            f.kind, f.at_ns
+        )));
+    }
+    let duration = |name: &str, v: Option<u64>| match v {
+        None => Err(invalid(format!("fault {}: needs {name}", f.kind))),
+        Some(0) => Err(invalid(format!("fault {}: {name} must be > 0", f.kind))),
+        Some(d) if d > MAX_TIME_NS => Err(invalid(format!(
+            "fault {}: {name} = {d} is more than {MAX_TIME_NS} (1 hour)",
+            f.kind
+        ))),
+        Some(d) => Ok(d),
+    };
+    match f.kind.as_str() {
+        "reboot" => {
+            let LinkSelector::Switch(name) = &links else {
+                return Err(invalid(format!(
+                    "fault reboot: links {:?} is not a switch",
+                    f.links
+                )));
+            };
+            let down = duration("down_ns", f.down_ns)?;
+            return Ok(Fault::reboot(name, f.at_ns, down).to_vec());
+        }
+        "flap" => {
+            let period = duration("period_ns", f.period_ns)?;
+            let flaps = f.flaps.unwrap_or(1);
+            return Ok(Fault::flapping(links, f.at_ns, period, flaps));
+        }
+        _ => {}
+    }
     let kind = match f.kind.as_str() {
+        "port-down" => FaultKind::PortDown,
+        "port-up" => FaultKind::PortUp,
+        "switch-down" => FaultKind::SwitchDown,
+        "switch-up" => FaultKind::SwitchUp,
         "link-down" => FaultKind::LinkDown,
         "link-up" => FaultKind::LinkUp,
         "black-hole" => FaultKind::BlackHole,
@@ -574,7 +661,24 @@ fn parse_fault(f: &FaultToml) -> Result<Fault, ScenarioError> {
         },
         o => return Err(invalid(format!("fault kind {o:?} unknown"))),
     };
-    let links = match f.links.as_str() {
+    Ok(vec![Fault {
+        at_ns: f.at_ns,
+        links,
+        kind,
+    }])
+}
+
+/// A fault's `links`: `all`, `fabric`, a link id, `NODE-NODE`, a host port `hostN:PORT`, a
+/// plane `planeQ`, or one switch by name (`spine1`, `p1.leaf0`). Whether the node, port or
+/// plane exists is the simulator's to check.
+///
+/// Errors: [`ScenarioError::Invalid`].
+fn parse_links(s: &str) -> Result<LinkSelector, ScenarioError> {
+    let switch_name = |s: &str| {
+        let bare = s.split_once('.').map_or(s, |(_, n)| n);
+        (bare.starts_with("leaf") || bare.starts_with("spine")).then(|| s.to_owned())
+    };
+    Ok(match s {
         "all" => LinkSelector::All,
         "fabric" => LinkSelector::Fabric,
         s => {
@@ -582,23 +686,27 @@ fn parse_fault(f: &FaultToml) -> Result<Fault, ScenarioError> {
                 LinkSelector::Link(id)
             } else if let Some((a, b)) = s.split_once('-') {
                 LinkSelector::Between(a.into(), b.into())
+            } else if let Some(q) = s.strip_prefix("plane").and_then(|q| q.parse().ok()) {
+                LinkSelector::Plane(q)
+            } else if let Some((h, p)) = s.split_once(':') {
+                let host = h.strip_prefix("host").and_then(|h| h.parse().ok());
+                match (host, p.parse()) {
+                    (Some(host), Ok(port)) => LinkSelector::Port { host, port },
+                    _ => {
+                        return Err(invalid(format!(
+                            "fault links {s:?}: a host port is hostN:PORT"
+                        )));
+                    }
+                }
+            } else if let Some(name) = switch_name(s) {
+                LinkSelector::Switch(name)
             } else {
                 return Err(invalid(format!(
-                    "fault links {s:?}: expected all, fabric, a link id or NODE-NODE"
+                    "fault links {s:?}: expected all, fabric, a link id, NODE-NODE, hostN:PORT, \
+                     a switch or planeQ"
                 )));
             }
         }
-    };
-    if f.at_ns > MAX_TIME_NS {
-        return Err(invalid(format!(
-            "fault {}: at_ns = {} is later than {MAX_TIME_NS} (1 hour)",
-            f.kind, f.at_ns
-        )));
-    }
-    Ok(Fault {
-        at_ns: f.at_ns,
-        links,
-        kind,
     })
 }
 
@@ -628,6 +736,75 @@ p = 0.01
         assert_eq!((b.flows[0].src, b.flows[0].dst), (0, 4));
         assert_eq!(b.cfg.faults.len(), 1);
         assert_eq!(b.cfg.seed, 3);
+    }
+
+    /// Two planes: every host has two ports, the faults of planes, ports and switches
+    /// parse, a reboot and a flap expand into their events (counted against the limit).
+    #[test]
+    fn planes_and_their_faults() {
+        let text = OK
+            .replace("spine_port_gbps = 100\n", "spine_port_gbps = 100\nplanes = 2\n")
+            .replace(
+            "[[faults]]\nat_ns = 10\nkind = \"loss\"\nlinks = \"all\"\np = 0.01\n",
+            concat!(
+                "[[faults]]\nat_ns = 10\nkind = \"port-down\"\nlinks = \"host3:1\"\n",
+                "[[faults]]\nat_ns = 20\nkind = \"switch-down\"\nlinks = \"plane1\"\n",
+                "[[faults]]\nat_ns = 30\nkind = \"reboot\"\nlinks = \"p1.spine0\"\ndown_ns = 5\n",
+                "[[faults]]\nat_ns = 40\nkind = \"flap\"\nlinks = \"leaf0-spine1\"\n",
+                "period_ns = 7\nflaps = 2\n",
+            ),
+        );
+        let b = Scenario::parse(&text).unwrap().build().unwrap();
+        let t = b.topology().unwrap();
+        assert_eq!((t.planes(), t.nodes[3].ports.len()), (2, 2));
+        let got: Vec<(u64, LinkSelector, FaultKind)> = b
+            .cfg
+            .faults
+            .iter()
+            .map(|f| (f.at_ns, f.links.clone(), f.kind))
+            .collect();
+        let between = LinkSelector::Between("leaf0".into(), "spine1".into());
+        let spine = LinkSelector::Switch("p1.spine0".into());
+        assert_eq!(
+            got,
+            [
+                (
+                    10,
+                    LinkSelector::Port { host: 3, port: 1 },
+                    FaultKind::PortDown
+                ),
+                (20, LinkSelector::Plane(1), FaultKind::SwitchDown),
+                (30, spine.clone(), FaultKind::SwitchDown),
+                (35, spine, FaultKind::SwitchUp),
+                (40, between.clone(), FaultKind::LinkDown),
+                (47, between.clone(), FaultKind::LinkUp),
+                (54, between.clone(), FaultKind::LinkDown),
+                (61, between, FaultKind::LinkUp),
+            ]
+        );
+        let few = SimLimits {
+            max_events: 7,
+            ..SimLimits::default()
+        };
+        let e = Scenario::parse(&text)
+            .unwrap()
+            .build_within(&few)
+            .unwrap_err();
+        assert!(e.to_string().contains("8 fault events"), "{e}");
+        for (links, kind) in [
+            ("host3", "port-down"),
+            ("leaf0", "reboot"),
+            ("x9", "switch-up"),
+        ] {
+            let t = OK
+                .replace("\"loss\"", &format!("{kind:?}"))
+                .replace("\"all\"", &format!("{links:?}"));
+            let e = Scenario::parse(&t).unwrap().build();
+            assert!(
+                matches!(e, Err(ScenarioError::Invalid(_))),
+                "{links} {kind}"
+            );
+        }
     }
 
     #[test]

@@ -338,10 +338,22 @@ impl EventQueue {
     /// The earliest event, removed.
     #[inline]
     pub fn pop(&mut self) -> Option<Event> {
+        self.pop_until(u64::MAX)
+    }
+
+    /// The earliest event if it is due at or before `limit_ns`, removed; `None` when the
+    /// queue is empty or its earliest event is later (it stays queued). The last popped
+    /// instant is never later than a limit it was popped under, so only the slow path
+    /// compares.
+    #[inline]
+    pub fn pop_until(&mut self, limit_ns: u64) -> Option<Event> {
         // Fast path: more events at the last popped instant, none due from the heap first
         // (a heap event at this instant was scheduled before every wheel event of it).
         let i = (self.base_ns as usize) & (WHEEL_SLOTS - 1);
-        if self.slots[i].head != NIL && self.far.peek().is_none_or(|f| f.time_ns > self.base_ns) {
+        if self.slots[i].head != NIL
+            && self.far.peek().is_none_or(|f| f.time_ns > self.base_ns)
+            && self.base_ns <= limit_ns
+        {
             let kind = self.take_head(i);
             self.popped += 1;
             return Some(Event {
@@ -349,18 +361,21 @@ impl EventQueue {
                 kind,
             });
         }
-        self.pop_slow()
+        self.pop_slow(limit_ns)
     }
 
-    /// [`EventQueue::pop`] when the current instant has no wheel event left first.
+    /// [`EventQueue::pop_until`] when the current instant has no wheel event left first.
     #[inline(never)]
-    fn pop_slow(&mut self) -> Option<Event> {
+    fn pop_slow(&mut self, limit_ns: u64) -> Option<Event> {
         let wheel = self.first_slot();
         let from_far = match (wheel, self.far.peek()) {
             (None, None) => return None,
+            (None, Some(f)) if f.time_ns > limit_ns => return None,
             (None, Some(_)) => true,
+            (Some((_, t)), None) if t > limit_ns => return None,
             (Some(_), None) => false,
             // At one instant the heap's events came first (see the module docs).
+            (Some((_, t)), Some(f)) if t.min(f.time_ns) > limit_ns => return None,
             (Some((_, t)), Some(f)) => f.time_ns <= t,
         };
         let e = if from_far {

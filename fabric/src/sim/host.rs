@@ -1,5 +1,6 @@
-//! Hosts: one NIC port, transport endpoints (one [`Connection`] per flow end), and the
-//! datapath part the transport leaves to us: EV -> route (UDP source port, SRH segment list
+//! Hosts: one NIC port per plane, transport endpoints (one [`Connection`] per flow end),
+//! and the datapath part the transport leaves to us: EV -> NIC port (the EV's plane,
+//! [`mrc_transport::ConnConfig::ev_planes`]) and route (UDP source port, SRH segment list
 //! or uSID container) and the Ethernet / IPv6 / UDP framing.
 
 use std::collections::HashMap;
@@ -40,10 +41,11 @@ pub fn ev_of_port(port: u16) -> u32 {
 pub enum Forwarding {
     /// Switches hash the 5-tuple; the EV is the UDP source port.
     Ecmp,
-    /// Cross-leaf packets carry an SRH `[spine(ev % spines), destination]` (RFC 8754).
+    /// Cross-leaf packets carry an SRH `[spine(ev % spines), destination]` (RFC 8754),
+    /// the spine among those of the plane the packet leaves on.
     Srv6,
     /// Cross-leaf packets carry a uSID container `[spine(ev % spines), destination]` as
-    /// their destination address (RFC 9800), no SRH.
+    /// their destination address (RFC 9800), no SRH; the spine as for `Srv6`.
     Usid,
 }
 
@@ -64,6 +66,8 @@ pub struct Datagram {
     pub ev: u32,
     /// ECN bits for the traffic class.
     pub ecn: u8,
+    /// The sending host's NIC port it leaves from: its plane (0 on a single fabric).
+    pub port: u16,
 }
 
 /// Builds the frame for a datagram `payload` (addressing `d`) into `out` (replaced), and
@@ -108,7 +112,9 @@ pub fn build_headers(
 ) -> Option<frame::Header> {
     // Without an SRH or a uSID container (ECMP, or the same leaf) the headers have one
     // layout, written directly; the others go through the packet crate's emitter.
-    if forwarding == Forwarding::Ecmp || topo.leaf_of(d.src) == topo.leaf_of(d.dst) {
+    if forwarding == Forwarding::Ecmp
+        || topo.leaf_of_port(d.src, d.port) == topo.leaf_of_port(d.dst, d.port)
+    {
         return build_plain_headers(topo, d, sum, peek, head);
     }
     build_headers_emitted(topo, forwarding, d, sum, peek, head)
@@ -131,14 +137,20 @@ fn build_plain_headers(
     peek: &[u8],
     head: &mut Head,
 ) -> Option<frame::Header> {
-    let Datagram { src, dst, ev, ecn } = d;
+    let Datagram {
+        src,
+        dst,
+        ev,
+        ecn,
+        port,
+    } = d;
     let (src_addr, dst_addr) = (topo.addr(src), topo.addr(dst));
     let sport = ev_src_port(ev);
     // Without an SRH the IPv6 payload is the UDP datagram: one length for both fields.
     let udp_len = u16::try_from(UDP_HEADER_LEN + sum.len_bytes()).ok()?;
     head.resize(PLAIN_HEAD_LEN, 0);
     let h: &mut [u8; PLAIN_HEAD_LEN] = head.as_mut_slice().try_into().ok()?;
-    h[0..6].copy_from_slice(&mac_of(topo.leaf_of(src).unwrap_or(0)));
+    h[0..6].copy_from_slice(&mac_of(topo.leaf_of_port(src, port).unwrap_or(0)));
     h[6..12].copy_from_slice(&mac_of(src));
     h[12..14].copy_from_slice(&ETHERTYPE_IPV6.to_be_bytes());
     let vtf = (6u32 << 28) | (u32::from(ecn & 3) << 20);
@@ -186,14 +198,19 @@ fn build_headers_emitted(
     peek: &[u8],
     head: &mut Head,
 ) -> Option<frame::Header> {
-    let Datagram { src, dst, ev, ecn } = d;
+    let Datagram {
+        src,
+        dst,
+        ev,
+        ecn,
+        port,
+    } = d;
     let src_addr = Ipv6Addr::from(topo.addr(src));
     let dst_addr = Ipv6Addr::from(topo.addr(dst));
-    let cross_leaf = topo.leaf_of(src) != topo.leaf_of(dst);
-    let spine = topo
-        .spines
-        .get((ev as usize) % topo.spines.len().max(1))
-        .copied();
+    let leaf = topo.leaf_of_port(src, port);
+    let cross_leaf = leaf != topo.leaf_of_port(dst, port);
+    let spines = topo.plane_spines(u32::from(port));
+    let spine = spines.get((ev as usize) % spines.len().max(1)).copied();
     let sport = ev_src_port(ev);
     let plain = Ipv6UdpRepr {
         src_addr,
@@ -233,7 +250,7 @@ fn build_headers_emitted(
         _ => plain,
     };
     let repr = EthernetFrameRepr {
-        dst_mac: mac_of(topo.leaf_of(src).unwrap_or(0)),
+        dst_mac: mac_of(leaf.unwrap_or(0)),
         src_mac: mac_of(src),
         packet,
     };
@@ -306,6 +323,17 @@ pub struct Endpoint {
     pub tracker: ReorderTracker,
 }
 
+impl Endpoint {
+    /// The NIC port a packet of this endpoint on `ev` leaves from: the EV's plane in the
+    /// connection's [`mrc_transport::ConnConfig::ev_planes`] (the simulator's EVs are
+    /// `0..n`, EV `i` at index `i`); port 0 without planes.
+    #[inline]
+    pub fn port_of_ev(&self, ev: u32) -> u16 {
+        let planes = &self.conn.config().ev_planes;
+        planes.get(ev as usize).map_or(0, |&q| u16::from(q))
+    }
+}
+
 /// A host: endpoints and the NIC's send arbitration.
 #[derive(Debug, Default)]
 pub struct Host {
@@ -361,7 +389,13 @@ mod tests {
                         let n = len.min(bth.len());
                         payload[..n].copy_from_slice(&bth[..n]);
                         let sum = PayloadSum::of(&payload);
-                        let d = Datagram { src, dst, ev, ecn };
+                        let d = Datagram {
+                            src,
+                            dst,
+                            ev,
+                            ecn,
+                            port: 0,
+                        };
                         let mut want = Head::from_slice(&[0xAA; 100]);
                         let mut got = Head::from_slice(&[0x55; 100]);
                         let e = build_headers_emitted(

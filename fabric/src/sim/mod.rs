@@ -3,6 +3,7 @@
 //! - [`design`](mod@design): the two-tier designer, spine-leaf or rail-optimized, with planes;
 //! - [`wiring`]: which spine each leaf uplink goes to (the uplinks rotate over the spines);
 //! - [`topo`]: nodes, ports, links, addresses, next-hop tables built from a design;
+//! - [`planes`]: P identical, disjoint copies of a fabric behind hosts of P NIC ports;
 //! - [`event`]: the event queue, by time then scheduling order;
 //! - [`link`]: rates, delays and exact serialisation;
 //! - [`queue`]: output-queued switch ports (drop-tail, ECN, trimming) and their counters;
@@ -27,6 +28,7 @@ pub mod host;
 pub mod link;
 pub mod net;
 pub mod pfc;
+pub mod planes;
 mod prefetch;
 pub mod queue;
 pub mod stats;

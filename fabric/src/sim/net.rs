@@ -3,9 +3,13 @@
 //! Per hop a frame costs two events: `TxDone` when its port finishes serialising it (the
 //! port then starts the next frame) and `Arrive` at the next node (serialisation +
 //! propagation + jitter later). Switches forward on arrival (cut-through of the decision,
-//! store-and-forward of the bytes) and queue on the egress port. Hosts pull: when the NIC is
-//! idle it asks its endpoints, round-robin, for the next datagram (`poll_transmit`), so the
-//! transport's pacing and windows decide, and there is no host queue.
+//! store-and-forward of the bytes) and queue on the egress port. Hosts pull: when a NIC
+//! port is idle the NIC asks its endpoints, round-robin, for the next datagram
+//! (`poll_transmit`), so the transport's pacing and windows decide, and puts it on the port
+//! of its EV's plane. With one port there is no host queue; with P ports (planes) a
+//! datagram whose port is busy waits behind it, and the NIC stops asking while P datagrams
+//! wait (it cannot choose the transport's next EV, so one port may be idle while another
+//! has a short queue).
 //!
 //! Frames live in a slab of [`FrameBuf`]s (headers inline, payload beside them), indexed
 //! by the `u32` handles that queues and events carry; a released slot keeps its buffers
@@ -15,6 +19,7 @@ use std::io::Write;
 
 use mrc_congestion::{AnyController, CcKind, LinkParams};
 use mrc_transport::conn::{ConnConfig, PeerParams, Sge};
+use mrc_transport::path::Selection;
 use mrc_transport::region::Access;
 use mrc_transport::send::SendConfig;
 use mrc_transport::{Connection, Ecn, Psn, WcStatus};
@@ -49,16 +54,19 @@ pub struct TransportSpec {
     pub go_back_n: bool,
     /// Sender parameters (MTU payload, RTO, ...).
     pub send: SendConfig,
+    /// EV selection (default recycled entropy, REPS).
+    pub selection: Selection,
 }
 
 impl Default for TransportSpec {
-    /// NSCC, 16 EVs, selective repeat, default sender parameters.
+    /// NSCC, 16 EVs, selective repeat, default sender parameters, recycled entropy.
     fn default() -> Self {
         TransportSpec {
             cc: CcKind::Nscc,
             evs: 16,
             go_back_n: false,
             send: SendConfig::default(),
+            selection: Selection::default(),
         }
     }
 }
@@ -139,6 +147,14 @@ pub enum SimError {
     /// A fault names a node that does not exist.
     #[error("fault: no node named {0:?}")]
     NoSuchNode(String),
+    /// A fault that cannot apply to the topology ([`Fault::check`]).
+    #[error("fault {index}: {why}")]
+    BadFault {
+        /// Index of the fault in [`SimConfig::faults`].
+        index: usize,
+        /// Why.
+        why: String,
+    },
     /// A node/port that does not exist (pcap).
     #[error("no port {port} on node {node}")]
     NoSuchPort {
@@ -170,6 +186,8 @@ pub struct SimCounters {
     pub black_hole_drops: u64,
     /// Frames lost on down links.
     pub link_down_drops: u64,
+    /// Frames lost in a switch that went down (queued there, or reaching it while down).
+    pub switch_down_drops: u64,
     /// Frames corrupted: one bit flipped, by the first corrupting link that hit the frame
     /// (a corrupted frame is not corrupted again).
     pub corrupted: u64,
@@ -403,6 +421,26 @@ struct EgressHint {
     out: u16,
 }
 
+/// What a host's NIC can take ([`Simulator::nic_state`]).
+#[derive(Clone, Copy, Debug)]
+struct NicState {
+    /// A port is idle: neither serialising nor paused.
+    idle: bool,
+    /// Frames queued behind busy ports.
+    waiting: usize,
+    /// Ports (planes).
+    ports: usize,
+}
+
+impl NicState {
+    /// Whether the NIC asks its endpoints for another datagram: a port is idle and fewer
+    /// frames wait than it has ports (one port: the port is idle).
+    #[inline]
+    fn takes(self) -> bool {
+        self.idle && self.waiting < self.ports
+    }
+}
+
 /// Progress of a run, handed to the progress callback.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Progress {
@@ -550,6 +588,8 @@ pub struct Simulator {
     topo: Topology,
     ports: Vec<Vec<PortRt>>,
     link_faults: Vec<LinkFaults>,
+    /// Per node: a switch that is down ([`FaultKind::SwitchDown`]).
+    switch_down: Vec<bool>,
     hosts: Vec<Host>,
     /// `(host, endpoint)` owning each QPN (QPNs are unique in a run and dense: flow `i`
     /// has `2 i + 1` and `2 i + 2`); `u32::MAX` hosts mark unused entries. One flat table
@@ -627,6 +667,8 @@ impl Simulator {
                     }
                 }
             }
+            f.check(&topo)
+                .map_err(|why| SimError::BadFault { index: i, why })?;
             q.push(f.at_ns, EventKind::Fault { index: i as u32 });
         }
         let mtu = cfg.transport.send.mtu_payload_bytes as usize;
@@ -636,6 +678,7 @@ impl Simulator {
         };
         Ok(Simulator {
             link_faults: vec![LinkFaults::default(); topo.links.len()],
+            switch_down: vec![false; topo.nodes.len()],
             hosts: (0..topo.hosts).map(|_| Host::default()).collect(),
             qpn_owner: Vec::new(),
             salts: (0..topo.nodes.len() as u32)
@@ -719,6 +762,24 @@ impl Simulator {
     /// A host (endpoints, captured frames).
     pub fn host(&self, h: u32) -> Option<&Host> {
         self.hosts.get(h as usize)
+    }
+
+    /// The two connections of flow `flow`: the sender's, then the receiver's (their
+    /// planes, paths and counters as the run left them so far).
+    pub fn flow_conns(
+        &self,
+        flow: u32,
+    ) -> Option<(&Connection<AnyController>, &Connection<AnyController>)> {
+        let f = self.flows.get(flow as usize)?;
+        let s = &self.hosts[f.spec.src as usize].endpoints[f.src_ep];
+        let r = &self.hosts[f.spec.dst as usize].endpoints[f.dst_ep];
+        Some((&s.conn, &r.conn))
+    }
+
+    /// Payload bytes of flow `flow` its receiver has placed so far (first copies only: the
+    /// flow's goodput up to now), bytes.
+    pub fn flow_delivered_bytes(&self, flow: u32) -> Option<u64> {
+        self.flow_conns(flow).map(|(_, r)| r.stats().received_bytes)
     }
 
     /// Keep frames that reach host `h` for no endpoint (raw tests).
@@ -818,11 +879,13 @@ impl Simulator {
         14 + 40 + 8 + self.mrc_header_bytes
     }
 
+    /// Line rate of host `h`'s NIC, bit/s: the sum of its ports' (one per plane).
     fn host_rate_bps(&self, h: u32) -> u64 {
         self.ports
             .get(h as usize)
-            .and_then(|p| p.first())
-            .map_or(1, |p| p.rate_bps)
+            .map(|ps| ps.iter().map(|p| p.rate_bps).sum::<u64>())
+            .filter(|&r| r > 0)
+            .unwrap_or(1)
     }
 
     /// Adds a flow; its WRITE is posted at `spec.start_ns`. Returns its index.
@@ -860,14 +923,19 @@ impl Simulator {
         let (qa, qb) = (2 * id + 1, 2 * id + 2);
         let psn_a = self.rng.random::<u32>() & 0x00FF_FFFF;
         let psn_b = self.rng.random::<u32>() & 0x00FF_FFFF;
+        // EV i on plane i mod P: the NIC port its packets leave from (port q on plane q).
+        let planes = u8::try_from(self.topo.planes()).unwrap_or(u8::MAX);
+        let ev_planes = ConnConfig::interleaved_planes(evs as usize, planes);
         let mk = |qpn: u32, psn: u32, seed: u64| ConnConfig {
             local_qpn: qpn,
             initial_psn: Psn::new(psn),
             generation: 1,
             evs: (0..evs).collect(),
+            ev_planes: ev_planes.clone(),
             seed,
             send: t.send,
             go_back_n: t.go_back_n,
+            selection: t.selection,
             ..ConnConfig::default()
         };
         let seed_a = self.rng.random::<u64>();
@@ -961,7 +1029,7 @@ impl Simulator {
             return Err(SimError::NoSuchHost(h));
         }
         let pkt = self.alloc(FrameBuf::from_vec(frame));
-        self.enqueue_injected(h, pkt);
+        self.enqueue_injected(h, 0, pkt);
         Ok(())
     }
 
@@ -979,19 +1047,20 @@ impl Simulator {
         p.refresh();
         p.checksum_known = false;
         p.corrupted = false;
-        self.enqueue_injected(h, pkt);
+        self.enqueue_injected(h, 0, pkt);
         Ok(())
     }
 
-    /// Hands host `d.src`'s NIC the UDP payload `payload` for host `d.dst` on EV `d.ev`:
+    /// Hands host `d.src`'s NIC port `d.port` the UDP payload `payload` for host `d.dst` on
+    /// EV `d.ev`:
     /// framed as the transport's datagrams are ([`build_headers`]: Ethernet / IPv6 / SRH or
     /// uSID per the forwarding mode / UDP with its checksum) in front of a copy of
     /// `payload`, and queued behind whatever the NIC is sending. Like the transport's
     /// frames, and unlike [`Simulator::inject`]ed ones, the receiver need not re-sum the
     /// checksum unless the frame is corrupted on the way.
     ///
-    /// Errors: [`SimError::NoSuchHost`]; [`SimError::Transport`] when the route cannot be
-    /// encoded.
+    /// Errors: [`SimError::NoSuchHost`]; [`SimError::NoSuchPort`] for a port the host
+    /// lacks; [`SimError::Transport`] when the route cannot be encoded.
     pub fn send_datagram(&mut self, d: Datagram, payload: &[u8]) -> Result<(), SimError> {
         self.check_hosts(d)?;
         let pkt = self.take_slot();
@@ -1001,7 +1070,7 @@ impl Simulator {
         }
         self.pkts[pkt as usize].frame.set_payload_copy(payload);
         self.finish_framing(pkt);
-        self.enqueue_injected(d.src, pkt);
+        self.enqueue_injected(d.src, d.port, pkt);
         Ok(())
     }
 
@@ -1022,16 +1091,23 @@ impl Simulator {
             .frame
             .set_payload_shared(payload.bytes().clone());
         self.finish_framing(pkt);
-        self.enqueue_injected(d.src, pkt);
+        self.enqueue_injected(d.src, d.port, pkt);
         Ok(())
     }
 
-    /// [`SimError::NoSuchHost`] unless both ends of `d` are hosts.
+    /// [`SimError::NoSuchHost`] unless both ends of `d` are hosts, [`SimError::NoSuchPort`]
+    /// unless the sender has port `d.port`.
     fn check_hosts(&self, d: Datagram) -> Result<(), SimError> {
-        match [d.src, d.dst].into_iter().find(|&h| h >= self.topo.hosts) {
-            Some(h) => Err(SimError::NoSuchHost(h)),
-            None => Ok(()),
+        if let Some(h) = [d.src, d.dst].into_iter().find(|&h| h >= self.topo.hosts) {
+            return Err(SimError::NoSuchHost(h));
         }
+        if usize::from(d.port) >= self.ports[d.src as usize].len() {
+            return Err(SimError::NoSuchPort {
+                node: d.src,
+                port: d.port,
+            });
+        }
+        Ok(())
     }
 
     /// Builds in slab slot `pkt` the headers of a datagram sent as `d` whose payload sums
@@ -1063,12 +1139,13 @@ impl Simulator {
         p.corrupted = false;
     }
 
-    fn enqueue_injected(&mut self, h: u32, pkt: u32) {
+    /// Queues frame `pkt` on NIC port `port` of host `h` (which exists).
+    fn enqueue_injected(&mut self, h: u32, port: u16, pkt: u32) {
         let len = self.pkts[pkt as usize].len;
-        let port = &mut self.ports[h as usize][0];
-        port.q.push_normal(pkt, len, &mut port.stats);
-        if !port.busy {
-            self.start_tx(h, 0);
+        let p = &mut self.ports[h as usize][usize::from(port)];
+        p.q.push_normal(pkt, len, &mut p.stats);
+        if !p.busy {
+            self.start_tx(h, port);
         }
     }
 
@@ -1220,18 +1297,21 @@ impl Simulator {
         }
         let mut bytes = Vec::new();
         let payload = [0u8; 64];
+        // The EV's plane as the simulator's connections split them (EV i on plane i mod P).
+        let port = (ev % self.topo.planes()) as u16;
         let d = Datagram {
             src,
             dst,
             ev,
             ecn: 2,
+            port,
         };
         if build_frame(&self.topo, self.cfg.forwarding, d, &payload, &mut bytes).is_none() {
             return Err(SimError::Transport("route cannot be encoded".into()));
         }
         let mut hops = Vec::new();
         let mut node = src;
-        let mut port = 0u16;
+        let mut port = port;
         for _ in 0..16 {
             let info = frame::inspect(&bytes);
             let seg_left = info
@@ -1296,18 +1376,36 @@ impl Simulator {
     /// leaving the ports' queue-depth samples cached ([`PortStats::queue_histogram`] and
     /// the report include them); a caller may run it again, in rounds.
     pub fn run_events(&mut self, progress: &mut dyn FnMut(Progress)) {
-        // The egress port `prefetch_ahead` found for the event after the current one.
-        let mut hint: Option<EgressHint> = None;
         // Read once: no event changes the configuration or adds a flow. (0: no stop time.)
         let stop_ns = Some(self.cfg.stop_ns)
             .filter(|&t| t > 0)
             .unwrap_or(u64::MAX);
+        self.run_events_until(stop_ns, progress);
+    }
+
+    /// Processes the events due at or before `t_ns` (virtual time), as
+    /// [`Simulator::run_events`] does, then leaves the clock at `t_ns` if events remain
+    /// (they stay queued: a later call goes on where this one stopped, and a run in steps
+    /// is the run in one go). Stops earlier when every flow finished. A time before now
+    /// does nothing.
+    pub fn run_until(&mut self, t_ns: u64, progress: &mut dyn FnMut(Progress)) {
+        if t_ns >= self.now_ns {
+            self.run_events_until(t_ns, progress);
+        }
+    }
+
+    /// The event loop of [`Simulator::run_events`] up to `stop_ns`.
+    fn run_events_until(&mut self, stop_ns: u64, progress: &mut dyn FnMut(Progress)) {
+        // The egress port `prefetch_ahead` found for the event after the current one.
+        let mut hint: Option<EgressHint> = None;
         let flows = self.flows.len() as u32;
-        while let Some(e) = self.q.pop() {
-            if e.time_ns > stop_ns {
-                self.now_ns = stop_ns;
+        loop {
+            let Some(e) = self.q.pop_until(stop_ns) else {
+                if !self.q.is_empty() {
+                    self.now_ns = stop_ns;
+                }
                 break;
-            }
+            };
             self.now_ns = e.time_ns;
             self.counters.events += 1;
             let mine = hint.take();
@@ -1417,47 +1515,104 @@ impl Simulator {
         let Some(f) = self.cfg.faults.get(index as usize).cloned() else {
             return;
         };
-        let links: Vec<u32> = match &f.links {
-            LinkSelector::All => (0..self.topo.links.len() as u32).collect(),
-            LinkSelector::Link(l) => vec![*l],
-            LinkSelector::Fabric => self
-                .topo
-                .links
-                .iter()
-                .enumerate()
-                .filter(|(_, l)| l.a >= self.topo.hosts)
-                .map(|(i, _)| i as u32)
-                .collect(),
-            LinkSelector::Between(a, b) => {
-                match (self.topo.node_by_name(a), self.topo.node_by_name(b)) {
-                    (Some(a), Some(b)) => self.topo.links_between(a, b),
-                    _ => Vec::new(),
+        match f.kind {
+            FaultKind::SwitchDown | FaultKind::SwitchUp => {
+                for n in f.links.switches(&self.topo) {
+                    self.set_switch_down(n, f.kind == FaultKind::SwitchDown);
                 }
             }
-        };
-        for &l in &links {
-            if let Some(s) = self.link_faults.get_mut(l as usize) {
-                s.apply(f.kind);
-                let clean = s.is_clean();
-                if let Some(ends) = self.topo.links.get(l as usize) {
-                    for (n, p) in [(ends.a, ends.a_port), (ends.b, ends.b_port)] {
-                        if let Some(port) = self.ports[n as usize].get_mut(usize::from(p)) {
-                            port.link_clean = clean;
-                        }
+            kind => {
+                for l in f.links.links(&self.topo) {
+                    if let Some(s) = self.link_faults.get_mut(l as usize) {
+                        s.apply(kind);
+                        self.refresh_link(l);
                     }
                 }
             }
         }
-        if matches!(f.kind, FaultKind::LinkDown | FaultKind::LinkUp) {
+        if f.kind.changes_routes() {
             let down: Vec<u32> = self
                 .link_faults
                 .iter()
                 .enumerate()
-                .filter(|(_, s)| s.down)
+                .filter(|(_, s)| s.is_down())
                 .map(|(i, _)| i as u32)
                 .collect();
             self.topo.route(&down);
         }
+        if let (FaultKind::PortDown | FaultKind::PortUp, LinkSelector::Port { host, port }) =
+            (f.kind, &f.links)
+        {
+            self.port_event(*host, *port, f.kind == FaultKind::PortUp);
+        }
+    }
+
+    /// Copies link `l`'s fault state into its two ports' fast-path flag.
+    fn refresh_link(&mut self, l: u32) {
+        let (Some(s), Some(ends)) = (
+            self.link_faults.get(l as usize),
+            self.topo.links.get(l as usize),
+        ) else {
+            return;
+        };
+        let clean = s.is_clean();
+        for (n, p) in [(ends.a, ends.a_port), (ends.b, ends.b_port)] {
+            if let Some(port) = self.ports[n as usize].get_mut(usize::from(p)) {
+                port.link_clean = clean;
+            }
+        }
+    }
+
+    /// Switch `n` goes down (`down`) or comes back up: down, every frame it queues is lost
+    /// and each of its links counts the down end; up, the links lose that count. No effect
+    /// when the switch is already in that state. The caller reroutes.
+    fn set_switch_down(&mut self, n: u32, down: bool) {
+        let Some(state) = self.switch_down.get_mut(n as usize) else {
+            return;
+        };
+        if *state == down {
+            return;
+        }
+        *state = down;
+        for i in 0..self.ports[n as usize].len() {
+            let l = self.ports[n as usize][i].link;
+            if let Some(s) = self.link_faults.get_mut(l as usize) {
+                if down {
+                    s.switch_ends_down += 1;
+                } else {
+                    s.switch_ends_down -= 1;
+                }
+            }
+            self.refresh_link(l);
+            if !down {
+                continue;
+            }
+            let now = self.now_ns;
+            while let Some((pkt, len)) = self.ports[n as usize][i].q.pop_with_len() {
+                if self.cfg.pfc.is_some() {
+                    self.pfc_on_dequeue(n, i as u16, pkt, u64::from(len), now);
+                }
+                self.counters.switch_down_drops += 1;
+                self.release(pkt);
+            }
+        }
+    }
+
+    /// NIC port `port` of host `h` went down (`up == false`) or came back up: the host's
+    /// datapath tells each of its connections, as a NIC's link event reaches the driver,
+    /// and the NIC may send what they queue for the peer (Port Status Updates).
+    fn port_event(&mut self, h: u32, port: u16, up: bool) {
+        let now = self.now_ns;
+        let Some(host) = self.hosts.get_mut(h as usize) else {
+            return;
+        };
+        let Ok(plane) = u8::try_from(port) else {
+            return;
+        };
+        for e in &mut host.endpoints {
+            e.conn.set_local_plane(plane, up, now);
+        }
+        self.host_activity(h);
     }
 
     fn on_tx_done(&mut self, node: u32, port: u16) {
@@ -1539,7 +1694,7 @@ impl Simulator {
         // The link index sits past the prefetched lines: read only on a faulty link.
         let link = self.ports[node as usize][usize::from(port)].link;
         let faults = self.link_faults[link as usize];
-        if faults.down {
+        if faults.is_down() {
             self.counters.link_down_drops += 1;
             self.release(pkt);
             return;
@@ -1658,8 +1813,7 @@ impl Simulator {
             None => Err(ForwardError::Malformed),
         };
         let Ok((out, rewritten)) = out else {
-            self.counters.no_route_drops += 1;
-            self.release(pkt);
+            self.drop_unrouted(node, pkt);
             return;
         };
         let p = &mut self.pkts[pkt as usize];
@@ -1735,6 +1889,19 @@ impl Simulator {
         } else if !port.busy {
             self.start_tx(node, out);
         }
+    }
+
+    /// Frame `pkt` at switch `node` has no route: dropped, counted as lost in a switch that
+    /// is down, or as unroutable.
+    #[cold]
+    #[inline(never)]
+    fn drop_unrouted(&mut self, node: u32, pkt: u32) {
+        if self.switch_down[node as usize] {
+            self.counters.switch_down_drops += 1;
+        } else {
+            self.counters.no_route_drops += 1;
+        }
+        self.release(pkt);
     }
 
     /// PFC: frame `pkt` of `len` bytes that came in on `in_port` of switch `node` entered
@@ -1926,7 +2093,78 @@ impl Simulator {
         }
     }
 
-    /// Lets host `h` send if its NIC is idle, then (re)schedules its wake-up.
+    /// What host `h`'s NIC can take at `now`: whether one of its ports is idle (not
+    /// serialising, not paused by PFC), and how many frames wait behind busy ports.
+    #[inline]
+    fn nic_state(&self, h: u32, now: u64) -> NicState {
+        let ports = &self.ports[h as usize];
+        let mut s = NicState {
+            idle: false,
+            waiting: 0,
+            ports: ports.len(),
+        };
+        for p in ports {
+            s.idle |= !p.busy && p.paused_until_ns <= now;
+            s.waiting += p.q.len();
+        }
+        s
+    }
+
+    /// Asks host `h`'s endpoints, round-robin from the NIC's next, for one datagram and
+    /// puts it on the port of its EV's plane (started at once if that port is idle).
+    /// Returns whether one was sent.
+    fn host_send_one(&mut self, h: u32, now: u64) -> bool {
+        let n = self.hosts[h as usize].endpoints.len();
+        let start = self.hosts[h as usize].rr;
+        for k in 0..n {
+            let i = (start + k) % n;
+            let e = &mut self.hosts[h as usize].endpoints[i];
+            // Flows not yet started stay silent.
+            if e.is_sender && self.flows[e.flow as usize].spec.start_ns > now {
+                continue;
+            }
+            let Some(t) = e.conn.poll_transmit(now, &mut self.tx_buf) else {
+                continue;
+            };
+            let port = e.port_of_ev(t.ev);
+            let d = Datagram {
+                src: h,
+                dst: e.peer,
+                ev: t.ev,
+                ecn: t.ecn.bits(),
+                port,
+            };
+            let tx = std::mem::take(&mut self.tx_buf);
+            let payload = &tx[..t.len];
+            let idx = self.take_slot();
+            let framed = self.frame_datagram(idx, d, &PayloadSum::of(payload), payload);
+            if framed {
+                // Copied once, into the slot's recycled payload buffer.
+                self.pkts[idx as usize].frame.set_payload_copy(payload);
+                self.finish_framing(idx);
+            }
+            self.tx_buf = tx;
+            let Some(p) = self.ports[h as usize]
+                .get_mut(usize::from(port))
+                .filter(|_| framed)
+            else {
+                self.counters.no_route_drops += 1;
+                self.release(idx);
+                continue;
+            };
+            self.hosts[h as usize].rr = (i + 1) % n;
+            let len = self.pkts[idx as usize].len;
+            p.q.push_normal(idx, len, &mut p.stats);
+            if !p.busy {
+                self.start_tx(h, port);
+            }
+            return true;
+        }
+        false
+    }
+
+    /// Lets host `h` send while one of its NIC ports is idle and fewer frames wait behind
+    /// busy ports than it has ports, then (re)schedules its wake-up.
     fn host_activity(&mut self, h: u32) {
         if self.hosts[h as usize].endpoints.is_empty() {
             // Nothing to send, no timer: the NIC's state (a cold line on arrival) is not read.
@@ -1934,50 +2172,10 @@ impl Simulator {
         }
         let now = self.now_ns;
         self.host_timers(h);
-        // A NIC paused by PFC asks its endpoints nothing until it resumes.
-        let paused = self.ports[h as usize][0].paused_until_ns > now;
-        if !self.ports[h as usize][0].busy && !paused {
-            let n = self.hosts[h as usize].endpoints.len();
-            let start = self.hosts[h as usize].rr;
-            for k in 0..n {
-                let i = (start + k) % n;
-                let e = &mut self.hosts[h as usize].endpoints[i];
-                // Flows not yet started stay silent.
-                if e.is_sender && self.flows[e.flow as usize].spec.start_ns > now {
-                    continue;
-                }
-                let Some(t) = e.conn.poll_transmit(now, &mut self.tx_buf) else {
-                    continue;
-                };
-                let peer = e.peer;
-                let d = Datagram {
-                    src: h,
-                    dst: peer,
-                    ev: t.ev,
-                    ecn: t.ecn.bits(),
-                };
-                let tx = std::mem::take(&mut self.tx_buf);
-                let payload = &tx[..t.len];
-                let idx = self.take_slot();
-                let framed = self.frame_datagram(idx, d, &PayloadSum::of(payload), payload);
-                if framed {
-                    // Copied once, into the slot's recycled payload buffer.
-                    self.pkts[idx as usize].frame.set_payload_copy(payload);
-                    self.finish_framing(idx);
-                }
-                self.tx_buf = tx;
-                if !framed {
-                    self.counters.no_route_drops += 1;
-                    self.release(idx);
-                    continue;
-                }
-                self.hosts[h as usize].rr = (i + 1) % n;
-                let len = self.pkts[idx as usize].len;
-                let port = &mut self.ports[h as usize][0];
-                port.q.push_normal(idx, len, &mut port.stats);
-                self.start_tx(h, 0);
-                break;
-            }
+        // A port paused by PFC takes nothing until it resumes.
+        let mut nic = self.nic_state(h, now);
+        while nic.takes() && self.host_send_one(h, now) {
+            nic = self.nic_state(h, now);
         }
         let host = &mut self.hosts[h as usize];
         let next = host
@@ -1985,8 +2183,9 @@ impl Simulator {
             .iter()
             .filter_map(|e| e.conn.poll_timeout())
             .min();
-        // A paused NIC's resume asks again, as a busy NIC's TxDone does.
-        let nic_busy = self.ports[h as usize][0].busy || paused;
+        // A NIC that takes nothing now asks again on its own: a port's TxDone, or a
+        // paused port's resume.
+        let nic_busy = !nic.takes();
         if let Some(t) = next {
             // A deadline already due while the NIC is busy is pacing or a packet waiting
             // for the NIC: the NIC's TxDone asks again. Otherwise wake at least 1 ns later

@@ -285,6 +285,11 @@ impl PortQueue {
         self.priority_bytes
     }
 
+    /// Frames in both queues.
+    pub fn len(&self) -> usize {
+        self.normal.len() + self.priority.len()
+    }
+
     /// Whether both queues are empty.
     pub fn is_empty(&self) -> bool {
         self.normal.is_empty() && self.priority.is_empty()

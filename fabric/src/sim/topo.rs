@@ -15,6 +15,10 @@
 //! Addresses (IPv6): host `h` is
 //! `fd00::1:0:h` (`HOST_PREFIX | h`), switch `s` (node id) is `fd00::2:0:s`; a switch with
 //! node id `n` owns uSID `n + 1` under the `fd00:5::/32` block, a host uSID `h + 1`.
+//!
+//! With planes ([`Topology::with_planes`], [`super::planes`]) host `h` has one port per
+//! plane, port `q` to plane `q`'s copy of its leaf, and plane `q`'s switches follow plane
+//! `q - 1`'s; names then carry the plane (`p1.leaf0`, `p1.spine2`).
 
 use serde::Serialize;
 
@@ -146,6 +150,9 @@ pub enum TopoError {
     /// More than 65535 ports on a node.
     #[error("a node would have more than 65535 ports")]
     TooManyPorts,
+    /// Planes asked of a topology that cannot be copied into them, or too many planes.
+    #[error("planes: {0}")]
+    Planes(&'static str),
 }
 
 /// The counts of `s` that must be positive: hosts, leaves, hosts per leaf; spines and
@@ -380,6 +387,66 @@ impl Topology {
             .map_or(&[], Vec::as_slice)
     }
 
+    /// A topology of these nodes and links, routed (the planes' copies,
+    /// [`Topology::with_planes`]): hosts are `0..hosts`, `leaves` and `spines` list the
+    /// switches' node ids in role index order.
+    pub(super) fn from_parts(
+        nodes: Vec<NodeSpec>,
+        links: Vec<LinkEnds>,
+        hosts: u32,
+        leaves: Vec<u32>,
+        spines: Vec<u32>,
+    ) -> Topology {
+        let mut t = Topology {
+            nodes,
+            links,
+            hosts,
+            leaves,
+            spines,
+            next_hop: Vec::new(),
+            hop_sets: Vec::new(),
+        };
+        t.route(&[]);
+        t
+    }
+
+    /// Planes: the ports of every host (one per plane; 1 for a single fabric).
+    pub fn planes(&self) -> u32 {
+        self.nodes
+            .first()
+            .filter(|n| n.role == Role::Host)
+            .map_or(1, |n| n.ports.len().max(1) as u32)
+    }
+
+    /// Switches of one plane (every plane has as many).
+    pub fn switches_per_plane(&self) -> u32 {
+        (self.nodes.len() as u32 - self.hosts) / self.planes()
+    }
+
+    /// The plane of switch `node` (`None` for a host or a node out of range).
+    pub fn plane_of(&self, node: u32) -> Option<u32> {
+        let n = self.nodes.len() as u32;
+        (node >= self.hosts && node < n)
+            .then(|| (node - self.hosts) / self.switches_per_plane().max(1))
+    }
+
+    /// The switches of plane `q` (node ids; empty for a plane that does not exist).
+    pub fn plane_switches(&self, q: u32) -> std::ops::Range<u32> {
+        if q >= self.planes() {
+            return 0..0;
+        }
+        let s = self.switches_per_plane();
+        let first = self.hosts + q * s;
+        first..first + s
+    }
+
+    /// The spines of plane `q` (node ids, in spine order; empty for no such plane).
+    pub fn plane_spines(&self, q: u32) -> &[u32] {
+        let per = self.spines.len() / self.planes() as usize;
+        let q = q as usize;
+        self.spines.get(q * per..(q + 1) * per).unwrap_or(&[])
+    }
+
     /// IPv6 address of `node` as a `u128`.
     pub fn addr(&self, node: u32) -> u128 {
         if node < self.hosts {
@@ -411,27 +478,58 @@ impl Topology {
         (n < self.nodes.len() as u32).then_some(n)
     }
 
-    /// The leaf of host `h`.
+    /// The leaf of host `h` (on plane 0).
     pub fn leaf_of(&self, h: u32) -> Option<u32> {
+        self.leaf_of_port(h, 0)
+    }
+
+    /// The leaf at the other end of port `port` of host `h` (its plane's copy of the
+    /// host's leaf).
+    pub fn leaf_of_port(&self, h: u32, port: u16) -> Option<u32> {
         self.nodes
             .get(h as usize)
             .filter(|n| n.role == Role::Host)
-            .and_then(|n| n.ports.first())
+            .and_then(|n| n.ports.get(usize::from(port)))
             .map(|p| p.peer_node)
     }
 
-    /// Printable name: `host3`, `leaf1`, `spine0`.
+    /// Printable name: `host3`, `leaf1`, `spine0`; with planes, switches carry theirs:
+    /// `p0.leaf1`, `p2.spine0`.
     pub fn name(&self, node: u32) -> String {
+        let planes = self.planes() as usize;
+        let plane = |i: u32, n: usize| -> (String, u32) {
+            let per = (n / planes).max(1) as u32;
+            if planes > 1 {
+                (format!("p{}.", i / per), i % per)
+            } else {
+                (String::new(), i)
+            }
+        };
         match self.nodes.get(node as usize).map(|n| n.role) {
             Some(Role::Host) => format!("host{node}"),
-            Some(Role::Leaf(i)) => format!("leaf{i}"),
-            Some(Role::Spine(i)) => format!("spine{i}"),
+            Some(Role::Leaf(i)) => {
+                let (p, i) = plane(i, self.leaves.len());
+                format!("{p}leaf{i}")
+            }
+            Some(Role::Spine(i)) => {
+                let (p, i) = plane(i, self.spines.len());
+                format!("{p}spine{i}")
+            }
             None => format!("node{node}"),
         }
     }
 
-    /// The node named `host3` / `leaf1` / `spine0`.
+    /// The node named `host3` / `leaf1` / `spine0`, or with planes `p1.leaf0` /
+    /// `p1.spine2` (a switch name without a plane is plane 0's).
     pub fn node_by_name(&self, name: &str) -> Option<u32> {
+        let (q, name) = match name.strip_prefix('p').and_then(|r| r.split_once('.')) {
+            Some((q, rest)) => (q.parse::<u32>().ok()?, rest),
+            None => (0, name),
+        };
+        let planes = self.planes();
+        if q >= planes {
+            return None;
+        }
         let (kind, idx) = if let Some(i) = name.strip_prefix("host") {
             (0, i)
         } else if let Some(i) = name.strip_prefix("leaf") {
@@ -442,10 +540,14 @@ impl Topology {
             return None;
         };
         let i: u32 = idx.parse().ok()?;
+        let in_plane = |all: &[u32]| {
+            let per = all.len() as u32 / planes;
+            (i < per).then(|| all[(q * per + i) as usize])
+        };
         match kind {
             0 => (i < self.hosts).then_some(i),
-            1 => self.leaves.get(i as usize).copied(),
-            _ => self.spines.get(i as usize).copied(),
+            1 => in_plane(&self.leaves),
+            _ => in_plane(&self.spines),
         }
     }
 
