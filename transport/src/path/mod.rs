@@ -641,20 +641,39 @@ impl PathTable {
     /// [`BAD_AFTER_CONSECUTIVE_LOSSES`]-th loss without a delivery in between makes the EV
     /// `AssumedBad` (see [`PathTable::assume_bad`]).
     pub fn on_loss(&mut self, idx: usize, now_ns: u64) {
+        self.on_loss_sent(idx, now_ns, now_ns);
+    }
+
+    /// [`PathTable::on_loss`] of a packet sent at `sent_ns`: a packet sent before its
+    /// plane last came back up does not count against the plane (it was lost while the
+    /// plane was down, which is known), only against its EV.
+    pub fn on_loss_sent(&mut self, idx: usize, sent_ns: u64, now_ns: u64) {
         let Some(p) = self.paths.get_mut(idx) else {
             return;
         };
         p.consecutive_losses = p.consecutive_losses.saturating_add(1);
         if p.consecutive_losses >= BAD_AFTER_CONSECUTIVE_LOSSES {
-            self.assume_bad(idx, now_ns);
+            self.assume_bad_ev(idx, now_ns);
         }
-        self.plane_loss(idx, now_ns);
+        self.plane_loss(idx, sent_ns, now_ns);
     }
 
     /// Evidence of a path failure on `idx` (an RTO declared a packet sent on it lost, a
     /// go-back-N NACK named a packet lost on it, or [`BAD_AFTER_CONSECUTIVE_LOSSES`] losses
     /// in a row): `AssumedBad` (unless denied); the first probe may go at `now_ns`.
     pub fn assume_bad(&mut self, idx: usize, now_ns: u64) {
+        self.assume_bad_sent(idx, now_ns, now_ns);
+    }
+
+    /// [`PathTable::assume_bad`] for the loss of a packet sent at `sent_ns` (see
+    /// [`PathTable::on_loss_sent`]).
+    pub fn assume_bad_sent(&mut self, idx: usize, sent_ns: u64, now_ns: u64) {
+        self.assume_bad_ev(idx, now_ns);
+        self.plane_loss(idx, sent_ns, now_ns);
+    }
+
+    /// The EV's part of [`PathTable::assume_bad`].
+    fn assume_bad_ev(&mut self, idx: usize, now_ns: u64) {
         if let Some(p) = self.paths.get_mut(idx) {
             if p.state != PathState::Denied && p.state != PathState::AssumedBad {
                 p.state = PathState::AssumedBad;
@@ -664,7 +683,6 @@ impl PathTable {
             }
         }
         self.recount_bad();
-        self.plane_loss(idx, now_ns);
     }
 
     fn recount_bad(&mut self) {

@@ -10,12 +10,13 @@
 //! it the SACKs and NACKs that echo it, can use.
 //!
 //! A plane is `Up` or `Down` with a cause ([`PlaneDownCause`]):
-//! - **Loss**: losses on at least [`plane_down_after_evs`] distinct EVs of the plane (half
-//!   its usable EVs, at least 2) with no delivery on any EV of the plane in between, or
+//! - **Loss**: losses on at least [`plane_down_after_evs`] distinct EVs of the plane (2)
+//!   with no delivery on any EV of the plane in between, or
 //!   every usable EV of the plane `AssumedBad`: the plane failed (a NIC port, a plane's
 //!   switches), not one path in it. Its EVs leave rotation at once instead of one by one
-//!   after each has lost twice ([`super::BAD_AFTER_CONSECUTIVE_LOSSES`]); a single dead
-//!   link inside a plane costs only the EVs hashed onto it. Only while another plane is
+//!   after each has lost twice ([`super::BAD_AFTER_CONSECUTIVE_LOSSES`]); a dead link
+//!   inside a plane that takes it down this way costs one plane probe's round trip, after
+//!   which only the EVs hashed onto the link stay out. Only while another plane is
 //!   `Up`: with every other plane down, the per-EV rules alone decide (taking the last
 //!   plane out would leave nothing to compare with).
 //! - **PeerReport**: the peer's Port Status Update ([`crate::wire::PortStatusRepr`]) says its
@@ -101,6 +102,9 @@ pub struct Plane {
     pub peer_up: bool,
     /// When the current down episode began, ns; `None` while up.
     pub down_since_ns: Option<u64>,
+    /// When the plane last came back up, ns (`None` before its first return): losses of
+    /// packets sent before then do not count against it.
+    pub up_since_ns: Option<u64>,
     /// Distinct EVs of the plane with a loss since the latest delivery on the plane.
     streak_evs: u32,
     /// Bumped at each delivery that ends a streak: an EV whose mark equals `epoch + 1`
@@ -125,6 +129,7 @@ impl Plane {
             evs,
             peer_up: true,
             down_since_ns: None,
+            up_since_ns: None,
             streak_evs: 0,
             epoch: 0,
             next_probe_ns: 0,
@@ -155,14 +160,18 @@ impl Plane {
 }
 
 /// Distinct EVs that must lose, with no delivery on their plane in between, before a plane
-/// of `usable` EVs (not denied) is taken down: half of them rounded up, at least 2; `None`
-/// for a plane of fewer than 2 (its one EV's own state says it all). Half, not all: a dead
-/// plane loses every packet in flight on it at once, so its EVs' first losses come in one
-/// burst of loss detection, while a dead link inside a plane takes only the EVs that hash
-/// onto it (a quarter of them for one of four uplinks), and the plane's other EVs keep
-/// delivering and end the streak.
+/// of `usable` EVs (not denied) is taken down: 2; `None` for a plane of fewer than 2 (its
+/// one EV's own state says it all). Two, not half or all: recycled entropy keeps only a
+/// few of a plane's EVs in flight (the ones its acknowledgements return), so after a
+/// plane dies its EVs fail one by one as they are tried, and waiting for half of them
+/// left the simulator's all-to-all over 4 and 8 planes to find the dead plane EV by EV
+/// (no sender of 56 took it down; settling took 410-615 us). A dead link inside a plane
+/// (a spine of two rebooting) can take the plane down too, when two of its EVs hashed onto
+/// the link lose before any other EV of the plane delivers; that costs the plane one probe
+/// round trip: the first answered plane probe brings it back, and each of its EVs then
+/// returns on its own probe, the dead ones staying out.
 pub fn plane_down_after_evs(usable: u32) -> Option<u32> {
-    (usable >= 2).then(|| usable.div_ceil(2).max(2))
+    (usable >= 2).then_some(2)
 }
 
 /// The planes of `ev_planes` (one per EV, parallel to the EV list; empty: every EV on
@@ -289,10 +298,11 @@ impl PathTable {
         }
     }
 
-    /// A loss (or a timeout) on path `idx` at `now_ns`: counts its EV in its plane's
+    /// A loss (or a timeout) at `now_ns` of a packet sent on path `idx` at `sent_ns`
+    /// (ignored when sent before the plane last came back up): counts its EV in its plane's
     /// streak once, and takes the plane down when the streak or the plane's `AssumedBad`
     /// EVs say so (see the module docs).
-    pub(super) fn plane_loss(&mut self, idx: usize, now_ns: u64) {
+    pub(super) fn plane_loss(&mut self, idx: usize, sent_ns: u64, now_ns: u64) {
         if self.planes.len() < 2 {
             return;
         }
@@ -303,7 +313,8 @@ impl PathTable {
         let Some(pl) = self.planes.get_mut(q) else {
             return;
         };
-        if !pl.is_up() {
+        // a packet sent before the plane last came back was lost while it was down
+        if !pl.is_up() || pl.up_since_ns.is_some_and(|t| sent_ns < t) {
             return;
         }
         let mark = pl.epoch.wrapping_add(1);
@@ -394,6 +405,7 @@ impl PathTable {
         }
         pl.state = PlaneState::Up;
         pl.stats.ups += 1;
+        pl.up_since_ns = Some(now_ns);
         if let Some(t) = pl.down_since_ns.take() {
             pl.stats.down_ns += now_ns.saturating_sub(t);
         }

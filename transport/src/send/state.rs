@@ -1363,6 +1363,7 @@ impl SendState {
             }
             let deadline = rack.deadline_ns(p.last_sent_ns, reo);
             if deadline <= now_ns {
+                let sent_ns = p.last_sent_ns;
                 let Some((len, ev)) = self.declare_lost(seq) else {
                     continue;
                 };
@@ -1372,7 +1373,7 @@ impl SendState {
                 if let Some(path) = paths.get_mut(ev) {
                     path.stats.lost += 1;
                 }
-                paths.on_loss(ev, now_ns);
+                paths.on_loss_sent(ev, sent_ns, now_ns);
             } else {
                 self.rack_timer_ns = Some(self.rack_timer_ns.map_or(deadline, |t| t.min(deadline)));
             }
@@ -1578,6 +1579,7 @@ impl SendState {
             if !expired && !overdue {
                 continue;
             }
+            let sent_ns = p.last_sent_ns;
             let Some((len, ev)) = self.declare_lost(seq) else {
                 continue;
             };
@@ -1588,7 +1590,7 @@ impl SendState {
                 if let Some(path) = paths.get_mut(ev) {
                     path.stats.lost += 1;
                 }
-                paths.on_loss(ev, now_ns);
+                paths.on_loss_sent(ev, sent_ns, now_ns);
             } else {
                 stats.rto_lost += 1;
             }
@@ -1600,7 +1602,7 @@ impl SendState {
                 if let Some(path) = paths.get_mut(ev) {
                     path.stats.timeouts += 1;
                 }
-                paths.assume_bad(ev, now_ns);
+                paths.assume_bad_sent(ev, sent_ns, now_ns);
             }
             out.lost_packets += 1;
             out.lost_bytes += u64::from(len);
