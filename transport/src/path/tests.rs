@@ -565,14 +565,15 @@ mod planes {
         let mut t = two_planes(Selection::RoundRobin);
         t.on_loss(1, 0);
         t.on_loss(3, 0);
-        // plane probes only: one at a time, EVs of the plane in turn, interval doubling
+        // plane probes only: one at a time, EVs of the plane in turn, the interval doubled
+        // once (PLANE_PROBE_BACKOFF_SHIFT) and no more
         assert_eq!(t.next_probe_time(), Some(0));
         assert_eq!(t.next_probe(0, 100), Some((1, 1)));
         assert_eq!(t.next_probe(0, 100), None);
         assert_eq!(t.next_probe_time(), Some(200));
         assert_eq!(t.next_probe(199, 100), None);
         assert_eq!(t.next_probe(200, 100), Some((3, 2)));
-        assert_eq!(t.next_probe_time(), Some(200 + 400));
+        assert_eq!(t.next_probe_time(), Some(200 + 200));
         assert_eq!(t.planes()[1].stats.probes_sent, 2);
         // the answer to the probe on EV 3: plane up, EV 3 good, the others probed at once
         assert!(t.on_probe_reply(3, 2, 250));
