@@ -1,6 +1,6 @@
 //! The plan of the real-kernel SRv6 testbed (`testbed/mrc-testbed.sh`, issue 8): network
 //! namespaces, veth links, addresses, SIDs and steering tables, derived from the
-//! spine-leaf designer's output ([`mrc_fabric::sim::design`](mod@mrc_fabric::sim::design)). `mrc-sim testbed-plan
+//! spine-leaf designer's output ([`mrc_fabric_sim::design`](mod@mrc_fabric_sim::design)). `mrc-sim testbed-plan
 //! --json -` prints it; the script builds exactly what it lists, and `mrc-perf --srv6`
 //! takes its segment lists and marks from the same plan.
 //!
@@ -25,7 +25,7 @@
 //! kernel (`encap seg6 mode inline`), selected by the firewall mark of the EV socket
 //! (`ip -6 rule add fwmark MARK lookup TABLE`).
 
-use mrc_fabric::sim::{DesignInput, FabricDesign, Layout, Oversubscription, design};
+use mrc_fabric_sim::{DesignInput, FabricDesign, Layout, Oversubscription, design};
 use serde::{Deserialize, Serialize};
 use std::net::Ipv6Addr;
 
@@ -200,7 +200,7 @@ pub struct DesignSummary {
 pub enum PlanError {
     /// The designer refused the input.
     #[error("design: {0}")]
-    Design(#[from] mrc_fabric::sim::DesignError),
+    Design(#[from] mrc_fabric_sim::DesignError),
     /// More than [`MAX_NODES_PER_TIER`] of a tier.
     #[error("{what}: {n} exceeds the testbed's {MAX_NODES_PER_TIER}")]
     TooMany {

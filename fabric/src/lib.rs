@@ -1,12 +1,12 @@
 //! # mrc-fabric
 //!
-//! Everything in mrc that touches a network or a model of one:
+//! Everything in mrc that touches a real network (the simulator is `mrc-fabric-sim`, the frame
+//! code both share `mrc-frame`):
 //!
-//! - [`srv6`]: the Segment Routing Header (RFC 8754) and uSID containers (RFC 9800);
-//! - [`packet`]: Ethernet / IPv6 / optional SRH / UDP build and parse, lengths and checksum
+//! - [`srv6`] (from `mrc-frame`): the Segment Routing Header (RFC 8754) and uSID containers (RFC 9800);
+//! - [`packet`] (from `mrc-frame`): Ethernet / IPv6 / optional SRH / UDP build and parse, lengths and checksum
 //!   computed;
-//! - [`pcap`]: pcap output (Ethernet link type) that tshark reads;
-//! - [`sim`]: the deterministic packet-level fabric simulator and the spine-leaf designer;
+//! - [`pcap`] (from `mrc-frame`): pcap output (Ethernet link type) that tshark reads;
 //! - [`datapath`]: the burst interface ([`datapath::Datapath`]) that the UDP and the verbs
 //!   datapaths implement and the engine drives;
 //! - [`udp`]: the io_uring UDP datapath (one socket and source port per EV, GSO/GRO bursts,
@@ -22,9 +22,6 @@
 pub mod datapath;
 pub mod engine;
 pub mod mem;
-pub mod packet;
-pub mod pcap;
-pub mod sim;
-pub mod srv6;
+pub use mrc_frame::{packet, pcap, srv6};
 pub mod udp;
 pub mod verbs;

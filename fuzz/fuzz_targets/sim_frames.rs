@@ -11,9 +11,9 @@
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
 use mrc_fabric::packet::{ChecksumCheck, EthernetFrameRepr};
-use mrc_fabric::sim::buf::FrameBuf;
-use mrc_fabric::sim::host::{Datagram, Forwarding, build_frame};
-use mrc_fabric::sim::{
+use mrc_fabric_sim::buf::FrameBuf;
+use mrc_fabric_sim::host::{Datagram, Forwarding, build_frame};
+use mrc_fabric_sim::{
     Fault, FaultKind, LinkSelector, LinkSpec, QueueConfig, SimConfig, Simulator, SpineLeafSpec,
     Topology, frame,
 };

@@ -33,8 +33,8 @@ use mrc_examples::sim::scenario::{Scenario, parse_forwarding};
 /// Largest scenario file read, bytes (16 MiB: a TOML file of every flow and fault the
 /// default limits allow is far smaller).
 const MAX_SCENARIO_BYTES: u64 = 16 << 20;
-use mrc_fabric::sim::net::Progress;
-use mrc_fabric::sim::{
+use mrc_fabric_sim::net::Progress;
+use mrc_fabric_sim::{
     DesignInput, Layout, Oversubscription, SimConfig, Simulator, Topology, design,
 };
 
@@ -537,7 +537,7 @@ fn run(cli: Cli) -> Result<bool, String> {
                     .collect();
                 outln!(
                     "EV {ev:>3} (UDP src port {}): {}",
-                    mrc_fabric::sim::host::ev_src_port(ev),
+                    mrc_fabric_sim::host::ev_src_port(ev),
                     path.join(" -> ")
                 );
                 t.row(format!("EV {ev}"), &[("hops", hops.len() as f64 - 1.0)]);

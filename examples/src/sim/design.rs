@@ -1,7 +1,7 @@
 //! Text of `mrc-sim design` and `mrc-sim trace`: what the designer counts, in lanes and in
 //! physical switch ports, per plane and in all, and (rail layout) per rail.
 //!
-//! The designer ([`mrc_fabric::sim::design()`]) and the simulator count links in *lanes*:
+//! The designer ([`mrc_fabric_sim::design()`]) and the simulator count links in *lanes*:
 //! a 200G NIC on 400G switches uses one 200G lane of a 400G port broken out 2 x 200G, so a
 //! 32-port leaf has 64 lanes and the simulator numbers its ports 0..63. The tables here
 //! show both counts, and trace hops name the physical port and lane as the switch does
@@ -9,9 +9,9 @@
 //! what its node is in the design ([`trace_hop_text`]): a host's server, NIC, plane and
 //! (rail layout) rail and rail group; a leaf's plane, rail and group; a spine's plane.
 
-use mrc_fabric::sim::net::TraceHop;
-use mrc_fabric::sim::topo::Role;
-use mrc_fabric::sim::{FabricDesign, Layout, SwitchPort, Topology};
+use mrc_fabric_sim::net::TraceHop;
+use mrc_fabric_sim::topo::Role;
+use mrc_fabric_sim::{FabricDesign, Layout, SwitchPort, Topology};
 
 use super::output::ResultTable;
 
@@ -235,7 +235,7 @@ fn spine_count(n: u32) -> String {
 
 /// How the uplinks spread when they are not a multiple of the spines (empty otherwise:
 /// then uplink j of every leaf goes to spine j % spines, `per_leaf_spine_pair` lanes each):
-/// the rotation rule of [`UplinkWiring`](mrc_fabric::sim::UplinkWiring), the lanes per
+/// the rotation rule of [`UplinkWiring`](mrc_fabric_sim::UplinkWiring), the lanes per
 /// leaf-spine pair and per spine, ending in `\n`.
 pub fn rotation_text(d: &FabricDesign) -> String {
     let p = &d.plane;
@@ -480,7 +480,7 @@ pub fn trace_kind(d: &FabricDesign, src: u32, dst: u32) -> Option<&'static str> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use mrc_fabric::sim::{DesignInput, Layout, SpineLeafSpec, design};
+    use mrc_fabric_sim::{DesignInput, Layout, SpineLeafSpec, design};
 
     #[test]
     fn design_text_of_the_issue_reference_1024() {

@@ -8,15 +8,15 @@
 //! Ethernet, IPv6, UDP, BTH, MRCETH, MSGETH, RETH).
 
 use mrc_congestion::CcKind;
-use mrc_fabric::sim::net::Progress;
-use mrc_fabric::sim::{
+use mrc_fabric_sim::net::Progress;
+use mrc_fabric_sim::{
     DesignInput, EcnConfig, Fault, FaultKind, FlowSpec, Layout, LinkSelector, Oversubscription,
     QueueConfig, SimConfig, SimReport, Simulator, SpineLeafSpec, Topology, TransportSpec, design,
 };
 
-use mrc_fabric::sim::Forwarding;
-use mrc_fabric::sim::buf::SharedPayload;
-use mrc_fabric::sim::host::Datagram;
+use mrc_fabric_sim::Forwarding;
+use mrc_fabric_sim::buf::SharedPayload;
+use mrc_fabric_sim::host::Datagram;
 
 use super::output::{Check, Panel, ResultTable, Row};
 use super::scenario::permutation;
@@ -94,13 +94,13 @@ pub enum ExperimentError {
     Unknown(String, String),
     /// The simulator refused the setup.
     #[error("simulator: {0}")]
-    Sim(#[from] mrc_fabric::sim::SimError),
+    Sim(#[from] mrc_fabric_sim::SimError),
     /// The designer refused the topology.
     #[error("designer: {0}")]
-    Design(#[from] mrc_fabric::sim::DesignError),
+    Design(#[from] mrc_fabric_sim::DesignError),
     /// The topology could not be built.
     #[error("topology: {0}")]
-    Topo(#[from] mrc_fabric::sim::topo::TopoError),
+    Topo(#[from] mrc_fabric_sim::topo::TopoError),
     /// The topology has no link between two nodes an experiment needs.
     #[error("no link between {0} and {1}")]
     NoLink(&'static str, &'static str),
@@ -235,7 +235,7 @@ fn goodputs(r: &SimReport) -> (f64, f64, f64) {
     (mean, if min.is_finite() { min } else { 0.0 }, agg)
 }
 
-fn sum_flows(r: &SimReport, f: impl Fn(&mrc_fabric::sim::stats::FlowStats) -> u64) -> u64 {
+fn sum_flows(r: &SimReport, f: impl Fn(&mrc_fabric_sim::stats::FlowStats) -> u64) -> u64 {
     r.flows.iter().map(f).sum()
 }
 

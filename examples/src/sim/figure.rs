@@ -17,10 +17,10 @@
 
 use std::path::Path;
 
-use mrc_fabric::sim::host::ev_src_port;
-use mrc_fabric::sim::net::TraceHop;
-use mrc_fabric::sim::topo::Role;
-use mrc_fabric::sim::{FabricDesign, NicPlace, Topology};
+use mrc_fabric_sim::host::ev_src_port;
+use mrc_fabric_sim::net::TraceHop;
+use mrc_fabric_sim::topo::Role;
+use mrc_fabric_sim::{FabricDesign, NicPlace, Topology};
 
 use super::design::{hop_text, trace_kind};
 use super::output::{check_plot_path, wrap};
@@ -944,7 +944,7 @@ pub fn spine_of_path(topo: &Topology, hops: &[TraceHop]) -> Option<String> {
 /// plane `topo` of design `d` (plane number `plane`: the planes are alike); `forwarding`
 /// names the mode in the title (see the module docs).
 ///
-/// [`Simulator::trace`]: mrc_fabric::sim::Simulator::trace
+/// [`Simulator::trace`]: mrc_fabric_sim::Simulator::trace
 pub fn trace_figure(
     d: &FabricDesign,
     topo: &Topology,
@@ -1238,7 +1238,7 @@ pub fn trace_figure(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use mrc_fabric::sim::{DesignInput, SpineLeafSpec, Topology, design};
+    use mrc_fabric_sim::{DesignInput, SpineLeafSpec, Topology, design};
 
     /// Servers, NICs, leaves, spines and their links of the reference designs, exactly:
     /// every server of a small fabric, at most 10 leaves and 4 servers per leaf of a large
@@ -1341,7 +1341,7 @@ mod tests {
         let d = design(&DesignInput::reference(gpus)).unwrap();
         let topo = Topology::spine_leaf(&SpineLeafSpec::from_design(&d, 500)).unwrap();
         let sim =
-            mrc_fabric::sim::Simulator::new(topo.clone(), mrc_fabric::sim::SimConfig::default())
+            mrc_fabric_sim::Simulator::new(topo.clone(), mrc_fabric_sim::SimConfig::default())
                 .unwrap();
         let t = (0..evs)
             .map(|ev| sim.trace(src, dst, ev).unwrap())

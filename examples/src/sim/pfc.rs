@@ -1,5 +1,5 @@
 //! The PFC experiments of `mrc-sim experiment` (issue 22): a lossless RoCE fabric (PFC,
-//! IEEE 802.1Qbb, [`mrc_fabric::sim::pfc`]) against a lossy mrc one (spraying, trimming).
+//! IEEE 802.1Qbb, [`mrc_fabric_sim::pfc`]) against a lossy mrc one (spraying, trimming).
 //!
 //! `incast-victim`: N senders write 1 MiB each to host0 under leaf0 while a victim flow
 //! writes to host1, also under leaf0: it shares a spine-to-leaf0 link with the incast but
@@ -19,7 +19,7 @@
 //! cyclic buffer dependency after link failures, `pfc-storm` a stuck receiver's PAUSEs.
 
 use mrc_congestion::CcKind;
-use mrc_fabric::sim::{
+use mrc_fabric_sim::{
     EcnConfig, Fault, FaultKind, FlowSpec, LinkSelector, LinkSpec, PfcConfig, QueueConfig,
     SimConfig, SimReport, Simulator, SpineLeafSpec, Topology, TransportSpec,
 };
@@ -1098,7 +1098,7 @@ pub fn pfc_storm(seed: u64, progress: ProgressFn<'_>) -> Result<ResultTable, Exp
 
 /// PAUSE frames received by the ports whose (node, peer) names `keep` accepts.
 fn pauses_received_where(
-    ports: &[mrc_fabric::sim::pfc::PfcPortReport],
+    ports: &[mrc_fabric_sim::pfc::PfcPortReport],
     keep: &dyn Fn(&str, &str) -> bool,
 ) -> u64 {
     ports

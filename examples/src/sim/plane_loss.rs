@@ -18,7 +18,7 @@
 //! settled rate, against the published 3 ms of NVIDIA Spectrum-X's adaptive routing and
 //! 1.08 s of software load balancing.
 
-use mrc_fabric::sim::{
+use mrc_fabric_sim::{
     Fault, FaultKind, FlowSpec, LinkSelector, LinkSpec, SimConfig, Simulator, SpineLeafSpec,
     Topology,
 };

@@ -10,7 +10,7 @@
 //! other flow's goodput changes by 5% at most, no byte is lost, and host 0's flows are
 //! back to 95% once the port is.
 
-use mrc_fabric::sim::{Fault, FaultKind, LinkSelector, SimConfig};
+use mrc_fabric_sim::{Fault, FaultKind, LinkSelector, SimConfig};
 
 use super::experiments::{ExperimentError, ProgressFn, base_cfg};
 use super::output::{Panel, ResultTable};

@@ -2,7 +2,7 @@
 //! records how many payload bytes each flow's receiver has placed at every step, and the
 //! rates over windows of those samples.
 
-use mrc_fabric::sim::{FlowSpec, SimConfig, SimReport, Simulator, Topology};
+use mrc_fabric_sim::{FlowSpec, SimConfig, SimReport, Simulator, Topology};
 
 use super::experiments::{ExperimentError, ProgressFn};
 

@@ -56,7 +56,7 @@
 //! ```
 //!
 //! With `planes = P` every host has P NIC ports, one per plane, each plane a copy of the
-//! designed fabric ([`mrc_fabric::sim::Topology::with_planes`]); switches are then named
+//! designed fabric ([`mrc_fabric_sim::Topology::with_planes`]); switches are then named
 //! `p1.leaf0`, `p1.spine2`. `port-down` / `port-up` take a host port (`host3:1`: the host
 //! is told, as by a NIC's link event); `switch-down` / `switch-up` / `reboot` a switch or a
 //! plane (`planeQ`: every switch of it; the hosts are not told); `flap` any links (a host
@@ -64,8 +64,8 @@
 
 use crate::sim::limits::{RunSize, SimLimits};
 use mrc_congestion::CcKind;
-use mrc_fabric::sim::topo::TopoError;
-use mrc_fabric::sim::{
+use mrc_fabric_sim::topo::TopoError;
+use mrc_fabric_sim::{
     DesignInput, EcnConfig, Fault, FaultKind, FlowSpec, Forwarding, Layout, LinkSelector,
     QueueConfig, SimConfig, Topology, TransportSpec, design,
 };
@@ -261,7 +261,7 @@ pub enum ScenarioError {
     Invalid(String),
     /// The designer refused the topology.
     #[error("topology: {0}")]
-    Design(#[from] mrc_fabric::sim::DesignError),
+    Design(#[from] mrc_fabric_sim::DesignError),
 }
 
 fn invalid(s: impl Into<String>) -> ScenarioError {
@@ -282,9 +282,9 @@ fn fault_events(f: &FaultToml) -> u64 {
 #[derive(Clone, Debug)]
 pub struct Built {
     /// The design the topology comes from.
-    pub design: mrc_fabric::sim::FabricDesign,
+    pub design: mrc_fabric_sim::FabricDesign,
     /// Topology shape.
-    pub spec: mrc_fabric::sim::SpineLeafSpec,
+    pub spec: mrc_fabric_sim::SpineLeafSpec,
     /// Simulator config.
     pub cfg: SimConfig,
     /// Flows.
@@ -344,7 +344,7 @@ impl Scenario {
             layout: Layout::SpineLeaf,
         };
         let d = design(&input)?;
-        let spec = mrc_fabric::sim::SpineLeafSpec::from_design(&d, t.propagation_ns);
+        let spec = mrc_fabric_sim::SpineLeafSpec::from_design(&d, t.propagation_ns);
         limits.check_hosts(u64::from(spec.hosts)).map_err(invalid)?;
         limits
             .check_events(

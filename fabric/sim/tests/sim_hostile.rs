@@ -4,9 +4,9 @@
 mod common;
 
 use common::*;
-use mrc_fabric::packet::{ChecksumCheck, EthernetFrameRepr};
-use mrc_fabric::sim::SimConfig;
-use mrc_fabric::sim::host::{Datagram, Forwarding, build_frame};
+use mrc_fabric_sim::SimConfig;
+use mrc_fabric_sim::host::{Datagram, Forwarding, build_frame};
+use mrc_frame::packet::{ChecksumCheck, EthernetFrameRepr};
 use mrc_transport::wire::PacketRepr;
 
 /// An mrc RDMA_WRITE_ONLY datagram with `len` payload bytes and PSN `psn` for QPN 0x77
@@ -59,8 +59,8 @@ fn injected_usid_frame_is_trimmed_before_the_shift() {
 /// (trimming never launders a corrupted frame) unless the caller vouches for its bytes.
 #[test]
 fn usid_trim_verifies_over_the_final_container() {
-    use mrc_fabric::sim::buf::FrameBuf;
-    use mrc_fabric::sim::frame;
+    use mrc_fabric_sim::buf::FrameBuf;
+    use mrc_fabric_sim::frame;
     let bytes = frame(Forwarding::Usid, 0, 5, 2, &write_datagram(10, 4096));
     // fd00:5:17:6:: on the wire, fd00:5:6:: at host5.
     let on_wire = u128::from_be_bytes(bytes[38..54].try_into().unwrap());
@@ -95,7 +95,7 @@ fn usid_trim_verifies_over_the_final_container() {
 /// Every frame injected is accounted for exactly once: dropped by a switch (no route,
 /// unparseable, bad SRH), dropped by a queue, counted bad by a host, or captured (or
 /// counted unclaimed) by a host.
-fn accounted(sim: &mrc_fabric::sim::Simulator) -> u64 {
+fn accounted(sim: &mrc_fabric_sim::Simulator) -> u64 {
     let r = sim.report();
     let hosts: u64 = (0..16)
         .map(|h| {
@@ -160,8 +160,8 @@ proptest::proptest! {
             proptest::prelude::any::<u8>(),
         ),
     ) {
-        use mrc_fabric::sim::buf::FrameBuf;
-        use mrc_fabric::sim::frame;
+        use mrc_fabric_sim::buf::FrameBuf;
+        use mrc_fabric_sim::frame;
         let mut f = FrameBuf::from_vec(bytes.clone());
         let mut expect = bytes.clone();
         for round in 0..2 {
@@ -213,8 +213,8 @@ proptest::proptest! {
 /// (data, trimmable) and its parse are those of its bytes.
 #[test]
 fn a_flip_that_changes_the_headers_recuts_the_frame() {
-    use mrc_fabric::sim::buf::FrameBuf;
-    use mrc_fabric::sim::frame;
+    use mrc_fabric_sim::buf::FrameBuf;
+    use mrc_fabric_sim::frame;
     let good = frame(Forwarding::Ecmp, 0, 2, 0, &write_datagram(5, 100));
     assert_eq!(good.len(), 62 + 152);
     let mut bad = good.clone();
@@ -282,8 +282,8 @@ fn pcap_frames(bytes: &[u8]) -> Vec<Vec<u8>> {
 /// are all caught by the UDP checksum.
 #[test]
 fn corrupting_a_shared_payload_frame_never_alters_the_others() {
-    use mrc_fabric::sim::buf::SharedPayload;
-    use mrc_fabric::sim::{Fault, FaultKind, LinkSelector};
+    use mrc_fabric_sim::buf::SharedPayload;
+    use mrc_fabric_sim::{Fault, FaultKind, LinkSelector};
     let dgram = write_datagram(21, 1024);
     let payload = SharedPayload::new(dgram.clone().into());
     let mut sim = sim16(SimConfig {
@@ -332,7 +332,7 @@ fn corrupting_a_shared_payload_frame_never_alters_the_others() {
 /// and the pcap of the port writes each frame's bytes exactly as the host receives them.
 #[test]
 fn trimming_a_shared_payload_frame_copies_its_headers_and_pcap_sees_whole_frames() {
-    use mrc_fabric::sim::buf::SharedPayload;
+    use mrc_fabric_sim::buf::SharedPayload;
     let mut sim = sim16(trimming_cfg(1));
     sim.set_capture(3, true);
     let leaf0 = sim.topology().node_by_name("leaf0").unwrap();
@@ -656,7 +656,7 @@ fn hostile_header_fields_are_counted_where_they_fail() {
 /// frame, and a frame longer than a port's whole buffer.
 #[test]
 fn frames_at_the_size_edges() {
-    use mrc_fabric::packet::Ipv6UdpRepr;
+    use mrc_frame::packet::Ipv6UdpRepr;
     let repr = |dst: &str| EthernetFrameRepr {
         dst_mac: [2, 0, 0, 0, 0, 1],
         src_mac: [2, 0, 0, 0, 0, 2],

@@ -1,4 +1,8 @@
-//! The deterministic packet-level fabric simulator (DESIGN.md section 7).
+//! # mrc-fabric-sim
+//!
+//! The deterministic packet-level fabric simulator (DESIGN.md section 7), on its own: it
+//! shares the frame code (`mrc-frame`) with the datapaths and nothing else, so each can be
+//! read and built alone.
 //!
 //! - [`design`](mod@design): the two-tier designer, spine-leaf or rail-optimized, with planes;
 //! - [`wiring`]: which spine each leaf uplink goes to (the uplinks rotate over the spines);
@@ -18,6 +22,7 @@
 //!
 //! One seed reproduces a run exactly: randomness comes from one ChaCha8 stream seeded by
 //! [`SimConfig::seed`], and events at the same nanosecond run in scheduling order.
+#![warn(missing_docs)]
 
 pub mod buf;
 pub mod design;

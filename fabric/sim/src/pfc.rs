@@ -32,7 +32,7 @@
 //! - **Hosts** honour PAUSE: a paused NIC stops asking its endpoints for frames (its single
 //!   transmit queue is paused as a whole, control frames included). Hosts consume at line
 //!   rate and send no PAUSE, unless a PFC storm makes one's receiver stuck
-//!   ([`crate::sim::Simulator::pfc_storm`]): its NIC then PAUSEs its leaf for good.
+//!   ([`crate::Simulator::pfc_storm`]): its NIC then PAUSEs its leaf for good.
 //! - **Counters** per port and priority ([`PfcPortStats`]): PAUSE and XON frames sent and
 //!   received, time paused, the largest ingress count.
 //!
@@ -90,7 +90,7 @@ pub enum PfcError {
         /// XON, bytes.
         xon_bytes: u64,
     },
-    /// A PFC storm ([`crate::sim::Simulator::pfc_storm`]) on a run without PFC.
+    /// A PFC storm ([`crate::Simulator::pfc_storm`]) on a run without PFC.
     #[error("a PFC storm needs PFC on (SimConfig::pfc)")]
     Off,
     /// A port buffer smaller than the bytes PFC lets its ingress ports queue in it.

@@ -5,7 +5,7 @@ use std::cell::RefCell;
 use std::io::Write;
 use std::rc::Rc;
 
-use mrc_fabric::sim::{
+use mrc_fabric_sim::{
     Fault, FaultKind, FlowSpec, LinkSelector, LinkSpec, SimConfig, SimError, Simulator,
     SpineLeafSpec, Topology,
 };

@@ -112,8 +112,8 @@ impl Topology {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sim::link::LinkSpec;
-    use crate::sim::topo::SpineLeafSpec;
+    use crate::link::LinkSpec;
+    use crate::topo::SpineLeafSpec;
 
     fn one() -> Topology {
         Topology::spine_leaf(&SpineLeafSpec {

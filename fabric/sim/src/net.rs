@@ -38,10 +38,10 @@ use super::prefetch::prefetch;
 use super::queue::{Admit, Arrival, PortQueue, PortStats, QueueConfig};
 use super::stats::FlowStats;
 use super::topo::{Role, Topology, USID_BLOCK, USID_BLOCK_BITS};
-use crate::packet::checksum::PayloadSum;
-use crate::packet::{ChecksumCheck, EthernetFrameRepr};
-use crate::pcap::EthernetPcapWriter;
-use crate::srv6::UsidContainer;
+use mrc_frame::packet::checksum::PayloadSum;
+use mrc_frame::packet::{ChecksumCheck, EthernetFrameRepr};
+use mrc_frame::pcap::EthernetPcapWriter;
+use mrc_frame::srv6::UsidContainer;
 
 /// Transport settings every flow uses unless the flow overrides them.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -2318,7 +2318,7 @@ mod tests {
         // The 7 counters in line 2, the sample cache in line 3.
         let pending_end = offset_of!(PortRt, stats)
             + 64 // 7 counters, padded to the cache's alignment
-            + size_of::<[(u32, u32); crate::sim::queue::PENDING_SAMPLES]>();
+            + size_of::<[(u32, u32); crate::queue::PENDING_SAMPLES]>();
         assert_eq!(pending_end, PORT_HOT_LINES * 64);
     }
 
@@ -2341,8 +2341,8 @@ mod tests {
     /// writes are its port's.
     #[test]
     fn the_pcap_tap_and_pfc_take_ports_off_the_fast_path() {
-        use crate::sim::link::LinkSpec;
-        use crate::sim::topo::SpineLeafSpec;
+        use crate::link::LinkSpec;
+        use crate::topo::SpineLeafSpec;
         let link = LinkSpec::gbps(100, 500);
         let topo = Topology::spine_leaf(&SpineLeafSpec {
             hosts: 4,

@@ -18,10 +18,10 @@ use mrc_transport::wire::{Body, PacketRepr};
 use smallvec::SmallVec;
 
 use super::buf::{FrameBuf, Head};
-use crate::packet::checksum::{UDP_CHECKSUM_OFF, udp_ipv6_checksum_parts};
-use crate::packet::ipv6_udp::UDP_HEADER_LEN;
-use crate::packet::{ChecksumCheck, EthernetFrameRepr};
-use crate::srv6::{NEXT_HEADER_ROUTING, Srh, SrhContext, UsidContainer};
+use mrc_frame::packet::checksum::{UDP_CHECKSUM_OFF, udp_ipv6_checksum_parts};
+use mrc_frame::packet::ipv6_udp::UDP_HEADER_LEN;
+use mrc_frame::packet::{ChecksumCheck, EthernetFrameRepr};
+use mrc_frame::srv6::{NEXT_HEADER_ROUTING, Srh, SrhContext, UsidContainer};
 
 /// Ethernet header bytes.
 pub const ETH_LEN: usize = 14;

@@ -3,7 +3,7 @@
 mod common;
 
 use common::*;
-use mrc_fabric::sim::{Fault, FaultKind, FlowSpec, Forwarding, LinkSelector, SimConfig, SimReport};
+use mrc_fabric_sim::{Fault, FaultKind, FlowSpec, Forwarding, LinkSelector, SimConfig, SimReport};
 
 fn flow(src: u32, dst: u32, bytes: u64) -> FlowSpec {
     FlowSpec {

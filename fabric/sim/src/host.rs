@@ -14,10 +14,10 @@ use super::buf::Head;
 use super::frame::{self, ETH_LEN};
 use super::stats::ReorderTracker;
 use super::topo::{Topology, USID_BLOCK, USID_BLOCK_BITS};
-use crate::packet::checksum::{PayloadSum, UDP_CHECKSUM_OFF, udp_ipv6_checksum_summed};
-use crate::packet::ipv6_udp::UDP_HEADER_LEN;
-use crate::packet::{EthernetFrameRepr, Ipv6UdpRepr};
-use crate::srv6::{LocatorBlock, SrhContext, UsidContainer};
+use mrc_frame::packet::checksum::{PayloadSum, UDP_CHECKSUM_OFF, udp_ipv6_checksum_summed};
+use mrc_frame::packet::ipv6_udp::UDP_HEADER_LEN;
+use mrc_frame::packet::{EthernetFrameRepr, Ipv6UdpRepr};
+use mrc_frame::srv6::{LocatorBlock, SrhContext, UsidContainer};
 
 /// UDP destination port of mrc in the simulator (not 4791, DESIGN.md section 4).
 pub const MRC_UDP_PORT: u16 = 4792;
@@ -358,8 +358,8 @@ pub struct Host {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sim::link::LinkSpec;
-    use crate::sim::topo::SpineLeafSpec;
+    use crate::link::LinkSpec;
+    use crate::topo::SpineLeafSpec;
 
     /// The direct writer of plain headers gives the emitter's bytes and header, for
     /// same-leaf and cross-leaf datagrams, every ECN value, EVs past the port span, and

@@ -19,7 +19,7 @@ use bytes::Bytes;
 use smallvec::SmallVec;
 
 use super::frame;
-use crate::packet::checksum::PayloadSum;
+use mrc_frame::packet::checksum::PayloadSum;
 
 /// Header bytes kept inline: Ethernet 14 + IPv6 40 + an SRH of two segments (40) + UDP 8
 /// = 102 fit (the simulator's SRv6 routes: spine, destination); longer headers spill to
@@ -255,10 +255,10 @@ mod tests {
 
     /// A plain frame: Ethernet 14 + IPv6 40 + UDP 8 headers, then `payload`.
     fn plain(payload: &[u8]) -> Vec<u8> {
-        let repr = crate::packet::EthernetFrameRepr {
+        let repr = mrc_frame::packet::EthernetFrameRepr {
             dst_mac: [2, 0, 0, 0, 0, 1],
             src_mac: [2, 0, 0, 0, 0, 2],
-            packet: crate::packet::Ipv6UdpRepr {
+            packet: mrc_frame::packet::Ipv6UdpRepr {
                 src_addr: "2001:db8::1".parse().expect("address"),
                 dst_addr: "2001:db8::2".parse().expect("address"),
                 traffic_class: 0,

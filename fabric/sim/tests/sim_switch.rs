@@ -3,8 +3,8 @@
 mod common;
 
 use common::*;
-use mrc_fabric::sim::host::{Datagram, Forwarding, build_frame};
-use mrc_fabric::sim::{QueueConfig, SimConfig};
+use mrc_fabric_sim::host::{Datagram, Forwarding, build_frame};
+use mrc_fabric_sim::{QueueConfig, SimConfig};
 
 /// An mrc RDMA_WRITE_ONLY datagram with `len` payload bytes and PSN `psn` for QPN 0x77
 /// (no endpoint in these tests has it, so hosts capture the frames).
@@ -12,7 +12,7 @@ fn write_datagram(psn: u32, len: usize) -> Vec<u8> {
     write_datagram_of(psn, &vec![0xA5u8; len])
 }
 
-fn frame(sim: &mrc_fabric::sim::Simulator, src: u32, dst: u32, ev: u32, dgram: &[u8]) -> Vec<u8> {
+fn frame(sim: &mrc_fabric_sim::Simulator, src: u32, dst: u32, ev: u32, dgram: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
     let d = Datagram {
         src,
@@ -22,7 +22,7 @@ fn frame(sim: &mrc_fabric::sim::Simulator, src: u32, dst: u32, ev: u32, dgram: &
         port: 0,
     };
     let hdr = build_frame(sim.topology(), Forwarding::Ecmp, d, dgram, &mut out);
-    assert_eq!(hdr, Some(mrc_fabric::sim::frame::header(&out)));
+    assert_eq!(hdr, Some(mrc_fabric_sim::frame::header(&out)));
     out
 }
 
@@ -216,7 +216,7 @@ fn send_datagram_frames_like_build_frame() {
     assert_eq!(got[0].1, expected);
     assert!(matches!(
         sim.send_datagram(Datagram { dst: 16, ..d }, &dgram),
-        Err(mrc_fabric::sim::SimError::NoSuchHost(16))
+        Err(mrc_fabric_sim::SimError::NoSuchHost(16))
     ));
 }
 
@@ -238,7 +238,7 @@ fn build_frame_into_a_stale_buffer_equals_a_fresh_one() {
             };
             let mut fresh = Vec::new();
             let hdr = build_frame(sim.topology(), forwarding, d, &dgram, &mut fresh);
-            assert_eq!(hdr, Some(mrc_fabric::sim::frame::header(&fresh)));
+            assert_eq!(hdr, Some(mrc_fabric_sim::frame::header(&fresh)));
             for stale_len in [fresh.len() + 300, fresh.len(), fresh.len() - 200, 0] {
                 let mut out = vec![0xFF; stale_len];
                 let again = build_frame(sim.topology(), forwarding, d, &dgram, &mut out);
@@ -269,7 +269,7 @@ fn build_frame_header_equals_the_written_frames() {
             let hdr = build_frame(sim.topology(), forwarding, d, &full[..len], &mut out);
             assert_eq!(
                 hdr,
-                Some(mrc_fabric::sim::frame::header(&out)),
+                Some(mrc_fabric_sim::frame::header(&out)),
                 "{forwarding:?} payload {len}"
             );
         }

@@ -683,9 +683,9 @@ mod tests {
             ("2:1", vec![58, 58, 58, 58, 58, 58, 58, 57, 57]),
             ("4:1", vec![55; 6]),
         ] {
-            let mut i = crate::sim::DesignInput::reference(1024);
+            let mut i = crate::DesignInput::reference(1024);
             i.oversubscription = o.parse().unwrap();
-            let d = crate::sim::design(&i).unwrap();
+            let d = crate::design(&i).unwrap();
             let (p, w) = (d.plane, d.plane.wiring());
             let t = Topology::spine_leaf(&SpineLeafSpec::from_design(&d, 500)).unwrap();
             let got: Vec<usize> = t
@@ -717,7 +717,7 @@ mod tests {
     /// through the leaf alone. Spines without uplinks (or the reverse) stay an error.
     #[test]
     fn one_leaf_without_spines() {
-        let d = crate::sim::design(&crate::sim::DesignInput::reference(16)).unwrap();
+        let d = crate::design(&crate::DesignInput::reference(16)).unwrap();
         let t = Topology::from_design(&d, 500).unwrap();
         assert_eq!((t.nodes.len(), t.links.len()), (17, 16));
         assert_eq!((t.leaves.as_slice(), t.spines.len()), (&[16][..], 0));
@@ -746,9 +746,9 @@ mod tests {
     /// leaf; cross rail: over the 16 spines.
     #[test]
     fn rail_layout_wires_nic_k_to_rail_k() {
-        let mut i = crate::sim::DesignInput::reference(1024);
-        i.layout = crate::sim::Layout::Rail;
-        let d = crate::sim::design(&i).unwrap();
+        let mut i = crate::DesignInput::reference(1024);
+        i.layout = crate::Layout::Rail;
+        let d = crate::design(&i).unwrap();
         let t = Topology::from_design(&d, 500).unwrap();
         let (leaf0, spine0) = (1024, 1024 + 32);
         assert_eq!(
@@ -779,7 +779,7 @@ mod tests {
         // Spine 0 reaches leaf 1 over its lanes 2 and 3 (2 lanes per leaf-spine pair).
         assert_eq!(t.next_hops(spine0, 41), &[2, 3]);
         // The spine-leaf layout of the same GPUs: host41 on leaf1 by order (32 per leaf).
-        let d = crate::sim::design(&crate::sim::DesignInput::reference(1024)).unwrap();
+        let d = crate::design(&crate::DesignInput::reference(1024)).unwrap();
         let t = Topology::from_design(&d, 500).unwrap();
         assert_eq!(t.leaf_of(41), Some(leaf0 + 1));
         assert_eq!(t.leaf_of(31), Some(leaf0));

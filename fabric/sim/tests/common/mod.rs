@@ -1,7 +1,7 @@
 //! Shared setup of the simulator tests.
 #![allow(dead_code)]
 
-use mrc_fabric::sim::{LinkSpec, QueueConfig, SimConfig, Simulator, SpineLeafSpec, Topology};
+use mrc_fabric_sim::{LinkSpec, QueueConfig, SimConfig, Simulator, SpineLeafSpec, Topology};
 
 /// 16 hosts, 4 leaves, 4 spines, 100 Gb/s, 500 ns links.
 pub fn spec16() -> SpineLeafSpec {
@@ -86,7 +86,7 @@ pub fn write_datagram_of(psn: u32, payload: &[u8]) -> Vec<u8> {
 /// `(PSN, trimmed, data payload bytes)` of every mrc data frame host `h` captured, in
 /// arrival order.
 pub fn captured_data(sim: &Simulator, h: u32) -> Vec<(u32, bool, usize)> {
-    use mrc_fabric::packet::EthernetFrameRepr;
+    use mrc_frame::packet::EthernetFrameRepr;
     use mrc_transport::wire::{Body, PacketRepr};
     sim.host(h)
         .unwrap()

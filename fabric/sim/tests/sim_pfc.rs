@@ -5,9 +5,9 @@ mod common;
 
 use common::*;
 use mrc_congestion::CcKind;
-use mrc_fabric::sim::host::{Datagram, Forwarding, build_frame};
-use mrc_fabric::sim::pfc::{PfcError, PfcPortStats};
-use mrc_fabric::sim::{
+use mrc_fabric_sim::host::{Datagram, Forwarding, build_frame};
+use mrc_fabric_sim::pfc::{PfcError, PfcPortStats};
+use mrc_fabric_sim::{
     FlowSpec, PfcConfig, QueueConfig, SimConfig, SimError, Simulator, Topology, TransportSpec,
 };
 
@@ -17,7 +17,7 @@ use mrc_fabric::sim::{
 fn queue() -> QueueConfig {
     QueueConfig {
         buffer_bytes: 320 << 10,
-        ecn: mrc_fabric::sim::EcnConfig::Off,
+        ecn: mrc_fabric_sim::EcnConfig::Off,
         ..QueueConfig::default()
     }
 }
