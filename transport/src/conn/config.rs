@@ -59,6 +59,14 @@ pub struct ConnConfig {
     pub max_staged_bytes: u64,
     /// Interval between probes of an `AssumedBad` EV, ns. Default 100 us.
     pub probe_interval_ns: u64,
+    /// Keepalive interval, ns: with the unresponsive budget set
+    /// ([`SendConfig::unresponsive_budget_ns`]), a side with work posted and nothing in
+    /// flight whose peer has been silent this long sends a keepalive probe, and another
+    /// every interval, so that a dead peer is found within the budget whatever this side
+    /// is doing ([`crate::conn`]'s liveness). 0 (default): the budget / 20
+    /// ([`crate::conn::KEEPALIVE_PER_BUDGET`]), 250 ms at the engine's 5 s. Without a
+    /// budget nothing is sent.
+    pub keepalive_interval_ns: u64,
     /// An EV without evidence of carrying packets (a delivery, an answered probe) for this
     /// long while the other EVs had some (more than
     /// [`crate::path::REVALIDATE_AFTER_ROTATIONS`] rotations' worth) gets no data until a
@@ -113,6 +121,7 @@ impl Default for ConnConfig {
             max_rx_messages: 4096,
             max_staged_bytes: 16 << 20,
             probe_interval_ns: 100_000,
+            keepalive_interval_ns: 0,
             revalidate_ev_after_ns: 100_000,
             pacing_burst_ns: 0,
             go_back_n: false,

@@ -150,6 +150,7 @@ impl<C: Controller> Connection<C> {
             && self.probe_replies.is_empty()
             && !self.paths.any_assumed_bad()
             && !self.psu.pending()
+            && !self.live.attention()
         {
             return self.poll_data(now_ns, buf, lend);
         }
@@ -230,6 +231,11 @@ impl<C: Controller> Connection<C> {
         }
         if data_failed {
             return None;
+        }
+        if self.live.attention()
+            && let Some(t) = self.poll_keepalive(now_ns, buf)
+        {
+            return Some(t);
         }
         if let Some((idx, probe_seq)) = self.paths.next_probe(now_ns, self.cfg.probe_interval_ns) {
             let ev = self.paths.get(idx).map_or(0, |p| p.ev);

@@ -219,6 +219,11 @@ impl RxMessages {
         self.recvs.len()
     }
 
+    /// Whether a message is partly received (tracked, not yet completed).
+    pub fn in_progress(&self) -> bool {
+        !self.msgs.is_empty()
+    }
+
     /// Posted receives whose buffer is in region `lkey`.
     pub fn recvs_using(&self, lkey: u32) -> usize {
         self.recvs.iter().filter(|w| w.lkey == lkey).count()
