@@ -2028,3 +2028,41 @@ fn all_sizes_against_a_one_shot_server_says_to_use_persistent() {
     let t = String::from_utf8_lossy(&o.stdout);
     assert!(t.contains("\n 2          3 "), "{t}");
 }
+
+/// A server receiving a duration test whose client freezes (SIGSTOP: its TCP connection
+/// stays open, its packets stop) fails one `--peer-timeout` after the client's last
+/// packet, naming the cause: the server has receives posted and nothing in flight, so
+/// its keepalives go unanswered. Before, it waited for the duration plus `--timeout`
+/// (here 30 + 10 s) and then blamed "no message".
+#[test]
+fn a_server_whose_client_freezes_fails_after_the_peer_timeout() {
+    use std::process::Stdio;
+    let (mut server, mut server_err) = start_server(&["-p", "28619", "--udp-port", "5919"]);
+    // Not under `timeout`: SIGSTOP must reach mrc-perf itself.
+    let mut client = Command::new(env!("CARGO_BIN_EXE_mrc-perf"))
+        .args(["client", "127.0.0.1", "-p", "28619", "-D", "30"])
+        .args(["--peer-timeout", "1", "--rate-limit", "1"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start client");
+    let mut err = client.stderr.take().unwrap();
+    await_progress(&mut err);
+    let pid = client.id() as i32;
+    // SAFETY: signals to our own child, not yet reaped.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    let t = Instant::now();
+    let stderr = server_failure(&mut server, &mut server_err);
+    let took = t.elapsed();
+    // SAFETY: as above.
+    unsafe {
+        libc::kill(pid, libc::SIGCONT);
+        libc::kill(pid, libc::SIGKILL);
+    }
+    let _ = client.wait();
+    assert!(stderr.contains("peer unresponsive for 1.0 s"), "{stderr}");
+    assert!(
+        took > Duration::from_millis(800) && took < Duration::from_secs(3),
+        "{took:?}: {stderr}"
+    );
+}

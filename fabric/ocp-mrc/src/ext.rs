@@ -1255,6 +1255,97 @@ mod tests {
         assert_eq!(unsafe { mrc_x_close_context(c) }, 0);
     }
 
+    /// A peer context that vanishes (closed: its sockets go, nothing more is heard)
+    /// while this side only waits on a posted receive: within the default unresponsive
+    /// budget (5 s) the receive completes with `MRC_X_WC_RETRY_EXC_ERR`. Before, the
+    /// receive stayed posted for ever (nothing of this side was in flight).
+    #[test]
+    fn a_receive_waiting_on_a_vanished_peer_fails_within_the_budget() {
+        let a = open(c"127.0.0.1", 37100, 37149).unwrap();
+        let b = open(c"127.0.0.1", 37150, 37199).unwrap();
+        let mut h = [0u8; MRC_X_HANDLE_BYTES];
+        let mut l = 0u64;
+        assert_eq!(unsafe { mrc_x_listen(b, h.as_mut_ptr(), &mut l) }, 0);
+        let mut id = 0u64;
+        assert_eq!(unsafe { mrc_x_connect(a, h.as_ptr(), h.len(), &mut id) }, 0);
+        let (mut qa, mut qb) = (0u32, 0u32);
+        let (mut da, mut db) = (false, false);
+        let end = std::time::Instant::now() + Duration::from_secs(10);
+        while !(da && db) {
+            assert!(std::time::Instant::now() < end, "setup: {}", last());
+            unsafe {
+                mrc_x_progress(a);
+                mrc_x_progress(b);
+            }
+            if !da {
+                match unsafe { mrc_x_connect_poll(a, id, &mut qa) } {
+                    0 => da = true,
+                    libc::EAGAIN => {}
+                    e => panic!("connect {e}: {}", last()),
+                }
+            }
+            if !db {
+                match unsafe { mrc_x_accept(b, l, &mut qb) } {
+                    0 => db = true,
+                    libc::EAGAIN => {}
+                    e => panic!("accept {e}: {}", last()),
+                }
+            }
+        }
+        let mut buf = [0u8; 64];
+        let mut mr = MrcXMr::default();
+        let rc = unsafe {
+            mrc_x_reg_mr(
+                b,
+                qb,
+                buf.as_mut_ptr().cast(),
+                64,
+                MRC_X_ACCESS_LOCAL_WRITE,
+                &mut mr,
+            )
+        };
+        assert_eq!(rc, 0, "{}", last());
+        let wr = MrcXRecvWr {
+            wr_id: 5,
+            next: null(),
+            sg: MrcXSge {
+                addr: mr.addr,
+                length: 64,
+                lkey: mr.lkey,
+            },
+        };
+        assert_eq!(unsafe { mrc_x_post_recv(b, qb, &wr, null_mut()) }, 0);
+        // a few passes of both, then a vanishes
+        for _ in 0..100 {
+            unsafe {
+                mrc_x_progress(a);
+                mrc_x_progress(b);
+            }
+        }
+        assert_eq!(unsafe { mrc_x_close_context(a) }, 0);
+        let gone = std::time::Instant::now();
+        let mut wcs = [MrcXWc::default(); 2];
+        let n = loop {
+            assert!(unsafe { mrc_x_wait(b, 10_000) } >= 0);
+            let n = unsafe { mrc_x_poll_cq(b, qb, 2, wcs.as_mut_ptr()) };
+            if n != 0 {
+                break n;
+            }
+            assert!(gone.elapsed() < Duration::from_secs(10), "no completion");
+        };
+        let took = gone.elapsed();
+        assert_eq!(n, 1);
+        assert_eq!(
+            (wcs[0].wr_id, wcs[0].status, wcs[0].opcode),
+            (5, MRC_X_WC_RETRY_EXC_ERR, MRC_X_WC_RECV)
+        );
+        assert!(
+            took > Duration::from_millis(4500) && took < Duration::from_millis(5500),
+            "{took:?}"
+        );
+        assert_eq!(unsafe { mrc_x_close_context(b) }, 0);
+    }
+
     #[test]
     fn the_last_error_is_cut_to_the_buffer_and_reports_its_full_length() {
         fail(libc::EINVAL, "0123456789");
