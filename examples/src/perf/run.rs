@@ -13,6 +13,7 @@ use mrc_fabric::engine::{
 };
 use mrc_fabric::udp::{DirectDatapath, UdpConfig, UringDatapath};
 use mrc_transport::completion::{Completion, WcOpcode, WcStatus};
+use mrc_transport::conn::{DEFAULT_MAX_RECV_WR, DEFAULT_MAX_SEND_WR};
 use mrc_transport::region::{MrKey, SharedMem};
 use mrc_transport::send::SendConfig;
 use mrc_transport::{Access, ConnConfig, PostError, Sge};
@@ -594,6 +595,14 @@ pub fn qp_config(p: &TestParams) -> Result<QpConfig, String> {
             },
             recv_window_packets: OUTSTANDING_PACKETS,
             selection: p.path_selection.into(),
+            // the queues hold a test's windows (`--tx-depth` up to 65536 in flight, four
+            // times that in receives posted ahead, `mpi`'s one more), at least the
+            // transport's defaults
+            max_send_wr: depth_u32(p.tx_depth.saturating_add(64), DEFAULT_MAX_SEND_WR),
+            max_recv_wr: depth_u32(
+                p.tx_depth.saturating_mul(4).saturating_add(128),
+                DEFAULT_MAX_RECV_WR,
+            ),
             ..software
         },
         cc,
@@ -602,6 +611,11 @@ pub fn qp_config(p: &TestParams) -> Result<QpConfig, String> {
         srh: p.steering.srh.clone(),
         marks: p.steering.marks.clone(),
     })
+}
+
+/// A queue depth of at least `floor` that holds `want` work requests (clamped to u32).
+fn depth_u32(want: u64, floor: u32) -> u32 {
+    u32::try_from(want).unwrap_or(u32::MAX).max(floor)
 }
 
 /// `recvmsg`s the latency test keeps armed on an end's receive socket (io_uring), or the

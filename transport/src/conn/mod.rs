@@ -96,7 +96,8 @@ mod rx;
 mod tx;
 
 pub use config::{
-    ConfigError, ConnConfig, ConnState, Ecn, PeerParams, PostError, Sge, StateError, Transmit,
+    ConfigError, ConnConfig, ConnState, DEFAULT_MAX_RECV_WR, DEFAULT_MAX_SEND_WR, Ecn, PeerParams,
+    PostError, Sge, StateError, Transmit,
 };
 pub use live::{KEEPALIVE_PER_BUDGET, KEEPALIVE_PROBE_SEQ};
 pub use tx::{MAX_DATA_HEADER_BYTES, data_opcode};
@@ -447,6 +448,11 @@ impl<C: Controller> Connection<C> {
         &self.send
     }
 
+    /// Receive work requests posted and not yet completed.
+    pub fn posted_recvs(&self) -> usize {
+        self.rx.posted_recvs()
+    }
+
     /// Receive window (rcv_nxt, bitmap).
     pub fn recv_window(&self) -> &RecvWindow {
         &self.rwin
@@ -455,6 +461,11 @@ impl<C: Controller> Connection<C> {
     fn post(&mut self, spec: MsgSpec) -> Result<(), PostError> {
         if self.state != ConnState::Ready {
             return Err(PostError::BadState(self.state));
+        }
+        if self.send.outstanding_messages() >= self.cfg.max_send_wr as usize {
+            return Err(PostError::SendQueueFull {
+                max_send_wr: self.cfg.max_send_wr,
+            });
         }
         self.regions
             .check_local_read(spec.local_lkey, spec.local_addr, u64::from(spec.len))
@@ -467,7 +478,9 @@ impl<C: Controller> Connection<C> {
     /// Posts an RDMA WRITE of `local` to `remote_addr` in the peer region `rkey`.
     ///
     /// # Errors
-    /// [`PostError::BadState`] unless `Ready`; [`PostError::LocalAccess`] for a bad `local`.
+    /// [`PostError::BadState`] unless `Ready`; [`PostError::SendQueueFull`] with
+    /// [`ConnConfig::max_send_wr`] work requests outstanding; [`PostError::LocalAccess`]
+    /// for a bad `local`.
     pub fn post_write(
         &mut self,
         wr_id: u64,
@@ -547,10 +560,16 @@ impl<C: Controller> Connection<C> {
     ///
     /// # Errors
     /// [`PostError::BadState`] in `Draining`, `Closed`, `Error`;
+    /// [`PostError::RecvQueueFull`] with [`ConnConfig::max_recv_wr`] receives posted;
     /// [`PostError::LocalAccess`] if `buf` is not a registered range.
     pub fn post_recv(&mut self, wr_id: u64, buf: Sge) -> Result<(), PostError> {
         if !matches!(self.state, ConnState::Init | ConnState::Ready) {
             return Err(PostError::BadState(self.state));
+        }
+        if self.rx.posted_recvs() >= self.cfg.max_recv_wr as usize {
+            return Err(PostError::RecvQueueFull {
+                max_recv_wr: self.cfg.max_recv_wr,
+            });
         }
         self.regions
             .check_local_read(buf.lkey, buf.addr, u64::from(buf.len))

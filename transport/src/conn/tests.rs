@@ -2279,3 +2279,46 @@ mod liveness {
         let _ = &mut a;
     }
 }
+
+/// `max_send_wr` / `max_recv_wr`: a post beyond the queue is refused with the typed
+/// error and changes nothing; a completion frees its slot.
+#[test]
+fn posts_beyond_the_queue_depths_are_refused() {
+    let mut b_cfg = cfg(0x22, 100, 7);
+    b_cfg.max_recv_wr = 2;
+    let (mut a, mut b) = pair_with(b_cfg);
+    a.cfg.max_send_wr = 3;
+    let (src, dst) = write_regions(&mut a, &mut b, 64, 1);
+    let rbuf = b.regions_mut().register(64, Access::LOCAL_WRITE).unwrap();
+    let r = Sge {
+        lkey: rbuf.lkey,
+        addr: rbuf.addr,
+        len: 64,
+    };
+    b.post_recv(1, r).unwrap();
+    b.post_recv(2, r).unwrap();
+    assert_eq!(
+        b.post_recv(3, r),
+        Err(PostError::RecvQueueFull { max_recv_wr: 2 })
+    );
+    for i in 0..3 {
+        write_whole(&mut a, i, &src, &dst, 64);
+    }
+    let sge = Sge {
+        lkey: src.lkey,
+        addr: src.addr,
+        len: 64,
+    };
+    assert_eq!(
+        a.post_write(3, sge, dst.addr, dst.rkey),
+        Err(PostError::SendQueueFull { max_send_wr: 3 })
+    );
+    assert_eq!(a.send_state().outstanding_messages(), 3);
+    exchange(0, &mut a, &mut b, &mut pass);
+    assert_eq!(completions(&mut a).len(), 3);
+    a.post_write(3, sge, dst.addr, dst.rkey).unwrap();
+    assert_eq!(
+        PostError::SendQueueFull { max_send_wr: 3 }.to_string(),
+        "send queue full: 3 work requests outstanding (max_send_wr)"
+    );
+}
