@@ -812,10 +812,14 @@ pub fn close_comm(s: &mut State, comm: u64, send: bool) -> Res<Option<String>> {
     Ok(line)
 }
 
-/// `regMr(comm, data, size, type)`: host memory only.
+/// `regMr(comm, data, size, type)`: host memory only, a range `ibv_reg_mr` would take
+/// ([`crate::memcheck::check_range`]: not wrapping, every page mapped readable and
+/// writable).
 ///
 /// # Errors
-/// A type other than `NCCL_PTR_HOST`, an unknown comm, a refused registration.
+/// A type other than `NCCL_PTR_HOST`, an unknown comm, a range that wraps or is not all
+/// mapped read-write (`ncclInternalError`, as for a NULL range before; the warning names the
+/// first bad byte or mapping), a refused registration.
 ///
 /// # Safety
 /// `data .. data + size` is memory NCCL keeps valid until `deregMr` (its contract).
@@ -829,7 +833,10 @@ pub unsafe fn reg_mr(s: &mut State, comm: u64, data: *mut u8, size: usize, kind:
     if let Some(why) = &c.broken {
         return Err(Error::system(format!("comm is broken: {why}")));
     }
-    let qpn = c.qpn;
+    // ibv_reg_mr pins every page: refuse what it would (wrapping, unmapped, no access)
+    crate::memcheck::check_range(data as usize, size)
+        .map_err(|e| Error::internal(format!("regMr refused: {e}")))?;
+    let qpn = s.comm(comm)?.qpn;
     let w = s.worker()?;
     // SAFETY: NCCL's regMr contract: the range stays valid and unmoved until deregMr; it
     // touches a range of it only while no request on it is in flight.

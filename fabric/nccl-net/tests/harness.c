@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -1108,6 +1109,30 @@ static void hostile_one(const char *libname, int version) {
   CHECK(O.regMr(s, NULL, 4096, PTR_HOST, &mh) == INTERNAL_ERROR && mh == (void *)0x33, "regMr of NULL data");
   CHECK(O.regMr(s, (void *)(uintptr_t)(UINTPTR_MAX - 4095), 8192, PTR_HOST, &mh) == INTERNAL_ERROR &&
             mh == (void *)0x33, "regMr of a range that wraps past the end of the address space");
+  /* what ibv_reg_mr refuses: 64 TiB at an unmapped page, 64 TiB from a real buffer (its
+   * mapping ends long before), a PROT_NONE page, a hole in the range */
+  if (O.version >= 8) { /* v6 and v7 take an int size */
+    CHECK(O.regMr(s, (void *)(uintptr_t)0x1000, (size_t)64 << 40, PTR_HOST, &mh) == INTERNAL_ERROR &&
+              mh == (void *)0x33, "regMr of 64 TiB of unmapped memory");
+    CHECK(O.regMr(s, sb, (size_t)64 << 40, PTR_HOST, &mh) == INTERNAL_ERROR && mh == (void *)0x33,
+          "regMr of 64 TiB from a 1 MiB buffer");
+  }
+  {
+    long pg = sysconf(_SC_PAGESIZE);
+    unsigned char *m = mmap(NULL, (size_t)pg * 3, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    MUST(m != MAP_FAILED, "mmap");
+    MUST(O.regMr(s, m, (size_t)pg * 3, PTR_HOST, &mh) == OK, "regMr of three mapped pages");
+    MUST(O.deregMr(s, mh) == OK, "deregMr");
+    mh = (void *)0x33;
+    MUST(mprotect(m, (size_t)pg, PROT_NONE) == 0, "mprotect");
+    CHECK(O.regMr(s, m, (size_t)pg * 3, PTR_HOST, &mh) == INTERNAL_ERROR && mh == (void *)0x33,
+          "regMr over a PROT_NONE page");
+    MUST(munmap(m + pg, (size_t)pg) == 0, "munmap");
+    CHECK(O.regMr(s, m + 2 * pg - 8, 16, PTR_HOST, &mh) == INTERNAL_ERROR && mh == (void *)0x33,
+          "regMr over an unmapped page");
+    munmap(m, (size_t)pg);
+    munmap(m + 2 * pg, (size_t)pg);
+  }
   CHECK(O.regMr(s, sb, BIG, 0, &mh) == INTERNAL_ERROR && O.regMr(s, sb, BIG, 99, &mh) == INTERNAL_ERROR,
         "regMr of an unknown memory type");
   CHECK(O.regMr((void *)0xdead0000, sb, BIG, PTR_HOST, &mh) == INTERNAL_ERROR, "regMr of a foreign comm");
