@@ -69,7 +69,9 @@ pub struct ConnConfig {
     /// Default [`DEFAULT_MAX_RECV_WR`] (16384).
     pub max_recv_wr: u32,
     /// SEND payload the receiver holds for messages whose receive buffer is not known yet
-    /// (the receive is not posted, or an earlier message's kind is not known), bytes; a
+    /// (the receive is not posted, or an earlier message's kind is not known), bytes, each
+    /// staged packet counted with [`crate::recv::STAGED_CHUNK_OVERHEAD_BYTES`] more (so the
+    /// bound is the memory held, whatever the packets' sizes); a
     /// SEND packet beyond it is refused ([`crate::stats::DropReason::StagingFull`]) and
     /// resent after the sender's RNR timer. A SEND whose receive is known is placed
     /// straight into it and needs none. Default 16 MiB (about the kernel's

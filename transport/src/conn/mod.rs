@@ -194,7 +194,11 @@ impl<C: Controller> Connection<C> {
         send_cfg.go_back_n = cfg.go_back_n;
         let send = SendState::new(cfg.initial_psn, send_cfg);
         let rwin = RecvWindow::new(crate::psn::Psn::new(0), cfg.recv_window_packets);
-        let rx = RxMessages::new(cfg.max_rx_messages, cfg.max_staged_bytes);
+        let mut rx = RxMessages::new(cfg.max_rx_messages, cfg.max_staged_bytes);
+        rx.set_max_ranges(
+            cfg.max_rx_messages as usize
+                + (cfg.recv_window_packets as usize).max(crate::recv::MAX_COVERAGE_HOLES),
+        );
         let acker = Acker::new(cfg.ack);
         let live = live::Liveness::new(cfg.send.unresponsive_budget_ns, cfg.keepalive_interval_ns);
         let regions = match cfg.region_key {

@@ -279,9 +279,9 @@ fn send_lands_in_the_posted_receive_and_zero_length_works() {
 
 #[test]
 fn a_send_beyond_the_staging_bound_waits_for_its_receive_and_then_lands_whole() {
-    // b may stage 8192 bytes of SEND payload (two 4 KiB packets) for a receive not posted
+    // b may stage two 4 KiB packets of SEND payload for a receive not posted
     let (mut a, mut b) = pair_with(ConnConfig {
-        max_staged_bytes: 8192,
+        max_staged_bytes: 2 * crate::recv::staged_charge(4096),
         ..cfg(0x22, 100, 7)
     });
     let src = fill(&mut a, 40_000, 3);
