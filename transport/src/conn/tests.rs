@@ -2322,3 +2322,35 @@ fn posts_beyond_the_queue_depths_are_refused() {
         "send queue full: 3 work requests outstanding (max_send_wr)"
     );
 }
+
+/// Issue (item 8): a WRITE to an address that wraps past 2^64 completed with
+/// `LocalLengthError`, the status verbs gives a SEND too long for its receive. It is a
+/// remote range no region can hold: `RemoteAccessError`, as the peer's NACK gives for a
+/// range outside its regions, and nothing of it leaves.
+#[test]
+fn a_write_whose_remote_range_wraps_fails_with_a_remote_access_error() {
+    let (mut a, _b) = pair();
+    let src = fill(&mut a, 100, 1);
+    let sge = Sge {
+        lkey: src.lkey,
+        addr: src.addr,
+        len: 100,
+    };
+    a.post_write(7, sge, u64::MAX - 10, 0x1234).unwrap();
+    let mut buf = vec![0u8; 8192];
+    assert!(a.poll_transmit(0, &mut buf).is_none());
+    assert_eq!(a.stats().sent, 0);
+    let c = a.poll_completion().unwrap();
+    assert_eq!((c.wr_id, c.status), (7, WcStatus::RemoteAccessError));
+    assert_eq!(a.state(), ConnState::Error);
+    // the last byte at 2^64 - 1 does not wrap: it leaves (the peer refuses the range)
+    let (mut a, _b) = pair();
+    let src = fill(&mut a, 100, 1);
+    let sge = Sge {
+        lkey: src.lkey,
+        addr: src.addr,
+        len: 100,
+    };
+    a.post_write(8, sge, u64::MAX - 100, 0x1234).unwrap();
+    assert!(a.poll_transmit(0, &mut buf).is_some());
+}
