@@ -34,7 +34,7 @@
 //!   ([`crate::send::SendState::base_rto_ns`], without back-off) after the first, with no
 //!   packet of the peer's generation in between.
 //!
-//! Liveness ([`live`]): with the unresponsive budget set
+//! Liveness (`conn/live.rs`): with the unresponsive budget set
 //! ([`crate::send::SendConfig::unresponsive_budget_ns`]) a peer silent for the budget
 //! fails the connection whatever this side does: sending (the sender's budget), or
 //! waiting with receives posted and nothing in flight (keepalive probes, probe sequence
