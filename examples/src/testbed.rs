@@ -25,7 +25,7 @@
 //! kernel (`encap seg6 mode inline`), selected by the firewall mark of the EV socket
 //! (`ip -6 rule add fwmark MARK lookup TABLE`).
 
-use mrc_fabric::sim::{DesignInput, FabricDesign, Oversubscription, design};
+use mrc_fabric::sim::{DesignInput, FabricDesign, Layout, Oversubscription, design};
 use serde::{Deserialize, Serialize};
 use std::net::Ipv6Addr;
 
@@ -56,6 +56,7 @@ pub fn default_input() -> DesignInput {
         spine_port_gbps: 100,
         oversubscription: Oversubscription::NON_BLOCKING,
         planes: 1,
+        layout: Layout::SpineLeaf,
     }
 }
 
@@ -241,6 +242,16 @@ impl TestbedPlan {
             if n > MAX_NODES_PER_TIER {
                 return Err(PlanError::TooMany { what, n });
             }
+        }
+        if d.rail.is_some() {
+            return Err(PlanError::Unsupported(
+                "the rail layout (the testbed wires servers whole to one leaf)".into(),
+            ));
+        }
+        if p.spines == 0 {
+            return Err(PlanError::Unsupported(
+                "one leaf and no spines (nothing for SRv6 to steer)".into(),
+            ));
         }
         if d.input.planes != 1 || p.links_per_leaf_spine != 1 {
             return Err(PlanError::Unsupported(format!(
@@ -444,5 +455,24 @@ mod tests {
             TestbedPlan::from_design(&design(&i).unwrap()),
             Err(PlanError::Unsupported(_))
         ));
+        let refused = |i: &DesignInput| {
+            TestbedPlan::from_design(&design(i).unwrap())
+                .unwrap_err()
+                .to_string()
+        };
+        // 2 servers of 2 NICs on one 4-downlink leaf: the designer gives it no spine.
+        let mut i = default_input();
+        (i.gpus, i.gpus_per_server) = (4, 2);
+        assert_eq!(
+            refused(&i),
+            "the testbed builds one plane of whole servers, one link per leaf-spine pair and at least 2 hosts: one leaf and no spines (nothing for SRv6 to steer)"
+        );
+        // The rail layout: 2 servers, 4 rail leaves, 2 spines of 4 ports.
+        let mut i = default_input();
+        (i.layout, i.spine_radix) = (Layout::Rail, 4);
+        assert_eq!(
+            refused(&i),
+            "the testbed builds one plane of whole servers, one link per leaf-spine pair and at least 2 hosts: the rail layout (the testbed wires servers whole to one leaf)"
+        );
     }
 }

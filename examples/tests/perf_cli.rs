@@ -909,17 +909,28 @@ fn client_reports_what_the_server_said() {
         "is not an mrc-perf server (or runs another version): it answered \"HTTP/1.1 400 Bad Request\\r\"",
     );
     web.join().unwrap();
+    // A server whose UDP port is taken used to announce it and refuse its first client
+    // ("cannot open UDP datapath ... Address already in use"); it now fails at start.
     let taken = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     let udp = taken.local_addr().unwrap().port().to_string();
-    let (mut server, _err) = start_server(&["-p", "28651", "--udp-port", &udp]);
-    fails_with(
-        &["client", "127.0.0.1", "-p", "28651", "-n", "3"],
-        &format!(
-            "mrc-perf: error: server 127.0.0.1:28651 refused the test: cannot open UDP \
-             datapath on 127.0.0.1:{udp}: receive socket: Address already in use (os error 98)"
-        ),
+    let (o, _) = perf(&[
+        "server",
+        "--bind",
+        "127.0.0.1",
+        "-p",
+        "28651",
+        "--udp-port",
+        &udp,
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stderr),
+        format!(
+            "mrc-perf: error: UDP port {udp} (127.0.0.1:{udp}) is in use, by another mrc-perf \
+             server or another program: give this server another data port with --udp-port \
+             PORT (its clients learn it at setup)\n"
+        )
     );
-    assert_eq!(server.wait().unwrap().code(), Some(1));
 }
 
 #[test]
@@ -1018,8 +1029,9 @@ fn a_failed_run_still_reports_what_it_measured() {
     assert!(stderr.contains("mrc-perf: error: "), "{stderr}");
 }
 
-/// A server in a duration (`-D`) test whose client dies mid-run exits non-zero at once with
-/// a clear message; it used to wait forever for the client's message count.
+/// A server in a duration (`-D`) test whose client dies mid-run (SIGKILL: a SIGTERM now
+/// ends the client's test with its report and tells the server) exits non-zero at once
+/// with a clear message; it used to wait forever for the client's message count.
 #[test]
 fn server_exits_when_its_duration_client_dies() {
     use std::process::Stdio;
@@ -1034,7 +1046,8 @@ fn server_exits_when_its_duration_client_dies() {
     // The first progress line (stderr, after 2 s of sending) shows data is flowing.
     let mut err = client.stderr.take().unwrap();
     await_progress(&mut err);
-    terminate(&mut client);
+    client.kill().unwrap();
+    client.wait().unwrap();
     let t = Instant::now();
     let stderr = server_failure(&mut server, &mut server_err);
     assert!(
@@ -1703,7 +1716,7 @@ fn all_sizes_sweep_2_bytes_to_8_mib() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let t = String::from_utf8_lossy(&o.stdout);
     for n in &want {
-        assert!(t.contains(&format!("\n {n:<6} 2  ")), "row of {n} in {t}");
+        assert!(t.contains(&format!("\n {n:<10} 2  ")), "row of {n} in {t}");
     }
     fails_with(&["loopback", "-a", "-s", "64"], "cannot be used with");
     fails_with(&["server", "-a"], "-a/--all is the client's to choose");
@@ -1938,11 +1951,23 @@ fn engines_share_one_context_per_end() {
         v["mode"]
     );
     // 30 messages of 4 packets on each QP, at least once each. The client end sends data
-    // only, so its two engines' datagrams are the QPs' packets: each engine's counters
-    // counted once, not once per QP on it (that would double them).
+    // and, when an EV went out of rotation under load, EV probes (the only control
+    // datagrams of a sending end), so its two engines' datagrams are the QPs' packets and
+    // probes: each engine's counters counted once, not once per QP on it (that would
+    // double them). (It failed now and then on a busy machine when it counted packets
+    // alone: 514 datagrams against 486 packets, the difference probes.)
     let sent = v["sent_packets"].as_u64().unwrap();
     assert_eq!(sent, 480 + v["retransmitted_packets"].as_u64().unwrap());
-    assert_eq!(v["datapath"]["tx_datagrams"].as_u64().unwrap(), sent);
+    let probes: u64 = v["evs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["probes_sent"].as_u64().unwrap())
+        .sum();
+    assert_eq!(
+        v["datapath"]["tx_datagrams"].as_u64().unwrap(),
+        sent + probes
+    );
     fails_with(
         &["loopback", "-q", "2", "--engines", "3"],
         "--engines must be in 1..=2 (-q 2: more engines than QPs would idle), got 3",
@@ -2172,4 +2197,381 @@ fn a_flood_of_silent_connections_never_turns_a_real_client_away() {
         "{stderr}"
     );
     assert!(took < Duration::from_secs(170), "{took:?}");
+}
+
+/// Sends `sig` to the process `child` (a [`perf_cmd`] child is coreutils `timeout`, which
+/// passes the signal on to mrc-perf, once directly and once to its process group).
+fn signal(child: &std::process::Child, sig: i32) {
+    let pid = libc::pid_t::try_from(child.id()).unwrap();
+    // SAFETY: kill(2) on a child this test started and has not waited for.
+    assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
+}
+
+/// Reads lines of `err` until one starts with `prefix`; returns it (a run's stderr ended
+/// before it fails the test with what came).
+fn await_line(err: &mut impl std::io::BufRead, prefix: &str) -> String {
+    let mut seen = String::new();
+    loop {
+        let mut line = String::new();
+        let n = err.read_line(&mut line).unwrap();
+        assert!(n > 0, "no line starting {prefix:?} in:\n{seen}");
+        if line.starts_with(prefix) {
+            return line;
+        }
+        seen += &line;
+    }
+}
+
+/// The keys of every bw report, interrupted or not.
+const BW_JSON_KEYS: [&str; 48] = [
+    "authenticated",
+    "base_rtt_us",
+    "bidirectional",
+    "burst_size",
+    "bw_avg_gbps",
+    "bw_avg_mib_per_s",
+    "bw_peak_gbps",
+    "cc",
+    "command_line",
+    "cpu_s",
+    "cpu_s_per_gb",
+    "datapath",
+    "dropped_datagrams",
+    "drops",
+    "duplicate_datagrams",
+    "ecn_marked_packets",
+    "elapsed_s",
+    "error",
+    "evs",
+    "host",
+    "intervals",
+    "iterations",
+    "lat_us",
+    "line_rate_gbps",
+    "mode",
+    "msg_rate_mpps",
+    "msg_size_bytes",
+    "mtu",
+    "ok",
+    "path_selection",
+    "paths",
+    "rack_lost_packets",
+    "receiver",
+    "retransmitted_packets",
+    "rto_expiries",
+    "rto_lost_packets",
+    "sent_packets",
+    "source_drops",
+    "spurious_losses",
+    "tail_loss_probes",
+    "test",
+    "timestamp",
+    "total_bytes",
+    "trimmed_packets",
+    "tx_depth",
+    "unknown_qpn",
+    "verify",
+    "version",
+];
+
+/// A loopback run of 1 TB that is ended with SIGINT: it said its TX depth and its
+/// length on stderr first (a run projected past 30 s says so after its first second),
+/// and the signal ends it at once with the report of what it measured; exit 130.
+/// `--json`: one object with `"ok": false`, `"error": "interrupted"` and the same keys as
+/// any bw report, its figures those of the messages that completed.
+#[test]
+fn sigint_ends_a_loopback_run_with_its_report_text_and_json() {
+    use std::io::{BufReader, Read};
+    use std::process::Stdio;
+    for json in [false, true] {
+        let mut c = perf_cmd();
+        c.args(["loopback", "-s", "1m", "-n", "1000000"]);
+        if json {
+            c.arg("--json");
+        }
+        let mut child = c
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start loopback");
+        let mut err = BufReader::new(child.stderr.take().unwrap());
+        assert_eq!(
+            await_line(&mut err, "mrc-perf: TX depth"),
+            "mrc-perf: TX depth 8, not 128: the default keeps about 8 MiB in flight (8 \
+             messages of 1048576 bytes, at least 2); -t/--tx-depth N sets it\n"
+        );
+        let long = await_line(&mut err, "mrc-perf: 1000000 messages");
+        assert!(
+            long.starts_with(
+                "mrc-perf: 1000000 messages of 1048576 bytes are 1048.6 GB (10^9 bytes): about "
+            ) && long.ends_with(
+                " GB/s measured so far; -n COUNT or -D SECONDS runs shorter, and Ctrl-C ends \
+                 the run with its report\n"
+            ),
+            "{long}"
+        );
+        signal(&child, libc::SIGINT);
+        let t = Instant::now();
+        let mut out = String::new();
+        child
+            .stdout
+            .take()
+            .unwrap()
+            .read_to_string(&mut out)
+            .unwrap();
+        let mut rest = String::new();
+        err.read_to_string(&mut rest).unwrap();
+        let status = child.wait().unwrap();
+        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+        assert_eq!(status.code(), Some(130), "{rest}");
+        assert!(
+            rest.contains("mrc-perf: SIGINT: ending the test; its report follows"),
+            "{rest}"
+        );
+        assert!(
+            rest.ends_with(
+                "mrc-perf: SIGINT: the test ended early; the report is what was measured \
+                 until then\n"
+            ),
+            "{rest}"
+        );
+        assert!(!rest.contains("error"), "{rest}");
+        if json {
+            let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+            let mut keys: Vec<&str> = v.as_object().unwrap().keys().map(|k| k.as_str()).collect();
+            keys.sort_unstable();
+            assert_eq!(keys, BW_JSON_KEYS);
+            assert_eq!(v["ok"], false);
+            assert_eq!(v["error"], "interrupted");
+            assert_eq!(v["receiver"], Value::Null);
+            assert_eq!(v["msg_size_bytes"], 1048576);
+            assert_eq!(v["tx_depth"], 8);
+            let n = v["iterations"].as_u64().unwrap();
+            assert!(n > 0 && n < 1_000_000, "{n}");
+            assert_eq!(v["total_bytes"].as_u64().unwrap(), n * 1048576);
+            assert!(v["sent_packets"].as_u64().unwrap() >= n * 256, "{v}");
+            assert_eq!(v["evs"].as_array().unwrap().len(), 16);
+            assert!(!v["intervals"].as_array().unwrap().is_empty(), "{v}");
+        } else {
+            assert!(
+                out.contains(" #bytes     #iterations    BW peak[MB/sec]"),
+                "{out}"
+            );
+            assert!(out.contains("\n 1048576    "), "{out}");
+            assert!(
+                out.contains(
+                    " peer's receiver: not reported (the test was interrupted)\n INTERRUPTED: \
+                     a signal ended the test; the figures above are this side's until then\n"
+                ),
+                "{out}"
+            );
+            assert!(out.contains(" this side's sender: sent_packets "), "{out}");
+        }
+    }
+}
+
+/// A server whose test is interrupted prints what it received, says so and exits 130;
+/// its client learns it on the control stream and fails at once (not after
+/// --peer-timeout), with its own report.
+#[test]
+fn sigint_ends_a_servers_test_and_its_client_learns_it() {
+    use std::io::{BufRead, BufReader, Read};
+    use std::process::Stdio;
+    let mut server = perf_cmd()
+        .args([
+            "server",
+            "--bind",
+            "127.0.0.1",
+            "-p",
+            "28695",
+            "--udp-port",
+            "5995",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start server");
+    let mut server_err = BufReader::new(server.stderr.take().unwrap());
+    let mut line = String::new();
+    server_err.read_line(&mut line).unwrap();
+    assert!(line.contains("waiting for a client"), "{line}");
+    let mut client = perf_cmd()
+        .args([
+            "client",
+            "127.0.0.1",
+            "-p",
+            "28695",
+            "-D",
+            "30",
+            "-i",
+            "0.2",
+            "--json",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start client");
+    let mut client_err = BufReader::new(client.stderr.take().unwrap());
+    // the first progress line: data flows
+    await_line(&mut client_err, "[");
+    signal(&server, libc::SIGINT);
+    let t = Instant::now();
+    let mut out = String::new();
+    server
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    let mut err = String::new();
+    server_err.read_to_string(&mut err).unwrap();
+    assert_eq!(server.wait().unwrap().code(), Some(130), "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 3, "{out}");
+    let received = lines[0]
+        .strip_prefix(" server: ")
+        .and_then(|l| l.strip_suffix(" of size 65536; test bw"))
+        .unwrap_or_else(|| panic!("{out}"));
+    let (msgs, bytes) = received
+        .split_once(" messages received (")
+        .and_then(|(m, b)| Some((m.parse::<u64>().ok()?, b.strip_suffix(" bytes)")?)))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(msgs > 0, "{out}");
+    assert_eq!(bytes, (msgs * 65536).to_string(), "{out}");
+    assert!(lines[1].starts_with(" server: dropped_datagrams "), "{out}");
+    assert_eq!(
+        lines[2],
+        " server: SIGINT: the test ended early; the counts above are what it received until then"
+    );
+    assert!(
+        err.contains("mrc-perf: SIGINT: ending the test; its report follows"),
+        "{err}"
+    );
+    let o = client.wait_with_output().unwrap();
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    let mut cerr = String::new();
+    client_err.read_to_string(&mut cerr).unwrap();
+    assert_eq!(o.status.code(), Some(1), "{cerr}");
+    assert!(
+        cerr.contains("mrc-perf: error: the peer ended the test early: interrupted"),
+        "{cerr}"
+    );
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["ok"], false);
+    assert_eq!(v["error"], "the peer ended the test early: interrupted");
+    assert!(v["iterations"].as_u64().unwrap() >= msgs, "{v}");
+}
+
+/// A second server on a UDP port another holds fails at its start, naming the port and
+/// the flag (it used to announce the port and fail its first client's test with
+/// "Address already in use").
+#[test]
+fn a_second_server_on_a_held_udp_port_fails_at_start() {
+    let (mut first, _err) = start_server(&["-p", "28696", "--udp-port", "5996"]);
+    let (o, took) = perf(&[
+        "server",
+        "--bind",
+        "127.0.0.1",
+        "-p",
+        "28697",
+        "--udp-port",
+        "5996",
+    ]);
+    terminate(&mut first);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(took < Duration::from_secs(10), "{took:?}");
+    assert_eq!(o.stdout, b"");
+    assert_eq!(
+        String::from_utf8_lossy(&o.stderr),
+        "mrc-perf: error: UDP port 5996 (127.0.0.1:5996) is in use, by another mrc-perf \
+         server or another program: give this server another data port with --udp-port \
+         PORT (its clients learn it at setup)\n"
+    );
+}
+
+/// A persistent server lends its held port to each test and takes it back: two clients
+/// in a row are served, and a second server still cannot take the port in between.
+#[test]
+fn a_persistent_server_holds_its_udp_port_between_tests() {
+    let (mut server, _err) = start_server(&["-p", "28698", "--udp-port", "5998", "--persistent"]);
+    for _ in 0..2 {
+        let v = json(&["client", "127.0.0.1", "-p", "28698", "-n", "20", "--json"]);
+        assert_eq!(v["receiver"]["completions"], 20);
+        let (o, _) = perf(&[
+            "server",
+            "--bind",
+            "127.0.0.1",
+            "-p",
+            "28699",
+            "--udp-port",
+            "5998",
+        ]);
+        assert_eq!(o.status.code(), Some(1));
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains("UDP port 5998 (127.0.0.1:5998) is in use"),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    terminate(&mut server);
+}
+
+/// `-h` is a page of the common options, grouped; `--help` has every option with its
+/// details; a server's help leaves out the client's options it refuses.
+#[test]
+fn short_help_is_a_page_and_long_help_has_everything() {
+    let help = |args: &[&str]| {
+        let (o, _) = perf(args);
+        assert!(o.status.success());
+        String::from_utf8(o.stdout).unwrap()
+    };
+    for cmd in ["loopback", "client", "server", "baseline"] {
+        let short = help(&[cmd, "-h"]);
+        let long = help(&[cmd, "--help"]);
+        assert!(short.lines().count() <= 45, "{cmd} -h:\n{short}");
+        assert!(short.lines().all(|l| l.len() <= 120), "{cmd} -h:\n{short}");
+        assert!(short.contains("\nConnection:\n"), "{cmd}: {short}");
+        assert!(!short.contains("--udp-zerocopy"), "{cmd}: {short}");
+        assert!(long.contains("--udp-zerocopy"), "{cmd}: {long}");
+        assert!(long.contains("\nThis end's datapath:\n"), "{cmd}: {long}");
+        assert_eq!(short.contains("--size"), cmd != "server", "{cmd}: {short}");
+        assert_eq!(long.contains("--size"), cmd != "server", "{cmd}: {long}");
+        assert_eq!(long.contains("--shared-engine"), cmd == "loopback", "{cmd}");
+        assert_eq!(short.contains("--qps"), cmd == "loopback", "{cmd}");
+    }
+    let server = help(&["server", "--help"]);
+    assert!(server.contains("--max-region-size"), "{server}");
+    assert!(
+        server.contains("\nServer limits (what a client may ask):\n"),
+        "{server}"
+    );
+    assert!(help(&["-h"]).lines().count() <= 45);
+}
+
+/// Sizes take perftest's binary suffixes; another suffix says which are accepted.
+#[test]
+fn sizes_take_binary_suffixes() {
+    let v = json(&[
+        "loopback",
+        "-s",
+        "64k",
+        "-n",
+        "10",
+        "--region-size",
+        "1M",
+        "--json",
+    ]);
+    assert_eq!(v["msg_size_bytes"], 65536);
+    assert_eq!(v["tx_depth"], 16);
+    assert_eq!(v["total_bytes"], 10 * 65536);
+    let (o, _) = perf(&["loopback", "-s", "1.5M"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains(
+            "'1.5M' is not a byte count: digits with an optional k/K (KiB), m/M (MiB) or g/G \
+             (GiB) suffix, e.g. 65536, 64k, 1M"
+        ),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
 }

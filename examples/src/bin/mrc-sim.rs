@@ -35,7 +35,7 @@ use mrc_examples::sim::scenario::{Scenario, parse_forwarding};
 const MAX_SCENARIO_BYTES: u64 = 16 << 20;
 use mrc_fabric::sim::net::Progress;
 use mrc_fabric::sim::{
-    DesignInput, Oversubscription, SimConfig, Simulator, SpineLeafSpec, Topology, design,
+    DesignInput, Layout, Oversubscription, SimConfig, Simulator, Topology, design,
 };
 
 #[derive(Parser)]
@@ -111,9 +111,16 @@ struct DesignArgs {
     /// Oversubscription down:up, e.g. 1:1, 2:1.
     #[arg(long, default_value = "1:1")]
     oversubscription: String,
-    /// Parallel planes each NIC is split into (lane speed = NIC speed / planes).
+    /// Parallel planes each NIC is split into (lane speed = NIC speed / planes): port p of
+    /// every NIC on plane p, each plane a copy of the fabric.
     #[arg(long, default_value_t = 1)]
     planes: u32,
+    /// How NICs are cabled to leaves: spine-leaf (a server's NICs together on a leaf) or
+    /// rail (rail-optimized: servers in rail groups, NIC k of every server of a group on
+    /// the group's leaf k; same-rail traffic stays on the leaf, cross-rail traffic crosses
+    /// a spine).
+    #[arg(long, default_value = "spine-leaf", value_name = "spine-leaf|rail")]
+    layout: String,
 }
 
 impl DesignArgs {
@@ -129,6 +136,7 @@ impl DesignArgs {
             spine_port_gbps: self.spine_port_gbps,
             oversubscription: o,
             planes: self.planes,
+            layout: self.layout.parse().map_err(|e| format!("{e}"))?,
         })
     }
 }
@@ -180,13 +188,15 @@ impl TestbedArgs {
                 None => d.oversubscription,
             },
             planes: 1,
+            layout: Layout::SpineLeaf,
         })
     }
 }
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Size a two-tier spine-leaf fabric: servers, leaves, spines, links, cables, optics.
+    /// Size a two-tier fabric, spine-leaf or rail-optimized (--layout), in one or more
+    /// planes: servers, leaves, spines, links, cables, optics.
     ///
     /// Links are counted in lanes of the NIC speed / planes (200G with the defaults): a
     /// 400G switch port broken out 2 x 200G carries 2 lanes, so a 32-port leaf has 64. The
@@ -194,7 +204,12 @@ enum Cmd {
     /// spine rows: the fullest spine); cables and optics count one cable per lane, optics
     /// = 2 x cables. When the uplinks per leaf are not a multiple of the spines, they
     /// rotate over the spines (uplink j of leaf l to spine (l x uplinks + j) % spines) and
-    /// a last line gives the lanes per leaf-spine pair and per spine.
+    /// a last line gives the lanes per leaf-spine pair and per spine. With more than one
+    /// plane or the rail layout, a table gives the counts per plane and over all planes
+    /// (servers, NICs, NIC ports, leaves, spines, links, cables, optics); with the rail
+    /// layout, another the rails, rail groups, servers per group and leaves per rail. A
+    /// fabric whose NICs fit one leaf has no spines. `--plot` draws the spine-leaf layout
+    /// (the rail layout is refused; `trace --plot` draws either).
     Design {
         #[command(flatten)]
         d: DesignArgs,
@@ -223,8 +238,12 @@ enum Cmd {
     /// speed) it is `pP`. Leaf ports: the hosts' lanes first, then the uplinks, uplink j
     /// of leaf l to spine (l x uplinks + j) % spines (j % spines when the uplinks are a
     /// multiple of the spines; `design` shows the spread). The source prints as `hostN:0`
-    /// (its NIC), the destination bare. With srv6/usid each hop shows the SRH's segments left (SL) and the destination
-    /// address (DA) as the node receives the packet.
+    /// (its NIC), the destination bare. Each hop also says what its node is in the
+    /// design: a host's server and NIC, with more than one plane the plane, with the
+    /// rail layout the rail and rail group of a host or leaf (`host41:0 (server 5 NIC 1,
+    /// plane 3, rail 1, group 0)`, `leaf1:8 (p5/1; plane 3, rail 1, group 0)`). With
+    /// srv6/usid each hop shows the SRH's segments left (SL) and the destination address
+    /// (DA) as the node receives the packet.
     Trace {
         #[command(flatten)]
         d: DesignArgs,
@@ -238,6 +257,10 @@ enum Cmd {
         /// EVs to trace (0..evs).
         #[arg(long, default_value_t = 4)]
         evs: u32,
+        /// The plane whose port of each NIC is traced (0..planes; the simulator runs one
+        /// plane, and every plane is the same fabric, so this names the plane).
+        #[arg(long, default_value_t = 0)]
+        plane: u32,
         /// ecmp (switches hash the 5-tuple; the EV is the UDP source port) | srv6 (an SRH
         /// through spine EV % spines) | usid (a uSID container through that spine).
         #[arg(long, default_value = "ecmp")]
@@ -392,6 +415,12 @@ fn run(cli: Cli) -> Result<bool, String> {
         Cmd::Design { d, out } => {
             out.check()?;
             let des = design(&d.input()?).map_err(|e| e.to_string())?;
+            if des.rail.is_some() && out.plot.is_some() {
+                return Err(
+                    "--plot draws the spine-leaf layout only; the rail layout is in the tables and `trace --layout rail --plot`"
+                        .into(),
+                );
+            }
             out!("{}", sim_design::design_text(&des));
             let plot = Out {
                 plot: None,
@@ -435,6 +464,7 @@ fn run(cli: Cli) -> Result<bool, String> {
             src,
             dst,
             evs,
+            plane,
             forwarding,
             out,
             limits,
@@ -445,17 +475,26 @@ fn run(cli: Cli) -> Result<bool, String> {
             }
             limits.check_evs("--evs", u64::from(evs))?;
             let des = design(&d.input()?).map_err(|e| e.to_string())?;
-            let spec = SpineLeafSpec::from_design(&des, 500);
-            limits.check_hosts(u64::from(spec.hosts))?;
-            let topo = Topology::spine_leaf(&spec).map_err(|e| e.to_string())?;
+            let hosts = des.plane.nic_links;
+            limits.check_hosts(u64::from(hosts))?;
+            if plane >= des.input.planes {
+                return Err(format!(
+                    "--plane {plane}: no such plane (this design has {})",
+                    match des.input.planes {
+                        1 => "plane 0 only".to_owned(),
+                        n => format!("planes 0..{}", n - 1),
+                    }
+                ));
+            }
+            let topo = Topology::from_design(&des, 500).map_err(|e| e.to_string())?;
             let forwarding_mode = parse_forwarding(&forwarding)
                 .map_err(|_| format!("--forwarding {forwarding:?}: expected ecmp, srv6 or usid"))?;
             // The hosts are checked before anything is printed.
             for (flag, h) in [("--src", src), ("--dst", dst)] {
-                if h >= spec.hosts {
+                if h >= hosts {
                     return Err(format!(
                         "{flag} {h}: no such host (this design has hosts 0..{} = host0..host{0})",
-                        spec.hosts - 1
+                        hosts - 1
                     ));
                 }
             }
@@ -472,11 +511,21 @@ fn run(cli: Cli) -> Result<bool, String> {
             let traces = (0..evs)
                 .map(|ev| sim.trace(src, dst, ev).map_err(|e| e.to_string()))
                 .collect::<Result<Vec<_>, String>>()?;
-            let same_leaf =
-                spec.hosts_per_leaf == 0 || src / spec.hosts_per_leaf == dst / spec.hosts_per_leaf;
+            let mut what = vec![forwarding.clone()];
+            if des.rail.is_some() {
+                what.push("rail layout".into());
+            }
+            what.push(
+                sim_design::trace_kind(&des, src, dst)
+                    .unwrap_or("cross leaf")
+                    .into(),
+            );
+            if des.input.planes > 1 {
+                what.push(format!("plane {plane} of {}", des.input.planes));
+            }
             out!(
-                "trace host{src} -> host{dst} ({forwarding}, {})\n{}",
-                if same_leaf { "same leaf" } else { "cross leaf" },
+                "trace host{src} -> host{dst} ({})\n{}",
+                what.join(", "),
                 sim_design::port_legend(&des)
             );
             let mut t = ResultTable::new("links crossed per EV");
@@ -484,7 +533,7 @@ fn run(cli: Cli) -> Result<bool, String> {
             for (ev, hops) in (0..evs).zip(&traces) {
                 let path: Vec<String> = hops
                     .iter()
-                    .map(|h| sim_design::hop_text(sim.topology(), &des, h))
+                    .map(|h| sim_design::trace_hop_text(sim.topology(), &des, plane, h))
                     .collect();
                 outln!(
                     "EV {ev:>3} (UDP src port {}): {}",
@@ -494,7 +543,7 @@ fn run(cli: Cli) -> Result<bool, String> {
                 t.row(format!("EV {ev}"), &[("hops", hops.len() as f64 - 1.0)]);
                 let hops: Vec<serde_json::Value> = hops
                     .iter()
-                    .map(|h| sim_design::hop_json(sim.topology(), &des, h))
+                    .map(|h| sim_design::hop_json(sim.topology(), &des, plane, h))
                     .collect();
                 all.push((ev, hops));
             }
@@ -504,7 +553,7 @@ fn run(cli: Cli) -> Result<bool, String> {
             };
             emit(&t, &plot, &all)?;
             if let Some(p) = &out.plot {
-                figure::trace_figure(&des, sim.topology(), src, dst, &forwarding, &traces)
+                figure::trace_figure(&des, sim.topology(), src, dst, plane, &forwarding, &traces)
                     .draw(p)
                     .map_err(|e| format!("plot {}: {e}", p.display()))?;
             }

@@ -3,12 +3,21 @@
 //! `loopback` (both ends in this process) and `baseline` (raw UDP and kernel TCP ceilings).
 
 pub mod baseline;
+pub mod end;
+pub mod help;
+pub mod interrupt;
+pub mod loops;
+pub mod notices;
 pub mod opts;
+pub mod peak;
 pub mod report;
 pub mod run;
 pub mod srv6;
+pub mod udp_port;
+pub mod units;
 pub mod verbs;
 
+pub use interrupt::Signal;
 use opts::{Cli, Command, TestKind};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, ToSocketAddrs};
 use std::time::Duration;
@@ -120,6 +129,10 @@ pub fn run_cli(cli: Cli) -> Result<String, CliError> {
             let mut runs: Vec<(opts::TestParams, run::EndResult, String)> = Vec::new();
             let mut failure = None;
             for size in opts::ALL_SIZES {
+                if interrupt::pending().is_some() {
+                    failure = Some(format!("-a at --size {size}: {}", interrupt::INTERRUPTED));
+                    break;
+                }
                 let o = opts::TestOpts {
                     size: Some(size),
                     ..cli.test.clone()
@@ -159,6 +172,9 @@ pub fn run_cli(cli: Cli) -> Result<String, CliError> {
             }
         }
         Command::Loopback { .. } | Command::Client { .. } => {
+            if let Some(line) = notices::tx_depth(&p, cli.test.tx_depth) {
+                eprintln!("{line}");
+            }
             let (r, mode) = run_qps(&cli.cmd, &p, &env, cli.test.qps)?;
             finish(&p, &r, gbits, json, &mode)
         }
@@ -177,28 +193,42 @@ pub fn run_cli(cli: Cli) -> Result<String, CliError> {
                     .udp_port
                     .unwrap_or(mrc_fabric::udp::DEFAULT_RX_PORT),
             );
+            // Held from now on (lent to each test's datapath): a clash fails here, not in
+            // the first client's test. The verbs datapath has no UDP port of its own.
+            let mut port = match local.fabric {
+                run::LocalFabric::Udp => {
+                    udp_port::Reservation::take(udp).map_err(|e| e.to_string())?
+                }
+                run::LocalFabric::Verbs(_) => udp_port::Reservation::none(udp),
+            };
             eprintln!(
                 "mrc-perf server: waiting for a client on TCP {}, UDP {udp}{}",
                 SocketAddr::new(ip, cli.test.port),
                 if persistent { " (persistent)" } else { "" }
             );
             let mut queue = run::ClientQueue::new(listener)?;
-            let mut serve = || {
-                let (sp, r) = run::serve_one(
-                    &mut queue,
-                    udp,
-                    timeout,
-                    None,
-                    &local,
-                    &limits,
-                    psk.as_deref(),
-                )?;
-                server_report(&sp, &r)
+            let mut serve = || match run::serve_one(
+                &mut queue,
+                udp,
+                &mut port,
+                timeout,
+                None,
+                &local,
+                &limits,
+                psk.as_deref(),
+            ) {
+                Ok((sp, r)) => server_report(&sp, &r),
+                Err(run::ServeFailure::Setup(m)) => Err(m.into()),
+                Err(run::ServeFailure::Test { params, error }) => Err(CliError {
+                    stdout: server_failed_report(&params, error.partial.as_deref(), &error.message),
+                    message: error.message,
+                }),
             };
             if !persistent {
                 return serve();
             }
-            // One client after another; a failed test is reported and the next served.
+            // One client after another; a failed test is reported and the next served,
+            // until a signal ends a test.
             for n in 1u64.. {
                 let (report, error) = match serve() {
                     Ok(o) => (o, None),
@@ -209,9 +239,14 @@ pub fn run_cli(cli: Cli) -> Result<String, CliError> {
                     print!(" client {n}:\n{report}");
                     let _ = std::io::stdout().flush();
                 }
+                if interrupt::pending().is_some() {
+                    break;
+                }
                 if let Some(m) = error {
                     eprintln!("mrc-perf server: client {n}: {m}");
                 }
+                // the report is out: a signal while waiting for the next client exits
+                interrupt::disarm();
             }
             Ok(String::new())
         }
@@ -449,6 +484,7 @@ fn run_one(
                 run::serve_one(
                     &mut run::ClientQueue::new(listener)?,
                     udp,
+                    &mut udp_port::Reservation::none(udp),
                     timeout,
                     Some(timeout),
                     &server_local,
@@ -456,6 +492,7 @@ fn run_one(
                     server_psk.as_deref(),
                 )
                 .map(|_| ())
+                .map_err(|e| e.to_string())
             });
             let client = run::run_client(
                 server_addr,
@@ -514,8 +551,42 @@ fn run_one(
     }
 }
 
+/// The server's lines about a test that ended early (`message`): what it received until
+/// then (when its counts could be read) and why it ended: a signal (` server: SIGINT:
+/// ...`, [`interrupt`]) or the failure.
+fn server_failed_report(
+    sp: &opts::TestParams,
+    partial: Option<&run::EndResult>,
+    message: &str,
+) -> String {
+    let mut o = partial.map(|r| server_lines(sp, r)).unwrap_or_default();
+    match interrupt::pending() {
+        Some(sig) => {
+            o += &format!(
+                " server: {}: the test ended early; the counts above are what it received \
+                 until then\n",
+                sig.name()
+            );
+        }
+        None => o += &format!(" server: the test failed: {message}\n"),
+    }
+    o
+}
+
 /// The server's lines about one client's test; an error (with them) for bad bytes.
 fn server_report(sp: &opts::TestParams, r: &run::EndResult) -> Result<String, CliError> {
+    let o = server_lines(sp, r);
+    if r.recv.bad_bytes > 0 {
+        return Err(CliError {
+            stdout: o,
+            message: format!("verify failed: {} bad bytes", r.recv.bad_bytes),
+        });
+    }
+    Ok(o)
+}
+
+/// The server's lines about what one client's test delivered: messages, drops, verify.
+fn server_lines(sp: &opts::TestParams, r: &run::EndResult) -> String {
     let mut o = String::new();
     o += &format!(
         " server: {} messages received ({} bytes) of size {}; test {}\n",
@@ -528,13 +599,7 @@ fn server_report(sp: &opts::TestParams, r: &run::EndResult) -> Result<String, Cl
             r.recv.verified_messages, r.recv.verified_bytes, r.recv.bad_bytes
         );
     }
-    if r.recv.bad_bytes > 0 {
-        return Err(CliError {
-            stdout: o,
-            message: format!("verify failed: {} bad bytes", r.recv.bad_bytes),
-        });
-    }
-    Ok(o)
+    o
 }
 
 fn finish(
@@ -561,8 +626,8 @@ fn finish(
 /// failure as JSON (`"ok": false`, [`report::failure_json`]), so a script that reads
 /// stdout always gets one report; the error goes to stderr and the exit code is 1.
 pub fn main() -> i32 {
-    use clap::{CommandFactory, FromArgMatches};
-    let matches = Cli::command().get_matches();
+    use clap::FromArgMatches;
+    let matches = help::command().get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     if let Some(("server", sm)) = matches.subcommand()
         && let Err(e) = refuse_client_options(sm)
@@ -580,8 +645,11 @@ pub fn main() -> i32 {
     if let Command::Mpi(o) = &cli.cmd {
         return crate::mpi::main(&cli.test, o);
     }
+    if let Err(e) = interrupt::install() {
+        eprintln!("mrc-perf: warning: {e}; a signal ends a test without its report");
+    }
     let json = cli.test.json;
-    match run_cli(cli) {
+    let code = match run_cli(cli) {
         Ok(out) => {
             print!("{out}");
             0
@@ -592,15 +660,31 @@ pub fn main() -> i32 {
             } else if json {
                 print!("{}", report::failure_json(&e.message));
             }
-            eprintln!("mrc-perf: error: {}", e.message);
+            if interrupt::pending().is_none() {
+                eprintln!("mrc-perf: error: {}", e.message);
+            }
             1
         }
+    };
+    {
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+    }
+    match interrupt::pending() {
+        Some(sig) => {
+            eprintln!(
+                "mrc-perf: {}: the test ended early; the report is what was measured until then",
+                sig.name()
+            );
+            sig.exit_code()
+        }
+        None => code,
     }
 }
 
 /// The test options only a client chooses (`mrc-perf server` runs what its client asks,
 /// within its `--max-*` limits): clap's id, and the flag as the user wrote it.
-const CLIENT_OPTIONS: [(&str, &str); 26] = [
+pub(crate) const CLIENT_OPTIONS: [(&str, &str); 26] = [
     ("size", "-s/--size"),
     ("iters", "-n/--iters"),
     ("duration", "-D/--duration"),
@@ -631,7 +715,7 @@ const CLIENT_OPTIONS: [(&str, &str); 26] = [
 
 /// Options a command has no use for, with why: given on the command line, they are
 /// refused by name instead of ignored.
-const UNUSED_OPTIONS: &[(&str, &str, &str, &str)] = &[
+pub(crate) const UNUSED_OPTIONS: &[(&str, &str, &str, &str)] = &[
     (
         "loopback",
         "port",

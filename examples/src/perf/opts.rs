@@ -17,9 +17,11 @@ pub struct Cli {
     /// Test parameters (the client's count; the server takes them from the client).
     #[command(flatten)]
     pub test: TestOpts,
-    /// Logs on stderr: `-v` info (connection states, EVs out of rotation and why, RTO
-    /// expiries, failures), `-vv` debug (bootstrap steps); `RUST_LOG` (EnvFilter syntax)
-    /// for finer filters. Default: none.
+    /// Logs on stderr: `-v` info, `-vv` debug; `RUST_LOG` for filters.
+    ///
+    /// Info: connection states, EVs out of rotation and why, RTO expiries, failures;
+    /// debug: the bootstrap's steps. `RUST_LOG` takes EnvFilter directives. Default:
+    /// none.
     #[arg(short = 'v', long = "verbose", action = clap::ArgAction::Count, global = true)]
     pub verbose: u8,
 }
@@ -27,15 +29,18 @@ pub struct Cli {
 /// Subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Wait for a client, run its test, exit (`--persistent`: serve clients one after
-    /// another until killed). A client that sends bad parameters, or is silent or slow
-    /// past `--timeout` (a deadline for its whole setup exchange), is dropped with a line
-    /// on stderr and the server waits for the next.
+    /// Wait for a client, run its test, exit (`--persistent`: serve many).
+    ///
+    /// With `--persistent` it serves clients one after another until a signal. A client
+    /// that sends bad parameters, or is silent or slow past `--timeout` (a deadline for
+    /// its whole setup exchange), is dropped with a line on stderr and the server waits
+    /// for the next. SIGINT/SIGTERM during a test end it: the server prints what it
+    /// received and exits 130/143; while it waits, they end it at once.
     Server {
         /// Address to listen on (TCP bootstrap and UDP).
         #[arg(long, default_value = "0.0.0.0")]
         bind: String,
-        /// Serve clients one after another, printing each report, until killed.
+        /// Serve clients one after another, printing each report, until a signal.
         #[arg(long)]
         persistent: bool,
         /// What a client may ask of this server.
@@ -43,25 +48,34 @@ pub enum Command {
         limits: ServerLimits,
     },
     /// Connect to a server and run the test.
+    ///
+    /// SIGINT/SIGTERM end the test at once: the report of what was measured until then is
+    /// printed (`--json`: `"ok": false, "error": "interrupted"`) and the exit code is 130
+    /// (SIGINT) or 143 (SIGTERM); a second signal a second or more later exits at once.
     Client {
         /// Server host name or address.
         host: String,
     },
     /// Both ends in this process over loopback.
+    ///
+    /// SIGINT/SIGTERM end the test at once with its report, as for `client`.
     Loopback {
         /// Use ::1 instead of 127.0.0.1.
         #[arg(long = "ipv6", short = '6')]
         ipv6: bool,
     },
-    /// The ceilings: a raw UDP blast (bw) or ping-pong (lat) on the same sockets, batching
-    /// and packet size with no reliability, and kernel TCP over loopback.
+    /// The ceilings: raw UDP on the same sockets, and kernel TCP, over loopback.
+    ///
+    /// A raw UDP blast (bw) or ping-pong (lat) on the same sockets, with the same batching
+    /// and packet size and no reliability, and kernel TCP over loopback.
     Baseline {
         /// Use ::1 instead of 127.0.0.1.
         #[arg(long = "ipv6", short = '6')]
         ipv6: bool,
     },
-    /// Many hosts: one rank of an MPI job (`mpirun -np N mrc-perf mpi ...`, or srun), a
-    /// pattern (pairs, permutation, all-to-all, incast, one-to-all, ring allreduce) in a
+    /// Many hosts: one rank of an MPI job (`mpirun -np N mrc-perf mpi ...`, or srun).
+    ///
+    /// A pattern (pairs, permutation, all-to-all, incast, one-to-all, ring allreduce) in a
     /// burst mode (continuous, training, storage, sync-burst); rank 0 prints the report.
     /// Needs a build with the `mpi` feature (`--features mrc-examples/mpi`).
     Mpi(crate::mpi::opts::MpiOpts),
@@ -177,16 +191,32 @@ fn parse_cc(s: &str) -> Result<CcKind, String> {
 /// Test options (global: they may follow the subcommand).
 #[derive(Clone, Debug, Args)]
 pub struct TestOpts {
-    /// Message size in bytes [default: 65536 for bw, 8 for lat].
-    #[arg(short = 's', long = "size", value_name = "BYTES", global = true)]
+    /// Message size, bytes; 64k, 1M, 1G: KiB, MiB, GiB [default: 65536 bw, 8 lat].
+    ///
+    /// The suffixes k/K, m/M, g/G are powers of 1024, as perftest users write `-s 64K`;
+    /// at most 1 GiB.
+    #[arg(help_heading = "Test", short = 's', long = "size", value_name = "BYTES", global = true,
+          value_parser = super::units::parse_bytes)]
     pub size: Option<u64>,
-    /// Every size from 2 B to 8 MiB, powers of two (perftest's `-a`): one test each, with
-    /// the same -n or -D, one row each (`--json`: one object each in `sizes`). A client's
+    /// Every size from 2 B to 8 MiB, one test each (perftest's `-a`).
+    ///
+    /// The powers of two, each with the same -n or -D, one row each (`--json`: one object each in `sizes`). A client's
     /// server needs `--persistent` (each size is a test of its own).
-    #[arg(short = 'a', long = "all", global = true, conflicts_with = "size")]
+    #[arg(
+        help_heading = "Test",
+        short = 'a',
+        long = "all",
+        global = true,
+        conflicts_with = "size"
+    )]
     pub all: bool,
     /// Messages to send [default: 5000 for bw, 1000 for lat].
+    ///
+    /// Not scaled down for large messages: `-s 100000000` sends 5000 of them, 500 GB. A
+    /// bw run that will take more than 30 s at the rate of its first second says so on
+    /// stderr (bytes and time); Ctrl-C ends any run with the report of what it measured.
     #[arg(
+        help_heading = "Test",
         short = 'n',
         long = "iters",
         value_name = "COUNT",
@@ -196,6 +226,7 @@ pub struct TestOpts {
     pub iters: Option<u64>,
     /// Run for this many seconds instead of a number of messages.
     #[arg(
+        help_heading = "Test",
         short = 'D',
         long = "duration",
         value_name = "SECONDS",
@@ -204,11 +235,19 @@ pub struct TestOpts {
     )]
     pub duration: Option<f64>,
     /// Number of paths (EVs); one UDP source port each.
-    #[arg(long, default_value_t = 16, global = true)]
-    pub paths: u32,
-    /// Payload bytes per packet (mrc payload, not the link MTU: headers come on top).
-    /// `-m` as in perftest.
     #[arg(
+        help_heading = "Paths and congestion control",
+        long,
+        value_name = "N",
+        default_value_t = 16,
+        global = true
+    )]
+    pub paths: u32,
+    /// Payload bytes per packet (perftest's `-m`).
+    ///
+    /// The mrc payload, not the link MTU: headers come on top.
+    #[arg(
+        help_heading = "Paths and congestion control",
         short = 'm',
         long,
         value_name = "BYTES",
@@ -216,29 +255,34 @@ pub struct TestOpts {
         global = true
     )]
     pub mtu: u32,
-    /// Congestion control: nscc, dcqcn, swift or none (a fixed window of
-    /// 2 x BDP). The presets assume --line-rate and --base-rtt-us.
-    #[arg(long, default_value = DEFAULT_CC, value_parser = parse_cc, global = true)]
+    /// Congestion control: nscc, dcqcn, swift or none.
+    ///
+    /// `none` is a fixed window of 2 x BDP. The presets assume --line-rate and
+    /// --base-rtt-us.
+    #[arg(help_heading = "Paths and congestion control", long, default_value = DEFAULT_CC, value_parser = parse_cc, global = true)]
     pub cc: CcKind,
     /// Line rate the congestion-control presets assume, Gb/s (10^9 bits/s): DCQCN's
     /// starting and highest rate, and with --base-rtt-us the BDP that sizes the windows
     /// (Swift starts at 1 BDP, NSCC's and none's are 2 BDP, DCQCN's 4). Both ends use the
     /// client's; in 0.01..=3200.
-    #[arg(long = "line-rate", value_name = "GBPS", default_value_t = DEFAULT_LINE_RATE_GBPS, global = true)]
+    #[arg(help_heading = "Paths and congestion control", hide_short_help = true, long = "line-rate", value_name = "GBPS", default_value_t = DEFAULT_LINE_RATE_GBPS, global = true)]
     pub line_rate_gbps: f64,
     /// Unloaded round-trip time the congestion-control presets assume, us: Swift's and
     /// NSCC's target delays start from it, and the BDP (with --line-rate) sizes the
     /// windows. Both ends use the client's; in 1..=1000000.
-    #[arg(long = "base-rtt-us", value_name = "US", default_value_t = DEFAULT_BASE_RTT_US, global = true)]
+    #[arg(help_heading = "Paths and congestion control", hide_short_help = true, long = "base-rtt-us", value_name = "US", default_value_t = DEFAULT_BASE_RTT_US, global = true)]
     pub base_rtt_us: f64,
     /// bw or lat.
-    #[arg(long = "test", value_enum, default_value_t = TestKind::Bw, global = true)]
+    #[arg(help_heading = "Test", long = "test", value_enum, default_value_t = TestKind::Bw, global = true)]
     pub test: TestKind,
-    /// Queue pairs (perftest's `-q`): this many QPs in parallel, each a connection of its
-    /// own with its own engine thread (or sharing `--engines`) and `--paths` EVs, each
-    /// running the whole test (`-n` messages each, or `-D`); the report sums them.
-    /// `loopback` only: a server serves one client at a time. In 1..=16.
+    /// Queue pairs in parallel (perftest's `-q`), 1..=16.
+    ///
+    /// Each QP is a connection of its own with its own engine thread (or sharing
+    /// `--engines`) and `--paths` EVs, each running the whole test (`-n` messages each,
+    /// or `-D`); the report sums them. Not over two hosts: a server serves one client at
+    /// a time.
     #[arg(
+        help_heading = "Test",
         short = 'q',
         long = "qps",
         value_name = "N",
@@ -250,7 +294,13 @@ pub struct TestOpts {
     /// of an end share one context of this many engine threads, the QPs spread over them
     /// round-robin, each engine with its own receive socket and rings. Unset: each QP
     /// has a context and an engine thread of its own. In 1..=Q (`-q`).
-    #[arg(long = "engines", value_name = "K", global = true)]
+    #[arg(
+        help_heading = "This end's datapath",
+        hide_short_help = true,
+        long = "engines",
+        value_name = "K",
+        global = true
+    )]
     pub engines: Option<u32>,
     /// `loopback`: both ends' QPs (all `-q` of each) in one context of one engine thread,
     /// whose receive socket and EV sockets carry the client's and the server's packets,
@@ -258,66 +308,124 @@ pub struct TestOpts {
     /// received and placed on one core, without the hand-off between two ends' engines
     /// on different cores (docs/PERFORMANCE.md). Implies `--engines 1`; other `--engines`
     /// values are refused (a connection's two ends would be on different engines).
-    #[arg(long = "shared-engine", global = true)]
+    #[arg(
+        help_heading = "This end's datapath",
+        hide_short_help = true,
+        long = "shared-engine",
+        global = true
+    )]
     pub shared_engine: bool,
     /// Both sides send at once (bw). `-b` as in perftest.
-    #[arg(short = 'b', long, global = true)]
+    #[arg(help_heading = "Test", short = 'b', long, global = true)]
     pub bidirectional: bool,
-    /// Check every byte of every message at the receiver (in the application's memory,
-    /// on its thread; bw: the default region doubles, so a slot is checked before the
-    /// sender may reuse it).
-    #[arg(long, global = true)]
+    /// Check every byte of every message at the receiver.
+    ///
+    /// Checked in the application's memory, on its thread; in bw the default region
+    /// doubles, so a slot is checked before the sender may reuse it.
+    #[arg(help_heading = "Test", long, global = true)]
     pub verify: bool,
     /// Who progresses each end: `thread` (an engine thread; the test thread talks to it
     /// over channels) or `caller` (the test thread polls the datapath, runs the timers
     /// and fills the CQs itself, busy-polling; over `--fabric udp` or `verbs`; `--cpu` pins
     /// an engine thread, so it pins nothing here). Both ends use the client's choice [default:
     /// caller for --test lat over --fabric udp, thread otherwise].
-    #[arg(long = "progress", value_enum, global = true)]
+    #[arg(
+        help_heading = "This end's datapath",
+        hide_short_help = true,
+        long = "progress",
+        value_enum,
+        global = true
+    )]
     pub progress: Option<ProgressMode>,
     /// How a `--progress caller` end drives its UDP sockets: `direct` (plain non-blocking
     /// `sendmsg`/`recvmmsg`, busy-polled) or `uring` (io_uring). Both ends use the
     /// client's choice [default: direct for --test lat with --progress caller (the
     /// faster there: docs/EMBEDDING.md has the numbers), uring otherwise].
-    #[arg(long = "udp-io", value_enum, global = true)]
+    #[arg(
+        help_heading = "This end's datapath",
+        hide_short_help = true,
+        long = "udp-io",
+        value_enum,
+        global = true
+    )]
     pub udp_io: Option<UdpIo>,
     /// Cap the sending rate, Gb/s (10^9 bits/s of message bytes).
-    #[arg(long = "rate-limit", value_name = "GBPS", global = true)]
+    #[arg(
+        help_heading = "Test",
+        hide_short_help = true,
+        long = "rate-limit",
+        value_name = "GBPS",
+        global = true
+    )]
     pub rate_limit: Option<f64>,
     /// Consecutive packets per EV (one GSO send); 1 = pure per-packet spraying.
-    #[arg(long = "burst-size", default_value_t = 1, global = true)]
+    #[arg(
+        help_heading = "Paths and congestion control",
+        hide_short_help = true,
+        long = "burst-size",
+        default_value_t = 1,
+        global = true
+    )]
     pub burst_size: u32,
     /// How each side picks the EV of a packet: recycle (REPS), round-robin or
     /// power-of-two (both ends use the client's choice).
-    #[arg(long = "path-selection", value_enum, default_value_t = PathSelection::Recycle, global = true)]
+    #[arg(help_heading = "Paths and congestion control", hide_short_help = true, long = "path-selection", value_enum, default_value_t = PathSelection::Recycle, global = true)]
     pub path_selection: PathSelection,
-    /// Report bandwidth (table and progress line) in Gb/sec (10^9 bits/s) instead of MB/sec
-    /// (perftest's MB: 2^20 bytes). The JSON has both: `bw_*_gbps` and `bw_avg_mib_per_s`.
-    #[arg(long = "report-gbits", global = true)]
+    /// Bandwidth in Gb/sec (10^9 bits/s) instead of MB/sec (2^20 bytes).
+    ///
+    /// In the table and the progress line (perftest's MB is 2^20 bytes). The JSON has both: `bw_*_gbps` and `bw_avg_mib_per_s`.
+    #[arg(help_heading = "Report", long = "report-gbits", global = true)]
     pub report_gbits: bool,
     /// Print one JSON object instead of the table.
-    #[arg(long, global = true)]
+    #[arg(help_heading = "Report", long, global = true)]
     pub json: bool,
-    /// Messages in flight, at most 65536 [default: enough for 8 MiB, 2..=128; 1 for lat].
-    #[arg(short = 't', long = "tx-depth", global = true)]
+    /// Messages in flight [default: 8 MiB of messages, 2..=128; 1 for lat].
+    ///
+    /// At most 65536. A depth lower than the default's 128 (large messages), or than asked (the region
+    /// holds fewer), is said on stderr before the run.
+    #[arg(
+        help_heading = "Test",
+        short = 't',
+        long = "tx-depth",
+        value_name = "N",
+        global = true
+    )]
     pub tx_depth: Option<u64>,
-    /// Registered region per side, bytes [default: size x tx-depth].
-    #[arg(long = "region-size", value_name = "BYTES", global = true)]
+    /// Registered region per side, bytes (k/m/g suffixes as for -s) [default: size x
+    /// tx-depth].
+    #[arg(help_heading = "Test", hide_short_help = true, long = "region-size", value_name = "BYTES", global = true,
+          value_parser = super::units::parse_bytes)]
     pub region_size: Option<u64>,
     /// TCP port of the bootstrap exchange.
-    #[arg(short = 'p', long = "port", default_value_t = DEFAULT_TCP_PORT, global = true)]
+    #[arg(help_heading = "Connection", short = 'p', long = "port", default_value_t = DEFAULT_TCP_PORT, global = true)]
     pub port: u16,
-    /// UDP port of the receive socket (0: any) [default: 4792 for server, 0 otherwise].
-    #[arg(long = "udp-port", global = true)]
+    /// UDP port of the receive socket (0: any) [default: 4792 server, 0 others].
+    ///
+    /// A server holds it from its start: a port in use fails the start, naming it.
+    #[arg(
+        help_heading = "Connection",
+        long = "udp-port",
+        value_name = "PORT",
+        global = true
+    )]
     pub udp_port: Option<u16>,
     /// Engine busy-poll time after the last work before it sleeps in io_uring, us
     /// (at most 1000000).
-    #[arg(long = "spin-us", default_value_t = 50, global = true)]
+    #[arg(
+        help_heading = "This end's datapath",
+        hide_short_help = true,
+        long = "spin-us",
+        default_value_t = 50,
+        global = true
+    )]
     pub spin_us: u64,
-    /// Seconds. Client: to connect, for any progress, and up to 3 times it for the server's
+    /// Seconds of setup and of no progress before giving up.
+    ///
+    /// Client: to connect, for any progress, and up to 3 times it for the server's
     /// answer (a server sets up one client at a time). Server: the deadline of a client's
     /// whole setup exchange (a slow or silent client is dropped).
     #[arg(
+        help_heading = "Connection",
         long,
         value_name = "SECONDS",
         default_value_t = 5.0,
@@ -325,21 +433,37 @@ pub struct TestOpts {
         global = true
     )]
     pub timeout: f64,
-    /// Datapath: udp (io_uring sockets) or verbs (RDMA UD QPs; both ends must agree).
-    #[arg(long, value_enum, default_value_t = Fabric::Udp, global = true)]
+    /// Datapath: udp (io_uring sockets) or verbs (RDMA UD QPs).
+    ///
+    /// Both ends must agree.
+    #[arg(hide_possible_values = true, help_heading = "This end's datapath", long, value_enum, default_value_t = Fabric::Udp, global = true)]
     pub fabric: Fabric,
     /// RDMA device for --fabric verbs, as ibv_devices lists it [default: the only one].
-    #[arg(short = 'd', long = "ib-dev", global = true)]
+    #[arg(
+        help_heading = "RDMA verbs (--fabric verbs)",
+        hide_short_help = true,
+        short = 'd',
+        long = "ib-dev",
+        global = true
+    )]
     pub ib_dev: Option<String>,
     /// Port of the RDMA device, from 1 (perftest's `-i`; here `-i` is iperf3's
     /// `--interval`).
-    #[arg(long = "ib-port", default_value_t = 1, global = true)]
+    #[arg(
+        help_heading = "RDMA verbs (--fabric verbs)",
+        hide_short_help = true,
+        long = "ib-port",
+        default_value_t = 1,
+        global = true
+    )]
     pub ib_port: u8,
-    /// Seconds between interval reports: a progress line on stderr from the first
-    /// interval on, and one record per interval in the JSON's `intervals` (iperf3's `-i`).
-    /// Without it the intervals are 1 s and the progress line starts at 2 s. In
+    /// Seconds between progress lines and JSON interval records (iperf3's `-i`).
+    ///
+    /// A progress line on stderr from the first interval on, and one record per
+    /// interval in the JSON's `intervals`. Without it the intervals are 1 s and the progress line starts at 2 s. In
     /// 0.1..=--duration.
     #[arg(
+        help_heading = "Report",
         short = 'i',
         long = "interval",
         value_name = "SECONDS",
@@ -350,77 +474,113 @@ pub struct TestOpts {
     /// DSCP of this end's packets, 0..=63: the IPv4 TOS / IPv6 traffic class byte is
     /// DSCP x 4 (the low two bits are ECN, the transport's). Each end marks its own
     /// packets: give it to the server too to mark the other direction (ACKs).
-    #[arg(long, value_name = "DSCP", global = true, conflicts_with = "tclass",
+    #[arg(help_heading = "This end's datapath", hide_short_help = true, long, value_name = "DSCP", global = true, conflicts_with = "tclass",
           value_parser = clap::value_parser!(u8).range(0..=63))]
     pub dscp: Option<u8>,
     /// IPv6 traffic class / IPv4 TOS byte of this end's packets (perftest's
     /// `--tclass`), 0..=255 and a multiple of 4: its two low bits are the ECN field, which
     /// the transport sets per packet. Each end marks its own packets.
-    #[arg(long, value_name = "TCLASS", global = true)]
+    #[arg(
+        help_heading = "This end's datapath",
+        hide_short_help = true,
+        long,
+        value_name = "TCLASS",
+        global = true
+    )]
     pub tclass: Option<u8>,
     /// Pin this end's engine thread (the one that moves every packet) to this CPU
     /// (sched_setaffinity; in `loopback` the client's engine). Errors if the process may
     /// not run on it.
-    #[arg(long, value_name = "N", global = true)]
+    #[arg(
+        help_heading = "This end's datapath",
+        hide_short_help = true,
+        long,
+        value_name = "N",
+        global = true
+    )]
     pub cpu: Option<usize>,
     /// UDP datapath: receive with one multishot `recvmsg` over a provided buffer ring
     /// instead of re-armed single ones (`UdpConfig::rx_multishot`; kernel 6.0+, else the
     /// single ones). `--udp-multishot=false` turns it off. This end only.
-    #[arg(long, global = true, value_name = "BOOL", num_args = 0..=1, default_value_t = true,
+    #[arg(help_heading = "This end's datapath", hide_short_help = true, long, global = true, value_name = "BOOL", num_args = 0..=1, default_value_t = true,
           default_missing_value = "true", require_equals = true, action = clap::ArgAction::Set)]
     pub udp_multishot: bool,
     /// UDP datapath: send with `IORING_OP_SENDMSG_ZC`, zero-copy (`UdpConfig::tx_zerocopy`).
     /// This end only.
-    #[arg(long, global = true)]
+    #[arg(
+        help_heading = "This end's datapath",
+        hide_short_help = true,
+        long,
+        global = true
+    )]
     pub udp_zerocopy: bool,
     /// UDP datapath: set up the io_urings with `IORING_SETUP_COOP_TASKRUN` (no
     /// interrupt per arriving datagram; `UdpConfig::coop_taskrun`; where the kernel
     /// refuses it, without). `--udp-coop-taskrun=false` turns it off. This end only.
-    #[arg(long, global = true, value_name = "BOOL", num_args = 0..=1, default_value_t = true,
+    #[arg(help_heading = "This end's datapath", hide_short_help = true, long, global = true, value_name = "BOOL", num_args = 0..=1, default_value_t = true,
           default_missing_value = "true", require_equals = true, action = clap::ArgAction::Set)]
     pub udp_coop_taskrun: bool,
     /// Advise the kernel to back the two registered regions with transparent huge pages
     /// (`madvise(MADV_HUGEPAGE)` on their whole 2 MiB pages before first touch; counts
     /// where THP is in `madvise` mode, Debian's default). `--huge-pages=false` keeps base
     /// pages. This end only.
-    #[arg(long, global = true, value_name = "BOOL", num_args = 0..=1, default_value_t = true,
+    #[arg(help_heading = "This end's datapath", hide_short_help = true, long, global = true, value_name = "BOOL", num_args = 0..=1, default_value_t = true,
           default_missing_value = "true", require_equals = true, action = clap::ArgAction::Set)]
     pub huge_pages: bool,
     /// GID index on that port: a RoCEv2 entry (`show_gids`; often 3 for IPv4 on ConnectX,
     /// 1 on Soft-RoCE).
-    #[arg(short = 'x', long = "gid-index", default_value_t = 1, global = true)]
+    #[arg(
+        help_heading = "RDMA verbs (--fabric verbs)",
+        hide_short_help = true,
+        short = 'x',
+        long = "gid-index",
+        default_value_t = 1,
+        global = true
+    )]
     pub gid_index: u8,
     /// Steer each EV socket through one spine of the testbed (testbed/mrc-testbed.sh):
     /// `srh` (SRH segment list) or `usid` (uSID container as active segment). Given to the
     /// client (an IPv6 testbed host as server); the server steers its EV sockets back
     /// through the same spines. Without it, plain routing.
-    #[arg(long, value_enum, global = true)]
+    #[arg(
+        help_heading = "SRv6 testbed (--srv6)",
+        hide_short_help = true,
+        long,
+        value_enum,
+        global = true
+    )]
     pub srv6: Option<super::srv6::Srv6Mode>,
     /// Where the --srv6 header is added: `socket` (a sticky IPV6_RTHDR per EV socket) or
     /// `route` (the EV socket's firewall mark selects the host's steering table, whose
     /// route adds it: `encap seg6 mode inline`, installed by mrc-testbed.sh; keeps UDP GSO
     /// and checksum offload).
-    #[arg(long = "srv6-via", value_enum, default_value_t = super::srv6::Srv6Via::Socket, global = true)]
+    #[arg(help_heading = "SRv6 testbed (--srv6)", hide_short_help = true, long = "srv6-via", value_enum, default_value_t = super::srv6::Srv6Via::Socket, global = true)]
     pub srv6_via: super::srv6::Srv6Via,
     /// RTO floor, us (the transport's RFC 6298 clamp; the initial RTO is 4 times it). An
     /// engine sharing its cores with other work is descheduled for milliseconds, which
     /// fires spurious RTOs below that.
-    #[arg(long = "min-rto-us", default_value_t = super::run::MIN_RTO_NS / 1000, global = true)]
+    #[arg(help_heading = "Connection", hide_short_help = true, long = "min-rto-us", default_value_t = super::run::MIN_RTO_NS / 1000, global = true)]
     pub min_rto_us: u64,
     /// Floor of the RACK reorder window and the peer's assumed SACK delay, us.
-    #[arg(long = "reorder-window-us", default_value_t = super::run::REORDER_WINDOW_NS / 1000, global = true)]
+    #[arg(help_heading = "Connection", hide_short_help = true, long = "reorder-window-us", default_value_t = super::run::REORDER_WINDOW_NS / 1000, global = true)]
     pub reorder_window_us: u64,
     /// Seconds the peer may answer nothing while data waits for it before the transport
     /// gives up (`peer unresponsive for N s`); a pause (SIGSTOP, a descheduled engine)
     /// shorter than this is survived. The client's to choose; it applies to both ends; in
     /// 0.01..=600.
-    #[arg(long = "peer-timeout", value_name = "SECONDS", default_value_t = default_peer_timeout_s(), global = true)]
+    #[arg(help_heading = "Connection", hide_short_help = true, long = "peer-timeout", value_name = "SECONDS", default_value_t = default_peer_timeout_s(), global = true)]
     pub peer_timeout_s: f64,
     /// Authenticate and encrypt every datagram (AES-256-GCM) under keys derived from the
     /// pre-shared key in this file and fresh nonces of both ends (HKDF-SHA256); both ends
     /// need the same file. The key is the regular file's bytes without one trailing
     /// newline (LF or CRLF), 16 to 4096 of them (e.g. `head -c 32 /dev/urandom > key`).
-    #[arg(long = "psk-file", value_name = "PATH", global = true)]
+    #[arg(
+        help_heading = "Connection",
+        hide_short_help = true,
+        long = "psk-file",
+        value_name = "PATH",
+        global = true
+    )]
     pub psk_file: Option<std::path::PathBuf>,
 }
 
@@ -591,17 +751,19 @@ pub const MAX_SECONDS: f64 = 1e6;
 /// [`TestParams::check`] first, then these, tighter, limits of the operator's choosing).
 #[derive(Clone, Copy, Debug, PartialEq, Args)]
 pub struct ServerLimits {
-    /// Largest registered region a client may ask for, bytes (the server registers two).
-    #[arg(long = "max-region-size", value_name = "BYTES", default_value_t = DEFAULT_MAX_REGION_BYTES)]
+    /// Largest registered region a client may ask for, bytes, k/m/g suffixes as for -s
+    /// (the server registers two).
+    #[arg(help_heading = "Server limits (what a client may ask)", hide_short_help = true, long = "max-region-size", value_name = "BYTES", default_value_t = DEFAULT_MAX_REGION_BYTES,
+          value_parser = super::units::parse_bytes)]
     pub max_region_bytes: u64,
     /// Longest `--duration` a client may ask for, seconds.
-    #[arg(long = "max-duration", value_name = "SECONDS", default_value_t = DEFAULT_MAX_DURATION_S)]
+    #[arg(help_heading = "Server limits (what a client may ask)", hide_short_help = true, long = "max-duration", value_name = "SECONDS", default_value_t = DEFAULT_MAX_DURATION_S)]
     pub max_duration_s: f64,
     /// Most `--iters` a client may ask for.
-    #[arg(long = "max-iters", value_name = "N", default_value_t = DEFAULT_MAX_ITERS)]
+    #[arg(help_heading = "Server limits (what a client may ask)", hide_short_help = true, long = "max-iters", value_name = "N", default_value_t = DEFAULT_MAX_ITERS)]
     pub max_iters: u64,
     /// Longest `--spin-us` a client may ask for (the server's engine busy-polls this long).
-    #[arg(long = "max-spin-us", value_name = "US", default_value_t = DEFAULT_MAX_SPIN_US)]
+    #[arg(help_heading = "Server limits (what a client may ask)", hide_short_help = true, long = "max-spin-us", value_name = "US", default_value_t = DEFAULT_MAX_SPIN_US)]
     pub max_spin_us: u64,
 }
 
@@ -786,10 +948,7 @@ impl TestOpts {
                 None,
             ),
         };
-        let depth_default = match self.test {
-            TestKind::Lat => 1,
-            TestKind::Bw => ((8u64 << 20) / size).clamp(2, 128),
-        };
+        let depth_default = super::notices::default_tx_depth(self.test, size);
         let tx_depth = self.tx_depth.unwrap_or(depth_default);
         if tx_depth == 0 {
             return Err("--tx-depth must be at least 1".into());

@@ -1,6 +1,7 @@
 //! Output of `mrc-perf`: perftest's columns, the per-EV summary, JSON, the progress line.
 
 use super::opts::{Fabric, TestKind, TestParams};
+use super::peak::PeakWindow;
 use super::run::EndResult;
 use serde::Serialize;
 use serde_json::json;
@@ -42,6 +43,9 @@ pub struct EvLine {
     /// declare a whole window on every EV; the connection's count of expiries is
     /// `rto_expiries`).
     pub timeouts: u64,
+    /// EV probes sent on it (control datagrams: an EV out of rotation asks whether its
+    /// path works again).
+    pub probes: u64,
     /// Its path state at the end of the run: `GOOD`, `SKIP`, `ASSUMED_BAD` or `DENIED`
     /// (empty when unknown).
     pub state: &'static str,
@@ -63,7 +67,7 @@ const fn counter(key: &'static str, meaning: &'static str) -> Counter {
 
 /// The per-EV counters, in the order of the per-EV table's columns and of [`ev_values`]
 /// (each EV's JSON object has them besides `ev`, `src_port` and `state`).
-pub const EV_COUNTERS: [Counter; 5] = [
+pub const EV_COUNTERS: [Counter; 6] = [
     counter(
         "sent_packets",
         "data packets this side sent on the EV, first transmissions and retransmissions",
@@ -83,6 +87,11 @@ pub const EV_COUNTERS: [Counter; 5] = [
     counter(
         "rto_lost_packets",
         "packets sent on the EV that an RTO expiry declared lost",
+    ),
+    counter(
+        "probes_sent",
+        "EV probes this side sent on the EV (control datagrams, not counted in sent_packets: \
+         the EV was out of rotation and asked whether its path works again)",
     ),
 ];
 
@@ -158,8 +167,15 @@ pub fn conn_values(c: &mrc_transport::stats::ConnStats) -> [u64; 9] {
 }
 
 /// The values of [`EV_COUNTERS`] for `e`, in that order.
-pub fn ev_values(e: &EvLine) -> [u64; 5] {
-    [e.packets, e.retransmits, e.trims, e.ecn_marks, e.timeouts]
+pub fn ev_values(e: &EvLine) -> [u64; 6] {
+    [
+        e.packets,
+        e.retransmits,
+        e.trims,
+        e.ecn_marks,
+        e.timeouts,
+        e.probes,
+    ]
 }
 
 /// The unit of the bandwidth figures, in the table and on the progress line alike.
@@ -283,15 +299,15 @@ impl ProgressOpts {
 /// What a [`Meter`] measured.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Metered {
-    /// Highest rate of this side's sends over 100 ms windows, bytes/s.
+    /// Highest rate of this side's sends over a [`PeakWindow`], bytes/s (0: none closed).
     pub peak_sent_bps: f64,
-    /// Highest rate of sends and receives together over 100 ms windows, bytes/s.
+    /// Highest rate of sends and receives together over such a window, bytes/s.
     pub peak_total_bps: f64,
     /// The intervals, the last one possibly shorter.
     pub intervals: Vec<Interval>,
 }
 
-/// The sender's clock: 100 ms windows for the peaks, `-i` intervals, and the progress
+/// The sender's clock: the windows of the peaks ([`super::peak`]), `-i` intervals, and the progress
 /// line on stderr (redrawn with carriage returns on a terminal, one plain line per
 /// interval otherwise).
 #[derive(Debug)]
@@ -299,9 +315,10 @@ pub struct Meter {
     o: ProgressOpts,
     start: Instant,
     duration_s: Option<f64>,
-    win_start: Instant,
-    win_sent: u64,
-    win_total: u64,
+    /// The peak of this side's sends ([`super::peak`]).
+    peak_sent: PeakWindow,
+    /// The peak of sends and receives together, its windows counted in send completions.
+    peak_total: PeakWindow,
     iv_start: Instant,
     iv_msgs: u64,
     iv_sent: u64,
@@ -320,9 +337,8 @@ impl Meter {
             o,
             start,
             duration_s,
-            win_start: start,
-            win_sent: 0,
-            win_total: 0,
+            peak_sent: PeakWindow::new(start),
+            peak_total: PeakWindow::new(start),
             iv_start: start,
             iv_msgs: 0,
             iv_sent: 0,
@@ -346,18 +362,8 @@ impl Meter {
         recv: u64,
         counters: impl FnOnce() -> (u64, u64),
     ) {
-        let w = now.duration_since(self.win_start);
-        if w >= Duration::from_millis(100) {
-            let ws = w.as_secs_f64();
-            self.m.peak_sent_bps = self.m.peak_sent_bps.max((sent - self.win_sent) as f64 / ws);
-            self.m.peak_total_bps = self
-                .m
-                .peak_total_bps
-                .max((sent + recv - self.win_total) as f64 / ws);
-            self.win_start = now;
-            self.win_sent = sent;
-            self.win_total = sent + recv;
-        }
+        self.peak_sent.tick(now, msgs, sent);
+        self.peak_total.tick(now, msgs, sent + recv);
         if now.duration_since(self.iv_start) >= self.o.interval {
             self.close_interval(now, msgs, sent, recv, counters());
         }
@@ -446,6 +452,8 @@ impl Meter {
         if self.shown && self.redraw {
             eprintln!();
         }
+        self.m.peak_sent_bps = self.peak_sent.peak_bps();
+        self.m.peak_total_bps = self.peak_total.peak_bps();
         self.m
     }
 }
@@ -546,7 +554,7 @@ impl<'a> Report<'a> {
         }
     }
 
-    /// The highest rate over 100 ms windows of both directions together, bytes/s (this
+    /// The highest rate over the peak windows ([`super::peak`]) of both directions together, bytes/s (this
     /// side's sends alone unless `--bidirectional`), and at least the average.
     fn peak_bps(&self) -> f64 {
         let s = self.r.send.clone().unwrap_or_default();
@@ -607,22 +615,33 @@ impl<'a> Report<'a> {
         o += RULE;
         o += "\n";
         o += &format!("                    {}\n", self.title());
+        let on_off = if p.verify { "on" } else { "off" };
+        let packets = if p.authenticated {
+            "authenticated and encrypted (--psk-file)"
+        } else {
+            "in the clear"
+        };
+        // Display of the value enums ignores widths: padded as strings
+        let (selection, mtu) = (p.path_selection.to_string(), format!("{} bytes", p.mtu));
         o += &format!(
-            " Paths (EVs)     : {:<8} MTU payload : {} bytes   Burst/EV : {}\n CC              : {:<8} TX depth    : {:<8}     Verify   : {}\n EV selection    : {:<8} Packets     : {}\n CC presets for  : {} Gb/s line rate, {} us base RTT (--line-rate, --base-rtt-us)\n",
+            " Paths (EVs)     : {:<w$} MTU payload : {mtu:<w$} Burst/EV : {}\n",
             p.paths,
-            p.mtu,
             p.burst_size,
+            w = HEADER_VALUE_WIDTH
+        );
+        o += &format!(
+            " CC              : {:<w$} TX depth    : {:<w$} Verify   : {on_off}\n",
             p.cc,
             p.tx_depth,
-            if p.verify { "on" } else { "off" },
-            p.path_selection,
-            if p.authenticated {
-                "authenticated and encrypted (--psk-file)"
-            } else {
-                "in the clear"
-            },
-            p.line_rate_gbps,
-            p.base_rtt_us
+            w = HEADER_VALUE_WIDTH
+        );
+        o += &format!(
+            " EV selection    : {selection:<w$} Packets     : {packets}\n",
+            w = HEADER_VALUE_WIDTH
+        );
+        o += &format!(
+            " CC presets for  : {} Gb/s line rate, {} us base RTT (--line-rate, --base-rtt-us)\n",
+            p.line_rate_gbps, p.base_rtt_us
         );
         o += RULE;
         o += "\n";
@@ -638,7 +657,13 @@ impl<'a> Report<'a> {
                     " #bytes     #iterations    BW peak[{unit}]    BW average[{unit}]   MsgRate[Mpps]   CPU[s/GB]\n"
                 )
             }
-            TestKind::Lat => " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec]\n".to_string(),
+            TestKind::Lat => {
+                let mut o = String::new();
+                for (label, w) in LAT_COLUMNS {
+                    o += &format!(" {label:<w$}");
+                }
+                o.trim_end().to_string() + "\n"
+            }
         }
     }
 
@@ -666,10 +691,22 @@ impl<'a> Report<'a> {
             }
             TestKind::Lat => {
                 let l = LatStats::from_ns(&s.lat_ns).unwrap_or_default();
-                format!(
-                    " {:<6} {:<11} {:<14.2} {:<14.2} {:<16.2} {:<14.2} {:<15.2} {:<22.2} {:.2}\n",
-                    p.size, s.completions, l.min, l.max, l.typical, l.avg, l.stdev, l.p99, l.p999
-                )
+                let values = [
+                    p.size.to_string(),
+                    s.completions.to_string(),
+                    format!("{:.2}", l.min),
+                    format!("{:.2}", l.max),
+                    format!("{:.2}", l.typical),
+                    format!("{:.2}", l.avg),
+                    format!("{:.2}", l.stdev),
+                    format!("{:.2}", l.p99),
+                    format!("{:.2}", l.p999),
+                ];
+                let mut o = String::new();
+                for ((_, w), v) in LAT_COLUMNS.iter().zip(values) {
+                    o += &format!(" {v:<w$}");
+                }
+                o.trim_end().to_string() + "\n"
             }
         }
     }
@@ -720,8 +757,13 @@ impl<'a> Report<'a> {
         let pr = &self.r.peer_recv;
         if let Some(f) = &self.r.failure {
             // the peer's counts come at the end of a test, which this one did not reach
-            o += " peer's receiver: not reported (the test failed)\n";
-            o += &format!(" FAILED: {f}\n");
+            if f == super::interrupt::INTERRUPTED {
+                o += " peer's receiver: not reported (the test was interrupted)\n";
+                o += " INTERRUPTED: a signal ended the test; the figures above are this side's until then\n";
+            } else {
+                o += " peer's receiver: not reported (the test failed)\n";
+                o += &format!(" FAILED: {f}\n");
+            }
         } else {
             o += &format!(
                 " peer's receiver: completions {}, received_bytes {}\n peer's receiver: {}\n",
@@ -861,10 +903,28 @@ impl<'a> Report<'a> {
     }
 }
 
+/// Width of the header's value columns (`power-of-two`, the longest `--path-selection`,
+/// fits).
+const HEADER_VALUE_WIDTH: usize = 12;
+
+/// The latency table's columns (perftest's labels) and their widths: a value starts where
+/// its label starts, for sizes up to 1 GiB (10 digits) and latencies up to 10^10 us.
+const LAT_COLUMNS: [(&str, usize); 9] = [
+    ("#bytes", 10),
+    ("#iterations", 14),
+    ("t_min[usec]", 14),
+    ("t_max[usec]", 14),
+    ("t_typical[usec]", 16),
+    ("t_avg[usec]", 14),
+    ("t_stdev[usec]", 15),
+    ("99% percentile[usec]", 22),
+    ("99.9% percentile[usec]", 22),
+];
+
 /// The unit line under a bw row: what the unit means.
 fn unit_line(u: BwUnit) -> String {
     format!(
-        " {}: {}{}; BW peak: best 100 ms window; CPU[s/GB]: GB = 10^9 bytes\n",
+        " {}: {}{}; BW peak: best window of >= 100 ms and 8 completions; CPU[s/GB]: GB = 10^9 bytes\n",
         u.label(),
         u.meaning(),
         match u {
@@ -1003,6 +1063,82 @@ mod tests {
         assert_eq!(BwUnit::Gbits.convert(125_000_000.0), 1.0);
     }
 
+    /// The banner's three columns line up whatever the values (`EV selection` lost its
+    /// padding: the value enums' Display ignores widths), `power-of-two` included.
+    #[test]
+    fn banner_columns_line_up() {
+        use crate::perf::opts::Cli;
+        use crate::perf::run::EndResult;
+        use clap::Parser;
+        let r = EndResult::default();
+        for (sel, line) in [
+            (
+                "recycle",
+                " EV selection    : recycle      Packets     : in the clear\n",
+            ),
+            (
+                "power-of-two",
+                " EV selection    : power-of-two Packets     : in the clear\n",
+            ),
+        ] {
+            let p = Cli::parse_from(["mrc-perf", "loopback", "--path-selection", sel])
+                .test
+                .params()
+                .unwrap();
+            let t = Report::new(&p, &r, "t").table(false);
+            let banner = " Paths (EVs)     : 16           MTU payload : 4096 bytes   Burst/EV : 1\n \
+                          CC              : nscc         TX depth    : 128          Verify   : off\n"
+                .to_string()
+                + line
+                + " CC presets for  : 100 Gb/s line rate, 200 us base RTT (--line-rate, --base-rtt-us)\n";
+            assert!(t.contains(&banner), "{t}");
+        }
+    }
+
+    /// Each latency figure starts under its label, also for sizes of 7 and 10 digits (the
+    /// figures of a 1 MiB test slid left of their labels).
+    #[test]
+    fn latency_columns_hold_their_place_for_large_sizes() {
+        use crate::perf::opts::Cli;
+        use crate::perf::run::{EndResult, SendResult};
+        use clap::Parser;
+        let r = EndResult {
+            send: Some(SendResult {
+                completions: 1_000_000,
+                lat_ns: vec![1_714_820, 5_102_090, 1_885_920],
+                ..SendResult::default()
+            }),
+            ..EndResult::default()
+        };
+        for size in ["8", "1048576", "1073741824"] {
+            let p = Cli::parse_from(["mrc-perf", "loopback", "--test", "lat", "-s", size])
+                .test
+                .params()
+                .unwrap();
+            let rep = Report::new(&p, &r, "t");
+            let (head, row) = (rep.columns(false), rep.row(false));
+            assert_eq!(
+                head,
+                " #bytes     #iterations    t_min[usec]    t_max[usec]    t_typical[usec]  \
+                 t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec]\n"
+            );
+            let starts = |l: &str| -> Vec<usize> {
+                let b = l.as_bytes();
+                (1..b.len())
+                    .filter(|&i| b[i] != b' ' && b[i - 1] == b' ')
+                    .collect()
+            };
+            // "99% percentile[usec]" and "99.9% percentile[usec]" are two words each
+            let mut labels = starts(&head);
+            labels.retain(|&i| !head[i..].starts_with("percentile"));
+            assert_eq!(labels, starts(&row), "{head}{row}");
+            assert!(
+                row.starts_with(&format!(" {size:<10} 1000000        1714.82 ")),
+                "{row}"
+            );
+        }
+    }
+
     #[test]
     fn table_bw_figures_and_their_unit_line() {
         use crate::perf::opts::Cli;
@@ -1026,7 +1162,7 @@ mod tests {
         let t = Report::new(&p, &r, "t").table(false);
         assert!(
             t.contains(
-                " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]   CPU[s/GB]\n 1048576    100            80.00              50.00                0.000050        0.000\n MB/sec: MB = 2^20 bytes (perftest's; --report-gbits for Gb/sec); BW peak: best 100 ms window; CPU[s/GB]: GB = 10^9 bytes\n"
+                " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]   CPU[s/GB]\n 1048576    100            80.00              50.00                0.000050        0.000\n MB/sec: MB = 2^20 bytes (perftest's; --report-gbits for Gb/sec); BW peak: best window of >= 100 ms and 8 completions; CPU[s/GB]: GB = 10^9 bytes\n"
             ),
             "{t}"
         );
@@ -1257,6 +1393,7 @@ mod tests {
             trims: 203,
             ecn_marks: 204,
             timeouts: 205,
+            probes: 206,
             state: "GOOD",
         }];
         r.recv = RecvResult {
@@ -1276,7 +1413,7 @@ mod tests {
             "{t}"
         );
         assert!(
-            t.contains("   EV  src_port  sent_packets  retransmitted_packets  trimmed_packets  ecn_marked_packets  rto_lost_packets  state\n    3     20003           201                    202              203                 204               205  GOOD\n"),
+            t.contains("   EV  src_port  sent_packets  retransmitted_packets  trimmed_packets  ecn_marked_packets  rto_lost_packets   probes_sent  state\n    3     20003           201                    202              203                 204               205           206  GOOD\n"),
             "{t}"
         );
         let ev = v["evs"][0].as_object().unwrap();
@@ -1343,7 +1480,8 @@ mod tests {
 
     /// Intervals from the sender's clock: 2.5 s of sends in 1 s intervals give two whole
     /// intervals and a last one of 0.5 s, each with its own bytes, rate and retransmits;
-    /// the 100 ms windows give the peaks of the sends and of both directions.
+    /// the windows of 100 ms (10 completions each) give the peaks of the sends and of both
+    /// directions.
     #[test]
     fn meter_intervals_and_peaks_exact() {
         let t0 = Instant::now();

@@ -1,8 +1,13 @@
-//! The test loops of `mrc-perf`: sender (bw), receiver (bw), ping and pong (lat), the
-//! control messages on the bootstrap TCP stream, and the server/client/loopback roles.
+//! The two sides of `mrc-perf` (CPU pinning, the datapath and regions of an end), the
+//! control messages on the bootstrap TCP stream, and the server/client/loopback roles
+//! with the server's queue of clients. The test loops are `perf::loops`, one end's test
+//! on a connected side `perf::end`.
 
+pub use super::end::{EndResult, RunError, run_end};
+pub use super::loops::SendResult;
+use super::loops::{initial_recvs, post_recvs};
 use super::opts::{Fabric, ProgressMode, ServerLimits, TestKind, TestParams, UdpIo};
-use super::report::{self, EvLine, Interval, Meter, ProgressOpts, Report};
+use super::report::{ProgressOpts, Report};
 use super::verbs::{self, VerbsOpts};
 use mrc_congestion::CcKind;
 use mrc_fabric::datapath::Datapath;
@@ -20,7 +25,6 @@ use mrc_transport::{Access, ConnConfig, PostError, Sge};
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -35,6 +39,13 @@ pub enum Ctl {
     },
     /// This side's receiver finished.
     Result(RecvResult),
+    /// This side ended the test early (`reason`: `interrupted`, a signal): the peer ends
+    /// its loops at once instead of waiting out its timeouts. A peer of an older version
+    /// fails on the unknown message, as it failed on the closed stream before.
+    Abort {
+        /// Why, as this side's report says it.
+        reason: String,
+    },
 }
 
 /// What a receiver saw.
@@ -64,7 +75,8 @@ pub struct RecvResult {
     /// Nanoseconds from the start of the receive loop to its last completion (bw).
     #[serde(default)]
     pub elapsed_ns: u64,
-    /// Highest receive rate over 100 ms windows, bytes/s (bw).
+    /// Highest receive rate over a peak window (at least 100 ms and 8 completions,
+    /// [`super::peak`]), bytes/s (bw).
     #[serde(default)]
     pub peak_bytes_per_s: u64,
 }
@@ -447,7 +459,8 @@ impl Side {
         }
     }
 
-    fn post_write_with_imm(
+    /// Posts a WRITE_WITH_IMM of `sge` to `off` bytes into `remote`.
+    pub(super) fn post_write_with_imm(
         &self,
         wr_id: u64,
         sge: Sge,
@@ -467,7 +480,8 @@ impl Side {
         }
     }
 
-    fn post_recv(&self, wr_id: u64, sge: Sge) -> Result<(), PostError> {
+    /// Posts a receive.
+    pub(super) fn post_recv(&self, wr_id: u64, sge: Sge) -> Result<(), PostError> {
         match &self.ep {
             Endpoint::Thread { qp, .. } => qp.post_recv(wr_id, sge),
             Endpoint::Caller { .. } => {
@@ -479,7 +493,7 @@ impl Side {
 
     /// Moves up to `max` completions of one side of the CQ into `out` (progressing a
     /// caller endpoint once first).
-    fn poll_cq(&self, recv_side: bool, out: &mut Vec<Completion>, max: usize) -> usize {
+    pub(super) fn poll_cq(&self, recv_side: bool, out: &mut Vec<Completion>, max: usize) -> usize {
         match &self.ep {
             Endpoint::Thread { qp, .. } if recv_side => qp.poll_recv_cq(out, max),
             Endpoint::Thread { qp, .. } => qp.poll_send_cq(out, max),
@@ -505,7 +519,11 @@ impl Side {
     /// Waits up to `timeout` for the next completion of one side of the CQ; a caller
     /// endpoint progresses its worker meanwhile ([`Worker::wait`]: busy-polls for
     /// `--spin-us`, then sleeps in the datapath until a datagram arrives).
-    fn wait_cq(&self, recv_side: bool, timeout: Duration) -> Result<Option<Completion>, String> {
+    pub(super) fn wait_cq(
+        &self,
+        recv_side: bool,
+        timeout: Duration,
+    ) -> Result<Option<Completion>, String> {
         match &self.ep {
             Endpoint::Thread { qp, .. } if recv_side => qp.wait_recv_cq(timeout),
             Endpoint::Thread { qp, .. } => qp.wait_send_cq(timeout),
@@ -537,7 +555,7 @@ impl Side {
     /// Counts the `--verify` check of a successful `RecvRdmaWithImm` `c`: immediate `i`
     /// names slot `i mod slots` of the destination region, which must hold the pattern of
     /// message `i`. Checked here, on the test's thread, in the application's memory.
-    fn verify(&self, p: &TestParams, c: &Completion) {
+    pub(super) fn verify(&self, p: &TestParams, c: &Completion) {
         if !p.verify || c.opcode != WcOpcode::RecvRdmaWithImm || c.status != WcStatus::Success {
             return;
         }
@@ -767,8 +785,10 @@ pub fn make_side(p: &TestParams, udp_bind: SocketAddr, local: &LocalOpts) -> Res
 
 /// The control stream: a writer and a reader thread feeding a channel.
 pub struct CtlStream {
-    w: TcpStream,
-    rx: crossbeam_channel::Receiver<Result<Ctl, String>>,
+    /// The stream, for writing.
+    pub(super) w: TcpStream,
+    /// What its reader thread read: one message a line, or the error that ended it.
+    pub(super) rx: crossbeam_channel::Receiver<Result<Ctl, String>>,
 }
 
 impl CtlStream {
@@ -809,768 +829,6 @@ impl CtlStream {
             .write_all(l.as_bytes())
             .map_err(|e| format!("control stream: {e}"))
     }
-}
-
-/// What the local sender did.
-#[derive(Clone, Debug, Default)]
-pub struct SendResult {
-    /// Messages completed.
-    pub completions: u64,
-    /// Bytes in them.
-    pub bytes: u64,
-    /// Seconds from the first post to the last completion.
-    pub elapsed_s: f64,
-    /// Highest rate over 100 ms windows, bytes/s.
-    pub peak_bps: f64,
-    /// Highest rate of sends and receives together (`--bidirectional`) over 100 ms
-    /// windows, bytes/s.
-    pub peak_total_bps: f64,
-    /// Latency samples (lat test), ns, one way (half the round trip).
-    pub lat_ns: Vec<u64>,
-    /// The `-i` intervals.
-    pub intervals: Vec<Interval>,
-}
-
-/// A failed completion as an error naming its cause: for `RetryExceeded` after RTO
-/// expiries, why the transport gave up (`peer unresponsive for 5.0 s`).
-fn check(side: &Side, c: &Completion) -> Result<(), String> {
-    if c.status != WcStatus::Success {
-        let cause = match side.stats() {
-            Ok((qs, _)) => qs.give_up.map(|g| format!(" ({g})")).unwrap_or_default(),
-            Err(_) => String::new(),
-        };
-        return Err(format!(
-            "work request {} ({:?}) failed: {:?}{cause}",
-            c.wr_id, c.opcode, c.status
-        ));
-    }
-    Ok(())
-}
-
-/// Sender of the bw test: WRITE_WITH_IMM of message `i` (immediate `i mod 2^32`) into
-/// slot `i mod slots` of the peer's region, `tx_depth` in flight, until `iters` messages or
-/// `duration_s` passed.
-///
-/// # Errors
-/// A failed completion, or no progress for `timeout`.
-pub fn send_bw(
-    side: &Side,
-    remote: RemoteMr,
-    p: &TestParams,
-    timeout: Duration,
-    progress: ProgressOpts,
-    received: &AtomicU64,
-) -> (SendResult, Option<String>) {
-    let slots = p.region_size / p.size;
-    let (window, _) = windows(p);
-    let start = Instant::now();
-    let mut meter = Meter::new(progress, p.duration_s, start);
-    let end = p.duration_s.map(|d| start + Duration::from_secs_f64(d));
-    let (mut posted, mut done) = (0u64, 0u64);
-    let mut last_progress = Instant::now();
-    let mut got = Vec::with_capacity(256);
-    let mut finished_posting = false;
-    // The loop as a closure so that an error still leaves the counts of what completed.
-    let mut run = || -> Result<(), String> {
-        loop {
-            let now = Instant::now();
-            if !finished_posting {
-                finished_posting = match (p.iters, end) {
-                    (Some(n), _) => posted >= n,
-                    (None, Some(e)) => now >= e,
-                    (None, None) => true,
-                };
-            }
-            while !finished_posting && posted - done < window && p.iters.is_none_or(|n| posted < n)
-            {
-                if let Some(r) = p.rate_limit_gbps {
-                    let due = start
-                        + Duration::from_secs_f64(posted as f64 * p.size as f64 * 8.0 / (r * 1e9));
-                    if Instant::now() < due {
-                        break;
-                    }
-                }
-                let off = (posted % slots) * p.size;
-                fill_message(side, p, posted, off)?;
-                post_message(side, remote, p, posted, off)?;
-                if posted == done {
-                    // Nothing was outstanding (a rate limit spaced the posts): the no-progress
-                    // clock starts now, not at the last completion.
-                    last_progress = Instant::now();
-                }
-                posted += 1;
-            }
-            if finished_posting && done == posted {
-                break;
-            }
-            let wait = if p.rate_limit_gbps.is_some() {
-                Duration::from_micros(200)
-            } else {
-                Duration::from_millis(20)
-            };
-            got.clear();
-            if let Some(c) = side.wait_cq(false, wait)? {
-                got.push(c);
-                side.poll_cq(false, &mut got, 4096);
-            }
-            let now = Instant::now();
-            if got.is_empty() {
-                if done < posted && now.duration_since(last_progress) > timeout {
-                    return Err(format!(
-                        "no completion for {:.1} s ({done} of {posted} messages done): peer unreachable?",
-                        timeout.as_secs_f64()
-                    ));
-                }
-                continue;
-            }
-            last_progress = now;
-            for c in &got {
-                check(side, c)?;
-                done += 1;
-            }
-            meter.tick(
-                now,
-                done,
-                done * p.size,
-                received.load(Ordering::Relaxed),
-                || retransmit_counters(side),
-            );
-        }
-        Ok(())
-    };
-    let failure = run().err();
-    let now = Instant::now();
-    let elapsed_s = now.duration_since(start).as_secs_f64();
-    let bytes = done * p.size;
-    let m = meter.finish(now, done, bytes, received.load(Ordering::Relaxed), || {
-        retransmit_counters(side)
-    });
-    let avg = bytes as f64 / elapsed_s.max(1e-9);
-    let r = SendResult {
-        completions: done,
-        bytes,
-        elapsed_s,
-        peak_bps: m.peak_sent_bps.max(avg),
-        peak_total_bps: m.peak_total_bps,
-        lat_ns: Vec::new(),
-        intervals: m.intervals,
-    };
-    (r, failure)
-}
-
-/// This side's retransmitted packets and RTO expiries so far (0, 0 if the engine is gone).
-fn retransmit_counters(side: &Side) -> (u64, u64) {
-    side.stats()
-        .map_or((0, 0), |(q, _)| (q.conn.retransmitted, q.conn.timeouts))
-}
-
-/// Under `--verify`, fills `p.size` bytes at offset `off` of this side's source region
-/// (application memory, here on the test's thread) with the pattern of message `i mod 2^32`.
-fn fill_message(side: &Side, p: &TestParams, i: u64, off: u64) -> Result<(), String> {
-    if p.verify {
-        let off = usize::try_from(off).map_err(|e| e.to_string())?;
-        side.src_mem
-            .with_range_mut(off, p.size as usize, |b| {
-                pattern::fill(b, p.seed, u64::from(i as u32));
-            })
-            .map_err(|e| e.to_string())?;
-    }
-    Ok(())
-}
-
-/// Posts message `i`: WRITE_WITH_IMM (wr_id `i`, immediate `i mod 2^32`) of `p.size` bytes
-/// from offset `off` of this side's source region to offset `off` of the peer's region.
-fn post_message(
-    side: &Side,
-    remote: RemoteMr,
-    p: &TestParams,
-    i: u64,
-    off: u64,
-) -> Result<(), String> {
-    let sge = Sge {
-        lkey: side.src.lkey,
-        addr: side.src.addr + off,
-        len: p.size as u32,
-    };
-    side.post_write_with_imm(i, sge, remote, off, i as u32)
-        .map_err(|e| format!("post: {e}"))
-}
-
-/// Takes up to 64 send completions into `scratch` and fails on the first unsuccessful one.
-fn reap_sends(side: &Side, scratch: &mut Vec<Completion>) -> Result<(), String> {
-    scratch.clear();
-    side.poll_cq(false, scratch, 64);
-    scratch.iter().try_for_each(|c| check(side, c))
-}
-
-/// Receives a side posts before it connects (wr_ids `0..n`): for a bw receiver its peer's
-/// TX depth plus slack for completions its thread has not reaped and reposted yet
-/// (`4 x tx-depth + 64`), 64 for either end of the lat test, none for a bw sender. A
-/// receiver without a free receive answers the last packet of a message with
-/// NACK(RECEIVER_NOT_READY) (resent after 640 us), so a thread that falls behind slows
-/// the sender instead of letting it overwrite slots whose completions are still to come;
-/// posting them before the connection is up keeps the first messages from that wait.
-///
-/// Under `--verify` the receiver checks a slot on its own thread before it reposts the
-/// receive the message took, so the receives posted ahead (`r`) and the sender's messages
-/// in flight (`w`) must fit the region's slots (`r + w <= slots`): then message `i + slots`,
-/// which reuses message `i`'s slot, cannot be posted before message `i` was checked.
-fn initial_recvs(p: &TestParams, active: bool) -> u64 {
-    match p.test {
-        TestKind::Bw if !active || p.bidirectional => windows(p).1,
-        TestKind::Bw => 0,
-        TestKind::Lat => 64,
-    }
-}
-
-/// A bw sender's messages in flight and a bw receiver's receives posted ahead: `tx-depth`
-/// and `4 x tx-depth + 64`; under `--verify` as many receives as the slots left beyond
-/// the depth (at least one, the depth shrinking to make room), so the two fit the region
-/// ([`initial_recvs`]).
-fn windows(p: &TestParams) -> (u64, u64) {
-    let d = p.tx_depth.max(1);
-    let ahead = 4 * d + 64;
-    if !p.verify {
-        return (d, ahead);
-    }
-    let slots = (p.region_size / p.size.max(1)).max(2);
-    let w = d.min(slots - 1);
-    (w, (slots - w).min(ahead))
-}
-
-/// Posts `n` zero-length receives into the destination region, wr_ids `base..base + n`.
-fn post_recvs(side: &Side, n: u64, base: u64) -> Result<(), String> {
-    for i in 0..n {
-        side.post_recv(
-            base + i,
-            Sge {
-                lkey: side.dst.lkey,
-                addr: side.dst.addr,
-                len: 0,
-            },
-        )
-        .map_err(|e| format!("post_recv: {e}"))?;
-    }
-    Ok(())
-}
-
-/// Receiver of the bw test: counts `RecvRdmaWithImm` completions (immediates in order)
-/// until the peer's `Done` count is reached.
-///
-/// # Errors
-/// A failed or out-of-order completion, no progress for `timeout`, or a broken stream.
-pub fn recv_bw(
-    side: &Side,
-    p: &TestParams,
-    peer_done: &crossbeam_channel::Receiver<u64>,
-    timeout: Duration,
-    received: &AtomicU64,
-) -> Result<RecvResult, String> {
-    let depth = initial_recvs(p, false);
-    let mut r = RecvResult::default();
-    let mut target: Option<u64> = None;
-    let mut last = Instant::now();
-    let started = Instant::now();
-    // In duration mode the sender's count arrives only at the end; past duration + timeout
-    // the no-progress timeout applies as it does in iteration mode.
-    let run_for = p.duration_s.map(Duration::from_secs_f64);
-    let mut got = Vec::with_capacity(256);
-    let (mut win_start, mut win_bytes) = (started, 0u64);
-    loop {
-        match peer_done.try_recv() {
-            Ok(n) => target = Some(n),
-            Err(crossbeam_channel::TryRecvError::Disconnected) if target.is_none() => {
-                return Err(format!(
-                    "receiver: the peer's control stream closed after {} messages, before it \
-                     reported its message count (peer gone?)",
-                    r.completions
-                ));
-            }
-            Err(_) => {}
-        }
-        if target == Some(r.completions) {
-            break;
-        }
-        got.clear();
-        if let Some(c) = side.wait_cq(true, Duration::from_millis(20))? {
-            got.push(c);
-            side.poll_cq(true, &mut got, 4096);
-        }
-        if got.is_empty() {
-            let past_run = run_for.is_none_or(|d| started.elapsed() > d + timeout);
-            if last.elapsed() > timeout && (target.is_some() || past_run) {
-                return Err(format!(
-                    "receiver: no message for {:.1} s after {} messages",
-                    timeout.as_secs_f64(),
-                    r.completions
-                ));
-            }
-            continue;
-        }
-        last = Instant::now();
-        for c in &got {
-            check(side, c)?;
-            if c.opcode != WcOpcode::RecvRdmaWithImm || c.imm != Some(r.completions as u32) {
-                return Err(format!(
-                    "receiver: expected message {} got {:?} imm {:?}",
-                    r.completions, c.opcode, c.imm
-                ));
-            }
-            side.verify(p, c);
-            r.completions += 1;
-            r.bytes += u64::from(c.byte_len);
-        }
-        received.store(r.bytes, Ordering::Relaxed);
-        r.elapsed_ns = last.duration_since(started).as_nanos() as u64;
-        let w = last.duration_since(win_start);
-        if w >= Duration::from_millis(100) {
-            let bps = ((r.bytes - win_bytes) as f64 / w.as_secs_f64()) as u64;
-            r.peak_bytes_per_s = r.peak_bytes_per_s.max(bps);
-            (win_start, win_bytes) = (last, r.bytes);
-        }
-        post_recvs(side, got.len() as u64, depth + r.completions)?;
-    }
-    Ok(r)
-}
-
-/// Ping side of the lat test: WRITE_WITH_IMM of `size` bytes, wait for the peer's echo,
-/// one sample per round trip (half of it, as perftest reports).
-///
-/// # Errors
-/// A failed completion or no echo within `timeout`.
-pub fn ping(
-    side: &Side,
-    remote: RemoteMr,
-    p: &TestParams,
-    timeout: Duration,
-    progress: ProgressOpts,
-) -> Result<SendResult, String> {
-    let start = Instant::now();
-    let mut meter = Meter::new(progress, p.duration_s, start);
-    let end = p.duration_s.map(|d| start + Duration::from_secs_f64(d));
-    let mut lat = Vec::with_capacity(p.iters.unwrap_or(100_000).min(10_000_000) as usize);
-    let mut sent = 0u64;
-    let mut scratch = Vec::new();
-    loop {
-        match (p.iters, end) {
-            (Some(n), _) if sent >= n => break,
-            (None, Some(e)) if Instant::now() >= e => break,
-            _ => {}
-        }
-        fill_message(side, p, sent, 0)?;
-        let t0 = Instant::now();
-        post_message(side, remote, p, sent, 0)?;
-        let c = side.wait_cq(true, timeout)?.ok_or_else(|| {
-            format!(
-                "no echo of message {sent} within {:.1} s: peer unreachable?",
-                timeout.as_secs_f64()
-            )
-        })?;
-        let rtt = t0.elapsed().as_nanos() as u64;
-        check(side, &c)?;
-        if c.imm != Some(sent as u32) {
-            return Err(format!("echo of message {sent} carried imm {:?}", c.imm));
-        }
-        side.verify(p, &c);
-        lat.push(rtt / 2);
-        sent += 1;
-        post_recvs(side, 1, 64 + sent)?;
-        reap_sends(side, &mut scratch)?;
-        meter.tick(Instant::now(), sent, sent * p.size, 0, || {
-            retransmit_counters(side)
-        });
-    }
-    let now = Instant::now();
-    let m = meter.finish(now, sent, sent * p.size, 0, || retransmit_counters(side));
-    Ok(SendResult {
-        completions: sent,
-        bytes: sent * p.size,
-        elapsed_s: now.duration_since(start).as_secs_f64(),
-        peak_bps: 0.0,
-        peak_total_bps: 0.0,
-        lat_ns: lat,
-        intervals: m.intervals,
-    })
-}
-
-/// Pong side of the lat test: echoes every message until the peer's `Done` count.
-///
-/// # Errors
-/// As [`recv_bw`].
-pub fn pong(
-    side: &Side,
-    remote: RemoteMr,
-    p: &TestParams,
-    peer_done: &crossbeam_channel::Receiver<u64>,
-    timeout: Duration,
-) -> Result<RecvResult, String> {
-    let mut r = RecvResult::default();
-    let mut target = None;
-    let mut last = Instant::now();
-    let mut scratch = Vec::new();
-    loop {
-        if let Ok(n) = peer_done.try_recv() {
-            target = Some(n);
-        }
-        if target == Some(r.completions) {
-            break;
-        }
-        let Some(c) = side.wait_cq(true, Duration::from_millis(20))? else {
-            if last.elapsed() > timeout {
-                return Err(format!(
-                    "no ping for {:.1} s after {}",
-                    timeout.as_secs_f64(),
-                    r.completions
-                ));
-            }
-            continue;
-        };
-        last = Instant::now();
-        check(side, &c)?;
-        let i = r.completions;
-        if c.imm != Some(i as u32) {
-            return Err(format!("expected ping {i}, got imm {:?}", c.imm));
-        }
-        side.verify(p, &c);
-        fill_message(side, p, i, 0)?;
-        post_message(side, remote, p, i, 0)?;
-        r.completions += 1;
-        r.bytes += u64::from(c.byte_len);
-        post_recvs(side, 1, 64 + r.completions)?;
-        reap_sends(side, &mut scratch)?;
-    }
-    Ok(r)
-}
-
-/// Everything one end measured.
-#[derive(Debug, Default)]
-pub struct EndResult {
-    /// Its sender (bw, or ping for lat; empty on a passive end).
-    pub send: Option<SendResult>,
-    /// Its receiver.
-    pub recv: RecvResult,
-    /// What the peer's receiver reported.
-    pub peer_recv: RecvResult,
-    /// Per-EV lines of its QP.
-    pub evs: Vec<EvLine>,
-    /// Connection counters.
-    pub conn: mrc_transport::stats::ConnStats,
-    /// Process CPU seconds over the test.
-    pub cpu_s: f64,
-    /// This side's engine counters (datapath calls, errors, sleeps).
-    pub engine: mrc_fabric::engine::EngineStats,
-    /// The receive address of the engine behind [`EndResult::engine`] (`--progress
-    /// thread`): [`EndResult::sum`] counts an engine shared by several QPs once.
-    pub engine_addr: Option<SocketAddr>,
-    /// Why the test failed, when this is what a failed test measured before it failed
-    /// ([`RunError::partial`]); `None` for a test that ran to its end.
-    pub failure: Option<String>,
-}
-
-/// A failed test: why, and what this end measured until then (a report never vanishes:
-/// the client prints it with `"ok": false`).
-#[derive(Debug)]
-pub struct RunError {
-    /// The error, as the user sees it.
-    pub message: String,
-    /// This end's counters and completed messages up to the failure, with
-    /// [`EndResult::failure`] set; `None` when the test failed before it started (setup)
-    /// or this end's engine was gone.
-    pub partial: Option<Box<EndResult>>,
-}
-
-impl From<String> for RunError {
-    fn from(message: String) -> Self {
-        RunError {
-            message,
-            partial: None,
-        }
-    }
-}
-
-impl From<&str> for RunError {
-    fn from(message: &str) -> Self {
-        message.to_string().into()
-    }
-}
-
-impl RecvResult {
-    /// Adds `o`'s counts to these (drops by reason merged; the longer elapsed time; the
-    /// peaks added, an upper bound of the peak of the sum).
-    fn add(&mut self, o: &RecvResult) {
-        self.completions += o.completions;
-        self.bytes += o.bytes;
-        self.verified_messages += o.verified_messages;
-        self.verified_bytes += o.verified_bytes;
-        self.bad_bytes += o.bad_bytes;
-        for (k, v) in &o.drops {
-            *self.drops.entry(k.clone()).or_default() += v;
-        }
-        self.unknown_qpn += o.unknown_qpn;
-        self.source_drops.before_connect += o.source_drops.before_connect;
-        self.source_drops.wrong_ip += o.source_drops.wrong_ip;
-        self.source_drops.wrong_port += o.source_drops.wrong_port;
-        self.elapsed_ns = self.elapsed_ns.max(o.elapsed_ns);
-        self.peak_bytes_per_s += o.peak_bytes_per_s;
-    }
-}
-
-impl EndResult {
-    /// The results of several QPs run in parallel (`-q`) as one: counts summed, the
-    /// longest elapsed time, peaks summed (each QP's best 100 ms window; an upper bound
-    /// of the best window of the sum), interval `k` the sum of each QP's `k`-th (they
-    /// start within the setup time of each other), the per-EV lines one after another,
-    /// the CPU time the largest (each end measures the whole process).
-    pub fn sum(all: Vec<EndResult>) -> EndResult {
-        let mut out = EndResult::default();
-        let mut send: Option<SendResult> = None;
-        // An engine several QPs share reports its counters to each: the latest (largest)
-        // snapshot counts, once.
-        let mut engines: Vec<(SocketAddr, mrc_fabric::engine::EngineStats)> = Vec::new();
-        for r in all {
-            if let Some(s) = r.send {
-                let t = send.get_or_insert_with(SendResult::default);
-                t.completions += s.completions;
-                t.bytes += s.bytes;
-                t.elapsed_s = t.elapsed_s.max(s.elapsed_s);
-                t.peak_bps += s.peak_bps;
-                t.peak_total_bps += s.peak_total_bps;
-                t.lat_ns.extend(s.lat_ns);
-                for (k, iv) in s.intervals.into_iter().enumerate() {
-                    match t.intervals.get_mut(k) {
-                        None => t.intervals.push(iv),
-                        Some(a) => {
-                            a.start_s = a.start_s.min(iv.start_s);
-                            a.end_s = a.end_s.max(iv.end_s);
-                            a.sent_messages += iv.sent_messages;
-                            a.sent_bytes += iv.sent_bytes;
-                            a.received_bytes += iv.received_bytes;
-                            a.bw_gbps += iv.bw_gbps;
-                            a.bw_mib_per_s += iv.bw_mib_per_s;
-                            a.retransmitted_packets += iv.retransmitted_packets;
-                            a.rto_expiries += iv.rto_expiries;
-                        }
-                    }
-                }
-            }
-            out.recv.add(&r.recv);
-            out.peer_recv.add(&r.peer_recv);
-            out.evs.extend(r.evs);
-            let (c, o) = (&mut out.conn, &r.conn);
-            c.sent += o.sent;
-            c.retransmitted += o.retransmitted;
-            c.trimmed += o.trimmed;
-            c.ecn_marked += o.ecn_marked;
-            c.timeouts += o.timeouts;
-            c.rto_lost += o.rto_lost;
-            c.rack_losses += o.rack_losses;
-            c.spurious += o.spurious;
-            c.tail_loss_probes += o.tail_loss_probes;
-            out.cpu_s = out.cpu_s.max(r.cpu_s);
-            if let Some(addr) = r.engine_addr {
-                match engines.iter_mut().find(|(a, _)| *a == addr) {
-                    Some((_, seen))
-                        if seen.datapath.tx_datagrams < r.engine.datapath.tx_datagrams =>
-                    {
-                        *seen = r.engine;
-                    }
-                    Some(_) => {}
-                    None => engines.push((addr, r.engine)),
-                }
-            } else {
-                add_engine_stats(&mut out.engine, &r.engine);
-            }
-        }
-        for (_, e) in &engines {
-            add_engine_stats(&mut out.engine, e);
-        }
-        out.send = send;
-        out
-    }
-}
-
-/// Adds engine `o`'s counters to `e`.
-fn add_engine_stats(e: &mut mrc_fabric::engine::EngineStats, o: &mrc_fabric::engine::EngineStats) {
-    e.sleeps += o.sleeps;
-    e.datapath.tx_datagrams += o.datapath.tx_datagrams;
-    e.datapath.tx_calls += o.datapath.tx_calls;
-    e.datapath.tx_errors += o.datapath.tx_errors;
-    e.datapath.rx_datagrams += o.datapath.rx_datagrams;
-    e.datapath.rx_calls += o.datapath.rx_calls;
-    e.datapath.rx_errors += o.datapath.rx_errors;
-}
-
-/// Runs one end of the test on a connected side. `active`: the client (sender in bw,
-/// pinger in lat); in bidirectional bw both send. `show_progress`: print the progress line
-/// on stderr, its rate in this unit (the table's).
-///
-/// # Errors
-/// Any test error, as text.
-pub fn run_end(
-    side: &Side,
-    remote: RemoteMr,
-    ctl: CtlStream,
-    p: &TestParams,
-    active: bool,
-    timeout: Duration,
-    show_progress: Option<ProgressOpts>,
-) -> Result<EndResult, RunError> {
-    // The transport names why it gives up (`peer unresponsive for N s`) after
-    // `--peer-timeout`; the test's own no-progress checks wait a second longer, so that
-    // cause is what a dead or paused peer is reported with.
-    let timeout = timeout.max(Duration::from_secs_f64(p.peer_timeout_s + 1.0));
-    let CtlStream { w, rx } = ctl;
-    let mut w = CtlStream {
-        w,
-        rx: crossbeam_channel::never(),
-    };
-    let (done_tx, done_rx) = crossbeam_channel::unbounded();
-    let (result_tx, result_rx) = crossbeam_channel::unbounded();
-    let (err_tx, err_rx) = crossbeam_channel::unbounded::<String>();
-    // Demultiplex the peer's control messages.
-    std::thread::spawn(move || {
-        while let Ok(m) = rx.recv() {
-            match m {
-                Ok(Ctl::Done { sent }) => {
-                    let _ = done_tx.send(sent);
-                }
-                Ok(Ctl::Result(r)) => {
-                    let _ = result_tx.send(r);
-                }
-                Err(e) => {
-                    let _ = err_tx.send(e);
-                    return;
-                }
-            }
-        }
-    });
-    let cpu0 = report::process_cpu_s();
-    let sends = active || (p.bidirectional && p.test == TestKind::Bw);
-    let receives = !active || (p.bidirectional && p.test == TestKind::Bw);
-    let progress = show_progress.unwrap_or_else(ProgressOpts::quiet);
-    let received = AtomicU64::new(0);
-    // What the sender completed when it failed.
-    let mut send_partial = None;
-    let (send, recv) = std::thread::scope(|s| {
-        let recv_h = (receives && p.test == TestKind::Bw)
-            .then(|| s.spawn(|| recv_bw(side, p, &done_rx, timeout, &received)));
-        let mut pong_result = None;
-        let send = if p.test == TestKind::Lat {
-            if active {
-                ping(side, remote, p, timeout, progress).map(Some)
-            } else {
-                pong(side, remote, p, &done_rx, timeout).map(|r| {
-                    pong_result = Some(r);
-                    None
-                })
-            }
-        } else if sends {
-            match send_bw(side, remote, p, timeout, progress, &received) {
-                (r, None) => Ok(Some(r)),
-                (r, Some(e)) => {
-                    send_partial = Some(r);
-                    Err(e)
-                }
-            }
-        } else {
-            Ok(None)
-        };
-        if let Ok(Some(s)) = &send {
-            let _ = w.send(&Ctl::Done {
-                sent: s.completions,
-            });
-        }
-        let recv = match recv_h {
-            Some(h) => h
-                .join()
-                .unwrap_or_else(|_| Err("receiver thread panicked".into())),
-            None => Ok(pong_result.unwrap_or_default()),
-        };
-        (send, recv)
-    });
-    let (send, recv) = match (send, recv) {
-        (Ok(s), Ok(r)) => (s, r),
-        (send, recv) => {
-            let (message, send) = match send {
-                Ok(s) => (recv.err().unwrap_or_default(), s),
-                Err(e) => (e, send_partial),
-            };
-            let partial = local_result(side, send, RecvResult::default(), cpu0)
-                .ok()
-                .map(|mut r| {
-                    r.failure = Some(message.clone());
-                    Box::new(r)
-                });
-            return Err(RunError { message, partial });
-        }
-    };
-    let mut r = local_result(side, send, recv, cpu0)?;
-    w.send(&Ctl::Result(r.recv.clone()))?;
-    r.peer_recv = crossbeam_channel::select! {
-        recv(result_rx) -> r => r.map_err(|_| "peer closed the control stream".to_string())?,
-        recv(err_rx) -> e => return Err(e.unwrap_or_else(|_| "control stream closed".into()).into()),
-        default(timeout) => return Err(format!("peer sent no result within {:.1} s", timeout.as_secs_f64()).into()),
-    };
-    r.cpu_s = report::process_cpu_s() - cpu0;
-    Ok(r)
-}
-
-/// This end's part of an [`EndResult`]: `send`, `recv` with the QP's verify counters and
-/// drops, the per-EV lines, the connection and engine counters, the CPU time since
-/// `cpu0`; the peer's receiver left empty.
-///
-/// # Errors
-/// The engine is gone (its stats cannot be read).
-fn local_result(
-    side: &Side,
-    send: Option<SendResult>,
-    mut recv: RecvResult,
-    cpu0: f64,
-) -> Result<EndResult, String> {
-    let (qs, engine) = side.stats().map_err(|e| e.to_string())?;
-    let v = *side.verified.lock().unwrap_or_else(|e| e.into_inner());
-    recv.verified_messages = v.checked_messages;
-    recv.verified_bytes = v.checked_bytes;
-    recv.bad_bytes = v.bad_bytes;
-    recv.drops = DROP_REASONS
-        .iter()
-        .filter(|r| qs.conn.drops.get(**r) > 0)
-        .map(|r| (format!("{r:?}"), qs.conn.drops.get(*r)))
-        .collect();
-    recv.unknown_qpn = engine.rx_unknown_qpn;
-    recv.source_drops = qs.source_drops.into();
-    let cpu_s = report::process_cpu_s() - cpu0;
-    let evs = qs
-        .evs
-        .iter()
-        .zip(
-            qs.ev_states
-                .iter()
-                .map(|s| super::srv6::state_name(*s))
-                .chain(std::iter::repeat("")),
-        )
-        .map(|((ev, port, s), state)| EvLine {
-            ev: *ev,
-            port: *port,
-            packets: s.sent,
-            retransmits: s.retransmitted,
-            trims: s.trimmed,
-            ecn_marks: s.ecn_marked,
-            timeouts: s.timeouts,
-            state,
-        })
-        .collect();
-    Ok(EndResult {
-        send,
-        recv,
-        peer_recv: RecvResult::default(),
-        evs,
-        conn: qs.conn,
-        cpu_s,
-        engine,
-        engine_addr: side.engine_addr(),
-        failure: None,
-    })
 }
 
 /// First line of the server's answer to the test parameters when it accepted them and its
@@ -1921,8 +1179,27 @@ fn remote_region(regions: &[RemoteMr], p: &TestParams, who: &str) -> Result<Remo
 enum ServeError {
     /// The client was bad, silent or slow during setup: drop it, wait for the next.
     Client(String),
-    /// This server cannot serve (its UDP port is taken), or the test itself failed.
+    /// This server cannot serve (its UDP port is taken).
     Fatal(String),
+    /// The test ran and failed, or a signal ended it.
+    Test(Box<TestParams>, RunError),
+}
+
+/// Why [`serve_one`] returned without a finished test.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeFailure {
+    /// No client set up in time, or this side could not set up (its UDP port taken).
+    #[error("{0}")]
+    Setup(String),
+    /// The client's test ran and failed or was interrupted; `error.partial` holds what
+    /// this end measured until then.
+    #[error("{}", error.message)]
+    Test {
+        /// The client's test.
+        params: Box<TestParams>,
+        /// Why, and the partial counts.
+        error: RunError,
+    },
 }
 
 /// Server role: takes clients from `queue` until one sets up, runs its test, returns.
@@ -1931,29 +1208,53 @@ enum ServeError {
 /// from accept to the ready barrier) is answered where it can be, named on stderr
 /// (`mrc-perf server: dropped client ADDR: REASON`) and dropped; the server then takes the
 /// next ([`ClientQueue`] reads every waiting connection's parameters at once).
-/// `accept_timeout` bounds the wait for a client that sets up (loopback).
+/// `accept_timeout` bounds the wait for a client that sets up (loopback). `port` holds
+/// `udp_bind`'s port between tests ([`super::udp_port`]): it is lent to each test's
+/// datapath and taken back before the next client is awaited.
 ///
 /// # Errors
-/// No client within `accept_timeout`; this side cannot set up (e.g. its UDP port is
-/// taken: answered to the client too); the test failed.
+/// [`ServeFailure::Setup`]: no client within `accept_timeout`, or this side cannot set
+/// up (e.g. its UDP port is taken: answered to the client too; or it was taken between
+/// two tests);
+/// [`ServeFailure::Test`]: the test failed or a signal ended it.
+#[allow(clippy::too_many_arguments)]
 pub fn serve_one(
     queue: &mut ClientQueue,
     udp_bind: SocketAddr,
+    port: &mut super::udp_port::Reservation,
     timeout: Duration,
     accept_timeout: Option<Duration>,
     local: &LocalOpts,
     limits: &ServerLimits,
     psk: Option<&[u8]>,
-) -> Result<(TestParams, EndResult), String> {
+) -> Result<(TestParams, EndResult), ServeFailure> {
     let until = accept_timeout.map(|t| Instant::now() + t);
     loop {
-        let (s, peer, line, setup_until) = queue.next(timeout, until)?;
-        match serve_stream(s, line, setup_until, udp_bind, timeout, local, limits, psk) {
+        // the last test's datapath is gone: hold the port while no test runs
+        port.retake()
+            .map_err(|e| ServeFailure::Setup(e.to_string()))?;
+        let (s, peer, line, setup_until) =
+            queue.next(timeout, until).map_err(ServeFailure::Setup)?;
+        let served = serve_stream(
+            s,
+            line,
+            setup_until,
+            udp_bind,
+            port,
+            timeout,
+            local,
+            limits,
+            psk,
+        );
+        match served {
             Ok(r) => return Ok(r),
             Err(ServeError::Client(e)) => {
                 eprintln!("mrc-perf server: dropped client {peer}: {e}");
             }
-            Err(ServeError::Fatal(e)) => return Err(e),
+            Err(ServeError::Fatal(e)) => return Err(ServeFailure::Setup(e)),
+            Err(ServeError::Test(params, error)) => {
+                return Err(ServeFailure::Test { params, error });
+            }
         }
     }
 }
@@ -1967,6 +1268,7 @@ fn serve_stream(
     line: Vec<u8>,
     until: Instant,
     udp_bind: SocketAddr,
+    port: &mut super::udp_port::Reservation,
     timeout: Duration,
     local: &LocalOpts,
     limits: &ServerLimits,
@@ -1997,6 +1299,8 @@ fn serve_stream(
         })
         .map_err(Client)
         .and_then(|p| {
+            // the datapath binds the held port itself
+            port.release();
             make_side(&p, udp_bind, local)
                 .map(|side| (p, side))
                 .map_err(Fatal)
@@ -2005,6 +1309,7 @@ fn serve_stream(
     let reply = match &setup {
         Ok(_) => format!("{REPLY_OK}\n"),
         Err(Client(e) | Fatal(e)) => format!("{REPLY_ERROR}{}\n", e.replace('\n', " ")),
+        Err(ServeError::Test(_, e)) => format!("{REPLY_ERROR}{}\n", e.message.replace('\n', " ")),
     };
     let sent =
         mrc_fabric::engine::bootstrap::DeadlineStream::new(&s, until).write_all(reply.as_bytes());
@@ -2014,12 +1319,14 @@ fn serve_stream(
         let left = until.saturating_duration_since(Instant::now());
         verbs::exchange(&mut s, book, addr, left.max(Duration::from_millis(1))).map_err(Client)?;
     }
-    post_recvs(&side, initial_recvs(&p, false), 0).map_err(Fatal)?;
+    post_recvs(&side, initial_recvs(&p, false), 0).map_err(|e| Fatal(e.to_string()))?;
     let c = connect_qp(&side, s, until, psk, false).map_err(Client)?;
     let remote = remote_region(&c.remote.regions, &p, "client").map_err(Client)?;
     let ctl = CtlStream::new(c.stream).map_err(Fatal)?;
-    let r = run_end(&side, remote, ctl, &p, false, timeout, None).map_err(|e| Fatal(e.message))?;
-    Ok((p, r))
+    match run_end(&side, remote, ctl, &p, false, timeout, None) {
+        Ok(r) => Ok((p, r)),
+        Err(e) => Err(ServeError::Test(Box::new(p), e)),
+    }
 }
 
 /// The engine bootstrap on `s` by `until`: authenticated (per-packet AES-256-GCM under
@@ -2120,7 +1427,7 @@ pub fn run_client_on(
     if let Some((book, addr)) = &side.verbs {
         verbs::exchange(&mut s, book, addr, timeout)?;
     }
-    post_recvs(&side, initial_recvs(p, true), 0)?;
+    post_recvs(&side, initial_recvs(p, true), 0).map_err(|e| e.to_string())?;
     // The bootstrap after the server's answer under a deadline of its own (the wait for
     // the answer may have used most of the first: the server was busy with another).
     let c = connect_qp(&side, s, Instant::now() + timeout, psk, true)?;
@@ -2183,89 +1490,6 @@ mod cpu_tests {
 }
 
 #[cfg(test)]
-mod sum_tests {
-    use super::*;
-
-    /// `-q`: counts add up, the elapsed time is the longest, interval k sums each QP's
-    /// k-th, drops by reason merge, the CPU time is the largest (not the sum: each end
-    /// measures the whole process).
-    #[test]
-    fn sum_of_qps_exact() {
-        let iv = |s: f64, e: f64, m: u64| Interval {
-            start_s: s,
-            end_s: e,
-            sent_messages: m,
-            sent_bytes: m * 10,
-            bw_gbps: 1.0,
-            retransmitted_packets: 1,
-            ..Interval::default()
-        };
-        let one = |n: u64, el: f64, ivs: Vec<Interval>, dup: u64, cpu: f64| {
-            let mut r = EndResult {
-                send: Some(SendResult {
-                    completions: n,
-                    bytes: n * 10,
-                    elapsed_s: el,
-                    peak_bps: 100.0,
-                    intervals: ivs,
-                    ..SendResult::default()
-                }),
-                cpu_s: cpu,
-                evs: vec![EvLine::default()],
-                ..EndResult::default()
-            };
-            r.conn.sent = n;
-            r.conn.rto_lost = 1;
-            r.peer_recv.completions = n;
-            r.peer_recv.drops.insert("Duplicate".into(), dup);
-            r.engine.datapath.tx_datagrams = n;
-            r
-        };
-        let s = EndResult::sum(vec![
-            one(5, 2.0, vec![iv(0.0, 1.0, 3), iv(1.0, 2.0, 2)], 1, 0.5),
-            one(
-                7,
-                2.5,
-                vec![iv(0.1, 1.1, 4), iv(1.1, 2.1, 2), iv(2.1, 2.5, 1)],
-                2,
-                0.7,
-            ),
-        ]);
-        let t = s.send.unwrap();
-        assert_eq!((t.completions, t.bytes, t.elapsed_s), (12, 120, 2.5));
-        assert_eq!(t.peak_bps, 200.0);
-        let got: Vec<(f64, f64, u64, u64, u64)> = t
-            .intervals
-            .iter()
-            .map(|i| {
-                (
-                    i.start_s,
-                    i.end_s,
-                    i.sent_messages,
-                    i.sent_bytes,
-                    i.retransmitted_packets,
-                )
-            })
-            .collect();
-        assert_eq!(
-            got,
-            [
-                (0.0, 1.1, 7, 70, 2),
-                (1.0, 2.1, 4, 40, 2),
-                (2.1, 2.5, 1, 10, 1)
-            ]
-        );
-        assert_eq!(t.intervals[0].bw_gbps, 2.0);
-        assert_eq!((s.conn.sent, s.conn.rto_lost), (12, 2));
-        assert_eq!(s.peer_recv.completions, 12);
-        assert_eq!(s.peer_recv.drops["Duplicate"], 3);
-        assert_eq!(s.evs.len(), 2);
-        assert_eq!(s.cpu_s, 0.7);
-        assert_eq!(s.engine.datapath.tx_datagrams, 12);
-    }
-}
-
-#[cfg(test)]
 mod preset_tests {
     use super::*;
     use mrc_congestion::{AnyController, Controller, LinkParams};
@@ -2317,57 +1541,5 @@ mod preset_tests {
             (q.link.line_rate_bps, q.link.base_rtt_ns),
             (100_000_000_000, 200_000)
         );
-    }
-}
-
-#[cfg(test)]
-mod verify_window_tests {
-    use super::*;
-    use clap::Parser;
-
-    /// Under --verify a bw receiver's receives ahead and the sender's depth fit the slots
-    /// (so a slot is checked before the sender can reuse it); without it, as before.
-    #[test]
-    fn receives_ahead_and_depth_fit_the_slots_under_verify() {
-        let p = |args: &[&str]| {
-            let mut v = vec!["mrc-perf", "loopback"];
-            v.extend_from_slice(args);
-            super::super::opts::Cli::parse_from(v)
-                .test
-                .params()
-                .unwrap()
-        };
-        assert_eq!(windows(&p(&["-s", "65536", "-t", "16"])), (16, 4 * 16 + 64));
-        // Default region under --verify: 32 slots for depth 16.
-        assert_eq!(
-            windows(&p(&["-s", "65536", "-t", "16", "--verify"])),
-            (16, 16)
-        );
-        // A region of exactly depth slots: one receive ahead, one message less in flight.
-        let tight = p(&[
-            "-s",
-            "65536",
-            "-t",
-            "16",
-            "--region-size",
-            "1048576",
-            "--verify",
-        ]);
-        assert_eq!(windows(&tight), (15, 1));
-        // Many slots: the receives ahead stop at 4 x depth + 64.
-        let roomy = p(&[
-            "-s",
-            "4096",
-            "-t",
-            "4",
-            "--region-size",
-            "4194304",
-            "--verify",
-        ]);
-        assert_eq!(windows(&roomy), (4, 4 * 4 + 64));
-        for q in [tight, roomy] {
-            let (w, r) = windows(&q);
-            assert!(w + r <= q.region_size / q.size);
-        }
     }
 }

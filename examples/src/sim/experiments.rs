@@ -10,7 +10,7 @@
 use mrc_congestion::CcKind;
 use mrc_fabric::sim::net::Progress;
 use mrc_fabric::sim::{
-    DesignInput, EcnConfig, Fault, FaultKind, FlowSpec, LinkSelector, Oversubscription,
+    DesignInput, EcnConfig, Fault, FaultKind, FlowSpec, Layout, LinkSelector, Oversubscription,
     QueueConfig, SimConfig, SimReport, Simulator, SpineLeafSpec, Topology, TransportSpec, design,
 };
 
@@ -162,6 +162,7 @@ pub fn fabric(
         spine_port_gbps: 100,
         oversubscription: over,
         planes: 1,
+        layout: Layout::SpineLeaf,
     })?;
     let spec = SpineLeafSpec::from_design(&d, PROP_NS);
     Ok((spec, Topology::spine_leaf(&spec)?))
@@ -918,12 +919,13 @@ fn speed(
     // of one shared 4148-byte payload, as a NIC posts one registered buffer again and
     // again), then forwarded over 4 links, and parsed by the receiving host (which owns no
     // endpoint for it). Each row is run `RAW_REPEATS` times and shows the run of median
-    // wall time. `hops_per_s` (checked) times framing and events; `hops_per_s_min` and
+    // wall time. `hops_per_s` times framing and events, `hops_per_cpu_s_median` (checked)
+    // the same over the median CPU time of the runs; `hops_per_s_min` and
     // `_max` are the slowest and fastest runs, `_first` the first (the only one whose
     // memory is touched for the first time); `framing_s` is the framing's share of
     // `wall_s`, and `hops_per_s_events_only` the hops over the event loop's time alone
     // (frames built and queued at their NICs before it runs), for information, not checked.
-    let (raw_wall, hops) = raw_switching(
+    let (raw_cpu, hops) = raw_switching(
         &mut t,
         "raw frames (switching core)",
         RawRun {
@@ -969,10 +971,13 @@ fn speed(
     // A packet-hop event is one frame crossing one link (queued, serialised, propagated,
     // received): `packet_hops` counts them; `events` counts the simulator's queue events,
     // two per hop here (TxDone and Arrive).
-    let hps = hops as f64 / raw_wall.max(1e-9);
+    // Judged on CPU time (the median of the runs), not wall time: on a busy machine the
+    // wall clock measures the neighbours (1.27 M hops/s of wall time at load 6 where the
+    // same run's CPU time said 5.57 M).
+    let hps = hops as f64 / raw_cpu.max(1e-9);
     t.check(
-        ">= 5 million packet-hop events per second on one core (switching core, raw frames)",
-        format!("{:.2} M packet hops/s", hps / 1e6),
+        ">= 5 million packet-hop events per CPU second on one core (switching core, raw frames)",
+        format!("{:.2} M packet hops per CPU s", hps / 1e6),
         hps >= 5e6,
     );
     Ok(t)
@@ -1094,7 +1099,9 @@ fn raw_once(
 /// the row `name` to `t` from the run of median wall time, with the fastest and slowest
 /// rates beside it (on a shared machine one run can be a third slower than the next) and
 /// the first run's (which also pays for first touching its memory).
-/// Returns the median wall time, s, and the packet hops of one run.
+/// Returns the median CPU time of the runs, s (the process's user + system time, which
+/// other work on the machine does not inflate the way it inflates wall time), and the
+/// packet hops of one run.
 fn raw_switching(
     t: &mut ResultTable,
     name: &str,
@@ -1122,6 +1129,9 @@ fn raw_switching(
     runs.sort_by(|a, b| a.wall_s.total_cmp(&b.wall_s));
     let (fastest, slowest) = (runs[0], runs[RAW_REPEATS - 1]);
     let m = runs[RAW_REPEATS / 2];
+    let mut cpu: Vec<f64> = runs.iter().map(|r| r.cpu_s).collect();
+    cpu.sort_by(f64::total_cmp);
+    let median_cpu_s = cpu[RAW_REPEATS / 2];
     let rate = |x: u64, s: f64| x as f64 / s.max(1e-9);
     t.row(
         name,
@@ -1137,10 +1147,11 @@ fn raw_switching(
             ("hops_per_s_max", rate(fastest.hops, fastest.wall_s)),
             ("hops_per_s_first", rate(first_run.hops, first_run.wall_s)),
             ("hops_per_cpu_s", rate(m.hops, m.cpu_s)),
+            ("hops_per_cpu_s_median", rate(m.hops, median_cpu_s)),
             ("virtual_us", m.end_ns as f64 / 1e3),
             ("framing_s", m.wall_s - m.events_wall_s),
             ("hops_per_s_events_only", rate(m.hops, m.events_wall_s)),
         ],
     );
-    Ok((m.wall_s, m.hops))
+    Ok((median_cpu_s, m.hops))
 }

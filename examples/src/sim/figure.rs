@@ -20,9 +20,9 @@ use std::path::Path;
 use mrc_fabric::sim::host::ev_src_port;
 use mrc_fabric::sim::net::TraceHop;
 use mrc_fabric::sim::topo::Role;
-use mrc_fabric::sim::{FabricDesign, Topology};
+use mrc_fabric::sim::{FabricDesign, NicPlace, Topology};
 
-use super::design::hop_text;
+use super::design::{hop_text, trace_kind};
 use super::output::{check_plot_path, wrap};
 
 /// Most leaves drawn per plane (more: the first `MAX_RACKS - 1`, a gap, the last).
@@ -528,8 +528,10 @@ pub fn design_figure(d: &FabricDesign) -> Figure {
                 format!("{servers_drawn} of {most_servers}")
             }
         ),
-        shown("spine", "spines", spines.len(), p.spines),
     ];
+    if p.spines > 0 {
+        drawn_parts.push(shown("spine", "spines", spines.len(), p.spines));
+    }
     if planes < i.planes {
         drawn_parts.push(format!("planes 0-{} of {}", planes - 1, i.planes));
     }
@@ -544,7 +546,7 @@ pub fn design_figure(d: &FabricDesign) -> Figure {
             d.actual_oversubscription
         ),
         format!(
-            "{}per plane: {} ({}x{}G), {} ({}x{}G), {}G lanes, {} uplink lanes per leaf; {} cables in all",
+            "{}per plane: {} ({}x{}G), {}, {}G lanes{}; {} cables in all",
             if i.planes > 1 {
                 format!(
                     "each NIC split into {} x {}G lanes, one per plane; ",
@@ -556,11 +558,22 @@ pub fn design_figure(d: &FabricDesign) -> Figure {
             plural(u64::from(p.leaves), "leaf", "leaves"),
             i.leaf_radix,
             i.leaf_port_gbps,
-            plural(u64::from(p.spines), "spine", "spines"),
-            i.spine_radix,
-            i.spine_port_gbps,
+            if p.spines == 0 {
+                "no spines (one leaf holds every NIC)".to_owned()
+            } else {
+                format!(
+                    "{} ({}x{}G)",
+                    plural(u64::from(p.spines), "spine", "spines"),
+                    i.spine_radix,
+                    i.spine_port_gbps
+                )
+            },
             p.lane_gbps,
-            p.uplinks_per_leaf,
+            if p.spines == 0 {
+                String::new()
+            } else {
+                format!(", {} uplink lanes per leaf", p.uplinks_per_leaf)
+            },
             d.cables
         ),
         format!("drawn: {}", drawn_parts.join(", ")),
@@ -569,7 +582,12 @@ pub fn design_figure(d: &FabricDesign) -> Figure {
 
     // Rows.
     let spine_y = top + if planes > 1 { 40 } else { 20 } + BOX_H / 2;
-    let leaf_y = spine_y + 250;
+    // Without spines (one leaf) the leaves take the spines' row.
+    let leaf_y = if p.spines == 0 {
+        spine_y
+    } else {
+        spine_y + 250
+    };
     let bus_y = leaf_y + BOX_H / 2 + 14;
     let server_y0 = leaf_y + BOX_H / 2 + 34;
     let server_h = 36;
@@ -710,7 +728,7 @@ pub fn design_figure(d: &FabricDesign) -> Figure {
                 HAnchor::Center,
             );
         }
-        if planes > 1 {
+        if planes > 1 && p.spines > 0 {
             let g0 = groups_x0 + plane as i32 * (group_w + 40);
             f.text(
                 Kind::PlaneLabel,
@@ -852,15 +870,22 @@ pub fn design_figure(d: &FabricDesign) -> Figure {
     let tag = if i.planes > 1 { ", in each plane" } else { "" };
     entries.push((
         Sample::Box(fill),
-        format!(
-            "leaf ({}x{}G, {} down + {} up lanes) and spine ({}x{}G){tag}",
-            i.leaf_radix,
-            i.leaf_port_gbps,
-            p.downlinks_per_leaf,
-            p.uplinks_per_leaf,
-            i.spine_radix,
-            i.spine_port_gbps
-        ),
+        if p.spines == 0 {
+            format!(
+                "leaf ({}x{}G, {} down lanes, no uplinks: no spines){tag}",
+                i.leaf_radix, i.leaf_port_gbps, p.downlinks_per_leaf
+            )
+        } else {
+            format!(
+                "leaf ({}x{}G, {} down + {} up lanes) and spine ({}x{}G){tag}",
+                i.leaf_radix,
+                i.leaf_port_gbps,
+                p.downlinks_per_leaf,
+                p.uplinks_per_leaf,
+                i.spine_radix,
+                i.spine_port_gbps
+            )
+        },
     ));
     let per_server = gps.min(p.downlinks_per_leaf);
     entries.push((
@@ -870,7 +895,9 @@ pub fn design_figure(d: &FabricDesign) -> Figure {
             p.lane_gbps
         ),
     ));
-    if uniform {
+    if p.spines == 0 {
+        // No leaf-spine pairs.
+    } else if uniform {
         entries.push((
             Sample::Line(line, width_of(u64::from(max_l))),
             format!(
@@ -914,8 +941,8 @@ pub fn spine_of_path(topo: &Topology, hops: &[TraceHop]) -> Option<String> {
 
 /// The figure of `mrc-sim trace --plot`: hosts `src` and `dst`, their leaves, the spines
 /// and the path of each EV (`traces[ev]`, as [`Simulator::trace`] gives it) on the
-/// plane `topo` of design `d`; `forwarding` names the mode in the title (see the module
-/// docs).
+/// plane `topo` of design `d` (plane number `plane`: the planes are alike); `forwarding`
+/// names the mode in the title (see the module docs).
 ///
 /// [`Simulator::trace`]: mrc_fabric::sim::Simulator::trace
 pub fn trace_figure(
@@ -923,6 +950,7 @@ pub fn trace_figure(
     topo: &Topology,
     src: u32,
     dst: u32,
+    plane: u32,
     forwarding: &str,
     traces: &[Vec<TraceHop>],
 ) -> Figure {
@@ -962,18 +990,33 @@ pub fn trace_figure(
     };
     let gps = i.gpus_per_server.max(1);
     let plane_text = if i.planes > 1 {
-        format!(", plane 0 of {} (the planes are alike)", i.planes)
+        format!(", plane {plane} of {} (the planes are alike)", i.planes)
     } else {
         String::new()
     };
+    let kind =
+        trace_kind(d, src, dst).unwrap_or(if same_leaf { "same leaf" } else { "cross leaf" });
+    let layout = if d.rail.is_some() {
+        "rail layout, "
+    } else {
+        ""
+    };
+    // `, rail 1 group 0` after a host's NIC in the rail layout.
+    let rail_of = |h: u32| match d.nic_place(h) {
+        Some(NicPlace {
+            rail: Some(r),
+            group: Some(g),
+            ..
+        }) => format!(", rail {r} group {g}"),
+        _ => String::new(),
+    };
     let mut title = vec![
         format!(
-            "trace host{src} -> host{dst}: {forwarding}, {}, {}{plane_text}",
-            if same_leaf { "same leaf" } else { "cross leaf" },
+            "trace host{src} -> host{dst}: {forwarding}, {layout}{kind}, {}{plane_text}",
             plural(traces.len() as u64, "EV", "EVs"),
         ),
         format!(
-            "{} GPUs, {}G NICs; {}, {}, {} x {}G lanes per leaf-spine pair; host{src} = server {} NIC {}, host{dst} = server {} NIC {}",
+            "{} GPUs, {}G NICs; {}, {}, {} x {}G lanes per leaf-spine pair; host{src} = server {} NIC {}{}, host{dst} = server {} NIC {}{}",
             i.gpus,
             i.nic_gbps,
             plural(u64::from(p.leaves), "leaf", "leaves"),
@@ -982,8 +1025,10 @@ pub fn trace_figure(
             p.lane_gbps,
             src / gps,
             src % gps,
+            rail_of(src),
             dst / gps,
-            dst % gps
+            dst % gps,
+            rail_of(dst)
         ),
     ];
     if !same_leaf && (drawn_spines.len() as u32) < n_spines {
@@ -1203,10 +1248,12 @@ mod tests {
         // (GPUs, planes) -> servers, NIC squares, leaf boxes, spine boxes, NIC link lines,
         // leaf-spine lines, notes of what is not drawn.
         for ((gpus, planes), want) in [
-            ((16, 1), (2, 16, 1, 1, 2, 1, 0)),
+            // One leaf holds the 16 NICs: no spine.
+            ((16, 1), (2, 16, 1, 0, 2, 0, 0)),
             ((64, 1), (8, 64, 2, 1, 8, 2, 0)),
-            // One 128-lane leaf per plane holds all 8 servers: 4 drawn, one note.
-            ((64, 2), (4, 32, 2, 2, 8, 2, 1)),
+            // One 128-lane leaf per plane holds all 8 servers (no spines): 4 drawn, one
+            // note.
+            ((64, 2), (4, 32, 2, 0, 8, 0, 1)),
             // 32 leaves: 9 and the last drawn, 4 servers each, 16 spines; the gap's two
             // lines and its server count.
             ((1024, 1), (40, 320, 10, 16, 40, 160, 3)),
@@ -1235,6 +1282,11 @@ mod tests {
         let f = design_figure(&design(&i).unwrap());
         assert_eq!(f.texts(Kind::Elided), ["+ 4 more servers"]);
         assert_eq!(f.texts(Kind::Leaf), ["P0 leaf0", "P1 leaf0"]);
+        // No spines: the plane is in the leaves' names and the legend, no plane label.
+        assert!(f.texts(Kind::PlaneLabel).is_empty());
+        let mut i = DesignInput::reference(1024);
+        i.planes = 2;
+        let f = design_figure(&design(&i).unwrap());
         assert_eq!(f.texts(Kind::PlaneLabel), ["plane 0", "plane 1"]);
         let f = design_figure(&design(&DesignInput::reference(64)).unwrap());
         assert_eq!(f.texts(Kind::LinkLabel), ["32 x 200G", "32 x 200G"]);
@@ -1301,7 +1353,7 @@ mod tests {
     #[test]
     fn trace_figure_draws_each_ev_through_its_spine() {
         let (d, topo, t) = traces(1024, 0, 900, 8);
-        let f = trace_figure(&d, &topo, 0, 900, "ecmp", &t);
+        let f = trace_figure(&d, &topo, 0, 900, 0, "ecmp", &t);
         assert_eq!(f.rects(Kind::Spine), 16);
         assert_eq!(f.rects(Kind::Leaf), 2);
         assert_eq!(f.rects(Kind::Host), 2);
@@ -1329,7 +1381,7 @@ mod tests {
     #[test]
     fn many_evs_aggregate_per_spine() {
         let (d, topo, t) = traces(1024, 0, 900, 64);
-        let f = trace_figure(&d, &topo, 0, 900, "ecmp", &t);
+        let f = trace_figure(&d, &topo, 0, 900, 0, "ecmp", &t);
         let mut per_spine = std::collections::BTreeMap::new();
         for hops in &t {
             *per_spine
@@ -1354,7 +1406,7 @@ mod tests {
         assert_eq!(total, 64);
         // A same-leaf trace draws no spine.
         let (d, topo, t) = traces(1024, 0, 3, 4);
-        let f = trace_figure(&d, &topo, 0, 3, "ecmp", &t);
+        let f = trace_figure(&d, &topo, 0, 3, 0, "ecmp", &t);
         assert_eq!((f.rects(Kind::Spine), f.rects(Kind::Leaf)), (0, 1));
         assert_eq!(f.texts(Kind::Elided), ["same leaf: no spine crossed"]);
     }

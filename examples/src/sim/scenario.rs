@@ -54,8 +54,8 @@
 use crate::sim::limits::{RunSize, SimLimits};
 use mrc_congestion::CcKind;
 use mrc_fabric::sim::{
-    DesignInput, EcnConfig, Fault, FaultKind, FlowSpec, Forwarding, LinkSelector, QueueConfig,
-    SimConfig, TransportSpec, design,
+    DesignInput, EcnConfig, Fault, FaultKind, FlowSpec, Forwarding, Layout, LinkSelector,
+    QueueConfig, SimConfig, TransportSpec, design,
 };
 use serde::Deserialize;
 
@@ -303,6 +303,7 @@ impl Scenario {
             spine_port_gbps: t.spine_port_gbps,
             oversubscription: t.oversubscription.parse()?,
             planes: t.planes,
+            layout: Layout::SpineLeaf,
         };
         let d = design(&input)?;
         let spec = mrc_fabric::sim::SpineLeafSpec::from_design(&d, t.propagation_ns);

@@ -1438,6 +1438,16 @@ int main(int argc, char **argv) {
   if (argc >= 6 && strcmp(argv[2], "idle") == 0) return idle(argv[1], atoi(argv[3]), argv[4], atoi(argv[5]));
   if (argc >= 8 && strcmp(argv[2], "ring") == 0)
     return ring(argv[1], atoi(argv[3]), atoi(argv[4]), argv[5], strtoull(argv[6], NULL, 10), atoi(argv[7]));
-  fprintf(stderr, "usage: %s LIB api | %s LIB ring RANK NRANKS DIR BYTES ITERS\n", argv[0], argv[0]);
+  fprintf(stderr,
+          "usage: %s MODE ...\n"
+          "  %s sizes                                  print the ABI structs' sizes and offsets\n"
+          "  %s LIB api                                drive every plugin version as NCCL does\n"
+          "  %s LIB hostile                            misuse the ABI as a buggy caller would\n"
+          "  %s LIB bw BYTES COUNT WINDOW              one connection, COUNT messages, WINDOW in flight\n"
+          "  %s LIB idle RANK DIR MS                   an idle receiver (RANK 1 receives, 0 sends)\n"
+          "  %s LIB dead ROLE DIR                      one side of a pair whose peer is SIGKILLed\n"
+          "  %s LIB ring RANK NRANKS DIR BYTES ITERS   one rank of a ring allreduce over DIR\n"
+          "LIB: the plugin's file name or path (libnccl-net-spray.so; set LD_LIBRARY_PATH)\n",
+          argv[0], argv[0], argv[0], argv[0], argv[0], argv[0], argv[0], argv[0]);
   return 2;
 }

@@ -381,3 +381,45 @@ fn a_peer_killed_with_sigkill_fails_the_survivors_test_within_the_budget() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// The harness without a mode prints every mode with its arguments (the usage line used
+/// to name only `api` and `ring`) and exits 2.
+#[test]
+fn the_harness_usage_lists_every_mode() {
+    let (_dir, exe) = setup("usage");
+    let out = Command::new(&exe).output().expect("run the harness");
+    assert_eq!(out.status.code(), Some(2));
+    let usage = String::from_utf8_lossy(&out.stderr);
+    // mode lines are indented: "  HARNESS [LIB] MODE ARGS... description"
+    let modes: Vec<String> = usage
+        .lines()
+        .filter(|l| l.starts_with("  "))
+        .map(|l| {
+            let t: Vec<&str> = l.split_whitespace().collect();
+            let (mode, args) = if t[1] == "LIB" {
+                (t[2], &t[3..])
+            } else {
+                (t[1], &t[2..])
+            };
+            let args: Vec<&str> = args
+                .iter()
+                .take_while(|a| a.chars().all(|c| c.is_ascii_uppercase()))
+                .copied()
+                .collect();
+            format!("{mode} {}", args.join(" "))
+        })
+        .collect();
+    assert_eq!(
+        modes,
+        [
+            "sizes ",
+            "api ",
+            "hostile ",
+            "bw BYTES COUNT WINDOW",
+            "idle RANK DIR MS",
+            "dead ROLE DIR",
+            "ring RANK NRANKS DIR BYTES ITERS"
+        ],
+        "{usage}"
+    );
+}

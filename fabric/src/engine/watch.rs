@@ -10,10 +10,11 @@
 //! |-------|-------|
 //! | `error` | `connection failed: CAUSE` (the sender's [`mrc_transport::send::GiveUp`], e.g. `peer unresponsive for 5.0 s`) |
 //! | `warn`  | `EV N ASSUMED_BAD: CAUSE` / `EV N DENIED: ...` (an EV out of rotation; cause `loss`, `RTO timeout`, `unproven (revalidation)`) |
+//! | `warn`  | `plane Q down: CAUSE` (cause `losses on its EVs`, `the peer reports its port down`, `local port down`; a connection over several planes, [`mrc_transport::path::plane`]) |
 //! | `warn`  | `RTO expired K times` (at most one event per QP per [`RTO_REPORT_NS`], with the count since the previous one) |
 //! | `warn`  | `K work requests completed with an error`, datapath errors (at most one a second) |
 //! | `warn`  | `K more EV state changes not logged in the last second` (past [`EV_EVENTS_PER_WINDOW`] EV events of one QP a second) |
-//! | `info`  | connection state changes (`Init -> Ready`, ...), QP connect, close, destroy; an EV back in rotation |
+//! | `info`  | connection state changes (`Init -> Ready`, ...), QP connect, close, destroy; an EV back in rotation; `plane Q back up` |
 //! | `debug` | an EV skipped for one rotation (trim, ECN); the TCP bootstrap's steps ([`super::bootstrap`]) |
 //!
 //! Nothing is logged per packet. Each event carries `qpn` (hex) and, for EV events, `ev`
@@ -22,7 +23,7 @@
 
 use mrc_congestion::AnyController;
 use mrc_transport::completion::WcStatus;
-use mrc_transport::path::PathState;
+use mrc_transport::path::{PathState, PlaneDownCause, PlaneState};
 use mrc_transport::stats::EvStats;
 use mrc_transport::{ConnState, Connection};
 use tracing::{Level, debug, error, info, warn};
@@ -139,6 +140,26 @@ pub(crate) struct Watch {
     first_failed: Option<WcStatus>,
     /// The EV events' rate limit.
     ev_budget: Budget,
+    /// Each plane's state at the previous sample.
+    planes: Vec<PlaneState>,
+}
+
+/// The event for plane `q` going from `old` to `new`: `(true, text)` for a warning (down),
+/// `(false, text)` for information (back up); `None` when nothing an operator asks about
+/// changed (the same state, or one down cause giving way to another).
+fn plane_event(q: usize, old: PlaneState, new: PlaneState) -> Option<(bool, String)> {
+    match (old, new) {
+        (PlaneState::Up, PlaneState::Down(c)) => {
+            let why = match c {
+                PlaneDownCause::Loss => "losses on its EVs",
+                PlaneDownCause::PeerReport => "the peer reports its port down",
+                PlaneDownCause::Local => "local port down",
+            };
+            Some((true, format!("plane {q} down: {why}")))
+        }
+        (PlaneState::Down(_), PlaneState::Up) => Some((false, format!("plane {q} back up"))),
+        _ => None,
+    }
 }
 
 /// At most `EV_EVENTS_PER_WINDOW` events per `EV_WINDOW_NS`; the rest counted.
@@ -184,6 +205,7 @@ impl Watch {
             failed_wcs: 0,
             first_failed: None,
             ev_budget: Budget::default(),
+            planes: snap_planes(conn),
         }
     }
 
@@ -254,6 +276,20 @@ impl Watch {
         } else {
             self.evs = snap_evs(conn);
         }
+        // Planes (a handful per connection: no rate limit).
+        let planes = conn.paths().planes();
+        if planes.len() == self.planes.len() {
+            for (i, (p, old)) in planes.iter().zip(self.planes.iter_mut()).enumerate() {
+                match plane_event(i, *old, p.state) {
+                    Some((true, text)) => warn!(qpn = %q, plane = i, "{text}"),
+                    Some((false, text)) => info!(qpn = %q, plane = i, "{text}"),
+                    None => {}
+                }
+                *old = p.state;
+            }
+        } else {
+            self.planes = snap_planes(conn);
+        }
         // Connection state.
         if state != self.state {
             if state == ConnState::Error {
@@ -276,6 +312,10 @@ impl Watch {
             self.first_failed = None;
         }
     }
+}
+
+fn snap_planes(conn: &Connection<AnyController>) -> Vec<PlaneState> {
+    conn.paths().planes().iter().map(|p| p.state).collect()
 }
 
 fn snap_evs(conn: &Connection<AnyController>) -> Vec<EvSnap> {
@@ -327,6 +367,35 @@ mod tests {
         assert_eq!(b.roll(5 + EV_WINDOW_NS), Some(9));
         assert!(b.take());
         assert_eq!(b.roll(5 + 3 * EV_WINDOW_NS), None);
+    }
+
+    #[test]
+    fn plane_events_name_the_cause_and_the_return() {
+        let down = |c| PlaneState::Down(c);
+        assert_eq!(
+            plane_event(1, PlaneState::Up, down(PlaneDownCause::Loss)),
+            Some((true, "plane 1 down: losses on its EVs".to_string()))
+        );
+        assert_eq!(
+            plane_event(0, PlaneState::Up, down(PlaneDownCause::PeerReport)),
+            Some((
+                true,
+                "plane 0 down: the peer reports its port down".to_string()
+            ))
+        );
+        assert_eq!(
+            plane_event(3, PlaneState::Up, down(PlaneDownCause::Local)),
+            Some((true, "plane 3 down: local port down".to_string()))
+        );
+        assert_eq!(
+            plane_event(2, down(PlaneDownCause::Local), PlaneState::Up),
+            Some((false, "plane 2 back up".to_string()))
+        );
+        assert_eq!(
+            plane_event(2, down(PlaneDownCause::Loss), down(PlaneDownCause::Local)),
+            None
+        );
+        assert_eq!(plane_event(2, PlaneState::Up, PlaneState::Up), None);
     }
 
     #[test]

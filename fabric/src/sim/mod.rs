@@ -1,6 +1,6 @@
 //! The deterministic packet-level fabric simulator (DESIGN.md section 7).
 //!
-//! - [`design`](mod@design): the two-tier spine-leaf designer;
+//! - [`design`](mod@design): the two-tier designer, spine-leaf or rail-optimized, with planes;
 //! - [`wiring`]: which spine each leaf uplink goes to (the uplinks rotate over the spines);
 //! - [`topo`]: nodes, ports, links, addresses, next-hop tables built from a design;
 //! - [`event`]: the event queue, by time then scheduling order;
@@ -33,7 +33,10 @@ pub mod stats;
 pub mod topo;
 pub mod wiring;
 
-pub use design::{DesignError, DesignInput, FabricDesign, Oversubscription, SwitchPort, design};
+pub use design::{
+    DesignError, DesignInput, FabricCounts, FabricDesign, Layout, NicPlace, Oversubscription,
+    RailDesign, RailLeaf, SwitchPort, design,
+};
 pub use fault::{Fault, FaultKind, LinkSelector};
 pub use host::Forwarding;
 pub use link::LinkSpec;

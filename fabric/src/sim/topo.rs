@@ -1,10 +1,14 @@
 //! Topologies: nodes (hosts and switches), ports, links, addresses and shortest-path
-//! next-hop tables. [`Topology::spine_leaf`] builds the two-tier fabric of a
-//! [`FabricDesign`] plane.
+//! next-hop tables. [`Topology::from_design`] builds the two-tier fabric of one plane of a
+//! [`FabricDesign`] in its layout; [`Topology::spine_leaf`] the spine-leaf one from a
+//! [`SpineLeafSpec`].
 //!
-//! Node ids: hosts `0..hosts`, then leaves, then spines. Host `h` has one port (its NIC),
-//! to leaf `h / downlinks_per_leaf`. Leaf ports: `0..downlinks` to its hosts, then its
-//! uplinks, uplink `j` of leaf `l` to spine `(l x uplinks_per_leaf + j) % spines`
+//! Node ids: hosts `0..hosts`, then leaves, then spines. Host `h` is NIC `h` (GPU `h`) of
+//! the plane and has one port, to leaf `h / downlinks_per_leaf` in the spine-leaf layout,
+//! to leaf `group x rails + h mod gpus_per_server` in the rail layout
+//! ([`FabricDesign::nic_place`]: NIC `k` of each server on its group's rail-`k` leaf).
+//! A fabric of one leaf may have no spines (the designer gives it none). Leaf ports: its hosts' first, in host order, then
+//! its uplinks, uplink `j` of leaf `l` to spine `(l x uplinks_per_leaf + j) % spines`
 //! ([`UplinkWiring`]: `j % spines` when the uplinks are a multiple of the spines; otherwise
 //! the uplinks rotate so that no spine carries more than `ceil(leaves x uplinks / spines)`
 //! lanes). Spine ports: one per lane, leaf 0's first, then leaf 1's, in uplink order.
@@ -74,7 +78,7 @@ pub struct LinkEnds {
     pub spec: LinkSpec,
 }
 
-/// Shape of a two-tier fabric.
+/// Shape of a two-tier spine-leaf fabric.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct SpineLeafSpec {
     /// Hosts (NIC ports).
@@ -83,7 +87,8 @@ pub struct SpineLeafSpec {
     pub leaves: u32,
     /// Spines.
     pub spines: u32,
-    /// Host ports per leaf (the last leaf may hold fewer).
+    /// Host ports per leaf (the last leaf may hold fewer; host `h` is on leaf
+    /// `h / hosts_per_leaf`).
     pub hosts_per_leaf: u32,
     /// Uplinks of each leaf (uplink `j` of leaf `l` goes to spine
     /// `(l x uplinks_per_leaf + j) % spines`, see [`UplinkWiring`]).
@@ -95,7 +100,9 @@ pub struct SpineLeafSpec {
 }
 
 impl SpineLeafSpec {
-    /// The fabric of one plane of `design`, links of the lane speed and `propagation_ns`.
+    /// The fabric of one plane of `design`, links of the lane speed and `propagation_ns`,
+    /// as the spine-leaf layout wires it ([`Topology::from_design`] wires the design's own
+    /// layout, rails included).
     pub fn from_design(design: &FabricDesign, propagation_ns: u64) -> SpineLeafSpec {
         let p = &design.plane;
         let link = LinkSpec::gbps(u64::from(p.lane_gbps), propagation_ns);
@@ -141,6 +148,25 @@ pub enum TopoError {
     TooManyPorts,
 }
 
+/// The counts of `s` that must be positive: hosts, leaves, hosts per leaf; spines and
+/// uplinks per leaf too, except that one leaf may have neither.
+fn check_shape(s: &SpineLeafSpec) -> Result<(), TopoError> {
+    let no_spines = s.leaves == 1 && s.spines == 0 && s.uplinks_per_leaf == 0;
+    for (name, v) in [
+        ("hosts", s.hosts),
+        ("leaves", s.leaves),
+        ("spines", s.spines),
+        ("hosts_per_leaf", s.hosts_per_leaf),
+        ("uplinks_per_leaf", s.uplinks_per_leaf),
+    ] {
+        let may_be_zero = no_spines && matches!(name, "spines" | "uplinks_per_leaf");
+        if v == 0 && !may_be_zero {
+            return Err(TopoError::Zero(name));
+        }
+    }
+    Ok(())
+}
+
 /// Nodes, links and next-hop tables.
 #[derive(Clone, Debug, Serialize)]
 pub struct Topology {
@@ -167,21 +193,12 @@ pub struct Topology {
 }
 
 impl Topology {
-    /// A two-tier spine-leaf fabric.
+    /// A two-tier spine-leaf fabric: host `h` on leaf `h / hosts_per_leaf`. One leaf may
+    /// have no spines (`spines` and `uplinks_per_leaf` both 0).
     ///
     /// Errors: [`TopoError::Zero`], [`TopoError::TooManyHosts`], [`TopoError::TooManyPorts`].
     pub fn spine_leaf(s: &SpineLeafSpec) -> Result<Topology, TopoError> {
-        for (name, v) in [
-            ("hosts", s.hosts),
-            ("leaves", s.leaves),
-            ("spines", s.spines),
-            ("hosts_per_leaf", s.hosts_per_leaf),
-            ("uplinks_per_leaf", s.uplinks_per_leaf),
-        ] {
-            if v == 0 {
-                return Err(TopoError::Zero(name));
-            }
-        }
+        check_shape(s)?;
         if u64::from(s.leaves) * u64::from(s.hosts_per_leaf) < u64::from(s.hosts) {
             return Err(TopoError::TooManyHosts {
                 hosts: s.hosts,
@@ -189,6 +206,45 @@ impl Topology {
                 per_leaf: s.hosts_per_leaf,
             });
         }
+        Self::build(s, &|h| h / s.hosts_per_leaf)
+    }
+
+    /// One plane of `d` in its layout, links of the lane speed and `propagation_ns`:
+    /// [`Topology::spine_leaf`] of [`SpineLeafSpec::from_design`] for the spine-leaf
+    /// layout; for the rail layout the same leaves, spines and uplinks, host `h` on the
+    /// leaf of [`FabricDesign::nic_place`] (rail `h mod gpus_per_server` of its server's
+    /// group).
+    ///
+    /// Errors: as [`Topology::spine_leaf`]; [`TopoError::TooManyHosts`] when a leaf would
+    /// take more hosts than the design's `downlinks_per_leaf`.
+    pub fn from_design(d: &FabricDesign, propagation_ns: u64) -> Result<Topology, TopoError> {
+        let s = SpineLeafSpec::from_design(d, propagation_ns);
+        if d.rail.is_none() {
+            return Self::spine_leaf(&s);
+        }
+        check_shape(&s)?;
+        let too_many = TopoError::TooManyHosts {
+            hosts: s.hosts,
+            leaves: s.leaves,
+            per_leaf: s.hosts_per_leaf,
+        };
+        let mut per_leaf = vec![0u32; s.leaves as usize];
+        for h in 0..s.hosts {
+            let n = d
+                .nic_place(h)
+                .and_then(|p| per_leaf.get_mut(p.leaf as usize))
+                .ok_or_else(|| too_many.clone())?;
+            *n += 1;
+            if *n > s.hosts_per_leaf {
+                return Err(too_many);
+            }
+        }
+        // Every host has a place on a leaf (checked above).
+        Self::build(&s, &|h| d.nic_place(h).map_or(0, |p| p.leaf))
+    }
+
+    /// Nodes, links and routes of `s`, host `h` on leaf `leaf_of_host(h)` (< leaves).
+    fn build(s: &SpineLeafSpec, leaf_of_host: &dyn Fn(u32) -> u32) -> Result<Topology, TopoError> {
         let leaf0 = s.hosts;
         let spine0 = s.hosts + s.leaves;
         let mut nodes: Vec<NodeSpec> = (0..s.hosts)
@@ -227,7 +283,7 @@ impl Topology {
             Ok::<(), TopoError>(())
         };
         for h in 0..s.hosts {
-            connect(&mut nodes, h, leaf0 + h / s.hosts_per_leaf, s.host_link)?;
+            connect(&mut nodes, h, leaf0 + leaf_of_host(h), s.host_link)?;
         }
         let wiring = s.wiring();
         for l in 0..s.leaves {
@@ -553,5 +609,77 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// One leaf and no spines: the designer's 16-GPU fabric; hosts reach each other
+    /// through the leaf alone. Spines without uplinks (or the reverse) stay an error.
+    #[test]
+    fn one_leaf_without_spines() {
+        let d = crate::sim::design(&crate::sim::DesignInput::reference(16)).unwrap();
+        let t = Topology::from_design(&d, 500).unwrap();
+        assert_eq!((t.nodes.len(), t.links.len()), (17, 16));
+        assert_eq!((t.leaves.as_slice(), t.spines.len()), (&[16][..], 0));
+        assert_eq!(t.next_hops(16, 9), &[9]);
+        assert_eq!(t.leaf_of(15), Some(16));
+        let mut s = SpineLeafSpec::from_design(&d, 500);
+        s.uplinks_per_leaf = 1;
+        assert_eq!(
+            Topology::spine_leaf(&s).unwrap_err(),
+            TopoError::Zero("spines")
+        );
+        (s.uplinks_per_leaf, s.spines) = (0, 1);
+        assert_eq!(
+            Topology::spine_leaf(&s).unwrap_err(),
+            TopoError::Zero("uplinks_per_leaf")
+        );
+        (s.leaves, s.spines, s.hosts_per_leaf) = (2, 0, 8);
+        assert_eq!(
+            Topology::spine_leaf(&s).unwrap_err(),
+            TopoError::Zero("spines")
+        );
+    }
+
+    /// The rail layout of 1024 GPUs: 4 groups of 32 servers, 8 rail leaves each; NIC k of
+    /// server s on leaf (s / 32) x 8 + k, at leaf port s mod 32; same rail and group: one
+    /// leaf; cross rail: over the 16 spines.
+    #[test]
+    fn rail_layout_wires_nic_k_to_rail_k() {
+        let mut i = crate::sim::DesignInput::reference(1024);
+        i.layout = crate::sim::Layout::Rail;
+        let d = crate::sim::design(&i).unwrap();
+        let t = Topology::from_design(&d, 500).unwrap();
+        let (leaf0, spine0) = (1024, 1024 + 32);
+        assert_eq!(
+            (t.nodes.len(), t.links.len()),
+            (1024 + 32 + 16, 1024 + 1024)
+        );
+        for h in 0..1024 {
+            let (s, k) = (h / 8, h % 8);
+            let leaf = leaf0 + (s / 32) * 8 + k;
+            assert_eq!(t.leaf_of(h), Some(leaf), "host {h}");
+            let port = t.nodes[h as usize].ports[0].peer_port;
+            assert_eq!(u32::from(port), s % 32, "host {h}");
+        }
+        for &l in &t.leaves {
+            assert_eq!(t.nodes[l as usize].ports.len(), 64);
+        }
+        for &s in &t.spines {
+            assert_eq!(t.nodes[s as usize].ports.len(), 64);
+        }
+        // host0 (server 0 NIC 0) and host40 (server 5 NIC 0): rail 0 of group 0, leaf0,
+        // port 5 to host40.
+        assert_eq!(t.next_hops(leaf0, 40), &[5]);
+        // host41 (server 5 NIC 1) is on leaf1: leaf0 sends over its 32 uplinks.
+        assert_eq!(
+            t.next_hops(leaf0, 41),
+            (32..64).collect::<Vec<u16>>().as_slice()
+        );
+        // Spine 0 reaches leaf 1 over its lanes 2 and 3 (2 lanes per leaf-spine pair).
+        assert_eq!(t.next_hops(spine0, 41), &[2, 3]);
+        // The spine-leaf layout of the same GPUs: host41 on leaf1 by order (32 per leaf).
+        let d = crate::sim::design(&crate::sim::DesignInput::reference(1024)).unwrap();
+        let t = Topology::from_design(&d, 500).unwrap();
+        assert_eq!(t.leaf_of(41), Some(leaf0 + 1));
+        assert_eq!(t.leaf_of(31), Some(leaf0));
     }
 }

@@ -724,16 +724,40 @@ impl PathTable {
                 back = true;
             }
         }
-        if back && self.selection == Selection::Recycle {
-            // Recycled entropy explores only when its FIFO runs dry, which a busy flow's
-            // never does: the EV goes to the front, the next packet takes it, and its own
-            // acknowledgements recycle it from then on.
-            if self.recycled.len() >= RECYCLE_CAPACITY {
+        if back {
+            self.rejoin(idx);
+        }
+        self.recount_bad();
+    }
+
+    /// With [`Selection::Recycle`], EV `idx` is back in rotation (un-denied, or its probe
+    /// answered) and takes its share of the recycle FIFO at once: recycled entropy
+    /// explores only when its FIFO runs dry, which a busy flow's never does, so an EV
+    /// that merely became `Good` again would never be used, and one given a single entry
+    /// would carry one packet per round trip while the others carry their share. So the
+    /// EV gets `max(1, len / good)` entries at the front (`len` the FIFO's entries, `good`
+    /// the `Good` EVs, itself included): the next packets take it, its acknowledgements
+    /// recycle it from then on, and all but one of its entries replace the newest entries
+    /// of the others (the FIFO grows by one, as for a single entry), so the traffic in
+    /// flight is moved, not added. Without it a plane back from a failure stayed unused
+    /// under a busy flow (the `plane-loss` experiment never got back to 95% of its rate).
+    fn rejoin(&mut self, idx: usize) {
+        if self.selection != Selection::Recycle {
+            return;
+        }
+        let good = self
+            .paths
+            .iter()
+            .filter(|p| p.state == PathState::Good)
+            .count()
+            .max(1);
+        let share = (self.recycled.len() / good).max(1);
+        for k in 0..share {
+            if k > 0 {
                 self.recycled.pop_back();
             }
             self.recycled.push_front(idx);
         }
-        self.recount_bad();
     }
 
     /// Whether some EV is `AssumedBad` ([`PathTable::next_probe`] returns `None` while
@@ -815,11 +839,15 @@ impl PathTable {
         p.consecutive_losses = 0;
         p.stats.probes_answered += 1;
         let held = p.plane_held;
-        if p.state == PathState::AssumedBad {
+        let back = p.state == PathState::AssumedBad;
+        if back {
             p.state = PathState::Good;
         }
         if held {
             self.plane_probe_answered(idx, now_ns);
+        }
+        if back {
+            self.rejoin(idx);
         }
         self.note_proof(idx, now_ns);
         self.on_echo(idx, now_ns);

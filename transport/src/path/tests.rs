@@ -253,7 +253,9 @@ fn an_ev_unproven_for_the_revalidation_time_is_probed_before_data() {
     assert_eq!(t.paths()[2].proof_ns, Some(118_000));
     assert_eq!(t.paths()[2].proof_count, 53);
     assert_eq!(t.paths()[2].echo_ns, Some(118_000));
-    assert_eq!(picks(&mut t, 3), vec![1, 2, 0]);
+    // back in rotation, EV 2 rejoins the recycle FIFO at its front (its share of the one
+    // entry waiting, EV 1's, is one entry): EV 2, EV 1, then exploration from the cursor
+    assert_eq!(picks(&mut t, 3), vec![2, 1, 2]);
     // 49 deliveries but only 100 us after EV 2's: not stale either
     let mut t = table();
     deliver(&mut t, 49, 110_000);
@@ -361,6 +363,31 @@ proptest::proptest! {
             proptest::prop_assert_eq!(t.next_probe_time().is_some(), bad);
         }
     }
+}
+
+/// A busy flow's recycle FIFO never runs dry, so an EV back from `AssumedBad` by probe
+/// (or from `Denied`) takes its share of the FIFO's entries at the front at once, in place
+/// of the newest entries of the others: with 12 entries over 3 `Good` EVs, EV 3 back makes
+/// 4 `Good` EVs and gets 12 / 4 = 3 entries, and the FIFO holds 13 (one more, as for one
+/// entry), 2 of the others' newest gone.
+#[test]
+fn an_ev_back_by_probe_takes_its_share_of_a_busy_recycle_fifo() {
+    let mut t = PathTable::new(&[0, 1, 2, 3], Selection::Recycle, 1);
+    t.assume_bad(3, 0);
+    for _ in 0..4 {
+        for i in 0..3 {
+            t.on_delivered(i, 10);
+        }
+    }
+    t.end_ack(0, None);
+    assert_eq!(t.recycled().count(), 12);
+    assert_eq!(t.next_probe(0, 100), Some((3, 1)));
+    assert!(t.on_probe_reply(3, 1, 20));
+    let fifo: Vec<usize> = t.recycled().collect();
+    assert_eq!(fifo, vec![3, 3, 3, 0, 1, 2, 0, 1, 2, 0, 1, 2, 0]);
+    assert_eq!(picks(&mut t, 5), vec![3, 3, 3, 0, 1]);
+    // without it (before), the FIFO kept EV 3 out: 12 picks of 0, 1, 2 and EV 3 never
+    // explored while acknowledgements kept the FIFO full
 }
 
 mod recycle_fifo {

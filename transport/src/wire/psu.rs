@@ -16,7 +16,7 @@ mod field {
     pub const UP_PLANES: usize = 4;
     /// Byte 8: number of planes the sender has (1..=32).
     pub const PLANES: usize = 8;
-    /// Byte 9: flags ([`super::ACK`]).
+    /// Byte 9: flags (`ACK`).
     pub const FLAGS: usize = 9;
     /// Bytes 10-11: reserved.
     pub const RESERVED: usize = 10;
@@ -126,7 +126,7 @@ pub struct PortStatusRepr {
     pub planes: u8,
     /// Whether this acknowledges the peer's update `psu_seq`.
     pub ack: bool,
-    /// Flag bits other than [`ACK`] (sent 0), kept so a parsed packet re-emits
+    /// Flag bits other than the ack flag (0x80) (sent 0), kept so a parsed packet re-emits
     /// byte-identical.
     pub other_flags: u8,
     /// Reserved, sent 0, kept for the same reason.
