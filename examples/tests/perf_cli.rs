@@ -1577,6 +1577,7 @@ fn json_keys_are_the_vocabulary_and_the_table_uses_them() {
         [
             "ecn_marked_packets",
             "ev",
+            "probes_sent",
             "retransmitted_packets",
             "rto_lost_packets",
             "sent_packets",
@@ -2052,6 +2053,154 @@ fn all_sizes_against_a_one_shot_server_says_to_use_persistent() {
     assert!(e.contains("run the server with --persistent"), "{e}");
     let t = String::from_utf8_lossy(&o.stdout);
     assert!(t.contains("\n 2          3 "), "{t}");
+}
+
+/// A server receiving a duration test whose client freezes (SIGSTOP: its TCP connection
+/// stays open, its packets stop) fails one `--peer-timeout` after the client's last
+/// packet, naming the cause: the server has receives posted and nothing in flight, so
+/// its keepalives go unanswered. Before, it waited for the duration plus `--timeout`
+/// (here 30 + 10 s) and then blamed "no message".
+#[test]
+fn a_server_whose_client_freezes_fails_after_the_peer_timeout() {
+    use std::process::Stdio;
+    let (mut server, mut server_err) = start_server(&["-p", "28619", "--udp-port", "5919"]);
+    // Not under `timeout`: SIGSTOP must reach mrc-perf itself.
+    let mut client = Command::new(env!("CARGO_BIN_EXE_mrc-perf"))
+        .args(["client", "127.0.0.1", "-p", "28619", "-D", "30"])
+        .args(["--peer-timeout", "1", "--rate-limit", "1"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start client");
+    let mut err = client.stderr.take().unwrap();
+    await_progress(&mut err);
+    let pid = client.id() as i32;
+    // SAFETY: signals to our own child, not yet reaped.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    let t = Instant::now();
+    let stderr = server_failure(&mut server, &mut server_err);
+    let took = t.elapsed();
+    // SAFETY: as above.
+    unsafe {
+        libc::kill(pid, libc::SIGCONT);
+        libc::kill(pid, libc::SIGKILL);
+    }
+    let _ = client.wait();
+    assert!(stderr.contains("peer unresponsive for 1.0 s"), "{stderr}");
+    assert!(
+        took > Duration::from_millis(800) && took < Duration::from_secs(3),
+        "{took:?}: {stderr}"
+    );
+}
+
+/// Issue: "no client turned away". 500 silent connections opened at once and held (never
+/// a byte sent) and 200 real clients, 20 at a time, on one `--persistent` server: every
+/// client is served (before, 13 of 197 were reset with "64 newer connections waiting": a
+/// flood pushed out clients whose parameters had arrived but were not read yet). The
+/// server holds 64 connections that have not spoken; a further one takes the place of one
+/// silent for 200 ms, else waits in the backlog; a client whose parameters arrived waits
+/// for its turn and is never dropped for room.
+#[test]
+fn a_flood_of_silent_connections_never_turns_a_real_client_away() {
+    use std::io::Read;
+    const SILENT: usize = 500;
+    const CLIENTS: usize = 200;
+    const AT_ONCE: usize = 20;
+    let (mut server, server_err) = start_server(&[
+        "-p",
+        "28742",
+        "--udp-port",
+        "8742",
+        "--timeout",
+        "5",
+        "--persistent",
+    ]);
+    // the server's stderr, drained meanwhile (it names every dropped connection)
+    let drain = std::thread::spawn(move || {
+        let mut s = String::new();
+        let mut e = server_err;
+        let _ = e.read_to_string(&mut s);
+        s
+    });
+    // the flood, spread over the first 2.5 s of the clients' run so that silent and real
+    // connections mix in the backlog: connects complete in the kernel's backlog whether
+    // or not the server accepts them (past the backlog, the connect is retried)
+    let flood: Vec<std::thread::JoinHandle<Vec<std::net::TcpStream>>> = (0..10)
+        .map(|_| {
+            std::thread::spawn(|| {
+                (0..SILENT / 10)
+                    .filter_map(|_| {
+                        std::thread::sleep(Duration::from_millis(50));
+                        std::net::TcpStream::connect(("127.0.0.1", 28742)).ok()
+                    })
+                    .collect()
+            })
+        })
+        .collect();
+    let t0 = Instant::now();
+    let run = || {
+        perf_cmd()
+            .args([
+                "client",
+                "127.0.0.1",
+                "-p",
+                "28742",
+                "-n",
+                "2",
+                "-s",
+                "4096",
+            ])
+            .args(["--timeout", "60"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("start client")
+    };
+    let mut running: std::collections::VecDeque<std::process::Child> =
+        std::collections::VecDeque::new();
+    let (mut started, mut served, mut failed) = (0, 0, Vec::new());
+    while served + failed.len() < CLIENTS {
+        while running.len() < AT_ONCE && started < CLIENTS {
+            running.push_back(run());
+            started += 1;
+        }
+        let c = running.pop_front().expect("a client");
+        let o = c.wait_with_output().expect("wait for a client");
+        if o.status.success() {
+            served += 1;
+        } else {
+            failed.push(String::from_utf8_lossy(&o.stderr).into_owned());
+        }
+    }
+    let took = t0.elapsed();
+    // held open until the server is gone (else their closing is dropped as such)
+    let held: Vec<std::net::TcpStream> =
+        flood.into_iter().flat_map(|h| h.join().unwrap()).collect();
+    terminate(&mut server);
+    let stderr = drain.join().unwrap();
+    let held = held.len();
+    let silent_drops = stderr.matches("dropped client").count();
+    println!(
+        "{served} of {CLIENTS} clients served in {took:?}; {held} silent connections, \
+         {silent_drops} dropped by the server"
+    );
+    assert_eq!(held, SILENT);
+    assert_eq!(
+        served,
+        CLIENTS,
+        "failed clients:\n{}",
+        failed.join("\n---\n")
+    );
+    assert!(!stderr.contains("newer"), "{stderr}");
+    // every drop is of a connection that never spoke
+    assert!(
+        stderr
+            .lines()
+            .filter(|l| l.contains("dropped client"))
+            .all(|l| l.contains("silent for") || l.contains("no test parameters")),
+        "{stderr}"
+    );
+    assert!(took < Duration::from_secs(170), "{took:?}");
 }
 
 /// Sends `sig` to the process `child` (a [`perf_cmd`] child is coreutils `timeout`, which

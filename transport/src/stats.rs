@@ -199,6 +199,11 @@ pub struct ConnStats {
     pub psu_received: u64,
     /// This side's Port Status Updates the peer acknowledged.
     pub psu_acked: u64,
+    /// Keepalive probes sent ([`crate::conn::KEEPALIVE_PROBE_SEQ`]): work posted, nothing
+    /// in flight, the peer silent for the keepalive interval.
+    pub keepalives_sent: u64,
+    /// Answers to this side's keepalive probes received.
+    pub keepalive_replies: u64,
     /// Incoming datagrams dropped, by reason.
     pub drops: DropCounts,
 }

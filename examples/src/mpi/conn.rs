@@ -7,7 +7,7 @@
 //! (QPs whose sockets carry different SRHs, `--srv6` towards different spines, need
 //! sockets of their own): [`RankConn::sockets`] counts them.
 
-use super::handles::Handle;
+use super::handles::{Handle, HandleAuth};
 use crate::perf::opts::TestParams;
 use mrc_fabric::engine::bootstrap::RemoteMr;
 use mrc_fabric::engine::{Context, EngineStats, Qp, QpStats, VerifySpec};
@@ -42,6 +42,17 @@ pub struct PeerQp {
     pub peer_udp: Option<SocketAddr>,
     /// Receives posted so far (wr_ids `0..`).
     pub recvs_posted: u64,
+    /// With `--psk-file`: this QP's setup nonce (OS CSPRNG), sent in its handle.
+    pub nonce: Option<[u8; 32]>,
+}
+
+/// The pre-shared key, never printed (`Debug` says only its length).
+struct Psk(Vec<u8>);
+
+impl std::fmt::Debug for Psk {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Psk({} bytes)", self.0.len())
+    }
 }
 
 /// A rank's engine and QPs.
@@ -53,6 +64,11 @@ pub struct RankConn {
     pub qps: Vec<PeerQp>,
     /// The address peers send to.
     pub advertised: SocketAddr,
+    /// The pre-shared key of `--psk-file`: every QP's packets are authenticated under
+    /// keys derived from it and both ends' nonces.
+    psk: Option<Psk>,
+    /// This rank (the lower rank of a pair is its initiator in the key derivation).
+    rank: u32,
 }
 
 /// Region size of each QP's two regions for the streams of `p`, bytes.
@@ -69,6 +85,8 @@ impl RankConn {
         p: &TestParams,
         bind: IpAddr,
         advertise: Option<IpAddr>,
+        rank: u32,
+        psk: Option<Vec<u8>>,
     ) -> Result<RankConn, String> {
         let ecfg = crate::perf::run::engine_config(p);
         let ctx = Context::new(UdpConfig::bind(SocketAddr::new(bind, 0)), ecfg)
@@ -81,6 +99,8 @@ impl RankConn {
             ctx,
             advertised,
             qps: Vec::new(),
+            psk: psk.map(Psk),
+            rank,
         })
     }
 
@@ -101,6 +121,14 @@ impl RankConn {
         let dst = qp
             .reg_mr(region, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
             .map_err(|e| format!("register {region} bytes: {e}"))?;
+        let nonce = match self.psk {
+            Some(_) => {
+                let mut n = [0u8; 32];
+                mrc_fabric::engine::source::random_bytes(&mut n)?;
+                Some(n)
+            }
+            None => None,
+        };
         self.qps.push(PeerQp {
             peer,
             qp,
@@ -109,6 +137,7 @@ impl RankConn {
             remote: None,
             peer_udp: None,
             recvs_posted: 0,
+            nonce,
         });
         Ok(())
     }
@@ -134,10 +163,59 @@ impl RankConn {
         let mut info = self.qps[i].qp.local_info();
         info.regions.retain(|r| r.rkey == self.qps[i].dst.rkey);
         info.udp_port = self.advertised.port();
+        let auth = match (&self.psk, self.qps[i].nonce) {
+            (Some(Psk(psk)), Some(nonce)) => HandleAuth::check_of(psk, &nonce)
+                .ok()
+                .map(|check| HandleAuth { nonce, check }),
+            _ => None,
+        };
         Handle {
             info,
             udp: self.advertised,
+            auth,
         }
+    }
+
+    /// With `--psk-file`, turns authentication on for the QP at `i` before it connects to
+    /// the peer's handle `h`: the peer must authenticate too, with the same PSK (its key
+    /// check), and the pair's keys come from the PSK and both nonces, the lower rank's
+    /// first (as the initiator's in the TCP bootstrap).
+    fn authenticate(&self, i: usize, h: &Handle) -> Result<(), String> {
+        let q = &self.qps[i];
+        match (&self.psk, q.nonce, &h.auth) {
+            (None, _, None) => Ok(()),
+            (None, _, Some(_)) => Err(format!(
+                "rank {} authenticates its packets (--psk-file) and this rank does not",
+                q.peer
+            )),
+            (Some(_), _, None) => Err(format!(
+                "rank {} does not authenticate its packets (no --psk-file) and this rank does",
+                q.peer
+            )),
+            (Some(_), None, Some(_)) => Err("no nonce for an authenticated QP".into()),
+            (Some(Psk(psk)), Some(mine), Some(theirs)) => {
+                if HandleAuth::check_of(psk, &theirs.nonce)? != theirs.check {
+                    return Err(format!(
+                        "rank {}'s pre-shared key differs (--psk-file)",
+                        q.peer
+                    ));
+                }
+                let initiator = self.rank < q.peer;
+                let (ni, nr) = if initiator {
+                    (&mine, &theirs.nonce)
+                } else {
+                    (&theirs.nonce, &mine)
+                };
+                let keys = mrc_transport::auth::AuthKeys::derive(psk, ni, nr, initiator)
+                    .map_err(|e| e.to_string())?;
+                q.qp.set_auth(keys).map_err(|e| e.to_string())
+            }
+        }
+    }
+
+    /// Whether this rank's packets are authenticated (`--psk-file`).
+    pub fn authenticated(&self) -> bool {
+        self.psk.is_some()
     }
 
     /// Connects the QP at `i` to the peer's handle; returns its EV sockets' source ports.
@@ -148,6 +226,7 @@ impl RankConn {
         if h.info.regions.len() != 1 {
             return Err(format!("{} regions offered", h.info.regions.len()));
         }
+        self.authenticate(i, h)?;
         let q = &mut self.qps[i];
         let ports = q.qp.connect(&h.info, h.udp).map_err(|e| e.to_string())?;
         q.remote = Some(h.info.regions[0]);

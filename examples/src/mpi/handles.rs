@@ -1,20 +1,22 @@
 //! Connection handles: what a rank tells one peer about the QP it made for it, in a fixed
 //! number of bytes so that MPI moves them in one `Alltoall`.
 //!
-//! Layout ([`HANDLE_BYTES`], little-endian): magic `b"MRCH"`, version 1, flags (bit 0: a
-//! QP exists for this pair; bit 1: go-back-N), address family (4 or 6), one pad byte;
-//! QPN, initial PSN (u32 each); generation, UDP port (u16 each); receive window, MTU
-//! payload (u32 each); the destination region's address, length (u64 each) and rkey (u32);
-//! 4 pad bytes; the IP address (16 bytes, an IPv4 one in the first 4).
+//! Layout ([`HANDLE_BYTES`], little-endian): magic `b"MRCH"`, version 2, flags (bit 0: a
+//! QP exists for this pair; bit 1: go-back-N; bit 2: authenticated, `--psk-file`),
+//! address family (4 or 6), one pad byte; QPN, initial PSN (u32 each); generation, UDP
+//! port (u16 each); receive window, MTU payload (u32 each); the destination region's
+//! address, length (u64 each) and rkey (u32); 4 pad bytes; the IP address (16 bytes, an
+//! IPv4 one in the first 4); with bit 2, the QP's setup nonce (32 bytes from the OS
+//! CSPRNG) and its key check (32 bytes, [`HandleAuth::check_of`]), else 64 zero bytes.
 
 use mrc_fabric::engine::bootstrap::{QpInfo, RemoteMr};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 /// Bytes of one handle.
-pub const HANDLE_BYTES: usize = 72;
+pub const HANDLE_BYTES: usize = 136;
 
 const MAGIC: [u8; 4] = *b"MRCH";
-const VERSION: u8 = 1;
+const VERSION: u8 = 2;
 
 /// What a peer needs to connect to one of this rank's QPs.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -23,6 +25,33 @@ pub struct Handle {
     pub info: QpInfo,
     /// The rank's UDP receive address.
     pub udp: SocketAddr,
+    /// With `--psk-file`: the QP's nonce and key check.
+    pub auth: Option<HandleAuth>,
+}
+
+/// What an authenticating QP's handle adds: the two ends' nonces salt the pair's packet
+/// keys (HKDF-SHA256 of the PSK, as the TCP bootstrap derives them), and the check lets
+/// the peer tell a different PSK at setup instead of dropping every packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HandleAuth {
+    /// 32 bytes from the OS CSPRNG, fresh for the QP.
+    pub nonce: [u8; 32],
+    /// [`HandleAuth::check_of`] of the PSK and the nonce.
+    pub check: [u8; 32],
+}
+
+impl HandleAuth {
+    /// The key check of `psk` for `nonce`: an HKDF-SHA256 key confirmation
+    /// ([`mrc_transport::auth::key_confirmation`]) salted by the nonce and its complement.
+    /// It tells whether the peer holds the same PSK; like the TCP bootstrap's, it lets an
+    /// observer of the handles test PSK guesses offline (use 16 or more random bytes).
+    ///
+    /// # Errors
+    /// A PSK under [`mrc_transport::auth::MIN_PSK_BYTES`].
+    pub fn check_of(psk: &[u8], nonce: &[u8; 32]) -> Result<[u8; 32], String> {
+        let other = nonce.map(|b| !b);
+        mrc_transport::auth::key_confirmation(psk, nonce, &other, true).map_err(|e| e.to_string())
+    }
 }
 
 /// Why a handle from a peer was refused.
@@ -58,7 +87,7 @@ pub fn encode(h: Option<&Handle>) -> [u8; HANDLE_BYTES] {
         len: 0,
         rkey: 0,
     });
-    b[5] = 1 | if h.info.go_back_n { 2 } else { 0 };
+    b[5] = 1 | if h.info.go_back_n { 2 } else { 0 } | if h.auth.is_some() { 4 } else { 0 };
     b[6] = if h.udp.is_ipv4() { 4 } else { 6 };
     b[8..12].copy_from_slice(&h.info.qpn.to_le_bytes());
     b[12..16].copy_from_slice(&h.info.initial_psn.to_le_bytes());
@@ -72,6 +101,10 @@ pub fn encode(h: Option<&Handle>) -> [u8; HANDLE_BYTES] {
     match h.udp.ip() {
         IpAddr::V4(a) => b[56..60].copy_from_slice(&a.octets()),
         IpAddr::V6(a) => b[56..72].copy_from_slice(&a.octets()),
+    }
+    if let Some(a) = &h.auth {
+        b[72..104].copy_from_slice(&a.nonce);
+        b[104..136].copy_from_slice(&a.check);
     }
     b
 }
@@ -109,6 +142,13 @@ pub fn decode(b: &[u8]) -> Result<Handle, HandleError> {
         f => return Err(HandleError::Family(f)),
     };
     let port = u16::from_le_bytes([b[18], b[19]]);
+    let auth = (b[5] & 4 != 0).then(|| {
+        let mut nonce = [0u8; 32];
+        let mut check = [0u8; 32];
+        nonce.copy_from_slice(&b[72..104]);
+        check.copy_from_slice(&b[104..136]);
+        HandleAuth { nonce, check }
+    });
     Ok(Handle {
         info: QpInfo {
             qpn: u32_at(b, 8),
@@ -125,6 +165,7 @@ pub fn decode(b: &[u8]) -> Result<Handle, HandleError> {
             }],
         },
         udp: SocketAddr::new(ip, port),
+        auth,
     })
 }
 
@@ -186,6 +227,7 @@ mod tests {
                 }],
             },
             udp: udp.parse().unwrap(),
+            auth: None,
         }
     }
 
@@ -198,6 +240,20 @@ mod tests {
         let mut g = h("127.0.0.1:9");
         g.info.go_back_n = true;
         assert_eq!(decode(&encode(Some(&g))).unwrap(), g);
+        let nonce = [0x5A; 32];
+        g.auth = Some(HandleAuth {
+            nonce,
+            check: HandleAuth::check_of(&[7; 16], &nonce).unwrap(),
+        });
+        let b = encode(Some(&g));
+        assert_eq!(b[5], 1 | 2 | 4);
+        assert_eq!(decode(&b).unwrap(), g);
+        // the check tells the key: another PSK gives another one, a short PSK none
+        assert_ne!(
+            HandleAuth::check_of(&[8; 16], &nonce),
+            HandleAuth::check_of(&[7; 16], &nonce)
+        );
+        assert!(HandleAuth::check_of(&[7; 15], &nonce).is_err());
     }
 
     #[test]

@@ -305,13 +305,20 @@ fn run(job: &mut Job<'_>, test: &TestOpts, o: &MpiOpts, host: &str) -> i32 {
     };
     let netns = o.netns.as_deref().map(|t| addr::netns_path(t, me));
     let opened = (|| -> Result<RankConn, String> {
+        // every rank reads the key itself (the same path under mpirun); it never crosses
+        // MPI
+        let psk = test
+            .psk_file
+            .as_deref()
+            .map(crate::perf::opts::read_psk)
+            .transpose()?;
         let net = o.bind_net.as_deref().map(str::parse).transpose()?;
         addr::in_netns(netns.as_deref(), || {
             let bind = match o.bind {
                 Some(b) => b,
                 None => addr::pick(&addr::interface_addrs(), net)?,
             };
-            RankConn::open(&plan.params, bind, o.advertise)
+            RankConn::open(&plan.params, bind, o.advertise, me, psk)
         })?
     })();
     if job.checkpoint(
@@ -627,6 +634,11 @@ fn fill_counters(conn: &RankConn, res: &mut RankResult) -> Result<(), String> {
         res.retransmitted += s.conn.retransmitted;
         res.rto_timeouts += s.conn.timeouts;
         res.source_drops += s.source_drops.total();
+        res.auth_drops += s
+            .conn
+            .drops
+            .get(mrc_transport::stats::DropReason::AuthFailed)
+            + s.conn.drops.get(mrc_transport::stats::DropReason::Replayed);
         for (ev, _port, x) in &s.evs {
             evs.push(EvCounters {
                 ev: *ev,
@@ -640,6 +652,7 @@ fn fill_counters(conn: &RankConn, res: &mut RankResult) -> Result<(), String> {
         }
     }
     res.evs = super::results::sum_evs(&evs);
+    res.authenticated = conn.authenticated();
     res.tx_datagrams = e.tx_datagrams;
     res.engine_cpu_ns = e.cpu_ns;
     Ok(())

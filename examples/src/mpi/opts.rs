@@ -214,7 +214,6 @@ impl Plan {
                 "-b/--bidirectional (the pattern says who sends)",
             ),
             (t.qps != 1, "-q/--qps (one QP per pair of ranks)"),
-            (t.psk_file.is_some(), "--psk-file"),
             (t.cpu.is_some(), "--cpu"),
             (t.udp_port.is_some(), "--udp-port (each rank binds port 0)"),
             (t.interval.is_some(), "-i/--interval"),

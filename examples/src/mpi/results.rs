@@ -105,6 +105,10 @@ pub struct RankResult {
     pub rto_timeouts: u64,
     /// Datagrams dropped for their source, all QPs.
     pub source_drops: u64,
+    /// Its QPs authenticate every packet (`--psk-file`).
+    pub authenticated: bool,
+    /// Datagrams that failed authentication or were replays, all QPs.
+    pub auth_drops: u64,
     /// Datagrams the engine sent.
     pub tx_datagrams: u64,
     /// CPU time of the engine thread, ns.

@@ -18,6 +18,7 @@ use mrc_fabric::engine::{
 };
 use mrc_fabric::udp::{DirectDatapath, UdpConfig, UringDatapath};
 use mrc_transport::completion::{Completion, WcOpcode, WcStatus};
+use mrc_transport::conn::{DEFAULT_MAX_RECV_WR, DEFAULT_MAX_SEND_WR};
 use mrc_transport::region::{MrKey, SharedMem};
 use mrc_transport::send::SendConfig;
 use mrc_transport::{Access, ConnConfig, PostError, Sge};
@@ -612,6 +613,14 @@ pub fn qp_config(p: &TestParams) -> Result<QpConfig, String> {
             },
             recv_window_packets: OUTSTANDING_PACKETS,
             selection: p.path_selection.into(),
+            // the queues hold a test's windows (`--tx-depth` up to 65536 in flight, four
+            // times that in receives posted ahead, `mpi`'s one more), at least the
+            // transport's defaults
+            max_send_wr: depth_u32(p.tx_depth.saturating_add(64), DEFAULT_MAX_SEND_WR),
+            max_recv_wr: depth_u32(
+                p.tx_depth.saturating_mul(4).saturating_add(128),
+                DEFAULT_MAX_RECV_WR,
+            ),
             ..software
         },
         cc,
@@ -620,6 +629,11 @@ pub fn qp_config(p: &TestParams) -> Result<QpConfig, String> {
         srh: p.steering.srh.clone(),
         marks: p.steering.marks.clone(),
     })
+}
+
+/// A queue depth of at least `floor` that holds `want` work requests (clamped to u32).
+fn depth_u32(want: u64, floor: u32) -> u32 {
+    u32::try_from(want).unwrap_or(u32::MAX).max(floor)
 }
 
 /// `recvmsg`s the latency test keeps armed on an end's receive socket (io_uring), or the
@@ -891,17 +905,38 @@ fn params_error(e: LineError, timeout: Duration) -> String {
 /// Longest test parameters line a server reads, bytes.
 const MAX_PARAMS_BYTES: usize = 65536;
 
-/// Connections a server holds while their test parameters arrive; a further one drops
-/// the oldest (strangers cannot crowd a real client out).
+/// Connections a server holds while their test parameters arrive. With as many held, a
+/// further one is accepted only in place of a silent one (nothing received for
+/// [`SILENT_GRACE`]); else it waits in the kernel's backlog. A connection that sent
+/// anything is never pushed out (it ends at its own deadline), and one whose parameters
+/// arrived is never dropped to make room.
 pub const MAX_WAITING_CLIENTS: usize = 64;
+
+/// How long a held connection may stay silent before a newer one may take its place
+/// (a real client sends its parameters at once after connecting).
+pub const SILENT_GRACE: Duration = Duration::from_millis(200);
+
+/// Connections whose test parameters arrived, waiting for their turn (one test runs at a
+/// time). With as many waiting, the server accepts nothing more until one is served
+/// (the rest wait in the kernel's backlog): none that spoke is dropped for room.
+pub const MAX_READY_CLIENTS: usize = 4096;
 
 /// A connection whose test parameters line is still arriving.
 struct Waiting {
     s: TcpStream,
     peer: String,
     line: Vec<u8>,
-    /// The deadline of its whole setup exchange (accept + `--timeout`).
+    /// When it was accepted.
+    accepted: Instant,
+    /// The deadline of its parameters line (accept + `--timeout`).
     until: Instant,
+}
+
+/// A connection whose test parameters arrived, waiting for its turn.
+struct Ready {
+    s: TcpStream,
+    peer: String,
+    line: Vec<u8>,
 }
 
 /// What a read of a [`Waiting`] connection found.
@@ -952,6 +987,7 @@ impl Waiting {
 pub struct ClientQueue {
     listener: TcpListener,
     waiting: std::collections::VecDeque<Waiting>,
+    ready: std::collections::VecDeque<Ready>,
 }
 
 impl ClientQueue {
@@ -964,40 +1000,95 @@ impl ClientQueue {
         Ok(ClientQueue {
             listener,
             waiting: std::collections::VecDeque::new(),
+            ready: std::collections::VecDeque::new(),
         })
     }
 
-    /// The next connection whose test parameters line arrived whole, with it and its
-    /// setup deadline; connections that fail meanwhile (closed, garbage without a newline,
-    /// too long, silent past `timeout` from their accept, or pushed out by
-    /// [`MAX_WAITING_CLIENTS`] newer ones) are named on stderr and dropped. Waits until
-    /// `until` if given (then "no client connected" when none is waiting).
+    /// Reads every held connection: whole lines move to the ready queue, failures
+    /// (closed, too long, past the deadline) are named and dropped. Returns whether
+    /// anything happened.
+    fn read_waiting(&mut self, timeout: Duration) -> bool {
+        let mut busy = false;
+        let mut i = 0;
+        while i < self.waiting.len() {
+            match self.waiting[i].read() {
+                Arrival::Pending => i += 1,
+                Arrival::Line(line) => {
+                    busy = true;
+                    if let Some(w) = self.waiting.remove(i) {
+                        self.ready.push_back(Ready {
+                            s: w.s,
+                            peer: w.peer,
+                            line,
+                        });
+                    }
+                }
+                Arrival::Failed(e) => {
+                    busy = true;
+                    if let Some(w) = self.waiting.remove(i) {
+                        eprintln!(
+                            "mrc-perf server: dropped client {}: {}",
+                            w.peer,
+                            params_error(e, timeout)
+                        );
+                    }
+                }
+            }
+        }
+        busy
+    }
+
+    /// Makes room for one more held connection by dropping the oldest one that has sent
+    /// nothing for [`SILENT_GRACE`]; false when there is none (then nothing more is
+    /// accepted this round).
+    fn drop_a_silent_one(&mut self) -> bool {
+        let now = Instant::now();
+        let Some(i) = self
+            .waiting
+            .iter()
+            .position(|w| w.line.is_empty() && now.duration_since(w.accepted) >= SILENT_GRACE)
+        else {
+            return false;
+        };
+        if let Some(old) = self.waiting.remove(i) {
+            eprintln!(
+                "mrc-perf server: dropped client {}: silent for {} ms while                  {MAX_WAITING_CLIENTS} connections wait to send test parameters",
+                old.peer,
+                now.duration_since(old.accepted).as_millis()
+            );
+        }
+        true
+    }
+
+    /// The next connection whose test parameters line arrived whole (in arrival order),
+    /// with it and the deadline of the rest of its setup exchange (`timeout` from its
+    /// turn: a client queued behind others' tests is not cut short); connections that fail meanwhile (closed, garbage
+    /// without a newline, too long, silent past `timeout` from their accept, or silent
+    /// while [`MAX_WAITING_CLIENTS`] are held) are named on stderr and dropped. Waits
+    /// until `until` if given (then "no client connected" when none is waiting).
     fn next(
         &mut self,
         timeout: Duration,
         until: Option<Instant>,
     ) -> Result<(TcpStream, String, Vec<u8>, Instant), String> {
         loop {
-            let mut busy = false;
-            loop {
+            // what already arrived first: a client that spoke is never taken for silent
+            let mut busy = self.read_waiting(timeout);
+            while self.ready.len() < MAX_READY_CLIENTS {
+                if self.waiting.len() >= MAX_WAITING_CLIENTS && !self.drop_a_silent_one() {
+                    break; // the rest waits in the backlog
+                }
                 match self.listener.accept() {
                     Ok((s, a)) => {
                         busy = true;
                         s.set_nonblocking(true).map_err(|e| e.to_string())?;
-                        if self.waiting.len() >= MAX_WAITING_CLIENTS
-                            && let Some(old) = self.waiting.pop_front()
-                        {
-                            eprintln!(
-                                "mrc-perf server: dropped client {}: {MAX_WAITING_CLIENTS} newer \
-                                 connections waiting to send test parameters",
-                                old.peer
-                            );
-                        }
+                        let now = Instant::now();
                         self.waiting.push_back(Waiting {
                             s,
                             peer: a.to_string(),
                             line: Vec::new(),
-                            until: Instant::now() + timeout,
+                            accepted: now,
+                            until: now + timeout,
                         });
                     }
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
@@ -1009,28 +1100,11 @@ impl ClientQueue {
                     }
                 }
             }
-            let mut i = 0;
-            while i < self.waiting.len() {
-                match self.waiting[i].read() {
-                    Arrival::Pending => i += 1,
-                    Arrival::Line(line) => {
-                        let Some(w) = self.waiting.remove(i) else {
-                            break;
-                        };
-                        w.s.set_nonblocking(false).map_err(|e| e.to_string())?;
-                        return Ok((w.s, w.peer, line, w.until));
-                    }
-                    Arrival::Failed(e) => {
-                        busy = true;
-                        if let Some(w) = self.waiting.remove(i) {
-                            eprintln!(
-                                "mrc-perf server: dropped client {}: {}",
-                                w.peer,
-                                params_error(e, timeout)
-                            );
-                        }
-                    }
-                }
+            busy |= self.read_waiting(timeout);
+            if let Some(r) = self.ready.pop_front() {
+                r.s.set_nonblocking(false).map_err(|e| e.to_string())?;
+                // the rest of its setup exchange: `timeout` from its turn
+                return Ok((r.s, r.peer, r.line, Instant::now() + timeout));
             }
             if let Some(u) = until
                 && Instant::now() > u

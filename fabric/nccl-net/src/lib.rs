@@ -25,6 +25,7 @@
 #![warn(missing_docs)]
 
 pub mod abi;
+pub mod memcheck;
 pub mod plugin;
 
 use abi::*;

@@ -31,7 +31,7 @@ use mrc_fabric::engine::{
 use mrc_fabric::udp::UdpConfig;
 use mrc_transport::completion::WcStatus;
 use mrc_transport::region::SharedMem;
-use mrc_transport::{Access, PostError, Sge};
+use mrc_transport::{Access, ConnState, PostError, Sge};
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
@@ -173,6 +173,10 @@ struct Comm {
     inflight: HashMap<u64, u64>,
     /// Why the comm cannot be used any more (its QP was torn down).
     broken: Option<String>,
+    /// The connection failed on the peer's account (silent for the unresponsive budget,
+    /// restarted): the transport's cause (`peer unresponsive for 5.0 s`). Every request
+    /// of the comm then fails with `ncclRemoteError` naming it, and so do new ones.
+    failed: Option<String>,
     /// A 1-byte region of the plugin's own, which the 0-byte credit SENDs and their
     /// receives name (a work request needs an lkey), and its lkey.
     ctl: Option<(SharedMem, Sge)>,
@@ -494,6 +498,7 @@ impl State {
             if comm.broken.is_some() {
                 continue;
             }
+            let mut errors = false;
             for recv_cq in [false, true] {
                 loop {
                     let c = if recv_cq {
@@ -502,6 +507,7 @@ impl State {
                         w.poll_send_cq(comm.qpn)
                     };
                     let Some(c) = c else { break };
+                    errors |= c.status != WcStatus::Success;
                     if c.wr_id & CTL_BIT != 0 {
                         // A credit arrived (send side): count it, post another receive
                         // for the next. A credit message sent (receive side): nothing.
@@ -527,8 +533,26 @@ impl State {
                     }
                 }
             }
+            if errors && comm.failed.is_none() {
+                comm.failed = peer_failure(w, comm.qpn);
+            }
         }
     }
+}
+
+/// Why QP `qpn`'s connection failed, when it did (state `Error`) on the peer's account:
+/// the transport's cause ([`mrc_transport::send::GiveUp`]: the peer silent for the
+/// unresponsive budget whether this side was sending, receiving or idle with receives
+/// posted), or its restart. `None` while the connection is up.
+fn peer_failure(w: &mut Worker, qpn: u32) -> Option<String> {
+    w.with_conn(qpn, |c| {
+        (c.state() == ConnState::Error).then(|| match c.give_up() {
+            Some(g) => g.to_string(),
+            None => "connection failed (the peer restarted or refused access)".into(),
+        })
+    })
+    .ok()
+    .flatten()
 }
 
 /// `listen(dev, handle)`: a listener of the worker ([`Worker::listen`]: a non-blocking
@@ -680,6 +704,7 @@ impl State {
                 next_wr_id: 1,
                 inflight: HashMap::new(),
                 broken: None,
+                failed: None,
                 ctl: Some((mem, sge)),
                 credits: 0,
                 next_ctl: CTL_RECVS,
@@ -787,10 +812,14 @@ pub fn close_comm(s: &mut State, comm: u64, send: bool) -> Res<Option<String>> {
     Ok(line)
 }
 
-/// `regMr(comm, data, size, type)`: host memory only.
+/// `regMr(comm, data, size, type)`: host memory only, a range `ibv_reg_mr` would take
+/// ([`crate::memcheck::check_range`]: not wrapping, every page mapped readable and
+/// writable).
 ///
 /// # Errors
-/// A type other than `NCCL_PTR_HOST`, an unknown comm, a refused registration.
+/// A type other than `NCCL_PTR_HOST`, an unknown comm, a range that wraps or is not all
+/// mapped read-write (`ncclInternalError`, as for a NULL range before; the warning names the
+/// first bad byte or mapping), a refused registration.
 ///
 /// # Safety
 /// `data .. data + size` is memory NCCL keeps valid until `deregMr` (its contract).
@@ -804,7 +833,10 @@ pub unsafe fn reg_mr(s: &mut State, comm: u64, data: *mut u8, size: usize, kind:
     if let Some(why) = &c.broken {
         return Err(Error::system(format!("comm is broken: {why}")));
     }
-    let qpn = c.qpn;
+    // ibv_reg_mr pins every page: refuse what it would (wrapping, unmapped, no access)
+    crate::memcheck::check_range(data as usize, size)
+        .map_err(|e| Error::internal(format!("regMr refused: {e}")))?;
+    let qpn = s.comm(comm)?.qpn;
     let w = s.worker()?;
     // SAFETY: NCCL's regMr contract: the range stays valid and unmoved until deregMr; it
     // touches a range of it only while no request on it is in flight.
@@ -895,14 +927,23 @@ fn post(s: &mut State, comm: u64, side: Side, sge: Sge) -> Res<Option<u64>> {
     if let Some(why) = &c.broken {
         return Err(Error::system(format!("comm is broken: {why}")));
     }
+    if let Some(why) = &c.failed {
+        return Err(remote_failure(why));
+    }
     if c.inflight.len() >= MAX_REQUESTS_PER_COMM {
         return Ok(None);
     }
     if side == Side::Send && c.credits == 0 {
         // No receive posted at the peer that this send would take: try again later
-        // (after this pass, a credit may have come).
+        // (after this pass, a credit may have come). A peer that died leaves this
+        // side's credit receives posted: the keepalives find it within the unresponsive
+        // budget, the receives fail, and so does this call from then on.
         s.progress();
-        if s.comm(comm)?.credits == 0 {
+        let c = s.comm(comm)?;
+        if let Some(why) = &c.failed {
+            return Err(remote_failure(why));
+        }
+        if c.credits == 0 {
             return Ok(None);
         }
     }
@@ -977,9 +1018,18 @@ pub fn test(s: &mut State, req: u64) -> Res<Option<u32>> {
     let Some((status, bytes)) = s.reqs.get(&req).and_then(|r| r.done) else {
         return Ok(None);
     };
-    s.reqs.remove(&req);
+    let failed = s
+        .reqs
+        .remove(&req)
+        .and_then(|r| s.comms.get(&r.comm))
+        .and_then(|c| c.failed.clone());
     match status {
         WcStatus::Success => Ok(Some(bytes)),
+        WcStatus::RetryExceeded | WcStatus::GenerationMismatch | WcStatus::Flushed
+            if failed.is_some() =>
+        {
+            Err(remote_failure(failed.as_deref().unwrap_or_default()))
+        }
         WcStatus::LocalLengthError => Err(Error::new(
             abi::NCCL_INVALID_USAGE,
             "message truncated: the peer sent more bytes than the receive posted",
@@ -990,6 +1040,12 @@ pub fn test(s: &mut State, req: u64) -> Res<Option<u32>> {
         )),
         other => Err(Error::system(format!("request failed: {other:?}"))),
     }
+}
+
+/// The error of a request or post on a comm whose connection failed on the peer's
+/// account: `ncclRemoteError` naming the transport's cause.
+fn remote_failure(why: &str) -> Error {
+    Error::new(abi::NCCL_REMOTE_ERROR, format!("peer failed: {why}"))
 }
 
 #[cfg(test)]

@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -1108,6 +1109,30 @@ static void hostile_one(const char *libname, int version) {
   CHECK(O.regMr(s, NULL, 4096, PTR_HOST, &mh) == INTERNAL_ERROR && mh == (void *)0x33, "regMr of NULL data");
   CHECK(O.regMr(s, (void *)(uintptr_t)(UINTPTR_MAX - 4095), 8192, PTR_HOST, &mh) == INTERNAL_ERROR &&
             mh == (void *)0x33, "regMr of a range that wraps past the end of the address space");
+  /* what ibv_reg_mr refuses: 64 TiB at an unmapped page, 64 TiB from a real buffer (its
+   * mapping ends long before), a PROT_NONE page, a hole in the range */
+  if (O.version >= 8) { /* v6 and v7 take an int size */
+    CHECK(O.regMr(s, (void *)(uintptr_t)0x1000, (size_t)64 << 40, PTR_HOST, &mh) == INTERNAL_ERROR &&
+              mh == (void *)0x33, "regMr of 64 TiB of unmapped memory");
+    CHECK(O.regMr(s, sb, (size_t)64 << 40, PTR_HOST, &mh) == INTERNAL_ERROR && mh == (void *)0x33,
+          "regMr of 64 TiB from a 1 MiB buffer");
+  }
+  {
+    long pg = sysconf(_SC_PAGESIZE);
+    unsigned char *m = mmap(NULL, (size_t)pg * 3, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    MUST(m != MAP_FAILED, "mmap");
+    MUST(O.regMr(s, m, (size_t)pg * 3, PTR_HOST, &mh) == OK, "regMr of three mapped pages");
+    MUST(O.deregMr(s, mh) == OK, "deregMr");
+    mh = (void *)0x33;
+    MUST(mprotect(m, (size_t)pg, PROT_NONE) == 0, "mprotect");
+    CHECK(O.regMr(s, m, (size_t)pg * 3, PTR_HOST, &mh) == INTERNAL_ERROR && mh == (void *)0x33,
+          "regMr over a PROT_NONE page");
+    MUST(munmap(m + pg, (size_t)pg) == 0, "munmap");
+    CHECK(O.regMr(s, m + 2 * pg - 8, 16, PTR_HOST, &mh) == INTERNAL_ERROR && mh == (void *)0x33,
+          "regMr over an unmapped page");
+    munmap(m, (size_t)pg);
+    munmap(m + 2 * pg, (size_t)pg);
+  }
   CHECK(O.regMr(s, sb, BIG, 0, &mh) == INTERNAL_ERROR && O.regMr(s, sb, BIG, 99, &mh) == INTERNAL_ERROR,
         "regMr of an unknown memory type");
   CHECK(O.regMr((void *)0xdead0000, sb, BIG, PTR_HOST, &mh) == INTERNAL_ERROR, "regMr of a foreign comm");
@@ -1293,6 +1318,102 @@ static int hostile(const char *libname) {
   return g_failures ? 1 : 0;
 }
 
+/* ---- dead mode: the peer is SIGKILLed; this side's test()/isend() fails ------------ *
+ * ROLE recv-survivor: receives one message, then waits on a second receive whose credit
+ * the sender holds; the sender (send-victim) is killed; test() must fail (REMOTE_ERROR).
+ * ROLE send-survivor: sends one message, waits for the file "killed" (the receiver,
+ * recv-victim, holding a second receive, was killed), then sends again: isend() or
+ * test() must fail. The survivor prints the result and leaves at once (_exit). */
+enum { REMOTE_ERROR = 6 };
+static void wait_file(const char *dir, const char *name, double until) {
+  while (!file_exists(dir, name)) {
+    MUST(now_s() < until, "no file %s", name);
+    usleep(1000);
+  }
+}
+
+static void survivor_done(const char *role, res_t r, double t0) {
+  printf("dead: %s: result %d after %.3f s\n", role, r, now_s() - t0);
+  _exit(r == REMOTE_ERROR ? 0 : 3);
+}
+
+static int dead(const char *libname, const char *role, const char *dir) {
+  void *lib = dlopen(libname, RTLD_NOW | RTLD_LOCAL);
+  MUST(lib, "dlopen %s: %s", libname, dlerror());
+  MUST(load_ops(lib, 12, &O), "ncclNetPlugin_v12");
+  void *ctx = NULL;
+  MUST(O.init(&ctx) == OK, "init");
+  const size_t n = 4096;
+  unsigned char *buf = calloc(1, 2 * n);
+  MUST(buf, "malloc");
+  double until = now_s() + 60;
+  void *comm = NULL, *mh = NULL;
+  int receiver = strncmp(role, "recv-", 5) == 0;
+  if (receiver) {
+    char handle[HANDLE_BYTES] = {0};
+    void *l = NULL;
+    MUST(O.listen(ctx, handle, &l) == OK, "listen");
+    write_file(dir, "handle.dead", handle, sizeof handle);
+    while (!comm) {
+      MUST(O.accept(l, &comm) == OK, "accept");
+      MUST(now_s() < until, "accept");
+    }
+    MUST(O.closeListen(l) == OK, "closeListen");
+    MUST(O.regMr(comm, buf, 2 * n, PTR_HOST, &mh) == OK, "regMr");
+    /* two receives: two credits at the sender */
+    void *a = post_recv(comm, buf, n, mh), *b = post_recv(comm, buf + n, n, mh);
+    write_file(dir, "posted", "1", 1);
+    int sz = -1;
+    MUST(wait_req(a, &sz) == OK && sz == (int)n, "first receive");
+    write_file(dir, "got-a", "1", 1);
+    if (strcmp(role, "recv-victim") == 0)
+      for (;;) pause(); /* killed here; its keeper answers the peer meanwhile */
+    double t0 = now_s();
+    for (;;) {
+      int done = 0;
+      res_t r = O.test(b, &done, &sz);
+      if (r != OK) survivor_done(role, r, t0);
+      MUST(!done, "the second receive completed: the sender was alive");
+      MUST(now_s() < t0 + 30, "test() did not fail in 30 s");
+      usleep(200);
+    }
+  }
+  char handle[HANDLE_BYTES];
+  wait_file(dir, "handle.dead", until);
+  MUST(read_file(dir, "handle.dead", handle, sizeof handle), "handle");
+  while (!comm) {
+    MUST(O.connect(ctx, handle, &comm) == OK, "connect");
+    MUST(now_s() < until, "connect");
+  }
+  MUST(O.regMr(comm, buf, 2 * n, PTR_HOST, &mh) == OK, "regMr");
+  wait_file(dir, "posted", until);
+  void *q = post_send(comm, buf, n, mh);
+  int sz = -1;
+  MUST(wait_req(q, &sz) == OK, "first send");
+  write_file(dir, "sent", "1", 1);
+  if (strcmp(role, "send-victim") == 0)
+    for (;;) pause(); /* killed here, holding the receiver's second credit */
+  wait_file(dir, "killed", until);
+  double t0 = now_s();
+  for (;;) {
+    void *req = NULL;
+    res_t r = O.isend(comm, buf + n, n, 3, mh, &req);
+    if (r != OK) survivor_done(role, r, t0);
+    if (req) {
+      for (;;) {
+        int done = 0;
+        r = O.test(req, &done, &sz);
+        if (r != OK) survivor_done(role, r, t0);
+        MUST(!done, "the second send completed: the receiver was alive");
+        MUST(now_s() < t0 + 30, "test() did not fail in 30 s");
+        usleep(200);
+      }
+    }
+    MUST(now_s() < t0 + 30, "isend() did not fail in 30 s");
+    usleep(200);
+  }
+}
+
 /* ---- sizes mode: this file's layouts, for the Rust test to compare with its own ------ */
 static int sizes(void) {
   printf("props6 %zu\nprops7 %zu\nprops8 %zu\nprops9 %zu\nprops11 %zu\nprops12 %zu\n", sizeof(props6_t),
@@ -1313,6 +1434,7 @@ int main(int argc, char **argv) {
   if (argc >= 3 && strcmp(argv[2], "api") == 0) return api(argv[1]);
   if (argc >= 3 && strcmp(argv[2], "hostile") == 0) return hostile(argv[1]);
   if (argc >= 6 && strcmp(argv[2], "bw") == 0) return bw(argv[1], strtoull(argv[3], NULL, 10), atoi(argv[4]), atoi(argv[5]));
+  if (argc >= 5 && strcmp(argv[2], "dead") == 0) return dead(argv[1], argv[3], argv[4]);
   if (argc >= 6 && strcmp(argv[2], "idle") == 0) return idle(argv[1], atoi(argv[3]), argv[4], atoi(argv[5]));
   if (argc >= 8 && strcmp(argv[2], "ring") == 0)
     return ring(argv[1], atoi(argv[3]), atoi(argv[4]), argv[5], strtoull(argv[6], NULL, 10), atoi(argv[7]));
@@ -1323,8 +1445,9 @@ int main(int argc, char **argv) {
           "  %s LIB hostile                            misuse the ABI as a buggy caller would\n"
           "  %s LIB bw BYTES COUNT WINDOW              one connection, COUNT messages, WINDOW in flight\n"
           "  %s LIB idle RANK DIR MS                   an idle receiver (RANK 1 receives, 0 sends)\n"
+          "  %s LIB dead ROLE DIR                      one side of a pair whose peer is SIGKILLed\n"
           "  %s LIB ring RANK NRANKS DIR BYTES ITERS   one rank of a ring allreduce over DIR\n"
           "LIB: the plugin's file name or path (libnccl-net-spray.so; set LD_LIBRARY_PATH)\n",
-          argv[0], argv[0], argv[0], argv[0], argv[0], argv[0], argv[0]);
+          argv[0], argv[0], argv[0], argv[0], argv[0], argv[0], argv[0], argv[0]);
   return 2;
 }

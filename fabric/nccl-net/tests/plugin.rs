@@ -278,6 +278,110 @@ fn authenticated_packets_carry_the_same_transfers() {
     assert!(stdout.contains("api: all checks passed for v12..v6"));
 }
 
+/// One survivor/victim pair of the harness's `dead` mode, in its own folder.
+struct DeadPair {
+    dir: PathBuf,
+    survivor: std::process::Child,
+    victim: std::process::Child,
+}
+
+fn dead_pair(dir: &Path, exe: &Path, survivor: &str, victim: &str) -> DeadPair {
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir).expect("pair dir");
+    let run = |role: &str| {
+        Command::new(exe)
+            .arg("libnccl-net-spray.so")
+            .arg("dead")
+            .arg(role)
+            .arg(dir)
+            .env("LD_LIBRARY_PATH", dir.parent().expect("setup dir"))
+            .env("HARNESS_QUIET", "1")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn")
+    };
+    // the receiver listens first
+    let (survivor, victim) = if survivor.starts_with("recv") {
+        let s = run(survivor);
+        (s, run(victim))
+    } else {
+        let v = run(victim);
+        (run(survivor), v)
+    };
+    DeadPair {
+        dir: dir.to_path_buf(),
+        survivor,
+        victim,
+    }
+}
+
+/// Waits (at most 60 s) for `name` in `dir`.
+fn wait_for_file(dir: &Path, name: &str) {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !dir.join(name).exists() {
+        assert!(std::time::Instant::now() < until, "no {name} in {dir:?}");
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+}
+
+/// The issue's hang, on real sockets, with the plugin's default unresponsive budget
+/// (5 s): two processes stream; the sender is SIGKILLed while it holds the receiver's
+/// credit (the receiver has a receive posted and nothing in flight). The receiver's
+/// `test()` fails with `ncclRemoteError`, naming `peer unresponsive for 5.0 s`, 5 s
+/// +- 10% after the kill (its keepalives go unanswered), in 20 runs of 20, run at once
+/// to keep the test near 10 s. And the other direction: the receiver is killed while
+/// the sender holds its second credit; the sender's next `isend()`/`test()` fails the
+/// same way within the same bound (its send goes unanswered).
+#[test]
+fn a_peer_killed_with_sigkill_fails_the_survivors_test_within_the_budget() {
+    const RUNS: usize = 20;
+    let (dir, exe) = setup("dead");
+    let mut pairs: Vec<(DeadPair, bool)> = (0..RUNS)
+        .map(|i| {
+            let d = dir.join(format!("recv{i}"));
+            (dead_pair(&d, &exe, "recv-survivor", "send-victim"), true)
+        })
+        .collect();
+    pairs.push((
+        dead_pair(&dir.join("send"), &exe, "send-survivor", "recv-victim"),
+        false,
+    ));
+    let mut killed = Vec::new();
+    for (p, recv_side) in pairs.iter_mut() {
+        wait_for_file(&p.dir, if *recv_side { "sent" } else { "got-a" });
+        // let the victim's last acknowledgements leave, as in the issue (it had used
+        // the credit), then kill it
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        p.victim.kill().expect("SIGKILL");
+        killed.push(std::time::Instant::now());
+        std::fs::write(p.dir.join("killed"), "1").expect("killed file");
+    }
+    let mut failures = Vec::new();
+    for ((p, recv_side), t0) in pairs.into_iter().zip(killed) {
+        let out = p.survivor.wait_with_output().expect("wait");
+        let took = t0.elapsed().as_secs_f64();
+        let _ = p.victim.wait_with_output();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let side = if recv_side { "receiver" } else { "sender" };
+        println!(
+            "{side}: failed {took:.3} s after the kill: {}",
+            stdout.trim()
+        );
+        let ok = out.status.success()
+            && stderr.contains("peer failed: peer unresponsive for 5.0 s")
+            && (4.5..=5.5).contains(&took);
+        if !ok {
+            failures.push(format!(
+                "{side} in {:?}: {took:.3} s, exit {:?}\n{stdout}{stderr}",
+                p.dir, out.status
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
 /// The harness without a mode prints every mode with its arguments (the usage line used
 /// to name only `api` and `ring`) and exits 2.
 #[test]
@@ -313,6 +417,7 @@ fn the_harness_usage_lists_every_mode() {
             "hostile ",
             "bw BYTES COUNT WINDOW",
             "idle RANK DIR MS",
+            "dead ROLE DIR",
             "ring RANK NRANKS DIR BYTES ITERS"
         ],
         "{usage}"

@@ -297,9 +297,13 @@ int mrc_x_dereg_mr(struct mrc_x_context *ctx, uint32_t qpn, uint32_t lkey);
 
 // Posts the linked send work requests from `wr` on QP `qpn` straight into the
 // transport (they leave at the next [`mrc_x_progress`]). 0, or the errno of the first
-// refused one with `*bad_wr` naming it (the ones before it were posted): `EINVAL` for an
-// unknown opcode, `reserved` not 0, an SGE outside the QP's regions (lkey, bounds) or a
-// QP that is not connected; `ENOENT` for an unknown QP. `bad_wr` may be NULL.
+// refused one with `*bad_wr` naming it (the ones before it were posted): `ENOMEM` when
+// the QP's send queue is full (16384 work requests posted whose completions
+// [`mrc_x_poll_cq`] has not taken yet, as `ibv_post_send` answers a full queue);
+// `EINVAL` for an unknown opcode, `reserved` not 0, an SGE outside the QP's regions
+// (lkey, bounds), a QP that is not connected, or a list whose `next` pointers loop back
+// (then nothing is posted and `*bad_wr` names the first); `ENOENT` for an unknown QP.
+// `bad_wr` may be NULL.
 int mrc_x_post_send(struct mrc_x_context *ctx,
                     uint32_t qpn,
                     const struct mrc_x_send_wr *wr,
@@ -308,7 +312,8 @@ int mrc_x_post_send(struct mrc_x_context *ctx,
 // Posts the linked receive work requests from `wr` on QP `qpn` (an SGE with a length
 // needs `MRC_X_ACCESS_LOCAL_WRITE`). Post them before the peer sends: a WRITE with
 // immediate or a SEND that finds none is answered RNR and resent. 0, or as
-// [`mrc_x_post_send`].
+// [`mrc_x_post_send`] (`ENOMEM`: 16384 receives posted whose completions were not
+// taken).
 int mrc_x_post_recv(struct mrc_x_context *ctx,
                     uint32_t qpn,
                     const struct mrc_x_recv_wr *wr,

@@ -723,14 +723,19 @@ fn post_errno(e: &PostError) -> i32 {
     match e {
         PostError::BadState(_) => libc::EINVAL,
         PostError::LocalAccess(_) => libc::EINVAL,
+        PostError::SendQueueFull { .. } | PostError::RecvQueueFull { .. } => libc::ENOMEM,
     }
 }
 
 /// Posts the linked send work requests from `wr` on QP `qpn` straight into the
 /// transport (they leave at the next [`mrc_x_progress`]). 0, or the errno of the first
-/// refused one with `*bad_wr` naming it (the ones before it were posted): `EINVAL` for an
-/// unknown opcode, `reserved` not 0, an SGE outside the QP's regions (lkey, bounds) or a
-/// QP that is not connected; `ENOENT` for an unknown QP. `bad_wr` may be NULL.
+/// refused one with `*bad_wr` naming it (the ones before it were posted): `ENOMEM` when
+/// the QP's send queue is full (16384 work requests posted whose completions
+/// [`mrc_x_poll_cq`] has not taken yet, as `ibv_post_send` answers a full queue);
+/// `EINVAL` for an unknown opcode, `reserved` not 0, an SGE outside the QP's regions
+/// (lkey, bounds), a QP that is not connected, or a list whose `next` pointers loop back
+/// (then nothing is posted and `*bad_wr` names the first); `ENOENT` for an unknown QP.
+/// `bad_wr` may be NULL.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mrc_x_post_send(
     ctx: *mut MrcXContext,
@@ -746,6 +751,7 @@ pub unsafe extern "C" fn mrc_x_post_send(
             wr,
             bad_wr,
             |r| r.next,
+            |c| c.max_send_wr,
             |w, r| {
                 let s = sge(&r.sg);
                 if r.reserved != 0 {
@@ -769,7 +775,8 @@ pub unsafe extern "C" fn mrc_x_post_send(
 /// Posts the linked receive work requests from `wr` on QP `qpn` (an SGE with a length
 /// needs `MRC_X_ACCESS_LOCAL_WRITE`). Post them before the peer sends: a WRITE with
 /// immediate or a SEND that finds none is answered RNR and resent. 0, or as
-/// [`mrc_x_post_send`].
+/// [`mrc_x_post_send`] (`ENOMEM`: 16384 receives posted whose completions were not
+/// taken).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mrc_x_post_recv(
     ctx: *mut MrcXContext,
@@ -785,6 +792,7 @@ pub unsafe extern "C" fn mrc_x_post_recv(
             wr,
             bad_wr,
             |r| r.next,
+            |c| c.max_recv_wr,
             |w, r| {
                 w.post_recv(qpn, r.wr_id, sge(&r.sg))
                     .map_err(|e| fail(post_errno(&e), e))
@@ -807,6 +815,7 @@ unsafe fn post_list<W>(
     wr: *const W,
     bad_wr: *mut *const W,
     next: impl Fn(&W) -> *const W,
+    depth: impl Fn(&mrc_transport::ConnConfig) -> u32,
     mut post: impl FnMut(&mut Worker<DirectDatapath>, &W) -> Result<(), c_int>,
 ) -> c_int {
     guard(libc::EIO, || {
@@ -823,6 +832,19 @@ unsafe fn post_list<W>(
         if let Err(e) = have_qp(&w, qpn) {
             bad(wr);
             return e;
+        }
+        // A list that loops back on itself is refused whole: posted as it came it would
+        // fill the queue with copies (ENOMEM only at the queue's end, the same requests
+        // posted over and over). Only the first depth + 1 requests are looked at: a
+        // longer list cannot be posted whole anyway and stops at ENOMEM.
+        let depth = w.config(qpn).map_or(0, |c| depth(c) as usize);
+        // SAFETY: a list of live work requests (the C contract).
+        if unsafe { crate::wrlist::is_circular(wr, &next, depth + 1) } {
+            bad(wr);
+            return fail(
+                libc::EINVAL,
+                "circular work-request list (a next pointer loops back)",
+            );
         }
         let mut p = wr;
         // SAFETY: a list of live work requests (the C contract).
@@ -1252,6 +1274,239 @@ mod tests {
         assert_eq!(rc, libc::ECONNREFUSED, "{}", last());
         // The attempt is over: its id is unknown now.
         assert_eq!(unsafe { mrc_x_connect_poll(c, id, &mut q) }, libc::EINVAL);
+        assert_eq!(unsafe { mrc_x_close_context(c) }, 0);
+    }
+
+    /// A peer context that vanishes (closed: its sockets go, nothing more is heard)
+    /// while this side only waits on a posted receive: within the default unresponsive
+    /// budget (5 s) the receive completes with `MRC_X_WC_RETRY_EXC_ERR`. Before, the
+    /// receive stayed posted for ever (nothing of this side was in flight).
+    #[test]
+    fn a_receive_waiting_on_a_vanished_peer_fails_within_the_budget() {
+        let a = open(c"127.0.0.1", 37100, 37149).unwrap();
+        let b = open(c"127.0.0.1", 37150, 37199).unwrap();
+        let mut h = [0u8; MRC_X_HANDLE_BYTES];
+        let mut l = 0u64;
+        assert_eq!(unsafe { mrc_x_listen(b, h.as_mut_ptr(), &mut l) }, 0);
+        let mut id = 0u64;
+        assert_eq!(unsafe { mrc_x_connect(a, h.as_ptr(), h.len(), &mut id) }, 0);
+        let (mut qa, mut qb) = (0u32, 0u32);
+        let (mut da, mut db) = (false, false);
+        let end = std::time::Instant::now() + Duration::from_secs(10);
+        while !(da && db) {
+            assert!(std::time::Instant::now() < end, "setup: {}", last());
+            unsafe {
+                mrc_x_progress(a);
+                mrc_x_progress(b);
+            }
+            if !da {
+                match unsafe { mrc_x_connect_poll(a, id, &mut qa) } {
+                    0 => da = true,
+                    libc::EAGAIN => {}
+                    e => panic!("connect {e}: {}", last()),
+                }
+            }
+            if !db {
+                match unsafe { mrc_x_accept(b, l, &mut qb) } {
+                    0 => db = true,
+                    libc::EAGAIN => {}
+                    e => panic!("accept {e}: {}", last()),
+                }
+            }
+        }
+        let mut buf = [0u8; 64];
+        let mut mr = MrcXMr::default();
+        let rc = unsafe {
+            mrc_x_reg_mr(
+                b,
+                qb,
+                buf.as_mut_ptr().cast(),
+                64,
+                MRC_X_ACCESS_LOCAL_WRITE,
+                &mut mr,
+            )
+        };
+        assert_eq!(rc, 0, "{}", last());
+        let wr = MrcXRecvWr {
+            wr_id: 5,
+            next: null(),
+            sg: MrcXSge {
+                addr: mr.addr,
+                length: 64,
+                lkey: mr.lkey,
+            },
+        };
+        assert_eq!(unsafe { mrc_x_post_recv(b, qb, &wr, null_mut()) }, 0);
+        // a few passes of both, then a vanishes
+        for _ in 0..100 {
+            unsafe {
+                mrc_x_progress(a);
+                mrc_x_progress(b);
+            }
+        }
+        assert_eq!(unsafe { mrc_x_close_context(a) }, 0);
+        let gone = std::time::Instant::now();
+        let mut wcs = [MrcXWc::default(); 2];
+        let n = loop {
+            assert!(unsafe { mrc_x_wait(b, 10_000) } >= 0);
+            let n = unsafe { mrc_x_poll_cq(b, qb, 2, wcs.as_mut_ptr()) };
+            if n != 0 {
+                break n;
+            }
+            assert!(gone.elapsed() < Duration::from_secs(10), "no completion");
+        };
+        let took = gone.elapsed();
+        assert_eq!(n, 1);
+        assert_eq!(
+            (wcs[0].wr_id, wcs[0].status, wcs[0].opcode),
+            (5, MRC_X_WC_RETRY_EXC_ERR, MRC_X_WC_RECV)
+        );
+        assert!(
+            took > Duration::from_millis(4500) && took < Duration::from_millis(5500),
+            "{took:?}"
+        );
+        assert_eq!(unsafe { mrc_x_close_context(b) }, 0);
+    }
+
+    /// Issue: 200,000 work requests posted on one QP were all taken, and a circular list
+    /// never returned. Now the send queue holds 16384 (`ENOMEM` beyond, `*bad_wr` the
+    /// first refused), taking completions frees slots, and a circular list is refused
+    /// whole (`EINVAL`, nothing posted).
+    #[test]
+    fn posts_beyond_the_queue_depth_are_enomem_and_a_circular_list_is_refused() {
+        let c = open(c"127.0.0.1", 37200, 37249).unwrap();
+        let mut w = unsafe { lock(c) }.unwrap();
+        let qa = w
+            .create_qp(mrc_fabric::engine::QpConfig::default())
+            .unwrap();
+        let qb = w
+            .create_qp(mrc_fabric::engine::QpConfig::default())
+            .unwrap();
+        let (ia, ib) = (w.local_info(qa).unwrap(), w.local_info(qb).unwrap());
+        let addr = w.udp_addr();
+        w.connect(qa, &ib, addr).unwrap();
+        w.connect(qb, &ia, addr).unwrap();
+        drop(w);
+        let mut buf = [0u8; 8];
+        let mut mr = MrcXMr::default();
+        let rc = unsafe {
+            mrc_x_reg_mr(
+                c,
+                qa,
+                buf.as_mut_ptr().cast(),
+                8,
+                MRC_X_ACCESS_LOCAL_WRITE,
+                &mut mr,
+            )
+        };
+        assert_eq!(rc, 0, "{}", last());
+        let sg = MrcXSge {
+            addr: mr.addr,
+            length: 0,
+            lkey: mr.lkey,
+        };
+        // one receive at qb, for the first SEND to complete
+        let mut bbuf = [0u8; 8];
+        let mut mrb = MrcXMr::default();
+        let rc = unsafe {
+            mrc_x_reg_mr(
+                c,
+                qb,
+                bbuf.as_mut_ptr().cast(),
+                8,
+                MRC_X_ACCESS_LOCAL_WRITE,
+                &mut mrb,
+            )
+        };
+        assert_eq!(rc, 0, "{}", last());
+        let rb = MrcXRecvWr {
+            wr_id: 99,
+            next: null(),
+            sg: MrcXSge {
+                addr: mrb.addr,
+                length: 0,
+                lkey: mrb.lkey,
+            },
+        };
+        assert_eq!(unsafe { mrc_x_post_recv(c, qb, &rb, null_mut()) }, 0);
+        // a receive list of 20,000 in one call: 16384 taken, the next refused
+        let wrs: Vec<MrcXRecvWr> = (0..20_000u64)
+            .map(|i| MrcXRecvWr {
+                wr_id: i,
+                next: null(),
+                sg,
+            })
+            .collect();
+        let mut wrs = wrs;
+        for i in 0..wrs.len() - 1 {
+            let next: *const MrcXRecvWr = &wrs[i + 1];
+            wrs[i].next = next;
+        }
+        let mut bad = null();
+        assert_eq!(
+            unsafe { mrc_x_post_recv(c, qa, wrs.as_ptr(), &mut bad) },
+            libc::ENOMEM
+        );
+        assert_eq!(bad, &wrs[16_384] as *const _);
+        assert_eq!(
+            last(),
+            "receive queue full: 16384 receives outstanding (max_recv_wr)"
+        );
+        // a circular send list of three: refused whole, nothing posted
+        let mut s = [MrcXSendWr {
+            wr_id: 0,
+            next: null(),
+            sg,
+            opcode: MRC_X_WR_SEND,
+            imm_data: 0,
+            remote_addr: 0,
+            rkey: 0,
+            reserved: 0,
+        }; 3];
+        let p: *const MrcXSendWr = s.as_ptr();
+        for (i, x) in s.iter_mut().enumerate() {
+            x.next = unsafe { p.add((i + 1) % 3) };
+            x.wr_id = i as u64;
+        }
+        let mut bad = null();
+        assert_eq!(
+            unsafe { mrc_x_post_send(c, qa, s.as_ptr(), &mut bad) },
+            libc::EINVAL
+        );
+        assert_eq!(bad, s.as_ptr());
+        assert!(last().contains("circular"), "{}", last());
+        // a self-loop too
+        let mut one = s[0];
+        one.next = &one;
+        assert_eq!(
+            unsafe { mrc_x_post_send(c, qa, &one, null_mut()) },
+            libc::EINVAL
+        );
+        // 16384 sends one by one, the next refused; one taken completion frees one slot
+        let mut single = s[0];
+        single.next = null();
+        for i in 0..16_384u64 {
+            single.wr_id = i;
+            let rc = unsafe { mrc_x_post_send(c, qa, &single, null_mut()) };
+            assert_eq!(rc, 0, "post {i}: {}", last());
+        }
+        assert_eq!(
+            unsafe { mrc_x_post_send(c, qa, &single, null_mut()) },
+            libc::ENOMEM
+        );
+        let mut wcs = [MrcXWc::default(); 1];
+        let until = std::time::Instant::now() + Duration::from_secs(20);
+        while unsafe { mrc_x_poll_cq(c, qa, 1, wcs.as_mut_ptr()) } == 0 {
+            assert!(std::time::Instant::now() < until, "no completion");
+            unsafe { mrc_x_progress(c) };
+        }
+        assert_eq!(
+            unsafe { mrc_x_post_send(c, qa, &single, null_mut()) },
+            0,
+            "{}",
+            last()
+        );
+        let _ = qb;
         assert_eq!(unsafe { mrc_x_close_context(c) }, 0);
     }
 

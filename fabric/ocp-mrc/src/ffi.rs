@@ -915,8 +915,9 @@ pub unsafe extern "C" fn mrc_query_qp(
 
 /// `mrc_post_send`: RDMA WRITE and RDMA WRITE with immediate; any other opcode, more
 /// than one SGE or a null SGE list with `num_sge` 1 is `EINVAL`; a full send queue is
-/// `ENOMEM`; a QP not in RTS is `EINVAL` (in ERR the WRs complete flushed). `*bad_wr`
-/// names the first WR not posted.
+/// `ENOMEM`; a QP not in RTS is `EINVAL` (in ERR the WRs complete flushed); a list whose
+/// `next` pointers loop back is `EINVAL` with nothing posted. `*bad_wr` names the first WR
+/// not posted.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mrc_post_send(
     qp: *mut c_void,
@@ -931,6 +932,20 @@ pub unsafe extern "C" fn mrc_post_send(
         // SAFETY: the C contract.
         let q = unsafe { &*p };
         let g = &q.shared.public;
+        // SAFETY: the caller's WR list.
+        if unsafe {
+            crate::wrlist::is_circular(
+                wr.cast_const(),
+                &|w: &ibv_send_wr| w.next.cast_const(),
+                g.max_send_wr as usize + 1,
+            )
+        } {
+            if !bad_wr.is_null() {
+                // SAFETY: non-null out-pointer.
+                unsafe { *bad_wr = wr };
+            }
+            return err(libc::EINVAL);
+        }
         let mut cur = wr;
         while !cur.is_null() {
             // SAFETY: the caller's WR list.
@@ -989,7 +1004,8 @@ pub unsafe extern "C" fn mrc_post_send(
 
 /// `mrc_post_recv`: receives for WRITE_WITH_IMM immediates (the buffer is not written:
 /// the data goes where the WRITE names); more than one SGE is `EINVAL`, more than
-/// `max_recv_wr` posted is `ENOMEM`, RESET is `EINVAL`.
+/// `max_recv_wr` posted is `ENOMEM`, RESET is `EINVAL`, a list whose `next` pointers
+/// loop back is `EINVAL` with nothing posted.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mrc_post_recv(
     qp: *mut c_void,
@@ -1004,6 +1020,20 @@ pub unsafe extern "C" fn mrc_post_recv(
         // SAFETY: the C contract.
         let q = unsafe { &*p };
         let g = &q.shared.public;
+        // SAFETY: the caller's WR list.
+        if unsafe {
+            crate::wrlist::is_circular(
+                wr.cast_const(),
+                &|w: &ibv_recv_wr| w.next.cast_const(),
+                g.max_recv_wr as usize + 1,
+            )
+        } {
+            if !bad_wr.is_null() {
+                // SAFETY: non-null out-pointer.
+                unsafe { *bad_wr = wr };
+            }
+            return err(libc::EINVAL);
+        }
         let mut cur = wr;
         while !cur.is_null() {
             // SAFETY: the caller's WR list.

@@ -36,6 +36,7 @@ pub mod ext;
 pub mod state;
 pub mod store;
 pub mod wire;
+mod wrlist;
 
 #[cfg(feature = "verbs")]
 pub mod ctl_ffi;

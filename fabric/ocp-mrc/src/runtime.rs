@@ -1320,8 +1320,12 @@ impl QpInner {
     /// Moves to the error state: everything outstanding completes with
     /// `IBV_WC_WR_FLUSH_ERR`.
     pub fn fail(&mut self) {
-        if matches!(self.phase, Phase::Hello { .. }) {
+        if let Phase::Hello { conn, .. } = self.phase {
             self.raise(event::QP_FATAL);
+            // the rendezvous path goes with the rendezvous: `reset` closes it only while
+            // the phase is Hello, so a hello that timed out leaked it on every
+            // RTS -> timeout -> RESET cycle
+            self.worker.datapath_mut().close_conn(conn);
         }
         self.phase = Phase::Failed;
         self.set_state(QpState::Err);
@@ -1673,13 +1677,24 @@ impl QpInner {
     fn step_connected(&mut self) -> bool {
         self.sync_ev_profile();
         let mut busy = self.worker.progress();
-        busy |= self.reap_send();
-        busy |= self.reap_recv();
-        busy |= self.reap_loopback();
-        busy |= self.send_verdict();
-        busy |= self.reap_checks();
-        busy |= self.post_checks();
-        busy |= self.pump();
+        // A step may fail the QP (a WRITE refused, the loopback lost): the pass ends
+        // there, so no chunk received in the same batch is placed after the QP went to
+        // the error state (an RC QP in ERR places nothing).
+        let steps: [fn(&mut Self) -> bool; 7] = [
+            Self::reap_send,
+            Self::reap_recv,
+            Self::reap_loopback,
+            Self::send_verdict,
+            Self::reap_checks,
+            Self::post_checks,
+            Self::pump,
+        ];
+        for step in steps {
+            busy |= step(self);
+            if matches!(self.phase, Phase::Failed) {
+                return true;
+            }
+        }
         if busy {
             // Hand what was just posted to the datapath without waiting for the next pass.
             self.worker.progress();
@@ -1757,6 +1772,21 @@ impl QpInner {
                     break;
                 }
                 Some(true) => {}
+            }
+            if w.sent == 0 && w.remote_addr.checked_add(u64::from(w.len)).is_none() {
+                // A remote range that wraps past 2^64 exists in no region: as an RC QP's
+                // NAK, IBV_WC_REM_ACCESS_ERR once every earlier WRITE has completed, and
+                // the QP goes to the error state (before, the chunks' addresses wrapped
+                // and the WRITE ended with the SEND-only IBV_WC_LOC_LEN_ERR).
+                if self.acked.is_empty() && !self.chunks.values().any(|c| c.done.is_some()) {
+                    self.pending.pop_front();
+                    let wc = self.wc(w.wr_id, wc_status::REM_ACCESS_ERR, WC_RDMA_WRITE, 0);
+                    self.send_cq().push(wc);
+                    self.counters.remote_access_errors += 1;
+                    self.fail();
+                    return true;
+                }
+                break;
             }
             if w.imm.is_some()
                 && w.sent == 0
@@ -1961,7 +1991,9 @@ impl QpInner {
 
     fn reap_recv(&mut self) -> bool {
         let mut busy = false;
-        while let Some(c) = self.worker.poll_recv_cq(self.engine_qpn) {
+        while !matches!(self.phase, Phase::Failed)
+            && let Some(c) = self.worker.poll_recv_cq(self.engine_qpn)
+        {
             busy = true;
             let slot = c.wr_id as usize;
             if slot >= SLOTS {
@@ -2010,6 +2042,9 @@ impl QpInner {
     }
 
     fn place(&mut self, p: Placing) {
+        if matches!(self.phase, Phase::Failed) {
+            return; // a QP in the error state places nothing
+        }
         if self.lb_broken || !self.replace.is_empty() {
             self.replace.push(p);
             return;

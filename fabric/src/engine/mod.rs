@@ -22,6 +22,12 @@
 //! | `ibv_post_send` / `ibv_post_recv` | [`Qp::post_write`], [`Qp::post_write_with_imm`], [`Qp::post_send`], [`Qp::post_recv`] |
 //! | `ibv_poll_cq` (send / recv CQ) | [`Qp::poll_send_cq`], [`Qp::poll_recv_cq`], [`Qp::wait_send_cq`], [`Qp::wait_recv_cq`] |
 //!
+//! Each QP holds at most `max_send_wr` send and `max_recv_wr` receive work requests
+//! (`ConnConfig`, default 16384 each), counted from the post until the application takes
+//! the completion, as verbs counts them; a post beyond is refused at once with
+//! [`PostError::SendQueueFull`] / [`PostError::RecvQueueFull`] (`ENOMEM` in the C
+//! faces).
+//!
 //! Posting does not wait for the engine: a work request the transport refuses comes back
 //! as an error completion (`Flushed` for a bad state, `LocalProtectionError` for a bad
 //! local buffer); a local buffer outside every region registered through this handle is
@@ -757,6 +763,8 @@ impl Context {
             send_cq: send_rx,
             recv_cq: recv_rx,
             mrs: Mutex::new(HashMap::new()),
+            sq_used: AtomicUsize::new(0),
+            rq_used: AtomicUsize::new(0),
         })
     }
 }
@@ -957,6 +965,12 @@ pub struct Qp {
     send_cq: Receiver<Completion>,
     recv_cq: Receiver<Completion>,
     mrs: Mutex<HashMap<u32, MrEntry>>,
+    /// Send work requests posted whose completion the application has not taken yet
+    /// (verbs frees a send queue slot at `ibv_poll_cq`): at most `cfg.max_send_wr`.
+    sq_used: AtomicUsize,
+    /// Receives posted whose completion the application has not taken yet: at most
+    /// `cfg.max_recv_wr`.
+    rq_used: AtomicUsize,
 }
 
 /// What a [`Qp`] handle remembers of a region it registered.
@@ -1443,16 +1457,55 @@ impl Qp {
         Ok(())
     }
 
+    /// Takes a slot of the send or receive queue for `wr` and hands it to the engine.
     fn post(&self, wr: Wr) -> Result<(), PostError> {
+        let recv = matches!(wr, Wr::Recv { .. });
+        let (used, cap) = if recv {
+            (&self.rq_used, self.cfg.max_recv_wr)
+        } else {
+            (&self.sq_used, self.cfg.max_send_wr)
+        };
+        let cap = cap as usize;
+        if used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < cap).then_some(n + 1)
+            })
+            .is_err()
+        {
+            return Err(if recv {
+                PostError::RecvQueueFull {
+                    max_recv_wr: self.cfg.max_recv_wr,
+                }
+            } else {
+                PostError::SendQueueFull {
+                    max_send_wr: self.cfg.max_send_wr,
+                }
+            });
+        }
         self.shared
             .send(Cmd::Post { qpn: self.qpn, wr })
-            .map_err(|_| PostError::BadState(ConnState::Error))
+            .map_err(|_| {
+                used.fetch_sub(1, Ordering::AcqRel);
+                PostError::BadState(ConnState::Error)
+            })
+    }
+
+    /// The application took `n` completions of one queue: their slots are free.
+    fn taken(used: &AtomicUsize, n: usize) {
+        if n > 0 {
+            let _ = used.fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| {
+                Some(u.saturating_sub(n))
+            });
+        }
     }
 
     /// Posts an RDMA WRITE of `sge` to `remote_addr` in the peer region `rkey`.
     ///
     /// # Errors
     /// [`PostError::LocalAccess`] when `sge` is outside every region of this QP;
+    /// [`PostError::SendQueueFull`] when `max_send_wr` (`QpConfig::conn`, default 16384)
+    /// send work requests are posted whose completions were not yet taken
+    /// ([`Qp::poll_send_cq`] / [`Qp::wait_send_cq`] free their slots);
     /// [`PostError::BadState`] when the engine is gone.
     pub fn post_write(
         &self,
@@ -1509,7 +1562,8 @@ impl Qp {
     /// Posts a receive buffer (needs `LOCAL_WRITE` unless zero-length).
     ///
     /// # Errors
-    /// As [`Qp::post_write`], plus [`AccessError::NoAccess`] without `LOCAL_WRITE`.
+    /// As [`Qp::post_write`] ([`PostError::RecvQueueFull`] at `max_recv_wr` receives whose
+    /// completions were not taken), plus [`AccessError::NoAccess`] without `LOCAL_WRITE`.
     pub fn post_recv(&self, wr_id: u64, sge: Sge) -> Result<(), PostError> {
         let need = (sge.len > 0).then_some(Access::LOCAL_WRITE);
         self.check_sge(&sge, need)?;
@@ -1526,12 +1580,16 @@ impl Qp {
 
     /// Moves up to `max` send-side completions into `out` without blocking; returns how many.
     pub fn poll_send_cq(&self, out: &mut Vec<Completion>, max: usize) -> usize {
-        poll(&self.send_cq, out, max)
+        let n = poll(&self.send_cq, out, max);
+        Self::taken(&self.sq_used, n);
+        n
     }
 
     /// Moves up to `max` receive-side completions into `out` without blocking.
     pub fn poll_recv_cq(&self, out: &mut Vec<Completion>, max: usize) -> usize {
-        poll(&self.recv_cq, out, max)
+        let n = poll(&self.recv_cq, out, max);
+        Self::taken(&self.rq_used, n);
+        n
     }
 
     /// Waits up to `timeout` for the next send-side completion.
@@ -1539,7 +1597,9 @@ impl Qp {
     /// # Errors
     /// [`EngineError::Stopped`] when the engine is gone; `Ok(None)` on timeout.
     pub fn wait_send_cq(&self, timeout: Duration) -> Result<Option<Completion>, EngineError> {
-        wait(&self.send_cq, timeout)
+        let c = wait(&self.send_cq, timeout)?;
+        Self::taken(&self.sq_used, usize::from(c.is_some()));
+        Ok(c)
     }
 
     /// Waits up to `timeout` for the next receive-side completion.
@@ -1547,7 +1607,9 @@ impl Qp {
     /// # Errors
     /// As [`Qp::wait_send_cq`].
     pub fn wait_recv_cq(&self, timeout: Duration) -> Result<Option<Completion>, EngineError> {
-        wait(&self.recv_cq, timeout)
+        let c = wait(&self.recv_cq, timeout)?;
+        Self::taken(&self.rq_used, usize::from(c.is_some()));
+        Ok(c)
     }
 
     /// Counters of this QP and of the engine.

@@ -115,6 +115,9 @@ fn post_error_status(e: PostError) -> WcStatus {
     match e {
         PostError::BadState(_) => WcStatus::Flushed,
         PostError::LocalAccess(_) => WcStatus::LocalProtectionError,
+        // (the `Qp` handle refuses a post beyond its queue before it reaches the engine:
+        // its count includes completions not yet taken, so the transport's never fills)
+        PostError::SendQueueFull { .. } | PostError::RecvQueueFull { .. } => WcStatus::Flushed,
     }
 }
 

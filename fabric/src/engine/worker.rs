@@ -563,16 +563,57 @@ impl<D: Datapath> Worker<D> {
     }
 
     fn post(&mut self, qpn: u32, wr: Wr) -> Result<(), PostError> {
+        let recv = matches!(wr, Wr::Recv { .. });
+        self.check_queue(qpn, recv)?;
         // a receive sends nothing: only send-side work makes the next pass send first
-        self.posted |= !matches!(wr, Wr::Recv { .. });
+        self.posted |= !recv;
         self.engine.post_wr(qpn, wr).2
+    }
+
+    /// Refuses a post beyond QP `qpn`'s queue: `max_send_wr` / `max_recv_wr` work
+    /// requests posted whose completions the caller has not taken (in the transport, or
+    /// waiting in this worker's CQ), as verbs frees a slot at `ibv_poll_cq`.
+    fn check_queue(&self, qpn: u32, recv: bool) -> Result<(), PostError> {
+        let Some(e) = self.engine.qps.get(&qpn) else {
+            return Ok(()); // the engine answers an unknown QP
+        };
+        let cfg = e.conn.config();
+        let waiting = match &e.cq {
+            super::thread::Cq::Local { send, recv: r } => {
+                if recv {
+                    r.len()
+                } else {
+                    send.len()
+                }
+            }
+            super::thread::Cq::Channel { .. } => 0,
+        };
+        if recv {
+            let used = e.conn.posted_recvs() + waiting;
+            if used >= cfg.max_recv_wr as usize {
+                return Err(PostError::RecvQueueFull {
+                    max_recv_wr: cfg.max_recv_wr,
+                });
+            }
+        } else {
+            let used = e.conn.send_state().outstanding_messages() + waiting;
+            if used >= cfg.max_send_wr as usize {
+                return Err(PostError::SendQueueFull {
+                    max_send_wr: cfg.max_send_wr,
+                });
+            }
+        }
+        Ok(())
     }
 
     /// Posts an RDMA WRITE on QP `qpn` straight into its transport (no channel).
     ///
     /// # Errors
     /// [`PostError::LocalAccess`] for a `sge` outside this QP's regions;
-    /// [`PostError::BadState`] unless the QP is connected.
+    /// [`PostError::SendQueueFull`] when `max_send_wr` (`QpConfig::conn`, default 16384)
+    /// send work requests are posted whose completions were not yet taken
+    /// ([`Worker::poll_send_cq`] frees their slots); [`PostError::BadState`] unless the QP
+    /// is connected.
     pub fn post_write(
         &mut self,
         qpn: u32,
@@ -641,7 +682,9 @@ impl<D: Datapath> Worker<D> {
     /// Posts a receive buffer on QP `qpn` (needs `LOCAL_WRITE` unless zero-length).
     ///
     /// # Errors
-    /// As [`Worker::post_write`], plus [`AccessError::NoAccess`] without `LOCAL_WRITE`.
+    /// As [`Worker::post_write`] ([`PostError::RecvQueueFull`] at `max_recv_wr` receives
+    /// whose completions were not taken), plus [`AccessError::NoAccess`] without
+    /// `LOCAL_WRITE`.
     pub fn post_recv(&mut self, qpn: u32, wr_id: u64, sge: Sge) -> Result<(), PostError> {
         let need = (sge.len > 0).then_some(Access::LOCAL_WRITE);
         self.check_sge(qpn, &sge, need)?;

@@ -6,6 +6,13 @@ use crate::recv::{AckConfig, DEFAULT_RECV_WINDOW_PACKETS};
 use crate::send::SendConfig;
 use thiserror::Error;
 
+/// Default [`ConnConfig::max_send_wr`]: 16384 send work requests (lib_mrc's largest
+/// `max_send_wr`; a verbs NIC allows a few thousand to 32768).
+pub const DEFAULT_MAX_SEND_WR: u32 = 16384;
+
+/// Default [`ConnConfig::max_recv_wr`]: 16384 receive work requests.
+pub const DEFAULT_MAX_RECV_WR: u32 = 16384;
+
 /// Configuration of one connection (the local half of what RDMA CM exchanges).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConnConfig {
@@ -50,8 +57,21 @@ pub struct ConnConfig {
     pub recv_window_packets: u32,
     /// Messages tracked ahead of the next to complete at the receiver. Default 4096.
     pub max_rx_messages: u32,
+    /// Send work requests (WRITE, WRITE_WITH_IMM, SEND) posted and not yet completed that
+    /// the connection holds (verbs `max_send_wr`); a post beyond is refused with
+    /// [`PostError::SendQueueFull`] and nothing is queued. Default
+    /// [`DEFAULT_MAX_SEND_WR`] (16384). An embedding that hands completions out through a
+    /// queue of its own counts a work request until the application takes its completion
+    /// (the engine's `Qp` and `Worker` do, as verbs frees a slot at `ibv_poll_cq`).
+    pub max_send_wr: u32,
+    /// Receive work requests posted and not yet completed that the connection holds
+    /// (verbs `max_recv_wr`); a post beyond is refused with [`PostError::RecvQueueFull`].
+    /// Default [`DEFAULT_MAX_RECV_WR`] (16384).
+    pub max_recv_wr: u32,
     /// SEND payload the receiver holds for messages whose receive buffer is not known yet
-    /// (the receive is not posted, or an earlier message's kind is not known), bytes; a
+    /// (the receive is not posted, or an earlier message's kind is not known), bytes, each
+    /// staged packet counted with [`crate::recv::STAGED_CHUNK_OVERHEAD_BYTES`] more (so the
+    /// bound is the memory held, whatever the packets' sizes); a
     /// SEND packet beyond it is refused ([`crate::stats::DropReason::StagingFull`]) and
     /// resent after the sender's RNR timer. A SEND whose receive is known is placed
     /// straight into it and needs none. Default 16 MiB (about the kernel's
@@ -59,6 +79,14 @@ pub struct ConnConfig {
     pub max_staged_bytes: u64,
     /// Interval between probes of an `AssumedBad` EV, ns. Default 100 us.
     pub probe_interval_ns: u64,
+    /// Keepalive interval, ns: with the unresponsive budget set
+    /// ([`SendConfig::unresponsive_budget_ns`]), a side with work posted and nothing in
+    /// flight whose peer has been silent this long sends a keepalive probe, and another
+    /// every interval, so that a dead peer is found within the budget whatever this side
+    /// is doing ([`crate::conn`]'s liveness). 0 (default): the budget / 20
+    /// ([`crate::conn::KEEPALIVE_PER_BUDGET`]), 250 ms at the engine's 5 s. Without a
+    /// budget nothing is sent.
+    pub keepalive_interval_ns: u64,
     /// An EV without evidence of carrying packets (a delivery, an answered probe) for this
     /// long while the other EVs had some (more than
     /// [`crate::path::REVALIDATE_AFTER_ROTATIONS`] rotations' worth) gets no data until a
@@ -111,8 +139,11 @@ impl Default for ConnConfig {
             ack: AckConfig::default(),
             recv_window_packets: DEFAULT_RECV_WINDOW_PACKETS,
             max_rx_messages: 4096,
+            max_send_wr: DEFAULT_MAX_SEND_WR,
+            max_recv_wr: DEFAULT_MAX_RECV_WR,
             max_staged_bytes: 16 << 20,
             probe_interval_ns: 100_000,
+            keepalive_interval_ns: 0,
             revalidate_ev_after_ns: 100_000,
             pacing_burst_ns: 0,
             go_back_n: false,
@@ -150,7 +181,7 @@ pub enum ConfigError {
     /// half the 24-bit space in flight).
     #[error("outstanding limit {0} packets outside 1..=4194304")]
     Outstanding(u32),
-    /// `max_rx_messages` or `ack.sack_every_packets` is 0.
+    /// `max_rx_messages`, `max_send_wr`, `max_recv_wr` or `ack.sack_every_packets` is 0.
     #[error("{0} must be at least 1")]
     Zero(&'static str),
     /// `send.min_rto_ns` exceeds `send.max_rto_ns`, or `send.min_rto_ns` is 0.
@@ -189,6 +220,12 @@ impl ConnConfig {
         }
         if self.max_rx_messages == 0 {
             return Err(ConfigError::Zero("max_rx_messages"));
+        }
+        if self.max_send_wr == 0 {
+            return Err(ConfigError::Zero("max_send_wr"));
+        }
+        if self.max_recv_wr == 0 {
+            return Err(ConfigError::Zero("max_recv_wr"));
         }
         if self.ack.sack_every_packets == 0 {
             return Err(ConfigError::Zero("ack.sack_every_packets"));
@@ -315,6 +352,19 @@ pub enum PostError {
     /// The local buffer is not a registered range (lkey or bounds).
     #[error("local buffer not registered: {0}")]
     LocalAccess(crate::region::AccessError),
+    /// The send queue holds its [`ConnConfig::max_send_wr`] work requests already (verbs
+    /// answers `ENOMEM`); post again once completions were taken.
+    #[error("send queue full: {max_send_wr} work requests outstanding (max_send_wr)")]
+    SendQueueFull {
+        /// The queue's depth.
+        max_send_wr: u32,
+    },
+    /// The receive queue holds its [`ConnConfig::max_recv_wr`] receives already.
+    #[error("receive queue full: {max_recv_wr} receives outstanding (max_recv_wr)")]
+    RecvQueueFull {
+        /// The queue's depth.
+        max_recv_wr: u32,
+    },
 }
 
 /// Why a state change was refused.

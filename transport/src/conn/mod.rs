@@ -34,6 +34,13 @@
 //!   ([`crate::send::SendState::base_rto_ns`], without back-off) after the first, with no
 //!   packet of the peer's generation in between.
 //!
+//! Liveness (`conn/live.rs`): with the unresponsive budget set
+//! ([`crate::send::SendConfig::unresponsive_budget_ns`]) a peer silent for the budget
+//! fails the connection whatever this side does: sending (the sender's budget), or
+//! waiting with receives posted and nothing in flight (keepalive probes, probe sequence
+//! [`KEEPALIVE_PROBE_SEQ`], every [`ConnConfig::keepalive_interval_ns`] of silence). A busy
+//! connection sends none.
+//!
 //! A restarted peer answers the packets of ours in flight with its new generation,
 //! echoing their PSNs; with nothing acknowledged our RTO resends the flight one RTO after
 //! it left, and the peer answers the resends as it answered the originals, so the restart
@@ -84,12 +91,15 @@
 //! ```
 
 mod config;
+mod live;
 mod rx;
 mod tx;
 
 pub use config::{
-    ConfigError, ConnConfig, ConnState, Ecn, PeerParams, PostError, Sge, StateError, Transmit,
+    ConfigError, ConnConfig, ConnState, DEFAULT_MAX_RECV_WR, DEFAULT_MAX_SEND_WR, Ecn, PeerParams,
+    PostError, Sge, StateError, Transmit,
 };
+pub use live::{KEEPALIVE_PER_BUDGET, KEEPALIVE_PROBE_SEQ};
 pub use tx::{MAX_DATA_HEADER_BYTES, data_opcode};
 
 /// Why [`Connection::deregister_mr`] refused.
@@ -160,6 +170,11 @@ pub struct Connection<C: Controller> {
     data_before_sack: bool,
     /// A data packet went ahead of the SACK now due (cleared when that SACK leaves).
     data_jumped_sack: bool,
+    /// Liveness of the peer: keepalives and the budget on every connection ([`live`]).
+    live: live::Liveness,
+    /// Why the connection gave up on a silent peer while nothing of its own was in flight
+    /// ([`live`]).
+    live_give_up: Option<crate::send::GiveUp>,
 }
 
 impl<C: Controller> Connection<C> {
@@ -179,8 +194,13 @@ impl<C: Controller> Connection<C> {
         send_cfg.go_back_n = cfg.go_back_n;
         let send = SendState::new(cfg.initial_psn, send_cfg);
         let rwin = RecvWindow::new(crate::psn::Psn::new(0), cfg.recv_window_packets);
-        let rx = RxMessages::new(cfg.max_rx_messages, cfg.max_staged_bytes);
+        let mut rx = RxMessages::new(cfg.max_rx_messages, cfg.max_staged_bytes);
+        rx.set_max_ranges(
+            cfg.max_rx_messages as usize
+                + (cfg.recv_window_packets as usize).max(crate::recv::MAX_COVERAGE_HOLES),
+        );
         let acker = Acker::new(cfg.ack);
+        let live = live::Liveness::new(cfg.send.unresponsive_budget_ns, cfg.keepalive_interval_ns);
         let regions = match cfg.region_key {
             Some(key) => RegionTable::random(key),
             None => RegionTable::new((cfg.seed as u32) ^ (cfg.local_qpn << 8)),
@@ -208,6 +228,8 @@ impl<C: Controller> Connection<C> {
             auth_plain: Vec::new(),
             data_before_sack: false,
             data_jumped_sack: false,
+            live,
+            live_give_up: None,
         })
     }
 
@@ -231,6 +253,10 @@ impl<C: Controller> Connection<C> {
         self.peer = Some(peer);
         self.rwin = RecvWindow::new(peer.initial_psn, self.cfg.recv_window_packets);
         self.state = ConnState::Ready;
+        // receives posted before connecting start the budget at the next look
+        if self.has_live_work() {
+            self.live_before_post();
+        }
         Ok(())
     }
 
@@ -298,6 +324,24 @@ impl<C: Controller> Connection<C> {
         self.send.fail_all(status);
         self.drain_send_completions();
         self.rx.flush(&mut self.completions);
+    }
+
+    /// [`Connection::fail`] where `status` must reach the application even when no send
+    /// work request is outstanding: then the oldest posted receive completes with it
+    /// (the rest `Flushed`), so a side that only receives learns why.
+    fn fail_first(&mut self, status: WcStatus) {
+        if matches!(self.state, ConnState::Error | ConnState::Closed) {
+            return;
+        }
+        let sends = !self.send.is_idle();
+        self.state = ConnState::Error;
+        self.send.fail_all(status);
+        self.drain_send_completions();
+        let first = self.completions.len();
+        self.rx.flush(&mut self.completions);
+        if !sends && let Some(c) = self.completions.get_mut(first) {
+            c.status = status;
+        }
     }
 
     fn drain_send_completions(&mut self) {
@@ -401,12 +445,17 @@ impl<C: Controller> Connection<C> {
     /// [`WcStatus::RetryExceeded`] after RTO expiries: the retry limit, or the peer silent
     /// for the unresponsive budget (`Display`: `peer unresponsive for 5.0 s`).
     pub fn give_up(&self) -> Option<crate::send::GiveUp> {
-        self.send.give_up()
+        self.send.give_up().or(self.live_give_up)
     }
 
     /// Sender state (snd_una, snd_nxt, bytes in flight, retransmit queue).
     pub fn send_state(&self) -> &SendState {
         &self.send
+    }
+
+    /// Receive work requests posted and not yet completed.
+    pub fn posted_recvs(&self) -> usize {
+        self.rx.posted_recvs()
     }
 
     /// Receive window (rcv_nxt, bitmap).
@@ -418,9 +467,15 @@ impl<C: Controller> Connection<C> {
         if self.state != ConnState::Ready {
             return Err(PostError::BadState(self.state));
         }
+        if self.send.outstanding_messages() >= self.cfg.max_send_wr as usize {
+            return Err(PostError::SendQueueFull {
+                max_send_wr: self.cfg.max_send_wr,
+            });
+        }
         self.regions
             .check_local_read(spec.local_lkey, spec.local_addr, u64::from(spec.len))
             .map_err(PostError::LocalAccess)?;
+        self.live_before_post();
         self.send.post(spec);
         Ok(())
     }
@@ -428,7 +483,9 @@ impl<C: Controller> Connection<C> {
     /// Posts an RDMA WRITE of `local` to `remote_addr` in the peer region `rkey`.
     ///
     /// # Errors
-    /// [`PostError::BadState`] unless `Ready`; [`PostError::LocalAccess`] for a bad `local`.
+    /// [`PostError::BadState`] unless `Ready`; [`PostError::SendQueueFull`] with
+    /// [`ConnConfig::max_send_wr`] work requests outstanding; [`PostError::LocalAccess`]
+    /// for a bad `local`.
     pub fn post_write(
         &mut self,
         wr_id: u64,
@@ -508,14 +565,21 @@ impl<C: Controller> Connection<C> {
     ///
     /// # Errors
     /// [`PostError::BadState`] in `Draining`, `Closed`, `Error`;
+    /// [`PostError::RecvQueueFull`] with [`ConnConfig::max_recv_wr`] receives posted;
     /// [`PostError::LocalAccess`] if `buf` is not a registered range.
     pub fn post_recv(&mut self, wr_id: u64, buf: Sge) -> Result<(), PostError> {
         if !matches!(self.state, ConnState::Init | ConnState::Ready) {
             return Err(PostError::BadState(self.state));
         }
+        if self.rx.posted_recvs() >= self.cfg.max_recv_wr as usize {
+            return Err(PostError::RecvQueueFull {
+                max_recv_wr: self.cfg.max_recv_wr,
+            });
+        }
         self.regions
             .check_local_read(buf.lkey, buf.addr, u64::from(buf.len))
             .map_err(PostError::LocalAccess)?;
+        self.live_before_post();
         self.rx.post_recv(RecvWr {
             wr_id,
             lkey: buf.lkey,
@@ -552,6 +616,7 @@ impl<C: Controller> Connection<C> {
         min(self.paths.next_probe_time());
         min(self.psu.timer_ns());
         min(self.cc.next_timer_ns());
+        min(self.live_timeout());
         // The pacing release time is a timer only while a data packet could leave then:
         // with every EV denied nothing can, and a release time in the past would be
         // returned forever (the caller would spin).
@@ -585,6 +650,9 @@ impl<C: Controller> Connection<C> {
         let l = self.send.on_rto(now_ns, &mut self.paths, &mut self.stats);
         if l.failed {
             self.fail(WcStatus::RetryExceeded);
+            return;
+        }
+        if self.live_timers(now_ns) {
             return;
         }
         if l.lost_packets > 0 {

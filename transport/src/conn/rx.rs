@@ -90,6 +90,7 @@ impl<C: Controller> Connection<C> {
             self.on_other_generation(now_ns, &pkt, is_gen_nack);
             return;
         }
+        self.live.heard(now_ns);
         if !is_gen_nack {
             // A packet of the peer's generation: the peer has not restarted.
             self.gen_mismatch_since_ns = None;
@@ -167,6 +168,10 @@ impl<C: Controller> Connection<C> {
                         pkt.mrceth.send_ts_ns,
                     ));
                 }
+            }
+            Body::ProbeReply(r) if r.probe_seq == super::KEEPALIVE_PROBE_SEQ => {
+                // a keepalive's answer: the peer was heard, nothing else to do
+                self.stats.keepalive_replies += 1;
             }
             Body::ProbeReply(r) => {
                 self.paths.set_in_flight_hint(self.send.in_flight_packets());

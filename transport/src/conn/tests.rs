@@ -279,9 +279,9 @@ fn send_lands_in_the_posted_receive_and_zero_length_works() {
 
 #[test]
 fn a_send_beyond_the_staging_bound_waits_for_its_receive_and_then_lands_whole() {
-    // b may stage 8192 bytes of SEND payload (two 4 KiB packets) for a receive not posted
+    // b may stage two 4 KiB packets of SEND payload for a receive not posted
     let (mut a, mut b) = pair_with(ConnConfig {
-        max_staged_bytes: 8192,
+        max_staged_bytes: 2 * crate::recv::staged_charge(4096),
         ..cfg(0x22, 100, 7)
     });
     let src = fill(&mut a, 40_000, 3);
@@ -2050,4 +2050,307 @@ mod planes {
         assert_eq!(ConnConfig::interleaved_planes(6, 3), vec![0, 1, 2, 0, 1, 2]);
         assert!(ConnConfig::interleaved_planes(6, 1).is_empty());
     }
+}
+
+/// Liveness on every connection ([`super::live`]): keepalives while work is posted and
+/// nothing is in flight, the budget whatever this side does.
+mod liveness {
+    use super::*;
+    use crate::send::GiveUp;
+
+    const BUDGET_NS: u64 = 1_000_000_000;
+    /// The default keepalive interval at that budget: budget / 20.
+    const KA_NS: u64 = 50_000_000;
+
+    fn live_cfg(qpn: u32, psn: u32, generation: u16) -> ConnConfig {
+        let mut c = cfg(qpn, psn, generation);
+        c.send.unresponsive_budget_ns = Some(BUDGET_NS);
+        c
+    }
+
+    fn live_pair() -> (Conn, Conn) {
+        let cc = || FixedWindowConfig::default().build();
+        let mut a = Connection::new(live_cfg(0x11, 0xFF_FFF0, 1), cc()).unwrap();
+        let mut b = Connection::new(live_cfg(0x22, 100, 7), cc()).unwrap();
+        a.connect(b.local_params()).unwrap();
+        b.connect(a.local_params()).unwrap();
+        (a, b)
+    }
+
+    fn recv(c: &mut Conn, wr_id: u64, k: &MrKey) {
+        let sge = Sge {
+            lkey: k.lkey,
+            addr: k.addr,
+            len: 64,
+        };
+        c.post_recv(wr_id, sge).unwrap();
+    }
+
+    /// Steps both ends on a shared virtual clock from `now` to `end` (zero-delay network;
+    /// with `a_alive` false, `a` is dead: it is never called and what goes to it is
+    /// lost). Returns the time reached and every (time, opcode) `b` sent.
+    fn run(
+        a: &mut Conn,
+        b: &mut Conn,
+        mut now: u64,
+        end: u64,
+        a_alive: bool,
+    ) -> (u64, Vec<(u64, Opcode)>) {
+        let mut buf = vec![0u8; 8192];
+        let mut sent_b = Vec::new();
+        loop {
+            loop {
+                let mut moved = false;
+                while a_alive && let Some(t) = a.poll_transmit(now, &mut buf) {
+                    moved = true;
+                    b.handle_datagram(now, t.ev, t.ecn, &buf[..t.len]);
+                }
+                while let Some(t) = b.poll_transmit(now, &mut buf) {
+                    moved = true;
+                    sent_b.push((now, PacketRepr::parse(&buf[..t.len]).unwrap().bth.opcode));
+                    if a_alive {
+                        a.handle_datagram(now, t.ev, t.ecn, &buf[..t.len]);
+                    }
+                }
+                if !moved {
+                    break;
+                }
+            }
+            let ta = if a_alive { a.poll_timeout() } else { None };
+            let next = match (ta, b.poll_timeout()) {
+                (Some(x), Some(y)) => x.min(y),
+                (x, y) => match x.or(y) {
+                    Some(t) => t,
+                    None => return (now, sent_b),
+                },
+            };
+            if next > end {
+                return (now, sent_b);
+            }
+            now = next.max(now);
+            if a_alive {
+                a.handle_timeout(now);
+            }
+            b.handle_timeout(now);
+        }
+    }
+
+    fn statuses(c: &mut Conn) -> Vec<(u64, WcStatus)> {
+        completions(c).iter().map(|x| (x.wr_id, x.status)).collect()
+    }
+
+    /// The issue's hang: the sender took the receiver's credit (a SEND, acknowledged)
+    /// and died; the receiver has a receive posted and nothing in flight. It sends a
+    /// keepalive every 50 ms of silence and fails at exactly the budget after the last
+    /// packet it heard, the oldest receive with `RetryExceeded`, the cause named.
+    #[test]
+    fn a_receiver_whose_sender_died_fails_at_the_budget() {
+        let (mut a, mut b) = live_pair();
+        let src = fill(&mut a, 64, 1);
+        let rbuf = b.regions_mut().register(256, Access::LOCAL_WRITE).unwrap();
+        let credit = b.regions_mut().register(64, Access::LOCAL_WRITE).unwrap();
+        let cbuf = a.regions_mut().register(64, Access::LOCAL_WRITE).unwrap();
+        recv(&mut a, 1, &cbuf);
+        recv(&mut b, 10, &rbuf);
+        recv(&mut b, 11, &rbuf);
+        // b gives a credit at t = 1 ms; a receives it and acknowledges it
+        b.post_send(
+            5,
+            Sge {
+                lkey: credit.lkey,
+                addr: credit.addr,
+                len: 8,
+            },
+        )
+        .unwrap();
+        let (now, _) = run(&mut a, &mut b, 1_000_000, 1_000_000, true);
+        assert_eq!(statuses(&mut b), vec![(5, WcStatus::Success)]);
+        assert_eq!(statuses(&mut a), vec![(1, WcStatus::Success)]);
+        let _ = src;
+        // a is SIGKILLed now: nothing of it is ever heard again
+        let (end, sent) = run(&mut a, &mut b, now, 10 * BUDGET_NS, false);
+        let probes: Vec<u64> = sent
+            .iter()
+            .filter(|(_, op)| *op == Opcode::EvProbe)
+            .map(|(t, _)| *t)
+            .collect();
+        let expect: Vec<u64> = (1..20).map(|k| 1_000_000 + k * KA_NS).collect();
+        assert_eq!(probes, expect);
+        assert_eq!(sent.len(), 19, "{sent:?}");
+        assert_eq!(b.stats().keepalives_sent, 19);
+        assert_eq!(b.state(), ConnState::Error);
+        assert_eq!(end, 1_000_000 + BUDGET_NS);
+        assert_eq!(
+            statuses(&mut b),
+            vec![(10, WcStatus::RetryExceeded), (11, WcStatus::Flushed)]
+        );
+        assert_eq!(
+            b.give_up(),
+            Some(GiveUp::PeerUnresponsive {
+                silent_ns: BUDGET_NS
+            })
+        );
+        assert_eq!(
+            b.give_up().unwrap().to_string(),
+            "peer unresponsive for 1.0 s"
+        );
+        assert_eq!(b.poll_timeout(), None);
+    }
+
+    /// Both ends idle with receives posted and alive: the keepalives are answered by the
+    /// peer's transport and nothing fails, for 30 budgets. Each end probes when it heard
+    /// nothing for an interval; here both ends' timers fire at the same ns, so each sends
+    /// one keepalive per interval (600 in 30 s).
+    #[test]
+    fn idle_ends_with_receives_posted_stay_up_on_keepalives() {
+        let (mut a, mut b) = live_pair();
+        let ka = a.regions_mut().register(64, Access::LOCAL_WRITE).unwrap();
+        let kb = b.regions_mut().register(64, Access::LOCAL_WRITE).unwrap();
+        recv(&mut a, 1, &ka);
+        recv(&mut b, 2, &kb);
+        let (end, _) = run(&mut a, &mut b, 0, 30 * BUDGET_NS, true);
+        assert_eq!(a.state(), ConnState::Ready);
+        assert_eq!(b.state(), ConnState::Ready);
+        let (sa, sb) = (a.stats(), b.stats());
+        assert_eq!((sa.keepalives_sent, sb.keepalives_sent), (600, 600));
+        assert_eq!(sa.keepalive_replies, sa.keepalives_sent);
+        assert_eq!(sb.keepalive_replies, sb.keepalives_sent);
+        assert_eq!(sa.probes_received, sb.keepalives_sent);
+        assert_eq!(sa.drops.total() + sb.drops.total(), 0);
+        assert_eq!(end, 30 * BUDGET_NS);
+        assert_eq!(completions(&mut a), vec![]);
+        assert_eq!(completions(&mut b), vec![]);
+    }
+
+    /// A busy connection sends no keepalive: 200 WRITEs of 64 KiB, one every 10 ms,
+    /// with receives posted on both sides the whole time.
+    #[test]
+    fn a_busy_connection_sends_no_keepalive() {
+        let (mut a, mut b) = live_pair();
+        let (src, dst) = write_regions(&mut a, &mut b, 65_536, 4);
+        let ka = a.regions_mut().register(64, Access::LOCAL_WRITE).unwrap();
+        let kb = b.regions_mut().register(64, Access::LOCAL_WRITE).unwrap();
+        recv(&mut a, 1, &ka);
+        recv(&mut b, 2, &kb);
+        let mut now = 0;
+        for i in 0..200 {
+            write_whole(&mut a, 100 + i, &src, &dst, 65_536);
+            now = run(&mut a, &mut b, now, now + 10_000_000, true).0;
+            now += 10_000_000 - now % 10_000_000;
+        }
+        assert_eq!(completions(&mut a).len(), 200);
+        assert_eq!(a.stats().keepalives_sent + b.stats().keepalives_sent, 0);
+        assert_eq!(a.stats().sent, 200 * 16);
+    }
+
+    /// Work posted long after the peer was last heard starts the budget at the post,
+    /// not at the last packet: a receive posted 100 s into silence fails one budget
+    /// after the first look at it, with a keepalive every interval before.
+    #[test]
+    fn the_budget_starts_when_work_is_posted() {
+        let (mut a, mut b) = live_pair();
+        let kb = b.regions_mut().register(64, Access::LOCAL_WRITE).unwrap();
+        // idle, nothing posted: no timer, nothing sent
+        assert_eq!(b.poll_timeout(), None);
+        recv(&mut b, 7, &kb);
+        // the post asks for a look at once
+        assert_eq!(b.poll_timeout(), Some(0));
+        let start = 100 * BUDGET_NS;
+        let mut buf = vec![0u8; 8192];
+        assert!(b.poll_transmit(start, &mut buf).is_none());
+        assert_eq!(b.poll_timeout(), Some(start + KA_NS));
+        let (end, sent) = run(&mut a, &mut b, start, start + 10 * BUDGET_NS, false);
+        assert_eq!(sent.len(), 19);
+        assert_eq!(end, start + BUDGET_NS);
+        assert_eq!(statuses(&mut b), vec![(7, WcStatus::RetryExceeded)]);
+    }
+
+    /// Without an unresponsive budget (the transport's default) nothing changes: no
+    /// keepalive, no timer for a posted receive.
+    #[test]
+    fn without_a_budget_there_is_no_keepalive() {
+        let (mut a, mut b) = pair();
+        let kb = b.regions_mut().register(64, Access::LOCAL_WRITE).unwrap();
+        recv(&mut b, 7, &kb);
+        assert_eq!(b.poll_timeout(), None);
+        let mut buf = vec![0u8; 8192];
+        assert!(b.poll_transmit(1_000_000_000, &mut buf).is_none());
+        assert_eq!(b.poll_timeout(), None);
+        let _ = &mut a;
+    }
+}
+
+/// `max_send_wr` / `max_recv_wr`: a post beyond the queue is refused with the typed
+/// error and changes nothing; a completion frees its slot.
+#[test]
+fn posts_beyond_the_queue_depths_are_refused() {
+    let mut b_cfg = cfg(0x22, 100, 7);
+    b_cfg.max_recv_wr = 2;
+    let (mut a, mut b) = pair_with(b_cfg);
+    a.cfg.max_send_wr = 3;
+    let (src, dst) = write_regions(&mut a, &mut b, 64, 1);
+    let rbuf = b.regions_mut().register(64, Access::LOCAL_WRITE).unwrap();
+    let r = Sge {
+        lkey: rbuf.lkey,
+        addr: rbuf.addr,
+        len: 64,
+    };
+    b.post_recv(1, r).unwrap();
+    b.post_recv(2, r).unwrap();
+    assert_eq!(
+        b.post_recv(3, r),
+        Err(PostError::RecvQueueFull { max_recv_wr: 2 })
+    );
+    for i in 0..3 {
+        write_whole(&mut a, i, &src, &dst, 64);
+    }
+    let sge = Sge {
+        lkey: src.lkey,
+        addr: src.addr,
+        len: 64,
+    };
+    assert_eq!(
+        a.post_write(3, sge, dst.addr, dst.rkey),
+        Err(PostError::SendQueueFull { max_send_wr: 3 })
+    );
+    assert_eq!(a.send_state().outstanding_messages(), 3);
+    exchange(0, &mut a, &mut b, &mut pass);
+    assert_eq!(completions(&mut a).len(), 3);
+    a.post_write(3, sge, dst.addr, dst.rkey).unwrap();
+    assert_eq!(
+        PostError::SendQueueFull { max_send_wr: 3 }.to_string(),
+        "send queue full: 3 work requests outstanding (max_send_wr)"
+    );
+}
+
+/// Issue (item 8): a WRITE to an address that wraps past 2^64 completed with
+/// `LocalLengthError`, the status verbs gives a SEND too long for its receive. It is a
+/// remote range no region can hold: `RemoteAccessError`, as the peer's NACK gives for a
+/// range outside its regions, and nothing of it leaves.
+#[test]
+fn a_write_whose_remote_range_wraps_fails_with_a_remote_access_error() {
+    let (mut a, _b) = pair();
+    let src = fill(&mut a, 100, 1);
+    let sge = Sge {
+        lkey: src.lkey,
+        addr: src.addr,
+        len: 100,
+    };
+    a.post_write(7, sge, u64::MAX - 10, 0x1234).unwrap();
+    let mut buf = vec![0u8; 8192];
+    assert!(a.poll_transmit(0, &mut buf).is_none());
+    assert_eq!(a.stats().sent, 0);
+    let c = a.poll_completion().unwrap();
+    assert_eq!((c.wr_id, c.status), (7, WcStatus::RemoteAccessError));
+    assert_eq!(a.state(), ConnState::Error);
+    // the last byte at 2^64 - 1 does not wrap: it leaves (the peer refuses the range)
+    let (mut a, _b) = pair();
+    let src = fill(&mut a, 100, 1);
+    let sge = Sge {
+        lkey: src.lkey,
+        addr: src.addr,
+        len: 100,
+    };
+    a.post_write(8, sge, u64::MAX - 100, 0x1234).unwrap();
+    assert!(a.poll_transmit(0, &mut buf).is_some());
 }

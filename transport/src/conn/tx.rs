@@ -150,6 +150,7 @@ impl<C: Controller> Connection<C> {
             && self.probe_replies.is_empty()
             && !self.paths.any_assumed_bad()
             && !self.psu.pending()
+            && !self.live.attention()
         {
             return self.poll_data(now_ns, buf, lend);
         }
@@ -230,6 +231,11 @@ impl<C: Controller> Connection<C> {
         }
         if data_failed {
             return None;
+        }
+        if self.live.attention()
+            && let Some(t) = self.poll_keepalive(now_ns, buf)
+        {
+            return Some(t);
         }
         if let Some((idx, probe_seq)) = self.paths.next_probe(now_ns, self.cfg.probe_interval_ns) {
             let ev = self.paths.get(idx).map_or(0, |p| p.ev);
@@ -321,6 +327,11 @@ impl<C: Controller> Connection<C> {
 
     /// Writes data packet `tx` into `buf`, or its headers only with `lend` (the payload
     /// lent there); returns (bytes written, datagram bytes).
+    ///
+    /// # Errors
+    /// The status the work request fails with: `RemoteAccessError` for a WRITE whose
+    /// remote range wraps past 2^64, `LocalProtectionError` for a source gone from its
+    /// region, `LocalLengthError` for a packet the buffer cannot hold.
     fn emit_data(
         &self,
         now_ns: u64,
@@ -330,6 +341,15 @@ impl<C: Controller> Connection<C> {
         lend: Option<&mut Option<PayloadRef>>,
     ) -> Result<(usize, usize), WcStatus> {
         let m = tx.msg;
+        if let MsgKind::Write { remote_addr, .. } = m.kind
+            && remote_addr.checked_add(u64::from(m.len)).is_none()
+        {
+            // The remote range wraps past 2^64: no region can hold it, so the peer would
+            // refuse it (verbs: IBV_WC_REM_ACCESS_ERR). Caught at the first packet, before
+            // any byte of the message leaves; it was LocalLengthError (the wire emitter
+            // refusing the RETH), a status verbs gives a receive too short for a SEND.
+            return Err(WcStatus::RemoteAccessError);
+        }
         let payload = self
             .regions
             .read(

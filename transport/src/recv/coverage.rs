@@ -138,6 +138,23 @@ impl Coverage {
         Ok(())
     }
 
+    /// Whether adding `[offset, offset + len)`, which [`Coverage::check`] accepted, makes
+    /// one range more (it touches no range that arrived: the first range, or a new hole).
+    pub fn opens_range(&self, offset: u32, len: u32) -> bool {
+        if len == 0 || self.tail_end == offset {
+            return false;
+        }
+        if self.tail_end == 0 || offset > self.tail_end {
+            return true;
+        }
+        // wholly before the last range (check accepted it)
+        let end = offset.saturating_add(len);
+        let i = self.head_index(offset);
+        let joins_before = i > 0 && self.head.get(i - 1).is_some_and(|&(_, e)| e == offset);
+        let next_start = self.head.get(i).map_or(self.tail_start, |&(s, _)| s);
+        !joins_before && next_start != end
+    }
+
     /// Adds `[offset, offset + len)`, which [`Coverage::check`] accepted, merging it with
     /// the ranges it touches.
     #[inline]

@@ -7,5 +7,6 @@ pub mod msgs;
 pub mod window;
 
 pub use acker::{AckConfig, Acker, NackOut, SackOut};
-pub use msgs::{RecvWr, RxData, RxKind, RxMessages};
+pub use coverage::MAX_COVERAGE_HOLES;
+pub use msgs::{RecvWr, RxData, RxKind, RxMessages, STAGED_CHUNK_OVERHEAD_BYTES, staged_charge};
 pub use window::{Arrival, DEFAULT_RECV_WINDOW_PACKETS, RecvWindow, WindowPos};

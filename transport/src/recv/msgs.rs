@@ -107,9 +107,23 @@ impl RxMsg {
         }
     }
 
+    /// What its staged chunks count against the staging bound ([`staged_charge`]).
     fn staged_bytes(&self) -> u64 {
-        self.staged.iter().map(|(_, b)| b.len() as u64).sum()
+        self.staged
+            .iter()
+            .map(|(_, b)| staged_charge(b.len() as u64))
+            .sum()
     }
+}
+
+/// Bytes a staged chunk costs beyond its payload, counted against the staging bound: its
+/// entry in the message's list and the allocation's header. Without it the bound counted
+/// payload only, and 16 MiB of 1-byte chunks held about 50 times that.
+pub const STAGED_CHUNK_OVERHEAD_BYTES: u64 = 48;
+
+/// What a staged chunk of `payload` bytes counts against the staging bound.
+pub fn staged_charge(payload: u64) -> u64 {
+    payload + STAGED_CHUNK_OVERHEAD_BYTES
 }
 
 /// Where a SEND packet's payload goes.
@@ -141,9 +155,16 @@ pub struct RxMessages {
     /// `reserved <= recvs.len()` always, and such a message completes as soon as it and
     /// every earlier message are whole.
     reserved: usize,
-    /// SEND payload bytes staged over all messages (`<= max_staged_bytes`).
+    /// What the staged SEND chunks of all messages count ([`staged_charge`]: payload plus
+    /// [`STAGED_CHUNK_OVERHEAD_BYTES`] each), `<= max_staged_bytes`.
     staged_bytes: u64,
     max_staged_bytes: u64,
+    /// Byte ranges kept over all messages (each message's [`Coverage::ranges`]): the
+    /// out-of-order placement state, 8 bytes each.
+    ranges: usize,
+    /// At most this many ([`RxMessages::set_max_ranges`]): a packet that would open one
+    /// more is refused as [`DropReason::MessageWindowFull`] (the sender resends it later).
+    max_ranges: usize,
 }
 
 impl RxMessages {
@@ -158,7 +179,24 @@ impl RxMessages {
             reserved: 0,
             staged_bytes: 0,
             max_staged_bytes,
+            ranges: 0,
+            max_ranges: max_msgs.max(1) as usize + super::coverage::MAX_COVERAGE_HOLES,
         }
+    }
+
+    /// Sets the most byte ranges kept over all messages (default: `max_msgs` plus
+    /// [`super::coverage::MAX_COVERAGE_HOLES`]). A sender whose packets of each message
+    /// go out in offset order opens a range per message plus one per packet missing in
+    /// its window, so `max_msgs + window` is never reached by it; a peer that sends every
+    /// other byte of 4096 messages of 4 GiB (up to 1024 ranges each without it, 32 MiB)
+    /// is refused at the cap.
+    pub fn set_max_ranges(&mut self, n: usize) {
+        self.max_ranges = n.max(1);
+    }
+
+    /// Byte ranges kept now over all messages.
+    pub fn ranges(&self) -> usize {
+        self.ranges
     }
 
     /// Messages ahead of the next to complete and before index `idx` whose last packet
@@ -173,7 +211,8 @@ impl RxMessages {
         idx - closed
     }
 
-    /// SEND payload bytes staged now (arrived before their receive buffer was known).
+    /// What the SEND payload staged now (arrived before its receive buffer was known)
+    /// counts against the bound: its bytes plus [`STAGED_CHUNK_OVERHEAD_BYTES`] per chunk.
     pub fn staged_bytes(&self) -> u64 {
         self.staged_bytes
     }
@@ -217,6 +256,11 @@ impl RxMessages {
     /// Posted receives not yet consumed.
     pub fn posted_recvs(&self) -> usize {
         self.recvs.len()
+    }
+
+    /// Whether a message is partly received (tracked, not yet completed).
+    pub fn in_progress(&self) -> bool {
+        !self.msgs.is_empty()
     }
 
     /// Posted receives whose buffer is in region `lkey`.
@@ -281,10 +325,16 @@ impl RxMessages {
             m.coverage
                 .check(p.offset, payload_len, p.msg_len)
                 .map_err(coverage_reason)?;
+            if self.ranges >= self.max_ranges && m.coverage.opens_range(p.offset, payload_len) {
+                return Err(DropReason::MessageWindowFull);
+            }
         } else {
             Coverage::default()
                 .check(p.offset, payload_len, p.msg_len)
                 .map_err(coverage_reason)?;
+            if self.ranges >= self.max_ranges && payload_len > 0 {
+                return Err(DropReason::MessageWindowFull);
+            }
         }
         if p.last
             && (is_send || p.imm.is_some())
@@ -302,7 +352,7 @@ impl RxMessages {
         if is_send
             && payload_len > 0
             && self.send_place(idx, p.msg_len, regions) == SendPlace::Stage
-            && self.staged_bytes + u64::from(payload_len) > self.max_staged_bytes
+            && self.staged_bytes + staged_charge(u64::from(payload_len)) > self.max_staged_bytes
         {
             return Err(DropReason::StagingFull);
         }
@@ -382,7 +432,9 @@ impl RxMessages {
             imm: None,
             staged: Vec::new(),
         });
+        let before = m.coverage.ranges();
         m.coverage.add(p.offset, p.payload.len() as u32);
+        self.ranges = (self.ranges + m.coverage.ranges()).saturating_sub(before);
         if p.last {
             m.last_seen = true;
             m.imm = p.imm;
@@ -392,7 +444,7 @@ impl RxMessages {
         }
         if let Some(bytes) = stage {
             m.staged.push((p.offset, bytes));
-            self.staged_bytes += p.payload.len() as u64;
+            self.staged_bytes += staged_charge(p.payload.len() as u64);
         }
         Ok(())
     }
@@ -424,6 +476,7 @@ impl RxMessages {
             if let Some(Some(m)) = self.msgs.pop_front() {
                 self.next_msn += 1;
                 self.staged_bytes = self.staged_bytes.saturating_sub(m.staged_bytes());
+                self.ranges = self.ranges.saturating_sub(m.coverage.ranges());
             }
             match self.msgs.front() {
                 Some(Some(m)) if m.last_seen && m.coverage.is_whole(m.len) => {}
@@ -452,6 +505,7 @@ impl RxMessages {
             };
             self.next_msn += 1;
             self.staged_bytes = self.staged_bytes.saturating_sub(m.staged_bytes());
+            self.ranges = self.ranges.saturating_sub(m.coverage.ranges());
             if !needs_recv {
                 continue;
             }
@@ -492,6 +546,7 @@ impl RxMessages {
         self.msgs.clear();
         self.reserved = 0;
         self.staged_bytes = 0;
+        self.ranges = 0;
     }
 }
 
@@ -761,12 +816,13 @@ mod tests {
     fn staging_is_bounded_and_refusals_resume_once_the_receive_is_posted() {
         let mut regions = RegionTable::new(0);
         let buf = regions.register(16, Access::LOCAL_WRITE).unwrap();
-        let mut rx = RxMessages::new(64, 8);
+        let two = 2 * STAGED_CHUNK_OVERHEAD_BYTES;
+        let mut rx = RxMessages::new(64, 8 + two);
         let mut out = VecDeque::new();
-        // no receive posted: 8 bytes may wait, the ninth may not
+        // no receive posted: two chunks of 4 bytes may wait, a third byte may not
         accept(&mut rx, &send(0, 12, 0, false, b"abcd"), &mut regions);
         accept(&mut rx, &send(0, 12, 4, false, b"efgh"), &mut regions);
-        assert_eq!(rx.staged_bytes(), 8);
+        assert_eq!(rx.staged_bytes(), 8 + two);
         let tail = send(0, 12, 8, true, b"ijkl");
         assert_eq!(
             rx.check(&send(0, 12, 8, false, b"i"), &regions),
@@ -787,7 +843,7 @@ mod tests {
             len: 16,
         });
         accept(&mut rx, &tail, &mut regions);
-        assert_eq!(rx.staged_bytes(), 8);
+        assert_eq!(rx.staged_bytes(), 8 + two);
         rx.advance(&mut regions, &mut out);
         assert_eq!(
             out.iter()
@@ -799,7 +855,7 @@ mod tests {
         assert_eq!(rx.staged_bytes(), 0);
         // message 1 may be staged again (no receive for it yet)
         accept(&mut rx, &send(1, 4, 0, false, b"zz"), &mut regions);
-        assert_eq!(rx.staged_bytes(), 2);
+        assert_eq!(rx.staged_bytes(), staged_charge(2));
     }
 
     #[test]
@@ -826,7 +882,7 @@ mod tests {
             &mut regions,
         );
         accept(&mut rx, &send(1, 4, 0, false, b"xy"), &mut regions);
-        assert_eq!(rx.staged_bytes(), 2);
+        assert_eq!(rx.staged_bytes(), staged_charge(2));
         // message 0's last packet: no immediate, so it takes no receive; message 1's
         // receive is now known to be the first (a), and its next packet goes there
         accept(
@@ -835,12 +891,12 @@ mod tests {
             &mut regions,
         );
         accept(&mut rx, &send(1, 4, 2, true, b"zw"), &mut regions);
-        assert_eq!(rx.staged_bytes(), 2);
+        assert_eq!(rx.staged_bytes(), staged_charge(2));
         assert_eq!(regions.bytes(a.lkey).unwrap(), b"\0\0zw");
         // message 2 (too long for b, its receive): neither staged nor written
         assert_eq!(rx.check(&send(2, 6, 0, true, b"123456"), &regions), Ok(2));
         accept(&mut rx, &send(2, 6, 0, true, b"123456"), &mut regions);
-        assert_eq!(rx.staged_bytes(), 2);
+        assert_eq!(rx.staged_bytes(), staged_charge(2));
         rx.advance(&mut regions, &mut out);
         assert_eq!(
             out.iter()
