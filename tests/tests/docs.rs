@@ -207,6 +207,8 @@ fn crate_src(root: &Path, krate: &str) -> Option<PathBuf> {
         "mrc_congestion" => "congestion",
         "mrc_transport" => "transport",
         "mrc_fabric" => "fabric",
+        "mrc_frame" => "fabric/frame",
+        "mrc_fabric_sim" => "fabric/sim",
         "mrc_examples" => "examples",
         "mrc_tests" => "tests",
         _ => return None,

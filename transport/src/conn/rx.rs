@@ -174,7 +174,6 @@ impl<C: Controller> Connection<C> {
                 self.stats.keepalive_replies += 1;
             }
             Body::ProbeReply(r) => {
-                self.paths.set_in_flight_hint(self.send.in_flight_packets());
                 if self.paths.on_probe_reply(r.echo_ev, r.probe_seq, now_ns) {
                     if let Some(i) = self.paths.index_of(r.echo_ev) {
                         let rtt = now_ns.saturating_sub(widen_ts(now_ns, r.echo_ts_ns));
