@@ -77,6 +77,22 @@ pub const EXPERIMENTS: &[(&str, &str)] = &[
         "one NIC port of one host dies mid-transfer and comes back (P = 2, 4, 8, ring): that host's flows lose at most 1/P, nobody else's change",
     ),
     (
+        "flaps",
+        "one link of every plane flapping every 100 us for the whole run (P = 2, 4, 8; ring, all-to-all): completion vs no flaps, RTOs of the flows not crossing it",
+    ),
+    (
+        "flaps-quick",
+        "flaps on 4 hosts, 100 Gb/s NICs, P = 2, the ring only (for tests)",
+    ),
+    (
+        "rail-vs-spine-leaf",
+        "ring allreduce (server and rail order) and all-to-all on 16 GPUs, rail vs spine-leaf layout at 1:1 and 2:1",
+    ),
+    (
+        "rail-vs-spine-leaf-quick",
+        "rail-vs-spine-leaf on 8 GPUs, 1 MiB (for tests)",
+    ),
+    (
         "speed",
         "simulator speed: events per second, and a 1024-GPU permutation of 1 MiB per host",
     ),
@@ -149,6 +165,16 @@ pub fn run(
             super::plane_loss::plane_loss(&super::plane_loss::PLANE_LOSS_QUICK, seed, progress)
         }
         "port-loss" => super::port_loss::port_loss(&super::plane_loss::PLANE_LOSS, seed, progress),
+        "flaps" => super::flaps::flaps(&super::flaps::FLAPS, seed, progress),
+        "flaps-quick" => super::flaps::flaps(&super::flaps::FLAPS_QUICK, seed, progress),
+        "rail-vs-spine-leaf" => {
+            super::rails::rail_vs_spine_leaf(&super::rails::RAIL_VS_SPINE_LEAF, seed, progress)
+        }
+        "rail-vs-spine-leaf-quick" => super::rails::rail_vs_spine_leaf(
+            &super::rails::RAIL_VS_SPINE_LEAF_QUICK,
+            seed,
+            progress,
+        ),
         "speed" => speed(seed, progress, true),
         "speed-raw" => speed(seed, progress, false),
         other => Err(ExperimentError::Unknown(
@@ -171,6 +197,24 @@ pub fn fabric(
     spine_radix: u32,
     over: Oversubscription,
 ) -> Result<(SpineLeafSpec, Topology), ExperimentError> {
+    fabric_in(
+        gpus,
+        gps,
+        (leaf_radix, spine_radix),
+        over,
+        Layout::SpineLeaf,
+    )
+}
+
+/// [`fabric`] in `layout`: leaves of `radix.0` ports, spines of `radix.1`; the topology
+/// is [`Topology::from_design`]'s (host `h` on its rail's leaf in the rail layout).
+pub fn fabric_in(
+    gpus: u32,
+    gps: u32,
+    (leaf_radix, spine_radix): (u32, u32),
+    over: Oversubscription,
+    layout: Layout,
+) -> Result<(SpineLeafSpec, Topology), ExperimentError> {
     let d = design(&DesignInput {
         gpus,
         gpus_per_server: gps,
@@ -181,10 +225,10 @@ pub fn fabric(
         spine_port_gbps: 100,
         oversubscription: over,
         planes: 1,
-        layout: Layout::SpineLeaf,
+        layout,
     })?;
     let spec = SpineLeafSpec::from_design(&d, PROP_NS);
-    Ok((spec, Topology::spine_leaf(&spec)?))
+    Ok((spec, Topology::from_design(&d, PROP_NS)?))
 }
 
 /// 16 hosts, 4 leaves (4 down, 4 up), 4 spines.
@@ -661,23 +705,9 @@ fn allreduce(seed: u64, progress: ProgressFn<'_>) -> Result<ResultTable, Experim
     for over in ["1:1", "2:1", "4:1"] {
         let o: Oversubscription = over.parse()?;
         let (spec, topo) = fabric(n, 4, 8, 2, o)?;
-        let ring = ring_order(n);
         let mut sim = Simulator::new(topo, base_cfg(seed))?;
         let label = format!("allreduce {over}");
-        let mut now = 0;
-        for _ in 0..steps {
-            for i in 0..n as usize {
-                sim.add_flow(FlowSpec {
-                    src: ring[i],
-                    dst: ring[(i + 1) % n as usize],
-                    bytes: chunk,
-                    start_ns: now,
-                    evs: None,
-                })?;
-            }
-            sim.run_with(&mut |p| progress(&label, p));
-            now = sim.now_ns();
-        }
+        let now = ring_allreduce(&mut sim, &ring_order(n), chunk, &label, progress)?;
         let r = sim.report();
         let crossing: u64 = r
             .ports
@@ -738,6 +768,37 @@ fn allreduce(seed: u64, progress: ProgressFn<'_>) -> Result<ResultTable, Experim
         );
     }
     Ok(t)
+}
+
+/// Runs a ring allreduce on `sim`: `2 (N - 1)` steps over the `N` hosts of `ring`, each
+/// step one flow of `chunk` bytes from every `ring[i]` to `ring[i + 1]`, started when the
+/// step before has finished (each step waits for its slowest flow). Returns the time the
+/// last step finished, ns.
+///
+/// Errors: the simulator's ([`ExperimentError::Sim`]).
+pub(crate) fn ring_allreduce(
+    sim: &mut Simulator,
+    ring: &[u32],
+    chunk: u64,
+    label: &str,
+    progress: ProgressFn<'_>,
+) -> Result<u64, ExperimentError> {
+    let n = ring.len();
+    let mut now = sim.now_ns();
+    for _ in 0..2 * n.saturating_sub(1) {
+        for i in 0..n {
+            sim.add_flow(FlowSpec {
+                src: ring[i],
+                dst: ring[(i + 1) % n],
+                bytes: chunk,
+                start_ns: now,
+                evs: None,
+            })?;
+        }
+        sim.run_with(&mut |p| progress(label, p));
+        now = sim.now_ns();
+    }
+    Ok(now)
 }
 
 /// The ring of an allreduce over hosts `0..n` (n even) on two leaves of `n / 2`: the order
