@@ -38,9 +38,8 @@ pub fn testbed_possible(script: &Path, test: &str) -> bool {
             );
             // Not eprintln!: libtest captures that and shows it only for a failed test. One
             // write of the whole line, so that it does not interleave with libtest's own.
-            let line = format!(
-                "SKIPPED: {test}: {why} (MRC_SRV6_REQUIRE=1 makes this a failure)\n"
-            );
+            let line =
+                format!("SKIPPED: {test}: {why} (MRC_SRV6_REQUIRE=1 makes this a failure)\n");
             let _ = std::io::stderr().write_all(line.as_bytes());
             false
         }
