@@ -1,7 +1,7 @@
 #!/bin/sh
 # rxe-guest.sh: the checks testbed/rxe-lab.sh runs inside its VMs (busybox sh; the guest
 # init runs `sh /lab/guest.sh ROLES` with stdout on the second serial port). ROLES is a
-# comma-separated list of: single, perftest, netem, host-a, host-b, script, soak,
+# comma-separated list of: single, perftest, netem, host-a, host-b, script, soak, srv6,
 # host-a-script, host-b-script.
 #
 # Every check prints one JSON line {"check", "ok", "detail", ...}; each role ends with
@@ -17,6 +17,15 @@ mkdir -p $W
 if [ -f /lab/perf_bin_path ]; then
   p=$(cat /lab/perf_bin_path)
   mkdir -p "$(dirname "$p")" && ln -sf $PERF "$p"
+fi
+# Other paths compiled into the test binaries (/lab/links: `LINK TARGET` lines; a line
+# with a LINK alone is a directory to make).
+if [ -f /lab/links ]; then
+  while read -r link target; do
+    if [ -z "$link" ]; then continue; fi
+    if [ -z "$target" ]; then mkdir -p "$link"; continue; fi
+    mkdir -p "$(dirname "$link")" && ln -sfn "$target" "$link"
+  done </lab/links
 fi
 NCHECKS=0
 # Debian's static busybox runs its own applets before anything on PATH (tc, ip, modprobe
@@ -501,6 +510,24 @@ role_soak() {
 }
 
 # Two hosts: rxe0 on the virtio NIC eth0, 10.0.0.1 (server) and 10.0.0.2 (client).
+# The SRv6 testbed (examples/tests/testbed.rs) on this kernel, which has SRv6 lightweight
+# tunnels and NEXT-C-SID: testbed/mrc-testbed.sh builds 2 hosts, 2 leaves and 4 spines as
+# network namespaces, mrc-perf moves verified data steered over every spine (SRH and uSID,
+# by socket header and by route) and survives a spine link taken down. MRC_SRV6_REQUIRE=1:
+# a kernel that cannot build the fabric fails the check instead of skipping.
+role_srv6() {
+  if ! $MODPROBE -a veth inet_diag tcp_diag; then
+    emit srv6-setup false "modprobe veth inet_diag tcp_diag (the fabric's links, the test's ss) failed"
+    return
+  fi
+  # mrc-testbed.sh starts `#!/usr/bin/env bash`; the rootfs has busybox's env in /bin only.
+  [ -e /usr/bin/env ] || ln -s /bin/env /usr/bin/env
+  # bash's process substitution reads /dev/fd/N, which devtmpfs does not make.
+  [ -e /dev/fd ] || ln -s /proc/self/fd /dev/fd
+  export MRC_SRV6_REQUIRE=1
+  cargo_test srv6-testbed testbed
+}
+
 two_host_setup() {
   ip_addr=$1
   $MODPROBE -a virtio_pci virtio_net
@@ -605,6 +632,7 @@ for role in $(echo "$1" | tr , ' '); do
     perftest) role_perftest ;;
     netem) role_netem ;;
     soak) role_soak ;;
+    srv6) role_srv6 ;;
     host-a) role_host_a ;;
     host-b) role_host_b ;;
     script) role_script ;;

@@ -34,6 +34,11 @@
 #   soak       the chaos soak (examples/tests/soak.rs: mrc-perf server and client --verify
 #              in two namespaces, seeded faults) for 30 s with the guest kernel's netem
 #              kinds among its faults; one check per soak run
+#   srv6       the SRv6 testbed test (examples/tests/testbed.rs: a 2-host, 2-leaf, 4-spine
+#              fabric of network namespaces, transfers steered over every spine, a spine
+#              link taken down) on the guest's Debian kernel, which has the SRv6
+#              lightweight tunnels the CI host's kernel lacks; MRC_SRV6_REQUIRE=1 (a skip
+#              fails); in a VM of its own
 #
 # Every check prints `PASS name: detail` or `FAIL name: detail`, and one JSON line
 # ({"check","ok","detail",...}) goes to target/rxe-lab/results.jsonl; the last line is the
@@ -88,6 +93,9 @@ GUEST_MODS="rdma_rxe ib_uverbs crc32_generic sch_netem virtio_net virtio_pci"
 # the sock_diag modules for its `ss`.
 GUEST_PKGS="$GUEST_PKGS,nftables"
 GUEST_MODS="$GUEST_MODS veth nf_tables nft_numgen nft_dup_netdev sch_htb inet_diag tcp_diag udp_diag"
+# The srv6 role (examples/tests/testbed.rs): testbed/mrc-testbed.sh is a bash script; the
+# rest it needs (ip, ss, jq, veth, nftables) the other roles brought already.
+GUEST_PKGS="$GUEST_PKGS,bash"
 
 say() { printf 'rxe-lab: %s\n' "$*" >&2; }
 die() { say "error: $*"; exit 2; }
@@ -265,6 +273,16 @@ build_binaries() {
   done
   [ -n "$SOAK_BIN" ] || die "cargo built no soak test binary with chaos_soak_on_real_sockets (examples/tests/soak.rs)"
   TEST_BINS="$TEST_BINS $SOAK_BIN"
+  # The SRv6 testbed test and the mrc-sim that plans its fabric, for the srv6 part.
+  SIM_BIN=""
+  if [[ " $PARTS " == *" srv6 "* ]]; then
+    local tb
+    tb=$(awk '$3 == "true" && $2 == "testbed" {print $4}' <<<"$art")
+    [ "$(wc -w <<<"$tb")" = 1 ] || die "expected one testbed test binary (examples/tests/testbed.rs); cargo built: $tb"
+    TEST_BINS="$TEST_BINS $tb"
+    SIM_BIN=$(awk '$1 == "bin" && $2 == "mrc-sim" && $3 == "false" {print $4}' <<<"$art")
+    [ -x "$SIM_BIN" ] || die "no debug mrc-sim among the build's artifacts"
+  fi
   if [ "$PROFILE" = release ]; then
     say "cargo build --release -p mrc-examples --bin mrc-perf --features mrc-fabric/verbs"
     cargo build --release --locked -q -p mrc-examples --bin mrc-perf --features mrc-fabric/verbs \
@@ -300,6 +318,18 @@ make_initrd() {
   # guest links it there at start (guest.sh): a path under /tmp (a clone in /tmp) would be
   # hidden by the tmpfs the guest's init mounts on /tmp.
   echo "$TARGET_DIR/debug/mrc-perf" >"$o/lab/perf_bin_path"
+  # The testbed test likewise runs mrc-sim (CARGO_BIN_EXE_mrc-sim) and
+  # testbed/mrc-testbed.sh (from CARGO_MANIFEST_DIR) by the paths compiled into it: the
+  # guest links each LINK to its TARGET at start (/lab/links: `LINK TARGET` lines).
+  : >"$o/lab/links"
+  if [ -n "$SIM_BIN" ]; then
+    strip --strip-debug -o "$o/lab/bin/mrc-sim" "$SIM_BIN"
+    mkdir -p "$o/lab/testbed"
+    cp testbed/mrc-testbed.sh "$o/lab/testbed/"
+    # (CARGO_MANIFEST_DIR/../testbed: the examples directory must exist for the `..`.)
+    printf '%s %s\n' "$SIM_BIN" /lab/bin/mrc-sim "$ROOT/testbed" /lab/testbed >>"$o/lab/links"
+    echo "$ROOT/examples" >>"$o/lab/links"
+  fi
   cp testbed/rxe-guest.sh "$o/lab/guest.sh"
   strip --strip-debug -o "$o/lab/bin/lib_mrc.so" "$MRC_SO"
   strip --strip-debug -o "$o/lab/bin/mrc_check" "$CACHE/ocp/mrc_check"
@@ -310,7 +340,7 @@ make_initrd() {
   # Host libraries the rootfs does not have (same Debian release: normally none).
   local lib
   [ -f "$BASE.list" ] || cpio -it --quiet <"$BASE" >"$BASE.list"
-  for lib in $(ldd "$PERF_BIN" $TEST_BINS "$MRC_SO" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u); do
+  for lib in $(ldd "$PERF_BIN" $TEST_BINS $SIM_BIN "$MRC_SO" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u); do
     # (The host may have merged /usr and the rootfs not: look for the name in any lib dir.)
     if ! grep -qE "^(usr/)?lib(64)?/(x86_64-linux-gnu/)?$(basename "$lib" | sed 's/[.+]/\\&/g')\$" "$BASE.list"; then
       mkdir -p "$o$(dirname "$lib")"
@@ -533,7 +563,7 @@ parse_args() {
   local p
   for p in "${PARTS_LIST[@]}"; do
     case $p in
-      single|two-hosts|perftest|netem|prepare|soak) ;;
+      single|two-hosts|perftest|netem|prepare|soak|srv6) ;;
       script|two-hosts-script) die "$p takes its file(s) and comes alone: testbed/rxe-lab.sh script FILE, or two-hosts-script FILE_A FILE_B" ;;
       *) die "unknown part $p (single, netem, two-hosts, perftest, soak, prepare, script FILE, two-hosts-script FILE_A FILE_B)" ;;
     esac
@@ -567,6 +597,12 @@ main() {
     run_single "$roles"
   fi
   for p in "${parts[@]}"; do
+    if [ "$p" = srv6 ]; then
+      say "running srv6 in a VM of its own ($SMP vCPUs)"
+      start_vm srv6 srv6 "$SMP" 1536 -nic none
+      wait_vms srv6
+      collect srv6 srv6
+    fi
     if [ "$p" = two-hosts ]; then
       say "running two-hosts (two VMs, 1 vCPU each)"
       run_two_hosts

@@ -4,8 +4,8 @@
 //! steered over every spine (`--srv6 srh` and `--srv6 usid`), checks the spine interface
 //! counters, takes a spine link down during a run, and tears the fabric down (also on
 //! failure, from `Drop`). Needs root: without it the test fails with a message saying so.
-//! On a kernel without SRv6 lightweight tunnels it skips, saying so, unless
-//! `MRC_SRV6_REQUIRE=1` ([`srv6_kernel`]).
+//! On a kernel without SRv6 lightweight tunnels it skips with a `SKIPPED: <test>: <reason>`
+//! line on stderr that `.ci/run` counts, unless `MRC_SRV6_REQUIRE=1` ([`srv6_kernel`]).
 //! Every child process runs under `timeout`; polling the kernel's counters is bounded.
 
 mod srv6_kernel;

@@ -3,8 +3,11 @@
 //! what failed, on a kernel without them (built without `CONFIG_IPV6_SEG6_LWTUNNEL`). A
 //! test on the testbed skips on such a kernel, saying so on stderr, unless
 //! `MRC_SRV6_REQUIRE=1` (then it fails): the testbed proves nothing where the kernel cannot
-//! steer, and everything else CI runs still does.
+//! steer, and everything else CI runs still does. The skip is one line
+//! `SKIPPED: <test>: <reason>` written to the process's stderr past libtest's capture, so it
+//! shows in every `cargo test` run and `.ci/run` counts it as skipped, not passed.
 
+use std::io::Write;
 use std::path::Path;
 use std::process::Command;
 
@@ -33,7 +36,11 @@ pub fn testbed_possible(script: &Path, test: &str) -> bool {
                 std::env::var("MRC_SRV6_REQUIRE").as_deref() != Ok("1"),
                 "MRC_SRV6_REQUIRE=1 but {why}"
             );
-            eprintln!("{test}: skipped, {why} (MRC_SRV6_REQUIRE=1 makes this a failure)");
+            // Not eprintln!: libtest captures that and shows it only for a failed test. One
+            // write of the whole line, so that it does not interleave with libtest's own.
+            let line =
+                format!("SKIPPED: {test}: {why} (MRC_SRV6_REQUIRE=1 makes this a failure)\n");
+            let _ = std::io::stderr().write_all(line.as_bytes());
             false
         }
         _ => panic!("mrc-testbed.sh kernel failed ({}): {why}", o.status),
