@@ -38,9 +38,12 @@ pub const NOT_HERE: &str = "mrc-perf mpi runs as an MPI program from mrc-perf's 
                             (mpirun -np N mrc-perf mpi ...)";
 
 /// Message of a build without the `mpi` feature.
-pub const NO_FEATURE: &str = "this mrc-perf was built without the `mpi` feature: rebuild \
-                              with `cargo build --release -p mrc-examples --features mpi` \
-                              (needs libopenmpi-dev) to run `mrc-perf mpi`";
+pub const NO_FEATURE: &str = "this mrc-perf was built without the `mpi` feature: build one \
+                              with it in its own target directory, `cargo build --release -p \
+                              mrc-examples --bin mrc-perf --features mpi --target-dir \
+                              target/mpi` (needs libopenmpi-dev), and run \
+                              target/mpi/release/mrc-perf under mpirun (the README's MPI \
+                              section)";
 
 /// Runs this process as one rank of an MPI job; returns the exit code.
 #[cfg(feature = "mpi")]
