@@ -20,11 +20,9 @@
 //! EVs take every uplink of leaf 0 and every downlink to it); the others never can. The
 //! traffic is `plane-loss`'s ring and all-to-all ([`Pattern`]).
 
-use mrc_fabric_sim::{
-    Fault, LinkSelector, LinkSpec, SimConfig, SimReport, SpineLeafSpec, Topology,
-};
+use mrc_fabric_sim::{Fault, LinkSelector, LinkSpec, SimReport, SpineLeafSpec, Topology};
 
-use super::experiments::{ExperimentError, ProgressFn, base_cfg, sim_run};
+use super::experiments::{ExperimentError, ProgressFn, sim_run};
 use super::output::{Panel, ResultTable};
 use super::plane_loss::Pattern;
 
@@ -190,12 +188,7 @@ fn flaps_one(
     let flows = pattern.flows(spec.hosts, spec.bytes_per_host);
     let label = format!("{} P={planes}", pattern.name());
     let run_cfg = |faults: Vec<Fault>| {
-        let mut c = SimConfig {
-            faults,
-            ..base_cfg(seed)
-        };
-        c.transport.evs = spec.evs_per_plane * planes;
-        c
+        super::plane_loss::plane_run_cfg(seed, spec.evs_per_plane * planes, faults)
     };
     let base = sim_run(
         &format!("{label} no flaps"),

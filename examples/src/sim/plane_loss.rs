@@ -230,6 +230,17 @@ struct PlaneResult {
     normalised: Vec<f64>,
 }
 
+/// The configuration of one run of a plane experiment: the experiments' base for `seed`,
+/// with `faults` and `evs` EVs per connection (shared with `port-loss` and `flaps`).
+pub(crate) fn plane_run_cfg(seed: u64, evs: u32, faults: Vec<Fault>) -> SimConfig {
+    let mut c = SimConfig {
+        faults,
+        ..base_cfg(seed)
+    };
+    c.transport.evs = evs;
+    c
+}
+
 /// The runs of one pattern and plane count, its row and checks added to `t`.
 fn plane_loss_one(
     t: &mut ResultTable,
@@ -244,14 +255,7 @@ fn plane_loss_one(
     let all: Vec<usize> = (0..flows.len()).collect();
     let dead = planes - 1;
     let label = format!("{} P={planes}", pattern.name());
-    let run_cfg = |faults: Vec<Fault>| {
-        let mut c = SimConfig {
-            faults,
-            ..base_cfg(seed)
-        };
-        c.transport.evs = spec.evs_per_plane * planes;
-        c
-    };
+    let run_cfg = |faults: Vec<Fault>| plane_run_cfg(seed, spec.evs_per_plane * planes, faults);
     let base = run_sampled(
         &format!("{label} no failure"),
         topo.clone(),

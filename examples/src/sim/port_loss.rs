@@ -10,9 +10,9 @@
 //! other flow's goodput changes by 5% at most, no byte is lost, and host 0's flows are
 //! back to 95% once the port is.
 
-use mrc_fabric_sim::{Fault, FaultKind, LinkSelector, SimConfig};
+use mrc_fabric_sim::{Fault, FaultKind, LinkSelector};
 
-use super::experiments::{ExperimentError, ProgressFn, base_cfg};
+use super::experiments::{ExperimentError, ProgressFn};
 use super::output::{Panel, ResultTable};
 use super::plane_loss::{Pattern, PlaneLossSpec, SAMPLE_NS, min_rto_ns, plane_fabric};
 use super::sampled::run_sampled;
@@ -71,12 +71,7 @@ fn port_loss_one(
     let port = (planes - 1) as u16;
     let label = format!("ring P={planes}");
     let run_cfg = |faults: Vec<Fault>| {
-        let mut c = SimConfig {
-            faults,
-            ..base_cfg(seed)
-        };
-        c.transport.evs = spec.evs_per_plane * planes;
-        c
+        super::plane_loss::plane_run_cfg(seed, spec.evs_per_plane * planes, faults)
     };
     let base = run_sampled(
         &format!("{label} no failure"),
