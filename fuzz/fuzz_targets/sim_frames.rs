@@ -127,6 +127,7 @@ fuzz_target!(|input: Input| {
                     dst: u32::from(*dst % 8),
                     ev: u32::from(*ev),
                     ecn: 2,
+                    port: 0,
                 };
                 let mut out = Vec::new();
                 if build_frame(sim.topology(), forwarding, d, datagram, &mut out).is_none() {
