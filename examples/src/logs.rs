@@ -1,5 +1,5 @@
 //! Logs of the binaries: a `tracing` subscriber on stderr, filtered by `RUST_LOG` and the
-//! `-v` flags (docs: README, "Logs").
+//! `-v` flags (docs: docs/MRC_PERF.md, "Logs").
 //!
 //! Without `RUST_LOG` and without `-v` nothing is installed: the binaries print exactly
 //! what they printed before, and the engine's log checks cost one disabled-level test per

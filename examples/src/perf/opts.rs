@@ -174,7 +174,7 @@ display_as_value!(ProgressMode);
 /// on idle loopback (`mrc-perf loopback -s 1048576 -D 3 --verify`, medians of interleaved
 /// runs) it keeps about 90% of `none`'s bandwidth, and in `mrc-sim experiment cc` it
 /// passes every check on seeds 1-8 (incast 86.5-89.4 Gb/s, permutation >= 86% of ideal).
-/// The measurements are in the README's mrc-perf section.
+/// The measurements are in docs/PERFORMANCE.md, "Congestion controllers on loopback".
 pub const DEFAULT_CC: &str = "nscc";
 
 /// Default `--line-rate`, Gb/s.
