@@ -1881,8 +1881,15 @@ fn shared_engine_carries_both_ends() {
         let sent = v["sent_packets"].as_u64().unwrap();
         assert_eq!(sent, n * 4 + v["retransmitted_packets"].as_u64().unwrap());
         let dp = &v["datapath"];
-        assert!(dp["tx_datagrams"].as_u64().unwrap() > sent, "{dp}");
-        assert_eq!(dp["tx_datagrams"], dp["rx_datagrams"], "{dp}");
+        let (tx, rx) = (
+            dp["tx_datagrams"].as_u64().unwrap(),
+            dp["rx_datagrams"].as_u64().unwrap(),
+        );
+        assert!(tx > sent, "{dp}");
+        // Every datagram the engine sent it received, but for those still in a socket's
+        // queue when the counters were read (a keepalive or the last SACK; at most one per
+        // receiving socket, the 16 EVs': a fresh clone's CI run saw 486 sent, 485 received).
+        assert!(rx <= tx && tx - rx <= 16, "{dp}");
     }
     let one = "--shared-engine runs both ends on one engine thread: --engines 1 or none";
     fails_with(
@@ -2463,7 +2470,15 @@ fn sigint_ends_a_servers_test_and_its_client_learns_it() {
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["ok"], false);
     assert_eq!(v["error"], "the peer ended the test early: interrupted");
-    assert!(v["iterations"].as_u64().unwrap() >= msgs, "{v}");
+    // The two ends count at different moments: the client a message when the SACK that
+    // completes it comes back, the server when its test thread takes the receive
+    // completion. At the interrupt either may be ahead, by at most the messages in flight,
+    // the TX depth (a fresh clone's CI run had the server ahead, this machine the client).
+    let (iterations, depth) = (
+        v["iterations"].as_u64().unwrap(),
+        v["tx_depth"].as_u64().unwrap(),
+    );
+    assert!(iterations.abs_diff(msgs) <= depth, "{msgs} received, {v}");
 }
 
 /// A second server on a UDP port another holds fails at its start, naming the port and
