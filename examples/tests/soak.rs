@@ -36,7 +36,8 @@
 //! pause, default 1500), `MRC_SOAK_KINDS` (a comma list of pause, loss, blackhole, cpu, dup,
 //! reorder, netem-reorder, netem-dup, netem-loss, netem-delay: only those, a kind named twice
 //! drawn twice as often; default all), `MRC_SOAK_REQUIRE_NETEM=1` (fail instead of skipping
-//! the netem kinds on a kernel without netem). Needs root (network namespaces) and `nft`
+//! the netem kinds on a kernel without netem, and draw the first run's faults from the netem
+//! kinds alone, so that every seed applies at least one). Needs root (network namespaces) and `nft`
 //! (Debian `nftables`).
 
 use rand::{Rng, SeedableRng};
@@ -1338,6 +1339,15 @@ fn chaos_soak_on_real_sockets() {
             format!("unavailable, {} skipped", skipped.join(" "))
         }
     };
+    // Under MRC_SOAK_REQUIRE_NETEM=1 the first run draws from the netem kinds alone: a
+    // schedule of six faults has about a 1 in 160 chance of holding none of them otherwise,
+    // and the lab's check that netem was applied would fail on such a seed.
+    let require_netem = std::env::var("MRC_SOAK_REQUIRE_NETEM").as_deref() == Ok("1");
+    let netem_kinds: Vec<usize> = kinds
+        .iter()
+        .copied()
+        .filter(|&k| k >= FIRST_NETEM_KIND)
+        .collect();
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let mut totals = Totals::default();
     let start = Instant::now();
@@ -1346,7 +1356,12 @@ fn chaos_soak_on_real_sockets() {
     while start.elapsed() < budget && totals.runs < max_runs {
         totals.runs += 1;
         let n = totals.runs;
-        let faults = schedule(&mut rng, run, max_pause_ms, &kinds);
+        let run_kinds = if n == 1 && require_netem && !netem_kinds.is_empty() {
+            &netem_kinds
+        } else {
+            &kinds
+        };
+        let faults = schedule(&mut rng, run, max_pause_ms, run_kinds);
         let plan: Vec<String> = faults
             .iter()
             .map(|f| {
