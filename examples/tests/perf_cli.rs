@@ -745,6 +745,7 @@ fn strangers_on_the_tcp_port_are_dropped_and_the_real_client_is_served() {
                 };
                 1024
             ],
+            plane_ips: Vec::new(),
         };
         let b = info.encode().unwrap();
         s.write_all(&b[..FIXED_LEN]).unwrap();
@@ -1162,6 +1163,7 @@ fn client_refuses_a_server_region_too_small_for_the_test() {
                 len: 4096,
                 rkey: 1,
             }],
+            plane_ips: Vec::new(),
         };
         w.write_all(&info.encode().unwrap()).unwrap();
         // The source-port message (bootstrap v3): "MRCP", count, ports.

@@ -74,6 +74,16 @@ pub struct PathMap {
     /// (`ip -6 rule add fwmark M lookup T`) can steer them, e.g. through a table whose
     /// route adds the SRH in the kernel (`encap seg6 mode inline`). Empty: no mark.
     pub marks: Vec<u32>,
+    /// The plane of each EV (`planes[i]` for `evs[i]`, as `ConnConfig::ev_planes`): the
+    /// datapath sends EV `evs[i]` from its own address on that plane
+    /// ([`crate::udp::UdpConfig::plane_ips`]) to the peer's (`peers`). Empty: plane 0 for
+    /// all. Sockets never mix planes: the EVs of each plane are cut into groups of
+    /// `evs_per_socket` on their own, plane 0's sockets first ([`PathMap::socket_of`]).
+    pub planes: Vec<u8>,
+    /// The peer's receive address on each plane (`peers[p]` for plane `p`). Empty: the
+    /// `peer` given to [`Datapath::open_conn`] for every plane; else as long as the
+    /// highest plane of `planes` + 1 at least.
+    pub peers: Vec<SocketAddr>,
 }
 
 impl PathMap {
@@ -84,12 +94,55 @@ impl PathMap {
             evs_per_socket: 1,
             srh: Vec::new(),
             marks: Vec::new(),
+            planes: Vec::new(),
+            peers: Vec::new(),
         }
     }
 
-    /// Number of sockets: `ceil(evs.len() / evs_per_socket)`.
+    /// The plane of EV index `i` (0 where `planes` is empty or too short).
+    pub fn plane_of(&self, i: usize) -> u8 {
+        self.planes.get(i).copied().unwrap_or(0)
+    }
+
+    /// Planes the EVs use: the highest plane + 1 (1 where `planes` is empty).
+    pub fn plane_count(&self) -> usize {
+        self.planes
+            .iter()
+            .copied()
+            .max()
+            .map_or(1, |p| usize::from(p) + 1)
+    }
+
+    /// EVs on each plane, by plane.
+    fn evs_per_plane(&self) -> Vec<usize> {
+        let mut n = vec![0usize; self.plane_count()];
+        for i in 0..self.evs.len() {
+            n[usize::from(self.plane_of(i))] += 1;
+        }
+        n
+    }
+
+    /// Number of sockets: per plane, `ceil(EVs of the plane / evs_per_socket)`, summed
+    /// (`ceil(evs.len() / evs_per_socket)` on one plane).
     pub fn sockets(&self) -> usize {
-        self.evs.len().div_ceil(self.evs_per_socket.max(1))
+        let k = self.evs_per_socket.max(1);
+        self.evs_per_plane().iter().map(|n| n.div_ceil(k)).sum()
+    }
+
+    /// The plane of each socket index, in order (plane 0's sockets first).
+    pub fn socket_planes(&self) -> Vec<u8> {
+        let k = self.evs_per_socket.max(1);
+        self.evs_per_plane()
+            .iter()
+            .enumerate()
+            .flat_map(|(p, n)| std::iter::repeat_n(p as u8, n.div_ceil(k)))
+            .collect()
+    }
+
+    /// The peer's receive address on `plane`: `peers[plane]`, or `peer` where `peers` is
+    /// empty.
+    pub fn peer_on(&self, plane: u8, peer: SocketAddr) -> SocketAddr {
+        self.peers.get(usize::from(plane)).copied().unwrap_or(peer)
     }
 
     pub(crate) fn check(&self) -> Result<(), DatapathError> {
@@ -98,6 +151,20 @@ impl PathMap {
         }
         if self.evs_per_socket == 0 {
             return Err(DatapathError::BadPathMap("evs_per_socket is 0".into()));
+        }
+        if !self.planes.is_empty() && self.planes.len() != self.evs.len() {
+            return Err(DatapathError::BadPathMap(format!(
+                "{} planes for {} EVs",
+                self.planes.len(),
+                self.evs.len()
+            )));
+        }
+        if !self.peers.is_empty() && self.peers.len() < self.plane_count() {
+            return Err(DatapathError::BadPathMap(format!(
+                "EVs on {} planes and the peer's address on {}",
+                self.plane_count(),
+                self.peers.len()
+            )));
         }
         Ok(())
     }
@@ -110,18 +177,38 @@ impl PathMap {
         peer: SocketAddr,
     ) -> Result<(), DatapathError> {
         self.check()?;
-        if peer.is_ipv6() != local.is_ipv6() {
-            return Err(DatapathError::FamilyMismatch(peer));
+        if let Some(p) = std::iter::once(&peer)
+            .chain(&self.peers)
+            .find(|p| p.is_ipv6() != local.is_ipv6())
+        {
+            return Err(DatapathError::FamilyMismatch(*p));
         }
         Ok(())
     }
 
-    /// Socket index of each EV, as a lookup table from EV value (sparse EVs use a map).
+    /// Socket index of each EV, as a lookup table from EV value (sparse EVs use a map):
+    /// the `j`-th EV of plane `p` goes to socket `first(p) + j / evs_per_socket`, where
+    /// `first(p)` counts the sockets of the planes below `p` (one plane: `i /
+    /// evs_per_socket`).
     pub(crate) fn socket_of(&self) -> std::collections::HashMap<u32, usize> {
+        let k = self.evs_per_socket.max(1);
+        let per_plane = self.evs_per_plane();
+        let mut first = Vec::with_capacity(per_plane.len());
+        let mut at = 0;
+        for n in &per_plane {
+            first.push(at);
+            at += n.div_ceil(k);
+        }
+        let mut seen = vec![0usize; per_plane.len()];
         self.evs
             .iter()
             .enumerate()
-            .map(|(i, &ev)| (ev, i / self.evs_per_socket.max(1)))
+            .map(|(i, &ev)| {
+                let p = usize::from(self.plane_of(i));
+                let j = seen[p];
+                seen[p] += 1;
+                (ev, first[p] + j / k)
+            })
             .collect()
     }
 }
@@ -463,6 +550,15 @@ pub trait Datapath {
         0
     }
 
+    /// This end's address on each plane, plane 0 first: the IPs its EV sockets send from
+    /// and its receive socket takes datagrams on (a host with one NIC port per plane,
+    /// [`crate::udp::UdpConfig::plane_ips`]). Its length is the number of planes a
+    /// connection of this datapath may spread its EVs over ([`PathMap::planes`]). Default:
+    /// one plane, [`Datapath::local_addr`]'s IP.
+    fn plane_ips(&self) -> Vec<std::net::IpAddr> {
+        vec![self.local_addr().ip()]
+    }
+
     /// Counters.
     fn stats(&self) -> DatapathStats;
 }
@@ -513,6 +609,9 @@ impl<D: Datapath + ?Sized> Datapath for Box<D> {
     }
     fn ev_sockets(&self) -> usize {
         (**self).ev_sockets()
+    }
+    fn plane_ips(&self) -> Vec<std::net::IpAddr> {
+        (**self).plane_ips()
     }
     fn stats(&self) -> DatapathStats {
         (**self).stats()

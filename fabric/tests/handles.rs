@@ -576,6 +576,7 @@ fn a_peer_holding_the_secret_that_then_misbehaves_leaves_no_qp_behind() {
         mtu_payload_bytes: 4096,
         go_back_n: false,
         regions: Vec::new(),
+        plane_ips: Vec::new(),
     }
     .encode()
     .unwrap();

@@ -166,10 +166,8 @@ fn ev_sockets_are_shared_across_connections_and_exhaustion_is_typed() {
     let mut a = dp("127.0.0.1:0", &ports, true);
     let b = dp("127.0.0.1:0", &ports, true);
     let paths = PathMap {
-        evs: (0..16).collect(),
         evs_per_socket: 4,
-        srh: Vec::new(),
-        marks: Vec::new(),
+        ..PathMap::per_ev((0..16).collect())
     };
     let c1 = a.open_conn(b.local_addr(), &paths).unwrap();
     let c2 = a
@@ -280,10 +278,8 @@ fn sticky_srh_is_set_per_socket() {
     let (s2, _) =
         SrhRepr::for_path(IpNextHeaderProtocols::Udp, &[way2, Ipv6Addr::LOCALHOST]).unwrap();
     let paths = PathMap {
-        evs: vec![0, 1, 2],
-        evs_per_socket: 1,
         srh: vec![s1.clone(), s2.clone()],
-        marks: Vec::new(),
+        ..PathMap::per_ev(vec![0, 1, 2])
     };
     let c = a.open_conn(b.local_addr(), &paths).unwrap();
     let want1 = mrc_fabric::udp::srh_bytes(&s1).unwrap();
@@ -299,10 +295,8 @@ fn sticky_srh_is_set_per_socket() {
         v4.open_conn(
             bv4.local_addr(),
             &PathMap {
-                evs: vec![0],
-                evs_per_socket: 1,
                 srh: vec![s1],
-                marks: Vec::new(),
+                ..PathMap::per_ev(vec![0])
             }
         ),
         Err(DatapathError::BadPathMap(_))
@@ -413,4 +407,135 @@ fn traffic_class_is_on_the_wire_with_the_ecn_bits() {
             assert_eq!(recv_tos(&rx, v6), 0xb8 | bits, "{bind} {ecn:?}");
         }
     }
+}
+
+/// A datapath on two planes of loopback: plane 0 at 127.0.0.1, plane 1 at 127.0.0.2.
+fn two_plane_dp(ports: &PortAllocator) -> UringDatapath {
+    let mut cfg = UdpConfig::bind("127.0.0.1:0".parse().unwrap());
+    cfg.ports = ports.clone();
+    cfg.plane_ips = vec!["127.0.0.1".parse().unwrap(), "127.0.0.2".parse().unwrap()];
+    UringDatapath::new(cfg).unwrap()
+}
+
+#[test]
+fn each_plane_sends_from_its_own_address_to_the_peers_address_on_the_plane() {
+    let ports = PortAllocator::new(27000..=27049).unwrap();
+    let mut a = two_plane_dp(&ports);
+    assert_eq!(
+        a.plane_ips(),
+        vec![
+            "127.0.0.1".parse::<std::net::IpAddr>().unwrap(),
+            "127.0.0.2".parse().unwrap()
+        ]
+    );
+    assert_eq!(a.local_addr().ip().to_string(), "127.0.0.1");
+    // The peer's two planes as two one-plane datapaths, so each shows what reached it.
+    let mut b0 = dp("127.0.0.3:0", &ports, true);
+    let mut b1 = dp("127.0.0.4:0", &ports, true);
+    // 8 EVs, interleaved: EV e on plane e % 2; two EVs per socket, each plane on its own.
+    let paths = PathMap {
+        evs_per_socket: 2,
+        planes: (0..8).map(|e| (e % 2) as u8).collect(),
+        peers: vec![b0.local_addr(), b1.local_addr()],
+        ..PathMap::per_ev((0..8).collect())
+    };
+    assert_eq!(paths.sockets(), 4);
+    assert_eq!(paths.socket_planes(), vec![0, 0, 1, 1]);
+    let c = a.open_conn(b0.local_addr(), &paths).unwrap();
+    let src = a.source_ports(c).unwrap();
+    assert_eq!(src.len(), 4);
+    let mut batch = TxBatch::new(64, 2048);
+    for i in 0..64u32 {
+        let mut payload = vec![0u8; 500];
+        payload[..4].copy_from_slice(&i.to_be_bytes());
+        assert!(batch.push(c, i % 8, Ecn::Ect0, &payload));
+    }
+    let rep = a.tx_burst(&batch).unwrap();
+    assert_eq!((rep.datagrams, rep.errors), (64, 0));
+    let got0 = recv_n(&mut b0, 32);
+    let got1 = recv_n(&mut b1, 32);
+    assert_eq!((got0.len(), got1.len()), (32, 32));
+    // Plane 0 (EVs 0, 2 on socket 0; 4, 6 on socket 1) from 127.0.0.1; plane 1 (EVs 1, 3
+    // on socket 2; 5, 7 on socket 3) from 127.0.0.2.
+    for (got, ip, plane) in [(&got0, "127.0.0.1", 0u32), (&got1, "127.0.0.2", 1)] {
+        let mut per_port: BTreeMap<u16, usize> = BTreeMap::new();
+        for (from, _, bytes) in got.iter() {
+            assert_eq!(from.ip().to_string(), ip);
+            let i = u32::from_be_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+            let ev = i % 8;
+            assert_eq!(ev % 2, plane, "datagram {i} on EV {ev}");
+            let socket = 2 * plane as usize + (ev / 4) as usize;
+            assert_eq!(from.port(), src[socket], "datagram {i} on EV {ev}");
+            *per_port.entry(from.port()).or_default() += 1;
+        }
+        assert_eq!(per_port.values().copied().collect::<Vec<_>>(), vec![16, 16]);
+    }
+    // The receive socket takes datagrams sent to either plane's address.
+    let port = a.local_addr().port();
+    let s = std::net::UdpSocket::bind("127.0.0.9:0").unwrap();
+    s.send_to(b"plane0", ("127.0.0.1", port)).unwrap();
+    s.send_to(b"plane1", ("127.0.0.2", port)).unwrap();
+    let mut got: Vec<Vec<u8>> = recv_n(&mut a, 2).into_iter().map(|g| g.2).collect();
+    got.sort();
+    assert_eq!(got, vec![b"plane0".to_vec(), b"plane1".to_vec()]);
+}
+
+#[test]
+fn plane_lists_and_path_maps_that_cannot_work_are_refused() {
+    let ports = PortAllocator::new(27050..=27099).unwrap();
+    let bad = |ips: &[&str], bind: &str| {
+        let mut cfg = UdpConfig::bind(bind.parse().unwrap());
+        cfg.ports = ports.clone();
+        cfg.plane_ips = ips.iter().map(|s| s.parse().unwrap()).collect();
+        match UringDatapath::new(cfg) {
+            Err(DatapathError::BadPathMap(m)) => m,
+            Err(e) => panic!("{ips:?}: {e}"),
+            Ok(_) => panic!("{ips:?} accepted"),
+        }
+    };
+    assert_eq!(
+        bad(&["127.0.0.1", "::1"], "127.0.0.1:0"),
+        "plane addresses of two families (127.0.0.1 and ::1)"
+    );
+    assert_eq!(
+        bad(&["127.0.0.1", "127.0.0.1"], "127.0.0.1:0"),
+        "127.0.0.1 is the address of two planes"
+    );
+    assert_eq!(
+        bad(&["127.0.0.1", "127.0.0.2"], "127.0.0.5:0"),
+        "bind 127.0.0.5 is not plane 0's address 127.0.0.1"
+    );
+    assert_eq!(
+        bad(&["127.0.0.1", "0.0.0.0"], "127.0.0.1:0"),
+        "plane 1's address 0.0.0.0 is unspecified"
+    );
+    let nine: Vec<String> = (1..=9).map(|i| format!("127.0.0.{i}")).collect();
+    let nine: Vec<&str> = nine.iter().map(String::as_str).collect();
+    assert_eq!(bad(&nine, "0.0.0.0:0"), "9 plane addresses (at most 8)");
+    // An EV on a plane the datapath lacks; a peer list shorter than the planes used.
+    let mut a = two_plane_dp(&ports);
+    let b = dp("127.0.0.3:0", &ports, true);
+    let on_plane_2 = PathMap {
+        planes: vec![0, 1, 2],
+        ..PathMap::per_ev(vec![0, 1, 2])
+    };
+    match a.open_conn(b.local_addr(), &on_plane_2) {
+        Err(DatapathError::BadPathMap(m)) => {
+            assert_eq!(m, "an EV on plane 2, and this end has 2 plane(s)")
+        }
+        r => panic!("{:?}", r.map(|_| ())),
+    }
+    let short_peers = PathMap {
+        planes: vec![0, 1],
+        peers: vec![b.local_addr()],
+        ..PathMap::per_ev(vec![0, 1])
+    };
+    match a.open_conn(b.local_addr(), &short_peers) {
+        Err(DatapathError::BadPathMap(m)) => {
+            assert_eq!(m, "EVs on 2 planes and the peer's address on 1")
+        }
+        r => panic!("{:?}", r.map(|_| ())),
+    }
+    // Nothing stayed open.
+    assert_eq!(a.ev_sockets(), 0);
 }

@@ -163,6 +163,8 @@ pub fn decode(b: &[u8]) -> Result<Handle, HandleError> {
                 len: u64_at(b, 36),
                 rkey: u32_at(b, 44),
             }],
+            // A handle names one address: ranks run on one plane.
+            plane_ips: Vec::new(),
         },
         udp: SocketAddr::new(ip, port),
         auth,
@@ -225,6 +227,7 @@ mod tests {
                     len: 1 << 33,
                     rkey: 0xDEAD_BEEF,
                 }],
+                plane_ips: Vec::new(),
             },
             udp: udp.parse().unwrap(),
             auth: None,

@@ -57,10 +57,8 @@ pub fn udp_blast(ip: IpAddr, p: &TestParams, mech: UdpMechanics) -> Result<Basel
     let mut a = dp(ip, mech)?;
     let b = dp(ip, mech)?;
     let paths = PathMap {
-        evs: (0..p.paths).collect(),
         evs_per_socket: p.burst_size as usize,
-        srh: Vec::new(),
-        marks: Vec::new(),
+        ..PathMap::per_ev((0..p.paths).collect())
     };
     let c = a
         .open_conn(b.local_addr(), &paths)

@@ -526,6 +526,7 @@ mod tests {
                 mtu_payload_bytes: 4040,
                 go_back_n: false,
                 regions: vec![],
+                plane_ips: Vec::new(),
             },
         };
         let b = h.encode().unwrap();

@@ -22,8 +22,14 @@
 //! |                MTU payload bytes                              |
 //! +---------------------------------------------------------------+
 //! |  region count x { addr u64, len u64, rkey u32 } (20 bytes)    |
+//! +---------------+-----------------------------------------------+
+//! | plane count   |  plane count x IPv6 address (16 bytes; IPv4   |
+//! |  (0, 2..=8)   |  as ::ffff:a.b.c.d), plane 0 first ...        |
+//! +---------------+-----------------------------------------------+
 //! ```
-//! All fields big-endian. Every field is checked on receipt (untrusted input).
+//! All fields big-endian. Every field is checked on receipt (untrusted input). The plane
+//! addresses (version 4) are those of a host with one NIC port per plane
+//! ([`QpInfo::plane_ips`]); 0 planes: one, the TCP peer's IP.
 //!
 //! Then each side connects its QP and sends the source ports of its EV sockets
 //! ([`exchange_ports`], version 3):
@@ -43,14 +49,14 @@
 
 use mrc_transport::region::MrKey;
 use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::net::{IpAddr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 use thiserror::Error;
 
 /// `"MRCB"`.
 pub const MAGIC: [u8; 4] = *b"MRCB";
-/// Version of this layout.
-pub const VERSION: u8 = 3;
+/// Version of this layout (4: the plane addresses after the regions).
+pub const VERSION: u8 = 4;
 /// Bytes of the fixed part.
 pub const FIXED_LEN: usize = 28;
 /// Bytes per region entry.
@@ -59,6 +65,11 @@ pub const REGION_LEN: usize = 20;
 pub const MAX_REGIONS: usize = 1024;
 /// `"MRCP"`: the source-port message ([`exchange_ports`]).
 pub const PORTS_MAGIC: [u8; 4] = *b"MRCP";
+/// Most plane addresses one side may announce ([`crate::udp::MAX_PLANE_IPS`]).
+pub const MAX_PLANES: usize = crate::udp::MAX_PLANE_IPS;
+/// Bytes per plane address (an IPv6 address; IPv4 mapped).
+pub const PLANE_LEN: usize = 16;
+
 /// Most EV source ports one side may announce (a connection has at most 65535 EVs, and
 /// this many sockets is far beyond any real one).
 pub const MAX_SOURCE_PORTS: usize = 4096;
@@ -103,6 +114,11 @@ pub struct QpInfo {
     pub go_back_n: bool,
     /// Regions it lets the peer write.
     pub regions: Vec<RemoteMr>,
+    /// Its receive socket's IP on each plane, plane 0 first, where it has two or more
+    /// ([`crate::udp::UdpConfig::plane_ips`]): the other side sends plane `p`'s EVs to
+    /// `plane_ips[p]` at `udp_port`. Empty: one plane, at the TCP peer's IP. Checked on
+    /// receipt: 2 to [`MAX_PLANES`], one family, none unspecified, multicast or repeated.
+    pub plane_ips: Vec<IpAddr>,
 }
 
 /// Why the bootstrap failed.
@@ -155,11 +171,13 @@ impl QpInfo {
     /// The encoded message.
     ///
     /// # Errors
-    /// [`BootstrapError::BadField`] for more than [`MAX_REGIONS`] regions.
+    /// [`BootstrapError::BadField`] for more than [`MAX_REGIONS`] regions, or a plane list
+    /// the peer would refuse ([`QpInfo::plane_ips`]).
     pub fn encode(&self) -> Result<Vec<u8>, BootstrapError> {
         if self.regions.len() > MAX_REGIONS {
             return Err(BootstrapError::BadField("region count"));
         }
+        check_plane_ips(&self.plane_ips)?;
         let mut b = Vec::with_capacity(FIXED_LEN + REGION_LEN * self.regions.len());
         b.extend_from_slice(&MAGIC);
         b.push(VERSION);
@@ -175,6 +193,14 @@ impl QpInfo {
             b.extend_from_slice(&r.addr.to_be_bytes());
             b.extend_from_slice(&r.len.to_be_bytes());
             b.extend_from_slice(&r.rkey.to_be_bytes());
+        }
+        b.push(self.plane_ips.len() as u8);
+        for ip in &self.plane_ips {
+            let v6 = match ip {
+                IpAddr::V4(a) => a.to_ipv6_mapped(),
+                IpAddr::V6(a) => *a,
+            };
+            b.extend_from_slice(&v6.octets());
         }
         Ok(b)
     }
@@ -239,6 +265,7 @@ impl QpInfo {
                 mtu_payload_bytes,
                 go_back_n,
                 regions: Vec::with_capacity(n),
+                plane_ips: Vec::new(),
             },
             n,
         ))
@@ -263,8 +290,54 @@ impl QpInfo {
             }
             info.regions.push(RemoteMr { addr, len, rkey });
         }
+        let mut count = [0u8; 1];
+        r.read_exact(&mut count).map_err(io_err("read"))?;
+        let n = plane_count(count[0])?;
+        let mut planes = vec![0u8; n * PLANE_LEN];
+        r.read_exact(&mut planes).map_err(io_err("read"))?;
+        info.plane_ips = decode_plane_ips(&planes)?;
         Ok(info)
     }
+}
+
+/// The plane count byte, checked: 0 or 2 to [`MAX_PLANES`].
+fn plane_count(b: u8) -> Result<usize, BootstrapError> {
+    let n = usize::from(b);
+    if n == 1 || n > MAX_PLANES {
+        return Err(BootstrapError::BadField("plane count"));
+    }
+    Ok(n)
+}
+
+/// Decodes and checks `b`, whole [`PLANE_LEN`]-byte plane addresses.
+fn decode_plane_ips(b: &[u8]) -> Result<Vec<IpAddr>, BootstrapError> {
+    let ips: Vec<IpAddr> = b
+        .chunks_exact(PLANE_LEN)
+        .map(|c| {
+            let mut a = [0u8; PLANE_LEN];
+            a.copy_from_slice(c);
+            IpAddr::V6(Ipv6Addr::from(a)).to_canonical()
+        })
+        .collect();
+    check_plane_ips(&ips)?;
+    Ok(ips)
+}
+
+/// Checks a plane address list as [`QpInfo::plane_ips`] documents.
+fn check_plane_ips(ips: &[IpAddr]) -> Result<(), BootstrapError> {
+    if ips.len() == 1 || ips.len() > MAX_PLANES {
+        return Err(BootstrapError::BadField("plane count"));
+    }
+    for (i, ip) in ips.iter().enumerate() {
+        if ip.is_unspecified()
+            || ip.is_multicast()
+            || ip.is_ipv6() != ips[0].is_ipv6()
+            || ips[..i].contains(ip)
+        {
+            return Err(BootstrapError::BadField("plane address"));
+        }
+    }
+    Ok(())
 }
 
 /// Decodes one region entry ([`REGION_LEN`] bytes).
@@ -309,8 +382,8 @@ fn check_magic(b: &[u8], want: [u8; 4]) -> Result<bool, BootstrapError> {
 /// Decodes a [`QpInfo`] from the start of `b`, the bytes received so far (for a
 /// non-blocking reader): `Ok(None)` while the message is incomplete, else the info and
 /// the bytes it took. The magic is checked from the fourth byte on, the fixed part as
-/// soon as it is whole, so at most [`FIXED_LEN`] + [`MAX_REGIONS`] x [`REGION_LEN`]
-/// bytes are ever waited for.
+/// soon as it is whole, so at most [`FIXED_LEN`] + [`MAX_REGIONS`] x [`REGION_LEN`] + 1 +
+/// [`MAX_PLANES`] x [`PLANE_LEN`] bytes are ever waited for.
 ///
 /// # Errors
 /// As [`QpInfo::read_from`] (no I/O errors).
@@ -321,13 +394,19 @@ pub fn decode_qp_info(b: &[u8]) -> Result<Option<(QpInfo, usize)>, BootstrapErro
     let mut fixed = [0u8; FIXED_LEN];
     fixed.copy_from_slice(&b[..FIXED_LEN]);
     let (mut info, n) = QpInfo::decode_fixed(&fixed)?;
-    let total = FIXED_LEN + n * REGION_LEN;
+    let regions_end = FIXED_LEN + n * REGION_LEN;
+    let Some(&count) = b.get(regions_end) else {
+        return Ok(None);
+    };
+    let planes = plane_count(count)?;
+    let total = regions_end + 1 + planes * PLANE_LEN;
     if b.len() < total {
         return Ok(None);
     }
-    for e in b[FIXED_LEN..total].chunks_exact(REGION_LEN) {
+    for e in b[FIXED_LEN..regions_end].chunks_exact(REGION_LEN) {
         info.regions.push(decode_region(e)?);
     }
+    info.plane_ips = decode_plane_ips(&b[regions_end + 1..total])?;
     Ok(Some((info, total)))
 }
 
@@ -731,16 +810,86 @@ mod tests {
                 len: 1 << 20,
                 rkey: 0xDEAD_BE01,
             }],
+            plane_ips: Vec::new(),
         }
     }
 
     #[test]
     fn encode_decode_round_trip_exact_bytes() {
         let b = info().encode().unwrap();
-        assert_eq!(b.len(), FIXED_LEN + REGION_LEN);
-        assert_eq!(&b[..8], b"MRCB\x03\x00\x12\xb8");
+        assert_eq!(b.len(), FIXED_LEN + REGION_LEN + 1);
+        assert_eq!(&b[..8], b"MRCB\x04\x00\x12\xb8");
         assert_eq!(&b[8..12], &[0x00, 0x12, 0x34, 0x56]);
+        assert_eq!(b[FIXED_LEN + REGION_LEN], 0, "no plane addresses");
         assert_eq!(QpInfo::read_from(&mut b.as_slice()).unwrap(), info());
+    }
+
+    #[test]
+    fn plane_addresses_round_trip_and_hostile_lists_are_refused() {
+        let mut i = info();
+        i.plane_ips = vec!["10.0.0.1".parse().unwrap(), "10.1.0.1".parse().unwrap()];
+        let b = i.encode().unwrap();
+        let at = FIXED_LEN + REGION_LEN;
+        assert_eq!(b.len(), at + 1 + 2 * PLANE_LEN);
+        assert_eq!(b[at], 2);
+        // IPv4 as ::ffff:10.1.0.1.
+        assert_eq!(
+            &b[at + 1 + PLANE_LEN..],
+            &[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 1, 0, 1]
+        );
+        assert_eq!(QpInfo::read_from(&mut b.as_slice()).unwrap(), i);
+        assert_eq!(decode_qp_info(&b).unwrap(), Some((i.clone(), b.len())));
+        for n in 0..b.len() {
+            assert_eq!(decode_qp_info(&b[..n]).unwrap(), None, "prefix {n}");
+        }
+        let mut v6 = info();
+        v6.plane_ips = vec![
+            "fd00::1".parse().unwrap(),
+            "fd01::1".parse().unwrap(),
+            "fd02::1".parse().unwrap(),
+        ];
+        let b6 = v6.encode().unwrap();
+        assert_eq!(QpInfo::read_from(&mut b6.as_slice()).unwrap(), v6);
+        // A count of 1 or 9, a repeated, unspecified, multicast or mixed-family address.
+        for (count, what) in [(1u8, "plane count"), (9, "plane count")] {
+            let mut x = b.clone();
+            x[at] = count;
+            x.resize(at + 1 + usize::from(count) * PLANE_LEN, 7);
+            assert!(
+                matches!(QpInfo::read_from(&mut x.as_slice()), Err(BootstrapError::BadField(w)) if w == what),
+                "count {count}"
+            );
+            assert!(matches!(decode_qp_info(&x), Err(BootstrapError::BadField(w)) if w == what));
+        }
+        let second = at + 1 + PLANE_LEN;
+        let bad: [&[u8; 16]; 4] = [
+            &[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 0, 1],
+            &[0; 16],
+            &[0xff, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1],
+            &[0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1],
+        ];
+        for a in bad {
+            let mut x = b.clone();
+            x[second..second + PLANE_LEN].copy_from_slice(a);
+            assert!(
+                matches!(
+                    QpInfo::read_from(&mut x.as_slice()),
+                    Err(BootstrapError::BadField("plane address"))
+                ),
+                "{a:?}"
+            );
+            assert!(matches!(
+                decode_qp_info(&x),
+                Err(BootstrapError::BadField("plane address"))
+            ));
+        }
+        // The sender refuses what the receiver would.
+        let mut one = info();
+        one.plane_ips = vec!["10.0.0.1".parse().unwrap()];
+        assert!(matches!(
+            one.encode(),
+            Err(BootstrapError::BadField("plane count"))
+        ));
     }
 
     #[test]

@@ -70,7 +70,7 @@ use mrc_transport::{
 };
 use source::SourceDrops;
 use std::collections::{HashMap, HashSet};
-use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -312,6 +312,16 @@ pub struct QpStats {
     pub evs: Vec<(u32, u16, EvStats)>,
     /// Per EV, in the order of `evs`: its path state (Good, Skip, AssumedBad, Denied).
     pub ev_states: Vec<mrc_transport::path::PathState>,
+    /// Per EV, in the order of `evs`: its plane (`ConnConfig::ev_planes`; all 0 on one
+    /// plane).
+    pub ev_planes: Vec<u8>,
+    /// Per plane, plane 0 first: its state (up, or down and why) and counters
+    /// (docs/PLANES.md); one entry on one plane. The per-plane sums of the EV counters
+    /// come from `evs` and `ev_planes`.
+    pub planes: Vec<(
+        mrc_transport::path::PlaneState,
+        mrc_transport::path::PlaneStats,
+    )>,
     /// `--verify` results.
     pub verify: VerifyStats,
     /// Datagrams dropped for their source address, by reason ([`source::SourceFilter`]).
@@ -420,6 +430,8 @@ pub(crate) enum Cmd {
         qpn: u32,
         peer: PeerParams,
         udp: SocketAddr,
+        /// The peer's [`QpInfo::plane_ips`].
+        plane_ips: Vec<IpAddr>,
         reply: Reply<Vec<u16>>,
     },
     PeerPorts {
@@ -481,6 +493,8 @@ struct Shared {
     udp_addr: SocketAddr,
     /// The datapath's [`Datapath::reorders_bursts`].
     reorders_bursts: bool,
+    /// The datapath's [`Datapath::plane_ips`].
+    plane_ips: Vec<IpAddr>,
     /// QPNs in use in this context, shared by all its engines (each drawn at random,
     /// never two alike in the context).
     qpns: Arc<Mutex<HashSet<u32>>>,
@@ -558,7 +572,12 @@ fn spawn_uring_engine(
         .spawn(move || {
             with_dispatch(logs, || match UringDatapath::new(udp) {
                 Ok(dp) => {
-                    let _ = tx.send(Ok((dp.local_addr(), dp.waker(), dp.reorders_bursts())));
+                    let _ = tx.send(Ok((
+                        dp.local_addr(),
+                        dp.waker(),
+                        dp.reorders_bursts(),
+                        dp.plane_ips(),
+                    )));
                     run_engine(dp, cfg, cmd_rx, sl);
                 }
                 Err(e) => {
@@ -567,13 +586,15 @@ fn spawn_uring_engine(
             })
         })
         .map_err(|e| EngineError::Refused(format!("spawn: {e}")))?;
-    let (udp_addr, waker, reorders_bursts) = rx.recv().map_err(|_| EngineError::Stopped)??;
+    let (udp_addr, waker, reorders_bursts, plane_ips) =
+        rx.recv().map_err(|_| EngineError::Stopped)??;
     Ok(Shared {
         cmds: cmd_tx,
         waker,
         sleeping,
         udp_addr,
         reorders_bursts,
+        plane_ips,
         qpns,
         thread: Mutex::new(Some(t)),
     })
@@ -682,9 +703,10 @@ impl Context {
         let udp_addr = dp.local_addr();
         let waker = dp.waker();
         let reorders = dp.reorders_bursts();
+        let plane_ips = dp.plane_ips();
         let logs = inherited_dispatch();
         let t = std::thread::spawn(move || with_dispatch(logs, || run_engine(dp, cfg, cmd_rx, sl)));
-        Context::from_parts(cmd_tx, waker, sleeping, udp_addr, reorders, t)
+        Context::from_parts(cmd_tx, waker, sleeping, udp_addr, (reorders, plane_ips), t)
     }
 
     fn from_parts(
@@ -692,7 +714,7 @@ impl Context {
         waker: Arc<dyn Waker>,
         sleeping: Arc<AtomicBool>,
         udp_addr: SocketAddr,
-        reorders_bursts: bool,
+        (reorders_bursts, plane_ips): (bool, Vec<IpAddr>),
         t: JoinHandle<()>,
     ) -> Context {
         let shared = Arc::new(Shared {
@@ -701,6 +723,7 @@ impl Context {
             sleeping,
             udp_addr,
             reorders_bursts,
+            plane_ips,
             qpns: Arc::new(Mutex::new(HashSet::new())),
             thread: Mutex::new(Some(t)),
         });
@@ -747,8 +770,9 @@ impl Context {
             send: send_tx,
             recv: recv_tx,
         };
-        let (conn_cfg, entry) = new_qp_entry(&cfg, qpn, engine.reorders_bursts, cq)
-            .inspect_err(|_| self.free_qpn(qpn))?;
+        let (conn_cfg, entry) =
+            new_qp_entry(&cfg, qpn, engine.reorders_bursts, &engine.plane_ips, cq)
+                .inspect_err(|_| self.free_qpn(qpn))?;
         engine
             .send(Cmd::CreateQp {
                 qpn,
@@ -771,15 +795,32 @@ impl Context {
 
 /// A QP's transport endpoint and engine entry: `cfg` with the QPN `qpn` and, each drawn
 /// from the OS CSPRNG, the initial PSN, generation, selection seed and region key;
-/// completions go to `cq`. Returns the configuration in force with the entry.
+/// completions go to `cq`. On a datapath with two or more planes (`plane_ips`,
+/// [`Datapath::plane_ips`]) the EVs are spread over them in turn
+/// ([`ConnConfig::interleaved_planes`]) unless `cfg.conn.ev_planes` places them already.
+/// Returns the configuration in force with the entry.
 fn new_qp_entry(
     cfg: &QpConfig,
     qpn: u32,
     reorders_bursts: bool,
+    plane_ips: &[IpAddr],
     cq: thread::Cq,
 ) -> Result<(ConnConfig, QpEntry), EngineError> {
     let rng = |e: String| EngineError::Refused(e);
     let mut conn_cfg = cfg.conn.clone();
+    let planes = plane_ips.len().max(1);
+    if conn_cfg.ev_planes.is_empty() && planes > 1 {
+        conn_cfg.ev_planes = ConnConfig::interleaved_planes(conn_cfg.evs.len(), planes as u8);
+    }
+    if let Some(&p) = conn_cfg
+        .ev_planes
+        .iter()
+        .find(|&&p| usize::from(p) >= planes)
+    {
+        return Err(EngineError::Refused(format!(
+            "an EV on plane {p}, and the datapath has {planes} plane(s)"
+        )));
+    }
     conn_cfg.initial_psn = Psn::new((source::random_u64().map_err(rng)? & 0xFF_FFFF) as u32);
     conn_cfg.generation = (source::random_u64().map_err(rng)? as u16).max(1);
     conn_cfg.seed = source::random_u64().map_err(rng)?;
@@ -797,6 +838,8 @@ fn new_qp_entry(
         evs_per_socket: cfg.evs_per_socket.max(1),
         srh: cfg.srh.clone(),
         marks: cfg.marks.clone(),
+        planes: conn_cfg.ev_planes.clone(),
+        peers: Vec::new(),
     };
     let entry = QpEntry {
         dp_conn: None,
@@ -814,8 +857,14 @@ fn new_qp_entry(
 }
 
 /// The [`QpInfo`] a QP with configuration `cfg` on UDP port `udp_port` sends its peer,
-/// naming its remote-writable regions `regions`.
-fn qp_info(cfg: &ConnConfig, udp_port: u16, mut regions: Vec<RemoteMr>) -> QpInfo {
+/// naming its remote-writable regions `regions` and, on two or more planes, the
+/// datapath's address on each (`plane_ips`, [`Datapath::plane_ips`]).
+fn qp_info(
+    cfg: &ConnConfig,
+    udp_port: u16,
+    plane_ips: &[IpAddr],
+    mut regions: Vec<RemoteMr>,
+) -> QpInfo {
     regions.sort_by_key(|r| r.addr);
     QpInfo {
         qpn: cfg.local_qpn,
@@ -826,6 +875,11 @@ fn qp_info(cfg: &ConnConfig, udp_port: u16, mut regions: Vec<RemoteMr>) -> QpInf
         mtu_payload_bytes: cfg.send.mtu_payload_bytes,
         go_back_n: cfg.go_back_n,
         regions,
+        plane_ips: if plane_ips.len() > 1 {
+            plane_ips.to_vec()
+        } else {
+            Vec::new()
+        },
     }
 }
 
@@ -841,6 +895,21 @@ fn peer_params(cfg: &ConnConfig, remote: &QpInfo) -> Result<PeerParams, EngineEr
         return Err(EngineError::Incompatible(format!(
             "{} outstanding packets exceed the peer's window of {}",
             cfg.send.max_outstanding_packets, remote.recv_window_packets
+        )));
+    }
+    // One plane per NIC port at each end, plane p to plane p: both ends need as many
+    // (docs/PLANES.md; the intersection of two unequal sets has no meaning without a
+    // fabric map saying which of one end's ports reaches which of the other's).
+    let ours = cfg
+        .ev_planes
+        .iter()
+        .copied()
+        .max()
+        .map_or(1, |p| usize::from(p) + 1);
+    let theirs = remote.plane_ips.len().max(1);
+    if ours != theirs {
+        return Err(EngineError::Incompatible(format!(
+            "this end sends on {ours} plane(s) and the peer has {theirs}: give both ends one address per plane, as many (mrc-perf --bind A,B)"
         )));
     }
     Ok(PeerParams {
@@ -1283,25 +1352,36 @@ impl Qp {
                     .collect()
             })
             .unwrap_or_default();
-        qp_info(&self.cfg, self.shared.udp_addr.port(), regions)
+        qp_info(
+            &self.cfg,
+            self.shared.udp_addr.port(),
+            &self.shared.plane_ips,
+            regions,
+        )
     }
 
     /// Moves the QP to `Ready` with the peer's parameters and opens the EV sockets to
     /// `udp` (verbs RTR + RTS). Returns the EV sockets' source ports. From then on the QP
     /// accepts datagrams from `udp`'s IP only ([`source::SourceFilter`]); call
     /// [`Qp::set_peer_source_ports`] with the peer's EV source ports to accept only those
-    /// (the TCP bootstrap does).
+    /// (the TCP bootstrap does). A peer on several planes ([`QpInfo::plane_ips`]) gets
+    /// each plane's EVs at its address on the plane (port `udp`'s), and datagrams from
+    /// any of those addresses are accepted; `udp`'s IP (where the bootstrap reached it)
+    /// must be one of them.
     ///
     /// # Errors
-    /// [`EngineError::Incompatible`] (go-back-N disagreement, or our outstanding limit
-    /// above the peer's window), [`EngineError::Refused`] (state, ports, sockets).
+    /// [`EngineError::Incompatible`] (go-back-N disagreement, our outstanding limit
+    /// above the peer's window, another number of planes), [`EngineError::Refused`]
+    /// (state, ports, sockets, `udp`'s IP not among the peer's plane addresses).
     pub fn connect(&self, remote: &QpInfo, udp: SocketAddr) -> Result<Vec<u16>, EngineError> {
         let peer = peer_params(&self.cfg, remote)?;
         let qpn = self.qpn;
+        let plane_ips = remote.plane_ips.clone();
         self.shared.call(|reply| Cmd::Connect {
             qpn,
             peer,
             udp,
+            plane_ips,
             reply,
         })
     }

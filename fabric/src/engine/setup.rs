@@ -15,7 +15,8 @@
 //!  both ends, in order          bytes      waits for
 //!  NONCE   "MRCN" + nonce       36         (TCP connected)
 //!  CONFIRM "MRCK" + confirm     36         the peer's NONCE
-//!  INFO    QpInfo (MRCB v3)     28 + 20 r  the peer's CONFIRM, checked
+//!  INFO    QpInfo (MRCB v4)     29 + 20 r  the peer's CONFIRM, checked
+//!                               + 16 P     (P plane addresses)
 //!  PORTS   "MRCP" + ports       6 + 2 p    the peer's INFO (then the QP connects)
 //!  READY   "MRCR"               4          the peer's PORTS (then the source filter is set)
 //!  done                                    the peer's READY

@@ -47,21 +47,22 @@ pub enum SourceDrop {
 /// Which source addresses a QP accepts.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SourceFilter {
-    /// The peer's IP (canonical: an IPv4-mapped IPv6 address is kept as IPv4); `None`
-    /// before connect: everything is refused.
-    ip: Option<IpAddr>,
+    /// The peer's IPs, one per plane (canonical: an IPv4-mapped IPv6 address is kept as
+    /// IPv4); empty before connect: everything is refused.
+    ips: Vec<IpAddr>,
     /// The peer's EV socket source ports; `None`: not learned yet (any port of `ip`).
     ports: Option<HashSet<u16>>,
 }
 
 impl SourceFilter {
-    /// Accept datagrams from `ip`, any port (until [`SourceFilter::set_ports`]).
-    pub fn connect(&mut self, ip: IpAddr) {
-        self.ip = Some(ip.to_canonical());
+    /// Accept datagrams from `ips` (the peer's address on each of its planes; one for a
+    /// peer on one plane), any port (until [`SourceFilter::set_ports`]).
+    pub fn connect(&mut self, ips: &[IpAddr]) {
+        self.ips = ips.iter().map(|ip| ip.to_canonical()).collect();
         self.ports = None;
     }
 
-    /// Accept only these source ports of the peer's IP from now on.
+    /// Accept only these source ports of the peer's IPs from now on.
     pub fn set_ports(&mut self, ports: &[u16]) {
         self.ports = Some(ports.iter().copied().collect());
     }
@@ -77,8 +78,10 @@ impl SourceFilter {
     /// # Errors
     /// The [`SourceDrop`] reason.
     pub fn check(&self, from: SocketAddr, check_port: bool) -> Result<(), SourceDrop> {
-        let ip = self.ip.ok_or(SourceDrop::BeforeConnect)?;
-        if from.ip().to_canonical() != ip {
+        if self.ips.is_empty() {
+            return Err(SourceDrop::BeforeConnect);
+        }
+        if !self.ips.contains(&from.ip().to_canonical()) {
             return Err(SourceDrop::WrongIp);
         }
         match &self.ports {
@@ -126,7 +129,7 @@ mod tests {
         let mut f = SourceFilter::default();
         let peer: SocketAddr = "10.0.0.2:20001".parse().unwrap();
         assert_eq!(f.check(peer, true), Err(SourceDrop::BeforeConnect));
-        f.connect("10.0.0.2".parse().unwrap());
+        f.connect(&["10.0.0.2".parse().unwrap()]);
         assert_eq!(f.check(peer, true), Ok(()));
         assert_eq!(f.check("10.0.0.2:9".parse().unwrap(), true), Ok(()));
         assert_eq!(

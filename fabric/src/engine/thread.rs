@@ -17,7 +17,7 @@ use mrc_transport::completion::{Completion, WcOpcode, WcStatus};
 use mrc_transport::region::MrKey;
 use mrc_transport::{Access, Connection, DeregisterError, PeerParams, PostError};
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
@@ -382,13 +382,30 @@ impl<D: Datapath> Engine<D> {
     }
 
     /// Opens the datapath connection of QP `qpn` to `udp` and connects its transport to
-    /// `peer`. Returns this side's EV source ports.
+    /// `peer`; a peer on two or more planes has its address on each in `plane_ips`
+    /// ([`super::QpInfo::plane_ips`], at `udp`'s port), among which `udp`'s IP must be.
+    /// Returns this side's EV source ports.
     pub fn connect_qp(
         &mut self,
         qpn: u32,
         peer: PeerParams,
         udp: SocketAddr,
+        plane_ips: &[IpAddr],
     ) -> Result<Vec<u16>, String> {
+        if !plane_ips.is_empty() && !plane_ips.contains(&udp.ip().to_canonical()) {
+            let r = format!(
+                "the peer's plane addresses {plane_ips:?} do not include {}, where it was reached",
+                udp.ip()
+            );
+            warn!(qpn = %Qpn(qpn), peer = %udp, "QP connect failed: {r}");
+            return Err(r);
+        }
+        if let Some(e) = self.qps.get_mut(&qpn) {
+            e.paths.peers = plane_ips
+                .iter()
+                .map(|&ip| SocketAddr::new(ip, udp.port()))
+                .collect();
+        }
         let r = match self.qps.get_mut(&qpn) {
             None => Err(format!("no QP {qpn}")),
             Some(e) => match self.dp.open_conn(udp, &e.paths) {
@@ -397,7 +414,11 @@ impl<D: Datapath> Engine<D> {
                     Ok(()) => {
                         e.dp_conn = Some(id);
                         let ip = self.dp.peer_source_ip(id).unwrap_or(udp.ip());
-                        e.sources.connect(ip);
+                        if plane_ips.is_empty() {
+                            e.sources.connect(&[ip]);
+                        } else {
+                            e.sources.connect(plane_ips);
+                        }
                         info!(
                             qpn = %Qpn(qpn),
                             peer = %udp,
@@ -533,6 +554,14 @@ impl<D: Datapath> Engine<D> {
                     })
                     .collect(),
                 ev_states: e.conn.paths().paths().iter().map(|p| p.state).collect(),
+                ev_planes: e.conn.paths().paths().iter().map(|p| p.plane).collect(),
+                planes: e
+                    .conn
+                    .paths()
+                    .planes()
+                    .iter()
+                    .map(|p| (p.state, p.stats))
+                    .collect(),
                 verify: e.vstats,
                 source_drops: e.source_drops,
                 source_ports_checked: e.sources.checks_ports(),
@@ -613,9 +642,10 @@ impl<D: Datapath> Engine<D> {
                 qpn,
                 peer,
                 udp,
+                plane_ips,
                 reply,
             } => {
-                let _ = reply.send(self.connect_qp(qpn, peer, udp));
+                let _ = reply.send(self.connect_qp(qpn, peer, udp, &plane_ips));
             }
             Cmd::PeerPorts { qpn, ports, reply } => {
                 let _ = reply.send(self.set_peer_ports(qpn, &ports));

@@ -151,7 +151,8 @@ impl<D: Datapath> Worker<D> {
             recv: VecDeque::new(),
         };
         let reorders = self.engine.dp.reorders_bursts();
-        let (conn_cfg, entry) = new_qp_entry(&cfg, qpn, reorders, cq)?;
+        let plane_ips = self.engine.dp.plane_ips();
+        let (conn_cfg, entry) = new_qp_entry(&cfg, qpn, reorders, &plane_ips, cq)?;
         self.engine.add_qp(qpn, entry);
         if self.defer_after_receive {
             if let Some(e) = self.engine.qps.get_mut(&qpn) {
@@ -286,7 +287,12 @@ impl<D: Datapath> Worker<D> {
             .filter(|(_, a)| a.contains(Access::REMOTE_WRITE))
             .map(|(k, _)| RemoteMr::from(*k))
             .collect();
-        Ok(qp_info(&q.cfg, self.udp_addr().port(), regions))
+        Ok(qp_info(
+            &q.cfg,
+            self.udp_addr().port(),
+            &self.engine.dp.plane_ips(),
+            regions,
+        ))
     }
 
     /// Connects QP `qpn` to `remote` at `udp` (as [`super::Qp::connect`]). Returns this
@@ -303,7 +309,7 @@ impl<D: Datapath> Worker<D> {
         let peer = peer_params(&self.qp(qpn)?.cfg, remote)?;
         let ports = self
             .engine
-            .connect_qp(qpn, peer, udp)
+            .connect_qp(qpn, peer, udp, &remote.plane_ips)
             .map_err(EngineError::Refused)?;
         if let Some(q) = self.qps.get_mut(&qpn) {
             q.remote = Some(remote.clone());

@@ -31,7 +31,7 @@ use mrc_transport::Ecn;
 use socket2::{SockAddr, Socket};
 use std::io;
 use std::mem::size_of;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::Arc;
 
@@ -71,7 +71,7 @@ pub struct DirectDatapath {
     ev: EvSockets,
     /// Send scratch: the iovecs of one group, the socket and connection of each datagram.
     tx_iovs: Vec<libc::iovec>,
-    tx_route: Vec<(i32, ConnId)>,
+    tx_route: Vec<(i32, ConnId, usize)>,
     stats: DatapathStats,
     counters: DirectCounters,
 }
@@ -218,7 +218,7 @@ impl DirectDatapath {
     fn send_resolved(
         &mut self,
         batch: &TxBatch,
-        route: &mut Vec<(i32, ConnId)>,
+        route: &mut Vec<(i32, ConnId, usize)>,
         report: &mut TxReport,
     ) -> Result<(), DatapathError> {
         {
@@ -226,7 +226,7 @@ impl DirectDatapath {
             let mut bad = None;
             self.conns.resolve(batch, |_, m, _, c, &s| {
                 match c.sockets.get(s).and_then(|&slot| ev.get(slot)) {
-                    Some(es) => route.push((es.sock.as_raw_fd(), m.conn)),
+                    Some(es) => route.push((es.sock.as_raw_fd(), m.conn, s)),
                     None => bad = Some(m.conn),
                 }
             })?;
@@ -238,14 +238,14 @@ impl DirectDatapath {
         let mut pos = 0;
         while pos < route.len() {
             let Some((m0, _)) = batch.get(pos) else { break };
-            let (fd, conn) = route[pos];
+            let (fd, conn, socket) = route[pos];
             let seg = m0.len;
             let (mut count, mut bytes) = (1, seg);
             while pos + count < route.len() && count < max_segs {
                 let Some((m, _)) = batch.get(pos + count) else {
                     break;
                 };
-                if route[pos + count] != (fd, conn)
+                if route[pos + count] != (fd, conn, socket)
                     || m.ecn != m0.ecn
                     || m.len > seg
                     || bytes + m.len > MAX_GSO_BYTES
@@ -258,7 +258,11 @@ impl DirectDatapath {
                     break; // a shorter datagram ends a GSO group
                 }
             }
-            let Some(peer) = self.conns.get(conn).map(|c| c.peer.clone()) else {
+            let Some(peer) = self
+                .conns
+                .get(conn)
+                .and_then(|c| c.peers.get(socket).cloned())
+            else {
                 return Err(DatapathError::UnknownConn(conn));
             };
             if self.send_group(fd, &peer, batch, pos..pos + count, m0.ecn, seg) {
@@ -276,6 +280,14 @@ impl DirectDatapath {
 impl Datapath for DirectDatapath {
     fn local_addr(&self) -> SocketAddr {
         self.local
+    }
+
+    fn plane_ips(&self) -> Vec<IpAddr> {
+        if self.cfg.plane_ips.is_empty() {
+            vec![self.local.ip()]
+        } else {
+            self.cfg.plane_ips.clone()
+        }
     }
 
     fn open_conn(&mut self, peer: SocketAddr, paths: &PathMap) -> Result<ConnId, DatapathError> {

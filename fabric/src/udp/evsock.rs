@@ -10,7 +10,7 @@ use super::{UdpConfig, sock};
 use crate::datapath::{DatapathError, PathMap};
 use socket2::{SockAddr, Socket};
 use std::collections::HashMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 
 /// One EV socket and its users.
 pub(crate) struct EvSocket {
@@ -24,18 +24,21 @@ pub(crate) struct EvSocket {
 }
 
 /// What makes two connections' socket `index` the same socket: the index (the source
-/// port a peer's filter expects at that position), and the sticky SRH and mark.
+/// port a peer's filter expects at that position), the plane's local IP it binds, and the
+/// sticky SRH and mark.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct SockKey {
     index: usize,
+    ip: IpAddr,
     srh: Option<Vec<u8>>,
     mark: Option<u32>,
 }
 
-/// A connection's destination and sockets.
+/// A connection's destinations and sockets.
 pub(crate) struct EvConn {
-    /// The peer's receive socket, as every `sendmsg` names it.
-    pub(crate) peer: SockAddr,
+    /// Per socket index of the connection: the peer's receive socket on the socket's
+    /// plane, as each of its `sendmsg`s names it.
+    pub(crate) peers: Vec<SockAddr>,
     /// Per socket index of the connection: its slot in the [`EvSockets`].
     pub(crate) sockets: Vec<usize>,
 }
@@ -59,12 +62,13 @@ impl EvSockets {
     }
 
     /// The sockets connection `paths` to `peer` needs (opened where no connection uses
-    /// them yet), from the receive socket's address `local`, with `cfg`'s buffers, ports
-    /// and traffic class.
+    /// them yet): each on its plane's IP ([`UdpConfig::plane_ip`]; `local`'s, the receive
+    /// socket's, with one plane) and sending to the peer's address on that plane
+    /// ([`PathMap::peer_on`]), with `cfg`'s buffers, ports and traffic class.
     ///
     /// # Errors
-    /// [`DatapathError::BadPathMap`] (an SRH on IPv4 or one that does not emit), a port
-    /// or socket error (nothing stays acquired then).
+    /// [`DatapathError::BadPathMap`] (an SRH on IPv4 or one that does not emit, an EV on a
+    /// plane this datapath lacks), a port or socket error (nothing stays acquired then).
     pub(crate) fn open(
         &mut self,
         local: SocketAddr,
@@ -82,11 +86,36 @@ impl EvSockets {
             .map(sock::srh_bytes)
             .collect::<Result<_, _>>()
             .map_err(DatapathError::BadPathMap)?;
-        let mut sockets = Vec::with_capacity(paths.sockets());
-        for index in 0..paths.sockets() {
+        let socket_planes = paths.socket_planes();
+        let mut ips = Vec::with_capacity(socket_planes.len());
+        let mut peers = Vec::with_capacity(socket_planes.len());
+        for &plane in &socket_planes {
+            let ip = if cfg.plane_ips.is_empty() && plane == 0 {
+                local.ip()
+            } else {
+                cfg.plane_ip(plane).ok_or_else(|| {
+                    DatapathError::BadPathMap(format!(
+                        "an EV on plane {plane}, and this end has {} plane(s)",
+                        cfg.planes()
+                    ))
+                })?
+            };
+            ips.push(ip);
+            peers.push(SockAddr::from(paths.peer_on(plane, peer)));
+        }
+        let mut sockets = Vec::with_capacity(socket_planes.len());
+        for (index, &ip) in ips.iter().enumerate() {
             let srh = (!srh_bytes.is_empty()).then(|| srh_bytes[index % srh_bytes.len()].clone());
             let mark = (!paths.marks.is_empty()).then(|| paths.marks[index % paths.marks.len()]);
-            match self.acquire(local, cfg, SockKey { index, srh, mark }) {
+            match self.acquire(
+                cfg,
+                SockKey {
+                    index,
+                    ip,
+                    srh,
+                    mark,
+                },
+            ) {
                 Ok(slot) => sockets.push(slot),
                 Err(e) => {
                     self.close(&sockets);
@@ -94,10 +123,7 @@ impl EvSockets {
                 }
             }
         }
-        Ok(EvConn {
-            peer: SockAddr::from(peer),
-            sockets,
-        })
+        Ok(EvConn { peers, sockets })
     }
 
     /// One user less of each socket in `slots`; each closes at none.
@@ -115,13 +141,9 @@ impl EvSockets {
             .collect()
     }
 
-    /// Opens (unconnected) the EV socket of `key`.
-    fn open_socket(
-        local: SocketAddr,
-        cfg: &UdpConfig,
-        key: SockKey,
-    ) -> Result<EvSocket, DatapathError> {
-        let ip = local.ip();
+    /// Opens (unconnected) the EV socket of `key`, on `key.ip`.
+    fn open_socket(cfg: &UdpConfig, key: SockKey) -> Result<EvSocket, DatapathError> {
+        let ip = key.ip;
         let buf_bytes = cfg.socket_buffer_bytes;
         let (lease, sock) = cfg.ports.alloc_with(|port| {
             let addr = SocketAddr::new(ip, port);
@@ -153,16 +175,11 @@ impl EvSockets {
 
     /// The slot of the EV socket of `key`, opened if no connection uses it yet; counts
     /// one more user.
-    fn acquire(
-        &mut self,
-        local: SocketAddr,
-        cfg: &UdpConfig,
-        key: SockKey,
-    ) -> Result<usize, DatapathError> {
+    fn acquire(&mut self, cfg: &UdpConfig, key: SockKey) -> Result<usize, DatapathError> {
         let slot = match self.slots.get(&key) {
             Some(&slot) => slot,
             None => {
-                let sock = Self::open_socket(local, cfg, key.clone())?;
+                let sock = Self::open_socket(cfg, key.clone())?;
                 let slot = match self.socks.iter().position(Option::is_none) {
                     Some(i) => {
                         self.socks[i] = Some(sock);

@@ -51,7 +51,7 @@ pub use direct::{DirectCounters, DirectDatapath};
 pub use fake::{FakeDatapath, FakeNet, FakeVerdict};
 pub use ports::{DEFAULT_PORT_RANGE, PortAllocator, PortError, PortLease};
 pub use sock::{read_sticky_rthdr, srh_bytes};
-pub use uring::{UdpConfig, UringDatapath};
+pub use uring::{MAX_PLANE_IPS, UdpConfig, UringDatapath};
 
 pub(crate) use conns::ConnTable;
 

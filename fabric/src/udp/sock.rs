@@ -358,9 +358,10 @@ pub(crate) fn open_rx(
     cfg: &super::UdpConfig,
 ) -> Result<(Socket, SocketAddr), crate::datapath::DatapathError> {
     use crate::datapath::DatapathError;
-    let rx_sock = rx_socket(&cfg.bind, cfg.gro, cfg.socket_buffer_bytes)
+    let bind = cfg.rx_bind()?;
+    let rx_sock = rx_socket(&bind, cfg.gro, cfg.socket_buffer_bytes)
         .map_err(DatapathError::io("receive socket"))?;
-    let local = rx_sock
+    let mut local = rx_sock
         .local_addr()
         .ok()
         .and_then(|a| a.as_socket())
@@ -368,6 +369,10 @@ pub(crate) fn open_rx(
             what: "receive socket address",
             source: io::Error::from(io::ErrorKind::AddrNotAvailable),
         })?;
+    // On several planes the socket is bound to the wildcard address: plane 0's names it.
+    if let Some(&ip) = cfg.plane_ips.first() {
+        local.set_ip(ip);
+    }
     Ok((rx_sock, local))
 }
 

@@ -80,7 +80,21 @@ pub struct UdpConfig {
     /// without them (docs/PERFORMANCE.md: alone within the noise, with multishot the pair
     /// above).
     pub coop_taskrun: bool,
+    /// This end's IP on each plane, plane 0 first: a host with one NIC port per plane
+    /// (docs/PLANES.md). The EV sockets of a plane-`p` EV ([`crate::datapath::PathMap::planes`])
+    /// bind to `plane_ips[p]`, so each plane's datagrams leave by its own port; with two or
+    /// more, the receive socket binds the wildcard address of their family at `bind`'s
+    /// port, so it takes the datagrams sent to every plane's address, and
+    /// [`Datapath::local_addr`] names plane 0's. Empty or one (default empty): one plane,
+    /// `bind`'s IP. [`UringDatapath::new`] refuses a mix of families, a repeated IP, more
+    /// than [`MAX_PLANE_IPS`], or a `bind` IP that is neither unspecified nor
+    /// `plane_ips[0]` (`DatapathError::BadPathMap`).
+    pub plane_ips: Vec<IpAddr>,
 }
+
+/// Most planes of one UDP datapath ([`UdpConfig::plane_ips`]): 8, the planes of an 800G
+/// NIC split into 8 x 100G ports, MRC's widest deployment.
+pub const MAX_PLANE_IPS: usize = 8;
 
 impl Default for UdpConfig {
     fn default() -> Self {
@@ -98,6 +112,7 @@ impl Default for UdpConfig {
             rx_ring_buffers: 64,
             tx_zerocopy: false,
             coop_taskrun: true,
+            plane_ips: Vec::new(),
         }
     }
 }
@@ -109,6 +124,83 @@ impl UdpConfig {
             bind,
             ..UdpConfig::default()
         }
+    }
+
+    /// Planes: `plane_ips.len()`, at least 1.
+    pub fn planes(&self) -> usize {
+        self.plane_ips.len().max(1)
+    }
+
+    /// The IP plane `plane`'s EV sockets bind to: `plane_ips[plane]`, or `bind`'s IP with
+    /// no plane list; `None` past the planes.
+    pub fn plane_ip(&self, plane: u8) -> Option<IpAddr> {
+        if self.plane_ips.is_empty() {
+            (plane == 0).then_some(self.bind.ip())
+        } else {
+            self.plane_ips.get(usize::from(plane)).copied()
+        }
+    }
+
+    /// Where the receive socket binds: `bind`, or with two or more planes the wildcard
+    /// address of their family at `bind`'s port.
+    ///
+    /// # Errors
+    /// [`DatapathError::BadPathMap`] for a plane list [`UdpConfig::plane_ips`] refuses.
+    pub fn rx_bind(&self) -> Result<SocketAddr, DatapathError> {
+        let ips = &self.plane_ips;
+        if ips.len() < 2 {
+            if let Some(&ip) = ips.first()
+                && !self.bind.ip().is_unspecified()
+                && self.bind.ip() != ip
+            {
+                return Err(DatapathError::BadPathMap(format!(
+                    "bind {} is not plane 0's address {ip}",
+                    self.bind.ip()
+                )));
+            }
+            return Ok(match ips.first() {
+                Some(&ip) => SocketAddr::new(ip, self.bind.port()),
+                None => self.bind,
+            });
+        }
+        if ips.len() > MAX_PLANE_IPS {
+            return Err(DatapathError::BadPathMap(format!(
+                "{} plane addresses (at most {MAX_PLANE_IPS})",
+                ips.len()
+            )));
+        }
+        let v6 = ips[0].is_ipv6();
+        if let Some(ip) = ips.iter().find(|ip| ip.is_ipv6() != v6) {
+            return Err(DatapathError::BadPathMap(format!(
+                "plane addresses of two families ({} and {ip})",
+                ips[0]
+            )));
+        }
+        for (i, ip) in ips.iter().enumerate() {
+            if ip.is_unspecified() {
+                return Err(DatapathError::BadPathMap(format!(
+                    "plane {i}'s address {ip} is unspecified"
+                )));
+            }
+            if ips[..i].contains(ip) {
+                return Err(DatapathError::BadPathMap(format!(
+                    "{ip} is the address of two planes"
+                )));
+            }
+        }
+        if !self.bind.ip().is_unspecified() && self.bind.ip() != ips[0] {
+            return Err(DatapathError::BadPathMap(format!(
+                "bind {} is not plane 0's address {}",
+                self.bind.ip(),
+                ips[0]
+            )));
+        }
+        let any = if v6 {
+            IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED)
+        } else {
+            IpAddr::V4(Ipv4Addr::UNSPECIFIED)
+        };
+        Ok(SocketAddr::new(any, self.bind.port()))
     }
 }
 
@@ -126,8 +218,10 @@ struct RxSlot {
 #[derive(Clone, Copy)]
 struct Group {
     fd: i32,
-    /// The connection (its peer is the destination).
+    /// The connection (its peer on the socket's plane is the destination).
     conn: ConnId,
+    /// The connection's socket index.
+    socket: usize,
     /// First datagram: an index into `order`.
     start: usize,
     /// Datagrams.
@@ -472,6 +566,7 @@ impl UringDatapath {
             self.groups.push(Group {
                 fd,
                 conn,
+                socket: sidx,
                 start: pos,
                 count,
                 segment_bytes: seg,
@@ -488,6 +583,14 @@ impl UringDatapath {
 impl Datapath for UringDatapath {
     fn local_addr(&self) -> SocketAddr {
         self.local
+    }
+
+    fn plane_ips(&self) -> Vec<IpAddr> {
+        if self.cfg.plane_ips.is_empty() {
+            vec![self.local.ip()]
+        } else {
+            self.cfg.plane_ips.clone()
+        }
     }
 
     fn open_conn(&mut self, peer: SocketAddr, paths: &PathMap) -> Result<ConnId, DatapathError> {
@@ -546,9 +649,9 @@ impl Datapath for UringDatapath {
             let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
             // The destination: the connection's peer (build_groups resolved the
             // connection; its EvConn is not touched until this burst is reaped).
-            if let Some(c) = self.conns.get(g.conn) {
-                h.msg_name = c.peer.as_ptr() as *mut libc::c_void;
-                h.msg_namelen = c.peer.len();
+            if let Some(peer) = self.conns.get(g.conn).and_then(|c| c.peers.get(g.socket)) {
+                h.msg_name = peer.as_ptr() as *mut libc::c_void;
+                h.msg_namelen = peer.len();
             }
             h.msg_iov = self.iovs[g.iov_start..].as_ptr() as *mut libc::iovec;
             h.msg_iovlen = g.iov_count as _;
