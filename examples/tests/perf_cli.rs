@@ -1527,6 +1527,7 @@ fn json_keys_are_the_vocabulary_and_the_table_uses_them() {
         [
             "ecn_marked_packets",
             "ev",
+            "plane",
             "probes_sent",
             "retransmitted_packets",
             "rto_lost_packets",
@@ -2184,7 +2185,7 @@ fn await_line(err: &mut impl std::io::BufRead, prefix: &str) -> String {
 }
 
 /// The keys of every bw report, interrupted or not.
-const BW_JSON_KEYS: [&str; 48] = [
+const BW_JSON_KEYS: [&str; 49] = [
     "authenticated",
     "base_rtt_us",
     "bidirectional",
@@ -2216,6 +2217,7 @@ const BW_JSON_KEYS: [&str; 48] = [
     "ok",
     "path_selection",
     "paths",
+    "planes",
     "rack_lost_packets",
     "receiver",
     "retransmitted_packets",
@@ -2542,5 +2544,137 @@ fn sizes_take_binary_suffixes() {
         ),
         "{}",
         String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// The per-plane block of a JSON report: per plane its EVs and share of the packets;
+/// each EV's plane alternates 0, 1, ... (interleaved).
+fn check_two_planes(v: &Value) {
+    let planes = v["planes"].as_array().unwrap();
+    assert_eq!(planes.len(), 2, "{v}");
+    let evs = v["evs"].as_array().unwrap();
+    assert_eq!(evs.len(), 16);
+    for (i, e) in evs.iter().enumerate() {
+        assert_eq!(e["plane"], (i % 2) as u64, "EV {i}");
+    }
+    let sent: u64 = planes
+        .iter()
+        .map(|p| p["sent_packets"].as_u64().unwrap())
+        .sum();
+    assert_eq!(sent, v["sent_packets"].as_u64().unwrap());
+    for p in planes {
+        assert_eq!(p["evs"], 8);
+        assert_eq!(p["state"], "UP");
+        let share = p["share_pct"].as_f64().unwrap();
+        assert!((45.0..=55.0).contains(&share), "plane share {share}: {v}");
+    }
+}
+
+/// `loopback --planes 2`: each end on two loopback addresses, one per plane; exact bytes,
+/// each plane 50% +- 5% of the packets, the text report has the per-plane block.
+#[test]
+fn loopback_on_two_planes_verifies_and_splits_the_packets_per_plane() {
+    let v = json(&[
+        "loopback", "--planes", "2", "-n", "200", "--verify", "--json",
+    ]);
+    assert_eq!(v["receiver"]["verified_bytes"], 200 * 65536);
+    assert_eq!(v["receiver"]["bad_bytes"], 0);
+    // Both planes' sources are the peer's: nothing dropped for its address at either end.
+    for side in [&v["source_drops"], &v["receiver"]["source_drops"]] {
+        assert_eq!(
+            (&side["wrong_ip"], &side["wrong_port"]),
+            (&0.into(), &0.into()),
+            "{v}"
+        );
+    }
+    check_two_planes(&v);
+    let (o, _) = perf(&["loopback", "--planes", "2", "-n", "20"]);
+    assert!(o.status.success());
+    let t = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        t.contains(" Per-plane summary (this side's sender)\n plane  evs"),
+        "{t}"
+    );
+}
+
+/// A server and a client on two planes each (`--bind A,B` at both ends, loopback
+/// addresses): the bootstrap swaps the plane addresses and both planes carry data.
+#[test]
+fn client_and_server_with_a_bind_list_spray_over_both_planes() {
+    use std::io::BufRead;
+    let mut server = perf_cmd()
+        .args([
+            "server",
+            "--bind",
+            "127.0.3.1,127.0.4.1",
+            "-p",
+            "28701",
+            "--udp-port",
+            "8701",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start server");
+    let mut err = std::io::BufReader::new(server.stderr.take().unwrap());
+    let mut line = String::new();
+    err.read_line(&mut line).unwrap();
+    assert!(
+        line.contains("waiting for a client on TCP 127.0.3.1:28701, UDP 127.0.3.1:8701"),
+        "{line}"
+    );
+    let v = json(&[
+        "client",
+        "127.0.3.1",
+        "-p",
+        "28701",
+        "--bind",
+        "127.0.3.2,127.0.4.2",
+        "-n",
+        "100",
+        "--verify",
+        "--json",
+    ]);
+    let status = server.wait().unwrap();
+    assert!(status.success());
+    assert_eq!(v["receiver"]["verified_bytes"], 100 * 65536);
+    assert_eq!(v["receiver"]["bad_bytes"], 0);
+    check_two_planes(&v);
+}
+
+#[test]
+fn bad_plane_lists_are_clear_errors() {
+    fails_with(
+        &["loopback", "--planes", "2", "-6"],
+        "--planes needs IPv4 loopback (::1 is IPv6 loopback's only address)",
+    );
+    fails_with(&["loopback", "--planes", "9"], "9 is not in 1..=8");
+    fails_with(
+        &["loopback", "--planes", "2", "--engines", "2", "-q", "2"],
+        "--planes runs one engine per end",
+    );
+    fails_with(
+        &["server", "--bind", "10.0.0.1,::1"],
+        "--bind 10.0.0.1,::1: 10.0.0.1 and ::1 are of two families",
+    );
+    fails_with(
+        &["server", "--bind", "10.0.0.1,0.0.0.0"],
+        "--bind 10.0.0.1,0.0.0.0: 0.0.0.0 is unspecified",
+    );
+    fails_with(
+        &["client", "127.0.0.1", "--bind", "127.0.0.1,127.0.0.1"],
+        "--bind 127.0.0.1,127.0.0.1: 127.0.0.1 is given twice",
+    );
+    fails_with(
+        &["client", "127.0.0.1", "--bind", "127.0.0.1,nine"],
+        "--bind 127.0.0.1,nine: \"nine\": invalid IP address syntax",
+    );
+    fails_with(
+        &[
+            "server",
+            "--bind",
+            "1.1.1.1,1.1.1.2,1.1.1.3,1.1.1.4,1.1.1.5,1.1.1.6,1.1.1.7,1.1.1.8,1.1.1.9",
+        ],
+        "9 addresses, at most 8 planes",
     );
 }

@@ -6,7 +6,7 @@
 use super::interrupt;
 use super::loops::{self, LoopError, SendResult};
 use super::opts::{TestKind, TestParams};
-use super::report::{self, EvLine, ProgressOpts};
+use super::report::{self, EvLine, PlaneLine, ProgressOpts};
 use super::run::{Ctl, CtlStream, DROP_REASONS, RecvResult, Side};
 use mrc_fabric::engine::EngineError;
 use mrc_fabric::engine::bootstrap::RemoteMr;
@@ -49,6 +49,8 @@ pub struct EndResult {
     pub peer_recv: RecvResult,
     /// Per-EV lines of its QP.
     pub evs: Vec<EvLine>,
+    /// Per-plane lines of its QP (one on one plane).
+    pub planes: Vec<PlaneLine>,
     /// Connection counters.
     pub conn: mrc_transport::stats::ConnStats,
     /// Process CPU seconds over the test.
@@ -173,6 +175,21 @@ impl EndResult {
             out.recv.add(&r.recv);
             out.peer_recv.add(&r.peer_recv);
             out.evs.extend(r.evs);
+            for pl in r.planes {
+                match out.planes.iter_mut().find(|o| o.plane == pl.plane) {
+                    None => out.planes.push(pl),
+                    Some(o) => {
+                        if o.state != pl.state {
+                            o.state = "MIXED";
+                        }
+                        o.downs_by_loss += pl.downs_by_loss;
+                        o.downs_by_peer += pl.downs_by_peer;
+                        o.downs_local += pl.downs_local;
+                        o.ups += pl.ups;
+                        o.down_ns += pl.down_ns;
+                    }
+                }
+            }
             let (c, o) = (&mut out.conn, &r.conn);
             c.sent += o.sent;
             c.retransmitted += o.retransmitted;
@@ -407,7 +424,9 @@ fn local_result(
                 .map(|s| super::srv6::state_name(*s))
                 .chain(std::iter::repeat("")),
         )
-        .map(|((ev, port, s), state)| EvLine {
+        .zip(qs.ev_planes.iter().copied().chain(std::iter::repeat(0)))
+        .map(|(((ev, port, s), state), plane)| EvLine {
+            plane,
             ev: *ev,
             port: *port,
             packets: s.sent,
@@ -419,11 +438,26 @@ fn local_result(
             state,
         })
         .collect();
+    let planes = qs
+        .planes
+        .iter()
+        .enumerate()
+        .map(|(i, (st, ps))| PlaneLine {
+            plane: i as u8,
+            state: report::plane_state_name(*st),
+            downs_by_loss: ps.downs_by_loss,
+            downs_by_peer: ps.downs_by_peer,
+            downs_local: ps.downs_local,
+            ups: ps.ups,
+            down_ns: ps.down_ns,
+        })
+        .collect();
     Ok(EndResult {
         send,
         recv,
         peer_recv: RecvResult::default(),
         evs,
+        planes,
         conn: qs.conn,
         cpu_s,
         engine,

@@ -102,7 +102,22 @@ pub fn run_cli(cli: Cli) -> Result<String, CliError> {
         },
         huge_pages: cli.test.huge_pages,
         context: None,
+        plane_ips: local_planes(&cli.cmd)?,
     };
+    if local.plane_ips.len() > 1 && !matches!(local.fabric, run::LocalFabric::Udp) {
+        return Err(
+            "--fabric verbs runs on one device port: several planes (--bind A,B, --planes) \
+             are for --fabric udp"
+                .into(),
+        );
+    }
+    if matches!(cli.cmd, Command::Loopback { planes, .. } if planes > 1)
+        && (cli.test.engines.is_some() || cli.test.shared_engine)
+    {
+        return Err(
+            "--planes runs one engine per end: leave out --engines / --shared-engine".into(),
+        );
+    }
     let psk = cli
         .test
         .psk_file
@@ -184,7 +199,8 @@ pub fn run_cli(cli: Cli) -> Result<String, CliError> {
             limits,
         } => {
             let (persistent, limits) = (*persistent, *limits);
-            let ip: IpAddr = bind.parse().map_err(|e| format!("--bind {bind}: {e}"))?;
+            // one address, or one per plane (local.plane_ips): TCP on the first
+            let ip: IpAddr = opts::parse_plane_list("--bind", bind)?[0];
             let listener = TcpListener::bind(SocketAddr::new(ip, cli.test.port))
                 .map_err(|e| format!("cannot listen on {ip}:{}: {e}", cli.test.port))?;
             let udp = SocketAddr::new(
@@ -392,7 +408,7 @@ fn engine_contexts(
     qps: u32,
     k: u32,
 ) -> Result<(run::LocalOpts, run::SharedContext, String), CliError> {
-    let Command::Loopback { ipv6 } = cmd else {
+    let Command::Loopback { ipv6, .. } = cmd else {
         return Err("--engines is for loopback (a client or a server runs one QP)".into());
     };
     if k == 0 || k > qps {
@@ -459,13 +475,16 @@ fn run_one(
 ) -> Result<(run::EndResult, String), CliError> {
     let timeout = env.timeout;
     match cmd {
-        Command::Loopback { ipv6 } => {
+        Command::Loopback { ipv6, planes } => {
             let ipv6 = *ipv6;
             if p.srv6.is_some() && !ipv6 {
                 return Err("--srv6 needs IPv6: add -6 (--ipv6)".into());
             }
+            let server_planes = loopback_planes(*planes, 2);
             let ip: IpAddr = if ipv6 {
                 Ipv6Addr::LOCALHOST.into()
+            } else if let Some(&first) = server_planes.first() {
+                first
             } else {
                 Ipv4Addr::LOCALHOST.into()
             };
@@ -477,6 +496,7 @@ fn run_one(
             let server_local = run::LocalOpts {
                 engine_cpu: None,
                 context: env.server_context.cloned(),
+                plane_ips: server_planes,
                 ..env.local.clone()
             };
             let server_psk = env.psk.map(<[u8]>::to_vec);
@@ -494,9 +514,10 @@ fn run_one(
                 .map(|_| ())
                 .map_err(|e| e.to_string())
             });
+            let client_ip = env.local.plane_ips.first().copied().unwrap_or(ip);
             let client = run::run_client(
                 server_addr,
-                SocketAddr::new(ip, 0),
+                SocketAddr::new(client_ip, 0),
                 p,
                 timeout,
                 env.progress,
@@ -511,7 +532,7 @@ fn run_one(
             srv.map_err(|e| format!("server: {e}"))?;
             Ok((r, mode))
         }
-        Command::Client { host } => {
+        Command::Client { host, .. } => {
             check_host_without_port(host)?;
             // every address the name resolves to, in the resolver's order: `localhost`
             // reaches a server on ::1 as well as one on 127.0.0.1
@@ -522,13 +543,19 @@ fn run_one(
             if addrs.is_empty() {
                 return Err(format!("{host} resolves to no address").into());
             }
-            let (stream, addr) = run::connect_any(&addrs, timeout)?;
+            let from = env.local.plane_ips.first().copied();
+            let (stream, addr) = run::connect_any(&addrs, from, timeout)?;
             let any: IpAddr = if addr.is_ipv6() {
                 Ipv6Addr::UNSPECIFIED.into()
             } else {
                 Ipv4Addr::UNSPECIFIED.into()
             };
-            let udp = SocketAddr::new(any, env.udp_port.unwrap_or(0));
+            // one --bind address: UDP there too; several: every plane (wildcard receive)
+            let ip = match env.local.plane_ips.as_slice() {
+                [one] => *one,
+                _ => any,
+            };
+            let udp = SocketAddr::new(ip, env.udp_port.unwrap_or(0));
             let mut p = p.clone();
             if let Some(mode) = p.srv6 {
                 p.steering = srv6::steering(mode, p.srv6_via, addr.ip(), p.paths, p.burst_size)?;
@@ -779,6 +806,41 @@ fn refuse_client_options(sm: &clap::ArgMatches) -> Result<(), String> {
 /// A bare IPv6 address (`::1`, `fe80::1`) is a host.
 ///
 /// Errors: a message naming the host and `-p PORT`.
+/// This end's plane addresses for `cmd`: the server's and the client's `--bind` list
+/// (the server's only where two or more: one address is its plain bind), the loopback
+/// client's `--planes` addresses ([`loopback_planes`]).
+fn local_planes(cmd: &Command) -> Result<Vec<IpAddr>, String> {
+    match cmd {
+        Command::Server { bind, .. } => {
+            let ips = opts::parse_plane_list("--bind", bind)?;
+            Ok(if ips.len() > 1 { ips } else { Vec::new() })
+        }
+        Command::Client {
+            bind: Some(bind), ..
+        } => opts::parse_plane_list("--bind", bind),
+        Command::Loopback { ipv6, planes } => {
+            if *ipv6 && *planes > 1 {
+                return Err(
+                    "--planes needs IPv4 loopback (::1 is IPv6 loopback's only address)".into(),
+                );
+            }
+            Ok(loopback_planes(*planes, 1))
+        }
+        _ => Ok(Vec::new()),
+    }
+}
+
+/// The loopback addresses of one end on `planes` planes (`host` 1: the client, 2: the
+/// server): `127.0.P.host` for plane P; none for one plane (the plain 127.0.0.1).
+fn loopback_planes(planes: u8, host: u8) -> Vec<IpAddr> {
+    if planes < 2 {
+        return Vec::new();
+    }
+    (0..planes)
+        .map(|p| IpAddr::V4(Ipv4Addr::new(127, 0, p, host)))
+        .collect()
+}
+
 fn check_host_without_port(host: &str) -> Result<(), String> {
     if host.parse::<Ipv6Addr>().is_ok() {
         return Ok(());

@@ -37,8 +37,12 @@ pub enum Command {
     /// for the next. SIGINT/SIGTERM during a test end it: the server prints what it
     /// received and exits 130/143; while it waits, they end it at once.
     Server {
-        /// Address to listen on (TCP bootstrap and UDP).
-        #[arg(long, default_value = "0.0.0.0")]
+        /// Address to listen on (TCP bootstrap and UDP), or one per plane.
+        ///
+        /// A host with one NIC port per plane gives one address per plane, comma-separated
+        /// (`--bind 10.0.0.1,10.1.0.1`): TCP listens on the first, and each connection
+        /// sprays its EVs over all of them (docs/PLANES.md). At most 8, one family.
+        #[arg(long, default_value = "0.0.0.0", value_name = "ADDR[,ADDR...]")]
         bind: String,
         /// Serve clients one after another, printing each report, until a signal.
         #[arg(long)]
@@ -55,6 +59,13 @@ pub enum Command {
     Client {
         /// Server host name or address.
         host: String,
+        /// This end's address (default: the kernel's choice), or one per plane.
+        ///
+        /// One per plane, comma-separated, as many as the server's `--bind` (`--bind
+        /// 10.0.0.2,10.1.0.2`): the TCP bootstrap leaves from the first, plane `p`'s EVs
+        /// from the `p`-th (docs/PLANES.md).
+        #[arg(long, value_name = "ADDR[,ADDR...]")]
+        bind: Option<String>,
     },
     /// Both ends in this process over loopback.
     ///
@@ -63,6 +74,13 @@ pub enum Command {
         /// Use ::1 instead of 127.0.0.1.
         #[arg(long = "ipv6", short = '6')]
         ipv6: bool,
+        /// Planes, 1 to 8: one loopback address per plane at each end (IPv4).
+        ///
+        /// Client 127.0.P.1, server 127.0.P.2 for plane P: each end sprays its EVs over
+        /// its planes, as a host with one NIC port per plane (docs/PLANES.md), and the
+        /// report has a block per plane. IPv4 only (IPv6 loopback has one address).
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=8))]
+        planes: u8,
     },
     /// The ceilings: raw UDP on the same sockets, and kernel TCP, over loopback.
     ///
@@ -1183,6 +1201,50 @@ impl TestParams {
         }
         Ok(())
     }
+}
+
+/// The addresses of `--bind` (`flag` names the option in errors): one, or one per plane,
+/// comma-separated; with two or more, at most [`mrc_fabric::udp::MAX_PLANE_IPS`], of one
+/// family, none unspecified or repeated.
+///
+/// # Errors
+/// What is wrong, naming the option and the address.
+pub fn parse_plane_list(flag: &str, list: &str) -> Result<Vec<std::net::IpAddr>, String> {
+    let ips = list
+        .split(',')
+        .map(|a| {
+            let a = a.trim();
+            a.parse::<std::net::IpAddr>()
+                .map_err(|e| format!("{flag} {list}: {a:?}: {e}"))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    if ips.len() < 2 {
+        return Ok(ips);
+    }
+    let max = mrc_fabric::udp::MAX_PLANE_IPS;
+    if ips.len() > max {
+        return Err(format!(
+            "{flag} {list}: {} addresses, at most {max} planes",
+            ips.len()
+        ));
+    }
+    for (i, ip) in ips.iter().enumerate() {
+        if ip.is_ipv6() != ips[0].is_ipv6() {
+            return Err(format!(
+                "{flag} {list}: {} and {ip} are of two families; every plane's address is of one",
+                ips[0]
+            ));
+        }
+        if ip.is_unspecified() {
+            return Err(format!(
+                "{flag} {list}: {ip} is unspecified; give each plane's own address"
+            ));
+        }
+        if ips[..i].contains(ip) {
+            return Err(format!("{flag} {list}: {ip} is given twice"));
+        }
+    }
+    Ok(ips)
 }
 
 #[cfg(test)]

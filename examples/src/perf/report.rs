@@ -49,6 +49,65 @@ pub struct EvLine {
     /// Its path state at the end of the run: `GOOD`, `SKIP`, `ASSUMED_BAD` or `DENIED`
     /// (empty when unknown).
     pub state: &'static str,
+    /// Its plane (0 on one plane; `--bind A,B`, loopback `--planes`).
+    pub plane: u8,
+}
+
+/// One plane of this side's connection at the end of the run (docs/PLANES.md): its state
+/// and plane counters; the sums of its EVs' counters come from the [`EvLine`]s of the
+/// plane ([`plane_sums`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PlaneLine {
+    /// The plane.
+    pub plane: u8,
+    /// `UP`, `DOWN_LOSS` (its EVs lost with no delivery between), `DOWN_PEER` (the
+    /// peer's Port Status Update), `DOWN_LOCAL` (this side's port), or `MIXED` (several
+    /// QPs, `-q`, in different states).
+    pub state: &'static str,
+    /// Times it went down because of losses.
+    pub downs_by_loss: u64,
+    /// Times it went down because the peer reported its port down.
+    pub downs_by_peer: u64,
+    /// Times it went down because this side's port was down.
+    pub downs_local: u64,
+    /// Times it came back up.
+    pub ups: u64,
+    /// Time it spent down, ns, over the episodes that ended.
+    pub down_ns: u64,
+}
+
+/// One row of the per-plane summary: the plane's line, its share of the packets sent
+/// (%), its `sent_gbps`, and its EV count and EV counter sums ([`plane_sums`]).
+type PlaneRow = (PlaneLine, f64, f64, (usize, [u64; 6]));
+
+/// The name of a plane state in the report ([`PlaneLine::state`]).
+pub fn plane_state_name(s: mrc_transport::path::PlaneState) -> &'static str {
+    use mrc_transport::path::{PlaneDownCause, PlaneState};
+    match s {
+        PlaneState::Up => "UP",
+        PlaneState::Down(PlaneDownCause::Loss) => "DOWN_LOSS",
+        PlaneState::Down(PlaneDownCause::PeerReport) => "DOWN_PEER",
+        PlaneState::Down(PlaneDownCause::Local) => "DOWN_LOCAL",
+    }
+}
+
+/// Per plane `q` of `planes` (in order): the EVs on it and the sums of their
+/// [`EV_COUNTERS`] over `evs`.
+pub fn plane_sums(evs: &[EvLine], planes: &[PlaneLine]) -> Vec<(usize, [u64; 6])> {
+    planes
+        .iter()
+        .map(|pl| {
+            let mut sum = [0u64; 6];
+            let mut n = 0;
+            for e in evs.iter().filter(|e| e.plane == pl.plane) {
+                n += 1;
+                for (s, v) in sum.iter_mut().zip(ev_values(e)) {
+                    *s += v;
+                }
+            }
+            (n, sum)
+        })
+        .collect()
 }
 
 /// One counter of the report: its name, the same as JSON key and as table label (one
@@ -730,6 +789,9 @@ impl<'a> Report<'a> {
             }
             o += &format!("  {}\n", e.state);
         }
+        if self.r.planes.len() > 1 {
+            o += &self.plane_table();
+        }
         let c = &self.r.conn;
         let totals: Vec<String> = CONN_COUNTERS
             .iter()
@@ -786,6 +848,51 @@ impl<'a> Report<'a> {
         o
     }
 
+    /// The per-plane summary of a connection on several planes: per plane its EVs, the
+    /// sums of their counters, its share of the packets sent, the rate those packets
+    /// make over the test (`sent_gbps`: sent packets x MTU payload x 8 / elapsed, so
+    /// retransmissions count), its state and plane counters.
+    fn plane_table(&self) -> String {
+        let mut o = String::from(" Per-plane summary (this side's sender)\n");
+        o += " plane  evs";
+        for c in &EV_COUNTERS {
+            o += &format!("  {:>w$}", c.key, w = c.key.len().max(12));
+        }
+        o += "  share_pct  sent_gbps  state       downs  ups  down_ms\n";
+        for (pl, share, gbps, (n, sums)) in self.plane_rows() {
+            o += &format!(" {:>5}  {n:>3}", pl.plane);
+            for (c, v) in EV_COUNTERS.iter().zip(sums) {
+                o += &format!("  {v:>w$}", w = c.key.len().max(12));
+            }
+            o += &format!(
+                "  {share:>9.1}  {gbps:>9.3}  {:<10}  {:>5}  {:>3}  {:>7.1}\n",
+                pl.state,
+                pl.downs_by_loss + pl.downs_by_peer + pl.downs_local,
+                pl.ups,
+                pl.down_ns as f64 / 1e6
+            );
+        }
+        o
+    }
+
+    /// Per plane: its line, its share of the packets sent (%), its `sent_gbps` and the
+    /// EV sums of [`plane_sums`].
+    fn plane_rows(&self) -> Vec<PlaneRow> {
+        let sums = plane_sums(&self.r.evs, &self.r.planes);
+        let total: u64 = sums.iter().map(|(_, s)| s[0]).sum();
+        let elapsed_s = self.r.send.as_ref().map_or(0.0, |s| s.elapsed_s).max(1e-9);
+        self.r
+            .planes
+            .iter()
+            .zip(sums)
+            .map(|(pl, (n, s))| {
+                let share = 100.0 * s[0] as f64 / total.max(1) as f64;
+                let gbps = s[0] as f64 * f64::from(self.p.mtu) * 8.0 / elapsed_s / 1e9;
+                (*pl, share, gbps, (n, s))
+            })
+            .collect()
+    }
+
     /// One JSON object, with the run metadata.
     pub fn json(&self) -> String {
         let mut v = self.json_value();
@@ -805,8 +912,26 @@ impl<'a> Report<'a> {
             .evs
             .iter()
             .map(|e| {
-                let mut o = json!({"ev": e.ev, "src_port": e.port, "state": e.state});
+                let mut o =
+                    json!({"ev": e.ev, "src_port": e.port, "state": e.state, "plane": e.plane});
                 for (c, v) in EV_COUNTERS.iter().zip(ev_values(e)) {
+                    o[c.key] = json!(v);
+                }
+                o
+            })
+            .collect();
+        let planes: Vec<_> = self
+            .plane_rows()
+            .into_iter()
+            .map(|(pl, share, gbps, (n, sums))| {
+                let mut o = json!({
+                    "plane": pl.plane, "evs": n, "state": pl.state,
+                    "share_pct": share, "sent_gbps": gbps,
+                    "downs_by_loss": pl.downs_by_loss, "downs_by_peer": pl.downs_by_peer,
+                    "downs_local": pl.downs_local, "ups": pl.ups,
+                    "down_ms": pl.down_ns as f64 / 1e6,
+                });
+                for (c, v) in EV_COUNTERS.iter().zip(sums) {
                     o[c.key] = json!(v);
                 }
                 o
@@ -860,6 +985,7 @@ impl<'a> Report<'a> {
                 "unknown_qpn": self.r.peer_recv.unknown_qpn,
             },
             "evs": evs,
+            "planes": planes,
         });
         for (c, n) in CONN_COUNTERS.iter().zip(conn_values(&self.r.conn)) {
             v[c.key] = json!(n);
@@ -1246,7 +1372,13 @@ mod tests {
         use crate::perf::run::{EndResult, RecvResult, SendResult};
         use clap::Parser;
         let cli = Cli::parse_from(["mrc-perf", "loopback", "-s", "8", "-n", "5000000000"]);
-        assert!(matches!(cli.cmd, Command::Loopback { ipv6: false }));
+        assert!(matches!(
+            cli.cmd,
+            Command::Loopback {
+                ipv6: false,
+                planes: 1
+            }
+        ));
         let p = cli.test.params().unwrap();
         assert_eq!(p.iters, Some(5_000_000_000));
         let n = 5_000_000_000u64;
@@ -1395,6 +1527,7 @@ mod tests {
             timeouts: 205,
             probes: 206,
             state: "GOOD",
+            plane: 0,
         }];
         r.recv = RecvResult {
             drops: [("Duplicate".to_string(), 4), ("BadRkey".to_string(), 1)].into(),
@@ -1420,7 +1553,7 @@ mod tests {
         let mut keys: Vec<&str> = ev.keys().map(String::as_str).collect();
         keys.sort_unstable();
         let mut want: Vec<&str> = EV_COUNTERS.iter().map(|c| c.key).collect();
-        want.extend(["ev", "src_port", "state"]);
+        want.extend(["ev", "plane", "src_port", "state"]);
         want.sort_unstable();
         assert_eq!(keys, want);
         for (i, c) in EV_COUNTERS.iter().enumerate() {
@@ -1446,6 +1579,96 @@ mod tests {
         // the message size has its own name; the bytes moved theirs
         assert_eq!(v["msg_size_bytes"], 65536);
         assert!(v.get("bytes").is_none() && v.get("total_bytes").is_some());
+    }
+
+    /// Two planes: the per-plane block sums each plane's EVs, gives its share of the
+    /// packets and its rate, its state and plane counters, and the JSON says the same;
+    /// one plane prints no block.
+    #[test]
+    fn two_planes_get_a_per_plane_block_with_exact_sums() {
+        use crate::perf::opts::Cli;
+        use crate::perf::run::EndResult;
+        use clap::Parser;
+        let p = Cli::parse_from(["mrc-perf", "loopback", "-n", "1", "--mtu", "4096"])
+            .test
+            .params()
+            .unwrap();
+        let ev = |ev: u32, plane: u8, packets: u64, retransmits: u64| EvLine {
+            ev,
+            port: 20000 + ev as u16,
+            packets,
+            retransmits,
+            state: "GOOD",
+            plane,
+            ..EvLine::default()
+        };
+        let mut r = EndResult {
+            evs: vec![
+                ev(0, 0, 300, 1),
+                ev(1, 1, 100, 2),
+                ev(2, 0, 300, 3),
+                ev(3, 1, 300, 4),
+            ],
+            planes: vec![
+                PlaneLine {
+                    plane: 0,
+                    state: "UP",
+                    ..PlaneLine::default()
+                },
+                PlaneLine {
+                    plane: 1,
+                    state: "DOWN_PEER",
+                    downs_by_peer: 1,
+                    downs_by_loss: 1,
+                    ups: 1,
+                    down_ns: 2_500_000,
+                    ..PlaneLine::default()
+                },
+            ],
+            ..EndResult::default()
+        };
+        r.send = Some(crate::perf::loops::SendResult {
+            elapsed_s: 1.0,
+            ..Default::default()
+        });
+        let rep = Report::new(&p, &r, "t");
+        let t = rep.table(false);
+        // 1000 packets: plane 0 600 (60%), plane 1 400; x 4096 B x 8 / 1 s.
+        assert!(
+            t.contains(" Per-plane summary (this side's sender)\n plane  evs  sent_packets  retransmitted_packets  trimmed_packets  ecn_marked_packets  rto_lost_packets   probes_sent  share_pct  sent_gbps  state       downs  ups  down_ms\n     0    2           600                      4                0                   0                 0             0       60.0      0.020  UP              0    0      0.0\n     1    2           400                      6                0                   0                 0             0       40.0      0.013  DOWN_PEER       2    1      2.5\n"),
+            "{t}"
+        );
+        let v: serde_json::Value = serde_json::from_str(&rep.json()).unwrap();
+        let pl = &v["planes"];
+        assert_eq!(pl.as_array().unwrap().len(), 2);
+        assert_eq!(
+            (&pl[1]["plane"], &pl[1]["evs"], &pl[1]["state"]),
+            (&1.into(), &2.into(), &"DOWN_PEER".into())
+        );
+        assert_eq!(
+            (&pl[1]["sent_packets"], &pl[1]["retransmitted_packets"]),
+            (&400.into(), &6.into())
+        );
+        assert_eq!(pl[0]["share_pct"], 60.0);
+        assert_eq!(pl[1]["sent_gbps"], 400.0 * 4096.0 * 8.0 / 1e9);
+        assert_eq!(
+            (
+                &pl[1]["downs_by_loss"],
+                &pl[1]["downs_by_peer"],
+                &pl[1]["downs_local"]
+            ),
+            (&1.into(), &1.into(), &0.into())
+        );
+        assert_eq!((&pl[1]["ups"], &pl[1]["down_ms"]), (&1.into(), &2.5.into()));
+        assert_eq!(v["evs"][1]["plane"], 1);
+        // One plane: no block, one entry in the JSON.
+        r.evs.iter_mut().for_each(|e| e.plane = 0);
+        r.planes.truncate(1);
+        let rep = Report::new(&p, &r, "t");
+        assert!(!rep.table(false).contains("Per-plane"));
+        let v: serde_json::Value = serde_json::from_str(&rep.json()).unwrap();
+        assert_eq!(v["planes"][0]["sent_packets"], 1000);
+        assert_eq!(v["planes"][0]["share_pct"], 100.0);
     }
 
     /// Messages that complete in the last half millisecond, after an interval closed, still

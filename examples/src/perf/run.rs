@@ -24,7 +24,7 @@ use mrc_transport::send::SendConfig;
 use mrc_transport::{Access, ConnConfig, PostError, Sge};
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, BufReader, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -225,6 +225,10 @@ pub struct LocalOpts {
     /// (`loopback --engines K`: the `-q` QPs of one end share one context of K engine
     /// threads); UDP with `--progress thread` only.
     pub context: Option<SharedContext>,
+    /// This end's address on each plane, plane 0 first (`--bind A,B`; loopback
+    /// `--planes N`): the UDP datapath's [`UdpConfig::plane_ips`] where two or more, and
+    /// the client's TCP source. Empty: one plane, the bind address.
+    pub plane_ips: Vec<IpAddr>,
 }
 
 /// A [`Context`] several ends share ([`LocalOpts::context`]); two are equal when they are
@@ -678,11 +682,17 @@ pub(crate) fn engine_config(p: &TestParams) -> EngineConfig {
     }
 }
 
-/// The UDP datapath of an end running `p` with `local`'s options, bound at `udp_bind`.
+/// The UDP datapath of an end running `p` with `local`'s options, bound at `udp_bind`
+/// (on every plane of [`LocalOpts::plane_ips`] where two or more).
 fn udp_config(p: &TestParams, udp_bind: SocketAddr, local: &LocalOpts) -> UdpConfig {
     local.udp.apply(UdpConfig {
         traffic_class: local.traffic_class,
         rx_slots: rx_slots(p),
+        plane_ips: if local.plane_ips.len() > 1 {
+            local.plane_ips.clone()
+        } else {
+            Vec::new()
+        },
         ..UdpConfig::bind(udp_bind)
     })
 }
@@ -1368,9 +1378,33 @@ pub fn run_client(
     local: &LocalOpts,
     psk: Option<&[u8]>,
 ) -> Result<(EndResult, Vec<u16>), RunError> {
-    let s = TcpStream::connect_timeout(&server, timeout)
+    let s = tcp_connect(server, local.plane_ips.first().copied(), timeout)
         .map_err(|e| format!("cannot reach server {server}: {e}"))?;
     run_client_on(s, server, udp_bind, p, timeout, progress, local, psk)
+}
+
+/// A TCP connection to `server` within `timeout`, from `from` (any port) when given: a
+/// client on several planes connects from plane 0's address, which the server then finds
+/// among the plane addresses of the bootstrap (`QpInfo::plane_ips`).
+///
+/// # Errors
+/// The OS error of the bind or the connect.
+pub fn tcp_connect(
+    server: SocketAddr,
+    from: Option<IpAddr>,
+    timeout: Duration,
+) -> std::io::Result<TcpStream> {
+    let Some(ip) = from else {
+        return TcpStream::connect_timeout(&server, timeout);
+    };
+    let s = socket2::Socket::new(
+        socket2::Domain::for_address(server),
+        socket2::Type::STREAM,
+        Some(socket2::Protocol::TCP),
+    )?;
+    s.bind(&SocketAddr::new(ip, 0).into())?;
+    s.connect_timeout(&server.into(), timeout)?;
+    Ok(s.into())
 }
 
 /// The first of `servers` (every address a host name resolves to, in resolver order) that
@@ -1380,11 +1414,16 @@ pub fn run_client(
 /// None answered: every address with its error.
 pub fn connect_any(
     servers: &[SocketAddr],
+    from: Option<IpAddr>,
     timeout: Duration,
 ) -> Result<(TcpStream, SocketAddr), String> {
     let mut why = Vec::new();
     for &a in servers {
-        match TcpStream::connect_timeout(&a, timeout) {
+        if from.is_some_and(|ip| ip.is_ipv6() != a.is_ipv6()) {
+            why.push(format!("{a}: not of the family of --bind"));
+            continue;
+        }
+        match tcp_connect(a, from, timeout) {
             Ok(s) => return Ok((s, a)),
             Err(e) => why.push(format!("{a}: {e}")),
         }
@@ -1454,9 +1493,9 @@ mod connect_tests {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let good = l.local_addr().unwrap();
         let bad: SocketAddr = "127.0.0.1:1".parse().unwrap();
-        let (_s, a) = connect_any(&[bad, good], Duration::from_secs(1)).unwrap();
+        let (_s, a) = connect_any(&[bad, good], None, Duration::from_secs(1)).unwrap();
         assert_eq!(a, good);
-        let e = connect_any(&[bad, bad], Duration::from_secs(1)).unwrap_err();
+        let e = connect_any(&[bad, bad], None, Duration::from_secs(1)).unwrap_err();
         assert_eq!(e.matches("127.0.0.1:1: ").count(), 2, "{e}");
         assert!(e.starts_with("cannot reach server 127.0.0.1:1: "), "{e}");
     }
