@@ -559,6 +559,15 @@ pub trait Datapath {
         vec![self.local_addr().ip()]
     }
 
+    /// Which of [`Datapath::plane_ips`]' planes have their local port up: bit `i` for
+    /// plane `i` (the UDP datapaths on two or more planes watch each plane's interface,
+    /// [`crate::udp::PlaneWatch`]). The engine takes a plane whose bit clears out of
+    /// every connection and tells the peers (`Connection::set_local_plane`). Default: all
+    /// up.
+    fn planes_up(&self) -> u32 {
+        u32::MAX
+    }
+
     /// Counters.
     fn stats(&self) -> DatapathStats;
 }
@@ -612,6 +621,9 @@ impl<D: Datapath + ?Sized> Datapath for Box<D> {
     }
     fn plane_ips(&self) -> Vec<std::net::IpAddr> {
         (**self).plane_ips()
+    }
+    fn planes_up(&self) -> u32 {
+        (**self).planes_up()
     }
     fn stats(&self) -> DatapathStats {
         (**self).stats()

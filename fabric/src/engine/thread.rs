@@ -81,6 +81,8 @@ pub(crate) struct Engine<D: Datapath> {
     pub watch: EngineWatch,
     /// When the logs last compared snapshots.
     pub watch_ns: u64,
+    /// The datapath's [`Datapath::planes_up`] as the connections were last told.
+    pub planes_up: u32,
 }
 
 /// Thread CPU time in ns (`CLOCK_THREAD_CPUTIME_ID`).
@@ -139,7 +141,37 @@ impl<D: Datapath> Engine<D> {
             stats: EngineStats::default(),
             watch: EngineWatch::default(),
             watch_ns: 0,
+            planes_up: u32::MAX,
         }
+    }
+
+    /// Step 3b of [`Engine::poll_once`]: a local port that went down (or came back) since
+    /// the last pass ([`Datapath::planes_up`]) takes its plane out of every connected QP
+    /// (or back), each telling its peer (`Connection::set_local_plane`). Returns whether
+    /// anything changed.
+    fn poll_planes(&mut self, now: u64) -> bool {
+        let up = self.dp.planes_up();
+        let changed = up ^ self.planes_up;
+        if changed == 0 {
+            return false;
+        }
+        self.planes_up = up;
+        for plane in (0..32u8).filter(|p| changed & (1 << p) != 0) {
+            let is_up = up & (1 << plane) != 0;
+            let mut qps = 0;
+            for e in self.qps.values_mut().filter(|e| e.dp_conn.is_some()) {
+                qps += usize::from(e.conn.set_local_plane(plane, is_up, now));
+            }
+            if is_up {
+                info!(plane, qps, "local port of plane {plane} up: back in use");
+            } else {
+                warn!(
+                    plane,
+                    qps, "local port of plane {plane} down: plane out of use, peers told"
+                );
+            }
+        }
+        true
     }
 
     /// The engine thread: runs until [`Cmd::Shutdown`] or every command sender is gone,
@@ -256,6 +288,8 @@ impl<D: Datapath> Engine<D> {
                 work = true;
             }
         }
+        // 3b. Local ports of the planes.
+        work |= self.poll_planes(now);
         // 4. Completions (before any SACK leaves: a message verified in the engine cannot
         //    have been overwritten by a later one, whose sender waits for this SACK).
         for e in self.qps.values_mut() {
@@ -413,6 +447,11 @@ impl<D: Datapath> Engine<D> {
                 Ok(id) => match e.conn.connect(peer) {
                     Ok(()) => {
                         e.dp_conn = Some(id);
+                        // A plane whose local port is down already starts out of use.
+                        let now = self.start.elapsed().as_nanos() as u64;
+                        for plane in (0..32u8).filter(|p| self.planes_up & (1 << p) == 0) {
+                            e.conn.set_local_plane(plane, false, now);
+                        }
                         let ip = self.dp.peer_source_ip(id).unwrap_or(udp.ip());
                         if plane_ips.is_empty() {
                             e.sources.connect(&[ip]);

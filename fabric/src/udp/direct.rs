@@ -74,6 +74,8 @@ pub struct DirectDatapath {
     tx_route: Vec<(i32, ConnId, usize)>,
     stats: DatapathStats,
     counters: DirectCounters,
+    /// The ports of the planes, on two or more ([`super::PlaneWatch`]).
+    plane_watch: Option<super::PlaneWatch>,
 }
 
 // SAFETY: the raw pointers inside (iovecs and headers of the receive vector, rebuilt
@@ -104,6 +106,7 @@ impl DirectDatapath {
     /// receive port is taken).
     pub fn new(cfg: UdpConfig) -> Result<Self, DatapathError> {
         let (rx_sock, local) = sock::open_rx(&cfg)?;
+        let plane_watch = sock::plane_watch(&cfg)?;
         // SAFETY: plain eventfd creation; the result is checked before use.
         let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
         if efd < 0 {
@@ -137,6 +140,7 @@ impl DirectDatapath {
             tx_route: Vec::new(),
             stats: DatapathStats::default(),
             counters: DirectCounters::default(),
+            plane_watch,
         })
     }
 
@@ -280,6 +284,10 @@ impl DirectDatapath {
 impl Datapath for DirectDatapath {
     fn local_addr(&self) -> SocketAddr {
         self.local
+    }
+
+    fn planes_up(&self) -> u32 {
+        self.plane_watch.as_ref().map_or(u32::MAX, |w| w.up_mask())
     }
 
     fn plane_ips(&self) -> Vec<IpAddr> {

@@ -43,12 +43,14 @@ mod conns;
 mod direct;
 mod evsock;
 mod fake;
+pub mod planewatch;
 pub mod ports;
 mod sock;
 mod uring;
 
 pub use direct::{DirectCounters, DirectDatapath};
 pub use fake::{FakeDatapath, FakeNet, FakeVerdict};
+pub use planewatch::{PLANE_WATCH_INTERVAL, PlaneWatch};
 pub use ports::{DEFAULT_PORT_RANGE, PortAllocator, PortError, PortLease};
 pub use sock::{read_sticky_rthdr, srh_bytes};
 pub use uring::{MAX_PLANE_IPS, UdpConfig, UringDatapath};

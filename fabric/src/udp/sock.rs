@@ -376,6 +376,23 @@ pub(crate) fn open_rx(
     Ok((rx_sock, local))
 }
 
+/// The watch of the planes' ports of a datapath on two or more planes
+/// ([`super::PlaneWatch`], every [`super::PLANE_WATCH_INTERVAL`]); none on one plane.
+///
+/// # Errors
+/// [`crate::datapath::DatapathError::Io`] when the interfaces cannot be read or the
+/// thread not started.
+pub(crate) fn plane_watch(
+    cfg: &super::UdpConfig,
+) -> Result<Option<super::PlaneWatch>, crate::datapath::DatapathError> {
+    if cfg.plane_ips.len() < 2 {
+        return Ok(None);
+    }
+    super::PlaneWatch::start(cfg.plane_ips.clone(), super::PLANE_WATCH_INTERVAL)
+        .map(Some)
+        .map_err(crate::datapath::DatapathError::io("plane port watch"))
+}
+
 /// Wakes a datapath's wait through an eventfd it owns.
 pub(crate) struct EventFdWaker {
     /// The eventfd.

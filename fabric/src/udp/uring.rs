@@ -280,6 +280,8 @@ pub struct UringDatapath {
     cmsgs: Vec<CmsgBuf>,
     cqes: Vec<(u64, i32, u32)>,
     stats: DatapathStats,
+    /// The ports of the planes, on two or more ([`super::PlaneWatch`]).
+    plane_watch: Option<super::PlaneWatch>,
 }
 
 // SAFETY: the raw pointers inside (iovecs, msghdrs of the receive slots and send scratch)
@@ -312,6 +314,7 @@ impl UringDatapath {
             cfg.rx_multishot = false;
         }
         let (rx_sock, local) = sock::open_rx(&cfg)?;
+        let plane_watch = sock::plane_watch(&cfg)?;
         let rx_entries = (cfg.rx_slots as u32 + 1).next_power_of_two().max(8);
         let cq_entries = if cfg.rx_multishot {
             // one completion per buffer at most in flight, plus the eventfd's
@@ -398,6 +401,7 @@ impl UringDatapath {
             cmsgs: Vec::new(),
             cqes: Vec::new(),
             stats: DatapathStats::default(),
+            plane_watch,
         };
         for i in 0..dp.slots.len() {
             dp.arm_slot(i)?;
@@ -583,6 +587,10 @@ impl UringDatapath {
 impl Datapath for UringDatapath {
     fn local_addr(&self) -> SocketAddr {
         self.local
+    }
+
+    fn planes_up(&self) -> u32 {
+        self.plane_watch.as_ref().map_or(u32::MAX, |w| w.up_mask())
     }
 
     fn plane_ips(&self) -> Vec<IpAddr> {
