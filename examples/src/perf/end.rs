@@ -155,6 +155,14 @@ impl EndResult {
                 t.peak_bps += s.peak_bps;
                 t.peak_total_bps += s.peak_total_bps;
                 t.lat_ns.extend(s.lat_ns);
+                // bucket k of each QP's series, added (each from its own start)
+                if t.series.len() < s.series.len() {
+                    t.series.resize(s.series.len(), 0);
+                }
+                for (a, b) in t.series.iter_mut().zip(&s.series) {
+                    *a += b;
+                }
+                t.series_bucket_ms = t.series_bucket_ms.max(s.series_bucket_ms);
                 for (k, iv) in s.intervals.into_iter().enumerate() {
                     match t.intervals.get_mut(k) {
                         None => t.intervals.push(iv),

@@ -146,6 +146,11 @@ pub struct SendResult {
     pub lat_ns: Vec<u64>,
     /// The `-i` intervals.
     pub intervals: Vec<Interval>,
+    /// `--series-ms`: bytes completed per bucket of `series_bucket_ms` from the start
+    /// ([`super::report::Metered::series`]); empty without it.
+    pub series: Vec<u64>,
+    /// The series' bucket length, ms (0 without a series).
+    pub series_bucket_ms: f64,
 }
 
 /// A failed completion as an error naming its cause: for `RetryExceeded` after RTO
@@ -344,6 +349,8 @@ pub fn send_bw(
         peak_total_bps: m.peak_total_bps,
         lat_ns: Vec::new(),
         intervals: m.intervals,
+        series: m.series,
+        series_bucket_ms: progress.series.map_or(0.0, |d| d.as_secs_f64() * 1e3),
     };
     (r, failure)
 }
@@ -596,6 +603,8 @@ pub fn ping(
         peak_total_bps: 0.0,
         lat_ns: lat,
         intervals: m.intervals,
+        series: m.series,
+        series_bucket_ms: progress.series.map_or(0.0, |d| d.as_secs_f64() * 1e3),
     };
     (r, failure)
 }

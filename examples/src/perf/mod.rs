@@ -68,6 +68,10 @@ pub fn run_cli(cli: Cli) -> Result<String, CliError> {
     }
     let timeout = Duration::from_secs_f64(cli.test.timeout);
     let progress = Some(report::ProgressOpts {
+        series: cli
+            .test
+            .series_ms
+            .map(|ms| Duration::from_millis(u64::from(ms))),
         unit: report::BwUnit::from_report_gbits(cli.test.report_gbits),
         interval: Duration::from_secs_f64(cli.test.interval_s()?),
         every_interval: cli.test.interval.is_some(),

@@ -489,6 +489,20 @@ pub struct TestOpts {
         global = true
     )]
     pub interval: Option<f64>,
+    /// Record this side's sent goodput per MS milliseconds in the JSON's `series`.
+    ///
+    /// The bytes the sender completed in each bucket of MS ms from the start (a bucket
+    /// without completions holds 0): a fine time series beside the `-i` intervals, e.g.
+    /// `--series-ms 1` around a plane failure. 1..=1000; at most 10^6 buckets.
+    #[arg(
+        help_heading = "Report",
+        hide_short_help = true,
+        long = "series-ms",
+        value_name = "MS",
+        value_parser = clap::value_parser!(u32).range(1..=1000),
+        global = true
+    )]
+    pub series_ms: Option<u32>,
     /// DSCP of this end's packets, 0..=63: the IPv4 TOS / IPv6 traffic class byte is
     /// DSCP x 4 (the low two bits are ECN, the transport's). Each end marks its own
     /// packets: give it to the server too to mark the other direction (ACKs).

@@ -341,6 +341,9 @@ pub struct ProgressOpts {
     pub every_interval: bool,
     /// Print at all (stderr lines); the intervals are recorded either way.
     pub print: bool,
+    /// Also record the bytes this side's sender completed in each bucket of this length
+    /// (`--series-ms`; [`Metered::series`]). `None`: no series.
+    pub series: Option<Duration>,
 }
 
 impl ProgressOpts {
@@ -351,9 +354,14 @@ impl ProgressOpts {
             interval: Duration::from_secs(1),
             every_interval: false,
             print: false,
+            series: None,
         }
     }
 }
+
+/// Most buckets of a `--series-ms` series (8 MB of counters): 1000 s at 1 ms; later
+/// completions are not recorded in it.
+pub const MAX_SERIES_BUCKETS: usize = 1_000_000;
 
 /// What a [`Meter`] measured.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -364,6 +372,10 @@ pub struct Metered {
     pub peak_total_bps: f64,
     /// The intervals, the last one possibly shorter.
     pub intervals: Vec<Interval>,
+    /// With [`ProgressOpts::series`]: bytes this side's sender completed in each bucket
+    /// from the start (bucket `k` covers `[k, k + 1)` bucket lengths; a bucket without
+    /// completions holds 0), up to the last completion's.
+    pub series: Vec<u64>,
 }
 
 /// The sender's clock: the windows of the peaks ([`super::peak`]), `-i` intervals, and the progress
@@ -387,6 +399,8 @@ pub struct Meter {
     m: Metered,
     shown: bool,
     redraw: bool,
+    /// Sent bytes at the last tick, for the series.
+    series_sent: u64,
 }
 
 impl Meter {
@@ -407,7 +421,27 @@ impl Meter {
             m: Metered::default(),
             shown: false,
             redraw: std::io::IsTerminal::is_terminal(&std::io::stderr()),
+            series_sent: 0,
         }
+    }
+
+    /// Adds what the sender completed since the last tick to the series bucket of `now`.
+    fn series_tick(&mut self, now: Instant, sent: u64) {
+        let Some(len) = self.o.series else { return };
+        let k = (now.duration_since(self.start).as_nanos() / len.as_nanos().max(1)) as usize;
+        let moved = sent.saturating_sub(self.series_sent);
+        self.series_sent = sent;
+        if moved == 0 {
+            return;
+        }
+        // Bounded: at most MAX_SERIES_BUCKETS (later completions are left out).
+        if k >= MAX_SERIES_BUCKETS {
+            return;
+        }
+        if self.m.series.len() <= k {
+            self.m.series.resize(k + 1, 0);
+        }
+        self.m.series[k] += moved;
     }
 
     /// Running totals at `now`: messages and bytes this side's sender completed, bytes
@@ -423,6 +457,7 @@ impl Meter {
     ) {
         self.peak_sent.tick(now, msgs, sent);
         self.peak_total.tick(now, msgs, sent + recv);
+        self.series_tick(now, sent);
         if now.duration_since(self.iv_start) >= self.o.interval {
             self.close_interval(now, msgs, sent, recv, counters());
         }
@@ -498,6 +533,7 @@ impl Meter {
         recv: u64,
         counters: impl FnOnce() -> (u64, u64),
     ) -> Metered {
+        self.series_tick(now, sent);
         let last = now.duration_since(self.iv_start);
         // Recorded when it moved anything (so the records add up to the run: CI once saw
         // 127 messages completed in the last millisecond go missing) or is the only one.
@@ -987,6 +1023,9 @@ impl<'a> Report<'a> {
             "evs": evs,
             "planes": planes,
         });
+        if s.series_bucket_ms > 0.0 {
+            v["series"] = json!({"bucket_ms": s.series_bucket_ms, "sent_bytes": s.series});
+        }
         for (c, n) in CONN_COUNTERS.iter().zip(conn_values(&self.r.conn)) {
             v[c.key] = json!(n);
         }
@@ -1699,6 +1738,30 @@ mod tests {
                 .len(),
             1
         );
+    }
+
+    /// `--series-ms`: each tick's newly completed bytes land in the bucket of its time;
+    /// buckets without completions hold 0; the finish's last bytes count too.
+    #[test]
+    fn series_buckets_hold_exactly_the_bytes_completed_in_them() {
+        let t0 = Instant::now();
+        let us = |n: u64| t0 + Duration::from_micros(n);
+        let o = ProgressOpts {
+            series: Some(Duration::from_millis(1)),
+            ..ProgressOpts::quiet()
+        };
+        let mut m = Meter::new(o, None, t0);
+        m.tick(us(200), 1, 100, 0, || (0, 0));
+        m.tick(us(900), 2, 250, 0, || (0, 0));
+        m.tick(us(1_000), 3, 300, 0, || (0, 0));
+        // nothing in (1, 3) ms
+        m.tick(us(3_500), 4, 1_000, 0, || (0, 0));
+        let r = m.finish(us(3_900), 5, 1_024, 0, || (0, 0));
+        assert_eq!(r.series, vec![250, 50, 0, 724]);
+        // without it, none
+        let mut m = Meter::new(ProgressOpts::quiet(), None, t0);
+        m.tick(us(200), 1, 100, 0, || (0, 0));
+        assert!(m.finish(us(300), 1, 100, 0, || (0, 0)).series.is_empty());
     }
 
     /// Intervals from the sender's clock: 2.5 s of sends in 1 s intervals give two whole
