@@ -99,9 +99,65 @@ pub struct Config {
     /// Idle interval of the keeper thread, us (`NCCL_SPRAY_KEEPER_US`, default 1000; 0: no
     /// keeper): see [`Keeper`].
     pub keeper_us: u64,
+    /// This host's address on each plane, plane 0 first (`NCCL_SPRAY_PLANES=A,B,...`, a
+    /// host with one NIC port per plane; docs/PLANES.md): one NCCL device spans them all,
+    /// each connection spraying its EVs over every plane, and `getProperties` reports
+    /// `speed_mbps` (then the speed of one port) times the planes. Empty (default): one
+    /// plane at `addr`. With it, `addr` is plane 0's (`NCCL_SPRAY_ADDR` may be left out,
+    /// or must name the same).
+    pub planes: Vec<IpAddr>,
 }
 
 impl Config {
+    /// Takes the plane list `list` (`NCCL_SPRAY_PLANES`): 2 to 8 unicast addresses of one
+    /// family, none repeated; `addr` becomes plane 0's (`addr_given`: `NCCL_SPRAY_ADDR` was
+    /// set, and must then name plane 0).
+    ///
+    /// # Errors
+    /// `ncclInvalidArgument` naming what is wrong.
+    pub fn set_planes(&mut self, list: &str, addr_given: bool) -> Res<()> {
+        let bad = |m: String| {
+            Error::new(
+                abi::NCCL_INVALID_ARGUMENT,
+                format!("NCCL_SPRAY_PLANES={list}: {m}"),
+            )
+        };
+        let ips = list
+            .split(',')
+            .map(|a| {
+                a.trim()
+                    .parse::<IpAddr>()
+                    .map_err(|e| bad(format!("{a:?}: {e}")))
+            })
+            .collect::<Res<Vec<IpAddr>>>()?;
+        if !(2..=mrc_fabric::udp::MAX_PLANE_IPS).contains(&ips.len()) {
+            return Err(bad(format!(
+                "{} addresses; give 2 to {}",
+                ips.len(),
+                mrc_fabric::udp::MAX_PLANE_IPS
+            )));
+        }
+        for (i, ip) in ips.iter().enumerate() {
+            if ip.is_unspecified() || ip.is_multicast() || ip.is_ipv6() != ips[0].is_ipv6() {
+                return Err(bad(format!(
+                    "{ip}: every plane's address is a unicast one of one family"
+                )));
+            }
+            if ips[..i].contains(ip) {
+                return Err(bad(format!("{ip} is given twice")));
+            }
+        }
+        if addr_given && self.addr != ips[0] {
+            return Err(bad(format!(
+                "NCCL_SPRAY_ADDR={} is not plane 0's address {}",
+                self.addr, ips[0]
+            )));
+        }
+        self.addr = ips[0];
+        self.planes = ips;
+        Ok(())
+    }
+
     /// From the environment.
     ///
     /// # Errors
@@ -126,7 +182,12 @@ impl Config {
             stats: var("NCCL_SPRAY_STATS", 0u8)? != 0,
             keeper_us: var("NCCL_SPRAY_KEEPER_US", 1000u64)?,
             auth: var("NCCL_SPRAY_AUTH", 0u8)? != 0,
+            planes: Vec::new(),
         };
+        let mut cfg = cfg;
+        if let Ok(list) = std::env::var("NCCL_SPRAY_PLANES") {
+            cfg.set_planes(&list, std::env::var("NCCL_SPRAY_ADDR").is_ok())?;
+        }
         let broadcast = matches!(cfg.addr, IpAddr::V4(a) if a.is_broadcast());
         if cfg.addr.is_unspecified() || cfg.addr.is_multicast() || broadcast {
             // Listen would hand out a handle naming it, which no peer can connect to.
@@ -411,8 +472,10 @@ pub fn props(s: &State, dev: i32) -> Res<Props> {
         IpAddr::V4(a) => 0x5350_5259_0000_0000 | u64::from(u32::from(a)),
         IpAddr::V6(a) => 0x5350_5259_0000_0000 ^ (u128::from(a) as u64),
     };
+    // One device spans every plane: the ports' speeds add up.
+    let planes = i32::try_from(s.cfg.planes.len().max(1)).unwrap_or(1);
     Ok(Props {
-        speed_mbps: s.cfg.speed_mbps,
+        speed_mbps: s.cfg.speed_mbps.saturating_mul(planes),
         guid,
     })
 }
@@ -454,6 +517,7 @@ impl State {
         if self.worker.is_none() {
             let udp = UdpConfig {
                 bind: SocketAddr::new(self.cfg.addr, 0),
+                plane_ips: self.cfg.planes.clone(),
                 ..UdpConfig::default()
             };
             let mut w = Worker::new(udp, self.cfg.engine_config()).map_err(|e| {
@@ -753,6 +817,36 @@ pub fn close_listen(s: &mut State, listen: u64) -> Res<()> {
     Ok(())
 }
 
+/// The planes of a comm's QP for its counters line: ` planes [P STATE sent N downs D,
+/// ...]`, STATE `UP` or `DOWN_LOSS` / `DOWN_PEER` / `DOWN_LOCAL`, N the packets its EVs
+/// sent, D the times it went down.
+fn plane_summary(q: &mrc_fabric::engine::QpStats) -> String {
+    use mrc_transport::path::{PlaneDownCause, PlaneState};
+    let parts: Vec<String> = q
+        .planes
+        .iter()
+        .enumerate()
+        .map(|(i, (st, ps))| {
+            let state = match st {
+                PlaneState::Up => "UP",
+                PlaneState::Down(PlaneDownCause::Loss) => "DOWN_LOSS",
+                PlaneState::Down(PlaneDownCause::PeerReport) => "DOWN_PEER",
+                PlaneState::Down(PlaneDownCause::Local) => "DOWN_LOCAL",
+            };
+            let sent: u64 = q
+                .evs
+                .iter()
+                .zip(&q.ev_planes)
+                .filter(|(_, p)| usize::from(**p) == i)
+                .map(|((_, _, e), _)| e.sent)
+                .sum();
+            let downs = ps.downs_by_loss + ps.downs_by_peer + ps.downs_local;
+            format!("{i} {state} sent {sent} downs {downs}")
+        })
+        .collect();
+    format!(" planes [{}]", parts.join(", "))
+}
+
 /// `closeSend` (`send` true) / `closeRecv`: destroys the comm's QP (work in flight is
 /// dropped, never waited for) and forgets its requests. Returns the counters line to log
 /// when `NCCL_SPRAY_STATS` is on.
@@ -802,6 +896,11 @@ pub fn close_comm(s: &mut State, comm: u64, send: bool) -> Res<Option<String>> {
                 k.sacks_sent,
                 k.sacks_received
             ));
+            if q.planes.len() > 1
+                && let Some(l) = line.as_mut()
+            {
+                l.push_str(&plane_summary(&q));
+            }
         }
         w.destroy_qp(c.qpn);
     }
@@ -1061,6 +1160,46 @@ mod tests {
             stats: false,
             auth,
             keeper_us: 1000,
+            planes: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_plane_list_is_checked_and_makes_plane_0_the_address() {
+        let mut c = config(16, false);
+        c.set_planes("10.0.0.1, 10.1.0.1", false).unwrap();
+        assert_eq!(c.addr, "10.0.0.1".parse::<IpAddr>().unwrap());
+        assert_eq!(c.planes.len(), 2);
+        for (list, given, want) in [
+            (
+                "10.0.0.1",
+                false,
+                "NCCL_SPRAY_PLANES=10.0.0.1: 1 addresses; give 2 to 8",
+            ),
+            (
+                "10.0.0.1,::1",
+                false,
+                "NCCL_SPRAY_PLANES=10.0.0.1,::1: ::1: every plane's address is a unicast one of one family",
+            ),
+            (
+                "10.0.0.1,10.0.0.1",
+                false,
+                "NCCL_SPRAY_PLANES=10.0.0.1,10.0.0.1: 10.0.0.1 is given twice",
+            ),
+            (
+                "10.0.0.1,x",
+                false,
+                "NCCL_SPRAY_PLANES=10.0.0.1,x: \"x\": invalid IP address syntax",
+            ),
+            (
+                "10.0.0.2,10.1.0.1",
+                true,
+                "NCCL_SPRAY_PLANES=10.0.0.2,10.1.0.1: NCCL_SPRAY_ADDR=127.0.0.1 is not plane 0's address 10.0.0.2",
+            ),
+        ] {
+            let mut c = config(16, false);
+            let e = c.set_planes(list, given).unwrap_err();
+            assert_eq!((e.code, e.msg.as_str()), (abi::NCCL_INVALID_ARGUMENT, want));
         }
     }
 

@@ -553,8 +553,14 @@ pub fn connect(
         .map_err(io_err("resolve"))?
         .collect();
     let mut last = None;
+    // On several planes the stream leaves from plane 0's address, which the peer finds
+    // among this side's plane addresses (`QpInfo::plane_ips`).
+    let from = local.plane_ips.first().copied();
     for a in &addrs {
-        match TcpStream::connect_timeout(a, timeout) {
+        if from.is_some_and(|ip| ip.is_ipv6() != a.is_ipv6()) {
+            continue;
+        }
+        match connect_from(*a, from, timeout) {
             Ok(s) => {
                 tracing::debug!(server = %a, "bootstrap: TCP connected to {a}");
                 return exchange_until(s, local, until);
@@ -572,6 +578,29 @@ pub fn connect(
         }),
         None => Err(BootstrapError::NoAddress(label)),
     }
+}
+
+/// A TCP connection to `server` within `timeout`, bound first to `from` (any port) when
+/// given.
+///
+/// # Errors
+/// The OS error of the socket, the bind or the connect.
+pub fn connect_from(
+    server: SocketAddr,
+    from: Option<IpAddr>,
+    timeout: Duration,
+) -> io::Result<TcpStream> {
+    let Some(ip) = from else {
+        return TcpStream::connect_timeout(&server, timeout);
+    };
+    let s = socket2::Socket::new(
+        socket2::Domain::for_address(server),
+        socket2::Type::STREAM,
+        Some(socket2::Protocol::TCP),
+    )?;
+    s.bind(&SocketAddr::new(ip, 0).into())?;
+    s.connect_timeout(&server.into(), timeout)?;
+    Ok(s.into())
 }
 
 /// Server side: accepts one connection on `listener`, reads the peer's info, sends `local`.

@@ -725,18 +725,25 @@ impl Setup {
         true
     }
 
-    /// Starts connecting to `handle` with the already created QP `qpn`.
+    /// Starts connecting to `handle` with the already created QP `qpn`, from `from` (any
+    /// port) when given: plane 0's address of a worker on several planes, which the
+    /// listener finds among its plane addresses.
     pub(crate) fn connect_start(
         &mut self,
         handle: &ConnHandle,
         cfg: QpConfig,
         qpn: u32,
+        from: Option<IpAddr>,
     ) -> Result<ConnectId, EngineError> {
         let addr = handle.addr;
         let s = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))
             .map_err(io_fail("socket"))?;
         s.set_cloexec(true).map_err(io_fail("socket"))?;
         s.set_nonblocking(true).map_err(io_fail("socket"))?;
+        if let Some(ip) = from.filter(|ip| ip.is_ipv6() == addr.is_ipv6()) {
+            s.bind(&SockAddr::from(SocketAddr::new(ip, 0)))
+                .map_err(io_fail("bind"))?;
+        }
         match s.connect(&SockAddr::from(addr)) {
             Ok(()) => {}
             Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}

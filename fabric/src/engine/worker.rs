@@ -398,7 +398,9 @@ impl<D: Datapath> Worker<D> {
         cfg: QpConfig,
     ) -> Result<ConnectId, EngineError> {
         let qpn = self.create_qp(cfg.clone())?;
-        let r = self.setup.connect_start(handle, cfg, qpn);
+        let planes = self.engine.dp.plane_ips();
+        let from = (planes.len() > 1).then(|| planes[0]);
+        let r = self.setup.connect_start(handle, cfg, qpn, from);
         if r.is_err() {
             self.destroy_qp(qpn);
         }
