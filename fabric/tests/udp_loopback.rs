@@ -440,7 +440,8 @@ fn each_plane_sends_from_its_own_address_to_the_peers_address_on_the_plane() {
         ..PathMap::per_ev((0..8).collect())
     };
     assert_eq!(paths.sockets(), 4);
-    assert_eq!(paths.socket_planes(), vec![0, 0, 1, 1]);
+    // The planes' socket groups in turn: plane 0, 1, 0, 1.
+    assert_eq!(paths.socket_planes(), vec![0, 1, 0, 1]);
     let c = a.open_conn(b0.local_addr(), &paths).unwrap();
     let src = a.source_ports(c).unwrap();
     assert_eq!(src.len(), 4);
@@ -455,8 +456,8 @@ fn each_plane_sends_from_its_own_address_to_the_peers_address_on_the_plane() {
     let got0 = recv_n(&mut b0, 32);
     let got1 = recv_n(&mut b1, 32);
     assert_eq!((got0.len(), got1.len()), (32, 32));
-    // Plane 0 (EVs 0, 2 on socket 0; 4, 6 on socket 1) from 127.0.0.1; plane 1 (EVs 1, 3
-    // on socket 2; 5, 7 on socket 3) from 127.0.0.2.
+    // Plane 0 (EVs 0, 2 on socket 0; 4, 6 on socket 2) from 127.0.0.1; plane 1 (EVs 1, 3
+    // on socket 1; 5, 7 on socket 3) from 127.0.0.2.
     for (got, ip, plane) in [(&got0, "127.0.0.1", 0u32), (&got1, "127.0.0.2", 1)] {
         let mut per_port: BTreeMap<u16, usize> = BTreeMap::new();
         for (from, _, bytes) in got.iter() {
@@ -464,7 +465,7 @@ fn each_plane_sends_from_its_own_address_to_the_peers_address_on_the_plane() {
             let i = u32::from_be_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
             let ev = i % 8;
             assert_eq!(ev % 2, plane, "datagram {i} on EV {ev}");
-            let socket = 2 * plane as usize + (ev / 4) as usize;
+            let socket = 2 * (ev / 4) as usize + plane as usize;
             assert_eq!(from.port(), src[socket], "datagram {i} on EV {ev}");
             *per_port.entry(from.port()).or_default() += 1;
         }
