@@ -123,13 +123,13 @@ load_names() {
 srv6_on() { [ "$SRV6" = on ]; }
 
 # down: every namespace of this prefix named like a plan node (h<n>, l<n>, s<n>, and with
-# planes p<p>-l<n>, p<p>-s<n>), with or without a saved plan, then the saved plan.
+# planes p<p>-l<n>, p<p>-s<n> with p 0..7), with or without a saved plan, then the saved plan.
 down() {
   local f
   for f in /run/netns/"$PFX"*; do
     [ -e "$f" ] || continue
     f=${f##*/}
-    if [[ "${f#"$PFX"}" =~ ^([hls][0-9]+|p[0-9]+-[ls][0-9]+)$ ]]; then ip netns del "$f"; fi
+    if [[ "${f#"$PFX"}" =~ ^([hls][0-9]+|p[0-7]-[ls][0-9]+)$ ]]; then ip netns del "$f"; fi
   done
   rm -f "$SAVED" "$SRV6_SAVED"
 }

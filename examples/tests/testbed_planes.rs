@@ -59,7 +59,7 @@ struct Fabric {
 impl Fabric {
     fn new() -> Fabric {
         Fabric {
-            prefix: format!("mrctbp{}-", std::process::id() % 1000),
+            prefix: format!("mrctbP{}-", std::process::id() % 1000),
             script: PathBuf::from(concat!(
                 env!("CARGO_MANIFEST_DIR"),
                 "/../testbed/mrc-testbed.sh"
