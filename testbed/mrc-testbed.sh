@@ -423,6 +423,8 @@ stats() {
   nsx "$1" cat "$d/rx_bytes" "$d/tx_bytes" "$d/rx_packets" "$d/tx_packets" | paste -sd' '
 }
 
+# Per plane, the spines' summed counters (counters).
+declare -A SP_RB SP_TB SP_RP SP_TP
 counters() {
   local p s sif rb tb rp tp
   while read -r p s sif; do
@@ -443,8 +445,6 @@ counters() {
     echo "plane $p hosts rx_bytes $hrb tx_bytes $htb rx_packets $hrp tx_packets $htp"
   done
 }
-declare -A SP_RB SP_TB SP_RP SP_TP
-
 # wait_carrier NODE DEV...: until each DEV of NODE (pairs) has its carrier (LOWER_UP),
 # at most 5 s.
 wait_carrier() {

@@ -5,6 +5,7 @@
 //! mrc-sim design --gpus 1024                       # 8 GPUs/server, 200G NICs, 32x400G switches
 //! mrc-sim design --gpus 64 --plot fabric.svg       # the drawing: servers, leaves, spines, links
 //! mrc-sim testbed-plan --json -                    # what testbed/mrc-testbed.sh builds
+//! mrc-sim testbed-plan --planes 2                  # the same in two planes
 //! mrc-sim trace --gpus 64 --src 0 --dst 40 --evs 8 --forwarding srv6 --plot paths.png
 //! mrc-sim run examples/scenarios/incast-trim.toml --pcap in.pcap --pcap-port leaf0:0
 //! mrc-sim experiment list
