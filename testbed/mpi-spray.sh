@@ -21,7 +21,7 @@ TB=$ROOT/testbed/mrc-testbed.sh
 [ -x "$BIN" ] || { echo "no $BIN: cargo build --release -p mrc-examples --features mpi" >&2; exit 1; }
 if ! "$TB" status >/dev/null 2>&1 || [ "$("$TB" plan | jq '.hosts | length')" != 4 ]; then
   "$TB" down >/dev/null
-  "$TB" up --gpus 16 --gpus-per-server 4 --spine-radix 4
+  "$TB" up --srv6 --gpus 16 --gpus-per-server 4 --spine-radix 4
 fi
 spines() { "$TB" counters | awk '{s[$1]+=$4} END {for (k in s) print k, s[k]}' | sort | awk '{print $2}'; }
 run() { # MODE -> "s0 s1 s2 s3 p99_us p50_us goodput_gbps"

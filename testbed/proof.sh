@@ -36,7 +36,7 @@ cargo build -q --release -p mrc-examples --bin mrc-perf --bin mrc-sim
 export MRCTB_SIM=$TD/release/mrc-sim
 trap '"$T" down >/dev/null' EXIT
 "$T" down >/dev/null
-"$T" up
+"$T" up --srv6
 
 spine_rx() { local j; for j in 0 1 2 3; do "$T" exec "s$j" cat /sys/class/net/l0/statistics/rx_bytes; done; }
 

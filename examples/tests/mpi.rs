@@ -510,8 +510,11 @@ mod on_the_testbed {
             prefix: format!("mrctbm{}-", std::process::id() % 1000),
             script,
         };
+        // --srv6: the steered runs need the SRv6 parts; without them `up` fails (exit 3)
+        // rather than build the plain-routing fabric.
         let o = tb.tb(&[
             "up",
+            "--srv6",
             "--gpus",
             "16",
             "--gpus-per-server",

@@ -1358,3 +1358,48 @@ fn rail_vs_spine_leaf_quick_prints_both_layouts_side_by_side() {
         ]
     );
 }
+
+#[test]
+fn testbed_plan_planes() {
+    // One plane: the plan as before planes (no plane fields).
+    let (code, out, _) = mrc_sim(&["testbed-plan"]);
+    assert_eq!(code, 0);
+    assert_eq!(
+        out,
+        "testbed: 2 hosts (1 per leaf), 2 leaves, 4 spines, 8 leaf-spine links, 16 steering routes\n  \
+         h0 fd00:6d72:63:10::2 behind l0\n  h1 fd00:6d72:63:11::2 behind l1\n"
+    );
+    let (code, out, _) = mrc_sim(&["testbed-plan", "--json", "-"]);
+    assert_eq!(code, 0);
+    assert!(!out.contains("plane"), "{out}");
+    // Two planes: every host a port in each.
+    let (code, out, _) = mrc_sim(&["testbed-plan", "--planes", "2"]);
+    assert_eq!(code, 0);
+    assert_eq!(
+        out,
+        "testbed: 2 planes, each 2 leaves, 4 spines, 8 leaf-spine links; 2 hosts (1 per leaf), \
+         one interface in each plane; 32 steering routes\n  \
+         h0 eth0 fd00:6d72:63:10::2 behind p0-l0\n  h0 eth1 fd00:6d72:63:1010::2 behind p1-l0\n  \
+         h1 eth0 fd00:6d72:63:11::2 behind p0-l1\n  h1 eth1 fd00:6d72:63:1011::2 behind p1-l1\n"
+    );
+    let (code, out, _) = mrc_sim(&["testbed-plan", "--planes", "2", "--json", "-"]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["design"]["planes"], 2);
+    assert_eq!(v["links"].as_array().unwrap().len(), 16);
+    assert_eq!(v["hosts"][1]["ports"][1]["addr"], "fd00:6d72:63:1011::2");
+    assert_eq!(v["spines"][7]["name"], "p1-s3");
+    // Out of range: clap's error, exit 2.
+    for bad in ["0", "9", "two"] {
+        let (code, out, err) = mrc_sim(&["testbed-plan", "--planes", bad]);
+        assert_eq!((code, out.as_str()), (2, ""), "{bad}");
+        let want = if bad == "two" {
+            "error: invalid value 'two' for '--planes <PLANES>': invalid digit found in string\n"
+        } else {
+            &format!(
+                "error: invalid value '{bad}' for '--planes <PLANES>': {bad} is not in 1..=8\n"
+            )
+        };
+        assert!(err.starts_with(want), "{err}");
+    }
+}

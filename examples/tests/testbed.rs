@@ -45,7 +45,9 @@ impl Fabric {
             prefix: format!("mrctb{}-", std::process::id() % 10_000),
             script,
         };
-        let o = f.tb(&["up"]);
+        // --srv6: the steering needs the SRv6 parts; without them `up` fails (exit 3) rather
+        // than build the plain-routing fabric.
+        let o = f.tb(&["up", "--srv6"]);
         assert!(o.status.success(), "testbed up failed: {}", text(&o));
         Some(f)
     }

@@ -5,6 +5,7 @@
 //! mrc-sim design --gpus 1024                       # 8 GPUs/server, 200G NICs, 32x400G switches
 //! mrc-sim design --gpus 64 --plot fabric.svg       # the drawing: servers, leaves, spines, links
 //! mrc-sim testbed-plan --json -                    # what testbed/mrc-testbed.sh builds
+//! mrc-sim testbed-plan --planes 2                  # the same in two planes
 //! mrc-sim trace --gpus 64 --src 0 --dst 40 --evs 8 --forwarding srv6 --plot paths.png
 //! mrc-sim run examples/scenarios/incast-trim.toml --pcap in.pcap --pcap-port leaf0:0
 //! mrc-sim experiment list
@@ -170,11 +171,16 @@ struct TestbedArgs {
     /// Oversubscription down:up [default: 1:1].
     #[arg(long)]
     oversubscription: Option<String>,
+    /// Planes: disjoint copies of the leaves and spines, every host with one interface
+    /// (`eth0`, `eth1`, ...) in each; each NIC is split into one port per plane, so the
+    /// default NIC speed is 100 x planes Gb/s (every plane the one-plane fabric).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=i64::from(mrc_examples::testbed::MAX_PLANES)))]
+    planes: u32,
 }
 
 impl TestbedArgs {
     fn input(&self) -> Result<DesignInput, String> {
-        let d = mrc_examples::testbed::default_input();
+        let d = mrc_examples::testbed::default_input_planes(self.planes);
         Ok(DesignInput {
             gpus: self.gpus.unwrap_or(d.gpus),
             gpus_per_server: self.gpus_per_server.unwrap_or(d.gpus_per_server),
@@ -187,7 +193,7 @@ impl TestbedArgs {
                 Some(o) => o.parse().map_err(|e| format!("{e}"))?,
                 None => d.oversubscription,
             },
-            planes: 1,
+            planes: self.planes,
             layout: Layout::SpineLeaf,
         })
     }
@@ -217,8 +223,8 @@ enum Cmd {
         out: Out,
     },
     /// The plan of the real-kernel SRv6 testbed (testbed/mrc-testbed.sh) from the design:
-    /// namespaces, links, addresses, SIDs, uSIDs and steering tables. With `--json -` the
-    /// JSON the script reads.
+    /// namespaces, links, addresses, SIDs, uSIDs and steering tables, in one plane or
+    /// several (--planes). With `--json -` the JSON the script reads.
     TestbedPlan {
         #[command(flatten)]
         d: TestbedArgs,
@@ -442,7 +448,7 @@ fn run(cli: Cli) -> Result<bool, String> {
             match json {
                 Some(p) if p.as_os_str() == "-" => json_to_stdout(&s),
                 Some(p) => std::fs::write(&p, s).map_err(|e| format!("{}: {e}", p.display()))?,
-                None => {
+                None if plan.planes() == 1 => {
                     outln!(
                         "testbed: {} hosts ({} per leaf), {} leaves, {} spines, {} leaf-spine links, {} steering routes",
                         plan.hosts.len(),
@@ -454,6 +460,29 @@ fn run(cli: Cli) -> Result<bool, String> {
                     );
                     for h in &plan.hosts {
                         outln!("  {} {} behind l{}", h.name, h.addr, h.leaf);
+                    }
+                }
+                None => {
+                    outln!(
+                        "testbed: {} planes, each {} leaves, {} spines, {} leaf-spine links; {} hosts ({} per leaf), one interface in each plane; {} steering routes",
+                        plan.planes(),
+                        plan.design.leaves,
+                        plan.design.spines,
+                        plan.links.len() / plan.planes() as usize,
+                        plan.hosts.len(),
+                        plan.design.servers_per_leaf,
+                        plan.steering.len()
+                    );
+                    for h in &plan.hosts {
+                        for p in &h.ports {
+                            outln!(
+                                "  {} {} {} behind {}",
+                                h.name,
+                                p.ifname,
+                                p.addr,
+                                p.leaf_name
+                            );
+                        }
                     }
                 }
             }

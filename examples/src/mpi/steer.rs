@@ -39,7 +39,7 @@ pub fn steering(
     let IpAddr::V6(dst) = peer else {
         return Err(format!("--srv6 needs IPv6 rank addresses, got {peer}"));
     };
-    let spines = u32::try_from(plan.spines.len()).unwrap_or(u32::MAX);
+    let spines = plan.design.spines;
     let n = u16::try_from(paths.div_ceil(burst.max(1)).min(spines)).unwrap_or(u16::MAX);
     Ok(match via {
         Srv6Via::Socket => Steering {

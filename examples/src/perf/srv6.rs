@@ -99,7 +99,8 @@ pub fn segment_list(
     leaf: u16,
     j: u16,
 ) -> Result<SrhRepr, String> {
-    let mut path = plan.segments(mode.steer(), j, leaf);
+    // The spine and leaf of the server's plane (plane 0 in a one-plane plan).
+    let mut path = plan.segments_in(plan.plane_of(server), mode.steer(), j, leaf);
     path.push(server);
     SrhRepr::for_path(IpNextHeaderProtocols::Udp, &path)
         .map(|(r, _)| r)
@@ -124,7 +125,7 @@ pub fn steering(
     let IpAddr::V6(dst) = peer else {
         return Err("unreachable: leaf_of checked IPv6".into());
     };
-    let spines = u32::try_from(plan.spines.len()).unwrap_or(u32::MAX);
+    let spines = plan.design.spines;
     let sockets = paths.div_ceil(burst.max(1));
     let n = u16::try_from(sockets.min(spines)).unwrap_or(u16::MAX);
     Ok(match via {
