@@ -163,6 +163,9 @@ impl EndResult {
                     *a += b;
                 }
                 t.series_bucket_ms = t.series_bucket_ms.max(s.series_bucket_ms);
+                if t.series_start_unix_ns == 0 || s.series_start_unix_ns < t.series_start_unix_ns {
+                    t.series_start_unix_ns = s.series_start_unix_ns;
+                }
                 for (k, iv) in s.intervals.into_iter().enumerate() {
                     match t.intervals.get_mut(k) {
                         None => t.intervals.push(iv),

@@ -151,6 +151,8 @@ pub struct SendResult {
     pub series: Vec<u64>,
     /// The series' bucket length, ms (0 without a series).
     pub series_bucket_ms: f64,
+    /// When the series' bucket 0 began, ns since the Unix epoch.
+    pub series_start_unix_ns: u64,
 }
 
 /// A failed completion as an error naming its cause: for `RetryExceeded` after RTO
@@ -349,6 +351,7 @@ pub fn send_bw(
         peak_total_bps: m.peak_total_bps,
         lat_ns: Vec::new(),
         intervals: m.intervals,
+        series_start_unix_ns: m.start_unix_ns,
         series: m.series,
         series_bucket_ms: progress.series.map_or(0.0, |d| d.as_secs_f64() * 1e3),
     };
@@ -603,6 +606,7 @@ pub fn ping(
         peak_total_bps: 0.0,
         lat_ns: lat,
         intervals: m.intervals,
+        series_start_unix_ns: m.start_unix_ns,
         series: m.series,
         series_bucket_ms: progress.series.map_or(0.0, |d| d.as_secs_f64() * 1e3),
     };

@@ -376,6 +376,10 @@ pub struct Metered {
     /// from the start (bucket `k` covers `[k, k + 1)` bucket lengths; a bucket without
     /// completions holds 0), up to the last completion's.
     pub series: Vec<u64>,
+    /// When the meter started, ns since the Unix epoch (the wall clock): bucket `k`
+    /// begins `k` bucket lengths after it, so other tools' timestamps (a capture, a fault
+    /// injected) can be placed on the series.
+    pub start_unix_ns: u64,
 }
 
 /// The sender's clock: the windows of the peaks ([`super::peak`]), `-i` intervals, and the progress
@@ -418,7 +422,12 @@ impl Meter {
             iv_recv: 0,
             iv_retx: 0,
             iv_rtos: 0,
-            m: Metered::default(),
+            m: Metered {
+                start_unix_ns: std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos() as u64),
+                ..Metered::default()
+            },
             shown: false,
             redraw: std::io::IsTerminal::is_terminal(&std::io::stderr()),
             series_sent: 0,
@@ -1024,7 +1033,8 @@ impl<'a> Report<'a> {
             "planes": planes,
         });
         if s.series_bucket_ms > 0.0 {
-            v["series"] = json!({"bucket_ms": s.series_bucket_ms, "sent_bytes": s.series});
+            v["series"] = json!({"bucket_ms": s.series_bucket_ms, "start_unix_ns": s.series_start_unix_ns,
+                                 "sent_bytes": s.series});
         }
         for (c, n) in CONN_COUNTERS.iter().zip(conn_values(&self.r.conn)) {
             v[c.key] = json!(n);
