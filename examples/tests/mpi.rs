@@ -139,6 +139,50 @@ mod with_mpi {
         assert!(acked >= 300 * 16, "{acked} packets acknowledged");
     }
 
+    /// Every rank on two planes (`--bind 127.0.0.1,127.0.1.1`, one address per plane; the
+    /// handles carry both): all-to-all with every byte verified, each plane half the
+    /// packets (45-55%), EV i on plane i mod 2.
+    #[test]
+    fn all_to_all_over_two_planes_per_rank_every_byte_verified() {
+        if !have_mpirun() {
+            return;
+        }
+        let v = json_run_on(
+            &["--bind", "127.0.0.1,127.0.1.1"],
+            &[
+                "--pattern",
+                "all-to-all",
+                "-n",
+                "50",
+                "-s",
+                "65536",
+                "--verify",
+            ],
+        );
+        let s = &v["summary"];
+        // 12 streams of 50 messages
+        assert_eq!(u(&s["verified_messages"]), 600);
+        assert_eq!(u(&s["verified_bytes"]), 600 * 65536);
+        assert_eq!(u(&s["bad_bytes"]), 0);
+        let evs = v["evs"].as_array().unwrap();
+        assert_eq!(evs.len(), 16);
+        for (i, e) in evs.iter().enumerate() {
+            assert_eq!(u(&e["plane"]), (i % 2) as u64, "EV {i}");
+        }
+        let planes = v["planes"].as_array().unwrap();
+        assert_eq!(planes.len(), 2);
+        let sent: u64 = planes.iter().map(|p| u(&p["sent"])).sum();
+        assert_eq!(sent, evs.iter().map(|e| u(&e["sent"])).sum::<u64>());
+        for p in planes {
+            assert_eq!(u(&p["evs"]), 8);
+            let share = u(&p["sent"]) * 100 / sent;
+            assert!(
+                (45..=55).contains(&share),
+                "plane share {share}%: {planes:?}"
+            );
+        }
+    }
+
     #[test]
     fn all_to_all_sync_burst_counts_every_burst() {
         if !have_mpirun() {

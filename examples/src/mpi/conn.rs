@@ -77,20 +77,33 @@ pub fn stream_region_bytes(p: &TestParams) -> u64 {
 }
 
 impl RankConn {
-    /// Opens the engine on `bind` (port 0), no QPs yet.
+    /// Opens the engine on `binds` (port 0): one address, or one per plane (plane 0
+    /// first; the peers are sent plane 0's and learn the others from the handles), no QPs
+    /// yet.
     ///
     /// # Errors
     /// The engine's setup error, as text.
     pub fn open(
         p: &TestParams,
-        bind: IpAddr,
+        binds: &[IpAddr],
         advertise: Option<IpAddr>,
         rank: u32,
         psk: Option<Vec<u8>>,
     ) -> Result<RankConn, String> {
         let ecfg = crate::perf::run::engine_config(p);
-        let ctx = Context::new(UdpConfig::bind(SocketAddr::new(bind, 0)), ecfg)
-            .map_err(|e| format!("cannot open the UDP datapath on {bind}: {e}"))?;
+        let bind = *binds.first().ok_or("no address to bind")?;
+        let udp = UdpConfig {
+            plane_ips: if binds.len() > 1 {
+                binds.to_vec()
+            } else {
+                Vec::new()
+            },
+            ..UdpConfig::bind(SocketAddr::new(bind, 0))
+        };
+        let ctx = Context::new(udp, ecfg).map_err(|e| {
+            let l: Vec<String> = binds.iter().map(|b| b.to_string()).collect();
+            format!("cannot open the UDP datapath on {}: {e}", l.join(","))
+        })?;
         let mut advertised = ctx.udp_addr();
         if let Some(a) = advertise {
             advertised.set_ip(a);

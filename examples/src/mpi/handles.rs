@@ -7,16 +7,24 @@
 //! port (u16 each); receive window, MTU payload (u32 each); the destination region's
 //! address, length (u64 each) and rkey (u32); 4 pad bytes; the IP address (16 bytes, an
 //! IPv4 one in the first 4); with bit 2, the QP's setup nonce (32 bytes from the OS
-//! CSPRNG) and its key check (32 bytes, [`HandleAuth::check_of`]), else 64 zero bytes.
+//! CSPRNG) and its key check (32 bytes, [`HandleAuth::check_of`]), else 64 zero bytes;
+//! (version 3) the rank's plane count (0: one plane, else 2 to 8) and its address on each
+//! plane, plane 0 first, 16 bytes each (IPv4 as `::ffff:a.b.c.d`), 8 slots (`--bind A,B`,
+//! [`QpInfo::plane_ips`]).
 
 use mrc_fabric::engine::bootstrap::{QpInfo, RemoteMr};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 /// Bytes of one handle.
-pub const HANDLE_BYTES: usize = 136;
+pub const HANDLE_BYTES: usize = PLANES_AT + 1 + MAX_PLANES * 16;
+
+/// Where the plane count starts.
+const PLANES_AT: usize = 136;
+/// Plane address slots.
+const MAX_PLANES: usize = mrc_fabric::udp::MAX_PLANE_IPS;
 
 const MAGIC: [u8; 4] = *b"MRCH";
-const VERSION: u8 = 2;
+const VERSION: u8 = 3;
 
 /// What a peer needs to connect to one of this rank's QPs.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -72,6 +80,9 @@ pub enum HandleError {
     /// The QP has no region, or not exactly one.
     #[error("the QP offers {0} regions, want exactly 1")]
     Regions(usize),
+    /// A plane count of 1 or above 8.
+    #[error("plane count {0} (0, or 2 to 8)")]
+    Planes(u8),
 }
 
 /// Encodes `h`, or the "no QP" handle for `None`.
@@ -105,6 +116,16 @@ pub fn encode(h: Option<&Handle>) -> [u8; HANDLE_BYTES] {
     if let Some(a) = &h.auth {
         b[72..104].copy_from_slice(&a.nonce);
         b[104..136].copy_from_slice(&a.check);
+    }
+    let planes = &h.info.plane_ips[..h.info.plane_ips.len().min(MAX_PLANES)];
+    b[PLANES_AT] = planes.len() as u8;
+    for (i, ip) in planes.iter().enumerate() {
+        let v6 = match ip {
+            IpAddr::V4(a) => a.to_ipv6_mapped(),
+            IpAddr::V6(a) => *a,
+        };
+        let at = PLANES_AT + 1 + 16 * i;
+        b[at..at + 16].copy_from_slice(&v6.octets());
     }
     b
 }
@@ -142,6 +163,18 @@ pub fn decode(b: &[u8]) -> Result<Handle, HandleError> {
         f => return Err(HandleError::Family(f)),
     };
     let port = u16::from_le_bytes([b[18], b[19]]);
+    let n = b[PLANES_AT];
+    if n == 1 || usize::from(n) > MAX_PLANES {
+        return Err(HandleError::Planes(n));
+    }
+    let plane_ips: Vec<IpAddr> = (0..usize::from(n))
+        .map(|i| {
+            let at = PLANES_AT + 1 + 16 * i;
+            let mut o = [0u8; 16];
+            o.copy_from_slice(&b[at..at + 16]);
+            IpAddr::V6(Ipv6Addr::from(o)).to_canonical()
+        })
+        .collect();
     let auth = (b[5] & 4 != 0).then(|| {
         let mut nonce = [0u8; 32];
         let mut check = [0u8; 32];
@@ -163,8 +196,8 @@ pub fn decode(b: &[u8]) -> Result<Handle, HandleError> {
                 len: u64_at(b, 36),
                 rkey: u32_at(b, 44),
             }],
-            // A handle names one address: ranks run on one plane.
-            plane_ips: Vec::new(),
+            // checked by the engine when the QP connects (QpInfo::plane_ips)
+            plane_ips,
         },
         udp: SocketAddr::new(ip, port),
         auth,
@@ -266,6 +299,30 @@ mod tests {
             assert_eq!(decode_addr(&encode_addr(x)), Ok(x));
         }
         assert_eq!(decode_addr(&[0u8; ADDR_BYTES]), Err(HandleError::Family(0)));
+    }
+
+    #[test]
+    fn plane_addresses_round_trip_and_bad_counts_are_refused() {
+        let mut g = h("10.0.0.1:9");
+        g.info.plane_ips = vec!["10.0.0.1".parse().unwrap(), "10.1.0.1".parse().unwrap()];
+        let b = encode(Some(&g));
+        assert_eq!(HANDLE_BYTES, 265);
+        assert_eq!(b[136], 2);
+        assert_eq!(
+            &b[153..169],
+            &[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 1, 0, 1]
+        );
+        assert_eq!(decode(&b).unwrap(), g);
+        let mut v6 = h("[fd00::1]:9");
+        v6.info.plane_ips = (1..=8)
+            .map(|i| format!("fd0{i}::1").parse().unwrap())
+            .collect();
+        assert_eq!(decode(&encode(Some(&v6))).unwrap(), v6);
+        for n in [1u8, 9, 255] {
+            let mut x = b;
+            x[136] = n;
+            assert_eq!(decode(&x), Err(HandleError::Planes(n)));
+        }
     }
 
     #[test]

@@ -312,13 +312,35 @@ fn run(job: &mut Job<'_>, test: &TestOpts, o: &MpiOpts, host: &str) -> i32 {
             .as_deref()
             .map(crate::perf::opts::read_psk)
             .transpose()?;
-        let net = o.bind_net.as_deref().map(str::parse).transpose()?;
+        // one network per plane (`--bind-net A/n,B/n`), or none
+        let nets: Vec<addr::Cidr> = match o.bind_net.as_deref() {
+            Some(list) => list
+                .split(',')
+                .map(|n| n.trim().parse())
+                .collect::<Result<_, _>>()?,
+            None => Vec::new(),
+        };
         addr::in_netns(netns.as_deref(), || {
-            let bind = match o.bind {
-                Some(b) => b,
-                None => addr::pick(&addr::interface_addrs(), net)?,
+            let binds: Vec<std::net::IpAddr> = match (&o.bind, nets.as_slice()) {
+                (Some(b), _) => crate::perf::opts::parse_plane_list("--bind", b)?,
+                (None, []) => vec![addr::pick(&addr::interface_addrs(), None)?],
+                (None, nets) => {
+                    let have = addr::interface_addrs();
+                    let ips = nets
+                        .iter()
+                        .map(|n| addr::pick(&have, Some(*n)))
+                        .collect::<Result<Vec<_>, _>>()?;
+                    let list: Vec<String> = ips.iter().map(|ip| ip.to_string()).collect();
+                    crate::perf::opts::parse_plane_list("--bind-net", &list.join(","))?
+                }
             };
-            RankConn::open(&plan.params, bind, o.advertise, me, psk)
+            if binds.len() > 1 && o.advertise.is_some() {
+                return Err(
+                    "--advertise names one address: not with one address per plane (--bind A,B)"
+                        .to_string(),
+                );
+            }
+            RankConn::open(&plan.params, &binds, o.advertise, me, psk)
         })?
     })();
     if job.checkpoint(
@@ -639,8 +661,13 @@ fn fill_counters(conn: &RankConn, res: &mut RankResult) -> Result<(), String> {
             .drops
             .get(mrc_transport::stats::DropReason::AuthFailed)
             + s.conn.drops.get(mrc_transport::stats::DropReason::Replayed);
-        for (ev, _port, x) in &s.evs {
+        for ((ev, _port, x), plane) in s
+            .evs
+            .iter()
+            .zip(s.ev_planes.iter().copied().chain(std::iter::repeat(0)))
+        {
             evs.push(EvCounters {
+                plane,
                 ev: *ev,
                 sent: x.sent,
                 retransmitted: x.retransmitted,

@@ -92,12 +92,19 @@ pub struct MpiOpts {
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Address this rank binds its UDP sockets to [default: the address of `--bind-net`,
-    /// else this host's first non-loopback IPv4 address, else 127.0.0.1].
-    #[arg(long, value_name = "IP")]
-    pub bind: Option<std::net::IpAddr>,
+    /// else this host's first non-loopback IPv4 address, else 127.0.0.1]; or one per
+    /// plane, comma-separated (`--bind 10.0.0.1,10.1.0.1`, every rank as many): each
+    /// connection sprays its EVs over all of them (docs/PLANES.md).
+    #[arg(long, value_name = "IP[,IP...]")]
+    pub bind: Option<String>,
     /// Pick the bind address among this host's interface addresses: the first inside this
-    /// network (`10.0.0.0/8`, `2001:db8::/32`).
-    #[arg(long = "bind-net", value_name = "CIDR", conflicts_with = "bind")]
+    /// network (`10.0.0.0/8`, `2001:db8::/32`); one network per plane, comma-separated
+    /// (`10.0.0.0/16,10.1.0.0/16`), for one address per plane.
+    #[arg(
+        long = "bind-net",
+        value_name = "CIDR[,CIDR...]",
+        conflicts_with = "bind"
+    )]
     pub bind_net: Option<String>,
     /// Address the other ranks send to [default: the bound one] (behind NAT, or a
     /// multi-homed host); per rank, not compared across ranks.

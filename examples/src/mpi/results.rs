@@ -23,6 +23,26 @@ pub struct EvCounters {
     pub lost: u64,
     /// Packets declared lost by an RTO.
     pub timeouts: u64,
+    /// Its plane (`--bind A,B`: EV i on plane i mod P; 0 on one plane).
+    #[serde(default)]
+    pub plane: u8,
+}
+
+/// Per plane `q` (0 up to the highest plane of `evs`): (EVs, sent, acked) summed over
+/// the EVs of the plane.
+pub fn plane_sums(evs: &[EvCounters]) -> Vec<(u8, usize, u64, u64)> {
+    let planes = evs.iter().map(|e| e.plane).max().map_or(0, |p| p + 1);
+    (0..planes)
+        .map(|q| {
+            let on: Vec<&EvCounters> = evs.iter().filter(|e| e.plane == q).collect();
+            (
+                q,
+                on.len(),
+                on.iter().map(|e| e.sent).sum(),
+                on.iter().map(|e| e.acked).sum(),
+            )
+        })
+        .collect()
 }
 
 impl EvCounters {
@@ -43,6 +63,7 @@ pub fn sum_evs<'a>(all: impl IntoIterator<Item = &'a EvCounters>) -> Vec<EvCount
     for e in all {
         let x = m.entry(e.ev).or_insert(EvCounters {
             ev: e.ev,
+            plane: e.plane,
             ..Default::default()
         });
         x.add(e);
@@ -248,6 +269,7 @@ pub fn report_json(plan: &Plan, ranks: &[RankResult]) -> String {
         "summary": s,
         "bursts": dist_json(all),
         "slowest_per_burst": dist_json(slow),
+        "planes": plane_sums(&evs).iter().map(|(q, n, sent, acked)| json!({"plane": q, "evs": n, "sent": sent, "acked": acked})).collect::<Vec<_>>(),
         "evs": evs,
     });
     if plan.pattern == Pattern::Allreduce {
@@ -401,8 +423,20 @@ pub fn report_table(plan: &Plan, ranks: &[RankResult]) -> String {
         s.max_half_rtt_ns,
         us(late)
     );
+    let evs = sum_evs(ranks.iter().flat_map(|r| r.evs.iter()));
+    let planes = plane_sums(&evs);
+    if planes.len() > 1 {
+        let total: u64 = planes.iter().map(|p| p.2).sum();
+        o += "per plane, all ranks:\n plane  evs       sent  share_pct      acked\n";
+        for (q, n, sent, acked) in &planes {
+            o += &format!(
+                "{q:>6} {n:>4} {sent:>10} {:>10.1} {acked:>10}\n",
+                100.0 * *sent as f64 / total.max(1) as f64
+            );
+        }
+    }
     o += "per EV, all ranks:\n    ev       sent   retrans      acked  ecn_marked   lost  rto\n";
-    for e in sum_evs(ranks.iter().flat_map(|r| r.evs.iter())) {
+    for e in evs {
         o += &format!(
             "{:>6} {:>10} {:>9} {:>10} {:>11} {:>6} {:>4}\n",
             e.ev, e.sent, e.retransmitted, e.acked, e.ecn_marked, e.lost, e.timeouts
