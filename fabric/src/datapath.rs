@@ -333,6 +333,11 @@ impl TxBatch {
         self.meta.capacity()
     }
 
+    /// Bytes of each slot (the largest datagram the batch holds whole).
+    pub fn slot_bytes(&self) -> usize {
+        self.slot_bytes
+    }
+
     /// Datagrams queued.
     pub fn len(&self) -> usize {
         self.meta.len()
