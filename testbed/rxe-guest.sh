@@ -600,6 +600,91 @@ role_host_b() {
   fi
 }
 
+# Two planes (rxe-lab.sh two-planes): each VM has two NICs, eth0 on plane 0 (10.0.0.0/24)
+# and eth1 on plane 1 (10.1.0.0/24), rxe0 on eth0 and rxe1 on eth1; prints the IPv4 GID
+# index, the same on both devices (mrc-perf's -x is one index for all).
+planes_setup() { # ADDR0 ADDR1
+  $MODPROBE -a virtio_pci virtio_net
+  i=0
+  while { [ ! -e /sys/class/net/eth0 ] || [ ! -e /sys/class/net/eth1 ]; } && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
+  $IP link set eth0 up && $IP addr add "$1/24" dev eth0 || return 1
+  $IP link set eth1 up && $IP addr add "$2/24" dev eth1 || return 1
+  g0=$(DEV=rxe0 rxe_up eth0 "$1") || return 1
+  g1=$(DEV=rxe1 rxe_up eth1 "$2") || return 1
+  [ "$g0" = "$g1" ] || { log "IPv4 GID index $g0 on rxe0, $g1 on rxe1"; return 1; }
+  echo "$g0"
+}
+
+# The server of two-planes: one client over both devices, then its verify line.
+role_planes_a() {
+  if ! gid=$(planes_setup 10.0.0.1 10.1.0.1); then
+    emit planes-a-setup false "rxe0 on eth0 10.0.0.1, rxe1 on eth1 10.1.0.1: setup failed"
+    return
+  fi
+  emit planes-a-setup true "rxe0 on eth0 (10.0.0.1), rxe1 on eth1 (10.1.0.1): IPv4 GID index $gid"
+  timeout 120 $PERF server --fabric verbs -d rxe0,rxe1 -x "$gid" --bind 10.0.0.1 -p 18641 \
+    >$W/planes-srv.out 2>$W/planes-srv.err
+  rc=$?
+  cat $W/planes-srv.out $W/planes-srv.err >&2
+  got=$(grep '^ verify: ' $W/planes-srv.out)
+  case "$got" in
+    *", 0 bad bytes") emit planes-server true "exit $rc: ${got# }" ;;
+    *) emit planes-server false "exit $rc, the server said \"$got\": $(head -c 300 $W/planes-srv.err)" ;;
+  esac
+}
+
+# The client of two-planes: 6 s over both devices (EV i on plane i mod 2), eth1 (plane 1)
+# set down 2 s in and up again 2 s later; every byte verified, plane 1 taken out by this
+# host's own port (the plane watch) and back after.
+role_planes_b() {
+  if ! gid=$(planes_setup 10.0.0.2 10.1.0.2); then
+    emit planes-b-setup false "rxe0 on eth0 10.0.0.2, rxe1 on eth1 10.1.0.2: setup failed"
+    return
+  fi
+  mtu=$(DEV=rxe0 port_fact active_mtu)
+  emit planes-b-setup true "rxe0 on eth0 (10.0.0.2), rxe1 on eth1 (10.1.0.2): active_mtu $mtu, IPv4 GID index $gid"
+  i=0
+  until ping -c 1 -W 1 10.0.0.1 >/dev/null 2>&1 || [ $i -ge 60 ]; do i=$((i + 1)); done
+  tries=0
+  while :; do
+    $PERF client 10.0.0.1 --fabric verbs -d rxe0,rxe1 -x "$gid" --mtu $((mtu - 56)) --paths 16 \
+      -p 18641 -D 6 -s 65536 --verify --json >$W/planes.json 2>$W/planes.err &
+    cpid=$!
+    sleep 2
+    rc=
+    if kill -0 $cpid 2>/dev/null; then break; fi
+    wait $cpid
+    rc=$?
+    # the server VM may still be booting
+    if [ $tries -lt 60 ] && grep -q 'cannot reach server' $W/planes.json $W/planes.err; then
+      tries=$((tries + 1))
+      continue
+    fi
+    break
+  done
+  if [ -z "$rc" ]; then
+    $IP link set eth1 down
+    sleep 2
+    $IP link set eth1 up
+    wait $cpid
+    rc=$?
+  fi
+  cat $W/planes.err >&2
+  if [ $rc -ne 0 ]; then
+    emit planes-client false "mrc-perf client -d rxe0,rxe1 exited $rc: $(head -c 300 $W/planes.err; jq -r '.error // empty' $W/planes.json 2>/dev/null)"
+    return
+  fi
+  if jq -e '.ok and .receiver.bad_bytes == 0 and .receiver.verified_bytes == .total_bytes
+      and .total_bytes > 0 and (.planes | length) == 2
+      and .planes[1].downs_local == 1 and .planes[1].ups >= 1 and .planes[0].downs_local == 0
+      and ([.evs[].plane] == [range(16) | . % 2])' $W/planes.json >/dev/null; then
+    emit planes-client true "$(jq -r '"\(.receiver.verified_messages) x \(.msg_size_bytes) B: \(.receiver.verified_bytes) bytes verified, 0 bad; plane 1 (eth1) down 2 s: downs_local \(.planes[1].downs_local), ups \(.planes[1].ups), state at the end \(.planes[1].state); packets per plane \([.planes[].sent_packets])"' $W/planes.json)" \
+      "$(jq -c '{verified_bytes: .receiver.verified_bytes, planes: [.planes[] | {plane, state, sent_packets, downs_local, downs_by_peer, ups}]}' $W/planes.json)"
+  else
+    emit planes-client false "expected every byte verified and plane 1 down by its port once and back: $(jq -c '{ok, total_bytes, receiver: {verified_bytes: .receiver.verified_bytes, bad_bytes: .receiver.bad_bytes}, planes, error}' $W/planes.json 2>&1 | head -c 800)"
+  fi
+}
+
 # A script of the user's (rxe-lab.sh script FILE): rxe0 on lo, then FILE with its output
 # on the console; passes when it exits 0.
 role_script() {
@@ -635,6 +720,8 @@ for role in $(echo "$1" | tr , ' '); do
     srv6) role_srv6 ;;
     host-a) role_host_a ;;
     host-b) role_host_b ;;
+    planes-a) role_planes_a ;;
+    planes-b) role_planes_b ;;
     script) role_script ;;
     host-a-script) role_host_script a 10.0.0.1 10.0.0.2 ;;
     host-b-script) role_host_script b 10.0.0.2 10.0.0.1 ;;

@@ -2,8 +2,8 @@
 # rxe-lab.sh: the verbs datapath (`--fabric verbs`) on a real RDMA device, Soft-RoCE
 # (rdma_rxe), in throw-away qemu VMs (issue 20). The host kernel needs no RDMA support.
 #
-#   testbed/rxe-lab.sh [PART...]     PART: single, netem, soak, two-hosts (the default:
-#                                    these four, what .ci/run runs), perftest
+#   testbed/rxe-lab.sh [PART...]     PART: single, netem, soak, two-hosts, two-planes (the
+#                                    default: these five, what .ci/run runs), perftest, srv6
 #   testbed/rxe-lab.sh prepare       only fetch and build the cached kernel and rootfs
 #   testbed/rxe-lab.sh script FILE   boot one VM, add rxe0 on lo, run FILE (busybox sh;
 #                                    mrc-perf and the test binaries on PATH and in
@@ -27,6 +27,11 @@
 #              virtio NIC: mrc-perf server in one, client --verify in the other; the RoCE v2
 #              packets between them are captured on the host side (filter-dump) and tshark
 #              counts one UDP source port per EV
+#   two-planes two VMs with two virtio NICs each, NIC n of one to NIC n of the other (plane
+#              n: 10.n.0.0/24), rxe0 and rxe1 on each: mrc-perf server and client with
+#              `-d rxe0,rxe1` (one endpoint over both devices, EV i on plane i mod 2), the
+#              client's eth1 set down 2 s into a 6 s --verify run and up again 2 s later:
+#              every byte verified, plane 1 out by its port once and back
 #   perftest   beside perftest in one VM: ib_write_bw, ib_send_bw -c UD, ib_write_lat and
 #              mrc-perf --fabric verbs at the same sizes (numbers reported, not asserted)
 #   netem      the UDP datapath (mrc-perf loopback --verify) under the guest kernel's netem:
@@ -433,6 +438,28 @@ run_two_hosts() {
   if [ "$role_a" = host-a ]; then capture_check; fi
 }
 
+# Two VMs with two virtio NICs each, NIC n of one joined to NIC n of the other by its own
+# socket netdev (one per plane: 10.0.0.0/24 and 10.1.0.0/24), rxe0 and rxe1 on each: the
+# verbs datapath on both devices, one NIC set down mid-run (rxe-guest.sh role_planes_b).
+run_two_planes() {
+  local p0 p1 i
+  p0=$(( 20000 + RANDOM % 20000 ))
+  p1=$(( p0 + 1 ))
+  start_vm planea planes-a 1 1024 \
+    -netdev "socket,id=n0,listen=127.0.0.1:$p0" -device virtio-net-pci,netdev=n0,mac=52:54:00:6d:73:01 \
+    -netdev "socket,id=n1,listen=127.0.0.1:$p1" -device virtio-net-pci,netdev=n1,mac=52:54:00:6d:73:11
+  for i in $(seq 50); do
+    ss -ltn 2>/dev/null | grep -q "127.0.0.1:$p1 " && break
+    sleep 0.1
+  done
+  start_vm planeb planes-b 1 1024 \
+    -netdev "socket,id=n0,connect=127.0.0.1:$p0" -device virtio-net-pci,netdev=n0,mac=52:54:00:6d:73:02 \
+    -netdev "socket,id=n1,connect=127.0.0.1:$p1" -device virtio-net-pci,netdev=n1,mac=52:54:00:6d:73:12
+  wait_vms planea planeb
+  collect planea planes-a
+  collect planeb planes-b
+}
+
 # The capture: every RoCE v2 packet (UDP 4791) from the client (10.0.0.2) to the server;
 # one UDP source port per EV.
 capture_check() {
@@ -559,13 +586,13 @@ parse_args() {
       return
       ;;
   esac
-  if [ $# -eq 0 ]; then PARTS_LIST=(single netem soak two-hosts); else PARTS_LIST=("$@"); fi
+  if [ $# -eq 0 ]; then PARTS_LIST=(single netem soak two-hosts two-planes); else PARTS_LIST=("$@"); fi
   local p
   for p in "${PARTS_LIST[@]}"; do
     case $p in
-      single|two-hosts|perftest|netem|prepare|soak|srv6) ;;
+      single|two-hosts|two-planes|perftest|netem|prepare|soak|srv6) ;;
       script|two-hosts-script) die "$p takes its file(s) and comes alone: testbed/rxe-lab.sh script FILE, or two-hosts-script FILE_A FILE_B" ;;
-      *) die "unknown part $p (single, netem, two-hosts, perftest, soak, prepare, script FILE, two-hosts-script FILE_A FILE_B)" ;;
+      *) die "unknown part $p (single, netem, two-hosts, two-planes, perftest, soak, srv6, prepare, script FILE, two-hosts-script FILE_A FILE_B)" ;;
     esac
   done
 }
@@ -606,6 +633,10 @@ main() {
     if [ "$p" = two-hosts ]; then
       say "running two-hosts (two VMs, 1 vCPU each)"
       run_two_hosts
+    fi
+    if [ "$p" = two-planes ]; then
+      say "running two-planes (two VMs with two NICs each, 1 vCPU each)"
+      run_two_planes
     fi
     if [ "$p" = two-hosts-script ]; then
       say "running two-hosts-script (two VMs, 1 vCPU each)"

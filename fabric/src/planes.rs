@@ -196,10 +196,18 @@ impl<D: Datapath> Datapath for PlanesDatapath<D> {
         self.conns.remove(conn);
     }
 
-    /// None: the plane datapaths' ports, one list each, have no order of the
-    /// connection's EVs to follow.
-    fn source_ports(&self, _conn: ConnId) -> Option<Vec<u16>> {
-        None
+    /// Every plane datapath's source ports of the connection, plane 0's first (what the
+    /// bootstrap tells the peer; verbs' are predicted, and its receivers do not check
+    /// ports, [`Datapath::reports_source_ports`]).
+    fn source_ports(&self, conn: ConnId) -> Option<Vec<u16>> {
+        let subs = self.conns.get(conn)?;
+        let mut ports = Vec::new();
+        for (p, id) in subs.iter().enumerate() {
+            if let Some(id) = id {
+                ports.extend(self.planes[p].source_ports(*id)?);
+            }
+        }
+        Some(ports)
     }
 
     fn tx_burst(&mut self, batch: &TxBatch) -> Result<TxReport, DatapathError> {

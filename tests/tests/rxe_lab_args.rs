@@ -99,7 +99,7 @@ fn bad_command_lines_are_refused_before_anything_runs() {
         ),
         (
             vec!["single", "bogus"],
-            "unknown part bogus (single, netem, two-hosts, perftest, soak, prepare, script FILE, two-hosts-script FILE_A FILE_B)\n".into(),
+            "unknown part bogus (single, netem, two-hosts, two-planes, perftest, soak, srv6, prepare, script FILE, two-hosts-script FILE_A FILE_B)\n".into(),
         ),
     ];
     for (args, msg) in cases {

@@ -425,11 +425,9 @@ pub struct Side {
     pub dst_mem: SharedMem,
     /// What `--verify` checked on this side's thread(s).
     pub verified: Mutex<VerifyStats>,
-    /// With `--fabric verbs`: the peer table and this side's UD endpoint address.
-    pub verbs: Option<(
-        mrc_fabric::verbs::PeerBook,
-        mrc_fabric::verbs::addr::EndpointAddr,
-    )>,
+    /// With `--fabric verbs`: per plane (one device each), the peer table and this side's
+    /// UD endpoint address; empty for UDP.
+    pub verbs: verbs::PlaneEndpoints,
 }
 
 impl Side {
@@ -743,7 +741,7 @@ pub fn make_side(p: &TestParams, udp_bind: SocketAddr, local: &LocalOpts) -> Res
                 worker: Mutex::new(w),
                 qpn,
             };
-            (ep, src, dst, None)
+            (ep, src, dst, Vec::new())
         }
         (LocalFabric::Verbs(o), ProgressMode::Caller) => {
             // the test thread polls the device's CQs itself: no engine thread, no channels
@@ -756,11 +754,11 @@ pub fn make_side(p: &TestParams, udp_bind: SocketAddr, local: &LocalOpts) -> Res
                 worker: Mutex::new(w),
                 qpn,
             };
-            (ep, src, dst, Some((e.peers, e.local)))
+            (ep, src, dst, vec![(e.peers, e.local)])
         }
         (fabric, ProgressMode::Thread) => {
             let (ctx, verbs) = match (fabric, &local.context) {
-                (LocalFabric::Udp, Some(shared)) => (Context::clone(&shared.0), None),
+                (LocalFabric::Udp, Some(shared)) => (Context::clone(&shared.0), Vec::new()),
                 (LocalFabric::Verbs(_), Some(_)) => {
                     return Err("--engines runs the UDP datapath only".into());
                 }
@@ -768,12 +766,11 @@ pub fn make_side(p: &TestParams, udp_bind: SocketAddr, local: &LocalOpts) -> Res
                     let ucfg = udp_config(p, udp_bind, local);
                     let ctx = with_cpu(local.engine_cpu, || Context::new(ucfg, ecfg))?
                         .map_err(|e| format!("cannot open UDP datapath on {udp_bind}: {e}"))?;
-                    (ctx, None)
+                    (ctx, Vec::new())
                 }
                 (LocalFabric::Verbs(o), None) => {
-                    let e = with_cpu(local.engine_cpu, || verbs::start(p, o, ecfg))?
-                        .map_err(|e| format!("--fabric verbs: {e}"))?;
-                    (e.ctx, Some((e.peers, e.local)))
+                    with_cpu(local.engine_cpu, || verbs::start(p, o, ecfg))?
+                        .map_err(|e| format!("--fabric verbs: {e}"))?
                 }
             };
             let qp = ctx.create_qp(qp_config(p)?).map_err(|e| e.to_string())?;
@@ -1325,9 +1322,9 @@ fn serve_stream(
         mrc_fabric::engine::bootstrap::DeadlineStream::new(&s, until).write_all(reply.as_bytes());
     let (p, side) = setup?;
     sent.map_err(|e| Client(format!("answering the client: {e}")))?;
-    if let Some((book, addr)) = &side.verbs {
+    if !side.verbs.is_empty() {
         let left = until.saturating_duration_since(Instant::now());
-        verbs::exchange(&mut s, book, addr, left.max(Duration::from_millis(1))).map_err(Client)?;
+        verbs::exchange(&mut s, &side.verbs, left.max(Duration::from_millis(1))).map_err(Client)?;
     }
     post_recvs(&side, initial_recvs(&p, false), 0).map_err(|e| Fatal(e.to_string()))?;
     let c = connect_qp(&side, s, until, psk, false).map_err(Client)?;
@@ -1463,8 +1460,8 @@ pub fn run_client_on(
         until.max(Instant::now() + reply_wait),
     )?;
     let side = make_side(p, udp_bind, local)?;
-    if let Some((book, addr)) = &side.verbs {
-        verbs::exchange(&mut s, book, addr, timeout)?;
+    if !side.verbs.is_empty() {
+        verbs::exchange(&mut s, &side.verbs, timeout)?;
     }
     post_recvs(&side, initial_recvs(p, true), 0).map_err(|e| e.to_string())?;
     // The bootstrap after the server's answer under a deadline of its own (the wait for

@@ -19,12 +19,37 @@ pub const HEADER_BYTES: u32 = 56;
 /// Where the verbs datapath runs on this host (not sent to the peer).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct VerbsOpts {
-    /// `-d`: device name, or the only device when `None`.
+    /// `-d`: device name, or one per plane comma-separated (`rxe0,rxe1`: a host with one
+    /// NIC port per plane, [`pick_devices`]), or the only device when `None`.
     pub device: Option<String>,
     /// `-i`: port.
     pub port: u8,
     /// `-x`: GID index.
     pub gid_index: u8,
+}
+
+/// The devices to open, one per plane: `-d`'s list (`rxe0,rxe1`: at most 8, none
+/// repeated), else the only device libibverbs lists.
+///
+/// # Errors
+/// A bad list; as [`pick_device`] without `-d`.
+pub fn pick_devices(o: &VerbsOpts) -> Result<Vec<String>, String> {
+    let Some(list) = &o.device else {
+        return Ok(vec![pick_device(o)?]);
+    };
+    let names: Vec<String> = list.split(',').map(|d| d.trim().to_string()).collect();
+    if names.len() > mrc_fabric::udp::MAX_PLANE_IPS || names.iter().any(String::is_empty) {
+        return Err(format!(
+            "-d {list}: give 1 to {} device names, comma-separated",
+            mrc_fabric::udp::MAX_PLANE_IPS
+        ));
+    }
+    for (i, n) in names.iter().enumerate() {
+        if names[..i].contains(n) {
+            return Err(format!("-d {list}: {n} is given twice"));
+        }
+    }
+    Ok(names)
 }
 
 /// The device to open: `-d`, else the only one libibverbs lists.
@@ -59,11 +84,23 @@ pub fn pick_device(o: &VerbsOpts) -> Result<String, String> {
 /// The typed message naming what is missing or wrong.
 pub fn precheck(o: &VerbsOpts, p: Option<&TestParams>) -> Result<(), String> {
     let names = device_names().map_err(|e| e.to_string())?;
-    let dev = pick_device(o)?;
+    for dev in pick_devices(o)? {
+        precheck_one(o, p, &names, dev)?;
+    }
+    Ok(())
+}
+
+/// [`precheck`] of one device `dev` among `names`.
+fn precheck_one(
+    o: &VerbsOpts,
+    p: Option<&TestParams>,
+    names: &[String],
+    dev: String,
+) -> Result<(), String> {
     if !names.contains(&dev) {
         return Err(VerbsError::DeviceNotFound {
             name: dev,
-            available: names,
+            available: names.to_vec(),
         }
         .to_string());
     }
@@ -108,13 +145,30 @@ pub fn config(p: &TestParams, o: &VerbsOpts, device: String) -> VerbsConfig {
     c
 }
 
-/// Opens the device and starts the engine.
+/// Per plane: where the peer's endpoint goes, and this side's endpoint.
+pub type PlaneEndpoints = Vec<(PeerBook, EndpointAddr)>;
+
+/// Opens the device (or one per plane, `-d rxe0,rxe1`: one engine over all of them,
+/// [`mrc_fabric::verbs::start_engine_planes`]) and starts the engine; returns it with
+/// each plane's peer table and endpoint.
 ///
 /// # Errors
 /// Every [`VerbsError`] as text, with a hint for an MTU that does not fit.
-pub fn start(p: &TestParams, o: &VerbsOpts, ecfg: EngineConfig) -> Result<VerbsEngine, String> {
-    let device = pick_device(o)?;
-    mrc_fabric::verbs::start_engine(config(p, o, device), ecfg).map_err(open_error)
+pub fn start(
+    p: &TestParams,
+    o: &VerbsOpts,
+    ecfg: EngineConfig,
+) -> Result<(mrc_fabric::engine::Context, PlaneEndpoints), String> {
+    let devices = pick_devices(o)?;
+    if devices.len() == 1 {
+        let device = devices.into_iter().next().unwrap_or_default();
+        let VerbsEngine { ctx, peers, local } =
+            mrc_fabric::verbs::start_engine(config(p, o, device), ecfg).map_err(open_error)?;
+        return Ok((ctx, vec![(peers, local)]));
+    }
+    let cfgs = devices.into_iter().map(|d| config(p, o, d)).collect();
+    let e = mrc_fabric::verbs::start_engine_planes(cfgs, ecfg).map_err(open_error)?;
+    Ok((e.ctx, e.planes))
 }
 
 /// Opens the device and makes a caller-progressed worker on it (`--progress caller`).
@@ -126,27 +180,56 @@ pub fn start_worker(
     o: &VerbsOpts,
     ecfg: EngineConfig,
 ) -> Result<VerbsWorker, String> {
-    let device = pick_device(o)?;
+    let devices = pick_devices(o)?;
+    if devices.len() > 1 {
+        return Err(
+            "--progress caller runs one device: several devices (-d A,B: one per plane) need \
+             --progress thread"
+                .into(),
+        );
+    }
+    let device = devices.into_iter().next().unwrap_or_default();
     mrc_fabric::verbs::start_worker(config(p, o, device), ecfg).map_err(open_error)
 }
 
-/// Swaps endpoint addresses with the peer on `s` and registers the peer's under the
-/// control connection's peer IP (which the engine's bootstrap then connects to).
+/// Swaps endpoint addresses with the peer on `s`, one per plane (a count byte, then
+/// each endpoint's frame, plane 0 first), and registers the peer's endpoint on plane `p`
+/// in `planes[p]`'s table under its GID (as an IP), plane 0's also under the control
+/// connection's peer IP (which the engine's bootstrap then connects to).
 ///
 /// # Errors
-/// I/O and decode errors, as text.
+/// I/O and decode errors, a peer with another number of planes, as text.
 pub fn exchange(
     s: &mut TcpStream,
-    book: &PeerBook,
-    local: &EndpointAddr,
+    planes: &[(PeerBook, EndpointAddr)],
     timeout: Duration,
 ) -> Result<(), String> {
+    use std::io::{Read, Write};
     let err = |e: VerbsError| format!("verbs address exchange: {e}");
+    let io = |e: std::io::Error| format!("verbs address exchange: {e}");
     s.set_read_timeout(Some(timeout))
         .map_err(|e| e.to_string())?;
-    write_endpoint(s, local).map_err(err)?;
-    let peer = read_endpoint(s).map_err(err)?;
+    s.write_all(&[planes.len() as u8]).map_err(io)?;
+    for (_, local) in planes {
+        write_endpoint(s, local).map_err(err)?;
+    }
+    let mut n = [0u8; 1];
+    s.read_exact(&mut n).map_err(io)?;
+    if usize::from(n[0]) != planes.len() {
+        return Err(format!(
+            "verbs address exchange: the peer runs on {} device(s) (planes) and this end on {}: \
+             give both ends as many (-d A,B)",
+            n[0],
+            planes.len()
+        ));
+    }
     let ip = s.peer_addr().map_err(|e| e.to_string())?.ip();
-    book.insert(ip, peer);
+    for (i, (book, _)) in planes.iter().enumerate() {
+        let peer = read_endpoint(s).map_err(err)?;
+        if i == 0 {
+            book.insert(ip, peer.clone());
+        }
+        book.insert(mrc_fabric::verbs::gid_to_ip(peer.gid), peer);
+    }
     Ok(())
 }

@@ -109,6 +109,54 @@ pub fn start_engine(
     }
 }
 
+/// An engine on several verbs devices, one per plane (a host with one NIC port per plane:
+/// [`crate::planes::PlanesDatapath`] over one [`VerbsDatapath`] per device), with what the
+/// control connection needs per plane.
+#[derive(Debug)]
+pub struct VerbsPlanesEngine {
+    /// The engine.
+    pub ctx: crate::engine::Context,
+    /// Per plane, plane 0 first: where to register the peer's address on that plane, and
+    /// this side's address there ([`exchange::write_endpoint`]).
+    pub planes: Vec<(PeerBook, addr::EndpointAddr)>,
+}
+
+/// Opens each of `cfgs`' devices (one per plane, plane 0 first; `VerbsDatapath::open`)
+/// and starts one engine over all of them ([`crate::planes::PlanesDatapath`], each
+/// device's GID address watched: a port whose interface goes down takes its plane out).
+///
+/// # Errors
+/// What `VerbsDatapath::open` returns for any device; [`VerbsError::BadConfig`] for fewer
+/// than two or more than 8 devices, two on one GID or of two families;
+/// [`VerbsError::NotCompiled`] without the `verbs` feature.
+pub fn start_engine_planes(
+    cfgs: Vec<VerbsConfig>,
+    engine: crate::engine::EngineConfig,
+) -> Result<VerbsPlanesEngine, VerbsError> {
+    #[cfg(feature = "verbs")]
+    {
+        let mut dps = Vec::with_capacity(cfgs.len());
+        for c in cfgs {
+            dps.push(VerbsDatapath::open(c)?);
+        }
+        let planes: Vec<(PeerBook, addr::EndpointAddr)> = dps
+            .iter()
+            .map(|d| (d.peer_book(), d.local_endpoint().clone()))
+            .collect();
+        let dp = crate::planes::PlanesDatapath::new(dps, true)
+            .map_err(|e| VerbsError::BadConfig(e.to_string()))?;
+        Ok(VerbsPlanesEngine {
+            ctx: crate::engine::Context::with_datapath(dp, engine),
+            planes,
+        })
+    }
+    #[cfg(not(feature = "verbs"))]
+    {
+        let _ = (cfgs, engine);
+        Err(VerbsError::NotCompiled)
+    }
+}
+
 /// A caller-progressed endpoint on the verbs datapath ([`crate::engine::Worker`]), with
 /// what the control connection needs: the thread that calls it polls the device's CQs,
 /// runs the timers and fills the QPs' CQs itself, with no engine thread and no channels.
