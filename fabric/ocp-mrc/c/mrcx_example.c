@@ -64,8 +64,10 @@ static double now_s(void)
 
 static struct mrc_x_context *open_ctx(unsigned ev_first)
 {
+	/* MRCX_IP: the address, or one per plane comma-separated (mrcx.h) */
+	const char *ip = getenv("MRCX_IP");
 	struct mrc_x_context_attr a = {
-		.ip = "127.0.0.1",
+		.ip = ip ? ip : "127.0.0.1",
 		.udp_port = 0,
 		.ev_port_first = (uint16_t)ev_first,
 		.ev_port_last = (uint16_t)(ev_first + 49),

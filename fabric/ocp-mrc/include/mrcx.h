@@ -102,7 +102,10 @@ struct mrc_x_context;
 
 // What [`mrc_x_open`] opens.
 struct mrc_x_context_attr {
-  // The local IP address to bind, IPv4 or IPv6 text (`"127.0.0.1"`); required.
+  // The local IP address to bind, IPv4 or IPv6 text (`"127.0.0.1"`); required. A host
+  // with one NIC port per plane gives one address per plane, comma-separated, plane 0
+  // first (`"10.0.0.1,10.1.0.1"`, at most 8, one family): every QP then sprays its EVs
+  // over all of them, and its peer needs as many (docs/PLANES.md).
   const char *ip;
   // UDP port of the receive socket (what peers send to); 0: the kernel picks.
   uint16_t udp_port;

@@ -137,7 +137,10 @@ const _: fn() = || {
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct MrcXContextAttr {
-    /// The local IP address to bind, IPv4 or IPv6 text (`"127.0.0.1"`); required.
+    /// The local IP address to bind, IPv4 or IPv6 text (`"127.0.0.1"`); required. A host
+    /// with one NIC port per plane gives one address per plane, comma-separated, plane 0
+    /// first (`"10.0.0.1,10.1.0.1"`, at most 8, one family): every QP then sprays its EVs
+    /// over all of them, and its peer needs as many (docs/PLANES.md).
     pub ip: *const c_char,
     /// UDP port of the receive socket (what peers send to); 0: the kernel picks.
     pub udp_port: u16,
@@ -367,12 +370,23 @@ fn parse_attr(a: &MrcXContextAttr) -> Result<(UdpConfig, Duration), c_int> {
     }
     // SAFETY: a NUL-terminated string (the C contract).
     let s = unsafe { CStr::from_ptr(a.ip) };
-    let ip: IpAddr = s
+    let ips: Vec<IpAddr> = s
         .to_str()
         .ok()
-        .and_then(|t| t.parse().ok())
-        .ok_or_else(|| fail(libc::EINVAL, format_args!("not an IP address: {s:?}")))?;
-    let mut udp = UdpConfig::bind(SocketAddr::new(ip, a.udp_port));
+        .and_then(|t| t.split(',').map(|x| x.trim().parse().ok()).collect())
+        .ok_or_else(|| {
+            fail(
+                libc::EINVAL,
+                format_args!("not an IP address (or list): {s:?}"),
+            )
+        })?;
+    let mut udp = UdpConfig::bind(SocketAddr::new(ips[0], a.udp_port));
+    if ips.len() > 1 {
+        udp.plane_ips = ips;
+        // the datapath's own check (families, repeats, at most 8), as EINVAL here
+        udp.rx_bind()
+            .map_err(|e| fail(libc::EINVAL, format_args!("attr.ip {s:?}: {e}")))?;
+    }
     if (a.ev_port_first, a.ev_port_last) != (0, 0) {
         udp.ports = PortAllocator::new(a.ev_port_first..=a.ev_port_last)
             .map_err(|e| fail(libc::EINVAL, e))?;

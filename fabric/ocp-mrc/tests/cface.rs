@@ -78,6 +78,43 @@ fn the_c_example_connects_two_contexts_through_a_handle_and_checks_every_byte() 
     );
 }
 
+/// The pair with each context on two planes (`attr.ip` = `"127.0.0.1,127.0.1.1"`): the
+/// same bytes checked; a bad list is `EINVAL`.
+#[test]
+fn the_c_example_pair_runs_over_two_planes_and_a_bad_plane_list_is_einval() {
+    let exe = build("pair_planes");
+    let out = Command::new(&exe)
+        .args(["pair", "37300"])
+        .env("MRCX_IP", "127.0.0.1,127.0.1.1")
+        .output()
+        .expect("run");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    eprintln!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "mrcx_example pair: {:?}", out.status);
+    assert_eq!(
+        stdout,
+        "pair: 5 writes, 3 immediates, 1048576 bytes checked\n"
+    );
+    for bad in [
+        "127.0.0.1,::1",
+        "127.0.0.1,127.0.0.1",
+        "127.0.0.1,",
+        "127.0.0.1,x",
+    ] {
+        let out = Command::new(&exe)
+            .args(["pair", "37350"])
+            .env("MRCX_IP", bad)
+            .output()
+            .expect("run");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{bad} accepted");
+        assert!(
+            err.contains(&format!("mrc_x_open: {}", libc::EINVAL)),
+            "{bad}: {err}"
+        );
+    }
+}
+
 #[test]
 fn the_c_example_runs_as_two_processes_over_loopback() {
     use std::io::{BufRead, BufReader, Read};
