@@ -113,7 +113,9 @@ impl Fabric {
 
     fn client(&self, port: u16, args: &[&str]) -> Child {
         let bin = env!("CARGO_BIN_EXE_mrc-perf");
-        self.cmd(&["exec", "h0", bin, "client", H1])
+        // -v: the engine's warnings (a send the kernel refused, an EV out of rotation)
+        // land in the client's output, which a failed assertion prints
+        self.cmd(&["exec", "h0", bin, "client", H1, "-v"])
             .args(["--port", &port.to_string(), "--timeout", "10"])
             .args(args)
             .stdout(Stdio::piped())

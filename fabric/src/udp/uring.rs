@@ -282,6 +282,8 @@ pub struct UringDatapath {
     stats: DatapathStats,
     /// The ports of the planes, on two or more ([`super::PlaneWatch`]).
     plane_watch: Option<super::PlaneWatch>,
+    /// Sends the kernel refused (for the log's rate limit).
+    refused_sends: u64,
 }
 
 // SAFETY: the raw pointers inside (iovecs, msghdrs of the receive slots and send scratch)
@@ -402,6 +404,7 @@ impl UringDatapath {
             cqes: Vec::new(),
             stats: DatapathStats::default(),
             plane_watch,
+            refused_sends: 0,
         };
         for i in 0..dp.slots.len() {
             dp.arm_slot(i)?;
@@ -717,6 +720,17 @@ impl Datapath for UringDatapath {
                     let n = g.map_or(0, |g| g.count as u64);
                     if cqe.result() < 0 {
                         report.errors += n;
+                        // the first refusals, then one in 1024: what the kernel said
+                        self.refused_sends += 1;
+                        if self.refused_sends <= 5 || self.refused_sends % 1024 == 0 {
+                            tracing::warn!(
+                                errno = -cqe.result(),
+                                datagrams = n,
+                                refused_sends = self.refused_sends,
+                                "a send was refused: {}",
+                                io::Error::from_raw_os_error(-cqe.result())
+                            );
+                        }
                     } else {
                         report.datagrams += n;
                     }
