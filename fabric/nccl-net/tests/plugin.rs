@@ -491,8 +491,31 @@ fn ring_over_two_planes_survives_losing_one_mid_run() {
                 .expect("spawn a rank")
         })
         .collect();
-    // Mid-run: plane 1 is lost (after the connections are up and data flows).
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    // Mid-run: plane 1 is lost once an eighth of the ring's datagrams have arrived (the
+    // namespace's UDP InDatagrams; each of the 4 send comms sends about 37,000 per 6
+    // iterations, all at once in a ring), whatever the load on the host.
+    let in_datagrams = || -> u64 {
+        let o = Command::new("ip")
+            .args(["netns", "exec", &ns.0, "cat", "/proc/net/snmp"])
+            .output()
+            .expect("read /proc/net/snmp");
+        let t = String::from_utf8_lossy(&o.stdout).to_string();
+        let udp: Vec<&str> = t.lines().filter(|l| l.starts_with("Udp:")).collect();
+        let (names, values) = (udp[0], udp[1]);
+        let i = names
+            .split_whitespace()
+            .position(|n| n == "InDatagrams")
+            .expect("InDatagrams");
+        values.split_whitespace().nth(i).unwrap().parse().unwrap()
+    };
+    let waited = std::time::Instant::now();
+    while in_datagrams() < 18_000 {
+        assert!(
+            waited.elapsed() < std::time::Duration::from_secs(60),
+            "the ring never moved 18,000 datagrams"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
     for rule in [
         "add table inet mrcnccl",
         "add chain inet mrcnccl in { type filter hook input priority 0 ; }",
@@ -532,7 +555,7 @@ fn ring_over_two_planes_survives_losing_one_mid_run() {
         assert!(l.contains("planes [0 UP sent "), "{l}");
     }
     println!(
-        "ring over two planes, plane 1 lost at 300 ms: {:?}",
+        "ring over two planes, plane 1 lost after 18,000 datagrams: {:?}",
         t0.elapsed()
     );
 }
