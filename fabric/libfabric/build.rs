@@ -1,7 +1,8 @@
 //! Generates the libfabric types (`struct fi_info`, `struct fid_*`, the `fi_ops_*` tables,
 //! the `FI_*` constants) from the installed headers (Debian's `libfabric-dev`, 1.17) with
-//! bindgen, into `$OUT_DIR/fi.rs`. `tests/layout.rs` checks the sizes and offsets that the
-//! provider relies on against values compiled from the same headers by the C compiler.
+//! bindgen, into `$OUT_DIR/fi.rs`: the layouts are the C compiler's (libclang's) for these
+//! headers, so no struct is written by hand. `MRC_FI_INCLUDE` names another include
+//! directory (one holding `rdma/fabric.h`).
 fn main() {
     let inc = std::env::var("MRC_FI_INCLUDE").unwrap_or_else(|_| "/usr/include".into());
     println!("cargo:rerun-if-env-changed=MRC_FI_INCLUDE");

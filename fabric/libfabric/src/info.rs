@@ -28,11 +28,8 @@ pub const IOV_LIMIT: usize = 4;
 pub const QUEUE_SIZE: usize = 1024;
 
 /// The capabilities: messages, both directions, to this host and to others.
-pub const CAPS: u64 = FI_MSG as u64
-    | FI_SEND as u64
-    | FI_RECV as u64
-    | FI_LOCAL_COMM as u64
-    | FI_REMOTE_COMM as u64;
+pub const CAPS: u64 =
+    FI_MSG as u64 | FI_SEND as u64 | FI_RECV as u64 | FI_LOCAL_COMM | FI_REMOTE_COMM;
 
 const fn primary_tx() -> u64 {
     FI_MSG as u64 | FI_SEND as u64
@@ -231,7 +228,7 @@ unsafe fn build(version: u32, h: Option<&fi_info>) -> *mut fi_info {
         d.max_ep_rx_ctx = 1;
         d.mr_iov_limit = 1;
         d.mr_cnt = 65536;
-        d.caps = (FI_LOCAL_COMM | FI_REMOTE_COMM) as u64;
+        d.caps = FI_LOCAL_COMM | FI_REMOTE_COMM;
 
         let f = &mut *info.fabric_attr;
         f.name = strdup(FABRIC_NAME);

@@ -582,7 +582,11 @@ unsafe fn obj<'a, T>(f: *const fid, class: u32) -> Option<&'a T> {
             FI_CLASS_MR => std::mem::offset_of!(Mr, magic),
             _ => return None,
         };
-        let m = (f as *const fid).cast::<u8>().add(magic_at).cast::<u64>().read_unaligned();
+        let m = (f as *const fid)
+            .cast::<u8>()
+            .add(magic_at)
+            .cast::<u64>()
+            .read_unaligned();
         (m == MAGIC).then(|| &*(f as *const fid).cast::<T>())
     }
 }
@@ -605,10 +609,19 @@ macro_rules! table {
 // Fabric
 
 static FABRIC_FI_OPS: fi_ops = table!(fi_ops {
-    close: fabric_close, bind: s3, control: s3, ops_open: s5, tostr: s3, ops_set: s5,
+    close: fabric_close,
+    bind: s3,
+    control: s3,
+    ops_open: s5,
+    tostr: s3,
+    ops_set: s5,
 });
 static FABRIC_OPS: fi_ops_fabric = table!(fi_ops_fabric {
-    domain: domain_open, passive_ep: s4, eq_open: eq_open, wait_open: s3, trywait: s3,
+    domain: domain_open,
+    passive_ep: s4,
+    eq_open: eq_open,
+    wait_open: s3,
+    trywait: s3,
     domain2: domain_open2,
 });
 
@@ -657,14 +670,31 @@ unsafe extern "C" fn fabric_close(f: *mut fid) -> c_int {
 // Domain
 
 static DOMAIN_FI_OPS: fi_ops = table!(fi_ops {
-    close: domain_close, bind: s3, control: s3, ops_open: s5, tostr: s3, ops_set: s5,
+    close: domain_close,
+    bind: s3,
+    control: s3,
+    ops_open: s5,
+    tostr: s3,
+    ops_set: s5,
 });
 static DOMAIN_OPS: fi_ops_domain = table!(fi_ops_domain {
-    av_open: av_open, cq_open: cq_open, endpoint: ep_open, scalable_ep: s4, cntr_open: s4,
-    poll_open: s3, stx_ctx: s4, srx_ctx: s4, query_atomic: s5, query_collective: s4,
+    av_open: av_open,
+    cq_open: cq_open,
+    endpoint: ep_open,
+    scalable_ep: s4,
+    cntr_open: s4,
+    poll_open: s3,
+    stx_ctx: s4,
+    srx_ctx: s4,
+    query_atomic: s5,
+    query_collective: s4,
     endpoint2: ep_open2,
 });
-static MR_OPS: fi_ops_mr = table!(fi_ops_mr { reg: mr_reg, regv: s9, regattr: mr_regattr });
+static MR_OPS: fi_ops_mr = table!(fi_ops_mr {
+    reg: mr_reg,
+    regv: s9,
+    regattr: mr_regattr
+});
 
 unsafe extern "C" fn domain_open(
     fabric: *mut fid_fabric,
@@ -673,8 +703,7 @@ unsafe extern "C" fn domain_open(
     context: *mut c_void,
 ) -> c_int {
     guard(|| {
-        if domain.is_null() || unsafe { obj::<Fabric>(fabric.cast(), FI_CLASS_FABRIC) }.is_none()
-        {
+        if domain.is_null() || unsafe { obj::<Fabric>(fabric.cast(), FI_CLASS_FABRIC) }.is_none() {
             return neg(FI_EINVAL);
         }
         // SAFETY: the caller's info, null or live.
@@ -729,7 +758,12 @@ unsafe extern "C" fn domain_close(f: *mut fid) -> c_int {
 // through its own registered slots); the key is the application's or a counter.
 
 static MR_FI_OPS: fi_ops = table!(fi_ops {
-    close: mr_close, bind: s3, control: s3, ops_open: s5, tostr: s3, ops_set: s5,
+    close: mr_close,
+    bind: s3,
+    control: s3,
+    ops_open: s5,
+    tostr: s3,
+    ops_set: s5,
 });
 
 unsafe extern "C" fn mr_reg(
@@ -810,10 +844,19 @@ unsafe extern "C" fn mr_close(f: *mut fid) -> c_int {
 // queue never holds an event; it exists because applications open one.
 
 static EQ_FI_OPS: fi_ops = table!(fi_ops {
-    close: eq_close, bind: s3, control: s3, ops_open: s5, tostr: s3, ops_set: s5,
+    close: eq_close,
+    bind: s3,
+    control: s3,
+    ops_open: s5,
+    tostr: s3,
+    ops_set: s5,
 });
 static EQ_OPS: fi_ops_eq = table!(fi_ops_eq {
-    read: eq_read, readerr: eq_readerr, write: s5, sread: eq_sread, strerror: eq_strerror,
+    read: eq_read,
+    readerr: eq_readerr,
+    write: s5,
+    sread: eq_sread,
+    strerror: eq_strerror,
 });
 
 unsafe extern "C" fn eq_open(
@@ -927,11 +970,21 @@ unsafe extern "C" fn eq_close(f: *mut fid) -> c_int {
 // Address vectors
 
 static AV_FI_OPS: fi_ops = table!(fi_ops {
-    close: av_close, bind: s3, control: s3, ops_open: s5, tostr: s3, ops_set: s5,
+    close: av_close,
+    bind: s3,
+    control: s3,
+    ops_open: s5,
+    tostr: s3,
+    ops_set: s5,
 });
 static AV_OPS: fi_ops_av = table!(fi_ops_av {
-    insert: av_insert, insertsvc: s6, insertsym: s8, remove: av_remove, lookup: av_lookup,
-    straddr: av_straddr, av_set: s4,
+    insert: av_insert,
+    insertsvc: s6,
+    insertsym: s8,
+    remove: av_remove,
+    lookup: av_lookup,
+    straddr: av_straddr,
+    av_set: s4,
 });
 
 unsafe extern "C" fn av_open(
@@ -1024,7 +1077,9 @@ unsafe extern "C" fn av_insert(
         for i in 0..count {
             // SAFETY: `count` addresses of ADDR_LEN bytes each (the fi_av_insert contract
             // for this provider's address format).
-            let b = unsafe { std::slice::from_raw_parts(addr.cast::<u8>().add(i * ADDR_LEN), ADDR_LEN) };
+            let b = unsafe {
+                std::slice::from_raw_parts(addr.cast::<u8>().add(i * ADDR_LEN), ADDR_LEN)
+            };
             let out = match ConnHandle::from_bytes(b) {
                 Ok(_) => {
                     let mut x = [0u8; ADDR_LEN];
@@ -1149,11 +1204,21 @@ unsafe extern "C" fn av_straddr(
 // Completion queues
 
 static CQ_FI_OPS: fi_ops = table!(fi_ops {
-    close: cq_close, bind: s3, control: s3, ops_open: s5, tostr: s3, ops_set: s5,
+    close: cq_close,
+    bind: s3,
+    control: s3,
+    ops_open: s5,
+    tostr: s3,
+    ops_set: s5,
 });
 static CQ_OPS: fi_ops_cq = table!(fi_ops_cq {
-    read: cq_read, readfrom: s4, readerr: cq_readerr, sread: cq_sread, sreadfrom: s6,
-    signal: s1, strerror: cq_strerror,
+    read: cq_read,
+    readfrom: s4,
+    readerr: cq_readerr,
+    sread: cq_sread,
+    sreadfrom: s6,
+    signal: s1,
+    strerror: cq_strerror,
 });
 
 unsafe extern "C" fn cq_open(
@@ -1174,9 +1239,7 @@ unsafe extern "C" fn cq_open(
         if let Some(a) = unsafe { attr.as_ref() } {
             format = match a.format {
                 FI_CQ_FORMAT_UNSPEC => FI_CQ_FORMAT_CONTEXT,
-                f @ (FI_CQ_FORMAT_CONTEXT
-                | FI_CQ_FORMAT_MSG
-                | FI_CQ_FORMAT_DATA
+                f @ (FI_CQ_FORMAT_CONTEXT | FI_CQ_FORMAT_MSG | FI_CQ_FORMAT_DATA
                 | FI_CQ_FORMAT_TAGGED) => f,
                 _ => return neg(FI_ENOSYS),
             };
@@ -1402,36 +1465,93 @@ unsafe extern "C" fn cq_strerror(
 // Endpoints
 
 static EP_FI_OPS: fi_ops = table!(fi_ops {
-    close: ep_close, bind: ep_bind, control: ep_control, ops_open: s5, tostr: s3, ops_set: s5,
+    close: ep_close,
+    bind: ep_bind,
+    control: ep_control,
+    ops_open: s5,
+    tostr: s3,
+    ops_set: s5,
 });
 static EP_OPS: fi_ops_ep = table!(fi_ops_ep {
-    cancel: s2, getopt: ep_getopt, setopt: ep_setopt, tx_ctx: s5, rx_ctx: s5,
-    rx_size_left: s1, tx_size_left: s1,
+    cancel: s2,
+    getopt: ep_getopt,
+    setopt: ep_setopt,
+    tx_ctx: s5,
+    rx_ctx: s5,
+    rx_size_left: s1,
+    tx_size_left: s1,
 });
 static CM_OPS: fi_ops_cm = table!(fi_ops_cm {
-    setname: s3, getname: ep_getname, getpeer: s3, connect: s4, listen: s1, accept: s3,
-    reject: s4, shutdown: s2, join: s5,
+    setname: s3,
+    getname: ep_getname,
+    getpeer: s3,
+    connect: s4,
+    listen: s1,
+    accept: s3,
+    reject: s4,
+    shutdown: s2,
+    join: s5,
 });
 static MSG_OPS: fi_ops_msg = table!(fi_ops_msg {
-    recv: ep_recv, recvv: ep_recvv, recvmsg: ep_recvmsg, send: ep_send, sendv: ep_sendv,
-    sendmsg: ep_sendmsg, inject: ep_inject, senddata: s7, injectdata: s5,
+    recv: ep_recv,
+    recvv: ep_recvv,
+    recvmsg: ep_recvmsg,
+    send: ep_send,
+    sendv: ep_sendv,
+    sendmsg: ep_sendmsg,
+    inject: ep_inject,
+    senddata: s7,
+    injectdata: s5,
 });
 static RMA_OPS: fi_ops_rma = table!(fi_ops_rma {
-    read: s8, readv: s8, readmsg: s3, write: s8, writev: s8, writemsg: s3, inject: s6,
-    writedata: s9, injectdata: s7,
+    read: s8,
+    readv: s8,
+    readmsg: s3,
+    write: s8,
+    writev: s8,
+    writemsg: s3,
+    inject: s6,
+    writedata: s9,
+    injectdata: s7,
 });
 static TAGGED_OPS: fi_ops_tagged = table!(fi_ops_tagged {
-    recv: s8, recvv: s8, recvmsg: s3, send: s7, sendv: s7, sendmsg: s3, inject: s5,
-    senddata: s8, injectdata: s6,
+    recv: s8,
+    recvv: s8,
+    recvmsg: s3,
+    send: s7,
+    sendv: s7,
+    sendmsg: s3,
+    inject: s5,
+    senddata: s8,
+    injectdata: s6,
 });
 static ATOMIC_OPS: fi_ops_atomic = table!(fi_ops_atomic {
-    write: s10, writev: s10, writemsg: s3, inject: s8, readwrite: s12, readwritev: s13,
-    readwritemsg: s6, compwrite: s14, compwritev: s16, compwritemsg: s9, writevalid: s4,
-    readwritevalid: s4, compwritevalid: s4,
+    write: s10,
+    writev: s10,
+    writemsg: s3,
+    inject: s8,
+    readwrite: s12,
+    readwritev: s13,
+    readwritemsg: s6,
+    compwrite: s14,
+    compwritev: s16,
+    compwritemsg: s9,
+    writevalid: s4,
+    readwritevalid: s4,
+    compwritevalid: s4,
 });
 static COLL_OPS: fi_ops_collective = table!(fi_ops_collective {
-    barrier: s3, broadcast: s9, alltoall: s10, allreduce: s11, allgather: s10,
-    reduce_scatter: s11, reduce: s12, scatter: s11, gather: s11, msg: s6, barrier2: s4,
+    barrier: s3,
+    broadcast: s9,
+    alltoall: s10,
+    allreduce: s11,
+    allgather: s10,
+    reduce_scatter: s11,
+    reduce: s12,
+    scatter: s11,
+    gather: s11,
+    msg: s6,
+    barrier2: s4,
 });
 
 unsafe extern "C" fn ep_open(
@@ -1663,7 +1783,12 @@ unsafe fn iovs(iov: *const iovec, count: usize) -> Result<Vec<(usize, usize)>, u
     Ok(v)
 }
 
-fn post_recv(ep: *mut fid_ep, iov: Vec<(usize, usize)>, ctx: *mut c_void, flags: Option<u64>) -> isize {
+fn post_recv(
+    ep: *mut fid_ep,
+    iov: Vec<(usize, usize)>,
+    ctx: *mut c_void,
+    flags: Option<u64>,
+) -> isize {
     with_ep(ep.cast(), |s, cqs, _| {
         let completion = match flags {
             None => !s.rx_selective,
@@ -1815,9 +1940,12 @@ unsafe extern "C" fn ep_sendmsg(ep: *mut fid_ep, msg: *const fi_msg, flags: u64)
         // With FI_SELECTIVE_COMPLETION only FI_COMPLETION asks for one; otherwise
         // every sendmsg completes (FI_INJECT included).
         let sel = flags & FI_COMPLETION as u64 != 0;
-        let completion = with_ep(ep.cast(), |s, _, _| {
-            if s.tx_selective { sel as c_int } else { 1 }
-        });
+        let completion = with_ep(
+            ep.cast(),
+            |s, _, _| {
+                if s.tx_selective { sel as c_int } else { 1 }
+            },
+        );
         if completion < 0 {
             return completion as isize;
         }
@@ -1838,6 +1966,12 @@ unsafe extern "C" fn ep_inject(
         if len > INJECT_SIZE {
             return neg(FI_EMSGSIZE);
         }
-        post_send(ep, &[(buf as usize, len)], dest, std::ptr::null_mut(), Some(false))
+        post_send(
+            ep,
+            &[(buf as usize, len)],
+            dest,
+            std::ptr::null_mut(),
+            Some(false),
+        )
     })
 }

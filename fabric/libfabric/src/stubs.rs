@@ -26,46 +26,217 @@ pub(crate) unsafe extern "C" fn s4<A0, A1, A2, A3, R: Ret>(_: A0, _: A1, _: A2, 
     R::neg(FI_ENOSYS)
 }
 
-pub(crate) unsafe extern "C" fn s5<A0, A1, A2, A3, A4, R: Ret>(_: A0, _: A1, _: A2, _: A3, _: A4) -> R {
+pub(crate) unsafe extern "C" fn s5<A0, A1, A2, A3, A4, R: Ret>(
+    _: A0,
+    _: A1,
+    _: A2,
+    _: A3,
+    _: A4,
+) -> R {
     R::neg(FI_ENOSYS)
 }
 
-pub(crate) unsafe extern "C" fn s6<A0, A1, A2, A3, A4, A5, R: Ret>(_: A0, _: A1, _: A2, _: A3, _: A4, _: A5) -> R {
+pub(crate) unsafe extern "C" fn s6<A0, A1, A2, A3, A4, A5, R: Ret>(
+    _: A0,
+    _: A1,
+    _: A2,
+    _: A3,
+    _: A4,
+    _: A5,
+) -> R {
     R::neg(FI_ENOSYS)
 }
 
-pub(crate) unsafe extern "C" fn s7<A0, A1, A2, A3, A4, A5, A6, R: Ret>(_: A0, _: A1, _: A2, _: A3, _: A4, _: A5, _: A6) -> R {
+pub(crate) unsafe extern "C" fn s7<A0, A1, A2, A3, A4, A5, A6, R: Ret>(
+    _: A0,
+    _: A1,
+    _: A2,
+    _: A3,
+    _: A4,
+    _: A5,
+    _: A6,
+) -> R {
     R::neg(FI_ENOSYS)
 }
 
-pub(crate) unsafe extern "C" fn s8<A0, A1, A2, A3, A4, A5, A6, A7, R: Ret>(_: A0, _: A1, _: A2, _: A3, _: A4, _: A5, _: A6, _: A7) -> R {
+pub(crate) unsafe extern "C" fn s8<A0, A1, A2, A3, A4, A5, A6, A7, R: Ret>(
+    _: A0,
+    _: A1,
+    _: A2,
+    _: A3,
+    _: A4,
+    _: A5,
+    _: A6,
+    _: A7,
+) -> R {
     R::neg(FI_ENOSYS)
 }
 
-pub(crate) unsafe extern "C" fn s9<A0, A1, A2, A3, A4, A5, A6, A7, A8, R: Ret>(_: A0, _: A1, _: A2, _: A3, _: A4, _: A5, _: A6, _: A7, _: A8) -> R {
+pub(crate) unsafe extern "C" fn s9<A0, A1, A2, A3, A4, A5, A6, A7, A8, R: Ret>(
+    _: A0,
+    _: A1,
+    _: A2,
+    _: A3,
+    _: A4,
+    _: A5,
+    _: A6,
+    _: A7,
+    _: A8,
+) -> R {
     R::neg(FI_ENOSYS)
 }
 
-pub(crate) unsafe extern "C" fn s10<A0, A1, A2, A3, A4, A5, A6, A7, A8, A9, R: Ret>(_: A0, _: A1, _: A2, _: A3, _: A4, _: A5, _: A6, _: A7, _: A8, _: A9) -> R {
+pub(crate) unsafe extern "C" fn s10<A0, A1, A2, A3, A4, A5, A6, A7, A8, A9, R: Ret>(
+    _: A0,
+    _: A1,
+    _: A2,
+    _: A3,
+    _: A4,
+    _: A5,
+    _: A6,
+    _: A7,
+    _: A8,
+    _: A9,
+) -> R {
     R::neg(FI_ENOSYS)
 }
 
-pub(crate) unsafe extern "C" fn s11<A0, A1, A2, A3, A4, A5, A6, A7, A8, A9, A10, R: Ret>(_: A0, _: A1, _: A2, _: A3, _: A4, _: A5, _: A6, _: A7, _: A8, _: A9, _: A10) -> R {
+pub(crate) unsafe extern "C" fn s11<A0, A1, A2, A3, A4, A5, A6, A7, A8, A9, A10, R: Ret>(
+    _: A0,
+    _: A1,
+    _: A2,
+    _: A3,
+    _: A4,
+    _: A5,
+    _: A6,
+    _: A7,
+    _: A8,
+    _: A9,
+    _: A10,
+) -> R {
     R::neg(FI_ENOSYS)
 }
 
-pub(crate) unsafe extern "C" fn s12<A0, A1, A2, A3, A4, A5, A6, A7, A8, A9, A10, A11, R: Ret>(_: A0, _: A1, _: A2, _: A3, _: A4, _: A5, _: A6, _: A7, _: A8, _: A9, _: A10, _: A11) -> R {
+pub(crate) unsafe extern "C" fn s12<A0, A1, A2, A3, A4, A5, A6, A7, A8, A9, A10, A11, R: Ret>(
+    _: A0,
+    _: A1,
+    _: A2,
+    _: A3,
+    _: A4,
+    _: A5,
+    _: A6,
+    _: A7,
+    _: A8,
+    _: A9,
+    _: A10,
+    _: A11,
+) -> R {
     R::neg(FI_ENOSYS)
 }
 
-pub(crate) unsafe extern "C" fn s13<A0, A1, A2, A3, A4, A5, A6, A7, A8, A9, A10, A11, A12, R: Ret>(_: A0, _: A1, _: A2, _: A3, _: A4, _: A5, _: A6, _: A7, _: A8, _: A9, _: A10, _: A11, _: A12) -> R {
+pub(crate) unsafe extern "C" fn s13<
+    A0,
+    A1,
+    A2,
+    A3,
+    A4,
+    A5,
+    A6,
+    A7,
+    A8,
+    A9,
+    A10,
+    A11,
+    A12,
+    R: Ret,
+>(
+    _: A0,
+    _: A1,
+    _: A2,
+    _: A3,
+    _: A4,
+    _: A5,
+    _: A6,
+    _: A7,
+    _: A8,
+    _: A9,
+    _: A10,
+    _: A11,
+    _: A12,
+) -> R {
     R::neg(FI_ENOSYS)
 }
 
-pub(crate) unsafe extern "C" fn s14<A0, A1, A2, A3, A4, A5, A6, A7, A8, A9, A10, A11, A12, A13, R: Ret>(_: A0, _: A1, _: A2, _: A3, _: A4, _: A5, _: A6, _: A7, _: A8, _: A9, _: A10, _: A11, _: A12, _: A13) -> R {
+pub(crate) unsafe extern "C" fn s14<
+    A0,
+    A1,
+    A2,
+    A3,
+    A4,
+    A5,
+    A6,
+    A7,
+    A8,
+    A9,
+    A10,
+    A11,
+    A12,
+    A13,
+    R: Ret,
+>(
+    _: A0,
+    _: A1,
+    _: A2,
+    _: A3,
+    _: A4,
+    _: A5,
+    _: A6,
+    _: A7,
+    _: A8,
+    _: A9,
+    _: A10,
+    _: A11,
+    _: A12,
+    _: A13,
+) -> R {
     R::neg(FI_ENOSYS)
 }
 
-pub(crate) unsafe extern "C" fn s16<A0, A1, A2, A3, A4, A5, A6, A7, A8, A9, A10, A11, A12, A13, A14, A15, R: Ret>(_: A0, _: A1, _: A2, _: A3, _: A4, _: A5, _: A6, _: A7, _: A8, _: A9, _: A10, _: A11, _: A12, _: A13, _: A14, _: A15) -> R {
+pub(crate) unsafe extern "C" fn s16<
+    A0,
+    A1,
+    A2,
+    A3,
+    A4,
+    A5,
+    A6,
+    A7,
+    A8,
+    A9,
+    A10,
+    A11,
+    A12,
+    A13,
+    A14,
+    A15,
+    R: Ret,
+>(
+    _: A0,
+    _: A1,
+    _: A2,
+    _: A3,
+    _: A4,
+    _: A5,
+    _: A6,
+    _: A7,
+    _: A8,
+    _: A9,
+    _: A10,
+    _: A11,
+    _: A12,
+    _: A13,
+    _: A14,
+    _: A15,
+) -> R {
     R::neg(FI_ENOSYS)
 }
