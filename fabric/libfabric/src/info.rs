@@ -40,7 +40,7 @@ const fn primary_rx() -> u64 {
 
 /// `fi_freeinfo` of what this module allocated (the provider must not call into
 /// libfabric: its tests run without it).
-pub(crate) unsafe fn free_info(i: *mut fi_info) {
+pub unsafe fn free_info(i: *mut fi_info) {
     let mut cur = i;
     while !cur.is_null() {
         // SAFETY: an fi_info this module built from calloc'ed parts.

@@ -40,7 +40,9 @@ mod info;
 mod objects;
 mod stubs;
 
-pub use info::{ADDR_LEN, INJECT_SIZE, IOV_LIMIT, MAX_MSG_SIZE, PROVIDER_NAME, QUEUE_SIZE};
+pub use info::{
+    ADDR_LEN, INJECT_SIZE, IOV_LIMIT, MAX_MSG_SIZE, PROVIDER_NAME, QUEUE_SIZE, free_info,
+};
 
 use ffi::fi_provider;
 use std::os::raw::c_int;
