@@ -8,6 +8,12 @@ fn main() {
     println!("cargo:rerun-if-env-changed=MRC_FI_INCLUDE");
     println!("cargo:rerun-if-changed=src/fi.h");
     println!("cargo:rerun-if-changed={inc}/rdma/fabric.h");
+    if !std::path::Path::new(&inc).join("rdma/fabric.h").exists() {
+        panic!(
+            "mrc-fi needs libfabric's headers: {inc}/rdma/fabric.h is missing \
+             (apt-get install libfabric-dev, or MRC_FI_INCLUDE=<dir>); `bash .ci/run` installs them"
+        );
+    }
     let out = std::path::PathBuf::from(std::env::var("OUT_DIR").unwrap());
     bindgen::Builder::default()
         .header("src/fi.h")
