@@ -1,0 +1,292 @@
+//! `fi_getinfo` for the `mrc` provider: checks the application's hints against what the
+//! provider offers and answers one `fi_info`, allocated with the C allocator (libfabric
+//! frees it with `fi_freeinfo`, that is `free()` on every part).
+
+use crate::ffi::*;
+use crate::{fi_version, guard};
+use mrc_fabric::engine::ConnHandle;
+use std::ffi::CStr;
+use std::os::raw::{c_char, c_int, c_void};
+
+/// The provider's name, as `fi_info -p` and `FI_PROVIDER` take it.
+pub const PROVIDER_NAME: &str = "mrc";
+/// The fabric's name (`fabric_attr->name`).
+pub const FABRIC_NAME: &CStr = c"mrc";
+/// The domain's name (`domain_attr->name`): the endpoints run on UDP sockets.
+pub const DOMAIN_NAME: &CStr = c"udp";
+/// Bytes of an endpoint address (`fi_getname`, `fi_av_insert`): mrc's connection handle,
+/// the listener's TCP address and a 32-byte secret.
+pub const ADDR_LEN: usize = mrc_fabric::engine::setup::HANDLE_BYTES;
+/// Largest message (`ep_attr->max_msg_size`): the size of one of the provider's staging
+/// slots (docs/LIBFABRIC.md, "How a message moves").
+pub const MAX_MSG_SIZE: usize = 1 << 20;
+/// Largest `fi_inject` (`tx_attr->inject_size`).
+pub const INJECT_SIZE: usize = 4096;
+/// Most iovecs of one send or receive (`iov_limit`).
+pub const IOV_LIMIT: usize = 4;
+/// Depth of the transmit and receive queues (`tx_attr->size`, `rx_attr->size`).
+pub const QUEUE_SIZE: usize = 1024;
+
+/// The capabilities: messages, both directions, to this host and to others.
+pub const CAPS: u64 =
+    FI_MSG as u64 | FI_SEND as u64 | FI_RECV as u64 | FI_LOCAL_COMM | FI_REMOTE_COMM;
+
+const fn primary_tx() -> u64 {
+    FI_MSG as u64 | FI_SEND as u64
+}
+const fn primary_rx() -> u64 {
+    FI_MSG as u64 | FI_RECV as u64
+}
+
+/// `fi_freeinfo` of what this module allocated (the provider must not call into
+/// libfabric: its tests run without it).
+pub unsafe fn free_info(i: *mut fi_info) {
+    let mut cur = i;
+    while !cur.is_null() {
+        // SAFETY: an fi_info this module built from calloc'ed parts.
+        unsafe {
+            let next = (*cur).next;
+            libc::free((*cur).src_addr);
+            libc::free((*cur).dest_addr);
+            libc::free((*cur).tx_attr.cast());
+            libc::free((*cur).rx_attr.cast());
+            libc::free((*cur).ep_attr.cast());
+            if let Some(d) = (*cur).domain_attr.as_mut() {
+                libc::free(d.name.cast());
+            }
+            libc::free((*cur).domain_attr.cast());
+            if let Some(f) = (*cur).fabric_attr.as_mut() {
+                libc::free(f.name.cast());
+                libc::free(f.prov_name.cast());
+            }
+            libc::free((*cur).fabric_attr.cast());
+            libc::free(cur.cast());
+            cur = next;
+        }
+    }
+}
+
+fn calloc<T>() -> *mut T {
+    // SAFETY: plain allocation; every libfabric attr struct is valid when zeroed.
+    unsafe { libc::calloc(1, std::mem::size_of::<T>()).cast() }
+}
+
+fn strdup(s: &CStr) -> *mut c_char {
+    // SAFETY: a NUL-terminated string.
+    unsafe { libc::strdup(s.as_ptr()) }
+}
+
+/// Why hints do not match (`FI_LOG`-free: returned as `-FI_ENODATA`).
+fn no_match() -> c_int {
+    -(FI_ENODATA as c_int)
+}
+
+unsafe fn opt<'a, T>(p: *const T) -> Option<&'a T> {
+    // SAFETY: the caller's pointer, null or live.
+    unsafe { p.as_ref() }
+}
+
+fn name_is(p: *const c_char, want: &CStr) -> bool {
+    // SAFETY: a NUL-terminated string from the application, when non-null.
+    p.is_null() || unsafe { CStr::from_ptr(p) } == want
+}
+
+/// Checks the hints; `Err(-FI_ENODATA)` when the provider cannot give what they ask.
+unsafe fn check_hints(version: u32, h: &fi_info) -> Result<(), c_int> {
+    if h.caps & !CAPS != 0 {
+        return Err(no_match());
+    }
+    if h.addr_format != FI_FORMAT_UNSPEC {
+        return Err(no_match());
+    }
+    // SAFETY (all blocks below): the hints' attr pointers, null or live.
+    if let Some(e) = unsafe { opt(h.ep_attr) } {
+        if e.type_ != FI_EP_UNSPEC && e.type_ != FI_EP_RDM {
+            return Err(no_match());
+        }
+        if e.protocol != FI_PROTO_UNSPEC || e.max_msg_size > MAX_MSG_SIZE {
+            return Err(no_match());
+        }
+        if e.tx_ctx_cnt > 1 || e.rx_ctx_cnt > 1 {
+            return Err(no_match());
+        }
+    }
+    if let Some(d) = unsafe { opt(h.domain_attr) } {
+        if !name_is(d.name, DOMAIN_NAME) {
+            return Err(no_match());
+        }
+        if !matches!(d.av_type, FI_AV_UNSPEC | FI_AV_MAP | FI_AV_TABLE) {
+            return Err(no_match());
+        }
+        if d.control_progress == FI_PROGRESS_AUTO || d.data_progress == FI_PROGRESS_AUTO {
+            return Err(no_match());
+        }
+        if d.cq_data_size > 0 {
+            return Err(no_match());
+        }
+        if version < fi_version(1, 5) && d.mr_mode == FI_MR_BASIC as c_int {
+            return Err(no_match());
+        }
+        // The provider requires no mr_mode bit (it copies through its own registered
+        // slots), so every mr_mode of an application fits.
+    }
+    if let Some(f) = unsafe { opt(h.fabric_attr) }
+        && !name_is(f.name, FABRIC_NAME)
+    {
+        return Err(no_match());
+    }
+    if let Some(t) = unsafe { opt(h.tx_attr) } {
+        if t.caps & !CAPS != 0 || t.inject_size > INJECT_SIZE || t.iov_limit > IOV_LIMIT {
+            return Err(no_match());
+        }
+        if t.size > QUEUE_SIZE {
+            return Err(no_match());
+        }
+    }
+    if let Some(r) = unsafe { opt(h.rx_attr) } {
+        if r.caps & !CAPS != 0 || r.iov_limit > IOV_LIMIT || r.size > QUEUE_SIZE {
+            return Err(no_match());
+        }
+        if r.total_buffered_recv > 0 {
+            return Err(no_match());
+        }
+    }
+    Ok(())
+}
+
+/// Builds one fi_info (null on allocation failure; the parts allocated so far are freed).
+unsafe fn build(version: u32, h: Option<&fi_info>) -> *mut fi_info {
+    let i: *mut fi_info = calloc();
+    if i.is_null() {
+        return i;
+    }
+    // SAFETY: i is a zeroed, owned fi_info; every part below is calloc'ed and owned by it.
+    unsafe {
+        let info = &mut *i;
+        info.tx_attr = calloc();
+        info.rx_attr = calloc();
+        info.ep_attr = calloc();
+        info.domain_attr = calloc();
+        info.fabric_attr = calloc();
+        if info.tx_attr.is_null()
+            || info.rx_attr.is_null()
+            || info.ep_attr.is_null()
+            || info.domain_attr.is_null()
+            || info.fabric_attr.is_null()
+        {
+            free_info(i);
+            return std::ptr::null_mut();
+        }
+        info.caps = CAPS;
+        info.mode = 0;
+        info.addr_format = FI_FORMAT_UNSPEC;
+
+        let t = &mut *info.tx_attr;
+        t.caps = primary_tx();
+        t.op_flags = FI_TRANSMIT_COMPLETE as u64;
+        t.msg_order = FI_ORDER_SAS as u64;
+        t.comp_order = FI_ORDER_NONE as u64;
+        t.inject_size = INJECT_SIZE;
+        t.size = QUEUE_SIZE;
+        t.iov_limit = IOV_LIMIT;
+        t.rma_iov_limit = 0;
+
+        let r = &mut *info.rx_attr;
+        r.caps = primary_rx();
+        r.msg_order = FI_ORDER_SAS as u64;
+        r.comp_order = FI_ORDER_NONE as u64;
+        r.size = QUEUE_SIZE;
+        r.iov_limit = IOV_LIMIT;
+
+        let e = &mut *info.ep_attr;
+        e.type_ = FI_EP_RDM;
+        e.protocol = FI_PROTO_UNSPEC;
+        e.protocol_version = 1;
+        e.max_msg_size = MAX_MSG_SIZE;
+        e.tx_ctx_cnt = 1;
+        e.rx_ctx_cnt = 1;
+
+        let d = &mut *info.domain_attr;
+        d.name = strdup(DOMAIN_NAME);
+        d.threading = FI_THREAD_SAFE;
+        d.control_progress = FI_PROGRESS_MANUAL;
+        d.data_progress = FI_PROGRESS_MANUAL;
+        d.resource_mgmt = FI_RM_ENABLED;
+        d.av_type = FI_AV_UNSPEC;
+        d.mr_mode = if version < fi_version(1, 5) {
+            FI_MR_SCALABLE as c_int
+        } else {
+            0
+        };
+        d.mr_key_size = 8;
+        d.cq_data_size = 0;
+        d.cq_cnt = 256;
+        d.ep_cnt = 256;
+        d.tx_ctx_cnt = 1;
+        d.rx_ctx_cnt = 1;
+        d.max_ep_tx_ctx = 1;
+        d.max_ep_rx_ctx = 1;
+        d.mr_iov_limit = 1;
+        d.mr_cnt = 65536;
+        d.caps = FI_LOCAL_COMM | FI_REMOTE_COMM;
+
+        let f = &mut *info.fabric_attr;
+        f.name = strdup(FABRIC_NAME);
+        f.prov_version = crate::PROVIDER_VERSION;
+        f.api_version = version;
+
+        if d.name.is_null() || f.name.is_null() {
+            free_info(i);
+            return std::ptr::null_mut();
+        }
+        // A peer's address in the hints (fi_pingpong's client passes the server's):
+        // kept when it is one of ours.
+        if let Some(h) = h
+            && !h.dest_addr.is_null()
+            && h.dest_addrlen == ADDR_LEN
+        {
+            let b = std::slice::from_raw_parts(h.dest_addr.cast::<u8>(), ADDR_LEN);
+            if ConnHandle::from_bytes(b).is_ok() {
+                let p: *mut c_void = libc::malloc(ADDR_LEN);
+                if !p.is_null() {
+                    std::ptr::copy_nonoverlapping(b.as_ptr(), p.cast(), ADDR_LEN);
+                    info.dest_addr = p;
+                    info.dest_addrlen = ADDR_LEN;
+                }
+            }
+        }
+    }
+    i
+}
+
+/// The provider's `getinfo`: one `fi_info` for `FI_EP_RDM` (or `-FI_ENODATA` when the
+/// hints ask for something else). `node`, `service` and `flags` choose no address: the
+/// endpoint binds the IP of `FI_MRC_ADDR` (default 127.0.0.1) when it is opened.
+pub(crate) unsafe extern "C" fn getinfo(
+    version: u32,
+    _node: *const c_char,
+    _service: *const c_char,
+    _flags: u64,
+    hints: *const fi_info,
+    info: *mut *mut fi_info,
+) -> c_int {
+    guard(|| {
+        if info.is_null() {
+            return -(FI_EINVAL as c_int);
+        }
+        // SAFETY: the caller's hints, null or live.
+        let h = unsafe { hints.as_ref() };
+        if let Some(h) = h
+            && let Err(e) = unsafe { check_hints(version, h) }
+        {
+            return e;
+        }
+        let i = unsafe { build(version, h) };
+        if i.is_null() {
+            return -(FI_ENOMEM as c_int);
+        }
+        // SAFETY: non-null out-pointer.
+        unsafe { *info = i };
+        0
+    })
+}

@@ -1,0 +1,206 @@
+//! Runs Debian's libfabric tools (`libfabric-bin`) against the built provider, loaded the
+//! way any libfabric application loads it: `FI_PROVIDER_PATH` naming a directory that
+//! holds `libmrc-fi.so`. Without `fi_info` / `fi_pingpong` each test prints a
+//! `SKIPPED: <test>: <reason>` line and passes.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn skip(test: &str, why: &str) {
+    let line = format!("SKIPPED: {test}: {why}\n");
+    let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
+}
+
+fn have(tool: &str) -> bool {
+    Command::new(tool)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok()
+}
+
+/// The cdylib cargo built next to this test binary (`target/<profile>/deps/..`).
+fn cdylib() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    let deps = exe.parent().expect("deps dir");
+    for dir in [deps, deps.parent().unwrap_or(deps)] {
+        let p = dir.join("libmrc_fi.so");
+        if p.exists() {
+            return p;
+        }
+    }
+    panic!("libmrc_fi.so not found next to {}", exe.display());
+}
+
+/// A directory holding only `libmrc-fi.so` (a copy: a rebuild must not change it under a
+/// running tool), for `FI_PROVIDER_PATH`.
+fn provider_dir(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("tmp dir");
+    std::fs::copy(cdylib(), dir.join("libmrc-fi.so")).expect("copy the provider");
+    dir
+}
+
+fn tool(dir: &Path, prog: &str) -> Command {
+    let mut c = Command::new(prog);
+    c.env("FI_PROVIDER_PATH", dir)
+        .env_remove("FI_PROVIDER")
+        .env_remove("FI_MRC_ADDR")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    c
+}
+
+/// Waits for `c` at most `limit`; kills it past that (and fails).
+fn wait(mut c: Child, what: &str, limit: Duration) -> Output {
+    let t = Instant::now();
+    loop {
+        if c.try_wait().expect("wait").is_some() {
+            return c.wait_with_output().expect("output");
+        }
+        if t.elapsed() > limit {
+            let _ = c.kill();
+            let o = c.wait_with_output().expect("output");
+            panic!(
+                "{what} still running after {limit:?}; stdout:\n{}\nstderr:\n{}",
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn fi_info_lists_the_mrc_provider() {
+    if !have("fi_info") {
+        return skip(
+            "fi_info_lists_the_mrc_provider",
+            "fi_info not installed (apt-get install libfabric-bin)",
+        );
+    }
+    let dir = provider_dir("fi_info");
+    let o = tool(&dir, "fi_info")
+        .args(["-p", "mrc"])
+        .output()
+        .expect("run fi_info");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "fi_info -p mrc: {o:?}");
+    assert_eq!(
+        out,
+        "provider: mrc\n    fabric: mrc\n    domain: udp\n    version: 0.1\n    \
+         type: FI_EP_RDM\n    protocol: FI_PROTO_UNSPEC\n"
+    );
+
+    // The attributes, verbose.
+    let o = tool(&dir, "fi_info")
+        .args(["-p", "mrc", "-v"])
+        .output()
+        .expect("run fi_info -v");
+    assert!(o.status.success());
+    let v = String::from_utf8_lossy(&o.stdout);
+    for line in [
+        "    caps: [ FI_MSG, FI_RECV, FI_SEND, FI_LOCAL_COMM, FI_REMOTE_COMM ]",
+        "        max_msg_size: 1048576",
+        "        inject_size: 4096",
+        "        threading: FI_THREAD_SAFE",
+        "        data_progress: FI_PROGRESS_MANUAL",
+        "        mr_mode: [  ]",
+    ] {
+        assert!(v.lines().any(|l| l == line), "no line {line:?} in:\n{v}");
+    }
+
+    // What the slice does not offer is not listed: tagged messages, a MSG endpoint.
+    for args in [["-c", "FI_TAGGED"], ["-t", "FI_EP_MSG"]] {
+        let o = tool(&dir, "fi_info")
+            .args(["-p", "mrc"])
+            .args(args)
+            .output()
+            .expect("run fi_info");
+        assert_eq!(o.status.code(), Some(61), "fi_info -p mrc {args:?}: {o:?}");
+        assert_eq!(String::from_utf8_lossy(&o.stderr), "fi_getinfo: -61\n");
+    }
+}
+
+/// A TCP port nobody listens on now (fi_pingpong's control channel).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+#[test]
+fn fi_pingpong_runs_over_mrc_on_loopback() {
+    let test = "fi_pingpong_runs_over_mrc_on_loopback";
+    if !have("fi_pingpong") {
+        return skip(
+            test,
+            "fi_pingpong not installed (apt-get install libfabric-bin)",
+        );
+    }
+    let dir = provider_dir("fi_pingpong");
+    let port = free_port().to_string();
+    // -e rdm: the provider's only endpoint type (fi_pingpong's default is dgram); -c:
+    // fi_pingpong checks every byte it receives; -I 10: iterations per size. The default
+    // sizes run: 64 B .. 1 MiB (max_msg_size).
+    let common = ["-p", "mrc", "-e", "rdm", "-I", "10", "-c"];
+    let server = tool(&dir, "fi_pingpong")
+        .args(common)
+        .args(["-B", &port])
+        .spawn()
+        .expect("start the server");
+    // The client retries while the server's control socket is not up yet.
+    let t = Instant::now();
+    let client = loop {
+        let c = tool(&dir, "fi_pingpong")
+            .args(common)
+            .args(["-P", &port, "127.0.0.1"])
+            .spawn()
+            .expect("start the client");
+        let o = wait(c, "fi_pingpong client", Duration::from_secs(120));
+        let err = String::from_utf8_lossy(&o.stderr);
+        if !o.status.success() && err.contains("failed to connect") && t.elapsed().as_secs() < 10 {
+            std::thread::sleep(Duration::from_millis(100));
+            continue;
+        }
+        break o;
+    };
+    let server = wait(server, "fi_pingpong server", Duration::from_secs(60));
+    for (who, o) in [("client", &client), ("server", &server)] {
+        let out = String::from_utf8_lossy(&o.stdout);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{who}: stdout:\n{out}\nstderr:\n{err}"
+        );
+        assert_eq!(err, "", "{who} printed on stderr");
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), 7, "{who}: {out}");
+        assert_eq!(
+            lines[0].split_whitespace().collect::<Vec<_>>(),
+            [
+                "bytes",
+                "#sent",
+                "#ack",
+                "total",
+                "time",
+                "MB/sec",
+                "usec/xfer",
+                "Mxfers/sec"
+            ]
+        );
+        for (l, size) in lines[1..]
+            .iter()
+            .zip(["64", "256", "1k", "4k", "64k", "1m"])
+        {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            // size, sent, =acked (every message acknowledged): no "Error at iteration".
+            assert_eq!(f[..3], [size, "10", "=10"], "{who}: {l}");
+        }
+    }
+}
