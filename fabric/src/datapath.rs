@@ -79,7 +79,7 @@ pub struct PathMap {
     /// ([`crate::udp::UdpConfig::plane_ips`]) to the peer's (`peers`). Empty: plane 0 for
     /// all. Sockets never mix planes: the EVs of each plane are cut into groups of
     /// `evs_per_socket` on their own, the planes' groups numbered in turn
-    /// ([`PathMap::socket_planes`], [`PathMap::socket_of`]).
+    /// ([`PathMap::socket_planes`]).
     pub planes: Vec<u8>,
     /// The peer's receive address on each plane (`peers[p]` for plane `p`). Empty: the
     /// `peer` given to [`Datapath::open_conn`] for every plane; else as long as the
