@@ -1391,17 +1391,7 @@ pub fn tcp_connect(
     from: Option<IpAddr>,
     timeout: Duration,
 ) -> std::io::Result<TcpStream> {
-    let Some(ip) = from else {
-        return TcpStream::connect_timeout(&server, timeout);
-    };
-    let s = socket2::Socket::new(
-        socket2::Domain::for_address(server),
-        socket2::Type::STREAM,
-        Some(socket2::Protocol::TCP),
-    )?;
-    s.bind(&SocketAddr::new(ip, 0).into())?;
-    s.connect_timeout(&server.into(), timeout)?;
-    Ok(s.into())
+    mrc_fabric::engine::bootstrap::connect_from(server, from, timeout)
 }
 
 /// The first of `servers` (every address a host name resolves to, in resolver order) that

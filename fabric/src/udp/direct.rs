@@ -291,11 +291,7 @@ impl Datapath for DirectDatapath {
     }
 
     fn plane_ips(&self) -> Vec<IpAddr> {
-        if self.cfg.plane_ips.is_empty() {
-            vec![self.local.ip()]
-        } else {
-            self.cfg.plane_ips.clone()
-        }
+        self.cfg.plane_ips_or(self.local)
     }
 
     fn open_conn(&mut self, peer: SocketAddr, paths: &PathMap) -> Result<ConnId, DatapathError> {

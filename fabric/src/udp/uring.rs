@@ -126,6 +126,16 @@ impl UdpConfig {
         }
     }
 
+    /// This end's IP on each plane: `plane_ips`, or `local`'s IP (the receive socket's) on
+    /// one plane ([`Datapath::plane_ips`] of both UDP datapaths).
+    pub(crate) fn plane_ips_or(&self, local: SocketAddr) -> Vec<IpAddr> {
+        if self.plane_ips.is_empty() {
+            vec![local.ip()]
+        } else {
+            self.plane_ips.clone()
+        }
+    }
+
     /// Planes: `plane_ips.len()`, at least 1.
     pub fn planes(&self) -> usize {
         self.plane_ips.len().max(1)
@@ -597,11 +607,7 @@ impl Datapath for UringDatapath {
     }
 
     fn plane_ips(&self) -> Vec<IpAddr> {
-        if self.cfg.plane_ips.is_empty() {
-            vec![self.local.ip()]
-        } else {
-            self.cfg.plane_ips.clone()
-        }
+        self.cfg.plane_ips_or(self.local)
     }
 
     fn open_conn(&mut self, peer: SocketAddr, paths: &PathMap) -> Result<ConnId, DatapathError> {
