@@ -588,7 +588,9 @@ fn seeded_trims_drops_and_reordering_under_nscc_and_swift() {
     // 4,470,124 -> 4,465,550 ns, Swift 6 -> 7 probes, 15,952,982 -> 15,002,648 ns.)
     // (An EV back by probe takes its share of the recycle FIFO at once: NSCC 0 -> 1 probe,
     // 4,465,550 -> 4,492,094 ns; Swift 27 -> 20 revalidations, 15,002,648 -> 14,979,442 ns.)
-    assert_eq!(totals, [(0, 1, 0, 4_492_094), (0, 7, 20, 14_979_442)]);
+    // (An EV back with its share of the FIFO still waiting is topped up, not given a
+    // share more: Swift 20 -> 22 revalidations, 14,979,442 -> 14,983,643 ns.)
+    assert_eq!(totals, [(0, 1, 0, 4_492_094), (0, 7, 22, 14_983_643)]);
 }
 
 /// Go-back-N with 1% drops and 5% trims, 8 seeds under NSCC and Swift: a trimmed

@@ -239,9 +239,8 @@ fn a_dead_plane_is_found_by_loss() {
 /// 190 us, up 20 us later each time). Host 0's connection is told of each change: plane 1
 /// down (locally) twice for 20 us each, four Port Status Updates. Both flows hash some of
 /// their plane-1 EVs onto the rebooting spine: two of them losing with no delivery on the
-/// plane between takes plane 1 down by loss (twice for host 0's flow, once for 1 -> 3),
-/// and a probe on a live EV brings it back (10,188 ns in all for host 0, 4,450 ns for
-/// 1 -> 3). Losses of packets sent before the port came back do not count against the
+/// plane between takes plane 1 down by loss (once for each flow), and a probe on a live
+/// EV brings it back (5,066 ns for host 0, 4,450 ns for 1 -> 3). Losses of packets sent before the port came back do not count against the
 /// plane. Both flows complete whole.
 #[test]
 fn a_switch_reboot_and_a_flapping_port() {
@@ -277,7 +276,7 @@ fn a_switch_reboot_and_a_flapping_port() {
     let p0 = s0.paths().planes()[1].stats;
     assert_eq!(
         (p0.downs_local, p0.ups, p0.down_ns, p0.downs_by_loss),
-        (2, 4, 50_188, 2)
+        (2, 3, 45_066, 1)
     );
     assert_eq!(s0.stats().psu_sent, 4);
     let p1 = s1.paths().planes()[1].stats;
@@ -287,10 +286,15 @@ fn a_switch_reboot_and_a_flapping_port() {
     );
     // (258,657 and 278,226 ns before an EV back by probe took its share of the recycle
     // FIFO at once, two EVs' losses took a plane down and plane probes backed off to
-    // 200 us.)
+    // 200 us.) (270,452 and 235,085 ns before an EV back in rotation was topped up to its
+    // share of the recycle FIFO, its plane's entries kept within the plane's share and
+    // spread apart: host 0's plane 1 goes down by loss once, not twice, and 1 -> 3 takes
+    // 12% longer: its plane 1, back after 4.45 us, gets fewer entries than it had. Without
+    // the plane's bound, 244,235 and 236,430 ns, but the all-to-all of `plane-loss` back to
+    // 95% in 3 runs of 24 instead of 9.)
     assert_eq!(
         (r.flows[0].done_ns, r.flows[1].done_ns),
-        (Some(270_452), Some(235_085))
+        (Some(271_153), Some(263_373))
     );
     assert_eq!(
         (r0.stats().received_bytes, r1.stats().received_bytes),
@@ -302,7 +306,7 @@ fn a_switch_reboot_and_a_flapping_port() {
             r.counters.link_down_drops,
             r.counters.no_route_drops
         ),
-        (2, 3, 14)
+        (0, 0, 0)
     );
 }
 

@@ -390,6 +390,30 @@ fn an_ev_back_by_probe_takes_its_share_of_a_busy_recycle_fifo() {
     // explored while acknowledgements kept the FIFO full
 }
 
+/// An EV back by probe that still holds entries of the recycle FIFO (it went out a round
+/// trip ago) is topped up to its share, not given a share more: EV 3 holds 2 of the 8
+/// entries, its share of 8 over 4 `Good` EVs, and gets none.
+#[test]
+fn an_ev_back_with_its_share_still_waiting_takes_no_more() {
+    let mut t = PathTable::new(&[0, 1, 2, 3], Selection::Recycle, 1);
+    for _ in 0..2 {
+        for i in 0..4 {
+            t.on_delivered(i, 10);
+        }
+    }
+    t.end_ack(0, None);
+    t.assume_bad(3, 20);
+    assert_eq!(t.next_probe(20, 100), Some((3, 1)));
+    assert!(t.on_probe_reply(3, 1, 30));
+    assert_eq!(t.state_of(3), Some(PathState::Good));
+    assert_eq!(
+        t.recycled().collect::<Vec<_>>(),
+        vec![0, 1, 2, 3, 0, 1, 2, 3]
+    );
+    // before: two entries more at the front, one of the others' newest gone
+    // ([3, 3, 0, 1, 2, 3, 0, 1, 2]), and a third of the packets on EV 3 for good
+}
+
 mod recycle_fifo {
     use super::{RECYCLE_CAPACITY, RecycleFifo};
 
@@ -421,21 +445,30 @@ mod recycle_fifo {
         f.push_back(7);
         assert_eq!(f.iter().collect::<Vec<_>>(), vec![7]);
         // the front, across the wrap of slot 0
-        f.push_front(8);
-        f.push_front(9);
+        f.insert(0, 8);
+        f.insert(0, 9);
         assert_eq!(f.iter().collect::<Vec<_>>(), vec![9, 8, 7]);
         assert_eq!((f.front(), f.len()), (Some(9), 3));
+        // the middle and the back (a position past the end is the back)
+        f.insert(1, 5);
+        f.insert(9, 6);
+        assert_eq!(f.iter().collect::<Vec<_>>(), vec![9, 5, 8, 7, 6]);
+        assert_eq!((f.at(1), f.at(4)), (5, 6));
         f.pop_back();
-        assert_eq!(f.iter().collect::<Vec<_>>(), vec![9, 8]);
-        // full: push_front drops the newest
+        f.pop_back();
+        assert_eq!(f.iter().collect::<Vec<_>>(), vec![9, 5, 8]);
+        // full: an insertion drops the newest
         let mut g = RecycleFifo::new();
         for i in 0..RECYCLE_CAPACITY {
             g.push_back(i);
         }
-        g.push_front(1000);
+        g.insert(0, 1000);
         assert_eq!(g.len(), RECYCLE_CAPACITY);
         assert_eq!(g.front(), Some(1000));
         assert_eq!(g.iter().last(), Some(RECYCLE_CAPACITY - 2));
+        g.insert(2, 2000);
+        assert_eq!(g.iter().take(4).collect::<Vec<_>>(), vec![1000, 0, 2000, 1]);
+        assert_eq!(g.iter().last(), Some(RECYCLE_CAPACITY - 3));
     }
 }
 
@@ -758,6 +791,89 @@ mod planes {
         assert_eq!(t.plane_ev_stats(1).sent, 11 + 13 + 15 + 17);
         assert_eq!(t.plane_ev_stats(2).sent, 0);
     }
+
+    /// EVs 0..8 on 4 planes in turn (EV i on plane i mod 4), plane 3 (EVs 3 and 7) down by
+    /// loss, and the FIFO holding `rounds` rounds of EVs 0, 1, 2, 4, 5, 6.
+    fn four_planes_plane_3_down(rounds: usize) -> PathTable {
+        let planes: Vec<u8> = (0..8).map(|i| (i % 4) as u8).collect();
+        let mut t = PathTable::with_planes(
+            &(0..8).collect::<Vec<u32>>(),
+            &planes,
+            Selection::Recycle,
+            1,
+        );
+        t.on_loss(3, 10);
+        t.on_loss(7, 11);
+        assert_eq!(t.planes()[3].state, PlaneState::Down(PlaneDownCause::Loss));
+        for _ in 0..rounds {
+            for i in [0, 1, 2, 4, 5, 6] {
+                t.on_delivered(i, 20);
+            }
+        }
+        t.end_ack(0, None);
+        t
+    }
+
+    /// The EVs of a plane back by probe join the recycle FIFO apart, not in a run at its
+    /// front: with 4 planes up, no two entries of the plane within 3 places, so the NIC's
+    /// four ports each get a packet in turn. EV 3 (the plane probe's answer) goes to the
+    /// front, EV 7 (probed at once, answered next) 4 places on; before, EV 7 went in
+    /// front of EV 3 and the plane's port sent both while the others waited.
+    #[test]
+    fn a_planes_evs_back_join_the_recycle_fifo_apart() {
+        let mut t = four_planes_plane_3_down(2);
+        assert_eq!(t.recycled().count(), 12);
+        assert_eq!(t.next_probe(30, 100), Some((3, 1)));
+        assert!(t.on_probe_reply(3, 1, 40));
+        assert_eq!(t.planes()[3].state, PlaneState::Up);
+        assert_eq!(
+            t.recycled().collect::<Vec<_>>(),
+            vec![3, 0, 1, 2, 4, 5, 6, 0, 1, 2, 4, 5, 6]
+        );
+        // the plane's other EV is probed at once, and returns on its own answer
+        assert_eq!(t.next_probe(40, 100), Some((7, 2)));
+        assert!(t.on_probe_reply(7, 2, 50));
+        assert_eq!(
+            t.recycled().collect::<Vec<_>>(),
+            vec![3, 0, 1, 2, 7, 4, 5, 6, 0, 1, 2, 4, 5, 6]
+        );
+        let planes: Vec<u8> = picks(&mut t, 8)
+            .into_iter()
+            .map(|ev| (ev % 4) as u8)
+            .collect();
+        assert_eq!(planes, vec![3, 0, 1, 2, 3, 0, 1, 2]);
+    }
+
+    /// A flow with fewer entries waiting than EVs: the EVs of the plane back take the
+    /// plane's share of the FIFO together (its `Good` EVs' part of all, rounded up), not
+    /// one entry each. Plane 1 of two (EVs 1, 3, 5, 7) back into a FIFO of 2: EVs 1, 3
+    /// and 5 get an entry, EV 7 none (4 of 6 would be more than half), and the FIFO is
+    /// [1, 0, 3, 2, 5]; before, each got one at the front, [7, 5, 3, 1, 0, 2], and
+    /// entries only circulate: two thirds of the flow's packets on plane 1 for good (the
+    /// `plane-loss` all-to-all over 4 planes kept a host's port on the returned plane 99%
+    /// busy and its others 30%). EV 7 is `Good` and carries data when exploration
+    /// reaches it.
+    #[test]
+    fn a_planes_evs_back_take_the_planes_share_of_a_short_fifo() {
+        let mut t = two_planes(Selection::Recycle);
+        t.on_loss(1, 10);
+        t.on_loss(3, 11);
+        assert_eq!(t.planes()[1].state, PlaneState::Down(PlaneDownCause::Loss));
+        t.on_delivered(0, 20);
+        t.on_delivered(2, 20);
+        t.end_ack(0, None);
+        assert_eq!(t.next_probe(30, 100), Some((1, 1)));
+        assert!(t.on_probe_reply(1, 1, 40));
+        for (ev, seq) in [(3, 2), (5, 3), (7, 4)] {
+            assert_eq!(t.next_probe(40, 100), Some((ev as usize, seq)));
+            assert!(t.on_probe_reply(ev, seq, 50));
+        }
+        assert!(t.paths().iter().all(|p| p.state == PathState::Good));
+        assert_eq!(t.recycled().collect::<Vec<_>>(), vec![1, 0, 3, 2, 5]);
+        // the FIFO runs dry after 5 packets: exploration from the cursor reaches EV 7
+        assert_eq!(picks(&mut t, 5), vec![1, 0, 3, 2, 5]);
+        assert_eq!(picks(&mut t, 8), vec![0, 1, 2, 3, 4, 5, 6, 7]);
+    }
 }
 
 proptest::proptest! {
@@ -840,4 +956,5 @@ proptest::proptest! {
             proptest::prop_assert_eq!(t.next_probe_time().is_some(), bad);
         }
     }
+
 }
