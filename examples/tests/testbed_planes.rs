@@ -15,80 +15,18 @@
 //! stderr that `.ci/run` counts. Every command runs under `timeout`, every ping waits at
 //! most 1 s, and a `Drop` guard takes the fabric down, also when an assertion fails.
 
-use std::io::Write;
-use std::path::PathBuf;
-use std::process::{Command, Output};
+mod planes_common;
 
-/// Host 0's and host 1's address in plane 0 and plane 1 (examples/src/testbed.rs: plane p
-/// is the first hex digit of the subnet).
-const H0: [&str; 2] = ["fd00:6d72:63:10::2", "fd00:6d72:63:1010::2"];
-const H1: [&str; 2] = ["fd00:6d72:63:11::2", "fd00:6d72:63:1011::2"];
+use planes_common::{Fabric, H0, H1, have, skip, text};
+
 /// Echo requests of the plane-confinement check.
 const PINGS: u64 = 100;
 /// Packets the spines of a plane may receive besides the test's own: each new interface
 /// sends a few unsolicited MLD reports in its first seconds (measured: 8 to 12 per plane).
 const BACKGROUND: u64 = 16;
 
-/// One `SKIPPED: <test>: <reason>` line, written past libtest's capture (as
-/// `srv6_kernel` does), so it shows in every run and `.ci/run` counts it.
-fn skip(test: &str, why: &str) {
-    let line = format!("SKIPPED: {test}: {why}\n");
-    let _ = std::io::stderr().write_all(line.as_bytes());
-}
-
-fn have(tool: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-struct Fabric {
-    prefix: String,
-    script: PathBuf,
-}
-
+/// The fabric test's own commands (an inherent impl: the module is part of this crate).
 impl Fabric {
-    fn new() -> Fabric {
-        Fabric {
-            prefix: format!("mrctbP{}-", std::process::id() % 1000),
-            script: PathBuf::from(concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/../testbed/mrc-testbed.sh"
-            )),
-        }
-    }
-
-    fn tb(&self, args: &[&str]) -> Output {
-        Command::new("timeout")
-            .arg("60")
-            .arg(&self.script)
-            .args(args)
-            .env("MRCTB_PREFIX", &self.prefix)
-            .env_remove("MRCTB_SRV6")
-            .env_remove("MRCTB_PLAN")
-            // The plan comes from this build's designer.
-            .env("MRCTB_SIM", env!("CARGO_BIN_EXE_mrc-sim"))
-            .output()
-            .expect("run mrc-testbed.sh")
-    }
-
-    /// `tb`, asserting exit 0; its stdout.
-    fn ok(&self, args: &[&str]) -> String {
-        let o = self.tb(args);
-        assert!(o.status.success(), "{args:?} failed: {}", text(&o));
-        String::from_utf8_lossy(&o.stdout).into_owned()
-    }
-
-    /// One echo request from `src` (an address of `host`) to `dst`, 1 s for the answer.
     fn ping(&self, host: &str, src: &str, dst: &str) -> bool {
         self.tb(&["exec", host, "ping", "-6", "-c1", "-W1", "-I", src, dst])
             .status
@@ -159,12 +97,6 @@ impl Fabric {
     }
 }
 
-impl Drop for Fabric {
-    fn drop(&mut self) {
-        let _ = self.tb(&["down"]);
-    }
-}
-
 #[test]
 fn two_planes_reach_stay_apart_fail_and_recover() {
     let test = "two_planes_reach_stay_apart_fail_and_recover";
@@ -188,7 +120,7 @@ fn two_planes_reach_stay_apart_fail_and_recover() {
         }
     }
     // The guard exists before `up`, so a failed or panicking run is taken down too.
-    let f = Fabric::new();
+    let f = Fabric::new('P');
     let srv6 = f.tb(&["kernel"]).status.code();
     let up = f.ok(&["up", "--planes", "2"]);
     assert!(

@@ -20,35 +20,14 @@
 //! `SKIPPED: <test>: <reason>` line on stderr that `.ci/run` counts. Every command runs
 //! under `timeout`; a `Drop` guard takes the fabric down, also when an assertion fails.
 
+mod planes_common;
+
+use planes_common::{Fabric, H0, H1, have, skip, text};
 use serde_json::Value;
-use std::io::{BufRead, Write};
+use std::io::BufRead;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-
-/// Host 0's and host 1's address in plane 0 and plane 1 (examples/src/testbed.rs).
-const H0: [&str; 2] = ["fd00:6d72:63:10::2", "fd00:6d72:63:1010::2"];
-const H1: [&str; 2] = ["fd00:6d72:63:11::2", "fd00:6d72:63:1011::2"];
-
-fn skip(test: &str, why: &str) {
-    let line = format!("SKIPPED: {test}: {why}\n");
-    let _ = std::io::stderr().write_all(line.as_bytes());
-}
-
-fn have(tool: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
 
 fn unix_ns() -> u64 {
     SystemTime::now()
@@ -56,32 +35,8 @@ fn unix_ns() -> u64 {
         .map_or(0, |d| d.as_nanos() as u64)
 }
 
-struct Fabric {
-    prefix: String,
-    script: PathBuf,
-    dir: PathBuf,
-}
-
+/// This test's own commands (an inherent impl: the module is part of this crate).
 impl Fabric {
-    fn tb(&self, args: &[&str]) -> Output {
-        Command::new("timeout")
-            .arg("60")
-            .arg(&self.script)
-            .args(args)
-            .env("MRCTB_PREFIX", &self.prefix)
-            .env_remove("MRCTB_SRV6")
-            .env_remove("MRCTB_PLAN")
-            .env("MRCTB_SIM", env!("CARGO_BIN_EXE_mrc-sim"))
-            .output()
-            .expect("run mrc-testbed.sh")
-    }
-
-    fn ok(&self, args: &[&str]) -> String {
-        let o = self.tb(args);
-        assert!(o.status.success(), "{args:?} failed: {}", text(&o));
-        String::from_utf8_lossy(&o.stdout).into_owned()
-    }
-
     /// `cmd` in namespace `node` of this fabric, under `timeout 60`.
     fn ns(&self, node: &str) -> Command {
         let mut c = Command::new("ip");
@@ -90,10 +45,9 @@ impl Fabric {
         c
     }
 
-    /// A capture of UDP on `dev` of `node` into the file `name` of the test's folder,
-    /// started (its file written) before this returns.
-    fn capture(&self, node: &str, dev: &str, name: &str) -> (Child, PathBuf) {
-        let path = self.dir.join(name);
+    /// A capture of UDP on `dev` of `node` into `path`, started (its file written) before
+    /// this returns.
+    fn capture(&self, node: &str, dev: &str, path: PathBuf) -> (Child, PathBuf) {
         let _ = std::fs::remove_file(&path);
         let child = Command::new("ip")
             .args(["netns", "exec", &format!("{}{node}", self.prefix)])
@@ -112,12 +66,6 @@ impl Fabric {
             std::thread::sleep(Duration::from_millis(20));
         }
         (child, path)
-    }
-}
-
-impl Drop for Fabric {
-    fn drop(&mut self) {
-        let _ = self.tb(&["down"]);
     }
 }
 
@@ -251,9 +199,9 @@ fn check_exact(r: &Run, messages: Option<u64>, size: u64) {
 
 /// `plane 1 down` 1.2 s into the client's run and `plane 1 up` 1 s later: the run's
 /// report and what the captures of host 1's two interfaces saw.
-fn pull(f: &Fabric, port: u16, extra: &[&str]) {
-    let (c0, p0) = f.capture("h1", "eth0", &format!("pull{port}-eth0.pcap"));
-    let (c1, p1) = f.capture("h1", "eth1", &format!("pull{port}-eth1.pcap"));
+fn pull(f: &Fabric, dir: &Path, port: u16, extra: &[&str]) {
+    let (c0, p0) = f.capture("h1", "eth0", dir.join(format!("pull{port}-eth0.pcap")));
+    let (c1, p1) = f.capture("h1", "eth1", dir.join(format!("pull{port}-eth1.pcap")));
     let mut t = [0u64; 4];
     let r = run(
         f,
@@ -404,14 +352,7 @@ fn mrc_over_two_planes_of_the_testbed_survives_a_pull_a_flap_and_keeps_exact_byt
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("testbed_planes_mrc");
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let f = Fabric {
-        prefix: format!("mrctbM{}-", std::process::id() % 1000),
-        script: PathBuf::from(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../testbed/mrc-testbed.sh"
-        )),
-        dir: dir.clone(),
-    };
+    let f = Fabric::new('M');
     f.ok(&["up", "--planes", "2"]);
 
     // 1. Both planes, exact bytes, half the packets each.
@@ -443,7 +384,7 @@ fn mrc_over_two_planes_of_the_testbed_survives_a_pull_a_flap_and_keeps_exact_byt
     }
 
     // 2. Plane 1 pulled and put back.
-    pull(&f, 29102, &[]);
+    pull(&f, &dir, 29102, &[]);
 
     // 3. One link of plane 1 flapping every 100 ms (a blackhole toggled on leaf p1-l0's
     //    port to spine 0, so the routes stay as they are).
@@ -487,5 +428,5 @@ fn mrc_over_two_planes_of_the_testbed_survives_a_pull_a_flap_and_keeps_exact_byt
     std::fs::write(&psk, [0x5Au8; 32]).unwrap();
     std::fs::set_permissions(&psk, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
     let psk = psk.to_str().unwrap().to_string();
-    pull(&f, 29104, &["--psk-file", &psk]);
+    pull(&f, &dir, 29104, &["--psk-file", &psk]);
 }
