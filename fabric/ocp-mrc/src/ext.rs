@@ -374,12 +374,7 @@ fn parse_attr(a: &MrcXContextAttr) -> Result<(UdpConfig, Duration), c_int> {
         .to_str()
         .ok()
         .and_then(|t| t.split(',').map(|x| x.trim().parse().ok()).collect())
-        .ok_or_else(|| {
-            fail(
-                libc::EINVAL,
-                format_args!("not an IP address (or list): {s:?}"),
-            )
-        })?;
+        .ok_or_else(|| fail(libc::EINVAL, format_args!("not an IP address: {s:?}")))?;
     let mut udp = UdpConfig::bind(SocketAddr::new(ips[0], a.udp_port));
     if ips.len() > 1 {
         udp.plane_ips = ips;
