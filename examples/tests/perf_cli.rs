@@ -2575,9 +2575,9 @@ fn check_two_planes(v: &Value) {
 #[test]
 fn loopback_on_two_planes_verifies_and_splits_the_packets_per_plane() {
     let v = json(&[
-        "loopback", "--planes", "2", "-n", "200", "--verify", "--json",
+        "loopback", "--planes", "2", "-n", "500", "--verify", "--json",
     ]);
-    assert_eq!(v["receiver"]["verified_bytes"], 200 * 65536);
+    assert_eq!(v["receiver"]["verified_bytes"], 500 * 65536);
     assert_eq!(v["receiver"]["bad_bytes"], 0);
     // Both planes' sources are the peer's: nothing dropped for its address at either end.
     for side in [&v["source_drops"], &v["receiver"]["source_drops"]] {
@@ -2631,13 +2631,13 @@ fn client_and_server_with_a_bind_list_spray_over_both_planes() {
         "--bind",
         "127.0.3.2,127.0.4.2",
         "-n",
-        "100",
+        "300",
         "--verify",
         "--json",
     ]);
     let status = server.wait().unwrap();
     assert!(status.success());
-    assert_eq!(v["receiver"]["verified_bytes"], 100 * 65536);
+    assert_eq!(v["receiver"]["verified_bytes"], 300 * 65536);
     assert_eq!(v["receiver"]["bad_bytes"], 0);
     check_two_planes(&v);
 }
