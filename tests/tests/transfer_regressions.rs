@@ -323,3 +323,40 @@ fn a_nic_port_down_mid_transfer_costs_no_loss_and_no_rto() {
     assert_eq!(r.b_stats.psu_received, 2);
     assert_eq!(r.a_ev_states, vec![PathState::Good; 4]);
 }
+
+/// Found by the `transfer` fuzz target in CI ("livelock at 0 ns"): one EV on one plane,
+/// A's only port down from 0 to 100 us and again later. The Port Status Update had no EV
+/// to leave on and its timer stayed due at 0 ns for ever; now it waits a probe interval
+/// at a time, and the run ends: the EV is also dead for good from 0 ns (`permanent`), so
+/// the one message fails (RetryExceeded), as it must, instead of spinning.
+#[test]
+fn the_only_planes_port_down_at_start_is_no_livelock() {
+    let s = Schedule {
+        n_evs: 1,
+        planes: 1,
+        mtu_payload_bytes: 256,
+        cc: CcKind::Dcqcn,
+        go_back_n: false,
+        initial_psns: (4278714368, 84215183),
+        msgs: vec![(MsgKind::WriteImm, 3329)],
+        a_acts: vec![NetAct::Delay(34)],
+        b_acts: vec![],
+        outages: vec![
+            Outage {
+                ev: 0,
+                start_ns: 0,
+                len_ns: 100_000,
+                kind: OutageKind::LocalPort,
+            },
+            Outage {
+                ev: 0,
+                start_ns: 65_535_000,
+                len_ns: 1_535_000,
+                kind: OutageKind::LocalPort,
+            },
+        ],
+        permanent: vec![(0, 40_591_000), (0, 0)],
+    };
+    let r = run(&s).unwrap();
+    assert_eq!(r.succeeded, 0);
+}

@@ -127,7 +127,15 @@ impl<C: Controller> Connection<C> {
             return None;
         };
         let k = if ack { 0 } else { self.psu.copies };
-        let idx = self.paths.control_ev(k)?;
+        let Some(idx) = self.paths.control_ev(k) else {
+            // No EV to send on (this side's only plane is the one whose port is down): try
+            // again a probe interval later, so the update's timer never stays due with
+            // nothing it can send (a peer waiting on it would spin at one instant).
+            if !ack {
+                self.psu.next_ns = now_ns.saturating_add(self.cfg.probe_interval_ns.max(1));
+            }
+            return None;
+        };
         let ev = self.paths.get(idx)?.ev;
         let body = Body::PortStatus(PortStatusRepr {
             psu_seq: seq,

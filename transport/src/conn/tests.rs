@@ -1797,6 +1797,40 @@ mod planes {
     use crate::path::{PathState, PlaneDownCause, PlaneState};
     use crate::wire::PortStatusRepr;
 
+    /// The fuzz target `transfer` found it (CI, schedule: one EV on one plane, its local
+    /// port down from 0 ns): the update to the peer had no EV to leave on, so
+    /// `poll_transmit` sent nothing while `poll_timeout` stayed due at the same instant,
+    /// and a caller spun there. Now the update waits a probe interval (100 us) at a time.
+    #[test]
+    fn a_port_status_update_with_no_ev_to_leave_on_waits_a_probe_interval() {
+        let cc = || FixedWindowConfig::default().build();
+        let one = |qpn, psn, g| ConnConfig {
+            evs: vec![100],
+            ..cfg(qpn, psn, g)
+        };
+        let mut a = Connection::new(one(0x11, 5, 1), cc()).unwrap();
+        let mut b = Connection::new(one(0x22, 9, 2), cc()).unwrap();
+        a.connect(b.local_params()).unwrap();
+        b.connect(a.local_params()).unwrap();
+        assert!(a.set_local_plane(0, false, 0));
+        let mut buf = vec![0u8; 8192];
+        assert!(a.poll_transmit(0, &mut buf).is_none());
+        let probe = a.cfg.probe_interval_ns;
+        assert_eq!(probe, 100_000);
+        assert_eq!(a.poll_timeout(), Some(probe));
+        // due again at 100 us, still no EV: the next try at 200 us
+        a.handle_timeout(probe);
+        assert!(a.poll_transmit(probe, &mut buf).is_none());
+        assert_eq!(a.poll_timeout(), Some(2 * probe));
+        // the port back: the EV is probed and the update leaves on it
+        assert!(a.set_local_plane(0, true, 2 * probe));
+        let mut ops = Vec::new();
+        while let Some(t) = a.poll_transmit(2 * probe, &mut buf) {
+            ops.push(PacketRepr::parse(&buf[..t.len]).unwrap().bth.opcode);
+        }
+        assert!(ops.contains(&Opcode::PortStatus), "{ops:?}");
+    }
+
     /// EVs 100..104 on planes 0, 1, 0, 1 at both ends.
     fn plane_cfg(qpn: u32, psn: u32, generation: u16) -> ConnConfig {
         ConnConfig {
