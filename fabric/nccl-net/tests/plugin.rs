@@ -125,6 +125,26 @@ fn a_non_unicast_spray_addr_is_refused_at_init() {
     }
 }
 
+/// `c` (the harness, or a command that runs it) made rank `r` of the harness's `ring`
+/// mode: `ranks` ranks meeting in `dir`, `bytes` per allreduce, `iters` of them.
+fn ring_rank<'a>(
+    c: &'a mut Command,
+    dir: &Path,
+    r: usize,
+    ranks: usize,
+    bytes: usize,
+    iters: usize,
+) -> &'a mut Command {
+    c.arg("libnccl-net-spray.so")
+        .arg("ring")
+        .arg(r.to_string())
+        .arg(ranks.to_string())
+        .arg(dir)
+        .arg(bytes.to_string())
+        .arg(iters.to_string())
+        .env("LD_LIBRARY_PATH", dir)
+}
+
 #[test]
 fn ring_allreduce_across_four_processes() {
     let (dir, exe) = setup("ring");
@@ -133,15 +153,7 @@ fn ring_allreduce_across_four_processes() {
     let iters = 3;
     let children: Vec<_> = (0..ranks)
         .map(|r| {
-            Command::new(&exe)
-                .arg("libnccl-net-spray.so")
-                .arg("ring")
-                .arg(r.to_string())
-                .arg(ranks.to_string())
-                .arg(&dir)
-                .arg(bytes.to_string())
-                .arg(iters.to_string())
-                .env("LD_LIBRARY_PATH", &dir)
+            ring_rank(&mut Command::new(&exe), &dir, r, ranks, bytes, iters)
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
                 .spawn()
@@ -471,17 +483,9 @@ fn ring_over_two_planes_survives_losing_one_mid_run() {
     let t0 = std::time::Instant::now();
     let children: Vec<_> = (0..ranks)
         .map(|r| {
-            Command::new("ip")
-                .args(["netns", "exec", &ns.0])
-                .arg(&exe)
-                .arg("libnccl-net-spray.so")
-                .arg("ring")
-                .arg(r.to_string())
-                .arg(ranks.to_string())
-                .arg(&dir)
-                .arg(bytes.to_string())
-                .arg(iters.to_string())
-                .env("LD_LIBRARY_PATH", &dir)
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", &ns.0]).arg(&exe);
+            ring_rank(&mut c, &dir, r, ranks, bytes, iters)
                 .env(
                     "NCCL_SPRAY_PLANES",
                     format!("127.0.0.{},127.0.1.{}", r + 1, r + 1),
