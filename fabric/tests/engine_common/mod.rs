@@ -162,3 +162,16 @@ pub fn forged_write(
     p.emit(&mut b).expect("a WRITE_ONLY fits its buffer");
     b
 }
+
+/// Round robin over EVs that alternate planes splits a run with no retransmission and no
+/// EV taken out 50/50 to within one packet; a run that had some (a loaded host's spurious
+/// RTO) still puts a third or more on each plane.
+pub fn assert_planes_split_evenly(sent: [u64; 2], s: &mrc_fabric::engine::QpStats) {
+    let total = sent[0] + sent[1];
+    let revalidations: u64 = s.evs.iter().map(|(_, _, e)| e.revalidations).sum();
+    if s.conn.retransmitted == 0 && revalidations == 0 {
+        assert!(sent[0].abs_diff(sent[1]) <= 1, "{sent:?}");
+    } else {
+        assert!(sent.iter().all(|p| p * 3 >= total), "{sent:?} {:?}", s.conn);
+    }
+}
