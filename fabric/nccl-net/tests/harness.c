@@ -9,7 +9,8 @@
  *                                        objects, bad handles): exact error codes
  *   harness LIB idle RANK DIR SLEEP_MS    rank 1 posts a receive and sleeps without a call;
  *                                        rank 0's send must complete meanwhile
- *   harness LIB bw MSG_BYTES COUNT WINDOW one process, one connection: a stream of messages
+ *   harness LIB bw MSG_BYTES COUNT WINDOW one process, one connection: a stream of messages,
+ *                                        every byte of every one checked
  *   harness LIB ring RANK NRANKS DIR BYTES ITERS
  *                                        one rank of a ring allreduce over the plugin,
  *                                        handles exchanged through files in DIR
@@ -885,6 +886,7 @@ static int idle(const char *libname, int rank, const char *dir, int sleep_ms) {
 
 /* ---- bw mode: one process, one connection, a stream of messages, window W --------- */
 static int bw(const char *libname, size_t msg, int count, int window) {
+  MUST(msg > 0 && count > 0 && window > 0 && window <= 64, "bw: BYTES, COUNT > 0, WINDOW 1..64");
   void *lib = dlopen(libname, RTLD_NOW | RTLD_LOCAL);
   MUST(lib, "dlopen %s: %s", libname, dlerror());
   MUST(load_ops(lib, 12, &O), "ncclNetPlugin_v12");
@@ -898,17 +900,40 @@ static int bw(const char *libname, size_t msg, int count, int window) {
   MUST(O.regMr(r, rb, msg * (size_t)window, PTR_HOST, &rmh) == OK, "regMr");
   void *sq[64], *rq[64];
   int sp = 0, rp = 0, sd = 0, rd = 0;
-  double t0 = now_s();
+  unsigned long long bad = 0;
+  double t0 = now_s(), until = t0 + 120;
   while (sd < count || rd < count) {
-    while (rp < count && rp - rd < window) { rq[rp % 64] = post_recv(r, rb + (size_t)(rp % window) * msg, msg, rmh); rp++; }
-    while (sp < count && sp - sd < window) { sq[sp % 64] = post_send(s, sb + (size_t)(sp % window) * msg, msg, smh); sp++; }
+    MUST(now_s() < until, "bw: %d sends and %d receives of %d done in 120 s", sd, rd, count);
+    while (rp < count && rp - rd < window) {
+      unsigned char *b = rb + (size_t)(rp % window) * msg;
+      memset(b, 0, msg);
+      rq[rp % 64] = post_recv(r, b, msg, rmh);
+      rp++;
+    }
+    while (sp < count && sp - sd < window) {
+      /* the slot's previous message completed (sd > sp - window): free to fill */
+      unsigned char *b = sb + (size_t)(sp % window) * msg;
+      for (size_t j = 0; j < msg; j++) b[j] = pat(j, (unsigned)sp);
+      sq[sp % 64] = post_send(s, b, msg, smh);
+      sp++;
+    }
     int done = 0, sz;
     if (sd < sp) { MUST(O.test(sq[sd % 64], &done, &sz) == OK, "test"); if (done) sd++; }
     done = 0;
-    if (rd < rp) { MUST(O.test(rq[rd % 64], &done, &sz) == OK, "test"); if (done) rd++; }
+    if (rd < rp) {
+      MUST(O.test(rq[rd % 64], &done, &sz) == OK, "test");
+      if (done) {
+        MUST(sz == (int)msg, "bw: message %d arrived with %d bytes, not %zu", rd, sz, msg);
+        const unsigned char *b = rb + (size_t)(rd % window) * msg;
+        for (size_t j = 0; j < msg; j++) bad += b[j] != pat(j, (unsigned)rd);
+        rd++;
+      }
+    }
   }
   double dt = now_s() - t0;
-  printf("bw: %d x %zu bytes, window %d: %.3f GB/s\n", count, msg, window, (double)count * (double)msg / dt / 1e9);
+  MUST(bad == 0, "bw: %llu bytes differ from what was sent", bad);
+  printf("bw: %d x %zu bytes, window %d: %.3f GB/s, every byte verified\n", count, msg, window,
+         (double)count * (double)msg / dt / 1e9);
   O.closeSend(s);
   O.closeRecv(r);
   O.finalize(ctx);
@@ -1443,7 +1468,7 @@ int main(int argc, char **argv) {
           "  %s sizes                                  print the ABI structs' sizes and offsets\n"
           "  %s LIB api                                drive every plugin version as NCCL does\n"
           "  %s LIB hostile                            misuse the ABI as a buggy caller would\n"
-          "  %s LIB bw BYTES COUNT WINDOW              one connection, COUNT messages, WINDOW in flight\n"
+          "  %s LIB bw BYTES COUNT WINDOW              one connection, COUNT messages, WINDOW in flight, bytes checked\n"
           "  %s LIB idle RANK DIR MS                   an idle receiver (RANK 1 receives, 0 sends)\n"
           "  %s LIB dead ROLE DIR                      one side of a pair whose peer is SIGKILLed\n"
           "  %s LIB ring RANK NRANKS DIR BYTES ITERS   one rank of a ring allreduce over DIR\n"

@@ -458,6 +458,77 @@ impl Drop for Netns {
     }
 }
 
+impl Netns {
+    /// A namespace named `mrcnccl<tag><pid>` with its loopback up (root only).
+    fn new(tag: &str) -> Self {
+        let ns = Netns(format!("mrcnccl{tag}{}", std::process::id()));
+        sh(&["ip", "netns", "add", &ns.0]);
+        sh(&["ip", "-n", &ns.0, "link", "set", "lo", "up"]);
+        ns
+    }
+
+    /// UDP datagrams delivered in the namespace so far (`/proc/net/snmp` InDatagrams).
+    fn in_datagrams(&self) -> u64 {
+        let o = Command::new("ip")
+            .args(["netns", "exec", &self.0, "cat", "/proc/net/snmp"])
+            .output()
+            .expect("read /proc/net/snmp");
+        let t = String::from_utf8_lossy(&o.stdout).to_string();
+        let udp: Vec<&str> = t.lines().filter(|l| l.starts_with("Udp:")).collect();
+        let (names, values) = (udp[0], udp[1]);
+        let i = names
+            .split_whitespace()
+            .position(|n| n == "InDatagrams")
+            .expect("InDatagrams");
+        values.split_whitespace().nth(i).unwrap().parse().unwrap()
+    }
+
+    /// Once `n` datagrams have arrived in the namespace (within 60 s), drops every packet
+    /// to plane 1 (127.0.1.0/24) in one nftables transaction: the drop starts at once.
+    fn drop_plane_1_after(&self, n: u64) {
+        let waited = std::time::Instant::now();
+        while self.in_datagrams() < n {
+            assert!(
+                waited.elapsed() < std::time::Duration::from_secs(60),
+                "the run never moved {n} datagrams"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        sh(&[
+            "ip",
+            "netns",
+            "exec",
+            &self.0,
+            "nft",
+            "add table inet mrcnccl ; add chain inet mrcnccl in { type filter hook input priority 0 ; } ; add rule inet mrcnccl in ip daddr 127.0.1.0/24 drop",
+        ]);
+    }
+}
+
+/// Whether this test may use network namespaces; prints its `SKIPPED:` line when not.
+fn root_or_skip(test: &str) -> bool {
+    if unsafe { libc::geteuid() } == 0 {
+        return true;
+    }
+    let line = format!("SKIPPED: {test}: needs root (a network namespace and nftables)\n");
+    let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
+    false
+}
+
+/// The send comms' `NCCL_SPRAY_STATS` lines of `stderr`: `n` of them, each with plane 1
+/// `DOWN_LOSS` and plane 0 `UP` (the plane was lost and the comm carried on over plane 0).
+fn assert_plane_1_lost(stderr: &str, n: usize) {
+    let sends: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("Send comm QP"))
+        .collect();
+    assert_eq!(sends.len(), n, "{stderr}");
+    for l in &sends {
+        assert!(l.contains(", 1 DOWN_LOSS sent "), "{l}");
+        assert!(l.contains("planes [0 UP sent "), "{l}");
+    }
+}
+
 /// The four-rank ring with one NCCL device spanning two planes per process
 /// (`NCCL_SPRAY_PLANES`, rank r on 127.0.0.r+1 and 127.0.1.r+1), in a network namespace
 /// of its own where, mid-run, every packet to a plane-1 address is dropped (nftables):
@@ -466,15 +537,11 @@ impl Drop for Netns {
 /// `SKIPPED:` line.
 #[test]
 fn ring_over_two_planes_survives_losing_one_mid_run() {
-    if unsafe { libc::geteuid() } != 0 {
-        let line = "SKIPPED: ring_over_two_planes_survives_losing_one_mid_run: needs root (a network namespace and nftables)\n";
-        let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
+    if !root_or_skip("ring_over_two_planes_survives_losing_one_mid_run") {
         return;
     }
     let (dir, exe) = setup("ring_planes");
-    let ns = Netns(format!("mrcnccl{}", std::process::id()));
-    sh(&["ip", "netns", "add", &ns.0]);
-    sh(&["ip", "-n", &ns.0, "link", "set", "lo", "up"]);
+    let ns = Netns::new("r");
     let ranks = 4;
     let bytes: usize = 16 << 20;
     // long enough (about 160,000 data datagrams per send comm) that every comm is mid-run
@@ -500,37 +567,7 @@ fn ring_over_two_planes_survives_losing_one_mid_run() {
     // Mid-run: plane 1 is lost once 40,000 of the ring's datagrams have arrived (the
     // namespace's UDP InDatagrams; the 4 send comms send about 600,000 in all, at once in
     // a ring), whatever the load on the host.
-    let in_datagrams = || -> u64 {
-        let o = Command::new("ip")
-            .args(["netns", "exec", &ns.0, "cat", "/proc/net/snmp"])
-            .output()
-            .expect("read /proc/net/snmp");
-        let t = String::from_utf8_lossy(&o.stdout).to_string();
-        let udp: Vec<&str> = t.lines().filter(|l| l.starts_with("Udp:")).collect();
-        let (names, values) = (udp[0], udp[1]);
-        let i = names
-            .split_whitespace()
-            .position(|n| n == "InDatagrams")
-            .expect("InDatagrams");
-        values.split_whitespace().nth(i).unwrap().parse().unwrap()
-    };
-    let waited = std::time::Instant::now();
-    while in_datagrams() < 40_000 {
-        assert!(
-            waited.elapsed() < std::time::Duration::from_secs(60),
-            "the ring never moved 40,000 datagrams"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
-    // one nft transaction: the drop starts at once
-    sh(&[
-        "ip",
-        "netns",
-        "exec",
-        &ns.0,
-        "nft",
-        "add table inet mrcnccl ; add chain inet mrcnccl in { type filter hook input priority 0 ; } ; add rule inet mrcnccl in ip daddr 127.0.1.0/24 drop",
-    ]);
+    ns.drop_plane_1_after(40_000);
     let mut lines = Vec::new();
     let mut errs = String::new();
     let mut ok = true;
@@ -551,17 +588,75 @@ fn ring_over_two_planes_survives_losing_one_mid_run() {
         );
     }
     // Each rank's send comm (NCCL_SPRAY_STATS) lost plane 1 and carried on over plane 0.
-    let sends: Vec<&str> = errs
-        .lines()
-        .filter(|l| l.contains("Send comm QP"))
-        .collect();
-    assert_eq!(sends.len(), ranks, "{errs}");
-    for l in &sends {
-        assert!(l.contains(", 1 DOWN_LOSS sent "), "{l}");
-        assert!(l.contains("planes [0 UP sent "), "{l}");
-    }
+    assert_plane_1_lost(&errs, ranks);
     println!(
         "ring over two planes, plane 1 lost after 40,000 datagrams: {:?}",
         t0.elapsed()
+    );
+}
+
+/// The harness's `bw` stream (one process, one connection, every byte checked) with its
+/// NCCL device spanning two planes (`NCCL_SPRAY_PLANES=127.0.0.1,127.0.1.1`), in a network
+/// namespace of its own where every packet to plane 1 is dropped once 5,000 datagrams
+/// have arrived: 1500 messages of 1 MiB arrive with exact bytes, no error reaches NCCL,
+/// and the send comm ends with plane 1 `DOWN_LOSS`. Needs root; elsewhere a `SKIPPED:`
+/// line.
+#[test]
+fn bw_over_two_planes_survives_losing_one_mid_run() {
+    if !root_or_skip("bw_over_two_planes_survives_losing_one_mid_run") {
+        return;
+    }
+    let (dir, exe) = setup("bw_planes");
+    let ns = Netns::new("b");
+    let (bytes, count, window) = (1usize << 20, 1500, 8);
+    let child = Command::new("ip")
+        .args(["netns", "exec", &ns.0])
+        .arg(&exe)
+        .arg("libnccl-net-spray.so")
+        .arg("bw")
+        .arg(bytes.to_string())
+        .arg(count.to_string())
+        .arg(window.to_string())
+        .env("LD_LIBRARY_PATH", &dir)
+        .env("NCCL_SPRAY_PLANES", "127.0.0.1,127.0.1.1")
+        .env("NCCL_SPRAY_STATS", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn the harness");
+    // about 384,000 data datagrams in all, fewer receive calls (GSO batches on loopback
+    // count once): plane 1 goes early in the run, whatever the load on the host
+    ns.drop_plane_1_after(5_000);
+    let out = child.wait_with_output().expect("wait for the harness");
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    eprintln!("{stdout}{stderr}");
+    assert!(out.status.success(), "the harness failed: {:?}", out.status);
+    assert!(
+        stdout.contains(&format!("bw: {count} x {bytes} bytes, window {window}: "))
+            && stdout.contains("every byte verified"),
+        "{stdout}"
+    );
+    assert_plane_1_lost(&stderr, 1);
+    println!("{}", stdout.trim());
+}
+
+/// The `bw` stream over one plane, no namespace: every byte of 200 messages of 256 KiB.
+#[test]
+fn bw_stream_arrives_byte_exact() {
+    let (dir, exe) = setup("bw");
+    let out = Command::new(&exe)
+        .arg("libnccl-net-spray.so")
+        .args(["bw", "262144", "200", "8"])
+        .env("LD_LIBRARY_PATH", &dir)
+        .output()
+        .expect("run the harness");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    eprintln!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "the harness failed: {:?}", out.status);
+    assert!(
+        stdout.contains("bw: 200 x 262144 bytes, window 8: ")
+            && stdout.contains("every byte verified"),
+        "{stdout}"
     );
 }
