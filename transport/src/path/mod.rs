@@ -658,6 +658,15 @@ impl PathTable {
     /// plane last came back up does not count against the plane (it was lost while the
     /// plane was down, which is known), only against its EV.
     pub fn on_loss_sent(&mut self, idx: usize, sent_ns: u64, now_ns: u64) {
+        self.on_loss_ev(idx, now_ns);
+        self.plane_loss(idx, sent_ns, now_ns);
+    }
+
+    /// [`PathTable::on_loss`] charged to the EV alone, not to its plane's loss streak: a
+    /// loss an RTO expiry declared while packets of several planes expired together (the
+    /// silence was everywhere, a stalled receiver or host, and says nothing about one
+    /// plane; see [`crate::send::SendState::on_rto`]).
+    pub fn on_loss_ev(&mut self, idx: usize, now_ns: u64) {
         let Some(p) = self.paths.get_mut(idx) else {
             return;
         };
@@ -665,7 +674,6 @@ impl PathTable {
         if p.consecutive_losses >= BAD_AFTER_CONSECUTIVE_LOSSES {
             self.assume_bad_ev(idx, now_ns);
         }
-        self.plane_loss(idx, sent_ns, now_ns);
     }
 
     /// Evidence of a path failure on `idx` (an RTO declared a packet sent on it lost, a
@@ -682,8 +690,9 @@ impl PathTable {
         self.plane_loss(idx, sent_ns, now_ns);
     }
 
-    /// The EV's part of [`PathTable::assume_bad`].
-    fn assume_bad_ev(&mut self, idx: usize, now_ns: u64) {
+    /// The EV's part of [`PathTable::assume_bad`]: `AssumedBad` (unless denied), without
+    /// a count in its plane's loss streak (see [`PathTable::on_loss_ev`]).
+    pub fn assume_bad_ev(&mut self, idx: usize, now_ns: u64) {
         if let Some(p) = self.paths.get_mut(idx) {
             if p.state != PathState::Denied && p.state != PathState::AssumedBad {
                 p.state = PathState::AssumedBad;

@@ -1565,17 +1565,35 @@ impl SendState {
         // at this very ns (before any RTT sample its deadline is its send time).
         let reo = self.reorder_window_ns();
         let rack = self.rack;
+        // Go-back-N: the receiver dropped everything behind the hole, so every packet in
+        // flight goes back, not only those sent an RTO ago (with pacing, one per expiry
+        // would leave at the doubling RTO until the retry limit).
+        let due = |last_sent_ns: u64| {
+            let expired = go_back_n || last_sent_ns.saturating_add(rto) <= now_ns;
+            let overdue = last_sent_ns < now_ns && rack.deadline_ns(last_sent_ns, reo) <= now_ns;
+            (expired, overdue)
+        };
+        // The planes whose packets this expiry declares lost. An expiry is silence on every
+        // EV; when packets of several planes went unanswered together (a stalled receiver,
+        // a descheduled host), nothing says one plane failed, and charging their losses to
+        // the planes' loss streaks took down whichever plane's EVs came first (a real host
+        // with a link flapping in plane 1 took plane 0 down 1-14 times per 5 s run). The
+        // EVs are charged all the same; the planes only when the silence is one plane's
+        // (the tail of a transfer whose last packets all went on a dead plane).
+        let mut planes_due = 0u64;
+        for seq in self.snd_una..self.snd_nxt {
+            let Some(p) = self.packet(seq) else { break };
+            if p.state == PktState::InFlight && due(p.last_sent_ns) != (false, false) {
+                planes_due |= 1 << (paths.plane_of(usize::from(p.last_ev)) & 63);
+            }
+        }
+        let charge_planes = planes_due.count_ones() <= 1;
         for seq in self.snd_una..self.snd_nxt {
             let Some(p) = self.packet_mut(seq) else { break };
             if p.state != PktState::InFlight {
                 continue;
             }
-            // Go-back-N: the receiver dropped everything behind the hole, so every packet
-            // in flight goes back, not only those sent an RTO ago (with pacing, one per
-            // expiry would leave at the doubling RTO until the retry limit).
-            let expired = go_back_n || p.last_sent_ns.saturating_add(rto) <= now_ns;
-            let overdue =
-                p.last_sent_ns < now_ns && rack.deadline_ns(p.last_sent_ns, reo) <= now_ns;
+            let (expired, overdue) = due(p.last_sent_ns);
             if !expired && !overdue {
                 continue;
             }
@@ -1590,7 +1608,11 @@ impl SendState {
                 if let Some(path) = paths.get_mut(ev) {
                     path.stats.lost += 1;
                 }
-                paths.on_loss_sent(ev, sent_ns, now_ns);
+                if charge_planes {
+                    paths.on_loss_sent(ev, sent_ns, now_ns);
+                } else {
+                    paths.on_loss_ev(ev, now_ns);
+                }
             } else {
                 stats.rto_lost += 1;
             }
@@ -1602,7 +1624,11 @@ impl SendState {
                 if let Some(path) = paths.get_mut(ev) {
                     path.stats.timeouts += 1;
                 }
-                paths.assume_bad_sent(ev, sent_ns, now_ns);
+                if charge_planes {
+                    paths.assume_bad_sent(ev, sent_ns, now_ns);
+                } else {
+                    paths.assume_bad_ev(ev, now_ns);
+                }
             }
             out.lost_packets += 1;
             out.lost_bytes += u64::from(len);

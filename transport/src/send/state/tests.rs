@@ -777,3 +777,72 @@ fn towards_a_go_back_n_peer_a_trimmed_resend_does_not_wait() {
     let tx = r.st.next_tx(4096).unwrap();
     assert_eq!((tx.seq, tx.retransmit), (3, true));
 }
+
+/// A rig over 4 EVs on two planes, EV i on plane i % 2.
+fn two_plane_rig() -> Rig {
+    let mut r = Rig::new(0, &[0, 1, 2, 3]);
+    r.paths = PathTable::with_planes(&[0, 1, 2, 3], &[0, 1, 0, 1], Selection::RoundRobin, 1);
+    r
+}
+
+fn plane_states(r: &Rig) -> Vec<crate::path::PlaneState> {
+    r.paths.planes().iter().map(|p| p.state).collect()
+}
+
+/// An RTO whose unanswered packets lie on both planes is silence everywhere (a stalled
+/// receiver, a descheduled host): the EVs are charged (the RTO-old packet's EV
+/// `AssumedBad`, the others one loss each) but neither plane's loss streak, so no plane
+/// goes down. Before, the losses on EVs 0 and 2 made a streak of 2 on plane 0 and took it
+/// down (on a real host, a link flapping in plane 1 took plane 0 down 1-14 times a run).
+#[test]
+fn an_rto_over_packets_of_two_planes_takes_no_plane_down() {
+    use crate::path::PlaneState;
+    let mut r = two_plane_rig();
+    r.st.post(spec(1, 5 * MTU));
+    for k in 0..4u64 {
+        assert_eq!(r.send(k * 100_000, 1), vec![(k, k as usize)]);
+    }
+    assert_eq!(r.send(1_000_000, 1), vec![(4, 0)]);
+    let l = r.st.on_rto(1_000_000, &mut r.paths, &mut r.stats);
+    assert_eq!((l.lost_packets, l.lost_bytes), (4, 4 * 4096));
+    assert_eq!((r.stats.timeouts, r.stats.rack_losses), (1, 3));
+    assert_eq!(plane_states(&r), vec![PlaneState::Up, PlaneState::Up]);
+    let evs: Vec<_> = r
+        .paths
+        .paths()
+        .iter()
+        .map(|p| (p.state, p.consecutive_losses))
+        .collect();
+    assert_eq!(
+        evs,
+        vec![
+            (PathState::AssumedBad, 0),
+            (PathState::Good, 1),
+            (PathState::Good, 1),
+            (PathState::Good, 1)
+        ]
+    );
+}
+
+/// An RTO whose unanswered packets all went on plane 1 (plane 0's were acknowledged: the
+/// silence is plane 1's, the tail of a transfer on a dead plane) still counts in plane 1's
+/// streak: EVs 1 and 3 make 2, and plane 1 goes down by loss while plane 0 stays up.
+#[test]
+fn an_rto_over_one_planes_packets_takes_that_plane_down() {
+    use crate::path::{PlaneDownCause, PlaneState};
+    let mut r = two_plane_rig();
+    r.st.post(spec(1, 4 * MTU));
+    for k in 0..4u64 {
+        assert_eq!(r.send(k * 1_000, 1), vec![(k, k as usize)]);
+    }
+    // PSNs 0 and 2 (plane 0) acknowledged at 13 us: RTT 11 us
+    let out = r.sack(13_000, 0, 0, 0b0101, Some((2, 2_000)));
+    assert_eq!((out.acked_packets, out.rtt_sample_ns), (2, Some(11_000)));
+    let rto_at = r.st.rto_deadline_ns().unwrap();
+    let l = r.st.on_rto(rto_at, &mut r.paths, &mut r.stats);
+    assert_eq!(l.lost_packets, 2);
+    assert_eq!(
+        plane_states(&r),
+        vec![PlaneState::Up, PlaneState::Down(PlaneDownCause::Loss)]
+    );
+}
