@@ -17,8 +17,11 @@
 //!   after each has lost twice ([`super::BAD_AFTER_CONSECUTIVE_LOSSES`]); a dead link
 //!   inside a plane that takes it down this way costs one plane probe's round trip, after
 //!   which only the EVs hashed onto the link stay out. Only while another plane is
-//!   `Up`: with every other plane down, the per-EV rules alone decide (taking the last
-//!   plane out would leave nothing to compare with).
+//!   `Up` with an EV in rotation (`Good` or `Skip`): with every other plane down, or
+//!   every other plane's EVs out (an RTO over every plane), the per-EV rules alone decide
+//!   (taking the last working plane out would leave nothing to compare with). Losses an
+//!   RTO declares over several planes at once count against their EVs only
+//!   ([`super::PathTable::on_loss_ev`]).
 //! - **PeerReport**: the peer's Port Status Update ([`crate::wire::PortStatusRepr`]) says its
 //!   port on this plane is down: nothing sent on the plane could arrive.
 //! - **Local**: the datapath says this side's own port on the plane is down
@@ -343,12 +346,19 @@ impl PathTable {
         }
         let by_streak = plane_down_after_evs(usable).is_some_and(|k| streak >= k);
         let all_bad = usable > 0 && bad == usable;
-        let other_up = self
-            .planes
-            .iter()
-            .enumerate()
-            .any(|(r, pl)| r != q && pl.is_up());
-        if (by_streak || all_bad) && other_up {
+        // Another plane up with an EV in rotation: a plane fails only against another
+        // that works. After an RTO over every plane (silence everywhere) each plane's EVs
+        // are `AssumedBad`, and the first loss found on any plane would otherwise take
+        // that plane down for what was the whole connection's stall.
+        let other_works = self.planes.iter().enumerate().any(|(r, pl)| {
+            r != q
+                && pl.is_up()
+                && self.paths.iter().any(|p| {
+                    usize::from(p.plane) == r
+                        && matches!(p.state, PathState::Good | PathState::Skip { .. })
+                })
+        });
+        if (by_streak || all_bad) && other_works {
             self.plane_down(q as u8, PlaneDownCause::Loss, now_ns);
         }
     }

@@ -513,6 +513,27 @@ mod planes {
         assert_eq!(plane_down_after_evs(128), Some(2));
     }
 
+    /// After an RTO over both planes every EV is `AssumedBad` (each had a packet an RTO
+    /// old): the next losses on plane 0 find all its EVs bad, and so are plane 1's, so no
+    /// plane works to compare with and plane 0 stays up; once one of plane 1's EVs is back
+    /// in rotation (a probe answered), the same losses take plane 0 down.
+    #[test]
+    fn a_plane_goes_down_only_against_a_plane_with_an_ev_in_rotation() {
+        let mut t = two_planes(Selection::RoundRobin);
+        for i in 0..8 {
+            t.assume_bad_ev(i, 100);
+        }
+        t.on_loss(0, 200);
+        t.on_loss(2, 201);
+        assert_eq!(t.planes()[0].state, PlaneState::Up);
+        assert_eq!(t.planes()[1].state, PlaneState::Up);
+        assert_eq!(t.up_planes(), 0b11);
+        t.paths[1].state = PathState::Good;
+        t.on_loss(4, 300);
+        assert_eq!(t.planes()[0].state, PlaneState::Down(PlaneDownCause::Loss));
+        assert_eq!(t.planes()[1].state, PlaneState::Up);
+    }
+
     #[test]
     fn losses_on_two_of_a_planes_evs_take_the_plane_down_at_once() {
         let mut t = two_planes(Selection::RoundRobin);
