@@ -187,10 +187,106 @@ pub mod limits {
     pub const MAX_CC_PROFILES: u32 = 64;
     /// EVs of the provider's default profile (id 0, and AUTO profiles).
     pub const DEFAULT_EVS: u32 = 16;
-    /// The only port: port 1 (ports are 1-based).
+    /// The only port of a context on one device: port 1 (ports are 1-based).
+    /// [`super::phy_port_mask`] gives a context on several planes'.
     pub const PHY_PORT_MASK: u32 = 1 << 1;
+    /// Ports of one context at most: one per plane (`MRC_PLANE_DEVICES`), as many as a
+    /// datapath has planes ([`mrc_fabric::udp::MAX_PLANE_IPS`]).
+    pub const MAX_PORTS: u8 = mrc_fabric::udp::MAX_PLANE_IPS as u8;
     /// Optional features: EV events (drop counts precise).
     pub const OPT: u32 = super::opt::EV_EVENT | super::opt::EV_EVENT_PRECISE_DROP_CNT;
+}
+
+/// `phy_port_mask` of a context on `planes` planes (0 counts as 1): bits `1..=planes`,
+/// one port per plane (port `p` is plane `p - 1`, the context's device first, then
+/// `MRC_PLANE_DEVICES`' devices in order). One plane: [`limits::PHY_PORT_MASK`].
+pub fn phy_port_mask(planes: u8) -> u32 {
+    let n = u32::from(planes.clamp(1, limits::MAX_PORTS));
+    ((1u32 << n) - 1) << 1
+}
+
+/// The port an EV the provider fills (AUTO, GEN) gets, the `i`-th of a profile made on a
+/// context of `ports` ports (0 counts as 1): `1 + i mod ports`, the EVs interleaved over
+/// the planes as the transport spreads the default profile's.
+pub fn spread_port(i: usize, ports: u8) -> u8 {
+    let n = usize::from(ports.clamp(1, limits::MAX_PORTS));
+    1 + (i % n) as u8
+}
+
+/// Why the EVs of a QP's EV profile cannot be placed on its context's planes
+/// ([`ev_planes`]); the QP's move to RTS fails with [`PlaneError::errno`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PlaneError {
+    /// Transport EV number `ev` (in the profile's order) is on port `port` and the
+    /// context has `planes` ports (`MRC_PLANE_DEVICES` names fewer devices).
+    PortOutOfRange {
+        /// Index of the EV among the QP's transport EVs.
+        ev: usize,
+        /// Its port (1-based).
+        port: u8,
+        /// The context's planes.
+        planes: usize,
+    },
+    /// No EV of the profile is on port `plane + 1`: every plane of a context on several
+    /// planes carries some of each QP's EVs (the peer sprays over as many planes).
+    PlaneWithoutEv {
+        /// The plane (0-based; port `plane + 1`).
+        plane: usize,
+    },
+}
+
+impl PlaneError {
+    /// The errno a C call answers: `EINVAL`.
+    pub fn errno(&self) -> Errno {
+        libc::EINVAL
+    }
+}
+
+impl std::fmt::Display for PlaneError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PlaneError::PortOutOfRange { ev, port, planes } => write!(
+                f,
+                "EV {ev} of the profile is on port {port} and the context has {planes} \
+                 port(s), one per plane (MRC_PLANE_DEVICES)"
+            ),
+            PlaneError::PlaneWithoutEv { plane } => write!(
+                f,
+                "no EV of the profile is on port {} (plane {plane}): on several planes \
+                 every port needs some of a QP's EVs",
+                plane + 1
+            ),
+        }
+    }
+}
+
+impl std::error::Error for PlaneError {}
+
+/// The plane of each of a QP's transport EVs (`ConnConfig::ev_planes`) on a context of
+/// `planes` planes, from their ports ([`QpEvs::ports`], port `p` is plane `p - 1`).
+/// Empty (the transport's own placement: one plane, or EV `i` on plane `i mod planes`)
+/// for one plane or for EVs without ports (profile 0).
+///
+/// # Errors
+/// [`PlaneError::PortOutOfRange`] for a port 0 or past `planes`,
+/// [`PlaneError::PlaneWithoutEv`] for a plane no EV is on (several planes only).
+pub fn ev_planes(ports: &[u8], planes: usize) -> Result<Vec<u8>, PlaneError> {
+    let planes = planes.max(1);
+    if let Some((ev, &port)) = ports
+        .iter()
+        .enumerate()
+        .find(|(_, p)| **p == 0 || usize::from(**p) > planes)
+    {
+        return Err(PlaneError::PortOutOfRange { ev, port, planes });
+    }
+    if planes == 1 || ports.is_empty() {
+        return Ok(Vec::new());
+    }
+    let out: Vec<u8> = ports.iter().map(|p| p - 1).collect();
+    if let Some(plane) = (0..planes).find(|&q| !out.contains(&(q as u8))) {
+        return Err(PlaneError::PlaneWithoutEv { plane });
+    }
+    Ok(out)
 }
 
 /// The one CC algorithm string (`device_attr.cc.algorithms`).
@@ -509,6 +605,10 @@ pub struct EvModify {
     pub fields_op: u32,
     /// `ev_fields_op.fields`.
     pub fields: Vec<EvField>,
+    /// Ports of the controller's context (its planes; 0 counts as 1): the EVs the
+    /// provider fills (AUTO, GEN) go on port `1 + i mod ports` ([`spread_port`]), and
+    /// REPLACE_EV takes ports `1..=ports`.
+    pub ports: u8,
 }
 
 /// One CC profile.
@@ -557,6 +657,10 @@ pub struct EvEvent {
 pub struct QpEvs {
     /// `ConnConfig::evs`: STEV/UDP values (duplicates once), or SRV6 indices 0..n.
     pub evs: Vec<u32>,
+    /// Per entry of `evs`: its port (1-based, one per plane; a duplicate value keeps the
+    /// first entry's port); empty for profile 0, whose EVs the transport places itself
+    /// ([`ev_planes`]).
+    pub ports: Vec<u8>,
     /// Per entry of `evs`: denied now.
     pub denied: Vec<bool>,
     /// SRV6: the EVs, for [`srv6_srh`] per entry; empty otherwise.
@@ -1024,11 +1128,19 @@ impl Registry {
                         return Err(libc::E2BIG);
                     }
                     (0..u64::from(p.count))
-                        .map(|i| generate(&p.fields, &f.fields, f.mode == fmt_mode::SRV6, i))
+                        .map(|i| Ev {
+                            port: spread_port(i as usize, r.ports),
+                            ..generate(&p.fields, &f.fields, f.mode == fmt_mode::SRV6, i)
+                        })
                         .collect()
                 }
                 (ev_mode::EXP, _) => vec![Ev::UNPOPULATED; p.count as usize],
-                _ => (0..p.count).map(Ev::from_u32).collect(),
+                _ => (0..p.count)
+                    .map(|i| Ev {
+                        port: spread_port(i as usize, r.ports),
+                        ..Ev::from_u32(i)
+                    })
+                    .collect(),
             };
             p.states = vec![ev_state::GOOD; p.count as usize];
             p.generation += 1;
@@ -1042,6 +1154,7 @@ impl Registry {
                 r.op,
                 &r.entries,
                 from == ProfileState::Online,
+                r.ports.max(1),
             ) {
                 Ok(o) => out = o,
                 Err(e) => err = Some(e),
@@ -1091,7 +1204,7 @@ impl Registry {
                 if o == ev_op::QUERY_EV_ARRAY && entries.len() < p.evs.len() {
                     return Err((libc::E2BIG, p.evs.len()));
                 }
-                ev_ops(&mut p, None, o, entries, true).map_err(|e| (e, 0))?
+                ev_ops(&mut p, None, o, entries, true, limits::MAX_PORTS).map_err(|e| (e, 0))?
             }
         };
         Ok((p, out))
@@ -1219,6 +1332,7 @@ impl Registry {
         if id == 0 {
             return Ok(QpEvs {
                 evs: (0..limits::DEFAULT_EVS).collect(),
+                ports: Vec::new(),
                 denied: vec![false; limits::DEFAULT_EVS as usize],
                 srv6: Vec::new(),
                 generation: 0,
@@ -1236,6 +1350,7 @@ impl Registry {
                 .is_some_and(|f| f.mode == fmt_mode::SRV6);
         let mut q = QpEvs {
             evs: Vec::new(),
+            ports: Vec::new(),
             denied: Vec::new(),
             srv6: Vec::new(),
             generation: p.generation,
@@ -1248,6 +1363,7 @@ impl Registry {
                 continue;
             }
             q.evs.push(v);
+            q.ports.push(e.port);
             q.denied.push(s == ev_state::DENIED);
             if srv6 {
                 q.srv6.push(*e);
@@ -1347,13 +1463,15 @@ fn changes(id: u64, old: Option<&EvProfile>, new: &EvProfile) -> Vec<EvEvent> {
 }
 
 /// The EV operations on `p`'s array; `online`: the profile is ONLINE (REPLACE_EV needs
-/// MODIFY_ONLINE, which is not advertised).
+/// MODIFY_ONLINE, which is not advertised); `max_port`: the controller's context's ports
+/// (a replacement EV's port is `1..=max_port`).
 fn ev_ops(
     p: &mut EvProfile,
     fmt: Option<&FmtProfile>,
     op: u32,
     entries: &[EvOpEntry],
     online: bool,
+    max_port: u8,
 ) -> Result<Vec<EvOpEntry>, Errno> {
     let mut out = entries.to_vec();
     match op {
@@ -1363,7 +1481,7 @@ fn ev_ops(
             }
             let srv6 = fmt.is_some_and(|f| f.mode == fmt_mode::SRV6);
             for e in entries {
-                if e.ev_new.port != 1 || e.ev_new == Ev::UNPOPULATED {
+                if !(1..=max_port).contains(&e.ev_new.port) || e.ev_new == Ev::UNPOPULATED {
                     return Err(libc::EINVAL);
                 }
                 if !srv6 && e.ev_new.val[4..].iter().any(|&b| b != 0) {
@@ -1947,5 +2065,81 @@ mod tests {
             r.modify_cc(0, &m(mask::CC_STATE, 1, None, None)),
             Err(libc::EINVAL)
         );
+    }
+
+    /// Issue 43: an EV's port names its plane. REPLACE_EV takes the controller's
+    /// context's ports only; the provider's EVs (AUTO, GEN) are interleaved over them;
+    /// `qp_evs` carries each transport EV's port and `ev_planes` turns them into the
+    /// transport's planes or a typed error.
+    #[test]
+    fn ev_ports_name_planes() {
+        let mut r = Registry::default();
+        stev_fmt(&mut r, 1, &[32]);
+        let replace = |v: u32, port: u8| EvOpEntry {
+            ev: Ev::UNPOPULATED,
+            ev_new: Ev {
+                port,
+                ..Ev::from_u32(v)
+            },
+            ..EvOpEntry::default()
+        };
+        // One port (the controller's context on one device): port 2 is refused, as before.
+        r.modify_ev(7, &offline(ev_mode::EXP, 1, 4)).unwrap();
+        assert_eq!(
+            r.modify_ev(7, &op(ev_op::REPLACE_EV, vec![replace(100, 2)])),
+            Err(libc::EINVAL)
+        );
+        // Two ports: EV i on port 1 + i mod 2; port 3 is out of range, port 0 too.
+        let two = |m: EvModify| EvModify { ports: 2, ..m };
+        for bad in [0, 3] {
+            assert_eq!(
+                r.modify_ev(7, &two(op(ev_op::REPLACE_EV, vec![replace(100, bad)]))),
+                Err(libc::EINVAL),
+                "port {bad}"
+            );
+        }
+        let entries = (0..4).map(|i| replace(100 + i, 1 + (i % 2) as u8)).collect();
+        r.modify_ev(7, &two(op(ev_op::REPLACE_EV, entries))).unwrap();
+        r.modify_ev(7, &online()).unwrap();
+        let q = r.qp_evs(7).unwrap();
+        assert_eq!(q.evs, [100, 101, 102, 103]);
+        assert_eq!(q.ports, [1, 2, 1, 2]);
+        assert_eq!(ev_planes(&q.ports, 2), Ok(vec![0, 1, 0, 1]));
+        // One plane: the transport's own placement (nothing set), ports of 1 only.
+        assert_eq!(ev_planes(&[1, 1], 1), Ok(Vec::new()));
+        assert_eq!(
+            ev_planes(&q.ports, 1),
+            Err(PlaneError::PortOutOfRange {
+                ev: 1,
+                port: 2,
+                planes: 1
+            })
+        );
+        assert_eq!(
+            ev_planes(&[1, 1, 1], 2),
+            Err(PlaneError::PlaneWithoutEv { plane: 1 })
+        );
+        assert_eq!(ev_planes(&[], 2), Ok(Vec::new()));
+        assert_eq!(PlaneError::PlaneWithoutEv { plane: 1 }.errno(), libc::EINVAL);
+        // AUTO on two ports: interleaved; on one (0 counts as 1): port 1 as before.
+        let auto = EvModify {
+            mask: mask::EV_STATE | mask::EV_MODE | mask::EV_COUNT,
+            state: 1,
+            mode: ev_mode::AUTO,
+            count: 6,
+            ..EvModify::default()
+        };
+        r.modify_ev(8, &two(auto.clone())).unwrap();
+        r.modify_ev(9, &auto).unwrap();
+        for id in [8, 9] {
+            r.modify_ev(id, &online()).unwrap();
+        }
+        assert_eq!(r.qp_evs(8).unwrap().ports, [1, 2, 1, 2, 1, 2]);
+        assert_eq!(r.qp_evs(9).unwrap().ports, [1; 6]);
+        assert_eq!(r.qp_evs(0).unwrap().ports, Vec::<u8>::new());
+        assert_eq!(phy_port_mask(0), limits::PHY_PORT_MASK);
+        assert_eq!(phy_port_mask(1), 0b10);
+        assert_eq!(phy_port_mask(2), 0b110);
+        assert_eq!(phy_port_mask(200), 0x1fe);
     }
 }

@@ -381,7 +381,27 @@ struct Algorithms([*const c_char; 2]);
 unsafe impl Sync for Algorithms {}
 static ALGORITHMS: Algorithms = Algorithms([c"uet-1.0-nscc".as_ptr(), std::ptr::null()]);
 
-fn device_attr(vctx: *mut ibv_context) -> Result<MrcCtlDeviceAttr, i32> {
+/// Ports of `ctx` (an `mrc_context`): one per plane.
+fn ports_of(ctx: *mut c_void) -> u8 {
+    // SAFETY: the C contract: a live mrc_context (checked non-null by the callers).
+    unsafe { &*ctx.cast::<Context>() }.plane_count() as u8
+}
+
+/// Ports a context on `vctx` would have now: one per plane of `MRC_PLANE_DEVICES` (one
+/// when it is unset or would be refused).
+fn env_ports(vctx: *mut ibv_context) -> u8 {
+    match std::env::var(crate::state::PLANE_DEVICES_ENV) {
+        Ok(spec) if !spec.trim().is_empty() => {
+            let own = crate::runtime::device_name(vctx).unwrap_or_default();
+            crate::state::plane_devices(&own, &spec, &crate::runtime::verbs_device_names())
+                .map_or(1, |p| 1 + p.len() as u8)
+        }
+        _ => 1,
+    }
+}
+
+/// The controller attributes of a device whose contexts have `ports` ports (planes).
+fn device_attr(vctx: *mut ibv_context, ports: u8) -> Result<MrcCtlDeviceAttr, i32> {
     let free = tables_of(vctx)?.ev_free_count();
     Ok(MrcCtlDeviceAttr {
         mrc_ctl_protocol_version: 1,
@@ -401,7 +421,7 @@ fn device_attr(vctx: *mut ibv_context) -> Result<MrcCtlDeviceAttr, i32> {
             cc_max_profiles: ctl::limits::MAX_CC_PROFILES,
             algorithms: ALGORITHMS.0.as_ptr(),
         },
-        phy_port_mask: ctl::limits::PHY_PORT_MASK,
+        phy_port_mask: ctl::phy_port_mask(ports),
         opt_attr: ctl::limits::OPT,
     })
 }
@@ -430,7 +450,8 @@ pub unsafe extern "C" fn mrc_ctl_query_version(
 }
 
 /// `mrc_ctl_query_device`: the controller limits (no device access: they are the
-/// library's). `EINVAL` for null pointers.
+/// library's; `phy_port_mask` has one port per plane a context would have now,
+/// `MRC_PLANE_DEVICES`). `EINVAL` for null pointers.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mrc_ctl_query_device(
     context: *mut ibv_context,
@@ -440,7 +461,7 @@ pub unsafe extern "C" fn mrc_ctl_query_device(
         if context.is_null() || attr.is_null() {
             return minus(libc::EINVAL);
         }
-        let a = match device_attr(context) {
+        let a = match device_attr(context, env_ports(context)) {
             Ok(a) => a,
             Err(e) => return minus(e),
         };
@@ -450,12 +471,13 @@ pub unsafe extern "C" fn mrc_ctl_query_device(
     })
 }
 
-/// `mrc_ctl_query_device_ex`: as [`mrc_ctl_query_device`]; `supported` is 1 when port 1
-/// of the device answers `ibv_query_port`.
+/// `mrc_ctl_query_device_ex`: as [`mrc_ctl_query_device`], with `mcontext`'s ports (one
+/// per plane) when it is not null; `supported` is 1 when port 1 of the device answers
+/// `ibv_query_port`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mrc_ctl_query_device_ex(
     context: *mut ibv_context,
-    _mcontext: *mut c_void,
+    mcontext: *mut c_void,
     attr: *mut MrcCtlDeviceAttr,
     supported: *mut c_int,
 ) -> c_int {
@@ -464,7 +486,12 @@ pub unsafe extern "C" fn mrc_ctl_query_device_ex(
             return minus(libc::EINVAL);
         }
         let ok = crate::runtime::port_mtu(context, 1).is_ok();
-        let a = match device_attr(context) {
+        let ports = if mcontext.is_null() {
+            env_ports(context)
+        } else {
+            ports_of(mcontext)
+        };
+        let a = match device_attr(context, ports) {
             Ok(a) => a,
             Err(e) => return minus(e),
         };
@@ -477,7 +504,7 @@ pub unsafe extern "C" fn mrc_ctl_query_device_ex(
     })
 }
 
-/// `mrc_ctl_query_port`: port 1 is ENABLED; any other `EINVAL`.
+/// `mrc_ctl_query_port`: ports 1 to the context's planes are ENABLED; any other `EINVAL`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mrc_ctl_query_port(
     ctx: *mut c_void,
@@ -488,7 +515,8 @@ pub unsafe extern "C" fn mrc_ctl_query_port(
     guard(-1, || {
         if ctx.is_null()
             || attr.is_null()
-            || port != 1
+            || port == 0
+            || port > ports_of(ctx)
             || attr_mask as u32 & !mask::PORT_ADMIN_STATE != 0
         {
             return minus(libc::EINVAL);
@@ -510,7 +538,12 @@ pub unsafe extern "C" fn mrc_ctl_modify_port(
 ) -> c_int {
     guard(-1, || {
         let m = attr_mask as u32;
-        if ctx.is_null() || attr.is_null() || port != 1 || m & !mask::PORT_ADMIN_STATE != 0 {
+        if ctx.is_null()
+            || attr.is_null()
+            || port == 0
+            || port > ports_of(ctx)
+            || m & !mask::PORT_ADMIN_STATE != 0
+        {
             return minus(libc::EINVAL);
         }
         // SAFETY: the caller's pointer.
@@ -704,6 +737,7 @@ pub unsafe extern "C" fn mrc_ctl_modify_ev_profile(
             entries,
             fields_op: a.ev_fields_op.op,
             fields,
+            ports: ports_of(ctx),
         };
         let mut g = match tables(ctx) {
             Ok(g) => g,

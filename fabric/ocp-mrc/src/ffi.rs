@@ -171,7 +171,10 @@ pub unsafe extern "C" fn mrc_query_version(
 }
 
 /// `mrc_create_context`: `EINVAL` for a null context or an API version outside
-/// [last supported, current] (0 = not said).
+/// [last supported, current] (0 = not said). With `MRC_PLANE_DEVICES` set
+/// ([`state::PLANE_DEVICES_ENV`]) the context spans one plane per device, `vcontext`'s
+/// first: `ENODEV` for a name no verbs device has, `EINVAL` for an empty entry, a
+/// device named twice or more than eight planes (the reason on stderr).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mrc_create_context(
     vcontext: *mut ibv_context,
@@ -194,7 +197,22 @@ pub unsafe extern "C" fn mrc_create_context(
             set_errno(libc::EINVAL);
             return null_mut();
         }
+        let planes = match std::env::var(state::PLANE_DEVICES_ENV) {
+            Ok(spec) if !spec.trim().is_empty() => {
+                let own = crate::runtime::device_name(vcontext).unwrap_or_default();
+                match state::plane_devices(&own, &spec, &crate::runtime::verbs_device_names()) {
+                    Ok(p) => p,
+                    Err(e) => {
+                        eprintln!("lib_mrc: {e}");
+                        set_errno(e.errno());
+                        return null_mut();
+                    }
+                }
+            }
+            _ => Vec::new(),
+        };
         let c = Box::new(Context {
+            planes,
             vctx: vcontext,
             api_version: if a.mrc_api_version_used == 0 {
                 abi::API_CURRENT_VERSION

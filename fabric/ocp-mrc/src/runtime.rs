@@ -22,6 +22,8 @@
 //! counts, raises `IBV_EVENT_QP_ACCESS_ERR`, and the loopback QP is reset and the chunks
 //! behind it re-posted.
 
+mod datapath;
+
 use crate::abi::limits;
 use crate::ext::{self, MrcXEvCount, TransportView};
 use crate::state::{self, MrcSettings, QpState};
@@ -32,6 +34,7 @@ use mrc_congestion::{AnyController, CcKind};
 use mrc_fabric::datapath::{ConnId, Datapath, PathMap, TxBatch};
 use mrc_fabric::engine::{EngineConfig, QpConfig, Worker};
 use mrc_fabric::verbs::addr::EndpointAddr;
+use datapath::QpDatapath;
 use mrc_fabric::verbs::{DEFAULT_QKEY, Device, Nic, VerbsConfig, VerbsDatapath, gid_to_ip};
 use mrc_transport::completion::{Completion, WcOpcode, WcStatus};
 use mrc_transport::path::PathState;
@@ -142,6 +145,10 @@ pub(crate) struct Context {
     pub events_cv: Condvar,
     /// Live children (channels, CQs, QPs, hints): destroy refuses with EBUSY while any.
     pub children: AtomicUsize,
+    /// The devices of planes 1, 2, ... (`MRC_PLANE_DEVICES` when the context was
+    /// created; plane 0 is `vctx`'s device): empty on one plane. Each QP opens one UD
+    /// datapath per plane, and an EV on port `p` leaves from plane `p - 1`'s device.
+    pub planes: Vec<String>,
 }
 
 // SAFETY: the ibv_context pointer is only passed to libibverbs, which is thread-safe.
@@ -150,6 +157,11 @@ unsafe impl Send for Context {}
 unsafe impl Sync for Context {}
 
 impl Context {
+    /// Planes (ports) of the context: its device and `MRC_PLANE_DEVICES`'.
+    pub fn plane_count(&self) -> usize {
+        1 + self.planes.len()
+    }
+
     pub fn raise(&self, element: usize, event_type: u32) {
         let mut q = lock(&self.events);
         // Bounded: an application that never reads its events loses the oldest.
@@ -706,7 +718,7 @@ pub(crate) struct QpInner<N: Nic = Device, L: LoopbackQp = Loopback> {
     /// What the application set through `ibv_qp_attr` (returned by `mrc_query_qp`).
     pub vattr: ibv_qp_attr,
     pub hint: *const Hint,
-    worker: Worker<VerbsDatapath<N>>,
+    worker: Worker<QpDatapath<N>>,
     pub qpn: u32,
     engine_qpn: u32,
     mtu_payload: u32,
@@ -966,6 +978,69 @@ fn pick_gid_index(vctx: *mut ibv_context, port: u8) -> u8 {
         .unwrap_or(0)
 }
 
+/// The names of the host's verbs devices (`ibv_get_device_list`; empty when it fails).
+pub(crate) fn verbs_device_names() -> Vec<String> {
+    let mut n: c_int = 0;
+    // SAFETY: out-pointer to a local.
+    let list = unsafe { ibv_get_device_list(&mut n) };
+    if list.is_null() {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for i in 0..n.max(0) as usize {
+        // SAFETY: `n` entries of a live list.
+        let d = unsafe { *list.add(i) };
+        // SAFETY: a live device; libibverbs returns a NUL-terminated name.
+        let p = unsafe { ibv_get_device_name(d) };
+        if !p.is_null() {
+            // SAFETY: as above.
+            out.push(
+                unsafe { std::ffi::CStr::from_ptr(p) }
+                    .to_string_lossy()
+                    .into_owned(),
+            );
+        }
+    }
+    // SAFETY: ours, freed once.
+    unsafe { ibv_free_device_list(list) };
+    out
+}
+
+/// Port `port`'s active MTU on plane device `name` and the GID index its datapath uses
+/// ([`pick_gid_index`]): the device is opened for the queries and closed.
+fn plane_device_params(name: &str, port: u8) -> Result<(u32, u8), String> {
+    let mut n: c_int = 0;
+    // SAFETY: out-pointer to a local.
+    let list = unsafe { ibv_get_device_list(&mut n) };
+    if list.is_null() {
+        return Err(format!("ibv_get_device_list: errno {}", errno()));
+    }
+    let mut vctx: *mut ibv_context = std::ptr::null_mut();
+    for i in 0..n.max(0) as usize {
+        // SAFETY: `n` entries of a live list.
+        let d = unsafe { *list.add(i) };
+        // SAFETY: a live device; a NUL-terminated name.
+        let p = unsafe { ibv_get_device_name(d) };
+        // SAFETY: as above.
+        if !p.is_null() && unsafe { std::ffi::CStr::from_ptr(p) }.to_bytes() == name.as_bytes() {
+            // SAFETY: a live device of the list.
+            vctx = unsafe { ibv_open_device(d) };
+            break;
+        }
+    }
+    // SAFETY: ours, freed once (an opened context outlives the list).
+    unsafe { ibv_free_device_list(list) };
+    if vctx.is_null() {
+        return Err(format!("plane device {name}: cannot open it (errno {})", errno()));
+    }
+    let r = port_mtu(vctx, port)
+        .map(|(mtu, _)| (mtu, pick_gid_index(vctx, port)))
+        .map_err(|e| format!("plane device {name}: ibv_query_port: {e}"));
+    // SAFETY: opened above, closed once.
+    unsafe { ibv_close_device(vctx) };
+    r
+}
+
 fn map_status(s: WcStatus) -> u32 {
     match s {
         WcStatus::Success => wc_status::SUCCESS,
@@ -998,17 +1073,31 @@ impl Qp {
             .and_then(|v| v.parse().ok())
             .unwrap_or(1u8);
         let dev = device_name(c.vctx).ok_or("the ibv_context names no device")?;
-        let (mtu, _) = port_mtu(c.vctx, port).map_err(|e| format!("ibv_query_port: {e}"))?;
-        let mut vc = VerbsConfig::new(dev);
-        vc.port = port;
-        vc.gid_index = pick_gid_index(c.vctx, port);
-        vc.qps = UD_QPS;
-        vc.max_datagram_bytes = mtu;
-        vc.sq_depth = 256;
-        vc.rq_depth = 256;
-        vc.signal_every = 16;
-        vc.send_slots = UD_QPS * 256;
-        let dp = VerbsDatapath::open(vc).map_err(|e| format!("verbs datapath: {e}"))?;
+        let (mut mtu, _) = port_mtu(c.vctx, port).map_err(|e| format!("ibv_query_port: {e}"))?;
+        // Plane 0: the application's device; planes 1.. : MRC_PLANE_DEVICES' (the
+        // datagram size is the smallest of their MTUs).
+        let mut planes = vec![(dev, pick_gid_index(c.vctx, port))];
+        for name in &c.planes {
+            let (m, g) = plane_device_params(name, port)?;
+            mtu = mtu.min(m);
+            planes.push((name.clone(), g));
+        }
+        let mut dps = Vec::with_capacity(planes.len());
+        for (name, gid_index) in planes {
+            let mut vc = VerbsConfig::new(name.clone());
+            vc.port = port;
+            vc.gid_index = gid_index;
+            vc.qps = UD_QPS;
+            vc.max_datagram_bytes = mtu;
+            vc.sq_depth = 256;
+            vc.rq_depth = 256;
+            vc.signal_every = 16;
+            vc.send_slots = UD_QPS * 256;
+            dps.push(
+                VerbsDatapath::open(vc).map_err(|e| format!("verbs datapath on {name}: {e}"))?,
+            );
+        }
+        let dp = QpDatapath::new(dps, true).map_err(|e| format!("plane datapath: {e}"))?;
         let ecfg = EngineConfig {
             slot_bytes: mtu as usize + 96,
             tx_batch: 64,
@@ -1110,7 +1199,7 @@ impl<N: Nic, L: LoopbackQp> QpInner<N, L> {
     /// receive staging buffer and the lkey check's scratch.
     #[allow(clippy::too_many_arguments)]
     fn new(
-        mut worker: Worker<VerbsDatapath<N>>,
+        mut worker: Worker<QpDatapath<N>>,
         mtu: u32,
         port: u8,
         init: &InitCopy,
@@ -1289,6 +1378,16 @@ impl<N: Nic, L: LoopbackQp> QpInner<N, L> {
             );
             return Err(libc::EOPNOTSUPP);
         }
+        // Each EV on the plane its port names (one plane, or profile 0: the transport's
+        // own placement, EV i on plane i mod planes).
+        let planes = self.worker.datapath_mut().plane_count();
+        let ev_planes = crate::ctl::ev_planes(&pevs.ports, planes).map_err(|e| {
+            eprintln!(
+                "lib_mrc: EV profile {}: {e}",
+                self.settings.ev_profile_id
+            );
+            e.errno()
+        })?;
         let qcfg = QpConfig {
             cc: if nscc.is_some() {
                 CcKind::Nscc
@@ -1298,6 +1397,7 @@ impl<N: Nic, L: LoopbackQp> QpInner<N, L> {
             link,
             conn: mrc_transport::ConnConfig {
                 evs: pevs.evs.clone(),
+                ev_planes,
                 send: mrc_transport::send::SendConfig {
                     mtu_payload_bytes: self.mtu_payload,
                     max_outstanding_packets: window,
@@ -1356,12 +1456,15 @@ impl<N: Nic, L: LoopbackQp> QpInner<N, L> {
         self.recv_key = Some(rk);
         let peer_ip = gid_to_ip(gid);
         let dp = self.worker.datapath_mut();
-        dp.add_peer(EndpointAddr {
-            gid,
-            lid: 0,
-            qkey: DEFAULT_QKEY,
-            qpns: vec![self.peer_qpn],
-        });
+        dp.add_peer(
+            0,
+            EndpointAddr {
+                gid,
+                lid: 0,
+                qkey: DEFAULT_QKEY,
+                qpns: vec![self.peer_qpn],
+            },
+        );
         let conn = dp
             .open_conn(SocketAddr::new(peer_ip, 4791), &PathMap::per_ev(vec![0]))
             .map_err(|e| {
@@ -1557,12 +1660,14 @@ impl<N: Nic, L: LoopbackQp> QpInner<N, L> {
 
     fn hello(&mut self, heard: bool) -> Option<Vec<u8>> {
         let info = self.worker.local_info(self.engine_qpn).ok()?;
-        let endpoint = self.worker.datapath_mut().local_endpoint().clone();
+        let mut endpoints = self.worker.datapath_mut().endpoints();
+        let planes = endpoints.split_off(1);
         Hello {
             heard,
             no_trim_nacks: state::asks_no_trim_nacks(&self.settings),
-            endpoint,
+            endpoint: endpoints.pop()?,
             info,
+            planes,
         }
         .encode()
     }
@@ -1656,13 +1761,30 @@ impl<N: Nic, L: LoopbackQp> QpInner<N, L> {
 
     fn connect(&mut self, hello_conn: ConnId, peer_ip: std::net::IpAddr, h: Hello) {
         let dp = self.worker.datapath_mut();
-        dp.close_conn(hello_conn);
-        dp.add_peer(h.endpoint.clone());
+        let (ours, theirs) = (dp.plane_count(), 1 + h.planes.len());
+        let refused = if ours != theirs {
+            Some(format!(
+                "the peer's QP runs on {theirs} plane(s) and this one on {ours}: give both \
+                 ends as many devices ({})",
+                state::PLANE_DEVICES_ENV
+            ))
+        } else {
+            dp.close_conn(hello_conn);
+            for (p, e) in std::iter::once(h.endpoint.clone())
+                .chain(h.planes.iter().cloned())
+                .enumerate()
+            {
+                dp.add_peer(p, e);
+            }
+            let eq = self.engine_qpn;
+            self.worker
+                .connect(eq, &h.info, SocketAddr::new(peer_ip, 4791))
+                .err()
+                .map(|e| e.to_string())
+        };
         let eq = self.engine_qpn;
-        if let Err(e) = self
-            .worker
-            .connect(eq, &h.info, SocketAddr::new(peer_ip, 4791))
-        {
+        if let Some(e) = refused {
+            // `fail` closes the rendezvous path (still open on a plane count mismatch).
             eprintln!("lib_mrc: QP {:06x}: connect: {e}", self.qpn);
             self.phase = Phase::Hello {
                 conn: hello_conn,

@@ -391,6 +391,98 @@ pub fn ibv_mtu_bytes(v: u32) -> Option<u32> {
     (1..=5).contains(&v).then(|| 256u32 << (v - 1))
 }
 
+/// The environment variable naming a context's further plane devices: a comma-separated
+/// list of verbs device names, either the devices of planes 1, 2, ... (`rxe1`) or the
+/// whole list, the context's own device first (`rxe0,rxe1`). Unset or empty: one plane,
+/// the context's device, as without it. [`plane_devices`] parses it.
+pub const PLANE_DEVICES_ENV: &str = "MRC_PLANE_DEVICES";
+
+/// Why `MRC_PLANE_DEVICES` is refused ([`plane_devices`]); `mrc_create_context` fails
+/// with [`PlaneDevicesError::errno`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PlaneDevicesError {
+    /// An empty entry (`rxe1,,rxe2`, a trailing comma).
+    EmptyEntry,
+    /// A name no verbs device has (`ENODEV`).
+    Unknown(String),
+    /// A device named twice, or the context's own device past the list's head.
+    Repeated(String),
+    /// More planes than a datapath takes (`limits::MAX_PORTS`, 8).
+    TooMany(usize),
+}
+
+impl PlaneDevicesError {
+    /// The errno: `ENODEV` for an unknown device, else `EINVAL`.
+    pub fn errno(&self) -> i32 {
+        match self {
+            PlaneDevicesError::Unknown(_) => libc::ENODEV,
+            _ => libc::EINVAL,
+        }
+    }
+}
+
+impl std::fmt::Display for PlaneDevicesError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PlaneDevicesError::EmptyEntry => write!(f, "{PLANE_DEVICES_ENV} has an empty entry"),
+            PlaneDevicesError::Unknown(d) => {
+                write!(f, "{PLANE_DEVICES_ENV}: no verbs device {d:?}")
+            }
+            PlaneDevicesError::Repeated(d) => write!(
+                f,
+                "{PLANE_DEVICES_ENV}: device {d:?} named twice (one device per plane, the \
+                 context's first)"
+            ),
+            PlaneDevicesError::TooMany(n) => write!(
+                f,
+                "{PLANE_DEVICES_ENV}: {n} planes, at most {}",
+                crate::ctl::limits::MAX_PORTS
+            ),
+        }
+    }
+}
+
+impl std::error::Error for PlaneDevicesError {}
+
+/// The devices of planes 1, 2, ... of a context on device `own`, from `spec` (the value
+/// of [`PLANE_DEVICES_ENV`]; see there), each checked against the host's verbs devices
+/// `known`. Empty for an empty `spec` (one plane).
+///
+/// # Errors
+/// [`PlaneDevicesError`]: an empty entry, a device `known` lacks, a device twice (or
+/// `own` anywhere but first), more than `limits::MAX_PORTS` planes in all.
+pub fn plane_devices(
+    own: &str,
+    spec: &str,
+    known: &[String],
+) -> Result<Vec<String>, PlaneDevicesError> {
+    let spec = spec.trim();
+    if spec.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut names: Vec<&str> = spec.split(',').map(str::trim).collect();
+    if names.contains(&"") {
+        return Err(PlaneDevicesError::EmptyEntry);
+    }
+    if names[0] == own {
+        names.remove(0);
+    }
+    let mut out: Vec<String> = Vec::new();
+    for n in names {
+        if n == own || out.iter().any(|o| o == n) {
+            return Err(PlaneDevicesError::Repeated(n.to_string()));
+        }
+        if !known.iter().any(|k| k == n) {
+            return Err(PlaneDevicesError::Unknown(n.to_string()));
+        }
+        out.push(n.to_string());
+    }
+    if out.len() + 1 > usize::from(crate::ctl::limits::MAX_PORTS) {
+        return Err(PlaneDevicesError::TooMany(out.len() + 1));
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::ibv_mask::*;
@@ -720,5 +812,44 @@ mod tests {
         assert_eq!(ibv_mtu_bytes(5), Some(4096));
         assert_eq!(ibv_mtu_bytes(1), Some(256));
         assert_eq!(ibv_mtu_bytes(0), None);
+    }
+
+    /// Issue 43: `MRC_PLANE_DEVICES` as further devices or as the whole list, and each
+    /// bad value's typed error and errno.
+    #[test]
+    fn plane_devices_parse_and_refuse() {
+        let known: Vec<String> = ["rxe0", "rxe1", "rxe2", "mlx5_0"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let ok = |spec| plane_devices("rxe0", spec, &known);
+        assert_eq!(ok(""), Ok(Vec::<String>::new()));
+        assert_eq!(ok("  "), Ok(Vec::<String>::new()));
+        assert_eq!(ok("rxe0"), Ok(Vec::<String>::new()));
+        assert_eq!(ok("rxe1"), Ok(vec!["rxe1".to_string()]));
+        assert_eq!(ok("rxe0,rxe1"), Ok(vec!["rxe1".to_string()]));
+        assert_eq!(
+            ok(" rxe1 , rxe2 "),
+            Ok(vec!["rxe1".to_string(), "rxe2".to_string()])
+        );
+        let bad = [
+            ("rxe1,", PlaneDevicesError::EmptyEntry, libc::EINVAL),
+            ("rxe9", PlaneDevicesError::Unknown("rxe9".into()), libc::ENODEV),
+            ("rxe1,rxe0", PlaneDevicesError::Repeated("rxe0".into()), libc::EINVAL),
+            ("rxe1,rxe1", PlaneDevicesError::Repeated("rxe1".into()), libc::EINVAL),
+        ];
+        for (spec, e, errno) in bad {
+            assert_eq!(ok(spec), Err(e.clone()), "{spec:?}");
+            assert_eq!(e.errno(), errno, "{spec:?}");
+        }
+        let many: Vec<String> = (0..9).map(|i| format!("d{i}")).collect();
+        assert_eq!(
+            plane_devices("d0", &many.join(","), &many),
+            Err(PlaneDevicesError::TooMany(9))
+        );
+        assert_eq!(
+            plane_devices("d0", &many[..8].join(","), &many).map(|v| v.len()),
+            Ok(7)
+        );
     }
 }

@@ -78,6 +78,11 @@ pub const HELLO_HEARD: u8 = 1 << 0;
 /// Flag: the sender's QP has `MRC_QP_CAP_TRIM_NACK_DEST_UNSUPPORTED` (its peer, the
 /// receiver of this hello, is not to NACK trimmed packets of this connection).
 pub const HELLO_NO_TRIM_NACK: u8 = 1 << 1;
+/// Flag: the sender's QP runs on two or more planes (one device each,
+/// `MRC_PLANE_DEVICES`): after the transport parameters, the endpoint of each plane from
+/// plane 1 on ([`Hello::planes`]). A hello of one plane never sets it, and is byte for
+/// byte what it was before planes.
+pub const HELLO_PLANES: u8 = 1 << 2;
 /// Largest hello accepted, bytes.
 pub const MAX_HELLO_BYTES: usize = 4096;
 
@@ -170,11 +175,21 @@ pub struct Hello {
     pub endpoint: EndpointAddr,
     /// The sender's transport parameters.
     pub info: QpInfo,
+    /// The sender's UD endpoint on each further plane (plane 1 first; `endpoint` is
+    /// plane 0's): empty on one plane. At most [`MAX_HELLO_PLANES`].
+    pub planes: Vec<EndpointAddr>,
 }
 
+/// Further planes a hello carries at most (the datapath's planes, less plane 0).
+pub const MAX_HELLO_PLANES: usize = mrc_fabric::udp::MAX_PLANE_IPS - 1;
+
 impl Hello {
-    /// The encoded hello; `None` when a part does not encode (too many QPNs or regions).
+    /// The encoded hello; `None` when a part does not encode (too many QPNs, regions or
+    /// planes).
     pub fn encode(&self) -> Option<Vec<u8>> {
+        if self.planes.len() > MAX_HELLO_PLANES {
+            return None;
+        }
         let ep = self.endpoint.encode().ok()?;
         let qi = self.info.encode().ok()?;
         let mut b = Vec::with_capacity(12 + ep.len() + qi.len());
@@ -186,12 +201,25 @@ impl Hello {
                     HELLO_NO_TRIM_NACK
                 } else {
                     0
+                }
+                | if self.planes.is_empty() {
+                    0
+                } else {
+                    HELLO_PLANES
                 },
         );
         b.extend_from_slice(&u16::try_from(ep.len()).ok()?.to_be_bytes());
         b.extend_from_slice(&ep);
         b.extend_from_slice(&u16::try_from(qi.len()).ok()?.to_be_bytes());
         b.extend_from_slice(&qi);
+        if !self.planes.is_empty() {
+            b.push(self.planes.len() as u8);
+            for p in &self.planes {
+                let e = p.encode().ok()?;
+                b.extend_from_slice(&u16::try_from(e.len()).ok()?.to_be_bytes());
+                b.extend_from_slice(&e);
+            }
+        }
         (b.len() <= MAX_HELLO_BYTES).then_some(b)
     }
 
@@ -206,7 +234,9 @@ impl Hello {
         if u32::from_be_bytes([b[0], b[1], b[2], b[3]]) != HELLO_MAGIC {
             return Err(WireError::BadMagic);
         }
-        if b[4] != HELLO_VERSION || b[5] & !(HELLO_HEARD | HELLO_NO_TRIM_NACK) != 0 {
+        if b[4] != HELLO_VERSION
+            || b[5] & !(HELLO_HEARD | HELLO_NO_TRIM_NACK | HELLO_PLANES) != 0
+        {
             return Err(WireError::BadField);
         }
         let ep_len = usize::from(u16::from_be_bytes([b[6], b[7]]));
@@ -215,20 +245,41 @@ impl Hello {
         let l = b.get(ep_end..ep_end + 2).ok_or(WireError::BadLength)?;
         let qi_len = usize::from(u16::from_be_bytes([l[0], l[1]]));
         let qi_start = ep_end + 2;
-        if b.len() != qi_start + qi_len {
+        let qi_end = qi_start + qi_len;
+        let with_planes = b[5] & HELLO_PLANES != 0;
+        if b.len() < qi_end || (!with_planes && b.len() != qi_end) {
             return Err(WireError::BadLength);
         }
         let endpoint = EndpointAddr::decode(ep).map_err(|_| WireError::BadField)?;
-        let mut r = &b[qi_start..];
+        let mut r = &b[qi_start..qi_end];
         let info = QpInfo::read_from(&mut r).map_err(|_| WireError::BadField)?;
         if !r.is_empty() {
             return Err(WireError::BadLength);
+        }
+        let mut planes = Vec::new();
+        if with_planes {
+            let n = usize::from(*b.get(qi_end).ok_or(WireError::BadLength)?);
+            if n == 0 || n > MAX_HELLO_PLANES {
+                return Err(WireError::BadField);
+            }
+            let mut at = qi_end + 1;
+            for _ in 0..n {
+                let l = b.get(at..at + 2).ok_or(WireError::BadLength)?;
+                let len = usize::from(u16::from_be_bytes([l[0], l[1]]));
+                let e = b.get(at + 2..at + 2 + len).ok_or(WireError::BadLength)?;
+                planes.push(EndpointAddr::decode(e).map_err(|_| WireError::BadField)?);
+                at += 2 + len;
+            }
+            if at != b.len() {
+                return Err(WireError::BadLength);
+            }
         }
         Ok(Hello {
             heard: b[5] & HELLO_HEARD != 0,
             no_trim_nacks: b[5] & HELLO_NO_TRIM_NACK != 0,
             endpoint,
             info,
+            planes,
         })
     }
 }
@@ -528,6 +579,7 @@ mod tests {
                 regions: vec![],
                 plane_ips: Vec::new(),
             },
+            planes: Vec::new(),
         };
         let b = h.encode().unwrap();
         assert_eq!(Hello::decode(&b), Ok(h.clone()));
@@ -537,7 +589,7 @@ mod tests {
         assert_eq!(Hello::decode(&x), Err(WireError::BadLength));
         assert_eq!(b[5], HELLO_HEARD);
         let mut x = b.clone();
-        x[5] = 4;
+        x[5] = 8;
         assert_eq!(Hello::decode(&x), Err(WireError::BadField));
         // NO_TRIM_NACK travels as bit 1
         let t = Hello {
@@ -547,8 +599,42 @@ mod tests {
         let tb = t.encode().unwrap();
         assert_eq!(tb[5], HELLO_HEARD | HELLO_NO_TRIM_NACK);
         assert_eq!(Hello::decode(&tb), Ok(t));
-        let mut x = b;
+        let mut x = b.clone();
         x[6] = 0xff;
         assert_eq!(Hello::decode(&x), Err(WireError::BadLength));
+        // Two planes: plane 1's endpoint after the parameters, flagged; one plane's
+        // hello is the same bytes as before (no flag, nothing after).
+        let p1 = EndpointAddr {
+            gid: Ipv6Addr::new(0, 0, 0, 0, 0, 0xffff, 0x0a01, 1),
+            lid: 0,
+            qkey: 0x4d52_4300,
+            qpns: vec![27, 28],
+        };
+        let two = Hello {
+            planes: vec![p1],
+            ..h.clone()
+        };
+        let tb = two.encode().unwrap();
+        assert_eq!(tb[5], HELLO_HEARD | HELLO_PLANES);
+        assert_eq!(&tb[6..b.len()], &b[6..]);
+        assert_eq!(Hello::decode(&tb), Ok(two.clone()));
+        assert_eq!(Hello::decode(&tb[..tb.len() - 1]), Err(WireError::BadLength));
+        let mut x = tb.clone();
+        x.push(0);
+        assert_eq!(Hello::decode(&x), Err(WireError::BadLength));
+        // The flag with no plane after, or a count of 0 or past the limit.
+        let mut x = b.clone();
+        x[5] |= HELLO_PLANES;
+        assert_eq!(Hello::decode(&x), Err(WireError::BadLength));
+        for n in [0u8, MAX_HELLO_PLANES as u8 + 1] {
+            let mut x = tb.clone();
+            x[b.len()] = n;
+            assert_eq!(Hello::decode(&x), Err(WireError::BadField), "{n} planes");
+        }
+        let many = Hello {
+            planes: vec![two.planes[0].clone(); MAX_HELLO_PLANES + 1],
+            ..h
+        };
+        assert_eq!(many.encode(), None);
     }
 }

@@ -193,6 +193,7 @@ fn side(fab: &FakeFabric, gid: Ipv6Addr) -> Side {
         events: Mutex::new(VecDeque::new()),
         events_cv: Condvar::new(),
         children: AtomicUsize::new(0),
+        planes: Vec::new(),
     });
     let (scq, rcq) = (cq(&ctx), cq(&ctx));
     let mut vc = VerbsConfig::new("fake0");
@@ -228,7 +229,7 @@ fn side(fab: &FakeFabric, gid: Ipv6Addr) -> Side {
     };
     let pd = Rc::new(FakePd::default());
     let qp = QpInner::new(
-        Worker::with_datapath(dp, ecfg),
+        Worker::with_datapath(QpDatapath::new(vec![dp], false).expect("one plane"), ecfg),
         MTU,
         1,
         &init,
