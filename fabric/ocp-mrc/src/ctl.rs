@@ -2098,8 +2098,11 @@ mod tests {
                 "port {bad}"
             );
         }
-        let entries = (0..4).map(|i| replace(100 + i, 1 + (i % 2) as u8)).collect();
-        r.modify_ev(7, &two(op(ev_op::REPLACE_EV, entries))).unwrap();
+        let entries = (0..4)
+            .map(|i| replace(100 + i, 1 + (i % 2) as u8))
+            .collect();
+        r.modify_ev(7, &two(op(ev_op::REPLACE_EV, entries)))
+            .unwrap();
         r.modify_ev(7, &online()).unwrap();
         let q = r.qp_evs(7).unwrap();
         assert_eq!(q.evs, [100, 101, 102, 103]);
@@ -2120,7 +2123,10 @@ mod tests {
             Err(PlaneError::PlaneWithoutEv { plane: 1 })
         );
         assert_eq!(ev_planes(&[], 2), Ok(Vec::new()));
-        assert_eq!(PlaneError::PlaneWithoutEv { plane: 1 }.errno(), libc::EINVAL);
+        assert_eq!(
+            PlaneError::PlaneWithoutEv { plane: 1 }.errno(),
+            libc::EINVAL
+        );
         // AUTO on two ports: interleaved; on one (0 counts as 1): port 1 as before.
         let auto = EvModify {
             mask: mask::EV_STATE | mask::EV_MODE | mask::EV_COUNT,

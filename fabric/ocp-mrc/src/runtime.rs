@@ -30,11 +30,11 @@ use crate::state::{self, MrcSettings, QpState};
 use crate::wire::{
     self, CHUNK_BYTES, Hello, Verdict, VerdictBook, VerdictMaker, WRITE_HEADER_BYTES, WriteHeader,
 };
+use datapath::QpDatapath;
 use mrc_congestion::{AnyController, CcKind};
 use mrc_fabric::datapath::{ConnId, Datapath, PathMap, TxBatch};
 use mrc_fabric::engine::{EngineConfig, QpConfig, Worker};
 use mrc_fabric::verbs::addr::EndpointAddr;
-use datapath::QpDatapath;
 use mrc_fabric::verbs::{DEFAULT_QKEY, Device, Nic, VerbsConfig, VerbsDatapath, gid_to_ip};
 use mrc_transport::completion::{Completion, WcOpcode, WcStatus};
 use mrc_transport::path::PathState;
@@ -1031,7 +1031,10 @@ fn plane_device_params(name: &str, port: u8) -> Result<(u32, u8), String> {
     // SAFETY: ours, freed once (an opened context outlives the list).
     unsafe { ibv_free_device_list(list) };
     if vctx.is_null() {
-        return Err(format!("plane device {name}: cannot open it (errno {})", errno()));
+        return Err(format!(
+            "plane device {name}: cannot open it (errno {})",
+            errno()
+        ));
     }
     let r = port_mtu(vctx, port)
         .map(|(mtu, _)| (mtu, pick_gid_index(vctx, port)))
@@ -1382,10 +1385,7 @@ impl<N: Nic, L: LoopbackQp> QpInner<N, L> {
         // own placement, EV i on plane i mod planes).
         let planes = self.worker.datapath_mut().plane_count();
         let ev_planes = crate::ctl::ev_planes(&pevs.ports, planes).map_err(|e| {
-            eprintln!(
-                "lib_mrc: EV profile {}: {e}",
-                self.settings.ev_profile_id
-            );
+            eprintln!("lib_mrc: EV profile {}: {e}", self.settings.ev_profile_id);
             e.errno()
         })?;
         let qcfg = QpConfig {

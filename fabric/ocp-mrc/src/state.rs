@@ -834,9 +834,21 @@ mod tests {
         );
         let bad = [
             ("rxe1,", PlaneDevicesError::EmptyEntry, libc::EINVAL),
-            ("rxe9", PlaneDevicesError::Unknown("rxe9".into()), libc::ENODEV),
-            ("rxe1,rxe0", PlaneDevicesError::Repeated("rxe0".into()), libc::EINVAL),
-            ("rxe1,rxe1", PlaneDevicesError::Repeated("rxe1".into()), libc::EINVAL),
+            (
+                "rxe9",
+                PlaneDevicesError::Unknown("rxe9".into()),
+                libc::ENODEV,
+            ),
+            (
+                "rxe1,rxe0",
+                PlaneDevicesError::Repeated("rxe0".into()),
+                libc::EINVAL,
+            ),
+            (
+                "rxe1,rxe1",
+                PlaneDevicesError::Repeated("rxe1".into()),
+                libc::EINVAL,
+            ),
         ];
         for (spec, e, errno) in bad {
             assert_eq!(ok(spec), Err(e.clone()), "{spec:?}");

@@ -234,9 +234,7 @@ impl Hello {
         if u32::from_be_bytes([b[0], b[1], b[2], b[3]]) != HELLO_MAGIC {
             return Err(WireError::BadMagic);
         }
-        if b[4] != HELLO_VERSION
-            || b[5] & !(HELLO_HEARD | HELLO_NO_TRIM_NACK | HELLO_PLANES) != 0
-        {
+        if b[4] != HELLO_VERSION || b[5] & !(HELLO_HEARD | HELLO_NO_TRIM_NACK | HELLO_PLANES) != 0 {
             return Err(WireError::BadField);
         }
         let ep_len = usize::from(u16::from_be_bytes([b[6], b[7]]));
@@ -618,7 +616,10 @@ mod tests {
         assert_eq!(tb[5], HELLO_HEARD | HELLO_PLANES);
         assert_eq!(&tb[6..b.len()], &b[6..]);
         assert_eq!(Hello::decode(&tb), Ok(two.clone()));
-        assert_eq!(Hello::decode(&tb[..tb.len() - 1]), Err(WireError::BadLength));
+        assert_eq!(
+            Hello::decode(&tb[..tb.len() - 1]),
+            Err(WireError::BadLength)
+        );
         let mut x = tb.clone();
         x.push(0);
         assert_eq!(Hello::decode(&x), Err(WireError::BadLength));

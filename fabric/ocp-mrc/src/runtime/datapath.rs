@@ -5,8 +5,7 @@
 //! which it places each EV on the plane its profile's port names (docs/PLANES.md).
 
 use mrc_fabric::datapath::{
-    ConnId, Datapath, DatapathError, DatapathStats, PathMap, RxDatagram, TxBatch, TxReport,
-    Waker,
+    ConnId, Datapath, DatapathError, DatapathStats, PathMap, RxDatagram, TxBatch, TxReport, Waker,
 };
 use mrc_fabric::planes::PlanesDatapath;
 use mrc_fabric::verbs::addr::EndpointAddr;

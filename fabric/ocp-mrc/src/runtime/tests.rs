@@ -186,6 +186,14 @@ fn cq(ctx: &Context) -> Box<Cq> {
 /// A QP in RESET on a NIC of `fab` with GID `gid`, as `mrc_create_qp` makes one (four UD
 /// QPs, 256 deep, the port's MTU 4096).
 fn side(fab: &FakeFabric, gid: Ipv6Addr) -> Side {
+    side_on(fab, &[gid])
+}
+
+/// [`side`] on one NIC per plane, GIDs `gids` (plane 0 first: the context's device, the
+/// others `MRC_PLANE_DEVICES`'), as `mrc_create_qp` makes one on a context of several
+/// planes.
+fn side_on(fab: &FakeFabric, gids: &[Ipv6Addr]) -> Side {
+    let gid = gids[0];
     let ctx = Box::new(Context {
         vctx: std::ptr::null_mut(),
         api_version: 0,
@@ -193,7 +201,7 @@ fn side(fab: &FakeFabric, gid: Ipv6Addr) -> Side {
         events: Mutex::new(VecDeque::new()),
         events_cv: Condvar::new(),
         children: AtomicUsize::new(0),
-        planes: Vec::new(),
+        planes: (1..gids.len()).map(|p| format!("fake{p}")).collect(),
     });
     let (scq, rcq) = (cq(&ctx), cq(&ctx));
     let mut vc = VerbsConfig::new("fake0");
@@ -208,7 +216,10 @@ fn side(fab: &FakeFabric, gid: Ipv6Addr) -> Side {
         active_mtu_bytes: MTU,
         lid: 0,
     };
-    let dp = VerbsDatapath::with_nic(fab.nic(gid), port, gid, vc).expect("fake datapath");
+    let dps = gids
+        .iter()
+        .map(|&g| VerbsDatapath::with_nic(fab.nic(g), port, g, vc.clone()).expect("fake datapath"))
+        .collect();
     let ecfg = EngineConfig {
         slot_bytes: MTU as usize + 96,
         tx_batch: 64,
@@ -229,7 +240,7 @@ fn side(fab: &FakeFabric, gid: Ipv6Addr) -> Side {
     };
     let pd = Rc::new(FakePd::default());
     let qp = QpInner::new(
-        Worker::with_datapath(QpDatapath::new(vec![dp], false).expect("one plane"), ecfg),
+        Worker::with_datapath(QpDatapath::new(dps, false).expect("planes"), ecfg),
         MTU,
         1,
         &init,
@@ -496,4 +507,338 @@ fn a_write_whose_remote_range_wraps_completes_rem_access_err_and_sends_nothing()
         "per case: (completions (wr_id, status), chunks sent, chunks the peer's device \
          refused, the peer's async events, bytes of the peer's MR at iova 0 written)"
     );
+}
+
+/// An ONLINE explicit (EXP) EV profile `id` in the process's registry, format `id + 1`
+/// (STEV, one 32-bit field), of the EVs `(value, port)` in order.
+fn exp_profile(id: u64, evs: &[(u32, u8)]) {
+    use crate::ctl::{
+        self, Ev, EvModify, EvOpEntry, FmtModify, ev_mode, ev_op, fields_op, fmt_mode, mask,
+    };
+    let ports = ctl::limits::MAX_PORTS;
+    let mut r = lock(ctl::registry());
+    let fmt = id + 1;
+    r.modify_fmt(
+        fmt,
+        &FmtModify {
+            mask: mask::FMT_STATE | mask::FMT_MODE | mask::FMT_OP,
+            state: 1,
+            mode: fmt_mode::STEV,
+            op: fields_op::MODIFY,
+            fields: vec![32],
+        },
+    )
+    .unwrap();
+    let on = |m| FmtModify {
+        mask: m,
+        state: 2,
+        ..FmtModify::default()
+    };
+    r.modify_fmt(fmt, &on(mask::FMT_STATE)).unwrap();
+    r.modify_ev(
+        id,
+        &EvModify {
+            mask: mask::EV_STATE | mask::EV_MODE | mask::EV_FMT_ID | mask::EV_COUNT,
+            state: 1,
+            mode: ev_mode::EXP,
+            fmt_id: fmt,
+            count: evs.len() as u32,
+            ports,
+            ..EvModify::default()
+        },
+    )
+    .unwrap();
+    let entries = evs
+        .iter()
+        .map(|&(v, port)| EvOpEntry {
+            ev: Ev::UNPOPULATED,
+            ev_new: Ev {
+                port,
+                ..Ev::from_u32(v)
+            },
+            ..EvOpEntry::default()
+        })
+        .collect();
+    r.modify_ev(
+        id,
+        &EvModify {
+            mask: mask::EV_OP,
+            op: ev_op::REPLACE_EV,
+            entries,
+            ports,
+            ..EvModify::default()
+        },
+    )
+    .unwrap();
+    r.modify_ev(
+        id,
+        &EvModify {
+            mask: mask::EV_STATE,
+            state: 2,
+            ..EvModify::default()
+        },
+    )
+    .unwrap();
+}
+
+impl Side {
+    /// Per transport EV of the connected QP: (EV, plane).
+    fn ev_planes(&mut self) -> Vec<(u32, u8)> {
+        let eq = self.qp.engine_qpn;
+        self.qp
+            .worker
+            .with_conn(eq, |c| {
+                c.paths().paths().iter().map(|p| (p.ev, p.plane)).collect()
+            })
+            .expect("connected")
+    }
+
+    /// Per plane of the connected QP: data packets its EVs sent (first transmissions and
+    /// retransmissions) and its state.
+    fn planes(&mut self) -> Vec<(u64, mrc_transport::path::PlaneState)> {
+        let eq = self.qp.engine_qpn;
+        self.qp
+            .worker
+            .with_conn(eq, |c| {
+                let t = c.paths();
+                (0..t.planes().len())
+                    .map(|q| (t.plane_ev_stats(q as u8).sent, t.planes()[q].state))
+                    .collect()
+            })
+            .expect("connected")
+    }
+
+    /// Datagrams each plane's device sent.
+    fn device_tx(&mut self) -> Vec<u64> {
+        let dp = self.qp.worker.datapath_mut();
+        (0..dp.plane_count())
+            .map(|p| dp.plane_dp(p).expect("plane").stats().tx_datagrams)
+            .collect()
+    }
+}
+
+/// Two QPs on `gids_a` and `gids_b` (one NIC per plane each) on EV profile `profile`,
+/// brought to RTS against each other and stepped until both connected.
+fn pair_on(gids_a: &[Ipv6Addr], gids_b: &[Ipv6Addr], profile: u64) -> (FakeFabric, Side, Side) {
+    let fab = FakeFabric::new();
+    let mut a = side_on(&fab, gids_a);
+    let mut b = side_on(&fab, gids_b);
+    a.qp.settings.ev_profile_id = profile;
+    b.qp.settings.ev_profile_id = profile;
+    let (qa, qb) = (a.qp.qpn, b.qp.qpn);
+    a.bring_up(b.gid, qb);
+    b.bring_up(a.gid, qa);
+    let t0 = Instant::now();
+    while !matches!(a.qp.phase, Phase::Connected) || !matches!(b.qp.phase, Phase::Connected) {
+        assert!(t0.elapsed() < Duration::from_secs(10), "no rendezvous");
+        a.qp.step();
+        b.qp.step();
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(a.events(), [event::COMM_EST]);
+    assert_eq!(b.events(), [event::COMM_EST]);
+    (fab, a, b)
+}
+
+/// Message `k`'s byte `i`.
+fn pattern(k: usize, i: usize) -> u8 {
+    ((k * 31 + i * 7 + i / 251) % 253) as u8
+}
+
+/// A WRITEs messages `ks` (`len` bytes each, message `k` to offset `k * len` of B's MR
+/// `dst`) from `src` (message `k`'s bytes at `k * len`, under `lkey`), all posted at once,
+/// and steps both QPs until every one completed; returns the completions' statuses.
+fn write_messages(
+    a: &mut Side,
+    b: &mut Side,
+    ks: std::ops::Range<usize>,
+    len: usize,
+    src: &[u8],
+    lkey: u32,
+    dst: (u64, u32),
+) -> Vec<u32> {
+    let n = ks.len();
+    for k in ks {
+        a.write(
+            k as u64,
+            &src[k * len..(k + 1) * len],
+            lkey,
+            dst.0 + (k * len) as u64,
+            dst.1,
+        );
+    }
+    let mut wcs = Vec::new();
+    let t0 = Instant::now();
+    while wcs.len() < n {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "{} of {n} WRITEs completed",
+            wcs.len()
+        );
+        a.qp.step();
+        b.qp.step();
+        wcs.extend(a.send_wcs().iter().map(|w| w.status));
+    }
+    wcs
+}
+
+/// Issue 43, lib_mrc over two planes: one fake NIC per plane at each end (the context's
+/// device and `MRC_PLANE_DEVICES`' one), an EXP profile whose EVs name ports 1 and 2.
+/// The hello carries both planes' endpoints; each EV lands on the plane its port names,
+/// at both ends; both planes carry the WRITEs (8 x 64 KiB: 32 chunks of 5 packets, 160
+/// data packets, each plane a third or more, plane 1's device sending exactly plane 1's
+/// packets), bytes exact. Then every packet to a plane-1 GID is dropped (plane 1 dead):
+/// the next 8 WRITEs complete exact over plane 0 and the sender takes plane 1 down by
+/// loss; 8 more send no data packet on plane 1.
+#[test]
+fn two_planes_place_each_ev_on_its_port_and_survive_losing_one() {
+    use mrc_transport::path::{PlaneDownCause, PlaneState};
+    const PROFILE: u64 = 4300;
+    const LEN: usize = 64 * 1024;
+    const ROUND: usize = 8;
+    const MSGS: usize = 3 * ROUND;
+    // 16 KiB + the 32-byte header in 4040-byte payloads: 5 packets a chunk.
+    const PACKETS: u64 = (ROUND * LEN / CHUNK_BYTES * 5) as u64;
+    let evs = [
+        (0x100, 1),
+        (0x101, 2),
+        (0x102, 2),
+        (0x103, 1),
+        (0x104, 2),
+        (0x105, 1),
+    ];
+    exp_profile(PROFILE, &evs);
+    let g = |plane: u8, host: u8| std::net::Ipv4Addr::new(10, plane, 0, host).to_ipv6_mapped();
+    let (fab, mut a, mut b) = pair_on(&[g(0, 1), g(1, 1)], &[g(0, 2), g(1, 2)], PROFILE);
+    let want: Vec<(u32, u8)> = evs.iter().map(|&(v, port)| (v, port - 1)).collect();
+    assert_eq!(a.ev_planes(), want);
+    assert_eq!(b.ev_planes(), want);
+    let mut src: Vec<u8> = (0..MSGS * LEN).map(|i| pattern(i / LEN, i % LEN)).collect();
+    let src_mr = a.pd.reg_va(&mut src, false, 0x100);
+    let mut dst = vec![0u8; MSGS * LEN];
+    let dst_mr = b.pd.reg_va(&mut dst, true, 0x200);
+    let to = (dst_mr.iova, dst_mr.rkey);
+    let first = |a: &mut Side| -> Vec<u64> {
+        let eq = a.qp.engine_qpn;
+        a.qp.worker
+            .with_conn(eq, |c| {
+                (0..2u8)
+                    .map(|q| {
+                        let s = c.paths().plane_ev_stats(q);
+                        s.sent - s.retransmitted
+                    })
+                    .collect()
+            })
+            .expect("connected")
+    };
+
+    // 1. Both planes up.
+    let st = write_messages(&mut a, &mut b, 0..ROUND, LEN, &src, src_mr.lkey, to);
+    assert_eq!(st, vec![wc_status::SUCCESS; ROUND]);
+    assert_eq!(
+        &dst[..ROUND * LEN],
+        &src[..ROUND * LEN],
+        "bytes, both planes up"
+    );
+    let once = first(&mut a);
+    assert_eq!(
+        once.iter().sum::<u64>(),
+        PACKETS,
+        "first transmissions {once:?}"
+    );
+    assert!(
+        once.iter().all(|&n| n * 3 >= PACKETS),
+        "each plane a third or more: {once:?}"
+    );
+    let planes = a.planes();
+    assert_eq!(
+        planes.iter().map(|p| p.1).collect::<Vec<_>>(),
+        [PlaneState::Up, PlaneState::Up]
+    );
+    // No hello or acknowledgement leaves on plane 1: its device sent its EVs' packets.
+    let tx = a.device_tx();
+    assert_eq!(tx[1], planes[1].0, "plane 1's device datagrams, {tx:?}");
+    assert!(tx[0] >= planes[0].0, "plane 0's device datagrams, {tx:?}");
+
+    // 2. Plane 1 dies: nothing reaches a plane-1 GID any more.
+    let dead = [g(1, 1), g(1, 2)];
+    fab.set_filter(move |p| !dead.contains(&p.dgid));
+    let st = write_messages(&mut a, &mut b, ROUND..2 * ROUND, LEN, &src, src_mr.lkey, to);
+    assert_eq!(st, vec![wc_status::SUCCESS; ROUND]);
+    assert_eq!(
+        &dst[..2 * ROUND * LEN],
+        &src[..2 * ROUND * LEN],
+        "bytes after plane 1 died"
+    );
+    assert_eq!(first(&mut a).iter().sum::<u64>(), 2 * PACKETS);
+    let planes = a.planes();
+    assert_eq!(planes[1].1, PlaneState::Down(PlaneDownCause::Loss));
+    assert_eq!(planes[0].1, PlaneState::Up);
+
+    // 3. Plane 1 down: no data packet leaves on it.
+    let st = write_messages(&mut a, &mut b, 2 * ROUND..MSGS, LEN, &src, src_mr.lkey, to);
+    assert_eq!(st, vec![wc_status::SUCCESS; ROUND]);
+    assert_eq!(dst, src, "bytes, plane 1 down");
+    let after = a.planes();
+    assert_eq!(
+        after[1].0, planes[1].0,
+        "data packets on plane 1 while down"
+    );
+    assert!(after[0].0 >= planes[0].0 + PACKETS);
+    assert_eq!(b.qp.counters.bad_chunks, 0);
+    assert_eq!(
+        b.qp.counters.chunks_placed,
+        (MSGS * LEN / CHUNK_BYTES) as u64
+    );
+}
+
+/// Issue 43: a QP on two planes and a peer's on one (or the reverse) do not connect:
+/// each end's hello says how many planes it has, and each refuses the other's with the
+/// QP in ERR (`IBV_EVENT_QP_FATAL`), its rendezvous path closed.
+#[test]
+fn a_peer_on_another_plane_count_fails_the_rendezvous() {
+    let g = |plane: u8, host: u8| std::net::Ipv4Addr::new(10, plane, 0, host).to_ipv6_mapped();
+    let fab = FakeFabric::new();
+    let mut a = side_on(&fab, &[g(0, 1), g(1, 1)]);
+    let mut b = side_on(&fab, &[g(0, 2)]);
+    let (qa, qb) = (a.qp.qpn, b.qp.qpn);
+    a.bring_up(b.gid, qb);
+    b.bring_up(a.gid, qa);
+    let t0 = Instant::now();
+    while !matches!(a.qp.phase, Phase::Failed) || !matches!(b.qp.phase, Phase::Failed) {
+        assert!(t0.elapsed() < Duration::from_secs(10), "no refusal");
+        a.qp.step();
+        b.qp.step();
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    for s in [&mut a, &mut b] {
+        assert_eq!(s.qp.state, QpState::Err);
+        assert_eq!(s.events(), [event::QP_FATAL]);
+        assert_eq!(s.conns_open(4), 0);
+        assert!(s.qp.counters.hellos_heard >= 1);
+    }
+}
+
+/// Issue 43: a profile whose EVs do not fit the QP's planes is refused at RTS with
+/// `EINVAL` (port 2 on one plane; no EV on port 2 on two planes), nothing started; the
+/// default profile 0 spreads its 16 EVs over both planes (EV i on plane i mod 2).
+#[test]
+fn a_profile_that_does_not_fit_the_planes_is_refused_at_rts() {
+    let g = |plane: u8, host: u8| std::net::Ipv4Addr::new(10, plane, 0, host).to_ipv6_mapped();
+    exp_profile(4310, &[(1, 1), (2, 2)]);
+    exp_profile(4320, &[(1, 1), (2, 1)]);
+    let fab = FakeFabric::new();
+    for (gids, profile) in [(vec![g(0, 1)], 4310), (vec![g(0, 1), g(1, 1)], 4320)] {
+        let mut a = side_on(&fab, &gids);
+        a.qp.settings.ev_profile_id = profile;
+        a.qp.set_state(QpState::Init);
+        a.qp.set_peer(g(0, 2), 0x42, None).expect("RTR");
+        a.qp.set_state(QpState::Rtr);
+        assert_eq!(a.qp.start(None), Err(libc::EINVAL), "profile {profile}");
+        assert!(matches!(a.qp.phase, Phase::Idle));
+        assert_eq!(a.qp.engine_qpn, 0);
+    }
+    let (_fab, mut a, _b) = pair_on(&[g(0, 1), g(1, 1)], &[g(0, 2), g(1, 2)], 0);
+    let want: Vec<(u32, u8)> = (0..16).map(|i| (i, (i % 2) as u8)).collect();
+    assert_eq!(a.ev_planes(), want);
 }
