@@ -685,7 +685,7 @@ enum Phase {
         peer_ip: std::net::IpAddr,
         last_sent: Option<Instant>,
         started: Instant,
-        heard: Option<Hello>,
+        heard: Option<Box<Hello>>,
         sent_after_heard: u32,
     },
     /// The transport runs.
@@ -1736,7 +1736,7 @@ impl<N: Nic, L: LoopbackQp> QpInner<N, L> {
             if let Phase::Hello { heard, .. } = &mut self.phase
                 && heard.is_none()
             {
-                *heard = Some(h);
+                *heard = Some(Box::new(h));
             }
             busy = true;
         }
@@ -1746,7 +1746,7 @@ impl<N: Nic, L: LoopbackQp> QpInner<N, L> {
             else {
                 return busy;
             };
-            self.connect(conn, peer_ip, h);
+            self.connect(conn, peer_ip, *h);
             return true;
         }
         if now.duration_since(started) > self.hello_timeout {
