@@ -233,6 +233,12 @@ pub enum PlaneError {
         /// The plane (0-based; port `plane + 1`).
         plane: usize,
     },
+    /// The planes' EV counts (per plane, plane 0 first) differ by more than one: the
+    /// transport splits a connection's EVs equally over its planes (docs/PLANES.md).
+    Unbalanced {
+        /// EVs per plane.
+        counts: Vec<usize>,
+    },
 }
 
 impl PlaneError {
@@ -256,6 +262,11 @@ impl std::fmt::Display for PlaneError {
                  every port needs some of a QP's EVs",
                 plane + 1
             ),
+            PlaneError::Unbalanced { counts } => write!(
+                f,
+                "the profile's EVs per port are {counts:?}: the planes take equal shares \
+                 (counts within one of each other)"
+            ),
         }
     }
 }
@@ -269,7 +280,9 @@ impl std::error::Error for PlaneError {}
 ///
 /// # Errors
 /// [`PlaneError::PortOutOfRange`] for a port 0 or past `planes`,
-/// [`PlaneError::PlaneWithoutEv`] for a plane no EV is on (several planes only).
+/// [`PlaneError::PlaneWithoutEv`] for a plane no EV is on and
+/// [`PlaneError::Unbalanced`] for per-plane counts more than one apart (several planes
+/// only).
 pub fn ev_planes(ports: &[u8], planes: usize) -> Result<Vec<u8>, PlaneError> {
     let planes = planes.max(1);
     if let Some((ev, &port)) = ports
@@ -283,8 +296,15 @@ pub fn ev_planes(ports: &[u8], planes: usize) -> Result<Vec<u8>, PlaneError> {
         return Ok(Vec::new());
     }
     let out: Vec<u8> = ports.iter().map(|p| p - 1).collect();
-    if let Some(plane) = (0..planes).find(|&q| !out.contains(&(q as u8))) {
+    let counts: Vec<usize> = (0..planes)
+        .map(|q| out.iter().filter(|&&p| usize::from(p) == q).count())
+        .collect();
+    if let Some(plane) = counts.iter().position(|&n| n == 0) {
         return Err(PlaneError::PlaneWithoutEv { plane });
+    }
+    let (lo, hi) = (counts.iter().min(), counts.iter().max());
+    if hi.zip(lo).is_some_and(|(h, l)| h - l > 1) {
+        return Err(PlaneError::Unbalanced { counts });
     }
     Ok(out)
 }
@@ -2123,6 +2143,11 @@ mod tests {
             Err(PlaneError::PlaneWithoutEv { plane: 1 })
         );
         assert_eq!(ev_planes(&[], 2), Ok(Vec::new()));
+        assert_eq!(ev_planes(&[1, 2, 1], 2), Ok(vec![0, 1, 0]));
+        assert_eq!(
+            ev_planes(&[1, 1, 1, 2], 2),
+            Err(PlaneError::Unbalanced { counts: vec![3, 1] })
+        );
         assert_eq!(
             PlaneError::PlaneWithoutEv { plane: 1 }.errno(),
             libc::EINVAL

@@ -820,15 +820,18 @@ fn a_peer_on_another_plane_count_fails_the_rendezvous() {
 }
 
 /// Issue 43: a profile whose EVs do not fit the QP's planes is refused at RTS with
-/// `EINVAL` (port 2 on one plane; no EV on port 2 on two planes), nothing started; the
-/// default profile 0 spreads its 16 EVs over both planes (EV i on plane i mod 2).
+/// `EINVAL` (port 2 on one plane; no EV on port 2 on two planes; 3 EVs on port 1 and 1
+/// on port 2), nothing started; the default profile 0 spreads its 16 EVs over both
+/// planes (EV i on plane i mod 2).
 #[test]
 fn a_profile_that_does_not_fit_the_planes_is_refused_at_rts() {
     let g = |plane: u8, host: u8| std::net::Ipv4Addr::new(10, plane, 0, host).to_ipv6_mapped();
     exp_profile(4310, &[(1, 1), (2, 2)]);
     exp_profile(4320, &[(1, 1), (2, 1)]);
+    exp_profile(4330, &[(1, 1), (2, 1), (3, 1), (4, 2)]);
     let fab = FakeFabric::new();
-    for (gids, profile) in [(vec![g(0, 1)], 4310), (vec![g(0, 1), g(1, 1)], 4320)] {
+    let two = vec![g(0, 1), g(1, 1)];
+    for (gids, profile) in [(vec![g(0, 1)], 4310), (two.clone(), 4320), (two, 4330)] {
         let mut a = side_on(&fab, &gids);
         a.qp.settings.ev_profile_id = profile;
         a.qp.set_state(QpState::Init);
