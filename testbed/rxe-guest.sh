@@ -2,7 +2,7 @@
 # rxe-guest.sh: the checks testbed/rxe-lab.sh runs inside its VMs (busybox sh; the guest
 # init runs `sh /lab/guest.sh ROLES` with stdout on the second serial port). ROLES is a
 # comma-separated list of: single, perftest, netem, host-a, host-b, script, soak, srv6,
-# host-a-script, host-b-script.
+# host-a-script, host-b-script, planes-a, planes-b, planes-a-script, planes-b-script.
 #
 # Every check prints one JSON line {"check", "ok", "detail", ...}; each role ends with
 # `ROLE-complete`, so the host can tell a guest that died half-way from one that passed.
@@ -709,6 +709,23 @@ role_host_script() { # SIDE ADDR PEER
   if [ $rc -eq 0 ]; then emit host-$1-script true "the script exited 0"; else emit host-$1-script false "the script exited $rc"; fi
 }
 
+# A script of the user's on each of the two-planes hosts (rxe-lab.sh two-planes-script
+# FILE_A FILE_B): rxe0 on eth0 and rxe1 on eth1 as in two-planes, then /lab/user-SIDE.sh
+# with LAB_ADDR, LAB_PEER (plane 0), LAB_ADDR1, LAB_PEER1 (plane 1), LAB_GID (both
+# devices' IPv4 GID index) and LAB_PLANE_DEVICES=rxe0,rxe1 set, its output on the console
+# and its fd 3 on the results port; passes when it exits 0.
+role_planes_script() { # SIDE ADDR0 ADDR1 PEER0 PEER1
+  if ! gid=$(planes_setup "$2" "$3"); then
+    emit planes-$1-script-setup false "rxe0 on eth0 $2, rxe1 on eth1 $3: setup failed"
+    return
+  fi
+  emit planes-$1-script-setup true "rxe0 on eth0 ($2), rxe1 on eth1 ($3): active_mtu $(port_fact active_mtu), IPv4 GID index $gid"
+  LAB_ADDR=$2 LAB_ADDR1=$3 LAB_PEER=$4 LAB_PEER1=$5 LAB_GID=$gid LAB_PLANE_DEVICES=rxe0,rxe1 \
+    sh /lab/user-$1.sh 3>&1 >&2
+  rc=$?
+  if [ $rc -eq 0 ]; then emit planes-$1-script true "the script exited 0"; else emit planes-$1-script false "the script exited $rc"; fi
+}
+
 for role in $(echo "$1" | tr , ' '); do
   log "role $role"
   NCHECKS=0
@@ -725,6 +742,8 @@ for role in $(echo "$1" | tr , ' '); do
     script) role_script ;;
     host-a-script) role_host_script a 10.0.0.1 10.0.0.2 ;;
     host-b-script) role_host_script b 10.0.0.2 10.0.0.1 ;;
+    planes-a-script) role_planes_script a 10.0.0.1 10.1.0.1 10.0.0.2 10.1.0.2 ;;
+    planes-b-script) role_planes_script b 10.0.0.2 10.1.0.2 10.0.0.1 10.1.0.1 ;;
     *) emit "$role" false "unknown role $role" ;;
   esac
   emit "$role-complete" true "$NCHECKS checks ran"

@@ -15,8 +15,16 @@
 #                                    other's) and LAB_GID (rxe0's IPv4 GID index); output on
 #                                    the terminal, prefixed [hosta] / [hostb]; JSON lines a
 #                                    script writes to fd 3 join the results
-#                                    (script and two-hosts-script come alone, with exactly
-#                                    their readable files: anything else exits 2 at once)
+#   testbed/rxe-lab.sh two-planes-script FILE_A FILE_B
+#                                    two-planes' two VMs (two NICs each, rxe0 on eth0 and
+#                                    rxe1 on eth1), then FILE_A in VM A, FILE_B in VM B, as
+#                                    two-hosts-script, with LAB_ADDR/LAB_PEER the plane-0
+#                                    addresses, LAB_ADDR1/LAB_PEER1 plane 1's, LAB_GID the
+#                                    IPv4 GID index of both devices and LAB_PLANE_DEVICES
+#                                    "rxe0,rxe1" (lib_mrc.so's MRC_PLANE_DEVICES, e.g.
+#                                    testbed/ocp-bench/planes-*.sh)
+#                                    (script and the two *-script parts come alone, with
+#                                    exactly their readable files: anything else exits 2)
 #
 #   single     one VM, rxe0 on lo: lib_mrc.so's C checks (fabric/ocp-mrc/c/mrc_check.c,
 #              server and client; mrc_ctl_check.c, the controller API on the device), mrc-perf loopback and client/server with --verify (bw,
@@ -63,7 +71,7 @@
 #   MRC_LAB_KEEP=1    keep the per-run work directory (console logs, pcap)
 #   MRC_LAB_EXTRA     a directory copied into the VM as /lab/extra (e.g. programs built
 #                     elsewhere against lib_mrc.so, for `script FILE`; into both VMs for
-#                     `two-hosts-script`)
+#                     `two-hosts-script` and `two-planes-script`)
 #
 # Host packages (Debian): qemu-system-x86 mmdebstrap cpio kmod xz-utils tshark jq, and the
 # verbs build's libibverbs-dev librdmacm-dev libclang-dev pkg-config. Network: only the
@@ -441,23 +449,24 @@ run_two_hosts() {
 # Two VMs with two virtio NICs each, NIC n of one joined to NIC n of the other by its own
 # socket netdev (one per plane: 10.0.0.0/24 and 10.1.0.0/24), rxe0 and rxe1 on each: the
 # verbs datapath on both devices, one NIC set down mid-run (rxe-guest.sh role_planes_b).
+# ROLE_A, ROLE_B: the guests' roles [planes-a planes-b].
 run_two_planes() {
-  local p0 p1 i
+  local role_a=${1:-planes-a} role_b=${2:-planes-b} p0 p1 i
   p0=$(( 20000 + RANDOM % 20000 ))
   p1=$(( p0 + 1 ))
-  start_vm planea planes-a 1 1024 \
+  start_vm planea "$role_a" 1 1024 \
     -netdev "socket,id=n0,listen=127.0.0.1:$p0" -device virtio-net-pci,netdev=n0,mac=52:54:00:6d:73:01 \
     -netdev "socket,id=n1,listen=127.0.0.1:$p1" -device virtio-net-pci,netdev=n1,mac=52:54:00:6d:73:11
   for i in $(seq 50); do
     ss -ltn 2>/dev/null | grep -q "127.0.0.1:$p1 " && break
     sleep 0.1
   done
-  start_vm planeb planes-b 1 1024 \
+  start_vm planeb "$role_b" 1 1024 \
     -netdev "socket,id=n0,connect=127.0.0.1:$p0" -device virtio-net-pci,netdev=n0,mac=52:54:00:6d:73:02 \
     -netdev "socket,id=n1,connect=127.0.0.1:$p1" -device virtio-net-pci,netdev=n1,mac=52:54:00:6d:73:12
   wait_vms planea planeb
-  collect planea planes-a
-  collect planeb planes-b
+  collect planea "$role_a"
+  collect planeb "$role_b"
 }
 
 # The capture: every RoCE v2 packet (UDP 4791) from the client (10.0.0.2) to the server;
@@ -576,13 +585,13 @@ parse_args() {
       PARTS_LIST=(script)
       return
       ;;
-    two-hosts-script)
-      [ $# -eq 3 ] || die "two-hosts-script FILE_A FILE_B: exactly two files and no other part (got $(( $# - 1 )) words after two-hosts-script)"
+    two-hosts-script|two-planes-script)
+      [ $# -eq 3 ] || die "$1 FILE_A FILE_B: exactly two files and no other part (got $(( $# - 1 )) words after $1)"
       for f in "$2" "$3"; do
-        [ -f "$f" ] && [ -r "$f" ] || die "two-hosts-script FILE_A FILE_B: no readable file $f"
+        [ -f "$f" ] && [ -r "$f" ] || die "$1 FILE_A FILE_B: no readable file $f"
       done
       USER_SCRIPT_A=$2 USER_SCRIPT_B=$3
-      PARTS_LIST=(two-hosts-script)
+      PARTS_LIST=("$1")
       return
       ;;
   esac
@@ -591,8 +600,8 @@ parse_args() {
   for p in "${PARTS_LIST[@]}"; do
     case $p in
       single|two-hosts|two-planes|perftest|netem|prepare|soak|srv6) ;;
-      script|two-hosts-script) die "$p takes its file(s) and comes alone: testbed/rxe-lab.sh script FILE, or two-hosts-script FILE_A FILE_B" ;;
-      *) die "unknown part $p (single, netem, two-hosts, two-planes, perftest, soak, srv6, prepare, script FILE, two-hosts-script FILE_A FILE_B)" ;;
+      script|two-hosts-script|two-planes-script) die "$p takes its file(s) and comes alone: testbed/rxe-lab.sh script FILE, two-hosts-script FILE_A FILE_B or two-planes-script FILE_A FILE_B" ;;
+      *) die "unknown part $p (single, netem, two-hosts, two-planes, perftest, soak, srv6, prepare, script FILE, two-hosts-script FILE_A FILE_B, two-planes-script FILE_A FILE_B)" ;;
     esac
   done
 }
@@ -642,6 +651,10 @@ main() {
       say "running two-hosts-script (two VMs, 1 vCPU each)"
       run_two_hosts host-a-script host-b-script
     fi
+    if [ "$p" = two-planes-script ]; then
+      say "running two-planes-script (two VMs with two NICs each, 1 vCPU each)"
+      run_two_planes planes-a-script planes-b-script
+    fi
   done
   RUN_MS=$(( $(now_ms) - t0 ))
   if [[ " $PARTS " == *" perftest "* ]]; then
@@ -650,8 +663,9 @@ main() {
   fi
   if [ -n "$USER_SCRIPT" ]; then tr -d '\r' <"$WORK/single.console" | grep -v '^\[ *[0-9.]*\] ' >&2; fi
   if [ -n "$USER_SCRIPT_A" ]; then
-    local vm
-    for vm in hosta hostb; do tr -d '\r' <"$WORK/$vm.console" | grep -v '^\[ *[0-9.]*\] ' | sed "s/^/[$vm] /" >&2; done
+    local vm vms="hosta hostb"
+    [ "$PARTS" = two-planes-script ] && vms="planea planeb"
+    for vm in $vms; do tr -d '\r' <"$WORK/$vm.console" | grep -v '^\[ *[0-9.]*\] ' | sed "s/^/[$vm] /" >&2; done
   fi
   report
 }

@@ -1,10 +1,10 @@
 //! `testbed/rxe-lab.sh`'s command line, bad arguments only: it runs with a PATH that holds
 //! nothing but `bash` and `dirname`, so a command line it accepts stops at its host-tool
 //! check ("missing host tools") and nothing is downloaded, built or booted. A bad one must
-//! be refused before that check, with its own message and exit 2: `script` and
-//! `two-hosts-script` come alone with exactly their readable files (as the second part of
-//! a list they were accepted and would have booted VMs that found no script; words after
-//! their files were dropped without a word).
+//! be refused before that check, with its own message and exit 2: `script`,
+//! `two-hosts-script` and `two-planes-script` come alone with exactly their readable files
+//! (as the second part of a list they were accepted and would have booted VMs that found
+//! no script; words after their files were dropped without a word).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -60,7 +60,7 @@ fn bad_command_lines_are_refused_before_anything_runs() {
     let a = a.to_str().unwrap();
     let b = d.join("b.sh");
     let b = b.to_str().unwrap();
-    let alone = "takes its file(s) and comes alone: testbed/rxe-lab.sh script FILE, or two-hosts-script FILE_A FILE_B\n";
+    let alone = "takes its file(s) and comes alone: testbed/rxe-lab.sh script FILE, two-hosts-script FILE_A FILE_B or two-planes-script FILE_A FILE_B\n";
     let cases: Vec<(Vec<&str>, String)> = vec![
         (
             vec!["two-hosts-script"],
@@ -99,8 +99,17 @@ fn bad_command_lines_are_refused_before_anything_runs() {
         ),
         (
             vec!["single", "bogus"],
-            "unknown part bogus (single, netem, two-hosts, two-planes, perftest, soak, srv6, prepare, script FILE, two-hosts-script FILE_A FILE_B)\n".into(),
+            "unknown part bogus (single, netem, two-hosts, two-planes, perftest, soak, srv6, prepare, script FILE, two-hosts-script FILE_A FILE_B, two-planes-script FILE_A FILE_B)\n".into(),
         ),
+        (
+            vec!["two-planes-script", a],
+            "two-planes-script FILE_A FILE_B: exactly two files and no other part (got 1 words after two-planes-script)\n".into(),
+        ),
+        (
+            vec!["two-planes-script", a, "/nonexistent/b.sh"],
+            "two-planes-script FILE_A FILE_B: no readable file /nonexistent/b.sh\n".into(),
+        ),
+        (vec!["two-planes", "two-planes-script", a, b], format!("two-planes-script {alone}")),
     ];
     for (args, msg) in cases {
         assert_eq!(
@@ -124,6 +133,7 @@ fn good_command_lines_reach_the_host_tool_check() {
     for args in [
         vec!["two-hosts-script", a, b],
         vec!["two-hosts-script", a, a],
+        vec!["two-planes-script", a, b],
         vec!["script", a],
         vec!["single", "two-hosts", "soak"],
         vec![],

@@ -297,6 +297,24 @@ int main(int argc, char **argv)
 	errno = 0;
 	CHECK(mrc_create_context(vctx, &too_new) == NULL && errno == EINVAL, "context of API 2.0");
 	struct mrc_context_attr ca = {.mrc_api_version_used = MRC_API_CURRENT_VERSION};
+	/* MRC_PLANE_DEVICES (the context's further plane devices): an unknown device is
+	 * ENODEV, an empty entry EINVAL; the value in force, if any, is restored after. */
+	const char *planes_env = getenv("MRC_PLANE_DEVICES");
+	char *planes_saved = planes_env ? strdup(planes_env) : NULL;
+	setenv("MRC_PLANE_DEVICES", "mrc_check_no_such_device", 1);
+	errno = 0;
+	CHECK(mrc_create_context(vctx, &ca) == NULL && errno == ENODEV,
+	      "MRC_PLANE_DEVICES naming no device");
+	setenv("MRC_PLANE_DEVICES", ",", 1);
+	errno = 0;
+	CHECK(mrc_create_context(vctx, &ca) == NULL && errno == EINVAL,
+	      "MRC_PLANE_DEVICES with an empty entry");
+	if (planes_saved) {
+		setenv("MRC_PLANE_DEVICES", planes_saved, 1);
+		free(planes_saved);
+	} else {
+		unsetenv("MRC_PLANE_DEVICES");
+	}
 	struct mrc_context *ctx = mrc_create_context(vctx, &ca);
 	if (!ctx)
 		FATAL("mrc_create_context: %s", strerror(errno));

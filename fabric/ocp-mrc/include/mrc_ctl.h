@@ -6,6 +6,12 @@
  *
  * Profiles live in the process that loaded lib_mrc.so: a controller programs them for
  * the QPs of its own process (there is no node-wide daemon).
+ *
+ * Ports are planes: a context has one port per plane, port 1 its ibv_context's device,
+ * ports 2, 3, ... the devices the environment variable MRC_PLANE_DEVICES names
+ * ("rxe1", or the whole list "rxe0,rxe1"; at most 8 in all), one UD datapath each under
+ * every QP. An EV's port (struct mrc_ctl_ev) is the plane its packets leave from; see
+ * struct mrc_ctl_ev and docs/OCP_MRC.md, "Several planes".
  * SPDX-License-Identifier: MIT OR Apache-2.0
  */
 #ifndef MRC_CTL_H
@@ -65,7 +71,8 @@ struct mrc_ctl_device_attr {
 		uint32_t cc_max_profiles;
 		const char **algorithms; /* NULL-terminated; owned by the library */
 	} cc;
-	uint32_t phy_port_mask; /* bit N: port N (1-based) */
+	uint32_t phy_port_mask; /* bit N: port N (1-based); one port per plane (0x2 on one
+				 * device, 0x6 with MRC_PLANE_DEVICES naming a second) */
 	uint32_t opt_attr;      /* enum mrc_ctl_attr_opt bits */
 };
 
@@ -94,7 +101,7 @@ struct mrc_ctl_port_attr {
 	enum mrc_ctl_port_admin_state port_admin_state;
 };
 
-/* 0, or -1 with errno: EINVAL, EIO, EPERM. */
+/* 0, or -1 with errno: EINVAL (port 0 or past the context's planes), EIO, EPERM. */
 int mrc_ctl_query_port(struct mrc_context *context, uint8_t port_num,
 		       struct mrc_ctl_port_attr *attr, int attr_mask);
 int mrc_ctl_modify_port(struct mrc_context *context, uint8_t port_num,
@@ -147,6 +154,12 @@ int mrc_ctl_query_ev_fmt_profile(struct mrc_context *mrc_ctx, uint64_t ev_fmt_pr
  * 0..15, the SRH's one segment in bytes 16..31. */
 typedef uint8_t mrc_ctl_ev_t[MRC_CTL_EV_MAX_BYTES];
 
+/* port: 1-based, the plane the EV leaves from (port 1: the context's device; port N:
+ * plane N-1, MRC_PLANE_DEVICES' devices in order after the context's). REPLACE_EV takes 1 to the controller's
+ * context's ports (else EINVAL); AUTO and GEN EVs get port 1 + i mod ports of the
+ * controller's context when the array is made. A QP whose context lacks an EV's port, or
+ * on several planes one whose planes get no EV or counts more than one apart, is refused
+ * at RTS with EINVAL. */
 struct mrc_ctl_ev {
 	mrc_ctl_ev_t val;
 	uint8_t port; /* 1-based */

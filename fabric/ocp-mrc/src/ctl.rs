@@ -18,6 +18,18 @@
 //! datapaths carry; lib_mrc.so's verbs datapath cannot (the device builds the IPv6
 //! header), so a QP of an SRV6 profile is refused there with `EOPNOTSUPP`.
 
+//!
+//! Ports and planes: an EV's `port` (`struct mrc_ctl_ev`, 1-based) names the plane it
+//! leaves from. A context has one port per plane: port 1 is its device, ports 2, 3, ...
+//! the devices `MRC_PLANE_DEVICES` names, in order (`phy_port_mask` reports them). EXP
+//! arrays take the ports the controller gives (REPLACE_EV: `1..=` the controller's
+//! context's ports); AUTO and GEN EVs are spread over the controller's context's ports
+//! when the array is made (EV `i` on port `1 + i mod ports`, [`spread_port`]); a QP puts
+//! each EV on its port's plane ([`ev_planes`]) and refuses at RTS a profile whose ports
+//! its context lacks or whose planes would go without EVs or unevenly ([`PlaneError`]).
+//! Profile 0 has no ports of its own: the transport interleaves its 16 EVs over the
+//! QP's planes. On one plane nothing changes: every port is 1.
+
 use crate::store::{Poll, Store, Tables};
 use mrc_congestion::{LinkParams, NsccConfig};
 use mrc_fabric::srv6::SrhRepr;

@@ -13,6 +13,13 @@
 //! connected (the transport runs; WRITEs flow). Work posted at RTS before the rendezvous
 //! ended waits in the QP and goes out when it ends.
 //!
+//! Planes: a context created with `MRC_PLANE_DEVICES` (docs/OCP_MRC.md, "Several
+//! planes") gives each QP one UD datapath per device (`datapath::QpDatapath`: the
+//! application's device is plane 0 and carries the MRC QPN, the hello and the loopback
+//! placement; the others only their EVs' packets); each EV of the QP's profile is placed
+//! on the plane its port names (`crate::ctl::ev_planes`), and the hello carries every
+//! plane's endpoint.
+//!
 //! Placement: see `wire` (the chunk header) and docs/OCP_MRC.md. Each received chunk is
 //! written to its target by the device: an RDMA WRITE on an RC QP connected to itself,
 //! from the staging buffer (an `ibv_reg_mr` of the library's in the application's PD) to

@@ -45,9 +45,17 @@
 //! to the peer's first UD QP (the QPN `mrc_get_qpn` reported) until it has heard one:
 //!
 //! ```text
-//! | magic "MRCH" | version 1 | flags (bit 0 HEARD, bit 1 NO_TRIM_NACK) | endpoint len (16) |
-//! | endpoint (verbs::addr encoding) | qp info len (16) | qp info (bootstrap encoding) |
+//! | magic "MRCH" | version 1 | flags (bit 0 HEARD, bit 1 NO_TRIM_NACK, bit 2 PLANES) |
+//! | endpoint len (16) | endpoint (verbs::addr encoding) | qp info len (16) |
+//! | qp info (bootstrap encoding) |
+//! PLANES only: | planes n (8, 1..=7) | n x ( endpoint len (16) | endpoint ) |
 //! ```
+//!
+//! A QP on several planes (one device each, `MRC_PLANE_DEVICES`) sends its endpoint on
+//! plane 0 (the device the application opened) in `endpoint` and those of planes 1..n
+//! after the parameters (whose `plane_ips` hold every plane's GID as an IP); a QP on one
+//! plane sends the hello it always did, without the flag. Each side connects only a peer
+//! with as many planes.
 //!
 //! Every field of both is checked before use (they come from the network).
 
