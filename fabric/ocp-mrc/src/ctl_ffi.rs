@@ -1027,6 +1027,141 @@ mod tests {
     use super::*;
     use std::mem::{offset_of, size_of};
 
+    /// A context on `planes` planes (its further devices named as `MRC_PLANE_DEVICES`
+    /// would name them), with no device behind it (the controller calls read only its
+    /// planes and its null `vctx`: the process's own tables).
+    fn context(planes: usize) -> Box<Context> {
+        Box::new(Context {
+            vctx: std::ptr::null_mut(),
+            api_version: 0,
+            vendor_version: 0,
+            events: std::sync::Mutex::new(std::collections::VecDeque::new()),
+            events_cv: std::sync::Condvar::new(),
+            children: std::sync::atomic::AtomicUsize::new(0),
+            planes: (1..planes).map(|p| format!("fake{p}")).collect(),
+        })
+    }
+
+    fn errno() -> i32 {
+        std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+    }
+
+    /// Issue 43 at the C entry points: a context's ports are its planes.
+    /// `mrc_ctl_query_port` and `mrc_ctl_modify_port` take ports 1 to the planes
+    /// (`EINVAL` past them); REPLACE_EV of an EXP profile takes an EV on port 2 from a
+    /// controller on two planes and refuses it (`EINVAL`, nothing replaced) from one on
+    /// one; `QUERY_EV_ARRAY` returns each EV with its port; an AUTO profile made on two
+    /// planes has its EVs on ports 1, 2, 1, 2.
+    #[test]
+    fn ports_are_the_contexts_planes() {
+        let (one, two) = (context(1), context(2));
+        let c1 = (&*one as *const Context).cast_mut().cast::<c_void>();
+        let c2 = (&*two as *const Context).cast_mut().cast::<c_void>();
+        let mut pa = MrcCtlPortAttr::default();
+        // SAFETY (every call below): live contexts and out-pointers.
+        unsafe {
+            assert_eq!(mrc_ctl_query_port(c2, 2, &mut pa, 1), 0);
+            assert_eq!(pa.port_admin_state, 1);
+            for (c, port) in [(c2, 3), (c2, 0), (c1, 2)] {
+                assert_eq!(mrc_ctl_query_port(c, port, &mut pa, 1), -1, "port {port}");
+                assert_eq!(errno(), libc::EINVAL);
+                assert_eq!(mrc_ctl_modify_port(c, port, &mut pa, 1), -1, "port {port}");
+                assert_eq!(errno(), libc::EINVAL);
+            }
+            assert_eq!(mrc_ctl_modify_port(c2, 2, &mut pa, 1), 0);
+        }
+        // Ids no other test uses: the registry is the process's.
+        let (fmt, exp, auto) = (4401, 4402, 4403);
+        {
+            let mut r = lock(ctl::registry());
+            for state in [1, 2] {
+                let m = ctl::FmtModify {
+                    mask: mask::FMT_STATE | mask::FMT_MODE | mask::FMT_OP,
+                    state,
+                    mode: ctl::fmt_mode::STEV,
+                    op: ctl::fields_op::MODIFY,
+                    fields: vec![32],
+                };
+                r.modify_fmt(fmt, &m).unwrap();
+            }
+        }
+        // SAFETY: plain data; zero is valid for every field.
+        let mut a: MrcCtlEvProfileAttr = unsafe { std::mem::zeroed() };
+        a.profile_state = 1;
+        a.ev_mode = ctl::ev_mode::EXP;
+        a.ev_fmt_profile_id = fmt;
+        a.ev_count = 2;
+        let m = (mask::EV_STATE | mask::EV_MODE | mask::EV_FMT_ID | mask::EV_COUNT) as c_int;
+        // SAFETY: a live context and attribute.
+        assert_eq!(unsafe { mrc_ctl_modify_ev_profile(c2, exp, &mut a, m) }, 0);
+        let entry = |v: u32, port: u8| {
+            let mut ev_new = MrcCtlEv {
+                port,
+                ..MrcCtlEv::default()
+            };
+            ev_new.val[..4].copy_from_slice(&v.to_ne_bytes());
+            MrcCtlEvOpEntry {
+                ev: MrcCtlEv::default(),
+                ev_new,
+                state: 0,
+                flags: 0,
+            }
+        };
+        let mut entries = [entry(0x500, 1), entry(0x501, 2)];
+        a.ev_op.op = ctl::ev_op::REPLACE_EV;
+        let op = mask::EV_OP as c_int;
+        // SAFETY: as above; the entries live across the calls.
+        unsafe {
+            // The port-2 EV alone from the one-plane controller: refused.
+            a.ev_op.entries = entries.as_mut_ptr().add(1);
+            a.ev_op.entry_count = 1;
+            assert_eq!(mrc_ctl_modify_ev_profile(c1, exp, &mut a, op), -1);
+            assert_eq!(errno(), libc::EINVAL);
+            assert_eq!(
+                lock(ctl::registry()).ev[&exp].evs,
+                [Ev::UNPOPULATED; 2],
+                "nothing replaced"
+            );
+            a.ev_op.entries = entries.as_mut_ptr();
+            a.ev_op.entry_count = 2;
+            assert_eq!(mrc_ctl_modify_ev_profile(c2, exp, &mut a, op), 0);
+        }
+        a.profile_state = 2;
+        // SAFETY: as above.
+        let on = unsafe { mrc_ctl_modify_ev_profile(c2, exp, &mut a, mask::EV_STATE as c_int) };
+        assert_eq!(on, 0);
+        let mut out = [entry(0, 0); 2];
+        a.ev_op.op = ctl::ev_op::QUERY_EV_ARRAY;
+        a.ev_op.entries = out.as_mut_ptr();
+        // SAFETY: as above.
+        assert_eq!(unsafe { mrc_ctl_query_ev_profile(c1, exp, &mut a, op) }, 0);
+        assert_eq!(
+            out.map(|e| (
+                u32::from_ne_bytes(e.ev.val[..4].try_into().unwrap()),
+                e.ev.port
+            )),
+            [(0x500, 1), (0x501, 2)]
+        );
+        assert_eq!(lock(ctl::registry()).qp_evs(exp).unwrap().ports, [1, 2]);
+        // AUTO on the two-plane context: EV i on port 1 + i mod 2.
+        // SAFETY: plain data.
+        let mut a: MrcCtlEvProfileAttr = unsafe { std::mem::zeroed() };
+        a.profile_state = 1;
+        a.ev_mode = ctl::ev_mode::AUTO;
+        a.ev_count = 4;
+        let m = (mask::EV_STATE | mask::EV_MODE | mask::EV_COUNT) as c_int;
+        // SAFETY: as above.
+        assert_eq!(unsafe { mrc_ctl_modify_ev_profile(c2, auto, &mut a, m) }, 0);
+        assert_eq!(
+            lock(ctl::registry()).ev[&auto]
+                .evs
+                .iter()
+                .map(|e| e.port)
+                .collect::<Vec<u8>>(),
+            [1, 2, 1, 2]
+        );
+    }
+
     #[test]
     fn layouts() {
         assert_eq!(size_of::<MrcCtlEv>(), 33);
