@@ -1093,6 +1093,7 @@ impl Qp {
             planes.push((name.clone(), g));
         }
         let mut dps = Vec::with_capacity(planes.len());
+        let several = planes.len() > 1;
         for (name, gid_index) in planes {
             let mut vc = VerbsConfig::new(name.clone());
             vc.port = port;
@@ -1103,9 +1104,13 @@ impl Qp {
             vc.rq_depth = 256;
             vc.signal_every = 16;
             vc.send_slots = UD_QPS * 256;
-            dps.push(
-                VerbsDatapath::open(vc).map_err(|e| format!("verbs datapath on {name}: {e}"))?,
-            );
+            dps.push(VerbsDatapath::open(vc).map_err(|e| {
+                if several {
+                    format!("verbs datapath on plane device {name}: {e}")
+                } else {
+                    format!("verbs datapath: {e}")
+                }
+            })?);
         }
         let dp = QpDatapath::new(dps, true).map_err(|e| format!("plane datapath: {e}"))?;
         let ecfg = EngineConfig {
