@@ -540,3 +540,37 @@ fn plane_lists_and_path_maps_that_cannot_work_are_refused() {
     // Nothing stayed open.
     assert_eq!(a.ev_sockets(), 0);
 }
+
+/// A burst of 8 same-size datagrams on one EV socket with a sticky SRH: each leaves in a
+/// `sendmsg` of its own (no `UDP_SEGMENT`: the kernel cannot offload the checksum of a
+/// packet with an extension header, and Linux 6.1 answers such a GSO send `EIO`: the lab's
+/// SRv6 testbed refused 2784 of 9952 sends so; this host's 6.18 accepts it, so the
+/// `send_calls` count is what fails here without the rule), and the kernel refuses none.
+/// (The datagrams do not arrive: a host without `seg6_enabled` drops every packet with an
+/// SRH.)
+#[test]
+fn a_burst_on_a_socket_with_a_sticky_srh_leaves_without_gso() {
+    let ports = PortAllocator::new(22000..=22099).unwrap();
+    let mut a = dp("[::1]:0", &ports, true);
+    let b = dp("[::1]:0", &ports, true);
+    let (s1, _) = SrhRepr::for_path(IpNextHeaderProtocols::Udp, &[Ipv6Addr::LOCALHOST]).unwrap();
+    let paths = PathMap {
+        srh: vec![s1],
+        ..PathMap::per_ev(vec![0])
+    };
+    let c = a.open_conn(b.local_addr(), &paths).unwrap();
+    let mut batch = TxBatch::new(8, 2048);
+    for i in 0..8u32 {
+        assert!(batch.push(c, 0, Ecn::Ect0, &[i as u8; 1000]));
+    }
+    let rep = a.tx_burst(&batch).unwrap();
+    assert_eq!((rep.datagrams, rep.send_calls), (8, 8));
+    // the send completions (io_uring reports a refused send when it reaps them)
+    for _ in 0..10 {
+        a.wait(1_000_000).unwrap();
+        a.rx_burst(64, &mut |_| {}).unwrap();
+        a.tx_burst(&TxBatch::new(1, 64)).unwrap();
+    }
+    let st = a.stats();
+    assert_eq!((st.tx_datagrams, st.tx_errors), (8, 0));
+}

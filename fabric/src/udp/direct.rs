@@ -71,7 +71,7 @@ pub struct DirectDatapath {
     ev: EvSockets,
     /// Send scratch: the iovecs of one group, the socket and connection of each datagram.
     tx_iovs: Vec<libc::iovec>,
-    tx_route: Vec<(i32, ConnId, usize)>,
+    tx_route: Vec<(i32, ConnId, usize, bool)>,
     stats: DatapathStats,
     counters: DirectCounters,
     /// The ports of the planes, on two or more ([`super::PlaneWatch`]).
@@ -222,7 +222,7 @@ impl DirectDatapath {
     fn send_resolved(
         &mut self,
         batch: &TxBatch,
-        route: &mut Vec<(i32, ConnId, usize)>,
+        route: &mut Vec<(i32, ConnId, usize, bool)>,
         report: &mut TxReport,
     ) -> Result<(), DatapathError> {
         {
@@ -230,7 +230,7 @@ impl DirectDatapath {
             let mut bad = None;
             self.conns.resolve(batch, |_, m, _, c, &s| {
                 match c.sockets.get(s).and_then(|&slot| ev.get(slot)) {
-                    Some(es) => route.push((es.sock.as_raw_fd(), m.conn, s)),
+                    Some(es) => route.push((es.sock.as_raw_fd(), m.conn, s, es.gso_ok())),
                     None => bad = Some(m.conn),
                 }
             })?;
@@ -242,14 +242,15 @@ impl DirectDatapath {
         let mut pos = 0;
         while pos < route.len() {
             let Some((m0, _)) = batch.get(pos) else { break };
-            let (fd, conn, socket) = route[pos];
+            let (fd, conn, socket, gso_ok) = route[pos];
+            let segs = if gso_ok { max_segs } else { 1 };
             let seg = m0.len;
             let (mut count, mut bytes) = (1, seg);
-            while pos + count < route.len() && count < max_segs {
+            while pos + count < route.len() && count < segs {
                 let Some((m, _)) = batch.get(pos + count) else {
                     break;
                 };
-                if route[pos + count] != (fd, conn, socket)
+                if route[pos + count] != (fd, conn, socket, gso_ok)
                     || m.ecn != m0.ecn
                     || m.len > seg
                     || bytes + m.len > MAX_GSO_BYTES

@@ -556,17 +556,17 @@ impl UringDatapath {
             };
             let conn = ConnId((key >> 32) as u32);
             let sidx = (key & 0xFFFF_FFFF) as usize;
-            let fd = self
+            let (fd, segs) = self
                 .conns
                 .get(conn)
                 .and_then(|c| c.sockets.get(sidx))
                 .and_then(|&slot| self.ev.get(slot))
-                .map(|s| s.sock.as_raw_fd())
+                .map(|s| (s.sock.as_raw_fd(), s.max_gso_segments(max_segs)))
                 .ok_or(DatapathError::UnknownConn(conn))?;
             let seg = m0.len;
             let mut count = 1;
             let mut bytes = seg;
-            while pos + count < self.order.len() && count < max_segs {
+            while pos + count < self.order.len() && count < segs {
                 let (k, idx) = self.order[pos + count];
                 let Some((m, _)) = batch.get(idx as usize) else {
                     break;
