@@ -156,12 +156,13 @@ fn text(o: &Output) -> String {
 }
 
 /// The words of EV `ev`'s line in the per-EV summary (EV, src_port, sent_packets,
-/// retransmitted_packets, trimmed_packets, ecn_marked_packets, rto_lost_packets, state).
+/// retransmitted_packets, trimmed_packets, ecn_marked_packets, rto_lost_packets,
+/// probes_sent, state).
 fn ev_line(report: &str, ev: u32) -> Vec<String> {
     report
         .lines()
         .map(|l| l.split_whitespace().map(String::from).collect::<Vec<_>>())
-        .find(|w| w.len() == 8 && w[0] == ev.to_string())
+        .find(|w| w.len() == 9 && w[0] == ev.to_string())
         .unwrap_or_else(|| panic!("no EV {ev} line in:\n{report}"))
 }
 
@@ -177,7 +178,7 @@ fn datapath_datagrams(report: &str) -> u64 {
 
 /// The state column of EV `ev`.
 fn ev_state(report: &str, ev: u32) -> String {
-    ev_line(report, ev)[7].clone()
+    ev_line(report, ev)[8].clone()
 }
 
 /// Data packets the sender put on EV `ev` (first transmissions and retransmissions).
