@@ -51,7 +51,7 @@
 #              fabric of network namespaces, transfers steered over every spine, a spine
 #              link taken down) on the guest's Debian kernel, which has the SRv6
 #              lightweight tunnels the CI host's kernel lacks; MRC_SRV6_REQUIRE=1 (a skip
-#              fails); in a VM of its own
+#              fails); in a VM of its own (.ci/run adds it where the host kernel lacks them)
 #
 # Every check prints `PASS name: detail` or `FAIL name: detail`, and one JSON line
 # ({"check","ok","detail",...}) goes to target/rxe-lab/results.jsonl; the last line is the
