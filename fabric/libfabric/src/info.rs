@@ -27,15 +27,44 @@ pub const IOV_LIMIT: usize = 4;
 /// Depth of the transmit and receive queues (`tx_attr->size`, `rx_attr->size`).
 pub const QUEUE_SIZE: usize = 1024;
 
-/// The capabilities: messages, both directions, to this host and to others.
-pub const CAPS: u64 =
-    FI_MSG as u64 | FI_SEND as u64 | FI_RECV as u64 | FI_LOCAL_COMM | FI_REMOTE_COMM;
+/// Bytes of remote CQ data a message carries (`domain_attr->cq_data_size`): the
+/// `data` of `fi_senddata` / `fi_tsenddata`, its low 4 bytes.
+pub const CQ_DATA_SIZE: usize = 4;
 
-const fn primary_tx() -> u64 {
-    FI_MSG as u64 | FI_SEND as u64
-}
-const fn primary_rx() -> u64 {
-    FI_MSG as u64 | FI_RECV as u64
+/// The capabilities: untagged and tagged messages, receives restricted to a source
+/// (`FI_DIRECTED_RECV`), both directions, to this host and to others.
+pub const CAPS: u64 = FI_MSG as u64
+    | FI_TAGGED as u64
+    | FI_SEND as u64
+    | FI_RECV as u64
+    | FI_DIRECTED_RECV
+    | FI_LOCAL_COMM
+    | FI_REMOTE_COMM;
+
+/// `ep_attr->mem_tag_format`: all 64 bits of a tag are the application's
+/// (libfabric's `FI_TAG_GENERIC`).
+pub const MEM_TAG_FORMAT: u64 = 0xaaaa_aaaa_aaaa_aaaa;
+
+/// The primary capabilities: given only when asked for (fi_getinfo(3)).
+const PRIMARY: u64 = FI_MSG as u64 | FI_TAGGED as u64 | FI_DIRECTED_RECV;
+/// The primary modifiers: both directions unless the hints name one.
+const MODIFIERS: u64 = FI_SEND as u64 | FI_RECV as u64;
+/// The secondary capabilities, reported whether asked for or not.
+const SECONDARY: u64 = FI_LOCAL_COMM | FI_REMOTE_COMM;
+
+/// The capabilities of an `fi_info` answering hints that ask for `asked`: the primary
+/// ones asked for (all when none is), the modifiers asked for (both when none is), every
+/// secondary one.
+fn caps_for(asked: u64) -> u64 {
+    let primary = match asked & PRIMARY {
+        0 => PRIMARY,
+        p => p,
+    };
+    let mods = match asked & MODIFIERS {
+        0 => MODIFIERS,
+        m => m,
+    };
+    primary | mods | SECONDARY
 }
 
 /// `fi_freeinfo` of what this module allocated (the provider must not call into
@@ -121,7 +150,7 @@ unsafe fn check_hints(version: u32, h: &fi_info) -> Result<(), c_int> {
         if d.control_progress == FI_PROGRESS_AUTO || d.data_progress == FI_PROGRESS_AUTO {
             return Err(no_match());
         }
-        if d.cq_data_size > 0 {
+        if d.cq_data_size > CQ_DATA_SIZE {
             return Err(no_match());
         }
         if version < fi_version(1, 5) && d.mr_mode == FI_MR_BASIC as c_int {
@@ -177,12 +206,13 @@ unsafe fn build(version: u32, h: Option<&fi_info>) -> *mut fi_info {
             free_info(i);
             return std::ptr::null_mut();
         }
-        info.caps = CAPS;
+        let asked = h.map_or(0, |h| h.caps);
+        info.caps = caps_for(asked);
         info.mode = 0;
         info.addr_format = FI_FORMAT_UNSPEC;
 
         let t = &mut *info.tx_attr;
-        t.caps = primary_tx();
+        t.caps = info.caps & (FI_MSG as u64 | FI_TAGGED as u64 | FI_SEND as u64);
         t.op_flags = FI_TRANSMIT_COMPLETE as u64;
         t.msg_order = FI_ORDER_SAS as u64;
         t.comp_order = FI_ORDER_NONE as u64;
@@ -192,7 +222,7 @@ unsafe fn build(version: u32, h: Option<&fi_info>) -> *mut fi_info {
         t.rma_iov_limit = 0;
 
         let r = &mut *info.rx_attr;
-        r.caps = primary_rx();
+        r.caps = info.caps & (FI_MSG as u64 | FI_TAGGED as u64 | FI_RECV as u64 | FI_DIRECTED_RECV);
         r.msg_order = FI_ORDER_SAS as u64;
         r.comp_order = FI_ORDER_NONE as u64;
         r.size = QUEUE_SIZE;
@@ -205,6 +235,8 @@ unsafe fn build(version: u32, h: Option<&fi_info>) -> *mut fi_info {
         e.max_msg_size = MAX_MSG_SIZE;
         e.tx_ctx_cnt = 1;
         e.rx_ctx_cnt = 1;
+        // Every bit of a tag is matched (FI_TAG_GENERIC: one field of 64 bits).
+        e.mem_tag_format = MEM_TAG_FORMAT;
 
         let d = &mut *info.domain_attr;
         d.name = strdup(DOMAIN_NAME);
@@ -219,7 +251,7 @@ unsafe fn build(version: u32, h: Option<&fi_info>) -> *mut fi_info {
             0
         };
         d.mr_key_size = 8;
-        d.cq_data_size = 0;
+        d.cq_data_size = CQ_DATA_SIZE;
         d.cq_cnt = 256;
         d.ep_cnt = 256;
         d.tx_ctx_cnt = 1;

@@ -41,8 +41,10 @@ mod objects;
 mod stubs;
 
 pub use info::{
-    ADDR_LEN, INJECT_SIZE, IOV_LIMIT, MAX_MSG_SIZE, PROVIDER_NAME, QUEUE_SIZE, free_info,
+    ADDR_LEN, CAPS, CQ_DATA_SIZE, INJECT_SIZE, IOV_LIMIT, MAX_MSG_SIZE, PROVIDER_NAME, QUEUE_SIZE,
+    free_info,
 };
+pub use objects::{FI_ADDR_NOTAVAIL, FI_ADDR_UNSPEC, HDR_LEN, UNEXPECTED_BYTES};
 
 use ffi::fi_provider;
 use std::os::raw::c_int;

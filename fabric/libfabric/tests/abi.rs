@@ -51,7 +51,7 @@ fn bad_input_gets_negative_codes_and_a_message_to_self_arrives() {
             -(FI_ENODATA as c_int)
         );
         (*hints.ep_attr).type_ = FI_EP_RDM;
-        hints.caps = FI_TAGGED as u64;
+        hints.caps = FI_RMA as u64;
         assert_eq!(
             getinfo(v, std::ptr::null(), std::ptr::null(), 0, &hints, &mut info),
             -(FI_ENODATA as c_int)
@@ -105,11 +105,11 @@ fn bad_input_gets_negative_codes_and_a_message_to_self_arrives() {
         );
         mrc_fi::free_info(info);
 
-        // Unimplemented calls: -FI_ENOSYS, never a crash.
+        // A tagged send before fi_enable; unimplemented calls: -FI_ENOSYS, never a crash.
         let t = &*(*ep).tagged;
         assert_eq!(
             (t.send.unwrap())(ep, std::ptr::null(), 0, null_mut(), 0, 0, null_mut()),
-            neg(FI_ENOSYS)
+            neg(FI_EOPBADSTATE)
         );
         let r = &*(*ep).rma;
         assert_eq!(
