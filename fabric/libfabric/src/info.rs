@@ -291,12 +291,24 @@ unsafe fn build(version: u32, h: Option<&fi_info>) -> *mut fi_info {
     i
 }
 
+/// Whether `node` (a host name or IP address) resolves; a name that does not names no
+/// host this provider can reach.
+fn resolves(node: &CStr) -> bool {
+    use std::net::ToSocketAddrs;
+    let Ok(n) = node.to_str() else { return false };
+    (n, 0u16)
+        .to_socket_addrs()
+        .is_ok_and(|mut a| a.next().is_some())
+}
+
 /// The provider's `getinfo`: one `fi_info` for `FI_EP_RDM` (or `-FI_ENODATA` when the
-/// hints ask for something else). `node`, `service` and `flags` choose no address: the
-/// endpoint binds the IP of `FI_MRC_ADDR` (default 127.0.0.1) when it is opened.
+/// hints ask for something else, or `node` is a host name that does not resolve).
+/// `node`, `service` and `flags` choose no address: the endpoint binds the IP of
+/// `FI_MRC_ADDR` (default 127.0.0.1) when it is opened, and a peer's address is its
+/// `fi_getname` (exchanged out of band), never derived from a host name.
 pub(crate) unsafe extern "C" fn getinfo(
     version: u32,
-    _node: *const c_char,
+    node: *const c_char,
     _service: *const c_char,
     _flags: u64,
     hints: *const fi_info,
@@ -305,6 +317,10 @@ pub(crate) unsafe extern "C" fn getinfo(
     guard(|| {
         if info.is_null() {
             return -(FI_EINVAL as c_int);
+        }
+        // SAFETY: the caller's NUL-terminated node, null or live.
+        if !node.is_null() && !resolves(unsafe { CStr::from_ptr(node) }) {
+            return no_match();
         }
         // SAFETY: the caller's hints, null or live.
         let h = unsafe { hints.as_ref() };

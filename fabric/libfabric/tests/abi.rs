@@ -57,10 +57,23 @@ fn bad_input_gets_negative_codes_and_a_message_to_self_arrives() {
             -(FI_ENODATA as c_int)
         );
         hints.caps = FI_MSG as u64;
+        // A host name that does not resolve (fabtests' negative unit tests): no match.
+        let bad = c"g00n13s.invalid".as_ptr();
+        assert_eq!(
+            getinfo(v, bad, std::ptr::null(), 0, &hints, &mut info),
+            -(FI_ENODATA as c_int)
+        );
+        let lo = c"127.0.0.1".as_ptr();
+        assert_eq!(getinfo(v, lo, std::ptr::null(), 0, &hints, &mut info), 0);
+        mrc_fi::free_info(info);
+        info = null_mut();
         assert_eq!(
             getinfo(v, std::ptr::null(), std::ptr::null(), 0, &hints, &mut info),
             0
         );
+        // Asked for FI_MSG only: the primary capabilities asked for, both directions.
+        let comm = FI_LOCAL_COMM | FI_REMOTE_COMM;
+        assert_eq!((*info).caps, (FI_MSG | FI_SEND | FI_RECV) as u64 | comm);
         assert!(!info.is_null());
         assert_eq!((*(*info).ep_attr).type_, FI_EP_RDM);
 
