@@ -1,12 +1,19 @@
 //! `libmrc-fi.so`: an external ("DL") libfabric provider named `mrc` over mrc's UDP
-//! transport (issue 44, first slice). libfabric loads it from `FI_PROVIDER_PATH` and calls
+//! transport (issue 44, first and second slices). libfabric loads it from `FI_PROVIDER_PATH` and calls
 //! [`fi_prov_ini`]; everything else is reached through the `fi_ops_*` tables this crate
 //! fills itself (libfabric's `prov/util` helpers are not exported by the library).
 //!
 //! What the slice offers (docs/LIBFABRIC.md has the full list):
 //!
 //! - `FI_EP_RDM` with `FI_MSG` (`fi_send`, `fi_sendv`, `fi_sendmsg`, `fi_inject`,
-//!   `fi_recv`, `fi_recvv`, `fi_recvmsg`), messages up to [`MAX_MSG_SIZE`] bytes;
+//!   `fi_senddata`, `fi_injectdata`, `fi_recv`, `fi_recvv`, `fi_recvmsg`), messages up to
+//!   [`MAX_MSG_SIZE`] bytes, [`CQ_DATA_SIZE`] bytes of remote CQ data;
+//! - `FI_TAGGED` (`fi_tsend`, `fi_tsendv`, `fi_tsendmsg`, `fi_tinject`, `fi_tsenddata`,
+//!   `fi_tinjectdata`, `fi_trecv`, `fi_trecvv`, `fi_trecvmsg` with `FI_PEEK`, `FI_CLAIM`,
+//!   `FI_DISCARD`): tag and ignore-mask matching in posting order over the posted receives
+//!   and the unexpected messages (copied out up to [`UNEXPECTED_BYTES`]), and
+//!   `FI_DIRECTED_RECV`; `fi_cancel` of a posted receive. Every message starts with a
+//!   [`HDR_LEN`]-byte header (docs/LIBFABRIC.md has its layout);
 //! - address vectors `FI_AV_MAP` and `FI_AV_TABLE`; `fi_getname` gives the endpoint's
 //!   connection handle ([`ADDR_LEN`] bytes: its listener's TCP address and a secret),
 //!   which `fi_av_insert` on a peer accepts;
