@@ -32,12 +32,14 @@ pub const QUEUE_SIZE: usize = 1024;
 pub const CQ_DATA_SIZE: usize = 4;
 
 /// The capabilities: untagged and tagged messages, receives restricted to a source
-/// (`FI_DIRECTED_RECV`), both directions, to this host and to others.
+/// (`FI_DIRECTED_RECV`), the source of a receive (`FI_SOURCE`: `fi_cq_readfrom`), both
+/// directions, to this host and to others.
 pub const CAPS: u64 = FI_MSG as u64
     | FI_TAGGED as u64
     | FI_SEND as u64
     | FI_RECV as u64
     | FI_DIRECTED_RECV
+    | FI_SOURCE
     | FI_LOCAL_COMM
     | FI_REMOTE_COMM;
 
@@ -50,7 +52,7 @@ const PRIMARY: u64 = FI_MSG as u64 | FI_TAGGED as u64 | FI_DIRECTED_RECV;
 /// The primary modifiers: both directions unless the hints name one.
 const MODIFIERS: u64 = FI_SEND as u64 | FI_RECV as u64;
 /// The secondary capabilities, reported whether asked for or not.
-const SECONDARY: u64 = FI_LOCAL_COMM | FI_REMOTE_COMM;
+const SECONDARY: u64 = FI_SOURCE | FI_LOCAL_COMM | FI_REMOTE_COMM;
 
 /// The capabilities of an `fi_info` answering hints that ask for `asked`: the primary
 /// ones asked for (all when none is), the modifiers asked for (both when none is), every
@@ -222,7 +224,8 @@ unsafe fn build(version: u32, h: Option<&fi_info>) -> *mut fi_info {
         t.rma_iov_limit = 0;
 
         let r = &mut *info.rx_attr;
-        r.caps = info.caps & (FI_MSG as u64 | FI_TAGGED as u64 | FI_RECV as u64 | FI_DIRECTED_RECV);
+        r.caps = info.caps
+            & (FI_MSG as u64 | FI_TAGGED as u64 | FI_RECV as u64 | FI_DIRECTED_RECV | FI_SOURCE);
         r.msg_order = FI_ORDER_SAS as u64;
         r.comp_order = FI_ORDER_NONE as u64;
         r.size = QUEUE_SIZE;

@@ -18,7 +18,8 @@
 //!   connection handle ([`ADDR_LEN`] bytes: its listener's TCP address and a secret),
 //!   which `fi_av_insert` on a peer accepts;
 //! - completion queues of every format (`CONTEXT`, `MSG`, `DATA`, `TAGGED`), errors
-//!   through `fi_cq_readerr`, manual progress from `fi_cq_read` / `fi_cq_sread`;
+//!   through `fi_cq_readerr`, the source of a receive through `fi_cq_readfrom`
+//!   (`FI_SOURCE`), manual progress from `fi_cq_read` / `fi_cq_sread`;
 //! - `fi_mr_reg` (host memory; the provider copies, so descriptors are optional), an
 //!   event queue that never has events (no connection management on RDM).
 //!

@@ -132,6 +132,9 @@ struct Entry {
     tag: u64,
     err: c_int,
     olen: usize,
+    /// The AV entry a received message came from (`fi_cq_readfrom`); `None`:
+    /// `FI_ADDR_NOTAVAIL`.
+    src: Option<u64>,
 }
 
 struct CqState {
@@ -301,7 +304,14 @@ fn matches(r: &PostedRecv, h: &Hdr, src: u64, directed: bool) -> bool {
 
 /// Copies `msg` into receive `r`'s buffers and raises its completion (an `FI_ETRUNC`
 /// error entry when the message is longer than the buffers).
-fn deliver(r: &PostedRecv, msg: &[u8], h: &Hdr, rxcq: Option<usize>, cqs: &mut [Option<CqState>]) {
+fn deliver(
+    r: &PostedRecv,
+    msg: &[u8],
+    h: &Hdr,
+    src: u64,
+    rxcq: Option<usize>,
+    cqs: &mut [Option<CqState>],
+) {
     let mut done = 0;
     for &(p, l) in &r.iov {
         let n = l.min(msg.len() - done);
@@ -324,6 +334,7 @@ fn deliver(r: &PostedRecv, msg: &[u8], h: &Hdr, rxcq: Option<usize>, cqs: &mut [
             tag: h.tag,
             err: if trunc > 0 { FI_ETRUNC as c_int } else { 0 },
             olen: trunc,
+            src: Some(src),
         };
         cq_push(cqs, rxcq, e);
     }
@@ -567,7 +578,7 @@ impl EpState {
         if let Some(i) = q.iter().position(|r| matches(r, &hdr, src, directed)) {
             let r = q.remove(i).expect("position is in range");
             if let Some(rq) = self.in_qps.get(&qpn) {
-                deliver(&r, &rq.buf[body], &hdr, self.rxcq, cqs);
+                deliver(&r, &rq.buf[body], &hdr, src, self.rxcq, cqs);
             }
             let _ = self.worker.post_recv(qpn, slot as u64, sge);
             return;
@@ -718,8 +729,8 @@ impl EpState {
         }
         if let Some(i) = self.find_unexpected(&r, avs) {
             let u = self.unexpected.remove(i).expect("index in range");
-            let (hdr, rxcq) = (u.hdr, self.rxcq);
-            self.consume(u, |msg| deliver(&r, msg, &hdr, rxcq, cqs));
+            let (hdr, rxcq, src) = (u.hdr, self.rxcq, self.src_of(u.qpn, avs));
+            self.consume(u, |msg| deliver(&r, msg, &hdr, src, rxcq, cqs));
             return Ok(());
         }
         if self.recvs.len() + self.trecvs.len() >= QUEUE_SIZE {
@@ -774,6 +785,7 @@ impl EpState {
             cq_push(cqs, rxcq, e);
             return Ok(());
         };
+        let src = self.src_of(self.unexpected[i].qpn, avs);
         let u = &mut self.unexpected[i];
         let meta = Entry {
             ctx: r.ctx,
@@ -781,6 +793,7 @@ impl EpState {
             len: u.len,
             data: u.hdr.data.map_or(0, u64::from),
             tag: u.hdr.tag,
+            src: Some(src),
             ..Entry::default()
         };
         match how {
@@ -802,7 +815,7 @@ impl EpState {
             Probe::Claim { discard: false } => {
                 let u = self.unexpected.remove(i).expect("index in range");
                 let hdr = u.hdr;
-                self.consume(u, |msg| deliver(&r, msg, &hdr, rxcq, cqs));
+                self.consume(u, |msg| deliver(&r, msg, &hdr, src, rxcq, cqs));
             }
         }
         Ok(())
@@ -1603,10 +1616,10 @@ static CQ_FI_OPS: fi_ops = table!(fi_ops {
 });
 static CQ_OPS: fi_ops_cq = table!(fi_ops_cq {
     read: cq_read,
-    readfrom: s4,
+    readfrom: cq_readfrom,
     readerr: cq_readerr,
     sread: cq_sread,
-    sreadfrom: s6,
+    sreadfrom: cq_sreadfrom,
     signal: s1,
     strerror: cq_strerror,
 });
@@ -1730,8 +1743,15 @@ unsafe fn write_entry(buf: *mut c_void, i: usize, format: u32, e: &Entry) {
     }
 }
 
-/// Reads up to `count` entries; `-FI_EAVAIL` while an error entry waits.
-fn cq_take(st: &mut State, idx: usize, buf: *mut c_void, count: usize) -> isize {
+/// Reads up to `count` entries, and each one's source into `src` when it is not null;
+/// `-FI_EAVAIL` while an error entry waits.
+fn cq_take(
+    st: &mut State,
+    idx: usize,
+    buf: *mut c_void,
+    count: usize,
+    src: *mut fi_addr_t,
+) -> isize {
     let Some(Some(c)) = st.cqs.get_mut(idx) else {
         return neg(FI_EINVAL);
     };
@@ -1741,14 +1761,30 @@ fn cq_take(st: &mut State, idx: usize, buf: *mut c_void, count: usize) -> isize 
     let mut n = 0;
     while n < count {
         let Some(e) = c.ok.pop_front() else { break };
-        // SAFETY: the caller's array of `count` entries.
-        unsafe { write_entry(buf, n, c.format, &e) };
+        // SAFETY: the caller's arrays of `count` entries and `count` addresses.
+        unsafe {
+            write_entry(buf, n, c.format, &e);
+            if !src.is_null() {
+                *src.add(n) = e.src.unwrap_or(FI_ADDR_NOTAVAIL);
+            }
+        }
         n += 1;
     }
     if n == 0 { neg(FI_EAGAIN) } else { n as isize }
 }
 
 unsafe extern "C" fn cq_read(cq: *mut fid_cq, buf: *mut c_void, count: usize) -> isize {
+    unsafe { cq_readfrom(cq, buf, count, std::ptr::null_mut()) }
+}
+
+/// `fi_cq_readfrom`: `fi_cq_read` and each entry's source (`FI_SOURCE`): the sender's AV
+/// entry for a receive, `FI_ADDR_NOTAVAIL` for a sender the AV does not hold and for a send.
+unsafe extern "C" fn cq_readfrom(
+    cq: *mut fid_cq,
+    buf: *mut c_void,
+    count: usize,
+    src: *mut fi_addr_t,
+) -> isize {
     guard(|| {
         let Some(c) = (unsafe { obj::<Cq>(cq.cast(), FI_CLASS_CQ) }) else {
             return neg(FI_EINVAL);
@@ -1761,7 +1797,7 @@ unsafe extern "C" fn cq_read(cq: *mut fid_cq, buf: *mut c_void, count: usize) ->
             Err(e) => return neg(e),
         };
         progress_cq(&mut st, c.idx);
-        cq_take(&mut st, c.idx, buf, count)
+        cq_take(&mut st, c.idx, buf, count, src)
     })
 }
 
@@ -1769,6 +1805,18 @@ unsafe extern "C" fn cq_sread(
     cq: *mut fid_cq,
     buf: *mut c_void,
     count: usize,
+    cond: *const c_void,
+    timeout: c_int,
+) -> isize {
+    unsafe { cq_sreadfrom(cq, buf, count, std::ptr::null_mut(), cond, timeout) }
+}
+
+/// `fi_cq_sreadfrom`: `fi_cq_sread` with each entry's source, as [`cq_readfrom`].
+unsafe extern "C" fn cq_sreadfrom(
+    cq: *mut fid_cq,
+    buf: *mut c_void,
+    count: usize,
+    src: *mut fi_addr_t,
     _cond: *const c_void,
     timeout: c_int,
 ) -> isize {
@@ -1787,7 +1835,7 @@ unsafe extern "C" fn cq_sread(
                     Err(e) => return neg(e),
                 };
                 progress_cq(&mut st, c.idx);
-                let r = cq_take(&mut st, c.idx, buf, count);
+                let r = cq_take(&mut st, c.idx, buf, count, src);
                 if r != neg::<isize>(FI_EAGAIN) {
                     return r;
                 }

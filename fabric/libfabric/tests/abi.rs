@@ -72,7 +72,7 @@ fn bad_input_gets_negative_codes_and_a_message_to_self_arrives() {
             0
         );
         // Asked for FI_MSG only: the primary capabilities asked for, both directions.
-        let comm = FI_LOCAL_COMM | FI_REMOTE_COMM;
+        let comm = FI_SOURCE | FI_LOCAL_COMM | FI_REMOTE_COMM;
         assert_eq!((*info).caps, (FI_MSG | FI_SEND | FI_RECV) as u64 | comm);
         assert!(!info.is_null());
         assert_eq!((*(*info).ep_attr).type_, FI_EP_RDM);
@@ -1154,5 +1154,77 @@ impl Cqe {
             tag,
             ..*self
         }
+    }
+}
+
+/// `fi_cq_readfrom` on endpoint `i`'s CQ until an entry comes, every endpoint progressed:
+/// the entry and its source.
+fn readfrom(net: &Net, i: usize) -> (Cqe, u64) {
+    let cq = net.cqs[i];
+    let ops = unsafe { &*(*cq).ops };
+    let t = Instant::now();
+    loop {
+        assert!(t.elapsed() < DEADLINE, "no entry on endpoint {i}");
+        let mut e = fi_cq_tagged_entry::default();
+        let mut src = 0u64;
+        let n = unsafe {
+            (ops.readfrom.unwrap())(cq, (&mut e as *mut fi_cq_tagged_entry).cast(), 1, &mut src)
+        };
+        if n == 1 {
+            let c = Cqe {
+                ctx: e.op_context as usize,
+                flags: e.flags,
+                len: e.len,
+                buf: e.buf as usize,
+                data: e.data,
+                tag: e.tag,
+                err: 0,
+                olen: 0,
+            };
+            return (c, src);
+        }
+        assert_eq!(n, neg(FI_EAGAIN));
+        for j in 0..net.eps.len() {
+            if j != i {
+                let mut e = [fi_cq_tagged_entry::default(); 8];
+                let cq = net.cqs[j];
+                let n = unsafe { ((*(*cq).ops).read.unwrap())(cq, e.as_mut_ptr().cast(), 0) };
+                assert_eq!(n, neg(FI_EAGAIN));
+            }
+        }
+    }
+}
+
+#[test]
+fn readfrom_gives_the_sender_s_av_entry_or_notavail() {
+    unsafe {
+        let net = Net::new(3, FI_TAGGED as u64 | FI_SOURCE);
+        let (a, b, r) = (0, 1, 2);
+        let mut bufs = [[0u8; 8]; 3];
+        for (k, buf) in bufs.iter_mut().enumerate() {
+            assert_eq!(net.trecv(r, buf, mrc_fi::FI_ADDR_UNSPEC, 0, !0, k + 1), 0);
+        }
+        // From A: its AV entry.
+        assert_eq!(net.tsend(a, r, b"a", 1, 10), 0);
+        assert_eq!(readfrom(&net, r), (got(1, &bufs[0], 1, 1), net.addr[a]));
+        // A send completion has no source.
+        assert_eq!(readfrom(&net, a), (sent(10, 1), mrc_fi::FI_ADDR_NOTAVAIL));
+        // From B once its entry is gone from the AV: FI_ADDR_NOTAVAIL.
+        let aops = &*(*net.av).ops;
+        let mut gone = net.addr[b];
+        assert_eq!((aops.remove.unwrap())(net.av, &mut gone, 1, 0), 0);
+        assert_eq!(net.tsend(b, r, b"b", 2, 11), 0);
+        assert_eq!(
+            readfrom(&net, r),
+            (got(2, &bufs[1], 1, 2), mrc_fi::FI_ADDR_NOTAVAIL)
+        );
+        assert_eq!(readfrom(&net, b), (sent(11, 1), mrc_fi::FI_ADDR_NOTAVAIL));
+        // From itself: its own entry.
+        assert_eq!(net.tsend(r, r, b"r", 3, 12), 0);
+        let mut seen = vec![readfrom(&net, r), readfrom(&net, r)];
+        seen.sort_by_key(|(c, _)| c.ctx);
+        let own = (got(3, &bufs[2], 1, 3), net.addr[r]);
+        assert_eq!(seen, [own, (sent(12, 1), mrc_fi::FI_ADDR_NOTAVAIL)]);
+        net.quiet();
     }
 }

@@ -112,9 +112,9 @@ fn fi_info_lists_the_mrc_provider() {
     let v = String::from_utf8_lossy(&o.stdout);
     for line in [
         "    caps: [ FI_MSG, FI_TAGGED, FI_RECV, FI_SEND, FI_LOCAL_COMM, FI_REMOTE_COMM, \
-         FI_DIRECTED_RECV ]",
+         FI_SOURCE, FI_DIRECTED_RECV ]",
         "        caps: [ FI_MSG, FI_TAGGED, FI_SEND ]",
-        "        caps: [ FI_MSG, FI_TAGGED, FI_RECV, FI_DIRECTED_RECV ]",
+        "        caps: [ FI_MSG, FI_TAGGED, FI_RECV, FI_SOURCE, FI_DIRECTED_RECV ]",
         "        mem_tag_format: 0xaaaaaaaaaaaaaaaa",
         "        cq_data_size: 4",
         "        max_msg_size: 1048576",
