@@ -215,7 +215,12 @@ unsafe fn build(version: u32, h: Option<&fi_info>) -> *mut fi_info {
 
         let t = &mut *info.tx_attr;
         t.caps = info.caps & (FI_MSG as u64 | FI_TAGGED as u64 | FI_SEND as u64);
-        t.op_flags = FI_TRANSMIT_COMPLETE as u64;
+        // FI_COMPLETION asked in the hints' op_flags stays a default of the endpoint (sends
+        // and receives complete under FI_SELECTIVE_COMPLETION too).
+        let asked_op = |a: Option<u64>| a.unwrap_or(0) & FI_COMPLETION as u64;
+        let tx_op = asked_op(h.and_then(|h| opt(h.tx_attr)).map(|t| t.op_flags));
+        let rx_op = asked_op(h.and_then(|h| opt(h.rx_attr)).map(|r| r.op_flags));
+        t.op_flags = FI_TRANSMIT_COMPLETE as u64 | tx_op;
         t.msg_order = FI_ORDER_SAS as u64;
         t.comp_order = FI_ORDER_NONE as u64;
         t.inject_size = INJECT_SIZE;
@@ -226,6 +231,7 @@ unsafe fn build(version: u32, h: Option<&fi_info>) -> *mut fi_info {
         let r = &mut *info.rx_attr;
         r.caps = info.caps
             & (FI_MSG as u64 | FI_TAGGED as u64 | FI_RECV as u64 | FI_DIRECTED_RECV | FI_SOURCE);
+        r.op_flags = rx_op;
         r.msg_order = FI_ORDER_SAS as u64;
         r.comp_order = FI_ORDER_NONE as u64;
         r.size = QUEUE_SIZE;

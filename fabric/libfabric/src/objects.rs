@@ -236,6 +236,10 @@ struct EpState {
     rxcq: Option<usize>,
     tx_selective: bool,
     rx_selective: bool,
+    /// `FI_COMPLETION` in the `fi_info`'s `tx_attr->op_flags` / `rx_attr->op_flags`: with
+    /// `FI_SELECTIVE_COMPLETION`, sends / receives posted without flags still complete.
+    tx_op_completion: bool,
+    rx_op_completion: bool,
     enabled: bool,
     /// `FI_DIRECTED_RECV`: a receive's source address restricts what it matches
     /// (otherwise the source argument is ignored, as fi_msg(3) says).
@@ -374,6 +378,8 @@ impl EpState {
             rxcq: None,
             tx_selective: false,
             rx_selective: false,
+            tx_op_completion: false,
+            rx_op_completion: false,
             enabled: false,
             directed,
             peers: HashMap::new(),
@@ -2019,10 +2025,25 @@ unsafe extern "C" fn ep_open(
             None => true,
             Some(i) => i.caps == 0 || i.caps & FI_DIRECTED_RECV != 0,
         };
-        let state = match EpState::open(directed) {
+        // The default op_flags (Open MPI asks FI_COMPLETION and binds its CQ with
+        // FI_SELECTIVE_COMPLETION).
+        // SAFETY: the caller's info and its attrs, null or live.
+        let (tx_c, rx_c) = match unsafe { info.as_ref() } {
+            None => (false, false),
+            Some(i) => unsafe {
+                let c = FI_COMPLETION as u64;
+                (
+                    i.tx_attr.as_ref().is_some_and(|t| t.op_flags & c != 0),
+                    i.rx_attr.as_ref().is_some_and(|r| r.op_flags & c != 0),
+                )
+            },
+        };
+        let mut state = match EpState::open(directed) {
             Ok(s) => s,
             Err(e) => return neg(e),
         };
+        state.tx_op_completion = tx_c;
+        state.rx_op_completion = rx_c;
         let mut st = match lock(&d.st) {
             Ok(s) => s,
             Err(e) => return neg(e),
@@ -2268,7 +2289,7 @@ fn post_recv(
 ) -> isize {
     with_ep(ep.cast(), |s, cqs, avs| {
         let completion = match flags {
-            None => !s.rx_selective,
+            None => !s.rx_selective || s.rx_op_completion,
             Some(f) => !s.rx_selective || f & FI_COMPLETION as u64 != 0,
         };
         // Without FI_DIRECTED_RECV the source is ignored; with it, it must be an entry
@@ -2413,7 +2434,7 @@ fn post_send(
         })
         .collect();
     with_ep(ep.cast(), |s, cqs, avs| {
-        let completion = completion.unwrap_or(!s.tx_selective);
+        let completion = completion.unwrap_or(!s.tx_selective || s.tx_op_completion);
         let r = match s.send(avs, dest, hdr, &slices, ctx as usize, completion) {
             Ok(()) => 0,
             Err(e) => neg(e),

@@ -335,11 +335,26 @@ fn ctx(n: usize) -> *mut c_void {
 impl Net {
     /// `caps`: the `fi_info` caps the endpoints are opened with.
     unsafe fn new(n: usize, caps: u64) -> Net {
+        unsafe { Net::with(n, caps, 0, 0) }
+    }
+
+    /// `op_flags`: the hints' tx and rx `op_flags`; `bind`: more flags binding the CQs.
+    unsafe fn with(n: usize, caps: u64, op_flags: u64, bind: u64) -> Net {
         unsafe {
             let prov = &*mrc_fi::fi_prov_ini();
             let v = (1 << 16) | 17;
+            let mut tx = fi_tx_attr {
+                op_flags,
+                ..Default::default()
+            };
+            let mut rx = fi_rx_attr {
+                op_flags,
+                ..Default::default()
+            };
             let mut hints = fi_info {
                 caps,
+                tx_attr: &mut tx,
+                rx_attr: &mut rx,
                 ..Default::default()
             };
             let mut info: *mut fi_info = null_mut();
@@ -407,7 +422,7 @@ impl Net {
                 );
                 let eops = &*(*ep).fid.ops;
                 assert_eq!((eops.bind.unwrap())(&mut (*ep).fid, &mut (*av).fid, 0), 0);
-                let both = (FI_TRANSMIT | FI_RECV) as u64;
+                let both = (FI_TRANSMIT | FI_RECV) as u64 | bind;
                 assert_eq!(
                     (eops.bind.unwrap())(&mut (*ep).fid, &mut (*cq).fid, both),
                     0
@@ -1225,6 +1240,45 @@ fn readfrom_gives_the_sender_s_av_entry_or_notavail() {
         seen.sort_by_key(|(c, _)| c.ctx);
         let own = (got(3, &bufs[2], 1, 3), net.addr[r]);
         assert_eq!(seen, [own, (sent(12, 1), mrc_fi::FI_ADDR_NOTAVAIL)]);
+        net.quiet();
+    }
+}
+
+#[test]
+fn selective_completion_follows_the_op_flags_of_the_info() {
+    unsafe {
+        let sel = FI_SELECTIVE_COMPLETION;
+        let unspec = mrc_fi::FI_ADDR_UNSPEC;
+        // Open MPI's way: hints with FI_COMPLETION in both op_flags, the CQ bound with
+        // FI_SELECTIVE_COMPLETION; plain sends and receives still complete.
+        let net = Net::with(1, FI_TAGGED as u64, FI_COMPLETION as u64, sel);
+        let mut b = [0u8; 8];
+        assert_eq!(net.trecv(0, &mut b, unspec, 1, 0, 1), 0);
+        assert_eq!(net.tsend(0, 0, b"ompi", 1, 2), 0);
+        let mut other = Vec::new();
+        let e = net.wait(0, 2, &mut other);
+        assert!(e.contains(&got(1, &b, 4, 1)), "{e:?}");
+        assert!(e.contains(&sent(2, 4)), "{e:?}");
+        net.quiet();
+        drop(net);
+        // Without them: neither completes (the receive's buffer fills all the same).
+        let net = Net::with(1, FI_TAGGED as u64, 0, sel);
+        let mut b = [0u8; 8];
+        let p = b.as_mut_ptr();
+        let buf = std::slice::from_raw_parts_mut(p, b.len());
+        assert_eq!(net.trecv(0, buf, unspec, 1, 0, 1), 0);
+        assert_eq!(net.tsend(0, 0, b"none", 1, 2), 0);
+        // The provider writes the buffer during a CQ read: read it back through `p`.
+        let filled = || {
+            (0..4)
+                .map(|k| std::ptr::read_volatile(p.add(k)))
+                .collect::<Vec<u8>>()
+        };
+        let t = Instant::now();
+        while filled() != b"none" {
+            assert!(t.elapsed() < DEADLINE);
+            assert_eq!(net.read_once(0), []);
+        }
         net.quiet();
     }
 }
