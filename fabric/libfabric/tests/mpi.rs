@@ -1,7 +1,8 @@
 //! Open MPI over the provider: `tests/mpi_check.c` (ring `MPI_Sendrecv` from 0 B to 1 MiB
 //! with every byte checked, `MPI_Probe` from `MPI_ANY_SOURCE`, `MPI_Mprobe` / `MPI_Mrecv`
-//! with `MPI_ANY_TAG`, `MPI_Allreduce`, `MPI_Bcast`, `MPI_Alltoall`, `MPI_Barrier`) built
-//! with `mpicc` and run by `mpirun` with 4 ranks on loopback through Open MPI's OFI MTL
+//! with `MPI_ANY_TAG`, receives for one source each posted in reverse rank order,
+//! `MPI_Allreduce`, `MPI_Bcast`, `MPI_Alltoall`, `MPI_Barrier`) built with `mpicc` and
+//! run by `mpirun` with 4 ranks on loopback through Open MPI's OFI MTL
 //! (`--mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include mrc`), the provider loaded
 //! from `FI_PROVIDER_PATH`. Without `mpicc` / `mpirun` (Debian: libopenmpi-dev,
 //! openmpi-bin) the test prints `SKIPPED: <test>: <reason>` and passes.
@@ -88,7 +89,7 @@ fn open_mpi_runs_point_to_point_probe_and_collectives_over_mrc() {
         "mpirun: stdout:\n{out}\nstderr:\n{err}"
     );
     assert_eq!(
-        out, "ring 0\nprobe 0\nmprobe 0\ncollectives 0\nranks 4 errors 0\n",
+        out, "ring 0\nprobe 0\nmprobe 0\ndirected 0\ncollectives 0\nranks 4 errors 0\n",
         "stderr:\n{err}"
     );
 }

@@ -104,6 +104,29 @@ static int mprobe(int rank, int size)
     return bad;
 }
 
+/* Receives for one source each, same tag, posted in the reverse of rank order: each takes
+ * its own sender's message whatever the arrival order (FI_DIRECTED_RECV). */
+static int directed(int rank, int size)
+{
+    int bad = 0;
+    if (rank == 0) {
+        int *v = calloc(size, sizeof(int));
+        MPI_Request *r = malloc(size * sizeof(MPI_Request));
+        for (int k = size - 1; k >= 1; k--)
+            MPI_Irecv(&v[k], 1, MPI_INT, k, 300, MPI_COMM_WORLD, &r[k]);
+        MPI_Waitall(size - 1, &r[1], MPI_STATUSES_IGNORE);
+        for (int k = 1; k < size; k++)
+            if (v[k] != k * 11)
+                bad++;
+        free(v);
+        free(r);
+    } else {
+        int v = rank * 11;
+        MPI_Send(&v, 1, MPI_INT, 0, 300, MPI_COMM_WORLD);
+    }
+    return bad;
+}
+
 static int collectives(int rank, int size)
 {
     int bad = 0;
@@ -141,14 +164,19 @@ int main(int argc, char **argv)
     int rank, size;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    const char *names[] = {"ring", "probe", "mprobe", "collectives"};
-    int bad[4] = {ring(rank, size), probe(rank, size), mprobe(rank, size),
-                  collectives(rank, size)};
-    int tot[4];
-    MPI_Reduce(bad, tot, 4, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
+    const char *names[] = {"ring", "probe", "mprobe", "directed", "collectives"};
+    int (*checks[5])(int, int) = {ring, probe, mprobe, directed, collectives};
+    int bad[5];
+    for (int c = 0; c < 5; c++) {
+        bad[c] = checks[c](rank, size);
+        /* No message of one check may meet a wildcard receive of the next. */
+        MPI_Barrier(MPI_COMM_WORLD);
+    }
+    int tot[5];
+    MPI_Reduce(bad, tot, 5, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
     int all = 0;
     if (rank == 0) {
-        for (int c = 0; c < 4; c++) {
+        for (int c = 0; c < 5; c++) {
             printf("%s %d\n", names[c], tot[c]);
             all += tot[c];
         }
