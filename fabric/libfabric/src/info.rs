@@ -146,6 +146,10 @@ unsafe fn check_hints(version: u32, h: &fi_info) -> Result<(), c_int> {
         if !name_is(d.name, DOMAIN_NAME) {
             return Err(no_match());
         }
+        // Domain capabilities: to this host and others; no FI_SHARED_AV.
+        if d.caps & !(FI_LOCAL_COMM | FI_REMOTE_COMM) != 0 {
+            return Err(no_match());
+        }
         if !matches!(d.av_type, FI_AV_UNSPEC | FI_AV_MAP | FI_AV_TABLE) {
             return Err(no_match());
         }
@@ -167,6 +171,10 @@ unsafe fn check_hints(version: u32, h: &fi_info) -> Result<(), c_int> {
         return Err(no_match());
     }
     if let Some(t) = unsafe { opt(h.tx_attr) } {
+        // Message order: send after send only (one QP per peer and direction).
+        if t.msg_order & !(FI_ORDER_SAS as u64) != 0 {
+            return Err(no_match());
+        }
         if t.caps & !CAPS != 0 || t.inject_size > INJECT_SIZE || t.iov_limit > IOV_LIMIT {
             return Err(no_match());
         }
@@ -175,6 +183,9 @@ unsafe fn check_hints(version: u32, h: &fi_info) -> Result<(), c_int> {
         }
     }
     if let Some(r) = unsafe { opt(h.rx_attr) } {
+        if r.msg_order & !(FI_ORDER_SAS as u64) != 0 {
+            return Err(no_match());
+        }
         if r.caps & !CAPS != 0 || r.iov_limit > IOV_LIMIT || r.size > QUEUE_SIZE {
             return Err(no_match());
         }

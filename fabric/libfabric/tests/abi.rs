@@ -71,6 +71,29 @@ fn bad_input_gets_negative_codes_and_a_message_to_self_arrives() {
             getinfo(v, std::ptr::null(), std::ptr::null(), 0, &hints, &mut info),
             0
         );
+        // Hints the provider cannot meet: an order past send-after-send, a shared AV.
+        let mut tx = fi_tx_attr {
+            msg_order: (FI_ORDER_SAS | FI_ORDER_RAW) as u64,
+            ..Default::default()
+        };
+        let mut dom = fi_domain_attr {
+            caps: FI_SHARED_AV,
+            ..Default::default()
+        };
+        let mut odd = fi_info {
+            tx_attr: &mut tx,
+            ..Default::default()
+        };
+        let mut other: *mut fi_info = null_mut();
+        let no = std::ptr::null();
+        let enodata = -(FI_ENODATA as c_int);
+        assert_eq!(getinfo(v, no, no, 0, &odd, &mut other), enodata);
+        (*odd.tx_attr).msg_order = FI_ORDER_SAS as u64;
+        odd.domain_attr = &mut dom;
+        assert_eq!(getinfo(v, no, no, 0, &odd, &mut other), enodata);
+        (*odd.domain_attr).caps = FI_LOCAL_COMM | FI_REMOTE_COMM;
+        assert_eq!(getinfo(v, no, no, 0, &odd, &mut other), 0);
+        mrc_fi::free_info(other);
         // Asked for FI_MSG only: the primary capabilities asked for, both directions.
         let comm = FI_SOURCE | FI_LOCAL_COMM | FI_REMOTE_COMM;
         assert_eq!((*info).caps, (FI_MSG | FI_SEND | FI_RECV) as u64 | comm);
