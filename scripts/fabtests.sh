@@ -12,9 +12,11 @@
 #                         prints `SKIPPED: fabtests: <reason>` and exits 0
 #   MRC_FABTESTS_DIR      where to build and run (default /tmp/mrc-fabtests-1.17.1)
 #   MRC_FABTESTS_SUITES   the suites (default functional,short)
+#   MRC_FABTESTS_PROVIDER a built libmrc_fi.so to test (default: `cargo build -p mrc-fi`
+#                         and its target/debug/libmrc_fi.so); .ci/run names the one its
+#                         test step built, so that nothing is rebuilt
 #
-# The provider is the debug build (`cargo build -p mrc-fi`). Exits non-zero when a test
-# fails or none passes.
+# Exits non-zero when a test fails or none passes.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 tarball=${MRC_FABTESTS_TARBALL:-$root/../shared/third_party/fabtests-1.17.1.tar.xz}
@@ -60,10 +62,14 @@ fi
 
 # The provider, in a directory of its own for FI_PROVIDER_PATH (a copy: a rebuild must not
 # change it under a running test).
-(cd "$root" && cargo build --locked -p mrc-fi)
+lib=${MRC_FABTESTS_PROVIDER:-}
+if [ -z "$lib" ]; then
+  (cd "$root" && cargo build --locked -p mrc-fi)
+  lib=$root/target/debug/libmrc_fi.so
+fi
 rm -rf "$dir/prov"
 mkdir -p "$dir/prov"
-cp "$root/target/debug/libmrc_fi.so" "$dir/prov/libmrc-fi.so"
+cp "$lib" "$dir/prov/libmrc-fi.so"
 
 # -b: out-of-band address exchange (a peer's address is its fi_getname handle, which no
 # host name and port give). Excluded: the FI_EP_MSG tests (the provider is RDM only; with
