@@ -300,7 +300,7 @@ fn wc_err(s: WcStatus) -> c_int {
 
 /// Whether receive `r` takes a message with header `h` from AV entry `src`
 /// (`directed`: the endpoint has `FI_DIRECTED_RECV`).
-fn matches(r: &PostedRecv, h: &Hdr, src: u64, directed: bool) -> bool {
+fn takes(r: &PostedRecv, h: &Hdr, src: u64, directed: bool) -> bool {
     r.tagged == (h.kind == KIND_TAGGED)
         && (!r.tagged || (r.tag & !r.ignore) == (h.tag & !r.ignore))
         && (!directed || r.src == FI_ADDR_UNSPEC || r.src == src)
@@ -581,7 +581,7 @@ impl EpState {
             &mut self.recvs
         };
         let body = at + HDR_LEN..at + total;
-        if let Some(i) = q.iter().position(|r| matches(r, &hdr, src, directed)) {
+        if let Some(i) = q.iter().position(|r| takes(r, &hdr, src, directed)) {
             let r = q.remove(i).expect("position is in range");
             if let Some(rq) = self.in_qps.get(&qpn) {
                 deliver(&r, &rq.buf[body], &hdr, src, self.rxcq, cqs);
@@ -753,7 +753,7 @@ impl EpState {
     /// The oldest unclaimed unexpected message `r` matches.
     fn find_unexpected(&self, r: &PostedRecv, avs: &[Option<AvState>]) -> Option<usize> {
         self.unexpected.iter().position(|u| {
-            u.claimed.is_none() && matches(r, &u.hdr, self.src_of(u.qpn, avs), self.directed)
+            u.claimed.is_none() && takes(r, &u.hdr, self.src_of(u.qpn, avs), self.directed)
         })
     }
 
