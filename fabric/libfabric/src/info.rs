@@ -27,15 +27,46 @@ pub const IOV_LIMIT: usize = 4;
 /// Depth of the transmit and receive queues (`tx_attr->size`, `rx_attr->size`).
 pub const QUEUE_SIZE: usize = 1024;
 
-/// The capabilities: messages, both directions, to this host and to others.
-pub const CAPS: u64 =
-    FI_MSG as u64 | FI_SEND as u64 | FI_RECV as u64 | FI_LOCAL_COMM | FI_REMOTE_COMM;
+/// Bytes of remote CQ data a message carries (`domain_attr->cq_data_size`): the
+/// `data` of `fi_senddata` / `fi_tsenddata`, its low 4 bytes.
+pub const CQ_DATA_SIZE: usize = 4;
 
-const fn primary_tx() -> u64 {
-    FI_MSG as u64 | FI_SEND as u64
-}
-const fn primary_rx() -> u64 {
-    FI_MSG as u64 | FI_RECV as u64
+/// The capabilities: untagged and tagged messages, receives restricted to a source
+/// (`FI_DIRECTED_RECV`), the source of a receive (`FI_SOURCE`: `fi_cq_readfrom`), both
+/// directions, to this host and to others.
+pub const CAPS: u64 = FI_MSG as u64
+    | FI_TAGGED as u64
+    | FI_SEND as u64
+    | FI_RECV as u64
+    | FI_DIRECTED_RECV
+    | FI_SOURCE
+    | FI_LOCAL_COMM
+    | FI_REMOTE_COMM;
+
+/// `ep_attr->mem_tag_format`: all 64 bits of a tag are the application's
+/// (libfabric's `FI_TAG_GENERIC`).
+pub const MEM_TAG_FORMAT: u64 = 0xaaaa_aaaa_aaaa_aaaa;
+
+/// The primary capabilities: given only when asked for (fi_getinfo(3)).
+const PRIMARY: u64 = FI_MSG as u64 | FI_TAGGED as u64 | FI_DIRECTED_RECV;
+/// The primary modifiers: both directions unless the hints name one.
+const MODIFIERS: u64 = FI_SEND as u64 | FI_RECV as u64;
+/// The secondary capabilities, reported whether asked for or not.
+const SECONDARY: u64 = FI_SOURCE | FI_LOCAL_COMM | FI_REMOTE_COMM;
+
+/// The capabilities of an `fi_info` answering hints that ask for `asked`: the primary
+/// ones asked for (all when none is), the modifiers asked for (both when none is), every
+/// secondary one.
+fn caps_for(asked: u64) -> u64 {
+    let primary = match asked & PRIMARY {
+        0 => PRIMARY,
+        p => p,
+    };
+    let mods = match asked & MODIFIERS {
+        0 => MODIFIERS,
+        m => m,
+    };
+    primary | mods | SECONDARY
 }
 
 /// `fi_freeinfo` of what this module allocated (the provider must not call into
@@ -115,13 +146,17 @@ unsafe fn check_hints(version: u32, h: &fi_info) -> Result<(), c_int> {
         if !name_is(d.name, DOMAIN_NAME) {
             return Err(no_match());
         }
+        // Domain capabilities: to this host and others; no FI_SHARED_AV.
+        if d.caps & !(FI_LOCAL_COMM | FI_REMOTE_COMM) != 0 {
+            return Err(no_match());
+        }
         if !matches!(d.av_type, FI_AV_UNSPEC | FI_AV_MAP | FI_AV_TABLE) {
             return Err(no_match());
         }
         if d.control_progress == FI_PROGRESS_AUTO || d.data_progress == FI_PROGRESS_AUTO {
             return Err(no_match());
         }
-        if d.cq_data_size > 0 {
+        if d.cq_data_size > CQ_DATA_SIZE {
             return Err(no_match());
         }
         if version < fi_version(1, 5) && d.mr_mode == FI_MR_BASIC as c_int {
@@ -136,6 +171,10 @@ unsafe fn check_hints(version: u32, h: &fi_info) -> Result<(), c_int> {
         return Err(no_match());
     }
     if let Some(t) = unsafe { opt(h.tx_attr) } {
+        // Message order: send after send only (one QP per peer and direction).
+        if t.msg_order & !(FI_ORDER_SAS as u64) != 0 {
+            return Err(no_match());
+        }
         if t.caps & !CAPS != 0 || t.inject_size > INJECT_SIZE || t.iov_limit > IOV_LIMIT {
             return Err(no_match());
         }
@@ -144,6 +183,9 @@ unsafe fn check_hints(version: u32, h: &fi_info) -> Result<(), c_int> {
         }
     }
     if let Some(r) = unsafe { opt(h.rx_attr) } {
+        if r.msg_order & !(FI_ORDER_SAS as u64) != 0 {
+            return Err(no_match());
+        }
         if r.caps & !CAPS != 0 || r.iov_limit > IOV_LIMIT || r.size > QUEUE_SIZE {
             return Err(no_match());
         }
@@ -177,13 +219,19 @@ unsafe fn build(version: u32, h: Option<&fi_info>) -> *mut fi_info {
             free_info(i);
             return std::ptr::null_mut();
         }
-        info.caps = CAPS;
+        let asked = h.map_or(0, |h| h.caps);
+        info.caps = caps_for(asked);
         info.mode = 0;
         info.addr_format = FI_FORMAT_UNSPEC;
 
         let t = &mut *info.tx_attr;
-        t.caps = primary_tx();
-        t.op_flags = FI_TRANSMIT_COMPLETE as u64;
+        t.caps = info.caps & (FI_MSG as u64 | FI_TAGGED as u64 | FI_SEND as u64);
+        // FI_COMPLETION asked in the hints' op_flags stays a default of the endpoint (sends
+        // and receives complete under FI_SELECTIVE_COMPLETION too).
+        let asked_op = |a: Option<u64>| a.unwrap_or(0) & FI_COMPLETION as u64;
+        let tx_op = asked_op(h.and_then(|h| opt(h.tx_attr)).map(|t| t.op_flags));
+        let rx_op = asked_op(h.and_then(|h| opt(h.rx_attr)).map(|r| r.op_flags));
+        t.op_flags = FI_TRANSMIT_COMPLETE as u64 | tx_op;
         t.msg_order = FI_ORDER_SAS as u64;
         t.comp_order = FI_ORDER_NONE as u64;
         t.inject_size = INJECT_SIZE;
@@ -192,7 +240,9 @@ unsafe fn build(version: u32, h: Option<&fi_info>) -> *mut fi_info {
         t.rma_iov_limit = 0;
 
         let r = &mut *info.rx_attr;
-        r.caps = primary_rx();
+        r.caps = info.caps
+            & (FI_MSG as u64 | FI_TAGGED as u64 | FI_RECV as u64 | FI_DIRECTED_RECV | FI_SOURCE);
+        r.op_flags = rx_op;
         r.msg_order = FI_ORDER_SAS as u64;
         r.comp_order = FI_ORDER_NONE as u64;
         r.size = QUEUE_SIZE;
@@ -205,6 +255,8 @@ unsafe fn build(version: u32, h: Option<&fi_info>) -> *mut fi_info {
         e.max_msg_size = MAX_MSG_SIZE;
         e.tx_ctx_cnt = 1;
         e.rx_ctx_cnt = 1;
+        // Every bit of a tag is matched (FI_TAG_GENERIC: one field of 64 bits).
+        e.mem_tag_format = MEM_TAG_FORMAT;
 
         let d = &mut *info.domain_attr;
         d.name = strdup(DOMAIN_NAME);
@@ -219,7 +271,7 @@ unsafe fn build(version: u32, h: Option<&fi_info>) -> *mut fi_info {
             0
         };
         d.mr_key_size = 8;
-        d.cq_data_size = 0;
+        d.cq_data_size = CQ_DATA_SIZE;
         d.cq_cnt = 256;
         d.ep_cnt = 256;
         d.tx_ctx_cnt = 1;
@@ -259,12 +311,24 @@ unsafe fn build(version: u32, h: Option<&fi_info>) -> *mut fi_info {
     i
 }
 
+/// Whether `node` (a host name or IP address) resolves; a name that does not names no
+/// host this provider can reach.
+fn resolves(node: &CStr) -> bool {
+    use std::net::ToSocketAddrs;
+    let Ok(n) = node.to_str() else { return false };
+    (n, 0u16)
+        .to_socket_addrs()
+        .is_ok_and(|mut a| a.next().is_some())
+}
+
 /// The provider's `getinfo`: one `fi_info` for `FI_EP_RDM` (or `-FI_ENODATA` when the
-/// hints ask for something else). `node`, `service` and `flags` choose no address: the
-/// endpoint binds the IP of `FI_MRC_ADDR` (default 127.0.0.1) when it is opened.
+/// hints ask for something else, or `node` is a host name that does not resolve).
+/// `node`, `service` and `flags` choose no address: the endpoint binds the IP of
+/// `FI_MRC_ADDR` (default 127.0.0.1) when it is opened, and a peer's address is its
+/// `fi_getname` (exchanged out of band), never derived from a host name.
 pub(crate) unsafe extern "C" fn getinfo(
     version: u32,
-    _node: *const c_char,
+    node: *const c_char,
     _service: *const c_char,
     _flags: u64,
     hints: *const fi_info,
@@ -273,6 +337,10 @@ pub(crate) unsafe extern "C" fn getinfo(
     guard(|| {
         if info.is_null() {
             return -(FI_EINVAL as c_int);
+        }
+        // SAFETY: the caller's NUL-terminated node, null or live.
+        if !node.is_null() && !resolves(unsafe { CStr::from_ptr(node) }) {
+            return no_match();
         }
         // SAFETY: the caller's hints, null or live.
         let h = unsafe { hints.as_ref() };

@@ -1,17 +1,25 @@
 //! `libmrc-fi.so`: an external ("DL") libfabric provider named `mrc` over mrc's UDP
-//! transport (issue 44, first slice). libfabric loads it from `FI_PROVIDER_PATH` and calls
+//! transport (issue 44, first and second slices). libfabric loads it from `FI_PROVIDER_PATH` and calls
 //! [`fi_prov_ini`]; everything else is reached through the `fi_ops_*` tables this crate
 //! fills itself (libfabric's `prov/util` helpers are not exported by the library).
 //!
 //! What the slice offers (docs/LIBFABRIC.md has the full list):
 //!
 //! - `FI_EP_RDM` with `FI_MSG` (`fi_send`, `fi_sendv`, `fi_sendmsg`, `fi_inject`,
-//!   `fi_recv`, `fi_recvv`, `fi_recvmsg`), messages up to [`MAX_MSG_SIZE`] bytes;
+//!   `fi_senddata`, `fi_injectdata`, `fi_recv`, `fi_recvv`, `fi_recvmsg`), messages up to
+//!   [`MAX_MSG_SIZE`] bytes, [`CQ_DATA_SIZE`] bytes of remote CQ data;
+//! - `FI_TAGGED` (`fi_tsend`, `fi_tsendv`, `fi_tsendmsg`, `fi_tinject`, `fi_tsenddata`,
+//!   `fi_tinjectdata`, `fi_trecv`, `fi_trecvv`, `fi_trecvmsg` with `FI_PEEK`, `FI_CLAIM`,
+//!   `FI_DISCARD`): tag and ignore-mask matching in posting order over the posted receives
+//!   and the unexpected messages (copied out up to [`UNEXPECTED_BYTES`]), and
+//!   `FI_DIRECTED_RECV`; `fi_cancel` of a posted receive. Every message starts with a
+//!   [`HDR_LEN`]-byte header (docs/LIBFABRIC.md has its layout);
 //! - address vectors `FI_AV_MAP` and `FI_AV_TABLE`; `fi_getname` gives the endpoint's
 //!   connection handle ([`ADDR_LEN`] bytes: its listener's TCP address and a secret),
 //!   which `fi_av_insert` on a peer accepts;
 //! - completion queues of every format (`CONTEXT`, `MSG`, `DATA`, `TAGGED`), errors
-//!   through `fi_cq_readerr`, manual progress from `fi_cq_read` / `fi_cq_sread`;
+//!   through `fi_cq_readerr`, the source of a receive through `fi_cq_readfrom`
+//!   (`FI_SOURCE`), manual progress from `fi_cq_read` / `fi_cq_sread`;
 //! - `fi_mr_reg` (host memory; the provider copies, so descriptors are optional), an
 //!   event queue that never has events (no connection management on RDM).
 //!
@@ -41,8 +49,10 @@ mod objects;
 mod stubs;
 
 pub use info::{
-    ADDR_LEN, INJECT_SIZE, IOV_LIMIT, MAX_MSG_SIZE, PROVIDER_NAME, QUEUE_SIZE, free_info,
+    ADDR_LEN, CAPS, CQ_DATA_SIZE, INJECT_SIZE, IOV_LIMIT, MAX_MSG_SIZE, PROVIDER_NAME, QUEUE_SIZE,
+    free_info,
 };
+pub use objects::{FI_ADDR_NOTAVAIL, FI_ADDR_UNSPEC, HDR_LEN, UNEXPECTED_BYTES};
 
 use ffi::fi_provider;
 use std::os::raw::c_int;

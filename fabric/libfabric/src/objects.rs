@@ -25,6 +25,8 @@ use std::time::{Duration, Instant};
 
 /// `FI_ADDR_NOTAVAIL` / `FI_ADDR_UNSPEC` (`((uint64_t) -1)`).
 pub const FI_ADDR_NOTAVAIL: u64 = u64::MAX;
+/// `FI_ADDR_UNSPEC`: a receive that takes messages from any source.
+pub const FI_ADDR_UNSPEC: u64 = u64::MAX;
 
 /// Staging slots of a QP this endpoint sends on (each [`MAX_MSG_SIZE`] bytes).
 const SEND_SLOTS: usize = 16;
@@ -46,6 +48,79 @@ fn neg<R: Ret>(e: u32) -> R {
 // ---------------------------------------------------------------------------------
 // State
 
+/// Bytes of the provider's header at the start of every message (docs/LIBFABRIC.md,
+/// "The message header"): byte 0 the kind, byte 1 flags, bytes 2-3 zero, bytes 4-7 the
+/// remote CQ data (little endian), bytes 8-15 the tag (little endian).
+pub const HDR_LEN: usize = 16;
+/// Bytes of one staging slot: the header and the largest message.
+const SLOT: usize = HDR_LEN + MAX_MSG_SIZE;
+/// Header kinds: an untagged message, a tagged one, the connector's address.
+const KIND_MSG: u8 = 1;
+const KIND_TAGGED: u8 = 2;
+const KIND_HELLO: u8 = 3;
+/// Header flag: bytes 4-7 carry remote CQ data.
+const HDR_HAS_DATA: u8 = 1;
+/// Bytes of unexpected messages an endpoint copies out of their staging slots (so the
+/// slot goes back to the transport at once); past it they wait in their slot, at most
+/// 16 per peer (`RECV_SLOTS`), and receiver-not-ready holds the peer back.
+pub const UNEXPECTED_BYTES: usize = 8 << 20;
+
+/// The provider's header of one message.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Hdr {
+    kind: u8,
+    data: Option<u32>,
+    tag: u64,
+}
+
+impl Hdr {
+    fn encode(&self) -> [u8; HDR_LEN] {
+        let mut b = [0u8; HDR_LEN];
+        b[0] = self.kind;
+        if let Some(d) = self.data {
+            b[1] = HDR_HAS_DATA;
+            b[4..8].copy_from_slice(&d.to_le_bytes());
+        }
+        b[8..16].copy_from_slice(&self.tag.to_le_bytes());
+        b
+    }
+
+    /// `None` for a message too short for a header or of an unknown kind.
+    fn decode(b: &[u8]) -> Option<Hdr> {
+        let b: &[u8; HDR_LEN] = b.get(..HDR_LEN)?.try_into().ok()?;
+        if !matches!(b[0], KIND_MSG | KIND_TAGGED | KIND_HELLO) {
+            return None;
+        }
+        let data = (b[1] & HDR_HAS_DATA != 0).then(|| u32::from_le_bytes([b[4], b[5], b[6], b[7]]));
+        let mut t = [0u8; 8];
+        t.copy_from_slice(&b[8..16]);
+        Some(Hdr {
+            kind: b[0],
+            data,
+            tag: u64::from_le_bytes(t),
+        })
+    }
+
+    /// `FI_MSG` or `FI_TAGGED`.
+    fn op(&self) -> u64 {
+        if self.kind == KIND_TAGGED {
+            FI_TAGGED as u64
+        } else {
+            FI_MSG as u64
+        }
+    }
+
+    /// A receive completion's flags for this message.
+    fn rx_flags(&self) -> u64 {
+        let d = if self.data.is_some() {
+            FI_REMOTE_CQ_DATA as u64
+        } else {
+            0
+        };
+        FI_RECV as u64 | self.op() | d
+    }
+}
+
 /// One completion, in the widest layout (`fi_cq_err_entry`'s leading fields).
 #[derive(Clone, Copy, Debug, Default)]
 struct Entry {
@@ -53,8 +128,13 @@ struct Entry {
     flags: u64,
     len: usize,
     buf: usize,
+    data: u64,
+    tag: u64,
     err: c_int,
     olen: usize,
+    /// The AV entry a received message came from (`fi_cq_readfrom`); `None`:
+    /// `FI_ADDR_NOTAVAIL`.
+    src: Option<u64>,
 }
 
 struct CqState {
@@ -65,14 +145,26 @@ struct CqState {
 
 struct AvState {
     addrs: Vec<Option<[u8; ADDR_LEN]>>,
+    /// Address bytes to the first entry that holds them (the source of an arrival).
+    index: HashMap<[u8; ADDR_LEN], u64>,
 }
 
-/// A send not yet posted to the transport: its bytes (copied at the call) and how it
-/// completes.
+/// How a send completes: its context, payload length, whether it raises a completion,
+/// its flags; `app` is false for the provider's own hello.
+#[derive(Clone, Copy, Debug)]
+struct TxMeta {
+    ctx: usize,
+    len: usize,
+    completion: bool,
+    flags: u64,
+    app: bool,
+}
+
+/// A send not yet posted to the transport: its bytes (header included, copied at the
+/// call) and how it completes.
 struct TxOp {
     data: Vec<u8>,
-    ctx: usize,
-    completion: bool,
+    meta: TxMeta,
 }
 
 /// A QP this endpoint sends on, with its staging slots (registered with the QP).
@@ -82,8 +174,7 @@ struct SendQp {
     base: u64,
     lkey: u32,
     free: Vec<usize>,
-    /// Per slot: the op's context, length, whether it completes.
-    inflight: HashMap<usize, (usize, usize, bool)>,
+    inflight: HashMap<usize, TxMeta>,
 }
 
 enum Conn {
@@ -101,13 +192,38 @@ struct RecvQp {
     buf: Box<[u8]>,
     base: u64,
     lkey: u32,
+    /// The connector's address, from its hello (the first message on the QP).
+    peer: Option<[u8; ADDR_LEN]>,
 }
 
-/// A posted receive: the application's buffers.
+/// A posted receive: the application's buffers and what it matches.
 struct PostedRecv {
     iov: Vec<(usize, usize)>,
     ctx: usize,
     completion: bool,
+    tagged: bool,
+    tag: u64,
+    ignore: u64,
+    /// The AV entry it takes messages from; `FI_ADDR_UNSPEC`: any.
+    src: u64,
+}
+
+/// Where an unexpected message's bytes are.
+enum Body {
+    /// Still in this staging slot of its QP (past [`UNEXPECTED_BYTES`]).
+    Slot(usize),
+    /// Copied out; the slot went back to the transport.
+    Heap(Vec<u8>),
+}
+
+/// A message that arrived before a receive matched it.
+struct Unexpected {
+    qpn: u32,
+    hdr: Hdr,
+    len: usize,
+    body: Body,
+    /// The context of the `FI_PEEK | FI_CLAIM` that claimed it.
+    claimed: Option<usize>,
 }
 
 struct EpState {
@@ -120,14 +236,24 @@ struct EpState {
     rxcq: Option<usize>,
     tx_selective: bool,
     rx_selective: bool,
+    /// `FI_COMPLETION` in the `fi_info`'s `tx_attr->op_flags` / `rx_attr->op_flags`: with
+    /// `FI_SELECTIVE_COMPLETION`, sends / receives posted without flags still complete.
+    tx_op_completion: bool,
+    rx_op_completion: bool,
     enabled: bool,
+    /// `FI_DIRECTED_RECV`: a receive's source address restricts what it matches
+    /// (otherwise the source argument is ignored, as fi_msg(3) says).
+    directed: bool,
     peers: HashMap<u64, Peer>,
     in_qps: HashMap<u32, RecvQp>,
+    /// Posted untagged receives, in posting order.
     recvs: VecDeque<PostedRecv>,
-    /// Messages that arrived before a receive was posted: (QP, slot, length), in order of
-    /// arrival. Their slot stays out of the QP's receive queue until a receive takes them,
-    /// so the transport's receiver-not-ready bounds what a peer can leave here.
-    unexpected: VecDeque<(u32, usize, usize)>,
+    /// Posted tagged receives, in posting order.
+    trecvs: VecDeque<PostedRecv>,
+    /// Messages that arrived before a receive matched them, in order of arrival.
+    unexpected: VecDeque<Unexpected>,
+    /// Bytes of `unexpected` copied out of their slots (at most [`UNEXPECTED_BYTES`]).
+    unexpected_bytes: usize,
     /// Sends posted and not yet completed (queued or in flight).
     tx_outstanding: usize,
 }
@@ -172,8 +298,64 @@ fn wc_err(s: WcStatus) -> c_int {
     }) as c_int
 }
 
+/// Whether receive `r` takes a message with header `h` from AV entry `src`
+/// (`directed`: the endpoint has `FI_DIRECTED_RECV`).
+fn takes(r: &PostedRecv, h: &Hdr, src: u64, directed: bool) -> bool {
+    r.tagged == (h.kind == KIND_TAGGED)
+        && (!r.tagged || (r.tag & !r.ignore) == (h.tag & !r.ignore))
+        && (!directed || r.src == FI_ADDR_UNSPEC || r.src == src)
+}
+
+/// Copies `msg` into receive `r`'s buffers and raises its completion (an `FI_ETRUNC`
+/// error entry when the message is longer than the buffers).
+fn deliver(
+    r: &PostedRecv,
+    msg: &[u8],
+    h: &Hdr,
+    src: u64,
+    rxcq: Option<usize>,
+    cqs: &mut [Option<CqState>],
+) {
+    let mut done = 0;
+    for &(p, l) in &r.iov {
+        let n = l.min(msg.len() - done);
+        if n == 0 {
+            break;
+        }
+        // SAFETY: the application's receive buffer of `l` bytes (the fi_recv contract),
+        // written before its completion is raised.
+        unsafe { std::ptr::copy_nonoverlapping(msg[done..].as_ptr(), p as *mut u8, n) };
+        done += n;
+    }
+    let trunc = msg.len() - done;
+    if r.completion || trunc > 0 {
+        let e = Entry {
+            ctx: r.ctx,
+            flags: h.rx_flags(),
+            len: done,
+            buf: r.iov.first().map_or(0, |x| x.0),
+            data: h.data.map_or(0, u64::from),
+            tag: h.tag,
+            err: if trunc > 0 { FI_ETRUNC as c_int } else { 0 },
+            olen: trunc,
+            src: Some(src),
+        };
+        cq_push(cqs, rxcq, e);
+    }
+}
+
+/// What a `fi_trecvmsg` with `FI_PEEK` / `FI_CLAIM` asks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Probe {
+    /// `FI_PEEK`: report a matching unexpected message; `claim` marks it for a later
+    /// `FI_CLAIM` receive, `discard` drops it.
+    Peek { claim: bool, discard: bool },
+    /// `FI_CLAIM`: take the message claimed with this context; `discard` drops it.
+    Claim { discard: bool },
+}
+
 impl EpState {
-    fn open() -> Result<EpState, u32> {
+    fn open(directed: bool) -> Result<EpState, u32> {
         let ip: IpAddr = match std::env::var("FI_MRC_ADDR") {
             Ok(s) => s.trim().parse().map_err(|_| FI_EINVAL)?,
             Err(_) => IpAddr::V4(Ipv4Addr::LOCALHOST),
@@ -196,18 +378,23 @@ impl EpState {
             rxcq: None,
             tx_selective: false,
             rx_selective: false,
+            tx_op_completion: false,
+            rx_op_completion: false,
             enabled: false,
+            directed,
             peers: HashMap::new(),
             in_qps: HashMap::new(),
             recvs: VecDeque::new(),
+            trecvs: VecDeque::new(),
             unexpected: VecDeque::new(),
+            unexpected_bytes: 0,
             tx_outstanding: 0,
         })
     }
 
     /// Registers staging slots with `qpn` (local write: receives land in them).
     fn slots(&mut self, qpn: u32, n: usize) -> Option<(Box<[u8]>, u64, u32)> {
-        let mut buf = vec![0u8; n * MAX_MSG_SIZE].into_boxed_slice();
+        let mut buf = vec![0u8; n * SLOT].into_boxed_slice();
         // SAFETY: the box stays allocated and unmoved (a Box's heap block does not move)
         // until the QP is destroyed (the worker drops before the slots, or destroy_qp runs
         // first), and the provider touches it only between calls on the worker.
@@ -219,8 +406,19 @@ impl EpState {
         Some((buf, k.addr, k.lkey))
     }
 
-    /// One pass of progress: the transport, connection set-up, completions.
-    fn progress(&mut self, cqs: &mut [Option<CqState>]) {
+    /// The AV entry of the peer that opened `qpn` (from its hello);
+    /// `FI_ADDR_NOTAVAIL` when its address is not in the endpoint's AV.
+    fn src_of(&self, qpn: u32, avs: &[Option<AvState>]) -> u64 {
+        let peer = self.in_qps.get(&qpn).and_then(|q| q.peer.as_ref());
+        let av = self.av.and_then(|i| avs.get(i)).and_then(Option::as_ref);
+        match (peer, av) {
+            (Some(p), Some(av)) => av.index.get(p).copied().unwrap_or(FI_ADDR_NOTAVAIL),
+            _ => FI_ADDR_NOTAVAIL,
+        }
+    }
+
+    /// One pass of progress: the transport, connection set-up, completions, arrivals.
+    fn progress(&mut self, cqs: &mut [Option<CqState>], avs: &[Option<AvState>]) {
         self.worker.progress();
         // Outgoing connections.
         let connecting: Vec<(u64, ConnectId)> = self
@@ -236,15 +434,35 @@ impl EpState {
                 Ok(None) => {}
                 Ok(Some(qpn)) => match self.slots(qpn, SEND_SLOTS) {
                     Some((buf, base, lkey)) => {
-                        if let Some(p) = self.peers.get_mut(&a) {
-                            p.conn = Conn::Ready(SendQp {
-                                qpn,
-                                buf,
-                                base,
-                                lkey,
-                                free: (0..SEND_SLOTS).rev().collect(),
-                                inflight: HashMap::new(),
-                            });
+                        let mut q = SendQp {
+                            qpn,
+                            buf,
+                            base,
+                            lkey,
+                            free: (0..SEND_SLOTS).rev().collect(),
+                            inflight: HashMap::new(),
+                        };
+                        // The hello first: the peer learns which address this QP
+                        // comes from (its FI_DIRECTED_RECV source).
+                        let hello = Hdr {
+                            kind: KIND_HELLO,
+                            ..Hdr::default()
+                        };
+                        let meta = TxMeta {
+                            ctx: 0,
+                            len: ADDR_LEN,
+                            completion: false,
+                            flags: 0,
+                            app: false,
+                        };
+                        let addr = self.addr;
+                        if q.post(&mut self.worker, &[&hello.encode(), &addr], meta)
+                            .is_err()
+                        {
+                            self.worker.destroy_qp(qpn);
+                            self.fail_peer(a, FI_EIO as c_int, cqs);
+                        } else if let Some(p) = self.peers.get_mut(&a) {
+                            p.conn = Conn::Ready(q);
                         }
                     }
                     None => {
@@ -262,7 +480,12 @@ impl EpState {
                 self.worker.destroy_qp(qpn);
                 continue;
             };
-            let rq = RecvQp { buf, base, lkey };
+            let rq = RecvQp {
+                buf,
+                base,
+                lkey,
+                peer: None,
+            };
             for s in 0..RECV_SLOTS {
                 let _ = self.worker.post_recv(qpn, s as u64, rq.sge(s));
             }
@@ -274,15 +497,18 @@ impl EpState {
             if let Conn::Ready(q) = &mut p.conn {
                 while let Some(c) = self.worker.poll_send_cq(q.qpn) {
                     let slot = c.wr_id as usize;
-                    if let Some((ctx, len, completion)) = q.inflight.remove(&slot) {
+                    if let Some(m) = q.inflight.remove(&slot) {
                         q.free.push(slot);
+                        if !m.app {
+                            continue;
+                        }
                         self.tx_outstanding = self.tx_outstanding.saturating_sub(1);
                         let err = wc_err(c.status);
-                        if completion || err != 0 {
+                        if m.completion || err != 0 {
                             let e = Entry {
-                                ctx,
-                                flags: (FI_SEND | FI_MSG) as u64,
-                                len,
+                                ctx: m.ctx,
+                                flags: m.flags,
+                                len: m.len,
                                 err,
                                 ..Entry::default()
                             };
@@ -292,13 +518,12 @@ impl EpState {
                 }
                 while !q.free.is_empty() {
                     let Some(op) = p.queue.pop_front() else { break };
-                    let ok = q.post(&mut self.worker, &[&op.data], op.ctx, op.completion);
-                    if let Err(err) = ok {
+                    if let Err(err) = q.post(&mut self.worker, &[&op.data], op.meta) {
                         self.tx_outstanding = self.tx_outstanding.saturating_sub(1);
                         let e = Entry {
-                            ctx: op.ctx,
-                            flags: (FI_SEND | FI_MSG) as u64,
-                            len: op.data.len(),
+                            ctx: op.meta.ctx,
+                            flags: op.meta.flags,
+                            len: op.meta.len,
                             err,
                             ..Entry::default()
                         };
@@ -314,55 +539,92 @@ impl EpState {
                 if c.status != WcStatus::Success || c.opcode != WcOpcode::Recv {
                     continue;
                 }
-                let slot = c.wr_id as usize;
-                let len = c.byte_len as usize;
-                if let Some(r) = self.recvs.pop_front() {
-                    self.deliver(qpn, slot, len, r, cqs);
-                } else {
-                    self.unexpected.push_back((qpn, slot, len));
-                }
+                self.arrival(qpn, c.wr_id as usize, c.byte_len as usize, cqs, avs);
             }
         }
     }
 
-    /// Copies the message in `slot` of `qpn` into receive `r`, completes it and gives the
-    /// slot back to the transport.
-    fn deliver(
+    /// A message that landed in `slot` of `qpn` (`total` bytes, header included): a
+    /// hello, or a message for the oldest matching receive or the unexpected queue.
+    fn arrival(
         &mut self,
         qpn: u32,
         slot: usize,
-        len: usize,
-        r: PostedRecv,
+        total: usize,
         cqs: &mut [Option<CqState>],
+        avs: &[Option<AvState>],
     ) {
-        let Some(rq) = self.in_qps.get(&qpn) else {
+        let Some(rq) = self.in_qps.get_mut(&qpn) else {
             return;
         };
-        let msg = &rq.buf[slot * MAX_MSG_SIZE..slot * MAX_MSG_SIZE + len.min(MAX_MSG_SIZE)];
-        let mut done = 0;
-        for &(p, l) in &r.iov {
-            let n = l.min(msg.len() - done);
-            if n == 0 {
-                break;
-            }
-            // SAFETY: the application's receive buffer of `l` bytes (the fi_recv contract),
-            // written before its completion is raised.
-            unsafe { std::ptr::copy_nonoverlapping(msg[done..].as_ptr(), p as *mut u8, n) };
-            done += n;
-        }
+        let at = slot * SLOT;
+        let total = total.min(SLOT);
+        let hdr = Hdr::decode(&rq.buf[at..at + total]);
         let sge = rq.sge(slot);
-        let _ = self.worker.post_recv(qpn, slot as u64, sge);
-        let trunc = msg.len() - done;
-        if r.completion || trunc > 0 {
-            let e = Entry {
-                ctx: r.ctx,
-                flags: (FI_RECV | FI_MSG) as u64,
-                len: done,
-                buf: r.iov.first().map_or(0, |x| x.0),
-                err: if trunc > 0 { FI_ETRUNC as c_int } else { 0 },
-                olen: trunc,
-            };
-            cq_push(cqs, self.rxcq, e);
+        let Some(hdr) = hdr.filter(|h| h.kind != KIND_HELLO) else {
+            // A hello names the connector; anything else without a valid header is
+            // dropped (no peer of this provider sends one).
+            if hdr.is_some() && total == HDR_LEN + ADDR_LEN {
+                let mut a = [0u8; ADDR_LEN];
+                a.copy_from_slice(&rq.buf[at + HDR_LEN..at + total]);
+                rq.peer = Some(a);
+            }
+            let _ = self.worker.post_recv(qpn, slot as u64, sge);
+            return;
+        };
+        let len = total - HDR_LEN;
+        let src = self.src_of(qpn, avs);
+        let directed = self.directed;
+        let q = if hdr.kind == KIND_TAGGED {
+            &mut self.trecvs
+        } else {
+            &mut self.recvs
+        };
+        let body = at + HDR_LEN..at + total;
+        if let Some(i) = q.iter().position(|r| takes(r, &hdr, src, directed)) {
+            let r = q.remove(i).expect("position is in range");
+            if let Some(rq) = self.in_qps.get(&qpn) {
+                deliver(&r, &rq.buf[body], &hdr, src, self.rxcq, cqs);
+            }
+            let _ = self.worker.post_recv(qpn, slot as u64, sge);
+            return;
+        }
+        let body = if self.unexpected_bytes + len <= UNEXPECTED_BYTES {
+            let v = self
+                .in_qps
+                .get(&qpn)
+                .map_or_else(Vec::new, |rq| rq.buf[body].to_vec());
+            self.unexpected_bytes += len;
+            let _ = self.worker.post_recv(qpn, slot as u64, sge);
+            Body::Heap(v)
+        } else {
+            Body::Slot(slot)
+        };
+        self.unexpected.push_back(Unexpected {
+            qpn,
+            hdr,
+            len,
+            body,
+            claimed: None,
+        });
+    }
+
+    /// Runs `f` on the bytes of unexpected message `u`, then frees them (the slot goes
+    /// back to the transport).
+    fn consume(&mut self, u: Unexpected, f: impl FnOnce(&[u8])) {
+        match u.body {
+            Body::Heap(v) => {
+                self.unexpected_bytes -= v.len();
+                f(&v);
+            }
+            Body::Slot(slot) => {
+                if let Some(rq) = self.in_qps.get(&u.qpn) {
+                    let at = slot * SLOT + HDR_LEN;
+                    f(&rq.buf[at..at + u.len]);
+                    let sge = rq.sge(slot);
+                    let _ = self.worker.post_recv(u.qpn, slot as u64, sge);
+                }
+            }
         }
     }
 
@@ -372,9 +634,9 @@ impl EpState {
             for op in p.queue {
                 self.tx_outstanding = self.tx_outstanding.saturating_sub(1);
                 let e = Entry {
-                    ctx: op.ctx,
-                    flags: (FI_SEND | FI_MSG) as u64,
-                    len: op.data.len(),
+                    ctx: op.meta.ctx,
+                    flags: op.meta.flags,
+                    len: op.meta.len,
                     err,
                     ..Entry::default()
                 };
@@ -383,12 +645,13 @@ impl EpState {
         }
     }
 
-    /// A send of the bytes `iov` to `dest` (copied now; the caller's buffer is free on
-    /// return). `-FI_EAGAIN` when the transmit queue is full.
+    /// A send of header `hdr` and the bytes `iov` to `dest` (copied now; the caller's
+    /// buffer is free on return). `-FI_EAGAIN` when the transmit queue is full.
     fn send(
         &mut self,
         avs: &[Option<AvState>],
         dest: u64,
+        hdr: Hdr,
         iov: &[&[u8]],
         ctx: usize,
         completion: bool,
@@ -430,33 +693,161 @@ impl EpState {
         let Some(p) = self.peers.get_mut(&dest) else {
             return Err(FI_EOTHER);
         };
+        let meta = TxMeta {
+            ctx,
+            len,
+            completion,
+            flags: FI_SEND as u64 | hdr.op(),
+            app: true,
+        };
+        let h = hdr.encode();
         match &mut p.conn {
             Conn::Ready(q) if p.queue.is_empty() && !q.free.is_empty() => {
-                q.post(&mut self.worker, iov, ctx, completion)
+                let mut parts: Vec<&[u8]> = Vec::with_capacity(iov.len() + 1);
+                parts.push(&h);
+                parts.extend_from_slice(iov);
+                q.post(&mut self.worker, &parts, meta)
                     .map_err(|e| e as u32)?;
             }
-            _ => p.queue.push_back(TxOp {
-                data: iov.concat(),
-                ctx,
-                completion,
-            }),
+            _ => {
+                let mut data = Vec::with_capacity(HDR_LEN + len);
+                data.extend_from_slice(&h);
+                for b in iov {
+                    data.extend_from_slice(b);
+                }
+                p.queue.push_back(TxOp { data, meta });
+            }
         }
         self.tx_outstanding += 1;
         Ok(())
     }
 
-    fn recv(&mut self, r: PostedRecv, cqs: &mut [Option<CqState>]) -> Result<(), u32> {
+    /// Posts receive `r`: the oldest unclaimed unexpected message it matches fills it at
+    /// once; otherwise it waits in its queue.
+    fn recv(
+        &mut self,
+        r: PostedRecv,
+        cqs: &mut [Option<CqState>],
+        avs: &[Option<AvState>],
+    ) -> Result<(), u32> {
         if !self.enabled {
             return Err(FI_EOPBADSTATE);
         }
-        if let Some((qpn, slot, len)) = self.unexpected.pop_front() {
-            self.deliver(qpn, slot, len, r, cqs);
+        if let Some(i) = self.find_unexpected(&r, avs) {
+            let u = self.unexpected.remove(i).expect("index in range");
+            let (hdr, rxcq, src) = (u.hdr, self.rxcq, self.src_of(u.qpn, avs));
+            self.consume(u, |msg| deliver(&r, msg, &hdr, src, rxcq, cqs));
             return Ok(());
         }
-        if self.recvs.len() >= QUEUE_SIZE {
+        if self.recvs.len() + self.trecvs.len() >= QUEUE_SIZE {
             return Err(FI_EAGAIN);
         }
-        self.recvs.push_back(r);
+        if r.tagged {
+            self.trecvs.push_back(r);
+        } else {
+            self.recvs.push_back(r);
+        }
+        Ok(())
+    }
+
+    /// The oldest unclaimed unexpected message `r` matches.
+    fn find_unexpected(&self, r: &PostedRecv, avs: &[Option<AvState>]) -> Option<usize> {
+        self.unexpected.iter().position(|u| {
+            u.claimed.is_none() && takes(r, &u.hdr, self.src_of(u.qpn, avs), self.directed)
+        })
+    }
+
+    /// `fi_trecvmsg` with `FI_PEEK` or `FI_CLAIM` (docs/LIBFABRIC.md): the result is a
+    /// completion (`FI_ENOMSG` error entry for a peek that finds nothing).
+    fn probe(
+        &mut self,
+        r: PostedRecv,
+        how: Probe,
+        cqs: &mut [Option<CqState>],
+        avs: &[Option<AvState>],
+    ) -> Result<(), u32> {
+        if !self.enabled {
+            return Err(FI_EOPBADSTATE);
+        }
+        let rxcq = self.rxcq;
+        let found = match how {
+            Probe::Peek { .. } => self.find_unexpected(&r, avs),
+            Probe::Claim { .. } => self
+                .unexpected
+                .iter()
+                .position(|u| u.claimed == Some(r.ctx)),
+        };
+        let Some(i) = found else {
+            if let Probe::Claim { .. } = how {
+                return Err(FI_EINVAL);
+            }
+            let e = Entry {
+                ctx: r.ctx,
+                flags: (FI_RECV | FI_TAGGED) as u64,
+                tag: r.tag,
+                err: FI_ENOMSG as c_int,
+                ..Entry::default()
+            };
+            cq_push(cqs, rxcq, e);
+            return Ok(());
+        };
+        let src = self.src_of(self.unexpected[i].qpn, avs);
+        let u = &mut self.unexpected[i];
+        let meta = Entry {
+            ctx: r.ctx,
+            flags: u.hdr.rx_flags(),
+            len: u.len,
+            data: u.hdr.data.map_or(0, u64::from),
+            tag: u.hdr.tag,
+            src: Some(src),
+            ..Entry::default()
+        };
+        match how {
+            Probe::Peek {
+                claim: true,
+                discard: false,
+            } => {
+                u.claimed = Some(r.ctx);
+                cq_push(cqs, rxcq, meta);
+            }
+            Probe::Peek { discard: false, .. } => cq_push(cqs, rxcq, meta),
+            Probe::Peek { discard: true, .. } | Probe::Claim { discard: true } => {
+                let u = self.unexpected.remove(i).expect("index in range");
+                self.consume(u, |_| {});
+                if r.completion || matches!(how, Probe::Peek { .. }) {
+                    cq_push(cqs, rxcq, meta);
+                }
+            }
+            Probe::Claim { discard: false } => {
+                let u = self.unexpected.remove(i).expect("index in range");
+                let hdr = u.hdr;
+                self.consume(u, |msg| deliver(&r, msg, &hdr, src, rxcq, cqs));
+            }
+        }
+        Ok(())
+    }
+
+    /// `fi_cancel`: the oldest posted receive with context `ctx` completes with an
+    /// `FI_ECANCELED` error entry. `-FI_ENOENT` when none is queued.
+    fn cancel(&mut self, ctx: usize, cqs: &mut [Option<CqState>]) -> Result<(), u32> {
+        let r = [&mut self.recvs, &mut self.trecvs]
+            .into_iter()
+            .find_map(|q| {
+                q.iter()
+                    .position(|r| r.ctx == ctx)
+                    .and_then(|i| q.remove(i))
+            })
+            .ok_or(FI_ENOENT)?;
+        let op = if r.tagged { FI_TAGGED } else { FI_MSG };
+        let e = Entry {
+            ctx,
+            flags: (FI_RECV | op) as u64,
+            buf: r.iov.first().map_or(0, |x| x.0),
+            tag: r.tag,
+            err: FI_ECANCELED as c_int,
+            ..Entry::default()
+        };
+        cq_push(cqs, self.rxcq, e);
         Ok(())
     }
 }
@@ -465,28 +856,27 @@ impl RecvQp {
     fn sge(&self, slot: usize) -> Sge {
         Sge {
             lkey: self.lkey,
-            addr: self.base + (slot * MAX_MSG_SIZE) as u64,
-            len: MAX_MSG_SIZE as u32,
+            addr: self.base + (slot * SLOT) as u64,
+            len: SLOT as u32,
         }
     }
 }
 
 impl SendQp {
-    /// Copies `iov` into a free slot and posts it as a SEND. The caller checked that a
-    /// slot is free. `Err(FI_E*)` (positive) when the transport refuses it.
+    /// Copies `parts` into a free slot and posts them as one SEND. The caller checked
+    /// that a slot is free. `Err(FI_E*)` (positive) when the transport refuses it.
     fn post(
         &mut self,
         w: &mut Worker<DirectDatapath>,
-        iov: &[&[u8]],
-        ctx: usize,
-        completion: bool,
+        parts: &[&[u8]],
+        meta: TxMeta,
     ) -> Result<(), c_int> {
         let Some(slot) = self.free.pop() else {
             return Err(FI_EAGAIN as c_int);
         };
-        let start = slot * MAX_MSG_SIZE;
+        let start = slot * SLOT;
         let mut at = start;
-        for b in iov {
+        for b in parts {
             self.buf[at..at + b.len()].copy_from_slice(b);
             at += b.len();
         }
@@ -498,7 +888,7 @@ impl SendQp {
         };
         match w.post_send(self.qpn, slot as u64, sge, None) {
             Ok(()) => {
-                self.inflight.insert(slot, (ctx, len, completion));
+                self.inflight.insert(slot, meta);
                 Ok(())
             }
             Err(_) => {
@@ -1015,7 +1405,13 @@ unsafe extern "C" fn av_open(
             Ok(s) => s,
             Err(e) => return neg(e),
         };
-        let idx = push(&mut st.avs, AvState { addrs: Vec::new() });
+        let idx = push(
+            &mut st.avs,
+            AvState {
+                addrs: Vec::new(),
+                index: HashMap::new(),
+            },
+        );
         let a = Box::new(Av {
             fid: fid_av {
                 fid: new_fid(FI_CLASS_AV, context, &AV_FI_OPS),
@@ -1086,7 +1482,9 @@ unsafe extern "C" fn av_insert(
                     x.copy_from_slice(b);
                     v.addrs.push(Some(x));
                     n += 1;
-                    (v.addrs.len() - 1) as u64
+                    let fa = (v.addrs.len() - 1) as u64;
+                    v.index.entry(x).or_insert(fa);
+                    fa
                 }
                 Err(_) => FI_ADDR_NOTAVAIL,
             };
@@ -1126,7 +1524,18 @@ unsafe extern "C" fn av_remove(
             // SAFETY: the caller's array of `count` fi_addr_t.
             let x = unsafe { *fi_addr.add(i) };
             match usize::try_from(x).ok().and_then(|x| v.addrs.get_mut(x)) {
-                Some(slot @ Some(_)) => *slot = None,
+                Some(slot @ Some(_)) => {
+                    if let Some(b) = slot.take()
+                        && v.index.get(&b) == Some(&x)
+                    {
+                        // Another entry with the same bytes becomes the source.
+                        v.index.remove(&b);
+                        let other = v.addrs.iter().position(|a| a.as_ref() == Some(&b));
+                        if let Some(o) = other {
+                            v.index.insert(b, o as u64);
+                        }
+                    }
+                }
                 _ => return neg(FI_EINVAL),
             }
         }
@@ -1213,10 +1622,10 @@ static CQ_FI_OPS: fi_ops = table!(fi_ops {
 });
 static CQ_OPS: fi_ops_cq = table!(fi_ops_cq {
     read: cq_read,
-    readfrom: s4,
+    readfrom: cq_readfrom,
     readerr: cq_readerr,
     sread: cq_sread,
-    sreadfrom: s6,
+    sreadfrom: cq_sreadfrom,
     signal: s1,
     strerror: cq_strerror,
 });
@@ -1300,10 +1709,10 @@ unsafe extern "C" fn cq_close(f: *mut fid) -> c_int {
 
 /// Progresses every endpoint bound to CQ `idx`.
 fn progress_cq(st: &mut State, idx: usize) {
-    let State { eps, cqs, .. } = st;
+    let State { eps, cqs, avs } = st;
     for e in eps.iter_mut().flatten() {
         if e.txcq == Some(idx) || e.rxcq == Some(idx) {
-            e.progress(cqs);
+            e.progress(cqs, avs);
         }
     }
 }
@@ -1325,8 +1734,8 @@ unsafe fn write_entry(buf: *mut c_void, i: usize, format: u32, e: &Entry) {
         flags: e.flags,
         len: e.len,
         buf: e.buf as *mut c_void,
-        data: 0,
-        tag: 0,
+        data: e.data,
+        tag: e.tag,
     };
     // SAFETY: the caller's array of at least i + 1 entries of `format`; each format is a
     // prefix of fi_cq_tagged_entry.
@@ -1340,8 +1749,15 @@ unsafe fn write_entry(buf: *mut c_void, i: usize, format: u32, e: &Entry) {
     }
 }
 
-/// Reads up to `count` entries; `-FI_EAVAIL` while an error entry waits.
-fn cq_take(st: &mut State, idx: usize, buf: *mut c_void, count: usize) -> isize {
+/// Reads up to `count` entries, and each one's source into `src` when it is not null;
+/// `-FI_EAVAIL` while an error entry waits.
+fn cq_take(
+    st: &mut State,
+    idx: usize,
+    buf: *mut c_void,
+    count: usize,
+    src: *mut fi_addr_t,
+) -> isize {
     let Some(Some(c)) = st.cqs.get_mut(idx) else {
         return neg(FI_EINVAL);
     };
@@ -1351,14 +1767,30 @@ fn cq_take(st: &mut State, idx: usize, buf: *mut c_void, count: usize) -> isize 
     let mut n = 0;
     while n < count {
         let Some(e) = c.ok.pop_front() else { break };
-        // SAFETY: the caller's array of `count` entries.
-        unsafe { write_entry(buf, n, c.format, &e) };
+        // SAFETY: the caller's arrays of `count` entries and `count` addresses.
+        unsafe {
+            write_entry(buf, n, c.format, &e);
+            if !src.is_null() {
+                *src.add(n) = e.src.unwrap_or(FI_ADDR_NOTAVAIL);
+            }
+        }
         n += 1;
     }
     if n == 0 { neg(FI_EAGAIN) } else { n as isize }
 }
 
 unsafe extern "C" fn cq_read(cq: *mut fid_cq, buf: *mut c_void, count: usize) -> isize {
+    unsafe { cq_readfrom(cq, buf, count, std::ptr::null_mut()) }
+}
+
+/// `fi_cq_readfrom`: `fi_cq_read` and each entry's source (`FI_SOURCE`): the sender's AV
+/// entry for a receive, `FI_ADDR_NOTAVAIL` for a sender the AV does not hold and for a send.
+unsafe extern "C" fn cq_readfrom(
+    cq: *mut fid_cq,
+    buf: *mut c_void,
+    count: usize,
+    src: *mut fi_addr_t,
+) -> isize {
     guard(|| {
         let Some(c) = (unsafe { obj::<Cq>(cq.cast(), FI_CLASS_CQ) }) else {
             return neg(FI_EINVAL);
@@ -1371,7 +1803,7 @@ unsafe extern "C" fn cq_read(cq: *mut fid_cq, buf: *mut c_void, count: usize) ->
             Err(e) => return neg(e),
         };
         progress_cq(&mut st, c.idx);
-        cq_take(&mut st, c.idx, buf, count)
+        cq_take(&mut st, c.idx, buf, count, src)
     })
 }
 
@@ -1379,6 +1811,18 @@ unsafe extern "C" fn cq_sread(
     cq: *mut fid_cq,
     buf: *mut c_void,
     count: usize,
+    cond: *const c_void,
+    timeout: c_int,
+) -> isize {
+    unsafe { cq_sreadfrom(cq, buf, count, std::ptr::null_mut(), cond, timeout) }
+}
+
+/// `fi_cq_sreadfrom`: `fi_cq_sread` with each entry's source, as [`cq_readfrom`].
+unsafe extern "C" fn cq_sreadfrom(
+    cq: *mut fid_cq,
+    buf: *mut c_void,
+    count: usize,
+    src: *mut fi_addr_t,
     _cond: *const c_void,
     timeout: c_int,
 ) -> isize {
@@ -1397,7 +1841,7 @@ unsafe extern "C" fn cq_sread(
                     Err(e) => return neg(e),
                 };
                 progress_cq(&mut st, c.idx);
-                let r = cq_take(&mut st, c.idx, buf, count);
+                let r = cq_take(&mut st, c.idx, buf, count, src);
                 if r != neg::<isize>(FI_EAGAIN) {
                     return r;
                 }
@@ -1435,8 +1879,8 @@ unsafe extern "C" fn cq_readerr(cq: *mut fid_cq, buf: *mut fi_cq_err_entry, _fla
             b.flags = e.flags;
             b.len = e.len;
             b.buf = e.buf as *mut c_void;
-            b.data = 0;
-            b.tag = 0;
+            b.data = e.data;
+            b.tag = e.tag;
             b.olen = e.olen;
             b.err = e.err;
             b.prov_errno = e.err;
@@ -1473,13 +1917,13 @@ static EP_FI_OPS: fi_ops = table!(fi_ops {
     ops_set: s5,
 });
 static EP_OPS: fi_ops_ep = table!(fi_ops_ep {
-    cancel: s2,
+    cancel: ep_cancel,
     getopt: ep_getopt,
     setopt: ep_setopt,
     tx_ctx: s5,
     rx_ctx: s5,
-    rx_size_left: s1,
-    tx_size_left: s1,
+    rx_size_left: ep_rx_size_left,
+    tx_size_left: ep_tx_size_left,
 });
 static CM_OPS: fi_ops_cm = table!(fi_ops_cm {
     setname: s3,
@@ -1500,8 +1944,8 @@ static MSG_OPS: fi_ops_msg = table!(fi_ops_msg {
     sendv: ep_sendv,
     sendmsg: ep_sendmsg,
     inject: ep_inject,
-    senddata: s7,
-    injectdata: s5,
+    senddata: ep_senddata,
+    injectdata: ep_injectdata,
 });
 static RMA_OPS: fi_ops_rma = table!(fi_ops_rma {
     read: s8,
@@ -1515,15 +1959,15 @@ static RMA_OPS: fi_ops_rma = table!(fi_ops_rma {
     injectdata: s7,
 });
 static TAGGED_OPS: fi_ops_tagged = table!(fi_ops_tagged {
-    recv: s8,
-    recvv: s8,
-    recvmsg: s3,
-    send: s7,
-    sendv: s7,
-    sendmsg: s3,
-    inject: s5,
-    senddata: s8,
-    injectdata: s6,
+    recv: ep_trecv,
+    recvv: ep_trecvv,
+    recvmsg: ep_trecvmsg,
+    send: ep_tsend,
+    sendv: ep_tsendv,
+    sendmsg: ep_tsendmsg,
+    inject: ep_tinject,
+    senddata: ep_tsenddata,
+    injectdata: ep_tinjectdata,
 });
 static ATOMIC_OPS: fi_ops_atomic = table!(fi_ops_atomic {
     write: s10,
@@ -1574,10 +2018,32 @@ unsafe extern "C" fn ep_open(
         {
             return neg(FI_EINVAL);
         }
-        let state = match EpState::open() {
+        // FI_DIRECTED_RECV is a primary capability: only an endpoint whose info asks
+        // for it (or names no capability) matches a receive's source address.
+        // SAFETY: the caller's info, null or live.
+        let directed = match unsafe { info.as_ref() } {
+            None => true,
+            Some(i) => i.caps == 0 || i.caps & FI_DIRECTED_RECV != 0,
+        };
+        // The default op_flags (Open MPI asks FI_COMPLETION and binds its CQ with
+        // FI_SELECTIVE_COMPLETION).
+        // SAFETY: the caller's info and its attrs, null or live.
+        let (tx_c, rx_c) = match unsafe { info.as_ref() } {
+            None => (false, false),
+            Some(i) => unsafe {
+                let c = FI_COMPLETION as u64;
+                (
+                    i.tx_attr.as_ref().is_some_and(|t| t.op_flags & c != 0),
+                    i.rx_attr.as_ref().is_some_and(|r| r.op_flags & c != 0),
+                )
+            },
+        };
+        let mut state = match EpState::open(directed) {
             Ok(s) => s,
             Err(e) => return neg(e),
         };
+        state.tx_op_completion = tx_c;
+        state.rx_op_completion = rx_c;
         let mut st = match lock(&d.st) {
             Ok(s) => s,
             Err(e) => return neg(e),
@@ -1783,24 +2249,81 @@ unsafe fn iovs(iov: *const iovec, count: usize) -> Result<Vec<(usize, usize)>, u
     Ok(v)
 }
 
+/// What a receive matches: untagged messages, or tagged ones whose tag equals `tag`
+/// outside the `ignore` bits; from `src` (an AV entry, or `FI_ADDR_UNSPEC`).
+#[derive(Clone, Copy, Debug)]
+struct Match {
+    tagged: bool,
+    tag: u64,
+    ignore: u64,
+    src: u64,
+}
+
+impl Match {
+    fn msg(src: u64) -> Match {
+        Match {
+            tagged: false,
+            tag: 0,
+            ignore: 0,
+            src,
+        }
+    }
+
+    fn tagged(src: u64, tag: u64, ignore: u64) -> Match {
+        Match {
+            tagged: true,
+            tag,
+            ignore,
+            src,
+        }
+    }
+}
+
 fn post_recv(
     ep: *mut fid_ep,
     iov: Vec<(usize, usize)>,
     ctx: *mut c_void,
     flags: Option<u64>,
+    m: Match,
+    probe: Option<Probe>,
 ) -> isize {
-    with_ep(ep.cast(), |s, cqs, _| {
+    with_ep(ep.cast(), |s, cqs, avs| {
         let completion = match flags {
-            None => !s.rx_selective,
+            None => !s.rx_selective || s.rx_op_completion,
             Some(f) => !s.rx_selective || f & FI_COMPLETION as u64 != 0,
+        };
+        // Without FI_DIRECTED_RECV the source is ignored; with it, it must be an entry
+        // of the endpoint's AV (or FI_ADDR_UNSPEC).
+        let src = if !s.directed {
+            FI_ADDR_UNSPEC
+        } else if m.src == FI_ADDR_UNSPEC {
+            m.src
+        } else {
+            let known =
+                s.av.and_then(|i| avs.get(i))
+                    .and_then(Option::as_ref)
+                    .and_then(|a| a.addrs.get(usize::try_from(m.src).ok()?))
+                    .is_some_and(Option::is_some);
+            if !known {
+                return neg(FI_EINVAL);
+            }
+            m.src
         };
         let r = PostedRecv {
             iov,
             ctx: ctx as usize,
             completion,
+            tagged: m.tagged,
+            tag: m.tag,
+            ignore: m.ignore,
+            src,
         };
-        s.progress(cqs);
-        match s.recv(r, cqs) {
+        s.progress(cqs, avs);
+        let res = match probe {
+            None => s.recv(r, cqs, avs),
+            Some(p) => s.probe(r, p, cqs, avs),
+        };
+        match res {
             Ok(()) => 0,
             Err(e) => neg(e),
         }
@@ -1812,14 +2335,15 @@ unsafe extern "C" fn ep_recv(
     buf: *mut c_void,
     len: usize,
     _desc: *mut c_void,
-    _src_addr: fi_addr_t,
+    src_addr: fi_addr_t,
     context: *mut c_void,
 ) -> isize {
     guard(|| {
         if buf.is_null() && len > 0 {
             return neg(FI_EINVAL);
         }
-        post_recv(ep, vec![(buf as usize, len)], context, None)
+        let iov = vec![(buf as usize, len)];
+        post_recv(ep, iov, context, None, Match::msg(src_addr), None)
     })
 }
 
@@ -1828,13 +2352,54 @@ unsafe extern "C" fn ep_recvv(
     iov: *const iovec,
     _desc: *mut *mut c_void,
     count: usize,
-    _src_addr: fi_addr_t,
+    src_addr: fi_addr_t,
     context: *mut c_void,
 ) -> isize {
     guard(|| match unsafe { iovs(iov, count) } {
-        Ok(v) => post_recv(ep, v, context, None),
+        Ok(v) => post_recv(ep, v, context, None, Match::msg(src_addr), None),
         Err(e) => neg(e),
     })
+}
+
+/// `fi_recvmsg` / `fi_trecvmsg`: the flags checked (`FI_PEEK`, `FI_CLAIM`, `FI_DISCARD`
+/// for tagged receives only), then the receive or the probe posted.
+unsafe fn recvmsg(
+    ep: *mut fid_ep,
+    iov: *const iovec,
+    count: usize,
+    context: *mut c_void,
+    flags: u64,
+    m: Match,
+) -> isize {
+    let mut ok = (FI_COMPLETION | FI_MORE | FI_REMOTE_CQ_DATA) as u64;
+    if m.tagged {
+        ok |= FI_PEEK as u64 | FI_CLAIM | FI_DISCARD;
+    }
+    if flags & !ok != 0 {
+        return neg(FI_EBADFLAGS);
+    }
+    let (peek, claim, discard) = (
+        flags & FI_PEEK as u64 != 0,
+        flags & FI_CLAIM != 0,
+        flags & FI_DISCARD != 0,
+    );
+    let probe = match (peek, claim, discard) {
+        (false, false, false) => None,
+        (true, claim, discard) if !(claim && discard) => Some(Probe::Peek { claim, discard }),
+        (false, true, discard) => Some(Probe::Claim { discard }),
+        _ => return neg(FI_EBADFLAGS),
+    };
+    // A peek and a discard take no buffer ("the input buffer(s) and length parameters
+    // are ignored"), so they are not read.
+    let v = if peek || discard {
+        Vec::new()
+    } else {
+        match unsafe { iovs(iov, count) } {
+            Ok(v) => v,
+            Err(e) => return neg(e),
+        }
+    };
+    post_recv(ep, v, context, Some(flags), m, probe)
 }
 
 unsafe extern "C" fn ep_recvmsg(ep: *mut fid_ep, msg: *const fi_msg, flags: u64) -> isize {
@@ -1843,14 +2408,8 @@ unsafe extern "C" fn ep_recvmsg(ep: *mut fid_ep, msg: *const fi_msg, flags: u64)
         let Some(m) = (unsafe { msg.as_ref() }) else {
             return neg(FI_EINVAL);
         };
-        let ok = (FI_COMPLETION | FI_MORE | FI_REMOTE_CQ_DATA) as u64;
-        if flags & !ok != 0 {
-            return neg(FI_EBADFLAGS);
-        }
-        match unsafe { iovs(m.msg_iov, m.iov_count) } {
-            Ok(v) => post_recv(ep, v, m.context, Some(flags)),
-            Err(e) => neg(e),
-        }
+        let how = Match::msg(m.addr);
+        unsafe { recvmsg(ep, m.msg_iov, m.iov_count, m.context, flags, how) }
     })
 }
 
@@ -1860,6 +2419,7 @@ fn post_send(
     dest: fi_addr_t,
     ctx: *mut c_void,
     completion: Option<bool>,
+    hdr: Hdr,
 ) -> isize {
     // SAFETY: the caller's buffers (the fi_send contract), read here, before the call
     // returns: the provider copies every send.
@@ -1874,15 +2434,107 @@ fn post_send(
         })
         .collect();
     with_ep(ep.cast(), |s, cqs, avs| {
-        let completion = completion.unwrap_or(!s.tx_selective);
-        let r = match s.send(avs, dest, &slices, ctx as usize, completion) {
+        let completion = completion.unwrap_or(!s.tx_selective || s.tx_op_completion);
+        let r = match s.send(avs, dest, hdr, &slices, ctx as usize, completion) {
             Ok(()) => 0,
             Err(e) => neg(e),
         };
         // Send it now, and give the application's next call completions to find.
-        s.progress(cqs);
+        s.progress(cqs, avs);
         r
     })
+}
+
+/// The header of an untagged message (`data`: remote CQ data, its low 4 bytes).
+fn msg_hdr(data: Option<u64>) -> Hdr {
+    Hdr {
+        kind: KIND_MSG,
+        data: data.map(|d| d as u32),
+        tag: 0,
+    }
+}
+
+/// The header of a tagged message.
+fn tagged_hdr(tag: u64, data: Option<u64>) -> Hdr {
+    Hdr {
+        kind: KIND_TAGGED,
+        data: data.map(|d| d as u32),
+        tag,
+    }
+}
+
+/// `fi_send`, `fi_senddata`, `fi_tsend`, `fi_tsenddata`: one buffer.
+fn send_buf(
+    ep: *mut fid_ep,
+    buf: *const c_void,
+    len: usize,
+    dest: fi_addr_t,
+    context: *mut c_void,
+    hdr: Hdr,
+) -> isize {
+    if buf.is_null() && len > 0 {
+        return neg(FI_EINVAL);
+    }
+    post_send(ep, &[(buf as usize, len)], dest, context, None, hdr)
+}
+
+/// `fi_inject`, `fi_injectdata`, `fi_tinject`, `fi_tinjectdata`: no completion.
+fn inject_buf(ep: *mut fid_ep, buf: *const c_void, len: usize, dest: fi_addr_t, hdr: Hdr) -> isize {
+    if buf.is_null() && len > 0 {
+        return neg(FI_EINVAL);
+    }
+    if len > INJECT_SIZE {
+        return neg(FI_EMSGSIZE);
+    }
+    let iov = [(buf as usize, len)];
+    post_send(ep, &iov, dest, std::ptr::null_mut(), Some(false), hdr)
+}
+
+/// `fi_sendmsg` / `fi_tsendmsg`: the flags checked, then the send posted.
+#[allow(clippy::too_many_arguments)]
+unsafe fn sendmsg(
+    ep: *mut fid_ep,
+    iov: *const iovec,
+    count: usize,
+    dest: fi_addr_t,
+    context: *mut c_void,
+    data: u64,
+    flags: u64,
+    mut hdr: Hdr,
+) -> isize {
+    let ok = (FI_COMPLETION
+        | FI_MORE
+        | FI_INJECT
+        | FI_INJECT_COMPLETE
+        | FI_TRANSMIT_COMPLETE
+        | FI_DELIVERY_COMPLETE
+        | FI_REMOTE_CQ_DATA) as u64;
+    if flags & !ok != 0 {
+        return neg(FI_EBADFLAGS);
+    }
+    let v = match unsafe { iovs(iov, count) } {
+        Ok(v) => v,
+        Err(e) => return neg(e),
+    };
+    if flags & FI_INJECT as u64 != 0 && v.iter().map(|x| x.1).sum::<usize>() > INJECT_SIZE {
+        return neg(FI_EMSGSIZE);
+    }
+    if flags & FI_REMOTE_CQ_DATA as u64 != 0 {
+        hdr.data = Some(data as u32);
+    }
+    // With FI_SELECTIVE_COMPLETION only FI_COMPLETION asks for one; otherwise
+    // every sendmsg completes (FI_INJECT included).
+    let sel = flags & FI_COMPLETION as u64 != 0;
+    let completion = with_ep(
+        ep.cast(),
+        |s, _, _| {
+            if s.tx_selective { sel as c_int } else { 1 }
+        },
+    );
+    if completion < 0 {
+        return completion as isize;
+    }
+    post_send(ep, &v, dest, context, Some(completion == 1), hdr)
 }
 
 unsafe extern "C" fn ep_send(
@@ -1893,12 +2545,19 @@ unsafe extern "C" fn ep_send(
     dest: fi_addr_t,
     context: *mut c_void,
 ) -> isize {
-    guard(|| {
-        if buf.is_null() && len > 0 {
-            return neg(FI_EINVAL);
-        }
-        post_send(ep, &[(buf as usize, len)], dest, context, None)
-    })
+    guard(|| send_buf(ep, buf, len, dest, context, msg_hdr(None)))
+}
+
+unsafe extern "C" fn ep_senddata(
+    ep: *mut fid_ep,
+    buf: *const c_void,
+    len: usize,
+    _desc: *mut c_void,
+    data: u64,
+    dest: fi_addr_t,
+    context: *mut c_void,
+) -> isize {
+    guard(|| send_buf(ep, buf, len, dest, context, msg_hdr(Some(data))))
 }
 
 unsafe extern "C" fn ep_sendv(
@@ -1910,7 +2569,7 @@ unsafe extern "C" fn ep_sendv(
     context: *mut c_void,
 ) -> isize {
     guard(|| match unsafe { iovs(iov, count) } {
-        Ok(v) => post_send(ep, &v, dest, context, None),
+        Ok(v) => post_send(ep, &v, dest, context, None, msg_hdr(None)),
         Err(e) => neg(e),
     })
 }
@@ -1921,35 +2580,19 @@ unsafe extern "C" fn ep_sendmsg(ep: *mut fid_ep, msg: *const fi_msg, flags: u64)
         let Some(m) = (unsafe { msg.as_ref() }) else {
             return neg(FI_EINVAL);
         };
-        let ok = (FI_COMPLETION
-            | FI_MORE
-            | FI_INJECT
-            | FI_INJECT_COMPLETE
-            | FI_TRANSMIT_COMPLETE
-            | FI_DELIVERY_COMPLETE) as u64;
-        if flags & !ok != 0 {
-            return neg(FI_EBADFLAGS);
+        let h = msg_hdr(None);
+        unsafe {
+            sendmsg(
+                ep,
+                m.msg_iov,
+                m.iov_count,
+                m.addr,
+                m.context,
+                m.data,
+                flags,
+                h,
+            )
         }
-        let v = match unsafe { iovs(m.msg_iov, m.iov_count) } {
-            Ok(v) => v,
-            Err(e) => return neg(e),
-        };
-        if flags & FI_INJECT as u64 != 0 && v.iter().map(|x| x.1).sum::<usize>() > INJECT_SIZE {
-            return neg(FI_EMSGSIZE);
-        }
-        // With FI_SELECTIVE_COMPLETION only FI_COMPLETION asks for one; otherwise
-        // every sendmsg completes (FI_INJECT included).
-        let sel = flags & FI_COMPLETION as u64 != 0;
-        let completion = with_ep(
-            ep.cast(),
-            |s, _, _| {
-                if s.tx_selective { sel as c_int } else { 1 }
-            },
-        );
-        if completion < 0 {
-            return completion as isize;
-        }
-        post_send(ep, &v, m.addr, m.context, Some(completion == 1))
     })
 }
 
@@ -1959,19 +2602,191 @@ unsafe extern "C" fn ep_inject(
     len: usize,
     dest: fi_addr_t,
 ) -> isize {
+    guard(|| inject_buf(ep, buf, len, dest, msg_hdr(None)))
+}
+
+unsafe extern "C" fn ep_injectdata(
+    ep: *mut fid_ep,
+    buf: *const c_void,
+    len: usize,
+    data: u64,
+    dest: fi_addr_t,
+) -> isize {
+    guard(|| inject_buf(ep, buf, len, dest, msg_hdr(Some(data))))
+}
+
+// Tagged messages.
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn ep_trecv(
+    ep: *mut fid_ep,
+    buf: *mut c_void,
+    len: usize,
+    _desc: *mut c_void,
+    src_addr: fi_addr_t,
+    tag: u64,
+    ignore: u64,
+    context: *mut c_void,
+) -> isize {
     guard(|| {
         if buf.is_null() && len > 0 {
             return neg(FI_EINVAL);
         }
-        if len > INJECT_SIZE {
-            return neg(FI_EMSGSIZE);
+        let iov = vec![(buf as usize, len)];
+        let m = Match::tagged(src_addr, tag, ignore);
+        post_recv(ep, iov, context, None, m, None)
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn ep_trecvv(
+    ep: *mut fid_ep,
+    iov: *const iovec,
+    _desc: *mut *mut c_void,
+    count: usize,
+    src_addr: fi_addr_t,
+    tag: u64,
+    ignore: u64,
+    context: *mut c_void,
+) -> isize {
+    guard(|| match unsafe { iovs(iov, count) } {
+        Ok(v) => {
+            let m = Match::tagged(src_addr, tag, ignore);
+            post_recv(ep, v, context, None, m, None)
         }
-        post_send(
-            ep,
-            &[(buf as usize, len)],
-            dest,
-            std::ptr::null_mut(),
-            Some(false),
-        )
+        Err(e) => neg(e),
+    })
+}
+
+unsafe extern "C" fn ep_trecvmsg(ep: *mut fid_ep, msg: *const fi_msg_tagged, flags: u64) -> isize {
+    guard(|| {
+        // SAFETY: the caller's fi_msg_tagged, null or live.
+        let Some(m) = (unsafe { msg.as_ref() }) else {
+            return neg(FI_EINVAL);
+        };
+        let how = Match::tagged(m.addr, m.tag, m.ignore);
+        unsafe { recvmsg(ep, m.msg_iov, m.iov_count, m.context, flags, how) }
+    })
+}
+
+unsafe extern "C" fn ep_tsend(
+    ep: *mut fid_ep,
+    buf: *const c_void,
+    len: usize,
+    _desc: *mut c_void,
+    dest: fi_addr_t,
+    tag: u64,
+    context: *mut c_void,
+) -> isize {
+    guard(|| send_buf(ep, buf, len, dest, context, tagged_hdr(tag, None)))
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn ep_tsenddata(
+    ep: *mut fid_ep,
+    buf: *const c_void,
+    len: usize,
+    _desc: *mut c_void,
+    data: u64,
+    dest: fi_addr_t,
+    tag: u64,
+    context: *mut c_void,
+) -> isize {
+    guard(|| send_buf(ep, buf, len, dest, context, tagged_hdr(tag, Some(data))))
+}
+
+unsafe extern "C" fn ep_tsendv(
+    ep: *mut fid_ep,
+    iov: *const iovec,
+    _desc: *mut *mut c_void,
+    count: usize,
+    dest: fi_addr_t,
+    tag: u64,
+    context: *mut c_void,
+) -> isize {
+    guard(|| match unsafe { iovs(iov, count) } {
+        Ok(v) => post_send(ep, &v, dest, context, None, tagged_hdr(tag, None)),
+        Err(e) => neg(e),
+    })
+}
+
+unsafe extern "C" fn ep_tsendmsg(ep: *mut fid_ep, msg: *const fi_msg_tagged, flags: u64) -> isize {
+    guard(|| {
+        // SAFETY: the caller's fi_msg_tagged, null or live.
+        let Some(m) = (unsafe { msg.as_ref() }) else {
+            return neg(FI_EINVAL);
+        };
+        let h = tagged_hdr(m.tag, None);
+        unsafe {
+            sendmsg(
+                ep,
+                m.msg_iov,
+                m.iov_count,
+                m.addr,
+                m.context,
+                m.data,
+                flags,
+                h,
+            )
+        }
+    })
+}
+
+unsafe extern "C" fn ep_tinject(
+    ep: *mut fid_ep,
+    buf: *const c_void,
+    len: usize,
+    dest: fi_addr_t,
+    tag: u64,
+) -> isize {
+    guard(|| inject_buf(ep, buf, len, dest, tagged_hdr(tag, None)))
+}
+
+unsafe extern "C" fn ep_tinjectdata(
+    ep: *mut fid_ep,
+    buf: *const c_void,
+    len: usize,
+    data: u64,
+    dest: fi_addr_t,
+    tag: u64,
+) -> isize {
+    guard(|| inject_buf(ep, buf, len, dest, tagged_hdr(tag, Some(data))))
+}
+
+/// `fi_cancel`: a posted receive with this context completes with an `FI_ECANCELED`
+/// error entry; `-FI_ENOENT` when none is posted (it completed, or never was).
+unsafe extern "C" fn ep_cancel(f: fid_t, context: *mut c_void) -> isize {
+    guard(|| {
+        if context.is_null() {
+            return neg(FI_EINVAL);
+        }
+        with_ep(f, |s, cqs, _| match s.cancel(context as usize, cqs) {
+            Ok(()) => 0,
+            Err(e) => neg(e),
+        })
+    })
+}
+
+/// `fi_rx_size_left`: receives that can still be posted.
+unsafe extern "C" fn ep_rx_size_left(ep: *mut fid_ep) -> isize {
+    guard(|| {
+        with_ep(ep.cast(), |s, _, _| {
+            if !s.enabled {
+                return neg(FI_EOPBADSTATE);
+            }
+            QUEUE_SIZE.saturating_sub(s.recvs.len() + s.trecvs.len()) as isize
+        })
+    })
+}
+
+/// `fi_tx_size_left`: sends that can still be posted.
+unsafe extern "C" fn ep_tx_size_left(ep: *mut fid_ep) -> isize {
+    guard(|| {
+        with_ep(ep.cast(), |s, _, _| {
+            if !s.enabled {
+                return neg(FI_EOPBADSTATE);
+            }
+            QUEUE_SIZE.saturating_sub(s.tx_outstanding) as isize
+        })
     })
 }

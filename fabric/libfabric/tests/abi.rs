@@ -51,16 +51,52 @@ fn bad_input_gets_negative_codes_and_a_message_to_self_arrives() {
             -(FI_ENODATA as c_int)
         );
         (*hints.ep_attr).type_ = FI_EP_RDM;
-        hints.caps = FI_TAGGED as u64;
+        hints.caps = FI_RMA as u64;
         assert_eq!(
             getinfo(v, std::ptr::null(), std::ptr::null(), 0, &hints, &mut info),
             -(FI_ENODATA as c_int)
         );
         hints.caps = FI_MSG as u64;
+        // A host name that does not resolve (fabtests' negative unit tests): no match.
+        let bad = c"g00n13s.invalid".as_ptr();
+        assert_eq!(
+            getinfo(v, bad, std::ptr::null(), 0, &hints, &mut info),
+            -(FI_ENODATA as c_int)
+        );
+        let lo = c"127.0.0.1".as_ptr();
+        assert_eq!(getinfo(v, lo, std::ptr::null(), 0, &hints, &mut info), 0);
+        mrc_fi::free_info(info);
+        info = null_mut();
         assert_eq!(
             getinfo(v, std::ptr::null(), std::ptr::null(), 0, &hints, &mut info),
             0
         );
+        // Hints the provider cannot meet: an order past send-after-send, a shared AV.
+        let mut tx = fi_tx_attr {
+            msg_order: (FI_ORDER_SAS | FI_ORDER_RAW) as u64,
+            ..Default::default()
+        };
+        let mut dom = fi_domain_attr {
+            caps: FI_SHARED_AV,
+            ..Default::default()
+        };
+        let mut odd = fi_info {
+            tx_attr: &mut tx,
+            ..Default::default()
+        };
+        let mut other: *mut fi_info = null_mut();
+        let no = std::ptr::null();
+        let enodata = -(FI_ENODATA as c_int);
+        assert_eq!(getinfo(v, no, no, 0, &odd, &mut other), enodata);
+        (*odd.tx_attr).msg_order = FI_ORDER_SAS as u64;
+        odd.domain_attr = &mut dom;
+        assert_eq!(getinfo(v, no, no, 0, &odd, &mut other), enodata);
+        (*odd.domain_attr).caps = FI_LOCAL_COMM | FI_REMOTE_COMM;
+        assert_eq!(getinfo(v, no, no, 0, &odd, &mut other), 0);
+        mrc_fi::free_info(other);
+        // Asked for FI_MSG only: the primary capabilities asked for, both directions.
+        let comm = FI_SOURCE | FI_LOCAL_COMM | FI_REMOTE_COMM;
+        assert_eq!((*info).caps, (FI_MSG | FI_SEND | FI_RECV) as u64 | comm);
         assert!(!info.is_null());
         assert_eq!((*(*info).ep_attr).type_, FI_EP_RDM);
 
@@ -105,11 +141,11 @@ fn bad_input_gets_negative_codes_and_a_message_to_self_arrives() {
         );
         mrc_fi::free_info(info);
 
-        // Unimplemented calls: -FI_ENOSYS, never a crash.
+        // A tagged send before fi_enable; unimplemented calls: -FI_ENOSYS, never a crash.
         let t = &*(*ep).tagged;
         assert_eq!(
             (t.send.unwrap())(ep, std::ptr::null(), 0, null_mut(), 0, 0, null_mut()),
-            neg(FI_ENOSYS)
+            neg(FI_EOPBADSTATE)
         );
         let r = &*(*ep).rma;
         assert_eq!(
@@ -282,5 +318,990 @@ fn bad_input_gets_negative_codes_and_a_message_to_self_arrives() {
         assert_eq!(close(&mut (*av).fid), 0);
         assert_eq!(close(&mut (*domain).fid), 0);
         assert_eq!(close(&mut (*fabric).fid), 0);
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Tagged messages: a harness of endpoints in one domain, one AV holding every
+// endpoint's address, one CQ (FI_CQ_FORMAT_TAGGED) per endpoint.
+
+/// A domain with `n` enabled endpoints; `addr[i]` is endpoint i's entry in the shared AV.
+struct Net {
+    fabric: *mut fid_fabric,
+    domain: *mut fid_domain,
+    av: *mut fid_av,
+    eps: Vec<*mut fid_ep>,
+    cqs: Vec<*mut fid_cq>,
+    addr: Vec<u64>,
+}
+
+/// A completion as `fi_cq_read` (TAGGED format) or `fi_cq_readerr` gives it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Cqe {
+    ctx: usize,
+    flags: u64,
+    len: usize,
+    buf: usize,
+    data: u64,
+    tag: u64,
+    /// 0, or the error of an error entry.
+    err: c_int,
+    olen: usize,
+}
+
+const DEADLINE: Duration = Duration::from_secs(30);
+
+fn ctx(n: usize) -> *mut c_void {
+    n as *mut c_void
+}
+
+impl Net {
+    /// `caps`: the `fi_info` caps the endpoints are opened with.
+    unsafe fn new(n: usize, caps: u64) -> Net {
+        unsafe { Net::with(n, caps, 0, 0) }
+    }
+
+    /// `op_flags`: the hints' tx and rx `op_flags`; `bind`: more flags binding the CQs.
+    unsafe fn with(n: usize, caps: u64, op_flags: u64, bind: u64) -> Net {
+        unsafe {
+            let prov = &*mrc_fi::fi_prov_ini();
+            let v = (1 << 16) | 17;
+            let mut tx = fi_tx_attr {
+                op_flags,
+                ..Default::default()
+            };
+            let mut rx = fi_rx_attr {
+                op_flags,
+                ..Default::default()
+            };
+            let mut hints = fi_info {
+                caps,
+                tx_attr: &mut tx,
+                rx_attr: &mut rx,
+                ..Default::default()
+            };
+            let mut info: *mut fi_info = null_mut();
+            let no = std::ptr::null();
+            assert_eq!(
+                (prov.getinfo.unwrap())(v, no, no, 0, &mut hints, &mut info),
+                0
+            );
+            assert_eq!((*info).caps & caps, caps);
+            let mut fabric: *mut fid_fabric = null_mut();
+            assert_eq!(
+                (prov.fabric.unwrap())((*info).fabric_attr, &mut fabric, null_mut()),
+                0
+            );
+            let mut domain: *mut fid_domain = null_mut();
+            assert_eq!(
+                ((*(*fabric).ops).domain.unwrap())(fabric, info, &mut domain, null_mut()),
+                0
+            );
+            let dops = &*(*domain).ops;
+            let mut av: *mut fid_av = null_mut();
+            let mut av_attr = fi_av_attr {
+                type_: FI_AV_MAP,
+                ..Default::default()
+            };
+            assert_eq!(
+                (dops.av_open.unwrap())(domain, &mut av_attr, &mut av, null_mut()),
+                0
+            );
+            let mut net = Net {
+                fabric,
+                domain,
+                av,
+                eps: Vec::new(),
+                cqs: Vec::new(),
+                addr: Vec::new(),
+            };
+            for _ in 0..n {
+                let mut cq: *mut fid_cq = null_mut();
+                let mut cq_attr = fi_cq_attr {
+                    format: FI_CQ_FORMAT_TAGGED,
+                    ..Default::default()
+                };
+                assert_eq!(
+                    (dops.cq_open.unwrap())(domain, &mut cq_attr, &mut cq, null_mut()),
+                    0
+                );
+                let mut ep: *mut fid_ep = null_mut();
+                assert_eq!(
+                    (dops.endpoint.unwrap())(domain, info, &mut ep, null_mut()),
+                    0
+                );
+                let mut name = [0u8; mrc_fi::ADDR_LEN];
+                let mut len = name.len();
+                let cm = &*(*ep).cm;
+                assert_eq!(
+                    (cm.getname.unwrap())(&mut (*ep).fid, name.as_mut_ptr().cast(), &mut len),
+                    0
+                );
+                let mut fa = 0u64;
+                let aops = &*(*av).ops;
+                assert_eq!(
+                    (aops.insert.unwrap())(av, name.as_ptr().cast(), 1, &mut fa, 0, null_mut()),
+                    1
+                );
+                let eops = &*(*ep).fid.ops;
+                assert_eq!((eops.bind.unwrap())(&mut (*ep).fid, &mut (*av).fid, 0), 0);
+                let both = (FI_TRANSMIT | FI_RECV) as u64 | bind;
+                assert_eq!(
+                    (eops.bind.unwrap())(&mut (*ep).fid, &mut (*cq).fid, both),
+                    0
+                );
+                assert_eq!(
+                    (eops.control.unwrap())(&mut (*ep).fid, FI_ENABLE as c_int, null_mut()),
+                    0
+                );
+                net.eps.push(ep);
+                net.cqs.push(cq);
+                net.addr.push(fa);
+            }
+            mrc_fi::free_info(info);
+            net
+        }
+    }
+
+    fn tagged(&self, i: usize) -> &fi_ops_tagged {
+        unsafe { &*(*self.eps[i]).tagged }
+    }
+
+    fn msg(&self, i: usize) -> &fi_ops_msg {
+        unsafe { &*(*self.eps[i]).msg }
+    }
+
+    /// `fi_tsend` of `b` from endpoint `i` to endpoint `to`.
+    fn tsend(&self, i: usize, to: usize, b: &[u8], tag: u64, c: usize) -> isize {
+        let t = self.tagged(i);
+        let (p, n) = (b.as_ptr().cast(), b.len());
+        unsafe { (t.send.unwrap())(self.eps[i], p, n, null_mut(), self.addr[to], tag, ctx(c)) }
+    }
+
+    /// `fi_trecv` into `b` on endpoint `i` from `src` (an AV entry or FI_ADDR_UNSPEC).
+    fn trecv(&self, i: usize, b: &mut [u8], src: u64, tag: u64, ignore: u64, c: usize) -> isize {
+        let t = self.tagged(i);
+        let (p, n) = (b.as_mut_ptr().cast(), b.len());
+        unsafe { (t.recv.unwrap())(self.eps[i], p, n, null_mut(), src, tag, ignore, ctx(c)) }
+    }
+
+    /// `fi_trecvmsg` with `flags` (one buffer, or none).
+    fn trecvmsg(
+        &self,
+        i: usize,
+        b: Option<&mut [u8]>,
+        tag: u64,
+        ignore: u64,
+        c: usize,
+        flags: u64,
+    ) -> isize {
+        let mut iov = iovec::default();
+        let mut count = 0;
+        if let Some(b) = b {
+            iov.iov_base = b.as_mut_ptr().cast();
+            iov.iov_len = b.len();
+            count = 1;
+        }
+        let m = fi_msg_tagged {
+            msg_iov: &iov,
+            desc: null_mut(),
+            iov_count: count,
+            addr: mrc_fi::FI_ADDR_UNSPEC,
+            tag,
+            ignore,
+            context: ctx(c),
+            data: 0,
+        };
+        let t = self.tagged(i);
+        unsafe { (t.recvmsg.unwrap())(self.eps[i], &m, flags) }
+    }
+
+    /// One `fi_cq_read` of endpoint `i`'s CQ (a progress pass): its entries, or the
+    /// error entry waiting.
+    fn read_once(&self, i: usize) -> Vec<Cqe> {
+        let cq = self.cqs[i];
+        let ops = unsafe { &*(*cq).ops };
+        let mut e = [fi_cq_tagged_entry::default(); 8];
+        let n = unsafe { (ops.read.unwrap())(cq, e.as_mut_ptr().cast(), e.len()) };
+        if n == neg(FI_EAVAIL) {
+            let mut err = fi_cq_err_entry::default();
+            assert_eq!(unsafe { (ops.readerr.unwrap())(cq, &mut err, 0) }, 1);
+            return vec![Cqe {
+                ctx: err.op_context as usize,
+                flags: err.flags,
+                len: err.len,
+                buf: err.buf as usize,
+                data: err.data,
+                tag: err.tag,
+                err: err.err,
+                olen: err.olen,
+            }];
+        }
+        if n == neg(FI_EAGAIN) {
+            return Vec::new();
+        }
+        assert!(n > 0, "fi_cq_read: {n}");
+        e[..n as usize]
+            .iter()
+            .map(|x| Cqe {
+                ctx: x.op_context as usize,
+                flags: x.flags,
+                len: x.len,
+                buf: x.buf as usize,
+                data: x.data,
+                tag: x.tag,
+                err: 0,
+                olen: 0,
+            })
+            .collect()
+    }
+
+    /// Reads every endpoint's CQ until `n` entries came from endpoint `i`'s (the others
+    /// are progressed and their entries kept in `other`), within [`DEADLINE`].
+    fn wait(&self, i: usize, n: usize, other: &mut Vec<Cqe>) -> Vec<Cqe> {
+        let t = Instant::now();
+        let mut got = Vec::new();
+        while got.len() < n {
+            assert!(
+                t.elapsed() < DEADLINE,
+                "{} of {n} entries: {got:?}",
+                got.len()
+            );
+            for j in 0..self.eps.len() {
+                let e = self.read_once(j);
+                if j == i {
+                    got.extend(e);
+                } else {
+                    other.extend(e);
+                }
+            }
+        }
+        assert_eq!(got.len(), n, "{got:?}");
+        got
+    }
+
+    /// A few more progress passes on every endpoint; no entry may appear.
+    fn quiet(&self) {
+        for _ in 0..3 {
+            for j in 0..self.eps.len() {
+                assert_eq!(self.read_once(j), Vec::new(), "endpoint {j}");
+            }
+        }
+    }
+
+    /// `fi_cancel` on endpoint `i`.
+    fn cancel(&self, i: usize, c: usize) -> isize {
+        let ops = unsafe { &*(*self.eps[i]).ops };
+        unsafe { (ops.cancel.unwrap())(self.eps[i].cast(), ctx(c)) }
+    }
+}
+
+impl Drop for Net {
+    fn drop(&mut self) {
+        unsafe {
+            for &ep in &self.eps {
+                assert_eq!(close(&mut (*ep).fid), 0);
+            }
+            for &cq in &self.cqs {
+                assert_eq!(close(&mut (*cq).fid), 0);
+            }
+            assert_eq!(close(&mut (*self.av).fid), 0);
+            assert_eq!(close(&mut (*self.domain).fid), 0);
+            assert_eq!(close(&mut (*self.fabric).fid), 0);
+        }
+    }
+}
+
+const TSEND: u64 = (FI_SEND | FI_TAGGED) as u64;
+const TRECV: u64 = (FI_RECV | FI_TAGGED) as u64;
+
+/// The send completion of `len` bytes with context `c`.
+fn sent(c: usize, len: usize) -> Cqe {
+    Cqe {
+        ctx: c,
+        flags: TSEND,
+        len,
+        buf: 0,
+        data: 0,
+        tag: 0,
+        err: 0,
+        olen: 0,
+    }
+}
+
+/// The receive completion of `len` bytes into `buf` with `tag`.
+fn got(c: usize, buf: &[u8], len: usize, tag: u64) -> Cqe {
+    Cqe {
+        ctx: c,
+        flags: TRECV,
+        len,
+        buf: buf.as_ptr() as usize,
+        data: 0,
+        tag,
+        err: 0,
+        olen: 0,
+    }
+}
+
+#[test]
+fn tagged_receives_match_tag_and_ignore_bits_in_posting_order() {
+    unsafe {
+        let net = Net::new(1, FI_TAGGED as u64);
+        let me = 0;
+        let mut b = [[0u8; 16]; 4];
+        let [b1, b2, b3, b4] = &mut b;
+        // r1 and r2 want 0x1200..=0x12ff (the low byte ignored), r3 exactly 0x1300, r4 any.
+        assert_eq!(
+            net.trecv(me, b1, mrc_fi::FI_ADDR_UNSPEC, 0x1200, 0xff, 1),
+            0
+        );
+        assert_eq!(
+            net.trecv(me, b2, mrc_fi::FI_ADDR_UNSPEC, 0x12ff, 0xff, 2),
+            0
+        );
+        assert_eq!(net.trecv(me, b3, mrc_fi::FI_ADDR_UNSPEC, 0x1300, 0, 3), 0);
+        assert_eq!(net.trecv(me, b4, mrc_fi::FI_ADDR_UNSPEC, 0, u64::MAX, 4), 0);
+        // 0x13ab: not r1, r2 (0x13 != 0x12), not r3 (exact) -> r4. Then 0x12ab -> r1,
+        // 0x1300 -> r3, 0x1234 -> r2.
+        assert_eq!(net.tsend(me, me, b"to r4", 0x13ab, 11), 0);
+        let mut other = Vec::new();
+        let e = net.wait(me, 2, &mut other);
+        assert!(e.contains(&sent(11, 5)), "{e:?}");
+        assert!(e.contains(&got(4, &b[3], 5, 0x13ab)), "{e:?}");
+        let [b1, b2, b3, _] = &b;
+        assert_eq!(net.tsend(me, me, b"to r1", 0x12ab, 12), 0);
+        assert_eq!(net.tsend(me, me, b"to r3!", 0x1300, 13), 0);
+        assert_eq!(net.tsend(me, me, b"to r2", 0x1234, 14), 0);
+        let e = net.wait(me, 6, &mut other);
+        let recvs: Vec<Cqe> = e.iter().copied().filter(|x| x.flags == TRECV).collect();
+        // Receive completions in the order of arrival.
+        assert_eq!(
+            recvs,
+            [
+                got(1, b1, 5, 0x12ab),
+                got(3, b3, 6, 0x1300),
+                got(2, b2, 5, 0x1234)
+            ]
+        );
+        for (c, l) in [(12, 5), (13, 6), (14, 5)] {
+            assert!(e.contains(&sent(c, l)), "{e:?}");
+        }
+        assert_eq!(&b[0][..5], b"to r1");
+        assert_eq!(&b[1][..5], b"to r2");
+        assert_eq!(&b[2][..6], b"to r3!");
+        assert_eq!(&b[3][..5], b"to r4");
+        assert_eq!(other, []);
+        net.quiet();
+    }
+}
+
+#[test]
+fn unexpected_tagged_messages_wait_and_match_posted_receives_in_arrival_order() {
+    unsafe {
+        let net = Net::new(1, FI_TAGGED as u64);
+        let me = 0;
+        // 40 messages before any receive: more than a peer's 16 receive slots, so they
+        // are copied out of the slots (the sends complete without a receive posted).
+        for i in 0..40u64 {
+            let m = format!("message {i:02}");
+            assert_eq!(
+                net.tsend(me, me, m.as_bytes(), 0x100 + i % 4, 100 + i as usize),
+                0
+            );
+        }
+        let mut other = Vec::new();
+        let e = net.wait(me, 40, &mut other);
+        for i in 0..40 {
+            assert!(e.contains(&sent(100 + i, 10)), "{e:?}");
+        }
+        // Tag 0x102 takes messages 2, 6, 10, ... in order; then "any tag" takes the rest
+        // in arrival order.
+        let mut b = vec![[0u8; 32]; 40];
+        let (by_tag, any) = b.split_at_mut(10);
+        for (k, buf) in by_tag.iter_mut().enumerate() {
+            assert_eq!(net.trecv(me, buf, mrc_fi::FI_ADDR_UNSPEC, 0x102, 0, k), 0);
+        }
+        for (k, buf) in any.iter_mut().enumerate() {
+            assert_eq!(net.trecv(me, buf, mrc_fi::FI_ADDR_UNSPEC, 0, !0, 10 + k), 0);
+        }
+        let e = net.wait(me, 40, &mut other);
+        let rest: Vec<u64> = (0..40).filter(|i| i % 4 != 2).collect();
+        for (k, c) in e.iter().enumerate() {
+            let i = if k < 10 {
+                4 * k as u64 + 2
+            } else {
+                rest[k - 10]
+            };
+            assert_eq!(*c, got(k, &b[k], 10, 0x100 + i % 4), "entry {k}");
+            assert_eq!(&b[k][..10], format!("message {i:02}").as_bytes());
+        }
+        assert_eq!(other, []);
+        net.quiet();
+    }
+}
+
+#[test]
+fn unexpected_messages_past_the_copy_budget_wait_in_their_slots() {
+    unsafe {
+        let net = Net::new(1, FI_TAGGED as u64);
+        let me = 0;
+        // 12 messages of 1 MiB: the first 8 fill UNEXPECTED_BYTES (copied out), the other
+        // 4 stay in their staging slots; every byte arrives, in order.
+        let mib = mrc_fi::MAX_MSG_SIZE;
+        assert_eq!(8 * mib, mrc_fi::UNEXPECTED_BYTES);
+        let msgs: Vec<Vec<u8>> = (0..12u8)
+            .map(|i| (0..mib).map(|k| (k as u8) ^ i.wrapping_mul(37)).collect())
+            .collect();
+        let mut other = Vec::new();
+        for (i, m) in msgs.iter().enumerate() {
+            // The transmit side keeps at most 16 in flight per peer: wait for each.
+            assert_eq!(net.tsend(me, me, m, i as u64, 200 + i), 0);
+            assert_eq!(net.wait(me, 1, &mut other), [sent(200 + i, mib)]);
+        }
+        let mut b = vec![vec![0u8; mib]; 12];
+        for (i, buf) in b.iter_mut().enumerate() {
+            assert_eq!(net.trecv(me, buf, mrc_fi::FI_ADDR_UNSPEC, 0, !0, i), 0);
+        }
+        let e = net.wait(me, 12, &mut other);
+        for (i, c) in e.iter().enumerate() {
+            assert_eq!(*c, got(i, &b[i], mib, i as u64));
+            assert!(b[i] == msgs[i], "message {i} differs");
+        }
+        assert_eq!(other, []);
+    }
+}
+
+#[test]
+fn directed_receives_take_only_their_source_and_unspec_takes_any() {
+    unsafe {
+        // Endpoints 0 and 1 send to endpoint 2.
+        let net = Net::new(3, FI_TAGGED as u64 | FI_MSG as u64 | FI_DIRECTED_RECV);
+        let (a, b, r) = (0, 1, 2);
+        let mut bufs = [[0u8; 16]; 4];
+        let [from_a, any, ..] = &mut bufs;
+        assert_eq!(net.trecv(r, from_a, net.addr[a], 7, 0, 1), 0);
+        assert_eq!(net.trecv(r, any, mrc_fi::FI_ADDR_UNSPEC, 7, 0, 2), 0);
+        // B's message passes over the receive for A and fills the FI_ADDR_UNSPEC one.
+        assert_eq!(net.tsend(b, r, b"from b", 7, 10), 0);
+        let mut others = Vec::new();
+        let e = net.wait(r, 1, &mut others);
+        assert_eq!(e, [got(2, &bufs[1], 6, 7)]);
+        // A message from B for a receive directed at B, posted after it arrived
+        // (unexpected: its source comes from B's hello, looked up in the AV).
+        assert_eq!(net.tsend(b, r, b"b again", 8, 11), 0);
+        let t = Instant::now();
+        while !others.contains(&sent(11, 7)) {
+            assert!(t.elapsed() < DEADLINE, "{others:?}");
+            others.extend(net.read_once(b));
+            assert_eq!(net.read_once(r), []);
+        }
+        let [_, _, from_b, _] = &mut bufs;
+        // Directed at A: does not take B's; directed at B: does.
+        let mut spare = [0u8; 16];
+        assert_eq!(net.trecv(r, &mut spare, net.addr[a], 8, 0, 5), 0);
+        assert_eq!(net.trecv(r, from_b, net.addr[b], 8, 0, 3), 0);
+        let e = net.wait(r, 1, &mut others);
+        assert_eq!(e, [got(3, &bufs[2], 7, 8)]);
+        // Untagged receives are directed too (fi_recv's src_addr).
+        let m = net.msg(r);
+        let [_, _, _, untagged_a] = &mut bufs;
+        let p = untagged_a.as_mut_ptr().cast();
+        assert_eq!(
+            (m.recv.unwrap())(net.eps[r], p, 16, null_mut(), net.addr[a], ctx(4)),
+            0
+        );
+        let mb = net.msg(b);
+        let s = b"untagged from b";
+        let (sp, sl) = (s.as_ptr().cast(), s.len());
+        assert_eq!(
+            (mb.send.unwrap())(net.eps[b], sp, sl, null_mut(), net.addr[r], ctx(12)),
+            0
+        );
+        let t = Instant::now();
+        while !others.contains(&Cqe {
+            flags: (FI_SEND | FI_MSG) as u64,
+            ..sent(12, sl)
+        }) {
+            assert!(t.elapsed() < DEADLINE, "{others:?}");
+            others.extend(net.read_once(b));
+            assert_eq!(net.read_once(r), []);
+        }
+        // Now A: its tagged message takes the receive directed at it (tag 7), its
+        // untagged one the untagged receive; the tag-8 receive for A stays posted.
+        assert_eq!(net.tsend(a, r, b"from a", 7, 13), 0);
+        let ma = net.msg(a);
+        let s2 = b"untagged a";
+        let (p2, l2) = (s2.as_ptr().cast(), s2.len());
+        assert_eq!(
+            (ma.send.unwrap())(net.eps[a], p2, l2, null_mut(), net.addr[r], ctx(14)),
+            0
+        );
+        let e = net.wait(r, 2, &mut others);
+        assert_eq!(e[0], got(1, &bufs[0], 6, 7));
+        let untagged = Cqe {
+            flags: (FI_RECV | FI_MSG) as u64,
+            tag: 0,
+            ..got(4, &bufs[3], 10, 0)
+        };
+        assert_eq!(e[1], untagged);
+        assert_eq!(&bufs[0][..6], b"from a");
+        assert_eq!(&bufs[1][..6], b"from b");
+        assert_eq!(&bufs[2][..7], b"b again");
+        assert_eq!(&bufs[3][..10], b"untagged a");
+        // B's untagged message is still unexpected: an FI_ADDR_UNSPEC fi_recv takes it.
+        let mut last = [0u8; 32];
+        let lp = last.as_mut_ptr().cast();
+        let unspec = mrc_fi::FI_ADDR_UNSPEC;
+        assert_eq!(
+            (m.recv.unwrap())(net.eps[r], lp, 32, null_mut(), unspec, ctx(6)),
+            0
+        );
+        let e = net.wait(r, 1, &mut others);
+        let want = Cqe {
+            flags: (FI_RECV | FI_MSG) as u64,
+            ..got(6, &last, 15, 0)
+        };
+        assert_eq!(e, [want]);
+        assert_eq!(&last[..15], b"untagged from b");
+        // The receive directed at A for tag 8 is still posted: cancel completes it.
+        assert_eq!(net.cancel(r, 5), 0);
+        let e = net.wait(r, 1, &mut others);
+        let canceled = Cqe {
+            err: FI_ECANCELED as c_int,
+            len: 0,
+            ..got(5, &spare, 0, 8)
+        };
+        assert_eq!(e, [canceled]);
+        assert_eq!(net.cancel(r, 5), neg(FI_ENOENT));
+        // A receive directed at an address the AV does not hold is refused.
+        assert_eq!(net.trecv(r, &mut spare, 99, 8, 0, 5), neg(FI_EINVAL));
+        net.quiet();
+    }
+}
+
+#[test]
+fn without_directed_recv_the_source_address_is_ignored() {
+    unsafe {
+        let net = Net::new(2, FI_TAGGED as u64);
+        let (a, r) = (0, 1);
+        let mut buf = [0u8; 8];
+        // Directed at r itself and at an entry that does not exist: both ignored.
+        assert_eq!(net.trecv(r, &mut buf, 12345, 1, 0, 1), 0);
+        assert_eq!(net.tsend(a, r, b"hi", 1, 2), 0);
+        let mut others = Vec::new();
+        assert_eq!(net.wait(r, 1, &mut others), [got(1, &buf, 2, 1)]);
+    }
+}
+
+#[test]
+fn peek_claim_discard_and_cancel() {
+    unsafe {
+        let net = Net::new(1, FI_TAGGED as u64);
+        let me = 0;
+        for (t, m) in [
+            (1u64, &b"one"[..]),
+            (2, b"two"),
+            (3, b"three"),
+            (4, b"four"),
+        ] {
+            assert_eq!(net.tsend(me, me, m, t, 10 + t as usize), 0);
+        }
+        let mut other = Vec::new();
+        assert_eq!(net.wait(me, 4, &mut other).len(), 4);
+        let peek = FI_PEEK as u64;
+        let found = |c: usize, len: usize, tag: u64| Cqe {
+            buf: 0,
+            ..got(c, &[], len, tag)
+        };
+        // A peek that finds nothing: an FI_ENOMSG error entry.
+        assert_eq!(net.trecvmsg(me, None, 9, 0, 20, peek), 0);
+        let nomsg = Cqe {
+            err: FI_ENOMSG as c_int,
+            ..found(20, 0, 9)
+        };
+        assert_eq!(net.wait(me, 1, &mut other), [nomsg]);
+        // A peek that finds "two": its length and tag, no data; it stays.
+        assert_eq!(net.trecvmsg(me, None, 2, 0, 21, peek), 0);
+        assert_eq!(net.wait(me, 1, &mut other), [found(21, 3, 2)]);
+        assert_eq!(net.trecvmsg(me, None, 0, !0, 22, peek), 0);
+        assert_eq!(net.wait(me, 1, &mut other), [found(22, 3, 1)]);
+        // Peek + claim "two" for context 23: no other receive gets it.
+        assert_eq!(net.trecvmsg(me, None, 2, 0, 23, peek | FI_CLAIM), 0);
+        assert_eq!(net.wait(me, 1, &mut other), [found(23, 3, 2)]);
+        let mut waits = [0u8; 8];
+        assert_eq!(
+            net.trecv(me, &mut waits, mrc_fi::FI_ADDR_UNSPEC, 2, 0, 24),
+            0
+        );
+        net.quiet();
+        // The claim with context 23 takes it, into its buffer.
+        let mut b = [0u8; 8];
+        assert_eq!(net.trecvmsg(me, Some(&mut b), 0, 0, 23, FI_CLAIM), 0);
+        assert_eq!(net.wait(me, 1, &mut other), [got(23, &b, 3, 2)]);
+        assert_eq!(&b[..3], b"two");
+        // A claim of a context that claimed nothing (any more).
+        assert_eq!(
+            net.trecvmsg(me, Some(&mut b), 0, 0, 23, FI_CLAIM),
+            neg(FI_EINVAL)
+        );
+        // Peek + discard "one": reported, then gone.
+        assert_eq!(net.trecvmsg(me, None, 1, 0, 25, peek | FI_DISCARD), 0);
+        assert_eq!(net.wait(me, 1, &mut other), [found(25, 3, 1)]);
+        assert_eq!(net.trecvmsg(me, None, 1, 0, 26, peek), 0);
+        assert_eq!(
+            net.wait(me, 1, &mut other),
+            [Cqe {
+                err: FI_ENOMSG as c_int,
+                ..found(26, 0, 1)
+            }]
+        );
+        // Peek + claim "three", then claim + discard it.
+        assert_eq!(net.trecvmsg(me, None, 3, 0, 27, peek | FI_CLAIM), 0);
+        assert_eq!(net.wait(me, 1, &mut other), [found(27, 5, 3)]);
+        assert_eq!(net.trecvmsg(me, None, 0, 0, 27, FI_CLAIM | FI_DISCARD), 0);
+        assert_eq!(net.wait(me, 1, &mut other), [found(27, 5, 3)]);
+        assert_eq!(net.trecvmsg(me, None, 3, 0, 28, peek), 0);
+        assert_eq!(
+            net.wait(me, 1, &mut other),
+            [Cqe {
+                err: FI_ENOMSG as c_int,
+                ..found(28, 0, 3)
+            }]
+        );
+        // Flags that do not go together.
+        assert_eq!(
+            net.trecvmsg(me, None, 0, 0, 29, FI_DISCARD),
+            neg(FI_EBADFLAGS)
+        );
+        let all = peek | FI_CLAIM | FI_DISCARD;
+        assert_eq!(net.trecvmsg(me, None, 0, 0, 29, all), neg(FI_EBADFLAGS));
+        // Peek and claim are tagged-only: fi_recvmsg refuses them.
+        let m = fi_msg {
+            msg_iov: std::ptr::null(),
+            desc: null_mut(),
+            iov_count: 0,
+            addr: mrc_fi::FI_ADDR_UNSPEC,
+            context: ctx(30),
+            data: 0,
+        };
+        let mo = net.msg(me);
+        assert_eq!(
+            (mo.recvmsg.unwrap())(net.eps[me], &m, peek),
+            neg(FI_EBADFLAGS)
+        );
+        // Cancel: the tag-2 receive still waits; a second cancel finds nothing.
+        assert_eq!(net.cancel(me, 24), 0);
+        let canceled = Cqe {
+            err: FI_ECANCELED as c_int,
+            ..got(24, &waits, 0, 2)
+        };
+        assert_eq!(net.wait(me, 1, &mut other), [canceled]);
+        assert_eq!(net.cancel(me, 24), neg(FI_ENOENT));
+        assert_eq!(net.cancel(me, 0), neg(FI_EINVAL));
+        // "four" is still there for an ordinary receive.
+        assert_eq!(net.trecv(me, &mut b, mrc_fi::FI_ADDR_UNSPEC, 4, 0, 31), 0);
+        assert_eq!(net.wait(me, 1, &mut other), [got(31, &b, 4, 4)]);
+        assert_eq!(&b[..4], b"four");
+        assert_eq!(other, []);
+        net.quiet();
+    }
+}
+
+#[test]
+fn tagged_truncation_cq_data_and_bad_input() {
+    unsafe {
+        let net = Net::new(1, 0);
+        let me = 0;
+        let t = net.tagged(me);
+        let ep = net.eps[me];
+        let to = net.addr[me];
+        let msg = b"fourteen bytes";
+        // Truncation: a 4-byte receive of 14 bytes; olen is what was cut.
+        let mut small = [0u8; 4];
+        assert_eq!(
+            net.trecv(me, &mut small, mrc_fi::FI_ADDR_UNSPEC, 5, 0, 1),
+            0
+        );
+        assert_eq!(net.tsend(me, me, msg, 5, 2), 0);
+        let mut other = Vec::new();
+        let e = net.wait(me, 2, &mut other);
+        let trunc = Cqe {
+            err: FI_ETRUNC as c_int,
+            olen: 10,
+            ..got(1, &small, 4, 5)
+        };
+        assert!(e.contains(&trunc), "{e:?}");
+        assert!(e.contains(&sent(2, 14)), "{e:?}");
+        assert_eq!(&small, b"four");
+        // Remote CQ data: the low 4 bytes of `data`, FI_REMOTE_CQ_DATA in the flags.
+        let mut b = [0u8; 32];
+        assert_eq!(net.trecv(me, &mut b, mrc_fi::FI_ADDR_UNSPEC, 6, 0, 3), 0);
+        let (p, l) = (msg.as_ptr().cast(), msg.len());
+        let data = 0x1_2345_6789u64;
+        assert_eq!(
+            (t.senddata.unwrap())(ep, p, l, null_mut(), data, to, 6, ctx(4)),
+            0
+        );
+        let e = net.wait(me, 2, &mut other);
+        let with_data = Cqe {
+            flags: TRECV | FI_REMOTE_CQ_DATA as u64,
+            data: 0x2345_6789,
+            ..got(3, &b, 14, 6)
+        };
+        assert!(e.contains(&with_data), "{e:?}");
+        assert!(e.contains(&sent(4, 14)), "{e:?}");
+        // tinjectdata: no send completion; fi_injectdata (untagged) the same.
+        assert_eq!(net.trecv(me, &mut b, mrc_fi::FI_ADDR_UNSPEC, 7, 0, 5), 0);
+        assert_eq!((t.injectdata.unwrap())(ep, p, 3, 0xabcd, to, 7), 0);
+        let e = net.wait(me, 1, &mut other);
+        assert_eq!(
+            e,
+            [Cqe {
+                data: 0xabcd,
+                ..with_data.clone_with(5, 3, 7)
+            }]
+        );
+        let m = net.msg(me);
+        let mut mb = [0u8; 8];
+        let unspec = mrc_fi::FI_ADDR_UNSPEC;
+        assert_eq!(
+            (m.recv.unwrap())(ep, mb.as_mut_ptr().cast(), 8, null_mut(), unspec, ctx(6)),
+            0
+        );
+        assert_eq!((m.injectdata.unwrap())(ep, p, 2, 77, to), 0);
+        let e = net.wait(me, 1, &mut other);
+        let untagged = Cqe {
+            flags: (FI_RECV | FI_MSG | FI_REMOTE_CQ_DATA) as u64,
+            data: 77,
+            ..got(6, &mb, 2, 0)
+        };
+        assert_eq!(e, [untagged]);
+        assert_eq!(&mb[..2], b"fo");
+        // A tagged message does not fill an untagged receive, and the other way round.
+        assert_eq!(
+            (m.recv.unwrap())(ep, mb.as_mut_ptr().cast(), 8, null_mut(), unspec, ctx(7)),
+            0
+        );
+        assert_eq!(net.tsend(me, me, b"tagged", 0, 8), 0);
+        assert_eq!(net.wait(me, 1, &mut other), [sent(8, 6)]);
+        net.quiet();
+        assert_eq!(net.cancel(me, 7), 0);
+        let canceled = Cqe {
+            flags: (FI_RECV | FI_MSG) as u64,
+            err: FI_ECANCELED as c_int,
+            ..got(7, &mb, 0, 0)
+        };
+        assert_eq!(net.wait(me, 1, &mut other), [canceled]);
+        assert_eq!(net.trecv(me, &mut b, unspec, 0, 0, 9), 0);
+        assert_eq!(net.wait(me, 1, &mut other), [got(9, &b, 6, 0)]);
+
+        // Bad input: negative FI_E* codes.
+        let null = std::ptr::null_mut();
+        assert_eq!(
+            (t.recv.unwrap())(ep, null, 4, null_mut(), unspec, 0, 0, ctx(1)),
+            neg(FI_EINVAL)
+        );
+        assert_eq!(
+            (t.send.unwrap())(ep, std::ptr::null(), 4, null_mut(), to, 0, ctx(1)),
+            neg(FI_EINVAL)
+        );
+        assert_eq!(
+            (t.send.unwrap())(ep, p, l, null_mut(), 99, 0, ctx(1)),
+            neg(FI_EINVAL)
+        );
+        assert_eq!(
+            (t.recvmsg.unwrap())(ep, std::ptr::null(), 0),
+            neg(FI_EINVAL)
+        );
+        assert_eq!(
+            (t.sendmsg.unwrap())(ep, std::ptr::null(), 0),
+            neg(FI_EINVAL)
+        );
+        let big = vec![0u8; mrc_fi::INJECT_SIZE + 1];
+        assert_eq!(
+            (t.inject.unwrap())(ep, big.as_ptr().cast(), big.len(), to, 0),
+            neg(FI_EMSGSIZE)
+        );
+        let huge = vec![0u8; mrc_fi::MAX_MSG_SIZE + 1];
+        let hp = huge.as_ptr().cast();
+        assert_eq!(
+            (t.send.unwrap())(ep, hp, huge.len(), null_mut(), to, 0, ctx(1)),
+            neg(FI_EMSGSIZE)
+        );
+        let iov = [iovec {
+            iov_base: b.as_mut_ptr().cast(),
+            iov_len: 1,
+        }; 5];
+        let tm = fi_msg_tagged {
+            msg_iov: iov.as_ptr(),
+            desc: null_mut(),
+            iov_count: 5,
+            addr: to,
+            tag: 0,
+            ignore: 0,
+            context: ctx(1),
+            data: 0,
+        };
+        assert_eq!((t.recvmsg.unwrap())(ep, &tm, 0), neg(FI_EINVAL));
+        assert_eq!((t.sendmsg.unwrap())(ep, &tm, 0), neg(FI_EINVAL));
+        assert_eq!(
+            (t.sendmsg.unwrap())(ep, &tm, FI_PEEK as u64),
+            neg(FI_EBADFLAGS)
+        );
+        let v = (t.recvv.unwrap())(ep, iov.as_ptr(), null_mut(), 5, unspec, 0, 0, ctx(1));
+        assert_eq!(v, neg(FI_EINVAL));
+        // A tagged sendmsg with remote CQ data, gathered from 2 iovecs.
+        let parts = [
+            iovec {
+                iov_base: msg.as_ptr() as *mut c_void,
+                iov_len: 4,
+            },
+            iovec {
+                iov_base: msg[4..].as_ptr() as *mut c_void,
+                iov_len: 10,
+            },
+        ];
+        let tm = fi_msg_tagged {
+            msg_iov: parts.as_ptr(),
+            iov_count: 2,
+            tag: 42,
+            data: 5,
+            ..tm
+        };
+        assert_eq!(net.trecv(me, &mut b, unspec, 42, 0, 10), 0);
+        assert_eq!((t.sendmsg.unwrap())(ep, &tm, FI_REMOTE_CQ_DATA as u64), 0);
+        let e = net.wait(me, 2, &mut other);
+        let want = Cqe {
+            data: 5,
+            ..with_data.clone_with(10, 14, 42)
+        };
+        assert!(e.contains(&want), "{e:?}");
+        assert!(e.contains(&sent(1, 14)), "{e:?}");
+        assert_eq!(&b[..14], msg);
+        assert_eq!(other, []);
+        net.quiet();
+    }
+}
+
+impl Cqe {
+    /// This entry with another context, length and tag.
+    fn clone_with(&self, c: usize, len: usize, tag: u64) -> Cqe {
+        Cqe {
+            ctx: c,
+            len,
+            tag,
+            ..*self
+        }
+    }
+}
+
+/// `fi_cq_readfrom` on endpoint `i`'s CQ until an entry comes, every endpoint progressed:
+/// the entry and its source.
+fn readfrom(net: &Net, i: usize) -> (Cqe, u64) {
+    let cq = net.cqs[i];
+    let ops = unsafe { &*(*cq).ops };
+    let t = Instant::now();
+    loop {
+        assert!(t.elapsed() < DEADLINE, "no entry on endpoint {i}");
+        let mut e = fi_cq_tagged_entry::default();
+        let mut src = 0u64;
+        let n = unsafe {
+            (ops.readfrom.unwrap())(cq, (&mut e as *mut fi_cq_tagged_entry).cast(), 1, &mut src)
+        };
+        if n == 1 {
+            let c = Cqe {
+                ctx: e.op_context as usize,
+                flags: e.flags,
+                len: e.len,
+                buf: e.buf as usize,
+                data: e.data,
+                tag: e.tag,
+                err: 0,
+                olen: 0,
+            };
+            return (c, src);
+        }
+        assert_eq!(n, neg(FI_EAGAIN));
+        for j in 0..net.eps.len() {
+            if j != i {
+                let mut e = [fi_cq_tagged_entry::default(); 8];
+                let cq = net.cqs[j];
+                let n = unsafe { ((*(*cq).ops).read.unwrap())(cq, e.as_mut_ptr().cast(), 0) };
+                assert_eq!(n, neg(FI_EAGAIN));
+            }
+        }
+    }
+}
+
+#[test]
+fn readfrom_gives_the_sender_s_av_entry_or_notavail() {
+    unsafe {
+        let net = Net::new(3, FI_TAGGED as u64 | FI_SOURCE);
+        let (a, b, r) = (0, 1, 2);
+        let mut bufs = [[0u8; 8]; 3];
+        for (k, buf) in bufs.iter_mut().enumerate() {
+            assert_eq!(net.trecv(r, buf, mrc_fi::FI_ADDR_UNSPEC, 0, !0, k + 1), 0);
+        }
+        // From A: its AV entry.
+        assert_eq!(net.tsend(a, r, b"a", 1, 10), 0);
+        assert_eq!(readfrom(&net, r), (got(1, &bufs[0], 1, 1), net.addr[a]));
+        // A send completion has no source.
+        assert_eq!(readfrom(&net, a), (sent(10, 1), mrc_fi::FI_ADDR_NOTAVAIL));
+        // From B once its entry is gone from the AV: FI_ADDR_NOTAVAIL.
+        let aops = &*(*net.av).ops;
+        let mut gone = net.addr[b];
+        assert_eq!((aops.remove.unwrap())(net.av, &mut gone, 1, 0), 0);
+        assert_eq!(net.tsend(b, r, b"b", 2, 11), 0);
+        assert_eq!(
+            readfrom(&net, r),
+            (got(2, &bufs[1], 1, 2), mrc_fi::FI_ADDR_NOTAVAIL)
+        );
+        assert_eq!(readfrom(&net, b), (sent(11, 1), mrc_fi::FI_ADDR_NOTAVAIL));
+        // From itself: its own entry.
+        assert_eq!(net.tsend(r, r, b"r", 3, 12), 0);
+        let mut seen = vec![readfrom(&net, r), readfrom(&net, r)];
+        seen.sort_by_key(|(c, _)| c.ctx);
+        let own = (got(3, &bufs[2], 1, 3), net.addr[r]);
+        assert_eq!(seen, [own, (sent(12, 1), mrc_fi::FI_ADDR_NOTAVAIL)]);
+        net.quiet();
+    }
+}
+
+#[test]
+fn selective_completion_follows_the_op_flags_of_the_info() {
+    unsafe {
+        let sel = FI_SELECTIVE_COMPLETION;
+        let unspec = mrc_fi::FI_ADDR_UNSPEC;
+        // Open MPI's way: hints with FI_COMPLETION in both op_flags, the CQ bound with
+        // FI_SELECTIVE_COMPLETION; plain sends and receives still complete.
+        let net = Net::with(1, FI_TAGGED as u64, FI_COMPLETION as u64, sel);
+        let mut b = [0u8; 8];
+        assert_eq!(net.trecv(0, &mut b, unspec, 1, 0, 1), 0);
+        assert_eq!(net.tsend(0, 0, b"ompi", 1, 2), 0);
+        let mut other = Vec::new();
+        let e = net.wait(0, 2, &mut other);
+        assert!(e.contains(&got(1, &b, 4, 1)), "{e:?}");
+        assert!(e.contains(&sent(2, 4)), "{e:?}");
+        net.quiet();
+        drop(net);
+        // Without them: neither completes (the receive's buffer fills all the same).
+        let net = Net::with(1, FI_TAGGED as u64, 0, sel);
+        let mut b = [0u8; 8];
+        let p = b.as_mut_ptr();
+        let buf = std::slice::from_raw_parts_mut(p, b.len());
+        assert_eq!(net.trecv(0, buf, unspec, 1, 0, 1), 0);
+        assert_eq!(net.tsend(0, 0, b"none", 1, 2), 0);
+        // The provider writes the buffer during a CQ read: read it back through `p`.
+        let filled = || {
+            (0..4)
+                .map(|k| std::ptr::read_volatile(p.add(k)))
+                .collect::<Vec<u8>>()
+        };
+        let t = Instant::now();
+        while filled() != b"none" {
+            assert!(t.elapsed() < DEADLINE);
+            assert_eq!(net.read_once(0), []);
+        }
+        net.quiet();
     }
 }

@@ -89,11 +89,19 @@ fn fi_info_lists_the_mrc_provider() {
         .expect("run fi_info");
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "fi_info -p mrc: {o:?}");
-    assert_eq!(
-        out,
-        "provider: mrc\n    fabric: mrc\n    domain: udp\n    version: 0.1\n    \
-         type: FI_EP_RDM\n    protocol: FI_PROTO_UNSPEC\n"
-    );
+    let listing = "provider: mrc\n    fabric: mrc\n    domain: udp\n    version: 0.1\n    \
+                   type: FI_EP_RDM\n    protocol: FI_PROTO_UNSPEC\n";
+    assert_eq!(out, listing);
+
+    // Tagged messages are offered: asking for them lists the same provider.
+    for caps in ["FI_TAGGED", "FI_MSG"] {
+        let o = tool(&dir, "fi_info")
+            .args(["-p", "mrc", "-c", caps])
+            .output()
+            .expect("run fi_info -c");
+        assert!(o.status.success(), "fi_info -p mrc -c {caps}: {o:?}");
+        assert_eq!(String::from_utf8_lossy(&o.stdout), listing, "-c {caps}");
+    }
 
     // The attributes, verbose.
     let o = tool(&dir, "fi_info")
@@ -103,7 +111,12 @@ fn fi_info_lists_the_mrc_provider() {
     assert!(o.status.success());
     let v = String::from_utf8_lossy(&o.stdout);
     for line in [
-        "    caps: [ FI_MSG, FI_RECV, FI_SEND, FI_LOCAL_COMM, FI_REMOTE_COMM ]",
+        "    caps: [ FI_MSG, FI_TAGGED, FI_RECV, FI_SEND, FI_LOCAL_COMM, FI_REMOTE_COMM, \
+         FI_SOURCE, FI_DIRECTED_RECV ]",
+        "        caps: [ FI_MSG, FI_TAGGED, FI_SEND ]",
+        "        caps: [ FI_MSG, FI_TAGGED, FI_RECV, FI_SOURCE, FI_DIRECTED_RECV ]",
+        "        mem_tag_format: 0xaaaaaaaaaaaaaaaa",
+        "        cq_data_size: 4",
         "        max_msg_size: 1048576",
         "        inject_size: 4096",
         "        threading: FI_THREAD_SAFE",
@@ -113,8 +126,8 @@ fn fi_info_lists_the_mrc_provider() {
         assert!(v.lines().any(|l| l == line), "no line {line:?} in:\n{v}");
     }
 
-    // What the slice does not offer is not listed: tagged messages, a MSG endpoint.
-    for args in [["-c", "FI_TAGGED"], ["-t", "FI_EP_MSG"]] {
+    // What the provider does not offer is not listed: RMA, a MSG endpoint.
+    for args in [["-c", "FI_RMA"], ["-t", "FI_EP_MSG"]] {
         let o = tool(&dir, "fi_info")
             .args(["-p", "mrc"])
             .args(args)
