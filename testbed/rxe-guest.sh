@@ -631,11 +631,16 @@ role_planes_a() {
     *", 0 bad bytes") emit planes-server true "exit $rc: ${got# }" ;;
     *) emit planes-server false "exit $rc, the server said \"$got\": $(head -c 300 $W/planes-srv.err)" ;;
   esac
+  # lib_mrc.so over both devices (MRC_PLANE_DEVICES): its C checks, the server side
+  # (testbed/ocp-bench/planes-check-server.sh; its JSON line is the check
+  # ocp-planes-check-server)
+  LAB_PLANE_DEVICES=rxe0,rxe1 LAB_GID=$gid LAB_PEER=10.0.0.2 sh /lab/planes-check-server.sh 3>&1 >&2
 }
 
 # The client of two-planes: 6 s over both devices (EV i on plane i mod 2), eth1 (plane 1)
 # set down 2 s in and up again 2 s later; every byte verified, plane 1 taken out by this
-# host's own port (the plane watch) and back after.
+# host's own port (the plane watch) and back after. Then lib_mrc.so's C checks over both
+# devices against the server VM.
 role_planes_b() {
   if ! gid=$(planes_setup 10.0.0.2 10.1.0.2); then
     emit planes-b-setup false "rxe0 on eth0 10.0.0.2, rxe1 on eth1 10.1.0.2: setup failed"
@@ -683,6 +688,9 @@ role_planes_b() {
   else
     emit planes-client false "expected every byte verified and plane 1 down by its port once and back: $(jq -c '{ok, total_bytes, receiver: {verified_bytes: .receiver.verified_bytes, bad_bytes: .receiver.bad_bytes}, planes, error}' $W/planes.json 2>&1 | head -c 800)"
   fi
+  # lib_mrc.so over both devices: its C checks, the client side (the check
+  # ocp-planes-check-client: every mrc.h check passed, both planes' NICs carried packets)
+  LAB_PLANE_DEVICES=rxe0,rxe1 LAB_GID=$gid LAB_PEER=10.0.0.1 sh /lab/planes-check-client.sh 3>&1 >&2
 }
 
 # A script of the user's (rxe-lab.sh script FILE): rxe0 on lo, then FILE with its output

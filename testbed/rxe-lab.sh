@@ -39,7 +39,8 @@
 #              n: 10.n.0.0/24), rxe0 and rxe1 on each: mrc-perf server and client with
 #              `-d rxe0,rxe1` (one endpoint over both devices, EV i on plane i mod 2), the
 #              client's eth1 set down 2 s into a 6 s --verify run and up again 2 s later:
-#              every byte verified, plane 1 out by its port once and back
+#              every byte verified, plane 1 out by its port once and back; then lib_mrc.so's
+#              C checks (mrc_check) between the VMs over both devices (MRC_PLANE_DEVICES)
 #   perftest   beside perftest in one VM: ib_write_bw, ib_send_bw -c UD, ib_write_lat and
 #              mrc-perf --fabric verbs at the same sizes (numbers reported, not asserted)
 #   netem      the UDP datapath (mrc-perf loopback --verify) under the guest kernel's netem:
@@ -344,6 +345,7 @@ make_initrd() {
     echo "$ROOT/examples" >>"$o/lab/links"
   fi
   cp testbed/rxe-guest.sh "$o/lab/guest.sh"
+  cp testbed/ocp-bench/planes-check-server.sh testbed/ocp-bench/planes-check-client.sh "$o/lab/"
   strip --strip-debug -o "$o/lab/bin/lib_mrc.so" "$MRC_SO"
   strip --strip-debug -o "$o/lab/bin/mrc_check" "$CACHE/ocp/mrc_check"
   strip --strip-debug -o "$o/lab/bin/mrc_ctl_check" "$CACHE/ocp/mrc_ctl_check"
