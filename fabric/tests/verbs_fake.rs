@@ -714,3 +714,58 @@ fn two_devices_one_per_plane_spray_and_survive_losing_one() {
     assert_eq!(sb.conn.received_bytes, 60 * SIZE as u64);
     w.assert_slots_hold_last(&qb, 60);
 }
+
+/// A QP in the error state is reset once everything it held came back, and carries again:
+/// one QP (rq_depth 8), a's port down (`FakeFabric::set_port_up`, as rdma_rxe's port
+/// follows its netdev): a's 4 sends fail (1 LOC_QP_OP_ERR + 3 flushed) and its 8 posted
+/// receives come back flushed; the next pass resets the QP (RESET, INIT, RTR, RTS) and
+/// posts 8 receives again. While the port stays down the next send fails the same way;
+/// once it is up, 4 datagrams arrive byte-exact. Before, a UD QP in error stayed there for
+/// good (the lab's two-planes run: plane 1 never came back after its NIC did).
+#[test]
+fn a_qp_in_error_is_reset_once_drained_and_carries_again() {
+    let fab = FakeFabric::new();
+    let (mut a, mut b, conn) = linked(&fab, cfg(1, 8, 64, 4, 64), 0);
+    let a_gid: Ipv6Addr = "fd00::1".parse().unwrap();
+    let send4 = |a: &mut VerbsDatapath<FakeNic>, tag: u8| {
+        let mut batch = TxBatch::new(4, 1024);
+        for i in 0..4u8 {
+            assert!(batch.push(conn, 0, Ecn::Ect0, &[tag, i, 7, 7]));
+        }
+        a.tx_burst(&batch).unwrap()
+    };
+    let r = send4(&mut a, 1);
+    assert_eq!((r.datagrams, r.errors), (4, 0));
+    assert_eq!(drain(&mut b).len(), 4);
+    fab.set_port_up(a_gid, false);
+    let r = send4(&mut a, 2);
+    assert_eq!((r.datagrams, r.errors), (4, 0)); // posted; they fail on the NIC
+    assert_eq!(a.nic().stats().failed_sends, 4);
+    // a's pass: the 4 error completions, the 8 flushed receives, then the reset
+    assert_eq!(drain(&mut a).len(), 0);
+    let v = a.verbs_stats();
+    assert_eq!(
+        (v.tx_error_completions, v.rx_error_completions, v.qp_resets),
+        (4, 8, 1)
+    );
+    assert_eq!(a.nic().posted_recvs(0), Some(8));
+    assert_eq!(a.send_pool().in_use(), 0);
+    assert_eq!(drain(&mut b).len(), 0);
+    // still down: the next send fails again, and the next pass resets again
+    let r = send4(&mut a, 3);
+    assert_eq!((r.datagrams, r.errors), (4, 0));
+    assert_eq!(drain(&mut a).len(), 0);
+    assert_eq!(a.verbs_stats().qp_resets, 2);
+    // up again: the QP carries
+    fab.set_port_up(a_gid, true);
+    let r = send4(&mut a, 4);
+    assert_eq!((r.datagrams, r.errors), (4, 0));
+    let got = drain(&mut b);
+    let payloads: Vec<Vec<u8>> = got.into_iter().map(|g| g.2).collect();
+    assert_eq!(
+        payloads,
+        (0..4u8).map(|i| vec![4, i, 7, 7]).collect::<Vec<_>>()
+    );
+    assert_eq!(a.nic().stats().qp_resets, 2);
+    assert_eq!(a.verbs_stats().tx_qp_error, 0);
+}

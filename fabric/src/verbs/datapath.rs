@@ -68,6 +68,13 @@ pub struct VerbsStats {
     pub bad_wr_id: u64,
     /// Receive buffers reposted.
     pub rx_reposted: u64,
+    /// Datagrams not posted because their QP was in the error state (waiting for its
+    /// flushes, then a reset).
+    pub tx_qp_error: u64,
+    /// QPs brought back from the error state (RESET, INIT, RTR, RTS: [`Nic::reset_qp`]).
+    pub qp_resets: u64,
+    /// QP resets the provider refused (the QP stays out; the next pass tries again).
+    pub qp_reset_errors: u64,
 }
 
 /// Where [`Datapath::open_conn`] finds a peer's [`EndpointAddr`]: a table from the IP the
@@ -135,6 +142,10 @@ pub struct VerbsDatapath<N: Nic> {
     sqs: Vec<SendQueue>,
     /// Receive buffers posted per QP.
     rq_posted: Vec<u32>,
+    /// Per QP: in the error state (an error completion came back). Nothing is posted to
+    /// it until every WR it holds came back flushed; then it is reset
+    /// ([`VerbsDatapath::recover_qps`]).
+    qp_error: Vec<bool>,
     peers: PeerBook,
     ahs: HashMap<(Ipv6Addr, u32), usize>,
     conns: ConnTable<VConn, Route>,
@@ -271,6 +282,7 @@ impl<N: Nic> VerbsDatapath<N> {
         let n = cfg.qps as usize;
         Ok(VerbsDatapath {
             rq_posted: vec![cfg.rq_depth; n],
+            qp_error: vec![false; n],
             cfg,
             dev,
             port,
@@ -372,6 +384,11 @@ impl<N: Nic> VerbsDatapath<N> {
                 if wc.status != 0 {
                     self.vstats.tx_error_completions += 1;
                     self.stats.tx_errors += 1;
+                    // A UD send completes in error only when its QP failed (a local
+                    // error; rdma_rxe: its port was down): the QP is in the error state.
+                    if let Some(e) = self.qp_error.get_mut(id.qp_index() as usize) {
+                        *e = true;
+                    }
                 }
                 let pool = &mut self.send_pool;
                 let bad = &mut self.vstats.bad_wr_id;
@@ -402,6 +419,9 @@ impl<N: Nic> VerbsDatapath<N> {
     fn top_up(&mut self) {
         let slot_bytes = self.recv_pool.slot_bytes() as u32;
         for qp in 0..self.sqs.len() {
+            if self.qp_error[qp] {
+                continue;
+            }
             while self.rq_posted[qp] + (self.reposts[qp].len() as u32) < self.cfg.rq_depth {
                 let Ok(s) = self.recv_pool.alloc() else { break };
                 let Ok(offset) = self.recv_pool.offset_of(s) else {
@@ -423,6 +443,13 @@ impl<N: Nic> VerbsDatapath<N> {
             if self.reposts[qp].is_empty() {
                 continue;
             }
+            if self.qp_error[qp] {
+                // a QP in error would only flush them: back to the pool until its reset
+                for w in self.reposts[qp].drain(..) {
+                    let _ = self.recv_pool.free(SlotId(WrId(w.wr_id).slot()));
+                }
+                continue;
+            }
             let wrs = std::mem::take(&mut self.reposts[qp]);
             let accepted = match self.dev.post_recv(qp, &wrs) {
                 Ok(()) => wrs.len(),
@@ -437,6 +464,29 @@ impl<N: Nic> VerbsDatapath<N> {
             let mut wrs = wrs;
             wrs.clear();
             self.reposts[qp] = wrs;
+        }
+    }
+}
+
+impl<N: Nic> VerbsDatapath<N> {
+    /// Resets each QP in the error state whose WRs have all come back (no send
+    /// outstanding, no receive posted): RESET, INIT, RTR, RTS ([`Nic::reset_qp`]), after
+    /// which [`VerbsDatapath::top_up`] gives it receive buffers again. A UD QP in error
+    /// stays there for good otherwise: on rdma_rxe a send posted while the port was down
+    /// did that, and the plane never came back after the port did (the lab's `two-planes`
+    /// part).
+    fn recover_qps(&mut self) {
+        for qp in 0..self.qp_error.len() {
+            if !self.qp_error[qp] || self.sqs[qp].outstanding() > 0 || self.rq_posted[qp] > 0 {
+                continue;
+            }
+            match self.dev.reset_qp(qp, self.cfg.qkey) {
+                Ok(()) => {
+                    self.qp_error[qp] = false;
+                    self.vstats.qp_resets += 1;
+                }
+                Err(_) => self.vstats.qp_reset_errors += 1,
+            }
         }
     }
 }
@@ -535,8 +585,16 @@ impl<N: Nic> Datapath for VerbsDatapath<N> {
         })?;
         let mut report = TxReport::default();
         let max = self.cfg.max_datagram_bytes as usize;
+        self.recover_qps();
         for qp in 0..self.per_qp.len() {
             if self.per_qp[qp].is_empty() {
+                continue;
+            }
+            if self.qp_error[qp] {
+                // it would only flush them (the transport sees them lost)
+                let n = self.per_qp[qp].len() as u64;
+                self.vstats.tx_qp_error += n;
+                report.errors += n;
                 continue;
             }
             // Copy into send slots.
@@ -653,7 +711,9 @@ impl<N: Nic> Datapath for VerbsDatapath<N> {
                 self.vstats.rx_error_completions += 1;
                 self.stats.rx_errors += 1;
                 if wc.status == WC_WR_FLUSH_ERR {
-                    // The QP is in error: do not repost; the slot goes back to the pool.
+                    // The QP is in error: do not repost; the slot goes back to the pool
+                    // (the QP is reset once everything it held came back).
+                    self.qp_error[qp] = true;
                     let _ = self.recv_pool.free(slot);
                     continue;
                 }
@@ -697,6 +757,7 @@ impl<N: Nic> Datapath for VerbsDatapath<N> {
                 len: slot_bytes as u32,
             });
         }
+        self.recover_qps();
         self.top_up();
         self.flush_reposts();
         Ok(handed)

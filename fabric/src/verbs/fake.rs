@@ -13,7 +13,10 @@
 
 use super::config::VerbsError;
 use super::grh::{GRH_BYTES, GrhRepr, GrhVersion};
-use super::nic::{Nic, PostError, RecvWr, SendWr, WC_LOC_LEN_ERR, WC_SUCCESS, Wc};
+use super::nic::{
+    Nic, PostError, RecvWr, SendWr, WC_LOC_LEN_ERR, WC_LOC_QP_OP_ERR, WC_SUCCESS, WC_WR_FLUSH_ERR,
+    Wc,
+};
 use crate::datapath::Waker;
 use std::collections::{HashMap, VecDeque};
 use std::io;
@@ -54,6 +57,8 @@ struct State {
     filter: Option<Filter>,
     /// Packets to a GID no NIC has.
     unroutable: u64,
+    /// GIDs whose port is down ([`FakeFabric::set_port_up`]).
+    down: std::collections::HashSet<Ipv6Addr>,
 }
 
 struct Shared {
@@ -95,6 +100,7 @@ impl FakeFabric {
                     next_qpn: 0x11,
                     filter: None,
                     unroutable: 0,
+                    down: std::collections::HashSet::new(),
                 }),
                 cv: Condvar::new(),
             }),
@@ -119,6 +125,20 @@ impl FakeFabric {
     /// Installs the filter: it sees every packet before delivery; `false` drops it.
     pub fn set_filter(&self, f: impl FnMut(&mut FakePacket) -> bool + Send + 'static) {
         lock(&self.shared).filter = Some(Box::new(f));
+    }
+
+    /// Sets the port of the NIC with GID `gid` down (`up` false) or up, as rdma_rxe's port
+    /// follows its netdev: while down, nothing reaches the NIC, and a send posted on one of
+    /// its QPs fails (`IBV_WC_LOC_QP_OP_ERR`) and puts that QP in the error state, where
+    /// it stays until [`Nic::reset_qp`]: every WR posted on it then completes flushed
+    /// (`IBV_WC_WR_FLUSH_ERR`, posted receives included) and nothing leaves.
+    pub fn set_port_up(&self, gid: Ipv6Addr, up: bool) {
+        let mut st = lock(&self.shared);
+        if up {
+            st.down.remove(&gid);
+        } else {
+            st.down.insert(gid);
+        }
     }
 
     /// Packets sent to a GID that no NIC of the fabric has.
@@ -155,8 +175,14 @@ pub struct FakeNicStats {
     pub dropped_no_buffer: u64,
     /// Completed with `IBV_WC_LOC_LEN_ERR` (datagram longer than the buffer).
     pub len_errors: u64,
-    /// Dropped by the fabric filter (counted at the sender).
+    /// Dropped by the fabric filter or to a NIC whose port is down (counted at the
+    /// sender).
     pub filtered: u64,
+    /// Send WRs completed in error: posted while this NIC's port was down or on a QP in
+    /// the error state ([`FakeFabric::set_port_up`]).
+    pub failed_sends: u64,
+    /// QPs brought back from the error state ([`Nic::reset_qp`]).
+    pub qp_resets: u64,
 }
 
 struct FakeQp {
@@ -167,6 +193,8 @@ struct FakeQp {
     rq: VecDeque<RecvWr>,
     /// Unsignalled WRs holding send-queue entries.
     sq_unsignalled: u32,
+    /// In the error state ([`FakeFabric::set_port_up`]).
+    error: bool,
 }
 
 #[derive(Clone, Copy)]
@@ -325,8 +353,22 @@ impl Nic for FakeNic {
             rq_depth,
             rq: VecDeque::new(),
             sq_unsignalled: 0,
+            error: false,
         });
         Ok(qpn)
+    }
+
+    fn reset_qp(&mut self, qp: usize, qkey: u32) -> Result<(), VerbsError> {
+        let q = self.qps.get_mut(qp).ok_or_else(|| VerbsError::Call {
+            call: "ibv_modify_qp (RESET)",
+            source: io::Error::from_raw_os_error(22),
+        })?;
+        q.error = false;
+        q.rq.clear();
+        q.sq_unsignalled = 0;
+        q.qkey = qkey;
+        self.stats.qp_resets += 1;
+        Ok(())
     }
 
     fn create_ah(
@@ -355,6 +397,43 @@ impl Nic for FakeNic {
             })
         {
             return Err(PostError::invalid());
+        }
+        let port_down = lock(&self.fabric.shared).down.contains(&self.gid);
+        if port_down || self.qps[qp].error {
+            // The QP fails (its port is down) or has failed: every WR completes in error,
+            // the first of a failure with LOC_QP_OP_ERR, the rest flushed, and so does
+            // every posted receive; nothing leaves.
+            let q = &mut self.qps[qp];
+            let mut status = if q.error {
+                WC_WR_FLUSH_ERR
+            } else {
+                WC_LOC_QP_OP_ERR
+            };
+            q.error = true;
+            q.sq_unsignalled = 0;
+            for w in wrs {
+                self.send_cq.push_back(Wc {
+                    wr_id: w.wr_id,
+                    status,
+                    byte_len: 0,
+                    qp_num: q.qpn,
+                    src_qp: 0,
+                    has_grh: false,
+                });
+                status = WC_WR_FLUSH_ERR;
+            }
+            for r in q.rq.drain(..) {
+                self.recv_cq.push_back(Wc {
+                    wr_id: r.wr_id,
+                    status: WC_WR_FLUSH_ERR,
+                    byte_len: 0,
+                    qp_num: q.qpn,
+                    src_qp: 0,
+                    has_grh: false,
+                });
+            }
+            self.stats.failed_sends += wrs.len() as u64;
+            return Ok(());
         }
         let mut out = Vec::with_capacity(wrs.len());
         let mut refused = None;
@@ -410,12 +489,18 @@ impl Nic for FakeNic {
                 inboxes,
                 filter,
                 unroutable,
+                down,
                 ..
             } = &mut *st;
             for mut p in out {
                 if let Some(f) = filter.as_mut()
                     && !f(&mut p)
                 {
+                    self.stats.filtered += 1;
+                    continue;
+                }
+                if down.contains(&p.dgid) {
+                    // the receiving NIC's port is down
                     self.stats.filtered += 1;
                     continue;
                 }
@@ -446,6 +531,20 @@ impl Nic for FakeNic {
             return Err(PostError::invalid());
         }
         let q = &mut self.qps[qp];
+        if q.error {
+            // a QP in error flushes what is posted to it
+            for w in wrs {
+                self.recv_cq.push_back(Wc {
+                    wr_id: w.wr_id,
+                    status: WC_WR_FLUSH_ERR,
+                    byte_len: 0,
+                    qp_num: q.qpn,
+                    src_qp: 0,
+                    has_grh: false,
+                });
+            }
+            return Ok(());
+        }
         for (i, w) in wrs.iter().enumerate() {
             if q.rq.len() >= q.rq_depth as usize {
                 return Err(PostError {

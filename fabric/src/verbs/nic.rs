@@ -21,6 +21,9 @@ pub const WC_SUCCESS: u32 = 0;
 pub const WC_LOC_LEN_ERR: u32 = 1;
 /// `IBV_WC_WR_FLUSH_ERR`: the QP went to the error state; its WRs come back flushed.
 pub const WC_WR_FLUSH_ERR: u32 = 5;
+/// `IBV_WC_LOC_QP_OP_ERR`: the send failed locally (rdma_rxe: its port was down) and the QP
+/// went to the error state.
+pub const WC_LOC_QP_OP_ERR: u32 = 2;
 
 /// What the port query found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -123,6 +126,13 @@ pub trait Nic {
     /// # Errors
     /// [`VerbsError::Call`].
     fn create_ud_qp(&mut self, sq_depth: u32, rq_depth: u32, qkey: u32) -> Result<u32, VerbsError>;
+
+    /// Brings QP index `qp` back from the error state: RESET (its queues emptied, without
+    /// completions), then INIT, RTR and RTS with `qkey`, as [`Nic::create_ud_qp`] left it.
+    ///
+    /// # Errors
+    /// [`VerbsError::Call`].
+    fn reset_qp(&mut self, qp: usize, qkey: u32) -> Result<(), VerbsError>;
 
     /// Creates an AH to `dgid` (`dlid` on InfiniBand) with these GRH fields; returns its
     /// index.

@@ -399,6 +399,41 @@ impl Device {
         let qp = NonNull::new(unsafe { ibv_create_qp(self.pd.as_ptr(), &mut init) })
             .ok_or_else(|| call_err("ibv_create_qp"))?;
         self.qps.push(qp);
+        Self::to_rts(qp, self.port, qkey)?;
+        // SAFETY: live QP.
+        Ok(unsafe { (*qp.as_ptr()).qp_num })
+    }
+
+    /// Moves QP `qp` RESET (which empties its queues without completions) -> INIT -> RTR
+    /// -> RTS with `qkey`: the recovery of a UD QP in the error state (rdma_rxe puts one
+    /// there when a send fails while its port is down).
+    ///
+    /// # Errors
+    /// [`VerbsError::Call`] (an index with no QP: `EINVAL`).
+    fn reset_qp_impl(&mut self, qp: usize, qkey: u32) -> Result<(), VerbsError> {
+        let q = *self
+            .qps
+            .get(qp)
+            .ok_or_else(|| rc_err("ibv_modify_qp (RESET)", libc::EINVAL))?;
+        // SAFETY: plain data, zero-initialised, then the state.
+        let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
+        a.qp_state = ibv_qp_state::IBV_QPS_RESET;
+        // SAFETY: live QP, live attr.
+        let rc = unsafe {
+            ibv_modify_qp(
+                q.as_ptr(),
+                &mut a,
+                ibv_qp_attr_mask::IBV_QP_STATE.0 as c_int,
+            )
+        };
+        if rc != 0 {
+            return Err(rc_err("ibv_modify_qp (RESET)", rc));
+        }
+        Self::to_rts(q, self.port, qkey)
+    }
+
+    /// INIT -> RTR -> RTS of a UD QP in RESET on `port` with `qkey`.
+    fn to_rts(qp: NonNull<ibv_qp>, port: u8, qkey: u32) -> Result<(), VerbsError> {
         let steps: [(&'static str, ibv_qp_state::Type, ibv_qp_attr_mask); 3] = [
             (
                 "ibv_modify_qp (INIT)",
@@ -424,7 +459,7 @@ impl Device {
             let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
             a.qp_state = state;
             a.pkey_index = 0;
-            a.port_num = self.port;
+            a.port_num = port;
             a.qkey = qkey;
             a.sq_psn = 0;
             // SAFETY: live QP, live attr.
@@ -433,8 +468,7 @@ impl Device {
                 return Err(rc_err(call, rc));
             }
         }
-        // SAFETY: live QP.
-        Ok(unsafe { (*qp.as_ptr()).qp_num })
+        Ok(())
     }
 
     /// Creates an AH to `dgid` (and `dlid` on InfiniBand) with the given GRH fields.
@@ -745,6 +779,9 @@ impl Nic for Device {
     }
     fn create_ud_qp(&mut self, sq_depth: u32, rq_depth: u32, qkey: u32) -> Result<u32, VerbsError> {
         self.create_ud_qp_impl(sq_depth, rq_depth, qkey)
+    }
+    fn reset_qp(&mut self, qp: usize, qkey: u32) -> Result<(), VerbsError> {
+        self.reset_qp_impl(qp, qkey)
     }
     fn create_ah(
         &mut self,
