@@ -56,7 +56,18 @@ rxe_up() {
   while [ $i -lt 20 ]; do
     # The addresses come first; the rest of the 1024 entries are empty.
     for g in 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15; do
-      if [ "$(cat /sys/class/infiniband/$DEV/ports/1/gids/$g)" = "$want" ]; then echo $g; return 0; fi
+      if [ "$(cat /sys/class/infiniband/$DEV/ports/1/gids/$g)" = "$want" ]; then
+        # and the port ACTIVE (it can follow the GID by a while on a loaded host: a client
+        # started at once was refused with "port 1 of rxe1 is not active (state 1)")
+        j=0
+        until grep -q ACTIVE /sys/class/infiniband/$DEV/ports/1/state 2>/dev/null || [ $j -ge 100 ]; do
+          sleep 0.1
+          j=$((j + 1))
+        done
+        grep -q ACTIVE /sys/class/infiniband/$DEV/ports/1/state || return 1
+        echo $g
+        return 0
+      fi
     done
     sleep 0.2
     i=$((i + 1))
