@@ -3,46 +3,12 @@
 //! holds `libmrc-fi.so`. Without `fi_info` / `fi_pingpong` each test prints a
 //! `SKIPPED: <test>: <reason>` line and passes.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use common::{have, provider_dir, skip};
+use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
-
-fn skip(test: &str, why: &str) {
-    let line = format!("SKIPPED: {test}: {why}\n");
-    let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
-}
-
-fn have(tool: &str) -> bool {
-    Command::new(tool)
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok()
-}
-
-/// The cdylib cargo built next to this test binary (`target/<profile>/deps/..`).
-fn cdylib() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    let deps = exe.parent().expect("deps dir");
-    for dir in [deps, deps.parent().unwrap_or(deps)] {
-        let p = dir.join("libmrc_fi.so");
-        if p.exists() {
-            return p;
-        }
-    }
-    panic!("libmrc_fi.so not found next to {}", exe.display());
-}
-
-/// A directory holding only `libmrc-fi.so` (a copy: a rebuild must not change it under a
-/// running tool), for `FI_PROVIDER_PATH`.
-fn provider_dir(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("tmp dir");
-    std::fs::copy(cdylib(), dir.join("libmrc-fi.so")).expect("copy the provider");
-    dir
-}
 
 fn tool(dir: &Path, prog: &str) -> Command {
     let mut c = Command::new(prog);

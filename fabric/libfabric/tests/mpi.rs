@@ -7,35 +7,11 @@
 //! from `FI_PROVIDER_PATH`. Without `mpicc` / `mpirun` (Debian: libopenmpi-dev,
 //! openmpi-bin) the test prints `SKIPPED: <test>: <reason>` and passes.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+mod common;
 
-fn skip(test: &str, why: &str) {
-    let line = format!("SKIPPED: {test}: {why}\n");
-    let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
-}
-
-fn have(tool: &str) -> bool {
-    Command::new(tool)
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-/// The cdylib cargo built next to this test binary (`target/<profile>/deps/..`).
-fn cdylib() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    let deps = exe.parent().expect("deps dir");
-    for dir in [deps, deps.parent().unwrap_or(deps)] {
-        let p = dir.join("libmrc_fi.so");
-        if p.exists() {
-            return p;
-        }
-    }
-    panic!("libmrc_fi.so not found next to {}", exe.display());
-}
+use common::{have, provider_dir, skip};
+use std::path::Path;
+use std::process::Command;
 
 #[test]
 fn open_mpi_runs_point_to_point_probe_and_collectives_over_mrc() {
@@ -48,9 +24,8 @@ fn open_mpi_runs_point_to_point_probe_and_collectives_over_mrc() {
     }
     let tmp = Path::new(env!("CARGO_TARGET_TMPDIR")).join("mpi");
     let _ = std::fs::remove_dir_all(&tmp);
-    let prov = tmp.join("prov");
-    std::fs::create_dir_all(&prov).expect("tmp dir");
-    std::fs::copy(cdylib(), prov.join("libmrc-fi.so")).expect("copy the provider");
+    std::fs::create_dir_all(&tmp).expect("tmp dir");
+    let prov = provider_dir("mpi-prov");
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mpi_check.c");
     let exe = tmp.join("mpi_check");
     let cc = Command::new("mpicc")
