@@ -228,6 +228,11 @@ pub struct PathTable {
     proofs: u64,
     /// The planes, by plane number (one, plane 0, on a single fabric).
     planes: Vec<Plane>,
+    /// Packets in flight per plane (by the EV of their latest transmission), as the
+    /// sender last told ([`PathTable::set_in_flight_evs`]) for the EV about to come back;
+    /// empty when not told. Read by [`PathTable::rejoin`], cleared after each probe reply
+    /// and un-denial.
+    in_flight: Vec<u32>,
 }
 
 /// Rotations' worth of evidence on the other EVs (this many times the number of EVs) that
@@ -318,6 +323,7 @@ impl PathTable {
             recycled: RecycleFifo::new(),
             delivered: Vec::new(),
             planes,
+            in_flight: Vec::new(),
         }
     }
 
@@ -764,6 +770,7 @@ impl PathTable {
         if back {
             self.rejoin(idx);
         }
+        self.in_flight.clear();
         self.recount_bad();
     }
 
@@ -825,6 +832,10 @@ impl PathTable {
             .filter(|&i| self.plane_of(i) == q)
             .count();
         let apart = self.planes.iter().filter(|pl| pl.is_up()).count().max(1);
+        if !self.in_flight.is_empty() {
+            self.rejoin_counting_flight(idx, q, good, good_q, have, on_q, apart);
+            return;
+        }
         for k in 0..share.saturating_sub(have) {
             // the first entry is one more; the others replace the newest entries (above)
             let at = (k > 0)
@@ -840,6 +851,42 @@ impl PathTable {
             }
             if at.is_some() {
                 self.recycled.pop_back();
+            }
+            let pos = self.spread_slot(q, apart);
+            self.recycled.insert(pos, idx);
+            on_q = after_q;
+        }
+    }
+
+    /// [`PathTable::rejoin`] when the sender told its packets in flight per plane
+    /// ([`PathTable::set_in_flight_evs`]): the flow's entries are those waiting and those
+    /// in flight (each comes back as an entry of the EV it went on). The EV's share is
+    /// the flow's entries over the `Good` EVs (at least one, its entries waiting
+    /// included), its plane's entries stay within the plane's share of the flow's, and
+    /// each entry is added (spread as [`PathTable::spread_slot`] says), not put in place
+    /// of another plane's.
+    #[allow(clippy::too_many_arguments)]
+    fn rejoin_counting_flight(
+        &mut self,
+        idx: usize,
+        q: u8,
+        good: usize,
+        good_q: usize,
+        have: usize,
+        mut on_q: usize,
+        apart: usize,
+    ) {
+        let flying_q = self
+            .in_flight
+            .get(usize::from(q))
+            .map_or(0, |&n| n as usize);
+        let flying: usize = self.in_flight.iter().map(|&n| n as usize).sum();
+        let share = ((self.recycled.len() + flying) / good).max(1);
+        for _ in 0..share.saturating_sub(have) {
+            let after_q = on_q + 1;
+            let len = self.recycled.len() + 1;
+            if (after_q + flying_q) * good > (len + flying) * good_q + good - 1 {
+                break;
             }
             let pos = self.spread_slot(q, apart);
             self.recycled.insert(pos, idx);
@@ -925,9 +972,37 @@ impl PathTable {
         }
     }
 
+    /// The sender's packets in flight, by the EV index of each one's latest transmission
+    /// ([`crate::send::SendState::in_flight_evs`]), for the next [`PathTable::on_probe_reply`]
+    /// or [`PathTable::set_denied`] only: an EV coming back in rotation takes entries of
+    /// the recycle FIFO only while its plane's share of the flow's entries, those waiting
+    /// and those in flight (each comes back as an entry of the EV it went on), is below
+    /// the plane's share of the `Good` EVs ([`PathTable::rejoin`]). Only with
+    /// [`Selection::Recycle`] and planes; otherwise nothing is kept.
+    pub fn set_in_flight_evs(&mut self, evs: impl Iterator<Item = usize>) {
+        self.in_flight.clear();
+        if self.selection != Selection::Recycle || self.planes.len() < 2 {
+            return;
+        }
+        self.in_flight.resize(self.planes.len(), 0);
+        for i in evs {
+            if let Some(p) = self.paths.get(i) {
+                if let Some(n) = self.in_flight.get_mut(usize::from(p.plane)) {
+                    *n += 1;
+                }
+            }
+        }
+    }
+
     /// A probe reply for `ev` with `probe_seq`: if it answers a probe of the current
     /// episode, the EV is `Good` again. Returns whether it did.
     pub fn on_probe_reply(&mut self, ev: u32, probe_seq: u32, now_ns: u64) -> bool {
+        let answered = self.on_probe_reply_inner(ev, probe_seq, now_ns);
+        self.in_flight.clear();
+        answered
+    }
+
+    fn on_probe_reply_inner(&mut self, ev: u32, probe_seq: u32, now_ns: u64) -> bool {
         let Some(idx) = self.index_of(ev) else {
             return false;
         };
