@@ -100,6 +100,11 @@ pub struct Path {
     /// `AssumedBad` because its plane is down: probed with the plane
     /// ([`PathTable::planes`]), not on its own.
     pub plane_held: bool,
+    /// Out of rotation with its plane when the plane came back from a failure (its port
+    /// or the peer's down, or a first plane probe unanswered): when the EV comes back,
+    /// [`PathTable::rejoin`] counts the flow's packets in flight per plane
+    /// ([`PathTable::set_in_flight_evs`]). Cleared when it rejoins.
+    pub plane_return: bool,
     /// Its plane's epoch + 1 when its latest loss counted in the plane's loss streak.
     streak_mark: u32,
 }
@@ -303,6 +308,7 @@ impl PathTable {
                 echo_ns: None,
                 plane,
                 plane_held: false,
+                plane_return: false,
                 streak_mark: 0,
             });
         }
@@ -832,10 +838,24 @@ impl PathTable {
             .filter(|&i| self.plane_of(i) == q)
             .count();
         let apart = self.planes.iter().filter(|pl| pl.is_up()).count().max(1);
-        if !self.in_flight.is_empty() {
-            self.rejoin_counting_flight(idx, q, good, good_q, have, on_q, apart);
-            return;
-        }
+        // an EV back with its plane from a failure: the flow's packets in flight on the
+        // planes up count in the plane's share (each comes back as an entry of the EV it
+        // went on; those on a plane down come back as nothing)
+        let (flying_q, flying) = if std::mem::take(&mut self.paths[idx].plane_return) {
+            (
+                self.in_flight
+                    .get(usize::from(q))
+                    .map_or(0, |&n| n as usize),
+                self.in_flight
+                    .iter()
+                    .zip(&self.planes)
+                    .filter(|(_, pl)| pl.is_up())
+                    .map(|(&n, _)| n as usize)
+                    .sum::<usize>(),
+            )
+        } else {
+            (0, 0)
+        };
         for k in 0..share.saturating_sub(have) {
             // the first entry is one more; the others replace the newest entries (above)
             let at = (k > 0)
@@ -846,47 +866,11 @@ impl PathTable {
             let len = self.recycled.len() + usize::from(replaced.is_none());
             // the plane's entries stay within its share of the FIFO, its `Good` EVs' part
             // of all `Good` EVs (rounded up)
-            if after_q * good > len * good_q + good - 1 {
+            if (after_q + flying_q) * good > (len + flying) * good_q + good - 1 {
                 break;
             }
             if at.is_some() {
                 self.recycled.pop_back();
-            }
-            let pos = self.spread_slot(q, apart);
-            self.recycled.insert(pos, idx);
-            on_q = after_q;
-        }
-    }
-
-    /// [`PathTable::rejoin`] when the sender told its packets in flight per plane
-    /// ([`PathTable::set_in_flight_evs`]): the flow's entries are those waiting and those
-    /// in flight (each comes back as an entry of the EV it went on). The EV's share is
-    /// the flow's entries over the `Good` EVs (at least one, its entries waiting
-    /// included), its plane's entries stay within the plane's share of the flow's, and
-    /// each entry is added (spread as [`PathTable::spread_slot`] says), not put in place
-    /// of another plane's.
-    #[allow(clippy::too_many_arguments)]
-    fn rejoin_counting_flight(
-        &mut self,
-        idx: usize,
-        q: u8,
-        good: usize,
-        good_q: usize,
-        have: usize,
-        mut on_q: usize,
-        apart: usize,
-    ) {
-        let flying_q = self
-            .in_flight
-            .get(usize::from(q))
-            .map_or(0, |&n| n as usize);
-        let flying: usize = self.in_flight.iter().map(|&n| n as usize).sum();
-        let share = ((self.recycled.len() + flying) / good).max(1);
-        for _ in 0..share.saturating_sub(have) {
-            let after_q = on_q + 1;
-            let len = self.recycled.len() + 1;
-            if (after_q + flying_q) * good > (len + flying) * good_q + good - 1 {
-                break;
             }
             let pos = self.spread_slot(q, apart);
             self.recycled.insert(pos, idx);

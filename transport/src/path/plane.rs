@@ -420,6 +420,10 @@ impl PathTable {
         if pl.is_up() {
             return;
         }
+        // down for a while: its port, the peer's, or a plane whose first probe went
+        // unanswered (not a burst of congestion losses, answered at once)
+        let failed =
+            pl.state != PlaneState::Down(PlaneDownCause::Loss) || pl.probes_unanswered >= 2;
         pl.state = PlaneState::Up;
         pl.stats.ups += 1;
         pl.up_since_ns = Some(now_ns);
@@ -430,6 +434,11 @@ impl PathTable {
         pl.epoch = pl.epoch.wrapping_add(1);
         pl.probes_unanswered = 0;
         for p in self.paths.iter_mut().filter(|p| p.plane == q) {
+            // those out with the plane (the one whose probe was answered among them)
+            // come back counting the flow's packets in flight ([`PathTable::rejoin`])
+            if p.plane_held || p.state == PathState::AssumedBad {
+                p.plane_return = failed;
+            }
             p.plane_held = false;
             if p.state == PathState::AssumedBad {
                 p.next_probe_ns = now_ns;
