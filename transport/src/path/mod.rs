@@ -100,8 +100,8 @@ pub struct Path {
     /// `AssumedBad` because its plane is down: probed with the plane
     /// ([`PathTable::planes`]), not on its own.
     pub plane_held: bool,
-    /// Out of rotation with its plane when the plane came back from a failure (its port
-    /// or the peer's down, or a first plane probe unanswered): when the EV comes back,
+    /// Out of rotation with its plane when the plane came back from a failure in the
+    /// fabric (down by loss, its first plane probe unanswered): when the EV comes back,
     /// [`PathTable::rejoin`] counts the flow's packets in flight per plane
     /// ([`PathTable::set_in_flight_evs`]). Cleared when it rejoins.
     pub plane_return: bool,
