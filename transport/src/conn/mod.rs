@@ -414,6 +414,7 @@ impl<C: Controller> Connection<C> {
     /// requests fail with [`WcStatus::RetryExceeded`] and the connection goes to `Error`,
     /// as with every EV black-holed.
     pub fn set_ev_denied(&mut self, ev: u32, denied: bool) {
+        self.paths.set_in_flight_evs(self.send.in_flight_evs());
         self.paths.set_denied(ev, denied);
         if self.paths.any_usable() {
             self.send.on_unblocked();

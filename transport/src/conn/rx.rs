@@ -174,6 +174,7 @@ impl<C: Controller> Connection<C> {
                 self.stats.keepalive_replies += 1;
             }
             Body::ProbeReply(r) => {
+                self.paths.set_in_flight_evs(self.send.in_flight_evs());
                 if self.paths.on_probe_reply(r.echo_ev, r.probe_seq, now_ns) {
                     if let Some(i) = self.paths.index_of(r.echo_ev) {
                         let rtt = now_ns.saturating_sub(widen_ts(now_ns, r.echo_ts_ns));

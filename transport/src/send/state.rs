@@ -1729,6 +1729,17 @@ impl SendState {
         self.in_flight_pkts
     }
 
+    /// The EV index of the latest transmission of each packet in flight (sent, not
+    /// acknowledged, not queued for retransmission), oldest first: the entries their
+    /// acknowledgements will recycle. O(packets held): for rare events (an EV back in
+    /// rotation, [`crate::path::PathTable::set_in_flight_evs`]).
+    pub fn in_flight_evs(&self) -> impl Iterator<Item = usize> + '_ {
+        self.pkts
+            .iter()
+            .filter(|p| p.state == PktState::InFlight)
+            .map(|p| usize::from(p.last_ev))
+    }
+
     /// Fails every outstanding work request: the oldest with `first_status`, the rest
     /// [`WcStatus::Flushed`]; clears all packet state. Later posts fail at once.
     pub fn fail_all(&mut self, first_status: WcStatus) {
