@@ -2548,7 +2548,10 @@ fn sizes_take_binary_suffixes() {
 }
 
 /// The per-plane block of a JSON report: per plane its EVs and share of the packets;
-/// each EV's plane alternates 0, 1, ... (interleaved).
+/// each EV's plane alternates 0, 1, ... (interleaved). The runs that call it spray round
+/// robin, so the 45-55% share checks the datapath's planes, not the host's timing:
+/// recycled entropy keeps whatever split its first round trips gave (its entries only
+/// circulate), and a loaded CI host once gave 55.3%.
 fn check_two_planes(v: &Value) {
     let planes = v["planes"].as_array().unwrap();
     assert_eq!(planes.len(), 2, "{v}");
@@ -2575,7 +2578,15 @@ fn check_two_planes(v: &Value) {
 #[test]
 fn loopback_on_two_planes_verifies_and_splits_the_packets_per_plane() {
     let v = json(&[
-        "loopback", "--planes", "2", "-n", "500", "--verify", "--json",
+        "loopback",
+        "--planes",
+        "2",
+        "-n",
+        "500",
+        "--verify",
+        "--json",
+        "--path-selection",
+        "round-robin",
     ]);
     assert_eq!(v["receiver"]["verified_bytes"], 500 * 65536);
     assert_eq!(v["receiver"]["bad_bytes"], 0);
@@ -2634,6 +2645,8 @@ fn client_and_server_with_a_bind_list_spray_over_both_planes() {
         "300",
         "--verify",
         "--json",
+        "--path-selection",
+        "round-robin",
     ]);
     let status = server.wait().unwrap();
     assert!(status.success());
