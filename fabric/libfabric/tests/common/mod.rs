@@ -10,14 +10,15 @@ pub fn skip(test: &str, why: &str) {
     let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
 }
 
-/// Whether `tool --version` runs and succeeds.
+/// Whether `tool` can be run (found and executable; its exit status does not matter:
+/// `fi_pingpong --version` exits non-zero).
 pub fn have(tool: &str) -> bool {
     Command::new(tool)
         .arg("--version")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()
-        .is_ok_and(|s| s.success())
+        .is_ok()
 }
 
 /// The cdylib cargo built next to this test binary (`target/<profile>/deps/..`).
