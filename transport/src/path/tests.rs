@@ -916,6 +916,30 @@ mod planes {
         t
     }
 
+    /// Answers plane probes `(ev, seq)` in turn, 1 us apart from `start_ns` (each due
+    /// then, each answered 500 ns later), telling the table the EVs of `flying` before
+    /// each answer; a packet goes on the next pick whenever the answered EV heads the
+    /// FIFO (it is in flight from then on). Returns the FIFO after each answer.
+    fn answer_probes(
+        t: &mut PathTable,
+        flying: &mut Vec<usize>,
+        answers: &[(usize, u32)],
+        start_ns: u64,
+    ) -> Vec<Vec<usize>> {
+        let mut fifos = Vec::new();
+        for (k, &(ev, seq)) in answers.iter().enumerate() {
+            let now = start_ns + 1_000 * k as u64;
+            assert_eq!(t.next_probe(now, 100_000), Some((ev, seq)));
+            t.set_in_flight_evs(flying.iter().copied());
+            assert!(t.on_probe_reply(ev as u32, seq, now + 500));
+            fifos.push(t.recycled().collect::<Vec<_>>());
+            if t.recycled().next() == Some(ev) {
+                flying.push(t.select(None).unwrap());
+            }
+        }
+        fifos
+    }
+
     /// A plane back from a failure (its first probe unanswered) to a flow that sends
     /// between its EVs' probe answers: the flow's packets in flight count in the plane's
     /// share (the sender tells them, `set_in_flight_evs`). The flow has 3 entries waiting
@@ -936,17 +960,12 @@ mod planes {
         assert_eq!(t.next_probe(20_000, 100_000), Some((3, 1)));
         assert_eq!(t.next_probe(219_999, 100_000), None);
         let mut flying = vec![4, 5, 6];
-        let mut fifos = Vec::new();
-        for (k, (ev, seq)) in [(7, 2), (3, 3), (11, 4), (15, 5)].into_iter().enumerate() {
-            let now = 220_000 + 1_000 * k as u64;
-            assert_eq!(t.next_probe(now, 100_000), Some((ev, seq)));
-            t.set_in_flight_evs(flying.iter().copied());
-            assert!(t.on_probe_reply(ev as u32, seq, now + 500));
-            fifos.push(t.recycled().collect::<Vec<_>>());
-            if t.recycled().next() == Some(ev) {
-                flying.push(t.select(None).unwrap());
-            }
-        }
+        let fifos = answer_probes(
+            &mut t,
+            &mut flying,
+            &[(7, 2), (3, 3), (11, 4), (15, 5)],
+            220_000,
+        );
         assert_eq!(
             fifos,
             vec![
@@ -986,17 +1005,12 @@ mod planes {
         assert_eq!(t.next_probe(20_000, 100_000), Some((3, 2)));
         assert_eq!(t.next_probe(220_000, 100_000), Some((6, 3)));
         let mut flying = vec![4, 5, 2, 6, 10, 14, 2, 6];
-        let mut fifos = Vec::new();
-        for (k, (ev, seq)) in [(7, 4), (3, 5), (11, 6), (15, 7)].into_iter().enumerate() {
-            let now = 220_000 + 1_000 * k as u64;
-            assert_eq!(t.next_probe(now, 100_000), Some((ev, seq)));
-            t.set_in_flight_evs(flying.iter().copied());
-            assert!(t.on_probe_reply(ev as u32, seq, now + 500));
-            fifos.push(t.recycled().collect::<Vec<_>>());
-            if t.recycled().next() == Some(ev) {
-                flying.push(t.select(None).unwrap());
-            }
-        }
+        let fifos = answer_probes(
+            &mut t,
+            &mut flying,
+            &[(7, 4), (3, 5), (11, 6), (15, 7)],
+            220_000,
+        );
         assert_eq!(t.planes()[2].state, PlaneState::Down(PlaneDownCause::Loss));
         assert_eq!(t.planes()[3].state, PlaneState::Up);
         assert_eq!(
@@ -1033,17 +1047,12 @@ mod planes {
         assert!(t.set_plane_local(3, true, 20_000));
         assert_eq!(t.planes()[3].state, PlaneState::Up);
         let mut flying = vec![4, 5, 6];
-        let mut fifos = Vec::new();
-        for (k, (ev, seq)) in [(3, 1), (7, 2), (11, 3), (15, 4)].into_iter().enumerate() {
-            let now = 20_000 + 1_000 * k as u64;
-            assert_eq!(t.next_probe(now, 100_000), Some((ev, seq)));
-            t.set_in_flight_evs(flying.iter().copied());
-            assert!(t.on_probe_reply(ev as u32, seq, now + 500));
-            fifos.push(t.recycled().collect::<Vec<_>>());
-            if t.recycled().next() == Some(ev) {
-                flying.push(t.select(None).unwrap());
-            }
-        }
+        let fifos = answer_probes(
+            &mut t,
+            &mut flying,
+            &[(3, 1), (7, 2), (11, 3), (15, 4)],
+            20_000,
+        );
         assert_eq!(
             fifos,
             vec![
@@ -1065,17 +1074,12 @@ mod planes {
     fn a_plane_back_on_its_first_probe_counts_the_fifo_only() {
         let mut t = sixteen_evs_plane_3_down();
         let mut flying = vec![4, 5, 6];
-        let mut fifos = Vec::new();
-        for (k, (ev, seq)) in [(3, 1), (7, 2), (11, 3), (15, 4)].into_iter().enumerate() {
-            let now = 20_000 + 1_000 * k as u64;
-            assert_eq!(t.next_probe(now, 100_000), Some((ev, seq)));
-            t.set_in_flight_evs(flying.iter().copied());
-            assert!(t.on_probe_reply(ev as u32, seq, now + 500));
-            fifos.push(t.recycled().collect::<Vec<_>>());
-            if t.recycled().next() == Some(ev) {
-                flying.push(t.select(None).unwrap());
-            }
-        }
+        let fifos = answer_probes(
+            &mut t,
+            &mut flying,
+            &[(3, 1), (7, 2), (11, 3), (15, 4)],
+            20_000,
+        );
         assert_eq!(
             fifos,
             vec![
