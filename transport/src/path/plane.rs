@@ -350,15 +350,16 @@ impl PathTable {
         // that works. After an RTO over every plane (silence everywhere) each plane's EVs
         // are `AssumedBad`, and the first loss found on any plane would otherwise take
         // that plane down for what was the whole connection's stall.
-        let other_works = self.planes.iter().enumerate().any(|(r, pl)| {
-            r != q
-                && pl.is_up()
-                && self.paths.iter().any(|p| {
-                    usize::from(p.plane) == r
-                        && matches!(p.state, PathState::Good | PathState::Skip { .. })
-                })
-        });
-        if (by_streak || all_bad) && other_works {
+        let planes = &self.planes;
+        let other_works = || {
+            self.paths.iter().any(|p| {
+                let r = usize::from(p.plane);
+                r != q
+                    && planes.get(r).is_some_and(Plane::is_up)
+                    && matches!(p.state, PathState::Good | PathState::Skip { .. })
+            })
+        };
+        if (by_streak || all_bad) && other_works() {
             self.plane_down(q as u8, PlaneDownCause::Loss, now_ns);
         }
     }
