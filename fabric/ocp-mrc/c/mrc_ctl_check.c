@@ -353,7 +353,8 @@ static void live_pair(struct mrc_context *ctx, struct ibv_context *vctx, struct 
 	CHECK(mrc_x_qp_evs(qp[0], NULL, 0, NULL) == EINVAL);
 	live_evs(qp[0], c0);
 	for (int i = 0; i < 4; i++)
-		CHECK(c0[i].data_packets == 0 && c0[i].denied == 0);
+		CHECK(c0[i].data_packets == 0 && c0[i].denied == 0 && c0[i].plane == 0 &&
+		      c0[i].plane_state == MRC_X_PLANE_UP);
 
 	/* phase 0: all four EVs carry A's packets, and only they */
 	live_phase(qp[0], cq[0], src, smr->lkey, dst, dmr->rkey, 0);

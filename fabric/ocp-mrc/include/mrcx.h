@@ -97,6 +97,21 @@
 // Congestion control: Swift.
 #define MRC_X_CC_SWIFT 3
 
+// `mrc_x_ev_count.plane_state`: the plane is up.
+#define MRC_X_PLANE_UP 0
+
+// `mrc_x_ev_count.plane_state`: down by losses on many of its EVs with no delivery in
+// between (`PlaneDownCause::Loss`).
+#define MRC_X_PLANE_DOWN_LOSS 1
+
+// `mrc_x_ev_count.plane_state`: down because the peer's Port Status Update reports its
+// port on the plane down (`PlaneDownCause::PeerReport`).
+#define MRC_X_PLANE_DOWN_PEER 2
+
+// `mrc_x_ev_count.plane_state`: down because this side's port on the plane is gone
+// (`PlaneDownCause::Local`).
+#define MRC_X_PLANE_DOWN_LOCAL 3
+
 // An mrc context on UDP sockets: one caller-progress worker and its QPs (opaque).
 struct mrc_x_context;
 
@@ -225,6 +240,15 @@ struct mrc_x_ev_count {
   uint64_t retransmitted;
   // EV probes sent on the EV.
   uint64_t probes;
+  // The EV's plane, 0-based: its `mrc_ctl.h` port is `plane + 1` (a QP over one
+  // device has every EV on plane 0; over `MRC_PLANE_DEVICES`, device k is plane k).
+  uint32_t plane;
+  // The state of the EV's plane in the transport: [`MRC_X_PLANE_UP`] (0),
+  // [`MRC_X_PLANE_DOWN_LOSS`] (1: losses on its EVs), [`MRC_X_PLANE_DOWN_PEER`] (2: the
+  // peer's Port Status Update reports its port down) or [`MRC_X_PLANE_DOWN_LOCAL`] (3:
+  // this side's port, the device's GID address, is gone). A down plane's EVs are out
+  // of rotation and probed with the plane (docs/PLANES.md).
+  uint32_t plane_state;
 };
 
 #ifdef __cplusplus

@@ -45,6 +45,7 @@ use mrc_fabric::engine::setup::{ConnHandle, HANDLE_BYTES};
 use mrc_fabric::engine::{ConnectId, EngineConfig, EngineError, ListenerId, QpConfig, Worker};
 use mrc_fabric::udp::{DirectDatapath, PortAllocator, UdpConfig};
 use mrc_transport::completion::{Completion, WcOpcode, WcStatus};
+use mrc_transport::path::{PlaneDownCause, PlaneState};
 use mrc_transport::{Access, DeregisterError, PostError, Sge};
 use std::cell::RefCell;
 use std::ffi::CStr;
@@ -117,6 +118,28 @@ pub const MRC_X_CC_NSCC: u32 = 1;
 pub const MRC_X_CC_DCQCN: u32 = 2;
 /// Congestion control: Swift.
 pub const MRC_X_CC_SWIFT: u32 = 3;
+
+/// `mrc_x_ev_count.plane_state`: the plane is up.
+pub const MRC_X_PLANE_UP: u32 = 0;
+/// `mrc_x_ev_count.plane_state`: down by losses on many of its EVs with no delivery in
+/// between (`PlaneDownCause::Loss`).
+pub const MRC_X_PLANE_DOWN_LOSS: u32 = 1;
+/// `mrc_x_ev_count.plane_state`: down because the peer's Port Status Update reports its
+/// port on the plane down (`PlaneDownCause::PeerReport`).
+pub const MRC_X_PLANE_DOWN_PEER: u32 = 2;
+/// `mrc_x_ev_count.plane_state`: down because this side's port on the plane is gone
+/// (`PlaneDownCause::Local`).
+pub const MRC_X_PLANE_DOWN_LOCAL: u32 = 3;
+
+/// The `plane_state` code of a transport plane state (`MRC_X_PLANE_*`).
+pub fn plane_state_code(state: PlaneState) -> u32 {
+    match state {
+        PlaneState::Up => MRC_X_PLANE_UP,
+        PlaneState::Down(PlaneDownCause::Loss) => MRC_X_PLANE_DOWN_LOSS,
+        PlaneState::Down(PlaneDownCause::PeerReport) => MRC_X_PLANE_DOWN_PEER,
+        PlaneState::Down(PlaneDownCause::Local) => MRC_X_PLANE_DOWN_LOCAL,
+    }
+}
 
 /// Longest message [`mrc_x_last_error`] keeps, bytes.
 const LAST_ERROR_MAX_BYTES: usize = 512;
@@ -274,6 +297,15 @@ pub struct MrcXEvCount {
     pub retransmitted: u64,
     /// EV probes sent on the EV.
     pub probes: u64,
+    /// The EV's plane, 0-based: its `mrc_ctl.h` port is `plane + 1` (a QP over one
+    /// device has every EV on plane 0; over `MRC_PLANE_DEVICES`, device k is plane k).
+    pub plane: u32,
+    /// The state of the EV's plane in the transport: [`MRC_X_PLANE_UP`] (0),
+    /// [`MRC_X_PLANE_DOWN_LOSS`] (1: losses on its EVs), [`MRC_X_PLANE_DOWN_PEER`] (2: the
+    /// peer's Port Status Update reports its port down) or [`MRC_X_PLANE_DOWN_LOCAL`] (3:
+    /// this side's port, the device's GID address, is gone). A down plane's EVs are out
+    /// of rotation and probed with the plane (docs/PLANES.md).
+    pub plane_state: u32,
 }
 
 thread_local! {

@@ -1605,6 +1605,12 @@ impl<N: Nic, L: LoopbackQp> QpInner<N, L> {
                         data_packets: p.stats.sent,
                         retransmitted: p.stats.retransmitted,
                         probes: p.stats.probes_sent,
+                        plane: u32::from(p.plane),
+                        plane_state: c
+                            .paths()
+                            .planes()
+                            .get(usize::from(p.plane))
+                            .map_or(0, |q| ext::plane_state_code(q.state)),
                     })
                     .collect(),
             })

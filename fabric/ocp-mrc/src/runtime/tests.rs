@@ -581,6 +581,17 @@ fn exp_profile(id: u64, evs: &[(u32, u8)]) {
     .unwrap();
 }
 
+/// `mrc_x_qp_evs`'s entries of a connected QP: (EV, plane, plane state code).
+fn ev_view(side: &mut Side) -> Vec<(u32, u32, u32)> {
+    side.qp
+        .transport_view()
+        .expect("connected")
+        .evs
+        .iter()
+        .map(|e| (e.ev, e.plane, e.plane_state))
+        .collect()
+}
+
 impl Side {
     /// Per transport EV of the connected QP: (EV, plane).
     fn ev_planes(&mut self) -> Vec<(u32, u8)> {
@@ -755,6 +766,12 @@ fn two_planes_place_each_ev_on_its_port_and_survive_losing_one() {
         planes.iter().map(|p| p.1).collect::<Vec<_>>(),
         [PlaneState::Up, PlaneState::Up]
     );
+    assert_eq!(
+        ev_view(&mut a),
+        evs.iter()
+            .map(|&(v, port)| (v, u32::from(port) - 1, ext::MRC_X_PLANE_UP))
+            .collect::<Vec<_>>()
+    );
     // No hello or acknowledgement leaves on plane 1: its device sent its EVs' packets.
     let tx = a.device_tx();
     assert_eq!(tx[1], planes[1].0, "plane 1's device datagrams, {tx:?}");
@@ -774,6 +791,20 @@ fn two_planes_place_each_ev_on_its_port_and_survive_losing_one() {
     let planes = a.planes();
     assert_eq!(planes[1].1, PlaneState::Down(PlaneDownCause::Loss));
     assert_eq!(planes[0].1, PlaneState::Up);
+    // mrcx's `mrc_x_qp_evs` view: each EV with its plane and the plane's state.
+    assert_eq!(
+        ev_view(&mut a),
+        evs.iter()
+            .map(|&(v, port)| {
+                let down = if port == 2 {
+                    ext::MRC_X_PLANE_DOWN_LOSS
+                } else {
+                    ext::MRC_X_PLANE_UP
+                };
+                (v, u32::from(port) - 1, down)
+            })
+            .collect::<Vec<_>>()
+    );
 
     // 3. Plane 1 down: no data packet leaves on it.
     let st = write_messages(&mut a, &mut b, 2 * ROUND..MSGS, LEN, &src, src_mr.lkey, to);
