@@ -467,33 +467,10 @@ impl Netns {
         ns
     }
 
-    /// UDP datagrams delivered in the namespace so far (`/proc/net/snmp` InDatagrams).
-    fn in_datagrams(&self) -> u64 {
-        let o = Command::new("ip")
-            .args(["netns", "exec", &self.0, "cat", "/proc/net/snmp"])
-            .output()
-            .expect("read /proc/net/snmp");
-        let t = String::from_utf8_lossy(&o.stdout).to_string();
-        let udp: Vec<&str> = t.lines().filter(|l| l.starts_with("Udp:")).collect();
-        let (names, values) = (udp[0], udp[1]);
-        let i = names
-            .split_whitespace()
-            .position(|n| n == "InDatagrams")
-            .expect("InDatagrams");
-        values.split_whitespace().nth(i).unwrap().parse().unwrap()
-    }
-
     /// Once `n` datagrams have arrived in the namespace (within 60 s), drops every packet
     /// to plane 1 (127.0.1.0/24) in one nftables transaction: the drop starts at once.
     fn drop_plane_1_after(&self, n: u64) {
-        let waited = std::time::Instant::now();
-        while self.in_datagrams() < n {
-            assert!(
-                waited.elapsed() < std::time::Duration::from_secs(60),
-                "the run never moved {n} datagrams"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
+        wait_for_datagrams(&self.0, n);
         sh(&[
             "ip",
             "netns",
@@ -502,6 +479,57 @@ impl Netns {
             "nft",
             "add table inet mrcnccl ; add chain inet mrcnccl in { type filter hook input priority 0 ; } ; add rule inet mrcnccl in ip daddr 127.0.1.0/24 drop",
         ]);
+    }
+}
+
+/// UDP datagrams delivered in namespace `ns` so far, IPv4 and IPv6 (`/proc/net/snmp`
+/// InDatagrams plus `/proc/net/snmp6` Udp6InDatagrams).
+fn in_datagrams(ns: &str) -> u64 {
+    let o = Command::new("ip")
+        .args(["netns", "exec", ns, "cat", "/proc/net/snmp"])
+        .output()
+        .expect("read /proc/net/snmp");
+    let t = String::from_utf8_lossy(&o.stdout).to_string();
+    let udp: Vec<&str> = t.lines().filter(|l| l.starts_with("Udp:")).collect();
+    let (names, values) = (udp[0], udp[1]);
+    let i = names
+        .split_whitespace()
+        .position(|n| n == "InDatagrams")
+        .expect("InDatagrams");
+    let v4: u64 = values.split_whitespace().nth(i).unwrap().parse().unwrap();
+    let o = Command::new("ip")
+        .args(["netns", "exec", ns, "cat", "/proc/net/snmp6"])
+        .output()
+        .expect("read /proc/net/snmp6");
+    let v6: u64 = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("Udp6InDatagrams"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("Udp6InDatagrams");
+    v4 + v6
+}
+
+/// Child processes killed when dropped (a failed assertion leaves none running).
+struct Children(Vec<std::process::Child>);
+
+impl Drop for Children {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Returns once `n` UDP datagrams have arrived in namespace `ns`; fails after 60 s.
+fn wait_for_datagrams(ns: &str, n: u64) {
+    let waited = std::time::Instant::now();
+    while in_datagrams(ns) < n {
+        assert!(
+            waited.elapsed() < std::time::Duration::from_secs(60),
+            "the run never moved {n} datagrams"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
     }
 }
 
@@ -639,6 +667,169 @@ fn bw_over_two_planes_survives_losing_one_mid_run() {
     );
     assert_plane_1_lost(&stderr, 1);
     println!("{}", stdout.trim());
+}
+
+/// The two-plane namespace testbed of `testbed/mrc-testbed.sh` (2 hosts, each plane its own
+/// 2 leaves and 4 spines), under a prefix of this test's own, taken down when dropped
+/// (also after a failed assertion).
+struct Testbed {
+    prefix: String,
+    script: PathBuf,
+    sim: PathBuf,
+}
+
+impl Testbed {
+    /// `mrc-testbed.sh ARGS` under `timeout 60`; its stdout, asserting exit 0.
+    fn ok(&self, args: &[&str]) -> String {
+        let o = Command::new("timeout")
+            .arg("60")
+            .arg(&self.script)
+            .args(args)
+            .env("MRCTB_PREFIX", &self.prefix)
+            .env("MRCTB_SIM", &self.sim)
+            .env_remove("MRCTB_SRV6")
+            .env_remove("MRCTB_PLAN")
+            .output()
+            .expect("run mrc-testbed.sh");
+        assert!(
+            o.status.success(),
+            "mrc-testbed.sh {args:?}: {}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
+    /// The namespace of testbed node `node` (`h0`, `h1`, a leaf or a spine).
+    fn ns(&self, node: &str) -> String {
+        format!("{}{node}", self.prefix)
+    }
+}
+
+impl Drop for Testbed {
+    fn drop(&mut self) {
+        let _ = Command::new("timeout")
+            .arg("60")
+            .arg(&self.script)
+            .arg("down")
+            .env("MRCTB_PREFIX", &self.prefix)
+            .env("MRCTB_SIM", &self.sim)
+            .output();
+    }
+}
+
+/// Host 0's and host 1's address in plane 0 and plane 1 of the testbed
+/// (`examples/src/testbed.rs`: the plane is the first hex digit of the subnet).
+const TB_HOSTS: [[&str; 2]; 2] = [
+    ["fd00:6d72:63:10::2", "fd00:6d72:63:1010::2"],
+    ["fd00:6d72:63:11::2", "fd00:6d72:63:1011::2"],
+];
+
+/// Issue 43 on routed hosts: the four-rank ring, ranks 0 and 2 in host 0 and ranks 1 and
+/// 3 in host 1 of the two-plane namespace testbed (every hop of the ring crosses the
+/// fabric), each rank's NCCL device spanning both of its host's planes
+/// (`NCCL_SPRAY_PLANES` = the host's plane-0 and plane-1 addresses); plane 1 is pulled
+/// (`mrc-testbed.sh plane 1 down`: both hosts' plane-1 ports and every plane-1 link)
+/// once 4,000 datagrams have reached host 1 (about a tenth of the run: 48 allreduces of
+/// 8 MiB deliver about 42,000 to host 1, GRO batches counting once). Exact bytes (the ring checks every
+/// element), no error surfaced to NCCL, and each of the 4 send comms ends with plane 1
+/// down and plane 0 up. Needs root, ip, jq and a built `mrc-sim` (the testbed's planner,
+/// built by `cargo test --workspace`); elsewhere a `SKIPPED:` line.
+#[test]
+fn ring_over_two_planes_of_the_testbed_survives_a_pulled_plane() {
+    let test = "ring_over_two_planes_of_the_testbed_survives_a_pulled_plane";
+    if !root_or_skip(test) {
+        return;
+    }
+    let exe_path = std::env::current_exe().expect("test executable path");
+    let sim = exe_path
+        .parent()
+        .and_then(Path::parent)
+        .map(|d| d.join("mrc-sim"))
+        .filter(|p| p.exists());
+    let Some(sim) = sim else {
+        let line = format!(
+            "SKIPPED: {test}: no mrc-sim next to this test's build (cargo build -p mrc-examples --bin mrc-sim)\n"
+        );
+        let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
+        return;
+    };
+    let jq = Command::new("jq").arg("--version").output();
+    if jq.is_err() {
+        let line = format!("SKIPPED: {test}: jq not found (apt-get install jq)\n");
+        let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
+        return;
+    }
+    let (dir, exe) = setup("ring_testbed");
+    let tb = Testbed {
+        prefix: format!("mrctbN{}-", std::process::id() % 1000),
+        script: Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testbed/mrc-testbed.sh"),
+        sim,
+    };
+    tb.ok(&["up", "--planes", "2"]);
+    let ranks = 4;
+    let bytes: usize = 8 << 20;
+    let iters = 48;
+    let t0 = std::time::Instant::now();
+    let mut children = Children(
+        (0..ranks)
+            .map(|r| {
+                let host = r % 2;
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", &tb.ns(&format!("h{host}"))])
+                    .args(["timeout", "300"])
+                    .arg(&exe);
+                ring_rank(&mut c, &dir, r, ranks, bytes, iters)
+                    .env("NCCL_SPRAY_PLANES", TB_HOSTS[host].join(","))
+                    .env("NCCL_SPRAY_STATS", "1")
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .expect("spawn a rank")
+            })
+            .collect(),
+    );
+    wait_for_datagrams(&tb.ns("h1"), 4_000);
+    let pulled_at = t0.elapsed();
+    assert_eq!(
+        tb.ok(&["plane", "1", "down"]),
+        "mrc-testbed: plane 1 down (10 links)\n"
+    );
+    let mut errs = String::new();
+    let mut ok = true;
+    for (r, c) in std::mem::take(&mut children.0).into_iter().enumerate() {
+        let out = c.wait_with_output().expect("wait for a rank");
+        let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+        let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+        eprintln!("rank {r}: {stdout}{stderr}");
+        ok &= out.status.success();
+        assert!(
+            stdout.contains(&format!("ring allreduce rank {r}: 4 ranks, {bytes} bytes")),
+            "rank {r} printed {stdout:?}"
+        );
+        errs += &stderr;
+    }
+    assert!(ok, "a rank failed");
+    let sends: Vec<&str> = errs
+        .lines()
+        .filter(|l| l.contains("Send comm QP"))
+        .collect();
+    assert_eq!(sends.len(), ranks, "{errs}");
+    for l in &sends {
+        assert!(l.contains("planes [0 UP sent "), "{l}");
+        // plane 1 carried data before the pull, and is down at the end
+        let plane_1 = l.split(", 1 DOWN_").nth(1).expect("plane 1 down");
+        let sent: u64 = plane_1
+            .split_once(" sent ")
+            .and_then(|(_, n)| n.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+            .expect("plane 1's packet count");
+        assert!(sent > 0, "{l}");
+    }
+    println!(
+        "ring over two testbed planes: plane 1 pulled at {pulled_at:?}, done at {:?}",
+        t0.elapsed()
+    );
 }
 
 /// The `bw` stream over one plane, no namespace: every byte of 200 messages of 256 KiB.
