@@ -659,6 +659,9 @@ main() {
     fi
   done
   RUN_MS=$(( $(now_ms) - t0 ))
+  # The run's initramfs and its overlay (the stripped binaries: 150-300 MB a run) are
+  # not needed once the VMs are off; the consoles, captures and results stay in $WORK.
+  rm -rf "$WORK/initrd" "$WORK/overlay.cpio" "$WORK/overlay"
   if [[ " $PARTS " == *" perftest "* ]]; then
     perftest_table | tee "$CACHE/perftest.txt" || say "could not tabulate the perftest numbers"
     perftest_caller_table | tee "$CACHE/perftest-caller.txt" || say "could not tabulate the caller rounds"
