@@ -51,11 +51,14 @@ fn bad_input_gets_negative_codes_and_a_message_to_self_arrives() {
             -(FI_ENODATA as c_int)
         );
         (*hints.ep_attr).type_ = FI_EP_RDM;
-        hints.caps = FI_RMA as u64;
-        assert_eq!(
-            getinfo(v, std::ptr::null(), std::ptr::null(), 0, &hints, &mut info),
-            -(FI_ENODATA as c_int)
-        );
+        // RMA reads (the transport has no READ) and atomics are not offered.
+        for caps in [(FI_RMA | FI_READ) as u64, FI_ATOMIC as u64] {
+            hints.caps = caps;
+            assert_eq!(
+                getinfo(v, std::ptr::null(), std::ptr::null(), 0, &hints, &mut info),
+                -(FI_ENODATA as c_int)
+            );
+        }
         hints.caps = FI_MSG as u64;
         // A host name that does not resolve (fabtests' negative unit tests): no match.
         let bad = c"g00n13s.invalid".as_ptr();
@@ -150,6 +153,10 @@ fn bad_input_gets_negative_codes_and_a_message_to_self_arrives() {
         let r = &*(*ep).rma;
         assert_eq!(
             (r.write.unwrap())(ep, std::ptr::null(), 0, null_mut(), 0, 0, 0, null_mut()),
+            neg(FI_EOPBADSTATE)
+        );
+        assert_eq!(
+            (r.read.unwrap())(ep, null_mut(), 0, null_mut(), 0, 0, 0, null_mut()),
             neg(FI_ENOSYS)
         );
 
