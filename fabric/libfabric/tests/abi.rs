@@ -370,6 +370,18 @@ impl Net {
 
     /// `op_flags`: the hints' tx and rx `op_flags`; `bind`: more flags binding the CQs.
     unsafe fn with(n: usize, caps: u64, op_flags: u64, bind: u64) -> Net {
+        unsafe { Net::with_mr_mode(n, caps, op_flags, bind, 0).0 }
+    }
+
+    /// As [`Net::with`], the hints offering `mr_mode`; with the `mr_mode` the `fi_info`
+    /// answered.
+    unsafe fn with_mr_mode(
+        n: usize,
+        caps: u64,
+        op_flags: u64,
+        bind: u64,
+        mr_mode: c_int,
+    ) -> (Net, c_int) {
         unsafe {
             let prov = &*mrc_fi::fi_prov_ini();
             let v = (1 << 16) | 17;
@@ -381,10 +393,15 @@ impl Net {
                 op_flags,
                 ..Default::default()
             };
+            let mut dom = fi_domain_attr {
+                mr_mode,
+                ..Default::default()
+            };
             let mut hints = fi_info {
                 caps,
                 tx_attr: &mut tx,
                 rx_attr: &mut rx,
+                domain_attr: &mut dom,
                 ..Default::default()
             };
             let mut info: *mut fi_info = null_mut();
@@ -394,6 +411,7 @@ impl Net {
                 0
             );
             assert_eq!((*info).caps & caps, caps);
+            let answered = (*(*info).domain_attr).mr_mode;
             let mut fabric: *mut fid_fabric = null_mut();
             assert_eq!(
                 (prov.fabric.unwrap())((*info).fabric_attr, &mut fabric, null_mut()),
@@ -466,7 +484,7 @@ impl Net {
                 net.addr.push(fa);
             }
             mrc_fi::free_info(info);
-            net
+            (net, answered)
         }
     }
 
@@ -1310,5 +1328,439 @@ fn selective_completion_follows_the_op_flags_of_the_info() {
             assert_eq!(net.read_once(0), []);
         }
         net.quiet();
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// RMA writes: endpoint 0 writes into regions of endpoint 1 (one domain, two endpoints:
+// the write crosses a real QP of mrc's transport over loopback UDP).
+
+/// `fi_write` / `fi_writedata` flags at the initiator and the target.
+const WRITE: u64 = (FI_WRITE | FI_RMA) as u64;
+const REMOTE_WRITE_DATA: u64 = (FI_REMOTE_WRITE | FI_RMA | FI_REMOTE_CQ_DATA) as u64;
+
+impl Net {
+    fn rma(&self, i: usize) -> &fi_ops_rma {
+        unsafe { &*(*self.eps[i]).rma }
+    }
+
+    /// `fi_mr_reg` of `b` with `access`, `offset` and `key` (the requested one).
+    fn mr_reg(&self, b: &mut [u8], access: u64, offset: u64, key: u64) -> (c_int, *mut fid_mr) {
+        let mut mr: *mut fid_mr = null_mut();
+        let ops = unsafe { &*(*self.domain).mr };
+        let r = unsafe {
+            (ops.reg.unwrap())(
+                &mut (*self.domain).fid,
+                b.as_mut_ptr().cast(),
+                b.len(),
+                access,
+                offset,
+                key,
+                0,
+                &mut mr,
+                null_mut(),
+            )
+        };
+        (r, mr)
+    }
+
+    /// `fi_write` of `b` from endpoint 0 to endpoint 1 at (`addr`, `key`).
+    fn write(&self, b: &[u8], addr: u64, key: u64, c: usize) -> isize {
+        let (p, n) = (b.as_ptr().cast(), b.len());
+        let w = self.rma(0).write.unwrap();
+        unsafe {
+            w(
+                self.eps[0],
+                p,
+                n,
+                null_mut(),
+                self.addr[1],
+                addr,
+                key,
+                ctx(c),
+            )
+        }
+    }
+
+    /// `fi_writedata` of `b` with `data` from endpoint 0 to endpoint 1.
+    fn writedata(&self, b: &[u8], data: u64, addr: u64, key: u64, c: usize) -> isize {
+        let (p, n) = (b.as_ptr().cast(), b.len());
+        let w = self.rma(0).writedata.unwrap();
+        unsafe {
+            w(
+                self.eps[0],
+                p,
+                n,
+                null_mut(),
+                data,
+                self.addr[1],
+                addr,
+                key,
+                ctx(c),
+            )
+        }
+    }
+
+    /// Progresses both endpoints until endpoint 0 has one completion (success or
+    /// error); returns it and what endpoint 1's CQ gave meanwhile.
+    fn write_done(&self) -> (Cqe, Vec<Cqe>) {
+        let mut target = Vec::new();
+        let e = self.wait(0, 1, &mut target);
+        (e[0], target)
+    }
+}
+
+/// The initiator's completion of a write of `len` bytes with context `c`; `err` 0 or
+/// the error.
+fn wrote(c: usize, len: usize, err: u32) -> Cqe {
+    Cqe {
+        ctx: c,
+        flags: WRITE,
+        len,
+        buf: 0,
+        data: 0,
+        tag: 0,
+        err: err as c_int,
+        olen: 0,
+    }
+}
+
+/// The target's completion of a `fi_writedata` of `len` bytes with `data`.
+fn written(len: usize, data: u64) -> Cqe {
+    Cqe {
+        ctx: 0,
+        flags: REMOTE_WRITE_DATA,
+        len,
+        buf: 0,
+        data,
+        tag: 0,
+        err: 0,
+        olen: 0,
+    }
+}
+
+#[test]
+fn rma_writes_land_at_exact_offsets_with_the_application_s_keys() {
+    unsafe {
+        // mr_mode 0: the application's keys, addresses are offsets into the region
+        // (plus the offset given to fi_mr_reg).
+        let (net, mode) = Net::with_mr_mode(2, (FI_MSG | FI_RMA) as u64, 0, 0, 0);
+        assert_eq!(mode, 0);
+        let mut target = vec![0xEEu8; 64];
+        let mut other = vec![0xEEu8; 16];
+        let rw = FI_REMOTE_WRITE as u64;
+        let (r, mr) = net.mr_reg(&mut target, rw, 0, 0xC0DE);
+        assert_eq!(r, 0);
+        assert_eq!((*mr).key, 0xC0DE);
+        assert!((*mr).mem_desc.is_null());
+        let (r, mr2) = net.mr_reg(&mut other, rw, 4096, 7);
+        assert_eq!(r, 0);
+        // Keys: one in use, one wider than 4 bytes; access bits and flags.
+        let mut spare = [0u8; 8];
+        assert_eq!(
+            net.mr_reg(&mut spare, rw, 0, 0xC0DE).0,
+            -(FI_ENOKEY as c_int)
+        );
+        assert_eq!(
+            net.mr_reg(&mut spare, rw, 0, 1 << 32).0,
+            -(FI_EKEYREJECTED as c_int)
+        );
+        assert_eq!(
+            net.mr_reg(&mut spare, 1 << 60, 0, 9).0,
+            -(FI_EINVAL as c_int)
+        );
+
+        // fi_write: 5 bytes at offset 10; the source buffer is free on return.
+        let mut src = *b"hello";
+        assert_eq!(net.write(&src, 10, 0xC0DE, 1), 0);
+        src.copy_from_slice(b"XXXXX");
+        let (c, t) = net.write_done();
+        assert_eq!(c, wrote(1, 5, 0));
+        // A plain write raises nothing at the target.
+        assert_eq!(t, Vec::new());
+        let mut want = vec![0xEEu8; 64];
+        want[10..15].copy_from_slice(b"hello");
+        assert_eq!(target, want);
+
+        // fi_writev: two iovecs gathered to offset 20.
+        let (a, b) = (*b"ab", *b"cde");
+        let iov = [
+            iovec {
+                iov_base: a.as_ptr() as *mut c_void,
+                iov_len: 2,
+            },
+            iovec {
+                iov_base: b.as_ptr() as *mut c_void,
+                iov_len: 3,
+            },
+        ];
+        let w = net.rma(0).writev.unwrap();
+        let r = w(
+            net.eps[0],
+            iov.as_ptr(),
+            null_mut(),
+            2,
+            net.addr[1],
+            20,
+            0xC0DE,
+            ctx(2),
+        );
+        assert_eq!(r, 0);
+        assert_eq!(net.write_done(), (wrote(2, 5, 0), Vec::new()));
+        want[20..25].copy_from_slice(b"abcde");
+        assert_eq!(target, want);
+
+        // fi_writedata: 3 bytes ending at the region's last byte; the target completes
+        // FI_REMOTE_WRITE | FI_RMA | FI_REMOTE_CQ_DATA with the low 4 bytes of data.
+        assert_eq!(
+            net.writedata(b"end", 0x1122_3344_5566_7788, 61, 0xC0DE, 3),
+            0
+        );
+        let (c, t) = net.write_done();
+        assert_eq!(c, wrote(3, 3, 0));
+        let t = if t.is_empty() {
+            net.wait(1, 1, &mut Vec::new())
+        } else {
+            t
+        };
+        assert_eq!(t, vec![written(3, 0x5566_7788)]);
+        want[61..64].copy_from_slice(b"end");
+        assert_eq!(target, want);
+
+        // fi_writemsg with FI_REMOTE_CQ_DATA into the second region: its RMA address
+        // starts at the offset it was registered with.
+        let iov = iovec {
+            iov_base: b"msg".as_ptr() as *mut c_void,
+            iov_len: 3,
+        };
+        let rma_iov = fi_rma_iov {
+            addr: 4096 + 2,
+            len: 3,
+            key: 7,
+        };
+        let m = fi_msg_rma {
+            msg_iov: &iov,
+            desc: null_mut(),
+            iov_count: 1,
+            addr: net.addr[1],
+            rma_iov: &rma_iov,
+            rma_iov_count: 1,
+            context: ctx(4),
+            data: 0xABCD,
+        };
+        let wm = net.rma(0).writemsg.unwrap();
+        assert_eq!(wm(net.eps[0], &m, FI_REMOTE_CQ_DATA as u64), 0);
+        let (c, t) = net.write_done();
+        assert_eq!(c, wrote(4, 3, 0));
+        let t = if t.is_empty() {
+            net.wait(1, 1, &mut Vec::new())
+        } else {
+            t
+        };
+        assert_eq!(t, vec![written(3, 0xABCD)]);
+        let mut want2 = vec![0xEEu8; 16];
+        want2[2..5].copy_from_slice(b"msg");
+        assert_eq!(other, want2);
+        // Bad fi_writemsg: two RMA iovecs, a length that differs, a flag it does not take.
+        let two = [rma_iov, rma_iov];
+        let bad = fi_msg_rma {
+            rma_iov: two.as_ptr(),
+            rma_iov_count: 2,
+            ..m
+        };
+        assert_eq!(wm(net.eps[0], &bad, 0), neg(FI_EINVAL));
+        let short = fi_rma_iov { len: 2, ..rma_iov };
+        let bad = fi_msg_rma {
+            rma_iov: &short,
+            ..m
+        };
+        assert_eq!(wm(net.eps[0], &bad, 0), neg(FI_EINVAL));
+        assert_eq!(wm(net.eps[0], &m, FI_PEEK as u64), neg(FI_EBADFLAGS));
+
+        // fi_inject_write completes nothing; the fi_inject_writedata after it shows
+        // both landed (the target completes in message order).
+        let inject = net.rma(0).inject.unwrap();
+        let injectdata = net.rma(0).injectdata.unwrap();
+        let big = vec![0u8; mrc_fi::INJECT_SIZE + 1];
+        assert_eq!(
+            inject(
+                net.eps[0],
+                big.as_ptr().cast(),
+                big.len(),
+                net.addr[1],
+                0,
+                0xC0DE
+            ),
+            neg(FI_EMSGSIZE)
+        );
+        let n1 = b"in1";
+        assert_eq!(
+            inject(net.eps[0], n1.as_ptr().cast(), 3, net.addr[1], 30, 0xC0DE),
+            0
+        );
+        let n2 = b"in2";
+        assert_eq!(
+            injectdata(
+                net.eps[0],
+                n2.as_ptr().cast(),
+                3,
+                42,
+                net.addr[1],
+                40,
+                0xC0DE
+            ),
+            0
+        );
+        assert_eq!(net.wait(1, 1, &mut Vec::new()), vec![written(3, 42)]);
+        want[30..33].copy_from_slice(b"in1");
+        want[40..43].copy_from_slice(b"in2");
+        assert_eq!(target, want);
+        net.quiet();
+
+        // Reads: the transport has no READ.
+        let rd = net.rma(0).read.unwrap();
+        let mut into = [0u8; 4];
+        assert_eq!(
+            rd(
+                net.eps[0],
+                into.as_mut_ptr().cast(),
+                4,
+                null_mut(),
+                net.addr[1],
+                0,
+                0xC0DE,
+                ctx(5)
+            ),
+            neg(FI_ENOSYS)
+        );
+
+        assert_eq!(close(&mut (*mr2).fid), 0);
+        assert_eq!(close(&mut (*mr).fid), 0);
+        drop(net);
+        assert_eq!(other, want2);
+    }
+}
+
+#[test]
+fn rma_to_a_bad_key_or_past_the_region_completes_with_eacces_and_writes_nothing() {
+    unsafe {
+        let (net, _) = Net::with_mr_mode(2, (FI_MSG | FI_RMA) as u64, 0, 0, 0);
+        // The region is bytes 32..64 of the backing; the rest is its guard.
+        let mut backing = vec![0xEEu8; 96];
+        let rw = FI_REMOTE_WRITE as u64;
+        let (r, mr) = net.mr_reg(&mut backing[32..64], rw, 0, 0x51);
+        assert_eq!(r, 0);
+        let mut ro = vec![0xEEu8; 16];
+        let (r, mr_ro) = net.mr_reg(&mut ro, FI_REMOTE_READ as u64, 0, 0x52);
+        assert_eq!(r, 0);
+        let guard = vec![0xEEu8; 96];
+        let eacces = FI_EACCES;
+
+        // One byte past the end; an unknown key; a region without FI_REMOTE_WRITE; an
+        // address whose end wraps past 2^64; a key wider than the transport's rkey.
+        assert_eq!(net.write(b"wxyz", 30, 0x51, 1), 0);
+        assert_eq!(net.write_done(), (wrote(1, 4, eacces), Vec::new()));
+        assert_eq!(net.write(b"wxyz", 0, 0xBAD, 2), 0);
+        assert_eq!(net.write_done(), (wrote(2, 4, eacces), Vec::new()));
+        assert_eq!(net.write(b"wxyz", 0, 0x52, 3), 0);
+        assert_eq!(net.write_done(), (wrote(3, 4, eacces), Vec::new()));
+        assert_eq!(net.write(b"wxyz", u64::MAX - 1, 0x51, 4), 0);
+        assert_eq!(net.write_done(), (wrote(4, 4, eacces), Vec::new()));
+        assert_eq!(net.write(b"wxyz", 0, 1 << 32 | 0x51, 5), 0);
+        assert_eq!(net.write_done(), (wrote(5, 4, eacces), Vec::new()));
+        // A refused fi_writedata raises nothing at the target.
+        assert_eq!(net.writedata(b"wxyz", 9, 0, 0xBAD, 6), 0);
+        assert_eq!(net.write_done(), (wrote(6, 4, eacces), Vec::new()));
+        net.quiet();
+        assert_eq!(backing, guard);
+        assert_eq!(ro, vec![0xEEu8; 16]);
+
+        // The peer connects anew after each failure: a good write lands, exactly.
+        assert_eq!(net.write(b"ok", 30, 0x51, 7), 0);
+        assert_eq!(net.write_done(), (wrote(7, 2, 0), Vec::new()));
+        let mut want = guard.clone();
+        want[62..64].copy_from_slice(b"ok");
+        assert_eq!(backing, want);
+
+        // A closed region takes no more writes.
+        assert_eq!(close(&mut (*mr).fid), 0);
+        assert_eq!(net.write(b"no", 0, 0x51, 8), 0);
+        assert_eq!(net.write_done(), (wrote(8, 2, eacces), Vec::new()));
+        assert_eq!(backing, want);
+        assert_eq!(close(&mut (*mr_ro).fid), 0);
+    }
+}
+
+#[test]
+fn rma_with_virtual_addresses_and_provider_keys() {
+    unsafe {
+        // fabtests' mr_mode: the provider keeps FI_MR_VIRT_ADDR and FI_MR_PROV_KEY.
+        let offered =
+            (FI_MR_LOCAL | FI_MR_ENDPOINT | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_VIRT_ADDR)
+                as c_int;
+        let caps = (FI_MSG | FI_RMA) as u64;
+        let (net, mode) = Net::with_mr_mode(2, caps, 0, 0, offered);
+        assert_eq!(mode, (FI_MR_VIRT_ADDR | FI_MR_PROV_KEY) as c_int);
+        // A message first: the QP exists before the region, which is registered with it
+        // then (and not at its accept).
+        let mut buf = [0u8; 4];
+        let m = net.msg(1);
+        assert_eq!(
+            (m.recv.unwrap())(
+                net.eps[1],
+                buf.as_mut_ptr().cast(),
+                4,
+                null_mut(),
+                u64::MAX,
+                ctx(9)
+            ),
+            0
+        );
+        let m0 = net.msg(0);
+        let hi = b"hi!!";
+        assert_eq!(
+            (m0.send.unwrap())(
+                net.eps[0],
+                hi.as_ptr().cast(),
+                4,
+                null_mut(),
+                net.addr[1],
+                ctx(8)
+            ),
+            0
+        );
+        net.wait(1, 1, &mut Vec::new());
+
+        let mut target = vec![0u8; 32];
+        let (r, mr) = net.mr_reg(&mut target, FI_REMOTE_WRITE as u64, 0, 0xC0DE);
+        assert_eq!(r, 0);
+        let key = (*mr).key;
+        assert!(key != 0 && key >> 32 == 0, "key {key:#x}");
+        // fi_mr_bind to an endpoint and fi_mr_enable are accepted (FI_MR_ENDPOINT was
+        // not kept: the region serves every endpoint already).
+        let ops = &*(*mr).fid.ops;
+        let ep1 = net.eps[1];
+        assert_eq!((ops.bind.unwrap())(&mut (*mr).fid, &mut (*ep1).fid, 0), 0);
+        assert_eq!(
+            (ops.control.unwrap())(&mut (*mr).fid, FI_ENABLE as c_int, null_mut()),
+            0
+        );
+        // The RMA address is the buffer's virtual address: byte 8 is at ptr + 8.
+        let at = target.as_ptr() as u64 + 8;
+        assert_eq!(net.write(b"virt", at, key, 1), 0);
+        // The message's send completion may come first.
+        let mut e = Vec::new();
+        while e.iter().all(|c: &Cqe| c.ctx != 1) {
+            e.extend(net.wait(0, 1, &mut Vec::new()));
+        }
+        assert_eq!(e.last(), Some(&wrote(1, 4, 0)));
+        let mut want = vec![0u8; 32];
+        want[8..12].copy_from_slice(b"virt");
+        assert_eq!(target, want);
+        // An offset is not an address in this mode.
+        assert_eq!(net.write(b"offs", 8, key, 2), 0);
+        assert_eq!(net.write_done(), (wrote(2, 4, FI_EACCES), Vec::new()));
+        assert_eq!(target, want);
+        assert_eq!(close(&mut (*mr).fid), 0);
     }
 }
