@@ -20,6 +20,7 @@ use mrc_transport::{Access, ConnState, RawMem, Sge, WcOpcode, WcStatus};
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::os::raw::{c_char, c_int, c_void};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -38,6 +39,13 @@ const MAGIC: u64 = 0x6d72_635f_6669_0001;
 impl Ret for *const c_char {
     fn neg(_: u32) -> Self {
         std::ptr::null()
+    }
+}
+
+/// `fi_cntr_read` / `fi_cntr_readerr` answer a count: 0 when the call fails.
+impl Ret for u64 {
+    fn neg(_: u32) -> Self {
+        0
     }
 }
 
@@ -137,8 +145,69 @@ struct Entry {
     src: Option<u64>,
 }
 
+/// A counter's values (`fi_cntr_read`, `fi_cntr_readerr`), shared by its fid and the
+/// endpoints bound to it.
+#[derive(Debug, Default)]
+struct CntrInner {
+    value: AtomicU64,
+    err: AtomicU64,
+}
+
+/// The counters an endpoint is bound to, by the operations they count.
+#[derive(Clone, Debug, Default)]
+struct Counters {
+    /// `FI_SEND`: sends (`fi_inject` ones too) that completed.
+    send: Option<Arc<CntrInner>>,
+    /// `FI_RECV`: receives that completed.
+    recv: Option<Arc<CntrInner>>,
+    /// `FI_WRITE`: RMA writes this endpoint started that completed.
+    write: Option<Arc<CntrInner>>,
+    /// `FI_READ`: bound, never counts (reads are `-FI_ENOSYS`).
+    read: Option<Arc<CntrInner>>,
+    /// `FI_REMOTE_WRITE` / `FI_REMOTE_READ`: bound, never count (no `FI_RMA_EVENT`: the
+    /// transport raises no event at the target of a WRITE without immediate data).
+    remote: Option<Arc<CntrInner>>,
+}
+
+impl Counters {
+    /// Counts one completed operation of completion flags `flags` (success, or an error
+    /// when `err`).
+    fn count(&self, flags: u64, err: bool) {
+        let c = if flags & FI_WRITE as u64 != 0 {
+            &self.write
+        } else if flags & FI_SEND as u64 != 0 {
+            &self.send
+        } else if flags & FI_RECV as u64 != 0 {
+            &self.recv
+        } else {
+            &None
+        };
+        if let Some(c) = c {
+            let v = if err { &c.err } else { &c.value };
+            v.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    /// Whether `c` is one of these.
+    fn holds(&self, c: &Arc<CntrInner>) -> bool {
+        [
+            &self.send,
+            &self.recv,
+            &self.write,
+            &self.read,
+            &self.remote,
+        ]
+        .into_iter()
+        .flatten()
+        .any(|x| Arc::ptr_eq(x, c))
+    }
+}
+
 struct CqState {
     format: u32,
+    /// `FI_CQ_COND_THRESHOLD`: `fi_cq_sread` waits for as many entries as its `cond`
+    /// says (at most its `count`).
+    threshold: bool,
     ok: VecDeque<Entry>,
     errs: VecDeque<Entry>,
 }
@@ -288,6 +357,8 @@ struct EpState {
     tx_outstanding: usize,
     /// The domain's regions a peer may write into, by key.
     target_mrs: HashMap<u32, TargetMr>,
+    /// The counters bound to the endpoint.
+    cntrs: Counters,
 }
 
 /// A registered memory region of the domain.
@@ -370,6 +441,7 @@ fn deliver(
     src: u64,
     rxcq: Option<usize>,
     cqs: &mut [Option<CqState>],
+    cn: &Counters,
 ) {
     let mut done = 0;
     for &(p, l) in &r.iov {
@@ -383,6 +455,7 @@ fn deliver(
         done += n;
     }
     let trunc = msg.len() - done;
+    cn.count(FI_RECV as u64, trunc > 0);
     if r.completion || trunc > 0 {
         let e = Entry {
             ctx: r.ctx,
@@ -445,6 +518,7 @@ impl EpState {
             unexpected_bytes: 0,
             tx_outstanding: 0,
             target_mrs: HashMap::new(),
+            cntrs: Counters::default(),
         })
     }
 
@@ -639,6 +713,7 @@ impl EpState {
                         }
                         self.tx_outstanding = self.tx_outstanding.saturating_sub(1);
                         let err = wc_err(c.status);
+                        self.cntrs.count(m.flags, err != 0);
                         if m.completion || err != 0 {
                             let e = Entry {
                                 ctx: m.ctx,
@@ -668,6 +743,7 @@ impl EpState {
                     let Some(op) = p.queue.pop_front() else { break };
                     if let Err(err) = q.post(&mut self.worker, &[&op.data], op.meta, op.write) {
                         self.tx_outstanding = self.tx_outstanding.saturating_sub(1);
+                        self.cntrs.count(op.meta.flags, true);
                         let e = Entry {
                             ctx: op.meta.ctx,
                             flags: op.meta.flags,
@@ -749,6 +825,7 @@ impl EpState {
             let qpn = q.qpn;
             for m in left.into_iter().filter(|m| m.app) {
                 self.tx_outstanding = self.tx_outstanding.saturating_sub(1);
+                self.cntrs.count(m.flags, true);
                 let e = Entry {
                     ctx: m.ctx,
                     flags: m.flags,
@@ -811,7 +888,7 @@ impl EpState {
         if let Some(i) = q.iter().position(|r| takes(r, &hdr, src, directed)) {
             let r = q.remove(i).expect("position is in range");
             if let Some(rq) = self.in_qps.get(&qpn) {
-                deliver(&r, &rq.buf[body], &hdr, src, self.rxcq, cqs);
+                deliver(&r, &rq.buf[body], &hdr, src, self.rxcq, cqs, &self.cntrs);
             }
             let _ = self.worker.post_recv(qpn, slot as u64, sge);
             return;
@@ -860,6 +937,7 @@ impl EpState {
         if let Some(p) = self.peers.remove(&a) {
             for op in p.queue {
                 self.tx_outstanding = self.tx_outstanding.saturating_sub(1);
+                self.cntrs.count(op.meta.flags, true);
                 let e = Entry {
                     ctx: op.meta.ctx,
                     flags: op.meta.flags,
@@ -997,7 +1075,8 @@ impl EpState {
         if let Some(i) = self.find_unexpected(&r, avs) {
             let u = self.unexpected.remove(i).expect("index in range");
             let (hdr, rxcq, src) = (u.hdr, self.rxcq, self.src_of(u.qpn, avs));
-            self.consume(u, |msg| deliver(&r, msg, &hdr, src, rxcq, cqs));
+            let cn = self.cntrs.clone();
+            self.consume(u, |msg| deliver(&r, msg, &hdr, src, rxcq, cqs, &cn));
             return Ok(());
         }
         if self.recvs.len() + self.trecvs.len() >= QUEUE_SIZE {
@@ -1082,7 +1161,8 @@ impl EpState {
             Probe::Claim { discard: false } => {
                 let u = self.unexpected.remove(i).expect("index in range");
                 let hdr = u.hdr;
-                self.consume(u, |msg| deliver(&r, msg, &hdr, src, rxcq, cqs));
+                let cn = self.cntrs.clone();
+                self.consume(u, |msg| deliver(&r, msg, &hdr, src, rxcq, cqs, &cn));
             }
         }
         Ok(())
@@ -1249,6 +1329,7 @@ unsafe fn obj<'a, T>(f: *const fid, class: u32) -> Option<&'a T> {
             FI_CLASS_AV => std::mem::offset_of!(Av, magic),
             FI_CLASS_EQ => std::mem::offset_of!(Eq, magic),
             FI_CLASS_MR => std::mem::offset_of!(Mr, magic),
+            FI_CLASS_CNTR => std::mem::offset_of!(Cntr, magic),
             _ => return None,
         };
         let m = (f as *const fid)
@@ -1351,7 +1432,7 @@ static DOMAIN_OPS: fi_ops_domain = table!(fi_ops_domain {
     cq_open: cq_open,
     endpoint: ep_open,
     scalable_ep: s4,
-    cntr_open: s4,
+    cntr_open: cntr_open,
     poll_open: s3,
     stx_ctx: s4,
     srx_ctx: s4,
@@ -2122,6 +2203,7 @@ unsafe extern "C" fn cq_open(
             return neg(FI_EINVAL);
         }
         let mut format = FI_CQ_FORMAT_CONTEXT;
+        let mut threshold = false;
         // SAFETY: the caller's attr, null or live.
         if let Some(a) = unsafe { attr.as_ref() } {
             format = match a.format {
@@ -2130,10 +2212,16 @@ unsafe extern "C" fn cq_open(
                 | FI_CQ_FORMAT_TAGGED) => f,
                 _ => return neg(FI_ENOSYS),
             };
-            // fi_cq_sread polls (there is no file descriptor or condition to wait on).
-            if !matches!(a.wait_obj, FI_WAIT_NONE | FI_WAIT_UNSPEC) {
+            // fi_cq_sread progresses and sleeps in the endpoint's datapath (no file
+            // descriptor of the CQ's own: FI_WAIT_FD, wait sets are not offered).
+            if !matches!(a.wait_obj, FI_WAIT_NONE | FI_WAIT_UNSPEC | FI_WAIT_YIELD) {
                 return neg(FI_ENOSYS);
             }
+            threshold = match a.wait_cond {
+                FI_CQ_COND_NONE => false,
+                FI_CQ_COND_THRESHOLD => true,
+                _ => return neg(FI_ENOSYS),
+            };
         }
         let mut st = match lock(&d.st) {
             Ok(s) => s,
@@ -2143,6 +2231,7 @@ unsafe extern "C" fn cq_open(
             &mut st.cqs,
             CqState {
                 format,
+                threshold,
                 ok: VecDeque::new(),
                 errs: VecDeque::new(),
             },
@@ -2295,13 +2384,23 @@ unsafe extern "C" fn cq_sread(
     unsafe { cq_sreadfrom(cq, buf, count, std::ptr::null_mut(), cond, timeout) }
 }
 
-/// `fi_cq_sreadfrom`: `fi_cq_sread` with each entry's source, as [`cq_readfrom`].
+/// Longest sleep of one `fi_cq_sread` pass in an endpoint's datapath, with the domain's
+/// mutex held (other threads' calls wait at most this long).
+const SREAD_SLEEP: Duration = Duration::from_millis(1);
+
+/// `fi_cq_sreadfrom`: `fi_cq_sread` with each entry's source, as [`cq_readfrom`]. Waits
+/// until an entry (an error entry: `-FI_EAVAIL`) is there, or with
+/// `FI_CQ_COND_THRESHOLD` as many as `*cond` (a `size_t`; at most `count`), or `timeout`
+/// milliseconds passed (`-FI_EAGAIN`, or the entries there are); a negative `timeout`
+/// waits without limit. Between progress passes it sleeps in the datapath of the CQ's
+/// endpoint when one endpoint is bound (until a datagram or the transport's next timer,
+/// at most [`SREAD_SLEEP`]); with several it yields the CPU.
 unsafe extern "C" fn cq_sreadfrom(
     cq: *mut fid_cq,
     buf: *mut c_void,
     count: usize,
     src: *mut fi_addr_t,
-    _cond: *const c_void,
+    cond: *const c_void,
     timeout: c_int,
 ) -> isize {
     guard(|| {
@@ -2319,13 +2418,34 @@ unsafe extern "C" fn cq_sreadfrom(
                     Err(e) => return neg(e),
                 };
                 progress_cq(&mut st, c.idx);
-                let r = cq_take(&mut st, c.idx, buf, count, src);
-                if r != neg::<isize>(FI_EAGAIN) {
-                    return r;
+                let Some(Some(q)) = st.cqs.get(c.idx) else {
+                    return neg(FI_EINVAL);
+                };
+                // SAFETY: with FI_CQ_COND_THRESHOLD, cond names a size_t (fi_cq(3)).
+                let want = if q.threshold && !cond.is_null() {
+                    unsafe { *cond.cast::<usize>() }.clamp(1, count.max(1))
+                } else {
+                    1
+                };
+                let expired = until.is_some_and(|u| Instant::now() >= u);
+                if !q.errs.is_empty() || q.ok.len() >= want || (expired && !q.ok.is_empty()) {
+                    return cq_take(&mut st, c.idx, buf, count, src);
                 }
-            }
-            if until.is_some_and(|u| Instant::now() >= u) {
-                return neg(FI_EAGAIN);
+                if expired {
+                    return neg(FI_EAGAIN);
+                }
+                let left =
+                    until.map_or(SREAD_SLEEP, |u| u.saturating_duration_since(Instant::now()));
+                let mut bound = st
+                    .eps
+                    .iter_mut()
+                    .flatten()
+                    .filter(|e| e.txcq == Some(c.idx) || e.rxcq == Some(c.idx));
+                if let (Some(e), None) = (bound.next(), bound.next()) {
+                    // One endpoint: sleep in its datapath (a datagram or a timer wakes it).
+                    let _ = e.worker.wait(left.min(SREAD_SLEEP));
+                    continue;
+                }
             }
             std::thread::yield_now();
         }
@@ -2657,7 +2777,34 @@ unsafe extern "C" fn ep_bind(ep: *mut fid, bfid: *mut fid, flags: u64) -> c_int 
                 Some(_) => 0,
                 None => neg(FI_EINVAL),
             },
-            FI_CLASS_CNTR => neg(FI_ENOSYS),
+            FI_CLASS_CNTR => {
+                let Some(c) = (unsafe { obj::<Cntr>(bfid, FI_CLASS_CNTR) }) else {
+                    return neg(FI_EINVAL);
+                };
+                if !Arc::ptr_eq(&c.st, &e.st) {
+                    return neg(FI_EINVAL);
+                }
+                let all =
+                    (FI_SEND | FI_RECV | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE)
+                        as u64;
+                if flags & !all != 0 || flags == 0 {
+                    return neg(FI_EBADFLAGS);
+                }
+                let inner = c.inner.clone();
+                with_ep(ep, |s, _, _| {
+                    let set = |slot: &mut Option<Arc<CntrInner>>, bit: u32| {
+                        if flags & bit as u64 != 0 {
+                            *slot = Some(inner.clone());
+                        }
+                    };
+                    set(&mut s.cntrs.send, FI_SEND);
+                    set(&mut s.cntrs.recv, FI_RECV);
+                    set(&mut s.cntrs.write, FI_WRITE);
+                    set(&mut s.cntrs.read, FI_READ);
+                    set(&mut s.cntrs.remote, FI_REMOTE_WRITE | FI_REMOTE_READ);
+                    0
+                })
+            }
             _ => neg(FI_EINVAL),
         }
     })
@@ -2666,7 +2813,10 @@ unsafe extern "C" fn ep_bind(ep: *mut fid, bfid: *mut fid, flags: u64) -> c_int 
 unsafe extern "C" fn ep_control(f: *mut fid, command: c_int, _arg: *mut c_void) -> c_int {
     guard(|| match command as u32 {
         FI_ENABLE => with_ep(f, |s, _, _| {
-            if s.av.is_none() || s.txcq.is_none() || s.rxcq.is_none() {
+            // Each direction needs a CQ or a counter.
+            let tx = s.txcq.is_some() || s.cntrs.send.is_some() || s.cntrs.write.is_some();
+            let rx = s.rxcq.is_some() || s.cntrs.recv.is_some();
+            if s.av.is_none() || !tx || !rx {
                 return neg(FI_ENOCQ);
             }
             s.enabled = true;
@@ -3321,6 +3471,7 @@ fn post_write(
             Err(_) if !s.enabled => Err(FI_EOPBADSTATE),
             Err(_) if len > MAX_MSG_SIZE => Err(FI_EMSGSIZE),
             Err(_) => {
+                s.cntrs.count(FI_WRITE as u64, true);
                 let e = Entry {
                     ctx: ctx as usize,
                     flags: (FI_WRITE | FI_RMA) as u64,
@@ -3498,5 +3649,181 @@ unsafe extern "C" fn ep_writemsg(ep: *mut fid_ep, msg: *const fi_msg_rma, flags:
         }
         let c = Some(completion == 1);
         post_write(ep, &v, m.addr, r.addr, r.key, data, m.context, c)
+    })
+}
+
+// ---------------------------------------------------------------------------------
+// Counters: completed operations of the endpoints bound to them (FI_CNTR_EVENTS_COMP);
+// reading or waiting progresses those endpoints (manual progress).
+
+#[repr(C)]
+struct Cntr {
+    fid: fid_cntr,
+    magic: u64,
+    st: Shared,
+    inner: Arc<CntrInner>,
+}
+
+static CNTR_FI_OPS: fi_ops = table!(fi_ops {
+    close: cntr_close,
+    bind: s3,
+    control: s3,
+    ops_open: s5,
+    tostr: s3,
+    ops_set: s5,
+});
+static CNTR_OPS: fi_ops_cntr = table!(fi_ops_cntr {
+    read: cntr_read,
+    readerr: cntr_readerr,
+    add: cntr_add,
+    set: cntr_set,
+    wait: cntr_wait,
+    adderr: cntr_adderr,
+    seterr: cntr_seterr,
+});
+
+/// `fi_cntr_open`: events `FI_CNTR_EVENTS_COMP`, wait object none, unspecified or
+/// yield (`fi_cntr_wait` progresses and yields the CPU between passes), flags 0.
+unsafe extern "C" fn cntr_open(
+    domain: *mut fid_domain,
+    attr: *mut fi_cntr_attr,
+    cntr: *mut *mut fid_cntr,
+    context: *mut c_void,
+) -> c_int {
+    guard(|| {
+        let Some(d) = (unsafe { obj::<Domain>(domain.cast(), FI_CLASS_DOMAIN) }) else {
+            return neg(FI_EINVAL);
+        };
+        if cntr.is_null() {
+            return neg(FI_EINVAL);
+        }
+        // SAFETY: the caller's attr, null or live.
+        if let Some(a) = unsafe { attr.as_ref() } {
+            if a.events != FI_CNTR_EVENTS_COMP || a.flags != 0 {
+                return neg(FI_ENOSYS);
+            }
+            if !matches!(a.wait_obj, FI_WAIT_NONE | FI_WAIT_UNSPEC | FI_WAIT_YIELD) {
+                return neg(FI_ENOSYS);
+            }
+        }
+        let c = Box::new(Cntr {
+            fid: fid_cntr {
+                fid: new_fid(FI_CLASS_CNTR, context, &CNTR_FI_OPS),
+                ops: &CNTR_OPS as *const _ as *mut _,
+            },
+            magic: MAGIC,
+            st: d.st.clone(),
+            inner: Arc::default(),
+        });
+        // SAFETY: non-null out-pointer.
+        unsafe { *cntr = Box::into_raw(c).cast() };
+        0
+    })
+}
+
+unsafe extern "C" fn cntr_close(f: *mut fid) -> c_int {
+    guard(|| {
+        let Some(c) = (unsafe { obj::<Cntr>(f, FI_CLASS_CNTR) }) else {
+            return neg(FI_EINVAL);
+        };
+        if let Ok(st) = lock(&c.st)
+            && st.eps.iter().flatten().any(|e| e.cntrs.holds(&c.inner))
+        {
+            return neg(FI_EBUSY);
+        }
+        // SAFETY: one of our counters, not used after close.
+        drop(unsafe { Box::from_raw(f.cast::<Cntr>()) });
+        0
+    })
+}
+
+/// Progresses every endpoint bound to counter `c`; then runs `f` on its values.
+fn with_cntr<R: Ret>(cntr: *mut fid_cntr, f: impl FnOnce(&CntrInner) -> R) -> R {
+    let Some(c) = (unsafe { obj::<Cntr>(cntr.cast(), FI_CLASS_CNTR) }) else {
+        return neg(FI_EINVAL);
+    };
+    if let Ok(mut st) = lock(&c.st) {
+        let State { eps, cqs, avs, .. } = &mut *st;
+        for e in eps.iter_mut().flatten() {
+            if e.cntrs.holds(&c.inner) {
+                e.progress(cqs, avs);
+            }
+        }
+    }
+    f(&c.inner)
+}
+
+unsafe extern "C" fn cntr_read(cntr: *mut fid_cntr) -> u64 {
+    guard(|| with_cntr(cntr, |c| c.value.load(Ordering::Acquire)))
+}
+
+unsafe extern "C" fn cntr_readerr(cntr: *mut fid_cntr) -> u64 {
+    guard(|| with_cntr(cntr, |c| c.err.load(Ordering::Acquire)))
+}
+
+/// Runs `f` on counter `cntr`'s values without progress.
+fn on_cntr(cntr: *mut fid_cntr, f: impl FnOnce(&CntrInner)) -> c_int {
+    match unsafe { obj::<Cntr>(cntr.cast(), FI_CLASS_CNTR) } {
+        Some(c) => {
+            f(&c.inner);
+            0
+        }
+        None => neg(FI_EINVAL),
+    }
+}
+
+unsafe extern "C" fn cntr_add(cntr: *mut fid_cntr, value: u64) -> c_int {
+    guard(|| {
+        on_cntr(cntr, |c| {
+            c.value.fetch_add(value, Ordering::AcqRel);
+        })
+    })
+}
+
+unsafe extern "C" fn cntr_set(cntr: *mut fid_cntr, value: u64) -> c_int {
+    guard(|| on_cntr(cntr, |c| c.value.store(value, Ordering::Release)))
+}
+
+unsafe extern "C" fn cntr_adderr(cntr: *mut fid_cntr, value: u64) -> c_int {
+    guard(|| {
+        on_cntr(cntr, |c| {
+            c.err.fetch_add(value, Ordering::AcqRel);
+        })
+    })
+}
+
+unsafe extern "C" fn cntr_seterr(cntr: *mut fid_cntr, value: u64) -> c_int {
+    guard(|| on_cntr(cntr, |c| c.err.store(value, Ordering::Release)))
+}
+
+/// `fi_cntr_wait`: progresses the bound endpoints, yielding the CPU between passes,
+/// until the counter reaches `threshold` (0), an operation fails meanwhile (its error
+/// count grows: `-FI_EAVAIL`) or `timeout` milliseconds pass (`-FI_ETIMEDOUT`; a
+/// negative `timeout` waits without limit).
+unsafe extern "C" fn cntr_wait(cntr: *mut fid_cntr, threshold: u64, timeout: c_int) -> c_int {
+    guard(|| {
+        let until = (timeout >= 0).then(|| Instant::now() + Duration::from_millis(timeout as u64));
+        let err0 = match unsafe { obj::<Cntr>(cntr.cast(), FI_CLASS_CNTR) } {
+            Some(c) => c.inner.err.load(Ordering::Acquire),
+            None => return neg(FI_EINVAL),
+        };
+        loop {
+            let r = with_cntr(cntr, |c| {
+                if c.value.load(Ordering::Acquire) >= threshold {
+                    0
+                } else if c.err.load(Ordering::Acquire) != err0 {
+                    neg(FI_EAVAIL)
+                } else {
+                    1
+                }
+            });
+            if r != 1 {
+                return r;
+            }
+            if until.is_some_and(|u| Instant::now() >= u) {
+                return neg(FI_ETIMEDOUT);
+            }
+            std::thread::yield_now();
+        }
     })
 }

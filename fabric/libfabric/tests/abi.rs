@@ -340,6 +340,9 @@ struct Net {
     eps: Vec<*mut fid_ep>,
     cqs: Vec<*mut fid_cq>,
     addr: Vec<u64>,
+    /// More objects of the domain (counters, CQs) a test opened, closed after the
+    /// endpoints.
+    extra: Vec<*mut fid>,
 }
 
 /// A completion as `fi_cq_read` (TAGGED format) or `fi_cq_readerr` gives it.
@@ -439,6 +442,7 @@ impl Net {
                 eps: Vec::new(),
                 cqs: Vec::new(),
                 addr: Vec::new(),
+                extra: Vec::new(),
             };
             for _ in 0..n {
                 let mut cq: *mut fid_cq = null_mut();
@@ -626,6 +630,9 @@ impl Drop for Net {
         unsafe {
             for &ep in &self.eps {
                 assert_eq!(close(&mut (*ep).fid), 0);
+            }
+            for &f in &self.extra {
+                assert_eq!(close(f), 0);
             }
             for &cq in &self.cqs {
                 assert_eq!(close(&mut (*cq).fid), 0);
@@ -1762,5 +1769,265 @@ fn rma_with_virtual_addresses_and_provider_keys() {
         assert_eq!(net.write_done(), (wrote(2, 4, FI_EACCES), Vec::new()));
         assert_eq!(target, want);
         assert_eq!(close(&mut (*mr).fid), 0);
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Counters and fi_cq_sread.
+
+impl Net {
+    /// `fi_cntr_open` with `attr`; the counter is closed after the endpoints.
+    fn cntr_open(&mut self, attr: Option<fi_cntr_attr>) -> Result<*mut fid_cntr, c_int> {
+        let mut c: *mut fid_cntr = null_mut();
+        let mut a = attr.unwrap_or_default();
+        let p = if attr.is_some() { &mut a } else { null_mut() };
+        let ops = unsafe { &*(*self.domain).ops };
+        let r = unsafe { (ops.cntr_open.unwrap())(self.domain, p, &mut c, null_mut()) };
+        if r != 0 {
+            return Err(r);
+        }
+        self.extra.push(unsafe { &mut (*c).fid });
+        Ok(c)
+    }
+
+    /// `fi_ep_bind` of `f` to endpoint `i` with `flags`.
+    fn bind(&self, i: usize, f: *mut fid, flags: u64) -> c_int {
+        let ep = self.eps[i];
+        unsafe { ((*(*ep).fid.ops).bind.unwrap())(&mut (*ep).fid, f, flags) }
+    }
+
+    /// `fi_send` of `b` from endpoint `i` to endpoint `to`.
+    fn send(&self, i: usize, to: usize, b: &[u8], c: usize) -> isize {
+        let m = self.msg(i);
+        let (p, n) = (b.as_ptr().cast(), b.len());
+        unsafe { (m.send.unwrap())(self.eps[i], p, n, null_mut(), self.addr[to], ctx(c)) }
+    }
+
+    /// `fi_recv` into `b` on endpoint `i` from any source.
+    fn recv(&self, i: usize, b: &mut [u8], c: usize) -> isize {
+        let m = self.msg(i);
+        let (p, n) = (b.as_mut_ptr().cast(), b.len());
+        unsafe { (m.recv.unwrap())(self.eps[i], p, n, null_mut(), u64::MAX, ctx(c)) }
+    }
+}
+
+unsafe fn cntr_ops<'a>(c: *mut fid_cntr) -> &'a fi_ops_cntr {
+    unsafe { &*(*c).ops }
+}
+
+#[test]
+fn counters_count_completed_sends_receives_and_writes() {
+    unsafe {
+        let (mut net, _) = Net::with_mr_mode(2, (FI_MSG | FI_RMA) as u64, 0, 0, 0);
+        // Attributes the provider does not take.
+        let fd = fi_cntr_attr {
+            wait_obj: FI_WAIT_FD,
+            ..Default::default()
+        };
+        assert_eq!(net.cntr_open(Some(fd)), Err(-(FI_ENOSYS as c_int)));
+        let flags = fi_cntr_attr {
+            flags: 1,
+            ..Default::default()
+        };
+        assert_eq!(net.cntr_open(Some(flags)), Err(-(FI_ENOSYS as c_int)));
+        let unspec = fi_cntr_attr {
+            wait_obj: FI_WAIT_UNSPEC,
+            ..Default::default()
+        };
+        // The connection first (its set-up needs both endpoints progressed).
+        let mut b = [[0u8; 8]; 3];
+        assert_eq!(net.recv(1, &mut b[0], 1), 0);
+        assert_eq!(net.send(0, 1, b"set-up", 2), 0);
+        net.wait(1, 1, &mut Vec::new());
+        net.wait(0, 1, &mut Vec::new());
+
+        // tx counts endpoint 0's sends, rx endpoint 1's receives; w endpoint 0's writes
+        // and is bound to endpoint 1 for FI_REMOTE_WRITE (which never counts: no
+        // FI_RMA_EVENT), so waiting on it progresses both.
+        let tx = net.cntr_open(Some(unspec)).unwrap();
+        let rx = net.cntr_open(None).unwrap();
+        let w = net.cntr_open(None).unwrap();
+        let f = |c: *mut fid_cntr| &mut (*c).fid as *mut fid;
+        assert_eq!(
+            net.bind(0, f(tx), FI_TAGGED as u64),
+            -(FI_EBADFLAGS as c_int)
+        );
+        assert_eq!(net.bind(0, f(tx), 0), -(FI_EBADFLAGS as c_int));
+        assert_eq!(net.bind(0, f(tx), FI_SEND as u64), 0);
+        assert_eq!(net.bind(1, f(rx), FI_RECV as u64), 0);
+        assert_eq!(net.bind(0, f(w), (FI_WRITE | FI_READ) as u64), 0);
+        assert_eq!(
+            net.bind(1, f(w), (FI_REMOTE_WRITE | FI_REMOTE_READ) as u64),
+            0
+        );
+        let (t, r, wo) = (cntr_ops(tx), cntr_ops(rx), cntr_ops(w));
+        assert_eq!((t.read.unwrap())(tx), 0);
+
+        // Two sends and an inject into three receives: 3 and 3. Waiting on rx
+        // progresses endpoint 1 (the messages left at their posts); tx is read (a
+        // progress pass of endpoint 0) with rx read between (endpoint 1's SACKs).
+        for (i, x) in b.iter_mut().enumerate() {
+            assert_eq!(net.recv(1, x, 10 + i), 0);
+        }
+        assert_eq!(net.send(0, 1, b"one", 3), 0);
+        assert_eq!(net.send(0, 1, b"two", 4), 0);
+        let inj = net.msg(0).inject.unwrap();
+        assert_eq!(inj(net.eps[0], b"three".as_ptr().cast(), 5, net.addr[1]), 0);
+        assert_eq!((r.wait.unwrap())(rx, 3, 30_000), 0);
+        let t0 = Instant::now();
+        while (t.read.unwrap())(tx) < 3 {
+            assert!(t0.elapsed() < DEADLINE);
+            (r.read.unwrap())(rx);
+        }
+        assert_eq!(((r.read.unwrap())(rx), (t.read.unwrap())(tx)), (3, 3));
+        assert_eq!(&b[2][..5], b"three");
+
+        // A write counts on w; the target's FI_REMOTE_WRITE binding adds nothing.
+        let mut region = vec![0u8; 16];
+        let (rc, mr) = net.mr_reg(&mut region, FI_REMOTE_WRITE as u64, 0, 0x77);
+        assert_eq!(rc, 0);
+        assert_eq!(net.write(b"w", 3, 0x77, 5), 0);
+        assert_eq!((wo.wait.unwrap())(w, 1, 30_000), 0);
+        assert_eq!(region[3], b'w');
+        // A write to a bad key: the error count grows and the wait says so.
+        assert_eq!(net.write(b"w", 0, 0xBAD, 6), 0);
+        assert_eq!((wo.wait.unwrap())(w, 2, 30_000), -(FI_EAVAIL as c_int));
+        assert_eq!(((wo.read.unwrap())(w), (wo.readerr.unwrap())(w)), (1, 1));
+        assert_eq!(((t.read.unwrap())(tx), (t.readerr.unwrap())(tx)), (3, 0));
+        // The CQ entries: two sends (the inject has none), the write and its error
+        // (first: an error entry waiting is read before the others); three receives.
+        let mut other = Vec::new();
+        let mut e0 = net.wait(0, 4, &mut other);
+        e0.sort_by_key(|c| c.ctx);
+        let send = |c: usize| Cqe {
+            flags: (FI_SEND | FI_MSG) as u64,
+            ..wrote(c, 3, 0)
+        };
+        assert_eq!(
+            e0,
+            vec![send(3), send(4), wrote(5, 1, 0), wrote(6, 1, FI_EACCES)]
+        );
+        let e1 = net.wait(1, 3 - other.len(), &mut Vec::new());
+        assert_eq!(other.len() + e1.len(), 3);
+
+        // A threshold not reached: the wait times out.
+        assert_eq!((r.wait.unwrap())(rx, 4, 20), -(FI_ETIMEDOUT as c_int));
+        // add, set, adderr, seterr.
+        assert_eq!((t.set.unwrap())(tx, 100), 0);
+        assert_eq!((t.add.unwrap())(tx, 5), 0);
+        assert_eq!((t.seterr.unwrap())(tx, 7), 0);
+        assert_eq!((t.adderr.unwrap())(tx, 1), 0);
+        assert_eq!(((t.read.unwrap())(tx), (t.readerr.unwrap())(tx)), (105, 8));
+        // A counter bound to an endpoint is busy.
+        assert_eq!(close(f(tx)), -(FI_EBUSY as c_int));
+        assert_eq!(close(&mut (*mr).fid), 0);
+    }
+}
+
+#[test]
+fn cq_sread_waits_for_an_entry_a_threshold_or_its_timeout() {
+    unsafe {
+        let (mut net, _) = Net::with_mr_mode(2, FI_MSG as u64, 0, 0, 0);
+        // The connection first (its set-up needs both endpoints progressed).
+        let mut b = [0u8; 8];
+        assert_eq!(net.recv(1, &mut b, 1), 0);
+        assert_eq!(net.send(0, 1, b"set-up", 2), 0);
+        net.wait(1, 1, &mut Vec::new());
+        net.wait(0, 1, &mut Vec::new());
+
+        // Nothing comes: -FI_EAGAIN once the timeout passed.
+        let cq = net.cqs[1];
+        let sread = (*(*cq).ops).sread.unwrap();
+        let mut e = [fi_cq_tagged_entry::default(); 4];
+        let t0 = Instant::now();
+        assert_eq!(
+            sread(cq, e.as_mut_ptr().cast(), 4, std::ptr::null(), 30),
+            neg(FI_EAGAIN)
+        );
+        assert!(
+            t0.elapsed() >= Duration::from_millis(30),
+            "{:?}",
+            t0.elapsed()
+        );
+
+        // A message sent now (it leaves at the post): sread on the receiver alone,
+        // sleeping in its datapath, returns its entry.
+        assert_eq!(net.recv(1, &mut b, 3), 0);
+        assert_eq!(net.send(0, 1, b"sread", 4), 0);
+        assert_eq!(
+            sread(cq, e.as_mut_ptr().cast(), 4, std::ptr::null(), 30_000),
+            1
+        );
+        assert_eq!((e[0].op_context as usize, e[0].len), (3, 5));
+        assert_eq!(&b[..5], b"sread");
+
+        // FI_CQ_COND_THRESHOLD: a CQ that waits for *cond entries.
+        let ops = &*(*net.domain).ops;
+        for (wait_obj, wait_cond) in [(FI_WAIT_FD, FI_CQ_COND_NONE), (FI_WAIT_UNSPEC, 7)] {
+            let mut attr = fi_cq_attr {
+                format: FI_CQ_FORMAT_TAGGED,
+                wait_obj,
+                wait_cond,
+                ..Default::default()
+            };
+            let mut bad: *mut fid_cq = null_mut();
+            let r = (ops.cq_open.unwrap())(net.domain, &mut attr, &mut bad, null_mut());
+            assert_eq!(r, -(FI_ENOSYS as c_int));
+        }
+        let mut attr = fi_cq_attr {
+            format: FI_CQ_FORMAT_TAGGED,
+            wait_obj: FI_WAIT_UNSPEC,
+            wait_cond: FI_CQ_COND_THRESHOLD,
+            ..Default::default()
+        };
+        let mut tcq: *mut fid_cq = null_mut();
+        assert_eq!(
+            (ops.cq_open.unwrap())(net.domain, &mut attr, &mut tcq, null_mut()),
+            0
+        );
+        net.extra.push(&mut (*tcq).fid);
+        assert_eq!(net.bind(1, &mut (*tcq).fid, FI_RECV as u64), 0);
+        let tsread = (*(*tcq).ops).sread.unwrap();
+        let mut bufs = [[0u8; 8]; 4];
+        for (i, x) in bufs.iter_mut().enumerate() {
+            assert_eq!(net.recv(1, x, 20 + i), 0);
+        }
+        for i in 0..3 {
+            assert_eq!(net.send(0, 1, &[b'a' + i as u8; 3], 30 + i), 0);
+        }
+        let three: usize = 3;
+        let n = tsread(
+            tcq,
+            e.as_mut_ptr().cast(),
+            4,
+            (&three as *const usize).cast(),
+            30_000,
+        );
+        assert_eq!(n, 3);
+        let got: Vec<usize> = e[..3].iter().map(|x| x.op_context as usize).collect();
+        assert_eq!(got, vec![20, 21, 22]);
+        // One more message, a threshold of 2: the timeout returns the one there is.
+        assert_eq!(net.send(0, 1, b"ddd", 33), 0);
+        let two: usize = 2;
+        let n = tsread(
+            tcq,
+            e.as_mut_ptr().cast(),
+            4,
+            (&two as *const usize).cast(),
+            200,
+        );
+        assert_eq!(n, 1);
+        assert_eq!(e[0].op_context as usize, 23);
+        assert_eq!(
+            bufs,
+            [
+                *b"aaa\0\0\0\0\0",
+                *b"bbb\0\0\0\0\0",
+                *b"ccc\0\0\0\0\0",
+                *b"ddd\0\0\0\0\0"
+            ]
+        );
+        // The sends' completions, so nothing is left in flight.
+        net.wait(0, 5, &mut Vec::new());
     }
 }
