@@ -34,8 +34,8 @@ pub const CQ_DATA_SIZE: usize = 4;
 /// The capabilities: untagged and tagged messages, receives restricted to a source
 /// (`FI_DIRECTED_RECV`), the source of a receive (`FI_SOURCE`: `fi_cq_readfrom`), both
 /// directions, RMA writes both ways (`FI_RMA`, `FI_WRITE`, `FI_REMOTE_WRITE`: mrc's
-/// WRITE and WRITE_WITH_IMM; no `FI_READ`: the transport has no READ), to this host and
-/// to others.
+/// WRITE and WRITE_WITH_IMM; no `FI_READ`: the transport has no READ) and, when asked,
+/// remote write events for counters (`FI_RMA_EVENT`), to this host and to others.
 pub const CAPS: u64 = FI_MSG as u64
     | FI_TAGGED as u64
     | FI_SEND as u64
@@ -43,6 +43,7 @@ pub const CAPS: u64 = FI_MSG as u64
     | FI_RMA as u64
     | FI_WRITE as u64
     | FI_REMOTE_WRITE as u64
+    | FI_RMA_EVENT
     | FI_DIRECTED_RECV
     | FI_SOURCE
     | FI_LOCAL_COMM
@@ -96,7 +97,13 @@ fn caps_for(asked: u64) -> u64 {
     } else {
         0
     };
-    primary | msg | rma | SECONDARY
+    // FI_RMA_EVENT only when asked: it costs a look at every accepted QP per pass.
+    let event = if primary & FI_RMA as u64 != 0 {
+        asked & FI_RMA_EVENT
+    } else {
+        0
+    };
+    primary | msg | rma | event | SECONDARY
 }
 
 /// The `mr_mode` answering an application that offers `offered` (API `version`): the
@@ -290,6 +297,7 @@ unsafe fn build(version: u32, h: Option<&fi_info>) -> *mut fi_info {
                 | FI_RECV as u64
                 | FI_RMA as u64
                 | FI_REMOTE_WRITE as u64
+                | FI_RMA_EVENT
                 | FI_DIRECTED_RECV
                 | FI_SOURCE);
         r.op_flags = rx_op;

@@ -164,9 +164,11 @@ struct Counters {
     write: Option<Arc<CntrInner>>,
     /// `FI_READ`: bound, never counts (reads are `-FI_ENOSYS`).
     read: Option<Arc<CntrInner>>,
-    /// `FI_REMOTE_WRITE` / `FI_REMOTE_READ`: bound, never count (no `FI_RMA_EVENT`: the
-    /// transport raises no event at the target of a WRITE without immediate data).
-    remote: Option<Arc<CntrInner>>,
+    /// `FI_REMOTE_WRITE`: writes of peers that landed in this endpoint's regions, counted
+    /// when the endpoint has `FI_RMA_EVENT` (never otherwise).
+    remote_write: Option<Arc<CntrInner>>,
+    /// `FI_REMOTE_READ`: bound, never counts (no READ).
+    remote_read: Option<Arc<CntrInner>>,
 }
 
 impl Counters {
@@ -195,7 +197,8 @@ impl Counters {
             &self.recv,
             &self.write,
             &self.read,
-            &self.remote,
+            &self.remote_write,
+            &self.remote_read,
         ]
         .into_iter()
         .flatten()
@@ -293,6 +296,9 @@ struct RecvQp {
     lkey: u32,
     /// The connector's address, from its hello (the first message on the QP).
     peer: Option<[u8; ADDR_LEN]>,
+    /// The transport's count of the peer's messages completed on this QP
+    /// (`Connection::messages_received`) at the last look (`FI_RMA_EVENT`).
+    msgs: u64,
 }
 
 /// A posted receive: the application's buffers and what it matches.
@@ -359,6 +365,9 @@ struct EpState {
     target_mrs: HashMap<u32, TargetMr>,
     /// The counters bound to the endpoint.
     cntrs: Counters,
+    /// `FI_RMA_EVENT` in the endpoint's `fi_info`: peers' writes count on the
+    /// `FI_REMOTE_WRITE` counter.
+    rma_event: bool,
 }
 
 /// A registered memory region of the domain.
@@ -519,6 +528,7 @@ impl EpState {
             tx_outstanding: 0,
             target_mrs: HashMap::new(),
             cntrs: Counters::default(),
+            rma_event: false,
         })
     }
 
@@ -691,6 +701,7 @@ impl EpState {
                 base,
                 lkey,
                 peer: None,
+                msgs: 0,
             };
             for s in 0..RECV_SLOTS {
                 let _ = self.worker.post_recv(qpn, s as u64, rq.sge(s));
@@ -762,7 +773,12 @@ impl EpState {
         // Arrivals.
         let qpns: Vec<u32> = self.in_qps.keys().copied().collect();
         for qpn in qpns {
+            // Messages completed with a receive completion (every kind but a plain WRITE).
+            let mut with_completion = 0u64;
             while let Some(c) = self.worker.poll_recv_cq(qpn) {
+                if c.status != WcStatus::Flushed {
+                    with_completion += 1;
+                }
                 if c.status != WcStatus::Success {
                     continue;
                 }
@@ -776,6 +792,26 @@ impl EpState {
                     _ => {}
                 }
             }
+            if self.rma_event {
+                self.count_plain_writes(qpn, with_completion);
+            }
+        }
+    }
+
+    /// `FI_RMA_EVENT`: the plain WRITEs of QP `qpn`'s peer that landed since the last
+    /// look (they raise no completion: the transport's message count less the
+    /// `with_completion` messages that did), counted on the `FI_REMOTE_WRITE` counter.
+    fn count_plain_writes(&mut self, qpn: u32, with_completion: u64) {
+        let Ok(now) = self.worker.with_conn(qpn, |c| c.messages_received()) else {
+            return;
+        };
+        let Some(rq) = self.in_qps.get_mut(&qpn) else {
+            return;
+        };
+        let writes = now.saturating_sub(rq.msgs).saturating_sub(with_completion);
+        rq.msgs = now;
+        if let Some(c) = &self.cntrs.remote_write {
+            c.value.fetch_add(writes, Ordering::AcqRel);
         }
     }
 
@@ -802,6 +838,11 @@ impl EpState {
             ..Entry::default()
         };
         cq_push(cqs, self.rxcq, e);
+        if self.rma_event
+            && let Some(c) = &self.cntrs.remote_write
+        {
+            c.value.fetch_add(1, Ordering::AcqRel);
+        }
     }
 
     /// QP `qpn` is gone: its lkeys leave the regions' records.
@@ -2644,6 +2685,8 @@ unsafe extern "C" fn ep_open(
         };
         state.tx_op_completion = tx_c;
         state.rx_op_completion = rx_c;
+        // SAFETY: the caller's info, null or live.
+        state.rma_event = unsafe { info.as_ref() }.is_some_and(|i| i.caps & FI_RMA_EVENT != 0);
         let mut st = match lock(&d.st) {
             Ok(s) => s,
             Err(e) => return neg(e),
@@ -2801,7 +2844,8 @@ unsafe extern "C" fn ep_bind(ep: *mut fid, bfid: *mut fid, flags: u64) -> c_int 
                     set(&mut s.cntrs.recv, FI_RECV);
                     set(&mut s.cntrs.write, FI_WRITE);
                     set(&mut s.cntrs.read, FI_READ);
-                    set(&mut s.cntrs.remote, FI_REMOTE_WRITE | FI_REMOTE_READ);
+                    set(&mut s.cntrs.remote_write, FI_REMOTE_WRITE);
+                    set(&mut s.cntrs.remote_read, FI_REMOTE_READ);
                     0
                 })
             }

@@ -2031,3 +2031,39 @@ fn cq_sread_waits_for_an_entry_a_threshold_or_its_timeout() {
         net.wait(0, 5, &mut Vec::new());
     }
 }
+
+#[test]
+fn rma_event_counts_the_writes_that_landed_at_the_target() {
+    unsafe {
+        let caps = (FI_MSG | FI_RMA) as u64 | FI_RMA_EVENT;
+        let (mut net, _) = Net::with_mr_mode(2, caps, 0, 0, 0);
+        let rc = net.cntr_open(None).unwrap();
+        assert_eq!(net.bind(1, &mut (*rc).fid, FI_REMOTE_WRITE as u64), 0);
+        let o = cntr_ops(rc);
+        let mut region = vec![0u8; 32];
+        let (r, mr) = net.mr_reg(&mut region, FI_REMOTE_WRITE as u64, 0, 0x99);
+        assert_eq!(r, 0);
+        // A message (not counted), two plain writes and a fi_writedata.
+        let mut b = [0u8; 4];
+        assert_eq!(net.recv(1, &mut b, 1), 0);
+        assert_eq!(net.send(0, 1, b"msg!", 2), 0);
+        assert_eq!(net.write(b"ab", 0, 0x99, 3), 0);
+        assert_eq!(net.write(b"cd", 2, 0x99, 4), 0);
+        assert_eq!(net.writedata(b"ef", 5, 4, 0x99, 5), 0);
+        let mut other = Vec::new();
+        let mut sent = net.wait(0, 4, &mut other);
+        sent.sort_by_key(|c| c.ctx);
+        assert_eq!(sent[1..], [wrote(3, 2, 0), wrote(4, 2, 0), wrote(5, 2, 0)]);
+        // Every write was acknowledged, so placed; the target's counter says 3.
+        assert_eq!((o.read.unwrap())(rc), 3);
+        assert_eq!((o.readerr.unwrap())(rc), 0);
+        assert_eq!(&region[..6], b"abcdef");
+        // The target's CQ: the receive and the fi_writedata's entry.
+        let t = net.wait(1, 2 - other.len(), &mut Vec::new());
+        let mut all: Vec<u64> = other.iter().chain(&t).map(|c| c.flags).collect();
+        all.sort();
+        assert_eq!(all, vec![(FI_RECV | FI_MSG) as u64, REMOTE_WRITE_DATA]);
+        assert_eq!((o.read.unwrap())(rc), 3);
+        assert_eq!(close(&mut (*mr).fid), 0);
+    }
+}
