@@ -98,12 +98,7 @@ fn caps_for(asked: u64) -> u64 {
         0
     };
     // FI_RMA_EVENT only when asked: it costs a look at every accepted QP per pass.
-    let event = if primary & FI_RMA as u64 != 0 {
-        asked & FI_RMA_EVENT
-    } else {
-        0
-    };
-    primary | msg | rma | event | SECONDARY
+    primary | msg | rma | (asked & FI_RMA_EVENT) | SECONDARY
 }
 
 /// The `mr_mode` answering an application that offers `offered` (API `version`): the

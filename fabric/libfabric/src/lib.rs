@@ -19,7 +19,10 @@
 //!   which `fi_av_insert` on a peer accepts;
 //! - completion queues of every format (`CONTEXT`, `MSG`, `DATA`, `TAGGED`), errors
 //!   through `fi_cq_readerr`, the source of a receive through `fi_cq_readfrom`
-//!   (`FI_SOURCE`), manual progress from `fi_cq_read` / `fi_cq_sread`;
+//!   (`FI_SOURCE`), manual progress from `fi_cq_read` / `fi_cq_sread` (which sleeps in
+//!   the endpoint's datapath, and takes `FI_CQ_COND_THRESHOLD`);
+//! - counters (`fi_cntr_open`, `fi_cntr_read`, `fi_cntr_readerr`, `fi_cntr_wait`, add /
+//!   set) of sends, receives and writes, and with `FI_RMA_EVENT` of the peers' writes;
 //! - `FI_RMA` writes (`fi_write`, `fi_writev`, `fi_writemsg`, `fi_inject_write`,
 //!   `fi_writedata`, `fi_inject_writedata`) on mrc's WRITE and WRITE_WITH_IMM, into
 //!   regions of `fi_mr_reg` with `FI_REMOTE_WRITE`, keyed by the application or the
