@@ -2067,3 +2067,47 @@ fn rma_event_counts_the_writes_that_landed_at_the_target() {
         assert_eq!(close(&mut (*mr).fid), 0);
     }
 }
+
+#[test]
+fn mr_mode_answers_the_offered_bits_the_provider_uses() {
+    unsafe {
+        let prov = &*mrc_fi::fi_prov_ini();
+        let getinfo = prov.getinfo.unwrap();
+        let answer = |version: u32, offered: u32| -> c_int {
+            let mut dom = fi_domain_attr {
+                mr_mode: offered as c_int,
+                ..Default::default()
+            };
+            let mut hints = fi_info {
+                caps: (FI_MSG | FI_RMA) as u64,
+                domain_attr: &mut dom,
+                ..Default::default()
+            };
+            let mut info: *mut fi_info = null_mut();
+            let no = std::ptr::null();
+            assert_eq!(getinfo(version, no, no, 0, &mut hints, &mut info), 0);
+            let m = (*(*info).domain_attr).mr_mode;
+            assert_eq!((*(*info).domain_attr).mr_key_size, 4);
+            mrc_fi::free_info(info);
+            m
+        };
+        let v = (1 << 16) | 17;
+        let all = FI_MR_LOCAL | FI_MR_ENDPOINT | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_VIRT_ADDR;
+        for (offered, want) in [
+            (0, 0),
+            (FI_MR_LOCAL, 0),
+            (FI_MR_ENDPOINT | FI_MR_ALLOCATED, 0),
+            (FI_MR_VIRT_ADDR, FI_MR_VIRT_ADDR),
+            (FI_MR_PROV_KEY | FI_MR_ENDPOINT, FI_MR_PROV_KEY),
+            (all, FI_MR_PROV_KEY | FI_MR_VIRT_ADDR),
+            (FI_MR_BASIC, FI_MR_BASIC),
+            (FI_MR_SCALABLE, FI_MR_SCALABLE),
+        ] {
+            assert_eq!(answer(v, offered), want as c_int, "offered {offered:#x}");
+        }
+        // API 1.4: FI_MR_SCALABLE unless the application asks FI_MR_BASIC.
+        let v14 = (1 << 16) | 4;
+        assert_eq!(answer(v14, 0), FI_MR_SCALABLE as c_int);
+        assert_eq!(answer(v14, FI_MR_BASIC), FI_MR_BASIC as c_int);
+    }
+}
