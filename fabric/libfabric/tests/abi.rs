@@ -2078,14 +2078,14 @@ fn mr_mode_answers_the_offered_bits_the_provider_uses() {
                 mr_mode: offered as c_int,
                 ..Default::default()
             };
-            let mut hints = fi_info {
+            let hints = fi_info {
                 caps: (FI_MSG | FI_RMA) as u64,
                 domain_attr: &mut dom,
                 ..Default::default()
             };
             let mut info: *mut fi_info = null_mut();
             let no = std::ptr::null();
-            assert_eq!(getinfo(version, no, no, 0, &mut hints, &mut info), 0);
+            assert_eq!(getinfo(version, no, no, 0, &hints, &mut info), 0);
             let m = (*(*info).domain_attr).mr_mode;
             assert_eq!((*(*info).domain_attr).mr_key_size, 4);
             mrc_fi::free_info(info);
