@@ -103,6 +103,28 @@ fn fi_info_lists_the_mrc_provider() {
         assert!(v.lines().any(|l| l == line), "no line {line:?} in:\n{v}");
     }
 
+    // FI_RMA_EVENT only when asked, with the RMA modifiers and no message caps.
+    let o = tool(&dir, "fi_info")
+        .args(["-p", "mrc", "-v", "-c", "FI_RMA|FI_RMA_EVENT"])
+        .output()
+        .expect("run fi_info -c FI_RMA|FI_RMA_EVENT");
+    assert!(o.status.success(), "{o:?}");
+    let v = String::from_utf8_lossy(&o.stdout);
+    let caps: Vec<&str> = v
+        .lines()
+        .filter(|l| l.trim_start().starts_with("caps:"))
+        .collect();
+    assert_eq!(
+        caps,
+        [
+            "    caps: [ FI_RMA, FI_WRITE, FI_REMOTE_WRITE, FI_LOCAL_COMM, FI_REMOTE_COMM, \
+             FI_RMA_EVENT, FI_SOURCE ]",
+            "        caps: [ FI_RMA, FI_WRITE ]",
+            "        caps: [ FI_RMA, FI_REMOTE_WRITE, FI_RMA_EVENT, FI_SOURCE ]",
+            "        caps: [ FI_LOCAL_COMM, FI_REMOTE_COMM ]",
+        ]
+    );
+
     // What the provider does not offer is not listed: RMA reads (the transport has no
     // READ), atomics, a MSG endpoint.
     for args in [
