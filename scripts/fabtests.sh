@@ -74,8 +74,10 @@ cp "$lib" "$dir/prov/libmrc-fi.so"
 # -b: out-of-band address exchange (a peer's address is its fi_getname handle, which no
 # host name and port give). Excluded: the FI_EP_MSG tests (the provider is RDM only; with
 # -b their servers block on the out-of-band socket the client never opens, and
-# fi_msg_sockets wants -s, which -b drops).
-exclude="fi_cm_data,-e msg,fi_msg_sockets"
+# fi_msg_sockets wants -s, which -b drops); fi_multi_mr, which binds a counter to each
+# memory region (fi_mr_bind with FI_REMOTE_WRITE: the transport does not say which
+# region a WRITE landed in, so the provider answers -FI_ENOSYS and the test fails).
+exclude="fi_cm_data,-e msg,fi_msg_sockets,fi_multi_mr"
 log=$dir/run.log
 set +e
 (

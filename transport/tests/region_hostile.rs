@@ -237,3 +237,65 @@ fn vec_written_by_index_between_calls() {
     t.deregister(k.lkey).unwrap();
     assert_eq!(&v[..6], &[0, 5, 6, 9, 8, 0]);
 }
+
+/// Regions keyed by their caller (`register_raw_at`, a libfabric provider's keys): two of
+/// them at the same address (offset addressing) and a generated one; a WRITE lands by
+/// rkey at the exact offset, one past either end or under an unknown key is refused and
+/// writes nothing; a taken rkey and a wrapping range are refused; deregistering a keyed
+/// region leaves the generated one's address reserved.
+#[test]
+fn regions_at_caller_keys_and_addresses() {
+    let mut backing = vec![0u8; 64];
+    let base = backing.as_mut_ptr();
+    let mut t = RegionTable::new(0x7700);
+    let rw = Access::REMOTE_WRITE;
+    // SAFETY: `backing` is not moved and outlives the registrations (the table is dropped
+    // first); it is touched only between table calls, through `base`.
+    let (ka, kb) = unsafe {
+        let a = RawMem::new(base, 32).unwrap();
+        let b = RawMem::new(base.add(32), 32).unwrap();
+        (
+            t.register_raw_at(a, rw, 0xC0DE, 0).unwrap(),
+            t.register_raw_at(b, rw, 0xC0DF, 0).unwrap(),
+        )
+    };
+    assert_eq!((ka.rkey, ka.addr, ka.len), (0xC0DE, 0, 32));
+    assert_eq!((kb.rkey, kb.addr, kb.len), (0xC0DF, 0, 32));
+    let g = t.register(16, rw).unwrap();
+    t.place_remote(0xC0DF, 30, b"ab").unwrap();
+    t.place_remote(0xC0DE, 0, b"xy").unwrap();
+    assert_eq!(
+        t.place_remote(0xC0DE, 31, b"zz"),
+        Err(AccessError::OutOfBounds { addr: 31, len: 2 })
+    );
+    assert_eq!(
+        t.place_remote(0xC0E0, 0, b"zz"),
+        Err(AccessError::UnknownKey(0xC0E0))
+    );
+    // SAFETY: as above; the refused registrations drop their RawMem unused.
+    unsafe {
+        let c = RawMem::new(base, 8).unwrap();
+        assert_eq!(
+            t.register_raw_at(c, rw, 0xC0DE, 4096),
+            Err(mrc_transport::region::RegisterError::KeyInUse(0xC0DE))
+        );
+        let d = RawMem::new(base, 8).unwrap();
+        assert_eq!(
+            t.register_raw_at(d, rw, 0x1234, u64::MAX - 4),
+            Err(mrc_transport::region::RegisterError::KeyInUse(0x1234))
+        );
+    }
+    t.deregister(ka.lkey).unwrap();
+    assert_eq!(
+        t.place_remote(0xC0DE, 0, b"q"),
+        Err(AccessError::UnknownKey(0xC0DE))
+    );
+    t.place_remote(g.rkey, g.addr, b"g").unwrap();
+    let next = t.register(16, rw).unwrap();
+    assert_eq!(next.addr, g.addr + 2 * REGION_ALIGN_BYTES);
+    drop(t);
+    let mut want = vec![0u8; 64];
+    want[..2].copy_from_slice(b"xy");
+    want[62..].copy_from_slice(b"ab");
+    assert_eq!(backing, want);
+}

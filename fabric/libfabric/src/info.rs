@@ -33,40 +33,87 @@ pub const CQ_DATA_SIZE: usize = 4;
 
 /// The capabilities: untagged and tagged messages, receives restricted to a source
 /// (`FI_DIRECTED_RECV`), the source of a receive (`FI_SOURCE`: `fi_cq_readfrom`), both
-/// directions, to this host and to others.
+/// directions, RMA writes both ways (`FI_RMA`, `FI_WRITE`, `FI_REMOTE_WRITE`: mrc's
+/// WRITE and WRITE_WITH_IMM; no `FI_READ`: the transport has no READ) and, when asked,
+/// remote write events for counters (`FI_RMA_EVENT`), to this host and to others.
 pub const CAPS: u64 = FI_MSG as u64
     | FI_TAGGED as u64
     | FI_SEND as u64
     | FI_RECV as u64
+    | FI_RMA as u64
+    | FI_WRITE as u64
+    | FI_REMOTE_WRITE as u64
+    | FI_RMA_EVENT
     | FI_DIRECTED_RECV
     | FI_SOURCE
     | FI_LOCAL_COMM
     | FI_REMOTE_COMM;
+
+/// Bytes of a memory region key (`domain_attr->mr_key_size`): the transport's rkey, which
+/// every WRITE packet carries, has 32 bits.
+pub const MR_KEY_SIZE: usize = 4;
+
+/// The `mr_mode` bits the provider keeps when the application offers them (API 1.5 and
+/// later): provider-chosen keys and virtual addresses, as the application chose. It needs
+/// none of them (sends and writes are copied, so `FI_MR_LOCAL` is not needed, and it
+/// registers a region with every endpoint of the domain itself, so not
+/// `FI_MR_ENDPOINT` either); with `mr_mode` 0 keys are the application's and RMA
+/// addresses are offsets into the region.
+pub const MR_MODE_KEPT: u32 = FI_MR_PROV_KEY | FI_MR_VIRT_ADDR;
 
 /// `ep_attr->mem_tag_format`: all 64 bits of a tag are the application's
 /// (libfabric's `FI_TAG_GENERIC`).
 pub const MEM_TAG_FORMAT: u64 = 0xaaaa_aaaa_aaaa_aaaa;
 
 /// The primary capabilities: given only when asked for (fi_getinfo(3)).
-const PRIMARY: u64 = FI_MSG as u64 | FI_TAGGED as u64 | FI_DIRECTED_RECV;
-/// The primary modifiers: both directions unless the hints name one.
+const PRIMARY: u64 = FI_MSG as u64 | FI_TAGGED as u64 | FI_RMA as u64 | FI_DIRECTED_RECV;
+/// The primary modifiers of messages: both directions unless the hints name one.
 const MODIFIERS: u64 = FI_SEND as u64 | FI_RECV as u64;
+/// The primary modifiers of RMA: both sides of a write unless the hints name one.
+const RMA_MODIFIERS: u64 = FI_WRITE as u64 | FI_REMOTE_WRITE as u64;
 /// The secondary capabilities, reported whether asked for or not.
 const SECONDARY: u64 = FI_SOURCE | FI_LOCAL_COMM | FI_REMOTE_COMM;
 
 /// The capabilities of an `fi_info` answering hints that ask for `asked`: the primary
-/// ones asked for (all when none is), the modifiers asked for (both when none is), every
-/// secondary one.
+/// ones asked for (all when none is), the modifiers of each group asked for (the whole
+/// group when none of it is; `FI_SEND` / `FI_RECV` only with messages, `FI_WRITE` /
+/// `FI_REMOTE_WRITE` only with `FI_RMA`), every secondary one.
 fn caps_for(asked: u64) -> u64 {
     let primary = match asked & PRIMARY {
         0 => PRIMARY,
         p => p,
     };
-    let mods = match asked & MODIFIERS {
-        0 => MODIFIERS,
+    let group = |g: u64| match asked & g {
+        0 => g,
         m => m,
     };
-    primary | mods | SECONDARY
+    let msg = if primary & (FI_MSG | FI_TAGGED) as u64 != 0 {
+        group(MODIFIERS)
+    } else {
+        0
+    };
+    let rma = if primary & FI_RMA as u64 != 0 {
+        group(RMA_MODIFIERS)
+    } else {
+        0
+    };
+    // FI_RMA_EVENT only when asked: it costs a look at every accepted QP per pass.
+    primary | msg | rma | (asked & FI_RMA_EVENT) | SECONDARY
+}
+
+/// The `mr_mode` answering an application that offers `offered` (API `version`): the
+/// bits of [`MR_MODE_KEPT`] it offers; `FI_MR_BASIC` and `FI_MR_SCALABLE` (the API 1.0
+/// modes) as they are; `FI_MR_SCALABLE` for API before 1.5 when it offers none.
+pub(crate) fn mr_mode_for(version: u32, offered: c_int) -> c_int {
+    let basic = FI_MR_BASIC as c_int;
+    let scalable = FI_MR_SCALABLE as c_int;
+    if offered == basic || offered == scalable {
+        return offered;
+    }
+    if version < fi_version(1, 5) {
+        return scalable;
+    }
+    offered & MR_MODE_KEPT as c_int
 }
 
 /// `fi_freeinfo` of what this module allocated (the provider must not call into
@@ -123,7 +170,7 @@ fn name_is(p: *const c_char, want: &CStr) -> bool {
 }
 
 /// Checks the hints; `Err(-FI_ENODATA)` when the provider cannot give what they ask.
-unsafe fn check_hints(version: u32, h: &fi_info) -> Result<(), c_int> {
+unsafe fn check_hints(h: &fi_info) -> Result<(), c_int> {
     if h.caps & !CAPS != 0 {
         return Err(no_match());
     }
@@ -159,11 +206,9 @@ unsafe fn check_hints(version: u32, h: &fi_info) -> Result<(), c_int> {
         if d.cq_data_size > CQ_DATA_SIZE {
             return Err(no_match());
         }
-        if version < fi_version(1, 5) && d.mr_mode == FI_MR_BASIC as c_int {
-            return Err(no_match());
-        }
-        // The provider requires no mr_mode bit (it copies through its own registered
-        // slots), so every mr_mode of an application fits.
+        // The provider requires no mr_mode bit (it copies sends and writes through its
+        // own registered slots, registers a region with every endpoint itself), so every
+        // mr_mode of an application fits (mr_mode_for keeps the bits it uses).
     }
     if let Some(f) = unsafe { opt(h.fabric_attr) }
         && !name_is(f.name, FABRIC_NAME)
@@ -225,7 +270,8 @@ unsafe fn build(version: u32, h: Option<&fi_info>) -> *mut fi_info {
         info.addr_format = FI_FORMAT_UNSPEC;
 
         let t = &mut *info.tx_attr;
-        t.caps = info.caps & (FI_MSG as u64 | FI_TAGGED as u64 | FI_SEND as u64);
+        t.caps = info.caps
+            & (FI_MSG as u64 | FI_TAGGED as u64 | FI_SEND as u64 | FI_RMA as u64 | FI_WRITE as u64);
         // FI_COMPLETION asked in the hints' op_flags stays a default of the endpoint (sends
         // and receives complete under FI_SELECTIVE_COMPLETION too).
         let asked_op = |a: Option<u64>| a.unwrap_or(0) & FI_COMPLETION as u64;
@@ -237,11 +283,18 @@ unsafe fn build(version: u32, h: Option<&fi_info>) -> *mut fi_info {
         t.inject_size = INJECT_SIZE;
         t.size = QUEUE_SIZE;
         t.iov_limit = IOV_LIMIT;
-        t.rma_iov_limit = 0;
+        t.rma_iov_limit = if info.caps & FI_RMA as u64 != 0 { 1 } else { 0 };
 
         let r = &mut *info.rx_attr;
         r.caps = info.caps
-            & (FI_MSG as u64 | FI_TAGGED as u64 | FI_RECV as u64 | FI_DIRECTED_RECV | FI_SOURCE);
+            & (FI_MSG as u64
+                | FI_TAGGED as u64
+                | FI_RECV as u64
+                | FI_RMA as u64
+                | FI_REMOTE_WRITE as u64
+                | FI_RMA_EVENT
+                | FI_DIRECTED_RECV
+                | FI_SOURCE);
         r.op_flags = rx_op;
         r.msg_order = FI_ORDER_SAS as u64;
         r.comp_order = FI_ORDER_NONE as u64;
@@ -265,12 +318,9 @@ unsafe fn build(version: u32, h: Option<&fi_info>) -> *mut fi_info {
         d.data_progress = FI_PROGRESS_MANUAL;
         d.resource_mgmt = FI_RM_ENABLED;
         d.av_type = FI_AV_UNSPEC;
-        d.mr_mode = if version < fi_version(1, 5) {
-            FI_MR_SCALABLE as c_int
-        } else {
-            0
-        };
-        d.mr_key_size = 8;
+        let offered = h.and_then(|h| opt(h.domain_attr)).map_or(0, |d| d.mr_mode);
+        d.mr_mode = mr_mode_for(version, offered);
+        d.mr_key_size = MR_KEY_SIZE;
         d.cq_data_size = CQ_DATA_SIZE;
         d.cq_cnt = 256;
         d.ep_cnt = 256;
@@ -345,7 +395,7 @@ pub(crate) unsafe extern "C" fn getinfo(
         // SAFETY: the caller's hints, null or live.
         let h = unsafe { hints.as_ref() };
         if let Some(h) = h
-            && let Err(e) = unsafe { check_hints(version, h) }
+            && let Err(e) = unsafe { check_hints(h) }
         {
             return e;
         }

@@ -1,5 +1,5 @@
 //! `libmrc-fi.so`: an external ("DL") libfabric provider named `mrc` over mrc's UDP
-//! transport (issue 44, first and second slices). libfabric loads it from `FI_PROVIDER_PATH` and calls
+//! transport (issue 44, first to third slices). libfabric loads it from `FI_PROVIDER_PATH` and calls
 //! [`fi_prov_ini`]; everything else is reached through the `fi_ops_*` tables this crate
 //! fills itself (libfabric's `prov/util` helpers are not exported by the library).
 //!
@@ -19,9 +19,18 @@
 //!   which `fi_av_insert` on a peer accepts;
 //! - completion queues of every format (`CONTEXT`, `MSG`, `DATA`, `TAGGED`), errors
 //!   through `fi_cq_readerr`, the source of a receive through `fi_cq_readfrom`
-//!   (`FI_SOURCE`), manual progress from `fi_cq_read` / `fi_cq_sread`;
-//! - `fi_mr_reg` (host memory; the provider copies, so descriptors are optional), an
-//!   event queue that never has events (no connection management on RDM).
+//!   (`FI_SOURCE`), manual progress from `fi_cq_read` / `fi_cq_sread` (which sleeps in
+//!   the endpoint's datapath, and takes `FI_CQ_COND_THRESHOLD`);
+//! - counters (`fi_cntr_open`, `fi_cntr_read`, `fi_cntr_readerr`, `fi_cntr_wait`, add /
+//!   set) of sends, receives and writes, and with `FI_RMA_EVENT` of the peers' writes;
+//! - `FI_RMA` writes (`fi_write`, `fi_writev`, `fi_writemsg`, `fi_inject_write`,
+//!   `fi_writedata`, `fi_inject_writedata`) on mrc's WRITE and WRITE_WITH_IMM, into
+//!   regions of `fi_mr_reg` with `FI_REMOTE_WRITE`, keyed by the application or the
+//!   provider ([`MR_KEY_SIZE`] bytes) and addressed by virtual address or offset as the
+//!   `mr_mode` says ([`MR_MODE_KEPT`]); reads are `-FI_ENOSYS` (the transport has no
+//!   READ);
+//! - `fi_mr_reg` (host memory; the provider copies sends and writes, so descriptors are
+//!   optional), an event queue that never has events (no connection management on RDM).
 //!
 //! Every other call answers `-FI_ENOSYS`. No panic crosses the C boundary: every entry
 //! point runs under `catch_unwind` and answers a panic with `-FI_EOTHER`.
@@ -49,8 +58,8 @@ mod objects;
 mod stubs;
 
 pub use info::{
-    ADDR_LEN, CAPS, CQ_DATA_SIZE, INJECT_SIZE, IOV_LIMIT, MAX_MSG_SIZE, PROVIDER_NAME, QUEUE_SIZE,
-    free_info,
+    ADDR_LEN, CAPS, CQ_DATA_SIZE, INJECT_SIZE, IOV_LIMIT, MAX_MSG_SIZE, MR_KEY_SIZE, MR_MODE_KEPT,
+    PROVIDER_NAME, QUEUE_SIZE, free_info,
 };
 pub use objects::{FI_ADDR_NOTAVAIL, FI_ADDR_UNSPEC, HDR_LEN, UNEXPECTED_BYTES};
 

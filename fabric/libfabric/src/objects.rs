@@ -16,10 +16,11 @@ use crate::stubs::*;
 use crate::{Ret, guard};
 use mrc_fabric::engine::{ConnHandle, ConnectId, EngineConfig, ListenerId, QpConfig, Worker};
 use mrc_fabric::udp::{DirectDatapath, UdpConfig};
-use mrc_transport::{Access, Sge, WcOpcode, WcStatus};
+use mrc_transport::{Access, ConnState, RawMem, Sge, WcOpcode, WcStatus};
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::os::raw::{c_char, c_int, c_void};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -38,6 +39,13 @@ const MAGIC: u64 = 0x6d72_635f_6669_0001;
 impl Ret for *const c_char {
     fn neg(_: u32) -> Self {
         std::ptr::null()
+    }
+}
+
+/// `fi_cntr_read` / `fi_cntr_readerr` answer a count: 0 when the call fails.
+impl Ret for u64 {
+    fn neg(_: u32) -> Self {
+        0
     }
 }
 
@@ -137,8 +145,72 @@ struct Entry {
     src: Option<u64>,
 }
 
+/// A counter's values (`fi_cntr_read`, `fi_cntr_readerr`), shared by its fid and the
+/// endpoints bound to it.
+#[derive(Debug, Default)]
+struct CntrInner {
+    value: AtomicU64,
+    err: AtomicU64,
+}
+
+/// The counters an endpoint is bound to, by the operations they count.
+#[derive(Clone, Debug, Default)]
+struct Counters {
+    /// `FI_SEND`: sends (`fi_inject` ones too) that completed.
+    send: Option<Arc<CntrInner>>,
+    /// `FI_RECV`: receives that completed.
+    recv: Option<Arc<CntrInner>>,
+    /// `FI_WRITE`: RMA writes this endpoint started that completed.
+    write: Option<Arc<CntrInner>>,
+    /// `FI_READ`: bound, never counts (reads are `-FI_ENOSYS`).
+    read: Option<Arc<CntrInner>>,
+    /// `FI_REMOTE_WRITE`: writes of peers that landed in this endpoint's regions, counted
+    /// when the endpoint has `FI_RMA_EVENT` (never otherwise).
+    remote_write: Option<Arc<CntrInner>>,
+    /// `FI_REMOTE_READ`: bound, never counts (no READ).
+    remote_read: Option<Arc<CntrInner>>,
+}
+
+impl Counters {
+    /// Counts one completed operation of completion flags `flags` (success, or an error
+    /// when `err`).
+    fn count(&self, flags: u64, err: bool) {
+        let c = if flags & FI_WRITE as u64 != 0 {
+            &self.write
+        } else if flags & FI_SEND as u64 != 0 {
+            &self.send
+        } else if flags & FI_RECV as u64 != 0 {
+            &self.recv
+        } else {
+            &None
+        };
+        if let Some(c) = c {
+            let v = if err { &c.err } else { &c.value };
+            v.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    /// Whether `c` is one of these.
+    fn holds(&self, c: &Arc<CntrInner>) -> bool {
+        [
+            &self.send,
+            &self.recv,
+            &self.write,
+            &self.read,
+            &self.remote_write,
+            &self.remote_read,
+        ]
+        .into_iter()
+        .flatten()
+        .any(|x| Arc::ptr_eq(x, c))
+    }
+}
+
 struct CqState {
     format: u32,
+    /// `FI_CQ_COND_THRESHOLD`: `fi_cq_sread` waits for as many entries as its `cond`
+    /// says (at most its `count`).
+    threshold: bool,
     ok: VecDeque<Entry>,
     errs: VecDeque<Entry>,
 }
@@ -160,11 +232,22 @@ struct TxMeta {
     app: bool,
 }
 
-/// A send not yet posted to the transport: its bytes (header included, copied at the
-/// call) and how it completes.
+/// Where an RMA write goes: the target's address (its virtual address or an offset into
+/// the region, as the target's `mr_mode` says) and key (the transport's rkey), and the
+/// remote CQ data of `fi_writedata` (a WRITE_WITH_IMM).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct RmaTarget {
+    addr: u64,
+    key: u32,
+    imm: Option<u32>,
+}
+
+/// A send or write not yet posted to the transport: its bytes (a send's header included,
+/// copied at the call), how it completes, and for a write where it goes.
 struct TxOp {
     data: Vec<u8>,
     meta: TxMeta,
+    write: Option<RmaTarget>,
 }
 
 /// A QP this endpoint sends on, with its staging slots (registered with the QP).
@@ -175,6 +258,10 @@ struct SendQp {
     lkey: u32,
     free: Vec<usize>,
     inflight: HashMap<usize, TxMeta>,
+    /// The hello was acknowledged: the peer had posted its receives, so it had also
+    /// registered its memory regions with the QP (it does that first), and writes may
+    /// go. Until then sends and writes wait in the peer's queue.
+    open: bool,
 }
 
 enum Conn {
@@ -185,6 +272,21 @@ enum Conn {
 struct Peer {
     conn: Conn,
     queue: VecDeque<TxOp>,
+    /// The peer's address, kept to connect again after its QP failed.
+    handle: ConnHandle,
+}
+
+/// A memory region a peer may write into (`FI_REMOTE_WRITE`), as each endpoint of the
+/// domain keeps it: registered with every QP the endpoint accepted, under the region's
+/// key (the transport's rkey) and its RMA address (`base`: the buffer's virtual address,
+/// or the `offset` of `fi_mr_reg`).
+#[derive(Clone, Debug)]
+struct TargetMr {
+    ptr: usize,
+    len: usize,
+    base: u64,
+    /// The region's lkey in each accepted QP's table.
+    lkeys: HashMap<u32, u32>,
 }
 
 /// A QP this endpoint receives on (accepted from a peer), with its staging slots.
@@ -194,6 +296,9 @@ struct RecvQp {
     lkey: u32,
     /// The connector's address, from its hello (the first message on the QP).
     peer: Option<[u8; ADDR_LEN]>,
+    /// The transport's count of the peer's messages completed on this QP
+    /// (`Connection::messages_received`) at the last look (`FI_RMA_EVENT`).
+    msgs: u64,
 }
 
 /// A posted receive: the application's buffers and what it matches.
@@ -256,6 +361,34 @@ struct EpState {
     unexpected_bytes: usize,
     /// Sends posted and not yet completed (queued or in flight).
     tx_outstanding: usize,
+    /// The domain's regions a peer may write into, by key.
+    target_mrs: HashMap<u32, TargetMr>,
+    /// The counters bound to the endpoint.
+    cntrs: Counters,
+    /// `FI_RMA_EVENT` in the endpoint's `fi_info`: peers' writes count on the
+    /// `FI_REMOTE_WRITE` counter.
+    rma_event: bool,
+}
+
+/// A registered memory region of the domain.
+struct MrState {
+    key: u32,
+    ptr: usize,
+    len: usize,
+    base: u64,
+    /// `FI_REMOTE_WRITE`: registered with the endpoints' accepted QPs.
+    remote_write: bool,
+}
+
+/// How the domain's regions are named (the `mr_mode` of its `fi_info`).
+#[derive(Clone, Copy, Debug, Default)]
+struct MrMode {
+    /// `FI_MR_VIRT_ADDR` (or `FI_MR_BASIC`): an RMA names the target buffer's virtual
+    /// address; otherwise an offset into the region (plus `fi_mr_reg`'s `offset`).
+    virt_addr: bool,
+    /// `FI_MR_PROV_KEY` (or `FI_MR_BASIC`): the provider draws the key; otherwise it is
+    /// the application's `requested_key`.
+    prov_key: bool,
 }
 
 /// Everything of one domain.
@@ -264,6 +397,8 @@ pub(crate) struct State {
     eps: Vec<Option<EpState>>,
     cqs: Vec<Option<CqState>>,
     avs: Vec<Option<AvState>>,
+    mrs: Vec<Option<MrState>>,
+    mr_mode: MrMode,
 }
 
 type Shared = Arc<Mutex<State>>;
@@ -315,6 +450,7 @@ fn deliver(
     src: u64,
     rxcq: Option<usize>,
     cqs: &mut [Option<CqState>],
+    cn: &Counters,
 ) {
     let mut done = 0;
     for &(p, l) in &r.iov {
@@ -328,6 +464,7 @@ fn deliver(
         done += n;
     }
     let trunc = msg.len() - done;
+    cn.count(FI_RECV as u64, trunc > 0);
     if r.completion || trunc > 0 {
         let e = Entry {
             ctx: r.ctx,
@@ -389,7 +526,70 @@ impl EpState {
             unexpected: VecDeque::new(),
             unexpected_bytes: 0,
             tx_outstanding: 0,
+            target_mrs: HashMap::new(),
+            cntrs: Counters::default(),
+            rma_event: false,
         })
+    }
+
+    /// Registers `mr` (key `key`) with QP `qpn` of this endpoint at its key and RMA
+    /// address, remote write only.
+    fn reg_target(&mut self, qpn: u32, key: u32, mr: &TargetMr) -> Result<u32, u32> {
+        // SAFETY: the application's buffer of `len` bytes, valid and unmoved until
+        // fi_close of the region (the fi_mr_reg contract), which deregisters it from
+        // every QP first (remove_target_mr); the transport touches it only inside calls
+        // on this worker, all under the domain's mutex.
+        let mem = unsafe { RawMem::new(mr.ptr as *mut u8, mr.len) }.ok_or(FI_EINVAL)?;
+        let r = self.worker.with_conn(qpn, |c| {
+            c.regions_mut()
+                .register_raw_at(mem, Access::REMOTE_WRITE, key, mr.base)
+        });
+        match r {
+            Ok(Ok(k)) => Ok(k.lkey),
+            Ok(Err(_)) => Err(FI_ENOKEY),
+            Err(_) => Err(FI_EINVAL),
+        }
+    }
+
+    /// Makes region `key` writable by peers: registered with every QP this endpoint
+    /// accepted (and, by `progress`, every QP it accepts later). `-FI_ENOKEY` (nothing
+    /// changed) when a QP's table has the key already (one of the provider's staging
+    /// regions drew it).
+    fn add_target_mr(&mut self, key: u32, ptr: usize, len: usize, base: u64) -> Result<(), u32> {
+        let mut mr = TargetMr {
+            ptr,
+            len,
+            base,
+            lkeys: HashMap::new(),
+        };
+        let qpns: Vec<u32> = self.in_qps.keys().copied().collect();
+        for qpn in qpns {
+            match self.reg_target(qpn, key, &mr) {
+                Ok(lkey) => {
+                    mr.lkeys.insert(qpn, lkey);
+                }
+                Err(e) => {
+                    self.dereg_target(&mr);
+                    return Err(e);
+                }
+            }
+        }
+        self.target_mrs.insert(key, mr);
+        Ok(())
+    }
+
+    fn dereg_target(&mut self, mr: &TargetMr) {
+        for (&qpn, &lkey) in &mr.lkeys {
+            // A region only peers write into: no work request of this side names it.
+            let _ = self.worker.with_conn(qpn, |c| c.deregister_mr(lkey));
+        }
+    }
+
+    /// Region `key` is closed: deregistered from every QP; no write reaches it again.
+    fn remove_target_mr(&mut self, key: u32) {
+        if let Some(mr) = self.target_mrs.remove(&key) {
+            self.dereg_target(&mr);
+        }
     }
 
     /// Registers staging slots with `qpn` (local write: receives land in them).
@@ -441,6 +641,7 @@ impl EpState {
                             lkey,
                             free: (0..SEND_SLOTS).rev().collect(),
                             inflight: HashMap::new(),
+                            open: false,
                         };
                         // The hello first: the peer learns which address this QP
                         // comes from (its FI_DIRECTED_RECV source).
@@ -456,7 +657,7 @@ impl EpState {
                             app: false,
                         };
                         let addr = self.addr;
-                        if q.post(&mut self.worker, &[&hello.encode(), &addr], meta)
+                        if q.post(&mut self.worker, &[&hello.encode(), &addr], meta, None)
                             .is_err()
                         {
                             self.worker.destroy_qp(qpn);
@@ -473,10 +674,25 @@ impl EpState {
                 Err(_) => self.fail_peer(a, FI_ECONNREFUSED as c_int, cqs),
             }
         }
-        // Incoming connections.
+        // Incoming connections: the regions peers may write into first (at the keys
+        // the application has; the staging region then draws a free one), then the
+        // staging slots and their receives (the connector's hello waits for one, and its
+        // writes wait for the hello).
         while let Some(r) = self.worker.poll_accept(self.listener) {
             let Ok(qpn) = r else { break };
+            let keys: Vec<u32> = self.target_mrs.keys().copied().collect();
+            for key in keys {
+                let Some(mr) = self.target_mrs.get(&key).cloned() else {
+                    continue;
+                };
+                if let Ok(lkey) = self.reg_target(qpn, key, &mr)
+                    && let Some(m) = self.target_mrs.get_mut(&key)
+                {
+                    m.lkeys.insert(qpn, lkey);
+                }
+            }
             let Some((buf, base, lkey)) = self.slots(qpn, RECV_SLOTS) else {
+                self.forget_qp(qpn);
                 self.worker.destroy_qp(qpn);
                 continue;
             };
@@ -485,6 +701,7 @@ impl EpState {
                 base,
                 lkey,
                 peer: None,
+                msgs: 0,
             };
             for s in 0..RECV_SLOTS {
                 let _ = self.worker.post_recv(qpn, s as u64, rq.sge(s));
@@ -493,17 +710,21 @@ impl EpState {
         }
         // Send completions, then queued sends into freed slots.
         let txcq = self.txcq;
-        for p in self.peers.values_mut() {
+        let mut broken = Vec::new();
+        for (&a, p) in self.peers.iter_mut() {
             if let Conn::Ready(q) = &mut p.conn {
                 while let Some(c) = self.worker.poll_send_cq(q.qpn) {
                     let slot = c.wr_id as usize;
                     if let Some(m) = q.inflight.remove(&slot) {
                         q.free.push(slot);
                         if !m.app {
+                            // The hello: the peer is ready for writes too.
+                            q.open |= c.status == WcStatus::Success;
                             continue;
                         }
                         self.tx_outstanding = self.tx_outstanding.saturating_sub(1);
                         let err = wc_err(c.status);
+                        self.cntrs.count(m.flags, err != 0);
                         if m.completion || err != 0 {
                             let e = Entry {
                                 ctx: m.ctx,
@@ -516,10 +737,24 @@ impl EpState {
                         }
                     }
                 }
-                while !q.free.is_empty() {
+                // An error ends the QP (as an RC QP of verbs: a remote access error, a
+                // retry limit): every work request on it completed with an error above;
+                // the peer connects anew for what waits in its queue.
+                let failed = self
+                    .worker
+                    .with_conn(q.qpn, |c| {
+                        matches!(c.state(), ConnState::Error | ConnState::Closed)
+                    })
+                    .unwrap_or(true);
+                if failed {
+                    broken.push(a);
+                    continue;
+                }
+                while q.open && !q.free.is_empty() {
                     let Some(op) = p.queue.pop_front() else { break };
-                    if let Err(err) = q.post(&mut self.worker, &[&op.data], op.meta) {
+                    if let Err(err) = q.post(&mut self.worker, &[&op.data], op.meta, op.write) {
                         self.tx_outstanding = self.tx_outstanding.saturating_sub(1);
+                        self.cntrs.count(op.meta.flags, true);
                         let e = Entry {
                             ctx: op.meta.ctx,
                             flags: op.meta.flags,
@@ -532,15 +767,125 @@ impl EpState {
                 }
             }
         }
+        for a in broken {
+            self.reconnect(a, cqs);
+        }
         // Arrivals.
         let qpns: Vec<u32> = self.in_qps.keys().copied().collect();
         for qpn in qpns {
+            // Messages completed with a receive completion (every kind but a plain WRITE).
+            let mut with_completion = 0u64;
             while let Some(c) = self.worker.poll_recv_cq(qpn) {
-                if c.status != WcStatus::Success || c.opcode != WcOpcode::Recv {
+                if c.status != WcStatus::Flushed {
+                    with_completion += 1;
+                }
+                if c.status != WcStatus::Success {
                     continue;
                 }
-                self.arrival(qpn, c.wr_id as usize, c.byte_len as usize, cqs, avs);
+                match c.opcode {
+                    WcOpcode::Recv => {
+                        self.arrival(qpn, c.wr_id as usize, c.byte_len as usize, cqs, avs)
+                    }
+                    WcOpcode::RecvRdmaWithImm => {
+                        self.remote_write(qpn, &c, cqs, avs);
+                    }
+                    _ => {}
+                }
             }
+            if self.rma_event {
+                self.count_plain_writes(qpn, with_completion);
+            }
+        }
+    }
+
+    /// `FI_RMA_EVENT`: the plain WRITEs of QP `qpn`'s peer that landed since the last
+    /// look (they raise no completion: the transport's message count less the
+    /// `with_completion` messages that did), counted on the `FI_REMOTE_WRITE` counter.
+    fn count_plain_writes(&mut self, qpn: u32, with_completion: u64) {
+        let Ok(now) = self.worker.with_conn(qpn, |c| c.messages_received()) else {
+            return;
+        };
+        let Some(rq) = self.in_qps.get_mut(&qpn) else {
+            return;
+        };
+        let writes = now.saturating_sub(rq.msgs).saturating_sub(with_completion);
+        rq.msgs = now;
+        if let Some(c) = &self.cntrs.remote_write {
+            c.value.fetch_add(writes, Ordering::AcqRel);
+        }
+    }
+
+    /// A peer's `fi_writedata` landed (a WRITE_WITH_IMM: its bytes are in the region,
+    /// placed by the transport; it consumed staging slot `wr_id`, which is posted again):
+    /// an `FI_REMOTE_WRITE | FI_RMA | FI_REMOTE_CQ_DATA` completion with the data and
+    /// the length, no context (no receive of the application is consumed).
+    fn remote_write(
+        &mut self,
+        qpn: u32,
+        c: &mrc_transport::Completion,
+        cqs: &mut [Option<CqState>],
+        avs: &[Option<AvState>],
+    ) {
+        if let Some(rq) = self.in_qps.get(&qpn) {
+            let sge = rq.sge(c.wr_id as usize);
+            let _ = self.worker.post_recv(qpn, c.wr_id, sge);
+        }
+        let e = Entry {
+            flags: (FI_REMOTE_WRITE | FI_RMA | FI_REMOTE_CQ_DATA) as u64,
+            len: c.byte_len as usize,
+            data: c.imm.map_or(0, u64::from),
+            src: Some(self.src_of(qpn, avs)),
+            ..Entry::default()
+        };
+        cq_push(cqs, self.rxcq, e);
+        if self.rma_event
+            && let Some(c) = &self.cntrs.remote_write
+        {
+            c.value.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    /// QP `qpn` is gone: its lkeys leave the regions' records.
+    fn forget_qp(&mut self, qpn: u32) {
+        for mr in self.target_mrs.values_mut() {
+            mr.lkeys.remove(&qpn);
+        }
+    }
+
+    /// The send QP to peer `a` failed: it is destroyed (its work requests all completed),
+    /// and what waits in the peer's queue goes on a new connection (or completes with
+    /// `FI_ECONNREFUSED` when it cannot start).
+    fn reconnect(&mut self, a: u64, cqs: &mut [Option<CqState>]) {
+        let Some(p) = self.peers.get_mut(&a) else {
+            return;
+        };
+        if let Conn::Ready(q) = &mut p.conn {
+            // Work requests the transport did not complete (none, once it failed them
+            // all): an error each, so none is lost.
+            let left: Vec<TxMeta> = q.inflight.drain().map(|(_, m)| m).collect();
+            let qpn = q.qpn;
+            for m in left.into_iter().filter(|m| m.app) {
+                self.tx_outstanding = self.tx_outstanding.saturating_sub(1);
+                self.cntrs.count(m.flags, true);
+                let e = Entry {
+                    ctx: m.ctx,
+                    flags: m.flags,
+                    len: m.len,
+                    err: FI_EIO as c_int,
+                    ..Entry::default()
+                };
+                cq_push(cqs, self.txcq, e);
+            }
+            self.worker.destroy_qp(qpn);
+        }
+        let h = p.handle.clone();
+        match self.worker.connect_start(&h, QpConfig::default()) {
+            Ok(id) => {
+                if let Some(p) = self.peers.get_mut(&a) {
+                    p.conn = Conn::Connecting(id);
+                }
+            }
+            Err(_) => self.fail_peer(a, FI_ECONNREFUSED as c_int, cqs),
         }
     }
 
@@ -584,7 +929,7 @@ impl EpState {
         if let Some(i) = q.iter().position(|r| takes(r, &hdr, src, directed)) {
             let r = q.remove(i).expect("position is in range");
             if let Some(rq) = self.in_qps.get(&qpn) {
-                deliver(&r, &rq.buf[body], &hdr, src, self.rxcq, cqs);
+                deliver(&r, &rq.buf[body], &hdr, src, self.rxcq, cqs, &self.cntrs);
             }
             let _ = self.worker.post_recv(qpn, slot as u64, sge);
             return;
@@ -633,6 +978,7 @@ impl EpState {
         if let Some(p) = self.peers.remove(&a) {
             for op in p.queue {
                 self.tx_outstanding = self.tx_outstanding.saturating_sub(1);
+                self.cntrs.count(op.meta.flags, true);
                 let e = Entry {
                     ctx: op.meta.ctx,
                     flags: op.meta.flags,
@@ -647,6 +993,7 @@ impl EpState {
 
     /// A send of header `hdr` and the bytes `iov` to `dest` (copied now; the caller's
     /// buffer is free on return). `-FI_EAGAIN` when the transmit queue is full.
+    #[allow(clippy::too_many_arguments)]
     fn send(
         &mut self,
         avs: &[Option<AvState>],
@@ -656,11 +1003,58 @@ impl EpState {
         ctx: usize,
         completion: bool,
     ) -> Result<(), u32> {
+        let meta = TxMeta {
+            ctx,
+            len: iov.iter().map(|b| b.len()).sum(),
+            completion,
+            flags: FI_SEND as u64 | hdr.op(),
+            app: true,
+        };
+        let h = hdr.encode();
+        let mut parts: Vec<&[u8]> = Vec::with_capacity(iov.len() + 1);
+        parts.push(&h);
+        parts.extend_from_slice(iov);
+        self.submit(avs, dest, &parts, meta, None)
+    }
+
+    /// An RMA write of the bytes `iov` to `dest` at `to` (copied now: the caller's buffer
+    /// is free on return), on the transport's WRITE, or WRITE_WITH_IMM with `to.imm`.
+    /// `-FI_EAGAIN` when the transmit queue is full.
+    #[allow(clippy::too_many_arguments)]
+    fn write(
+        &mut self,
+        avs: &[Option<AvState>],
+        dest: u64,
+        iov: &[&[u8]],
+        to: RmaTarget,
+        ctx: usize,
+        completion: bool,
+    ) -> Result<(), u32> {
+        let meta = TxMeta {
+            ctx,
+            len: iov.iter().map(|b| b.len()).sum(),
+            completion,
+            flags: (FI_WRITE | FI_RMA) as u64,
+            app: true,
+        };
+        self.submit(avs, dest, iov, meta, Some(to))
+    }
+
+    /// Posts `parts` (one send's or write's bytes) to `dest` now when its QP is open
+    /// with a free slot and nothing waits before it, otherwise queues a copy; connects
+    /// to a peer met for the first time.
+    fn submit(
+        &mut self,
+        avs: &[Option<AvState>],
+        dest: u64,
+        parts: &[&[u8]],
+        meta: TxMeta,
+        write: Option<RmaTarget>,
+    ) -> Result<(), u32> {
         if !self.enabled {
             return Err(FI_EOPBADSTATE);
         }
-        let len: usize = iov.iter().map(|b| b.len()).sum();
-        if len > MAX_MSG_SIZE {
+        if meta.len > MAX_MSG_SIZE {
             return Err(FI_EMSGSIZE);
         }
         if self.tx_outstanding >= QUEUE_SIZE {
@@ -687,35 +1081,21 @@ impl EpState {
                 Peer {
                     conn: Conn::Connecting(id),
                     queue: VecDeque::new(),
+                    handle: h,
                 },
             );
         }
         let Some(p) = self.peers.get_mut(&dest) else {
             return Err(FI_EOTHER);
         };
-        let meta = TxMeta {
-            ctx,
-            len,
-            completion,
-            flags: FI_SEND as u64 | hdr.op(),
-            app: true,
-        };
-        let h = hdr.encode();
         match &mut p.conn {
-            Conn::Ready(q) if p.queue.is_empty() && !q.free.is_empty() => {
-                let mut parts: Vec<&[u8]> = Vec::with_capacity(iov.len() + 1);
-                parts.push(&h);
-                parts.extend_from_slice(iov);
-                q.post(&mut self.worker, &parts, meta)
+            Conn::Ready(q) if q.open && p.queue.is_empty() && !q.free.is_empty() => {
+                q.post(&mut self.worker, parts, meta, write)
                     .map_err(|e| e as u32)?;
             }
             _ => {
-                let mut data = Vec::with_capacity(HDR_LEN + len);
-                data.extend_from_slice(&h);
-                for b in iov {
-                    data.extend_from_slice(b);
-                }
-                p.queue.push_back(TxOp { data, meta });
+                let data = parts.concat();
+                p.queue.push_back(TxOp { data, meta, write });
             }
         }
         self.tx_outstanding += 1;
@@ -736,7 +1116,8 @@ impl EpState {
         if let Some(i) = self.find_unexpected(&r, avs) {
             let u = self.unexpected.remove(i).expect("index in range");
             let (hdr, rxcq, src) = (u.hdr, self.rxcq, self.src_of(u.qpn, avs));
-            self.consume(u, |msg| deliver(&r, msg, &hdr, src, rxcq, cqs));
+            let cn = self.cntrs.clone();
+            self.consume(u, |msg| deliver(&r, msg, &hdr, src, rxcq, cqs, &cn));
             return Ok(());
         }
         if self.recvs.len() + self.trecvs.len() >= QUEUE_SIZE {
@@ -821,7 +1202,8 @@ impl EpState {
             Probe::Claim { discard: false } => {
                 let u = self.unexpected.remove(i).expect("index in range");
                 let hdr = u.hdr;
-                self.consume(u, |msg| deliver(&r, msg, &hdr, src, rxcq, cqs));
+                let cn = self.cntrs.clone();
+                self.consume(u, |msg| deliver(&r, msg, &hdr, src, rxcq, cqs, &cn));
             }
         }
         Ok(())
@@ -863,13 +1245,15 @@ impl RecvQp {
 }
 
 impl SendQp {
-    /// Copies `parts` into a free slot and posts them as one SEND. The caller checked
-    /// that a slot is free. `Err(FI_E*)` (positive) when the transport refuses it.
+    /// Copies `parts` into a free slot and posts them as one SEND, or as one WRITE (with
+    /// immediate data when `write.imm` is set) to `write`. The caller checked that a slot
+    /// is free. `Err(FI_E*)` (positive) when the transport refuses it.
     fn post(
         &mut self,
         w: &mut Worker<DirectDatapath>,
         parts: &[&[u8]],
         meta: TxMeta,
+        write: Option<RmaTarget>,
     ) -> Result<(), c_int> {
         let Some(slot) = self.free.pop() else {
             return Err(FI_EAGAIN as c_int);
@@ -886,7 +1270,21 @@ impl SendQp {
             addr: self.base + start as u64,
             len: len as u32,
         };
-        match w.post_send(self.qpn, slot as u64, sge, None) {
+        let wr = slot as u64;
+        let r = match write {
+            None => w.post_send(self.qpn, wr, sge, None),
+            Some(RmaTarget {
+                addr,
+                key,
+                imm: None,
+            }) => w.post_write(self.qpn, wr, sge, addr, key),
+            Some(RmaTarget {
+                addr,
+                key,
+                imm: Some(imm),
+            }) => w.post_write_with_imm(self.qpn, wr, sge, addr, key, imm),
+        };
+        match r {
             Ok(()) => {
                 self.inflight.insert(slot, meta);
                 Ok(())
@@ -951,6 +1349,8 @@ struct Eq {
 struct Mr {
     fid: fid_mr,
     magic: u64,
+    st: Shared,
+    idx: usize,
 }
 
 /// The provider's object behind `f` when it is of class `class`.
@@ -970,6 +1370,7 @@ unsafe fn obj<'a, T>(f: *const fid, class: u32) -> Option<&'a T> {
             FI_CLASS_AV => std::mem::offset_of!(Av, magic),
             FI_CLASS_EQ => std::mem::offset_of!(Eq, magic),
             FI_CLASS_MR => std::mem::offset_of!(Mr, magic),
+            FI_CLASS_CNTR => std::mem::offset_of!(Cntr, magic),
             _ => return None,
         };
         let m = (f as *const fid)
@@ -1072,7 +1473,7 @@ static DOMAIN_OPS: fi_ops_domain = table!(fi_ops_domain {
     cq_open: cq_open,
     endpoint: ep_open,
     scalable_ep: s4,
-    cntr_open: s4,
+    cntr_open: cntr_open,
     poll_open: s3,
     stx_ctx: s4,
     srx_ctx: s4,
@@ -1082,7 +1483,7 @@ static DOMAIN_OPS: fi_ops_domain = table!(fi_ops_domain {
 });
 static MR_OPS: fi_ops_mr = table!(fi_ops_mr {
     reg: mr_reg,
-    regv: s9,
+    regv: mr_regv,
     regattr: mr_regattr
 });
 
@@ -1104,6 +1505,18 @@ unsafe extern "C" fn domain_open(
         {
             return neg(FI_EINVAL);
         }
+        // How regions are named: the mr_mode of the info (fi_getinfo's answer).
+        // SAFETY: the caller's info and its domain_attr, null or live.
+        let m =
+            unsafe { info.as_ref().and_then(|i| i.domain_attr.as_ref()) }.map_or(0, |d| d.mr_mode);
+        let basic = m == FI_MR_BASIC as c_int;
+        let st = State {
+            mr_mode: MrMode {
+                virt_addr: basic || m & FI_MR_VIRT_ADDR as c_int != 0,
+                prov_key: basic || m & FI_MR_PROV_KEY as c_int != 0,
+            },
+            ..State::default()
+        };
         let d = Box::new(Domain {
             fid: fid_domain {
                 fid: new_fid(FI_CLASS_DOMAIN, context, &DOMAIN_FI_OPS),
@@ -1111,7 +1524,7 @@ unsafe extern "C" fn domain_open(
                 mr: &MR_OPS as *const _ as *mut _,
             },
             magic: MAGIC,
-            st: Arc::default(),
+            st: Arc::new(Mutex::new(st)),
         });
         // SAFETY: non-null out-pointer.
         unsafe { *domain = Box::into_raw(d).cast() };
@@ -1144,47 +1557,196 @@ unsafe extern "C" fn domain_close(f: *mut fid) -> c_int {
 }
 
 // ---------------------------------------------------------------------------------
-// Memory regions: host memory, nothing for the transport to do (the provider copies
-// through its own registered slots); the key is the application's or a counter.
+// Memory regions: host memory. A region with FI_REMOTE_WRITE is registered with every QP
+// every endpoint of the domain accepted (now and later), at its key and RMA address, so
+// a peer's WRITE lands in it; the sending side copies through its staging slots, so no
+// region is needed for a local buffer (descriptors are ignored).
 
 static MR_FI_OPS: fi_ops = table!(fi_ops {
     close: mr_close,
-    bind: s3,
-    control: s3,
+    bind: mr_bind,
+    control: mr_control,
     ops_open: s5,
     tostr: s3,
     ops_set: s5,
 });
 
+/// The access bits `fi_mr_reg` takes.
+const MR_ACCESS: u64 =
+    (FI_SEND | FI_RECV | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE) as u64;
+
+/// A fresh 32-bit key from the OS's random source (`FI_MR_PROV_KEY`).
+fn random_key() -> Option<u32> {
+    let mut b = [0u8; 4];
+    // SAFETY: a 4-byte buffer of ours.
+    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), 4, 0) };
+    (n == 4).then(|| u32::from_le_bytes(b))
+}
+
+/// Registers `[buf, buf + len)` in domain `st`: its key (drawn, or `requested`), its RMA
+/// address (`buf`'s virtual address, or `offset`), and with `FI_REMOTE_WRITE` every
+/// endpoint's QPs. Returns the region's index and key.
+fn mr_register(
+    st: &mut State,
+    buf: usize,
+    len: usize,
+    access: u64,
+    offset: u64,
+    requested: u64,
+) -> Result<(usize, u32), u32> {
+    if access & !MR_ACCESS != 0 {
+        return Err(FI_EINVAL);
+    }
+    if buf == 0 && len > 0 || buf.checked_add(len).is_none() {
+        return Err(FI_EINVAL);
+    }
+    let base = if st.mr_mode.virt_addr {
+        buf as u64
+    } else {
+        offset
+    };
+    if base.checked_add(len as u64).is_none() {
+        return Err(FI_EINVAL);
+    }
+    let used = |st: &State, k: u32| st.mrs.iter().flatten().any(|m| m.key == k);
+    let remote_write = access & FI_REMOTE_WRITE as u64 != 0;
+    // A drawn key that a QP's staging region holds already is drawn again.
+    let tries = if st.mr_mode.prov_key { 16 } else { 1 };
+    for _ in 0..tries {
+        let key = if st.mr_mode.prov_key {
+            match random_key() {
+                Some(k) if k != 0 && !used(st, k) => k,
+                Some(_) => continue,
+                None => return Err(FI_EOTHER),
+            }
+        } else {
+            let k = u32::try_from(requested).map_err(|_| FI_EKEYREJECTED)?;
+            if used(st, k) {
+                return Err(FI_ENOKEY);
+            }
+            k
+        };
+        if remote_write {
+            let mut done = Vec::new();
+            let mut err = None;
+            for (i, e) in st.eps.iter_mut().enumerate() {
+                let Some(e) = e else { continue };
+                match e.add_target_mr(key, buf, len, base) {
+                    Ok(()) => done.push(i),
+                    Err(x) => {
+                        err = Some(x);
+                        break;
+                    }
+                }
+            }
+            if let Some(x) = err {
+                for i in done {
+                    if let Some(Some(e)) = st.eps.get_mut(i) {
+                        e.remove_target_mr(key);
+                    }
+                }
+                if st.mr_mode.prov_key && x == FI_ENOKEY {
+                    continue;
+                }
+                return Err(x);
+            }
+        }
+        let idx = push(
+            &mut st.mrs,
+            MrState {
+                key,
+                ptr: buf,
+                len,
+                base,
+                remote_write,
+            },
+        );
+        return Ok((idx, key));
+    }
+    Err(FI_ENOKEY)
+}
+
+#[allow(clippy::too_many_arguments)]
 unsafe extern "C" fn mr_reg(
     f: *mut fid,
-    _buf: *const c_void,
-    _len: usize,
-    _access: u64,
-    _offset: u64,
+    buf: *const c_void,
+    len: usize,
+    access: u64,
+    offset: u64,
     requested_key: u64,
     flags: u64,
     mr: *mut *mut fid_mr,
     context: *mut c_void,
 ) -> c_int {
     guard(|| {
-        if mr.is_null() || unsafe { obj::<Domain>(f, FI_CLASS_DOMAIN) }.is_none() {
+        let Some(d) = (unsafe { obj::<Domain>(f, FI_CLASS_DOMAIN) }) else {
+            return neg(FI_EINVAL);
+        };
+        if mr.is_null() {
             return neg(FI_EINVAL);
         }
         if flags != 0 {
             return neg(FI_EBADFLAGS);
         }
+        let mut st = match lock(&d.st) {
+            Ok(s) => s,
+            Err(e) => return neg(e),
+        };
+        let (idx, key) =
+            match mr_register(&mut st, buf as usize, len, access, offset, requested_key) {
+                Ok(x) => x,
+                Err(e) => return neg(e),
+            };
         let m = Box::new(Mr {
             fid: fid_mr {
                 fid: new_fid(FI_CLASS_MR, context, &MR_FI_OPS),
                 mem_desc: std::ptr::null_mut(),
-                key: requested_key,
+                key: u64::from(key),
             },
             magic: MAGIC,
+            st: d.st.clone(),
+            idx,
         });
         // SAFETY: non-null out-pointer.
         unsafe { *mr = Box::into_raw(m).cast() };
         0
+    })
+}
+
+/// `fi_mr_regv`: one iovec (`mr_iov_limit` is 1).
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn mr_regv(
+    f: *mut fid,
+    iov: *const iovec,
+    count: usize,
+    access: u64,
+    offset: u64,
+    requested_key: u64,
+    flags: u64,
+    mr: *mut *mut fid_mr,
+    context: *mut c_void,
+) -> c_int {
+    guard(|| {
+        let (buf, len) = match count {
+            0 => (std::ptr::null(), 0),
+            // SAFETY: the caller's array of `count` iovecs.
+            1 if !iov.is_null() => unsafe { ((*iov).iov_base.cast_const(), (*iov).iov_len) },
+            1 => return neg(FI_EINVAL),
+            _ => return neg(FI_ENOSYS),
+        };
+        unsafe {
+            mr_reg(
+                f,
+                buf,
+                len,
+                access,
+                offset,
+                requested_key,
+                flags,
+                mr,
+                context,
+            )
+        }
     })
 }
 
@@ -1199,14 +1761,11 @@ unsafe extern "C" fn mr_regattr(
         let Some(a) = (unsafe { attr.as_ref() }) else {
             return neg(FI_EINVAL);
         };
-        if a.iov_count > 1 {
-            return neg(FI_ENOSYS);
-        }
         unsafe {
-            mr_reg(
+            mr_regv(
                 f,
-                std::ptr::null(),
-                0,
+                a.mr_iov,
+                a.iov_count,
                 a.access,
                 a.offset,
                 a.requested_key,
@@ -1218,10 +1777,51 @@ unsafe extern "C" fn mr_regattr(
     })
 }
 
-unsafe extern "C" fn mr_close(f: *mut fid) -> c_int {
+/// `fi_mr_bind`: an endpoint is accepted (`FI_MR_ENDPOINT` is not kept by `fi_getinfo`,
+/// so a region works with every endpoint of the domain already); anything else
+/// (counters: no `FI_RMA_EVENT`) is `-FI_ENOSYS`.
+unsafe extern "C" fn mr_bind(f: *mut fid, bfid: *mut fid, flags: u64) -> c_int {
     guard(|| {
         if unsafe { obj::<Mr>(f, FI_CLASS_MR) }.is_none() {
             return neg(FI_EINVAL);
+        }
+        if flags != 0 {
+            return neg(FI_EBADFLAGS);
+        }
+        // SAFETY: the caller's fid, null or live.
+        match unsafe { bfid.as_ref() }.map(|b| b.fclass as u32) {
+            Some(FI_CLASS_EP) if unsafe { obj::<Ep>(bfid, FI_CLASS_EP) }.is_some() => 0,
+            Some(FI_CLASS_CNTR) => neg(FI_ENOSYS),
+            _ => neg(FI_EINVAL),
+        }
+    })
+}
+
+/// `fi_mr_enable` (`FI_ENABLE`): the region is live from `fi_mr_reg` on, so nothing to do.
+unsafe extern "C" fn mr_control(f: *mut fid, command: c_int, _arg: *mut c_void) -> c_int {
+    guard(|| {
+        if unsafe { obj::<Mr>(f, FI_CLASS_MR) }.is_none() {
+            return neg(FI_EINVAL);
+        }
+        match command as u32 {
+            FI_ENABLE => 0,
+            _ => neg(FI_ENOSYS),
+        }
+    })
+}
+
+unsafe extern "C" fn mr_close(f: *mut fid) -> c_int {
+    guard(|| {
+        let Some(m) = (unsafe { obj::<Mr>(f, FI_CLASS_MR) }) else {
+            return neg(FI_EINVAL);
+        };
+        if let Ok(mut st) = lock(&m.st)
+            && let Some(r) = st.mrs.get_mut(m.idx).and_then(Option::take)
+            && r.remote_write
+        {
+            for e in st.eps.iter_mut().flatten() {
+                e.remove_target_mr(r.key);
+            }
         }
         // SAFETY: one of our regions, not used after close.
         drop(unsafe { Box::from_raw(f.cast::<Mr>()) });
@@ -1644,6 +2244,7 @@ unsafe extern "C" fn cq_open(
             return neg(FI_EINVAL);
         }
         let mut format = FI_CQ_FORMAT_CONTEXT;
+        let mut threshold = false;
         // SAFETY: the caller's attr, null or live.
         if let Some(a) = unsafe { attr.as_ref() } {
             format = match a.format {
@@ -1652,10 +2253,16 @@ unsafe extern "C" fn cq_open(
                 | FI_CQ_FORMAT_TAGGED) => f,
                 _ => return neg(FI_ENOSYS),
             };
-            // fi_cq_sread polls (there is no file descriptor or condition to wait on).
-            if !matches!(a.wait_obj, FI_WAIT_NONE | FI_WAIT_UNSPEC) {
+            // fi_cq_sread progresses and sleeps in the endpoint's datapath (no file
+            // descriptor of the CQ's own: FI_WAIT_FD, wait sets are not offered).
+            if !matches!(a.wait_obj, FI_WAIT_NONE | FI_WAIT_UNSPEC | FI_WAIT_YIELD) {
                 return neg(FI_ENOSYS);
             }
+            threshold = match a.wait_cond {
+                FI_CQ_COND_NONE => false,
+                FI_CQ_COND_THRESHOLD => true,
+                _ => return neg(FI_ENOSYS),
+            };
         }
         let mut st = match lock(&d.st) {
             Ok(s) => s,
@@ -1665,6 +2272,7 @@ unsafe extern "C" fn cq_open(
             &mut st.cqs,
             CqState {
                 format,
+                threshold,
                 ok: VecDeque::new(),
                 errs: VecDeque::new(),
             },
@@ -1709,7 +2317,7 @@ unsafe extern "C" fn cq_close(f: *mut fid) -> c_int {
 
 /// Progresses every endpoint bound to CQ `idx`.
 fn progress_cq(st: &mut State, idx: usize) {
-    let State { eps, cqs, avs } = st;
+    let State { eps, cqs, avs, .. } = st;
     for e in eps.iter_mut().flatten() {
         if e.txcq == Some(idx) || e.rxcq == Some(idx) {
             e.progress(cqs, avs);
@@ -1817,13 +2425,23 @@ unsafe extern "C" fn cq_sread(
     unsafe { cq_sreadfrom(cq, buf, count, std::ptr::null_mut(), cond, timeout) }
 }
 
-/// `fi_cq_sreadfrom`: `fi_cq_sread` with each entry's source, as [`cq_readfrom`].
+/// Longest sleep of one `fi_cq_sread` pass in an endpoint's datapath, with the domain's
+/// mutex held (other threads' calls wait at most this long).
+const SREAD_SLEEP: Duration = Duration::from_millis(1);
+
+/// `fi_cq_sreadfrom`: `fi_cq_sread` with each entry's source, as [`cq_readfrom`]. Waits
+/// until an entry (an error entry: `-FI_EAVAIL`) is there, or with
+/// `FI_CQ_COND_THRESHOLD` as many as `*cond` (a `size_t`; at most `count`), or `timeout`
+/// milliseconds passed (`-FI_EAGAIN`, or the entries there are); a negative `timeout`
+/// waits without limit. Between progress passes it sleeps in the datapath of the CQ's
+/// endpoint when one endpoint is bound (until a datagram or the transport's next timer,
+/// at most [`SREAD_SLEEP`]); with several it yields the CPU.
 unsafe extern "C" fn cq_sreadfrom(
     cq: *mut fid_cq,
     buf: *mut c_void,
     count: usize,
     src: *mut fi_addr_t,
-    _cond: *const c_void,
+    cond: *const c_void,
     timeout: c_int,
 ) -> isize {
     guard(|| {
@@ -1841,13 +2459,34 @@ unsafe extern "C" fn cq_sreadfrom(
                     Err(e) => return neg(e),
                 };
                 progress_cq(&mut st, c.idx);
-                let r = cq_take(&mut st, c.idx, buf, count, src);
-                if r != neg::<isize>(FI_EAGAIN) {
-                    return r;
+                let Some(Some(q)) = st.cqs.get(c.idx) else {
+                    return neg(FI_EINVAL);
+                };
+                // SAFETY: with FI_CQ_COND_THRESHOLD, cond names a size_t (fi_cq(3)).
+                let want = if q.threshold && !cond.is_null() {
+                    unsafe { *cond.cast::<usize>() }.clamp(1, count.max(1))
+                } else {
+                    1
+                };
+                let expired = until.is_some_and(|u| Instant::now() >= u);
+                if !q.errs.is_empty() || q.ok.len() >= want || (expired && !q.ok.is_empty()) {
+                    return cq_take(&mut st, c.idx, buf, count, src);
                 }
-            }
-            if until.is_some_and(|u| Instant::now() >= u) {
-                return neg(FI_EAGAIN);
+                if expired {
+                    return neg(FI_EAGAIN);
+                }
+                let left =
+                    until.map_or(SREAD_SLEEP, |u| u.saturating_duration_since(Instant::now()));
+                let mut bound = st
+                    .eps
+                    .iter_mut()
+                    .flatten()
+                    .filter(|e| e.txcq == Some(c.idx) || e.rxcq == Some(c.idx));
+                if let (Some(e), None) = (bound.next(), bound.next()) {
+                    // One endpoint: sleep in its datapath (a datagram or a timer wakes it).
+                    let _ = e.worker.wait(left.min(SREAD_SLEEP));
+                    continue;
+                }
             }
             std::thread::yield_now();
         }
@@ -1947,16 +2586,18 @@ static MSG_OPS: fi_ops_msg = table!(fi_ops_msg {
     senddata: ep_senddata,
     injectdata: ep_injectdata,
 });
+// RMA: writes on mrc's WRITE / WRITE_WITH_IMM; reads are -FI_ENOSYS (the transport has
+// no READ: docs/LIBFABRIC.md).
 static RMA_OPS: fi_ops_rma = table!(fi_ops_rma {
     read: s8,
     readv: s8,
     readmsg: s3,
-    write: s8,
-    writev: s8,
-    writemsg: s3,
-    inject: s6,
-    writedata: s9,
-    injectdata: s7,
+    write: ep_write,
+    writev: ep_writev,
+    writemsg: ep_writemsg,
+    inject: ep_inject_write,
+    writedata: ep_writedata,
+    injectdata: ep_inject_writedata,
 });
 static TAGGED_OPS: fi_ops_tagged = table!(fi_ops_tagged {
     recv: ep_trecv,
@@ -2044,10 +2685,17 @@ unsafe extern "C" fn ep_open(
         };
         state.tx_op_completion = tx_c;
         state.rx_op_completion = rx_c;
+        // SAFETY: the caller's info, null or live.
+        state.rma_event = unsafe { info.as_ref() }.is_some_and(|i| i.caps & FI_RMA_EVENT != 0);
         let mut st = match lock(&d.st) {
             Ok(s) => s,
             Err(e) => return neg(e),
         };
+        // The domain's regions peers may write into (registered with each QP the
+        // endpoint accepts).
+        for m in st.mrs.iter().flatten().filter(|m| m.remote_write) {
+            let _ = state.add_target_mr(m.key, m.ptr, m.len, m.base);
+        }
         let idx = push(&mut st.eps, state);
         let e = Box::new(Ep {
             fid: fid_ep {
@@ -2109,7 +2757,7 @@ fn with_ep<R: Ret>(
         Ok(s) => s,
         Err(x) => return neg(x),
     };
-    let State { eps, cqs, avs } = &mut *st;
+    let State { eps, cqs, avs, .. } = &mut *st;
     match eps.get_mut(e.idx).and_then(Option::as_mut) {
         Some(s) => f(s, cqs, avs),
         None => neg(FI_EINVAL),
@@ -2172,7 +2820,35 @@ unsafe extern "C" fn ep_bind(ep: *mut fid, bfid: *mut fid, flags: u64) -> c_int 
                 Some(_) => 0,
                 None => neg(FI_EINVAL),
             },
-            FI_CLASS_CNTR => neg(FI_ENOSYS),
+            FI_CLASS_CNTR => {
+                let Some(c) = (unsafe { obj::<Cntr>(bfid, FI_CLASS_CNTR) }) else {
+                    return neg(FI_EINVAL);
+                };
+                if !Arc::ptr_eq(&c.st, &e.st) {
+                    return neg(FI_EINVAL);
+                }
+                let all =
+                    (FI_SEND | FI_RECV | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE)
+                        as u64;
+                if flags & !all != 0 || flags == 0 {
+                    return neg(FI_EBADFLAGS);
+                }
+                let inner = c.inner.clone();
+                with_ep(ep, |s, _, _| {
+                    let set = |slot: &mut Option<Arc<CntrInner>>, bit: u32| {
+                        if flags & bit as u64 != 0 {
+                            *slot = Some(inner.clone());
+                        }
+                    };
+                    set(&mut s.cntrs.send, FI_SEND);
+                    set(&mut s.cntrs.recv, FI_RECV);
+                    set(&mut s.cntrs.write, FI_WRITE);
+                    set(&mut s.cntrs.read, FI_READ);
+                    set(&mut s.cntrs.remote_write, FI_REMOTE_WRITE);
+                    set(&mut s.cntrs.remote_read, FI_REMOTE_READ);
+                    0
+                })
+            }
             _ => neg(FI_EINVAL),
         }
     })
@@ -2181,7 +2857,10 @@ unsafe extern "C" fn ep_bind(ep: *mut fid, bfid: *mut fid, flags: u64) -> c_int 
 unsafe extern "C" fn ep_control(f: *mut fid, command: c_int, _arg: *mut c_void) -> c_int {
     guard(|| match command as u32 {
         FI_ENABLE => with_ep(f, |s, _, _| {
-            if s.av.is_none() || s.txcq.is_none() || s.rxcq.is_none() {
+            // Each direction needs a CQ or a counter.
+            let tx = s.txcq.is_some() || s.cntrs.send.is_some() || s.cntrs.write.is_some();
+            let rx = s.rxcq.is_some() || s.cntrs.recv.is_some();
+            if s.av.is_none() || !tx || !rx {
                 return neg(FI_ENOCQ);
             }
             s.enabled = true;
@@ -2788,5 +3467,407 @@ unsafe extern "C" fn ep_tx_size_left(ep: *mut fid_ep) -> isize {
             }
             QUEUE_SIZE.saturating_sub(s.tx_outstanding) as isize
         })
+    })
+}
+
+// ---------------------------------------------------------------------------------
+// RMA writes
+
+/// Posts a write of `iov` to `dest` at (`addr`, `key`) with remote CQ data `data`;
+/// `completion` `None`: the endpoint's default. A key wider than the transport's 32-bit
+/// rkey names no region of this provider: the write completes at once with an
+/// `FI_EACCES` error entry (nothing leaves).
+#[allow(clippy::too_many_arguments)]
+fn post_write(
+    ep: *mut fid_ep,
+    iov: &[(usize, usize)],
+    dest: fi_addr_t,
+    addr: u64,
+    key: u64,
+    data: Option<u64>,
+    ctx: *mut c_void,
+    completion: Option<bool>,
+) -> isize {
+    // SAFETY: the caller's buffers (the fi_write contract), read here, before the call
+    // returns: the provider copies every write.
+    let slices: Vec<&[u8]> = iov
+        .iter()
+        .map(|&(p, l)| {
+            if l == 0 {
+                &[][..]
+            } else {
+                unsafe { std::slice::from_raw_parts(p as *const u8, l) }
+            }
+        })
+        .collect();
+    with_ep(ep.cast(), |s, cqs, avs| {
+        let completion = completion.unwrap_or(!s.tx_selective || s.tx_op_completion);
+        let len: usize = iov.iter().map(|x| x.1).sum();
+        let r = match u32::try_from(key) {
+            Ok(key) => {
+                let to = RmaTarget {
+                    addr,
+                    key,
+                    imm: data.map(|d| d as u32),
+                };
+                s.write(avs, dest, &slices, to, ctx as usize, completion)
+            }
+            Err(_) if !s.enabled => Err(FI_EOPBADSTATE),
+            Err(_) if len > MAX_MSG_SIZE => Err(FI_EMSGSIZE),
+            Err(_) => {
+                s.cntrs.count(FI_WRITE as u64, true);
+                let e = Entry {
+                    ctx: ctx as usize,
+                    flags: (FI_WRITE | FI_RMA) as u64,
+                    len,
+                    err: FI_EACCES as c_int,
+                    ..Entry::default()
+                };
+                cq_push(cqs, s.txcq, e);
+                Ok(())
+            }
+        };
+        s.progress(cqs, avs);
+        match r {
+            Ok(()) => 0,
+            Err(e) => neg(e),
+        }
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn ep_write(
+    ep: *mut fid_ep,
+    buf: *const c_void,
+    len: usize,
+    _desc: *mut c_void,
+    dest: fi_addr_t,
+    addr: u64,
+    key: u64,
+    context: *mut c_void,
+) -> isize {
+    guard(|| {
+        if buf.is_null() && len > 0 {
+            return neg(FI_EINVAL);
+        }
+        let iov = [(buf as usize, len)];
+        post_write(ep, &iov, dest, addr, key, None, context, None)
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn ep_writev(
+    ep: *mut fid_ep,
+    iov: *const iovec,
+    _desc: *mut *mut c_void,
+    count: usize,
+    dest: fi_addr_t,
+    addr: u64,
+    key: u64,
+    context: *mut c_void,
+) -> isize {
+    guard(|| match unsafe { iovs(iov, count) } {
+        Ok(v) => post_write(ep, &v, dest, addr, key, None, context, None),
+        Err(e) => neg(e),
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn ep_writedata(
+    ep: *mut fid_ep,
+    buf: *const c_void,
+    len: usize,
+    _desc: *mut c_void,
+    data: u64,
+    dest: fi_addr_t,
+    addr: u64,
+    key: u64,
+    context: *mut c_void,
+) -> isize {
+    guard(|| {
+        if buf.is_null() && len > 0 {
+            return neg(FI_EINVAL);
+        }
+        let iov = [(buf as usize, len)];
+        post_write(ep, &iov, dest, addr, key, Some(data), context, None)
+    })
+}
+
+/// `fi_inject_write` / `fi_inject_writedata`: at most `inject_size` bytes, no completion.
+fn inject_write(
+    ep: *mut fid_ep,
+    buf: *const c_void,
+    len: usize,
+    dest: fi_addr_t,
+    addr: u64,
+    key: u64,
+    data: Option<u64>,
+) -> isize {
+    if buf.is_null() && len > 0 {
+        return neg(FI_EINVAL);
+    }
+    if len > INJECT_SIZE {
+        return neg(FI_EMSGSIZE);
+    }
+    let iov = [(buf as usize, len)];
+    post_write(
+        ep,
+        &iov,
+        dest,
+        addr,
+        key,
+        data,
+        std::ptr::null_mut(),
+        Some(false),
+    )
+}
+
+unsafe extern "C" fn ep_inject_write(
+    ep: *mut fid_ep,
+    buf: *const c_void,
+    len: usize,
+    dest: fi_addr_t,
+    addr: u64,
+    key: u64,
+) -> isize {
+    guard(|| inject_write(ep, buf, len, dest, addr, key, None))
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn ep_inject_writedata(
+    ep: *mut fid_ep,
+    buf: *const c_void,
+    len: usize,
+    data: u64,
+    dest: fi_addr_t,
+    addr: u64,
+    key: u64,
+) -> isize {
+    guard(|| inject_write(ep, buf, len, dest, addr, key, Some(data)))
+}
+
+/// `fi_writemsg`: the `fi_sendmsg` flags; one RMA iovec (`rma_iov_limit`), as long as
+/// the local iovecs together.
+unsafe extern "C" fn ep_writemsg(ep: *mut fid_ep, msg: *const fi_msg_rma, flags: u64) -> isize {
+    guard(|| {
+        // SAFETY: the caller's fi_msg_rma, null or live.
+        let Some(m) = (unsafe { msg.as_ref() }) else {
+            return neg(FI_EINVAL);
+        };
+        let ok = (FI_COMPLETION
+            | FI_MORE
+            | FI_INJECT
+            | FI_INJECT_COMPLETE
+            | FI_TRANSMIT_COMPLETE
+            | FI_DELIVERY_COMPLETE
+            | FI_REMOTE_CQ_DATA) as u64;
+        if flags & !ok != 0 {
+            return neg(FI_EBADFLAGS);
+        }
+        let v = match unsafe { iovs(m.msg_iov, m.iov_count) } {
+            Ok(v) => v,
+            Err(e) => return neg(e),
+        };
+        if m.rma_iov_count != 1 || m.rma_iov.is_null() {
+            return neg(FI_EINVAL);
+        }
+        // SAFETY: one fi_rma_iov (checked non-null).
+        let r = unsafe { &*m.rma_iov };
+        let len: usize = v.iter().map(|x| x.1).sum();
+        if r.len != len {
+            return neg(FI_EINVAL);
+        }
+        if flags & FI_INJECT as u64 != 0 && len > INJECT_SIZE {
+            return neg(FI_EMSGSIZE);
+        }
+        let data = (flags & FI_REMOTE_CQ_DATA as u64 != 0).then_some(m.data);
+        let sel = flags & FI_COMPLETION as u64 != 0;
+        let completion = with_ep(
+            ep.cast(),
+            |s, _, _| {
+                if s.tx_selective { sel as c_int } else { 1 }
+            },
+        );
+        if completion < 0 {
+            return completion as isize;
+        }
+        let c = Some(completion == 1);
+        post_write(ep, &v, m.addr, r.addr, r.key, data, m.context, c)
+    })
+}
+
+// ---------------------------------------------------------------------------------
+// Counters: completed operations of the endpoints bound to them (FI_CNTR_EVENTS_COMP);
+// reading or waiting progresses those endpoints (manual progress).
+
+#[repr(C)]
+struct Cntr {
+    fid: fid_cntr,
+    magic: u64,
+    st: Shared,
+    inner: Arc<CntrInner>,
+}
+
+static CNTR_FI_OPS: fi_ops = table!(fi_ops {
+    close: cntr_close,
+    bind: s3,
+    control: s3,
+    ops_open: s5,
+    tostr: s3,
+    ops_set: s5,
+});
+static CNTR_OPS: fi_ops_cntr = table!(fi_ops_cntr {
+    read: cntr_read,
+    readerr: cntr_readerr,
+    add: cntr_add,
+    set: cntr_set,
+    wait: cntr_wait,
+    adderr: cntr_adderr,
+    seterr: cntr_seterr,
+});
+
+/// `fi_cntr_open`: events `FI_CNTR_EVENTS_COMP`, wait object none, unspecified or
+/// yield (`fi_cntr_wait` progresses and yields the CPU between passes), flags 0.
+unsafe extern "C" fn cntr_open(
+    domain: *mut fid_domain,
+    attr: *mut fi_cntr_attr,
+    cntr: *mut *mut fid_cntr,
+    context: *mut c_void,
+) -> c_int {
+    guard(|| {
+        let Some(d) = (unsafe { obj::<Domain>(domain.cast(), FI_CLASS_DOMAIN) }) else {
+            return neg(FI_EINVAL);
+        };
+        if cntr.is_null() {
+            return neg(FI_EINVAL);
+        }
+        // SAFETY: the caller's attr, null or live.
+        if let Some(a) = unsafe { attr.as_ref() } {
+            if a.events != FI_CNTR_EVENTS_COMP || a.flags != 0 {
+                return neg(FI_ENOSYS);
+            }
+            if !matches!(a.wait_obj, FI_WAIT_NONE | FI_WAIT_UNSPEC | FI_WAIT_YIELD) {
+                return neg(FI_ENOSYS);
+            }
+        }
+        let c = Box::new(Cntr {
+            fid: fid_cntr {
+                fid: new_fid(FI_CLASS_CNTR, context, &CNTR_FI_OPS),
+                ops: &CNTR_OPS as *const _ as *mut _,
+            },
+            magic: MAGIC,
+            st: d.st.clone(),
+            inner: Arc::default(),
+        });
+        // SAFETY: non-null out-pointer.
+        unsafe { *cntr = Box::into_raw(c).cast() };
+        0
+    })
+}
+
+unsafe extern "C" fn cntr_close(f: *mut fid) -> c_int {
+    guard(|| {
+        let Some(c) = (unsafe { obj::<Cntr>(f, FI_CLASS_CNTR) }) else {
+            return neg(FI_EINVAL);
+        };
+        if let Ok(st) = lock(&c.st)
+            && st.eps.iter().flatten().any(|e| e.cntrs.holds(&c.inner))
+        {
+            return neg(FI_EBUSY);
+        }
+        // SAFETY: one of our counters, not used after close.
+        drop(unsafe { Box::from_raw(f.cast::<Cntr>()) });
+        0
+    })
+}
+
+/// Progresses every endpoint bound to counter `c`; then runs `f` on its values.
+fn with_cntr<R: Ret>(cntr: *mut fid_cntr, f: impl FnOnce(&CntrInner) -> R) -> R {
+    let Some(c) = (unsafe { obj::<Cntr>(cntr.cast(), FI_CLASS_CNTR) }) else {
+        return neg(FI_EINVAL);
+    };
+    if let Ok(mut st) = lock(&c.st) {
+        let State { eps, cqs, avs, .. } = &mut *st;
+        for e in eps.iter_mut().flatten() {
+            if e.cntrs.holds(&c.inner) {
+                e.progress(cqs, avs);
+            }
+        }
+    }
+    f(&c.inner)
+}
+
+unsafe extern "C" fn cntr_read(cntr: *mut fid_cntr) -> u64 {
+    guard(|| with_cntr(cntr, |c| c.value.load(Ordering::Acquire)))
+}
+
+unsafe extern "C" fn cntr_readerr(cntr: *mut fid_cntr) -> u64 {
+    guard(|| with_cntr(cntr, |c| c.err.load(Ordering::Acquire)))
+}
+
+/// Runs `f` on counter `cntr`'s values without progress.
+fn on_cntr(cntr: *mut fid_cntr, f: impl FnOnce(&CntrInner)) -> c_int {
+    match unsafe { obj::<Cntr>(cntr.cast(), FI_CLASS_CNTR) } {
+        Some(c) => {
+            f(&c.inner);
+            0
+        }
+        None => neg(FI_EINVAL),
+    }
+}
+
+unsafe extern "C" fn cntr_add(cntr: *mut fid_cntr, value: u64) -> c_int {
+    guard(|| {
+        on_cntr(cntr, |c| {
+            c.value.fetch_add(value, Ordering::AcqRel);
+        })
+    })
+}
+
+unsafe extern "C" fn cntr_set(cntr: *mut fid_cntr, value: u64) -> c_int {
+    guard(|| on_cntr(cntr, |c| c.value.store(value, Ordering::Release)))
+}
+
+unsafe extern "C" fn cntr_adderr(cntr: *mut fid_cntr, value: u64) -> c_int {
+    guard(|| {
+        on_cntr(cntr, |c| {
+            c.err.fetch_add(value, Ordering::AcqRel);
+        })
+    })
+}
+
+unsafe extern "C" fn cntr_seterr(cntr: *mut fid_cntr, value: u64) -> c_int {
+    guard(|| on_cntr(cntr, |c| c.err.store(value, Ordering::Release)))
+}
+
+/// `fi_cntr_wait`: progresses the bound endpoints, yielding the CPU between passes,
+/// until the counter reaches `threshold` (0), an operation fails meanwhile (its error
+/// count grows: `-FI_EAVAIL`) or `timeout` milliseconds pass (`-FI_ETIMEDOUT`; a
+/// negative `timeout` waits without limit).
+unsafe extern "C" fn cntr_wait(cntr: *mut fid_cntr, threshold: u64, timeout: c_int) -> c_int {
+    guard(|| {
+        let until = (timeout >= 0).then(|| Instant::now() + Duration::from_millis(timeout as u64));
+        let err0 = match unsafe { obj::<Cntr>(cntr.cast(), FI_CLASS_CNTR) } {
+            Some(c) => c.inner.err.load(Ordering::Acquire),
+            None => return neg(FI_EINVAL),
+        };
+        loop {
+            let r = with_cntr(cntr, |c| {
+                if c.value.load(Ordering::Acquire) >= threshold {
+                    0
+                } else if c.err.load(Ordering::Acquire) != err0 {
+                    neg(FI_EAVAIL)
+                } else {
+                    1
+                }
+            });
+            if r != 1 {
+                return r;
+            }
+            if until.is_some_and(|u| Instant::now() >= u) {
+                return neg(FI_ETIMEDOUT);
+            }
+            std::thread::yield_now();
+        }
     })
 }

@@ -47,18 +47,6 @@ pub(crate) unsafe extern "C" fn s6<A0, A1, A2, A3, A4, A5, R: Ret>(
     R::neg(FI_ENOSYS)
 }
 
-pub(crate) unsafe extern "C" fn s7<A0, A1, A2, A3, A4, A5, A6, R: Ret>(
-    _: A0,
-    _: A1,
-    _: A2,
-    _: A3,
-    _: A4,
-    _: A5,
-    _: A6,
-) -> R {
-    R::neg(FI_ENOSYS)
-}
-
 pub(crate) unsafe extern "C" fn s8<A0, A1, A2, A3, A4, A5, A6, A7, R: Ret>(
     _: A0,
     _: A1,

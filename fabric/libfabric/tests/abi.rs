@@ -51,11 +51,14 @@ fn bad_input_gets_negative_codes_and_a_message_to_self_arrives() {
             -(FI_ENODATA as c_int)
         );
         (*hints.ep_attr).type_ = FI_EP_RDM;
-        hints.caps = FI_RMA as u64;
-        assert_eq!(
-            getinfo(v, std::ptr::null(), std::ptr::null(), 0, &hints, &mut info),
-            -(FI_ENODATA as c_int)
-        );
+        // RMA reads (the transport has no READ) and atomics are not offered.
+        for caps in [(FI_RMA | FI_READ) as u64, FI_ATOMIC as u64] {
+            hints.caps = caps;
+            assert_eq!(
+                getinfo(v, std::ptr::null(), std::ptr::null(), 0, &hints, &mut info),
+                -(FI_ENODATA as c_int)
+            );
+        }
         hints.caps = FI_MSG as u64;
         // A host name that does not resolve (fabtests' negative unit tests): no match.
         let bad = c"g00n13s.invalid".as_ptr();
@@ -150,6 +153,10 @@ fn bad_input_gets_negative_codes_and_a_message_to_self_arrives() {
         let r = &*(*ep).rma;
         assert_eq!(
             (r.write.unwrap())(ep, std::ptr::null(), 0, null_mut(), 0, 0, 0, null_mut()),
+            neg(FI_EOPBADSTATE)
+        );
+        assert_eq!(
+            (r.read.unwrap())(ep, null_mut(), 0, null_mut(), 0, 0, 0, null_mut()),
             neg(FI_ENOSYS)
         );
 
@@ -333,6 +340,9 @@ struct Net {
     eps: Vec<*mut fid_ep>,
     cqs: Vec<*mut fid_cq>,
     addr: Vec<u64>,
+    /// More objects of the domain (counters, CQs) a test opened, closed after the
+    /// endpoints.
+    extra: Vec<*mut fid>,
 }
 
 /// A completion as `fi_cq_read` (TAGGED format) or `fi_cq_readerr` gives it.
@@ -363,6 +373,18 @@ impl Net {
 
     /// `op_flags`: the hints' tx and rx `op_flags`; `bind`: more flags binding the CQs.
     unsafe fn with(n: usize, caps: u64, op_flags: u64, bind: u64) -> Net {
+        unsafe { Net::with_mr_mode(n, caps, op_flags, bind, 0).0 }
+    }
+
+    /// As [`Net::with`], the hints offering `mr_mode`; with the `mr_mode` the `fi_info`
+    /// answered.
+    unsafe fn with_mr_mode(
+        n: usize,
+        caps: u64,
+        op_flags: u64,
+        bind: u64,
+        mr_mode: c_int,
+    ) -> (Net, c_int) {
         unsafe {
             let prov = &*mrc_fi::fi_prov_ini();
             let v = (1 << 16) | 17;
@@ -374,10 +396,15 @@ impl Net {
                 op_flags,
                 ..Default::default()
             };
+            let mut dom = fi_domain_attr {
+                mr_mode,
+                ..Default::default()
+            };
             let mut hints = fi_info {
                 caps,
                 tx_attr: &mut tx,
                 rx_attr: &mut rx,
+                domain_attr: &mut dom,
                 ..Default::default()
             };
             let mut info: *mut fi_info = null_mut();
@@ -387,6 +414,7 @@ impl Net {
                 0
             );
             assert_eq!((*info).caps & caps, caps);
+            let answered = (*(*info).domain_attr).mr_mode;
             let mut fabric: *mut fid_fabric = null_mut();
             assert_eq!(
                 (prov.fabric.unwrap())((*info).fabric_attr, &mut fabric, null_mut()),
@@ -414,6 +442,7 @@ impl Net {
                 eps: Vec::new(),
                 cqs: Vec::new(),
                 addr: Vec::new(),
+                extra: Vec::new(),
             };
             for _ in 0..n {
                 let mut cq: *mut fid_cq = null_mut();
@@ -459,7 +488,7 @@ impl Net {
                 net.addr.push(fa);
             }
             mrc_fi::free_info(info);
-            net
+            (net, answered)
         }
     }
 
@@ -601,6 +630,9 @@ impl Drop for Net {
         unsafe {
             for &ep in &self.eps {
                 assert_eq!(close(&mut (*ep).fid), 0);
+            }
+            for &f in &self.extra {
+                assert_eq!(close(f), 0);
             }
             for &cq in &self.cqs {
                 assert_eq!(close(&mut (*cq).fid), 0);
@@ -1303,5 +1335,779 @@ fn selective_completion_follows_the_op_flags_of_the_info() {
             assert_eq!(net.read_once(0), []);
         }
         net.quiet();
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// RMA writes: endpoint 0 writes into regions of endpoint 1 (one domain, two endpoints:
+// the write crosses a real QP of mrc's transport over loopback UDP).
+
+/// `fi_write` / `fi_writedata` flags at the initiator and the target.
+const WRITE: u64 = (FI_WRITE | FI_RMA) as u64;
+const REMOTE_WRITE_DATA: u64 = (FI_REMOTE_WRITE | FI_RMA | FI_REMOTE_CQ_DATA) as u64;
+
+impl Net {
+    fn rma(&self, i: usize) -> &fi_ops_rma {
+        unsafe { &*(*self.eps[i]).rma }
+    }
+
+    /// `fi_mr_reg` of `b` with `access`, `offset` and `key` (the requested one).
+    fn mr_reg(&self, b: &mut [u8], access: u64, offset: u64, key: u64) -> (c_int, *mut fid_mr) {
+        let mut mr: *mut fid_mr = null_mut();
+        let ops = unsafe { &*(*self.domain).mr };
+        let r = unsafe {
+            (ops.reg.unwrap())(
+                &mut (*self.domain).fid,
+                b.as_mut_ptr().cast(),
+                b.len(),
+                access,
+                offset,
+                key,
+                0,
+                &mut mr,
+                null_mut(),
+            )
+        };
+        (r, mr)
+    }
+
+    /// `fi_write` of `b` from endpoint 0 to endpoint 1 at (`addr`, `key`).
+    fn write(&self, b: &[u8], addr: u64, key: u64, c: usize) -> isize {
+        let (p, n) = (b.as_ptr().cast(), b.len());
+        let w = self.rma(0).write.unwrap();
+        unsafe {
+            w(
+                self.eps[0],
+                p,
+                n,
+                null_mut(),
+                self.addr[1],
+                addr,
+                key,
+                ctx(c),
+            )
+        }
+    }
+
+    /// `fi_writedata` of `b` with `data` from endpoint 0 to endpoint 1.
+    fn writedata(&self, b: &[u8], data: u64, addr: u64, key: u64, c: usize) -> isize {
+        let (p, n) = (b.as_ptr().cast(), b.len());
+        let w = self.rma(0).writedata.unwrap();
+        unsafe {
+            w(
+                self.eps[0],
+                p,
+                n,
+                null_mut(),
+                data,
+                self.addr[1],
+                addr,
+                key,
+                ctx(c),
+            )
+        }
+    }
+
+    /// Progresses both endpoints until endpoint 0 has one completion (success or
+    /// error); returns it and what endpoint 1's CQ gave meanwhile.
+    fn write_done(&self) -> (Cqe, Vec<Cqe>) {
+        let mut target = Vec::new();
+        let e = self.wait(0, 1, &mut target);
+        (e[0], target)
+    }
+}
+
+/// The initiator's completion of a write of `len` bytes with context `c`; `err` 0 or
+/// the error.
+fn wrote(c: usize, len: usize, err: u32) -> Cqe {
+    Cqe {
+        ctx: c,
+        flags: WRITE,
+        len,
+        buf: 0,
+        data: 0,
+        tag: 0,
+        err: err as c_int,
+        olen: 0,
+    }
+}
+
+/// The target's completion of a `fi_writedata` of `len` bytes with `data`.
+fn written(len: usize, data: u64) -> Cqe {
+    Cqe {
+        ctx: 0,
+        flags: REMOTE_WRITE_DATA,
+        len,
+        buf: 0,
+        data,
+        tag: 0,
+        err: 0,
+        olen: 0,
+    }
+}
+
+#[test]
+fn rma_writes_land_at_exact_offsets_with_the_application_s_keys() {
+    unsafe {
+        // mr_mode 0: the application's keys, addresses are offsets into the region
+        // (plus the offset given to fi_mr_reg).
+        let (net, mode) = Net::with_mr_mode(2, (FI_MSG | FI_RMA) as u64, 0, 0, 0);
+        assert_eq!(mode, 0);
+        let mut target = vec![0xEEu8; 64];
+        let mut other = vec![0xEEu8; 16];
+        let rw = FI_REMOTE_WRITE as u64;
+        let (r, mr) = net.mr_reg(&mut target, rw, 0, 0xC0DE);
+        assert_eq!(r, 0);
+        assert_eq!((*mr).key, 0xC0DE);
+        assert!((*mr).mem_desc.is_null());
+        let (r, mr2) = net.mr_reg(&mut other, rw, 4096, 7);
+        assert_eq!(r, 0);
+        // Keys: one in use, one wider than 4 bytes; access bits and flags.
+        let mut spare = [0u8; 8];
+        assert_eq!(
+            net.mr_reg(&mut spare, rw, 0, 0xC0DE).0,
+            -(FI_ENOKEY as c_int)
+        );
+        assert_eq!(
+            net.mr_reg(&mut spare, rw, 0, 1 << 32).0,
+            -(FI_EKEYREJECTED as c_int)
+        );
+        assert_eq!(
+            net.mr_reg(&mut spare, 1 << 60, 0, 9).0,
+            -(FI_EINVAL as c_int)
+        );
+
+        // fi_write: 5 bytes at offset 10; the source buffer is free on return.
+        let mut src = *b"hello";
+        assert_eq!(net.write(&src, 10, 0xC0DE, 1), 0);
+        src.copy_from_slice(b"XXXXX");
+        let (c, t) = net.write_done();
+        assert_eq!(c, wrote(1, 5, 0));
+        // A plain write raises nothing at the target.
+        assert_eq!(t, Vec::new());
+        let mut want = vec![0xEEu8; 64];
+        want[10..15].copy_from_slice(b"hello");
+        assert_eq!(target, want);
+
+        // fi_writev: two iovecs gathered to offset 20.
+        let (a, b) = (*b"ab", *b"cde");
+        let iov = [
+            iovec {
+                iov_base: a.as_ptr() as *mut c_void,
+                iov_len: 2,
+            },
+            iovec {
+                iov_base: b.as_ptr() as *mut c_void,
+                iov_len: 3,
+            },
+        ];
+        let w = net.rma(0).writev.unwrap();
+        let r = w(
+            net.eps[0],
+            iov.as_ptr(),
+            null_mut(),
+            2,
+            net.addr[1],
+            20,
+            0xC0DE,
+            ctx(2),
+        );
+        assert_eq!(r, 0);
+        assert_eq!(net.write_done(), (wrote(2, 5, 0), Vec::new()));
+        want[20..25].copy_from_slice(b"abcde");
+        assert_eq!(target, want);
+
+        // fi_writedata: 3 bytes ending at the region's last byte; the target completes
+        // FI_REMOTE_WRITE | FI_RMA | FI_REMOTE_CQ_DATA with the low 4 bytes of data.
+        assert_eq!(
+            net.writedata(b"end", 0x1122_3344_5566_7788, 61, 0xC0DE, 3),
+            0
+        );
+        let (c, t) = net.write_done();
+        assert_eq!(c, wrote(3, 3, 0));
+        let t = if t.is_empty() {
+            net.wait(1, 1, &mut Vec::new())
+        } else {
+            t
+        };
+        assert_eq!(t, vec![written(3, 0x5566_7788)]);
+        want[61..64].copy_from_slice(b"end");
+        assert_eq!(target, want);
+
+        // fi_writemsg with FI_REMOTE_CQ_DATA into the second region: its RMA address
+        // starts at the offset it was registered with.
+        let iov = iovec {
+            iov_base: b"msg".as_ptr() as *mut c_void,
+            iov_len: 3,
+        };
+        let rma_iov = fi_rma_iov {
+            addr: 4096 + 2,
+            len: 3,
+            key: 7,
+        };
+        let m = fi_msg_rma {
+            msg_iov: &iov,
+            desc: null_mut(),
+            iov_count: 1,
+            addr: net.addr[1],
+            rma_iov: &rma_iov,
+            rma_iov_count: 1,
+            context: ctx(4),
+            data: 0xABCD,
+        };
+        let wm = net.rma(0).writemsg.unwrap();
+        assert_eq!(wm(net.eps[0], &m, FI_REMOTE_CQ_DATA as u64), 0);
+        let (c, t) = net.write_done();
+        assert_eq!(c, wrote(4, 3, 0));
+        let t = if t.is_empty() {
+            net.wait(1, 1, &mut Vec::new())
+        } else {
+            t
+        };
+        assert_eq!(t, vec![written(3, 0xABCD)]);
+        let mut want2 = vec![0xEEu8; 16];
+        want2[2..5].copy_from_slice(b"msg");
+        assert_eq!(other, want2);
+        // Bad fi_writemsg: two RMA iovecs, a length that differs, a flag it does not take.
+        let two = [rma_iov, rma_iov];
+        let bad = fi_msg_rma {
+            rma_iov: two.as_ptr(),
+            rma_iov_count: 2,
+            ..m
+        };
+        assert_eq!(wm(net.eps[0], &bad, 0), neg(FI_EINVAL));
+        let short = fi_rma_iov { len: 2, ..rma_iov };
+        let bad = fi_msg_rma {
+            rma_iov: &short,
+            ..m
+        };
+        assert_eq!(wm(net.eps[0], &bad, 0), neg(FI_EINVAL));
+        assert_eq!(wm(net.eps[0], &m, FI_PEEK as u64), neg(FI_EBADFLAGS));
+
+        // fi_inject_write completes nothing; the fi_inject_writedata after it shows
+        // both landed (the target completes in message order).
+        let inject = net.rma(0).inject.unwrap();
+        let injectdata = net.rma(0).injectdata.unwrap();
+        let big = vec![0u8; mrc_fi::INJECT_SIZE + 1];
+        assert_eq!(
+            inject(
+                net.eps[0],
+                big.as_ptr().cast(),
+                big.len(),
+                net.addr[1],
+                0,
+                0xC0DE
+            ),
+            neg(FI_EMSGSIZE)
+        );
+        let n1 = b"in1";
+        assert_eq!(
+            inject(net.eps[0], n1.as_ptr().cast(), 3, net.addr[1], 30, 0xC0DE),
+            0
+        );
+        let n2 = b"in2";
+        assert_eq!(
+            injectdata(
+                net.eps[0],
+                n2.as_ptr().cast(),
+                3,
+                42,
+                net.addr[1],
+                40,
+                0xC0DE
+            ),
+            0
+        );
+        assert_eq!(net.wait(1, 1, &mut Vec::new()), vec![written(3, 42)]);
+        want[30..33].copy_from_slice(b"in1");
+        want[40..43].copy_from_slice(b"in2");
+        assert_eq!(target, want);
+        net.quiet();
+
+        // Reads: the transport has no READ.
+        let rd = net.rma(0).read.unwrap();
+        let mut into = [0u8; 4];
+        assert_eq!(
+            rd(
+                net.eps[0],
+                into.as_mut_ptr().cast(),
+                4,
+                null_mut(),
+                net.addr[1],
+                0,
+                0xC0DE,
+                ctx(5)
+            ),
+            neg(FI_ENOSYS)
+        );
+
+        assert_eq!(close(&mut (*mr2).fid), 0);
+        assert_eq!(close(&mut (*mr).fid), 0);
+        drop(net);
+        assert_eq!(other, want2);
+    }
+}
+
+#[test]
+fn rma_to_a_bad_key_or_past_the_region_completes_with_eacces_and_writes_nothing() {
+    unsafe {
+        let (net, _) = Net::with_mr_mode(2, (FI_MSG | FI_RMA) as u64, 0, 0, 0);
+        // The region is bytes 32..64 of the backing; the rest is its guard.
+        let mut backing = vec![0xEEu8; 96];
+        let rw = FI_REMOTE_WRITE as u64;
+        let (r, mr) = net.mr_reg(&mut backing[32..64], rw, 0, 0x51);
+        assert_eq!(r, 0);
+        let mut ro = vec![0xEEu8; 16];
+        let (r, mr_ro) = net.mr_reg(&mut ro, FI_REMOTE_READ as u64, 0, 0x52);
+        assert_eq!(r, 0);
+        let guard = vec![0xEEu8; 96];
+        let eacces = FI_EACCES;
+
+        // One byte past the end; an unknown key; a region without FI_REMOTE_WRITE; an
+        // address whose end wraps past 2^64; a key wider than the transport's rkey.
+        assert_eq!(net.write(b"wxyz", 30, 0x51, 1), 0);
+        assert_eq!(net.write_done(), (wrote(1, 4, eacces), Vec::new()));
+        assert_eq!(net.write(b"wxyz", 0, 0xBAD, 2), 0);
+        assert_eq!(net.write_done(), (wrote(2, 4, eacces), Vec::new()));
+        assert_eq!(net.write(b"wxyz", 0, 0x52, 3), 0);
+        assert_eq!(net.write_done(), (wrote(3, 4, eacces), Vec::new()));
+        assert_eq!(net.write(b"wxyz", u64::MAX - 1, 0x51, 4), 0);
+        assert_eq!(net.write_done(), (wrote(4, 4, eacces), Vec::new()));
+        assert_eq!(net.write(b"wxyz", 0, 1 << 32 | 0x51, 5), 0);
+        assert_eq!(net.write_done(), (wrote(5, 4, eacces), Vec::new()));
+        // A refused fi_writedata raises nothing at the target.
+        assert_eq!(net.writedata(b"wxyz", 9, 0, 0xBAD, 6), 0);
+        assert_eq!(net.write_done(), (wrote(6, 4, eacces), Vec::new()));
+        net.quiet();
+        assert_eq!(backing, guard);
+        assert_eq!(ro, vec![0xEEu8; 16]);
+
+        // The peer connects anew after each failure: a good write lands, exactly.
+        assert_eq!(net.write(b"ok", 30, 0x51, 7), 0);
+        assert_eq!(net.write_done(), (wrote(7, 2, 0), Vec::new()));
+        let mut want = guard.clone();
+        want[62..64].copy_from_slice(b"ok");
+        assert_eq!(backing, want);
+
+        // A closed region takes no more writes.
+        assert_eq!(close(&mut (*mr).fid), 0);
+        assert_eq!(net.write(b"no", 0, 0x51, 8), 0);
+        assert_eq!(net.write_done(), (wrote(8, 2, eacces), Vec::new()));
+        assert_eq!(backing, want);
+        assert_eq!(close(&mut (*mr_ro).fid), 0);
+    }
+}
+
+#[test]
+fn rma_with_virtual_addresses_and_provider_keys() {
+    unsafe {
+        // fabtests' mr_mode: the provider keeps FI_MR_VIRT_ADDR and FI_MR_PROV_KEY.
+        let offered =
+            (FI_MR_LOCAL | FI_MR_ENDPOINT | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_VIRT_ADDR)
+                as c_int;
+        let caps = (FI_MSG | FI_RMA) as u64;
+        let (net, mode) = Net::with_mr_mode(2, caps, 0, 0, offered);
+        assert_eq!(mode, (FI_MR_VIRT_ADDR | FI_MR_PROV_KEY) as c_int);
+        // A message first: the QP exists before the region, which is registered with it
+        // then (and not at its accept).
+        let mut buf = [0u8; 4];
+        let m = net.msg(1);
+        assert_eq!(
+            (m.recv.unwrap())(
+                net.eps[1],
+                buf.as_mut_ptr().cast(),
+                4,
+                null_mut(),
+                u64::MAX,
+                ctx(9)
+            ),
+            0
+        );
+        let m0 = net.msg(0);
+        let hi = b"hi!!";
+        assert_eq!(
+            (m0.send.unwrap())(
+                net.eps[0],
+                hi.as_ptr().cast(),
+                4,
+                null_mut(),
+                net.addr[1],
+                ctx(8)
+            ),
+            0
+        );
+        net.wait(1, 1, &mut Vec::new());
+
+        let mut target = vec![0u8; 32];
+        let (r, mr) = net.mr_reg(&mut target, FI_REMOTE_WRITE as u64, 0, 0xC0DE);
+        assert_eq!(r, 0);
+        let key = (*mr).key;
+        assert!(key != 0 && key >> 32 == 0, "key {key:#x}");
+        // fi_mr_bind to an endpoint and fi_mr_enable are accepted (FI_MR_ENDPOINT was
+        // not kept: the region serves every endpoint already).
+        let ops = &*(*mr).fid.ops;
+        let ep1 = net.eps[1];
+        assert_eq!((ops.bind.unwrap())(&mut (*mr).fid, &mut (*ep1).fid, 0), 0);
+        assert_eq!(
+            (ops.control.unwrap())(&mut (*mr).fid, FI_ENABLE as c_int, null_mut()),
+            0
+        );
+        // The RMA address is the buffer's virtual address: byte 8 is at ptr + 8.
+        let at = target.as_ptr() as u64 + 8;
+        assert_eq!(net.write(b"virt", at, key, 1), 0);
+        // The message's send completion may come first.
+        let mut e = Vec::new();
+        while e.iter().all(|c: &Cqe| c.ctx != 1) {
+            e.extend(net.wait(0, 1, &mut Vec::new()));
+        }
+        assert_eq!(e.last(), Some(&wrote(1, 4, 0)));
+        let mut want = vec![0u8; 32];
+        want[8..12].copy_from_slice(b"virt");
+        assert_eq!(target, want);
+        // An offset is not an address in this mode.
+        assert_eq!(net.write(b"offs", 8, key, 2), 0);
+        assert_eq!(net.write_done(), (wrote(2, 4, FI_EACCES), Vec::new()));
+        assert_eq!(target, want);
+        assert_eq!(close(&mut (*mr).fid), 0);
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Counters and fi_cq_sread.
+
+impl Net {
+    /// `fi_cntr_open` with `attr`; the counter is closed after the endpoints.
+    fn cntr_open(&mut self, attr: Option<fi_cntr_attr>) -> Result<*mut fid_cntr, c_int> {
+        let mut c: *mut fid_cntr = null_mut();
+        let mut a = attr.unwrap_or_default();
+        let p = if attr.is_some() { &mut a } else { null_mut() };
+        let ops = unsafe { &*(*self.domain).ops };
+        let r = unsafe { (ops.cntr_open.unwrap())(self.domain, p, &mut c, null_mut()) };
+        if r != 0 {
+            return Err(r);
+        }
+        self.extra.push(unsafe { &mut (*c).fid });
+        Ok(c)
+    }
+
+    /// `fi_ep_bind` of `f` to endpoint `i` with `flags`.
+    fn bind(&self, i: usize, f: *mut fid, flags: u64) -> c_int {
+        let ep = self.eps[i];
+        unsafe { ((*(*ep).fid.ops).bind.unwrap())(&mut (*ep).fid, f, flags) }
+    }
+
+    /// `fi_send` of `b` from endpoint `i` to endpoint `to`.
+    fn send(&self, i: usize, to: usize, b: &[u8], c: usize) -> isize {
+        let m = self.msg(i);
+        let (p, n) = (b.as_ptr().cast(), b.len());
+        unsafe { (m.send.unwrap())(self.eps[i], p, n, null_mut(), self.addr[to], ctx(c)) }
+    }
+
+    /// `fi_recv` into `b` on endpoint `i` from any source.
+    fn recv(&self, i: usize, b: &mut [u8], c: usize) -> isize {
+        let m = self.msg(i);
+        let (p, n) = (b.as_mut_ptr().cast(), b.len());
+        unsafe { (m.recv.unwrap())(self.eps[i], p, n, null_mut(), u64::MAX, ctx(c)) }
+    }
+}
+
+unsafe fn cntr_ops<'a>(c: *mut fid_cntr) -> &'a fi_ops_cntr {
+    unsafe { &*(*c).ops }
+}
+
+#[test]
+fn counters_count_completed_sends_receives_and_writes() {
+    unsafe {
+        let (mut net, _) = Net::with_mr_mode(2, (FI_MSG | FI_RMA) as u64, 0, 0, 0);
+        // Attributes the provider does not take.
+        let fd = fi_cntr_attr {
+            wait_obj: FI_WAIT_FD,
+            ..Default::default()
+        };
+        assert_eq!(net.cntr_open(Some(fd)), Err(-(FI_ENOSYS as c_int)));
+        let flags = fi_cntr_attr {
+            flags: 1,
+            ..Default::default()
+        };
+        assert_eq!(net.cntr_open(Some(flags)), Err(-(FI_ENOSYS as c_int)));
+        let unspec = fi_cntr_attr {
+            wait_obj: FI_WAIT_UNSPEC,
+            ..Default::default()
+        };
+        // The connection first (its set-up needs both endpoints progressed).
+        let mut b = [[0u8; 8]; 3];
+        assert_eq!(net.recv(1, &mut b[0], 1), 0);
+        assert_eq!(net.send(0, 1, b"set-up", 2), 0);
+        net.wait(1, 1, &mut Vec::new());
+        net.wait(0, 1, &mut Vec::new());
+
+        // tx counts endpoint 0's sends, rx endpoint 1's receives; w endpoint 0's writes
+        // and is bound to endpoint 1 for FI_REMOTE_WRITE (which never counts: no
+        // FI_RMA_EVENT), so waiting on it progresses both.
+        let tx = net.cntr_open(Some(unspec)).unwrap();
+        let rx = net.cntr_open(None).unwrap();
+        let w = net.cntr_open(None).unwrap();
+        let f = |c: *mut fid_cntr| &mut (*c).fid as *mut fid;
+        assert_eq!(
+            net.bind(0, f(tx), FI_TAGGED as u64),
+            -(FI_EBADFLAGS as c_int)
+        );
+        assert_eq!(net.bind(0, f(tx), 0), -(FI_EBADFLAGS as c_int));
+        assert_eq!(net.bind(0, f(tx), FI_SEND as u64), 0);
+        assert_eq!(net.bind(1, f(rx), FI_RECV as u64), 0);
+        assert_eq!(net.bind(0, f(w), (FI_WRITE | FI_READ) as u64), 0);
+        assert_eq!(
+            net.bind(1, f(w), (FI_REMOTE_WRITE | FI_REMOTE_READ) as u64),
+            0
+        );
+        let (t, r, wo) = (cntr_ops(tx), cntr_ops(rx), cntr_ops(w));
+        assert_eq!((t.read.unwrap())(tx), 0);
+
+        // Two sends and an inject into three receives: 3 and 3. Waiting on rx
+        // progresses endpoint 1 (the messages left at their posts); tx is read (a
+        // progress pass of endpoint 0) with rx read between (endpoint 1's SACKs).
+        for (i, x) in b.iter_mut().enumerate() {
+            assert_eq!(net.recv(1, x, 10 + i), 0);
+        }
+        assert_eq!(net.send(0, 1, b"one", 3), 0);
+        assert_eq!(net.send(0, 1, b"two", 4), 0);
+        let inj = net.msg(0).inject.unwrap();
+        assert_eq!(inj(net.eps[0], b"three".as_ptr().cast(), 5, net.addr[1]), 0);
+        assert_eq!((r.wait.unwrap())(rx, 3, 30_000), 0);
+        let t0 = Instant::now();
+        while (t.read.unwrap())(tx) < 3 {
+            assert!(t0.elapsed() < DEADLINE);
+            (r.read.unwrap())(rx);
+        }
+        assert_eq!(((r.read.unwrap())(rx), (t.read.unwrap())(tx)), (3, 3));
+        assert_eq!(&b[2][..5], b"three");
+
+        // A write counts on w; the target's FI_REMOTE_WRITE binding adds nothing.
+        let mut region = vec![0u8; 16];
+        let (rc, mr) = net.mr_reg(&mut region, FI_REMOTE_WRITE as u64, 0, 0x77);
+        assert_eq!(rc, 0);
+        assert_eq!(net.write(b"w", 3, 0x77, 5), 0);
+        assert_eq!((wo.wait.unwrap())(w, 1, 30_000), 0);
+        assert_eq!(region[3], b'w');
+        // A write to a bad key: the error count grows and the wait says so.
+        assert_eq!(net.write(b"w", 0, 0xBAD, 6), 0);
+        assert_eq!((wo.wait.unwrap())(w, 2, 30_000), -(FI_EAVAIL as c_int));
+        assert_eq!(((wo.read.unwrap())(w), (wo.readerr.unwrap())(w)), (1, 1));
+        assert_eq!(((t.read.unwrap())(tx), (t.readerr.unwrap())(tx)), (3, 0));
+        // The CQ entries: two sends (the inject has none), the write and its error
+        // (first: an error entry waiting is read before the others); three receives.
+        let mut other = Vec::new();
+        let mut e0 = net.wait(0, 4, &mut other);
+        e0.sort_by_key(|c| c.ctx);
+        let send = |c: usize| Cqe {
+            flags: (FI_SEND | FI_MSG) as u64,
+            ..wrote(c, 3, 0)
+        };
+        assert_eq!(
+            e0,
+            vec![send(3), send(4), wrote(5, 1, 0), wrote(6, 1, FI_EACCES)]
+        );
+        let e1 = net.wait(1, 3 - other.len(), &mut Vec::new());
+        assert_eq!(other.len() + e1.len(), 3);
+
+        // A threshold not reached: the wait times out.
+        assert_eq!((r.wait.unwrap())(rx, 4, 20), -(FI_ETIMEDOUT as c_int));
+        // add, set, adderr, seterr.
+        assert_eq!((t.set.unwrap())(tx, 100), 0);
+        assert_eq!((t.add.unwrap())(tx, 5), 0);
+        assert_eq!((t.seterr.unwrap())(tx, 7), 0);
+        assert_eq!((t.adderr.unwrap())(tx, 1), 0);
+        assert_eq!(((t.read.unwrap())(tx), (t.readerr.unwrap())(tx)), (105, 8));
+        // A counter bound to an endpoint is busy.
+        assert_eq!(close(f(tx)), -(FI_EBUSY as c_int));
+        assert_eq!(close(&mut (*mr).fid), 0);
+    }
+}
+
+#[test]
+fn cq_sread_waits_for_an_entry_a_threshold_or_its_timeout() {
+    unsafe {
+        let (mut net, _) = Net::with_mr_mode(2, FI_MSG as u64, 0, 0, 0);
+        // The connection first (its set-up needs both endpoints progressed).
+        let mut b = [0u8; 8];
+        assert_eq!(net.recv(1, &mut b, 1), 0);
+        assert_eq!(net.send(0, 1, b"set-up", 2), 0);
+        net.wait(1, 1, &mut Vec::new());
+        net.wait(0, 1, &mut Vec::new());
+
+        // Nothing comes: -FI_EAGAIN once the timeout passed.
+        let cq = net.cqs[1];
+        let sread = (*(*cq).ops).sread.unwrap();
+        let mut e = [fi_cq_tagged_entry::default(); 4];
+        let t0 = Instant::now();
+        assert_eq!(
+            sread(cq, e.as_mut_ptr().cast(), 4, std::ptr::null(), 30),
+            neg(FI_EAGAIN)
+        );
+        assert!(
+            t0.elapsed() >= Duration::from_millis(30),
+            "{:?}",
+            t0.elapsed()
+        );
+
+        // A message sent now (it leaves at the post): sread on the receiver alone,
+        // sleeping in its datapath, returns its entry.
+        assert_eq!(net.recv(1, &mut b, 3), 0);
+        assert_eq!(net.send(0, 1, b"sread", 4), 0);
+        assert_eq!(
+            sread(cq, e.as_mut_ptr().cast(), 4, std::ptr::null(), 30_000),
+            1
+        );
+        assert_eq!((e[0].op_context as usize, e[0].len), (3, 5));
+        assert_eq!(&b[..5], b"sread");
+
+        // FI_CQ_COND_THRESHOLD: a CQ that waits for *cond entries.
+        let ops = &*(*net.domain).ops;
+        for (wait_obj, wait_cond) in [(FI_WAIT_FD, FI_CQ_COND_NONE), (FI_WAIT_UNSPEC, 7)] {
+            let mut attr = fi_cq_attr {
+                format: FI_CQ_FORMAT_TAGGED,
+                wait_obj,
+                wait_cond,
+                ..Default::default()
+            };
+            let mut bad: *mut fid_cq = null_mut();
+            let r = (ops.cq_open.unwrap())(net.domain, &mut attr, &mut bad, null_mut());
+            assert_eq!(r, -(FI_ENOSYS as c_int));
+        }
+        let mut attr = fi_cq_attr {
+            format: FI_CQ_FORMAT_TAGGED,
+            wait_obj: FI_WAIT_UNSPEC,
+            wait_cond: FI_CQ_COND_THRESHOLD,
+            ..Default::default()
+        };
+        let mut tcq: *mut fid_cq = null_mut();
+        assert_eq!(
+            (ops.cq_open.unwrap())(net.domain, &mut attr, &mut tcq, null_mut()),
+            0
+        );
+        net.extra.push(&mut (*tcq).fid);
+        assert_eq!(net.bind(1, &mut (*tcq).fid, FI_RECV as u64), 0);
+        let tsread = (*(*tcq).ops).sread.unwrap();
+        let mut bufs = [[0u8; 8]; 4];
+        for (i, x) in bufs.iter_mut().enumerate() {
+            assert_eq!(net.recv(1, x, 20 + i), 0);
+        }
+        for i in 0..3 {
+            assert_eq!(net.send(0, 1, &[b'a' + i as u8; 3], 30 + i), 0);
+        }
+        let three: usize = 3;
+        let n = tsread(
+            tcq,
+            e.as_mut_ptr().cast(),
+            4,
+            (&three as *const usize).cast(),
+            30_000,
+        );
+        assert_eq!(n, 3);
+        let got: Vec<usize> = e[..3].iter().map(|x| x.op_context as usize).collect();
+        assert_eq!(got, vec![20, 21, 22]);
+        // One more message, a threshold of 2: the timeout returns the one there is.
+        assert_eq!(net.send(0, 1, b"ddd", 33), 0);
+        let two: usize = 2;
+        let n = tsread(
+            tcq,
+            e.as_mut_ptr().cast(),
+            4,
+            (&two as *const usize).cast(),
+            200,
+        );
+        assert_eq!(n, 1);
+        assert_eq!(e[0].op_context as usize, 23);
+        assert_eq!(
+            bufs,
+            [
+                *b"aaa\0\0\0\0\0",
+                *b"bbb\0\0\0\0\0",
+                *b"ccc\0\0\0\0\0",
+                *b"ddd\0\0\0\0\0"
+            ]
+        );
+        // The sends' completions, so nothing is left in flight.
+        net.wait(0, 5, &mut Vec::new());
+    }
+}
+
+#[test]
+fn rma_event_counts_the_writes_that_landed_at_the_target() {
+    unsafe {
+        let caps = (FI_MSG | FI_RMA) as u64 | FI_RMA_EVENT;
+        let (mut net, _) = Net::with_mr_mode(2, caps, 0, 0, 0);
+        let rc = net.cntr_open(None).unwrap();
+        assert_eq!(net.bind(1, &mut (*rc).fid, FI_REMOTE_WRITE as u64), 0);
+        let o = cntr_ops(rc);
+        let mut region = vec![0u8; 32];
+        let (r, mr) = net.mr_reg(&mut region, FI_REMOTE_WRITE as u64, 0, 0x99);
+        assert_eq!(r, 0);
+        // A message (not counted), two plain writes and a fi_writedata.
+        let mut b = [0u8; 4];
+        assert_eq!(net.recv(1, &mut b, 1), 0);
+        assert_eq!(net.send(0, 1, b"msg!", 2), 0);
+        assert_eq!(net.write(b"ab", 0, 0x99, 3), 0);
+        assert_eq!(net.write(b"cd", 2, 0x99, 4), 0);
+        assert_eq!(net.writedata(b"ef", 5, 4, 0x99, 5), 0);
+        let mut other = Vec::new();
+        let mut sent = net.wait(0, 4, &mut other);
+        sent.sort_by_key(|c| c.ctx);
+        assert_eq!(sent[1..], [wrote(3, 2, 0), wrote(4, 2, 0), wrote(5, 2, 0)]);
+        // Every write was acknowledged, so placed; the target's counter says 3.
+        assert_eq!((o.read.unwrap())(rc), 3);
+        assert_eq!((o.readerr.unwrap())(rc), 0);
+        assert_eq!(&region[..6], b"abcdef");
+        // The target's CQ: the receive and the fi_writedata's entry.
+        let t = net.wait(1, 2 - other.len(), &mut Vec::new());
+        let mut all: Vec<u64> = other.iter().chain(&t).map(|c| c.flags).collect();
+        all.sort();
+        assert_eq!(all, vec![(FI_RECV | FI_MSG) as u64, REMOTE_WRITE_DATA]);
+        assert_eq!((o.read.unwrap())(rc), 3);
+        assert_eq!(close(&mut (*mr).fid), 0);
+    }
+}
+
+#[test]
+fn mr_mode_answers_the_offered_bits_the_provider_uses() {
+    unsafe {
+        let prov = &*mrc_fi::fi_prov_ini();
+        let getinfo = prov.getinfo.unwrap();
+        let answer = |version: u32, offered: u32| -> c_int {
+            let mut dom = fi_domain_attr {
+                mr_mode: offered as c_int,
+                ..Default::default()
+            };
+            let hints = fi_info {
+                caps: (FI_MSG | FI_RMA) as u64,
+                domain_attr: &mut dom,
+                ..Default::default()
+            };
+            let mut info: *mut fi_info = null_mut();
+            let no = std::ptr::null();
+            assert_eq!(getinfo(version, no, no, 0, &hints, &mut info), 0);
+            let m = (*(*info).domain_attr).mr_mode;
+            assert_eq!((*(*info).domain_attr).mr_key_size, 4);
+            mrc_fi::free_info(info);
+            m
+        };
+        let v = (1 << 16) | 17;
+        let all = FI_MR_LOCAL | FI_MR_ENDPOINT | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_VIRT_ADDR;
+        for (offered, want) in [
+            (0, 0),
+            (FI_MR_LOCAL, 0),
+            (FI_MR_ENDPOINT | FI_MR_ALLOCATED, 0),
+            (FI_MR_VIRT_ADDR, FI_MR_VIRT_ADDR),
+            (FI_MR_PROV_KEY | FI_MR_ENDPOINT, FI_MR_PROV_KEY),
+            (all, FI_MR_PROV_KEY | FI_MR_VIRT_ADDR),
+            (FI_MR_BASIC, FI_MR_BASIC),
+            (FI_MR_SCALABLE, FI_MR_SCALABLE),
+        ] {
+            assert_eq!(answer(v, offered), want as c_int, "offered {offered:#x}");
+        }
+        // API 1.4: FI_MR_SCALABLE unless the application asks FI_MR_BASIC.
+        let v14 = (1 << 16) | 4;
+        assert_eq!(answer(v14, 0), FI_MR_SCALABLE as c_int);
+        assert_eq!(answer(v14, FI_MR_BASIC), FI_MR_BASIC as c_int);
     }
 }

@@ -59,8 +59,14 @@ fn fi_info_lists_the_mrc_provider() {
                    type: FI_EP_RDM\n    protocol: FI_PROTO_UNSPEC\n";
     assert_eq!(out, listing);
 
-    // Tagged messages are offered: asking for them lists the same provider.
-    for caps in ["FI_TAGGED", "FI_MSG"] {
+    // Tagged messages and RMA writes are offered: asking for them lists the same
+    // provider.
+    for caps in [
+        "FI_TAGGED",
+        "FI_MSG",
+        "FI_RMA",
+        "FI_RMA|FI_WRITE|FI_REMOTE_WRITE",
+    ] {
         let o = tool(&dir, "fi_info")
             .args(["-p", "mrc", "-c", caps])
             .output()
@@ -77,23 +83,55 @@ fn fi_info_lists_the_mrc_provider() {
     assert!(o.status.success());
     let v = String::from_utf8_lossy(&o.stdout);
     for line in [
-        "    caps: [ FI_MSG, FI_TAGGED, FI_RECV, FI_SEND, FI_LOCAL_COMM, FI_REMOTE_COMM, \
-         FI_SOURCE, FI_DIRECTED_RECV ]",
-        "        caps: [ FI_MSG, FI_TAGGED, FI_SEND ]",
-        "        caps: [ FI_MSG, FI_TAGGED, FI_RECV, FI_SOURCE, FI_DIRECTED_RECV ]",
+        "    caps: [ FI_MSG, FI_RMA, FI_TAGGED, FI_WRITE, FI_RECV, FI_SEND, FI_REMOTE_WRITE, \
+         FI_LOCAL_COMM, FI_REMOTE_COMM, FI_SOURCE, FI_DIRECTED_RECV ]",
+        "        caps: [ FI_MSG, FI_RMA, FI_TAGGED, FI_WRITE, FI_SEND ]",
+        "        caps: [ FI_MSG, FI_RMA, FI_TAGGED, FI_RECV, FI_REMOTE_WRITE, FI_SOURCE, \
+         FI_DIRECTED_RECV ]",
+        "        rma_iov_limit: 1",
+        "        mr_key_size: 4",
         "        mem_tag_format: 0xaaaaaaaaaaaaaaaa",
         "        cq_data_size: 4",
         "        max_msg_size: 1048576",
         "        inject_size: 4096",
         "        threading: FI_THREAD_SAFE",
         "        data_progress: FI_PROGRESS_MANUAL",
-        "        mr_mode: [  ]",
+        // fi_info offers every mr_mode bit but the two API 1.0 modes: the provider
+        // keeps these two.
+        "        mr_mode: [ FI_MR_VIRT_ADDR, FI_MR_PROV_KEY ]",
     ] {
         assert!(v.lines().any(|l| l == line), "no line {line:?} in:\n{v}");
     }
 
-    // What the provider does not offer is not listed: RMA, a MSG endpoint.
-    for args in [["-c", "FI_RMA"], ["-t", "FI_EP_MSG"]] {
+    // FI_RMA_EVENT only when asked, with the RMA modifiers and no message caps.
+    let o = tool(&dir, "fi_info")
+        .args(["-p", "mrc", "-v", "-c", "FI_RMA|FI_RMA_EVENT"])
+        .output()
+        .expect("run fi_info -c FI_RMA|FI_RMA_EVENT");
+    assert!(o.status.success(), "{o:?}");
+    let v = String::from_utf8_lossy(&o.stdout);
+    let caps: Vec<&str> = v
+        .lines()
+        .filter(|l| l.trim_start().starts_with("caps:"))
+        .collect();
+    assert_eq!(
+        caps,
+        [
+            "    caps: [ FI_RMA, FI_WRITE, FI_REMOTE_WRITE, FI_LOCAL_COMM, FI_REMOTE_COMM, \
+             FI_RMA_EVENT, FI_SOURCE ]",
+            "        caps: [ FI_RMA, FI_WRITE ]",
+            "        caps: [ FI_RMA, FI_REMOTE_WRITE, FI_RMA_EVENT, FI_SOURCE ]",
+            "        caps: [ FI_LOCAL_COMM, FI_REMOTE_COMM ]",
+        ]
+    );
+
+    // What the provider does not offer is not listed: RMA reads (the transport has no
+    // READ), atomics, a MSG endpoint.
+    for args in [
+        ["-c", "FI_RMA|FI_READ"],
+        ["-c", "FI_ATOMIC"],
+        ["-t", "FI_EP_MSG"],
+    ] {
         let o = tool(&dir, "fi_info")
             .args(["-p", "mrc"])
             .args(args)

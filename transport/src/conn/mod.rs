@@ -458,6 +458,15 @@ impl<C: Controller> Connection<C> {
         self.rx.posted_recvs()
     }
 
+    /// Messages of the peer received whole and completed in order, of every kind (SEND,
+    /// WRITE, WRITE_WITH_IMM): the receiver's next message sequence number. A plain
+    /// WRITE raises no completion (verbs semantics), so this is how a layer above counts
+    /// the WRITEs that landed (a libfabric provider's `FI_RMA_EVENT` counters): this
+    /// count less the receive completions it took.
+    pub fn messages_received(&self) -> u64 {
+        self.rx.next_msn()
+    }
+
     /// Receive window (rcv_nxt, bitmap).
     pub fn recv_window(&self) -> &RecvWindow {
         &self.rwin

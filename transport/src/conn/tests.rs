@@ -2388,3 +2388,35 @@ fn a_write_whose_remote_range_wraps_fails_with_a_remote_access_error() {
     a.post_write(8, sge, u64::MAX - 100, 0x1234).unwrap();
     assert!(a.poll_transmit(0, &mut buf).is_some());
 }
+
+/// `messages_received` counts every message completed in order, plain WRITEs (which
+/// raise no completion) included: two WRITEs and a SEND give 3, one receive completion.
+#[test]
+fn messages_received_counts_plain_writes_too() {
+    let (mut a, mut b) = pair();
+    let (src, dst) = write_regions(&mut a, &mut b, 100, 5);
+    let rbuf = b.regions_mut().register(100, Access::LOCAL_WRITE).unwrap();
+    let sge = Sge {
+        lkey: rbuf.lkey,
+        addr: rbuf.addr,
+        len: 100,
+    };
+    b.post_recv(7, sge).unwrap();
+    assert_eq!(b.messages_received(), 0);
+    write_whole(&mut a, 1, &src, &dst, 100);
+    write_whole(&mut a, 2, &src, &dst, 50);
+    let send = Sge {
+        lkey: src.lkey,
+        addr: src.addr,
+        len: 10,
+    };
+    a.post_send(3, send).unwrap();
+    exchange(0, &mut a, &mut b, &mut pass);
+    assert_eq!(b.messages_received(), 3);
+    let got: Vec<(u64, WcOpcode)> = completions(&mut b)
+        .iter()
+        .map(|c| (c.wr_id, c.opcode))
+        .collect();
+    assert_eq!(got, vec![(7, WcOpcode::Recv)]);
+    assert_eq!(a.messages_received(), 0);
+}

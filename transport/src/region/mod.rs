@@ -131,6 +131,10 @@ pub enum RegisterError {
     /// The virtual address space (64 bits) is exhausted.
     #[error("virtual address space exhausted")]
     AddressSpace,
+    /// [`RegionTable::register_raw_at`]: a live region has this rkey already, or the
+    /// range `[addr, addr + len)` wraps past 2^64.
+    #[error("rkey {0:#x} in use, or its range wraps")]
+    KeyInUse(u32),
 }
 
 /// Where a region's bytes live.
@@ -197,6 +201,9 @@ struct Region {
     key: MrKey,
     access: Access,
     buf: Backing,
+    /// Keyed by the caller ([`RegionTable::register_raw_at`]): its address is not in
+    /// `spans` (such regions may overlap each other and the generated ones).
+    fixed: bool,
 }
 
 /// How a [`RegionTable`] makes rkeys and addresses.
@@ -287,9 +294,14 @@ impl RegionTable {
                 next_addr,
                 rkey_salt,
             } => {
+                let rkey = lkey ^ *rkey_salt ^ 0x8000_0000;
+                if self.by_rkey.contains_key(&rkey) {
+                    // taken by a region keyed by its caller (register_raw_at)
+                    return Err(RegisterError::KeyInUse(rkey));
+                }
                 let addr = *next_addr;
                 *next_addr = addr.checked_add(span).ok_or(RegisterError::AddressSpace)?;
-                return Ok((lkey ^ *rkey_salt ^ 0x8000_0000, addr));
+                return Ok((rkey, addr));
             }
             KeyGen::Random(rng) => rng,
         };
@@ -346,14 +358,69 @@ impl RegionTable {
         self.insert(Backing::Raw(mem), access)
     }
 
+    /// Registers application-owned memory under an rkey and a virtual address the
+    /// caller chooses (a libfabric provider's keys: the application's requested key, or
+    /// one the provider drew, and the buffer's own address or an offset). Such regions
+    /// may overlap in address (a peer names a region by rkey first); the rkey must be
+    /// free. The lkey is the table's, as for [`RegionTable::register_raw`].
+    ///
+    /// # Errors
+    /// [`RegisterError::KeyInUse`] when a live region has `rkey` or
+    /// `addr + mem.len()` wraps past 2^64; [`RegisterError::TableFull`].
+    pub fn register_raw_at(
+        &mut self,
+        mem: RawMem,
+        access: Access,
+        rkey: u32,
+        addr: u64,
+    ) -> Result<MrKey, RegisterError> {
+        if self.by_rkey.contains_key(&rkey) || addr.checked_add(mem.len() as u64).is_none() {
+            return Err(RegisterError::KeyInUse(rkey));
+        }
+        let idx = self.free_slot()?;
+        let lkey = ((idx as u32) << 8) | u32::from(self.variant.wrapping_add(1));
+        self.variant = self.variant.wrapping_add(1);
+        let key = MrKey {
+            addr,
+            len: mem.len() as u64,
+            lkey,
+            rkey,
+        };
+        self.by_rkey.insert(rkey, idx);
+        self.put(
+            idx,
+            Region {
+                key,
+                access,
+                buf: Backing::Raw(mem),
+                fixed: true,
+            },
+        );
+        Ok(key)
+    }
+
+    /// The lowest empty slot, or a new one (taken only once the region is in).
+    fn free_slot(&self) -> Result<usize, RegisterError> {
+        match self.free.first() {
+            Some(&i) => Ok(i),
+            None if self.slots.len() >= 1 << 24 => Err(RegisterError::TableFull),
+            None => Ok(self.slots.len()),
+        }
+    }
+
+    /// Puts `r` into slot `idx` (from [`RegionTable::free_slot`]).
+    fn put(&mut self, idx: usize, r: Region) {
+        if idx == self.slots.len() {
+            self.slots.push(Some(r));
+        } else {
+            self.free.remove(&idx);
+            self.slots[idx] = Some(r);
+        }
+    }
+
     fn insert(&mut self, buf: Backing, access: Access) -> Result<MrKey, RegisterError> {
         let len = buf.len();
-        // the lowest empty slot, or a new one (taken only once the region is in)
-        let idx = match self.free.first() {
-            Some(&i) => i,
-            None if self.slots.len() >= 1 << 24 => return Err(RegisterError::TableFull),
-            None => self.slots.len(),
-        };
+        let idx = self.free_slot()?;
         let len64 = len as u64;
         let span = len64
             .div_ceil(REGION_ALIGN_BYTES)
@@ -371,13 +438,13 @@ impl RegionTable {
         };
         self.by_rkey.insert(rkey, idx);
         self.spans.insert(addr, addr + span);
-        let region = Some(Region { key, access, buf });
-        if idx == self.slots.len() {
-            self.slots.push(region);
-        } else {
-            self.free.remove(&idx);
-            self.slots[idx] = region;
-        }
+        let region = Region {
+            key,
+            access,
+            buf,
+            fixed: false,
+        };
+        self.put(idx, region);
         Ok(key)
     }
 
@@ -389,7 +456,9 @@ impl RegionTable {
         let idx = self.find_lkey(lkey)?;
         if let Some(r) = self.slots[idx].take() {
             self.by_rkey.remove(&r.key.rkey);
-            self.spans.remove(&r.key.addr);
+            if !r.fixed {
+                self.spans.remove(&r.key.addr);
+            }
             self.free.insert(idx);
         }
         Ok(())
