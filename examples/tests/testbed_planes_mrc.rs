@@ -46,12 +46,13 @@ impl Fabric {
     }
 
     /// A capture of UDP on `dev` of `node` into `path`, started (its file written) before
-    /// this returns.
+    /// this returns. The first 128 bytes of each frame only (the headers and the mrc
+    /// opcode [`frames`] reads): whole frames of an 8 s run at 15 Gb/s took 786 MB.
     fn capture(&self, node: &str, dev: &str, path: PathBuf) -> (Child, PathBuf) {
         let _ = std::fs::remove_file(&path);
         let child = Command::new("ip")
             .args(["netns", "exec", &format!("{}{node}", self.prefix)])
-            .args(["dumpcap", "-q", "-i", dev, "-f", "udp", "-w"])
+            .args(["dumpcap", "-q", "-i", dev, "-s", "128", "-f", "udp", "-w"])
             .arg(&path)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
