@@ -17,9 +17,16 @@ pub const DOMAIN_NAME: &CStr = c"udp";
 /// Bytes of an endpoint address (`fi_getname`, `fi_av_insert`): mrc's connection handle,
 /// the listener's TCP address and a 32-byte secret.
 pub const ADDR_LEN: usize = mrc_fabric::engine::setup::HANDLE_BYTES;
-/// Largest message (`ep_attr->max_msg_size`): the size of one of the provider's staging
-/// slots (docs/LIBFABRIC.md, "How a message moves").
-pub const MAX_MSG_SIZE: usize = 1 << 20;
+/// Largest message (`ep_attr->max_msg_size`) of `FI_MSG` and `FI_TAGGED`: 1 GiB. A send
+/// longer than [`FRAGMENT_SIZE`] moves as fragments of a staging slot each, which the
+/// receiver places in order into the matched receive (docs/LIBFABRIC.md, "How a message
+/// moves"); the receiver's memory does not grow with the size. The bound is the sender's:
+/// a send is copied at the call (the caller's buffer is free on return), so one send may
+/// hold a copy of this size until it leaves.
+pub const MAX_MSG_SIZE: usize = 1 << 30;
+/// Bytes of one staging slot past the header: the largest message sent as one SEND, and
+/// the largest RMA write (`fi_write` and friends).
+pub const FRAGMENT_SIZE: usize = 1 << 20;
 /// Largest `fi_inject` (`tx_attr->inject_size`).
 pub const INJECT_SIZE: usize = 4096;
 /// Most iovecs of one send or receive (`iov_limit`).

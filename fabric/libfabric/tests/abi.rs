@@ -779,7 +779,7 @@ fn unexpected_messages_past_the_copy_budget_wait_in_their_slots() {
         let me = 0;
         // 12 messages of 1 MiB: the first 8 fill UNEXPECTED_BYTES (copied out), the other
         // 4 stay in their staging slots; every byte arrives, in order.
-        let mib = mrc_fi::MAX_MSG_SIZE;
+        let mib = mrc_fi::FRAGMENT_SIZE;
         assert_eq!(8 * mib, mrc_fi::UNEXPECTED_BYTES);
         let msgs: Vec<Vec<u8>> = (0..12u8)
             .map(|i| (0..mib).map(|k| (k as u8) ^ i.wrapping_mul(37)).collect())
@@ -2109,5 +2109,236 @@ fn mr_mode_answers_the_offered_bits_the_provider_uses() {
         let v14 = (1 << 16) | 4;
         assert_eq!(answer(v14, 0), FI_MR_SCALABLE as c_int);
         assert_eq!(answer(v14, FI_MR_BASIC), FI_MR_BASIC as c_int);
+    }
+}
+
+/// `len` bytes that differ from those of another `seed` and repeat only after 251 bytes.
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|k| ((k % 251) as u8).wrapping_add(seed).wrapping_mul(7) ^ (k >> 20) as u8)
+        .collect()
+}
+
+/// A few progress passes on every endpoint, whose entries go to `other` (messages
+/// arriving before their receive is posted: unexpected).
+fn spin(net: &Net, passes: usize, other: &mut Vec<Cqe>) {
+    for _ in 0..passes {
+        for j in 0..net.eps.len() {
+            other.extend(net.read_once(j));
+        }
+    }
+}
+
+/// Progress passes on every endpoint until `other` holds `n` entries (within
+/// [`DEADLINE`]); no more may come.
+fn settle(net: &Net, n: usize, other: &mut Vec<Cqe>) {
+    let t = Instant::now();
+    while other.len() < n {
+        assert!(t.elapsed() < DEADLINE, "{} of {n}: {other:?}", other.len());
+        spin(net, 1, other);
+    }
+    assert_eq!(other.len(), n, "{other:?}");
+}
+
+const MIB: usize = 1 << 20;
+
+#[test]
+fn large_tagged_messages_expected_unexpected_and_interleaved_every_byte() {
+    unsafe {
+        let net = Net::new(3, FI_TAGGED as u64 | FI_DIRECTED_RECV);
+        let (a, b, r) = (0, 1, 2);
+        let mut other = Vec::new();
+        // Expected: 5 MiB, receive posted first.
+        let m5 = pattern(5 * MIB, 1);
+        let mut b5 = vec![0u8; 5 * MIB];
+        assert_eq!(net.trecv(r, &mut b5, mrc_fi::FI_ADDR_UNSPEC, 1, 0, 1), 0);
+        assert_eq!(net.tsend(a, r, &m5, 1, 10), 0);
+        assert_eq!(net.wait(r, 1, &mut other), [got(1, &b5, 5 * MIB, 1)]);
+        assert!(b5 == m5, "5 MiB expected differs");
+        assert_eq!(net.wait(a, 1, &mut other), [sent(10, 5 * MIB)]);
+        assert_eq!(other, []);
+
+        // Unexpected: 64 MiB + 3 from A, then a small one from A (after it on the same
+        // QP) and one from B; B's is taken while A's waits, A's arrive in order.
+        let big = 64 * MIB + 3;
+        let m64 = pattern(big, 2);
+        assert_eq!(net.tsend(a, r, &m64, 2, 11), 0);
+        assert_eq!(net.tsend(a, r, b"after", 3, 12), 0);
+        assert_eq!(net.tsend(b, r, b"other peer", 4, 13), 0);
+        spin(&net, 200, &mut other);
+        let mut small = [0u8; 16];
+        assert_eq!(net.trecv(r, &mut small, mrc_fi::FI_ADDR_UNSPEC, 4, 0, 2), 0);
+        assert_eq!(net.wait(r, 1, &mut other), [got(2, &small, 10, 4)]);
+        assert_eq!(&small[..10], b"other peer");
+        let mut b64 = vec![0u8; big];
+        assert_eq!(net.trecv(r, &mut b64, mrc_fi::FI_ADDR_UNSPEC, 2, 0, 3), 0);
+        let mut after = [0u8; 8];
+        assert_eq!(net.trecv(r, &mut after, mrc_fi::FI_ADDR_UNSPEC, 3, 0, 4), 0);
+        let e = net.wait(r, 2, &mut other);
+        assert_eq!(e, [got(3, &b64, big, 2), got(4, &after, 5, 3)]);
+        assert!(b64 == m64, "64 MiB + 3 unexpected differs");
+        assert_eq!(&after[..5], b"after");
+        settle(&net, 3, &mut other);
+        other.sort_by_key(|c| c.ctx);
+        assert_eq!(other, [sent(11, big), sent(12, 5), sent(13, 10)]);
+        other.clear();
+
+        // Directed: large messages from A and B with the same tag; the receive for B's
+        // entry takes B's, whichever arrives first.
+        let (ma, mb) = (pattern(3 * MIB + 5, 3), pattern(2 * MIB + 7, 4));
+        assert_eq!(net.tsend(a, r, &ma, 5, 14), 0);
+        assert_eq!(net.tsend(b, r, &mb, 5, 15), 0);
+        spin(&net, 20, &mut other);
+        let (mut bb, mut ba) = (vec![0u8; 4 * MIB], vec![0u8; 4 * MIB]);
+        assert_eq!(net.trecv(r, &mut bb, net.addr[b], 5, 0, 5), 0);
+        assert_eq!(net.wait(r, 1, &mut other), [got(5, &bb, mb.len(), 5)]);
+        assert!(bb[..mb.len()] == mb[..] && bb[mb.len()..].iter().all(|&x| x == 0));
+        assert_eq!(net.trecv(r, &mut ba, mrc_fi::FI_ADDR_UNSPEC, 5, 0, 6), 0);
+        assert_eq!(net.wait(r, 1, &mut other), [got(6, &ba, ma.len(), 5)]);
+        assert!(ba[..ma.len()] == ma[..] && ba[ma.len()..].iter().all(|&x| x == 0));
+        settle(&net, 2, &mut other);
+        other.sort_by_key(|c| c.ctx);
+        assert_eq!(other, [sent(14, ma.len()), sent(15, mb.len())]);
+        net.quiet();
+    }
+}
+
+#[test]
+fn large_messages_truncate_into_smaller_buffers_with_exact_olen() {
+    unsafe {
+        let net = Net::new(2, FI_TAGGED as u64);
+        let (a, r) = (0, 1);
+        let mut other = Vec::new();
+        let m = pattern(5 * MIB, 5);
+        let keep = 3 * MIB + 1;
+        let trunc = |c: usize, buf: &[u8]| Cqe {
+            err: FI_ETRUNC as c_int,
+            olen: m.len() - keep,
+            ..got(c, buf, keep, 7)
+        };
+        // Expected, then unexpected: the first `keep` bytes land, not one more.
+        for (unexpected, c) in [(false, 1), (true, 2)] {
+            let mut buf = vec![0u8; 4 * MIB];
+            if unexpected {
+                assert_eq!(net.tsend(a, r, &m, 7, 10 + c), 0);
+                spin(&net, 50, &mut other);
+            }
+            assert_eq!(
+                net.trecv(r, &mut buf[..keep], mrc_fi::FI_ADDR_UNSPEC, 7, 0, c),
+                0
+            );
+            if !unexpected {
+                assert_eq!(net.tsend(a, r, &m, 7, 10 + c), 0);
+            }
+            assert_eq!(net.wait(r, 1, &mut other), [trunc(c, &buf)]);
+            assert!(buf[..keep] == m[..keep], "kept bytes differ");
+            assert!(
+                buf[keep..].iter().all(|&x| x == 0),
+                "a byte past the buffer"
+            );
+            settle(&net, 1, &mut other);
+            assert_eq!(other, [sent(10 + c, m.len())]);
+            other.clear();
+        }
+        net.quiet();
+    }
+}
+
+#[test]
+fn large_messages_peek_claim_discard_and_untagged_gather() {
+    unsafe {
+        let net = Net::new(2, (FI_TAGGED | FI_MSG) as u64);
+        let (a, r) = (0, 1);
+        let mut other = Vec::new();
+        let peek = FI_PEEK as u64;
+        let found = |c: usize, len: usize, tag: u64| Cqe {
+            buf: 0,
+            ..got(c, &[], len, tag)
+        };
+        // A peek sees a large message's whole length as soon as its first fragment
+        // arrived; a claim takes it later, every byte.
+        let m1 = pattern(9 * MIB + 1, 6);
+        assert_eq!(net.tsend(a, r, &m1, 1, 10), 0);
+        let t = Instant::now();
+        loop {
+            assert!(t.elapsed() < DEADLINE);
+            assert_eq!(net.trecvmsg(r, None, 1, 0, 20, peek), 0);
+            let e = net.wait(r, 1, &mut other);
+            if e[0].err == 0 {
+                assert_eq!(e, [found(20, m1.len(), 1)]);
+                break;
+            }
+            assert_eq!(e[0].err, FI_ENOMSG as c_int);
+        }
+        assert_eq!(net.trecvmsg(r, None, 1, 0, 21, peek | FI_CLAIM), 0);
+        assert_eq!(net.wait(r, 1, &mut other), [found(21, m1.len(), 1)]);
+        let mut b1 = vec![0u8; m1.len()];
+        assert_eq!(net.trecvmsg(r, Some(&mut b1), 1, 0, 21, FI_CLAIM), 0);
+        assert_eq!(net.wait(r, 1, &mut other), [got(21, &b1, m1.len(), 1)]);
+        assert!(b1 == m1, "claimed message differs");
+        // A discarded large message leaves nothing; the next from the same peer arrives.
+        let m2 = pattern(6 * MIB, 7);
+        assert_eq!(net.tsend(a, r, &m2, 2, 11), 0);
+        assert_eq!(net.tsend(a, r, b"next", 3, 12), 0);
+        let t = Instant::now();
+        loop {
+            assert!(t.elapsed() < DEADLINE);
+            assert_eq!(net.trecvmsg(r, None, 2, 0, 22, peek | FI_DISCARD), 0);
+            let e = net.wait(r, 1, &mut other);
+            if e[0].err == 0 {
+                assert_eq!(e, [found(22, m2.len(), 2)]);
+                break;
+            }
+        }
+        let mut nb = [0u8; 4];
+        assert_eq!(net.trecv(r, &mut nb, mrc_fi::FI_ADDR_UNSPEC, 0, !0, 23), 0);
+        assert_eq!(net.wait(r, 1, &mut other), [got(23, &nb, 4, 3)]);
+        assert_eq!(&nb, b"next");
+        settle(&net, 3, &mut other);
+        other.sort_by_key(|c| c.ctx);
+        assert_eq!(other, [sent(10, m1.len()), sent(11, m2.len()), sent(12, 4)]);
+        other.clear();
+        // Untagged, from three iovecs that cross fragment boundaries, into two.
+        let m3 = pattern(4 * MIB + 11, 8);
+        let (x, rest) = m3.split_at(MIB - 3);
+        let (y, z) = rest.split_at(2 * MIB + 1);
+        let iov = [x, y, z].map(|s| iovec {
+            iov_base: s.as_ptr() as *mut c_void,
+            iov_len: s.len(),
+        });
+        let ms = net.msg(a);
+        let sv = (ms.sendv.unwrap())(
+            net.eps[a],
+            iov.as_ptr(),
+            null_mut(),
+            3,
+            net.addr[r],
+            ctx(13),
+        );
+        assert_eq!(sv, 0);
+        let (mut p, mut q) = (vec![0u8; 3 * MIB], vec![0u8; 2 * MIB]);
+        let riov = [&mut p, &mut q].map(|s| iovec {
+            iov_base: s.as_mut_ptr().cast(),
+            iov_len: s.len(),
+        });
+        let mr = net.msg(r);
+        let rv = (mr.recvv.unwrap())(net.eps[r], riov.as_ptr(), null_mut(), 2, u64::MAX, ctx(24));
+        assert_eq!(rv, 0);
+        let e = net.wait(r, 1, &mut other);
+        let want = Cqe {
+            flags: (FI_RECV | FI_MSG) as u64,
+            tag: 0,
+            ..got(24, &p, m3.len(), 0)
+        };
+        assert_eq!(e, [want]);
+        assert!(p[..] == m3[..3 * MIB] && q[..m3.len() - 3 * MIB] == m3[3 * MIB..]);
+        assert!(q[m3.len() - 3 * MIB..].iter().all(|&x| x == 0));
+        settle(&net, 1, &mut other);
+        let s = Cqe {
+            flags: (FI_SEND | FI_MSG) as u64,
+            ..sent(13, m3.len())
+        };
+        assert_eq!(other, [s]);
+        net.quiet();
     }
 }
