@@ -11,14 +11,20 @@
 //! it accepted carries the peer's.
 
 use crate::ffi::*;
-use crate::info::{ADDR_LEN, FRAGMENT_SIZE, INJECT_SIZE, IOV_LIMIT, MAX_MSG_SIZE, QUEUE_SIZE};
+use crate::info::{
+    ADDR_LEN, FRAGMENT_SIZE, INJECT_SIZE, IOV_LIMIT, MAX_MSG_SIZE, QUEUE_SIZE, default_ip,
+    source_addr,
+};
 use crate::stubs::*;
 use crate::{Ret, guard};
-use mrc_fabric::engine::{ConnHandle, ConnectId, EngineConfig, ListenerId, QpConfig, Worker};
+use mrc_fabric::engine::setup::SECRET_BYTES;
+use mrc_fabric::engine::{
+    ConnHandle, ConnectId, EngineConfig, ListenOptions, ListenerId, QpConfig, Worker,
+};
 use mrc_fabric::udp::{DirectDatapath, UdpConfig};
 use mrc_transport::{Access, ConnState, RawMem, Sge, WcOpcode, WcStatus};
 use std::collections::{HashMap, VecDeque};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 use std::os::raw::{c_char, c_int, c_void};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -588,10 +594,13 @@ pub(crate) enum Probe {
 }
 
 impl EpState {
-    fn open(directed: bool) -> Result<EpState, u32> {
-        let ip: IpAddr = match std::env::var("FI_MRC_ADDR") {
-            Ok(s) => s.trim().parse().map_err(|_| FI_EINVAL)?,
-            Err(_) => IpAddr::V4(Ipv4Addr::LOCALHOST),
+    /// An endpoint at source address `src` (the listener's address and secret, from the
+    /// `fi_info`'s `src_addr`: a port 0 takes a port the kernel picks and a drawn
+    /// secret); without one, at the provider's IP ([`default_ip`]).
+    fn open(directed: bool, src: Option<(SocketAddr, [u8; SECRET_BYTES])>) -> Result<EpState, u32> {
+        let ip: IpAddr = match src {
+            Some((a, _)) => a.ip(),
+            None => default_ip().ok_or(FI_EINVAL)?,
         };
         let udp = UdpConfig::bind(SocketAddr::new(ip, 0));
         let ecfg = EngineConfig {
@@ -599,9 +608,19 @@ impl EpState {
             ..EngineConfig::default()
         };
         let mut worker = Worker::direct(udp, ecfg).map_err(|_| FI_EADDRNOTAVAIL)?;
-        let (listener, h) = worker
-            .listen(QpConfig::default())
-            .map_err(|_| FI_EADDRNOTAVAIL)?;
+        let (listener, h) = match src {
+            Some((a, secret)) if a.port() != 0 => worker
+                .listen_at(
+                    QpConfig::default(),
+                    ListenOptions::default(),
+                    a.port(),
+                    Some(secret),
+                )
+                .map_err(|_| FI_EADDRINUSE)?,
+            _ => worker
+                .listen(QpConfig::default())
+                .map_err(|_| FI_EADDRNOTAVAIL)?,
+        };
         Ok(EpState {
             worker,
             listener,
@@ -3020,7 +3039,21 @@ unsafe extern "C" fn ep_open(
                 )
             },
         };
-        let mut state = match EpState::open(directed) {
+        // The source address fi_getinfo answered (or the application set): the
+        // listener's host, port and secret.
+        // SAFETY: the caller's info, null or live, and its src_addr of src_addrlen bytes.
+        let src = match unsafe { info.as_ref() } {
+            Some(i) if !i.src_addr.is_null() => {
+                let b =
+                    unsafe { std::slice::from_raw_parts(i.src_addr.cast::<u8>(), i.src_addrlen) };
+                match source_addr(b) {
+                    Some(a) => Some(a),
+                    None => return neg(FI_EINVAL),
+                }
+            }
+            _ => None,
+        };
+        let mut state = match EpState::open(directed, src) {
             Ok(s) => s,
             Err(e) => return neg(e),
         };

@@ -4,6 +4,7 @@
 //! arrives whole.
 
 use mrc_fi::ffi::*;
+use std::ffi::CStr;
 use std::os::raw::{c_int, c_void};
 use std::ptr::null_mut;
 use std::time::{Duration, Instant};
@@ -2339,6 +2340,193 @@ fn large_messages_peek_claim_discard_and_untagged_gather() {
             ..sent(13, m3.len())
         };
         assert_eq!(other, [s]);
+        net.quiet();
+    }
+}
+
+/// `fi_getinfo` (the provider's) with `node`, `service` and `flags`, no hints: the
+/// `fi_info`, or the negative code.
+unsafe fn getinfo_at(
+    node: Option<&CStr>,
+    service: Option<&CStr>,
+    flags: u64,
+) -> Result<*mut fi_info, c_int> {
+    unsafe {
+        let prov = &*mrc_fi::fi_prov_ini();
+        let mut info: *mut fi_info = null_mut();
+        let p = |s: Option<&CStr>| s.map_or(std::ptr::null(), CStr::as_ptr);
+        let r = (prov.getinfo.unwrap())(
+            (1 << 16) | 17,
+            p(node),
+            p(service),
+            flags,
+            null_mut(),
+            &mut info,
+        );
+        if r == 0 { Ok(info) } else { Err(r) }
+    }
+}
+
+/// The `len` bytes at `p` (an `fi_info`'s address), or `None` for null.
+unsafe fn addr_bytes(p: *mut c_void, len: usize) -> Option<Vec<u8>> {
+    (!p.is_null()).then(|| unsafe { std::slice::from_raw_parts(p.cast::<u8>(), len) }.to_vec())
+}
+
+#[test]
+fn getinfo_names_addresses_from_a_node_and_service_that_endpoints_bind_and_avs_take() {
+    use mrc_fabric::engine::{ConnHandle, ListenOptions};
+    use std::ffi::CString;
+    use std::net::SocketAddr;
+    unsafe {
+        let named = |port: u16| {
+            let at = SocketAddr::from(([127, 0, 0, 1], port));
+            ConnHandle::new(at, mrc_fi::NAMED_SECRET, ListenOptions::default())
+                .to_bytes()
+                .to_vec()
+        };
+        // Nothing named: a source at the provider's IP, port 0; no destination.
+        let i = getinfo_at(None, None, 0).unwrap();
+        assert_eq!((*i).src_addrlen, mrc_fi::ADDR_LEN);
+        assert_eq!(addr_bytes((*i).src_addr, (*i).src_addrlen), Some(named(0)));
+        assert_eq!(addr_bytes((*i).dest_addr, (*i).dest_addrlen), None);
+        mrc_fi::free_info(i);
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let service = CString::new(port.to_string()).unwrap();
+        // A node and service with FI_SOURCE: the source; without: the destination (the
+        // source as if nothing were named). "localhost" resolves to 127.0.0.1.
+        let server = getinfo_at(Some(c"127.0.0.1"), Some(&service), FI_SOURCE).unwrap();
+        assert_eq!(
+            addr_bytes((*server).src_addr, (*server).src_addrlen),
+            Some(named(port))
+        );
+        assert_eq!(
+            addr_bytes((*server).dest_addr, (*server).dest_addrlen),
+            None
+        );
+        let client = getinfo_at(Some(c"localhost"), Some(&service), 0).unwrap();
+        assert_eq!(
+            addr_bytes((*client).src_addr, (*client).src_addrlen),
+            Some(named(0))
+        );
+        assert_eq!(
+            addr_bytes((*client).dest_addr, (*client).dest_addrlen),
+            Some(named(port))
+        );
+        mrc_fi::free_info(client);
+        // A service alone is the source; a node alone without FI_SOURCE names no listener.
+        let s = getinfo_at(None, Some(&service), 0).unwrap();
+        assert_eq!(
+            addr_bytes((*s).src_addr, (*s).src_addrlen),
+            Some(named(port))
+        );
+        mrc_fi::free_info(s);
+        let s = getinfo_at(Some(c"127.0.0.1"), None, 0).unwrap();
+        assert_eq!(addr_bytes((*s).dest_addr, (*s).dest_addrlen), None);
+        mrc_fi::free_info(s);
+        // A service that is not a port, a node that does not resolve: FI_ENODATA.
+        let nodata = -(FI_ENODATA as c_int);
+        assert_eq!(
+            getinfo_at(None, Some(c"http"), FI_SOURCE).err(),
+            Some(nodata)
+        );
+        assert_eq!(
+            getinfo_at(None, Some(c"70000"), FI_SOURCE).err(),
+            Some(nodata)
+        );
+        assert_eq!(
+            getinfo_at(Some(c"no-such-host.invalid"), Some(&service), 0).err(),
+            Some(nodata)
+        );
+
+        // An endpoint opened from the source info listens there: its name is that address;
+        // a second one cannot (the port is taken); one with a source that is not ours is
+        // refused. A peer that knows only host and port reaches it.
+        let mut net = Net::new(1, FI_TAGGED as u64);
+        let dops = &*(*net.domain).ops;
+        let mut ep: *mut fid_ep = null_mut();
+        assert_eq!(
+            (dops.endpoint.unwrap())(net.domain, server, &mut ep, null_mut()),
+            0
+        );
+        let mut name = [0u8; mrc_fi::ADDR_LEN];
+        let mut len = name.len();
+        let cm = &*(*ep).cm;
+        assert_eq!(
+            (cm.getname.unwrap())(&mut (*ep).fid, name.as_mut_ptr().cast(), &mut len),
+            0
+        );
+        assert_eq!(name.to_vec(), named(port));
+        let mut again: *mut fid_ep = null_mut();
+        assert_eq!(
+            (dops.endpoint.unwrap())(net.domain, server, &mut again, null_mut()),
+            -(FI_EADDRINUSE as c_int)
+        );
+        let mut junk = [7u8; mrc_fi::ADDR_LEN];
+        let (keep, keeplen) = ((*server).src_addr, (*server).src_addrlen);
+        (*server).src_addr = junk.as_mut_ptr().cast();
+        assert_eq!(
+            (dops.endpoint.unwrap())(net.domain, server, &mut again, null_mut()),
+            -(FI_EINVAL as c_int)
+        );
+        (*server).src_addr = keep;
+        (*server).src_addrlen = keeplen;
+        mrc_fi::free_info(server);
+        let mut cq: *mut fid_cq = null_mut();
+        let mut cq_attr = fi_cq_attr {
+            format: FI_CQ_FORMAT_TAGGED,
+            ..Default::default()
+        };
+        assert_eq!(
+            (dops.cq_open.unwrap())(net.domain, &mut cq_attr, &mut cq, null_mut()),
+            0
+        );
+        let eops = &*(*ep).fid.ops;
+        assert_eq!(
+            (eops.bind.unwrap())(&mut (*ep).fid, &mut (*net.av).fid, 0),
+            0
+        );
+        let both = (FI_TRANSMIT | FI_RECV) as u64;
+        assert_eq!(
+            (eops.bind.unwrap())(&mut (*ep).fid, &mut (*cq).fid, both),
+            0
+        );
+        assert_eq!(
+            (eops.control.unwrap())(&mut (*ep).fid, FI_ENABLE as c_int, null_mut()),
+            0
+        );
+        // The AV takes the address built from host and port (the client's dest_addr).
+        let mut fa = 0u64;
+        let aops = &*(*net.av).ops;
+        let dest = named(port);
+        assert_eq!(
+            (aops.insert.unwrap())(net.av, dest.as_ptr().cast(), 1, &mut fa, 0, null_mut()),
+            1
+        );
+        net.eps.push(ep);
+        net.cqs.push(cq);
+        net.addr.push(fa);
+        let (c, s) = (0, 1);
+        let mut other = Vec::new();
+        let mut b = [0u8; 8];
+        assert_eq!(net.trecv(s, &mut b, mrc_fi::FI_ADDR_UNSPEC, 0, !0, 1), 0);
+        assert_eq!(net.tsend(c, s, b"by port", 9, 2), 0);
+        assert_eq!(net.wait(s, 1, &mut other), [got(1, &b, 7, 9)]);
+        assert_eq!(&b[..7], b"by port");
+        settle(&net, 1, &mut other);
+        assert_eq!(other, [sent(2, 7)]);
+        // And back, to the client's own name.
+        other.clear();
+        let mut back = [0u8; 4];
+        assert_eq!(net.trecv(c, &mut back, mrc_fi::FI_ADDR_UNSPEC, 0, !0, 3), 0);
+        assert_eq!(net.tsend(s, c, b"back", 10, 4), 0);
+        assert_eq!(net.wait(c, 1, &mut other), [got(3, &back, 4, 10)]);
+        assert_eq!(&back, b"back");
+        settle(&net, 1, &mut other);
+        assert_eq!(other, [sent(4, 4)]);
         net.quiet();
     }
 }
