@@ -595,8 +595,8 @@ pub(crate) enum Probe {
 
 impl EpState {
     /// An endpoint at source address `src` (the listener's address and secret, from the
-    /// `fi_info`'s `src_addr`: a port 0 takes a port the kernel picks and a drawn
-    /// secret); without one, at the provider's IP ([`default_ip`]).
+    /// `fi_info`'s `src_addr`: a port 0, or one in use, takes a port the kernel picks and
+    /// a drawn secret); without one, at the provider's IP ([`default_ip`]).
     fn open(directed: bool, src: Option<(SocketAddr, [u8; SECRET_BYTES])>) -> Result<EpState, u32> {
         let ip: IpAddr = match src {
             Some((a, _)) => a.ip(),
@@ -608,7 +608,10 @@ impl EpState {
             ..EngineConfig::default()
         };
         let mut worker = Worker::direct(udp, ecfg).map_err(|_| FI_EADDRNOTAVAIL)?;
-        let (listener, h) = match src {
+        // A named port taken (fabtests' out-of-band mode gives client and server the
+        // same source port) falls back to one the kernel picks, with a drawn secret:
+        // fi_getname says which.
+        let named = match src {
             Some((a, secret)) if a.port() != 0 => worker
                 .listen_at(
                     QpConfig::default(),
@@ -616,8 +619,12 @@ impl EpState {
                     a.port(),
                     Some(secret),
                 )
-                .map_err(|_| FI_EADDRINUSE)?,
-            _ => worker
+                .ok(),
+            _ => None,
+        };
+        let (listener, h) = match named {
+            Some(l) => l,
+            None => worker
                 .listen(QpConfig::default())
                 .map_err(|_| FI_EADDRNOTAVAIL)?,
         };

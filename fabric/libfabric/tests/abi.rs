@@ -2443,28 +2443,38 @@ fn getinfo_names_addresses_from_a_node_and_service_that_endpoints_bind_and_avs_t
         );
 
         // An endpoint opened from the source info listens there: its name is that address;
-        // a second one cannot (the port is taken); one with a source that is not ours is
-        // refused. A peer that knows only host and port reaches it.
+        // a second one, the port taken, listens where the kernel says, with a secret of its
+        // own; one with a source that is not ours is refused. A peer that knows only host
+        // and port reaches the first.
         let mut net = Net::new(1, FI_TAGGED as u64);
         let dops = &*(*net.domain).ops;
+        let name_of = |ep: *mut fid_ep| {
+            let mut name = [0u8; mrc_fi::ADDR_LEN];
+            let mut len = name.len();
+            let cm = &*(*ep).cm;
+            assert_eq!(
+                (cm.getname.unwrap())(&mut (*ep).fid, name.as_mut_ptr().cast(), &mut len),
+                0
+            );
+            name.to_vec()
+        };
         let mut ep: *mut fid_ep = null_mut();
         assert_eq!(
             (dops.endpoint.unwrap())(net.domain, server, &mut ep, null_mut()),
             0
         );
-        let mut name = [0u8; mrc_fi::ADDR_LEN];
-        let mut len = name.len();
-        let cm = &*(*ep).cm;
-        assert_eq!(
-            (cm.getname.unwrap())(&mut (*ep).fid, name.as_mut_ptr().cast(), &mut len),
-            0
-        );
-        assert_eq!(name.to_vec(), named(port));
+        assert_eq!(name_of(ep), named(port));
         let mut again: *mut fid_ep = null_mut();
         assert_eq!(
             (dops.endpoint.unwrap())(net.domain, server, &mut again, null_mut()),
-            -(FI_EADDRINUSE as c_int)
+            0
         );
+        let second = name_of(again);
+        assert_eq!(second[..6], named(port)[..6]);
+        assert_eq!(second[8..24], named(port)[8..24]);
+        assert_ne!(second[6..8], named(port)[6..8]);
+        assert_ne!(second[24..56], named(port)[24..56]);
+        assert_eq!(close(&mut (*again).fid), 0);
         let mut junk = [7u8; mrc_fi::ADDR_LEN];
         let (keep, keeplen) = ((*server).src_addr, (*server).src_addrlen);
         (*server).src_addr = junk.as_mut_ptr().cast();
