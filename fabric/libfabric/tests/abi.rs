@@ -2146,7 +2146,7 @@ const MIB: usize = 1 << 20;
 #[test]
 fn large_tagged_messages_expected_unexpected_and_interleaved_every_byte() {
     unsafe {
-        let net = Net::new(3, FI_TAGGED as u64 | FI_DIRECTED_RECV);
+        let net = Net::new(3, FI_TAGGED as u64 | FI_DIRECTED_RECV | FI_SOURCE);
         let (a, b, r) = (0, 1, 2);
         let mut other = Vec::new();
         // Expected: 5 MiB, receive posted first.
@@ -2200,6 +2200,17 @@ fn large_tagged_messages_expected_unexpected_and_interleaved_every_byte() {
         settle(&net, 2, &mut other);
         other.sort_by_key(|c| c.ctx);
         assert_eq!(other, [sent(14, ma.len()), sent(15, mb.len())]);
+        // FI_SOURCE: fi_cq_readfrom names the sender of a large message.
+        let mf = pattern(2 * MIB + 1, 9);
+        let mut bf = vec![0u8; mf.len()];
+        assert_eq!(net.trecv(r, &mut bf, mrc_fi::FI_ADDR_UNSPEC, 6, 0, 7), 0);
+        assert_eq!(net.tsend(b, r, &mf, 6, 16), 0);
+        assert_eq!(readfrom(&net, r), (got(7, &bf, mf.len(), 6), net.addr[b]));
+        assert!(bf == mf, "2 MiB + 1 differs");
+        assert_eq!(
+            readfrom(&net, b),
+            (sent(16, mf.len()), mrc_fi::FI_ADDR_NOTAVAIL)
+        );
         net.quiet();
     }
 }
