@@ -1585,8 +1585,10 @@ impl EpState {
                 q.iter()
                     .position(|r| r.ctx == ctx)
                     .and_then(|i| q.remove(i))
-            })
-            .ok_or(FI_ENOENT)?;
+            });
+        let Some(r) = r else {
+            return self.cancel_send(ctx, cqs);
+        };
         let op = if r.tagged { FI_TAGGED } else { FI_MSG };
         let e = Entry {
             ctx,
@@ -1597,6 +1599,40 @@ impl EpState {
             ..Entry::default()
         };
         cq_push(cqs, self.rxcq, e);
+        Ok(())
+    }
+}
+
+impl EpState {
+    /// `fi_cancel` of a send or write with context `ctx` still waiting in a peer's queue
+    /// (its connection being set up, or its QP's slots all in flight): removed, and an
+    /// `FI_ECANCELED` error entry. A large message only while its first fragment waits
+    /// too (once a fragment went, the rest must follow it). `-FI_ENOENT` when none waits.
+    fn cancel_send(&mut self, ctx: usize, cqs: &mut [Option<CqState>]) -> Result<(), u32> {
+        let found = self.peers.iter().find_map(|(&a, p)| {
+            let last = p
+                .queue
+                .iter()
+                .position(|op| op.meta.app && op.meta.ctx == ctx)?;
+            // Back to the message's first fragment, which must still be queued.
+            let first = (0..=last).rev().find(|&i| !p.queue[i].cont)?;
+            Some((a, first, last))
+        });
+        let (a, first, last) = found.ok_or(FI_ENOENT)?;
+        let Some(p) = self.peers.get_mut(&a) else {
+            return Err(FI_ENOENT);
+        };
+        let meta = p.queue[last].meta;
+        p.queue.drain(first..=last);
+        self.tx_outstanding = self.tx_outstanding.saturating_sub(1);
+        self.cntrs.count(meta.flags, true);
+        let e = Entry {
+            ctx,
+            flags: meta.flags,
+            err: FI_ECANCELED as c_int,
+            ..Entry::default()
+        };
+        cq_push(cqs, self.txcq, e);
         Ok(())
     }
 }

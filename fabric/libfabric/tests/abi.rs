@@ -2551,3 +2551,37 @@ fn getinfo_names_addresses_from_a_node_and_service_that_endpoints_bind_and_avs_t
         net.quiet();
     }
 }
+
+#[test]
+fn a_send_still_queued_for_its_connection_is_cancelled() {
+    unsafe {
+        let net = Net::new(2, FI_TAGGED as u64);
+        let (a, r) = (0, 1);
+        let mut other = Vec::new();
+        // No progress yet: the connection to R is being set up, so all three wait in A's
+        // queue for it (a large one as its fragments).
+        let big = pattern(3 * MIB + 1, 11);
+        assert_eq!(net.tsend(a, r, b"one", 1, 10), 0);
+        assert_eq!(net.tsend(a, r, &big, 2, 11), 0);
+        assert_eq!(net.tsend(a, r, b"three", 3, 12), 0);
+        assert_eq!(net.cancel(a, 11), 0);
+        assert_eq!(net.cancel(a, 10), 0);
+        assert_eq!(net.cancel(a, 11), neg(FI_ENOENT));
+        assert_eq!(net.cancel(a, 99), neg(FI_ENOENT));
+        let cancelled = |c: usize| Cqe {
+            err: FI_ECANCELED as c_int,
+            ..sent(c, 0)
+        };
+        assert_eq!(net.wait(a, 2, &mut other), [cancelled(11), cancelled(10)]);
+        // Only "three" arrives.
+        let mut b = vec![0u8; 4 * MIB];
+        assert_eq!(net.trecv(r, &mut b, mrc_fi::FI_ADDR_UNSPEC, 0, !0, 20), 0);
+        assert_eq!(net.wait(r, 1, &mut other), [got(20, &b, 5, 3)]);
+        assert_eq!(&b[..5], b"three");
+        settle(&net, 1, &mut other);
+        assert_eq!(other, [sent(12, 5)]);
+        // A send that left cannot be cancelled.
+        assert_eq!(net.cancel(a, 12), neg(FI_ENOENT));
+        net.quiet();
+    }
+}
