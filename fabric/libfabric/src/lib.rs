@@ -1,5 +1,5 @@
 //! `libmrc-fi.so`: an external ("DL") libfabric provider named `mrc` over mrc's UDP
-//! transport (issue 44, first to third slices). libfabric loads it from `FI_PROVIDER_PATH` and calls
+//! transport (issue 44, first to fourth slices). libfabric loads it from `FI_PROVIDER_PATH` and calls
 //! [`fi_prov_ini`]; everything else is reached through the `fi_ops_*` tables this crate
 //! fills itself (libfabric's `prov/util` helpers are not exported by the library).
 //!
