@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # fabtests (libfabric's own test suite, release 1.17.1) against the `mrc` provider on
-# loopback: the `functional` and `short` suites, which pass with no failure
+# loopback: the `functional`, `short` and `unit` suites, which pass with no failure
 # (docs/LIBFABRIC.md, "fabtests", lists every Notrun and exclusion with its reason).
 #
 # fabtests is test input, not project code: it is built from its release tarball outside
@@ -11,7 +11,7 @@
 #                         third_party folder beside the repository); missing, the script
 #                         prints `SKIPPED: fabtests: <reason>` and exits 0
 #   MRC_FABTESTS_DIR      where to build and run (default /tmp/mrc-fabtests-1.17.1)
-#   MRC_FABTESTS_SUITES   the suites (default functional,short)
+#   MRC_FABTESTS_SUITES   the suites (default functional,short,unit)
 #   MRC_FABTESTS_PROVIDER a built libmrc_fi.so to test (default: `cargo build -p mrc-fi`
 #                         and its target/debug/libmrc_fi.so); .ci/run names the one its
 #                         test step built, so that nothing is rebuilt
@@ -21,7 +21,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 tarball=${MRC_FABTESTS_TARBALL:-$root/../shared/third_party/fabtests-1.17.1.tar.xz}
 dir=${MRC_FABTESTS_DIR:-/tmp/mrc-fabtests-1.17.1}
-suites=${MRC_FABTESTS_SUITES:-functional,short}
+suites=${MRC_FABTESTS_SUITES:-functional,short,unit}
 
 if [ ! -f "$tarball" ]; then
   echo "SKIPPED: fabtests: no fabtests tarball at $tarball (set MRC_FABTESTS_TARBALL to fabtests-1.17.1.tar.xz)"

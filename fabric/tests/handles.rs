@@ -683,3 +683,40 @@ fn a_reflected_confirmation_from_a_second_connection_is_refused() {
         }
     );
 }
+
+#[test]
+fn a_listener_at_a_chosen_port_and_secret_answers_the_handle_built_from_them() {
+    let mut server = worker(43100..=43199);
+    let mut client = worker(43200..=43299);
+    let secret = *b"a secret both sides derive: test";
+    // The kernel picks a free port; listening again at it with the chosen secret.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let (lid, h) = server
+        .listen_at(
+            QpConfig::default(),
+            ListenOptions::default(),
+            port,
+            Some(secret),
+        )
+        .unwrap();
+    let at: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let built = ConnHandle::new(at, secret, ListenOptions::default());
+    assert_eq!(h, built);
+    assert_eq!(h.to_bytes()[24..56], secret);
+    // The port is taken now: a second listener there is a bootstrap error.
+    let again = server.listen_at(QpConfig::default(), ListenOptions::default(), port, None);
+    assert!(matches!(again, Err(EngineError::Bootstrap(_))), "{again:?}");
+    // A peer that built the handle from the port and secret connects.
+    let (c, s) = connect_pair(&mut client, &mut server, lid, &built.to_bytes());
+    assert!(c != 0 && s != 0);
+    // Port 0 and no secret: as `listen_with` (a drawn port and secret).
+    let (_, h0) = server
+        .listen_at(QpConfig::default(), ListenOptions::default(), 0, None)
+        .unwrap();
+    assert_ne!(h0.addr().port(), 0);
+    assert_ne!(h0.to_bytes()[24..56], secret);
+}

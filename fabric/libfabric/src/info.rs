@@ -4,8 +4,10 @@
 
 use crate::ffi::*;
 use crate::{fi_version, guard};
-use mrc_fabric::engine::ConnHandle;
+use mrc_fabric::engine::setup::SECRET_BYTES;
+use mrc_fabric::engine::{ConnHandle, ListenOptions};
 use std::ffi::CStr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::os::raw::{c_char, c_int, c_void};
 
 /// The provider's name, as `fi_info -p` and `FI_PROVIDER` take it.
@@ -17,9 +19,22 @@ pub const DOMAIN_NAME: &CStr = c"udp";
 /// Bytes of an endpoint address (`fi_getname`, `fi_av_insert`): mrc's connection handle,
 /// the listener's TCP address and a 32-byte secret.
 pub const ADDR_LEN: usize = mrc_fabric::engine::setup::HANDLE_BYTES;
-/// Largest message (`ep_attr->max_msg_size`): the size of one of the provider's staging
-/// slots (docs/LIBFABRIC.md, "How a message moves").
-pub const MAX_MSG_SIZE: usize = 1 << 20;
+/// Largest message (`ep_attr->max_msg_size`) of `FI_MSG` and `FI_TAGGED`: 1 GiB. A send
+/// longer than [`FRAGMENT_SIZE`] moves as fragments of a staging slot each, which the
+/// receiver places in order into the matched receive (docs/LIBFABRIC.md, "How a message
+/// moves"); the receiver's memory does not grow with the size. The bound is the sender's:
+/// a send is copied at the call (the caller's buffer is free on return), so one send may
+/// hold a copy of this size until it leaves.
+pub const MAX_MSG_SIZE: usize = 1 << 30;
+/// Bytes of one staging slot past the header: the largest message sent as one SEND, and
+/// the largest RMA write (`fi_write` and friends).
+pub const FRAGMENT_SIZE: usize = 1 << 20;
+/// The secret of an endpoint address that `fi_getinfo` builds from a node and service
+/// (docs/LIBFABRIC.md, "Addresses from a node and service"): public, the same for every
+/// such address, so that a peer that knows only the host and port can build the address.
+/// The handshake then proves nothing about the peer: anyone who can reach the port can
+/// connect, as with a TCP provider.
+pub const NAMED_SECRET: [u8; SECRET_BYTES] = *b"mrc-fi: an address named by host";
 /// Largest `fi_inject` (`tx_attr->inject_size`).
 pub const INJECT_SIZE: usize = 4096;
 /// Most iovecs of one send or receive (`iov_limit`).
@@ -241,8 +256,9 @@ unsafe fn check_hints(h: &fi_info) -> Result<(), c_int> {
     Ok(())
 }
 
-/// Builds one fi_info (null on allocation failure; the parts allocated so far are freed).
-unsafe fn build(version: u32, h: Option<&fi_info>) -> *mut fi_info {
+/// Builds one fi_info with the addresses `addrs` names (null on allocation failure; the
+/// parts allocated so far are freed).
+unsafe fn build(version: u32, h: Option<&fi_info>, addrs: Named) -> *mut fi_info {
     let i: *mut fi_info = calloc();
     if i.is_null() {
         return i;
@@ -341,46 +357,164 @@ unsafe fn build(version: u32, h: Option<&fi_info>) -> *mut fi_info {
             free_info(i);
             return std::ptr::null_mut();
         }
-        // A peer's address in the hints (fi_pingpong's client passes the server's):
-        // kept when it is one of ours.
-        if let Some(h) = h
-            && !h.dest_addr.is_null()
-            && h.dest_addrlen == ADDR_LEN
-        {
-            let b = std::slice::from_raw_parts(h.dest_addr.cast::<u8>(), ADDR_LEN);
-            if ConnHandle::from_bytes(b).is_ok() {
-                let p: *mut c_void = libc::malloc(ADDR_LEN);
-                if !p.is_null() {
-                    std::ptr::copy_nonoverlapping(b.as_ptr(), p.cast(), ADDR_LEN);
-                    info.dest_addr = p;
-                    info.dest_addrlen = ADDR_LEN;
-                }
+        // The source: from the node and service, else the hints' (when it is one of
+        // ours), else the provider's IP and a port the kernel picks.
+        let src = addrs
+            .src
+            .or_else(|| h.and_then(|h| hint_addr(h.src_addr, h.src_addrlen, true)))
+            .or_else(|| default_ip().map(|ip| named(SocketAddr::new(ip, 0))));
+        // The destination: from the node and service, else a peer's address in the hints
+        // (fi_pingpong's client passes the server's) when it is one of ours.
+        let dest = addrs
+            .dest
+            .or_else(|| h.and_then(|h| hint_addr(h.dest_addr, h.dest_addrlen, false)));
+        for (a, at, len) in [
+            (src, &mut info.src_addr, &mut info.src_addrlen),
+            (dest, &mut info.dest_addr, &mut info.dest_addrlen),
+        ] {
+            let Some(b) = a else { continue };
+            let p: *mut c_void = libc::malloc(ADDR_LEN);
+            if p.is_null() {
+                free_info(i);
+                return std::ptr::null_mut();
             }
+            std::ptr::copy_nonoverlapping(b.as_ptr(), p.cast(), ADDR_LEN);
+            *at = p;
+            *len = ADDR_LEN;
         }
     }
     i
 }
 
-/// Whether `node` (a host name or IP address) resolves; a name that does not names no
-/// host this provider can reach.
-fn resolves(node: &CStr) -> bool {
+/// The addresses `fi_getinfo`'s node and service name.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Named {
+    src: Option<[u8; ADDR_LEN]>,
+    dest: Option<[u8; ADDR_LEN]>,
+}
+
+/// The IP an endpoint binds when nothing names one: `FI_MRC_ADDR`, default 127.0.0.1;
+/// `None` when `FI_MRC_ADDR` is not an IP.
+pub(crate) fn default_ip() -> Option<IpAddr> {
+    match std::env::var("FI_MRC_ADDR") {
+        Ok(s) => s.trim().parse().ok(),
+        Err(_) => Some(IpAddr::V4(Ipv4Addr::LOCALHOST)),
+    }
+}
+
+/// The endpoint address of a listener at `at` with the public [`NAMED_SECRET`] (port 0:
+/// the kernel picks the port when the endpoint opens, with a secret of its own).
+fn named(at: SocketAddr) -> [u8; ADDR_LEN] {
+    ConnHandle::new(at, NAMED_SECRET, ListenOptions::default()).to_bytes()
+}
+
+/// An endpoint address a caller passed (`fi_info`'s `src_addr` or `dest_addr`): `len`
+/// bytes at `p`, kept when they are one of ours (a source may have port 0).
+///
+/// # Safety
+/// `p` is null or `len` readable bytes.
+unsafe fn hint_addr(p: *const c_void, len: usize, src: bool) -> Option<[u8; ADDR_LEN]> {
+    if p.is_null() || len != ADDR_LEN {
+        return None;
+    }
+    // SAFETY: the caller's `len` bytes.
+    let b: [u8; ADDR_LEN] = unsafe { std::slice::from_raw_parts(p.cast::<u8>(), ADDR_LEN) }
+        .try_into()
+        .ok()?;
+    let ok = if src {
+        source_addr(&b).is_some()
+    } else {
+        ConnHandle::from_bytes(&b).is_ok()
+    };
+    ok.then_some(b)
+}
+
+/// The listener address and secret an endpoint with source address `b` opens (port 0: a
+/// port the kernel picks); `None` when `b` is not an endpoint address of this provider.
+pub(crate) fn source_addr(b: &[u8]) -> Option<(SocketAddr, [u8; SECRET_BYTES])> {
+    let b: &[u8; ADDR_LEN] = b.try_into().ok()?;
+    // A handle names a listener, so its parser refuses port 0; a source may leave the
+    // port to the kernel: parse it with a port of 1, then put 0 back.
+    let port = u16::from_be_bytes([b[6], b[7]]);
+    let mut c = *b;
+    if port == 0 {
+        c[7] = 1;
+    }
+    let h = ConnHandle::from_bytes(&c).ok()?;
+    let mut secret = [0u8; SECRET_BYTES];
+    secret.copy_from_slice(&b[24..24 + SECRET_BYTES]);
+    Some((SocketAddr::new(h.addr().ip(), port), secret))
+}
+
+/// Resolves `node` (a host name or IP; `None`: the provider's IP) and `service` (a port
+/// number; `None`: 0) into the addresses they name: the source with `FI_SOURCE` or without
+/// a node, the destination otherwise (none when the port is 0: no listener is named).
+/// `-FI_ENODATA` when the node does not resolve or the service is not a port number.
+fn resolve(node: Option<&str>, service: Option<&str>, source: bool) -> Result<Named, c_int> {
     use std::net::ToSocketAddrs;
-    let Ok(n) = node.to_str() else { return false };
-    (n, 0u16)
-        .to_socket_addrs()
-        .is_ok_and(|mut a| a.next().is_some())
+    if node.is_none() && service.is_none() {
+        return Ok(Named::default());
+    }
+    let port = match service {
+        Some(s) => s.trim().parse::<u16>().map_err(|_| no_match())?,
+        None => 0,
+    };
+    let ip = match node {
+        Some(n) => {
+            let all: Vec<SocketAddr> = (n, 0u16)
+                .to_socket_addrs()
+                .map_err(|_| no_match())?
+                .collect();
+            // IPv4 first: the provider's default IP is 127.0.0.1.
+            all.iter()
+                .find(|a| a.is_ipv4())
+                .or(all.first())
+                .ok_or_else(no_match)?
+                .ip()
+        }
+        None => default_ip().ok_or_else(no_match)?,
+    };
+    let at = named(SocketAddr::new(ip, port));
+    if source || node.is_none() {
+        Ok(Named {
+            src: Some(at),
+            dest: None,
+        })
+    } else {
+        Ok(Named {
+            src: None,
+            dest: (port != 0).then_some(at),
+        })
+    }
+}
+
+/// A C string argument: `None` for null, `Err` when it is not UTF-8.
+///
+/// # Safety
+/// `p` is null or a live NUL-terminated string.
+unsafe fn cstr<'a>(p: *const c_char) -> Result<Option<&'a str>, ()> {
+    if p.is_null() {
+        return Ok(None);
+    }
+    // SAFETY: the caller's string.
+    unsafe { CStr::from_ptr(p) }
+        .to_str()
+        .map(Some)
+        .map_err(|_| ())
 }
 
 /// The provider's `getinfo`: one `fi_info` for `FI_EP_RDM` (or `-FI_ENODATA` when the
 /// hints ask for something else, or `node` is a host name that does not resolve).
-/// `node`, `service` and `flags` choose no address: the endpoint binds the IP of
-/// `FI_MRC_ADDR` (default 127.0.0.1) when it is opened, and a peer's address is its
-/// `fi_getname` (exchanged out of band), never derived from a host name.
+/// `node` and `service` name the source address (with `FI_SOURCE`, or without a node) or
+/// the destination (docs/LIBFABRIC.md, "Addresses from a node and service"): a listener at
+/// that host and port with the public [`NAMED_SECRET`]; the `fi_info` always has a
+/// `src_addr` (the provider's IP, `FI_MRC_ADDR` or 127.0.0.1, and port 0 when nothing
+/// names one), which `fi_endpoint` binds.
 pub(crate) unsafe extern "C" fn getinfo(
     version: u32,
     node: *const c_char,
-    _service: *const c_char,
-    _flags: u64,
+    service: *const c_char,
+    flags: u64,
     hints: *const fi_info,
     info: *mut *mut fi_info,
 ) -> c_int {
@@ -388,10 +522,15 @@ pub(crate) unsafe extern "C" fn getinfo(
         if info.is_null() {
             return -(FI_EINVAL as c_int);
         }
-        // SAFETY: the caller's NUL-terminated node, null or live.
-        if !node.is_null() && !resolves(unsafe { CStr::from_ptr(node) }) {
+        // SAFETY: the caller's NUL-terminated node and service, null or live.
+        let (node, service) = unsafe { (cstr(node), cstr(service)) };
+        let (Ok(node), Ok(service)) = (node, service) else {
             return no_match();
-        }
+        };
+        let addrs = match resolve(node, service, flags & FI_SOURCE != 0) {
+            Ok(a) => a,
+            Err(e) => return e,
+        };
         // SAFETY: the caller's hints, null or live.
         let h = unsafe { hints.as_ref() };
         if let Some(h) = h
@@ -399,7 +538,7 @@ pub(crate) unsafe extern "C" fn getinfo(
         {
             return e;
         }
-        let i = unsafe { build(version, h) };
+        let i = unsafe { build(version, h, addrs) };
         if i.is_null() {
             return -(FI_ENOMEM as c_int);
         }

@@ -1,5 +1,5 @@
 //! `libmrc-fi.so`: an external ("DL") libfabric provider named `mrc` over mrc's UDP
-//! transport (issue 44, first to third slices). libfabric loads it from `FI_PROVIDER_PATH` and calls
+//! transport (issue 44, first to fourth slices). libfabric loads it from `FI_PROVIDER_PATH` and calls
 //! [`fi_prov_ini`]; everything else is reached through the `fi_ops_*` tables this crate
 //! fills itself (libfabric's `prov/util` helpers are not exported by the library).
 //!
@@ -7,7 +7,7 @@
 //!
 //! - `FI_EP_RDM` with `FI_MSG` (`fi_send`, `fi_sendv`, `fi_sendmsg`, `fi_inject`,
 //!   `fi_senddata`, `fi_injectdata`, `fi_recv`, `fi_recvv`, `fi_recvmsg`), messages up to
-//!   [`MAX_MSG_SIZE`] bytes, [`CQ_DATA_SIZE`] bytes of remote CQ data;
+//!   [`MAX_MSG_SIZE`] bytes (past [`FRAGMENT_SIZE`] in fragments), [`CQ_DATA_SIZE`] bytes of remote CQ data;
 //! - `FI_TAGGED` (`fi_tsend`, `fi_tsendv`, `fi_tsendmsg`, `fi_tinject`, `fi_tsenddata`,
 //!   `fi_tinjectdata`, `fi_trecv`, `fi_trecvv`, `fi_trecvmsg` with `FI_PEEK`, `FI_CLAIM`,
 //!   `FI_DISCARD`): tag and ignore-mask matching in posting order over the posted receives
@@ -58,8 +58,8 @@ mod objects;
 mod stubs;
 
 pub use info::{
-    ADDR_LEN, CAPS, CQ_DATA_SIZE, INJECT_SIZE, IOV_LIMIT, MAX_MSG_SIZE, MR_KEY_SIZE, MR_MODE_KEPT,
-    PROVIDER_NAME, QUEUE_SIZE, free_info,
+    ADDR_LEN, CAPS, CQ_DATA_SIZE, FRAGMENT_SIZE, INJECT_SIZE, IOV_LIMIT, MAX_MSG_SIZE, MR_KEY_SIZE,
+    MR_MODE_KEPT, NAMED_SECRET, PROVIDER_NAME, QUEUE_SIZE, free_info,
 };
 pub use objects::{FI_ADDR_NOTAVAIL, FI_ADDR_UNSPEC, HDR_LEN, UNEXPECTED_BYTES};
 

@@ -11,14 +11,20 @@
 //! it accepted carries the peer's.
 
 use crate::ffi::*;
-use crate::info::{ADDR_LEN, INJECT_SIZE, IOV_LIMIT, MAX_MSG_SIZE, QUEUE_SIZE};
+use crate::info::{
+    ADDR_LEN, FRAGMENT_SIZE, INJECT_SIZE, IOV_LIMIT, MAX_MSG_SIZE, QUEUE_SIZE, default_ip,
+    source_addr,
+};
 use crate::stubs::*;
 use crate::{Ret, guard};
-use mrc_fabric::engine::{ConnHandle, ConnectId, EngineConfig, ListenerId, QpConfig, Worker};
+use mrc_fabric::engine::setup::SECRET_BYTES;
+use mrc_fabric::engine::{
+    ConnHandle, ConnectId, EngineConfig, ListenOptions, ListenerId, QpConfig, Worker,
+};
 use mrc_fabric::udp::{DirectDatapath, UdpConfig};
 use mrc_transport::{Access, ConnState, RawMem, Sge, WcOpcode, WcStatus};
 use std::collections::{HashMap, VecDeque};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 use std::os::raw::{c_char, c_int, c_void};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -29,7 +35,7 @@ pub const FI_ADDR_NOTAVAIL: u64 = u64::MAX;
 /// `FI_ADDR_UNSPEC`: a receive that takes messages from any source.
 pub const FI_ADDR_UNSPEC: u64 = u64::MAX;
 
-/// Staging slots of a QP this endpoint sends on (each [`MAX_MSG_SIZE`] bytes).
+/// Staging slots of a QP this endpoint sends on (each [`FRAGMENT_SIZE`] bytes and a header).
 const SEND_SLOTS: usize = 16;
 /// Staging slots of a QP this endpoint receives on.
 const RECV_SLOTS: usize = 16;
@@ -60,14 +66,22 @@ fn neg<R: Ret>(e: u32) -> R {
 /// "The message header"): byte 0 the kind, byte 1 flags, bytes 2-3 zero, bytes 4-7 the
 /// remote CQ data (little endian), bytes 8-15 the tag (little endian).
 pub const HDR_LEN: usize = 16;
-/// Bytes of one staging slot: the header and the largest message.
-const SLOT: usize = HDR_LEN + MAX_MSG_SIZE;
-/// Header kinds: an untagged message, a tagged one, the connector's address.
+/// Bytes of one staging slot: the header and one fragment.
+const SLOT: usize = HDR_LEN + FRAGMENT_SIZE;
+/// Header kinds: an untagged message, a tagged one, the connector's address, and a
+/// fragment after the first of a message longer than a slot.
 const KIND_MSG: u8 = 1;
 const KIND_TAGGED: u8 = 2;
 const KIND_HELLO: u8 = 3;
+const KIND_FRAG: u8 = 4;
 /// Header flag: bytes 4-7 carry remote CQ data.
 const HDR_HAS_DATA: u8 = 1;
+/// Header flag: the first fragment of a message longer than [`FRAGMENT_SIZE`]; the
+/// payload starts with the message's length (8 bytes, little endian), [`KIND_FRAG`]
+/// messages on the same QP carry the rest.
+const HDR_LARGE: u8 = 2;
+/// Bytes of the message a large message's first fragment carries (after its length).
+const FIRST_FRAGMENT: usize = FRAGMENT_SIZE - 8;
 /// Bytes of unexpected messages an endpoint copies out of their staging slots (so the
 /// slot goes back to the transport at once); past it they wait in their slot, at most
 /// 16 per peer (`RECV_SLOTS`), and receiver-not-ready holds the peer back.
@@ -79,6 +93,8 @@ struct Hdr {
     kind: u8,
     data: Option<u32>,
     tag: u64,
+    /// [`HDR_LARGE`]: the first fragment of a large message.
+    large: bool,
 }
 
 impl Hdr {
@@ -89,6 +105,9 @@ impl Hdr {
             b[1] = HDR_HAS_DATA;
             b[4..8].copy_from_slice(&d.to_le_bytes());
         }
+        if self.large {
+            b[1] |= HDR_LARGE;
+        }
         b[8..16].copy_from_slice(&self.tag.to_le_bytes());
         b
     }
@@ -96,7 +115,7 @@ impl Hdr {
     /// `None` for a message too short for a header or of an unknown kind.
     fn decode(b: &[u8]) -> Option<Hdr> {
         let b: &[u8; HDR_LEN] = b.get(..HDR_LEN)?.try_into().ok()?;
-        if !matches!(b[0], KIND_MSG | KIND_TAGGED | KIND_HELLO) {
+        if !matches!(b[0], KIND_MSG | KIND_TAGGED | KIND_HELLO | KIND_FRAG) {
             return None;
         }
         let data = (b[1] & HDR_HAS_DATA != 0).then(|| u32::from_le_bytes([b[4], b[5], b[6], b[7]]));
@@ -106,6 +125,7 @@ impl Hdr {
             kind: b[0],
             data,
             tag: u64::from_le_bytes(t),
+            large: b[1] & HDR_LARGE != 0,
         })
     }
 
@@ -248,6 +268,9 @@ struct TxOp {
     data: Vec<u8>,
     meta: TxMeta,
     write: Option<RmaTarget>,
+    /// A fragment after the first of a large message: it must follow the fragment before
+    /// it on the same QP.
+    cont: bool,
 }
 
 /// A QP this endpoint sends on, with its staging slots (registered with the QP).
@@ -296,6 +319,8 @@ struct RecvQp {
     lkey: u32,
     /// The connector's address, from its hello (the first message on the QP).
     peer: Option<[u8; ADDR_LEN]>,
+    /// The large message whose fragments are arriving on this QP.
+    asm: Option<Asm>,
     /// The transport's count of the peer's messages completed on this QP
     /// (`Connection::messages_received`) at the last look (`FI_RMA_EVENT`).
     msgs: u64,
@@ -313,22 +338,57 @@ struct PostedRecv {
     src: u64,
 }
 
-/// Where an unexpected message's bytes are.
+/// Where a piece of an unexpected message is.
 enum Body {
-    /// Still in this staging slot of its QP (past [`UNEXPECTED_BYTES`]).
-    Slot(usize),
+    /// Still in staging slot `slot` of its QP, bytes `at..at + len` of the QP's slots
+    /// (past [`UNEXPECTED_BYTES`]).
+    Slot { slot: usize, at: usize, len: usize },
     /// Copied out; the slot went back to the transport.
     Heap(Vec<u8>),
 }
 
-/// A message that arrived before a receive matched it.
+/// A message that arrived (or started to arrive: a large one) before a receive matched
+/// it.
 struct Unexpected {
+    /// Names it for the fragments still to come ([`Sink::Unexpected`]).
+    id: u64,
     qpn: u32,
     hdr: Hdr,
+    /// The message's length (a large one's, from its first fragment).
     len: usize,
-    body: Body,
+    /// Its bytes so far, in order.
+    parts: Vec<Body>,
+    /// Bytes in `parts`; less than `len` while fragments are on their way.
+    got: usize,
     /// The context of the `FI_PEEK | FI_CLAIM` that claimed it.
     claimed: Option<usize>,
+}
+
+/// A receive being filled: the application's buffers and how far.
+struct Fill {
+    r: PostedRecv,
+    /// Bytes written into the buffers.
+    written: usize,
+    /// Bytes of the message seen (written, or cut when the buffers are full).
+    seen: usize,
+}
+
+/// Where the fragments of a large message go as they arrive.
+enum Sink {
+    /// Into a matched receive.
+    Recv(Fill),
+    /// Into unexpected message `id`.
+    Unexpected(u64),
+    /// Nowhere (`FI_DISCARD`).
+    Discard,
+}
+
+/// A large message arriving on a QP: its header, length, bytes so far, destination.
+struct Asm {
+    hdr: Hdr,
+    len: usize,
+    got: usize,
+    sink: Sink,
 }
 
 struct EpState {
@@ -359,6 +419,8 @@ struct EpState {
     unexpected: VecDeque<Unexpected>,
     /// Bytes of `unexpected` copied out of their slots (at most [`UNEXPECTED_BYTES`]).
     unexpected_bytes: usize,
+    /// The next [`Unexpected::id`].
+    next_unexpected: u64,
     /// Sends posted and not yet completed (queued or in flight).
     tx_outstanding: usize,
     /// The domain's regions a peer may write into, by key.
@@ -441,44 +503,84 @@ fn takes(r: &PostedRecv, h: &Hdr, src: u64, directed: bool) -> bool {
         && (!directed || r.src == FI_ADDR_UNSPEC || r.src == src)
 }
 
-/// Copies `msg` into receive `r`'s buffers and raises its completion (an `FI_ETRUNC`
-/// error entry when the message is longer than the buffers).
-fn deliver(
-    r: &PostedRecv,
-    msg: &[u8],
-    h: &Hdr,
-    src: u64,
-    rxcq: Option<usize>,
-    cqs: &mut [Option<CqState>],
-    cn: &Counters,
-) {
-    let mut done = 0;
-    for &(p, l) in &r.iov {
-        let n = l.min(msg.len() - done);
-        if n == 0 {
-            break;
+impl Fill {
+    fn new(r: PostedRecv) -> Fill {
+        Fill {
+            r,
+            written: 0,
+            seen: 0,
         }
-        // SAFETY: the application's receive buffer of `l` bytes (the fi_recv contract),
-        // written before its completion is raised.
-        unsafe { std::ptr::copy_nonoverlapping(msg[done..].as_ptr(), p as *mut u8, n) };
-        done += n;
     }
-    let trunc = msg.len() - done;
-    cn.count(FI_RECV as u64, trunc > 0);
-    if r.completion || trunc > 0 {
-        let e = Entry {
-            ctx: r.ctx,
-            flags: h.rx_flags(),
-            len: done,
-            buf: r.iov.first().map_or(0, |x| x.0),
-            data: h.data.map_or(0, u64::from),
-            tag: h.tag,
-            err: if trunc > 0 { FI_ETRUNC as c_int } else { 0 },
-            olen: trunc,
-            src: Some(src),
-        };
-        cq_push(cqs, rxcq, e);
+
+    /// Copies the next bytes of the message into the receive's buffers, as far as they
+    /// hold; the rest is counted as cut.
+    fn put(&mut self, mut b: &[u8]) {
+        self.seen += b.len();
+        let mut skip = self.written;
+        for &(p, l) in &self.r.iov {
+            if b.is_empty() {
+                break;
+            }
+            if skip >= l {
+                skip -= l;
+                continue;
+            }
+            let n = (l - skip).min(b.len());
+            // SAFETY: bytes `skip..skip + n` of the application's receive buffer of `l`
+            // bytes (the fi_recv contract: valid until the receive completes), written
+            // before its completion is raised.
+            unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), (p as *mut u8).add(skip), n) };
+            self.written += n;
+            b = &b[n..];
+            skip = 0;
+        }
     }
+
+    /// Raises the receive's completion: an `FI_ETRUNC` error entry when the message was
+    /// longer than the buffers (`olen` the bytes cut), `err` (an `FI_E*` code) when the
+    /// message broke off.
+    fn finish(
+        self,
+        h: &Hdr,
+        src: u64,
+        err: Option<c_int>,
+        rxcq: Option<usize>,
+        cqs: &mut [Option<CqState>],
+        cn: &Counters,
+    ) {
+        let trunc = self.seen - self.written;
+        let err = err.unwrap_or(if trunc > 0 { FI_ETRUNC as c_int } else { 0 });
+        cn.count(FI_RECV as u64, err != 0);
+        if self.r.completion || err != 0 {
+            let e = Entry {
+                ctx: self.r.ctx,
+                flags: h.rx_flags(),
+                len: self.written,
+                buf: self.r.iov.first().map_or(0, |x| x.0),
+                data: h.data.map_or(0, u64::from),
+                tag: h.tag,
+                err,
+                olen: trunc,
+                src: Some(src),
+            };
+            cq_push(cqs, rxcq, e);
+        }
+    }
+}
+
+/// Drops the fragments at the front of `queue` that continue a large message (its first
+/// fragment went already, or failed), and answers the message's completion (the last
+/// fragment's), if it was among them.
+fn drop_fragments(queue: &mut VecDeque<TxOp>) -> Option<TxMeta> {
+    let mut last = None;
+    while queue.front().is_some_and(|op| op.cont) {
+        if let Some(op) = queue.pop_front()
+            && op.meta.app
+        {
+            last = Some(op.meta);
+        }
+    }
+    last
 }
 
 /// What a `fi_trecvmsg` with `FI_PEEK` / `FI_CLAIM` asks.
@@ -492,10 +594,13 @@ pub(crate) enum Probe {
 }
 
 impl EpState {
-    fn open(directed: bool) -> Result<EpState, u32> {
-        let ip: IpAddr = match std::env::var("FI_MRC_ADDR") {
-            Ok(s) => s.trim().parse().map_err(|_| FI_EINVAL)?,
-            Err(_) => IpAddr::V4(Ipv4Addr::LOCALHOST),
+    /// An endpoint at source address `src` (the listener's address and secret, from the
+    /// `fi_info`'s `src_addr`: a port 0, or one in use, takes a port the kernel picks and
+    /// a drawn secret); without one, at the provider's IP ([`default_ip`]).
+    fn open(directed: bool, src: Option<(SocketAddr, [u8; SECRET_BYTES])>) -> Result<EpState, u32> {
+        let ip: IpAddr = match src {
+            Some((a, _)) => a.ip(),
+            None => default_ip().ok_or(FI_EINVAL)?,
         };
         let udp = UdpConfig::bind(SocketAddr::new(ip, 0));
         let ecfg = EngineConfig {
@@ -503,9 +608,26 @@ impl EpState {
             ..EngineConfig::default()
         };
         let mut worker = Worker::direct(udp, ecfg).map_err(|_| FI_EADDRNOTAVAIL)?;
-        let (listener, h) = worker
-            .listen(QpConfig::default())
-            .map_err(|_| FI_EADDRNOTAVAIL)?;
+        // A named port taken (fabtests' out-of-band mode gives client and server the
+        // same source port) falls back to one the kernel picks, with a drawn secret:
+        // fi_getname says which.
+        let named = match src {
+            Some((a, secret)) if a.port() != 0 => worker
+                .listen_at(
+                    QpConfig::default(),
+                    ListenOptions::default(),
+                    a.port(),
+                    Some(secret),
+                )
+                .ok(),
+            _ => None,
+        };
+        let (listener, h) = match named {
+            Some(l) => l,
+            None => worker
+                .listen(QpConfig::default())
+                .map_err(|_| FI_EADDRNOTAVAIL)?,
+        };
         Ok(EpState {
             worker,
             listener,
@@ -525,6 +647,7 @@ impl EpState {
             trecvs: VecDeque::new(),
             unexpected: VecDeque::new(),
             unexpected_bytes: 0,
+            next_unexpected: 0,
             tx_outstanding: 0,
             target_mrs: HashMap::new(),
             cntrs: Counters::default(),
@@ -701,6 +824,7 @@ impl EpState {
                 base,
                 lkey,
                 peer: None,
+                asm: None,
                 msgs: 0,
             };
             for s in 0..RECV_SLOTS {
@@ -753,16 +877,25 @@ impl EpState {
                 while q.open && !q.free.is_empty() {
                     let Some(op) = p.queue.pop_front() else { break };
                     if let Err(err) = q.post(&mut self.worker, &[&op.data], op.meta, op.write) {
-                        self.tx_outstanding = self.tx_outstanding.saturating_sub(1);
-                        self.cntrs.count(op.meta.flags, true);
-                        let e = Entry {
-                            ctx: op.meta.ctx,
-                            flags: op.meta.flags,
-                            len: op.meta.len,
-                            err,
-                            ..Entry::default()
+                        // A large message's fragment: the rest of it does not go (the
+                        // receiver drops what arrived when the next message starts).
+                        let meta = if op.meta.app {
+                            Some(op.meta)
+                        } else {
+                            drop_fragments(&mut p.queue)
                         };
-                        cq_push(cqs, txcq, e);
+                        if let Some(m) = meta {
+                            self.tx_outstanding = self.tx_outstanding.saturating_sub(1);
+                            self.cntrs.count(m.flags, true);
+                            let e = Entry {
+                                ctx: m.ctx,
+                                flags: m.flags,
+                                len: m.len,
+                                err,
+                                ..Entry::default()
+                            };
+                            cq_push(cqs, txcq, e);
+                        }
                     }
                 }
             }
@@ -862,7 +995,10 @@ impl EpState {
         if let Conn::Ready(q) = &mut p.conn {
             // Work requests the transport did not complete (none, once it failed them
             // all): an error each, so none is lost.
-            let left: Vec<TxMeta> = q.inflight.drain().map(|(_, m)| m).collect();
+            let mut left: Vec<TxMeta> = q.inflight.drain().map(|(_, m)| m).collect();
+            // The rest of a large message whose first fragments went on the failed QP
+            // cannot go on a new one (its receiver expects a first fragment there).
+            left.extend(drop_fragments(&mut p.queue));
             let qpn = q.qpn;
             for m in left.into_iter().filter(|m| m.app) {
                 self.tx_outstanding = self.tx_outstanding.saturating_sub(1);
@@ -890,7 +1026,8 @@ impl EpState {
     }
 
     /// A message that landed in `slot` of `qpn` (`total` bytes, header included): a
-    /// hello, or a message for the oldest matching receive or the unexpected queue.
+    /// hello, a fragment of the large message arriving on `qpn`, or a message (or a large
+    /// one's first fragment) for the oldest matching receive or the unexpected queue.
     fn arrival(
         &mut self,
         qpn: u32,
@@ -904,20 +1041,66 @@ impl EpState {
         };
         let at = slot * SLOT;
         let total = total.min(SLOT);
-        let hdr = Hdr::decode(&rq.buf[at..at + total]);
         let sge = rq.sge(slot);
-        let Some(hdr) = hdr.filter(|h| h.kind != KIND_HELLO) else {
-            // A hello names the connector; anything else without a valid header is
-            // dropped (no peer of this provider sends one).
-            if hdr.is_some() && total == HDR_LEN + ADDR_LEN {
-                let mut a = [0u8; ADDR_LEN];
-                a.copy_from_slice(&rq.buf[at + HDR_LEN..at + total]);
-                rq.peer = Some(a);
+        let hdr = match Hdr::decode(&rq.buf[at..at + total]) {
+            Some(h) if h.kind == KIND_HELLO => {
+                // A hello names the connector.
+                if total == HDR_LEN + ADDR_LEN {
+                    let mut a = [0u8; ADDR_LEN];
+                    a.copy_from_slice(&rq.buf[at + HDR_LEN..at + total]);
+                    rq.peer = Some(a);
+                }
+                let _ = self.worker.post_recv(qpn, slot as u64, sge);
+                return;
             }
-            let _ = self.worker.post_recv(qpn, slot as u64, sge);
+            Some(h) if h.kind == KIND_FRAG => {
+                // The next bytes of the large message arriving on this QP (the transport
+                // completes a QP's messages in order); none arriving: dropped.
+                let Some(mut asm) = rq.asm.take() else {
+                    let _ = self.worker.post_recv(qpn, slot as u64, sge);
+                    return;
+                };
+                let n = (total - HDR_LEN).min(asm.len - asm.got);
+                self.feed(qpn, slot, at + HDR_LEN, n, &mut asm);
+                self.fed(qpn, asm, cqs, avs);
+                return;
+            }
+            Some(h) => h,
+            None => {
+                // No valid header: dropped (no peer of this provider sends one).
+                let _ = self.worker.post_recv(qpn, slot as u64, sge);
+                return;
+            }
+        };
+        // A message while a large one was arriving: that one broke off (its sender
+        // sends the fragments back to back, and stops only when a post fails).
+        if let Some(asm) = rq.asm.take() {
+            self.abort(asm, qpn, cqs, avs);
+        }
+        let Some(rq) = self.in_qps.get(&qpn) else {
             return;
         };
-        let len = total - HDR_LEN;
+        let (mut start, mut n) = (at + HDR_LEN, total - HDR_LEN);
+        let len = if hdr.large {
+            // The message's length first; a length that fits in the fragment or passes
+            // MAX_MSG_SIZE is not a large message of this provider: dropped.
+            let l = rq.buf[start..start + n]
+                .first_chunk::<8>()
+                .map(|b| u64::from_le_bytes(*b));
+            match l {
+                Some(l) if l <= MAX_MSG_SIZE as u64 && l as usize > n - 8 => {
+                    start += 8;
+                    n -= 8;
+                    l as usize
+                }
+                _ => {
+                    let _ = self.worker.post_recv(qpn, slot as u64, sge);
+                    return;
+                }
+            }
+        } else {
+            n
+        };
         let src = self.src_of(qpn, avs);
         let directed = self.directed;
         let q = if hdr.kind == KIND_TAGGED {
@@ -925,58 +1108,159 @@ impl EpState {
         } else {
             &mut self.recvs
         };
-        let body = at + HDR_LEN..at + total;
-        if let Some(i) = q.iter().position(|r| takes(r, &hdr, src, directed)) {
-            let r = q.remove(i).expect("position is in range");
-            if let Some(rq) = self.in_qps.get(&qpn) {
-                deliver(&r, &rq.buf[body], &hdr, src, self.rxcq, cqs, &self.cntrs);
+        let sink = match q.iter().position(|r| takes(r, &hdr, src, directed)) {
+            Some(i) => Sink::Recv(Fill::new(q.remove(i).expect("position is in range"))),
+            None => {
+                let id = self.next_unexpected;
+                self.next_unexpected += 1;
+                self.unexpected.push_back(Unexpected {
+                    id,
+                    qpn,
+                    hdr,
+                    len,
+                    parts: Vec::new(),
+                    got: 0,
+                    claimed: None,
+                });
+                Sink::Unexpected(id)
             }
-            let _ = self.worker.post_recv(qpn, slot as u64, sge);
-            return;
-        }
-        let body = if self.unexpected_bytes + len <= UNEXPECTED_BYTES {
-            let v = self
-                .in_qps
-                .get(&qpn)
-                .map_or_else(Vec::new, |rq| rq.buf[body].to_vec());
-            self.unexpected_bytes += len;
-            let _ = self.worker.post_recv(qpn, slot as u64, sge);
-            Body::Heap(v)
-        } else {
-            Body::Slot(slot)
         };
-        self.unexpected.push_back(Unexpected {
-            qpn,
+        let mut asm = Asm {
             hdr,
             len,
-            body,
-            claimed: None,
-        });
+            got: 0,
+            sink,
+        };
+        self.feed(qpn, slot, start, n, &mut asm);
+        self.fed(qpn, asm, cqs, avs);
     }
 
-    /// Runs `f` on the bytes of unexpected message `u`, then frees them (the slot goes
-    /// back to the transport).
-    fn consume(&mut self, u: Unexpected, f: impl FnOnce(&[u8])) {
-        match u.body {
-            Body::Heap(v) => {
-                self.unexpected_bytes -= v.len();
-                f(&v);
-            }
-            Body::Slot(slot) => {
-                if let Some(rq) = self.in_qps.get(&u.qpn) {
-                    let at = slot * SLOT + HDR_LEN;
-                    f(&rq.buf[at..at + u.len]);
-                    let sge = rq.sge(slot);
-                    let _ = self.worker.post_recv(u.qpn, slot as u64, sge);
+    /// Puts bytes `at..at + n` of `qpn`'s slots (they are in staging slot `slot`) where
+    /// `asm` goes: the receive's buffers, the heap (while the unexpected bytes stay within
+    /// [`UNEXPECTED_BYTES`]) or nowhere, and the slot goes back to the transport; or they
+    /// stay in the slot (an unexpected message past the budget).
+    fn feed(&mut self, qpn: u32, slot: usize, at: usize, n: usize, asm: &mut Asm) {
+        let Some(rq) = self.in_qps.get(&qpn) else {
+            return;
+        };
+        let sge = rq.sge(slot);
+        let bytes = &rq.buf[at..at + n];
+        asm.got += n;
+        match &mut asm.sink {
+            Sink::Recv(f) => f.put(bytes),
+            Sink::Discard => {}
+            Sink::Unexpected(id) => {
+                if let Some(u) = self.unexpected.iter_mut().find(|u| u.id == *id) {
+                    u.got += n;
+                    if self.unexpected_bytes + n <= UNEXPECTED_BYTES {
+                        u.parts.push(Body::Heap(bytes.to_vec()));
+                        self.unexpected_bytes += n;
+                    } else {
+                        u.parts.push(Body::Slot { slot, at, len: n });
+                        return;
+                    }
                 }
             }
+        }
+        let _ = self.worker.post_recv(qpn, slot as u64, sge);
+    }
+
+    /// After bytes of `asm` arrived: a whole message completes its receive (an
+    /// unexpected one waits for a receive); otherwise it goes on arriving on `qpn`.
+    fn fed(&mut self, qpn: u32, asm: Asm, cqs: &mut [Option<CqState>], avs: &[Option<AvState>]) {
+        if asm.got < asm.len {
+            if let Some(rq) = self.in_qps.get_mut(&qpn) {
+                rq.asm = Some(asm);
+            }
+            return;
+        }
+        if let Sink::Recv(f) = asm.sink {
+            let src = self.src_of(qpn, avs);
+            f.finish(&asm.hdr, src, None, self.rxcq, cqs, &self.cntrs);
+        }
+    }
+
+    /// Large message `asm` of `qpn` broke off: its receive completes with `FI_EIO` (the
+    /// bytes written so far in `len`), an unexpected one is dropped.
+    fn abort(&mut self, asm: Asm, qpn: u32, cqs: &mut [Option<CqState>], avs: &[Option<AvState>]) {
+        match asm.sink {
+            Sink::Recv(f) => {
+                let src = self.src_of(qpn, avs);
+                f.finish(
+                    &asm.hdr,
+                    src,
+                    Some(FI_EIO as c_int),
+                    self.rxcq,
+                    cqs,
+                    &self.cntrs,
+                );
+            }
+            Sink::Unexpected(id) => {
+                if let Some(i) = self.unexpected.iter().position(|u| u.id == id) {
+                    let u = self.unexpected.remove(i).expect("index in range");
+                    self.consume(u, |_| {});
+                }
+            }
+            Sink::Discard => {}
+        }
+    }
+
+    /// Runs `f` on the bytes of unexpected message `u` so far, in order, then frees
+    /// them (the slots go back to the transport).
+    fn consume(&mut self, u: Unexpected, mut f: impl FnMut(&[u8])) {
+        for part in u.parts {
+            match part {
+                Body::Heap(v) => {
+                    self.unexpected_bytes -= v.len();
+                    f(&v);
+                }
+                Body::Slot { slot, at, len } => {
+                    if let Some(rq) = self.in_qps.get(&u.qpn) {
+                        f(&rq.buf[at..at + len]);
+                        let sge = rq.sge(slot);
+                        let _ = self.worker.post_recv(u.qpn, slot as u64, sge);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Unexpected message `i` goes into receive `r` (or nowhere, `r` `None`: a discard):
+    /// what arrived now, and the rest of a large one as it arrives (then it completes).
+    fn take_unexpected(
+        &mut self,
+        i: usize,
+        r: Option<PostedRecv>,
+        cqs: &mut [Option<CqState>],
+        avs: &[Option<AvState>],
+    ) {
+        let Some(u) = self.unexpected.remove(i) else {
+            return;
+        };
+        let (hdr, qpn, id, whole) = (u.hdr, u.qpn, u.id, u.got == u.len);
+        let mut fill = r.map(Fill::new);
+        self.consume(u, |b| {
+            if let Some(f) = fill.as_mut() {
+                f.put(b)
+            }
+        });
+        if whole {
+            if let Some(f) = fill {
+                let src = self.src_of(qpn, avs);
+                f.finish(&hdr, src, None, self.rxcq, cqs, &self.cntrs);
+            }
+        } else if let Some(asm) = self.in_qps.get_mut(&qpn).and_then(|q| q.asm.as_mut())
+            && matches!(asm.sink, Sink::Unexpected(x) if x == id)
+        {
+            asm.sink = fill.map_or(Sink::Discard, Sink::Recv);
         }
     }
 
     /// Ends the connection attempt to `a`: its queued sends complete with `err`.
     fn fail_peer(&mut self, a: u64, err: c_int, cqs: &mut [Option<CqState>]) {
         if let Some(p) = self.peers.remove(&a) {
-            for op in p.queue {
+            // A large message's fragments but the last complete nothing.
+            for op in p.queue.into_iter().filter(|op| op.meta.app) {
                 self.tx_outstanding = self.tx_outstanding.saturating_sub(1);
                 self.cntrs.count(op.meta.flags, true);
                 let e = Entry {
@@ -1010,11 +1294,126 @@ impl EpState {
             flags: FI_SEND as u64 | hdr.op(),
             app: true,
         };
+        if meta.len > FRAGMENT_SIZE {
+            return self.send_large(avs, dest, hdr, iov, meta);
+        }
         let h = hdr.encode();
         let mut parts: Vec<&[u8]> = Vec::with_capacity(iov.len() + 1);
         parts.push(&h);
         parts.extend_from_slice(iov);
         self.submit(avs, dest, &parts, meta, None)
+    }
+
+    /// A send longer than [`FRAGMENT_SIZE`] (at most [`MAX_MSG_SIZE`]): copied now into
+    /// fragments of a staging slot each, queued back to back for `dest`'s QP. The first
+    /// carries the header with [`HDR_LARGE`] and the length, the others [`KIND_FRAG`]; the
+    /// last completes the send.
+    fn send_large(
+        &mut self,
+        avs: &[Option<AvState>],
+        dest: u64,
+        hdr: Hdr,
+        iov: &[&[u8]],
+        meta: TxMeta,
+    ) -> Result<(), u32> {
+        if meta.len > MAX_MSG_SIZE {
+            return Err(FI_EMSGSIZE);
+        }
+        self.check_submit()?;
+        let first = Hdr { large: true, ..hdr }.encode();
+        let cont = Hdr {
+            kind: KIND_FRAG,
+            ..Hdr::default()
+        }
+        .encode();
+        let mut ops = Vec::with_capacity(meta.len / FRAGMENT_SIZE + 2);
+        let (mut part, mut off) = (0, 0);
+        let mut left = meta.len;
+        while left > 0 {
+            let room = if ops.is_empty() {
+                FIRST_FRAGMENT
+            } else {
+                FRAGMENT_SIZE
+            };
+            let n = room.min(left);
+            let mut data = Vec::with_capacity(HDR_LEN + 8 + n);
+            if ops.is_empty() {
+                data.extend_from_slice(&first);
+                data.extend_from_slice(&(meta.len as u64).to_le_bytes());
+            } else {
+                data.extend_from_slice(&cont);
+            }
+            let mut need = n;
+            while need > 0 {
+                let b = iov[part];
+                let k = (b.len() - off).min(need);
+                data.extend_from_slice(&b[off..off + k]);
+                need -= k;
+                off += k;
+                if off == b.len() {
+                    part += 1;
+                    off = 0;
+                }
+            }
+            left -= n;
+            let m = TxMeta {
+                app: left == 0,
+                ..meta
+            };
+            ops.push(TxOp {
+                data,
+                meta: m,
+                write: None,
+                cont: !ops.is_empty(),
+            });
+        }
+        self.add_peer(avs, dest)?;
+        let p = self.peers.get_mut(&dest).ok_or(FI_EOTHER)?;
+        p.queue.extend(ops);
+        self.tx_outstanding += 1;
+        Ok(())
+    }
+
+    /// Why no send or write may be posted now: the endpoint is not enabled, or its
+    /// transmit queue is full (`-FI_EAGAIN`).
+    fn check_submit(&self) -> Result<(), u32> {
+        if !self.enabled {
+            return Err(FI_EOPBADSTATE);
+        }
+        if self.tx_outstanding >= QUEUE_SIZE {
+            return Err(FI_EAGAIN);
+        }
+        Ok(())
+    }
+
+    /// Starts connecting to AV entry `dest` when met for the first time.
+    fn add_peer(&mut self, avs: &[Option<AvState>], dest: u64) -> Result<(), u32> {
+        if !self.peers.contains_key(&dest) {
+            let av = self
+                .av
+                .and_then(|i| avs.get(i))
+                .and_then(Option::as_ref)
+                .ok_or(FI_EOPBADSTATE)?;
+            let addr = av
+                .addrs
+                .get(usize::try_from(dest).map_err(|_| FI_EINVAL)?)
+                .and_then(Option::as_ref)
+                .ok_or(FI_EINVAL)?;
+            let h = ConnHandle::from_bytes(addr).map_err(|_| FI_EINVAL)?;
+            let id = self
+                .worker
+                .connect_start(&h, QpConfig::default())
+                .map_err(|_| FI_ECONNREFUSED)?;
+            self.peers.insert(
+                dest,
+                Peer {
+                    conn: Conn::Connecting(id),
+                    queue: VecDeque::new(),
+                    handle: h,
+                },
+            );
+        }
+        Ok(())
     }
 
     /// An RMA write of the bytes `iov` to `dest` at `to` (copied now: the caller's buffer
@@ -1054,40 +1453,12 @@ impl EpState {
         if !self.enabled {
             return Err(FI_EOPBADSTATE);
         }
-        if meta.len > MAX_MSG_SIZE {
+        if meta.len > FRAGMENT_SIZE {
             return Err(FI_EMSGSIZE);
         }
-        if self.tx_outstanding >= QUEUE_SIZE {
-            return Err(FI_EAGAIN);
-        }
-        if !self.peers.contains_key(&dest) {
-            let av = self
-                .av
-                .and_then(|i| avs.get(i))
-                .and_then(Option::as_ref)
-                .ok_or(FI_EOPBADSTATE)?;
-            let addr = av
-                .addrs
-                .get(usize::try_from(dest).map_err(|_| FI_EINVAL)?)
-                .and_then(Option::as_ref)
-                .ok_or(FI_EINVAL)?;
-            let h = ConnHandle::from_bytes(addr).map_err(|_| FI_EINVAL)?;
-            let id = self
-                .worker
-                .connect_start(&h, QpConfig::default())
-                .map_err(|_| FI_ECONNREFUSED)?;
-            self.peers.insert(
-                dest,
-                Peer {
-                    conn: Conn::Connecting(id),
-                    queue: VecDeque::new(),
-                    handle: h,
-                },
-            );
-        }
-        let Some(p) = self.peers.get_mut(&dest) else {
-            return Err(FI_EOTHER);
-        };
+        self.check_submit()?;
+        self.add_peer(avs, dest)?;
+        let p = self.peers.get_mut(&dest).ok_or(FI_EOTHER)?;
         match &mut p.conn {
             Conn::Ready(q) if q.open && p.queue.is_empty() && !q.free.is_empty() => {
                 q.post(&mut self.worker, parts, meta, write)
@@ -1095,7 +1466,12 @@ impl EpState {
             }
             _ => {
                 let data = parts.concat();
-                p.queue.push_back(TxOp { data, meta, write });
+                p.queue.push_back(TxOp {
+                    data,
+                    meta,
+                    write,
+                    cont: false,
+                });
             }
         }
         self.tx_outstanding += 1;
@@ -1114,10 +1490,7 @@ impl EpState {
             return Err(FI_EOPBADSTATE);
         }
         if let Some(i) = self.find_unexpected(&r, avs) {
-            let u = self.unexpected.remove(i).expect("index in range");
-            let (hdr, rxcq, src) = (u.hdr, self.rxcq, self.src_of(u.qpn, avs));
-            let cn = self.cntrs.clone();
-            self.consume(u, |msg| deliver(&r, msg, &hdr, src, rxcq, cqs, &cn));
+            self.take_unexpected(i, Some(r), cqs, avs);
             return Ok(());
         }
         if self.recvs.len() + self.trecvs.len() >= QUEUE_SIZE {
@@ -1193,18 +1566,12 @@ impl EpState {
             }
             Probe::Peek { discard: false, .. } => cq_push(cqs, rxcq, meta),
             Probe::Peek { discard: true, .. } | Probe::Claim { discard: true } => {
-                let u = self.unexpected.remove(i).expect("index in range");
-                self.consume(u, |_| {});
+                self.take_unexpected(i, None, cqs, avs);
                 if r.completion || matches!(how, Probe::Peek { .. }) {
                     cq_push(cqs, rxcq, meta);
                 }
             }
-            Probe::Claim { discard: false } => {
-                let u = self.unexpected.remove(i).expect("index in range");
-                let hdr = u.hdr;
-                let cn = self.cntrs.clone();
-                self.consume(u, |msg| deliver(&r, msg, &hdr, src, rxcq, cqs, &cn));
-            }
+            Probe::Claim { discard: false } => self.take_unexpected(i, Some(r), cqs, avs),
         }
         Ok(())
     }
@@ -1218,8 +1585,10 @@ impl EpState {
                 q.iter()
                     .position(|r| r.ctx == ctx)
                     .and_then(|i| q.remove(i))
-            })
-            .ok_or(FI_ENOENT)?;
+            });
+        let Some(r) = r else {
+            return self.cancel_send(ctx, cqs);
+        };
         let op = if r.tagged { FI_TAGGED } else { FI_MSG };
         let e = Entry {
             ctx,
@@ -1230,6 +1599,40 @@ impl EpState {
             ..Entry::default()
         };
         cq_push(cqs, self.rxcq, e);
+        Ok(())
+    }
+}
+
+impl EpState {
+    /// `fi_cancel` of a send or write with context `ctx` still waiting in a peer's queue
+    /// (its connection being set up, or its QP's slots all in flight): removed, and an
+    /// `FI_ECANCELED` error entry. A large message only while its first fragment waits
+    /// too (once a fragment went, the rest must follow it). `-FI_ENOENT` when none waits.
+    fn cancel_send(&mut self, ctx: usize, cqs: &mut [Option<CqState>]) -> Result<(), u32> {
+        let found = self.peers.iter().find_map(|(&a, p)| {
+            let last = p
+                .queue
+                .iter()
+                .position(|op| op.meta.app && op.meta.ctx == ctx)?;
+            // Back to the message's first fragment, which must still be queued.
+            let first = (0..=last).rev().find(|&i| !p.queue[i].cont)?;
+            Some((a, first, last))
+        });
+        let (a, first, last) = found.ok_or(FI_ENOENT)?;
+        let Some(p) = self.peers.get_mut(&a) else {
+            return Err(FI_ENOENT);
+        };
+        let meta = p.queue[last].meta;
+        p.queue.drain(first..=last);
+        self.tx_outstanding = self.tx_outstanding.saturating_sub(1);
+        self.cntrs.count(meta.flags, true);
+        let e = Entry {
+            ctx,
+            flags: meta.flags,
+            err: FI_ECANCELED as c_int,
+            ..Entry::default()
+        };
+        cq_push(cqs, self.txcq, e);
         Ok(())
     }
 }
@@ -2679,7 +3082,21 @@ unsafe extern "C" fn ep_open(
                 )
             },
         };
-        let mut state = match EpState::open(directed) {
+        // The source address fi_getinfo answered (or the application set): the
+        // listener's host, port and secret.
+        // SAFETY: the caller's info, null or live, and its src_addr of src_addrlen bytes.
+        let src = match unsafe { info.as_ref() } {
+            Some(i) if !i.src_addr.is_null() => {
+                let b =
+                    unsafe { std::slice::from_raw_parts(i.src_addr.cast::<u8>(), i.src_addrlen) };
+                match source_addr(b) {
+                    Some(a) => Some(a),
+                    None => return neg(FI_EINVAL),
+                }
+            }
+            _ => None,
+        };
+        let mut state = match EpState::open(directed, src) {
             Ok(s) => s,
             Err(e) => return neg(e),
         };
@@ -3130,6 +3547,7 @@ fn msg_hdr(data: Option<u64>) -> Hdr {
         kind: KIND_MSG,
         data: data.map(|d| d as u32),
         tag: 0,
+        large: false,
     }
 }
 
@@ -3139,6 +3557,7 @@ fn tagged_hdr(tag: u64, data: Option<u64>) -> Hdr {
         kind: KIND_TAGGED,
         data: data.map(|d| d as u32),
         tag,
+        large: false,
     }
 }
 
@@ -3513,7 +3932,7 @@ fn post_write(
                 s.write(avs, dest, &slices, to, ctx as usize, completion)
             }
             Err(_) if !s.enabled => Err(FI_EOPBADSTATE),
-            Err(_) if len > MAX_MSG_SIZE => Err(FI_EMSGSIZE),
+            Err(_) if len > FRAGMENT_SIZE => Err(FI_EMSGSIZE),
             Err(_) => {
                 s.cntrs.count(FI_WRITE as u64, true);
                 let e = Entry {

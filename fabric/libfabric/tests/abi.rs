@@ -4,6 +4,7 @@
 //! arrives whole.
 
 use mrc_fi::ffi::*;
+use std::ffi::CStr;
 use std::os::raw::{c_int, c_void};
 use std::ptr::null_mut;
 use std::time::{Duration, Instant};
@@ -779,7 +780,7 @@ fn unexpected_messages_past_the_copy_budget_wait_in_their_slots() {
         let me = 0;
         // 12 messages of 1 MiB: the first 8 fill UNEXPECTED_BYTES (copied out), the other
         // 4 stay in their staging slots; every byte arrives, in order.
-        let mib = mrc_fi::MAX_MSG_SIZE;
+        let mib = mrc_fi::FRAGMENT_SIZE;
         assert_eq!(8 * mib, mrc_fi::UNEXPECTED_BYTES);
         let msgs: Vec<Vec<u8>> = (0..12u8)
             .map(|i| (0..mib).map(|k| (k as u8) ^ i.wrapping_mul(37)).collect())
@@ -2109,5 +2110,478 @@ fn mr_mode_answers_the_offered_bits_the_provider_uses() {
         let v14 = (1 << 16) | 4;
         assert_eq!(answer(v14, 0), FI_MR_SCALABLE as c_int);
         assert_eq!(answer(v14, FI_MR_BASIC), FI_MR_BASIC as c_int);
+    }
+}
+
+/// `len` bytes that differ from those of another `seed` and repeat only after 251 bytes.
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|k| ((k % 251) as u8).wrapping_add(seed).wrapping_mul(7) ^ (k >> 20) as u8)
+        .collect()
+}
+
+/// A few progress passes on every endpoint, whose entries go to `other` (messages
+/// arriving before their receive is posted: unexpected).
+fn spin(net: &Net, passes: usize, other: &mut Vec<Cqe>) {
+    for _ in 0..passes {
+        for j in 0..net.eps.len() {
+            other.extend(net.read_once(j));
+        }
+    }
+}
+
+/// Progress passes on every endpoint until `other` holds `n` entries (within
+/// [`DEADLINE`]); no more may come.
+fn settle(net: &Net, n: usize, other: &mut Vec<Cqe>) {
+    let t = Instant::now();
+    while other.len() < n {
+        assert!(t.elapsed() < DEADLINE, "{} of {n}: {other:?}", other.len());
+        spin(net, 1, other);
+    }
+    assert_eq!(other.len(), n, "{other:?}");
+}
+
+const MIB: usize = 1 << 20;
+
+#[test]
+fn large_tagged_messages_expected_unexpected_and_interleaved_every_byte() {
+    unsafe {
+        let net = Net::new(3, FI_TAGGED as u64 | FI_DIRECTED_RECV | FI_SOURCE);
+        let (a, b, r) = (0, 1, 2);
+        let mut other = Vec::new();
+        // Expected: 5 MiB, receive posted first.
+        let m5 = pattern(5 * MIB, 1);
+        let mut b5 = vec![0u8; 5 * MIB];
+        assert_eq!(net.trecv(r, &mut b5, mrc_fi::FI_ADDR_UNSPEC, 1, 0, 1), 0);
+        assert_eq!(net.tsend(a, r, &m5, 1, 10), 0);
+        assert_eq!(net.wait(r, 1, &mut other), [got(1, &b5, 5 * MIB, 1)]);
+        assert!(b5 == m5, "5 MiB expected differs");
+        assert_eq!(net.wait(a, 1, &mut other), [sent(10, 5 * MIB)]);
+        assert_eq!(other, []);
+
+        // Unexpected: 64 MiB + 3 from A, then a small one from A (after it on the same
+        // QP) and one from B; B's is taken while A's waits, A's arrive in order.
+        let big = 64 * MIB + 3;
+        let m64 = pattern(big, 2);
+        assert_eq!(net.tsend(a, r, &m64, 2, 11), 0);
+        assert_eq!(net.tsend(a, r, b"after", 3, 12), 0);
+        assert_eq!(net.tsend(b, r, b"other peer", 4, 13), 0);
+        spin(&net, 200, &mut other);
+        let mut small = [0u8; 16];
+        assert_eq!(net.trecv(r, &mut small, mrc_fi::FI_ADDR_UNSPEC, 4, 0, 2), 0);
+        assert_eq!(net.wait(r, 1, &mut other), [got(2, &small, 10, 4)]);
+        assert_eq!(&small[..10], b"other peer");
+        let mut b64 = vec![0u8; big];
+        assert_eq!(net.trecv(r, &mut b64, mrc_fi::FI_ADDR_UNSPEC, 2, 0, 3), 0);
+        let mut after = [0u8; 8];
+        assert_eq!(net.trecv(r, &mut after, mrc_fi::FI_ADDR_UNSPEC, 3, 0, 4), 0);
+        let e = net.wait(r, 2, &mut other);
+        assert_eq!(e, [got(3, &b64, big, 2), got(4, &after, 5, 3)]);
+        assert!(b64 == m64, "64 MiB + 3 unexpected differs");
+        assert_eq!(&after[..5], b"after");
+        settle(&net, 3, &mut other);
+        other.sort_by_key(|c| c.ctx);
+        assert_eq!(other, [sent(11, big), sent(12, 5), sent(13, 10)]);
+        other.clear();
+
+        // Directed: large messages from A and B with the same tag; the receive for B's
+        // entry takes B's, whichever arrives first.
+        let (ma, mb) = (pattern(3 * MIB + 5, 3), pattern(2 * MIB + 7, 4));
+        assert_eq!(net.tsend(a, r, &ma, 5, 14), 0);
+        assert_eq!(net.tsend(b, r, &mb, 5, 15), 0);
+        spin(&net, 20, &mut other);
+        let (mut bb, mut ba) = (vec![0u8; 4 * MIB], vec![0u8; 4 * MIB]);
+        assert_eq!(net.trecv(r, &mut bb, net.addr[b], 5, 0, 5), 0);
+        assert_eq!(net.wait(r, 1, &mut other), [got(5, &bb, mb.len(), 5)]);
+        assert!(bb[..mb.len()] == mb[..] && bb[mb.len()..].iter().all(|&x| x == 0));
+        assert_eq!(net.trecv(r, &mut ba, mrc_fi::FI_ADDR_UNSPEC, 5, 0, 6), 0);
+        assert_eq!(net.wait(r, 1, &mut other), [got(6, &ba, ma.len(), 5)]);
+        assert!(ba[..ma.len()] == ma[..] && ba[ma.len()..].iter().all(|&x| x == 0));
+        settle(&net, 2, &mut other);
+        other.sort_by_key(|c| c.ctx);
+        assert_eq!(other, [sent(14, ma.len()), sent(15, mb.len())]);
+        // FI_SOURCE: fi_cq_readfrom names the sender of a large message.
+        let mf = pattern(2 * MIB + 1, 9);
+        let mut bf = vec![0u8; mf.len()];
+        assert_eq!(net.trecv(r, &mut bf, mrc_fi::FI_ADDR_UNSPEC, 6, 0, 7), 0);
+        assert_eq!(net.tsend(b, r, &mf, 6, 16), 0);
+        assert_eq!(readfrom(&net, r), (got(7, &bf, mf.len(), 6), net.addr[b]));
+        assert!(bf == mf, "2 MiB + 1 differs");
+        assert_eq!(
+            readfrom(&net, b),
+            (sent(16, mf.len()), mrc_fi::FI_ADDR_NOTAVAIL)
+        );
+        net.quiet();
+    }
+}
+
+#[test]
+fn large_messages_truncate_into_smaller_buffers_with_exact_olen() {
+    unsafe {
+        let net = Net::new(2, FI_TAGGED as u64);
+        let (a, r) = (0, 1);
+        let mut other = Vec::new();
+        let m = pattern(5 * MIB, 5);
+        let keep = 3 * MIB + 1;
+        let trunc = |c: usize, buf: &[u8]| Cqe {
+            err: FI_ETRUNC as c_int,
+            olen: m.len() - keep,
+            ..got(c, buf, keep, 7)
+        };
+        // Expected, then unexpected: the first `keep` bytes land, not one more.
+        for (unexpected, c) in [(false, 1), (true, 2)] {
+            let mut buf = vec![0u8; 4 * MIB];
+            if unexpected {
+                assert_eq!(net.tsend(a, r, &m, 7, 10 + c), 0);
+                spin(&net, 50, &mut other);
+            }
+            assert_eq!(
+                net.trecv(r, &mut buf[..keep], mrc_fi::FI_ADDR_UNSPEC, 7, 0, c),
+                0
+            );
+            if !unexpected {
+                assert_eq!(net.tsend(a, r, &m, 7, 10 + c), 0);
+            }
+            assert_eq!(net.wait(r, 1, &mut other), [trunc(c, &buf)]);
+            assert!(buf[..keep] == m[..keep], "kept bytes differ");
+            assert!(
+                buf[keep..].iter().all(|&x| x == 0),
+                "a byte past the buffer"
+            );
+            settle(&net, 1, &mut other);
+            assert_eq!(other, [sent(10 + c, m.len())]);
+            other.clear();
+        }
+        net.quiet();
+    }
+}
+
+#[test]
+fn large_messages_peek_claim_discard_and_untagged_gather() {
+    unsafe {
+        let net = Net::new(2, (FI_TAGGED | FI_MSG) as u64);
+        let (a, r) = (0, 1);
+        let mut other = Vec::new();
+        let peek = FI_PEEK as u64;
+        let found = |c: usize, len: usize, tag: u64| Cqe {
+            buf: 0,
+            ..got(c, &[], len, tag)
+        };
+        // A peek sees a large message's whole length as soon as its first fragment
+        // arrived; a claim takes it later, every byte.
+        let m1 = pattern(9 * MIB + 1, 6);
+        assert_eq!(net.tsend(a, r, &m1, 1, 10), 0);
+        let t = Instant::now();
+        loop {
+            assert!(t.elapsed() < DEADLINE);
+            assert_eq!(net.trecvmsg(r, None, 1, 0, 20, peek), 0);
+            let e = net.wait(r, 1, &mut other);
+            if e[0].err == 0 {
+                assert_eq!(e, [found(20, m1.len(), 1)]);
+                break;
+            }
+            assert_eq!(e[0].err, FI_ENOMSG as c_int);
+        }
+        assert_eq!(net.trecvmsg(r, None, 1, 0, 21, peek | FI_CLAIM), 0);
+        assert_eq!(net.wait(r, 1, &mut other), [found(21, m1.len(), 1)]);
+        let mut b1 = vec![0u8; m1.len()];
+        assert_eq!(net.trecvmsg(r, Some(&mut b1), 1, 0, 21, FI_CLAIM), 0);
+        assert_eq!(net.wait(r, 1, &mut other), [got(21, &b1, m1.len(), 1)]);
+        assert!(b1 == m1, "claimed message differs");
+        // A discarded large message leaves nothing; the next from the same peer arrives.
+        let m2 = pattern(6 * MIB, 7);
+        assert_eq!(net.tsend(a, r, &m2, 2, 11), 0);
+        assert_eq!(net.tsend(a, r, b"next", 3, 12), 0);
+        let t = Instant::now();
+        loop {
+            assert!(t.elapsed() < DEADLINE);
+            assert_eq!(net.trecvmsg(r, None, 2, 0, 22, peek | FI_DISCARD), 0);
+            let e = net.wait(r, 1, &mut other);
+            if e[0].err == 0 {
+                assert_eq!(e, [found(22, m2.len(), 2)]);
+                break;
+            }
+        }
+        let mut nb = [0u8; 4];
+        assert_eq!(net.trecv(r, &mut nb, mrc_fi::FI_ADDR_UNSPEC, 0, !0, 23), 0);
+        assert_eq!(net.wait(r, 1, &mut other), [got(23, &nb, 4, 3)]);
+        assert_eq!(&nb, b"next");
+        settle(&net, 3, &mut other);
+        other.sort_by_key(|c| c.ctx);
+        assert_eq!(other, [sent(10, m1.len()), sent(11, m2.len()), sent(12, 4)]);
+        other.clear();
+        // Untagged, from three iovecs that cross fragment boundaries, into two.
+        let m3 = pattern(4 * MIB + 11, 8);
+        let (x, rest) = m3.split_at(MIB - 3);
+        let (y, z) = rest.split_at(2 * MIB + 1);
+        let iov = [x, y, z].map(|s| iovec {
+            iov_base: s.as_ptr() as *mut c_void,
+            iov_len: s.len(),
+        });
+        let ms = net.msg(a);
+        let sv = (ms.sendv.unwrap())(
+            net.eps[a],
+            iov.as_ptr(),
+            null_mut(),
+            3,
+            net.addr[r],
+            ctx(13),
+        );
+        assert_eq!(sv, 0);
+        let (mut p, mut q) = (vec![0u8; 3 * MIB], vec![0u8; 2 * MIB]);
+        let riov = [&mut p, &mut q].map(|s| iovec {
+            iov_base: s.as_mut_ptr().cast(),
+            iov_len: s.len(),
+        });
+        let mr = net.msg(r);
+        let rv = (mr.recvv.unwrap())(net.eps[r], riov.as_ptr(), null_mut(), 2, u64::MAX, ctx(24));
+        assert_eq!(rv, 0);
+        let e = net.wait(r, 1, &mut other);
+        let want = Cqe {
+            flags: (FI_RECV | FI_MSG) as u64,
+            tag: 0,
+            ..got(24, &p, m3.len(), 0)
+        };
+        assert_eq!(e, [want]);
+        assert!(p[..] == m3[..3 * MIB] && q[..m3.len() - 3 * MIB] == m3[3 * MIB..]);
+        assert!(q[m3.len() - 3 * MIB..].iter().all(|&x| x == 0));
+        settle(&net, 1, &mut other);
+        let s = Cqe {
+            flags: (FI_SEND | FI_MSG) as u64,
+            ..sent(13, m3.len())
+        };
+        assert_eq!(other, [s]);
+        net.quiet();
+    }
+}
+
+/// `fi_getinfo` (the provider's) with `node`, `service` and `flags`, no hints: the
+/// `fi_info`, or the negative code.
+unsafe fn getinfo_at(
+    node: Option<&CStr>,
+    service: Option<&CStr>,
+    flags: u64,
+) -> Result<*mut fi_info, c_int> {
+    unsafe {
+        let prov = &*mrc_fi::fi_prov_ini();
+        let mut info: *mut fi_info = null_mut();
+        let p = |s: Option<&CStr>| s.map_or(std::ptr::null(), CStr::as_ptr);
+        let r = (prov.getinfo.unwrap())(
+            (1 << 16) | 17,
+            p(node),
+            p(service),
+            flags,
+            null_mut(),
+            &mut info,
+        );
+        if r == 0 { Ok(info) } else { Err(r) }
+    }
+}
+
+/// The `len` bytes at `p` (an `fi_info`'s address), or `None` for null.
+unsafe fn addr_bytes(p: *mut c_void, len: usize) -> Option<Vec<u8>> {
+    (!p.is_null()).then(|| unsafe { std::slice::from_raw_parts(p.cast::<u8>(), len) }.to_vec())
+}
+
+#[test]
+fn getinfo_names_addresses_from_a_node_and_service_that_endpoints_bind_and_avs_take() {
+    use mrc_fabric::engine::{ConnHandle, ListenOptions};
+    use std::ffi::CString;
+    use std::net::SocketAddr;
+    unsafe {
+        let named = |port: u16| {
+            let at = SocketAddr::from(([127, 0, 0, 1], port));
+            ConnHandle::new(at, mrc_fi::NAMED_SECRET, ListenOptions::default())
+                .to_bytes()
+                .to_vec()
+        };
+        // Nothing named: a source at the provider's IP, port 0; no destination.
+        let i = getinfo_at(None, None, 0).unwrap();
+        assert_eq!((*i).src_addrlen, mrc_fi::ADDR_LEN);
+        assert_eq!(addr_bytes((*i).src_addr, (*i).src_addrlen), Some(named(0)));
+        assert_eq!(addr_bytes((*i).dest_addr, (*i).dest_addrlen), None);
+        mrc_fi::free_info(i);
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let service = CString::new(port.to_string()).unwrap();
+        // A node and service with FI_SOURCE: the source; without: the destination (the
+        // source as if nothing were named). "localhost" resolves to 127.0.0.1.
+        let server = getinfo_at(Some(c"127.0.0.1"), Some(&service), FI_SOURCE).unwrap();
+        assert_eq!(
+            addr_bytes((*server).src_addr, (*server).src_addrlen),
+            Some(named(port))
+        );
+        assert_eq!(
+            addr_bytes((*server).dest_addr, (*server).dest_addrlen),
+            None
+        );
+        let client = getinfo_at(Some(c"localhost"), Some(&service), 0).unwrap();
+        assert_eq!(
+            addr_bytes((*client).src_addr, (*client).src_addrlen),
+            Some(named(0))
+        );
+        assert_eq!(
+            addr_bytes((*client).dest_addr, (*client).dest_addrlen),
+            Some(named(port))
+        );
+        mrc_fi::free_info(client);
+        // A service alone is the source; a node alone without FI_SOURCE names no listener.
+        let s = getinfo_at(None, Some(&service), 0).unwrap();
+        assert_eq!(
+            addr_bytes((*s).src_addr, (*s).src_addrlen),
+            Some(named(port))
+        );
+        mrc_fi::free_info(s);
+        let s = getinfo_at(Some(c"127.0.0.1"), None, 0).unwrap();
+        assert_eq!(addr_bytes((*s).dest_addr, (*s).dest_addrlen), None);
+        mrc_fi::free_info(s);
+        // A service that is not a port, a node that does not resolve: FI_ENODATA.
+        let nodata = -(FI_ENODATA as c_int);
+        assert_eq!(
+            getinfo_at(None, Some(c"http"), FI_SOURCE).err(),
+            Some(nodata)
+        );
+        assert_eq!(
+            getinfo_at(None, Some(c"70000"), FI_SOURCE).err(),
+            Some(nodata)
+        );
+        assert_eq!(
+            getinfo_at(Some(c"no-such-host.invalid"), Some(&service), 0).err(),
+            Some(nodata)
+        );
+
+        // An endpoint opened from the source info listens there: its name is that address;
+        // a second one, the port taken, listens where the kernel says, with a secret of its
+        // own; one with a source that is not ours is refused. A peer that knows only host
+        // and port reaches the first.
+        let mut net = Net::new(1, FI_TAGGED as u64);
+        let dops = &*(*net.domain).ops;
+        let name_of = |ep: *mut fid_ep| {
+            let mut name = [0u8; mrc_fi::ADDR_LEN];
+            let mut len = name.len();
+            let cm = &*(*ep).cm;
+            assert_eq!(
+                (cm.getname.unwrap())(&mut (*ep).fid, name.as_mut_ptr().cast(), &mut len),
+                0
+            );
+            name.to_vec()
+        };
+        let mut ep: *mut fid_ep = null_mut();
+        assert_eq!(
+            (dops.endpoint.unwrap())(net.domain, server, &mut ep, null_mut()),
+            0
+        );
+        assert_eq!(name_of(ep), named(port));
+        let mut again: *mut fid_ep = null_mut();
+        assert_eq!(
+            (dops.endpoint.unwrap())(net.domain, server, &mut again, null_mut()),
+            0
+        );
+        let second = name_of(again);
+        assert_eq!(second[..6], named(port)[..6]);
+        assert_eq!(second[8..24], named(port)[8..24]);
+        assert_ne!(second[6..8], named(port)[6..8]);
+        assert_ne!(second[24..56], named(port)[24..56]);
+        assert_eq!(close(&mut (*again).fid), 0);
+        let mut junk = [7u8; mrc_fi::ADDR_LEN];
+        let (keep, keeplen) = ((*server).src_addr, (*server).src_addrlen);
+        (*server).src_addr = junk.as_mut_ptr().cast();
+        assert_eq!(
+            (dops.endpoint.unwrap())(net.domain, server, &mut again, null_mut()),
+            -(FI_EINVAL as c_int)
+        );
+        (*server).src_addr = keep;
+        (*server).src_addrlen = keeplen;
+        mrc_fi::free_info(server);
+        let mut cq: *mut fid_cq = null_mut();
+        let mut cq_attr = fi_cq_attr {
+            format: FI_CQ_FORMAT_TAGGED,
+            ..Default::default()
+        };
+        assert_eq!(
+            (dops.cq_open.unwrap())(net.domain, &mut cq_attr, &mut cq, null_mut()),
+            0
+        );
+        let eops = &*(*ep).fid.ops;
+        assert_eq!(
+            (eops.bind.unwrap())(&mut (*ep).fid, &mut (*net.av).fid, 0),
+            0
+        );
+        let both = (FI_TRANSMIT | FI_RECV) as u64;
+        assert_eq!(
+            (eops.bind.unwrap())(&mut (*ep).fid, &mut (*cq).fid, both),
+            0
+        );
+        assert_eq!(
+            (eops.control.unwrap())(&mut (*ep).fid, FI_ENABLE as c_int, null_mut()),
+            0
+        );
+        // The AV takes the address built from host and port (the client's dest_addr).
+        let mut fa = 0u64;
+        let aops = &*(*net.av).ops;
+        let dest = named(port);
+        assert_eq!(
+            (aops.insert.unwrap())(net.av, dest.as_ptr().cast(), 1, &mut fa, 0, null_mut()),
+            1
+        );
+        net.eps.push(ep);
+        net.cqs.push(cq);
+        net.addr.push(fa);
+        let (c, s) = (0, 1);
+        let mut other = Vec::new();
+        let mut b = [0u8; 8];
+        assert_eq!(net.trecv(s, &mut b, mrc_fi::FI_ADDR_UNSPEC, 0, !0, 1), 0);
+        assert_eq!(net.tsend(c, s, b"by port", 9, 2), 0);
+        assert_eq!(net.wait(s, 1, &mut other), [got(1, &b, 7, 9)]);
+        assert_eq!(&b[..7], b"by port");
+        settle(&net, 1, &mut other);
+        assert_eq!(other, [sent(2, 7)]);
+        // And back, to the client's own name.
+        other.clear();
+        let mut back = [0u8; 4];
+        assert_eq!(net.trecv(c, &mut back, mrc_fi::FI_ADDR_UNSPEC, 0, !0, 3), 0);
+        assert_eq!(net.tsend(s, c, b"back", 10, 4), 0);
+        assert_eq!(net.wait(c, 1, &mut other), [got(3, &back, 4, 10)]);
+        assert_eq!(&back, b"back");
+        settle(&net, 1, &mut other);
+        assert_eq!(other, [sent(4, 4)]);
+        net.quiet();
+    }
+}
+
+#[test]
+fn a_send_still_queued_for_its_connection_is_cancelled() {
+    unsafe {
+        let net = Net::new(2, FI_TAGGED as u64);
+        let (a, r) = (0, 1);
+        let mut other = Vec::new();
+        // No progress yet: the connection to R is being set up, so all three wait in A's
+        // queue for it (a large one as its fragments).
+        let big = pattern(3 * MIB + 1, 11);
+        assert_eq!(net.tsend(a, r, b"one", 1, 10), 0);
+        assert_eq!(net.tsend(a, r, &big, 2, 11), 0);
+        assert_eq!(net.tsend(a, r, b"three", 3, 12), 0);
+        assert_eq!(net.cancel(a, 11), 0);
+        assert_eq!(net.cancel(a, 10), 0);
+        assert_eq!(net.cancel(a, 11), neg(FI_ENOENT));
+        assert_eq!(net.cancel(a, 99), neg(FI_ENOENT));
+        let cancelled = |c: usize| Cqe {
+            err: FI_ECANCELED as c_int,
+            ..sent(c, 0)
+        };
+        assert_eq!(net.wait(a, 2, &mut other), [cancelled(11), cancelled(10)]);
+        // Only "three" arrives.
+        let mut b = vec![0u8; 4 * MIB];
+        assert_eq!(net.trecv(r, &mut b, mrc_fi::FI_ADDR_UNSPEC, 0, !0, 20), 0);
+        assert_eq!(net.wait(r, 1, &mut other), [got(20, &b, 5, 3)]);
+        assert_eq!(&b[..5], b"three");
+        settle(&net, 1, &mut other);
+        assert_eq!(other, [sent(12, 5)]);
+        // A send that left cannot be cancelled.
+        assert_eq!(net.cancel(a, 12), neg(FI_ENOENT));
+        net.quiet();
     }
 }

@@ -92,7 +92,7 @@ fn fi_info_lists_the_mrc_provider() {
         "        mr_key_size: 4",
         "        mem_tag_format: 0xaaaaaaaaaaaaaaaa",
         "        cq_data_size: 4",
-        "        max_msg_size: 1048576",
+        "        max_msg_size: 1073741824",
         "        inject_size: 4096",
         "        threading: FI_THREAD_SAFE",
         "        data_progress: FI_PROGRESS_MANUAL",

@@ -1,5 +1,5 @@
-//! Open MPI over the provider: `tests/mpi_check.c` (ring `MPI_Sendrecv` from 0 B to 1 MiB
-//! with every byte checked, `MPI_Probe` from `MPI_ANY_SOURCE`, `MPI_Mprobe` / `MPI_Mrecv`
+//! Open MPI over the provider: `tests/mpi_check.c` (ring `MPI_Sendrecv` from 0 B to 16 MiB,
+//! 4 MiB and 16 MiB among them, with every byte checked, `MPI_Probe` from `MPI_ANY_SOURCE`, `MPI_Mprobe` / `MPI_Mrecv`
 //! with `MPI_ANY_TAG`, receives for one source each posted in reverse rank order,
 //! `MPI_Allreduce`, `MPI_Bcast`, `MPI_Alltoall`, `MPI_Barrier`) built with `mpicc` and
 //! run by `mpirun` with 4 ranks on loopback through Open MPI's OFI MTL

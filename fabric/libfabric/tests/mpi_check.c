@@ -11,11 +11,11 @@ static unsigned char pattern(int i, int from, int salt)
     return (unsigned char)(i * 7 + from * 13 + salt);
 }
 
-/* MPI_Sendrecv around the ring at sizes from 0 B to 1 MiB (max_msg_size), every byte
- * checked. */
+/* MPI_Sendrecv around the ring at sizes from 0 B to 16 MiB (past 1 MiB the provider sends
+ * fragments), every byte checked. */
 static int ring(int rank, int size)
 {
-    static const int sizes[] = {0, 1, 100, 4096, 65536, 1 << 20};
+    static const int sizes[] = {0, 1, 100, 4096, 65536, 1 << 20, 4 << 20, 16 << 20};
     int bad = 0;
     for (int s = 0; s < (int)(sizeof(sizes) / sizeof(sizes[0])); s++) {
         int n = sizes[s];

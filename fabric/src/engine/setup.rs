@@ -141,6 +141,21 @@ pub enum HandleError {
 }
 
 impl ConnHandle {
+    /// The handle of a listener at `addr` with `secret` and the options' flags: what
+    /// [`super::Worker::listen_at`] with the same arguments answers (a port 0 is encoded
+    /// as is, and [`ConnHandle::from_bytes`] refuses it: it names no listener yet).
+    pub fn new(addr: SocketAddr, secret: [u8; SECRET_BYTES], opts: ListenOptions) -> ConnHandle {
+        ConnHandle {
+            addr,
+            secret,
+            flags: if opts.authenticate_packets {
+                HANDLE_FLAG_AUTH_PACKETS
+            } else {
+                0
+            },
+        }
+    }
+
     /// The listener's TCP address.
     pub fn addr(&self) -> SocketAddr {
         self.addr
@@ -661,10 +676,13 @@ impl Setup {
         self.next_id
     }
 
-    /// Opens a listener on `ip`, port 0 (the kernel picks it).
+    /// Opens a listener on `ip` and `port` (0: the kernel picks it) with `secret` (`None`:
+    /// drawn from the OS CSPRNG).
     pub(crate) fn listen(
         &mut self,
         ip: IpAddr,
+        port: u16,
+        secret: Option<[u8; SECRET_BYTES]>,
         cfg: QpConfig,
         opts: ListenOptions,
     ) -> Result<(ListenerId, ConnHandle), EngineError> {
@@ -679,11 +697,17 @@ impl Setup {
                 "listen needs a unicast IP, not the multicast {ip} (the handle names it)"
             )));
         }
-        let sock = TcpListener::bind(SocketAddr::new(ip, 0)).map_err(io_fail("listen"))?;
+        let sock = TcpListener::bind(SocketAddr::new(ip, port)).map_err(io_fail("listen"))?;
         sock.set_nonblocking(true).map_err(io_fail("listen"))?;
         let addr = sock.local_addr().map_err(io_fail("listen"))?;
-        let mut secret = [0u8; SECRET_BYTES];
-        source::random_bytes(&mut secret).map_err(EngineError::Refused)?;
+        let secret = match secret {
+            Some(s) => s,
+            None => {
+                let mut s = [0u8; SECRET_BYTES];
+                source::random_bytes(&mut s).map_err(EngineError::Refused)?;
+                s
+            }
+        };
         let handle = ConnHandle {
             addr,
             secret,

@@ -361,7 +361,27 @@ impl<D: Datapath> Worker<D> {
         opts: ListenOptions,
     ) -> Result<(ListenerId, ConnHandle), EngineError> {
         let ip = self.udp_addr().ip();
-        self.setup.listen(ip, cfg, opts)
+        self.setup.listen(ip, 0, None, cfg, opts)
+    }
+
+    /// [`Worker::listen_with`] at a chosen TCP `port` (0: the kernel picks it) of the
+    /// worker's IP, with a chosen `secret` (`None`: drawn from the OS CSPRNG), for a
+    /// layer that names its listeners itself (the libfabric provider's `fi_getinfo`
+    /// with a node and service). A secret the caller chose is only as secret as the
+    /// caller keeps it: one derived from public facts lets anyone who can reach the port
+    /// connect.
+    ///
+    /// # Errors
+    /// As [`Worker::listen`], and `EngineError::Bootstrap` when the port is taken.
+    pub fn listen_at(
+        &mut self,
+        cfg: QpConfig,
+        opts: ListenOptions,
+        port: u16,
+        secret: Option<[u8; super::setup::SECRET_BYTES]>,
+    ) -> Result<(ListenerId, ConnHandle), EngineError> {
+        let ip = self.udp_addr().ip();
+        self.setup.listen(ip, port, secret, cfg, opts)
     }
 
     /// The next connection listener `id` completed, as the QPN of its new QP (connected,
