@@ -14,9 +14,9 @@
 #   MRC_FI_SO      the provider to test (default: cargo build --release -p mrc-fi,
 #                  target/release/libmrc_fi.so)
 #   ITERS_LAT      pingpong iterations (default 10000); ITERS_BW tagged_bw's (default 2000)
-# Each pair is a server and a client on 127.0.0.1 (mrc's addresses exchanged out of band,
-# fabtests' `-b`; the others' by `-s 127.0.0.1`), under a 60 s timeout; a failed pair is
-# tried once more, then the script exits 1 with its output.
+# Each pair is a server and a client bound to 127.0.0.1 (`-s 127.0.0.1`, the client
+# naming the server's host), under a 60 s timeout; a failed pair is tried once more, then
+# the script exits 1 with its output.
 set -euo pipefail
 if [ "${1:-}" = -h ] || [ "${1:-}" = --help ]; then
   sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'
@@ -42,11 +42,7 @@ mkdir "$T/prov"
 cp "$MRC_FI_SO" "$T/prov/libmrc-fi.so"
 # pair TOOL PROVIDER SIZE ITERS: the client's last table line.
 pair() {
-  local tool=$1 prov=$2 size=$3 iters=$4 try rc addr
-  # mrc's addresses go out of band (-b: its fi_getinfo does not yet turn a node name into
-  # an address its AV takes); libfabric's own providers bind 127.0.0.1 (-s), as their
-  # endpoint would clash with -b's control port.
-  if [ "$prov" = mrc ]; then addr=(-b); else addr=(-s 127.0.0.1); fi
+  local tool=$1 prov=$2 size=$3 iters=$4 try rc addr=(-s 127.0.0.1)
   for try in 1 2; do
     FI_PROVIDER_PATH=$T/prov timeout 60 "$B/$tool" -p "$prov" "${addr[@]}" -S "$size" -I "$iters" >"$T/server" 2>&1 &
     local spid=$!
