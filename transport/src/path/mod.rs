@@ -29,8 +29,8 @@
 
 use crate::stats::EvStats;
 pub use plane::{
-    MAX_PLANES, PLANE_PROBE_BACKOFF_SHIFT, Plane, PlaneDownCause, PlaneState, PlaneStats,
-    REPLACE_AFTER_UNANSWERED_PROBES, plane_down_after_evs,
+    MAX_PLANES, PLANE_BALANCE_SLACK, PLANE_PROBE_BACKOFF_SHIFT, Plane, PlaneDownCause, PlaneState,
+    PlaneStats, REPLACE_AFTER_UNANSWERED_PROBES, plane_down_after_evs,
 };
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -181,6 +181,18 @@ impl RecycleFifo {
 
     fn iter(&self) -> impl Iterator<Item = usize> + '_ {
         (0..self.len).map(|k| self.buf[(self.head + k) & RECYCLE_MASK])
+    }
+
+    /// Removes the entry `k` places from the oldest (`k < len`), the later ones moving up
+    /// one place. O(len - k): for the plane balance's rarer picks.
+    fn remove(&mut self, k: usize) {
+        if k >= self.len {
+            return;
+        }
+        for j in k..self.len - 1 {
+            self.buf[(self.head + j) & RECYCLE_MASK] = self.buf[(self.head + j + 1) & RECYCLE_MASK];
+        }
+        self.len -= 1;
     }
 
     /// The entry `k` places from the oldest (`k < len`).

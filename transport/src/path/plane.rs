@@ -35,7 +35,7 @@
 //! that reports the plane up again makes its probe due at once. A plane back from `Local`
 //! has its EVs probed at once too.
 
-use super::{PathState, PathTable};
+use super::{PathState, PathTable, Selection, wrap};
 use crate::stats::EvStats;
 use std::collections::VecDeque;
 
@@ -52,6 +52,12 @@ pub const REPLACE_AFTER_UNANSWERED_PROBES: u32 = 3;
 /// plane back at 1.1 ms was found at 1.75 ms), and the probes of a dead plane load
 /// nothing but that plane.
 pub const PLANE_PROBE_BACKOFF_SHIFT: u32 = 1;
+
+/// A flow's packets in flight on the plane of the recycled EV next in line may lead those
+/// on its least loaded plane that is up by this many before the next packet goes on that
+/// plane instead ([`PathTable::select_balanced`]): one packet either way is the ordinary
+/// jitter of acknowledgements coming back.
+pub const PLANE_BALANCE_SLACK: u32 = 2;
 
 /// Most planes a connection knows (the Port Status Update's bitmap is 32 bits). MRC's
 /// deployments use 2 to 8 (an 800G NIC as 8 x 100G planes).
@@ -583,6 +589,92 @@ impl PathTable {
             Some(PlaneState::Down(_)) => (PathState::AssumedBad, true),
             _ => (PathState::Good, false),
         }
+    }
+
+    /// [`PathTable::select`] with the flow's packets in flight per plane (`in_flight[q]`
+    /// for plane `q`, by the EV of their latest transmission; the sender counts them,
+    /// [`crate::send::SendState::in_flight_by_plane`]): with recycled entropy on two
+    /// planes or more, when the packets in flight on the plane of the recycled EV next in
+    /// line lead those on an `Up` plane by [`PLANE_BALANCE_SLACK`] or more, the packet
+    /// goes on the least loaded such plane instead: the oldest of its recycled EVs that is
+    /// still `Good`, or, with none waiting, its next `Good` EV round-robin (one without a
+    /// loss since its latest delivery first). The entry next in line stays for a later
+    /// packet.
+    ///
+    /// Why: a plane is a NIC port of its own, and the host's NIC drains its ports side by
+    /// side, so a flow whose packets crowd onto one plane is held to that port's rate
+    /// while the others idle. Recycled entropy only circulates entries (each
+    /// acknowledgement recycles the EV it used), and nothing on the way back tells a busy
+    /// local port from an idle one (no queue, no mark builds in the network), so a split
+    /// once uneven stays uneven: after a few losses on one plane (a link flapping in it, a
+    /// plane down by congestion losses and back), a ring flow of the simulator's `flaps`
+    /// kept 6 packets in flight on plane 0 and 33 on plane 1 for the rest of its run, at
+    /// 60% of its rate. Per-EV choices inside a plane stay recycled entropy's.
+    #[inline]
+    pub fn select_balanced(&mut self, avoid: Option<usize>, in_flight: &[u32]) -> Option<usize> {
+        if self.selection == Selection::Recycle
+            && self.planes.len() >= 2
+            && let Some(q) = self.plane_to_balance(avoid, in_flight)
+            && let Some(i) = self.take_from_plane(q, avoid)
+        {
+            self.picks += 1;
+            return Some(i);
+        }
+        self.select(avoid)
+    }
+
+    /// The plane the next packet should go on instead of the recycled EV next in line's
+    /// (see [`PathTable::select_balanced`]), if any.
+    #[inline]
+    fn plane_to_balance(&self, avoid: Option<usize>, in_flight: &[u32]) -> Option<u8> {
+        let front = self.recycled.front().filter(|&i| Some(i) != avoid)?;
+        let q = usize::from(self.paths.get(front)?.plane);
+        let lead = in_flight.get(q).copied()?;
+        if lead < PLANE_BALANCE_SLACK {
+            return None;
+        }
+        let (m, low) = self
+            .planes
+            .iter()
+            .enumerate()
+            .filter(|&(r, pl)| r != q && pl.is_up())
+            .filter_map(|(r, _)| in_flight.get(r).map(|&c| (r, c)))
+            .min_by_key(|&(r, c)| (c, r))?;
+        (lead >= low.saturating_add(PLANE_BALANCE_SLACK)).then_some(m as u8)
+    }
+
+    /// An EV of plane `q` other than `avoid` for the next packet: the oldest recycled one
+    /// still `Good` (taken out of the FIFO), else the next `Good` one round-robin, one
+    /// without a loss since its latest delivery first; `None` when the plane has no `Good`
+    /// EV.
+    fn take_from_plane(&mut self, q: u8, avoid: Option<usize>) -> Option<usize> {
+        let mut k = 0;
+        while k < self.recycled.len() {
+            let i = self.recycled.at(k);
+            if Some(i) == avoid || self.paths.get(i).is_none_or(|p| p.plane != q) {
+                k += 1;
+                continue;
+            }
+            self.recycled.remove(k);
+            if self.refresh(i) == PathState::Good {
+                return Some(i);
+            }
+        }
+        let n = self.paths.len();
+        for clean in [true, false] {
+            for j in 0..n {
+                let i = wrap(self.cursor + j, n);
+                let p = &self.paths[i];
+                if Some(i) == avoid || p.plane != q || (clean && p.consecutive_losses != 0) {
+                    continue;
+                }
+                if self.refresh(i) == PathState::Good {
+                    self.cursor = wrap(i + 1, n);
+                    return Some(i);
+                }
+            }
+        }
+        None
     }
 
     /// The EV index for a control packet that must reach the peer (a Port Status Update):

@@ -802,6 +802,51 @@ mod planes {
         assert_eq!(t.planes()[1].state, PlaneState::Down(PlaneDownCause::Loss));
     }
 
+    /// Recycled entropy over two planes: while the packets in flight on the plane of the
+    /// recycled EV next in line lead the other plane's by 2 or more, the next packet goes
+    /// on the other plane (its oldest recycled EV, else its next `Good` EV round-robin),
+    /// and the entry next in line waits; within 1 the FIFO's order holds; a plane down, or
+    /// one plane only, changes nothing.
+    #[test]
+    fn the_next_packet_goes_on_the_least_loaded_plane_when_the_recycled_evs_plane_leads() {
+        let mut t = two_planes(Selection::Recycle);
+        let recycle = |t: &mut PathTable, evs: &[usize]| {
+            for &i in evs {
+                t.on_delivered(i, 10);
+            }
+            t.end_ack(0, None);
+        };
+        recycle(&mut t, &[1, 3, 5]);
+        let fifo = |t: &PathTable| t.recycled().collect::<Vec<_>>();
+        assert_eq!(fifo(&t), vec![1, 3, 5]);
+        // plane 1 leads by 5: plane 0 has nothing waiting, so its EVs in turn
+        assert_eq!(t.select_balanced(None, &[0, 5]), Some(0));
+        assert_eq!(t.select_balanced(None, &[1, 5]), Some(2));
+        assert_eq!(fifo(&t), vec![1, 3, 5], "the entries wait");
+        // a lead of 1: the FIFO's order
+        assert_eq!(t.select_balanced(None, &[4, 5]), Some(1));
+        assert_eq!(fifo(&t), vec![3, 5]);
+        // plane 0's recycled EV behind plane 1's is taken out of the FIFO
+        recycle(&mut t, &[6]);
+        assert_eq!(fifo(&t), vec![3, 5, 6]);
+        assert_eq!(t.select_balanced(None, &[2, 4]), Some(6));
+        assert_eq!(fifo(&t), vec![3, 5]);
+        // the EV to avoid (a retransmission's) is passed over: round-robin from EV 3 on
+        assert_eq!(t.select_balanced(Some(4), &[2, 4]), Some(6));
+        // plane 0 down: nothing to balance with
+        t.set_plane_local(0, false, 20);
+        assert_eq!(t.select_balanced(None, &[0, 9]), Some(3));
+        // round-robin selection alternates the planes itself: untouched
+        let mut rr = two_planes(Selection::RoundRobin);
+        assert_eq!(rr.select_balanced(None, &[0, 9]), Some(0));
+        assert_eq!(rr.select_balanced(None, &[0, 9]), Some(1));
+        // one plane: no counts, the FIFO's order
+        let mut one = PathTable::new(&[0, 1, 2], Selection::Recycle, 1);
+        one.on_delivered(2, 10);
+        one.end_ack(0, None);
+        assert_eq!(one.select_balanced(None, &[]), Some(2));
+    }
+
     #[test]
     fn plane_counters_sum_their_evs() {
         let mut t = two_planes(Selection::RoundRobin);
