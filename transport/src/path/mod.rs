@@ -465,13 +465,14 @@ impl PathTable {
         self.latest_proof_ns = Some(self.latest_proof_ns.map_or(now_ns, |t| t.max(now_ns)));
     }
 
-    /// A packet sent once on `idx` was acknowledged at `now_ns`: its EV's `acked` counter,
-    /// then [`PathTable::on_delivered`] without the table's evidence times, which the
+    /// A packet sent once on `idx` at `sent_ns` was acknowledged at `now_ns`: its EV's
+    /// `acked` counter, then [`PathTable::on_delivered_sent`] without the table's evidence
+    /// times, which the
     /// caller notes once for a run of such packets ([`PathTable::note_proof_time`], same
     /// `now_ns`) when this returns true (`idx` is in the table). One lookup of the path
     /// instead of three.
     #[inline]
-    pub(crate) fn on_acked_delivered(&mut self, idx: usize, now_ns: u64) -> bool {
+    pub(crate) fn on_acked_delivered(&mut self, idx: usize, sent_ns: u64, now_ns: u64) -> bool {
         let Some(p) = self.paths.get_mut(idx) else {
             return false;
         };
@@ -484,7 +485,7 @@ impl PathTable {
         if self.selection == Selection::Recycle {
             self.delivered.push(idx);
         }
-        self.plane_delivered(q);
+        self.plane_delivered(q, sent_ns);
         true
     }
 
@@ -622,6 +623,14 @@ impl PathTable {
     /// [`Selection::Recycle`] it is a candidate for recycling ([`PathTable::end_ack`]).
     #[inline]
     pub fn on_delivered(&mut self, idx: usize, now_ns: u64) {
+        self.on_delivered_sent(idx, now_ns, now_ns);
+    }
+
+    /// [`PathTable::on_delivered`] of the copy sent at `sent_ns`: its plane carried a
+    /// packet sent then, so a later-declared loss of one sent before it does not count
+    /// against the plane ([`PathTable::on_loss_sent`]).
+    #[inline]
+    pub fn on_delivered_sent(&mut self, idx: usize, sent_ns: u64, now_ns: u64) {
         self.note_proof(idx, now_ns);
         if let Some(p) = self.paths.get_mut(idx) {
             p.consecutive_losses = 0;
@@ -629,7 +638,7 @@ impl PathTable {
             if self.selection == Selection::Recycle {
                 self.delivered.push(idx);
             }
-            self.plane_delivered(q);
+            self.plane_delivered(q, sent_ns);
         }
     }
 

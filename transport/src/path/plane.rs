@@ -11,7 +11,9 @@
 //!
 //! A plane is `Up` or `Down` with a cause ([`PlaneDownCause`]):
 //! - **Loss**: losses on at least [`plane_down_after_evs`] distinct EVs of the plane (2)
-//!   with no delivery on any EV of the plane in between, or
+//!   with no delivery on any EV of the plane in between (a loss counts only for a packet
+//!   sent after the latest one the plane delivered: one sent before it was overtaken on a
+//!   plane that worked, [`Plane::delivered_sent_ns`]), or
 //!   every usable EV of the plane `AssumedBad`: the plane failed (a NIC port, a plane's
 //!   switches), not one path in it. Its EVs leave rotation at once instead of one by one
 //!   after each has lost twice ([`super::BAD_AFTER_CONSECUTIVE_LOSSES`]); a dead link
@@ -121,6 +123,11 @@ pub struct Plane {
     /// When the plane last came back up, ns (`None` before its first return): losses of
     /// packets sent before then do not count against it.
     pub up_since_ns: Option<u64>,
+    /// The latest send time of a packet delivered on the plane, ns (`None` before any):
+    /// the plane worked at least until then, so the loss of a packet sent before it says
+    /// nothing about the plane (it was overtaken, or queued behind others, on a plane that
+    /// carried a later one).
+    pub delivered_sent_ns: Option<u64>,
     /// Distinct EVs of the plane with a loss since the latest delivery on the plane.
     streak_evs: u32,
     /// Bumped at each delivery that ends a streak: an EV whose mark equals `epoch + 1`
@@ -146,6 +153,7 @@ impl Plane {
             peer_up: true,
             down_since_ns: None,
             up_since_ns: None,
+            delivered_sent_ns: None,
             streak_evs: 0,
             epoch: 0,
             next_probe_ns: 0,
@@ -303,14 +311,18 @@ impl PathTable {
         s
     }
 
-    /// A delivery on plane `q`: ends its loss streak.
+    /// A delivery on plane `q` of a packet sent at `sent_ns`: ends its loss streak, and
+    /// the plane worked until `sent_ns` at least.
     #[inline]
-    pub(super) fn plane_delivered(&mut self, q: u8) {
-        if let Some(pl) = self.planes.get_mut(usize::from(q))
-            && pl.streak_evs != 0
-        {
-            pl.streak_evs = 0;
-            pl.epoch = pl.epoch.wrapping_add(1);
+    pub(super) fn plane_delivered(&mut self, q: u8, sent_ns: u64) {
+        if let Some(pl) = self.planes.get_mut(usize::from(q)) {
+            if pl.delivered_sent_ns.is_none_or(|t| t < sent_ns) {
+                pl.delivered_sent_ns = Some(sent_ns);
+            }
+            if pl.streak_evs != 0 {
+                pl.streak_evs = 0;
+                pl.epoch = pl.epoch.wrapping_add(1);
+            }
         }
     }
 
@@ -333,8 +345,12 @@ impl PathTable {
         if !pl.is_up() || pl.up_since_ns.is_some_and(|t| sent_ns < t) {
             return;
         }
+        // a packet sent before one the plane delivered: the plane worked after it left
+        // (it was overtaken: reordered, or queued behind others), so it is no evidence
+        // that the plane failed; only the EV counts it
+        let before_delivered = pl.delivered_sent_ns.is_some_and(|t| sent_ns < t);
         let mark = pl.epoch.wrapping_add(1);
-        if p.streak_mark != mark {
+        if p.streak_mark != mark && !before_delivered {
             p.streak_mark = mark;
             pl.streak_evs += 1;
         }

@@ -802,6 +802,31 @@ mod planes {
         assert_eq!(t.planes()[1].state, PlaneState::Down(PlaneDownCause::Loss));
     }
 
+    /// RACK declares lost two packets that plane 1 carried before one it delivered (they
+    /// were overtaken: reordered on the way, or queued behind others): the EVs are charged,
+    /// the plane is not; losses of packets sent after its latest delivered one take it down
+    /// as before.
+    #[test]
+    fn losses_of_packets_sent_before_one_the_plane_delivered_do_not_count_against_it() {
+        let mut t = two_planes(Selection::RoundRobin);
+        t.on_delivered_sent(5, 100, 110);
+        assert_eq!(t.planes()[1].delivered_sent_ns, Some(100));
+        t.on_loss_sent(1, 90, 111);
+        t.on_loss_sent(3, 99, 111);
+        assert_eq!(t.planes()[1].state, PlaneState::Up);
+        assert_eq!(t.paths()[1].consecutive_losses, 1, "the EV is charged");
+        assert_eq!(t.paths()[3].consecutive_losses, 1, "the EV is charged");
+        // an older delivery does not move the mark back
+        t.on_delivered_sent(7, 50, 112);
+        assert_eq!(t.planes()[1].delivered_sent_ns, Some(100));
+        t.on_loss_sent(1, 101, 130);
+        assert_eq!(t.paths()[1].state, PathState::AssumedBad, "two in a row");
+        assert_eq!(t.planes()[1].state, PlaneState::Up);
+        t.on_loss_sent(5, 102, 131);
+        assert_eq!(t.planes()[1].state, PlaneState::Down(PlaneDownCause::Loss));
+        assert_eq!(t.planes()[1].down_since_ns, Some(131));
+    }
+
     /// Recycled entropy over two planes: while the packets in flight on the plane of the
     /// recycled EV next in line lead the other plane's by 2 or more, the next packet goes
     /// on the other plane (its oldest recycled EV, else its next `Good` EV round-robin),

@@ -1131,7 +1131,7 @@ impl SendState {
             done_bytes += u64::from(p.len);
             let ev = usize::from(p.last_ev);
             plane_sub(ev_plane, by_plane, ev);
-            proven |= paths.on_acked_delivered(ev, now_ns);
+            proven |= paths.on_acked_delivered(ev, p.last_sent_ns, now_ns);
             if latest.is_none_or(|(s, q, _)| (p.last_sent_ns, seq) > (s, q)) {
                 *latest = Some((p.last_sent_ns, seq, ev));
             }
@@ -1207,7 +1207,8 @@ impl SendState {
         let unambiguous = was == PktState::InFlight
             && (p.transmissions == 1 || echo == Some((usize::from(p.last_ev), p.last_ts32)));
         if let Some(ev) = p.delivered_ev(echo, now_ns, self.rtt.min_rtt_ns) {
-            paths.on_delivered(ev, now_ns);
+            // the credited copy is always the latest transmission
+            paths.on_delivered_sent(ev, p.last_sent_ns, now_ns);
         }
         if unambiguous && latest.is_none_or(|(s, q, _)| (p.last_sent_ns, seq) > (s, q)) {
             *latest = Some((p.last_sent_ns, seq, usize::from(p.last_ev)));

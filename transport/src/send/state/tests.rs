@@ -247,9 +247,12 @@ fn acceptance_5_early_loss_then_late_original_is_spurious() {
 }
 
 /// Two planes (EV i on plane i mod 2): the sender counts its packets in flight per plane by
-/// the EV of their latest transmission, through acknowledgements, RACK losses and resends.
+/// the EV of their latest transmission, through acknowledgements, RACK losses and resends;
+/// RACK's losses of packets that a later packet of the same plane overtook (reordering,
+/// not a failure) take neither plane down.
 #[test]
-fn packets_in_flight_are_counted_per_plane() {
+fn packets_in_flight_per_plane_and_overtaken_losses_keep_the_planes_up() {
+    use crate::path::PlaneState;
     let mut r = Rig::new(0, &[0, 1, 2, 3]);
     r.paths = PathTable::with_planes(&[0, 1, 2, 3], &[0, 1, 0, 1], Selection::RoundRobin, 1);
     r.st.set_ev_planes(&[0, 1, 0, 1]);
@@ -266,6 +269,13 @@ fn packets_in_flight_are_counted_per_plane() {
     let l = r.st.detect_losses(63_000, &mut r.paths, &mut r.stats);
     assert_eq!(l.lost_packets, 4);
     assert_eq!(r.st.in_flight_by_plane(), &[0, 0]);
+    assert_eq!(r.paths.planes()[0].state, PlaneState::Up);
+    assert_eq!(r.paths.planes()[1].state, PlaneState::Up);
+    assert_eq!(
+        r.paths.paths()[3].consecutive_losses,
+        1,
+        "the EVs are charged"
+    );
     // the resends count on the EVs they go on
     let resent = r.send(64_000, 4);
     assert_eq!(resent.len(), 4);
