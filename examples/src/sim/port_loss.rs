@@ -126,14 +126,8 @@ fn port_loss_one(
     let other_pct: Vec<f64> = others.iter().map(|&f| pct(f, settle)).collect();
     let min = |v: &[f64]| v.iter().copied().fold(f64::INFINITY, f64::min);
     let max = |v: &[f64]| v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    let others_loss = other_pct
-        .iter()
-        .map(|p| 100.0 - p)
-        .fold(0.0, f64::max);
-    let others_gain = other_pct
-        .iter()
-        .map(|p| p - 100.0)
-        .fold(0.0, f64::max);
+    let others_loss = other_pct.iter().map(|p| 100.0 - p).fold(0.0, f64::max);
+    let others_gain = other_pct.iter().map(|p| p - 100.0).fold(0.0, f64::max);
     // How much a flow's goodput moves between two windows of the no-failure run (the 300
     // us before the fault and the settle window): the noise the 5% is measured against.
     let before = (spec.fail_ns.saturating_sub(300_000), spec.fail_ns);
