@@ -1244,8 +1244,9 @@ fn bar_labels_wrap_instead_of_vanishing() {
 
 /// `plane-loss-quick` (4 hosts, 2 planes of 50 Gb/s, the ring; plane 1 down at 300 us,
 /// back at 1.1 ms): the checks exact at seed 1, all PASS, exit 0. The goodput settles at
-/// 50.6% of the no-failure run's within the dip's 35 us, nothing is lost, and 110 us after
-/// the plane is back the goodput is at 95% again (100.0% over 1.9-2.3 ms). The no-failure
+/// 50.5% of the no-failure run's within the dip's 35 us, nothing is lost, and 125 us after
+/// the plane is back the goodput is at 95% again (101.5% over 1.9-2.3 ms; 50.6%, 100.0%
+/// and 110 us before a plane's loss streak waited for a smoothed RTT of silence). The no-failure
 /// run is 379.1 Gb/s since each flow keeps its packets in flight balanced across its
 /// planes (`PathTable::select_balanced`): it was 321.6, its flows' packets crowding onto
 /// one plane after congestion losses, so the plane's loss cost less and its return gave
@@ -1278,9 +1279,9 @@ fn plane_loss_quick_checks_its_targets_and_draws_goodput_over_time() {
     assert_eq!(
         checks,
         [
-            "[PASS] ring P=2: goodput settles at >= (P-1)/P x 0.95 = 47.5% of no failure within 3 RTOs (600 us): 50.6% (191.9 of 379.1 Gb/s) over 900-1100 us; 75% of it 0 us after the failure, 95% 35 us (Spectrum-X 3 ms, software load balancing 1.08 s)",
+            "[PASS] ring P=2: goodput settles at >= (P-1)/P x 0.95 = 47.5% of no failure within 3 RTOs (600 us): 50.5% (191.4 of 379.1 Gb/s) over 900-1100 us; 75% of it 0 us after the failure, 95% 35 us (Spectrum-X 3 ms, software load balancing 1.08 s)",
             "[PASS] ring P=2: 0 bytes lost: 125829120 of 125829120 bytes placed, 4 of 4 flows done",
-            "[PASS] ring P=2: back to >= 95% of no failure once the plane is back: 100.0% over 1900-2300 us; 95% again 110 us after the plane came back",
+            "[PASS] ring P=2: back to >= 95% of no failure once the plane is back: 101.5% over 1900-2300 us; 95% again 125 us after the plane came back",
         ]
     );
     let v: serde_json::Value =

@@ -485,7 +485,7 @@ impl PathTable {
         if self.selection == Selection::Recycle {
             self.delivered.push(idx);
         }
-        self.plane_delivered(q, sent_ns);
+        self.plane_delivered(q, sent_ns, now_ns);
         true
     }
 
@@ -638,7 +638,7 @@ impl PathTable {
             if self.selection == Selection::Recycle {
                 self.delivered.push(idx);
             }
-            self.plane_delivered(q, sent_ns);
+            self.plane_delivered(q, sent_ns, now_ns);
         }
     }
 

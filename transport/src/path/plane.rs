@@ -13,7 +13,8 @@
 //! - **Loss**: losses on at least [`plane_down_after_evs`] distinct EVs of the plane (2)
 //!   with no delivery on any EV of the plane in between (a loss counts only for a packet
 //!   sent after the latest one the plane delivered: one sent before it was overtaken on a
-//!   plane that worked, [`Plane::delivered_sent_ns`]), or
+//!   plane that worked, [`Plane::delivered_sent_ns`]) and nothing delivered on the plane
+//!   for a smoothed RTT of its EVs ([`Plane::delivered_at_ns`]), or
 //!   every usable EV of the plane `AssumedBad`: the plane failed (a NIC port, a plane's
 //!   switches), not one path in it. Its EVs leave rotation at once instead of one by one
 //!   after each has lost twice ([`super::BAD_AFTER_CONSECUTIVE_LOSSES`]); a dead link
@@ -128,6 +129,10 @@ pub struct Plane {
     /// nothing about the plane (it was overtaken, or queued behind others, on a plane that
     /// carried a later one).
     pub delivered_sent_ns: Option<u64>,
+    /// When the plane last delivered (an acknowledgement of a packet it carried arrived),
+    /// ns; `None` before any. Its loss streak takes it down only after a smoothed RTT of
+    /// silence ([`PathTable::on_loss_sent`]).
+    pub delivered_at_ns: Option<u64>,
     /// Distinct EVs of the plane with a loss since the latest delivery on the plane.
     streak_evs: u32,
     /// Bumped at each delivery that ends a streak: an EV whose mark equals `epoch + 1`
@@ -154,6 +159,7 @@ impl Plane {
             down_since_ns: None,
             up_since_ns: None,
             delivered_sent_ns: None,
+            delivered_at_ns: None,
             streak_evs: 0,
             epoch: 0,
             next_probe_ns: 0,
@@ -311,13 +317,16 @@ impl PathTable {
         s
     }
 
-    /// A delivery on plane `q` of a packet sent at `sent_ns`: ends its loss streak, and
-    /// the plane worked until `sent_ns` at least.
+    /// A delivery on plane `q` at `now_ns` of a packet sent at `sent_ns`: ends its loss
+    /// streak, and the plane worked until `sent_ns` at least.
     #[inline]
-    pub(super) fn plane_delivered(&mut self, q: u8, sent_ns: u64) {
+    pub(super) fn plane_delivered(&mut self, q: u8, sent_ns: u64, now_ns: u64) {
         if let Some(pl) = self.planes.get_mut(usize::from(q)) {
             if pl.delivered_sent_ns.is_none_or(|t| t < sent_ns) {
                 pl.delivered_sent_ns = Some(sent_ns);
+            }
+            if pl.delivered_at_ns.is_none_or(|t| t < now_ns) {
+                pl.delivered_at_ns = Some(now_ns);
             }
             if pl.streak_evs != 0 {
                 pl.streak_evs = 0;
@@ -356,7 +365,9 @@ impl PathTable {
         }
         let streak = pl.streak_evs;
         let (mut usable, mut bad) = (0u32, 0u32);
+        let mut srtt_ns = 0u64;
         for p in self.paths.iter().filter(|p| usize::from(p.plane) == q) {
+            srtt_ns = srtt_ns.max(p.srtt_ns);
             match p.state {
                 PathState::Denied => {}
                 PathState::AssumedBad => {
@@ -366,7 +377,14 @@ impl PathTable {
                 _ => usable += 1,
             }
         }
-        let by_streak = plane_down_after_evs(usable).is_some_and(|k| streak >= k);
+        // and the plane silent for a smoothed RTT (the largest of its EVs'): RACK declares
+        // lost what another plane's packets overtook, and a plane whose packets are only
+        // late (bounced off a dead link, queued behind others) keeps delivering its older
+        // ones; a dead plane's last acknowledgements arrive within an RTT of its death
+        let silent = self.planes[q]
+            .delivered_at_ns
+            .is_none_or(|t| now_ns.saturating_sub(t) >= srtt_ns);
+        let by_streak = silent && plane_down_after_evs(usable).is_some_and(|k| streak >= k);
         let all_bad = usable > 0 && bad == usable;
         // Another plane up with an EV in rotation: a plane fails only against another
         // that works. After an RTO over every plane (silence everywhere) each plane's EVs

@@ -827,6 +827,33 @@ mod planes {
         assert_eq!(t.planes()[1].down_since_ns, Some(131));
     }
 
+    /// A plane whose EVs have a 10 us smoothed RTT delivered at 1,000 ns: two losses of
+    /// packets sent after that delivery within 10 us of it (late packets overtaken by
+    /// another plane's) leave it up, the EVs charged; the next loss 10 us or more after
+    /// its latest delivery, with the streak of two still standing, takes it down.
+    #[test]
+    fn a_plane_goes_down_by_its_loss_streak_only_after_a_smoothed_rtt_of_silence() {
+        let mut t = two_planes(Selection::RoundRobin);
+        for i in 0..8 {
+            t.on_rtt_sample(i, 10_000);
+        }
+        t.on_delivered_sent(5, 500, 1_000);
+        assert_eq!(t.planes()[1].delivered_at_ns, Some(1_000));
+        t.on_loss_sent(1, 600, 9_000);
+        t.on_loss_sent(3, 700, 10_999);
+        assert_eq!(t.planes()[1].state, PlaneState::Up);
+        assert_eq!(t.paths()[3].consecutive_losses, 1, "the EV is charged");
+        t.on_loss_sent(7, 800, 11_000);
+        assert_eq!(t.planes()[1].state, PlaneState::Down(PlaneDownCause::Loss));
+        assert_eq!(t.planes()[1].down_since_ns, Some(11_000));
+        // without an RTT sample the streak alone decides, as before
+        let mut u = two_planes(Selection::RoundRobin);
+        u.on_delivered_sent(5, 500, 1_000);
+        u.on_loss_sent(1, 600, 1_001);
+        u.on_loss_sent(3, 700, 1_002);
+        assert_eq!(u.planes()[1].state, PlaneState::Down(PlaneDownCause::Loss));
+    }
+
     /// Recycled entropy over two planes: while the packets in flight on the plane of the
     /// recycled EV next in line lead the other plane's by 2 or more, the next packet goes
     /// on the other plane (its oldest recycled EV, else its next `Good` EV round-robin),
