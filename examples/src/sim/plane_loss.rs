@@ -231,22 +231,13 @@ struct PlaneResult {
 }
 
 /// The configuration of one run of a plane experiment: the experiments' base for `seed`,
-/// with `faults`, `evs` EVs per connection and the adaptive reorder window
-/// (`SendConfig::adaptive_reorder_window`) (shared with `port-loss` and `flaps`).
+/// with `faults` and `evs` EVs per connection (shared with `port-loss` and `flaps`).
 pub(crate) fn plane_run_cfg(seed: u64, evs: u32, faults: Vec<Fault>) -> SimConfig {
     let mut c = SimConfig {
         faults,
         ..base_cfg(seed)
     };
     c.transport.evs = evs;
-    // RACK's reorder window widens on proven spurious losses (RFC 8985 6.2), as the engine
-    // runs it on real hosts: a flow sprayed over P planes of 50-200 Gb/s ports sees paths
-    // whose queues differ by up to the switches' ECN threshold (100 KiB: 16 us at 50 Gb/s)
-    // while the base window is a quarter of the minimum RTT (about 1.3 us); without it,
-    // `flaps` at P = 8 declared hundreds of late packets lost per flow (758 for 7 -> 0 at
-    // seed 1, no switch dropping a frame) and in `port-loss` at P = 8 the flows into leaf 0
-    // lost 7.6-11.3% to such resends when host 0's port died (seed 5)
-    c.transport.send.adaptive_reorder_window = true;
     c
 }
 
