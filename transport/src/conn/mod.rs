@@ -192,7 +192,11 @@ impl<C: Controller> Connection<C> {
         // in-flight packet tells nothing: go-back-N relies on NACK and RTO, like RoCE RC.
         send_cfg.tlp &= !cfg.go_back_n;
         send_cfg.go_back_n = cfg.go_back_n;
-        let send = SendState::new(cfg.initial_psn, send_cfg);
+        let mut send = SendState::new(cfg.initial_psn, send_cfg);
+        // the sender counts its packets in flight per plane for the EV selection
+        // ([`PathTable::select_balanced`])
+        let ev_plane: Vec<u8> = paths.paths().iter().map(|p| p.plane).collect();
+        send.set_ev_planes(&ev_plane);
         let rwin = RecvWindow::new(crate::psn::Psn::new(0), cfg.recv_window_packets);
         let mut rx = RxMessages::new(cfg.max_rx_messages, cfg.max_staged_bytes);
         rx.set_max_ranges(

@@ -284,7 +284,8 @@ impl<C: Controller> Connection<C> {
         let idx = if tx.probe {
             self.paths.select_for_probe(tx.avoid_ev)?
         } else {
-            self.paths.select(tx.avoid_ev)?
+            self.paths
+                .select_balanced(tx.avoid_ev, self.send.in_flight_by_plane())?
         };
         let ev = self.paths.get(idx).map_or(0, |p| p.ev);
         // `len`: bytes written to `buf`; `datagram_len`: the whole datagram's (with a lent

@@ -29,8 +29,8 @@
 
 use crate::stats::EvStats;
 pub use plane::{
-    MAX_PLANES, PLANE_PROBE_BACKOFF_SHIFT, Plane, PlaneDownCause, PlaneState, PlaneStats,
-    REPLACE_AFTER_UNANSWERED_PROBES, plane_down_after_evs,
+    MAX_PLANES, PLANE_BALANCE_SLACK, PLANE_PROBE_BACKOFF_SHIFT, Plane, PlaneDownCause, PlaneState,
+    PlaneStats, REPLACE_AFTER_UNANSWERED_PROBES, plane_down_after_evs,
 };
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -181,6 +181,18 @@ impl RecycleFifo {
 
     fn iter(&self) -> impl Iterator<Item = usize> + '_ {
         (0..self.len).map(|k| self.buf[(self.head + k) & RECYCLE_MASK])
+    }
+
+    /// Removes the entry `k` places from the oldest (`k < len`), the later ones moving up
+    /// one place. O(len - k): for the plane balance's rarer picks.
+    fn remove(&mut self, k: usize) {
+        if k >= self.len {
+            return;
+        }
+        for j in k..self.len - 1 {
+            self.buf[(self.head + j) & RECYCLE_MASK] = self.buf[(self.head + j + 1) & RECYCLE_MASK];
+        }
+        self.len -= 1;
     }
 
     /// The entry `k` places from the oldest (`k < len`).
@@ -453,13 +465,14 @@ impl PathTable {
         self.latest_proof_ns = Some(self.latest_proof_ns.map_or(now_ns, |t| t.max(now_ns)));
     }
 
-    /// A packet sent once on `idx` was acknowledged at `now_ns`: its EV's `acked` counter,
-    /// then [`PathTable::on_delivered`] without the table's evidence times, which the
+    /// A packet sent once on `idx` at `sent_ns` was acknowledged at `now_ns`: its EV's
+    /// `acked` counter, then [`PathTable::on_delivered_sent`] without the table's evidence
+    /// times, which the
     /// caller notes once for a run of such packets ([`PathTable::note_proof_time`], same
     /// `now_ns`) when this returns true (`idx` is in the table). One lookup of the path
     /// instead of three.
     #[inline]
-    pub(crate) fn on_acked_delivered(&mut self, idx: usize, now_ns: u64) -> bool {
+    pub(crate) fn on_acked_delivered(&mut self, idx: usize, sent_ns: u64, now_ns: u64) -> bool {
         let Some(p) = self.paths.get_mut(idx) else {
             return false;
         };
@@ -472,7 +485,7 @@ impl PathTable {
         if self.selection == Selection::Recycle {
             self.delivered.push(idx);
         }
-        self.plane_delivered(q);
+        self.plane_delivered(q, sent_ns, now_ns);
         true
     }
 
@@ -610,6 +623,14 @@ impl PathTable {
     /// [`Selection::Recycle`] it is a candidate for recycling ([`PathTable::end_ack`]).
     #[inline]
     pub fn on_delivered(&mut self, idx: usize, now_ns: u64) {
+        self.on_delivered_sent(idx, now_ns, now_ns);
+    }
+
+    /// [`PathTable::on_delivered`] of the copy sent at `sent_ns`: its plane carried a
+    /// packet sent then, so a later-declared loss of one sent before it does not count
+    /// against the plane ([`PathTable::on_loss_sent`]).
+    #[inline]
+    pub fn on_delivered_sent(&mut self, idx: usize, sent_ns: u64, now_ns: u64) {
         self.note_proof(idx, now_ns);
         if let Some(p) = self.paths.get_mut(idx) {
             p.consecutive_losses = 0;
@@ -617,7 +638,7 @@ impl PathTable {
             if self.selection == Selection::Recycle {
                 self.delivered.push(idx);
             }
-            self.plane_delivered(q);
+            self.plane_delivered(q, sent_ns, now_ns);
         }
     }
 

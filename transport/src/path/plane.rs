@@ -11,7 +11,10 @@
 //!
 //! A plane is `Up` or `Down` with a cause ([`PlaneDownCause`]):
 //! - **Loss**: losses on at least [`plane_down_after_evs`] distinct EVs of the plane (2)
-//!   with no delivery on any EV of the plane in between, or
+//!   with no delivery on any EV of the plane in between (a loss counts only for a packet
+//!   sent after the latest one the plane delivered: one sent before it was overtaken on a
+//!   plane that worked, [`Plane::delivered_sent_ns`]) and nothing delivered on the plane
+//!   for a smoothed RTT of its EVs ([`Plane::delivered_at_ns`]), or
 //!   every usable EV of the plane `AssumedBad`: the plane failed (a NIC port, a plane's
 //!   switches), not one path in it. Its EVs leave rotation at once instead of one by one
 //!   after each has lost twice ([`super::BAD_AFTER_CONSECUTIVE_LOSSES`]); a dead link
@@ -35,7 +38,7 @@
 //! that reports the plane up again makes its probe due at once. A plane back from `Local`
 //! has its EVs probed at once too.
 
-use super::{PathState, PathTable};
+use super::{PathState, PathTable, Selection, wrap};
 use crate::stats::EvStats;
 use std::collections::VecDeque;
 
@@ -52,6 +55,12 @@ pub const REPLACE_AFTER_UNANSWERED_PROBES: u32 = 3;
 /// plane back at 1.1 ms was found at 1.75 ms), and the probes of a dead plane load
 /// nothing but that plane.
 pub const PLANE_PROBE_BACKOFF_SHIFT: u32 = 1;
+
+/// A flow's packets in flight on the plane of the recycled EV next in line may lead those
+/// on its least loaded plane that is up by this many before the next packet goes on that
+/// plane instead ([`PathTable::select_balanced`]): one packet either way is the ordinary
+/// jitter of acknowledgements coming back.
+pub const PLANE_BALANCE_SLACK: u32 = 2;
 
 /// Most planes a connection knows (the Port Status Update's bitmap is 32 bits). MRC's
 /// deployments use 2 to 8 (an 800G NIC as 8 x 100G planes).
@@ -115,6 +124,15 @@ pub struct Plane {
     /// When the plane last came back up, ns (`None` before its first return): losses of
     /// packets sent before then do not count against it.
     pub up_since_ns: Option<u64>,
+    /// The latest send time of a packet delivered on the plane, ns (`None` before any):
+    /// the plane worked at least until then, so the loss of a packet sent before it says
+    /// nothing about the plane (it was overtaken, or queued behind others, on a plane that
+    /// carried a later one).
+    pub delivered_sent_ns: Option<u64>,
+    /// When the plane last delivered (an acknowledgement of a packet it carried arrived),
+    /// ns; `None` before any. Its loss streak takes it down only after a smoothed RTT of
+    /// silence ([`PathTable::on_loss_sent`]).
+    pub delivered_at_ns: Option<u64>,
     /// Distinct EVs of the plane with a loss since the latest delivery on the plane.
     streak_evs: u32,
     /// Bumped at each delivery that ends a streak: an EV whose mark equals `epoch + 1`
@@ -140,6 +158,8 @@ impl Plane {
             peer_up: true,
             down_since_ns: None,
             up_since_ns: None,
+            delivered_sent_ns: None,
+            delivered_at_ns: None,
             streak_evs: 0,
             epoch: 0,
             next_probe_ns: 0,
@@ -297,14 +317,21 @@ impl PathTable {
         s
     }
 
-    /// A delivery on plane `q`: ends its loss streak.
+    /// A delivery on plane `q` at `now_ns` of a packet sent at `sent_ns`: ends its loss
+    /// streak, and the plane worked until `sent_ns` at least.
     #[inline]
-    pub(super) fn plane_delivered(&mut self, q: u8) {
-        if let Some(pl) = self.planes.get_mut(usize::from(q))
-            && pl.streak_evs != 0
-        {
-            pl.streak_evs = 0;
-            pl.epoch = pl.epoch.wrapping_add(1);
+    pub(super) fn plane_delivered(&mut self, q: u8, sent_ns: u64, now_ns: u64) {
+        if let Some(pl) = self.planes.get_mut(usize::from(q)) {
+            if pl.delivered_sent_ns.is_none_or(|t| t < sent_ns) {
+                pl.delivered_sent_ns = Some(sent_ns);
+            }
+            if pl.delivered_at_ns.is_none_or(|t| t < now_ns) {
+                pl.delivered_at_ns = Some(now_ns);
+            }
+            if pl.streak_evs != 0 {
+                pl.streak_evs = 0;
+                pl.epoch = pl.epoch.wrapping_add(1);
+            }
         }
     }
 
@@ -327,14 +354,20 @@ impl PathTable {
         if !pl.is_up() || pl.up_since_ns.is_some_and(|t| sent_ns < t) {
             return;
         }
+        // a packet sent before one the plane delivered: the plane worked after it left
+        // (it was overtaken: reordered, or queued behind others), so it is no evidence
+        // that the plane failed; only the EV counts it
+        let before_delivered = pl.delivered_sent_ns.is_some_and(|t| sent_ns < t);
         let mark = pl.epoch.wrapping_add(1);
-        if p.streak_mark != mark {
+        if p.streak_mark != mark && !before_delivered {
             p.streak_mark = mark;
             pl.streak_evs += 1;
         }
         let streak = pl.streak_evs;
         let (mut usable, mut bad) = (0u32, 0u32);
+        let mut srtt_ns = 0u64;
         for p in self.paths.iter().filter(|p| usize::from(p.plane) == q) {
+            srtt_ns = srtt_ns.max(p.srtt_ns);
             match p.state {
                 PathState::Denied => {}
                 PathState::AssumedBad => {
@@ -344,7 +377,14 @@ impl PathTable {
                 _ => usable += 1,
             }
         }
-        let by_streak = plane_down_after_evs(usable).is_some_and(|k| streak >= k);
+        // and the plane silent for a smoothed RTT (the largest of its EVs'): RACK declares
+        // lost what another plane's packets overtook, and a plane whose packets are only
+        // late (bounced off a dead link, queued behind others) keeps delivering its older
+        // ones; a dead plane's last acknowledgements arrive within an RTT of its death
+        let silent = self.planes[q]
+            .delivered_at_ns
+            .is_none_or(|t| now_ns.saturating_sub(t) >= srtt_ns);
+        let by_streak = silent && plane_down_after_evs(usable).is_some_and(|k| streak >= k);
         let all_bad = usable > 0 && bad == usable;
         // Another plane up with an EV in rotation: a plane fails only against another
         // that works. After an RTO over every plane (silence everywhere) each plane's EVs
@@ -583,6 +623,92 @@ impl PathTable {
             Some(PlaneState::Down(_)) => (PathState::AssumedBad, true),
             _ => (PathState::Good, false),
         }
+    }
+
+    /// [`PathTable::select`] with the flow's packets in flight per plane (`in_flight[q]`
+    /// for plane `q`, by the EV of their latest transmission; the sender counts them,
+    /// [`crate::send::SendState::in_flight_by_plane`]): with recycled entropy on two
+    /// planes or more, when the packets in flight on the plane of the recycled EV next in
+    /// line lead those on an `Up` plane by [`PLANE_BALANCE_SLACK`] or more, the packet
+    /// goes on the least loaded such plane instead: the oldest of its recycled EVs that is
+    /// still `Good`, or, with none waiting, its next `Good` EV round-robin (one without a
+    /// loss since its latest delivery first). The entry next in line stays for a later
+    /// packet.
+    ///
+    /// Why: a plane is a NIC port of its own, and the host's NIC drains its ports side by
+    /// side, so a flow whose packets crowd onto one plane is held to that port's rate
+    /// while the others idle. Recycled entropy only circulates entries (each
+    /// acknowledgement recycles the EV it used), and nothing on the way back tells a busy
+    /// local port from an idle one (no queue, no mark builds in the network), so a split
+    /// once uneven stays uneven: after a few losses on one plane (a link flapping in it, a
+    /// plane down by congestion losses and back), a ring flow of the simulator's `flaps`
+    /// kept 6 packets in flight on plane 0 and 33 on plane 1 for the rest of its run, at
+    /// 60% of its rate. Per-EV choices inside a plane stay recycled entropy's.
+    #[inline]
+    pub fn select_balanced(&mut self, avoid: Option<usize>, in_flight: &[u32]) -> Option<usize> {
+        if self.selection == Selection::Recycle
+            && self.planes.len() >= 2
+            && let Some(q) = self.plane_to_balance(avoid, in_flight)
+            && let Some(i) = self.take_from_plane(q, avoid)
+        {
+            self.picks += 1;
+            return Some(i);
+        }
+        self.select(avoid)
+    }
+
+    /// The plane the next packet should go on instead of the recycled EV next in line's
+    /// (see [`PathTable::select_balanced`]), if any.
+    #[inline]
+    fn plane_to_balance(&self, avoid: Option<usize>, in_flight: &[u32]) -> Option<u8> {
+        let front = self.recycled.front().filter(|&i| Some(i) != avoid)?;
+        let q = usize::from(self.paths.get(front)?.plane);
+        let lead = in_flight.get(q).copied()?;
+        if lead < PLANE_BALANCE_SLACK {
+            return None;
+        }
+        let (m, low) = self
+            .planes
+            .iter()
+            .enumerate()
+            .filter(|&(r, pl)| r != q && pl.is_up())
+            .filter_map(|(r, _)| in_flight.get(r).map(|&c| (r, c)))
+            .min_by_key(|&(r, c)| (c, r))?;
+        (lead >= low.saturating_add(PLANE_BALANCE_SLACK)).then_some(m as u8)
+    }
+
+    /// An EV of plane `q` other than `avoid` for the next packet: the oldest recycled one
+    /// still `Good` (taken out of the FIFO), else the next `Good` one round-robin, one
+    /// without a loss since its latest delivery first; `None` when the plane has no `Good`
+    /// EV.
+    fn take_from_plane(&mut self, q: u8, avoid: Option<usize>) -> Option<usize> {
+        let mut k = 0;
+        while k < self.recycled.len() {
+            let i = self.recycled.at(k);
+            if Some(i) == avoid || self.paths.get(i).is_none_or(|p| p.plane != q) {
+                k += 1;
+                continue;
+            }
+            self.recycled.remove(k);
+            if self.refresh(i) == PathState::Good {
+                return Some(i);
+            }
+        }
+        let n = self.paths.len();
+        for clean in [true, false] {
+            for j in 0..n {
+                let i = wrap(self.cursor + j, n);
+                let p = &self.paths[i];
+                if Some(i) == avoid || p.plane != q || (clean && p.consecutive_losses != 0) {
+                    continue;
+                }
+                if self.refresh(i) == PathState::Good {
+                    self.cursor = wrap(i + 1, n);
+                    return Some(i);
+                }
+            }
+        }
+        None
     }
 
     /// The EV index for a control packet that must reach the peer (a Port Status Update):

@@ -802,6 +802,103 @@ mod planes {
         assert_eq!(t.planes()[1].state, PlaneState::Down(PlaneDownCause::Loss));
     }
 
+    /// RACK declares lost two packets that plane 1 carried before one it delivered (they
+    /// were overtaken: reordered on the way, or queued behind others): the EVs are charged,
+    /// the plane is not; losses of packets sent after its latest delivered one take it down
+    /// as before.
+    #[test]
+    fn losses_of_packets_sent_before_one_the_plane_delivered_do_not_count_against_it() {
+        let mut t = two_planes(Selection::RoundRobin);
+        t.on_delivered_sent(5, 100, 110);
+        assert_eq!(t.planes()[1].delivered_sent_ns, Some(100));
+        t.on_loss_sent(1, 90, 111);
+        t.on_loss_sent(3, 99, 111);
+        assert_eq!(t.planes()[1].state, PlaneState::Up);
+        assert_eq!(t.paths()[1].consecutive_losses, 1, "the EV is charged");
+        assert_eq!(t.paths()[3].consecutive_losses, 1, "the EV is charged");
+        // an older delivery does not move the mark back
+        t.on_delivered_sent(7, 50, 112);
+        assert_eq!(t.planes()[1].delivered_sent_ns, Some(100));
+        t.on_loss_sent(1, 101, 130);
+        assert_eq!(t.paths()[1].state, PathState::AssumedBad, "two in a row");
+        assert_eq!(t.planes()[1].state, PlaneState::Up);
+        t.on_loss_sent(5, 102, 131);
+        assert_eq!(t.planes()[1].state, PlaneState::Down(PlaneDownCause::Loss));
+        assert_eq!(t.planes()[1].down_since_ns, Some(131));
+    }
+
+    /// A plane whose EVs have a 10 us smoothed RTT delivered at 1,000 ns: two losses of
+    /// packets sent after that delivery within 10 us of it (late packets overtaken by
+    /// another plane's) leave it up, the EVs charged; the next loss 10 us or more after
+    /// its latest delivery, with the streak of two still standing, takes it down.
+    #[test]
+    fn a_plane_goes_down_by_its_loss_streak_only_after_a_smoothed_rtt_of_silence() {
+        let mut t = two_planes(Selection::RoundRobin);
+        for i in 0..8 {
+            t.on_rtt_sample(i, 10_000);
+        }
+        t.on_delivered_sent(5, 500, 1_000);
+        assert_eq!(t.planes()[1].delivered_at_ns, Some(1_000));
+        t.on_loss_sent(1, 600, 9_000);
+        t.on_loss_sent(3, 700, 10_999);
+        assert_eq!(t.planes()[1].state, PlaneState::Up);
+        assert_eq!(t.paths()[3].consecutive_losses, 1, "the EV is charged");
+        t.on_loss_sent(7, 800, 11_000);
+        assert_eq!(t.planes()[1].state, PlaneState::Down(PlaneDownCause::Loss));
+        assert_eq!(t.planes()[1].down_since_ns, Some(11_000));
+        // without an RTT sample the streak alone decides, as before
+        let mut u = two_planes(Selection::RoundRobin);
+        u.on_delivered_sent(5, 500, 1_000);
+        u.on_loss_sent(1, 600, 1_001);
+        u.on_loss_sent(3, 700, 1_002);
+        assert_eq!(u.planes()[1].state, PlaneState::Down(PlaneDownCause::Loss));
+    }
+
+    /// Recycled entropy over two planes: while the packets in flight on the plane of the
+    /// recycled EV next in line lead the other plane's by 2 or more, the next packet goes
+    /// on the other plane (its oldest recycled EV, else its next `Good` EV round-robin),
+    /// and the entry next in line waits; within 1 the FIFO's order holds; a plane down, or
+    /// one plane only, changes nothing.
+    #[test]
+    fn the_next_packet_goes_on_the_least_loaded_plane_when_the_recycled_evs_plane_leads() {
+        let mut t = two_planes(Selection::Recycle);
+        let recycle = |t: &mut PathTable, evs: &[usize]| {
+            for &i in evs {
+                t.on_delivered(i, 10);
+            }
+            t.end_ack(0, None);
+        };
+        recycle(&mut t, &[1, 3, 5]);
+        let fifo = |t: &PathTable| t.recycled().collect::<Vec<_>>();
+        assert_eq!(fifo(&t), vec![1, 3, 5]);
+        // plane 1 leads by 5: plane 0 has nothing waiting, so its EVs in turn
+        assert_eq!(t.select_balanced(None, &[0, 5]), Some(0));
+        assert_eq!(t.select_balanced(None, &[1, 5]), Some(2));
+        assert_eq!(fifo(&t), vec![1, 3, 5], "the entries wait");
+        // a lead of 1: the FIFO's order
+        assert_eq!(t.select_balanced(None, &[4, 5]), Some(1));
+        assert_eq!(fifo(&t), vec![3, 5]);
+        // plane 0's recycled EV behind plane 1's is taken out of the FIFO
+        recycle(&mut t, &[6]);
+        assert_eq!(fifo(&t), vec![3, 5, 6]);
+        assert_eq!(t.select_balanced(None, &[2, 4]), Some(6));
+        assert_eq!(fifo(&t), vec![3, 5]);
+        // the EV to avoid (a retransmission's) is passed over: round-robin from EV 3 on
+        assert_eq!(t.select_balanced(Some(4), &[2, 4]), Some(6));
+        // plane 0 down: nothing to balance with
+        t.set_plane_local(0, false, 20);
+        assert_eq!(t.select_balanced(None, &[0, 9]), Some(3));
+        // round-robin selection alternates the planes itself: untouched
+        let mut rr = two_planes(Selection::RoundRobin);
+        assert_eq!(rr.select_balanced(None, &[0, 9]), Some(0));
+        assert_eq!(rr.select_balanced(None, &[0, 9]), Some(1));
+        // one plane: no counts, the FIFO's order
+        let mut one = PathTable::new(&[0, 1, 2], Selection::Recycle, 1);
+        one.on_delivered(2, 10);
+        one.end_ack(0, None);
+        assert_eq!(one.select_balanced(None, &[]), Some(2));
+    }
+
     #[test]
     fn plane_counters_sum_their_evs() {
         let mut t = two_planes(Selection::RoundRobin);

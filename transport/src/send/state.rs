@@ -522,6 +522,12 @@ pub struct SendState {
     last_progress_ns: u64,
     /// Packets in state `InFlight`.
     in_flight_pkts: u64,
+    /// The plane of each EV index ([`SendState::set_ev_planes`]; empty on one plane, where
+    /// nothing is counted per plane).
+    ev_plane: Box<[u8]>,
+    /// Packets in state `InFlight` per plane, by the EV of their latest transmission
+    /// (empty on one plane).
+    in_flight_by_plane: Box<[u32]>,
     /// Time of the latest transmission (first or retransmission), ns.
     last_transmit_ns: u64,
     /// A tail loss probe was sent and nothing new has been acknowledged since.
@@ -560,6 +566,17 @@ pub struct SendState {
     give_up: Option<GiveUp>,
 }
 
+/// One packet whose latest transmission went on EV index `ev` left flight: its plane's
+/// count (`ev_plane`, `by_plane`: see [`SendState::set_ev_planes`]) drops by one.
+#[inline]
+fn plane_sub(ev_plane: &[u8], by_plane: &mut [u32], ev: usize) {
+    if let Some(&q) = ev_plane.get(ev)
+        && let Some(c) = by_plane.get_mut(usize::from(q))
+    {
+        *c = c.saturating_sub(1);
+    }
+}
+
 impl SendState {
     /// Empty sender state whose first PSN is `initial_psn`.
     pub fn new(initial_psn: Psn, cfg: SendConfig) -> Self {
@@ -583,6 +600,8 @@ impl SendState {
             rto_backoff: 0,
             last_progress_ns: 0,
             in_flight_pkts: 0,
+            ev_plane: Box::default(),
+            in_flight_by_plane: Box::default(),
             last_transmit_ns: 0,
             tlp_outstanding: false,
             tlp_seq: None,
@@ -731,6 +750,7 @@ impl SendState {
         self.suspect(ev, ts32);
         self.rtx_insert(seq, len);
         self.in_flight_pkts -= 1;
+        self.plane_left(ev);
         Some((len, usize::from(ev)))
     }
 
@@ -898,6 +918,7 @@ impl SendState {
                 p.last_ts32 = ts32;
             }
             self.in_flight_pkts += 1;
+            self.plane_entered(ev16);
             self.last_transmit_ns = now_ns;
             return;
         }
@@ -923,6 +944,7 @@ impl SendState {
         self.snd_nxt += 1;
         self.bytes_in_flight += u64::from(tx.len);
         self.in_flight_pkts += 1;
+        self.plane_entered(ev16);
         self.last_transmit_ns = now_ns;
         if tx.last {
             self.seg_msn += 1;
@@ -1081,6 +1103,7 @@ impl SendState {
         let mut msg_run: Option<(u64, u32)> = None;
         let msgs = &mut self.msgs;
         let msgs_base = self.msgs_base;
+        let (ev_plane, by_plane) = (&self.ev_plane, &mut self.in_flight_by_plane);
         let mut flush = |run: Option<(u64, u32)>| {
             if let Some((msn, k)) = run
                 && let Some(m) = msn
@@ -1107,7 +1130,8 @@ impl SendState {
             done_pkts += 1;
             done_bytes += u64::from(p.len);
             let ev = usize::from(p.last_ev);
-            proven |= paths.on_acked_delivered(ev, now_ns);
+            plane_sub(ev_plane, by_plane, ev);
+            proven |= paths.on_acked_delivered(ev, p.last_sent_ns, now_ns);
             if latest.is_none_or(|(s, q, _)| (p.last_sent_ns, seq) > (s, q)) {
                 *latest = Some((p.last_sent_ns, seq, ev));
             }
@@ -1156,7 +1180,10 @@ impl SendState {
         let p = *p;
         match was {
             PktState::Queued => self.rtx_remove(seq, p.len),
-            PktState::InFlight => self.in_flight_pkts -= 1,
+            PktState::InFlight => {
+                self.in_flight_pkts -= 1;
+                self.plane_left(p.last_ev);
+            }
             PktState::RnrWait | PktState::Acked => {}
         }
         self.bytes_in_flight -= u64::from(p.len);
@@ -1180,7 +1207,8 @@ impl SendState {
         let unambiguous = was == PktState::InFlight
             && (p.transmissions == 1 || echo == Some((usize::from(p.last_ev), p.last_ts32)));
         if let Some(ev) = p.delivered_ev(echo, now_ns, self.rtt.min_rtt_ns) {
-            paths.on_delivered(ev, now_ns);
+            // the credited copy is always the latest transmission
+            paths.on_delivered_sent(ev, p.last_sent_ns, now_ns);
         }
         if unambiguous && latest.is_none_or(|(s, q, _)| (p.last_sent_ns, seq) > (s, q)) {
             *latest = Some((p.last_sent_ns, seq, usize::from(p.last_ev)));
@@ -1227,8 +1255,10 @@ impl SendState {
         }
         p.state = PktState::Queued;
         let r = (p.len, usize::from(p.last_ev));
+        let ev = p.last_ev;
         self.rtx_insert(seq, r.0);
         self.in_flight_pkts -= 1;
+        self.plane_left(ev);
         Some(r)
     }
 
@@ -1269,7 +1299,9 @@ impl SendState {
             return false;
         }
         p.state = PktState::RnrWait;
+        let ev = p.last_ev;
         self.in_flight_pkts -= 1;
+        self.plane_left(ev);
         self.last_rnr_ns = Some(now_ns);
         self.rto_backoff = 0;
         if self.rnr_until_ns.is_none() {
@@ -1729,6 +1761,51 @@ impl SendState {
         self.in_flight_pkts
     }
 
+    /// Tells the sender the plane of each EV index (`ev_plane[i]` for index `i`), so that
+    /// it counts its packets in flight per plane ([`SendState::in_flight_by_plane`]); with
+    /// fewer than two planes nothing is counted. Call before the first transmission.
+    pub fn set_ev_planes(&mut self, ev_plane: &[u8]) {
+        let planes = ev_plane
+            .iter()
+            .map(|&q| usize::from(q) + 1)
+            .max()
+            .unwrap_or(1);
+        if planes < 2 {
+            self.ev_plane = Box::default();
+            self.in_flight_by_plane = Box::default();
+            return;
+        }
+        self.ev_plane = ev_plane.into();
+        self.in_flight_by_plane = vec![0; planes].into();
+    }
+
+    /// Packets in flight per plane, by the EV of their latest transmission (indexed by
+    /// plane; empty with fewer than two planes, see [`SendState::set_ev_planes`]).
+    #[inline]
+    pub fn in_flight_by_plane(&self) -> &[u32] {
+        &self.in_flight_by_plane
+    }
+
+    /// A packet whose latest transmission went on EV index `ev` is in flight.
+    #[inline]
+    fn plane_entered(&mut self, ev: u16) {
+        if let Some(&q) = self.ev_plane.get(usize::from(ev))
+            && let Some(c) = self.in_flight_by_plane.get_mut(usize::from(q))
+        {
+            *c += 1;
+        }
+    }
+
+    /// A packet whose latest transmission went on EV index `ev` is no longer in flight.
+    #[inline]
+    fn plane_left(&mut self, ev: u16) {
+        plane_sub(
+            &self.ev_plane,
+            &mut self.in_flight_by_plane,
+            usize::from(ev),
+        );
+    }
+
     /// The EV index of the latest transmission of each packet in flight (sent, not
     /// acknowledged, not queued for retransmission), oldest first: the entries their
     /// acknowledgements will recycle. O(packets held): for rare events (an EV back in
@@ -1768,6 +1845,7 @@ impl SendState {
         self.snd_una = self.snd_nxt;
         self.bytes_in_flight = 0;
         self.in_flight_pkts = 0;
+        self.in_flight_by_plane.iter_mut().for_each(|c| *c = 0);
         self.rack_timer_ns = None;
         self.blocked_since_ns = None;
         self.rnr_until_ns = None;

@@ -246,6 +246,53 @@ fn acceptance_5_early_loss_then_late_original_is_spurious() {
     assert_eq!((out.acked_packets, out.spurious), (1, 0));
 }
 
+/// Two planes (EV i on plane i mod 2): the sender counts its packets in flight per plane by
+/// the EV of their latest transmission, through acknowledgements, RACK losses and resends;
+/// RACK's losses of packets that a later packet of the same plane overtook (reordering,
+/// not a failure) take neither plane down.
+#[test]
+fn packets_in_flight_per_plane_and_overtaken_losses_keep_the_planes_up() {
+    use crate::path::PlaneState;
+    let mut r = Rig::new(0, &[0, 1, 2, 3]);
+    r.paths = PathTable::with_planes(&[0, 1, 2, 3], &[0, 1, 0, 1], Selection::RoundRobin, 1);
+    r.st.set_ev_planes(&[0, 1, 0, 1]);
+    r.st.post(spec(1, 6 * MTU));
+    for t in 0..6u64 {
+        r.send(t * 1_000, 1);
+    }
+    assert_eq!(r.st.in_flight_by_plane(), &[3, 3]);
+    // 4 (EV 0) and 5 (EV 1) acked at 15 us: 0-3 overtaken on both planes
+    let out = r.sack(15_000, 0, 0, 0b11_0000, Some((1, 5_000)));
+    assert_eq!(out.acked_packets, 2);
+    assert_eq!(r.st.in_flight_by_plane(), &[2, 2]);
+    // deadline of 3: 3 us + RTT 10 us + 50 us window
+    let l = r.st.detect_losses(63_000, &mut r.paths, &mut r.stats);
+    assert_eq!(l.lost_packets, 4);
+    assert_eq!(r.st.in_flight_by_plane(), &[0, 0]);
+    assert_eq!(r.paths.planes()[0].state, PlaneState::Up);
+    assert_eq!(r.paths.planes()[1].state, PlaneState::Up);
+    assert_eq!(
+        r.paths.paths()[3].consecutive_losses,
+        1,
+        "the EVs are charged"
+    );
+    // the resends count on the EVs they go on
+    let resent = r.send(64_000, 4);
+    assert_eq!(resent.len(), 4);
+    assert_eq!(r.st.in_flight_by_plane().iter().sum::<u32>(), 4);
+    let on_plane_1 = resent.iter().filter(|&&(_, ev)| ev % 2 == 1).count() as u32;
+    assert_eq!(r.st.in_flight_by_plane(), &[4 - on_plane_1, on_plane_1]);
+    r.sack(80_000, 6, 0, 0, None);
+    assert_eq!(r.st.in_flight_by_plane(), &[0, 0]);
+    assert_eq!(r.st.in_flight_packets(), 0);
+    // one plane: nothing is counted per plane
+    let mut one = Rig::new(0, &[0, 1]);
+    one.st.set_ev_planes(&[0, 0]);
+    one.st.post(spec(2, MTU));
+    one.send(0, 1);
+    assert!(one.st.in_flight_by_plane().is_empty());
+}
+
 #[test]
 fn rto_backs_off_and_retry_limit_fails_the_work_request() {
     let mut r = Rig::new(0, &[0, 1]);
