@@ -72,6 +72,21 @@ pub const MAX_SETUP_MESSAGE_BYTES: usize = 32 * 1024;
 /// Most handshakes one listener runs at once; more connections wait in the kernel's
 /// backlog until one ends (by its deadline at the latest).
 pub const MAX_ACCEPTS_IN_FLIGHT: usize = 256;
+/// Least time between two `accept(2)` calls of a listener that found its backlog empty:
+/// 1 ms (the longest sleep of [`super::Worker::wait`] while a listener is open, so a
+/// sleeping worker and a busy one take a connection alike). Linux allocates a socket and
+/// a file before it finds the backlog empty and frees them after, a few microseconds
+/// and RCU work per call: a worker progressed in a busy loop (the libfabric provider's
+/// `fi_cq_read`) spent most of its time there when it tried on every pass.
+pub const ACCEPT_POLL: Duration = Duration::from_millis(1);
+
+/// When a listener tries `accept(2)` again after a pass at `now`: [`ACCEPT_POLL`] later
+/// when the pass found the backlog `empty` (`EWOULDBLOCK`); otherwise at once, the next
+/// pass (it took connections until its handshake slots filled, or an accept failed for
+/// want of descriptors or memory: more wait).
+fn next_accept_at(now: Instant, empty: bool) -> Instant {
+    if empty { now + ACCEPT_POLL } else { now }
+}
 
 /// What a peer needs to connect to a listener ([`super::Worker::listen`]): the
 /// listener's TCP address and secret. Opaque to the application, which carries
@@ -636,6 +651,8 @@ struct Listener {
     pending: Vec<Handshake>,
     /// QPs whose handshake completed, not yet handed out.
     ready: VecDeque<u32>,
+    /// The earliest time of its next `accept(2)` ([`next_accept_at`]).
+    next_accept: Instant,
 }
 
 enum Attempt {
@@ -726,6 +743,7 @@ impl Setup {
                 cfg,
                 pending: Vec::new(),
                 ready: VecDeque::new(),
+                next_accept: Instant::now(),
             },
         );
         Ok((ListenerId(id), handle))
@@ -839,7 +857,7 @@ impl Setup {
         let Some(l) = self.listeners.get_mut(&id.0) else {
             return Some(Err(EngineError::Refused(format!("no listener {}", id.0))));
         };
-        if let Err(e) = Self::accept_new(l, &mut self.stats, until) {
+        if let Err(e) = Self::accept_new(l, &mut self.stats, now, until) {
             return Some(Err(e));
         }
         Self::advance_listener(l, &mut self.stats, host, now);
@@ -855,7 +873,7 @@ impl Setup {
         for l in self.listeners.values_mut() {
             // A failing accept (e.g. out of descriptors) is retried at the next call;
             // poll_accept reports it.
-            let _ = Self::accept_new(l, &mut self.stats, until);
+            let _ = Self::accept_new(l, &mut self.stats, now, until);
             Self::advance_listener(l, &mut self.stats, host, now);
         }
         self.advance_attempts(host, now);
@@ -864,11 +882,31 @@ impl Setup {
     /// Takes the connections waiting in the backlog. With every handshake slot in use, a
     /// new one takes the slot of the oldest handshake whose peer has not proved the
     /// secret (no QP yet: all a stranger can hold); when every slot's peer has proved it,
-    /// new connections wait in the backlog.
+    /// new connections wait in the backlog. Before the listener's `next_accept` it does
+    /// nothing ([`next_accept_at`]).
     fn accept_new(
         l: &mut Listener,
         stats: &mut SetupStats,
+        now: Instant,
         until: Instant,
+    ) -> Result<(), EngineError> {
+        if now < l.next_accept {
+            return Ok(());
+        }
+        let mut empty = false;
+        let r = Self::accept_ready(l, stats, until, &mut empty);
+        l.next_accept = next_accept_at(now, empty);
+        r
+    }
+
+    /// `accept_new`'s loop: takes connections until the backlog is empty (or every
+    /// handshake slot's peer has proved the secret); `empty` set when it found the
+    /// backlog empty.
+    fn accept_ready(
+        l: &mut Listener,
+        stats: &mut SetupStats,
+        until: Instant,
+        empty: &mut bool,
     ) -> Result<(), EngineError> {
         loop {
             let victim = if l.pending.len() < MAX_ACCEPTS_IN_FLIGHT {
@@ -900,7 +938,10 @@ impl Setup {
                         Handshake::new(s, from.ip(), &l.handle, l.cfg.clone(), until, false, None)?;
                     l.pending.push(h);
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    *empty = true;
+                    break;
+                }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 // Out of descriptors or memory (strangers holding the slots of many
                 // listeners can exhaust the process's descriptors; a connection reset
@@ -967,5 +1008,18 @@ impl Setup {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod accept_poll_tests {
+    use super::*;
+
+    #[test]
+    fn a_listener_tries_again_a_millisecond_after_an_empty_backlog_otherwise_at_once() {
+        let now = Instant::now();
+        assert_eq!(ACCEPT_POLL, Duration::from_millis(1));
+        assert_eq!(next_accept_at(now, true), now + Duration::from_millis(1));
+        assert_eq!(next_accept_at(now, false), now);
     }
 }
