@@ -10,7 +10,7 @@
 //! flow loses more than 5% of its goodput, no byte is lost, and host 0's flows are back to
 //! 95% once the port is.
 //!
-//! The "nobody else's [goodput] changes by more than 5%" is read as: the failure
+//! The "nobody else's \[goodput\] changes by more than 5%" is read as: the failure
 //! costs nobody else more than 5%. Every other flow shares the spines with one of host 0's
 //! (0 -> 4 its leaf's uplinks and the downlinks to leaf 1, 7 -> 0 the reverse), and in
 //! this fabric the ring's flows are held below their NIC's rate by one another (ECMP
