@@ -52,7 +52,10 @@
 #              fabric of network namespaces, transfers steered over every spine, a spine
 #              link taken down) on the guest's Debian kernel, which has the SRv6
 #              lightweight tunnels the CI host's kernel lacks; MRC_SRV6_REQUIRE=1 (a skip
-#              fails); in a VM of its own (.ci/run adds it where the host kernel lacks them)
+#              fails); then examples/tests/mpi.rs's testbed test (one rank per testbed
+#              host under the guest's Open MPI; its base adds openmpi-bin and coreutils:
+#              mrc-testbed.sh's `counters` sorts with `sort -V`, which busybox lacks); in a
+#              VM of its own (.ci/run adds it where the host kernel lacks them)
 #
 # Every check prints `PASS name: detail` or `FAIL name: detail`, and one JSON line
 # ({"check","ok","detail",...}) goes to target/rxe-lab/results.jsonl; the last line is the
@@ -294,6 +297,13 @@ build_binaries() {
     tb=$(awk '$3 == "true" && $2 == "testbed" {print $4}' <<<"$art")
     [ "$(wc -w <<<"$tb")" = 1 ] || die "expected one testbed test binary (examples/tests/testbed.rs); cargo built: $tb"
     TEST_BINS="$TEST_BINS $tb"
+    # examples/tests/mpi.rs (its testbed test; libfabric's tests have an `mpi` too)
+    local mpi
+    mpi=$(cargo test --workspace --locked --no-run -q --message-format=json --features "$FEATURES" 2>>"$CACHE/cargo.log" \
+      | jq -r 'select(.reason == "compiler-artifact" and .profile.test and .target.name == "mpi"
+                      and (.target.src_path | endswith("/examples/tests/mpi.rs"))) | .executable')
+    [ "$(wc -w <<<"$mpi")" = 1 ] || die "expected one mpi test binary of examples/tests/mpi.rs (the mpi feature: MRC_LAB_FEATURES=...,mrc-examples/mpi); cargo built: $mpi"
+    TEST_BINS="$TEST_BINS $mpi"
     SIM_BIN=$(awk '$1 == "bin" && $2 == "mrc-sim" && $3 == "false" {print $4}' <<<"$art")
     [ -x "$SIM_BIN" ] || die "no debug mrc-sim among the build's artifacts"
   fi
@@ -614,6 +624,9 @@ main() {
   mkdir -p "$CACHE"
   local parts=("${PARTS_LIST[@]}")
   PARTS="${parts[*]}"
+  # The srv6 part also runs examples/tests/mpi.rs's testbed test (one rank per testbed
+  # host, under mpirun): Open MPI in the guest (a base of its own: the key has the list).
+  if [[ " $PARTS " == *" srv6 "* ]]; then GUEST_PKGS="$GUEST_PKGS,openmpi-bin,coreutils"; fi
   local t0; t0=$(now_ms)
   prepare_kernel
   prepare_rootfs
