@@ -3509,6 +3509,26 @@ unsafe extern "C" fn ep_recvmsg(ep: *mut fid_ep, msg: *const fi_msg, flags: u64)
     })
 }
 
+/// The byte slices of an iovec list given as (address, length) pairs; a zero length is
+/// an empty slice whatever its address (libfabric lets a NULL base go with length 0).
+///
+/// # Safety
+/// Each non-empty pair must name `length` readable bytes that stay valid and unchanged
+/// for the returned slices' lifetime (the `fi_send`/`fi_write` contract: until the call
+/// returns, since the provider copies).
+unsafe fn iov_slices<'a>(iov: &[(usize, usize)]) -> Vec<&'a [u8]> {
+    iov.iter()
+        .map(|&(p, l)| {
+            if l == 0 {
+                &[][..]
+            } else {
+                // SAFETY: the caller's contract above.
+                unsafe { std::slice::from_raw_parts(p as *const u8, l) }
+            }
+        })
+        .collect()
+}
+
 fn post_send(
     ep: *mut fid_ep,
     iov: &[(usize, usize)],
@@ -3519,16 +3539,7 @@ fn post_send(
 ) -> isize {
     // SAFETY: the caller's buffers (the fi_send contract), read here, before the call
     // returns: the provider copies every send.
-    let slices: Vec<&[u8]> = iov
-        .iter()
-        .map(|&(p, l)| {
-            if l == 0 {
-                &[][..]
-            } else {
-                unsafe { std::slice::from_raw_parts(p as *const u8, l) }
-            }
-        })
-        .collect();
+    let slices = unsafe { iov_slices(iov) };
     with_ep(ep.cast(), |s, cqs, avs| {
         let completion = completion.unwrap_or(!s.tx_selective || s.tx_op_completion);
         let r = match s.send(avs, dest, hdr, &slices, ctx as usize, completion) {
@@ -3909,16 +3920,7 @@ fn post_write(
 ) -> isize {
     // SAFETY: the caller's buffers (the fi_write contract), read here, before the call
     // returns: the provider copies every write.
-    let slices: Vec<&[u8]> = iov
-        .iter()
-        .map(|&(p, l)| {
-            if l == 0 {
-                &[][..]
-            } else {
-                unsafe { std::slice::from_raw_parts(p as *const u8, l) }
-            }
-        })
-        .collect();
+    let slices = unsafe { iov_slices(iov) };
     with_ep(ep.cast(), |s, cqs, avs| {
         let completion = completion.unwrap_or(!s.tx_selective || s.tx_op_completion);
         let len: usize = iov.iter().map(|x| x.1).sum();
