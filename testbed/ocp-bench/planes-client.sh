@@ -6,12 +6,15 @@
 # the server validates every size.
 export LD_LIBRARY_PATH=/lab/extra
 export MRC_PLANE_DEVICES=$LAB_PLANE_DEVICES
+# packets through each plane's NIC (both directions) during the sweep
+pkts() { echo $(( $(cat /sys/class/net/$1/statistics/rx_packets) + $(cat /sys/class/net/$1/statistics/tx_packets) )); }
 i=0
 until ping -c 1 -W 1 "$LAB_PEER" >/dev/null 2>&1 || [ $i -ge 60 ]; do i=$((i + 1)); done
 echo "== $(date +%T) uptime $(cut -d' ' -f1 /proc/uptime): mrc_example client to $LAB_PEER over $MRC_PLANE_DEVICES, GID index $LAB_GID"
 ( sleep 10; echo "== $(date +%T): eth1 (plane 1) down"; /bin/ip link set eth1 down
   sleep 2; /bin/ip link set eth1 up; echo "== $(date +%T): eth1 (plane 1) up" ) &
 pull=$!
+e0=$(pkts eth0) e1=$(pkts eth1)
 n=0
 while :; do
   t0=$(cut -d' ' -f1 /proc/uptime)
@@ -22,9 +25,11 @@ while :; do
 done
 t1=$(cut -d' ' -f1 /proc/uptime)
 wait $pull
+d0=$(( $(pkts eth0) - e0 )) d1=$(( $(pkts eth1) - e1 ))
+echo "== packets through eth0 (plane 0) $d0, eth1 (plane 1) $d1"
 cat /tmp/cli.out
 echo "== $(date +%T) uptime $t1: mrc_example client exited $rc after $n connect retries (the sweep took $t0 .. $t1 s of guest uptime)"
 rows=$(awk '$1 ~ /^[0-9]+$/ && NF == 4 && $2 == 100' /tmp/cli.out | wc -l)
-jq -ncM --argjson rc $rc --argjson r "$rows" '{check:"ocp-planes-client", ok:($rc == 0 and $r == 21), detail:"mrc_example client over rxe0,rxe1 (eth1 down 2 s): exit \($rc), \($r) of 21 sizes in its table"}' >&3
+jq -ncM --argjson rc $rc --argjson r "$rows" --argjson d0 $d0 --argjson d1 $d1 '{check:"ocp-planes-client", ok:($rc == 0 and $r == 21 and $d0 >= 1000 and $d1 >= 1000), detail:"mrc_example client over rxe0,rxe1 (eth1 down 2 s): exit \($rc), \($r) of 21 sizes in its table; packets through plane 0 \($d0), plane 1 \($d1) (each >= 1000)"}' >&3
 awk '$1 ~ /^[0-9]+$/ && NF == 4 && $2 == 100 {printf "{\"check\":\"ocp-planes-%s\",\"ok\":true,\"detail\":\"mrc_example over two planes %s bytes: %s Gbps, %s Mpps\",\"msg_bytes\":%s,\"gbps\":%s,\"msg_per_s\":%.0f}\n", $1, $1, $3, $4, $1, $3, $4 * 1e6}' /tmp/cli.out >&3
-[ $rc -eq 0 ] && [ "$rows" = 21 ]
+[ $rc -eq 0 ] && [ "$rows" = 21 ] && [ $d0 -ge 1000 ] && [ $d1 -ge 1000 ]
