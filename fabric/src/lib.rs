@@ -14,6 +14,8 @@
 //! - [`engine`]: the engine thread that drives transport connections over a datapath, and
 //!   the verbs-shaped embedding API (context, QPs, memory regions, TCP bootstrap, CQs);
 //! - [`mem`]: zeroed region buffers advised onto transparent huge pages;
+//! - [`netns`]: sockets opened in another network namespace (a host of the namespace
+//!   testbed);
 //! - [`planes`]: one endpoint over one datapath per plane (a verbs device per NIC port);
 //! - [`verbs`]: the RDMA UD datapath; its pure parts (buffer pools, GRH, signalling,
 //!   address exchange, EV to UDP source port) always, the device half with feature `verbs`;
@@ -23,6 +25,7 @@
 pub mod datapath;
 pub mod engine;
 pub mod mem;
+pub mod netns;
 pub mod planes;
 pub use mrc_frame::{packet, pcap, srv6};
 pub mod udp;

@@ -110,42 +110,22 @@ pub fn pick(addrs: &[IpAddr], net: Option<Cidr>) -> Result<IpAddr, String> {
         .unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST)))
 }
 
-/// `--netns NAME` of rank `rank`: `{rank}` replaced, a bare name under /run/netns.
+/// `--netns NAME` of rank `rank`: `{rank}` replaced, a bare name under /run/netns
+/// ([`mrc_fabric::netns::ns_path`]).
 pub fn netns_path(template: &str, rank: u32) -> String {
-    let n = template.replace("{rank}", &rank.to_string());
-    if n.contains('/') {
-        n
-    } else {
-        format!("/run/netns/{n}")
-    }
+    mrc_fabric::netns::ns_path(&template.replace("{rank}", &rank.to_string()))
 }
 
 /// Runs `f` on a thread of its own that first enters the network namespace at `path`
 /// (`setns`), so that the sockets it opens, and the threads it starts (an engine's), live
-/// there; the calling thread's namespace is untouched. Without a path, `f` runs here.
+/// there; the calling thread's namespace is untouched. Without a path, `f` runs here
+/// ([`mrc_fabric::netns::in_netns`], which the libfabric provider's `FI_MRC_NETNS` uses
+/// too).
 ///
 /// # Errors
 /// The namespace cannot be opened or entered (not root, no such namespace).
 pub fn in_netns<T: Send>(path: Option<&str>, f: impl FnOnce() -> T + Send) -> Result<T, String> {
-    use std::os::fd::AsRawFd;
-    let Some(path) = path else {
-        return Ok(f());
-    };
-    std::thread::scope(|s| {
-        s.spawn(move || {
-            let ns = std::fs::File::open(path).map_err(|e| format!("--netns {path}: {e}"))?;
-            // SAFETY: setns on a namespace file we hold open; it changes this thread only.
-            if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-                return Err(format!(
-                    "--netns {path}: setns: {} (needs root)",
-                    std::io::Error::last_os_error()
-                ));
-            }
-            Ok(f())
-        })
-        .join()
-        .map_err(|_| "the namespace thread panicked".to_string())?
-    })
+    mrc_fabric::netns::in_netns(path, f).map_err(|e| format!("--netns {e}"))
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@ use crate::ffi::*;
 use crate::{fi_version, guard};
 use mrc_fabric::engine::setup::SECRET_BYTES;
 use mrc_fabric::engine::{ConnHandle, ListenOptions};
+use mrc_fabric::netns::NetNs;
 use std::ffi::CStr;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::os::raw::{c_char, c_int, c_void};
@@ -402,6 +403,43 @@ pub(crate) fn default_ip() -> Option<IpAddr> {
     }
 }
 
+/// The network namespace `FI_MRC_NETNS` names (`ip netns`'s NAME, i.e.
+/// `/run/netns/NAME`, or a path to a namespace file), where every endpoint opens its
+/// sockets; `None` when it is unset or empty (the process's own namespace).
+/// `Err(FI_EINVAL)`, with a log line, when it cannot be opened or entered.
+pub(crate) fn netns() -> Result<Option<NetNs>, u32> {
+    let Some(v) = std::env::var_os("FI_MRC_NETNS") else {
+        return Ok(None);
+    };
+    let Some(name) = v.to_str() else {
+        crate::log(&format!("FI_MRC_NETNS={v:?}: not UTF-8"));
+        return Err(FI_EINVAL);
+    };
+    let name = name.trim();
+    if name.is_empty() {
+        return Ok(None);
+    }
+    NetNs::open(name).map(Some).map_err(|e| {
+        crate::log(&format!("FI_MRC_NETNS={name}: {e}"));
+        FI_EINVAL
+    })
+}
+
+/// Whether a UDP socket can bind `ip` inside `ns` (the address is one of the
+/// namespace's); `Err(FI_EADDRNOTAVAIL)`, with a log line, when it cannot.
+fn check_bind(ns: &NetNs, ip: IpAddr) -> Result<(), u32> {
+    let r = ns
+        .run(|| std::net::UdpSocket::bind(SocketAddr::new(ip, 0)).map(drop))
+        .and_then(|r| r.map_err(|e| e.to_string()));
+    r.map_err(|e| {
+        crate::log(&format!(
+            "FI_MRC_NETNS={}: cannot bind {ip} there ({e}): set FI_MRC_ADDR to an address of that namespace",
+            ns.path()
+        ));
+        FI_EADDRNOTAVAIL
+    })
+}
+
 /// The endpoint address of a listener at `at` with the public [`NAMED_SECRET`] (port 0:
 /// the kernel picks the port when the endpoint opens, with a secret of its own).
 fn named(at: SocketAddr) -> [u8; ADDR_LEN] {
@@ -538,9 +576,31 @@ pub(crate) unsafe extern "C" fn getinfo(
         {
             return e;
         }
+        // FI_MRC_NETNS: the namespace must be one this process can enter, and the
+        // source address one of its addresses (the endpoint binds it there).
+        let ns = match netns() {
+            Ok(ns) => ns,
+            Err(e) => return -(e as c_int),
+        };
         let i = unsafe { build(version, h, addrs) };
         if i.is_null() {
             return -(FI_ENOMEM as c_int);
+        }
+        if let Some(ns) = &ns {
+            // SAFETY: the fi_info just built: its src_addr of src_addrlen bytes.
+            let src = unsafe {
+                let s = &*i;
+                (!s.src_addr.is_null())
+                    .then(|| std::slice::from_raw_parts(s.src_addr.cast::<u8>(), s.src_addrlen))
+                    .and_then(source_addr)
+            };
+            if let Some((a, _)) = src
+                && let Err(e) = check_bind(ns, a.ip())
+            {
+                // SAFETY: ours, allocated above and not handed out.
+                unsafe { free_info(i) };
+                return -(e as c_int);
+            }
         }
         // SAFETY: non-null out-pointer.
         unsafe { *info = i };

@@ -94,6 +94,14 @@ impl Ret for isize {
     }
 }
 
+/// Writes `libfabric:mrc: MSG` on stderr: the reason behind an error code the caller gets
+/// (a namespace or address the environment names that cannot be used). A closed stderr is
+/// ignored.
+pub(crate) fn log(msg: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "libfabric:mrc: {msg}");
+}
+
 /// Runs `f`; a panic is answered with `-FI_EOTHER` and never unwinds into C.
 pub(crate) fn guard<R: Ret>(f: impl FnOnce() -> R) -> R {
     catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| R::neg(ffi::FI_EOTHER))

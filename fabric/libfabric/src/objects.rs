@@ -12,7 +12,7 @@
 
 use crate::ffi::*;
 use crate::info::{
-    ADDR_LEN, FRAGMENT_SIZE, INJECT_SIZE, IOV_LIMIT, MAX_MSG_SIZE, QUEUE_SIZE, default_ip,
+    ADDR_LEN, FRAGMENT_SIZE, INJECT_SIZE, IOV_LIMIT, MAX_MSG_SIZE, QUEUE_SIZE, default_ip, netns,
     source_addr,
 };
 use crate::stubs::*;
@@ -21,6 +21,7 @@ use mrc_fabric::engine::setup::SECRET_BYTES;
 use mrc_fabric::engine::{
     ConnHandle, ConnectId, EngineConfig, ListenOptions, ListenerId, QpConfig, Worker,
 };
+use mrc_fabric::netns::NetNs;
 use mrc_fabric::udp::{DirectDatapath, UdpConfig};
 use mrc_transport::{Access, ConnState, RawMem, Sge, WcOpcode, WcStatus};
 use std::collections::{HashMap, VecDeque};
@@ -394,6 +395,8 @@ struct Asm {
 struct EpState {
     // The worker first: dropping it destroys the QPs before their slots are freed.
     worker: Worker<DirectDatapath>,
+    /// `FI_MRC_NETNS`'s namespace, where the connections' set-up sockets are opened.
+    netns: Option<NetNs>,
     listener: ListenerId,
     addr: [u8; ADDR_LEN],
     av: Option<usize>,
@@ -593,43 +596,71 @@ pub(crate) enum Probe {
     Claim { discard: bool },
 }
 
+/// The worker of an endpoint at `ip` and its listener, at the port and secret of `src`
+/// when it names a port that is free (fabtests' out-of-band mode gives client and server
+/// the same source port: a port taken falls back to one the kernel picks, with a drawn
+/// secret, and fi_getname says which). `FI_EADDRNOTAVAIL`, with a log line, when `ip`
+/// cannot be bound (not an address of this host, or of `FI_MRC_NETNS`'s namespace).
+#[allow(clippy::type_complexity)]
+fn open_worker(
+    ip: IpAddr,
+    src: Option<(SocketAddr, [u8; SECRET_BYTES])>,
+) -> Result<(Worker<DirectDatapath>, ListenerId, ConnHandle), u32> {
+    let udp = UdpConfig::bind(SocketAddr::new(ip, 0));
+    let ecfg = EngineConfig {
+        tx_batch: 64,
+        ..EngineConfig::default()
+    };
+    let mut worker = Worker::direct(udp, ecfg).map_err(|e| {
+        crate::log(&format!(
+            "fi_endpoint: cannot open UDP sockets at {ip}: {e}"
+        ));
+        FI_EADDRNOTAVAIL
+    })?;
+    let named = match src {
+        Some((a, secret)) if a.port() != 0 => worker
+            .listen_at(
+                QpConfig::default(),
+                ListenOptions::default(),
+                a.port(),
+                Some(secret),
+            )
+            .ok(),
+        _ => None,
+    };
+    let (listener, h) = match named {
+        Some(l) => l,
+        None => worker.listen(QpConfig::default()).map_err(|e| {
+            crate::log(&format!("fi_endpoint: cannot listen at {ip}: {e}"));
+            FI_EADDRNOTAVAIL
+        })?,
+    };
+    Ok((worker, listener, h))
+}
+
 impl EpState {
     /// An endpoint at source address `src` (the listener's address and secret, from the
     /// `fi_info`'s `src_addr`: a port 0, or one in use, takes a port the kernel picks and
     /// a drawn secret); without one, at the provider's IP ([`default_ip`]).
+    /// In the namespace of `FI_MRC_NETNS` ([`netns`]) when it names one: the worker's
+    /// sockets and listener are opened there, and so is each connection's set-up socket
+    /// ([`EpState::connect_start`]).
     fn open(directed: bool, src: Option<(SocketAddr, [u8; SECRET_BYTES])>) -> Result<EpState, u32> {
+        let netns = netns()?;
         let ip: IpAddr = match src {
             Some((a, _)) => a.ip(),
             None => default_ip().ok_or(FI_EINVAL)?,
         };
-        let udp = UdpConfig::bind(SocketAddr::new(ip, 0));
-        let ecfg = EngineConfig {
-            tx_batch: 64,
-            ..EngineConfig::default()
-        };
-        let mut worker = Worker::direct(udp, ecfg).map_err(|_| FI_EADDRNOTAVAIL)?;
-        // A named port taken (fabtests' out-of-band mode gives client and server the
-        // same source port) falls back to one the kernel picks, with a drawn secret:
-        // fi_getname says which.
-        let named = match src {
-            Some((a, secret)) if a.port() != 0 => worker
-                .listen_at(
-                    QpConfig::default(),
-                    ListenOptions::default(),
-                    a.port(),
-                    Some(secret),
-                )
-                .ok(),
-            _ => None,
-        };
-        let (listener, h) = match named {
-            Some(l) => l,
-            None => worker
-                .listen(QpConfig::default())
-                .map_err(|_| FI_EADDRNOTAVAIL)?,
-        };
+        let (worker, listener, h) = match &netns {
+            None => open_worker(ip, src),
+            Some(ns) => ns.run(|| open_worker(ip, src)).unwrap_or_else(|e| {
+                crate::log(&format!("fi_endpoint: FI_MRC_NETNS={}: {e}", ns.path()));
+                Err(FI_EINVAL)
+            }),
+        }?;
         Ok(EpState {
             worker,
+            netns,
             listener,
             addr: h.to_bytes(),
             av: None,
@@ -653,6 +684,24 @@ impl EpState {
             cntrs: Counters::default(),
             rma_event: false,
         })
+    }
+
+    /// Starts connecting to the peer at `h` ([`Worker::connect_start`]), in
+    /// `FI_MRC_NETNS`'s namespace when there is one (the set-up's TCP socket is opened
+    /// there, on a thread of its own).
+    fn connect_start(&mut self, h: &ConnHandle) -> Result<ConnectId, ()> {
+        let worker = &mut self.worker;
+        let r = match &self.netns {
+            None => worker.connect_start(h, QpConfig::default()),
+            Some(ns) => match ns.run(|| worker.connect_start(h, QpConfig::default())) {
+                Ok(r) => r,
+                Err(e) => {
+                    crate::log(&format!("connect to {}: {e}", h.addr()));
+                    return Err(());
+                }
+            },
+        };
+        r.map_err(drop)
     }
 
     /// Registers `mr` (key `key`) with QP `qpn` of this endpoint at its key and RMA
@@ -1015,7 +1064,7 @@ impl EpState {
             self.worker.destroy_qp(qpn);
         }
         let h = p.handle.clone();
-        match self.worker.connect_start(&h, QpConfig::default()) {
+        match self.connect_start(&h) {
             Ok(id) => {
                 if let Some(p) = self.peers.get_mut(&a) {
                     p.conn = Conn::Connecting(id);
@@ -1400,10 +1449,7 @@ impl EpState {
                 .and_then(Option::as_ref)
                 .ok_or(FI_EINVAL)?;
             let h = ConnHandle::from_bytes(addr).map_err(|_| FI_EINVAL)?;
-            let id = self
-                .worker
-                .connect_start(&h, QpConfig::default())
-                .map_err(|_| FI_ECONNREFUSED)?;
+            let id = self.connect_start(&h).map_err(|_| FI_ECONNREFUSED)?;
             self.peers.insert(
                 dest,
                 Peer {
