@@ -396,7 +396,7 @@ struct EpState {
     // The worker first: dropping it destroys the QPs before their slots are freed.
     worker: Worker<DirectDatapath>,
     /// `FI_MRC_NETNS`'s namespace, where the connections' set-up sockets are opened.
-    netns: Option<NetNs>,
+    netns: Option<Arc<NetNs>>,
     listener: ListenerId,
     addr: [u8; ADDR_LEN],
     av: Option<usize>,
@@ -596,7 +596,8 @@ pub(crate) enum Probe {
     Claim { discard: bool },
 }
 
-/// The worker of an endpoint at `ip` and its listener, at the port and secret of `src`
+/// The worker of an endpoint at `ip` (its connections' EV sockets opened in `netns`)
+/// and its listener, at the port and secret of `src`
 /// when it names a port that is free (fabtests' out-of-band mode gives client and server
 /// the same source port: a port taken falls back to one the kernel picks, with a drawn
 /// secret, and fi_getname says which). `FI_EADDRNOTAVAIL`, with a log line, when `ip`
@@ -605,8 +606,12 @@ pub(crate) enum Probe {
 fn open_worker(
     ip: IpAddr,
     src: Option<(SocketAddr, [u8; SECRET_BYTES])>,
+    netns: Option<Arc<NetNs>>,
 ) -> Result<(Worker<DirectDatapath>, ListenerId, ConnHandle), u32> {
-    let udp = UdpConfig::bind(SocketAddr::new(ip, 0));
+    let udp = UdpConfig {
+        netns,
+        ..UdpConfig::bind(SocketAddr::new(ip, 0))
+    };
     let ecfg = EngineConfig {
         tx_batch: 64,
         ..EngineConfig::default()
@@ -643,20 +648,22 @@ impl EpState {
     /// `fi_info`'s `src_addr`: a port 0, or one in use, takes a port the kernel picks and
     /// a drawn secret); without one, at the provider's IP ([`default_ip`]).
     /// In the namespace of `FI_MRC_NETNS` ([`netns`]) when it names one: the worker's
-    /// sockets and listener are opened there, and so is each connection's set-up socket
-    /// ([`EpState::connect_start`]).
+    /// sockets and listener are opened there, and so are each connection's set-up socket
+    /// ([`EpState::connect_start`]) and EV sockets ([`UdpConfig::netns`]).
     fn open(directed: bool, src: Option<(SocketAddr, [u8; SECRET_BYTES])>) -> Result<EpState, u32> {
-        let netns = netns()?;
+        let netns = netns()?.map(Arc::new);
         let ip: IpAddr = match src {
             Some((a, _)) => a.ip(),
             None => default_ip().ok_or(FI_EINVAL)?,
         };
         let (worker, listener, h) = match &netns {
-            None => open_worker(ip, src),
-            Some(ns) => ns.run(|| open_worker(ip, src)).unwrap_or_else(|e| {
-                crate::log(&format!("fi_endpoint: FI_MRC_NETNS={}: {e}", ns.path()));
-                Err(FI_EINVAL)
-            }),
+            None => open_worker(ip, src, None),
+            Some(ns) => ns
+                .run(|| open_worker(ip, src, Some(ns.clone())))
+                .unwrap_or_else(|e| {
+                    crate::log(&format!("fi_endpoint: FI_MRC_NETNS={}: {e}", ns.path()));
+                    Err(FI_EINVAL)
+                }),
         }?;
         Ok(EpState {
             worker,

@@ -162,12 +162,22 @@ impl EvSockets {
     fn open_socket(cfg: &UdpConfig, key: SockKey) -> Result<EvSocket, DatapathError> {
         let ip = key.ip;
         let buf_bytes = cfg.socket_buffer_bytes;
-        let (lease, sock) = cfg.ports.alloc_with(|port| {
-            let addr = SocketAddr::new(ip, port);
-            let s = sock::udp_socket(&addr, buf_bytes)?;
-            s.bind(&SockAddr::from(addr))?;
-            Ok(s)
-        })?;
+        let alloc = || {
+            cfg.ports.alloc_with(|port| {
+                let addr = SocketAddr::new(ip, port);
+                let s = sock::udp_socket(&addr, buf_bytes)?;
+                s.bind(&SockAddr::from(addr))?;
+                Ok(s)
+            })
+        };
+        let (lease, sock) = match &cfg.netns {
+            None => alloc()?,
+            // in the namespace, on a thread of its own
+            Some(ns) => ns.run(alloc).map_err(|e| DatapathError::Io {
+                what: "EV socket in a network namespace",
+                source: std::io::Error::other(e),
+            })??,
+        };
         if let Some(srh) = key.srh.as_deref() {
             sock::set_sticky_rthdr(&sock, srh).map_err(DatapathError::io("IPV6_RTHDR"))?;
         }

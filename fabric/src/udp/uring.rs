@@ -90,6 +90,13 @@ pub struct UdpConfig {
     /// than [`MAX_PLANE_IPS`], or a `bind` IP that is neither unspecified nor
     /// `plane_ips[0]` (`DatapathError::BadPathMap`).
     pub plane_ips: Vec<IpAddr>,
+    /// The network namespace the EV sockets are opened in ([`crate::netns`]): they are
+    /// opened when a connection is set up, on whatever thread drives the datapath, which
+    /// may live in another namespace (the libfabric provider's `FI_MRC_NETNS`: the
+    /// application's thread stays in its own). The datapath itself (its receive socket) is
+    /// created in the namespace by its caller ([`crate::netns::NetNs::run`]). Default
+    /// `None`: the calling thread's namespace.
+    pub netns: Option<Arc<crate::netns::NetNs>>,
 }
 
 /// Most planes of one UDP datapath ([`UdpConfig::plane_ips`]): 8, the planes of an 800G
@@ -113,6 +120,7 @@ impl Default for UdpConfig {
             tx_zerocopy: false,
             coop_taskrun: true,
             plane_ips: Vec::new(),
+            netns: None,
         }
     }
 }
