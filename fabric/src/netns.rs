@@ -74,10 +74,13 @@ impl NetNs {
                     // SAFETY: setns on a namespace file this NetNs holds open; it changes
                     // this thread only.
                     if unsafe { libc::setns(fd, libc::CLONE_NEWNET) } != 0 {
-                        return Err(format!(
-                            "{path}: setns: {} (needs root)",
-                            std::io::Error::last_os_error()
-                        ));
+                        let e = std::io::Error::last_os_error();
+                        let why = match e.raw_os_error() {
+                            Some(libc::EPERM) => " (needs root)",
+                            Some(libc::EINVAL) => " (not a network namespace)",
+                            _ => "",
+                        };
+                        return Err(format!("{path}: setns: {e}{why}"));
                     }
                     Ok(f())
                 })
@@ -126,7 +129,7 @@ mod tests {
         assert!(
             NetNs::open("/proc/self/status")
                 .unwrap_err()
-                .contains("/proc/self/status: setns: ")
+                .starts_with("/proc/self/status: setns: Invalid argument")
         );
         // this thread's own namespace: entering it needs CAP_SYS_ADMIN
         // SAFETY: geteuid has no preconditions.

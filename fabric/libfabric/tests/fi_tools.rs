@@ -15,6 +15,7 @@ fn tool(dir: &Path, prog: &str) -> Command {
     c.env("FI_PROVIDER_PATH", dir)
         .env_remove("FI_PROVIDER")
         .env_remove("FI_MRC_ADDR")
+        .env_remove("FI_MRC_NETNS")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     c
@@ -139,6 +140,82 @@ fn fi_info_lists_the_mrc_provider() {
             .expect("run fi_info");
         assert_eq!(o.status.code(), Some(61), "fi_info -p mrc {args:?}: {o:?}");
         assert_eq!(String::from_utf8_lossy(&o.stderr), "fi_getinfo: -61\n");
+    }
+}
+
+/// `FI_MRC_NETNS` naming a namespace that does not exist, a file that is not a network
+/// namespace, or (as root) this process's own namespace with an `FI_MRC_ADDR` it lacks:
+/// `fi_info -p mrc` finds no provider (libfabric answers `-FI_ENODATA` whatever the
+/// provider's code: `-FI_EINVAL`, `-FI_EADDRNOTAVAIL`) and the provider's line on stderr
+/// says why; with an address the namespace has, the provider is listed.
+#[test]
+fn fi_info_says_why_a_namespace_or_address_cannot_be_used() {
+    let test = "fi_info_says_why_a_namespace_or_address_cannot_be_used";
+    if !have("fi_info") {
+        return skip(
+            test,
+            "fi_info not installed (apt-get install libfabric-bin)",
+        );
+    }
+    let dir = provider_dir("fi_info_netns");
+    let run = |ns: &str, addr: Option<&str>| {
+        let mut c = tool(&dir, "fi_info");
+        c.args(["-p", "mrc"]).env("FI_MRC_NETNS", ns);
+        if let Some(a) = addr {
+            c.env("FI_MRC_ADDR", a);
+        }
+        let o = c.output().expect("run fi_info");
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    let no_provider = |ns: &str, addr: Option<&str>, line: &str| {
+        let (code, out, err) = run(ns, addr);
+        assert_eq!(code, Some(61), "FI_MRC_NETNS={ns}: {out}{err}");
+        assert_eq!(out, "", "FI_MRC_NETNS={ns}");
+        assert_eq!(
+            err,
+            format!("{line}\nfi_getinfo: -61\n"),
+            "FI_MRC_NETNS={ns}"
+        );
+    };
+    no_provider(
+        "mrc-no-such-namespace",
+        None,
+        "libfabric:mrc: FI_MRC_NETNS=mrc-no-such-namespace: /run/netns/mrc-no-such-namespace: \
+         No such file or directory (os error 2)",
+    );
+    no_provider(
+        "/proc/self/status",
+        None,
+        "libfabric:mrc: FI_MRC_NETNS=/proc/self/status: /proc/self/status: setns: \
+         Invalid argument (os error 22) (not a network namespace)",
+    );
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        no_provider(
+            "/proc/self/ns/net",
+            None,
+            "libfabric:mrc: FI_MRC_NETNS=/proc/self/ns/net: /proc/self/ns/net: setns: \
+             Operation not permitted (os error 1) (needs root)",
+        );
+        return skip(test, "the namespace's addresses need root (setns)");
+    }
+    // 192.0.2.1 (TEST-NET-1) is no address of this host.
+    no_provider(
+        "/proc/self/ns/net",
+        Some("192.0.2.1"),
+        "libfabric:mrc: FI_MRC_NETNS=/proc/self/ns/net: cannot bind 192.0.2.1 there \
+         (Cannot assign requested address (os error 99)): set FI_MRC_ADDR to an address of \
+         that namespace",
+    );
+    for addr in ["127.0.0.1", "::1"] {
+        let (code, out, err) = run("/proc/self/ns/net", Some(addr));
+        assert_eq!(code, Some(0), "{addr}: {out}{err}");
+        assert!(out.starts_with("provider: mrc\n"), "{addr}: {out}");
+        assert_eq!(err, "", "{addr}");
     }
 }
 

@@ -4,14 +4,40 @@
 //! `MPI_Allreduce`, `MPI_Bcast`, `MPI_Alltoall`, `MPI_Barrier`) built with `mpicc` and
 //! run by `mpirun` with 4 ranks on loopback through Open MPI's OFI MTL
 //! (`--mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include mrc`), the provider loaded
-//! from `FI_PROVIDER_PATH`. Without `mpicc` / `mpirun` (Debian: libopenmpi-dev,
-//! openmpi-bin) the test prints `SKIPPED: <test>: <reason>` and passes.
+//! from `FI_PROVIDER_PATH`; and the same program with one rank per host of the namespace
+//! testbed (`testbed/mrc-testbed.sh`), each rank's endpoint in its host's namespace
+//! (`FI_MRC_NETNS`, `FI_MRC_ADDR`), the spines' counters showing the ring's bytes crossed
+//! them. Without `mpicc` / `mpirun` (Debian: libopenmpi-dev, openmpi-bin) each test prints
+//! `SKIPPED: <test>: <reason>` and passes (the testbed test fails instead under `CI`,
+//! where the tools must be there).
 
 mod common;
 
 use common::{have, provider_dir, skip};
-use std::path::Path;
-use std::process::Command;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Instant;
+
+/// `tests/mpi_check.c` built with `mpicc` into a fresh directory `name` of the test's
+/// temporary directory.
+fn build_mpi_check(name: &str) -> PathBuf {
+    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(&tmp).expect("tmp dir");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mpi_check.c");
+    let exe = tmp.join("mpi_check");
+    let cc = Command::new("mpicc")
+        .args(["-O1", "-Wall", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .expect("run mpicc");
+    assert!(cc.status.success(), "mpicc: {cc:?}");
+    exe
+}
+
+/// What `mpi_check` prints on rank 0 when every check passed on 4 ranks.
+const ALL_PASSED: &str = "ring 0\nprobe 0\nmprobe 0\ndirected 0\ncollectives 0\nranks 4 errors 0\n";
 
 #[test]
 fn open_mpi_runs_point_to_point_probe_and_collectives_over_mrc() {
@@ -22,19 +48,8 @@ fn open_mpi_runs_point_to_point_probe_and_collectives_over_mrc() {
             "mpicc or mpirun not installed (apt-get install openmpi-bin libopenmpi-dev)",
         );
     }
-    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR")).join("mpi");
-    let _ = std::fs::remove_dir_all(&tmp);
-    std::fs::create_dir_all(&tmp).expect("tmp dir");
     let prov = provider_dir("mpi-prov");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mpi_check.c");
-    let exe = tmp.join("mpi_check");
-    let cc = Command::new("mpicc")
-        .args(["-O1", "-Wall", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .output()
-        .expect("run mpicc");
-    assert!(cc.status.success(), "mpicc: {cc:?}");
+    let exe = build_mpi_check("mpi");
 
     let o = Command::new("timeout")
         .args([
@@ -63,8 +78,210 @@ fn open_mpi_runs_point_to_point_probe_and_collectives_over_mrc() {
         Some(0),
         "mpirun: stdout:\n{out}\nstderr:\n{err}"
     );
+    assert_eq!(out, ALL_PASSED, "stderr:\n{err}");
+}
+
+/// Bytes each rank sends around `mpi_check`'s ring (its `sizes`: 0 B to 16 MiB).
+const RING_BYTES_PER_RANK: u64 = 1 + 100 + 4096 + 65536 + (1 << 20) + (4 << 20) + (16 << 20);
+
+/// The namespace testbed of `testbed/mrc-testbed.sh` under a prefix of this test's own,
+/// taken down when dropped (also after a failed assertion).
+struct Testbed {
+    prefix: String,
+    script: PathBuf,
+    sim: PathBuf,
+}
+
+impl Testbed {
+    /// `mrc-testbed.sh ARGS` under `timeout 60`.
+    fn run(&self, args: &[&str]) -> Output {
+        Command::new("timeout")
+            .arg("60")
+            .arg(&self.script)
+            .args(args)
+            .env("MRCTB_PREFIX", &self.prefix)
+            .env("MRCTB_SIM", &self.sim)
+            .env_remove("MRCTB_SRV6")
+            .env_remove("MRCTB_PLAN")
+            .output()
+            .expect("run mrc-testbed.sh")
+    }
+
+    /// `mrc-testbed.sh ARGS`' stdout, asserting exit 0.
+    fn ok(&self, args: &[&str]) -> String {
+        let o = self.run(args);
+        assert!(
+            o.status.success(),
+            "mrc-testbed.sh {args:?}: {}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
+    /// The bytes every spine interface has received, summed (`counters`' lines
+    /// `SPINE LEAF rx_bytes N tx_bytes M`).
+    fn spine_rx_bytes(&self) -> u64 {
+        let mut sum = 0;
+        for l in self.ok(&["counters"]).lines() {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            if w.len() >= 4 && w[0].starts_with('s') && w[2] == "rx_bytes" {
+                sum += w[3].parse::<u64>().expect("a byte count");
+            }
+        }
+        sum
+    }
+
+    /// The hosts' addresses, host 0 first (the plan's `hosts[].addr`).
+    fn host_addrs(&self) -> Vec<String> {
+        let plan = self.ok(&["plan"]);
+        let mut jq = Command::new("jq")
+            .args(["-r", ".hosts[].addr"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("run jq");
+        std::io::Write::write_all(&mut jq.stdin.take().unwrap(), plan.as_bytes())
+            .expect("write the plan to jq");
+        let o = jq.wait_with_output().expect("wait for jq");
+        assert!(o.status.success(), "jq: {o:?}");
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+}
+
+impl Drop for Testbed {
+    fn drop(&mut self) {
+        let _ = self.run(&["down"]);
+    }
+}
+
+/// A tool the testbed test needs is missing: a `SKIPPED:` line, or under `CI` (which
+/// installs them and runs as root) a failure.
+fn skip_unless_ci(test: &str, why: &str) {
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "{test}: {why} (CI must provide it: .ci/run)"
+    );
+    skip(test, why);
+}
+
+/// `mpi_check` with one rank per host of a 4-host testbed (`mrc-testbed.sh up --no-srv6
+/// --gpus 16 --gpus-per-server 4 --spine-radix 4`: 4 hosts on 4 leaves, 4 spines, plain
+/// ECMP routing over IPv6): Open MPI's own traffic stays on the root namespace's loopback,
+/// and each rank's endpoint opens its sockets in its host's namespace (`FI_MRC_NETNS`)
+/// at the host's address (`FI_MRC_ADDR`), so every hop of the ring crosses a leaf, a spine
+/// and a leaf. The exact output, exit 0, no line of the provider's on stderr, and the
+/// spines received at least the bytes the ring moved. Needs root, mpicc / mpirun, ip, jq
+/// and a built `mrc-sim` (the testbed's planner: `MRCTB_SIM`, or the one next to this
+/// test's build, which `cargo test --workspace` builds).
+#[test]
+fn open_mpi_with_one_rank_per_testbed_host_over_mrc() {
+    let test = "open_mpi_with_one_rank_per_testbed_host_over_mrc";
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return skip_unless_ci(test, "needs root (the testbed's network namespaces)");
+    }
+    for (tool, pkg) in [
+        ("mpicc", "libopenmpi-dev"),
+        ("mpirun", "openmpi-bin"),
+        ("jq", "jq"),
+        ("ip", "iproute2"),
+    ] {
+        if !have(tool) {
+            return skip_unless_ci(
+                test,
+                &format!("{tool} not installed (apt-get install {pkg})"),
+            );
+        }
+    }
+    let sim = std::env::var_os("MRCTB_SIM")
+        .map(PathBuf::from)
+        .or_else(|| {
+            let exe = std::env::current_exe().expect("test executable path");
+            exe.parent()
+                .and_then(Path::parent)
+                .map(|d| d.join("mrc-sim"))
+                .filter(|p| p.exists())
+        });
+    let Some(sim) = sim else {
+        return skip_unless_ci(
+            test,
+            "no mrc-sim next to this test's build (cargo build -p mrc-examples --bin mrc-sim, or MRCTB_SIM=PATH)",
+        );
+    };
+    let prov = provider_dir("mpi-tb-prov");
+    let exe = build_mpi_check("mpi-tb");
+    let tb = Testbed {
+        prefix: format!("mrctbF{}-", std::process::id() % 1000),
+        script: Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testbed/mrc-testbed.sh"),
+        sim,
+    };
+    tb.ok(&[
+        "up",
+        "--no-srv6",
+        "--gpus",
+        "16",
+        "--gpus-per-server",
+        "4",
+        "--spine-radix",
+        "4",
+    ]);
+    let addrs = tb.host_addrs();
+    assert_eq!(addrs.len(), 4, "{addrs:?}");
+    let before = tb.spine_rx_bytes();
+    // Each rank picks its host by its rank: h<rank> and the plan's address of that host.
+    let rank = r#"r=$OMPI_COMM_WORLD_RANK; i=0; a=
+for x in $MRC_TB_ADDRS; do [ "$i" = "$r" ] && a=$x; i=$((i + 1)); done
+FI_MRC_NETNS="${MRC_TB_PREFIX}h$r" FI_MRC_ADDR="$a" exec "$0""#;
+    let t = Instant::now();
+    let o = Command::new("timeout")
+        .args(["-k", "5", "180", "mpirun"])
+        .args(["--allow-run-as-root", "--oversubscribe"])
+        .args(["-np", "4", "--mca", "pml", "cm", "--mca", "mtl", "ofi"])
+        .args(["--mca", "mtl_ofi_provider_include", "mrc"])
+        .args([
+            "-x",
+            "FI_PROVIDER_PATH",
+            "-x",
+            "MRC_TB_ADDRS",
+            "-x",
+            "MRC_TB_PREFIX",
+        ])
+        .args(["sh", "-c", rank])
+        .arg(&exe)
+        .env("FI_PROVIDER_PATH", &prov)
+        .env("MRC_TB_ADDRS", addrs.join(" "))
+        .env("MRC_TB_PREFIX", &tb.prefix)
+        .env_remove("FI_PROVIDER")
+        .env_remove("FI_MRC_ADDR")
+        .env_remove("FI_MRC_NETNS")
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .output()
+        .expect("run mpirun");
+    let took = t.elapsed();
+    let through_spines = tb.spine_rx_bytes() - before;
+    let out = String::from_utf8_lossy(&o.stdout);
+    let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(
-        out, "ring 0\nprobe 0\nmprobe 0\ndirected 0\ncollectives 0\nranks 4 errors 0\n",
-        "stderr:\n{err}"
+        o.status.code(),
+        Some(0),
+        "mpirun: stdout:\n{out}\nstderr:\n{err}"
+    );
+    assert_eq!(out, ALL_PASSED, "stderr:\n{err}");
+    assert!(
+        !err.contains("libfabric:mrc:"),
+        "the provider logged:\n{err}"
+    );
+    let ring = 4 * RING_BYTES_PER_RANK;
+    assert!(
+        through_spines >= ring,
+        "the spines received {through_spines} bytes, the ring moved {ring}"
+    );
+    println!(
+        "mpi_check, 4 ranks on 4 testbed hosts: {took:.2?}, {through_spines} bytes through the spines (the ring {ring})"
     );
 }
