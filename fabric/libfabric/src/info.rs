@@ -547,7 +547,9 @@ unsafe fn cstr<'a>(p: *const c_char) -> Result<Option<&'a str>, ()> {
 /// the destination (docs/LIBFABRIC.md, "Addresses from a node and service"): a listener at
 /// that host and port with the public [`NAMED_SECRET`]; the `fi_info` always has a
 /// `src_addr` (the provider's IP, `FI_MRC_ADDR` or 127.0.0.1, and port 0 when nothing
-/// names one), which `fi_endpoint` binds.
+/// names one), which `fi_endpoint` binds. An `FI_MRC_ADDR` that is not an IP, or an
+/// `FI_MRC_NETNS` that cannot be entered, is `-FI_EINVAL`; with `FI_MRC_NETNS`, a source
+/// address the namespace lacks is `-FI_EADDRNOTAVAIL` (each with a line on stderr).
 pub(crate) unsafe extern "C" fn getinfo(
     version: u32,
     node: *const c_char,
@@ -575,6 +577,13 @@ pub(crate) unsafe extern "C" fn getinfo(
             && let Err(e) = unsafe { check_hints(h) }
         {
             return e;
+        }
+        if default_ip().is_none() {
+            crate::log(&format!(
+                "FI_MRC_ADDR={:?}: not an IPv4 or IPv6 address",
+                std::env::var_os("FI_MRC_ADDR").unwrap_or_default()
+            ));
+            return -(FI_EINVAL as c_int);
         }
         // FI_MRC_NETNS: the namespace must be one this process can enter, and the
         // source address one of its addresses (the endpoint binds it there).

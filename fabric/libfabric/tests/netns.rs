@@ -1,0 +1,343 @@
+//! `FI_MRC_NETNS` in process: two network namespaces of this test's own joined by a veth
+//! pair with IPv6 addresses, one endpoint in each (`FI_MRC_NETNS`, `FI_MRC_ADDR`), their
+//! names carrying those addresses, each inserted in the other's AV and a message each way
+//! over the veth, every byte checked; and the errors of `fi_getinfo` and `fi_endpoint`
+//! for a namespace that does not exist and an address the namespace lacks. Needs root
+//! and `ip` (elsewhere a `SKIPPED:` line). This file holds one test: it sets the
+//! provider's environment variables in process, which no other test may read meanwhile.
+
+#[allow(dead_code)] // this file uses only `skip`
+mod common;
+
+use common::skip;
+use mrc_fi::ffi::*;
+use std::net::Ipv6Addr;
+use std::os::raw::{c_int, c_void};
+use std::process::Command;
+use std::ptr::null_mut;
+use std::time::{Duration, Instant};
+
+fn neg(e: u32) -> c_int {
+    -(e as c_int)
+}
+
+/// `ip ARGS`, asserting success.
+fn ip(args: &[&str]) {
+    let o = Command::new("ip").args(args).output().expect("run ip");
+    assert!(o.status.success(), "ip {args:?}: {o:?}");
+}
+
+/// Two namespaces `NAME-a` and `NAME-b` joined by a veth pair (`eth0` in each), with
+/// [`A`] and [`B`]; deleted when dropped (also after a failed assertion).
+struct Pair {
+    a: String,
+    b: String,
+}
+
+/// The address of namespace `a`'s end.
+const A: &str = "fd00:6d72:66::1";
+/// The address of namespace `b`'s end.
+const B: &str = "fd00:6d72:66::2";
+
+impl Pair {
+    fn new() -> Pair {
+        let base = format!("mrcfi{}", std::process::id());
+        let p = Pair {
+            a: format!("{base}-a"),
+            b: format!("{base}-b"),
+        };
+        ip(&["netns", "add", &p.a]);
+        ip(&["netns", "add", &p.b]);
+        ip(&[
+            "-n", &p.a, "link", "add", "eth0", "type", "veth", "peer", "name", "eth0", "netns",
+            &p.b,
+        ]);
+        for (ns, addr) in [(&p.a, A), (&p.b, B)] {
+            ip(&["-n", ns, "link", "set", "lo", "up"]);
+            let cidr = format!("{addr}/64");
+            ip(&["-n", ns, "addr", "add", &cidr, "dev", "eth0", "nodad"]);
+            ip(&["-n", ns, "link", "set", "eth0", "up"]);
+        }
+        p
+    }
+
+    /// Bytes namespace `ns`'s `eth0` has received.
+    fn rx_bytes(ns: &str) -> u64 {
+        let o = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                ns,
+                "cat",
+                "/sys/class/net/eth0/statistics/rx_bytes",
+            ])
+            .output()
+            .expect("run ip netns exec");
+        assert!(o.status.success(), "{o:?}");
+        String::from_utf8_lossy(&o.stdout)
+            .trim()
+            .parse()
+            .expect("a byte count")
+    }
+}
+
+impl Drop for Pair {
+    fn drop(&mut self) {
+        for ns in [&self.a, &self.b] {
+            let _ = Command::new("ip").args(["netns", "del", ns]).output();
+        }
+    }
+}
+
+/// Sets (or, for `None`, removes) the provider's variables.
+fn env(netns: Option<&str>, addr: Option<&str>) {
+    // SAFETY: this test binary runs this one test; the provider reads the environment
+    // through std::env (under std's lock), and no C code of this process reads it.
+    unsafe {
+        match netns {
+            Some(v) => std::env::set_var("FI_MRC_NETNS", v),
+            None => std::env::remove_var("FI_MRC_NETNS"),
+        }
+        match addr {
+            Some(v) => std::env::set_var("FI_MRC_ADDR", v),
+            None => std::env::remove_var("FI_MRC_ADDR"),
+        }
+    }
+}
+
+/// `fi_getinfo` with no node, service or hints: the provider's answer code and info.
+unsafe fn getinfo() -> (c_int, *mut fi_info) {
+    unsafe {
+        let prov = &*mrc_fi::fi_prov_ini();
+        let mut info: *mut fi_info = null_mut();
+        let no = std::ptr::null();
+        let r = (prov.getinfo.unwrap())((1 << 16) | 17, no, no, 0, std::ptr::null(), &mut info);
+        (r, info)
+    }
+}
+
+/// An enabled endpoint with its own AV and CQ.
+struct Side {
+    ep: *mut fid_ep,
+    av: *mut fid_av,
+    cq: *mut fid_cq,
+}
+
+unsafe fn side(domain: *mut fid_domain, info: *mut fi_info) -> Side {
+    unsafe {
+        let dops = &*(*domain).ops;
+        let mut av: *mut fid_av = null_mut();
+        let mut av_attr = fi_av_attr {
+            type_: FI_AV_TABLE,
+            ..Default::default()
+        };
+        assert_eq!(
+            (dops.av_open.unwrap())(domain, &mut av_attr, &mut av, null_mut()),
+            0
+        );
+        let mut cq: *mut fid_cq = null_mut();
+        let mut cq_attr = fi_cq_attr {
+            format: FI_CQ_FORMAT_MSG,
+            ..Default::default()
+        };
+        assert_eq!(
+            (dops.cq_open.unwrap())(domain, &mut cq_attr, &mut cq, null_mut()),
+            0
+        );
+        let mut ep: *mut fid_ep = null_mut();
+        assert_eq!(
+            (dops.endpoint.unwrap())(domain, info, &mut ep, null_mut()),
+            0
+        );
+        let eops = &*(*ep).fid.ops;
+        assert_eq!((eops.bind.unwrap())(&mut (*ep).fid, &mut (*av).fid, 0), 0);
+        let both = (FI_TRANSMIT | FI_RECV) as u64;
+        assert_eq!(
+            (eops.bind.unwrap())(&mut (*ep).fid, &mut (*cq).fid, both),
+            0
+        );
+        assert_eq!(
+            (eops.control.unwrap())(&mut (*ep).fid, FI_ENABLE as c_int, null_mut()),
+            0
+        );
+        Side { ep, av, cq }
+    }
+}
+
+/// The endpoint's name (`fi_getname`).
+unsafe fn name(s: &Side) -> Vec<u8> {
+    unsafe {
+        let mut b = [0u8; 128];
+        let mut len = b.len();
+        let cm = &*(*s.ep).cm;
+        assert_eq!(
+            (cm.getname.unwrap())(&mut (*s.ep).fid, b.as_mut_ptr().cast(), &mut len),
+            0
+        );
+        b[..len].to_vec()
+    }
+}
+
+/// Inserts `name` into `s`'s AV: its `fi_addr_t`.
+unsafe fn insert(s: &Side, name: &[u8]) -> u64 {
+    unsafe {
+        let aops = &*(*s.av).ops;
+        let mut fa = 0u64;
+        assert_eq!(
+            (aops.insert.unwrap())(s.av, name.as_ptr().cast(), 1, &mut fa, 0, null_mut()),
+            1
+        );
+        assert_ne!(fa, u64::MAX);
+        fa
+    }
+}
+
+/// Reads `s`'s CQ once (progress): the entries it had.
+unsafe fn poll(s: &Side) -> Vec<fi_cq_msg_entry> {
+    unsafe {
+        let cops = &*(*s.cq).ops;
+        let mut e = [fi_cq_msg_entry::default(); 4];
+        let n = (cops.read.unwrap())(s.cq, e.as_mut_ptr().cast(), e.len());
+        if n == -(FI_EAGAIN as isize) {
+            return Vec::new();
+        }
+        assert!(n > 0, "fi_cq_read: {n}");
+        e[..n as usize].to_vec()
+    }
+}
+
+/// `len` bytes from `from` to `to` (`dest` in `from`'s AV), into a receive posted first:
+/// both completions within 20 s and every byte.
+unsafe fn message(from: &Side, to: &Side, dest: u64, len: usize, seed: u8) {
+    unsafe {
+        let data: Vec<u8> = (0..len)
+            .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+            .collect();
+        let mut rbuf = vec![0u8; len + 16];
+        let (rctx, sctx) = (0x1000usize as *mut c_void, 0x2000usize as *mut c_void);
+        let rm = &*(*to.ep).msg;
+        assert_eq!(
+            (rm.recv.unwrap())(to.ep, rbuf.as_mut_ptr().cast(), len, null_mut(), 0, rctx),
+            0
+        );
+        let sm = &*(*from.ep).msg;
+        assert_eq!(
+            (sm.send.unwrap())(from.ep, data.as_ptr().cast(), len, null_mut(), dest, sctx),
+            0
+        );
+        let (mut sent, mut got) = (false, None);
+        let t0 = Instant::now();
+        while !(sent && got.is_some()) && t0.elapsed() < Duration::from_secs(20) {
+            for e in poll(from) {
+                assert_eq!(e.op_context, sctx);
+                sent = true;
+            }
+            for e in poll(to) {
+                assert_eq!(e.op_context, rctx);
+                got = Some(e.len);
+            }
+        }
+        assert!(sent, "no send completion");
+        assert_eq!(got, Some(len), "the receive's completion");
+        assert!(rbuf[..len] == data[..], "the bytes differ");
+        assert!(
+            rbuf[len..].iter().all(|&b| b == 0),
+            "written past the message"
+        );
+    }
+}
+
+#[test]
+fn endpoints_in_two_namespaces_exchange_messages_over_ipv6() {
+    let test = "endpoints_in_two_namespaces_exchange_messages_over_ipv6";
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return skip(test, "needs root (network namespaces)");
+    }
+    if Command::new("ip").arg("-V").output().is_err() {
+        return skip(test, "ip not installed (apt-get install iproute2)");
+    }
+    let pair = Pair::new();
+    unsafe {
+        // fi_getinfo: a namespace that does not exist, an address the namespace lacks.
+        env(Some("mrc-no-such-namespace"), Some(A));
+        assert_eq!(getinfo().0, neg(FI_EINVAL));
+        env(Some(&pair.a), Some(B));
+        assert_eq!(getinfo().0, neg(FI_EADDRNOTAVAIL));
+        env(Some(&pair.a), Some("not an address"));
+        assert_eq!(getinfo().0, neg(FI_EINVAL));
+
+        env(Some(&pair.a), Some(A));
+        let (r, info_a) = getinfo();
+        assert_eq!(r, 0);
+        env(Some(&pair.b), Some(B));
+        let (r, info_b) = getinfo();
+        assert_eq!(r, 0);
+        let prov = &*mrc_fi::fi_prov_ini();
+        let mut fabric: *mut fid_fabric = null_mut();
+        assert_eq!(
+            (prov.fabric.unwrap())((*info_a).fabric_attr, &mut fabric, null_mut()),
+            0
+        );
+        let mut domain: *mut fid_domain = null_mut();
+        assert_eq!(
+            ((*(*fabric).ops).domain.unwrap())(fabric, info_a, &mut domain, null_mut()),
+            0
+        );
+        let dops = &*(*domain).ops;
+        // fi_endpoint: the namespace gone since fi_getinfo, an info whose address is not
+        // the namespace's, and an address of a namespace the endpoint is not put in.
+        let mut ep: *mut fid_ep = null_mut();
+        env(Some("mrc-no-such-namespace"), None);
+        assert_eq!(
+            (dops.endpoint.unwrap())(domain, info_a, &mut ep, null_mut()),
+            neg(FI_EINVAL)
+        );
+        env(Some(&pair.a), None);
+        assert_eq!(
+            (dops.endpoint.unwrap())(domain, info_b, &mut ep, null_mut()),
+            neg(FI_EADDRNOTAVAIL)
+        );
+        env(None, None);
+        assert_eq!(
+            (dops.endpoint.unwrap())(domain, info_a, &mut ep, null_mut()),
+            neg(FI_EADDRNOTAVAIL)
+        );
+        assert!(ep.is_null());
+
+        // One endpoint in each namespace: the name carries the namespace's address.
+        env(Some(&pair.a), None);
+        let a = side(domain, info_a);
+        env(Some(&pair.b), None);
+        let b = side(domain, info_b);
+        env(None, None);
+        mrc_fi::free_info(info_a);
+        mrc_fi::free_info(info_b);
+        let (na, nb) = (name(&a), name(&b));
+        for (n, want) in [(&na, A), (&nb, B)] {
+            assert_eq!(n.len(), mrc_fi::ADDR_LEN);
+            assert_eq!(n[5], 6, "an IPv6 address");
+            let ip: [u8; 16] = n[8..24].try_into().unwrap();
+            assert_eq!(Ipv6Addr::from(ip), want.parse::<Ipv6Addr>().unwrap());
+        }
+        let b_in_a = insert(&a, &nb);
+        let a_in_b = insert(&b, &na);
+        let before = Pair::rx_bytes(&pair.b);
+        // Past one staging slot (fragments) one way, a small message back.
+        message(&a, &b, b_in_a, (1 << 20) + 4099, 7);
+        message(&b, &a, a_in_b, 100, 9);
+        let carried = Pair::rx_bytes(&pair.b) - before;
+        assert!(
+            carried >= (1 << 20) + 4099,
+            "b's eth0 received {carried} bytes"
+        );
+        for s in [a, b] {
+            assert_eq!(((*(*s.ep).fid.ops).close.unwrap())(&mut (*s.ep).fid), 0);
+            assert_eq!(((*(*s.cq).fid.ops).close.unwrap())(&mut (*s.cq).fid), 0);
+            assert_eq!(((*(*s.av).fid.ops).close.unwrap())(&mut (*s.av).fid), 0);
+        }
+        assert_eq!(((*(*domain).fid.ops).close.unwrap())(&mut (*domain).fid), 0);
+        assert_eq!(((*(*fabric).fid.ops).close.unwrap())(&mut (*fabric).fid), 0);
+    }
+    drop(pair);
+}
