@@ -16,7 +16,10 @@
 //!   [`HDR_LEN`]-byte header (docs/LIBFABRIC.md has its layout);
 //! - address vectors `FI_AV_MAP` and `FI_AV_TABLE`; `fi_getname` gives the endpoint's
 //!   connection handle ([`ADDR_LEN`] bytes: its listener's TCP address and a secret),
-//!   which `fi_av_insert` on a peer accepts;
+//!   which `fi_av_insert` on a peer accepts; the IP is `FI_MRC_ADDR` (IPv4 or IPv6,
+//!   default 127.0.0.1) unless `fi_getinfo`'s node names one, and `FI_MRC_NETNS=NAME`
+//!   opens every socket of the endpoint in network namespace NAME (a host of the
+//!   namespace testbed; [`mrc_fabric::netns`]);
 //! - completion queues of every format (`CONTEXT`, `MSG`, `DATA`, `TAGGED`), errors
 //!   through `fi_cq_readerr`, the source of a receive through `fi_cq_readfrom`
 //!   (`FI_SOURCE`), manual progress from `fi_cq_read` / `fi_cq_sread` (which sleeps in
