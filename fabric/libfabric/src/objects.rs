@@ -253,6 +253,19 @@ struct TxMeta {
     app: bool,
 }
 
+impl TxMeta {
+    /// Whether a failure of this operation goes to the CQ as an error entry: always,
+    /// except for an inject (`fi_inject` and kin: a NULL context and no completion),
+    /// which generates no completion at all (fi_msg(3)). Such an entry would carry a NULL
+    /// `op_context`, and Open MPI's OFI MTL calls the request behind the `op_context` of
+    /// every error entry it reads: Open MPI 4.1.4's ranks died of a segmentation fault
+    /// when a peer could not be reached. A failed inject counts in the bound counters'
+    /// errors instead, and the endpoint says so once on stderr.
+    fn error_entry_wanted(&self) -> bool {
+        self.ctx != 0 || self.completion
+    }
+}
+
 /// Where an RMA write goes: the target's address (its virtual address or an offset into
 /// the region, as the target's `mr_mode` says) and key (the transport's rkey), and the
 /// remote CQ data of `fi_writedata` (a WRITE_WITH_IMM).
@@ -426,6 +439,8 @@ struct EpState {
     next_unexpected: u64,
     /// Sends posted and not yet completed (queued or in flight).
     tx_outstanding: usize,
+    /// Injects that failed ([`TxMeta::error_entry_wanted`]).
+    injects_failed: u64,
     /// The domain's regions a peer may write into, by key.
     target_mrs: HashMap<u32, TargetMr>,
     /// The counters bound to the endpoint.
@@ -687,6 +702,7 @@ impl EpState {
             unexpected_bytes: 0,
             next_unexpected: 0,
             tx_outstanding: 0,
+            injects_failed: 0,
             target_mrs: HashMap::new(),
             cntrs: Counters::default(),
             rma_event: false,
@@ -891,6 +907,8 @@ impl EpState {
         // Send completions, then queued sends into freed slots.
         let txcq = self.txcq;
         let mut broken = Vec::new();
+        // Injects that failed (no error entry: TxMeta::error_entry_wanted), with the error.
+        let mut injects_failed: Vec<c_int> = Vec::new();
         for (&a, p) in self.peers.iter_mut() {
             if let Conn::Ready(q) = &mut p.conn {
                 while let Some(c) = self.worker.poll_send_cq(q.qpn) {
@@ -905,7 +923,9 @@ impl EpState {
                         self.tx_outstanding = self.tx_outstanding.saturating_sub(1);
                         let err = wc_err(c.status);
                         self.cntrs.count(m.flags, err != 0);
-                        if m.completion || err != 0 {
+                        if err != 0 && !m.error_entry_wanted() {
+                            injects_failed.push(err);
+                        } else if m.completion || err != 0 {
                             let e = Entry {
                                 ctx: m.ctx,
                                 flags: m.flags,
@@ -943,6 +963,10 @@ impl EpState {
                         if let Some(m) = meta {
                             self.tx_outstanding = self.tx_outstanding.saturating_sub(1);
                             self.cntrs.count(m.flags, true);
+                            if !m.error_entry_wanted() {
+                                injects_failed.push(err);
+                                continue;
+                            }
                             let e = Entry {
                                 ctx: m.ctx,
                                 flags: m.flags,
@@ -955,6 +979,9 @@ impl EpState {
                     }
                 }
             }
+        }
+        for err in injects_failed {
+            self.inject_failed(err);
         }
         for a in broken {
             self.reconnect(a, cqs);
@@ -1312,13 +1339,34 @@ impl EpState {
         }
     }
 
-    /// Ends the connection attempt to `a`: its queued sends complete with `err`.
+    /// An inject failed with `err` (no error entry, see [`TxMeta::error_entry_wanted`]):
+    /// counted, and said on stderr the first time on this endpoint.
+    fn inject_failed(&mut self, err: c_int) {
+        self.injects_failed += 1;
+        if self.injects_failed == 1 {
+            crate::log(&format!(
+                "an inject (fi_inject, fi_tinject, ...) failed with FI_E* error {err}{}: an inject generates no completion, so it has no CQ error entry; the counters bound for its operation count it (said once per endpoint)",
+                if err == FI_ECONNREFUSED as c_int {
+                    " (FI_ECONNREFUSED: the peer could not be reached)"
+                } else {
+                    ""
+                }
+            ));
+        }
+    }
+
+    /// Ends the connection attempt to `a`: its queued sends complete with `err` (injects
+    /// are counted, see [`TxMeta::error_entry_wanted`]).
     fn fail_peer(&mut self, a: u64, err: c_int, cqs: &mut [Option<CqState>]) {
         if let Some(p) = self.peers.remove(&a) {
             // A large message's fragments but the last complete nothing.
             for op in p.queue.into_iter().filter(|op| op.meta.app) {
                 self.tx_outstanding = self.tx_outstanding.saturating_sub(1);
                 self.cntrs.count(op.meta.flags, true);
+                if !op.meta.error_entry_wanted() {
+                    self.inject_failed(err);
+                    continue;
+                }
                 let e = Entry {
                     ctx: op.meta.ctx,
                     flags: op.meta.flags,

@@ -2585,3 +2585,41 @@ fn a_send_still_queued_for_its_connection_is_cancelled() {
         net.quiet();
     }
 }
+
+#[test]
+fn a_peer_that_cannot_be_reached_fails_its_sends_and_counts_its_injects() {
+    unsafe {
+        let (mut net, _) = Net::with_mr_mode(2, FI_MSG as u64, 0, 0, 0);
+        let tx = net.cntr_open(None).unwrap();
+        assert_eq!(net.bind(0, &mut (*tx).fid, FI_SEND as u64), 0);
+        // Endpoint 1 closes before anything reached it: its listener is gone, so the
+        // connection endpoint 0 starts to it is refused.
+        let gone = net.eps.remove(1);
+        assert_eq!(close(&mut (*gone).fid), 0);
+        let m = net.msg(0);
+        assert_eq!(net.send(0, 1, b"first", 7), 0);
+        let (p, n) = (b"an inject".as_ptr().cast(), 9);
+        assert_eq!((m.inject.unwrap())(net.eps[0], p, n, net.addr[1]), 0);
+        assert_eq!(net.send(0, 1, b"third", 8), 0);
+        // The sends complete with FI_ECONNREFUSED and their contexts; the inject, which
+        // has no context and generates no completion (fi_msg(3)), gives no entry: an
+        // entry with a NULL op_context crashed Open MPI's OFI MTL. The counter counts
+        // all three as errors.
+        let refused = |c: usize, len: usize| Cqe {
+            ctx: c,
+            flags: (FI_SEND | FI_MSG) as u64,
+            len,
+            buf: 0,
+            data: 0,
+            tag: 0,
+            err: FI_ECONNREFUSED as c_int,
+            olen: 0,
+        };
+        let mut other = Vec::new();
+        assert_eq!(net.wait(0, 2, &mut other), [refused(7, 5), refused(8, 5)]);
+        assert_eq!(other, []);
+        net.quiet();
+        let t = cntr_ops(tx);
+        assert_eq!(((t.read.unwrap())(tx), (t.readerr.unwrap())(tx)), (0, 3));
+    }
+}
