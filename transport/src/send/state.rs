@@ -1368,8 +1368,10 @@ impl SendState {
     }
 
     /// RACK: declares lost every in-flight packet overtaken by an acknowledged one more
-    /// than `rtt + reorder window` after it was sent; queues them for retransmission and
-    /// reports each to its EV ([`PathTable::on_loss`]). Also computes the next RACK timer.
+    /// than `max(rtt, srtt of its EV) + reorder window` after it was sent (`rtt` the
+    /// overtaking packet's, RFC 8985; the EV's smoothed RTT, [`crate::path::Path::srtt_ns`],
+    /// where its path is slower); queues them for retransmission and reports each to its
+    /// EV ([`PathTable::on_loss`]). Also computes the next RACK timer.
     #[inline]
     pub fn detect_losses(
         &mut self,
@@ -1393,7 +1395,13 @@ impl SendState {
             if p.state != PktState::InFlight || !rack.overtaken(p.last_sent_ns, seq, strict) {
                 continue;
             }
-            let deadline = rack.deadline_ns(p.last_sent_ns, reo);
+            // The overtaking packet's RTT is that of its own path; a packet sprayed on a
+            // path whose queue is longer is given that path's smoothed RTT instead (the
+            // EV's, RFC 6298 gains), so that a queue on one path is not loss.
+            let ev_srtt = paths.get(usize::from(p.last_ev)).map_or(0, |e| e.srtt_ns);
+            let deadline = rack
+                .deadline_ns(p.last_sent_ns, reo)
+                .max(p.last_sent_ns.saturating_add(ev_srtt).saturating_add(reo));
             if deadline <= now_ns {
                 let sent_ns = p.last_sent_ns;
                 let Some((len, ev)) = self.declare_lost(seq) else {
