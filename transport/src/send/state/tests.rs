@@ -928,3 +928,47 @@ fn an_overtaken_packet_on_a_slower_ev_is_given_its_evs_round_trip() {
     assert_eq!(r.st.retransmit_queue().collect::<Vec<_>>(), vec![0, 1]);
     assert_eq!(r.st.rack_timer_ns(), None);
 }
+
+/// A packet acknowledged after RACK's connection-wide deadline (a later-sent packet was
+/// acknowledged more than `rtt + reorder window` before it), which the sender waited for
+/// because its EV's round trips are longer, delivers but does not recycle its EV; a packet
+/// of the same EV on time does. Both through the cumulative range and the bitmap.
+#[test]
+fn a_packet_acknowledged_after_racks_deadline_does_not_recycle_its_ev() {
+    for by_bitmap in [false, true] {
+        let mut r = Rig::new(0, &[0, 1]);
+        r.paths = PathTable::new(&[0, 1], Selection::Recycle, 1);
+        // EV 0's round trips take 70 us
+        r.paths.on_rtt_sample(0, 70_000);
+        r.st.post(spec(1, 3 * MTU));
+        let mut sent = Vec::new();
+        for t in [0u64, 1_000, 2_000] {
+            sent.extend(r.send(t, 1));
+        }
+        assert_eq!(sent, vec![(0, 0), (1, 1), (2, 0)]);
+        // 1 (EV 1) acked at 11 us: RACK's RTT 10 us, its deadline for 0 at 0 + 10 + 50 us
+        r.sack(11_000, 0, 0, 0b010, Some((1, 1_000)));
+        r.paths.end_ack(0, Some(1));
+        assert_eq!(r.paths.recycled().collect::<Vec<_>>(), vec![1]);
+        // 0 waits for its EV's 70 us: not lost at 100 us
+        let l = r.st.detect_losses(100_000, &mut r.paths, &mut r.stats);
+        assert_eq!(l.lost_packets, 0);
+        assert_eq!(r.st.rack_timer_ns(), Some(120_000));
+        // 0 (late: 100 us > 60 us) and 2 (sent after 1: on time) acked at 100 us
+        let out = if by_bitmap {
+            r.sack(100_000, 0, 0, 0b101, Some((0, 2_000)))
+        } else {
+            r.sack(100_000, 3, 0, 0, Some((0, 2_000)))
+        };
+        assert_eq!(out.acked_packets, 2);
+        r.paths.end_ack(0, Some(0));
+        // EV 0 recycled once, for 2, not for 0
+        assert_eq!(
+            r.paths.recycled().collect::<Vec<_>>(),
+            vec![1, 0],
+            "{by_bitmap}"
+        );
+        assert_eq!(r.paths.paths()[0].consecutive_losses, 0);
+        assert_eq!((r.stats.rack_losses, r.stats.retransmitted), (0, 0));
+    }
+}
