@@ -13,7 +13,12 @@
 //!   rttvar)`: RFC 8985 6.2 starts from `min_rtt / 4`; the last term bounds the skew between
 //!   paths by what the connection measures (its mean queuing delay plus four deviations, the
 //!   RFC 6298 margin), since a sprayed packet on a path with a longer queue is only late,
-//!   not lost, while it is within that skew.
+//!   not lost, while it is within that skew. The sender
+//!   ([`crate::send::SendState::detect_losses`]) also gives each packet at least its own
+//!   EV's smoothed RTT in place of `rtt`: the acknowledged packet's RTT is that of the
+//!   path it took, and a packet on a path with a longer standing queue (an ECMP collision
+//!   in the fabric) is late by the difference, which a window derived from the
+//!   connection's RTTs does not always cover.
 
 /// Smoothed RTT state (RFC 6298).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

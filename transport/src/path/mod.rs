@@ -470,9 +470,16 @@ impl PathTable {
     /// times, which the
     /// caller notes once for a run of such packets ([`PathTable::note_proof_time`], same
     /// `now_ns`) when this returns true (`idx` is in the table). One lookup of the path
-    /// instead of three.
+    /// instead of three. `late`: the packet arrived after RACK's deadline (see
+    /// [`PathTable::on_delivered_late`]), so its EV is not recycled.
     #[inline]
-    pub(crate) fn on_acked_delivered(&mut self, idx: usize, sent_ns: u64, now_ns: u64) -> bool {
+    pub(crate) fn on_acked_delivered(
+        &mut self,
+        idx: usize,
+        sent_ns: u64,
+        now_ns: u64,
+        late: bool,
+    ) -> bool {
         let Some(p) = self.paths.get_mut(idx) else {
             return false;
         };
@@ -482,7 +489,7 @@ impl PathTable {
         p.proof_count = self.proofs;
         p.consecutive_losses = 0;
         let q = p.plane;
-        if self.selection == Selection::Recycle {
+        if self.selection == Selection::Recycle && !late {
             self.delivered.push(idx);
         }
         self.plane_delivered(q, sent_ns, now_ns);
@@ -631,11 +638,29 @@ impl PathTable {
     /// against the plane ([`PathTable::on_loss_sent`]).
     #[inline]
     pub fn on_delivered_sent(&mut self, idx: usize, sent_ns: u64, now_ns: u64) {
+        self.delivered_sent(idx, sent_ns, now_ns, true);
+    }
+
+    /// [`PathTable::on_delivered_sent`] of a packet that arrived late: one sent after it
+    /// was acknowledged more than RACK's `rtt + reorder window` before it, the time after
+    /// which the connection-wide rule would have declared it lost (the sender waits longer
+    /// for a packet on an EV whose own round trips are longer,
+    /// [`crate::send::SendState::detect_losses`]). The EV delivers (its losses restart,
+    /// its plane delivered) but is not recycled: its path is slower than the others, and
+    /// recycled entropy keeps the EVs whose packets come back promptly (REPS), as it did
+    /// when such a packet was declared lost and its late original credited no EV.
+    #[inline]
+    pub fn on_delivered_late(&mut self, idx: usize, sent_ns: u64, now_ns: u64) {
+        self.delivered_sent(idx, sent_ns, now_ns, false);
+    }
+
+    #[inline]
+    fn delivered_sent(&mut self, idx: usize, sent_ns: u64, now_ns: u64, recycle: bool) {
         self.note_proof(idx, now_ns);
         if let Some(p) = self.paths.get_mut(idx) {
             p.consecutive_losses = 0;
             let q = p.plane;
-            if self.selection == Selection::Recycle {
+            if self.selection == Selection::Recycle && recycle {
                 self.delivered.push(idx);
             }
             self.plane_delivered(q, sent_ns, now_ns);

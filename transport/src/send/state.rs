@@ -1101,6 +1101,9 @@ impl SendState {
         let mut proven = false;
         // (msn, packets acknowledged) of the message being counted
         let mut msg_run: Option<(u64, u32)> = None;
+        // a packet acknowledged after RACK's deadline (its EV is not recycled)
+        let (rack, reo) = (self.rack, self.reorder_window_ns());
+        let strict = self.cfg.burst_may_reorder;
         let msgs = &mut self.msgs;
         let msgs_base = self.msgs_base;
         let (ev_plane, by_plane) = (&self.ev_plane, &mut self.in_flight_by_plane);
@@ -1131,7 +1134,9 @@ impl SendState {
             done_bytes += u64::from(p.len);
             let ev = usize::from(p.last_ev);
             plane_sub(ev_plane, by_plane, ev);
-            proven |= paths.on_acked_delivered(ev, p.last_sent_ns, now_ns);
+            let late = rack.overtaken(p.last_sent_ns, seq, strict)
+                && rack.deadline_ns(p.last_sent_ns, reo) < now_ns;
+            proven |= paths.on_acked_delivered(ev, p.last_sent_ns, now_ns, late);
             if latest.is_none_or(|(s, q, _)| (p.last_sent_ns, seq) > (s, q)) {
                 *latest = Some((p.last_sent_ns, seq, ev));
             }
@@ -1208,7 +1213,17 @@ impl SendState {
             && (p.transmissions == 1 || echo == Some((usize::from(p.last_ev), p.last_ts32)));
         if let Some(ev) = p.delivered_ev(echo, now_ns, self.rtt.min_rtt_ns) {
             // the credited copy is always the latest transmission
-            paths.on_delivered_sent(ev, p.last_sent_ns, now_ns);
+            let strict = self.cfg.burst_may_reorder || p.transmissions > 1;
+            let late = self.rack.overtaken(p.last_sent_ns, seq, strict)
+                && self
+                    .rack
+                    .deadline_ns(p.last_sent_ns, self.reorder_window_ns())
+                    < now_ns;
+            if late {
+                paths.on_delivered_late(ev, p.last_sent_ns, now_ns);
+            } else {
+                paths.on_delivered_sent(ev, p.last_sent_ns, now_ns);
+            }
         }
         if unambiguous && latest.is_none_or(|(s, q, _)| (p.last_sent_ns, seq) > (s, q)) {
             *latest = Some((p.last_sent_ns, seq, usize::from(p.last_ev)));
@@ -1368,8 +1383,10 @@ impl SendState {
     }
 
     /// RACK: declares lost every in-flight packet overtaken by an acknowledged one more
-    /// than `rtt + reorder window` after it was sent; queues them for retransmission and
-    /// reports each to its EV ([`PathTable::on_loss`]). Also computes the next RACK timer.
+    /// than `max(rtt, srtt of its EV) + reorder window` after it was sent (`rtt` the
+    /// overtaking packet's, RFC 8985; the EV's smoothed RTT, [`crate::path::Path::srtt_ns`],
+    /// where its path is slower); queues them for retransmission and reports each to its
+    /// EV ([`PathTable::on_loss`]). Also computes the next RACK timer.
     #[inline]
     pub fn detect_losses(
         &mut self,
@@ -1393,7 +1410,13 @@ impl SendState {
             if p.state != PktState::InFlight || !rack.overtaken(p.last_sent_ns, seq, strict) {
                 continue;
             }
-            let deadline = rack.deadline_ns(p.last_sent_ns, reo);
+            // The overtaking packet's RTT is that of its own path; a packet sprayed on a
+            // path whose queue is longer is given that path's smoothed RTT instead (the
+            // EV's, RFC 6298 gains), so that a queue on one path is not loss.
+            let ev_srtt = paths.get(usize::from(p.last_ev)).map_or(0, |e| e.srtt_ns);
+            let deadline = rack
+                .deadline_ns(p.last_sent_ns, reo)
+                .max(p.last_sent_ns.saturating_add(ev_srtt).saturating_add(reo));
             if deadline <= now_ns {
                 let sent_ns = p.last_sent_ns;
                 let Some((len, ev)) = self.declare_lost(seq) else {

@@ -893,3 +893,82 @@ fn an_rto_over_one_planes_packets_takes_that_plane_down() {
         vec![PlaneState::Up, PlaneState::Down(PlaneDownCause::Loss)]
     );
 }
+
+/// RACK waits for an overtaken packet as long as its own EV's smoothed RTT says it takes:
+/// a packet on an EV whose round trip is 40 us is declared lost 40 us plus the reorder
+/// window after it was sent, not 11 us (the RTT of the faster EV's packet that overtook
+/// it) plus the window; a packet on the fast EV is declared lost as before.
+#[test]
+fn an_overtaken_packet_on_a_slower_ev_is_given_its_evs_round_trip() {
+    let mut r = Rig::new(0, &[0, 1]);
+    // EV 1's round trips take 40 us (its queue), EV 0's 11 us
+    r.paths.on_rtt_sample(1, 40_000);
+    r.st.post(spec(1, 4 * MTU));
+    let mut sent = Vec::new();
+    for t in [0u64, 1_000, 2_000, 3_000] {
+        sent.extend(r.send(t, 1));
+    }
+    assert_eq!(sent, vec![(0, 0), (1, 1), (2, 0), (3, 1)]);
+    // 2 (EV 0, sent at 2 us) acked at 13 us: RACK's RTT 11 us, window the 50 us floor
+    let out = r.sack(13_000, 0, 0, 0b100, Some((0, 2_000)));
+    assert_eq!((out.acked_packets, out.rtt_sample_ns), (1, Some(11_000)));
+    assert_eq!(r.paths.paths()[0].srtt_ns, 11_000);
+    let l = r.st.detect_losses(13_000, &mut r.paths, &mut r.stats);
+    assert_eq!(l.lost_packets, 0);
+    // 0 (EV 0): 0 + 11 + 50 us; 1 (EV 1): 1 + 40 + 50 us, not 1 + 11 + 50 = 62 us
+    assert_eq!(r.st.rack_timer_ns(), Some(61_000));
+    let l = r.st.detect_losses(61_000, &mut r.paths, &mut r.stats);
+    assert_eq!((l.lost_packets, r.stats.rack_losses), (1, 1));
+    assert_eq!(r.st.retransmit_queue().collect::<Vec<_>>(), vec![0]);
+    assert_eq!(r.st.rack_timer_ns(), Some(91_000));
+    let l = r.st.detect_losses(90_999, &mut r.paths, &mut r.stats);
+    assert_eq!(l.lost_packets, 0);
+    let l = r.st.detect_losses(91_000, &mut r.paths, &mut r.stats);
+    assert_eq!((l.lost_packets, r.stats.rack_losses), (1, 2));
+    assert_eq!(r.st.retransmit_queue().collect::<Vec<_>>(), vec![0, 1]);
+    assert_eq!(r.st.rack_timer_ns(), None);
+}
+
+/// A packet acknowledged after RACK's connection-wide deadline (a later-sent packet was
+/// acknowledged more than `rtt + reorder window` before it), which the sender waited for
+/// because its EV's round trips are longer, delivers but does not recycle its EV; a packet
+/// of the same EV on time does. Both through the cumulative range and the bitmap.
+#[test]
+fn a_packet_acknowledged_after_racks_deadline_does_not_recycle_its_ev() {
+    for by_bitmap in [false, true] {
+        let mut r = Rig::new(0, &[0, 1]);
+        r.paths = PathTable::new(&[0, 1], Selection::Recycle, 1);
+        // EV 0's round trips take 70 us
+        r.paths.on_rtt_sample(0, 70_000);
+        r.st.post(spec(1, 3 * MTU));
+        let mut sent = Vec::new();
+        for t in [0u64, 1_000, 2_000] {
+            sent.extend(r.send(t, 1));
+        }
+        assert_eq!(sent, vec![(0, 0), (1, 1), (2, 0)]);
+        // 1 (EV 1) acked at 11 us: RACK's RTT 10 us, its deadline for 0 at 0 + 10 + 50 us
+        r.sack(11_000, 0, 0, 0b010, Some((1, 1_000)));
+        r.paths.end_ack(0, Some(1));
+        assert_eq!(r.paths.recycled().collect::<Vec<_>>(), vec![1]);
+        // 0 waits for its EV's 70 us: not lost at 100 us
+        let l = r.st.detect_losses(100_000, &mut r.paths, &mut r.stats);
+        assert_eq!(l.lost_packets, 0);
+        assert_eq!(r.st.rack_timer_ns(), Some(120_000));
+        // 0 (late: 100 us > 60 us) and 2 (sent after 1: on time) acked at 100 us
+        let out = if by_bitmap {
+            r.sack(100_000, 0, 0, 0b101, Some((0, 2_000)))
+        } else {
+            r.sack(100_000, 3, 0, 0, Some((0, 2_000)))
+        };
+        assert_eq!(out.acked_packets, 2);
+        r.paths.end_ack(0, Some(0));
+        // EV 0 recycled once, for 2, not for 0
+        assert_eq!(
+            r.paths.recycled().collect::<Vec<_>>(),
+            vec![1, 0],
+            "{by_bitmap}"
+        );
+        assert_eq!(r.paths.paths()[0].consecutive_losses, 0);
+        assert_eq!((r.stats.rack_losses, r.stats.retransmitted), (0, 0));
+    }
+}
