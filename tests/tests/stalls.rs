@@ -467,18 +467,18 @@ fn a_nack_for_an_earlier_copy_neither_resends_nor_charges_the_copy_in_flight() {
 }
 
 /// (spurious losses, retransmissions, reorder-window multiplier at the end, completion
-/// time ns) of 16 x 1 MiB WRITEs when one data packet in 256 is held 200 us on its way,
+/// time ns) of 16 x 1 MiB WRITEs when one data packet in 256 is held `hold_ns` on its way,
 /// as a descheduled engine holds a socket's packets: the packets sprayed after it
 /// overtake it by more than RACK's window.
-fn slow_ev_run(adaptive: bool) -> (u64, u64, u32, u64) {
+fn slow_ev_run(adaptive: bool, hold_ns: u64) -> (u64, u64, u32, u64) {
     let send = SendConfig {
         adaptive_reorder_window: adaptive,
         ..send_cfg(None)
     };
     let mut p = pair_with(send, NetConfig::default());
-    p.script(|i: &PacketInfo| {
+    p.script(move |i: &PacketInfo| {
         if i.from == Side::A && i.is_data && i.copy == 0 && i.nth_data % 256 == 7 {
-            Action::Delay(200_000)
+            Action::Delay(hold_ns)
         } else {
             Action::Deliver
         }
@@ -515,15 +515,15 @@ fn slow_ev_run(adaptive: bool) -> (u64, u64, u32, u64) {
 fn the_reorder_window_widens_on_spurious_losses() {
     // RFC 8985 6.2: each round trip with a spurious loss widens the window one step; once
     // wide enough, the slow EV's packets are late, not lost.
-    // Before RACK gave each packet its own EV's smoothed RTT: without adaptation all 6
-    // holds were declared lost and resent (all 6 spurious); with it the first two were,
-    // the window doubled, and the other four arrived in time; both finished at 1,477,694
-    // ns. Now the flow's standing queue has every EV's smoothed RTT at 170-227 us, which
-    // covers the 200 us holds: none is declared lost, with or without adaptation, and the
-    // window never widens here (this run no longer exercises the adaptation).
+    // The holds are 300 us: RACK gives each packet at least its own EV's smoothed RTT,
+    // and the flow's standing queue has those at 170-227 us, so holds of 200 us (this
+    // test's before that rule) were never declared lost and the window never widened.
+    // Without adaptation 10 copies are declared lost and resent for nothing (13
+    // retransmissions); with it 5, the window widens to 4 x, and the run ends 38 us
+    // sooner.
     assert_eq!(
-        (slow_ev_run(false), slow_ev_run(true)),
-        ((0, 0, 1, 1_477_692), (0, 0, 1, 1_477_692))
+        (slow_ev_run(false, 300_000), slow_ev_run(true, 300_000)),
+        ((10, 13, 1, 1_616_004), (5, 7, 4, 1_577_694))
     );
 }
 
