@@ -562,7 +562,14 @@ fn run_one(
             let udp = SocketAddr::new(ip, env.udp_port.unwrap_or(0));
             let mut p = p.clone();
             if let Some(mode) = p.srv6 {
-                p.steering = srv6::steering(mode, p.srv6_via, addr.ip(), p.paths, p.burst_size)?;
+                p.steering = srv6::steering(
+                    mode,
+                    p.srv6_via,
+                    addr.ip(),
+                    &env.local.plane_ips,
+                    p.paths,
+                    p.burst_size,
+                )?;
             }
             let mode = format!("client of {addr}");
             let (r, _) = run::run_client_on(
