@@ -188,7 +188,9 @@ fn srv6_over_two_planes_steers_each_ev_through_a_spine_of_its_plane_and_survives
     let o = f.tb_within(300, &["up", "--planes", "2", "--srv6"]);
     assert!(o.status.success(), "up --planes 2 --srv6: {}", text(&o));
     println!("up --planes 2 --srv6 took {:.1} s", t.elapsed().as_secs_f64());
-    let status = f.ok(&["status"]);
+    let o = f.tb_within(120, &["status"]);
+    assert!(o.status.success(), "status: {}", text(&o));
+    let status = String::from_utf8_lossy(&o.stdout);
     assert!(
         status.contains("planes: 2") && status.contains("srv6: on"),
         "{status}"
