@@ -10,9 +10,10 @@
 //!   packets its EVs sent and at most those plus the client's other datagrams and the TCP
 //!   bootstrap (the spine counters: each EV crossed exactly its spine), and the plane-0
 //!   and plane-1 spines together 45-55% each of what all spines received;
-//! - plane 1 pulled mid-run (`plane 1 down`, once the plane-1 spines carried 400
-//!   packets, and left down): exact bytes, plane 1 reported `DOWN_LOCAL` (the client's own
-//!   port, once), plane 0 `UP`, and every plane-0 spine carried traffic after the pull.
+//! - plane 1 pulled mid-run (`plane 1 down`, once plane 1's spine 0 carried 100 packets,
+//!   and left down): exact bytes, plane 1 reported down at the end (`DOWN_LOCAL`: the
+//!   client's own port; or by loss or the peer's Port Status Update, whichever came
+//!   first), plane 0 `UP`, and every plane-0 spine carried traffic after the pull.
 //!
 //! Needs root, `ip` and `jq`; without one a counted `SKIPPED: <test>: <reason>` line (a
 //! failure under `MRC_SRV6_REQUIRE=1`). On a kernel without SRv6 lightweight tunnels
@@ -187,7 +188,10 @@ fn srv6_over_two_planes_steers_each_ev_through_a_spine_of_its_plane_and_survives
     let t = Instant::now();
     let o = f.tb_within(300, &["up", "--planes", "2", "--srv6"]);
     assert!(o.status.success(), "up --planes 2 --srv6: {}", text(&o));
-    println!("up --planes 2 --srv6 took {:.1} s", t.elapsed().as_secs_f64());
+    println!(
+        "up --planes 2 --srv6 took {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
     let o = f.tb_within(120, &["status"]);
     assert!(o.status.success(), "status: {}", text(&o));
     let status = String::from_utf8_lossy(&o.stdout);
@@ -257,46 +261,58 @@ fn srv6_over_two_planes_steers_each_ev_through_a_spine_of_its_plane_and_survives
         "plane 0's spines received {plane0} of {total} packets: {got:?}"
     );
 
-    // 2. Plane 1 pulled mid-run, once its spines carried 400 packets, and left down.
-    let base = f.spines_rx();
+    // 2. Plane 1 pulled mid-run, once its spine 0 carried 100 packets, and left down.
+    //    One counter a poll: in the lab's TCG VM each `ip netns exec` takes a good part of
+    //    a second, and reading all eight spines made the first version of this test pull
+    //    the plane after the run had ended. 12 s of data leave the pull early in the run.
+    let base = f.spine_rx(1, 0);
     let srv = server(&f, 29302);
-    let cli = client(&f, 29302, &["--verify", "-D", "8"]);
+    let mut cli = client(&f, 29302, &["--verify", "-D", "12"]);
     let start = Instant::now();
-    let plane1 =
-        |now: &[[u64; SPINES]; 2]| -> u64 { (0..SPINES).map(|j| now[1][j] - base[1][j]).sum() };
     loop {
-        let now = f.spines_rx();
-        if plane1(&now) >= 400 {
+        let now = f.spine_rx(1, 0);
+        if now - base >= 100 {
             break;
         }
         assert!(
             start.elapsed() < Duration::from_secs(60),
-            "plane 1's spines never carried 400 packets: {now:?} from {base:?}"
+            "plane 1's spine 0 never carried 100 packets: {now} from {base}"
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+    let t0 = start.elapsed();
     assert_eq!(
         f.ok(&["plane", "1", "down"]),
         "mrc-testbed: plane 1 down (10 links)\n"
     );
+    let pulled_at = (t0, start.elapsed());
+    assert!(
+        cli.try_wait().expect("the client's status").is_none(),
+        "the client ended before plane 1 was pulled ({pulled_at:?} after its start)"
+    );
     let pulled = f.spines_rx();
-    let pulled_at = start.elapsed();
     let (v, server_text) = finish(cli, srv);
     let end = f.spines_rx();
+    println!(
+        "pull: plane 1 down {:.1}..{:.1} s after the client started; planes {}",
+        pulled_at.0.as_secs_f64(),
+        pulled_at.1.as_secs_f64(),
+        v["planes"]
+    );
     let n = check_exact(&v, &server_text, None);
     let planes = v["planes"].as_array().expect("planes");
     assert_eq!(planes.len(), 2, "{v}");
-    // Down by this end's own port (its eth1 went down), or first by the losses or the
-    // peer's Port Status Update, whichever the engine saw first; never back up.
+    // Down at the end: by this end's own port (its eth1 went down), or first by the
+    // losses or the peer's Port Status Update, whichever the engine saw first. (Under TCG
+    // a stalled engine may also have taken it out by loss, and back, before the pull.)
     let p1 = &planes[1];
-    let downs = ["downs_local", "downs_by_loss", "downs_by_peer"]
-        .map(|k| p1[k].as_u64().expect("downs"))
-        .iter()
-        .sum::<u64>();
     assert!(
         ["DOWN_LOCAL", "DOWN_LOSS", "DOWN_PEER"].contains(&p1["state"].as_str().unwrap_or(""))
-            && downs >= 1
-            && p1["ups"] == 0,
+            && ["downs_local", "downs_by_loss", "downs_by_peer"]
+                .iter()
+                .map(|k| p1[*k].as_u64().unwrap_or(0))
+                .sum::<u64>()
+                >= 1,
         "plane 1 after the pull: {}",
         v["planes"]
     );
@@ -308,12 +324,7 @@ fn srv6_over_two_planes_steers_each_ev_through_a_spine_of_its_plane_and_survives
     );
     let after_pull: Vec<u64> = (0..SPINES).map(|j| end[0][j] - pulled[0][j]).collect();
     println!(
-        "pull: plane 1 down {:.1} s after the client started (its spines had carried {} \
-         packets); {n} x 64 KiB verified; plane-0 spines' rx_packets after the pull {after_pull:?}; \
-         planes {}",
-        pulled_at.as_secs_f64(),
-        plane1(&pulled),
-        v["planes"]
+        "pull: {n} x 64 KiB verified; plane-0 spines' rx_packets after the pull {after_pull:?}"
     );
     assert!(
         after_pull.iter().all(|&p| p > 0),

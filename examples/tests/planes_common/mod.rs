@@ -87,6 +87,6 @@ impl Fabric {
 
 impl Drop for Fabric {
     fn drop(&mut self) {
-        let _ = self.tb(&["down"]);
+        let _ = self.tb_within(300, &["down"]);
     }
 }
