@@ -72,7 +72,7 @@
 #                     kept there keyed by the kernel package version and the package list,
 #                     so a second run skips all preparation (and needs no network)
 #   MRC_LAB_TIMEOUT   seconds one VM may run before it is killed [240]
-#   MRC_LAB_SRV6_TIMEOUT  the same for the srv6 part's VM [480]
+#   MRC_LAB_SRV6_TIMEOUT  the same for the srv6 part's VM [600]
 #   MRC_LAB_SMP       vCPUs of the single VM [2] (the two-hosts VMs get 1 each)
 #   MRC_LAB_FEATURES  cargo features of the test build to take the binaries from
 #                     [mrc-fabric/verbs]; mrc-fabric/verbs is always added
@@ -94,7 +94,7 @@ CACHE=${MRC_LAB_CACHE:-$TARGET_DIR/rxe-lab}
 PROFILE=${MRC_LAB_PROFILE:-debug}
 VM_TIMEOUT=${MRC_LAB_TIMEOUT:-240}
 # The srv6 part's VM runs three testbed tests (one plane, two planes, MPI): longer.
-SRV6_TIMEOUT=${MRC_LAB_SRV6_TIMEOUT:-480}
+SRV6_TIMEOUT=${MRC_LAB_SRV6_TIMEOUT:-600}
 SMP=${MRC_LAB_SMP:-2}
 # The features of the `cargo test --workspace` build whose binaries the lab carries in (the
 # same as that build's, or cargo rebuilds): .ci/run passes its own.

@@ -188,6 +188,7 @@ fn srv6_over_two_planes_steers_each_ev_through_a_spine_of_its_plane_and_survives
     let t = Instant::now();
     let o = f.tb_within(300, &["up", "--planes", "2", "--srv6"]);
     assert!(o.status.success(), "up --planes 2 --srv6: {}", text(&o));
+    let up_s = t.elapsed().as_secs();
     println!(
         "up --planes 2 --srv6 took {:.1} s",
         t.elapsed().as_secs_f64()
@@ -263,11 +264,14 @@ fn srv6_over_two_planes_steers_each_ev_through_a_spine_of_its_plane_and_survives
 
     // 2. Plane 1 pulled mid-run, once its spine 0 carried 100 packets, and left down.
     //    One counter a poll: in the lab's TCG VM each `ip netns exec` takes a good part of
-    //    a second, and reading all eight spines made the first version of this test pull
-    //    the plane after the run had ended. 12 s of data leave the pull early in the run.
+    //    a second, and reading all eight spines made a first version of this test pull
+    //    the plane after the run had ended. The run lasts 12 s plus what `up` took: the
+    //    pull command itself, a bash script touching ten namespaces, took 19 s there
+    //    (`up` 38 s), which outlasted a run of 12 s; on a host, `up` takes seconds.
+    let secs = (12 + up_s).min(90).to_string();
     let base = f.spine_rx(1, 0);
     let srv = server(&f, 29302);
-    let mut cli = client(&f, 29302, &["--verify", "-D", "12"]);
+    let mut cli = client(&f, 29302, &["--verify", "-D", &secs]);
     let start = Instant::now();
     loop {
         let now = f.spine_rx(1, 0);
@@ -294,7 +298,7 @@ fn srv6_over_two_planes_steers_each_ev_through_a_spine_of_its_plane_and_survives
     let (v, server_text) = finish(cli, srv);
     let end = f.spines_rx();
     println!(
-        "pull: plane 1 down {:.1}..{:.1} s after the client started; planes {}",
+        "pull: a run of {secs} s, plane 1 down {:.1}..{:.1} s after the client started; planes {}",
         pulled_at.0.as_secs_f64(),
         pulled_at.1.as_secs_f64(),
         v["planes"]

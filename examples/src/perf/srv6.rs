@@ -4,6 +4,13 @@
 //! spines), so EV socket `s` crosses spine `s % spines` (with `--burst-size 1`: EV `i`
 //! through spine `i % spines`).
 //!
+//! Several planes (`mrc-testbed.sh up --planes P`, `--bind` with one address per plane at
+//! each end): the plan of the default testbed in P planes; the EVs are interleaved over
+//! the planes (EV `i` on plane `i % P`, as the engine places them), and the `g`-th EV
+//! socket of plane `q` crosses spine `g % spines` of plane `q` towards the peer's plane-`q`
+//! address ([`steering_in`]; with `--burst-size 1`, EV `i` through spine
+//! `(i / P) % spines` of plane `i % P`). Both ends need as many planes as the plan.
+//!
 //! - `srh`: an SRH with path `[spine SID, destination leaf SID, server]` (RFC 8754), each
 //!   SID a seg6local `End` on its switch.
 //! - `usid`: the uSID container `fd00:75:<spine uSID>:<leaf uSID>::` (RFC 9800, 32-bit
