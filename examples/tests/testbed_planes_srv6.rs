@@ -30,6 +30,16 @@ use std::io::BufRead;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// A line of the test's figures on stderr, past libtest's capture (one write, as the
+/// `SKIPPED:` lines): the lab runs the test without `--nocapture`, and its console is
+/// where the measured figures are read.
+macro_rules! say {
+    ($($t:tt)*) => {{
+        let line = format!("testbed_planes_srv6: {}\n", format!($($t)*));
+        let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
+    }};
+}
+
 /// Most packets of the TCP bootstrap (parameters, QP exchange, results) host 0 -> host 1;
 /// plainly routed on plane 0, over whichever spine ECMP picks.
 const BOOTSTRAP_PACKETS: u64 = 64;
@@ -189,7 +199,7 @@ fn srv6_over_two_planes_steers_each_ev_through_a_spine_of_its_plane_and_survives
     let o = f.tb_within(300, &["up", "--planes", "2", "--srv6"]);
     assert!(o.status.success(), "up --planes 2 --srv6: {}", text(&o));
     let up_s = t.elapsed().as_secs();
-    println!(
+    say!(
         "up --planes 2 --srv6 took {:.1} s",
         t.elapsed().as_secs_f64()
     );
@@ -236,10 +246,14 @@ fn srv6_over_two_planes_steers_each_ev_through_a_spine_of_its_plane_and_survives
     let got: Vec<Vec<u64>> = (0..2)
         .map(|q| (0..SPINES).map(|j| after[q][j] - before[q][j]).collect())
         .collect();
-    println!(
+    say!(
         "srh over two planes: spine rx_packets plane 0 {:?}, plane 1 {:?}; EV packets by spine {:?}; \
          plane shares {}% / {}%",
-        got[0], got[1], sent, planes[0]["share_pct"], planes[1]["share_pct"]
+        got[0],
+        got[1],
+        sent,
+        planes[0]["share_pct"],
+        planes[1]["share_pct"]
     );
     for q in 0..2 {
         for j in 0..SPINES {
@@ -297,7 +311,7 @@ fn srv6_over_two_planes_steers_each_ev_through_a_spine_of_its_plane_and_survives
     let pulled = f.spines_rx();
     let (v, server_text) = finish(cli, srv);
     let end = f.spines_rx();
-    println!(
+    say!(
         "pull: a run of {secs} s, plane 1 down {:.1}..{:.1} s after the client started; planes {}",
         pulled_at.0.as_secs_f64(),
         pulled_at.1.as_secs_f64(),
@@ -327,9 +341,7 @@ fn srv6_over_two_planes_steers_each_ev_through_a_spine_of_its_plane_and_survives
         v["planes"]
     );
     let after_pull: Vec<u64> = (0..SPINES).map(|j| end[0][j] - pulled[0][j]).collect();
-    println!(
-        "pull: {n} x 64 KiB verified; plane-0 spines' rx_packets after the pull {after_pull:?}"
-    );
+    say!("pull: {n} x 64 KiB verified; plane-0 spines' rx_packets after the pull {after_pull:?}");
     assert!(
         after_pull.iter().all(|&p| p > 0),
         "a plane-0 spine carried nothing after the pull: {after_pull:?}"
