@@ -5,11 +5,13 @@
 //! through that plane's spine `(i / 2) % 4`; `examples/src/perf/srv6.rs`). It checks, on
 //! a real kernel with SRv6 lightweight tunnels:
 //!
-//! - a `--verify` transfer: exact bytes; every EV on its plane; each plane 45-55% of the
-//!   packets (the client's report); every spine of both planes received at least the
-//!   packets its EVs sent and at most those plus the client's other datagrams and the TCP
-//!   bootstrap (the spine counters: each EV crossed exactly its spine), and the plane-0
-//!   and plane-1 spines together 45-55% each of what all spines received;
+//! - `--verify` transfers with `--srv6 srh` and `--srv6 usid` by socket header and `usid`
+//!   by the hosts' steering routes (`--srv6-via route`): exact bytes; every EV on its
+//!   plane; each plane 45-55% of the packets (the client's report); by socket header,
+//!   every spine of both planes received at least the packets its EVs sent and at most
+//!   those plus the client's other datagrams and the TCP bootstrap (the spine counters:
+//!   each EV crossed exactly its spine); by route, each plane's spines' bytes within 10% of
+//!   their mean; the plane-0 and plane-1 spines 45-55% each of what all spines received;
 //! - plane 1 pulled mid-run (`plane 1 down`, once plane 1's spine 0 carried 100 packets,
 //!   and left down): exact bytes, plane 1 reported down at the end (`DOWN_LOCAL`: the
 //!   client's own port; or by loss or the peer's Port Status Update, whichever came
@@ -58,9 +60,15 @@ impl Fabric {
 
     /// Packets spine `j` of plane `q` received from leaf 0 (host 0's data direction).
     fn spine_rx(&self, q: usize, j: usize) -> u64 {
+        self.spine_counter(q, j, "rx_packets")
+    }
+
+    /// Counter `name` of spine `j` of plane `q`'s interface towards leaf 0.
+    fn spine_counter(&self, q: usize, j: usize, name: &str) -> u64 {
         let o = self
             .ns(&format!("p{q}-s{j}"))
-            .args(["cat", "/sys/class/net/l0/statistics/rx_packets"])
+            .arg("cat")
+            .arg(format!("/sys/class/net/l0/statistics/{name}"))
             .output()
             .expect("read a spine counter");
         assert!(o.status.success(), "read p{q}-s{j}'s counter: {}", text(&o));
@@ -72,7 +80,12 @@ impl Fabric {
 
     /// [`Fabric::spine_rx`] of every spine, by plane.
     fn spines_rx(&self) -> [[u64; SPINES]; 2] {
-        [0, 1].map(|q| [0, 1, 2, 3].map(|j| self.spine_rx(q, j)))
+        self.spines("rx_packets")
+    }
+
+    /// [`Fabric::spine_counter`] `name` of every spine, by plane.
+    fn spines(&self, name: &str) -> [[u64; SPINES]; 2] {
+        [0, 1].map(|q| [0, 1, 2, 3].map(|j| self.spine_counter(q, j, name)))
     }
 }
 
@@ -99,6 +112,11 @@ fn server(f: &Fabric, port: u16) -> Child {
 /// A `--srv6 srh` client in host 0 on both planes towards host 1's plane-0 address,
 /// with `args`; JSON report.
 fn client(f: &Fabric, port: u16, args: &[&str]) -> Child {
+    client_in(f, port, "srh", "socket", args)
+}
+
+/// [`client`] with `--srv6 MODE --srv6-via VIA`.
+fn client_in(f: &Fabric, port: u16, mode: &str, via: &str, args: &[&str]) -> Child {
     let perf = env!("CARGO_BIN_EXE_mrc-perf");
     f.ns("h0")
         .arg(perf)
@@ -111,7 +129,9 @@ fn client(f: &Fabric, port: u16, args: &[&str]) -> Child {
             "--paths",
             "16",
             "--srv6",
-            "srh",
+            mode,
+            "--srv6-via",
+            via,
         ])
         // the fabric loses nothing: no loss may be declared for a descheduled debug
         // engine (a TCG VM, a loaded host), as examples/tests/testbed.rs
@@ -170,6 +190,98 @@ fn half(x: u64, total: u64) -> bool {
     (45.0..=55.0).contains(&pct)
 }
 
+/// One steered `--verify` transfer of `n` x 64 KiB over both planes (`--srv6 MODE
+/// --srv6-via VIA`): exact bytes, every EV `GOOD` on plane `i % 2`, each plane 45-55% of
+/// the packets, and the spine counters: by socket header, each spine of both planes
+/// received at least its EVs' data packets (EV `i` through spine `(i / 2) % 4` of plane
+/// `i % 2`) and at most those plus the client's other datagrams and the bootstrap; by
+/// route, each plane's spines' bytes within 10% of their mean. Both planes' spines 45-55%
+/// each of what all received.
+fn steered(f: &Fabric, port: u16, mode: &str, via: &str, n: u64) {
+    let counter = if via == "route" {
+        "rx_bytes"
+    } else {
+        "rx_packets"
+    };
+    let before = f.spines(counter);
+    let srv = server(f, port);
+    let cli = client_in(f, port, mode, via, &["--verify", "-n", &n.to_string()]);
+    let (v, server_text) = finish(cli, srv);
+    let after = f.spines(counter);
+    check_exact(&v, &server_text, Some(n));
+    let evs = v["evs"].as_array().expect("evs");
+    assert_eq!(evs.len(), 16, "{v}");
+    let mut sent = [[0u64; SPINES]; 2];
+    for (i, e) in evs.iter().enumerate() {
+        let ev = e["ev"].as_u64().expect("ev");
+        assert_eq!(ev, i as u64, "{v}");
+        assert_eq!(e["plane"], ev % 2, "EV {ev}: {v}");
+        assert_eq!(e["state"], "GOOD", "EV {ev}: {v}");
+        let pk = e["sent_packets"].as_u64().expect("sent_packets");
+        sent[(ev % 2) as usize][spine_of(ev)] += pk;
+    }
+    let planes = v["planes"].as_array().expect("planes");
+    assert_eq!(planes.len(), 2, "{v}");
+    for p in planes {
+        let share = p["share_pct"].as_f64().expect("share_pct");
+        assert!((45.0..=55.0).contains(&share), "plane share {share}: {v}");
+        assert_eq!(p["state"], "UP", "{v}");
+    }
+    let got: Vec<Vec<u64>> = (0..2)
+        .map(|q| (0..SPINES).map(|j| after[q][j] - before[q][j]).collect())
+        .collect();
+    say!(
+        "{mode} via {via} over two planes: spine {counter} plane 0 {:?}, plane 1 {:?}; EV packets \
+         by spine {:?}; plane shares {}% / {}%",
+        got[0],
+        got[1],
+        sent,
+        planes[0]["share_pct"],
+        planes[1]["share_pct"]
+    );
+    let total: u64 = got.iter().flatten().sum();
+    let plane0: u64 = got[0].iter().sum();
+    assert!(
+        half(plane0, total),
+        "{mode} via {via}: plane 0's spines received {plane0} of {total} ({counter}): {got:?}"
+    );
+    if via == "route" {
+        // Bytes: at least the payload, and each plane's spines within 10% of their mean.
+        assert!(total >= n * MSG_BYTES, "{mode} via {via}: {got:?}");
+        for (q, g) in got.iter().enumerate() {
+            let mean = g.iter().sum::<u64>() as f64 / SPINES as f64;
+            for (j, &b) in g.iter().enumerate() {
+                assert!(
+                    (b as f64 - mean).abs() <= 0.1 * mean,
+                    "{mode} via {via}: spine {j} of plane {q} received {b} bytes, the plane's \
+                     mean {mean:.0}: {got:?}"
+                );
+            }
+        }
+        return;
+    }
+    // The spine counters: each EV's packets crossed exactly its spine.
+    let datagrams = v["datapath"]["tx_datagrams"]
+        .as_u64()
+        .expect("tx_datagrams");
+    let data: u64 = sent.iter().flatten().sum();
+    let extra = datagrams - data;
+    for q in 0..2 {
+        for j in 0..SPINES {
+            let (pk, s) = (got[q][j], sent[q][j]);
+            assert!(
+                s > 0 && pk >= s && pk - s <= extra + BOOTSTRAP_PACKETS,
+                "{mode} via {via}: spine {j} of plane {q} received {pk} packets, its EVs sent \
+                 {s} (+{extra} other datagrams): {got:?} against {sent:?}\n{v}"
+            );
+        }
+    }
+    assert!(
+        total >= datagrams && total - datagrams <= BOOTSTRAP_PACKETS,
+        "{mode} via {via}: spines received {total} packets, the client sent {datagrams}: {got:?}"
+    );
+}
+
 #[test]
 fn srv6_over_two_planes_steers_each_ev_through_a_spine_of_its_plane_and_survives_a_pulled_plane() {
     let test = "srv6_over_two_planes_steers_each_ev_through_a_spine_of_its_plane_and_survives_a_pulled_plane";
@@ -211,70 +323,14 @@ fn srv6_over_two_planes_steers_each_ev_through_a_spine_of_its_plane_and_survives
         "{status}"
     );
 
-    // 1. Steered over every spine of both planes, exact bytes, half the packets each.
-    let n = 400u64;
-    let before = f.spines_rx();
-    let srv = server(&f, 29301);
-    let cli = client(&f, 29301, &["--verify", "-n", &n.to_string()]);
-    let (v, server_text) = finish(cli, srv);
-    let after = f.spines_rx();
-    check_exact(&v, &server_text, Some(n));
-    let evs = v["evs"].as_array().expect("evs");
-    assert_eq!(evs.len(), 16, "{v}");
-    let mut sent = [[0u64; SPINES]; 2];
-    for (i, e) in evs.iter().enumerate() {
-        let ev = e["ev"].as_u64().expect("ev");
-        assert_eq!(ev, i as u64, "{v}");
-        assert_eq!(e["plane"], ev % 2, "EV {ev}: {v}");
-        assert_eq!(e["state"], "GOOD", "EV {ev}: {v}");
-        let pk = e["sent_packets"].as_u64().expect("sent_packets");
-        sent[(ev % 2) as usize][spine_of(ev)] += pk;
-    }
-    let planes = v["planes"].as_array().expect("planes");
-    assert_eq!(planes.len(), 2, "{v}");
-    for p in planes {
-        let share = p["share_pct"].as_f64().expect("share_pct");
-        assert!((45.0..=55.0).contains(&share), "plane share {share}: {v}");
-        assert_eq!(p["state"], "UP", "{v}");
-    }
-    // The spine counters: each EV's packets crossed exactly its spine.
-    let datagrams = v["datapath"]["tx_datagrams"]
-        .as_u64()
-        .expect("tx_datagrams");
-    let data: u64 = sent.iter().flatten().sum();
-    let extra = datagrams - data;
-    let got: Vec<Vec<u64>> = (0..2)
-        .map(|q| (0..SPINES).map(|j| after[q][j] - before[q][j]).collect())
-        .collect();
-    say!(
-        "srh over two planes: spine rx_packets plane 0 {:?}, plane 1 {:?}; EV packets by spine {:?}; \
-         plane shares {}% / {}%",
-        got[0],
-        got[1],
-        sent,
-        planes[0]["share_pct"],
-        planes[1]["share_pct"]
-    );
-    for q in 0..2 {
-        for j in 0..SPINES {
-            let (pk, s) = (got[q][j], sent[q][j]);
-            assert!(
-                s > 0 && pk >= s && pk - s <= extra + BOOTSTRAP_PACKETS,
-                "spine {j} of plane {q} received {pk} packets, its EVs sent {s} (+{extra} \
-                 other datagrams): {got:?} against {sent:?}\n{v}"
-            );
-        }
-    }
-    let total: u64 = got.iter().flatten().sum();
-    let plane0: u64 = got[0].iter().sum();
-    assert!(
-        total >= datagrams && total - datagrams <= BOOTSTRAP_PACKETS,
-        "spines received {total} packets, the client sent {datagrams}: {got:?}"
-    );
-    assert!(
-        half(plane0, total),
-        "plane 0's spines received {plane0} of {total} packets: {got:?}"
-    );
+    // 1. Steered over every spine of both planes, exact bytes, half the packets each:
+    //    `srh` and `usid` by socket header (every packet counted on its spine), and
+    //    `usid` by the hosts' steering routes (their tables of spine j hold, for a plane-q
+    //    destination, the route through plane q's spine j; GSO sends cross whole, so the
+    //    spines count bytes, not datagrams).
+    steered(&f, 29301, "srh", "socket", 400);
+    steered(&f, 29303, "usid", "socket", 200);
+    steered(&f, 29304, "usid", "route", 200);
 
     // 2. Plane 1 pulled mid-run, once its spine 0 carried 100 packets, and left down.
     //    One counter a poll: in the lab's TCG VM each `ip netns exec` takes a good part of
