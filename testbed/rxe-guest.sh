@@ -562,6 +562,11 @@ role_srv6() {
   # Open MPI refuses the node name "(none)" of a guest that never set one.
   hostname srv6-lab && echo "127.0.0.1 srv6-lab localhost" >>/etc/hosts
   CI=true cargo_test_filtered srv6-mpi-testbed mpi on_the_testbed::
+  # The steering over two planes (examples/tests/testbed_planes_srv6.rs): each EV socket
+  # through a spine of its own plane, then plane 1 pulled mid-run. Last: its fabric of 14
+  # namespaces is the largest, and the kernel tears namespaces down after `ip netns del`
+  # returns.
+  cargo_test srv6-testbed-planes testbed_planes_srv6
 }
 
 two_host_setup() {

@@ -52,7 +52,10 @@
 #              fabric of network namespaces, transfers steered over every spine, a spine
 #              link taken down) on the guest's Debian kernel, which has the SRv6
 #              lightweight tunnels the CI host's kernel lacks; MRC_SRV6_REQUIRE=1 (a skip
-#              fails); then examples/tests/mpi.rs's testbed test (one rank per testbed
+#              fails); then the same steering over two planes
+#              (examples/tests/testbed_planes_srv6.rs: up --planes 2 --srv6, each EV
+#              through a spine of its own plane, plane 1 pulled mid-run); then
+#              examples/tests/mpi.rs's testbed test (one rank per testbed
 #              host under the guest's Open MPI; its base adds openmpi-bin and coreutils:
 #              mrc-testbed.sh's `counters` sorts with `sort -V`, which busybox lacks); in a
 #              VM of its own (.ci/run adds it where the host kernel lacks them)
@@ -69,6 +72,7 @@
 #                     kept there keyed by the kernel package version and the package list,
 #                     so a second run skips all preparation (and needs no network)
 #   MRC_LAB_TIMEOUT   seconds one VM may run before it is killed [240]
+#   MRC_LAB_SRV6_TIMEOUT  the same for the srv6 part's VM [600]
 #   MRC_LAB_SMP       vCPUs of the single VM [2] (the two-hosts VMs get 1 each)
 #   MRC_LAB_FEATURES  cargo features of the test build to take the binaries from
 #                     [mrc-fabric/verbs]; mrc-fabric/verbs is always added
@@ -89,6 +93,8 @@ TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
 CACHE=${MRC_LAB_CACHE:-$TARGET_DIR/rxe-lab}
 PROFILE=${MRC_LAB_PROFILE:-debug}
 VM_TIMEOUT=${MRC_LAB_TIMEOUT:-240}
+# The srv6 part's VM runs three testbed tests (one plane, two planes, MPI): longer.
+SRV6_TIMEOUT=${MRC_LAB_SRV6_TIMEOUT:-600}
 SMP=${MRC_LAB_SMP:-2}
 # The features of the `cargo test --workspace` build whose binaries the lab carries in (the
 # same as that build's, or cargo rebuilds): .ci/run passes its own.
@@ -296,6 +302,10 @@ build_binaries() {
     local tb
     tb=$(awk '$3 == "true" && $2 == "testbed" {print $4}' <<<"$art")
     [ "$(wc -w <<<"$tb")" = 1 ] || die "expected one testbed test binary (examples/tests/testbed.rs); cargo built: $tb"
+    TEST_BINS="$TEST_BINS $tb"
+    # examples/tests/testbed_planes_srv6.rs: the SRv6 steering over two planes
+    tb=$(awk '$3 == "true" && $2 == "testbed_planes_srv6" {print $4}' <<<"$art")
+    [ "$(wc -w <<<"$tb")" = 1 ] || die "expected one testbed_planes_srv6 test binary (examples/tests/testbed_planes_srv6.rs); cargo built: $tb"
     TEST_BINS="$TEST_BINS $tb"
     # examples/tests/mpi.rs (its testbed test; libfabric's tests have an `mpi` too)
     local mpi
@@ -651,7 +661,7 @@ main() {
     if [ "$p" = srv6 ]; then
       say "running srv6 in a VM of its own ($SMP vCPUs)"
       start_vm srv6 srv6 "$SMP" 1536 -nic none
-      wait_vms srv6
+      VM_TIMEOUT=$SRV6_TIMEOUT wait_vms srv6
       collect srv6 srv6
     fi
     if [ "$p" = two-hosts ]; then

@@ -1230,6 +1230,42 @@ fn host_port_and_srv6_without_ipv6_are_clear_errors() {
     }
 }
 
+/// `client --srv6` with one `--bind` address per plane (the two-plane SRv6 testbed): an
+/// address that is not this host's own of its plane, or a server that is no testbed host,
+/// is refused with its reason before any connection (nothing listens here).
+#[test]
+fn srv6_over_planes_refuses_a_bind_that_does_not_fit_the_plan() {
+    for (bind, server, msg) in [
+        (
+            "fd00:6d72:63:10::2,fd00:6d72:63:11::2",
+            "fd00:6d72:63:11::2",
+            "mrc-perf: error: --srv6: --bind fd00:6d72:63:10::2,fd00:6d72:63:11::2: address 2 (fd00:6d72:63:11::2) must be h0's plane-1 address fd00:6d72:63:1010::2\n",
+        ),
+        (
+            "fd00:6d72:63:1010::2,fd00:6d72:63:10::2",
+            "fd00:6d72:63:11::2",
+            "mrc-perf: error: --srv6: --bind fd00:6d72:63:1010::2,fd00:6d72:63:10::2: address 1 (fd00:6d72:63:1010::2) must be h0's plane-0 address fd00:6d72:63:10::2\n",
+        ),
+        (
+            "fd00:6d72:63:10::2,fd00:6d72:63:1010::2",
+            "fd00:6d72:63:12::2",
+            "mrc-perf: error: --srv6: fd00:6d72:63:12::2 is not a testbed host (fd00:6d72:63:10::2 or fd00:6d72:63:1010::2 or fd00:6d72:63:11::2 or fd00:6d72:63:1011::2)\n",
+        ),
+    ] {
+        let args = ["client", server, "--bind", bind, "--srv6", "srh", "-n", "1"];
+        let (o, _) = perf(&args);
+        assert_eq!(
+            (
+                o.status.code(),
+                o.stdout.as_slice(),
+                String::from_utf8_lossy(&o.stderr).as_ref()
+            ),
+            (Some(1), b"".as_slice(), msg),
+            "{args:?}"
+        );
+    }
+}
+
 /// Issue 17 item 3: `--psk-file`. The same key on both ends: an authenticated, encrypted
 /// `--verify` run, exact. Another key, or a key on one end only: the client fails at
 /// setup naming the cause and the persistent server drops it and goes on serving. A

@@ -65,7 +65,7 @@ mod tests {
         let peer: IpAddr = "fd00:6d72:63:11::2".parse().unwrap();
         for via in [Srv6Via::Socket, Srv6Via::Route] {
             let a = steering(&plan, Srv6Mode::Usid, via, peer, 16, 1).unwrap();
-            let b = crate::perf::srv6::steering(Srv6Mode::Usid, via, peer, 16, 1).unwrap();
+            let b = crate::perf::srv6::steering(Srv6Mode::Usid, via, peer, &[], 16, 1).unwrap();
             assert_eq!(a, b);
         }
         assert!(

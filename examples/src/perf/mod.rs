@@ -547,6 +547,19 @@ fn run_one(
             if addrs.is_empty() {
                 return Err(format!("{host} resolves to no address").into());
             }
+            // --srv6: this end's addresses and the server against the testbed's plan before
+            // any connection (a --bind that is not this host's, in plane order, is refused
+            // here, not after a bootstrap)
+            if let Some(mode) = p.srv6 {
+                srv6::steering(
+                    mode,
+                    p.srv6_via,
+                    addrs[0].ip(),
+                    &env.local.plane_ips,
+                    p.paths,
+                    p.burst_size,
+                )?;
+            }
             let from = env.local.plane_ips.first().copied();
             let (stream, addr) = run::connect_any(&addrs, from, timeout)?;
             let any: IpAddr = if addr.is_ipv6() {
@@ -562,7 +575,14 @@ fn run_one(
             let udp = SocketAddr::new(ip, env.udp_port.unwrap_or(0));
             let mut p = p.clone();
             if let Some(mode) = p.srv6 {
-                p.steering = srv6::steering(mode, p.srv6_via, addr.ip(), p.paths, p.burst_size)?;
+                p.steering = srv6::steering(
+                    mode,
+                    p.srv6_via,
+                    addr.ip(),
+                    &env.local.plane_ips,
+                    p.paths,
+                    p.burst_size,
+                )?;
             }
             let mode = format!("client of {addr}");
             let (r, _) = run::run_client_on(

@@ -573,7 +573,9 @@ pub struct TestOpts {
     /// Steer each EV socket through one spine of the testbed (testbed/mrc-testbed.sh):
     /// `srh` (SRH segment list) or `usid` (uSID container as active segment). Given to the
     /// client (an IPv6 testbed host as server); the server steers its EV sockets back
-    /// through the same spines. Without it, plain routing.
+    /// through the same spines. With one --bind address per plane at both ends (the
+    /// testbed of `up --planes P`), each EV socket goes through a spine of its own plane
+    /// to the peer's address on that plane. Without it, plain routing.
     #[arg(
         help_heading = "SRv6 testbed (--srv6)",
         hide_short_help = true,

@@ -1299,8 +1299,14 @@ fn serve_stream(
             }
             if let Some(mode) = p.srv6 {
                 let peer = s.peer_addr().map_err(|e| e.to_string())?;
-                p.steering =
-                    super::srv6::steering(mode, p.srv6_via, peer.ip(), p.paths, p.burst_size)?;
+                p.steering = super::srv6::steering(
+                    mode,
+                    p.srv6_via,
+                    peer.ip(),
+                    &local.plane_ips,
+                    p.paths,
+                    p.burst_size,
+                )?;
             }
             Ok(p)
         })

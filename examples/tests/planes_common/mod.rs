@@ -59,8 +59,14 @@ impl Fabric {
 
     /// `mrc-testbed.sh ARGS` under `timeout 60`, the plan from this build's designer.
     pub fn tb(&self, args: &[&str]) -> Output {
+        self.tb_within(60, args)
+    }
+
+    /// [`Fabric::tb`] under `timeout SECS` (building the SRv6 fabric of two planes in the
+    /// lab's TCG VM takes longer than a minute).
+    pub fn tb_within(&self, secs: u32, args: &[&str]) -> Output {
         Command::new("timeout")
-            .arg("60")
+            .arg(secs.to_string())
             .arg(&self.script)
             .args(args)
             .env("MRCTB_PREFIX", &self.prefix)
@@ -81,6 +87,6 @@ impl Fabric {
 
 impl Drop for Fabric {
     fn drop(&mut self) {
-        let _ = self.tb(&["down"]);
+        let _ = self.tb_within(300, &["down"]);
     }
 }
