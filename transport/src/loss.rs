@@ -136,6 +136,22 @@ impl Rack {
             .saturating_add(self.rtt_ns)
             .saturating_add(reorder_window_ns)
     }
+
+    /// Whether a packet sent at `sent_ns` (sequence `seq`; `burst_may_reorder` as in
+    /// [`Rack::overtaken`]) and acknowledged at `now_ns` came late: overtaken, and past
+    /// [`Rack::deadline_ns`], when the connection-wide rule would have declared it lost.
+    #[inline]
+    pub fn acked_late(
+        &self,
+        sent_ns: u64,
+        seq: u64,
+        burst_may_reorder: bool,
+        reorder_window_ns: u64,
+        now_ns: u64,
+    ) -> bool {
+        self.overtaken(sent_ns, seq, burst_may_reorder)
+            && self.deadline_ns(sent_ns, reorder_window_ns) < now_ns
+    }
 }
 
 /// The reorder window: `max(floor_ns, min_rtt / 4, (srtt - min_rtt) + 4 rttvar)` (RFC 8985

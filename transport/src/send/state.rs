@@ -1134,8 +1134,7 @@ impl SendState {
             done_bytes += u64::from(p.len);
             let ev = usize::from(p.last_ev);
             plane_sub(ev_plane, by_plane, ev);
-            let late = rack.overtaken(p.last_sent_ns, seq, strict)
-                && rack.deadline_ns(p.last_sent_ns, reo) < now_ns;
+            let late = rack.acked_late(p.last_sent_ns, seq, strict, reo, now_ns);
             proven |= paths.on_acked_delivered(ev, p.last_sent_ns, now_ns, late);
             if latest.is_none_or(|(s, q, _)| (p.last_sent_ns, seq) > (s, q)) {
                 *latest = Some((p.last_sent_ns, seq, ev));
@@ -1214,11 +1213,10 @@ impl SendState {
         if let Some(ev) = p.delivered_ev(echo, now_ns, self.rtt.min_rtt_ns) {
             // the credited copy is always the latest transmission
             let strict = self.cfg.burst_may_reorder || p.transmissions > 1;
-            let late = self.rack.overtaken(p.last_sent_ns, seq, strict)
-                && self
-                    .rack
-                    .deadline_ns(p.last_sent_ns, self.reorder_window_ns())
-                    < now_ns;
+            let reo = self.reorder_window_ns();
+            let late = self
+                .rack
+                .acked_late(p.last_sent_ns, seq, strict, reo, now_ns);
             if late {
                 paths.on_delivered_late(ev, p.last_sent_ns, now_ns);
             } else {
