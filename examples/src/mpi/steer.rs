@@ -3,7 +3,7 @@
 //! `mrc-testbed.sh plan`, e.g. a 4-host fabric; default: the designer's default plan), as
 //! `mrc-perf client --srv6` does for its one server ([`crate::perf::srv6`]).
 
-use crate::perf::srv6::{Srv6Mode, Srv6Via, Steering, leaf_of, segment_list};
+use crate::perf::srv6::{Srv6Mode, Srv6Via, Steering, leaf_of, one_plane_steering};
 use crate::testbed::TestbedPlan;
 use std::net::IpAddr;
 
@@ -39,20 +39,7 @@ pub fn steering(
     let IpAddr::V6(dst) = peer else {
         return Err(format!("--srv6 needs IPv6 rank addresses, got {peer}"));
     };
-    let spines = plan.design.spines;
-    let n = u16::try_from(paths.div_ceil(burst.max(1)).min(spines)).unwrap_or(u16::MAX);
-    Ok(match via {
-        Srv6Via::Socket => Steering {
-            srh: (0..n)
-                .map(|j| segment_list(plan, mode, dst, leaf, j))
-                .collect::<Result<_, _>>()?,
-            marks: Vec::new(),
-        },
-        Srv6Via::Route => Steering {
-            srh: Vec::new(),
-            marks: (0..n).map(|j| mode.steer().mark(j)).collect(),
-        },
-    })
+    one_plane_steering(plan, mode, via, dst, leaf, paths, burst)
 }
 
 #[cfg(test)]

@@ -156,6 +156,38 @@ pub fn steering(
     steering_in(&plan, mode, via, peer, local, paths, burst)
 }
 
+/// The steering of one plane's EV sockets towards `dst` on leaf `leaf`: socket `s`
+/// (`paths / burst` of them, rounded up) through spine `s` (fewer sockets than spines use
+/// the first ones), by a header per socket or a firewall mark per socket, as `via` says.
+/// Shared by `mrc-perf client` ([`steering_in`]) and `mrc-perf mpi`
+/// ([`crate::mpi::steer::steering`]).
+///
+/// # Errors
+/// A header does not build ([`segment_list`]).
+pub fn one_plane_steering(
+    plan: &TestbedPlan,
+    mode: Srv6Mode,
+    via: Srv6Via,
+    dst: Ipv6Addr,
+    leaf: u16,
+    paths: u32,
+    burst: u32,
+) -> Result<Steering, String> {
+    let n = u16::try_from(paths.div_ceil(burst.max(1)).min(plan.design.spines)).unwrap_or(u16::MAX);
+    Ok(match via {
+        Srv6Via::Socket => Steering {
+            srh: (0..n)
+                .map(|j| segment_list(plan, mode, dst, leaf, j))
+                .collect::<Result<_, _>>()?,
+            marks: Vec::new(),
+        },
+        Srv6Via::Route => Steering {
+            srh: Vec::new(),
+            marks: (0..n).map(|j| mode.steer().mark(j)).collect(),
+        },
+    })
+}
+
 /// The steering of the EV sockets of an end with addresses `local` (one per plane, plane
 /// 0 first; empty or one address: one plane) talking to `peer` (any of its addresses),
 /// on the testbed of `plan`.
@@ -208,20 +240,7 @@ pub fn steering_in(
         let IpAddr::V6(dst) = peer else {
             return Err("unreachable: host_of checked IPv6".into());
         };
-        let sockets = paths.div_ceil(burst.max(1));
-        let n = u16::try_from(sockets.min(spines)).unwrap_or(u16::MAX);
-        return Ok(match via {
-            Srv6Via::Socket => Steering {
-                srh: (0..n)
-                    .map(|j| segment_list(plan, mode, dst, leaf, j))
-                    .collect::<Result<_, _>>()?,
-                marks: Vec::new(),
-            },
-            Srv6Via::Route => Steering {
-                srh: Vec::new(),
-                marks: (0..n).map(|j| mode.steer().mark(j)).collect(),
-            },
-        });
+        return one_plane_steering(plan, mode, via, dst, leaf, paths, burst);
     }
     // Several planes: this end's addresses are one host's ports, in plane order.
     let me = host_of(plan, local[0])?;
