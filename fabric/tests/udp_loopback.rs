@@ -97,13 +97,17 @@ fn shorter_datagram_closes_a_gso_group_and_ecn_splits_groups() {
         .open_conn(b.local_addr(), &PathMap::per_ev(vec![7]))
         .unwrap();
     let mut batch = TxBatch::new(8, 2048);
-    // [1000, 1000, 500] one group; [1000] next (after a short one); [1000 CE] own ECN group.
+    // One socket: its datagrams go out per ECN codepoint (ECT(0) before CE), longest
+    // first, then in batch order. [1200, 1000] one group (the shorter 1000 ends it: a
+    // group's segments are one size and a shorter last one); [1000, 500] the next;
+    // [1000 CE] its own ECN group. In batch order the longer 1200 after a 1000 would
+    // have split the run: [1000] [1200, 1000] [500] [1000 CE], 4 sends.
     for (len, ecn) in [
         (1000, Ecn::Ect0),
-        (1000, Ecn::Ect0),
-        (500, Ecn::Ect0),
+        (1200, Ecn::Ect0),
         (1000, Ecn::Ect0),
         (1000, Ecn::Ce),
+        (500, Ecn::Ect0),
     ] {
         assert!(batch.push(c, 7, ecn, &vec![len as u8; len]));
     }
@@ -114,10 +118,10 @@ fn shorter_datagram_closes_a_gso_group_and_ecn_splits_groups() {
     assert_eq!(
         lens,
         vec![
+            (1200, Ecn::Ect0),
             (1000, Ecn::Ect0),
             (1000, Ecn::Ect0),
             (500, Ecn::Ect0),
-            (1000, Ecn::Ect0),
             (1000, Ecn::Ce)
         ]
     );
