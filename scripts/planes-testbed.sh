@@ -18,7 +18,11 @@
 #
 # Usage: scripts/planes-testbed.sh [RUNS]    (RUNS >= 1, default 3; as root)
 # Environment: MRC_PERF=PATH (else target/release/mrc-perf, built), MRCTB_PREFIX (default
-# mrctbB-). Prints one line per run and the medians; JSON lines with --json as $2.
+# mrctbB-), MRCTB_HASH_SEED (default 1 where the kernel has the sysctl, Linux 6.11+; `random`
+# for a random seed per namespace). Which EVs hash onto the blackholed link decides much
+# of a flap run's cost (3 of plane 1's 8 EVs or 6, depending on the hash), so with a fixed
+# seed and the fixed ports of each run (29500 + 3 r ...) run r of two builds meets the same
+# paths. Prints one line per run and the medians; JSON lines with --json as $2.
 set -Eeuo pipefail
 RUNS=${1:-3}
 [[ "$RUNS" =~ ^[1-9][0-9]*$ ]] || { echo "usage: $0 [RUNS]" >&2; exit 2; }
@@ -31,6 +35,12 @@ if [ -z "${MRC_PERF:-}" ]; then
   MRC_PERF=$ROOT/target/release/mrc-perf
 fi
 export MRCTB_PREFIX=${MRCTB_PREFIX:-mrctbB-}
+if [ "${MRCTB_HASH_SEED:-}" = random ]; then
+  unset MRCTB_HASH_SEED
+elif [ -z "${MRCTB_HASH_SEED:-}" ] && [ -e /proc/sys/net/ipv4/fib_multipath_hash_seed ]; then
+  export MRCTB_HASH_SEED=1
+fi
+echo "planes-testbed: ECMP hash seed ${MRCTB_HASH_SEED:-random per namespace}"
 export MRCTB_SIM=${MRCTB_SIM:-$ROOT/target/release/mrc-sim}
 TB=testbed/mrc-testbed.sh
 H0=fd00:6d72:63:10::2,fd00:6d72:63:1010::2

@@ -31,7 +31,11 @@
 #   mrc-testbed.sh kernel    whether this kernel can build the SRv6 parts (SRv6 lightweight
 #                            tunnels: encap seg6, seg6local End, NEXT-C-SID), tried in a
 #                            scratch namespace; exit 3 with the reason when it cannot
-#   (MRCTB_PREFIX=mrctbX- selects another set of namespaces, for concurrent runs)
+#   (MRCTB_PREFIX=mrctbX- selects another set of namespaces, for concurrent runs;
+#   MRCTB_HASH_SEED=N, 1..4294967295, gives every namespace that ECMP hash seed
+#   (net.ipv4.fib_multipath_hash_seed, Linux 6.11+, IPv4 and IPv6 alike) instead of a
+#   random one per namespace, so that each EV takes the same spines on every `up`:
+#   benchmarks of two builds then compare on the same paths)
 #
 # The plan: `mrc-sim testbed-plan --json -` (examples/src/testbed.rs) turns the designer's
 # output (default: 8 GPUs, 4 per server, 8-port leaves, 2-port spines -> 2 hosts, 2
@@ -69,6 +73,9 @@ SRV6_SAVED=$STATE/${PFX}srv6
 die() { echo "mrc-testbed: $*" >&2; exit 1; }
 need_root() { [ "$(id -u)" = 0 ] || die "must run as root (network namespaces, veth, seg6local)"; }
 nsx() { local n=$1; shift; ip netns exec "$PFX$n" "$@"; }
+SEED=${MRCTB_HASH_SEED:-}
+[ -z "$SEED" ] || { [[ "$SEED" =~ ^[1-9][0-9]{0,9}$ ]] && [ "$SEED" -le 4294967295 ]; } ||
+  die "MRCTB_HASH_SEED must be an integer in 1..4294967295 (got '$SEED')"
 exists() { [ -e "/run/netns/$PFX$1" ]; }
 command -v jq >/dev/null || die "jq not installed (apt-get install -y jq)"
 
@@ -140,6 +147,10 @@ sysctls() {
     net.ipv6.conf.default.seg6_enabled=1 net.ipv6.conf.all.accept_dad=0 \
     net.ipv6.conf.default.accept_dad=0 net.ipv6.fib_multipath_hash_policy=1 \
     net.ipv6.conf.all.keep_addr_on_down=1 net.ipv6.conf.default.keep_addr_on_down=1
+  if [ -n "$SEED" ]; then
+    nsx "$n" sysctl -qw net.ipv4.fib_multipath_hash_seed="$SEED" 2>/dev/null ||
+      die "MRCTB_HASH_SEED: this kernel has no net.ipv4.fib_multipath_hash_seed (Linux 6.11+)"
+  fi
   ip -n "$PFX$n" link set lo up
 }
 
