@@ -90,6 +90,10 @@ pub struct Rack {
     pub seq: u64,
     /// RTT (ns) measured on that packet (`now - sent` at its acknowledgement).
     pub rtt_ns: u64,
+    /// That packet was a retransmission ([`Rack::on_ack_of_resend`]): packets of a higher
+    /// sequence number may have left before it, so the scan for overtaken packets runs to
+    /// `snd_nxt` instead of stopping at `seq` ([`Rack::scan_end`]).
+    pub resent: bool,
 }
 
 impl Rack {
@@ -105,6 +109,38 @@ impl Rack {
             self.xmit_ns = sent_ns;
             self.seq = seq;
             self.rtt_ns = now_ns.saturating_sub(sent_ns);
+            self.resent = false;
+        }
+    }
+
+    /// [`Rack::on_ack`] of a retransmission whose SACK echoed that very copy (its EV and
+    /// send timestamp), so its send time `sent_ns` is known (Karn's ambiguity resolved;
+    /// RFC 8985 uses such a sample too). Its sequence `seq` is below packets that left
+    /// before it, so from now on the scan covers every packet in flight
+    /// ([`Rack::scan_end`]).
+    #[inline]
+    pub fn on_ack_of_resend(&mut self, sent_ns: u64, seq: u64, now_ns: u64) {
+        if (sent_ns, seq) > (self.xmit_ns, self.seq) {
+            self.xmit_ns = sent_ns;
+            self.seq = seq;
+            self.rtt_ns = now_ns.saturating_sub(sent_ns);
+            self.resent = true;
+        }
+    }
+
+    /// The end (exclusive) of the sequence numbers that [`Rack::overtaken`] can hold for,
+    /// given `snd_nxt`: first transmissions leave in sequence order, so after a first
+    /// transmission nothing above its `seq` left before it; after a retransmission
+    /// ([`Rack::resent`]) anything in flight may have. Stopping at `seq` there left the
+    /// packets above the resent one (an RTO's resend of the oldest) to later expiries, one
+    /// packet each: on the two-plane testbed with a link blackholed every 100 ms, 12-23
+    /// RTOs of 20-40 ms per 5 s run.
+    #[inline]
+    pub fn scan_end(&self, snd_nxt: u64) -> u64 {
+        if self.resent {
+            snd_nxt
+        } else {
+            self.seq.min(snd_nxt)
         }
     }
 

@@ -1009,7 +1009,11 @@ impl SendState {
             let rtt = now_ns.saturating_sub(sent);
             self.rtt.on_sample(rtt);
             paths.on_rtt_sample(ev, rtt);
-            self.rack.on_ack(sent, seq, now_ns, false);
+            if self.packet(seq).is_some_and(|p| p.transmissions > 1) {
+                self.rack.on_ack_of_resend(sent, seq, now_ns);
+            } else {
+                self.rack.on_ack(sent, seq, now_ns, false);
+            }
             out.rtt_sample_ns = Some(rtt);
         }
         // the acknowledged prefix goes at once (a drain from the front moves nothing); the
@@ -1395,7 +1399,7 @@ impl SendState {
         let mut out = LossOutcome::default();
         self.rack_timer_ns = None;
         let reo = self.reorder_window_ns();
-        let end = self.rack.seq.min(self.snd_nxt);
+        let end = self.rack.scan_end(self.snd_nxt);
         let rack = self.rack;
         let reorders = self.cfg.burst_may_reorder;
         for seq in self.snd_una..end {

@@ -972,3 +972,43 @@ fn a_packet_acknowledged_after_racks_deadline_does_not_recycle_its_ev() {
         assert_eq!((r.stats.rack_losses, r.stats.retransmitted), (0, 0));
     }
 }
+
+#[test]
+fn an_acknowledged_resend_of_the_oldest_overtakes_the_higher_psns_sent_before_it() {
+    // An RTO resends the oldest packet only (`rto_probe_oldest`, the engine's software
+    // configuration). Its SACK echoes the resend: RACK's latest-sent acknowledged packet
+    // is now PSN 1, sent after PSNs 2-4, which must count as overtaken. Stopping RACK's
+    // scan at PSN 1 left them to one RTO each.
+    let mut r = Rig::new(0, &[0, 1, 2, 3]);
+    r.st = SendState::new(
+        Psn::new(0),
+        SendConfig {
+            min_reorder_window_ns: 50_000,
+            rto_probe_oldest: true,
+            ..SendConfig::default()
+        },
+    );
+    r.st.post(spec(1, 5 * MTU));
+    assert_eq!(r.send(1_000, 1), vec![(0, 0)]);
+    let out = r.sack(11_000, 1, 0, 0, Some((0, 1_000)));
+    assert_eq!(out.rtt_sample_ns, Some(10_000));
+    assert_eq!(r.send(20_000, 4), vec![(1, 1), (2, 2), (3, 3), (4, 0)]);
+    assert_eq!(r.st.rto_deadline_ns(), Some(220_000));
+    let l = r.st.on_rto(220_000, &mut r.paths, &mut r.stats);
+    assert_eq!(l.lost_packets, 1);
+    assert_eq!(r.st.retransmit_queue().collect::<Vec<_>>(), vec![1]);
+    // the resend of PSN 1 leaves on EV index 2 (EV 1 is AssumedBad after the expiry)
+    assert_eq!(r.send(220_000, 1), vec![(1, 2)]);
+    // its SACK: PSN 1 arrived (cumulative 2), echoing the resend on EV index 2
+    let out = r.sack(230_000, 2, 2, 0, Some((2, 220_000)));
+    assert_eq!(out.acked_packets, 1);
+    assert!(r.st.rack.resent);
+    assert_eq!((r.st.rack.xmit_ns, r.st.rack.seq), (220_000, 1));
+    // PSNs 2-4 left at 20 us, before the resend: lost at 20 + 10 (the resend's RTT)
+    // + 50 (reorder window) us, long past
+    let l = r.st.detect_losses(230_000, &mut r.paths, &mut r.stats);
+    assert_eq!((l.lost_packets, l.lost_bytes), (3, 3 * 4096));
+    assert_eq!(r.st.retransmit_queue().collect::<Vec<_>>(), vec![2, 3, 4]);
+    assert_eq!(r.stats.rack_losses, 3);
+    assert_eq!(r.st.in_flight_packets(), 0);
+}
