@@ -477,6 +477,11 @@ fn send_link(sock: &UdpSocket, link: &mut Link) -> Result<(), EngineError> {
         match sock.send(&d) {
             Ok(_) => {}
             Err(e) if is_transient_send_error(&e) => {}
+            // The listener's port is closed (an earlier datagram's ICMP port
+            // unreachable, reported on this send): as a refused TCP connect.
+            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
+                return Err(io_fail("connect")(e));
+            }
             Err(e) => return Err(io_fail("send")(e)),
         }
     }
