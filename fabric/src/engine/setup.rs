@@ -1065,6 +1065,9 @@ pub(crate) struct Setup {
     attempts: HashMap<u64, Attempt>,
     /// Connection attempts on datagrams that completed, still acknowledging.
     lingering: Vec<Lingering>,
+    /// The earliest time the lingering attempts' sockets are read again: every
+    /// [`ACCEPT_POLL`] (their peers send again 25 ms apart at the soonest).
+    next_linger_poll: Option<Instant>,
     next_id: u64,
     timeout: Option<Duration>,
     pub(crate) stats: SetupStats,
@@ -1318,8 +1321,13 @@ impl Setup {
         }
     }
 
-    /// Answers the lingering attempts' datagrams; ends those past their time.
+    /// Answers the lingering attempts' datagrams (every [`ACCEPT_POLL`]); ends those
+    /// past their time.
     fn advance_lingering(&mut self, now: Instant) {
+        if self.lingering.is_empty() || self.next_linger_poll.is_some_and(|t| now < t) {
+            return;
+        }
+        self.next_linger_poll = Some(now + ACCEPT_POLL);
         self.lingering.retain(|f| now < f.until);
         for f in &mut self.lingering {
             self.stats.datagrams_dropped += f.pump(now);
@@ -1340,8 +1348,10 @@ impl Setup {
     ) -> Result<(), EngineError> {
         let udp = matches!(l.sock, ListenSock::Udp(_));
         // On datagrams, a listener with handshakes in flight reads every pass (its
-        // peers wait for answers); an idle one as a TCP listener accepts.
-        let idle = l.pending.is_empty() && l.finished.is_empty();
+        // peers wait for answers); an idle one, or one whose finished handshakes only
+        // linger (their peers send again 25 ms apart at the soonest), as a TCP listener
+        // accepts: a busy-polled endpoint's passes pay no system call for it.
+        let idle = l.pending.is_empty();
         if now < l.next_accept && (!udp || idle) {
             return Ok(());
         }
