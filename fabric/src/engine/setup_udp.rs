@@ -18,7 +18,7 @@
 //! connecting end draws the handshake id from the OS CSPRNG; the listener knows a
 //! handshake by the peer's address and that id.
 //!
-//! # Reliability ([`Link`])
+//! # Reliability (the crate-private `Link`)
 //!
 //! - **Fragmentation**: the stream is cut into datagrams of at most
 //!   [`MAX_SETUP_PAYLOAD_BYTES`] (an INFO of 1024 regions, 20509 bytes, is 18 of them).
