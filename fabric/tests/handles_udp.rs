@@ -2,7 +2,7 @@
 //! datagrams (`engine::setup_udp`) on real loopback sockets. Two workers connect and
 //! move a checked WRITE without a TCP socket in the process; a relay that loses every
 //! other set-up datagram each way still lets them connect; a stray datagram is dropped
-//! and counted; a closed port fails the attempt. (The datagram-by-datagram cases, with
+//! and counted; a closed port fails the attempt; IPv6 works alike. (The datagram-by-datagram cases, with
 //! exact counts, are the deterministic harness in `engine::setup`'s tests.) This file
 //! opens no TCP socket, so its check of `/proc/self/net/tcp*` sees every test here.
 
@@ -268,4 +268,37 @@ fn a_closed_port_fails_the_attempt() {
         "{r:?}"
     );
     assert_eq!(b.setup_stats().connect_failures, 1);
+}
+
+#[test]
+fn in_band_set_up_works_over_ipv6() {
+    let w = |range| {
+        let mut u = UdpConfig::bind("[::1]:0".parse().unwrap());
+        u.ports = PortAllocator::new(range).unwrap();
+        u.rx_slots = 8;
+        Worker::new(u, EngineConfig::default()).unwrap()
+    };
+    let (mut a, mut b) = (w(34300..=34349), w(34350..=34399));
+    let (lid, handle) = a.listen_with(QpConfig::default(), IN_BAND).unwrap();
+    let bytes = handle.to_bytes();
+    assert_eq!((bytes[5], bytes[56]), (6, HANDLE_FLAG_UDP_SETUP));
+    assert_eq!(&bytes[8..24], &std::net::Ipv6Addr::LOCALHOST.octets());
+    let cid = b.connect_start(&handle, QpConfig::default()).unwrap();
+    let (qb, qa) = {
+        let (mut cq, mut sq) = (None, None);
+        until_some(|| {
+            if cq.is_none() {
+                cq = b.poll_connect(cid).unwrap();
+            }
+            if sq.is_none() {
+                sq = a.poll_accept(lid).map(Result::unwrap);
+            }
+            a.progress();
+            b.progress();
+            cq.zip(sq)
+        })
+    };
+    assert_eq!(a.peer_info(qa).unwrap().qpn, qb);
+    assert_eq!(b.peer_info(qb).unwrap().qpn, qa);
+    checked_write(&mut a, qa, &mut b, qb, 10_000);
 }
