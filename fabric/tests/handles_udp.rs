@@ -2,9 +2,10 @@
 //! datagrams (`engine::setup_udp`) on real loopback sockets. Two workers connect and
 //! move a checked WRITE without a TCP socket in the process; a relay that loses every
 //! other set-up datagram each way still lets them connect; a stray datagram is dropped
-//! and counted; a closed port fails the attempt; IPv6 works alike. (The datagram-by-datagram cases, with
-//! exact counts, are the deterministic harness in `engine::setup`'s tests.) This file
-//! opens no TCP socket, so its check of `/proc/self/net/tcp*` sees every test here.
+//! and counted; a closed port fails the attempt; IPv6 works alike. (The
+//! datagram-by-datagram cases, with exact counts, are the deterministic harness in
+//! `engine::setup`'s tests.) This file opens no TCP socket, so its check of
+//! `/proc/self/net/tcp*` sees every test here.
 
 use mrc_fabric::engine::bootstrap::BootstrapError;
 use mrc_fabric::engine::setup::HANDLE_FLAG_UDP_SETUP;
