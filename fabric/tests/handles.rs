@@ -108,7 +108,7 @@ fn handle_bytes_round_trip_and_hostile_handles_are_typed_errors() {
     assert_eq!(bad(5, 5), Err(HandleError::BadFamily(5)));
     assert_eq!(bad(12, 1), Err(HandleError::BadAddress)); // IPv4 with bytes in the v6 tail
     assert_eq!(bad(57, 1), Err(HandleError::BadAddress)); // reserved
-    assert_eq!(bad(56, 2), Err(HandleError::BadFlags(2)));
+    assert_eq!(bad(56, 4), Err(HandleError::BadFlags(4)));
     assert!(!h.authenticates_packets());
     let mut port0 = b;
     port0[6..8].copy_from_slice(&[0, 0]);
@@ -437,6 +437,7 @@ fn write_100_bytes(
     let (mut a, mut b) = (fake(5000), fake(5001));
     let opts = ListenOptions {
         authenticate_packets,
+        ..ListenOptions::default()
     };
     let (lid, handle) = a.listen_with(QpConfig::default(), opts).unwrap();
     assert_eq!(handle.authenticates_packets(), authenticate_packets);

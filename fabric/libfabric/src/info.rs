@@ -5,7 +5,7 @@
 use crate::ffi::*;
 use crate::{fi_version, guard};
 use mrc_fabric::engine::setup::SECRET_BYTES;
-use mrc_fabric::engine::{ConnHandle, ListenOptions};
+use mrc_fabric::engine::{ConnHandle, ListenOptions, SetupCarrier};
 use mrc_fabric::netns::NetNs;
 use std::ffi::CStr;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -18,7 +18,8 @@ pub const FABRIC_NAME: &CStr = c"mrc";
 /// The domain's name (`domain_attr->name`): the endpoints run on UDP sockets.
 pub const DOMAIN_NAME: &CStr = c"udp";
 /// Bytes of an endpoint address (`fi_getname`, `fi_av_insert`): mrc's connection handle,
-/// the listener's TCP address and a 32-byte secret.
+/// the listener's UDP address, a 32-byte secret and the flag of in-band set-up
+/// ([`LISTEN_OPTIONS`]).
 pub const ADDR_LEN: usize = mrc_fabric::engine::setup::HANDLE_BYTES;
 /// Largest message (`ep_attr->max_msg_size`) of `FI_MSG` and `FI_TAGGED`: 1 GiB. A send
 /// longer than [`FRAGMENT_SIZE`] moves as fragments of a staging slot each, which the
@@ -34,8 +35,15 @@ pub const FRAGMENT_SIZE: usize = 1 << 20;
 /// (docs/LIBFABRIC.md, "Addresses from a node and service"): public, the same for every
 /// such address, so that a peer that knows only the host and port can build the address.
 /// The handshake then proves nothing about the peer: anyone who can reach the port can
-/// connect, as with a TCP provider.
+/// connect, as with libfabric's tcp provider.
 pub const NAMED_SECRET: [u8; SECRET_BYTES] = *b"mrc-fi: an address named by host";
+/// How every endpoint listens: connections set up in band, in UDP datagrams to the
+/// listener's own UDP port ([`SetupCarrier::Udp`], issue 44); no TCP socket. Packets
+/// are not authenticated.
+pub const LISTEN_OPTIONS: ListenOptions = ListenOptions {
+    authenticate_packets: false,
+    carrier: SetupCarrier::Udp,
+};
 /// Largest `fi_inject` (`tx_attr->inject_size`).
 pub const INJECT_SIZE: usize = 4096;
 /// Most iovecs of one send or receive (`iov_limit`).
@@ -443,7 +451,7 @@ fn check_bind(ns: &NetNs, ip: IpAddr) -> Result<(), u32> {
 /// The endpoint address of a listener at `at` with the public [`NAMED_SECRET`] (port 0:
 /// the kernel picks the port when the endpoint opens, with a secret of its own).
 fn named(at: SocketAddr) -> [u8; ADDR_LEN] {
-    ConnHandle::new(at, NAMED_SECRET, ListenOptions::default()).to_bytes()
+    ConnHandle::new(at, NAMED_SECRET, LISTEN_OPTIONS).to_bytes()
 }
 
 /// An endpoint address a caller passed (`fi_info`'s `src_addr` or `dest_addr`): `len`

@@ -15,7 +15,8 @@
 //!   `FI_DIRECTED_RECV`; `fi_cancel` of a posted receive. Every message starts with a
 //!   [`HDR_LEN`]-byte header (docs/LIBFABRIC.md has its layout);
 //! - address vectors `FI_AV_MAP` and `FI_AV_TABLE`; `fi_getname` gives the endpoint's
-//!   connection handle ([`ADDR_LEN`] bytes: its listener's TCP address and a secret),
+//!   connection handle ([`ADDR_LEN`] bytes: its listener's UDP address, a secret and
+//!   the in-band flag: connections are set up in UDP datagrams, no TCP socket),
 //!   which `fi_av_insert` on a peer accepts; the IP is `FI_MRC_ADDR` (IPv4 or IPv6,
 //!   default 127.0.0.1) unless `fi_getinfo`'s node names one, and `FI_MRC_NETNS=NAME`
 //!   opens every socket of the endpoint in network namespace NAME (a host of the
@@ -61,8 +62,8 @@ mod objects;
 mod stubs;
 
 pub use info::{
-    ADDR_LEN, CAPS, CQ_DATA_SIZE, FRAGMENT_SIZE, INJECT_SIZE, IOV_LIMIT, MAX_MSG_SIZE, MR_KEY_SIZE,
-    MR_MODE_KEPT, NAMED_SECRET, PROVIDER_NAME, QUEUE_SIZE, free_info,
+    ADDR_LEN, CAPS, CQ_DATA_SIZE, FRAGMENT_SIZE, INJECT_SIZE, IOV_LIMIT, LISTEN_OPTIONS,
+    MAX_MSG_SIZE, MR_KEY_SIZE, MR_MODE_KEPT, NAMED_SECRET, PROVIDER_NAME, QUEUE_SIZE, free_info,
 };
 pub use objects::{FI_ADDR_NOTAVAIL, FI_ADDR_UNSPEC, HDR_LEN, UNEXPECTED_BYTES};
 

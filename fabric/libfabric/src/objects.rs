@@ -5,22 +5,20 @@
 //! is `FI_THREAD_SAFE`); the C-visible structs (`fid_ep`, `fid_cq`, ...) carry an `Arc`
 //! of it and an index. An endpoint owns one caller-progress mrc [`Worker`] on UDP
 //! sockets and a listener whose connection handle is the endpoint's address. The first
-//! send to a peer connects to the peer's listener (mrc's handle-based set-up: a TCP
-//! handshake to the address in the peer's handle); the peer's endpoint accepts it during
-//! its progress. One QP per direction: a QP this endpoint opened carries its sends, a QP
+//! send to a peer connects to the peer's listener (mrc's handle-based set-up, in band: the
+//! handshake in UDP datagrams to the address in the peer's handle, no TCP socket;
+//! [`mrc_fabric::engine::setup_udp`]); the peer's endpoint accepts it during its progress. One QP per direction: a QP this endpoint opened carries its sends, a QP
 //! it accepted carries the peer's.
 
 use crate::ffi::*;
 use crate::info::{
-    ADDR_LEN, FRAGMENT_SIZE, INJECT_SIZE, IOV_LIMIT, MAX_MSG_SIZE, QUEUE_SIZE, default_ip, netns,
-    source_addr,
+    ADDR_LEN, FRAGMENT_SIZE, INJECT_SIZE, IOV_LIMIT, LISTEN_OPTIONS, MAX_MSG_SIZE, QUEUE_SIZE,
+    default_ip, netns, source_addr,
 };
 use crate::stubs::*;
 use crate::{Ret, guard};
 use mrc_fabric::engine::setup::SECRET_BYTES;
-use mrc_fabric::engine::{
-    ConnHandle, ConnectId, EngineConfig, ListenOptions, ListenerId, QpConfig, Worker,
-};
+use mrc_fabric::engine::{ConnHandle, ConnectId, EngineConfig, ListenerId, QpConfig, Worker};
 use mrc_fabric::netns::NetNs;
 use mrc_fabric::udp::{DirectDatapath, UdpConfig};
 use mrc_transport::{Access, ConnState, RawMem, Sge, WcOpcode, WcStatus};
@@ -639,21 +637,18 @@ fn open_worker(
     })?;
     let named = match src {
         Some((a, secret)) if a.port() != 0 => worker
-            .listen_at(
-                QpConfig::default(),
-                ListenOptions::default(),
-                a.port(),
-                Some(secret),
-            )
+            .listen_at(QpConfig::default(), LISTEN_OPTIONS, a.port(), Some(secret))
             .ok(),
         _ => None,
     };
     let (listener, h) = match named {
         Some(l) => l,
-        None => worker.listen(QpConfig::default()).map_err(|e| {
-            crate::log(&format!("fi_endpoint: cannot listen at {ip}: {e}"));
-            FI_EADDRNOTAVAIL
-        })?,
+        None => worker
+            .listen_with(QpConfig::default(), LISTEN_OPTIONS)
+            .map_err(|e| {
+                crate::log(&format!("fi_endpoint: cannot listen at {ip}: {e}"));
+                FI_EADDRNOTAVAIL
+            })?,
     };
     Ok((worker, listener, h))
 }
@@ -710,7 +705,7 @@ impl EpState {
     }
 
     /// Starts connecting to the peer at `h` ([`Worker::connect_start`]), in
-    /// `FI_MRC_NETNS`'s namespace when there is one (the set-up's TCP socket is opened
+    /// `FI_MRC_NETNS`'s namespace when there is one (the set-up's UDP socket is opened
     /// there, on a thread of its own).
     fn connect_start(&mut self, h: &ConnHandle) -> Result<ConnectId, ()> {
         let worker = &mut self.worker;

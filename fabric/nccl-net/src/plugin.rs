@@ -630,6 +630,7 @@ pub fn listen(s: &mut State, dev: i32, handle: &mut [u8; NCCL_NET_HANDLE_MAXSIZE
     let cfg = s.qp_config();
     let opts = ListenOptions {
         authenticate_packets: s.cfg.auth,
+        ..ListenOptions::default()
     };
     let (lid, h) = s
         .worker()?

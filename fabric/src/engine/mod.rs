@@ -47,12 +47,15 @@
 pub mod bootstrap;
 pub mod pattern;
 pub mod setup;
+pub mod setup_udp;
 pub mod source;
 mod thread;
 mod watch;
 mod worker;
 
-pub use setup::{ConnHandle, ConnectId, HandleError, ListenOptions, ListenerId, SetupStats};
+pub use setup::{
+    ConnHandle, ConnectId, HandleError, ListenOptions, ListenerId, SetupCarrier, SetupStats,
+};
 pub use worker::Worker;
 
 use crate::datapath::{Datapath, DatapathError, DatapathStats, PathMap, Waker};

@@ -36,7 +36,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
 /// Longest sleep of [`Worker::wait`] while a handshake may be waiting for bytes, ns
-/// (TCP readiness does not wake the datapath): 1 ms.
+/// (TCP readiness, or a set-up socket's datagrams, do not wake the datapath): 1 ms.
 const SETUP_POLL_NS: u64 = 1_000_000;
 
 /// What the worker keeps of one QP besides its engine entry.
@@ -333,7 +333,8 @@ impl<D: Datapath> Worker<D> {
     }
 
     /// Opens a listener for connections set up through a [`ConnHandle`]: a non-blocking
-    /// TCP socket on this worker's IP (port chosen by the kernel) and a secret of
+    /// TCP socket on this worker's IP (port chosen by the kernel; a UDP one with
+    /// [`ListenOptions::carrier`] [`super::SetupCarrier::Udp`]) and a secret of
     /// [`super::setup::SECRET_BYTES`] from the OS CSPRNG. Returns its id and the handle
     /// to carry to peers over the application's own channel
     /// ([`ConnHandle::to_bytes`], [`super::setup::HANDLE_BYTES`] bytes). Each
@@ -344,7 +345,7 @@ impl<D: Datapath> Worker<D> {
     /// # Errors
     /// [`EngineError::Refused`] when the worker's receive socket is bound to an
     /// unspecified IP (the handle must name a reachable one) or the CSPRNG fails;
-    /// [`EngineError::Bootstrap`] when the TCP socket cannot be opened.
+    /// [`EngineError::Bootstrap`] when the socket cannot be opened.
     pub fn listen(&mut self, cfg: QpConfig) -> Result<(ListenerId, ConnHandle), EngineError> {
         self.listen_with(cfg, ListenOptions::default())
     }
@@ -364,7 +365,8 @@ impl<D: Datapath> Worker<D> {
         self.setup.listen(ip, 0, None, cfg, opts)
     }
 
-    /// [`Worker::listen_with`] at a chosen TCP `port` (0: the kernel picks it) of the
+    /// [`Worker::listen_with`] at a chosen `port` (TCP or UDP as the options' carrier
+    /// says; 0: the kernel picks it) of the
     /// worker's IP, with a chosen `secret` (`None`: drawn from the OS CSPRNG), for a
     /// layer that names its listeners itself (the libfabric provider's `fi_getinfo`
     /// with a node and service). A secret the caller chose is only as secret as the
@@ -398,7 +400,7 @@ impl<D: Datapath> Worker<D> {
         self.with_setup(|s, h| s.poll_accept(id, h))
     }
 
-    /// Closes listener `id`: its TCP socket, its handshakes in flight, and the QPs of
+    /// Closes listener `id`: its socket, its handshakes in flight, and the QPs of
     /// connections it completed that [`Worker::poll_accept`] did not hand out yet (they
     /// are destroyed). QPs already handed out stay. Returns whether it was open.
     pub fn close_listener(&mut self, id: ListenerId) -> bool {
@@ -406,7 +408,9 @@ impl<D: Datapath> Worker<D> {
     }
 
     /// Starts connecting to the listener of `handle` with a new QP made from `cfg`:
-    /// opens a non-blocking TCP connection and returns at once. Poll
+    /// opens a non-blocking TCP connection, or a UDP socket connected to the listener
+    /// and sends the first set-up datagram (as [`ConnHandle::carrier`] says), and returns
+    /// at once. Poll
     /// [`Worker::poll_connect`] (and keep progressing the worker) until it answers.
     ///
     /// # Errors
@@ -734,7 +738,7 @@ impl<D: Datapath> Worker<D> {
     /// [`Worker::set_defer_sends_after_receive`]).
     ///
     /// While a listener or a connection attempt is open it also advances their
-    /// handshakes (non-blocking TCP, a few system calls each).
+    /// handshakes (non-blocking TCP or set-up datagrams, a few system calls each).
     pub fn progress(&mut self) -> bool {
         if self.setup.busy() {
             self.with_setup(|s, h| s.advance_all(h));
