@@ -155,9 +155,8 @@ impl<D: Datapath> Engine<D> {
         if changed == 0 {
             return false;
         }
-        self.planes_up = up;
-        for plane in (0..32u8).filter(|p| changed & (1 << p) != 0) {
-            let is_up = up & (1 << plane) != 0;
+        let prev = std::mem::replace(&mut self.planes_up, up);
+        for (plane, is_up) in plane_changes(prev, up, self.dp.plane_ips().len()) {
             let mut qps = 0;
             for e in self.qps.values_mut().filter(|e| e.dp_conn.is_some()) {
                 qps += usize::from(e.conn.set_local_plane(plane, is_up, now));
@@ -786,4 +785,40 @@ fn verify_slot(e: &mut QpEntry, v: VerifySpec, imm: u32) {
         Err(_) => e.vstats.bad_bytes += v.slot_bytes,
     }
     e.vstats.checked_messages += 1;
+}
+
+/// The planes among the datapath's `planes` whose local port changed between the masks
+/// `prev` and `up` ([`Datapath::planes_up`]), each with its new state, lowest first. A bit
+/// past the datapath's planes is no port: a watch publishes none for a plane it does not
+/// have, so its first mask against the all-up start cleared bits 2-31 of a two-plane
+/// datapath, and the engine logged 30 planes going down.
+fn plane_changes(prev: u32, up: u32, planes: usize) -> impl Iterator<Item = (u8, bool)> {
+    let changed = prev ^ up;
+    (0..planes.min(32) as u8)
+        .filter(move |p| changed & (1 << p) != 0)
+        .map(move |p| (p, up & (1 << p) != 0))
+}
+
+#[cfg(test)]
+mod plane_change_tests {
+    #[test]
+    fn only_the_datapaths_planes_change() {
+        // a two-plane watch's first mask against the all-up start: nothing changed
+        assert_eq!(super::plane_changes(u32::MAX, 0b11, 2).count(), 0);
+        // plane 1's port down, then up again
+        assert_eq!(
+            super::plane_changes(0b11, 0b01, 2).collect::<Vec<_>>(),
+            vec![(1, false)]
+        );
+        assert_eq!(
+            super::plane_changes(0b01, 0b11, 2).collect::<Vec<_>>(),
+            vec![(1, true)]
+        );
+        // both down at once, lowest first; 32 planes at most
+        assert_eq!(
+            super::plane_changes(0b11, 0, 2).collect::<Vec<_>>(),
+            vec![(0, false), (1, false)]
+        );
+        assert_eq!(super::plane_changes(0, u32::MAX, 40).count(), 32);
+    }
 }
