@@ -105,12 +105,7 @@ impl Rack {
         if retransmitted {
             return;
         }
-        if (sent_ns, seq) > (self.xmit_ns, self.seq) {
-            self.xmit_ns = sent_ns;
-            self.seq = seq;
-            self.rtt_ns = now_ns.saturating_sub(sent_ns);
-            self.resent = false;
-        }
+        self.take(sent_ns, seq, now_ns, false);
     }
 
     /// [`Rack::on_ack`] of a retransmission whose SACK echoed that very copy (its EV and
@@ -120,11 +115,19 @@ impl Rack {
     /// ([`Rack::scan_end`]).
     #[inline]
     pub fn on_ack_of_resend(&mut self, sent_ns: u64, seq: u64, now_ns: u64) {
+        self.take(sent_ns, seq, now_ns, true);
+    }
+
+    /// The packet sent at `sent_ns` (`seq`; `resent` as [`Rack::resent`]), acknowledged at
+    /// `now_ns`, becomes RACK's packet if it was sent later than RACK's (the sequence
+    /// number breaking a tie).
+    #[inline]
+    fn take(&mut self, sent_ns: u64, seq: u64, now_ns: u64, resent: bool) {
         if (sent_ns, seq) > (self.xmit_ns, self.seq) {
             self.xmit_ns = sent_ns;
             self.seq = seq;
             self.rtt_ns = now_ns.saturating_sub(sent_ns);
-            self.resent = true;
+            self.resent = resent;
         }
     }
 

@@ -1726,6 +1726,22 @@ mod udp_harness {
     /// The time the harness steps by when nobody sent anything.
     const TICK: Duration = Duration::from_millis(5);
 
+    /// With `MRC_HARNESS_TRACE` set, one line on stderr for datagram `n` of a way (`tag`)
+    /// at `elapsed` since the start: its sequence, acknowledgement, payload length and
+    /// the copies its fate delivers.
+    fn trace(elapsed: Duration, tag: &str, n: u64, d: &[u8], copies: usize) {
+        if std::env::var_os("MRC_HARNESS_TRACE").is_some() {
+            let p = Datagram::parse(d).unwrap();
+            eprintln!(
+                "{:>5} ms {tag} #{n} seq {} ack {} len {} x{copies}",
+                elapsed.as_millis(),
+                p.seq,
+                p.ack,
+                p.payload.len()
+            );
+        }
+    }
+
     /// Which way a datagram goes.
     #[derive(Clone, Copy, Debug, PartialEq, Eq)]
     enum Dir {
@@ -1844,18 +1860,9 @@ mod udp_harness {
                     moved = true;
                     let n = self.sent[0];
                     self.sent[0] += 1;
-                    if std::env::var_os("MRC_HARNESS_TRACE").is_some() {
-                        let p = Datagram::parse(&d).unwrap();
-                        eprintln!(
-                            "{:>5} ms C->L #{n} seq {} ack {} len {} x{}",
-                            (self.now - self.t0).as_millis(),
-                            p.seq,
-                            p.ack,
-                            p.payload.len(),
-                            fate(Dir::ToListener, n, &d)
-                        );
-                    }
-                    for _ in 0..fate(Dir::ToListener, n, &d) {
+                    let copies = fate(Dir::ToListener, n, &d);
+                    trace(self.now - self.t0, "C->L", n, &d, copies);
+                    for _ in 0..copies {
                         Setup::udp_input(
                             &mut self.l,
                             &mut self.lstats,
@@ -1877,18 +1884,9 @@ mod udp_harness {
                     moved = true;
                     let n = self.sent[1];
                     self.sent[1] += 1;
-                    if std::env::var_os("MRC_HARNESS_TRACE").is_some() {
-                        let p = Datagram::parse(&d).unwrap();
-                        eprintln!(
-                            "{:>5} ms L->C #{n} seq {} ack {} len {} x{}",
-                            (self.now - self.t0).as_millis(),
-                            p.seq,
-                            p.ack,
-                            p.payload.len(),
-                            fate(Dir::ToClient, n, &d)
-                        );
-                    }
-                    for _ in 0..fate(Dir::ToClient, n, &d) {
+                    let copies = fate(Dir::ToClient, n, &d);
+                    trace(self.now - self.t0, "L->C", n, &d, copies);
+                    for _ in 0..copies {
                         let p = Datagram::parse(&d).unwrap();
                         self.c.on_datagram(&p, self.now, &mut self.cbudget);
                     }
