@@ -3,50 +3,25 @@
 //! thread that alternates connect and accept polls; a stray TCP connection, a forged
 //! secret, a silent listener, each with exact outcomes and counters.
 
+mod handles_common;
+
+use handles_common::{connect_with, until_some, worker, worker_at};
 use mrc_fabric::datapath::Datapath;
 use mrc_fabric::engine::bootstrap::BootstrapError;
 use mrc_fabric::engine::setup::{HANDLE_BYTES, HandleError};
 use mrc_fabric::engine::{
     ConnHandle, EngineConfig, EngineError, ListenOptions, QpConfig, SetupStats, Worker,
 };
-use mrc_fabric::udp::{
-    FakeDatapath, FakeNet, FakeVerdict, PortAllocator, UdpConfig, UringDatapath,
-};
+use mrc_fabric::udp::{FakeDatapath, FakeNet, FakeVerdict, UringDatapath};
 use mrc_transport::completion::{WcOpcode, WcStatus};
 use mrc_transport::{Access, Sge, SharedMem};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::ops::RangeInclusive;
 use std::time::{Duration, Instant};
 
-const T: Duration = Duration::from_secs(10);
-
-fn worker(range: RangeInclusive<u16>) -> Worker<UringDatapath> {
-    let mut u = UdpConfig::bind("127.0.0.1:0".parse().unwrap());
-    u.ports = PortAllocator::new(range).unwrap();
-    u.rx_slots = 8;
-    Worker::new(u, EngineConfig::default()).unwrap()
-}
-
-/// Runs `f` until it returns `Some`, failing after `T`; also returns the longest single
-/// call of `f` (every call must return without blocking).
-fn until_some<R>(mut f: impl FnMut() -> Option<R>) -> (R, Duration) {
-    let end = Instant::now() + T;
-    let mut longest = Duration::ZERO;
-    loop {
-        let t = Instant::now();
-        let r = f();
-        longest = longest.max(t.elapsed());
-        if let Some(r) = r {
-            return (r, longest);
-        }
-        assert!(Instant::now() < end, "nothing within {T:?}");
-        std::thread::yield_now();
-    }
-}
-
-/// Connects `client` to `server`'s listener through `handle` bytes, alternating
-/// `poll_connect` and `poll_accept` on this one thread. Returns (client QPN, server QPN).
+/// Connects `client` to `server`'s listener through `handle` bytes
+/// ([`handles_common::connect_with`]); every pass returns within 1 s. Returns (client
+/// QPN, server QPN).
 fn connect_pair<A: Datapath, B: Datapath>(
     client: &mut Worker<A>,
     server: &mut Worker<B>,
@@ -54,21 +29,9 @@ fn connect_pair<A: Datapath, B: Datapath>(
     handle_bytes: &[u8],
 ) -> (u32, u32) {
     let handle = ConnHandle::from_bytes(handle_bytes).unwrap();
-    let cid = client.connect_start(&handle, QpConfig::default()).unwrap();
-    let (mut cq, mut sq) = (None, None);
-    let ((c, s), longest) = until_some(|| {
-        if cq.is_none() {
-            cq = client.poll_connect(cid).unwrap();
-        }
-        if sq.is_none() {
-            sq = server.poll_accept(lid).map(Result::unwrap);
-        }
-        client.progress();
-        server.progress();
-        cq.zip(sq)
-    });
+    let (qpns, longest) = connect_with(client, server, lid, &handle, || {});
     assert!(longest < Duration::from_secs(1), "a poll took {longest:?}");
-    (c, s)
+    qpns
 }
 
 #[test]
@@ -513,12 +476,7 @@ fn an_authenticating_listener_authenticates_every_packet_and_its_flag_cannot_be_
 /// The same over IPv6 loopback.
 #[test]
 fn handles_work_over_ipv6() {
-    let w = |range| {
-        let mut u = UdpConfig::bind("[::1]:0".parse().unwrap());
-        u.ports = PortAllocator::new(range).unwrap();
-        u.rx_slots = 8;
-        Worker::new(u, EngineConfig::default()).unwrap()
-    };
+    let w = |range| worker_at("[::1]:0", range);
     let (mut a, mut b) = (w(33450..=33499), w(33500..=33549));
     let (lid, handle) = a.listen(QpConfig::default()).unwrap();
     let bytes = handle.to_bytes();

@@ -7,44 +7,25 @@
 //! `engine::setup`'s tests.) This file opens no TCP socket, so its check of
 //! `/proc/self/net/tcp*` sees every test here.
 
+mod handles_common;
+
+use handles_common::{connect_with, until_some, worker, worker_at};
 use mrc_fabric::engine::bootstrap::BootstrapError;
 use mrc_fabric::engine::setup::HANDLE_FLAG_UDP_SETUP;
 use mrc_fabric::engine::{
-    ConnHandle, EngineConfig, EngineError, ListenOptions, QpConfig, SetupCarrier, SetupStats,
-    Worker,
+    ConnHandle, EngineError, ListenOptions, QpConfig, SetupCarrier, SetupStats, Worker,
 };
-use mrc_fabric::udp::{PortAllocator, UdpConfig, UringDatapath};
+use mrc_fabric::udp::UringDatapath;
 use mrc_transport::completion::WcStatus;
 use mrc_transport::{Access, Sge, SharedMem};
 use std::collections::HashSet;
 use std::net::{SocketAddr, UdpSocket};
-use std::ops::RangeInclusive;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-const T: Duration = Duration::from_secs(10);
 const IN_BAND: ListenOptions = ListenOptions {
     authenticate_packets: false,
     carrier: SetupCarrier::Udp,
 };
-
-fn worker(range: RangeInclusive<u16>) -> Worker<UringDatapath> {
-    let mut u = UdpConfig::bind("127.0.0.1:0".parse().unwrap());
-    u.ports = PortAllocator::new(range).unwrap();
-    u.rx_slots = 8;
-    Worker::new(u, EngineConfig::default()).unwrap()
-}
-
-/// Runs `f` until it returns `Some`, failing after `T`.
-fn until_some<R>(mut f: impl FnMut() -> Option<R>) -> R {
-    let end = Instant::now() + T;
-    loop {
-        if let Some(r) = f() {
-            return r;
-        }
-        assert!(Instant::now() < end, "nothing within {T:?}");
-        std::thread::yield_now();
-    }
-}
 
 /// Socket inodes of this process's descriptors.
 fn own_socket_inodes() -> HashSet<u64> {
@@ -88,7 +69,7 @@ fn checked_write(
         len: len as u32,
     };
     b.post_write(qb, 42, sge, a_mr.addr, a_mr.rkey).unwrap();
-    let c = until_some(|| {
+    let (c, _) = until_some(|| {
         a.progress();
         b.progress();
         b.poll_send_cq(qb)
@@ -112,21 +93,7 @@ fn two_workers_connect_in_band_and_no_tcp_socket_is_opened() {
     let udp = std::fs::read_to_string("/proc/self/net/udp").unwrap();
     assert!(udp.lines().any(|l| l.contains(&udp_port)), "{udp}");
 
-    let cid = b.connect_start(&handle, QpConfig::default()).unwrap();
-    let (qb, qa) = {
-        let (mut cq, mut sq) = (None, None);
-        until_some(|| {
-            if cq.is_none() {
-                cq = b.poll_connect(cid).unwrap();
-            }
-            if sq.is_none() {
-                sq = a.poll_accept(lid).map(Result::unwrap);
-            }
-            a.progress();
-            b.progress();
-            cq.zip(sq)
-        })
-    };
+    let ((qb, qa), _) = connect_with(&mut b, &mut a, lid, &handle, || {});
     assert_eq!(a.peer_info(qa).unwrap().qpn, qb);
     assert_eq!(b.peer_info(qb).unwrap().qpn, qa);
     assert_eq!(a.peer_info(qa).unwrap().udp_port, b.udp_addr().port());
@@ -186,22 +153,7 @@ fn every_other_set_up_datagram_lost_each_way_still_connects() {
             relay.send_to(&buf[..n], to).unwrap();
         }
     };
-    let cid = b.connect_start(&via, QpConfig::default()).unwrap();
-    let (qb, qa) = {
-        let (mut cq, mut sq) = (None, None);
-        until_some(|| {
-            if cq.is_none() {
-                cq = b.poll_connect(cid).unwrap();
-            }
-            if sq.is_none() {
-                sq = a.poll_accept(lid).map(Result::unwrap);
-            }
-            a.progress();
-            b.progress();
-            relay_once();
-            cq.zip(sq)
-        })
-    };
+    let ((qb, qa), _) = connect_with(&mut b, &mut a, lid, &via, &mut relay_once);
     assert_eq!(a.peer_info(qa).unwrap().qpn, qb);
     assert_eq!(b.peer_info(qb).unwrap().qpn, qa);
     // Half of each way lost (rounded up), and made good by retransmissions.
@@ -251,7 +203,7 @@ fn a_closed_port_fails_the_attempt() {
     drop(gone);
     let handle = ConnHandle::new(addr, [3; 32], IN_BAND);
     let cid = b.connect_start(&handle, QpConfig::default()).unwrap();
-    let r = until_some(|| {
+    let (r, _) = until_some(|| {
         b.progress();
         match b.poll_connect(cid) {
             Ok(None) => None,
@@ -273,32 +225,13 @@ fn a_closed_port_fails_the_attempt() {
 
 #[test]
 fn in_band_set_up_works_over_ipv6() {
-    let w = |range| {
-        let mut u = UdpConfig::bind("[::1]:0".parse().unwrap());
-        u.ports = PortAllocator::new(range).unwrap();
-        u.rx_slots = 8;
-        Worker::new(u, EngineConfig::default()).unwrap()
-    };
+    let w = |range| worker_at("[::1]:0", range);
     let (mut a, mut b) = (w(34300..=34349), w(34350..=34399));
     let (lid, handle) = a.listen_with(QpConfig::default(), IN_BAND).unwrap();
     let bytes = handle.to_bytes();
     assert_eq!((bytes[5], bytes[56]), (6, HANDLE_FLAG_UDP_SETUP));
     assert_eq!(&bytes[8..24], &std::net::Ipv6Addr::LOCALHOST.octets());
-    let cid = b.connect_start(&handle, QpConfig::default()).unwrap();
-    let (qb, qa) = {
-        let (mut cq, mut sq) = (None, None);
-        until_some(|| {
-            if cq.is_none() {
-                cq = b.poll_connect(cid).unwrap();
-            }
-            if sq.is_none() {
-                sq = a.poll_accept(lid).map(Result::unwrap);
-            }
-            a.progress();
-            b.progress();
-            cq.zip(sq)
-        })
-    };
+    let ((qb, qa), _) = connect_with(&mut b, &mut a, lid, &handle, || {});
     assert_eq!(a.peer_info(qa).unwrap().qpn, qb);
     assert_eq!(b.peer_info(qb).unwrap().qpn, qa);
     checked_write(&mut a, qa, &mut b, qb, 10_000);
