@@ -13,6 +13,12 @@
 //! up, so a veth whose peer is down or a NIC without carrier is down) and still holds the
 //! address. A plane whose address no interface holds at the start (a loopback address
 //! of 127.0.0.0/8 that only the route covers) is not watched: always up.
+//!
+//! A plane goes down only when two answers in a row say so: the thread asks again at once
+//! before it publishes a bit that fell ([`confirm_drops`]). `getifaddrs` is two netlink
+//! dumps (links, then addresses), and one taken while another interface changes can
+//! miss a port that did not (on a loaded host a plane-0 port seemed down for 9 ms while
+//! a test set plane 1's link down and up: `fabric/tests/planes_netns.rs`).
 
 use std::collections::HashMap;
 use std::ffi::CStr;
@@ -129,6 +135,15 @@ pub fn up_mask(
     mask
 }
 
+/// The mask to publish after `prev` when one answer gave `first` and the question asked
+/// again at once gave `again` (`None`: it failed): the planes up in `first`, and those
+/// that fell in `first` but are up again in `again` or could not be asked (a plane
+/// goes down only on two answers).
+pub fn confirm_drops(prev: u32, first: u32, again: Option<u32>) -> u32 {
+    let fell = prev & !first;
+    first | (fell & again.unwrap_or(u32::MAX))
+}
+
 /// The watch thread of one datapath and the mask it publishes; stops when dropped.
 pub struct PlaneWatch {
     mask: Arc<AtomicU32>,
@@ -166,9 +181,16 @@ impl PlaneWatch {
                         while !s.load(Ordering::Relaxed) {
                             std::thread::sleep(interval);
                             // A failed query keeps the last mask (no plane flaps on it).
-                            if let Ok(ifaces) = interfaces() {
-                                m.store(up_mask(&ips, &p, &ifaces), Ordering::Relaxed);
+                            let Ok(ifaces) = interfaces() else {
+                                continue;
+                            };
+                            let prev = m.load(Ordering::Relaxed);
+                            let mut next = up_mask(&ips, &p, &ifaces);
+                            if prev & !next != 0 {
+                                let again = interfaces().ok().map(|i| up_mask(&ips, &p, &i));
+                                next = confirm_drops(prev, next, again);
                             }
+                            m.store(next, Ordering::Relaxed);
                         }
                     })?,
             )
@@ -247,6 +269,20 @@ mod tests {
         assert_eq!(up_mask(&ips, &ports, &ifaces), 0b110);
         ifaces.remove("eth1");
         assert_eq!(up_mask(&ips, &ports, &ifaces), 0b100);
+    }
+
+    #[test]
+    fn a_plane_falls_only_on_two_answers_in_a_row() {
+        // plane 1 missing from one answer, up in the next: stays up
+        assert_eq!(confirm_drops(0b11, 0b01, Some(0b11)), 0b11);
+        // down in both: down
+        assert_eq!(confirm_drops(0b11, 0b01, Some(0b01)), 0b01);
+        // the second question failed: nothing falls on one answer
+        assert_eq!(confirm_drops(0b11, 0b01, None), 0b11);
+        // a plane that rose rises at once, whatever the second answer
+        assert_eq!(confirm_drops(0b01, 0b11, Some(0b01)), 0b11);
+        // two fell, the second answer confirms one of them
+        assert_eq!(confirm_drops(0b111, 0b001, Some(0b011)), 0b011);
     }
 
     #[test]
