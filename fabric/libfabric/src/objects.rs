@@ -258,7 +258,10 @@ impl TxMeta {
     /// `op_context`, and Open MPI's OFI MTL calls the request behind the `op_context` of
     /// every error entry it reads: Open MPI 4.1.4's ranks died of a segmentation fault
     /// when a peer could not be reached. A failed inject counts in the bound counters'
-    /// errors instead, and the endpoint says so once on stderr.
+    /// errors instead, and the endpoint says so once on stderr. Such an operation is not
+    /// queued for a connection being set up: it is refused with `-FI_EAGAIN` until the
+    /// set-up ends, and a failed set-up answers it with the error at once
+    /// ([`EpState::ready_for`]).
     fn error_entry_wanted(&self) -> bool {
         self.ctx != 0 || self.completion
     }
@@ -302,6 +305,10 @@ struct SendQp {
 enum Conn {
     Connecting(ConnectId),
     Ready(SendQp),
+    /// The set-up failed with this error (positive `FI_E*`): the next send, inject or
+    /// write to the peer is refused with it, and the one after that starts a new set-up
+    /// ([`EpState::add_peer`]).
+    Failed(c_int),
 }
 
 struct Peer {
@@ -439,6 +446,8 @@ struct EpState {
     tx_outstanding: usize,
     /// Injects that failed ([`TxMeta::error_entry_wanted`]).
     injects_failed: u64,
+    /// Connection set-ups that failed ([`EpState::fail_peer`]).
+    setups_failed: u64,
     /// The domain's regions a peer may write into, by key.
     target_mrs: HashMap<u32, TargetMr>,
     /// The counters bound to the endpoint.
@@ -698,6 +707,7 @@ impl EpState {
             next_unexpected: 0,
             tx_outstanding: 0,
             injects_failed: 0,
+            setups_failed: 0,
             target_mrs: HashMap::new(),
             cntrs: Counters::default(),
             rma_event: false,
@@ -816,7 +826,7 @@ impl EpState {
             .iter()
             .filter_map(|(&a, p)| match p.conn {
                 Conn::Connecting(id) => Some((a, id)),
-                Conn::Ready(_) => None,
+                Conn::Ready(_) | Conn::Failed(_) => None,
             })
             .collect();
         for (a, id) in connecting {
@@ -1070,6 +1080,8 @@ impl EpState {
         let Some(p) = self.peers.get_mut(&a) else {
             return;
         };
+        let h = p.handle.clone();
+        let mut injects = 0;
         if let Conn::Ready(q) = &mut p.conn {
             // Work requests the transport did not complete (none, once it failed them
             // all): an error each, so none is lost.
@@ -1081,6 +1093,10 @@ impl EpState {
             for m in left.into_iter().filter(|m| m.app) {
                 self.tx_outstanding = self.tx_outstanding.saturating_sub(1);
                 self.cntrs.count(m.flags, true);
+                if !m.error_entry_wanted() {
+                    injects += 1;
+                    continue;
+                }
                 let e = Entry {
                     ctx: m.ctx,
                     flags: m.flags,
@@ -1092,7 +1108,9 @@ impl EpState {
             }
             self.worker.destroy_qp(qpn);
         }
-        let h = p.handle.clone();
+        for _ in 0..injects {
+            self.inject_failed(FI_EIO as c_int);
+        }
         match self.connect_start(&h) {
             Ok(id) => {
                 if let Some(p) = self.peers.get_mut(&a) {
@@ -1351,11 +1369,29 @@ impl EpState {
     }
 
     /// Ends the connection attempt to `a`: its queued sends complete with `err` (injects
-    /// are counted, see [`TxMeta::error_entry_wanted`]).
+    /// are counted, see [`TxMeta::error_entry_wanted`]; only a QP that failed and is set
+    /// up anew can leave injects in the queue: [`EpState::ready_for`] turns them away
+    /// from a set-up), and the peer is left [`Conn::Failed`], so that the next post to it
+    /// is refused with `err`. Said on stderr the first time on this endpoint.
     fn fail_peer(&mut self, a: u64, err: c_int, cqs: &mut [Option<CqState>]) {
-        if let Some(p) = self.peers.remove(&a) {
+        if let Some(p) = self.peers.get_mut(&a) {
+            p.conn = Conn::Failed(err);
+            let queue = std::mem::take(&mut p.queue);
+            let to = p.handle.addr();
+            self.setups_failed += 1;
+            if self.setups_failed == 1 {
+                crate::log(&format!(
+                    "the connection to {to} could not be set up: FI_E* error {err}{}; {} queued sends and writes fail with it, and the next send, inject or write to that peer returns -{err} at once (the one after starts a new set-up) (said once per endpoint)",
+                    if err == FI_ECONNREFUSED as c_int {
+                        " (FI_ECONNREFUSED: the peer could not be reached)"
+                    } else {
+                        ""
+                    },
+                    queue.iter().filter(|op| op.meta.app).count(),
+                ));
+            }
             // A large message's fragments but the last complete nothing.
-            for op in p.queue.into_iter().filter(|op| op.meta.app) {
+            for op in queue.into_iter().filter(|op| op.meta.app) {
                 self.tx_outstanding = self.tx_outstanding.saturating_sub(1);
                 self.cntrs.count(op.meta.flags, true);
                 if !op.meta.error_entry_wanted() {
@@ -1467,10 +1503,26 @@ impl EpState {
             });
         }
         self.add_peer(avs, dest)?;
+        self.ready_for(dest, &meta)?;
         let p = self.peers.get_mut(&dest).ok_or(FI_EOTHER)?;
         p.queue.extend(ops);
         self.tx_outstanding += 1;
         Ok(())
+    }
+
+    /// `-FI_EAGAIN` for an operation without an error entry (an inject:
+    /// [`TxMeta::error_entry_wanted`]) while the connection to `dest` is being set up:
+    /// queued, it could only be counted if the set-up failed, and its caller, who has no
+    /// completion to wait for, would never learn it (Open MPI's OFI MTL waited for
+    /// ever). Refused, it is retried by the caller (fi_msg(3)), and the set-up advances in
+    /// every post and every progress call ([`EpState::progress`]), so the retry ends in
+    /// a success or, the set-up failed, the error ([`EpState::add_peer`]). Operations
+    /// with an error entry wait in the queue as before.
+    fn ready_for(&self, dest: u64, meta: &TxMeta) -> Result<(), u32> {
+        match self.peers.get(&dest).map(|p| &p.conn) {
+            Some(Conn::Connecting(_)) if !meta.error_entry_wanted() => Err(FI_EAGAIN),
+            _ => Ok(()),
+        }
     }
 
     /// Why no send or write may be posted now: the endpoint is not enabled, or its
@@ -1485,8 +1537,19 @@ impl EpState {
         Ok(())
     }
 
-    /// Starts connecting to AV entry `dest` when met for the first time.
+    /// Starts connecting to AV entry `dest` when met for the first time. A peer whose
+    /// set-up failed ([`Conn::Failed`]) answers this one call with the error and is
+    /// forgotten: the next call starts a new set-up.
     fn add_peer(&mut self, avs: &[Option<AvState>], dest: u64) -> Result<(), u32> {
+        if let Some(Peer {
+            conn: Conn::Failed(err),
+            ..
+        }) = self.peers.get(&dest)
+        {
+            let err = *err as u32;
+            self.peers.remove(&dest);
+            return Err(err);
+        }
         if !self.peers.contains_key(&dest) {
             let av = self
                 .av
@@ -1554,6 +1617,7 @@ impl EpState {
         }
         self.check_submit()?;
         self.add_peer(avs, dest)?;
+        self.ready_for(dest, &meta)?;
         let p = self.peers.get_mut(&dest).ok_or(FI_EOTHER)?;
         match &mut p.conn {
             Conn::Ready(q) if q.open && p.queue.is_empty() && !q.free.is_empty() => {

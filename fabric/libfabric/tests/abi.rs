@@ -2675,26 +2675,122 @@ fn a_send_still_queued_for_its_connection_is_cancelled() {
     }
 }
 
+/// Calls `post` until it answers something other than `-FI_EAGAIN` (the way Open MPI's
+/// OFI MTL and fabtests retry an inject), calling `between` after each `-FI_EAGAIN`,
+/// within [`DEADLINE`]: every answer, in order.
+fn retry(mut post: impl FnMut() -> isize, mut between: impl FnMut()) -> Vec<isize> {
+    let t = Instant::now();
+    let mut all = Vec::new();
+    loop {
+        let r = post();
+        all.push(r);
+        if r != neg(FI_EAGAIN) {
+            return all;
+        }
+        assert!(
+            t.elapsed() < DEADLINE,
+            "{} answers of -FI_EAGAIN",
+            all.len()
+        );
+        between();
+    }
+}
+
+/// `answers` is `-FI_EAGAIN` `n` times (n >= `at_least`), then `last`: `n`.
+fn eagain_then(answers: &[isize], at_least: usize, last: isize) -> usize {
+    let n = answers.len() - 1;
+    assert!(n >= at_least, "{answers:?}");
+    assert!(
+        answers[..n].iter().all(|&r| r == neg(FI_EAGAIN)),
+        "{answers:?}"
+    );
+    assert_eq!(answers[n], last, "{answers:?}");
+    n
+}
+
 #[test]
-fn a_peer_that_cannot_be_reached_fails_its_sends_and_counts_its_injects() {
+fn an_inject_waits_with_eagain_for_its_connection_and_its_bytes_arrive() {
     unsafe {
-        let (mut net, _) = Net::with_mr_mode(2, FI_MSG as u64, 0, 0, 0);
+        let (mut net, _) = Net::with_mr_mode(2, (FI_TAGGED | FI_MSG) as u64, 0, 0, 0);
         let tx = net.cntr_open(None).unwrap();
         assert_eq!(net.bind(0, &mut (*tx).fid, FI_SEND as u64), 0);
+        let mut b = [0u8; 64];
+        assert_eq!(net.trecv(1, &mut b, mrc_fi::FI_ADDR_UNSPEC, 0x55, 0, 3), 0);
+        // Endpoint 0 meets endpoint 1 for the first time: the set-up starts and the
+        // inject is refused until it is done. Endpoint 0 is never progressed but by the
+        // inject itself; endpoint 1 (the peer, as if in a process of its own) is, since
+        // it must answer the set-up.
+        let t = net.tagged(0);
+        let msg = b"an inject during the set-up";
+        let mut other = Vec::new();
+        let answers = retry(
+            || {
+                (t.inject.unwrap())(
+                    net.eps[0],
+                    msg.as_ptr().cast(),
+                    msg.len(),
+                    net.addr[1],
+                    0x55,
+                )
+            },
+            || other.extend(net.read_once(1)),
+        );
+        let n = eagain_then(&answers, 1, 0);
+        assert_eq!(other, []);
+        // It went once: the receive holds its bytes exactly, nothing past them.
+        assert_eq!(net.wait(1, 1, &mut other), [got(3, &b, msg.len(), 0x55)]);
+        assert_eq!(&b[..msg.len()], msg);
+        assert!(b[msg.len()..].iter().all(|&x| x == 0));
+        assert_eq!(other, []);
+        // It completes nothing on endpoint 0; the counter counts it once, no error.
+        let c = cntr_ops(tx);
+        let t0 = Instant::now();
+        while (c.read.unwrap())(tx) < 1 {
+            assert!(t0.elapsed() < DEADLINE);
+            assert_eq!(net.read_once(0), []);
+            other.extend(net.read_once(1));
+        }
+        net.quiet();
+        assert_eq!(other, []);
+        assert_eq!(((c.read.unwrap())(tx), (c.readerr.unwrap())(tx)), (1, 0));
+        // The connection is up: the next inject goes at its first call.
+        assert_eq!(net.trecv(1, &mut b, mrc_fi::FI_ADDR_UNSPEC, 0x56, 0, 4), 0);
+        let again = b"and one after it";
+        let p = again.as_ptr().cast();
+        assert_eq!(
+            (t.inject.unwrap())(net.eps[0], p, again.len(), net.addr[1], 0x56),
+            0
+        );
+        assert_eq!(net.wait(1, 1, &mut other), [got(4, &b, again.len(), 0x56)]);
+        assert_eq!(&b[..again.len()], again);
+        println!("the first inject: {n} answers of -FI_EAGAIN, then 0");
+    }
+}
+
+#[test]
+fn a_peer_that_cannot_be_reached_fails_its_sends_and_refuses_its_injects() {
+    unsafe {
+        let (mut net, _) = Net::with_mr_mode(2, (FI_MSG | FI_RMA) as u64, 0, 0, 0);
+        let tx = net.cntr_open(None).unwrap();
+        assert_eq!(net.bind(0, &mut (*tx).fid, FI_SEND as u64), 0);
+        let w = net.cntr_open(None).unwrap();
+        assert_eq!(net.bind(0, &mut (*w).fid, FI_WRITE as u64), 0);
         // Endpoint 1 closes before anything reached it: its listener is gone, so the
-        // connection endpoint 0 starts to it is refused.
+        // connections endpoint 0 sets up to it are refused (ICMP port unreachable).
         let gone = net.eps.remove(1);
         assert_eq!(close(&mut (*gone).fid), 0);
         let m = net.msg(0);
-        assert_eq!(net.send(0, 1, b"first", 7), 0);
         let (p, n) = (b"an inject".as_ptr().cast(), 9);
-        assert_eq!((m.inject.unwrap())(net.eps[0], p, n, net.addr[1]), 0);
-        assert_eq!(net.send(0, 1, b"third", 8), 0);
-        // The sends complete with FI_ECONNREFUSED and their contexts; the inject, which
-        // has no context and generates no completion (fi_msg(3)), gives no entry: an
-        // entry with a NULL op_context crashed Open MPI's OFI MTL. The counter counts
-        // all three as errors.
-        let refused = |c: usize, len: usize| Cqe {
+        let inject = || (m.inject.unwrap())(net.eps[0], p, n, net.addr[1]);
+        let refused = neg(FI_ECONNREFUSED);
+        let none = || {};
+        // A send with a context waits in the queue for the set-up (0); an inject is
+        // refused with -FI_EAGAIN while the set-up runs, then answered with the set-up's
+        // error, which only the inject's own calls advance (no progress call).
+        assert_eq!(net.send(0, 1, b"first", 7), 0);
+        eagain_then(&retry(inject, none), 0, refused);
+        // The send completes with FI_ECONNREFUSED and its context.
+        let refused_entry = |c: usize, len: usize| Cqe {
             ctx: c,
             flags: (FI_SEND | FI_MSG) as u64,
             len,
@@ -2705,10 +2801,84 @@ fn a_peer_that_cannot_be_reached_fails_its_sends_and_counts_its_injects() {
             olen: 0,
         };
         let mut other = Vec::new();
-        assert_eq!(net.wait(0, 2, &mut other), [refused(7, 5), refused(8, 5)]);
-        assert_eq!(other, []);
+        assert_eq!(net.wait(0, 1, &mut other), [refused_entry(7, 5)]);
+        // The error was given once: the next inject starts a new set-up (-FI_EAGAIN at
+        // its first call), which fails the same way.
+        let answers = retry(inject, none);
+        assert_eq!(answers[0], neg(FI_EAGAIN));
+        eagain_then(&answers, 1, refused);
+        // A set-up that fails with only a send queued: its error entry, then the next
+        // post of any kind (an RMA inject here) gets the error at once, and only that
+        // one: the one after starts anew.
+        assert_eq!(net.send(0, 1, b"third", 8), 0);
+        assert_eq!(net.wait(0, 1, &mut other), [refused_entry(8, 5)]);
+        let rma = net.rma(0);
+        let write = || (rma.inject.unwrap())(net.eps[0], p, n, net.addr[1], 0, 0xC0DE);
+        assert_eq!(write(), refused);
+        let answers = retry(write, none);
+        assert_eq!(answers[0], neg(FI_EAGAIN));
+        eagain_then(&answers, 1, refused);
+        // fi_tinject, fi_injectdata, fi_tinjectdata the same way.
+        let t = net.tagged(0);
+        let to = net.addr[1];
+        let e = net.eps[0];
+        for post in [
+            &(|| (t.inject.unwrap())(e, p, n, to, 1)) as &dyn Fn() -> isize,
+            &(|| (m.injectdata.unwrap())(e, p, n, 2, to)),
+            &(|| (t.injectdata.unwrap())(e, p, n, 3, to, 4)),
+        ] {
+            let answers = retry(post, none);
+            assert_eq!(answers[0], neg(FI_EAGAIN));
+            eagain_then(&answers, 1, refused);
+        }
+        // No entry for an inject (refused at its call, it was never posted), and the
+        // counters count only the two sends that were.
         net.quiet();
-        let t = cntr_ops(tx);
-        assert_eq!(((t.read.unwrap())(tx), (t.readerr.unwrap())(tx)), (0, 3));
+        assert_eq!(other, []);
+        let (t, wc) = (cntr_ops(tx), cntr_ops(w));
+        assert_eq!(((t.read.unwrap())(tx), (t.readerr.unwrap())(tx)), (0, 2));
+        assert_eq!(((wc.read.unwrap())(w), (wc.readerr.unwrap())(w)), (0, 0));
+    }
+}
+
+#[test]
+fn an_inject_to_a_silent_peer_is_refused_after_the_set_up_s_retransmissions() {
+    unsafe {
+        let mut net = Net::new(2, FI_TAGGED as u64);
+        // Endpoint 1's port, bound again by a socket that reads and never answers.
+        let mut name = [0u8; mrc_fi::ADDR_LEN];
+        let mut len = name.len();
+        let cm = &*(*net.eps[1]).cm;
+        assert_eq!(
+            (cm.getname.unwrap())(&mut (*net.eps[1]).fid, name.as_mut_ptr().cast(), &mut len),
+            0
+        );
+        assert_eq!(name[5], 4, "an IPv4 address");
+        let port = u16::from_be_bytes([name[6], name[7]]);
+        let gone = net.eps.remove(1);
+        assert_eq!(close(&mut (*gone).fid), 0);
+        let silent = std::net::UdpSocket::bind(("127.0.0.1", port)).expect("bind the port");
+        silent.set_nonblocking(true).unwrap();
+        // Only the inject's calls advance the set-up: its retransmission timer runs in
+        // them until the set-up gives up, and the inject gets its error.
+        let t = net.tagged(0);
+        let (p, n) = (b"to nobody".as_ptr().cast(), 9);
+        let inject = || (t.inject.unwrap())(net.eps[0], p, n, net.addr[1], 9);
+        let t0 = Instant::now();
+        let answers = retry(inject, || {});
+        let took = t0.elapsed();
+        eagain_then(&answers, 2, neg(FI_ECONNREFUSED));
+        let mut datagrams = 0;
+        let mut buf = [0u8; 2048];
+        while silent.recv(&mut buf).is_ok() {
+            datagrams += 1;
+        }
+        // The first try and MAX_SETUP_RETRANSMITS (10) more.
+        assert_eq!(datagrams, 11);
+        net.quiet();
+        println!(
+            "{} answers of -FI_EAGAIN over {took:.2?}, then -FI_ECONNREFUSED",
+            answers.len() - 1
+        );
     }
 }

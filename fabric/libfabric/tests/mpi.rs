@@ -7,7 +7,9 @@
 //! from `FI_PROVIDER_PATH`; and the same program with one rank per host of the namespace
 //! testbed (`testbed/mrc-testbed.sh`), each rank's endpoint in its host's namespace
 //! (`FI_MRC_NETNS`, `FI_MRC_ADDR`), the spines' counters showing the ring's bytes crossed
-//! them. Without `mpicc` / `mpirun` (Debian: libopenmpi-dev, openmpi-bin) each test prints
+//! them; and a 2-rank job whose rank 1 is in a network namespace of its own, which the
+//! ranks cannot reach each other across, ending with an error within seconds. Without
+//! `mpicc` / `mpirun` (Debian: libopenmpi-dev, openmpi-bin) each test prints
 //! `SKIPPED: <test>: <reason>` and passes (the testbed test fails instead under `CI`,
 //! where the tools must be there).
 
@@ -284,4 +286,120 @@ FI_MRC_NETNS="${MRC_TB_PREFIX}h$r" FI_MRC_ADDR="$a" exec "$0""#;
     println!(
         "mpi_check, 4 ranks on 4 testbed hosts: {took:.2?}, {through_spines} bytes through the spines (the ring {ring})"
     );
+}
+
+/// A network namespace of this test's own with only its loopback, up, holding
+/// [`UNREACHABLE`]; deleted when dropped (also after a failed assertion).
+struct LoneNetns(String);
+
+/// The address of [`LoneNetns`]: no route leads to it from the root namespace, and none
+/// leads from it to the root namespace's loopback.
+const UNREACHABLE: &str = "fd00:6d72:67::2";
+
+impl LoneNetns {
+    fn new() -> LoneNetns {
+        let ns = LoneNetns(format!("mrcU{}", std::process::id()));
+        let ip = |args: &[&str]| {
+            let o = Command::new("ip").args(args).output().expect("run ip");
+            assert!(o.status.success(), "ip {args:?}: {o:?}");
+        };
+        ip(&["netns", "add", &ns.0]);
+        ip(&["-n", &ns.0, "link", "set", "lo", "up"]);
+        let cidr = format!("{UNREACHABLE}/128");
+        ip(&["-n", &ns.0, "addr", "add", &cidr, "dev", "lo", "nodad"]);
+        ns
+    }
+}
+
+impl Drop for LoneNetns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).output();
+    }
+}
+
+/// Issue 44: `mpi_check` with 2 ranks, rank 0 in the root namespace (its endpoint on
+/// 127.0.0.1) and rank 1 in a [`LoneNetns`] (`FI_MRC_NETNS`, its endpoint on
+/// [`UNREACHABLE`]), so neither rank's connection to the other can be set up. Both
+/// ranks' first sends are `fi_tinjectdata` (0 bytes, the ring's first size); the provider
+/// refuses an inject with `-FI_EAGAIN` while its connection is set up and then with the
+/// set-up's error, so the MTL's send fails and MPI's default error handler ends the job:
+/// a non-zero exit within 20 s (it waited for `timeout`'s 60 s when the injects were
+/// queued and only counted), the provider's line on stderr, no segmentation fault (an
+/// error entry with a NULL `op_context` crashed the MTL before that).
+#[test]
+fn open_mpi_with_an_unreachable_rank_fails_within_seconds() {
+    let test = "open_mpi_with_an_unreachable_rank_fails_within_seconds";
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return skip_unless_ci(test, "needs root (a network namespace)");
+    }
+    for (tool, pkg) in [
+        ("mpicc", "libopenmpi-dev"),
+        ("mpirun", "openmpi-bin"),
+        ("ip", "iproute2"),
+    ] {
+        if !have(tool) {
+            return skip_unless_ci(
+                test,
+                &format!("{tool} not installed (apt-get install {pkg})"),
+            );
+        }
+    }
+    let prov = provider_dir("mpi-unreach-prov");
+    let exe = build_mpi_check("mpi-unreach");
+    let ns = LoneNetns::new();
+    let rank = r#"if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then
+export FI_MRC_NETNS="$MRC_U_NETNS" FI_MRC_ADDR="$MRC_U_ADDR"; fi
+exec "$0""#;
+    let t = Instant::now();
+    let o = Command::new("timeout")
+        .args(["-k", "5", "60", "mpirun"])
+        .args(["--allow-run-as-root", "--oversubscribe"])
+        .args(["-np", "2", "--mca", "pml", "cm", "--mca", "mtl", "ofi"])
+        .args(["--mca", "mtl_ofi_provider_include", "mrc"])
+        .args([
+            "-x",
+            "FI_PROVIDER_PATH",
+            "-x",
+            "MRC_U_NETNS",
+            "-x",
+            "MRC_U_ADDR",
+        ])
+        .args(["sh", "-c", rank])
+        .arg(&exe)
+        .env("FI_PROVIDER_PATH", &prov)
+        .env("MRC_U_NETNS", &ns.0)
+        .env("MRC_U_ADDR", UNREACHABLE)
+        .env_remove("FI_PROVIDER")
+        .env_remove("FI_MRC_ADDR")
+        .env_remove("FI_MRC_NETNS")
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .output()
+        .expect("run mpirun");
+    let took = t.elapsed();
+    drop(ns);
+    let out = String::from_utf8_lossy(&o.stdout);
+    let err = String::from_utf8_lossy(&o.stderr);
+    let all = format!("stdout:\n{out}\nstderr:\n{err}");
+    let code = o.status.code();
+    assert!(
+        !matches!(code, Some(0) | Some(124) | Some(137) | None),
+        "mpirun took {took:.2?} and exited with {:?} (124: timeout's 60 s)\n{all}",
+        o.status
+    );
+    assert!(
+        took < std::time::Duration::from_secs(20),
+        "mpirun took {took:.2?}\n{all}"
+    );
+    assert!(
+        err.contains("libfabric:mrc: the connection to ")
+            && err.contains("(FI_ECONNREFUSED: the peer could not be reached)"),
+        "no line of the provider's on the set-up's failure\n{all}"
+    );
+    for crash in ["Segmentation fault", "signal 11", "SIGSEGV"] {
+        assert!(!all.contains(crash), "{crash}\n{all}");
+    }
+    assert!(!out.contains("errors 0"), "{all}");
+    println!("mpi_check, 2 ranks, rank 1 unreachable: exit {code:?} after {took:.2?}");
 }
