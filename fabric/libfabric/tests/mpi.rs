@@ -38,6 +38,51 @@ fn build_mpi_check(name: &str) -> PathBuf {
     exe
 }
 
+/// `timeout -k 5 LIMIT_S mpirun -np NP` of `exe` over the `mrc` provider in `prov`
+/// (Open MPI's cm PML and OFI MTL, no other provider), as root. With `rank_sh` each rank
+/// runs `sh -c RANK_SH exe` (the script picks the rank's namespace and address); `env`
+/// goes to every rank (`-x`). The caller's `FI_PROVIDER`, `FI_MRC_ADDR` and
+/// `FI_MRC_NETNS` are not passed on.
+fn mpirun_over_mrc(
+    np: u32,
+    limit_s: u32,
+    prov: &Path,
+    exe: &Path,
+    rank_sh: Option<&str>,
+    env: &[(&str, &str)],
+) -> Output {
+    let mut c = Command::new("timeout");
+    c.args(["-k", "5", &limit_s.to_string(), "mpirun"])
+        .args(["--allow-run-as-root", "--oversubscribe"])
+        .args([
+            "-np",
+            &np.to_string(),
+            "--mca",
+            "pml",
+            "cm",
+            "--mca",
+            "mtl",
+            "ofi",
+        ])
+        .args(["--mca", "mtl_ofi_provider_include", "mrc"])
+        .args(["-x", "FI_PROVIDER_PATH"]);
+    for (k, v) in env {
+        c.args(["-x", k]).env(k, v);
+    }
+    if let Some(sh) = rank_sh {
+        c.args(["sh", "-c", sh]);
+    }
+    c.arg(exe)
+        .env("FI_PROVIDER_PATH", prov)
+        .env_remove("FI_PROVIDER")
+        .env_remove("FI_MRC_ADDR")
+        .env_remove("FI_MRC_NETNS")
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .output()
+        .expect("run mpirun")
+}
+
 /// What `mpi_check` prints on rank 0 when every check passed on 4 ranks.
 const ALL_PASSED: &str = "ring 0\nprobe 0\nmprobe 0\ndirected 0\ncollectives 0\nranks 4 errors 0\n";
 
@@ -53,26 +98,7 @@ fn open_mpi_runs_point_to_point_probe_and_collectives_over_mrc() {
     let prov = provider_dir("mpi-prov");
     let exe = build_mpi_check("mpi");
 
-    let o = Command::new("timeout")
-        .args([
-            "-k",
-            "5",
-            "120",
-            "mpirun",
-            "--allow-run-as-root",
-            "--oversubscribe",
-        ])
-        .args(["-np", "4", "--mca", "pml", "cm", "--mca", "mtl", "ofi"])
-        .args(["--mca", "mtl_ofi_provider_include", "mrc"])
-        .args(["-x", "FI_PROVIDER_PATH"])
-        .arg(&exe)
-        .env("FI_PROVIDER_PATH", &prov)
-        .env_remove("FI_PROVIDER")
-        .env_remove("FI_MRC_ADDR")
-        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-        .output()
-        .expect("run mpirun");
+    let o = mpirun_over_mrc(4, 120, &prov, &exe, None, &[]);
     let out = String::from_utf8_lossy(&o.stdout);
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(
@@ -239,31 +265,17 @@ fn open_mpi_with_one_rank_per_testbed_host_over_mrc() {
 for x in $MRC_TB_ADDRS; do [ "$i" = "$r" ] && a=$x; i=$((i + 1)); done
 FI_MRC_NETNS="${MRC_TB_PREFIX}h$r" FI_MRC_ADDR="$a" exec "$0""#;
     let t = Instant::now();
-    let o = Command::new("timeout")
-        .args(["-k", "5", "180", "mpirun"])
-        .args(["--allow-run-as-root", "--oversubscribe"])
-        .args(["-np", "4", "--mca", "pml", "cm", "--mca", "mtl", "ofi"])
-        .args(["--mca", "mtl_ofi_provider_include", "mrc"])
-        .args([
-            "-x",
-            "FI_PROVIDER_PATH",
-            "-x",
-            "MRC_TB_ADDRS",
-            "-x",
-            "MRC_TB_PREFIX",
-        ])
-        .args(["sh", "-c", rank])
-        .arg(&exe)
-        .env("FI_PROVIDER_PATH", &prov)
-        .env("MRC_TB_ADDRS", addrs.join(" "))
-        .env("MRC_TB_PREFIX", &tb.prefix)
-        .env_remove("FI_PROVIDER")
-        .env_remove("FI_MRC_ADDR")
-        .env_remove("FI_MRC_NETNS")
-        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-        .output()
-        .expect("run mpirun");
+    let o = mpirun_over_mrc(
+        4,
+        180,
+        &prov,
+        &exe,
+        Some(rank),
+        &[
+            ("MRC_TB_ADDRS", &addrs.join(" ")),
+            ("MRC_TB_PREFIX", &tb.prefix),
+        ],
+    );
     let took = t.elapsed();
     let through_spines = tb.spine_rx_bytes() - before;
     let out = String::from_utf8_lossy(&o.stdout);
@@ -352,31 +364,14 @@ fn open_mpi_with_an_unreachable_rank_fails_within_seconds() {
 export FI_MRC_NETNS="$MRC_U_NETNS" FI_MRC_ADDR="$MRC_U_ADDR"; fi
 exec "$0""#;
     let t = Instant::now();
-    let o = Command::new("timeout")
-        .args(["-k", "5", "60", "mpirun"])
-        .args(["--allow-run-as-root", "--oversubscribe"])
-        .args(["-np", "2", "--mca", "pml", "cm", "--mca", "mtl", "ofi"])
-        .args(["--mca", "mtl_ofi_provider_include", "mrc"])
-        .args([
-            "-x",
-            "FI_PROVIDER_PATH",
-            "-x",
-            "MRC_U_NETNS",
-            "-x",
-            "MRC_U_ADDR",
-        ])
-        .args(["sh", "-c", rank])
-        .arg(&exe)
-        .env("FI_PROVIDER_PATH", &prov)
-        .env("MRC_U_NETNS", &ns.0)
-        .env("MRC_U_ADDR", UNREACHABLE)
-        .env_remove("FI_PROVIDER")
-        .env_remove("FI_MRC_ADDR")
-        .env_remove("FI_MRC_NETNS")
-        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-        .output()
-        .expect("run mpirun");
+    let o = mpirun_over_mrc(
+        2,
+        60,
+        &prov,
+        &exe,
+        Some(rank),
+        &[("MRC_U_NETNS", &ns.0), ("MRC_U_ADDR", UNREACHABLE)],
+    );
     let took = t.elapsed();
     drop(ns);
     let out = String::from_utf8_lossy(&o.stdout);
