@@ -1359,11 +1359,7 @@ impl EpState {
         if self.injects_failed == 1 {
             crate::log(&format!(
                 "an inject (fi_inject, fi_tinject, ...) failed with FI_E* error {err}{}: an inject generates no completion, so it has no CQ error entry; the counters bound for its operation count it (said once per endpoint)",
-                if err == FI_ECONNREFUSED as c_int {
-                    " (FI_ECONNREFUSED: the peer could not be reached)"
-                } else {
-                    ""
-                }
+                refused_why(err)
             ));
         }
     }
@@ -1382,11 +1378,7 @@ impl EpState {
             if self.setups_failed == 1 {
                 crate::log(&format!(
                     "the connection to {to} could not be set up: FI_E* error {err}{}; {} queued sends and writes fail with it, and the next send, inject or write to that peer returns -{err} at once (the one after starts a new set-up) (said once per endpoint)",
-                    if err == FI_ECONNREFUSED as c_int {
-                        " (FI_ECONNREFUSED: the peer could not be reached)"
-                    } else {
-                        ""
-                    },
+                    refused_why(err),
                     queue.iter().filter(|op| op.meta.app).count(),
                 ));
             }
@@ -4451,4 +4443,14 @@ unsafe extern "C" fn cntr_wait(cntr: *mut fid_cntr, threshold: u64, timeout: c_i
             std::thread::yield_now();
         }
     })
+}
+
+/// What the stderr lines add after an `FI_E*` error number: the words for
+/// `FI_ECONNREFUSED` (a set-up that failed), nothing for the others.
+fn refused_why(err: c_int) -> &'static str {
+    if err == FI_ECONNREFUSED as c_int {
+        " (FI_ECONNREFUSED: the peer could not be reached)"
+    } else {
+        ""
+    }
 }
