@@ -37,7 +37,7 @@ if [ -z "${MRC_FI_SO:-}" ]; then
   MRC_FI_SO=${CARGO_TARGET_DIR:-target}/release/libmrc_fi.so
 fi
 T=$(mktemp -d)
-trap 'pkill -P $$ 2>/dev/null; rm -rf "$T"' EXIT
+trap 'pkill -P $$ 2>/dev/null || true; rm -rf "$T"' EXIT
 mkdir "$T/prov"
 cp "$MRC_FI_SO" "$T/prov/libmrc-fi.so"
 # pair TOOL PROVIDER SIZE ITERS: the client's last table line.

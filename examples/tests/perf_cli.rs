@@ -603,7 +603,11 @@ fn server_checks_the_clients_parameters_answers_the_reason_and_keeps_waiting() {
             r#"{"duration_s": 1e300, "iters": null}"#,
             "--duration 1e300 s is longer than the maximum of 1000000 s",
         ),
-        (r#"{"mtu": 0}"#, "--mtu must be in 64..=9000 bytes, got 0"),
+        (r#"{"mtu": 0}"#, "--mtu must be in 64..=65000 bytes, got 0"),
+        (
+            r#"{"mtu": 65001}"#,
+            "--mtu must be in 64..=65000 bytes, got 65001",
+        ),
         (
             r#"{"tx_depth": 3}"#,
             "--tx-depth must be in 1..=2 (messages that fit the region), got 3",

@@ -195,6 +195,11 @@ display_as_value!(ProgressMode);
 /// The measurements are in docs/PERFORMANCE.md, "Congestion controllers on loopback".
 pub const DEFAULT_CC: &str = "nscc";
 
+/// Largest `--mtu`, payload bytes: the transport's largest `mtu_payload_bytes`, whose
+/// datagram (56 bytes of headers and a 24-byte authentication trailer on top) fits one
+/// IPv4 UDP datagram and the UDP datapath's 64 KiB receive buffers.
+pub const MAX_MTU_BYTES: u32 = 65_000;
+
 /// Default `--line-rate`, Gb/s.
 pub const DEFAULT_LINE_RATE_GBPS: f64 = 100.0;
 
@@ -263,7 +268,9 @@ pub struct TestOpts {
     pub paths: u32,
     /// Payload bytes per packet (perftest's `-m`).
     ///
-    /// The mrc payload, not the link MTU: headers come on top.
+    /// The mrc payload, not the link MTU: headers come on top. 64..=65000 (the
+    /// transport's largest: a datagram with headers and authentication trailer still fits
+    /// one UDP datagram and the UDP datapath's 64 KiB receive buffers).
     #[arg(
         help_heading = "Paths and congestion control",
         short = 'm',
@@ -1105,9 +1112,9 @@ impl TestParams {
         if self.paths == 0 || self.paths > 4096 {
             return Err(format!("--paths must be in 1..=4096, got {}", self.paths));
         }
-        if !(64..=9000).contains(&self.mtu) {
+        if !(64..=MAX_MTU_BYTES).contains(&self.mtu) {
             return Err(format!(
-                "--mtu must be in 64..=9000 bytes, got {}",
+                "--mtu must be in 64..={MAX_MTU_BYTES} bytes, got {}",
                 self.mtu
             ));
         }

@@ -7,6 +7,7 @@ use crate::{fi_version, guard};
 use mrc_fabric::engine::setup::SECRET_BYTES;
 use mrc_fabric::engine::{ConnHandle, ListenOptions, SetupCarrier};
 use mrc_fabric::netns::NetNs;
+use mrc_fabric::udp::mtu::MAX_MTU_PAYLOAD_BYTES;
 use std::ffi::CStr;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::os::raw::{c_char, c_int, c_void};
@@ -411,6 +412,53 @@ pub(crate) fn default_ip() -> Option<IpAddr> {
     }
 }
 
+/// Smallest `FI_MRC_MTU`, payload bytes (mrc-perf's `--mtu` takes the same range).
+pub(crate) const MIN_MTU_ENV_BYTES: u32 = 64;
+
+/// `FI_MRC_MTU`: the payload bytes per data packet an endpoint sends, overriding the
+/// one its source address's interface MTU gives ([`mtu_payload_bytes`]); `Ok(None)` when
+/// it is unset or empty. `Err(FI_EINVAL)`, with a log line, when it is not a number in
+/// [`MIN_MTU_ENV_BYTES`]`..=`[`MAX_MTU_PAYLOAD_BYTES`].
+pub(crate) fn mtu_env() -> Result<Option<u32>, u32> {
+    let Some(v) = std::env::var_os("FI_MRC_MTU") else {
+        return Ok(None);
+    };
+    let s = v.to_str().map(str::trim);
+    if s == Some("") {
+        return Ok(None);
+    }
+    match s.and_then(|s| s.parse::<u32>().ok()) {
+        Some(m) if (MIN_MTU_ENV_BYTES..=MAX_MTU_PAYLOAD_BYTES).contains(&m) => Ok(Some(m)),
+        _ => {
+            crate::log(&format!(
+                "FI_MRC_MTU={v:?}: not a payload size in {MIN_MTU_ENV_BYTES}..={MAX_MTU_PAYLOAD_BYTES} bytes"
+            ));
+            Err(FI_EINVAL)
+        }
+    }
+}
+
+/// The payload bytes per data packet of an endpoint at `ip`: `FI_MRC_MTU` when set
+/// ([`mtu_env`]), otherwise the MTU of the interface holding `ip` in this thread's
+/// namespace less the IP, UDP and mrc headers, at most [`MAX_MTU_PAYLOAD_BYTES`]
+/// ([`mrc_fabric::udp::mtu::payload_for_link_mtu`]: 65000 on loopback, 1416 on a
+/// 1500-byte IPv4 Ethernet), and the transport's default (4096) when no interface holds
+/// `ip` or the kernel does not say. `Err(FI_EINVAL)` for a bad `FI_MRC_MTU`.
+pub(crate) fn mtu_payload_bytes(ip: IpAddr) -> Result<u32, u32> {
+    if let Some(m) = mtu_env()? {
+        return Ok(m);
+    }
+    Ok(match mrc_fabric::udp::mtu::source_mtu_bytes(ip) {
+        Ok(Some((_, mtu))) => mrc_fabric::udp::mtu::payload_for_link_mtu(mtu, ip, false),
+        _ => {
+            mrc_fabric::engine::QpConfig::default()
+                .conn
+                .send
+                .mtu_payload_bytes
+        }
+    })
+}
+
 /// The network namespace `FI_MRC_NETNS` names (`ip netns`'s NAME, i.e.
 /// `/run/netns/NAME`, or a path to a namespace file), where every endpoint opens its
 /// sockets; `None` when it is unset or empty (the process's own namespace).
@@ -592,6 +640,9 @@ pub(crate) unsafe extern "C" fn getinfo(
                 std::env::var_os("FI_MRC_ADDR").unwrap_or_default()
             ));
             return -(FI_EINVAL as c_int);
+        }
+        if let Err(e) = mtu_env() {
+            return -(e as c_int);
         }
         // FI_MRC_NETNS: the namespace must be one this process can enter, and the
         // source address one of its addresses (the endpoint binds it there).

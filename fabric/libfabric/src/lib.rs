@@ -20,7 +20,9 @@
 //!   which `fi_av_insert` on a peer accepts; the IP is `FI_MRC_ADDR` (IPv4 or IPv6,
 //!   default 127.0.0.1) unless `fi_getinfo`'s node names one, and `FI_MRC_NETNS=NAME`
 //!   opens every socket of the endpoint in network namespace NAME (a host of the
-//!   namespace testbed; [`mrc_fabric::netns`]);
+//!   namespace testbed; [`mrc_fabric::netns`]); data packets carry the payload the MTU of
+//!   the source address's interface allows ([`mrc_fabric::udp::mtu`]: 65000 bytes on
+//!   loopback), or `FI_MRC_MTU` bytes (64..=65000);
 //! - completion queues of every format (`CONTEXT`, `MSG`, `DATA`, `TAGGED`), errors
 //!   through `fi_cq_readerr`, the source of a receive through `fi_cq_readfrom`
 //!   (`FI_SOURCE`), manual progress from `fi_cq_read` / `fi_cq_sread` (which sleeps in

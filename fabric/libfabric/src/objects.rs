@@ -413,6 +413,8 @@ struct Asm {
 struct EpState {
     // The worker first: dropping it destroys the QPs before their slots are freed.
     worker: Worker<DirectDatapath>,
+    /// Payload bytes per data packet its QPs send ([`crate::info::mtu_payload_bytes`]).
+    mtu_payload_bytes: u32,
     /// `FI_MRC_NETNS`'s namespace, where the connections' set-up sockets are opened.
     netns: Option<Arc<NetNs>>,
     listener: ListenerId,
@@ -629,13 +631,16 @@ fn open_worker(
     ip: IpAddr,
     src: Option<(SocketAddr, [u8; SECRET_BYTES])>,
     netns: Option<Arc<NetNs>>,
-) -> Result<(Worker<DirectDatapath>, ListenerId, ConnHandle), u32> {
+) -> Result<(Worker<DirectDatapath>, ListenerId, ConnHandle, u32), u32> {
+    // Asked here, in the namespace's thread: the interface holding `ip` is one of its.
+    let mtu = crate::info::mtu_payload_bytes(ip)?;
     let udp = UdpConfig {
         netns,
         ..UdpConfig::bind(SocketAddr::new(ip, 0))
     };
     let ecfg = EngineConfig {
         tx_batch: 64,
+        slot_bytes: slot_bytes_for(mtu),
         ..EngineConfig::default()
     };
     let mut worker = Worker::direct(udp, ecfg).map_err(|e| {
@@ -646,20 +651,41 @@ fn open_worker(
     })?;
     let named = match src {
         Some((a, secret)) if a.port() != 0 => worker
-            .listen_at(QpConfig::default(), LISTEN_OPTIONS, a.port(), Some(secret))
+            .listen_at(qp_config(mtu), LISTEN_OPTIONS, a.port(), Some(secret))
             .ok(),
         _ => None,
     };
     let (listener, h) = match named {
         Some(l) => l,
         None => worker
-            .listen_with(QpConfig::default(), LISTEN_OPTIONS)
+            .listen_with(qp_config(mtu), LISTEN_OPTIONS)
             .map_err(|e| {
                 crate::log(&format!("fi_endpoint: cannot listen at {ip}: {e}"));
                 FI_EADDRNOTAVAIL
             })?,
     };
-    Ok((worker, listener, h))
+    Ok((worker, listener, h, mtu))
+}
+
+/// Bytes of the engine's send slots for data packets of `mtu_payload_bytes`: the
+/// payload, the transport's headers and an authentication trailer
+/// ([`EngineConfig::slot_bytes`]), and never below the engine's default (9216).
+fn slot_bytes_for(mtu_payload_bytes: u32) -> usize {
+    let need = mtu_payload_bytes as usize
+        + mrc_transport::conn::MAX_DATA_HEADER_BYTES
+        + mrc_transport::auth::AUTH_TRAILER_BYTES;
+    need.max(EngineConfig::default().slot_bytes)
+}
+
+/// The configuration of an endpoint's QPs, accepted and connected: the engine's
+/// defaults ([`QpConfig::default`]) with `mtu_payload_bytes` of payload per data packet
+/// (the endpoint's, [`crate::info::mtu_payload_bytes`]). A peer may send larger or
+/// smaller packets: a receiver takes any datagram up to its 64 KiB receive buffers.
+fn qp_config(mtu_payload_bytes: u32) -> QpConfig {
+    let mut c = QpConfig::default();
+    c.conn.send.mtu_payload_bytes = mtu_payload_bytes;
+    c.link.mtu_bytes = u64::from(mtu_payload_bytes);
+    c
 }
 
 impl EpState {
@@ -675,7 +701,7 @@ impl EpState {
             Some((a, _)) => a.ip(),
             None => default_ip().ok_or(FI_EINVAL)?,
         };
-        let (worker, listener, h) = match &netns {
+        let (worker, listener, h, mtu_payload_bytes) = match &netns {
             None => open_worker(ip, src, None),
             Some(ns) => ns
                 .run(|| open_worker(ip, src, Some(ns.clone())))
@@ -686,6 +712,7 @@ impl EpState {
         }?;
         Ok(EpState {
             worker,
+            mtu_payload_bytes,
             netns,
             listener,
             addr: h.to_bytes(),
@@ -719,9 +746,10 @@ impl EpState {
     /// there, on a thread of its own).
     fn connect_start(&mut self, h: &ConnHandle) -> Result<ConnectId, ()> {
         let worker = &mut self.worker;
+        let cfg = qp_config(self.mtu_payload_bytes);
         let r = match &self.netns {
-            None => worker.connect_start(h, QpConfig::default()),
-            Some(ns) => match ns.run(|| worker.connect_start(h, QpConfig::default())) {
+            None => worker.connect_start(h, cfg),
+            Some(ns) => match ns.run(|| worker.connect_start(h, cfg)) {
                 Ok(r) => r,
                 Err(e) => {
                     crate::log(&format!("connect to {}: {e}", h.addr()));

@@ -43,6 +43,7 @@ mod conns;
 mod direct;
 mod evsock;
 mod fake;
+pub mod mtu;
 pub mod planewatch;
 pub mod ports;
 mod sock;

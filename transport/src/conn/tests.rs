@@ -48,7 +48,8 @@ fn pair_with(b_cfg: ConnConfig) -> (Conn, Conn) {
 /// Moves every datagram both ways (zero delay) until both are quiet; `filter` may drop
 /// (return None) or rewrite a datagram from a to b. Returns the opcodes a sent.
 fn exchange(now: u64, a: &mut Conn, b: &mut Conn, filter: &mut Filter<'_>) -> Vec<Opcode> {
-    let mut buf = vec![0u8; 8192];
+    // room for the largest datagram: 65000 bytes of payload, headers, trailer
+    let mut buf = vec![0u8; 65_536];
     let mut sent = Vec::new();
     loop {
         let mut moved = false;
@@ -2419,4 +2420,112 @@ fn messages_received_counts_plain_writes_too() {
         .collect();
     assert_eq!(got, vec![(7, WcOpcode::Recv)]);
     assert_eq!(a.messages_received(), 0);
+}
+
+/// `a` (QPN 0x11) and `b` (QPN 0x22) as [`pair`], sending `a_mtu` and `b_mtu` bytes of
+/// payload per packet.
+fn pair_mtus(a_mtu: u32, b_mtu: u32) -> (Conn, Conn) {
+    let with = |mut c: ConnConfig, mtu| {
+        c.send.mtu_payload_bytes = mtu;
+        c
+    };
+    let cc = || FixedWindowConfig::default().build();
+    let mut a = Connection::new(with(cfg(0x11, 0xFF_FFF0, 1), a_mtu), cc()).unwrap();
+    let mut b = Connection::new(with(cfg(0x22, 100, 7), b_mtu), cc()).unwrap();
+    a.connect(PeerParams {
+        qpn: 0x22,
+        initial_psn: Psn::new(100),
+        generation: 7,
+    })
+    .unwrap();
+    b.connect(PeerParams {
+        qpn: 0x11,
+        initial_psn: Psn::new(0xFF_FFF0),
+        generation: 1,
+    })
+    .unwrap();
+    (a, b)
+}
+
+/// Moves every datagram both ways (zero delay) until both are quiet: the lengths of the
+/// data packets `a` sent and of those `b` sent, in order.
+fn exchange_data_lens(a: &mut Conn, b: &mut Conn) -> (Vec<usize>, Vec<usize>) {
+    let (mut from_a, mut from_b) = (Vec::new(), Vec::new());
+    while move_data(a, b, &mut from_a) | move_data(b, a, &mut from_b) {}
+    (from_a, from_b)
+}
+
+/// Hands every datagram `x` has to send to `y`, the data packets' lengths to `lens`:
+/// whether there was one.
+fn move_data(x: &mut Conn, y: &mut Conn, lens: &mut Vec<usize>) -> bool {
+    let mut buf = vec![0u8; 65_536];
+    let mut moved = false;
+    while let Some(t) = x.poll_transmit(0, &mut buf) {
+        moved = true;
+        if matches!(
+            PacketRepr::parse(&buf[..t.len]).unwrap().body,
+            Body::Data(_)
+        ) {
+            lens.push(t.len);
+        }
+        y.handle_datagram(0, t.ev, t.ecn, &buf[..t.len]);
+    }
+    moved
+}
+
+#[test]
+fn ends_with_different_mtus_each_send_their_own_and_take_the_other_s() {
+    // a at the largest payload (65000, loopback's), b at 1024: a WRITE each way and a
+    // SEND each way of 2 x 65000 + 7 bytes, every byte checked.
+    let (mut a, mut b) = pair_mtus(65_000, 1024);
+    let len = 2 * 65_000 + 7;
+    let (a_src, b_dst) = write_regions(&mut a, &mut b, len, 3);
+    let (b_src, a_dst) = write_regions(&mut b, &mut a, len, 5);
+    write_whole(&mut a, 1, &a_src, &b_dst, len as u32);
+    write_whole(&mut b, 2, &b_src, &a_dst, len as u32);
+    let (from_a, from_b) = exchange_data_lens(&mut a, &mut b);
+    // 52 bytes of headers on every WRITE packet (BTH, MRCETH, RETH). a: two full
+    // packets and 7 bytes; b: 126 of 1024 and 983 bytes (130007 = 126 x 1024 + 983)
+    let h = 52;
+    assert_eq!(from_a, vec![65_000 + h, 65_000 + h, 7 + h]);
+    let mut want_b = vec![1024 + h; 126];
+    want_b.push(983 + h);
+    assert_eq!(from_b, want_b);
+    assert_eq!(b.regions().bytes(b_dst.lkey), a.regions().bytes(a_src.lkey));
+    assert_eq!(a.regions().bytes(a_dst.lkey), b.regions().bytes(b_src.lkey));
+    assert_eq!(completions(&mut a).len(), 1);
+    assert_eq!(completions(&mut b).len(), 1);
+    for c in [&a, &b] {
+        assert_eq!(c.stats().retransmitted, 0);
+        assert_eq!(c.stats().drops.total(), 0);
+    }
+}
+
+#[test]
+fn a_trimmed_packet_at_the_largest_mtu_is_nacked_and_resent() {
+    let (mut a, mut b) = pair_mtus(65_000, 65_000);
+    let len = 3 * 65_000;
+    let (src, dst) = write_regions(&mut a, &mut b, len, 0);
+    write_whole(&mut a, 1, &src, &dst, len as u32);
+    let mut n = 0;
+    let mut trim_second = |bytes: &[u8]| {
+        n += 1;
+        if n == 2 {
+            return trimmed(bytes);
+        }
+        pass(bytes)
+    };
+    exchange(0, &mut a, &mut b, &mut trim_second);
+    assert_eq!(b.stats().trimmed_received, 1);
+    assert_eq!(a.stats().trimmed, 1);
+    assert_eq!(a.stats().retransmitted, 1);
+    assert_eq!(a.stats().timeouts, 0);
+    let evs = a.paths().paths();
+    assert_eq!(evs[1].stats.trimmed, 1);
+    assert_eq!(evs.iter().map(|p| p.stats.retransmitted).sum::<u64>(), 1);
+    assert_eq!(
+        b.regions().bytes(dst.lkey).unwrap(),
+        a.regions().bytes(src.lkey).unwrap()
+    );
+    assert_eq!(completions(&mut a).len(), 1);
 }
