@@ -198,11 +198,13 @@ fn testbed_steers_each_ev_through_its_spine_and_survives_a_dead_spine() {
     // Every packet the sender put on EV i must be counted by spine i % 4: its rx_packets
     // equal the sum over its four EVs, give or take the few packets of the TCP bootstrap
     // (plainly routed, on whichever spine ECMP picks) and the probes and control packets
-    // (steered too, but not counted per EV). And the bytes are spread evenly: each spine
-    // within 10% of the mean. A loss declared by the sender would move its EV out of the
-    // rotation and its retransmission to another spine; the fabric loses nothing, so the
-    // only losses are spurious ones of a descheduled engine (2 shared cores, a debug
-    // build): an RTO floor of 200 ms and a reorder window of 50 ms rule them out.
+    // (steered too, but not counted per EV). And the bytes follow the EVs: each spine's
+    // share within 10% of its four EVs' share of the data packets. A loss declared by the
+    // sender would move its EV out of the rotation and its retransmission to another
+    // spine; the fabric loses nothing, so the only losses are spurious ones of a
+    // descheduled engine (2 shared cores, a debug build): an RTO floor of 200 ms and a
+    // reorder window of 50 ms make them rare (the lab's TCG VM still had 3 RTO expiries
+    // in one run, EV 0 out of the rotation for about a second).
     // `--srv6-via socket` (sticky IPV6_RTHDR) and `route` (the host's steering table adds
     // the same header): the spread and the data are the same; the packet accounting holds
     // for the socket form only, whose packets leave one by one (route keeps GSO sends
@@ -247,22 +249,34 @@ fn testbed_steers_each_ev_through_its_spine_and_survives_a_dead_spine() {
             out.contains(&want),
             "{mode} via {via}: {want} missing in:\n{out}"
         );
-        // At least the payload crossed the spines (200 x 64 KiB), spread evenly.
+        // At least the payload crossed the spines (200 x 64 KiB), spread as the EVs were.
         let bytes: Vec<u64> = per_spine.iter().map(|(b, _)| *b).collect();
         let sum: u64 = bytes.iter().sum();
         assert!(sum >= n * MSG_BYTES, "{mode} via {via}: {per_spine:?}");
-        let mean = sum as f64 / 4.0;
+        // Each spine's share of the bytes is its four EVs' share of the data packets
+        // (a quarter each with round robin and no loss; an EV out of the rotation for a
+        // while after an RTO of the slow TCG VM sends fewer, and its spine carries fewer:
+        // EV 0 63 packets of 3226 once, spine 0 21.7% of the bytes for 21.5% predicted).
+        let data: u64 = (0..16u32).map(|ev| ev_packets(&out, ev)).sum();
         let worst = bytes
             .iter()
-            .map(|&b| (b as f64 - mean).abs() / mean)
+            .enumerate()
+            .map(|(j, &b)| {
+                let evs: u64 = (0..16u32)
+                    .filter(|ev| *ev as usize % 4 == j)
+                    .map(|ev| ev_packets(&out, ev))
+                    .sum();
+                let want = evs as f64 / data as f64;
+                (b as f64 / sum as f64 - want).abs() / want
+            })
             .fold(0.0, f64::max);
         eprintln!(
-            "{mode} via {via}: bytes per spine {bytes:?}, worst deviation {:.2}%",
+            "{mode} via {via}: bytes per spine {bytes:?}, worst deviation from the EVs' shares {:.2}%",
             worst * 100.0
         );
         assert!(
             worst <= 0.10,
-            "{mode} via {via}: bytes per spine {bytes:?} deviate {:.1}% from the mean:\n{out}",
+            "{mode} via {via}: bytes per spine {bytes:?} deviate {:.1}% from their EVs' shares of the packets:\n{out}",
             worst * 100.0
         );
         if via == "route" {
@@ -271,7 +285,6 @@ fn testbed_steers_each_ev_through_its_spine_and_survives_a_dead_spine() {
         // Datagrams beyond the per-EV data packets: probes and control packets, also
         // steered, but not counted per EV.
         let datagrams = datapath_datagrams(&out);
-        let data: u64 = (0..16u32).map(|ev| ev_packets(&out, ev)).sum();
         let extra = datagrams - data;
         for (j, &(_, pk)) in per_spine.iter().enumerate() {
             let sent: u64 = (0..16u32)
