@@ -195,8 +195,8 @@ fn half(x: u64, total: u64) -> bool {
 /// the packets, and the spine counters: by socket header, each spine of both planes
 /// received at least its EVs' data packets (EV `i` through spine `(i / 2) % 4` of plane
 /// `i % 2`) and at most those plus the client's other datagrams and the bootstrap; by
-/// route, each plane's spines' bytes within 10% of their mean. Both planes' spines 45-55%
-/// each of what all received.
+/// route, each spine's share of its plane's bytes within 10% of its EVs' share of the
+/// plane's packets. Both planes' spines 45-55% each of what all received.
 fn steered(f: &Fabric, port: u16, mode: &str, via: &str, n: u64) {
     let counter = if via == "route" {
         "rx_bytes"
@@ -246,15 +246,24 @@ fn steered(f: &Fabric, port: u16, mode: &str, via: &str, n: u64) {
         "{mode} via {via}: plane 0's spines received {plane0} of {total} ({counter}): {got:?}"
     );
     if via == "route" {
-        // Bytes: at least the payload, and each plane's spines within 10% of their mean.
+        // Bytes: at least the payload, and each spine's share of its plane's bytes within
+        // 10% of its EVs' share of the plane's data packets (a quarter each with no loss;
+        // an EV out of the rotation for a while after an RTO of the slow TCG VM sends
+        // fewer, and its spine carries fewer: 14.5% below the plane's mean once).
         assert!(total >= n * MSG_BYTES, "{mode} via {via}: {got:?}");
         for (q, g) in got.iter().enumerate() {
-            let mean = g.iter().sum::<u64>() as f64 / SPINES as f64;
+            let plane_bytes = g.iter().sum::<u64>() as f64;
+            let plane_packets = sent[q].iter().sum::<u64>() as f64;
             for (j, &b) in g.iter().enumerate() {
+                let share = b as f64 / plane_bytes;
+                let want = sent[q][j] as f64 / plane_packets;
                 assert!(
-                    (b as f64 - mean).abs() <= 0.1 * mean,
-                    "{mode} via {via}: spine {j} of plane {q} received {b} bytes, the plane's \
-                     mean {mean:.0}: {got:?}"
+                    (share - want).abs() <= 0.1 * want,
+                    "{mode} via {via}: spine {j} of plane {q} received {b} bytes, {:.1}% of the \
+                     plane's, its EVs sent {:.1}% of the plane's packets: {got:?}, EV packets \
+                     {sent:?}",
+                    share * 100.0,
+                    want * 100.0
                 );
             }
         }
