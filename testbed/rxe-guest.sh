@@ -689,8 +689,13 @@ role_planes_b() {
   fi
   mtu=$(DEV=rxe0 port_fact active_mtu)
   emit planes-b-setup true "rxe0 on eth0 (10.0.0.2), rxe1 on eth1 (10.1.0.2): active_mtu $mtu, IPv4 GID index $gid"
-  i=0
-  until ping -c 1 -W 1 10.0.0.1 >/dev/null 2>&1 || [ $i -ge 60 ]; do i=$((i + 1)); done
+  # Both planes answer before the client starts: plane 0 alone let it start while eth1
+  # had no route yet (ibv_create_ah: Network is unreachable on plane 1, and the server's
+  # address handle towards 10.1.0.2 timed out).
+  for peer in 10.0.0.1 10.1.0.1; do
+    i=0
+    until ping -c 1 -W 1 "$peer" >/dev/null 2>&1 || [ $i -ge 60 ]; do i=$((i + 1)); done
+  done
   tries=0
   while :; do
     $PERF client 10.0.0.1 --fabric verbs -d rxe0,rxe1 -x "$gid" --mtu $((mtu - 56)) --paths 16 \
