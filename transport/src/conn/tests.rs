@@ -27,8 +27,14 @@ fn pair() -> (Conn, Conn) {
 
 /// `pair()` with `b`'s configuration given (QPN 0x22, PSN 100, generation 7 as `a` expects).
 fn pair_with(b_cfg: ConnConfig) -> (Conn, Conn) {
+    pair_of(cfg(0x11, 0xFF_FFF0, 1), b_cfg)
+}
+
+/// Two connected ends of these configurations (`a`: QPN 0x11, PSN 0xFFFFF0, generation
+/// 1; `b`: QPN 0x22, PSN 100, generation 7, as each expects of the other).
+fn pair_of(a_cfg: ConnConfig, b_cfg: ConnConfig) -> (Conn, Conn) {
     let cc = || FixedWindowConfig::default().build();
-    let mut a = Connection::new(cfg(0x11, 0xFF_FFF0, 1), cc()).unwrap();
+    let mut a = Connection::new(a_cfg, cc()).unwrap();
     let mut b = Connection::new(b_cfg, cc()).unwrap();
     a.connect(PeerParams {
         qpn: 0x22,
@@ -2436,22 +2442,10 @@ fn pair_mtus(a_mtu: u32, b_mtu: u32) -> (Conn, Conn) {
         c.send.mtu_payload_bytes = mtu;
         c
     };
-    let cc = || FixedWindowConfig::default().build();
-    let mut a = Connection::new(with(cfg(0x11, 0xFF_FFF0, 1), a_mtu), cc()).unwrap();
-    let mut b = Connection::new(with(cfg(0x22, 100, 7), b_mtu), cc()).unwrap();
-    a.connect(PeerParams {
-        qpn: 0x22,
-        initial_psn: Psn::new(100),
-        generation: 7,
-    })
-    .unwrap();
-    b.connect(PeerParams {
-        qpn: 0x11,
-        initial_psn: Psn::new(0xFF_FFF0),
-        generation: 1,
-    })
-    .unwrap();
-    (a, b)
+    pair_of(
+        with(cfg(0x11, 0xFF_FFF0, 1), a_mtu),
+        with(cfg(0x22, 100, 7), b_mtu),
+    )
 }
 
 /// Moves every datagram both ways (zero delay) until both are quiet: the lengths of the
