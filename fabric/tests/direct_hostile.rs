@@ -50,21 +50,21 @@ fn until<D: Datapath>(
 
 #[test]
 fn strangers_on_the_direct_datapath_are_dropped_counted_unanswered_and_the_data_is_exact() {
-    strangers(47300..=47399, |u| {
+    strangers(19300..=19399, |u| {
         Worker::direct(u, EngineConfig::default()).unwrap()
     });
 }
 
 #[test]
 fn strangers_on_the_io_uring_datapath_are_dropped_counted_unanswered_and_the_data_is_exact() {
-    strangers(47400..=47499, |u| {
+    strangers(19400..=19499, |u| {
         Worker::new(u, EngineConfig::default()).unwrap()
     });
 }
 
 #[test]
 fn strangers_on_the_io_uring_multishot_datapath_are_dropped_counted_and_the_data_is_exact() {
-    strangers(47500..=47599, |mut u| {
+    strangers(19500..=19599, |mut u| {
         u.rx_multishot = true;
         Worker::new(u, EngineConfig::default()).unwrap()
     });

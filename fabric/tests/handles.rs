@@ -36,7 +36,7 @@ fn connect_pair<A: Datapath, B: Datapath>(
 
 #[test]
 fn handle_bytes_round_trip_and_hostile_handles_are_typed_errors() {
-    let mut w = worker(33000..=33049);
+    let mut w = worker(13000..=13049);
     let (lid, h) = w.listen(QpConfig::default()).unwrap();
     let b = h.to_bytes();
     assert_eq!(b.len(), HANDLE_BYTES);
@@ -94,8 +94,8 @@ fn handle_bytes_round_trip_and_hostile_handles_are_typed_errors() {
 /// way with every byte checked, and a second connection to the same listener.
 #[test]
 fn two_workers_connect_through_handles_and_move_checked_writes() {
-    let mut a = worker(33050..=33099);
-    let mut b = worker(33100..=33149);
+    let mut a = worker(13050..=13099);
+    let mut b = worker(13100..=13149);
     let (lid, handle) = a.listen(QpConfig::default()).unwrap();
     let bytes = handle.to_bytes();
     let (qb, qa) = connect_pair(&mut b, &mut a, lid, &bytes);
@@ -212,8 +212,8 @@ fn two_workers_connect_through_handles_and_move_checked_writes() {
 /// and a real peer connects meanwhile.
 #[test]
 fn stray_connections_are_dropped_and_counted_and_the_listener_keeps_working() {
-    let mut a = worker(33150..=33199);
-    let mut b = worker(33200..=33249);
+    let mut a = worker(13150..=13199);
+    let mut b = worker(13200..=13249);
     a.set_setup_timeout(Duration::from_millis(1500));
     let (lid, handle) = a.listen(QpConfig::default()).unwrap();
     let addr = handle.addr();
@@ -267,8 +267,8 @@ fn stray_connections_are_dropped_and_counted_and_the_listener_keeps_working() {
 /// then works.
 #[test]
 fn a_forged_handle_secret_is_refused_at_both_ends() {
-    let mut a = worker(33250..=33299);
-    let mut b = worker(33300..=33349);
+    let mut a = worker(13250..=13299);
+    let mut b = worker(13300..=13349);
     let (lid, handle) = a.listen(QpConfig::default()).unwrap();
     let mut forged = handle.to_bytes();
     forged[30] ^= 1;
@@ -316,9 +316,9 @@ fn a_forged_handle_secret_is_refused_at_both_ends() {
 /// its deadline, with every poll returning at once; a closed port fails as refused.
 #[test]
 fn a_silent_listener_times_out_the_attempt_without_blocking() {
-    let mut b = worker(33350..=33399);
+    let mut b = worker(13350..=13399);
     b.set_setup_timeout(Duration::from_millis(1000));
-    let mut a = worker(33400..=33449);
+    let mut a = worker(13400..=13449);
     let (_, real) = a.listen(QpConfig::default()).unwrap();
     let mute = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let mut bytes = real.to_bytes();
@@ -477,7 +477,7 @@ fn an_authenticating_listener_authenticates_every_packet_and_its_flag_cannot_be_
 #[test]
 fn handles_work_over_ipv6() {
     let w = |range| worker_at("[::1]:0", range);
-    let (mut a, mut b) = (w(33450..=33499), w(33500..=33549));
+    let (mut a, mut b) = (w(13450..=13499), w(13500..=13549));
     let (lid, handle) = a.listen(QpConfig::default()).unwrap();
     let bytes = handle.to_bytes();
     assert_eq!(bytes[5], 6);
@@ -494,7 +494,7 @@ fn handles_work_over_ipv6() {
 fn a_peer_holding_the_secret_that_then_misbehaves_leaves_no_qp_behind() {
     use mrc_fabric::engine::bootstrap::QpInfo;
     use mrc_transport::auth::key_confirmation;
-    let mut a = worker(33550..=33599);
+    let mut a = worker(13550..=13599);
     a.set_setup_timeout(Duration::from_millis(800));
     let (lid, handle) = a.listen(QpConfig::default()).unwrap();
     let hb = handle.to_bytes();
@@ -583,7 +583,7 @@ type Until = dyn Fn(&[Vec<u8>; 2], &[bool; 2]) -> bool;
 
 #[test]
 fn a_reflected_confirmation_from_a_second_connection_is_refused() {
-    let mut a = worker(33600..=33649);
+    let mut a = worker(13600..=13649);
     a.set_setup_timeout(Duration::from_millis(1500));
     let (lid, handle) = a.listen(QpConfig::default()).unwrap();
     let mut s = [
@@ -645,8 +645,8 @@ fn a_reflected_confirmation_from_a_second_connection_is_refused() {
 
 #[test]
 fn a_listener_at_a_chosen_port_and_secret_answers_the_handle_built_from_them() {
-    let mut server = worker(43100..=43199);
-    let mut client = worker(43200..=43299);
+    let mut server = worker(18100..=18199);
+    let mut client = worker(18200..=18299);
     let secret = *b"a secret both sides derive: test";
     // The kernel picks a free port; listening again at it with the chosen secret.
     let port = std::net::TcpListener::bind("127.0.0.1:0")

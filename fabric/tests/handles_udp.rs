@@ -80,8 +80,8 @@ fn checked_write(
 
 #[test]
 fn two_workers_connect_in_band_and_no_tcp_socket_is_opened() {
-    let mut a = worker(34000..=34049);
-    let mut b = worker(34050..=34099);
+    let mut a = worker(14000..=14049);
+    let mut b = worker(14050..=14099);
     let (lid, handle) = a.listen_with(QpConfig::default(), IN_BAND).unwrap();
     assert_eq!(handle.carrier(), SetupCarrier::Udp);
     let bytes = handle.to_bytes();
@@ -124,8 +124,8 @@ fn two_workers_connect_in_band_and_no_tcp_socket_is_opened() {
 
 #[test]
 fn every_other_set_up_datagram_lost_each_way_still_connects() {
-    let mut a = worker(34100..=34149);
-    let mut b = worker(34150..=34199);
+    let mut a = worker(14100..=14149);
+    let mut b = worker(14150..=14199);
     let (lid, handle) = a.listen_with(QpConfig::default(), IN_BAND).unwrap();
     // A relay between them that loses the 1st, 3rd, 5th ... datagram each way.
     let relay = UdpSocket::bind("127.0.0.1:0").unwrap();
@@ -174,7 +174,7 @@ fn every_other_set_up_datagram_lost_each_way_still_connects() {
 
 #[test]
 fn a_stray_datagram_is_dropped_counted_and_unanswered() {
-    let mut a = worker(34200..=34249);
+    let mut a = worker(14200..=14249);
     let (lid, handle) = a.listen_with(QpConfig::default(), IN_BAND).unwrap();
     let s = UdpSocket::bind("127.0.0.1:0").unwrap();
     s.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
@@ -197,7 +197,7 @@ fn a_stray_datagram_is_dropped_counted_and_unanswered() {
 
 #[test]
 fn a_closed_port_fails_the_attempt() {
-    let mut b = worker(34250..=34299);
+    let mut b = worker(14250..=14299);
     let gone = UdpSocket::bind("127.0.0.1:0").unwrap();
     let addr = gone.local_addr().unwrap();
     drop(gone);
@@ -226,7 +226,7 @@ fn a_closed_port_fails_the_attempt() {
 #[test]
 fn in_band_set_up_works_over_ipv6() {
     let w = |range| worker_at("[::1]:0", range);
-    let (mut a, mut b) = (w(34300..=34349), w(34350..=34399));
+    let (mut a, mut b) = (w(14300..=14349), w(14350..=14399));
     let (lid, handle) = a.listen_with(QpConfig::default(), IN_BAND).unwrap();
     let bytes = handle.to_bytes();
     assert_eq!((bytes[5], bytes[56]), (6, HANDLE_FLAG_UDP_SETUP));

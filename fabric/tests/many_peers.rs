@@ -286,7 +286,7 @@ fn write_both_ways(
 #[test]
 fn one_hub_and_64_peer_workers_share_ev_sockets_and_every_connection_writes() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let ports = PortAllocator::new(34000..=35999).unwrap();
+    let ports = PortAllocator::new(14000..=15999).unwrap();
     let (s0, _) = fds();
     let mut hub = worker(&ports);
     let mut peers: Vec<_> = (0..PEERS).map(|_| worker(&ports)).collect();
@@ -321,7 +321,7 @@ fn one_hub_and_64_peer_workers_share_ev_sockets_and_every_connection_writes() {
 #[test]
 fn sixty_four_idle_connections_between_two_workers_cost_no_socket_and_little_memory() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let ports = PortAllocator::new(36000..=36199).unwrap();
+    let ports = PortAllocator::new(16000..=16199).unwrap();
     let (s0, _) = fds();
     let mut a = worker(&ports);
     let mut b = vec![worker(&ports)];

@@ -39,8 +39,8 @@ fn assert_within_budget(took: Duration) {
 
 #[test]
 fn an_engine_thread_qp_waiting_on_a_receive_finds_its_vanished_peer() {
-    let ca = Context::new(udp(46110..=46125), EngineConfig::default()).unwrap();
-    let cb = Context::new(udp(46130..=46145), EngineConfig::default()).unwrap();
+    let ca = Context::new(udp(18500..=18549), EngineConfig::default()).unwrap();
+    let cb = Context::new(udp(18550..=18599), EngineConfig::default()).unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let server = listener.local_addr().unwrap();
     let qa = ca.create_qp(qp_cfg()).unwrap();
@@ -80,8 +80,8 @@ fn an_engine_thread_qp_waiting_on_a_receive_finds_its_vanished_peer() {
 
 #[test]
 fn a_caller_progressed_worker_waiting_on_a_receive_finds_its_vanished_peer() {
-    let mut a = Worker::new(udp(46150..=46165), EngineConfig::default()).unwrap();
-    let mut b = Worker::new(udp(46170..=46185), EngineConfig::default()).unwrap();
+    let mut a = Worker::new(udp(18600..=18649), EngineConfig::default()).unwrap();
+    let mut b = Worker::new(udp(18650..=18699), EngineConfig::default()).unwrap();
     let (lid, handle) = b.listen(qp_cfg()).unwrap();
     let cid = a.connect_start(&handle, qp_cfg()).unwrap();
     let until = Instant::now() + T;

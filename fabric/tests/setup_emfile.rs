@@ -35,8 +35,8 @@ fn out_of_descriptors_the_listener_defers_accepts_and_serves_them_later() {
         u.rx_slots = 8;
         u
     };
-    let mut a = Worker::new(udp(47950..=47974), EngineConfig::default()).unwrap();
-    let mut b = Worker::new(udp(47975..=47999), EngineConfig::default()).unwrap();
+    let mut a = Worker::new(udp(19950..=19974), EngineConfig::default()).unwrap();
+    let mut b = Worker::new(udp(19975..=19999), EngineConfig::default()).unwrap();
     let (lid, handle) = a.listen(QpConfig::default()).unwrap();
     let mut saved = libc::rlimit {
         rlim_cur: 0,

@@ -51,8 +51,8 @@ fn connect(
 fn a_full_listener_evicts_the_oldest_stranger_and_serves_a_real_peer_at_once() {
     const DEADLINE: Duration = Duration::from_millis(3000);
     const STRAYS: usize = MAX_ACCEPTS_IN_FLIGHT + 44;
-    let mut a = worker(47600..=47649);
-    let mut b = worker(47650..=47699);
+    let mut a = worker(19600..=19649);
+    let mut b = worker(19650..=19699);
     a.set_setup_timeout(DEADLINE);
     let (lid, handle) = a.listen(QpConfig::default()).unwrap();
     let addr = handle.addr();
@@ -136,9 +136,9 @@ fn a_connecting_worker_refuses_a_hostile_listener_within_its_deadline() {
     use mrc_fabric::engine::bootstrap::BootstrapError;
     use std::net::TcpListener;
     const DEADLINE: Duration = Duration::from_millis(1500);
-    let mut b = worker(47700..=47749);
+    let mut b = worker(19700..=19749);
     b.set_setup_timeout(DEADLINE);
-    let mut real = worker(47750..=47799);
+    let mut real = worker(19750..=19799);
     let (_, handle) = real.listen(QpConfig::default()).unwrap();
     // One fake listener per behaviour, each serving one connection on its own thread.
     let fake = |behave: fn(TcpStream)| {
@@ -237,8 +237,8 @@ fn a_setup_timeout_of_duration_max_is_a_far_deadline_not_a_panic() {
     assert!(
         deadline_after(Duration::from_secs(5)).duration_since(before) >= Duration::from_secs(5)
     );
-    let mut a = worker(47800..=47849);
-    let mut b = worker(47850..=47899);
+    let mut a = worker(19800..=19849);
+    let mut b = worker(19850..=19899);
     a.set_setup_timeout(Duration::MAX);
     b.set_setup_timeout(Duration::MAX);
     let (lid, handle) = a.listen(QpConfig::default()).unwrap();
@@ -256,7 +256,7 @@ fn a_setup_timeout_of_duration_max_is_a_far_deadline_not_a_panic() {
 fn listen_on_a_multicast_ip_is_refused() {
     use mrc_fabric::engine::EngineError;
     let mut u = UdpConfig::bind("224.0.0.1:0".parse().unwrap());
-    u.ports = PortAllocator::new(47900..=47949).unwrap();
+    u.ports = PortAllocator::new(19900..=19949).unwrap();
     let mut w = Worker::new(u, EngineConfig::default()).unwrap();
     match w.listen(QpConfig::default()) {
         Err(EngineError::Refused(m)) => assert_eq!(

@@ -614,12 +614,12 @@ fn udp_cfg(bind: &str, range: std::ops::RangeInclusive<u16>) -> UdpConfig {
 #[test]
 fn three_engines_take_qps_round_robin_and_each_delivers_verified_bytes() {
     let ca = Context::new(
-        udp_cfg("127.0.0.1:0", 37000..=37099),
+        udp_cfg("127.0.0.1:0", 17000..=17099),
         EngineConfig::default(),
     )
     .unwrap();
     let cb = Context::with_engines(
-        udp_cfg("127.0.0.1:0", 37100..=37199),
+        udp_cfg("127.0.0.1:0", 17100..=17199),
         EngineConfig::default(),
         3,
     )
@@ -685,7 +685,7 @@ fn engine_counts_outside_one_to_max_and_ports_past_65535_are_refused() {
     use mrc_fabric::engine::{EngineError, MAX_ENGINES};
     for k in [0, MAX_ENGINES + 1] {
         let e = Context::with_engines(
-            udp_cfg("127.0.0.1:0", 37200..=37209),
+            udp_cfg("127.0.0.1:0", 17200..=17209),
             EngineConfig::default(),
             k,
         )
@@ -696,7 +696,7 @@ fn engine_counts_outside_one_to_max_and_ports_past_65535_are_refused() {
         );
     }
     let e = Context::with_engines(
-        udp_cfg("127.0.0.1:65534", 37200..=37209),
+        udp_cfg("127.0.0.1:65534", 17200..=17209),
         EngineConfig::default(),
         3,
     )
@@ -713,7 +713,7 @@ fn engine_counts_outside_one_to_max_and_ports_past_65535_are_refused() {
 #[test]
 fn engines_bind_consecutive_ports_and_a_taken_one_fails_the_whole_context() {
     let a = Context::with_engines(
-        udp_cfg("127.0.0.1:37300", 37210..=37229),
+        udp_cfg("127.0.0.1:17300", 17210..=17229),
         EngineConfig::default(),
         3,
     )
@@ -723,10 +723,10 @@ fn engines_bind_consecutive_ports_and_a_taken_one_fails_the_whole_context() {
             .iter()
             .map(|s| s.to_string())
             .collect::<Vec<_>>(),
-        ["127.0.0.1:37300", "127.0.0.1:37301", "127.0.0.1:37302"]
+        ["127.0.0.1:17300", "127.0.0.1:17301", "127.0.0.1:17302"]
     );
     let e = Context::with_engines(
-        udp_cfg("127.0.0.1:37299", 37230..=37249),
+        udp_cfg("127.0.0.1:17299", 17230..=17249),
         EngineConfig::default(),
         2,
     )
@@ -735,21 +735,21 @@ fn engines_bind_consecutive_ports_and_a_taken_one_fails_the_whole_context() {
         matches!(
             e,
             mrc_fabric::engine::EngineError::EngineSetup { index: 1, bind, .. }
-                if bind.to_string() == "127.0.0.1:37300"
+                if bind.to_string() == "127.0.0.1:17300"
         ),
         "{e}"
     );
     assert_eq!(
         e.to_string(),
-        "engine 1 (receive socket 127.0.0.1:37300): receive socket: Address already in use (os error 98)"
+        "engine 1 (receive socket 127.0.0.1:17300): receive socket: Address already in use (os error 98)"
     );
     let b = Context::with_engines(
-        udp_cfg("127.0.0.1:37299", 37230..=37249),
+        udp_cfg("127.0.0.1:17299", 17230..=17249),
         EngineConfig::default(),
         1,
     )
     .unwrap();
-    assert_eq!(b.udp_addr().to_string(), "127.0.0.1:37299");
+    assert_eq!(b.udp_addr().to_string(), "127.0.0.1:17299");
 }
 
 /// A context whose datapath has one plane per address of `planes` (loopback addresses).
