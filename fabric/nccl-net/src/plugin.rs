@@ -110,7 +110,8 @@ pub struct Config {
 
 impl Config {
     /// Takes the plane list `list` (`NCCL_SPRAY_PLANES`): 2 to 8 unicast addresses of one
-    /// family, none repeated; `addr` becomes plane 0's (`addr_given`: `NCCL_SPRAY_ADDR` was
+    /// family, none repeated ([`mrc_fabric::udp::parse_plane_list`], the libfabric
+    /// provider's rule too); `addr` becomes plane 0's (`addr_given`: `NCCL_SPRAY_ADDR` was
     /// set, and must then name plane 0).
     ///
     /// # Errors
@@ -122,31 +123,7 @@ impl Config {
                 format!("NCCL_SPRAY_PLANES={list}: {m}"),
             )
         };
-        let ips = list
-            .split(',')
-            .map(|a| {
-                a.trim()
-                    .parse::<IpAddr>()
-                    .map_err(|e| bad(format!("{a:?}: {e}")))
-            })
-            .collect::<Res<Vec<IpAddr>>>()?;
-        if !(2..=mrc_fabric::udp::MAX_PLANE_IPS).contains(&ips.len()) {
-            return Err(bad(format!(
-                "{} addresses; give 2 to {}",
-                ips.len(),
-                mrc_fabric::udp::MAX_PLANE_IPS
-            )));
-        }
-        for (i, ip) in ips.iter().enumerate() {
-            if ip.is_unspecified() || ip.is_multicast() || ip.is_ipv6() != ips[0].is_ipv6() {
-                return Err(bad(format!(
-                    "{ip}: every plane's address is a unicast one of one family"
-                )));
-            }
-            if ips[..i].contains(ip) {
-                return Err(bad(format!("{ip} is given twice")));
-            }
-        }
+        let ips = mrc_fabric::udp::parse_plane_list(list).map_err(|e| bad(e.to_string()))?;
         if addr_given && self.addr != ips[0] {
             return Err(bad(format!(
                 "NCCL_SPRAY_ADDR={} is not plane 0's address {}",

@@ -44,6 +44,7 @@ mod direct;
 mod evsock;
 mod fake;
 pub mod mtu;
+pub mod planelist;
 pub mod planewatch;
 pub mod ports;
 mod sock;
@@ -51,6 +52,7 @@ mod uring;
 
 pub use direct::{DirectCounters, DirectDatapath};
 pub use fake::{FakeDatapath, FakeNet, FakeVerdict};
+pub use planelist::{PlaneListError, parse_plane_list};
 pub use planewatch::{PLANE_WATCH_INTERVAL, PlaneWatch};
 pub use ports::{DEFAULT_PORT_RANGE, PortAllocator, PortError, PortLease};
 pub use sock::{read_sticky_rthdr, srh_bytes};
