@@ -70,7 +70,11 @@ fn handle_bytes_round_trip_and_hostile_handles_are_typed_errors() {
     assert_eq!(bad(4, 2), Err(HandleError::BadVersion(2)));
     assert_eq!(bad(5, 5), Err(HandleError::BadFamily(5)));
     assert_eq!(bad(12, 1), Err(HandleError::BadAddress)); // IPv4 with bytes in the v6 tail
-    assert_eq!(bad(57, 1), Err(HandleError::BadAddress)); // reserved
+    assert_eq!(bad(57, 1), Err(HandleError::BadPlanes(1))); // one plane is 0
+    assert_eq!(bad(57, 9), Err(HandleError::BadPlanes(9)));
+    assert_eq!(bad(58, 1), Err(HandleError::BadAddress)); // reserved
+    assert_eq!(h.planes(), 1);
+    assert_eq!(bad(57, 2).unwrap().planes(), 2);
     assert_eq!(bad(56, 4), Err(HandleError::BadFlags(4)));
     assert!(!h.authenticates_packets());
     let mut port0 = b;

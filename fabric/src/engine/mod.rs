@@ -886,6 +886,14 @@ fn qp_info(
     }
 }
 
+/// Why an end on `ours` planes cannot talk to a peer on `theirs`
+/// ([`EngineError::Incompatible`]).
+pub(crate) fn planes_differ(ours: usize, theirs: usize) -> String {
+    format!(
+        "this end sends on {ours} plane(s) and the peer has {theirs}: give both ends one address per plane, as many (mrc-perf --bind A,B)"
+    )
+}
+
 /// Whether a QP with configuration `cfg` can talk to `remote`; its transport peer
 /// parameters if so.
 fn peer_params(cfg: &ConnConfig, remote: &QpInfo) -> Result<PeerParams, EngineError> {
@@ -911,9 +919,7 @@ fn peer_params(cfg: &ConnConfig, remote: &QpInfo) -> Result<PeerParams, EngineEr
         .map_or(1, |p| usize::from(p) + 1);
     let theirs = remote.plane_ips.len().max(1);
     if ours != theirs {
-        return Err(EngineError::Incompatible(format!(
-            "this end sends on {ours} plane(s) and the peer has {theirs}: give both ends one address per plane, as many (mrc-perf --bind A,B)"
-        )));
+        return Err(EngineError::Incompatible(planes_differ(ours, theirs)));
     }
     Ok(PeerParams {
         qpn: remote.qpn,

@@ -92,6 +92,11 @@ pub const HANDLE_FLAG_AUTH_PACKETS: u8 = 1;
 pub const HANDLE_FLAG_UDP_SETUP: u8 = 2;
 /// Every flag bit this version knows.
 const HANDLE_FLAGS_KNOWN: u8 = HANDLE_FLAG_AUTH_PACKETS | HANDLE_FLAG_UDP_SETUP;
+/// Offset of the plane count in an encoded [`ConnHandle`] (byte 57, reserved before
+/// planes were carried): 0 for one plane (so a one-plane handle is the same 60 bytes as
+/// before), 2..=[`crate::udp::MAX_PLANE_IPS`] for a listener on that many planes
+/// ([`ConnHandle::planes`]).
+pub const HANDLE_PLANES_OFFSET: usize = 57;
 /// Most datagrams a UDP listener (or a connection attempt) reads in one pass, so a flood
 /// cannot hold a worker's progress call.
 pub const MAX_SETUP_DATAGRAMS_PER_PASS: usize = 256;
@@ -128,18 +133,33 @@ fn next_accept_at(now: Instant, empty: bool) -> Instant {
 /// Layout ([`HANDLE_BYTES`] bytes, big-endian):
 ///
 /// ```text
-/// 0      4        5        6        8                 24                56      57    60
-/// | MRCH | ver=1  | family | port   | IP (16 bytes;   | secret (32)      | flags | 0   |
-/// |      |        | 4 or 6 | TCP    |  IPv4 in 0..4)  |                  |       |rsvd |
+/// 0      4        5        6        8                 24                56      57     58  60
+/// | MRCH | ver=1  | family | port   | IP (16 bytes;   | secret (32)      | flags | planes | 0 |
+/// |      |        | 4 or 6 | TCP    |  IPv4 in 0..4)  |                  |       |        |rsv|
 /// ```
 ///
-/// Flags: [`HANDLE_FLAG_AUTH_PACKETS`]. The flags are bound into the handshake's key
-/// confirmation, so a handle whose flags were changed fails as a forged secret does.
+/// Flags: [`HANDLE_FLAG_AUTH_PACKETS`], [`HANDLE_FLAG_UDP_SETUP`]. The flags are bound
+/// into the handshake's key confirmation, so a handle whose flags were changed fails as a
+/// forged secret does.
+///
+/// Planes (byte [`HANDLE_PLANES_OFFSET`]): how many planes the listener's worker sends
+/// on ([`crate::udp::UdpConfig::plane_ips`]), 0 meaning one. The handle holds the count,
+/// not the addresses (eight IPv6 addresses are 128 bytes; libfabric's `FI_NAME_MAX` is
+/// 64): the set-up swaps the addresses ([`QpInfo::plane_ips`]). The count lets a
+/// connecting end with another number of planes fail at once
+/// ([`super::Worker::connect_start`]: both ends need as many) instead of after a set-up.
+/// It is not bound into the confirmation: a changed count only moves that refusal to the
+/// set-up, which checks the addresses the peer sends. The layout is version 1's: a
+/// one-plane handle is byte for byte what it was, and a decoder older than the count
+/// refuses a handle of several planes (its reserved byte is not 0), which it could not
+/// have served anyway.
 #[derive(Clone, PartialEq, Eq)]
 pub struct ConnHandle {
     addr: SocketAddr,
     secret: [u8; SECRET_BYTES],
     flags: u8,
+    /// Planes of the listener, 1..=[`crate::udp::MAX_PLANE_IPS`].
+    planes: u8,
 }
 
 /// How a listener's connections are set up ([`super::Worker::listen_with`]).
@@ -201,6 +221,10 @@ pub enum HandleError {
     /// Flag bits this version does not know.
     #[error("connection handle flags {0:#04x} are not supported")]
     BadFlags(u8),
+    /// A plane count byte ([`HANDLE_PLANES_OFFSET`]) that is neither 0 (one plane) nor
+    /// 2..=[`crate::udp::MAX_PLANE_IPS`].
+    #[error("connection handle plane count byte {0}: 0 (one plane) or 2 to 8")]
+    BadPlanes(u8),
 }
 
 impl ConnHandle {
@@ -212,7 +236,28 @@ impl ConnHandle {
             addr,
             secret,
             flags: handle_flags(opts),
+            planes: 1,
         }
+    }
+
+    /// This handle naming a listener on `planes` planes ([`ConnHandle::planes`]).
+    ///
+    /// # Errors
+    /// [`HandleError::BadPlanes`] for 0 or more than [`crate::udp::MAX_PLANE_IPS`].
+    pub fn with_planes(mut self, planes: usize) -> Result<ConnHandle, HandleError> {
+        if !(1..=crate::udp::MAX_PLANE_IPS).contains(&planes) {
+            return Err(HandleError::BadPlanes(
+                u8::try_from(planes).unwrap_or(u8::MAX),
+            ));
+        }
+        self.planes = planes as u8;
+        Ok(self)
+    }
+
+    /// How many planes the listener's worker sends on (1 for a handle with byte
+    /// [`HANDLE_PLANES_OFFSET`] 0): a connecting end must have as many.
+    pub fn planes(&self) -> usize {
+        usize::from(self.planes)
     }
 
     /// The listener's address: a TCP or a UDP port ([`ConnHandle::carrier`]).
@@ -263,6 +308,7 @@ impl ConnHandle {
         }
         b[24..56].copy_from_slice(&self.secret);
         b[56] = self.flags;
+        b[HANDLE_PLANES_OFFSET] = if self.planes > 1 { self.planes } else { 0 };
         b
     }
 
@@ -293,7 +339,10 @@ impl ConnHandle {
             }
             f => return Err(HandleError::BadFamily(f)),
         };
-        if port == 0 || ip.is_unspecified() || ip.is_multicast() || b[57..].iter().any(|&x| x != 0)
+        if port == 0
+            || ip.is_unspecified()
+            || ip.is_multicast()
+            || b[HANDLE_PLANES_OFFSET + 1..].iter().any(|&x| x != 0)
         {
             return Err(HandleError::BadAddress);
         }
@@ -301,12 +350,18 @@ impl ConnHandle {
         if flags & !HANDLE_FLAGS_KNOWN != 0 {
             return Err(HandleError::BadFlags(flags));
         }
+        let planes = match b[HANDLE_PLANES_OFFSET] {
+            0 => 1,
+            n if (2..=crate::udp::MAX_PLANE_IPS).contains(&usize::from(n)) => n,
+            n => return Err(HandleError::BadPlanes(n)),
+        };
         let mut secret = [0u8; SECRET_BYTES];
         secret.copy_from_slice(&b[24..56]);
         Ok(ConnHandle {
             addr: SocketAddr::new(ip, port),
             secret,
             flags,
+            planes,
         })
     }
 }
@@ -1145,6 +1200,7 @@ impl Setup {
             addr,
             secret,
             flags: handle_flags(opts),
+            planes: 1,
         };
         let id = self.id();
         self.listeners
@@ -1641,6 +1697,58 @@ mod accept_poll_tests {
         assert_eq!(ACCEPT_POLL, Duration::from_millis(1));
         assert_eq!(next_accept_at(now, true), now + Duration::from_millis(1));
         assert_eq!(next_accept_at(now, false), now);
+    }
+}
+
+#[cfg(test)]
+mod handle_planes_tests {
+    use super::*;
+
+    /// The plane count rides in byte 57: 0 for one plane (the bytes of a one-plane
+    /// handle unchanged), the count for 2..=8; 1 and 9..=255 there are refused, and so
+    /// is asking for 0 or 9 planes.
+    #[test]
+    fn a_handle_carries_its_plane_count_in_byte_57() {
+        let at: SocketAddr = "[fd00::1]:4000".parse().unwrap();
+        let h = ConnHandle::new(at, [7; SECRET_BYTES], ListenOptions::default());
+        let one = h.to_bytes();
+        assert_eq!(h.planes(), 1);
+        assert_eq!(one[HANDLE_PLANES_OFFSET], 0);
+        assert_eq!(one[57..], [0, 0, 0]);
+        for n in 2..=crate::udp::MAX_PLANE_IPS {
+            let p = h.clone().with_planes(n).unwrap();
+            let b = p.to_bytes();
+            assert_eq!(b[57..], [n as u8, 0, 0]);
+            // Only byte 57 differs from the one-plane handle.
+            let diff: Vec<usize> = (0..HANDLE_BYTES).filter(|&i| b[i] != one[i]).collect();
+            assert_eq!(diff, vec![57]);
+            let back = ConnHandle::from_bytes(&b).unwrap();
+            assert_eq!(back.planes(), n);
+            assert_eq!(back, p);
+            assert_eq!(back.addr(), at);
+        }
+        assert_eq!(
+            h.clone().with_planes(1).unwrap().to_bytes(),
+            one,
+            "one plane is byte 57 = 0"
+        );
+        assert_eq!(h.clone().with_planes(0), Err(HandleError::BadPlanes(0)));
+        assert_eq!(h.clone().with_planes(9), Err(HandleError::BadPlanes(9)));
+        assert_eq!(h.clone().with_planes(300), Err(HandleError::BadPlanes(255)));
+        for v in [1u8, 9, 64, 255] {
+            let mut b = one;
+            b[HANDLE_PLANES_OFFSET] = v;
+            assert_eq!(ConnHandle::from_bytes(&b), Err(HandleError::BadPlanes(v)));
+        }
+        assert_eq!(
+            HandleError::BadPlanes(9).to_string(),
+            "connection handle plane count byte 9: 0 (one plane) or 2 to 8"
+        );
+        for i in [58, 59] {
+            let mut b = one;
+            b[i] = 1;
+            assert_eq!(ConnHandle::from_bytes(&b), Err(HandleError::BadAddress));
+        }
     }
 }
 

@@ -362,7 +362,8 @@ impl<D: Datapath> Worker<D> {
         opts: ListenOptions,
     ) -> Result<(ListenerId, ConnHandle), EngineError> {
         let ip = self.udp_addr().ip();
-        self.setup.listen(ip, 0, None, cfg, opts)
+        let r = self.setup.listen(ip, 0, None, cfg, opts);
+        self.with_plane_count(r)
     }
 
     /// [`Worker::listen_with`] at a chosen `port` (TCP or UDP as the options' carrier
@@ -383,7 +384,29 @@ impl<D: Datapath> Worker<D> {
         secret: Option<[u8; super::setup::SECRET_BYTES]>,
     ) -> Result<(ListenerId, ConnHandle), EngineError> {
         let ip = self.udp_addr().ip();
-        self.setup.listen(ip, port, secret, cfg, opts)
+        let r = self.setup.listen(ip, port, secret, cfg, opts);
+        self.with_plane_count(r)
+    }
+
+    /// How many planes this worker's datapath sends on ([`Datapath::plane_ips`], at
+    /// least 1): what its handles say ([`ConnHandle::planes`]).
+    pub fn plane_count(&self) -> usize {
+        self.engine.dp.plane_ips().len().max(1)
+    }
+
+    /// A new listener's handle with this worker's plane count.
+    fn with_plane_count(
+        &mut self,
+        r: Result<(ListenerId, ConnHandle), EngineError>,
+    ) -> Result<(ListenerId, ConnHandle), EngineError> {
+        let (id, h) = r?;
+        match h.with_planes(self.plane_count()) {
+            Ok(h) => Ok((id, h)),
+            Err(e) => {
+                self.close_listener(id);
+                Err(EngineError::Refused(e.to_string()))
+            }
+        }
     }
 
     /// The next connection listener `id` completed, as the QPN of its new QP (connected,
@@ -415,12 +438,21 @@ impl<D: Datapath> Worker<D> {
     ///
     /// # Errors
     /// As [`Worker::create_qp`]; [`EngineError::Bootstrap`] when the socket cannot be
-    /// opened or the connect fails at once (e.g. no route).
+    /// opened or the connect fails at once (e.g. no route);
+    /// [`EngineError::Incompatible`], before anything is opened or sent, when the
+    /// handle's listener has another number of planes than this worker
+    /// ([`ConnHandle::planes`], [`Worker::plane_count`]: both ends need as many).
     pub fn connect_start(
         &mut self,
         handle: &ConnHandle,
         cfg: QpConfig,
     ) -> Result<ConnectId, EngineError> {
+        let (ours, theirs) = (self.plane_count(), handle.planes());
+        if ours != theirs {
+            return Err(EngineError::Incompatible(super::planes_differ(
+                ours, theirs,
+            )));
+        }
         let qpn = self.create_qp(cfg.clone())?;
         let planes = self.engine.dp.plane_ips();
         let from = (planes.len() > 1).then(|| planes[0]);
