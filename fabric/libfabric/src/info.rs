@@ -403,13 +403,107 @@ pub(crate) struct Named {
     dest: Option<[u8; ADDR_LEN]>,
 }
 
-/// The IP an endpoint binds when nothing names one: `FI_MRC_ADDR`, default 127.0.0.1;
-/// `None` when `FI_MRC_ADDR` is not an IP.
+/// The IP an endpoint binds when nothing names one: `FI_MRC_ADDR`, else plane 0's
+/// address of a good `FI_MRC_PLANES`, else 127.0.0.1; `None` when `FI_MRC_ADDR` is not an
+/// IP.
 pub(crate) fn default_ip() -> Option<IpAddr> {
     match std::env::var("FI_MRC_ADDR") {
         Ok(s) => s.trim().parse().ok(),
-        Err(_) => Some(IpAddr::V4(Ipv4Addr::LOCALHOST)),
+        Err(_) => Some(
+            plane_list()
+                .ok()
+                .flatten()
+                .map_or(IpAddr::V4(Ipv4Addr::LOCALHOST), |ips| ips[0]),
+        ),
     }
+}
+
+/// `FI_MRC_PLANES` as set: `None` when unset or empty (after trimming).
+fn planes_var() -> Option<String> {
+    let v = std::env::var_os("FI_MRC_PLANES")?;
+    let s = v.to_string_lossy().trim().to_string();
+    (!s.is_empty()).then_some(s)
+}
+
+/// The plane addresses of `FI_MRC_PLANES` (`list`) against `FI_MRC_ADDR` (`addr`, when
+/// set): `Ok(None)` without a list (one plane); the addresses, plane 0 first, for 2 to
+/// [`mrc_fabric::udp::MAX_PLANE_IPS`] unicast IPs of one family, none repeated
+/// ([`mrc_fabric::udp::parse_plane_list`], NCCL's `NCCL_SPRAY_PLANES` rule), with
+/// `FI_MRC_ADDR` left out or naming plane 0; otherwise the line that says why.
+pub(crate) fn planes_from(
+    list: Option<&str>,
+    addr: Option<&str>,
+) -> Result<Option<Vec<IpAddr>>, String> {
+    let Some(list) = list else {
+        return Ok(None);
+    };
+    let ips = mrc_fabric::udp::parse_plane_list(list)
+        .map_err(|e| format!("FI_MRC_PLANES={list}: {e}"))?;
+    if let Some(a) = addr
+        && a.trim().parse::<IpAddr>().ok() != Some(ips[0])
+    {
+        return Err(format!(
+            "FI_MRC_PLANES={list}: FI_MRC_ADDR={a} is not plane 0's address {}: leave FI_MRC_ADDR out or give plane 0's",
+            ips[0]
+        ));
+    }
+    Ok(Some(ips))
+}
+
+/// [`planes_from`] of the environment, without a line.
+fn plane_list() -> Result<Option<Vec<IpAddr>>, String> {
+    let addr = std::env::var("FI_MRC_ADDR").ok();
+    planes_from(planes_var().as_deref(), addr.as_deref())
+}
+
+/// `FI_MRC_PLANES`: this host's address on each plane ([`planes_from`]); `Ok(None)` when
+/// it is unset or empty. `Err(FI_EINVAL)`, with a log line, when it is refused.
+pub(crate) fn planes_env() -> Result<Option<Vec<IpAddr>>, u32> {
+    plane_list().map_err(|m| {
+        crate::log(&m);
+        FI_EINVAL
+    })
+}
+
+/// How many planes the endpoints of this process have: `FI_MRC_PLANES`'s addresses, 1
+/// without it (or with a bad one, which `fi_getinfo` and `fi_endpoint` refuse).
+pub(crate) fn plane_count() -> usize {
+    plane_list().ok().flatten().map_or(1, |ips| ips.len())
+}
+
+/// Whether every plane address `ips` can be bound in `ns` (this thread's namespace when
+/// `None`), and plane 0 is the endpoint's source address `src`. `Err(FI_EINVAL)` for a
+/// source address that is not plane 0's, `Err(FI_EADDRNOTAVAIL)` for an address that
+/// cannot be bound, each with a log line.
+pub(crate) fn check_planes(ns: Option<&NetNs>, ips: &[IpAddr], src: IpAddr) -> Result<(), u32> {
+    let list = planes_var().unwrap_or_default();
+    if src != ips[0] {
+        crate::log(&format!(
+            "FI_MRC_PLANES={list}: the endpoint's source address {src} is not plane 0's address {}",
+            ips[0]
+        ));
+        return Err(FI_EINVAL);
+    }
+    let bind = |ip: IpAddr| std::net::UdpSocket::bind(SocketAddr::new(ip, 0)).map(drop);
+    for (p, &ip) in ips.iter().enumerate() {
+        let r = match ns {
+            None => bind(ip).map_err(|e| e.to_string()),
+            Some(ns) => ns
+                .run(|| bind(ip))
+                .and_then(|r| r.map_err(|e| e.to_string())),
+        };
+        if let Err(e) = r {
+            let where_ = ns.map_or_else(
+                || "this process's network namespace".to_string(),
+                |ns| format!("FI_MRC_NETNS={}", ns.path()),
+            );
+            crate::log(&format!(
+                "FI_MRC_PLANES={list}: cannot bind plane {p}'s address {ip} in {where_} ({e}): give addresses of that namespace"
+            ));
+            return Err(FI_EADDRNOTAVAIL);
+        }
+    }
+    Ok(())
 }
 
 /// Smallest `FI_MRC_MTU`, payload bytes (mrc-perf's `--mtu` takes the same range).
@@ -498,8 +592,12 @@ fn check_bind(ns: &NetNs, ip: IpAddr) -> Result<(), u32> {
 
 /// The endpoint address of a listener at `at` with the public [`NAMED_SECRET`] (port 0:
 /// the kernel picks the port when the endpoint opens, with a secret of its own).
+/// It states this process's plane count ([`plane_count`]): a node and service cannot say
+/// the peer's, so the provider takes the peer to be set up as this process is (the
+/// set-up refuses a peer with another count).
 fn named(at: SocketAddr) -> [u8; ADDR_LEN] {
-    ConnHandle::new(at, NAMED_SECRET, LISTEN_OPTIONS).to_bytes()
+    let h = ConnHandle::new(at, NAMED_SECRET, LISTEN_OPTIONS);
+    h.clone().with_planes(plane_count()).unwrap_or(h).to_bytes()
 }
 
 /// An endpoint address a caller passed (`fi_info`'s `src_addr` or `dest_addr`): `len`
@@ -605,7 +703,10 @@ unsafe fn cstr<'a>(p: *const c_char) -> Result<Option<&'a str>, ()> {
 /// `src_addr` (the provider's IP, `FI_MRC_ADDR` or 127.0.0.1, and port 0 when nothing
 /// names one), which `fi_endpoint` binds. An `FI_MRC_ADDR` that is not an IP, or an
 /// `FI_MRC_NETNS` that cannot be entered, is `-FI_EINVAL`; with `FI_MRC_NETNS`, a source
-/// address the namespace lacks is `-FI_EADDRNOTAVAIL` (each with a line on stderr).
+/// address the namespace lacks is `-FI_EADDRNOTAVAIL`. With `FI_MRC_PLANES`
+/// ([`planes_env`]): a bad list, an `FI_MRC_ADDR` or a source address that is not plane
+/// 0's is `-FI_EINVAL`, a plane address that cannot be bound (in the namespace, or this
+/// process's) `-FI_EADDRNOTAVAIL`. Each error with a line on stderr.
 pub(crate) unsafe extern "C" fn getinfo(
     version: u32,
     node: *const c_char,
@@ -644,6 +745,10 @@ pub(crate) unsafe extern "C" fn getinfo(
         if let Err(e) = mtu_env() {
             return -(e as c_int);
         }
+        let planes = match planes_env() {
+            Ok(p) => p,
+            Err(e) => return -(e as c_int),
+        };
         // FI_MRC_NETNS: the namespace must be one this process can enter, and the
         // source address one of its addresses (the endpoint binds it there).
         let ns = match netns() {
@@ -670,8 +775,95 @@ pub(crate) unsafe extern "C" fn getinfo(
                 return -(e as c_int);
             }
         }
+        if let Some(ips) = &planes {
+            // FI_MRC_PLANES: plane 0 is the source address, and every plane's address
+            // can be bound where the endpoint opens its sockets.
+            // SAFETY: the fi_info just built: its src_addr of src_addrlen bytes.
+            let src = unsafe {
+                let s = &*i;
+                (!s.src_addr.is_null())
+                    .then(|| std::slice::from_raw_parts(s.src_addr.cast::<u8>(), s.src_addrlen))
+                    .and_then(source_addr)
+            };
+            let ip = src.map_or(ips[0], |(a, _)| a.ip());
+            if let Err(e) = check_planes(ns.as_ref(), ips, ip) {
+                // SAFETY: ours, allocated above and not handed out.
+                unsafe { free_info(i) };
+                return -(e as c_int);
+            }
+        }
         // SAFETY: non-null out-pointer.
         unsafe { *info = i };
         0
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `FI_MRC_PLANES` against `FI_MRC_ADDR`: the exact addresses, or the exact line.
+    #[test]
+    fn a_plane_list_is_checked_against_fi_mrc_addr() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert_eq!(planes_from(None, Some("10.0.0.1")), Ok(None));
+        assert_eq!(
+            planes_from(Some("fd00::1, fd00:1::1"), None),
+            Ok(Some(vec![ip("fd00::1"), ip("fd00:1::1")]))
+        );
+        assert_eq!(
+            planes_from(Some("10.0.0.1,10.1.0.1,10.2.0.1"), Some(" 10.0.0.1 ")),
+            Ok(Some(vec![ip("10.0.0.1"), ip("10.1.0.1"), ip("10.2.0.1")]))
+        );
+        let nine = (1..=9)
+            .map(|i| format!("10.{i}.0.1"))
+            .collect::<Vec<_>>()
+            .join(",");
+        for (list, addr, want) in [
+            ("10.0.0.1", None, "FI_MRC_PLANES=10.0.0.1: 1 addresses; give 2 to 8".to_string()),
+            (
+                nine.as_str(),
+                None,
+                format!("FI_MRC_PLANES={nine}: 9 addresses; give 2 to 8"),
+            ),
+            (
+                "10.0.0.1,fd00::1",
+                None,
+                "FI_MRC_PLANES=10.0.0.1,fd00::1: fd00::1: every plane's address is a unicast one of one family".to_string(),
+            ),
+            (
+                "10.0.0.1,10.0.0.1",
+                None,
+                "FI_MRC_PLANES=10.0.0.1,10.0.0.1: 10.0.0.1 is given twice".to_string(),
+            ),
+            (
+                "10.0.0.1,ten",
+                None,
+                "FI_MRC_PLANES=10.0.0.1,ten: \"ten\": invalid IP address syntax".to_string(),
+            ),
+            (
+                "10.0.0.1,10.1.0.1",
+                Some("10.1.0.1"),
+                "FI_MRC_PLANES=10.0.0.1,10.1.0.1: FI_MRC_ADDR=10.1.0.1 is not plane 0's address 10.0.0.1: leave FI_MRC_ADDR out or give plane 0's".to_string(),
+            ),
+            (
+                "10.0.0.1,10.1.0.1",
+                Some("x"),
+                "FI_MRC_PLANES=10.0.0.1,10.1.0.1: FI_MRC_ADDR=x is not plane 0's address 10.0.0.1: leave FI_MRC_ADDR out or give plane 0's".to_string(),
+            ),
+        ] {
+            assert_eq!(planes_from(Some(list), addr), Err(want), "{list}");
+        }
+    }
+
+    /// A named address states the plane count it is given, in byte 57.
+    #[test]
+    fn a_named_address_with_planes_states_their_count() {
+        let at: SocketAddr = "10.0.0.1:3000".parse().unwrap();
+        let h = ConnHandle::new(at, NAMED_SECRET, LISTEN_OPTIONS);
+        let b = h.with_planes(3).unwrap().to_bytes();
+        assert_eq!(b[57], 3);
+        assert_eq!(source_addr(&b), Some((at, NAMED_SECRET)));
+        assert_eq!(ConnHandle::from_bytes(&b).unwrap().planes(), 3);
+    }
 }

@@ -22,7 +22,10 @@
 //!   opens every socket of the endpoint in network namespace NAME (a host of the
 //!   namespace testbed; [`mrc_fabric::netns`]); data packets carry the payload the MTU of
 //!   the source address's interface allows ([`mrc_fabric::udp::mtu`]: 65000 bytes on
-//!   loopback), or `FI_MRC_MTU` bytes (64..=65000);
+//!   loopback), or `FI_MRC_MTU` bytes (64..=65000); `FI_MRC_PLANES=A,B,...` (2 to 8
+//!   addresses of one family, plane 0 the endpoint's) sprays every connection's EVs over
+//!   one address per plane, and the name carries the plane count (a peer with another
+//!   count is refused with `-FI_EADDRNOTAVAIL`);
 //! - completion queues of every format (`CONTEXT`, `MSG`, `DATA`, `TAGGED`), errors
 //!   through `fi_cq_readerr`, the source of a receive through `fi_cq_readfrom`
 //!   (`FI_SOURCE`), manual progress from `fi_cq_read` / `fi_cq_sread` (which sleeps in

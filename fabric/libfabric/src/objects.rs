@@ -18,7 +18,9 @@ use crate::info::{
 use crate::stubs::*;
 use crate::{Ret, guard};
 use mrc_fabric::engine::setup::SECRET_BYTES;
-use mrc_fabric::engine::{ConnHandle, ConnectId, EngineConfig, ListenerId, QpConfig, Worker};
+use mrc_fabric::engine::{
+    ConnHandle, ConnectId, EngineConfig, EngineError, ListenerId, QpConfig, Worker,
+};
 use mrc_fabric::netns::NetNs;
 use mrc_fabric::udp::{DirectDatapath, UdpConfig};
 use mrc_transport::{Access, ConnState, RawMem, Sge, WcOpcode, WcStatus};
@@ -450,6 +452,8 @@ struct EpState {
     injects_failed: u64,
     /// Connection set-ups that failed ([`EpState::fail_peer`]).
     setups_failed: u64,
+    /// Set-ups that could not start ([`EpState::connect_start`]), said once.
+    starts_refused: u64,
     /// The domain's regions a peer may write into, by key.
     target_mrs: HashMap<u32, TargetMr>,
     /// The counters bound to the endpoint.
@@ -631,11 +635,13 @@ fn open_worker(
     ip: IpAddr,
     src: Option<(SocketAddr, [u8; SECRET_BYTES])>,
     netns: Option<Arc<NetNs>>,
+    plane_ips: Vec<IpAddr>,
 ) -> Result<(Worker<DirectDatapath>, ListenerId, ConnHandle, u32), u32> {
     // Asked here, in the namespace's thread: the interface holding `ip` is one of its.
     let mtu = crate::info::mtu_payload_bytes(ip)?;
     let udp = UdpConfig {
         netns,
+        plane_ips,
         ..UdpConfig::bind(SocketAddr::new(ip, 0))
     };
     let ecfg = EngineConfig {
@@ -695,16 +701,28 @@ impl EpState {
     /// In the namespace of `FI_MRC_NETNS` ([`netns`]) when it names one: the worker's
     /// sockets and listener are opened there, and so are each connection's set-up socket
     /// ([`EpState::connect_start`]) and EV sockets ([`UdpConfig::netns`]).
+    ///
+    /// With `FI_MRC_PLANES` ([`crate::info::planes_env`]) the worker sends on every
+    /// plane ([`UdpConfig::plane_ips`]): `FI_EINVAL` for a bad list or a source address
+    /// that is not plane 0's, `FI_EADDRNOTAVAIL` for a plane address that cannot be
+    /// bound there, each with a line.
     fn open(directed: bool, src: Option<(SocketAddr, [u8; SECRET_BYTES])>) -> Result<EpState, u32> {
+        let planes = crate::info::planes_env()?.unwrap_or_default();
         let netns = netns()?.map(Arc::new);
         let ip: IpAddr = match src {
             Some((a, _)) => a.ip(),
             None => default_ip().ok_or(FI_EINVAL)?,
         };
+        if !planes.is_empty() {
+            // Plane 0 is the source address, and every plane's address can be bound
+            // where the sockets open (the EV sockets bind them when a connection is set
+            // up; the receive socket binds the wildcard address).
+            crate::info::check_planes(netns.as_deref(), &planes, ip)?;
+        }
         let (worker, listener, h, mtu_payload_bytes) = match &netns {
-            None => open_worker(ip, src, None),
+            None => open_worker(ip, src, None, planes),
             Some(ns) => ns
-                .run(|| open_worker(ip, src, Some(ns.clone())))
+                .run(|| open_worker(ip, src, Some(ns.clone()), planes))
                 .unwrap_or_else(|e| {
                     crate::log(&format!("fi_endpoint: FI_MRC_NETNS={}: {e}", ns.path()));
                     Err(FI_EINVAL)
@@ -735,6 +753,7 @@ impl EpState {
             tx_outstanding: 0,
             injects_failed: 0,
             setups_failed: 0,
+            starts_refused: 0,
             target_mrs: HashMap::new(),
             cntrs: Counters::default(),
             rma_event: false,
@@ -744,20 +763,32 @@ impl EpState {
     /// Starts connecting to the peer at `h` ([`Worker::connect_start`]), in
     /// `FI_MRC_NETNS`'s namespace when there is one (the set-up's UDP socket is opened
     /// there, on a thread of its own).
-    fn connect_start(&mut self, h: &ConnHandle) -> Result<ConnectId, ()> {
+    ///
+    /// A set-up that cannot start answers a positive `FI_E*` code, said on stderr the
+    /// first time on this endpoint: `FI_EADDRNOTAVAIL` for a peer whose address names
+    /// another number of planes than this endpoint has ([`ConnHandle::planes`]: both
+    /// ends need as many, `FI_MRC_PLANES`), `FI_ECONNREFUSED` for the others.
+    fn connect_start(&mut self, h: &ConnHandle) -> Result<ConnectId, u32> {
         let worker = &mut self.worker;
         let cfg = qp_config(self.mtu_payload_bytes);
         let r = match &self.netns {
             None => worker.connect_start(h, cfg),
             Some(ns) => match ns.run(|| worker.connect_start(h, cfg)) {
                 Ok(r) => r,
-                Err(e) => {
-                    crate::log(&format!("connect to {}: {e}", h.addr()));
-                    return Err(());
-                }
+                Err(e) => Err(EngineError::Refused(format!(
+                    "FI_MRC_NETNS={}: {e}",
+                    ns.path()
+                ))),
             },
         };
-        r.map_err(drop)
+        r.map_err(|e| {
+            let err = setup_error_code(&e);
+            self.starts_refused += 1;
+            if self.starts_refused == 1 {
+                crate::log(&cannot_start_line(h, &e, err));
+            }
+            err
+        })
     }
 
     /// Registers `mr` (key `key`) with QP `qpn` of this endpoint at its key and RMA
@@ -889,17 +920,20 @@ impl EpState {
                             .is_err()
                         {
                             self.worker.destroy_qp(qpn);
-                            self.fail_peer(a, FI_EIO as c_int, cqs);
+                            self.fail_peer(a, FI_EIO as c_int, "", cqs);
                         } else if let Some(p) = self.peers.get_mut(&a) {
                             p.conn = Conn::Ready(q);
                         }
                     }
                     None => {
                         self.worker.destroy_qp(qpn);
-                        self.fail_peer(a, FI_ENOMEM as c_int, cqs);
+                        self.fail_peer(a, FI_ENOMEM as c_int, "", cqs);
                     }
                 },
-                Err(_) => self.fail_peer(a, FI_ECONNREFUSED as c_int, cqs),
+                Err(e) => {
+                    let why = format!(": {e}");
+                    self.fail_peer(a, setup_error_code(&e) as c_int, &why, cqs)
+                }
             }
         }
         // Incoming connections: the regions peers may write into first (at the keys
@@ -1145,7 +1179,7 @@ impl EpState {
                     p.conn = Conn::Connecting(id);
                 }
             }
-            Err(_) => self.fail_peer(a, FI_ECONNREFUSED as c_int, cqs),
+            Err(e) => self.fail_peer(a, e as c_int, "", cqs),
         }
     }
 
@@ -1397,7 +1431,8 @@ impl EpState {
     /// up anew can leave injects in the queue: [`EpState::ready_for`] turns them away
     /// from a set-up), and the peer is left [`Conn::Failed`], so that the next post to it
     /// is refused with `err`. Said on stderr the first time on this endpoint.
-    fn fail_peer(&mut self, a: u64, err: c_int, cqs: &mut [Option<CqState>]) {
+    /// `why`: the set-up's own words (e.g. `": ..."`), or empty.
+    fn fail_peer(&mut self, a: u64, err: c_int, why: &str, cqs: &mut [Option<CqState>]) {
         if let Some(p) = self.peers.get_mut(&a) {
             p.conn = Conn::Failed(err);
             let queue = std::mem::take(&mut p.queue);
@@ -1405,7 +1440,7 @@ impl EpState {
             self.setups_failed += 1;
             if self.setups_failed == 1 {
                 crate::log(&format!(
-                    "the connection to {to} could not be set up: FI_E* error {err}{}; {} queued sends and writes fail with it, and the next send, inject or write to that peer returns -{err} at once (the one after starts a new set-up) (said once per endpoint)",
+                    "the connection to {to} could not be set up{why}: FI_E* error {err}{}; {} queued sends and writes fail with it, and the next send, inject or write to that peer returns -{err} at once (the one after starts a new set-up) (said once per endpoint)",
                     refused_why(err),
                     queue.iter().filter(|op| op.meta.app).count(),
                 ));
@@ -1582,7 +1617,7 @@ impl EpState {
                 .and_then(Option::as_ref)
                 .ok_or(FI_EINVAL)?;
             let h = ConnHandle::from_bytes(addr).map_err(|_| FI_EINVAL)?;
-            let id = self.connect_start(&h).map_err(|_| FI_ECONNREFUSED)?;
+            let id = self.connect_start(&h)?;
             self.peers.insert(
                 dest,
                 Peer {
@@ -4474,11 +4509,64 @@ unsafe extern "C" fn cntr_wait(cntr: *mut fid_cntr, threshold: u64, timeout: c_i
 }
 
 /// What the stderr lines add after an `FI_E*` error number: the words for
-/// `FI_ECONNREFUSED` (a set-up that failed), nothing for the others.
+/// `FI_ECONNREFUSED` (a set-up that failed) and `FI_EADDRNOTAVAIL` (a peer on another
+/// number of planes), nothing for the others.
 fn refused_why(err: c_int) -> &'static str {
     if err == FI_ECONNREFUSED as c_int {
         " (FI_ECONNREFUSED: the peer could not be reached)"
+    } else if err == FI_EADDRNOTAVAIL as c_int {
+        " (FI_EADDRNOTAVAIL: the peer has another number of planes)"
     } else {
         ""
+    }
+}
+
+/// The positive `FI_E*` code of a set-up that could not start or failed: a peer that
+/// does not fit (another number of planes: [`EngineError::Incompatible`])
+/// `FI_EADDRNOTAVAIL`, anything else `FI_ECONNREFUSED` (the peer could not be reached).
+fn setup_error_code(e: &EngineError) -> u32 {
+    match e {
+        EngineError::Incompatible(_) => FI_EADDRNOTAVAIL,
+        _ => FI_ECONNREFUSED,
+    }
+}
+
+/// The stderr line of a set-up to `h` that could not start (`e`, answered with `-err`).
+fn cannot_start_line(h: &ConnHandle, e: &EngineError, err: u32) -> String {
+    format!(
+        "the connection to {} (a peer on {} plane(s)) cannot start: {e}: every send, inject or write to it returns -{err}{} (said once per endpoint)",
+        h.addr(),
+        h.planes(),
+        refused_why(err as c_int)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A peer on another number of planes is `FI_EADDRNOTAVAIL`, and the line says so.
+    #[test]
+    fn a_peer_on_another_number_of_planes_is_refused_with_its_reason() {
+        let h = ConnHandle::new(
+            "[fd00::2]:4000".parse().unwrap(),
+            [1; SECRET_BYTES],
+            LISTEN_OPTIONS,
+        );
+        let e = EngineError::Incompatible(
+            "this end sends on 2 plane(s) and the peer has 1: give both ends one address per plane, as many (mrc-perf --bind A,B)".into(),
+        );
+        let err = setup_error_code(&e);
+        assert_eq!(err, FI_EADDRNOTAVAIL);
+        assert_eq!(
+            setup_error_code(&EngineError::Refused("no route".into())),
+            FI_ECONNREFUSED
+        );
+        assert_eq!(
+            cannot_start_line(&h, &e, err),
+            format!(
+                "the connection to [fd00::2]:4000 (a peer on 1 plane(s)) cannot start: {e}: every send, inject or write to it returns -{FI_EADDRNOTAVAIL} (FI_EADDRNOTAVAIL: the peer has another number of planes) (said once per endpoint)"
+            )
+        );
     }
 }
