@@ -219,6 +219,76 @@ fn fi_info_says_why_a_namespace_or_address_cannot_be_used() {
     }
 }
 
+#[test]
+fn fi_info_says_why_a_plane_list_cannot_be_used() {
+    let test = "fi_info_says_why_a_plane_list_cannot_be_used";
+    if !have("fi_info") {
+        return skip(
+            test,
+            "fi_info not installed (apt-get install libfabric-bin)",
+        );
+    }
+    let dir = provider_dir("fi_info_planes");
+    let run = |planes: &str, addr: Option<&str>| {
+        let mut c = tool(&dir, "fi_info");
+        c.args(["-p", "mrc"])
+            .env("FI_MRC_PLANES", planes)
+            .env_remove("FI_MRC_NETNS")
+            .env_remove("FI_MRC_ADDR");
+        if let Some(a) = addr {
+            c.env("FI_MRC_ADDR", a);
+        }
+        let o = c.output().expect("run fi_info");
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    for (planes, addr, line) in [
+        (
+            "127.0.0.1",
+            None,
+            "FI_MRC_PLANES=127.0.0.1: 1 addresses; give 2 to 8",
+        ),
+        (
+            "127.0.0.1,::1",
+            None,
+            "FI_MRC_PLANES=127.0.0.1,::1: ::1: every plane's address is a unicast one of one family",
+        ),
+        (
+            "127.0.0.1,127.0.0.2",
+            Some("127.0.0.2"),
+            "FI_MRC_PLANES=127.0.0.1,127.0.0.2: FI_MRC_ADDR=127.0.0.2 is not plane 0's address \
+             127.0.0.1: leave FI_MRC_ADDR out or give plane 0's",
+        ),
+        // 192.0.2.1 (TEST-NET-1) is no address of this host.
+        (
+            "127.0.0.1,192.0.2.1",
+            None,
+            "FI_MRC_PLANES=127.0.0.1,192.0.2.1: cannot bind plane 1's address 192.0.2.1 in \
+             this process's network namespace (Cannot assign requested address (os error 99)): \
+             give addresses of that namespace",
+        ),
+    ] {
+        let (code, out, err) = run(planes, addr);
+        assert_eq!(code, Some(61), "FI_MRC_PLANES={planes}: {out}{err}");
+        assert_eq!(out, "", "FI_MRC_PLANES={planes}");
+        assert_eq!(
+            err,
+            format!("libfabric:mrc: {line}\nfi_getinfo: -61\n"),
+            "FI_MRC_PLANES={planes}"
+        );
+    }
+    // Two loopback addresses, FI_MRC_ADDR left out or plane 0's: the provider is listed.
+    for addr in [None, Some("127.0.0.1")] {
+        let (code, out, err) = run("127.0.0.1, 127.0.0.2", addr);
+        assert_eq!(code, Some(0), "{addr:?}: {out}{err}");
+        assert!(out.starts_with("provider: mrc\n"), "{addr:?}: {out}");
+        assert_eq!(err, "", "{addr:?}");
+    }
+}
+
 /// A TCP port nobody listens on now (fi_pingpong's control channel).
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
