@@ -191,7 +191,8 @@ fn half(x: u64, total: u64) -> bool {
 }
 
 /// One steered `--verify` transfer of `n` x 64 KiB over both planes (`--srv6 MODE
-/// --srv6-via VIA`): exact bytes, every EV `GOOD` on plane `i % 2`, each plane 45-55% of
+/// --srv6-via VIA`): exact bytes, every EV on plane `i % 2` and `GOOD` (or `ASSUMED_BAD`
+/// after a loss declared on it), each plane 45-55% of
 /// the packets, and the spine counters: by socket header, each spine of both planes
 /// received at least its EVs' data packets (EV `i` through spine `(i / 2) % 4` of plane
 /// `i % 2`) and at most those plus the client's other datagrams and the bootstrap; by
@@ -216,7 +217,17 @@ fn steered(f: &Fabric, port: u16, mode: &str, via: &str, n: u64) {
         let ev = e["ev"].as_u64().expect("ev");
         assert_eq!(ev, i as u64, "{v}");
         assert_eq!(e["plane"], ev % 2, "EV {ev}: {v}");
-        assert_eq!(e["state"], "GOOD", "EV {ev}: {v}");
+        // GOOD, or ASSUMED_BAD for a moment after a loss declared on it: the lab's TCG VM
+        // stalls the debug engines past the 200 ms RTO (twice in 2026-12-07's runs, one
+        // EV each, its rto_lost_packets 1), as examples/tests/testbed.rs allows. Its
+        // packets crossed its spine all the same (the spine counters below).
+        let lost = e["rto_lost_packets"].as_u64().unwrap_or(0)
+            + e["retransmitted_packets"].as_u64().unwrap_or(0);
+        assert!(
+            e["state"] == "GOOD" || (e["state"] == "ASSUMED_BAD" && lost > 0),
+            "EV {ev} is {} with no loss declared on it: {v}",
+            e["state"]
+        );
         let pk = e["sent_packets"].as_u64().expect("sent_packets");
         sent[(ev % 2) as usize][spine_of(ev)] += pk;
     }
