@@ -577,6 +577,9 @@ mod on_the_testbed {
         // timeout, 5 runs of 2026-12-07 beside other builds ended in `RetryExceeded (peer
         // unresponsive for 5.0-8.8 s)`. Bytes and spines are what this test checks; the
         // liveness bound has its own tests (`a_rank_that_dies_or_stops_ends_the_job_within_a_bound`).
+        // The data phase's `--timeout` (no progress for that long) is 60 s for the same
+        // reason: with 10 s, two lab runs of 2026-12-07 (the host at load 4-9) ended in
+        // `no progress for 10.0 s (to rank 0: 15 of 50 messages acknowledged)`.
         let base = [
             "--netns",
             netns.as_str(),
@@ -598,7 +601,7 @@ mod on_the_testbed {
                     "50",
                     "--verify",
                     "--timeout",
-                    "10",
+                    "60",
                 ],
             );
             let after = tb.spine_rx_bytes();
@@ -637,7 +640,7 @@ mod on_the_testbed {
                 "50",
                 "--verify",
                 "--timeout",
-                "10",
+                "60",
                 "--srv6",
                 "usid",
                 "--srv6-via",
