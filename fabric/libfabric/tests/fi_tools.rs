@@ -159,27 +159,10 @@ fn fi_info_says_why_a_namespace_or_address_cannot_be_used() {
     }
     let dir = provider_dir("fi_info_netns");
     let run = |ns: &str, addr: Option<&str>| {
-        let mut c = tool(&dir, "fi_info");
-        c.args(["-p", "mrc"]).env("FI_MRC_NETNS", ns);
-        if let Some(a) = addr {
-            c.env("FI_MRC_ADDR", a);
-        }
-        let o = c.output().expect("run fi_info");
-        (
-            o.status.code(),
-            String::from_utf8_lossy(&o.stdout).into_owned(),
-            String::from_utf8_lossy(&o.stderr).into_owned(),
-        )
+        fi_info_mrc(&dir, &[("FI_MRC_NETNS", Some(ns)), ("FI_MRC_ADDR", addr)])
     };
     let no_provider = |ns: &str, addr: Option<&str>, line: &str| {
-        let (code, out, err) = run(ns, addr);
-        assert_eq!(code, Some(61), "FI_MRC_NETNS={ns}: {out}{err}");
-        assert_eq!(out, "", "FI_MRC_NETNS={ns}");
-        assert_eq!(
-            err,
-            format!("{line}\nfi_getinfo: -61\n"),
-            "FI_MRC_NETNS={ns}"
-        );
+        no_provider_says(&format!("FI_MRC_NETNS={ns}"), run(ns, addr), line);
     };
     no_provider(
         "mrc-no-such-namespace",
@@ -230,19 +213,13 @@ fn fi_info_says_why_a_plane_list_cannot_be_used() {
     }
     let dir = provider_dir("fi_info_planes");
     let run = |planes: &str, addr: Option<&str>| {
-        let mut c = tool(&dir, "fi_info");
-        c.args(["-p", "mrc"])
-            .env("FI_MRC_PLANES", planes)
-            .env_remove("FI_MRC_NETNS")
-            .env_remove("FI_MRC_ADDR");
-        if let Some(a) = addr {
-            c.env("FI_MRC_ADDR", a);
-        }
-        let o = c.output().expect("run fi_info");
-        (
-            o.status.code(),
-            String::from_utf8_lossy(&o.stdout).into_owned(),
-            String::from_utf8_lossy(&o.stderr).into_owned(),
+        fi_info_mrc(
+            &dir,
+            &[
+                ("FI_MRC_PLANES", Some(planes)),
+                ("FI_MRC_NETNS", None),
+                ("FI_MRC_ADDR", addr),
+            ],
         )
     };
     for (planes, addr, line) in [
@@ -271,13 +248,10 @@ fn fi_info_says_why_a_plane_list_cannot_be_used() {
              give addresses of that namespace",
         ),
     ] {
-        let (code, out, err) = run(planes, addr);
-        assert_eq!(code, Some(61), "FI_MRC_PLANES={planes}: {out}{err}");
-        assert_eq!(out, "", "FI_MRC_PLANES={planes}");
-        assert_eq!(
-            err,
-            format!("libfabric:mrc: {line}\nfi_getinfo: -61\n"),
-            "FI_MRC_PLANES={planes}"
+        no_provider_says(
+            &format!("FI_MRC_PLANES={planes}"),
+            run(planes, addr),
+            &format!("libfabric:mrc: {line}"),
         );
     }
     // Two loopback addresses, FI_MRC_ADDR left out or plane 0's: the provider is listed.
@@ -287,6 +261,33 @@ fn fi_info_says_why_a_plane_list_cannot_be_used() {
         assert!(out.starts_with("provider: mrc\n"), "{addr:?}: {out}");
         assert_eq!(err, "", "{addr:?}");
     }
+}
+
+/// `fi_info -p mrc` with the provider in `dir` and each of `vars` set (`Some`) or removed
+/// (`None`): its exit code, stdout and stderr.
+fn fi_info_mrc(dir: &Path, vars: &[(&str, Option<&str>)]) -> (Option<i32>, String, String) {
+    let mut c = tool(dir, "fi_info");
+    c.args(["-p", "mrc"]);
+    for (k, v) in vars {
+        match v {
+            Some(v) => c.env(k, v),
+            None => c.env_remove(k),
+        };
+    }
+    let o = c.output().expect("run fi_info");
+    (
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+/// `fi_info` (run with `what` set) found no provider: exit 61, nothing on stdout, and
+/// stderr exactly `line` and libfabric's `fi_getinfo: -61`.
+fn no_provider_says(what: &str, (code, out, err): (Option<i32>, String, String), line: &str) {
+    assert_eq!(code, Some(61), "{what}: {out}{err}");
+    assert_eq!(out, "", "{what}");
+    assert_eq!(err, format!("{line}\nfi_getinfo: -61\n"), "{what}");
 }
 
 /// A TCP port nobody listens on now (fi_pingpong's control channel).

@@ -84,18 +84,9 @@ impl Pair {
         Pair::stat(ns, "rx_bytes")
     }
 
-    /// Counter `name` of namespace `ns`'s `eth0` (`/sys/class/net/eth0/statistics`).
+    /// Counter `name` of namespace `ns`'s `eth0`.
     fn stat(ns: &str, name: &str) -> u64 {
-        let path = format!("/sys/class/net/eth0/statistics/{name}");
-        let o = Command::new("ip")
-            .args(["netns", "exec", ns, "cat", &path])
-            .output()
-            .expect("run ip netns exec");
-        assert!(o.status.success(), "{o:?}");
-        String::from_utf8_lossy(&o.stdout)
-            .trim()
-            .parse()
-            .expect("a byte count")
+        if_stat(ns, "eth0", name)
     }
 }
 
@@ -105,6 +96,20 @@ impl Drop for Pair {
             let _ = Command::new("ip").args(["netns", "del", ns]).output();
         }
     }
+}
+
+/// Counter `name` of namespace `ns`'s interface `dev` (`/sys/class/net/DEV/statistics`).
+fn if_stat(ns: &str, dev: &str, name: &str) -> u64 {
+    let path = format!("/sys/class/net/{dev}/statistics/{name}");
+    let o = Command::new("ip")
+        .args(["netns", "exec", ns, "cat", &path])
+        .output()
+        .expect("run ip netns exec");
+    assert!(o.status.success(), "{o:?}");
+    String::from_utf8_lossy(&o.stdout)
+        .trim()
+        .parse()
+        .expect("a byte count")
 }
 
 /// Sets (or, for `None`, removes) the provider's variables.
@@ -502,16 +507,7 @@ impl Planes {
 
     /// Counter `name` of namespace `ns`'s interface `dev`.
     fn stat(ns: &str, dev: &str, name: &str) -> u64 {
-        let path = format!("/sys/class/net/{dev}/statistics/{name}");
-        let o = Command::new("ip")
-            .args(["netns", "exec", ns, "cat", &path])
-            .output()
-            .expect("run ip netns exec");
-        assert!(o.status.success(), "{o:?}");
-        String::from_utf8_lossy(&o.stdout)
-            .trim()
-            .parse()
-            .expect("a byte count")
+        if_stat(ns, dev, name)
     }
 
     /// Bytes namespace `ns` has sent on `eth0` and `eth1`.
