@@ -98,15 +98,14 @@ fn acceptance_8_seeded_faults_16_evs_and_a_black_hole() {
             // fixed EV may be out of use by then: after a trim it is left out of the
             // recycled EVs, and recycled entropy explores no other EV while some wait;
             // EV 7 was, once every EV a SACK acknowledges took its own RTT sample)
-            let ev = p
-                .a
-                .paths()
-                .paths()
-                .iter()
-                .filter(|e| e.state == PathState::Good)
-                .max_by_key(|e| (e.stats.sent, e.ev))
-                .map(|e| e.ev)
-                .expect("an EV in rotation");
+            let ev =
+                p.a.paths()
+                    .paths()
+                    .iter()
+                    .filter(|e| e.state == PathState::Good)
+                    .max_by_key(|e| (e.stats.sent, e.ev))
+                    .map(|e| e.ev)
+                    .expect("an EV in rotation");
             holed = Some(ev);
             let now = p.now_ns;
             p.faults_mut().black_holes.push((ev, now));
