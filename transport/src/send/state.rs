@@ -528,6 +528,10 @@ pub struct SendState {
     /// Packets in state `InFlight` per plane, by the EV of their latest transmission
     /// (empty on one plane).
     in_flight_by_plane: Box<[u32]>,
+    /// Per-EV RTT samples of one SACK: the EVs that it newly acknowledged with a known
+    /// send time, in the order first met, each with the send time of its latest-sent such
+    /// packet (ns). Reused from SACK to SACK (no allocation once the EVs are known).
+    ev_samples: EvSamples,
     /// Time of the latest transmission (first or retransmission), ns.
     last_transmit_ns: u64,
     /// A tail loss probe was sent and nothing new has been acknowledged since.
@@ -602,6 +606,7 @@ impl SendState {
             in_flight_pkts: 0,
             ev_plane: Box::default(),
             in_flight_by_plane: Box::default(),
+            ev_samples: EvSamples::default(),
             last_transmit_ns: 0,
             tlp_outstanding: false,
             tlp_seq: None,
@@ -986,6 +991,7 @@ impl SendState {
         }
         let mut out = AckOutcome::default();
         let mut latest: Option<(u64, u64, usize)> = None; // (sent, seq, ev)
+        self.ev_samples.clear();
         let snd_una = self.snd_una;
         let mut seq = snd_una;
         while seq < cum_seq {
@@ -1009,6 +1015,13 @@ impl SendState {
             let rtt = now_ns.saturating_sub(sent);
             self.rtt.on_sample(rtt);
             paths.on_rtt_sample(ev, rtt);
+            // every other EV the SACK newly acknowledged takes its own sample, from its
+            // latest-sent packet (the connection-wide sample stays the latest packet's)
+            for &(e, s) in self.ev_samples.touched.iter() {
+                if usize::from(e) != ev {
+                    paths.on_rtt_sample(usize::from(e), now_ns.saturating_sub(s));
+                }
+            }
             if self.packet(seq).is_some_and(|p| p.transmissions > 1) {
                 self.rack.on_ack_of_resend(sent, seq, now_ns);
             } else {
@@ -1111,6 +1124,7 @@ impl SendState {
         let msgs = &mut self.msgs;
         let msgs_base = self.msgs_base;
         let (ev_plane, by_plane) = (&self.ev_plane, &mut self.in_flight_by_plane);
+        let ev_samples = &mut self.ev_samples;
         let mut flush = |run: Option<(u64, u32)>| {
             if let Some((msn, k)) = run
                 && let Some(m) = msn
@@ -1143,6 +1157,7 @@ impl SendState {
             if latest.is_none_or(|(s, q, _)| (p.last_sent_ns, seq) > (s, q)) {
                 *latest = Some((p.last_sent_ns, seq, ev));
             }
+            ev_samples.note(p.last_ev, p.last_sent_ns);
             match &mut msg_run {
                 Some((msn, k)) if *msn == p.msn => *k += 1,
                 run => {
@@ -1227,8 +1242,11 @@ impl SendState {
                 paths.on_delivered_sent(ev, p.last_sent_ns, now_ns);
             }
         }
-        if unambiguous && latest.is_none_or(|(s, q, _)| (p.last_sent_ns, seq) > (s, q)) {
-            *latest = Some((p.last_sent_ns, seq, usize::from(p.last_ev)));
+        if unambiguous {
+            if latest.is_none_or(|(s, q, _)| (p.last_sent_ns, seq) > (s, q)) {
+                *latest = Some((p.last_sent_ns, seq, usize::from(p.last_ev)));
+            }
+            self.ev_samples.note(p.last_ev, p.last_sent_ns);
         }
         if let Some(m) = self.msg_mut(p.msn) {
             m.acked_packets += 1;
@@ -1912,3 +1930,45 @@ pub fn send_opcode(spec: &MsgSpec) -> WcOpcode {
 
 #[cfg(test)]
 mod tests;
+
+/// The EVs one SACK newly acknowledged with an unambiguous send time (Karn's rule), each
+/// with its latest such send time, ns: every one takes an RTT sample
+/// ([`SendState::on_sack`]), so an EV's smoothed RTT follows a queue that builds on it
+/// even when the SACK's latest packet went elsewhere.
+#[derive(Clone, Debug, Default)]
+struct EvSamples {
+    /// `(EV index, latest send time ns)` in the order first met.
+    touched: Vec<(u16, u64)>,
+    /// `slot[ev]`: 1 + the EV's index in `touched`, 0 when absent this SACK.
+    slot: Vec<u16>,
+}
+
+impl EvSamples {
+    fn clear(&mut self) {
+        for &(e, _) in &self.touched {
+            if let Some(s) = self.slot.get_mut(usize::from(e)) {
+                *s = 0;
+            }
+        }
+        self.touched.clear();
+    }
+
+    #[inline(always)]
+    fn note(&mut self, ev: u16, sent_ns: u64) {
+        let e = usize::from(ev);
+        if e >= self.slot.len() {
+            self.slot.resize(e + 1, 0);
+        }
+        match self.slot[e] {
+            0 => {
+                self.touched.push((ev, sent_ns));
+                self.slot[e] = u16::try_from(self.touched.len()).unwrap_or(u16::MAX);
+            }
+            k => {
+                if let Some(t) = self.touched.get_mut(usize::from(k) - 1) {
+                    t.1 = t.1.max(sent_ns);
+                }
+            }
+        }
+    }
+}

@@ -1012,3 +1012,31 @@ fn an_acknowledged_resend_of_the_oldest_overtakes_the_higher_psns_sent_before_it
     assert_eq!(r.stats.rack_losses, 3);
     assert_eq!(r.st.in_flight_packets(), 0);
 }
+
+/// Every EV a SACK newly acknowledges takes an RTT sample from its own latest-sent packet
+/// (send time unambiguous), not only the EV of the SACK's latest packet: a SACK of
+/// packets on EVs 0, 1 and 2 (sent at 0-5 us, acknowledged at 30 us, the latest on EV 1)
+/// gives EV 0 30 - 4 = 26 us, EV 1 30 - 5 = 25 us and EV 2 30 - 2 = 28 us; the
+/// connection's sample is the latest packet's (25 us); EV 3, whose packet is missing,
+/// none until its own SACK.
+#[test]
+fn every_ev_a_sack_acknowledges_takes_its_own_rtt_sample() {
+    let mut r = Rig::new(0, &[0, 1, 2, 3]);
+    r.st.post(spec(1, 6 * MTU));
+    let mut sent = Vec::new();
+    for t in [0u64, 1_000, 2_000, 3_000, 4_000, 5_000] {
+        sent.extend(r.send(t, 1));
+    }
+    assert_eq!(sent, vec![(0, 0), (1, 1), (2, 2), (3, 3), (4, 0), (5, 1)]);
+    // 0, 1, 2 cumulatively, 4 and 5 by the bitmap; 3 (EV 3) missing
+    let out = r.sack(30_000, 3, 4, 0b11, Some((1, 5_000)));
+    assert_eq!((out.acked_packets, out.rtt_sample_ns), (5, Some(25_000)));
+    let srtt: Vec<u64> = r.paths.paths().iter().map(|p| p.srtt_ns).collect();
+    // EV 0: packet 4 (sent 4 us); EV 1: packet 5 (5 us); EV 2: packet 2 (2 us); EV 3 none
+    assert_eq!(srtt, vec![26_000, 25_000, 28_000, 0]);
+    // a second SACK: 3 (EV 3, sent at 3 us) at 60 us: EV 3 alone samples 57 us
+    let out = r.sack(60_000, 6, 6, 0, Some((3, 3_000)));
+    assert_eq!((out.acked_packets, out.rtt_sample_ns), (1, Some(57_000)));
+    let srtt: Vec<u64> = r.paths.paths().iter().map(|p| p.srtt_ns).collect();
+    assert_eq!(srtt, vec![26_000, 25_000, 28_000, 57_000]);
+}
