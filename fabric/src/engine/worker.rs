@@ -803,6 +803,14 @@ impl<D: Datapath> Worker<D> {
         }
     }
 
+    /// Whether the last [`Worker::progress`] pass delivered a receive and left its sends
+    /// (its SACK) to the next call ([`Worker::set_defer_sends_after_receive`]): an
+    /// embedding that may not be called again soon bounds the wait by calling
+    /// [`Worker::progress`] itself.
+    pub fn sends_deferred(&self) -> bool {
+        self.sends_deferred
+    }
+
     /// Progresses until something happened or `timeout` passed: busy-polls for the
     /// engine's `spin_ns` (yielding the CPU between passes), then sleeps in the datapath
     /// until a datagram arrives or the next timer is due, as the engine thread does.
