@@ -296,6 +296,10 @@ fn meta_len_of(parts: &[&[u8]]) -> u64 {
     parts.iter().map(|p| p.len() as u64).sum()
 }
 
+/// A send's encoded header and the caller's buffers (address, length), which it may
+/// queue uncopied ([`TxData::Borrowed`]).
+type Borrow<'a> = ([u8; HDR_LEN], &'a [(usize, usize)]);
+
 /// The bytes of a queued send or write.
 enum TxData {
     /// A copy, made when it was queued.
@@ -1896,7 +1900,7 @@ impl EpState {
         parts: &[&[u8]],
         meta: TxMeta,
         write: Option<RmaTarget>,
-        borrow: Option<([u8; HDR_LEN], &[(usize, usize)])>,
+        borrow: Option<Borrow<'_>>,
     ) -> Result<(), u32> {
         if !self.enabled {
             return Err(FI_EOPBADSTATE);
