@@ -1806,7 +1806,7 @@ impl EpState {
     /// queued, it could only be counted if the set-up failed, and its caller, who has no
     /// completion to wait for, would never learn it (Open MPI's OFI MTL waited for
     /// ever). Refused, it is retried by the caller (fi_msg(3)), and the set-up advances in
-    /// every post and every progress call ([`EpState::progress`]), so the retry ends in
+    /// every send, inject, write and progress call ([`EpState::progress`]), so the retry ends in
     /// a success or, the set-up failed, the error ([`EpState::add_peer`]). Operations
     /// with an error entry wait in the queue as before.
     fn ready_for(&self, dest: u64, meta: &TxMeta) -> Result<(), u32> {
