@@ -174,3 +174,82 @@ fn a_deferred_sack_follows_the_reply() {
     );
     finish(&mut p, true);
 }
+
+/// One QP per direction, as the libfabric provider has them: b's QP `qb_in` takes a's
+/// requests (from `qa_out`), b's QP `qb_out` carries its replies (to `qa_in`). With
+/// deferral, the reply b posts on `qb_out` leaves ahead of the SACK `qb_in` owes for
+/// the request, whatever order the worker keeps its QPs in: the QP posted on sends
+/// first. Run for 8 pairs (each with new random QPNs, so new map orders).
+#[test]
+fn a_reply_on_another_qp_leaves_before_the_deferred_sack() {
+    for _ in 0..8 {
+        let net = FakeNet::new();
+        let log: Log = Arc::default();
+        let l = Arc::clone(&log);
+        net.set_filter(move |from, _, bytes| {
+            let op = PacketRepr::parse(bytes)
+                .expect("a well-formed datagram")
+                .bth
+                .opcode;
+            l.lock().unwrap().push((from, op));
+            FakeVerdict::Deliver
+        });
+        let a_addr: SocketAddr = "10.0.0.1:4792".parse().unwrap();
+        let b_addr: SocketAddr = "10.0.0.2:4792".parse().unwrap();
+        let mut a = Worker::with_datapath(FakeDatapath::new(&net, a_addr), EngineConfig::default());
+        let mut b = Worker::with_datapath(FakeDatapath::new(&net, b_addr), EngineConfig::default());
+        b.set_defer_sends_after_receive(true);
+        let rw = Access::LOCAL_WRITE | Access::REMOTE_WRITE;
+        let mems: Vec<SharedMem> = (0..4).map(|_| SharedMem::new(64)).collect();
+        let qp = |w: &mut Worker<FakeDatapath>, m: &SharedMem| {
+            let q = w.create_qp(QpConfig::default()).unwrap();
+            let k = w.reg_mr_shared(q, m, rw).unwrap();
+            (q, k)
+        };
+        let (qa_out, ka_out) = qp(&mut a, &mems[0]);
+        let (qa_in, ka_in) = qp(&mut a, &mems[1]);
+        let (qb_in, kb_in) = qp(&mut b, &mems[2]);
+        let (qb_out, kb_out) = qp(&mut b, &mems[3]);
+        for (q, pq) in [(qa_out, qb_in), (qa_in, qb_out)] {
+            a.connect(q, &b.local_info(pq).unwrap(), b_addr).unwrap();
+        }
+        for (q, pq) in [(qb_in, qa_out), (qb_out, qa_in)] {
+            b.connect(q, &a.local_info(pq).unwrap(), a_addr).unwrap();
+        }
+        let zero = |k: MrKey| Sge {
+            lkey: k.lkey,
+            addr: k.addr,
+            len: 0,
+        };
+        a.post_recv(qa_in, 10, zero(ka_in)).unwrap();
+        b.post_recv(qb_in, 20, zero(kb_in)).unwrap();
+
+        a.post_write_with_imm(qa_out, 1, eight(ka_out), kb_in.addr, kb_in.rkey, 7)
+            .unwrap();
+        assert!(a.progress());
+        let until = Instant::now() + Duration::from_secs(10);
+        let got = loop {
+            assert!(Instant::now() < until, "a's request not delivered");
+            b.progress();
+            if let Some(c) = b.poll_recv_cq(qb_in) {
+                break c;
+            }
+        };
+        assert_eq!((got.wr_id, got.imm), (20, Some(7)));
+        let by_b = |log: &Log| -> Vec<Opcode> {
+            let log = log.lock().unwrap();
+            log.iter()
+                .filter(|(from, _)| from.ip() == b_addr.ip())
+                .map(|&(_, op)| op)
+                .collect()
+        };
+        assert_eq!(by_b(&log), vec![], "the delivering pass defers its SACK");
+        b.post_write_with_imm(qb_out, 2, eight(kb_out), ka_in.addr, ka_in.rkey, 8)
+            .unwrap();
+        assert!(b.progress());
+        assert_eq!(
+            by_b(&log),
+            vec![Opcode::RdmaWriteOnlyWithImmediate, Opcode::Sack]
+        );
+    }
+}

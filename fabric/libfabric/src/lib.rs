@@ -70,7 +70,10 @@ pub use info::{
     ADDR_LEN, CAPS, CQ_DATA_SIZE, FRAGMENT_SIZE, INJECT_SIZE, IOV_LIMIT, LISTEN_OPTIONS,
     MAX_MSG_SIZE, MR_KEY_SIZE, MR_MODE_KEPT, NAMED_SECRET, PROVIDER_NAME, QUEUE_SIZE, free_info,
 };
-pub use objects::{FI_ADDR_NOTAVAIL, FI_ADDR_UNSPEC, HDR_LEN, UNEXPECTED_BYTES};
+pub use objects::{
+    EpCounts, FI_ADDR_NOTAVAIL, FI_ADDR_UNSPEC, FLUSH_BOUND, HDR_LEN, UNEXPECTED_BYTES,
+    ep_debug_counts,
+};
 
 use ffi::fi_provider;
 use std::os::raw::c_int;

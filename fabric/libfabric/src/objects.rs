@@ -27,8 +27,9 @@ use mrc_transport::{Access, ConnState, RawMem, Sge, WcOpcode, WcStatus};
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 use std::os::raw::{c_char, c_int, c_void};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// `FI_ADDR_NOTAVAIL` / `FI_ADDR_UNSPEC` (`((uint64_t) -1)`).
@@ -282,12 +283,50 @@ struct RmaTarget {
 /// A send or write not yet posted to the transport: its bytes (a send's header included,
 /// copied at the call), how it completes, and for a write where it goes.
 struct TxOp {
-    data: Vec<u8>,
+    data: TxData,
     meta: TxMeta,
     write: Option<RmaTarget>,
     /// A fragment after the first of a large message: it must follow the fragment before
     /// it on the same QP.
     cont: bool,
+}
+
+/// Bytes of `parts`.
+fn meta_len_of(parts: &[&[u8]]) -> u64 {
+    parts.iter().map(|p| p.len() as u64).sum()
+}
+
+/// A send's encoded header and the caller's buffers (address, length), which it may
+/// queue uncopied ([`TxData::Borrowed`]).
+type Borrow<'a> = ([u8; HDR_LEN], &'a [(usize, usize)]);
+
+/// The bytes of a queued send or write.
+enum TxData {
+    /// A copy, made when it was queued.
+    Owned(Vec<u8>),
+    /// The message header, then the application's buffers (address, length), read when a
+    /// staging slot frees: a send with a completion, longer than `inject_size`, whose
+    /// buffers stay the provider's until that completion (fi_msg(3)).
+    Borrowed([u8; HDR_LEN], Vec<(usize, usize)>),
+}
+
+impl TxData {
+    /// The bytes, in order.
+    fn parts(&self) -> Vec<&[u8]> {
+        match self {
+            TxData::Owned(v) => vec![v.as_slice()],
+            TxData::Borrowed(h, iov) => {
+                let mut p: Vec<&[u8]> = Vec::with_capacity(iov.len() + 1);
+                p.push(h);
+                // SAFETY: the application's buffers of a send not yet completed, valid
+                // and unchanged until its completion (fi_msg(3): only FI_INJECT frees
+                // them on return, and such a send is copied); the send completes only
+                // after these bytes were copied into a slot.
+                p.extend(unsafe { iov_slices(iov) });
+                p
+            }
+        }
+    }
 }
 
 /// A QP this endpoint sends on, with its staging slots (registered with the QP).
@@ -461,6 +500,172 @@ struct EpState {
     /// `FI_RMA_EVENT` in the endpoint's `fi_info`: peers' writes count on the
     /// `FI_REMOTE_WRITE` counter.
     rma_event: bool,
+    /// The bound on the sends a pass left for the application's next call (set by
+    /// `fi_endpoint`, with the worker's deferral: [`Flusher`]).
+    flush: Option<Flusher>,
+    /// Bytes copied into peers' queues ([`TxData::Owned`]).
+    queued_copy_bytes: u64,
+}
+
+/// How long the sends a progress pass left for the application's next call (the SACK
+/// of a message it just delivered: [`Worker::set_defer_sends_after_receive`]) wait at
+/// least for that call before the endpoint's flusher thread sends them: 500 us, the
+/// ACK delay a peer's transport assumes (`SendConfig::peer_max_ack_delay_ns`,
+/// [`mrc_fabric::engine::SOFTWARE_REORDER_WINDOW_NS`]). The flusher looks every
+/// `FLUSH_BOUND`, so they wait at most twice it.
+pub const FLUSH_BOUND: Duration = Duration::from_micros(500);
+
+/// A flusher that saw no deferred sends for this long sleeps until the next deferral
+/// wakes it (meanwhile it looks every [`FLUSH_BOUND`], so a stream of deferrals costs
+/// the application no wake-up call): 100 ms.
+const FLUSH_IDLE: Duration = Duration::from_millis(100);
+
+/// What an endpoint's flusher thread and the endpoint share outside the domain's mutex.
+#[derive(Default)]
+struct FlushCtl {
+    stop: AtomicBool,
+    /// The number of the deferral pending now, 0 when none (numbered from 1).
+    pending: AtomicU64,
+    /// The thread sleeps until woken.
+    parked: AtomicBool,
+}
+
+/// The bound on deferred sends. A pass that delivers a receive leaves its sends (the
+/// receive's SACK) to the next call on the endpoint: the application, about to answer,
+/// posts its reply meanwhile, and the reply leaves ahead of the SACK, in the same pass
+/// (the peer waits for the reply, not for the SACK). An application that does not call
+/// in again soon (an out-of-band barrier, a computation) would hold the peer's send
+/// completion: a thread of the endpoint, started at the first deferral, looks every
+/// [`FLUSH_BOUND`] (without the domain's mutex: the deferral's number) and runs a
+/// progress pass when the deferral it saw last time is still pending.
+struct Flusher {
+    ctl: Arc<FlushCtl>,
+    /// The domain's state and the endpoint's index there (for the thread).
+    domain: Weak<Mutex<State>>,
+    idx: usize,
+    thread: Option<JoinHandle<()>>,
+    /// The last deferral's number.
+    seq: u64,
+    /// Passes the thread ran because the application did not call in.
+    passes: u64,
+}
+
+impl Flusher {
+    fn new(domain: Weak<Mutex<State>>, idx: usize) -> Flusher {
+        Flusher {
+            ctl: Arc::default(),
+            domain,
+            idx,
+            thread: None,
+            seq: 0,
+            passes: 0,
+        }
+    }
+
+    /// The pass that just ran left sends for the next call (`deferred`) or not. A new
+    /// deferral is numbered, and the thread started or woken if it sleeps without a
+    /// deadline. `false` when the thread cannot be started.
+    fn note(&mut self, deferred: bool) -> bool {
+        let pending = self.ctl.pending.load(Ordering::Relaxed);
+        if !deferred {
+            if pending != 0 {
+                self.ctl.pending.store(0, Ordering::SeqCst);
+            }
+            return true;
+        }
+        if pending != 0 {
+            return true;
+        }
+        self.seq += 1;
+        self.ctl.pending.store(self.seq, Ordering::SeqCst);
+        match &self.thread {
+            Some(t) => {
+                if self.ctl.parked.load(Ordering::SeqCst) {
+                    t.thread().unpark();
+                }
+                true
+            }
+            None => {
+                let (domain, idx, ctl) = (self.domain.clone(), self.idx, self.ctl.clone());
+                self.thread = std::thread::Builder::new()
+                    .name("mrc-fi-flush".into())
+                    .spawn(move || flush_loop(&domain, idx, &ctl))
+                    .ok();
+                self.thread.is_some()
+            }
+        }
+    }
+
+    /// Stops the thread and waits for it (called without the domain's mutex).
+    fn stop(mut self) {
+        self.ctl.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            t.thread().unpark();
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Flusher {
+    /// A flusher dropped without [`Flusher::stop`] (its endpoint dropped with the domain)
+    /// ends its thread without waiting for it.
+    fn drop(&mut self) {
+        self.ctl.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = &self.thread {
+            t.thread().unpark();
+        }
+    }
+}
+
+/// The flusher thread of endpoint `idx` of `domain`: every [`FLUSH_BOUND`] it reads the
+/// pending deferral's number, and a number it read the time before too gets a progress
+/// pass (under the domain's mutex); after [`FLUSH_IDLE`] without a deferral it sleeps
+/// until woken. Ends when stopped or when the endpoint or its domain is gone.
+fn flush_loop(domain: &Weak<Mutex<State>>, idx: usize, ctl: &FlushCtl) {
+    let mut seen = 0;
+    let mut idle_since = Instant::now();
+    loop {
+        std::thread::park_timeout(FLUSH_BOUND);
+        if ctl.stop.load(Ordering::SeqCst) {
+            return;
+        }
+        let pending = ctl.pending.load(Ordering::SeqCst);
+        if pending == 0 {
+            seen = 0;
+            if idle_since.elapsed() < FLUSH_IDLE {
+                continue;
+            }
+            ctl.parked.store(true, Ordering::SeqCst);
+            while ctl.pending.load(Ordering::SeqCst) == 0 && !ctl.stop.load(Ordering::SeqCst) {
+                std::thread::park();
+            }
+            ctl.parked.store(false, Ordering::SeqCst);
+            idle_since = Instant::now();
+            continue;
+        }
+        idle_since = Instant::now();
+        if pending != seen {
+            seen = pending;
+            continue;
+        }
+        let Some(shared) = domain.upgrade() else {
+            return;
+        };
+        let Ok(mut st) = shared.lock() else {
+            return;
+        };
+        let State { eps, cqs, avs, .. } = &mut *st;
+        let Some(ep) = eps.get_mut(idx).and_then(Option::as_mut) else {
+            return;
+        };
+        if ep.worker.sends_deferred() && ctl.pending.load(Ordering::SeqCst) == seen {
+            if let Some(f) = ep.flush.as_mut() {
+                f.passes += 1;
+            }
+            ep.progress(cqs, avs);
+        }
+        seen = 0;
+    }
 }
 
 /// A registered memory region of the domain.
@@ -757,7 +962,30 @@ impl EpState {
             target_mrs: HashMap::new(),
             cntrs: Counters::default(),
             rma_event: false,
+            flush: None,
+            queued_copy_bytes: 0,
         })
+    }
+
+    /// Defers the sends of a pass that delivers a receive to the next call
+    /// ([`Flusher`]), bounded by a thread that reaches the endpoint as `idx` of `domain`.
+    fn defer_sends(&mut self, domain: Weak<Mutex<State>>, idx: usize) {
+        self.worker.set_defer_sends_after_receive(true);
+        self.flush = Some(Flusher::new(domain, idx));
+    }
+
+    /// After a pass: notes whether it left sends for the next call ([`Flusher`]); a
+    /// flusher that cannot start ends the deferring, and the sends go now.
+    fn note_deferral(&mut self) {
+        let deferred = self.worker.sends_deferred();
+        let Some(f) = self.flush.as_mut() else {
+            return;
+        };
+        if !f.note(deferred) {
+            self.flush = None;
+            self.worker.set_defer_sends_after_receive(false);
+            self.worker.progress();
+        }
     }
 
     /// Starts connecting to the peer at `h` ([`Worker::connect_start`]), in
@@ -1019,7 +1247,8 @@ impl EpState {
                 }
                 while q.open && !q.free.is_empty() {
                     let Some(op) = p.queue.pop_front() else { break };
-                    if let Err(err) = q.post(&mut self.worker, &[&op.data], op.meta, op.write) {
+                    if let Err(err) = q.post(&mut self.worker, &op.data.parts(), op.meta, op.write)
+                    {
                         // A large message's fragment: the rest of it does not go (the
                         // receiver drops what arrived when the next message starts).
                         let meta = if op.meta.app {
@@ -1079,6 +1308,7 @@ impl EpState {
                 self.count_plain_writes(qpn, with_completion);
             }
         }
+        self.note_deferral();
     }
 
     /// `FI_RMA_EVENT`: the plain WRITEs of QP `qpn`'s peer that landed since the last
@@ -1465,8 +1695,11 @@ impl EpState {
         }
     }
 
-    /// A send of header `hdr` and the bytes `iov` to `dest` (copied now; the caller's
-    /// buffer is free on return). `-FI_EAGAIN` when the transmit queue is full.
+    /// A send of header `hdr` and the bytes `iov` to `dest`: copied now into a staging
+    /// slot, or, when none is free, into the peer's queue (the caller's buffer is free
+    /// on return), except that a send with a completion longer than `inject_size`
+    /// queues the caller's buffers (`raw`, the same as `iov`), read when a slot frees.
+    /// `-FI_EAGAIN` when the transmit queue is full.
     #[allow(clippy::too_many_arguments)]
     fn send(
         &mut self,
@@ -1474,6 +1707,7 @@ impl EpState {
         dest: u64,
         hdr: Hdr,
         iov: &[&[u8]],
+        raw: &[(usize, usize)],
         ctx: usize,
         completion: bool,
     ) -> Result<(), u32> {
@@ -1491,7 +1725,8 @@ impl EpState {
         let mut parts: Vec<&[u8]> = Vec::with_capacity(iov.len() + 1);
         parts.push(&h);
         parts.extend_from_slice(iov);
-        self.submit(avs, dest, &parts, meta, None)
+        let borrow = (completion && meta.len > INJECT_SIZE).then_some((h, raw));
+        self.submit(avs, dest, &parts, meta, None, borrow)
     }
 
     /// A send longer than [`FRAGMENT_SIZE`] (at most [`MAX_MSG_SIZE`]): copied now into
@@ -1550,8 +1785,9 @@ impl EpState {
                 app: left == 0,
                 ..meta
             };
+            self.queued_copy_bytes += data.len() as u64;
             ops.push(TxOp {
-                data,
+                data: TxData::Owned(data),
                 meta: m,
                 write: None,
                 cont: !ops.is_empty(),
@@ -1570,7 +1806,7 @@ impl EpState {
     /// queued, it could only be counted if the set-up failed, and its caller, who has no
     /// completion to wait for, would never learn it (Open MPI's OFI MTL waited for
     /// ever). Refused, it is retried by the caller (fi_msg(3)), and the set-up advances in
-    /// every post and every progress call ([`EpState::progress`]), so the retry ends in
+    /// every send, inject, write and progress call ([`EpState::progress`]), so the retry ends in
     /// a success or, the set-up failed, the error ([`EpState::add_peer`]). Operations
     /// with an error entry wait in the queue as before.
     fn ready_for(&self, dest: u64, meta: &TxMeta) -> Result<(), u32> {
@@ -1650,12 +1886,13 @@ impl EpState {
             flags: (FI_WRITE | FI_RMA) as u64,
             app: true,
         };
-        self.submit(avs, dest, iov, meta, Some(to))
+        self.submit(avs, dest, iov, meta, Some(to), None)
     }
 
     /// Posts `parts` (one send's or write's bytes) to `dest` now when its QP is open
-    /// with a free slot and nothing waits before it, otherwise queues a copy; connects
-    /// to a peer met for the first time.
+    /// with a free slot and nothing waits before it, otherwise queues a copy, or the
+    /// header and the caller's buffers of `borrow` ([`TxData::Borrowed`]); connects to a
+    /// peer met for the first time.
     fn submit(
         &mut self,
         avs: &[Option<AvState>],
@@ -1663,6 +1900,7 @@ impl EpState {
         parts: &[&[u8]],
         meta: TxMeta,
         write: Option<RmaTarget>,
+        borrow: Option<Borrow<'_>>,
     ) -> Result<(), u32> {
         if !self.enabled {
             return Err(FI_EOPBADSTATE);
@@ -1680,7 +1918,13 @@ impl EpState {
                     .map_err(|e| e as u32)?;
             }
             _ => {
-                let data = parts.concat();
+                let data = match borrow {
+                    Some((h, raw)) => TxData::Borrowed(h, raw.to_vec()),
+                    None => {
+                        self.queued_copy_bytes += meta_len_of(parts);
+                        TxData::Owned(parts.concat())
+                    }
+                };
                 p.queue.push_back(TxOp {
                     data,
                     meta,
@@ -3329,6 +3573,9 @@ unsafe extern "C" fn ep_open(
             let _ = state.add_target_mr(m.key, m.ptr, m.len, m.base);
         }
         let idx = push(&mut st.eps, state);
+        if let Some(Some(s)) = st.eps.get_mut(idx) {
+            s.defer_sends(Arc::downgrade(&d.st), idx);
+        }
         let e = Box::new(Ep {
             fid: fid_ep {
                 fid: new_fid(FI_CLASS_EP, context, &EP_FI_OPS),
@@ -3368,12 +3615,56 @@ unsafe extern "C" fn ep_close(f: *mut fid) -> c_int {
         let Some(e) = (unsafe { obj::<Ep>(f, FI_CLASS_EP) }) else {
             return neg(FI_EINVAL);
         };
-        let gone = lock(&e.st).ok().and_then(|mut st| st.eps[e.idx].take());
+        let gone = lock(&e.st).ok().and_then(|mut st| {
+            let State { eps, cqs, avs, .. } = &mut *st;
+            // Sends the last pass deferred (a SACK) leave before the sockets close.
+            if let Some(Some(s)) = eps.get_mut(e.idx)
+                && s.worker.sends_deferred()
+            {
+                s.progress(cqs, avs);
+            }
+            eps.get_mut(e.idx).and_then(Option::take)
+        });
+        let mut gone = gone;
+        if let Some(f) = gone.as_mut().and_then(|s| s.flush.take()) {
+            f.stop();
+        }
         // The worker (its sockets and QPs) goes first, then the staging slots.
         drop(gone);
         // SAFETY: one of our endpoints, not used after close.
         drop(unsafe { Box::from_raw(f.cast::<Ep>()) });
         0
+    })
+}
+
+/// What an endpoint did ([`ep_debug_counts`]), for tests.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EpCounts {
+    /// Its datapath's `sendmsg` calls (one per datagram here).
+    pub sendmsg_calls: u64,
+    /// Passes its flusher ran ([`FLUSH_BOUND`]).
+    pub flush_passes: u64,
+    /// Bytes copied into a peer's queue (sends and writes waiting for a staging slot).
+    pub queued_copy_bytes: u64,
+}
+
+/// What endpoint `ep` did, for tests; `None` for what is not an open endpoint of this
+/// provider.
+///
+/// # Safety
+/// `ep` is null or points to readable memory of a `fid` (it is checked as one of the
+/// provider's endpoints before use).
+#[doc(hidden)]
+pub unsafe fn ep_debug_counts(ep: *mut fid_ep) -> Option<EpCounts> {
+    // SAFETY: the caller's pointer, checked as one of our endpoints (class and magic).
+    let e = unsafe { obj::<Ep>(ep.cast(), FI_CLASS_EP) }?;
+    let st = lock(&e.st).ok()?;
+    let s = st.eps.get(e.idx)?.as_ref()?;
+    Some(EpCounts {
+        sendmsg_calls: s.worker.datapath().counters().sendmsg_calls,
+        flush_passes: s.flush.as_ref().map_or(0, |f| f.passes),
+        queued_copy_bytes: s.queued_copy_bytes,
     })
 }
 
@@ -3629,7 +3920,13 @@ fn post_recv(
             ignore: m.ignore,
             src,
         };
-        s.progress(cqs, avs);
+        // A peek looks at what arrived (a pass first); a receive waits for it, and its
+        // post sends nothing, so it runs no pass: a system call less between a
+        // completion and the reply, and the SACK the last pass left for the next call
+        // goes with that reply (Flusher).
+        if probe.is_some() {
+            s.progress(cqs, avs);
+        }
         let res = match probe {
             None => s.recv(r, cqs, avs),
             Some(p) => s.probe(r, p, cqs, avs),
@@ -3753,11 +4050,13 @@ fn post_send(
     hdr: Hdr,
 ) -> isize {
     // SAFETY: the caller's buffers (the fi_send contract), read here, before the call
-    // returns: the provider copies every send.
+    // returns, except for a send with a completion longer than inject_size that waits
+    // for a slot (EpState::send): its buffers are read when it leaves the queue, before
+    // it completes.
     let slices = unsafe { iov_slices(iov) };
     with_ep(ep.cast(), |s, cqs, avs| {
         let completion = completion.unwrap_or(!s.tx_selective || s.tx_op_completion);
-        let r = match s.send(avs, dest, hdr, &slices, ctx as usize, completion) {
+        let r = match s.send(avs, dest, hdr, &slices, iov, ctx as usize, completion) {
             Ok(()) => 0,
             Err(e) => neg(e),
         };

@@ -1844,10 +1844,14 @@ fn rma_with_virtual_addresses_and_provider_keys() {
         // The RMA address is the buffer's virtual address: byte 8 is at ptr + 8.
         let at = target.as_ptr() as u64 + 8;
         assert_eq!(net.write(b"virt", at, key, 1), 0);
-        // The message's send completion may come first.
+        // The message's send completion may come first, or in the same read (its SACK
+        // waits for endpoint 1's next call: the write's SACK comes with it).
         let mut e = Vec::new();
+        let t = Instant::now();
         while e.iter().all(|c: &Cqe| c.ctx != 1) {
-            e.extend(net.wait(0, 1, &mut Vec::new()));
+            assert!(t.elapsed() < DEADLINE, "{e:?}");
+            e.extend(net.read_once(0));
+            assert_eq!(net.read_once(1), Vec::new());
         }
         assert_eq!(e.last(), Some(&wrote(1, 4, 0)));
         let mut want = vec![0u8; 32];
@@ -2881,4 +2885,165 @@ fn an_inject_to_a_silent_peer_is_refused_after_the_set_up_s_retransmissions() {
             answers.len() - 1
         );
     }
+}
+
+/// The send completion of an untagged message of `len` bytes.
+fn msent(c: usize, len: usize) -> Cqe {
+    Cqe {
+        flags: (FI_SEND | FI_MSG) as u64,
+        ..sent(c, len)
+    }
+}
+
+/// The receive completion of an untagged message of `len` bytes into `buf`.
+fn mgot(c: usize, buf: &[u8], len: usize) -> Cqe {
+    Cqe {
+        flags: (FI_RECV | FI_MSG) as u64,
+        ..got(c, buf, len, 0)
+    }
+}
+
+/// What endpoint `i` of `net` did (sendmsg calls, flusher passes, queued copies).
+fn counts(net: &Net, i: usize) -> mrc_fi::EpCounts {
+    unsafe { mrc_fi::ep_debug_counts(net.eps[i]) }.expect("an open endpoint")
+}
+
+/// Reads endpoint `i`'s CQ alone (a pass of endpoint `i` only) until an entry comes.
+fn first_entry(net: &Net, i: usize) -> Vec<Cqe> {
+    let t = Instant::now();
+    loop {
+        assert!(t.elapsed() < DEADLINE, "no entry on endpoint {i}");
+        let e = net.read_once(i);
+        if !e.is_empty() {
+            return e;
+        }
+    }
+}
+
+/// The connections both ways, then every endpoint progressed until the last SACKs left
+/// (a flusher's bound and more).
+fn connected_pair() -> Net {
+    let net = unsafe { Net::new(2, FI_MSG as u64) };
+    let mut b = [0u8; 8];
+    for (from, to) in [(0, 1), (1, 0)] {
+        assert_eq!(net.recv(to, &mut b, 1), 0);
+        assert_eq!(net.send(from, to, b"set-up", 2), 0);
+        net.wait(to, 1, &mut Vec::new());
+        net.wait(from, 1, &mut Vec::new());
+    }
+    std::thread::sleep(mrc_fi::FLUSH_BOUND * 4);
+    net.quiet();
+    net
+}
+
+#[test]
+fn a_message_s_sack_leaves_with_the_reply_or_from_the_flusher() {
+    let net = connected_pair();
+    let mut b = [[0u8; 8]; 4];
+    // The pass that delivers a message sends nothing (its SACK waits for the next call),
+    // reposting a receive sends nothing, and the reply's post sends the reply and the
+    // SACK: two datagrams.
+    let c1 = counts(&net, 1);
+    assert_eq!(net.recv(1, &mut b[0], 10), 0);
+    assert_eq!(net.send(0, 1, b"ping", 11), 0);
+    assert_eq!(first_entry(&net, 1), vec![mgot(10, &b[0], 4)]);
+    assert_eq!(net.recv(1, &mut b[1], 12), 0);
+    assert_eq!(counts(&net, 1), c1);
+    assert_eq!(net.recv(0, &mut b[2], 13), 0);
+    assert_eq!(net.send(1, 0, b"pong", 14), 0);
+    assert_eq!(
+        counts(&net, 1),
+        mrc_fi::EpCounts {
+            sendmsg_calls: c1.sendmsg_calls + 2,
+            ..c1
+        }
+    );
+    // Endpoint 0 has the reply and the completion of its send (the SACK came with it).
+    let mut e = net.wait(0, 2, &mut Vec::new());
+    e.sort_by_key(|x| x.ctx);
+    assert_eq!(e, vec![msent(11, 4), mgot(13, &b[2], 4)]);
+    assert_eq!((&b[0][..4], &b[2][..4]), (&b"ping"[..], &b"pong"[..]));
+    net.wait(1, 1, &mut Vec::new()); // the reply's completion (endpoint 0's SACK)
+    std::thread::sleep(mrc_fi::FLUSH_BOUND * 4);
+    net.quiet();
+
+    // No call after the delivery: the flusher sends the SACK, one datagram in one pass,
+    // no earlier than one FLUSH_BOUND (two looks see the deferral) after it began, and
+    // endpoint 0's send completes.
+    let c1 = counts(&net, 1);
+    assert_eq!(net.send(0, 1, b"ping2", 15), 0);
+    assert_eq!(first_entry(&net, 1), vec![mgot(12, &b[1], 5)]);
+    let t0 = Instant::now();
+    assert_eq!(counts(&net, 1), c1);
+    assert_eq!(first_entry(&net, 0), vec![msent(15, 5)]);
+    let waited = t0.elapsed();
+    assert_eq!(&b[1][..5], b"ping2");
+    assert_eq!(
+        counts(&net, 1),
+        mrc_fi::EpCounts {
+            sendmsg_calls: c1.sendmsg_calls + 1,
+            flush_passes: c1.flush_passes + 1,
+            ..c1
+        }
+    );
+    // t0 is taken a little after the deferral began, so half the bound as the floor.
+    assert!(
+        waited >= mrc_fi::FLUSH_BOUND / 2 && waited < Duration::from_secs(1),
+        "{waited:?}"
+    );
+}
+
+#[test]
+fn sends_waiting_for_a_slot_copy_only_what_inject_size_holds() {
+    let net = connected_pair();
+    // Endpoint 1 is not progressed while endpoint 0 posts: no SACK frees a slot, so the
+    // first 16 take the QP's 16 slots and the rest wait in the queue. 20 sends of 5000
+    // bytes (over inject_size) wait with the application's buffers, uncopied; 20
+    // injects of 100 bytes and 4 sends of 4096 are copied with their 16-byte header.
+    let bufs: Vec<Vec<u8>> = (0..44)
+        .map(|i| {
+            pattern(
+                if i < 20 {
+                    5000
+                } else if i < 40 {
+                    100
+                } else {
+                    4096
+                },
+                i as u8,
+            )
+        })
+        .collect();
+    let c0 = counts(&net, 0);
+    for (i, b) in bufs.iter().enumerate() {
+        let r = if (20..40).contains(&i) {
+            let m = net.msg(0);
+            unsafe { (m.inject.unwrap())(net.eps[0], b.as_ptr().cast(), b.len(), net.addr[1]) }
+        } else {
+            net.send(0, 1, b, 100 + i)
+        };
+        assert_eq!(r, 0, "send {i}");
+    }
+    // 4 of the 5000-byte sends in the queue (not copied), 20 injects, 4 of 4096.
+    assert_eq!(
+        counts(&net, 0).queued_copy_bytes - c0.queued_copy_bytes,
+        20 * (100 + 16) + 4 * (4096 + 16)
+    );
+    // Every byte arrives, in order.
+    let mut rb: Vec<Vec<u8>> = bufs.iter().map(|b| vec![0u8; b.len()]).collect();
+    for (i, r) in rb.iter_mut().enumerate() {
+        assert_eq!(net.recv(1, r, 200 + i), 0);
+    }
+    let mut done = Vec::new();
+    settle(&net, 44 + 24, &mut done);
+    for (i, (r, b)) in rb.iter().zip(&bufs).enumerate() {
+        assert_eq!(r, b, "message {i}");
+    }
+    let mut sends: Vec<usize> = done.iter().map(|e| e.ctx).filter(|&c| c < 200).collect();
+    sends.sort_unstable();
+    let want: Vec<usize> = (0..44)
+        .filter(|i| !(20..40).contains(i))
+        .map(|i| 100 + i)
+        .collect();
+    assert_eq!(sends, want);
 }

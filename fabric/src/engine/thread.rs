@@ -307,36 +307,49 @@ impl<D: Datapath> Engine<D> {
     /// Steps 5 and 6 of [`Engine::poll_once`]: datagrams out, logs. Returns whether a
     /// datagram was sent.
     pub(crate) fn poll_out(&mut self) -> bool {
+        self.poll_out_first(None)
+    }
+
+    /// [`Engine::poll_out`], QP `first`'s datagrams ahead of the other QPs' in each burst
+    /// (a reply posted on it leaves before the SACKs other QPs owe: [`super::Worker`]).
+    pub(crate) fn poll_out_first(&mut self, first: Option<u32>) -> bool {
         let mut work = false;
         // 5. Datagrams out.
         let batch = &mut self.batch;
         let start = self.start;
         let gather = self.dp.sends_in_place();
+        // Round 0 takes QP `first` only, round 1 the others (every QP without `first`).
+        let rounds = if first.is_some() { 0..2 } else { 1..2 };
         loop {
             batch.clear();
             let now = start.elapsed().as_nanos() as u64;
-            for e in self.qps.values_mut() {
-                let Some(id) = e.dp_conn else { continue };
-                let conn = &mut e.conn;
-                let (own, evs) = (&e.own_evs, &e.paths.evs);
-                let foreign = &mut self.stats.tx_foreign_ev;
-                // SAFETY: only with `gather` is a data packet's payload lent, from
-                // `conn`'s regions, which nothing registers or deregisters until the batch
-                // is cleared below, after `tx_burst` (commands and received datagrams are
-                // handled in other steps of the loop, on this thread), and the datapath
-                // sends in place (it hands the kernel the payload's address, never reads it).
-                while unsafe {
-                    batch.push_gather_with(id, |buf| {
-                        let polled = if gather {
-                            conn.poll_transmit_gather(now, buf)
-                        } else {
-                            conn.poll_transmit(now, buf).map(|t| (t, None))
-                        };
-                        polled.map(|(t, lent)| {
-                            (route_ev(own, evs, t.ev, foreign), t.len, t.ecn, lent)
+            for round in rounds.clone() {
+                for (&qpn, e) in self.qps.iter_mut() {
+                    if (Some(qpn) == first) != (round == 0) {
+                        continue;
+                    }
+                    let Some(id) = e.dp_conn else { continue };
+                    let conn = &mut e.conn;
+                    let (own, evs) = (&e.own_evs, &e.paths.evs);
+                    let foreign = &mut self.stats.tx_foreign_ev;
+                    // SAFETY: only with `gather` is a data packet's payload lent, from
+                    // `conn`'s regions, which nothing registers or deregisters until the batch
+                    // is cleared below, after `tx_burst` (commands and received datagrams are
+                    // handled in other steps of the loop, on this thread), and the datapath
+                    // sends in place (it hands the kernel the payload's address, never reads it).
+                    while unsafe {
+                        batch.push_gather_with(id, |buf| {
+                            let polled = if gather {
+                                conn.poll_transmit_gather(now, buf)
+                            } else {
+                                conn.poll_transmit(now, buf).map(|t| (t, None))
+                            };
+                            polled.map(|(t, lent)| {
+                                (route_ev(own, evs, t.ev, foreign), t.len, t.ecn, lent)
+                            })
                         })
-                    })
-                } {}
+                    } {}
+                }
             }
             if batch.is_empty() {
                 break;

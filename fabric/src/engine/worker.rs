@@ -61,8 +61,9 @@ pub struct Worker<D: Datapath = UringDatapath> {
     defer_after_receive: bool,
     /// The previous pass delivered a receive and left its sends to this one.
     sends_deferred: bool,
-    /// A send-side work request was posted since the last [`Worker::progress`] pass.
-    posted: bool,
+    /// The first QP a send-side work request was posted on since the last
+    /// [`Worker::progress`] pass (its datagrams leave first in that pass).
+    posted: Option<u32>,
 }
 
 impl<D: Datapath> std::fmt::Debug for Worker<D> {
@@ -105,7 +106,7 @@ impl<D: Datapath> Worker<D> {
             qps: HashMap::new(),
             setup: Setup::default(),
             defer_after_receive: false,
-            posted: false,
+            posted: None,
             sends_deferred: false,
         }
     }
@@ -630,7 +631,9 @@ impl<D: Datapath> Worker<D> {
         let recv = matches!(wr, Wr::Recv { .. });
         self.check_queue(qpn, recv)?;
         // a receive sends nothing: only send-side work makes the next pass send first
-        self.posted |= !recv;
+        if !recv {
+            self.posted.get_or_insert(qpn);
+        }
         self.engine.post_wr(qpn, wr).2
     }
 
@@ -767,7 +770,9 @@ impl<D: Datapath> Worker<D> {
     /// A pass that follows a post (WRITE, WRITE_WITH_IMM, SEND) sends first, before it
     /// looks for arrivals: the receive poll, a system call that mostly finds nothing, is
     /// then not on the path of a request (nor of a reply left by
-    /// [`Worker::set_defer_sends_after_receive`]).
+    /// [`Worker::set_defer_sends_after_receive`]). The first QP posted on since the last
+    /// pass sends ahead of the others: a reply on the QP this end opened leaves before
+    /// the SACK that the QP it accepted owes for the request.
     ///
     /// While a listener or a connection attempt is open it also advances their
     /// handshakes (non-blocking TCP or set-up datagrams, a few system calls each).
@@ -775,7 +780,10 @@ impl<D: Datapath> Worker<D> {
         if self.setup.busy() {
             self.with_setup(|s, h| s.advance_all(h));
         }
-        let early = std::mem::take(&mut self.posted) && self.engine.poll_out();
+        let early = match self.posted.take() {
+            Some(qpn) => self.engine.poll_out_first(Some(qpn)),
+            None => false,
+        };
         let (work, received) = self.engine.poll_in();
         if received && self.defer_after_receive && !self.sends_deferred {
             self.sends_deferred = true;
@@ -801,6 +809,14 @@ impl<D: Datapath> Worker<D> {
         for e in self.engine.qps.values_mut() {
             e.conn.set_data_before_sack(on);
         }
+    }
+
+    /// Whether the last [`Worker::progress`] pass delivered a receive and left its sends
+    /// (its SACK) to the next call ([`Worker::set_defer_sends_after_receive`]): an
+    /// embedding that may not be called again soon bounds the wait by calling
+    /// [`Worker::progress`] itself.
+    pub fn sends_deferred(&self) -> bool {
+        self.sends_deferred
     }
 
     /// Progresses until something happened or `timeout` passed: busy-polls for the
