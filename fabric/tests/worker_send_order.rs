@@ -31,7 +31,18 @@ struct Pair {
     _mem: (SharedMem, SharedMem),
 }
 
-fn pair(defer_b: bool) -> Pair {
+/// Workers a (10.0.0.1) and b (10.0.0.2) on one [`FakeNet`] whose filter logs every
+/// datagram; b defers its sends after a receive when `defer_b`. Returns the log, a, b and
+/// their addresses.
+fn logged_workers(
+    defer_b: bool,
+) -> (
+    Log,
+    Worker<FakeDatapath>,
+    Worker<FakeDatapath>,
+    SocketAddr,
+    SocketAddr,
+) {
     let net = FakeNet::new();
     let log: Log = Arc::default();
     let l = Arc::clone(&log);
@@ -45,9 +56,14 @@ fn pair(defer_b: bool) -> Pair {
     });
     let a_addr: SocketAddr = "10.0.0.1:4792".parse().unwrap();
     let b_addr: SocketAddr = "10.0.0.2:4792".parse().unwrap();
-    let mut a = Worker::with_datapath(FakeDatapath::new(&net, a_addr), EngineConfig::default());
+    let a = Worker::with_datapath(FakeDatapath::new(&net, a_addr), EngineConfig::default());
     let mut b = Worker::with_datapath(FakeDatapath::new(&net, b_addr), EngineConfig::default());
     b.set_defer_sends_after_receive(defer_b);
+    (log, a, b, a_addr, b_addr)
+}
+
+fn pair(defer_b: bool) -> Pair {
+    let (log, mut a, mut b, a_addr, b_addr) = logged_workers(defer_b);
     let qa = a.create_qp(QpConfig::default()).unwrap();
     let qb = b.create_qp(QpConfig::default()).unwrap();
     let (ma, mb) = (SharedMem::new(64), SharedMem::new(64));
@@ -183,22 +199,7 @@ fn a_deferred_sack_follows_the_reply() {
 #[test]
 fn a_reply_on_another_qp_leaves_before_the_deferred_sack() {
     for _ in 0..8 {
-        let net = FakeNet::new();
-        let log: Log = Arc::default();
-        let l = Arc::clone(&log);
-        net.set_filter(move |from, _, bytes| {
-            let op = PacketRepr::parse(bytes)
-                .expect("a well-formed datagram")
-                .bth
-                .opcode;
-            l.lock().unwrap().push((from, op));
-            FakeVerdict::Deliver
-        });
-        let a_addr: SocketAddr = "10.0.0.1:4792".parse().unwrap();
-        let b_addr: SocketAddr = "10.0.0.2:4792".parse().unwrap();
-        let mut a = Worker::with_datapath(FakeDatapath::new(&net, a_addr), EngineConfig::default());
-        let mut b = Worker::with_datapath(FakeDatapath::new(&net, b_addr), EngineConfig::default());
-        b.set_defer_sends_after_receive(true);
+        let (log, mut a, mut b, a_addr, b_addr) = logged_workers(true);
         let rw = Access::LOCAL_WRITE | Access::REMOTE_WRITE;
         let mems: Vec<SharedMem> = (0..4).map(|_| SharedMem::new(64)).collect();
         let qp = |w: &mut Worker<FakeDatapath>, m: &SharedMem| {
