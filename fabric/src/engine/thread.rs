@@ -104,6 +104,30 @@ pub(crate) fn thread_cpu_ns() -> u64 {
 /// `evs[ev % evs.len()]`, counted in `foreign`. The datagram's MRCETH still names the
 /// echoed EV; only its socket changes, so the datapath never refuses the burst with
 /// [`crate::datapath::DatapathError::UnknownEv`].
+/// Adds QP entry `e`'s datagrams due at `now` to `batch` while it has room (`gather`:
+/// the datapath sends in place, so data payloads are lent from the QP's regions);
+/// `foreign` counts EVs routed to another socket ([`route_ev`]).
+fn fill_burst(batch: &mut TxBatch, e: &mut QpEntry, now: u64, gather: bool, foreign: &mut u64) {
+    let Some(id) = e.dp_conn else { return };
+    let conn = &mut e.conn;
+    let (own, evs) = (&e.own_evs, &e.paths.evs);
+    // SAFETY: only with `gather` is a data packet's payload lent, from `conn`'s regions,
+    // which nothing registers or deregisters until the batch is cleared, after
+    // `tx_burst` ([`Engine::poll_out_first`]: commands and received datagrams are handled
+    // in other steps of the loop, on the same thread), and the datapath sends in place (it
+    // hands the kernel the payload's address, never reads it).
+    while unsafe {
+        batch.push_gather_with(id, |buf| {
+            let polled = if gather {
+                conn.poll_transmit_gather(now, buf)
+            } else {
+                conn.poll_transmit(now, buf).map(|t| (t, None))
+            };
+            polled.map(|(t, lent)| (route_ev(own, evs, t.ev, foreign), t.len, t.ecn, lent))
+        })
+    } {}
+}
+
 fn route_ev(own: &HashSet<u32>, evs: &[u32], ev: u32, foreign: &mut u64) -> u32 {
     if own.contains(&ev) {
         return ev;
@@ -318,37 +342,16 @@ impl<D: Datapath> Engine<D> {
         let batch = &mut self.batch;
         let start = self.start;
         let gather = self.dp.sends_in_place();
-        // Round 0 takes QP `first` only, round 1 the others (every QP without `first`).
-        let rounds = if first.is_some() { 0..2 } else { 1..2 };
         loop {
             batch.clear();
             let now = start.elapsed().as_nanos() as u64;
-            for round in rounds.clone() {
-                for (&qpn, e) in self.qps.iter_mut() {
-                    if (Some(qpn) == first) != (round == 0) {
-                        continue;
-                    }
-                    let Some(id) = e.dp_conn else { continue };
-                    let conn = &mut e.conn;
-                    let (own, evs) = (&e.own_evs, &e.paths.evs);
-                    let foreign = &mut self.stats.tx_foreign_ev;
-                    // SAFETY: only with `gather` is a data packet's payload lent, from
-                    // `conn`'s regions, which nothing registers or deregisters until the batch
-                    // is cleared below, after `tx_burst` (commands and received datagrams are
-                    // handled in other steps of the loop, on this thread), and the datapath
-                    // sends in place (it hands the kernel the payload's address, never reads it).
-                    while unsafe {
-                        batch.push_gather_with(id, |buf| {
-                            let polled = if gather {
-                                conn.poll_transmit_gather(now, buf)
-                            } else {
-                                conn.poll_transmit(now, buf).map(|t| (t, None))
-                            };
-                            polled.map(|(t, lent)| {
-                                (route_ev(own, evs, t.ev, foreign), t.len, t.ecn, lent)
-                            })
-                        })
-                    } {}
+            let foreign = &mut self.stats.tx_foreign_ev;
+            if let Some(e) = first.and_then(|q| self.qps.get_mut(&q)) {
+                fill_burst(batch, e, now, gather, foreign);
+            }
+            for (&qpn, e) in self.qps.iter_mut() {
+                if Some(qpn) != first {
+                    fill_burst(batch, e, now, gather, foreign);
                 }
             }
             if batch.is_empty() {
