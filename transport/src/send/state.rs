@@ -990,7 +990,7 @@ impl SendState {
             }
         }
         let mut out = AckOutcome::default();
-        let mut latest: Option<(u64, u64, usize)> = None; // (sent, seq, ev)
+        let mut latest: Option<(u64, u64)> = None; // (sent, seq)
         self.ev_samples.clear();
         let snd_una = self.snd_una;
         let mut seq = snd_una;
@@ -1011,16 +1011,14 @@ impl SendState {
                 self.ack_one(now_ns, seq, echo, paths, stats, &mut out, &mut latest);
             }
         }
-        if let Some((sent, seq, ev)) = latest {
+        if let Some((sent, seq)) = latest {
             let rtt = now_ns.saturating_sub(sent);
             self.rtt.on_sample(rtt);
-            paths.on_rtt_sample(ev, rtt);
-            // every other EV the SACK newly acknowledged takes its own sample, from its
-            // latest-sent packet (the connection-wide sample stays the latest packet's)
+            // every EV the SACK newly acknowledged takes its own sample, from its
+            // latest-sent packet (the latest packet's EV: `rtt`, as it is among them with
+            // the latest send time); the connection-wide sample is the latest packet's
             for &(e, s) in self.ev_samples.touched.iter() {
-                if usize::from(e) != ev {
-                    paths.on_rtt_sample(usize::from(e), now_ns.saturating_sub(s));
-                }
+                paths.on_rtt_sample(usize::from(e), now_ns.saturating_sub(s));
             }
             if self.packet(seq).is_some_and(|p| p.transmissions > 1) {
                 self.rack.on_ack_of_resend(sent, seq, now_ns);
@@ -1103,7 +1101,7 @@ impl SendState {
         paths: &mut PathTable,
         stats: &mut ConnStats,
         out: &mut AckOutcome,
-        latest: &mut Option<(u64, u64, usize)>,
+        latest: &mut Option<(u64, u64)>,
     ) -> u64 {
         let Ok(start) = usize::try_from(from - self.snd_una) else {
             return from;
@@ -1154,8 +1152,8 @@ impl SendState {
             plane_sub(ev_plane, by_plane, ev);
             let late = rack.acked_late(p.last_sent_ns, seq, strict, reo, now_ns);
             proven |= paths.on_acked_delivered(ev, p.last_sent_ns, now_ns, late);
-            if latest.is_none_or(|(s, q, _)| (p.last_sent_ns, seq) > (s, q)) {
-                *latest = Some((p.last_sent_ns, seq, ev));
+            if latest.is_none_or(|l| (p.last_sent_ns, seq) > l) {
+                *latest = Some((p.last_sent_ns, seq));
             }
             ev_samples.note(p.last_ev, p.last_sent_ns);
             match &mut msg_run {
@@ -1190,7 +1188,7 @@ impl SendState {
         paths: &mut PathTable,
         stats: &mut ConnStats,
         out: &mut AckOutcome,
-        latest: &mut Option<(u64, u64, usize)>,
+        latest: &mut Option<(u64, u64)>,
     ) {
         let Some(p) = self.packet_mut(seq) else {
             return;
@@ -1243,8 +1241,8 @@ impl SendState {
             }
         }
         if unambiguous {
-            if latest.is_none_or(|(s, q, _)| (p.last_sent_ns, seq) > (s, q)) {
-                *latest = Some((p.last_sent_ns, seq, usize::from(p.last_ev)));
+            if latest.is_none_or(|l| (p.last_sent_ns, seq) > l) {
+                *latest = Some((p.last_sent_ns, seq));
             }
             self.ev_samples.note(p.last_ev, p.last_sent_ns);
         }
