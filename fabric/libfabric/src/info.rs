@@ -484,15 +484,8 @@ pub(crate) fn check_planes(ns: Option<&NetNs>, ips: &[IpAddr], src: IpAddr) -> R
         ));
         return Err(FI_EINVAL);
     }
-    let bind = |ip: IpAddr| std::net::UdpSocket::bind(SocketAddr::new(ip, 0)).map(drop);
     for (p, &ip) in ips.iter().enumerate() {
-        let r = match ns {
-            None => bind(ip).map_err(|e| e.to_string()),
-            Some(ns) => ns
-                .run(|| bind(ip))
-                .and_then(|r| r.map_err(|e| e.to_string())),
-        };
-        if let Err(e) = r {
+        if let Err(e) = try_bind(ns, ip) {
             let where_ = ns.map_or_else(
                 || "this process's network namespace".to_string(),
                 |ns| format!("FI_MRC_NETNS={}", ns.path()),
@@ -575,13 +568,20 @@ pub(crate) fn netns() -> Result<Option<NetNs>, u32> {
     })
 }
 
+/// Binds a UDP socket to `ip` (any port) in `ns`, or this thread's namespace when `None`,
+/// and closes it: whether the address is one of the namespace's; the error as text.
+fn try_bind(ns: Option<&NetNs>, ip: IpAddr) -> Result<(), String> {
+    let bind = || std::net::UdpSocket::bind(SocketAddr::new(ip, 0)).map(drop);
+    match ns {
+        None => bind().map_err(|e| e.to_string()),
+        Some(ns) => ns.run(bind).and_then(|r| r.map_err(|e| e.to_string())),
+    }
+}
+
 /// Whether a UDP socket can bind `ip` inside `ns` (the address is one of the
 /// namespace's); `Err(FI_EADDRNOTAVAIL)`, with a log line, when it cannot.
 fn check_bind(ns: &NetNs, ip: IpAddr) -> Result<(), u32> {
-    let r = ns
-        .run(|| std::net::UdpSocket::bind(SocketAddr::new(ip, 0)).map(drop))
-        .and_then(|r| r.map_err(|e| e.to_string()));
-    r.map_err(|e| {
+    try_bind(Some(ns), ip).map_err(|e| {
         crate::log(&format!(
             "FI_MRC_NETNS={}: cannot bind {ip} there ({e}): set FI_MRC_ADDR to an address of that namespace",
             ns.path()

@@ -3615,7 +3615,7 @@ unsafe extern "C" fn ep_close(f: *mut fid) -> c_int {
         let Some(e) = (unsafe { obj::<Ep>(f, FI_CLASS_EP) }) else {
             return neg(FI_EINVAL);
         };
-        let gone = lock(&e.st).ok().and_then(|mut st| {
+        let mut gone = lock(&e.st).ok().and_then(|mut st| {
             let State { eps, cqs, avs, .. } = &mut *st;
             // Sends the last pass deferred (a SACK) leave before the sockets close.
             if let Some(Some(s)) = eps.get_mut(e.idx)
@@ -3625,7 +3625,6 @@ unsafe extern "C" fn ep_close(f: *mut fid) -> c_int {
             }
             eps.get_mut(e.idx).and_then(Option::take)
         });
-        let mut gone = gone;
         if let Some(f) = gone.as_mut().and_then(|s| s.flush.take()) {
             f.stop();
         }
